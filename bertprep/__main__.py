@@ -1,0 +1,3 @@
+from bertprep.cli import main
+
+raise SystemExit(main())

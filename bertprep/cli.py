@@ -1,0 +1,65 @@
+"""`bertprep` command line: one subcommand per pipeline stage.
+
+Each stage module exposes `add_arguments(parser)` and `run(args) -> int`; the
+modules are imported only when their subcommand runs, so `bertprep create`
+never pays for the imports of `download` or `validate`.
+"""
+
+import argparse
+import importlib
+import sys
+
+from bertprep import __version__
+from bertprep.errors import BertprepError
+
+# subcommand -> (module, one-line help)
+COMMANDS = {
+    "download": ("bertprep.download", "fetch Wikipedia, BookCorpus, SQuAD or GLUE with checksums and resume"),
+    "shard": ("bertprep.shard", "sentence-split documents into balanced training/test text shards"),
+    "create": ("bertprep.create", "create masked-LM records (TFRecord and OFRecord) like google-research/bert"),
+    "validate": ("bertprep.validate", "check a dataset for everything that breaks training"),
+    "inspect": ("bertprep.inspect", "decode and show records of a TFRecord or OFRecord file"),
+    "convert": ("bertprep.convert", "convert record files losslessly between TFRecord and OFRecord"),
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        # argparse's own usage errors: one line, exit 2, as for ours.
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _is_help_only(argv):
+    return not argv or argv[0] in ("-h", "--help", "--version")
+
+
+def build_parser(only=None):
+    parser = _Parser(prog="bertprep", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"bertprep {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name, (module_name, help_text) in COMMANDS.items():
+        command_parser = sub.add_parser(name, help=help_text, description=help_text)
+        if only is None or name == only:
+            importlib.import_module(module_name).add_arguments(command_parser)
+    return parser
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = None if _is_help_only(argv) else argv[0]
+    if command is not None and command not in COMMANDS:
+        command = None
+    parser = build_parser(only=command or "")
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    module = importlib.import_module(COMMANDS[args.command][0])
+    try:
+        return module.run(args) or 0
+    except BertprepError as exc:
+        print(f"bertprep {args.command}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"bertprep {args.command}: interrupted", file=sys.stderr)
+        return 130

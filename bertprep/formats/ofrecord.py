@@ -1,0 +1,58 @@
+"""OneFlow OFRecord files: writer and reader, no OneFlow needed.
+
+From OneFlow's `oneflow/core/record/record.proto` (proto2, package oneflow):
+OFRecord{map<string, Feature> feature = 1}; Feature oneof bytes_list=1,
+float_list=2, double_list=3, int32_list=4, int64_list=5, lists packed.
+Framing per record: int64 length (LE), then the message; no checksum. Files
+are `<dir>/part-<i>`; OneFlow aborts on a record of size 0.
+"""
+
+import struct
+
+from bertprep.formats.protowire import WireError, decode_feature_map, encode_feature_map
+
+FORMAT = "ofrecord"
+FIELD_BY_KIND = {"bytes": 1, "float": 2, "double": 3, "int32": 4, "int64": 5}
+KIND_BY_FIELD = {v: k for k, v in FIELD_BY_KIND.items()}
+INT_KIND = "int32"
+
+
+class FramingError(WireError):
+    pass
+
+
+def frame(payload):
+    if not payload:
+        raise ValueError("OneFlow rejects a record of size 0")
+    return struct.pack("<q", len(payload)) + payload
+
+
+def encode(features):
+    """Serialize `[(key, kind, values), ...]` as an OFRecord."""
+    return encode_feature_map(features, FIELD_BY_KIND)
+
+
+def decode(payload):
+    return decode_feature_map(payload, KIND_BY_FIELD)
+
+
+def iter_payloads(f, verify=True):
+    """Yield (offset, payload) for each record of an open binary file."""
+    del verify  # OFRecord has no checksum; size checks always run
+    index = 0
+    offset = 0
+    while True:
+        header = f.read(8)
+        if not header:
+            return
+        if len(header) < 8:
+            raise FramingError(f"record {index} at byte {offset}: truncated length ({len(header)} of 8 bytes)")
+        (length,) = struct.unpack("<q", header)
+        if length <= 0:
+            raise FramingError(f"record {index} at byte {offset}: record size {length} (OneFlow needs > 0)")
+        payload = f.read(length)
+        if len(payload) < length:
+            raise FramingError(f"record {index} at byte {offset}: truncated data ({len(payload)} of {length} bytes)")
+        yield offset, payload
+        offset += 8 + length
+        index += 1

@@ -1,0 +1,78 @@
+"""TFRecord files of `tf.train.Example`s: writer and reader, no TensorFlow needed.
+
+Framing per record: uint64 length (LE), uint32 masked CRC-32C of the length
+bytes, the data, uint32 masked CRC-32C of the data. Example proto:
+Example{1: Features{1: map<string, Feature>}}, Feature oneof
+bytes_list=1, float_list=2, int64_list=3, lists packed.
+"""
+
+import struct
+
+from bertprep.formats.crc32c import masked_crc32c
+from bertprep.formats.protowire import (
+    WIRE_LEN,
+    WireError,
+    decode_feature_map,
+    encode_feature_map,
+    encode_varint,
+    iter_fields,
+)
+
+FORMAT = "tfrecord"
+FIELD_BY_KIND = {"bytes": 1, "float": 2, "int64": 3}
+KIND_BY_FIELD = {v: k for k, v in FIELD_BY_KIND.items()}
+# The integer kind BERT's integer features have in this format.
+INT_KIND = "int64"
+
+
+class FramingError(WireError):
+    pass
+
+
+def frame(payload):
+    header = struct.pack("<Q", len(payload))
+    return header + struct.pack("<I", masked_crc32c(header)) + payload + struct.pack("<I", masked_crc32c(payload))
+
+
+def encode(features):
+    """Serialize `[(key, kind, values), ...]` as a tf.train.Example."""
+    inner = encode_feature_map(features, FIELD_BY_KIND)
+    return encode_varint((1 << 3) | WIRE_LEN) + encode_varint(len(inner)) + inner
+
+
+def decode(payload):
+    """Parse a tf.train.Example into {key: (kind, array)} in stored order."""
+    result = {}
+    for field, wire, span in iter_fields(payload, 0, len(payload)):
+        if field == 1 and wire == WIRE_LEN:
+            result.update(decode_feature_map(payload, KIND_BY_FIELD, start=span[0], end=span[1]))
+    return result
+
+
+def iter_payloads(f, verify=True):
+    """Yield (offset, payload) for each record of an open binary file.
+
+    Raises FramingError naming the record index and byte offset for a
+    truncated record or a CRC mismatch.
+    """
+    index = 0
+    offset = 0
+    while True:
+        header = f.read(12)
+        if not header:
+            return
+        if len(header) < 12:
+            raise FramingError(f"record {index} at byte {offset}: truncated header ({len(header)} of 12 bytes)")
+        (length,) = struct.unpack_from("<Q", header)
+        (length_crc,) = struct.unpack_from("<I", header, 8)
+        if verify and masked_crc32c(header[:8]) != length_crc:
+            raise FramingError(f"record {index} at byte {offset}: length CRC mismatch")
+        data = f.read(length + 4)
+        if len(data) < length + 4:
+            raise FramingError(f"record {index} at byte {offset}: truncated data ({len(data)} of {length + 4} bytes)")
+        payload = data[:length]
+        if verify and masked_crc32c(payload) != struct.unpack_from("<I", data, length)[0]:
+            raise FramingError(f"record {index} at byte {offset}: data CRC mismatch")
+        yield offset, payload
+        offset += 12 + length + 4
+        index += 1
