@@ -1,0 +1,113 @@
+"""Progress lines on stderr and the end-of-run summary every stage prints.
+
+Progress is throttled (a tty gets one rewritten line, a log file a line every
+few seconds) and silent with --quiet. The summary is a short table on stdout,
+or one JSON object with --json, for scripts.
+"""
+
+import json
+import sys
+import time
+
+
+def add_output_arguments(parser):
+    parser.add_argument("--quiet", action="store_true", help="no progress output")
+    parser.add_argument("--json", action="store_true", help="print the final summary as JSON on stdout")
+
+
+def human_bytes(n):
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+
+
+def _duration(seconds):
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+class Progress:
+    """Counts work done out of `total` (units such as shards) plus named counters.
+
+        p = Progress("create", total=len(shards), unit="shards", quiet=args.quiet)
+        p.advance(1, instances=1234)   # rate shown for each counter
+        p.close()
+    """
+
+    def __init__(self, label, total=None, unit="items", quiet=False, stream=None, interval=None):
+        self.label = label
+        self.total = total
+        self.unit = unit
+        self.quiet = quiet
+        self.stream = stream or sys.stderr
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.interval = interval if interval is not None else (0.2 if self.tty else 5.0)
+        self.done = 0
+        self.counters = {}
+        self.start = time.monotonic()
+        self._last = 0.0
+
+    @property
+    def elapsed(self):
+        return time.monotonic() - self.start
+
+    def advance(self, n=1, **counters):
+        self.done += n
+        for key, value in counters.items():
+            self.counters[key] = self.counters.get(key, 0) + value
+        self._maybe_print()
+
+    def note(self, message):
+        if not self.quiet:
+            self._clear()
+            print(f"{self.label}: {message}", file=self.stream, flush=True)
+
+    def line(self):
+        elapsed = max(self.elapsed, 1e-9)
+        parts = [f"{self.done}/{self.total} {self.unit}" if self.total is not None else f"{self.done} {self.unit}"]
+        for key, value in self.counters.items():
+            shown = human_bytes(value) if key == "bytes" else f"{value:,}"
+            rate = human_bytes(value / elapsed) + "/s" if key == "bytes" else f"{value / elapsed:,.0f} {key}/s"
+            parts.append(f"{shown} {key if key != 'bytes' else ''}".rstrip() + f" ({rate})")
+        if self.total and 0 < self.done < self.total:
+            parts.append(f"ETA {_duration(elapsed / self.done * (self.total - self.done))}")
+        parts.append(_duration(elapsed))
+        return f"{self.label}: " + ", ".join(parts)
+
+    def _clear(self):
+        if self.tty and self._last:
+            print("\r\033[K", end="", file=self.stream)
+
+    def _maybe_print(self, force=False):
+        if self.quiet:
+            return
+        now = time.monotonic()
+        if force or now - self._last >= self.interval:
+            self._last = now
+            if self.tty:
+                print("\r\033[K" + self.line(), end="", file=self.stream, flush=True)
+            else:
+                print(self.line(), file=self.stream, flush=True)
+
+    def close(self):
+        self._maybe_print(force=True)
+        if self.tty and not self.quiet:
+            print(file=self.stream, flush=True)
+
+
+def print_summary(title, summary, as_json=False, rows=None, stream=None):
+    """Print `summary` (a JSON-able dict) as JSON, or `rows` [(label, value)] as a table."""
+    stream = stream or sys.stdout
+    if as_json:
+        print(json.dumps(summary, indent=1, sort_keys=True), file=stream)
+        return
+    rows = rows if rows is not None else [(k, v) for k, v in summary.items() if not isinstance(v, (dict, list))]
+    width = max((len(label) for label, _ in rows), default=0)
+    print(title, file=stream)
+    for label, value in rows:
+        print(f"  {label:<{width}}  {value}", file=stream)
