@@ -1,0 +1,24 @@
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def shared_path():
+    """The project's shared fixtures: $BERTPREP_SHARED, else `shared/` beside the checkout."""
+    return Path(os.environ.get("BERTPREP_SHARED") or REPO.parent / "shared")
+
+
+@pytest.fixture(scope="session")
+def shared_dir():
+    path = shared_path()
+    if not (path / "fixtures").is_dir():
+        pytest.fail(f"shared fixtures not found at {path} (set BERTPREP_SHARED)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def golden_dir(shared_dir):
+    return shared_dir / "fixtures" / "golden"
