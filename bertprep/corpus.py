@@ -1,0 +1,68 @@
+"""Input text shards → tokenized documents (the reference's reading rules).
+
+Reference input format: one sentence per line, a blank line between
+documents. Lines end at "\\n" only (the reference reads with readline) and are
+`strip()`ped; an empty line starts a new document; a line whose tokens are
+empty is skipped without ending the document; empty documents are dropped.
+"""
+
+import numpy as np
+
+from bertprep.errors import DataError
+from bertprep.instances import Corpus
+
+
+def read_text(path):
+    """The file decoded as strict UTF-8; a decoding error names the file and line."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise DataError(
+            f"{path}:{line}: not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column {column}); "
+            "input must be UTF-8 text, one sentence per line"
+        ) from None
+
+
+def split_documents(text):
+    """(stripped non-empty lines, document number of each line), in file order."""
+    lines = []
+    document_of_line = []
+    document = 0
+    for line in text.split("\n"):
+        line = line.strip()
+        if line:
+            lines.append(line)
+            document_of_line.append(document)
+        else:
+            document += 1
+    return lines, document_of_line
+
+
+def tokenize_corpus(text, tokenizer, batch_size=4096):
+    """Tokenize a shard's text into a Corpus of non-empty documents and sentences."""
+    lines, document_of_line = split_documents(text)
+    ids_per_line = []
+    for start in range(0, len(lines), batch_size):
+        encodings = tokenizer.encode_batch(lines[start:start + batch_size], add_special_tokens=False)
+        ids_per_line.extend(e.ids for e in encodings)
+    lengths = np.fromiter((len(ids) for ids in ids_per_line), dtype=np.int64, count=len(ids_per_line))
+    kept = lengths > 0  # a line that tokenizes to nothing does not end its document
+    line_documents = np.asarray(document_of_line, dtype=np.int64)[kept]
+    sentence_lengths = lengths[kept]
+    tokens = np.fromiter(
+        (t for ids in ids_per_line for t in ids), dtype=np.int32, count=int(lengths.sum())
+    )
+    sentence_starts = np.zeros(len(sentence_lengths) + 1, dtype=np.int64)
+    np.cumsum(sentence_lengths, out=sentence_starts[1:])
+    # A document starts at each sentence whose document number differs from the previous one's.
+    new_document = np.ones(len(line_documents), dtype=bool)
+    new_document[1:] = line_documents[1:] != line_documents[:-1]
+    document_starts = np.append(np.flatnonzero(new_document), len(line_documents)).astype(np.int64)
+    return Corpus(tokens=tokens, sentence_starts=sentence_starts, document_starts=document_starts)

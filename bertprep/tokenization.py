@@ -1,0 +1,109 @@
+"""WordPiece tokenization identical to google-research/bert's FullTokenizer.
+
+HF `tokenizers`' BERT pipeline (BertNormalizer: clean text, CJK split,
+lower-case + accent strip; BertPreTokenizer: whitespace + punctuation split;
+greedy longest-match WordPiece) gives the reference's tokens, provided
+WordPiece splits words of up to 200 characters as the reference does (HF's
+default of 100 would turn 101–200 character words into [UNK]).
+"""
+
+import hashlib
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from bertprep.errors import DataError
+
+REQUIRED_TOKENS = ("[CLS]", "[SEP]", "[MASK]", "[UNK]")
+MAX_INPUT_CHARS_PER_WORD = 200  # the reference's value, not HF's default 100
+
+
+@dataclass(frozen=True)
+class Vocab:
+    path: str
+    sha256: str
+    words: tuple  # in file order, duplicates collapsed the way the reference's OrderedDict does
+    ids: dict  # token -> id (the last line wins for a repeated token, as in the reference)
+
+    @property
+    def size(self):
+        return len(self.words)
+
+    def id_of(self, token):
+        return self.ids[token]
+
+    def word_ids(self):
+        """The id of every entry of the reference's `vocab_words` list, in order.
+
+        The reference replaces a token with `vocab_words[randint(0, len - 1)]`,
+        so random replacement draws an index into this array.
+        """
+        return np.array([self.ids[w] for w in self.words], dtype=np.int32)
+
+    def subword_flags(self):
+        """is_subword[id]: the token starts with '##' (joins the previous word under whole-word masking)."""
+        flags = np.zeros(max(self.ids.values()) + 1, dtype=np.uint8)
+        for word, index in self.ids.items():
+            if word.startswith("##"):
+                flags[index] = 1
+        return flags
+
+
+def resolve_vocab_path(value):
+    """A vocab.txt path, or a hub model id such as `bert-base-uncased` (its vocab.txt, cached)."""
+    if os.path.exists(value):
+        return value
+    looks_like_repo_id = value.count("/") <= 1 and not value.endswith(".txt") and not value.startswith((".", "/"))
+    if not looks_like_repo_id:
+        raise DataError(f"{value}: vocab file not found")
+    try:
+        from huggingface_hub import hf_hub_download
+
+        return hf_hub_download(repo_id=value, filename="vocab.txt")
+    except Exception as exc:  # hub errors come in many types; the message is what matters
+        raise DataError(f"{value}: not a vocab file and not resolvable as a hub model id ({exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+
+
+def load_vocab(path):
+    """Read a vocab.txt the way the reference's `load_vocab` does and check the special tokens."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read vocab: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise DataError(f"{path}:{line}: vocab is not valid UTF-8") from None
+    lines = text.split("\n")  # readline() semantics: only "\n" ends a line
+    if lines[-1] == "":
+        lines.pop()
+    ids = {}
+    for index, line in enumerate(lines):
+        ids[line.strip()] = index
+    missing = [t for t in REQUIRED_TOKENS if t not in ids]
+    if missing:
+        raise DataError(f"{path}: vocab lacks {', '.join(missing)} (a BERT vocab needs {', '.join(REQUIRED_TOKENS)})")
+    if max(ids.values()) >= 1 << 31:
+        raise DataError(f"{path}: vocab too large")
+    return Vocab(path=os.path.abspath(path), sha256=hashlib.sha256(raw).hexdigest(), words=tuple(ids), ids=ids)
+
+
+def build_tokenizer(vocab, lower_case=True):
+    """An HF `tokenizers.Tokenizer` that reproduces the reference's FullTokenizer.tokenize -> ids."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+
+    tokenizer = Tokenizer(
+        models.WordPiece(
+            vocab=dict(vocab.ids),
+            unk_token="[UNK]",
+            max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD,
+        )
+    )
+    tokenizer.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=lower_case
+    )
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    return tokenizer
