@@ -51,6 +51,7 @@ class Progress:
         self.counters = {}
         self.start = time.monotonic()
         self._last = 0.0
+        self._last_done = None
 
     @property
     def elapsed(self):
@@ -87,8 +88,9 @@ class Progress:
         if self.quiet:
             return
         now = time.monotonic()
-        if force or now - self._last >= self.interval:
+        if (force and self.done != self._last_done) or now - self._last >= self.interval:
             self._last = now
+            self._last_done = self.done
             if self.tty:
                 print("\r\033[K" + self.line(), end="", file=self.stream, flush=True)
             else:

@@ -1,0 +1,431 @@
+"""`bertprep create`: text shards → masked-LM records in TFRecord and OFRecord.
+
+For each input shard the records are the instances google-research/bert's
+create_pretraining_data.py writes for that file with the same vocab and flags,
+in the same order. One output file per input shard per format:
+
+    <out>/<params>/<corpus>/manifest.json
+    <out>/<params>/<corpus>/tfrecord/<split>/<shard stem>.tfrecord
+    <out>/<params>/<corpus>/ofrecord/<split>/part-<i>
+
+Every file is written under a temporary name and renamed when complete; the
+manifest records each finished file with its source's sha256 and the flags,
+so a rerun skips finished shards and redoes the rest.
+"""
+
+import glob
+import hashlib
+import json
+import os
+import re
+import time
+from dataclasses import asdict, dataclass
+from importlib import resources
+
+from bertprep import __version__, formats
+from bertprep.atomic import atomic_open, remove_stale_temps
+from bertprep.corpus import read_text, tokenize_corpus
+from bertprep.engines import default_workers, run_local
+from bertprep.errors import DataError, UsageError
+from bertprep.instances import InstanceParams, MaskingVocab, create_instances
+from bertprep.progress import Progress, add_output_arguments, human_bytes, print_summary
+from bertprep.tokenization import build_tokenizer, load_vocab, resolve_vocab_path
+from bertprep.workdir import SPLITS, add_workdir_argument, load_manifest, params_dirname, resolve_workdir, save_manifest
+
+try:
+    from bertprep import _native
+except ImportError:
+    _native = None
+
+ENCODE_CHUNK = 1024  # records encoded per call when writing
+
+
+def add_arguments(parser):
+    parser.add_argument(
+        "--input", nargs="+", metavar="PATH",
+        help="text shards: files, globs, or a directory (its training/ and test/ subdirectories become "
+        "the two splits). Default: the shards under WORKDIR/sharded, else the embedded sample corpus",
+    )
+    parser.add_argument("--vocab", help="vocab.txt, or a hub model id such as bert-base-uncased")
+    parser.add_argument("--out", help="records root (default: WORKDIR/records)")
+    parser.add_argument("--corpus", help="corpus name in the output path (default: from the input path)")
+    parser.add_argument("--seq", type=int, default=128, help="max_seq_length (default 128)")
+    parser.add_argument("--pred", type=int, default=20, help="max_predictions_per_seq (default 20)")
+    parser.add_argument("--dupe-factor", type=int, default=5, help="passes over the data with different masks (default 5)")
+    parser.add_argument("--seed", type=int, default=12345, help="random seed of every shard (default 12345, as NVIDIA's bertPrep)")
+    parser.add_argument("--seed-per-shard", action="store_true", help="derive a distinct seed per shard from --seed and the shard's name")
+    parser.add_argument("--masked-lm-prob", type=float, default=0.15)
+    parser.add_argument("--short-seq-prob", type=float, default=0.1)
+    parser.add_argument("--whole-word-mask", action="store_true")
+    parser.add_argument("--no-lower-case", action="store_true", help="for cased vocabs")
+    parser.add_argument("--format", default="tfrecord,ofrecord", help="comma-separated: tfrecord, ofrecord (default both)")
+    parser.add_argument("--workers", type=int, default=None, help="worker processes (default: one per core)")
+    add_workdir_argument(parser)
+    add_output_arguments(parser)
+
+
+@dataclass(frozen=True)
+class ShardTask:
+    """Everything one shard needs; plain data so any engine can ship it to a worker."""
+
+    source: str
+    source_sha256: str
+    split: str
+    index: int  # position within its split: OFRecord part number
+    seed: int
+    records_dir: str
+    vocab_path: str
+    lower_case: bool
+    params: InstanceParams
+    formats: tuple
+    settings_key: str
+
+    def output_paths(self):
+        """{format: path relative to records_dir}."""
+        stem = os.path.splitext(os.path.basename(self.source))[0]
+        paths = {"tfrecord": f"tfrecord/{self.split}/{stem}.tfrecord", "ofrecord": f"ofrecord/{self.split}/part-{self.index}"}
+        return {fmt: paths[fmt] for fmt in self.formats}
+
+
+# -- the shard task: pure apart from reading its input and writing its outputs --------------
+
+_TOKENIZERS = {}
+
+
+def _tokenizer_and_vocab(vocab_path, lower_case):
+    key = (vocab_path, lower_case)
+    if key not in _TOKENIZERS:
+        vocab = load_vocab(vocab_path)
+        _TOKENIZERS[key] = (build_tokenizer(vocab, lower_case), MaskingVocab.from_vocab(vocab))
+    return _TOKENIZERS[key]
+
+
+def create_shard(task):
+    """Create one shard's records in every requested format; return their manifest entries."""
+    tokenizer, masking_vocab = _tokenizer_and_vocab(task.vocab_path, task.lower_case)
+    corpus = tokenize_corpus(read_text(task.source), tokenizer)
+    if corpus.num_documents == 0:
+        raise DataError(f"{task.source}: no documents (every line is blank or tokenizes to nothing)")
+    instances = create_instances(corpus, task.params, masking_vocab, task.seed)
+    entries = {}
+    for fmt, relative in task.output_paths().items():
+        path = os.path.join(task.records_dir, relative)
+        size, digest = write_instances(path, instances, fmt, task.params)
+        entries[relative] = {
+            "format": fmt,
+            "split": task.split,
+            "source": task.source,
+            "source_sha256": task.source_sha256,
+            "seed": task.seed,
+            "settings": task.settings_key,
+            "instances": len(instances),
+            "bytes": size,
+            "sha256": digest,
+        }
+    return {"source": task.source, "split": task.split, "instances": len(instances), "files": entries}
+
+
+def encoded_chunks(instances, fmt, params):
+    """Framed records of `instances`, a chunk of ENCODE_CHUNK records at a time."""
+    seq, pred = params.max_seq_length, params.max_predictions_per_seq
+    for first in range(0, len(instances), ENCODE_CHUNK):
+        count = min(ENCODE_CHUNK, len(instances) - first)
+        if _native is not None:
+            yield _native.encode_instances(
+                fmt, seq, pred, instances.tokens, instances.instance_starts, instances.a_lengths,
+                instances.masked_positions, instances.masked_labels, instances.mask_starts,
+                instances.is_random_next, first, count,
+            )
+        else:
+            yield b"".join(
+                formats.frame(formats.encode_record(instances.record(i, seq, pred), fmt), fmt)
+                for i in range(first, first + count)
+            )
+
+
+def write_instances(path, instances, fmt, params):
+    """Write atomically; return (bytes, sha256) computed while writing."""
+    digest = hashlib.sha256()
+    size = 0
+    with atomic_open(path) as f:
+        for chunk in encoded_chunks(instances, fmt, params):
+            f.write(chunk)
+            digest.update(chunk)
+            size += len(chunk)
+    return size, digest.hexdigest()
+
+
+# -- planning: inputs, flags, resume -------------------------------------------------------
+
+def _natural_key(path):
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path)]
+
+
+def sample_paths():
+    """The embedded sample corpus and its vocab (shipped in the package)."""
+    data = resources.files("bertprep") / "data"
+    return str(data / "sample_corpus.txt"), str(data / "sample_vocab.txt")
+
+
+def discover_inputs(values):
+    """[(path, split)] for files, globs and directories; a directory's training/ and test/ are the splits."""
+    found = []
+    for value in values:
+        if os.path.isdir(value):
+            split_dirs = [s for s in SPLITS if os.path.isdir(os.path.join(value, s))]
+            if split_dirs:
+                for split in split_dirs:
+                    files = sorted(glob.glob(os.path.join(value, split, "*.txt")), key=_natural_key)
+                    found.extend((f, split) for f in files)
+            else:
+                files = sorted(glob.glob(os.path.join(value, "*.txt")), key=_natural_key)
+                found.extend((f, _split_of(f)) for f in files)
+                if not files:
+                    raise DataError(f"{value}: directory holds no *.txt shards (nor training/ or test/ subdirectories)")
+        elif os.path.exists(value):
+            found.append((value, _split_of(value)))
+        elif glob.has_magic(value):
+            files = sorted(glob.glob(value), key=_natural_key)
+            if not files:
+                raise DataError(f"{value}: the pattern matches no file")
+            found.extend((f, _split_of(f)) for f in files if os.path.isfile(f))
+        else:
+            raise DataError(f"{value}: input not found")
+    seen = set()
+    unique = []
+    for path, split in found:
+        path = os.path.abspath(path)
+        if path not in seen:
+            seen.add(path)
+            unique.append((path, split))
+    return unique
+
+
+def _split_of(path):
+    parent = os.path.basename(os.path.dirname(os.path.abspath(path)))
+    return parent if parent in SPLITS else "training"
+
+
+def _corpus_name(inputs):
+    directories = {os.path.dirname(p) for p, _ in inputs}
+    directories = {os.path.dirname(d) if os.path.basename(d) in SPLITS else d for d in directories}
+    if len(directories) == 1:
+        name = os.path.basename(directories.pop())
+        if name:
+            return name
+    return "corpus"
+
+
+def check_flags(args):
+    fmts = tuple(f.strip() for f in args.format.split(",") if f.strip())
+    unknown = [f for f in fmts if f not in formats.FORMATS]
+    if unknown or not fmts:
+        raise UsageError(f"unknown --format {','.join(unknown) or args.format!r} (choose from tfrecord, ofrecord)")
+    if args.seq < 5:
+        raise UsageError(f"--seq {args.seq} is too small: [CLS] A [SEP] B [SEP] needs at least 5 positions")
+    if args.pred < 1 or args.pred > args.seq - 3:
+        raise UsageError(
+            f"--pred {args.pred} is not possible with --seq {args.seq}: at most seq - 3 = {args.seq - 3} "
+            "tokens can be masked ([CLS] and two [SEP] never are)"
+        )
+    if args.dupe_factor < 1:
+        raise UsageError(f"--dupe-factor must be at least 1, not {args.dupe_factor}")
+    if not 0.0 < args.masked_lm_prob <= 1.0:
+        raise UsageError(f"--masked-lm-prob must be in (0, 1], not {args.masked_lm_prob}")
+    if not 0.0 <= args.short_seq_prob <= 1.0:
+        raise UsageError(f"--short-seq-prob must be in [0, 1], not {args.short_seq_prob}")
+    if args.workers is not None and args.workers < 1:
+        raise UsageError(f"--workers must be at least 1, not {args.workers}")
+    # Canonical order, whatever order the flag listed them in.
+    return tuple(f for f in formats.FORMATS if f in fmts)
+
+
+def check_input(path):
+    """sha256 of a shard, after checking it is UTF-8 and holds a non-blank line (errors name file and line)."""
+    text = read_text(path)
+    if not text.strip():
+        raise DataError(f"{path}: no documents (the file is empty or blank)")
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def shard_seed(seed, split, path, per_shard):
+    if not per_shard:
+        return seed
+    name = f"{seed}/{split}/{os.path.basename(path)}"
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "big")
+
+
+def plan(args):
+    """Resolve inputs, vocab and flags into the run's settings and one ShardTask per input."""
+    fmts = check_flags(args)
+    workdir = resolve_workdir(args.workdir)
+    notes = []
+    input_values = args.input
+    vocab_value = args.vocab
+    if not input_values:
+        sharded = os.path.join(workdir, "sharded")
+        corpora = sorted(d for d in os.listdir(sharded) if os.path.isdir(os.path.join(sharded, d))) if os.path.isdir(sharded) else []
+        if args.corpus and args.corpus in corpora:
+            corpora = [args.corpus]
+        if len(corpora) == 1:
+            input_values = [os.path.join(sharded, corpora[0])]
+            notes.append(f"input: {input_values[0]}")
+        elif len(corpora) > 1:
+            raise UsageError(f"{sharded} holds several corpora ({', '.join(corpora)}): pick one with --corpus or --input")
+        else:
+            corpus_path, sample_vocab = sample_paths()
+            input_values = [corpus_path]
+            vocab_value = vocab_value or sample_vocab
+            notes.append("no --input: using the embedded sample corpus and its vocab (offline demo data)")
+    if not vocab_value:
+        raise UsageError("--vocab is required: a vocab.txt path or a hub model id such as bert-base-uncased")
+    vocab = load_vocab(resolve_vocab_path(vocab_value))
+    inputs = discover_inputs(input_values)
+    if not inputs:
+        raise DataError(f"{' '.join(input_values)}: no input shards found")
+    corpus = args.corpus or _corpus_name(inputs)
+    params = InstanceParams(
+        max_seq_length=args.seq,
+        max_predictions_per_seq=args.pred,
+        dupe_factor=args.dupe_factor,
+        short_seq_prob=args.short_seq_prob,
+        masked_lm_prob=args.masked_lm_prob,
+        whole_word_mask=args.whole_word_mask,
+    )
+    lower_case = not args.no_lower_case
+    out_root = os.path.abspath(args.out) if args.out else os.path.join(workdir, "records")
+    records_dir = os.path.join(
+        out_root,
+        params_dirname(args.seq, args.pred, args.masked_lm_prob, args.seed, args.dupe_factor, lower_case, args.whole_word_mask),
+        corpus,
+    )
+    settings = {
+        "params": {**asdict(params), "lower_case": lower_case, "seed": args.seed, "seed_per_shard": args.seed_per_shard},
+        "vocab": {"path": vocab.path, "sha256": vocab.sha256, "size": vocab.size},
+        "version": __version__,
+    }
+    settings_key = hashlib.sha256(
+        json.dumps({k: settings[k] for k in ("params", "version")} | {"vocab": vocab.sha256}, sort_keys=True).encode()
+    ).hexdigest()[:16]
+    tasks = []
+    split_counts = {}
+    for path, split in inputs:
+        index = split_counts.get(split, 0)
+        split_counts[split] = index + 1
+        tasks.append(
+            ShardTask(
+                source=path,
+                source_sha256=check_input(path),
+                split=split,
+                index=index,
+                seed=shard_seed(args.seed, split, path, args.seed_per_shard),
+                records_dir=records_dir,
+                vocab_path=vocab.path,
+                lower_case=lower_case,
+                params=params,
+                formats=fmts,
+                settings_key=settings_key,
+            )
+        )
+    return records_dir, settings, fmts, tasks, notes
+
+
+def is_complete(task, manifest_files):
+    """A shard is done when each of its outputs has a manifest entry for the same source and flags."""
+    for relative in task.output_paths().values():
+        entry = manifest_files.get(relative)
+        if not entry or entry.get("source_sha256") != task.source_sha256 or entry.get("settings") != task.settings_key:
+            return False
+        try:
+            if os.path.getsize(os.path.join(task.records_dir, relative)) != entry["bytes"]:
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def run(args):
+    started = time.monotonic()
+    records_dir, settings, fmts, tasks, notes = plan(args)
+    progress = Progress("create", total=len(tasks), unit="shards", quiet=args.quiet)
+    for note in notes:
+        progress.note(note)
+    os.makedirs(records_dir, exist_ok=True)
+    remove_stale_temps(records_dir)  # left by a run that was killed
+    previous = load_manifest(records_dir) or {}
+    files = {
+        rel: entry for rel, entry in previous.get("files", {}).items()
+        if any(rel in t.output_paths().values() for t in tasks)
+    }
+    pending = [t for t in tasks if not is_complete(t, files)]
+    skipped = len(tasks) - len(pending)
+    if skipped:
+        progress.note(f"resuming: {skipped} of {len(tasks)} shards already complete")
+        progress.advance(skipped)
+    manifest = {"tool": "bertprep", "stage": "create", "formats": list(fmts), **settings, "files": files}
+    workers = args.workers or default_workers()
+    try:
+        for result in run_local(create_shard, pending, workers):
+            files.update(result["files"])
+            save_manifest(records_dir, manifest)
+            progress.advance(1, instances=result["instances"])
+    except KeyboardInterrupt:
+        remove_stale_temps(records_dir)
+        raise
+    save_manifest(records_dir, manifest)
+    progress.close()
+    summary = summarize(records_dir, manifest, tasks, time.monotonic() - started, len(pending))
+    rows = [("records", records_dir)]
+    for split, count in summary["instances"].items():
+        rows.append((f"instances ({split})", f"{count:,}"))
+    rows += [
+        ("files", f"{summary['files']} ({', '.join(fmts)})"),
+        ("bytes", human_bytes(summary["bytes"])),
+        ("shards", f"{summary['shards']} ({summary['shards_created']} created, {summary['shards'] - summary['shards_created']} already complete)"),
+        ("seconds", f"{summary['seconds']:.2f}"),
+    ]
+    if not args.quiet or args.json:
+        print_summary("bertprep create: done", summary, as_json=args.json, rows=rows)
+    return 0
+
+
+def summarize(records_dir, manifest, tasks, seconds, created):
+    instances = {}
+    counted = set()
+    total_bytes = 0
+    for task in tasks:
+        for fmt, relative in task.output_paths().items():
+            entry = manifest["files"][relative]
+            total_bytes += entry["bytes"]
+            if task.source not in counted:
+                counted.add(task.source)
+                instances[task.split] = instances.get(task.split, 0) + entry["instances"]
+    return {
+        "records_dir": records_dir,
+        "instances": instances,
+        "files": sum(len(t.output_paths()) for t in tasks),
+        "bytes": total_bytes,
+        "shards": len(tasks),
+        "shards_created": created,
+        "seconds": round(seconds, 3),
+        "formats": manifest["formats"],
+    }
+
+
+def create_sample_records(out_dir, seq=128, pred=20, dupe_factor=5, quiet=True):
+    """Create records from the embedded sample corpus under `out_dir`; return the records directory.
+
+    The trainer uses this when it is given no --data.
+    """
+    from bertprep.cli import main
+
+    corpus_path, vocab_path = sample_paths()
+    argv = ["create", "--input", corpus_path, "--vocab", vocab_path,
+            "--out", os.fspath(out_dir), "--seq", str(seq), "--pred", str(pred),
+            "--dupe-factor", str(dupe_factor), "--workers", "1", "--corpus", "sample"]
+    if quiet:
+        argv.append("--quiet")
+    code = main(argv)
+    if code != 0:
+        raise RuntimeError(f"bertprep create on the sample corpus failed with exit code {code}")
+    return os.path.join(os.fspath(out_dir), params_dirname(seq, pred, 0.15, 12345, dupe_factor), "sample")
