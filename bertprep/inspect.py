@@ -1,0 +1,74 @@
+"""`bertprep inspect`: decode records of either format and show every field.
+
+With --vocab, input_ids are shown as tokens with masked positions marked as
+`[token|label]` (token: what the model sees, label: what it must predict).
+"""
+
+import json
+import os
+
+import numpy as np
+
+from bertprep import formats
+from bertprep.errors import DataError
+from bertprep.tokenization import load_vocab, resolve_vocab_path
+
+
+def add_arguments(parser):
+    parser.add_argument("file", help="a TFRecord or OFRecord file (format detected)")
+    parser.add_argument("--vocab", help="vocab.txt or hub model id, to show tokens")
+    parser.add_argument("-n", "--num", type=int, default=3, help="records to show (default 3)")
+    parser.add_argument("--skip", type=int, default=0, help="records to skip first")
+    parser.add_argument("--json", action="store_true", help="one JSON object per record")
+
+
+def token_line(record, words):
+    """input_ids as tokens up to the last real token, masked positions as [seen|label]."""
+    ids = record["input_ids"]
+    length = int(record["input_mask"].sum()) if "input_mask" in record else len(ids)
+    labels = {}
+    if "masked_lm_positions" in record and "masked_lm_weights" in record:
+        for pos, label, weight in zip(record["masked_lm_positions"], record["masked_lm_ids"], record["masked_lm_weights"]):
+            if weight > 0:
+                labels[int(pos)] = int(label)
+
+    def word(i):
+        return words[i] if 0 <= i < len(words) else f"<{i}>"
+
+    shown = []
+    for position in range(length):
+        token = word(int(ids[position]))
+        if position in labels:
+            token = f"[{token}|{word(labels[position])}]"
+        shown.append(token)
+    return " ".join(shown)
+
+
+def run(args):
+    if not os.path.isfile(args.file):
+        raise DataError(f"{args.file}: not a file")
+    words = load_vocab(resolve_vocab_path(args.vocab)).words if args.vocab else None
+    fmt = formats.sniff_format(args.file)
+    shown = 0
+    for index, record in enumerate(formats.read_records(args.file, fmt)):
+        if index < args.skip:
+            continue
+        if shown >= args.num:
+            break
+        shown += 1
+        if args.json:
+            print(json.dumps({"record": index, **{k: np.asarray(v).tolist() for k, v in record.items()}}))
+            continue
+        print(f"== {args.file} ({fmt}) record {index}")
+        if words is not None and "input_ids" in record:
+            print(f"  tokens: {token_line(record, words)}")
+        for name, values in record.items():
+            values = np.asarray(values)
+            print(f"  {name} ({values.dtype}, {len(values)}): {' '.join(_fmt(v) for v in values.tolist())}")
+    if shown == 0 and not args.json:
+        print(f"{args.file} ({fmt}): no records at index {args.skip} or later")
+    return 0
+
+
+def _fmt(value):
+    return f"{value:g}" if isinstance(value, float) else str(value)
