@@ -33,9 +33,9 @@ from bertprep.tokenization import build_tokenizer, load_vocab, resolve_vocab_pat
 from bertprep.workdir import SPLITS, add_workdir_argument, load_manifest, params_dirname, resolve_workdir, save_manifest
 
 try:
-    from bertprep import _native
-except ImportError:
-    _native = None
+    from bertprep._native import encode_instances as _native_encode_instances
+except ImportError:  # extension not built: encode record by record in Python
+    _native_encode_instances = None
 
 ENCODE_CHUNK = 1024  # records encoded per call when writing
 
@@ -130,8 +130,8 @@ def encoded_chunks(instances, fmt, params):
     seq, pred = params.max_seq_length, params.max_predictions_per_seq
     for first in range(0, len(instances), ENCODE_CHUNK):
         count = min(ENCODE_CHUNK, len(instances) - first)
-        if _native is not None:
-            yield _native.encode_instances(
+        if _native_encode_instances is not None:
+            yield _native_encode_instances(
                 fmt, seq, pred, instances.tokens, instances.instance_starts, instances.a_lengths,
                 instances.masked_positions, instances.masked_labels, instances.mask_starts,
                 instances.is_random_next, first, count,

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 import numpy as np
 
 try:
-    from bertprep import _native
+    from bertprep._native import create_instances as _native_create_instances
 except ImportError:  # extension not built: the pure-Python path gives the same instances
-    _native = None
+    _native_create_instances = None
 
 
 @dataclass(frozen=True)
@@ -159,14 +159,14 @@ def create_instances(corpus, params, vocab, seed, use_native=None):
     rng.shuffle(document_order)  # the same permutation the reference's shuffle of the list makes
     corpus = corpus.reordered(document_order)
     if use_native is None:
-        use_native = _native is not None
+        use_native = _native_create_instances is not None
     if use_native:
         return _create_native(corpus, params, vocab, rng)
     return _create_python(corpus.documents(), params, vocab, rng)
 
 
 def _create_native(corpus, params, vocab, rng):
-    result = _native.create_instances(
+    result = _native_create_instances(
         rng.getstate(),
         np.ascontiguousarray(corpus.tokens, dtype=np.int32),
         np.ascontiguousarray(corpus.sentence_starts, dtype=np.int64),

@@ -1,0 +1,284 @@
+"""bertprep create: reference parity, determinism, resume after SIGKILL, bad input, inspect/convert."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bertprep import formats
+from bertprep.cli import main
+from bertprep.corpus import read_text, tokenize_corpus
+from bertprep.instances import InstanceParams, MaskingVocab, create_instances
+from bertprep.tokenization import build_tokenizer, load_vocab
+
+GOLDEN = {  # name: (seq, pred, dupe_factor, seed, whole_word_mask), from fixtures/README.md
+    "G1": (128, 20, 2, 12345, False),
+    "G2": (512, 80, 1, 12345, False),
+    "G3": (128, 20, 2, 1, True),
+}
+
+
+def golden_argv(golden_dir, out, name, *extra):
+    seq, pred, dupe, seed, wwm = GOLDEN[name]
+    argv = ["create", "--input", str(golden_dir / "corpus.txt"), "--vocab", str(golden_dir / "vocab.txt"),
+            "--out", str(out), "--seq", str(seq), "--pred", str(pred), "--dupe-factor", str(dupe),
+            "--seed", str(seed), "--quiet", *extra]
+    return argv + (["--whole-word-mask"] if wwm else [])
+
+
+def output_files(root):
+    """{relative path: bytes} of every file under root, manifest excluded."""
+    root = Path(root)
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and p.name != "manifest.json"}
+
+
+def only_records_dir(out):
+    (manifest,) = Path(out).rglob("manifest.json")
+    return manifest.parent
+
+
+@pytest.mark.parametrize("name", sorted(GOLDEN))
+def test_golden_sets_byte_identical_in_both_formats(golden_dir, tmp_path, name):
+    assert main(golden_argv(golden_dir, tmp_path, name)) == 0
+    records = only_records_dir(tmp_path)
+    assert (records / "tfrecord/training/corpus.tfrecord").read_bytes() == (golden_dir / f"{name}.tfrecord").read_bytes()
+    assert (records / "ofrecord/training/part-0").read_bytes() == (golden_dir / f"{name}.ofrecord").read_bytes()
+    manifest = json.loads((records / "manifest.json").read_text())
+    entry = manifest["files"]["ofrecord/training/part-0"]
+    assert entry["instances"] == sum(1 for _ in formats.iter_payloads(golden_dir / f"{name}.ofrecord"))
+    assert entry["bytes"] == (golden_dir / f"{name}.ofrecord").stat().st_size
+    assert manifest["vocab"]["sha256"] == "07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3"
+
+
+def test_pure_python_and_default_path_give_the_same_instances(golden_dir):
+    vocab = load_vocab(golden_dir / "vocab.txt")
+    corpus = tokenize_corpus(read_text(golden_dir / "corpus.txt"), build_tokenizer(vocab))
+    masking = MaskingVocab.from_vocab(vocab)
+    params = InstanceParams(128, 20, 1, 0.1, 0.15, True)
+    python = create_instances(corpus, params, masking, 7, use_native=False)
+    default = create_instances(corpus, params, masking, 7)
+    for field in python.__dataclass_fields__:
+        assert (getattr(python, field) == getattr(default, field)).all(), field
+
+
+def test_instances_are_held_compactly(golden_dir):
+    vocab = load_vocab(golden_dir / "vocab.txt")
+    corpus = tokenize_corpus(read_text(golden_dir / "corpus.txt"), build_tokenizer(vocab))
+    instances = create_instances(corpus, InstanceParams(128, 20, 2), MaskingVocab.from_vocab(vocab), 12345)
+    assert instances.nbytes / len(instances) <= 400
+
+
+def write_shards(golden_dir, directory, count):
+    """The golden corpus cut into `count` shards at document boundaries, under training/."""
+    documents = (golden_dir / "corpus.txt").read_text(encoding="utf-8").strip("\n").split("\n\n")
+    shard_dir = Path(directory) / "training"
+    shard_dir.mkdir(parents=True)
+    for i in range(count):
+        (shard_dir / f"golden_training_{i}.txt").write_text("\n\n".join(documents[i::count]) + "\n", encoding="utf-8")
+    return Path(directory)
+
+
+def test_same_bytes_whatever_the_worker_count(golden_dir, tmp_path):
+    shards = write_shards(golden_dir, tmp_path / "golden", 4)
+    results = []
+    for workers in (1, 2):
+        out = tmp_path / f"w{workers}"
+        argv = ["create", "--input", str(shards), "--vocab", str(golden_dir / "vocab.txt"), "--out", str(out),
+                "--dupe-factor", "1", "--workers", str(workers), "--quiet"]
+        assert main(argv) == 0
+        results.append(output_files(out))
+    assert len(results[0]) == 8 and results[0] == results[1]
+    assert {p.split("/")[-1] for p in results[0] if "ofrecord" in p} == {"part-0", "part-1", "part-2", "part-3"}
+
+
+def test_splits_and_seed_per_shard(golden_dir, tmp_path):
+    shards = write_shards(golden_dir, tmp_path / "golden", 2)
+    (shards / "test").mkdir()
+    (shards / "training" / "golden_training_1.txt").rename(shards / "test" / "golden_test_0.txt")
+    argv = ["create", "--input", str(shards), "--vocab", str(golden_dir / "vocab.txt"), "--out", str(tmp_path / "o"),
+            "--dupe-factor", "1", "--quiet", "--seed-per-shard"]
+    assert main(argv) == 0
+    records = only_records_dir(tmp_path / "o")
+    assert records.name == "golden"
+    assert sorted(output_files(records)) == [
+        "ofrecord/test/part-0", "ofrecord/training/part-0",
+        "tfrecord/test/golden_test_0.tfrecord", "tfrecord/training/golden_training_0.tfrecord",
+    ]
+    seeds = {e["seed"] for e in json.loads((records / "manifest.json").read_text())["files"].values()}
+    assert len(seeds) == 2 and 12345 not in seeds
+
+
+def test_rerun_skips_complete_shards_and_redoes_changed_ones(golden_dir, tmp_path, capsys):
+    shards = write_shards(golden_dir, tmp_path / "golden", 3)
+    argv = ["create", "--input", str(shards), "--vocab", str(golden_dir / "vocab.txt"), "--out", str(tmp_path / "o"),
+            "--dupe-factor", "1", "--json", "--workers", "1"]
+    assert main(argv) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert first["shards_created"] == 3
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["shards_created"] == 0
+    changed = shards / "training" / "golden_training_1.txt"
+    changed.write_text(changed.read_text(encoding="utf-8") + "\nOne more document.\nWith two sentences.\n", encoding="utf-8")
+    assert main(argv) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["shards_created"] == 1 and again["instances"]["training"] > first["instances"]["training"]
+
+
+def cli(*args, **kwargs):
+    return subprocess.run([sys.executable, "-m", "bertprep", *args], capture_output=True, text=True, **kwargs)
+
+
+@pytest.mark.heavy
+def test_sigkill_at_any_moment_then_rerun_ends_byte_identical(shared_dir, tmp_path):
+    bench = shared_dir / "fixtures" / "bench" / "wt2.txt"
+    vocab = shared_dir / "fixtures" / "golden" / "vocab.txt"
+    documents = bench.read_text(encoding="utf-8").strip("\n").split("\n\n")
+    shards = tmp_path / "wt2" / "training"
+    shards.mkdir(parents=True)
+    for i in range(6):
+        (shards / f"wt2_training_{i}.txt").write_text("\n\n".join(documents[i::6]) + "\n", encoding="utf-8")
+    args = ["create", "--input", str(tmp_path / "wt2"), "--vocab", str(vocab), "--dupe-factor", "2", "--workers", "2", "--quiet"]
+    assert cli(*args, "--out", str(tmp_path / "clean")).returncode == 0
+    expected = output_files(tmp_path / "clean")
+    out = tmp_path / "killed"
+    for delay in (0.3, 0.8, 1.3, 1.8, 2.5):
+        proc = subprocess.Popen([sys.executable, "-m", "bertprep", *args, "--out", str(out)], start_new_session=True)
+        time.sleep(delay)
+        os.killpg(proc.pid, signal.SIGKILL)  # the whole group: parent and workers
+        proc.wait()
+        for path, data in output_files(out).items():
+            if ".tmp-" not in path:
+                assert data == expected[path], f"{path} is under its final name but incomplete"
+    result = cli(*args, "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert output_files(out) == expected
+    assert not [p for p in out.rglob("*") if ".tmp-" in p.name]
+
+
+@pytest.mark.heavy
+def test_ctrl_c_stops_workers_and_exits_cleanly(shared_dir, tmp_path):
+    bench = shared_dir / "fixtures" / "bench" / "wt2.txt"
+    vocab = shared_dir / "fixtures" / "golden" / "vocab.txt"
+    shards = tmp_path / "wt2" / "training"
+    shards.mkdir(parents=True)
+    for i in range(4):
+        (shards / f"wt2_training_{i}.txt").write_bytes(bench.read_bytes())
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bertprep", "create", "--input", str(tmp_path / "wt2"), "--vocab", str(vocab),
+         "--out", str(tmp_path / "o"), "--workers", "2", "--quiet"],
+        stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    time.sleep(2.0)
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert "interrupted" in stderr and "Traceback" not in stderr
+    assert not [p for p in (tmp_path / "o").rglob("*") if ".tmp-" in p.name]
+
+
+def test_embedded_default_runs_offline_and_says_so(tmp_path):
+    env = {**os.environ, "BERTPREP_WORKDIR": str(tmp_path / "work"), "HF_HUB_OFFLINE": "1"}
+    result = cli("create", "--seq", "128", "--pred", "20", "--workers", "1", env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "embedded sample corpus" in result.stderr
+    records = only_records_dir(tmp_path / "work" / "records")
+    files = output_files(records)
+    assert set(files) == {"tfrecord/training/sample_corpus.tfrecord", "ofrecord/training/part-0"}
+    tf_records = list(formats.read_records(records / "tfrecord/training/sample_corpus.tfrecord"))
+    of_records = list(formats.read_records(records / "ofrecord/training/part-0"))
+    assert len(tf_records) == len(of_records) > 100
+    assert all((a[k] == b[k]).all() for a, b in zip(tf_records, of_records) for k in formats.FEATURE_NAMES)
+
+
+@pytest.fixture
+def tiny_inputs(tmp_path, golden_dir):
+    vocab = golden_dir / "vocab.txt"
+    good = tmp_path / "good.txt"
+    good.write_text("A first sentence.\nA second sentence.\n\nAnother document here.\nIt ends.\n", encoding="utf-8")
+    return tmp_path, vocab, good
+
+
+def assert_one_line_error(result, code, *needles):
+    assert result.returncode == code, (result.returncode, result.stderr)
+    assert "Traceback" not in result.stderr
+    lines = [l for l in result.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1, result.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+def no_record_files(root):
+    return not [p for p in Path(root).rglob("*") if p.is_file() and (p.suffix == ".tfrecord" or p.name.startswith("part-") or ".tmp-" in p.name)]
+
+
+def test_bad_inputs_get_one_line_errors_and_leave_no_records(tiny_inputs):
+    tmp, vocab, good = tiny_inputs
+    out = tmp / "out"
+    base = ["create", "--out", str(out), "--quiet"]
+
+    missing = cli(*base, "--input", str(tmp / "nope.txt"), "--vocab", str(vocab))
+    assert_one_line_error(missing, 1, "nope.txt", "not found")
+
+    no_vocab = cli(*base, "--input", str(good), "--vocab", str(tmp / "missing_vocab.txt"))
+    assert_one_line_error(no_vocab, 1, "missing_vocab.txt")
+
+    partial_vocab = tmp / "partial_vocab.txt"
+    partial_vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\nhello\n", encoding="utf-8")
+    lacking = cli(*base, "--input", str(good), "--vocab", str(partial_vocab))
+    assert_one_line_error(lacking, 1, "partial_vocab.txt", "[MASK]")
+
+    latin1 = tmp / "latin1.txt"
+    latin1.write_bytes("First line is fine.\nSecond line also.\nThird has caf\xe9 in Latin-1.\n".encode("latin-1"))
+    not_utf8 = cli(*base, "--input", str(latin1), "--vocab", str(vocab))
+    assert_one_line_error(not_utf8, 1, "latin1.txt:3", "UTF-8")
+
+    blank = tmp / "blank.txt"
+    blank.write_text("\n\n   \n", encoding="utf-8")
+    empty = cli(*base, "--input", str(blank), "--vocab", str(vocab))
+    assert_one_line_error(empty, 1, "blank.txt", "no documents")
+
+    too_many = cli(*base, "--input", str(good), "--vocab", str(vocab), "--seq", "16", "--pred", "14")
+    assert_one_line_error(too_many, 2, "--pred 14", "--seq 16")
+
+    unknown = cli(*base, "--input", str(good), "--vocab", str(vocab), "--format", "tfrecord,parquet")
+    assert_one_line_error(unknown, 2, "--format", "parquet")
+
+    assert no_record_files(tmp)
+    # and the good input works with the same flags
+    assert cli(*base, "--input", str(good), "--vocab", str(vocab)).returncode == 0
+
+
+def test_a_bad_shard_among_good_ones_fails_before_anything_is_written(tiny_inputs):
+    tmp, vocab, good = tiny_inputs
+    bad = tmp / "bad.txt"
+    bad.write_bytes(b"ok line\n\xff\xfe broken\n")
+    result = cli("create", "--input", str(good), str(bad), "--vocab", str(vocab), "--out", str(tmp / "out"), "--quiet")
+    assert_one_line_error(result, 1, "bad.txt:2")
+    assert no_record_files(tmp)
+
+
+def test_inspect_shows_tokens_with_masks_and_every_field(golden_dir):
+    result = cli("inspect", str(golden_dir / "G1.ofrecord"), "--vocab", str(golden_dir / "vocab.txt"), "-n", "2")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("== ") == 2
+    assert "tokens: [CLS]" in result.stdout and "|" in result.stdout
+    for name in formats.FEATURE_NAMES:
+        assert f"  {name} (int32" in result.stdout or f"  {name} (float32" in result.stdout
+
+
+def test_convert_oneflow_sample_to_tfrecord_and_back_is_byte_identical(shared_dir, tmp_path):
+    sample = shared_dir / "fixtures" / "oneflow" / "part-0"
+    assert main(["convert", str(sample), str(tmp_path / "s.tfrecord"), "--to", "tfrecord", "--quiet"]) == 0
+    assert formats.sniff_format(tmp_path / "s.tfrecord") == "tfrecord"
+    assert main(["convert", str(tmp_path / "s.tfrecord"), str(tmp_path / "part-0"), "--to", "ofrecord", "--quiet"]) == 0
+    assert (tmp_path / "part-0").read_bytes() == sample.read_bytes()
+
+
+def test_convert_golden_tfrecord_gives_golden_ofrecord(golden_dir, tmp_path):
+    assert main(["convert", str(golden_dir / "G2.tfrecord"), str(tmp_path / "g2"), "--to", "ofrecord", "--quiet"]) == 0
+    assert (tmp_path / "g2").read_bytes() == (golden_dir / "G2.ofrecord").read_bytes()
