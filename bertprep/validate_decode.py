@@ -1,0 +1,346 @@
+"""Read BERT record files for `bertprep validate`: framing, CRCs and decoding in NumPy batches.
+
+The pure-Python codecs in bertprep.formats decode one record at a time
+(~100 µs each); validate reads every record, so it works on a whole file's
+bytes at once:
+
+- framing is one short Python loop over record headers (offsets only);
+- TFRecord CRCs run in lockstep over many records (the native crc32c when the
+  extension is built);
+- records are decoded "in lockstep": every record of a file normally has the
+  same layout (keys, key order, list kinds, list lengths), so each parsing
+  step is one NumPy operation over all records of a chunk. A record that does
+  not follow the layout is marked and decoded again by the exact per-record
+  codec (`formats.decode_payload`), which either accepts it (another key
+  order, unpacked lists, wide varints) or says exactly what is wrong.
+
+Both paths give the same arrays: integers as int64, weights as float32.
+"""
+
+import mmap
+import struct
+
+import numpy as np
+
+from bertprep import formats
+from bertprep.formats.crc32c import _make_table
+from bertprep.formats.protowire import WireError
+
+try:
+    from bertprep._native import crc32c as _native_crc32c
+except ImportError:  # extension not built: the NumPy lockstep CRC below
+    _native_crc32c = None
+
+INT_FEATURES = tuple(name for name, is_float, _ in formats.BERT_FEATURES if not is_float)
+_CRC_TABLE = np.array(_make_table(), dtype=np.uint32)
+_CRC_MASK_DELTA = np.uint32(0xA282EAD8)
+_HEADER = {"tfrecord": 12, "ofrecord": 8}
+_TRAILER = {"tfrecord": 4, "ofrecord": 0}
+
+
+class Framing:
+    """Where the records of one file are: payload offsets and lengths, and the framing error that ended it."""
+
+    def __init__(self, starts, lengths, error=None, error_index=None):
+        self.starts = starts
+        self.lengths = lengths
+        self.error = error  # message of the first framing error; records after it are unreadable
+        self.error_index = error_index
+        self.bad_crc = np.zeros(0, dtype=np.int64)  # TFRecord records whose data CRC fails (framing intact)
+
+
+def map_file(path):
+    """The file's bytes as a read-only uint8 array (memory-mapped; empty files give an empty array)."""
+    with open(path, "rb") as f:
+        f.seek(0, 2)
+        if f.tell() == 0:
+            return np.zeros(0, dtype=np.uint8)
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    return np.frombuffer(mapped, dtype=np.uint8)
+
+
+def walk_frames(buf, fmt):
+    """Split a file into payload spans; a bad header or a short tail ends the walk with an error.
+
+    TFRecord length CRCs are checked afterwards for all headers at once; the
+    first header whose CRC fails is where the walk really ended (its length
+    cannot be trusted), whatever the walk itself ran into later.
+    """
+    header, trailer = _HEADER[fmt], _TRAILER[fmt]
+    data = buf.data if len(buf) else b""
+    size = len(buf)
+    unpack = struct.Struct("<q" if fmt == "ofrecord" else "<Q").unpack_from
+    starts = []
+    lengths = []
+    offset = 0
+    error = None
+    while offset < size:
+        index = len(starts)
+        if size - offset < header:
+            what = "length" if fmt == "ofrecord" else "header"
+            error = f"record {index} at byte {offset}: truncated {what} ({size - offset} of {header} bytes)"
+            break
+        (length,) = unpack(data, offset)
+        if fmt == "ofrecord" and length <= 0:
+            error = f"record {index} at byte {offset}: record size {length} (OneFlow needs > 0)"
+            break
+        if offset + header + length + trailer > size:
+            need = length + trailer
+            error = f"record {index} at byte {offset}: truncated data ({size - offset - header} of {need} bytes)"
+            break
+        starts.append(offset + header)
+        lengths.append(length)
+        offset += header + length + trailer
+    starts = np.array(starts, dtype=np.int64)
+    lengths = np.array(lengths, dtype=np.int64)
+    framing = Framing(starts, lengths, error, len(starts) if error else None)
+    if fmt == "tfrecord":
+        _check_tfrecord_crcs(buf, framing, walked_to=offset)
+    return framing
+
+
+def _check_tfrecord_crcs(buf, framing, walked_to):
+    header_starts = framing.starts - 12
+    if framing.error is not None and len(buf) - walked_to >= 12:
+        header_starts = np.append(header_starts, walked_to)  # the header the walk stopped at
+    stored = _read_u32(buf, header_starts + 8)
+    bad = np.flatnonzero(masked_crc32c_many(buf, header_starts, np.full(len(header_starts), 8)) != stored)
+    if len(bad):
+        first = int(bad[0])
+        framing.error = f"record {first} at byte {int(header_starts[first])}: length CRC mismatch"
+        framing.error_index = first
+        framing.starts = framing.starts[:first]
+        framing.lengths = framing.lengths[:first]
+    stored = _read_u32(buf, framing.starts + framing.lengths)
+    framing.bad_crc = np.flatnonzero(masked_crc32c_many(buf, framing.starts, framing.lengths) != stored)
+
+
+def _read_u32(buf, offsets):
+    if not len(offsets):
+        return np.zeros(0, dtype=np.uint32)
+    b = buf[offsets[:, None] + np.arange(4)].astype(np.uint32)
+    return b[:, 0] | (b[:, 1] << 8) | (b[:, 2] << 16) | (b[:, 3] << 24)
+
+
+def masked_crc32c_many(buf, starts, lengths):
+    """TFRecord's masked CRC-32C of buf[start:start+length] for every span."""
+    crc = crc32c_many(buf, starts, lengths)
+    return ((crc >> np.uint32(15)) | (crc << np.uint32(17))) + _CRC_MASK_DELTA
+
+
+def crc32c_many(buf, starts, lengths):
+    if _native_crc32c is not None:
+        data = buf.data
+        return np.array([_native_crc32c(data[s:s + n]) for s, n in zip(starts.tolist(), lengths.tolist())],
+                        dtype=np.uint32)
+    return _crc32c_lockstep(buf, starts, lengths)
+
+
+def _crc32c_lockstep(buf, starts, lengths):
+    """Byte-at-a-time CRC-32C over all spans at once: one NumPy step per byte column.
+
+    Spans are sorted longest first so the spans still running at column j are
+    a prefix, and each step touches only them.
+    """
+    count = len(starts)
+    if count == 0:
+        return np.zeros(0, dtype=np.uint32)
+    order = np.argsort(-lengths, kind="stable")
+    sorted_starts = starts[order]
+    sorted_lengths = lengths[order]
+    # running[j] = how many spans are longer than j
+    running = np.searchsorted(-sorted_lengths, -np.arange(int(sorted_lengths[0])), side="left")
+    crc = np.full(count, 0xFFFFFFFF, dtype=np.uint32)
+    table = _CRC_TABLE
+    eight = np.uint32(8)
+    for column, active in enumerate(running.tolist()):
+        head = crc[:active]
+        byte = buf[sorted_starts[:active] + column]
+        crc[:active] = table[(head ^ byte) & 0xFF] ^ (head >> eight)
+    crc ^= np.uint32(0xFFFFFFFF)
+    out = np.empty(count, dtype=np.uint32)
+    out[order] = crc
+    return out
+
+
+# ---------------------------------------------------------------- decoding
+
+
+class Layout:
+    """The shape every record of a file is expected to have: [(key, kind, length)] in stored order."""
+
+    def __init__(self, fmt, entries):
+        self.fmt = fmt
+        self.entries = tuple(entries)
+
+    @property
+    def kinds(self):
+        return {key: kind for key, kind, _ in self.entries}
+
+
+def exact_decode(payload, fmt, seq, pred):
+    """Decode one record with the exact codec and check its schema.
+
+    Returns (fields, kinds, problems): fields {name: array} (int64 / float32)
+    or None, kinds {name: kind} as stored, problems [(field, message)]
+    (schema errors; an empty list means the record has the BERT schema).
+    """
+    try:
+        decoded = formats.decode_payload(payload, fmt)
+    except WireError as exc:
+        return None, {}, [(None, f"malformed record: {exc}")]
+    problems = []
+    for name in formats.FEATURE_NAMES:
+        if name not in decoded:
+            problems.append((name, f"missing feature {name!r}"))
+    for name in decoded:
+        if name not in formats.FEATURE_NAMES:
+            problems.append((name, f"unexpected feature {name!r} (a BERT record has exactly the seven features)"))
+    kinds = {name: kind for name, (kind, _) in decoded.items()}
+    fields = {}
+    for name, is_float, _ in formats.BERT_FEATURES:
+        if name not in decoded:
+            continue
+        kind, values = decoded[name]
+        allowed = ("float",) if is_float else ("int64",) if fmt == "tfrecord" else ("int32", "int64")
+        if kind not in allowed:
+            problems.append((name, f"{kind}_list, expected {allowed[0]}_list"))
+            continue
+        expected = formats.feature_length(name, seq, pred)
+        if len(values) != expected:
+            what = {seq: "seq", pred: "pred"}.get(expected, "")
+            problems.append((name, f"{len(values)} values, expected {expected}" + (f" ({what})" if what else "")))
+            continue
+        fields[name] = values.astype(np.float32 if is_float else np.int64)
+    if problems:
+        return None, kinds, problems
+    return fields, kinds, []
+
+
+def layout_of(kinds, fmt, seq, pred):
+    return Layout(fmt, [(name, kind, formats.feature_length(name, seq, pred)) for name, kind in kinds.items()])
+
+
+def lockstep_decode(buf, starts, lengths, layout):
+    """Decode the records at buf[starts:starts+lengths] that follow `layout` exactly.
+
+    Returns (ok, fields): ok (N,) bool marks records decoded here; fields
+    {name: (N, length) array}, meaningful in rows where ok. Rows not ok must go
+    through `exact_decode`.
+    """
+    count = len(starts)
+    if count == 0 or len(buf) == 0:
+        return np.zeros(count, dtype=bool), {}
+    ends = starts + lengths
+    ok = np.ones(count, dtype=bool)
+    codec = formats.CODECS[layout.fmt]
+    pos = starts.copy()
+    if layout.fmt == "tfrecord":  # Example{features = 1: Features{...}}
+        _expect(buf, pos, 0x0A, ok)
+        size, pos = _varint(buf, pos + 1, ends, ok)
+        ok &= pos + size == ends
+    spans = {}
+    for key, kind, length in layout.entries:
+        key_bytes = np.frombuffer(key.encode(), dtype=np.uint8)
+        _expect(buf, pos, 0x0A, ok)  # map entry, field 1
+        size, pos = _varint(buf, pos + 1, ends, ok)
+        entry_end = pos + size
+        _expect(buf, pos, 0x0A, ok)  # its key, field 1
+        _expect(buf, pos + 1, len(key_bytes), ok)
+        pos += 2
+        ok &= (_bytes_at(buf, pos[:, None] + np.arange(len(key_bytes))) == key_bytes).all(axis=1)
+        pos += len(key_bytes)
+        _expect(buf, pos, 0x12, ok)  # its value, field 2: a Feature
+        size, pos = _varint(buf, pos + 1, entry_end, ok)
+        ok &= pos + size == entry_end
+        _expect(buf, pos, (codec.FIELD_BY_KIND[kind] << 3) | 2, ok)  # the oneof list
+        size, pos = _varint(buf, pos + 1, entry_end, ok)
+        ok &= pos + size == entry_end
+        if length:
+            _expect(buf, pos, 0x0A, ok)  # the packed values, field 1
+            size, pos = _varint(buf, pos + 1, entry_end, ok)
+            ok &= pos + size == entry_end
+        else:
+            ok &= pos == entry_end
+        spans[key] = (pos, entry_end)
+        pos = entry_end
+    ok &= pos == ends
+    fields = {}
+    for key, kind, length in layout.entries:
+        start, stop = spans[key]
+        if kind == "float":
+            ok &= stop - start == 4 * length
+            raw = _bytes_at(buf, start[:, None] + np.arange(4 * length))
+            fields[key] = raw.view("<f4").astype(np.float32)
+        else:
+            fields[key] = _packed_varints(buf, start, stop, length, ok)
+    return ok, fields
+
+
+def _bytes_at(buf, pos):
+    return buf[np.clip(pos, 0, len(buf) - 1)]
+
+
+def _expect(buf, pos, value, ok):
+    ok &= _bytes_at(buf, pos) == value
+
+
+def _varint(buf, pos, limit, ok):
+    """Read a varint of at most 5 bytes at each position (a longer one: the row is not ok)."""
+    b = _bytes_at(buf, pos).astype(np.int64)
+    value = b & 0x7F
+    more = b >= 0x80
+    size = np.ones_like(pos)
+    for k in range(1, 5):
+        if not more.any():
+            break
+        b = _bytes_at(buf, pos + k).astype(np.int64)
+        value = np.where(more, value | ((b & 0x7F) << (7 * k)), value)
+        size += more
+        more &= b >= 0x80
+    ok &= ~more
+    pos = pos + size
+    ok &= pos <= limit
+    return value, pos
+
+
+def _packed_varints(buf, start, stop, length, ok):
+    """Decode packed varint lists buf[start:stop] of `length` values each (rows where ok)."""
+    out = np.zeros((len(start), length), dtype=np.int64)
+    if length == 0:
+        return out
+    sizes = stop - start
+    if (sizes[ok] == length).all():  # one byte per value (masks, segments, short positions)
+        raw = _bytes_at(buf, start[:, None] + np.arange(length))
+        ok &= (raw < 0x80).all(axis=1)
+        return raw.astype(np.int64)
+    while True:  # each pass that fails drops at least one row
+        rows = np.flatnonzero(ok)
+        if not len(rows):
+            return out
+        row_sizes = sizes[rows]
+        row_ends = np.cumsum(row_sizes)
+        total = int(row_ends[-1])
+        b = buf[np.repeat(start[rows] - (row_ends - row_sizes), row_sizes) + np.arange(total)]
+        last = np.flatnonzero(b < 0x80)
+        counts = np.diff(np.searchsorted(last, row_ends), prepend=0)
+        # a row holds exactly `length` varints and ends on a varint's last byte
+        bad = (counts != length) | (b[np.maximum(row_ends - 1, 0)] >= 0x80) | (row_sizes <= 0)
+        if not bad.any():
+            first = np.empty_like(last)
+            first[0] = 0
+            first[1:] = last[:-1] + 1
+            value_sizes = last - first + 1
+            values = (b[first] & 0x7F).astype(np.int64)
+            for k in range(1, 5):
+                longer = np.flatnonzero(value_sizes > k)
+                if not len(longer):
+                    break
+                values[longer] |= (b[first[longer] + k] & 0x7F).astype(np.int64) << (7 * k)
+            values = values.reshape(len(rows), length)
+            too_long = (value_sizes > 5).reshape(len(rows), length).any(axis=1)  # ≥ 2**35 or negative
+            if not too_long.any():
+                out[rows] = values
+                return out
+            bad = too_long
+        ok[rows[bad]] = False
