@@ -1,0 +1,287 @@
+"""Resumable, verified HTTP downloads.
+
+`fetch` streams a URL into `<dest>.part`, resumes it with an HTTP Range request
+after a dropped connection or an interrupted run (`If-Range` makes sure the
+remote file is still the one the partial file came from), retries transient
+failures with exponential backoff, checks the size and every checksum the
+source publishes, and only then renames the file to `dest`. A 4xx answer or a
+checksum mismatch ends with `DataError` and leaves no file under `dest`.
+
+`SourceDownloads` wraps `fetch` with the per-source manifest
+(`WORKDIR/download/<source>/manifest.json`): a file whose entry matches is not
+fetched again.
+"""
+
+import contextlib
+import hashlib
+import http.client
+import json
+import os
+import re
+import socket
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+
+from bertprep import __version__
+from bertprep.errors import DataError
+from bertprep.workdir import load_manifest, save_manifest
+
+CHUNK = 1 << 20
+USER_AGENT = f"bertprep/{__version__}"
+# Statuses worth retrying: the server is busy or failing, not refusing.
+TRANSIENT_STATUS = {408, 425, 429, 500, 502, 503, 504}
+
+
+class _Transient(Exception):
+    """A failure that a later attempt may not meet (dropped connection, 5xx)."""
+
+
+@dataclass
+class Fetched:
+    path: str
+    url: str
+    bytes: int
+    sha256: str
+    checksums: dict  # algorithm -> hex digest actually verified against the published one
+    resumed_at: int  # bytes already on disk when this run started (0 = fresh)
+    attempts: int
+
+
+def _read_json(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def _write_json(path, obj):
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(obj, f)
+
+
+def _remove(*paths):
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
+class _Partial:
+    """The `.part` file being written and the running digests of its bytes."""
+
+    def __init__(self, path, algorithms):
+        self.path = path
+        self.algorithms = sorted(set(algorithms) | {"sha256"})
+        self.hashers = {name: hashlib.new(name) for name in self.algorithms}
+        self.have = 0
+        if os.path.exists(path):
+            with open(path, "rb") as f:
+                while chunk := f.read(CHUNK):
+                    self._update(chunk)
+
+    def _update(self, chunk):
+        for h in self.hashers.values():
+            h.update(chunk)
+        self.have += len(chunk)
+
+    def restart(self):
+        _remove(self.path)
+        self.hashers = {name: hashlib.new(name) for name in self.algorithms}
+        self.have = 0
+
+    def append_from(self, response, progress):
+        with open(self.path, "ab") as out:
+            try:
+                while chunk := response.read(CHUNK):
+                    out.write(chunk)
+                    self._update(chunk)
+                    if progress is not None:
+                        progress.advance(0, bytes=len(chunk))
+            except (ConnectionError, socket.timeout, http.client.HTTPException) as exc:
+                raise _Transient(f"connection lost at byte {self.have:,} ({exc.__class__.__name__})") from None
+
+    def digests(self):
+        return {name: h.hexdigest() for name, h in self.hashers.items()}
+
+
+def fetch(url, dest, *, size=None, checksums=None, progress=None, retries=6, backoff=1.0, timeout=60):
+    """Download `url` to `dest` and verify it; returns `Fetched`.
+
+    `checksums` maps hashlib names (md5, sha1, sha256) to the published hex
+    digests; `size` is the published size in bytes. Both are optional: what
+    the source does not publish is not checked, but the server's own
+    Content-Length always is.
+    """
+    checksums = {k: v.lower() for k, v in (checksums or {}).items()}
+    part_path, meta_path = dest + ".part", dest + ".part.json"
+    os.makedirs(os.path.dirname(dest) or ".", exist_ok=True)
+    meta = _read_json(meta_path)
+    if meta is None or meta.get("url") != url or not os.path.exists(part_path):
+        _remove(part_path, meta_path)
+        meta = {"url": url, "validator": None}
+    part = _Partial(part_path, checksums)
+    resumed_at, attempts = part.have, 0
+    while True:
+        attempts += 1
+        try:
+            _transfer(url, part, meta, meta_path, progress, timeout)
+            break
+        except _Transient as exc:
+            if attempts > retries:
+                raise DataError(
+                    f"{url}: {exc} (gave up after {attempts} attempts; rerun to resume at byte {part.have:,})"
+                ) from None
+            wait = min(backoff * 2 ** (attempts - 1), 60.0)
+            if progress is not None:
+                progress.note(f"{os.path.basename(dest)}: {exc}; retrying in {wait:.1f}s from byte {part.have:,}")
+            time.sleep(wait)
+    if size is not None and part.have != size:
+        _remove(part_path, meta_path)
+        raise DataError(f"{url}: size mismatch: expected {size:,} bytes (published), got {part.have:,}; the download was deleted")
+    digests = part.digests()
+    for name, expected in sorted(checksums.items()):
+        if digests[name] != expected:
+            _remove(part_path, meta_path)
+            raise DataError(f"{url}: {name} mismatch: expected {expected} (published), got {digests[name]}; the download was deleted")
+    os.replace(part_path, dest)
+    _remove(meta_path)
+    return Fetched(dest, url, part.have, digests["sha256"], {k: digests[k] for k in checksums}, resumed_at, attempts)
+
+
+def _open(url, have, validator, timeout):
+    headers = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity"}
+    if have:
+        headers["Range"] = f"bytes={have}-"
+        if validator:
+            headers["If-Range"] = validator
+    request = urllib.request.Request(url, headers=headers)
+    try:
+        return urllib.request.urlopen(request, timeout=timeout)
+    except urllib.error.HTTPError as exc:
+        if exc.code == 416 and have:
+            return exc  # the partial file may already be whole; the caller checks
+        if exc.code in TRANSIENT_STATUS:
+            raise _Transient(f"HTTP {exc.code} {exc.reason}") from None
+        raise DataError(f"{url}: HTTP {exc.code} {exc.reason}") from None
+    except urllib.error.URLError as exc:
+        raise _Transient(f"cannot connect ({exc.reason})") from None
+    except (ConnectionError, socket.timeout, http.client.HTTPException) as exc:
+        raise _Transient(f"connection failed ({exc.__class__.__name__}: {exc})") from None
+
+
+def _transfer(url, part, meta, meta_path, progress, timeout):
+    """One attempt: append the rest of the body to the partial file."""
+    response = _open(url, part.have, meta.get("validator"), timeout)
+    with contextlib.closing(response):
+        status = response.code
+        if status == 416:
+            # Range starts at or past the end: the partial file is whole if the total agrees.
+            if _content_range_total(response.headers.get("Content-Range")) == part.have:
+                return
+            part.restart()
+            raise _Transient("server refused the resume range; restarting from byte 0")
+        if status == 206:
+            start = _content_range_start(response.headers.get("Content-Range"))
+            if start != part.have:
+                part.restart()
+                raise _Transient(f"server resumed at byte {start}, expected {part.have}; restarting")
+        elif part.have:
+            # 200 to a Range request: no Range support, or the file changed (If-Range). Start over.
+            if progress is not None:
+                progress.note(f"{os.path.basename(url)}: server sent the whole file; restarting from byte 0")
+            part.restart()
+        length = response.headers.get("Content-Length")
+        expected_end = part.have + int(length) if length is not None else None
+        meta["validator"] = response.headers.get("ETag") or response.headers.get("Last-Modified")
+        _write_json(meta_path, meta)
+        part.append_from(response, progress)
+        if expected_end is not None and part.have < expected_end:
+            raise _Transient(f"connection closed at byte {part.have:,} of {expected_end:,}")
+
+
+def _content_range_start(value):
+    match = re.match(r"bytes (\d+)-", value or "")
+    return int(match.group(1)) if match else None
+
+
+def _content_range_total(value):
+    match = re.search(r"/(\d+)$", value or "")
+    return int(match.group(1)) if match else None
+
+
+def fetch_text(url, timeout=60, retries=4, backoff=1.0):
+    """A small text resource (a checksum list) fetched whole, with retries; 4xx -> DataError."""
+    for attempt in range(retries + 1):
+        try:
+            response = _open(url, 0, None, timeout)
+            with contextlib.closing(response):
+                return response.read().decode("utf-8")
+        except (_Transient, ConnectionError, socket.timeout, http.client.HTTPException) as exc:
+            if attempt == retries:
+                raise DataError(f"{url}: {exc} (gave up after {retries + 1} attempts)") from None
+            time.sleep(min(backoff * 2**attempt, 60.0))
+
+
+class SourceDownloads:
+    """The files of one source under WORKDIR/download/<source>/ and their manifest."""
+
+    def __init__(self, directory, source, progress=None):
+        self.directory = directory
+        self.source = source
+        self.progress = progress
+        os.makedirs(directory, exist_ok=True)
+        manifest = load_manifest(directory) or {}
+        if manifest.get("source") != source:
+            manifest = {}
+        self.manifest = {
+            "tool": "bertprep",
+            "version": __version__,
+            "stage": "download",
+            "source": source,
+            "files": manifest.get("files", {}),
+            "info": manifest.get("info", {}),
+        }
+
+    def path(self, relpath):
+        return os.path.join(self.directory, relpath)
+
+    def is_complete(self, relpath, url=None, checksums=None):
+        entry = self.manifest["files"].get(relpath)
+        if entry is None or (url is not None and entry.get("url") != url):
+            return False
+        for name, value in (checksums or {}).items():
+            if entry.get(name) != value.lower():
+                return False
+        try:
+            return os.path.getsize(self.path(relpath)) == entry["bytes"]
+        except OSError:
+            return False
+
+    def get(self, url, relpath, *, size=None, checksums=None, **extra):
+        """Fetch `url` to `relpath` unless the manifest says it is already here; returns its entry."""
+        if self.is_complete(relpath, url, checksums):
+            if self.progress is not None:
+                self.progress.note(f"{relpath}: already downloaded and verified")
+            return self.manifest["files"][relpath]
+        self.manifest["files"].pop(relpath, None)
+        fetched = fetch(url, self.path(relpath), size=size, checksums=checksums, progress=self.progress)
+        verified = sorted(fetched.checksums) + (["size"] if size is not None else [])
+        entry = {"url": url, "bytes": fetched.bytes, "sha256": fetched.sha256, "verified": verified, **fetched.checksums, **extra}
+        self.record(relpath, entry)
+        if self.progress is not None:
+            self.progress.advance(1)
+        return entry
+
+    def record(self, relpath, entry):
+        self.manifest["files"][relpath] = entry
+        save_manifest(self.directory, self.manifest)
+
+    def forget(self, relpath):
+        if self.manifest["files"].pop(relpath, None) is not None:
+            save_manifest(self.directory, self.manifest)
+
+    def set_info(self, **info):
+        self.manifest["info"].update(info)
+        save_manifest(self.directory, self.manifest)

@@ -1,0 +1,229 @@
+"""A real HTTP server on 127.0.0.1 standing in for the Hugging Face hub and
+for the Wikimedia dump, SQuAD, GLUE and BookCorpus hosts.
+
+It serves in-memory files with the behaviour the downloaders depend on:
+`Range` requests (206 with `Content-Range`), `HEAD`, `ETag`, 404s, a
+connection dropped halfway through a body (once per path, to test resume),
+and the handful of hub endpoints `huggingface_hub` calls (DESIGN.md §4):
+
+    GET  /api/datasets/{repo}/revision/{rev}
+    GET  /api/datasets/{repo}/tree/{rev}[/{dir}]      (?recursive=...)
+    HEAD /datasets/{repo}/resolve/{rev}/{file}         X-Repo-Commit, ETag, Content-Length
+    GET  /datasets/{repo}/resolve/{rev}/{file}         404 + X-Error-Code: EntryNotFound if missing
+
+Every request is logged in `requests` so tests can assert what was asked.
+"""
+
+import hashlib
+import json
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import unquote, urlsplit
+
+
+class StandInServer:
+    def __init__(self):
+        self.files = {}  # "/path" -> bytes
+        self.hub = {}  # (repo, revision) -> {"commit": str, "files": {path: bytes}}
+        self.drop_after = {}  # "/path" -> bytes sent before the connection is cut (once)
+        self.ignore_range = set()  # paths served whole even when a Range is asked
+        self.requests = []  # (method, path, Range header or None)
+        self._lock = threading.Lock()
+        self._httpd = None
+
+    # -- content -------------------------------------------------------------
+
+    def add_file(self, path, data):
+        self.files["/" + path.lstrip("/")] = bytes(data)
+
+    def add_hub_dataset(self, repo, files, revision="main"):
+        """Publish `files` ({path: bytes}) as dataset `repo` at `revision`."""
+        commit = hashlib.sha1(repr((repo, revision, sorted(files))).encode()).hexdigest()
+        self.hub[(repo, revision)] = {"commit": commit, "files": dict(files)}
+        return commit
+
+    # -- lifecycle -------------------------------------------------------------
+
+    @property
+    def url(self):
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self):
+        server = self
+
+        class Handler(_Handler):
+            stand_in = server
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self):
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def log(self, method, path, range_header):
+        with self._lock:
+            self.requests.append((method, path, range_header))
+
+    def take_drop(self, path):
+        with self._lock:
+            return self.drop_after.pop(path, None)
+
+    def hub_tree(self, repo, revision):
+        entry = self.hub.get((repo, revision))
+        if entry is None:
+            # a commit hash resolves to the revision it names
+            entry = next((e for e in self.hub.values() if e["commit"] == revision), None)
+        return entry
+
+
+def _is_lfs(path):
+    return not path.endswith((".md", ".json", ".gitattributes", ".py"))
+
+
+class _Handler(BaseHTTPRequestHandler):
+    stand_in = None
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):  # keep test output quiet
+        pass
+
+    def do_HEAD(self):
+        self._dispatch(head=True)
+
+    def do_GET(self):
+        self._dispatch(head=False)
+
+    def _dispatch(self, head):
+        path = urlsplit(self.path).path
+        self.stand_in.log(self.command, path, self.headers.get("Range"))
+        parts = [unquote(p) for p in path.split("/")[1:]]
+        if parts[:2] == ["api", "datasets"] and len(parts) >= 6:
+            return self._hub_api(parts[2] + "/" + parts[3], parts[4], parts[5:])
+        if parts[:1] == ["datasets"] and len(parts) >= 6 and parts[3] == "resolve":
+            return self._hub_resolve(parts[1] + "/" + parts[2], parts[4], "/".join(parts[5:]), head)
+        data = self.stand_in.files.get(path)
+        if data is None:
+            return self._send_json(404, {"error": f"{path} not found"})
+        return self._send_body(path, data, head, {"ETag": '"%s"' % hashlib.md5(data).hexdigest()})
+
+    # -- hub -----------------------------------------------------------------
+
+    def _hub_api(self, repo, kind, rest):
+        if kind == "revision":
+            entry = self.stand_in.hub_tree(repo, "/".join(rest))
+            if entry is None:
+                return self._send_json(404, {"error": "Revision Not Found"}, {"X-Error-Code": "RevisionNotFound"})
+            siblings = [{"rfilename": p} for p in sorted(entry["files"])]
+            return self._send_json(
+                200,
+                {"id": repo, "sha": entry["commit"], "private": False, "gated": False, "disabled": False,
+                 "siblings": siblings, "tags": [], "downloads": 0, "likes": 0, "lastModified": "2024-01-01T00:00:00.000Z"},
+            )
+        if kind == "tree":
+            entry = self.stand_in.hub_tree(repo, rest[0])
+            if entry is None:
+                return self._send_json(404, {"error": "Revision Not Found"}, {"X-Error-Code": "RevisionNotFound"})
+            prefix = "/".join(rest[1:]).strip("/")
+            recursive = "recursive=true" in self.path.lower() or "recursive=1" in self.path.lower()
+            return self._send_json(200, _tree_listing(entry["files"], prefix, recursive))
+        return self._send_json(404, {"error": "unknown endpoint"})
+
+    def _hub_resolve(self, repo, revision, filename, head):
+        entry = self.stand_in.hub_tree(repo, revision)
+        if entry is None:
+            return self._send_json(404, {"error": "Revision Not Found"}, {"X-Error-Code": "RevisionNotFound"})
+        data = entry["files"].get(filename)
+        if data is None:
+            return self._send_json(404, {"error": "Entry not found"}, {"X-Error-Code": "EntryNotFound"}, head=head)
+        etag = hashlib.sha256(data).hexdigest() if _is_lfs(filename) else _git_blob_id(data)
+        headers = {"X-Repo-Commit": entry["commit"], "ETag": f'"{etag}"'}
+        return self._send_body(f"/datasets/{repo}/resolve/{revision}/{filename}", data, head, headers)
+
+    # -- bodies --------------------------------------------------------------
+
+    def _send_json(self, status, obj, headers=None, head=False):
+        body = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        if not head:
+            self.wfile.write(body)
+
+    def _send_body(self, path, data, head, headers):
+        start, end = 0, len(data)
+        status = 200
+        range_header = self.headers.get("Range")
+        if range_header and path not in self.stand_in.ignore_range:
+            match = re.fullmatch(r"bytes=(\d+)-(\d*)", range_header.strip())
+            if match:
+                start = int(match.group(1))
+                end = min(len(data), int(match.group(2)) + 1) if match.group(2) else len(data)
+                if start >= len(data):
+                    self.send_response(416)
+                    self.send_header("Content-Range", f"bytes */{len(data)}")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                status = 206
+        self.send_response(status)
+        self.send_header("Content-Length", str(end - start))
+        self.send_header("Accept-Ranges", "bytes")
+        self.send_header("Content-Type", "application/octet-stream")
+        if status == 206:
+            self.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(data)}")
+        for key, value in headers.items():
+            self.send_header(key, value)
+        self.end_headers()
+        if head:
+            return
+        drop = None if head else self.stand_in.take_drop(path)
+        if drop is not None:
+            # Send part of the body, then cut the connection as a failing network would.
+            self.wfile.write(data[start:start + drop])
+            self.wfile.flush()
+            self.close_connection = True
+            self.connection.shutdown(2)
+            return
+        self.wfile.write(data[start:end])
+
+
+def _git_blob_id(data):
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def _tree_listing(files, prefix, recursive):
+    entries, dirs = [], set()
+    for path in sorted(files):
+        if prefix and not path.startswith(prefix + "/"):
+            continue
+        rest = path[len(prefix) + 1:] if prefix else path
+        if "/" in rest and not recursive:
+            dirs.add((prefix + "/" if prefix else "") + rest.split("/")[0])
+            continue
+        if recursive:
+            parts = path.split("/")
+            for i in range(len(prefix.split("/")) if prefix else 0, len(parts) - 1):
+                dirs.add("/".join(parts[: i + 1]))
+        data = files[path]
+        entry = {"type": "file", "oid": _git_blob_id(data), "size": len(data), "path": path}
+        if _is_lfs(path):
+            entry["lfs"] = {"oid": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
+        entries.append(entry)
+    listing = [{"type": "directory", "oid": "0" * 40, "size": 0, "path": d} for d in sorted(dirs)]
+    return listing + entries

@@ -1,0 +1,99 @@
+"""The resumable downloader against a real HTTP server on 127.0.0.1."""
+
+import hashlib
+import os
+
+import pytest
+
+from bertprep.download.http import SourceDownloads, fetch
+from bertprep.errors import DataError
+from stand_in_servers import StandInServer
+
+PAYLOAD = os.urandom(3 * (1 << 20) + 12345)  # several read chunks
+MD5 = hashlib.md5(PAYLOAD).hexdigest()
+
+
+@pytest.fixture
+def server():
+    with StandInServer() as s:
+        s.add_file("files/blob.bin", PAYLOAD)
+        yield s
+
+
+def test_fetch_verifies_size_and_checksums(server, tmp_path):
+    dest = str(tmp_path / "blob.bin")
+    got = fetch(server.url + "/files/blob.bin", dest, size=len(PAYLOAD), checksums={"md5": MD5})
+    assert open(dest, "rb").read() == PAYLOAD
+    assert got.sha256 == hashlib.sha256(PAYLOAD).hexdigest() and got.checksums == {"md5": MD5}
+    assert got.resumed_at == 0 and got.attempts == 1
+    assert sorted(os.listdir(tmp_path)) == ["blob.bin"]
+
+
+def test_dropped_connection_is_resumed_with_range(server, tmp_path):
+    half = len(PAYLOAD) // 2
+    server.drop_after["/files/blob.bin"] = half
+    got = fetch(server.url + "/files/blob.bin", str(tmp_path / "blob.bin"), checksums={"md5": MD5}, backoff=0.01)
+    assert got.attempts == 2
+    assert open(tmp_path / "blob.bin", "rb").read() == PAYLOAD
+    gets = [r for r in server.requests if r[0] == "GET"]
+    assert gets == [("GET", "/files/blob.bin", None), ("GET", "/files/blob.bin", f"bytes={half}-")]
+
+
+def test_interrupted_run_resumes_on_the_next_run(server, tmp_path):
+    dest = str(tmp_path / "blob.bin")
+    server.drop_after["/files/blob.bin"] = 1 << 20
+    with pytest.raises(DataError, match="rerun to resume at byte 1,048,576"):
+        fetch(server.url + "/files/blob.bin", dest, checksums={"md5": MD5}, retries=0)
+    assert not os.path.exists(dest) and os.path.getsize(dest + ".part") == 1 << 20
+    got = fetch(server.url + "/files/blob.bin", dest, checksums={"md5": MD5})
+    assert got.resumed_at == 1 << 20 and open(dest, "rb").read() == PAYLOAD
+    assert server.requests[-1] == ("GET", "/files/blob.bin", "bytes=1048576-")
+    assert sorted(os.listdir(tmp_path)) == ["blob.bin"]
+
+
+def test_server_without_range_support_restarts_from_zero(server, tmp_path):
+    server.ignore_range.add("/files/blob.bin")
+    server.drop_after["/files/blob.bin"] = 1000
+    got = fetch(server.url + "/files/blob.bin", str(tmp_path / "blob.bin"), checksums={"md5": MD5}, backoff=0.01)
+    assert got.attempts == 2 and open(tmp_path / "blob.bin", "rb").read() == PAYLOAD
+
+
+def test_checksum_mismatch_deletes_the_download(server, tmp_path):
+    dest = str(tmp_path / "blob.bin")
+    with pytest.raises(DataError, match="md5 mismatch: expected 0+ \\(published\\), got " + MD5):
+        fetch(server.url + "/files/blob.bin", dest, checksums={"md5": "0" * 32})
+    assert os.listdir(tmp_path) == []
+
+
+def test_size_mismatch_is_an_error(server, tmp_path):
+    with pytest.raises(DataError, match="size mismatch"):
+        fetch(server.url + "/files/blob.bin", str(tmp_path / "b"), size=len(PAYLOAD) + 1)
+    assert os.listdir(tmp_path) == []
+
+
+def test_404_fails_at_once_without_retrying(server, tmp_path):
+    with pytest.raises(DataError, match="missing.bin: HTTP 404"):
+        fetch(server.url + "/files/missing.bin", str(tmp_path / "m"), backoff=5)
+    assert len(server.requests) == 1 and os.listdir(tmp_path) == []
+
+
+def test_unreachable_server_is_retried_then_fails(tmp_path):
+    with StandInServer() as s:
+        url = s.url + "/x"
+    with pytest.raises(DataError, match="cannot connect.*gave up after 3 attempts"):
+        fetch(url, str(tmp_path / "x"), retries=2, backoff=0.01)
+
+
+def test_manifest_skips_a_complete_file(server, tmp_path):
+    url = server.url + "/files/blob.bin"
+    downloads = SourceDownloads(str(tmp_path), "test")
+    entry = downloads.get(url, "blob.bin", checksums={"md5": MD5})
+    assert entry["md5"] == MD5 and entry["verified"] == ["md5"] and entry["bytes"] == len(PAYLOAD)
+    before = len(server.requests)
+    again = SourceDownloads(str(tmp_path), "test").get(url, "blob.bin", checksums={"md5": MD5})
+    assert again == entry and len(server.requests) == before
+    # a truncated file no longer matches its entry and is fetched again
+    with open(tmp_path / "blob.bin", "r+b") as f:
+        f.truncate(10)
+    SourceDownloads(str(tmp_path), "test").get(url, "blob.bin", checksums={"md5": MD5})
+    assert len(server.requests) == before + 1 and os.path.getsize(tmp_path / "blob.bin") == len(PAYLOAD)
