@@ -45,20 +45,13 @@ def split_documents(text):
     return lines, document_of_line
 
 
-def tokenize_corpus(text, tokenizer, batch_size=4096):
-    """Tokenize a shard's text into a Corpus of non-empty documents and sentences."""
+def tokenize_corpus(text, tokenizer):
+    """Tokenize a shard's text (with a LineTokenizer) into a Corpus of non-empty documents and sentences."""
     lines, document_of_line = split_documents(text)
-    ids_per_line = []
-    for start in range(0, len(lines), batch_size):
-        encodings = tokenizer.encode_batch(lines[start:start + batch_size], add_special_tokens=False)
-        ids_per_line.extend(e.ids for e in encodings)
-    lengths = np.fromiter((len(ids) for ids in ids_per_line), dtype=np.int64, count=len(ids_per_line))
+    tokens, lengths = tokenizer.encode(lines)
     kept = lengths > 0  # a line that tokenizes to nothing does not end its document
     line_documents = np.asarray(document_of_line, dtype=np.int64)[kept]
     sentence_lengths = lengths[kept]
-    tokens = np.fromiter(
-        (t for ids in ids_per_line for t in ids), dtype=np.int32, count=int(lengths.sum())
-    )
     sentence_starts = np.zeros(len(sentence_lengths) + 1, dtype=np.int64)
     np.cumsum(sentence_lengths, out=sentence_starts[1:])
     # A document starts at each sentence whose document number differs from the previous one's.

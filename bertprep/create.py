@@ -29,7 +29,7 @@ from bertprep.engines import default_workers, run_local
 from bertprep.errors import DataError, UsageError
 from bertprep.instances import InstanceParams, MaskingVocab, create_instances
 from bertprep.progress import Progress, add_output_arguments, human_bytes, print_summary
-from bertprep.tokenization import build_tokenizer, load_vocab, resolve_vocab_path
+from bertprep.tokenization import LineTokenizer, load_vocab, resolve_vocab_path
 from bertprep.workdir import SPLITS, add_workdir_argument, load_manifest, params_dirname, resolve_workdir, save_manifest
 
 try:
@@ -96,7 +96,7 @@ def _tokenizer_and_vocab(vocab_path, lower_case):
     key = (vocab_path, lower_case)
     if key not in _TOKENIZERS:
         vocab = load_vocab(vocab_path)
-        _TOKENIZERS[key] = (build_tokenizer(vocab, lower_case), MaskingVocab.from_vocab(vocab))
+        _TOKENIZERS[key] = (LineTokenizer(vocab, lower_case), MaskingVocab.from_vocab(vocab))
     return _TOKENIZERS[key]
 
 

@@ -9,11 +9,17 @@ default of 100 would turn 101–200 character words into [UNK]).
 
 import hashlib
 import os
+from functools import cached_property
 from dataclasses import dataclass
 
 import numpy as np
 
 from bertprep.errors import DataError
+
+try:
+    from bertprep import _wordpiece
+except ImportError:  # extension not built: every line goes through HF tokenizers
+    _wordpiece = None
 
 REQUIRED_TOKENS = ("[CLS]", "[SEP]", "[MASK]", "[UNK]")
 MAX_INPUT_CHARS_PER_WORD = 200  # the reference's value, not HF's default 100
@@ -107,3 +113,63 @@ def build_tokenizer(vocab, lower_case=True):
     )
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     return tokenizer
+
+
+class LineTokenizer:
+    """Token ids of many lines at once, as flat arrays.
+
+    Pure-ASCII lines (most of English Wikipedia and BookCorpus) go through the
+    exact C implementation in `bertprep._wordpiece`; any line with another
+    character goes through HF tokenizers, which handles Unicode categories,
+    CJK and accents. Tests check both give the reference's tokens.
+    """
+
+    def __init__(self, vocab, lower_case=True, use_native=None):
+        self.vocab = vocab
+        self.lower_case = lower_case
+        self.use_native = (_wordpiece is not None) if use_native is None else use_native
+
+    @cached_property
+    def hf(self):
+        return build_tokenizer(self.vocab, self.lower_case)
+
+    @cached_property
+    def _table(self):
+        return _wordpiece.build(list(self.vocab.ids), list(self.vocab.ids.values()), self.vocab.id_of("[UNK]"), self.lower_case)
+
+    def encode(self, lines, batch_size=4096):
+        """(tokens int32, counts int64): line i's ids are the next counts[i] tokens."""
+        if self.use_native:
+            ascii_index = [i for i, line in enumerate(lines) if line.isascii()]
+            if len(ascii_index) == len(lines):
+                return self._encode_ascii(lines)
+        else:
+            ascii_index = []
+        other_index = sorted(set(range(len(lines))) - set(ascii_index)) if ascii_index else list(range(len(lines)))
+        ascii_tokens, ascii_counts = self._encode_ascii([lines[i] for i in ascii_index])
+        other_tokens, other_counts = self._encode_hf([lines[i] for i in other_index], batch_size)
+        # Interleave back into line order: gather from [ascii tokens | other tokens].
+        counts = np.zeros(len(lines), dtype=np.int64)
+        counts[ascii_index] = ascii_counts
+        counts[other_index] = other_counts
+        source_starts = np.zeros(len(lines), dtype=np.int64)
+        source_starts[ascii_index] = np.cumsum(ascii_counts) - ascii_counts
+        source_starts[other_index] = len(ascii_tokens) + np.cumsum(other_counts) - other_counts
+        source = np.concatenate([ascii_tokens, other_tokens])
+        run_starts = np.cumsum(counts) - counts
+        gather = np.repeat(source_starts - run_starts, counts) + np.arange(int(counts.sum()), dtype=np.int64)
+        return source[gather], counts
+
+    def _encode_ascii(self, lines):
+        if not lines:
+            return np.zeros(0, np.int32), np.zeros(0, np.int64)
+        tokens, counts = _wordpiece.tokenize(self._table, lines)
+        return np.frombuffer(tokens, dtype=np.int32), np.frombuffer(counts, dtype=np.int32).astype(np.int64)
+
+    def _encode_hf(self, lines, batch_size):
+        ids = []
+        for start in range(0, len(lines), batch_size):
+            ids.extend(e.ids for e in self.hf.encode_batch(lines[start:start + batch_size], add_special_tokens=False))
+        counts = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
+        tokens = np.fromiter((t for x in ids for t in x), dtype=np.int32, count=int(counts.sum()))
+        return tokens, counts

@@ -14,7 +14,7 @@ from bertprep import formats
 from bertprep.cli import main
 from bertprep.corpus import read_text, tokenize_corpus
 from bertprep.instances import InstanceParams, MaskingVocab, create_instances
-from bertprep.tokenization import build_tokenizer, load_vocab
+from bertprep.tokenization import LineTokenizer, load_vocab
 
 GOLDEN = {  # name: (seq, pred, dupe_factor, seed, whole_word_mask), from fixtures/README.md
     "G1": (128, 20, 2, 12345, False),
@@ -57,7 +57,7 @@ def test_golden_sets_byte_identical_in_both_formats(golden_dir, tmp_path, name):
 
 def test_pure_python_and_default_path_give_the_same_instances(golden_dir):
     vocab = load_vocab(golden_dir / "vocab.txt")
-    corpus = tokenize_corpus(read_text(golden_dir / "corpus.txt"), build_tokenizer(vocab))
+    corpus = tokenize_corpus(read_text(golden_dir / "corpus.txt"), LineTokenizer(vocab))
     masking = MaskingVocab.from_vocab(vocab)
     params = InstanceParams(128, 20, 1, 0.1, 0.15, True)
     python = create_instances(corpus, params, masking, 7, use_native=False)
@@ -68,7 +68,7 @@ def test_pure_python_and_default_path_give_the_same_instances(golden_dir):
 
 def test_instances_are_held_compactly(golden_dir):
     vocab = load_vocab(golden_dir / "vocab.txt")
-    corpus = tokenize_corpus(read_text(golden_dir / "corpus.txt"), build_tokenizer(vocab))
+    corpus = tokenize_corpus(read_text(golden_dir / "corpus.txt"), LineTokenizer(vocab))
     instances = create_instances(corpus, InstanceParams(128, 20, 2), MaskingVocab.from_vocab(vocab), 12345)
     assert instances.nbytes / len(instances) <= 400
 
