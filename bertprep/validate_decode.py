@@ -28,8 +28,9 @@ from bertprep.formats.protowire import WireError
 
 try:
     from bertprep._native import crc32c as _native_crc32c
-except ImportError:  # extension not built: the NumPy lockstep CRC below
-    _native_crc32c = None
+    from bertprep._native import decode_bert_batch as _native_decode
+except ImportError:  # extension not built: the NumPy paths below, same results
+    _native_crc32c = _native_decode = None
 
 INT_FEATURES = tuple(name for name, is_float, _ in formats.BERT_FEATURES if not is_float)
 _CRC_TABLE = np.array(_make_table(), dtype=np.uint32)
@@ -207,7 +208,7 @@ def exact_decode(payload, fmt, seq, pred):
             problems.append((name, f"{kind}_list, expected {allowed[0]}_list"))
             continue
         expected = formats.feature_length(name, seq, pred)
-        if len(values) != expected:
+        if expected is not None and len(values) != expected:
             what = {seq: "seq", pred: "pred"}.get(expected, "")
             problems.append((name, f"{len(values)} values, expected {expected}" + (f" ({what})" if what else "")))
             continue
@@ -226,7 +227,31 @@ def lockstep_decode(buf, starts, lengths, layout):
 
     Returns (ok, fields): ok (N,) bool marks records decoded here; fields
     {name: (N, length) array}, meaningful in rows where ok. Rows not ok must go
-    through `exact_decode`.
+    through `exact_decode`. With the native extension the values come from
+    its batch decoder; the NumPy path below gives the same arrays.
+    """
+    ok, spans = lockstep_structure(buf, starts, lengths, layout)
+    if not len(starts):
+        return ok, {}
+    if _native_decode is not None:
+        fields = _native_values(buf, starts, lengths, layout, ok)
+        if fields is not None:
+            return ok, fields
+    fields = {}
+    for key, kind, length in layout.entries:
+        start, stop = spans[key]
+        if kind == "float":
+            raw = _bytes_at(buf, start[:, None] + np.arange(4 * length))
+            fields[key] = raw.view("<f4").astype(np.float32)
+        else:
+            fields[key] = _packed_varints(buf, start, stop, length, ok)
+    return ok, fields
+
+
+def lockstep_structure(buf, starts, lengths, layout):
+    """Which records follow `layout` byte for byte (keys, order, kinds, packed lengths): (ok, spans).
+
+    spans {key: (start, stop)} are the offsets of each record's packed values.
     """
     count = len(starts)
     if count == 0 or len(buf) == 0:
@@ -262,19 +287,36 @@ def lockstep_decode(buf, starts, lengths, layout):
             ok &= pos + size == entry_end
         else:
             ok &= pos == entry_end
+        if kind == "float":
+            ok &= entry_end - pos == 4 * length
         spans[key] = (pos, entry_end)
         pos = entry_end
     ok &= pos == ends
+    return ok, spans
+
+
+def _native_values(buf, starts, lengths, layout, ok):
+    """The values of the records where ok, from the native batch decoder (None if it refuses one)."""
+    count = len(starts)
+    lengths_by_key = {key: length for key, _, length in layout.entries}
+    seq, pred = lengths_by_key["input_ids"], lengths_by_key["masked_lm_positions"]
+    rows = np.flatnonzero(ok)
+    data = buf.data
+    payloads = [data[s:s + n] for s, n in zip(starts[rows].tolist(), lengths[rows].tolist())]
+    outputs = {name: np.zeros((len(rows), formats.feature_length(name, seq, pred)),
+                              np.float32 if name == "masked_lm_weights" else np.int64)
+               for name in formats.FEATURE_NAMES}
+    try:
+        _native_decode(payloads, layout.fmt, seq, pred, *(outputs[name] for name in formats.FEATURE_NAMES))
+    except ValueError:
+        return None  # the NumPy path decodes them and marks the odd record
+    if len(rows) == count:
+        return outputs
     fields = {}
-    for key, kind, length in layout.entries:
-        start, stop = spans[key]
-        if kind == "float":
-            ok &= stop - start == 4 * length
-            raw = _bytes_at(buf, start[:, None] + np.arange(4 * length))
-            fields[key] = raw.view("<f4").astype(np.float32)
-        else:
-            fields[key] = _packed_varints(buf, start, stop, length, ok)
-    return ok, fields
+    for name, values in outputs.items():
+        fields[name] = np.zeros((count, values.shape[1]), values.dtype)
+        fields[name][rows] = values
+    return fields
 
 
 def _bytes_at(buf, pos):
