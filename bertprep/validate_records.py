@@ -31,7 +31,6 @@ RECORD_CHECKS = {
     "num_predictions": "min(pred, max(1, round(length × masked_lm_prob)))",
     "next_sentence_labels": "0 or 1",
 }
-DEFAULT_SPECIAL_IDS = {"[PAD]": 0, "[CLS]": 101, "[SEP]": 102, "[MASK]": 103}  # BERT's English vocabs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +40,7 @@ class RecordSpec:
     seq: int = None  # None: taken from each file's first record
     pred: int = None
     vocab_size: int = None  # None: no upper bound on ids
-    cls_id: int = 101
+    cls_id: int = 101  # BERT's English vocabs; --vocab gives the real ones
     sep_id: int = 102
     mask_id: int = 103
     masked_lm_prob: float = 0.15
@@ -365,6 +364,7 @@ class FileReport:
     findings: Findings = None
     stats: Stats = None
     failed_records: int = 0
+    sha256: str = None
 
 
 def scan_file(path, fmt, split, spec):
@@ -413,6 +413,29 @@ def scan_file(path, fmt, split, spec):
     report.seq, report.pred = state.seq, state.pred
     report.failed_records = len(bad_records) + (1 if framing.error else 0)
     return report
+
+
+def iter_batches(path, fmt, spec):
+    """Yield (record indices, batch, findings) over a file in order, `spec.chunk` records at a time.
+
+    findings are the framing and schema failures among those records (they
+    are left out of the batch); a framing error comes last and ends the file.
+    """
+    buf = map_file(path)
+    framing = walk_frames(buf, fmt) if len(buf) else Framing(np.zeros(0, np.int64), np.zeros(0, np.int64))
+    state = _FileState(spec)
+    bad_crc = set(framing.bad_crc.tolist())
+    for first in range(0, len(framing.starts), spec.chunk):
+        indices = np.arange(first, min(first + spec.chunk, len(framing.starts)))
+        chunk_findings = Findings(len(indices) + 1)
+        for index in sorted(bad_crc.intersection(indices.tolist())):
+            chunk_findings.add(Finding("framing", path, index, None, "data CRC mismatch"))
+        usable = np.array([i for i in indices.tolist() if i not in bad_crc], dtype=np.int64)
+        batch, kept = _decode_chunk(buf, framing, usable, fmt, state, path, chunk_findings, set())
+        yield kept, batch, chunk_findings.kept
+    if framing.error:
+        message = framing.error.split(": ", 1)[1]
+        yield np.zeros(0, np.int64), {}, [Finding("framing", path, framing.error_index, None, message)]
 
 
 class _FileState:

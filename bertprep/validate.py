@@ -1,0 +1,299 @@
+"""`bertprep validate`: prove a dataset is sound before training starts, or say exactly where it is not.
+
+    bertprep validate PATH [PATH2] [--vocab V] [--compare] [--json [report.json]]
+        [--plot report.png] [--max-errors 20] [--workers N] [--min-parts K]
+
+PATH is a records directory from `bertprep create` (either or both formats),
+a single record file, a text shard directory from `bertprep shard`, or a
+downloads directory (SQuAD/GLUE); a work directory holds all of them and gets
+every check. Exit 0 when sound (warnings allowed), 1 when a check fails, 2 on
+usage errors.
+"""
+
+import dataclasses
+import json
+import os
+import sys
+
+from bertprep.errors import DataError, UsageError
+from bertprep.progress import human_bytes
+from bertprep.validate_dataset import DATASET_CHECKS, find_manifest, find_record_files, summarize_stats, validate_records
+from bertprep.validate_records import RECORD_CHECKS, Finding, RecordSpec
+from bertprep.validate_text import TEXT_CHECKS, find_downloads, find_text_shards, validate_downloads, validate_text_shards
+
+CHECKS = {**RECORD_CHECKS, **DATASET_CHECKS, **TEXT_CHECKS, "compare": "both datasets hold the same instances in order"}
+
+
+def add_arguments(parser):
+    parser.add_argument("path", metavar="PATH", help="records directory or file, text shard directory, or downloads directory")
+    parser.add_argument("path2", metavar="PATH2", nargs="?", help="a second dataset (validated too; compared with --compare)")
+    parser.add_argument("--vocab", help="vocab.txt: ids must be below its size; [CLS]/[SEP]/[MASK] ids from it "
+                                        "(default: the manifest's vocab, else BERT's 101/102/103 and no size bound)")
+    parser.add_argument("--compare", action="store_true",
+                        help="prove PATH and PATH2 (or PATH's TFRecord and OFRecord files) hold the same instances in order")
+    parser.add_argument("--json", nargs="?", const="-", metavar="REPORT",
+                        help="write the full report as JSON to REPORT (no value: to stdout instead of the table)")
+    parser.add_argument("--plot", metavar="PNG", help="draw the length histogram, mask rate by position and NSP balance")
+    parser.add_argument("--max-errors", type=int, default=20, help="findings listed (all are counted; default 20)")
+    parser.add_argument("--workers", type=int, default=None, help="processes checking files in parallel (default: one per core)")
+    parser.add_argument("--min-parts", type=int, default=1,
+                        help="OFRecord parts a directory must have: OneFlow needs as many as reader ranks (default 1)")
+    parser.add_argument("--masked-lm-prob", type=float, default=None,
+                        help="masked_lm_prob the records were made with (default: the manifest's, else 0.15)")
+    parser.add_argument("--whole-word-mask", action="store_const", const=True, default=None,
+                        help="records were made with whole-word masking: fewer predictions are allowed")
+    parser.add_argument("--quiet", action="store_true", help="no progress output")
+
+
+def run(args):
+    paths = [p for p in (args.path, args.path2) if p is not None]
+    for path in paths:
+        if not os.path.exists(path):
+            raise UsageError(f"{path}: no such file or directory")
+    if args.max_errors < 0 or (args.workers is not None and args.workers < 1) or args.min_parts < 1:
+        raise UsageError("--max-errors must be ≥ 0, --workers and --min-parts ≥ 1")
+    if args.masked_lm_prob is not None and not 0 < args.masked_lm_prob < 1:
+        raise UsageError("--masked-lm-prob must be in (0, 1)")
+    if args.compare and len(paths) == 1 and not _has_both_formats(args.path):
+        raise UsageError("--compare needs PATH2, or a PATH holding both TFRecord and OFRecord files")
+    spec = RecordSpec(max_errors=args.max_errors, masked_lm_prob=args.masked_lm_prob,
+                      whole_word_mask=args.whole_word_mask, **_vocab_settings(args.vocab))
+    workers = args.workers or os.cpu_count() or 1
+    report = validate(paths, spec, workers=workers, min_parts=args.min_parts, compare=args.compare,
+                      vocab_given=args.vocab is not None, quiet=args.quiet)
+    if args.plot:
+        from bertprep.validate_plot import plot_report
+
+        plot_report(report, args.plot)
+    if args.json == "-":
+        print(json.dumps(report, indent=1, sort_keys=True))
+    else:
+        if args.json:
+            from bertprep.atomic import atomic_write_bytes
+
+            atomic_write_bytes(args.json, (json.dumps(report, indent=1, sort_keys=True) + "\n").encode())
+        print_table(report)
+    return 0 if report["sound"] else 1
+
+
+def _has_both_formats(path):
+    return len({f.fmt for f in find_record_files(path)}) == 2
+
+
+def load_vocab(path):
+    """(size, {token: id}) of a vocab.txt, one token a line."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            tokens = [line.rstrip("\n").strip() for line in f]
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--vocab {path}: cannot read: {exc}") from None
+    while tokens and not tokens[-1]:
+        tokens.pop()
+    return len(tokens), {token: i for i, token in reversed(list(enumerate(tokens)))}
+
+
+def _vocab_settings(path):
+    if path is None:
+        return {}
+    size, ids = load_vocab(path)
+    missing = [t for t in ("[CLS]", "[SEP]", "[MASK]") if t not in ids]
+    if missing:
+        raise UsageError(f"--vocab {path}: no {missing[0]} token")
+    return {"vocab_size": size, "cls_id": ids["[CLS]"], "sep_id": ids["[SEP]"], "mask_id": ids["[MASK]"]}
+
+
+def _manifest_vocab(manifest_path, spec):
+    """Vocab settings from a create manifest when --vocab was not given: its file if present, else its size."""
+    try:
+        with open(manifest_path, encoding="utf-8") as f:
+            vocab = (json.load(f) or {}).get("vocab") or {}
+    except (OSError, ValueError, AttributeError):
+        return spec
+    if vocab.get("path") and os.path.isfile(vocab["path"]):
+        try:
+            return dataclasses.replace(spec, **_vocab_settings(vocab["path"]))
+        except UsageError:
+            pass
+    if isinstance(vocab.get("size"), int):
+        return dataclasses.replace(spec, vocab_size=vocab["size"])
+    return spec
+
+
+def validate(paths, spec, workers=1, min_parts=1, compare=False, vocab_given=False, quiet=True):
+    """The full report (a JSON-able dict) for one or two paths."""
+    report = {"paths": paths, "datasets": [], "text_shards": [], "downloads": [], "compare": [],
+              "findings": [], "warnings": [], "counts": {}}
+    all_findings = []
+    for path in paths:
+        found_anything = False
+        if find_record_files(path):
+            found_anything = True
+            manifest = find_manifest(path)
+            path_spec = spec if vocab_given or manifest is None else _manifest_vocab(manifest["_path"], spec)
+            result = validate_records(path, path_spec, workers=workers, min_parts=min_parts, quiet=quiet)
+            report["datasets"].append(_dataset_section(result))
+            all_findings.extend(result.findings.kept)
+            _add_counts(report["counts"], result.findings.counts)
+            for finding in result.findings.kept:
+                if finding.severity == "warning":
+                    report["warnings"].append(finding.line())
+            for section in report["datasets"][-1]["stats"].values():
+                for split_figures in section.values():
+                    report["warnings"].extend(split_figures.pop("_warnings"))
+        shards = find_text_shards(path)
+        if shards:
+            found_anything = True
+            findings, warnings, figures = validate_text_shards(path)
+            report["text_shards"].append({"path": path, "figures": figures})
+            _add_findings(report, all_findings, findings, warnings)
+        squad, glue = find_downloads(path)
+        if squad or glue:
+            found_anything = True
+            findings, warnings, figures = validate_downloads(path)
+            report["downloads"].append({"path": path, "files": figures})
+            _add_findings(report, all_findings, findings, warnings)
+        if not found_anything:
+            raise DataError(f"{path}: nothing to validate (no record files, text shards, SQuAD or GLUE files)")
+    if compare:
+        from bertprep.validate_compare import compare_streams, comparison_pairs
+
+        pairs = comparison_pairs(paths[0], paths[1] if len(paths) > 1 else None)
+        if not pairs:
+            raise UsageError("--compare: no record files of a common format to compare")
+        for label, files_a, files_b in pairs:
+            outcome = compare_streams(files_a, files_b, dataclasses.replace(spec, seq=None, pred=None))
+            report["compare"].append({"what": label, **outcome})
+            if not outcome["equal"]:
+                finding = Finding("compare", label, None, None, outcome["difference"])
+                all_findings.append(finding)
+                _add_counts(report["counts"], {"compare": 1})
+    errors = [f for f in all_findings if f.severity == "error"]
+    report["findings"] = [dataclasses.asdict(f) for f in errors[: spec.max_errors]]
+    report["errors_total"] = sum(report["counts"].values())
+    report["checks"] = _check_table(report)
+    report["sound"] = report["errors_total"] == 0
+    return report
+
+
+def _add_counts(counts, more):
+    for check, count in more.items():
+        counts[check] = counts.get(check, 0) + count
+
+
+def _add_findings(report, all_findings, findings, warnings):
+    all_findings.extend(findings)
+    _add_counts(report["counts"], _tally(findings))
+    report["warnings"].extend(message for _check, message in warnings)
+
+
+def _tally(findings):
+    counts = {}
+    for finding in findings:
+        counts[finding.check] = counts.get(finding.check, 0) + 1
+    return counts
+
+
+def _dataset_section(result):
+    stats = {}
+    training = {fmt: s for (fmt, split), s in result.stats.items() if split == "training"}
+    for (fmt, split), group in sorted(result.stats.items()):
+        figures, warnings = summarize_stats(group, result.spec, training.get(fmt) if split == "test" else None)
+        figures["_warnings"] = [f"{fmt} {split}: {message}" for _check, message in warnings]
+        stats.setdefault(fmt, {})[split] = figures
+    return {
+        "path": result.root,
+        "manifest": result.manifest,
+        "seq": result.seq,
+        "pred": result.pred,
+        "masked_lm_prob": result.spec.masked_lm_prob,
+        "whole_word_mask": result.spec.whole_word_mask,
+        "vocab_size": result.spec.vocab_size,
+        "files": [{"path": r.path, "format": r.fmt, "split": r.split, "records": r.records, "bytes": r.bytes}
+                  for r in result.reports],
+        "records": sum(r.records for r in result.reports),
+        "bytes": sum(r.bytes for r in result.reports),
+        "stats": stats,
+    }
+
+
+def _check_table(report):
+    ran = set()
+    if report["datasets"]:
+        ran |= set(RECORD_CHECKS) | set(DATASET_CHECKS)
+    if report["text_shards"]:
+        ran |= {"utf8", "documents", "shard_manifest"}
+    if report["downloads"]:
+        ran |= {"download_checksum", "download_examples"}
+    if report["compare"]:
+        ran.add("compare")
+    table = {}
+    for check, description in CHECKS.items():
+        failures = report["counts"].get(check, 0)
+        status = "failed" if failures else "ok" if check in ran else "not run"
+        table[check] = {"status": status, "failures": failures, "description": description}
+    return table
+
+
+# ---------------------------------------------------------------- the one-screen table
+
+
+def print_table(report, stream=None):
+    stream = stream or sys.stdout
+    failed = [c for c, row in report["checks"].items() if row["status"] == "failed"]
+    verdict = "SOUND" if report["sound"] else f"FAILED ({len(failed)} checks, {report['errors_total']:,} failures)"
+    out = [f"bertprep validate: {verdict}"]
+    for section in report["datasets"]:
+        fmts = " + ".join(section["stats"]) or "no readable records"
+        out.append(f"  records  {section['path']}: {section['records']:,} in {len(section['files'])} files "
+                   f"({human_bytes(section['bytes'])}), {fmts}, seq {section['seq']}, pred {section['pred']}"
+                   + (", manifest" if section["manifest"] else ", no manifest"))
+    for section in report["text_shards"]:
+        parts = [f"{split} {f['documents']:,} docs / {f['sentences']:,} sentences in {f['shards']} shards"
+                 for split, f in section["figures"].items() if split != "overlap"]
+        out.append(f"  shards   {section['path']}: " + "; ".join(parts))
+    for section in report["downloads"]:
+        out.append(f"  download {section['path']}: {len(section['files'])} files")
+    out.append("checks")
+    for check, row in report["checks"].items():
+        if row["status"] == "not run":
+            continue
+        mark = "ok    " if row["status"] == "ok" else "FAILED"
+        detail = f"{row['failures']:,} failing" if row["failures"] else row["description"]
+        out.append(f"  {mark} {check:<22} {detail}")
+    for section in report["datasets"]:
+        for fmt, splits in section["stats"].items():
+            out.extend(_stats_rows(fmt, splits))
+    for item in report["compare"]:
+        verdict = f"equal ({item['records']:,} instances)" if item["equal"] else item["difference"]
+        out.append(f"compare {item['what']}: {verdict}")
+    if report["warnings"]:
+        out.append("warnings")
+        out.extend(f"  {w}" for w in report["warnings"][:10])
+        if len(report["warnings"]) > 10:
+            out.append(f"  … {len(report['warnings']) - 10} more (--json lists all)")
+    if report["findings"]:
+        shown = len(report["findings"])
+        out.append(f"findings (first {shown} of {report['errors_total']:,})")
+        out.extend(f"  {Finding(**f).line()}" for f in report["findings"])
+    print("\n".join(out), file=stream)
+
+
+def _stats_rows(fmt, splits):
+    names = list(splits)
+    rows = [f"statistics ({fmt})".ljust(28) + "".join(f"{n:>16}" for n in names)]
+
+    def row(label, fn):
+        rows.append(f"  {label:<26}" + "".join(f"{fn(splits[n]):>16}" for n in names))
+
+    row("instances", lambda s: f"{s['instances']:,}")
+    row("tokens", lambda s: f"{s['tokens']:,}")
+    row("mean length", lambda s: f"{s['mean_length']:.1f}")
+    row("full length / ≤ seq/2", lambda s: f"{s['full_length_share']:.1%} / {s['short_share']:.1%}")
+    row("mask rate (expected)", lambda s: f"{s['mask_rate']:.4f} ({s['expected_mask_rate']:.4f})")
+    row("[MASK] / same / other", lambda s: "/".join(f"{100 * x:.1f}" for x in s["replacement_shares"]))
+    row("NSP random-next share", lambda s: f"{s['random_next_share']:.1%}")
+    row("duplicate records / texts", lambda s: f"{s['duplicate_records']:,} / {s['duplicate_texts']:,}")
+    if any("segments_also_in_training" in s for s in splits.values()):
+        row("test segments in training", lambda s: f"{s['segment_overlap_share']:.2%}" if "segment_overlap_share" in s else "-")
+    return rows
+

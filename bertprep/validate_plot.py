@@ -1,0 +1,36 @@
+"""`bertprep validate --plot`: length histogram, mask rate by position and NSP balance in one PNG."""
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; no display needed
+
+import matplotlib.pyplot as plt  # noqa: E402
+
+from bertprep.atomic import atomic_open  # noqa: E402
+
+
+def plot_report(report, path):
+    """Draw the statistics of every records dataset in `report` (one row of three panels per format/split)."""
+    groups = [(f"{fmt} {split}", figures) for section in report["datasets"]
+              for fmt, splits in section["stats"].items() for split, figures in splits.items()]
+    rows = max(len(groups), 1)
+    fig, axes = plt.subplots(rows, 3, figsize=(15, 3.6 * rows), squeeze=False)
+    for (label, s), (ax_len, ax_pos, ax_nsp) in zip(groups, axes):
+        hist = s["length_histogram"]
+        ax_len.bar(range(len(hist)), hist, width=1.0)
+        ax_len.set_title(f"{label}: sequence length ({s['instances']:,} instances)")
+        ax_len.set_xlabel("real tokens")
+        rate = s["mask_rate_by_position"]
+        ax_pos.plot(range(len(rate)), rate)
+        ax_pos.axhline(s["expected_mask_rate"], color="gray", linestyle="--", linewidth=0.8)
+        ax_pos.set_title(f"{label}: mask rate by position (overall {s['mask_rate']:.4f})")
+        ax_pos.set_xlabel("position")
+        nsp = s["nsp"]
+        ax_nsp.bar(["IsNext (0)", "RandomNext (1)", "other"], [nsp["is_next"], nsp["random_next"], nsp["other"]])
+        ax_nsp.set_title(f"{label}: NSP labels")
+    if not groups:
+        axes[0][0].text(0.5, 0.5, "no records", ha="center")
+    fig.tight_layout()
+    with atomic_open(path) as f:
+        fig.savefig(f, format="png", dpi=80)
+    plt.close(fig)

@@ -1,0 +1,307 @@
+"""Checks of the stages before `create`: text shards (`bertprep shard`) and SQuAD/GLUE downloads.
+
+Text shards: one sentence per line, a blank line between documents,
+`<corpus>_{training,test}_<i>.txt` under training/ and test/. Downloads:
+`download/squad/v<version>/<split>-v<version>.json` and
+`download/glue/<Task>/<split>.tsv`, checked against the published md5s and
+example counts (DESIGN.md §4).
+"""
+
+import csv
+import hashlib
+import json
+import os
+
+import numpy as np
+
+from bertprep.download.glue import task_outputs
+from bertprep.download.squad import FILES as SQUAD_FILES
+from bertprep.validate_dataset import natural_key
+from bertprep.validate_records import Finding
+from bertprep.workdir import MANIFEST, SPLITS
+
+TEXT_CHECKS = {
+    "utf8": "text shards are UTF-8",
+    "documents": "no empty documents or shards",
+    "shard_manifest": "files, bytes and sha256 as the shard manifest lists them",
+    "download_checksum": "downloads carry the published md5 (or the manifest's sha256)",
+    "download_examples": "example counts and columns as published",
+}
+
+# Examples per GLUE file, as published (the hub's nyu-mll/glue has the same counts).
+GLUE_EXAMPLES = {
+    "CoLA": {"train.tsv": 8551, "dev.tsv": 1043, "test.tsv": 1063},
+    "SST-2": {"train.tsv": 67349, "dev.tsv": 872, "test.tsv": 1821},
+    "MRPC": {"train.tsv": 3668, "dev.tsv": 408, "test.tsv": 1725},
+    "STS-B": {"train.tsv": 5749, "dev.tsv": 1500, "test.tsv": 1379},
+    "QQP": {"train.tsv": 363846, "dev.tsv": 40430, "test.tsv": 390965},
+    "MNLI": {"train.tsv": 392702, "dev_matched.tsv": 9815, "dev_mismatched.tsv": 9832,
+             "test_matched.tsv": 9796, "test_mismatched.tsv": 9847},
+    "QNLI": {"train.tsv": 104743, "dev.tsv": 5463, "test.tsv": 5463},
+    "RTE": {"train.tsv": 2490, "dev.tsv": 277, "test.tsv": 3000},
+    "WNLI": {"train.tsv": 635, "dev.tsv": 71, "test.tsv": 146},
+    "diagnostic": {"diagnostic.tsv": 1104},
+}
+
+
+def find_text_shards(path):
+    """[(path, split)] of the text shards under `path` in natural order."""
+    if os.path.isfile(path):
+        return [(path, _split_of(path) or "all")] if path.endswith(".txt") else []
+    found = []
+    for root, dirs, files in os.walk(path):
+        dirs.sort()
+        for name in files:
+            split = _split_of(os.path.join(root, name))
+            if name.endswith(".txt") and split:
+                found.append((os.path.join(root, name), split))
+    return sorted(found, key=lambda item: (SPLITS.index(item[1]), natural_key(item[0])))
+
+
+def _split_of(path):
+    """training/test from the shard's directory or name (`<corpus>_<split>_<i>.txt`); None otherwise."""
+    directory, name = os.path.split(path)
+    for split in SPLITS:
+        if os.path.basename(directory) == split or f"_{split}_" in name:
+            return split
+    return None
+
+
+def read_shard(path):
+    """Figures and problems of one text shard: (documents, sentences, bytes, document hashes, sentence hashes, findings)."""
+    findings = []
+    documents = sentences = 0
+    doc_hashes, sentence_hashes = [], []
+    current = hashlib.blake2b(digest_size=8)
+    in_document = False
+    blank_run = 0
+    with open(path, "rb") as f:
+        data = f.read()
+    if not data.strip():
+        findings.append(Finding("documents", path, None, None, "empty shard (no documents)"))
+    for number, raw in enumerate(data.split(b"\n"), 1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            findings.append(Finding("utf8", f"{path}:{number}", None, None,
+                                    f"not UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})"))
+            line = raw.decode("utf-8", "replace")
+        if line.strip():
+            if blank_run > 1 or (blank_run and not documents and not in_document):
+                findings.append(Finding("documents", f"{path}:{number - 1}", None, None,
+                                        "empty document (more than one blank line between documents)"))
+            blank_run = 0
+            sentences += 1
+            sentence_hashes.append(int.from_bytes(hashlib.blake2b(line.strip().encode(), digest_size=8).digest(), "little"))
+            current.update(line.strip().encode() + b"\n")
+            in_document = True
+        else:
+            blank_run += 1
+            if in_document:
+                documents += 1
+                doc_hashes.append(int.from_bytes(current.digest(), "little"))
+                current = hashlib.blake2b(digest_size=8)
+                in_document = False
+    if in_document:
+        documents += 1
+        doc_hashes.append(int.from_bytes(current.digest(), "little"))
+    return documents, sentences, len(data), doc_hashes, sentence_hashes, findings
+
+
+def validate_text_shards(path):
+    """(findings, warnings, figures) of a text shard directory."""
+    findings, warnings = [], []
+    shards = find_text_shards(path)
+    per_split = {}
+    hashes = {}
+    for shard, split in shards:
+        documents, sentences, size, doc_hashes, sentence_hashes, problems = read_shard(shard)
+        findings.extend(problems)
+        entry = per_split.setdefault(split, {"shards": 0, "documents": 0, "sentences": 0, "bytes": [], "files": []})
+        entry["shards"] += 1
+        entry["documents"] += documents
+        entry["sentences"] += sentences
+        entry["bytes"].append(size)
+        entry["files"].append(shard)
+        docs, sents = hashes.setdefault(split, ([], []))
+        docs.extend(doc_hashes)
+        sents.extend(sentence_hashes)
+    figures = {}
+    for split, entry in per_split.items():
+        sizes = np.array(entry["bytes"], dtype=np.float64)
+        spread = float((sizes.max() - sizes.min()) / sizes.mean()) if sizes.mean() else 0.0
+        figures[split] = {"shards": entry["shards"], "documents": entry["documents"], "sentences": entry["sentences"],
+                          "bytes": int(sizes.sum()), "min_bytes": int(sizes.min()), "max_bytes": int(sizes.max()),
+                          "size_spread": round(spread, 4)}
+        if entry["shards"] > 1 and spread > 0.5:
+            warnings.append(("shard_spread", f"{split}: shard sizes {int(sizes.min()):,}–{int(sizes.max()):,} bytes "
+                                             f"(spread {spread:.0%} of the mean; balanced shards expected)"))
+    if "training" in hashes and "test" in hashes:
+        train_docs, train_sents = (np.array(h, dtype=np.uint64) for h in hashes["training"])
+        test_docs, test_sents = (np.array(h, dtype=np.uint64) for h in hashes["test"])
+        shared_docs = int(np.isin(test_docs, train_docs).sum())
+        shared_sents = int(np.isin(test_sents, train_sents).sum())
+        figures["overlap"] = {"test_documents_in_training": shared_docs,
+                              "test_sentences_in_training": shared_sents,
+                              "sentence_overlap_share": round(shared_sents / max(len(test_sents), 1), 4)}
+        if shared_docs:
+            warnings.append(("overlap", f"{shared_docs:,} test documents also occur in training"))
+    findings.extend(_check_listed_files(path, "shard_manifest", [s for s, _ in shards]))
+    return findings, warnings, figures
+
+
+def _check_listed_files(path, check, found, stage_files=None):
+    """Compare files with the stage manifest at `path` (bytes and sha256), if there is one."""
+    manifest_path = os.path.join(path, MANIFEST)
+    if not os.path.isfile(manifest_path):
+        return []
+    try:
+        with open(manifest_path, encoding="utf-8") as f:
+            entries = (json.load(f) or {}).get("files") or {}
+    except (OSError, ValueError, AttributeError) as exc:
+        return [Finding(check, manifest_path, None, None, f"unreadable: {exc}")]
+    findings = []
+    for relative, entry in entries.items():
+        full = os.path.join(path, relative)
+        if not os.path.isfile(full):
+            findings.append(Finding(check, full, None, None, "listed in manifest.json but missing"))
+            continue
+        if not isinstance(entry, dict):
+            continue
+        if entry.get("bytes") is not None and os.path.getsize(full) != entry["bytes"]:
+            findings.append(Finding(check, full, None, None,
+                                    f"{os.path.getsize(full):,} bytes, manifest.json says {entry['bytes']:,}"))
+        elif entry.get("sha256") and _digest(full, "sha256") != entry["sha256"]:
+            findings.append(Finding(check, full, None, None, "sha256 differs from manifest.json"))
+    return findings
+
+
+def _digest(path, algorithm):
+    digest = hashlib.new(algorithm)
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+# ---------------------------------------------------------------- downloads
+
+
+def find_downloads(path):
+    """(squad files [(path, version, split, md5, examples)], glue files [(path, task, expected count, header)])."""
+    squad, glue = [], []
+    known_squad = {name: (version, split, md5, examples)
+                   for version, files in SQUAD_FILES.items() for split, name, md5, examples in files}
+    for root, dirs, files in os.walk(path):
+        dirs.sort()
+        for name in sorted(files):
+            full = os.path.join(root, name)
+            if name in known_squad:
+                squad.append((full, *known_squad[name]))
+            task = os.path.basename(root)
+            if name.endswith(".tsv") and task in GLUE_EXAMPLES and name in GLUE_EXAMPLES[task]:
+                header = {filename: layout[0] for filename, _split, layout in task_outputs(task)}.get(name)
+                glue.append((full, task, GLUE_EXAMPLES[task][name], header))
+    return squad, glue
+
+
+def validate_downloads(path):
+    """(findings, warnings, figures) of a downloads directory (SQuAD JSON, GLUE TSV)."""
+    findings, warnings, figures = [], [], {}
+    squad, glue = find_downloads(path)
+    for full, version, split, md5, expected in squad:
+        examples, problem = _squad_examples(full, version)
+        figures[os.path.relpath(full, path)] = {"examples": examples, "expected": expected}
+        if problem:
+            findings.append(Finding("download_examples", full, None, None, problem))
+        elif examples != expected:
+            findings.append(Finding("download_examples", full, None, None,
+                                    f"{examples:,} questions, SQuAD v{version} {split} has {expected:,}"))
+        if _digest(full, "md5") != md5:
+            listed = _listed_sha256(full)
+            if listed is None:
+                findings.append(Finding("download_checksum", full, None, None,
+                                        f"md5 differs from the published {md5} and no manifest vouches for it"))
+            elif listed != _digest(full, "sha256"):
+                findings.append(Finding("download_checksum", full, None, None, "sha256 differs from the download manifest"))
+            else:
+                warnings.append(("download_checksum", f"{full}: not the original file (rebuilt from the hub?); "
+                                                      "its manifest sha256 matches"))
+    for full, task, expected, header in glue:
+        rows, columns, problem = _tsv_rows(full)
+        has_header = header is not None
+        examples = rows - has_header
+        figures[os.path.relpath(full, path)] = {"examples": examples, "expected": expected}
+        if problem:
+            findings.append(Finding("download_examples", full, None, None, problem))
+        if examples != expected:
+            findings.append(Finding("download_examples", full, None, None,
+                                    f"{examples:,} examples, GLUE {task} {os.path.basename(full)} has {expected:,}"))
+        if has_header and columns and columns[0] != header:
+            findings.append(Finding("download_examples", f"{full}:1", None, None,
+                                    f"header {columns[0]}, expected {header}"))
+        listed = _listed_sha256(full)
+        if listed is not None and listed != _digest(full, "sha256"):
+            findings.append(Finding("download_checksum", full, None, None, "sha256 differs from the download manifest"))
+    return findings, warnings, figures
+
+
+def _squad_examples(path, version):
+    """(questions, problem) of a SQuAD JSON file; problem names what is missing."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as exc:
+        return 0, f"not readable JSON: {exc}"
+    count = 0
+    try:
+        for a, article in enumerate(data["data"]):
+            for p, paragraph in enumerate(article["paragraphs"]):
+                if not isinstance(paragraph.get("context"), str):
+                    return count, f"data[{a}].paragraphs[{p}] has no context"
+                for q, qa in enumerate(paragraph["qas"]):
+                    needed = ("id", "question", "answers") + (("is_impossible",) if version == "2.0" else ())
+                    missing = [key for key in needed if key not in qa]
+                    if missing:
+                        return count, f"data[{a}].paragraphs[{p}].qas[{q}] lacks {missing[0]!r}"
+                    count += 1
+    except (KeyError, TypeError) as exc:
+        return count, f"not SQuAD JSON (missing {exc})"
+    return count, None
+
+
+def _tsv_rows(path):
+    """(rows, [header columns], problem) read as run_classifier.py does (tab-separated, no quoting)."""
+    rows = 0
+    first = None
+    width = None
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            for number, row in enumerate(csv.reader(f, delimiter="\t", quotechar=None), 1):
+                if first is None:
+                    first = row
+                    width = len(row)
+                elif len(row) != width:
+                    return rows, [first], f"line {number}: {len(row)} columns, expected {width} as on line 1"
+                rows += 1
+    except UnicodeDecodeError as exc:
+        return rows, [first] if first else [], f"not UTF-8 ({exc.reason} at byte {exc.start})"
+    return rows, [first] if first else [], None
+
+
+def _listed_sha256(path):
+    """The sha256 a download manifest (in the file's directory or above) lists for `path`, or None."""
+    directory = os.path.dirname(os.path.abspath(path))
+    for _ in range(4):
+        manifest_path = os.path.join(directory, MANIFEST)
+        if os.path.isfile(manifest_path):
+            try:
+                with open(manifest_path, encoding="utf-8") as f:
+                    files = (json.load(f) or {}).get("files") or {}
+            except (OSError, ValueError, AttributeError):
+                return None
+            entry = files.get(os.path.relpath(os.path.abspath(path), directory))
+            if isinstance(entry, dict) and entry.get("sha256"):
+                return entry["sha256"]
+        directory = os.path.dirname(directory)
+    return None
