@@ -16,10 +16,16 @@ Every request is logged in `requests` so tests can assert what was asked.
 
 import hashlib
 import json
+import os
 import re
+import subprocess
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from urllib.parse import unquote, urlsplit
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 class StandInServer:
@@ -227,3 +233,74 @@ def _tree_listing(files, prefix, recursive):
         entries.append(entry)
     listing = [{"type": "directory", "oid": "0" * 40, "size": 0, "path": d} for d in sorted(dirs)]
     return listing + entries
+
+
+# -- fixtures the stand-in serves ----------------------------------------------------
+
+
+def parquet_bytes(columns):
+    """A parquet file (bytes) holding `columns` ({name: list})."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    buffer = io.BytesIO()
+    pq.write_table(pa.table(columns), buffer, row_group_size=1000)
+    return buffer.getvalue()
+
+
+def wiki_dump_xml(pages):
+    """A MediaWiki export document; `pages` are dicts with title, id, ns, text and optional redirect."""
+    from xml.sax.saxutils import escape
+
+    out = ['<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/" version="0.10" xml:lang="en">',
+           "<siteinfo><sitename>Wikipedia</sitename><namespaces><namespace key=\"0\" /></namespaces></siteinfo>"]
+    for page in pages:
+        redirect = f'<redirect title="{escape(page["redirect"])}" />' if page.get("redirect") else ""
+        out.append(
+            f"<page><title>{escape(page['title'])}</title><ns>{page.get('ns', 0)}</ns><id>{page['id']}</id>{redirect}"
+            f"<revision><id>{page['id']}0</id><text xml:space=\"preserve\">{escape(page['text'])}</text></revision></page>"
+        )
+    out.append("</mediawiki>")
+    return "\n".join(out).encode("utf-8")
+
+
+# -- running the real CLI against the stand-in -----------------------------------------
+
+
+def run_cli(*args, env=None, hf_home=None, server=None, offline=False):
+    """Run `python -m bertprep ARGS`; returns CompletedProcess (text). The hub is the stand-in."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "BERTPREP_"))}
+    full_env.update(HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_DISABLE_PROGRESS_BARS="1", PYTHONPATH=str(REPO))
+    if server is not None:
+        full_env["HF_ENDPOINT"] = server.url
+    if hf_home is not None:
+        full_env["HF_HOME"] = str(hf_home)
+    if offline:
+        full_env["HF_HUB_OFFLINE"] = "1"
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, "-m", "bertprep", *map(str, args)], capture_output=True, text=True,
+                          env=full_env, cwd=REPO, timeout=300)
+
+
+def ok(result):
+    assert result.returncode == 0, f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    return json.loads(result.stdout) if result.stdout.lstrip().startswith("{") else result.stdout
+
+
+def one_line_error(result, code=1):
+    assert result.returncode == code, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
+    lines = result.stderr.strip().splitlines()
+    assert "Traceback" not in result.stderr, result.stderr
+    return lines[-1]
+
+
+def looks_complete(directory):
+    """Files that a reader could take for finished output (no .part / temp names)."""
+    found = []
+    for root, _dirs, names in os.walk(directory):
+        for name in names:
+            if not (name.endswith((".part", ".part.json")) or name.startswith(".tmp-")):
+                found.append(os.path.relpath(os.path.join(root, name), directory))
+    return sorted(found)

@@ -1,0 +1,158 @@
+"""The formatted stage: extracted documents, ready for `bertprep shard`.
+
+    WORKDIR/formatted/<corpus>/<part>.jsonl     one document per line:
+        {"id": str, "title": str, "text": str}  paragraphs of `text` separated by "\\n"
+    WORKDIR/formatted/<corpus>/manifest.json    per part: documents, bytes, sha256, source file
+
+JSON lines because a document's text may hold any character (blank lines,
+tabs) and a reader can stream it one document at a time. One part per
+source file, so formatting and sharding run in parallel over parts and an
+interrupted run redoes only the parts without a manifest entry.
+"""
+
+import hashlib
+import json
+import os
+
+from bertprep import __version__
+from bertprep.atomic import atomic_open, remove_stale_temps
+from bertprep.workdir import load_manifest, save_manifest, stage_dir
+
+FORMAT = 'jsonl: one {"id", "title", "text"} object per line; paragraphs of text separated by "\\n"'
+
+
+def corpus_dir(workdir, corpus):
+    return stage_dir(workdir, "formatted", corpus)
+
+
+def write_part(path, documents):
+    """Write documents ({"id","title","text"}) as JSON lines atomically; drops empty texts.
+
+    Returns {"documents", "dropped_empty", "bytes", "sha256"}.
+    """
+    count = dropped = size = 0
+    digest = hashlib.sha256()
+    with atomic_open(path, "wb") as out:
+        for doc in documents:
+            text = (doc.get("text") or "").strip()
+            if not text:
+                dropped += 1
+                continue
+            line = json.dumps({"id": str(doc.get("id", "")), "title": doc.get("title") or "", "text": text}, ensure_ascii=False)
+            data = line.encode("utf-8") + b"\n"
+            out.write(data)
+            digest.update(data)
+            size += len(data)
+            count += 1
+    return {"documents": count, "dropped_empty": dropped, "bytes": size, "sha256": digest.hexdigest()}
+
+
+def format_parts(workdir, corpus, source, parts, workers=1, progress=None):
+    """Produce WORKDIR/formatted/<corpus>/<name>.jsonl for each part.
+
+    `parts` is a list of (name, source_key, make_documents): `source_key` says
+    which input the part comes from (a checksum; the part is redone when it
+    changes); `make_documents()` yields the documents. Runs `workers` parts
+    at a time. Returns the manifest.
+    """
+    directory = corpus_dir(workdir, corpus)
+    os.makedirs(directory, exist_ok=True)
+    remove_stale_temps(directory)
+    old = load_manifest(directory) or {}
+    files = {}
+    todo = []
+    for name, source_key, make_documents in parts:
+        filename = name + ".jsonl"
+        entry = old.get("files", {}).get(filename)
+        path = os.path.join(directory, filename)
+        if entry and entry.get("source") == source_key and _size(path) == entry.get("bytes"):
+            files[filename] = entry
+        else:
+            todo.append((filename, source_key, make_documents))
+    # parts the source no longer has would otherwise be sharded with the rest
+    for stale in set(os.listdir(directory)) - set(files) - {t[0] for t in todo} - {"manifest.json"}:
+        if stale.endswith(".jsonl"):
+            os.unlink(os.path.join(directory, stale))
+    manifest = {
+        "tool": "bertprep",
+        "version": __version__,
+        "stage": "format",
+        "corpus": corpus,
+        "source": source,
+        "format": FORMAT,
+        "files": files,
+    }
+    save_manifest(directory, manifest)
+
+    def one(item):
+        filename, source_key, make_documents = item
+        stats = write_part(os.path.join(directory, filename), make_documents())
+        return filename, dict(stats, source=source_key)
+
+    if progress is not None and todo:
+        progress.note(f"formatting {len(todo)} part(s) into {directory}")
+    for filename, entry in _map(one, todo, workers):
+        files[filename] = entry
+        save_manifest(directory, manifest)
+        if progress is not None:
+            progress.advance(0, documents=entry["documents"])
+    return manifest
+
+
+def save_parts_manifest(directory, corpus, source, files):
+    """For a corpus written as one unit from one source (a dump).
+
+    With `files` ({name: stats}) None: the manifest if it records `source`
+    and every part is present, else None (after removing what is there, so
+    a new extraction starts clean). With `files`: record them as complete.
+    """
+    os.makedirs(directory, exist_ok=True)
+    remove_stale_temps(directory)
+    old = load_manifest(directory) or {}
+    if files is None:
+        if old.get("source") == source and old.get("files") and all(
+            _size(os.path.join(directory, name)) == entry.get("bytes") for name, entry in old["files"].items()
+        ):
+            return old
+        for name in os.listdir(directory):
+            if name.endswith(".jsonl") or name == "manifest.json":
+                os.unlink(os.path.join(directory, name))
+        return None
+    manifest = {"tool": "bertprep", "version": __version__, "stage": "format", "corpus": corpus,
+                "source": source, "format": FORMAT, "files": files}
+    save_manifest(directory, manifest)
+    return manifest
+
+
+def _map(function, items, workers):
+    if workers <= 1 or len(items) <= 1:
+        yield from map(function, items)
+        return
+    import multiprocess
+
+    with multiprocess.Pool(min(workers, len(items))) as pool:
+        yield from pool.imap(function, items)
+
+
+def _size(path):
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return None
+
+
+def iter_documents(path):
+    """Yield (line number, document dict) from a formatted .jsonl part."""
+    from bertprep.errors import DataError
+
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, 1):
+            if not raw.strip():
+                continue
+            try:
+                doc = json.loads(raw)
+            except ValueError as exc:
+                raise DataError(f"{path}:{number}: not a JSON document line ({exc})") from None
+            if not isinstance(doc, dict) or not isinstance(doc.get("text"), str):
+                raise DataError(f'{path}:{number}: expected an object with a "text" string')
+            yield number, doc

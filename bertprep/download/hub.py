@@ -1,0 +1,124 @@
+"""Parquet files from the Hugging Face hub, verified, and read in bounded memory.
+
+Why `huggingface_hub.snapshot_download` plus pyarrow rather than
+`datasets.load_dataset`: the snapshot gives the hub's own files in the shared
+cache (honouring HF_ENDPOINT, HF_HOME and HF_HUB_OFFLINE, with parallel
+downloads and resume), pyarrow then streams them one record batch at a time,
+and nothing is copied into a second Arrow cache — a 20 GB Wikipedia would
+otherwise need twice its size on disk and a long conversion before the first
+document is read.
+
+Every file is checked against the size and sha256 the hub publishes for it
+(its LFS pointer in the tree listing). Offline, the published sha256 is the
+name of the cached blob: the hub served it as the file's ETag when the file
+was downloaded.
+"""
+
+import fnmatch
+import os
+import re
+
+from bertprep.atomic import sha256_file
+from bertprep.errors import DataError
+
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+
+
+def hub_snapshot(repo, revision, patterns, endpoint=None, quiet=False):
+    """Download (or find in the cache) the files of dataset `repo` matching `patterns`.
+
+    Returns (commit, [(path in repo, local path, {"bytes", "sha256"})]) sorted by path.
+    """
+    import huggingface_hub
+    from huggingface_hub import HfApi, snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    if quiet:
+        huggingface_hub.utils.disable_progress_bars()
+    where = endpoint or huggingface_hub.constants.ENDPOINT
+    try:
+        folder = snapshot_download(
+            repo, repo_type="dataset", revision=revision, allow_patterns=patterns, endpoint=endpoint, max_workers=8
+        )
+    except LocalEntryNotFoundError as exc:
+        raise DataError(f"{repo}@{revision}: not reachable at {where} and not in the cache ({_first_line(exc)})") from None
+    except (HfHubHTTPError, OSError, ValueError) as exc:
+        raise DataError(f"{repo}@{revision} at {where}: {_first_line(exc)}") from None
+    commit = os.path.basename(os.path.normpath(folder))
+    files = _matching_files(folder, patterns)
+    if not files:
+        raise DataError(f"{repo}@{revision} at {where}: no files match {', '.join(patterns)}")
+    published = _published_checksums(HfApi(endpoint=endpoint), repo, commit, huggingface_hub.constants.HF_HUB_OFFLINE)
+    verified = []
+    for relpath in files:
+        local = os.path.join(folder, relpath)
+        actual = {"bytes": os.path.getsize(local), "sha256": sha256_file(local)}
+        expected = published.get(relpath) or _blob_checksum(local)
+        if expected is None:
+            raise DataError(f"{repo}@{commit}/{relpath}: the hub published no sha256 to verify it against")
+        for key in ("bytes", "sha256"):
+            if key in expected and expected[key] != actual[key]:
+                raise DataError(
+                    f"{repo}@{commit}/{relpath}: {key} mismatch: expected {expected[key]} (published), got {actual[key]}"
+                    f"; delete {os.path.realpath(local)} and rerun"
+                )
+        verified.append((relpath, local, actual))
+    return commit, verified
+
+
+def _first_line(exc):
+    return (str(exc).strip().splitlines() or [exc.__class__.__name__])[0]
+
+
+def _matching_files(folder, patterns):
+    found = []
+    for root, _dirs, names in os.walk(folder):
+        for name in names:
+            relpath = os.path.relpath(os.path.join(root, name), folder).replace(os.sep, "/")
+            if any(fnmatch.fnmatch(relpath, p) for p in patterns):
+                found.append(relpath)
+    return sorted(found)
+
+
+def _published_checksums(api, repo, commit, offline):
+    """{path: {"bytes", "sha256"}} from the hub's tree listing; {} offline."""
+    if offline:
+        return {}
+    from huggingface_hub.hf_api import RepoFile
+
+    try:
+        entries = api.list_repo_tree(repo, repo_type="dataset", revision=commit, recursive=True)
+        return {
+            e.path: {"bytes": e.lfs.size, "sha256": e.lfs.sha256}
+            for e in entries
+            if isinstance(e, RepoFile) and e.lfs is not None
+        }
+    except Exception:  # noqa: BLE001 - an unreachable listing falls back to the cached ETag below
+        return {}
+
+
+def _blob_checksum(local):
+    """The sha256 the hub sent as ETag, kept as the cached blob's name (LFS files only)."""
+    name = os.path.basename(os.path.realpath(local))
+    return {"sha256": name} if SHA256_HEX.fullmatch(name) else None
+
+
+def iter_parquet_rows(path, columns, batch_size=1024):
+    """Yield dicts of `columns` from a parquet file, one record batch in memory at a time."""
+    import pyarrow.parquet as pq
+
+    try:
+        parquet = pq.ParquetFile(path)
+        missing = [c for c in columns if c not in parquet.schema_arrow.names]
+        if missing:
+            raise DataError(f"{path}: missing column(s) {', '.join(missing)}; found {', '.join(parquet.schema_arrow.names)}")
+        for batch in parquet.iter_batches(batch_size=batch_size, columns=list(columns)):
+            yield from batch.to_pylist()
+    except (OSError, ValueError) as exc:  # pyarrow.ArrowInvalid is a ValueError
+        raise DataError(f"{path}: not a readable parquet file ({_first_line(exc)})") from None
+
+
+def parquet_rows(path):
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(path).metadata.num_rows

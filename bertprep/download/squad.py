@@ -1,0 +1,165 @@
+"""SQuAD v1.1 / v2.0 in the layout NVIDIA's scripts expect.
+
+    WORKDIR/download/squad/v1.1/{train-v1.1.json, dev-v1.1.json, evaluate-v1.1.py}
+    WORKDIR/download/squad/v2.0/{train-v2.0.json, dev-v2.0.json, evaluate-v2.0.py}
+
+The JSON files come from the SQuAD site, checked against their md5 (DESIGN.md
+§4), or with `--from-hub` from `rajpurkar/squad` / `rajpurkar/squad_v2`,
+rebuilt into the same JSON structure. Either way the example counts are
+checked against the published ones. The evaluation scripts have no published
+checksum; they are fetched if reachable and recorded as unverified.
+"""
+
+import hashlib
+import json
+import os
+
+from bertprep.atomic import atomic_write_bytes
+from bertprep.errors import DataError, UsageError
+from bertprep.download.http import SourceDownloads, fetch
+from bertprep.download.hub import hub_snapshot, iter_parquet_rows
+
+DEFAULT_BASE_URL = "https://rajpurkar.github.io/SQuAD-explorer/dataset"
+DEFAULT_EVAL_BASE_URL = "https://worksheets.codalab.org/rest/bundles"
+BASE_URL_ENV = "BERTPREP_SQUAD_URL"
+EVAL_BASE_URL_ENV = "BERTPREP_SQUAD_EVAL_URL"
+
+# version -> [(split, file name, md5 of the original, examples)]
+FILES = {
+    "1.1": [
+        ("train", "train-v1.1.json", "981b29407e0affa3b1b156f72073b945", 87_599),
+        ("dev", "dev-v1.1.json", "3e85deb501d4e538b6bc56f786231552", 10_570),
+    ],
+    "2.0": [
+        ("train", "train-v2.0.json", "62108c273c268d70893182d5cf8df740", 130_319),
+        ("dev", "dev-v2.0.json", "246adae8b7002f8679c027697b0b7cf8", 11_873),
+    ],
+}
+# The official evaluation scripts, as NVIDIA's SquadDownloader fetches them (CodaLab bundles).
+EVAL_SCRIPTS = {
+    "1.1": ("0xbcd57bee090b421c982906709c8c27e1", "evaluate-v1.1.py"),
+    "2.0": ("0x6b567e1cf2e041ec80d7098f031c5c9e", "evaluate-v2.0.py"),
+}
+HUB_REPOS = {"1.1": ("rajpurkar/squad", "plain_text"), "2.0": ("rajpurkar/squad_v2", "squad_v2")}
+HUB_SPLITS = {"train": "train", "dev": "validation"}
+
+
+def add_arguments(parser):
+    parser.add_argument("--version", dest="squad_version", choices=["1.1", "2.0", "all"], default="all",
+                        help="SQuAD version(s) (default: all)")
+    parser.add_argument("--from-hub", action="store_true",
+                        help="rebuild the JSON files from rajpurkar/squad[_v2] on the hub instead of the SQuAD site")
+    parser.add_argument("--base-url", help=f"SQuAD JSON base URL (default: ${BASE_URL_ENV} or {DEFAULT_BASE_URL}); "
+                                           "with --from-hub, the hub endpoint (default: $HF_ENDPOINT)")
+    parser.add_argument("--eval-base-url", help=f"evaluation scripts base URL (default: ${EVAL_BASE_URL_ENV} or {DEFAULT_EVAL_BASE_URL})")
+    parser.add_argument("--checksums", metavar="FILE",
+                        help="md5sum-style list replacing the built-in md5s (for a mirror that republishes the files)")
+
+
+def count_examples(path):
+    """Number of questions in a SQuAD JSON file; DataError if it is not SQuAD JSON."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        return sum(len(p["qas"]) for article in data["data"] for p in article["paragraphs"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise DataError(f"{path}: not SQuAD JSON ({exc.__class__.__name__}: {exc})") from None
+
+
+def _read_checksums(path):
+    sums = {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                if line.strip():
+                    parts = line.split()
+                    if len(parts) != 2 or len(parts[0]) != 32:
+                        raise UsageError(f"{path}:{number}: expected '<md5> <file name>'")
+                    sums[os.path.basename(parts[1].lstrip("*"))] = parts[0].lower()
+    except OSError as exc:
+        raise UsageError(f"--checksums {path}: {exc.strerror}") from None
+    return sums
+
+
+def run(args, workdir, progress):
+    versions = ["1.1", "2.0"] if args.squad_version == "all" else [args.squad_version]
+    downloads = SourceDownloads(os.path.join(workdir, "download", "squad"), "squad", progress)
+    md5s = _read_checksums(args.checksums) if args.checksums else {}
+    rows = []
+    for version in versions:
+        for split, name, md5, examples in FILES[version]:
+            relpath = f"v{version}/{name}"
+            if args.from_hub:
+                entry = _from_hub(downloads, version, split, relpath, args.base_url, args.quiet)
+            else:
+                base = (args.base_url or os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL).rstrip("/")
+                entry = downloads.get(f"{base}/{name}", relpath, checksums={"md5": md5s.get(name, md5)})
+            _check_examples(downloads, relpath, entry, examples)
+            rows.append((relpath, f"{entry['examples']:,} examples"))
+        if not args.from_hub:
+            rows.append(_eval_script(downloads, version, args.eval_base_url, progress))
+    return {"source": "squad", "directory": downloads.directory, "files": downloads.manifest["files"]}, rows
+
+
+def _check_examples(downloads, relpath, entry, expected):
+    if "examples" not in entry:
+        entry["examples"] = count_examples(downloads.path(relpath))
+        downloads.record(relpath, entry)
+    if entry["examples"] != expected:
+        os.unlink(downloads.path(relpath))
+        downloads.forget(relpath)
+        raise DataError(f"{downloads.path(relpath)}: {entry['examples']:,} examples, expected {expected:,}; the file was deleted")
+
+
+def _eval_script(downloads, version, eval_base_url, progress):
+    bundle, name = EVAL_SCRIPTS[version]
+    base = (eval_base_url or os.environ.get(EVAL_BASE_URL_ENV) or DEFAULT_EVAL_BASE_URL).rstrip("/")
+    relpath = f"v{version}/{name}"
+    url = f"{base}/{bundle}/contents/blob/"
+    if downloads.is_complete(relpath, url):
+        return relpath, "evaluation script (no published checksum)"
+    try:
+        fetched = fetch(url, downloads.path(relpath), progress=progress, retries=2)
+    except DataError as exc:
+        if progress is not None:
+            progress.note(f"{relpath}: not fetched ({exc}); SQuAD data is complete without it")
+        return relpath, "evaluation script not reachable (skipped)"
+    downloads.record(relpath, {"url": url, "bytes": fetched.bytes, "sha256": fetched.sha256, "verified": []})
+    return relpath, "evaluation script (no published checksum)"
+
+
+def _from_hub(downloads, version, split, relpath, endpoint, quiet):
+    repo, config = HUB_REPOS[version]
+    commit, files = hub_snapshot(repo, "main", [f"{config}/{HUB_SPLITS[split]}-*.parquet"], endpoint, quiet)
+    sources = {path: info["sha256"] for path, _local, info in files}
+    entry = downloads.manifest["files"].get(relpath)
+    if entry and entry.get("hub_files") == sources and os.path.exists(downloads.path(relpath)):
+        return entry
+    data = squad_json_from_rows(
+        (row for _path, local, _info in files for row in iter_parquet_rows(local, ["id", "title", "context", "question", "answers"])),
+        version,
+    )
+    payload = json.dumps(data, ensure_ascii=False).encode("utf-8")
+    atomic_write_bytes(downloads.path(relpath), payload)
+    examples = sum(len(p["qas"]) for article in data["data"] for p in article["paragraphs"])
+    entry = {"repo": repo, "commit": commit, "hub_files": sources, "bytes": len(payload), "examples": examples,
+             "sha256": hashlib.sha256(payload).hexdigest(), "verified": ["hub sha256"]}
+    downloads.record(relpath, entry)
+    return entry
+
+
+def squad_json_from_rows(rows, version):
+    """Rebuild SQuAD's nested JSON (articles -> paragraphs -> qas) from the hub's flat rows, in order."""
+    articles = []
+    for row in rows:
+        if not articles or articles[-1]["title"] != row["title"]:
+            articles.append({"title": row["title"], "paragraphs": []})
+        paragraphs = articles[-1]["paragraphs"]
+        if not paragraphs or paragraphs[-1]["context"] != row["context"]:
+            paragraphs.append({"context": row["context"], "qas": []})
+        answers = [{"text": t, "answer_start": s} for t, s in zip(row["answers"]["text"], row["answers"]["answer_start"])]
+        qa = {"answers": answers, "question": row["question"], "id": row["id"]}
+        if version == "2.0":
+            qa["is_impossible"] = not answers
+        paragraphs[-1]["qas"].append(qa)
+    return {"version": "v2.0" if version == "2.0" else "1.1", "data": articles}

@@ -1,0 +1,375 @@
+"""`bertprep shard`: documents -> sentences -> balanced training/test text shards.
+
+    WORKDIR/sharded/<corpus>/training/<corpus>_training_<i>.txt
+    WORKDIR/sharded/<corpus>/test/<corpus>_test_<i>.txt
+    WORKDIR/sharded/<corpus>/manifest.json
+
+Shards are in the reference input format: UTF-8, one sentence per line, a
+blank line after each document. Two streaming passes, so memory holds one
+document per worker plus a few integers per document, never the corpus:
+
+1. Split (parallel over input files): each document's sentences go to a
+   scratch file; per document we keep its size, sentence count and a
+   64-bit BLAKE2b hash of its sentences.
+2. Assign and write (parallel over shards): the test split is the
+   round(fraction * documents) documents with the smallest hashes; each
+   split is balanced by "largest document first into the lightest shard";
+   every shard then copies its documents from the scratch files in input
+   order.
+
+Documents are never split across shards. The assignment depends only on
+the documents (their hashes, sizes and input order), not on the number of
+workers, so the same input gives the same bytes.
+
+Inputs: formatted parts (`.jsonl`, one {"title", "text"} per line, as
+`bertprep download` writes them) or text files (`.txt`, blank-line separated
+documents, one paragraph or sentence per line). Text input that is not
+valid UTF-8 is decoded with U+FFFD replacement and counted; documents left
+with no sentence (markup-only pages, blank texts) are dropped and counted.
+"""
+
+import hashlib
+import heapq
+import os
+import shutil
+import time
+
+import numpy as np
+
+from bertprep import __version__
+from bertprep.atomic import atomic_open, remove_stale_temps
+from bertprep.errors import DataError, UsageError
+from bertprep.progress import Progress, add_output_arguments, human_bytes, print_summary
+from bertprep.workdir import MANIFEST, SPLITS, add_workdir_argument, load_manifest, resolve_workdir, save_manifest, stage_dir
+
+INPUT_SUFFIXES = (".jsonl", ".txt")
+# Corpora made of several formatted sources, as NVIDIA names them.
+COMBINED = {"books_wiki_en_corpus": ("bookcorpus", "wikicorpus_en")}
+SCRATCH = ".tmp-split"
+
+
+def add_arguments(parser):
+    add_workdir_argument(parser)
+    parser.add_argument("--input", nargs="+", metavar="DIR_OR_FILE",
+                        help="formatted corpus directories or .jsonl/.txt files (default: WORKDIR/formatted/<corpus>)")
+    parser.add_argument("--out", help="output directory (default: WORKDIR/sharded/<corpus>)")
+    parser.add_argument("--corpus", help="corpus name used for the directory and file names (default: the only "
+                                         "formatted corpus; books_wiki_en_corpus combines bookcorpus and wikicorpus_en)")
+    parser.add_argument("--train-shards", type=int, default=256, help="training shards (default: 256)")
+    parser.add_argument("--test-shards", type=int, default=256, help="test shards (default: 256)")
+    parser.add_argument("--test-fraction", type=float, default=0.1, help="share of documents in the test split (default: 0.1)")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="parallel workers (default: all cores)")
+    add_output_arguments(parser)
+
+
+# -- inputs -----------------------------------------------------------------------
+
+
+def resolve_inputs(workdir, inputs, corpus):
+    """(corpus name, sorted input files)."""
+    if inputs:
+        if corpus is None:
+            if len(inputs) == 1 and os.path.isdir(inputs[0]):
+                corpus = os.path.basename(os.path.normpath(inputs[0]))
+            else:
+                raise UsageError("--corpus is required with several --input paths or a file input")
+        paths = inputs
+    else:
+        formatted = stage_dir(workdir, "formatted")
+        available = sorted(d for d in os.listdir(formatted) if os.path.isdir(os.path.join(formatted, d))) if os.path.isdir(formatted) else []
+        if corpus is None:
+            if len(available) != 1:
+                found = ", ".join(available) or "none"
+                raise UsageError(f"{formatted}: choose a corpus with --corpus or give --input (formatted corpora: {found})")
+            corpus = available[0]
+        parts = COMBINED.get(corpus, (corpus,)) if corpus not in available else (corpus,)
+        missing = [p for p in parts if p not in available]
+        if missing:
+            raise UsageError(f"{formatted}: no formatted corpus {', '.join(missing)} (run `bertprep download` first or give --input)")
+        paths = [os.path.join(formatted, p) for p in parts]
+    files = []
+    for path in paths:
+        if os.path.isdir(path):
+            found = sorted(
+                os.path.join(root, name)
+                for root, _dirs, names in os.walk(path)
+                for name in names
+                if name.endswith(INPUT_SUFFIXES) and not name.startswith(".")
+            )
+            if not found:
+                raise UsageError(f"{path}: no .jsonl or .txt input files")
+            files.extend(found)
+        elif os.path.isfile(path):
+            files.append(path)
+        else:
+            raise UsageError(f"--input {path}: no such file or directory")
+    if not corpus.replace("_", "").replace("-", "").isalnum():
+        raise UsageError(f"--corpus {corpus!r}: use letters, digits, '_' and '-' only")
+    return corpus, [os.path.abspath(f) for f in files]
+
+
+def iter_text_documents(path, stats):
+    """Blank-line separated documents of a text file, as strings of paragraph lines."""
+    lines = []
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                line = raw.decode("utf-8", errors="replace")
+                stats["invalid_utf8_lines"] += 1
+                stats.setdefault("first_invalid_utf8", f"{path}:{number}")
+            if line.strip():
+                lines.append(line.strip())
+            elif lines:
+                yield "\n".join(lines)
+                lines = []
+    if lines:
+        yield "\n".join(lines)
+
+
+def iter_input_documents(path, stats):
+    if path.endswith(".jsonl"):
+        from bertprep.download.formatted import iter_documents
+
+        for _number, doc in iter_documents(path):
+            yield doc["text"]
+    else:
+        yield from iter_text_documents(path, stats)
+
+
+# -- pass 1: split -----------------------------------------------------------------
+
+
+def split_input(task):
+    """Sentence-split one input file into a scratch file; returns its per-document arrays."""
+    from bertprep.sentences import document_sentences
+
+    index, path, scratch = task
+    stats = {"invalid_utf8_lines": 0, "empty_documents": 0, "input_bytes": os.path.getsize(path)}
+    sizes, sentence_counts, hashes = [], [], []
+    with open(scratch, "wb") as out:
+        for text in iter_input_documents(path, stats):
+            sentences = document_sentences(text)
+            if not sentences:
+                stats["empty_documents"] += 1
+                continue
+            data = ("\n".join(sentences) + "\n").encode("utf-8")
+            out.write(data)
+            sizes.append(len(data))
+            sentence_counts.append(len(sentences))
+            hashes.append(int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little"))
+    return index, np.array(sizes, np.int64), np.array(sentence_counts, np.int64), np.array(hashes, np.uint64), stats
+
+
+# -- assignment -------------------------------------------------------------------
+
+
+def choose_test(hashes, fraction):
+    """Boolean mask of test documents: the round(fraction * n) smallest hashes (ties by position)."""
+    n = len(hashes)
+    count = int(round(fraction * n))
+    if fraction > 0 and n >= 2:
+        count = min(max(count, 1), n - 1)
+    order = np.lexsort((np.arange(n), hashes))
+    mask = np.zeros(n, bool)
+    mask[order[:count]] = True
+    return mask
+
+
+def balance(sizes, shards):
+    """Shard of each document: largest first into the lightest shard (ties: lower shard index)."""
+    n = len(sizes)
+    assignment = np.empty(n, np.int64)
+    if n == 0:
+        return assignment
+    order = np.lexsort((np.arange(n), -sizes))
+    heap = [(0, s) for s in range(shards)]
+    for doc in order.tolist():
+        load, shard = heap[0]
+        assignment[doc] = shard
+        heapq.heapreplace(heap, (load + int(sizes[doc]), shard))
+    return assignment
+
+
+def shard_name(corpus, split, index):
+    return f"{corpus}_{split}_{index}.txt"
+
+
+# -- pass 2: write -----------------------------------------------------------------
+
+
+def write_shard(task):
+    """Copy the documents of one shard (input order) from the scratch files; returns its manifest entry."""
+    path, scratch_paths, files, offsets, sizes, sentences = task
+    digest = hashlib.sha256()
+    total = 0
+    with atomic_open(path, "wb") as out:
+        current, handle = None, None
+        try:
+            for file_index, offset, size in zip(files.tolist(), offsets.tolist(), sizes.tolist()):
+                if file_index != current:
+                    if handle is not None:
+                        handle.close()
+                    handle, current = open(scratch_paths[file_index], "rb"), file_index
+                handle.seek(offset)
+                data = handle.read(size) + b"\n"
+                out.write(data)
+                digest.update(data)
+                total += len(data)
+        finally:
+            if handle is not None:
+                handle.close()
+    return {"documents": len(sizes), "sentences": int(sentences.sum()), "bytes": total, "sha256": digest.hexdigest()}
+
+
+def _pool_map(function, tasks, workers):
+    if workers <= 1 or len(tasks) <= 1:
+        yield from map(function, tasks)
+        return
+    import multiprocess
+
+    with multiprocess.Pool(min(workers, len(tasks))) as pool:
+        yield from pool.imap(function, tasks)
+
+
+def spread(sizes):
+    sizes = np.asarray(sizes, np.float64)
+    if sizes.size == 0:
+        return {"shards": 0}
+    mean = float(sizes.mean())
+    return {"shards": int(sizes.size), "min_bytes": int(sizes.min()), "max_bytes": int(sizes.max()), "mean_bytes": round(mean),
+            "spread_pct": round(100 * (sizes.max() - sizes.min()) / mean, 3) if mean else 0.0}
+
+
+# -- the command ------------------------------------------------------------------
+
+
+def run(args):
+    if args.train_shards < 1 or args.test_shards < 1:
+        raise UsageError("--train-shards and --test-shards must be at least 1")
+    if not 0 <= args.test_fraction < 1:
+        raise UsageError("--test-fraction must be in [0, 1)")
+    workdir = resolve_workdir(args.workdir)
+    corpus, inputs = resolve_inputs(workdir, args.input, args.corpus)
+    out = os.path.abspath(args.out or stage_dir(workdir, "sharded", corpus))
+    from bertprep.sentences import splitter_version
+
+    params = {"train_shards": args.train_shards, "test_shards": args.test_shards, "test_fraction": args.test_fraction,
+              "splitter": splitter_version(), "balance": "largest-first into lightest shard", "test_choice": "smallest blake2b-64 hashes"}
+    input_list = [{"path": p, "bytes": os.path.getsize(p)} for p in inputs]
+    previous = load_manifest(out)
+    if _is_complete(previous, out, params, input_list):
+        print_summary(f"bertprep shard: {out} is already complete", _summary(previous, out, 0.0), as_json=args.json,
+                      rows=_rows(previous, out, 0.0))
+        return 0
+
+    progress = Progress("shard", total=len(inputs), unit="input files", quiet=args.quiet)
+    start = time.monotonic()
+    os.makedirs(out, exist_ok=True)
+    if previous is not None:
+        os.unlink(os.path.join(out, MANIFEST))  # nothing may look complete while shards are rewritten
+    scratch_dir = os.path.join(out, SCRATCH)
+    shutil.rmtree(scratch_dir, ignore_errors=True)
+    os.makedirs(scratch_dir)
+    try:
+        manifest = _shard(args, corpus, inputs, input_list, out, scratch_dir, params, progress)
+    finally:
+        shutil.rmtree(scratch_dir, ignore_errors=True)
+    progress.close()
+    seconds = time.monotonic() - start
+    save_manifest(out, manifest)
+    print_summary(f"bertprep shard: {corpus} done", _summary(manifest, out, seconds), as_json=args.json, rows=_rows(manifest, out, seconds))
+    return 0
+
+
+def _shard(args, corpus, inputs, input_list, out, scratch_dir, params, progress):
+    scratch_paths = [os.path.join(scratch_dir, f"{i:06d}.txt") for i in range(len(inputs))]
+    results = [None] * len(inputs)
+    stats = {"invalid_utf8_lines": 0, "empty_documents": 0, "input_bytes": 0}
+    first_invalid = None
+    for index, sizes, sentences, hashes, file_stats in _pool_map(split_input, list(zip(range(len(inputs)), inputs, scratch_paths)), args.workers):
+        results[index] = (sizes, sentences, hashes)
+        first_invalid = first_invalid or file_stats.pop("first_invalid_utf8", None)
+        for key in stats:
+            stats[key] += file_stats[key]
+        progress.advance(1, bytes=file_stats["input_bytes"], documents=len(sizes))
+    if first_invalid:
+        progress.note(f"{stats['invalid_utf8_lines']:,} line(s) with invalid UTF-8 decoded with U+FFFD (first: {first_invalid})")
+
+    sizes = np.concatenate([r[0] for r in results])
+    sentences = np.concatenate([r[1] for r in results])
+    hashes = np.concatenate([r[2] for r in results])
+    files = np.concatenate([np.full(len(r[0]), i, np.int64) for i, r in enumerate(results)])
+    offsets = np.concatenate([np.cumsum(r[0]) - r[0] for r in results])
+    if sizes.size == 0:
+        raise DataError(f"{', '.join(inputs[:3])}{' ...' if len(inputs) > 3 else ''}: no document with any sentence")
+    test_mask = choose_test(hashes, args.test_fraction)
+
+    tasks, names = [], []
+    for split, mask, requested in (("training", ~test_mask, args.train_shards), ("test", test_mask, args.test_shards)):
+        split_dir = os.path.join(out, split)
+        os.makedirs(split_dir, exist_ok=True)
+        remove_stale_temps(split_dir)
+        for name in os.listdir(split_dir):  # shards of an earlier run with other settings
+            if name.startswith(f"{corpus}_{split}_") and name.endswith(".txt"):
+                os.unlink(os.path.join(split_dir, name))
+        docs = np.flatnonzero(mask)  # input order
+        count = min(requested, len(docs))
+        if count < requested:
+            progress.note(f"{split}: {len(docs)} document(s), so {count} shard(s) instead of {requested}")
+        assignment = balance(sizes[docs], count)
+        for shard in range(count):
+            chosen = docs[assignment == shard]
+            path = os.path.join(split_dir, shard_name(corpus, split, shard))
+            tasks.append((path, scratch_paths, files[chosen], offsets[chosen], sizes[chosen], sentences[chosen]))
+            names.append((f"{split}/{shard_name(corpus, split, shard)}", split))
+    written = {}
+    for (relpath, split), entry in zip(names, _pool_map(write_shard, tasks, args.workers)):
+        written[relpath] = dict(entry, split=split)
+    return {
+        "tool": "bertprep", "version": __version__, "stage": "shard", "corpus": corpus, "params": params,
+        "inputs": input_list, "files": written,
+        "documents": {s: int(sum(e["documents"] for e in written.values() if e["split"] == s)) for s in SPLITS},
+        "dropped": {"empty_documents": stats["empty_documents"], "invalid_utf8_lines": stats["invalid_utf8_lines"]},
+        "input_bytes": stats["input_bytes"],
+        "spread": {s: spread([e["bytes"] for e in written.values() if e["split"] == s]) for s in SPLITS},
+    }
+
+
+def _is_complete(manifest, out, params, input_list):
+    if not manifest or manifest.get("stage") != "shard" or manifest.get("params") != params or manifest.get("inputs") != input_list:
+        return False
+    for relpath, entry in manifest.get("files", {}).items():
+        try:
+            if os.path.getsize(os.path.join(out, relpath)) != entry["bytes"]:
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def _summary(manifest, out, seconds):
+    summary = {k: manifest[k] for k in ("corpus", "documents", "dropped", "spread", "input_bytes")}
+    summary.update(out=out, seconds=round(seconds, 3), sentences=sum(e["sentences"] for e in manifest["files"].values()))
+    summary["mb_per_s"] = round(manifest["input_bytes"] / seconds / 1e6, 2) if seconds else None
+    return summary
+
+
+def _rows(manifest, out, seconds):
+    rows = [("corpus", manifest["corpus"]), ("input", f"{len(manifest['inputs'])} file(s), {human_bytes(manifest['input_bytes'])}")]
+    for split in SPLITS:
+        s = manifest["spread"][split]
+        if s["shards"]:
+            rows.append((split, f"{manifest['documents'][split]:,} documents in {s['shards']} shards of "
+                                f"{human_bytes(s['min_bytes'])}..{human_bytes(s['max_bytes'])} (spread {s['spread_pct']}% of mean)"))
+        else:
+            rows.append((split, "no documents"))
+    rows.append(("sentences", f"{sum(e['sentences'] for e in manifest['files'].values()):,}"))
+    dropped = manifest["dropped"]
+    if dropped["empty_documents"] or dropped["invalid_utf8_lines"]:
+        rows.append(("dropped", f"{dropped['empty_documents']:,} empty documents; {dropped['invalid_utf8_lines']:,} lines with invalid UTF-8 repaired"))
+    if seconds:
+        rows.append(("time", f"{seconds:.1f}s ({manifest['input_bytes'] / seconds / 1e6:.1f} MB/s)"))
+    rows.append(("output", out))
+    return rows
