@@ -17,7 +17,14 @@ import sys
 
 from bertprep.errors import DataError, UsageError
 from bertprep.progress import human_bytes
-from bertprep.validate_dataset import DATASET_CHECKS, find_manifest, find_record_files, summarize_stats, validate_records
+from bertprep.validate_dataset import (
+    DATASET_CHECKS,
+    dataset_roots,
+    find_manifest,
+    find_record_files,
+    summarize_stats,
+    validate_records,
+)
 from bertprep.validate_records import RECORD_CHECKS, Finding, RecordSpec
 from bertprep.validate_text import TEXT_CHECKS, find_downloads, find_text_shards, validate_downloads, validate_text_shards
 
@@ -126,11 +133,11 @@ def validate(paths, spec, workers=1, min_parts=1, compare=False, vocab_given=Fal
     all_findings = []
     for path in paths:
         found_anything = False
-        if find_record_files(path):
+        for root in dataset_roots(path) if find_record_files(path) else []:
             found_anything = True
-            manifest = find_manifest(path)
+            manifest = find_manifest(root)
             path_spec = spec if vocab_given or manifest is None else _manifest_vocab(manifest["_path"], spec)
-            result = validate_records(path, path_spec, workers=workers, min_parts=min_parts, quiet=quiet)
+            result = validate_records(root, path_spec, workers=workers, min_parts=min_parts, quiet=quiet)
             report["datasets"].append(_dataset_section(result))
             all_findings.extend(result.findings.kept)
             _add_counts(report["counts"], result.findings.counts)
@@ -196,7 +203,8 @@ def _tally(findings):
 def _dataset_section(result):
     stats = {}
     training = {fmt: s for (fmt, split), s in result.stats.items() if split == "training"}
-    for (fmt, split), group in sorted(result.stats.items()):
+    order = {"tfrecord": 0, "ofrecord": 1, "training": 0, "test": 1}
+    for (fmt, split), group in sorted(result.stats.items(), key=lambda item: (order[item[0][0]], order.get(item[0][1], 2))):
         figures, warnings = summarize_stats(group, result.spec, training.get(fmt) if split == "test" else None)
         figures["_warnings"] = [f"{fmt} {split}: {message}" for _check, message in warnings]
         stats.setdefault(fmt, {})[split] = figures
@@ -261,8 +269,13 @@ def print_table(report, stream=None):
         detail = f"{row['failures']:,} failing" if row["failures"] else row["description"]
         out.append(f"  {mark} {check:<22} {detail}")
     for section in report["datasets"]:
+        shown = None
         for fmt, splits in section["stats"].items():
+            if shown is not None and _same_figures(splits, section["stats"][shown]):
+                out.append(f"statistics ({fmt}): the same as {shown}")
+                continue
             out.extend(_stats_rows(fmt, splits))
+            shown = shown or fmt
     for item in report["compare"]:
         verdict = f"equal ({item['records']:,} instances)" if item["equal"] else item["difference"]
         out.append(f"compare {item['what']}: {verdict}")
@@ -276,6 +289,10 @@ def print_table(report, stream=None):
         out.append(f"findings (first {shown} of {report['errors_total']:,})")
         out.extend(f"  {Finding(**f).line()}" for f in report["findings"])
     print("\n".join(out), file=stream)
+
+
+def _same_figures(a, b):
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
 def _stats_rows(fmt, splits):

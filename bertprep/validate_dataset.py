@@ -98,6 +98,19 @@ def find_manifest(path):
     return None
 
 
+def dataset_roots(path):
+    """The datasets under `path`: each directory below it with a create manifest, else `path` itself."""
+    if os.path.isfile(path) or find_manifest(path) is not None:
+        return [path]
+    roots = []
+    for root, dirs, files in os.walk(path):
+        dirs.sort()
+        if MANIFEST in files and find_manifest(root) is not None and find_record_files(root):
+            roots.append(root)
+            dirs[:] = []
+    return roots or [path]
+
+
 def manifest_params(manifest):
     """(seq, pred, masked_lm_prob, whole_word_mask) from a create manifest (None where absent)."""
     params = (manifest or {}).get("params") or {}
