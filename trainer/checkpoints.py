@@ -1,0 +1,76 @@
+"""Checkpoints: `<dir>/ckpt-<step>/{state.npz, state.json}`, written whole or not at all.
+
+state.npz holds every model, optimizer and loss-scale variable by name;
+state.json the step, the data position (batches drawn, skipped steps
+included) and the settings the run must keep to resume exactly. A checkpoint
+is written into a temporary directory and renamed into place; the oldest
+beyond `keep` are deleted afterwards.
+"""
+
+import json
+import os
+import re
+import shutil
+
+import numpy as np
+
+from bertprep.errors import DataError, UsageError
+
+_NAME = re.compile(r"^ckpt-(\d+)$")
+
+
+def list_checkpoints(directory):
+    """Complete checkpoints in `directory`, oldest first, as (step, path)."""
+    if not os.path.isdir(directory):
+        return []
+    found = []
+    for name in os.listdir(directory):
+        match = _NAME.match(name)
+        if match and os.path.isfile(os.path.join(directory, name, "state.json")):
+            found.append((int(match.group(1)), os.path.join(directory, name)))
+    return sorted(found)
+
+
+def save(directory, step, arrays, state, keep):
+    final = os.path.join(directory, f"ckpt-{step:08d}")
+    temp = os.path.join(directory, f".tmp-{os.getpid()}-ckpt-{step:08d}")
+    shutil.rmtree(temp, ignore_errors=True)
+    os.makedirs(temp)
+    with open(os.path.join(temp, "state.npz"), "wb") as f:
+        np.savez(f, **arrays)
+    with open(os.path.join(temp, "state.json"), "w", encoding="utf-8") as f:
+        json.dump(dict(state, step=step), f, indent=1, sort_keys=True)
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(temp, final)
+    for _step, path in list_checkpoints(directory)[:-keep] if keep > 0 else []:
+        shutil.rmtree(path, ignore_errors=True)
+    return final
+
+
+def load_latest(directory):
+    """(arrays, state) of the newest checkpoint, or None when there is none."""
+    checkpoints = list_checkpoints(directory)
+    if not checkpoints:
+        return None
+    _step, path = checkpoints[-1]
+    try:
+        with open(os.path.join(path, "state.json"), encoding="utf-8") as f:
+            state = json.load(f)
+        with np.load(os.path.join(path, "state.npz")) as npz:
+            arrays = {name: npz[name] for name in npz.files}
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{path}: unreadable checkpoint: {exc}") from None
+    return path, arrays, state
+
+
+def check_compatible(path, saved, current, arrays, expected_shapes):
+    """A resumed run must keep what fixes the weights' trajectory; name the first difference."""
+    for key, value in current.items():
+        if saved.get(key) != value:
+            raise UsageError(f"{path}: checkpoint was written with {key}={saved.get(key)!r}, "
+                             f"this run has {value!r}")
+    for name, shape in expected_shapes.items():
+        if name not in arrays:
+            raise UsageError(f"{path}: checkpoint lacks variable {name}")
+        if tuple(arrays[name].shape) != tuple(shape):
+            raise UsageError(f"{path}: variable {name} has shape {arrays[name].shape}, expected {tuple(shape)}")

@@ -1,0 +1,92 @@
+"""`python -m trainer`: arguments, one-line errors, the final summary.
+
+Backend: `KERAS_BACKEND` (tensorflow by default, or jax). Several hosts
+(TensorFlow): set `TF_CONFIG` on every host; see docs/trainer.md.
+"""
+
+import argparse
+import math
+import os
+import sys
+
+from bertprep.errors import BertprepError, UsageError
+from bertprep.progress import add_output_arguments, print_summary
+from trainer.model import SIZES
+
+PROG = "trainer"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _positive_int(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
+    return value
+
+
+def _warmup(text):
+    """A fraction of --steps (< 1) or a number of steps."""
+    value = float(text)
+    if value < 0 or (value >= 1 and value != int(value)):
+        raise argparse.ArgumentTypeError(f"expected a fraction below 1 or a whole number of steps, got {text}")
+    return value
+
+
+def build_parser():
+    p = _Parser(prog=PROG, description="Pretrain BERT (Keras 3) on TFRecord or OFRecord records from `bertprep create`.")
+    p.add_argument("--format", required=True, choices=("tfrecord", "ofrecord"), help="record format to read")
+    p.add_argument("--data", help="records directory of `bertprep create` (default: embedded sample records)")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--model", choices=tuple(SIZES), default="base", help="Google's BERT size (default: base)")
+    size.add_argument("--bert-config", help="Google's bert_config.json instead of --model")
+    p.add_argument("--optimizer", choices=("adam", "lamb"), default="lamb", help="AdamW or NVLAMB (default: lamb)")
+    p.add_argument("--lr", type=float, default=1e-4, help="peak learning rate (default: 1e-4)")
+    p.add_argument("--warmup", type=_warmup, default=0.1, help="warmup: fraction of --steps or steps (default: 0.1)")
+    p.add_argument("--steps", type=_positive_int, default=1000, help="optimizer steps (default: 1000)")
+    p.add_argument("--batch-size", type=_positive_int, default=32, help="sequences per replica per micro-batch")
+    p.add_argument("--grad-accum", type=_positive_int, default=1, help="micro-batches per optimizer step")
+    p.add_argument("--precision", choices=("fp32", "mixed_float16", "mixed_bfloat16"), default="fp32")
+    p.add_argument("--seed", type=int, default=12345, help="seed of initialization, dropout and data order")
+    p.add_argument("--checkpoint-dir", help="directory of checkpoints (and TensorBoard scalars)")
+    p.add_argument("--checkpoint-every", type=_positive_int, default=1000, help="steps between checkpoints")
+    p.add_argument("--keep-checkpoints", type=int, default=3, help="how many recent checkpoints to keep")
+    p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --checkpoint-dir")
+    p.add_argument("--eval-every", type=int, default=0, help="steps between evaluations on the test split (0: never)")
+    p.add_argument("--eval-steps", type=_positive_int, default=10, help="batches per evaluation")
+    p.add_argument("--log-every", type=_positive_int, default=100, help="steps between log lines")
+    p.add_argument("--log-json", help="append log lines as JSON to this file")
+    p.add_argument("--tensorboard-dir", help="TensorBoard scalars (default: CHECKPOINT_DIR/tensorboard)")
+    add_output_arguments(p)
+    return p
+
+
+def _check(args):
+    if args.resume and not args.checkpoint_dir:
+        raise UsageError("--resume needs --checkpoint-dir")
+    if args.warmup >= 1 and args.warmup > args.steps:
+        raise UsageError(f"--warmup {int(args.warmup)} exceeds --steps {args.steps}")
+    if not math.isfinite(args.lr) or args.lr <= 0:
+        raise UsageError(f"--lr must be a positive number, got {args.lr}")
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    try:
+        _check(args)
+        from trainer.train import run
+
+        summary = run(args)
+    except BertprepError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    if summary is not None and summary.pop("is_chief", True):
+        print_summary("trainer: done", summary, as_json=args.json)
+    return 0

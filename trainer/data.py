@@ -1,0 +1,236 @@
+"""Training data: find the records of a `bertprep create` directory and stream batches.
+
+Layout (from `bertprep create`):
+    <dir>/manifest.json
+    <dir>/tfrecord/{training,test}/*.tfrecord
+    <dir>/ofrecord/{training,test}/part-<i>
+`--data` may be that directory or one to three levels above it (a params
+directory holding several corpora: all of them are used).
+
+The stream is deterministic for a seed and has a position: a worker's record
+files (every `num_workers`-th file of the sorted list) are read in an order
+shuffled per epoch; the concatenated records are cut into windows of
+`window` records and each window is permuted (a shuffle buffer that can be
+reopened at any record without replaying the past); batches are consecutive
+records of that endless stream. Reopening at record k (a checkpoint's data
+position) skips whole files by their record counts and decodes at most one
+file's worth of records to reach k.
+"""
+
+import glob
+import os
+import queue
+import threading
+
+import numpy as np
+
+from bertprep import formats
+from bertprep.errors import DataError, UsageError
+from bertprep.workdir import load_manifest
+
+SPLITS = ("training", "test")
+FILE_PATTERNS = {"tfrecord": "*.tfrecord", "ofrecord": "part-*"}
+INPUT_NAMES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions")
+# dtype the model and loss receive for each feature
+FEATURE_DTYPES = {name: (np.float32 if name == "masked_lm_weights" else np.int32) for name in formats.FEATURE_NAMES}
+
+
+class Records:
+    """The record files of one format in a data directory: files per split, seq, pred and counts."""
+
+    def __init__(self, data_dir, fmt):
+        self.data_dir = data_dir
+        self.fmt = fmt
+        self.files = {split: [] for split in SPLITS}
+        self._manifest_counts = {}
+        self.seq = self.pred = None
+        corpus_dirs = _corpus_dirs(data_dir, fmt)
+        for corpus_dir in corpus_dirs:
+            for split in SPLITS:
+                self.files[split] += sorted(glob.glob(os.path.join(corpus_dir, fmt, split, FILE_PATTERNS[fmt])))
+            self._read_manifest(corpus_dir)
+        if not self.files["training"]:
+            raise DataError(f"{data_dir}: no {fmt} training records (looked for "
+                            f"{os.path.join('[*/[*/]]', fmt, 'training', FILE_PATTERNS[fmt])})")
+        self._check_shapes()
+
+    def _read_manifest(self, corpus_dir):
+        manifest = load_manifest(corpus_dir)
+        if not manifest:
+            return
+        params = manifest.get("params") or {}
+        if "seq" in params and "pred" in params:
+            self._set_shape(int(params["seq"]), int(params["pred"]), os.path.join(corpus_dir, "manifest.json"))
+        for rel, entry in (manifest.get("files") or {}).items():
+            if isinstance(entry, dict) and "instances" in entry:
+                self._manifest_counts[os.path.normpath(os.path.join(corpus_dir, rel))] = int(entry["instances"])
+
+    def _set_shape(self, seq, pred, source):
+        if self.seq is not None and (seq, pred) != (self.seq, self.pred):
+            raise DataError(f"{source}: sequence length/predictions {seq}/{pred} differ from "
+                            f"{self.seq}/{self.pred} of the other records")
+        self.seq, self.pred = seq, pred
+
+    def _check_shapes(self):
+        """The first record of the first training file must have the declared shapes."""
+        path = self.files["training"][0]
+        record = next(formats.read_records(path, self.fmt), None)
+        if record is None:
+            raise DataError(f"{path}: no records")
+        missing = [name for name in formats.FEATURE_NAMES if name not in record]
+        if missing:
+            raise DataError(f"{path}: record 0 lacks feature {missing[0]!r}")
+        self._set_shape(len(record["input_ids"]), len(record["masked_lm_positions"]), f"{path}: record 0")
+
+    def count(self, path):
+        """Records in a file: from the manifest, else by reading the framing (no decoding)."""
+        key = os.path.normpath(path)
+        if key not in self._manifest_counts:
+            self._manifest_counts[key] = sum(1 for _ in formats.iter_payloads(path, self.fmt, verify=False))
+        return self._manifest_counts[key]
+
+
+def _corpus_dirs(data_dir, fmt):
+    if not os.path.isdir(data_dir):
+        raise DataError(f"{data_dir}: no such directory")
+    found = []
+    for depth in range(4):
+        pattern = os.path.join(data_dir, *["*"] * depth, fmt)
+        found = sorted(os.path.dirname(p) for p in glob.glob(pattern) if os.path.isdir(p))
+        if found:
+            return found
+    return found
+
+
+class RecordStream:
+    """An endless, seeded stream of batches from one worker's share of `files`."""
+
+    def __init__(self, records, split, batch_size, seed, window=8192, worker_index=0, num_workers=1):
+        files = records.files[split]
+        if len(files) < num_workers:
+            raise UsageError(f"{records.data_dir}: {len(files)} {records.fmt} {split} files cannot be split "
+                             f"across {num_workers} workers (create at least {num_workers} shards)")
+        self.records = records
+        self.files = files[worker_index::num_workers]
+        self.counts = [records.count(path) for path in self.files]
+        self.epoch_size = sum(self.counts)
+        if self.epoch_size == 0:
+            raise DataError(f"{records.data_dir}: the {split} files of worker {worker_index} hold no records")
+        self.batch_size = batch_size
+        self.seed = seed
+        self.window = window
+
+    def _epoch_order(self, epoch):
+        order = np.random.default_rng([self.seed, epoch]).permutation(len(self.files))
+        return [self.files[i] for i in order], [self.counts[i] for i in order]
+
+    def _epoch_windows(self, epoch, start):
+        """Permuted windows of epoch `epoch`, the first trimmed to begin at record `start`."""
+        files, counts = self._epoch_order(epoch)
+        first_window = start // self.window
+        window_start = first_window * self.window
+        skipped_files, before = 0, 0
+        while before + counts[skipped_files] <= window_start:
+            before += counts[skipped_files]
+            skipped_files += 1
+        chunks = formats.read_batches(files[skipped_files:], self.window, self.records.fmt)
+        windows = _rechunk(chunks, self.window, drop=window_start - before)
+        for index, window in enumerate(windows, start=first_window):
+            n = len(window["input_ids"])
+            order = np.random.default_rng([self.seed, epoch, index]).permutation(n)
+            if index == first_window:
+                order = order[start - window_start:]
+            yield {name: window[name][order] for name in formats.FEATURE_NAMES}
+
+    def batches(self, start=0):
+        """Yield batches (dicts of arrays, `batch_size` rows) beginning at stream record `start`."""
+        epoch, offset = divmod(start, self.epoch_size)
+        pending = []
+        have = 0
+        while True:
+            for window in self._epoch_windows(epoch, offset):
+                pending.append(window)
+                have += len(window["input_ids"])
+                while have >= self.batch_size:
+                    batch, pending = _take(pending, self.batch_size)
+                    have -= self.batch_size
+                    yield {name: batch[name].astype(FEATURE_DTYPES[name], copy=False)
+                           for name in formats.FEATURE_NAMES}
+            epoch, offset = epoch + 1, 0
+
+
+def _rechunk(chunks, size, drop):
+    """Regroup a stream of row-batches into batches of exactly `size` rows (the last may be
+    short), after dropping the first `drop` rows."""
+    pending = []
+    have = 0
+    for chunk in chunks:
+        n = len(chunk["input_ids"])
+        if drop >= n:
+            drop -= n
+            continue
+        if drop:
+            chunk = {name: values[drop:] for name, values in chunk.items()}
+            n -= drop
+            drop = 0
+        pending.append(chunk)
+        have += n
+        while have >= size:
+            out, pending = _take(pending, size)
+            have -= size
+            yield out
+    if have:
+        yield _take(pending, have)[0]
+
+
+def _take(pending, n):
+    """Split the first n rows off a list of row-batches: (those rows, the rest)."""
+    taken, rest, need = [], list(pending), n
+    while need:
+        head = rest.pop(0)
+        rows = len(head["input_ids"])
+        if rows <= need:
+            taken.append(head)
+            need -= rows
+        else:
+            taken.append({k: v[:need] for k, v in head.items()})
+            rest.insert(0, {k: v[need:] for k, v in head.items()})
+            need = 0
+    if len(taken) == 1:
+        return taken[0], rest
+    return {k: np.concatenate([t[k] for t in taken]) for k in taken[0]}, rest
+
+
+def prefetch(iterator, depth=4):
+    """Run `iterator` in a background thread, `depth` items ahead; errors surface on next()."""
+    items = queue.Queue(maxsize=depth)
+    done = object()
+    stop = threading.Event()
+
+    def produce():
+        try:
+            for item in iterator:
+                while not stop.is_set():
+                    try:
+                        items.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            items.put(done)
+        except BaseException as exc:  # handed to the consumer, which re-raises it
+            items.put(exc)
+
+    thread = threading.Thread(target=produce, daemon=True, name="batch-prefetch")
+    thread.start()
+    try:
+        while True:
+            item = items.get()
+            if item is done:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()

@@ -1,0 +1,54 @@
+"""Pretraining loss and metrics (DESIGN.md §5), as sums that add up across replicas.
+
+The reference loss is the masked-LM cross-entropy weighted by
+`masked_lm_weights` and divided by their sum (+1e-5), plus the next-sentence
+cross-entropy averaged over the batch. Each replica returns the sums below;
+the training step divides by the totals of the whole global batch (all
+replicas, all accumulated micro-batches), so any split of a global batch
+gives the same loss and gradient as one device holding all of it.
+"""
+
+from keras import ops
+
+# Keys of the per-step sums, in the order the training step returns them.
+SUM_KEYS = ("mlm_loss_sum", "mlm_weight_sum", "mlm_correct", "nsp_loss_sum", "nsp_correct", "sequences")
+
+
+def loss_sums(mlm_logits, nsp_logits, batch):
+    """Sums over one (micro-)batch: weighted MLM cross-entropy and correct predictions, the
+    weight total, NSP cross-entropy and correct predictions, and the number of sequences."""
+    ids = ops.cast(batch["masked_lm_ids"], "int32")
+    weights = ops.cast(batch["masked_lm_weights"], "float32")
+    mlm_log_probs = ops.log_softmax(mlm_logits, axis=-1)
+    mlm_nll = -ops.squeeze(ops.take_along_axis(mlm_log_probs, ids[..., None], axis=-1), -1)
+    mlm_hits = ops.cast(ops.equal(ops.cast(ops.argmax(mlm_logits, axis=-1), "int32"), ids), "float32")
+    labels = ops.reshape(ops.cast(batch["next_sentence_labels"], "int32"), (-1,))
+    nsp_log_probs = ops.log_softmax(nsp_logits, axis=-1)
+    nsp_nll = -ops.squeeze(ops.take_along_axis(nsp_log_probs, labels[:, None], axis=-1), -1)
+    nsp_hits = ops.cast(ops.equal(ops.cast(ops.argmax(nsp_logits, axis=-1), "int32"), labels), "float32")
+    return {
+        "mlm_loss_sum": ops.sum(mlm_nll * weights),
+        "mlm_weight_sum": ops.sum(weights),
+        "mlm_correct": ops.sum(mlm_hits * weights),
+        "nsp_loss_sum": ops.sum(nsp_nll),
+        "nsp_correct": ops.sum(nsp_hits),
+        "sequences": ops.cast(ops.shape(labels)[0], "float32"),
+    }
+
+
+def objective(sums, total_weight, total_sequences):
+    """This (micro-)batch's share of the global-batch loss; the shares add up to the loss."""
+    return sums["mlm_loss_sum"] / (total_weight + 1e-5) + sums["nsp_loss_sum"] / total_sequences
+
+
+def metrics(totals):
+    """Loss and accuracies from sums over a global batch (or several), as Python floats."""
+    mlm_loss = totals["mlm_loss_sum"] / (totals["mlm_weight_sum"] + 1e-5)
+    nsp_loss = totals["nsp_loss_sum"] / max(totals["sequences"], 1.0)
+    return {
+        "loss": mlm_loss + nsp_loss,
+        "mlm_loss": mlm_loss,
+        "nsp_loss": nsp_loss,
+        "mlm_accuracy": totals["mlm_correct"] / max(totals["mlm_weight_sum"], 1e-5),
+        "nsp_accuracy": totals["nsp_correct"] / max(totals["sequences"], 1.0),
+    }

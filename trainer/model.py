@@ -1,0 +1,198 @@
+"""BERT for pretraining as Keras 3 layers: encoder, masked-LM head, next-sentence head.
+
+The architecture of google-research/bert: post-LayerNorm Transformer encoder
+with exact (erf) GELU, learned position and segment embeddings, a tanh pooler
+on `[CLS]`; the masked-LM head is dense + GELU + LayerNorm whose output is
+multiplied by the transposed word embeddings plus a bias; the next-sentence
+head is a dense layer on the pooled output. Written with `keras.ops` only, so
+it runs on the TensorFlow and the JAX backends.
+"""
+
+import dataclasses
+import json
+
+import keras
+from keras import ops
+
+from bertprep.errors import UsageError
+
+# Google's published BERT sizes: (layers, hidden, heads); intermediate = 4 * hidden.
+SIZES = {
+    "tiny": (2, 128, 2),
+    "mini": (4, 256, 4),
+    "small": (4, 512, 8),
+    "medium": (8, 512, 8),
+    "base": (12, 768, 12),
+    "large": (24, 1024, 16),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class BertConfig:
+    """The keys of Google's `bert_config.json`."""
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+
+    @classmethod
+    def sized(cls, name, **overrides):
+        layers, hidden, heads = SIZES[name]
+        return cls(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads,
+                   intermediate_size=4 * hidden, **overrides)
+
+    @classmethod
+    def from_json_file(cls, path):
+        try:
+            with open(path, encoding="utf-8") as f:
+                values = json.load(f)
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"{path}: cannot read a BERT config: {exc}") from None
+        if not isinstance(values, dict):
+            raise UsageError(f"{path}: expected a JSON object of bert_config.json keys")
+        known = {field.name: field.type for field in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise UsageError(f"{path}: unknown bert_config key {unknown[0]!r} (known: {', '.join(known)})")
+        config = cls(**values)
+        if config.hidden_act != "gelu":
+            raise UsageError(f"{path}: hidden_act {config.hidden_act!r} is not supported (expected 'gelu')")
+        if config.hidden_size % config.num_attention_heads:
+            raise UsageError(f"{path}: hidden_size {config.hidden_size} is not a multiple of "
+                             f"num_attention_heads {config.num_attention_heads}")
+        return config
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+
+def _init(config):
+    return keras.initializers.TruncatedNormal(stddev=config.initializer_range)
+
+
+def _gelu(x):
+    return keras.activations.gelu(x, approximate=False)
+
+
+class TransformerLayer(keras.layers.Layer):
+    """Self-attention and feed-forward blocks, each followed by residual + LayerNorm (post-LN)."""
+
+    def __init__(self, config, **kwargs):
+        super().__init__(**kwargs)
+        heads = config.num_attention_heads
+        self.attention = keras.layers.MultiHeadAttention(
+            heads, config.hidden_size // heads, dropout=config.attention_probs_dropout_prob,
+            kernel_initializer=_init(config), name="attention")
+        self.attention_dropout = keras.layers.Dropout(config.hidden_dropout_prob)
+        self.attention_layer_norm = keras.layers.LayerNormalization(epsilon=1e-12, name="attention_layer_norm")
+        self.intermediate = keras.layers.Dense(config.intermediate_size, activation=_gelu,
+                                               kernel_initializer=_init(config), name="intermediate")
+        self.output_dense = keras.layers.Dense(config.hidden_size, kernel_initializer=_init(config), name="output")
+        self.output_dropout = keras.layers.Dropout(config.hidden_dropout_prob)
+        self.output_layer_norm = keras.layers.LayerNormalization(epsilon=1e-12, name="output_layer_norm")
+
+    def call(self, x, attention_mask, training=False):
+        attended = self.attention(x, x, attention_mask=attention_mask, training=training)
+        x = self.attention_layer_norm(x + self.attention_dropout(attended, training=training))
+        h = self.output_dense(self.intermediate(x))
+        return self.output_layer_norm(x + self.output_dropout(h, training=training))
+
+
+class MaskedLMHead(keras.layers.Layer):
+    """Dense + GELU + LayerNorm, then logits against the (tied) word embeddings plus a bias."""
+
+    def __init__(self, config, word_embeddings, **kwargs):
+        super().__init__(**kwargs)
+        self.word_embeddings = word_embeddings
+        self.transform = keras.layers.Dense(config.hidden_size, activation=_gelu,
+                                            kernel_initializer=_init(config), name="transform")
+        self.layer_norm = keras.layers.LayerNormalization(epsilon=1e-12, name="layer_norm")
+        self.vocab_size = config.vocab_size
+
+    def build(self, input_shape):
+        self.bias = self.add_weight(shape=(self.vocab_size,), initializer="zeros", name="bias")
+
+    def call(self, x):
+        x = self.layer_norm(self.transform(x))
+        embeddings = ops.cast(self.word_embeddings.embeddings, x.dtype)
+        return ops.matmul(x, ops.transpose(embeddings)) + ops.cast(self.bias, x.dtype)
+
+
+class BertPretrainer(keras.Model):
+    """inputs: dict of input_ids, input_mask, segment_ids [batch, seq] and masked_lm_positions
+    [batch, pred]; returns (masked-LM logits [batch, pred, vocab], next-sentence logits [batch, 2]),
+    both float32 whatever the dtype policy."""
+
+    def __init__(self, config, **kwargs):
+        super().__init__(**kwargs)
+        self.config = config
+        init = _init(config)
+        self.word_embeddings = keras.layers.Embedding(config.vocab_size, config.hidden_size,
+                                                      embeddings_initializer=init, name="word_embeddings")
+        self.position_embeddings = keras.layers.Embedding(config.max_position_embeddings, config.hidden_size,
+                                                          embeddings_initializer=init, name="position_embeddings")
+        self.segment_embeddings = keras.layers.Embedding(config.type_vocab_size, config.hidden_size,
+                                                         embeddings_initializer=init, name="segment_embeddings")
+        self.embeddings_layer_norm = keras.layers.LayerNormalization(epsilon=1e-12, name="embeddings_layer_norm")
+        self.embeddings_dropout = keras.layers.Dropout(config.hidden_dropout_prob)
+        self.encoder_layers = [TransformerLayer(config, name=f"layer_{i}") for i in range(config.num_hidden_layers)]
+        self.pooler = keras.layers.Dense(config.hidden_size, activation="tanh", kernel_initializer=init, name="pooler")
+        self.masked_lm = MaskedLMHead(config, self.word_embeddings, name="masked_lm")
+        self.next_sentence = keras.layers.Dense(2, kernel_initializer=init, name="next_sentence")
+
+    def call(self, inputs, training=False):
+        input_ids = inputs["input_ids"]
+        seq = ops.shape(input_ids)[1]
+        x = (self.word_embeddings(input_ids)
+             + self.position_embeddings(ops.arange(seq))[None]
+             + self.segment_embeddings(inputs["segment_ids"]))
+        x = self.embeddings_dropout(self.embeddings_layer_norm(x), training=training)
+        # [batch, 1, seq]: every query position may attend to every real (unpadded) key.
+        attention_mask = ops.cast(inputs["input_mask"], "bool")[:, None, :]
+        for layer in self.encoder_layers:
+            x = layer(x, attention_mask, training=training)
+        pooled = self.pooler(x[:, 0])
+        mlm_logits = self.masked_lm(_gather_positions(x, inputs["masked_lm_positions"]))
+        return ops.cast(mlm_logits, "float32"), ops.cast(self.next_sentence(pooled), "float32")
+
+
+def _gather_positions(x, positions):
+    """x[b, positions[b, p]] for every b, p: [batch, pred, hidden]."""
+    batch, seq, hidden = ops.shape(x)
+    positions = ops.cast(positions, "int32")
+    flat_positions = positions + ops.arange(batch, dtype="int32")[:, None] * seq
+    picked = ops.take(ops.reshape(x, (-1, hidden)), ops.reshape(flat_positions, (-1,)), axis=0)
+    return ops.reshape(picked, (batch, ops.shape(positions)[1], hidden))
+
+
+def build_model(config, seq, pred, batch=2):
+    """Create the model and its variables (call it once on zeros)."""
+    if seq > config.max_position_embeddings:
+        raise UsageError(f"records have sequence length {seq} but the model has only "
+                         f"{config.max_position_embeddings} positions (max_position_embeddings)")
+    model = BertPretrainer(config, name="bert")
+    model(dummy_inputs(batch, seq, pred))
+    return model
+
+
+def dummy_inputs(batch, seq, pred):
+    return {
+        "input_ids": ops.zeros((batch, seq), "int32"),
+        "input_mask": ops.ones((batch, seq), "int32"),
+        "segment_ids": ops.zeros((batch, seq), "int32"),
+        "masked_lm_positions": ops.zeros((batch, pred), "int32"),
+    }
+
+
+def is_excluded_from_weight_decay(variable):
+    """BERT's exclusions: LayerNorm parameters and biases."""
+    path = variable.path
+    return "layer_norm" in path or path.rsplit("/", 1)[-1] == "bias"

@@ -1,0 +1,127 @@
+"""BERT's optimizers as `keras.optimizers.Optimizer` subclasses, and their schedules.
+
+- `AdamW`: Adam (β 0.9/0.999, ε 1e-6, bias-corrected) with decoupled weight
+  decay: `w -= lr · (m̂/(√v̂+ε) + wd·w)`; LayerNorm parameters and biases get
+  no decay. Linear warmup, then linear decay to 0 (the BERT paper).
+- `NVLamb`: NVIDIA's LAMB (DESIGN.md §5). Gradients are first divided by
+  max(global norm, 1); Adam moments with bias correction; the decay term is
+  inside the update `u = m̂/(√v̂+ε) + wd·w` (same exclusions); every variable
+  steps `w -= lr · ‖w‖/‖u‖ · u` (ratio 1 where either norm is 0). Linear
+  warmup, then polynomial decay with power 0.5 to 0.
+
+Keras's own `Lamb` decays outside the trust ratio and does not pre-normalize,
+so it is not NVLAMB. `apply` must see the gradients of the whole global batch
+(already summed across replicas): the global norm is taken over them.
+"""
+
+import keras
+from keras import ops
+
+from trainer.model import is_excluded_from_weight_decay
+
+
+class WarmupPolynomialDecay(keras.optimizers.schedules.LearningRateSchedule):
+    """lr for optimizer step `step` (0-based; the update it applies is number step+1):
+    peak·(step+1)/warmup during warmup, then peak·((total-step-1)/(total-warmup))**power."""
+
+    def __init__(self, peak, warmup_steps, total_steps, power):
+        self.peak = float(peak)
+        self.warmup_steps = int(warmup_steps)
+        self.total_steps = int(total_steps)
+        self.power = float(power)
+
+    def __call__(self, step):
+        n = ops.cast(step, "float32") + 1.0
+        warmup = float(max(self.warmup_steps, 1))
+        decay_span = float(max(self.total_steps - self.warmup_steps, 1))
+        remaining = ops.clip((self.total_steps - n) / decay_span, 0.0, 1.0)
+        decayed = self.peak * ops.power(remaining, self.power)
+        return ops.where(n <= self.warmup_steps, self.peak * n / warmup, decayed)
+
+    def get_config(self):
+        return {"peak": self.peak, "warmup_steps": self.warmup_steps,
+                "total_steps": self.total_steps, "power": self.power}
+
+
+class _BertOptimizer(keras.optimizers.Optimizer):
+    """Adam moments with bias correction and per-variable decay flags (shared by both)."""
+
+    def __init__(self, learning_rate, decay_rate=0.01, beta_1=0.9, beta_2=0.999, epsilon=1e-6, **kwargs):
+        super().__init__(learning_rate=learning_rate, **kwargs)
+        self.decay_rate = decay_rate
+        self.beta_1 = beta_1
+        self.beta_2 = beta_2
+        self.epsilon = epsilon
+
+    def build(self, variables):
+        if self.built:
+            return
+        super().build(variables)
+        self._m = self.add_optimizer_variables(variables, "m")
+        self._v = self.add_optimizer_variables(variables, "v")
+        self._decays = [not is_excluded_from_weight_decay(v) for v in variables]
+
+    def _adam_update(self, gradient, variable):
+        """Update the moments; return the direction m̂/(√v̂+ε) + wd·w, in float32."""
+        index = self._get_variable_index(variable)
+        m, v = self._m[index], self._v[index]
+        g = ops.cast(gradient, "float32")
+        t = ops.cast(self.iterations + 1, "float32")
+        self.assign(m, self.beta_1 * m + (1.0 - self.beta_1) * g)
+        self.assign(v, self.beta_2 * v + (1.0 - self.beta_2) * ops.square(g))
+        m_hat = m / (1.0 - ops.power(self.beta_1, t))
+        v_hat = v / (1.0 - ops.power(self.beta_2, t))
+        update = m_hat / (ops.sqrt(v_hat) + self.epsilon)
+        if self._decays[index] and self.decay_rate:
+            update = update + self.decay_rate * ops.cast(variable, "float32")
+        return update
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(decay_rate=self.decay_rate, beta_1=self.beta_1, beta_2=self.beta_2, epsilon=self.epsilon)
+        return config
+
+
+class AdamW(_BertOptimizer):
+    def __init__(self, learning_rate, name="adamw", **kwargs):
+        super().__init__(learning_rate, name=name, **kwargs)
+
+    def update_step(self, gradient, variable, learning_rate):
+        update = self._adam_update(gradient, variable)
+        self.assign_sub(variable, ops.cast(learning_rate, "float32") * update)
+
+
+class NVLamb(_BertOptimizer):
+    def __init__(self, learning_rate, max_grad_norm=1.0, name="nvlamb", **kwargs):
+        super().__init__(learning_rate, name=name, **kwargs)
+        self.max_grad_norm = max_grad_norm
+
+    def apply(self, grads, trainable_variables=None):
+        norm = global_norm(grads)
+        divisor = ops.maximum(norm / self.max_grad_norm, 1.0)
+        super().apply([ops.cast(g, "float32") / divisor for g in grads], trainable_variables)
+
+    def update_step(self, gradient, variable, learning_rate):
+        update = self._adam_update(gradient, variable)
+        w_norm = ops.sqrt(ops.sum(ops.square(ops.cast(variable, "float32"))))
+        u_norm = ops.sqrt(ops.sum(ops.square(update)))
+        ratio = ops.where((w_norm > 0) & (u_norm > 0), w_norm / ops.maximum(u_norm, 1e-30), 1.0)
+        self.assign_sub(variable, ops.cast(learning_rate, "float32") * ratio * update)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(max_grad_norm=self.max_grad_norm)
+        return config
+
+
+def global_norm(tensors):
+    return ops.sqrt(sum(ops.sum(ops.square(ops.cast(t, "float32"))) for t in tensors))
+
+
+def make_optimizer(name, peak_lr, warmup_steps, total_steps):
+    """'adam': AdamW with linear decay; 'lamb': NVLamb with power-0.5 decay."""
+    if name == "adam":
+        return AdamW(WarmupPolynomialDecay(peak_lr, warmup_steps, total_steps, power=1.0))
+    if name == "lamb":
+        return NVLamb(WarmupPolynomialDecay(peak_lr, warmup_steps, total_steps, power=0.5))
+    raise ValueError(f"unknown optimizer {name!r}")

@@ -1,0 +1,337 @@
+"""The training run: devices, data, model, steps, logging, evaluation and checkpoints."""
+
+import json
+import math
+import os
+import sys
+import time
+
+import numpy as np
+
+from bertprep.errors import DataError, UsageError
+from trainer import checkpoints
+from trainer.data import RecordStream, Records, prefetch
+from trainer.losses import SUM_KEYS, metrics
+from trainer.model import BertConfig, build_model
+from trainer.optimizers import make_optimizer
+
+# Steps before throughput is measured: compilation and autotuning happen there.
+TIMING_WARMUP_STEPS = 3
+# A run whose loss is non-finite this many steps in a row is stopped.
+MAX_NONFINITE_STEPS = 25
+
+
+class Devices:
+    """Where the steps run: the strategy/distribution, replica counts and this worker's place."""
+
+    def __init__(self, backend):
+        self.backend = backend
+        if backend == "tensorflow":
+            import tensorflow as tf
+
+            if os.environ.get("TF_CONFIG"):
+                self.strategy = tf.distribute.MultiWorkerMirroredStrategy()
+                resolver = self.strategy.cluster_resolver
+                tasks = [(t, i) for t in ("chief", "worker") for i in range(len(resolver.cluster_spec().as_dict().get(t, [])))]
+                self.worker_index = tasks.index((resolver.task_type, resolver.task_id))
+                self.num_workers = len(tasks)
+            else:
+                names = [d.name for d in tf.config.list_logical_devices("GPU")]
+                names = names or [d.name for d in tf.config.list_logical_devices("CPU")]
+                self.strategy = tf.distribute.MirroredStrategy(names)
+                self.worker_index, self.num_workers = 0, 1
+            self.replicas = self.strategy.num_replicas_in_sync
+            self.local_replicas = len(self.strategy.extended.worker_devices)
+            self.description = f"{self.replicas} replica(s) on {self.num_workers} worker(s): " + ", ".join(
+                self.strategy.extended.worker_devices)
+        elif backend == "jax":
+            import keras
+
+            import jax
+
+            devices = keras.distribution.list_devices()
+            self.distribution = keras.distribution.DataParallel(devices=devices)
+            keras.distribution.set_distribution(self.distribution)
+            self.worker_index, self.num_workers = jax.process_index(), jax.process_count()
+            self.replicas = len(devices)
+            self.local_replicas = jax.local_device_count()
+            self.description = f"{self.replicas} device(s) ({', '.join(devices)})"
+        else:
+            raise UsageError(f"KERAS_BACKEND={backend!r} is not supported (use tensorflow or jax)")
+
+    @property
+    def is_chief(self):
+        return self.worker_index == 0
+
+    def scope(self):
+        import contextlib
+
+        return self.strategy.scope() if self.backend == "tensorflow" else contextlib.nullcontext()
+
+
+def model_config(args):
+    if args.bert_config:
+        return BertConfig.from_json_file(args.bert_config)
+    return BertConfig.sized(args.model)
+
+
+def warmup_steps(value, total_steps):
+    return int(round(value * total_steps)) if value < 1 else int(value)
+
+
+class Log:
+    """Log lines and a progress bar on stderr, JSON lines, TensorBoard scalars (chief only)."""
+
+    def __init__(self, args, total_steps, enabled):
+        self.enabled = enabled
+        self.quiet = args.quiet
+        self.total = total_steps
+        self.tty = sys.stderr.isatty()
+        self.json = open(args.log_json, "a", encoding="utf-8") if (args.log_json and enabled) else None
+        self.tensorboard = None
+        tb_dir = args.tensorboard_dir or (os.path.join(args.checkpoint_dir, "tensorboard") if args.checkpoint_dir else None)
+        if tb_dir and enabled:
+            try:
+                import tensorflow as tf
+
+                self.tensorboard = tf.summary.create_file_writer(tb_dir)
+                self._tf = tf
+            except ImportError:
+                self.note(f"TensorFlow is not installed: no TensorBoard scalars in {tb_dir}")
+
+    def note(self, message):
+        if self.enabled and not self.quiet:
+            self._clear_bar()
+            print(f"trainer: {message}", file=sys.stderr, flush=True)
+
+    def _clear_bar(self):
+        if self.tty:
+            print("\r\033[K", end="", file=sys.stderr)
+
+    def bar(self, step, text=""):
+        if not (self.enabled and self.tty and not self.quiet):
+            return
+        width = 30
+        filled = int(width * step / max(self.total, 1))
+        print(f"\r\033[K[{'#' * filled}{'.' * (width - filled)}] {step}/{self.total} {text}", end="",
+              file=sys.stderr, flush=True)
+
+    def record(self, event, values, step):
+        if not self.enabled:
+            return
+        if self.json:
+            self.json.write(json.dumps({"event": event, "step": step, **values}, sort_keys=True) + "\n")
+            self.json.flush()
+        if self.tensorboard:
+            with self.tensorboard.as_default():
+                for key, value in values.items():
+                    if isinstance(value, (int, float)) and value is not None and math.isfinite(value):
+                        self._tf.summary.scalar(f"{event}/{key}", value, step=step)
+            self.tensorboard.flush()
+        if not self.quiet:
+            self._clear_bar()
+            shown = " ".join(_fmt(k, v) for k, v in values.items() if v is not None)
+            print(f"{event} step {step}: {shown}", file=sys.stderr, flush=True)
+
+    def close(self):
+        if self.json:
+            self.json.close()
+        if self.tensorboard:
+            self.tensorboard.close()
+        if self.enabled and self.tty and not self.quiet:
+            print(file=sys.stderr)
+
+
+def _fmt(key, value):
+    if key == "learning_rate":
+        return f"lr {value:.3e}"
+    if key == "sequences_per_second":
+        return f"{value:,.1f} seq/s"
+    if isinstance(value, float):
+        return f"{key} {value:.4f}"
+    return f"{key} {value}"
+
+
+def run(args):
+    import keras
+
+    backend = keras.backend.backend()
+    keras.config.set_dtype_policy(args.precision if args.precision != "fp32" else "float32")
+    keras.utils.set_random_seed(args.seed)
+    devices = Devices(backend)
+    log = Log(args, args.steps, enabled=devices.is_chief)
+    try:
+        return _train(args, keras, devices, log)
+    finally:
+        log.close()
+
+
+def _train(args, keras, devices, log):
+    data_dir = args.data
+    if data_dir is None:
+        data_dir = sample_records(args.format)
+        log.note(f"no --data: training on the embedded sample records in {data_dir}")
+    records = Records(data_dir, args.format)
+    config = model_config(args)
+    if records.seq > config.max_position_embeddings:
+        raise DataError(f"{data_dir}: records have sequence length {records.seq} but the model has "
+                        f"{config.max_position_embeddings} positions (max_position_embeddings)")
+    if records.pred > records.seq:
+        raise DataError(f"{data_dir}: {records.pred} predictions per sequence exceed sequence length {records.seq}")
+
+    per_worker = args.batch_size * devices.local_replicas
+    global_batch = args.batch_size * devices.replicas * args.grad_accum
+    stream = RecordStream(records, "training", per_worker * args.grad_accum, args.seed,
+                          worker_index=devices.worker_index, num_workers=devices.num_workers)
+    eval_stream = None
+    if args.eval_every:
+        if records.files["test"]:
+            eval_stream = RecordStream(records, "test", per_worker, args.seed,
+                                       worker_index=devices.worker_index,
+                                       num_workers=min(devices.num_workers, len(records.files["test"])))
+        else:
+            log.note(f"{data_dir}: no {args.format} test records: --eval-every ignored")
+
+    with devices.scope():
+        model = build_model(config, records.seq, records.pred)
+        optimizer = make_optimizer(args.optimizer, args.lr, warmup_steps(args.warmup, args.steps), args.steps)
+        optimizer.build(model.trainable_variables)
+    dynamic_scale = args.precision == "mixed_float16"
+    if devices.backend == "tensorflow":
+        from trainer.steps import TensorFlowSteps
+
+        steps = TensorFlowSteps(devices.strategy, model, optimizer, args.grad_accum, dynamic_scale)
+    else:
+        from trainer.steps import JaxSteps
+
+        steps = JaxSteps(devices.distribution, model, optimizer, args.grad_accum, dynamic_scale)
+
+    run_settings = {
+        "model": config.to_dict(), "optimizer": args.optimizer, "lr": args.lr, "warmup": args.warmup,
+        "steps": args.steps, "batch_size": args.batch_size, "grad_accum": args.grad_accum,
+        "replicas": devices.replicas, "precision": args.precision, "seed": args.seed, "format": args.format,
+    }
+    draws = 0
+    if args.resume:
+        found = checkpoints.load_latest(args.checkpoint_dir)
+        if found is None:
+            log.note(f"{args.checkpoint_dir}: no checkpoint yet, starting at step 0")
+        else:
+            path, arrays, saved = found
+            expected = {name: value.shape for name, value in steps.get_state().items()}
+            checkpoints.check_compatible(path, saved.get("settings", {}), run_settings, arrays, expected)
+            steps.set_state(arrays)
+            draws = int(saved["draws"])
+            log.note(f"resumed from {path} (step {saved['step']}, {draws} batches drawn)")
+
+    parameters = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
+    log.note(f"{devices.description}; model L{config.num_hidden_layers}/H{config.hidden_size}/"
+             f"A{config.num_attention_heads} ({parameters / 1e6:.1f}M parameters); data {records.seq}/{records.pred} "
+             f"{args.format} ({stream.epoch_size:,} training records on this worker); global batch "
+             f"{global_batch} ({args.batch_size} x {devices.replicas} replicas x {args.grad_accum} accumulation); "
+             f"{args.precision}; {args.optimizer} lr {args.lr}")
+
+    step = steps.iterations()
+    batches = prefetch(stream.batches(draws * stream.batch_size))
+
+    def reshape(batch):
+        return {k: v.reshape((args.grad_accum, per_worker) + v.shape[1:]) for k, v in batch.items()}
+
+    def boundary(n):
+        return (n == args.steps or (args.checkpoint_dir and args.checkpoint_every and n % args.checkpoint_every == 0)
+                or (eval_stream and n % args.eval_every == 0))
+
+    window = {k: 0.0 for k in SUM_KEYS}
+    window_steps = 0
+    timed_seconds, timed_steps = 0.0, 0
+    window_seconds, window_timed_steps = 0.0, 0
+    nonfinite_run = 0
+    skipped = 0
+    last = None
+    last_logged = {}
+    pending = None
+    clock = time.perf_counter()
+    started_step = step
+    while pending is not None or step < args.steps:
+        dispatch = step + (pending is not None) < args.steps and not (pending is not None and boundary(step + 1))
+        handle = None
+        if dispatch:
+            device_batch = steps.put(reshape(next(batches)))
+            handle = steps.train(device_batch)
+            draws += 1
+        if pending is not None:
+            result = steps.fetch(pending)
+            now = time.perf_counter()
+            if result["finite"]:
+                step += 1
+                nonfinite_run = 0
+                for k in SUM_KEYS:
+                    window[k] += result[k]
+                window_steps += 1
+                if step - started_step > TIMING_WARMUP_STEPS:
+                    timed_seconds += now - clock
+                    timed_steps += 1
+                    window_seconds += now - clock
+                    window_timed_steps += 1
+            else:
+                skipped += 1
+                nonfinite_run += 1
+                if nonfinite_run >= MAX_NONFINITE_STEPS:
+                    raise DataError(f"loss not finite for {nonfinite_run} steps in a row at step {step} "
+                                    f"(loss scale {result['loss_scale']:g}); lower --lr or use another --precision")
+            clock = now
+            last = result
+            log.bar(step, f"loss {metrics(window)['loss']:.4f}" if window_steps else "")
+            if result["finite"] and (step % args.log_every == 0 or step == args.steps):
+                values = metrics(window)
+                values.update(learning_rate=result["learning_rate"], loss_scale=result["loss_scale"],
+                              sequences_per_second=(global_batch * window_timed_steps / window_seconds
+                                                    if window_timed_steps else None),
+                              skipped_steps=skipped)
+                log.record("train", values, step)
+                last_logged = values
+                window = {k: 0.0 for k in SUM_KEYS}
+                window_steps, window_seconds, window_timed_steps = 0, 0.0, 0
+            if result["finite"] and eval_stream and step % args.eval_every == 0:
+                log.record("eval", evaluate(steps, eval_stream, args.eval_steps), step)
+            if (result["finite"] and args.checkpoint_dir and devices.is_chief
+                    and (step % args.checkpoint_every == 0 or step == args.steps)):
+                path = checkpoints.save(args.checkpoint_dir, step, steps.get_state(),
+                                        {"draws": draws, "settings": run_settings}, args.keep_checkpoints)
+                log.note(f"checkpoint {path}")
+            clock = time.perf_counter()  # evaluation and checkpoints are not training time
+        pending = handle
+    seconds_per_step = timed_seconds / timed_steps if timed_steps else None
+    summary = {
+        "steps": step,
+        "skipped_steps": skipped,
+        "global_batch": global_batch,
+        "replicas": devices.replicas,
+        "precision": args.precision,
+        "final_learning_rate": last["learning_rate"] if last else None,
+        "final_loss_scale": last["loss_scale"] if last else None,
+        "mean_sequences_per_second": global_batch / seconds_per_step if seconds_per_step else None,
+        "timed_steps": timed_steps,
+    }
+    summary.update({f"last_{k}": last_logged[k] for k in ("loss", "mlm_accuracy", "nsp_accuracy") if k in last_logged})
+    if devices.is_chief:
+        log.record("summary", summary, step)
+    return summary
+
+
+def evaluate(steps, stream, eval_steps):
+    totals = {k: 0.0 for k in SUM_KEYS}
+    for _, batch in zip(range(eval_steps), stream.batches(0)):
+        sums = steps.evaluate(steps.put({k: v[None] for k, v in batch.items()}))
+        for k in SUM_KEYS:
+            totals[k] += sums[k]
+    return metrics(totals)
+
+
+def sample_records(fmt):
+    """Records made on the fly from the package's embedded sample corpus (cached per user)."""
+    from bertprep import create
+
+    out_dir = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "bertprep",
+                           "trainer-sample")
+    return create.create_sample_records(out_dir)
