@@ -1,0 +1,118 @@
+"""Speed of each `bertprep._native` function against its pure-Python twin, measured in this run.
+
+    python scripts/bench_native.py [--repeat 5]
+
+Inputs are the golden files (BERTPREP_SHARED or ../shared beside the
+checkout). Each line: the twin's time, the native time (best of --repeat),
+and the ratio; the read_batches lines also give records/s on one core.
+Native results are checked against the twin's before anything is timed.
+"""
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bertprep import formats  # noqa: E402
+from bertprep.formats import crc32c as crc_module  # noqa: E402
+
+try:
+    from bertprep import _native
+except ImportError:
+    sys.exit("bertprep._native is not built: python setup.py build_ext --inplace")
+
+
+def best_time(function, repeat):
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        function()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def compact_layout(records):
+    """bertprep.instances.Instances' arrays rebuilt from decoded records (uint16 tokens)."""
+    tokens, starts, a_lengths, positions, labels, mask_starts, labels_nsp = [], [0], [], [], [], [0], []
+    for r in records:
+        n = int(r["input_mask"].sum())
+        m = int(r["masked_lm_weights"].sum())
+        tokens.append(r["input_ids"][:n])
+        starts.append(starts[-1] + n)
+        a_lengths.append(int((r["segment_ids"][:n] == 0).sum()) - 2)
+        positions.append(r["masked_lm_positions"][:m])
+        labels.append(r["masked_lm_ids"][:m])
+        mask_starts.append(mask_starts[-1] + m)
+        labels_nsp.append(int(r["next_sentence_labels"][0]))
+    return (np.concatenate(tokens).astype(np.uint16), np.array(starts, np.int64), np.array(a_lengths, np.int32),
+            np.concatenate(positions).astype(np.uint16), np.concatenate(labels).astype(np.uint16),
+            np.array(mask_starts, np.int64), np.array(labels_nsp, np.uint8))
+
+
+def report(label, twin_seconds, native_seconds, records=None):
+    line = f"{label:<42} python {twin_seconds * 1e3:9.1f} ms   native {native_seconds * 1e3:8.2f} ms   " \
+           f"ratio {twin_seconds / native_seconds:7.1f}x"
+    if records:
+        line += f"   {records / native_seconds:10,.0f} records/s native, {records / twin_seconds:8,.0f} python"
+    print(line)
+
+
+def read_all(paths, batch_size, native):
+    formats._native = _native if native else None
+    try:
+        return sum(len(batch["input_ids"]) for batch in formats.read_batches(paths, batch_size))
+    finally:
+        formats._native = _native
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    shared = Path(os.environ.get("BERTPREP_SHARED") or REPO.parent / "shared")
+    golden = shared / "fixtures" / "golden"
+    print(f"crc32c implementation: {_native.crc32c_implementation}; best of {args.repeat}")
+
+    data = (golden / "G1.tfrecord").read_bytes()
+    assert _native.crc32c(data) == crc_module._python_crc32c(data)
+    report(f"crc32c ({len(data) / 1e6:.1f} MB)", best_time(lambda: crc_module._python_crc32c(data), 1),
+           best_time(lambda: _native.crc32c(data), args.repeat))
+
+    records = list(formats.read_records(golden / "G1.tfrecord"))
+    layout = compact_layout(records)
+    n = len(records)
+    for fmt in ("tfrecord", "ofrecord"):
+        expected = formats.encode_instances_python(fmt, 128, 20, *layout, 0, n)
+        assert _native.encode_instances(fmt, 128, 20, *layout, 0, n) == expected
+        report(f"encode_instances {fmt} ({n} records)",
+               best_time(lambda: formats.encode_instances_python(fmt, 128, 20, *layout, 0, n), 1),
+               best_time(lambda: _native.encode_instances(fmt, 128, 20, *layout, 0, n), args.repeat), n)
+
+    for fmt in ("tfrecord", "ofrecord"):
+        payloads = list(formats.iter_payloads(golden / f"G1.{fmt}"))
+        outputs = [np.empty((n, formats.feature_length(name, 128, 20)), np.float32 if is_float else np.int64)
+                   for name, is_float, _ in formats.BERT_FEATURES]
+        report(f"decode_bert_batch {fmt} ({n} records)",
+               best_time(lambda: formats.decode_bert_batch_python(payloads, fmt, 128, 20, *outputs), 1),
+               best_time(lambda: _native.decode_bert_batch(payloads, fmt, 128, 20, *outputs), args.repeat), n)
+
+    # read_batches over a file of 10 copies of G1 (13,730 records), batch 256, as a loader reads it
+    for fmt in ("tfrecord", "ofrecord"):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / f"ten.{fmt}"
+            path.write_bytes((golden / f"G1.{fmt}").read_bytes() * 10)
+            count = read_all([path], 256, True)
+            assert count == 10 * n
+            report(f"read_batches {fmt} ({count} records)", best_time(lambda: read_all([path], 256, False), 1),
+                   best_time(lambda: read_all([path], 256, True), args.repeat), count)
+
+
+if __name__ == "__main__":
+    main()
