@@ -247,7 +247,7 @@ def _check_format_counts(reports, findings):
     for report in reports:
         key = (report.fmt, report.split)
         counts[key] = counts.get(key, 0) + report.records
-    fmts = sorted({fmt for fmt, _ in counts})
+    fmts = sorted({fmt for fmt, _ in counts}, key=formats.FORMATS.index)
     if len(fmts) < 2:
         return
     for split in sorted({split for _, split in counts}):
@@ -317,6 +317,7 @@ def summarize_stats(stats, spec, test_vs_training=None):
         "short_share": round(short / n, 4),
         "length_histogram": stats.length_hist.tolist(),
         "predictions": stats.predictions,
+        "expected_predictions": stats.expected_predictions,  # by Python 3's rounding
         "mask_rate": round(stats.predictions / max(stats.tokens, 1), 4),
         "expected_mask_rate": round(stats.expected_predictions / max(stats.tokens, 1), 4),
         "mask_rate_by_position": [round(float(c / d), 4) if d else 0.0 for c, d in zip(stats.position_hist, at_least)],

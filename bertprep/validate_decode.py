@@ -45,7 +45,7 @@ class Framing:
     def __init__(self, starts, lengths, error=None, error_index=None):
         self.starts = starts
         self.lengths = lengths
-        self.error = error  # message of the first framing error; records after it are unreadable
+        self.error = error  # the first framing error ("at byte …: …"); records from it on are unreadable
         self.error_index = error_index
         self.bad_crc = np.zeros(0, dtype=np.int64)  # TFRecord records whose data CRC fails (framing intact)
 
@@ -79,15 +79,15 @@ def walk_frames(buf, fmt):
         index = len(starts)
         if size - offset < header:
             what = "length" if fmt == "ofrecord" else "header"
-            error = f"record {index} at byte {offset}: truncated {what} ({size - offset} of {header} bytes)"
+            error = f"at byte {offset}: truncated {what} ({size - offset} of {header} bytes)"
             break
         (length,) = unpack(data, offset)
         if fmt == "ofrecord" and length <= 0:
-            error = f"record {index} at byte {offset}: record size {length} (OneFlow needs > 0)"
+            error = f"at byte {offset}: record size {length} (OneFlow needs > 0)"
             break
         if offset + header + length + trailer > size:
             need = length + trailer
-            error = f"record {index} at byte {offset}: truncated data ({size - offset - header} of {need} bytes)"
+            error = f"at byte {offset}: truncated data ({size - offset - header} of {need} bytes)"
             break
         starts.append(offset + header)
         lengths.append(length)
@@ -108,7 +108,7 @@ def _check_tfrecord_crcs(buf, framing, walked_to):
     bad = np.flatnonzero(masked_crc32c_many(buf, header_starts, np.full(len(header_starts), 8)) != stored)
     if len(bad):
         first = int(bad[0])
-        framing.error = f"record {first} at byte {int(header_starts[first])}: length CRC mismatch"
+        framing.error = f"at byte {int(header_starts[first])}: length CRC mismatch"
         framing.error_index = first
         framing.starts = framing.starts[:first]
         framing.lengths = framing.lengths[:first]

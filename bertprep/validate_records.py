@@ -375,7 +375,7 @@ def scan_file(path, fmt, split, spec):
     framing = walk_frames(buf, fmt) if len(buf) else Framing(np.zeros(0, np.int64), np.zeros(0, np.int64))
     findings = report.findings
     if framing.error:
-        findings.add(Finding("framing", path, framing.error_index, None, framing.error.split(": ", 1)[1]))
+        findings.add(Finding("framing", path, framing.error_index, None, framing.error))
     bad_records = set()
     for index in framing.bad_crc.tolist():
         offset = int(framing.starts[index]) - 12
@@ -429,13 +429,13 @@ def iter_batches(path, fmt, spec):
         indices = np.arange(first, min(first + spec.chunk, len(framing.starts)))
         chunk_findings = Findings(len(indices) + 1)
         for index in sorted(bad_crc.intersection(indices.tolist())):
-            chunk_findings.add(Finding("framing", path, index, None, "data CRC mismatch"))
+            offset = int(framing.starts[index]) - 12
+            chunk_findings.add(Finding("framing", path, index, None, f"at byte {offset}: data CRC mismatch"))
         usable = np.array([i for i in indices.tolist() if i not in bad_crc], dtype=np.int64)
         batch, kept = _decode_chunk(buf, framing, usable, fmt, state, path, chunk_findings, set())
         yield kept, batch, chunk_findings.kept
     if framing.error:
-        message = framing.error.split(": ", 1)[1]
-        yield np.zeros(0, np.int64), {}, [Finding("framing", path, framing.error_index, None, message)]
+        yield np.zeros(0, np.int64), {}, [Finding("framing", path, framing.error_index, None, framing.error)]
 
 
 class _FileState:
