@@ -1,0 +1,237 @@
+"""Wikipedia (hub parquet and XML dump) and BookCorpus against the stand-in
+servers, and the chain download -> shard -> create."""
+
+import bz2
+import hashlib
+import io
+import json
+import tarfile
+
+import pytest
+
+from stand_in_servers import StandInServer, looks_complete, ok, one_line_error, parquet_bytes, run_cli
+
+ARTICLES = [
+    ("1", "Ada Lovelace", "Ada Lovelace was an English mathematician. She worked on the Analytical Engine.\n"
+                          "Early life\nShe was born in London. Her mother was Anne Isabella Milbanke."),
+    ("2", "Alan Turing", "Alan Turing was a computer scientist. He formalised computation with the Turing machine."),
+    ("3", "Empty", ""),
+    ("4", "Grace Hopper", "Grace Hopper was a computer scientist. She led work on COBOL.\nShe was a rear admiral."),
+]
+
+
+def wiki_parquet():
+    return parquet_bytes({"id": [a[0] for a in ARTICLES], "url": [f"https://en.wikipedia.org/wiki?curid={a[0]}" for a in ARTICLES],
+                          "title": [a[1] for a in ARTICLES], "text": [a[2] for a in ARTICLES]})
+
+
+@pytest.fixture
+def server():
+    with StandInServer() as s:
+        yield s
+
+
+def read_jsonl(directory):
+    docs = []
+    for path in sorted(directory.glob("*.jsonl")):
+        docs.extend(json.loads(line) for line in path.read_text(encoding="utf-8").splitlines())
+    return docs
+
+
+def test_wikipedia_from_hub_then_offline_from_cache(server, tmp_path):
+    files = {"20231101.en/train-00000-of-00002.parquet": wiki_parquet(),
+             "20231101.en/train-00001-of-00002.parquet": wiki_parquet(),
+             "20231101.fr/train-00000-of-00001.parquet": b"not wanted"}
+    server.add_hub_dataset("wikimedia/wikipedia", files)
+    hf = tmp_path / "hf"
+    summary = ok(run_cli("download", "wikipedia", "--workdir", tmp_path / "w1", "--json", server=server, hf_home=hf))
+    assert summary["corpus"] == "wikicorpus_en" and summary["documents"] == 6  # the empty article is dropped
+    assert not any("20231101.fr" in r[1] for r in server.requests)
+    formatted = tmp_path / "w1/formatted/wikicorpus_en"
+    docs = read_jsonl(formatted)
+    assert [d["title"] for d in docs] == ["Ada Lovelace", "Alan Turing", "Grace Hopper"] * 2
+    assert docs[0]["text"] == ARTICLES[0][2]
+    download = json.loads((tmp_path / "w1/download/wikipedia/manifest.json").read_text())
+    entry = download["files"]["20231101.en/train-00000-of-00002.parquet"]
+    assert entry["sha256"] == hashlib.sha256(wiki_parquet()).hexdigest() and entry["verified"] == ["size", "sha256"]
+
+    # The hub is gone; HF_HUB_OFFLINE=1 and the same HF_HOME serve the same files from the cache.
+    server.stop()
+    summary2 = ok(run_cli("download", "wikipedia", "--workdir", tmp_path / "w2", "--json", hf_home=hf, offline=True,
+                          env={"HF_ENDPOINT": "http://127.0.0.1:9"}))
+    assert summary2["commit"] == summary["commit"]
+    manifest1 = json.loads((formatted / "manifest.json").read_text())["files"]
+    manifest2 = json.loads((tmp_path / "w2/formatted/wikicorpus_en/manifest.json").read_text())["files"]
+    assert manifest1 == manifest2
+    # an empty cache offline is a one-line error
+    line = one_line_error(run_cli("download", "wikipedia", "--workdir", tmp_path / "w3", hf_home=tmp_path / "empty",
+                                  offline=True, env={"HF_ENDPOINT": "http://127.0.0.1:9"}))
+    assert "wikimedia/wikipedia@main: not reachable" in line
+
+
+def test_hub_file_with_a_wrong_published_checksum_is_rejected(server, tmp_path):
+    server.add_hub_dataset("wikimedia/wikipedia", {"20231101.en/train-00000-of-00001.parquet": wiki_parquet()})
+    # the listing publishes the sha256 of other bytes than the server then sends
+    tree = server.hub[("wikimedia/wikipedia", "main")]["files"]
+    original = tree["20231101.en/train-00000-of-00001.parquet"]
+
+    class Tampered(dict):
+        def get(self, key, default=None):  # the resolve endpoint serves a flipped byte
+            data = super().get(key, default)
+            return data[:-1] + bytes([data[-1] ^ 1]) if data is not None and key.endswith(".parquet") else data
+
+    server.hub[("wikimedia/wikipedia", "main")]["files"] = Tampered(tree)
+    result = run_cli("download", "wikipedia", "--workdir", tmp_path / "w", server=server, hf_home=tmp_path / "hf")
+    line = one_line_error(result)
+    tampered = original[:-1] + bytes([original[-1] ^ 1])
+    assert (f"train-00000-of-00001.parquet: sha256 mismatch: expected {hashlib.sha256(original).hexdigest()} (published), "
+            f"got {hashlib.sha256(tampered).hexdigest()}") in line
+    assert not (tmp_path / "w/formatted/wikicorpus_en/manifest.json").exists()
+
+
+# -- the XML dump ---------------------------------------------------------------------
+
+PAGES = [
+    {"title": "Ada Lovelace", "id": 11, "text": "{{Infobox person|name=Ada}}'''Ada Lovelace''' was an [[England|English]] "
+                                                "[[mathematician]].<ref>{{cite book|title=X}}</ref> She wrote notes.\n"
+                                                "== Life ==\nShe met [[Charles Babbage]] in 1833.\n[[Category:Mathematicians]]"},
+    {"title": "Lovelace", "id": 12, "text": "#REDIRECT [[Ada Lovelace]]", "redirect": "Ada Lovelace"},
+    {"title": "Talk:Ada Lovelace", "id": 13, "ns": 1, "text": "A talk page. It is not an article."},
+    {"title": "Only markup", "id": 14, "text": "{{Disambiguation}}\n{| class=wikitable\n| a || b\n|}\n[[Category:X]]"},
+    {"title": "Alan Turing", "id": 15, "text": "'''Alan Turing''' was a [[computer scientist]]. He broke codes &amp; "
+                                               "designed machines.\n\nHe was born in [[London]]."},
+]
+
+
+def publish_dump(server, date="20240101", data=None, md5=None, latest=False):
+    data = data if data is not None else bz2.compress(wiki_dump_xml(PAGES))
+    name = f"enwiki-{date}-pages-articles.xml.bz2"
+    server.add_file(f"dumps/enwiki/{date}/{name}", data)
+    listing = f"{md5 or hashlib.md5(data).hexdigest()}  {name}\n0123456789abcdef0123456789abcdef  enwiki-{date}-stub-articles.xml.gz\n"
+    server.add_file(f"dumps/enwiki/{date}/enwiki-{date}-md5sums.txt", listing.encode())
+    if latest:
+        server.add_file("dumps/enwiki/latest/enwiki-latest-md5sums.txt", listing.encode())
+    return f"/dumps/enwiki/{date}/{name}", data
+
+
+def wiki_dump_xml(pages):
+    from stand_in_servers import wiki_dump_xml as build
+
+    return build(pages)
+
+
+def test_wikipedia_dump_resumes_a_dropped_connection_and_extracts_text(server, tmp_path):
+    path, data = publish_dump(server, latest=True)
+    server.drop_after[path] = len(data) // 2
+    work = tmp_path / "w"
+    summary = ok(run_cli("download", "wikipedia", "--dump", "latest", "--workdir", work, "--json",
+                         env={"BERTPREP_WIKIDUMP_URL": server.url + "/dumps"}))
+    assert summary["dump"] == "20240101" and summary["documents"] == 2
+    gets = [r for r in server.requests if r[1] == path]
+    assert gets == [("GET", path, None), ("GET", path, f"bytes={len(data) // 2}-")]
+    docs = read_jsonl(work / "formatted/wikicorpus_en")
+    assert docs == [
+        {"id": "11", "title": "Ada Lovelace", "text": "Ada Lovelace was an English mathematician. She wrote notes.\nShe met Charles Babbage in 1833."},
+        {"id": "15", "title": "Alan Turing", "text": "Alan Turing was a computer scientist. He broke codes & designed machines.\nHe was born in London."},
+    ]
+    manifest = json.loads((work / "download/wikipedia/manifest.json").read_text())
+    entry = manifest["files"]["enwiki-20240101-pages-articles.xml.bz2"]
+    assert entry["md5"] == hashlib.md5(data).hexdigest() and entry["verified"] == ["md5"]
+    assert looks_complete(work / "download/wikipedia") == ["enwiki-20240101-pages-articles.xml.bz2", "manifest.json"]
+
+
+def test_wikipedia_dump_checksum_mismatch(server, tmp_path):
+    publish_dump(server, md5="0" * 32)
+    work = tmp_path / "w"
+    line = one_line_error(run_cli("download", "wikipedia", "--dump", "20240101", "--workdir", work,
+                                  "--base-url", server.url + "/dumps"))
+    assert "enwiki-20240101-pages-articles.xml.bz2: md5 mismatch: expected 00000000000000000000000000000000 (published)" in line
+    assert looks_complete(work / "download/wikipedia") in ([], ["manifest.json"])
+    assert not (work / "formatted/wikicorpus_en/manifest.json").exists()
+
+
+def test_wikipedia_dump_404(server, tmp_path):
+    line = one_line_error(run_cli("download", "wikipedia", "--dump", "20990101", "--workdir", tmp_path / "w",
+                                  "--base-url", server.url + "/dumps"))
+    assert line.endswith("/dumps/enwiki/20990101/enwiki-20990101-md5sums.txt: HTTP 404 Not Found")
+
+
+def test_wikipedia_dump_corrupt_bz2(server, tmp_path):
+    good = bz2.compress(wiki_dump_xml(PAGES * 50))
+    corrupt = good[: len(good) // 2] + bytes(100) + good[len(good) // 2 + 100:]
+    publish_dump(server, data=corrupt)  # the published md5 is that of the corrupt file
+    work = tmp_path / "w"
+    line = one_line_error(run_cli("download", "wikipedia", "--dump", "20240101", "--workdir", work,
+                                  "--base-url", server.url + "/dumps"))
+    assert "enwiki-20240101-pages-articles.xml.bz2: corrupt bz2 archive after" in line
+    assert looks_complete(work / "formatted") == []
+
+
+# -- BookCorpus --------------------------------------------------------------------
+
+BOOK_LINES = [f"line {i} of the books ." if i % 7 else "" for i in range(1, 26)]
+
+
+def test_bookcorpus_from_hub_groups_lines(server, tmp_path):
+    server.add_hub_dataset("bookcorpus/bookcorpus", {"plain_text/train/0000.parquet": parquet_bytes({"text": BOOK_LINES})},
+                           revision="refs/convert/parquet")
+    work = tmp_path / "w"
+    summary = ok(run_cli("download", "bookcorpus", "--lines-per-document", "10", "--workdir", work, "--json",
+                         server=server, hf_home=tmp_path / "hf"))
+    assert summary["documents"] == 3
+    docs = read_jsonl(work / "formatted/bookcorpus")
+    assert [d["text"].count("\n") + 1 for d in docs] == [9, 9, 4]  # lines 7, 14, 21 are blank
+    assert docs[2]["text"].splitlines()[-1] == "line 25 of the books ."
+    assert any("refs%2Fconvert%2Fparquet" in r[1] for r in server.requests)
+
+
+def _tarball(lines_by_member):
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:bz2") as archive:
+        for name, lines in lines_by_member.items():
+            data = ("\n".join(lines) + "\n").encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def test_bookcorpus_tarball(server, tmp_path):
+    data = _tarball({"books_large_p1.txt": BOOK_LINES, "books_large_p2.txt": BOOK_LINES[:5]})
+    server.add_file("bc/bookcorpus.tar.bz2", data)
+    work = tmp_path / "w"
+    line = one_line_error(run_cli("download", "bookcorpus", "--tarball", "--workdir", work, "--base-url", server.url + "/bc"))
+    assert "md5 mismatch: expected 5c906ede3c5265f8934b62c275a754bc (published)" in line
+    summary = ok(run_cli("download", "bookcorpus", "--tarball", "--md5", hashlib.md5(data).hexdigest(), "--lines-per-document", "10",
+                         "--workdir", work, "--base-url", server.url + "/bc", "--json"))
+    assert summary["documents"] == 4  # 3 from p1, 1 from p2: a document never spans two files
+    assert [d["id"] for d in read_jsonl(work / "formatted/bookcorpus")] == [
+        "books_large_p1.txt:0", "books_large_p1.txt:10", "books_large_p1.txt:20", "books_large_p2.txt:0"]
+
+
+# -- the chain -----------------------------------------------------------------------
+
+
+def test_chain_download_shard_create_books_wiki(server, tmp_path, shared_dir):
+    wiki_pages = [{"title": f"Page {i}", "id": 100 + i,
+                   "text": " ".join(f"Sentence {j} of page {i} talks about [[history]] and science." for j in range(40))}
+                  for i in range(30)]
+    publish_dump(server, data=bz2.compress(wiki_dump_xml(wiki_pages)))
+    server.add_hub_dataset("bookcorpus/bookcorpus", {
+        "plain_text/train/0000.parquet": parquet_bytes({"text": [f"the book line {i} says something ." for i in range(2000)]})},
+        revision="refs/convert/parquet")
+    work = tmp_path / "w"
+    ok(run_cli("download", "wikipedia", "--dump", "20240101", "--workdir", work, "--base-url", server.url + "/dumps"))
+    ok(run_cli("download", "bookcorpus", "--lines-per-document", "100", "--workdir", work, server=server, hf_home=tmp_path / "hf"))
+    summary = ok(run_cli("shard", "--workdir", work, "--corpus", "books_wiki_en_corpus", "--train-shards", "4",
+                         "--test-shards", "2", "--json"))
+    assert summary["documents"] == {"training": 45, "test": 5}  # 30 pages + 20 book chunks, 10% test
+    shards = work / "sharded/books_wiki_en_corpus"
+    assert sorted(p.name for p in (shards / "training").iterdir()) == [f"books_wiki_en_corpus_training_{i}.txt" for i in range(4)]
+    text = (shards / "training/books_wiki_en_corpus_training_0.txt").read_text(encoding="utf-8")
+    assert "Sentence 3 of page" in text or "the book line" in text
+    created = ok(run_cli("create", "--workdir", work, "--corpus", "books_wiki_en_corpus", "--vocab",
+                         shared_dir / "fixtures/golden/vocab.txt", "--dupe-factor", "1", "--json"))
+    records = list((work / "records").rglob("*.tfrecord"))
+    assert len(records) == 6, created
+    assert list((work / "records").rglob("part-*"))

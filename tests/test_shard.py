@@ -1,0 +1,151 @@
+"""`bertprep shard`: reference format, determinism, balance, bad input, resume."""
+
+import hashlib
+import json
+import random
+
+import pytest
+
+from bertprep.shard import balance, choose_test
+from bertprep.sentences import document_sentences
+from stand_in_servers import ok, one_line_error, run_cli
+
+
+def make_corpus(directory, files=3, docs_per_file=40, seed=0):
+    """Blank-line separated text files of documents of very different sizes."""
+    rng = random.Random(seed)
+    directory.mkdir(parents=True, exist_ok=True)
+    for f in range(files):
+        docs = []
+        for d in range(docs_per_file):
+            sentences = [f"Document {f}-{d} sentence {s} has {rng.randint(1, 99)} words. Another one follows here."
+                         for s in range(rng.choice([1, 3, 10, 40]))]
+            docs.append("\n".join(sentences))
+        (directory / f"part-{f}.txt").write_text("\n\n".join(docs) + "\n", encoding="utf-8")
+    return directory
+
+
+def read_documents(path):
+    text = path.read_text(encoding="utf-8")
+    assert text.endswith("\n\n")
+    return [block.split("\n") for block in text[:-2].split("\n\n")]
+
+
+def shard_files(out):
+    return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*.txt"))}
+
+
+def test_reference_format_and_manifest(tmp_path):
+    corpus = make_corpus(tmp_path / "in")
+    out = tmp_path / "w/sharded/demo"
+    summary = ok(run_cli("shard", "--workdir", tmp_path / "w", "--input", corpus, "--corpus", "demo",
+                         "--train-shards", "4", "--test-shards", "2", "--json"))
+    assert summary["documents"] == {"training": 108, "test": 12}
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert sorted(manifest["files"]) == [f"test/demo_test_{i}.txt" for i in range(2)] + [f"training/demo_training_{i}.txt" for i in range(4)]
+    seen = []
+    for relpath, entry in manifest["files"].items():
+        data = (out / relpath).read_bytes()
+        docs = read_documents(out / relpath)
+        assert entry["sha256"] == hashlib.sha256(data).hexdigest() and entry["bytes"] == len(data)
+        assert entry["documents"] == len(docs) and entry["sentences"] == sum(len(d) for d in docs)
+        assert all(line.strip() == line and line for doc in docs for line in doc)  # one sentence per line
+        seen.extend(doc[0].split(" sentence ")[0] for doc in docs)
+    # every document exactly once, never split: each first line names its document
+    assert sorted(seen) == sorted(f"Document {f}-{d}" for f in range(3) for d in range(40))
+    # sentences split inside a paragraph line
+    assert "Another one follows here." in (out / "training/demo_training_0.txt").read_text().split("\n")
+
+
+def test_same_input_same_bytes_whatever_the_worker_count(tmp_path):
+    corpus = make_corpus(tmp_path / "in", files=4)
+    outputs = []
+    for workers in (1, 2, 3):
+        out = tmp_path / f"out{workers}"
+        ok(run_cli("shard", "--input", corpus, "--corpus", "demo", "--out", out, "--workers", workers,
+                   "--train-shards", "5", "--test-shards", "3", "--quiet"))
+        outputs.append(shard_files(out))
+    assert outputs[0] == outputs[1] == outputs[2] and len(outputs[0]) == 8
+
+
+def test_balance_spread_is_small_and_reported(tmp_path):
+    corpus = make_corpus(tmp_path / "in", files=2, docs_per_file=300, seed=3)
+    summary = ok(run_cli("shard", "--input", corpus, "--corpus", "demo", "--out", tmp_path / "out",
+                         "--train-shards", "8", "--test-shards", "2", "--json"))
+    spread = summary["spread"]["training"]
+    assert spread["shards"] == 8
+    largest = max(len(b) + 1 for p in (tmp_path / "in").iterdir() for b in p.read_text().split("\n\n"))
+    # greedy largest-first: no shard exceeds the lightest by more than one document
+    assert spread["max_bytes"] - spread["min_bytes"] <= largest
+    assert spread["spread_pct"] < 5
+
+
+def test_balance_and_test_choice_are_pure_functions():
+    import numpy as np
+
+    sizes = np.array([50, 10, 40, 30, 20, 20, 60, 5], np.int64)
+    assignment = balance(sizes, 3)
+    loads = [int(sizes[assignment == s].sum()) for s in range(3)]
+    # largest first: 60->0, 50->1, 40->2, 30->2, 20->1, 20->0, 10->1 (tie: lower shard), 5->2
+    assert assignment.tolist() == [1, 1, 2, 2, 1, 0, 0, 2] and loads == [80, 80, 75]
+    hashes = np.array([9, 3, 7, 1, 5, 3, 8, 2, 6, 4], np.uint64)
+    assert np.flatnonzero(choose_test(hashes, 0.3)).tolist() == [3, 7, 1]
+    assert choose_test(hashes, 0.0).sum() == 0 and choose_test(hashes[:2], 0.1).sum() == 1
+
+
+def test_invalid_utf8_and_markup_only_documents(tmp_path):
+    inp = tmp_path / "in"
+    inp.mkdir()
+    (inp / "a.txt").write_bytes(b"Good document one. It has two sentences.\n\n"
+                                b"Bad \xff\xfe bytes here. Still a sentence.\n\n"
+                                b"   \n\t\n\n"
+                                b"Last document.\n")
+    (inp / "b.jsonl").write_text(json.dumps({"id": "1", "title": "only markup", "text": " \n \n"}) + "\n"
+                                 + json.dumps({"id": "2", "title": "ok", "text": "Plain text here."}) + "\n", encoding="utf-8")
+    summary = ok(run_cli("shard", "--input", inp, "--corpus", "mixed", "--out", tmp_path / "out",
+                         "--train-shards", "1", "--test-shards", "1", "--json"))
+    assert summary["dropped"] == {"empty_documents": 1, "invalid_utf8_lines": 1}
+    text = "".join(p.read_text(encoding="utf-8") for p in sorted((tmp_path / "out").rglob("*.txt")))
+    assert "Bad \ufffd\ufffd bytes here.\nStill a sentence.\n" in text
+    assert sorted(summary["documents"].values()) == [1, 3]
+
+
+def test_bad_jsonl_line_is_a_one_line_error(tmp_path):
+    inp = tmp_path / "in"
+    inp.mkdir()
+    (inp / "x.jsonl").write_text('{"text": "fine."}\n{"text": broken\n', encoding="utf-8")
+    line = one_line_error(run_cli("shard", "--input", inp, "--corpus", "x", "--out", tmp_path / "out"))
+    assert "x.jsonl:2: not a JSON document line" in line
+
+
+def test_rerun_is_skipped_and_changed_settings_rewrite(tmp_path):
+    corpus = make_corpus(tmp_path / "in", files=1)
+    out = tmp_path / "out"
+    args = ["shard", "--input", corpus, "--corpus", "demo", "--out", out, "--test-shards", "1"]
+    ok(run_cli(*args, "--train-shards", "6"))
+    stamp = {p: p.stat().st_mtime_ns for p in out.rglob("*.txt")}
+    again = ok(run_cli(*args, "--train-shards", "6"))
+    assert "already complete" in again and {p: p.stat().st_mtime_ns for p in out.rglob("*.txt")} == stamp
+    ok(run_cli(*args, "--train-shards", "2"))
+    assert sorted(p.name for p in (out / "training").iterdir()) == ["demo_training_0.txt", "demo_training_1.txt"]
+
+
+def test_default_input_is_the_workdirs_formatted_corpus(tmp_path):
+    formatted = tmp_path / "w/formatted/wikicorpus_en"
+    formatted.mkdir(parents=True)
+    docs = [{"id": str(i), "title": f"T{i}", "text": f"Article {i} starts here. It ends here.\nSecond paragraph {i}."} for i in range(20)]
+    (formatted / "part.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs), encoding="utf-8")
+    ok(run_cli("shard", "--workdir", tmp_path / "w", "--train-shards", "3", "--test-shards", "1"))
+    out = tmp_path / "w/sharded/wikicorpus_en"
+    assert (out / "training/wikicorpus_en_training_2.txt").is_file() and (out / "test/wikicorpus_en_test_0.txt").is_file()
+    line = one_line_error(run_cli("shard", "--workdir", tmp_path / "w", "--corpus", "books_wiki_en_corpus"), code=2)
+    assert "no formatted corpus bookcorpus" in line
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("Heading\nFirst sentence here. Second one here.", ["Heading", "First sentence here.", "Second one here."]),
+    ("No final stop\nNext paragraph.", ["No final stop", "Next paragraph."]),
+    ("  \n\n", []),
+])
+def test_paragraph_lines_never_merge(text, expected):
+    assert document_sentences(text) == expected
