@@ -1,0 +1,121 @@
+"""`bertprep validate` on text shard directories and SQuAD/GLUE downloads."""
+
+import hashlib
+import json
+
+from bertprep.cli import main
+from bertprep.download.glue import task_outputs
+
+
+def validate(capsys, *argv):
+    code = main(["validate", *map(str, argv), "--json", "--quiet"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def findings(report):
+    return [(f["check"], f["file"], f["message"]) for f in report["findings"]]
+
+
+def shard_dir(root, training, test):
+    for split, shards in (("training", training), ("test", test)):
+        (root / split).mkdir(parents=True, exist_ok=True)
+        for i, text in enumerate(shards):
+            (root / split / f"c_{split}_{i}.txt").write_bytes(text if isinstance(text, bytes) else text.encode())
+    return root
+
+
+DOC_A = "The first sentence.\nThe second one.\n\n"
+DOC_B = "Another document here.\nWith two lines.\n\n"
+DOC_C = "A third document.\n\n"
+
+
+def test_sound_shards_and_their_figures(capsys, tmp_path):
+    root = shard_dir(tmp_path / "sharded", [DOC_A + DOC_B, DOC_B + DOC_A], [DOC_C])
+    code, report = validate(capsys, root)
+    assert code == 0, findings(report)
+    figures = report["text_shards"][0]["figures"]
+    assert figures["training"]["documents"] == 4 and figures["training"]["sentences"] == 8
+    assert figures["test"] == {"shards": 1, "documents": 1, "sentences": 1, "bytes": len(DOC_C),
+                               "min_bytes": len(DOC_C), "max_bytes": len(DOC_C), "size_spread": 0.0}
+    assert figures["overlap"]["test_documents_in_training"] == 0
+
+
+def test_empty_document_and_bad_utf8(capsys, tmp_path):
+    bad = DOC_A.encode() + b"caf\xe9 latin-1\n\n"
+    root = shard_dir(tmp_path / "sharded", [DOC_A + "\n" + DOC_B, bad], [DOC_C])
+    code, report = validate(capsys, root)
+    assert code == 1
+    first = root / "training" / "c_training_0.txt"
+    second = root / "training" / "c_training_1.txt"
+    assert findings(report) == [
+        ("documents", f"{first}:4", "empty document (more than one blank line between documents)"),
+        ("utf8", f"{second}:4", "not UTF-8 (byte 0xe9 at column 4)"),
+    ]
+
+
+def test_overlap_and_spread_are_warnings(capsys, tmp_path):
+    root = shard_dir(tmp_path / "sharded", [DOC_A * 20, DOC_B], [DOC_A])
+    code, report = validate(capsys, root)
+    assert code == 0
+    assert "1 test documents also occur in training" in report["warnings"]
+    assert any(w.startswith("training: shard sizes") for w in report["warnings"])
+
+
+def test_shard_manifest_mismatch(capsys, tmp_path):
+    root = shard_dir(tmp_path / "sharded", [DOC_A], [DOC_C])
+    data = (root / "training" / "c_training_0.txt").read_bytes()
+    files = {"training/c_training_0.txt": {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()},
+             "test/c_test_0.txt": {"bytes": 999, "sha256": "0" * 64}}
+    (root / "manifest.json").write_text(json.dumps({"stage": "shard", "files": files}))
+    code, report = validate(capsys, root)
+    assert code == 1
+    assert findings(report) == [("shard_manifest", str(root / "test" / "c_test_0.txt"),
+                                 f"{len(DOC_C)} bytes, manifest.json says 999")]
+
+
+def _squad(count, version="1.1"):
+    qa = {"id": "q", "question": "why?", "answers": [{"text": "x", "answer_start": 0}]}
+    if version == "2.0":
+        qa["is_impossible"] = False
+    return {"version": version, "data": [{"title": "t", "paragraphs": [{"context": "x", "qas": [qa] * count}]}]}
+
+
+def test_squad_counts_and_checksums(capsys, tmp_path):
+    directory = tmp_path / "download" / "squad" / "v1.1"
+    directory.mkdir(parents=True)
+    dev = directory / "dev-v1.1.json"
+    dev.write_text(json.dumps(_squad(10_570)))
+    code, report = validate(capsys, tmp_path / "download")
+    assert code == 1  # right count, but not the published file and nothing vouches for it
+    assert findings(report) == [("download_checksum", str(dev),
+                                 "md5 differs from the published 3e85deb501d4e538b6bc56f786231552 "
+                                 "and no manifest vouches for it")]
+    sha = hashlib.sha256(dev.read_bytes()).hexdigest()
+    (tmp_path / "download" / "squad" / "manifest.json").write_text(
+        json.dumps({"files": {"v1.1/dev-v1.1.json": {"sha256": sha}}}))
+    code, report = validate(capsys, tmp_path / "download")
+    assert code == 0, findings(report)
+    assert report["downloads"][0]["files"]["squad/v1.1/dev-v1.1.json"] == {"examples": 10_570, "expected": 10_570}
+    dev.write_text(json.dumps(_squad(10_569)))
+    code, report = validate(capsys, tmp_path / "download")
+    assert ("download_examples", str(dev), "10,569 questions, SQuAD v1.1 dev has 10,570") in findings(report)
+
+
+def _glue_file(path, header, rows, width):
+    lines = (["\t".join(header)] if header else []) + ["\t".join(f"c{j}" for j in range(width))] * rows
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def test_glue_counts_and_columns(capsys, tmp_path):
+    task = tmp_path / "glue" / "RTE"
+    task.mkdir(parents=True)
+    header = {name: layout[0] for name, _split, layout in task_outputs("RTE")}["dev.tsv"]
+    _glue_file(task / "dev.tsv", header, 277, len(header))
+    code, report = validate(capsys, tmp_path / "glue")
+    assert code == 0, findings(report)
+    _glue_file(task / "dev.tsv", header, 276, len(header))
+    code, report = validate(capsys, tmp_path / "glue")
+    assert findings(report) == [("download_examples", str(task / "dev.tsv"), "276 examples, GLUE RTE dev.tsv has 277")]
+    _glue_file(task / "dev.tsv", ["idx"] + header[1:], 277, len(header))
+    code, report = validate(capsys, tmp_path / "glue")
+    assert findings(report) == [("download_examples", f"{task / 'dev.tsv'}:1", f"header {['idx'] + header[1:]}, expected {header}")]
