@@ -25,7 +25,7 @@ from importlib import resources
 from bertprep import __version__, formats
 from bertprep.atomic import atomic_open, remove_stale_temps
 from bertprep.corpus import read_text, tokenize_corpus
-from bertprep.engines import default_workers, run_local
+from bertprep.engines import add_engine_arguments, run_tasks
 from bertprep.errors import DataError, UsageError
 from bertprep.instances import InstanceParams, MaskingVocab, create_instances
 from bertprep.progress import Progress, add_output_arguments, human_bytes, print_summary
@@ -59,7 +59,7 @@ def add_arguments(parser):
     parser.add_argument("--whole-word-mask", action="store_true")
     parser.add_argument("--no-lower-case", action="store_true", help="for cased vocabs")
     parser.add_argument("--format", default="tfrecord,ofrecord", help="comma-separated: tfrecord, ofrecord (default both)")
-    parser.add_argument("--workers", type=int, default=None, help="worker processes (default: one per core)")
+    add_engine_arguments(parser)
     add_workdir_argument(parser)
     add_output_arguments(parser)
 
@@ -234,8 +234,6 @@ def check_flags(args):
         raise UsageError(f"--masked-lm-prob must be in (0, 1], not {args.masked_lm_prob}")
     if not 0.0 <= args.short_seq_prob <= 1.0:
         raise UsageError(f"--short-seq-prob must be in [0, 1], not {args.short_seq_prob}")
-    if args.workers is not None and args.workers < 1:
-        raise UsageError(f"--workers must be at least 1, not {args.workers}")
     # Canonical order, whatever order the flag listed them in.
     return tuple(f for f in formats.FORMATS if f in fmts)
 
@@ -363,9 +361,8 @@ def run(args):
         progress.note(f"resuming: {skipped} of {len(tasks)} shards already complete")
         progress.advance(skipped)
     manifest = {"tool": "bertprep", "stage": "create", "formats": list(fmts), **settings, "files": files}
-    workers = args.workers or default_workers()
     try:
-        for result in run_local(create_shard, pending, workers):
+        for result in run_tasks(create_shard, pending, args, describe=lambda task: task.source):
             files.update(result["files"])
             save_manifest(records_dir, manifest)
             progress.advance(1, instances=result["instances"])
@@ -373,6 +370,8 @@ def run(args):
         remove_stale_temps(records_dir)
         raise
     save_manifest(records_dir, manifest)
+    # A worker that died mid-write (its task was rerun elsewhere) left its temporary file.
+    remove_stale_temps(records_dir)
     progress.close()
     summary = summarize(records_dir, manifest, tasks, time.monotonic() - started, len(pending))
     rows = [("records", records_dir)]

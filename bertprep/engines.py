@@ -1,19 +1,51 @@
 """Engines only schedule: each runs the same pure shard task over a list of tasks.
 
-`run_local` uses `multiprocess` worker processes (or runs in this process for
-one worker, where start-up would cost more than it saves). Results are
-yielded as tasks finish; callers must not depend on that order.
+- `local` (default): `multiprocess` worker processes on this machine, or this
+  process alone for one worker, where start-up would cost more than it saves.
+- `dask`: a Dask cluster: a `LocalCluster` on this machine, or the user's
+  scheduler (`dask scheduler` + `dask worker`, or `dask-mpi`). Tasks write
+  their outputs atomically and return their manifest entries; only the
+  client writes the manifest. Dask reruns the task of a worker that died;
+  the rerun writes the same bytes under its own temporary name.
+
+Results are yielded as tasks finish; callers must not depend on that order.
 """
 
 import os
 import signal
+
+from bertprep.errors import BertprepError, DataError, UsageError
+
+ENGINES = ("local", "dask")
+SCHEDULER_CONNECT_TIMEOUT_S = 5
+
+
+def add_engine_arguments(parser):
+    parser.add_argument("--engine", choices=ENGINES, default="local", help="local processes (default) or a Dask cluster")
+    parser.add_argument(
+        "--scheduler", metavar="ADDRESS",
+        help="Dask scheduler, e.g. tcp://HOST:8786 (with --engine dask; default: a LocalCluster on this machine)",
+    )
+    parser.add_argument("--workers", type=int, default=None, help="worker processes (default: one per core)")
 
 
 def default_workers():
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
-def _ignore_sigint():
+def run_tasks(function, tasks, args, describe=str):
+    """Run function over tasks with the engine the command line chose; yield results."""
+    if args.workers is not None and args.workers < 1:
+        raise UsageError(f"--workers must be at least 1, not {args.workers}")
+    if args.scheduler and args.engine != "dask":
+        raise UsageError("--scheduler needs --engine dask")
+    workers = args.workers or default_workers()
+    if args.engine == "dask":
+        return run_dask(function, tasks, scheduler=args.scheduler, workers=workers, describe=describe)
+    return run_local(function, tasks, workers)
+
+
+def _worker_init():
     # Ctrl-C is the parent's to handle: it stops the pool and cleans up.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # Several worker processes on few cores: the tokenizer's own threads would oversubscribe.
@@ -30,7 +62,7 @@ def run_local(function, tasks, workers):
         return
     import multiprocess
 
-    pool = multiprocess.Pool(workers, initializer=_ignore_sigint)
+    pool = multiprocess.Pool(workers, initializer=_worker_init)
     try:
         yield from pool.imap_unordered(function, tasks)
         pool.close()
@@ -39,3 +71,54 @@ def run_local(function, tasks, workers):
         raise
     finally:
         pool.join()
+
+
+def connect_dask(scheduler=None, workers=None):
+    """A distributed.Client for `scheduler`, or for a new LocalCluster of `workers` processes.
+
+    An unreachable scheduler fails within SCHEDULER_CONNECT_TIMEOUT_S with a one-line error.
+    """
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:
+        raise UsageError('--engine dask needs the distributed package: pip install "bertprep[distributed]"') from None
+    if scheduler:
+        try:
+            return Client(scheduler, timeout=SCHEDULER_CONNECT_TIMEOUT_S)
+        except (OSError, TimeoutError) as exc:
+            raise DataError(
+                f"cannot reach the Dask scheduler at {scheduler} within {SCHEDULER_CONNECT_TIMEOUT_S}s "
+                f"({exc.__class__.__name__}); is `dask scheduler` running there?"
+            ) from None
+    cluster = LocalCluster(
+        n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+        env={"TOKENIZERS_PARALLELISM": "false"},
+    )
+    return Client(cluster)
+
+
+def run_dask(function, tasks, scheduler=None, workers=None, describe=str):
+    """Yield function(task) for every task from a Dask cluster, in completion order."""
+    tasks = list(tasks)
+    if not tasks:
+        return
+    client = connect_dask(scheduler, min(workers or default_workers(), len(tasks)))
+    local_cluster = None if scheduler else client.cluster
+    try:
+        from distributed import as_completed
+
+        # pure=False: every task runs even if an equal one ran before; retries cover
+        # transient failures, and a dead worker's tasks are rescheduled by Dask itself.
+        futures = client.map(function, tasks, pure=False, retries=1)
+        task_of = {f.key: t for f, t in zip(futures, tasks)}
+        for future in as_completed(futures):
+            try:
+                yield future.result()
+            except BertprepError:
+                raise
+            except Exception as exc:
+                raise DataError(f"{describe(task_of[future.key])}: failed on a Dask worker: {exc.__class__.__name__}: {exc}") from None
+    finally:
+        client.close()
+        if local_cluster is not None:
+            local_cluster.close()

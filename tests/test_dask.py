@@ -1,0 +1,101 @@
+"""The Dask engine: the same shard task on a real LocalCluster, byte-identical to the local engine."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+distributed = pytest.importorskip("distributed")
+
+from test_create import output_files, write_shards  # noqa: E402
+
+
+def create_argv(shards, vocab, out, *extra):
+    return [sys.executable, "-m", "bertprep", "create", "--input", str(shards), "--vocab", str(vocab),
+            "--out", str(out), "--dupe-factor", "3", "--quiet", *extra]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                                  host="127.0.0.1") as local_cluster:
+        yield local_cluster
+
+
+def test_dask_engine_gives_the_local_engines_bytes(golden_dir, tmp_path, cluster):
+    shards = write_shards(golden_dir, tmp_path / "golden", 5)
+    vocab = golden_dir / "vocab.txt"
+    local = subprocess.run(create_argv(shards, vocab, tmp_path / "local", "--workers", "2"), capture_output=True, text=True)
+    assert local.returncode == 0, local.stderr
+    on_cluster = subprocess.run(
+        create_argv(shards, vocab, tmp_path / "dask", "--engine", "dask", "--scheduler", cluster.scheduler_address),
+        capture_output=True, text=True,
+    )
+    assert on_cluster.returncode == 0, on_cluster.stderr
+    expected = output_files(tmp_path / "local")
+    assert len(expected) == 10 and output_files(tmp_path / "dask") == expected
+    # Without --scheduler the engine starts its own LocalCluster.
+    own = subprocess.run(create_argv(shards, vocab, tmp_path / "own", "--engine", "dask", "--workers", "2"),
+                         capture_output=True, text=True)
+    assert own.returncode == 0, own.stderr
+    assert output_files(tmp_path / "own") == expected
+
+
+@pytest.mark.heavy
+def test_a_worker_killed_mid_run_still_ends_with_identical_bytes(shared_dir, tmp_path, cluster):
+    bench = shared_dir / "fixtures" / "bench" / "wt2.txt"
+    vocab = shared_dir / "fixtures" / "golden" / "vocab.txt"
+    documents = bench.read_text(encoding="utf-8").strip("\n").split("\n\n")
+    shard_dir = tmp_path / "wt2" / "training"
+    shard_dir.mkdir(parents=True)
+    for i in range(8):
+        (shard_dir / f"wt2_training_{i}.txt").write_text("\n\n".join(documents[i::8]) + "\n", encoding="utf-8")
+    local = subprocess.run(create_argv(tmp_path / "wt2", vocab, tmp_path / "local", "--workers", "2"), capture_output=True, text=True)
+    assert local.returncode == 0, local.stderr
+
+    with distributed.Client(cluster.scheduler_address) as client:
+        pids_before = set(client.run(os.getpid).values())
+        proc = subprocess.Popen(
+            create_argv(tmp_path / "wt2", vocab, tmp_path / "dask", "--engine", "dask", "--scheduler", cluster.scheduler_address),
+            stderr=subprocess.PIPE, text=True,
+        )
+        # Kill one worker process while shards are being created: after the first shard is done.
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not list((tmp_path / "dask").rglob("*.tfrecord")):
+            time.sleep(0.05)
+        assert proc.poll() is None, "the job finished before a worker could be killed"
+        os.kill(sorted(pids_before)[0], signal.SIGKILL)
+        _, stderr = proc.communicate(timeout=300)
+        assert proc.returncode == 0, stderr
+        client.wait_for_workers(2, timeout=60)
+        assert set(client.run(os.getpid).values()) != pids_before  # the nanny restarted the killed worker
+    assert output_files(tmp_path / "dask") == output_files(tmp_path / "local")
+    assert not [p for p in (tmp_path / "dask").rglob("*") if ".tmp-" in p.name]
+
+
+def test_unreachable_scheduler_fails_fast_with_a_clear_message(golden_dir, tmp_path):
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    start = time.monotonic()
+    result = subprocess.run(
+        create_argv(golden_dir / "corpus.txt", golden_dir / "vocab.txt", tmp_path / "o", "--engine", "dask",
+                    "--scheduler", f"tcp://127.0.0.1:{port}"),
+        capture_output=True, text=True, timeout=60,
+    )
+    assert time.monotonic() - start < 20
+    assert result.returncode == 1
+    assert f"cannot reach the Dask scheduler at tcp://127.0.0.1:{port}" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not list(Path(tmp_path).rglob("*.tfrecord"))
+
+
+def test_scheduler_without_dask_engine_is_a_usage_error(golden_dir, tmp_path):
+    result = subprocess.run(create_argv(golden_dir / "corpus.txt", golden_dir / "vocab.txt", tmp_path / "o",
+                                        "--scheduler", "tcp://127.0.0.1:8786"), capture_output=True, text=True)
+    assert result.returncode == 2 and "--scheduler needs --engine dask" in result.stderr
