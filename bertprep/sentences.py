@@ -15,14 +15,9 @@ PARAGRAPH_SEPARATOR = "\u2029"
 
 def document_sentences(text):
     """The sentences of a document whose paragraphs are separated by line breaks."""
-    joined = PARAGRAPH_SEPARATOR.join(text.split("\n"))
-    sentences = []
-    for piece in blingfire.text_to_sentences(joined).split("\n"):
-        if PARAGRAPH_SEPARATOR in piece:
-            sentences.extend(s.strip() for s in piece.split(PARAGRAPH_SEPARATOR))
-        else:
-            sentences.append(piece.strip())
-    return [s for s in sentences if s]
+    split = blingfire.text_to_sentences(PARAGRAPH_SEPARATOR.join(text.split("\n")))
+    # Sentences come back one per line, each paragraph's last one still ending in U+2029.
+    return [s for s in map(str.strip, split.replace(PARAGRAPH_SEPARATOR, "\n").split("\n")) if s]
 
 
 def splitter_version():
