@@ -9,9 +9,12 @@ import math
 import os
 import sys
 
+# Fewer TensorFlow C++ log lines around our own (its import banner cannot be silenced).
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
 from bertprep.errors import BertprepError, UsageError
 from bertprep.progress import add_output_arguments, print_summary
-from trainer.model import SIZES
+from trainer.config import SIZES
 
 PROG = "trainer"
 
@@ -75,7 +78,6 @@ def _check(args):
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
         _check(args)
         from trainer.train import run

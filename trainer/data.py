@@ -133,7 +133,8 @@ class RecordStream:
         while before + counts[skipped_files] <= window_start:
             before += counts[skipped_files]
             skipped_files += 1
-        chunks = formats.read_batches(files[skipped_files:], self.window, self.records.fmt)
+        chunks = formats.read_batches(files[skipped_files:], self.window, self.records.fmt,
+                                        seq=self.records.seq, pred=self.records.pred)
         windows = _rechunk(chunks, self.window, drop=window_start - before)
         for index, window in enumerate(windows, start=first_window):
             n = len(window["input_ids"])

@@ -11,9 +11,7 @@ import numpy as np
 from bertprep.errors import DataError, UsageError
 from trainer import checkpoints
 from trainer.data import RecordStream, Records, prefetch
-from trainer.losses import SUM_KEYS, metrics
-from trainer.model import BertConfig, build_model
-from trainer.optimizers import make_optimizer
+from trainer.config import BertConfig
 
 # Steps before throughput is measured: compilation and autotuning happen there.
 TIMING_WARMUP_STEPS = 3
@@ -153,24 +151,12 @@ def _fmt(key, value):
 
 
 def run(args):
-    import keras
-
-    backend = keras.backend.backend()
-    keras.config.set_dtype_policy(args.precision if args.precision != "fp32" else "float32")
-    keras.utils.set_random_seed(args.seed)
-    devices = Devices(backend)
-    log = Log(args, args.steps, enabled=devices.is_chief)
-    try:
-        return _train(args, keras, devices, log)
-    finally:
-        log.close()
-
-
-def _train(args, keras, devices, log):
+    # Data and model settings are checked before any device is touched.
     data_dir = args.data
     if data_dir is None:
         data_dir = sample_records(args.format)
-        log.note(f"no --data: training on the embedded sample records in {data_dir}")
+        if not args.quiet:
+            print(f"trainer: no --data: training on the embedded sample records in {data_dir}", file=sys.stderr)
     records = Records(data_dir, args.format)
     config = model_config(args)
     if records.seq > config.max_position_embeddings:
@@ -178,6 +164,24 @@ def _train(args, keras, devices, log):
                         f"{config.max_position_embeddings} positions (max_position_embeddings)")
     if records.pred > records.seq:
         raise DataError(f"{data_dir}: {records.pred} predictions per sequence exceed sequence length {records.seq}")
+    import keras
+
+    keras.backend.clear_session()  # a fresh name space: checkpoints name variables by path
+    keras.config.set_dtype_policy(args.precision if args.precision != "fp32" else "float32")
+    keras.utils.set_random_seed(args.seed)
+    devices = Devices(keras.backend.backend())
+    log = Log(args, args.steps, enabled=devices.is_chief)
+    try:
+        return _train(args, devices, log, data_dir, records, config)
+    finally:
+        log.close()
+
+
+def _train(args, devices, log, data_dir, records, config):
+    from trainer.losses import SUM_KEYS, metrics
+    from trainer.model import build_model
+    from trainer.optimizers import make_optimizer
+
 
     per_worker = args.batch_size * devices.local_replicas
     global_batch = args.batch_size * devices.replicas * args.grad_accum
@@ -320,6 +324,8 @@ def _train(args, keras, devices, log):
 
 
 def evaluate(steps, stream, eval_steps):
+    from trainer.losses import SUM_KEYS, metrics
+
     totals = {k: 0.0 for k in SUM_KEYS}
     for _, batch in zip(range(eval_steps), stream.batches(0)):
         sums = steps.evaluate(steps.put({k: v[None] for k, v in batch.items()}))

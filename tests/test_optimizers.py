@@ -1,0 +1,103 @@
+"""AdamW and NVLAMB against a NumPy (float64) reference, one and several steps, fp32, tolerance 1e-6."""
+
+import numpy as np
+import pytest
+
+keras = pytest.importorskip("keras")
+
+from trainer.optimizers import AdamW, NVLamb, WarmupPolynomialDecay  # noqa: E402
+
+PEAK, WARMUP, TOTAL = 0.01, 2, 6
+BETA1, BETA2, EPS, WD = 0.9, 0.999, 1e-6, 0.01
+
+
+def reference_lr(step, power):
+    """lr of update number n = step + 1 (NVIDIA's warmup then polynomial decay)."""
+    n = step + 1
+    if n <= WARMUP:
+        return PEAK * n / WARMUP
+    return PEAK * max(0.0, (TOTAL - n) / (TOTAL - WARMUP)) ** power
+
+
+def reference(kind, weights, grads_per_step, decays):
+    """Run the optimizer in NumPy float64: {name: w} after each step's grads {name: g}."""
+    w = {k: v.astype(np.float64) for k, v in weights.items()}
+    m = {k: np.zeros_like(v) for k, v in w.items()}
+    v = {k: np.zeros_like(x) for k, x in w.items()}
+    for step, grads in enumerate(grads_per_step):
+        g = {k: x.astype(np.float64) for k, x in grads.items()}
+        if kind == "lamb":
+            norm = np.sqrt(sum(np.sum(x * x) for x in g.values()))
+            g = {k: x / max(norm, 1.0) for k, x in g.items()}
+        t = step + 1
+        lr = reference_lr(step, 0.5 if kind == "lamb" else 1.0)
+        for k in w:
+            m[k] = BETA1 * m[k] + (1 - BETA1) * g[k]
+            v[k] = BETA2 * v[k] + (1 - BETA2) * g[k] ** 2
+            u = (m[k] / (1 - BETA1**t)) / (np.sqrt(v[k] / (1 - BETA2**t)) + EPS)
+            if decays[k]:
+                u = u + WD * w[k]
+            if kind == "lamb":
+                wn, un = np.linalg.norm(w[k]), np.linalg.norm(u)
+                ratio = wn / un if wn > 0 and un > 0 else 1.0
+                w[k] = w[k] - lr * ratio * u
+            else:
+                w[k] = w[k] - lr * u
+    return w
+
+
+def layers_and_variables():
+    dense = keras.layers.Dense(3, bias_initializer="zeros", name="dense")
+    dense.build((None, 4))
+    norm = keras.layers.LayerNormalization(name="layer_norm")
+    norm.build((None, 3))
+    variables = dense.trainable_variables + norm.trainable_variables
+    return [dense, norm], variables
+
+
+@pytest.mark.parametrize("kind", ["adam", "lamb"])
+@pytest.mark.parametrize("steps", [1, 5])
+def test_matches_numpy_reference(kind, steps):
+    rng = np.random.default_rng(7)
+    _layers, variables = layers_and_variables()
+    for var in variables:
+        if var.path != "dense/bias":  # the bias stays zero: LAMB's ratio must then be 1
+            var.assign(rng.normal(size=var.shape).astype("float32"))
+    power = 0.5 if kind == "lamb" else 1.0
+    schedule = WarmupPolynomialDecay(PEAK, WARMUP, TOTAL, power)
+    optimizer = (NVLamb if kind == "lamb" else AdamW)(schedule)
+    optimizer.build(variables)
+    # Gradients well above norm 1, so NVLAMB's pre-normalization matters.
+    grads = [{var.path: (3.0 * rng.normal(size=var.shape)).astype("float32") for var in variables}
+             for _ in range(steps)]
+    start = {var.path: np.array(var.numpy()) for var in variables}
+    for step_grads in grads:
+        optimizer.apply([keras.ops.convert_to_tensor(step_grads[var.path]) for var in variables], variables)
+    decays = {"dense/kernel": True, "dense/bias": False, "layer_norm/gamma": False, "layer_norm/beta": False}
+    assert {var.path for var in variables} == set(decays)
+    expected = reference(kind, start, grads, decays)
+    for var in variables:
+        np.testing.assert_allclose(var.numpy(), expected[var.path], rtol=1e-6, atol=1e-6, err_msg=var.path)
+    assert int(optimizer.iterations.numpy()) == steps
+
+
+def test_schedule_warmup_then_decay():
+    for power in (1.0, 0.5):
+        schedule = WarmupPolynomialDecay(PEAK, WARMUP, TOTAL, power)
+        got = [float(schedule(step)) for step in range(TOTAL + 2)]
+        np.testing.assert_allclose(got, [reference_lr(s, power) for s in range(TOTAL + 2)], rtol=1e-6, atol=1e-9)
+    assert got[WARMUP - 1] == pytest.approx(PEAK) and got[TOTAL - 1] == 0.0
+
+
+def test_weight_decay_exclusions_follow_bert():
+    from trainer.config import BertConfig
+    from trainer.model import build_model, is_excluded_from_weight_decay
+
+    config = BertConfig(vocab_size=50, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=16, max_position_embeddings=16)
+    model = build_model(config, seq=16, pred=3)
+    excluded = {v.path for v in model.trainable_variables if is_excluded_from_weight_decay(v)}
+    decayed = {v.path for v in model.trainable_variables} - excluded
+    assert all(p.endswith(("/bias", "/gamma", "/beta")) for p in excluded)
+    assert all(p.endswith(("/kernel", "/embeddings")) for p in decayed)
+    assert "bert/masked_lm/bias" in excluded and "bert/word_embeddings/embeddings" in decayed

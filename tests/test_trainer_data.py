@@ -1,0 +1,107 @@
+"""The trainer's data: finding records, a seeded endless stream that reopens at any position."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from bertprep import formats
+from bertprep.errors import DataError, UsageError
+from trainer.data import Records, RecordStream
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def golden_records(golden_dir, root, parts=1):
+    """A `bertprep create`-style directory holding G1 (1,373 instances, 128/20) in both formats,
+    split into `parts` files per format, plus G3 as the test split."""
+    corpus = root / "params" / "corpus"
+    records = list(formats.read_records(golden_dir / "G1.tfrecord"))
+    for fmt in formats.FORMATS:
+        for i in range(parts):
+            name = f"corpus_training_{i}.tfrecord" if fmt == "tfrecord" else f"part-{i}"
+            formats.write_records(corpus / fmt / "training" / name, records[i::parts], fmt)
+        test_name = "corpus_test_0.tfrecord" if fmt == "tfrecord" else "part-0"
+        (corpus / fmt / "test").mkdir(parents=True)
+        shutil.copy(golden_dir / f"G3.{fmt}", corpus / fmt / "test" / test_name)
+    return corpus
+
+
+@pytest.fixture(scope="module")
+def records_dir(golden_dir, tmp_path_factory):
+    return golden_records(golden_dir, tmp_path_factory.mktemp("records"), parts=3)
+
+
+def take(iterator, n):
+    return [next(iterator) for _ in range(n)]
+
+
+def test_finds_both_formats_and_shapes(records_dir):
+    for fmt in formats.FORMATS:
+        for data_dir in (records_dir, records_dir.parent, records_dir.parent.parent):
+            records = Records(str(data_dir), fmt)
+            assert (records.seq, records.pred) == (128, 20)
+            assert len(records.files["training"]) == 3 and len(records.files["test"]) == 1
+            assert sum(records.count(p) for p in records.files["training"]) == 1373
+
+
+def test_missing_records_is_a_data_error(tmp_path):
+    (tmp_path / "tfrecord" / "training").mkdir(parents=True)
+    with pytest.raises(DataError, match="no ofrecord training records"):
+        Records(str(tmp_path), "ofrecord")
+
+
+def test_stream_is_seeded_shuffled_and_reopens_at_any_record(records_dir):
+    records = Records(str(records_dir), "ofrecord")
+    stream = RecordStream(records, "training", batch_size=64, seed=5, window=300)
+    first = take(stream.batches(), 30)  # 1,920 records: crosses windows, files and an epoch
+    again = take(RecordStream(records, "training", batch_size=64, seed=5, window=300).batches(), 30)
+    for a, b in zip(first, again):
+        for name in formats.FEATURE_NAMES:
+            np.testing.assert_array_equal(a[name], b[name])
+    other_seed = next(RecordStream(records, "training", batch_size=64, seed=6, window=300).batches())
+    assert not np.array_equal(first[0]["input_ids"], other_seed["input_ids"])
+    # One epoch holds every record exactly once, not in file order.
+    epoch = np.concatenate([b["input_ids"] for b in first])[:1373]
+    file_order = np.concatenate([b["input_ids"] for b in formats.read_batches(records.files["training"], 1373)])
+    assert sorted(map(bytes, epoch)) == sorted(map(bytes, file_order))
+    assert not np.array_equal(epoch, file_order)
+    # Reopening at batch k gives the batches the uninterrupted stream gave from k on.
+    for k in (1, 7, 21, 25):
+        resumed = take(stream.batches(k * 64), 30 - k)
+        for a, b in zip(first[k:], resumed):
+            for name in formats.FEATURE_NAMES:
+                np.testing.assert_array_equal(a[name], b[name])
+
+
+def test_workers_read_disjoint_files(records_dir):
+    records = Records(str(records_dir), "tfrecord")
+    shares = [RecordStream(records, "training", 10, seed=1, worker_index=w, num_workers=3) for w in range(3)]
+    assert sorted(f for s in shares for f in s.files) == records.files["training"]
+    assert sum(s.epoch_size for s in shares) == 1373
+    with pytest.raises(UsageError, match="cannot be split across 4 workers"):
+        RecordStream(records, "training", 10, seed=1, worker_index=0, num_workers=4)
+
+
+def run_trainer(*args):
+    return subprocess.run([sys.executable, "-m", "trainer", *args], capture_output=True, text=True, cwd=REPO)
+
+
+def test_cli_errors_are_one_line(records_dir, tmp_path):
+    empty = run_trainer("--format", "ofrecord", "--data", str(tmp_path))
+    assert empty.returncode == 1
+    assert empty.stderr.strip().splitlines() == [
+        f"trainer: error: {tmp_path}: no ofrecord training records "
+        "(looked for [*/[*/]]/ofrecord/training/part-*)"]
+    config = tmp_path / "bert_config.json"
+    config.write_text('{"max_position_embeddings": 64}')
+    short = run_trainer("--format", "tfrecord", "--data", str(records_dir), "--bert-config", str(config))
+    assert short.returncode == 1
+    assert short.stderr.strip().splitlines() == [
+        f"trainer: error: {records_dir}: records have sequence length 128 but the model has 64 positions "
+        "(max_position_embeddings)"]
+    usage = run_trainer("--format", "tfrecord", "--resume")
+    assert usage.returncode == 2 and usage.stderr.strip() == "trainer: error: --resume needs --checkpoint-dir"
