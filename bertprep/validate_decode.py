@@ -320,7 +320,7 @@ def _native_values(buf, starts, lengths, layout, ok):
 
 
 def _bytes_at(buf, pos):
-    return buf[np.clip(pos, 0, len(buf) - 1)]
+    return buf[np.minimum(pos, len(buf) - 1)]  # positions are never negative; past the end: a row not ok
 
 
 def _expect(buf, pos, value, ok):

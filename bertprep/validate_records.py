@@ -484,7 +484,9 @@ def _decode_chunk(buf, framing, indices, fmt, state, path, findings, bad_records
             continue
         state.note_kinds(kinds, 1)
         slow[i] = record_fields
-    keep = np.flatnonzero(ok | np.isin(np.arange(len(indices)), list(slow)))
+    decoded = ok.copy()
+    decoded[list(slow)] = True
+    keep = np.flatnonzero(decoded)
     if not len(keep):
         return {}, keep
     batch = {}
@@ -493,7 +495,7 @@ def _decode_chunk(buf, framing, indices, fmt, state, path, findings, bad_records
         column = fields[name] if name in fields else np.zeros((len(indices), length), np.float32 if is_float else np.int64)
         for i, record_fields in slow.items():
             column[i] = record_fields[name]
-        batch[name] = column[keep]
+        batch[name] = column if len(keep) == len(indices) else column[keep]
     return batch, indices[keep]
 
 
