@@ -14,10 +14,13 @@
  *                     *, first_index=0) -> None
  *   split_records(data, fmt, *, verify=True, first_index=0, first_offset=0,
  *                 final=False) -> (payloads, consumed, needed, error)
+ *   create_instances(state, tokens, sentence_starts, document_starts, ...)
+ *       -> (state, tokens, instance_starts, ...)   (see bertprep/instances.py)
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -351,29 +354,39 @@ typedef struct {
     Py_ssize_t a_length;
     Py_ssize_t mask_start, n_masks;
     int64_t label;
+    /* bytes of the varints of the real tokens, positions and labels (instance_varint_sizes) */
+    size_t token_bytes, position_bytes, label_bytes;
 } Instance;
+
+static void instance_varint_sizes(Instance *in)
+{
+    size_t n = 0;
+    for (Py_ssize_t i = 0; i < in->n_tokens; i++)
+        n += varint_size((uint64_t)int_array_at(in->tokens, in->token_start + i));
+    in->token_bytes = n;
+    n = 0;
+    for (Py_ssize_t i = 0; i < in->n_masks; i++)
+        n += varint_size((uint64_t)int_array_at(in->masked_positions, in->mask_start + i));
+    in->position_bytes = n;
+    n = 0;
+    for (Py_ssize_t i = 0; i < in->n_masks; i++)
+        n += varint_size((uint64_t)int_array_at(in->masked_labels, in->mask_start + i));
+    in->label_bytes = n;
+}
 
 /* Bytes of the packed values of one feature of one instance. */
 static size_t packed_size(const Instance *in, int feature, Py_ssize_t seq, Py_ssize_t pred)
 {
-    size_t n = 0;
-    Py_ssize_t i;
     switch (feature) {
     case F_INPUT_IDS:
-        for (i = 0; i < in->n_tokens; i++)
-            n += varint_size((uint64_t)int_array_at(in->tokens, in->token_start + i));
-        return n + (size_t)(seq - in->n_tokens);
+        return in->token_bytes + (size_t)(seq - in->n_tokens);
     case F_INPUT_MASK:
     case F_SEGMENT_IDS:
         return (size_t)seq;
     case F_MASKED_LM_POSITIONS:
-        for (i = 0; i < in->n_masks; i++)
-            n += varint_size((uint64_t)int_array_at(in->masked_positions, in->mask_start + i));
-        return n + (size_t)(pred - in->n_masks);
+        return in->position_bytes + (size_t)(pred - in->n_masks);
     case F_MASKED_LM_IDS:
-        for (i = 0; i < in->n_masks; i++)
-            n += varint_size((uint64_t)int_array_at(in->masked_labels, in->mask_start + i));
-        return n + (size_t)(pred - in->n_masks);
+        return in->label_bytes + (size_t)(pred - in->n_masks);
     case F_MASKED_LM_WEIGHTS:
         return 4 * (size_t)pred;
     default:
@@ -493,6 +506,10 @@ static inline uint8_t *put_u64le(uint8_t *p, uint64_t v)
     return p + 8;
 }
 
+typedef struct {
+    size_t payload, token_bytes, position_bytes, label_bytes;
+} RecordSizes;
+
 static PyObject *py_encode_instances(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"fmt", "seq", "pred", "tokens", "instance_starts", "a_lengths",
@@ -522,7 +539,7 @@ static PyObject *py_encode_instances(PyObject *self, PyObject *args, PyObject *k
              *masked_positions = &arrays[3], *masked_labels = &arrays[4], *mask_starts = &arrays[5],
              *is_random_next = &arrays[6];
     PyObject *result = NULL;
-    size_t *sizes = NULL;
+    RecordSizes *sizes = NULL;
 
     for (int k = 0; k < 7; k++)
         if (int_array_get(&arrays[k], objs[k], names[k]) < 0)
@@ -543,7 +560,7 @@ static PyObject *py_encode_instances(PyObject *self, PyObject *args, PyObject *k
     Py_ssize_t n_masks_total = masked_positions->n < masked_labels->n ? masked_positions->n : masked_labels->n;
 
     /* Pass 1 (with the GIL, errors possible): validate and size every record. */
-    sizes = PyMem_Malloc(sizeof(size_t) * (size_t)(count ? count : 1));
+    sizes = PyMem_Malloc(sizeof(RecordSizes) * (size_t)(count ? count : 1));
     if (sizes == NULL) {
         PyErr_NoMemory();
         goto done;
@@ -587,8 +604,12 @@ static PyObject *py_encode_instances(PyObject *self, PyObject *args, PyObject *k
         in.mask_start = (Py_ssize_t)m0;
         in.n_masks = (Py_ssize_t)(m1 - m0);
         in.label = int_array_at(is_random_next, i);
-        sizes[j] = payload_size(&in, fmt, seq, pred);
-        total += frame_overhead + sizes[j];
+        instance_varint_sizes(&in);
+        sizes[j].token_bytes = in.token_bytes;
+        sizes[j].position_bytes = in.position_bytes;
+        sizes[j].label_bytes = in.label_bytes;
+        sizes[j].payload = payload_size(&in, fmt, seq, pred);
+        total += frame_overhead + sizes[j].payload;
     }
     if (total > (size_t)PY_SSIZE_T_MAX) {
         PyErr_NoMemory();
@@ -611,15 +632,18 @@ static PyObject *py_encode_instances(PyObject *self, PyObject *args, PyObject *k
         in.mask_start = (Py_ssize_t)m0;
         in.n_masks = (Py_ssize_t)(int_array_at(mask_starts, i + 1) - m0);
         in.label = int_array_at(is_random_next, i);
+        in.token_bytes = sizes[j].token_bytes;
+        in.position_bytes = sizes[j].position_bytes;
+        in.label_bytes = sizes[j].label_bytes;
         uint8_t *header = out;
         if (fmt == FMT_TFRECORD) {
-            out = put_u64le(out, sizes[j]);
+            out = put_u64le(out, sizes[j].payload);
             out = put_u32le(out, masked_crc32c(header, 8));
             uint8_t *payload = out;
             out = put_payload(out, &in, fmt, seq, pred);
-            out = put_u32le(out, masked_crc32c(payload, sizes[j]));
+            out = put_u32le(out, masked_crc32c(payload, sizes[j].payload));
         } else {
-            out = put_u64le(out, sizes[j]);
+            out = put_u64le(out, sizes[j].payload);
             out = put_payload(out, &in, fmt, seq, pred);
         }
     }
@@ -1246,6 +1270,558 @@ done:
 }
 
 /* ------------------------------------------------------------------ */
+/* create_instances: the reference's draws, in C                       */
+/* ------------------------------------------------------------------ */
+
+/* CPython's random.Random: MT19937 plus the derived draws the reference uses. */
+#define MT_N 624
+#define MT_M 397
+
+typedef struct {
+    uint32_t mt[MT_N];
+    int index;
+} Twister;
+
+static void mt_refill(Twister *t)
+{
+    static const uint32_t mag01[2] = {0x0u, 0x9908b0dfu};
+    uint32_t y;
+    int kk;
+    for (kk = 0; kk < MT_N - MT_M; kk++) {
+        y = (t->mt[kk] & 0x80000000u) | (t->mt[kk + 1] & 0x7fffffffu);
+        t->mt[kk] = t->mt[kk + MT_M] ^ (y >> 1) ^ mag01[y & 1u];
+    }
+    for (; kk < MT_N - 1; kk++) {
+        y = (t->mt[kk] & 0x80000000u) | (t->mt[kk + 1] & 0x7fffffffu);
+        t->mt[kk] = t->mt[kk + (MT_M - MT_N)] ^ (y >> 1) ^ mag01[y & 1u];
+    }
+    y = (t->mt[MT_N - 1] & 0x80000000u) | (t->mt[0] & 0x7fffffffu);
+    t->mt[MT_N - 1] = t->mt[MT_M - 1] ^ (y >> 1) ^ mag01[y & 1u];
+    t->index = 0;
+}
+
+/* genrand_uint32 */
+static inline uint32_t mt_next(Twister *t)
+{
+    if (t->index >= MT_N)
+        mt_refill(t);
+    uint32_t y = t->mt[t->index++];
+    y ^= (y >> 11);
+    y ^= (y << 7) & 0x9d2c5680u;
+    y ^= (y << 15) & 0xefc60000u;
+    y ^= (y >> 18);
+    return y;
+}
+
+/* random.random(): genrand_res53 */
+static inline double mt_random(Twister *t)
+{
+    uint32_t a = mt_next(t) >> 5, b = mt_next(t) >> 6;
+    return (a * 67108864.0 + b) * (1.0 / 9007199254740992.0);
+}
+
+/* random._randbelow_with_getrandbits for 0 < n < 2**32: k = n.bit_length(), getrandbits(k) until < n */
+static inline uint32_t mt_below(Twister *t, uint64_t n)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    int k = 64 - __builtin_clzll(n); /* n.bit_length(), n > 0 */
+#else
+    int k = 0;
+    while ((n >> k) != 0)
+        k++;
+#endif
+    uint32_t r;
+    do {
+        r = mt_next(t) >> (32 - k);
+    } while (r >= n);
+    return r;
+}
+
+/* Growable arrays for the instances as they are made, in creation order. */
+typedef struct {
+    char *data;
+    size_t size, capacity; /* bytes */
+} Growable;
+
+static int grow_append(Growable *g, const void *items, size_t bytes)
+{
+    if (g->size + bytes > g->capacity) {
+        size_t capacity = g->capacity ? g->capacity : 4096;
+        while (capacity < g->size + bytes)
+            capacity *= 2;
+        char *data = PyMem_RawRealloc(g->data, capacity);
+        if (data == NULL)
+            return -1;
+        g->data = data;
+        g->capacity = capacity;
+    }
+    memcpy(g->data + g->size, items, bytes);
+    g->size += bytes;
+    return 0;
+}
+
+typedef struct {
+    /* corpus (documents already in the shuffled order) */
+    const int32_t *tokens;
+    const int64_t *sentence_starts;
+    const int64_t *document_starts;
+    Py_ssize_t n_documents;
+    /* flags */
+    Py_ssize_t max_seq_length, max_predictions_per_seq, dupe_factor;
+    double short_seq_prob, masked_lm_prob;
+    int whole_word_mask;
+    int32_t cls_id, sep_id, mask_id;
+    const int32_t *word_ids;
+    Py_ssize_t n_word_ids;
+    const uint8_t *is_subword;
+    Py_ssize_t n_is_subword;
+    /* scratch, max_seq_length each */
+    int32_t *sequence, *output, *candidate_index, *candidate_start, *candidate_order, *label_at;
+    uint8_t *masked;
+    /* results in creation order */
+    Growable out_tokens, lengths, a_lengths, positions, labels, mask_counts, is_random_next;
+    Twister twister;
+    char error[200];
+} Creator;
+
+static int creator_fail(Creator *c, const char *message)
+{
+    snprintf(c->error, sizeof c->error, "%s", message);
+    return -1;
+}
+
+/* randint(a, b) = a + _randbelow(b - a + 1), with randrange's error for an empty range */
+static int mt_randint(Creator *c, int64_t a, int64_t b, int64_t *out)
+{
+    if (b < a) {
+        snprintf(c->error, sizeof c->error, "empty range for randrange() (%lld, %lld, %lld)", (long long)a,
+                 (long long)(b + 1), (long long)(b + 1 - a));
+        return -1;
+    }
+    if ((uint64_t)(b - a) >= 0xFFFFFFFFull)
+        return creator_fail(c, "randint range too wide for the native core");
+    *out = a + mt_below(&c->twister, (uint64_t)(b - a + 1));
+    return 0;
+}
+
+/* create_masked_lm_predictions over c->sequence[0:n]; appends the instance. */
+static int mask_and_emit(Creator *c, Py_ssize_t n, Py_ssize_t a_length, int is_random_next)
+{
+    const int32_t *tokens = c->sequence;
+    Py_ssize_t n_candidates = 0, n_indices = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int32_t token = tokens[i];
+        if (token == c->cls_id || token == c->sep_id)
+            continue;
+        if (c->whole_word_mask && n_candidates > 0 && token >= 0 && token < c->n_is_subword &&
+            c->is_subword[token]) {
+            c->candidate_index[n_indices++] = (int32_t)i; /* joins the last candidate */
+        } else {
+            c->candidate_start[n_candidates++] = (int32_t)n_indices;
+            c->candidate_index[n_indices++] = (int32_t)i;
+        }
+    }
+    c->candidate_start[n_candidates] = (int32_t)n_indices;
+    for (Py_ssize_t k = 0; k < n_candidates; k++)
+        c->candidate_order[k] = (int32_t)k;
+    for (Py_ssize_t i = n_candidates - 1; i >= 1; i--) { /* rng.shuffle(cand_indexes) */
+        uint32_t j = mt_below(&c->twister, (uint64_t)i + 1);
+        int32_t swap = c->candidate_order[i];
+        c->candidate_order[i] = c->candidate_order[j];
+        c->candidate_order[j] = swap;
+    }
+    memcpy(c->output, tokens, sizeof(int32_t) * (size_t)n);
+    memset(c->masked, 0, (size_t)c->max_seq_length);
+    /* Python's round(): half to even, which rint() does in the default rounding mode */
+    Py_ssize_t num_to_predict = (Py_ssize_t)rint((double)n * c->masked_lm_prob);
+    if (num_to_predict < 1)
+        num_to_predict = 1;
+    if (num_to_predict > c->max_predictions_per_seq)
+        num_to_predict = c->max_predictions_per_seq;
+    Py_ssize_t n_masked = 0;
+    for (Py_ssize_t k = 0; k < n_candidates; k++) {
+        if (n_masked >= num_to_predict)
+            break;
+        int32_t candidate = c->candidate_order[k];
+        int32_t first = c->candidate_start[candidate], stop = c->candidate_start[candidate + 1];
+        if (n_masked + (stop - first) > num_to_predict)
+            continue; /* a whole word that would overflow the budget is skipped */
+        for (int32_t m = first; m < stop; m++) {
+            int32_t index = c->candidate_index[m];
+            int32_t replacement;
+            if (mt_random(&c->twister) < 0.8) {
+                replacement = c->mask_id;
+            } else if (mt_random(&c->twister) < 0.5) {
+                replacement = tokens[index];
+            } else {
+                int64_t w;
+                if (mt_randint(c, 0, c->n_word_ids - 1, &w) < 0)
+                    return -1;
+                replacement = c->word_ids[w];
+            }
+            c->output[index] = replacement;
+            c->masked[index] = 1;
+            n_masked++;
+        }
+    }
+    int32_t length32 = (int32_t)n, a32 = (int32_t)a_length, masks32 = (int32_t)n_masked;
+    uint8_t label = (uint8_t)is_random_next;
+    if (grow_append(&c->out_tokens, c->output, sizeof(int32_t) * (size_t)n) < 0 ||
+        grow_append(&c->lengths, &length32, 4) < 0 || grow_append(&c->a_lengths, &a32, 4) < 0 ||
+        grow_append(&c->mask_counts, &masks32, 4) < 0 || grow_append(&c->is_random_next, &label, 1) < 0)
+        return creator_fail(c, "out of memory");
+    for (Py_ssize_t i = 0; i < n; i++) { /* masked_lms sorted by index */
+        if (c->masked[i]) {
+            uint16_t position = (uint16_t)i;
+            int32_t original = tokens[i];
+            if (grow_append(&c->positions, &position, 2) < 0 || grow_append(&c->labels, &original, 4) < 0)
+                return creator_fail(c, "out of memory");
+        }
+    }
+    return 0;
+}
+
+static inline Py_ssize_t sentences_in(const Creator *c, Py_ssize_t d)
+{
+    return (Py_ssize_t)(c->document_starts[d + 1] - c->document_starts[d]);
+}
+
+/* create_instances_from_document for document d. */
+static int instances_from_document(Creator *c, Py_ssize_t d)
+{
+    const Py_ssize_t first_sentence = (Py_ssize_t)c->document_starts[d];
+    const Py_ssize_t n_sentences = sentences_in(c, d);
+    const int64_t *ss = c->sentence_starts;
+    const int64_t max_num_tokens = c->max_seq_length - 3;
+    int64_t target_seq_length = max_num_tokens;
+    if (mt_random(&c->twister) < c->short_seq_prob && mt_randint(c, 2, max_num_tokens, &target_seq_length) < 0)
+        return -1;
+
+    Py_ssize_t chunk_start = 0, chunk_length = 0; /* current_chunk: sentences [chunk_start, +chunk_length) */
+    int64_t current_length = 0;
+    Py_ssize_t i = 0;
+    while (i < n_sentences) {
+        if (chunk_length == 0)
+            chunk_start = i;
+        chunk_length++;
+        current_length += ss[first_sentence + i + 1] - ss[first_sentence + i];
+        if (i == n_sentences - 1 || current_length >= target_seq_length) {
+            int64_t a_end = 1;
+            if (chunk_length >= 2 && mt_randint(c, 1, chunk_length - 1, &a_end) < 0)
+                return -1;
+            /* tokens of consecutive sentences are consecutive: A and B are ranges of c->tokens */
+            int64_t a_lo = ss[first_sentence + chunk_start], a_hi = ss[first_sentence + chunk_start + a_end];
+            int64_t b_lo, b_hi;
+            int is_random_next;
+            if (chunk_length == 1 || mt_random(&c->twister) < 0.5) {
+                is_random_next = 1;
+                int64_t target_b_length = target_seq_length - (a_hi - a_lo);
+                int64_t random_document = 0;
+                for (int tries = 0; tries < 10; tries++) {
+                    if (mt_randint(c, 0, c->n_documents - 1, &random_document) < 0)
+                        return -1;
+                    if (random_document != d)
+                        break;
+                }
+                Py_ssize_t r_first = (Py_ssize_t)c->document_starts[random_document];
+                Py_ssize_t r_sentences = sentences_in(c, (Py_ssize_t)random_document);
+                int64_t random_start;
+                if (mt_randint(c, 0, r_sentences - 1, &random_start) < 0)
+                    return -1;
+                b_lo = b_hi = ss[r_first + random_start];
+                for (Py_ssize_t j = (Py_ssize_t)random_start; j < r_sentences; j++) {
+                    b_hi = ss[r_first + j + 1];
+                    if (b_hi - b_lo >= target_b_length)
+                        break;
+                }
+                i -= chunk_length - (Py_ssize_t)a_end; /* put the unused segments back */
+            } else {
+                is_random_next = 0;
+                b_lo = a_hi;
+                b_hi = ss[first_sentence + chunk_start + chunk_length];
+            }
+            /* truncate_seq_pair: trim the longer side (B on a tie), front or back by coin flip */
+            while ((a_hi - a_lo) + (b_hi - b_lo) > max_num_tokens) {
+                int64_t *lo, *hi;
+                if (a_hi - a_lo > b_hi - b_lo) {
+                    lo = &a_lo;
+                    hi = &a_hi;
+                } else {
+                    lo = &b_lo;
+                    hi = &b_hi;
+                }
+                if (*hi - *lo < 1)
+                    return creator_fail(c, "truncate_seq_pair emptied a segment");
+                if (mt_random(&c->twister) < 0.5)
+                    (*lo)++;
+                else
+                    (*hi)--;
+            }
+            Py_ssize_t la = (Py_ssize_t)(a_hi - a_lo), lb = (Py_ssize_t)(b_hi - b_lo);
+            int32_t *seq = c->sequence;
+            seq[0] = c->cls_id;
+            memcpy(seq + 1, c->tokens + a_lo, sizeof(int32_t) * (size_t)la);
+            seq[1 + la] = c->sep_id;
+            memcpy(seq + 2 + la, c->tokens + b_lo, sizeof(int32_t) * (size_t)lb);
+            seq[2 + la + lb] = c->sep_id;
+            if (mask_and_emit(c, la + lb + 3, la, is_random_next) < 0)
+                return -1;
+            chunk_length = 0;
+            current_length = 0;
+        }
+        i++;
+    }
+    return 0;
+}
+
+static int run_creator(Creator *c)
+{
+    for (Py_ssize_t pass = 0; pass < c->dupe_factor; pass++)
+        for (Py_ssize_t d = 0; d < c->n_documents; d++)
+            if (instances_from_document(c, d) < 0)
+                return -1;
+    return 0;
+}
+
+static int twister_from_state(PyObject *state, Twister *t)
+{
+    PyObject *internal;
+    if (!PyTuple_Check(state) || PyTuple_GET_SIZE(state) != 3 ||
+        !PyTuple_Check(internal = PyTuple_GET_ITEM(state, 1)) || PyTuple_GET_SIZE(internal) != MT_N + 1) {
+        PyErr_SetString(PyExc_ValueError, "state: expected random.Random.getstate() of a version-3 generator");
+        return -1;
+    }
+    for (int k = 0; k <= MT_N; k++) {
+        unsigned long value = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(internal, k));
+        if (value == (unsigned long)-1 && PyErr_Occurred())
+            return -1;
+        if (value > 0xFFFFFFFFul || (k == MT_N && value > MT_N)) {
+            PyErr_SetString(PyExc_ValueError, "state: value out of range");
+            return -1;
+        }
+        if (k < MT_N)
+            t->mt[k] = (uint32_t)value;
+        else
+            t->index = (int)value;
+    }
+    return 0;
+}
+
+static PyObject *twister_state(const Twister *t, PyObject *old_state)
+{
+    PyObject *internal = PyTuple_New(MT_N + 1);
+    if (internal == NULL)
+        return NULL;
+    for (int k = 0; k <= MT_N; k++) {
+        PyObject *value = PyLong_FromUnsignedLong(k < MT_N ? t->mt[k] : (unsigned long)t->index);
+        if (value == NULL) {
+            Py_DECREF(internal);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(internal, k, value);
+    }
+    return Py_BuildValue("(ONO)", PyTuple_GET_ITEM(old_state, 0), internal, PyTuple_GET_ITEM(old_state, 2));
+}
+
+/* A typed read-only C-contiguous array argument of the expected format. */
+static int typed_array(PyObject *obj, Py_buffer *view, const char *name, int want_kind, Py_ssize_t *n)
+{
+    int kind;
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+        return -1;
+    if (kind_of_format(view->format, view->itemsize, &kind) < 0 || kind != want_kind) {
+        PyErr_Format(PyExc_TypeError, "%s: wrong array type (format %.20s)", name, view->format ? view->format : "B");
+        PyBuffer_Release(view);
+        return -1;
+    }
+    *n = view->len / view->itemsize;
+    return 0;
+}
+
+static PyObject *py_create_instances(PyObject *self, PyObject *args)
+{
+    PyObject *state, *objs[5];
+    Creator c;
+    memset(&c, 0, sizeof c);
+    Py_ssize_t token_itemsize;
+    int whole_word_mask;
+    if (!PyArg_ParseTuple(args, "OOOOnnnddpiiiOOn:create_instances", &state, &objs[0], &objs[1], &objs[2],
+                          &c.max_seq_length, &c.max_predictions_per_seq, &c.dupe_factor, &c.short_seq_prob,
+                          &c.masked_lm_prob, &whole_word_mask, &c.cls_id, &c.sep_id, &c.mask_id, &objs[3], &objs[4],
+                          &token_itemsize))
+        return NULL;
+    c.whole_word_mask = whole_word_mask;
+    if (token_itemsize != 2 && token_itemsize != 4) {
+        PyErr_SetString(PyExc_ValueError, "token_itemsize must be 2 (uint16) or 4 (int32)");
+        return NULL;
+    }
+    if (c.max_seq_length < 3 || c.max_seq_length > 65535 || c.max_predictions_per_seq < 0 || c.dupe_factor < 0) {
+        PyErr_SetString(PyExc_ValueError, "need 3 <= max_seq_length <= 65535, max_predictions_per_seq >= 0, dupe_factor >= 0");
+        return NULL;
+    }
+    if (twister_from_state(state, &c.twister) < 0)
+        return NULL;
+
+    static const char *const names[5] = {"tokens", "sentence_starts", "document_starts", "word_ids", "is_subword"};
+    static const int kinds[5] = {K_I32, K_I64, K_I64, K_I32, K_U8};
+    Py_buffer views[5];
+    Py_ssize_t sizes[5];
+    int held = 0;
+    PyObject *result = NULL;
+    for (; held < 5; held++)
+        if (typed_array(objs[held], &views[held], names[held], kinds[held], &sizes[held]) < 0)
+            goto done;
+    c.tokens = views[0].buf;
+    c.sentence_starts = views[1].buf;
+    c.document_starts = views[2].buf;
+    c.word_ids = views[3].buf;
+    c.n_word_ids = sizes[3];
+    c.is_subword = views[4].buf;
+    c.n_is_subword = sizes[4];
+    c.n_documents = sizes[2] - 1;
+    {
+        Py_ssize_t n_sentences = sizes[1] - 1;
+        int ok = c.n_documents >= 0 && n_sentences >= 0 && c.document_starts[0] == 0 &&
+                 c.document_starts[c.n_documents] == n_sentences && c.sentence_starts[0] == 0 &&
+                 c.sentence_starts[n_sentences] == sizes[0];
+        for (Py_ssize_t d = 0; ok && d < c.n_documents; d++)
+            ok = c.document_starts[d] <= c.document_starts[d + 1];
+        for (Py_ssize_t s = 0; ok && s < n_sentences; s++)
+            ok = c.sentence_starts[s] <= c.sentence_starts[s + 1];
+        if (!ok) {
+            PyErr_SetString(PyExc_ValueError, "inconsistent corpus: sentence_starts and document_starts must be "
+                                              "ascending offsets from 0 to the number of tokens / sentences");
+            goto done;
+        }
+    }
+
+    size_t seq = (size_t)c.max_seq_length;
+    c.sequence = PyMem_RawMalloc(sizeof(int32_t) * seq);
+    c.output = PyMem_RawMalloc(sizeof(int32_t) * seq);
+    c.candidate_index = PyMem_RawMalloc(sizeof(int32_t) * seq);
+    c.candidate_start = PyMem_RawMalloc(sizeof(int32_t) * (seq + 1));
+    c.candidate_order = PyMem_RawMalloc(sizeof(int32_t) * seq);
+    c.masked = PyMem_RawMalloc(seq);
+    if (!c.sequence || !c.output || !c.candidate_index || !c.candidate_start || !c.candidate_order || !c.masked) {
+        PyErr_NoMemory();
+        goto done;
+    }
+
+    int failed;
+    int64_t *order = NULL, *token_offsets = NULL, *mask_offsets = NULL;
+    Py_ssize_t n_instances = 0;
+    Py_BEGIN_ALLOW_THREADS
+    failed = run_creator(&c);
+    if (!failed) {
+        /* rng.shuffle(instances): a permutation of creation order, then gather */
+        n_instances = (Py_ssize_t)(c.lengths.size / 4);
+        order = PyMem_RawMalloc(sizeof(int64_t) * (size_t)(n_instances + 1));
+        token_offsets = PyMem_RawMalloc(sizeof(int64_t) * (size_t)(n_instances + 1));
+        mask_offsets = PyMem_RawMalloc(sizeof(int64_t) * (size_t)(n_instances + 1));
+        if (!order || !token_offsets || !mask_offsets) {
+            failed = creator_fail(&c, "out of memory");
+        } else {
+            for (Py_ssize_t k = 0; k < n_instances; k++)
+                order[k] = k;
+            for (Py_ssize_t k = n_instances - 1; k >= 1; k--) {
+                if ((uint64_t)k >= 0xFFFFFFFFull) {
+                    failed = creator_fail(&c, "too many instances for the native core");
+                    break;
+                }
+                uint32_t j = mt_below(&c.twister, (uint64_t)k + 1);
+                int64_t swap = order[k];
+                order[k] = order[j];
+                order[j] = swap;
+            }
+            const int32_t *lengths = (const int32_t *)c.lengths.data, *counts = (const int32_t *)c.mask_counts.data;
+            token_offsets[0] = mask_offsets[0] = 0;
+            for (Py_ssize_t k = 0; k < n_instances; k++) {
+                token_offsets[k + 1] = token_offsets[k] + lengths[k];
+                mask_offsets[k + 1] = mask_offsets[k] + counts[k];
+            }
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (failed) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(strcmp(c.error, "out of memory") == 0 ? PyExc_MemoryError : PyExc_ValueError, c.error);
+        goto free_order;
+    }
+    {
+        Py_ssize_t n_tokens = (Py_ssize_t)(c.out_tokens.size / 4), n_masks = (Py_ssize_t)(c.positions.size / 2);
+        PyObject *tokens = PyBytes_FromStringAndSize(NULL, n_tokens * token_itemsize);
+        PyObject *starts = PyBytes_FromStringAndSize(NULL, (n_instances + 1) * 8);
+        PyObject *a_lengths = PyBytes_FromStringAndSize(NULL, n_instances * 4);
+        PyObject *positions = PyBytes_FromStringAndSize(NULL, n_masks * 2);
+        PyObject *labels = PyBytes_FromStringAndSize(NULL, n_masks * token_itemsize);
+        PyObject *mask_starts = PyBytes_FromStringAndSize(NULL, (n_instances + 1) * 8);
+        PyObject *is_random_next = PyBytes_FromStringAndSize(NULL, n_instances);
+        PyObject *new_state = twister_state(&c.twister, state);
+        if (tokens && starts && a_lengths && positions && labels && mask_starts && is_random_next && new_state) {
+            const int32_t *all_tokens = (const int32_t *)c.out_tokens.data, *all_labels = (const int32_t *)c.labels.data;
+            const uint16_t *all_positions = (const uint16_t *)c.positions.data;
+            const int32_t *all_a = (const int32_t *)c.a_lengths.data;
+            const uint8_t *all_nsp = (const uint8_t *)c.is_random_next.data;
+            char *t_out = PyBytes_AS_STRING(tokens), *l_out = PyBytes_AS_STRING(labels);
+            int64_t *s_out = (int64_t *)PyBytes_AS_STRING(starts), *m_out = (int64_t *)PyBytes_AS_STRING(mask_starts);
+            int32_t *a_out = (int32_t *)PyBytes_AS_STRING(a_lengths);
+            uint16_t *p_out = (uint16_t *)PyBytes_AS_STRING(positions);
+            uint8_t *r_out = (uint8_t *)PyBytes_AS_STRING(is_random_next);
+            int64_t t_at = 0, m_at = 0;
+            s_out[0] = m_out[0] = 0;
+            for (Py_ssize_t k = 0; k < n_instances; k++) {
+                int64_t src = order[k];
+                for (int64_t x = token_offsets[src]; x < token_offsets[src + 1]; x++, t_at++) {
+                    if (token_itemsize == 2)
+                        ((uint16_t *)t_out)[t_at] = (uint16_t)all_tokens[x];
+                    else
+                        ((int32_t *)t_out)[t_at] = all_tokens[x];
+                }
+                for (int64_t x = mask_offsets[src]; x < mask_offsets[src + 1]; x++, m_at++) {
+                    p_out[m_at] = all_positions[x];
+                    if (token_itemsize == 2)
+                        ((uint16_t *)l_out)[m_at] = (uint16_t)all_labels[x];
+                    else
+                        ((int32_t *)l_out)[m_at] = all_labels[x];
+                }
+                s_out[k + 1] = t_at;
+                m_out[k + 1] = m_at;
+                a_out[k] = all_a[src];
+                r_out[k] = all_nsp[src];
+            }
+            result = PyTuple_Pack(8, new_state, tokens, starts, a_lengths, positions, labels, mask_starts,
+                                  is_random_next);
+        }
+        Py_XDECREF(tokens);
+        Py_XDECREF(starts);
+        Py_XDECREF(a_lengths);
+        Py_XDECREF(positions);
+        Py_XDECREF(labels);
+        Py_XDECREF(mask_starts);
+        Py_XDECREF(is_random_next);
+        Py_XDECREF(new_state);
+    }
+free_order:
+    PyMem_RawFree(order);
+    PyMem_RawFree(token_offsets);
+    PyMem_RawFree(mask_offsets);
+done:
+    for (int k = 0; k < held; k++)
+        PyBuffer_Release(&views[k]);
+    PyMem_RawFree(c.sequence);
+    PyMem_RawFree(c.output);
+    PyMem_RawFree(c.candidate_index);
+    PyMem_RawFree(c.candidate_start);
+    PyMem_RawFree(c.candidate_order);
+    PyMem_RawFree(c.masked);
+    Growable *growables[] = {&c.out_tokens, &c.lengths, &c.a_lengths, &c.positions, &c.labels, &c.mask_counts,
+                             &c.is_random_next};
+    for (size_t k = 0; k < sizeof growables / sizeof growables[0]; k++)
+        PyMem_RawFree(growables[k]->data);
+    return result;
+}
+
+/* ------------------------------------------------------------------ */
 /* Module                                                              */
 /* ------------------------------------------------------------------ */
 
@@ -1267,6 +1843,16 @@ static PyMethodDef native_methods[] = {
      "    -> (payloads, consumed, needed, error)\n\n"
      "Split framed records off the front of `data` (TFRecord CRCs verified); stops at an incomplete\n"
      "record (needed: its framed size) or at the first framing error (error: its message)."},
+    {"create_instances", (PyCFunction)py_create_instances, METH_VARARGS,
+     "create_instances(state, tokens, sentence_starts, document_starts, max_seq_length,\n"
+     "                 max_predictions_per_seq, dupe_factor, short_seq_prob, masked_lm_prob, whole_word_mask,\n"
+     "                 cls_id, sep_id, mask_id, word_ids, is_subword, token_itemsize)\n"
+     "    -> (state, tokens, instance_starts, a_lengths, masked_positions, masked_labels, mask_starts,\n"
+     "        is_random_next)\n\n"
+     "bertprep.instances' reference algorithm after the document shuffle: dupe_factor passes over the\n"
+     "documents, then the shuffle of all instances, drawing from the Mersenne Twister `state`\n"
+     "(random.Random.getstate()) exactly as CPython's random() / randint() / shuffle() do. Arrays come\n"
+     "back as bytes in the layout of bertprep.instances.Instances; `state` is the generator's new state."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -2,8 +2,8 @@
 
     python scripts/bench_native.py [--repeat 5]
 
-Inputs are the golden files (BERTPREP_SHARED or ../shared beside the
-checkout). Each line: the twin's time, the native time (best of --repeat),
+Inputs are the golden files and the benchmark corpus wt2.txt
+(BERTPREP_SHARED or ../shared beside the checkout). Each line: the twin's time, the native time (best of --repeat),
 and the ratio; the read_batches lines also give records/s on one core.
 Native results are checked against the twin's before anything is timed.
 """
@@ -102,6 +102,32 @@ def main():
         report(f"decode_bert_batch {fmt} ({n} records)",
                best_time(lambda: formats.decode_bert_batch_python(payloads, fmt, 128, 20, *outputs), 1),
                best_time(lambda: _native.decode_bert_batch(payloads, fmt, 128, 20, *outputs), args.repeat), n)
+
+    # instance creation on the benchmark corpus at 128/20, dupe 5 (DESIGN.md §6)
+    from bertprep import instances
+    from bertprep.corpus import read_text, tokenize_corpus
+    from bertprep.tokenization import LineTokenizer, load_vocab
+
+    vocab = load_vocab(golden / "vocab.txt")
+    corpus = tokenize_corpus(read_text(shared / "fixtures" / "bench" / "wt2.txt"), LineTokenizer(vocab))
+    masking = instances.MaskingVocab.from_vocab(vocab)
+    params = instances.InstanceParams(128, 20, 5)
+    made = {}
+
+    def create(use_native):
+        made[use_native] = instances.create_instances(corpus, params, masking, 12345, use_native=use_native)
+
+    twin_seconds = best_time(lambda: create(False), 1)
+    native_seconds = best_time(lambda: create(True), args.repeat)
+    for field in made[False].__dataclass_fields__:
+        assert np.array_equal(getattr(made[False], field), getattr(made[True], field)), field
+    report(f"create_instances wt2 ({len(made[True])} instances)", twin_seconds, native_seconds, len(made[True]))
+    layout = [getattr(made[True], f) for f in made[True].__dataclass_fields__]
+    for fmt in ("tfrecord", "ofrecord"):
+        count = len(made[True])
+        report(f"encode_instances wt2 {fmt}", best_time(lambda: formats.encode_instances_python(
+            fmt, 128, 20, *layout, 0, count), 1), best_time(lambda: _native.encode_instances(
+            fmt, 128, 20, *layout, 0, count), args.repeat), count)
 
     # read_batches over a file of 10 copies of G1 (13,730 records), batch 256, as a loader reads it
     for fmt in ("tfrecord", "ofrecord"):

@@ -504,3 +504,119 @@ def test_read_batches_seq_and_pred_can_be_given(golden_dir, monkeypatch):
         batches, error = _read_all(golden_dir / "G2.tfrecord", 64, use_native, monkeypatch, seq=128)
         assert batches == [] and error == (
             f"{golden_dir / 'G2.tfrecord'}: record 0: feature 'input_ids': expected 128 values, got 512")
+
+
+# -- create_instances ---------------------------------------------------------------------
+
+
+def _same_instances(a, b):
+    for field in a.__dataclass_fields__:
+        x, y = getattr(a, field), getattr(b, field)
+        assert x.dtype == y.dtype and np.array_equal(x, y), field
+
+
+def _both_creators(corpus, params, masking, seed):
+    """Python and C instance creation from the same state: (python, native) instances and final states."""
+    from bertprep import instances
+
+    results = []
+    for create in (instances._create_python, instances._create_native):
+        rng = random.Random(seed)
+        order = list(range(corpus.num_documents))
+        rng.shuffle(order)
+        shuffled = corpus.reordered(order)
+        made = create(shuffled.documents() if create is instances._create_python else shuffled, params, masking, rng)
+        results.append((made, rng.getstate()))
+    (python, python_state), (c, c_state) = results
+    assert c_state == python_state  # the generator is left where the Python code leaves it
+    return python, c
+
+
+@pytest.fixture(scope="module")
+def golden_corpus(golden_dir):
+    from bertprep.corpus import read_text, tokenize_corpus
+    from bertprep.instances import MaskingVocab
+    from bertprep.tokenization import LineTokenizer, load_vocab
+
+    vocab = load_vocab(golden_dir / "vocab.txt")
+    return tokenize_corpus(read_text(golden_dir / "corpus.txt"), LineTokenizer(vocab)), MaskingVocab.from_vocab(vocab)
+
+
+@pytest.mark.parametrize(
+    "seq,pred,dupe,seed,wwm,short_seq_prob,masked_lm_prob",
+    [(128, 20, 2, 12345, False, 0.1, 0.15), (512, 80, 1, 12345, False, 0.1, 0.15), (128, 20, 2, 1, True, 0.1, 0.15),
+     (24, 7, 3, 99, True, 0.5, 0.25), (16, 3, 1, 3, False, 1.0, 0.5)],
+)
+def test_create_instances_matches_python_on_golden_corpus(golden_corpus, seq, pred, dupe, seed, wwm,
+                                                          short_seq_prob, masked_lm_prob):
+    from bertprep.instances import InstanceParams
+
+    corpus, masking = golden_corpus
+    params = InstanceParams(seq, pred, dupe, short_seq_prob, masked_lm_prob, wwm)
+    python, c = _both_creators(corpus, params, masking, seed)
+    _same_instances(python, c)
+    assert len(c) > 0
+
+
+def test_create_instances_golden_g1_end_to_end(golden_corpus, golden_dir):
+    from bertprep.instances import InstanceParams, create_instances
+
+    corpus, masking = golden_corpus
+    made = create_instances(corpus, InstanceParams(128, 20, 2), masking, 12345, use_native=True)
+    arrays = [made.tokens, made.instance_starts, made.a_lengths, made.masked_positions, made.masked_labels,
+              made.mask_starts, made.is_random_next]
+    for fmt in FORMATS:
+        encoded = native.encode_instances(fmt, 128, 20, *arrays, 0, len(made))
+        assert encoded == (golden_dir / f"G1.{fmt}").read_bytes()
+
+
+def test_create_instances_matches_python_on_odd_corpora():
+    """One document (random next retries randint(0, 0)), one-sentence documents, int32 tokens past 2**16."""
+    from bertprep.instances import Corpus, InstanceParams, MaskingVocab
+
+    rng = random.Random(11)
+    word_ids = np.arange(70000, dtype=np.int32)
+    is_subword = (np.arange(70000) % 3 == 0).astype(np.uint8)
+    masking = MaskingVocab(cls_id=1, sep_id=2, mask_id=3, word_ids=word_ids, is_subword=is_subword)
+    for n_documents, sentences_per_document in ((1, 9), (6, 1), (5, 4)):
+        sentence_lengths = [rng.randint(1, 30) for _ in range(n_documents * sentences_per_document)]
+        # ids 1 and 2 inside sentences: the reference skips them as candidates, as the C core must
+        tokens = np.array([rng.choice([1, 2, rng.randint(4, 69999)]) for _ in range(sum(sentence_lengths))], np.int32)
+        corpus = Corpus(tokens, np.concatenate([[0], np.cumsum(sentence_lengths)]).astype(np.int64),
+                        np.arange(0, n_documents * sentences_per_document + 1, sentences_per_document, dtype=np.int64))
+        for wwm in (False, True):
+            params = InstanceParams(32, 6, 3, 0.3, 0.2, wwm)
+            python, c = _both_creators(corpus, params, masking, n_documents)
+            _same_instances(python, c)
+            assert c.tokens.dtype == np.int32
+
+
+@pytest.mark.heavy
+def test_create_instances_matches_python_on_wt2(shared_dir, golden_dir):
+    from bertprep.corpus import read_text, tokenize_corpus
+    from bertprep.instances import InstanceParams, MaskingVocab
+    from bertprep.tokenization import LineTokenizer, load_vocab
+
+    vocab = load_vocab(golden_dir / "vocab.txt")
+    corpus = tokenize_corpus(read_text(shared_dir / "fixtures" / "bench" / "wt2.txt"), LineTokenizer(vocab))
+    python, c = _both_creators(corpus, InstanceParams(128, 20, 5), MaskingVocab.from_vocab(vocab), 12345)
+    _same_instances(python, c)
+    assert len(c) == 25500  # the reference's count (DESIGN.md §6)
+
+
+def test_create_instances_rejects_bad_arguments(golden_corpus):
+    corpus, masking = golden_corpus
+    state = random.Random(1).getstate()
+    args = [corpus.tokens.astype(np.int32), corpus.sentence_starts, corpus.document_starts, 128, 20, 1, 0.1, 0.15,
+            False, masking.cls_id, masking.sep_id, masking.mask_id, masking.word_ids, masking.is_subword, 2]
+    with pytest.raises(ValueError, match="state"):
+        native.create_instances((3, (1, 2), None), *args)
+    bad_starts = corpus.sentence_starts.copy()
+    bad_starts[-1] += 1
+    with pytest.raises(ValueError, match="inconsistent corpus"):
+        native.create_instances(state, args[0], bad_starts, *args[2:])
+    with pytest.raises(TypeError, match="tokens"):
+        native.create_instances(state, corpus.tokens.astype(np.int64), *args[1:])
+    # randint(2, max_num_tokens) with max_seq_length 4: Python's randrange error, not a crash
+    with pytest.raises(ValueError, match="empty range for randrange"):
+        native.create_instances(state, *args[:3], 4, 1, 1, 1.0, *args[7:])
