@@ -198,7 +198,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if head:
             return
-        drop = None if head else self.stand_in.take_drop(path)
+        drop = self.stand_in.take_drop(path)
         if drop is not None:
             # Send part of the body, then cut the connection as a failing network would.
             self.wfile.write(data[start:start + drop])

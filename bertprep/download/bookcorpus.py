@@ -19,7 +19,7 @@ from bertprep.download.formatted import corpus_dir, format_parts, save_parts_man
 from bertprep.download.http import SourceDownloads
 from bertprep.download.hub import hub_snapshot, iter_parquet_rows
 from bertprep.download.wikipedia import hub_manifest
-from bertprep.errors import DataError
+from bertprep.errors import DataError, UsageError
 
 REPO = "bookcorpus/bookcorpus"
 REVISION = "refs/convert/parquet"
@@ -72,8 +72,6 @@ def tarball_documents(path, per_document):
 
 def run(args, workdir, progress):
     if args.lines_per_document < 1:
-        from bertprep.errors import UsageError
-
         raise UsageError("--lines-per-document must be at least 1")
     directory = corpus_dir(workdir, CORPUS)
     if args.tarball:
