@@ -391,3 +391,74 @@ def test_real_create_output_validates(capsys, tmp_path, golden_dir):
     assert code == 0, errors(report)
     assert report["datasets"][0]["manifest"].endswith("manifest.json")
     assert report["compare"][0]["equal"]
+
+
+# ---------------------------------------------------------------- the decoding paths agree
+
+
+@pytest.mark.parametrize("name", ["G1.tfrecord", "G2.ofrecord", "G3.ofrecord"])
+def test_numpy_fallback_decodes_like_the_exact_codec(monkeypatch, golden_dir, name):
+    import bertprep.validate_decode as decode
+
+    monkeypatch.setattr(decode, "_native_decode", None)
+    monkeypatch.setattr(decode, "_native_crc32c", None)
+    path = str(golden_dir / name)
+    fmt = formats.sniff_format(path)
+    seq, pred = (512, 80) if name.startswith("G2") else (128, 20)
+    buf = decode.map_file(path)
+    framing = decode.walk_frames(buf, fmt)
+    assert framing.error is None and len(framing.bad_crc) == 0
+    first = bytes(buf[framing.starts[0]:framing.starts[0] + framing.lengths[0]])
+    _fields, kinds, problems = decode.exact_decode(first, fmt, seq, pred)
+    assert problems == []
+    ok, fields = decode.lockstep_decode(buf, framing.starts, framing.lengths, decode.layout_of(kinds, fmt, seq, pred))
+    assert ok.all()
+    expected = list(formats.read_records(path))
+    for feature in formats.FEATURE_NAMES:
+        assert np.array_equal(fields[feature], np.stack([r[feature] for r in expected])), feature
+
+
+def test_numpy_fallback_gives_the_same_report(capsys, monkeypatch, tmp_path, g1):
+    import bertprep.validate_decode as decode
+
+    records = copy(g1)
+    records[4]["next_sentence_labels"][0] = 2
+    records[6]["input_ids"][3] = 70000  # a 3-byte varint, out of vocab
+    path = write(tmp_path / "mixed.tfrecord", records, "tfrecord")
+    data = bytearray(path.read_bytes())
+    data[-30] ^= 0x10  # the last record's data CRC
+    path.write_bytes(bytes(data))
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]"] + [f"t{i}" for i in range(1, 101)] + ["[CLS]", "[SEP]", "[MASK]"]
+                                + [f"t{i}" for i in range(104, VOCAB_SIZE)]) + "\n")
+    _, native = validate(capsys, path, "--vocab", vocab)
+    monkeypatch.setattr(decode, "_native_decode", None)
+    monkeypatch.setattr(decode, "_native_crc32c", None)
+    _, fallback = validate(capsys, path, "--vocab", vocab)
+    assert native == fallback
+    assert [(e[0], e[1]) for e in errors(native)] == [("framing", 39), ("vocab", 6), ("next_sentence_labels", 4)]
+
+
+def test_length_crc_mismatch_ends_the_file(capsys, tmp_path, g1):
+    path = write(tmp_path / "header.tfrecord", g1, "tfrecord")
+    data = bytearray(path.read_bytes())
+    offset = 0
+    for _ in range(12):
+        offset += 16 + struct.unpack_from("<Q", data, offset)[0]
+    data[offset + 1] ^= 0x40  # the length of record 12: its CRC fails, and the length is wrong too
+    path.write_bytes(bytes(data))
+    code, report = validate(capsys, path)
+    assert code == 1
+    assert errors(report) == [("framing", 12, None, f"at byte {offset}: length CRC mismatch")]
+    assert report["datasets"][0]["records"] == 12
+
+
+def test_another_key_order_is_decoded_exactly(capsys, tmp_path, g1):
+    # OFRecord records in TFRecord key order and with unpacked lists are still sound records.
+    frames = [formats.frame(formats.encode_record(r, "ofrecord"), "ofrecord") for r in g1]
+    frames[8] = encode_raw(kinds_of(g1[8], "tfrecord", "int32")[::-1], "ofrecord")
+    path = tmp_path / "part-0"
+    path.write_bytes(b"".join(frames))
+    code, report = validate(capsys, path)
+    assert code == 0, errors(report)
+    assert report["datasets"][0]["stats"]["ofrecord"]["all"]["instances"] == 40
