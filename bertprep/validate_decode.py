@@ -32,7 +32,6 @@ try:
 except ImportError:  # extension not built: the NumPy paths below, same results
     _native_crc32c = _native_decode = None
 
-INT_FEATURES = tuple(name for name, is_float, _ in formats.BERT_FEATURES if not is_float)
 _CRC_TABLE = np.array(_make_table(), dtype=np.uint32)
 _CRC_MASK_DELTA = np.uint32(0xA282EAD8)
 _HEADER = {"tfrecord": 12, "ofrecord": 8}
