@@ -92,8 +92,12 @@ class Log:
             try:
                 import tensorflow as tf
 
+                from tensorflow.core.framework import summary_pb2
+
                 self.tensorboard = tf.summary.create_file_writer(tb_dir)
                 self._tf = tf
+                self._scalar_metadata = summary_pb2.SummaryMetadata(
+                    plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars")).SerializeToString()
             except ImportError:
                 self.note(f"TensorFlow is not installed: no TensorBoard scalars in {tb_dir}")
 
@@ -123,8 +127,11 @@ class Log:
         if self.tensorboard:
             with self.tensorboard.as_default():
                 for key, value in values.items():
-                    if isinstance(value, (int, float)) and value is not None and math.isfinite(value):
-                        self._tf.summary.scalar(f"{event}/{key}", value, step=step)
+                    if isinstance(value, (int, float)) and math.isfinite(value):
+                        # tf.summary.write with the "scalars" plugin is what tf.summary.scalar
+                        # writes, without needing the tensorboard package installed.
+                        self._tf.summary.write(f"{event}/{key}", self._tf.constant(float(value)), step=step,
+                                               metadata=self._scalar_metadata)
             self.tensorboard.flush()
         if not self.quiet:
             self._clear_bar()

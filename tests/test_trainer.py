@@ -1,0 +1,230 @@
+"""Training on CPU with a tiny BERT: formats agree, replicas and accumulation agree, resume is
+exact, mixed precision runs, non-finite steps are skipped, learning happens (heavy)."""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tensorflow")
+
+from bertprep import formats  # noqa: E402
+from test_trainer_data import golden_records  # noqa: E402
+from trainer.cli import main  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = {"vocab_size": 30522, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+        "intermediate_size": 256, "max_position_embeddings": 128}
+
+
+@pytest.fixture(scope="module")
+def records_dir(golden_dir, tmp_path_factory):
+    return golden_records(golden_dir, tmp_path_factory.mktemp("records"), parts=2)
+
+
+def bert_config(directory, dropout):
+    path = directory / f"bert_config_dropout_{dropout}.json"
+    path.write_text(json.dumps(dict(TINY, hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)))
+    return str(path)
+
+
+def train(tmp_path, data, *extra, name="run", dropout=0.0, fmt="ofrecord"):
+    """Run the trainer in this process; return (exit code, JSON log events)."""
+    log = tmp_path / f"{name}.jsonl"
+    argv = ["--format", fmt, "--data", str(data), "--bert-config", bert_config(tmp_path, dropout),
+            "--log-every", "1", "--log-json", str(log), "--quiet", "--seed", "3", *extra]
+    code = main(argv)
+    events = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    return code, events
+
+
+def losses(events):
+    return [e["loss"] for e in events if e["event"] == "train"]
+
+
+def latest_state(checkpoint_dir):
+    last = sorted(p for p in os.listdir(checkpoint_dir) if p.startswith("ckpt-"))[-1]
+    with np.load(os.path.join(checkpoint_dir, last, "state.npz")) as npz:
+        return last, {k: npz[k] for k in npz.files}
+
+
+def test_tfrecord_and_ofrecord_give_identical_losses(records_dir, tmp_path):
+    runs = {}
+    for fmt in formats.FORMATS:
+        code, events = train(tmp_path, records_dir, "--steps", "3", "--batch-size", "4", name=fmt, fmt=fmt)
+        assert code == 0
+        runs[fmt] = losses(events)
+    assert len(runs["tfrecord"]) == 3 and all(np.isfinite(runs["tfrecord"]))
+    assert runs["tfrecord"] == runs["ofrecord"]
+
+
+def test_resume_continues_exactly(records_dir, tmp_path):
+    """Stop after the checkpoint at step 2 (later checkpoints removed), resume: the weights,
+    optimizer and loss-scale state at step 6 equal the uninterrupted run's (dropout on)."""
+    ckpt = tmp_path / "ckpt"
+    common = ["--steps", "6", "--batch-size", "4", "--optimizer", "adam", "--warmup", "2",
+              "--checkpoint-dir", str(ckpt), "--checkpoint-every", "2", "--keep-checkpoints", "5"]
+    code, events = train(tmp_path, records_dir, *common, name="whole", dropout=0.1)
+    assert code == 0
+    name, uninterrupted = latest_state(ckpt)
+    assert name == "ckpt-00000006"
+    for later in ("ckpt-00000004", "ckpt-00000006"):
+        shutil.rmtree(ckpt / later)
+    code, resumed_events = train(tmp_path, records_dir, *common, "--resume", name="resumed", dropout=0.1)
+    assert code == 0
+    name, resumed = latest_state(ckpt)
+    assert name == "ckpt-00000006"
+    assert [e["step"] for e in resumed_events if e["event"] == "train"] == [3, 4, 5, 6]
+    assert losses(resumed_events) == losses(events)[2:]
+    assert resumed.keys() == uninterrupted.keys()
+    for key in uninterrupted:
+        np.testing.assert_array_equal(resumed[key], uninterrupted[key], err_msg=key)
+    # A resumed run must keep the settings that fix its trajectory.
+    assert main(["--format", "ofrecord", "--data", str(records_dir), "--bert-config", bert_config(tmp_path, 0.1),
+                 "--steps", "6", "--batch-size", "8", "--checkpoint-dir", str(ckpt), "--resume", "--quiet",
+                 "--optimizer", "adam", "--warmup", "2", "--seed", "3"]) == 2
+
+
+def test_mixed_bfloat16_runs(records_dir, tmp_path):
+    code, events = train(tmp_path, records_dir, "--steps", "2", "--batch-size", "4",
+                         "--precision", "mixed_bfloat16")
+    assert code == 0
+    summary = events[-1]
+    assert summary["event"] == "summary" and summary["steps"] == 2 and summary["precision"] == "mixed_bfloat16"
+    assert all(np.isfinite(losses(events))) and summary["final_loss_scale"] == 1.0
+
+
+def test_mixed_float16_skips_a_nonfinite_step_and_halves_the_scale(records_dir):
+    import keras
+    import tensorflow as tf
+
+    from trainer.config import BertConfig
+    from trainer.data import Records, RecordStream
+    from trainer.model import build_model
+    from trainer.optimizers import make_optimizer
+    from trainer.steps import INITIAL_SCALE, TensorFlowSteps
+
+    keras.backend.clear_session()
+    keras.config.set_dtype_policy("mixed_float16")
+    try:
+        strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+        with strategy.scope():
+            model = build_model(BertConfig(**TINY), 128, 20)
+            optimizer = make_optimizer("lamb", 1e-3, 0, 10)
+            optimizer.build(model.trainable_variables)
+        steps = TensorFlowSteps(strategy, model, optimizer, accumulation=1, dynamic_scale=True)
+        batch = next(RecordStream(Records(str(records_dir), "ofrecord"), "training", 4, seed=1).batches())
+        element = {k: v[None] for k, v in batch.items()}
+        poisoned = dict(element, masked_lm_weights=np.full_like(element["masked_lm_weights"], np.inf))
+        before = [v.numpy().copy() for v in model.trainable_variables]
+        result = steps.fetch(steps.train(steps.put(poisoned)))
+        assert not result["finite"] and result["loss_scale"] == INITIAL_SCALE
+        assert steps.iterations() == 0 and float(steps.scale.numpy()) == INITIAL_SCALE / 2
+        for old, var in zip(before, model.trainable_variables):
+            np.testing.assert_array_equal(old, var.numpy())
+        result = steps.fetch(steps.train(steps.put(element)))
+        assert result["finite"] and steps.iterations() == 1
+        assert any(not np.array_equal(old, var.numpy()) for old, var in zip(before, model.trainable_variables))
+    finally:
+        keras.config.set_dtype_policy("float32")
+
+
+def test_loss_that_stays_nonfinite_stops_with_one_line_error(golden_dir, tmp_path):
+    records = list(formats.read_records(golden_dir / "G1.ofrecord"))[:64]
+    for record in records:
+        record["masked_lm_weights"] = np.full_like(record["masked_lm_weights"], np.nan)
+    formats.write_records(tmp_path / "bad" / "ofrecord" / "training" / "part-0", records, "ofrecord")
+    config = bert_config(tmp_path, 0.0)
+    result = subprocess.run(
+        [sys.executable, "-m", "trainer", "--format", "ofrecord", "--data", str(tmp_path / "bad"),
+         "--bert-config", config, "--steps", "40", "--batch-size", "2", "--quiet"],
+        capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        "trainer: error: loss not finite for 25 steps in a row at step 0 (loss scale 1); "
+        "lower --lr or use another --precision")
+
+
+REPLICA_SCRIPT = textwrap.dedent("""
+    import sys
+    import tensorflow as tf
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    replicas = int(sys.argv[1])
+    if replicas > 1:
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * replicas)
+    from trainer.cli import main
+    sys.exit(main(sys.argv[2:]))
+""")
+
+
+def run_replicas(tmp_path, replicas, data, name, *extra, env=None):
+    ckpt = tmp_path / name
+    argv = [sys.executable, "-c", REPLICA_SCRIPT, str(replicas), "--format", "tfrecord", "--data", str(data),
+            "--bert-config", bert_config(tmp_path, 0.0), "--steps", "3", "--seed", "3", "--quiet",
+            "--log-every", "1", "--log-json", str(tmp_path / f"{name}.jsonl"),
+            "--checkpoint-dir", str(ckpt), *extra]
+    result = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    events = [json.loads(line) for line in (tmp_path / f"{name}.jsonl").read_text().splitlines()]
+    return events, latest_state(ckpt)[1]
+
+
+def test_two_replicas_and_accumulation_match_one_replica(records_dir, tmp_path):
+    """The same global batch of 8 as 1 replica x 8, 2 replicas x 4, 1 replica x 4 x 2 micro-batches."""
+    one_events, one = run_replicas(tmp_path, 1, records_dir, "one", "--batch-size", "8")
+    two_events, two = run_replicas(tmp_path, 2, records_dir, "two", "--batch-size", "4")
+    acc_events, acc = run_replicas(tmp_path, 1, records_dir, "acc", "--batch-size", "4", "--grad-accum", "2")
+    assert [e["replicas"] for e in (one_events[-1], two_events[-1], acc_events[-1])] == [1, 2, 1]
+    np.testing.assert_allclose(losses(two_events), losses(one_events), rtol=1e-5)
+    np.testing.assert_allclose(losses(acc_events), losses(one_events), rtol=1e-5)
+    moved = 0
+    for key in one:
+        np.testing.assert_allclose(two[key], one[key], rtol=1e-4, atol=2e-6, err_msg=key)
+        np.testing.assert_allclose(acc[key], one[key], rtol=1e-4, atol=2e-6, err_msg=key)
+        moved += key.startswith("model/trainable") and not np.array_equal(one[key], 0)
+    assert moved > 10
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.heavy
+def test_multi_worker_mirrored_two_local_processes(records_dir, tmp_path):
+    workers = [f"127.0.0.1:{free_port()}" for _ in range(2)]
+    processes = []
+    for index in range(2):
+        env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": {"worker": workers},
+                                                      "task": {"type": "worker", "index": index}}))
+        argv = [sys.executable, "-m", "trainer", "--format", "ofrecord", "--data", str(records_dir),
+                "--bert-config", bert_config(tmp_path, 0.1), "--steps", "3", "--batch-size", "4",
+                "--log-every", "1", "--quiet", "--json", "--log-json", str(tmp_path / f"worker{index}.jsonl")]
+        processes.append(subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True))
+    outputs = [p.communicate(timeout=600) for p in processes]
+    for process, (_out, err) in zip(processes, outputs):
+        assert process.returncode == 0, err[-3000:]
+    summary = json.loads(outputs[0][0])
+    assert summary["replicas"] == 2 and summary["steps"] == 3 and summary["global_batch"] == 8
+    events = [json.loads(line) for line in (tmp_path / "worker0.jsonl").read_text().splitlines()]
+    assert len(losses(events)) == 3 and all(np.isfinite(losses(events)))
+    assert not (tmp_path / "worker1.jsonl").exists()  # only the chief logs
+
+
+@pytest.mark.heavy
+def test_loss_falls_and_masked_lm_accuracy_rises(records_dir, tmp_path):
+    code, events = train(tmp_path, records_dir, "--steps", "300", "--batch-size", "16", "--lr", "1e-3",
+                         "--warmup", "0.05", "--log-every", "25", name="learn", dropout=0.0)
+    assert code == 0
+    train_events = [e for e in events if e["event"] == "train"]
+    first, last = train_events[0], train_events[-1]
+    assert last["loss"] < first["loss"] - 3.0
+    assert last["mlm_accuracy"] > 1000 / 30522  # over a thousand times chance
