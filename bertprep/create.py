@@ -32,11 +32,6 @@ from bertprep.progress import Progress, add_output_arguments, human_bytes, print
 from bertprep.tokenization import LineTokenizer, load_vocab, resolve_vocab_path
 from bertprep.workdir import SPLITS, add_workdir_argument, load_manifest, params_dirname, resolve_workdir, save_manifest
 
-try:
-    from bertprep._native import encode_instances as _native_encode_instances
-except ImportError:  # extension not built: encode record by record in Python
-    _native_encode_instances = None
-
 ENCODE_CHUNK = 1024  # records encoded per call when writing
 
 
@@ -129,18 +124,11 @@ def encoded_chunks(instances, fmt, params):
     """Framed records of `instances`, a chunk of ENCODE_CHUNK records at a time."""
     seq, pred = params.max_seq_length, params.max_predictions_per_seq
     for first in range(0, len(instances), ENCODE_CHUNK):
-        count = min(ENCODE_CHUNK, len(instances) - first)
-        if _native_encode_instances is not None:
-            yield _native_encode_instances(
-                fmt, seq, pred, instances.tokens, instances.instance_starts, instances.a_lengths,
-                instances.masked_positions, instances.masked_labels, instances.mask_starts,
-                instances.is_random_next, first, count,
-            )
-        else:
-            yield b"".join(
-                formats.frame(formats.encode_record(instances.record(i, seq, pred), fmt), fmt)
-                for i in range(first, first + count)
-            )
+        yield formats.encode_instances(
+            fmt, seq, pred, instances.tokens, instances.instance_starts, instances.a_lengths,
+            instances.masked_positions, instances.masked_labels, instances.mask_starts,
+            instances.is_random_next, first, min(ENCODE_CHUNK, len(instances) - first),
+        )
 
 
 def write_instances(path, instances, fmt, params):

@@ -182,8 +182,6 @@ def test_encode_instances_negative_ids_are_ten_byte_varints():
         assert record["input_ids"][1] == -5 and record["masked_lm_ids"][0] == -5
 
 
-@pytest.mark.xfail(strict=True, reason="protowire.encode_packed_varints indexes its table with negative values "
-                   "(_SMALL_VARINTS[-5]) and writes 16379 for -5; reported to the owner of protowire.py")
 def test_encode_instances_twin_agrees_on_negative_ids():
     for fmt in FORMATS:
         assert native.encode_instances(fmt, 8, 2, *NEGATIVE_IDS, 0, 1) == formats.encode_instances_python(

@@ -35,6 +35,8 @@ def encode_varint(value):
 
 def encode_packed_varints(values):
     table = _SMALL_VARINTS
+    if values and min(values) < 0:  # a negative index would wrap around the table
+        return b"".join([encode_varint(int(v)) for v in values])
     try:
         return b"".join([table[v] for v in values])
     except IndexError:
