@@ -25,7 +25,7 @@ from importlib import resources
 from bertprep import __version__, formats
 from bertprep.atomic import atomic_open, remove_stale_temps
 from bertprep.corpus import read_text, tokenize_corpus
-from bertprep.engines import add_engine_arguments, run_tasks
+from bertprep.engines import add_engine_arguments, open_engine
 from bertprep.errors import DataError, UsageError
 from bertprep.instances import InstanceParams, MaskingVocab, create_instances
 from bertprep.progress import Progress, add_output_arguments, human_bytes, print_summary
@@ -350,10 +350,11 @@ def run(args):
         progress.advance(skipped)
     manifest = {"tool": "bertprep", "stage": "create", "formats": list(fmts), **settings, "files": files}
     try:
-        for result in run_tasks(create_shard, pending, args, describe=lambda task: task.source):
-            files.update(result["files"])
-            save_manifest(records_dir, manifest)
-            progress.advance(1, instances=result["instances"])
+        with open_engine(args, max_tasks=len(pending)) as engine:
+            for result in engine.run(create_shard, pending, describe=lambda task: task.source):
+                files.update(result["files"])
+                save_manifest(records_dir, manifest)
+                progress.advance(1, instances=result["instances"])
     except KeyboardInterrupt:
         remove_stale_temps(records_dir)
         raise

@@ -11,6 +11,8 @@
 Results are yielded as tasks finish; callers must not depend on that order.
 """
 
+import contextlib
+import functools
 import os
 import signal
 
@@ -33,16 +35,54 @@ def default_workers():
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
-def run_tasks(function, tasks, args, describe=str):
-    """Run function over tasks with the engine the command line chose; yield results."""
+@contextlib.contextmanager
+def open_engine(args, max_tasks=None):
+    """The engine the command line chose (--engine, --scheduler, --workers), for one or more `run` calls."""
     if args.workers is not None and args.workers < 1:
         raise UsageError(f"--workers must be at least 1, not {args.workers}")
     if args.scheduler and args.engine != "dask":
         raise UsageError("--scheduler needs --engine dask")
     workers = args.workers or default_workers()
+    if max_tasks is not None:
+        workers = max(1, min(workers, max_tasks))
     if args.engine == "dask":
-        return run_dask(function, tasks, scheduler=args.scheduler, workers=workers, describe=describe)
-    return run_local(function, tasks, workers)
+        client = connect_dask(args.scheduler, workers)
+        try:
+            yield DaskEngine(client)
+        finally:
+            cluster = None if args.scheduler else client.cluster
+            client.close()
+            if cluster is not None:
+                cluster.close()
+    else:
+        yield LocalEngine(workers)
+
+
+def _call_indexed(function, indexed_task):
+    index, task = indexed_task
+    return index, function(task)
+
+
+class LocalEngine:
+    def __init__(self, workers):
+        self.workers = workers
+
+    def run(self, function, tasks, describe=str):
+        """Yield function(task) for every task, in completion order."""
+        del describe  # local errors keep their own message and type
+        return run_local(function, tasks, self.workers)
+
+    def run_indexed(self, function, tasks, describe=str):
+        """Yield (index, function(tasks[index])) in completion order."""
+        return self.run(functools.partial(_call_indexed, function), list(enumerate(tasks)), lambda it: describe(it[1]))
+
+
+class DaskEngine(LocalEngine):
+    def __init__(self, client):
+        self.client = client
+
+    def run(self, function, tasks, describe=str):
+        return run_dask(self.client, function, tasks, describe)
 
 
 def _worker_init():
@@ -97,20 +137,18 @@ def connect_dask(scheduler=None, workers=None):
     return Client(cluster)
 
 
-def run_dask(function, tasks, scheduler=None, workers=None, describe=str):
+def run_dask(client, function, tasks, describe=str):
     """Yield function(task) for every task from a Dask cluster, in completion order."""
+    from distributed import as_completed
+
     tasks = list(tasks)
     if not tasks:
         return
-    client = connect_dask(scheduler, min(workers or default_workers(), len(tasks)))
-    local_cluster = None if scheduler else client.cluster
+    # pure=False: every task runs even if an equal one ran before; retries cover
+    # transient failures, and a dead worker's tasks are rescheduled by Dask itself.
+    futures = client.map(function, tasks, pure=False, retries=1)
+    task_of = {f.key: t for f, t in zip(futures, tasks)}
     try:
-        from distributed import as_completed
-
-        # pure=False: every task runs even if an equal one ran before; retries cover
-        # transient failures, and a dead worker's tasks are rescheduled by Dask itself.
-        futures = client.map(function, tasks, pure=False, retries=1)
-        task_of = {f.key: t for f, t in zip(futures, tasks)}
         for future in as_completed(futures):
             try:
                 yield future.result()
@@ -119,6 +157,4 @@ def run_dask(function, tasks, scheduler=None, workers=None, describe=str):
             except Exception as exc:
                 raise DataError(f"{describe(task_of[future.key])}: failed on a Dask worker: {exc.__class__.__name__}: {exc}") from None
     finally:
-        client.close()
-        if local_cluster is not None:
-            local_cluster.close()
+        client.cancel(futures)

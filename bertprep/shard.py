@@ -38,6 +38,7 @@ import numpy as np
 
 from bertprep import __version__
 from bertprep.atomic import atomic_open, remove_stale_temps
+from bertprep.engines import add_engine_arguments, open_engine
 from bertprep.errors import DataError, UsageError
 from bertprep.progress import Progress, add_output_arguments, human_bytes, print_summary
 from bertprep.workdir import MANIFEST, SPLITS, add_workdir_argument, load_manifest, resolve_workdir, save_manifest, stage_dir
@@ -58,7 +59,7 @@ def add_arguments(parser):
     parser.add_argument("--train-shards", type=int, default=256, help="training shards (default: 256)")
     parser.add_argument("--test-shards", type=int, default=256, help="test shards (default: 256)")
     parser.add_argument("--test-fraction", type=float, default=0.1, help="share of documents in the test split (default: 0.1)")
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="parallel workers (default: all cores)")
+    add_engine_arguments(parser)
     add_output_arguments(parser)
 
 
@@ -223,16 +224,6 @@ def write_shard(task):
     return {"documents": len(sizes), "sentences": int(sentences.sum()), "bytes": total, "sha256": digest.hexdigest()}
 
 
-def _pool_map(function, tasks, workers):
-    if workers <= 1 or len(tasks) <= 1:
-        yield from map(function, tasks)
-        return
-    import multiprocess
-
-    with multiprocess.Pool(min(workers, len(tasks))) as pool:
-        yield from pool.imap(function, tasks)
-
-
 def spread(sizes):
     sizes = np.asarray(sizes, np.float64)
     if sizes.size == 0:
@@ -273,7 +264,8 @@ def run(args):
     shutil.rmtree(scratch_dir, ignore_errors=True)
     os.makedirs(scratch_dir)
     try:
-        manifest = _shard(args, corpus, inputs, input_list, out, scratch_dir, params, progress)
+        with open_engine(args) as engine:
+            manifest = _shard(args, engine, corpus, inputs, input_list, out, scratch_dir, params, progress)
     finally:
         shutil.rmtree(scratch_dir, ignore_errors=True)
     progress.close()
@@ -283,12 +275,13 @@ def run(args):
     return 0
 
 
-def _shard(args, corpus, inputs, input_list, out, scratch_dir, params, progress):
+def _shard(args, engine, corpus, inputs, input_list, out, scratch_dir, params, progress):
     scratch_paths = [os.path.join(scratch_dir, f"{i:06d}.txt") for i in range(len(inputs))]
     results = [None] * len(inputs)
     stats = {"invalid_utf8_lines": 0, "empty_documents": 0, "input_bytes": 0}
     first_invalid = None
-    for index, sizes, sentences, hashes, file_stats in _pool_map(split_input, list(zip(range(len(inputs)), inputs, scratch_paths)), args.workers):
+    split_tasks = list(zip(range(len(inputs)), inputs, scratch_paths))
+    for index, sizes, sentences, hashes, file_stats in engine.run(split_input, split_tasks, describe=lambda t: t[1]):
         results[index] = (sizes, sentences, hashes)
         first_invalid = first_invalid or file_stats.pop("first_invalid_utf8", None)
         for key in stats:
@@ -325,7 +318,8 @@ def _shard(args, corpus, inputs, input_list, out, scratch_dir, params, progress)
             tasks.append((path, scratch_paths, files[chosen], offsets[chosen], sizes[chosen], sentences[chosen]))
             names.append((f"{split}/{shard_name(corpus, split, shard)}", split))
     written = {}
-    for (relpath, split), entry in zip(names, _pool_map(write_shard, tasks, args.workers)):
+    for index, entry in engine.run_indexed(write_shard, tasks, describe=lambda t: t[0]):
+        relpath, split = names[index]
         written[relpath] = dict(entry, split=split)
     return {
         "tool": "bertprep", "version": __version__, "stage": "shard", "corpus": corpus, "params": params,

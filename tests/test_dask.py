@@ -99,3 +99,18 @@ def test_scheduler_without_dask_engine_is_a_usage_error(golden_dir, tmp_path):
     result = subprocess.run(create_argv(golden_dir / "corpus.txt", golden_dir / "vocab.txt", tmp_path / "o",
                                         "--scheduler", "tcp://127.0.0.1:8786"), capture_output=True, text=True)
     assert result.returncode == 2 and "--scheduler needs --engine dask" in result.stderr
+
+
+def test_shard_on_dask_gives_the_local_engines_bytes(golden_dir, tmp_path, cluster):
+    inputs = write_shards(golden_dir, tmp_path / "raw", 3) / "training"
+    outputs = {}
+    for engine in ("local", "dask"):
+        extra = ["--engine", "dask", "--scheduler", cluster.scheduler_address] if engine == "dask" else ["--workers", "2"]
+        result = subprocess.run(
+            [sys.executable, "-m", "bertprep", "shard", "--input", str(inputs), "--corpus", "golden",
+             "--out", str(tmp_path / engine), "--train-shards", "4", "--test-shards", "2", "--quiet", *extra],
+            capture_output=True, text=True,
+        )
+        assert result.returncode == 0, result.stderr
+        outputs[engine] = output_files(tmp_path / engine)
+    assert len(outputs["local"]) == 6 and outputs["dask"] == outputs["local"]
