@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""Benchmark `bertprep create` against the reference figures of DESIGN.md §6.
+
+Runs the real command line as child processes on fixtures/bench/wt2.txt at
+128/20, dupe factor 5, seed 12345, and prints wall time, instances/s and peak
+RSS for:
+  1. one worker on the whole corpus (compare: the reference script, 19.4 s,
+     676 MiB, 25,500 instances on this machine class);
+  2. the same corpus cut into 4 shards with 1 worker and with N workers
+     (default 2), and the speed-up between the two, measured in this run;
+     with --copies K each shard holds its quarter K times, so start-up
+     (~0.3 s of imports) stops dominating a 1-second job.
+Each configuration runs --repeat times (median wall, max RSS).
+
+    python scripts/bench_create.py [--shared ../shared] [--workers 2] [--repeat 3] [--copies 1] [--engine local|dask]
+
+With --engine dask the 4-shard runs also run on the local engine, and the
+ratio of the two engines' wall times is printed.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REFERENCE_SECONDS = 19.4  # DESIGN.md §6, median of 3 on a 2-core machine of this project's kind
+REFERENCE_RSS_MIB = 676
+REFERENCE_INSTANCES = 25_500
+
+
+def run_create(args, out):
+    """Run one `bertprep create`; return (wall seconds, peak RSS MiB of the largest process, summary)."""
+    command = [sys.executable, "-m", "bertprep", "create", *args, "--out", str(out), "--json", "--quiet"]
+    start = time.perf_counter()
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    stdout, stderr = proc.communicate()
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        sys.exit(f"bertprep create failed: {stderr.decode()}")
+    # ru_maxrss of RUSAGE_CHILDREN: the largest of the waited-for descendants (KiB on Linux).
+    import resource
+
+    peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    return wall, peak_mib, json.loads(stdout)
+
+
+def measure(label, args, repeat, workdir):
+    walls, peaks = [], []
+    summary = None
+    for i in range(repeat):
+        out = Path(workdir) / f"{label}-{i}"
+        # A fresh interpreter per measurement so RSS is that run's alone.
+        code = (
+            "import json,resource,sys;sys.path[:0]=" + json.dumps(sys.path) + ";"
+            "from bench_create import run_create;"
+            f"print(json.dumps(run_create({json.dumps(args)}, {json.dumps(str(out))})))"
+        )
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parent)
+        if result.returncode != 0:
+            sys.exit(result.stderr)
+        wall, peak, summary = json.loads(result.stdout)
+        walls.append(wall)
+        peaks.append(peak)
+    instances = sum(summary["instances"].values())
+    wall = statistics.median(walls)
+    return {"label": label, "wall_s": wall, "walls": walls, "peak_rss_mib": max(peaks), "instances": instances,
+            "instances_per_s": instances / wall}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shared", default=str(Path(__file__).resolve().parents[2] / "shared"))
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--copies", type=int, default=1, help="repeat each shard's quarter K times (a larger multi-shard job)")
+    parser.add_argument("--engine", default="local", help="local or dask (dask needs the distributed extra)")
+    args = parser.parse_args()
+    fixtures = Path(args.shared) / "fixtures"
+    corpus = fixtures / "bench" / "wt2.txt"
+    vocab = fixtures / "golden" / "vocab.txt"
+    common = ["--vocab", str(vocab), "--seq", "128", "--pred", "20", "--dupe-factor", "5", "--seed", "12345"]
+    with tempfile.TemporaryDirectory() as tmp:
+        shards = Path(tmp) / "wt2" / "training"
+        shards.mkdir(parents=True)
+        documents = corpus.read_text(encoding="utf-8").strip("\n").split("\n\n")
+        for i in range(4):  # contiguous quarters: each shard keeps whole documents
+            part = documents[i * len(documents) // 4:(i + 1) * len(documents) // 4]
+            (shards / f"wt2_training_{i}.txt").write_text("\n\n".join(part * args.copies) + "\n", encoding="utf-8")
+        sharded = ["--input", str(shards.parent), *common]
+        one = measure("1 worker, whole corpus", ["--input", str(corpus), "--workers", "1", *common], args.repeat, tmp)
+        four_1 = measure(f"1 worker, 4 shards x{args.copies}", [*sharded, "--workers", "1"], args.repeat, tmp)
+        four_n = measure(f"{args.workers} workers, 4 shards x{args.copies}", [*sharded, "--workers", str(args.workers)], args.repeat, tmp)
+        rows = [one, four_1, four_n]
+        if args.engine != "local":
+            on_engine = measure(f"{args.engine}, {args.workers} workers, 4 shards x{args.copies}",
+                                [*sharded, "--workers", str(args.workers), "--engine", args.engine], args.repeat, tmp)
+            rows.append(on_engine)
+    print(f"bertprep create on {corpus.name} ({corpus.stat().st_size / 1e6:.1f} MB), 128/20, dupe 5, seed 12345, "
+          f"{os.cpu_count()} cores, median of {args.repeat}")
+    print(f"{'configuration':<28} {'wall s':>8} {'inst/s':>9} {'peak RSS MiB':>13} {'instances':>10}")
+    for row in rows:
+        print(f"{row['label']:<28} {row['wall_s']:>8.2f} {row['instances_per_s']:>9,.0f} {row['peak_rss_mib']:>13.0f} {row['instances']:>10,}")
+    print(f"reference (DESIGN.md §6)     {REFERENCE_SECONDS:>8.2f} {REFERENCE_INSTANCES / REFERENCE_SECONDS:>9,.0f} {REFERENCE_RSS_MIB:>13.0f} {REFERENCE_INSTANCES:>10,}")
+    print(f"speed vs reference, 1 worker: {REFERENCE_SECONDS / one['wall_s']:.1f}x (target >= 10x, <= 1.9 s); "
+          f"peak RSS {one['peak_rss_mib']:.0f} MiB (target <= 170 MiB)")
+    print(f"{args.workers} workers vs 1 worker on 4 shards x{args.copies}: {four_1['wall_s'] / four_n['wall_s']:.2f}x (target >= 1.8x)")
+    if args.engine != "local":
+        print(f"{args.engine} engine vs local engine, {args.workers} workers on 4 shards x{args.copies}: "
+              f"{on_engine['wall_s'] / four_n['wall_s']:.2f}x the wall time (target <= 1.15x)")
+    if one["instances"] != REFERENCE_INSTANCES:
+        print(f"WARNING: {one['instances']} instances, the reference makes {REFERENCE_INSTANCES}")
+
+
+if __name__ == "__main__":
+    main()
