@@ -26,7 +26,8 @@ def add_engine_arguments(parser):
     parser.add_argument("--engine", choices=ENGINES, default="local", help="local processes (default) or a Dask cluster")
     parser.add_argument(
         "--scheduler", metavar="ADDRESS",
-        help="Dask scheduler, e.g. tcp://HOST:8786 (with --engine dask; default: a LocalCluster on this machine)",
+        help="Dask scheduler address (tcp://HOST:8786) or scheduler file (.json, as dask-mpi and "
+        "`dask scheduler --scheduler-file` write); with --engine dask. Default: a LocalCluster on this machine",
     )
     parser.add_argument("--workers", type=int, default=None, help="worker processes (default: one per core)")
 
@@ -123,8 +124,14 @@ def connect_dask(scheduler=None, workers=None):
     except ImportError:
         raise UsageError('--engine dask needs the distributed package: pip install "bertprep[distributed]"') from None
     if scheduler:
+        if scheduler.endswith(".json"):
+            if not os.path.isfile(scheduler):
+                raise DataError(f"{scheduler}: scheduler file not found")
+            target = {"scheduler_file": scheduler}
+        else:
+            target = {"address": scheduler}
         try:
-            return Client(scheduler, timeout=SCHEDULER_CONNECT_TIMEOUT_S)
+            return Client(**target, timeout=SCHEDULER_CONNECT_TIMEOUT_S)
         except (OSError, TimeoutError) as exc:
             raise DataError(
                 f"cannot reach the Dask scheduler at {scheduler} within {SCHEDULER_CONNECT_TIMEOUT_S}s "

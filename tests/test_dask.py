@@ -114,3 +114,15 @@ def test_shard_on_dask_gives_the_local_engines_bytes(golden_dir, tmp_path, clust
         assert result.returncode == 0, result.stderr
         outputs[engine] = output_files(tmp_path / engine)
     assert len(outputs["local"]) == 6 and outputs["dask"] == outputs["local"]
+
+
+def test_scheduler_file_is_accepted(golden_dir, tmp_path, cluster):
+    scheduler_file = tmp_path / "scheduler.json"
+    scheduler_file.write_text('{"address": "%s", "type": "Scheduler"}' % cluster.scheduler_address)
+    result = subprocess.run(create_argv(golden_dir / "corpus.txt", golden_dir / "vocab.txt", tmp_path / "o",
+                                        "--engine", "dask", "--scheduler", str(scheduler_file)), capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    local = subprocess.run(create_argv(golden_dir / "corpus.txt", golden_dir / "vocab.txt", tmp_path / "local"),
+                           capture_output=True, text=True)
+    assert local.returncode == 0, local.stderr
+    assert output_files(tmp_path / "o") == output_files(tmp_path / "local")
