@@ -221,7 +221,7 @@ def test_multi_worker_mirrored_two_local_processes(records_dir, tmp_path):
 
 @pytest.mark.heavy
 def test_loss_falls_and_masked_lm_accuracy_rises(records_dir, tmp_path):
-    code, events = train(tmp_path, records_dir, "--steps", "300", "--batch-size", "16", "--lr", "1e-3",
+    code, events = train(tmp_path, records_dir, "--steps", "300", "--batch-size", "16", "--optimizer", "adam", "--lr", "1e-3",
                          "--warmup", "0.05", "--log-every", "25", name="learn", dropout=0.0)
     assert code == 0
     train_events = [e for e in events if e["event"] == "train"]
