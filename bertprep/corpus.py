@@ -12,8 +12,8 @@ from bertprep.errors import DataError
 from bertprep.instances import Corpus
 
 
-def read_text(path):
-    """The file decoded as strict UTF-8; a decoding error names the file and line."""
+def read_text(path, expected="input must be UTF-8 text, one sentence per line"):
+    """The file decoded as strict UTF-8; an error names the file, line and column."""
     try:
         with open(path, "rb") as f:
             raw = f.read()
@@ -24,10 +24,7 @@ def read_text(path):
     except UnicodeDecodeError as exc:
         line = raw.count(b"\n", 0, exc.start) + 1
         column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise DataError(
-            f"{path}:{line}: not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column {column}); "
-            "input must be UTF-8 text, one sentence per line"
-        ) from None
+        raise DataError(f"{path}:{line}: not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column {column}); {expected}") from None
 
 
 def split_documents(text):

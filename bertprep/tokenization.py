@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bertprep.corpus import read_text
 from bertprep.errors import DataError
 
 try:
@@ -73,16 +74,7 @@ def resolve_vocab_path(value):
 
 def load_vocab(path):
     """Read a vocab.txt the way the reference's `load_vocab` does and check the special tokens."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except OSError as exc:
-        raise DataError(f"{path}: cannot read vocab: {exc.strerror or exc}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        raise DataError(f"{path}:{line}: vocab is not valid UTF-8") from None
+    text = read_text(path, expected="a vocab.txt is UTF-8, one token per line")
     lines = text.split("\n")  # readline() semantics: only "\n" ends a line
     if lines[-1] == "":
         lines.pop()
@@ -92,9 +84,7 @@ def load_vocab(path):
     missing = [t for t in REQUIRED_TOKENS if t not in ids]
     if missing:
         raise DataError(f"{path}: vocab lacks {', '.join(missing)} (a BERT vocab needs {', '.join(REQUIRED_TOKENS)})")
-    if max(ids.values()) >= 1 << 31:
-        raise DataError(f"{path}: vocab too large")
-    return Vocab(path=os.path.abspath(path), sha256=hashlib.sha256(raw).hexdigest(), words=tuple(ids), ids=ids)
+    return Vocab(path=os.path.abspath(path), sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(), words=tuple(ids), ids=ids)
 
 
 def build_tokenizer(vocab, lower_case=True):
