@@ -72,10 +72,6 @@ class Corpus:
     def num_documents(self):
         return len(self.document_starts) - 1
 
-    @property
-    def num_sentences(self):
-        return len(self.sentence_starts) - 1
-
     def documents(self):
         """Nested lists (document -> sentence -> token ids), for the readable algorithm."""
         tokens = self.tokens.tolist()

@@ -150,7 +150,7 @@ def validate_text_shards(path):
     return findings, warnings, figures
 
 
-def _check_listed_files(path, check, found, stage_files=None):
+def _check_listed_files(path, check, found):
     """Compare files with the stage manifest at `path` (bytes and sha256), if there is one."""
     manifest_path = os.path.join(path, MANIFEST)
     if not os.path.isfile(manifest_path):

@@ -116,9 +116,3 @@ def iter_parquet_rows(path, columns, batch_size=1024):
             yield from batch.to_pylist()
     except (OSError, ValueError) as exc:  # pyarrow.ArrowInvalid is a ValueError
         raise DataError(f"{path}: not a readable parquet file ({_first_line(exc)})") from None
-
-
-def parquet_rows(path):
-    import pyarrow.parquet as pq
-
-    return pq.ParquetFile(path).metadata.num_rows

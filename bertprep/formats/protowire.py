@@ -7,8 +7,6 @@ canonically (map entries in the order given, key then value, lists packed),
 which is what both reference writers produce, so bytes are reproducible.
 """
 
-import struct
-
 import numpy as np
 
 from bertprep.errors import DataError
@@ -196,7 +194,3 @@ def decode_feature_map(buf, kinds_by_field, map_field=1, start=0, end=None):
             raise WireError(f"feature {key!r} holds no list")
         result[key] = (kind, values)
     return result
-
-
-def pack_u64(value):
-    return struct.pack("<Q", value)
