@@ -3,7 +3,8 @@
     python scripts/bench_loader.py [--records 20000] [--workers 4] [--repeat 3]
 
 For 128/20 (golden G1) and 512/80 (golden G2), the records are repeated into
-one file per format of about --records records. Pinned to one core, it times
+one file per format of about --records records. In a fresh process pinned to
+one core per measurement, it times
 `formats.read_batches` (batch 256) for each format, the trainer's shuffled
 stream on top of it, and tf.data's `TFRecordDataset` + `parse_example`
 (batch 256, one thread); then --workers processes, each reading its own copy,
@@ -83,8 +84,17 @@ def rate_tf_data(path, seq, pred):
     return n / (time.perf_counter() - start)
 
 
+def _pin(core):
+    os.sched_setaffinity(0, {core})
+
+
 def best(fn, repeat, *args):
-    return max(fn(*args) for _ in range(repeat))
+    """Best of `repeat` runs of fn(*args) in a fresh process pinned to one core (so no thread
+    pool of an earlier measurement, e.g. TensorFlow's, competes for that core)."""
+    context = multiprocessing.get_context("spawn")
+    core = sorted(os.sched_getaffinity(0))[0]
+    with context.Pool(1, initializer=_pin, initargs=(core,)) as pool:
+        return max(pool.apply(fn, args) for _ in range(repeat))
 
 
 def parallel_rate(paths, fmt, workers):
@@ -117,15 +127,12 @@ def main():
         for (seq, pred), golden in SHAPES.items():
             count = args.records if seq == 128 else args.records // 4
             paths = make_files(directory, golden, count)
-            copies = {fmt: [paths[fmt]] + [os.path.join(directory, f"copy{i}.{fmt}") for i in range(1, args.workers)]
+            copies = {fmt: [paths[fmt]] + [os.path.join(directory, f"{golden}-copy{i}.{fmt}") for i in range(1, args.workers)]
                       for fmt in formats.FORMATS}
             for fmt in formats.FORMATS:
                 for copy in copies[fmt][1:]:
-                    if not os.path.exists(copy):
-                        os.link(paths[fmt], copy)
-            # Parallel first: pinning this process to one core below would bind the pool too.
+                    os.link(paths[fmt], copy)
             parallel = {fmt: parallel_rate(copies[fmt], fmt, args.workers) for fmt in formats.FORMATS}
-            os.sched_setaffinity(0, {cores[0]})
             baseline = best(rate_tf_data, args.repeat, paths["tfrecord"], seq, pred)
             rows.append((f"{seq}/{pred}", "tf.data TFRecord + parse_example (1 core)", baseline, 1.0))
             for fmt in formats.FORMATS:
@@ -137,7 +144,6 @@ def main():
                              parallel[fmt], parallel[fmt] / baseline))
                 rows.append((f"{seq}/{pred}", f"  scaling {args.workers} processes / 1 core", None,
                              parallel[fmt] / single))
-            os.sched_setaffinity(0, cores)
     print(f"{'shape':<8} {'reader':<48} {'samples/s':>12} {'x tf.data':>10}")
     for shape, name, rate, ratio in rows:
         shown = f"{rate:12,.0f}" if rate is not None else " " * 12

@@ -269,7 +269,7 @@ class JaxSteps:
         return result
 
     def iterations(self):
-        index = [id(v) for v in self.optimizer.variables].index(id(self.optimizer._iterations))
+        index = [id(v) for v in self.optimizer.variables].index(id(self.optimizer.iterations))
         return int(self.state[2][index])
 
     def _flat_state(self):
