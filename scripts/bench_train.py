@@ -35,7 +35,7 @@ def bare_step_rate(args, steps_to_time):
 
     data_dir = args.data or train.sample_records(args.format)
     records = Records(data_dir, args.format)
-    config = train.model_config(args)
+    config = train.model_config(args, records)
     keras.backend.clear_session()
     keras.config.set_dtype_policy(args.precision if args.precision != "fp32" else "float32")
     keras.utils.set_random_seed(args.seed)

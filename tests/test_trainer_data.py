@@ -105,3 +105,19 @@ def test_cli_errors_are_one_line(records_dir, tmp_path):
         "(max_position_embeddings)"]
     usage = run_trainer("--format", "tfrecord", "--resume")
     assert usage.returncode == 2 and usage.stderr.strip() == "trainer: error: --resume needs --checkpoint-dir"
+
+
+def test_shape_and_vocab_come_from_the_create_manifest(tmp_path):
+    from bertprep.create import create_sample_records
+    from trainer.config import BertConfig
+    from trainer.train import model_config
+
+    data_dir = create_sample_records(tmp_path, seq=64, pred=10, dupe_factor=1)
+    records = Records(data_dir, "ofrecord")
+    assert (records.seq, records.pred, records.vocab_size) == (64, 10, 2000)
+
+    class Args:
+        bert_config = None
+        model = "tiny"
+
+    assert model_config(Args, records) == BertConfig.sized("tiny", vocab_size=2000)

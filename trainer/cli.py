@@ -44,7 +44,8 @@ def build_parser():
     p.add_argument("--format", required=True, choices=("tfrecord", "ofrecord"), help="record format to read")
     p.add_argument("--data", help="records directory of `bertprep create` (default: embedded sample records)")
     size = p.add_mutually_exclusive_group()
-    size.add_argument("--model", choices=tuple(SIZES), default="base", help="Google's BERT size (default: base)")
+    size.add_argument("--model", choices=tuple(SIZES), default=None,
+                      help="Google's BERT size, with the records' vocab (default: base; tiny on the embedded sample)")
     size.add_argument("--bert-config", help="Google's bert_config.json instead of --model")
     p.add_argument("--optimizer", choices=("adam", "lamb"), default="lamb", help="AdamW or NVLAMB (default: lamb)")
     p.add_argument("--lr", type=float, default=1e-4, help="peak learning rate (default: 1e-4)")
@@ -78,6 +79,9 @@ def _check(args):
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    if args.model is None and not args.bert_config:
+        # The sample run is a demo that must finish in a minute on a laptop CPU.
+        args.model = "tiny" if args.data is None else "base"
     try:
         _check(args)
         from trainer.train import run

@@ -44,6 +44,7 @@ class Records:
         self.files = {split: [] for split in SPLITS}
         self._manifest_counts = {}
         self.seq = self.pred = None
+        self.vocab_size = None  # from the manifest: the vocab the records were made with
         corpus_dirs = _corpus_dirs(data_dir, fmt)
         for corpus_dir in corpus_dirs:
             for split in SPLITS:
@@ -59,8 +60,12 @@ class Records:
         if not manifest:
             return
         params = manifest.get("params") or {}
-        if "seq" in params and "pred" in params:
-            self._set_shape(int(params["seq"]), int(params["pred"]), os.path.join(corpus_dir, "manifest.json"))
+        if "max_seq_length" in params and "max_predictions_per_seq" in params:
+            self._set_shape(int(params["max_seq_length"]), int(params["max_predictions_per_seq"]),
+                            os.path.join(corpus_dir, "manifest.json"))
+        vocab_size = (manifest.get("vocab") or {}).get("size")
+        if vocab_size:
+            self.vocab_size = max(self.vocab_size or 0, int(vocab_size))
         for rel, entry in (manifest.get("files") or {}).items():
             if isinstance(entry, dict) and "instances" in entry:
                 self._manifest_counts[os.path.normpath(os.path.join(corpus_dir, rel))] = int(entry["instances"])

@@ -67,9 +67,16 @@ class Devices:
         return self.strategy.scope() if self.backend == "tensorflow" else contextlib.nullcontext()
 
 
-def model_config(args):
+def model_config(args, records):
+    """--bert-config as given, or a Google size whose vocab is the one the records were made with."""
     if args.bert_config:
-        return BertConfig.from_json_file(args.bert_config)
+        config = BertConfig.from_json_file(args.bert_config)
+        if records.vocab_size and records.vocab_size > config.vocab_size:
+            raise DataError(f"{args.bert_config}: vocab_size {config.vocab_size} is smaller than the records' "
+                            f"vocab ({records.vocab_size} entries)")
+        return config
+    if records.vocab_size:
+        return BertConfig.sized(args.model, vocab_size=records.vocab_size)
     return BertConfig.sized(args.model)
 
 
@@ -165,7 +172,7 @@ def run(args):
         if not args.quiet:
             print(f"trainer: no --data: training on the embedded sample records in {data_dir}", file=sys.stderr)
     records = Records(data_dir, args.format)
-    config = model_config(args)
+    config = model_config(args, records)
     if records.seq > config.max_position_embeddings:
         raise DataError(f"{data_dir}: records have sequence length {records.seq} but the model has "
                         f"{config.max_position_embeddings} positions (max_position_embeddings)")
