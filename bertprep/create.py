@@ -84,14 +84,14 @@ class ShardTask:
 
 # -- the shard task: pure apart from reading its input and writing its outputs --------------
 
-_TOKENIZERS = {}
+_TOKENIZERS = {}  # (vocab path, lower_case) -> (LineTokenizer, MaskingVocab), per process
 
 
-def _tokenizer_and_vocab(vocab_path, lower_case):
+def _tokenizer_and_vocab(vocab_path, lower_case, vocab=None):
     key = (vocab_path, lower_case)
     if key not in _TOKENIZERS:
-        vocab = load_vocab(vocab_path)
-        _TOKENIZERS[key] = (LineTokenizer(vocab, lower_case), MaskingVocab.from_vocab(vocab))
+        vocab = vocab or load_vocab(vocab_path)
+        _TOKENIZERS[key] = (LineTokenizer(vocab, lower_case).warmed(), MaskingVocab.from_vocab(vocab))
     return _TOKENIZERS[key]
 
 
@@ -266,6 +266,8 @@ def plan(args):
     if not vocab_value:
         raise UsageError("--vocab is required: a vocab.txt path or a hub model id such as bert-base-uncased")
     vocab = load_vocab(resolve_vocab_path(vocab_value))
+    # Built once here: forked local workers inherit them instead of each loading the vocab again.
+    _tokenizer_and_vocab(vocab.path, not args.no_lower_case, vocab)
     inputs = discover_inputs(input_values)
     if not inputs:
         raise DataError(f"{' '.join(input_values)}: no input shards found")

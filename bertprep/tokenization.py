@@ -127,6 +127,13 @@ class LineTokenizer:
     def _table(self):
         return _wordpiece.build(list(self.vocab.ids), list(self.vocab.ids.values()), self.vocab.id_of("[UNK]"), self.lower_case)
 
+    def warmed(self):
+        """Build the lookup tables now (before forking workers, so they share them)."""
+        if self.use_native:
+            self._table  # noqa: B018 (cached_property)
+        self.hf  # noqa: B018
+        return self
+
     def encode(self, lines, batch_size=4096):
         """(tokens int32, counts int64): line i's ids are the next counts[i] tokens."""
         if self.use_native:
