@@ -140,20 +140,23 @@ def test_sigkill_at_any_moment_then_rerun_ends_byte_identical(shared_dir, tmp_pa
     documents = bench.read_text(encoding="utf-8").strip("\n").split("\n\n")
     shards = tmp_path / "wt2" / "training"
     shards.mkdir(parents=True)
-    for i in range(6):
-        (shards / f"wt2_training_{i}.txt").write_text("\n\n".join(documents[i::6]) + "\n", encoding="utf-8")
+    for i in range(6):  # ~3 s of work on 2 workers, so every kill below lands mid-run
+        (shards / f"wt2_training_{i}.txt").write_text("\n\n".join(documents[i::6] * 4) + "\n", encoding="utf-8")
     args = ["create", "--input", str(tmp_path / "wt2"), "--vocab", str(vocab), "--dupe-factor", "2", "--workers", "2", "--quiet"]
     assert cli(*args, "--out", str(tmp_path / "clean")).returncode == 0
     expected = output_files(tmp_path / "clean")
     out = tmp_path / "killed"
+    killed_mid_run = 0
     for delay in (0.3, 0.8, 1.3, 1.8, 2.5):
         proc = subprocess.Popen([sys.executable, "-m", "bertprep", *args, "--out", str(out)], start_new_session=True)
         time.sleep(delay)
+        killed_mid_run += proc.poll() is None
         os.killpg(proc.pid, signal.SIGKILL)  # the whole group: parent and workers
         proc.wait()
         for path, data in output_files(out).items():
             if ".tmp-" not in path:
                 assert data == expected[path], f"{path} is under its final name but incomplete"
+    assert killed_mid_run >= 3
     result = cli(*args, "--out", str(out))
     assert result.returncode == 0, result.stderr
     assert output_files(out) == expected
@@ -166,19 +169,24 @@ def test_ctrl_c_stops_workers_and_exits_cleanly(shared_dir, tmp_path):
     vocab = shared_dir / "fixtures" / "golden" / "vocab.txt"
     shards = tmp_path / "wt2" / "training"
     shards.mkdir(parents=True)
-    for i in range(4):
-        (shards / f"wt2_training_{i}.txt").write_bytes(bench.read_bytes())
+    for i in range(16):  # long enough to be mid-run when the first shard lands
+        (shards / f"wt2_training_{i}.txt").write_bytes(bench.read_bytes() * 2)
+    out = tmp_path / "o"
     proc = subprocess.Popen(
         [sys.executable, "-m", "bertprep", "create", "--input", str(tmp_path / "wt2"), "--vocab", str(vocab),
-         "--out", str(tmp_path / "o"), "--workers", "2", "--quiet"],
+         "--out", str(out), "--workers", "2", "--quiet"],
         stderr=subprocess.PIPE, text=True, start_new_session=True,
     )
-    time.sleep(2.0)
-    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not list(out.rglob("*.tfrecord")):
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run ended before it could be interrupted"
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130
     assert "interrupted" in stderr and "Traceback" not in stderr
-    assert not [p for p in (tmp_path / "o").rglob("*") if ".tmp-" in p.name]
+    assert not [p for p in out.rglob("*") if ".tmp-" in p.name]
+    assert len(list(out.rglob("*.tfrecord"))) < 16
 
 
 def test_embedded_default_runs_offline_and_says_so(tmp_path):
