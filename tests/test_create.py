@@ -142,21 +142,24 @@ def test_sigkill_at_any_moment_then_rerun_ends_byte_identical(shared_dir, tmp_pa
     shards.mkdir(parents=True)
     for i in range(6):  # ~3 s of work on 2 workers, so every kill below lands mid-run
         (shards / f"wt2_training_{i}.txt").write_text("\n\n".join(documents[i::6] * 4) + "\n", encoding="utf-8")
-    args = ["create", "--input", str(tmp_path / "wt2"), "--vocab", str(vocab), "--dupe-factor", "2", "--workers", "2", "--quiet"]
+    args = ["create", "--input", str(tmp_path / "wt2"), "--vocab", str(vocab), "--dupe-factor", "5", "--workers", "2", "--quiet"]
+    start = time.monotonic()
     assert cli(*args, "--out", str(tmp_path / "clean")).returncode == 0
+    clean_seconds = time.monotonic() - start
     expected = output_files(tmp_path / "clean")
     out = tmp_path / "killed"
     killed_mid_run = 0
     for delay in (0.3, 0.8, 1.3, 1.8, 2.5):
         proc = subprocess.Popen([sys.executable, "-m", "bertprep", *args, "--out", str(out)], start_new_session=True)
         time.sleep(delay)
-        killed_mid_run += proc.poll() is None
-        os.killpg(proc.pid, signal.SIGKILL)  # the whole group: parent and workers
+        if proc.poll() is None:
+            killed_mid_run += 1
+            os.killpg(proc.pid, signal.SIGKILL)  # the whole group: parent and workers
         proc.wait()
         for path, data in output_files(out).items():
             if ".tmp-" not in path:
                 assert data == expected[path], f"{path} is under its final name but incomplete"
-    assert killed_mid_run >= 3
+    assert killed_mid_run >= 3, f"the clean run took {clean_seconds:.1f}s: too short to kill mid-run"
     result = cli(*args, "--out", str(out))
     assert result.returncode == 0, result.stderr
     assert output_files(out) == expected
