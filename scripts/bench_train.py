@@ -30,10 +30,8 @@ def bare_step_rate(args, steps_to_time):
 
     from trainer import train
     from trainer.data import Records, RecordStream
-    from trainer.model import build_model
-    from trainer.optimizers import make_optimizer
 
-    data_dir = args.data or train.sample_records(args.format)
+    data_dir = args.data or train.sample_records()
     records = Records(data_dir, args.format)
     config = train.model_config(args, records)
     keras.backend.clear_session()
@@ -41,19 +39,7 @@ def bare_step_rate(args, steps_to_time):
     keras.utils.set_random_seed(args.seed)
     devices = train.Devices(keras.backend.backend())
     per_worker = args.batch_size * devices.local_replicas
-    with devices.scope():
-        model = build_model(config, records.seq, records.pred)
-        optimizer = make_optimizer(args.optimizer, args.lr, 0, args.steps)
-        optimizer.build(model.trainable_variables)
-    dynamic = args.precision == "mixed_float16"
-    if devices.backend == "tensorflow":
-        from trainer.steps import TensorFlowSteps
-
-        steps = TensorFlowSteps(devices.strategy, model, optimizer, args.grad_accum, dynamic)
-    else:
-        from trainer.steps import JaxSteps
-
-        steps = JaxSteps(devices.distribution, model, optimizer, args.grad_accum, dynamic)
+    *_model_and_optimizer, steps = train.build_steps(args, devices, config, records, warmup=0)
     stream = RecordStream(records, "training", per_worker * args.grad_accum, args.seed)
     batch = next(stream.batches())
     batch = {k: v.reshape((args.grad_accum, per_worker) + v.shape[1:]) for k, v in batch.items()}

@@ -80,6 +80,25 @@ def model_config(args, records):
     return BertConfig.sized(args.model)
 
 
+def build_steps(args, devices, config, records, warmup):
+    """The model, its optimizer and the compiled step functions of this backend."""
+    from trainer.model import build_model
+    from trainer.optimizers import make_optimizer
+
+    with devices.scope():
+        model = build_model(config, records.seq, records.pred)
+        optimizer = make_optimizer(args.optimizer, args.lr, warmup, args.steps)
+        optimizer.build(model.trainable_variables)
+    dynamic_scale = args.precision == "mixed_float16"
+    if devices.backend == "tensorflow":
+        from trainer.steps import TensorFlowSteps
+
+        return model, optimizer, TensorFlowSteps(devices.strategy, model, optimizer, args.grad_accum, dynamic_scale)
+    from trainer.steps import JaxSteps
+
+    return model, optimizer, JaxSteps(devices.distribution, model, optimizer, args.grad_accum, dynamic_scale)
+
+
 def warmup_steps(value, total_steps):
     return int(round(value * total_steps)) if value < 1 else int(value)
 
@@ -168,7 +187,7 @@ def run(args):
     # Data and model settings are checked before any device is touched.
     data_dir = args.data
     if data_dir is None:
-        data_dir = sample_records(args.format)
+        data_dir = sample_records()
         if not args.quiet:
             print(f"trainer: no --data: training on the embedded sample records in {data_dir}", file=sys.stderr)
     records = Records(data_dir, args.format)
@@ -193,9 +212,6 @@ def run(args):
 
 def _train(args, devices, log, data_dir, records, config):
     from trainer.losses import SUM_KEYS, metrics
-    from trainer.model import build_model
-    from trainer.optimizers import make_optimizer
-
 
     per_worker = args.batch_size * devices.local_replicas
     global_batch = args.batch_size * devices.replicas * args.grad_accum
@@ -210,19 +226,7 @@ def _train(args, devices, log, data_dir, records, config):
         else:
             log.note(f"{data_dir}: no {args.format} test records: --eval-every ignored")
 
-    with devices.scope():
-        model = build_model(config, records.seq, records.pred)
-        optimizer = make_optimizer(args.optimizer, args.lr, warmup_steps(args.warmup, args.steps), args.steps)
-        optimizer.build(model.trainable_variables)
-    dynamic_scale = args.precision == "mixed_float16"
-    if devices.backend == "tensorflow":
-        from trainer.steps import TensorFlowSteps
-
-        steps = TensorFlowSteps(devices.strategy, model, optimizer, args.grad_accum, dynamic_scale)
-    else:
-        from trainer.steps import JaxSteps
-
-        steps = JaxSteps(devices.distribution, model, optimizer, args.grad_accum, dynamic_scale)
+    model, optimizer, steps = build_steps(args, devices, config, records, warmup_steps(args.warmup, args.steps))
 
     run_settings = {
         "model": config.to_dict(), "optimizer": args.optimizer, "lr": args.lr, "warmup": args.warmup,
@@ -348,8 +352,8 @@ def evaluate(steps, stream, eval_steps):
     return metrics(totals)
 
 
-def sample_records(fmt):
-    """Records made on the fly from the package's embedded sample corpus (cached per user)."""
+def sample_records():
+    """Records (both formats) made on the fly from the package's embedded sample corpus, cached per user."""
     from bertprep import create
 
     out_dir = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "bertprep",
