@@ -32,6 +32,7 @@ class StandInServer:
     def __init__(self):
         self.files = {}  # "/path" -> bytes
         self.hub = {}  # (repo, revision) -> {"commit": str, "files": {path: bytes}}
+        self.hub_models = {}  # (repo, revision) -> {"commit": str, "files": {path: bytes}}
         self.drop_after = {}  # "/path" -> bytes sent before the connection is cut (once)
         self.ignore_range = set()  # paths served whole even when a Range is asked
         self.requests = []  # (method, path, Range header or None)
@@ -47,6 +48,12 @@ class StandInServer:
         """Publish `files` ({path: bytes}) as dataset `repo` at `revision`."""
         commit = hashlib.sha1(repr((repo, revision, sorted(files))).encode()).hexdigest()
         self.hub[(repo, revision)] = {"commit": commit, "files": dict(files)}
+        return commit
+
+    def add_hub_model(self, repo, files, revision="main"):
+        """Publish `files` ({path: bytes}) as model `repo` (e.g. bert-base-uncased) at `revision`."""
+        commit = hashlib.sha1(repr(("model", repo, revision, sorted(files))).encode()).hexdigest()
+        self.hub_models[(repo, revision)] = {"commit": commit, "files": dict(files)}
         return commit
 
     # -- lifecycle -------------------------------------------------------------
@@ -120,6 +127,10 @@ class _Handler(BaseHTTPRequestHandler):
             return self._hub_api(parts[2] + "/" + parts[3], parts[4], parts[5:])
         if parts[:1] == ["datasets"] and len(parts) >= 6 and parts[3] == "resolve":
             return self._hub_resolve(parts[1] + "/" + parts[2], parts[4], "/".join(parts[5:]), head)
+        for (repo, revision), entry in self.stand_in.hub_models.items():  # /{repo}/resolve/{revision}/{file}
+            prefix = f"/{repo}/resolve/{revision}/"
+            if path.startswith(prefix):
+                return self._hub_file(entry, path[len(prefix):], path, head)
         data = self.stand_in.files.get(path)
         if data is None:
             return self._send_json(404, {"error": f"{path} not found"})
@@ -151,12 +162,15 @@ class _Handler(BaseHTTPRequestHandler):
         entry = self.stand_in.hub_tree(repo, revision)
         if entry is None:
             return self._send_json(404, {"error": "Revision Not Found"}, {"X-Error-Code": "RevisionNotFound"})
+        return self._hub_file(entry, filename, f"/datasets/{repo}/resolve/{revision}/{filename}", head)
+
+    def _hub_file(self, entry, filename, path, head):
         data = entry["files"].get(filename)
         if data is None:
             return self._send_json(404, {"error": "Entry not found"}, {"X-Error-Code": "EntryNotFound"}, head=head)
         etag = hashlib.sha256(data).hexdigest() if _is_lfs(filename) else _git_blob_id(data)
         headers = {"X-Repo-Commit": entry["commit"], "ETag": f'"{etag}"'}
-        return self._send_body(f"/datasets/{repo}/resolve/{revision}/{filename}", data, head, headers)
+        return self._send_body(path, data, head, headers)
 
     # -- bodies --------------------------------------------------------------
 

@@ -293,3 +293,23 @@ def test_convert_oneflow_sample_to_tfrecord_and_back_is_byte_identical(shared_di
 def test_convert_golden_tfrecord_gives_golden_ofrecord(golden_dir, tmp_path):
     assert main(["convert", str(golden_dir / "G2.tfrecord"), str(tmp_path / "g2"), "--to", "ofrecord", "--quiet"]) == 0
     assert (tmp_path / "g2").read_bytes() == (golden_dir / "G2.ofrecord").read_bytes()
+
+
+def test_vocab_given_as_a_hub_model_id_is_fetched_then_served_from_cache(golden_dir, tmp_path):
+    from stand_in_servers import StandInServer, run_cli
+
+    hf_home = tmp_path / "hf"
+    argv = ["create", "--input", golden_dir / "corpus.txt", "--vocab", "bert-base-uncased", "--dupe-factor", "2", "--quiet"]
+    with StandInServer() as server:
+        server.add_hub_model("bert-base-uncased", {"vocab.txt": (golden_dir / "vocab.txt").read_bytes()})
+        online = run_cli(*argv, "--out", tmp_path / "online", server=server, hf_home=hf_home)
+        assert online.returncode == 0, online.stderr
+        assert any(path.endswith("/bert-base-uncased/resolve/main/vocab.txt") for _, path, _ in server.requests)
+        missing = run_cli(*argv[:4], "no-such-org/no-such-model", *argv[5:], "--out", tmp_path / "x", server=server, hf_home=hf_home)
+    assert missing.returncode == 1 and "no-such-org/no-such-model" in missing.stderr and "Traceback" not in missing.stderr
+    # The server is gone: the cached vocab serves an offline rerun.
+    offline = run_cli(*argv, "--out", tmp_path / "offline", hf_home=hf_home, offline=True)
+    assert offline.returncode == 0, offline.stderr
+    for out in ("online", "offline"):
+        records = only_records_dir(tmp_path / out)
+        assert (records / "tfrecord/training/corpus.tfrecord").read_bytes() == (golden_dir / "G1.tfrecord").read_bytes()
