@@ -18,6 +18,7 @@ COMMANDS = {
     "shard": ("bertprep.shard", "sentence-split documents into balanced training/test text shards"),
     "create": ("bertprep.create", "create masked-LM records (TFRecord and OFRecord) like google-research/bert"),
     "validate": ("bertprep.validate", "check a dataset for everything that breaks training"),
+    "prepare": ("bertprep.prepare", "download, shard and create (128/20 and 512/80) in one command"),
     "inspect": ("bertprep.inspect", "decode and show records of a TFRecord or OFRecord file"),
     "convert": ("bertprep.convert", "convert record files losslessly between TFRecord and OFRecord"),
 }

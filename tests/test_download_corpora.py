@@ -235,3 +235,34 @@ def test_chain_download_shard_create_books_wiki(server, tmp_path, shared_dir):
     records = list((work / "records").rglob("*.tfrecord"))
     assert len(records) == 6, created
     assert list((work / "records").rglob("part-*"))
+
+
+def test_prepare_chains_download_shard_and_both_create_configs_and_resumes(server, tmp_path, shared_dir):
+    server.add_hub_dataset("wikimedia/wikipedia", {"20231101.en/train-00000-of-00001.parquet": parquet_bytes({
+        "id": [str(i) for i in range(12)], "url": [f"u{i}" for i in range(12)], "title": [f"Page {i}" for i in range(12)],
+        "text": [" ".join(f"Sentence {j} of page {i} is about science." for j in range(20)) for i in range(12)]})})
+    server.add_hub_dataset("bookcorpus/bookcorpus", {
+        "plain_text/train/0000.parquet": parquet_bytes({"text": [f"the book line {i} says something ." for i in range(1000)]})},
+        revision="refs/convert/parquet")
+    work = tmp_path / "w"
+    argv = ["prepare", "wikipedia", "bookcorpus", "--vocab", shared_dir / "fixtures/golden/vocab.txt", "--workdir", work,
+            "--configs", "128/20,512/80", "--dupe-factor", "1", "--train-shards", "3", "--test-shards", "1", "--json"]
+    first = ok(run_cli(*argv, server=server, hf_home=tmp_path / "hf"))
+    assert sorted(first) == ["create 128/20", "create 512/80", "download bookcorpus", "download wikipedia", "shard"]
+    assert first["shard"]["corpus"] == "books_wiki_en_corpus"
+    for config, name in (("create 128/20", "seq_len_128_max_pred_20"), ("create 512/80", "seq_len_512_max_pred_80")):
+        assert name in first[config]["records_dir"] and first[config]["shards_created"] == 4
+        assert len(list((work / "records").glob(f"*{name}*/books_wiki_en_corpus/ofrecord/*/part-*"))) == 4
+    again = ok(run_cli(*argv, server=server, hf_home=tmp_path / "hf"))
+    assert again["create 128/20"]["shards_created"] == again["create 512/80"]["shards_created"] == 0
+    assert again["create 128/20"]["instances"] == first["create 128/20"]["instances"]
+
+
+def test_prepare_stops_at_the_first_failing_stage(server, tmp_path, shared_dir):
+    server.add_hub_dataset("wikimedia/wikipedia", {"20231101.en/train-00000-of-00001.parquet": wiki_parquet()})
+    # bookcorpus is not on this hub: its download fails, and nothing after it runs.
+    result = run_cli("prepare", "wikipedia", "bookcorpus", "--vocab", shared_dir / "fixtures/golden/vocab.txt",
+                     "--workdir", tmp_path / "w", server=server, hf_home=tmp_path / "hf")
+    assert one_line_error(result).startswith("bertprep download: error:")
+    assert (tmp_path / "w/formatted/wikicorpus_en").is_dir()
+    assert not (tmp_path / "w/sharded").exists() and not (tmp_path / "w/records").exists()
