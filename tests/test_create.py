@@ -140,7 +140,7 @@ def test_sigkill_at_any_moment_then_rerun_ends_byte_identical(shared_dir, tmp_pa
     documents = bench.read_text(encoding="utf-8").strip("\n").split("\n\n")
     shards = tmp_path / "wt2" / "training"
     shards.mkdir(parents=True)
-    for i in range(6):  # ~3 s of work on 2 workers, so every kill below lands mid-run
+    for i in range(6):
         (shards / f"wt2_training_{i}.txt").write_text("\n\n".join(documents[i::6] * 4) + "\n", encoding="utf-8")
     args = ["create", "--input", str(tmp_path / "wt2"), "--vocab", str(vocab), "--dupe-factor", "5", "--workers", "2", "--quiet"]
     start = time.monotonic()
@@ -149,7 +149,8 @@ def test_sigkill_at_any_moment_then_rerun_ends_byte_identical(shared_dir, tmp_pa
     expected = output_files(tmp_path / "clean")
     out = tmp_path / "killed"
     killed_mid_run = 0
-    for delay in (0.3, 0.8, 1.3, 1.8, 2.5):
+    for fraction in (0.1, 0.3, 0.5, 0.7, 0.85):  # of the clean run's duration: start-up, mid-run, near the end
+        delay = fraction * clean_seconds
         proc = subprocess.Popen([sys.executable, "-m", "bertprep", *args, "--out", str(out)], start_new_session=True)
         time.sleep(delay)
         if proc.poll() is None:

@@ -54,7 +54,8 @@ def test_a_worker_killed_mid_run_still_ends_with_identical_bytes(shared_dir, tmp
     shard_dir = tmp_path / "wt2" / "training"
     shard_dir.mkdir(parents=True)
     for i in range(8):
-        (shard_dir / f"wt2_training_{i}.txt").write_text("\n\n".join(documents[i::8]) + "\n", encoding="utf-8")
+        # Large enough that most shards are still to do when the first one lands.
+        (shard_dir / f"wt2_training_{i}.txt").write_text("\n\n".join(documents[i::8] * 3) + "\n", encoding="utf-8")
     local = subprocess.run(create_argv(tmp_path / "wt2", vocab, tmp_path / "local", "--workers", "2"), capture_output=True, text=True)
     assert local.returncode == 0, local.stderr
 
