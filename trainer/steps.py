@@ -58,7 +58,16 @@ def _accumulate(micro_step, batch, accumulation, zero_grads):
     return ops.fori_loop(0, accumulation, body, (zero_grads, zero_sums))
 
 
-class TensorFlowSteps:
+class _Steps:
+    def fetch(self, handle):
+        """A train step's device results as host floats (this waits for the step)."""
+        sums, finite, learning_rate, scale = handle
+        result = {k: float(v) for k, v in sums.items()}
+        result.update(finite=bool(finite), learning_rate=float(learning_rate), loss_scale=float(scale))
+        return result
+
+
+class TensorFlowSteps(_Steps):
     def __init__(self, strategy, model, optimizer, accumulation, dynamic_scale, worker_index=0):
         import tensorflow as tf
 
@@ -149,12 +158,6 @@ class TensorFlowSteps:
     def evaluate(self, device_batch):
         return {k: float(v) for k, v in self._eval(device_batch).items()}
 
-    def fetch(self, handle):
-        sums, finite, learning_rate, scale = handle
-        result = {k: float(v) for k, v in sums.items()}
-        result.update(finite=bool(finite), learning_rate=float(learning_rate), loss_scale=float(scale))
-        return result
-
     def iterations(self):
         return int(self.optimizer.iterations.numpy())
 
@@ -171,7 +174,7 @@ class TensorFlowSteps:
             variable.assign(arrays[name])
 
 
-class JaxSteps:
+class JaxSteps(_Steps):
     def __init__(self, distribution, model, optimizer, accumulation, dynamic_scale):
         import jax
 
@@ -261,12 +264,6 @@ class JaxSteps:
     def evaluate(self, device_batch):
         sums = self._eval(self.state[0], self.state[1], device_batch)
         return {k: float(v) for k, v in sums.items()}
-
-    def fetch(self, handle):
-        sums, finite, learning_rate, scale = handle
-        result = {k: float(v) for k, v in sums.items()}
-        result.update(finite=bool(finite), learning_rate=float(learning_rate), loss_scale=float(scale))
-        return result
 
     def iterations(self):
         index = [id(v) for v in self.optimizer.variables].index(id(self.optimizer.iterations))
