@@ -341,10 +341,8 @@ def run(args):
     os.makedirs(records_dir, exist_ok=True)
     remove_stale_temps(records_dir)  # left by a run that was killed
     previous = load_manifest(records_dir) or {}
-    files = {
-        rel: entry for rel, entry in previous.get("files", {}).items()
-        if any(rel in t.output_paths().values() for t in tasks)
-    }
+    wanted = {relative for task in tasks for relative in task.output_paths().values()}
+    files = {rel: entry for rel, entry in previous.get("files", {}).items() if rel in wanted}
     pending = [t for t in tasks if not is_complete(t, files)]
     skipped = len(tasks) - len(pending)
     if skipped:
