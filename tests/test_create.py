@@ -73,18 +73,19 @@ def test_instances_are_held_compactly(golden_dir):
     assert instances.nbytes / len(instances) <= 400
 
 
-def write_shards(golden_dir, directory, count):
-    """The golden corpus cut into `count` shards at document boundaries, under training/."""
-    documents = (golden_dir / "corpus.txt").read_text(encoding="utf-8").strip("\n").split("\n\n")
+def write_shards(corpus, directory, count, copies=1):
+    """`corpus` cut into `count` shards at document boundaries (each repeated `copies` times), under training/."""
+    documents = Path(corpus).read_text(encoding="utf-8").strip("\n").split("\n\n")
+    name = Path(directory).name
     shard_dir = Path(directory) / "training"
     shard_dir.mkdir(parents=True)
     for i in range(count):
-        (shard_dir / f"golden_training_{i}.txt").write_text("\n\n".join(documents[i::count]) + "\n", encoding="utf-8")
+        (shard_dir / f"{name}_training_{i}.txt").write_text("\n\n".join(documents[i::count] * copies) + "\n", encoding="utf-8")
     return Path(directory)
 
 
 def test_same_bytes_whatever_the_worker_count(golden_dir, tmp_path):
-    shards = write_shards(golden_dir, tmp_path / "golden", 4)
+    shards = write_shards(golden_dir / "corpus.txt", tmp_path / "golden", 4)
     results = []
     for workers in (1, 2):
         out = tmp_path / f"w{workers}"
@@ -97,7 +98,7 @@ def test_same_bytes_whatever_the_worker_count(golden_dir, tmp_path):
 
 
 def test_splits_and_seed_per_shard(golden_dir, tmp_path):
-    shards = write_shards(golden_dir, tmp_path / "golden", 2)
+    shards = write_shards(golden_dir / "corpus.txt", tmp_path / "golden", 2)
     (shards / "test").mkdir()
     (shards / "training" / "golden_training_1.txt").rename(shards / "test" / "golden_test_0.txt")
     argv = ["create", "--input", str(shards), "--vocab", str(golden_dir / "vocab.txt"), "--out", str(tmp_path / "o"),
@@ -114,7 +115,7 @@ def test_splits_and_seed_per_shard(golden_dir, tmp_path):
 
 
 def test_rerun_skips_complete_shards_and_redoes_changed_ones(golden_dir, tmp_path, capsys):
-    shards = write_shards(golden_dir, tmp_path / "golden", 3)
+    shards = write_shards(golden_dir / "corpus.txt", tmp_path / "golden", 3)
     argv = ["create", "--input", str(shards), "--vocab", str(golden_dir / "vocab.txt"), "--out", str(tmp_path / "o"),
             "--dupe-factor", "1", "--json", "--workers", "1"]
     assert main(argv) == 0
@@ -137,11 +138,7 @@ def cli(*args, **kwargs):
 def test_sigkill_at_any_moment_then_rerun_ends_byte_identical(shared_dir, tmp_path):
     bench = shared_dir / "fixtures" / "bench" / "wt2.txt"
     vocab = shared_dir / "fixtures" / "golden" / "vocab.txt"
-    documents = bench.read_text(encoding="utf-8").strip("\n").split("\n\n")
-    shards = tmp_path / "wt2" / "training"
-    shards.mkdir(parents=True)
-    for i in range(6):
-        (shards / f"wt2_training_{i}.txt").write_text("\n\n".join(documents[i::6] * 4) + "\n", encoding="utf-8")
+    write_shards(bench, tmp_path / "wt2", 6, copies=4)
     args = ["create", "--input", str(tmp_path / "wt2"), "--vocab", str(vocab), "--dupe-factor", "5", "--workers", "2", "--quiet"]
     start = time.monotonic()
     assert cli(*args, "--out", str(tmp_path / "clean")).returncode == 0

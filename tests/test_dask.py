@@ -28,7 +28,7 @@ def cluster():
 
 
 def test_dask_engine_gives_the_local_engines_bytes(golden_dir, tmp_path, cluster):
-    shards = write_shards(golden_dir, tmp_path / "golden", 5)
+    shards = write_shards(golden_dir / "corpus.txt", tmp_path / "golden", 5)
     vocab = golden_dir / "vocab.txt"
     local = subprocess.run(create_argv(shards, vocab, tmp_path / "local", "--workers", "2"), capture_output=True, text=True)
     assert local.returncode == 0, local.stderr
@@ -50,12 +50,8 @@ def test_dask_engine_gives_the_local_engines_bytes(golden_dir, tmp_path, cluster
 def test_a_worker_killed_mid_run_still_ends_with_identical_bytes(shared_dir, tmp_path, cluster):
     bench = shared_dir / "fixtures" / "bench" / "wt2.txt"
     vocab = shared_dir / "fixtures" / "golden" / "vocab.txt"
-    documents = bench.read_text(encoding="utf-8").strip("\n").split("\n\n")
-    shard_dir = tmp_path / "wt2" / "training"
-    shard_dir.mkdir(parents=True)
-    for i in range(8):
-        # Large enough that most shards are still to do when the first one lands.
-        (shard_dir / f"wt2_training_{i}.txt").write_text("\n\n".join(documents[i::8] * 3) + "\n", encoding="utf-8")
+    # Large enough that most shards are still to do when the first one lands.
+    write_shards(bench, tmp_path / "wt2", 8, copies=3)
     local = subprocess.run(create_argv(tmp_path / "wt2", vocab, tmp_path / "local", "--workers", "2"), capture_output=True, text=True)
     assert local.returncode == 0, local.stderr
 
@@ -103,7 +99,7 @@ def test_scheduler_without_dask_engine_is_a_usage_error(golden_dir, tmp_path):
 
 
 def test_shard_on_dask_gives_the_local_engines_bytes(golden_dir, tmp_path, cluster):
-    inputs = write_shards(golden_dir, tmp_path / "raw", 3) / "training"
+    inputs = write_shards(golden_dir / "corpus.txt", tmp_path / "raw", 3) / "training"
     outputs = {}
     for engine in ("local", "dask"):
         extra = ["--engine", "dask", "--scheduler", cluster.scheduler_address] if engine == "dask" else ["--workers", "2"]
