@@ -100,6 +100,25 @@ def test_mixed_bfloat16_runs(records_dir, tmp_path):
     assert all(np.isfinite(losses(events))) and summary["final_loss_scale"] == 1.0
 
 
+def test_tensorboard_scalars_read_back_with_tensorflows_event_reader(records_dir, tmp_path):
+    """The event file is written without TensorFlow (the JAX backend has none); TF's own reader parses it."""
+    import tensorflow as tf
+
+    code, events = train(tmp_path, records_dir, "--steps", "2", "--batch-size", "4",
+                         "--tensorboard-dir", str(tmp_path / "tb"))
+    assert code == 0
+    (name,) = os.listdir(tmp_path / "tb")
+    assert name.startswith("events.out.tfevents.")
+    read = list(tf.compat.v1.train.summary_iterator(str(tmp_path / "tb" / name)))
+    assert read[0].file_version == "brain.Event:2"
+    scalars = {(e.step, v.tag): v.simple_value for e in read[1:] for v in e.summary.value}
+    for event in events:
+        for key in ("loss", "mlm_accuracy", "learning_rate", "mean_sequences_per_second"):
+            if event.get(key) is not None:
+                assert scalars.pop((event["step"], f"{event['event']}/{key}")) == np.float32(event[key])
+    assert "train/nsp_loss" in {tag for _, tag in scalars}
+
+
 def test_mixed_float16_skips_a_nonfinite_step_and_halves_the_scale(records_dir):
     import keras
     import tensorflow as tf

@@ -115,17 +115,9 @@ class Log:
         self.tensorboard = None
         tb_dir = args.tensorboard_dir or (os.path.join(args.checkpoint_dir, "tensorboard") if args.checkpoint_dir else None)
         if tb_dir and enabled:
-            try:
-                import tensorflow as tf
+            from trainer.tensorboard import EventWriter
 
-                from tensorflow.core.framework import summary_pb2
-
-                self.tensorboard = tf.summary.create_file_writer(tb_dir)
-                self._tf = tf
-                self._scalar_metadata = summary_pb2.SummaryMetadata(
-                    plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars")).SerializeToString()
-            except ImportError:
-                self.note(f"TensorFlow is not installed: no TensorBoard scalars in {tb_dir}")
+            self.tensorboard = EventWriter(tb_dir)
 
     def note(self, message):
         if self.enabled and not self.quiet:
@@ -151,14 +143,8 @@ class Log:
             self.json.write(json.dumps({"event": event, "step": step, **values}, sort_keys=True) + "\n")
             self.json.flush()
         if self.tensorboard:
-            with self.tensorboard.as_default():
-                for key, value in values.items():
-                    if isinstance(value, (int, float)) and math.isfinite(value):
-                        # tf.summary.write with the "scalars" plugin is what tf.summary.scalar
-                        # writes, without needing the tensorboard package installed.
-                        self._tf.summary.write(f"{event}/{key}", self._tf.constant(float(value)), step=step,
-                                               metadata=self._scalar_metadata)
-            self.tensorboard.flush()
+            self.tensorboard.scalars(step, {f"{event}/{key}": float(value) for key, value in values.items()
+                                            if isinstance(value, (int, float)) and math.isfinite(value)})
         if not self.quiet:
             self._clear_bar()
             shown = " ".join(_fmt(k, v) for k, v in values.items() if v is not None)
