@@ -15,12 +15,12 @@ import pytest
 pytest.importorskip("tensorflow")
 
 from bertprep import formats  # noqa: E402
+import trainer_checks  # noqa: E402
 from test_trainer_data import golden_records  # noqa: E402
 from trainer.cli import main  # noqa: E402
+from trainer_checks import TINY  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TINY = {"vocab_size": 30522, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
-        "intermediate_size": 256, "max_position_embeddings": 128}
 
 
 @pytest.fixture(scope="module")
@@ -120,38 +120,7 @@ def test_tensorboard_scalars_read_back_with_tensorflows_event_reader(records_dir
 
 
 def test_mixed_float16_skips_a_nonfinite_step_and_halves_the_scale(records_dir):
-    import keras
-    import tensorflow as tf
-
-    from trainer.config import BertConfig
-    from trainer.data import Records, RecordStream
-    from trainer.model import build_model
-    from trainer.optimizers import make_optimizer
-    from trainer.steps import INITIAL_SCALE, TensorFlowSteps
-
-    keras.backend.clear_session()
-    keras.config.set_dtype_policy("mixed_float16")
-    try:
-        strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
-        with strategy.scope():
-            model = build_model(BertConfig(**TINY), 128, 20)
-            optimizer = make_optimizer("lamb", 1e-3, 0, 10)
-            optimizer.build(model.trainable_variables)
-        steps = TensorFlowSteps(strategy, model, optimizer, accumulation=1, dynamic_scale=True)
-        batch = next(RecordStream(Records(str(records_dir), "ofrecord"), "training", 4, seed=1).batches())
-        element = {k: v[None] for k, v in batch.items()}
-        poisoned = dict(element, masked_lm_weights=np.full_like(element["masked_lm_weights"], np.inf))
-        before = [v.numpy().copy() for v in model.trainable_variables]
-        result = steps.fetch(steps.train(steps.put(poisoned)))
-        assert not result["finite"] and result["loss_scale"] == INITIAL_SCALE
-        assert steps.iterations() == 0 and float(steps.scale.numpy()) == INITIAL_SCALE / 2
-        for old, var in zip(before, model.trainable_variables):
-            np.testing.assert_array_equal(old, var.numpy())
-        result = steps.fetch(steps.train(steps.put(element)))
-        assert result["finite"] and steps.iterations() == 1
-        assert any(not np.array_equal(old, var.numpy()) for old, var in zip(before, model.trainable_variables))
-    finally:
-        keras.config.set_dtype_policy("float32")
+    trainer_checks.check_nonfinite_step_is_skipped(records_dir)
 
 
 def test_loss_that_stays_nonfinite_stops_with_one_line_error(golden_dir, tmp_path):

@@ -68,7 +68,7 @@ class _Steps:
 
 
 class TensorFlowSteps(_Steps):
-    def __init__(self, strategy, model, optimizer, accumulation, dynamic_scale, worker_index=0):
+    def __init__(self, strategy, model, optimizer, accumulation, dynamic_scale):
         import tensorflow as tf
 
         self.tf = tf
@@ -78,7 +78,6 @@ class TensorFlowSteps(_Steps):
         self.accumulation = accumulation
         self.dynamic_scale = dynamic_scale
         self.local_replicas = len(strategy.extended.worker_devices)
-        self.worker_index = worker_index
         with strategy.scope():
             self.scale = tf.Variable(INITIAL_SCALE if dynamic_scale else 1.0, trainable=False, name="loss_scale",
                                      aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
@@ -199,7 +198,8 @@ class JaxSteps(_Steps):
         self._eval = jax.jit(self._eval_step)
 
     def put(self, batch):
-        return self.jax.device_put(batch, self.batch_sharding)
+        # This process's slice of the global batch; with one process it is the whole batch.
+        return {k: self.jax.make_array_from_process_local_data(self.batch_sharding, v) for k, v in batch.items()}
 
     def _train_step(self, state, batch):
         jax = self.jax

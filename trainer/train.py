@@ -47,13 +47,15 @@ class Devices:
 
             import jax
 
+            if os.environ.get("KERAS_DISTRIBUTION_JOB_ADDRESSES"):
+                initialize_jax_processes()
             devices = keras.distribution.list_devices()
             self.distribution = keras.distribution.DataParallel(devices=devices)
             keras.distribution.set_distribution(self.distribution)
             self.worker_index, self.num_workers = jax.process_index(), jax.process_count()
             self.replicas = len(devices)
             self.local_replicas = jax.local_device_count()
-            self.description = f"{self.replicas} device(s) ({', '.join(devices)})"
+            self.description = f"{self.replicas} device(s) on {self.num_workers} process(es) ({', '.join(devices)})"
         else:
             raise UsageError(f"KERAS_BACKEND={backend!r} is not supported (use tensorflow or jax)")
 
@@ -65,6 +67,23 @@ class Devices:
         import contextlib
 
         return self.strategy.scope() if self.backend == "tensorflow" else contextlib.nullcontext()
+
+
+def initialize_jax_processes():
+    """Several JAX processes (one per host): Keras's variables name the coordinator (the first
+    address), the process count and this process's index, as TF_CONFIG does for TensorFlow."""
+    import keras
+
+    env = os.environ
+    try:
+        count = int(env["KERAS_DISTRIBUTION_NUM_PROCESSES"])
+        index = int(env["KERAS_DISTRIBUTION_PROCESS_ID"])
+    except (KeyError, ValueError):
+        raise UsageError("KERAS_DISTRIBUTION_JOB_ADDRESSES is set: KERAS_DISTRIBUTION_NUM_PROCESSES and "
+                         "KERAS_DISTRIBUTION_PROCESS_ID must be set to integers too") from None
+    if not 0 <= index < count:
+        raise UsageError(f"KERAS_DISTRIBUTION_PROCESS_ID={index} is outside 0..{count - 1}")
+    keras.distribution.initialize(env["KERAS_DISTRIBUTION_JOB_ADDRESSES"], count, index)
 
 
 def model_config(args, records):

@@ -1,0 +1,154 @@
+"""The trainer under KERAS_BACKEND=jax with TensorFlow unimportable, as on a GPU host for JAX:
+both formats, two devices against one, accumulation, exact resume, loss scaling, several processes."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("jax")
+
+from test_trainer import bert_config, free_port, latest_state, losses  # noqa: E402
+from test_trainer_data import golden_records  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CHECKS = os.path.join(REPO, "tests", "trainer_checks.py")
+
+
+@pytest.fixture(scope="module")
+def records_dir(golden_dir, tmp_path_factory):
+    return golden_records(golden_dir, tmp_path_factory.mktemp("records"), parts=2)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compilation_cache(tmp_path_factory):
+    """One persistent XLA cache for this module's processes: each run compiles the same model
+    (about 20 s on 2 cores), so later runs take seconds."""
+    cache = tmp_path_factory.mktemp("jax-cache")
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = str(cache)
+    yield
+    del os.environ["JAX_COMPILATION_CACHE_DIR"]
+
+
+def jax_env(devices=1, **extra):
+    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+               JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0", **extra)
+    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    return env
+
+
+def jax_train(tmp_path, data, name, *extra, devices=1, fmt="ofrecord", dropout=0.0):
+    """Run the trainer in a JAX process without TensorFlow; return the JSON log events."""
+    log = tmp_path / f"{name}.jsonl"
+    argv = [sys.executable, CHECKS, "--no-tensorflow", "trainer", "--format", fmt, "--data", str(data),
+            "--bert-config", bert_config(tmp_path, dropout), "--seed", "3", "--quiet", "--log-every", "1",
+            "--log-json", str(log), *extra]
+    result = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, env=jax_env(devices))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def test_formats_agree_and_two_devices_and_accumulation_match_one_device(records_dir, tmp_path):
+    """The same global batch of 8 as 1 device x 8 (OFRecord and TFRecord), 2 devices x 4,
+    1 device x 4 x 2 micro-batches; a TensorBoard event file is written without TensorFlow."""
+    runs = {}
+    for name, fmt, devices, extra in [("one", "ofrecord", 1, ["--batch-size", "8"]),
+                                      ("tfrecord", "tfrecord", 1, ["--batch-size", "8"]),
+                                      ("two", "ofrecord", 2, ["--batch-size", "4"]),
+                                      ("acc", "ofrecord", 1, ["--batch-size", "4", "--grad-accum", "2"])]:
+        ckpt = tmp_path / f"ckpt-{name}"
+        events = jax_train(tmp_path, records_dir, name, "--steps", "3", "--checkpoint-dir", str(ckpt), *extra,
+                           devices=devices, fmt=fmt)
+        runs[name] = (events, latest_state(ckpt)[1])
+        assert os.listdir(ckpt / "tensorboard")[0].startswith("events.out.tfevents.")
+    one_events, one = runs["one"]
+    assert [runs[n][0][-1]["replicas"] for n in ("one", "two", "acc")] == [1, 2, 1]
+    assert len(losses(one_events)) == 3 and all(np.isfinite(losses(one_events)))
+    assert losses(runs["tfrecord"][0]) == losses(one_events)
+    moved = 0
+    for name in ("two", "acc"):
+        events, state = runs[name]
+        np.testing.assert_allclose(losses(events), losses(one_events), rtol=1e-5)
+        for key in one:
+            np.testing.assert_allclose(state[key], one[key], rtol=1e-4, atol=2e-6, err_msg=f"{name} {key}")
+    for key in one:
+        moved += key.startswith("model/trainable") and not np.array_equal(one[key], 0)
+    assert moved > 10
+
+
+def test_resume_continues_exactly(records_dir, tmp_path):
+    """As on TensorFlow: stopped after step 2 and resumed, the state at step 6 is the same bytes."""
+    ckpt = tmp_path / "ckpt"
+    common = ["--steps", "6", "--batch-size", "4", "--optimizer", "adam", "--warmup", "2",
+              "--checkpoint-dir", str(ckpt), "--checkpoint-every", "2", "--keep-checkpoints", "5"]
+    events = jax_train(tmp_path, records_dir, "whole", *common, dropout=0.1)
+    name, uninterrupted = latest_state(ckpt)
+    assert name == "ckpt-00000006"
+    for later in ("ckpt-00000004", "ckpt-00000006"):
+        shutil.rmtree(ckpt / later)
+    resumed_events = jax_train(tmp_path, records_dir, "resumed", *common, "--resume", dropout=0.1)
+    name, resumed = latest_state(ckpt)
+    assert name == "ckpt-00000006"
+    assert [e["step"] for e in resumed_events if e["event"] == "train"] == [3, 4, 5, 6]
+    assert losses(resumed_events) == losses(events)[2:]
+    assert resumed.keys() == uninterrupted.keys()
+    for key in uninterrupted:
+        np.testing.assert_array_equal(resumed[key], uninterrupted[key], err_msg=key)
+
+
+def test_mixed_float16_skips_a_nonfinite_step_and_halves_the_scale(records_dir):
+    result = subprocess.run([sys.executable, CHECKS, "--no-tensorflow", "check", "nonfinite_step_is_skipped",
+                             str(records_dir)], capture_output=True, text=True, cwd=REPO, env=jax_env())
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+@pytest.mark.heavy
+def test_mixed_bfloat16_runs(records_dir, tmp_path):
+    events = jax_train(tmp_path, records_dir, "bf16", "--steps", "2", "--batch-size", "4",
+                       "--precision", "mixed_bfloat16")
+    summary = events[-1]
+    assert summary["event"] == "summary" and summary["steps"] == 2 and summary["precision"] == "mixed_bfloat16"
+    assert all(np.isfinite(losses(events))) and summary["final_loss_scale"] == 1.0
+
+
+@pytest.mark.heavy
+def test_two_processes_on_127_0_0_1(records_dir, tmp_path):
+    """Two JAX processes (one CPU device each) joined by Keras's distribution variables."""
+    coordinator = f"127.0.0.1:{free_port()}"
+    processes = []
+    for index in range(2):
+        env = jax_env(KERAS_DISTRIBUTION_JOB_ADDRESSES=coordinator, KERAS_DISTRIBUTION_NUM_PROCESSES="2",
+                      KERAS_DISTRIBUTION_PROCESS_ID=str(index))
+        argv = [sys.executable, CHECKS, "--no-tensorflow", "trainer", "--format", "ofrecord",
+                "--data", str(records_dir), "--bert-config", bert_config(tmp_path, 0.1), "--steps", "3",
+                "--batch-size", "4", "--log-every", "1", "--quiet", "--json",
+                "--log-json", str(tmp_path / f"process{index}.jsonl"),
+                "--checkpoint-dir", str(tmp_path / f"ckpt{index}")]
+        processes.append(subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True))
+    outputs = [p.communicate(timeout=600) for p in processes]
+    for process, (_out, err) in zip(processes, outputs):
+        assert process.returncode == 0, err[-3000:]
+    out = outputs[0][0]
+    summary = json.loads(out[out.index("{"):])  # Gloo's C++ prints a connection line on stdout first
+    assert summary["replicas"] == 2 and summary["steps"] == 3 and summary["global_batch"] == 8
+    events = [json.loads(line) for line in (tmp_path / "process0.jsonl").read_text().splitlines()]
+    assert len(losses(events)) == 3 and all(np.isfinite(losses(events)))
+    assert latest_state(tmp_path / "ckpt0")[0] == "ckpt-00000003"
+    # Only the first process logs and writes checkpoints.
+    assert not (tmp_path / "process1.jsonl").exists() and not (tmp_path / "ckpt1").exists()
+
+
+def test_several_processes_need_their_count_and_index(records_dir, tmp_path):
+    env = jax_env(KERAS_DISTRIBUTION_JOB_ADDRESSES=f"127.0.0.1:{free_port()}", KERAS_DISTRIBUTION_NUM_PROCESSES="2")
+    result = subprocess.run([sys.executable, CHECKS, "--no-tensorflow", "trainer", "--format", "ofrecord",
+                             "--data", str(records_dir), "--steps", "1", "--quiet"],
+                            capture_output=True, text=True, cwd=REPO, env=env)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        "trainer: error: KERAS_DISTRIBUTION_JOB_ADDRESSES is set: KERAS_DISTRIBUTION_NUM_PROCESSES and "
+        "KERAS_DISTRIBUTION_PROCESS_ID must be set to integers too")

@@ -1,0 +1,72 @@
+"""Trainer checks that run under either Keras backend: in the test process (TensorFlow) and in a
+subprocess with KERAS_BACKEND=jax and TensorFlow made unimportable (a GPU host for JAX has none)."""
+
+import argparse
+import sys
+
+import numpy as np
+
+TINY = {"vocab_size": 30522, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+        "intermediate_size": 256, "max_position_embeddings": 128}
+
+
+class _NoTensorFlow:
+    def find_spec(self, name, path=None, target=None):
+        if name == "tensorflow" or name.startswith("tensorflow."):
+            raise ModuleNotFoundError(f"No module named {name!r} (blocked: the JAX path must not need it)",
+                                      name=name)
+
+
+def block_tensorflow():
+    sys.meta_path.insert(0, _NoTensorFlow())
+
+
+def check_nonfinite_step_is_skipped(records_dir):
+    """mixed_float16: a batch with infinite weights leaves the weights, the optimizer and its step
+    counter unchanged and halves the loss scale; the next finite batch updates the weights."""
+    import keras
+
+    from trainer.config import BertConfig
+    from trainer.data import Records, RecordStream
+    from trainer.steps import INITIAL_SCALE
+    from trainer.train import Devices, build_steps
+
+    keras.backend.clear_session()
+    keras.config.set_dtype_policy("mixed_float16")
+    try:
+        records = Records(str(records_dir), "ofrecord")
+        args = argparse.Namespace(optimizer="lamb", lr=1e-3, steps=10, precision="mixed_float16", grad_accum=1)
+        _, _, steps = build_steps(args, Devices(keras.backend.backend()), BertConfig(**TINY), records, 0)
+        batch = next(RecordStream(records, "training", 4, seed=1).batches())
+        element = {k: v[None] for k, v in batch.items()}
+        poisoned = dict(element, masked_lm_weights=np.full_like(element["masked_lm_weights"], np.inf))
+        before = steps.get_state()
+        kept = [k for k in before if k.startswith(("model/trainable/", "optimizer/"))]
+
+        result = steps.fetch(steps.train(steps.put(poisoned)))
+        assert not result["finite"] and result["loss_scale"] == INITIAL_SCALE
+        after = steps.get_state()
+        assert steps.iterations() == 0 and after["loss_scale/scale"] == INITIAL_SCALE / 2
+        for key in kept:
+            np.testing.assert_array_equal(after[key], before[key], err_msg=key)
+
+        result = steps.fetch(steps.train(steps.put(element)))
+        assert result["finite"] and result["loss_scale"] == INITIAL_SCALE / 2 and steps.iterations() == 1
+        after = steps.get_state()
+        assert sum(not np.array_equal(after[k], before[k]) for k in kept if k.startswith("model/")) > 10
+    finally:
+        keras.config.set_dtype_policy("float32")
+
+
+if __name__ == "__main__":
+    # python tests/trainer_checks.py [--no-tensorflow] check NAME ARGS... | trainer ARGS...
+    argv = sys.argv[1:]
+    if argv[:1] == ["--no-tensorflow"]:
+        block_tensorflow()
+        argv = argv[1:]
+    if argv[0] == "check":
+        globals()[f"check_{argv[1]}"](*argv[2:])
+        sys.exit(0)
+    from trainer.cli import main
+
+    sys.exit(main(argv[1:]))
