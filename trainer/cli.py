@@ -5,6 +5,7 @@ Backend: `KERAS_BACKEND` (tensorflow by default, or jax). Several hosts
 """
 
 import argparse
+import contextlib
 import math
 import os
 import sys
@@ -77,6 +78,24 @@ def _check(args):
         raise UsageError(f"--lr must be a positive number, got {args.lr}")
 
 
+@contextlib.contextmanager
+def _library_output_to_stderr(enabled):
+    """With --json, stdout carries the summary alone: what libraries print there from C++ while the
+    run lasts (Gloo's connection line under several JAX processes) goes to stderr."""
+    if not enabled:
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
     if args.model is None and not args.bert_config:
@@ -86,7 +105,8 @@ def main(argv=None):
         _check(args)
         from trainer.train import run
 
-        summary = run(args)
+        with _library_output_to_stderr(args.json):
+            summary = run(args)
     except BertprepError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return exc.exit_code
