@@ -64,20 +64,18 @@ def test_tfrecord_and_ofrecord_give_identical_losses(records_dir, tmp_path):
     assert runs["tfrecord"] == runs["ofrecord"]
 
 
-def test_resume_continues_exactly(records_dir, tmp_path):
+def assert_resume_is_exact(run, ckpt):
     """Stop after the checkpoint at step 2 (later checkpoints removed), resume: the weights,
-    optimizer and loss-scale state at step 6 equal the uninterrupted run's (dropout on)."""
-    ckpt = tmp_path / "ckpt"
+    optimizer and loss-scale state at step 6 equal the uninterrupted run's (dropout on).
+    `run(name, *argv)` trains with dropout 0.1 and returns the JSON log events."""
     common = ["--steps", "6", "--batch-size", "4", "--optimizer", "adam", "--warmup", "2",
               "--checkpoint-dir", str(ckpt), "--checkpoint-every", "2", "--keep-checkpoints", "5"]
-    code, events = train(tmp_path, records_dir, *common, name="whole", dropout=0.1)
-    assert code == 0
+    events = run("whole", *common)
     name, uninterrupted = latest_state(ckpt)
     assert name == "ckpt-00000006"
     for later in ("ckpt-00000004", "ckpt-00000006"):
         shutil.rmtree(ckpt / later)
-    code, resumed_events = train(tmp_path, records_dir, *common, "--resume", name="resumed", dropout=0.1)
-    assert code == 0
+    resumed_events = run("resumed", *common, "--resume")
     name, resumed = latest_state(ckpt)
     assert name == "ckpt-00000006"
     assert [e["step"] for e in resumed_events if e["event"] == "train"] == [3, 4, 5, 6]
@@ -85,6 +83,16 @@ def test_resume_continues_exactly(records_dir, tmp_path):
     assert resumed.keys() == uninterrupted.keys()
     for key in uninterrupted:
         np.testing.assert_array_equal(resumed[key], uninterrupted[key], err_msg=key)
+
+
+def test_resume_continues_exactly(records_dir, tmp_path):
+    def run(name, *argv):
+        code, events = train(tmp_path, records_dir, *argv, name=name, dropout=0.1)
+        assert code == 0
+        return events
+
+    ckpt = tmp_path / "ckpt"
+    assert_resume_is_exact(run, ckpt)
     # A resumed run must keep the settings that fix its trajectory.
     assert main(["--format", "ofrecord", "--data", str(records_dir), "--bert-config", bert_config(tmp_path, 0.1),
                  "--steps", "6", "--batch-size", "8", "--checkpoint-dir", str(ckpt), "--resume", "--quiet",

@@ -3,7 +3,6 @@ both formats, two devices against one, accumulation, exact resume, loss scaling,
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -12,7 +11,7 @@ import pytest
 
 pytest.importorskip("jax")
 
-from test_trainer import bert_config, free_port, latest_state, losses  # noqa: E402
+from test_trainer import assert_resume_is_exact, bert_config, free_port, latest_state, losses  # noqa: E402
 from test_trainer_data import golden_records  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -81,23 +80,8 @@ def test_formats_agree_and_two_devices_and_accumulation_match_one_device(records
 
 
 def test_resume_continues_exactly(records_dir, tmp_path):
-    """As on TensorFlow: stopped after step 2 and resumed, the state at step 6 is the same bytes."""
-    ckpt = tmp_path / "ckpt"
-    common = ["--steps", "6", "--batch-size", "4", "--optimizer", "adam", "--warmup", "2",
-              "--checkpoint-dir", str(ckpt), "--checkpoint-every", "2", "--keep-checkpoints", "5"]
-    events = jax_train(tmp_path, records_dir, "whole", *common, dropout=0.1)
-    name, uninterrupted = latest_state(ckpt)
-    assert name == "ckpt-00000006"
-    for later in ("ckpt-00000004", "ckpt-00000006"):
-        shutil.rmtree(ckpt / later)
-    resumed_events = jax_train(tmp_path, records_dir, "resumed", *common, "--resume", dropout=0.1)
-    name, resumed = latest_state(ckpt)
-    assert name == "ckpt-00000006"
-    assert [e["step"] for e in resumed_events if e["event"] == "train"] == [3, 4, 5, 6]
-    assert losses(resumed_events) == losses(events)[2:]
-    assert resumed.keys() == uninterrupted.keys()
-    for key in uninterrupted:
-        np.testing.assert_array_equal(resumed[key], uninterrupted[key], err_msg=key)
+    assert_resume_is_exact(lambda name, *argv: jax_train(tmp_path, records_dir, name, *argv, dropout=0.1),
+                           tmp_path / "ckpt")
 
 
 def test_mixed_float16_skips_a_nonfinite_step_and_halves_the_scale(records_dir):
