@@ -75,7 +75,6 @@ def walk_frames(buf, fmt):
     offset = 0
     error = None
     while offset < size:
-        index = len(starts)
         if size - offset < header:
             what = "length" if fmt == "ofrecord" else "header"
             error = f"at byte {offset}: truncated {what} ({size - offset} of {header} bytes)"

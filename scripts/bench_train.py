@@ -13,7 +13,6 @@ cost (1.00: the devices never wait). Without --data it uses the embedded
 sample records (128/20).
 """
 
-import argparse
 import os
 import sys
 import time

@@ -468,7 +468,6 @@ def _corruptions(golden_dir, tmp_path):
 
 def test_read_batches_errors_are_identical_on_both_paths(golden_dir, tmp_path, monkeypatch):
     for path in _corruptions(golden_dir, tmp_path):
-        fmt = "tfrecord" if path.suffix == ".tfrecord" else "ofrecord"
         for batch_size in (7, 256):
             fast, fast_error = _read_all([path, path], batch_size, True, monkeypatch)
             pure, pure_error = _read_all([path, path], batch_size, False, monkeypatch)

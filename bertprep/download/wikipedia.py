@@ -34,7 +34,7 @@ def run(args, workdir, progress):
         return wikidump.run(args, workdir, progress)
     config = f"{args.date}.{args.lang}"
     commit, files = hub_snapshot(REPO, "main", [f"{config}/*.parquet"], args.base_url, args.quiet)
-    downloads = hub_manifest(workdir, "wikipedia", REPO, "main", commit, files, progress)
+    hub_manifest(workdir, "wikipedia", REPO, "main", commit, files, progress)
     corpus = f"wikicorpus_{args.lang}"
     parts = [(path[: -len(".parquet")].replace("/", "-"), info["sha256"], _documents(local)) for path, local, info in files]
     manifest = format_parts(workdir, corpus, {"repo": REPO, "config": config, "commit": commit}, parts, args.workers, progress)
