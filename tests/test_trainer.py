@@ -3,8 +3,6 @@ exact, mixed precision runs, non-finite steps are skipped, learning happens (hea
 
 import json
 import os
-import shutil
-import socket
 import subprocess
 import sys
 import textwrap
@@ -14,11 +12,12 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-from bertprep import formats  # noqa: E402
 import trainer_checks  # noqa: E402
 from test_trainer_data import golden_records  # noqa: E402
+from trainer_checks import assert_resume_is_exact, bert_config, free_port, latest_state, losses  # noqa: E402
+
+from bertprep import formats  # noqa: E402
 from trainer.cli import main  # noqa: E402
-from trainer_checks import TINY  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -26,12 +25,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 @pytest.fixture(scope="module")
 def records_dir(golden_dir, tmp_path_factory):
     return golden_records(golden_dir, tmp_path_factory.mktemp("records"), parts=2)
-
-
-def bert_config(directory, dropout):
-    path = directory / f"bert_config_dropout_{dropout}.json"
-    path.write_text(json.dumps(dict(TINY, hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)))
-    return str(path)
 
 
 def train(tmp_path, data, *extra, name="run", dropout=0.0, fmt="ofrecord"):
@@ -44,16 +37,6 @@ def train(tmp_path, data, *extra, name="run", dropout=0.0, fmt="ofrecord"):
     return code, events
 
 
-def losses(events):
-    return [e["loss"] for e in events if e["event"] == "train"]
-
-
-def latest_state(checkpoint_dir):
-    last = sorted(p for p in os.listdir(checkpoint_dir) if p.startswith("ckpt-"))[-1]
-    with np.load(os.path.join(checkpoint_dir, last, "state.npz")) as npz:
-        return last, {k: npz[k] for k in npz.files}
-
-
 def test_tfrecord_and_ofrecord_give_identical_losses(records_dir, tmp_path):
     runs = {}
     for fmt in formats.FORMATS:
@@ -62,27 +45,6 @@ def test_tfrecord_and_ofrecord_give_identical_losses(records_dir, tmp_path):
         runs[fmt] = losses(events)
     assert len(runs["tfrecord"]) == 3 and all(np.isfinite(runs["tfrecord"]))
     assert runs["tfrecord"] == runs["ofrecord"]
-
-
-def assert_resume_is_exact(run, ckpt):
-    """Stop after the checkpoint at step 2 (later checkpoints removed), resume: the weights,
-    optimizer and loss-scale state at step 6 equal the uninterrupted run's (dropout on).
-    `run(name, *argv)` trains with dropout 0.1 and returns the JSON log events."""
-    common = ["--steps", "6", "--batch-size", "4", "--optimizer", "adam", "--warmup", "2",
-              "--checkpoint-dir", str(ckpt), "--checkpoint-every", "2", "--keep-checkpoints", "5"]
-    events = run("whole", *common)
-    name, uninterrupted = latest_state(ckpt)
-    assert name == "ckpt-00000006"
-    for later in ("ckpt-00000004", "ckpt-00000006"):
-        shutil.rmtree(ckpt / later)
-    resumed_events = run("resumed", *common, "--resume")
-    name, resumed = latest_state(ckpt)
-    assert name == "ckpt-00000006"
-    assert [e["step"] for e in resumed_events if e["event"] == "train"] == [3, 4, 5, 6]
-    assert losses(resumed_events) == losses(events)[2:]
-    assert resumed.keys() == uninterrupted.keys()
-    for key in uninterrupted:
-        np.testing.assert_array_equal(resumed[key], uninterrupted[key], err_msg=key)
 
 
 def test_resume_continues_exactly(records_dir, tmp_path):
@@ -185,12 +147,6 @@ def test_two_replicas_and_accumulation_match_one_replica(records_dir, tmp_path):
         np.testing.assert_allclose(acc[key], one[key], rtol=1e-4, atol=2e-6, err_msg=key)
         moved += key.startswith("model/trainable") and not np.array_equal(one[key], 0)
     assert moved > 10
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.heavy

@@ -11,8 +11,8 @@ import pytest
 
 pytest.importorskip("jax")
 
-from test_trainer import assert_resume_is_exact, bert_config, free_port, latest_state, losses  # noqa: E402
 from test_trainer_data import golden_records  # noqa: E402
+from trainer_checks import assert_resume_is_exact, bert_config, free_port, latest_state, losses  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHECKS = os.path.join(REPO, "tests", "trainer_checks.py")

@@ -1,7 +1,12 @@
-"""Trainer checks that run under either Keras backend: in the test process (TensorFlow) and in a
-subprocess with KERAS_BACKEND=jax and TensorFlow made unimportable (a GPU host for JAX has none)."""
+"""Helpers and checks for the trainer tests under either Keras backend. Nothing here imports
+TensorFlow: the checks run in the test process (TensorFlow) and in subprocesses with
+KERAS_BACKEND=jax and TensorFlow made unimportable (a GPU host for JAX has none)."""
 
 import argparse
+import json
+import os
+import shutil
+import socket
 import sys
 
 import numpy as np
@@ -19,6 +24,49 @@ class _NoTensorFlow:
 
 def block_tensorflow():
     sys.meta_path.insert(0, _NoTensorFlow())
+
+
+def bert_config(directory, dropout):
+    path = directory / f"bert_config_dropout_{dropout}.json"
+    path.write_text(json.dumps(dict(TINY, hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)))
+    return str(path)
+
+
+def losses(events):
+    return [e["loss"] for e in events if e["event"] == "train"]
+
+
+def latest_state(checkpoint_dir):
+    last = sorted(p for p in os.listdir(checkpoint_dir) if p.startswith("ckpt-"))[-1]
+    with np.load(os.path.join(checkpoint_dir, last, "state.npz")) as npz:
+        return last, {k: npz[k] for k in npz.files}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def assert_resume_is_exact(run, ckpt):
+    """Stop after the checkpoint at step 2 (later checkpoints removed), resume: the weights,
+    optimizer and loss-scale state at step 6 equal the uninterrupted run's (dropout on).
+    `run(name, *argv)` trains with dropout 0.1 and returns the JSON log events."""
+    common = ["--steps", "6", "--batch-size", "4", "--optimizer", "adam", "--warmup", "2",
+              "--checkpoint-dir", str(ckpt), "--checkpoint-every", "2", "--keep-checkpoints", "5"]
+    events = run("whole", *common)
+    name, uninterrupted = latest_state(ckpt)
+    assert name == "ckpt-00000006"
+    for later in ("ckpt-00000004", "ckpt-00000006"):
+        shutil.rmtree(ckpt / later)
+    resumed_events = run("resumed", *common, "--resume")
+    name, resumed = latest_state(ckpt)
+    assert name == "ckpt-00000006"
+    assert [e["step"] for e in resumed_events if e["event"] == "train"] == [3, 4, 5, 6]
+    assert losses(resumed_events) == losses(events)[2:]
+    assert resumed.keys() == uninterrupted.keys()
+    for key in uninterrupted:
+        np.testing.assert_array_equal(resumed[key], uninterrupted[key], err_msg=key)
 
 
 def check_nonfinite_step_is_skipped(records_dir):
