@@ -12,28 +12,30 @@ import socket
 import struct
 import time
 
-from bertprep.formats.protowire import WIRE_FIXED32, WIRE_FIXED64, WIRE_LEN, WIRE_VARINT, encode_varint
+from bertprep.formats.protowire import (
+    WIRE_FIXED32,
+    WIRE_FIXED64,
+    WIRE_VARINT,
+    encode_key,
+    encode_len_field,
+    encode_varint,
+)
 from bertprep.formats.tfrecord import frame
 
 FILE_VERSION = b"brain.Event:2"
 
 
-def _key(field_number, wire_type):
-    return encode_varint((field_number << 3) | wire_type)
-
-
-def _bytes(field_number, payload):
-    return _key(field_number, WIRE_LEN) + encode_varint(len(payload)) + payload
-
-
 def encode_event(wall_time, step, file_version=None, scalars=None):
     """One Event: the file-version header when `file_version` is given, else `{tag: value}` scalars."""
-    event = _key(1, WIRE_FIXED64) + struct.pack("<d", wall_time) + _key(2, WIRE_VARINT) + encode_varint(step)
+    event = (encode_key(1, WIRE_FIXED64) + struct.pack("<d", wall_time)
+             + encode_key(2, WIRE_VARINT) + encode_varint(step))
     if file_version is not None:
-        return event + _bytes(3, file_version)
-    values = b"".join(_bytes(1, _bytes(1, tag.encode("utf-8")) + _key(2, WIRE_FIXED32) + struct.pack("<f", value))
-                      for tag, value in scalars.items())
-    return event + _bytes(5, values)
+        return event + encode_len_field(3, file_version)
+    values = b"".join(
+        encode_len_field(1, encode_len_field(1, tag.encode("utf-8")) + encode_key(2, WIRE_FIXED32)
+                         + struct.pack("<f", value))
+        for tag, value in scalars.items())
+    return event + encode_len_field(5, values)
 
 
 class EventWriter:

@@ -41,7 +41,11 @@ def encode_packed_varints(values):
         return b"".join([encode_varint(int(v)) for v in values])
 
 
-def _len_field(field_number, payload):
+def encode_key(field_number, wire_type):
+    return encode_varint((field_number << 3) | wire_type)
+
+
+def encode_len_field(field_number, payload):
     return encode_varint((field_number << 3) | WIRE_LEN) + encode_varint(len(payload)) + payload
 
 
@@ -60,12 +64,12 @@ def encode_feature_map(features, field_numbers, map_field=1):
         else:
             packed = encode_packed_varints([int(v) for v in values])
         if packed is None:
-            list_message = b"".join(_len_field(1, bytes(v)) for v in values)
+            list_message = b"".join(encode_len_field(1, bytes(v)) for v in values)
         else:
-            list_message = _len_field(1, packed) if packed else b""
-        feature = _len_field(field_numbers[kind], list_message)
-        entry = _len_field(1, key.encode()) + _len_field(2, feature)
-        parts.append(_len_field(map_field, entry))
+            list_message = encode_len_field(1, packed) if packed else b""
+        feature = encode_len_field(field_numbers[kind], list_message)
+        entry = encode_len_field(1, key.encode()) + encode_len_field(2, feature)
+        parts.append(encode_len_field(map_field, entry))
     return b"".join(parts)
 
 

@@ -14,7 +14,7 @@ from bertprep.formats.protowire import (
     WireError,
     decode_feature_map,
     encode_feature_map,
-    encode_varint,
+    encode_len_field,
     iter_fields,
 )
 
@@ -37,7 +37,7 @@ def frame(payload):
 def encode(features):
     """Serialize `[(key, kind, values), ...]` as a tf.train.Example."""
     inner = encode_feature_map(features, FIELD_BY_KIND)
-    return encode_varint((1 << 3) | WIRE_LEN) + encode_varint(len(inner)) + inner
+    return encode_len_field(1, inner)
 
 
 def decode(payload):
