@@ -10,7 +10,7 @@ import importlib
 import sys
 
 from bertprep import __version__
-from bertprep.errors import BertprepError
+from bertprep.errors import run_reporting_errors
 
 # subcommand -> (module, one-line help)
 COMMANDS = {
@@ -56,11 +56,4 @@ def main(argv=None):
         parser.print_help()
         return 2
     module = importlib.import_module(COMMANDS[args.command][0])
-    try:
-        return module.run(args) or 0
-    except BertprepError as exc:
-        print(f"bertprep {args.command}: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print(f"bertprep {args.command}: interrupted", file=sys.stderr)
-        return 130
+    return run_reporting_errors(f"bertprep {args.command}", lambda: module.run(args) or 0)

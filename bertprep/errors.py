@@ -5,6 +5,8 @@ input data, a failed download, a checksum mismatch. Each message names the
 file (and line or record where known) and what was expected.
 """
 
+import sys
+
 
 class BertprepError(Exception):
     exit_code = 1
@@ -16,3 +18,16 @@ class UsageError(BertprepError):
 
 class DataError(BertprepError):
     exit_code = 1
+
+
+def run_reporting_errors(prog, command):
+    """`command()`'s exit code; a BertprepError becomes `prog: error: message` on stderr and its
+    exit code, Ctrl-C becomes `prog: interrupted` and 130."""
+    try:
+        return command()
+    except BertprepError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130

@@ -13,7 +13,7 @@ import sys
 # Fewer TensorFlow C++ log lines around our own (its import banner cannot be silenced).
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from bertprep.errors import BertprepError, UsageError
+from bertprep.errors import UsageError, run_reporting_errors
 from bertprep.progress import add_output_arguments, print_summary
 from trainer.config import SIZES
 
@@ -101,18 +101,14 @@ def main(argv=None):
     if args.model is None and not args.bert_config:
         # The sample run is a demo that must finish in a minute on a laptop CPU.
         args.model = "tiny" if args.data is None else "base"
-    try:
-        _check(args)
-        from trainer.train import run
+    return run_reporting_errors(PROG, lambda: _train(args))
 
-        with _library_output_to_stderr(args.json):
-            summary = run(args)
-    except BertprepError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
-        return 130
-    if summary is not None and summary.pop("is_chief", True):
-        print_summary("trainer: done", summary, as_json=args.json)
+
+def _train(args):
+    _check(args)
+    from trainer.train import run
+
+    with _library_output_to_stderr(args.json):
+        summary = run(args)
+    print_summary("trainer: done", summary, as_json=args.json)
     return 0
