@@ -1,4 +1,4 @@
-"""`bertprep validate`: prove a dataset is sound before training starts, or say exactly where it is not.
+"""`bertprep validate` on the command line: arguments, the whole report, and its one-screen table.
 
     bertprep validate PATH [PATH2] [--vocab V] [--compare] [--json [report.json]]
         [--plot report.png] [--max-errors 20] [--workers N] [--min-parts K]
@@ -17,7 +17,7 @@ import sys
 
 from bertprep.errors import DataError, UsageError
 from bertprep.progress import human_bytes
-from bertprep.validate_dataset import (
+from bertprep.validate.dataset import (
     DATASET_CHECKS,
     dataset_roots,
     find_manifest,
@@ -25,8 +25,8 @@ from bertprep.validate_dataset import (
     summarize_stats,
     validate_records,
 )
-from bertprep.validate_records import RECORD_CHECKS, Finding, RecordSpec
-from bertprep.validate_text import TEXT_CHECKS, find_downloads, find_text_shards, validate_downloads, validate_text_shards
+from bertprep.validate.records import RECORD_CHECKS, Finding, RecordSpec
+from bertprep.validate.text import TEXT_CHECKS, find_downloads, find_text_shards, validate_downloads, validate_text_shards
 
 CHECKS = {**RECORD_CHECKS, **DATASET_CHECKS, **TEXT_CHECKS, "compare": "both datasets hold the same instances in order"}
 
@@ -69,7 +69,7 @@ def run(args):
     report = validate(paths, spec, workers=workers, min_parts=args.min_parts, compare=args.compare,
                       vocab_given=args.vocab is not None, quiet=args.quiet)
     if args.plot:
-        from bertprep.validate_plot import plot_report
+        from bertprep.validate.plot import plot_report
 
         plot_report(report, args.plot)
     if args.json == "-":
@@ -162,7 +162,7 @@ def validate(paths, spec, workers=1, min_parts=1, compare=False, vocab_given=Fal
         if not found_anything:
             raise DataError(f"{path}: nothing to validate (no record files, text shards, SQuAD or GLUE files)")
     if compare:
-        from bertprep.validate_compare import compare_streams, comparison_pairs
+        from bertprep.validate.compare import compare_streams, comparison_pairs
 
         pairs = comparison_pairs(paths[0], paths[1] if len(paths) > 1 else None)
         if not pairs:

@@ -9,8 +9,8 @@ formats (TFRecord int64 and OFRecord int32 compare by value). The answer is
 import numpy as np
 
 from bertprep import formats
-from bertprep.validate_dataset import find_record_files
-from bertprep.validate_records import iter_batches
+from bertprep.validate.dataset import find_record_files
+from bertprep.validate.records import iter_batches
 
 
 def comparison_pairs(path_a, path_b):

@@ -19,7 +19,7 @@ import numpy as np
 
 from bertprep import formats
 from bertprep.progress import Progress
-from bertprep.validate_records import Finding, Findings, RecordSpec, Stats, scan_file
+from bertprep.validate.records import Finding, Findings, RecordSpec, Stats, scan_file
 from bertprep.workdir import MANIFEST, SPLITS
 
 DATASET_CHECKS = {

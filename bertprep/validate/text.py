@@ -16,8 +16,8 @@ import numpy as np
 
 from bertprep.download.glue import task_outputs
 from bertprep.download.squad import FILES as SQUAD_FILES
-from bertprep.validate_dataset import natural_key
-from bertprep.validate_records import Finding
+from bertprep.validate.dataset import natural_key
+from bertprep.validate.records import Finding
 from bertprep.workdir import MANIFEST, SPLITS
 
 TEXT_CHECKS = {

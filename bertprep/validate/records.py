@@ -14,7 +14,7 @@ import numpy as np
 
 from bertprep import formats
 from bertprep.formats.protowire import WireError
-from bertprep.validate_decode import Framing, exact_decode, layout_of, lockstep_decode, map_file, walk_frames
+from bertprep.validate.decode import Framing, exact_decode, layout_of, lockstep_decode, map_file, walk_frames
 
 # check id -> what it proves (the table's rows, in order)
 RECORD_CHECKS = {
