@@ -2,10 +2,11 @@
 
 Every feature is kept with its values; integer lists become int64_list in
 TFRecord and int32_list in OFRecord (values beyond int32 are refused rather
-than wrapped). BERT features are written in each format's canonical key order
-(the reference's for TFRecord, OneFlow's sample's for OFRecord), any other
-features after them in their stored order, so converting OneFlow's sample to
-TFRecord and back reproduces it byte for byte.
+than wrapped). A record of a known kind (bertprep.formats.schemas) is written
+in its kind's key order for the target format (for pretraining records, the
+reference's for TFRecord and OneFlow's sample's for OFRecord), so converting
+OneFlow's sample to TFRecord and back reproduces it byte for byte; other
+records keep their stored order.
 """
 
 import os
@@ -15,6 +16,8 @@ import numpy as np
 from bertprep import formats
 from bertprep.atomic import atomic_open
 from bertprep.errors import DataError, UsageError
+from bertprep.formats.protowire import WireError
+from bertprep.formats.schemas import kind_of_record
 
 INT32_RANGE = (-(1 << 31), (1 << 31) - 1)
 
@@ -27,8 +30,14 @@ def add_arguments(parser):
 
 
 def convert_payload(payload, src_fmt, dst_fmt, where):
-    decoded = formats.decode_payload(payload, src_fmt)
-    order = [k for k in formats.KEY_ORDER[dst_fmt] if k in decoded] + [k for k in decoded if k not in formats.KEY_ORDER[dst_fmt]]
+    try:
+        decoded = formats.decode_payload(payload, src_fmt)
+    except WireError as exc:
+        raise DataError(f"{where}: {exc}") from None
+    # A record of a known kind is written in that kind's key order for the target format.
+    kind = kind_of_record({key: stored for key, (stored, _) in decoded.items()})
+    canonical = kind.key_order(dst_fmt) if kind is not None else ()
+    order = [k for k in canonical if k in decoded] + [k for k in decoded if k not in canonical]
     codec = formats.CODECS[dst_fmt]
     features = []
     for key in order:
@@ -47,8 +56,8 @@ def convert_file(src, dst, dst_fmt):
     src_fmt = formats.sniff_format(src)
     count = 0
     with atomic_open(dst) as f:
-        for index, payload in enumerate(formats.iter_payloads(src, src_fmt)):
-            f.write(convert_payload(payload, src_fmt, dst_fmt, f"{src}: record {index}"))
+        for index, offset, payload in formats.iter_framed(src, src_fmt):
+            f.write(convert_payload(payload, src_fmt, dst_fmt, f"{src}: record {index} at byte {offset}"))
             count += 1
     return count
 
@@ -57,7 +66,7 @@ def _record_files(directory):
     found = []
     for root, _dirs, files in os.walk(directory):
         for name in sorted(files):
-            if name.endswith(".tfrecord") or name.startswith("part-"):
+            if formats.format_of_name(name) is not None:
                 found.append(os.path.join(root, name))
     return sorted(found)
 

@@ -27,6 +27,7 @@ from bertprep.atomic import atomic_open, remove_stale_temps
 from bertprep.corpus import read_text, tokenize_corpus
 from bertprep.engines import add_engine_arguments, open_engine
 from bertprep.errors import DataError, UsageError
+from bertprep.formats.schemas import PRETRAINING
 from bertprep.instances import InstanceParams, MaskingVocab, create_instances
 from bertprep.progress import Progress, add_output_arguments, human_bytes, print_summary
 from bertprep.tokenization import LineTokenizer, load_vocab, resolve_vocab_path
@@ -348,7 +349,8 @@ def run(args):
     if skipped:
         progress.note(f"resuming: {skipped} of {len(tasks)} shards already complete")
         progress.advance(skipped)
-    manifest = {"tool": "bertprep", "stage": "create", "formats": list(fmts), **settings, "files": files}
+    manifest = {"tool": "bertprep", "stage": "create", "kind": PRETRAINING.name,
+                "dims": {"seq": args.seq, "pred": args.pred}, "formats": list(fmts), **settings, "files": files}
     try:
         with open_engine(args, max_tasks=len(pending)) as engine:
             for result in engine.run(create_shard, pending, describe=lambda task: task.source):

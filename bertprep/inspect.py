@@ -1,7 +1,9 @@
-"""`bertprep inspect`: decode records of either format and show every field.
+"""`bertprep inspect`: decode records of either format and any kind, and show every field.
 
-With --vocab, input_ids are shown as tokens with masked positions marked as
-`[token|label]` (token: what the model sees, label: what it must predict).
+The header names the record kind (bertprep.formats.schemas). With --vocab,
+input_ids are shown as tokens, masked positions marked as `[token|label]`
+(token: what the model sees, label: what it must predict), and a SQuAD
+training feature's answer span as the tokens it covers.
 """
 
 import json
@@ -44,11 +46,24 @@ def token_line(record, words):
     return " ".join(shown)
 
 
+def answer_line(record, words):
+    """The tokens of a SQuAD feature's answer span (start..end inclusive); the reference's 0/0 means none here."""
+    start, end = int(record["start_positions"][0]), int(record["end_positions"][0])
+    if start == 0 and end == 0:
+        return "(none in this window)"
+    ids = record["input_ids"]
+    return " ".join(words[int(i)] if 0 <= int(i) < len(words) else f"<{int(i)}>" for i in ids[start:end + 1])
+
+
 def run(args):
     if not os.path.isfile(args.file):
         raise DataError(f"{args.file}: not a file")
     words = load_vocab(resolve_vocab_path(args.vocab)).words if args.vocab else None
     fmt = formats.sniff_format(args.file)
+    try:
+        kind = formats.record_kind(args.file, fmt).name
+    except DataError:
+        kind = "unknown kind"  # still shown field by field; a damaged record is reported when it is reached
     shown = 0
     for index, record in enumerate(formats.read_records(args.file, fmt)):
         if index < args.skip:
@@ -59,9 +74,11 @@ def run(args):
         if args.json:
             print(json.dumps({"record": index, **{k: np.asarray(v).tolist() for k, v in record.items()}}))
             continue
-        print(f"== {args.file} ({fmt}) record {index}")
+        print(f"== {args.file} ({fmt}, {kind}) record {index}")
         if words is not None and "input_ids" in record:
             print(f"  tokens: {token_line(record, words)}")
+            if "start_positions" in record and "end_positions" in record:
+                print(f"  answer: {answer_line(record, words)}")
         for name, values in record.items():
             values = np.asarray(values)
             print(f"  {name} ({values.dtype}, {len(values)}): {' '.join(_fmt(v) for v in values.tolist())}")

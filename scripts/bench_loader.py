@@ -24,6 +24,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from bertprep import formats  # noqa: E402
+from bertprep.formats.schemas import PRETRAINING
 
 SHAPES = {(128, 20): "G1", (512, 80): "G2"}
 BATCH = 256
@@ -70,9 +71,9 @@ def rate_tf_data(path, seq, pred):
 
     tf.config.threading.set_inter_op_parallelism_threads(1)
     tf.config.threading.set_intra_op_parallelism_threads(1)
-    spec = {name: tf.io.FixedLenFeature([formats.feature_length(name, seq, pred)],
+    spec = {name: tf.io.FixedLenFeature([PRETRAINING.feature(name).size({"seq": seq, "pred": pred})],
                                         tf.float32 if name == "masked_lm_weights" else tf.int64)
-            for name in formats.FEATURE_NAMES}
+            for name in PRETRAINING.names}
     options = tf.data.Options()
     options.threading.private_threadpool_size = 1
     dataset = tf.data.TFRecordDataset(path).batch(BATCH).map(lambda x: tf.io.parse_example(x, spec))

@@ -22,6 +22,7 @@ sys.path.insert(0, str(REPO))
 
 from bertprep import formats  # noqa: E402
 from bertprep.formats import crc32c as crc_module  # noqa: E402
+from bertprep.formats.schemas import PRETRAINING
 
 try:
     from bertprep import _native
@@ -97,8 +98,8 @@ def main():
 
     for fmt in ("tfrecord", "ofrecord"):
         payloads = list(formats.iter_payloads(golden / f"G1.{fmt}"))
-        outputs = [np.empty((n, formats.feature_length(name, 128, 20)), np.float32 if is_float else np.int64)
-                   for name, is_float, _ in formats.BERT_FEATURES]
+        outputs = [np.empty((n, length), np.float32 if is_float else np.int64)
+                   for _name, is_float, length in formats.decoder_features(PRETRAINING, {"seq": 128, "pred": 20})]
         report(f"decode_bert_batch {fmt} ({n} records)",
                best_time(lambda: formats.decode_bert_batch_python(payloads, fmt, 128, 20, *outputs), 1),
                best_time(lambda: _native.decode_bert_batch(payloads, fmt, 128, 20, *outputs), args.repeat), n)

@@ -13,6 +13,7 @@ import pytest
 from bertprep import formats
 from bertprep.cli import main
 from bertprep.corpus import read_text, tokenize_corpus
+from bertprep.formats.schemas import PRETRAINING
 from bertprep.instances import InstanceParams, MaskingVocab, create_instances
 from bertprep.tokenization import LineTokenizer, load_vocab
 
@@ -201,7 +202,7 @@ def test_embedded_default_runs_offline_and_says_so(tmp_path):
     tf_records = list(formats.read_records(records / "tfrecord/training/sample_corpus.tfrecord"))
     of_records = list(formats.read_records(records / "ofrecord/training/part-0"))
     assert len(tf_records) == len(of_records) > 100
-    assert all((a[k] == b[k]).all() for a, b in zip(tf_records, of_records) for k in formats.FEATURE_NAMES)
+    assert all((a[k] == b[k]).all() for a, b in zip(tf_records, of_records) for k in PRETRAINING.names)
 
 
 @pytest.fixture
@@ -276,7 +277,7 @@ def test_inspect_shows_tokens_with_masks_and_every_field(golden_dir):
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("== ") == 2
     assert "tokens: [CLS]" in result.stdout and "|" in result.stdout
-    for name in formats.FEATURE_NAMES:
+    for name in PRETRAINING.names:
         assert f"  {name} (int32" in result.stdout or f"  {name} (float32" in result.stdout
 
 

@@ -17,6 +17,7 @@ from bertprep.errors import DataError
 from bertprep.formats import crc32c as crc_module
 from bertprep.formats import ofrecord, tfrecord
 from bertprep.formats.protowire import encode_varint
+from bertprep.formats.schemas import PRETRAINING
 
 native = pytest.importorskip("bertprep._native", reason="C extension not built (python setup.py build_ext --inplace)")
 
@@ -73,8 +74,8 @@ def random_layout(rng, n, seq, pred, token_dtype, max_token):
 
 def new_outputs(n, seq, pred, int_dtype=np.int64):
     return [
-        np.full((n, formats.feature_length(name, seq, pred)), -7, np.float32 if is_float else int_dtype)
-        for name, is_float, _ in formats.BERT_FEATURES
+        np.full((n, length), -7, np.float32 if is_float else int_dtype)
+        for _name, is_float, length in formats.decoder_features(PRETRAINING, {"seq": seq, "pred": pred})
     ]
 
 
@@ -240,13 +241,13 @@ def test_encode_instances_rejects_inconsistent_layouts_like_its_twin(seq, pred, 
 def test_decode_bert_batch_reads_golden_files(golden_dir, name, seq, pred, fmt):
     path = golden_dir / f"{name}.{fmt}"
     payloads = list(formats.iter_payloads(path))
-    expected = [np.stack([r[feature] for r in formats.read_records(path)]) for feature in formats.FEATURE_NAMES]
+    expected = [np.stack([r[feature] for r in formats.read_records(path)]) for feature in PRETRAINING.names]
     twin = new_outputs(len(payloads), seq, pred)
     formats.decode_bert_batch_python(payloads, fmt, seq, pred, *twin)
     for int_dtype in (np.int32, np.int64):
         got = new_outputs(len(payloads), seq, pred, int_dtype)
         native.decode_bert_batch(payloads, fmt, seq, pred, *got)
-        for feature, g, t, want in zip(formats.FEATURE_NAMES, got, twin, expected):
+        for feature, g, t, want in zip(PRETRAINING.names, got, twin, expected):
             assert np.array_equal(g, want) and np.array_equal(t, want), feature
 
 
@@ -263,7 +264,7 @@ def _fields(seq=6, pred=3, offset=0):
 
 
 def _expected(records, seq, pred):
-    return [np.array([r[name] for r in records]) for name in formats.FEATURE_NAMES]
+    return [np.array([r[name] for r in records]) for name in PRETRAINING.names]
 
 
 def test_decode_bert_batch_any_key_order_and_list_encoding():
@@ -271,22 +272,22 @@ def test_decode_bert_batch_any_key_order_and_list_encoding():
     payloads = [
         # canonical order, packed
         tfrecord.encode([(n, "float" if n == "masked_lm_weights" else "int64", records[0][n])
-                         for n in formats.FEATURE_NAMES]),
+                         for n in PRETRAINING.names]),
         # reversed key order plus an extra feature the decoder ignores
         tfrecord.encode([(n, "float" if n == "masked_lm_weights" else "int64", records[1][n])
-                         for n in reversed(formats.FEATURE_NAMES)] + [("extra", "bytes", [b"x"])]),
+                         for n in reversed(PRETRAINING.names)] + [("extra", "bytes", [b"x"])]),
     ]
     # unpacked repeated fields, and the Features message split in two (protobuf merges them)
     entries = [
         map_entry(n, 2, unpacked_floats(records[2][n])) if n == "masked_lm_weights"
         else map_entry(n, 3, unpacked_ints(records[2][n]))
-        for n in formats.FEATURE_NAMES
+        for n in PRETRAINING.names
     ]
     payloads.append(len_field(1, b"".join(entries[:3])) + len_field(1, b"".join(entries[3:])))
     # a duplicated key: the last entry wins, as in a protobuf map
     wrong = dict(records[3], input_ids=[9] * 6)
     payloads.append(tfrecord.encode(
-        [(n, "float" if n == "masked_lm_weights" else "int64", wrong[n]) for n in formats.FEATURE_NAMES]
+        [(n, "float" if n == "masked_lm_weights" else "int64", wrong[n]) for n in PRETRAINING.names]
         + [("input_ids", "int64", records[3]["input_ids"])]))
     got, twin, errors = both_decoders(payloads, "tfrecord", 6, 3)
     assert errors == [None, None]
@@ -298,7 +299,7 @@ def test_decode_bert_batch_any_key_order_and_list_encoding():
 def test_decode_bert_batch_ofrecord_int32_or_int64_lists(int_kind):
     records = [_fields(offset=i) for i in range(3)]
     payloads = [ofrecord.encode([(n, "float" if n == "masked_lm_weights" else int_kind, r[n])
-                                 for n in formats.OFRECORD_KEY_ORDER]) for r in records]
+                                 for n in PRETRAINING.key_order("ofrecord")]) for r in records]
     for int_dtype in (np.int32, np.int64):
         got, twin, errors = both_decoders(payloads, "ofrecord", 6, 3, int_dtype)
         assert errors == [None, None]
@@ -313,7 +314,7 @@ def _bad_payloads():
     def tf(fields, kinds=None, drop=()):
         kinds = kinds or {}
         return tfrecord.encode([(n, kinds.get(n, "float" if n == "masked_lm_weights" else "int64"), fields[n])
-                                for n in formats.FEATURE_NAMES if n not in drop])
+                                for n in PRETRAINING.names if n not in drop])
 
     whole = tf(good)
     return [
@@ -345,7 +346,7 @@ def test_decode_bert_batch_errors_name_record_and_feature(case):
 def test_decode_bert_batch_int32_overflow_and_first_index():
     fields = dict(_fields(), input_ids=[101, 1 << 33, 5, 102, 6, 102])
     payload = tfrecord.encode([(n, "float" if n == "masked_lm_weights" else "int64", fields[n])
-                               for n in formats.FEATURE_NAMES])
+                               for n in PRETRAINING.names])
     for decode in (native.decode_bert_batch, formats.decode_bert_batch_python):
         with pytest.raises(ValueError, match=r"^record 41: feature 'input_ids': value 8589934592 does not fit int32"):
             decode([payload], "tfrecord", 6, 3, *new_outputs(1, 6, 3, np.int32), first_index=41)
@@ -399,7 +400,7 @@ def _read_all(paths, batch_size, use_native, monkeypatch, **kwargs):
 def _assert_same_batches(a, b):
     assert len(a) == len(b)
     for x, y in zip(a, b):
-        for name in formats.FEATURE_NAMES:
+        for name in PRETRAINING.names:
             assert x[name].dtype == y[name].dtype and np.array_equal(x[name], y[name]), name
 
 
@@ -408,7 +409,7 @@ def test_read_batches_native_and_pure_paths_agree(golden_dir, monkeypatch):
     pure, pure_error = _read_all(paths, 100, False, monkeypatch)
     assert pure_error is None
     records = [r for p in paths for r in formats.read_records(p)]
-    for name in formats.FEATURE_NAMES:
+    for name in PRETRAINING.names:
         assert np.array_equal(np.concatenate([b[name] for b in pure]), np.stack([r[name] for r in records]))
     for batch_size in (1, 100, 5000):
         fast, fast_error = _read_all(paths, batch_size, True, monkeypatch)
@@ -417,7 +418,7 @@ def test_read_batches_native_and_pure_paths_agree(golden_dir, monkeypatch):
             _assert_same_batches(fast, pure)
         assert [len(b["input_ids"]) for b in fast] == [batch_size] * (len(records) // batch_size) + (
             [len(records) % batch_size] if len(records) % batch_size else [])
-        for name in formats.FEATURE_NAMES:
+        for name in PRETRAINING.names:
             joined = np.concatenate([b[name] for b in fast])
             assert joined.dtype == pure[0][name].dtype
             assert np.array_equal(joined, np.concatenate([b[name] for b in pure]))
@@ -445,7 +446,7 @@ def _corruptions(golden_dir, tmp_path):
     of = (golden_dir / "G1.ofrecord").read_bytes()[: of_offsets[60]]
     at = tf_offsets[30]
     seq_512 = formats.frame(formats.encode_record(
-        {n: [0] * formats.feature_length(n, 512, 20) for n in formats.FEATURE_NAMES}, "tfrecord"), "tfrecord")
+        {n: [0] * PRETRAINING.feature(n).size({"seq": 512, "pred": 20}) for n in PRETRAINING.names}, "tfrecord"), "tfrecord")
     cases = {
         "data_crc.tfrecord": tf[: at + 40] + bytes([tf[at + 40] ^ 1]) + tf[at + 41:],
         "length_crc.tfrecord": tf[: at + 9] + bytes([tf[at + 9] ^ 1]) + tf[at + 10:],
@@ -493,14 +494,15 @@ def test_read_batches_reports_a_bad_record_before_a_later_framing_error(golden_d
     path.write_bytes(bytes(data))
     for use_native in (True, False):
         batches, error = _read_all(path, 256, use_native, monkeypatch)
-        assert batches == [] and error == f"{path}: record 2: feature 'segment_ids': missing"
+        assert batches == [] and error == f"{path}: record 2 at byte {offsets[2]}: feature 'segment_ids': missing"
 
 
-def test_read_batches_seq_and_pred_can_be_given(golden_dir, monkeypatch):
+def test_read_batches_dims_can_be_given(golden_dir, monkeypatch):
     for use_native in (True, False):
-        batches, error = _read_all(golden_dir / "G2.tfrecord", 64, use_native, monkeypatch, seq=128)
+        batches, error = _read_all(golden_dir / "G2.tfrecord", 64, use_native, monkeypatch,
+                                   dims={"seq": 128, "pred": 80})
         assert batches == [] and error == (
-            f"{golden_dir / 'G2.tfrecord'}: record 0: feature 'input_ids': expected 128 values, got 512")
+            f"{golden_dir / 'G2.tfrecord'}: record 0 at byte 0: feature 'input_ids': expected 128 values, got 512")
 
 
 # -- create_instances ---------------------------------------------------------------------

@@ -10,6 +10,7 @@ import pytest
 
 from bertprep import formats
 from bertprep.errors import DataError, UsageError
+from bertprep.formats.schemas import PRETRAINING
 from trainer.data import Records, RecordStream
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -60,7 +61,7 @@ def test_stream_is_seeded_shuffled_and_reopens_at_any_record(records_dir):
     first = take(stream.batches(), 30)  # 1,920 records: crosses windows, files and an epoch
     again = take(RecordStream(records, "training", batch_size=64, seed=5, window=300).batches(), 30)
     for a, b in zip(first, again):
-        for name in formats.FEATURE_NAMES:
+        for name in PRETRAINING.names:
             np.testing.assert_array_equal(a[name], b[name])
     other_seed = next(RecordStream(records, "training", batch_size=64, seed=6, window=300).batches())
     assert not np.array_equal(first[0]["input_ids"], other_seed["input_ids"])
@@ -73,7 +74,7 @@ def test_stream_is_seeded_shuffled_and_reopens_at_any_record(records_dir):
     for k in (1, 7, 21, 25):
         resumed = take(stream.batches(k * 64), 30 - k)
         for a, b in zip(first[k:], resumed):
-            for name in formats.FEATURE_NAMES:
+            for name in PRETRAINING.names:
                 np.testing.assert_array_equal(a[name], b[name])
 
 

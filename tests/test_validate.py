@@ -16,6 +16,7 @@ import pytest
 
 from bertprep import formats
 from bertprep.cli import main
+from bertprep.formats.schemas import PRETRAINING
 
 VOCAB_SIZE = 30522
 
@@ -53,7 +54,7 @@ def encode_raw(features, fmt):
 
 def kinds_of(record, fmt, int_kind=None):
     int_kind = int_kind or formats.CODECS[fmt].INT_KIND
-    return [(name, "float" if name == "masked_lm_weights" else int_kind, record[name]) for name in formats.KEY_ORDER[fmt]]
+    return [(name, "float" if name == "masked_lm_weights" else int_kind, record[name]) for name in PRETRAINING.key_order(fmt)]
 
 
 # ---------------------------------------------------------------- sound data passes
@@ -409,12 +410,14 @@ def test_numpy_fallback_decodes_like_the_exact_codec(monkeypatch, golden_dir, na
     framing = decode.walk_frames(buf, fmt)
     assert framing.error is None and len(framing.bad_crc) == 0
     first = bytes(buf[framing.starts[0]:framing.starts[0] + framing.lengths[0]])
-    _fields, kinds, problems = decode.exact_decode(first, fmt, seq, pred)
+    dims = {"seq": seq, "pred": pred}
+    _fields, kinds, problems = decode.exact_decode(first, fmt, PRETRAINING, dims)
     assert problems == []
-    ok, fields = decode.lockstep_decode(buf, framing.starts, framing.lengths, decode.layout_of(kinds, fmt, seq, pred))
+    ok, fields = decode.lockstep_decode(buf, framing.starts, framing.lengths,
+                                        decode.layout_of(kinds, fmt, PRETRAINING, dims))
     assert ok.all()
     expected = list(formats.read_records(path))
-    for feature in formats.FEATURE_NAMES:
+    for feature in PRETRAINING.names:
         assert np.array_equal(fields[feature], np.stack([r[feature] for r in expected])), feature
 
 

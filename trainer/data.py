@@ -26,13 +26,14 @@ import numpy as np
 
 from bertprep import formats
 from bertprep.errors import DataError, UsageError
+from bertprep.formats.schemas import PRETRAINING
 from bertprep.workdir import load_manifest
 
 SPLITS = ("training", "test")
 FILE_PATTERNS = {"tfrecord": "*.tfrecord", "ofrecord": "part-*"}
 INPUT_NAMES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions")
 # dtype the model and loss receive for each feature
-FEATURE_DTYPES = {name: (np.float32 if name == "masked_lm_weights" else np.int32) for name in formats.FEATURE_NAMES}
+FEATURE_DTYPES = {name: (np.float32 if name == "masked_lm_weights" else np.int32) for name in PRETRAINING.names}
 
 
 class Records:
@@ -82,7 +83,7 @@ class Records:
         record = next(formats.read_records(path, self.fmt), None)
         if record is None:
             raise DataError(f"{path}: no records")
-        missing = [name for name in formats.FEATURE_NAMES if name not in record]
+        missing = [name for name in PRETRAINING.names if name not in record]
         if missing:
             raise DataError(f"{path}: record 0 lacks feature {missing[0]!r}")
         self._set_shape(len(record["input_ids"]), len(record["masked_lm_positions"]), f"{path}: record 0")
@@ -138,15 +139,15 @@ class RecordStream:
         while before + counts[skipped_files] <= window_start:
             before += counts[skipped_files]
             skipped_files += 1
-        chunks = formats.read_batches(files[skipped_files:], self.window, self.records.fmt,
-                                        seq=self.records.seq, pred=self.records.pred)
+        chunks = formats.read_batches(files[skipped_files:], self.window, self.records.fmt, kind=PRETRAINING,
+                                      dims={"seq": self.records.seq, "pred": self.records.pred})
         windows = _rechunk(chunks, self.window, drop=window_start - before)
         for index, window in enumerate(windows, start=first_window):
             n = len(window["input_ids"])
             order = np.random.default_rng([self.seed, epoch, index]).permutation(n)
             if index == first_window:
                 order = order[start - window_start:]
-            yield {name: window[name][order] for name in formats.FEATURE_NAMES}
+            yield {name: window[name][order] for name in PRETRAINING.names}
 
     def batches(self, start=0):
         """Yield batches (dicts of arrays, `batch_size` rows) beginning at stream record `start`."""
@@ -161,7 +162,7 @@ class RecordStream:
                     batch, pending = _take(pending, self.batch_size)
                     have -= self.batch_size
                     yield {name: batch[name].astype(FEATURE_DTYPES[name], copy=False)
-                           for name in formats.FEATURE_NAMES}
+                           for name in PRETRAINING.names}
             epoch, offset = epoch + 1, 0
 
 

@@ -1,4 +1,4 @@
-"""BERT pretraining records in TFRecord and OFRecord: the public reader/writer API.
+"""BERT records in TFRecord and OFRecord: the public reader/writer API.
 
     from bertprep import formats
     for record in formats.read_records("part-0"):          # format sniffed
@@ -7,10 +7,13 @@
         batch["input_ids"].shape                            # (256, seq)
 
 Integer features come back as int64 from TFRecord and int32 from OFRecord
-(as stored); `masked_lm_weights` is float32.
+(as stored); float features as float32. What a record holds is its kind
+(`formats.schemas`: pretraining, packed, SQuAD, GLUE, ...), described once
+as data; the codecs and readers here work from that description.
 """
 
 import os
+import re
 import struct
 
 import numpy as np
@@ -19,6 +22,7 @@ from bertprep.errors import DataError
 from bertprep.formats import ofrecord, tfrecord
 from bertprep.formats.crc32c import masked_crc32c
 from bertprep.formats.protowire import WireError
+from bertprep.formats.schemas import FLOAT, KINDS, PRETRAINING, kind_of_record
 
 try:
     from bertprep import _native
@@ -27,44 +31,16 @@ except ImportError:  # extension not built: the pure-Python twins below give the
 
 CODECS = {"tfrecord": tfrecord, "ofrecord": ofrecord}
 FORMATS = tuple(CODECS)
-
-# (name, is_float, length) with length "seq", "pred" or 1. Order: the
-# reference script's insertion order, which is also our TFRecord order.
-BERT_FEATURES = (
-    ("input_ids", False, "seq"),
-    ("input_mask", False, "seq"),
-    ("segment_ids", False, "seq"),
-    ("masked_lm_positions", False, "pred"),
-    ("masked_lm_ids", False, "pred"),
-    ("masked_lm_weights", True, "pred"),
-    ("next_sentence_labels", False, 1),
-)
-FEATURE_NAMES = tuple(name for name, _, _ in BERT_FEATURES)
-# Key order of OneFlow's published BERT sample; writing in it reproduces that file byte for byte.
-OFRECORD_KEY_ORDER = (
-    "masked_lm_weights",
-    "masked_lm_positions",
-    "input_mask",
-    "masked_lm_ids",
-    "input_ids",
-    "segment_ids",
-    "next_sentence_labels",
-)
-KEY_ORDER = {"tfrecord": FEATURE_NAMES, "ofrecord": OFRECORD_KEY_ORDER}
-_IS_FLOAT = {name: is_float for name, is_float, _ in BERT_FEATURES}
+# What each format's files are called, so a name says its format before any byte is read.
+_TFRECORD_SUFFIXES = (".tfrecord", ".tf_record")
+_OFRECORD_NAME = re.compile(r"^(part-\d+|.*\.of_record-\d+)$")
 
 
-def feature_length(name, seq, pred):
-    length = dict((n, ln) for n, _, ln in BERT_FEATURES)[name]
-    return {"seq": seq, "pred": pred}.get(length, length)
-
-
-def encode_record(fields, fmt):
-    """Serialize one BERT record (a mapping name -> sequence) in `fmt`, unframed."""
+def encode_record(fields, fmt, kind=PRETRAINING):
+    """Serialize one record of `kind` (a mapping name -> sequence) in `fmt`, unframed, in the format's key order."""
     codec = CODECS[fmt]
-    return codec.encode(
-        [(name, "float" if _IS_FLOAT[name] else codec.INT_KIND, fields[name]) for name in KEY_ORDER[fmt]]
-    )
+    return codec.encode([(name, "float" if kind.feature(name).dtype == FLOAT else codec.INT_KIND, fields[name])
+                         for name in kind.key_order(fmt)])
 
 
 def frame(payload, fmt):
@@ -76,55 +52,100 @@ def decode_payload(payload, fmt):
     return CODECS[fmt].decode(payload)
 
 
+def format_of_name(name):
+    """The format a file's name says it holds (`*.tfrecord`, `*.tf_record`; `part-<i>`, `*.of_record-<i>`), or None."""
+    if name.endswith(_TFRECORD_SUFFIXES):
+        return "tfrecord"
+    if _OFRECORD_NAME.match(name):
+        return "ofrecord"
+    return None
+
+
 def sniff_format(path):
-    """Tell TFRecord from OFRecord by the first record's framing.
+    """TFRecord or OFRecord, from the file's name where it follows either ecosystem's naming, else its framing.
 
     A TFRecord header carries a masked CRC of its length; an OFRecord has none,
-    and the chance that its first payload bytes match that CRC is 2**-32.
+    and the chance that its first payload bytes match that CRC is 2**-32. A
+    damaged first TFRecord header still tells itself apart: its payload starts
+    at byte 12 with the Example's field tag (0x0A), an OFRecord's at byte 8.
     """
+    named = format_of_name(os.path.basename(path))
+    if named is not None:
+        return named
     with open(path, "rb") as f:
-        head = f.read(12)
-    if len(head) == 12 and struct.unpack_from("<I", head, 8)[0] == masked_crc32c(head[:8]):
+        head = f.read(13)
+    if len(head) >= 12 and struct.unpack_from("<I", head, 8)[0] == masked_crc32c(head[:8]):
         return "tfrecord"
-    name = os.path.basename(path)
-    if len(head) < 12 and name.endswith(".tfrecord"):
+    if len(head) == 13 and head[12] == 0x0A and head[8] != 0x0A:
         return "tfrecord"
     return "ofrecord"
 
 
-def iter_payloads(path, fmt=None, verify=True):
-    """Yield raw payloads of a record file; framing errors name the file."""
+def iter_framed(path, fmt=None, verify=True):
+    """Yield (index, byte offset, payload) for each record of a file.
+
+    Allocation is bounded by the file's size: a length field larger than the
+    bytes left (a damaged header, a text file) is reported, not read. Errors
+    are DataErrors naming the file, record and byte offset.
+    """
     fmt = fmt or sniff_format(path)
     try:
         with open(path, "rb") as f:
-            for _offset, payload in CODECS[fmt].iter_payloads(f, verify=verify):
-                yield payload
+            size = os.fstat(f.fileno()).st_size
+            for index, (offset, payload) in enumerate(CODECS[fmt].iter_payloads(f, verify=verify, size=size)):
+                yield index, offset, payload
     except WireError as exc:
         raise DataError(f"{path}: {exc}") from None
     except OSError as exc:
         raise DataError(f"{path}: cannot read: {exc.strerror or exc}") from None
 
 
+def iter_payloads(path, fmt=None, verify=True):
+    """Yield the raw payloads of a record file (see iter_framed)."""
+    for _index, _offset, payload in iter_framed(path, fmt, verify):
+        yield payload
+
+
 def read_records(path, fmt=None, verify=True):
-    """Yield each record of a file as {name: NumPy array}, any feature names."""
+    """Yield each record of a file as {name: NumPy array}, any feature names.
+
+    A record that does not parse raises DataError naming the file, record,
+    byte offset and, where it lies inside one, the feature.
+    """
     fmt = fmt or sniff_format(path)
-    for index, payload in enumerate(iter_payloads(path, fmt, verify)):
+    for index, offset, payload in iter_framed(path, fmt, verify):
         try:
             decoded = CODECS[fmt].decode(payload)
         except WireError as exc:
-            raise DataError(f"{path}: record {index}: {exc}") from None
+            raise DataError(f"{path}: record {index} at byte {offset}: {exc}") from None
         yield {name: values for name, (_kind, values) in decoded.items()}
 
 
-def read_batches(paths, batch_size, fmt=None, drop_remainder=False, seq=None, pred=None):
-    """Yield dicts of arrays (batch, length) over the BERT features of `paths` in order.
+def record_kind(path, fmt=None):
+    """The kind of the records in a file, from its first record (DataError if empty or of no known kind)."""
+    for index, offset, payload in iter_framed(path, fmt):
+        try:
+            decoded = decode_payload(payload, fmt or sniff_format(path))
+        except WireError as exc:
+            raise DataError(f"{path}: record {index} at byte {offset}: {exc}") from None
+        kind = kind_of_record({name: stored for name, (stored, _) in decoded.items()})
+        if kind is None:
+            raise DataError(f"{path}: record 0 has features {', '.join(decoded)}, which match no record kind "
+                            f"(known: {', '.join(KINDS)})")
+        return kind
+    raise DataError(f"{path}: no records")
+
+
+def read_batches(paths, batch_size, fmt=None, drop_remainder=False, kind=None, dims=None):
+    """Yield dicts of arrays (batch, length) over the features of `kind` in `paths`, in order.
 
     Integer features are int64 when the batch holds TFRecord records, int32
-    when it holds only OFRecord records; `masked_lm_weights` is float32.
-    `seq`/`pred` default to the lengths of the first record; a record that
-    lacks a feature or has another length or kind raises DataError naming
-    the file and record. The C core reads and decodes when it was built;
-    the pure-Python path gives the same batches and the same errors.
+    when it holds only OFRecord records; float features are float32.
+    `kind` defaults to the kind of the first record, `dims` ({"seq": ...,
+    "pred": ...}) to its sizes; a record that lacks a feature or has another
+    length or kind raises DataError naming the file, record, byte offset and
+    feature. The C core reads and decodes when it was built; the
+    pure-Python path gives the same batches and the same errors.
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
@@ -144,10 +165,10 @@ def read_batches(paths, batch_size, fmt=None, drop_remainder=False, seq=None, pr
                 break
             except DataError:  # framing: a bad record read before it is reported first
                 if pending:
-                    _decode_pending(pending, seq, pred, native)
+                    _decode_pending(pending, kind, dims)
                 raise
-            if seq is None or pred is None:
-                seq, pred = _lengths_of_first_record(path, file_fmt, chunk[0], seq, pred)
+            if kind is None or dims is None:
+                kind, dims = _kind_and_dims_of_first_record(path, file_fmt, chunk[0], kind, dims)
             taken = 0
             while taken < len(chunk):
                 take = min(batch_size - pending_count, len(chunk) - taken)
@@ -155,45 +176,71 @@ def read_batches(paths, batch_size, fmt=None, drop_remainder=False, seq=None, pr
                 pending_count += take
                 taken += take
                 if pending_count == batch_size:
-                    yield _decode_pending(pending, seq, pred, native)
+                    yield _decode_pending(pending, kind, dims)
                     pending, pending_count = [], 0
             index += len(chunk)
     if pending:
-        batch = _decode_pending(pending, seq, pred, native)  # decoded even when dropped: bad records never pass
+        batch = _decode_pending(pending, kind, dims)  # decoded even when dropped: bad records never pass
         if not drop_remainder:
             yield batch
 
 
-def _lengths_of_first_record(path, fmt, payload, seq, pred):
-    """seq/pred where not given: the lengths of input_ids and masked_lm_positions in the first record."""
+def _kind_and_dims_of_first_record(path, fmt, payload, kind, dims):
+    """What read_batches was not given: the kind and dimensions of a file's first record."""
     try:
         decoded = decode_payload(payload, fmt)
     except WireError as exc:
-        raise DataError(f"{path}: record 0: {exc}") from None
-    if seq is None:
-        seq = len(decoded["input_ids"][1]) if "input_ids" in decoded else 0
-    if pred is None:
-        pred = len(decoded["masked_lm_positions"][1]) if "masked_lm_positions" in decoded else 0
-    return seq, pred
+        raise DataError(f"{path}: record 0 at byte 0: {exc}") from None
+    if kind is None:
+        kind = kind_of_record({name: stored for name, (stored, _) in decoded.items()})
+        if kind is None:
+            raise DataError(f"{path}: record 0 has features {', '.join(decoded)}, which match no record kind "
+                            f"(known: {', '.join(KINDS)})")
+    if dims is None:
+        dims = kind.dims_of({name: len(values) for name, (_, values) in decoded.items()})
+        if dims is None:
+            raise DataError(f"{path}: record 0: list lengths do not fit a {kind.name} record "
+                            f"({', '.join(f'{f.name}[{f.length}]' for f in kind.features)})")
+    return kind, dims
 
 
-def _decode_pending(pending, seq, pred, native):
+def batch_arrays(kind, dims, count, int_dtype):
+    """Empty output arrays {name: (count, length)} for `count` records of `kind`."""
+    return {feature.name: np.empty((count, feature.size(dims)), np.float32 if feature.dtype == FLOAT else int_dtype)
+            for feature in kind.features}
+
+
+def decoder_features(kind, dims):
+    """The decoders' description of a kind: ((name, is_float, length), ...)."""
+    return tuple((f.name, f.dtype == FLOAT, f.size(dims)) for f in kind.features)
+
+
+def _decode_pending(pending, kind, dims):
     count = sum(len(payloads) for _, _, _, payloads in pending)
     int_dtype = np.int64 if any(fmt == "tfrecord" for _, fmt, _, _ in pending) else np.int32
-    batch = {
-        name: np.empty((count, feature_length(name, seq, pred)), np.float32 if is_float else int_dtype)
-        for name, is_float, _ in BERT_FEATURES
-    }
-    decode = native.decode_bert_batch if native else decode_bert_batch_python
+    batch = batch_arrays(kind, dims, count, int_dtype)
+    features = decoder_features(kind, dims)
     row = 0
     for path, fmt, first_index, payloads in pending:
-        rows = [batch[name][row:row + len(payloads)] for name in FEATURE_NAMES]
+        rows = [batch[name][row:row + len(payloads)] for name, _, _ in features]
         try:
-            decode(payloads, fmt, seq, pred, *rows, first_index=first_index)
+            decode_batch(payloads, fmt, features, rows, first_index=first_index)
         except ValueError as exc:
-            raise DataError(f"{path}: {exc}") from None
+            raise DataError(f"{path}: {_with_file_offset(path, fmt, str(exc))}") from None
         row += len(payloads)
     return batch
+
+
+def _with_file_offset(path, fmt, message):
+    """A decoder's "record i: ..." message with record i's byte offset in the file added (error path only)."""
+    match = re.match(r"record (\d+)(?: at byte \d+)?: ", message)
+    if not match:
+        return message
+    wanted = int(match.group(1))
+    for index, offset, _payload in iter_framed(path, fmt, verify=False):
+        if index == wanted:
+            return f"record {wanted} at byte {offset}: {message[match.end():]}"
+    return message
 
 
 # Records per list handed on by the payload readers; the native one reads this many bytes at a time.
@@ -219,13 +266,19 @@ def _python_payload_chunks(path, fmt):
 
 
 def _native_payload_chunks(path, fmt):
-    """As _python_payload_chunks, framing and TFRecord CRCs checked in C a few MiB at a time."""
+    """As _python_payload_chunks, framing and TFRecord CRCs checked in C a few MiB at a time.
+
+    A read never asks for more than the bytes left in the file, so a garbage
+    length field ends as "truncated data" instead of one huge allocation.
+    """
     index = offset = needed = 0
     buffer = b""
     try:
         with open(path, "rb") as f:
+            left = os.fstat(f.fileno()).st_size
             while True:
-                data = f.read(max(_CHUNK_BYTES, needed - len(buffer)))
+                data = f.read(min(max(_CHUNK_BYTES, needed - len(buffer)), left))
+                left -= len(data)
                 buffer = buffer + data if buffer else data
                 payloads, consumed, needed, error = _native.split_records(
                     buffer, fmt, first_index=index, first_offset=offset, final=not data
@@ -243,26 +296,23 @@ def _native_payload_chunks(path, fmt):
         raise DataError(f"{path}: cannot read: {exc.strerror or exc}") from None
 
 
-def decode_bert_batch_python(payloads, fmt, seq, pred, input_ids, input_mask, segment_ids, masked_lm_positions,
-                             masked_lm_ids, masked_lm_weights, next_sentence_labels, *, first_index=0):
-    """Decode unframed BERT records into row i of each output array: the twin of the C decoder.
+def decode_batch_python(payloads, fmt, features, outputs, *, first_index=0):
+    """Decode unframed records into row i of each output array: the twin of the C decoder.
 
-    Outputs are C-contiguous NumPy arrays of len(payloads) rows (int32 or
-    int64; float32 weights). Any key order, packed or unpacked lists,
-    int64_list or int32_list. ValueError "record {i}: ..." names the first
-    record that does not fit.
+    `features` is ((name, is_float, length), ...) and `outputs` one
+    C-contiguous NumPy array per feature of len(payloads) x length values
+    (int32 or int64; float32 for float features). Any key order, packed or
+    unpacked lists, int64_list or int32_list; other keys are ignored.
+    ValueError "record {i}: ..." names the first record that does not fit.
     """
-    outputs = (input_ids, input_mask, segment_ids, masked_lm_positions, masked_lm_ids, masked_lm_weights,
-               next_sentence_labels)
-    rows = {}
-    for (name, is_float, _), out in zip(BERT_FEATURES, outputs):
+    rows = []
+    for (name, is_float, length), out in zip(features, outputs, strict=True):
         expected = (np.float32,) if is_float else (np.int32, np.int64)
         if not isinstance(out, np.ndarray) or out.dtype not in expected or not out.flags.c_contiguous:
             raise TypeError(f"output {name}: expected a C-contiguous array of {' or '.join(map(str, expected))}")
-        length = feature_length(name, seq, pred)
         if out.size != len(payloads) * length:
             raise ValueError(f"output {name}: expected {len(payloads)} x {length} values, got {out.size}")
-        rows[name] = out.reshape(len(payloads), length)
+        rows.append(out.reshape(len(payloads), length))
     codec = CODECS[fmt]
     for i, payload in enumerate(payloads):
         where = f"record {first_index + i}"
@@ -270,8 +320,7 @@ def decode_bert_batch_python(payloads, fmt, seq, pred, input_ids, input_mask, se
             decoded = codec.decode(payload)
         except WireError as exc:
             raise ValueError(f"{where}: {exc}") from None
-        for name, is_float, _ in BERT_FEATURES:
-            length = feature_length(name, seq, pred)
+        for (name, is_float, length), row in zip(features, rows):
             if name not in decoded:
                 raise ValueError(f"{where}: feature {name!r}: missing")
             kind, values = decoded[name]
@@ -280,12 +329,39 @@ def decode_bert_batch_python(payloads, fmt, seq, pred, input_ids, input_mask, se
                 raise ValueError(f"{where}: feature {name!r}: expected {expected}, got {kind}_list")
             if len(values) != length:
                 raise ValueError(f"{where}: feature {name!r}: expected {length} values, got {len(values)}")
-            row = rows[name]
             if row.dtype == np.int32:
                 outside = values[(values < -(1 << 31)) | (values >= 1 << 31)]
                 if len(outside):
                     raise ValueError(f"{where}: feature {name!r}: value {outside[0]} does not fit int32")
             row[i] = values
+
+
+def decode_bert_batch_python(payloads, fmt, seq, pred, *outputs, first_index=0):
+    """decode_batch_python for pretraining records, outputs in PRETRAINING's feature order."""
+    decode_batch_python(payloads, fmt, decoder_features(PRETRAINING, {"seq": seq, "pred": pred}), outputs,
+                        first_index=first_index)
+
+
+def decodes_natively(features):
+    """Whether the C core decodes records of these features ((name, is_float, length), ...)."""
+    return _native is not None and (hasattr(_native, "decode_batch")
+                                    or sorted(name for name, _, _ in features) == sorted(PRETRAINING.names))
+
+
+def decode_batch(payloads, fmt, features, outputs, *, first_index=0):
+    """Decode unframed records into `outputs` (see decode_batch_python): the C decoder where it handles the
+    features, else the Python twin, with the same results and errors."""
+    if _native is None:
+        decode_batch_python(payloads, fmt, features, outputs, first_index=first_index)
+    elif hasattr(_native, "decode_batch"):
+        _native.decode_batch(payloads, fmt, features, outputs, first_index=first_index)
+    elif decodes_natively(features):
+        lengths = {name: length for name, _, length in features}
+        by_name = {name: out for (name, _, _), out in zip(features, outputs)}
+        _native.decode_bert_batch(payloads, fmt, lengths["input_ids"], lengths["masked_lm_positions"],
+                                  *(by_name[name] for name in PRETRAINING.names), first_index=first_index)
+    else:
+        decode_batch_python(payloads, fmt, features, outputs, first_index=first_index)
 
 
 def encode_instances_python(fmt, seq, pred, tokens, instance_starts, a_lengths, masked_positions, masked_labels,
@@ -338,16 +414,15 @@ def encode_instances_python(fmt, seq, pred, tokens, instance_starts, a_lengths, 
 
 # The C core when it was built (`bertprep._native`), else the Python twins: same results.
 encode_instances = _native.encode_instances if _native else encode_instances_python
-decode_bert_batch = _native.decode_bert_batch if _native else decode_bert_batch_python
 
 
-def write_records(path, records, fmt):
-    """Write an iterable of BERT records ({name: sequence}) atomically; returns the count."""
+def write_records(path, records, fmt, kind=PRETRAINING):
+    """Write an iterable of records of `kind` ({name: sequence}) atomically; returns the count."""
     from bertprep.atomic import atomic_open
 
     count = 0
     with atomic_open(path) as f:
         for fields in records:
-            f.write(frame(encode_record(fields, fmt), fmt))
+            f.write(frame(encode_record(fields, fmt, kind), fmt))
             count += 1
     return count

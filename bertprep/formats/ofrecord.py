@@ -36,8 +36,12 @@ def decode(payload):
     return decode_feature_map(payload, KIND_BY_FIELD)
 
 
-def iter_payloads(f, verify=True):
-    """Yield (offset, payload) for each record of an open binary file."""
+def iter_payloads(f, verify=True, size=None):
+    """Yield (offset, payload) for each record of an open binary file of `size` bytes (if known).
+
+    A length beyond the bytes left is reported as truncated before anything
+    that large is allocated.
+    """
     del verify  # OFRecord has no checksum; size checks always run
     index = 0
     offset = 0
@@ -50,6 +54,9 @@ def iter_payloads(f, verify=True):
         (length,) = struct.unpack("<q", header)
         if length <= 0:
             raise FramingError(f"record {index} at byte {offset}: record size {length} (OneFlow needs > 0)")
+        if size is not None and length > size - offset - 8:
+            raise FramingError(f"record {index} at byte {offset}: truncated data "
+                               f"({max(size - offset - 8, 0)} of {length} bytes)")
         payload = f.read(length)
         if len(payload) < length:
             raise FramingError(f"record {index} at byte {offset}: truncated data ({len(payload)} of {length} bytes)")

@@ -161,8 +161,12 @@ def decode_list(buf, start, stop, kind):
         dtype = np.float32 if kind == "float" else np.float64
         return np.concatenate(chunks).astype(dtype) if chunks else np.zeros(0, dtype)
     bits = 32 if kind == "int32" else 64
-    dtype = np.int32 if bits == 32 else np.int64
-    return np.array([_to_signed(v, bits) for v in values], dtype=dtype)
+    signed = [_to_signed(v, bits) for v in values]
+    if bits == 32:
+        outside = next((v for v in signed if not -(1 << 31) <= v < 1 << 31), None)
+        if outside is not None:  # a damaged varint: say so instead of overflowing the array
+            raise WireError(f"value {outside} does not fit an int32_list")
+    return np.array(signed, dtype=np.int32 if bits == 32 else np.int64)
 
 
 def decode_feature_map(buf, kinds_by_field, map_field=1, start=0, end=None):
@@ -193,7 +197,10 @@ def decode_feature_map(buf, kinds_by_field, map_field=1, start=0, end=None):
                 if w != WIRE_LEN or f not in kinds_by_field:
                     raise WireError(f"feature {key!r} has unknown list field {f}")
                 kind = kinds_by_field[f]
-                values = decode_list(buf, v[0], v[1], kind)
+                try:
+                    values = decode_list(buf, v[0], v[1], kind)
+                except WireError as exc:
+                    raise WireError(f"feature {key!r}: {exc}") from None
         if kind is None:
             raise WireError(f"feature {key!r} holds no list")
         result[key] = (kind, values)

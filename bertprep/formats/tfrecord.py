@@ -49,11 +49,12 @@ def decode(payload):
     return result
 
 
-def iter_payloads(f, verify=True):
-    """Yield (offset, payload) for each record of an open binary file.
+def iter_payloads(f, verify=True, size=None):
+    """Yield (offset, payload) for each record of an open binary file of `size` bytes (if known).
 
     Raises FramingError naming the record index and byte offset for a
-    truncated record or a CRC mismatch.
+    truncated record or a CRC mismatch. A length beyond the bytes left is
+    reported as truncated before anything that large is allocated.
     """
     index = 0
     offset = 0
@@ -67,6 +68,9 @@ def iter_payloads(f, verify=True):
         (length_crc,) = struct.unpack_from("<I", header, 8)
         if verify and masked_crc32c(header[:8]) != length_crc:
             raise FramingError(f"record {index} at byte {offset}: length CRC mismatch")
+        if size is not None and length + 4 > size - offset - 12:
+            raise FramingError(f"record {index} at byte {offset}: truncated data "
+                               f"({max(size - offset - 12, 0)} of {length + 4} bytes)")
         data = f.read(length + 4)
         if len(data) < length + 4:
             raise FramingError(f"record {index} at byte {offset}: truncated data ({len(data)} of {length + 4} bytes)")

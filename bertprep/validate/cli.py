@@ -20,15 +20,21 @@ from bertprep.progress import human_bytes
 from bertprep.validate.dataset import (
     DATASET_CHECKS,
     dataset_roots,
+    describe_shape,
     find_manifest,
     find_record_files,
-    summarize_stats,
     validate_records,
 )
-from bertprep.validate.records import RECORD_CHECKS, Finding, RecordSpec
-from bertprep.validate.text import TEXT_CHECKS, find_downloads, find_text_shards, validate_downloads, validate_text_shards
+from bertprep.validate.records import RULES, Finding, RecordSpec, checks_of
+from bertprep.validate.text import (
+    TEXT_CHECKS,
+    find_downloads,
+    find_text_shards,
+    validate_downloads,
+    validate_text_shards,
+)
 
-CHECKS = {**RECORD_CHECKS, **DATASET_CHECKS, **TEXT_CHECKS, "compare": "both datasets hold the same instances in order"}
+CHECKS = {**checks_of(RULES), **DATASET_CHECKS, **TEXT_CHECKS, "compare": "both datasets hold the same instances in order"}
 
 
 def add_arguments(parser):
@@ -168,7 +174,7 @@ def validate(paths, spec, workers=1, min_parts=1, compare=False, vocab_given=Fal
         if not pairs:
             raise UsageError("--compare: no record files of a common format to compare")
         for label, files_a, files_b in pairs:
-            outcome = compare_streams(files_a, files_b, dataclasses.replace(spec, seq=None, pred=None))
+            outcome = compare_streams(files_a, files_b, dataclasses.replace(spec, kind=None, dims=None))
             report["compare"].append({"what": label, **outcome})
             if not outcome["equal"]:
                 finding = Finding("compare", label, None, None, outcome["difference"])
@@ -205,14 +211,16 @@ def _dataset_section(result):
     training = {fmt: s for (fmt, split), s in result.stats.items() if split == "training"}
     order = {"tfrecord": 0, "ofrecord": 1, "training": 0, "test": 1}
     for (fmt, split), group in sorted(result.stats.items(), key=lambda item: (order[item[0][0]], order.get(item[0][1], 2))):
-        figures, warnings = summarize_stats(group, result.spec, training.get(fmt) if split == "test" else None)
+        figures, warnings = group.summary(result.spec, training.get(fmt) if split == "test" else None)
         figures["_warnings"] = [f"{fmt} {split}: {message}" for _check, message in warnings]
         stats.setdefault(fmt, {})[split] = figures
     return {
         "path": result.root,
         "manifest": result.manifest,
-        "seq": result.seq,
-        "pred": result.pred,
+        "kind": result.kind,
+        "dims": result.dims,
+        "seq": (result.dims or {}).get("seq"),
+        "pred": (result.dims or {}).get("pred"),
         "masked_lm_prob": result.spec.masked_lm_prob,
         "whole_word_mask": result.spec.whole_word_mask,
         "vocab_size": result.spec.vocab_size,
@@ -227,7 +235,7 @@ def _dataset_section(result):
 def _check_table(report):
     ran = set()
     if report["datasets"]:
-        ran |= set(RECORD_CHECKS) | set(DATASET_CHECKS)
+        ran |= set(checks_of({section["kind"] for section in report["datasets"]})) | set(DATASET_CHECKS)
     if report["text_shards"]:
         ran |= {"utf8", "documents", "shard_manifest"}
     if report["downloads"]:
@@ -253,7 +261,7 @@ def print_table(report, stream=None):
     for section in report["datasets"]:
         fmts = " + ".join(section["stats"]) or "no readable records"
         out.append(f"  records  {section['path']}: {section['records']:,} in {len(section['files'])} files "
-                   f"({human_bytes(section['bytes'])}), {fmts}, seq {section['seq']}, pred {section['pred']}"
+                   f"({human_bytes(section['bytes'])}), {fmts}, {describe_shape(section['kind'], section['dims'])}"
                    + (", manifest" if section["manifest"] else ", no manifest"))
     for section in report["text_shards"]:
         parts = [f"{split} {f['documents']:,} docs / {f['sentences']:,} sentences in {f['shards']} shards"

@@ -97,9 +97,12 @@ def compare_streams(files_a, files_b, spec):
         indices_b, batch_b = b.take(count)
         row, field, slot = _first_difference(batch_a, batch_b)
         if row is not None:
-            va, vb = batch_a[field][row], batch_b[field][row]
-            shown = (f"[{slot}]: {_value(va[slot])} vs {_value(vb[slot])}" if slot is not None
-                     else f": {len(va)} vs {len(vb)} values")
+            if field not in batch_b:
+                shown = ": a feature only A's records have (the record kinds differ)"
+            elif slot is None:
+                shown = f": {len(batch_a[field][row])} vs {len(batch_b[field][row])} values"
+            else:
+                shown = f"[{slot}]: {_value(batch_a[field][row][slot])} vs {_value(batch_b[field][row][slot])}"
             where = f"{path_a} record {int(indices_a[row])} vs {path_b} record {int(indices_b[row])}"
             return {"equal": False, "records": compared + row,
                     "difference": f"instance {compared + row}: {field}{shown} ({where})"}
@@ -117,9 +120,11 @@ def compare_streams(files_a, files_b, spec):
 
 
 def _first_difference(batch_a, batch_b):
-    """(row, field, slot) of the first differing value, fields in the reference's order; (None,)*3 if equal."""
+    """(row, field, slot) of the first differing value, fields in the kind's order; (None,)*3 if equal."""
     best = None
-    for name in formats.FEATURE_NAMES:
+    for name in batch_a:
+        if name not in batch_b:
+            return 0, name, None
         va, vb = batch_a[name], batch_b[name]
         if va.shape[1] != vb.shape[1]:
             return 0, name, None

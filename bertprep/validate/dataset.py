@@ -15,19 +15,19 @@ import multiprocessing
 import os
 import re
 
-import numpy as np
-
 from bertprep import formats
+from bertprep.formats.schemas import kind_of_manifest
 from bertprep.progress import Progress
-from bertprep.validate.records import Finding, Findings, RecordSpec, Stats, scan_file
+from bertprep.validate.records import RULES, Finding, Findings, RecordSpec, scan_file
 from bertprep.workdir import MANIFEST, SPLITS
 
 DATASET_CHECKS = {
     "files": "part-<i> numbered from 0 without gaps, none empty, at least --min-parts",
     "manifest": "manifest files, counts, bytes and sha256 match; parameters match the records",
-    "consistency": "the same seq/pred in every file; both formats hold the same counts",
+    "consistency": "the same record kind and lengths in every file; both formats hold the same counts",
 }
-_PART = re.compile(r"^part-(\d+)$")
+# OFRecord parts: part-<i> (pretraining), <split>.of_record-<i> (OneFlow-Benchmark's fine-tuning sets)
+_PART = re.compile(r"^(part|.+\.of_record)-(\d+)$")
 
 
 def natural_key(path):
@@ -50,9 +50,7 @@ def find_record_files(path):
         dirs.sort()
         for name in files:
             full = os.path.join(root, name)
-            if name.endswith(".tfrecord"):
-                found.append(RecordFile(full, "tfrecord", _split_of(full)))
-            elif _PART.match(name):
+            if formats.format_of_name(name) is not None:
                 found.append(RecordFile(full, _sniff(full), _split_of(full)))
     order = {"tfrecord": 0, "ofrecord": 1}
     found.sort(key=lambda f: (order[f.fmt], SPLITS.index(f.split) if f.split in SPLITS else 2, natural_key(f.path)))
@@ -79,7 +77,7 @@ def _split_of(path):
 
 
 def find_manifest(path):
-    """The create-stage manifest at or above `path` (a records directory or one of its files), or None."""
+    """The manifest of a records stage (create, pack, create-squad, ...) at or above `path`, or None."""
     directory = path if os.path.isdir(path) else os.path.dirname(path)
     for _ in range(4):
         candidate = os.path.join(directory, MANIFEST)
@@ -89,7 +87,7 @@ def find_manifest(path):
                     manifest = json.load(f)
             except (OSError, ValueError) as exc:
                 return {"_path": candidate, "_error": str(exc)}
-            if isinstance(manifest, dict) and manifest.get("stage") == "create":
+            if isinstance(manifest, dict) and (manifest.get("stage") == "create" or "kind" in manifest):
                 return {**manifest, "_path": candidate}
         parent = os.path.dirname(directory)
         if parent == directory:
@@ -112,11 +110,19 @@ def dataset_roots(path):
 
 
 def manifest_params(manifest):
-    """(seq, pred, masked_lm_prob, whole_word_mask) from a create manifest (None where absent)."""
-    params = (manifest or {}).get("params") or {}
-    seq = params.get("max_seq_length", params.get("seq"))
-    pred = params.get("max_predictions_per_seq", params.get("pred"))
-    return seq, pred, params.get("masked_lm_prob"), params.get("whole_word_mask")
+    """(kind, dims, masked_lm_prob, whole_word_mask) a records manifest declares (None where absent).
+
+    Manifests name the kind and its dimensions; create's manifests from before
+    kinds were recorded hold pretraining records sized by their params.
+    """
+    if not manifest or "_error" in manifest:
+        return None, None, None, None
+    params = manifest.get("params") or {}
+    kind = kind_of_manifest(manifest, manifest.get("_path", MANIFEST))
+    dims = manifest.get("dims")
+    if dims is None and "max_seq_length" in params:
+        dims = {"seq": params["max_seq_length"], "pred": params.get("max_predictions_per_seq")}
+    return kind, dims, params.get("masked_lm_prob"), params.get("whole_word_mask")
 
 
 # ---------------------------------------------------------------- scanning
@@ -166,9 +172,9 @@ class DatasetResult:
     files: list
     reports: list
     findings: Findings
-    stats: dict  # (fmt, split) -> Stats
-    seq: int
-    pred: int
+    stats: dict  # (fmt, split) -> the kind's statistics
+    kind: str  # the record kind's name (None when no record could be read)
+    dims: dict
     manifest: str = None
     spec: RecordSpec = None
 
@@ -183,29 +189,32 @@ def validate_records(root, spec, workers=1, min_parts=1, quiet=True):
     for report in reports:
         findings.extend(report.findings)
     _check_parts(record_files, reports, min_parts, findings)
-    seq, pred = _check_consistency(reports, findings)
+    kind, dims = _check_consistency(reports, findings)
     if manifest is not None:
-        _check_manifest(manifest, root, record_files, reports, (seq, pred), findings)
+        _check_manifest(manifest, root, record_files, reports, (kind, dims), findings)
     stats = {}
     for report in reports:
-        if report.stats is None or report.seq != seq:
+        if report.stats is None or (report.kind, report.dims) != (kind, dims):
             continue
         key = (report.fmt, report.split)
         if key not in stats:
-            stats[key] = Stats(seq, pred)
+            stats[key] = RULES[kind].new_stats(dims)
         stats[key].merge(report.stats)
     _check_format_counts(reports, findings)
-    return DatasetResult(root, record_files, reports, findings, stats, seq, pred,
+    return DatasetResult(root, record_files, reports, findings, stats, kind, dims,
                          manifest.get("_path") if manifest else None, spec)
 
 
 def resolve_spec(spec, manifest):
-    """Fill what flags left open (None) from the manifest, else the reference's defaults."""
-    m_seq, m_pred, m_prob, m_wwm = manifest_params(manifest if manifest and "_error" not in manifest else None)
+    """Fill what flags left open (None) from the manifest, else the reference's defaults.
+
+    The kind and dimensions stay open (learned from each file's records): the
+    manifest's are compared with the records' in _check_manifest instead.
+    """
+    _kind, _dims, m_prob, m_wwm = manifest_params(manifest)
     prob = spec.masked_lm_prob if spec.masked_lm_prob is not None else m_prob if m_prob is not None else 0.15
     wwm = spec.whole_word_mask if spec.whole_word_mask is not None else bool(m_wwm)
-    return dataclasses.replace(spec, seq=spec.seq or m_seq, pred=spec.pred or m_pred, masked_lm_prob=prob,
-                               whole_word_mask=wwm)
+    return dataclasses.replace(spec, masked_lm_prob=prob, whole_word_mask=wwm)
 
 
 def _check_parts(record_files, reports, min_parts, findings):
@@ -217,13 +226,13 @@ def _check_parts(record_files, reports, min_parts, findings):
             findings.add(Finding("files", record_file.path, None, None, f"empty file ({why})", severity))
         match = _PART.match(os.path.basename(record_file.path))
         if match:
-            by_dir.setdefault(os.path.dirname(record_file.path), []).append(int(match.group(1)))
-    for directory, numbers in by_dir.items():
+            by_dir.setdefault((os.path.dirname(record_file.path), match.group(1)), []).append(int(match.group(2)))
+    for (directory, prefix), numbers in by_dir.items():
         present = set(numbers)
         for missing in sorted(set(range(max(numbers) + 1)) - present):
-            findings.add(Finding("files", os.path.join(directory, f"part-{missing}"), None, None,
-                                 f"missing: parts must be part-0 … part-{max(numbers)} without gaps "
-                                 f"(OneFlow reads part-0 … part-<data_part_num - 1>)"))
+            findings.add(Finding("files", os.path.join(directory, f"{prefix}-{missing}"), None, None,
+                                 f"missing: parts must be {prefix}-0 … {prefix}-{max(numbers)} without gaps "
+                                 f"(OneFlow reads {prefix}-0 … {prefix}-<data_part_num - 1>)"))
         if len(present) < min_parts:
             findings.add(Finding("files", directory, None, None,
                                  f"{len(present)} parts, fewer than --min-parts {min_parts} "
@@ -231,15 +240,21 @@ def _check_parts(record_files, reports, min_parts, findings):
 
 
 def _check_consistency(reports, findings):
-    shaped = [r for r in reports if r.seq is not None]
+    shaped = [r for r in reports if r.kind is not None and r.dims is not None]
     if not shaped:
         return None, None
-    seq, pred = shaped[0].seq, shaped[0].pred
+    kind, dims = shaped[0].kind, shaped[0].dims
     for report in shaped[1:]:
-        if (report.seq, report.pred) != (seq, pred):
+        if (report.kind, report.dims) != (kind, dims):
             findings.add(Finding("consistency", report.path, None, None,
-                                 f"seq/pred {report.seq}/{report.pred}, expected {seq}/{pred} as in {shaped[0].path}"))
-    return seq, pred
+                                 f"{describe_shape(report.kind, report.dims)}, expected {describe_shape(kind, dims)} "
+                                 f"as in {shaped[0].path}"))
+    return kind, dims
+
+
+def describe_shape(kind, dims):
+    """A kind and its dimensions for messages and the table, e.g. `pretraining seq 128, pred 20`."""
+    return f"{kind} " + ", ".join(f"{name} {value}" for name, value in (dims or {}).items())
 
 
 def _check_format_counts(reports, findings):
@@ -289,72 +304,8 @@ def _check_manifest(manifest, root, record_files, reports, shape, findings):
         if os.path.normpath(record_file.path) not in listed:
             findings.add(Finding("manifest", record_file.path, None, None,
                                  "not listed in manifest.json (an unfinished or stray file)"))
-    m_seq, m_pred, _, _ = manifest_params(manifest)
-    seq, pred = shape
-    if seq is not None and m_seq is not None and (seq, pred) != (m_seq, m_pred):
-        findings.add(Finding("manifest", path, None, None, f"seq/pred {m_seq}/{m_pred}, the records hold {seq}/{pred}"))
-
-
-# ---------------------------------------------------------------- statistics
-
-
-def summarize_stats(stats, spec, test_vs_training=None):
-    """JSON-able figures of one group, with warnings [(check, message)] where a figure is out of its range."""
-    seq = len(stats.length_hist) - 1
-    n = max(stats.instances, 1)
-    lengths = np.arange(seq + 1)
-    short = int(stats.length_hist[: seq // 2 + 1].sum())
-    replaced = stats.replacement
-    total_replaced = max(int(replaced.sum()), 1)
-    records = stats.hashes("record_hashes")
-    texts = stats.hashes("text_hashes")
-    at_least = stats.length_hist[::-1].cumsum()[::-1][1:]  # records longer than position j
-    out = {
-        "instances": stats.instances,
-        "tokens": stats.tokens,
-        "mean_length": round(float((stats.length_hist * lengths).sum() / n), 2),
-        "full_length_share": round(float(stats.length_hist[seq] / n), 4),
-        "short_share": round(short / n, 4),
-        "length_histogram": stats.length_hist.tolist(),
-        "predictions": stats.predictions,
-        "expected_predictions": stats.expected_predictions,  # by Python 3's rounding
-        "mask_rate": round(stats.predictions / max(stats.tokens, 1), 4),
-        "expected_mask_rate": round(stats.expected_predictions / max(stats.tokens, 1), 4),
-        "mask_rate_by_position": [round(float(c / d), 4) if d else 0.0 for c, d in zip(stats.position_hist, at_least)],
-        "replacement": {"mask": int(replaced[0]), "same": int(replaced[1]), "other": int(replaced[2])},
-        "replacement_shares": [round(int(c) / total_replaced, 4) for c in replaced],
-        "nsp": {"is_next": int(stats.nsp[0]), "random_next": int(stats.nsp[1]), "other": int(stats.nsp[2])},
-        "random_next_share": round(int(stats.nsp[1]) / n, 4),
-        "duplicate_records": int(len(records) - len(np.unique(records))),
-        "duplicate_texts": int(len(texts) - len(np.unique(texts))),
-    }
-    warnings = []
-    if stats.instances:
-        _range_warnings(out, stats, spec, warnings)
-    if test_vs_training is not None:
-        test_segments = stats.hashes("segment_hashes")
-        shared = int(np.isin(test_segments, test_vs_training.hashes("segment_hashes")).sum())
-        out["segments_also_in_training"] = shared
-        out["segment_overlap_share"] = round(shared / max(len(test_segments), 1), 4)
-        if out["segment_overlap_share"] > 0.01:
-            warnings.append(("overlap", f"{shared:,} of {len(test_segments):,} test segments "
-                                        f"({out['segment_overlap_share']:.1%}) also occur in training"))
-    return out, warnings
-
-
-def _range_warnings(out, stats, spec, warnings):
-    """Figures far from what the reference algorithm produces (5 standard errors, at least 2 points)."""
-    predictions = max(int(stats.replacement.sum()), 1)
-    for share, expected, what in zip(out["replacement_shares"], (0.8, 0.1, 0.1), ("[MASK]", "kept", "random")):
-        tolerance = max(0.02, 5 * (expected * (1 - expected) / predictions) ** 0.5)
-        if abs(share - expected) > tolerance:
-            warnings.append(("replacement", f"{what} share {share:.3f}, expected {expected} ± {tolerance:.3f} (80/10/10)"))
-    if abs(out["mask_rate"] - out["expected_mask_rate"]) > 0.01:
-        warnings.append(("mask_rate", f"mask rate {out['mask_rate']:.4f}, expected {out['expected_mask_rate']:.4f} "
-                                      f"for masked_lm_prob {spec.masked_lm_prob}"))
-    share = out["random_next_share"]
-    tolerance = 5 * (0.25 / stats.instances) ** 0.5
-    if not 0.45 - tolerance <= share <= 0.65 + tolerance:  # 0.5, plus single-segment chunks forced random
-        warnings.append(("nsp", f"random-next share {share:.3f}, expected 0.45–0.65"))
-    if out["duplicate_records"]:
-        warnings.append(("duplicates", f"{out['duplicate_records']:,} records are exact copies of another"))
+    m_kind, m_dims, _, _ = manifest_params(manifest)
+    kind, dims = shape
+    if kind is not None and (m_kind.name, m_dims) != (kind, dims) and m_dims is not None:
+        findings.add(Finding("manifest", path, None, None,
+                             f"{describe_shape(m_kind.name, m_dims)}, the records hold {describe_shape(kind, dims)}"))

@@ -25,12 +25,14 @@ import numpy as np
 from bertprep import formats
 from bertprep.formats.crc32c import _make_table
 from bertprep.formats.protowire import WireError
+from bertprep.formats.schemas import FLOAT
 
 try:
     from bertprep._native import crc32c as _native_crc32c
-    from bertprep._native import decode_bert_batch as _native_decode
 except ImportError:  # extension not built: the NumPy paths below, same results
-    _native_crc32c = _native_decode = None
+    _native_crc32c = None
+# The C batch decoder when it was built (formats.decodes_natively says for which kinds); None: NumPy only.
+_native_decode = formats.decode_batch if _native_crc32c is not None else None
 
 _CRC_TABLE = np.array(_make_table(), dtype=np.uint32)
 _CRC_MASK_DELTA = np.uint32(0xA282EAD8)
@@ -177,47 +179,50 @@ class Layout:
         return {key: kind for key, kind, _ in self.entries}
 
 
-def exact_decode(payload, fmt, seq, pred):
-    """Decode one record with the exact codec and check its schema.
+def exact_decode(payload, fmt, kind, dims):
+    """Decode one record with the exact codec and check it against the schema of `kind` at `dims`.
 
     Returns (fields, kinds, problems): fields {name: array} (int64 / float32)
     or None, kinds {name: kind} as stored, problems [(field, message)]
-    (schema errors; an empty list means the record has the BERT schema).
+    (schema errors; an empty list means the record has the kind's schema).
     """
     try:
         decoded = formats.decode_payload(payload, fmt)
     except WireError as exc:
         return None, {}, [(None, f"malformed record: {exc}")]
     problems = []
-    for name in formats.FEATURE_NAMES:
+    for name in kind.names:
         if name not in decoded:
             problems.append((name, f"missing feature {name!r}"))
     for name in decoded:
-        if name not in formats.FEATURE_NAMES:
-            problems.append((name, f"unexpected feature {name!r} (a BERT record has exactly the seven features)"))
-    kinds = {name: kind for name, (kind, _) in decoded.items()}
+        if name not in kind.names:
+            problems.append((name, f"unexpected feature {name!r} (a {kind.name} record has exactly the "
+                                   f"{len(kind.names)} features {', '.join(kind.names)})"))
+    kinds = {name: stored for name, (stored, _) in decoded.items()}
     fields = {}
-    for name, is_float, _ in formats.BERT_FEATURES:
-        if name not in decoded:
+    for feature in kind.features:
+        if feature.name not in decoded:
             continue
-        kind, values = decoded[name]
+        stored, values = decoded[feature.name]
+        is_float = feature.dtype == FLOAT
         allowed = ("float",) if is_float else ("int64",) if fmt == "tfrecord" else ("int32", "int64")
-        if kind not in allowed:
-            problems.append((name, f"{kind}_list, expected {allowed[0]}_list"))
+        if stored not in allowed:
+            problems.append((feature.name, f"{stored}_list, expected {allowed[0]}_list"))
             continue
-        expected = formats.feature_length(name, seq, pred)
-        if expected is not None and len(values) != expected:
-            what = {seq: "seq", pred: "pred"}.get(expected, "")
-            problems.append((name, f"{len(values)} values, expected {expected}" + (f" ({what})" if what else "")))
+        expected = feature.size(dims)
+        if len(values) != expected:
+            problems.append((feature.name, f"{len(values)} values, expected {expected} ({feature.length})"))
             continue
-        fields[name] = values.astype(np.float32 if is_float else np.int64)
+        fields[feature.name] = values.astype(np.float32 if is_float else np.int64)
     if problems:
         return None, kinds, problems
     return fields, kinds, []
 
 
-def layout_of(kinds, fmt, seq, pred):
-    return Layout(fmt, [(name, kind, formats.feature_length(name, seq, pred)) for name, kind in kinds.items()])
+def layout_of(stored_kinds, fmt, kind, dims):
+    """The byte layout of a record of `kind` whose lists were stored as `stored_kinds`, in stored order."""
+    lengths = kind.lengths(dims)
+    return Layout(fmt, [(name, stored, lengths[name]) for name, stored in stored_kinds.items()])
 
 
 def lockstep_decode(buf, starts, lengths, layout):
@@ -231,8 +236,9 @@ def lockstep_decode(buf, starts, lengths, layout):
     ok, spans = lockstep_structure(buf, starts, lengths, layout)
     if not len(starts):
         return ok, {}
-    if _native_decode is not None:
-        fields = _native_values(buf, starts, lengths, layout, ok)
+    features = tuple((key, kind == "float", length) for key, kind, length in layout.entries)
+    if _native_decode is not None and formats.decodes_natively(features):
+        fields = _native_values(buf, starts, lengths, layout.fmt, features, ok)
         if fields is not None:
             return ok, fields
     fields = {}
@@ -293,19 +299,16 @@ def lockstep_structure(buf, starts, lengths, layout):
     return ok, spans
 
 
-def _native_values(buf, starts, lengths, layout, ok):
+def _native_values(buf, starts, lengths, fmt, features, ok):
     """The values of the records where ok, from the native batch decoder (None if it refuses one)."""
     count = len(starts)
-    lengths_by_key = {key: length for key, _, length in layout.entries}
-    seq, pred = lengths_by_key["input_ids"], lengths_by_key["masked_lm_positions"]
     rows = np.flatnonzero(ok)
     data = buf.data
     payloads = [data[s:s + n] for s, n in zip(starts[rows].tolist(), lengths[rows].tolist())]
-    outputs = {name: np.zeros((len(rows), formats.feature_length(name, seq, pred)),
-                              np.float32 if name == "masked_lm_weights" else np.int64)
-               for name in formats.FEATURE_NAMES}
+    outputs = {key: np.zeros((len(rows), length), np.float32 if is_float else np.int64)
+               for key, is_float, length in features}
     try:
-        _native_decode(payloads, layout.fmt, seq, pred, *(outputs[name] for name in formats.FEATURE_NAMES))
+        _native_decode(payloads, fmt, features, list(outputs.values()))
     except ValueError:
         return None  # the NumPy path decodes them and marks the odd record
     if len(rows) == count:

@@ -1,0 +1,249 @@
+"""Every record kind described once, as data: feature names, kinds, lengths and key orders.
+
+A record kind is what one file of records holds: BERT pretraining instances,
+packed pretraining rows, SQuAD or GLUE features. Its description says, for
+each feature, whether it holds integers or floats and how many, as an
+expression over the kind's dimensions (`seq`, `pred`, `k`, or a constant),
+in the order the reference writes TFRecord features; and the key order of
+its OFRecord files. The codecs, `read_records`/`read_batches`, `inspect`,
+`convert` and the schema checks of `validate` all work from it, so a new
+kind is one `register(RecordKind(...))`.
+
+A file's kind is named in its dataset's manifest (`"kind"`), or recognised
+from the features of its first record: no two kinds have the same set of
+names and dtypes.
+"""
+
+import dataclasses
+
+from bertprep.errors import DataError, UsageError
+
+INT, FLOAT = "int", "float"
+
+
+@dataclasses.dataclass(frozen=True)
+class Feature:
+    name: str
+    dtype: str  # INT or FLOAT: int64_list in TFRecord, int32_list in OFRecord; float_list in both
+    length: str  # "seq", "pred + k", "1": a sum of dimension names and integers
+
+    def size(self, dims):
+        """The number of values for the kind's dimensions `dims` ({name: int})."""
+        return sum(dims[term] if term in dims else int(term) for term in _terms(self.length))
+
+
+def _terms(expression):
+    return [term.strip() for term in expression.split("+")]
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordKind:
+    name: str
+    description: str
+    features: tuple  # Feature, in TFRecord order (the reference writer's insertion order)
+    ofrecord_order: tuple = None  # names in OFRecord key order; None: the TFRecord order
+
+    def __post_init__(self):
+        names = [f.name for f in self.features]
+        if len(set(names)) != len(names):
+            raise ValueError(f"record kind {self.name!r}: a feature is listed twice")
+        if self.ofrecord_order is not None and sorted(self.ofrecord_order) != sorted(names):
+            raise ValueError(f"record kind {self.name!r}: ofrecord_order must list exactly its features")
+        for feature in self.features:
+            if feature.dtype not in (INT, FLOAT):
+                raise ValueError(f"record kind {self.name!r}: feature {feature.name!r} dtype must be int or float")
+
+    @property
+    def names(self):
+        return tuple(f.name for f in self.features)
+
+    @property
+    def signature(self):
+        """What tells this kind's records from every other's: its feature names with their dtypes."""
+        return frozenset((f.name, f.dtype) for f in self.features)
+
+    @property
+    def dims(self):
+        """The dimension names its lengths use, in order of first use."""
+        seen = []
+        for feature in self.features:
+            for term in _terms(feature.length):
+                if not term.isdigit() and term not in seen:
+                    seen.append(term)
+        return tuple(seen)
+
+    def feature(self, name):
+        return next(f for f in self.features if f.name == name)
+
+    def key_order(self, fmt):
+        """Feature names in the order `fmt` files store them."""
+        return self.names if fmt == "tfrecord" or self.ofrecord_order is None else self.ofrecord_order
+
+    def lengths(self, dims):
+        """{feature name: number of values} for the dimensions `dims`."""
+        return {f.name: f.size(dims) for f in self.features}
+
+    def dims_of(self, sizes):
+        """The dimensions implied by one record's list sizes ({name: count}), or None where they do not fit.
+
+        A feature whose length is one dimension gives it; a sum with one
+        unknown dimension gives that one (`pred + k` with k known); every
+        feature must then agree.
+        """
+        dims = {}
+        pending = [f for f in self.features if f.name in sizes]
+        progress = True
+        while pending and progress:
+            progress = False
+            for feature in list(pending):
+                unknown = [t for t in _terms(feature.length) if not t.isdigit() and t not in dims]
+                if len(unknown) == 1:
+                    known = sum(dims[t] if t in dims else int(t) for t in _terms(feature.length) if t != unknown[0])
+                    value = sizes[feature.name] - known
+                    if value < 0:
+                        return None
+                    dims[unknown[0]] = value
+                    progress = True
+                if len(unknown) <= 1:
+                    pending.remove(feature)
+        if set(dims) != set(self.dims):
+            return None
+        if any(f.size(dims) != sizes[f.name] for f in self.features if f.name in sizes):
+            return None
+        return dims
+
+    def to_manifest(self):
+        """How a manifest names this kind and its layout (readers need only `name`)."""
+        return {"name": self.name, "features": [[f.name, f.dtype, f.length] for f in self.features]}
+
+
+# ---------------------------------------------------------------- the registry
+
+KINDS = {}
+
+
+def register(kind):
+    """Make `kind` known to every reader, writer and checker; returns it."""
+    existing = next((k for k in KINDS.values() if k.signature == kind.signature and k.name != kind.name), None)
+    if existing is not None:
+        raise ValueError(f"record kind {kind.name!r} has the same features as {existing.name!r}: "
+                         "files could not tell them apart")
+    KINDS[kind.name] = kind
+    return kind
+
+
+def kind_named(name):
+    if name not in KINDS:
+        raise UsageError(f"unknown record kind {name!r} (known: {', '.join(KINDS)})")
+    return KINDS[name]
+
+
+def kind_of_record(stored_kinds):
+    """The kind whose features are exactly those of a decoded record ({name: list kind as stored}), or None."""
+    signature = frozenset((name, FLOAT if kind == "float" else INT if kind in ("int32", "int64") else kind)
+                          for name, kind in stored_kinds.items())
+    return next((kind for kind in KINDS.values() if kind.signature == signature), None)
+
+
+def kind_of_manifest(manifest, where):
+    """The kind a manifest names; pretraining for manifests written before kinds were recorded."""
+    kind = (manifest or {}).get("kind", PRETRAINING.name)
+    name = kind.get("name") if isinstance(kind, dict) else kind
+    if name not in KINDS:
+        raise DataError(f"{where}: unknown record kind {name!r} (known: {', '.join(KINDS)})")
+    return KINDS[name]
+
+
+# ---------------------------------------------------------------- the kinds
+
+
+def _features(*specs):
+    return tuple(Feature(*spec) for spec in specs)
+
+
+PRETRAINING = register(RecordKind(
+    "pretraining",
+    "BERT masked-LM + next-sentence instances (google-research/bert create_pretraining_data.py)",
+    _features(
+        ("input_ids", INT, "seq"),
+        ("input_mask", INT, "seq"),
+        ("segment_ids", INT, "seq"),
+        ("masked_lm_positions", INT, "pred"),
+        ("masked_lm_ids", INT, "pred"),
+        ("masked_lm_weights", FLOAT, "pred"),
+        ("next_sentence_labels", INT, "1"),
+    ),
+    # OneFlow's published sample: re-encoding its records in this order reproduces the file byte for byte.
+    ofrecord_order=("masked_lm_weights", "masked_lm_positions", "input_mask", "masked_lm_ids", "input_ids",
+                    "segment_ids", "next_sentence_labels"),
+))
+
+# Up to k sequences in one row of seq tokens (the MLPerf packed layout, DESIGN.md §7).
+PACKED = register(RecordKind(
+    "packed",
+    "packed pretraining rows: up to k instances per row (MLPerf BERT layout)",
+    _features(
+        ("input_ids", INT, "seq"),
+        ("input_mask", INT, "seq"),  # 0 padding, i for the i-th sequence of the row (1..k)
+        ("segment_ids", INT, "seq"),
+        ("positions", INT, "seq"),  # restart at 0 for each sequence
+        ("masked_lm_positions", INT, "pred + k"),
+        ("masked_lm_ids", INT, "pred + k"),
+        ("masked_lm_weights", FLOAT, "pred + k"),  # the sequence index i, 0 for padding
+        ("next_sentence_positions", INT, "k"),  # each sequence's [CLS]
+        ("next_sentence_labels", INT, "k"),
+        ("next_sentence_weights", FLOAT, "k"),
+    ),
+))
+
+# google-research/bert run_squad.py FeatureWriter's insertion order.
+SQUAD_TRAIN = register(RecordKind(
+    "squad_train",
+    "SQuAD training features (google-research/bert run_squad.py)",
+    _features(
+        ("unique_ids", INT, "1"),
+        ("input_ids", INT, "seq"),
+        ("input_mask", INT, "seq"),
+        ("segment_ids", INT, "seq"),
+        ("start_positions", INT, "1"),
+        ("end_positions", INT, "1"),
+        ("is_impossible", INT, "1"),
+    ),
+))
+
+SQUAD_EVAL = register(RecordKind(
+    "squad_eval",
+    "SQuAD evaluation features (google-research/bert run_squad.py)",
+    _features(
+        ("unique_ids", INT, "1"),
+        ("input_ids", INT, "seq"),
+        ("input_mask", INT, "seq"),
+        ("segment_ids", INT, "seq"),
+    ),
+))
+
+# google-research/bert run_classifier.py file_based_convert_examples_to_features.
+GLUE = register(RecordKind(
+    "glue",
+    "GLUE classification features (google-research/bert run_classifier.py)",
+    _features(
+        ("input_ids", INT, "seq"),
+        ("input_mask", INT, "seq"),
+        ("segment_ids", INT, "seq"),
+        ("label_ids", INT, "1"),
+        ("is_real_example", INT, "1"),
+    ),
+))
+
+# STS-B is a regression task: its label is a float (the reference has no processor for it).
+GLUE_REGRESSION = register(RecordKind(
+    "glue_regression",
+    "GLUE regression features (STS-B): a float label",
+    _features(
+        ("input_ids", INT, "seq"),
+        ("input_mask", INT, "seq"),
+        ("segment_ids", INT, "seq"),
+        ("label_ids", FLOAT, "1"),
+        ("is_real_example", INT, "1"),
+    ),
+))

@@ -1,0 +1,167 @@
+"""Record kinds described once as data (bertprep.formats.schemas), and the one decoder contract.
+
+A toy kind, described in this module and nowhere else, goes through write,
+read, inspect, convert and validate. Damaged files of every sort end, in
+every reader, as one DataError naming the file, record, byte offset and
+field: never an OverflowError, a MemoryError or a traceback.
+"""
+
+import json
+import struct
+
+import numpy as np
+import pytest
+
+from bertprep import formats
+from bertprep.cli import main
+from bertprep.errors import DataError
+from bertprep.formats import schemas
+from bertprep.formats.schemas import FLOAT, INT, PRETRAINING, Feature, RecordKind
+
+TOY = RecordKind(
+    "toy",
+    "a made-up kind: a token window, a pair of scores and a class",
+    (Feature("tokens", INT, "width"), Feature("scores", FLOAT, "2"), Feature("label", INT, "1")),
+    ofrecord_order=("label", "scores", "tokens"),
+)
+
+
+@pytest.fixture
+def toy_kind():
+    schemas.register(TOY)
+    yield TOY
+    del schemas.KINDS[TOY.name]
+
+
+def toy_records(count, width=6):
+    rng = np.random.default_rng(7)
+    return [{"tokens": rng.integers(0, 30000, width).tolist(), "scores": [0.5 * i, -1.25],
+             "label": [int(i % 3)]} for i in range(count)]
+
+
+def test_a_kind_described_once_round_trips_through_every_stage(toy_kind, tmp_path, capsys):
+    records = toy_records(25)
+    directory = tmp_path / "toy"
+    for fmt, name in (("tfrecord", "toy.tfrecord"), ("ofrecord", "part-0")):
+        assert formats.write_records(directory / fmt / name, records, fmt, toy_kind) == 25
+    tf_path, of_path = directory / "tfrecord" / "toy.tfrecord", directory / "ofrecord" / "part-0"
+
+    # read: every value back, in either format; the kind recognised from the features alone
+    for path in (tf_path, of_path):
+        assert formats.record_kind(path) is toy_kind
+        back = list(formats.read_records(path))
+        assert [r["tokens"].tolist() for r in back] == [r["tokens"] for r in records]
+        assert [r["scores"].tolist() for r in back] == [r["scores"] for r in records]
+        (batch,) = formats.read_batches(path, 100)
+        assert batch["tokens"].shape == (25, 6) and batch["scores"].dtype == np.float32
+        assert batch["label"][:, 0].tolist() == [i % 3 for i in range(25)]
+    # each format keeps the kind's key order for it
+    assert list(formats.decode_payload(next(formats.iter_payloads(of_path)), "ofrecord")) == ["label", "scores", "tokens"]
+    assert list(formats.decode_payload(next(formats.iter_payloads(tf_path)), "tfrecord")) == ["tokens", "scores", "label"]
+
+    # inspect shows the kind and every field
+    assert main(["inspect", str(of_path), "-n", "1"]) == 0
+    shown = capsys.readouterr().out
+    assert f"({'ofrecord'}, toy) record 0" in shown and "scores (float32, 2): 0 -1.25" in shown
+
+    # convert: TFRecord -> OFRecord gives the bytes write_records wrote, and back
+    assert main(["convert", str(tf_path), str(tmp_path / "part-0"), "--to", "ofrecord", "--quiet"]) == 0
+    assert (tmp_path / "part-0").read_bytes() == of_path.read_bytes()
+    assert main(["convert", str(of_path), str(tmp_path / "back.tfrecord"), "--to", "tfrecord", "--quiet"]) == 0
+    assert (tmp_path / "back.tfrecord").read_bytes() == tf_path.read_bytes()
+
+    # validate: framing and schema from the description, both formats compared
+    assert main(["validate", str(directory), "--compare", "--json", "--quiet"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["sound"] and report["datasets"][0]["kind"] == "toy"
+    assert report["datasets"][0]["dims"] == {"width": 6} and report["compare"][0]["equal"]
+    assert report["checks"]["schema"]["status"] == "ok" and report["checks"]["cls"]["status"] == "not run"
+
+    # ... and a record one token short is found, named by field and expected length
+    short = records[:3] + [{**records[3], "tokens": records[3]["tokens"][:5]}] + records[4:]
+    bad = tmp_path / "bad.tfrecord"
+    formats.write_records(bad, short, "tfrecord", toy_kind)  # writers trust their caller; validate does not
+    assert main(["validate", str(bad), "--json", "--quiet"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert [(f["check"], f["record"], f["field"]) for f in report["findings"]] == [("schema", 3, "tokens")]
+    assert "5 values, expected 6 (width)" in report["findings"][0]["message"]
+
+
+def test_kinds_must_be_distinguishable_by_their_features():
+    twin = RecordKind("twin", "the pretraining features again", PRETRAINING.features)
+    with pytest.raises(ValueError, match="same features as 'pretraining'"):
+        schemas.register(twin)
+    assert "twin" not in schemas.KINDS
+
+
+def test_every_built_in_kind_recognises_itself_and_solves_its_dimensions():
+    dims = {"seq": 64, "pred": 10, "k": 3}
+    for kind in schemas.KINDS.values():
+        own = {name: dims[name] for name in kind.dims}
+        record = {f.name: (np.zeros(f.size(own), np.float32) if f.dtype == FLOAT else np.zeros(f.size(own), np.int64))
+                  for f in kind.features}
+        stored = {name: ("float" if values.dtype == np.float32 else "int64") for name, values in record.items()}
+        assert schemas.kind_of_record(stored) is kind
+        assert kind.dims_of({name: len(values) for name, values in record.items()}) == own
+        for fmt in formats.FORMATS:
+            payload = formats.encode_record(record, fmt, kind)
+            assert list(formats.decode_payload(payload, fmt)) == list(kind.key_order(fmt))
+
+
+# ---------------------------------------------------------------- one decoder contract for damaged files
+
+
+def _damaged_files(golden_dir, tmp_path):
+    flipped = bytearray((golden_dir / "G1.ofrecord").read_bytes())
+    flipped[2109] ^= 0x80  # inside record 2's input_ids: a varint grows past int32
+    text = b"This is a text file, not records.\nIt has a few lines.\n" * 20
+    huge = struct.pack("<q", 1 << 40) + b"\x0a" * 64  # a 2^40-byte length in a 72-byte file
+    tf_header = bytearray((golden_dir / "G1.tfrecord").read_bytes())
+    tf_header[3] ^= 0x01  # the first record's length: its CRC no longer matches
+    files = {"flipped.ofrecord": flipped, "text.ofrecord": text, "huge.ofrecord": huge, "header": tf_header}
+    paths = {}
+    for name, data in files.items():
+        directory = tmp_path / name.split(".")[0]
+        directory.mkdir()
+        paths[name] = directory / ("part-0" if name.endswith(".ofrecord") else "damaged")
+        paths[name].write_bytes(bytes(data))
+    return paths
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_damaged_files_give_one_data_error_in_every_reader(golden_dir, tmp_path, monkeypatch, native):
+    if native:
+        pytest.importorskip("bertprep._native")
+    else:
+        monkeypatch.setattr(formats, "_native", None)
+    paths = _damaged_files(golden_dir, tmp_path)
+    expected = {
+        "flipped.ofrecord": "record 2 at byte 1636: feature 'input_ids': ",
+        "text.ofrecord": "record 0 at byte 0: truncated data",
+        "huge.ofrecord": "record 0 at byte 0: truncated data (64 of 1099511627776 bytes)",
+        "header": "record 0 at byte 0: length CRC mismatch",
+    }
+    for name, path in paths.items():
+        for read in (lambda: list(formats.read_records(path)), lambda: list(formats.read_batches(path, 64))):
+            with pytest.raises(DataError) as caught:
+                read()
+            assert str(caught.value).startswith(f"{path}: {expected[name]}"), str(caught.value)
+
+
+def test_a_damaged_first_tfrecord_header_is_still_read_as_tfrecord(golden_dir, tmp_path):
+    paths = _damaged_files(golden_dir, tmp_path)
+    assert formats.sniff_format(paths["header"]) == "tfrecord"  # its name says nothing: the bytes must
+
+
+def test_damaged_files_end_each_command_with_one_line(golden_dir, tmp_path, capsys):
+    paths = _damaged_files(golden_dir, tmp_path)
+    for name, path in paths.items():
+        assert main(["inspect", str(path), "-n", "5"]) == 1, name
+        assert main(["convert", str(path), str(tmp_path / "out" / name), "--to", "tfrecord", "--quiet"]) == 1, name
+        assert not (tmp_path / "out" / name).exists()  # nothing half-written
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 2 and all(line.startswith(f"bertprep {cmd}: error: {path}: record ")
+                                     for line, cmd in zip(err, ("inspect", "convert"))), err
+        code = main(["validate", str(path), "--json", "--quiet"])
+        report = json.loads(capsys.readouterr().out)
+        assert code == 1 and report["findings"][0]["file"] == str(path)
