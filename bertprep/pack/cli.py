@@ -14,7 +14,9 @@ import time
 
 from bertprep import __version__, formats
 from bertprep.atomic import remove_stale_temps, sha256_file
-from bertprep.create import is_complete  # the same rule: an entry for the same input and settings, of its size
+from bertprep.create import (
+    is_complete,  # the same rule: an entry for the same input and settings, of its size
+)
 from bertprep.engines import add_engine_arguments, open_engine
 from bertprep.errors import DataError, UsageError
 from bertprep.formats.schemas import PACKED, PRETRAINING, kind_of_manifest
@@ -220,8 +222,8 @@ def summary_rows(summary, fmts):
         ("real tokens", f"{summary['fill']:.1%} of the row slots"),
         ("files", f"{summary['files']} ({', '.join(fmts)})"),
         ("bytes", human_bytes(summary["bytes"])),
-        ("shards", f"{summary['shards']} ({summary['shards_packed']} packed, "
-                   f"{summary['shards'] - summary['shards_packed']} already complete)"),
+        ("shards", (f"{summary['shards']} ({summary['shards_packed']} packed, "
+                    f"{summary['shards'] - summary['shards_packed']} already complete)")),
         ("seconds", f"{summary['seconds']:.2f}"),
     ]
     return rows

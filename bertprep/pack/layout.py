@@ -29,7 +29,7 @@ def pack_rows(instances, members, k, pred):
     seq and their predictions to at most pred + k.
     """
     ids = instances["input_ids"]
-    count, seq = ids.shape
+    seq = ids.shape[1]
     rows = len(members)
     lengths = (instances["input_mask"] != 0).sum(axis=1)
     predictions = (instances["masked_lm_weights"] != 0).sum(axis=1)
@@ -79,7 +79,7 @@ def unpack_rows(rows, pred):
     pretraining record of that shape holds it.
     """
     mask = rows["input_mask"]
-    count, seq = mask.shape
+    seq = mask.shape[1]
     k = rows["next_sentence_positions"].shape[1]
     held = sequences_per_row(rows)
     row, slot = np.nonzero(np.arange(k) < held[:, None])  # row-major: pack order

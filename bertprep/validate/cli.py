@@ -168,13 +168,13 @@ def validate(paths, spec, workers=1, min_parts=1, compare=False, vocab_given=Fal
         if not found_anything:
             raise DataError(f"{path}: nothing to validate (no record files, text shards, SQuAD or GLUE files)")
     if compare:
-        from bertprep.validate.compare import compare_streams, comparison_pairs
+        from bertprep.validate.compare import compare_files, comparison_pairs
 
         pairs = comparison_pairs(paths[0], paths[1] if len(paths) > 1 else None)
         if not pairs:
             raise UsageError("--compare: no record files of a common format to compare")
         for label, files_a, files_b in pairs:
-            outcome = compare_streams(files_a, files_b, dataclasses.replace(spec, kind=None, dims=None))
+            outcome = compare_files(files_a, files_b, dataclasses.replace(spec, kind=None, dims=None))
             report["compare"].append({"what": label, **outcome})
             if not outcome["equal"]:
                 finding = Finding("compare", label, None, None, outcome["difference"])
@@ -285,7 +285,8 @@ def print_table(report, stream=None):
             out.extend(_stats_rows(fmt, splits))
             shown = shown or fmt
     for item in report["compare"]:
-        verdict = f"equal ({item['records']:,} instances)" if item["equal"] else item["difference"]
+        how = ", the packed side unpacked" if item.get("unpacked") else ""
+        verdict = f"equal ({item['records']:,} instances{how})" if item["equal"] else item["difference"]
         out.append(f"compare {item['what']}: {verdict}")
     if report["warnings"]:
         out.append("warnings")
@@ -311,6 +312,10 @@ def _stats_rows(fmt, splits):
         rows.append(f"  {label:<26}" + "".join(f"{fn(splits[n]):>16}" for n in names))
 
     row("instances", lambda s: f"{s['instances']:,}")
+    if all("rows" in s for s in splits.values()):  # packed rows: the instances are their sequences
+        row("rows (ratio)", lambda s: f"{s['rows']:,} ({s['packing_ratio']:.3f})")
+        row("sequences per row 1/2/…", lambda s: "/".join(f"{n:,}" for n in s["sequences_per_row"][1:]))
+        row("real tokens / row slots", lambda s: f"{s['fill']:.1%}")
     row("tokens", lambda s: f"{s['tokens']:,}")
     row("mean length", lambda s: f"{s['mean_length']:.1f}")
     row("full length / ≤ seq/2", lambda s: f"{s['full_length_share']:.1%} / {s['short_share']:.1%}")

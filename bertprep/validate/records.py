@@ -14,7 +14,7 @@ import numpy as np
 from bertprep import formats
 from bertprep.formats.protowire import WireError
 from bertprep.formats.schemas import kind_of_record
-from bertprep.validate import pretraining
+from bertprep.validate import packed, pretraining
 from bertprep.validate.decode import (
     Framing,
     exact_decode,
@@ -46,6 +46,7 @@ class KindRules:
 RULES = {
     "pretraining": KindRules(pretraining.CHECKS, pretraining.derive, pretraining.failure_masks,
                              pretraining.explain, pretraining.new_stats),
+    "packed": KindRules(packed.CHECKS, packed.derive, packed.failure_masks, packed.explain, packed.new_stats),
 }
 
 
