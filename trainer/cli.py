@@ -43,7 +43,8 @@ def _warmup(text):
 def build_parser():
     p = _Parser(prog=PROG, description="Pretrain BERT (Keras 3) on TFRecord or OFRecord records from `bertprep create`.")
     p.add_argument("--format", required=True, choices=("tfrecord", "ofrecord"), help="record format to read")
-    p.add_argument("--data", help="records directory of `bertprep create` (default: embedded sample records)")
+    p.add_argument("--data", help="records directory of `bertprep create` or `bertprep pack` "
+                                  "(default: embedded sample records)")
     size = p.add_mutually_exclusive_group()
     size.add_argument("--model", choices=tuple(SIZES), default=None,
                       help="Google's BERT size, with the records' vocab (default: base; tiny on the embedded sample)")

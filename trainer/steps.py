@@ -20,7 +20,7 @@ import numpy as np
 from keras import ops
 
 from trainer.data import INPUT_NAMES
-from trainer.losses import SUM_KEYS, loss_sums, objective
+from trainer.losses import SUM_KEYS, loss_sums, objective, weight_totals
 
 INITIAL_SCALE = 2.0**15
 GROWTH_INTERVAL = 2000
@@ -37,7 +37,7 @@ def next_loss_scale(scale, good_steps, finite, dynamic):
 
 
 def _inputs(batch):
-    return {name: batch[name] for name in INPUT_NAMES}
+    return {name: batch[name] for name in INPUT_NAMES if name in batch}
 
 
 def _add(a, b):
@@ -101,8 +101,7 @@ class TensorFlowSteps(_Steps):
         tf = self.tf
         ctx = tf.distribute.get_replica_context()
         sum_op = tf.distribute.ReduceOp.SUM
-        total_weight = ctx.all_reduce(sum_op, tf.reduce_sum(tf.cast(batch["masked_lm_weights"], tf.float32)))
-        total_sequences = ctx.all_reduce(sum_op, tf.cast(tf.size(batch["next_sentence_labels"]), tf.float32))
+        total_weight, total_sequences = (ctx.all_reduce(sum_op, total) for total in weight_totals(batch))
         variables = self.model.trainable_variables
         scale = tf.cast(self.scale, tf.float32)
 
@@ -204,8 +203,7 @@ class JaxSteps(_Steps):
     def _train_step(self, state, batch):
         jax = self.jax
         trainable, non_trainable, optimizer_vars, scale, good_steps = state
-        total_weight = ops.sum(batch["masked_lm_weights"])
-        total_sequences = ops.cast(ops.size(batch["next_sentence_labels"]), "float32")
+        total_weight, total_sequences = weight_totals(batch)
 
         def loss_fn(trainable, non_trainable, micro):
             (mlm_logits, nsp_logits), non_trainable = self.model.stateless_call(
