@@ -15,6 +15,9 @@ shape it runs `bertprep create` (dupe factor 5, 1 worker), then:
 - for the shapes in --train-shapes: the trainer's real sequences/s on the
   packed records and on the unpacked ones, in this run, same model, batch
   (rows), backend and steps (the first 3 steps, compilation, not timed).
+  The runs alternate unpacked, packed, packed, unpacked (--repeat 2), so a
+  load that drifts during the run weighs on both sides alike; each side's
+  figure is the mean of its runs.
 """
 
 import argparse
@@ -102,6 +105,7 @@ def main():
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--model", default="mini")
+    parser.add_argument("--repeat", type=int, default=2, help="trainer runs per side, in ABBA order")
     parser.add_argument("--tmp", default=None, help="where to write corpora and records (default: a temporary dir)")
     args = parser.parse_args()
     vocab = os.path.join(FIXTURES, "golden", "vocab.txt")
@@ -137,13 +141,22 @@ def main():
                        "pack_rate": len(lengths) / seconds}
                 trained = ""
                 if shape in args.train_shapes.split(","):
-                    unpacked, _ = train_rate(records, args)
-                    packed, _ = train_rate(summary["records_dir"], args)
-                    row.update(unpacked=unpacked, packed=packed)
+                    rates = {records: [], summary["records_dir"]: []}
+                    for run in range(args.repeat):
+                        for data in (list(rates) if run % 2 == 0 else list(rates)[::-1]):
+                            rates[data].append(train_rate(data, args)[0])
+                    unpacked, packed = (float(np.mean(r)) for r in rates.values())
+                    row.update(unpacked=unpacked, packed=packed, runs={"unpacked": rates[records],
+                                                                       "packed": rates[summary["records_dir"]]})
                     trained = f"{unpacked:>15,.1f} / {packed:<14,.1f}{packed / unpacked:>9.2f}x"
                 results.append(row)
                 print(f"{corpus:<11}{shape:<8}{row['sequences']:>10,}{row['real_tokens']:>12.1%}{row['ratio']:>8.3f}"
                       f"{row['ffd']:>8.3f}{row['bound']:>8.3f}{row['pack_rate']:>12,.0f}{trained}", flush=True)
+    for r in results:
+        if "runs" in r:
+            print(f"{r['corpus']} {r['shape']} trainer runs, real sequences/s: unpacked "
+                  + ", ".join(f"{x:.2f}" for x in r["runs"]["unpacked"]) + "; packed "
+                  + ", ".join(f"{x:.2f}" for x in r["runs"]["packed"]))
     worse = [r for r in results if r["ratio"] > r["ffd"]]
     print(f"rows per sequence no worse than first-fit decreasing: {'yes' if not worse else 'NO: ' + str(worse)}")
     for r in results:

@@ -20,7 +20,8 @@ those rows.
 `first_fit_decreasing` is the usual baseline (every sequence, longest first,
 into the first row it fits), over the histogram too. `pack` keeps whichever
 of them gives the fewest rows, so it never needs more than first-fit
-decreasing; best fill wins on every corpus we measured (docs/benchmarks.md).
+decreasing; best fill needed fewer rows on the benchmark corpora, first-fit
+decreasing on the golden set G1 (docs/benchmarks.md).
 `lower_bound` is the fewest rows any strategy can reach:
 max(⌈Σ lengths / seq⌉, ⌈n / k⌉).
 """
