@@ -249,27 +249,32 @@ def run(args):
     settings = run_settings(tokenizer, args.seq, task=task, labels=spec.labels, params={"convention": spec.convention})
     manifest = open_manifest(out, "create-glue", settings)
     progress = Progress("create-glue", total=len(splits), unit="splits", quiet=args.quiet)
+    sources = {split: {"path": os.path.abspath(path), "sha256": sha256_of(path)} for split, path in paths.items()}
+    writers = {split: SplitWriter(out, ROLE[split], fmts, kind) for split in splits}
+    done = {split for split in splits
+            if split_is_complete(out, manifest, split, list(writers[split].names.values()), sources[split]["sha256"])}
+    # Every file is read and checked before anything is written: bad input leaves the directory as it was.
+    examples = {split: read_examples(paths[split], task, split) for split in splits if split not in done}
+    for split, found in examples.items():
+        if not found:
+            raise DataError(f"{paths[split]}: no examples (OneFlow cannot read an empty part)")
     os.makedirs(out, exist_ok=True)
     remove_stale_temps(out)
     results = {}
     for split in splits:
-        source = {"path": os.path.abspath(paths[split]), "sha256": sha256_of(paths[split])}
-        writer = SplitWriter(out, ROLE[split], fmts, kind)
+        writer = writers[split]
         names = list(writer.names.values())
-        if split_is_complete(out, manifest, split, names, source["sha256"]):
+        if split in done:
             progress.note(f"{split}: already complete in {out}")
             entry = manifest["files"][names[0]]
             results[split] = {"examples": entry["examples"], "records": entry["records"], "created": False}
         else:
-            examples = read_examples(paths[split], task, split)
-            if not examples:
-                raise DataError(f"{paths[split]}: no examples (OneFlow cannot read an empty part)")
             with writer:
-                for first in range(0, len(examples), CHUNK_EXAMPLES):
-                    writer.write(feature_columns(examples[first:first + CHUNK_EXAMPLES], tokenizer, args.seq,
+                for first in range(0, len(examples[split]), CHUNK_EXAMPLES):
+                    writer.write(feature_columns(examples[split][first:first + CHUNK_EXAMPLES], tokenizer, args.seq,
                                                  spec.labels))
-            record_split(out, manifest, split, source, writer, len(examples))
-            results[split] = {"examples": len(examples), "records": writer.records, "created": True}
+            record_split(out, manifest, split, sources[split], writer, len(examples[split]))
+            results[split] = {"examples": len(examples[split]), "records": writer.records, "created": True}
         results[split]["files"] = {name: {k: manifest["files"][name][k] for k in ("bytes", "sha256")} for name in names}
         progress.advance(1, examples=results[split]["examples"])
     progress.close()
