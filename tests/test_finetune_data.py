@@ -355,3 +355,114 @@ def test_encode_columns_gives_encode_record_bytes_for_every_kind():
                                 for i in range(30))
             assert formats.encode_columns(columns, fmt, kind) == expected, (kind.name, fmt)
 
+
+
+# ---------------------------------------------------------------- validate and inspect
+
+
+def _validate(capsys, *argv):
+    code = main(["validate", *map(str, argv), "--json", "--quiet"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def _findings(report):
+    return [(f["check"], f["record"], f["field"], f["message"]) for f in report["findings"]]
+
+
+def test_validate_a_squad_directory_and_damaged_squad_records(finetune_dir, vocab_path, tmp_path, capsys):
+    out = tmp_path / "squad"
+    for split in ("train", "dev"):
+        assert squad(finetune_dir, vocab_path, out, "2.0", split, 128, 32, 24) == 0
+    code, report = _validate(capsys, out, "--compare")
+    assert code == 0, _findings(report)
+    section = report["datasets"][0]
+    assert sorted(section["kinds"]) == ["squad_eval", "squad_train"] and section["dims"] == {"seq": 128}
+    assert section["vocab_size"] == 30522  # the manifest's vocab
+    assert report["compare"][0]["equal"] and report["compare"][0]["records"] == 576 + 185
+    train = section["stats"]["tfrecord"]["train"]
+    assert train["records"] == 576 and sum(train["answers"].values()) == 576 and train["answers"]["impossible"] > 0
+    assert section["stats"]["ofrecord"]["eval"]["duplicate_unique_ids"] == 0
+    assert {check for check, row in report["checks"].items() if row["status"] == "ok"} >= {
+        "answer_span", "is_impossible", "unique_ids", "separators", "segment_ids", "manifest", "consistency"}
+
+    records = [dict(r) for r in formats.read_records(out / "train.tf_record")][:8]
+    answered = next(i for i, r in enumerate(records) if r["start_positions"][0] > 0)
+    records = [records[answered], *records[:answered], *records[answered + 1:]][:6]  # record 0 has an answer
+    first_sep = int(np.flatnonzero(records[1]["input_ids"] == 102)[0])
+    records[0]["start_positions"] = records[0]["end_positions"] + 1  # start after end
+    records[1]["start_positions"] = np.array([first_sep])  # on the question's [SEP]
+    records[1]["end_positions"] = np.array([first_sep + 1])
+    records[2]["is_impossible"] = np.array([1])  # impossible, with an answer (or 0/0 and fine)
+    records[2]["start_positions"], records[2]["end_positions"] = np.array([first_sep + 2]), np.array([first_sep + 2])
+    records[3]["unique_ids"] = records[3]["unique_ids"] + 5
+    length = int(records[4]["input_mask"].sum())
+    records[4]["input_ids"] = records[4]["input_ids"].copy()
+    records[4]["input_ids"][length - 1] = 1996  # the last [SEP] gone
+    records[5]["segment_ids"] = records[5]["segment_ids"].copy()
+    records[5]["segment_ids"][-1] = 1  # segment 1 in the padding (or the last token: 1 is right there)
+    damaged = formats.write_records(tmp_path / "damaged.tfrecord", records, "tfrecord", schemas.SQUAD_TRAIN)
+    assert damaged == 6
+    code, report = _validate(capsys, tmp_path / "damaged.tfrecord", "--vocab", vocab_path)
+    assert code == 1
+    found = {(check, record): message for check, record, _field, message in _findings(report)}
+    assert found[("answer_span", 0)].startswith("start ") and "after end" in found[("answer_span", 0)]
+    assert found[("answer_span", 1)] == (f"answer {first_sep} … {first_sep + 1}, expected 0 … 0 or inside the context "
+                                         f"(the context is positions {first_sep + 1} … {int(records[1]['input_mask'].sum()) - 2})")
+    assert found[("is_impossible", 2)] == f"1 with an answer at {first_sep + 2} … {first_sep + 2}, expected start = end = 0"
+    assert found[("unique_ids", 3)] == f"{int(records[3]['unique_ids'][0])} after 1000000002, expected one more"
+    assert found[("unique_ids", 4)].endswith("expected one more")  # the run continues from the original ids
+    assert found[("separators", 4)] == f"1 [SEP] (102) at [{first_sep}], expected 2 (length {length})"
+    if int(records[5]["input_mask"].sum()) < 128:
+        assert found[("segment_ids", 5)] == "segment_ids[127] is 1, expected 0 (padding)"
+
+
+def test_validate_glue_labels_against_the_manifest_and_padding_examples(finetune_dir, vocab_path, tmp_path, capsys):
+    out = tmp_path / "mnli"
+    assert main(["create-glue", "--task", "MNLI", "--data-dir", str(finetune_dir / "glue/MNLI"), "--vocab", str(vocab_path),
+                 "--out", str(out), "--quiet"]) == 0
+    code, report = _validate(capsys, out)
+    assert code == 0, _findings(report)
+    labels = report["datasets"][0]["stats"]["ofrecord"]["train"]["labels"]
+    assert set(labels) <= {"0", "1", "2"} and sum(labels.values()) == 160
+    assert report["datasets"][0]["stats"]["ofrecord"]["test"]["labels"] == {"0": 60}
+
+    records = [dict(r) for r in formats.read_records(out / "eval.tf_record")]
+    records[1]["label_ids"] = np.array([3])  # MNLI has 3 labels
+    records[2] = {name: np.zeros_like(values) for name, values in records[2].items()}  # the reference's TPU padding
+    records[3]["is_real_example"] = np.array([0])  # says padding, holds an example
+    formats.write_records(out / "eval.tf_record", records, "tfrecord", schemas.GLUE)
+    code, report = _validate(capsys, out)
+    assert code == 1
+    found = _findings(report)
+    assert ("label_ids", 1, "label_ids", "label 3, expected 0 … 2 (3 labels in the manifest)") in found
+    assert ("is_real_example", 3, "is_real_example",
+            "0 on a record that is not all zeros (a padding example holds nothing)") in found
+    assert not [f for f in found if f[1] == 2]  # an all-zero padding example is sound
+    assert {f[0] for f in found if f[1] is None} == {"manifest"}  # eval.tf_record: other bytes and sha256 now
+    assert report["datasets"][0]["stats"]["tfrecord"]["eval"]["padding_examples"] == 2
+
+
+def test_inspect_shows_squad_answers_and_glue_labels(finetune_dir, vocab_path, tmp_path, capsys):
+    assert squad(finetune_dir, vocab_path, tmp_path, "1.1", "train", 128, 32, 24) == 0
+    records = list(formats.read_records(tmp_path / "train.of_record-0"))
+    index = next(i for i, r in enumerate(records) if r["start_positions"][0] > 0)
+    capsys.readouterr()
+    assert main(["inspect", str(tmp_path / "train.of_record-0"), "--vocab", str(vocab_path), "--skip", str(index),
+                 "-n", "1"]) == 0
+    shown = capsys.readouterr().out
+    assert f"(ofrecord, squad_train) record {index}" in shown
+    answer = next(line for line in shown.splitlines() if line.startswith("  answer: "))
+    start, end = int(records[index]["start_positions"][0]), int(records[index]["end_positions"][0])
+    words = load_vocab(vocab_path).words
+    assert answer == "  answer: " + " ".join(words[i] for i in records[index]["input_ids"][start:end + 1])
+
+
+def test_validate_checks_the_eval_metadata_against_the_manifest(finetune_dir, vocab_path, tmp_path, capsys):
+    assert squad(finetune_dir, vocab_path, tmp_path, "1.1", "dev", 128, 32, 24) == 0
+    lines = (tmp_path / "eval.features.jsonl").read_text().splitlines()
+    (tmp_path / "eval.features.jsonl").write_text("\n".join(lines[:-1]) + "\n")  # a feature lost
+    code, report = _validate(capsys, tmp_path)
+    assert code == 1
+    (finding,) = report["findings"]
+    assert finding["check"] == "manifest" and finding["file"] == str(tmp_path / "eval.features.jsonl")
+    assert "manifest.json says" in finding["message"]
