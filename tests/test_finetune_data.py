@@ -466,3 +466,65 @@ def test_validate_checks_the_eval_metadata_against_the_manifest(finetune_dir, vo
     (finding,) = report["findings"]
     assert finding["check"] == "manifest" and finding["file"] == str(tmp_path / "eval.features.jsonl")
     assert "manifest.json says" in finding["message"]
+
+
+def test_squad_words_split_on_the_reference_whitespace_only():
+    """run_squad.py splits contexts on space, tab, CR, LF and U+202F; str.split()'s other whitespace stays inside words."""
+    import sys
+
+    from bertprep.finetune.squad import _OTHER_WHITESPACE, split_words
+
+    others = {chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace()} - set(" \t\r\n\u202f")
+    assert {c for c in others if _OTHER_WHITESPACE.match(c)} == others  # the fast path knows every one of them
+    assert split_words("a b\tc\r\nd\u202fe  f") == ["a", "b", "c", "d", "e", "f"]
+    for c in sorted(others):
+        assert split_words(f" x{c}y  z") == [f"x{c}y", "z"], hex(ord(c))
+
+
+def test_word_at_is_the_references_char_to_word_offset():
+    from bertprep.finetune.squad import Paragraph, split_words, word_at
+
+    rng = random.Random(5)
+    alphabet = ["a", "b", "é", " ", "  ", "\t", "\n", "\r", "\u202f", "\xa0", "\u2003", "."]
+    for _ in range(300):
+        context = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
+        offsets, words, previous_is_space = [], [], True  # read_squad_examples, as written
+        for c in context:
+            if c in " \t\r\n\u202f":
+                previous_is_space = True
+            else:
+                if previous_is_space:
+                    words.append(c)
+                else:
+                    words[-1] += c
+                previous_is_space = False
+            offsets.append(len(words) - 1)
+        paragraph = Paragraph(context, split_words(context))
+        assert paragraph.words == words
+        for offset in range(-len(context) - 2, len(context) + 2):
+            expected = offsets[offset] if -len(context) <= offset < len(context) else None
+            assert word_at(paragraph, offset) == expected, (context, offset)
+
+
+@pytest.mark.heavy
+def test_tensorflow_parses_our_records_with_the_reference_input_fn_specs(finetune_dir, vocab_path, tmp_path):
+    """run_squad.py's and run_classifier.py's input_fn feature specs, through TensorFlow's own parser."""
+    tf = pytest.importorskip("tensorflow")
+    assert squad(finetune_dir, vocab_path, tmp_path / "squad", "2.0", "train", 128, 32, 24) == 0
+    assert main(["create-glue", "--task", "MRPC", "--data-dir", str(finetune_dir / "glue/MRPC"), "--vocab",
+                 str(vocab_path), "--out", str(tmp_path / "glue"), "--split", "dev", "--quiet"]) == 0
+    seq = tf.io.FixedLenFeature([128], tf.int64)
+    scalar = tf.io.FixedLenFeature([], tf.int64)
+    specs = {  # input_fn_builder (run_squad.py, is_training) and file_based_input_fn_builder (run_classifier.py)
+        tmp_path / "squad/train.tf_record": {"unique_ids": scalar, "input_ids": seq, "input_mask": seq,
+                                             "segment_ids": seq, "start_positions": scalar, "end_positions": scalar},
+        tmp_path / "glue/eval.tf_record": {"input_ids": seq, "input_mask": seq, "segment_ids": seq,
+                                           "label_ids": scalar, "is_real_example": scalar},
+    }
+    for path, spec in specs.items():
+        ours = list(formats.read_records(path))
+        parsed = [tf.io.parse_single_example(record, spec) for record in tf.data.TFRecordDataset(str(path))]
+        assert len(parsed) == len(ours)
+        for theirs, mine in zip(parsed, ours):
+            for name in spec:
+                assert np.array_equal(np.atleast_1d(theirs[name].numpy()), mine[name]), (path.name, name)

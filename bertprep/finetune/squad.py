@@ -32,8 +32,8 @@ doc_span_index, tokens, token_to_orig_map, token_is_max_context) and
 doc_tokens), one JSON object per line in record order.
 """
 
-import bisect
 import dataclasses
+import itertools
 import json
 import os
 import random
@@ -67,6 +67,8 @@ CHUNK_EXAMPLES = 512  # examples converted and encoded at a time (bounds memory)
 EVAL_FEATURES, EVAL_EXAMPLES = "eval.features.jsonl", "eval.examples.jsonl"
 # run_squad.py's is_whitespace: a context's words are what lies between these characters.
 _WORD = re.compile("[^ \t\r\n\u202f]+")
+# What str.split() also splits on: where a context holds none of these, str.split() gives its words.
+_OTHER_WHITESPACE = re.compile("[\x0b\x0c\x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u205f\u3000]")
 SHOWN_WARNINGS = 20
 
 
@@ -89,8 +91,8 @@ class Params:
 
 @dataclasses.dataclass
 class Paragraph:
+    context: str
     words: list  # doc_tokens: the context split on SQuAD's whitespace
-    word_starts: list  # character offset where each word starts
 
 
 @dataclasses.dataclass
@@ -128,21 +130,23 @@ def _get(container, key, kind, where):
 
 
 def split_words(context):
-    """(words, start offset of each word): run_squad.py's doc_tokens and, implicitly, its char_to_word_offset."""
-    matches = list(_WORD.finditer(context))
-    return [m.group() for m in matches], [m.start() for m in matches]
+    """run_squad.py's doc_tokens: the context split on space, tab, CR, LF and U+202F only."""
+    if _OTHER_WHITESPACE.search(context) is None:
+        return context.split()
+    return _WORD.findall(context)
 
 
-def word_at(paragraph, context_length, offset):
+def word_at(paragraph, offset):
     """run_squad.py's char_to_word_offset[offset], Python indexing included (a negative offset counts from the end).
 
-    None where that list has no such index (the reference would stop with an IndexError).
+    That is the number of words begun at or before the offset, less one: the
+    words of the context up to it. None where the reference's list has no
+    such index (it would stop with an IndexError).
     """
-    if not -context_length <= offset < context_length:
+    length = len(paragraph.context)
+    if not -length <= offset < length:
         return None
-    if offset < 0:
-        offset += context_length
-    return bisect.bisect_right(paragraph.word_starts, offset) - 1
+    return len(split_words(paragraph.context[:offset % length + 1])) - 1
 
 
 def read_examples(path, is_training):
@@ -164,7 +168,7 @@ def read_examples(path, is_training):
         for p, paragraph_json in enumerate(_get(article, "paragraphs", list, f"{path}: data[{a}]")):
             where = f"{path}: data[{a}].paragraphs[{p}]"
             context = _get(paragraph_json, "context", str, where)
-            paragraph = Paragraph(*split_words(context))
+            paragraph = Paragraph(context, split_words(context))
             paragraphs.append(paragraph)
             for q, qa in enumerate(_get(paragraph_json, "qas", list, where)):
                 qa_where = f"{where}.qas[{q}]"
@@ -172,7 +176,7 @@ def read_examples(path, is_training):
                 qa_where = f"{path}: question {qas_id!r}"
                 example = Example(qas_id, _get(qa, "question", str, qa_where), len(paragraphs) - 1)
                 if is_training:
-                    problem = _training_answer(example, qa, paragraph, len(context), version_2, qa_where)
+                    problem = _training_answer(example, qa, paragraph, version_2, qa_where)
                     if problem is not None:
                         skipped.append(f"{qa_where}: {problem}; skipped, as run_squad.py does")
                         continue
@@ -180,7 +184,7 @@ def read_examples(path, is_training):
     return examples, paragraphs, skipped, version_2
 
 
-def _training_answer(example, qa, paragraph, context_length, version_2, where):
+def _training_answer(example, qa, paragraph, version_2, where):
     """Fill a training example's answer; a reason to skip it, or None."""
     example.is_impossible = bool(qa.get("is_impossible", False)) if version_2 else False
     answers = _get(qa, "answers", list, where)
@@ -193,11 +197,12 @@ def _training_answer(example, qa, paragraph, context_length, version_2, where):
                         "(or is_impossible in SQuAD v2.0)")
     text = _get(answers[0], "text", str, f"{where}: answers[0]")
     offset = _get(answers[0], "answer_start", int, f"{where}: answers[0]")
-    start, end = word_at(paragraph, context_length, offset), word_at(paragraph, context_length, offset + len(text) - 1)
+    start, end = word_at(paragraph, offset), word_at(paragraph, offset + len(text) - 1)
     if not paragraph.words:
         return "its context is empty"
     if start is None or end is None:
-        return f"answer_start {offset} with a {len(text)}-character answer lies outside its {context_length}-character context"
+        return (f"answer_start {offset} with a {len(text)}-character answer lies outside its "
+                f"{len(paragraph.context)}-character context")
     actual = " ".join(paragraph.words[start:end + 1])
     cleaned = " ".join(text.split())
     if actual.find(cleaned) == -1:
@@ -214,10 +219,10 @@ class DocTokens:
 
     def __init__(self, paragraphs, tokenizer):
         self.paragraphs = paragraphs
-        index = {}
-        self.word_ids = [np.fromiter((index.setdefault(w, len(index)) for w in p.words), np.int64, len(p.words))
-                         for p in paragraphs]
-        self.ids, self.offsets = tokenizer.encode(index)  # dicts keep insertion order: word i is the i-th key
+        distinct = list(dict.fromkeys(itertools.chain.from_iterable(p.words for p in paragraphs)))
+        index = dict(zip(distinct, itertools.count()))
+        self.word_ids = [np.fromiter(map(index.__getitem__, p.words), np.int64, len(p.words)) for p in paragraphs]
+        self.ids, self.offsets = tokenizer.encode(distinct)
         self.counts = np.diff(self.offsets)
         self._cache = {}
 

@@ -88,7 +88,10 @@ def packed_varint_rows(values):
     rows = values.shape[0]
     flat = np.ascontiguousarray(values, dtype=np.int64).reshape(-1).astype(np.uint64)
     top = int(flat.max()) if flat.size else 0
-    width = max(1, (top.bit_length() + 6) // 7)
+    if top < 0x80:  # one byte a value (masks, segment ids, labels): the values are the bytes
+        columns = values.shape[1] if values.ndim == 2 else 0
+        return flat.astype(np.uint8).tobytes(), np.arange(rows + 1, dtype=np.int64) * columns
+    width = (top.bit_length() + 6) // 7
     if top < 1 << 32:
         flat = flat.astype(np.uint32)
     planes = np.empty((flat.size, width), np.uint8)
