@@ -197,9 +197,9 @@ def _training_answer(example, qa, paragraph, version_2, where):
                         "(or is_impossible in SQuAD v2.0)")
     text = _get(answers[0], "text", str, f"{where}: answers[0]")
     offset = _get(answers[0], "answer_start", int, f"{where}: answers[0]")
-    start, end = word_at(paragraph, offset), word_at(paragraph, offset + len(text) - 1)
     if not paragraph.words:
         return "its context is empty"
+    start, end = word_at(paragraph, offset), word_at(paragraph, offset + len(text) - 1)
     if start is None or end is None:
         return (f"answer_start {offset} with a {len(text)}-character answer lies outside its "
                 f"{len(paragraph.context)}-character context")
@@ -218,7 +218,6 @@ class DocTokens:
     """Every paragraph's WordPiece tokens, each distinct word tokenized once for the whole file."""
 
     def __init__(self, paragraphs, tokenizer):
-        self.paragraphs = paragraphs
         distinct = list(dict.fromkeys(itertools.chain.from_iterable(p.words for p in paragraphs)))
         index = dict(zip(distinct, itertools.count()))
         self.word_ids = [np.fromiter(map(index.__getitem__, p.words), np.int64, len(p.words)) for p in paragraphs]
@@ -234,7 +233,7 @@ class DocTokens:
             orig_to_tok = np.cumsum(counts) - counts
             total = int(counts.sum())
             gather = np.repeat(self.offsets[words] - orig_to_tok, counts) + np.arange(total)
-            tok_to_orig = np.repeat(np.arange(len(words)), counts)
+            tok_to_orig = np.repeat(np.arange(len(words), dtype=np.int32), counts)
             self._cache[paragraph] = (self.ids[gather], tok_to_orig, orig_to_tok)
         return self._cache[paragraph]
 
