@@ -528,3 +528,18 @@ def test_tensorflow_parses_our_records_with_the_reference_input_fn_specs(finetun
         for theirs, mine in zip(parsed, ours):
             for name in spec:
                 assert np.array_equal(np.atleast_1d(theirs[name].numpy()), mine[name]), (path.name, name)
+
+
+def test_glue_rerun_skips_finished_splits_and_adds_the_rest(finetune_dir, vocab_path, tmp_path, capsys):
+    argv = ["create-glue", "--task", "CoLA", "--data-dir", str(finetune_dir / "glue/CoLA"), "--vocab", str(vocab_path),
+            "--out", str(tmp_path), "--json", "--quiet"]
+    assert main([*argv, "--split", "train"]) == 0
+    train = (tmp_path / "train.tf_record").read_bytes()
+    capsys.readouterr()
+    assert main(argv) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert {split: s["created"] for split, s in summary["splits"].items()} == {"train": False, "dev": True, "test": True}
+    assert (tmp_path / "train.tf_record").read_bytes() == train
+    assert (tmp_path / "predict.tf_record").read_bytes() == (finetune_dir / "glue/CoLA_test_seq128.tfrecord").read_bytes()
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert sorted(manifest["source"]) == ["dev", "test", "train"] and len(manifest["files"]) == 6
