@@ -1,13 +1,17 @@
 /* Record reading: framed records split into payloads (split_records), and
- * payloads decoded into the rows of NumPy arrays (decode_bert_records), the
- * protobuf walked by hand with every length checked against its message.
+ * payloads decoded by a schema into the rows of NumPy arrays (decode_records),
+ * the protobuf walked by hand with every length checked against its message.
  *
- * Mirrors bertprep/formats/__init__.py: decode_bert_batch_python (over
- * protowire.iter_fields / decode_list / decode_feature_map) and the codecs'
- * iter_payloads (tfrecord.py, ofrecord.py), messages included; equal by
- * tests/test_native.py::test_decode_bert_batch_reads_golden_files,
+ * Mirrors bertprep/formats/__init__.py: decode_batch_python (which
+ * decode_bert_batch_python calls with the BERT schema), messages and byte
+ * offsets included, and the codecs' iter_payloads (tfrecord.py, ofrecord.py).
+ * Equal by tests/test_native.py::test_decode_batch_reads_golden_files (also
+ * decode_bert_batch), test_decode_batch_made_up_schema,
+ * test_decode_batch_errors_name_record_byte_and_feature (every message),
+ * test_decode_batch_fuzzed_records_agree_with_the_twin (flipped bits, cuts,
+ * inserted, overwritten and deleted bytes in G1 records),
+ * test_decode_batch_every_prefix_of_a_record,
  * test_decode_bert_batch_any_key_order_and_list_encoding,
- * test_decode_bert_batch_errors_name_record_and_feature,
  * test_split_records_matches_the_python_reader and
  * test_read_batches_errors_are_identical_on_both_paths.
  */
@@ -36,18 +40,45 @@ static int list_kind_of_field(int fmt, uint64_t field)
     }
     return LIST_NONE;
 }
+static const char *const LIST_FIELDS[2] = {
+    "field 1 (bytes_list), 2 (float_list) or 3 (int64_list)",
+    "field 1 (bytes_list), 2 (float_list), 3 (double_list), 4 (int32_list) or 5 (int64_list)",
+};
 
-/* The message of a record that does not decode; -1 to return. */
-static int fail(DecodeError *err, const char *format, ...)
+/* The message of a record that does not decode, and the byte it is about; -1 to return. */
+static int fail(DecodeError *err, size_t offset, const char *format, ...)
 {
     va_list ap;
     va_start(ap, format);
     vsnprintf(err->message, sizeof err->message, format, ap);
     va_end(ap);
+    err->offset = offset;
     return -1;
 }
 
-/* The protobuf field walker: the same checks, and messages, as protowire.iter_fields. */
+/* "feature 'name'" for a plain name, else its size: the same words as the Python twin's. */
+static void describe_key(const uint8_t *key, size_t n, char *out, size_t size)
+{
+    int plain = n < 80;
+    for (size_t i = 0; plain && i < n; i++)
+        plain = key[i] >= 0x20 && key[i] < 0x7F && key[i] != '\'' && key[i] != '\\';
+    if (plain)
+        snprintf(out, size, "feature '%.*s'", (int)n, (const char *)key);
+    else
+        snprintf(out, size, "a feature with a %zu-byte name", n);
+}
+
+/* Prefix the error with the feature it is about; -1 to return. */
+static int name_feature(DecodeError *err, const uint8_t *key, size_t n)
+{
+    char inner[sizeof err->message], name[128];
+    memcpy(inner, err->message, sizeof inner);
+    describe_key(key, n, name, sizeof name);
+    snprintf(err->message, sizeof err->message, "%s: %s", name, inner);
+    return -1;
+}
+
+/* The protobuf field walker: the checks of the Python twin's _fields, in its order. */
 typedef struct {
     const uint8_t *buf;
     size_t pos, end;
@@ -56,8 +87,9 @@ typedef struct {
 typedef struct {
     uint64_t field;
     int wire;
+    size_t at;          /* the tag's first byte */
     uint64_t value;     /* varint */
-    size_t start, stop; /* length-delimited, fixed32, fixed64 */
+    size_t start, stop; /* the value: varint, length-delimited payload, fixed32, fixed64 */
 } Field;
 
 static int read_varint(const uint8_t *buf, size_t *pos, size_t end, uint64_t *out, DecodeError *err)
@@ -67,7 +99,8 @@ static int read_varint(const uint8_t *buf, size_t *pos, size_t end, uint64_t *ou
     size_t p = *pos;
     for (;;) {
         if (p >= end)
-            return fail(err, "truncated varint");
+            return fail(err, *pos, "truncated varint (its message ends at byte %zu), expected a final byte below 0x80",
+                        end);
         uint8_t b = buf[p++];
         if (shift < 64)
             result |= (uint64_t)(b & 0x7F) << shift;
@@ -75,7 +108,7 @@ static int read_varint(const uint8_t *buf, size_t *pos, size_t end, uint64_t *ou
             break;
         shift += 7;
         if (shift > 63)
-            return fail(err, "varint longer than 10 bytes");
+            return fail(err, *pos, "varint longer than 10 bytes, expected at most 10");
     }
     *pos = p;
     *out = result;
@@ -88,12 +121,14 @@ static int next_field(Cursor *c, Field *f, DecodeError *err)
     if (c->pos >= c->end)
         return 0;
     uint64_t tag = 0;
+    f->at = c->pos;
     if (read_varint(c->buf, &c->pos, c->end, &tag, err) < 0)
         return -1;
     f->field = tag >> 3;
     f->wire = (int)(tag & 7);
     if (f->field == 0)
-        return fail(err, "field number 0");
+        return fail(err, f->at, "field number 0, expected 1 or more");
+    f->start = c->pos;
     switch (f->wire) {
     case WIRE_VARINT:
         return read_varint(c->buf, &c->pos, c->end, &f->value, err) < 0 ? -1 : 1;
@@ -102,27 +137,25 @@ static int next_field(Cursor *c, Field *f, DecodeError *err)
         if (read_varint(c->buf, &c->pos, c->end, &length, err) < 0)
             return -1;
         if (length > c->end - c->pos)
-            return fail(err, "length-delimited field %llu runs past the end of its message",
-                        (unsigned long long)f->field);
+            return fail(err, f->at, "field %llu of %llu bytes runs past the end of its message, expected at most %zu",
+                        (unsigned long long)f->field, (unsigned long long)length, c->end - c->pos);
         f->start = c->pos;
         f->stop = c->pos + (size_t)length;
         c->pos = f->stop;
         return 1;
     }
     case WIRE_FIXED32:
-        if (c->end - c->pos < 4)
-            return fail(err, "truncated fixed32");
-        f->start = c->pos;
-        f->stop = c->pos += 4;
+    case WIRE_FIXED64: {
+        size_t size = f->wire == WIRE_FIXED32 ? 4 : 8;
+        if (c->end - c->pos < size)
+            return fail(err, f->at, "fixed%zu field %llu cut off after %zu bytes, expected %zu", 8 * size,
+                        (unsigned long long)f->field, c->end - c->pos, size);
+        f->stop = c->pos += size;
         return 1;
-    case WIRE_FIXED64:
-        if (c->end - c->pos < 8)
-            return fail(err, "truncated fixed64");
-        f->start = c->pos;
-        f->stop = c->pos += 8;
-        return 1;
+    }
     default:
-        return fail(err, "unsupported wire type %d for field %llu", f->wire, (unsigned long long)f->field);
+        return fail(err, f->at, "wire type %d for field %llu, expected 0, 1, 2 or 5", f->wire,
+                    (unsigned long long)f->field);
     }
 }
 
@@ -133,10 +166,11 @@ typedef struct {
     Py_ssize_t length;  /* expected number of values */
     Py_ssize_t count;   /* values seen */
     int out_of_range;   /* a value did not fit an int32 row */
-    int64_t bad_value;
+    int64_t bad_value;  /* the first such value */
+    size_t bad_at;      /* and its first byte */
 } Sink;
 
-/* protowire._to_signed for the stored kind. */
+/* The stored value as the list's kind reads it (the Python twin's _signed). */
 static inline int64_t to_signed(uint64_t v, int kind)
 {
     if (kind == LIST_INT32 && v >= (1ull << 31) && v < (1ull << 63))
@@ -144,16 +178,16 @@ static inline int64_t to_signed(uint64_t v, int kind)
     return (int64_t)v;
 }
 
-static inline void sink_int(Sink *s, int64_t v)
+static inline void sink_int(Sink *s, int64_t v, size_t at)
 {
     if (s->row != NULL && s->count < s->length) {
         if (s->itemsize == 8) {
             ((int64_t *)s->row)[s->count] = v;
         } else {
-            if (v < INT32_MIN || v > INT32_MAX) {
-                if (!s->out_of_range)
-                    s->bad_value = v;
+            if ((v < INT32_MIN || v > INT32_MAX) && !s->out_of_range) {
                 s->out_of_range = 1;
+                s->bad_value = v;
+                s->bad_at = at;
             }
             ((int32_t *)s->row)[s->count] = (int32_t)v;
         }
@@ -168,7 +202,7 @@ static inline void sink_float(Sink *s, float v)
     s->count++;
 }
 
-/* protowire.decode_list over buf[start:stop] of `kind`, values into `sink`. */
+/* One list message buf[start:stop] of `kind` (the twin's _list_values), values into `sink`. */
 static int decode_list(const uint8_t *buf, size_t start, size_t stop, int kind, Sink *sink, DecodeError *err)
 {
     Cursor c = {buf, start, stop};
@@ -182,8 +216,8 @@ static int decode_list(const uint8_t *buf, size_t start, size_t stop, int kind, 
             if (floats) {
                 size_t item_size = kind == LIST_FLOAT ? 4 : 8;
                 if ((f.stop - f.start) % item_size)
-                    return fail(err, "packed %s list of %zu bytes is not a multiple of %zu", LIST_KIND_NAME[kind],
-                                f.stop - f.start, item_size);
+                    return fail(err, f.at, "packed %s_list of %zu bytes, expected a multiple of %zu",
+                                LIST_KIND_NAME[kind], f.stop - f.start, item_size);
                 for (size_t p = f.start; p < f.stop; p += item_size) {
                     if (item_size == 4) {
                         float v;
@@ -213,13 +247,14 @@ static int decode_list(const uint8_t *buf, size_t start, size_t stop, int kind, 
                     }
                 } else {
                     while (p < f.stop) {
+                        size_t at = p;
                         uint64_t v = 0;
                         if (buf[p] < 0x80) {
                             v = buf[p++];
                         } else if (read_varint(buf, &p, f.stop, &v, err) < 0) {
                             return -1;
                         }
-                        sink_int(sink, to_signed(v, kind));
+                        sink_int(sink, to_signed(v, kind), at);
                     }
                 }
             }
@@ -232,9 +267,10 @@ static int decode_list(const uint8_t *buf, size_t start, size_t stop, int kind, 
             memcpy(&v, buf + f.start, 8);
             sink_float(sink, (float)v);
         } else if (!floats && f.wire == WIRE_VARINT) {
-            sink_int(sink, to_signed(f.value, kind));
+            sink_int(sink, to_signed(f.value, kind), f.start);
         } else {
-            return fail(err, "unexpected wire type %d inside a %s list", f.wire, LIST_KIND_NAME[kind]);
+            return fail(err, f.at, "wire type %d in the %s_list, expected %s", f.wire, LIST_KIND_NAME[kind],
+                        floats ? "2, 5 or 1" : "2 or 0");
         }
     }
     return r;
@@ -278,45 +314,33 @@ static int is_utf8(const uint8_t *s, size_t n)
     return 1;
 }
 
-/* Per record: what was found for each BERT feature. */
+/* Per record: what was found for each feature of the schema (the last entry of its name wins). */
 typedef struct {
     int present;
     int kind;
+    size_t list_at; /* the tag of its (last) list */
     Py_ssize_t count;
     int out_of_range;
     int64_t bad_value;
+    size_t bad_at;
 } Found;
 
-static int feature_of_key(const uint8_t *key, size_t n)
+static int output_of_key(const Output *outputs, int n_outputs, const uint8_t *key, size_t n)
 {
-    for (int k = 0; k < N_FEATURES; k++)
-        if (strlen(FEATURE_NAME[k]) == n && memcmp(FEATURE_NAME[k], key, n) == 0)
+    for (int k = 0; k < n_outputs; k++)
+        if (outputs[k].name_size == n && memcmp(outputs[k].name, key, n) == 0)
             return k;
     return -1;
 }
 
-static int kind_accepted(int feature, int kind)
+static inline int kind_accepted(int is_float, int kind)
 {
-    if (feature == F_MASKED_LM_WEIGHTS)
-        return kind == LIST_FLOAT;
-    return kind == LIST_INT64 || kind == LIST_INT32;
+    return is_float ? kind == LIST_FLOAT : kind == LIST_INT64 || kind == LIST_INT32;
 }
 
-/* Name a feature key in an error message, as Python's repr() would for plain names. */
-static void describe_key(const uint8_t *key, size_t n, char *out, size_t size)
-{
-    int plain = n < 80;
-    for (size_t i = 0; plain && i < n; i++)
-        plain = key[i] >= 0x20 && key[i] < 0x7F && key[i] != '\'' && key[i] != '\\';
-    if (plain)
-        snprintf(out, size, "feature '%.*s'", (int)n, (const char *)key);
-    else
-        snprintf(out, size, "a feature with a %zu-byte name", n);
-}
-
-/* One map<string, Feature> (protowire.decode_feature_map) into the outputs' row `record`. */
-static int decode_map(const uint8_t *buf, size_t start, size_t end, int fmt, Output *outputs, Py_ssize_t record,
-                      Found *found, DecodeError *err)
+/* One map<string, Feature> (the twin's _feature_map) into the outputs' row `record`. */
+static int decode_map(const uint8_t *buf, size_t start, size_t end, int fmt, const Output *outputs, int n_outputs,
+                      Py_ssize_t record, Found *found, DecodeError *err)
 {
     Cursor c = {buf, start, end};
     Field entry = {0};
@@ -332,7 +356,7 @@ static int decode_map(const uint8_t *buf, size_t start, size_t end, int fmt, Out
         while ((re = next_field(&e, &f, err)) == 1) {
             if (f.field == 1 && f.wire == WIRE_LEN) {
                 if (!is_utf8(buf + f.start, f.stop - f.start))
-                    return fail(err, "feature name is not UTF-8");
+                    return fail(err, f.at, "feature name is not UTF-8, expected UTF-8 text");
                 have_key = 1;
                 key_start = f.start;
                 key_stop = f.stop;
@@ -342,106 +366,122 @@ static int decode_map(const uint8_t *buf, size_t start, size_t end, int fmt, Out
                 feature_stop = f.stop;
             }
         }
+        const uint8_t *key = buf + key_start;
+        size_t key_size = key_stop - key_start;
         if (re < 0)
-            return -1;
+            return have_key ? name_feature(err, key, key_size) : -1;
         if (!have_key)
-            return fail(err, "map entry without a key");
-        int k = feature_of_key(buf + key_start, key_stop - key_start);
-        char name[128]; /* filled only on the error paths */
-#define NAME_KEY() describe_key(buf + key_start, key_stop - key_start, name, sizeof name)
+            return fail(err, entry.at, "map entry without a key, expected field 1 (the feature name)");
+        int k = output_of_key(outputs, n_outputs, key, key_size);
         int kind = LIST_NONE;
+        size_t list_at = 0;
         Sink sink = {0};
         if (have_feature) {
             Cursor fc = {buf, feature_start, feature_stop};
             Field list = {0};
             int rl;
             while ((rl = next_field(&fc, &list, err)) == 1) {
-                int list_kind = list.wire == WIRE_LEN ? list_kind_of_field(fmt, list.field) : LIST_NONE;
+                int list_kind = list_kind_of_field(fmt, list.field);
                 if (list_kind == LIST_NONE) {
-                    NAME_KEY();
-                    return fail(err, "%s has unknown list field %llu", name, (unsigned long long)list.field);
+                    fail(err, list.at, "unknown list field %llu, expected %s", (unsigned long long)list.field,
+                         LIST_FIELDS[fmt]);
+                    return name_feature(err, key, key_size);
+                }
+                if (list.wire != WIRE_LEN) {
+                    fail(err, list.at, "list field %llu of wire type %d, expected wire type 2",
+                         (unsigned long long)list.field, list.wire);
+                    return name_feature(err, key, key_size);
                 }
                 kind = list_kind;
+                list_at = list.at;
                 memset(&sink, 0, sizeof sink);
-                if (k >= 0 && kind_accepted(k, kind)) {
-                    Output *o = &outputs[k];
+                if (k >= 0 && kind_accepted(outputs[k].is_float, kind)) {
+                    const Output *o = &outputs[k];
                     sink.row = o->row_base + (size_t)record * (size_t)o->length * (size_t)o->itemsize;
                     sink.itemsize = o->itemsize;
                     sink.length = o->length;
                 }
-                if (decode_list(buf, list.start, list.stop, kind, &sink, err) < 0) {
-                    char inner[sizeof err->message];
-                    memcpy(inner, err->message, sizeof inner);
-                    NAME_KEY();
-                    return fail(err, "%s: %s", name, inner);
-                }
+                if (decode_list(buf, list.start, list.stop, kind, &sink, err) < 0)
+                    return name_feature(err, key, key_size);
             }
             if (rl < 0)
-                return -1;
+                return name_feature(err, key, key_size);
         }
         if (kind == LIST_NONE) {
-            NAME_KEY();
-            return fail(err, "%s holds no list", name);
+            fail(err, entry.at, "holds no list, expected %s", LIST_FIELDS[fmt]);
+            return name_feature(err, key, key_size);
         }
-#undef NAME_KEY
         if (k >= 0) {
-            found[k].present = 1;
-            found[k].kind = kind;
-            found[k].count = sink.count;
-            found[k].out_of_range = sink.out_of_range;
-            found[k].bad_value = sink.bad_value;
+            Found *s = &found[k];
+            s->present = 1;
+            s->kind = kind;
+            s->list_at = list_at;
+            s->count = sink.count;
+            s->out_of_range = sink.out_of_range;
+            s->bad_value = sink.bad_value;
+            s->bad_at = sink.bad_at;
         }
     }
     return r;
 }
 
 /* One payload into row `record` of every output; the checks of the Python twin, in its order. */
-static int decode_record(const uint8_t *buf, size_t n, int fmt, Output *outputs, Py_ssize_t record,
-                         DecodeError *err)
+static int decode_record(const uint8_t *buf, size_t n, int fmt, const Output *outputs, int n_outputs,
+                         Py_ssize_t record, Found *found, DecodeError *err)
 {
-    Found found[N_FEATURES];
-    memset(found, 0, sizeof found);
+    memset(found, 0, sizeof(Found) * (size_t)n_outputs);
     if (fmt == FMT_TFRECORD) {
         Cursor c = {buf, 0, n};
         Field f = {0};
         int r;
         while ((r = next_field(&c, &f, err)) == 1)
-            if (f.field == 1 && f.wire == WIRE_LEN && decode_map(buf, f.start, f.stop, fmt, outputs, record, found, err) < 0)
+            if (f.field == 1 && f.wire == WIRE_LEN &&
+                decode_map(buf, f.start, f.stop, fmt, outputs, n_outputs, record, found, err) < 0)
                 return -1;
         if (r < 0)
             return -1;
-    } else if (decode_map(buf, 0, n, fmt, outputs, record, found, err) < 0) {
+    } else if (decode_map(buf, 0, n, fmt, outputs, n_outputs, record, found, err) < 0) {
         return -1;
     }
-    for (int k = 0; k < N_FEATURES; k++) {
-        const char *name = FEATURE_NAME[k];
-        if (!found[k].present)
-            return fail(err, "feature '%s': missing", name);
-        if (!kind_accepted(k, found[k].kind))
-            return fail(err, "feature '%s': expected %s, got %s_list", name,
-                        k == F_MASKED_LM_WEIGHTS ? "float_list" : "int64_list or int32_list",
-                        LIST_KIND_NAME[found[k].kind]);
-        if (found[k].count != outputs[k].length)
-            return fail(err, "feature '%s': expected %zd values, got %zd", name, outputs[k].length,
-                        found[k].count);
-        if (found[k].out_of_range)
-            return fail(err, "feature '%s': value %lld does not fit int32", name, (long long)found[k].bad_value);
+    for (int k = 0; k < n_outputs; k++) {
+        const Output *o = &outputs[k];
+        const Found *s = &found[k];
+        const char *expected = o->is_float ? "float_list" : "int64_list or int32_list";
+        if (!s->present)
+            fail(err, n, "missing, expected %s %s of %zd values", o->is_float ? "a" : "an", expected, o->length);
+        else if (!kind_accepted(o->is_float, s->kind))
+            fail(err, s->list_at, "%s_list, expected %s", LIST_KIND_NAME[s->kind], expected);
+        else if (s->count != o->length)
+            fail(err, s->list_at, "%zd values, expected %zd", s->count, o->length);
+        else if (s->out_of_range)
+            fail(err, s->bad_at, "value %lld does not fit int32, expected -2147483648 to 2147483647",
+                 (long long)s->bad_value);
+        else
+            continue;
+        return name_feature(err, (const uint8_t *)o->name, o->name_size);
     }
     return 0;
 }
 
-Py_ssize_t decode_bert_records(const Py_buffer *payloads, Py_ssize_t n, int fmt, Output *outputs,
-                               DecodeError *err)
+Py_ssize_t decode_records(const Py_buffer *payloads, Py_ssize_t n, int fmt, const Output *outputs, int n_outputs,
+                          DecodeError *err)
 {
+    Found *found = PyMem_Malloc(sizeof(Found) * (size_t)(n_outputs ? n_outputs : 1));
+    if (found == NULL) {
+        PyErr_NoMemory();
+        return -2;
+    }
     Py_ssize_t failed = -1;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (decode_record((const uint8_t *)payloads[i].buf, (size_t)payloads[i].len, fmt, outputs, i, err) < 0) {
+        if (decode_record((const uint8_t *)payloads[i].buf, (size_t)payloads[i].len, fmt, outputs, n_outputs, i,
+                          found, err) < 0) {
             failed = i;
             break;
         }
     }
     Py_END_ALLOW_THREADS
+    PyMem_Free(found);
     return failed;
 }
 

@@ -6,6 +6,7 @@
  *   encode_instances(fmt, seq, pred, tokens, instance_starts, a_lengths,
  *                    masked_positions, masked_labels, mask_starts,
  *                    is_random_next, first, count) -> bytes
+ *   decode_batch(payloads, fmt, features, outputs, first_index=0) -> None
  *   decode_bert_batch(payloads, fmt, seq, pred, input_ids, input_mask,
  *                     segment_ids, masked_lm_positions, masked_lm_ids,
  *                     masked_lm_weights, next_sentence_labels,
@@ -16,7 +17,8 @@
  *       -> (state, tokens, instance_starts, ...)   (see bertprep/instances.py)
  *
  * Its argument checks are tested by tests/test_native.py::
- * test_crc32c_rejects_bad_arguments, test_decode_bert_batch_checks_its_outputs,
+ * test_crc32c_rejects_bad_arguments, test_decode_batch_checks_its_arguments
+ * (against the twin's), test_decode_bert_batch_checks_its_outputs,
  * test_encode_instances_rejects_inconsistent_layouts_like_its_twin and
  * test_create_instances_rejects_bad_arguments.
  */
@@ -107,6 +109,17 @@ static int parse_format(const char *fmt)
     return -1;
 }
 
+/* The format of a BERT batch of seq tokens and pred predictions; -1 with an exception set. */
+static int parse_bert_format(const char *fmt_name, Py_ssize_t seq, Py_ssize_t pred)
+{
+    int fmt = parse_format(fmt_name);
+    if (fmt >= 0 && (seq < 0 || pred < 0)) {
+        PyErr_SetString(PyExc_ValueError, "seq and pred must be >= 0");
+        return -1;
+    }
+    return fmt;
+}
+
 /* Above this size the GIL is released while summing, so threads can overlap. */
 #define CRC_RELEASE_GIL_BYTES 65536
 
@@ -153,13 +166,9 @@ static PyObject *py_encode_instances(PyObject *self, PyObject *args, PyObject *k
                                      &pred, &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &objs[5],
                                      &objs[6], &first, &count))
         return NULL;
-    int fmt = parse_format(fmt_name);
+    int fmt = parse_bert_format(fmt_name, seq, pred);
     if (fmt < 0)
         return NULL;
-    if (seq < 0 || pred < 0) {
-        PyErr_SetString(PyExc_ValueError, "seq and pred must be >= 0");
-        return NULL;
-    }
 
     static const char *const names[N_INSTANCE_ARRAYS] = {"tokens", "instance_starts", "a_lengths",
                                                          "masked_positions", "masked_labels", "mask_starts",
@@ -178,13 +187,11 @@ done:
     return result;
 }
 
-static int output_get(Output *o, PyObject *obj, int feature, Py_ssize_t n_records, Py_ssize_t seq,
-                      Py_ssize_t pred)
+/* Takes the buffer of the array `obj` for an output whose name, is_float and length are set. */
+static int output_get(Output *o, PyObject *obj, Py_ssize_t n_records)
 {
-    const char *name = FEATURE_NAME[feature];
+    const char *name = o->name;
     o->held = 0;
-    o->is_float = feature == F_MASKED_LM_WEIGHTS;
-    o->length = feature_length(feature, seq, pred);
     if (PyObject_GetBuffer(obj, &o->view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
         PyErr_Clear();
         PyErr_Format(PyExc_TypeError, "output %s: expected a writable C-contiguous buffer, got %.80s", name,
@@ -218,33 +225,17 @@ static int output_get(Output *o, PyObject *obj, int feature, Py_ssize_t n_record
     return 0;
 }
 
-static PyObject *py_decode_bert_batch(PyObject *self, PyObject *args, PyObject *kwargs)
+/* The decoders' common part: payloads (a sequence of bytes-like objects) into the arrays
+ * output_objects[k], one per schema feature outputs[k] (name, is_float and length set). */
+static PyObject *decode_payloads(PyObject *payloads_obj, int fmt, Output *outputs, int n_outputs,
+                                 PyObject *const *output_objects, Py_ssize_t first_index)
 {
-    static char *kwlist[] = {"payloads", "fmt", "seq", "pred", "input_ids", "input_mask", "segment_ids",
-                             "masked_lm_positions", "masked_lm_ids", "masked_lm_weights",
-                             "next_sentence_labels", "first_index", NULL};
-    PyObject *payloads_obj;
-    const char *fmt_name;
-    Py_ssize_t seq, pred, first_index = 0;
-    PyObject *objs[N_FEATURES];
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OsnnOOOOOOO|$n:decode_bert_batch", kwlist, &payloads_obj,
-                                     &fmt_name, &seq, &pred, &objs[0], &objs[1], &objs[2], &objs[3], &objs[4],
-                                     &objs[5], &objs[6], &first_index))
-        return NULL;
-    int fmt = parse_format(fmt_name);
-    if (fmt < 0)
-        return NULL;
-    if (seq < 0 || pred < 0) {
-        PyErr_SetString(PyExc_ValueError, "seq and pred must be >= 0");
-        return NULL;
-    }
+    for (int k = 0; k < n_outputs; k++)
+        outputs[k].held = 0;
     PyObject *payloads = PySequence_Fast(payloads_obj, "payloads must be a sequence of bytes-like objects");
     if (payloads == NULL)
         return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(payloads);
-    Output outputs[N_FEATURES];
-    for (int k = 0; k < N_FEATURES; k++)
-        outputs[k].held = 0;
     Py_buffer *views = PyMem_Calloc((size_t)(n ? n : 1), sizeof(Py_buffer));
     Py_ssize_t n_views = 0;
     PyObject *result = NULL;
@@ -252,8 +243,8 @@ static PyObject *py_decode_bert_batch(PyObject *self, PyObject *args, PyObject *
         PyErr_NoMemory();
         goto done;
     }
-    for (int k = 0; k < N_FEATURES; k++)
-        if (output_get(&outputs[k], objs[k], k, n, seq, pred) < 0)
+    for (int k = 0; k < n_outputs; k++)
+        if (output_get(&outputs[k], output_objects[k], n) < 0)
             goto done;
     for (; n_views < n; n_views++) {
         PyObject *item = PySequence_Fast_GET_ITEM(payloads, n_views);
@@ -262,9 +253,11 @@ static PyObject *py_decode_bert_batch(PyObject *self, PyObject *args, PyObject *
     }
 
     DecodeError err;
-    Py_ssize_t failed = decode_bert_records(views, n, fmt, outputs, &err);
+    Py_ssize_t failed = decode_records(views, n, fmt, outputs, n_outputs, &err);
+    if (failed == -2)
+        goto done;
     if (failed >= 0) {
-        PyErr_Format(PyExc_ValueError, "record %zd: %s", first_index + failed, err.message);
+        PyErr_Format(PyExc_ValueError, "record %zd at byte %zu: %s", first_index + failed, err.offset, err.message);
         goto done;
     }
     result = Py_None;
@@ -274,11 +267,129 @@ done:
     for (Py_ssize_t i = 0; i < n_views; i++)
         PyBuffer_Release(&views[i]);
     PyMem_Free(views);
-    for (int k = 0; k < N_FEATURES; k++)
+    for (int k = 0; k < n_outputs; k++)
         if (outputs[k].held)
             PyBuffer_Release(&outputs[k].view);
     Py_DECREF(payloads);
     return result;
+}
+
+#define FEATURES_EXPECTED "expected (name: str, is_float: bool, length: int >= 0)"
+
+static PyObject *py_decode_batch(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"payloads", "fmt", "features", "outputs", "first_index", NULL};
+    PyObject *payloads, *features_obj, *outputs_obj;
+    const char *fmt_name;
+    Py_ssize_t first_index = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OsOO|n:decode_batch", kwlist, &payloads, &fmt_name,
+                                     &features_obj, &outputs_obj, &first_index))
+        return NULL;
+    int fmt = parse_format(fmt_name);
+    if (fmt < 0)
+        return NULL;
+    PyObject *features = PySequence_Fast(features_obj, "features must be a sequence of (name, is_float, length)");
+    if (features == NULL)
+        return NULL;
+    PyObject *arrays = PySequence_Fast(outputs_obj, "outputs must be a sequence of arrays");
+    Output *outputs = NULL;
+    char *names = NULL; /* the names' UTF-8, copied: the GIL is released while they are compared */
+    PyObject *result = NULL;
+    if (arrays == NULL)
+        goto done;
+    Py_ssize_t n_features = PySequence_Fast_GET_SIZE(features);
+    if (n_features > INT_MAX / 2) {
+        PyErr_SetString(PyExc_ValueError, "features: too many");
+        goto done;
+    }
+    if (PySequence_Fast_GET_SIZE(arrays) != n_features) {
+        PyErr_Format(PyExc_ValueError, "outputs: expected one array per feature (%zd), got %zd", n_features,
+                     PySequence_Fast_GET_SIZE(arrays));
+        goto done;
+    }
+    outputs = PyMem_Calloc((size_t)(n_features ? n_features : 1), sizeof(Output));
+    size_t names_size = 0;
+    if (outputs == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < n_features; k++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(features, k);
+        Py_ssize_t size, length;
+        int is_float;
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 3 || !PyUnicode_Check(PyTuple_GET_ITEM(item, 0))) {
+            PyErr_Format(PyExc_TypeError, "features[%zd]: " FEATURES_EXPECTED, k);
+            goto done;
+        }
+        if ((outputs[k].name = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(item, 0), &size)) == NULL ||
+            (is_float = PyObject_IsTrue(PyTuple_GET_ITEM(item, 1))) < 0)
+            goto done;
+        PyObject *index = PyNumber_Index(PyTuple_GET_ITEM(item, 2));
+        if (index == NULL)
+            goto done;
+        length = PyLong_AsSsize_t(index);
+        Py_DECREF(index);
+        if (length == -1 && PyErr_Occurred())
+            goto done;
+        if (length < 0) {
+            PyErr_Format(PyExc_ValueError, "features[%zd]: length %zd, " FEATURES_EXPECTED, k, length);
+            goto done;
+        }
+        for (Py_ssize_t j = 0; j < k; j++)
+            if (outputs[j].name_size == (size_t)size && memcmp(outputs[j].name, outputs[k].name, (size_t)size) == 0) {
+                PyErr_Format(PyExc_ValueError, "features[%zd]: name %R repeats features[%zd]", k,
+                             PyTuple_GET_ITEM(item, 0), j);
+                goto done;
+            }
+        outputs[k].name_size = (size_t)size;
+        outputs[k].is_float = is_float;
+        outputs[k].length = length;
+        names_size += (size_t)size + 1;
+    }
+    names = PyMem_Malloc(names_size ? names_size : 1);
+    if (names == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t k = 0, at = 0; k < n_features; k++) {
+        memcpy(names + at, outputs[k].name, outputs[k].name_size + 1);
+        outputs[k].name = names + at;
+        at += (Py_ssize_t)outputs[k].name_size + 1;
+    }
+    result = decode_payloads(payloads, fmt, outputs, (int)n_features, PySequence_Fast_ITEMS(arrays), first_index);
+done:
+    PyMem_Free(names);
+    PyMem_Free(outputs);
+    Py_XDECREF(arrays);
+    Py_DECREF(features);
+    return result;
+}
+
+/* decode_batch with BERT's schema (bertprep.formats.BERT_FEATURES at seq/pred). */
+static PyObject *py_decode_bert_batch(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"payloads", "fmt", "seq", "pred", "input_ids", "input_mask", "segment_ids",
+                             "masked_lm_positions", "masked_lm_ids", "masked_lm_weights",
+                             "next_sentence_labels", "first_index", NULL};
+    PyObject *payloads;
+    const char *fmt_name;
+    Py_ssize_t seq, pred, first_index = 0;
+    PyObject *objs[N_FEATURES];
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OsnnOOOOOOO|$n:decode_bert_batch", kwlist, &payloads,
+                                     &fmt_name, &seq, &pred, &objs[0], &objs[1], &objs[2], &objs[3], &objs[4],
+                                     &objs[5], &objs[6], &first_index))
+        return NULL;
+    int fmt = parse_bert_format(fmt_name, seq, pred);
+    if (fmt < 0)
+        return NULL;
+    Output outputs[N_FEATURES];
+    for (int k = 0; k < N_FEATURES; k++) {
+        outputs[k].name = FEATURE_NAME[k];
+        outputs[k].name_size = strlen(FEATURE_NAME[k]);
+        outputs[k].is_float = k == F_MASKED_LM_WEIGHTS;
+        outputs[k].length = feature_length(k, seq, pred);
+    }
+    return decode_payloads(payloads, fmt, outputs, N_FEATURES, objs, first_index);
 }
 
 static PyObject *py_split_records(PyObject *self, PyObject *args, PyObject *kwargs)
@@ -360,11 +471,18 @@ static PyMethodDef native_methods[] = {
      "                 mask_starts, is_random_next, first, count) -> bytes\n\n"
      "The framed records of instances [first, first+count) of the compact instance layout, byte for byte\n"
      "what formats.frame(formats.encode_record(fields, fmt), fmt) gives."},
+    {"decode_batch", (PyCFunction)(void (*)(void))py_decode_batch, METH_VARARGS | METH_KEYWORDS,
+     "decode_batch(payloads, fmt, features, outputs, first_index=0) -> None\n\n"
+     "Decode unframed records into row i of each writable output array, by a schema: `features` is a\n"
+     "sequence of (name, is_float, length), `outputs` one C-contiguous array per feature of len(payloads) *\n"
+     "length values (float32 for a float feature, int32 or int64 otherwise). Any key order, packed or\n"
+     "unpacked lists, int64_list or int32_list for an integer feature; other keys are checked, not kept.\n"
+     "ValueError 'record {first_index + i} at byte {b}: feature 'name': ...' for the first record that does\n"
+     "not fit; the outputs' contents are then unspecified."},
     {"decode_bert_batch", (PyCFunction)(void (*)(void))py_decode_bert_batch, METH_VARARGS | METH_KEYWORDS,
      "decode_bert_batch(payloads, fmt, seq, pred, input_ids, input_mask, segment_ids, masked_lm_positions,\n"
      "                  masked_lm_ids, masked_lm_weights, next_sentence_labels, *, first_index=0) -> None\n\n"
-     "Decode unframed BERT records into row i of each writable output buffer; ValueError\n"
-     "'record {i}: ...' on the first record that does not fit."},
+     "decode_batch with BERT's seven features at seq/pred."},
     {"split_records", (PyCFunction)(void (*)(void))py_split_records, METH_VARARGS | METH_KEYWORDS,
      "split_records(data, fmt, *, verify=True, first_index=0, first_offset=0, final=False)\n"
      "    -> (payloads, consumed, needed, error)\n\n"

@@ -3,7 +3,7 @@
  *
  *   crc32c.c     CRC-32C                       bertprep/formats/crc32c.py
  *   encode.c     instances -> framed records   bertprep/formats encode_instances_python
- *   decode.c     framed records -> arrays      bertprep/formats decode_bert_batch_python, iter_payloads
+ *   decode.c     framed records -> arrays      bertprep/formats decode_batch_python, iter_payloads
  *   mt19937.c    CPython's random.Random       random.random / _randbelow / randint / shuffle
  *   instances.c  the reference's instances     bertprep/instances.py
  *   module.c     the Python entry points: argument parsing, buffers, the method table
@@ -115,25 +115,29 @@ PyObject *encode_instances(int fmt, Py_ssize_t seq, Py_ssize_t pred, const IntAr
 /* decode.c                                                            */
 /* ------------------------------------------------------------------ */
 
-/* One output array of a batch: row r of it is row_base + r * length * itemsize. */
+/* One feature of a batch's schema and the array its values go to: record r's
+ * `length` values at row_base + r * length * itemsize. */
 typedef struct {
-    Py_buffer view;
-    int held;
-    char *row_base; /* element 0 of the output */
-    int itemsize;
-    int is_float;
+    const char *name; /* UTF-8, name_size bytes */
+    size_t name_size;
+    int is_float;      /* float_list into float32; else int64_list or int32_list into int32 or int64 */
     Py_ssize_t length; /* values per record */
+    char *row_base;
+    int itemsize;
+    Py_buffer view; /* the array's buffer, while held */
+    int held;
 } Output;
 
-/* Error text of the record being decoded; formatted without the GIL. */
+/* Why a record does not decode, and the byte of its payload that shows it; formatted without the GIL. */
 typedef struct {
-    char message[320];
+    size_t offset;
+    char message[512];
 } DecodeError;
 
-/* Decodes payloads[i] into row i of each of the N_FEATURES outputs, without the GIL.
- * Returns -1 when all fit, else the index of the first record that does not (err says why). */
-Py_ssize_t decode_bert_records(const Py_buffer *payloads, Py_ssize_t n, int fmt, Output *outputs,
-                               DecodeError *err);
+/* Decodes payloads[i] into row i of each output, without the GIL. Returns -1 when every record
+ * fits, the index of the first that does not (err says why), or -2 with an exception set. */
+Py_ssize_t decode_records(const Py_buffer *payloads, Py_ssize_t n, int fmt, const Output *outputs, int n_outputs,
+                          DecodeError *err);
 
 /* split_records' result tuple (payloads, consumed, needed, error) for buf[0:len]; NULL on exception. */
 PyObject *split_records(const uint8_t *buf, size_t len, int fmt, int verify, long long first_index,
