@@ -8,8 +8,9 @@ which names the dated file, and then downloads from the dated directory so
 the manifest pins the date. The dump is downloaded resumably and checked
 against the published md5, then streamed (bz2 → XML → pages, never held
 whole): main-namespace pages that are not redirects are stripped of markup
-(`wikimarkup`) in a pool of workers and written as formatted parts of
-`PAGES_PER_PART` documents, with the title kept as metadata.
+(`wikimarkup`, with mwparserfromhell) in a pool of workers and written as
+formatted parts of `PAGES_PER_PART` documents, with the title kept as
+metadata.
 """
 
 import bz2
@@ -18,10 +19,12 @@ import os
 import re
 import xml.etree.ElementTree as ET
 
+from mwparserfromhell.parser import ParserError
+
 from bertprep.errors import DataError, UsageError
 from bertprep.download.formatted import corpus_dir, save_parts_manifest, write_part
 from bertprep.download.http import SourceDownloads, fetch_text
-from bertprep.download.wikimarkup import wikitext_to_text
+from bertprep.download.wikimarkup import STRIPPER, wikitext_to_text
 
 DEFAULT_BASE_URL = "https://dumps.wikimedia.org"
 BASE_URL_ENV = "BERTPREP_WIKIDUMP_URL"
@@ -78,7 +81,14 @@ def _child_text(element, name):
 
 
 def _clean_batch(batch):
-    return [{"id": page_id, "title": title, "text": wikitext_to_text(text)} for page_id, title, text in batch]
+    return [{"id": page_id, "title": title, "text": _page_text(page_id, title, text)} for page_id, title, text in batch]
+
+
+def _page_text(page_id, title, wikitext):
+    try:
+        return wikitext_to_text(wikitext)
+    except ParserError as exc:  # the parser's own bug report; name the page that met it
+        raise DataError(f"page {page_id} ({title}): mwparserfromhell could not parse its wikitext ({exc})") from None
 
 
 def extract(path, directory, prefix, workers=1, progress=None):
@@ -125,7 +135,8 @@ def run(args, workdir, progress):
     downloads.set_info(dump=date, lang=args.lang)
     corpus = f"wikicorpus_{args.lang}"
     directory = corpus_dir(workdir, corpus)
-    source = {"dump": name, "md5": md5}
+    # The stripper is part of what made the text: another version re-extracts.
+    source = {"dump": name, "md5": md5, "markup": STRIPPER}
     done = save_parts_manifest(directory, corpus, source, None)
     if done is None:
         files = extract(downloads.path(name), directory, f"{wiki}-{date}", args.workers, progress)
