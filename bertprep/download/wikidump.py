@@ -23,7 +23,7 @@ from mwparserfromhell.parser import ParserError
 
 from bertprep.errors import DataError, UsageError
 from bertprep.download.formatted import corpus_dir, save_parts_manifest, write_part
-from bertprep.download.http import SourceDownloads, fetch_text
+from bertprep.download.http import SourceDownloads, fetch_text, limits_from
 from bertprep.download.wikimarkup import STRIPPER, wikitext_to_text
 
 DEFAULT_BASE_URL = "https://dumps.wikimedia.org"
@@ -32,7 +32,7 @@ PAGES_PER_PART = 50_000
 BATCH = 256  # pages per task sent to a worker
 
 
-def resolve_dump(base, lang, dump):
+def resolve_dump(base, lang, dump, limits):
     """(date, file name, md5) of the pages-articles dump, from the published md5 list."""
     wiki = f"{lang}wiki"
     if dump == "latest":
@@ -42,7 +42,7 @@ def resolve_dump(base, lang, dump):
     else:
         raise UsageError(f"--dump: expected 'latest' or a date YYYYMMDD, got {dump!r}")
     pattern = re.compile(rf"([0-9a-f]{{32}})\s+\*?({re.escape(wiki)}-(\d{{8}})-pages-articles\.xml\.bz2)$")
-    for line in fetch_text(listing_url).splitlines():
+    for line in fetch_text(listing_url, limits=limits).splitlines():
         match = pattern.match(line.strip())
         if match and (dump == "latest" or match.group(3) == dump):
             return match.group(3), match.group(2), match.group(1)
@@ -129,8 +129,9 @@ def _batched(iterable, size):
 def run(args, workdir, progress):
     base = (args.base_url or os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL).rstrip("/")
     wiki = f"{args.lang}wiki"
-    date, name, md5 = resolve_dump(base, args.lang, args.dump)
-    downloads = SourceDownloads(os.path.join(workdir, "download", "wikipedia"), "wikipedia", progress)
+    limits = limits_from(args)
+    date, name, md5 = resolve_dump(base, args.lang, args.dump, limits)
+    downloads = SourceDownloads(os.path.join(workdir, "download", "wikipedia"), "wikipedia", progress, limits)
     entry = downloads.get(f"{base}/{wiki}/{date}/{name}", name, checksums={"md5": md5})
     downloads.set_info(dump=date, lang=args.lang)
     corpus = f"wikicorpus_{args.lang}"
