@@ -5,10 +5,16 @@ lower-case + accent strip; BertPreTokenizer: whitespace + punctuation split;
 greedy longest-match WordPiece) gives the reference's tokens, provided
 WordPiece splits words of up to 200 characters as the reference does (HF's
 default of 100 would turn 101–200 character words into [UNK]).
+
+A very long line is tokenized in pieces (`cut_line`): HF tokenizers keeps
+about 150 bytes per character of a line while it works on it, so one 50 MB
+line took 7.6 GB.
 """
 
 import hashlib
+import itertools
 import os
+import re
 from functools import cached_property
 from dataclasses import dataclass
 
@@ -24,6 +30,36 @@ except ImportError:  # extension not built: every line goes through HF tokenizer
 
 REQUIRED_TOKENS = ("[CLS]", "[SEP]", "[MASK]", "[UNK]")
 MAX_INPUT_CHARS_PER_WORD = 200  # the reference's value, not HF's default 100
+# Lines longer than this are tokenized in pieces of about this many characters.
+# Small pieces also keep one non-ASCII character from sending a whole long
+# line to HF tokenizers: the pieces without one take the C path.
+MAX_PIECE_CHARS = 1 << 10
+# HF tokenizers gets lines in batches of at most this many characters, so its
+# working memory stays near 150 MB whatever the lines.
+MAX_BATCH_CHARS = 1 << 20
+# The reference's _is_chinese_char: each of these becomes a token of its own.
+CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F), (0x2B740, 0x2B81F),
+              (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
+# Where BasicTokenizer always ends a token, whatever surrounds the place:
+# ASCII white space (it splits there; white space is never removed or merged)
+# and before a CJK ideograph (it puts spaces around each one first).
+_CUT_POINT = re.compile("[ \t\n\r" + "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in CJK_RANGES) + "]")
+
+
+def cut_line(line, max_chars=MAX_PIECE_CHARS):
+    """`line` as pieces of at least `max_chars` characters (the last may be shorter) that tokenize separately
+    into the line's tokens: each cut is at the first cut point past `max_chars`. A stretch without one
+    (a single enormous word) stays whole.
+    """
+    pieces, start = [], 0
+    while len(line) - start > max_chars:
+        match = _CUT_POINT.search(line, start + max_chars)
+        if match is None:
+            break
+        pieces.append(line[start:match.start()])
+        start = match.start()
+    pieces.append(line[start:])
+    return pieces
 
 
 @dataclass(frozen=True)
@@ -114,10 +150,11 @@ class LineTokenizer:
     CJK and accents. Tests check both give the reference's tokens.
     """
 
-    def __init__(self, vocab, lower_case=True, use_native=None):
+    def __init__(self, vocab, lower_case=True, use_native=None, max_piece_chars=MAX_PIECE_CHARS):
         self.vocab = vocab
         self.lower_case = lower_case
         self.use_native = (_wordpiece is not None) if use_native is None else use_native
+        self.max_piece_chars = max_piece_chars  # None: never cut a line
 
     @cached_property
     def hf(self):
@@ -135,7 +172,28 @@ class LineTokenizer:
         return self
 
     def encode(self, lines, batch_size=4096):
-        """(tokens int32, counts int64): line i's ids are the next counts[i] tokens."""
+        """(tokens int32, counts int64): line i's ids are the next counts[i] tokens.
+
+        Lines longer than `max_piece_chars` are cut (`cut_line`), their pieces
+        tokenized like lines, and the pieces' counts summed back per line.
+        """
+        limit = self.max_piece_chars
+        long_lines = [] if limit is None else [i for i, line in enumerate(lines) if len(line) > limit]
+        if not long_lines:
+            return self._encode_lines(lines, batch_size)
+        pieces, pieces_per_line, start = [], np.ones(len(lines), dtype=np.int64), 0
+        for index in long_lines:
+            pieces += lines[start:index]
+            cut = cut_line(lines[index], limit)
+            pieces += cut
+            pieces_per_line[index] = len(cut)
+            start = index + 1
+        pieces += lines[start:]
+        tokens, piece_counts = self._encode_lines(pieces, batch_size)
+        first_piece = np.cumsum(pieces_per_line) - pieces_per_line
+        return tokens, np.add.reduceat(piece_counts, first_piece).astype(np.int64)
+
+    def _encode_lines(self, lines, batch_size):
         if self.use_native:
             ascii_index = [i for i, line in enumerate(lines) if line.isascii()]
             if len(ascii_index) == len(lines):
@@ -164,9 +222,22 @@ class LineTokenizer:
         return np.frombuffer(tokens, dtype=np.int32), np.frombuffer(counts, dtype=np.int32).astype(np.int64)
 
     def _encode_hf(self, lines, batch_size):
-        ids = []
-        for start in range(0, len(lines), batch_size):
-            ids.extend(e.ids for e in self.hf.encode_batch(lines[start:start + batch_size], add_special_tokens=False))
-        counts = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
-        tokens = np.fromiter((t for x in ids for t in x), dtype=np.int32, count=int(counts.sum()))
-        return tokens, counts
+        all_tokens, all_counts = [np.zeros(0, np.int32)], [np.zeros(0, np.int64)]
+        for batch in _batches(lines, batch_size, MAX_BATCH_CHARS):
+            ids = [e.ids for e in self.hf.encode_batch(batch, add_special_tokens=False)]
+            counts = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+            all_counts.append(counts)
+            all_tokens.append(np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=int(counts.sum())))
+        return np.concatenate(all_tokens), np.concatenate(all_counts)
+
+
+def _batches(lines, max_lines, max_chars):
+    """Consecutive slices of `lines`, each of at most `max_lines` lines and, unless one line is longer, `max_chars` characters."""
+    start = chars = 0
+    for index, line in enumerate(lines):
+        if index > start and (index - start == max_lines or chars + len(line) > max_chars):
+            yield lines[start:index]
+            start, chars = index, 0
+        chars += len(line)
+    if start < len(lines):
+        yield lines[start:]

@@ -16,7 +16,7 @@ import os
 import tarfile
 
 from bertprep.download.formatted import corpus_dir, format_parts, save_parts_manifest, write_part
-from bertprep.download.http import SourceDownloads
+from bertprep.download.http import SourceDownloads, limits_from
 from bertprep.download.hub import hub_snapshot, iter_parquet_rows
 from bertprep.download.wikipedia import hub_manifest
 from bertprep.errors import DataError, UsageError
@@ -77,7 +77,8 @@ def run(args, workdir, progress):
     if args.tarball:
         base = (args.base_url or os.environ.get(TARBALL_URL_ENV) or DEFAULT_TARBALL_URL).rstrip("/")
         md5 = (args.md5 or TARBALL_MD5).lower()
-        downloads = SourceDownloads(os.path.join(workdir, "download", "bookcorpus"), "bookcorpus", progress)
+        downloads = SourceDownloads(os.path.join(workdir, "download", "bookcorpus"), "bookcorpus", progress,
+                                    limits_from(args))
         entry = downloads.get(f"{base}/{TARBALL}", TARBALL, checksums={"md5": md5})
         source = {"tarball": TARBALL, "md5": md5, "lines_per_document": args.lines_per_document}
         manifest = save_parts_manifest(directory, CORPUS, source, None)
