@@ -423,7 +423,6 @@ def run(args):
     tokenizer = load_tokenizer(args.vocab, not args.no_lower_case)
     params = Params(args.seq, args.doc_stride, args.max_query)
     source = {"path": os.path.abspath(args.input), "sha256": sha256_of(args.input)}
-    progress = Progress("create-squad", unit="examples", quiet=args.quiet)
     examples, paragraphs, skipped, version_2 = read_examples(args.input, is_training)
     if not examples:
         raise DataError(f"{args.input}: no questions to convert" + (f" ({len(skipped)} skipped)" if skipped else ""))
@@ -436,6 +435,7 @@ def run(args):
     extra = () if is_training else (EVAL_FEATURES, EVAL_EXAMPLES)
     writer = SplitWriter(out, "train" if is_training else "eval", fmts, kind, extra)
     names = [*writer.names.values(), *extra]
+    progress = Progress("create-squad", total=len(examples), unit="examples", quiet=args.quiet)
     if split_is_complete(out, manifest, split, names, source["sha256"]):
         progress.note(f"{split}: already complete in {out}")
         records = manifest["files"][names[0]]["records"]
@@ -444,7 +444,6 @@ def run(args):
         _show_skipped(skipped, args.quiet)
         os.makedirs(out, exist_ok=True)
         remove_stale_temps(out)
-        progress.total = len(examples)
         with writer:
             for columns, done, metadata in convert(examples, paragraphs, tokenizer, params, is_training):
                 writer.write(columns)
