@@ -36,3 +36,17 @@ def test_words_of_101_to_200_characters_are_split_not_unk(golden_dir):
     vocab = load_vocab(golden_dir / "vocab.txt")
     tokens, counts = LineTokenizer(vocab, use_native=False).encode(["a" * 150])
     assert counts[0] > 1 and vocab.id_of("[UNK]") not in tokens
+
+
+def test_a_repeated_vocab_line_takes_its_last_id_and_the_id_space_is_the_line_count(tmp_path):
+    path = tmp_path / "vocab.txt"
+    path.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\ncat\nthe\n[CLS]\nsat\n", encoding="utf-8")
+    vocab = load_vocab(path)
+    assert vocab.size == 10  # ids 0..9: an embedding table needs 10 rows, not 8 distinct tokens
+    assert vocab.id_of("the") == 7 and vocab.id_of("[CLS]") == 8  # the reference's dict: the last line wins
+    assert vocab.words == ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat")  # its keys, first order
+    assert vocab.tokens[5] == vocab.tokens[7] == "the"
+    assert vocab.duplicates() == {"[CLS]": [3, 9], "the": [6, 8]}
+    warning = vocab.duplicates_warning()
+    assert warning.startswith(f"{path}: 2 token(s) on more than one line ('[CLS]' on lines 3, 9; 'the' on lines 6, 8)")
+    assert warning.endswith("ids run to 9 (10 lines)")
