@@ -8,9 +8,11 @@ in the same order. One output file per input shard per format:
     <out>/<params>/<corpus>/tfrecord/<split>/<shard stem>.tfrecord
     <out>/<params>/<corpus>/ofrecord/<split>/part-<i>
 
-Every file is written under a temporary name and renamed when complete; the
-manifest records each finished file with its source's sha256 and the flags,
-so a rerun skips finished shards and redoes the rest.
+Every file is written in `.partial/` beside the manifest (where no reader
+globs) and renamed into place when complete; the manifest records each
+finished file with its source's sha256 and the flags, so a rerun skips
+finished shards and redoes the rest. A run holds its records directory:
+a second run into the same one is refused.
 """
 
 import glob
@@ -23,14 +25,22 @@ from dataclasses import asdict, dataclass
 from importlib import resources
 
 from bertprep import __version__, formats
-from bertprep.atomic import atomic_open, remove_stale_temps
+from bertprep.atomic import atomic_open, check_distinct_outputs, hold, staging_dir
 from bertprep.corpus import read_text, tokenize_corpus
 from bertprep.engines import add_engine_arguments, open_engine
 from bertprep.errors import DataError, UsageError
 from bertprep.instances import InstanceParams, MaskingVocab, create_instances
 from bertprep.progress import Progress, add_output_arguments, human_bytes, print_summary
 from bertprep.tokenization import LineTokenizer, load_vocab, resolve_vocab_path
-from bertprep.workdir import SPLITS, add_workdir_argument, load_manifest, params_dirname, resolve_workdir, save_manifest
+from bertprep.workdir import (
+    SPLITS,
+    add_workdir_argument,
+    check_corpus_name,
+    load_manifest,
+    params_dirname,
+    resolve_workdir,
+    save_manifest,
+)
 
 ENCODE_CHUNK = 1024  # records encoded per call when writing
 
@@ -105,7 +115,7 @@ def create_shard(task):
     entries = {}
     for fmt, relative in task.output_paths().items():
         path = os.path.join(task.records_dir, relative)
-        size, digest = write_instances(path, instances, fmt, task.params)
+        size, digest = write_instances(path, instances, fmt, task.params, staging_dir(task.records_dir))
         entries[relative] = {
             "format": fmt,
             "split": task.split,
@@ -131,11 +141,11 @@ def encoded_chunks(instances, fmt, params):
         )
 
 
-def write_instances(path, instances, fmt, params):
-    """Write atomically; return (bytes, sha256) computed while writing."""
+def write_instances(path, instances, fmt, params, staging):
+    """Write atomically (the temporary in `staging`); return (bytes, sha256) computed while writing."""
     digest = hashlib.sha256()
     size = 0
-    with atomic_open(path) as f:
+    with atomic_open(path, staging=staging) as f:
         for chunk in encoded_chunks(instances, fmt, params):
             f.write(chunk)
             digest.update(chunk)
@@ -209,6 +219,8 @@ def check_flags(args):
     unknown = [f for f in fmts if f not in formats.FORMATS]
     if unknown or not fmts:
         raise UsageError(f"unknown --format {','.join(unknown) or args.format!r} (choose from tfrecord, ofrecord)")
+    if args.corpus is not None:
+        check_corpus_name(args.corpus)
     if args.seq < 5:
         raise UsageError(f"--seq {args.seq} is too small: [CLS] A [SEP] B [SEP] needs at least 5 positions")
     if args.pred < 1 or args.pred > args.seq - 3:
@@ -315,17 +327,21 @@ def plan(args):
                 settings_key=settings_key,
             )
         )
+    check_distinct_outputs((task.source, os.path.join(records_dir, path)) for task in tasks
+                           for path in task.output_paths().values())
     return records_dir, settings, fmts, tasks, notes
 
 
 def is_complete(task, manifest_files):
-    """A shard is done when each of its outputs has a manifest entry for the same source and flags."""
+    """A shard is done when each of its outputs has a manifest entry for the same source and flags
+    (and the counts the summary reads) and a file of the recorded size."""
     for relative in task.output_paths().values():
         entry = manifest_files.get(relative)
-        if not entry or entry.get("source_sha256") != task.source_sha256 or entry.get("settings") != task.settings_key:
+        if (not entry or entry.get("source_sha256") != task.source_sha256 or entry.get("settings") != task.settings_key
+                or "instances" not in entry):
             return False
         try:
-            if os.path.getsize(os.path.join(task.records_dir, relative)) != entry["bytes"]:
+            if os.path.getsize(os.path.join(task.records_dir, relative)) != entry.get("bytes"):
                 return False
         except OSError:
             return False
@@ -338,29 +354,22 @@ def run(args):
     progress = Progress("create", total=len(tasks), unit="shards", quiet=args.quiet)
     for note in notes:
         progress.note(note)
-    os.makedirs(records_dir, exist_ok=True)
-    remove_stale_temps(records_dir)  # left by a run that was killed
-    previous = load_manifest(records_dir) or {}
-    wanted = {relative for task in tasks for relative in task.output_paths().values()}
-    files = {rel: entry for rel, entry in previous.get("files", {}).items() if rel in wanted}
-    pending = [t for t in tasks if not is_complete(t, files)]
-    skipped = len(tasks) - len(pending)
-    if skipped:
-        progress.note(f"resuming: {skipped} of {len(tasks)} shards already complete")
-        progress.advance(skipped)
-    manifest = {"tool": "bertprep", "stage": "create", "formats": list(fmts), **settings, "files": files}
-    try:
+    with hold(records_dir, "bertprep create"):  # clears what killed runs left in .partial/
+        previous = load_manifest(records_dir) or {}
+        wanted = {relative for task in tasks for relative in task.output_paths().values()}
+        files = {rel: entry for rel, entry in previous.get("files", {}).items() if rel in wanted}
+        pending = [t for t in tasks if not is_complete(t, files)]
+        skipped = len(tasks) - len(pending)
+        if skipped:
+            progress.note(f"resuming: {skipped} of {len(tasks)} shards already complete")
+            progress.advance(skipped)
+        manifest = {"tool": "bertprep", "stage": "create", "formats": list(fmts), **settings, "files": files}
         with open_engine(args, max_tasks=len(pending)) as engine:
             for result in engine.run(create_shard, pending, describe=lambda task: task.source):
                 files.update(result["files"])
                 save_manifest(records_dir, manifest)
                 progress.advance(1, instances=result["instances"])
-    except KeyboardInterrupt:
-        remove_stale_temps(records_dir)
-        raise
-    save_manifest(records_dir, manifest)
-    # A worker that died mid-write (its task was rerun elsewhere) left its temporary file.
-    remove_stale_temps(records_dir)
+        save_manifest(records_dir, manifest)
     progress.close()
     summary = summarize(records_dir, manifest, tasks, time.monotonic() - started, len(pending))
     rows = [("records", records_dir)]

@@ -19,6 +19,7 @@ import re
 import xml.etree.ElementTree as ET
 
 from bertprep.errors import DataError, UsageError
+from bertprep.atomic import hold
 from bertprep.download.formatted import corpus_dir, save_parts_manifest, write_part
 from bertprep.download.http import SourceDownloads, fetch_text
 from bertprep.download.wikimarkup import wikitext_to_text
@@ -81,7 +82,7 @@ def _clean_batch(batch):
     return [{"id": page_id, "title": title, "text": wikitext_to_text(text)} for page_id, title, text in batch]
 
 
-def extract(path, directory, prefix, workers=1, progress=None):
+def extract(path, directory, prefix, staging, workers=1, progress=None):
     """Stream the dump into `<prefix>-<i>.jsonl` parts of PAGES_PER_PART documents; returns {file: stats}."""
     batches = _batched(iter_pages(path), BATCH)
     if workers > 1:
@@ -100,7 +101,7 @@ def extract(path, directory, prefix, workers=1, progress=None):
             if first is None:
                 break
             filename = f"{prefix}-{index:04d}.jsonl"
-            stats = write_part(os.path.join(directory, filename), itertools.chain([first], chunk))
+            stats = write_part(os.path.join(directory, filename), itertools.chain([first], chunk), staging)
             files[filename] = stats
             if progress is not None:
                 progress.advance(0, documents=stats["documents"])
@@ -126,10 +127,11 @@ def run(args, workdir, progress):
     corpus = f"wikicorpus_{args.lang}"
     directory = corpus_dir(workdir, corpus)
     source = {"dump": name, "md5": md5}
-    done = save_parts_manifest(directory, corpus, source, None)
-    if done is None:
-        files = extract(downloads.path(name), directory, f"{wiki}-{date}", args.workers, progress)
-        done = save_parts_manifest(directory, corpus, source, files)
+    with hold(directory, "bertprep download") as staging:
+        done = save_parts_manifest(directory, corpus, source, None)
+        if done is None:
+            files = extract(downloads.path(name), directory, f"{wiki}-{date}", staging, args.workers, progress)
+            done = save_parts_manifest(directory, corpus, source, files)
     documents = sum(f["documents"] for f in done["files"].values())
     rows = [(name, f"{entry['bytes']:,} bytes, md5 verified"), ("formatted", f"{directory} ({documents:,} documents)")]
     return {"source": "wikipedia", "dump": date, "corpus": corpus, "documents": documents,

@@ -10,7 +10,6 @@ depend on the number of workers.
 import concurrent.futures
 import dataclasses
 import hashlib
-import json
 import multiprocessing
 import os
 import re
@@ -20,7 +19,8 @@ import numpy as np
 from bertprep import formats
 from bertprep.progress import Progress
 from bertprep.validate.records import Finding, Findings, RecordSpec, Stats, scan_file
-from bertprep.workdir import MANIFEST, SPLITS
+from bertprep.atomic import walk
+from bertprep.workdir import MANIFEST, SPLITS, read_manifest
 
 DATASET_CHECKS = {
     "files": "part-<i> numbered from 0 without gaps, none empty, at least --min-parts",
@@ -46,8 +46,7 @@ def find_record_files(path):
     if os.path.isfile(path):
         return [RecordFile(path, formats.sniff_format(path), _split_of(path))]
     found = []
-    for root, dirs, files in os.walk(path):
-        dirs.sort()
+    for root, dirs, files in walk(path):  # sorted, without .partial/ and other hidden directories
         for name in files:
             full = os.path.join(root, name)
             if name.endswith(".tfrecord"):
@@ -84,12 +83,10 @@ def find_manifest(path):
     for _ in range(4):
         candidate = os.path.join(directory, MANIFEST)
         if os.path.isfile(candidate):
-            try:
-                with open(candidate, encoding="utf-8") as f:
-                    manifest = json.load(f)
-            except (OSError, ValueError) as exc:
-                return {"_path": candidate, "_error": str(exc)}
-            if isinstance(manifest, dict) and manifest.get("stage") == "create":
+            manifest, problem = read_manifest(candidate)
+            if problem:
+                return {"_path": candidate, "_error": problem}
+            if manifest.get("stage") == "create":
                 return {**manifest, "_path": candidate}
         parent = os.path.dirname(directory)
         if parent == directory:
@@ -103,8 +100,7 @@ def dataset_roots(path):
     if os.path.isfile(path) or find_manifest(path) is not None:
         return [path]
     roots = []
-    for root, dirs, files in os.walk(path):
-        dirs.sort()
+    for root, dirs, files in walk(path):  # sorted, without .partial/ and other hidden directories
         if MANIFEST in files and find_manifest(root) is not None and find_record_files(root):
             roots.append(root)
             dirs[:] = []
