@@ -48,6 +48,18 @@ def params_dirname(seq, pred, masked_lm_prob, seed, dupe_factor, lower_case=True
     return name + ("_whole_word_mask" if whole_word_mask else "")
 
 
+def nvidia_dirname(seq, pred, masked_lm_prob, seed, dupe_factor, lower_case, whole_word_mask, train_shards, test_fraction):
+    """NVIDIA's bertPrep name for a TFRecord directory, the one its training scripts hard-code, e.g.
+    lower_case_1_seq_len_128_max_pred_20_masked_lm_prob_0.15_random_seed_12345_dupe_factor_5_shard_1472_test_split_10
+
+    `train_shards` is the number of training shards asked of the shard stage and the test split
+    is int(100 * fraction), both as bertPrep.py computes them; `_whole_word_mask` (a flag NVIDIA
+    does not have) goes last."""
+    name = params_dirname(seq, pred, masked_lm_prob, seed, dupe_factor, lower_case)
+    name += f"_shard_{train_shards}_test_split_{int(test_fraction * 100)}"
+    return name + ("_whole_word_mask" if whole_word_mask else "")
+
+
 def check_corpus_name(corpus):
     """A corpus name becomes a directory and file-name prefix: one plain path component, never a path."""
     if not corpus.replace("_", "").replace("-", "").isalnum():
