@@ -64,17 +64,44 @@ def cut_line(line, max_chars=MAX_PIECE_CHARS):
 
 @dataclass(frozen=True)
 class Vocab:
+    """A vocab.txt read as the reference reads it: one id per line, so the id space is the number of
+    lines; a token on several lines maps to its last line's id (the reference fills a dict line by line)."""
+
     path: str
     sha256: str
-    words: tuple  # in file order, duplicates collapsed the way the reference's OrderedDict does
-    ids: dict  # token -> id (the last line wins for a repeated token, as in the reference)
+    tokens: tuple  # tokens[i]: the token on line i, the token of id i
+    ids: dict  # token -> id, the last line winning for a repeated token
 
     @property
     def size(self):
-        return len(self.words)
+        """Ids run from 0 to size - 1, whatever the repeats: what an embedding table must hold."""
+        return len(self.tokens)
+
+    @cached_property
+    def words(self):
+        """The reference's `vocab_words`: its dict's keys, each token once, in first-line order."""
+        return tuple(self.ids)
 
     def id_of(self, token):
         return self.ids[token]
+
+    def duplicates(self):
+        """{token: [1-based line numbers]} of every token on more than one line."""
+        lines = {}
+        for number, token in enumerate(self.tokens, 1):
+            lines.setdefault(token, []).append(number)
+        return {token: numbers for token, numbers in lines.items() if len(numbers) > 1}
+
+    def duplicates_warning(self, shown=3):
+        """One line naming the repeated tokens and their lines, or None when every line is distinct."""
+        repeats = self.duplicates()
+        if not repeats:
+            return None
+        listed = "; ".join(f"{token!r} on lines {', '.join(map(str, numbers))}"
+                           for token, numbers in list(repeats.items())[:shown])
+        more = f" and {len(repeats) - shown} more" if len(repeats) > shown else ""
+        return (f"{self.path}: {len(repeats)} token(s) on more than one line ({listed}{more}): each gets its last "
+                f"line's id, as the reference's load_vocab does; ids run to {self.size - 1} ({self.size} lines)")
 
     def word_ids(self):
         """The id of every entry of the reference's `vocab_words` list, in order.
@@ -108,19 +135,21 @@ def resolve_vocab_path(value):
         raise DataError(f"{value}: not a vocab file and not resolvable as a hub model id ({exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
 
 
-def load_vocab(path):
-    """Read a vocab.txt the way the reference's `load_vocab` does and check the special tokens."""
+def load_vocab(path, required=REQUIRED_TOKENS):
+    """Read a vocab.txt the way the reference's `load_vocab` does and check it has the `required` tokens.
+
+    create, validate, inspect and (through the manifest's size) the trainer all read a vocab here,
+    so they agree on every id."""
     text = read_text(path, expected="a vocab.txt is UTF-8, one token per line")
     lines = text.split("\n")  # readline() semantics: only "\n" ends a line
     if lines[-1] == "":
         lines.pop()
-    ids = {}
-    for index, line in enumerate(lines):
-        ids[line.strip()] = index
-    missing = [t for t in REQUIRED_TOKENS if t not in ids]
+    tokens = tuple(line.strip() for line in lines)
+    ids = {token: index for index, token in enumerate(tokens)}  # a repeated token keeps its first place, takes its last id
+    missing = [t for t in required if t not in ids]
     if missing:
         raise DataError(f"{path}: vocab lacks {', '.join(missing)} (a BERT vocab needs {', '.join(REQUIRED_TOKENS)})")
-    return Vocab(path=os.path.abspath(path), sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(), words=tuple(ids), ids=ids)
+    return Vocab(path=os.path.abspath(path), sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(), tokens=tokens, ids=ids)
 
 
 def build_tokenizer(vocab, lower_case=True):

@@ -350,9 +350,10 @@ def one_line_error(result, code=1):
 
 
 def looks_complete(directory):
-    """Files that a reader could take for finished output (no .part / temp names)."""
+    """Files that a reader could take for finished output (no .part names, nothing in a .partial/ staging directory)."""
     found = []
-    for root, _dirs, names in os.walk(directory):
+    for root, dirs, names in os.walk(directory):
+        dirs[:] = [d for d in dirs if d != ".partial"]
         for name in names:
             if not (name.endswith((".part", ".part.json")) or name.startswith(".tmp-")):
                 found.append(os.path.relpath(os.path.join(root, name), directory))

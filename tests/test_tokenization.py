@@ -124,3 +124,17 @@ def test_a_long_line_is_tokenized_in_bounded_memory(golden_dir):
     assert peak["chars"] > 4_000_000 and peak["tokens"] > 800_000
     grown_mib = (peak["after_kib"] - peak["before_kib"]) / 1024
     assert grown_mib < 200, f"peak RSS grew by {grown_mib:.0f} MiB while tokenizing a {peak['chars']:,}-character line"
+
+
+def test_a_repeated_vocab_line_takes_its_last_id_and_the_id_space_is_the_line_count(tmp_path):
+    path = tmp_path / "vocab.txt"
+    path.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\ncat\nthe\n[CLS]\nsat\n", encoding="utf-8")
+    vocab = load_vocab(path)
+    assert vocab.size == 10  # ids 0..9: an embedding table needs 10 rows, not 8 distinct tokens
+    assert vocab.id_of("the") == 7 and vocab.id_of("[CLS]") == 8  # the reference's dict: the last line wins
+    assert vocab.words == ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat")  # its keys, first order
+    assert vocab.tokens[5] == vocab.tokens[7] == "the"
+    assert vocab.duplicates() == {"[CLS]": [3, 9], "the": [6, 8]}
+    warning = vocab.duplicates_warning()
+    assert warning.startswith(f"{path}: 2 token(s) on more than one line ('[CLS]' on lines 3, 9; 'the' on lines 6, 8)")
+    assert warning.endswith("ids run to 9 (10 lines)")

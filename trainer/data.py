@@ -4,6 +4,9 @@ Layout (from `bertprep create`):
     <dir>/manifest.json
     <dir>/tfrecord/{training,test}/*.tfrecord
     <dir>/ofrecord/{training,test}/part-<i>
+or NVIDIA's (`create --layout nvidia`):
+    <dir>/manifest.json
+    <dir>/{training,test}/*.tfrecord
 `--data` may be that directory or one to three levels above it (a params
 directory holding several corpora: all of them are used).
 
@@ -46,10 +49,9 @@ class Records:
         self._manifest_counts = {}
         self.seq = self.pred = None
         self.vocab_size = None  # from the manifest: the vocab the records were made with
-        corpus_dirs = _corpus_dirs(data_dir, fmt)
-        for corpus_dir in corpus_dirs:
+        for corpus_dir, splits_dir in _corpus_dirs(data_dir, fmt):
             for split in SPLITS:
-                self.files[split] += sorted(glob.glob(os.path.join(corpus_dir, fmt, split, FILE_PATTERNS[fmt])))
+                self.files[split] += sorted(glob.glob(os.path.join(splits_dir, split, FILE_PATTERNS[fmt])))
             self._read_manifest(corpus_dir)
         if not self.files["training"]:
             raise DataError(f"{data_dir}: no {fmt} training records (looked for "
@@ -97,15 +99,18 @@ class Records:
 
 
 def _corpus_dirs(data_dir, fmt):
+    """[(corpus directory, the directory holding its training/ and test/)] at the shallowest depth that has any:
+    <corpus>/<fmt>/training (bertprep's layout) or <corpus>/training with record files (NVIDIA's)."""
     if not os.path.isdir(data_dir):
         raise DataError(f"{data_dir}: no such directory")
-    found = []
     for depth in range(4):
-        pattern = os.path.join(data_dir, *["*"] * depth, fmt)
-        found = sorted(os.path.dirname(p) for p in glob.glob(pattern) if os.path.isdir(p))
+        corpus = os.path.join(data_dir, *["*"] * depth)
+        found = [(os.path.dirname(p), p) for p in glob.glob(os.path.join(corpus, fmt)) if os.path.isdir(os.path.join(p, "training"))]
+        found += [(os.path.dirname(p), os.path.dirname(p)) for p in glob.glob(os.path.join(corpus, "training"))
+                  if os.path.basename(os.path.dirname(p)) != fmt and glob.glob(os.path.join(p, FILE_PATTERNS[fmt]))]
         if found:
-            return found
-    return found
+            return sorted(found)
+    return []
 
 
 class RecordStream:

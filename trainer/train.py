@@ -1,5 +1,6 @@
 """The training run: devices, data, model, steps, logging, evaluation and checkpoints."""
 
+import contextlib
 import json
 import math
 import os
@@ -8,6 +9,7 @@ import time
 
 import numpy as np
 
+from bertprep.atomic import hold
 from bertprep.errors import DataError, UsageError
 from trainer import checkpoints
 from trainer.data import RecordStream, Records, prefetch
@@ -64,8 +66,6 @@ class Devices:
         return self.worker_index == 0
 
     def scope(self):
-        import contextlib
-
         return self.strategy.scope() if self.backend == "tensorflow" else contextlib.nullcontext()
 
 
@@ -208,11 +208,16 @@ def run(args):
     keras.config.set_dtype_policy(args.precision if args.precision != "fp32" else "float32")
     keras.utils.set_random_seed(args.seed)
     devices = Devices(keras.backend.backend())
-    log = Log(args, args.steps, enabled=devices.is_chief)
-    try:
-        return _train(args, devices, log, data_dir, records, config)
-    finally:
-        log.close()
+    # The chief writes the checkpoints: it holds their directory (a second run into it is refused,
+    # checkpoints half-written by a killed run are cleared) before anything is logged there.
+    holding = (hold(args.checkpoint_dir, "trainer") if args.checkpoint_dir and devices.is_chief
+               else contextlib.nullcontext())
+    with holding:
+        log = Log(args, args.steps, enabled=devices.is_chief)
+        try:
+            return _train(args, devices, log, data_dir, records, config)
+        finally:
+            log.close()
 
 
 def _train(args, devices, log, data_dir, records, config):

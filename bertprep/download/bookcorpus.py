@@ -15,6 +15,7 @@ that may come from the same book.
 import os
 import tarfile
 
+from bertprep.atomic import hold
 from bertprep.download.formatted import corpus_dir, format_parts, save_parts_manifest, write_part
 from bertprep.download.http import SourceDownloads, limits_from
 from bertprep.download.hub import hub_snapshot, iter_parquet_rows
@@ -81,11 +82,12 @@ def run(args, workdir, progress):
                                     limits_from(args))
         entry = downloads.get(f"{base}/{TARBALL}", TARBALL, checksums={"md5": md5})
         source = {"tarball": TARBALL, "md5": md5, "lines_per_document": args.lines_per_document}
-        manifest = save_parts_manifest(directory, CORPUS, source, None)
-        if manifest is None:
-            stats = write_part(os.path.join(directory, "bookcorpus-tarball.jsonl"),
-                               tarball_documents(downloads.path(TARBALL), args.lines_per_document))
-            manifest = save_parts_manifest(directory, CORPUS, source, {"bookcorpus-tarball.jsonl": stats})
+        with hold(directory, "bertprep download") as staging:
+            manifest = save_parts_manifest(directory, CORPUS, source, None)
+            if manifest is None:
+                stats = write_part(os.path.join(directory, "bookcorpus-tarball.jsonl"),
+                                   tarball_documents(downloads.path(TARBALL), args.lines_per_document), staging)
+                manifest = save_parts_manifest(directory, CORPUS, source, {"bookcorpus-tarball.jsonl": stats})
         what = (TARBALL, f"{entry['bytes']:,} bytes, md5 verified")
     else:
         commit, files = hub_snapshot(REPO, REVISION, ["plain_text/*.parquet"], args.base_url, args.quiet)

@@ -22,6 +22,7 @@ import xml.etree.ElementTree as ET
 from mwparserfromhell.parser import ParserError
 
 from bertprep.errors import DataError, UsageError
+from bertprep.atomic import hold
 from bertprep.download.formatted import corpus_dir, save_parts_manifest, write_part
 from bertprep.download.http import SourceDownloads, fetch_text, limits_from
 from bertprep.download.wikimarkup import STRIPPER, wikitext_to_text
@@ -91,7 +92,7 @@ def _page_text(page_id, title, wikitext):
         raise DataError(f"page {page_id} ({title}): mwparserfromhell could not parse its wikitext ({exc})") from None
 
 
-def extract(path, directory, prefix, workers=1, progress=None):
+def extract(path, directory, prefix, staging, workers=1, progress=None):
     """Stream the dump into `<prefix>-<i>.jsonl` parts of PAGES_PER_PART documents; returns {file: stats}."""
     batches = _batched(iter_pages(path), BATCH)
     if workers > 1:
@@ -110,7 +111,7 @@ def extract(path, directory, prefix, workers=1, progress=None):
             if first is None:
                 break
             filename = f"{prefix}-{index:04d}.jsonl"
-            stats = write_part(os.path.join(directory, filename), itertools.chain([first], chunk))
+            stats = write_part(os.path.join(directory, filename), itertools.chain([first], chunk), staging)
             files[filename] = stats
             if progress is not None:
                 progress.advance(0, documents=stats["documents"])
@@ -138,10 +139,11 @@ def run(args, workdir, progress):
     directory = corpus_dir(workdir, corpus)
     # The stripper is part of what made the text: another version re-extracts.
     source = {"dump": name, "md5": md5, "markup": STRIPPER}
-    done = save_parts_manifest(directory, corpus, source, None)
-    if done is None:
-        files = extract(downloads.path(name), directory, f"{wiki}-{date}", args.workers, progress)
-        done = save_parts_manifest(directory, corpus, source, files)
+    with hold(directory, "bertprep download") as staging:
+        done = save_parts_manifest(directory, corpus, source, None)
+        if done is None:
+            files = extract(downloads.path(name), directory, f"{wiki}-{date}", staging, args.workers, progress)
+            done = save_parts_manifest(directory, corpus, source, files)
     documents = sum(f["documents"] for f in done["files"].values())
     rows = [(name, f"{entry['bytes']:,} bytes, md5 verified"), ("formatted", f"{directory} ({documents:,} documents)")]
     return {"source": "wikipedia", "dump": date, "corpus": corpus, "documents": documents,

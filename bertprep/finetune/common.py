@@ -107,12 +107,21 @@ class SplitWriter:
         self.extra_files = tuple(extra_files)  # names of text files written beside the records (JSON lines)
         self.records = 0
         self._stack = None
+        self._staging = None  # None: atomic_open's own .partial/ beside each file
         self._files, self._digests, self._sizes = {}, {}, {}
+
+    @contextlib.contextmanager
+    def staged_in(self, staging):
+        """Write the split's files with their temporaries in `staging` (the held tree's .partial/)."""
+        self._staging = staging
+        with self:
+            yield self
 
     def __enter__(self):
         self._stack = contextlib.ExitStack()
         for name in (*self.names.values(), *self.extra_files):
-            self._files[name] = self._stack.enter_context(atomic_open(os.path.join(self.out, name)))
+            path = os.path.join(self.out, name)
+            self._files[name] = self._stack.enter_context(atomic_open(path, staging=self._staging))
             self._digests[name], self._sizes[name] = hashlib.sha256(), 0
         return self
 

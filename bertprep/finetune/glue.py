@@ -27,7 +27,7 @@ import time
 import numpy as np
 
 from bertprep import formats
-from bertprep.atomic import remove_stale_temps
+from bertprep.atomic import hold
 from bertprep.corpus import read_text
 from bertprep.download.glue import ALIASES as TASK_ALIASES
 from bertprep.errors import DataError, UsageError
@@ -258,25 +258,25 @@ def run(args):
     for split, found in examples.items():
         if not found:
             raise DataError(f"{paths[split]}: no examples (OneFlow cannot read an empty part)")
-    os.makedirs(out, exist_ok=True)
-    remove_stale_temps(out)
     results = {}
-    for split in splits:
-        writer = writers[split]
-        names = list(writer.names.values())
-        if split in done:
-            progress.note(f"{split}: already complete in {out}")
-            entry = manifest["files"][names[0]]
-            results[split] = {"examples": entry["examples"], "records": entry["records"], "created": False}
-        else:
-            with writer:
-                for first in range(0, len(examples[split]), CHUNK_EXAMPLES):
-                    writer.write(feature_columns(examples[split][first:first + CHUNK_EXAMPLES], tokenizer, args.seq,
-                                                 spec.labels))
-            record_split(out, manifest, split, sources[split], writer, len(examples[split]))
-            results[split] = {"examples": len(examples[split]), "records": writer.records, "created": True}
-        results[split]["files"] = {name: {k: manifest["files"][name][k] for k in ("bytes", "sha256")} for name in names}
-        progress.advance(1, examples=results[split]["examples"])
+    with hold(out, "bertprep create-glue") as staging:
+        for split in splits:
+            writer = writers[split]
+            names = list(writer.names.values())
+            if split in done:
+                progress.note(f"{split}: already complete in {out}")
+                entry = manifest["files"][names[0]]
+                results[split] = {"examples": entry["examples"], "records": entry["records"], "created": False}
+            else:
+                with writer.staged_in(staging):
+                    for first in range(0, len(examples[split]), CHUNK_EXAMPLES):
+                        writer.write(feature_columns(examples[split][first:first + CHUNK_EXAMPLES], tokenizer,
+                                                     args.seq, spec.labels))
+                record_split(out, manifest, split, sources[split], writer, len(examples[split]))
+                results[split] = {"examples": len(examples[split]), "records": writer.records, "created": True}
+            results[split]["files"] = {name: {k: manifest["files"][name][k] for k in ("bytes", "sha256")}
+                                       for name in names}
+            progress.advance(1, examples=results[split]["examples"])
     progress.close()
     summary = {"out": out, "task": task, "kind": kind.name, "labels": spec.labels, "splits": results,
                "seconds": round(time.monotonic() - started, 3)}

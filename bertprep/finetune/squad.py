@@ -44,7 +44,7 @@ import time
 import numpy as np
 
 from bertprep import formats
-from bertprep.atomic import remove_stale_temps
+from bertprep.atomic import hold
 from bertprep.corpus import read_text
 from bertprep.errors import DataError, UsageError
 from bertprep.finetune.common import (
@@ -442,16 +442,15 @@ def run(args):
         created = False
     else:
         _show_skipped(skipped, args.quiet)
-        os.makedirs(out, exist_ok=True)
-        remove_stale_temps(out)
-        with writer:
-            for columns, done, metadata in convert(examples, paragraphs, tokenizer, params, is_training):
-                writer.write(columns)
-                if metadata is not None:
-                    writer.write_lines(EVAL_FEATURES, metadata[0])
-                    writer.write_lines(EVAL_EXAMPLES, metadata[1])
-                progress.advance(done, features=len(columns["unique_ids"]))
-        record_split(out, manifest, split, source, writer, len(examples), skipped=len(skipped))
+        with hold(out, "bertprep create-squad") as staging:
+            with writer.staged_in(staging):
+                for columns, done, metadata in convert(examples, paragraphs, tokenizer, params, is_training):
+                    writer.write(columns)
+                    if metadata is not None:
+                        writer.write_lines(EVAL_FEATURES, metadata[0])
+                        writer.write_lines(EVAL_EXAMPLES, metadata[1])
+                    progress.advance(done, features=len(columns["unique_ids"]))
+            record_split(out, manifest, split, source, writer, len(examples), skipped=len(skipped))
         records = writer.records
         created = True
     progress.close()

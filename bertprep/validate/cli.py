@@ -69,11 +69,13 @@ def run(args):
         raise UsageError("--masked-lm-prob must be in (0, 1)")
     if args.compare and len(paths) == 1 and not _has_both_formats(args.path):
         raise UsageError("--compare needs PATH2, or a PATH holding both TFRecord and OFRecord files")
+    vocab_warnings = []
     spec = RecordSpec(max_errors=args.max_errors, masked_lm_prob=args.masked_lm_prob,
-                      whole_word_mask=args.whole_word_mask, **_vocab_settings(args.vocab))
+                      whole_word_mask=args.whole_word_mask, **_vocab_settings(args.vocab, vocab_warnings))
     workers = args.workers or os.cpu_count() or 1
     report = validate(paths, spec, workers=workers, min_parts=args.min_parts, compare=args.compare,
                       vocab_given=args.vocab is not None, quiet=args.quiet)
+    report["warnings"][:0] = vocab_warnings
     if args.plot:
         from bertprep.validate.plot import plot_report
 
@@ -93,38 +95,28 @@ def _has_both_formats(path):
     return len({f.fmt for f in find_record_files(path)}) == 2
 
 
-def load_vocab(path):
-    """(size, {token: id}) of a vocab.txt, one token a line."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            tokens = [line.rstrip("\n").strip() for line in f]
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"--vocab {path}: cannot read: {exc}") from None
-    while tokens and not tokens[-1]:
-        tokens.pop()
-    return len(tokens), {token: i for i, token in reversed(list(enumerate(tokens)))}
-
-
-def _vocab_settings(path):
+def _vocab_settings(path, warnings=None):
+    """Bounds and special ids from a vocab.txt, read by create's own loader so both agree on every id."""
     if path is None:
         return {}
-    size, ids = load_vocab(path)
-    missing = [t for t in ("[CLS]", "[SEP]", "[MASK]") if t not in ids]
-    if missing:
-        raise UsageError(f"--vocab {path}: no {missing[0]} token")
-    return {"vocab_size": size, "cls_id": ids["[CLS]"], "sep_id": ids["[SEP]"], "mask_id": ids["[MASK]"]}
+    from bertprep.tokenization import load_vocab
 
-
-def _manifest_vocab(manifest_path, spec):
-    """Vocab settings from a create manifest when --vocab was not given: its file if present, else its size."""
     try:
-        with open(manifest_path, encoding="utf-8") as f:
-            vocab = (json.load(f) or {}).get("vocab") or {}
-    except (OSError, ValueError, AttributeError):
-        return spec
+        vocab = load_vocab(path, required=("[CLS]", "[SEP]", "[MASK]"))
+    except DataError as exc:
+        raise UsageError(f"--vocab {exc}") from None
+    if warnings is not None and vocab.duplicates_warning():
+        warnings.append(vocab.duplicates_warning())
+    return {"vocab_size": vocab.size, "cls_id": vocab.id_of("[CLS]"), "sep_id": vocab.id_of("[SEP]"),
+            "mask_id": vocab.id_of("[MASK]")}
+
+
+def _manifest_vocab(manifest, spec, warnings):
+    """Vocab settings from a create manifest when --vocab was not given: its file if present, else its size."""
+    vocab = manifest.get("vocab") or {}
     if vocab.get("path") and os.path.isfile(vocab["path"]):
         try:
-            return dataclasses.replace(spec, **_vocab_settings(vocab["path"]))
+            return dataclasses.replace(spec, **_vocab_settings(vocab["path"], warnings))
         except UsageError:
             pass
     if isinstance(vocab.get("size"), int):
@@ -142,7 +134,8 @@ def validate(paths, spec, workers=1, min_parts=1, compare=False, vocab_given=Fal
         for root in dataset_roots(path) if find_record_files(path) else []:
             found_anything = True
             manifest = find_manifest(root)
-            path_spec = spec if vocab_given or manifest is None else _manifest_vocab(manifest["_path"], spec)
+            path_spec = (spec if vocab_given or manifest is None or "_error" in manifest
+                         else _manifest_vocab(manifest, spec, report["warnings"]))
             result = validate_records(root, path_spec, workers=workers, min_parts=min_parts, quiet=quiet)
             report["datasets"].append(_dataset_section(result))
             all_findings.extend(result.findings.kept)

@@ -10,7 +10,6 @@ depend on the number of workers.
 import concurrent.futures
 import dataclasses
 import hashlib
-import json
 import multiprocessing
 import os
 import re
@@ -18,9 +17,10 @@ import re
 from bertprep import formats
 from bertprep.formats.schemas import kind_of_manifest
 from bertprep.progress import Progress
+from bertprep.atomic import walk
 from bertprep.validate.finetune import FINETUNE_KINDS
 from bertprep.validate.records import RULES, Finding, Findings, RecordSpec, scan_file
-from bertprep.workdir import MANIFEST, SPLITS
+from bertprep.workdir import MANIFEST, SPLITS, read_manifest
 
 DATASET_CHECKS = {
     "files": "part-<i> numbered from 0 without gaps, none empty, at least --min-parts",
@@ -47,8 +47,7 @@ def find_record_files(path):
     if os.path.isfile(path):
         return [RecordFile(path, formats.sniff_format(path), _split_of(path))]
     found = []
-    for root, dirs, files in os.walk(path):
-        dirs.sort()
+    for root, dirs, files in walk(path):  # sorted, without .partial/ and other hidden directories
         for name in files:
             full = os.path.join(root, name)
             if formats.format_of_name(name) is not None:
@@ -90,13 +89,10 @@ def find_manifest(path):
     for _ in range(4):
         candidate = os.path.join(directory, MANIFEST)
         if os.path.isfile(candidate):
-            try:
-                with open(candidate, encoding="utf-8") as f:
-                    manifest = json.load(f)
-            except (OSError, ValueError) as exc:
-                return {"_path": candidate, "_error": str(exc)}
-            if isinstance(manifest, dict) and (manifest.get("stage") == "create" or "kind" in manifest
-                                               or file_kinds(manifest)):
+            manifest, problem = read_manifest(candidate)
+            if problem:
+                return {"_path": candidate, "_error": problem}
+            if manifest.get("stage") == "create" or "kind" in manifest or file_kinds(manifest):
                 return {**manifest, "_path": candidate}
         parent = os.path.dirname(directory)
         if parent == directory:
@@ -110,8 +106,7 @@ def dataset_roots(path):
     if os.path.isfile(path) or find_manifest(path) is not None:
         return [path]
     roots = []
-    for root, dirs, files in os.walk(path):
-        dirs.sort()
+    for root, dirs, files in walk(path):  # sorted, without .partial/ and other hidden directories
         if MANIFEST in files and find_manifest(root) is not None and find_record_files(root):
             roots.append(root)
             dirs[:] = []
