@@ -66,10 +66,11 @@ class MaskedLMHead(keras.layers.Layer):
         return ops.matmul(x, ops.transpose(embeddings)) + ops.cast(self.bias, x.dtype)
 
 
-class BertPretrainer(keras.Model):
-    """inputs: dict of input_ids, input_mask, segment_ids [batch, seq] and masked_lm_positions
-    [batch, pred]; returns (masked-LM logits [batch, pred, vocab], next-sentence logits [batch, 2]),
-    both float32 whatever the dtype policy."""
+class BertEncoder(keras.Model):
+    """The encoder the pretrainer and the fine-tuning models share: embeddings, Transformer layers,
+    pooler. `encode` returns (sequence output [batch, seq, hidden], pooled [CLS] [batch, hidden]).
+    Every model is named "bert", so the encoder's variable paths are the same in all of them and a
+    pretraining checkpoint loads into a task model by path."""
 
     def __init__(self, config, **kwargs):
         super().__init__(**kwargs)
@@ -85,10 +86,8 @@ class BertPretrainer(keras.Model):
         self.embeddings_dropout = keras.layers.Dropout(config.hidden_dropout_prob)
         self.encoder_layers = [TransformerLayer(config, name=f"layer_{i}") for i in range(config.num_hidden_layers)]
         self.pooler = keras.layers.Dense(config.hidden_size, activation="tanh", kernel_initializer=init, name="pooler")
-        self.masked_lm = MaskedLMHead(config, self.word_embeddings, name="masked_lm")
-        self.next_sentence = keras.layers.Dense(2, kernel_initializer=init, name="next_sentence")
 
-    def call(self, inputs, training=False):
+    def encode(self, inputs, training=False):
         input_ids = inputs["input_ids"]
         seq = ops.shape(input_ids)[1]
         x = (self.word_embeddings(input_ids)
@@ -99,7 +98,21 @@ class BertPretrainer(keras.Model):
         attention_mask = ops.cast(inputs["input_mask"], "bool")[:, None, :]
         for layer in self.encoder_layers:
             x = layer(x, attention_mask, training=training)
-        pooled = self.pooler(x[:, 0])
+        return x, self.pooler(x[:, 0])
+
+
+class BertPretrainer(BertEncoder):
+    """inputs: dict of input_ids, input_mask, segment_ids [batch, seq] and masked_lm_positions
+    [batch, pred]; returns (masked-LM logits [batch, pred, vocab], next-sentence logits [batch, 2]),
+    both float32 whatever the dtype policy."""
+
+    def __init__(self, config, **kwargs):
+        super().__init__(config, **kwargs)
+        self.masked_lm = MaskedLMHead(config, self.word_embeddings, name="masked_lm")
+        self.next_sentence = keras.layers.Dense(2, kernel_initializer=_init(config), name="next_sentence")
+
+    def call(self, inputs, training=False):
+        x, pooled = self.encode(inputs, training=training)
         mlm_logits = self.masked_lm(_gather_positions(x, inputs["masked_lm_positions"]))
         return ops.cast(mlm_logits, "float32"), ops.cast(self.next_sentence(pooled), "float32")
 
