@@ -206,10 +206,7 @@ def _corpus_name(inputs):
 
 
 def check_flags(args):
-    fmts = tuple(f.strip() for f in args.format.split(",") if f.strip())
-    unknown = [f for f in fmts if f not in formats.FORMATS]
-    if unknown or not fmts:
-        raise UsageError(f"unknown --format {','.join(unknown) or args.format!r} (choose from tfrecord, ofrecord)")
+    fmts = formats.parse_formats(args.format)
     if args.seq < 5:
         raise UsageError(f"--seq {args.seq} is too small: [CLS] A [SEP] B [SEP] needs at least 5 positions")
     if args.pred < 1 or args.pred > args.seq - 3:
@@ -223,8 +220,7 @@ def check_flags(args):
         raise UsageError(f"--masked-lm-prob must be in (0, 1], not {args.masked_lm_prob}")
     if not 0.0 <= args.short_seq_prob <= 1.0:
         raise UsageError(f"--short-seq-prob must be in [0, 1], not {args.short_seq_prob}")
-    # Canonical order, whatever order the flag listed them in.
-    return tuple(f for f in formats.FORMATS if f in fmts)
+    return fmts
 
 
 def check_input(path):

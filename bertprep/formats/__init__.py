@@ -18,10 +18,15 @@ import struct
 
 import numpy as np
 
-from bertprep.errors import DataError
+from bertprep.errors import DataError, UsageError
 from bertprep.formats import ofrecord, tfrecord
 from bertprep.formats.crc32c import masked_crc32c
-from bertprep.formats.protowire import WireError
+from bertprep.formats.protowire import (
+    WireError,
+    encode_len_field,
+    encode_map_entry,
+    packed_varint_rows,
+)
 from bertprep.formats.schemas import FLOAT, KINDS, PRETRAINING, kind_of_record
 
 try:
@@ -41,6 +46,61 @@ def encode_record(fields, fmt, kind=PRETRAINING):
     codec = CODECS[fmt]
     return codec.encode([(name, "float" if kind.feature(name).dtype == FLOAT else codec.INT_KIND, fields[name])
                          for name in kind.key_order(fmt)])
+
+
+def encode_columns(columns, fmt, kind):
+    """The framed records of `kind` whose values are the rows of `columns` ({name: (N, length) array}), as bytes.
+
+    The vectorized twin of `frame(encode_record(row, fmt, kind), fmt)` for
+    each row: the same bytes. The varints of all rows are made at once; a
+    feature's map entry ends with its packed values, and what precedes them
+    depends only on their byte length, so that prefix is made once per length.
+    """
+    codec = CODECS[fmt]
+    names = kind.key_order(fmt)
+    count = len(columns[names[0]])
+    features = []
+    for name in names:
+        values = np.asarray(columns[name]).reshape(count, -1)
+        if kind.feature(name).dtype == FLOAT:
+            data = np.ascontiguousarray(values, dtype="<f4")
+            buffer, offsets = data.tobytes(), np.arange(count + 1) * data.shape[1] * 4
+            field = codec.FIELD_BY_KIND["float"]
+        else:
+            buffer, offsets = packed_varint_rows(values)
+            field = codec.FIELD_BY_KIND[codec.INT_KIND]
+        features.append((_EntryPrefixes(name.encode(), field), buffer, offsets.tolist()))
+    framed = []
+    for i in range(count):
+        parts = []
+        for prefixes, buffer, offsets in features:
+            start, end = offsets[i], offsets[i + 1]
+            parts.append(prefixes[end - start])
+            parts.append(buffer[start:end])
+        framed.append(codec.frame(codec.message(b"".join(parts))))
+    return b"".join(framed)
+
+
+class _EntryPrefixes(dict):
+    """packed length -> the bytes of a feature's map entry that come before its packed values."""
+
+    def __init__(self, key, field):
+        super().__init__()
+        self.key, self.field = key, field
+
+    def __missing__(self, length):
+        entry = encode_map_entry(self.key, self.field, encode_len_field(1, bytes(length)) if length else b"")
+        self[length] = entry[:len(entry) - length]
+        return self[length]
+
+
+def parse_formats(value):
+    """`--format tfrecord,ofrecord` as a tuple in canonical order, whatever order it listed them in."""
+    fmts = tuple(f.strip() for f in value.split(",") if f.strip())
+    unknown = [f for f in fmts if f not in FORMATS]
+    if unknown or not fmts:
+        raise UsageError(f"unknown --format {','.join(unknown) or value!r} (choose from tfrecord, ofrecord)")
+    return tuple(f for f in FORMATS if f in fmts)
 
 
 def frame(payload, fmt):

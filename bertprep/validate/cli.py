@@ -209,7 +209,7 @@ def _tally(findings):
 def _dataset_section(result):
     stats = {}
     training = {fmt: s for (fmt, split), s in result.stats.items() if split == "training"}
-    order = {"tfrecord": 0, "ofrecord": 1, "training": 0, "test": 1}
+    order = {"tfrecord": 0, "ofrecord": 1, "training": 0, "train": 0, "eval": 1, "test": 2}
     for (fmt, split), group in sorted(result.stats.items(), key=lambda item: (order[item[0][0]], order.get(item[0][1], 2))):
         figures, warnings = group.summary(result.spec, training.get(fmt) if split == "test" else None)
         figures["_warnings"] = [f"{fmt} {split}: {message}" for _check, message in warnings]
@@ -218,6 +218,7 @@ def _dataset_section(result):
         "path": result.root,
         "manifest": result.manifest,
         "kind": result.kind,
+        "kinds": result.kinds,
         "dims": result.dims,
         "seq": (result.dims or {}).get("seq"),
         "pred": (result.dims or {}).get("pred"),
@@ -235,7 +236,7 @@ def _dataset_section(result):
 def _check_table(report):
     ran = set()
     if report["datasets"]:
-        ran |= set(checks_of({section["kind"] for section in report["datasets"]})) | set(DATASET_CHECKS)
+        ran |= set(checks_of({k for section in report["datasets"] for k in section["kinds"]})) | set(DATASET_CHECKS)
     if report["text_shards"]:
         ran |= {"utf8", "documents", "shard_manifest"}
     if report["downloads"]:
@@ -282,7 +283,7 @@ def print_table(report, stream=None):
             if shown is not None and _same_figures(splits, section["stats"][shown]):
                 out.append(f"statistics ({fmt}): the same as {shown}")
                 continue
-            out.extend(_stats_rows(fmt, splits))
+            out.extend(_stats_rows(fmt, splits, section["kinds"][0]))
             shown = shown or fmt
     for item in report["compare"]:
         verdict = f"equal ({item['records']:,} instances)" if item["equal"] else item["difference"]
@@ -303,22 +304,9 @@ def _same_figures(a, b):
     return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
-def _stats_rows(fmt, splits):
+def _stats_rows(fmt, splits, kind):
     names = list(splits)
     rows = [f"statistics ({fmt})".ljust(28) + "".join(f"{n:>16}" for n in names)]
-
-    def row(label, fn):
+    for label, fn in RULES[kind].table_rows(splits):
         rows.append(f"  {label:<26}" + "".join(f"{fn(splits[n]):>16}" for n in names))
-
-    row("instances", lambda s: f"{s['instances']:,}")
-    row("tokens", lambda s: f"{s['tokens']:,}")
-    row("mean length", lambda s: f"{s['mean_length']:.1f}")
-    row("full length / ≤ seq/2", lambda s: f"{s['full_length_share']:.1%} / {s['short_share']:.1%}")
-    row("mask rate (expected)", lambda s: f"{s['mask_rate']:.4f} ({s['expected_mask_rate']:.4f})")
-    row("[MASK] / same / other", lambda s: "/".join(f"{100 * x:.1f}" for x in s["replacement_shares"]))
-    row("NSP random-next share", lambda s: f"{s['random_next_share']:.1%}")
-    row("duplicate records / texts", lambda s: f"{s['duplicate_records']:,} / {s['duplicate_texts']:,}")
-    if any("segments_also_in_training" in s for s in splits.values()):
-        row("test segments in training", lambda s: f"{s['segment_overlap_share']:.2%}" if "segment_overlap_share" in s else "-")
     return rows
-
