@@ -290,11 +290,7 @@ def evaluate_glue(task, data, steps, batch):
 def evaluate_squad(args, data, steps, batch, log):
     """predictions.json, nbest_predictions.json (and null_odds.json for SQuAD 2.0) in --output-dir,
     scored against the dev JSON as the official evaluate script would score them."""
-    features_path = os.path.join(data.data_dir, "eval.features.jsonl")
-    examples_path = os.path.join(data.data_dir, "eval.examples.jsonl")
-    for path in (features_path, examples_path):
-        if not os.path.isfile(path):
-            raise DataError(f"{path}: missing: SQuAD answers need the evaluation metadata create-squad writes")
+    features_path, examples_path = data.eval_metadata
     examples, features = load_eval_metadata(features_path, examples_path)
     logits, order = {}, []
     for records, predicted in predict_split(steps, data, "eval", batch):

@@ -6,7 +6,9 @@ google-research/bert:
 
 - SQuAD (run_squad.py): a dense layer of 2 units on every token's final
   hidden state gives start and end logits; loss = the mean over sequences of
-  (start cross-entropy + end cross-entropy) / 2.
+  (start cross-entropy + end cross-entropy) / 2. The pooler is never used, so
+  this model has none (the reference's optimizer skips its gradient-less
+  variables: no weight decay for them either).
 - GLUE classification (run_classifier.py): dropout then a dense layer of one
   unit per label on the pooled [CLS]; loss = mean cross-entropy.
 - STS-B (regression; the reference has no processor for it): one unit on the
@@ -38,8 +40,7 @@ class BertForSpans(BertEncoder):
         return self.span
 
     def call(self, inputs, training=False):
-        sequence, _pooled = self.encode(inputs, training=training)
-        logits = ops.cast(self.span(sequence), "float32")
+        logits = ops.cast(self.span(self.encode(inputs, training=training)), "float32")
         return {"start_logits": logits[..., 0], "end_logits": logits[..., 1]}
 
 
@@ -57,7 +58,7 @@ class BertForSequences(BertEncoder):
         return self.classifier
 
     def call(self, inputs, training=False):
-        _sequence, pooled = self.encode(inputs, training=training)
+        pooled = self.pool(self.encode(inputs, training=training))
         return {"logits": ops.cast(self.classifier(self.classifier_dropout(pooled, training=training)), "float32")}
 
 

@@ -68,7 +68,8 @@ class MaskedLMHead(keras.layers.Layer):
 
 class BertEncoder(keras.Model):
     """The encoder the pretrainer and the fine-tuning models share: embeddings, Transformer layers,
-    pooler. `encode` returns (sequence output [batch, seq, hidden], pooled [CLS] [batch, hidden]).
+    pooler. `encode` returns the sequence output [batch, seq, hidden]; `pool` the tanh pooler on its
+    [CLS] [batch, hidden] (a model that never pools, SQuAD's, has no pooler variables).
     Every model is named "bert", so the encoder's variable paths are the same in all of them and a
     pretraining checkpoint loads into a task model by path."""
 
@@ -98,7 +99,10 @@ class BertEncoder(keras.Model):
         attention_mask = ops.cast(inputs["input_mask"], "bool")[:, None, :]
         for layer in self.encoder_layers:
             x = layer(x, attention_mask, training=training)
-        return x, self.pooler(x[:, 0])
+        return x
+
+    def pool(self, sequence_output):
+        return self.pooler(sequence_output[:, 0])
 
 
 class BertPretrainer(BertEncoder):
@@ -112,7 +116,8 @@ class BertPretrainer(BertEncoder):
         self.next_sentence = keras.layers.Dense(2, kernel_initializer=_init(config), name="next_sentence")
 
     def call(self, inputs, training=False):
-        x, pooled = self.encode(inputs, training=training)
+        x = self.encode(inputs, training=training)
+        pooled = self.pool(x)
         mlm_logits = self.masked_lm(_gather_positions(x, inputs["masked_lm_positions"]))
         return ops.cast(mlm_logits, "float32"), ops.cast(self.next_sentence(pooled), "float32")
 

@@ -98,6 +98,10 @@ class TaskData:
             if eval_dims != self.dims:
                 raise DataError(f"{self.files['eval'][0]}: sequence length {eval_dims['seq']} differs from the "
                                 f"training records' {self.dims['seq']}")
+        if task.is_squad and self.files["eval"]:
+            for path in self.eval_metadata:
+                if not os.path.isfile(path):
+                    raise DataError(f"{path}: missing: SQuAD answers need the evaluation metadata create-squad writes")
         self.labels = self.manifest.get("labels") or task.labels
         if not task.is_squad and not task.is_regression and len(self.labels) < 2:
             raise DataError(f"{data_dir}/manifest.json: labels {self.labels!r}: a classifier needs two or more")
@@ -110,6 +114,11 @@ class TaskData:
             raise DataError(f"{path}: {kind.name} records, expected {expected.name}")
         first = next(formats.read_records(path))
         return kind.dims_of({name: len(values) for name, values in first.items()})
+
+    @property
+    def eval_metadata(self):
+        """SQuAD: the paths of eval.features.jsonl and eval.examples.jsonl."""
+        return tuple(os.path.join(self.data_dir, f"eval.{name}.jsonl") for name in ("features", "examples"))
 
     @property
     def seq(self):
