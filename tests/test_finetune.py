@@ -82,15 +82,20 @@ def finetune(tmp_path, name, *argv):
     return code, [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
 
-def test_squad_learns_in_both_formats(pretrained, squad_dir, tmp_path):
+def finetune_both_formats(tmp_path, task, data, pretrained, *argv):
+    """The same run on TFRecord and OFRecord: identical losses (the JSON events of each returned)."""
     runs = {}
     for fmt in formats.FORMATS:
-        code, events = finetune(tmp_path, fmt, "--task", "squad", "--data", str(squad_dir), "--format", fmt,
-                                "--init-checkpoint", str(pretrained), "--steps", "50", "--batch-size", "16",
-                                "--lr", "2e-3", "--log-every", "10")
+        code, runs[fmt] = finetune(tmp_path, fmt, "--task", task, "--data", str(data), "--format", fmt,
+                                   "--init-checkpoint", str(pretrained), "--batch-size", "16", "--lr", "2e-3",
+                                   "--log-every", "10", *[a.replace("{fmt}", fmt) for a in argv])
         assert code == 0
-        runs[fmt] = events
     assert losses(runs["tfrecord"]) == losses(runs["ofrecord"])
+    return runs
+
+
+def test_squad_learns_in_both_formats(pretrained, squad_dir, tmp_path):
+    runs = finetune_both_formats(tmp_path, "squad", squad_dir, pretrained, "--steps", "50")
     train = losses(runs["tfrecord"])
     assert train[-1] < train[0] / 2
     summary = runs["tfrecord"][-1]
@@ -106,14 +111,8 @@ def test_squad_learns_in_both_formats(pretrained, squad_dir, tmp_path):
 
 
 def test_mrpc_learns_in_both_formats(pretrained, mrpc_dir, tmp_path):
-    runs = {}
-    for fmt in formats.FORMATS:
-        code, events = finetune(tmp_path, fmt, "--task", "mrpc", "--data", str(mrpc_dir), "--format", fmt,
-                                "--init-checkpoint", str(pretrained), "--steps", "40", "--batch-size", "16",
-                                "--lr", "2e-3", "--log-every", "10", "--checkpoint-dir", str(tmp_path / f"ckpt-{fmt}"))
-        assert code == 0
-        runs[fmt] = events
-    assert losses(runs["tfrecord"]) == losses(runs["ofrecord"])
+    runs = finetune_both_formats(tmp_path, "mrpc", mrpc_dir, pretrained, "--steps", "40",
+                                 "--checkpoint-dir", str(tmp_path / "ckpt-{fmt}"))
     train = losses(runs["tfrecord"])
     assert train[-1] < train[0] / 2
     summary = runs["tfrecord"][-1]

@@ -80,7 +80,7 @@ def build_finetune_parser():
     p.add_argument("--init-checkpoint", help="pretraining checkpoint: a ckpt-<step> directory or a --checkpoint-dir "
                                              "(newest); default: a tiny one pretrained on the embedded sample")
     p.add_argument("--model", choices=tuple(SIZES), help="size of the on-the-fly checkpoint (default: tiny); "
-                                                         "with --init-checkpoint the checkpoint's own is used")
+                                                         "with --init-checkpoint it must be the checkpoint's")
     p.add_argument("--epochs", type=float, default=2.0, help="passes over the training records (default: 2)")
     p.add_argument("--steps", type=_positive_int, help="optimizer steps instead of --epochs")
     p.add_argument("--lr", type=float, default=3e-5, help="peak learning rate (default: 3e-5)")

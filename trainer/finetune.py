@@ -26,7 +26,7 @@ from bertprep import formats
 from bertprep.atomic import atomic_write_bytes
 from bertprep.errors import DataError, UsageError
 from trainer import checkpoints, metrics
-from trainer.config import BertConfig
+from trainer.config import SIZES, BertConfig
 from trainer.data import RecordStream, feature_dtypes, prefetch
 from trainer.heads import FEATURE_INPUTS
 from trainer.squad_predictions import load_eval_metadata, write_predictions
@@ -40,10 +40,15 @@ _VARIABLE_NAME = re.compile(r"^model/(?:trainable|non_trainable)/\d+/(.+)$")
 
 
 def run(args):
+    if os.environ.get("TF_CONFIG") or os.environ.get("KERAS_DISTRIBUTION_JOB_ADDRESSES"):
+        raise UsageError("finetune runs on the devices of one host: unset TF_CONFIG / KERAS_DISTRIBUTION_JOB_ADDRESSES")
     task = task_named(args.task)
     data = TaskData(args.data, args.format, task)
     checkpoint = args.init_checkpoint or sample_checkpoint(args, data)
     config, weights, checkpoint_path = read_pretraining_checkpoint(checkpoint)
+    if args.model and (config.num_hidden_layers, config.hidden_size, config.num_attention_heads) != SIZES[args.model]:
+        raise UsageError(f"--model {args.model}: the checkpoint {checkpoint_path} holds L{config.num_hidden_layers}/"
+                         f"H{config.hidden_size}/A{config.num_attention_heads} (leave --model out to use it)")
     if data.seq > config.max_position_embeddings:
         raise DataError(f"{args.data}: records have sequence length {data.seq} but the checkpoint's model has "
                         f"{config.max_position_embeddings} positions")
@@ -56,8 +61,6 @@ def run(args):
     keras.config.set_dtype_policy(args.precision if args.precision != "fp32" else "float32")
     keras.utils.set_random_seed(args.seed)
     devices = Devices(keras.backend.backend())
-    if devices.num_workers > 1:
-        raise UsageError("finetune runs on the devices of one host (TF_CONFIG / several JAX processes are set)")
     log = Log(args, 0, enabled=True)
     try:
         return _finetune(args, task, data, config, weights, checkpoint_path, devices, log)
