@@ -110,6 +110,27 @@ def test_squad_learns_in_both_formats(pretrained, squad_dir, tmp_path):
     assert not (tmp_path / "tfrecord" / "null_odds.json").exists()
 
 
+def test_squad_2_writes_null_odds_and_scores_them(shared_dir, golden_dir, pretrained, tmp_path):
+    """SQuAD 2.0: predictions.json and null_odds.json, scored as evaluate-v2.0.py --na-prob-file scores them."""
+    dataset = json.loads((shared_dir / "fixtures" / "finetune" / "squad" / "v2.0" / "dev-v2.0.json").read_text())
+    source = tmp_path / "dev-v2.0.json"
+    source.write_text(json.dumps(dict(dataset, data=dataset["data"][:3])))
+    for split in ("train", "eval"):
+        assert bertprep_main(["create-squad", "--input", str(source), "--split", split, "--vocab",
+                              str(golden_dir / "vocab.txt"), "--out", str(tmp_path / "data"), "--seq", "128",
+                              "--doc-stride", "64", "--max-query", "24", "--format", "tfrecord", "--quiet"]) == 0
+    code, events = finetune(tmp_path, "out", "--task", "squad", "--data", str(tmp_path / "data"), "--format",
+                            "tfrecord", "--init-checkpoint", str(pretrained), "--steps", "3", "--batch-size", "8")
+    assert code == 0
+    summary = events[-1]
+    predictions = json.loads((tmp_path / "out" / "predictions.json").read_text())
+    null_odds = json.loads((tmp_path / "out" / "null_odds.json").read_text())
+    assert list(predictions) == list(null_odds) and summary["eval_examples"] == len(predictions)
+    scores = metrics.squad_v2_scores(json.loads(source.read_text())["data"], predictions, null_odds)
+    assert {f"eval_{k}": v for k, v in scores.items()}.items() <= summary.items()
+    assert summary["eval_HasAns_total"] + summary["eval_NoAns_total"] == summary["eval_total"]
+
+
 def test_mrpc_learns_in_both_formats(pretrained, mrpc_dir, tmp_path):
     runs = finetune_both_formats(tmp_path, "mrpc", mrpc_dir, pretrained, "--steps", "40",
                                  "--checkpoint-dir", str(tmp_path / "ckpt-{fmt}"))
