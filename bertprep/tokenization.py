@@ -9,7 +9,6 @@ default of 100 would turn 101–200 character words into [UNK]).
 
 import hashlib
 import os
-import functools
 from functools import cached_property
 from dataclasses import dataclass
 
@@ -171,19 +170,3 @@ class LineTokenizer:
         counts = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
         tokens = np.fromiter((t for x in ids for t in x), dtype=np.int32, count=int(counts.sum()))
         return tokens, counts
-
-
-@functools.lru_cache(maxsize=2)
-def _basic_pipeline(lower_case):
-    from tokenizers import normalizers, pre_tokenizers
-
-    normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=None,
-                                            lowercase=lower_case)
-    return normalizer, pre_tokenizers.BertPreTokenizer()
-
-
-def basic_tokenize(text, lower_case=True):
-    """The reference's BasicTokenizer.tokenize (clean text, CJK split, lower-case + accent strip,
-    whitespace and punctuation split): build_tokenizer's pipeline without WordPiece."""
-    normalizer, pre_tokenizer = _basic_pipeline(lower_case)
-    return [piece for piece, _span in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(text))]

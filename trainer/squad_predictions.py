@@ -22,11 +22,11 @@ as the reference does.
 """
 
 import collections
+import functools
 import json
 import math
 
 from bertprep.errors import DataError
-from bertprep.tokenization import basic_tokenize
 
 N_BEST_SIZE = 20
 MAX_ANSWER_LENGTH = 30
@@ -185,3 +185,21 @@ def _softmax(scores):
     exps = [math.exp(score - top) for score in scores]
     total = sum(exps)
     return [x / total for x in exps]
+
+
+@functools.lru_cache(maxsize=2)
+def _basic_pipeline(lower_case):
+    from tokenizers import normalizers, pre_tokenizers
+
+    # bertprep.tokenization.build_tokenizer's normalizer and pre-tokenizer: the reference's tokens.
+    normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=None,
+                                            lowercase=lower_case)
+    return normalizer, pre_tokenizers.BertPreTokenizer()
+
+
+def basic_tokenize(text, lower_case=True):
+    """The reference's BasicTokenizer.tokenize (clean text, CJK split, lower-case + accent strip,
+    whitespace and punctuation split): HF tokenizers' BERT pipeline without WordPiece (equal to the
+    reference's on every context and question of the SQuAD fixtures, cased and uncased)."""
+    normalizer, pre_tokenizer = _basic_pipeline(lower_case)
+    return [piece for piece, _span in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(text))]
