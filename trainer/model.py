@@ -76,7 +76,9 @@ class BertEncoder(keras.Model):
     def __init__(self, config, **kwargs):
         super().__init__(**kwargs)
         self.config = config
-        init = _init(config)
+        # One initializer object for the embeddings, the pooler and the pretraining heads that use it: an
+        # unseeded Keras initializer takes its seed when created, and pretraining's draws stay as they were.
+        self.initializer = init = _init(config)
         self.word_embeddings = keras.layers.Embedding(config.vocab_size, config.hidden_size,
                                                       embeddings_initializer=init, name="word_embeddings")
         self.position_embeddings = keras.layers.Embedding(config.max_position_embeddings, config.hidden_size,
@@ -113,7 +115,7 @@ class BertPretrainer(BertEncoder):
     def __init__(self, config, **kwargs):
         super().__init__(config, **kwargs)
         self.masked_lm = MaskedLMHead(config, self.word_embeddings, name="masked_lm")
-        self.next_sentence = keras.layers.Dense(2, kernel_initializer=_init(config), name="next_sentence")
+        self.next_sentence = keras.layers.Dense(2, kernel_initializer=self.initializer, name="next_sentence")
 
     def call(self, inputs, training=False):
         x = self.encode(inputs, training=training)
