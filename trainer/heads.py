@@ -32,7 +32,7 @@ class BertForSpans(BertEncoder):
     """inputs: input_ids, input_mask, segment_ids [batch, seq]; returns start_logits, end_logits [batch, seq]."""
 
     def __init__(self, config, **kwargs):
-        super().__init__(config, **kwargs)
+        super().__init__(config, with_pooler=False, **kwargs)
         self.span = keras.layers.Dense(2, kernel_initializer=_init(config), name="squad")
 
     @property

@@ -69,11 +69,11 @@ class MaskedLMHead(keras.layers.Layer):
 class BertEncoder(keras.Model):
     """The encoder the pretrainer and the fine-tuning models share: embeddings, Transformer layers,
     pooler. `encode` returns the sequence output [batch, seq, hidden]; `pool` the tanh pooler on its
-    [CLS] [batch, hidden] (a model that never pools, SQuAD's, has no pooler variables).
+    [CLS] [batch, hidden] (a model that never pools, SQuAD's, is made `with_pooler=False`).
     Every model is named "bert", so the encoder's variable paths are the same in all of them and a
     pretraining checkpoint loads into a task model by path."""
 
-    def __init__(self, config, **kwargs):
+    def __init__(self, config, with_pooler=True, **kwargs):
         super().__init__(**kwargs)
         self.config = config
         # One initializer object for the embeddings, the pooler and the pretraining heads that use it: an
@@ -88,7 +88,8 @@ class BertEncoder(keras.Model):
         self.embeddings_layer_norm = keras.layers.LayerNormalization(epsilon=1e-12, name="embeddings_layer_norm")
         self.embeddings_dropout = keras.layers.Dropout(config.hidden_dropout_prob)
         self.encoder_layers = [TransformerLayer(config, name=f"layer_{i}") for i in range(config.num_hidden_layers)]
-        self.pooler = keras.layers.Dense(config.hidden_size, activation="tanh", kernel_initializer=init, name="pooler")
+        self.pooler = (keras.layers.Dense(config.hidden_size, activation="tanh", kernel_initializer=init, name="pooler")
+                       if with_pooler else None)
 
     def encode(self, inputs, training=False):
         input_ids = inputs["input_ids"]
