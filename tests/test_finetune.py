@@ -1,12 +1,14 @@
 """`python -m trainer finetune` on CPU from a tiny pretraining checkpoint: SQuAD (records and eval
 metadata from create-squad) and MRPC (the reference's golden records, converted to OFRecord by
-`bertprep convert`) learn in both formats with identical losses; two devices give one device's
-results; the embedded-sample path runs; bad input ends with one line."""
+`bertprep convert`) learn in both formats with identical losses; SQuAD 2.0 writes and scores null
+odds; two devices give one device's results under either backend; the embedded-sample path runs;
+bad input ends with one line."""
 
 import json
 import os
 import subprocess
 import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -148,29 +150,49 @@ def test_mrpc_learns_in_both_formats(pretrained, mrpc_dir, tmp_path):
         assert not any("masked_lm" in key for key in state.files)
 
 
-def jax_finetune(tmp_path, name, devices, *argv):
+# `trainer finetune` on `replicas` logical TensorFlow CPU devices.
+TF_REPLICAS = textwrap.dedent("""
+    import sys
+    import tensorflow as tf
+    replicas = int(sys.argv[1])
+    if replicas > 1:
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * replicas)
+    from trainer.cli import main
+    sys.exit(main(sys.argv[2:]))
+""")
+
+
+def finetune_on_devices(tmp_path, backend, devices, *argv):
+    """Run `trainer finetune` in a process with `devices` CPU devices; return the JSON log events."""
+    name = f"{backend}-{devices}"
     log = tmp_path / f"{name}.jsonl"
-    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu",
-               XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
-    result = subprocess.run([sys.executable, CHECKS, "--no-tensorflow", "trainer", "finetune", "--output-dir",
-                             str(tmp_path / name), "--log-json", str(log), "--quiet", *argv],
-                            capture_output=True, text=True, cwd=REPO, env=env)
+    finetune_argv = ["finetune", "--output-dir", str(tmp_path / name), "--log-json", str(log), "--quiet", *argv]
+    if backend == "jax":
+        env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu",
+                   XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+        command = [sys.executable, CHECKS, "--no-tensorflow", "trainer", *finetune_argv]
+    else:
+        env, command = None, [sys.executable, "-c", TF_REPLICAS, str(devices), *finetune_argv]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     return [json.loads(line) for line in log.read_text().splitlines()]
 
 
 @pytest.mark.heavy
-def test_two_devices_match_one_under_jax(pretrained, squad_dir, tmp_path):
-    """The same global batch on 1 and 2 devices (JAX, TensorFlow unimportable): the same losses, and the
-    eval split (padded to the devices, then cut back) gives the same predictions."""
+@pytest.mark.parametrize("backend", ["tensorflow", "jax"])
+def test_two_devices_match_one(pretrained, squad_dir, tmp_path, backend):
+    """The same global batch on 1 and 2 devices (JAX with TensorFlow unimportable; TensorFlow's
+    MirroredStrategy): the same losses, and the eval split (padded to the devices, then cut back)
+    gives the same predictions."""
     common = ["--task", "squad", "--data", str(squad_dir), "--format", "ofrecord", "--init-checkpoint",
               str(pretrained), "--steps", "4", "--lr", "1e-3", "--log-every", "1"]
-    one = jax_finetune(tmp_path, "one", 1, *common, "--batch-size", "6")
-    two = jax_finetune(tmp_path, "two", 2, *common, "--batch-size", "3")
+    one = finetune_on_devices(tmp_path, backend, 1, *common, "--batch-size", "6")
+    two = finetune_on_devices(tmp_path, backend, 2, *common, "--batch-size", "3")
     assert [e["replicas"] for e in (one[-1], two[-1])] == [1, 2]
     np.testing.assert_allclose(losses(two), losses(one), rtol=1e-5)
-    assert json.loads((tmp_path / "two" / "predictions.json").read_text()) == json.loads(
-        (tmp_path / "one" / "predictions.json").read_text())
+    assert json.loads((tmp_path / f"{backend}-2" / "predictions.json").read_text()) == json.loads(
+        (tmp_path / f"{backend}-1" / "predictions.json").read_text())
 
 
 @pytest.mark.heavy
