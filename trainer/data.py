@@ -29,18 +29,22 @@ import numpy as np
 
 from bertprep import formats
 from bertprep.errors import DataError, UsageError
-from bertprep.formats.schemas import PRETRAINING
+from bertprep.formats.schemas import FLOAT, PRETRAINING
 from bertprep.workdir import load_manifest
 
 SPLITS = ("training", "test")
 FILE_PATTERNS = {"tfrecord": "*.tfrecord", "ofrecord": "part-*"}
-INPUT_NAMES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions")
-# dtype the model and loss receive for each feature
-FEATURE_DTYPES = {name: (np.float32 if name == "masked_lm_weights" else np.int32) for name in PRETRAINING.names}
+
+
+def feature_dtypes(kind):
+    """The dtype the model and loss receive for each feature of a record kind."""
+    return {f.name: (np.float32 if f.dtype == FLOAT else np.int32) for f in kind.features}
 
 
 class Records:
     """The record files of one format in a data directory: files per split, seq, pred and counts."""
+
+    kind = PRETRAINING
 
     def __init__(self, data_dir, fmt):
         self.data_dir = data_dir
@@ -90,6 +94,10 @@ class Records:
             raise DataError(f"{path}: record 0 lacks feature {missing[0]!r}")
         self._set_shape(len(record["input_ids"]), len(record["masked_lm_positions"]), f"{path}: record 0")
 
+    @property
+    def dims(self):
+        return {"seq": self.seq, "pred": self.pred}
+
     def count(self, path):
         """Records in a file: from the manifest, else by reading the framing (no decoding)."""
         key = os.path.normpath(path)
@@ -114,7 +122,8 @@ def _corpus_dirs(data_dir, fmt):
 
 
 class RecordStream:
-    """An endless, seeded stream of batches from one worker's share of `files`."""
+    """An endless, seeded stream of batches from one worker's share of `records.files[split]`, of the
+    record kind `records.kind` with dimensions `records.dims` (Records here; finetune.TaskRecords)."""
 
     def __init__(self, records, split, batch_size, seed, window=8192, worker_index=0, num_workers=1):
         files = records.files[split]
@@ -144,19 +153,21 @@ class RecordStream:
         while before + counts[skipped_files] <= window_start:
             before += counts[skipped_files]
             skipped_files += 1
-        chunks = formats.read_batches(files[skipped_files:], self.window, self.records.fmt, kind=PRETRAINING,
-                                      dims={"seq": self.records.seq, "pred": self.records.pred})
+        kind = self.records.kind
+        chunks = formats.read_batches(files[skipped_files:], self.window, self.records.fmt, kind=kind,
+                                      dims=self.records.dims)
         windows = _rechunk(chunks, self.window, drop=window_start - before)
         for index, window in enumerate(windows, start=first_window):
             n = len(window["input_ids"])
             order = np.random.default_rng([self.seed, epoch, index]).permutation(n)
             if index == first_window:
                 order = order[start - window_start:]
-            yield {name: window[name][order] for name in PRETRAINING.names}
+            yield {name: window[name][order] for name in kind.names}
 
     def batches(self, start=0):
         """Yield batches (dicts of arrays, `batch_size` rows) beginning at stream record `start`."""
         epoch, offset = divmod(start, self.epoch_size)
+        dtypes = feature_dtypes(self.records.kind)
         pending = []
         have = 0
         while True:
@@ -166,8 +177,7 @@ class RecordStream:
                 while have >= self.batch_size:
                     batch, pending = _take(pending, self.batch_size)
                     have -= self.batch_size
-                    yield {name: batch[name].astype(FEATURE_DTYPES[name], copy=False)
-                           for name in PRETRAINING.names}
+                    yield {name: values.astype(dtypes[name], copy=False) for name, values in batch.items()}
             epoch, offset = epoch + 1, 0
 
 

@@ -308,9 +308,7 @@ def _train(args, devices, log, data_dir, records, config):
             else:
                 skipped += 1
                 nonfinite_run += 1
-                if nonfinite_run >= MAX_NONFINITE_STEPS:
-                    raise DataError(f"loss not finite for {nonfinite_run} steps in a row at step {step} "
-                                    f"(loss scale {result['loss_scale']:g}); lower --lr or use another --precision")
+                stop_if_stuck(nonfinite_run, step, result)
             clock = now
             last = result
             log.bar(step, f"loss {metrics(window)['loss']:.4f}" if window_steps else "")
@@ -349,6 +347,13 @@ def _train(args, devices, log, data_dir, records, config):
     if devices.is_chief:
         log.record("summary", summary, step)
     return summary
+
+
+def stop_if_stuck(nonfinite_run, step, result):
+    """A run whose loss stays non-finite ends with one line."""
+    if nonfinite_run >= MAX_NONFINITE_STEPS:
+        raise DataError(f"loss not finite for {nonfinite_run} steps in a row at step {step} "
+                        f"(loss scale {result['loss_scale']:g}); lower --lr or use another --precision")
 
 
 def evaluate(steps, stream, eval_steps):
