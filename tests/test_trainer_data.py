@@ -120,6 +120,7 @@ def test_shape_and_vocab_come_from_the_create_manifest(tmp_path):
     class Args:
         bert_config = None
         model = "tiny"
+        dropout = None
 
     assert model_config(Args, records) == BertConfig.sized("tiny", vocab_size=2000)
 

@@ -26,9 +26,12 @@ def block_tensorflow():
     sys.meta_path.insert(0, _NoTensorFlow())
 
 
-def bert_config(directory, dropout):
-    path = directory / f"bert_config_dropout_{dropout}.json"
-    path.write_text(json.dumps(dict(TINY, hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)))
+def bert_config(directory, dropout, **changes):
+    """TINY (with `changes`) as a bert_config.json in `directory`."""
+    values = dict(TINY, hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout, **changes)
+    path = directory / ("".join([f"bert_config_dropout_{dropout}", *(f"_{k}_{v}" for k, v in sorted(changes.items()))])
+                        + ".json")
+    path.write_text(json.dumps(values))
     return str(path)
 
 
@@ -104,6 +107,51 @@ def check_nonfinite_step_is_skipped(records_dir):
         assert sum(not np.array_equal(after[k], before[k]) for k in kept if k.startswith("model/")) > 10
     finally:
         keras.config.set_dtype_policy("float32")
+
+
+def check_model_parallel_layout(records_dir, config_path):
+    """On 4 devices, for K = 1, 2, 4: every variable BERT_LAYOUT splits holds 1/K of itself on each
+    device, its optimizer slots likewise, everything else whole; every rule matches some variable of
+    the pretraining model; the bytes measured per device equal the layout's estimate (plus the
+    optimizer's and loss scale's scalars)."""
+    import re
+
+    import keras
+
+    from trainer import parallel
+    from trainer.config import BertConfig
+    from trainer.data import Records
+    from trainer.train import Devices, build_steps
+
+    records = Records(str(records_dir), "ofrecord")
+    config = BertConfig.from_json_file(config_path)
+    abstract = parallel.abstract_variables(config, records.seq, records.pred)
+    paths = [path for variables in abstract for path in variables]
+    for pattern, _axes, _what in parallel.BERT_LAYOUT:
+        assert any(re.fullmatch(pattern, path) for path in paths), f"{pattern} matches no variable"
+    args = argparse.Namespace(optimizer="lamb", lr=1e-3, steps=10, precision="fp32", grad_accum=1)
+    measured = {}
+    for k in (1, 2, 4):
+        keras.backend.clear_session()
+        model, optimizer, steps = build_steps(args, Devices("jax", k), config, records, 0)
+        layouts = parallel.layout_map()
+        split = 0
+        for i, variable in enumerate(model.trainable_variables):
+            axes = parallel.split_axes(layouts, variable.path) or (None,) * len(variable.shape)
+            expected = tuple(d // k if axis == parallel.MODEL else d for d, axis in zip(variable.shape, axes))
+            slots = [steps.state[2][j] for j, v in enumerate(optimizer.variables)
+                     if v.path.startswith(f"{optimizer.name}/{variable.path.replace('/', '_')}_")]
+            assert len(slots) == parallel.OPTIMIZER_SLOTS, variable.path
+            for array in [steps.state[0][i], *slots]:
+                assert {shard.data.shape for shard in array.addressable_shards} == {expected}, (k, variable.path)
+            split += expected != tuple(variable.shape)
+        # Per layer q, k, v kernels and biases, attention output kernel, intermediate kernel and bias,
+        # output kernel; then word embeddings and masked-LM bias.
+        assert split == (0 if k == 1 else 10 * config.num_hidden_layers + 2), (k, split)
+        measured[k] = steps.param_bytes_per_device()
+        estimate = parallel.layout_bytes_per_device(*abstract, k)
+        assert 0 <= measured[k] - estimate <= 64, (k, measured[k], estimate)
+    print(json.dumps(measured))
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from bertprep.errors import UsageError, run_reporting_errors
 from bertprep.progress import add_output_arguments, print_summary
 from trainer.config import SIZES
+from trainer.parallel import PLACEMENTS
 
 PROG = "trainer"
 
@@ -41,6 +42,13 @@ def _warmup(text):
     return value
 
 
+def _probability(text):
+    value = float(text)
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"expected a probability in [0, 1), got {text}")
+    return value
+
+
 def build_parser():
     p = _Parser(prog=PROG, description="Pretrain BERT (Keras 3) on TFRecord or OFRecord records from `bertprep create`.")
     p.add_argument("--format", required=True, choices=("tfrecord", "ofrecord"), help="record format to read")
@@ -57,6 +65,12 @@ def build_parser():
     p.add_argument("--grad-accum", type=_positive_int, default=1, help="micro-batches per optimizer step")
     p.add_argument("--precision", choices=("fp32", "mixed_float16", "mixed_bfloat16"), default="fp32")
     p.add_argument("--seed", type=int, default=12345, help="seed of initialization, dropout and data order")
+    p.add_argument("--dropout", type=_probability, default=None,
+                   help="hidden and attention dropout (default: the model config's; 0 for exact comparisons)")
+    p.add_argument("--model-parallel", type=_positive_int, default=1, metavar="K",
+                   help="split each model replica over K devices (JAX; default: 1, data parallel only)")
+    p.add_argument("--placement", choices=PLACEMENTS, default="intra_first",
+                   help="several hosts: a replica's K devices on one host (intra_first) or across hosts")
     p.add_argument("--checkpoint-dir", help="directory of checkpoints (and TensorBoard scalars)")
     p.add_argument("--checkpoint-every", type=_positive_int, default=1000, help="steps between checkpoints")
     p.add_argument("--keep-checkpoints", type=int, default=3, help="how many recent checkpoints to keep")

@@ -12,8 +12,10 @@ step is skipped the same way.
 
 TensorFlow: `tf.distribute` (Mirrored or MultiWorkerMirrored) strategy; the
 optimizer runs in cross-replica context on the summed gradients (NVLAMB's
-global norm needs them). JAX: `keras.distribution.DataParallel`; the step is
-one jitted SPMD function over the global batch.
+global norm needs them). JAX: `keras.distribution.ModelParallel` on a (batch,
+model) mesh (trainer/parallel.py; a model axis of 1 is data parallelism); the
+step is one jitted SPMD function over the global batch, and each variable
+keeps the layout it was created with.
 """
 
 import numpy as np
@@ -177,6 +179,10 @@ class TensorFlowSteps(_Steps):
         for name, variable in self.state_variables():
             variable.assign(arrays[name])
 
+    def param_bytes_per_device(self):
+        """Every replica holds all of the state."""
+        return sum(array.nbytes for array in self.get_state().values())
+
 
 class JaxSteps(_Steps):
     def __init__(self, distribution, model, optimizer, accumulation, dynamic_scale, objective=PRETRAINING_OBJECTIVE):
@@ -200,7 +206,10 @@ class JaxSteps(_Steps):
             jax.device_put(np.float32(INITIAL_SCALE if dynamic_scale else 1.0), self.replicated),
             jax.device_put(np.int32(0), self.replicated),
         )
-        self._train = jax.jit(self._train_step, donate_argnums=0)
+        # The new state keeps the layouts of the old (sharded variables stay sharded, as Keras's own
+        # JAX trainer pins them); XLA chooses where the outputs go.
+        state_shardings = jax.tree.map(lambda value: value.sharding, self.state)
+        self._train = jax.jit(self._train_step, donate_argnums=0, out_shardings=(state_shardings, None))
         self._eval = jax.jit(self._eval_step)
         self._predict = jax.jit(self._predict_step)
 
@@ -294,14 +303,30 @@ class JaxSteps(_Steps):
             "loss_scale/scale", "loss_scale/good_steps"]
 
     def get_state(self):
-        return {name: np.asarray(value) for name, value in zip(self._names(), self._flat_state())}
+        """Whole arrays on the host. With shards on other processes' devices this is a collective:
+        every process must call it."""
+        from jax.experimental import multihost_utils
+
+        def whole(value):
+            if value.is_fully_addressable or value.is_fully_replicated:
+                return np.asarray(value)
+            return np.asarray(multihost_utils.process_allgather(value, tiled=True))
+
+        return {name: whole(value) for name, value in zip(self._names(), self._flat_state())}
 
     def set_state(self, arrays):
+        """Each array placed with the layout of the value it replaces, whatever layout it was saved from."""
         jax = self.jax
         counts = (len(self.state[0]), len(self.state[1]), len(self.state[2]))
-        values = [jax.device_put(np.asarray(arrays[name]), self.replicated) for name in self._names()]
+        values = [jax.device_put(np.asarray(arrays[name]), value.sharding)
+                  for name, value in zip(self._names(), self._flat_state())]
         a, b, c = counts
         self.state = (values[:a], values[a:a + b], values[a + b:a + b + c], values[-2], values[-1])
+
+    def param_bytes_per_device(self):
+        from trainer.parallel import bytes_per_device
+
+        return bytes_per_device(self._flat_state())
 
 
 def _named_state(model, optimizer):
