@@ -1,56 +1,278 @@
-"""Write files under a temporary name and rename them into place when complete.
+"""Write files whole or not at all, with their temporaries where no reader looks.
 
-A reader never sees a half-written file under its final name: a crash leaves
-at most a `.tmp-*` file, which the next run removes (`remove_stale_temps`).
+Readers glob data directories, and TensorFlow's `*` matches dot-files, so a
+temporary never lies beside its final name: it is written in a staging
+directory, `.partial/`, at the root of the tree a stage writes (for records,
+beside `tfrecord/` and `ofrecord/`), and renamed into place when complete.
+The staging directory is inside that tree, so the rename stays on one file
+system and is atomic. A lone output file (`convert A B`, `validate --json`)
+stages in a `.partial/` beside it, removed again when empty.
+
+A stage that owns a tree holds it (`hold`) while it writes: a lock file in
+`.partial/` says which process, on which host, holds it; a second run into
+the same tree is refused with that line instead of the two runs removing
+each other's temporaries. The holder clears what killed runs left in
+`.partial/`.
+
+An operating-system error while writing is raised as an OSError naming the
+final path, so the command prints one line with that path and the reason
+(bertprep.errors.run_reporting_errors), and no half-written file is left.
 """
 
 import contextlib
+import datetime
+import errno
+import fcntl
 import hashlib
+import json
 import os
+import secrets
+import shutil
+import socket
+import stat
 
-TEMP_MARK = ".tmp-"
+from bertprep.errors import DataError, UsageError
+
+PARTIAL = ".partial"  # the staging directory of a tree
+LOCK = "lock"  # in PARTIAL: who holds the tree
+LEGACY_TEMP_MARK = ".tmp-"  # temporaries of earlier versions, written beside their final names
+NAME_MAX = 255  # bytes in one file name on every common Linux file system
 
 
-def temp_name(path):
-    directory, name = os.path.split(os.fspath(path))
-    return os.path.join(directory, f"{TEMP_MARK}{os.getpid()}-{name}")
+def staging_dir(root):
+    return os.path.join(os.fspath(root), PARTIAL)
+
+
+def temp_path(staging, path):
+    """A fresh temporary name in `staging` for the final `path`, never longer than NAME_MAX bytes.
+
+    The process id and a random tag keep concurrent writers (pool workers, a
+    Dask task rerun on another host) apart; the name ends in `.partial`, so
+    no reader's suffix or `part-<i>` pattern matches it even if it is seen.
+    """
+    suffix = os.fsencode(f".{os.getpid()}-{secrets.token_hex(4)}.partial")
+    name = os.fsencode(os.path.basename(os.fspath(path)))[: NAME_MAX - len(suffix)]
+    return os.path.join(staging, os.fsdecode(name + suffix))
+
+
+def _with_path(exc, path):
+    """`exc` naming `path` (the final name, not the temporary's) so the one-line error says which output failed."""
+    return OSError(exc.errno, exc.strerror or str(exc), os.fspath(path))
 
 
 @contextlib.contextmanager
-def atomic_open(path, mode="wb"):
-    """Open a temporary sibling of `path`; rename it to `path` if the block succeeds."""
-    path = os.fspath(path)
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = temp_name(path)
-    f = open(tmp, mode)
+def _naming(path):
+    """OSErrors of the block name `path`."""
     try:
-        yield f
-        f.flush()
-        os.fsync(f.fileno())
-        f.close()
-        os.replace(tmp, path)
-    except BaseException:
-        f.close()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        yield
+    except OSError as exc:
+        raise _with_path(exc, path) from None
+
+
+@contextlib.contextmanager
+def _writes_named(path):
+    """An OSError from the caller's block without a file name is a failed write to `f`: name `path`.
+    (One with a file name is about another file, an input the block reads, and keeps its name.)"""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None:
+            raise _with_path(exc, path) from None
         raise
 
 
-def atomic_write_bytes(path, data):
-    with atomic_open(path, "wb") as f:
+@contextlib.contextmanager
+def atomic_open(path, mode="wb", staging=None):
+    """A file object for `path`: written in `staging` (default: `.partial/` beside it), renamed to `path`
+    when the block succeeds, removed when it fails.
+
+    A target that exists and is not a regular file (a device such as
+    /dev/stdout, a FIFO) is written directly: it cannot be renamed over.
+    """
+    path = os.fspath(path)
+    with _naming(path):
+        try:
+            mode_bits = os.stat(path).st_mode
+        except FileNotFoundError:
+            mode_bits = None
+        if mode_bits is not None and stat.S_ISDIR(mode_bits):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+    if mode_bits is not None and not stat.S_ISREG(mode_bits):
+        with _naming(path):
+            f = open(path, mode)
+        with _writes_named(path), f:  # closing flushes: a full device fails there too
+            yield f
+        return
+    lone = staging is None
+    staging = staging or staging_dir(os.path.dirname(path) or ".")
+    with _naming(path):
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        os.makedirs(staging, exist_ok=True)
+        tmp = temp_path(staging, path)
+        f = open(tmp, mode)
+    try:
+        with _writes_named(path):
+            yield f
+        with _naming(path):
+            f.flush()
+            os.fsync(f.fileno())
+            f.close()
+            os.replace(tmp, path)
+        tmp = None
+    finally:
+        with contextlib.suppress(OSError):
+            f.close()  # after a failed flush close() flushes again and fails again; the file is closed all the same
+        if tmp is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        if lone:
+            with contextlib.suppress(OSError):
+                os.rmdir(staging)  # only when empty: another writer may be using it
+
+
+def atomic_write_bytes(path, data, staging=None):
+    with atomic_open(path, "wb", staging) as f:
         f.write(data)
 
 
-def remove_stale_temps(directory):
-    """Delete temporary files left by an interrupted run anywhere under `directory`."""
-    removed = 0
-    for root, _dirs, files in os.walk(directory):
+@contextlib.contextmanager
+def atomic_dir(path, staging):
+    """A directory to fill, renamed to `path` (replacing an older one) when the block succeeds."""
+    path = os.fspath(path)
+    tmp = temp_path(staging, path)
+    try:
+        with _naming(path):
+            os.makedirs(tmp)
+        with _naming(path):  # the block writes only inside `tmp`: whatever fails is this output
+            yield tmp
+        with _naming(path):
+            if os.path.isdir(path):
+                shutil.rmtree(path)
+            os.replace(tmp, path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# -- holding a tree --------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def hold(root, command):
+    """Hold the tree `root` for this run of `command`; yields its staging directory.
+
+    The lock is an flock on `.partial/lock`, so the kernel releases it when
+    the holder dies however it dies; the file names the holder for the
+    message a second run prints. Temporaries of killed runs are removed on
+    entry and on exit, and `.partial/` itself on exit.
+    """
+    root = os.fspath(root)
+    try:
+        if os.path.exists(root) and not os.path.isdir(root):
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), root)
+        os.makedirs(root, exist_ok=True)
+        fd = _lock(root, command)
+    except OSError as exc:
+        raise _with_path(exc, exc.filename or root) from None
+    staging = staging_dir(root)
+    try:
+        clear_staging(root)
+        _remove_legacy_temps(root)
+        yield staging
+    finally:
+        clear_staging(root)
+        _unlock(fd, root)
+
+
+def _lock(root, command):
+    lock_path = os.path.join(staging_dir(root), LOCK)
+    while True:
+        os.makedirs(staging_dir(root), exist_ok=True)
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+        except FileNotFoundError:
+            continue  # the previous holder removed .partial between our makedirs and open
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(fd)
+            os.close(fd)
+            raise DataError(f"{root}: another run is writing here ({holder}); wait for it to finish or stop it") from None
+        # A holder that was releasing may have unlinked the file we opened: lock the file at lock_path.
+        try:
+            current = os.stat(lock_path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            current = False
+        if current:
+            info = {"command": command, "pid": os.getpid(), "host": socket.gethostname(),
+                    "since": datetime.datetime.now().astimezone().isoformat(timespec="seconds")}
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(info).encode() + b"\n", 0)
+            return fd
+        os.close(fd)
+
+
+def _holder(fd):
+    try:
+        info = json.loads(os.pread(fd, 4096, 0))
+        return f"{info['command']}, pid {info['pid']} on {info['host']}, since {info['since']}"
+    except (OSError, ValueError, TypeError, KeyError):
+        return "a process that has not yet said who it is"
+
+
+def _unlock(fd, root):
+    # Unlink while still holding the lock: a waiter that opened this file sees it is gone and retries.
+    with contextlib.suppress(OSError):
+        os.unlink(os.path.join(staging_dir(root), LOCK))
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.rmdir(staging_dir(root))
+
+
+def clear_staging(root):
+    """Remove every temporary in `root`'s staging directory (the lock file stays)."""
+    staging = staging_dir(root)
+    try:
+        names = os.listdir(staging)
+    except FileNotFoundError:
+        return
+    for name in names:
+        if name == LOCK:
+            continue
+        path = os.path.join(staging, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+
+
+def _remove_legacy_temps(root):
+    """Temporaries that earlier versions wrote beside their final names, where readers glob them."""
+    for directory, _dirs, files in os.walk(root):
         for name in files:
-            if name.startswith(TEMP_MARK):
+            if name.startswith(LEGACY_TEMP_MARK):
                 with contextlib.suppress(FileNotFoundError):
-                    os.unlink(os.path.join(root, name))
-                    removed += 1
-    return removed
+                    os.unlink(os.path.join(directory, name))
+
+
+# -- what readers see -------------------------------------------------------------------
+
+
+def walk(top):
+    """os.walk in sorted directory order without hidden directories (`.partial/` and the like)."""
+    for directory, dirs, files in os.walk(top):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        yield directory, dirs, files
+
+
+def check_distinct_outputs(pairs):
+    """Refuse a plan in which two inputs would write the same output: [(input, output)]."""
+    first = {}
+    for source, output in pairs:
+        key = os.path.normpath(output)
+        if key in first and first[key] != source:
+            raise UsageError(f"{first[key]} and {source} would both be written to {output}: rename one of them")
+        first.setdefault(key, source)
 
 
 def sha256_file(path, chunk_size=1 << 20):

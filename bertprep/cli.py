@@ -22,6 +22,8 @@ COMMANDS = {
     "prepare": ("bertprep.prepare", "download, shard and create (128/20 and 512/80) in one command"),
     "inspect": ("bertprep.inspect", "decode and show records of a TFRecord or OFRecord file"),
     "convert": ("bertprep.convert", "convert record files losslessly between TFRecord and OFRecord"),
+    "create-squad": ("bertprep.finetune.squad", "SQuAD JSON -> fine-tuning records like google-research/bert run_squad.py"),
+    "create-glue": ("bertprep.finetune.glue", "GLUE TSV -> fine-tuning records like google-research/bert run_classifier.py"),
 }
 
 

@@ -7,14 +7,22 @@ in its kind's key order for the target format (for pretraining records, the
 reference's for TFRecord and OneFlow's sample's for OFRecord), so converting
 OneFlow's sample to TFRecord and back reproduces it byte for byte; other
 records keep their stored order.
+
+Nothing is lost on the way: two sources that would write the same output
+(`part-0` and `part-0.tfrecord` to TFRecord) are refused before anything is
+written, and so is an empty source (an empty OFRecord part stops OneFlow's
+reader). A directory is converted as a tree the command holds, its
+temporaries in DST/.partial/.
 """
+
+import contextlib
 
 import os
 
 import numpy as np
 
 from bertprep import formats
-from bertprep.atomic import atomic_open
+from bertprep.atomic import atomic_open, check_distinct_outputs, hold, walk
 from bertprep.errors import DataError, UsageError
 from bertprep.formats.protowire import WireError
 from bertprep.formats.schemas import kind_of_record
@@ -52,10 +60,10 @@ def convert_payload(payload, src_fmt, dst_fmt, where):
     return codec.frame(codec.encode(features))
 
 
-def convert_file(src, dst, dst_fmt):
+def convert_file(src, dst, dst_fmt, staging=None):
     src_fmt = formats.sniff_format(src)
     count = 0
-    with atomic_open(dst) as f:
+    with atomic_open(dst, staging=staging) as f:
         for index, offset, payload in formats.iter_framed(src, src_fmt):
             f.write(convert_payload(payload, src_fmt, dst_fmt, f"{src}: record {index} at byte {offset}"))
             count += 1
@@ -64,7 +72,7 @@ def convert_file(src, dst, dst_fmt):
 
 def _record_files(directory):
     found = []
-    for root, _dirs, files in os.walk(directory):
+    for root, _dirs, files in walk(directory):
         for name in sorted(files):
             if formats.format_of_name(name) is not None:
                 found.append(os.path.join(root, name))
@@ -81,21 +89,29 @@ def run(args):
             relative_dir = os.path.relpath(directory, args.src)
             for index, path in enumerate(paths):
                 name = f"part-{index}" if args.to == "ofrecord" else os.path.splitext(os.path.basename(path))[0] + ".tfrecord"
-                pairs.append((path, os.path.join(args.dst, relative_dir, name)))
+                pairs.append((path, os.path.normpath(os.path.join(args.dst, relative_dir, name))))
         if not pairs:
             raise DataError(f"{args.src}: no record files (*.tfrecord or part-*) found")
+        tree = hold(args.dst, "bertprep convert")
     elif os.path.isfile(args.src):
         if os.path.isdir(args.dst):
             raise UsageError(f"{args.dst}: is a directory; give an output file name")
         pairs = [(args.src, args.dst)]
+        tree = contextlib.nullcontext(None)  # a lone file stages beside itself
     else:
         raise DataError(f"{args.src}: not found")
+    check_distinct_outputs(pairs)
+    for src, _dst in pairs:
+        if os.path.getsize(src) == 0:
+            raise DataError(f"{src}: empty file, no records to convert (an empty OFRecord part stops OneFlow's "
+                            "reader); nothing was written")
     total = 0
-    for src, dst in pairs:
-        count = convert_file(src, dst, args.to)
-        total += count
-        if not args.quiet:
-            print(f"{src} -> {dst}: {count} records")
+    with tree as staging:
+        for src, dst in pairs:
+            count = convert_file(src, dst, args.to, staging)
+            total += count
+            if not args.quiet:
+                print(f"{src} -> {dst}: {count} records")
     if not args.quiet:
         print(f"converted {total} records in {len(pairs)} file(s) to {args.to}")
     return 0

@@ -8,9 +8,17 @@ in the same order. One output file per input shard per format:
     <out>/<params>/<corpus>/tfrecord/<split>/<shard stem>.tfrecord
     <out>/<params>/<corpus>/ofrecord/<split>/part-<i>
 
-Every file is written under a temporary name and renamed when complete; the
-manifest records each finished file with its source's sha256 and the flags,
-so a rerun skips finished shards and redoes the rest.
+or, with --layout nvidia, the tree NVIDIA's TensorFlow scripts hard-code
+(TFRecord only; shard count and test split from the shard stage's manifest):
+
+    <out>/tfrecord/<params>_shard_<N>_test_split_<P>/<corpus>/manifest.json
+    <out>/tfrecord/<params>_shard_<N>_test_split_<P>/<corpus>/<split>/<shard stem>.tfrecord
+
+Every file is written in `.partial/` beside the manifest (where no reader
+globs) and renamed into place when complete; the manifest records each
+finished file with its source's sha256 and the flags, so a rerun skips
+finished shards and redoes the rest. A run holds its records directory:
+a second run into the same one is refused.
 """
 
 import glob
@@ -23,7 +31,7 @@ from dataclasses import asdict, dataclass
 from importlib import resources
 
 from bertprep import __version__, formats
-from bertprep.atomic import atomic_open, remove_stale_temps
+from bertprep.atomic import atomic_open, check_distinct_outputs, hold, staging_dir
 from bertprep.corpus import read_text, tokenize_corpus
 from bertprep.engines import add_engine_arguments, open_engine
 from bertprep.errors import DataError, UsageError
@@ -31,9 +39,21 @@ from bertprep.formats.schemas import PRETRAINING
 from bertprep.instances import InstanceParams, MaskingVocab, create_instances
 from bertprep.progress import Progress, add_output_arguments, human_bytes, print_summary
 from bertprep.tokenization import LineTokenizer, load_vocab, resolve_vocab_path
-from bertprep.workdir import SPLITS, add_workdir_argument, load_manifest, params_dirname, resolve_workdir, save_manifest
+from bertprep.workdir import (
+    SPLITS,
+    add_workdir_argument,
+    check_corpus_name,
+    load_manifest,
+    nvidia_dirname,
+    params_dirname,
+    resolve_workdir,
+    save_manifest,
+)
 
 ENCODE_CHUNK = 1024  # records encoded per call when writing
+LAYOUTS = ("bertprep", "nvidia")
+# NVIDIA's TF2 input pipeline interleaves this many files: with fewer, a file's records arrive in a row.
+NVIDIA_CYCLE_LENGTH = 8
 
 
 def add_arguments(parser):
@@ -54,7 +74,19 @@ def add_arguments(parser):
     parser.add_argument("--short-seq-prob", type=float, default=0.1)
     parser.add_argument("--whole-word-mask", action="store_true")
     parser.add_argument("--no-lower-case", action="store_true", help="for cased vocabs")
-    parser.add_argument("--format", default="tfrecord,ofrecord", help="comma-separated: tfrecord, ofrecord (default both)")
+    parser.add_argument("--format", default=None,
+                        help="comma-separated: tfrecord, ofrecord (default both; tfrecord with --layout nvidia)")
+    parser.add_argument(
+        "--layout", choices=LAYOUTS, default="bertprep",
+        help="bertprep: OUT/<params>/<corpus>/{tfrecord,ofrecord}/{training,test} (default); nvidia: the TFRecord tree "
+        "NVIDIA's scripts read, OUT/tfrecord/<params>_shard_<N>_test_split_<P>/<corpus>/{training,test} "
+        "(OUT defaults to WORKDIR; needs shards from `bertprep shard`)",
+    )
+    parser.add_argument(
+        "--min-parts", type=int, default=NVIDIA_CYCLE_LENGTH,
+        help=f"warn when fewer training files are written (default {NVIDIA_CYCLE_LENGTH}: NVIDIA's TF2 reader "
+        "interleaves 8 files; OneFlow needs one part per reader rank, so use your GPU count if larger)",
+    )
     add_engine_arguments(parser)
     add_workdir_argument(parser)
     add_output_arguments(parser)
@@ -75,10 +107,13 @@ class ShardTask:
     params: InstanceParams
     formats: tuple
     settings_key: str
+    layout: str = "bertprep"
 
     def output_paths(self):
         """{format: path relative to records_dir}."""
         stem = os.path.splitext(os.path.basename(self.source))[0]
+        if self.layout == "nvidia":  # TFRecord only: <corpus>/<split>/<stem>.tfrecord
+            return {"tfrecord": f"{self.split}/{stem}.tfrecord"}
         paths = {"tfrecord": f"tfrecord/{self.split}/{stem}.tfrecord", "ofrecord": f"ofrecord/{self.split}/part-{self.index}"}
         return {fmt: paths[fmt] for fmt in self.formats}
 
@@ -106,7 +141,7 @@ def create_shard(task):
     entries = {}
     for fmt, relative in task.output_paths().items():
         path = os.path.join(task.records_dir, relative)
-        size, digest = write_instances(path, instances, fmt, task.params)
+        size, digest = write_instances(path, instances, fmt, task.params, staging_dir(task.records_dir))
         entries[relative] = {
             "format": fmt,
             "split": task.split,
@@ -132,11 +167,11 @@ def encoded_chunks(instances, fmt, params):
         )
 
 
-def write_instances(path, instances, fmt, params):
-    """Write atomically; return (bytes, sha256) computed while writing."""
+def write_instances(path, instances, fmt, params, staging):
+    """Write atomically (the temporary in `staging`); return (bytes, sha256) computed while writing."""
     digest = hashlib.sha256()
     size = 0
-    with atomic_open(path) as f:
+    with atomic_open(path, staging=staging) as f:
         for chunk in encoded_chunks(instances, fmt, params):
             f.write(chunk)
             digest.update(chunk)
@@ -195,9 +230,14 @@ def _split_of(path):
     return parent if parent in SPLITS else "training"
 
 
-def _corpus_name(inputs):
+def _input_roots(inputs):
+    """The directories the inputs come from, a split directory's parent in its place."""
     directories = {os.path.dirname(p) for p, _ in inputs}
-    directories = {os.path.dirname(d) if os.path.basename(d) in SPLITS else d for d in directories}
+    return {os.path.dirname(d) if os.path.basename(d) in SPLITS else d for d in directories}
+
+
+def _corpus_name(inputs):
+    directories = _input_roots(inputs)
     if len(directories) == 1:
         name = os.path.basename(directories.pop())
         if name:
@@ -206,10 +246,15 @@ def _corpus_name(inputs):
 
 
 def check_flags(args):
-    fmts = tuple(f.strip() for f in args.format.split(",") if f.strip())
-    unknown = [f for f in fmts if f not in formats.FORMATS]
-    if unknown or not fmts:
-        raise UsageError(f"unknown --format {','.join(unknown) or args.format!r} (choose from tfrecord, ofrecord)")
+    requested = args.format or ("tfrecord" if args.layout == "nvidia" else "tfrecord,ofrecord")
+    fmts = formats.parse_formats(requested)
+    if args.layout == "nvidia" and fmts != ("tfrecord",):
+        raise UsageError("--layout nvidia writes NVIDIA's TFRecord tree, which has no place for OFRecord: "
+                         "use --format tfrecord, and a second run without --layout for OFRecord")
+    if args.min_parts < 1:
+        raise UsageError(f"--min-parts must be at least 1, not {args.min_parts}")
+    if args.corpus is not None:
+        check_corpus_name(args.corpus)
     if args.seq < 5:
         raise UsageError(f"--seq {args.seq} is too small: [CLS] A [SEP] B [SEP] needs at least 5 positions")
     if args.pred < 1 or args.pred > args.seq - 3:
@@ -223,8 +268,7 @@ def check_flags(args):
         raise UsageError(f"--masked-lm-prob must be in (0, 1], not {args.masked_lm_prob}")
     if not 0.0 <= args.short_seq_prob <= 1.0:
         raise UsageError(f"--short-seq-prob must be in [0, 1], not {args.short_seq_prob}")
-    # Canonical order, whatever order the flag listed them in.
-    return tuple(f for f in formats.FORMATS if f in fmts)
+    return fmts
 
 
 def check_input(path):
@@ -282,12 +326,7 @@ def plan(args):
         whole_word_mask=args.whole_word_mask,
     )
     lower_case = not args.no_lower_case
-    out_root = os.path.abspath(args.out) if args.out else os.path.join(workdir, "records")
-    records_dir = os.path.join(
-        out_root,
-        params_dirname(args.seq, args.pred, args.masked_lm_prob, args.seed, args.dupe_factor, lower_case, args.whole_word_mask),
-        corpus,
-    )
+    records_dir = records_directory(args, workdir, corpus, inputs)
     settings = {
         "params": {**asdict(params), "lower_case": lower_case, "seed": args.seed, "seed_per_shard": args.seed_per_shard},
         "vocab": {"path": vocab.path, "sha256": vocab.sha256, "size": vocab.size},
@@ -314,19 +353,75 @@ def plan(args):
                 params=params,
                 formats=fmts,
                 settings_key=settings_key,
+                layout=args.layout,
             )
         )
-    return records_dir, settings, fmts, tasks, notes
+    check_distinct_outputs((task.source, os.path.join(records_dir, path)) for task in tasks
+                           for path in task.output_paths().values())
+    warnings = layout_warnings(tasks, args.min_parts)
+    if vocab.duplicates_warning():
+        warnings.append(vocab.duplicates_warning())
+    return records_dir, settings, fmts, tasks, notes, warnings
+
+
+def records_directory(args, workdir, corpus, inputs):
+    """Where the manifest goes and every output path starts, for --layout and --out."""
+    lower_case = not args.no_lower_case
+    if args.layout == "nvidia":
+        train_shards, test_fraction = shard_stage_settings(inputs)
+        name = nvidia_dirname(args.seq, args.pred, args.masked_lm_prob, args.seed, args.dupe_factor, lower_case,
+                              args.whole_word_mask, train_shards, test_fraction)
+        return os.path.join(os.path.abspath(args.out or workdir), "tfrecord", name, corpus)
+    name = params_dirname(args.seq, args.pred, args.masked_lm_prob, args.seed, args.dupe_factor, lower_case,
+                          args.whole_word_mask)
+    return os.path.join(os.path.abspath(args.out) if args.out else os.path.join(workdir, "records"), name, corpus)
+
+
+def shard_stage_settings(inputs):
+    """(training shards asked for, test fraction) from the manifest of the `bertprep shard` directory
+    the inputs come from: NVIDIA's directory name holds both."""
+    directories = _input_roots(inputs)
+    if len(directories) != 1:
+        raise UsageError(f"--layout nvidia: the inputs come from {len(directories)} directories; give the one "
+                         "directory `bertprep shard` wrote (its manifest names the shard count and test split)")
+    directory = directories.pop()
+    manifest = load_manifest(directory)
+    if manifest is None or manifest.get("stage") != "shard":
+        raise UsageError(f"--layout nvidia: {directory} has no manifest of `bertprep shard`, which gives the shard "
+                         "count and test split in NVIDIA's directory name; shard the corpus with `bertprep shard`")
+    params = manifest.get("params") or {}
+    train_shards, test_fraction = params.get("train_shards"), params.get("test_fraction")
+    if not isinstance(train_shards, int) or not isinstance(test_fraction, (int, float)):
+        raise DataError(f"{os.path.join(directory, 'manifest.json')}: damaged manifest (no train_shards and "
+                        "test_fraction in params); rerun `bertprep shard`")
+    return train_shards, test_fraction
+
+
+def layout_warnings(tasks, min_parts):
+    """What makes the records a poor fit for the readers that will consume them."""
+    warnings = []
+    training = sum(task.split == "training" for task in tasks)
+    if training < min_parts:
+        warnings.append(
+            f"{training} training file(s) per format, fewer than --min-parts {min_parts}: NVIDIA's TF2 reader "
+            f"interleaves {NVIDIA_CYCLE_LENGTH} files (with fewer, each file's records arrive several times in a row) "
+            "and OneFlow needs at least one part per reader rank; shard into at least max(8, GPUs) training shards")
+    if not any(task.split == "test" for task in tasks):
+        warnings.append("no test split: NVIDIA's --do_eval and the trainer's --eval-every read test/ files; "
+                        "give a directory with training/ and test/ shards (`bertprep shard` writes both)")
+    return warnings
 
 
 def is_complete(task, manifest_files):
-    """A shard is done when each of its outputs has a manifest entry for the same source and flags."""
+    """A shard is done when each of its outputs has a manifest entry for the same source and flags
+    (and the counts the summary reads) and a file of the recorded size."""
     for relative in task.output_paths().values():
         entry = manifest_files.get(relative)
-        if not entry or entry.get("source_sha256") != task.source_sha256 or entry.get("settings") != task.settings_key:
+        if (not entry or entry.get("source_sha256") != task.source_sha256 or entry.get("settings") != task.settings_key
+                or "instances" not in entry):
             return False
         try:
-            if os.path.getsize(os.path.join(task.records_dir, relative)) != entry["bytes"]:
+            if os.path.getsize(os.path.join(task.records_dir, relative)) != entry.get("bytes"):
                 return False
         except OSError:
             return False
@@ -335,36 +430,33 @@ def is_complete(task, manifest_files):
 
 def run(args):
     started = time.monotonic()
-    records_dir, settings, fmts, tasks, notes = plan(args)
+    records_dir, settings, fmts, tasks, notes, warnings = plan(args)
     progress = Progress("create", total=len(tasks), unit="shards", quiet=args.quiet)
     for note in notes:
         progress.note(note)
-    os.makedirs(records_dir, exist_ok=True)
-    remove_stale_temps(records_dir)  # left by a run that was killed
-    previous = load_manifest(records_dir) or {}
-    wanted = {relative for task in tasks for relative in task.output_paths().values()}
-    files = {rel: entry for rel, entry in previous.get("files", {}).items() if rel in wanted}
-    pending = [t for t in tasks if not is_complete(t, files)]
-    skipped = len(tasks) - len(pending)
-    if skipped:
-        progress.note(f"resuming: {skipped} of {len(tasks)} shards already complete")
-        progress.advance(skipped)
-    manifest = {"tool": "bertprep", "stage": "create", "kind": PRETRAINING.name,
-                "dims": {"seq": args.seq, "pred": args.pred}, "formats": list(fmts), **settings, "files": files}
-    try:
+    for warning in warnings:
+        progress.note(f"warning: {warning}")
+    with hold(records_dir, "bertprep create"):  # clears what killed runs left in .partial/
+        previous = load_manifest(records_dir) or {}
+        wanted = {relative for task in tasks for relative in task.output_paths().values()}
+        files = {rel: entry for rel, entry in previous.get("files", {}).items() if rel in wanted}
+        pending = [t for t in tasks if not is_complete(t, files)]
+        skipped = len(tasks) - len(pending)
+        if skipped:
+            progress.note(f"resuming: {skipped} of {len(tasks)} shards already complete")
+            progress.advance(skipped)
+        manifest = {"tool": "bertprep", "stage": "create", "kind": PRETRAINING.name,
+                    "dims": {"seq": args.seq, "pred": args.pred}, "formats": list(fmts), "layout": args.layout,
+                    **settings, "files": files}
         with open_engine(args, max_tasks=len(pending)) as engine:
             for result in engine.run(create_shard, pending, describe=lambda task: task.source):
                 files.update(result["files"])
                 save_manifest(records_dir, manifest)
                 progress.advance(1, instances=result["instances"])
-    except KeyboardInterrupt:
-        remove_stale_temps(records_dir)
-        raise
-    save_manifest(records_dir, manifest)
-    # A worker that died mid-write (its task was rerun elsewhere) left its temporary file.
-    remove_stale_temps(records_dir)
+        save_manifest(records_dir, manifest)
     progress.close()
     summary = summarize(records_dir, manifest, tasks, time.monotonic() - started, len(pending))
+    summary["warnings"] = warnings
     rows = [("records", records_dir)]
     for split, count in summary["instances"].items():
         rows.append((f"instances ({split})", f"{count:,}"))
@@ -374,6 +466,7 @@ def run(args):
         ("shards", f"{summary['shards']} ({summary['shards_created']} created, {summary['shards'] - summary['shards_created']} already complete)"),
         ("seconds", f"{summary['seconds']:.2f}"),
     ]
+    rows += [("warning", warning) for warning in warnings]
     if not args.quiet or args.json:
         print_summary("bertprep create: done", summary, as_json=args.json, rows=rows)
     return 0

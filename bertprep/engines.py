@@ -159,9 +159,9 @@ def run_dask(client, function, tasks, describe=str):
         for future in as_completed(futures):
             try:
                 yield future.result()
-            except BertprepError:
-                raise
             except Exception as exc:
+                if isinstance(exc, BertprepError) or (isinstance(exc, OSError) and exc.filename is not None):
+                    raise  # the task's own one-line error (a file error names its path)
                 raise DataError(f"{describe(task_of[future.key])}: failed on a Dask worker: {exc.__class__.__name__}: {exc}") from None
     finally:
         client.cancel(futures)

@@ -2,10 +2,16 @@
 
 `UsageError` (exit 2) is a bad flag or argument; `DataError` (exit 1) is bad
 input data, a failed download, a checksum mismatch. Each message names the
-file (and line or record where known) and what was expected.
+file (and line or record where known) and what was expected. An operating-
+system error (a full disk, a read-only directory, a path under a regular
+file) also ends with one line, naming the path and the system's reason.
 """
 
+import os
 import sys
+
+# What a shell reports for a program killed by SIGPIPE: `bertprep inspect ... | head -1`.
+EXIT_BROKEN_PIPE = 128 + 13
 
 
 class BertprepError(Exception):
@@ -20,14 +26,57 @@ class DataError(BertprepError):
     exit_code = 1
 
 
+def os_error_line(exc):
+    """`path: reason` of an OSError (both paths of a rename)."""
+    reason = exc.strerror or str(exc)
+    paths = [os.fsdecode(p) for p in (exc.filename, exc.filename2) if p is not None]
+    return f"{' -> '.join(paths)}: {reason}" if paths else reason
+
+
 def run_reporting_errors(prog, command):
-    """`command()`'s exit code; a BertprepError becomes `prog: error: message` on stderr and its
-    exit code, Ctrl-C becomes `prog: interrupted` and 130."""
+    """`command()`'s exit code; a BertprepError or OSError becomes `prog: error: message` on stderr and
+    exit 1 (2 for usage errors), Ctrl-C becomes `prog: interrupted` and 130, a reader that closed
+    stdout (`| head`) ends the command quietly with 141."""
     try:
-        return command()
+        code = command()
+        sys.stdout.flush()  # here, where a closed pipe can still be caught, not at interpreter exit
+        return code
+    except BrokenPipeError as exc:
+        if not _stdout_closed():
+            print(f"{prog}: error: {os_error_line(exc)}", file=sys.stderr)
+            return 1
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
     except BertprepError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except OSError as exc:
+        print(f"{prog}: error: {os_error_line(exc)}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
+
+
+def _stdout_closed():
+    """Whether stdout is a pipe whose reader has gone (another pipe, a worker's, may break too)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _fd, events in poller.poll(0))
+    except (OSError, ValueError):
+        return False
+
+
+def _silence_stdout():
+    """Point stdout at /dev/null so the interpreter's final flush of what is still buffered
+    does not fail again on the closed pipe."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass  # stdout is not a real file (captured in tests): nothing will flush to the pipe
+    finally:
+        os.close(devnull)

@@ -58,7 +58,7 @@ def answer_line(record, words):
 def run(args):
     if not os.path.isfile(args.file):
         raise DataError(f"{args.file}: not a file")
-    words = load_vocab(resolve_vocab_path(args.vocab)).words if args.vocab else None
+    words = load_vocab(resolve_vocab_path(args.vocab)).tokens if args.vocab else None  # tokens[id]: the line of that id
     fmt = formats.sniff_format(args.file)
     try:
         kind = formats.record_kind(args.file, fmt).name

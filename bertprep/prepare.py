@@ -20,6 +20,7 @@ import io
 import json
 import re
 
+from bertprep.create import LAYOUTS
 from bertprep.engines import add_engine_arguments
 from bertprep.errors import UsageError
 from bertprep.progress import print_summary
@@ -37,6 +38,8 @@ def add_arguments(parser):
     parser.add_argument("--dupe-factor", type=int, default=5)
     parser.add_argument("--train-shards", type=int, default=256)
     parser.add_argument("--test-shards", type=int, default=256)
+    parser.add_argument("--layout", choices=LAYOUTS, default="bertprep",
+                        help="records layout of create: bertprep's (both formats) or NVIDIA's TFRecord tree under WORKDIR/tfrecord")
     add_engine_arguments(parser)
     add_workdir_argument(parser)
     parser.add_argument("--quiet", action="store_true", help="no progress output")
@@ -78,7 +81,7 @@ def stage_commands(args):
     for seq, pred in parse_configs(args.configs):
         commands.append((f"create {seq}/{pred}", [
             "create", "--corpus", corpus, "--vocab", args.vocab, "--seq", str(seq), "--pred", str(pred),
-            "--dupe-factor", str(args.dupe_factor), *engine, *common]))
+            "--dupe-factor", str(args.dupe_factor), "--layout", args.layout, *engine, *common]))
     return commands
 
 

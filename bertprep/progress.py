@@ -1,13 +1,18 @@
-"""Progress lines on stderr and the end-of-run summary every stage prints.
+"""Progress on stderr and the end-of-run summary every stage prints.
 
-Progress is throttled (a tty gets one rewritten line, a log file a line every
-few seconds) and silent with --quiet. The summary is a short table on stdout,
-or one JSON object with --json, for scripts.
+On a terminal, progress is a tqdm bar (count, rate and ETA, with the named
+counters after it). Anywhere else (a pipe, a CI log, a file) it is a plain
+line every few seconds, the same line format as always, so logs stay
+readable and greppable. --quiet silences both. The summary is a short table
+on stdout, or one JSON object with --json, for scripts.
 """
 
 import json
+import os
 import sys
 import time
+
+from tqdm import tqdm
 
 
 def add_output_arguments(parser):
@@ -31,12 +36,28 @@ def _duration(seconds):
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
+def _terminal_size(stream):
+    try:
+        return tuple(os.get_terminal_size(stream.fileno()))
+    except (AttributeError, ValueError, OSError):
+        return (0, 0)
+
+
+class _Bar(tqdm):
+    # No monitor thread: stages fork worker processes while a bar is open.
+    monitor_interval = 0
+
+
 class Progress:
     """Counts work done out of `total` (units such as shards) plus named counters.
 
         p = Progress("create", total=len(shards), unit="shards", quiet=args.quiet)
         p.advance(1, instances=1234)   # rate shown for each counter
         p.close()
+
+    On a terminal a tqdm bar is redrawn at most every `interval` seconds
+    (0.2 by default); elsewhere `line()` is printed every `interval` seconds
+    (5 by default) and once more at `close()`.
     """
 
     def __init__(self, label, total=None, unit="items", quiet=False, stream=None, interval=None):
@@ -52,6 +73,15 @@ class Progress:
         self.start = time.monotonic()
         self._last = 0.0
         self._last_done = None
+        self._bar = None
+        if self.tty and not quiet:
+            # Follow the terminal's size, unless it reports none (a pseudo-terminal nobody sized):
+            # tqdm would then draw nothing at all.
+            sized = min(_terminal_size(self.stream)) > 0
+            # miniters=0: a call that adds only to the counters (advance(0, bytes=...)) may redraw too.
+            self._bar = _Bar(total=total, desc=label, unit=f" {unit}", file=self.stream, mininterval=self.interval,
+                             miniters=0, dynamic_ncols=sized, ncols=None if sized else 80, nrows=None if sized else 24,
+                             leave=True)
 
     @property
     def elapsed(self):
@@ -61,28 +91,39 @@ class Progress:
         self.done += n
         for key, value in counters.items():
             self.counters[key] = self.counters.get(key, 0) + value
-        self._maybe_print()
+        if self._bar is not None:
+            if counters:
+                self._bar.set_postfix_str(", ".join(self._counter_parts()), refresh=False)
+            self._bar.update(n)
+        else:
+            self._maybe_print()
 
     def note(self, message):
-        if not self.quiet:
-            self._clear()
+        if self.quiet:
+            return
+        if self._bar is not None:
+            self._bar.write(f"{self.label}: {message}", file=self.stream)
+        else:
             print(f"{self.label}: {message}", file=self.stream, flush=True)
 
     def line(self):
+        """The plain progress line written where stderr is not a terminal."""
         elapsed = max(self.elapsed, 1e-9)
         parts = [f"{self.done}/{self.total} {self.unit}" if self.total is not None else f"{self.done} {self.unit}"]
-        for key, value in self.counters.items():
-            shown = human_bytes(value) if key == "bytes" else f"{value:,}"
-            rate = human_bytes(value / elapsed) + "/s" if key == "bytes" else f"{value / elapsed:,.0f} {key}/s"
-            parts.append(f"{shown} {key if key != 'bytes' else ''}".rstrip() + f" ({rate})")
+        parts += self._counter_parts()
         if self.total and 0 < self.done < self.total:
             parts.append(f"ETA {_duration(elapsed / self.done * (self.total - self.done))}")
         parts.append(_duration(elapsed))
         return f"{self.label}: " + ", ".join(parts)
 
-    def _clear(self):
-        if self.tty and self._last:
-            print("\r\033[K", end="", file=self.stream)
+    def _counter_parts(self):
+        elapsed = max(self.elapsed, 1e-9)
+        parts = []
+        for key, value in self.counters.items():
+            shown = human_bytes(value) if key == "bytes" else f"{value:,}"
+            rate = human_bytes(value / elapsed) + "/s" if key == "bytes" else f"{value / elapsed:,.0f} {key}/s"
+            parts.append(f"{shown} {key if key != 'bytes' else ''}".rstrip() + f" ({rate})")
+        return parts
 
     def _maybe_print(self, force=False):
         if self.quiet:
@@ -91,15 +132,16 @@ class Progress:
         if (force and self.done != self._last_done) or now - self._last >= self.interval:
             self._last = now
             self._last_done = self.done
-            if self.tty:
-                print("\r\033[K" + self.line(), end="", file=self.stream, flush=True)
-            else:
-                print(self.line(), file=self.stream, flush=True)
+            print(self.line(), file=self.stream, flush=True)
 
     def close(self):
-        self._maybe_print(force=True)
-        if self.tty and not self.quiet:
-            print(file=self.stream, flush=True)
+        if not self.tty:
+            self._maybe_print(force=True)
+        elif self._bar is not None:
+            if self.counters:
+                self._bar.set_postfix_str(", ".join(self._counter_parts()), refresh=False)
+            self._bar.close()  # draws the final state and leaves it on its own line
+            self._bar = None
 
 
 def print_summary(title, summary, as_json=False, rows=None, stream=None):

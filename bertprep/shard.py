@@ -31,22 +31,30 @@ with no sentence (markup-only pages, blank texts) are dropped and counted.
 import hashlib
 import heapq
 import os
-import shutil
 import time
 
 import numpy as np
 
 from bertprep import __version__
-from bertprep.atomic import atomic_open, remove_stale_temps
+from bertprep.atomic import atomic_open, hold, sha256_file, walk
 from bertprep.engines import add_engine_arguments, open_engine
 from bertprep.errors import DataError, UsageError
 from bertprep.progress import Progress, add_output_arguments, human_bytes, print_summary
-from bertprep.workdir import MANIFEST, SPLITS, add_workdir_argument, load_manifest, resolve_workdir, save_manifest, stage_dir
+from bertprep.workdir import (
+    MANIFEST,
+    SPLITS,
+    add_workdir_argument,
+    check_corpus_name,
+    load_manifest,
+    resolve_workdir,
+    save_manifest,
+    stage_dir,
+)
 
 INPUT_SUFFIXES = (".jsonl", ".txt")
 # Corpora made of several formatted sources, as NVIDIA names them.
 COMBINED = {"books_wiki_en_corpus": ("bookcorpus", "wikicorpus_en")}
-SCRATCH = ".tmp-split"
+SCRATCH = "split"  # in the staging directory: pass 1's per-input sentence files
 
 
 def add_arguments(parser):
@@ -93,7 +101,7 @@ def resolve_inputs(workdir, inputs, corpus):
         if os.path.isdir(path):
             found = sorted(
                 os.path.join(root, name)
-                for root, _dirs, names in os.walk(path)
+                for root, _dirs, names in walk(path)
                 for name in names
                 if name.endswith(INPUT_SUFFIXES) and not name.startswith(".")
             )
@@ -104,9 +112,7 @@ def resolve_inputs(workdir, inputs, corpus):
             files.append(path)
         else:
             raise UsageError(f"--input {path}: no such file or directory")
-    if not corpus.replace("_", "").replace("-", "").isalnum():
-        raise UsageError(f"--corpus {corpus!r}: use letters, digits, '_' and '-' only")
-    return corpus, [os.path.abspath(f) for f in files]
+    return check_corpus_name(corpus), [os.path.abspath(f) for f in files]
 
 
 def iter_text_documents(path, stats):
@@ -202,10 +208,10 @@ def shard_name(corpus, split, index):
 
 def write_shard(task):
     """Copy the documents of one shard (input order) from the scratch files; returns its manifest entry."""
-    path, scratch_paths, files, offsets, sizes, sentences = task
+    path, staging, scratch_paths, files, offsets, sizes, sentences = task
     digest = hashlib.sha256()
     total = 0
-    with atomic_open(path, "wb") as out:
+    with atomic_open(path, "wb", staging) as out:
         current, handle = None, None
         try:
             for file_index, offset, size in zip(files.tolist(), offsets.tolist(), sizes.tolist()):
@@ -248,35 +254,31 @@ def run(args):
 
     params = {"train_shards": args.train_shards, "test_shards": args.test_shards, "test_fraction": args.test_fraction,
               "splitter": splitter_version(), "balance": "largest-first into lightest shard", "test_choice": "smallest blake2b-64 hashes"}
-    input_list = [{"path": p, "bytes": os.path.getsize(p)} for p in inputs]
-    previous = load_manifest(out)
-    if _is_complete(previous, out, params, input_list):
-        print_summary(f"bertprep shard: {out} is already complete", _summary(previous, out, 0.0), as_json=args.json,
-                      rows=_rows(previous, out, 0.0))
-        return 0
-
-    progress = Progress("shard", total=len(inputs), unit="input files", quiet=args.quiet)
-    start = time.monotonic()
-    os.makedirs(out, exist_ok=True)
-    if previous is not None:
-        os.unlink(os.path.join(out, MANIFEST))  # nothing may look complete while shards are rewritten
-    scratch_dir = os.path.join(out, SCRATCH)
-    shutil.rmtree(scratch_dir, ignore_errors=True)
-    os.makedirs(scratch_dir)
-    try:
+    # The content, not path and size: an input edited in place to the same size must be sharded again.
+    input_list = [{"path": p, "bytes": os.path.getsize(p), "sha256": sha256_file(p)} for p in inputs]
+    with hold(out, "bertprep shard") as staging:
+        previous = load_manifest(out)
+        if _is_complete(previous, out, params, input_list):
+            print_summary(f"bertprep shard: {out} is already complete", _summary(previous, out, 0.0), as_json=args.json,
+                          rows=_rows(previous, out, 0.0))
+            return 0
+        progress = Progress("shard", total=len(inputs), unit="input files", quiet=args.quiet)
+        start = time.monotonic()
+        if previous is not None:
+            os.unlink(os.path.join(out, MANIFEST))  # nothing may look complete while shards are rewritten
+        scratch_dir = os.path.join(staging, SCRATCH)
+        os.makedirs(scratch_dir)
         with open_engine(args) as engine:
-            manifest = _shard(args, engine, corpus, inputs, input_list, out, scratch_dir, params, progress)
-    finally:
-        shutil.rmtree(scratch_dir, ignore_errors=True)
-    progress.close()
-    seconds = time.monotonic() - start
-    save_manifest(out, manifest)
+            manifest = _shard(args, engine, corpus, inputs, input_list, out, staging, params, progress)
+        progress.close()
+        seconds = time.monotonic() - start
+        save_manifest(out, manifest)
     print_summary(f"bertprep shard: {corpus} done", _summary(manifest, out, seconds), as_json=args.json, rows=_rows(manifest, out, seconds))
     return 0
 
 
-def _shard(args, engine, corpus, inputs, input_list, out, scratch_dir, params, progress):
-    scratch_paths = [os.path.join(scratch_dir, f"{i:06d}.txt") for i in range(len(inputs))]
+def _shard(args, engine, corpus, inputs, input_list, out, staging, params, progress):
+    scratch_paths = [os.path.join(staging, SCRATCH, f"{i:06d}.txt") for i in range(len(inputs))]
     results = [None] * len(inputs)
     stats = {"invalid_utf8_lines": 0, "empty_documents": 0, "input_bytes": 0}
     first_invalid = None
@@ -303,7 +305,6 @@ def _shard(args, engine, corpus, inputs, input_list, out, scratch_dir, params, p
     for split, mask, requested in (("training", ~test_mask, args.train_shards), ("test", test_mask, args.test_shards)):
         split_dir = os.path.join(out, split)
         os.makedirs(split_dir, exist_ok=True)
-        remove_stale_temps(split_dir)
         for name in os.listdir(split_dir):  # shards of an earlier run with other settings
             if name.startswith(f"{corpus}_{split}_") and name.endswith(".txt"):
                 os.unlink(os.path.join(split_dir, name))
@@ -315,7 +316,7 @@ def _shard(args, engine, corpus, inputs, input_list, out, scratch_dir, params, p
         for shard in range(count):
             chosen = docs[assignment == shard]
             path = os.path.join(split_dir, shard_name(corpus, split, shard))
-            tasks.append((path, scratch_paths, files[chosen], offsets[chosen], sizes[chosen], sentences[chosen]))
+            tasks.append((path, staging, scratch_paths, files[chosen], offsets[chosen], sizes[chosen], sentences[chosen]))
             names.append((f"{split}/{shard_name(corpus, split, shard)}", split))
     written = {}
     for index, entry in engine.run_indexed(write_shard, tasks, describe=lambda t: t[0]):
@@ -336,7 +337,7 @@ def _is_complete(manifest, out, params, input_list):
         return False
     for relpath, entry in manifest.get("files", {}).items():
         try:
-            if os.path.getsize(os.path.join(out, relpath)) != entry["bytes"]:
+            if os.path.getsize(os.path.join(out, relpath)) != entry.get("bytes"):
                 return False
         except OSError:
             return False

@@ -5,10 +5,16 @@ lower-case + accent strip; BertPreTokenizer: whitespace + punctuation split;
 greedy longest-match WordPiece) gives the reference's tokens, provided
 WordPiece splits words of up to 200 characters as the reference does (HF's
 default of 100 would turn 101–200 character words into [UNK]).
+
+A very long line is tokenized in pieces (`cut_line`): HF tokenizers keeps
+about 150 bytes per character of a line while it works on it, so one 50 MB
+line took 7.6 GB.
 """
 
 import hashlib
+import itertools
 import os
+import re
 from functools import cached_property
 from dataclasses import dataclass
 
@@ -24,21 +30,78 @@ except ImportError:  # extension not built: every line goes through HF tokenizer
 
 REQUIRED_TOKENS = ("[CLS]", "[SEP]", "[MASK]", "[UNK]")
 MAX_INPUT_CHARS_PER_WORD = 200  # the reference's value, not HF's default 100
+# Lines longer than this are tokenized in pieces of about this many characters.
+# Small pieces also keep one non-ASCII character from sending a whole long
+# line to HF tokenizers: the pieces without one take the C path.
+MAX_PIECE_CHARS = 1 << 10
+# HF tokenizers gets lines in batches of at most this many characters, so its
+# working memory stays near 150 MB whatever the lines.
+MAX_BATCH_CHARS = 1 << 20
+# The reference's _is_chinese_char: each of these becomes a token of its own.
+CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F), (0x2B740, 0x2B81F),
+              (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
+# Where BasicTokenizer always ends a token, whatever surrounds the place:
+# ASCII white space (it splits there; white space is never removed or merged)
+# and before a CJK ideograph (it puts spaces around each one first).
+_CUT_POINT = re.compile("[ \t\n\r" + "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in CJK_RANGES) + "]")
+
+
+def cut_line(line, max_chars=MAX_PIECE_CHARS):
+    """`line` as pieces of at least `max_chars` characters (the last may be shorter) that tokenize separately
+    into the line's tokens: each cut is at the first cut point past `max_chars`. A stretch without one
+    (a single enormous word) stays whole.
+    """
+    pieces, start = [], 0
+    while len(line) - start > max_chars:
+        match = _CUT_POINT.search(line, start + max_chars)
+        if match is None:
+            break
+        pieces.append(line[start:match.start()])
+        start = match.start()
+    pieces.append(line[start:])
+    return pieces
 
 
 @dataclass(frozen=True)
 class Vocab:
+    """A vocab.txt read as the reference reads it: one id per line, so the id space is the number of
+    lines; a token on several lines maps to its last line's id (the reference fills a dict line by line)."""
+
     path: str
     sha256: str
-    words: tuple  # in file order, duplicates collapsed the way the reference's OrderedDict does
-    ids: dict  # token -> id (the last line wins for a repeated token, as in the reference)
+    tokens: tuple  # tokens[i]: the token on line i, the token of id i
+    ids: dict  # token -> id, the last line winning for a repeated token
 
     @property
     def size(self):
-        return len(self.words)
+        """Ids run from 0 to size - 1, whatever the repeats: what an embedding table must hold."""
+        return len(self.tokens)
+
+    @cached_property
+    def words(self):
+        """The reference's `vocab_words`: its dict's keys, each token once, in first-line order."""
+        return tuple(self.ids)
 
     def id_of(self, token):
         return self.ids[token]
+
+    def duplicates(self):
+        """{token: [1-based line numbers]} of every token on more than one line."""
+        lines = {}
+        for number, token in enumerate(self.tokens, 1):
+            lines.setdefault(token, []).append(number)
+        return {token: numbers for token, numbers in lines.items() if len(numbers) > 1}
+
+    def duplicates_warning(self, shown=3):
+        """One line naming the repeated tokens and their lines, or None when every line is distinct."""
+        repeats = self.duplicates()
+        if not repeats:
+            return None
+        listed = "; ".join(f"{token!r} on lines {', '.join(map(str, numbers))}"
+                           for token, numbers in list(repeats.items())[:shown])
+        more = f" and {len(repeats) - shown} more" if len(repeats) > shown else ""
+        return (f"{self.path}: {len(repeats)} token(s) on more than one line ({listed}{more}): each gets its last "
+                f"line's id, as the reference's load_vocab does; ids run to {self.size - 1} ({self.size} lines)")
 
     def word_ids(self):
         """The id of every entry of the reference's `vocab_words` list, in order.
@@ -72,19 +135,21 @@ def resolve_vocab_path(value):
         raise DataError(f"{value}: not a vocab file and not resolvable as a hub model id ({exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
 
 
-def load_vocab(path):
-    """Read a vocab.txt the way the reference's `load_vocab` does and check the special tokens."""
+def load_vocab(path, required=REQUIRED_TOKENS):
+    """Read a vocab.txt the way the reference's `load_vocab` does and check it has the `required` tokens.
+
+    create, validate, inspect and (through the manifest's size) the trainer all read a vocab here,
+    so they agree on every id."""
     text = read_text(path, expected="a vocab.txt is UTF-8, one token per line")
     lines = text.split("\n")  # readline() semantics: only "\n" ends a line
     if lines[-1] == "":
         lines.pop()
-    ids = {}
-    for index, line in enumerate(lines):
-        ids[line.strip()] = index
-    missing = [t for t in REQUIRED_TOKENS if t not in ids]
+    tokens = tuple(line.strip() for line in lines)
+    ids = {token: index for index, token in enumerate(tokens)}  # a repeated token keeps its first place, takes its last id
+    missing = [t for t in required if t not in ids]
     if missing:
         raise DataError(f"{path}: vocab lacks {', '.join(missing)} (a BERT vocab needs {', '.join(REQUIRED_TOKENS)})")
-    return Vocab(path=os.path.abspath(path), sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(), words=tuple(ids), ids=ids)
+    return Vocab(path=os.path.abspath(path), sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(), tokens=tokens, ids=ids)
 
 
 def build_tokenizer(vocab, lower_case=True):
@@ -114,10 +179,11 @@ class LineTokenizer:
     CJK and accents. Tests check both give the reference's tokens.
     """
 
-    def __init__(self, vocab, lower_case=True, use_native=None):
+    def __init__(self, vocab, lower_case=True, use_native=None, max_piece_chars=MAX_PIECE_CHARS):
         self.vocab = vocab
         self.lower_case = lower_case
         self.use_native = (_wordpiece is not None) if use_native is None else use_native
+        self.max_piece_chars = max_piece_chars  # None: never cut a line
 
     @cached_property
     def hf(self):
@@ -135,7 +201,28 @@ class LineTokenizer:
         return self
 
     def encode(self, lines, batch_size=4096):
-        """(tokens int32, counts int64): line i's ids are the next counts[i] tokens."""
+        """(tokens int32, counts int64): line i's ids are the next counts[i] tokens.
+
+        Lines longer than `max_piece_chars` are cut (`cut_line`), their pieces
+        tokenized like lines, and the pieces' counts summed back per line.
+        """
+        limit = self.max_piece_chars
+        long_lines = [] if limit is None else [i for i, line in enumerate(lines) if len(line) > limit]
+        if not long_lines:
+            return self._encode_lines(lines, batch_size)
+        pieces, pieces_per_line, start = [], np.ones(len(lines), dtype=np.int64), 0
+        for index in long_lines:
+            pieces += lines[start:index]
+            cut = cut_line(lines[index], limit)
+            pieces += cut
+            pieces_per_line[index] = len(cut)
+            start = index + 1
+        pieces += lines[start:]
+        tokens, piece_counts = self._encode_lines(pieces, batch_size)
+        first_piece = np.cumsum(pieces_per_line) - pieces_per_line
+        return tokens, np.add.reduceat(piece_counts, first_piece).astype(np.int64)
+
+    def _encode_lines(self, lines, batch_size):
         if self.use_native:
             ascii_index = [i for i, line in enumerate(lines) if line.isascii()]
             if len(ascii_index) == len(lines):
@@ -164,9 +251,22 @@ class LineTokenizer:
         return np.frombuffer(tokens, dtype=np.int32), np.frombuffer(counts, dtype=np.int32).astype(np.int64)
 
     def _encode_hf(self, lines, batch_size):
-        ids = []
-        for start in range(0, len(lines), batch_size):
-            ids.extend(e.ids for e in self.hf.encode_batch(lines[start:start + batch_size], add_special_tokens=False))
-        counts = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
-        tokens = np.fromiter((t for x in ids for t in x), dtype=np.int32, count=int(counts.sum()))
-        return tokens, counts
+        all_tokens, all_counts = [np.zeros(0, np.int32)], [np.zeros(0, np.int64)]
+        for batch in _batches(lines, batch_size, MAX_BATCH_CHARS):
+            ids = [e.ids for e in self.hf.encode_batch(batch, add_special_tokens=False)]
+            counts = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+            all_counts.append(counts)
+            all_tokens.append(np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=int(counts.sum())))
+        return np.concatenate(all_tokens), np.concatenate(all_counts)
+
+
+def _batches(lines, max_lines, max_chars):
+    """Consecutive slices of `lines`, each of at most `max_lines` lines and, unless one line is longer, `max_chars` characters."""
+    start = chars = 0
+    for index, line in enumerate(lines):
+        if index > start and (index - start == max_lines or chars + len(line) > max_chars):
+            yield lines[start:index]
+            start, chars = index, 0
+        chars += len(line)
+    if start < len(lines):
+        yield lines[start:]

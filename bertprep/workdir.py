@@ -15,6 +15,7 @@ import json
 import os
 
 from bertprep.atomic import atomic_write_bytes
+from bertprep.errors import DataError, UsageError
 
 DEFAULT_WORKDIR = "bertprep-work"
 SPLITS = ("training", "test")
@@ -47,14 +48,72 @@ def params_dirname(seq, pred, masked_lm_prob, seed, dupe_factor, lower_case=True
     return name + ("_whole_word_mask" if whole_word_mask else "")
 
 
-def load_manifest(directory):
-    """The manifest of a stage directory, or None when there is none (or it is unreadable)."""
-    path = os.path.join(directory, MANIFEST)
+def nvidia_dirname(seq, pred, masked_lm_prob, seed, dupe_factor, lower_case, whole_word_mask, train_shards, test_fraction):
+    """NVIDIA's bertPrep name for a TFRecord directory, the one its training scripts hard-code, e.g.
+    lower_case_1_seq_len_128_max_pred_20_masked_lm_prob_0.15_random_seed_12345_dupe_factor_5_shard_1472_test_split_10
+
+    `train_shards` is the number of training shards asked of the shard stage and the test split
+    is int(100 * fraction), both as bertPrep.py computes them; `_whole_word_mask` (a flag NVIDIA
+    does not have) goes last."""
+    name = params_dirname(seq, pred, masked_lm_prob, seed, dupe_factor, lower_case)
+    name += f"_shard_{train_shards}_test_split_{int(test_fraction * 100)}"
+    return name + ("_whole_word_mask" if whole_word_mask else "")
+
+
+def check_corpus_name(corpus):
+    """A corpus name becomes a directory and file-name prefix: one plain path component, never a path."""
+    if not corpus.replace("_", "").replace("-", "").isalnum():
+        raise UsageError(f"--corpus {corpus!r}: use letters, digits, '_' and '-' only")
+    return corpus
+
+
+# The shape every stage's manifest keeps, checked before any stage relies on it.
+_MANIFEST_KEYS = {"stage": str, "files": dict, "params": dict, "vocab": dict, "inputs": list}
+_FILE_ENTRY_KEYS = {"bytes": int, "instances": int, "documents": int, "sha256": str, "source_sha256": str,
+                    "settings": str, "format": str, "split": str}
+
+
+def manifest_problem(manifest):
+    """What makes a parsed manifest unusable (a phrase), or None when it has the expected shape."""
+    if not isinstance(manifest, dict):
+        return "not a JSON object"
+    for key, kind in _MANIFEST_KEYS.items():
+        if key in manifest and not isinstance(manifest[key], kind):
+            return f'"{key}" is not a JSON {"object" if kind is dict else "array" if kind is list else "string"}'
+    for name, entry in manifest.get("files", {}).items():
+        if not isinstance(entry, dict):
+            return f'files["{name}"] is not a JSON object'
+        for key, kind in _FILE_ENTRY_KEYS.items():
+            if key in entry and not isinstance(entry[key], kind):
+                return f'files["{name}"]["{key}"] has the wrong type'
+    return None
+
+
+def read_manifest(path):
+    """(manifest, None), or (None, what is wrong) for a manifest that is not JSON or not of the expected shape."""
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
+        with open(path, "rb") as f:
+            manifest = json.loads(f.read().decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        return None, f"not JSON ({exc})"
+    problem = manifest_problem(manifest)
+    return (None, problem) if problem else (manifest, None)
+
+
+def load_manifest(directory):
+    """The manifest of a stage directory, or None when there is none; a damaged one is an error.
+
+    Manifests are written whole (atomic rename), so one that does not parse
+    or has the wrong shape was changed by something else: say so instead of
+    guessing which files it vouches for.
+    """
+    path = os.path.join(directory, MANIFEST)
+    if not os.path.isfile(path):
         return None
+    manifest, problem = read_manifest(path)
+    if problem:
+        raise DataError(f"{path}: damaged manifest ({problem}); remove it to redo this stage from scratch")
+    return manifest
 
 
 def save_manifest(directory, manifest):

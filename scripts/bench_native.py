@@ -4,7 +4,8 @@
 
 Inputs are the golden files and the benchmark corpus wt2.txt
 (BERTPREP_SHARED or ../shared beside the checkout). Each line: the twin's time, the native time (best of --repeat),
-and the ratio; the read_batches lines also give records/s on one core.
+and the ratio; the record lines also give records/s on one core. The last line compares `bertprep._wordpiece`
+with HF tokenizers (one thread) on the ASCII lines of wt2.txt, which are the lines the C code tokenizes.
 Native results are checked against the twin's before anything is timed.
 """
 
@@ -19,6 +20,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+os.environ["TOKENIZERS_PARALLELISM"] = "false"  # HF tokenizers on one thread, as the C tokenizer runs
 
 from bertprep import formats  # noqa: E402
 from bertprep.formats import crc32c as crc_module  # noqa: E402
@@ -57,11 +59,11 @@ def compact_layout(records):
             np.array(mask_starts, np.int64), np.array(labels_nsp, np.uint8))
 
 
-def report(label, twin_seconds, native_seconds, records=None):
-    line = f"{label:<42} python {twin_seconds * 1e3:9.1f} ms   native {native_seconds * 1e3:8.2f} ms   " \
+def report(label, twin_seconds, native_seconds, records=None, twin="python"):
+    line = f"{label:<42} {twin} {twin_seconds * 1e3:9.1f} ms   native {native_seconds * 1e3:8.2f} ms   " \
            f"ratio {twin_seconds / native_seconds:7.1f}x"
     if records:
-        line += f"   {records / native_seconds:10,.0f} records/s native, {records / twin_seconds:8,.0f} python"
+        line += f"   {records / native_seconds:10,.0f} records/s native, {records / twin_seconds:8,.0f} {twin}"
     print(line)
 
 
@@ -96,17 +98,23 @@ def main():
                best_time(lambda: formats.encode_instances_python(fmt, 128, 20, *layout, 0, n), 1),
                best_time(lambda: _native.encode_instances(fmt, 128, 20, *layout, 0, n), args.repeat), n)
 
+    features = formats.decoder_features(PRETRAINING, {"seq": 128, "pred": 20})
     for fmt in ("tfrecord", "ofrecord"):
         payloads = list(formats.iter_payloads(golden / f"G1.{fmt}"))
-        outputs = [np.empty((n, length), np.float32 if is_float else np.int64)
-                   for _name, is_float, length in formats.decoder_features(PRETRAINING, {"seq": 128, "pred": 20})]
-        report(f"decode_bert_batch {fmt} ({n} records)",
-               best_time(lambda: formats.decode_bert_batch_python(payloads, fmt, 128, 20, *outputs), 1),
+        outputs = [np.empty((n, length), np.float32 if is_float else np.int64) for _, is_float, length in features]
+        twin = [np.empty_like(out) for out in outputs]
+        _native.decode_batch(payloads, fmt, features, outputs)
+        formats.decode_batch_python(payloads, fmt, features, twin)
+        assert all(np.array_equal(a, b) for a, b in zip(outputs, twin))
+        twin_seconds = best_time(lambda: formats.decode_batch_python(payloads, fmt, features, outputs), 1)
+        report(f"decode_batch {fmt} ({n} records)", twin_seconds,
+               best_time(lambda: _native.decode_batch(payloads, fmt, features, outputs), args.repeat), n)
+        report(f"decode_bert_batch {fmt} ({n} records)", twin_seconds,
                best_time(lambda: _native.decode_bert_batch(payloads, fmt, 128, 20, *outputs), args.repeat), n)
 
     # instance creation on the benchmark corpus at 128/20, dupe 5 (DESIGN.md §6)
     from bertprep import instances
-    from bertprep.corpus import read_text, tokenize_corpus
+    from bertprep.corpus import read_text, split_documents, tokenize_corpus
     from bertprep.tokenization import LineTokenizer, load_vocab
 
     vocab = load_vocab(golden / "vocab.txt")
@@ -139,6 +147,20 @@ def main():
             assert count == 10 * n
             report(f"read_batches {fmt} ({count} records)", best_time(lambda: read_all([path], 256, False), 1),
                    best_time(lambda: read_all([path], 256, True), args.repeat), count)
+
+    # WordPiece: the C tokenizer of ASCII lines against HF tokenizers on one thread, both from LineTokenizer
+    lines = [line for line in split_documents(read_text(shared / "fixtures" / "bench" / "wt2.txt"))[0]
+             if line.isascii()]
+    native_tokenizer = LineTokenizer(vocab).warmed()
+    hf_tokenizer = LineTokenizer(vocab, use_native=False).warmed()
+    assert native_tokenizer.use_native
+    for a, b in zip(native_tokenizer.encode(lines), hf_tokenizer.encode(lines)):
+        assert np.array_equal(a, b)
+    megabytes = sum(len(line) for line in lines) / 1e6
+    hf_seconds = best_time(lambda: hf_tokenizer.encode(lines), 1)
+    native_seconds = best_time(lambda: native_tokenizer.encode(lines), args.repeat)
+    report(f"wordpiece wt2 ASCII lines ({megabytes:.1f} MB)", hf_seconds, native_seconds, twin="HF")
+    print(f"{'':<42} HF {megabytes / hf_seconds:.2f} MB/s on one thread, native {megabytes / native_seconds:.1f} MB/s")
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ def bare_step_rate(args, steps_to_time):
     keras.backend.clear_session()
     keras.config.set_dtype_policy(args.precision if args.precision != "fp32" else "float32")
     keras.utils.set_random_seed(args.seed)
-    devices = train.Devices(keras.backend.backend())
+    devices = train.Devices(keras.backend.backend(), args.model_parallel, args.placement)
     per_worker = args.batch_size * devices.local_replicas
     *_model_and_optimizer, steps = train.build_steps(args, devices, config, records, warmup=0)
     stream = RecordStream(records, "training", per_worker * args.grad_accum, args.seed)

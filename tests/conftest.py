@@ -22,3 +22,13 @@ def shared_dir():
 @pytest.fixture(scope="session")
 def golden_dir(shared_dir):
     return shared_dir / "fixtures" / "golden"
+
+
+@pytest.fixture(scope="module")
+def jax_compilation_cache(tmp_path_factory):
+    """One persistent XLA cache for a module's JAX processes (`pytestmark = pytest.mark.usefixtures(...)`):
+    each run compiles the same model (about 20 s on 2 cores), so later runs take seconds."""
+    cache = tmp_path_factory.mktemp("jax-cache")
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = str(cache)
+    yield
+    del os.environ["JAX_COMPILATION_CACHE_DIR"]

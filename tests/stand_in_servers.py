@@ -4,7 +4,8 @@ for the Wikimedia dump, SQuAD, GLUE and BookCorpus hosts.
 It serves in-memory files with the behaviour the downloaders depend on:
 `Range` requests (206 with `Content-Range`), `HEAD`, `ETag`, 404s, a
 connection dropped halfway through a body (once per path, to test resume),
-and the handful of hub endpoints `huggingface_hub` calls (DESIGN.md §4):
+a body that stops arriving or trickles in (to test the stall timeout and
+the deadline), and the handful of hub endpoints `huggingface_hub` calls (DESIGN.md §4):
 
     GET  /api/datasets/{repo}/revision/{rev}
     GET  /api/datasets/{repo}/tree/{rev}[/{dir}]      (?recursive=...)
@@ -21,6 +22,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -35,6 +37,11 @@ class StandInServer:
         self.hub_models = {}  # (repo, revision) -> {"commit": str, "files": {path: bytes}}
         self.drop_after = {}  # "/path" -> bytes sent before the connection is cut (once)
         self.ignore_range = set()  # paths served whole even when a Range is asked
+        # "/path" -> [bytes sent, then no more while the client waits; how many requests get this]
+        self.stall_after = {}
+        # "/path" -> [seconds between single bytes of the body; how many requests get this]
+        self.trickle = {}
+        self.stopping = threading.Event()  # ends stalled and trickling responses
         self.requests = []  # (method, path, Range header or None)
         self._lock = threading.Lock()
         self._httpd = None
@@ -75,6 +82,7 @@ class StandInServer:
         return self
 
     def stop(self):
+        self.stopping.set()
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
@@ -93,6 +101,15 @@ class StandInServer:
     def take_drop(self, path):
         with self._lock:
             return self.drop_after.pop(path, None)
+
+    def take(self, table, path):
+        """The first value of table[path] while its count lasts (one request fewer each time), else None."""
+        with self._lock:
+            entry = table.get(path)
+            if entry is None or entry[1] <= 0:
+                return None
+            entry[1] -= 1
+            return entry[0]
 
     def hub_tree(self, repo, revision):
         entry = self.hub.get((repo, revision))
@@ -212,6 +229,28 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if head:
             return
+        stall = self.stand_in.take(self.stand_in.stall_after, path)
+        if stall is not None:
+            # Send part of the body, then nothing: the connection stays open until the client gives up.
+            self.wfile.write(data[start:start + stall])
+            self.wfile.flush()
+            self.stand_in.stopping.wait(30)
+            self.close_connection = True
+            return
+        delay = self.stand_in.take(self.stand_in.trickle, path)
+        if delay is not None:
+            # One byte at a time, `delay` seconds apart, until the client hangs up (or 30 s).
+            ends = time.monotonic() + 30
+            try:
+                for offset in range(start, end):
+                    self.wfile.write(data[offset:offset + 1])
+                    self.wfile.flush()
+                    if self.stand_in.stopping.wait(delay) or time.monotonic() > ends:
+                        break
+            except OSError:  # the client closed the connection
+                pass
+            self.close_connection = True
+            return
         drop = self.stand_in.take_drop(path)
         if drop is not None:
             # Send part of the body, then cut the connection as a failing network would.
@@ -311,9 +350,10 @@ def one_line_error(result, code=1):
 
 
 def looks_complete(directory):
-    """Files that a reader could take for finished output (no .part / temp names)."""
+    """Files that a reader could take for finished output (no .part names, nothing in a .partial/ staging directory)."""
     found = []
-    for root, _dirs, names in os.walk(directory):
+    for root, dirs, names in os.walk(directory):
+        dirs[:] = [d for d in dirs if d != ".partial"]
         for name in names:
             if not (name.endswith((".part", ".part.json")) or name.startswith(".tmp-")):
                 found.append(os.path.relpath(os.path.join(root, name), directory))

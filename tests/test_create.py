@@ -156,13 +156,14 @@ def test_sigkill_at_any_moment_then_rerun_ends_byte_identical(shared_dir, tmp_pa
             os.killpg(proc.pid, signal.SIGKILL)  # the whole group: parent and workers
         proc.wait()
         for path, data in output_files(out).items():
-            if ".tmp-" not in path:
+            if ".partial" not in Path(path).parts:  # staging, where no reader globs
                 assert data == expected[path], f"{path} is under its final name but incomplete"
+        assert not [p for p in out.rglob(".partial") if p.parent.name in ("training", "test")]
     assert killed_mid_run >= 3, f"the clean run took {clean_seconds:.1f}s: too short to kill mid-run"
     result = cli(*args, "--out", str(out))
     assert result.returncode == 0, result.stderr
     assert output_files(out) == expected
-    assert not [p for p in out.rglob("*") if ".tmp-" in p.name]
+    assert not list(out.rglob(".partial"))
 
 
 @pytest.mark.heavy
@@ -187,7 +188,7 @@ def test_ctrl_c_stops_workers_and_exits_cleanly(shared_dir, tmp_path):
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130
     assert "interrupted" in stderr and "Traceback" not in stderr
-    assert not [p for p in out.rglob("*") if ".tmp-" in p.name]
+    assert not list(out.rglob(".partial"))
     assert len(list(out.rglob("*.tfrecord"))) < 16
 
 
@@ -223,7 +224,7 @@ def assert_one_line_error(result, code, *needles):
 
 
 def no_record_files(root):
-    return not [p for p in Path(root).rglob("*") if p.is_file() and (p.suffix == ".tfrecord" or p.name.startswith("part-") or ".tmp-" in p.name)]
+    return not [p for p in Path(root).rglob("*") if p.is_file() and (p.suffix == ".tfrecord" or p.name.startswith("part-") or ".partial" in p.parts)]
 
 
 def test_bad_inputs_get_one_line_errors_and_leave_no_records(tiny_inputs):
@@ -312,3 +313,86 @@ def test_vocab_given_as_a_hub_model_id_is_fetched_then_served_from_cache(golden_
     for out in ("online", "offline"):
         records = only_records_dir(tmp_path / out)
         assert (records / "tfrecord/training/corpus.tfrecord").read_bytes() == (golden_dir / "G1.tfrecord").read_bytes()
+
+
+def test_a_vocab_with_repeated_lines_gives_records_that_validate_and_train(golden_dir, tmp_path, capsys):
+    from trainer.data import Records
+
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_bytes((golden_dir / "vocab.txt").read_bytes() + b"[CLS]\nthe\n")  # ids 30522, 30523 win
+    argv = ["create", "--input", str(golden_dir / "corpus.txt"), "--vocab", str(vocab), "--out", str(tmp_path / "o"),
+            "--dupe-factor", "1", "--workers", "1", "--corpus", "golden", "--json"]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    assert "create: warning: " + f"{vocab}: 2 token(s) on more than one line ('[CLS]' on lines 102, 30523; " \
+        "'the' on lines 1997, 30524)" in err
+    records = only_records_dir(tmp_path / "o")
+    assert json.loads((records / "manifest.json").read_text())["vocab"]["size"] == 30524
+    first = next(formats.read_records(records / "tfrecord/training/corpus.tfrecord"))
+    assert first["input_ids"][0] == 30522  # [CLS] has its last line's id, as in the reference
+    assert main(["validate", str(records), "--quiet"]) == 0  # the manifest's vocab, read by the same loader
+    capsys.readouterr()
+    assert main(["validate", str(records), "--vocab", str(vocab), "--json", "-"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["datasets"][0]["vocab_size"] == 30524 and any("on more than one line" in w for w in report["warnings"])
+    assert Records(records, "ofrecord").vocab_size == 30524  # the trainer's embedding table covers every id
+
+
+NVIDIA_NAME = ("lower_case_1_seq_len_128_max_pred_20_masked_lm_prob_0.15_random_seed_12345_dupe_factor_1"
+               "_shard_3_test_split_20")
+
+
+def test_layout_nvidia_writes_the_tree_nvidias_scripts_read(golden_dir, tmp_path, capsys):
+    from trainer.data import Records
+
+    work = tmp_path / "work"
+    assert main(["shard", "--input", str(golden_dir / "corpus.txt"), "--corpus", "golden", "--workdir", str(work),
+                 "--train-shards", "3", "--test-shards", "1", "--test-fraction", "0.2", "--workers", "1", "--quiet"]) == 0
+    capsys.readouterr()
+    common = ["create", "--workdir", str(work), "--corpus", "golden", "--vocab", str(golden_dir / "vocab.txt"),
+              "--dupe-factor", "1", "--workers", "1", "--min-parts", "3", "--json"]
+    assert main([*common, "--layout", "nvidia"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    corpus_dir = work / "tfrecord" / NVIDIA_NAME / "golden"  # DATA/tfrecord/<name>/<corpus>, DATA = the work directory
+    assert summary["records_dir"] == str(corpus_dir) and summary["warnings"] == []
+    assert sorted(str(p.relative_to(work)) for p in work.rglob("*") if p.is_file() and "sharded" not in p.parts) == [
+        f"tfrecord/{NVIDIA_NAME}/golden/{name}" for name in
+        ("manifest.json", "test/golden_test_0.tfrecord", "training/golden_training_0.tfrecord",
+         "training/golden_training_1.tfrecord", "training/golden_training_2.tfrecord")]
+    # the same bytes as bertprep's own layout: only the place differs
+    assert main([*common, "--out", str(tmp_path / "ours")]) == 0
+    ours = only_records_dir(tmp_path / "ours") / "tfrecord"
+    for path in corpus_dir.rglob("*.tfrecord"):
+        assert path.read_bytes() == (ours / path.relative_to(corpus_dir)).read_bytes()
+    records = Records(work, "tfrecord")  # the trainer finds NVIDIA's tree, and the manifest beside it
+    assert (len(records.files["training"]), len(records.files["test"]), records.vocab_size) == (3, 1, 30522)
+
+
+def test_layout_nvidia_needs_shard_stage_inputs_and_tfrecord(golden_dir, tmp_path):
+    base = ["create", "--vocab", golden_dir / "vocab.txt", "--out", tmp_path / "o", "--layout", "nvidia", "--quiet"]
+    result = cli(*map(str, base), "--input", str(golden_dir / "corpus.txt"))
+    assert_one_line_error(result, 2, f"--layout nvidia: {golden_dir} has no manifest of `bertprep shard`")
+    result = cli(*map(str, base), "--input", str(golden_dir / "corpus.txt"), "--format", "tfrecord,ofrecord")
+    assert_one_line_error(result, 2, "--layout nvidia writes NVIDIA's TFRecord tree, which has no place for OFRecord")
+    assert not (tmp_path / "o").exists()
+
+
+def test_prepare_passes_the_layout_to_create():
+    from bertprep.cli import build_parser
+    from bertprep.prepare import stage_commands
+
+    args = build_parser("prepare").parse_args(["prepare", "wikipedia", "--vocab", "v.txt", "--layout", "nvidia"])
+    creates = [argv for label, argv in stage_commands(args) if label.startswith("create")]
+    assert len(creates) == 2 and all(argv[argv.index("--layout") + 1] == "nvidia" for argv in creates)
+
+
+def test_few_training_files_and_no_test_split_are_warned_about(golden_dir, tmp_path):
+    argv = ["create", "--input", str(golden_dir / "corpus.txt"), "--vocab", str(golden_dir / "vocab.txt"),
+            "--out", str(tmp_path / "o"), "--dupe-factor", "1", "--workers", "1", "--json"]
+    result = cli(*argv)
+    assert result.returncode == 0, result.stderr
+    warnings = json.loads(result.stdout)["warnings"]
+    assert [w.split(":")[0] for w in warnings] == ["1 training file(s) per format, fewer than --min-parts 8", "no test split"]
+    assert [line for line in result.stderr.splitlines() if "warning" in line] == [f"create: warning: {w}" for w in warnings]
+    quiet = cli(*argv, "--quiet", "--min-parts", "1")
+    assert quiet.returncode == 0 and quiet.stderr == "" and json.loads(quiet.stdout)["warnings"] == [warnings[1]]

@@ -1,13 +1,16 @@
 """The resumable downloader against a real HTTP server on 127.0.0.1."""
 
 import hashlib
+import io
 import os
+import tarfile
+import time
 
 import pytest
 
-from bertprep.download.http import SourceDownloads, fetch
+from bertprep.download.http import Limits, SourceDownloads, fetch
 from bertprep.errors import DataError
-from stand_in_servers import StandInServer
+from stand_in_servers import StandInServer, ok, one_line_error, run_cli
 
 PAYLOAD = os.urandom(3 * (1 << 20) + 12345)  # several read chunks
 MD5 = hashlib.md5(PAYLOAD).hexdigest()
@@ -97,3 +100,77 @@ def test_manifest_skips_a_complete_file(server, tmp_path):
         f.truncate(10)
     SourceDownloads(str(tmp_path), "test").get(url, "blob.bin", checksums={"md5": MD5})
     assert len(server.requests) == before + 1 and os.path.getsize(tmp_path / "blob.bin") == len(PAYLOAD)
+
+
+# -- a connection that stalls or trickles: closed, resumed with Range, and given up on after the retries ----
+
+
+def test_a_stalled_connection_is_resumed_with_range(server, tmp_path):
+    server.stall_after["/files/blob.bin"] = [1 << 20, 1]  # 1 MiB, then silence on the first request
+    started = time.monotonic()
+    got = fetch(server.url + "/files/blob.bin", str(tmp_path / "blob.bin"), checksums={"md5": MD5}, backoff=0.01,
+                limits=Limits(stall=0.5))
+    assert time.monotonic() - started < 10
+    assert got.attempts == 2 and open(tmp_path / "blob.bin", "rb").read() == PAYLOAD
+    gets = [r for r in server.requests if r[0] == "GET"]
+    assert gets == [("GET", "/files/blob.bin", None), ("GET", "/files/blob.bin", f"bytes={1 << 20}-")]
+
+
+def test_a_trickle_past_the_deadline_is_resumed_with_range(server, tmp_path):
+    server.trickle["/files/blob.bin"] = [0.02, 1]  # a byte every 20 ms on the first request: never a stall
+    got = fetch(server.url + "/files/blob.bin", str(tmp_path / "blob.bin"), checksums={"md5": MD5}, backoff=0.01,
+                limits=Limits(stall=0.5, deadline=0.4))
+    assert got.attempts == 2 and open(tmp_path / "blob.bin", "rb").read() == PAYLOAD
+    first, second = [r for r in server.requests if r[0] == "GET"]
+    assert first[2] is None
+    resumed_at = int(second[2][len("bytes="):-1])
+    assert 1 <= resumed_at <= 200  # what trickled in before the deadline was kept
+
+
+def test_a_trickle_that_never_ends_fails_in_one_line_after_the_retries(server, tmp_path):
+    server.trickle["/files/blob.bin"] = [0.02, 99]
+    url = server.url + "/files/blob.bin"
+    started = time.monotonic()
+    with pytest.raises(DataError) as error:
+        fetch(url, str(tmp_path / "blob.bin"), retries=2, backoff=0.01, limits=Limits(stall=0.5, deadline=0.3))
+    assert time.monotonic() - started < 10
+    message = str(error.value)
+    have = os.path.getsize(tmp_path / "blob.bin.part")
+    assert "\n" not in message and message == (
+        f"{url}: still transferring after the 0.3 s deadline, at byte {have:,} "
+        f"(gave up after 3 attempts; rerun to resume at byte {have:,})")
+    ranges = [r[2] for r in server.requests if r[0] == "GET"]
+    assert len(ranges) == 3 and ranges[0] is None
+    assert [int(r[len("bytes="):-1]) for r in ranges[1:]] == sorted(int(r[len("bytes="):-1]) for r in ranges[1:])
+    assert not os.path.exists(tmp_path / "blob.bin")
+
+
+def test_a_stall_that_never_ends_names_the_stall(server, tmp_path):
+    server.stall_after["/files/blob.bin"] = [1000, 99]
+    url = server.url + "/files/blob.bin"
+    with pytest.raises(DataError) as error:
+        fetch(url, str(tmp_path / "blob.bin"), retries=1, backoff=0.01, limits=Limits(stall=0.3))
+    # the second attempt asked for byte 1,000 on and got nothing more before the stall timeout
+    assert str(error.value) == f"{url}: no byte for 0.3 s at byte 2,000 (gave up after 2 attempts; rerun to resume at byte 2,000)"
+
+
+def test_the_command_line_takes_the_limits(server, tmp_path):
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:bz2") as archive:
+        data = os.urandom(100_000)  # incompressible, so the archive is large enough to stall halfway
+        info = tarfile.TarInfo("books_large_p1.txt")
+        info.size = len(data)
+        archive.addfile(info, io.BytesIO(data))
+    tarball = buffer.getvalue()
+    server.add_file("bc/bookcorpus.tar.bz2", tarball)
+    server.stall_after["/bc/bookcorpus.tar.bz2"] = [len(tarball) // 2, 1]
+    work = tmp_path / "w"
+    ok(run_cli("download", "bookcorpus", "--tarball", "--md5", hashlib.md5(tarball).hexdigest(), "--workdir", work,
+               "--base-url", server.url + "/bc", "--stall-timeout", "0.5", "--quiet"))
+    gets = [r for r in server.requests if r[0] == "GET"]
+    assert gets == [("GET", "/bc/bookcorpus.tar.bz2", None), ("GET", "/bc/bookcorpus.tar.bz2", f"bytes={len(tarball) // 2}-")]
+    assert (work / "download/bookcorpus/bookcorpus.tar.bz2").read_bytes() == tarball
+    for flags, expected in ((["--stall-timeout", "0"], "--stall-timeout: expected a number of seconds above 0, got 0"),
+                            (["--deadline", "-1"], "--deadline: expected a number of seconds (0 for none), got -1")):
+        line = one_line_error(run_cli("download", "squad", "--workdir", work, *flags), code=2)
+        assert line.endswith(expected)

@@ -16,7 +16,7 @@ from bertprep import formats
 from bertprep.errors import DataError
 from bertprep.formats import crc32c as crc_module
 from bertprep.formats import ofrecord, tfrecord
-from bertprep.formats.protowire import encode_varint
+from bertprep.formats.protowire import encode_varint, read_varint
 from bertprep.formats.schemas import PRETRAINING
 
 native = pytest.importorskip("bertprep._native", reason="C extension not built (python setup.py build_ext --inplace)")
@@ -233,22 +233,265 @@ def test_encode_instances_rejects_inconsistent_layouts_like_its_twin(seq, pred, 
         native.encode_instances("tfrecord", 8, 2, *_layout_with(tokens=np.zeros(10, np.float32)), 0, 1)
 
 
-# -- decode_bert_batch --------------------------------------------------------------------
+# -- decode_batch and decode_bert_batch ---------------------------------------------------
+
+# A made-up schema: an int feature of 5 values, a float feature of 2, an int feature of 1.
+SCHEMA = (("ids", False, 5), ("scores", True, 2), ("label", False, 1))
+
+
+def schema_outputs(features, n, int_dtype=np.int64):
+    return [np.full((n, length), -7, np.float32 if is_float else int_dtype) for _name, is_float, length in features]
+
+
+def both_schema_decoders(payloads, fmt, features, int_dtype=np.int64, first_index=0):
+    """decode_batch in C and its Python twin on fresh outputs: (native outputs, python outputs, errors)."""
+    results, errors = [], []
+    for decode in (native.decode_batch, formats.decode_batch_python):
+        outputs = schema_outputs(features, len(payloads), int_dtype)
+        try:
+            decode(payloads, fmt, features, outputs, first_index)
+            errors.append(None)
+        except ValueError as exc:
+            errors.append(str(exc))
+        results.append(outputs)
+    return results[0], results[1], errors
+
+
+def same_bytes(a, b):
+    """Equal arrays, NaNs and all."""
+    return all(x.dtype == y.dtype and x.tobytes() == y.tobytes() for x, y in zip(a, b))
+
+
+def list_tag_offset(payload, key):
+    """Where the list of `key`'s last entry starts in a payload: after its key field, the Feature's tag and length."""
+    key_field = len_field(1, key.encode())
+    at = payload.rindex(key_field) + len(key_field)
+    assert payload[at] == 0x12  # field 2 (the value), length-delimited
+    _length, at = read_varint(payload, at + 1, len(payload))
+    return at
 
 
 @pytest.mark.parametrize("name,seq,pred", GOLDEN)
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_decode_bert_batch_reads_golden_files(golden_dir, name, seq, pred, fmt):
+def test_decode_batch_reads_golden_files(golden_dir, name, seq, pred, fmt):
     path = golden_dir / f"{name}.{fmt}"
     payloads = list(formats.iter_payloads(path))
     expected = [np.stack([r[feature] for r in formats.read_records(path)]) for feature in PRETRAINING.names]
-    twin = new_outputs(len(payloads), seq, pred)
-    formats.decode_bert_batch_python(payloads, fmt, seq, pred, *twin)
-    for int_dtype in (np.int32, np.int64):
-        got = new_outputs(len(payloads), seq, pred, int_dtype)
-        native.decode_bert_batch(payloads, fmt, seq, pred, *got)
-        for feature, g, t, want in zip(PRETRAINING.names, got, twin, expected):
-            assert np.array_equal(g, want) and np.array_equal(t, want), feature
+    features = formats.decoder_features(PRETRAINING, {"seq": seq, "pred": pred})
+    assert [(n, is_float) for n, is_float, _ in features] == [(f.name, f.dtype == "float") for f in PRETRAINING.features]
+    runs = [(native.decode_batch, np.int32), (native.decode_batch, np.int64),
+            (formats.decode_batch_python, np.int32 if fmt == "ofrecord" else np.int64)]  # the twin is slow: once
+    for decode, int_dtype in runs:
+        got = schema_outputs(features, len(payloads), int_dtype)
+        decode(payloads, fmt, features, got)
+        for feature, g, want in zip(PRETRAINING.names, got, expected):
+            assert np.array_equal(g, want), (decode, feature)
+    # decode_bert_batch is decode_batch with this schema
+    bert = new_outputs(len(payloads), seq, pred)
+    native.decode_bert_batch(payloads, fmt, seq, pred, *bert)
+    assert same_bytes(bert, [g.astype(np.int64) if g.dtype == np.int32 else g for g in got])
+
+
+def _schema_record(fmt, ids, scores, label, int_kind=None, order=(0, 1, 2), extra=()):
+    codec = formats.CODECS[fmt]
+    int_kind = int_kind or codec.INT_KIND
+    items = [("ids", int_kind, ids), ("scores", "float", scores), ("label", int_kind, [label])]
+    return codec.encode([items[k] for k in order] + list(extra))
+
+
+def test_decode_batch_made_up_schema():
+    rows = [([1, 2, 300, 70000, 5], [0.5, -2.0], 1), ([0, 0, 0, 0, 0], [0.0, 1e30], 0),
+            ([(1 << 31) - 1, -(1 << 31), 7, 8, 9], [float("inf"), 3.25], -1), ([9] * 5, [1.0, 2.0], 12345)]
+    cases = {
+        "tfrecord": [
+            _schema_record("tfrecord", *rows[0]),
+            _schema_record("tfrecord", *rows[1], order=(2, 0, 1), extra=[("note", "bytes", [b"x", b""])]),
+            # unpacked lists, and Example's Features message split in two (protobuf merges them)
+            len_field(1, map_entry("label", 3, unpacked_ints([rows[2][2] % (1 << 64)])) + map_entry(
+                "scores", 2, unpacked_floats(rows[2][1]))) + len_field(1, map_entry(
+                    "ids", 3, unpacked_ints([v % (1 << 64) for v in rows[2][0]]))),
+            # a key given twice: the last entry counts
+            _schema_record("tfrecord", [1] * 5, [0.0, 0.0], 4, extra=[("ids", "int64", rows[3][0]),
+                                                                       ("label", "int64", [rows[3][2]]),
+                                                                       ("scores", "float", rows[3][1])]),
+        ],
+        "ofrecord": [
+            _schema_record("ofrecord", *rows[0]),
+            _schema_record("ofrecord", *rows[1], int_kind="int64", order=(1, 2, 0))
+            + map_entry("d", 3, len_field(1, struct.pack("<d", 1.5))),  # a double_list (protowire writes none)
+            # a negative int32 written as its 32 bits unsigned reads back negative, as in the 10-byte form
+            map_entry("ids", 4, len_field(1, b"".join(encode_varint(v % (1 << 32)) for v in rows[2][0])))
+            + _schema_record("ofrecord", [0] * 5, rows[2][1], rows[2][2], order=(1, 2)),
+            _schema_record("ofrecord", *rows[3], extra=[("extra", "int32", list(range(40)))]),
+        ],
+    }
+    expected = [np.array([ids for ids, _, _ in rows]), np.array([scores for _, scores, _ in rows], np.float32),
+                np.array([[label] for _, _, label in rows])]
+    for fmt, payloads in cases.items():
+        for int_dtype in (np.int32, np.int64):
+            got, twin, errors = both_schema_decoders(payloads, fmt, SCHEMA, int_dtype)
+            assert errors == [None, None], (fmt, errors)
+            for g, t, want in zip(got, twin, expected):
+                assert np.array_equal(g, want) and same_bytes([g], [t]), fmt
+
+
+def _schema_errors():
+    """(id, fmt, payload, int dtype, the message both decoders give): one per kind of error."""
+    good = _schema_record("tfrecord", [1, 2, 3, 4, 5], [1.0, 0.0], 1)
+    big = _schema_record("tfrecord", [1, 2, 3, 4, 5], [1.0, 0.0], 1 << 33)
+    short = _schema_record("tfrecord", [1, 2, 3, 4], [1.0, 0.0], 1)
+    int_scores = _schema_record("tfrecord", [1, 2, 3, 4, 5], [1.0, 0.0], 1, extra=[("scores", "int64", [1, 0])])
+    no_scores = tfrecord.encode([("ids", "int64", [1, 2, 3, 4, 5]), ("label", "int64", [1])])
+    doubles = _schema_record("ofrecord", [1, 2, 3, 4, 5], [1.0], 1) + map_entry(
+        "scores", 3, len_field(1, struct.pack("<2d", 1.0, 0.0)))
+    bad_value = read_varint(big, list_tag_offset(big, "label") + 4, len(big))  # tag, length, packed tag, length
+    assert bad_value[0] == 1 << 33
+    records = {
+        "missing": ("tfrecord", no_scores, np.int64,
+                    f"record 7 at byte {len(no_scores)}: feature 'scores': missing, expected a float_list of 2 values"),
+        "count": ("tfrecord", short, np.int64,
+                  f"record 7 at byte {list_tag_offset(short, 'ids')}: feature 'ids': 4 values, expected 5"),
+        "kind": ("tfrecord", int_scores, np.int64, f"record 7 at byte {list_tag_offset(int_scores, 'scores')}: "
+                 "feature 'scores': int64_list, expected float_list"),
+        "double": ("ofrecord", doubles, np.int64, f"record 7 at byte {list_tag_offset(doubles, 'scores')}: "
+                   "feature 'scores': double_list, expected float_list"),
+        "int32": ("tfrecord", big, np.int32, f"record 7 at byte {list_tag_offset(big, 'label') + 4}: feature 'label': "
+                  "value 8589934592 does not fit int32, expected -2147483648 to 2147483647"),
+        "cut": ("tfrecord", good[:20], np.int64, f"record 7 at byte 0: field 1 of {len(good) - 2} bytes runs past the "
+                "end of its message, expected at most 18"),
+        "no key": ("ofrecord", len_field(1, len_field(2, b"")), np.int64,
+                   "record 7 at byte 0: map entry without a key, expected field 1 (the feature name)"),
+        "no list": ("ofrecord", len_field(1, len_field(1, b"label") + len_field(2, b"")), np.int64,
+                    "record 7 at byte 0: feature 'label': holds no list, expected field 1 (bytes_list), "
+                    "2 (float_list), 3 (double_list), 4 (int32_list) or 5 (int64_list)"),
+        "list field": ("tfrecord", len_field(1, map_entry("ids", 7, b"")), np.int64,
+                       "record 7 at byte 11: feature 'ids': unknown list field 7, expected field 1 (bytes_list), "
+                       "2 (float_list) or 3 (int64_list)"),
+        # offsets below: Example tag and length at 0-1, entry 2-3, key field 4-8, Feature 9-10, its list at 11
+        "list wire": ("tfrecord", len_field(1, len_field(1, len_field(1, b"ids") + len_field(2, b"\x18\x01"))),
+                      np.int64,
+                      "record 7 at byte 11: feature 'ids': list field 3 of wire type 0, expected wire type 2"),
+        "utf-8": ("ofrecord", len_field(1, len_field(1, b"\xff") + len_field(2, b"")), np.int64,
+                  "record 7 at byte 2: feature name is not UTF-8, expected UTF-8 text"),
+        # OFRecord, no Example: entry 0-1, key field 2 on, then Feature, list, packed field, values
+        "floats": ("ofrecord", map_entry("scores", 2, len_field(1, b"\x00" * 7)), np.int64,
+                   "record 7 at byte 14: feature 'scores': packed float_list of 7 bytes, expected a multiple of 4"),
+        "list item": ("tfrecord", len_field(1, map_entry("ids", 3, b"\x0d" + b"\x00" * 4)), np.int64,
+                      "record 7 at byte 13: feature 'ids': wire type 5 in the int64_list, expected 2 or 0"),
+        "long varint": ("ofrecord", map_entry("label", 4, len_field(1, b"\xff" * 10 + b"\x01")), np.int64,
+                        "record 7 at byte 15: feature 'label': varint longer than 10 bytes, expected at most 10"),
+        "cut varint": ("ofrecord", map_entry("label", 4, len_field(1, b"\x01\xff\xff")), np.int64,
+                       "record 7 at byte 16: feature 'label': truncated varint (its message ends at byte 18), "
+                       "expected a final byte below 0x80"),
+        "wire 7": ("tfrecord", b"\x0f", np.int64, "record 7 at byte 0: wire type 7 for field 1, expected 0, 1, 2 or 5"),
+        "field 0": ("ofrecord", b"\x02\x00", np.int64, "record 7 at byte 0: field number 0, expected 1 or more"),
+        "fixed32": ("ofrecord", b"\x15\x00\x00", np.int64,
+                    "record 7 at byte 0: fixed32 field 2 cut off after 2 bytes, expected 4"),
+        "odd name": ("ofrecord", map_entry("it's", 4, b"\x08"), np.int64,
+                     "record 7 at byte 13: a feature with a 4-byte name: truncated varint (its message ends at byte "
+                     "13), expected a final byte below 0x80"),
+    }
+    return [(name, *case) for name, case in records.items()]
+
+
+@pytest.mark.parametrize("case", _schema_errors(), ids=lambda case: case[0])
+def test_decode_batch_errors_name_record_byte_and_feature(case):
+    _name, fmt, bad, int_dtype, message = case
+    good = _schema_record(fmt, [1, 2, 3, 4, 5], [1.0, 0.0], 1)
+    _got, _twin, errors = both_schema_decoders([good, bad, good], fmt, SCHEMA, int_dtype, first_index=6)
+    assert errors == [message, message]
+
+
+def test_decode_batch_checks_its_arguments():
+    features, outputs = (("a", False, 2),), [np.zeros((1, 2), np.int64)]
+    read_only = np.zeros((1, 2), np.int64)
+    read_only.setflags(write=False)
+    bad_calls = [
+        (ValueError, "unknown record format", ("json", features, outputs)),
+        (TypeError, r"features\[0\]: expected \(name: str", ("tfrecord", (("a", False),), outputs)),
+        (TypeError, None, ("tfrecord", (("a", False, 2.5),), outputs)),
+        (ValueError, r"features\[0\]: length -1", ("tfrecord", (("a", False, -1),), outputs)),
+        (ValueError, r"features\[1\]: name 'a' repeats features\[0\]", ("tfrecord", features * 2, outputs * 2)),
+        (ValueError, r"outputs: expected one array per feature \(1\), got 2", ("tfrecord", features, outputs * 2)),
+        (TypeError, "output a: expected", ("tfrecord", features, [np.zeros((1, 2), np.float64)])),
+        (TypeError, "output a: expected", ("tfrecord", (("a", True, 2),), outputs)),
+        (TypeError, "output a: expected", ("tfrecord", features, [read_only])),
+        (ValueError, "output a: expected 1 x 2 values, got 3", ("tfrecord", features, [np.zeros(3, np.int32)])),
+    ]
+    for decode in (native.decode_batch, formats.decode_batch_python):
+        for error, match, args in bad_calls:
+            with pytest.raises(error, match=match):
+                decode([b""], *args)
+        with pytest.raises(ValueError, match=r"^record 41 at byte 0: feature 'a': missing"):
+            decode([b""], "ofrecord", features, outputs, 41)
+        decode([], "ofrecord", features, [np.zeros((0, 2), np.int32)])  # nothing to do
+        decode([b""], "ofrecord", (), [])  # no features: every record fits
+
+
+def _mutated(rng, payload):
+    """payload with one random defect: flipped bits, a cut, inserted, overwritten or deleted bytes."""
+    data = bytearray(payload)
+    how = rng.randrange(5)
+    if how == 0:
+        for _ in range(rng.randint(1, 3)):
+            data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+    elif how == 1:
+        del data[rng.randrange(len(data)):]
+    elif how == 2:
+        at = rng.randrange(len(data) + 1)
+        data[at:at] = rng.randbytes(rng.randint(1, 8))
+    elif how == 3:
+        at = rng.randrange(len(data))
+        data[at:at + 8] = rng.randbytes(len(data[at:at + 8]))
+    else:
+        at = rng.randrange(len(data))
+        del data[at:at + rng.randint(1, 16)]
+    return bytes(data)
+
+
+def _fuzz(golden_dir, fmt, count, seed):
+    """C and Python on `count` damaged G1 records: the same error, or the same values."""
+    payloads = list(formats.iter_payloads(golden_dir / f"G1.{fmt}"))[:64]
+    features = formats.decoder_features(PRETRAINING, {"seq": 128, "pred": 20})
+    rng = random.Random(seed)
+    outcomes, disagreements = {}, []
+    for i in range(count):
+        bad = _mutated(rng, rng.choice(payloads))
+        got, twin, errors = both_schema_decoders([bad], fmt, features, (np.int32, np.int64)[i % 2], first_index=i)
+        if errors[0] != errors[1] or (errors[0] is None and not same_bytes(got, twin)):
+            disagreements.append((bad, errors))
+        # what kind of outcome: the message without its record, offset, feature and numbers
+        kind = "fits" if errors[0] is None else " ".join(
+            w for w in errors[0].split(": ", 1)[1].split() if not any(c.isdigit() for c in w) and "'" not in w)[:40]
+        outcomes[kind] = outcomes.get(kind, 0) + 1
+    assert not disagreements, disagreements[:3]
+    return outcomes
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_decode_batch_fuzzed_records_agree_with_the_twin(golden_dir, fmt):
+    outcomes = _fuzz(golden_dir, fmt, 3000, seed=1 if fmt == "tfrecord" else 2)
+    # the damage must reach many paths, or the test proves little
+    assert outcomes["fits"] > 20 and len(outcomes) >= 8, outcomes
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_decode_batch_fuzzed_records_agree_with_the_twin_at_length(golden_dir, fmt):
+    outcomes = _fuzz(golden_dir, fmt, 30000, seed=3 if fmt == "tfrecord" else 4)
+    assert len(outcomes) >= 12, outcomes
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_decode_batch_every_prefix_of_a_record(golden_dir, fmt):
+    (payload,) = list(formats.iter_payloads(golden_dir / f"G1.{fmt}"))[5:6]
+    features = formats.decoder_features(PRETRAINING, {"seq": 128, "pred": 20})
+    for cut in range(len(payload) + 1):
+        _got, _twin, errors = both_schema_decoders([payload[:cut]], fmt, features)
+        assert errors[0] == errors[1] and (errors[0] is None) == (cut == len(payload)), (cut, errors)
+
+
+# decode_bert_batch: the same C code with BERT's schema, kept while Python callers move to decode_batch
 
 
 def _fields(seq=6, pred=3, offset=0):
@@ -316,29 +559,38 @@ def _bad_payloads():
         return tfrecord.encode([(n, kinds.get(n, "float" if n == "masked_lm_weights" else "int64"), fields[n])
                                 for n in PRETRAINING.names if n not in drop])
 
+    def at(payload, key):
+        return f"record 1 at byte {list_tag_offset(payload, key)}: feature '{key}'"
+
     whole = tf(good)
+    missing = tf(good, drop=("segment_ids",))
+    short = tf(dict(good, masked_lm_ids=[1, 2]))
+    long = tf(dict(good, input_ids=list(range(7))))
+    float_ids = tf(good, kinds={"input_mask": "float"})
+    int_weights = tf(dict(good, masked_lm_weights=[1, 1, 0]), kinds={"masked_lm_weights": "int64"})
+    bytes_label = tf(dict(good, next_sentence_labels=[b"1"]), kinds={"next_sentence_labels": "bytes"})
     return [
-        ("missing", tf(good, drop=("segment_ids",)), "record 1: feature 'segment_ids': missing"),
-        ("short", tf(dict(good, masked_lm_ids=[1, 2])), "record 1: feature 'masked_lm_ids': expected 3 values, got 2"),
-        ("long", tf(dict(good, input_ids=list(range(7)))), "record 1: feature 'input_ids': expected 6 values, got 7"),
-        ("float ids", tf(good, kinds={"input_mask": "float"}),
-         "record 1: feature 'input_mask': expected int64_list or int32_list, got float_list"),
-        ("int weights", tf(dict(good, masked_lm_weights=[1, 1, 0]), kinds={"masked_lm_weights": "int64"}),
-         "record 1: feature 'masked_lm_weights': expected float_list, got int64_list"),
-        ("bytes label", tf(dict(good, next_sentence_labels=[b"1"]), kinds={"next_sentence_labels": "bytes"}),
-         "record 1: feature 'next_sentence_labels': expected int64_list or int32_list, got bytes_list"),
+        ("missing", missing, f"record 1 at byte {len(missing)}: feature 'segment_ids': missing, "
+                             "expected an int64_list or int32_list of 6 values"),
+        ("short", short, f"{at(short, 'masked_lm_ids')}: 2 values, expected 3"),
+        ("long", long, f"{at(long, 'input_ids')}: 7 values, expected 6"),
+        ("float ids", float_ids, f"{at(float_ids, 'input_mask')}: float_list, expected int64_list or int32_list"),
+        ("int weights", int_weights, f"{at(int_weights, 'masked_lm_weights')}: int64_list, expected float_list"),
+        ("bytes label", bytes_label,
+         f"{at(bytes_label, 'next_sentence_labels')}: bytes_list, expected int64_list or int32_list"),
         ("truncated", whole[:-5], None),
         ("garbage", b"\xff" * 12, None),
-        ("empty", b"", "record 1: feature 'input_ids': missing"),
+        ("empty", b"", "record 1 at byte 0: feature 'input_ids': missing, expected an int64_list or int32_list of "
+                       "6 values"),
     ]
 
 
 @pytest.mark.parametrize("case", _bad_payloads(), ids=lambda case: case[0])
-def test_decode_bert_batch_errors_name_record_and_feature(case):
+def test_decode_bert_batch_errors_name_record_byte_and_feature(case):
     _name, bad, message = case
     good = tfrecord.encode([(n, "float" if n == "masked_lm_weights" else "int64", v) for n, v in _fields().items()])
     _got, _twin, errors = both_decoders([good, bad, good], "tfrecord", 6, 3)
-    assert all(e is not None and e.startswith("record 1: ") for e in errors), errors
+    assert errors[0] == errors[1] and errors[0].startswith("record 1 at byte "), errors
     if message is not None:
         assert errors == [message, message]
 
@@ -347,8 +599,11 @@ def test_decode_bert_batch_int32_overflow_and_first_index():
     fields = dict(_fields(), input_ids=[101, 1 << 33, 5, 102, 6, 102])
     payload = tfrecord.encode([(n, "float" if n == "masked_lm_weights" else "int64", fields[n])
                                for n in PRETRAINING.names])
+    at = list_tag_offset(payload, "input_ids") + 5  # list tag and length, packed tag and length, then 101
+    assert read_varint(payload, at, len(payload))[0] == 1 << 33
     for decode in (native.decode_bert_batch, formats.decode_bert_batch_python):
-        with pytest.raises(ValueError, match=r"^record 41: feature 'input_ids': value 8589934592 does not fit int32"):
+        with pytest.raises(ValueError, match=rf"^record 41 at byte {at}: feature 'input_ids': value 8589934592 "
+                                             "does not fit int32"):
             decode([payload], "tfrecord", 6, 3, *new_outputs(1, 6, 3, np.int32), first_index=41)
         decode([payload], "tfrecord", 6, 3, *new_outputs(1, 6, 3, np.int64))  # fits int64
 
@@ -487,22 +742,24 @@ def test_read_batches_reports_a_bad_record_before_a_later_framing_error(golden_d
         data += tfrecord.frame(tfrecord.encode(kinds))
     path = tmp_path / "two_defects.tfrecord"
     path.write_bytes(bytes(data))
-    offsets = [0]
-    for payload in formats.iter_payloads(path):
-        offsets.append(offsets[-1] + 16 + len(payload))
+    payloads = list(formats.iter_payloads(path))
+    offsets = np.cumsum([0] + [16 + len(payload) for payload in payloads])
     data[offsets[4] + 20] ^= 1
     path.write_bytes(bytes(data))
     for use_native in (True, False):
         batches, error = _read_all(path, 256, use_native, monkeypatch)
-        assert batches == [] and error == f"{path}: record 2 at byte {offsets[2]}: feature 'segment_ids': missing"
+        # the byte in the file: record 2's payload starts after its 12-byte header; a missing feature shows at its end
+        at = offsets[2] + 12 + len(payloads[2])
+        assert batches == [] and error == (f"{path}: record 2 at byte {at}: feature 'segment_ids': "
+                                           "missing, expected an int64_list or int32_list of 128 values")
 
 
 def test_read_batches_dims_can_be_given(golden_dir, monkeypatch):
+    path = golden_dir / "G2.tfrecord"
+    at = 12 + list_tag_offset(next(formats.iter_payloads(path)), "input_ids")  # in the file: after the header
     for use_native in (True, False):
-        batches, error = _read_all(golden_dir / "G2.tfrecord", 64, use_native, monkeypatch,
-                                   dims={"seq": 128, "pred": 80})
-        assert batches == [] and error == (
-            f"{golden_dir / 'G2.tfrecord'}: record 0 at byte 0: feature 'input_ids': expected 128 values, got 512")
+        batches, error = _read_all(path, 64, use_native, monkeypatch, dims={"seq": 128, "pred": 80})
+        assert batches == [] and error == f"{path}: record 0 at byte {at}: feature 'input_ids': 512 values, expected 128"
 
 
 # -- create_instances ---------------------------------------------------------------------

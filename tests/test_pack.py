@@ -118,12 +118,14 @@ def test_rerun_resumes_to_the_same_bytes(short_records, tmp_path, capsys):
     packed = Path(summary["records_dir"])
     complete = output_files(packed)
     assert sorted(complete) == [f"ofrecord/training/part-{i}" for i in range(4)]
-    # as a killed run leaves it: one output missing, a temporary file beside the others
+    # as a killed run leaves it: one output missing, half of it in the staging directory
     (packed / "ofrecord/training/part-2").unlink()
-    (packed / "ofrecord/training/.tmp-999-part-3").write_bytes(b"half a record")
+    (packed / ".partial").mkdir()
+    (packed / ".partial/part-2.999-0badcafe.partial").write_bytes(b"half a record")
     code, summary = run_json(capsys, "pack", short_records, "--out", tmp_path, "--workers", "1",
                              "--max-per-pack", "2", "--format", "ofrecord")
     assert code == 0 and summary["shards_packed"] == 1 and output_files(packed) == complete
+    assert not (packed / ".partial").exists()
     code, summary = run_json(capsys, "pack", short_records, "--out", tmp_path, "--max-per-pack", "2",
                              "--format", "ofrecord")
     assert code == 0 and summary["shards_packed"] == 0
@@ -345,7 +347,7 @@ def test_bad_inputs_end_with_one_line(short_records, golden_dir, tmp_path, capsy
     assert line.endswith(f"{truncated}: record 1372 at byte 1103384: truncated data (721 of 821 bytes)"), line
     manifest([mixed])
     line = one_line_error(capsys, ["pack", str(bad), "--quiet"], 1)
-    assert f"{mixed}: record 0 at byte 0: feature 'input_ids': expected 128 values, got 512" in line, line
+    assert f"{mixed}: record 0 at byte 1269: feature 'input_ids': 512 values, expected 128" in line, line
     manifest([mixed])
     truncated.replace(mixed)  # changed since create wrote it
     line = one_line_error(capsys, ["pack", str(bad), "--quiet"], 1)

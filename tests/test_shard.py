@@ -130,6 +130,29 @@ def test_rerun_is_skipped_and_changed_settings_rewrite(tmp_path):
     assert sorted(p.name for p in (out / "training").iterdir()) == ["demo_training_0.txt", "demo_training_1.txt"]
 
 
+def test_an_input_edited_in_place_to_the_same_size_is_sharded_again(tmp_path):
+    corpus = make_corpus(tmp_path / "in", files=1)
+    out = tmp_path / "out"
+    args = ["shard", "--input", corpus, "--corpus", "demo", "--out", out, "--train-shards", "2", "--test-shards", "1"]
+    ok(run_cli(*args))
+    source = corpus / "part-0.txt"
+    text = source.read_text(encoding="utf-8")
+    source.write_text(text.replace("Document 0-0 ", "Document X-0 ", 1), encoding="utf-8")  # same size, other content
+    assert "already complete" not in ok(run_cli(*args))
+    assert "Document X-0 " in "".join(p.read_text(encoding="utf-8") for p in out.rglob("*.txt"))
+
+
+def test_a_damaged_shard_manifest_is_named(tmp_path):
+    corpus = make_corpus(tmp_path / "in", files=1)
+    out = tmp_path / "out"
+    args = ["shard", "--input", corpus, "--corpus", "demo", "--out", out, "--test-shards", "1"]
+    ok(run_cli(*args))
+    (out / "manifest.json").write_text('{"params": [], "files": {}}')
+    line = one_line_error(run_cli(*args))
+    assert line == (f'bertprep shard: error: {out / "manifest.json"}: damaged manifest ("params" is not a JSON object); '
+                    "remove it to redo this stage from scratch")
+
+
 def test_default_input_is_the_workdirs_formatted_corpus(tmp_path):
     formatted = tmp_path / "w/formatted/wikicorpus_en"
     formatted.mkdir(parents=True)

@@ -139,6 +139,14 @@ def test_loss_that_stays_nonfinite_stops_with_one_line_error(golden_dir, tmp_pat
         "lower --lr or use another --precision")
 
 
+def test_checkpoint_dir_on_a_file_is_a_one_line_error_before_training(records_dir, tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    code, events = train(tmp_path, records_dir, "--steps", "1", "--batch-size", "2", "--checkpoint-dir", str(blocker))
+    assert code == 1 and events == []
+    assert capsys.readouterr().err.splitlines() == [f"trainer: error: {blocker}: Not a directory"]
+
+
 REPLICA_SCRIPT = textwrap.dedent("""
     import sys
     import tensorflow as tf

@@ -120,6 +120,7 @@ def test_shape_and_vocab_come_from_the_create_manifest(tmp_path):
     class Args:
         bert_config = None
         model = "tiny"
+        dropout = None
 
     assert model_config(Args, records) == BertConfig.sized("tiny", vocab_size=2000)
 
@@ -146,3 +147,24 @@ def test_packed_rows_are_recognised_and_streamed_and_kinds_do_not_mix(records_di
     with pytest.raises(DataError, match="packed records of seq 128, k 3, pred 20 differ from the other records' "
                                         "pretraining records of seq 128, pred 20"):
         Records(str(tmp_path), "ofrecord")
+
+
+@pytest.mark.parametrize("state", ['[]', '{"step": 1, "draws": "one", "settings": {}}', '{"step": 1, "draws": 2}'])
+def test_a_checkpoint_state_of_the_wrong_shape_is_damaged_not_a_traceback(tmp_path, state):
+    from bertprep.atomic import hold
+    from trainer import checkpoints
+
+    with hold(tmp_path, "trainer"):  # as a training run holds its checkpoint directory
+        path = checkpoints.save(tmp_path, 1, {"w": np.zeros(2)}, {"draws": 1, "settings": {}}, keep=2)
+    (tmp_path / path / "state.json").write_text(state)
+    with pytest.raises(DataError, match=r"state.json: damaged checkpoint state \(.+\); remove the checkpoint to resume "
+                                        r"from the one before$"):
+        checkpoints.load_latest(tmp_path)
+    assert os.listdir(tmp_path) == ["ckpt-00000001"]  # written through .partial/, gone with the hold
+
+
+def test_a_damaged_records_manifest_is_a_data_error(golden_dir, tmp_path):
+    corpus = golden_records(golden_dir, tmp_path)
+    (corpus / "manifest.json").write_text('{"vocab": ["size", 30522]}')
+    with pytest.raises(DataError, match=r'manifest.json: damaged manifest \("vocab" is not a JSON object\)'):
+        Records(corpus, "tfrecord")

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("jax")
+pytestmark = pytest.mark.usefixtures("jax_compilation_cache")
 
 from test_trainer_data import golden_records  # noqa: E402
 from trainer_checks import assert_resume_is_exact, bert_config, free_port, latest_state, losses  # noqa: E402
@@ -23,16 +24,6 @@ def records_dir(golden_dir, tmp_path_factory):
     return golden_records(golden_dir, tmp_path_factory.mktemp("records"), parts=2)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def compilation_cache(tmp_path_factory):
-    """One persistent XLA cache for this module's processes: each run compiles the same model
-    (about 20 s on 2 cores), so later runs take seconds."""
-    cache = tmp_path_factory.mktemp("jax-cache")
-    os.environ["JAX_COMPILATION_CACHE_DIR"] = str(cache)
-    yield
-    del os.environ["JAX_COMPILATION_CACHE_DIR"]
-
-
 def jax_env(devices=1, **extra):
     env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
                JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0", **extra)
@@ -40,11 +31,12 @@ def jax_env(devices=1, **extra):
     return env
 
 
-def jax_train(tmp_path, data, name, *extra, devices=1, fmt="ofrecord", dropout=0.0):
-    """Run the trainer in a JAX process without TensorFlow; return the JSON log events."""
+def jax_train(tmp_path, data, name, *extra, devices=1, fmt="ofrecord", dropout=0.0, **config):
+    """Run the trainer in a JAX process without TensorFlow (TINY model with `config` changes);
+    return the JSON log events."""
     log = tmp_path / f"{name}.jsonl"
     argv = [sys.executable, CHECKS, "--no-tensorflow", "trainer", "--format", fmt, "--data", str(data),
-            "--bert-config", bert_config(tmp_path, dropout), "--seed", "3", "--quiet", "--log-every", "1",
+            "--bert-config", bert_config(tmp_path, dropout, **config), "--seed", "3", "--quiet", "--log-every", "1",
             "--log-json", str(log), *extra]
     result = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, env=jax_env(devices))
     assert result.returncode == 0, result.stderr[-3000:]

@@ -26,9 +26,12 @@ def block_tensorflow():
     sys.meta_path.insert(0, _NoTensorFlow())
 
 
-def bert_config(directory, dropout):
-    path = directory / f"bert_config_dropout_{dropout}.json"
-    path.write_text(json.dumps(dict(TINY, hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)))
+def bert_config(directory, dropout, **changes):
+    """TINY (with `changes`) as a bert_config.json in `directory`."""
+    values = dict(TINY, hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout, **changes)
+    path = directory / ("".join([f"bert_config_dropout_{dropout}", *(f"_{k}_{v}" for k, v in sorted(changes.items()))])
+                        + ".json")
+    path.write_text(json.dumps(values))
     return str(path)
 
 
@@ -112,7 +115,7 @@ def packed_and_unpacked_batches(golden_dir, count=12):
     from bertprep.formats.schemas import PACKED, PRETRAINING
     from bertprep.pack import strategy
     from bertprep.pack.layout import pack_rows
-    from trainer.data import feature_dtype
+    from trainer.data import feature_dtypes
 
     (records,) = formats.read_batches(os.path.join(golden_dir, "G1.tfrecord"), 1 << 20)
     lengths = (records["input_mask"] != 0).sum(axis=1)
@@ -121,25 +124,24 @@ def packed_and_unpacked_batches(golden_dir, count=12):
     members, _ = strategy.pack(lengths[chosen], (unpacked["masked_lm_weights"] != 0).sum(axis=1), 128, 20, 3)
     packed = pack_rows(unpacked, members, 3, 20)
     assert len(packed["input_ids"]) < count / 2  # several sequences per row
-    return ({name: values.astype(feature_dtype(PRETRAINING, name)) for name, values in unpacked.items()},
-            {name: values.astype(feature_dtype(PACKED, name)) for name, values in packed.items()})
+    unpacked_dtypes, packed_dtypes = feature_dtypes(PRETRAINING), feature_dtypes(PACKED)
+    return ({name: values.astype(unpacked_dtypes[name]) for name, values in unpacked.items()},
+            {name: values.astype(packed_dtypes[name]) for name, values in packed.items()})
 
 
 def loss_sums_and_gradients(model, batch):
     """The loss sums of one batch (dropout off) and the gradient of the loss the trainer minimizes."""
     import keras
 
-    from trainer.data import INPUT_NAMES
-    from trainer.losses import loss_sums, objective, weight_totals
+    from trainer.losses import PRETRAINING_OBJECTIVE as objective
 
-    inputs = {name: batch[name] for name in INPUT_NAMES if name in batch}
+    inputs, totals = objective.inputs(batch), objective.totals(batch)
     if keras.backend.backend() == "tensorflow":
         import tensorflow as tf
 
         with tf.GradientTape() as tape:
-            mlm_logits, nsp_logits = model(inputs, training=True)
-            sums = loss_sums(mlm_logits, nsp_logits, batch)
-            loss = objective(sums, *weight_totals(batch))
+            sums = objective.sums(model(inputs, training=True), batch)
+            loss = objective.share(sums, totals)
         grads = [tf.convert_to_tensor(g) for g in tape.gradient(loss, model.trainable_variables)]
     else:
         import jax
@@ -147,9 +149,9 @@ def loss_sums_and_gradients(model, batch):
         non_trainable = [v.value for v in model.non_trainable_variables]
 
         def loss_fn(trainable):
-            (mlm_logits, nsp_logits), _ = model.stateless_call(trainable, non_trainable, inputs, training=True)
-            sums = loss_sums(mlm_logits, nsp_logits, batch)
-            return objective(sums, *weight_totals(batch)), sums
+            outputs, _ = model.stateless_call(trainable, non_trainable, inputs, training=True)
+            sums = objective.sums(outputs, batch)
+            return objective.share(sums, totals), sums
 
         grads, sums = jax.grad(loss_fn, has_aux=True)([v.value for v in model.trainable_variables])
     return {k: float(v) for k, v in sums.items()}, [np.asarray(g) for g in grads]
@@ -203,6 +205,51 @@ def check_step_counts_real_sequences(golden_dir):
     result = steps.fetch(steps.train(steps.put({name: values[None] for name, values in packed.items()})))
     assert len(packed["input_ids"]) < 6 and result["finite"]
     assert (result["sequences"], result["tokens"]) == (12, (unpacked["input_mask"] != 0).sum())
+
+
+def check_model_parallel_layout(records_dir, config_path):
+    """On 4 devices, for K = 1, 2, 4: every variable BERT_LAYOUT splits holds 1/K of itself on each
+    device, its optimizer slots likewise, everything else whole; every rule matches some variable of
+    the pretraining model; the bytes measured per device equal the layout's estimate (plus the
+    optimizer's and loss scale's scalars)."""
+    import re
+
+    import keras
+
+    from trainer import parallel
+    from trainer.config import BertConfig
+    from trainer.data import Records
+    from trainer.train import Devices, build_steps
+
+    records = Records(str(records_dir), "ofrecord")
+    config = BertConfig.from_json_file(config_path)
+    abstract = parallel.abstract_variables(config, records.seq, records.pred)
+    paths = [path for variables in abstract for path in variables]
+    for pattern, _axes, _what in parallel.BERT_LAYOUT:
+        assert any(re.fullmatch(pattern, path) for path in paths), f"{pattern} matches no variable"
+    args = argparse.Namespace(optimizer="lamb", lr=1e-3, steps=10, precision="fp32", grad_accum=1)
+    measured = {}
+    for k in (1, 2, 4):
+        keras.backend.clear_session()
+        model, optimizer, steps = build_steps(args, Devices("jax", k), config, records, 0)
+        layouts = parallel.layout_map()
+        split = 0
+        for i, variable in enumerate(model.trainable_variables):
+            axes = parallel.split_axes(layouts, variable.path) or (None,) * len(variable.shape)
+            expected = tuple(d // k if axis == parallel.MODEL else d for d, axis in zip(variable.shape, axes))
+            slots = [steps.state[2][j] for j, v in enumerate(optimizer.variables)
+                     if v.path.startswith(f"{optimizer.name}/{variable.path.replace('/', '_')}_")]
+            assert len(slots) == parallel.OPTIMIZER_SLOTS, variable.path
+            for array in [steps.state[0][i], *slots]:
+                assert {shard.data.shape for shard in array.addressable_shards} == {expected}, (k, variable.path)
+            split += expected != tuple(variable.shape)
+        # Per layer q, k, v kernels and biases, attention output kernel, intermediate kernel and bias,
+        # output kernel; then word embeddings and masked-LM bias.
+        assert split == (0 if k == 1 else 10 * config.num_hidden_layers + 2), (k, split)
+        measured[k] = steps.param_bytes_per_device()
+        estimate = parallel.layout_bytes_per_device(*abstract, k)
+        assert 0 <= measured[k] - estimate <= 64, (k, measured[k], estimate)
+    print(json.dumps(measured))
 
 
 if __name__ == "__main__":

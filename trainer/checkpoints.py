@@ -3,8 +3,9 @@
 state.npz holds every model, optimizer and loss-scale variable by name;
 state.json the step, the data position (batches drawn, skipped steps
 included) and the settings the run must keep to resume exactly. A checkpoint
-is written into a temporary directory and renamed into place; the oldest
-beyond `keep` are deleted afterwards.
+is written into a directory in `<dir>/.partial/` (the run holds `<dir>`, see
+bertprep.atomic.hold) and renamed into place; the oldest beyond `keep` are
+deleted afterwards.
 """
 
 import json
@@ -14,6 +15,7 @@ import shutil
 
 import numpy as np
 
+from bertprep.atomic import atomic_dir, staging_dir
 from bertprep.errors import DataError, UsageError
 
 _NAME = re.compile(r"^ckpt-(\d+)$")
@@ -33,15 +35,11 @@ def list_checkpoints(directory):
 
 def save(directory, step, arrays, state, keep):
     final = os.path.join(directory, f"ckpt-{step:08d}")
-    temp = os.path.join(directory, f".tmp-{os.getpid()}-ckpt-{step:08d}")
-    shutil.rmtree(temp, ignore_errors=True)
-    os.makedirs(temp)
-    with open(os.path.join(temp, "state.npz"), "wb") as f:
-        np.savez(f, **arrays)
-    with open(os.path.join(temp, "state.json"), "w", encoding="utf-8") as f:
-        json.dump(dict(state, step=step), f, indent=1, sort_keys=True)
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(temp, final)
+    with atomic_dir(final, staging_dir(directory)) as temp:
+        with open(os.path.join(temp, "state.npz"), "wb") as f:
+            np.savez(f, **arrays)
+        with open(os.path.join(temp, "state.json"), "w", encoding="utf-8") as f:
+            json.dump(dict(state, step=step), f, indent=1, sort_keys=True)
     for _step, path in list_checkpoints(directory)[:-keep] if keep > 0 else []:
         shutil.rmtree(path, ignore_errors=True)
     return final
@@ -60,7 +58,21 @@ def load_latest(directory):
             arrays = {name: npz[name] for name in npz.files}
     except (OSError, ValueError) as exc:
         raise DataError(f"{path}: unreadable checkpoint: {exc}") from None
+    problem = state_problem(state)
+    if problem:
+        raise DataError(f"{os.path.join(path, 'state.json')}: damaged checkpoint state ({problem}); "
+                        "remove the checkpoint to resume from the one before")
     return path, arrays, state
+
+
+def state_problem(state):
+    """What makes a parsed state.json unusable, or None: `save` writes an object with these."""
+    if not isinstance(state, dict):
+        return "not a JSON object"
+    for key, kind in (("step", int), ("draws", int), ("settings", dict)):
+        if not isinstance(state.get(key), kind):
+            return f'no {kind.__name__} "{key}"'
+    return None
 
 
 def check_compatible(path, saved, current, arrays, expected_shapes):

@@ -1,4 +1,5 @@
-"""`python -m trainer`: arguments, one-line errors, the final summary.
+"""`python -m trainer` (pretraining) and `python -m trainer finetune`: arguments, one-line errors,
+the final summary.
 
 Backend: `KERAS_BACKEND` (tensorflow by default, or jax). Several hosts
 (TensorFlow): set `TF_CONFIG` on every host; see docs/trainer.md.
@@ -16,6 +17,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from bertprep.errors import UsageError, run_reporting_errors
 from bertprep.progress import add_output_arguments, print_summary
 from trainer.config import SIZES
+from trainer.parallel import PLACEMENTS
 
 PROG = "trainer"
 
@@ -40,6 +42,13 @@ def _warmup(text):
     return value
 
 
+def _probability(text):
+    value = float(text)
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"expected a probability in [0, 1), got {text}")
+    return value
+
+
 def build_parser():
     p = _Parser(prog=PROG, description="Pretrain BERT (Keras 3) on TFRecord or OFRecord records from `bertprep create`.")
     p.add_argument("--format", required=True, choices=("tfrecord", "ofrecord"), help="record format to read")
@@ -57,6 +66,12 @@ def build_parser():
     p.add_argument("--grad-accum", type=_positive_int, default=1, help="micro-batches per optimizer step")
     p.add_argument("--precision", choices=("fp32", "mixed_float16", "mixed_bfloat16"), default="fp32")
     p.add_argument("--seed", type=int, default=12345, help="seed of initialization, dropout and data order")
+    p.add_argument("--dropout", type=_probability, default=None,
+                   help="hidden and attention dropout (default: the model config's; 0 for exact comparisons)")
+    p.add_argument("--model-parallel", type=_positive_int, default=1, metavar="K",
+                   help="split each model replica over K devices (JAX; default: 1, data parallel only)")
+    p.add_argument("--placement", choices=PLACEMENTS, default="intra_first",
+                   help="several hosts: a replica's K devices on one host (intra_first) or across hosts")
     p.add_argument("--checkpoint-dir", help="directory of checkpoints (and TensorBoard scalars)")
     p.add_argument("--checkpoint-every", type=_positive_int, default=1000, help="steps between checkpoints")
     p.add_argument("--keep-checkpoints", type=int, default=3, help="how many recent checkpoints to keep")
@@ -70,10 +85,44 @@ def build_parser():
     return p
 
 
+def build_finetune_parser():
+    p = _Parser(prog=f"{PROG} finetune", description="Fine-tune a pretraining checkpoint of the trainer on SQuAD "
+                                                     "or GLUE records from `bertprep create-squad` / `create-glue`.")
+    p.add_argument("--task", required=True, help="squad, or a GLUE task: cola, sst-2, mrpc, sts-b, qqp, mnli, qnli, "
+                                                 "rte, wnli")
+    p.add_argument("--data", required=True, help="output directory of create-squad / create-glue")
+    p.add_argument("--format", required=True, choices=("tfrecord", "ofrecord"), help="record format to read")
+    p.add_argument("--init-checkpoint", help="pretraining checkpoint: a ckpt-<step> directory or a --checkpoint-dir "
+                                             "(newest); default: a tiny one pretrained on the embedded sample")
+    p.add_argument("--model", choices=tuple(SIZES), help="size of the on-the-fly checkpoint (default: tiny); "
+                                                         "with --init-checkpoint it must be the checkpoint's")
+    p.add_argument("--epochs", type=float, default=2.0, help="passes over the training records (default: 2)")
+    p.add_argument("--steps", type=_positive_int, help="optimizer steps instead of --epochs")
+    p.add_argument("--lr", type=float, default=3e-5, help="peak learning rate (default: 3e-5)")
+    p.add_argument("--warmup", type=_warmup, default=0.1, help="warmup: fraction of the steps or steps (default: 0.1)")
+    p.add_argument("--batch-size", type=_positive_int, default=32, help="sequences per replica (default: 32)")
+    p.add_argument("--precision", choices=("fp32", "mixed_float16", "mixed_bfloat16"), default="fp32")
+    p.add_argument("--seed", type=int, default=12345, help="seed of the head's initialization, dropout and data order")
+    p.add_argument("--output-dir", help="predictions and scores (default: ./finetune-<task>)")
+    p.add_argument("--checkpoint-dir", help="also save the fine-tuned model (and optimizer) state here")
+    p.add_argument("--eval-file", help="SQuAD dev JSON to score against (default: the manifest's eval source)")
+    p.add_argument("--null-score-diff-threshold", type=float, default=0.0,
+                   help="SQuAD 2.0: predict no answer above this null minus best score (default: 0.0)")
+    p.add_argument("--log-every", type=_positive_int, default=10, help="steps between log lines")
+    p.add_argument("--log-json", help="append log lines as JSON to this file")
+    p.add_argument("--tensorboard-dir", help="TensorBoard scalars")
+    add_output_arguments(p)
+    return p
+
+
 def _check(args):
     if args.resume and not args.checkpoint_dir:
         raise UsageError("--resume needs --checkpoint-dir")
-    if args.warmup >= 1 and args.warmup > args.steps:
+    _check_schedule(args)
+
+
+def _check_schedule(args):
+    if args.steps and args.warmup >= 1 and args.warmup > args.steps:
         raise UsageError(f"--warmup {int(args.warmup)} exceeds --steps {args.steps}")
     if not math.isfinite(args.lr) or args.lr <= 0:
         raise UsageError(f"--lr must be a positive number, got {args.lr}")
@@ -98,6 +147,10 @@ def _library_output_to_stderr(enabled):
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["finetune"]:
+        args = build_finetune_parser().parse_args(argv[1:])
+        return run_reporting_errors(PROG, lambda: _finetune(args))
     args = build_parser().parse_args(argv)
     if args.model is None and not args.bert_config:
         # The sample run is a demo that must finish in a minute on a laptop CPU.
@@ -112,4 +165,17 @@ def _train(args):
     with _library_output_to_stderr(args.json):
         summary = run(args)
     print_summary("trainer: done", summary, as_json=args.json)
+    return 0
+
+
+def _finetune(args):
+    _check_schedule(args)
+    if not args.epochs > 0:
+        raise UsageError(f"--epochs must be positive, got {args.epochs}")
+    args.output_dir = args.output_dir or f"finetune-{args.task.lower()}"
+    from trainer.finetune import run
+
+    with _library_output_to_stderr(args.json):
+        summary = run(args)
+    print_summary("trainer finetune: done", summary, as_json=args.json)
     return 0

@@ -4,6 +4,9 @@ Layout (from `bertprep create`; `bertprep pack` writes the same with packed rows
     <dir>/manifest.json
     <dir>/tfrecord/{training,test}/*.tfrecord
     <dir>/ofrecord/{training,test}/part-<i>
+or NVIDIA's (`create --layout nvidia`):
+    <dir>/manifest.json
+    <dir>/{training,test}/*.tfrecord
 `--data` may be that directory or one to three levels above it (a params
 directory holding several corpora: all of them are used). The record kind,
 pretraining instances or packed rows, comes from the manifest (else the
@@ -28,25 +31,17 @@ import numpy as np
 
 from bertprep import formats
 from bertprep.errors import DataError, UsageError
-from bertprep.formats.schemas import (
-    FLOAT,
-    PACKED,
-    PRETRAINING,
-    kind_of_manifest,
-    kind_of_record,
-)
+from bertprep.formats.schemas import FLOAT, PACKED, PRETRAINING, kind_of_manifest, kind_of_record
 from bertprep.workdir import load_manifest
 
 SPLITS = ("training", "test")
 FILE_PATTERNS = {"tfrecord": "*.tfrecord", "ofrecord": "part-*"}
-# What the model reads (the packed-only ones where the records have them); the loss reads the rest.
-INPUT_NAMES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "positions", "next_sentence_positions")
 TRAINABLE_KINDS = (PRETRAINING, PACKED)
 
 
-def feature_dtype(kind, name):
-    """The dtype the model and loss receive for a feature: float32 weights, int32 otherwise."""
-    return np.float32 if kind.feature(name).dtype == FLOAT else np.int32
+def feature_dtypes(kind):
+    """The dtype the model and loss receive for each feature of a record kind."""
+    return {f.name: (np.float32 if f.dtype == FLOAT else np.int32) for f in kind.features}
 
 
 class Records:
@@ -59,11 +54,10 @@ class Records:
         self._manifest_counts = {}
         self.kind = self.dims = None  # pretraining or packed; {"seq", "pred"[, "k"]}
         self.vocab_size = None  # from the manifest: the vocab the records were made with
-        corpus_dirs = _corpus_dirs(data_dir, fmt)
         first_files = []  # each corpus's first training file
-        for corpus_dir in corpus_dirs:
+        for corpus_dir, splits_dir in _corpus_dirs(data_dir, fmt):
             for split in SPLITS:
-                found = sorted(glob.glob(os.path.join(corpus_dir, fmt, split, FILE_PATTERNS[fmt])))
+                found = sorted(glob.glob(os.path.join(splits_dir, split, FILE_PATTERNS[fmt])))
                 if split == "training" and found:
                     first_files.append(found[0])
                 self.files[split] += found
@@ -140,19 +134,23 @@ def _shape(kind, dims):
 
 
 def _corpus_dirs(data_dir, fmt):
+    """[(corpus directory, the directory holding its training/ and test/)] at the shallowest depth that has any:
+    <corpus>/<fmt>/training (bertprep's layout) or <corpus>/training with record files (NVIDIA's)."""
     if not os.path.isdir(data_dir):
         raise DataError(f"{data_dir}: no such directory")
-    found = []
     for depth in range(4):
-        pattern = os.path.join(data_dir, *["*"] * depth, fmt)
-        found = sorted(os.path.dirname(p) for p in glob.glob(pattern) if os.path.isdir(p))
+        corpus = os.path.join(data_dir, *["*"] * depth)
+        found = [(os.path.dirname(p), p) for p in glob.glob(os.path.join(corpus, fmt)) if os.path.isdir(os.path.join(p, "training"))]
+        found += [(os.path.dirname(p), os.path.dirname(p)) for p in glob.glob(os.path.join(corpus, "training"))
+                  if os.path.basename(os.path.dirname(p)) != fmt and glob.glob(os.path.join(p, FILE_PATTERNS[fmt]))]
         if found:
-            return found
-    return found
+            return sorted(found)
+    return []
 
 
 class RecordStream:
-    """An endless, seeded stream of batches from one worker's share of `files`."""
+    """An endless, seeded stream of batches from one worker's share of `records.files[split]`, of the
+    record kind `records.kind` with dimensions `records.dims` (Records here; finetune.TaskRecords)."""
 
     def __init__(self, records, split, batch_size, seed, window=8192, worker_index=0, num_workers=1):
         files = records.files[split]
@@ -182,7 +180,8 @@ class RecordStream:
         while before + counts[skipped_files] <= window_start:
             before += counts[skipped_files]
             skipped_files += 1
-        chunks = formats.read_batches(files[skipped_files:], self.window, self.records.fmt, kind=self.records.kind,
+        kind = self.records.kind
+        chunks = formats.read_batches(files[skipped_files:], self.window, self.records.fmt, kind=kind,
                                       dims=self.records.dims)
         windows = _rechunk(chunks, self.window, drop=window_start - before)
         for index, window in enumerate(windows, start=first_window):
@@ -190,12 +189,12 @@ class RecordStream:
             order = np.random.default_rng([self.seed, epoch, index]).permutation(n)
             if index == first_window:
                 order = order[start - window_start:]
-            yield {name: values[order] for name, values in window.items()}
+            yield {name: window[name][order] for name in kind.names}
 
     def batches(self, start=0):
         """Yield batches (dicts of arrays, `batch_size` rows) beginning at stream record `start`."""
         epoch, offset = divmod(start, self.epoch_size)
-        kind = self.records.kind
+        dtypes = feature_dtypes(self.records.kind)
         pending = []
         have = 0
         while True:
@@ -205,8 +204,7 @@ class RecordStream:
                 while have >= self.batch_size:
                     batch, pending = _take(pending, self.batch_size)
                     have -= self.batch_size
-                    yield {name: values.astype(feature_dtype(kind, name), copy=False)
-                           for name, values in batch.items()}
+                    yield {name: values.astype(dtypes[name], copy=False) for name, values in batch.items()}
             epoch, offset = epoch + 1, 0
 
 

@@ -1,4 +1,5 @@
-"""Pretraining loss and metrics (DESIGN.md §5), as sums that add up across replicas.
+"""Pretraining loss and metrics (DESIGN.md §5), as sums that add up across replicas; the
+`Objective` interface the training steps (steps.py) use for pretraining and fine-tuning alike.
 
 The reference loss is the masked-LM cross-entropy weighted by
 `masked_lm_weights` and divided by their sum (+1e-5), plus the next-sentence
@@ -82,3 +83,52 @@ def metrics(totals):
         "mlm_accuracy": totals["mlm_correct"] / max(totals["mlm_weight_sum"], 1e-5),
         "nsp_accuracy": totals["nsp_correct"] / max(totals["sequences"], 1.0),
     }
+
+
+class Objective:
+    """What a training step needs to know about a model's loss, whatever the task.
+
+    `input_names`: the batch features the model takes; `sum_keys`: the sums `sums` returns for a
+    (micro-)batch; `totals(element)`: the denominators of the loss over a whole step element (the
+    steps add them across replicas); `share(sums, totals)`: the (micro-)batch's share of the loss,
+    the shares of a global batch adding up to its loss, so any split gives the same gradient.
+    """
+
+    input_names = ()
+    sum_keys = ()
+
+    def inputs(self, batch):
+        return {name: batch[name] for name in self.input_names}
+
+    def sums(self, outputs, batch):
+        raise NotImplementedError
+
+    def totals(self, element):
+        raise NotImplementedError
+
+    def share(self, sums, totals):
+        raise NotImplementedError
+
+
+class PretrainingObjective(Objective):
+    # Packed rows add the last two (each token's place in its sequence, each sequence's [CLS]).
+    input_names = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "positions",
+                   "next_sentence_positions")
+    sum_keys = SUM_KEYS
+
+    def inputs(self, batch):
+        return {name: batch[name] for name in self.input_names if name in batch}
+
+    def sums(self, outputs, batch):
+        mlm_logits, nsp_logits = outputs
+        return loss_sums(mlm_logits, nsp_logits, batch)
+
+    def totals(self, element):
+        weight, sequences = weight_totals(element)
+        return {"weight": weight, "sequences": sequences}
+
+    def share(self, sums, totals):
+        return objective(sums, totals["weight"], totals["sequences"])
+
+
+PRETRAINING_OBJECTIVE = PretrainingObjective()

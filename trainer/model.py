@@ -66,19 +66,19 @@ class MaskedLMHead(keras.layers.Layer):
         return ops.matmul(x, ops.transpose(embeddings)) + ops.cast(self.bias, x.dtype)
 
 
-class BertPretrainer(keras.Model):
-    """inputs: dict of input_ids, input_mask, segment_ids [batch, seq] and masked_lm_positions
-    [batch, pred]; returns (masked-LM logits [batch, pred, vocab], next-sentence logits [batch, 2]),
-    both float32 whatever the dtype policy.
+class BertEncoder(keras.Model):
+    """The encoder the pretrainer and the fine-tuning models share: embeddings, Transformer layers,
+    pooler. `encode` returns the sequence output [batch, seq, hidden]; `pool` the tanh pooler on its
+    [CLS] [batch, hidden] (a model that never pools, SQuAD's, is made `with_pooler=False`).
+    Every model is named "bert", so the encoder's variable paths are the same in all of them and a
+    pretraining checkpoint loads into a task model by path."""
 
-    Packed rows (`bertprep pack`) add positions [batch, seq] (each token's place in its own sequence)
-    and next_sentence_positions [batch, k] (each sequence's [CLS]); input_mask then numbers the
-    sequences 1..k. Next-sentence logits are then [batch, k, 2], one per sequence."""
-
-    def __init__(self, config, **kwargs):
+    def __init__(self, config, with_pooler=True, **kwargs):
         super().__init__(**kwargs)
         self.config = config
-        init = _init(config)
+        # One initializer object for the embeddings, the pooler and the pretraining heads that use it: an
+        # unseeded Keras initializer takes its seed when created, and pretraining's draws stay as they were.
+        self.initializer = init = _init(config)
         self.word_embeddings = keras.layers.Embedding(config.vocab_size, config.hidden_size,
                                                       embeddings_initializer=init, name="word_embeddings")
         self.position_embeddings = keras.layers.Embedding(config.max_position_embeddings, config.hidden_size,
@@ -88,11 +88,10 @@ class BertPretrainer(keras.Model):
         self.embeddings_layer_norm = keras.layers.LayerNormalization(epsilon=1e-12, name="embeddings_layer_norm")
         self.embeddings_dropout = keras.layers.Dropout(config.hidden_dropout_prob)
         self.encoder_layers = [TransformerLayer(config, name=f"layer_{i}") for i in range(config.num_hidden_layers)]
-        self.pooler = keras.layers.Dense(config.hidden_size, activation="tanh", kernel_initializer=init, name="pooler")
-        self.masked_lm = MaskedLMHead(config, self.word_embeddings, name="masked_lm")
-        self.next_sentence = keras.layers.Dense(2, kernel_initializer=init, name="next_sentence")
+        self.pooler = (keras.layers.Dense(config.hidden_size, activation="tanh", kernel_initializer=init, name="pooler")
+                       if with_pooler else None)
 
-    def call(self, inputs, training=False):
+    def encode(self, inputs, training=False):
         input_ids = inputs["input_ids"]
         positions = inputs.get("positions")
         if positions is None:  # one sequence per row
@@ -104,8 +103,32 @@ class BertPretrainer(keras.Model):
         attention_mask = sequence_attention_mask(inputs["input_mask"])
         for layer in self.encoder_layers:
             x = layer(x, attention_mask, training=training)
-        cls_positions = inputs.get("next_sentence_positions")
-        pooled = self.pooler(x[:, 0] if cls_positions is None else _gather_positions(x, cls_positions))
+        return x
+
+    def pool(self, sequence_output, cls_positions=None):
+        """The pooled [CLS]: the row's first token [batch, hidden], or each packed sequence's
+        (`cls_positions` [batch, k]) [batch, k, hidden]."""
+        return self.pooler(sequence_output[:, 0] if cls_positions is None
+                           else _gather_positions(sequence_output, cls_positions))
+
+
+class BertPretrainer(BertEncoder):
+    """inputs: dict of input_ids, input_mask, segment_ids [batch, seq] and masked_lm_positions
+    [batch, pred]; returns (masked-LM logits [batch, pred, vocab], next-sentence logits [batch, 2]),
+    both float32 whatever the dtype policy.
+
+    Packed rows (`bertprep pack`) add positions [batch, seq] (each token's place in its own sequence)
+    and next_sentence_positions [batch, k] (each sequence's [CLS]); input_mask then numbers the
+    sequences 1..k. Next-sentence logits are then [batch, k, 2], one per sequence."""
+
+    def __init__(self, config, **kwargs):
+        super().__init__(config, **kwargs)
+        self.masked_lm = MaskedLMHead(config, self.word_embeddings, name="masked_lm")
+        self.next_sentence = keras.layers.Dense(2, kernel_initializer=self.initializer, name="next_sentence")
+
+    def call(self, inputs, training=False):
+        x = self.encode(inputs, training=training)
+        pooled = self.pool(x, inputs.get("next_sentence_positions"))
         mlm_logits = self.masked_lm(_gather_positions(x, inputs["masked_lm_positions"]))
         return ops.cast(mlm_logits, "float32"), ops.cast(self.next_sentence(pooled), "float32")
 

@@ -12,15 +12,16 @@ step is skipped the same way.
 
 TensorFlow: `tf.distribute` (Mirrored or MultiWorkerMirrored) strategy; the
 optimizer runs in cross-replica context on the summed gradients (NVLAMB's
-global norm needs them). JAX: `keras.distribution.DataParallel`; the step is
-one jitted SPMD function over the global batch.
+global norm needs them). JAX: `keras.distribution.ModelParallel` on a (batch,
+model) mesh (trainer/parallel.py; a model axis of 1 is data parallelism); the
+step is one jitted SPMD function over the global batch, and each variable
+keeps the layout it was created with.
 """
 
 import numpy as np
 from keras import ops
 
-from trainer.data import INPUT_NAMES
-from trainer.losses import SUM_KEYS, loss_sums, objective, weight_totals
+from trainer.losses import PRETRAINING_OBJECTIVE
 
 INITIAL_SCALE = 2.0**15
 GROWTH_INTERVAL = 2000
@@ -36,24 +37,20 @@ def next_loss_scale(scale, good_steps, finite, dynamic):
     return new_scale, ops.cast(new_good, "int32")
 
 
-def _inputs(batch):
-    return {name: batch[name] for name in INPUT_NAMES if name in batch}
-
-
 def _add(a, b):
     return [x + y for x, y in zip(a, b)]
 
 
-def _accumulate(micro_step, batch, accumulation, zero_grads):
+def _accumulate(micro_step, batch, accumulation, zero_grads, sum_keys):
     """Sum micro_step(micro_batch) -> (grads, sums) over the leading axis of `batch`."""
     if accumulation == 1:
         return micro_step({k: v[0] for k, v in batch.items()})
-    zero_sums = {k: ops.zeros((), "float32") for k in SUM_KEYS}
+    zero_sums = {k: ops.zeros((), "float32") for k in sum_keys}
 
     def body(i, carry):
         grads, sums = carry
         g, s = micro_step({k: v[i] for k, v in batch.items()})
-        return _add(grads, g), {k: sums[k] + s[k] for k in SUM_KEYS}
+        return _add(grads, g), {k: sums[k] + s[k] for k in sum_keys}
 
     return ops.fori_loop(0, accumulation, body, (zero_grads, zero_sums))
 
@@ -68,12 +65,13 @@ class _Steps:
 
 
 class TensorFlowSteps(_Steps):
-    def __init__(self, strategy, model, optimizer, accumulation, dynamic_scale):
+    def __init__(self, strategy, model, optimizer, accumulation, dynamic_scale, objective=PRETRAINING_OBJECTIVE):
         import tensorflow as tf
 
         self.tf = tf
         self.strategy = strategy
         self.model = model
+        self.objective = objective
         self.optimizer = optimizer
         self.accumulation = accumulation
         self.dynamic_scale = dynamic_scale
@@ -85,6 +83,7 @@ class TensorFlowSteps(_Steps):
                                           aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
         self._train = tf.function(self._train_step)
         self._eval = tf.function(self._eval_step)
+        self._predict = tf.function(self._predict_step)
 
     def put(self, batch):
         """Hand each local replica its slice of the worker's element (axis 1)."""
@@ -101,20 +100,20 @@ class TensorFlowSteps(_Steps):
         tf = self.tf
         ctx = tf.distribute.get_replica_context()
         sum_op = tf.distribute.ReduceOp.SUM
-        total_weight, total_sequences = (ctx.all_reduce(sum_op, total) for total in weight_totals(batch))
+        objective = self.objective
+        totals = {k: ctx.all_reduce(sum_op, v) for k, v in objective.totals(batch).items()}
         variables = self.model.trainable_variables
         scale = tf.cast(self.scale, tf.float32)
 
         def micro_step(micro):
             with tf.GradientTape() as tape:
-                mlm_logits, nsp_logits = self.model(_inputs(micro), training=True)
-                sums = loss_sums(mlm_logits, nsp_logits, micro)
-                loss = objective(sums, total_weight, total_sequences) * scale
+                sums = objective.sums(self.model(objective.inputs(micro), training=True), micro)
+                loss = objective.share(sums, totals) * scale
             grads = tape.gradient(loss, variables)
             return [tf.convert_to_tensor(g) for g in grads], sums
 
         zeros = [tf.zeros(v.shape, tf.float32) for v in variables]
-        return _accumulate(micro_step, batch, self.accumulation, zeros)
+        return _accumulate(micro_step, batch, self.accumulation, zeros, objective.sum_keys)
 
     def _train_step(self, batch):
         tf = self.tf
@@ -147,14 +146,23 @@ class TensorFlowSteps(_Steps):
 
         def replica_sums(b):
             micro = {k: v[0] for k, v in b.items()}
-            mlm_logits, nsp_logits = self.model(_inputs(micro), training=False)
-            return loss_sums(mlm_logits, nsp_logits, micro)
+            return self.objective.sums(self.model(self.objective.inputs(micro), training=False), micro)
 
         sums = self.strategy.run(replica_sums, args=(batch,))
         return {k: self.strategy.reduce(sum_op, v, axis=None) for k, v in sums.items()}
 
     def evaluate(self, device_batch):
         return {k: float(v) for k, v in self._eval(device_batch).items()}
+
+    def _predict_step(self, batch):
+        return self.strategy.run(lambda b: self.model(self.objective.inputs({k: v[0] for k, v in b.items()}),
+                                                      training=False), args=(batch,))
+
+    def predict(self, device_batch):
+        """The model's outputs for a put() element of one micro-batch, as NumPy, rows in batch order."""
+        return self.tf.nest.map_structure(
+            lambda v: np.concatenate([np.asarray(p) for p in self.strategy.experimental_local_results(v)]),
+            self._predict(device_batch))
 
     def iterations(self):
         return int(self.optimizer.iterations.numpy())
@@ -171,13 +179,18 @@ class TensorFlowSteps(_Steps):
         for name, variable in self.state_variables():
             variable.assign(arrays[name])
 
+    def param_bytes_per_device(self):
+        """Every replica holds all of the state."""
+        return sum(array.nbytes for array in self.get_state().values())
+
 
 class JaxSteps(_Steps):
-    def __init__(self, distribution, model, optimizer, accumulation, dynamic_scale):
+    def __init__(self, distribution, model, optimizer, accumulation, dynamic_scale, objective=PRETRAINING_OBJECTIVE):
         import jax
 
         self.jax = jax
         self.model = model
+        self.objective = objective
         self.optimizer = optimizer
         self.accumulation = accumulation
         self.dynamic_scale = dynamic_scale
@@ -193,8 +206,12 @@ class JaxSteps(_Steps):
             jax.device_put(np.float32(INITIAL_SCALE if dynamic_scale else 1.0), self.replicated),
             jax.device_put(np.int32(0), self.replicated),
         )
-        self._train = jax.jit(self._train_step, donate_argnums=0)
+        # The new state keeps the layouts of the old (sharded variables stay sharded, as Keras's own
+        # JAX trainer pins them); XLA chooses where the outputs go.
+        state_shardings = jax.tree.map(lambda value: value.sharding, self.state)
+        self._train = jax.jit(self._train_step, donate_argnums=0, out_shardings=(state_shardings, None))
         self._eval = jax.jit(self._eval_step)
+        self._predict = jax.jit(self._predict_step)
 
     def put(self, batch):
         # This process's slice of the global batch; with one process it is the whole batch.
@@ -203,13 +220,14 @@ class JaxSteps(_Steps):
     def _train_step(self, state, batch):
         jax = self.jax
         trainable, non_trainable, optimizer_vars, scale, good_steps = state
-        total_weight, total_sequences = weight_totals(batch)
+        objective = self.objective
+        totals = objective.totals(batch)
 
         def loss_fn(trainable, non_trainable, micro):
-            (mlm_logits, nsp_logits), non_trainable = self.model.stateless_call(
-                trainable, non_trainable, _inputs(micro), training=True)
-            sums = loss_sums(mlm_logits, nsp_logits, micro)
-            return objective(sums, total_weight, total_sequences) * scale, (sums, non_trainable)
+            outputs, non_trainable = self.model.stateless_call(
+                trainable, non_trainable, objective.inputs(micro), training=True)
+            sums = objective.sums(outputs, micro)
+            return objective.share(sums, totals) * scale, (sums, non_trainable)
 
         grad_fn = jax.grad(loss_fn, has_aux=True)
         carried = {"non_trainable": non_trainable}
@@ -225,10 +243,10 @@ class JaxSteps(_Steps):
             def body(i, carry):
                 acc, acc_sums, ntv = carry
                 (g, (s, ntv)) = grad_fn(trainable, ntv, {k: v[i] for k, v in batch.items()})
-                return _add(acc, g), {k: acc_sums[k] + s[k] for k in SUM_KEYS}, ntv
+                return _add(acc, g), {k: acc_sums[k] + s[k] for k in objective.sum_keys}, ntv
 
             zeros = [ops.zeros_like(v) for v in trainable]
-            zero_sums = {k: ops.zeros((), "float32") for k in SUM_KEYS}
+            zero_sums = {k: ops.zeros((), "float32") for k in objective.sum_keys}
             grads, sums, carried["non_trainable"] = jax.lax.fori_loop(
                 0, self.accumulation, body, (zeros, zero_sums, non_trainable))
         grads = [g / scale for g in grads]
@@ -255,13 +273,22 @@ class JaxSteps(_Steps):
 
     def _eval_step(self, trainable, non_trainable, batch):
         micro = {k: v[0] for k, v in batch.items()}
-        (mlm_logits, nsp_logits), _ = self.model.stateless_call(trainable, non_trainable, _inputs(micro),
-                                                                training=False)
-        return loss_sums(mlm_logits, nsp_logits, micro)
+        outputs, _ = self.model.stateless_call(trainable, non_trainable, self.objective.inputs(micro), training=False)
+        return self.objective.sums(outputs, micro)
 
     def evaluate(self, device_batch):
         sums = self._eval(self.state[0], self.state[1], device_batch)
         return {k: float(v) for k, v in sums.items()}
+
+    def _predict_step(self, trainable, non_trainable, batch):
+        micro = {k: v[0] for k, v in batch.items()}
+        outputs, _ = self.model.stateless_call(trainable, non_trainable, self.objective.inputs(micro), training=False)
+        return outputs
+
+    def predict(self, device_batch):
+        """The model's outputs for a put() element of one micro-batch, as NumPy (one process)."""
+        outputs = self._predict(self.state[0], self.state[1], device_batch)
+        return self.jax.tree_util.tree_map(np.asarray, outputs)
 
     def iterations(self):
         index = [id(v) for v in self.optimizer.variables].index(id(self.optimizer.iterations))
@@ -276,14 +303,30 @@ class JaxSteps(_Steps):
             "loss_scale/scale", "loss_scale/good_steps"]
 
     def get_state(self):
-        return {name: np.asarray(value) for name, value in zip(self._names(), self._flat_state())}
+        """Whole arrays on the host. With shards on other processes' devices this is a collective:
+        every process must call it."""
+        from jax.experimental import multihost_utils
+
+        def whole(value):
+            if value.is_fully_addressable or value.is_fully_replicated:
+                return np.asarray(value)
+            return np.asarray(multihost_utils.process_allgather(value, tiled=True))
+
+        return {name: whole(value) for name, value in zip(self._names(), self._flat_state())}
 
     def set_state(self, arrays):
+        """Each array placed with the layout of the value it replaces, whatever layout it was saved from."""
         jax = self.jax
         counts = (len(self.state[0]), len(self.state[1]), len(self.state[2]))
-        values = [jax.device_put(np.asarray(arrays[name]), self.replicated) for name in self._names()]
+        values = [jax.device_put(np.asarray(arrays[name]), value.sharding)
+                  for name, value in zip(self._names(), self._flat_state())]
         a, b, c = counts
         self.state = (values[:a], values[a:a + b], values[a + b:a + b + c], values[-2], values[-1])
+
+    def param_bytes_per_device(self):
+        from trainer.parallel import bytes_per_device
+
+        return bytes_per_device(self._flat_state())
 
 
 def _named_state(model, optimizer):

@@ -1,5 +1,7 @@
 """The training run: devices, data, model, steps, logging, evaluation and checkpoints."""
 
+import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -8,6 +10,7 @@ import time
 
 import numpy as np
 
+from bertprep.atomic import hold
 from bertprep.errors import DataError, UsageError
 from trainer import checkpoints
 from trainer.data import RecordStream, Records, prefetch
@@ -20,10 +23,12 @@ MAX_NONFINITE_STEPS = 25
 
 
 class Devices:
-    """Where the steps run: the strategy/distribution, replica counts and this worker's place."""
+    """Where the steps run: the strategy/distribution, (model) replica counts, this process's place,
+    and its share of the data: `worker_index` of `num_workers` data feeds, `local_replicas` of them."""
 
-    def __init__(self, backend):
+    def __init__(self, backend, model_parallel=1, placement="intra_first"):
         self.backend = backend
+        self.mesh = None
         if backend == "tensorflow":
             import tensorflow as tf
 
@@ -38,6 +43,7 @@ class Devices:
                 names = names or [d.name for d in tf.config.list_logical_devices("CPU")]
                 self.strategy = tf.distribute.MirroredStrategy(names)
                 self.worker_index, self.num_workers = 0, 1
+            self.process_index = self.worker_index
             self.replicas = self.strategy.num_replicas_in_sync
             self.local_replicas = len(self.strategy.extended.worker_devices)
             self.description = f"{self.replicas} replica(s) on {self.num_workers} worker(s): " + ", ".join(
@@ -47,25 +53,28 @@ class Devices:
 
             import jax
 
-            if os.environ.get("KERAS_DISTRIBUTION_JOB_ADDRESSES"):
-                initialize_jax_processes()
-            devices = keras.distribution.list_devices()
-            self.distribution = keras.distribution.DataParallel(devices=devices)
+            from trainer import parallel
+
+            # A (batch, model) mesh; model_parallel 1 is data parallelism.
+            self.distribution = parallel.make_distribution(model_parallel, placement)
             keras.distribution.set_distribution(self.distribution)
-            self.worker_index, self.num_workers = jax.process_index(), jax.process_count()
-            self.replicas = len(devices)
-            self.local_replicas = jax.local_device_count()
-            self.description = f"{self.replicas} device(s) on {self.num_workers} process(es) ({', '.join(devices)})"
+            mesh = self.distribution.device_mesh
+            self.process_index = jax.process_index()
+            self.worker_index, self.num_workers, self.local_replicas = parallel.data_feed(
+                parallel.process_grid(mesh), self.process_index)
+            self.replicas = mesh.shape[0]
+            self.mesh = parallel.mesh_summary(mesh, placement)
+            self.description = (f"{mesh.devices.size} device(s) on {jax.process_count()} process(es), mesh "
+                                f"{self.replicas} batch x {model_parallel} model ({placement}): "
+                                + "; ".join(" ".join(row) for row in mesh.devices))
         else:
             raise UsageError(f"KERAS_BACKEND={backend!r} is not supported (use tensorflow or jax)")
 
     @property
     def is_chief(self):
-        return self.worker_index == 0
+        return self.process_index == 0
 
     def scope(self):
-        import contextlib
-
         return self.strategy.scope() if self.backend == "tensorflow" else contextlib.nullcontext()
 
 
@@ -87,16 +96,20 @@ def initialize_jax_processes():
 
 
 def model_config(args, records):
-    """--bert-config as given, or a Google size whose vocab is the one the records were made with."""
+    """--bert-config as given, or a Google size whose vocab is the one the records were made with;
+    --dropout replaces both dropout rates."""
     if args.bert_config:
         config = BertConfig.from_json_file(args.bert_config)
         if records.vocab_size and records.vocab_size > config.vocab_size:
             raise DataError(f"{args.bert_config}: vocab_size {config.vocab_size} is smaller than the records' "
                             f"vocab ({records.vocab_size} entries)")
-        return config
-    if records.vocab_size:
-        return BertConfig.sized(args.model, vocab_size=records.vocab_size)
-    return BertConfig.sized(args.model)
+    elif records.vocab_size:
+        config = BertConfig.sized(args.model, vocab_size=records.vocab_size)
+    else:
+        config = BertConfig.sized(args.model)
+    if args.dropout is not None:
+        config = dataclasses.replace(config, hidden_dropout_prob=args.dropout, attention_probs_dropout_prob=args.dropout)
+    return config
 
 
 def build_steps(args, devices, config, records, warmup):
@@ -206,15 +219,30 @@ def run(args):
         raise DataError(f"{data_dir}: {records.pred} predictions per sequence exceed sequence length {records.seq}")
     import keras
 
+    if keras.backend.backend() == "jax" and os.environ.get("KERAS_DISTRIBUTION_JOB_ADDRESSES"):
+        initialize_jax_processes()  # before anything asks JAX for its devices (tracing the model does)
+    if (args.model_parallel > 1 or args.placement != "intra_first") and keras.backend.backend() != "jax":
+        raise UsageError(f"--model-parallel and --placement need KERAS_BACKEND=jax (Keras's ModelParallel); "
+                         f"this run's backend is {keras.backend.backend()}")
+    if args.model_parallel > 1:
+        from trainer import parallel
+
+        # Before the session is cleared: tracing the model moves Keras's name counters and seeds.
+        parallel.check_splits(*parallel.abstract_variables(config, records.seq, records.pred), args.model_parallel)
     keras.backend.clear_session()  # a fresh name space: checkpoints name variables by path
     keras.config.set_dtype_policy(args.precision if args.precision != "fp32" else "float32")
     keras.utils.set_random_seed(args.seed)
-    devices = Devices(keras.backend.backend())
-    log = Log(args, args.steps, enabled=devices.is_chief)
-    try:
-        return _train(args, devices, log, data_dir, records, config)
-    finally:
-        log.close()
+    devices = Devices(keras.backend.backend(), args.model_parallel, args.placement)
+    # The chief writes the checkpoints: it holds their directory (a second run into it is refused,
+    # checkpoints half-written by a killed run are cleared) before anything is logged there.
+    holding = (hold(args.checkpoint_dir, "trainer") if args.checkpoint_dir and devices.is_chief
+               else contextlib.nullcontext())
+    with holding:
+        log = Log(args, args.steps, enabled=devices.is_chief)
+        try:
+            return _train(args, devices, log, data_dir, records, config)
+        finally:
+            log.close()
 
 
 def _train(args, devices, log, data_dir, records, config):
@@ -235,10 +263,12 @@ def _train(args, devices, log, data_dir, records, config):
 
     model, optimizer, steps = build_steps(args, devices, config, records, warmup_steps(args.warmup, args.steps))
 
+    # What fixes the trajectory: the global batch and how the data are split into feeds, not how
+    # many devices share the work or how a model is split over them (--model-parallel may change).
     run_settings = {
         "model": config.to_dict(), "optimizer": args.optimizer, "lr": args.lr, "warmup": args.warmup,
-        "steps": args.steps, "batch_size": args.batch_size, "grad_accum": args.grad_accum,
-        "replicas": devices.replicas, "precision": args.precision, "seed": args.seed, "format": args.format,
+        "steps": args.steps, "global_batch": global_batch, "grad_accum": args.grad_accum,
+        "data_workers": devices.num_workers, "precision": args.precision, "seed": args.seed, "format": args.format,
     }
     draws = 0
     if args.resume:
@@ -312,9 +342,7 @@ def _train(args, devices, log, data_dir, records, config):
             else:
                 skipped += 1
                 nonfinite_run += 1
-                if nonfinite_run >= MAX_NONFINITE_STEPS:
-                    raise DataError(f"loss not finite for {nonfinite_run} steps in a row at step {step} "
-                                    f"(loss scale {result['loss_scale']:g}); lower --lr or use another --precision")
+                stop_if_stuck(nonfinite_run, step, result)
             clock = now
             last = result
             log.bar(step, f"loss {metrics(window)['loss']:.4f}" if window_steps else "")
@@ -330,11 +358,12 @@ def _train(args, devices, log, data_dir, records, config):
                 window_steps, window_seconds, window_timed = 0, 0.0, {"sequences": 0.0, "tokens": 0.0}
             if result["finite"] and eval_stream and step % args.eval_every == 0:
                 log.record("eval", evaluate(steps, eval_stream, args.eval_steps), step)
-            if (result["finite"] and args.checkpoint_dir and devices.is_chief
-                    and (step % args.checkpoint_every == 0 or step == args.steps)):
-                path = checkpoints.save(args.checkpoint_dir, step, steps.get_state(),
-                                        {"draws": draws, "settings": run_settings}, args.keep_checkpoints)
-                log.note(f"checkpoint {path}")
+            if result["finite"] and args.checkpoint_dir and (step % args.checkpoint_every == 0 or step == args.steps):
+                state = steps.get_state()  # every process takes part: model-parallel shards span hosts
+                if devices.is_chief:
+                    path = checkpoints.save(args.checkpoint_dir, step, state,
+                                            {"draws": draws, "settings": run_settings}, args.keep_checkpoints)
+                    log.note(f"checkpoint {path}")
             clock = time.perf_counter()  # evaluation and checkpoints are not training time
         pending = handle
     summary = {
@@ -342,6 +371,9 @@ def _train(args, devices, log, data_dir, records, config):
         "skipped_steps": skipped,
         "global_batch": global_batch,
         "replicas": devices.replicas,
+        "model_parallel": args.model_parallel,
+        "mesh": devices.mesh,
+        "param_bytes_per_device": steps.param_bytes_per_device(),
         "precision": args.precision,
         "final_learning_rate": last["learning_rate"] if last else None,
         "final_loss_scale": last["loss_scale"] if last else None,
@@ -355,6 +387,13 @@ def _train(args, devices, log, data_dir, records, config):
     if devices.is_chief:
         log.record("summary", summary, step)
     return summary
+
+
+def stop_if_stuck(nonfinite_run, step, result):
+    """A run whose loss stays non-finite ends with one line."""
+    if nonfinite_run >= MAX_NONFINITE_STEPS:
+        raise DataError(f"loss not finite for {nonfinite_run} steps in a row at step {step} "
+                        f"(loss scale {result['loss_scale']:g}); lower --lr or use another --precision")
 
 
 def evaluate(steps, stream, eval_steps):

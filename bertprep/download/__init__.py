@@ -12,6 +12,7 @@ out as NVIDIA's scripts expect.
 import importlib
 import os
 
+from bertprep.download.http import add_limit_arguments
 from bertprep.progress import Progress, add_output_arguments, print_summary
 from bertprep.workdir import add_workdir_argument, resolve_workdir
 
@@ -30,6 +31,7 @@ def add_arguments(parser):
         add_workdir_argument(source_parser)
         source_parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                                    help="parallel extraction workers (default: all cores)")
+        add_limit_arguments(source_parser)
         add_output_arguments(source_parser)
         importlib.import_module(module_name).add_arguments(source_parser)
 

@@ -15,8 +15,9 @@ that may come from the same book.
 import os
 import tarfile
 
+from bertprep.atomic import hold
 from bertprep.download.formatted import corpus_dir, format_parts, save_parts_manifest, write_part
-from bertprep.download.http import SourceDownloads
+from bertprep.download.http import SourceDownloads, limits_from
 from bertprep.download.hub import hub_snapshot, iter_parquet_rows
 from bertprep.download.wikipedia import hub_manifest
 from bertprep.errors import DataError, UsageError
@@ -77,14 +78,16 @@ def run(args, workdir, progress):
     if args.tarball:
         base = (args.base_url or os.environ.get(TARBALL_URL_ENV) or DEFAULT_TARBALL_URL).rstrip("/")
         md5 = (args.md5 or TARBALL_MD5).lower()
-        downloads = SourceDownloads(os.path.join(workdir, "download", "bookcorpus"), "bookcorpus", progress)
+        downloads = SourceDownloads(os.path.join(workdir, "download", "bookcorpus"), "bookcorpus", progress,
+                                    limits_from(args))
         entry = downloads.get(f"{base}/{TARBALL}", TARBALL, checksums={"md5": md5})
         source = {"tarball": TARBALL, "md5": md5, "lines_per_document": args.lines_per_document}
-        manifest = save_parts_manifest(directory, CORPUS, source, None)
-        if manifest is None:
-            stats = write_part(os.path.join(directory, "bookcorpus-tarball.jsonl"),
-                               tarball_documents(downloads.path(TARBALL), args.lines_per_document))
-            manifest = save_parts_manifest(directory, CORPUS, source, {"bookcorpus-tarball.jsonl": stats})
+        with hold(directory, "bertprep download") as staging:
+            manifest = save_parts_manifest(directory, CORPUS, source, None)
+            if manifest is None:
+                stats = write_part(os.path.join(directory, "bookcorpus-tarball.jsonl"),
+                                   tarball_documents(downloads.path(TARBALL), args.lines_per_document), staging)
+                manifest = save_parts_manifest(directory, CORPUS, source, {"bookcorpus-tarball.jsonl": stats})
         what = (TARBALL, f"{entry['bytes']:,} bytes, md5 verified")
     else:
         commit, files = hub_snapshot(REPO, REVISION, ["plain_text/*.parquet"], args.base_url, args.quiet)

@@ -7,7 +7,9 @@
 JSON lines because a document's text may hold any character (blank lines,
 tabs) and a reader can stream it one document at a time. One part per
 source file, so formatting and sharding run in parallel over parts and an
-interrupted run redoes only the parts without a manifest entry.
+interrupted run redoes only the parts without a manifest entry. A run holds
+the corpus directory (`bertprep.atomic.hold`): parts are written in its
+`.partial/` and renamed into place, and a second run into it is refused.
 """
 
 import hashlib
@@ -15,7 +17,7 @@ import json
 import os
 
 from bertprep import __version__
-from bertprep.atomic import atomic_open, remove_stale_temps
+from bertprep.atomic import atomic_open, hold
 from bertprep.workdir import load_manifest, save_manifest, stage_dir
 
 FORMAT = 'jsonl: one {"id", "title", "text"} object per line; paragraphs of text separated by "\\n"'
@@ -25,14 +27,13 @@ def corpus_dir(workdir, corpus):
     return stage_dir(workdir, "formatted", corpus)
 
 
-def write_part(path, documents):
-    """Write documents ({"id","title","text"}) as JSON lines atomically; drops empty texts.
-
-    Returns {"documents", "dropped_empty", "bytes", "sha256"}.
+def write_part(path, documents, staging):
+    """Write documents ({"id","title","text"}) as JSON lines atomically (the temporary in `staging`);
+    drops empty texts. Returns {"documents", "dropped_empty", "bytes", "sha256"}.
     """
     count = dropped = size = 0
     digest = hashlib.sha256()
-    with atomic_open(path, "wb") as out:
+    with atomic_open(path, "wb", staging) as out:
         for doc in documents:
             text = (doc.get("text") or "").strip()
             if not text:
@@ -56,8 +57,11 @@ def format_parts(workdir, corpus, source, parts, workers=1, progress=None):
     at a time. Returns the manifest.
     """
     directory = corpus_dir(workdir, corpus)
-    os.makedirs(directory, exist_ok=True)
-    remove_stale_temps(directory)
+    with hold(directory, "bertprep download") as staging:
+        return _format_parts(directory, corpus, source, parts, workers, progress, staging)
+
+
+def _format_parts(directory, corpus, source, parts, workers, progress, staging):
     old = load_manifest(directory) or {}
     files = {}
     todo = []
@@ -86,7 +90,7 @@ def format_parts(workdir, corpus, source, parts, workers=1, progress=None):
 
     def one(item):
         filename, source_key, make_documents = item
-        stats = write_part(os.path.join(directory, filename), make_documents())
+        stats = write_part(os.path.join(directory, filename), make_documents(), staging)
         return filename, dict(stats, source=source_key)
 
     if progress is not None and todo:
@@ -100,14 +104,12 @@ def format_parts(workdir, corpus, source, parts, workers=1, progress=None):
 
 
 def save_parts_manifest(directory, corpus, source, files):
-    """For a corpus written as one unit from one source (a dump).
+    """For a corpus written as one unit from one source (a dump), while holding `directory`.
 
     With `files` ({name: stats}) None: the manifest if it records `source`
     and every part is present, else None (after removing what is there, so
     a new extraction starts clean). With `files`: record them as complete.
     """
-    os.makedirs(directory, exist_ok=True)
-    remove_stale_temps(directory)
     old = load_manifest(directory) or {}
     if files is None:
         if old.get("source") == source and old.get("files") and all(

@@ -7,6 +7,12 @@ failures with exponential backoff, checks the size and every checksum the
 source publishes, and only then renames the file to `dest`. A 4xx answer or a
 checksum mismatch ends with `DataError` and leaves no file under `dest`.
 
+`Limits` bound one connection: a connection that delivers no byte for
+`stall` seconds, or is still transferring `deadline` seconds after its
+request, is closed and treated like a dropped one (resumed with Range, one of
+the retries). Without the deadline a server trickling a byte every few
+seconds would hold a download forever.
+
 `SourceDownloads` wraps `fetch` with the per-source manifest
 (`WORKDIR/download/<source>/manifest.json`): a file whose entry matches is not
 fetched again.
@@ -18,20 +24,52 @@ import http.client
 import json
 import os
 import re
-import socket
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
 from bertprep import __version__
-from bertprep.errors import DataError
+from bertprep.errors import DataError, UsageError
 from bertprep.workdir import load_manifest, save_manifest
 
 CHUNK = 1 << 20
 USER_AGENT = f"bertprep/{__version__}"
 # Statuses worth retrying: the server is busy or failing, not refusing.
 TRANSIENT_STATUS = {408, 425, 429, 500, 502, 503, 504}
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Seconds one connection may go without a byte (`stall`) and may last in all (`deadline`; 0: no limit).
+
+    The deadline's default, an hour, lets one connection bring about 3.6 GB at
+    1 MB/s; a larger file takes several connections, each resumed where the
+    last one stopped, and each counts as one of fetch's retries.
+    """
+
+    stall: float = 60.0
+    deadline: float = 3600.0
+
+    def check(self):
+        if not self.stall > 0:
+            raise UsageError(f"--stall-timeout: expected a number of seconds above 0, got {self.stall:g}")
+        if not self.deadline >= 0:
+            raise UsageError(f"--deadline: expected a number of seconds (0 for none), got {self.deadline:g}")
+        return self
+
+
+def add_limit_arguments(parser):
+    default = Limits()
+    parser.add_argument("--stall-timeout", type=float, default=default.stall, metavar="SECONDS",
+                        help=f"resume a download that receives no byte for this long (default: {default.stall:g})")
+    parser.add_argument("--deadline", type=float, default=default.deadline, metavar="SECONDS",
+                        help=f"resume a connection still transferring after this long; 0: no deadline "
+                             f"(default: {default.deadline:g})")
+
+
+def limits_from(args):
+    return Limits(stall=args.stall_timeout, deadline=args.deadline).check()
 
 
 class _Transient(Exception):
@@ -91,28 +129,25 @@ class _Partial:
         self.hashers = {name: hashlib.new(name) for name in self.algorithms}
         self.have = 0
 
-    def append_from(self, response, progress):
+    def append_from(self, response, progress, limits, started):
         with open(self.path, "ab") as out:
-            try:
-                while chunk := response.read(CHUNK):
-                    out.write(chunk)
-                    self._update(chunk)
-                    if progress is not None:
-                        progress.advance(0, bytes=len(chunk))
-            except (ConnectionError, socket.timeout, http.client.HTTPException) as exc:
-                raise _Transient(f"connection lost at byte {self.have:,} ({exc.__class__.__name__})") from None
+            for chunk in _body_chunks(response, limits, started, self.have):
+                out.write(chunk)
+                self._update(chunk)
+                if progress is not None:
+                    progress.advance(0, bytes=len(chunk))
 
     def digests(self):
         return {name: h.hexdigest() for name, h in self.hashers.items()}
 
 
-def fetch(url, dest, *, size=None, checksums=None, progress=None, retries=6, backoff=1.0, timeout=60):
+def fetch(url, dest, *, size=None, checksums=None, progress=None, retries=6, backoff=1.0, limits=Limits()):
     """Download `url` to `dest` and verify it; returns `Fetched`.
 
     `checksums` maps hashlib names (md5, sha1, sha256) to the published hex
     digests; `size` is the published size in bytes. Both are optional: what
     the source does not publish is not checked, but the server's own
-    Content-Length always is.
+    Content-Length always is. `limits` bound each connection (`Limits`).
     """
     checksums = {k: v.lower() for k, v in (checksums or {}).items()}
     part_path, meta_path = dest + ".part", dest + ".part.json"
@@ -126,7 +161,7 @@ def fetch(url, dest, *, size=None, checksums=None, progress=None, retries=6, bac
     while True:
         attempts += 1
         try:
-            _transfer(url, part, meta, meta_path, progress, timeout)
+            _transfer(url, part, meta, meta_path, progress, limits)
             break
         except _Transient as exc:
             if attempts > retries:
@@ -150,7 +185,22 @@ def fetch(url, dest, *, size=None, checksums=None, progress=None, retries=6, bac
     return Fetched(dest, url, part.have, digests["sha256"], {k: digests[k] for k in checksums}, resumed_at, attempts)
 
 
-def _open(url, have, validator, timeout):
+def _body_chunks(response, limits, started, at):
+    """The body as it arrives (`at`: its first byte's offset in the file); a stall or the deadline ends it."""
+    try:
+        # read1 returns whatever has arrived, so the deadline is checked while bytes trickle in.
+        while chunk := response.read1(CHUNK):
+            yield chunk
+            at += len(chunk)
+            if limits.deadline and time.monotonic() - started > limits.deadline:
+                raise _Transient(f"still transferring after the {limits.deadline:g} s deadline, at byte {at:,}")
+    except TimeoutError:  # the socket's timeout is the stall limit
+        raise _Transient(f"no byte for {limits.stall:g} s at byte {at:,}") from None
+    except (ConnectionError, http.client.HTTPException) as exc:
+        raise _Transient(f"connection lost at byte {at:,} ({exc.__class__.__name__})") from None
+
+
+def _open(url, have, validator, stall):
     headers = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity"}
     if have:
         headers["Range"] = f"bytes={have}-"
@@ -158,7 +208,7 @@ def _open(url, have, validator, timeout):
             headers["If-Range"] = validator
     request = urllib.request.Request(url, headers=headers)
     try:
-        return urllib.request.urlopen(request, timeout=timeout)
+        return urllib.request.urlopen(request, timeout=stall)
     except urllib.error.HTTPError as exc:
         if exc.code == 416 and have:
             return exc  # the partial file may already be whole; the caller checks
@@ -167,13 +217,16 @@ def _open(url, have, validator, timeout):
         raise DataError(f"{url}: HTTP {exc.code} {exc.reason}") from None
     except urllib.error.URLError as exc:
         raise _Transient(f"cannot connect ({exc.reason})") from None
-    except (ConnectionError, socket.timeout, http.client.HTTPException) as exc:
+    except TimeoutError:
+        raise _Transient(f"no answer within {stall:g} s") from None
+    except (ConnectionError, http.client.HTTPException) as exc:
         raise _Transient(f"connection failed ({exc.__class__.__name__}: {exc})") from None
 
 
-def _transfer(url, part, meta, meta_path, progress, timeout):
+def _transfer(url, part, meta, meta_path, progress, limits):
     """One attempt: append the rest of the body to the partial file."""
-    response = _open(url, part.have, meta.get("validator"), timeout)
+    started = time.monotonic()
+    response = _open(url, part.have, meta.get("validator"), limits.stall)
     with contextlib.closing(response):
         status = response.code
         if status == 416:
@@ -196,7 +249,7 @@ def _transfer(url, part, meta, meta_path, progress, timeout):
         expected_end = part.have + int(length) if length is not None else None
         meta["validator"] = response.headers.get("ETag") or response.headers.get("Last-Modified")
         _write_json(meta_path, meta)
-        part.append_from(response, progress)
+        part.append_from(response, progress, limits, started)
         if expected_end is not None and part.have < expected_end:
             raise _Transient(f"connection closed at byte {part.have:,} of {expected_end:,}")
 
@@ -211,14 +264,15 @@ def _content_range_total(value):
     return int(match.group(1)) if match else None
 
 
-def fetch_text(url, timeout=60, retries=4, backoff=1.0):
+def fetch_text(url, retries=4, backoff=1.0, limits=Limits()):
     """A small text resource (a checksum list) fetched whole, with retries; 4xx -> DataError."""
     for attempt in range(retries + 1):
         try:
-            response = _open(url, 0, None, timeout)
+            started = time.monotonic()
+            response = _open(url, 0, None, limits.stall)
             with contextlib.closing(response):
-                return response.read().decode("utf-8")
-        except (_Transient, ConnectionError, socket.timeout, http.client.HTTPException) as exc:
+                return b"".join(_body_chunks(response, limits, started, 0)).decode("utf-8")
+        except _Transient as exc:
             if attempt == retries:
                 raise DataError(f"{url}: {exc} (gave up after {retries + 1} attempts)") from None
             time.sleep(min(backoff * 2**attempt, 60.0))
@@ -227,10 +281,11 @@ def fetch_text(url, timeout=60, retries=4, backoff=1.0):
 class SourceDownloads:
     """The files of one source under WORKDIR/download/<source>/ and their manifest."""
 
-    def __init__(self, directory, source, progress=None):
+    def __init__(self, directory, source, progress=None, limits=Limits()):
         self.directory = directory
         self.source = source
         self.progress = progress
+        self.limits = limits
         os.makedirs(directory, exist_ok=True)
         manifest = load_manifest(directory) or {}
         if manifest.get("source") != source:
@@ -266,7 +321,7 @@ class SourceDownloads:
                 self.progress.note(f"{relpath}: already downloaded and verified")
             return self.manifest["files"][relpath]
         self.manifest["files"].pop(relpath, None)
-        fetched = fetch(url, self.path(relpath), size=size, checksums=checksums, progress=self.progress)
+        fetched = fetch(url, self.path(relpath), size=size, checksums=checksums, progress=self.progress, limits=self.limits)
         verified = sorted(fetched.checksums) + (["size"] if size is not None else [])
         entry = {"url": url, "bytes": fetched.bytes, "sha256": fetched.sha256, "verified": verified, **fetched.checksums, **extra}
         self.record(relpath, entry)

@@ -16,7 +16,7 @@ import os
 
 from bertprep.atomic import atomic_write_bytes
 from bertprep.errors import DataError, UsageError
-from bertprep.download.http import SourceDownloads, fetch
+from bertprep.download.http import SourceDownloads, fetch, limits_from
 from bertprep.download.hub import hub_snapshot, iter_parquet_rows
 
 DEFAULT_BASE_URL = "https://rajpurkar.github.io/SQuAD-explorer/dataset"
@@ -83,7 +83,7 @@ def _read_checksums(path):
 
 def run(args, workdir, progress):
     versions = ["1.1", "2.0"] if args.squad_version == "all" else [args.squad_version]
-    downloads = SourceDownloads(os.path.join(workdir, "download", "squad"), "squad", progress)
+    downloads = SourceDownloads(os.path.join(workdir, "download", "squad"), "squad", progress, limits_from(args))
     md5s = _read_checksums(args.checksums) if args.checksums else {}
     rows = []
     for version in versions:
@@ -119,7 +119,7 @@ def _eval_script(downloads, version, eval_base_url, progress):
     if downloads.is_complete(relpath, url):
         return relpath, "evaluation script (no published checksum)"
     try:
-        fetched = fetch(url, downloads.path(relpath), progress=progress, retries=2)
+        fetched = fetch(url, downloads.path(relpath), progress=progress, retries=2, limits=downloads.limits)
     except DataError as exc:
         if progress is not None:
             progress.note(f"{relpath}: not fetched ({exc}); SQuAD data is complete without it")

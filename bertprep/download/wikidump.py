@@ -8,8 +8,9 @@ which names the dated file, and then downloads from the dated directory so
 the manifest pins the date. The dump is downloaded resumably and checked
 against the published md5, then streamed (bz2 → XML → pages, never held
 whole): main-namespace pages that are not redirects are stripped of markup
-(`wikimarkup`) in a pool of workers and written as formatted parts of
-`PAGES_PER_PART` documents, with the title kept as metadata.
+(`wikimarkup`, with mwparserfromhell) in a pool of workers and written as
+formatted parts of `PAGES_PER_PART` documents, with the title kept as
+metadata.
 """
 
 import bz2
@@ -18,10 +19,13 @@ import os
 import re
 import xml.etree.ElementTree as ET
 
+from mwparserfromhell.parser import ParserError
+
 from bertprep.errors import DataError, UsageError
+from bertprep.atomic import hold
 from bertprep.download.formatted import corpus_dir, save_parts_manifest, write_part
-from bertprep.download.http import SourceDownloads, fetch_text
-from bertprep.download.wikimarkup import wikitext_to_text
+from bertprep.download.http import SourceDownloads, fetch_text, limits_from
+from bertprep.download.wikimarkup import STRIPPER, wikitext_to_text
 
 DEFAULT_BASE_URL = "https://dumps.wikimedia.org"
 BASE_URL_ENV = "BERTPREP_WIKIDUMP_URL"
@@ -29,7 +33,7 @@ PAGES_PER_PART = 50_000
 BATCH = 256  # pages per task sent to a worker
 
 
-def resolve_dump(base, lang, dump):
+def resolve_dump(base, lang, dump, limits):
     """(date, file name, md5) of the pages-articles dump, from the published md5 list."""
     wiki = f"{lang}wiki"
     if dump == "latest":
@@ -39,7 +43,7 @@ def resolve_dump(base, lang, dump):
     else:
         raise UsageError(f"--dump: expected 'latest' or a date YYYYMMDD, got {dump!r}")
     pattern = re.compile(rf"([0-9a-f]{{32}})\s+\*?({re.escape(wiki)}-(\d{{8}})-pages-articles\.xml\.bz2)$")
-    for line in fetch_text(listing_url).splitlines():
+    for line in fetch_text(listing_url, limits=limits).splitlines():
         match = pattern.match(line.strip())
         if match and (dump == "latest" or match.group(3) == dump):
             return match.group(3), match.group(2), match.group(1)
@@ -78,10 +82,17 @@ def _child_text(element, name):
 
 
 def _clean_batch(batch):
-    return [{"id": page_id, "title": title, "text": wikitext_to_text(text)} for page_id, title, text in batch]
+    return [{"id": page_id, "title": title, "text": _page_text(page_id, title, text)} for page_id, title, text in batch]
 
 
-def extract(path, directory, prefix, workers=1, progress=None):
+def _page_text(page_id, title, wikitext):
+    try:
+        return wikitext_to_text(wikitext)
+    except ParserError as exc:  # the parser's own bug report; name the page that met it
+        raise DataError(f"page {page_id} ({title}): mwparserfromhell could not parse its wikitext ({exc})") from None
+
+
+def extract(path, directory, prefix, staging, workers=1, progress=None):
     """Stream the dump into `<prefix>-<i>.jsonl` parts of PAGES_PER_PART documents; returns {file: stats}."""
     batches = _batched(iter_pages(path), BATCH)
     if workers > 1:
@@ -100,7 +111,7 @@ def extract(path, directory, prefix, workers=1, progress=None):
             if first is None:
                 break
             filename = f"{prefix}-{index:04d}.jsonl"
-            stats = write_part(os.path.join(directory, filename), itertools.chain([first], chunk))
+            stats = write_part(os.path.join(directory, filename), itertools.chain([first], chunk), staging)
             files[filename] = stats
             if progress is not None:
                 progress.advance(0, documents=stats["documents"])
@@ -119,17 +130,20 @@ def _batched(iterable, size):
 def run(args, workdir, progress):
     base = (args.base_url or os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL).rstrip("/")
     wiki = f"{args.lang}wiki"
-    date, name, md5 = resolve_dump(base, args.lang, args.dump)
-    downloads = SourceDownloads(os.path.join(workdir, "download", "wikipedia"), "wikipedia", progress)
+    limits = limits_from(args)
+    date, name, md5 = resolve_dump(base, args.lang, args.dump, limits)
+    downloads = SourceDownloads(os.path.join(workdir, "download", "wikipedia"), "wikipedia", progress, limits)
     entry = downloads.get(f"{base}/{wiki}/{date}/{name}", name, checksums={"md5": md5})
     downloads.set_info(dump=date, lang=args.lang)
     corpus = f"wikicorpus_{args.lang}"
     directory = corpus_dir(workdir, corpus)
-    source = {"dump": name, "md5": md5}
-    done = save_parts_manifest(directory, corpus, source, None)
-    if done is None:
-        files = extract(downloads.path(name), directory, f"{wiki}-{date}", args.workers, progress)
-        done = save_parts_manifest(directory, corpus, source, files)
+    # The stripper is part of what made the text: another version re-extracts.
+    source = {"dump": name, "md5": md5, "markup": STRIPPER}
+    with hold(directory, "bertprep download") as staging:
+        done = save_parts_manifest(directory, corpus, source, None)
+        if done is None:
+            files = extract(downloads.path(name), directory, f"{wiki}-{date}", staging, args.workers, progress)
+            done = save_parts_manifest(directory, corpus, source, files)
     documents = sum(f["documents"] for f in done["files"].values())
     rows = [(name, f"{entry['bytes']:,} bytes, md5 verified"), ("formatted", f"{directory} ({documents:,} documents)")]
     return {"source": "wikipedia", "dump": date, "corpus": corpus, "documents": documents,

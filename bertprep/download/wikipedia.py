@@ -6,6 +6,7 @@ WORKDIR/formatted/wikicorpus_<lang>/ (NVIDIA's corpus name).
 
 import os
 
+from bertprep.errors import UsageError
 from bertprep.download.formatted import corpus_dir, format_parts
 from bertprep.download.http import SourceDownloads
 from bertprep.download.hub import hub_snapshot, iter_parquet_rows
@@ -29,8 +30,12 @@ def _documents(local):
 
 def run(args, workdir, progress):
     if args.dump:
-        from bertprep.download import wikidump
-
+        try:
+            from bertprep.download import wikidump
+        except ModuleNotFoundError as exc:
+            if exc.name != "mwparserfromhell":
+                raise
+            raise UsageError('--dump needs mwparserfromhell to strip wiki markup: pip install "bertprep[download]"') from None
         return wikidump.run(args, workdir, progress)
     config = f"{args.date}.{args.lang}"
     commit, files = hub_snapshot(REPO, "main", [f"{config}/*.parquet"], args.base_url, args.quiet)

@@ -32,6 +32,11 @@ def encode(features):
     return encode_feature_map(features, FIELD_BY_KIND)
 
 
+def message(entries):
+    """The OFRecord holding already-encoded feature map entries: the entries themselves."""
+    return entries
+
+
 def decode(payload):
     return decode_feature_map(payload, KIND_BY_FIELD)
 

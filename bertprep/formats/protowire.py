@@ -57,20 +57,56 @@ def encode_feature_map(features, field_numbers, map_field=1):
     """
     parts = []
     for key, kind, values in features:
+        if kind == "bytes":
+            list_message = b"".join(encode_len_field(1, bytes(v)) for v in values)
+            parts.append(encode_map_entry(key.encode(), field_numbers[kind], list_message, map_field))
+            continue
         if kind == "float":
             packed = np.asarray(values, dtype="<f4").tobytes()
-        elif kind == "bytes":
-            packed = None
         else:
             packed = encode_packed_varints([int(v) for v in values])
-        if packed is None:
-            list_message = b"".join(encode_len_field(1, bytes(v)) for v in values)
-        else:
-            list_message = encode_len_field(1, packed) if packed else b""
-        feature = encode_len_field(field_numbers[kind], list_message)
-        entry = encode_len_field(1, key.encode()) + encode_len_field(2, feature)
-        parts.append(encode_len_field(map_field, entry))
+        parts.append(encode_map_entry(key.encode(), field_numbers[kind], encode_len_field(1, packed) if packed else b"",
+                                      map_field))
     return b"".join(parts)
+
+
+def encode_map_entry(key, list_field, list_message, map_field=1):
+    """One `map<string, Feature>` entry: key (bytes) -> Feature{list_field: list_message}."""
+    feature = encode_len_field(list_field, list_message)
+    return encode_len_field(map_field, encode_len_field(1, key) + encode_len_field(2, feature))
+
+
+def packed_varint_rows(values):
+    """Each row of a 2-D integer array as packed varints: (bytes of all rows, row offsets (rows + 1)).
+
+    The vectorized twin of encode_packed_varints for many records at once:
+    negative values become 10-byte two's complement, as proto int32/int64 do.
+    Byte k of every value is made in one pass; a mask keeps the bytes each
+    value needs, in row-major order.
+    """
+    values = np.asarray(values)
+    rows = values.shape[0]
+    flat = np.ascontiguousarray(values, dtype=np.int64).reshape(-1).astype(np.uint64)
+    top = int(flat.max()) if flat.size else 0
+    if top < 0x80:  # one byte a value (masks, segment ids, labels): the values are the bytes
+        columns = values.shape[1] if values.ndim == 2 else 0
+        return flat.astype(np.uint8).tobytes(), np.arange(rows + 1, dtype=np.int64) * columns
+    width = (top.bit_length() + 6) // 7
+    if top < 1 << 32:
+        flat = flat.astype(np.uint32)
+    planes = np.empty((flat.size, width), np.uint8)
+    sizes = np.ones(flat.size, np.int64)
+    for k in range(width):
+        shifted = flat >> (7 * k) if k else flat
+        more = shifted >= 0x80
+        planes[:, k] = (shifted & 0x7F) | (more.astype(np.uint8) << 7)
+        if k:
+            sizes += shifted > 0
+    packed = planes[np.arange(width) < sizes[:, None]]
+    offsets = np.zeros(rows + 1, np.int64)
+    if rows:
+        np.cumsum(sizes.reshape(rows, -1).sum(axis=1), out=offsets[1:])
+    return packed.tobytes(), offsets
 
 
 class WireError(DataError):

@@ -36,8 +36,12 @@ def frame(payload):
 
 def encode(features):
     """Serialize `[(key, kind, values), ...]` as a tf.train.Example."""
-    inner = encode_feature_map(features, FIELD_BY_KIND)
-    return encode_len_field(1, inner)
+    return message(encode_feature_map(features, FIELD_BY_KIND))
+
+
+def message(entries):
+    """The tf.train.Example holding already-encoded feature map entries."""
+    return encode_len_field(1, entries)
 
 
 def decode(payload):

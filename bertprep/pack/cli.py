@@ -13,7 +13,7 @@ import os
 import time
 
 from bertprep import __version__, formats
-from bertprep.atomic import remove_stale_temps, sha256_file
+from bertprep.atomic import hold, sha256_file
 from bertprep.create import (
     is_complete,  # the same rule: an entry for the same input and settings, of its size
 )
@@ -133,36 +133,30 @@ def run(args):
     if os.path.abspath(out_dir) == os.path.abspath(args.records_dir):
         raise UsageError(f"--out {args.out}: the packed records would overwrite their input")
     progress = Progress("pack", total=len(tasks), unit="shards", quiet=args.quiet)
-    os.makedirs(out_dir, exist_ok=True)
-    remove_stale_temps(out_dir)  # left by a run that was killed
-    previous = load_manifest(out_dir) or {}
-    wanted = {relative for task in tasks for relative in task.output_paths().values()}
-    files = {rel: entry for rel, entry in (previous.get("files") or {}).items() if rel in wanted}
-    pending = [task for task in tasks if not is_complete(task, files)]
-    if len(pending) < len(tasks):
-        progress.note(f"resuming: {len(tasks) - len(pending)} of {len(tasks)} shards already complete")
-        progress.advance(len(tasks) - len(pending))
-    manifest = {
-        "tool": "bertprep", "stage": "pack", "kind": PACKED.name, "dims": dims, "formats": list(fmts),
-        "max_per_pack": dims["k"], "version": __version__,
-        "source": {"records_dir": os.path.abspath(args.records_dir), "manifest_sha256": source_sha256,
-                   "kind": PRETRAINING.name, "dims": {"seq": dims["seq"], "pred": dims["pred"]}},
-        # what the trainer and validate read from a records manifest: the vocab and masking parameters
-        "params": source.get("params"), "vocab": source.get("vocab"), "files": files,
-    }
-    try:
+    with hold(out_dir, "bertprep pack"):  # clears what killed runs left in .partial/
+        previous = load_manifest(out_dir) or {}
+        wanted = {relative for task in tasks for relative in task.output_paths().values()}
+        files = {rel: entry for rel, entry in (previous.get("files") or {}).items() if rel in wanted}
+        pending = [task for task in tasks if not is_complete(task, files)]
+        if len(pending) < len(tasks):
+            progress.note(f"resuming: {len(tasks) - len(pending)} of {len(tasks)} shards already complete")
+            progress.advance(len(tasks) - len(pending))
+        manifest = {
+            "tool": "bertprep", "stage": "pack", "kind": PACKED.name, "dims": dims, "formats": list(fmts),
+            "max_per_pack": dims["k"], "version": __version__,
+            "source": {"records_dir": os.path.abspath(args.records_dir), "manifest_sha256": source_sha256,
+                       "kind": PRETRAINING.name, "dims": {"seq": dims["seq"], "pred": dims["pred"]}},
+            # what the trainer and validate read from a records manifest: the vocab and masking parameters
+            "params": source.get("params"), "vocab": source.get("vocab"), "files": files,
+        }
         with open_engine(args, max_tasks=len(pending)) as engine:
             for result in engine.run(pack_shard, pending, describe=lambda task: task.source):
                 files.update(result["files"])
                 manifest["packing"] = packing_figures(tasks, files, dims["k"])
                 save_manifest(out_dir, manifest)
                 progress.advance(1, sequences=result["sequences"])
-    except KeyboardInterrupt:
-        remove_stale_temps(out_dir)
-        raise
-    manifest["packing"] = packing_figures(tasks, files, dims["k"])
-    save_manifest(out_dir, manifest)
-    remove_stale_temps(out_dir)  # a worker that died mid-write (its task rerun elsewhere) left its temporary file
+        manifest["packing"] = packing_figures(tasks, files, dims["k"])
+        save_manifest(out_dir, manifest)
     progress.close()
     summary = summarize(out_dir, manifest, tasks, time.monotonic() - started, len(pending))
     if not args.quiet or args.json:

@@ -12,11 +12,12 @@ import contextlib
 import dataclasses
 import hashlib
 import os
+import re
 
 import numpy as np
 
 from bertprep import formats
-from bertprep.atomic import atomic_open
+from bertprep.atomic import atomic_open, staging_dir
 from bertprep.errors import DataError
 from bertprep.formats.batch import encode_batch
 from bertprep.formats.schemas import PACKED, PRETRAINING
@@ -64,7 +65,9 @@ def pack_shard(task):
         "sequences_per_row": np.bincount((members >= 0).sum(axis=1), minlength=task.k + 1).tolist(),
     }
     with contextlib.ExitStack() as stack:
-        outputs = [(fmt, relative, stack.enter_context(atomic_open(os.path.join(task.records_dir, relative))),
+        staging = staging_dir(task.records_dir)  # the run holds the tree; .partial/ is where no reader looks
+        outputs = [(fmt, relative, stack.enter_context(atomic_open(os.path.join(task.records_dir, relative),
+                                                                   staging=staging)),
                     hashlib.sha256(), [0]) for fmt, relative in task.outputs]
         for first in range(0, len(members), CHUNK):
             rows = _rows(task, buf, starts, sizes, members[first:first + CHUNK])
@@ -102,12 +105,13 @@ def _decode(task, buf, starts, sizes, indices):
     try:
         formats.decode_batch(payloads, task.source_format, formats.decoder_features(PRETRAINING, dims),
                              list(out.values()))
-    except ValueError as exc:  # "record {i}: ..." with i counted from 0 in this call
+    except ValueError as exc:  # "record i[ at byte b]: ...": i counted from 0 in this call, b in its payload
         message = str(exc)
-        head, _, rest = message.partition(": ")
-        if head.startswith("record ") and head[7:].isdigit():
-            index = int(indices[int(head[7:])])
-            message = f"record {index} at byte {_framed_offset(task, starts[index])}: {rest}"
+        match = re.match(r"record (\d+)(?: at byte (\d+))?: ", message)
+        if match:
+            index = int(indices[int(match.group(1))])
+            at = int(starts[index]) + int(match.group(2) or 0)  # the byte's offset in the file
+            message = f"record {index} at byte {at}: {message[match.end():]}"
         raise DataError(f"{task.source}: {message} (expected a pretraining record of seq {task.seq}, "
                         f"pred {task.pred} as the create manifest says)") from None
     return out

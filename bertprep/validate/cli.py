@@ -69,11 +69,13 @@ def run(args):
         raise UsageError("--masked-lm-prob must be in (0, 1)")
     if args.compare and len(paths) == 1 and not _has_both_formats(args.path):
         raise UsageError("--compare needs PATH2, or a PATH holding both TFRecord and OFRecord files")
+    vocab_warnings = []
     spec = RecordSpec(max_errors=args.max_errors, masked_lm_prob=args.masked_lm_prob,
-                      whole_word_mask=args.whole_word_mask, **_vocab_settings(args.vocab))
+                      whole_word_mask=args.whole_word_mask, **_vocab_settings(args.vocab, vocab_warnings))
     workers = args.workers or os.cpu_count() or 1
     report = validate(paths, spec, workers=workers, min_parts=args.min_parts, compare=args.compare,
                       vocab_given=args.vocab is not None, quiet=args.quiet)
+    report["warnings"][:0] = vocab_warnings
     if args.plot:
         from bertprep.validate.plot import plot_report
 
@@ -93,38 +95,28 @@ def _has_both_formats(path):
     return len({f.fmt for f in find_record_files(path)}) == 2
 
 
-def load_vocab(path):
-    """(size, {token: id}) of a vocab.txt, one token a line."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            tokens = [line.rstrip("\n").strip() for line in f]
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"--vocab {path}: cannot read: {exc}") from None
-    while tokens and not tokens[-1]:
-        tokens.pop()
-    return len(tokens), {token: i for i, token in reversed(list(enumerate(tokens)))}
-
-
-def _vocab_settings(path):
+def _vocab_settings(path, warnings=None):
+    """Bounds and special ids from a vocab.txt, read by create's own loader so both agree on every id."""
     if path is None:
         return {}
-    size, ids = load_vocab(path)
-    missing = [t for t in ("[CLS]", "[SEP]", "[MASK]") if t not in ids]
-    if missing:
-        raise UsageError(f"--vocab {path}: no {missing[0]} token")
-    return {"vocab_size": size, "cls_id": ids["[CLS]"], "sep_id": ids["[SEP]"], "mask_id": ids["[MASK]"]}
+    from bertprep.tokenization import load_vocab
 
-
-def _manifest_vocab(manifest_path, spec):
-    """Vocab settings from a create manifest when --vocab was not given: its file if present, else its size."""
     try:
-        with open(manifest_path, encoding="utf-8") as f:
-            vocab = (json.load(f) or {}).get("vocab") or {}
-    except (OSError, ValueError, AttributeError):
-        return spec
+        vocab = load_vocab(path, required=("[CLS]", "[SEP]", "[MASK]"))
+    except DataError as exc:
+        raise UsageError(f"--vocab {exc}") from None
+    if warnings is not None and vocab.duplicates_warning():
+        warnings.append(vocab.duplicates_warning())
+    return {"vocab_size": vocab.size, "cls_id": vocab.id_of("[CLS]"), "sep_id": vocab.id_of("[SEP]"),
+            "mask_id": vocab.id_of("[MASK]")}
+
+
+def _manifest_vocab(manifest, spec, warnings):
+    """Vocab settings from a create manifest when --vocab was not given: its file if present, else its size."""
+    vocab = manifest.get("vocab") or {}
     if vocab.get("path") and os.path.isfile(vocab["path"]):
         try:
-            return dataclasses.replace(spec, **_vocab_settings(vocab["path"]))
+            return dataclasses.replace(spec, **_vocab_settings(vocab["path"], warnings))
         except UsageError:
             pass
     if isinstance(vocab.get("size"), int):
@@ -142,7 +134,8 @@ def validate(paths, spec, workers=1, min_parts=1, compare=False, vocab_given=Fal
         for root in dataset_roots(path) if find_record_files(path) else []:
             found_anything = True
             manifest = find_manifest(root)
-            path_spec = spec if vocab_given or manifest is None else _manifest_vocab(manifest["_path"], spec)
+            path_spec = (spec if vocab_given or manifest is None or "_error" in manifest
+                         else _manifest_vocab(manifest, spec, report["warnings"]))
             result = validate_records(root, path_spec, workers=workers, min_parts=min_parts, quiet=quiet)
             report["datasets"].append(_dataset_section(result))
             all_findings.extend(result.findings.kept)
@@ -209,7 +202,7 @@ def _tally(findings):
 def _dataset_section(result):
     stats = {}
     training = {fmt: s for (fmt, split), s in result.stats.items() if split == "training"}
-    order = {"tfrecord": 0, "ofrecord": 1, "training": 0, "test": 1}
+    order = {"tfrecord": 0, "ofrecord": 1, "training": 0, "train": 0, "eval": 1, "test": 2}
     for (fmt, split), group in sorted(result.stats.items(), key=lambda item: (order[item[0][0]], order.get(item[0][1], 2))):
         figures, warnings = group.summary(result.spec, training.get(fmt) if split == "test" else None)
         figures["_warnings"] = [f"{fmt} {split}: {message}" for _check, message in warnings]
@@ -218,6 +211,7 @@ def _dataset_section(result):
         "path": result.root,
         "manifest": result.manifest,
         "kind": result.kind,
+        "kinds": result.kinds,
         "dims": result.dims,
         "seq": (result.dims or {}).get("seq"),
         "pred": (result.dims or {}).get("pred"),
@@ -235,7 +229,7 @@ def _dataset_section(result):
 def _check_table(report):
     ran = set()
     if report["datasets"]:
-        ran |= set(checks_of({section["kind"] for section in report["datasets"]})) | set(DATASET_CHECKS)
+        ran |= set(checks_of({k for section in report["datasets"] for k in section["kinds"]})) | set(DATASET_CHECKS)
     if report["text_shards"]:
         ran |= {"utf8", "documents", "shard_manifest"}
     if report["downloads"]:
@@ -282,7 +276,7 @@ def print_table(report, stream=None):
             if shown is not None and _same_figures(splits, section["stats"][shown]):
                 out.append(f"statistics ({fmt}): the same as {shown}")
                 continue
-            out.extend(_stats_rows(fmt, splits))
+            out.extend(_stats_rows(fmt, splits, section["kinds"][0]))
             shown = shown or fmt
     for item in report["compare"]:
         how = ", the packed side unpacked" if item.get("unpacked") else ""
@@ -304,26 +298,9 @@ def _same_figures(a, b):
     return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
-def _stats_rows(fmt, splits):
+def _stats_rows(fmt, splits, kind):
     names = list(splits)
     rows = [f"statistics ({fmt})".ljust(28) + "".join(f"{n:>16}" for n in names)]
-
-    def row(label, fn):
+    for label, fn in RULES[kind].table_rows(splits):
         rows.append(f"  {label:<26}" + "".join(f"{fn(splits[n]):>16}" for n in names))
-
-    row("instances", lambda s: f"{s['instances']:,}")
-    if all("rows" in s for s in splits.values()):  # packed rows: the instances are their sequences
-        row("rows (ratio)", lambda s: f"{s['rows']:,} ({s['packing_ratio']:.3f})")
-        row("sequences per row 1/2/…", lambda s: "/".join(f"{n:,}" for n in s["sequences_per_row"][1:]))
-        row("real tokens / row slots", lambda s: f"{s['fill']:.1%}")
-    row("tokens", lambda s: f"{s['tokens']:,}")
-    row("mean length", lambda s: f"{s['mean_length']:.1f}")
-    row("full length / ≤ seq/2", lambda s: f"{s['full_length_share']:.1%} / {s['short_share']:.1%}")
-    row("mask rate (expected)", lambda s: f"{s['mask_rate']:.4f} ({s['expected_mask_rate']:.4f})")
-    row("[MASK] / same / other", lambda s: "/".join(f"{100 * x:.1f}" for x in s["replacement_shares"]))
-    row("NSP random-next share", lambda s: f"{s['random_next_share']:.1%}")
-    row("duplicate records / texts", lambda s: f"{s['duplicate_records']:,} / {s['duplicate_texts']:,}")
-    if any("segments_also_in_training" in s for s in splits.values()):
-        row("test segments in training", lambda s: f"{s['segment_overlap_share']:.2%}" if "segment_overlap_share" in s else "-")
     return rows
-

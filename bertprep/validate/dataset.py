@@ -10,7 +10,6 @@ depend on the number of workers.
 import concurrent.futures
 import dataclasses
 import hashlib
-import json
 import multiprocessing
 import os
 import re
@@ -18,8 +17,10 @@ import re
 from bertprep import formats
 from bertprep.formats.schemas import kind_of_manifest
 from bertprep.progress import Progress
+from bertprep.atomic import walk
+from bertprep.validate.finetune import FINETUNE_KINDS
 from bertprep.validate.records import RULES, Finding, Findings, RecordSpec, scan_file
-from bertprep.workdir import MANIFEST, SPLITS
+from bertprep.workdir import MANIFEST, SPLITS, read_manifest
 
 DATASET_CHECKS = {
     "files": "part-<i> numbered from 0 without gaps, none empty, at least --min-parts",
@@ -46,8 +47,7 @@ def find_record_files(path):
     if os.path.isfile(path):
         return [RecordFile(path, formats.sniff_format(path), _split_of(path))]
     found = []
-    for root, dirs, files in os.walk(path):
-        dirs.sort()
+    for root, dirs, files in walk(path):  # sorted, without .partial/ and other hidden directories
         for name in files:
             full = os.path.join(root, name)
             if formats.format_of_name(name) is not None:
@@ -64,7 +64,14 @@ def _sniff(path):
         return "ofrecord"
 
 
+# Fine-tuning files name their split: train/eval/predict.tf_record, train/eval/test.of_record-<i> (predict = test).
+_FINETUNE_FILE = re.compile(r"^(train|eval|predict|test)\.(tf_record|of_record-\d+)$")
+
+
 def _split_of(path):
+    finetune = _FINETUNE_FILE.match(os.path.basename(path))
+    if finetune:
+        return "test" if finetune.group(1) == "predict" else finetune.group(1)
     parts = os.path.normpath(path).split(os.sep)
     for part in reversed(parts[:-1]):
         if part in SPLITS:
@@ -82,12 +89,10 @@ def find_manifest(path):
     for _ in range(4):
         candidate = os.path.join(directory, MANIFEST)
         if os.path.isfile(candidate):
-            try:
-                with open(candidate, encoding="utf-8") as f:
-                    manifest = json.load(f)
-            except (OSError, ValueError) as exc:
-                return {"_path": candidate, "_error": str(exc)}
-            if isinstance(manifest, dict) and (manifest.get("stage") == "create" or "kind" in manifest):
+            manifest, problem = read_manifest(candidate)
+            if problem:
+                return {"_path": candidate, "_error": problem}
+            if manifest.get("stage") == "create" or "kind" in manifest or file_kinds(manifest):
                 return {**manifest, "_path": candidate}
         parent = os.path.dirname(directory)
         if parent == directory:
@@ -101,8 +106,7 @@ def dataset_roots(path):
     if os.path.isfile(path) or find_manifest(path) is not None:
         return [path]
     roots = []
-    for root, dirs, files in os.walk(path):
-        dirs.sort()
+    for root, dirs, files in walk(path):  # sorted, without .partial/ and other hidden directories
         if MANIFEST in files and find_manifest(root) is not None and find_record_files(root):
             roots.append(root)
             dirs[:] = []
@@ -118,11 +122,24 @@ def manifest_params(manifest):
     if not manifest or "_error" in manifest:
         return None, None, None, None
     params = manifest.get("params") or {}
-    kind = kind_of_manifest(manifest, manifest.get("_path", MANIFEST))
+    where = manifest.get("_path", MANIFEST)
+    if "kind" not in manifest and file_kinds(manifest):  # a fine-tuning directory: a kind per file, checked per file
+        for name in file_kinds(manifest).values():
+            kind_of_manifest({"kind": name}, where)
+        return None, manifest.get("dims"), None, None
+    kind = kind_of_manifest(manifest, where)
     dims = manifest.get("dims")
     if dims is None and "max_seq_length" in params:
         dims = {"seq": params["max_seq_length"], "pred": params.get("max_predictions_per_seq")}
     return kind, dims, params.get("masked_lm_prob"), params.get("whole_word_mask")
+
+
+def file_kinds(manifest):
+    """{file: record kind} where a manifest names the kind of each file (create-squad, create-glue), else {}."""
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if not isinstance(files, dict):
+        return {}
+    return {name: entry["kind"] for name, entry in files.items() if isinstance(entry, dict) and "kind" in entry}
 
 
 # ---------------------------------------------------------------- scanning
@@ -177,6 +194,7 @@ class DatasetResult:
     dims: dict
     manifest: str = None
     spec: RecordSpec = None
+    kinds: list = None  # the record kinds' names: one, or a fine-tuning directory's kind per split
 
 
 def validate_records(root, spec, workers=1, min_parts=1, quiet=True):
@@ -189,20 +207,21 @@ def validate_records(root, spec, workers=1, min_parts=1, quiet=True):
     for report in reports:
         findings.extend(report.findings)
     _check_parts(record_files, reports, min_parts, findings)
-    kind, dims = _check_consistency(reports, findings)
+    shapes = _check_consistency(reports, findings, one_kind=not _holds_kind_per_split(manifest, reports))
+    kind, dims = ("+".join(shapes), next(iter(shapes.values()))) if shapes else (None, None)
     if manifest is not None:
         _check_manifest(manifest, root, record_files, reports, (kind, dims), findings)
     stats = {}
     for report in reports:
-        if report.stats is None or (report.kind, report.dims) != (kind, dims):
+        if report.stats is None or shapes.get(report.kind) != report.dims:
             continue
         key = (report.fmt, report.split)
         if key not in stats:
-            stats[key] = RULES[kind].new_stats(dims)
+            stats[key] = RULES[report.kind].new_stats(report.dims)
         stats[key].merge(report.stats)
     _check_format_counts(reports, findings)
     return DatasetResult(root, record_files, reports, findings, stats, kind, dims,
-                         manifest.get("_path") if manifest else None, spec)
+                         manifest.get("_path") if manifest else None, spec, list(shapes))
 
 
 def resolve_spec(spec, manifest):
@@ -214,7 +233,9 @@ def resolve_spec(spec, manifest):
     _kind, _dims, m_prob, m_wwm = manifest_params(manifest)
     prob = spec.masked_lm_prob if spec.masked_lm_prob is not None else m_prob if m_prob is not None else 0.15
     wwm = spec.whole_word_mask if spec.whole_word_mask is not None else bool(m_wwm)
-    return dataclasses.replace(spec, masked_lm_prob=prob, whole_word_mask=wwm)
+    labels = (manifest or {}).get("labels")
+    num_labels = spec.num_labels if spec.num_labels is not None else len(labels) if isinstance(labels, list) else None
+    return dataclasses.replace(spec, masked_lm_prob=prob, whole_word_mask=wwm, num_labels=num_labels)
 
 
 def _check_parts(record_files, reports, min_parts, findings):
@@ -239,17 +260,40 @@ def _check_parts(record_files, reports, min_parts, findings):
                                  "(OneFlow needs data_part_num ≥ reader ranks)"))
 
 
-def _check_consistency(reports, findings):
+def _holds_kind_per_split(manifest, reports):
+    """A fine-tuning directory: its manifest names a kind per file, or every kind in it is a fine-tuning kind."""
+    if manifest is not None and "_error" not in manifest and "kind" not in manifest and file_kinds(manifest):
+        return True
+    kinds = {r.kind for r in reports if r.kind is not None}
+    return bool(kinds) and kinds <= set(FINETUNE_KINDS)
+
+
+def _check_consistency(reports, findings, one_kind=True):
+    """{kind: dims} of the dataset; findings where a file differs.
+
+    A dataset holds one kind with one set of dimensions; a fine-tuning
+    directory (one_kind False) holds a kind per split, each kind with one set
+    of dimensions and every kind with the same seq.
+    """
     shaped = [r for r in reports if r.kind is not None and r.dims is not None]
     if not shaped:
-        return None, None
-    kind, dims = shaped[0].kind, shaped[0].dims
-    for report in shaped[1:]:
-        if (report.kind, report.dims) != (kind, dims):
+        return {}
+    first_of_kind = {}
+    for report in shaped:
+        reference = first_of_kind.setdefault(report.kind, report) if not one_kind else shaped[0]
+        if (report.kind, report.dims) != (reference.kind, reference.dims):
             findings.add(Finding("consistency", report.path, None, None,
-                                 f"{describe_shape(report.kind, report.dims)}, expected {describe_shape(kind, dims)} "
-                                 f"as in {shaped[0].path}"))
-    return kind, dims
+                                 f"{describe_shape(report.kind, report.dims)}, expected "
+                                 f"{describe_shape(reference.kind, reference.dims)} as in {reference.path}"))
+    if one_kind:
+        return {shaped[0].kind: shaped[0].dims}
+    first = shaped[0]
+    for kind, report in first_of_kind.items():
+        if report.dims.get("seq") != first.dims.get("seq"):
+            findings.add(Finding("consistency", report.path, None, None,
+                                 f"{describe_shape(kind, report.dims)}, expected seq {first.dims.get('seq')} "
+                                 f"as in {first.path} (the splits of one task share seq)"))
+    return {kind: report.dims for kind, report in first_of_kind.items()}
 
 
 def describe_shape(kind, dims):
@@ -295,17 +339,31 @@ def _check_manifest(manifest, root, record_files, reports, shape, findings):
         if entry.get("sha256") and entry["sha256"] != getattr(report, "sha256", None):
             findings.add(Finding("manifest", full, None, None,
                                  f"sha256 {getattr(report, 'sha256', '?')[:16]}…, manifest.json says {entry['sha256'][:16]}…"))
-        if entry.get("instances") is not None and entry["instances"] != report.records:
+        listed_records = entry.get("instances", entry.get("records"))  # create says instances, fine-tuning records
+        if listed_records is not None and listed_records != report.records:
             findings.add(Finding("manifest", full, None, None,
-                                 f"{report.records:,} records, manifest.json says {entry['instances']:,}"))
+                                 f"{report.records:,} records, manifest.json says {listed_records:,}"))
         if entry.get("format") and entry["format"] != report.fmt:
             findings.add(Finding("manifest", full, None, None, f"{report.fmt}, manifest.json says {entry['format']}"))
+        m_dims = manifest.get("dims")
+        if entry.get("kind") and report.kind is not None and (entry["kind"], m_dims) != (report.kind, report.dims):
+            findings.add(Finding("manifest", full, None, None,
+                                 f"{describe_shape(report.kind, report.dims)}, manifest.json says "
+                                 f"{describe_shape(entry['kind'], m_dims)}"))
+    for relative, entry in sorted((manifest.get("metadata") or {}).items()):  # SQuAD eval's JSON lines
+        full = os.path.normpath(os.path.join(base, relative))
+        if not os.path.isfile(full):
+            findings.add(Finding("manifest", full, None, None, "listed in manifest.json but missing"))
+        elif (os.path.getsize(full), _sha256(full)) != (entry.get("bytes"), entry.get("sha256")):
+            findings.add(Finding("manifest", full, None, None,
+                                 f"{os.path.getsize(full):,} bytes, sha256 {_sha256(full)[:16]}…; manifest.json says "
+                                 f"{entry.get('bytes', 0):,} bytes, sha256 {str(entry.get('sha256'))[:16]}…"))
     for record_file in record_files:
         if os.path.normpath(record_file.path) not in listed:
             findings.add(Finding("manifest", record_file.path, None, None,
                                  "not listed in manifest.json (an unfinished or stray file)"))
     m_kind, m_dims, _, _ = manifest_params(manifest)
     kind, dims = shape
-    if kind is not None and (m_kind.name, m_dims) != (kind, dims) and m_dims is not None:
+    if m_kind is not None and kind is not None and (m_kind.name, m_dims) != (kind, dims) and m_dims is not None:
         findings.add(Finding("manifest", path, None, None,
                              f"{describe_shape(m_kind.name, m_dims)}, the records hold {describe_shape(kind, dims)}"))

@@ -31,7 +31,7 @@ try:
     from bertprep._native import crc32c as _native_crc32c
 except ImportError:  # extension not built: the NumPy paths below, same results
     _native_crc32c = None
-# The C batch decoder when it was built (formats.decodes_natively says for which kinds); None: NumPy only.
+# The C batch decoder when it was built; None: the NumPy path only.
 _native_decode = formats.decode_batch if _native_crc32c is not None else None
 
 _CRC_TABLE = np.array(_make_table(), dtype=np.uint32)
@@ -237,7 +237,7 @@ def lockstep_decode(buf, starts, lengths, layout):
     if not len(starts):
         return ok, {}
     features = tuple((key, kind == "float", length) for key, kind, length in layout.entries)
-    if _native_decode is not None and formats.decodes_natively(features):
+    if _native_decode is not None:
         fields = _native_values(buf, starts, lengths, layout.fmt, features, ok)
         if fields is not None:
             return ok, fields

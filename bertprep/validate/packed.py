@@ -237,6 +237,16 @@ def new_stats(dims):
     return Stats(dims["seq"], dims["pred"], dims["k"])
 
 
+def table_rows(splits):
+    """The rows of the one-screen table: pretraining's for the sequences, and how full the rows are."""
+    rows = pretraining.table_rows(splits)
+    return rows[:1] + [
+        ("rows (per sequence)", lambda s: f"{s['rows']:,} ({s['packing_ratio']:.3f})"),
+        ("sequences per row 1/2/…", lambda s: "/".join(f"{n:,}" for n in s["sequences_per_row"][1:])),
+        ("real tokens / row slots", lambda s: f"{s['fill']:.1%}"),
+    ] + rows[1:]
+
+
 # ---------------------------------------------------------------- comparison
 
 

@@ -18,8 +18,12 @@ def plot_report(report, path):
     for (label, s), (ax_len, ax_pos, ax_nsp) in zip(groups, axes):
         hist = s["length_histogram"]
         ax_len.bar(range(len(hist)), hist, width=1.0)
-        ax_len.set_title(f"{label}: sequence length ({s['instances']:,} instances)")
+        ax_len.set_title(f"{label}: sequence length ({s.get('instances', s.get('records')):,} records)")
         ax_len.set_xlabel("real tokens")
+        if "mask_rate_by_position" not in s:  # fine-tuning records: their answers or labels instead
+            _plot_finetune(label, s, ax_pos)
+            ax_nsp.axis("off")
+            continue
         rate = s["mask_rate_by_position"]
         ax_pos.plot(range(len(rate)), rate)
         ax_pos.axhline(s["expected_mask_rate"], color="gray", linestyle="--", linewidth=0.8)
@@ -34,3 +38,14 @@ def plot_report(report, path):
     with atomic_open(path) as f:
         fig.savefig(f, format="png", dpi=80)
     plt.close(fig)
+
+
+def _plot_finetune(label, s, ax):
+    if "answers" in s:
+        ax.bar(["answer in window", "not in window", "impossible"], list(s["answers"].values()))
+        ax.set_title(f"{label}: SQuAD answers")
+    elif "labels" in s:
+        ax.bar(list(s["labels"]), list(s["labels"].values()))
+        ax.set_title(f"{label}: label ids")
+    else:
+        ax.axis("off")

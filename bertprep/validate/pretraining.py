@@ -118,14 +118,9 @@ def explain(check, row, d, i, spec):
     ids, mask, seg, pos, mids, weights, nsl = (row[name][i] for name in PRETRAINING.names)
     length = int(d.length[i])
     k = int(d.predictions[i])
-    if check == "input_mask":
-        bad = [j for j, v in enumerate(mask) if v not in (0, 1)]
-        if bad:
-            return "input_mask", f"value {int(mask[bad[0]])} at {bad[0]}, expected 0 or 1"
-        if mask[0] != 1:
-            return "input_mask", "input_mask[0] is 0, expected 1 ([CLS] is a real token)"
-        j = int(np.flatnonzero(mask[1:] > mask[:-1])[0]) + 1
-        return "input_mask", f"1 at {j} after a 0 at {j - 1}, expected ones then zeros"
+    shared = explain_shared(check, ids, mask, seg, int(d.sep1[i]), length)
+    if shared is not None:
+        return shared
     if check == "cls":
         return "input_ids", f"input_ids[0] is {int(d.restored[i][0])}, expected [CLS] ({spec.cls_id})"
     if check == "sep":
@@ -135,15 +130,6 @@ def explain(check, row, d, i, spec):
         if where[1] != length - 1:
             return "input_ids", f"second [SEP] at {where[1]}, expected at the last real token {length - 1}"
         return "input_ids", f"[SEP] at {where} leaves an empty segment"
-    if check == "segment_ids":
-        cols = np.arange(len(seg))
-        expected = ((cols > d.sep1[i]) & (cols < length)).astype(int)
-        j = int(np.flatnonzero(seg != expected)[0])
-        part = "padding" if j >= length else f"segment {expected[j]} (first [SEP] at {int(d.sep1[i])})"
-        return "segment_ids", f"segment_ids[{j}] is {int(seg[j])}, expected {expected[j]} ({part})"
-    if check == "padding":
-        j = int(np.flatnonzero((ids != 0) & (np.arange(len(ids)) >= length))[0])
-        return "input_ids", f"input_ids[{j}] is {int(ids[j])} in the padding (length {length}), expected 0"
     if check == "vocab":
         limit = f"< {spec.vocab_size}" if spec.vocab_size is not None else ">= 0"
         for name, values, count in (("input_ids", ids, len(ids)), ("masked_lm_ids", mids, k)):
@@ -184,6 +170,28 @@ def explain(check, row, d, i, spec):
     if check == "next_sentence_labels":
         return "next_sentence_labels", f"label {int(nsl[0])}, expected 0 or 1"
     return None, "failed"
+
+
+def explain_shared(check, ids, mask, seg, sep1, length):
+    """(field, message) for the checks every BERT record kind shares (mask, segments, padding), else None."""
+    if check == "input_mask":
+        bad = [j for j, v in enumerate(mask) if v not in (0, 1)]
+        if bad:
+            return "input_mask", f"value {int(mask[bad[0]])} at {bad[0]}, expected 0 or 1"
+        if mask[0] != 1:
+            return "input_mask", "input_mask[0] is 0, expected 1 ([CLS] is a real token)"
+        j = int(np.flatnonzero(mask[1:] > mask[:-1])[0]) + 1
+        return "input_mask", f"1 at {j} after a 0 at {j - 1}, expected ones then zeros"
+    if check == "segment_ids":
+        cols = np.arange(len(seg))
+        expected = ((cols > sep1) & (cols < length)).astype(int)
+        j = int(np.flatnonzero(seg != expected)[0])
+        part = "padding" if j >= length else f"segment {expected[j]} (first [SEP] at {sep1})"
+        return "segment_ids", f"segment_ids[{j}] is {int(seg[j])}, expected {expected[j]} ({part})"
+    if check == "padding":
+        j = int(np.flatnonzero((ids != 0) & (np.arange(len(ids)) >= length))[0])
+        return "input_ids", f"input_ids[{j}] is {int(ids[j])} in the padding (length {length}), expected 0"
+    return None
 
 
 # ---------------------------------------------------------------- statistics
@@ -251,6 +259,24 @@ class Stats:
 
 def new_stats(dims):
     return Stats(dims["seq"], dims["pred"])
+
+
+def table_rows(splits):
+    """(label, figures -> text) rows of the one-screen table for the figures of `splits` ({split: figures})."""
+    rows = [
+        ("instances", lambda s: f"{s['instances']:,}"),
+        ("tokens", lambda s: f"{s['tokens']:,}"),
+        ("mean length", lambda s: f"{s['mean_length']:.1f}"),
+        ("full length / ≤ seq/2", lambda s: f"{s['full_length_share']:.1%} / {s['short_share']:.1%}"),
+        ("mask rate (expected)", lambda s: f"{s['mask_rate']:.4f} ({s['expected_mask_rate']:.4f})"),
+        ("[MASK] / same / other", lambda s: "/".join(f"{100 * x:.1f}" for x in s["replacement_shares"])),
+        ("NSP random-next share", lambda s: f"{s['random_next_share']:.1%}"),
+        ("duplicate records / texts", lambda s: f"{s['duplicate_records']:,} / {s['duplicate_texts']:,}"),
+    ]
+    if any("segments_also_in_training" in s for s in splits.values()):
+        rows.append(("test segments in training",
+                     lambda s: f"{s['segment_overlap_share']:.2%}" if "segment_overlap_share" in s else "-"))
+    return rows
 
 
 def _hashes(batch, d):

@@ -14,7 +14,7 @@ import numpy as np
 from bertprep import formats
 from bertprep.formats.protowire import WireError
 from bertprep.formats.schemas import kind_of_record
-from bertprep.validate import packed, pretraining
+from bertprep.validate import finetune, packed, pretraining
 from bertprep.validate.decode import (
     Framing,
     exact_decode,
@@ -40,13 +40,21 @@ class KindRules:
     failure_masks: object  # (batch, derived, spec) -> {check: (N,) bool, True where the record fails}
     explain: object  # (check, batch, derived, i, spec) -> (field, message) for record i of the batch
     new_stats: object = None  # (dims) -> statistics: update(batch, derived, spec), merge(other), summary(spec, training)
+    table_rows: object = None  # ({split: figures}) -> [(label, figures -> text)]: rows of the one-screen table
 
 
 # record kind name -> its rules; kinds without an entry get framing and schema checks only
 RULES = {
     "pretraining": KindRules(pretraining.CHECKS, pretraining.derive, pretraining.failure_masks,
-                             pretraining.explain, pretraining.new_stats),
-    "packed": KindRules(packed.CHECKS, packed.derive, packed.failure_masks, packed.explain, packed.new_stats),
+                             pretraining.explain, pretraining.new_stats, pretraining.table_rows),
+    "packed": KindRules(packed.CHECKS, packed.derive, packed.failure_masks, packed.explain, packed.new_stats,
+                        packed.table_rows),
+    **{name: KindRules(checks, finetune.derive, finetune.failure_masks, finetune.explain, finetune.new_stats,
+                       finetune.table_rows)
+       for name, checks in (("squad_train", {**finetune.STRUCTURE, **finetune.SQUAD, **finetune.SQUAD_TRAIN}),
+                            ("squad_eval", {**finetune.STRUCTURE, **finetune.SQUAD}),
+                            ("glue", {**finetune.STRUCTURE, **finetune.GLUE}),
+                            ("glue_regression", {**finetune.STRUCTURE, **finetune.GLUE}))},
 }
 
 
@@ -71,6 +79,7 @@ class RecordSpec:
     mask_id: int = 103
     masked_lm_prob: float = 0.15
     whole_word_mask: bool = False
+    num_labels: int = None  # GLUE: label ids must be below it (the manifest's label list); None: no bound
     max_errors: int = 20
     chunk: int = 8192
 

@@ -18,7 +18,8 @@ from bertprep.download.glue import task_outputs
 from bertprep.download.squad import FILES as SQUAD_FILES
 from bertprep.validate.dataset import natural_key
 from bertprep.validate.records import Finding
-from bertprep.workdir import MANIFEST, SPLITS
+from bertprep.atomic import walk
+from bertprep.workdir import MANIFEST, SPLITS, read_manifest
 
 TEXT_CHECKS = {
     "utf8": "text shards are UTF-8",
@@ -49,8 +50,7 @@ def find_text_shards(path):
     if os.path.isfile(path):
         return [(path, _split_of(path) or "all")] if path.endswith(".txt") else []
     found = []
-    for root, dirs, files in os.walk(path):
-        dirs.sort()
+    for root, dirs, files in walk(path):  # sorted, without .partial/ and other hidden directories
         for name in files:
             split = _split_of(os.path.join(root, name))
             if name.endswith(".txt") and split:
@@ -155,11 +155,10 @@ def _check_listed_files(path, check, found):
     manifest_path = os.path.join(path, MANIFEST)
     if not os.path.isfile(manifest_path):
         return []
-    try:
-        with open(manifest_path, encoding="utf-8") as f:
-            entries = (json.load(f) or {}).get("files") or {}
-    except (OSError, ValueError, AttributeError) as exc:
-        return [Finding(check, manifest_path, None, None, f"unreadable: {exc}")]
+    manifest, problem = read_manifest(manifest_path)
+    if problem:
+        return [Finding(check, manifest_path, None, None, f"unreadable: {problem}")]
+    entries = manifest.get("files") or {}
     findings = []
     for relative, entry in entries.items():
         full = os.path.join(path, relative)
@@ -192,8 +191,7 @@ def find_downloads(path):
     squad, glue = [], []
     known_squad = {name: (version, split, md5, examples)
                    for version, files in SQUAD_FILES.items() for split, name, md5, examples in files}
-    for root, dirs, files in os.walk(path):
-        dirs.sort()
+    for root, dirs, files in walk(path):  # sorted, without .partial/ and other hidden directories
         for name in sorted(files):
             full = os.path.join(root, name)
             if name in known_squad:
@@ -295,12 +293,10 @@ def _listed_sha256(path):
     for _ in range(4):
         manifest_path = os.path.join(directory, MANIFEST)
         if os.path.isfile(manifest_path):
-            try:
-                with open(manifest_path, encoding="utf-8") as f:
-                    files = (json.load(f) or {}).get("files") or {}
-            except (OSError, ValueError, AttributeError):
+            manifest, _problem = read_manifest(manifest_path)
+            if manifest is None:
                 return None
-            entry = files.get(os.path.relpath(os.path.abspath(path), directory))
+            entry = manifest.get("files", {}).get(os.path.relpath(os.path.abspath(path), directory))
             if isinstance(entry, dict) and entry.get("sha256"):
                 return entry["sha256"]
         directory = os.path.dirname(directory)

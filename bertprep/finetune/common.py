@@ -1,0 +1,212 @@
+"""What `create-squad` and `create-glue` share: flags, the tokenizer, a split's output files, the manifest.
+
+One run writes one split (or, for GLUE, each split) into a flat directory,
+under the names the two ecosystems read:
+
+    DIR/{train,eval,predict}.tf_record      google-research/bert's and NVIDIA's names
+    DIR/{train,eval,test}.of_record-0       OneFlow-Benchmark's names
+    DIR/manifest.json                       one entry per written file; a later run adds its split
+
+Every file is written under a temporary name and renamed when complete; the
+manifest is saved after the files, so a file it lists is whole. A rerun whose
+split is already listed with the same input and settings is skipped.
+"""
+
+import contextlib
+import hashlib
+import os
+
+import numpy as np
+
+from bertprep import __version__, formats
+from bertprep.atomic import atomic_open
+from bertprep.errors import DataError, UsageError
+from bertprep.progress import add_output_arguments
+from bertprep.tokenization import LineTokenizer, load_vocab, resolve_vocab_path
+from bertprep.workdir import load_manifest, save_manifest
+
+# output role -> {format: file name}. GLUE's dev split and SQuAD's eval split are "eval"; GLUE's test is "test".
+OUTPUT_NAMES = {
+    "train": {"tfrecord": "train.tf_record", "ofrecord": "train.of_record-0"},
+    "eval": {"tfrecord": "eval.tf_record", "ofrecord": "eval.of_record-0"},
+    "test": {"tfrecord": "predict.tf_record", "ofrecord": "test.of_record-0"},
+}
+# The settings two runs into one directory must share (their files are read together).
+SHARED_SETTINGS = ("task", "dims", "labels", "version_2_with_negative", "lower_case", "params")
+
+
+def add_common_arguments(parser, seq):
+    parser.add_argument("--vocab", required=True, help="vocab.txt, or a hub model id such as bert-base-uncased")
+    parser.add_argument("--out", required=True, help="output directory (a later run for another split adds to it)")
+    parser.add_argument("--seq", type=int, default=seq, help=f"max_seq_length (default {seq})")
+    parser.add_argument("--no-lower-case", action="store_true", help="for cased vocabs")
+    parser.add_argument("--format", default="tfrecord,ofrecord", help="comma-separated: tfrecord, ofrecord (default both)")
+    add_output_arguments(parser)
+
+
+class Tokenizer:
+    """google-research/bert's FullTokenizer.tokenize, as ids, for many texts at once.
+
+    bertprep.tokenization.LineTokenizer does the work (C for ASCII text, HF
+    tokenizers otherwise, both exact); a text's token ids never depend on
+    other texts, so texts are tokenized in batches and words once each.
+    """
+
+    def __init__(self, vocab, lower_case):
+        self.vocab = vocab
+        self.lines = LineTokenizer(vocab, lower_case).warmed()
+        self.cls_id, self.sep_id = vocab.id_of("[CLS]"), vocab.id_of("[SEP]")
+        # id -> token, as the reference's inv_vocab (a repeated vocab line keeps its last id)
+        tokens = np.empty(max(vocab.ids.values()) + 1, dtype=object)
+        for token, index in vocab.ids.items():
+            tokens[index] = token
+        self.tokens = tokens
+
+    def encode(self, texts):
+        """(ids int32, offsets int64 of len(texts) + 1): text i's ids are ids[offsets[i]:offsets[i + 1]]."""
+        ids, counts = self.lines.encode(list(texts))
+        offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        return ids, offsets
+
+
+def load_tokenizer(value, lower_case):
+    return Tokenizer(load_vocab(resolve_vocab_path(value)), lower_case)
+
+
+def check_seq(seq, minimum):
+    if seq < minimum:
+        raise UsageError(f"--seq {seq} is too small: at least {minimum} positions are needed")
+
+
+def sha256_of(path):
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 22):
+                digest.update(chunk)
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    return digest.hexdigest()
+
+
+# ---------------------------------------------------------------- one split's output files
+
+
+class SplitWriter:
+    """The record files of one split in every requested format, written as feature columns arrive.
+
+        with SplitWriter(out, "eval", fmts, kind) as writer:
+            writer.write(columns)            # {name: (N, length) array}, any number of times
+        writer.entries()                     # manifest entries, once the files are in place
+    """
+
+    def __init__(self, out, role, fmts, kind, extra_files=()):
+        self.out, self.role, self.fmts, self.kind = out, role, fmts, kind
+        self.names = {fmt: OUTPUT_NAMES[role][fmt] for fmt in fmts}
+        self.extra_files = tuple(extra_files)  # names of text files written beside the records (JSON lines)
+        self.records = 0
+        self._stack = None
+        self._staging = None  # None: atomic_open's own .partial/ beside each file
+        self._files, self._digests, self._sizes = {}, {}, {}
+
+    @contextlib.contextmanager
+    def staged_in(self, staging):
+        """Write the split's files with their temporaries in `staging` (the held tree's .partial/)."""
+        self._staging = staging
+        with self:
+            yield self
+
+    def __enter__(self):
+        self._stack = contextlib.ExitStack()
+        for name in (*self.names.values(), *self.extra_files):
+            path = os.path.join(self.out, name)
+            self._files[name] = self._stack.enter_context(atomic_open(path, staging=self._staging))
+            self._digests[name], self._sizes[name] = hashlib.sha256(), 0
+        return self
+
+    def __exit__(self, *exc_info):
+        return self._stack.__exit__(*exc_info)
+
+    def _put(self, name, data):
+        self._files[name].write(data)
+        self._digests[name].update(data)
+        self._sizes[name] += len(data)
+
+    def write(self, columns):
+        for fmt, name in self.names.items():
+            self._put(name, formats.encode_columns(columns, fmt, self.kind))
+        self.records += len(next(iter(columns.values())))
+
+    def write_lines(self, name, lines):
+        """Append text lines (each without its newline) to one of the extra files."""
+        if lines:
+            self._put(name, ("\n".join(lines) + "\n").encode("utf-8"))
+
+    def entries(self, split, examples, **extra):
+        """{file name: manifest entry} for the record files."""
+        return {name: {"kind": self.kind.name, "split": split, "format": fmt, "records": self.records,
+                       "examples": examples, "bytes": self._sizes[name], "sha256": self._digests[name].hexdigest(),
+                       **extra}
+                for fmt, name in self.names.items()}
+
+    def extra_entries(self, split):
+        return {name: {"split": split, "bytes": self._sizes[name], "sha256": self._digests[name].hexdigest()}
+                for name in self.extra_files}
+
+
+# ---------------------------------------------------------------- the manifest
+
+
+def run_settings(tokenizer, seq, **settings):
+    """The manifest's top-level settings for a run (vocab, dims, flags)."""
+    vocab = tokenizer.vocab
+    return {"dims": {"seq": seq}, "lower_case": tokenizer.lines.lower_case,
+            "vocab": {"path": vocab.path, "sha256": vocab.sha256, "size": vocab.size}, **settings}
+
+
+def open_manifest(out, stage, settings):
+    """The manifest this run adds to: the directory's own if it was made with the same settings, else a new one.
+
+    Two runs into one directory must agree on everything their files are
+    read with together (task, seq, vocab, case, ...); otherwise the second
+    stops with a usage error and changes nothing.
+    """
+    manifest = load_manifest(out)
+    if manifest is None:
+        return {"tool": "bertprep", "stage": stage, "version": __version__, **settings, "source": {}, "files": {},
+                "metadata": {}}
+    where = os.path.join(out, "manifest.json")
+    if manifest.get("stage") != stage:
+        raise UsageError(f"{where}: written by {manifest.get('stage')!r}, not {stage}: use another --out")
+    for key in (*SHARED_SETTINGS, "vocab"):
+        ours, theirs = settings.get(key), manifest.get(key)
+        if key == "vocab":
+            ours, theirs = (ours or {}).get("sha256"), (theirs or {}).get("sha256")
+        if ours != theirs:
+            raise UsageError(f"{where}: its files were made with {key} {theirs!r}, this run has {ours!r}; "
+                             "use another --out (or remove the directory)")
+    return {**manifest, **settings, "version": __version__}
+
+
+def split_is_complete(out, manifest, split, names, source_sha256):
+    """Whether `split` is listed with this source and its files are present at their recorded sizes."""
+    if (manifest.get("source", {}).get(split) or {}).get("sha256") != source_sha256:
+        return False
+    listed = {**manifest.get("files", {}), **manifest.get("metadata", {})}
+    for name in names:
+        entry = listed.get(name)
+        try:
+            if entry is None or entry.get("split") != split or os.path.getsize(os.path.join(out, name)) != entry["bytes"]:
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def record_split(out, manifest, split, source, writer, examples, **extra):
+    """Add a finished split's files to the manifest and save it."""
+    manifest["source"][split] = source
+    manifest["files"].update(writer.entries(split, examples, **extra))
+    manifest.setdefault("metadata", {}).update(writer.extra_entries(split))
+    save_manifest(out, manifest)

@@ -1,0 +1,479 @@
+"""`bertprep create-squad`: SQuAD JSON → the features google-research/bert's run_squad.py writes.
+
+The records equal, value for value and in order, what run_squad.py's
+`read_squad_examples`, the `random.Random(12345)` shuffle of training
+examples, `convert_examples_to_features` and `FeatureWriter` produce for the
+same file, vocab and flags (tests compare TFRecord bytes with goldens the
+reference wrote). The algorithm is the reference's, step for step:
+
+- a context is split into words on space, tab, CR, LF and U+202F only; an
+  answer's characters map to the words they fall in;
+- in training, an answer whose text is not found in the words it maps to is
+  skipped with a warning (counted in the summary), and v2.0's unanswerable
+  questions get start = end = 0;
+- each word is tokenized alone (BasicTokenizer + WordPiece), the question as
+  a whole and cut to --max-query tokens;
+- the answer span is narrowed to the tokens of the answer text where they
+  occur inside it (`_improve_answer_span`);
+- windows of seq − query − 3 document tokens start every --doc-stride
+  tokens; a training window without the whole answer gets start = end = 0;
+- a token's "max context" window is the one where min(left, right context)
+  + 0.01 × window length is largest, the first on a tie.
+
+Speed comes from doing the same work once: each distinct word is tokenized
+once for the whole file, each paragraph's tokens are assembled once for all
+its questions, features are built as NumPy rows and encoded in batches.
+
+The eval split also gets, beside its records, what run_squad.py's
+`write_predictions` needs to turn logits back into answer strings:
+`eval.features.jsonl` (per feature: unique_id, example_index,
+doc_span_index, tokens, token_to_orig_map, token_is_max_context) and
+`eval.examples.jsonl` (per question: example_index, qas_id, question_text,
+doc_tokens), one JSON object per line in record order.
+"""
+
+import dataclasses
+import itertools
+import json
+import os
+import random
+import re
+import sys
+import time
+
+import numpy as np
+
+from bertprep import formats
+from bertprep.atomic import hold
+from bertprep.corpus import read_text
+from bertprep.errors import DataError, UsageError
+from bertprep.finetune.common import (
+    SplitWriter,
+    add_common_arguments,
+    check_seq,
+    load_tokenizer,
+    open_manifest,
+    record_split,
+    run_settings,
+    sha256_of,
+    split_is_complete,
+)
+from bertprep.formats.schemas import SQUAD_EVAL, SQUAD_TRAIN
+from bertprep.progress import Progress, human_bytes, print_summary
+
+FIRST_UNIQUE_ID = 1000000000  # run_squad.py's first unique_id
+SHUFFLE_SEED = 12345  # run_squad.py main: random.Random(12345).shuffle(train_examples)
+CHUNK_EXAMPLES = 512  # examples converted and encoded at a time (bounds memory)
+EVAL_FEATURES, EVAL_EXAMPLES = "eval.features.jsonl", "eval.examples.jsonl"
+# run_squad.py's is_whitespace: a context's words are what lies between these characters.
+_WORD = re.compile("[^ \t\r\n\u202f]+")
+# What str.split() also splits on: where a context holds none of these, str.split() gives its words.
+_OTHER_WHITESPACE = re.compile("[\x0b\x0c\x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u205f\u3000]")
+SHOWN_WARNINGS = 20
+
+
+def add_arguments(parser):
+    parser.add_argument("--input", required=True, help="SQuAD JSON: train-v1.1.json, dev-v2.0.json, ...")
+    parser.add_argument("--split", choices=("train", "eval"),
+                        help="train (shuffled, with answers) or eval (with prediction metadata); "
+                             "default from the file name: train-* or dev-*")
+    parser.add_argument("--doc-stride", type=int, default=128, help="doc_stride (default 128)")
+    parser.add_argument("--max-query", type=int, default=64, help="max_query_length (default 64)")
+    add_common_arguments(parser, seq=384)
+
+
+@dataclasses.dataclass(frozen=True)
+class Params:
+    max_seq_length: int
+    doc_stride: int
+    max_query_length: int
+
+
+@dataclasses.dataclass
+class Paragraph:
+    context: str
+    words: list  # doc_tokens: the context split on SQuAD's whitespace
+
+
+@dataclasses.dataclass
+class Example:
+    qas_id: str
+    question: str
+    paragraph: int  # index into the file's paragraphs
+    answer: str = None  # training only
+    start_word: int = None
+    end_word: int = None
+    is_impossible: bool = False
+
+
+# ---------------------------------------------------------------- reading the JSON
+
+
+def load_json(path):
+    """The parsed file; a DataError names the byte offset of malformed JSON."""
+    text = read_text(path, expected="SQuAD files are UTF-8 JSON")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        offset = len(text[:exc.pos].encode("utf-8"))
+        raise DataError(f"{path}: malformed JSON at byte {offset} (line {exc.lineno}, column {exc.colno}): {exc.msg}") from None
+
+
+def _get(container, key, kind, where):
+    if not isinstance(container, dict) or key not in container:
+        raise DataError(f"{where}: missing {key!r} (expected SQuAD JSON: data[].paragraphs[].qas[])")
+    value = container[key]
+    if not isinstance(value, kind):
+        names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+        raise DataError(f"{where}: {key!r} is {type(value).__name__}, expected {names}")
+    return value
+
+
+def split_words(context):
+    """run_squad.py's doc_tokens: the context split on space, tab, CR, LF and U+202F only."""
+    if _OTHER_WHITESPACE.search(context) is None:
+        return context.split()
+    return _WORD.findall(context)
+
+
+def word_at(paragraph, offset):
+    """run_squad.py's char_to_word_offset[offset], Python indexing included (a negative offset counts from the end).
+
+    That is the number of words begun at or before the offset, less one: the
+    words of the context up to it. None where the reference's list has no
+    such index (it would stop with an IndexError).
+    """
+    length = len(paragraph.context)
+    if not -length <= offset < length:
+        return None
+    return len(split_words(paragraph.context[:offset % length + 1])) - 1
+
+
+def read_examples(path, is_training):
+    """(examples, paragraphs, skipped warnings, version_2_with_negative) of a SQuAD file, in file order.
+
+    As run_squad.py's read_squad_examples; v2.0 is recognised by questions
+    carrying `is_impossible`. In training a question must have exactly one
+    answer unless it is impossible, and an answer whose text is not where its
+    answer_start says is skipped with a warning.
+    """
+    data = load_json(path)
+    articles = _get(data, "data", list, path)
+    version_2 = any(isinstance(qa, dict) and "is_impossible" in qa
+                    for article in articles if isinstance(article, dict)
+                    for paragraph in article.get("paragraphs") or [] if isinstance(paragraph, dict)
+                    for qa in paragraph.get("qas") or [])
+    examples, paragraphs, skipped = [], [], []
+    for a, article in enumerate(articles):
+        for p, paragraph_json in enumerate(_get(article, "paragraphs", list, f"{path}: data[{a}]")):
+            where = f"{path}: data[{a}].paragraphs[{p}]"
+            context = _get(paragraph_json, "context", str, where)
+            paragraph = Paragraph(context, split_words(context))
+            paragraphs.append(paragraph)
+            for q, qa in enumerate(_get(paragraph_json, "qas", list, where)):
+                qa_where = f"{where}.qas[{q}]"
+                qas_id = _get(qa, "id", (str, int), qa_where)
+                qa_where = f"{path}: question {qas_id!r}"
+                example = Example(qas_id, _get(qa, "question", str, qa_where), len(paragraphs) - 1)
+                if is_training:
+                    problem = _training_answer(example, qa, paragraph, version_2, qa_where)
+                    if problem is not None:
+                        skipped.append(f"{qa_where}: {problem}; skipped, as run_squad.py does")
+                        continue
+                examples.append(example)
+    return examples, paragraphs, skipped, version_2
+
+
+def _training_answer(example, qa, paragraph, version_2, where):
+    """Fill a training example's answer; a reason to skip it, or None."""
+    example.is_impossible = bool(qa.get("is_impossible", False)) if version_2 else False
+    answers = _get(qa, "answers", list, where)
+    if example.is_impossible:
+        example.start_word = example.end_word = -1
+        example.answer = ""
+        return None
+    if len(answers) != 1:
+        raise DataError(f"{where}: {len(answers)} answers; training needs exactly 1 per question "
+                        "(or is_impossible in SQuAD v2.0)")
+    text = _get(answers[0], "text", str, f"{where}: answers[0]")
+    offset = _get(answers[0], "answer_start", int, f"{where}: answers[0]")
+    if not paragraph.words:
+        return "its context is empty"
+    start, end = word_at(paragraph, offset), word_at(paragraph, offset + len(text) - 1)
+    if start is None or end is None:
+        return (f"answer_start {offset} with a {len(text)}-character answer lies outside its "
+                f"{len(paragraph.context)}-character context")
+    actual = " ".join(paragraph.words[start:end + 1])
+    cleaned = " ".join(text.split())
+    if actual.find(cleaned) == -1:
+        return f"could not find answer {cleaned!r} at answer_start {offset} (the context there reads {actual!r})"
+    example.answer, example.start_word, example.end_word = text, start, end
+    return None
+
+
+# ---------------------------------------------------------------- examples -> features
+
+
+class DocTokens:
+    """Every paragraph's WordPiece tokens, each distinct word tokenized once for the whole file."""
+
+    def __init__(self, paragraphs, tokenizer):
+        distinct = list(dict.fromkeys(itertools.chain.from_iterable(p.words for p in paragraphs)))
+        index = dict(zip(distinct, itertools.count()))
+        self.word_ids = [np.fromiter(map(index.__getitem__, p.words), np.int64, len(p.words)) for p in paragraphs]
+        self.ids, self.offsets = tokenizer.encode(distinct)
+        self.counts = np.diff(self.offsets)
+        self._cache = {}
+
+    def of(self, paragraph):
+        """(all_doc_tokens ids, tok_to_orig_index, orig_to_tok_index) of a paragraph, as run_squad.py builds them."""
+        if paragraph not in self._cache:
+            words = self.word_ids[paragraph]
+            counts = self.counts[words]
+            orig_to_tok = np.cumsum(counts) - counts
+            total = int(counts.sum())
+            gather = np.repeat(self.offsets[words] - orig_to_tok, counts) + np.arange(total)
+            tok_to_orig = np.repeat(np.arange(len(words), dtype=np.int32), counts)
+            self._cache[paragraph] = (self.ids[gather], tok_to_orig, orig_to_tok)
+        return self._cache[paragraph]
+
+
+def doc_spans(length, max_tokens, stride):
+    """[(start, length)] of the sliding windows over `length` document tokens."""
+    spans = []
+    start = 0
+    while start < length:
+        span = min(length - start, max_tokens)
+        spans.append((start, span))
+        if start + span == length:
+            break
+        start += min(span, stride)
+    return spans
+
+
+def max_context_windows(spans, length):
+    """For each document token, the window where it has the most context (run_squad.py's _check_is_max_context)."""
+    starts = np.array([s for s, _ in spans])[:, None]
+    lengths = np.array([n for _, n in spans])[:, None]
+    ends = starts + lengths - 1
+    position = np.arange(length)[None, :]
+    score = np.minimum(position - starts, ends - position) + 0.01 * lengths
+    score = np.where((position >= starts) & (position <= ends), score, -np.inf)
+    return score.argmax(axis=0)  # the first of equal scores, as the reference's strict ">"
+
+
+def improve_answer_span(doc_ids, start, end, answer_ids):
+    """run_squad.py's _improve_answer_span on token ids.
+
+    The reference compares " ".join of token strings; tokens hold no spaces
+    and are never empty, so that is list equality, which only a span of the
+    answer's own length can meet: the first start whose span fits inside
+    [start, end] and equals the answer wins.
+    """
+    if start < 0:  # only reachable through Python's negative indexing in the reference: run its loop as written
+        return _improve_answer_span_as_written(doc_ids, start, end, answer_ids)
+    size = len(answer_ids)
+    if size:
+        for new_start in range(start, end - size + 2):
+            if np.array_equal(doc_ids[new_start:new_start + size], answer_ids):
+                return new_start, new_start + size - 1
+    return start, end
+
+
+def _improve_answer_span_as_written(doc_ids, start, end, answer_ids):
+    wanted = list(answer_ids)
+    ids = list(doc_ids)
+    for new_start in range(start, end + 1):
+        for new_end in range(end, new_start - 1, -1):
+            if ids[new_start:new_end + 1] == wanted:
+                return new_start, new_end
+    return start, end
+
+
+def convert(examples, paragraphs, tokenizer, params, is_training):
+    """Yield the features of `examples` a chunk at a time: (columns, first example index, metadata lines or None).
+
+    columns holds the record kind's features as (N, length) arrays; the
+    metadata (eval only) is (feature lines, example lines) of the JSON-lines
+    files.
+    """
+    seq = params.max_seq_length
+    doc_tokens = DocTokens(paragraphs, tokenizer)
+    unique_id = FIRST_UNIQUE_ID
+    for first in range(0, len(examples), CHUNK_EXAMPLES):
+        chunk = examples[first:first + CHUNK_EXAMPLES]
+        query_ids, query_offsets = tokenizer.encode(e.question for e in chunk)
+        if is_training:
+            answer_ids, answer_offsets = tokenizer.encode(e.answer for e in chunk)
+        rows = []  # (example in chunk, query length, span start, span length, start_position, end_position)
+        feature_lines, example_lines = [], []
+        for i, example in enumerate(chunk):
+            query = query_ids[query_offsets[i]:min(query_offsets[i + 1], query_offsets[i] + params.max_query_length)]
+            doc_ids, tok_to_orig, orig_to_tok = doc_tokens.of(example.paragraph)
+            if is_training and not example.is_impossible:
+                tok_start = int(orig_to_tok[example.start_word])
+                words = len(paragraphs[example.paragraph].words)
+                tok_end = int(orig_to_tok[example.end_word + 1]) - 1 if example.end_word < words - 1 else len(doc_ids) - 1
+                tok_start, tok_end = improve_answer_span(
+                    doc_ids, tok_start, tok_end, answer_ids[answer_offsets[i]:answer_offsets[i + 1]])
+            spans = doc_spans(len(doc_ids), seq - len(query) - 3, params.doc_stride)
+            for span_start, span_length in spans:
+                start = end = 0
+                if is_training and not example.is_impossible and span_start <= tok_start and tok_end <= span_start + span_length - 1:
+                    start = tok_start - span_start + len(query) + 2
+                    end = tok_end - span_start + len(query) + 2
+                rows.append((i, query, span_start, span_length, start, end))
+            if not is_training:
+                best = max_context_windows(spans, len(doc_ids)) if spans else None
+                for span_index, (span_start, span_length) in enumerate(spans):
+                    feature_lines.append(_feature_line(unique_id + len(feature_lines), first + i, span_index,
+                                                       span_start, span_length, query, doc_ids, tok_to_orig, best,
+                                                       tokenizer))
+                example_lines.append(json.dumps({"example_index": first + i, "qas_id": example.qas_id,
+                                                 "question_text": example.question,
+                                                 "doc_tokens": paragraphs[example.paragraph].words},
+                                                ensure_ascii=False))
+        columns = _feature_columns(rows, chunk, doc_tokens, tokenizer, seq, unique_id, is_training)
+        unique_id += len(rows)
+        yield columns, len(chunk), (None if is_training else (feature_lines, example_lines))
+
+
+def _feature_columns(rows, chunk, doc_tokens, tokenizer, seq, first_unique_id, is_training):
+    count = len(rows)
+    input_ids = np.zeros((count, seq), np.int32)
+    lengths = np.empty(count, np.int64)
+    context_starts = np.empty(count, np.int64)
+    for f, (i, query, span_start, span_length, _start, _end) in enumerate(rows):
+        doc_ids = doc_tokens.of(chunk[i].paragraph)[0]
+        q = len(query)
+        row = input_ids[f]
+        row[0] = tokenizer.cls_id
+        row[1:q + 1] = query
+        row[q + 1] = tokenizer.sep_id
+        row[q + 2:q + 2 + span_length] = doc_ids[span_start:span_start + span_length]
+        row[q + 2 + span_length] = tokenizer.sep_id
+        lengths[f] = q + 3 + span_length
+        context_starts[f] = q + 2
+    position = np.arange(seq)[None, :]
+    real = position < lengths[:, None]
+    columns = {
+        "unique_ids": np.arange(first_unique_id, first_unique_id + count, dtype=np.int64)[:, None],
+        "input_ids": input_ids,
+        "input_mask": real.astype(np.int32),
+        "segment_ids": (real & (position >= context_starts[:, None])).astype(np.int32),
+    }
+    if is_training:
+        columns["start_positions"] = np.array([r[4] for r in rows], np.int64).reshape(count, 1)
+        columns["end_positions"] = np.array([r[5] for r in rows], np.int64).reshape(count, 1)
+        columns["is_impossible"] = np.array([int(chunk[r[0]].is_impossible) for r in rows], np.int64).reshape(count, 1)
+    return columns
+
+
+def _feature_line(unique_id, example_index, span_index, span_start, span_length, query, doc_ids, tok_to_orig, best,
+                  tokenizer):
+    """One line of eval.features.jsonl: what write_predictions reads from an InputFeatures."""
+    first = len(query) + 2
+    ids = np.concatenate([[tokenizer.cls_id], query, [tokenizer.sep_id],
+                          doc_ids[span_start:span_start + span_length], [tokenizer.sep_id]])
+    keys = [str(k) for k in range(first, first + span_length)]
+    return json.dumps({
+        "unique_id": unique_id,
+        "example_index": example_index,
+        "doc_span_index": span_index,
+        "tokens": tokenizer.tokens[ids].tolist(),
+        "token_to_orig_map": dict(zip(keys, tok_to_orig[span_start:span_start + span_length].tolist())),
+        "token_is_max_context": dict(zip(keys, (best[span_start:span_start + span_length] == span_index).tolist())),
+    }, ensure_ascii=False)
+
+
+# ---------------------------------------------------------------- the command
+
+
+def split_of(path, value):
+    if value:
+        return value
+    name = os.path.basename(path)
+    if name.startswith("train"):
+        return "train"
+    if name.startswith("dev"):
+        return "eval"
+    raise UsageError(f"{path}: cannot tell the split from the name (train-* or dev-*): pass --split train or --split eval")
+
+
+def check_flags(args):
+    check_seq(args.seq, 4)
+    if args.doc_stride < 1:
+        raise UsageError(f"--doc-stride must be at least 1, not {args.doc_stride}")
+    if args.max_query < 0:
+        raise UsageError(f"--max-query must be at least 0, not {args.max_query}")
+    if args.seq <= args.max_query + 3:
+        raise UsageError(f"--seq {args.seq} must be greater than --max-query {args.max_query} + 3 "
+                         "([CLS] question [SEP] context [SEP] needs a context token)")
+    return formats.parse_formats(args.format)
+
+
+def run(args):
+    started = time.monotonic()
+    fmts = check_flags(args)
+    split = split_of(args.input, args.split)
+    if not os.path.isfile(args.input):
+        raise DataError(f"{args.input}: no such file")
+    is_training = split == "train"
+    kind = SQUAD_TRAIN if is_training else SQUAD_EVAL
+    tokenizer = load_tokenizer(args.vocab, not args.no_lower_case)
+    params = Params(args.seq, args.doc_stride, args.max_query)
+    source = {"path": os.path.abspath(args.input), "sha256": sha256_of(args.input)}
+    examples, paragraphs, skipped, version_2 = read_examples(args.input, is_training)
+    if not examples:
+        raise DataError(f"{args.input}: no questions to convert" + (f" ({len(skipped)} skipped)" if skipped else ""))
+    if is_training:
+        random.Random(SHUFFLE_SEED).shuffle(examples)
+    out = os.path.abspath(args.out)
+    settings = run_settings(tokenizer, args.seq, task="squad", version_2_with_negative=version_2,
+                            params={"doc_stride": args.doc_stride, "max_query_length": args.max_query})
+    manifest = open_manifest(out, "create-squad", settings)
+    extra = () if is_training else (EVAL_FEATURES, EVAL_EXAMPLES)
+    writer = SplitWriter(out, "train" if is_training else "eval", fmts, kind, extra)
+    names = [*writer.names.values(), *extra]
+    progress = Progress("create-squad", total=len(examples), unit="examples", quiet=args.quiet)
+    if split_is_complete(out, manifest, split, names, source["sha256"]):
+        progress.note(f"{split}: already complete in {out}")
+        records = manifest["files"][names[0]]["records"]
+        created = False
+    else:
+        _show_skipped(skipped, args.quiet)
+        with hold(out, "bertprep create-squad") as staging:
+            with writer.staged_in(staging):
+                for columns, done, metadata in convert(examples, paragraphs, tokenizer, params, is_training):
+                    writer.write(columns)
+                    if metadata is not None:
+                        writer.write_lines(EVAL_FEATURES, metadata[0])
+                        writer.write_lines(EVAL_EXAMPLES, metadata[1])
+                    progress.advance(done, features=len(columns["unique_ids"]))
+            record_split(out, manifest, split, source, writer, len(examples), skipped=len(skipped))
+        records = writer.records
+        created = True
+    progress.close()
+    entries = {name: manifest["files"].get(name) or manifest["metadata"][name] for name in names}
+    summary = {"out": out, "split": split, "kind": kind.name, "examples": len(examples), "records": records,
+               "skipped": len(skipped), "version_2_with_negative": version_2, "created": created,
+               "files": {name: {"bytes": e["bytes"], "sha256": e["sha256"]} for name, e in entries.items()},
+               "seconds": round(time.monotonic() - started, 3)}
+    if not args.quiet or args.json:
+        rows = [("out", out), ("split", f"{split} ({kind.name}, SQuAD v{'2.0' if version_2 else '1.1'})"),
+                ("examples", f"{len(examples):,}"), ("features", f"{records:,}"),
+                ("skipped", f"{len(skipped):,} (answer text not at answer_start)" if is_training else "0"),
+                ("files", ", ".join(f"{name} ({human_bytes(e['bytes'])})" for name, e in entries.items())),
+                ("seconds", f"{summary['seconds']:.2f}" + ("" if created else " (already complete)"))]
+        print_summary("bertprep create-squad: done", summary, as_json=args.json, rows=rows)
+    return 0
+
+
+def _show_skipped(skipped, quiet):
+    if quiet:
+        return
+    for line in skipped[:SHOWN_WARNINGS]:
+        print(f"create-squad: warning: {line}", file=sys.stderr)
+    if len(skipped) > SHOWN_WARNINGS:
+        print(f"create-squad: warning: ... {len(skipped) - SHOWN_WARNINGS} more questions skipped", file=sys.stderr)
+

@@ -1,0 +1,236 @@
+"""`python -m trainer finetune` on CPU from a tiny pretraining checkpoint: SQuAD (records and eval
+metadata from create-squad) and MRPC (the reference's golden records, converted to OFRecord by
+`bertprep convert`) learn in both formats with identical losses; SQuAD 2.0 writes and scores null
+odds; two devices give one device's results under either backend; the embedded-sample path runs;
+bad input ends with one line."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tensorflow")
+
+from test_trainer_data import golden_records  # noqa: E402
+from trainer_checks import bert_config, losses  # noqa: E402
+
+from bertprep import formats  # noqa: E402
+from bertprep.cli import main as bertprep_main  # noqa: E402
+from bertprep.formats.schemas import GLUE  # noqa: E402
+from trainer import metrics  # noqa: E402
+from trainer.cli import main  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CHECKS = os.path.join(REPO, "tests", "trainer_checks.py")
+# Small enough to memorize in a few dozen steps: learning shows on the records trained on.
+SQUAD_QUESTIONS = 16
+MRPC_RECORDS = 32
+
+
+@pytest.fixture(scope="module")
+def pretrained(golden_dir, tmp_path_factory):
+    """A pretraining checkpoint of the trainer: the tiny model, 2 steps on the golden G1 records."""
+    root = tmp_path_factory.mktemp("pretrained")
+    records = golden_records(golden_dir, root / "records")
+    checkpoint_dir = root / "ckpt"
+    assert main(["--format", "tfrecord", "--data", str(records), "--bert-config", bert_config(root, 0.0),
+                 "--steps", "2", "--batch-size", "4", "--checkpoint-dir", str(checkpoint_dir), "--quiet"]) == 0
+    return checkpoint_dir
+
+
+@pytest.fixture(scope="module")
+def squad_dir(shared_dir, golden_dir, tmp_path_factory):
+    """create-squad's train and eval splits (both formats, eval metadata) of the same few questions of the
+    golden SQuAD v1.1 training JSON, so the eval split scores what was learned."""
+    root = tmp_path_factory.mktemp("squad")
+    dataset = json.loads((shared_dir / "fixtures" / "finetune" / "squad" / "v1.1" / "train-v1.1.json").read_text())
+    kept, questions = [], 0
+    for article in dataset["data"]:
+        paragraphs = [p for p in article["paragraphs"] if len(p["context"].split()) <= 130]
+        if paragraphs and questions < SQUAD_QUESTIONS:
+            kept.append(dict(article, paragraphs=paragraphs))
+            questions += sum(len(p["qas"]) for p in paragraphs)
+    source = root / "train-small.json"
+    source.write_text(json.dumps(dict(dataset, data=kept)))
+    for split in ("train", "eval"):
+        assert bertprep_main(["create-squad", "--input", str(source), "--split", split, "--vocab",
+                              str(golden_dir / "vocab.txt"), "--out", str(root / "data"), "--seq", "128",
+                              "--doc-stride", "64", "--max-query", "24", "--quiet"]) == 0
+    return root / "data"
+
+
+@pytest.fixture(scope="module")
+def mrpc_dir(shared_dir, tmp_path_factory):
+    """The first records of google-research/bert's own MRPC training TFRecord as train and eval split (no
+    manifest, as for files copied by hand), and `bertprep convert`'s OFRecord of them."""
+    data = tmp_path_factory.mktemp("mrpc")
+    golden = shared_dir / "fixtures" / "finetune" / "glue" / "MRPC_train_seq128.tfrecord"
+    records = list(formats.read_records(golden))[:MRPC_RECORDS]
+    for split in ("train", "eval"):
+        formats.write_records(data / f"{split}.tf_record", records, "tfrecord", kind=GLUE)
+        assert bertprep_main(["convert", str(data / f"{split}.tf_record"), str(data / f"{split}.of_record-0"),
+                              "--to", "ofrecord", "--quiet"]) == 0
+    return data
+
+
+def finetune(tmp_path, name, *argv):
+    """Run `trainer finetune` in this process; return (exit code, JSON log events)."""
+    log = tmp_path / f"{name}.jsonl"
+    code = main(["finetune", "--output-dir", str(tmp_path / name), "--log-json", str(log), "--quiet", *argv])
+    return code, [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def finetune_both_formats(tmp_path, task, data, pretrained, *argv):
+    """The same run on TFRecord and OFRecord: identical losses (the JSON events of each returned)."""
+    runs = {}
+    for fmt in formats.FORMATS:
+        code, runs[fmt] = finetune(tmp_path, fmt, "--task", task, "--data", str(data), "--format", fmt,
+                                   "--init-checkpoint", str(pretrained), "--batch-size", "16", "--lr", "2e-3",
+                                   "--log-every", "10", *[a.replace("{fmt}", fmt) for a in argv])
+        assert code == 0
+    assert losses(runs["tfrecord"]) == losses(runs["ofrecord"])
+    return runs
+
+
+def test_squad_learns_in_both_formats(pretrained, squad_dir, tmp_path):
+    runs = finetune_both_formats(tmp_path, "squad", squad_dir, pretrained, "--steps", "50")
+    train = losses(runs["tfrecord"])
+    assert train[-1] < train[0] / 2
+    summary = runs["tfrecord"][-1]
+    assert summary["event"] == "summary" and summary["steps"] == 50
+    # A span drawn at random almost never matches; the model answers many of the questions it saw.
+    assert summary["eval_exact_match"] > 10 and summary["eval_f1"] > summary["eval_exact_match"]
+    predictions = json.loads((tmp_path / "tfrecord" / "predictions.json").read_text())
+    dataset = json.loads(open(json.loads((squad_dir / "manifest.json").read_text())["source"]["eval"]["path"]).read())
+    questions = [qa["id"] for article in dataset["data"] for p in article["paragraphs"] for qa in p["qas"]]
+    assert list(predictions) == questions and summary["eval_examples"] == len(questions)
+    assert metrics.squad_v1_scores(dataset["data"], predictions)["exact_match"] == summary["eval_exact_match"]
+    assert not (tmp_path / "tfrecord" / "null_odds.json").exists()
+
+
+def test_squad_2_writes_null_odds_and_scores_them(shared_dir, golden_dir, pretrained, tmp_path):
+    """SQuAD 2.0: predictions.json and null_odds.json, scored as evaluate-v2.0.py --na-prob-file scores them."""
+    dataset = json.loads((shared_dir / "fixtures" / "finetune" / "squad" / "v2.0" / "dev-v2.0.json").read_text())
+    source = tmp_path / "dev-v2.0.json"
+    source.write_text(json.dumps(dict(dataset, data=dataset["data"][:3])))
+    for split in ("train", "eval"):
+        assert bertprep_main(["create-squad", "--input", str(source), "--split", split, "--vocab",
+                              str(golden_dir / "vocab.txt"), "--out", str(tmp_path / "data"), "--seq", "128",
+                              "--doc-stride", "64", "--max-query", "24", "--format", "tfrecord", "--quiet"]) == 0
+    code, events = finetune(tmp_path, "out", "--task", "squad", "--data", str(tmp_path / "data"), "--format",
+                            "tfrecord", "--init-checkpoint", str(pretrained), "--steps", "3", "--batch-size", "8")
+    assert code == 0
+    summary = events[-1]
+    predictions = json.loads((tmp_path / "out" / "predictions.json").read_text())
+    null_odds = json.loads((tmp_path / "out" / "null_odds.json").read_text())
+    assert list(predictions) == list(null_odds) and summary["eval_examples"] == len(predictions)
+    scores = metrics.squad_v2_scores(json.loads(source.read_text())["data"], predictions, null_odds)
+    assert {f"eval_{k}": v for k, v in scores.items()}.items() <= summary.items()
+    assert summary["eval_HasAns_total"] + summary["eval_NoAns_total"] == summary["eval_total"]
+
+
+def test_mrpc_learns_in_both_formats(pretrained, mrpc_dir, tmp_path):
+    runs = finetune_both_formats(tmp_path, "mrpc", mrpc_dir, pretrained, "--steps", "40",
+                                 "--checkpoint-dir", str(tmp_path / "ckpt-{fmt}"))
+    train = losses(runs["tfrecord"])
+    assert train[-1] < train[0] / 2
+    summary = runs["tfrecord"][-1]
+    labels = [int(r["label_ids"][0]) for r in formats.read_records(mrpc_dir / "eval.tf_record")]
+    majority = max(np.mean(labels), 1 - np.mean(labels))
+    assert summary["eval_examples"] == MRPC_RECORDS and summary["eval_accuracy"] >= 0.9 > majority, summary
+    assert 0 < summary["eval_f1_positive"] <= 1
+    # The fine-tuned state is saved whole: encoder, classifier head, optimizer.
+    (name,) = [n for n in os.listdir(tmp_path / "ckpt-tfrecord") if n.startswith("ckpt-")]
+    with np.load(tmp_path / "ckpt-tfrecord" / name / "state.npz") as state:
+        assert any(key.endswith("bert/classifier/kernel") for key in state.files)
+        assert not any("masked_lm" in key for key in state.files)
+
+
+# `trainer finetune` on `replicas` logical TensorFlow CPU devices.
+TF_REPLICAS = textwrap.dedent("""
+    import sys
+    import tensorflow as tf
+    replicas = int(sys.argv[1])
+    if replicas > 1:
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * replicas)
+    from trainer.cli import main
+    sys.exit(main(sys.argv[2:]))
+""")
+
+
+def finetune_on_devices(tmp_path, backend, devices, *argv):
+    """Run `trainer finetune` in a process with `devices` CPU devices; return the JSON log events."""
+    name = f"{backend}-{devices}"
+    log = tmp_path / f"{name}.jsonl"
+    finetune_argv = ["finetune", "--output-dir", str(tmp_path / name), "--log-json", str(log), "--quiet", *argv]
+    if backend == "jax":
+        env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu",
+                   XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+        command = [sys.executable, CHECKS, "--no-tensorflow", "trainer", *finetune_argv]
+    else:
+        env, command = None, [sys.executable, "-c", TF_REPLICAS, str(devices), *finetune_argv]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("backend", ["tensorflow", "jax"])
+def test_two_devices_match_one(pretrained, squad_dir, tmp_path, backend):
+    """The same global batch on 1 and 2 devices (JAX with TensorFlow unimportable; TensorFlow's
+    MirroredStrategy): the same losses, and the eval split (padded to the devices, then cut back)
+    gives the same predictions."""
+    common = ["--task", "squad", "--data", str(squad_dir), "--format", "ofrecord", "--init-checkpoint",
+              str(pretrained), "--steps", "4", "--lr", "1e-3", "--log-every", "1"]
+    one = finetune_on_devices(tmp_path, backend, 1, *common, "--batch-size", "6")
+    two = finetune_on_devices(tmp_path, backend, 2, *common, "--batch-size", "3")
+    assert [e["replicas"] for e in (one[-1], two[-1])] == [1, 2]
+    np.testing.assert_allclose(losses(two), losses(one), rtol=1e-5)
+    assert json.loads((tmp_path / f"{backend}-2" / "predictions.json").read_text()) == json.loads(
+        (tmp_path / f"{backend}-1" / "predictions.json").read_text())
+
+
+@pytest.mark.heavy
+def test_without_init_checkpoint_a_sample_checkpoint_is_pretrained(mrpc_dir, tmp_path):
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"))
+    result = subprocess.run([sys.executable, "-m", "trainer", "finetune", "--task", "mrpc", "--data", str(mrpc_dir),
+                             "--format", "ofrecord", "--steps", "2", "--batch-size", "4", "--json",
+                             "--output-dir", str(tmp_path / "out")],
+                            capture_output=True, text=True, cwd=REPO, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "pretraining the tiny model" in result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["steps"] == 2 and summary["init_checkpoint"].startswith(str(tmp_path / "cache"))
+    assert summary["eval_examples"] == MRPC_RECORDS
+
+
+def test_bad_input_ends_with_one_line(pretrained, squad_dir, mrpc_dir, tmp_path, capsys):
+    def error(*argv):
+        code = main(["finetune", "--output-dir", str(tmp_path / "out"), "--quiet", *argv])
+        lines = capsys.readouterr().err.strip().splitlines()
+        return code, lines[-1]
+
+    common = ["--init-checkpoint", str(pretrained), "--steps", "1", "--format", "tfrecord"]
+    assert error("--task", "mrpc", "--data", str(squad_dir), *common) == (
+        2, f"trainer: error: {squad_dir}: records of task squad, not MRPC (--task)")
+    assert error("--task", "cola", "--data", str(tmp_path / "nowhere"), *common) == (
+        1, f"trainer: error: {tmp_path / 'nowhere'}: no such directory")
+    assert error("--task", "squad", "--data", str(mrpc_dir), *common) == (
+        1, f"trainer: error: {mrpc_dir / 'train.tf_record'}: glue records, expected squad_train")
+    assert error("--task", "mrpc", "--data", str(mrpc_dir), "--format", "tfrecord", "--init-checkpoint",
+                 str(tmp_path)) == (
+        1, f"trainer: error: {tmp_path}: not a checkpoint of the trainer (no state.npz, no ckpt-<step>/ inside)")
+    assert error("--task", "glue-x", "--data", str(mrpc_dir), *common)[0] == 2
+    # SQuAD answers need the eval metadata beside the eval records.
+    broken = tmp_path / "squad-no-metadata"
+    broken.mkdir()
+    for name in ("train.tf_record", "eval.tf_record", "manifest.json"):
+        (broken / name).write_bytes((squad_dir / name).read_bytes())
+    code, line = error("--task", "squad", "--data", str(broken), *common)
+    assert (code, line) == (1, f"trainer: error: {broken / 'eval.features.jsonl'}: missing: SQuAD answers need "
+                               "the evaluation metadata create-squad writes")

@@ -1,0 +1,545 @@
+"""`bertprep create-squad` / `create-glue`: byte parity with the reference's goldens, eval metadata, manifest, bad input."""
+
+import hashlib
+import json
+import random
+
+import numpy as np
+import pytest
+
+from bertprep import formats
+from bertprep.cli import main
+from bertprep.download.glue import TASKS as DOWNLOAD_TASKS
+from bertprep.finetune.glue import TASKS, truncated_lengths
+from bertprep.formats import schemas
+from bertprep.tokenization import load_vocab
+
+SQUAD_GOLDENS = [(version, split, seq, stride, query) for version in ("1.1", "2.0") for split in ("train", "dev")
+                 for seq, stride, query in ((384, 128, 64), (128, 32, 24))]
+GLUE_SPLITS = {"train": ("train", "train"), "dev": ("eval", "eval"), "test": ("predict", "test")}  # golden, tf, of names
+
+
+@pytest.fixture(scope="module")
+def finetune_dir(shared_dir):
+    return shared_dir / "fixtures" / "finetune"
+
+
+@pytest.fixture(scope="module")
+def vocab_path(golden_dir):
+    return golden_dir / "vocab.txt"
+
+
+@pytest.fixture(scope="module")
+def words(vocab_path):
+    return load_vocab(vocab_path).words
+
+
+def squad(finetune_dir, vocab_path, out, version, split, seq=384, stride=128, query=64, *extra):
+    return main(["create-squad", "--input", str(finetune_dir / f"squad/v{version}/{split}-v{version}.json"),
+                 "--vocab", str(vocab_path), "--out", str(out), "--seq", str(seq), "--doc-stride", str(stride),
+                 "--max-query", str(query), "--quiet", *extra])
+
+
+def assert_same_values(tf_path, of_path):
+    """OFRecord holds the TFRecord's values, feature for feature, as int32 lists."""
+    tf_records, of_records = list(formats.read_records(tf_path)), list(formats.read_records(of_path))
+    assert len(tf_records) == len(of_records) > 0
+    for a, b in zip(tf_records, of_records):
+        assert list(a) == list(b)
+        for name in a:
+            assert b[name].dtype == (np.float32 if a[name].dtype == np.float32 else np.int32), name
+            assert np.array_equal(a[name], b[name]), name
+
+
+# ---------------------------------------------------------------- parity with the reference
+
+
+@pytest.mark.parametrize("version,split,seq,stride,query", SQUAD_GOLDENS)
+def test_squad_goldens_byte_identical(finetune_dir, vocab_path, tmp_path, version, split, seq, stride, query):
+    assert squad(finetune_dir, vocab_path, tmp_path, version, split, seq, stride, query) == 0
+    role = "train" if split == "train" else "eval"
+    golden = finetune_dir / f"squad/v{version}_{split}_seq{seq}_stride{stride}_query{query}.tfrecord"
+    assert (tmp_path / f"{role}.tf_record").read_bytes() == golden.read_bytes()
+    assert_same_values(tmp_path / f"{role}.tf_record", tmp_path / f"{role}.of_record-0")
+    counts = json.loads((finetune_dir / "manifest.json").read_text())[golden.relative_to(finetune_dir).as_posix()]
+    entry = json.loads((tmp_path / "manifest.json").read_text())["files"][f"{role}.of_record-0"]
+    assert (entry["examples"], entry["records"]) == (counts["examples"], counts["features"])
+    assert entry["kind"] == ("squad_train" if split == "train" else "squad_eval")
+
+
+@pytest.mark.parametrize("task", ["MRPC", "CoLA", "MNLI"])
+def test_glue_goldens_byte_identical(finetune_dir, vocab_path, tmp_path, task):
+    assert main(["create-glue", "--task", task, "--data-dir", str(finetune_dir / "glue" / task), "--vocab",
+                 str(vocab_path), "--out", str(tmp_path), "--quiet"]) == 0
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    for split, (tf_name, of_name) in GLUE_SPLITS.items():
+        golden = finetune_dir / f"glue/{task}_{split}_seq128.tfrecord"
+        assert (tmp_path / f"{tf_name}.tf_record").read_bytes() == golden.read_bytes(), split
+        assert_same_values(tmp_path / f"{tf_name}.tf_record", tmp_path / f"{of_name}.of_record-0")
+        assert manifest["files"][f"{of_name}.of_record-0"]["records"] == sum(1 for _ in formats.iter_payloads(golden))
+    assert manifest["labels"] == {"MRPC": ["0", "1"], "CoLA": ["0", "1"],
+                                  "MNLI": ["contradiction", "entailment", "neutral"]}[task]
+
+
+def test_truncated_lengths_pop_as_the_reference_does():
+    def popped(a, b, limit):  # run_classifier.py's _truncate_seq_pair, on lists
+        tokens_a, tokens_b = list(range(a)), list(range(b))
+        while len(tokens_a) + len(tokens_b) > limit:
+            (tokens_a if len(tokens_a) > len(tokens_b) else tokens_b).pop()
+        return len(tokens_a), len(tokens_b)
+
+    for a in range(12):
+        for b in range(12):
+            for limit in range(14):
+                assert truncated_lengths(a, b, limit) == popped(a, b, limit), (a, b, limit)
+
+
+# ---------------------------------------------------------------- SQuAD evaluation metadata
+
+
+def test_squad_eval_metadata_matches_the_records(finetune_dir, vocab_path, words, tmp_path):
+    assert squad(finetune_dir, vocab_path, tmp_path, "2.0", "dev", 128, 32, 24) == 0
+    records = list(formats.read_records(tmp_path / "eval.tf_record"))
+    features = [json.loads(line) for line in (tmp_path / "eval.features.jsonl").read_text().splitlines()]
+    examples = [json.loads(line) for line in (tmp_path / "eval.examples.jsonl").read_text().splitlines()]
+    source = json.loads((finetune_dir / "squad/v2.0/dev-v2.0.json").read_text())
+    questions = [qa for article in source["data"] for p in article["paragraphs"] for qa in p["qas"]]
+    assert [e["qas_id"] for e in examples] == [qa["id"] for qa in questions]  # eval keeps file order
+    assert [e["example_index"] for e in examples] == list(range(len(examples)))
+    assert len(features) == len(records)
+    max_context = {}  # (example, doc token) -> features where it has its most context
+    for feature, record in zip(features, records):
+        assert list(feature) == ["unique_id", "example_index", "doc_span_index", "tokens", "token_to_orig_map",
+                                 "token_is_max_context"]
+        assert feature["unique_id"] == int(record["unique_ids"][0])
+        length = int(record["input_mask"].sum())
+        assert feature["tokens"] == [words[i] for i in record["input_ids"][:length]]
+        context = [i for i in range(length) if record["segment_ids"][i] == 1][:-1]  # without the last [SEP]
+        assert list(feature["token_to_orig_map"]) == [str(i) for i in context] == list(feature["token_is_max_context"])
+        doc_tokens = examples[feature["example_index"]]["doc_tokens"]
+        for position, word in feature["token_to_orig_map"].items():
+            piece = feature["tokens"][int(position)].removeprefix("##")
+            assert piece == "[UNK]" or piece in doc_tokens[word].lower(), (piece, doc_tokens[word])
+        for position, is_max in feature["token_is_max_context"].items():
+            if is_max:  # windows start every 32 tokens (stride 32; a window holds >= 101 document tokens)
+                key = (feature["example_index"], feature["doc_span_index"] * 32 + int(position) - context[0])
+                max_context[key] = max_context.get(key, 0) + 1
+    assert set(max_context.values()) == {1}  # each document token has exactly one max-context window
+    doc_lengths = {}  # example -> its document tokens: where its last window ends
+    for f in features:
+        end = f["doc_span_index"] * 32 + len(f["token_to_orig_map"])
+        doc_lengths[f["example_index"]] = max(doc_lengths.get(f["example_index"], 0), end)
+    assert len(max_context) == sum(doc_lengths.values())
+    assert features[0]["unique_id"] == 1000000000
+
+
+def test_squad_train_is_the_reference_shuffle(finetune_dir, vocab_path, tmp_path):
+    """Training examples come in random.Random(12345)'s order; every window holds its answer or 0/0."""
+    assert squad(finetune_dir, vocab_path, tmp_path, "1.1", "train") == 0
+    source = json.loads((finetune_dir / "squad/v1.1/train-v1.1.json").read_text())
+    questions = [qa["id"] for article in source["data"] for p in article["paragraphs"] for qa in p["qas"]]
+    random.Random(12345).shuffle(questions)
+    records = list(formats.read_records(tmp_path / "train.of_record-0"))
+    assert [int(r["unique_ids"][0]) for r in records] == list(range(1000000000, 1000000000 + len(records)))
+    assert any(r["start_positions"][0] > 0 for r in records) and any(r["start_positions"][0] == 0 for r in records)
+    for record in records:
+        start, end = int(record["start_positions"][0]), int(record["end_positions"][0])
+        assert start <= end and (start == 0 or record["segment_ids"][start] == record["segment_ids"][end] == 1)
+
+
+# ---------------------------------------------------------------- manifest, rerun, second split
+
+
+def test_manifest_accumulates_splits_and_reruns_are_skipped(finetune_dir, vocab_path, tmp_path, capsys):
+    assert squad(finetune_dir, vocab_path, tmp_path, "2.0", "train", 128, 32, 24) == 0
+    first = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.name != "manifest.json"}
+    assert squad(finetune_dir, vocab_path, tmp_path, "2.0", "dev", 128, 32, 24, "--json") == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["created"] and summary["kind"] == "squad_eval" and summary["version_2_with_negative"]
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["stage"] == "create-squad" and manifest["task"] == "squad" and manifest["dims"] == {"seq": 128}
+    assert manifest["params"] == {"doc_stride": 32, "max_query_length": 24} and manifest["version_2_with_negative"]
+    assert manifest["vocab"]["sha256"] == "07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3"
+    assert sorted(manifest["files"]) == ["eval.of_record-0", "eval.tf_record", "train.of_record-0", "train.tf_record"]
+    assert sorted(manifest["metadata"]) == ["eval.examples.jsonl", "eval.features.jsonl"]
+    assert manifest["source"]["eval"]["path"] == str(finetune_dir / "squad/v2.0/dev-v2.0.json")
+    for name, entry in {**manifest["files"], **manifest["metadata"]}.items():
+        data = (tmp_path / name).read_bytes()
+        assert (entry["bytes"], entry["sha256"]) == (len(data), hashlib.sha256(data).hexdigest()), name
+    # a rerun of a finished split writes nothing and says so
+    before = {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()}
+    assert squad(finetune_dir, vocab_path, tmp_path, "2.0", "train", 128, 32, 24, "--json") == 0
+    assert json.loads(capsys.readouterr().out)["created"] is False
+    assert {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()} == before
+    # ... and after losing a file, the rerun makes the same bytes again
+    (tmp_path / "train.tf_record").unlink()
+    assert squad(finetune_dir, vocab_path, tmp_path, "2.0", "train", 128, 32, 24) == 0
+    assert {n: (tmp_path / n).read_bytes() for n in first} == first
+    # another seq into the same directory would mix shapes: refused, nothing changed
+    assert squad(finetune_dir, vocab_path, tmp_path, "2.0", "dev", 384, 128, 64) == 2
+    assert "made with dims {'seq': 128}" in capsys.readouterr().err
+    assert json.loads((tmp_path / "manifest.json").read_text()) == manifest
+
+
+def test_formats_flag_writes_only_the_named_format(finetune_dir, vocab_path, tmp_path):
+    assert main(["create-glue", "--task", "cola", "--data-dir", str(finetune_dir / "glue/CoLA"), "--vocab", str(vocab_path),
+                 "--out", str(tmp_path), "--split", "dev", "--format", "ofrecord", "--quiet"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["eval.of_record-0", "manifest.json"]
+
+
+# ---------------------------------------------------------------- every GLUE task, in the layout `download glue` writes
+
+
+def _write_glue_task(directory, task):
+    """The task's files written by bertprep download glue's own row functions, from made-up hub rows."""
+    from bertprep.download.glue import _label, task_outputs, tsv_bytes
+
+    names = DOWNLOAD_TASKS[task][1]
+    label = _label(names)
+    for filename, hub_split, (header, make_row) in task_outputs(task):
+        rows = []
+        for i in range(7):
+            text = f"{task} {hub_split} row {i} says something, with Ünïcode and a comma."
+            rows.append({"idx": i, "sentence": text, "sentence1": text, "sentence2": f"and {i} more words",
+                         "question": f"what is {i}?", "question1": text, "question2": f"is {i} odd?",
+                         "premise": text, "hypothesis": f"{i} holds",
+                         "label": -1 if hub_split.startswith("test") else
+                         (i * 0.75 if task == "STS-B" else i % (len(names) if names else 2))})
+        data, _count = tsv_bytes(header, (make_row(r, label) for r in rows))
+        (directory / filename).parent.mkdir(parents=True, exist_ok=True)
+        (directory / filename).write_bytes(data)
+
+
+@pytest.mark.parametrize("task", sorted(TASKS))
+def test_every_glue_task_from_the_download_layout(tmp_path, vocab_path, words, task, capsys):
+    data = tmp_path / "glue" / task
+    _write_glue_task(data, task)
+    out = tmp_path / "out"
+    assert main(["create-glue", "--task", task, "--data-dir", str(data), "--vocab", str(vocab_path), "--out", str(out),
+                 "--seq", "32", "--json", "--quiet"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    regression = task == "STS-B"
+    assert summary["kind"] == ("glue_regression" if regression else "glue")
+    assert {split: s["examples"] for split, s in summary["splits"].items()} == {"train": 7, "dev": 7, "test": 7}
+    labels = TASKS[task].labels
+    for tf_name, of_name in (("train", "train"), ("eval", "eval"), ("predict", "test")):
+        assert_same_values(out / f"{tf_name}.tf_record", out / f"{of_name}.of_record-0")
+        records = list(formats.read_records(out / f"{of_name}.of_record-0"))
+        label_ids = [r["label_ids"][0] for r in records]
+        if tf_name == "predict":
+            assert label_ids == [0] * 7  # test files have no labels: the first label's id, as the reference does
+        elif regression:
+            assert label_ids == pytest.approx([i * 0.75 for i in range(7)])
+        else:  # download wrote the hub's label names (MNLI: entailment, neutral, contradiction); ids index ours
+            hub_names = DOWNLOAD_TASKS[task][1] or ["0", "1"]
+            assert label_ids == [labels.index(hub_names[i % len(hub_names)]) for i in range(7)]
+        tokens = [words[i] for i in records[1]["input_ids"][:int(records[1]["input_mask"].sum())]]
+        assert tokens[0] == "[CLS]" and tokens[-1] == "[SEP]" and "1" in tokens
+        paired = TASKS[task].columns["train"].text_b is not None
+        assert tokens.count("[SEP]") == (2 if paired else 1)
+        second = tokens[tokens.index("[SEP]") + 1:-1]
+        assert bool(second) == paired and bool(records[1]["segment_ids"].any()) == paired
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["task"] == task and manifest["labels"] == labels
+    assert {e["split"] for e in manifest["files"].values()} == {"train", "dev", "test"}
+
+
+# ---------------------------------------------------------------- bad input: one line, exit 1/2, nothing half-written
+
+
+def _error_line(capsys):
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if ": error: " in line]
+    assert len(errors) == 1 and "Traceback" not in err, err
+    return errors[0]
+
+
+def _squad_file(path, contexts_and_answers):
+    paragraphs = [{"context": context, "qas": [{"id": f"q{i}", "question": "which words?",
+                                                 "answers": [{"text": text, "answer_start": start}]}]}
+                  for i, (context, text, start) in enumerate(contexts_and_answers)]
+    path.write_text(json.dumps({"version": "1.1", "data": [{"title": "t", "paragraphs": paragraphs}]}))
+    return path
+
+
+def test_malformed_json_names_the_byte_offset(tmp_path, vocab_path, capsys):
+    bad = tmp_path / "train-v1.1.json"
+    bad.write_bytes(b'{"data": [{"paragraphs": [{"context": "caf\xc3\xa9", "qas": [}]}]}')
+    out = tmp_path / "out"
+    assert main(["create-squad", "--input", str(bad), "--vocab", str(vocab_path), "--out", str(out), "--quiet"]) == 1
+    line = _error_line(capsys)
+    assert line.startswith(f"bertprep create-squad: error: {bad}: malformed JSON at byte 55 (line 1, column 55): "
+                           "Expecting value")  # é is two bytes, one column: byte 55 is the 55th character
+    assert not out.exists()
+
+
+def test_answer_not_at_answer_start_is_skipped_counted_and_warned(tmp_path, vocab_path, capsys):
+    data = _squad_file(tmp_path / "train-v1.1.json", [("The cat sat on the mat.", "cat", 4),
+                                                      ("The dog ran home.", "dog", 9),
+                                                      ("A bird sang.", "bird", 200)])
+    out = tmp_path / "out"
+    assert main(["create-squad", "--input", str(data), "--vocab", str(vocab_path), "--out", str(out), "--json"]) == 0
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out)
+    assert (summary["examples"], summary["skipped"], summary["records"]) == (1, 2, 1)
+    warnings = [line for line in captured.err.splitlines() if "warning" in line]
+    assert len(warnings) == 2
+    assert "question 'q1': could not find answer 'dog' at answer_start 9 (the context there reads 'ran')" in warnings[0]
+    assert "question 'q2': answer_start 200 with a 4-character answer lies outside its 12-character context" in warnings[1]
+    assert json.loads((out / "manifest.json").read_text())["files"]["train.tf_record"]["skipped"] == 2
+    record = next(formats.read_records(out / "train.tf_record"))
+    assert (record["start_positions"][0], record["end_positions"][0]) == (6, 6)  # [CLS] which words ? [SEP] the cat
+
+
+def test_bad_squad_structure_and_flags(tmp_path, vocab_path, capsys):
+    out = tmp_path / "out"
+    data = tmp_path / "train-v1.1.json"
+    data.write_text(json.dumps({"data": [{"paragraphs": [{"context": "x y", "qas": [{"id": "a1", "question": "q"}]}]}]}))
+    assert main(["create-squad", "--input", str(data), "--vocab", str(vocab_path), "--out", str(out)]) == 1
+    assert _error_line(capsys).endswith(f"{data}: question 'a1': missing 'answers' "
+                                        "(expected SQuAD JSON: data[].paragraphs[].qas[])")
+    two = {"data": [{"paragraphs": [{"context": "x y", "qas": [{"id": "a2", "question": "q", "answers": [
+        {"text": "x", "answer_start": 0}, {"text": "y", "answer_start": 2}]}]}]}]}
+    data.write_text(json.dumps(two))
+    assert main(["create-squad", "--input", str(data), "--vocab", str(vocab_path), "--out", str(out)]) == 1
+    assert "question 'a2': 2 answers; training needs exactly 1 per question" in _error_line(capsys)
+    assert main(["create-squad", "--input", str(data), "--vocab", str(vocab_path), "--out", str(out), "--split", "eval",
+                 "--quiet"]) == 0  # evaluation does not read answers
+    other = tmp_path / "questions.json"
+    other.write_text(json.dumps(two))
+    assert main(["create-squad", "--input", str(other), "--vocab", str(vocab_path), "--out", str(out)]) == 2
+    assert "cannot tell the split from the name" in _error_line(capsys)
+    assert main(["create-squad", "--input", str(data), "--vocab", str(vocab_path), "--out", str(out), "--seq", "67"]) == 2
+    assert "--seq 67 must be greater than --max-query 64 + 3" in _error_line(capsys)
+    assert sorted(p.name for p in out.iterdir()) == ["eval.examples.jsonl", "eval.features.jsonl", "eval.of_record-0",
+                                                     "eval.tf_record", "manifest.json"]
+
+
+def test_bad_glue_input(finetune_dir, tmp_path, vocab_path, capsys):
+    data = tmp_path / "MRPC"
+    data.mkdir()
+    for name in ("train.tsv", "dev.tsv", "test.tsv"):
+        (data / name).write_bytes((finetune_dir / "glue/MRPC" / name).read_bytes())
+    lines = (data / "dev.tsv").read_text().split("\n")
+    lines[5] = "\t".join(lines[5].split("\t")[:4])  # the second sentence lost
+    (data / "dev.tsv").write_text("\n".join(lines))
+    out = tmp_path / "out"
+    argv = ["create-glue", "--data-dir", str(data), "--vocab", str(vocab_path), "--out", str(out)]
+    assert main([*argv, "--task", "MRPC"]) == 1
+    assert _error_line(capsys).endswith(f"{data / 'dev.tsv'}:6: 4 columns, expected at least 5 "
+                                        "(MRPC dev: text in column 3, second text in column 4, label in column 0)")
+    assert not out.exists()  # every split's file is read before any is written
+    lines[5] = "2" + lines[4][1:]
+    (data / "dev.tsv").write_text("\n".join(lines))
+    assert main([*argv, "--task", "MRPC"]) == 1
+    assert _error_line(capsys).endswith(f"{data / 'dev.tsv'}:6: label '2' in column 0, expected one of 0, 1")
+    assert main([*argv, "--task", "SQuAD"]) == 2
+    assert _error_line(capsys).endswith("--task: unknown GLUE task 'SQuAD'; known: CoLA, MRPC, MNLI, SST-2, STS-B, QQP, "
+                                        "QNLI, RTE, WNLI")
+    assert main([*argv, "--task", "MRPC", "--split", "train", "--quiet"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "train.of_record-0", "train.tf_record"]
+
+
+# ---------------------------------------------------------------- the encoder every record goes through
+
+
+def test_encode_columns_gives_encode_record_bytes_for_every_kind():
+    rng = np.random.default_rng(3)
+    dims = {"seq": 40, "pred": 6, "k": 3}
+    for kind in schemas.KINDS.values():
+        columns = {f.name: (rng.random((30, f.size(dims))).astype(np.float32) if f.dtype == schemas.FLOAT
+                            else rng.integers(-3, 2**31 - 1, (30, f.size(dims)))) for f in kind.features}
+        columns["input_ids"][0, :] = [0, 127, 128, 16383, 16384, 2**21, 2**28, -1] * 5  # every varint width
+        for fmt in formats.FORMATS:
+            expected = b"".join(formats.frame(formats.encode_record({k: v[i] for k, v in columns.items()}, fmt, kind), fmt)
+                                for i in range(30))
+            assert formats.encode_columns(columns, fmt, kind) == expected, (kind.name, fmt)
+
+
+
+# ---------------------------------------------------------------- validate and inspect
+
+
+def _validate(capsys, *argv):
+    code = main(["validate", *map(str, argv), "--json", "--quiet"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def _findings(report):
+    return [(f["check"], f["record"], f["field"], f["message"]) for f in report["findings"]]
+
+
+def test_validate_a_squad_directory_and_damaged_squad_records(finetune_dir, vocab_path, tmp_path, capsys):
+    out = tmp_path / "squad"
+    for split in ("train", "dev"):
+        assert squad(finetune_dir, vocab_path, out, "2.0", split, 128, 32, 24) == 0
+    code, report = _validate(capsys, out, "--compare")
+    assert code == 0, _findings(report)
+    section = report["datasets"][0]
+    assert sorted(section["kinds"]) == ["squad_eval", "squad_train"] and section["dims"] == {"seq": 128}
+    assert section["vocab_size"] == 30522  # the manifest's vocab
+    assert report["compare"][0]["equal"] and report["compare"][0]["records"] == 576 + 185
+    train = section["stats"]["tfrecord"]["train"]
+    assert train["records"] == 576 and sum(train["answers"].values()) == 576 and train["answers"]["impossible"] > 0
+    assert section["stats"]["ofrecord"]["eval"]["duplicate_unique_ids"] == 0
+    assert {check for check, row in report["checks"].items() if row["status"] == "ok"} >= {
+        "answer_span", "is_impossible", "unique_ids", "separators", "segment_ids", "manifest", "consistency"}
+
+    records = [dict(r) for r in formats.read_records(out / "train.tf_record")][:8]
+    answered = next(i for i, r in enumerate(records) if r["start_positions"][0] > 0)
+    records = [records[answered], *records[:answered], *records[answered + 1:]][:6]  # record 0 has an answer
+    first_sep = int(np.flatnonzero(records[1]["input_ids"] == 102)[0])
+    records[0]["start_positions"] = records[0]["end_positions"] + 1  # start after end
+    records[1]["start_positions"] = np.array([first_sep])  # on the question's [SEP]
+    records[1]["end_positions"] = np.array([first_sep + 1])
+    records[2]["is_impossible"] = np.array([1])  # impossible, with an answer (or 0/0 and fine)
+    records[2]["start_positions"], records[2]["end_positions"] = np.array([first_sep + 2]), np.array([first_sep + 2])
+    records[3]["unique_ids"] = records[3]["unique_ids"] + 5
+    length = int(records[4]["input_mask"].sum())
+    records[4]["input_ids"] = records[4]["input_ids"].copy()
+    records[4]["input_ids"][length - 1] = 1996  # the last [SEP] gone
+    records[5]["segment_ids"] = records[5]["segment_ids"].copy()
+    records[5]["segment_ids"][-1] = 1  # segment 1 in the padding (or the last token: 1 is right there)
+    damaged = formats.write_records(tmp_path / "damaged.tfrecord", records, "tfrecord", schemas.SQUAD_TRAIN)
+    assert damaged == 6
+    code, report = _validate(capsys, tmp_path / "damaged.tfrecord", "--vocab", vocab_path)
+    assert code == 1
+    found = {(check, record): message for check, record, _field, message in _findings(report)}
+    assert found[("answer_span", 0)].startswith("start ") and "after end" in found[("answer_span", 0)]
+    assert found[("answer_span", 1)] == (f"answer {first_sep} … {first_sep + 1}, expected 0 … 0 or inside the context "
+                                         f"(the context is positions {first_sep + 1} … {int(records[1]['input_mask'].sum()) - 2})")
+    assert found[("is_impossible", 2)] == f"1 with an answer at {first_sep + 2} … {first_sep + 2}, expected start = end = 0"
+    assert found[("unique_ids", 3)] == f"{int(records[3]['unique_ids'][0])} after 1000000002, expected one more"
+    assert found[("unique_ids", 4)].endswith("expected one more")  # the run continues from the original ids
+    assert found[("separators", 4)] == f"1 [SEP] (102) at [{first_sep}], expected 2 (length {length})"
+    if int(records[5]["input_mask"].sum()) < 128:
+        assert found[("segment_ids", 5)] == "segment_ids[127] is 1, expected 0 (padding)"
+
+
+def test_validate_glue_labels_against_the_manifest_and_padding_examples(finetune_dir, vocab_path, tmp_path, capsys):
+    out = tmp_path / "mnli"
+    assert main(["create-glue", "--task", "MNLI", "--data-dir", str(finetune_dir / "glue/MNLI"), "--vocab", str(vocab_path),
+                 "--out", str(out), "--quiet"]) == 0
+    code, report = _validate(capsys, out)
+    assert code == 0, _findings(report)
+    labels = report["datasets"][0]["stats"]["ofrecord"]["train"]["labels"]
+    assert set(labels) <= {"0", "1", "2"} and sum(labels.values()) == 160
+    assert report["datasets"][0]["stats"]["ofrecord"]["test"]["labels"] == {"0": 60}
+
+    records = [dict(r) for r in formats.read_records(out / "eval.tf_record")]
+    records[1]["label_ids"] = np.array([3])  # MNLI has 3 labels
+    records[2] = {name: np.zeros_like(values) for name, values in records[2].items()}  # the reference's TPU padding
+    records[3]["is_real_example"] = np.array([0])  # says padding, holds an example
+    formats.write_records(out / "eval.tf_record", records, "tfrecord", schemas.GLUE)
+    code, report = _validate(capsys, out)
+    assert code == 1
+    found = _findings(report)
+    assert ("label_ids", 1, "label_ids", "label 3, expected 0 … 2 (3 labels in the manifest)") in found
+    assert ("is_real_example", 3, "is_real_example",
+            "0 on a record that is not all zeros (a padding example holds nothing)") in found
+    assert not [f for f in found if f[1] == 2]  # an all-zero padding example is sound
+    assert {f[0] for f in found if f[1] is None} == {"manifest"}  # eval.tf_record: other bytes and sha256 now
+    assert report["datasets"][0]["stats"]["tfrecord"]["eval"]["padding_examples"] == 2
+
+
+def test_inspect_shows_squad_answers_and_glue_labels(finetune_dir, vocab_path, tmp_path, capsys):
+    assert squad(finetune_dir, vocab_path, tmp_path, "1.1", "train", 128, 32, 24) == 0
+    records = list(formats.read_records(tmp_path / "train.of_record-0"))
+    index = next(i for i, r in enumerate(records) if r["start_positions"][0] > 0)
+    capsys.readouterr()
+    assert main(["inspect", str(tmp_path / "train.of_record-0"), "--vocab", str(vocab_path), "--skip", str(index),
+                 "-n", "1"]) == 0
+    shown = capsys.readouterr().out
+    assert f"(ofrecord, squad_train) record {index}" in shown
+    answer = next(line for line in shown.splitlines() if line.startswith("  answer: "))
+    start, end = int(records[index]["start_positions"][0]), int(records[index]["end_positions"][0])
+    words = load_vocab(vocab_path).words
+    assert answer == "  answer: " + " ".join(words[i] for i in records[index]["input_ids"][start:end + 1])
+
+
+def test_validate_checks_the_eval_metadata_against_the_manifest(finetune_dir, vocab_path, tmp_path, capsys):
+    assert squad(finetune_dir, vocab_path, tmp_path, "1.1", "dev", 128, 32, 24) == 0
+    lines = (tmp_path / "eval.features.jsonl").read_text().splitlines()
+    (tmp_path / "eval.features.jsonl").write_text("\n".join(lines[:-1]) + "\n")  # a feature lost
+    code, report = _validate(capsys, tmp_path)
+    assert code == 1
+    (finding,) = report["findings"]
+    assert finding["check"] == "manifest" and finding["file"] == str(tmp_path / "eval.features.jsonl")
+    assert "manifest.json says" in finding["message"]
+
+
+def test_squad_words_split_on_the_reference_whitespace_only():
+    """run_squad.py splits contexts on space, tab, CR, LF and U+202F; str.split()'s other whitespace stays inside words."""
+    import sys
+
+    from bertprep.finetune.squad import _OTHER_WHITESPACE, split_words
+
+    others = {chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace()} - set(" \t\r\n\u202f")
+    assert {c for c in others if _OTHER_WHITESPACE.match(c)} == others  # the fast path knows every one of them
+    assert split_words("a b\tc\r\nd\u202fe  f") == ["a", "b", "c", "d", "e", "f"]
+    for c in sorted(others):
+        assert split_words(f" x{c}y  z") == [f"x{c}y", "z"], hex(ord(c))
+
+
+def test_word_at_is_the_references_char_to_word_offset():
+    from bertprep.finetune.squad import Paragraph, split_words, word_at
+
+    rng = random.Random(5)
+    alphabet = ["a", "b", "é", " ", "  ", "\t", "\n", "\r", "\u202f", "\xa0", "\u2003", "."]
+    for _ in range(300):
+        context = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
+        offsets, words, previous_is_space = [], [], True  # read_squad_examples, as written
+        for c in context:
+            if c in " \t\r\n\u202f":
+                previous_is_space = True
+            else:
+                if previous_is_space:
+                    words.append(c)
+                else:
+                    words[-1] += c
+                previous_is_space = False
+            offsets.append(len(words) - 1)
+        paragraph = Paragraph(context, split_words(context))
+        assert paragraph.words == words
+        for offset in range(-len(context) - 2, len(context) + 2):
+            expected = offsets[offset] if -len(context) <= offset < len(context) else None
+            assert word_at(paragraph, offset) == expected, (context, offset)
+
+
+@pytest.mark.heavy
+def test_tensorflow_parses_our_records_with_the_reference_input_fn_specs(finetune_dir, vocab_path, tmp_path):
+    """run_squad.py's and run_classifier.py's input_fn feature specs, through TensorFlow's own parser."""
+    tf = pytest.importorskip("tensorflow")
+    assert squad(finetune_dir, vocab_path, tmp_path / "squad", "2.0", "train", 128, 32, 24) == 0
+    assert main(["create-glue", "--task", "MRPC", "--data-dir", str(finetune_dir / "glue/MRPC"), "--vocab",
+                 str(vocab_path), "--out", str(tmp_path / "glue"), "--split", "dev", "--quiet"]) == 0
+    seq = tf.io.FixedLenFeature([128], tf.int64)
+    scalar = tf.io.FixedLenFeature([], tf.int64)
+    specs = {  # input_fn_builder (run_squad.py, is_training) and file_based_input_fn_builder (run_classifier.py)
+        tmp_path / "squad/train.tf_record": {"unique_ids": scalar, "input_ids": seq, "input_mask": seq,
+                                             "segment_ids": seq, "start_positions": scalar, "end_positions": scalar},
+        tmp_path / "glue/eval.tf_record": {"input_ids": seq, "input_mask": seq, "segment_ids": seq,
+                                           "label_ids": scalar, "is_real_example": scalar},
+    }
+    for path, spec in specs.items():
+        ours = list(formats.read_records(path))
+        parsed = [tf.io.parse_single_example(record, spec) for record in tf.data.TFRecordDataset(str(path))]
+        assert len(parsed) == len(ours)
+        for theirs, mine in zip(parsed, ours):
+            for name in spec:
+                assert np.array_equal(np.atleast_1d(theirs[name].numpy()), mine[name]), (path.name, name)
+
+
+def test_glue_rerun_skips_finished_splits_and_adds_the_rest(finetune_dir, vocab_path, tmp_path, capsys):
+    argv = ["create-glue", "--task", "CoLA", "--data-dir", str(finetune_dir / "glue/CoLA"), "--vocab", str(vocab_path),
+            "--out", str(tmp_path), "--json", "--quiet"]
+    assert main([*argv, "--split", "train"]) == 0
+    train = (tmp_path / "train.tf_record").read_bytes()
+    capsys.readouterr()
+    assert main(argv) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert {split: s["created"] for split, s in summary["splits"].items()} == {"train": False, "dev": True, "test": True}
+    assert (tmp_path / "train.tf_record").read_bytes() == train
+    assert (tmp_path / "predict.tf_record").read_bytes() == (finetune_dir / "glue/CoLA_test_seq128.tfrecord").read_bytes()
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert sorted(manifest["source"]) == ["dev", "test", "train"] and len(manifest["files"]) == 6

@@ -1,0 +1,323 @@
+"""Outputs under hostile conditions: temporaries where no reader globs, one-line operating-system
+errors with nothing half-written, refused collisions, locks, damaged manifests, closed pipes."""
+
+import contextlib
+import errno
+import os
+import resource
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bertprep.atomic import atomic_open, staging_dir
+from bertprep.cli import main
+from bertprep.workdir import params_dirname
+from stand_in_servers import REPO
+
+TINY = "A first sentence.\nA second sentence.\n\nAnother document here.\nIt ends.\n"
+
+
+def bertprep(*args, preexec_fn=None, **kwargs):
+    return subprocess.run([sys.executable, "-m", "bertprep", *map(str, args)], capture_output=True, text=True,
+                          cwd=REPO, preexec_fn=preexec_fn, **kwargs)
+
+
+def error_line(result, code):
+    """The one line a failed command prints (and nothing else on stderr, no traceback)."""
+    assert result.returncode == code, (result.returncode, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    return lines[0]
+
+
+def files_under(root):
+    return sorted(str(p.relative_to(root)) for p in Path(root).rglob("*") if p.is_file())
+
+
+def create_args(vocab, inputs, out, *extra):
+    return ["create", "--input", *map(str, inputs), "--vocab", str(vocab), "--out", str(out), "--quiet",
+            "--dupe-factor", "1", "--workers", "1", *extra]
+
+
+@pytest.fixture
+def tiny(tmp_path, golden_dir):
+    good = tmp_path / "in" / "tiny.txt"
+    good.parent.mkdir()
+    good.write_text(TINY, encoding="utf-8")
+    return good, golden_dir / "vocab.txt"
+
+
+# -- temporaries ------------------------------------------------------------------------------
+
+
+def test_the_temporary_is_in_the_trees_staging_directory_never_beside_its_file(tmp_path):
+    root = tmp_path / "records"
+    data_dir = root / "tfrecord" / "training"
+    final = data_dir / ("x" * 246 + ".tfrecord")  # 255 bytes, the longest name a file system takes
+    with atomic_open(final, staging=staging_dir(root)) as f:
+        f.write(b"data")
+        assert os.listdir(data_dir) == []  # what TensorFlow's `*` glob could see there, dot-files included
+        (temp,) = os.listdir(root / ".partial")
+        assert len(os.fsencode(temp)) <= 255 and temp.endswith(".partial")
+    assert final.read_bytes() == b"data" and os.listdir(root / ".partial") == []
+    with pytest.raises(ValueError), atomic_open(data_dir / "y.tfrecord", staging=staging_dir(root)) as f:
+        f.write(b"half")
+        raise ValueError("the writer failed")
+    assert os.listdir(data_dir) == [final.name] and os.listdir(root / ".partial") == []
+
+
+def test_a_lone_file_stages_beside_itself_and_tidies_up(tmp_path):
+    with atomic_open(tmp_path / "report.json") as f:
+        f.write(b"{}")
+        assert os.listdir(tmp_path) == [".partial"]
+    assert os.listdir(tmp_path) == ["report.json"]
+
+
+def test_an_input_name_of_250_bytes_makes_records_under_the_255_byte_limit(tmp_path, tiny):
+    good, vocab = tiny
+    long_input = good.parent / ("a" * 246 + ".txt")
+    long_input.write_text(TINY, encoding="utf-8")
+    assert main(create_args(vocab, [long_input], tmp_path / "out", "--corpus", "long")) == 0
+    (tfrecord,) = (tmp_path / "out").rglob("*.tfrecord")
+    assert len(tfrecord.name.encode()) == 255
+
+
+def test_temporaries_of_killed_runs_are_removed_and_staging_goes_away(tmp_path, tiny):
+    good, vocab = tiny
+    out = tmp_path / "out"
+    argv = create_args(vocab, [good], out, "--corpus", "tiny")
+    assert main(argv) == 0
+    records = out / params_dirname(128, 20, 0.15, 12345, 1) / "tiny"
+    complete = files_under(records)
+    (records / ".partial").mkdir()
+    (records / ".partial" / "tiny.tfrecord.4242-0a1b2c3d.partial").write_bytes(b"killed mid-write")
+    (records / "tfrecord" / "training" / ".tmp-4242-tiny.tfrecord").write_bytes(b"an earlier version's temporary")
+    assert main(argv) == 0
+    assert files_under(records) == complete and not (records / ".partial").exists()
+
+
+# -- operating-system errors: one line naming the path, exit 1, nothing half-written ----------
+
+
+def test_out_under_a_regular_file(tmp_path, tiny):
+    good, vocab = tiny
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("a file")
+    line = error_line(bertprep(*create_args(vocab, [good], blocker / "records")), 1)
+    assert line.startswith(f"bertprep create: error: {blocker}/records") and line.endswith(": Not a directory")
+
+
+@pytest.fixture
+def read_only_dir(tmp_path):
+    """A directory nobody can write, root included: a read-only tmpfs, else /sys where the OS refuses root."""
+    mountpoint = tmp_path / "ro"
+    mountpoint.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(mountpoint)],
+                             capture_output=True).returncode == 0
+    if mounted:
+        yield mountpoint
+        subprocess.run(["umount", str(mountpoint)], check=True)
+        return
+    try:
+        os.mkdir("/sys/bertprep-probe")
+    except OSError as exc:
+        if exc.errno in (errno.EACCES, errno.EROFS, errno.EPERM):
+            yield Path("/sys")
+            return
+        raise
+    os.rmdir("/sys/bertprep-probe")
+    pytest.skip("no read-only directory on this machine: cannot mount tmpfs and /sys is writable")
+
+
+def test_out_in_a_read_only_directory(read_only_dir, tiny):
+    good, vocab = tiny
+    line = error_line(bertprep(*create_args(vocab, [good], read_only_dir / "records")), 1)
+    assert line.startswith(f"bertprep create: error: {read_only_dir}/records")
+    assert line.endswith((": Read-only file system", ": Permission denied"))
+
+
+def limit_file_size(limit):
+    """For a child process: files stop growing at `limit` bytes (EFBIG, "File too large"), as on a full quota."""
+    def apply():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails instead of killing the process
+    return apply
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_write_that_fails_midway_leaves_nothing(golden_dir, tmp_path, workers):
+    shards = tmp_path / "in" / "training"
+    shards.mkdir(parents=True)
+    documents = (golden_dir / "corpus.txt").read_text(encoding="utf-8").strip("\n").split("\n\n")
+    for i in range(2):
+        (shards / f"s{i}.txt").write_text("\n\n".join(documents[i::2]) + "\n", encoding="utf-8")
+    out = tmp_path / "out"
+    result = bertprep(*create_args(golden_dir / "vocab.txt", [shards.parent], out, "--workers", workers),
+                      preexec_fn=limit_file_size(64 * 1024))
+    line = error_line(result, 1)
+    assert line.startswith(f"bertprep create: error: {out}/") and line.endswith(": File too large")
+    assert ".partial" not in line  # the output's own name, not its temporary's
+    assert files_under(out) == []  # no record file, no temporary, no manifest vouching for anything
+
+
+@pytest.fixture
+def small_filesystem(tmp_path):
+    """A 256 KiB tmpfs: writing more fails with ENOSPC, as on a full disk."""
+    mountpoint = tmp_path / "small"
+    mountpoint.mkdir()
+    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mountpoint)], capture_output=True)
+    if mount.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here (needs CAP_SYS_ADMIN): {mount.stderr.decode().strip()}")
+    yield mountpoint
+    subprocess.run(["umount", str(mountpoint)], check=True)
+
+
+def test_a_full_disk(golden_dir, small_filesystem):
+    out = small_filesystem / "records"
+    result = bertprep(*create_args(golden_dir / "vocab.txt", [golden_dir / "corpus.txt"], out))
+    line = error_line(result, 1)
+    assert line.startswith(f"bertprep create: error: {out}/") and line.endswith(": No space left on device")
+    assert files_under(out) == []
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full on this system")
+def test_reports_and_conversions_to_a_full_device(golden_dir):
+    line = error_line(bertprep("validate", golden_dir / "G2.tfrecord", "--json", "/dev/full", "--quiet"), 1)
+    assert line == "bertprep validate: error: /dev/full: No space left on device"
+    line = error_line(bertprep("convert", golden_dir / "G2.tfrecord", "/dev/full", "--to", "ofrecord", "--quiet"), 1)
+    assert line == "bertprep convert: error: /dev/full: No space left on device"
+
+
+def test_validate_json_and_plot_to_an_unwritable_place(golden_dir, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("a file")
+    for flag, name in (("--json", "report.json"), ("--plot", "report.png")):
+        line = error_line(bertprep("validate", golden_dir / "G2.tfrecord", flag, blocker / name, "--quiet"), 1)
+        assert line == f"bertprep validate: error: {blocker / name}: Not a directory"
+    assert os.listdir(tmp_path) == ["file"]
+
+
+# -- exit 0 only when nothing is lost or misplaced ---------------------------------------------
+
+
+def test_two_inputs_that_would_write_the_same_file_are_refused(tmp_path, tiny):
+    good, vocab = tiny
+    twin = tmp_path / "other" / "tiny.txt"
+    twin.parent.mkdir()
+    twin.write_text(TINY + "\nA third document.\nShort.\n", encoding="utf-8")
+    out = tmp_path / "out"
+    line = error_line(bertprep(*create_args(vocab, [good, twin], out)), 2)
+    assert f"{good} and {twin} would both be written to" in line and line.endswith("tiny.tfrecord: rename one of them")
+    assert not out.exists()
+
+
+def test_convert_refuses_colliding_names_and_empty_inputs(golden_dir, tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "part-0").write_bytes((golden_dir / "G2.ofrecord").read_bytes())
+    (src / "part-0.tfrecord").write_bytes((golden_dir / "G2.tfrecord").read_bytes())
+    line = error_line(bertprep("convert", src, tmp_path / "dst", "--to", "tfrecord", "--quiet"), 2)
+    assert f"{src / 'part-0'} and {src / 'part-0.tfrecord'} would both be written to {tmp_path / 'dst' / 'part-0.tfrecord'}: rename one of them" in line
+    (src / "part-0.tfrecord").unlink()
+    (src / "part-1").write_bytes(b"")
+    line = error_line(bertprep("convert", src, tmp_path / "dst", "--to", "tfrecord", "--quiet"), 1)
+    assert line.startswith(f"bertprep convert: error: {src / 'part-1'}: empty file, no records to convert")
+    line = error_line(bertprep("convert", src / "part-1", tmp_path / "one", "--to", "ofrecord", "--quiet"), 1)
+    assert "empty file" in line
+    assert sorted(os.listdir(tmp_path)) == ["src"]
+
+
+def test_a_corpus_name_that_is_a_path_is_refused(tmp_path, tiny):
+    good, vocab = tiny
+    for corpus in (str(tmp_path / "elsewhere"), "../up", "a/b"):
+        line = error_line(bertprep(*create_args(vocab, [good], tmp_path / "out", "--corpus", corpus)), 2)
+        assert line == f"bertprep create: error: --corpus {corpus!r}: use letters, digits, '_' and '-' only"
+    assert sorted(os.listdir(tmp_path)) == ["in"]
+
+
+# -- concurrency and stale state ----------------------------------------------------------------
+
+HOLDER = """
+import sys
+from bertprep.atomic import hold
+with hold(sys.argv[1], "bertprep create"):
+    print("holding", flush=True)
+    sys.stdin.readline()
+"""
+
+
+@contextlib.contextmanager
+def holder_process(root):
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(root)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True, cwd=REPO)
+    try:
+        assert proc.stdout.readline() == "holding\n"
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_second_run_into_the_same_records_is_refused_with_the_holder(tmp_path, tiny):
+    good, vocab = tiny
+    out = tmp_path / "out"
+    records = out / params_dirname(128, 20, 0.15, 12345, 1) / "tiny"
+    argv = create_args(vocab, [good], out, "--corpus", "tiny")
+    with holder_process(records) as holder:
+        line = error_line(bertprep(*argv), 1)
+        assert line.startswith(f"bertprep create: error: {records}: another run is writing here "
+                               f"(bertprep create, pid {holder.pid} on {os.uname().nodename}, since ")
+        assert line.endswith("); wait for it to finish or stop it")
+        assert files_under(records) == [".partial/lock"]
+        holder.stdin.write("done\n")
+        holder.stdin.flush()
+        holder.wait(timeout=30)
+    assert main(argv) == 0
+
+
+def test_a_killed_holder_releases_the_lock(tmp_path, tiny):
+    good, vocab = tiny
+    out = tmp_path / "out"
+    records = out / params_dirname(128, 20, 0.15, 12345, 1) / "tiny"
+    with holder_process(records) as holder:
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait()
+    assert (records / ".partial" / "lock").exists()  # left behind, but no process holds it
+    assert main(create_args(vocab, [good], out, "--corpus", "tiny")) == 0
+    assert not (records / ".partial").exists()
+
+
+@pytest.mark.parametrize("damage", ["[]", '{"files": []}', '{"files": {"x.tfrecord": 3}}', "{not json"])
+def test_a_damaged_manifest_is_named_not_trusted(tmp_path, tiny, damage):
+    good, vocab = tiny
+    out = tmp_path / "out"
+    argv = create_args(vocab, [good], out, "--corpus", "tiny")
+    assert main(argv) == 0
+    manifest = out / params_dirname(128, 20, 0.15, 12345, 1) / "tiny" / "manifest.json"
+    manifest.write_text(damage)
+    line = error_line(bertprep(*argv), 1)
+    assert line.startswith(f"bertprep create: error: {manifest}: damaged manifest (")
+    assert line.endswith("); remove it to redo this stage from scratch")
+    manifest.unlink()
+    assert main(argv) == 0
+
+
+# -- a reader that stops early -----------------------------------------------------------------
+
+
+def test_a_closed_pipe_ends_the_command_quietly(golden_dir, tmp_path, tiny):
+    inspect = subprocess.Popen([sys.executable, "-m", "bertprep", "inspect", str(golden_dir / "G1.tfrecord"), "-n", "1000"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
+    assert inspect.stdout.readline().startswith(b"== ")  # `| head -1`
+    inspect.stdout.close()
+    assert inspect.wait(timeout=60) == 141 and inspect.stderr.read() == b""
+    good, vocab = tiny
+    for argv in (["convert", golden_dir / "G2.tfrecord", tmp_path / "g2", "--to", "ofrecord"],
+                 [*create_args(vocab, [good], tmp_path / "out"), "--json"]):
+        proc = subprocess.Popen([sys.executable, "-m", "bertprep", *map(str, argv)], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, cwd=REPO)
+        proc.stdout.close()  # the reader is gone before the summary is written
+        assert proc.wait(timeout=60) == 141 and proc.stderr.read() == b"", argv

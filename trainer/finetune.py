@@ -1,0 +1,340 @@
+"""`python -m trainer finetune`: SQuAD or GLUE from a pretraining checkpoint of this trainer.
+
+The run: read the task's records (tasks.TaskData); take the model
+configuration and the encoder's weights, by variable path, from the
+pretraining checkpoint (its masked-LM and next-sentence heads are left out);
+add the task head (heads.py); train with AdamW, linear warmup and linear decay
+on every device of the host (train.Devices, steps.py, as pretraining does);
+then predict the eval split and score it: SQuAD answers through
+write_predictions (squad_predictions.py) into predictions.json (and
+null_odds.json for SQuAD 2.0), exact match and F1 as the official scripts
+compute them; GLUE accuracy and the task's own metric (metrics.py).
+
+Without --init-checkpoint a tiny checkpoint is pretrained on the fly from the
+embedded sample records (cached): enough to show the path runs, not to score.
+"""
+
+import json
+import os
+import re
+import sys
+import time
+
+import numpy as np
+
+from bertprep import formats
+from bertprep.atomic import atomic_write_bytes
+from bertprep.errors import DataError, UsageError
+from trainer import checkpoints, metrics
+from trainer.config import SIZES, BertConfig
+from trainer.data import RecordStream, feature_dtypes, prefetch
+from trainer.heads import FEATURE_INPUTS
+from trainer.squad_predictions import load_eval_metadata, write_predictions
+from trainer.tasks import TaskData, task_named
+from trainer.train import TIMING_WARMUP_STEPS, Devices, Log, stop_if_stuck, warmup_steps
+
+# The on-the-fly checkpoint of a run without --init-checkpoint: a few steps of the sample records.
+SAMPLE_PRETRAINING = ["--format", "ofrecord", "--steps", "20", "--batch-size", "8", "--optimizer", "adam",
+                      "--lr", "1e-3", "--warmup", "2", "--log-every", "20", "--quiet"]
+_VARIABLE_NAME = re.compile(r"^model/(?:trainable|non_trainable)/\d+/(.+)$")
+
+
+def run(args):
+    if os.environ.get("TF_CONFIG") or os.environ.get("KERAS_DISTRIBUTION_JOB_ADDRESSES"):
+        raise UsageError("finetune runs on the devices of one host: unset TF_CONFIG / KERAS_DISTRIBUTION_JOB_ADDRESSES")
+    task = task_named(args.task)
+    data = TaskData(args.data, args.format, task)
+    checkpoint = args.init_checkpoint or sample_checkpoint(args, data)
+    config, weights, checkpoint_path = read_pretraining_checkpoint(checkpoint)
+    if args.model and (config.num_hidden_layers, config.hidden_size, config.num_attention_heads) != SIZES[args.model]:
+        raise UsageError(f"--model {args.model}: the checkpoint {checkpoint_path} holds L{config.num_hidden_layers}/"
+                         f"H{config.hidden_size}/A{config.num_attention_heads} (leave --model out to use it)")
+    if data.seq > config.max_position_embeddings:
+        raise DataError(f"{args.data}: records have sequence length {data.seq} but the checkpoint's model has "
+                        f"{config.max_position_embeddings} positions")
+    if data.vocab_size and data.vocab_size > config.vocab_size:
+        raise DataError(f"{args.data}: records were made with a vocab of {data.vocab_size} entries, the "
+                        f"checkpoint's model has {config.vocab_size}")
+    import keras
+
+    keras.backend.clear_session()  # a fresh name space: variables are matched by path
+    keras.config.set_dtype_policy(args.precision if args.precision != "fp32" else "float32")
+    keras.utils.set_random_seed(args.seed)
+    devices = Devices(keras.backend.backend())
+    log = Log(args, 0, enabled=True)
+    try:
+        return _finetune(args, task, data, config, weights, checkpoint_path, devices, log)
+    finally:
+        log.close()
+
+
+def _finetune(args, task, data, config, weights, checkpoint_path, devices, log):
+    from trainer.optimizers import make_optimizer
+
+    global_batch = args.batch_size * devices.replicas
+    train_records = data.records("train")
+    total_steps = args.steps or max(1, int(train_records * args.epochs / global_batch))
+    log.total = total_steps
+    with devices.scope():
+        model, objective = build_task_model(task, config, data)
+        loaded = load_encoder(model, weights, checkpoint_path)
+        optimizer = make_optimizer("adam", args.lr, warmup_steps(args.warmup, total_steps), total_steps)
+        optimizer.build(model.trainable_variables)
+    steps = build_task_steps(devices, model, optimizer, objective, args.precision)
+    parameters = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
+    log.note(f"{task.name}: {train_records:,} training records ({data.fmt}, seq {data.seq}); "
+             f"{loaded} encoder variables from {checkpoint_path}; model L{config.num_hidden_layers}/"
+             f"H{config.hidden_size} ({parameters / 1e6:.1f}M parameters); {total_steps} steps of global batch "
+             f"{global_batch} ({args.batch_size} x {devices.replicas} replicas); {args.precision}; lr {args.lr}")
+
+    stream = RecordStream(data, "train", args.batch_size * devices.local_replicas, args.seed)
+    train = train_loop(args, steps, objective, stream, total_steps, global_batch, log)
+    os.makedirs(args.output_dir, exist_ok=True)
+    if args.checkpoint_dir:
+        path = checkpoints.save(args.checkpoint_dir, train["steps"], steps.get_state(),
+                                {"settings": {"task": task.name, "model": config.to_dict(), "init": checkpoint_path}},
+                                keep=1)
+        log.note(f"checkpoint {path}")
+    evaluation = {}
+    if data.files["eval"]:
+        eval_batch = args.batch_size * devices.replicas
+        if task.is_squad:
+            evaluation = evaluate_squad(args, data, steps, eval_batch, log)
+        else:
+            evaluation = evaluate_glue(task, data, steps, eval_batch)
+        log.record("eval", {k: v for k, v in evaluation.items() if isinstance(v, (int, float))}, train["steps"])
+    else:
+        log.note(f"{args.data}: no {data.fmt} eval records: nothing scored")
+    summary = {"task": task.name, "format": data.fmt, "init_checkpoint": checkpoint_path,
+               "replicas": devices.replicas, "global_batch": global_batch, "precision": args.precision, **train,
+               **{f"eval_{k}": v for k, v in evaluation.items()}}
+    log.record("summary", {k: v for k, v in summary.items() if isinstance(v, (int, float))}, train["steps"])
+    return summary
+
+
+def build_task_model(task, config, data, batch=2):
+    """The task's model (variables created) and its training objective."""
+    from keras import ops
+
+    from trainer.heads import (BertForSequences, BertForSpans, ClassificationObjective, RegressionObjective,
+                               SpanObjective)
+
+    if task.is_squad:
+        model, objective = BertForSpans(config, name="bert"), SpanObjective()
+    elif task.is_regression:
+        model, objective = BertForSequences(config, 1, name="bert"), RegressionObjective()
+    else:
+        model, objective = BertForSequences(config, len(data.labels), name="bert"), ClassificationObjective()
+    model({"input_ids": ops.zeros((batch, data.seq), "int32"), "input_mask": ops.ones((batch, data.seq), "int32"),
+           "segment_ids": ops.zeros((batch, data.seq), "int32")})
+    return model, objective
+
+
+def build_task_steps(devices, model, optimizer, objective, precision):
+    dynamic_scale = precision == "mixed_float16"
+    if devices.backend == "tensorflow":
+        from trainer.steps import TensorFlowSteps
+
+        return TensorFlowSteps(devices.strategy, model, optimizer, 1, dynamic_scale, objective)
+    from trainer.steps import JaxSteps
+
+    return JaxSteps(devices.distribution, model, optimizer, 1, dynamic_scale, objective)
+
+
+# ---------------------------------------------------------------- the pretraining checkpoint
+
+
+def read_pretraining_checkpoint(path):
+    """(BertConfig, {variable path: array}, checkpoint directory) of a `ckpt-<step>` directory of the
+    trainer, or of the newest one in a --checkpoint-dir."""
+    if not os.path.isfile(os.path.join(path, "state.npz")):
+        found = checkpoints.list_checkpoints(path)
+        if not found:
+            raise DataError(f"{path}: not a checkpoint of the trainer (no state.npz, no ckpt-<step>/ inside)")
+        path = found[-1][1]
+    try:
+        with open(os.path.join(path, "state.json"), encoding="utf-8") as f:
+            model_settings = json.load(f)["settings"]["model"]
+        with np.load(os.path.join(path, "state.npz")) as npz:
+            weights = {match.group(1): npz[name] for name in npz.files if (match := _VARIABLE_NAME.match(name))}
+        config = BertConfig(**model_settings)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise DataError(f"{path}: unreadable checkpoint: {exc.__class__.__name__}: {exc}") from None
+    return config, weights, path
+
+
+def load_encoder(model, weights, path):
+    """Assign the checkpoint's value to every encoder variable, matched by path; the task head keeps
+    its initialization. Returns the number of variables loaded."""
+    head = {v.path for v in model.head.variables}
+    loaded = 0
+    for variable in model.trainable_variables:
+        if variable.path in head:
+            continue
+        if variable.path not in weights:
+            raise DataError(f"{path}: checkpoint lacks encoder variable {variable.path}")
+        value = weights[variable.path]
+        if tuple(value.shape) != tuple(variable.shape):
+            raise DataError(f"{path}: variable {variable.path} has shape {value.shape}, the model's is "
+                            f"{tuple(variable.shape)}")
+        variable.assign(value)
+        loaded += 1
+    return loaded
+
+
+def sample_checkpoint(args, data):
+    """A tiny pretraining checkpoint made on the fly from the embedded sample records (cached per
+    user), with the vocab size of the fine-tuning records so their token ids fit."""
+    from trainer.cli import build_parser
+    from trainer.train import run as pretrain, sample_records
+
+    vocab_size = data.vocab_size or BertConfig().vocab_size
+    model = args.model or "tiny"
+    directory = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "bertprep",
+                             "finetune-sample-checkpoint", f"{model}-vocab-{vocab_size}")
+    if not checkpoints.list_checkpoints(directory):
+        if not args.quiet:
+            print(f"trainer: no --init-checkpoint: pretraining the {model} model for a few steps on the embedded "
+                  f"sample records into {directory}", file=sys.stderr)
+        os.makedirs(directory, exist_ok=True)
+        config_path = os.path.join(directory, "bert_config.json")
+        atomic_write_bytes(config_path, json.dumps(BertConfig.sized(model, vocab_size=vocab_size).to_dict()).encode())
+        pretrain(build_parser().parse_args(SAMPLE_PRETRAINING + [
+            "--data", sample_records(), "--bert-config", config_path, "--checkpoint-dir", directory]))
+    return directory
+
+
+# ---------------------------------------------------------------- training
+
+
+def train_loop(args, steps, objective, stream, total_steps, global_batch, log):
+    """Run `total_steps` optimizer steps; log every --log-every; return the run's training figures."""
+    batches = prefetch(stream.batches())
+    window = {k: 0.0 for k in objective.sum_keys}
+    first_loss = last_loss = None
+    step = skipped = nonfinite_run = 0
+    timed_seconds, timed_steps = 0.0, 0
+    clock = time.perf_counter()
+    while step < total_steps:
+        result = steps.fetch(steps.train(steps.put({k: v[None] for k, v in next(batches).items()})))
+        now = time.perf_counter()
+        if not result["finite"]:
+            skipped += 1
+            nonfinite_run += 1
+            stop_if_stuck(nonfinite_run, step, result)
+            clock = now
+            continue
+        step += 1
+        nonfinite_run = 0
+        if step > TIMING_WARMUP_STEPS:
+            timed_seconds += now - clock
+            timed_steps += 1
+        clock = now
+        for k in objective.sum_keys:
+            window[k] += result[k]
+        log.bar(step)
+        if step % args.log_every == 0 or step == total_steps:
+            values = objective.metrics(window)
+            first_loss = values["loss"] if first_loss is None else first_loss
+            last_loss = values["loss"]
+            values.update(learning_rate=result["learning_rate"], loss_scale=result["loss_scale"],
+                          skipped_steps=skipped)
+            log.record("train", values, step)
+            window = {k: 0.0 for k in objective.sum_keys}
+            clock = time.perf_counter()
+    return {"steps": step, "skipped_steps": skipped, "first_logged_loss": first_loss, "last_logged_loss": last_loss,
+            "mean_sequences_per_second": global_batch * timed_steps / timed_seconds if timed_steps else None}
+
+
+# ---------------------------------------------------------------- evaluation
+
+
+def predict_split(steps, data, split, batch):
+    """(records, model outputs) for consecutive batches of a split, in record order; the last
+    batch is padded with copies of its last record for the devices and cut back afterwards."""
+    kind = data.task.eval_kind if split == "eval" else data.kind
+    dtypes = feature_dtypes(kind)
+    for records in formats.read_batches(data.files[split], batch, data.fmt, kind=kind, dims=data.dims):
+        n = len(records["input_ids"])
+        inputs = {name: _pad_rows(records[name], batch).astype(dtypes[name]) for name in FEATURE_INPUTS}
+        outputs = steps.predict(steps.put({name: values[None] for name, values in inputs.items()}))
+        yield records, {name: values[:n] for name, values in outputs.items()}
+
+
+def _pad_rows(values, rows):
+    missing = rows - len(values)
+    return np.concatenate([values, np.repeat(values[-1:], missing, axis=0)]) if missing else values
+
+
+def evaluate_glue(task, data, steps, batch):
+    """Accuracy (classification) or mean squared error (regression), plus the task's metrics, over
+    the real examples of the eval split (is_real_example = 1)."""
+    outputs, labels = [], []
+    for records, predicted in predict_split(steps, data, "eval", batch):
+        real = records["is_real_example"][:, 0] == 1
+        outputs.append(predicted["logits"][real])
+        labels.append(records["label_ids"][real, 0])
+    logits, labels = np.concatenate(outputs).astype(np.float64), np.concatenate(labels)
+    result = {"examples": len(labels)}
+    if task.is_regression:
+        predictions = logits[:, 0]
+        result["loss"] = float(np.mean((predictions - labels) ** 2))
+    else:
+        predictions = np.argmax(logits, axis=-1)
+        log_probs = logits - np.max(logits, axis=-1, keepdims=True)
+        log_probs -= np.log(np.sum(np.exp(log_probs), axis=-1, keepdims=True))
+        result["loss"] = float(-np.mean(log_probs[np.arange(len(labels)), labels]))
+        result["accuracy"] = metrics.accuracy(predictions, labels)
+    for name in task.metrics:
+        result[name] = getattr(metrics, name)(predictions, labels)
+    return result
+
+
+def evaluate_squad(args, data, steps, batch, log):
+    """predictions.json, nbest_predictions.json (and null_odds.json for SQuAD 2.0) in --output-dir,
+    scored against the dev JSON as the official evaluate script would score them."""
+    features_path, examples_path = data.eval_metadata
+    examples, features = load_eval_metadata(features_path, examples_path)
+    logits, order = {}, []
+    for records, predicted in predict_split(steps, data, "eval", batch):
+        for unique_id, start, end in zip(records["unique_ids"][:, 0], predicted["start_logits"],
+                                         predicted["end_logits"]):
+            logits[int(unique_id)] = (start, end)
+            order.append(int(unique_id))
+    expected = [feature["unique_id"] for feature in features]
+    if order != expected:
+        mismatch = next((i for i, (a, b) in enumerate(zip(order, expected)) if a != b), min(len(order), len(expected)))
+        raise DataError(f"{features_path}: does not match the eval records ({len(expected)} features, "
+                        f"{len(order)} records; first difference at record {mismatch})")
+    dev_file = args.eval_file or data.source("eval") or data.source("dev")
+    dataset = _read_squad_json(dev_file) if dev_file else None
+    version_2 = data.version_2_with_negative or (dataset is not None and dataset.get("version") == "2.0")
+    predictions, nbest, null_odds = write_predictions(examples, features, logits, version_2, data.lower_case,
+                                                      null_score_diff_threshold=args.null_score_diff_threshold)
+    written = {"predictions.json": predictions, "nbest_predictions.json": nbest}
+    if version_2:
+        written["null_odds.json"] = null_odds
+    for name, content in written.items():
+        # The reference's layout (json.dumps indent 4), so the official scripts read them as usual.
+        atomic_write_bytes(os.path.join(args.output_dir, name), (json.dumps(content, indent=4) + "\n").encode())
+    result = {"examples": len(examples), "predictions": os.path.join(args.output_dir, "predictions.json")}
+    if dataset is None:
+        log.note("no dev JSON (manifest source or --eval-file): predictions written, not scored")
+        return result
+    if version_2:
+        result.update(metrics.squad_v2_scores(dataset["data"], predictions, null_odds))
+    else:
+        result.update(metrics.squad_v1_scores(dataset["data"], predictions))
+    result["dev_file"] = dev_file
+    return result
+
+
+def _read_squad_json(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            dataset = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{path}: cannot read the SQuAD dev JSON: {exc}") from None
+    if not isinstance(dataset, dict) or not isinstance(dataset.get("data"), list):
+        raise DataError(f"{path}: not SQuAD JSON (expected an object with a \"data\" list)")
+    return dataset

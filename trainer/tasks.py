@@ -1,0 +1,150 @@
+"""Fine-tuning tasks and their data: what each task reads, predicts and scores.
+
+A data directory is one `bertprep create-squad` / `create-glue` output,
+flat:
+
+    DIR/{train,eval,predict}.tf_record          TFRecord (google-research/bert's names)
+    DIR/{train,eval,test}.of_record-<i>         OFRecord (OneFlow-Benchmark's names)
+    DIR/manifest.json                           task, labels, dims, vocab, lower_case, sources
+    DIR/eval.{features,examples}.jsonl          SQuAD: what turns span logits into answers
+
+Without a manifest (the golden files copied under these names, say) the task
+comes from --task and the label count from the task.
+"""
+
+import dataclasses
+import glob
+import os
+
+from bertprep import formats
+from bertprep.errors import DataError, UsageError
+from bertprep.formats.schemas import GLUE, GLUE_REGRESSION, SQUAD_EVAL, SQUAD_TRAIN
+from bertprep.workdir import load_manifest
+
+# split -> file name (or glob) per format
+SPLIT_FILES = {
+    "train": {"tfrecord": "train.tf_record", "ofrecord": "train.of_record-*"},
+    "eval": {"tfrecord": "eval.tf_record", "ofrecord": "eval.of_record-*"},
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    name: str  # as the GLUE benchmark and the manifests spell it
+    train_kind: object
+    eval_kind: object
+    labels: tuple = None  # label id = index; None: regression or SQuAD
+    metrics: tuple = ()  # GLUE metrics (metrics.py function names) beside accuracy
+
+    @property
+    def is_squad(self):
+        return self.name == "squad"
+
+    @property
+    def is_regression(self):
+        return self.train_kind is GLUE_REGRESSION
+
+
+def _glue(name, labels, *metrics):
+    kind = GLUE_REGRESSION if labels is None else GLUE
+    return Task(name, kind, kind, labels, metrics)
+
+
+TASKS = {task.name.lower().replace("-", ""): task for task in (
+    Task("squad", SQUAD_TRAIN, SQUAD_EVAL),
+    _glue("CoLA", ("0", "1"), "matthews_correlation"),
+    _glue("SST-2", ("0", "1")),
+    _glue("MRPC", ("0", "1"), "f1_positive"),
+    _glue("STS-B", None, "pearson", "spearman"),
+    _glue("QQP", ("0", "1"), "f1_positive"),
+    _glue("MNLI", ("contradiction", "entailment", "neutral")),
+    _glue("QNLI", ("entailment", "not_entailment")),
+    _glue("RTE", ("entailment", "not_entailment")),
+    _glue("WNLI", ("0", "1")),
+)}
+
+
+def task_named(name):
+    """squad, cola, sst-2 (or sst2), mrpc, sts-b, qqp, mnli, qnli, rte, wnli; any case."""
+    key = name.lower().replace("-", "").replace("_", "")
+    if key not in TASKS:
+        raise UsageError(f"unknown task {name!r} (known: {', '.join(t.name.lower() for t in TASKS.values())})")
+    return TASKS[key]
+
+
+class TaskData:
+    """The record files of one task's data directory in one format, and what its manifest says.
+
+    Offers what trainer.data.RecordStream reads for the training split: `files`, `count(path)`,
+    `fmt`, `data_dir`, `kind` and `dims`.
+    """
+
+    def __init__(self, data_dir, fmt, task):
+        if not os.path.isdir(data_dir):
+            raise DataError(f"{data_dir}: no such directory")
+        self.data_dir, self.fmt, self.task = data_dir, fmt, task
+        self.manifest = load_manifest(data_dir) or {}
+        manifest_task = self.manifest.get("task")
+        if manifest_task and manifest_task.lower().replace("-", "") != task.name.lower().replace("-", ""):
+            raise UsageError(f"{data_dir}: records of task {manifest_task}, not {task.name} (--task)")
+        self.files = {split: sorted(glob.glob(os.path.join(data_dir, names[fmt])))
+                      for split, names in SPLIT_FILES.items()}
+        if not self.files["train"]:
+            raise DataError(f"{data_dir}: no {fmt} training records ({SPLIT_FILES['train'][fmt]})")
+        self.kind = task.train_kind
+        self.dims = self._dims_of(self.files["train"][0], self.kind)
+        if self.files["eval"]:
+            eval_dims = self._dims_of(self.files["eval"][0], task.eval_kind)
+            if eval_dims != self.dims:
+                raise DataError(f"{self.files['eval'][0]}: sequence length {eval_dims['seq']} differs from the "
+                                f"training records' {self.dims['seq']}")
+        if task.is_squad and self.files["eval"]:
+            for path in self.eval_metadata:
+                if not os.path.isfile(path):
+                    raise DataError(f"{path}: missing: SQuAD answers need the evaluation metadata create-squad writes")
+        self.labels = self.manifest.get("labels") or task.labels
+        if not task.is_squad and not task.is_regression and len(self.labels) < 2:
+            raise DataError(f"{data_dir}/manifest.json: labels {self.labels!r}: a classifier needs two or more")
+        self._counts = {}
+
+    @staticmethod
+    def _dims_of(path, expected):
+        kind = formats.record_kind(path)
+        if kind is not expected:
+            raise DataError(f"{path}: {kind.name} records, expected {expected.name}")
+        first = next(formats.read_records(path))
+        return kind.dims_of({name: len(values) for name, values in first.items()})
+
+    @property
+    def eval_metadata(self):
+        """SQuAD: the paths of eval.features.jsonl and eval.examples.jsonl."""
+        return tuple(os.path.join(self.data_dir, f"eval.{name}.jsonl") for name in ("features", "examples"))
+
+    @property
+    def seq(self):
+        return self.dims["seq"]
+
+    @property
+    def vocab_size(self):
+        return (self.manifest.get("vocab") or {}).get("size")
+
+    @property
+    def lower_case(self):
+        return self.manifest.get("lower_case", True)
+
+    @property
+    def version_2_with_negative(self):
+        return bool(self.manifest.get("version_2_with_negative"))
+
+    def source(self, split):
+        """The input file a split was made from (the manifest's "source"), or None."""
+        entry = (self.manifest.get("source") or {}).get(split)
+        return entry.get("path") if isinstance(entry, dict) else entry
+
+    def count(self, path):
+        if path not in self._counts:
+            self._counts[path] = sum(1 for _ in formats.iter_payloads(path, self.fmt, verify=False))
+        return self._counts[path]
+
+    def records(self, split):
+        return sum(self.count(path) for path in self.files[split])
