@@ -11,8 +11,7 @@ from test_create import golden_argv, only_records_dir, output_files
 
 from bertprep import formats
 from bertprep.cli import main
-from bertprep.formats.batch import encode_batch
-from bertprep.formats.schemas import KINDS, PACKED, PRETRAINING
+from bertprep.formats.schemas import PACKED, PRETRAINING
 from bertprep.pack import strategy
 from bertprep.pack.layout import pack_rows, unpack_rows
 
@@ -203,25 +202,6 @@ def test_pack_rows_and_unpack_rows_are_inverses(golden_dir):
     for name in PRETRAINING.names:
         np.testing.assert_array_equal(back[name], instances[name][members[row, slot]], err_msg=name)
     assert (rows["input_ids"][row, offset] == 101).all()
-
-
-def test_batch_encoder_writes_encode_records_bytes(golden_dir):
-    rng = np.random.default_rng(3)
-    dims = {"seq": 40, "pred": 6, "k": 3}
-    for kind in KINDS.values():
-        columns = {}
-        for feature in kind.features:
-            size = feature.size({name: dims[name] for name in kind.dims})
-            if feature.dtype == "float":
-                columns[feature.name] = rng.normal(size=(30, size)).astype(np.float32)
-            else:  # every varint size, and negative values (10 bytes)
-                values = rng.integers(0, 1 << 31, (30, size)) >> rng.integers(0, 31, (30, size))
-                values[0, 0], values[1, 0] = -7, (1 << 31) - 1
-                columns[feature.name] = values
-        for fmt in formats.FORMATS:
-            expected = b"".join(formats.frame(formats.encode_record({n: v[i] for n, v in columns.items()}, fmt, kind),
-                                              fmt) for i in range(30))
-            assert encode_batch(columns, fmt, kind) == expected, (kind.name, fmt)
 
 
 # ---------------------------------------------------------------- validate finds each defect

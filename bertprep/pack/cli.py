@@ -64,12 +64,7 @@ def read_source(records_dir):
 def check_flags(args, source_formats):
     if args.max_per_pack < 1:
         raise UsageError(f"--max-per-pack must be at least 1, not {args.max_per_pack}")
-    wanted = args.format.split(",") if args.format else source_formats
-    fmts = tuple(f.strip() for f in wanted if f.strip())
-    unknown = [f for f in fmts if f not in formats.FORMATS]
-    if unknown or not fmts:
-        raise UsageError(f"unknown --format {','.join(unknown) or args.format!r} (choose from tfrecord, ofrecord)")
-    return tuple(f for f in formats.FORMATS if f in fmts)
+    return formats.parse_formats(args.format or ",".join(source_formats))
 
 
 def output_dir(records_dir, out, k):

@@ -19,7 +19,6 @@ import numpy as np
 from bertprep import formats
 from bertprep.atomic import atomic_open, staging_dir
 from bertprep.errors import DataError
-from bertprep.formats.batch import encode_batch
 from bertprep.formats.schemas import PACKED, PRETRAINING
 from bertprep.pack.layout import pack_rows
 from bertprep.pack.strategy import lower_bound, pack
@@ -72,7 +71,7 @@ def pack_shard(task):
         for first in range(0, len(members), CHUNK):
             rows = _rows(task, buf, starts, sizes, members[first:first + CHUNK])
             for fmt, _relative, f, digest, size in outputs:
-                data = encode_batch(rows, fmt, PACKED)
+                data = formats.encode_columns(rows, fmt, PACKED)
                 f.write(data)
                 digest.update(data)
                 size[0] += len(data)
