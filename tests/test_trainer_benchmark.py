@@ -8,12 +8,12 @@ import sys
 
 import numpy as np
 import pytest
-
 from test_trainer_data import golden_records
+from trainer_checks import bert_config
+
 from trainer.benchmark import method
 from trainer.benchmark.worker import MEMORY_LIMIT_VARIABLE
 from trainer.config import BertConfig
-from trainer_checks import bert_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

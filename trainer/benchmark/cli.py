@@ -148,6 +148,18 @@ def _benchmark(args):
         raise UsageError(f"--out {args.out}: {exc.strerror}") from None
 
     bench = Benchmark(args, hosts, host_index, log_dir)
+    try:
+        results = _run_plan(args, bench, records, config, hosts, baseline_configs)
+    finally:
+        bench.close()
+    written = report.write(args.out, results) if host_index == 0 else []  # the chief writes the report
+    print_summary("trainer.benchmark: done", report.summary(results, args.out, written), as_json=args.json,
+                  rows=report.summary_rows(results, written))
+    return 0
+
+
+def _run_plan(args, bench, records, config, hosts, baseline_configs):
+    """Every configuration of --devices x --precision x --batch-size, run after run: the results dict."""
     platform = bench.detect()
     if platform.get("status") != "ok":
         raise DataError(f"cannot start {args.backend}: {platform.get('error')}")
@@ -222,13 +234,7 @@ def _benchmark(args):
         "host": host_description(platform, hosts),
         "seconds": round(time.monotonic() - started, 1),
     }
-    written = []
-    if host_index == 0:  # the chief writes the report; every host keeps its own logs
-        written = report.write(args.out, results)
-    summary = report.summary(results, args.out, written)
-    bench.close()
-    print_summary("trainer.benchmark: done", summary, as_json=args.json, rows=report.summary_rows(results, written))
-    return 0
+    return results
 
 
 def _failure(outcome):
@@ -303,7 +309,7 @@ class Benchmark:
                 env.pop(name, None)
         return env
 
-    def _start(self, devices, name, worker_args, trainer_argv, local_only, status):
+    def _start(self, devices, name, worker_args, trainer_argv, local_only, status, global_batch=0):
         """Run one worker to the end (or --timeout); its output goes to logs/NAME.log. Returns its result."""
         host = f".host{self.host_index}" if self.hosts > 1 else ""
         log_path = os.path.join(self.log_dir, f"{name}{host}.log")
@@ -326,8 +332,8 @@ class Benchmark:
                         break
                     time.sleep(0.5)
                     if status:
-                        rate = _latest_rate(log_path)
-                        self.progress(status + (f": {rate} seq/s" if rate else ": starting"))
+                        rate = _latest_rate(log_path, global_batch)
+                        self.progress(status + (f": {rate:,.1f} seq/s" if rate else ": starting"))
             except BaseException:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
@@ -350,7 +356,7 @@ class Benchmark:
     def run(self, devices, policy, batch_size, name, status):
         return self._start(devices, name, ["--peak", "--iterations", str(self.args.iterations)],
                            self._trainer_argv(policy, batch_size, self.args.iterations), local_only=False,
-                           status=status)
+                           status=status, global_batch=batch_size * devices * self.hosts)
 
     def search_max(self, devices, policy, status):
         """The largest per-device batch that runs on `devices` devices of this host, each probe a process."""
@@ -359,7 +365,8 @@ class Benchmark:
             name = f"d{devices}-{policy}-probe-b{batch_size}"
             outcome = self._start(devices, name, ["--iterations", str(PROBE_ITERATIONS)],
                                   self._trainer_argv(policy, batch_size, PROBE_ITERATIONS),
-                                  local_only=True, status=f"{status}: max search, batch {batch_size}")
+                                  local_only=True, status=f"{status}: max search, batch {batch_size}",
+                                  global_batch=batch_size * devices)
             if outcome["status"] == "error":
                 raise ProbeFailed(f"max search: batch {batch_size} failed, not out of memory: "
                                   f"{outcome.get('error')} (log {outcome['log']})")
@@ -375,16 +382,20 @@ class Benchmark:
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 
-_RATE = re.compile(r"([\d,]+\.\d) seq/s")
+_ITERATION = re.compile(r"^benchmark: iteration (\d+) at ([\d.]+)$", re.MULTILINE)
 
 
-def _latest_rate(log_path):
+def _latest_rate(log_path, global_batch):
+    """Sequences/s between the worker's last two progress lines (worker.progress_lines), or None."""
     try:
         with open(log_path, encoding="utf-8", errors="replace") as f:
-            rates = _RATE.findall(f.read()[-4000:])
+            marks = _ITERATION.findall(f.read()[-8000:])
     except OSError:
         return None
-    return rates[-1] if rates else None
+    if len(marks) < 2:
+        return None
+    (k1, t1), (k2, t2) = [(int(k), float(t)) for k, t in marks[-2:]]
+    return global_batch * (k2 - k1) / (t2 - t1) if t2 > t1 else None
 
 
 def _last_line(path):

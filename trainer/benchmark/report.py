@@ -164,10 +164,13 @@ def plot(path, results):
             right.plot([d for d, _ in scaled], [s for _, s in scaled], marker="o", label=label)
     right.plot([1, most], [1, most], linestyle="--", color="grey", label="ideal")
     setup = results["setup"]
-    left.set(xlabel="devices", ylabel="sequences/s (median)", title=f"{setup['model']} {setup['seq']}/{setup['pred']}, "
+    left.set(xlabel="devices", ylabel="sequences/s (median)",
+             title=f"{os.path.basename(setup['model'])} {setup['seq']}/{setup['pred']}, "
              f"{setup['backend']}")
     right.set(xlabel="devices", ylabel="speed-up over 1 device", title="scaling")
+    counts = sorted({c["devices"] for c in configs})
     for axes in (left, right):
+        axes.set_xticks(counts)
         axes.grid(True, alpha=0.3)
         axes.legend(fontsize=8)
     host = results["host"]

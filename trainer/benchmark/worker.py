@@ -29,9 +29,11 @@ backend's own RESOURCE_EXHAUSTED error, raised where the run starts), so the
 """
 
 import argparse
+import contextlib
 import json
 import os
 import sys
+import threading
 import time
 
 MEMORY_LIMIT_VARIABLE = "BERTPREP_TEST_MEMORY_LIMIT"
@@ -137,7 +139,8 @@ def run_timed(trainer_argv, devices, backend, measure_peak):
         if limit and args.batch_size > int(limit):
             raise out_of_memory_error(backend, f"{args.batch_size} sequences per device exceed the test limit "
                                                f"{MEMORY_LIMIT_VARIABLE}={limit}")
-        summary = run(args, step_times=step_times)
+        with progress_lines(step_times):
+            summary = run(args, step_times=step_times)
         result.update(step_times=step_times[:-1], replicas=summary["replicas"], global_batch=summary["global_batch"],
                       final_loss=summary.get("last_loss"))
         kind, count = accelerators(backend)
@@ -155,6 +158,28 @@ def run_timed(trainer_argv, devices, backend, measure_peak):
         else:
             result.update(status="error", error=f"{type(exc).__name__}: {_first_line(exc)}")
     return result
+
+
+@contextlib.contextmanager
+def progress_lines(step_times, interval=2.0):
+    """While the run lasts, a line `benchmark: iteration K at T` on stderr (the run's log) every
+    `interval` seconds when K grew: the parent shows the current sequences/s from the last two."""
+    stop = threading.Event()
+
+    def report():
+        shown = 0
+        while not stop.wait(interval):
+            if len(step_times) > shown:
+                shown = len(step_times)
+                print(f"benchmark: iteration {shown} at {step_times[shown - 1]:.6f}", file=sys.stderr, flush=True)
+
+    thread = threading.Thread(target=report, daemon=True, name="benchmark-progress")
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 def _first_line(exc):
