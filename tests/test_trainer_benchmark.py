@@ -96,6 +96,7 @@ def test_report_of_one_and_two_devices_with_a_failing_configuration(records_dir,
     """Real runs (TensorFlow, tiny model, 1 and 2 logical CPU devices): medians are the medians of the
     throughputs recomputed from every run's step times, speed-up is against 1 device at the same batch;
     a configuration out of memory (the test limit) is reported in the table and the others go on."""
+    pytest.importorskip("tensorflow")
     out = tmp_path / "out"
     env = dict(os.environ, **{MEMORY_LIMIT_VARIABLE: "8"})
     result = benchmark("--format", "tfrecord", "--data", str(records_dir), "--bert-config", bert_config(tmp_path, 0.0),
@@ -132,6 +133,7 @@ def test_report_of_one_and_two_devices_with_a_failing_configuration(records_dir,
 @pytest.mark.heavy
 def test_max_batch_is_searched_under_a_memory_limit(records_dir, tmp_path):
     """Each probe a process; batches above the test limit fail as out of memory: the max found is the limit."""
+    pytest.importorskip("tensorflow")
     out = tmp_path / "out"
     env = dict(os.environ, **{MEMORY_LIMIT_VARIABLE: "3"})
     result = benchmark("--format", "ofrecord", "--data", str(records_dir), "--bert-config", bert_config(tmp_path, 0.0),
