@@ -20,11 +20,11 @@ def check_attention_paths_agree(golden_dir):
 
     from bertprep import formats
     from trainer.config import BertConfig
-    from trainer.data import INPUT_NAMES
     from trainer.model import build_model
 
     records = list(formats.read_records(os.path.join(golden_dir, "G1.ofrecord")))[:6]
-    batch = {name: np.stack([r[name] for r in records]).astype("int32") for name in INPUT_NAMES}
+    inputs = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions")  # the pretrainer's inputs
+    batch = {name: np.stack([r[name] for r in records]).astype("int32") for name in inputs}
     assert (batch["input_mask"] == 0).any()  # padded keys must be masked out on both paths
     # Weights 10x BERT's initial scale, so attention is far from uniform and the logits far from 0.
     fused_config = BertConfig(**dict(TINY, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
