@@ -49,8 +49,8 @@ def _probability(text):
     return value
 
 
-def build_parser():
-    p = _Parser(prog=PROG, description="Pretrain BERT (Keras 3) on TFRecord or OFRecord records from `bertprep create`.")
+def add_records_and_model_arguments(p):
+    """--format, --data, --model | --bert-config: shared with trainer.benchmark."""
     p.add_argument("--format", required=True, choices=("tfrecord", "ofrecord"), help="record format to read")
     p.add_argument("--data", help="records directory of `bertprep create` or `bertprep pack` "
                                   "(default: embedded sample records)")
@@ -58,6 +58,11 @@ def build_parser():
     size.add_argument("--model", choices=tuple(SIZES), default=None,
                       help="Google's BERT size, with the records' vocab (default: base; tiny on the embedded sample)")
     size.add_argument("--bert-config", help="Google's bert_config.json instead of --model")
+
+
+def build_parser():
+    p = _Parser(prog=PROG, description="Pretrain BERT (Keras 3) on TFRecord or OFRecord records from `bertprep create`.")
+    add_records_and_model_arguments(p)
     p.add_argument("--optimizer", choices=("adam", "lamb"), default="lamb", help="AdamW or NVLAMB (default: lamb)")
     p.add_argument("--lr", type=float, default=1e-4, help="peak learning rate (default: 1e-4)")
     p.add_argument("--warmup", type=_warmup, default=0.1, help="warmup: fraction of --steps or steps (default: 0.1)")

@@ -203,7 +203,9 @@ def _fmt(key, value):
     return f"{key} {value}"
 
 
-def run(args):
+def run(args, step_times=None):
+    """Train as `args` say; return the summary. `step_times`, a list, receives the clock
+    (time.perf_counter, monotonic) when each step's results reached the host: trainer.benchmark's timing."""
     # Data and model settings are checked before any device is touched.
     data_dir = args.data
     if data_dir is None:
@@ -240,12 +242,12 @@ def run(args):
     with holding:
         log = Log(args, args.steps, enabled=devices.is_chief)
         try:
-            return _train(args, devices, log, data_dir, records, config)
+            return _train(args, devices, log, data_dir, records, config, step_times)
         finally:
             log.close()
 
 
-def _train(args, devices, log, data_dir, records, config):
+def _train(args, devices, log, data_dir, records, config, step_times=None):
     from trainer.losses import SUM_KEYS, metrics
 
     per_worker = args.batch_size * devices.local_replicas
@@ -324,6 +326,8 @@ def _train(args, devices, log, data_dir, records, config):
         if pending is not None:
             result = steps.fetch(pending)
             now = time.perf_counter()
+            if step_times is not None:
+                step_times.append(now)
             if result["finite"]:
                 step += 1
                 nonfinite_run = 0

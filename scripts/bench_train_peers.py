@@ -1,0 +1,324 @@
+"""Our trainer's step (TensorFlow and JAX backends) against the trainers users would pick instead.
+
+    python scripts/bench_train_peers.py --data128 R128 --data512 R512 [--models mini,small]
+        [--batch128 8 --batch512 2] [--precision fp32] [--iterations 8 --skip 2 --runs 3] [--json]
+
+In one invocation, on the same records, model size, batch and precision:
+- ours: `python -m trainer`'s own run, timed by trainer.benchmark's worker, under KERAS_BACKEND=tensorflow
+  and KERAS_BACKEND=jax;
+- Hugging Face `transformers` BertForPreTraining (PyTorch): its encoder, its heads on the masked positions
+  gathered (as NVIDIA's PyTorch BERT does; the stock forward would run the vocab projection on every
+  position), torch.optim.AdamW, bf16 autocast for amp;
+- keras-hub's BertBackbone with a MaskedLMHead tied to its token embedding and a next-sentence dense layer,
+  trained by Keras's own compiled train step (XLA: jit_compile "auto"), under --keras-hub-backend.
+Every one reads the records with bertprep's stream (same order, same batches), optimizes the reference
+loss (weighted masked-LM cross-entropy + next-sentence cross-entropy) with Adam and decoupled weight decay,
+and is timed by the same method as trainer.benchmark: a fresh process per run, the clock when each
+iteration's loss reached the host, throughput = batch x (iterations - skip) / (t[iterations] - t[skip]),
+median over runs. The runs of the frameworks are interleaved (run 1 of each, then run 2, ...) so that a
+change in the machine's load falls on all of them. MFU = model FLOPs per sequence (trainer.benchmark's
+count) x throughput / the machine's matmul peak: each run measures a large matmul's FLOP/s in its own
+framework and precision, and the peak is the best framework's median in this invocation (each
+framework's own figure is printed too). "MFU own" divides by the framework's own matmul figure instead:
+on a machine whose load changes from minute to minute (this project's shared VM), the run and its matmul
+see the same load, so it compares the frameworks' efficiency more steadily than sequences/s do. A peer
+that is not installed is skipped with a note.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+from trainer.benchmark import method  # noqa: E402
+from trainer.config import BertConfig  # noqa: E402
+
+FRAMEWORKS = ("ours-tensorflow", "ours-jax", "hf-torch", "keras-hub")
+NEEDS = {"ours-tensorflow": ("tensorflow", "keras"), "ours-jax": ("jax", "keras"),
+         "hf-torch": ("torch", "transformers"), "keras-hub": ("keras_hub",)}
+PEAK_SIZE = 1024
+
+
+def missing_modules(framework, keras_hub_backend):
+    import importlib.util
+
+    needed = NEEDS[framework] + ((keras_hub_backend,) if framework == "keras-hub" else ())
+    return [name for name in needed if importlib.util.find_spec(name) is None]
+
+
+def peer_batches(data, batch_size, seed):
+    """The records as `python -m trainer` streams them (same files, order and batches), prefetched."""
+    from trainer.data import Records, RecordStream, prefetch
+
+    records = Records(data, "ofrecord")
+    return records, prefetch(RecordStream(records, "training", batch_size, seed).batches())
+
+
+# --- Hugging Face transformers (PyTorch) -----------------------------------------------------------
+
+
+def run_hf_torch(config, data, batch_size, precision, iterations, seed):
+    import torch
+    from transformers import BertConfig as HFConfig
+    from transformers import BertForPreTraining
+
+    torch.manual_seed(seed)
+    _, batches = peer_batches(data, batch_size, seed)
+    model = BertForPreTraining(HFConfig(
+        vocab_size=config.vocab_size, hidden_size=config.hidden_size, num_hidden_layers=config.num_hidden_layers,
+        num_attention_heads=config.num_attention_heads, intermediate_size=config.intermediate_size,
+        hidden_act="gelu", hidden_dropout_prob=config.hidden_dropout_prob,
+        attention_probs_dropout_prob=config.attention_probs_dropout_prob,
+        max_position_embeddings=config.max_position_embeddings, type_vocab_size=config.type_vocab_size))
+    model.train()
+    no_decay = [p for n, p in model.named_parameters() if "LayerNorm" in n or n.endswith("bias")]
+    decay = [p for n, p in model.named_parameters() if not ("LayerNorm" in n or n.endswith("bias"))]
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
+                                  lr=1e-4, eps=1e-6)
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision != "fp32")
+
+    def step(batch):
+        t = {k: torch.from_numpy(v) for k, v in batch.items()}
+        with autocast:
+            encoded, pooled = model.bert(input_ids=t["input_ids"], attention_mask=t["input_mask"],
+                                         token_type_ids=t["segment_ids"], return_dict=False)[:2]
+            positions = t["masked_lm_positions"].long()
+            picked = torch.gather(encoded, 1, positions[..., None].expand(-1, -1, encoded.shape[-1]))
+            mlm_logits, nsp_logits = model.cls(picked, pooled)
+        weights = t["masked_lm_weights"]
+        nll = torch.nn.functional.cross_entropy(mlm_logits.float().flatten(0, 1), t["masked_lm_ids"].long().flatten(),
+                                                reduction="none")
+        loss = (nll * weights.flatten()).sum() / (weights.sum() + 1e-5) + torch.nn.functional.cross_entropy(
+            nsp_logits.float(), t["next_sentence_labels"].long().flatten())
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+
+    times = [_timed(step, next(batches)) for _ in range(iterations)]
+    peak = _peak(lambda a, b: a @ b, lambda n: torch.randn(n, n).to(torch.float32 if precision == "fp32"
+                                                                     else torch.bfloat16),
+                 lambda out: float(out[-1][0, 0]))
+    return times, peak
+
+
+# --- keras-hub ---------------------------------------------------------------------------------------
+
+
+def run_keras_hub(config, data, batch_size, precision, iterations, seed):
+    import keras
+    import keras_hub
+
+    keras.utils.set_random_seed(seed)
+    keras.config.set_dtype_policy("float32" if precision == "fp32" else "mixed_bfloat16")
+    records, batches = peer_batches(data, batch_size, seed)
+    backbone = keras_hub.models.BertBackbone(
+        vocabulary_size=config.vocab_size, num_layers=config.num_hidden_layers, num_heads=config.num_attention_heads,
+        hidden_dim=config.hidden_size, intermediate_dim=config.intermediate_size,
+        dropout=config.hidden_dropout_prob, max_sequence_length=config.max_position_embeddings,
+        num_segments=config.type_vocab_size)
+    inputs = {"token_ids": keras.Input((records.seq,), dtype="int32"),
+              "segment_ids": keras.Input((records.seq,), dtype="int32"),
+              "padding_mask": keras.Input((records.seq,), dtype="int32"),
+              "mask_positions": keras.Input((records.pred,), dtype="int32")}
+    outputs = backbone({k: inputs[k] for k in ("token_ids", "segment_ids", "padding_mask")})
+    mlm = keras_hub.layers.MaskedLMHead(vocabulary_size=config.vocab_size, token_embedding=backbone.token_embedding,
+                                        intermediate_activation="gelu", name="mlm")(
+        outputs["sequence_output"], mask_positions=inputs["mask_positions"])
+    nsp = keras.layers.Dense(2, name="nsp")(outputs["pooled_output"])
+    model = keras.Model(inputs, {"mlm": keras.ops.cast(mlm, "float32"), "nsp": keras.ops.cast(nsp, "float32")})
+    model.compile(optimizer=keras.optimizers.AdamW(1e-4, weight_decay=0.01, epsilon=1e-6),
+                  loss={"mlm": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                        "nsp": keras.losses.SparseCategoricalCrossentropy(from_logits=True)})
+
+    def step(batch):
+        x = {"token_ids": batch["input_ids"], "segment_ids": batch["segment_ids"], "padding_mask": batch["input_mask"],
+             "mask_positions": batch["masked_lm_positions"]}
+        y = {"mlm": batch["masked_lm_ids"], "nsp": batch["next_sentence_labels"]}
+        # The masked-LM weights as sample weights: Keras divides by the batch, not by their sum; same work.
+        logs = model.train_on_batch(x, y, sample_weight={"mlm": batch["masked_lm_weights"],
+                                                         "nsp": keras.ops.ones((len(batch["input_ids"]),))},
+                                    return_dict=True)
+        return float(logs["loss"])
+
+    times = [_timed(step, next(batches)) for _ in range(iterations)]
+    dtype = "float32" if precision == "fp32" else "bfloat16"
+    matmul = keras.ops.matmul
+    peak = _peak(matmul, lambda n: keras.ops.cast(keras.random.normal((n, n)), dtype),
+                 lambda out: float(keras.ops.convert_to_numpy(out[-1][0, 0])))
+    return times, peak
+
+
+def _timed(step, batch):
+    step(batch)
+    return time.perf_counter()
+
+
+def _peak(product, make, wait, products=10, repeats=3):
+    """The framework's own n x n matmul rate, as trainer.benchmark.worker measures ours."""
+    a, b = make(PEAK_SIZE), make(PEAK_SIZE)
+
+    def timed():
+        start = time.perf_counter()
+        wait([product(a, b) for _ in range(products)])
+        return time.perf_counter() - start
+
+    timed()
+    return 2 * PEAK_SIZE**3 * products / min(timed() for _ in range(repeats))
+
+
+# --- one process per run ---------------------------------------------------------------------------------
+
+
+def peer_worker(argv):
+    p = argparse.ArgumentParser()
+    p.add_argument("framework")
+    p.add_argument("config")
+    p.add_argument("data")
+    p.add_argument("batch_size", type=int)
+    p.add_argument("precision")
+    p.add_argument("iterations", type=int)
+    p.add_argument("result")
+    args = p.parse_args(argv)
+    config = BertConfig(**json.loads(args.config))
+    run = {"hf-torch": run_hf_torch, "keras-hub": run_keras_hub}[args.framework]
+    times, peak = run(config, args.data, args.batch_size, args.precision, args.iterations, seed=12345)
+    with open(args.result, "w", encoding="utf-8") as f:
+        json.dump({"status": "ok", "step_times": times, "peak_flops": peak}, f)
+
+
+def run_once(framework, config, data, batch_size, precision, iterations, keras_hub_backend, scratch, log):
+    """One fresh process; returns (step_times, peak FLOP/s) or raises RuntimeError with the log's tail."""
+    result = os.path.join(scratch, "result.json")
+    if os.path.exists(result):
+        os.remove(result)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])))
+    if framework.startswith("ours-"):
+        env["KERAS_BACKEND"] = framework.split("-", 1)[1]
+        config_path = os.path.join(scratch, "bert_config.json")
+        with open(config_path, "w", encoding="utf-8") as f:
+            json.dump(config.to_dict(), f)
+        policy = "fp32" if precision == "fp32" else "mixed_bfloat16"
+        argv = [sys.executable, "-m", "trainer.benchmark.worker", "--devices", "1", "--iterations", str(iterations),
+                "--result", result, "--peak", "--", "--format", "ofrecord", "--data", data, "--bert-config",
+                config_path, "--batch-size", str(batch_size), "--precision", policy, "--optimizer", "adam",
+                "--lr", "1e-4", "--seed", "12345", "--quiet"]
+    else:
+        env["KERAS_BACKEND"] = keras_hub_backend
+        argv = [sys.executable, os.path.abspath(__file__), "--peer-worker", framework, json.dumps(config.to_dict()),
+                data, str(batch_size), precision, str(iterations), result]
+    with open(log, "w", encoding="utf-8") as out:
+        code = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO).returncode
+    try:
+        with open(result, encoding="utf-8") as f:
+            outcome = json.load(f)
+    except (OSError, ValueError):
+        outcome = {"status": "error"}
+    if code != 0 or outcome["status"] != "ok":
+        with open(log, encoding="utf-8", errors="replace") as f:
+            tail = [line.strip() for line in f if line.strip()][-1:]
+        raise RuntimeError(outcome.get("error") or (tail[0] if tail else f"exit {code}"))
+    return outcome["step_times"], outcome["peak_flops"]
+
+
+def main():
+    if sys.argv[1:2] == ["--peer-worker"]:
+        peer_worker(sys.argv[2:])
+        return 0
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data128", required=True, help="ofrecord records at 128/20")
+    p.add_argument("--data512", help="ofrecord records at 512/80")
+    p.add_argument("--models", default="mini,small")
+    p.add_argument("--batch128", type=int, default=8)
+    p.add_argument("--batch512", type=int, default=2)
+    p.add_argument("--precision", choices=("fp32", "amp"), default="fp32")
+    p.add_argument("--iterations", type=int, default=8)
+    p.add_argument("--skip", type=int, default=2)
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--frameworks", default=",".join(FRAMEWORKS))
+    p.add_argument("--keras-hub-backend", choices=("tensorflow", "jax"), default="jax")
+    p.add_argument("--dropout", type=float, default=0.1, help="hidden and attention dropout of every model")
+    p.add_argument("--logs", default=None, help="directory for one log per run (default: a temporary one)")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument("--quiet", action="store_true")
+    args = p.parse_args()
+    from trainer.data import Records
+
+    frameworks = []
+    for framework in args.frameworks.split(","):
+        missing = missing_modules(framework, args.keras_hub_backend)
+        if missing:
+            print(f"note: {framework} skipped: {', '.join(missing)} not installed", file=sys.stderr)
+        else:
+            frameworks.append(framework)
+    shapes = [(args.data128, args.batch128)] + ([(args.data512, args.batch512)] if args.data512 else [])
+    scratch = tempfile.mkdtemp(prefix="bench-peers-")
+    logs = args.logs or scratch
+    os.makedirs(logs, exist_ok=True)
+    rows = []
+    for model in args.models.split(","):
+        for data, batch in shapes:
+            records = Records(data, "ofrecord")
+            config = BertConfig.sized(model, vocab_size=records.vocab_size or 30522,
+                                      hidden_dropout_prob=args.dropout, attention_probs_dropout_prob=args.dropout)
+            flops = method.training_flops_per_sequence(config, records.seq, records.pred)
+            found = {f: {"throughputs": [], "peaks": [], "error": None} for f in frameworks}
+            for run in range(1, args.runs + 1):
+                for framework in frameworks:
+                    entry = found[framework]
+                    if entry["error"]:
+                        continue
+                    log = os.path.join(logs, f"{framework}-{model}-{records.seq}-run{run}.log")
+                    try:
+                        times, peak = run_once(framework, config, data, batch, args.precision, args.iterations,
+                                               args.keras_hub_backend, scratch, log)
+                    except RuntimeError as exc:
+                        entry["error"] = str(exc)
+                        print(f"{model} {records.seq}/{records.pred} {framework} run {run}: failed: {exc}",
+                              file=sys.stderr)
+                        continue
+                    entry["throughputs"].append(method.throughput(times, batch, args.skip))
+                    entry["peaks"].append(peak)
+                    if not args.quiet:
+                        print(f"{model} {records.seq}/{records.pred} {framework} run {run}/{args.runs}: "
+                              f"{entry['throughputs'][-1]:.2f} seq/s, matmul {peak / 1e9:.1f} GFLOP/s", file=sys.stderr)
+            machine_peak = max((method.median(e["peaks"]) for e in found.values() if e["peaks"]), default=None)
+            for framework in frameworks:
+                entry = found[framework]
+                rate, peak = method.median(entry["throughputs"]), method.median(entry["peaks"])
+                rows.append({"model": model, "shape": f"{records.seq}/{records.pred}", "batch": batch,
+                             "framework": framework, "median": rate, "throughputs": entry["throughputs"],
+                             "peak_flops": peak, "machine_peak_flops": machine_peak,
+                             "mfu": method.mfu(flops, rate, machine_peak),
+                             "mfu_own_matmul": method.mfu(flops, rate, peak), "error": entry["error"],
+                             "flops_per_sequence": flops})
+    for row in rows:
+        peers = [r["median"] for r in rows if (r["model"], r["shape"]) == (row["model"], row["shape"])
+                 and not r["framework"].startswith("ours-") and r["median"]]
+        row["vs_fastest_peer"] = row["median"] / max(peers) if (peers and row["median"]) else None
+    if args.json:
+        print(json.dumps({"precision": args.precision, "iterations": args.iterations, "skip": args.skip,
+                          "runs": args.runs, "rows": rows}, indent=1))
+        return 0
+    print(f"precision {args.precision}; {args.iterations} iterations, first {args.skip} skipped; median of "
+          f"{args.runs} runs, interleaved; dropout {args.dropout}; {len(os.sched_getaffinity(0))} cores")
+    print(f"{'model':<6} {'shape':<7} {'batch':>5}  {'framework':<16} {'seq/s':>8} {'matmul GFLOP/s':>15} "
+          f"{'MFU':>6} {'MFU own':>8} {'x fastest peer':>15}")
+    for r in rows:
+        if r["median"] is None:
+            print(f"{r['model']:<6} {r['shape']:<7} {r['batch']:>5}  {r['framework']:<16} failed: {r['error']}")
+            continue
+        versus = f"{r['vs_fastest_peer']:.2f}" if r["vs_fastest_peer"] else ""
+        print(f"{r['model']:<6} {r['shape']:<7} {r['batch']:>5}  {r['framework']:<16} {r['median']:8.2f} "
+              f"{r['peak_flops'] / 1e9:15.1f} {r['mfu']:6.1%} {r['mfu_own_matmul']:8.1%} {versus:>15}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

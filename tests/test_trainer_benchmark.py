@@ -1,0 +1,148 @@
+"""`python -m trainer.benchmark`: DLPerf's arithmetic, the max search, one-line errors, and whole reports
+from real worker processes on 1 and 2 logical CPU devices with a tiny model (heavy)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from test_trainer_data import golden_records
+from trainer_checks import bert_config
+
+from trainer.benchmark import method
+from trainer.benchmark.worker import MEMORY_LIMIT_VARIABLE
+from trainer.config import BertConfig
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_throughput_is_global_batch_times_timed_iterations_over_their_time():
+    times = [10.0, 11.0, 11.5, 12.0, 12.5, 13.0]  # iteration i ends at times[i - 1]
+    assert method.throughput(times, global_batch=8, skip=2) == 8 * 4 / (13.0 - 11.0)
+    for skip in (0, 6):
+        with pytest.raises(ValueError):
+            method.throughput(times, 8, skip)
+
+
+def test_speedup_is_against_the_one_device_median_of_the_same_precision_and_batch():
+    def config(devices, precision, batch, *rates):
+        return {"devices": devices, "precision": precision, "batch": batch,
+                "runs": [{"throughput": r} for r in rates]}
+
+    configs = [config(1, "fp32", 32, 10, 30, 20), config(1, "amp", 32, 40, 41, 39), config(1, "fp32", "max", 50),
+               config(2, "fp32", 32, 36, 38, 37, 35), config(2, "amp", 32, 70), config(2, "fp32", "max", 90),
+               config(2, "fp32", 64, 99)]
+    method.add_medians_and_speedups(configs)
+    assert [c["median"] for c in configs] == [20, 40, 50, 36.5, 70, 90, 99]
+    assert [c["speedup"] for c in configs] == [1.0, 1.0, 1.0, 36.5 / 20, 70 / 40, 90 / 50, None]
+    assert configs[3]["scaling_efficiency"] == 36.5 / 20 / 2
+    # A report without 1-device runs (several hosts) takes them from an earlier report.
+    later = method.add_medians_and_speedups([config(16, "fp32", 32, 320)], baseline_configs=configs)
+    assert later[0]["speedup"] == 16.0 and later[0]["scaling_efficiency"] == 1.0
+
+
+def test_training_flops_of_bert_base_at_128_20():
+    """DESIGN.md section 8: about 70 GFLOP per sequence (encoder 3 x 22.4 GFLOP plus the MLM head)."""
+    base = BertConfig.sized("base")
+    encoder = 12 * (2 * (4 * 768**2 + 2 * 768 * 3072) * 128 + 4 * 128**2 * 768)
+    assert encoder == 22_347_251_712
+    masked_lm = 20 * 2 * (768**2 + 768 * 30522)
+    assert method.forward_flops_per_sequence(base, 128, 20) == encoder + masked_lm + 2 * (768**2 + 2 * 768)
+    assert 69.9e9 < method.training_flops_per_sequence(base, 128, 20) < 70.0e9
+    assert method.mfu(70e9, 1000, 140e12) == 0.5 and method.mfu(70e9, None, 1e12) is None
+
+
+@pytest.mark.parametrize("limit, start, expected, probes", [
+    (5, 4, 5, [(4, True), (8, False), (6, False), (5, True)]),
+    (100, 32, 96, [(32, True), (64, True), (128, False), (96, True), (112, False), (104, False)]),
+    (20, 32, 16, [(32, False), (16, True), (24, False)]),  # above 8, multiples of 8 only
+    (3, 32, 3, [(32, False), (16, False), (8, False), (4, False), (2, True), (3, True)]),
+    (0, 4, None, [(4, False), (2, False), (1, False)]),
+])
+def test_max_search_doubles_then_bisects(limit, start, expected, probes):
+    assert method.search_max_batch(lambda batch: batch <= limit, start) == (expected, probes)
+
+
+def benchmark(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "trainer.benchmark", *args], capture_output=True, text=True,
+                          cwd=REPO, env=env)
+
+
+def test_bad_arguments_get_one_line_errors(tmp_path):
+    cases = [
+        (["--devices", "0"], 2, "argument --devices: expected distinct positive integers, got '0'"),
+        (["--devices", "1,x"], 2, "argument --devices: expected comma-separated positive integers, got '1,x'"),
+        (["--batch-size", "32,big"], 2, "argument --batch-size: expected positive integers or 'max', got 'big' in '32,big'"),
+        (["--precision", "fp16"], 2, "argument --precision: expected distinct values of fp32, amp, got 'fp16'"),
+        (["--iterations", "20", "--skip", "20"], 2, "--skip 20 must be below --iterations 20"),
+        (["--runs", "0"], 2, "argument --runs: expected a positive integer, got 0"),
+        (["--data", str(tmp_path / "none")], 1, f"{tmp_path / 'none'}: no such directory"),
+    ]
+    for argv, code, message in cases:
+        result = benchmark("--format", "ofrecord", *argv, "--out", str(tmp_path / "out"))
+        assert result.returncode == code, (argv, result.stderr)
+        assert result.stderr.strip().splitlines() == [f"trainer.benchmark: error: {message}"], argv
+
+
+@pytest.fixture(scope="module")
+def records_dir(golden_dir, tmp_path_factory):
+    return golden_records(golden_dir, tmp_path_factory.mktemp("records"), parts=2)
+
+
+@pytest.mark.heavy
+def test_report_of_one_and_two_devices_with_a_failing_configuration(records_dir, tmp_path):
+    """Real runs (TensorFlow, tiny model, 1 and 2 logical CPU devices): medians are the medians of the
+    throughputs recomputed from every run's step times, speed-up is against 1 device at the same batch;
+    a configuration out of memory (the test limit) is reported in the table and the others go on."""
+    pytest.importorskip("tensorflow")
+    out = tmp_path / "out"
+    env = dict(os.environ, **{MEMORY_LIMIT_VARIABLE: "8"})
+    result = benchmark("--format", "tfrecord", "--data", str(records_dir), "--bert-config", bert_config(tmp_path, 0.0),
+                       "--devices", "1,2", "--precision", "fp32", "--batch-size", "2,16", "--iterations", "5",
+                       "--skip", "1", "--runs", "2", "--out", str(out), "--json", "--quiet", env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads(result.stdout)
+    results = json.loads((out / "results.json").read_text())
+    assert results["method"]["iterations"] == 5 and results["method"]["skip"] == 1
+    configs = {(c["devices"], c["batch"]): c for c in results["configs"]}
+    assert sorted(configs) == [(1, 2), (1, 16), (2, 2), (2, 16)]
+    for devices in (1, 2):
+        config = configs[(devices, 2)]
+        assert config["status"] == "ok" and config["global_batch"] == 2 * devices and len(config["runs"]) == 2
+        recomputed = []
+        for run in config["runs"]:
+            times = run["step_times"]
+            assert len(times) == 5 and all(np.diff(times) >= 0)
+            recomputed.append(config["global_batch"] * 4 / (times[4] - times[0]))
+            assert (out / run["log"]).is_file()
+        assert config["median"] == pytest.approx(float(np.median(recomputed)), rel=1e-12)
+        assert config["peak_flops"] > 1e8 and 0 < config["mfu"] < 1
+        failed = configs[(devices, 16)]
+        assert failed["status"] == "oom" and failed["median"] is None and len(failed["runs"]) == 1
+        assert "exceed the test limit" in failed["error"]
+    assert configs[(2, 2)]["speedup"] == pytest.approx(configs[(2, 2)]["median"] / configs[(1, 2)]["median"])
+    assert configs[(1, 2)]["speedup"] == 1.0
+    report = (out / "report.md").read_text()
+    assert "| 2 | " in report and "out of memory" in report and f"{configs[(2, 2)]['median']:,.1f}" in report
+    assert (out / "throughput.png").read_bytes()[:4] == b"\x89PNG"
+    assert [c["median"] for c in summary["configs"]] == [c["median"] for c in results["configs"]]
+
+
+@pytest.mark.heavy
+def test_max_batch_is_searched_under_a_memory_limit(records_dir, tmp_path):
+    """Each probe a process; batches above the test limit fail as out of memory: the max found is the limit."""
+    pytest.importorskip("tensorflow")
+    out = tmp_path / "out"
+    env = dict(os.environ, **{MEMORY_LIMIT_VARIABLE: "3"})
+    result = benchmark("--format", "ofrecord", "--data", str(records_dir), "--bert-config", bert_config(tmp_path, 0.0),
+                       "--precision", "fp32", "--batch-size", "max", "--max-start", "2", "--iterations", "3",
+                       "--skip", "1", "--runs", "1", "--out", str(out), env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (config,) = json.loads((out / "results.json").read_text())["configs"]
+    assert config["max_search"] == [{"batch_size": 2, "fits": True}, {"batch_size": 4, "fits": False},
+                                    {"batch_size": 3, "fits": True}]
+    assert config["batch_size"] == 3 and config["global_batch"] == 3 and config["median"] > 0
+    assert "(b3)" in (out / "report.md").read_text()
+    assert "max search, batch 4 out of memory" in result.stderr
