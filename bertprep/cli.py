@@ -17,6 +17,7 @@ COMMANDS = {
     "download": ("bertprep.download", "fetch Wikipedia, BookCorpus, SQuAD or GLUE with checksums and resume"),
     "shard": ("bertprep.shard", "sentence-split documents into balanced training/test text shards"),
     "create": ("bertprep.create", "create masked-LM records (TFRecord and OFRecord) like google-research/bert"),
+    "pack": ("bertprep.pack.cli", "pack pretraining records into rows of up to k sequences (MLPerf packed layout)"),
     "validate": ("bertprep.validate", "check a dataset for everything that breaks training"),
     "prepare": ("bertprep.prepare", "download, shard and create (128/20 and 512/80) in one command"),
     "inspect": ("bertprep.inspect", "decode and show records of a TFRecord or OFRecord file"),

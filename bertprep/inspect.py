@@ -27,7 +27,7 @@ def add_arguments(parser):
 def token_line(record, words):
     """input_ids as tokens up to the last real token, masked positions as [seen|label]."""
     ids = record["input_ids"]
-    length = int(record["input_mask"].sum()) if "input_mask" in record else len(ids)
+    length = int((record["input_mask"] != 0).sum()) if "input_mask" in record else len(ids)  # packed: 1..k
     labels = {}
     if "masked_lm_positions" in record and "masked_lm_weights" in record:
         for pos, label, weight in zip(record["masked_lm_positions"], record["masked_lm_ids"], record["masked_lm_weights"]):

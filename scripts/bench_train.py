@@ -51,8 +51,9 @@ def bare_step_rate(args, steps_to_time):
         handle = steps.train(device_batch)
     steps.fetch(handle)
     seconds = time.perf_counter() - start
-    global_batch = args.batch_size * devices.replicas * args.grad_accum
-    return global_batch * steps_to_time / seconds, devices.description
+    # Real sequences, as the trainer counts them: packed rows hold several.
+    sequences = steps.fetch(handle)["sequences"]
+    return sequences * steps_to_time / seconds, devices.description
 
 
 def main():

@@ -123,3 +123,19 @@ def test_scheduler_file_is_accepted(golden_dir, tmp_path, cluster):
                            capture_output=True, text=True)
     assert local.returncode == 0, local.stderr
     assert output_files(tmp_path / "o") == output_files(tmp_path / "local")
+
+
+def test_pack_on_dask_gives_the_local_engines_bytes(golden_dir, tmp_path, cluster):
+    shards = write_shards(golden_dir / "corpus.txt", tmp_path / "golden", 3)
+    created = subprocess.run(create_argv(shards, golden_dir / "vocab.txt", tmp_path / "records", "--workers", "2"),
+                             capture_output=True, text=True)
+    assert created.returncode == 0, created.stderr
+    (manifest,) = (tmp_path / "records").rglob("manifest.json")
+    outputs = {}
+    for engine in ("local", "dask"):
+        extra = ["--engine", "dask", "--scheduler", cluster.scheduler_address] if engine == "dask" else ["--workers", "2"]
+        result = subprocess.run([sys.executable, "-m", "bertprep", "pack", str(manifest.parent), "--out",
+                                 str(tmp_path / engine), "--quiet", *extra], capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+        outputs[engine] = output_files(tmp_path / engine)
+    assert len(outputs["local"]) == 6 and outputs["dask"] == outputs["local"]

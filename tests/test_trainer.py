@@ -1,6 +1,7 @@
 """Training on CPU with a tiny BERT: formats agree, replicas and accumulation agree, resume is
 exact, mixed precision runs, non-finite steps are skipped, learning happens (heavy)."""
 
+import itertools
 import json
 import os
 import subprocess
@@ -17,6 +18,7 @@ from test_trainer_data import golden_records  # noqa: E402
 from trainer_checks import assert_resume_is_exact, bert_config, free_port, latest_state, losses  # noqa: E402
 
 from bertprep import formats  # noqa: E402
+from bertprep.cli import main as bertprep_main  # noqa: E402
 from trainer.cli import main  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -87,6 +89,34 @@ def test_tensorboard_scalars_read_back_with_tensorflows_event_reader(records_dir
             if event.get(key) is not None:
                 assert scalars.pop((event["step"], f"{event['event']}/{key}")) == np.float32(event[key])
     assert "train/nsp_loss" in {tag for _, tag in scalars}
+
+
+def test_a_packed_step_equals_the_same_sequences_unpacked(golden_dir):
+    trainer_checks.check_packed_step_equals_unpacked(golden_dir)
+    trainer_checks.check_step_counts_real_sequences(golden_dir)
+
+
+def test_trains_on_packed_records_and_logs_real_sequences_and_tokens(golden_dir, tmp_path):
+    from test_pack import short_documents
+
+    shards = short_documents(golden_dir / "corpus.txt", tmp_path / "short", 2)
+    assert bertprep_main(["create", "--input", str(shards), "--vocab", str(golden_dir / "vocab.txt"), "--out",
+                          str(tmp_path / "records"), "--dupe-factor", "1", "--quiet", "--workers", "1"]) == 0
+    assert bertprep_main(["pack", str(next((tmp_path / "records").glob("*/short"))), "--quiet", "--workers", "1",
+                          "--format", "tfrecord"]) == 0
+    packed = next((tmp_path / "records").glob("*_packed3/short"))
+    code, events = train(tmp_path, packed.parent, "--steps", "4", "--batch-size", "4", fmt="tfrecord")
+    assert code == 0
+    train_events = [e for e in events if e["event"] == "train"]
+    assert len(train_events) == 4 and all(np.isfinite(losses(events)))
+    assert all(e["sequences_per_second"] and e["tokens_per_second"] for e in train_events[3:])
+    # the summary counts the real sequences and tokens of the 16 rows the 4 steps drew, not rows
+    from trainer.data import Records, RecordStream
+
+    rows = list(itertools.islice(RecordStream(Records(str(packed.parent), "tfrecord"), "training", 4, seed=3).batches(), 4))
+    summary = events[-1]
+    assert summary["sequences"] == sum(int(r["next_sentence_weights"].sum()) for r in rows) > 16 + 8
+    assert summary["tokens"] == sum(int((r["input_mask"] != 0).sum()) for r in rows)
 
 
 def test_mixed_float16_skips_a_nonfinite_step_and_halves_the_scale(records_dir):

@@ -125,6 +125,30 @@ def test_shape_and_vocab_come_from_the_create_manifest(tmp_path):
     assert model_config(Args, records) == BertConfig.sized("tiny", vocab_size=2000)
 
 
+def test_packed_rows_are_recognised_and_streamed_and_kinds_do_not_mix(records_dir, golden_dir, tmp_path):
+    from bertprep.formats.schemas import PACKED
+    from bertprep.pack import strategy
+    from bertprep.pack.layout import pack_rows
+
+    (instances,) = formats.read_batches(golden_dir / "G1.ofrecord", 1 << 20)
+    members, _ = strategy.pack((instances["input_mask"] != 0).sum(axis=1),
+                               (instances["masked_lm_weights"] != 0).sum(axis=1), 128, 20, 3)
+    rows = pack_rows(instances, members, 3, 20)
+    packed = tmp_path / "params_packed3" / "corpus"
+    formats.write_records(packed / "ofrecord" / "training" / "part-0",
+                          [{name: values[i] for name, values in rows.items()} for i in range(len(members))],
+                          "ofrecord", PACKED)
+    records = Records(str(packed), "ofrecord")  # no manifest: the kind comes from the first record
+    assert records.packed and records.dims == {"seq": 128, "k": 3, "pred": 20} and records.pred == 23
+    batch = next(RecordStream(records, "training", batch_size=32, seed=1).batches())
+    assert set(batch) == set(PACKED.names) and batch["positions"].dtype == np.int32
+    assert batch["next_sentence_weights"].dtype == np.float32 and batch["input_mask"].max() == 3
+    shutil.copytree(records_dir, tmp_path / "params" / "corpus")
+    with pytest.raises(DataError, match="packed records of seq 128, k 3, pred 20 differ from the other records' "
+                                        "pretraining records of seq 128, pred 20"):
+        Records(str(tmp_path), "ofrecord")
+
+
 @pytest.mark.parametrize("state", ['[]', '{"step": 1, "draws": "one", "settings": {}}', '{"step": 1, "draws": 2}'])
 def test_a_checkpoint_state_of_the_wrong_shape_is_damaged_not_a_traceback(tmp_path, state):
     from bertprep.atomic import hold

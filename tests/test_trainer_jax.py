@@ -127,3 +127,16 @@ def test_several_processes_need_their_count_and_index(records_dir, tmp_path):
     assert result.stderr.strip().splitlines()[-1] == (
         "trainer: error: KERAS_DISTRIBUTION_JOB_ADDRESSES is set: KERAS_DISTRIBUTION_NUM_PROCESSES and "
         "KERAS_DISTRIBUTION_PROCESS_ID must be set to integers too")
+
+
+def test_a_packed_step_equals_the_same_sequences_unpacked(golden_dir):
+    result = subprocess.run([sys.executable, CHECKS, "--no-tensorflow", "check", "packed_step_equals_unpacked",
+                             str(golden_dir)], capture_output=True, text=True, cwd=REPO, env=jax_env())
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+@pytest.mark.heavy
+def test_the_compiled_step_counts_real_sequences_of_packed_rows(golden_dir):
+    result = subprocess.run([sys.executable, CHECKS, "--no-tensorflow", "check", "step_counts_real_sequences",
+                             str(golden_dir)], capture_output=True, text=True, cwd=REPO, env=jax_env())
+    assert result.returncode == 0, result.stderr[-3000:]

@@ -109,6 +109,104 @@ def check_nonfinite_step_is_skipped(records_dir):
         keras.config.set_dtype_policy("float32")
 
 
+def packed_and_unpacked_batches(golden_dir, count=12):
+    """`count` short G1 instances as one unpacked batch, and the packed rows `bertprep pack` makes of them."""
+    from bertprep import formats
+    from bertprep.formats.schemas import PACKED, PRETRAINING
+    from bertprep.pack import strategy
+    from bertprep.pack.layout import pack_rows
+    from trainer.data import feature_dtypes
+
+    (records,) = formats.read_batches(os.path.join(golden_dir, "G1.tfrecord"), 1 << 20)
+    lengths = (records["input_mask"] != 0).sum(axis=1)
+    chosen = np.flatnonzero(lengths <= 40)[:count]
+    unpacked = {name: values[chosen] for name, values in records.items()}
+    members, _ = strategy.pack(lengths[chosen], (unpacked["masked_lm_weights"] != 0).sum(axis=1), 128, 20, 3)
+    packed = pack_rows(unpacked, members, 3, 20)
+    assert len(packed["input_ids"]) < count / 2  # several sequences per row
+    unpacked_dtypes, packed_dtypes = feature_dtypes(PRETRAINING), feature_dtypes(PACKED)
+    return ({name: values.astype(unpacked_dtypes[name]) for name, values in unpacked.items()},
+            {name: values.astype(packed_dtypes[name]) for name, values in packed.items()})
+
+
+def loss_sums_and_gradients(model, batch):
+    """The loss sums of one batch (dropout off) and the gradient of the loss the trainer minimizes."""
+    import keras
+
+    from trainer.losses import PRETRAINING_OBJECTIVE as objective
+
+    inputs, totals = objective.inputs(batch), objective.totals(batch)
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        with tf.GradientTape() as tape:
+            sums = objective.sums(model(inputs, training=True), batch)
+            loss = objective.share(sums, totals)
+        grads = [tf.convert_to_tensor(g) for g in tape.gradient(loss, model.trainable_variables)]
+    else:
+        import jax
+
+        non_trainable = [v.value for v in model.non_trainable_variables]
+
+        def loss_fn(trainable):
+            outputs, _ = model.stateless_call(trainable, non_trainable, inputs, training=True)
+            sums = objective.sums(outputs, batch)
+            return objective.share(sums, totals), sums
+
+        grads, sums = jax.grad(loss_fn, has_aux=True)([v.value for v in model.trainable_variables])
+    return {k: float(v) for k, v in sums.items()}, [np.asarray(g) for g in grads]
+
+
+def check_packed_step_equals_unpacked(golden_dir):
+    """One step on packed rows, dropout off, fp32: the same loss sums and gradients (1e-5) as the
+    same sequences unpacked: per-sequence positions, block-diagonal attention, NSP from each [CLS]."""
+    import keras
+
+    from trainer.config import BertConfig
+    from trainer.model import build_model
+
+    keras.backend.clear_session()
+    keras.utils.set_random_seed(7)
+    config = BertConfig(**dict(TINY, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+    model = build_model(config, 128, 20)
+    unpacked, packed = packed_and_unpacked_batches(golden_dir)
+    sums, grads = loss_sums_and_gradients(model, unpacked)
+    packed_sums, packed_grads = loss_sums_and_gradients(model, packed)
+    assert sums["sequences"] == packed_sums["sequences"] == 12 and sums["tokens"] == packed_sums["tokens"]
+    assert sums["mlm_weight_sum"] == packed_sums["mlm_weight_sum"] > 12
+    for key in ("mlm_loss_sum", "nsp_loss_sum", "mlm_correct", "nsp_correct"):
+        np.testing.assert_allclose(packed_sums[key], sums[key], rtol=1e-5, err_msg=key)
+    assert len(grads) == len(model.trainable_variables) > 10
+    largest = max(np.abs(grad).max() for grad in grads)
+    for variable, packed_grad, grad in zip(model.trainable_variables, packed_grads, grads):
+        if variable.path.endswith("attention/key/bias"):
+            # Zero in exact arithmetic (a softmax ignores what is added to all its scores): rounding noise.
+            assert np.abs(grad).max() < 1e-9 * largest and np.abs(packed_grad).max() < 1e-9 * largest
+            continue
+        np.testing.assert_allclose(packed_grad, grad, rtol=1e-5, atol=1e-5 * np.abs(grad).max(), err_msg=variable.path)
+    # Padding (positions 40 on, in the unpacked rows) passes no gradient: the sequences are truly apart.
+    position_grad = grads[[v.path for v in model.trainable_variables].index("bert/position_embeddings/embeddings")]
+    assert not position_grad[40:].any() and position_grad[:40].all(axis=1).any()
+
+
+def check_step_counts_real_sequences(golden_dir):
+    """The compiled training step on packed rows reports what the logs divide by time: the real
+    sequences and tokens it trained on, not rows."""
+    import keras
+
+    from trainer.config import BertConfig
+    from trainer.train import Devices, build_steps
+
+    keras.backend.clear_session()
+    unpacked, packed = packed_and_unpacked_batches(golden_dir)
+    args = argparse.Namespace(optimizer="adam", lr=1e-3, steps=10, precision="fp32", grad_accum=1)
+    shape = argparse.Namespace(seq=128, pred=23)
+    _, _, steps = build_steps(args, Devices(keras.backend.backend()), BertConfig(**TINY), shape, 0)
+    result = steps.fetch(steps.train(steps.put({name: values[None] for name, values in packed.items()})))
+    assert len(packed["input_ids"]) < 6 and result["finite"]
+    assert (result["sequences"], result["tokens"]) == (12, (unpacked["input_mask"] != 0).sum())
+
+
 def check_model_parallel_layout(records_dir, config_path):
     """On 4 devices, for K = 1, 2, 4: every variable BERT_LAYOUT splits holds 1/K of itself on each
     device, its optimizer slots likewise, everything else whole; every rule matches some variable of

@@ -52,7 +52,8 @@ def _probability(text):
 def add_records_and_model_arguments(p):
     """--format, --data, --model | --bert-config: shared with trainer.benchmark."""
     p.add_argument("--format", required=True, choices=("tfrecord", "ofrecord"), help="record format to read")
-    p.add_argument("--data", help="records directory of `bertprep create` (default: embedded sample records)")
+    p.add_argument("--data", help="records directory of `bertprep create` or `bertprep pack` "
+                                  "(default: embedded sample records)")
     size = p.add_mutually_exclusive_group()
     size.add_argument("--model", choices=tuple(SIZES), default=None,
                       help="Google's BERT size, with the records' vocab (default: base; tiny on the embedded sample)")

@@ -1,6 +1,6 @@
-"""Training data: find the records of a `bertprep create` directory and stream batches.
+"""Training data: find the records of a `bertprep create` (or `bertprep pack`) directory and stream batches.
 
-Layout (from `bertprep create`):
+Layout (from `bertprep create`; `bertprep pack` writes the same with packed rows):
     <dir>/manifest.json
     <dir>/tfrecord/{training,test}/*.tfrecord
     <dir>/ofrecord/{training,test}/part-<i>
@@ -8,7 +8,9 @@ or NVIDIA's (`create --layout nvidia`):
     <dir>/manifest.json
     <dir>/{training,test}/*.tfrecord
 `--data` may be that directory or one to three levels above it (a params
-directory holding several corpora: all of them are used).
+directory holding several corpora: all of them are used). The record kind,
+pretraining instances or packed rows, comes from the manifest (else the
+first record); every directory used must hold the same kind and shape.
 
 The stream is deterministic for a seed and has a position: a worker's record
 files (every `num_workers`-th file of the sorted list) are read in an order
@@ -29,11 +31,12 @@ import numpy as np
 
 from bertprep import formats
 from bertprep.errors import DataError, UsageError
-from bertprep.formats.schemas import FLOAT, PRETRAINING
+from bertprep.formats.schemas import FLOAT, PACKED, PRETRAINING, kind_of_manifest, kind_of_record
 from bertprep.workdir import load_manifest
 
 SPLITS = ("training", "test")
 FILE_PATTERNS = {"tfrecord": "*.tfrecord", "ofrecord": "part-*"}
+TRAINABLE_KINDS = (PRETRAINING, PACKED)
 
 
 def feature_dtypes(kind):
@@ -42,34 +45,40 @@ def feature_dtypes(kind):
 
 
 class Records:
-    """The record files of one format in a data directory: files per split, seq, pred and counts."""
-
-    kind = PRETRAINING
+    """The record files of one format in a data directory: files per split, kind, shape and counts."""
 
     def __init__(self, data_dir, fmt):
         self.data_dir = data_dir
         self.fmt = fmt
         self.files = {split: [] for split in SPLITS}
         self._manifest_counts = {}
-        self.seq = self.pred = None
+        self.kind = self.dims = None  # pretraining or packed; {"seq", "pred"[, "k"]}
         self.vocab_size = None  # from the manifest: the vocab the records were made with
+        first_files = []  # each corpus's first training file
         for corpus_dir, splits_dir in _corpus_dirs(data_dir, fmt):
             for split in SPLITS:
-                self.files[split] += sorted(glob.glob(os.path.join(splits_dir, split, FILE_PATTERNS[fmt])))
+                found = sorted(glob.glob(os.path.join(splits_dir, split, FILE_PATTERNS[fmt])))
+                if split == "training" and found:
+                    first_files.append(found[0])
+                self.files[split] += found
             self._read_manifest(corpus_dir)
         if not self.files["training"]:
             raise DataError(f"{data_dir}: no {fmt} training records (looked for "
                             f"{os.path.join('[*/[*/]]', fmt, 'training', FILE_PATTERNS[fmt])})")
-        self._check_shapes()
+        for path in first_files:
+            self._check_shapes(path)
 
     def _read_manifest(self, corpus_dir):
         manifest = load_manifest(corpus_dir)
         if not manifest:
             return
+        source = os.path.join(corpus_dir, "manifest.json")
         params = manifest.get("params") or {}
-        if "max_seq_length" in params and "max_predictions_per_seq" in params:
-            self._set_shape(int(params["max_seq_length"]), int(params["max_predictions_per_seq"]),
-                            os.path.join(corpus_dir, "manifest.json"))
+        dims = manifest.get("dims")
+        if dims is None and "max_seq_length" in params and "max_predictions_per_seq" in params:
+            dims = {"seq": params["max_seq_length"], "pred": params["max_predictions_per_seq"]}
+        if dims is not None:
+            self._set_shape(kind_of_manifest(manifest, source), {k: int(v) for k, v in dims.items()}, source)
         vocab_size = (manifest.get("vocab") or {}).get("size")
         if vocab_size:
             self.vocab_size = max(self.vocab_size or 0, int(vocab_size))
@@ -77,26 +86,40 @@ class Records:
             if isinstance(entry, dict) and "instances" in entry:
                 self._manifest_counts[os.path.normpath(os.path.join(corpus_dir, rel))] = int(entry["instances"])
 
-    def _set_shape(self, seq, pred, source):
-        if self.seq is not None and (seq, pred) != (self.seq, self.pred):
-            raise DataError(f"{source}: sequence length/predictions {seq}/{pred} differ from "
-                            f"{self.seq}/{self.pred} of the other records")
-        self.seq, self.pred = seq, pred
+    def _set_shape(self, kind, dims, source):
+        if kind not in TRAINABLE_KINDS:
+            raise DataError(f"{source}: {kind.name} records; the trainer pretrains on pretraining records "
+                            "(`bertprep create`) or packed rows (`bertprep pack`)")
+        if self.kind is not None and (kind, dims) != (self.kind, self.dims):
+            raise DataError(f"{source}: {_shape(kind, dims)} differ from the other records' "
+                            f"{_shape(self.kind, self.dims)} (point --data at one kind and shape)")
+        self.kind, self.dims = kind, dims
 
-    def _check_shapes(self):
-        """The first record of the first training file must have the declared shapes."""
-        path = self.files["training"][0]
+    def _check_shapes(self, path):
+        """The first record of a corpus's first training file must have the kind and shape of all others."""
         record = next(formats.read_records(path, self.fmt), None)
         if record is None:
             raise DataError(f"{path}: no records")
-        missing = [name for name in PRETRAINING.names if name not in record]
-        if missing:
-            raise DataError(f"{path}: record 0 lacks feature {missing[0]!r}")
-        self._set_shape(len(record["input_ids"]), len(record["masked_lm_positions"]), f"{path}: record 0")
+        kind = kind_of_record({name: "float" if values.dtype == np.float32 else "int64"
+                               for name, values in record.items()})
+        dims = kind.dims_of({name: len(values) for name, values in record.items()}) if kind else None
+        if dims is None:
+            raise DataError(f"{path}: record 0 has features {', '.join(record)}: not a pretraining record "
+                            "or packed row")
+        self._set_shape(kind, dims, f"{path}: record 0")
 
     @property
-    def dims(self):
-        return {"seq": self.seq, "pred": self.pred}
+    def seq(self):
+        return self.dims["seq"]
+
+    @property
+    def pred(self):
+        """Prediction slots per record (pred + k in packed rows)."""
+        return self.kind.feature("masked_lm_positions").size(self.dims)
+
+    @property
+    def packed(self):
+        return self.kind is PACKED
 
     def count(self, path):
         """Records in a file: from the manifest, else by reading the framing (no decoding)."""
@@ -104,6 +127,10 @@ class Records:
         if key not in self._manifest_counts:
             self._manifest_counts[key] = sum(1 for _ in formats.iter_payloads(path, self.fmt, verify=False))
         return self._manifest_counts[key]
+
+
+def _shape(kind, dims):
+    return f"{kind.name} records of " + ", ".join(f"{name} {value}" for name, value in dims.items())
 
 
 def _corpus_dirs(data_dir, fmt):

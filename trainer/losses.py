@@ -3,27 +3,56 @@
 
 The reference loss is the masked-LM cross-entropy weighted by
 `masked_lm_weights` and divided by their sum (+1e-5), plus the next-sentence
-cross-entropy averaged over the batch. Each replica returns the sums below;
-the training step divides by the totals of the whole global batch (all
-replicas, all accumulated micro-batches), so any split of a global batch
-gives the same loss and gradient as one device holding all of it.
+cross-entropy averaged over the sequences. Each replica returns the sums
+below; the training step divides by the totals of the whole global batch
+(all replicas, all accumulated micro-batches), so any split of a global
+batch gives the same loss and gradient as one device holding all of it.
+
+Packed rows (`bertprep pack`) count per sequence: each real prediction
+weighs 1 (the record holds its sequence's number there) and each sequence
+present has one next-sentence term (`next_sentence_weights`), so a packed
+batch has the loss and gradient of the same sequences unpacked.
 """
 
 from keras import ops
 
 # Keys of the per-step sums, in the order the training step returns them.
-SUM_KEYS = ("mlm_loss_sum", "mlm_weight_sum", "mlm_correct", "nsp_loss_sum", "nsp_correct", "sequences")
+SUM_KEYS = ("mlm_loss_sum", "mlm_weight_sum", "mlm_correct", "nsp_loss_sum", "nsp_correct", "sequences", "tokens")
+
+
+def is_packed(batch):
+    return "next_sentence_weights" in batch
+
+
+def prediction_weights(batch):
+    """The weight of each masked-LM slot: masked_lm_weights, or 1.0 for each real slot of a packed row."""
+    weights = ops.cast(batch["masked_lm_weights"], "float32")
+    return ops.cast(weights > 0, "float32") if is_packed(batch) else weights
+
+
+def sequence_weights(batch):
+    """1.0 for each real sequence, flat: every row unpacked, next_sentence_weights packed."""
+    if is_packed(batch):
+        return ops.reshape(ops.cast(batch["next_sentence_weights"], "float32"), (-1,))
+    return ops.ones((ops.size(batch["next_sentence_labels"]),), "float32")
+
+
+def weight_totals(batch):
+    """(prediction weight, sequences) of a batch: what the loss of a global batch is divided by."""
+    return ops.sum(prediction_weights(batch)), ops.sum(sequence_weights(batch))
 
 
 def loss_sums(mlm_logits, nsp_logits, batch):
     """Sums over one (micro-)batch: weighted MLM cross-entropy and correct predictions, the
-    weight total, NSP cross-entropy and correct predictions, and the number of sequences."""
+    weight total, NSP cross-entropy and correct predictions, the sequences and real tokens."""
     ids = ops.cast(batch["masked_lm_ids"], "int32")
-    weights = ops.cast(batch["masked_lm_weights"], "float32")
+    weights = prediction_weights(batch)
     mlm_log_probs = ops.log_softmax(mlm_logits, axis=-1)
     mlm_nll = -ops.squeeze(ops.take_along_axis(mlm_log_probs, ids[..., None], axis=-1), -1)
     mlm_hits = ops.cast(ops.equal(ops.cast(ops.argmax(mlm_logits, axis=-1), "int32"), ids), "float32")
     labels = ops.reshape(ops.cast(batch["next_sentence_labels"], "int32"), (-1,))
+    nsp_logits = ops.reshape(nsp_logits, (-1, 2))  # [batch, 2], or [batch * k, 2] for packed rows
+    present = sequence_weights(batch)
     nsp_log_probs = ops.log_softmax(nsp_logits, axis=-1)
     nsp_nll = -ops.squeeze(ops.take_along_axis(nsp_log_probs, labels[:, None], axis=-1), -1)
     nsp_hits = ops.cast(ops.equal(ops.cast(ops.argmax(nsp_logits, axis=-1), "int32"), labels), "float32")
@@ -31,9 +60,10 @@ def loss_sums(mlm_logits, nsp_logits, batch):
         "mlm_loss_sum": ops.sum(mlm_nll * weights),
         "mlm_weight_sum": ops.sum(weights),
         "mlm_correct": ops.sum(mlm_hits * weights),
-        "nsp_loss_sum": ops.sum(nsp_nll),
-        "nsp_correct": ops.sum(nsp_hits),
-        "sequences": ops.cast(ops.shape(labels)[0], "float32"),
+        "nsp_loss_sum": ops.sum(nsp_nll * present),
+        "nsp_correct": ops.sum(nsp_hits * present),
+        "sequences": ops.sum(present),
+        "tokens": ops.sum(ops.cast(ops.not_equal(batch["input_mask"], 0), "float32")),
     }
 
 
@@ -81,16 +111,21 @@ class Objective:
 
 
 class PretrainingObjective(Objective):
-    input_names = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions")
+    # Packed rows add the last two (each token's place in its sequence, each sequence's [CLS]).
+    input_names = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "positions",
+                   "next_sentence_positions")
     sum_keys = SUM_KEYS
+
+    def inputs(self, batch):
+        return {name: batch[name] for name in self.input_names if name in batch}
 
     def sums(self, outputs, batch):
         mlm_logits, nsp_logits = outputs
         return loss_sums(mlm_logits, nsp_logits, batch)
 
     def totals(self, element):
-        return {"weight": ops.sum(ops.cast(element["masked_lm_weights"], "float32")),
-                "sequences": ops.cast(ops.size(element["next_sentence_labels"]), "float32")}
+        weight, sequences = weight_totals(element)
+        return {"weight": weight, "sequences": sequences}
 
     def share(self, sums, totals):
         return objective(sums, totals["weight"], totals["sequences"])

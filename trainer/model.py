@@ -93,25 +93,33 @@ class BertEncoder(keras.Model):
 
     def encode(self, inputs, training=False):
         input_ids = inputs["input_ids"]
-        seq = ops.shape(input_ids)[1]
+        positions = inputs.get("positions")
+        if positions is None:  # one sequence per row
+            positions = ops.arange(ops.shape(input_ids)[1])[None]
         x = (self.word_embeddings(input_ids)
-             + self.position_embeddings(ops.arange(seq))[None]
+             + self.position_embeddings(positions)
              + self.segment_embeddings(inputs["segment_ids"]))
         x = self.embeddings_dropout(self.embeddings_layer_norm(x), training=training)
-        # [batch, 1, seq]: every query position may attend to every real (unpadded) key.
-        attention_mask = ops.cast(inputs["input_mask"], "bool")[:, None, :]
+        attention_mask = sequence_attention_mask(inputs["input_mask"])
         for layer in self.encoder_layers:
             x = layer(x, attention_mask, training=training)
         return x
 
-    def pool(self, sequence_output):
-        return self.pooler(sequence_output[:, 0])
+    def pool(self, sequence_output, cls_positions=None):
+        """The pooled [CLS]: the row's first token [batch, hidden], or each packed sequence's
+        (`cls_positions` [batch, k]) [batch, k, hidden]."""
+        return self.pooler(sequence_output[:, 0] if cls_positions is None
+                           else _gather_positions(sequence_output, cls_positions))
 
 
 class BertPretrainer(BertEncoder):
     """inputs: dict of input_ids, input_mask, segment_ids [batch, seq] and masked_lm_positions
     [batch, pred]; returns (masked-LM logits [batch, pred, vocab], next-sentence logits [batch, 2]),
-    both float32 whatever the dtype policy."""
+    both float32 whatever the dtype policy.
+
+    Packed rows (`bertprep pack`) add positions [batch, seq] (each token's place in its own sequence)
+    and next_sentence_positions [batch, k] (each sequence's [CLS]); input_mask then numbers the
+    sequences 1..k. Next-sentence logits are then [batch, k, 2], one per sequence."""
 
     def __init__(self, config, **kwargs):
         super().__init__(config, **kwargs)
@@ -120,9 +128,19 @@ class BertPretrainer(BertEncoder):
 
     def call(self, inputs, training=False):
         x = self.encode(inputs, training=training)
-        pooled = self.pool(x)
+        pooled = self.pool(x, inputs.get("next_sentence_positions"))
         mlm_logits = self.masked_lm(_gather_positions(x, inputs["masked_lm_positions"]))
         return ops.cast(mlm_logits, "float32"), ops.cast(self.next_sentence(pooled), "float32")
+
+
+def sequence_attention_mask(input_mask):
+    """[batch, seq, seq]: the keys each query attends to. input_mask is 0 for padding, else the number
+    of the token's sequence in its row (always 1 unpacked): a real token attends to the real tokens
+    of its own sequence only. Padding attends to every real token, as in unpacked BERT, so that no
+    query is masked entirely (fused attention kernels turn such rows into NaN)."""
+    mask = ops.cast(input_mask, "int32")
+    query, key = mask[:, :, None], mask[:, None, :]
+    return (key > 0) & ((query == key) | (query == 0))
 
 
 def _gather_positions(x, positions):

@@ -196,6 +196,8 @@ def _fmt(key, value):
         return f"lr {value:.3e}"
     if key == "sequences_per_second":
         return f"{value:,.1f} seq/s"
+    if key == "tokens_per_second":
+        return f"{value:,.0f} tok/s"
     if isinstance(value, float):
         return f"{key} {value:.4f}"
     return f"{key} {value}"
@@ -284,9 +286,10 @@ def _train(args, devices, log, data_dir, records, config, step_times=None):
             log.note(f"resumed from {path} (step {saved['step']}, {draws} batches drawn)")
 
     parameters = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
+    packing = f" packed rows of up to {records.dims['k']} sequences" if records.packed else ""
     log.note(f"{devices.description}; model L{config.num_hidden_layers}/H{config.hidden_size}/"
              f"A{config.num_attention_heads} ({parameters / 1e6:.1f}M parameters); data {records.seq}/{records.pred} "
-             f"{args.format} ({stream.epoch_size:,} training records on this worker); global batch "
+             f"{args.format}{packing} ({stream.epoch_size:,} training records on this worker); global batch "
              f"{global_batch} ({args.batch_size} x {devices.replicas} replicas x {args.grad_accum} accumulation); "
              f"{args.precision}; {args.optimizer} lr {args.lr}")
 
@@ -302,8 +305,10 @@ def _train(args, devices, log, data_dir, records, config, step_times=None):
 
     window = {k: 0.0 for k in SUM_KEYS}
     window_steps = 0
-    timed_seconds, timed_steps = 0.0, 0
-    window_seconds, window_timed_steps = 0.0, 0
+    # Throughput counts real sequences and tokens (a packed row holds several), over the timed steps.
+    trained = {"sequences": 0.0, "tokens": 0.0}
+    timed_seconds, timed_steps, timed = 0.0, 0, {"sequences": 0.0, "tokens": 0.0}
+    window_seconds, window_timed = 0.0, {"sequences": 0.0, "tokens": 0.0}
     nonfinite_run = 0
     skipped = 0
     last = None
@@ -329,11 +334,15 @@ def _train(args, devices, log, data_dir, records, config, step_times=None):
                 for k in SUM_KEYS:
                     window[k] += result[k]
                 window_steps += 1
+                trained["sequences"] += result["sequences"]
+                trained["tokens"] += result["tokens"]
                 if step - started_step > TIMING_WARMUP_STEPS:
                     timed_seconds += now - clock
                     timed_steps += 1
                     window_seconds += now - clock
-                    window_timed_steps += 1
+                    for work in (timed, window_timed):
+                        work["sequences"] += result["sequences"]
+                        work["tokens"] += result["tokens"]
             else:
                 skipped += 1
                 nonfinite_run += 1
@@ -344,13 +353,13 @@ def _train(args, devices, log, data_dir, records, config, step_times=None):
             if result["finite"] and (step % args.log_every == 0 or step == args.steps):
                 values = metrics(window)
                 values.update(learning_rate=result["learning_rate"], loss_scale=result["loss_scale"],
-                              sequences_per_second=(global_batch * window_timed_steps / window_seconds
-                                                    if window_timed_steps else None),
+                              sequences_per_second=window_timed["sequences"] / window_seconds if window_seconds else None,
+                              tokens_per_second=window_timed["tokens"] / window_seconds if window_seconds else None,
                               skipped_steps=skipped)
                 log.record("train", values, step)
                 last_logged = values
                 window = {k: 0.0 for k in SUM_KEYS}
-                window_steps, window_seconds, window_timed_steps = 0, 0.0, 0
+                window_steps, window_seconds, window_timed = 0, 0.0, {"sequences": 0.0, "tokens": 0.0}
             if result["finite"] and eval_stream and step % args.eval_every == 0:
                 log.record("eval", evaluate(steps, eval_stream, args.eval_steps), step)
             if result["finite"] and args.checkpoint_dir and (step % args.checkpoint_every == 0 or step == args.steps):
@@ -361,7 +370,6 @@ def _train(args, devices, log, data_dir, records, config, step_times=None):
                     log.note(f"checkpoint {path}")
             clock = time.perf_counter()  # evaluation and checkpoints are not training time
         pending = handle
-    seconds_per_step = timed_seconds / timed_steps if timed_steps else None
     summary = {
         "steps": step,
         "skipped_steps": skipped,
@@ -373,8 +381,11 @@ def _train(args, devices, log, data_dir, records, config, step_times=None):
         "precision": args.precision,
         "final_learning_rate": last["learning_rate"] if last else None,
         "final_loss_scale": last["loss_scale"] if last else None,
-        "mean_sequences_per_second": global_batch / seconds_per_step if seconds_per_step else None,
+        "mean_sequences_per_second": timed["sequences"] / timed_seconds if timed_seconds else None,
+        "mean_tokens_per_second": timed["tokens"] / timed_seconds if timed_seconds else None,
         "timed_steps": timed_steps,
+        "sequences": int(trained["sequences"]),  # real sequences trained on (packed rows hold several)
+        "tokens": int(trained["tokens"]),
     }
     summary.update({f"last_{k}": last_logged[k] for k in ("loss", "mlm_accuracy", "nsp_accuracy") if k in last_logged})
     if devices.is_chief:

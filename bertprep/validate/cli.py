@@ -161,13 +161,13 @@ def validate(paths, spec, workers=1, min_parts=1, compare=False, vocab_given=Fal
         if not found_anything:
             raise DataError(f"{path}: nothing to validate (no record files, text shards, SQuAD or GLUE files)")
     if compare:
-        from bertprep.validate.compare import compare_streams, comparison_pairs
+        from bertprep.validate.compare import compare_files, comparison_pairs
 
         pairs = comparison_pairs(paths[0], paths[1] if len(paths) > 1 else None)
         if not pairs:
             raise UsageError("--compare: no record files of a common format to compare")
         for label, files_a, files_b in pairs:
-            outcome = compare_streams(files_a, files_b, dataclasses.replace(spec, kind=None, dims=None))
+            outcome = compare_files(files_a, files_b, dataclasses.replace(spec, kind=None, dims=None))
             report["compare"].append({"what": label, **outcome})
             if not outcome["equal"]:
                 finding = Finding("compare", label, None, None, outcome["difference"])
@@ -279,7 +279,8 @@ def print_table(report, stream=None):
             out.extend(_stats_rows(fmt, splits, section["kinds"][0]))
             shown = shown or fmt
     for item in report["compare"]:
-        verdict = f"equal ({item['records']:,} instances)" if item["equal"] else item["difference"]
+        how = ", the packed side unpacked" if item.get("unpacked") else ""
+        verdict = f"equal ({item['records']:,} instances{how})" if item["equal"] else item["difference"]
         out.append(f"compare {item['what']}: {verdict}")
     if report["warnings"]:
         out.append("warnings")

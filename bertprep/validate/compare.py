@@ -4,11 +4,17 @@ Each side is read as one stream of records (training, then test, files in
 natural order) and compared batch by batch, value by value, whatever the
 formats (TFRecord int64 and OFRecord int32 compare by value). The answer is
 "equal, N records" or the first differing record, field and slot.
+
+Packed rows against the records they were packed from are compared as
+instances instead (validate.packed): each packed file, unpacked, must hold
+exactly the instances of its source file.
 """
 
 import numpy as np
 
 from bertprep import formats
+from bertprep.errors import DataError
+from bertprep.validate import packed
 from bertprep.validate.dataset import find_record_files
 from bertprep.validate.records import iter_batches
 
@@ -34,6 +40,26 @@ def comparison_pairs(path_a, path_b):
             continue
         pairs.append((f"{fmt} vs {other}", [f for f in files_a if f.fmt == fmt], [f for f in files_b if f.fmt == other]))
     return pairs
+
+
+def compare_files(files_a, files_b, spec):
+    """{"equal", "records", "difference"} for two lists of record files: record by record, or instance
+    by instance where one side is packed and the other is not."""
+    kinds = [_kind(files) for files in (files_a, files_b)]
+    if kinds[0] != kinds[1] and "packed" in kinds:
+        packed_side, other = (files_a, files_b) if kinds[0] == "packed" else (files_b, files_a)
+        return {**packed.compare_with_unpacked(packed_side, other, spec), "unpacked": True}
+    return compare_streams(files_a, files_b, spec)
+
+
+def _kind(files):
+    """The record kind of the first readable file (None if none is: the stream comparison says why)."""
+    for record_file in files:
+        try:
+            return formats.record_kind(record_file.path, record_file.fmt).name
+        except DataError:
+            continue
+    return None
 
 
 def _stream(files, spec):

@@ -14,7 +14,7 @@ import numpy as np
 from bertprep import formats
 from bertprep.formats.protowire import WireError
 from bertprep.formats.schemas import kind_of_record
-from bertprep.validate import finetune, pretraining
+from bertprep.validate import finetune, packed, pretraining
 from bertprep.validate.decode import (
     Framing,
     exact_decode,
@@ -47,6 +47,8 @@ class KindRules:
 RULES = {
     "pretraining": KindRules(pretraining.CHECKS, pretraining.derive, pretraining.failure_masks,
                              pretraining.explain, pretraining.new_stats, pretraining.table_rows),
+    "packed": KindRules(packed.CHECKS, packed.derive, packed.failure_masks, packed.explain, packed.new_stats,
+                        packed.table_rows),
     **{name: KindRules(checks, finetune.derive, finetune.failure_masks, finetune.explain, finetune.new_stats,
                        finetune.table_rows)
        for name, checks in (("squad_train", {**finetune.STRUCTURE, **finetune.SQUAD, **finetune.SQUAD_TRAIN}),

@@ -1,0 +1,218 @@
+"""`bertprep pack` on the command line: plan the shard tasks from a create directory, run them, resume.
+
+    <records>/<params>/<corpus>/                  what `bertprep create` wrote (manifest.json)
+    <out>/<params>_packed<k>/<corpus>/            what pack writes: the same file names, one per input file
+        manifest.json
+        tfrecord/{training,test}/<shard>.tfrecord
+        ofrecord/{training,test}/part-<i>
+"""
+
+import hashlib
+import json
+import os
+import time
+
+from bertprep import __version__, formats
+from bertprep.atomic import hold, sha256_file
+from bertprep.create import (
+    is_complete,  # the same rule: an entry for the same input and settings, of its size
+)
+from bertprep.engines import add_engine_arguments, open_engine
+from bertprep.errors import DataError, UsageError
+from bertprep.formats.schemas import PACKED, PRETRAINING, kind_of_manifest
+from bertprep.pack.task import PackTask, pack_shard
+from bertprep.progress import Progress, add_output_arguments, human_bytes, print_summary
+from bertprep.validate.dataset import natural_key
+from bertprep.workdir import MANIFEST, SPLITS, load_manifest, save_manifest
+
+# What the bytes of a packed file depend on besides its input: a change here repacks everything.
+LAYOUT_VERSION = 1
+
+
+def add_arguments(parser):
+    parser.add_argument("records_dir", metavar="RECORDS_DIR",
+                        help="a records directory of `bertprep create` (<params>/<corpus>, with its manifest.json)")
+    parser.add_argument("--max-per-pack", type=int, default=3, metavar="K",
+                        help="sequences per row at most (default 3, as MLPerf BERT)")
+    parser.add_argument("--out", help="records root for <params>_packed<K>/<corpus> (default: beside <params>)")
+    parser.add_argument("--format", help="comma-separated: tfrecord, ofrecord (default: the formats of the input)")
+    add_engine_arguments(parser)
+    add_output_arguments(parser)
+
+
+def read_source(records_dir):
+    """The create manifest of `records_dir` and its sha256; one-line errors for anything else."""
+    path = os.path.join(records_dir, MANIFEST)
+    if not os.path.isdir(records_dir):
+        raise DataError(f"{records_dir}: no such directory")
+    manifest = load_manifest(records_dir)
+    if not isinstance(manifest, dict):
+        raise DataError(f"{records_dir}: not a records directory of `bertprep create` (no readable {MANIFEST}; "
+                        "pass <records>/<params>/<corpus>)")
+    kind = kind_of_manifest(manifest, path)
+    if kind is PACKED:
+        source = (manifest.get("source") or {}).get("records_dir", "the create directory it came from")
+        raise DataError(f"{records_dir}: already packed (record kind packed); pack {source} instead")
+    if manifest.get("stage") != "create" or kind is not PRETRAINING:
+        raise DataError(f"{records_dir}: {MANIFEST} is of stage {manifest.get('stage')!r}, kind {kind.name}; "
+                        "pack reads the pretraining records of `bertprep create`")
+    if not manifest.get("files"):
+        raise DataError(f"{records_dir}: the create manifest lists no finished files")
+    return manifest, sha256_file(path)
+
+
+def check_flags(args, source_formats):
+    if args.max_per_pack < 1:
+        raise UsageError(f"--max-per-pack must be at least 1, not {args.max_per_pack}")
+    return formats.parse_formats(args.format or ",".join(source_formats))
+
+
+def output_dir(records_dir, out, k):
+    """<out>/<params>_packed<k>/<corpus>: beside the input's <params> unless --out names another root."""
+    params_dir, corpus = os.path.split(records_dir)
+    root, params = os.path.split(params_dir)
+    return os.path.join(os.path.abspath(out) if out else root, f"{params}_packed{k}", corpus)
+
+
+def plan(args):
+    """(source manifest, its sha256, output dir, formats, dims, tasks)."""
+    records_dir = os.path.abspath(args.records_dir)
+    manifest, manifest_sha256 = read_source(records_dir)
+    fmts = check_flags(args, manifest.get("formats") or list(formats.FORMATS))
+    dims = manifest.get("dims") or {}
+    params = manifest.get("params") or {}
+    seq = int(dims.get("seq", params.get("max_seq_length", 0)))
+    pred = int(dims.get("pred", params.get("max_predictions_per_seq", 0)))
+    if seq < 1 or pred < 1:
+        raise DataError(f"{records_dir}: the create manifest gives no seq/pred")
+    out_dir = output_dir(records_dir, args.out, args.max_per_pack)
+    settings_key = hashlib.sha256(json.dumps(
+        {"k": args.max_per_pack, "seq": seq, "pred": pred, "layout": LAYOUT_VERSION, "version": __version__},
+        sort_keys=True).encode()).hexdigest()[:16]
+    # One task per input shard (create wrote each shard in each of its formats; any one of them will do).
+    shards = {}
+    for relative, entry in manifest["files"].items():
+        if not isinstance(entry, dict) or entry.get("format") not in formats.FORMATS:
+            raise DataError(f"{records_dir}: {MANIFEST} entry {relative!r} has no format")
+        key = (entry.get("split", "training"), entry.get("source", relative))
+        shards.setdefault(key, {})[entry["format"]] = (relative, entry)
+    tasks = []
+    for split in [s for s in SPLITS if any(key[0] == s for key in shards)] + sorted(
+            {key[0] for key in shards} - set(SPLITS)):
+        in_split = sorted((key for key in shards if key[0] == split), key=lambda key: natural_key(key[1]))
+        for index, key in enumerate(in_split):
+            by_format = shards[key]
+            source_format = next(f for f in formats.FORMATS if f in by_format)
+            relative, entry = by_format[source_format]
+            source = os.path.join(records_dir, relative)
+            if not os.path.isfile(source):
+                raise DataError(f"{source}: listed in {os.path.join(records_dir, MANIFEST)} but missing")
+            outputs = tuple((fmt, by_format[fmt][0] if fmt in by_format else _output_name(fmt, split, key[1], index))
+                            for fmt in fmts)
+            tasks.append(PackTask(source=source, source_format=source_format, source_sha256=entry.get("sha256"),
+                                  split=split, records_dir=out_dir, outputs=outputs, seq=seq, pred=pred,
+                                  k=args.max_per_pack, settings_key=settings_key))
+    return manifest, manifest_sha256, out_dir, fmts, {"seq": seq, "pred": pred, "k": args.max_per_pack}, tasks
+
+
+def _output_name(fmt, split, source, index):
+    """create's name for a shard's file in a format the input directory does not hold."""
+    if fmt == "tfrecord":
+        return f"tfrecord/{split}/{os.path.splitext(os.path.basename(source))[0]}.tfrecord"
+    return f"ofrecord/{split}/part-{index}"
+
+
+def run(args):
+    started = time.monotonic()
+    source, source_sha256, out_dir, fmts, dims, tasks = plan(args)
+    if os.path.abspath(out_dir) == os.path.abspath(args.records_dir):
+        raise UsageError(f"--out {args.out}: the packed records would overwrite their input")
+    progress = Progress("pack", total=len(tasks), unit="shards", quiet=args.quiet)
+    with hold(out_dir, "bertprep pack"):  # clears what killed runs left in .partial/
+        previous = load_manifest(out_dir) or {}
+        wanted = {relative for task in tasks for relative in task.output_paths().values()}
+        files = {rel: entry for rel, entry in (previous.get("files") or {}).items() if rel in wanted}
+        pending = [task for task in tasks if not is_complete(task, files)]
+        if len(pending) < len(tasks):
+            progress.note(f"resuming: {len(tasks) - len(pending)} of {len(tasks)} shards already complete")
+            progress.advance(len(tasks) - len(pending))
+        manifest = {
+            "tool": "bertprep", "stage": "pack", "kind": PACKED.name, "dims": dims, "formats": list(fmts),
+            "max_per_pack": dims["k"], "version": __version__,
+            "source": {"records_dir": os.path.abspath(args.records_dir), "manifest_sha256": source_sha256,
+                       "kind": PRETRAINING.name, "dims": {"seq": dims["seq"], "pred": dims["pred"]}},
+            # what the trainer and validate read from a records manifest: the vocab and masking parameters
+            "params": source.get("params"), "vocab": source.get("vocab"), "files": files,
+        }
+        with open_engine(args, max_tasks=len(pending)) as engine:
+            for result in engine.run(pack_shard, pending, describe=lambda task: task.source):
+                files.update(result["files"])
+                manifest["packing"] = packing_figures(tasks, files, dims["k"])
+                save_manifest(out_dir, manifest)
+                progress.advance(1, sequences=result["sequences"])
+        manifest["packing"] = packing_figures(tasks, files, dims["k"])
+        save_manifest(out_dir, manifest)
+    progress.close()
+    summary = summarize(out_dir, manifest, tasks, time.monotonic() - started, len(pending))
+    if not args.quiet or args.json:
+        print_summary("bertprep pack: done", summary, as_json=args.json, rows=summary_rows(summary, fmts))
+    return 0
+
+
+def packing_figures(tasks, files, k):
+    """Ratio, rows, lower bound and sequences per row over the finished shards (one entry per shard)."""
+    figures = {"sequences": 0, "rows": 0, "tokens": 0, "lower_bound_rows": 0, "sequences_per_row": [0] * (k + 1),
+               "by_split": {}}
+    for task in tasks:
+        entry = files.get(next(iter(task.output_paths().values())))
+        if entry is None:
+            continue
+        split = figures["by_split"].setdefault(task.split, {"sequences": 0, "rows": 0})
+        split["sequences"] += entry["sequences"]
+        split["rows"] += entry["instances"]
+        figures["sequences"] += entry["sequences"]
+        figures["rows"] += entry["instances"]
+        figures["tokens"] += entry["tokens"]
+        figures["lower_bound_rows"] += entry["lower_bound"]
+        figures["sequences_per_row"] = [a + b for a, b in zip(figures["sequences_per_row"], entry["sequences_per_row"])]
+    sequences = max(figures["sequences"], 1)
+    figures["ratio"] = round(figures["rows"] / sequences, 4)
+    figures["lower_bound_ratio"] = round(figures["lower_bound_rows"] / sequences, 4)
+    return figures
+
+
+def summarize(out_dir, manifest, tasks, seconds, packed):
+    packing = manifest["packing"]
+    return {
+        "records_dir": out_dir,
+        "kind": PACKED.name,
+        "dims": manifest["dims"],
+        **{key: packing[key] for key in ("sequences", "rows", "tokens", "ratio", "lower_bound_ratio",
+                                         "sequences_per_row", "by_split")},
+        "fill": round(packing["tokens"] / max(packing["rows"] * manifest["dims"]["seq"], 1), 4),
+        "files": sum(len(task.output_paths()) for task in tasks),
+        "bytes": sum(manifest["files"][relative]["bytes"] for task in tasks for relative in task.output_paths().values()),
+        "shards": len(tasks),
+        "shards_packed": packed,
+        "seconds": round(seconds, 3),
+        "sequences_per_second": round(packing["sequences"] / seconds, 1) if seconds > 0 else None,
+        "formats": manifest["formats"],
+    }
+
+
+def summary_rows(summary, fmts):
+    rows = [("records", summary["records_dir"])]
+    for split, figures in summary["by_split"].items():
+        rows.append((f"sequences ({split})", f"{figures['sequences']:,} in {figures['rows']:,} rows"))
+    rows += [
+        ("rows / sequences", f"{summary['ratio']:.4f} (lower bound {summary['lower_bound_ratio']:.4f})"),
+        ("sequences per row", ", ".join(f"{n}: {count:,}" for n, count in enumerate(summary["sequences_per_row"])
+                                        if n and count)),
+        ("real tokens", f"{summary['fill']:.1%} of the row slots"),
+        ("files", f"{summary['files']} ({', '.join(fmts)})"),
+        ("bytes", human_bytes(summary["bytes"])),
+        ("shards", (f"{summary['shards']} ({summary['shards_packed']} packed, "
+                    f"{summary['shards'] - summary['shards_packed']} already complete)")),
+        ("seconds", f"{summary['seconds']:.2f}"),
+    ]
+    return rows
