@@ -50,7 +50,7 @@ def _probability(text):
 
 
 def add_records_and_model_arguments(p):
-    """--format, --data, --model | --bert-config: shared with trainer.benchmark."""
+    """--format, --data, --model | --bert-config, --dropout: shared with trainer.benchmark."""
     p.add_argument("--format", required=True, choices=("tfrecord", "ofrecord"), help="record format to read")
     p.add_argument("--data", help="records directory of `bertprep create` or `bertprep pack` "
                                   "(default: embedded sample records)")
@@ -58,6 +58,8 @@ def add_records_and_model_arguments(p):
     size.add_argument("--model", choices=tuple(SIZES), default=None,
                       help="Google's BERT size, with the records' vocab (default: base; tiny on the embedded sample)")
     size.add_argument("--bert-config", help="Google's bert_config.json instead of --model")
+    p.add_argument("--dropout", type=_probability, default=None,
+                   help="hidden and attention dropout (default: the model config's; 0 for exact comparisons)")
 
 
 def build_parser():
@@ -71,8 +73,6 @@ def build_parser():
     p.add_argument("--grad-accum", type=_positive_int, default=1, help="micro-batches per optimizer step")
     p.add_argument("--precision", choices=("fp32", "mixed_float16", "mixed_bfloat16"), default="fp32")
     p.add_argument("--seed", type=int, default=12345, help="seed of initialization, dropout and data order")
-    p.add_argument("--dropout", type=_probability, default=None,
-                   help="hidden and attention dropout (default: the model config's; 0 for exact comparisons)")
     p.add_argument("--model-parallel", type=_positive_int, default=1, metavar="K",
                    help="split each model replica over K devices (JAX; default: 1, data parallel only)")
     p.add_argument("--placement", choices=PLACEMENTS, default="intra_first",

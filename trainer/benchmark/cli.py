@@ -300,6 +300,7 @@ class Benchmark:
         argv = ["--format", a.format, "--data", a.data, "--batch-size", str(batch_size), "--precision", policy,
                 "--optimizer", a.optimizer, "--seed", str(a.seed),
                 "--log-every", str(max(1, min(10, iterations // 4)))]
+        argv += ["--dropout", str(a.dropout)] if a.dropout is not None else []
         return argv + (["--bert-config", a.bert_config] if a.bert_config else ["--model", a.model])
 
     def _env(self, local_only):
