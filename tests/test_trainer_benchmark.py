@@ -26,6 +26,14 @@ def test_throughput_is_global_batch_times_timed_iterations_over_their_time():
             method.throughput(times, 8, skip)
 
 
+def test_real_sequences_per_second_count_each_timed_iteration_s_sequences():
+    times = [10.0, 11.0, 11.5, 12.0, 12.5, 13.0]
+    sequences = [99, 99, 20, 21, 22, 23]  # iterations 3..6 are timed
+    assert method.sequence_throughput(times, sequences, skip=2) == (20 + 21 + 22 + 23) / (13.0 - 11.0)
+    with pytest.raises(ValueError):
+        method.sequence_throughput(times, sequences[1:], 2)
+
+
 def test_speedup_is_against_the_one_device_median_of_the_same_precision_and_batch():
     def config(devices, precision, batch, *rates):
         return {"devices": devices, "precision": precision, "batch": batch,
@@ -146,3 +154,39 @@ def test_max_batch_is_searched_under_a_memory_limit(records_dir, tmp_path):
     assert config["batch_size"] == 3 and config["global_batch"] == 3 and config["median"] > 0
     assert "(b3)" in (out / "report.md").read_text()
     assert "max search, batch 4 out of memory" in result.stderr
+
+
+@pytest.mark.heavy
+def test_packed_records_report_rows_and_real_sequences_per_second(golden_dir, tmp_path):
+    """On packed rows the DLPerf figure is rows/s, and the report adds the real sequences/s recomputed
+    from the sequences each timed iteration trained on (several per row)."""
+    pytest.importorskip("tensorflow")
+    from test_pack import short_documents
+
+    from bertprep.cli import main as bertprep_main
+
+    shards = short_documents(golden_dir / "corpus.txt", tmp_path / "short", 2)
+    assert bertprep_main(["create", "--input", str(shards), "--vocab", str(golden_dir / "vocab.txt"), "--out",
+                          str(tmp_path / "records"), "--dupe-factor", "1", "--quiet", "--workers", "1"]) == 0
+    assert bertprep_main(["pack", str(next((tmp_path / "records").glob("*/short"))), "--quiet", "--workers", "1",
+                          "--format", "ofrecord"]) == 0
+    packed = next((tmp_path / "records").glob("*_packed3/short")).parent
+    out = tmp_path / "out"
+    result = benchmark("--format", "ofrecord", "--data", str(packed), "--bert-config", bert_config(tmp_path, 0.0),
+                       "--precision", "fp32", "--batch-size", "2", "--iterations", "4", "--skip", "1",
+                       "--runs", "2", "--out", str(out), "--json", "--quiet")
+    assert result.returncode == 0, result.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    assert results["setup"]["packed"] is True
+    (config,) = results["configs"]
+    recomputed = []
+    for run in config["runs"]:
+        times, sequences = run["step_times"], run["step_sequences"]
+        assert len(sequences) == len(times) == 4 and all(2 <= n <= 2 * 3 for n in sequences)
+        assert sum(sequences[1:]) > 3 * 2  # short documents: more than one sequence per row
+        recomputed.append(sum(sequences[1:]) / (times[3] - times[0]))
+        assert run["sequence_throughput"] > run["throughput"]
+    assert config["sequence_median"] == pytest.approx(float(np.median(recomputed)), rel=1e-12)
+    report = (out / "report.md").read_text()
+    assert "packed rows/s" in report and "## Real sequences/s" in report
+    assert f"{config['sequence_median']:,.1f}" in report

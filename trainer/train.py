@@ -203,9 +203,10 @@ def _fmt(key, value):
     return f"{key} {value}"
 
 
-def run(args, step_times=None):
+def run(args, step_times=None, step_sequences=None):
     """Train as `args` say; return the summary. `step_times`, a list, receives the clock
-    (time.perf_counter, monotonic) when each step's results reached the host: trainer.benchmark's timing."""
+    (time.perf_counter, monotonic) when each step's results reached the host: trainer.benchmark's timing;
+    `step_sequences`, a list, the real sequences of each of those steps (a packed row holds several)."""
     # Data and model settings are checked before any device is touched.
     data_dir = args.data
     if data_dir is None:
@@ -242,12 +243,12 @@ def run(args, step_times=None):
     with holding:
         log = Log(args, args.steps, enabled=devices.is_chief)
         try:
-            return _train(args, devices, log, data_dir, records, config, step_times)
+            return _train(args, devices, log, data_dir, records, config, step_times, step_sequences)
         finally:
             log.close()
 
 
-def _train(args, devices, log, data_dir, records, config, step_times=None):
+def _train(args, devices, log, data_dir, records, config, step_times=None, step_sequences=None):
     from trainer.losses import SUM_KEYS, metrics
 
     per_worker = args.batch_size * devices.local_replicas
@@ -328,6 +329,8 @@ def _train(args, devices, log, data_dir, records, config, step_times=None):
             now = time.perf_counter()
             if step_times is not None:
                 step_times.append(now)
+            if step_sequences is not None:
+                step_sequences.append(result["sequences"])
             if result["finite"]:
                 step += 1
                 nonfinite_run = 0
@@ -372,6 +375,7 @@ def _train(args, devices, log, data_dir, records, config, step_times=None):
         pending = handle
     summary = {
         "steps": step,
+        "packed": records.packed,
         "skipped_steps": skipped,
         "global_batch": global_batch,
         "replicas": devices.replicas,

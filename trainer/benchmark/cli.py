@@ -147,7 +147,7 @@ def _benchmark(args):
     except OSError as exc:
         raise UsageError(f"--out {args.out}: {exc.strerror}") from None
 
-    bench = Benchmark(args, hosts, host_index, log_dir)
+    bench = Benchmark(args, hosts, host_index, log_dir, "rows/s" if records.packed else "seq/s")
     try:
         results = _run_plan(args, bench, records, config, hosts, baseline_configs)
     finally:
@@ -206,11 +206,20 @@ def _run_plan(args, bench, records, config, hosts, baseline_configs):
             run = {"throughput": method.throughput(outcome["step_times"], entry["global_batch"], args.skip),
                    "step_times": outcome["step_times"], "peak_flops": outcome.get("peak_flops"),
                    "log": outcome["log"]}
+            shown = f"{run['throughput']:,.1f} {bench.unit}"
+            if records.packed:
+                run["step_sequences"] = outcome["step_sequences"]
+                run["sequence_throughput"] = method.sequence_throughput(
+                    outcome["step_times"], outcome["step_sequences"], args.skip)
+                shown += f" ({run['sequence_throughput']:,.1f} real seq/s)"
             entry["runs"].append(run)
             entry["accelerator"] = outcome.get("accelerator")
-            bench.progress(f"{label} run {run_number}/{args.runs}: {run['throughput']:,.1f} seq/s", final=True)
+            bench.progress(f"{label} run {run_number}/{args.runs}: {shown}", final=True)
     method.add_medians_and_speedups(configs, baseline_configs)
     for entry in configs:
+        if records.packed:
+            entry["sequence_median"] = method.median(
+                [run["sequence_throughput"] for run in entry["runs"] if run.get("sequence_throughput")])
         peaks = [run["peak_flops"] for run in entry["runs"] if run.get("peak_flops")]
         entry["peak_flops"] = method.median(peaks)
         entry["flops_per_sequence"] = flops
@@ -227,7 +236,8 @@ def _run_plan(args, bench, records, config, hosts, baseline_configs):
                    "max": f"largest per-device batch that runs: doubling from {args.max_start}, then bisecting on "
                           "out-of-memory, each probe a process of its own"},
         "setup": {"backend": args.backend, "model": args.bert_config or args.model, "data": os.path.abspath(args.data),
-                  "format": args.format, "seq": records.seq, "pred": records.pred, "optimizer": args.optimizer,
+                  "format": args.format, "seq": records.seq, "pred": records.pred, "packed": records.packed,
+                  "optimizer": args.optimizer,
                   "hosts": hosts, "amp": amp_policy, "model_config": config.to_dict(),
                   "command": args.command},
         "configs": configs,
@@ -275,8 +285,9 @@ class ProbeFailed(Exception):
 class Benchmark:
     """Starts the worker processes of this host and shows their progress."""
 
-    def __init__(self, args, hosts, host_index, log_dir):
+    def __init__(self, args, hosts, host_index, log_dir, unit="seq/s"):
         self.args = args
+        self.unit = unit  # what a step's batch counts: sequences, or packed rows
         self.hosts = hosts
         self.host_index = host_index
         self.log_dir = log_dir
@@ -334,7 +345,7 @@ class Benchmark:
                     time.sleep(0.5)
                     if status:
                         rate = _latest_rate(log_path, global_batch)
-                        self.progress(status + (f": {rate:,.1f} seq/s" if rate else ": starting"))
+                        self.progress(status + (f": {rate:,.1f} {self.unit}" if rate else ": starting"))
             except BaseException:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()

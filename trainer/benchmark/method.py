@@ -17,10 +17,21 @@ import statistics
 
 def throughput(step_times, global_batch, skip):
     """Sequences/s over iterations skip+1 .. len(step_times) (1-based), DLPerf's formula."""
+    return global_batch * (len(step_times) - skip) / _timed_seconds(step_times, skip)
+
+
+def sequence_throughput(step_times, step_sequences, skip):
+    """Real sequences/s over the same iterations, from the sequences each iteration trained on:
+    packed rows hold several, so the rows/s of `throughput` understate the work."""
+    if len(step_sequences) != len(step_times):
+        raise ValueError(f"{len(step_sequences)} sequence counts for {len(step_times)} iterations")
+    return sum(step_sequences[skip:]) / _timed_seconds(step_times, skip)
+
+
+def _timed_seconds(step_times, skip):
     if not 1 <= skip < len(step_times):
         raise ValueError(f"skip {skip} must be at least 1 and below the {len(step_times)} iterations timed")
-    seconds = step_times[-1] - step_times[skip - 1]
-    return global_batch * (len(step_times) - skip) / seconds
+    return step_times[-1] - step_times[skip - 1]
 
 
 def median(values):

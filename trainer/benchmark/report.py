@@ -59,6 +59,10 @@ def _throughput(config):
     return f"{text} (b{config['batch_size']})" if config["batch"] == "max" else text
 
 
+def _sequences(config):
+    return f"{config['sequence_median']:,.1f}" if config.get("sequence_median") else "n/a"
+
+
 def _speedup(config):
     if config["speedup"] is None:
         return "no 1-device run"
@@ -78,6 +82,8 @@ def markdown(results):
     amp = ("mixed_float16 with dynamic loss scaling" if setup["amp"] == "mixed_float16"
            else "mixed_bfloat16 (no loss scaling)")
     flops = next((x["flops_per_sequence"] for x in configs), 0)
+    packed = setup.get("packed")
+    unit = "row" if packed else "sequence"
     lines = [
         "# BERT pretraining throughput (`python -m trainer.benchmark`)",
         "",
@@ -92,10 +98,10 @@ def markdown(results):
         f"an iteration's results reached the host; median of {m['runs']} runs, each in a fresh process.",
         f"- Command: `{setup['command']}`",
         "",
-        "## Throughput (sequences/s, median; batch per device)",
-        "",
-        *_table(results, _throughput),
-        "",
+        *(["## Throughput (packed rows/s, median; rows per device)", "", *_table(results, _throughput), "",
+           "## Real sequences/s (median; a packed row holds several sequences)", "", *_table(results, _sequences),
+           ""] if packed else
+          ["## Throughput (sequences/s, median; batch per device)", "", *_table(results, _throughput), ""]),
         "## Speed-up over 1 device (scaling efficiency)",
         "",
         *_table(results, _speedup),
@@ -104,7 +110,7 @@ def markdown(results):
         "",
         *_table(results, _mfu),
         "",
-        f"MFU = model FLOPs per sequence ({flops / 1e9:.2f} GFLOP: forward + backward = 3 x forward, the "
+        f"MFU = model FLOPs per {unit} ({flops / 1e9:.2f} GFLOP: forward + backward = 3 x forward, the "
         f"masked-LM head on the {setup['pred']} predicted positions only) x throughput / the devices' peak. "
         "The peak is measured in the same run, after the training steps, by a large matrix product in the run's "
         "precision on one device, times the accelerators in use (N logical CPU devices share one host and count "
@@ -146,8 +152,8 @@ def plot(path, results):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    configs = results["configs"]
-    policies = {"amp": results["setup"]["amp"]}
+    configs, setup = results["configs"], results["setup"]
+    policies = {"amp": setup["amp"]}
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     most = 1
     for precision, batch in column_keys(configs):
@@ -163,8 +169,7 @@ def plot(path, results):
         if scaled:
             right.plot([d for d, _ in scaled], [s for _, s in scaled], marker="o", label=label)
     right.plot([1, most], [1, most], linestyle="--", color="grey", label="ideal")
-    setup = results["setup"]
-    left.set(xlabel="devices", ylabel="sequences/s (median)",
+    left.set(xlabel="devices", ylabel="packed rows/s (median)" if setup.get("packed") else "sequences/s (median)",
              title=f"{os.path.basename(setup['model'])} {setup['seq']}/{setup['pred']}, "
              f"{setup['backend']}")
     right.set(xlabel="devices", ylabel="speed-up over 1 device", title="scaling")
@@ -210,7 +215,10 @@ def summary_rows(results, written):
         if c["status"] != "ok" or c["median"] is None:
             rows.append((label, f"{c['status']}: {c.get('error')}"))
             continue
-        parts = [f"{_throughput(c)} seq/s"]
+        if results["setup"].get("packed"):
+            parts = [f"{_throughput(c)} rows/s ({_sequences(c)} real seq/s)"]
+        else:
+            parts = [f"{_throughput(c)} seq/s"]
         if c["speedup"] is not None:
             parts.append(f"speed-up {_speedup(c)}")
         if c["mfu"] is not None:

@@ -132,7 +132,7 @@ def run_timed(trainer_argv, devices, backend, measure_peak):
     from trainer.train import run
 
     args = build_parser().parse_args(trainer_argv)
-    step_times = []
+    step_times, step_sequences = [], []
     result = {"status": "ok", "backend": backend, "batch_size": args.batch_size, "precision": args.precision}
     try:
         limit = os.environ.get(MEMORY_LIMIT_VARIABLE)
@@ -140,9 +140,11 @@ def run_timed(trainer_argv, devices, backend, measure_peak):
             raise out_of_memory_error(backend, f"{args.batch_size} sequences per device exceed the test limit "
                                                f"{MEMORY_LIMIT_VARIABLE}={limit}")
         with progress_lines(step_times):
-            summary = run(args, step_times=step_times)
+            summary = run(args, step_times=step_times, step_sequences=step_sequences)
         result.update(step_times=step_times[:-1], replicas=summary["replicas"], global_batch=summary["global_batch"],
-                      final_loss=summary.get("last_loss"))
+                      final_loss=summary.get("last_loss"), packed=summary["packed"])
+        if summary["packed"]:  # rows hold several sequences: the real ones of each timed iteration
+            result["step_sequences"] = step_sequences[:-1]
         kind, count = accelerators(backend)
         result.update(accelerator=kind if count else None, accelerators=count)
         if measure_peak:
