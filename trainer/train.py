@@ -375,7 +375,6 @@ def _train(args, devices, log, data_dir, records, config, step_times=None, step_
         pending = handle
     summary = {
         "steps": step,
-        "packed": records.packed,
         "skipped_steps": skipped,
         "global_batch": global_batch,
         "replicas": devices.replicas,

@@ -98,10 +98,13 @@ def markdown(results):
         f"an iteration's results reached the host; median of {m['runs']} runs, each in a fresh process.",
         f"- Command: `{setup['command']}`",
         "",
-        *(["## Throughput (packed rows/s, median; rows per device)", "", *_table(results, _throughput), "",
-           "## Real sequences/s (median; a packed row holds several sequences)", "", *_table(results, _sequences),
-           ""] if packed else
-          ["## Throughput (sequences/s, median; batch per device)", "", *_table(results, _throughput), ""]),
+        "## Throughput (packed rows/s, median; rows per device)" if packed else
+        "## Throughput (sequences/s, median; batch per device)",
+        "",
+        *_table(results, _throughput),
+        "",
+        *(["## Real sequences/s (median; a packed row holds several sequences)", "", *_table(results, _sequences), ""]
+          if packed else []),
         "## Speed-up over 1 device (scaling efficiency)",
         "",
         *_table(results, _speedup),
@@ -215,10 +218,8 @@ def summary_rows(results, written):
         if c["status"] != "ok" or c["median"] is None:
             rows.append((label, f"{c['status']}: {c.get('error')}"))
             continue
-        if results["setup"].get("packed"):
-            parts = [f"{_throughput(c)} rows/s ({_sequences(c)} real seq/s)"]
-        else:
-            parts = [f"{_throughput(c)} seq/s"]
+        parts = [f"{_throughput(c)} rows/s ({_sequences(c)} real seq/s)" if results["setup"].get("packed")
+                 else f"{_throughput(c)} seq/s"]
         if c["speedup"] is not None:
             parts.append(f"speed-up {_speedup(c)}")
         if c["mfu"] is not None:

@@ -141,10 +141,9 @@ def run_timed(trainer_argv, devices, backend, measure_peak):
                                                f"{MEMORY_LIMIT_VARIABLE}={limit}")
         with progress_lines(step_times):
             summary = run(args, step_times=step_times, step_sequences=step_sequences)
-        result.update(step_times=step_times[:-1], replicas=summary["replicas"], global_batch=summary["global_batch"],
-                      final_loss=summary.get("last_loss"), packed=summary["packed"])
-        if summary["packed"]:  # rows hold several sequences: the real ones of each timed iteration
-            result["step_sequences"] = step_sequences[:-1]
+        # step_sequences: the real sequences of each timed iteration (a packed row holds several)
+        result.update(step_times=step_times[:-1], step_sequences=step_sequences[:-1], replicas=summary["replicas"],
+                      global_batch=summary["global_batch"], final_loss=summary.get("last_loss"))
         kind, count = accelerators(backend)
         result.update(accelerator=kind if count else None, accelerators=count)
         if measure_peak:
