@@ -9,8 +9,12 @@ untimed ones (compilation); a run's figure is its median step time, and a varian
 - `step`: the trainer's whole step (gradients, finite check, conditional AdamW update), dropout 0.1;
 - `step, no dropout`: the same with both dropout rates 0;
 - `gradients`: only the jitted gradient of the loss (no optimizer, no finite check), dropout 0.1;
-- `gradients, no dropout`.
-Each is printed with its ratio to `step`, so the differences are the shares of dropout and of the update.
+- `gradients, no dropout`;
+- `step, log_softmax loss`: the whole step with the textbook cross-entropy instead of
+  trainer.losses.cross_entropy_and_hits (log_softmax + take_along_axis, argmax for the hits): the
+  baseline of that function's rewrite.
+Each is printed with its ratio to `step`, so the differences are the shares of dropout and of the update,
+and the last ratio is what the rewritten cross-entropy saves.
 XLA_FLAGS in the environment reach every variant (to try XLA's own CPU options).
 """
 
@@ -22,11 +26,22 @@ import subprocess
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-VARIANTS = (("step", False, 0.1), ("step, no dropout", False, 0.0), ("gradients", True, 0.1),
-            ("gradients, no dropout", True, 0.0))
+VARIANTS = (("step", False, 0.1, False), ("step, no dropout", False, 0.0, False), ("gradients", True, 0.1, False),
+            ("gradients, no dropout", True, 0.0, False), ("step, log_softmax loss", False, 0.1, True))
 
 
-def time_variant(data, model_name, batch_size, steps, gradients_only, dropout):
+def textbook_cross_entropy_and_hits(logits, labels):
+    """The cross-entropy and hits as usually written (the baseline of trainer.losses'
+    cross_entropy_and_hits): log_softmax + take_along_axis, argmax."""
+    from keras import ops
+
+    labels = ops.cast(labels, "int32")
+    log_probs = ops.log_softmax(logits, axis=-1)
+    nll = -ops.squeeze(ops.take_along_axis(log_probs, labels[..., None], axis=-1), -1)
+    return nll, ops.cast(ops.equal(ops.cast(ops.argmax(logits, axis=-1), "int32"), labels), "float32")
+
+
+def time_variant(data, model_name, batch_size, steps, gradients_only, dropout, textbook_loss):
     """Median seconds per step of one variant, in this process."""
     import dataclasses
     import time
@@ -42,6 +57,10 @@ def time_variant(data, model_name, batch_size, steps, gradients_only, dropout):
     from trainer.steps import JaxSteps
     from trainer.train import Devices
 
+    if textbook_loss:
+        import trainer.losses
+
+        trainer.losses.cross_entropy_and_hits = textbook_cross_entropy_and_hits
     records = Records(data, "ofrecord")
     config = dataclasses.replace(BertConfig.sized(model_name, vocab_size=records.vocab_size or 30522),
                                  hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
@@ -87,8 +106,9 @@ def time_variant(data, model_name, batch_size, steps, gradients_only, dropout):
 
 def main():
     if sys.argv[1:2] == ["--variant"]:
-        data, model_name, batch_size, steps, gradients_only, dropout = sys.argv[2:8]
-        seconds = time_variant(data, model_name, int(batch_size), int(steps), gradients_only == "1", float(dropout))
+        data, model_name, batch_size, steps, gradients_only, dropout, textbook_loss = sys.argv[2:9]
+        seconds = time_variant(data, model_name, int(batch_size), int(steps), gradients_only == "1", float(dropout),
+                               textbook_loss == "1")
         print(json.dumps({"seconds": seconds}))
         return 0
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -102,11 +122,12 @@ def main():
     args = p.parse_args()
     env = dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="2",
                PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])))
-    seconds = {name: [] for name, _, _ in VARIANTS}
+    seconds = {name: [] for name, *_ in VARIANTS}
     for run in range(1, args.runs + 1):  # interleaved, so a change in the machine's load falls on every variant
-        for name, gradients_only, dropout in VARIANTS:
+        for name, gradients_only, dropout, textbook_loss in VARIANTS:
             argv = [sys.executable, os.path.abspath(__file__), "--variant", args.data, args.model,
-                    str(args.batch_size), str(args.steps), "1" if gradients_only else "0", str(dropout)]
+                    str(args.batch_size), str(args.steps), "1" if gradients_only else "0", str(dropout),
+                    "1" if textbook_loss else "0"]
             done = subprocess.run(argv, env=env, capture_output=True, text=True, cwd=REPO)
             if done.returncode != 0:
                 print(f"profile_train_step: {name} failed: {done.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
@@ -115,7 +136,7 @@ def main():
             if not args.quiet:
                 print(f"{name} run {run}/{args.runs}: {seconds[name][-1] * 1e3:.1f} ms", file=sys.stderr)
     rows = []
-    for name, _, _ in VARIANTS:
+    for name, *_ in VARIANTS:
         median = statistics.median(seconds[name])
         rows.append({"variant": name, "ms_per_step": median * 1e3, "runs_ms": [s * 1e3 for s in seconds[name]],
                      "sequences_per_second": args.batch_size / median})

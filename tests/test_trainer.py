@@ -96,6 +96,10 @@ def test_a_packed_step_equals_the_same_sequences_unpacked(golden_dir):
     trainer_checks.check_step_counts_real_sequences(golden_dir)
 
 
+def test_cross_entropy_and_hits_equal_numpy():
+    trainer_checks.check_cross_entropy_and_hits()
+
+
 def test_trains_on_packed_records_and_logs_real_sequences_and_tokens(golden_dir, tmp_path):
     from test_pack import short_documents
 

@@ -129,6 +129,12 @@ def test_several_processes_need_their_count_and_index(records_dir, tmp_path):
         "KERAS_DISTRIBUTION_PROCESS_ID must be set to integers too")
 
 
+def test_cross_entropy_and_hits_equal_numpy():
+    result = subprocess.run([sys.executable, CHECKS, "--no-tensorflow", "check", "cross_entropy_and_hits"],
+                            capture_output=True, text=True, cwd=REPO, env=jax_env())
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
 def test_a_packed_step_equals_the_same_sequences_unpacked(golden_dir):
     result = subprocess.run([sys.executable, CHECKS, "--no-tensorflow", "check", "packed_step_equals_unpacked",
                              str(golden_dir)], capture_output=True, text=True, cwd=REPO, env=jax_env())

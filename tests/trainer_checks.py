@@ -157,6 +157,50 @@ def loss_sums_and_gradients(model, batch):
     return {k: float(v) for k, v in sums.items()}, [np.asarray(g) for g in grads]
 
 
+def check_cross_entropy_and_hits():
+    """cross_entropy_and_hits against float64 NumPy: the cross-entropy, its gradient (softmax minus
+    one-hot, weighted), and top-1 hits where a tie for the largest logit counts as a hit."""
+    import keras
+
+    from trainer.losses import cross_entropy_and_hits
+
+    rng = np.random.default_rng(5)
+    logits = rng.normal(0, 4, (3, 4, 301)).astype(np.float32)
+    logits[0, 0, 7] = 90.0  # large: logsumexp must not overflow
+    labels = rng.integers(0, 301, (3, 4)).astype(np.int32)
+    labels[0, 0] = 7
+    logits[1, 2, labels[1, 2]] = logits[1, 2, 0] = logits[1, 2].max() + 1.0  # a tie for the largest
+    weights = rng.uniform(0.5, 2.0, (3, 4)).astype(np.float32)
+
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        x = tf.constant(logits)
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            nll, hits = cross_entropy_and_hits(x, tf.constant(labels))
+            loss = tf.reduce_sum(nll * weights)
+        grad = tape.gradient(loss, x)
+    else:
+        import jax
+
+        def loss_fn(x):
+            nll, hits = cross_entropy_and_hits(x, labels)
+            return (nll * weights).sum(), (nll, hits)
+
+        grad, (nll, hits) = jax.jit(jax.grad(loss_fn, has_aux=True))(logits)
+    x = logits.astype(np.float64)
+    top = x.max(-1, keepdims=True)
+    log_total = top[..., 0] + np.log(np.exp(x - top).sum(-1))
+    picked = np.take_along_axis(x, labels[..., None], -1)[..., 0]
+    one_hot = np.arange(x.shape[-1]) == labels[..., None]
+    expected_grad = weights[..., None] * (np.exp(x - log_total[..., None]) - one_hot)
+    np.testing.assert_allclose(np.asarray(nll), log_total - picked, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(grad), expected_grad, rtol=1e-4, atol=1e-6)
+    np.testing.assert_array_equal(np.asarray(hits), (picked >= top[..., 0]).astype(np.float32))
+    assert np.asarray(hits)[0, 0] == 1.0 and np.asarray(hits)[1, 2] == 1.0 and 0 < np.asarray(hits).sum() < 12
+
+
 def check_packed_step_equals_unpacked(golden_dir):
     """One step on packed rows, dropout off, fp32: the same loss sums and gradients (1e-5) as the
     same sequences unpacked: per-sequence positions, block-diagonal attention, NSP from each [CLS]."""

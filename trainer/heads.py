@@ -22,7 +22,7 @@ dtype policy and return float32.
 import keras
 from keras import ops
 
-from trainer.losses import Objective
+from trainer.losses import Objective, cross_entropy_and_hits
 from trainer.model import BertEncoder, _init
 
 FEATURE_INPUTS = ("input_ids", "input_mask", "segment_ids")
@@ -62,16 +62,6 @@ class BertForSequences(BertEncoder):
         return {"logits": ops.cast(self.classifier(self.classifier_dropout(pooled, training=training)), "float32")}
 
 
-def _nll(logits, labels):
-    """Cross-entropy of integer labels [batch] under logits [batch, classes]."""
-    log_probs = ops.log_softmax(logits, axis=-1)
-    return -ops.squeeze(ops.take_along_axis(log_probs, labels[:, None], axis=-1), -1)
-
-
-def _hits(logits, labels):
-    return ops.cast(ops.equal(ops.cast(ops.argmax(logits, axis=-1), "int32"), labels), "float32")
-
-
 def _labels(batch, name):
     return ops.reshape(ops.cast(batch[name], "int32"), (-1,))
 
@@ -82,10 +72,11 @@ class SpanObjective(Objective):
 
     def sums(self, outputs, batch):
         starts, ends = _labels(batch, "start_positions"), _labels(batch, "end_positions")
-        nll = (_nll(outputs["start_logits"], starts) + _nll(outputs["end_logits"], ends)) / 2.0
-        return {"loss_sum": ops.sum(nll),
-                "start_correct": ops.sum(_hits(outputs["start_logits"], starts)),
-                "end_correct": ops.sum(_hits(outputs["end_logits"], ends)),
+        start_nll, start_hits = cross_entropy_and_hits(outputs["start_logits"], starts)
+        end_nll, end_hits = cross_entropy_and_hits(outputs["end_logits"], ends)
+        return {"loss_sum": ops.sum((start_nll + end_nll) / 2.0),
+                "start_correct": ops.sum(start_hits),
+                "end_correct": ops.sum(end_hits),
                 "sequences": ops.cast(ops.shape(starts)[0], "float32")}
 
     def totals(self, element):
@@ -111,8 +102,9 @@ class ClassificationObjective(Objective):
 
     def sums(self, outputs, batch):
         labels, weights = _labels(batch, "label_ids"), _weights(batch)
-        return {"loss_sum": ops.sum(_nll(outputs["logits"], labels) * weights),
-                "correct": ops.sum(_hits(outputs["logits"], labels) * weights),
+        nll, hits = cross_entropy_and_hits(outputs["logits"], labels)
+        return {"loss_sum": ops.sum(nll * weights),
+                "correct": ops.sum(hits * weights),
                 "sequences": ops.sum(weights)}
 
     def totals(self, element):

@@ -42,20 +42,34 @@ def weight_totals(batch):
     return ops.sum(prediction_weights(batch)), ops.sum(sequence_weights(batch))
 
 
+def cross_entropy_and_hits(logits, labels):
+    """Over the last axis of `logits`, for integer `labels` of the leading shape: the cross-entropy
+    -log softmax(logits)[label], and 1.0 where the label's logit is a largest one, else 0.0 (top-1
+    accuracy as tf.math.in_top_k counts it: a tie for the largest logit counts as a hit).
+
+    The cross-entropy is logsumexp(logits) minus the label's logit, picked by comparing an iota with
+    the label. The usual log_softmax + take_along_axis has the same value, but its gradient scatters
+    into a zeroed buffer the size of the logits, and argmax is a two-operand reduction; on a CPU,
+    over a 30,522-word vocabulary, those passes cost 5% of a mini model's training step (measured
+    with scripts/profile_train_step.py, docs/trainer.md). Here the backward pass is softmax minus
+    one-hot in one elementwise pass, and the hit reuses the maximum that logsumexp needs anyway."""
+    labels = ops.cast(labels, "int32")
+    is_label = ops.arange(ops.shape(logits)[-1], dtype="int32") == labels[..., None]
+    picked = ops.sum(ops.where(is_label, logits, ops.zeros_like(logits)), axis=-1)
+    nll = ops.logsumexp(logits, axis=-1) - picked
+    return nll, ops.cast(picked >= ops.max(logits, axis=-1), "float32")
+
+
 def loss_sums(mlm_logits, nsp_logits, batch):
     """Sums over one (micro-)batch: weighted MLM cross-entropy and correct predictions, the
     weight total, NSP cross-entropy and correct predictions, the sequences and real tokens."""
     ids = ops.cast(batch["masked_lm_ids"], "int32")
     weights = prediction_weights(batch)
-    mlm_log_probs = ops.log_softmax(mlm_logits, axis=-1)
-    mlm_nll = -ops.squeeze(ops.take_along_axis(mlm_log_probs, ids[..., None], axis=-1), -1)
-    mlm_hits = ops.cast(ops.equal(ops.cast(ops.argmax(mlm_logits, axis=-1), "int32"), ids), "float32")
+    mlm_nll, mlm_hits = cross_entropy_and_hits(mlm_logits, ids)
     labels = ops.reshape(ops.cast(batch["next_sentence_labels"], "int32"), (-1,))
     nsp_logits = ops.reshape(nsp_logits, (-1, 2))  # [batch, 2], or [batch * k, 2] for packed rows
     present = sequence_weights(batch)
-    nsp_log_probs = ops.log_softmax(nsp_logits, axis=-1)
-    nsp_nll = -ops.squeeze(ops.take_along_axis(nsp_log_probs, labels[:, None], axis=-1), -1)
-    nsp_hits = ops.cast(ops.equal(ops.cast(ops.argmax(nsp_logits, axis=-1), "int32"), labels), "float32")
+    nsp_nll, nsp_hits = cross_entropy_and_hits(nsp_logits, labels)
     return {
         "mlm_loss_sum": ops.sum(mlm_nll * weights),
         "mlm_weight_sum": ops.sum(weights),
