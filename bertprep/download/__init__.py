@@ -1,4 +1,4 @@
-"""`bertprep download <source>`: Wikipedia, BookCorpus, SQuAD or GLUE.
+"""`bertprep download <source>`: Wikipedia, BookCorpus, SQuAD, GLUE or pretrained BERT weights.
 
 Every download is atomic (a `.part` file renamed when verified), resumable
 (HTTP Range), retried with backoff on transient errors, verified against
@@ -6,7 +6,8 @@ the size and checksum the source publishes, and recorded in
 WORKDIR/download/<source>/manifest.json. Pretraining corpora (wikipedia,
 bookcorpus) are also extracted into WORKDIR/formatted/<corpus>/, which
 `bertprep shard` reads by default; SQuAD and GLUE are fine-tuning data laid
-out as NVIDIA's scripts expect.
+out as NVIDIA's scripts expect; pretrained weights are unpacked into
+WORKDIR/download/pretrained/<model>/.
 """
 
 import importlib
@@ -21,6 +22,7 @@ SOURCES = {
     "bookcorpus": ("bertprep.download.bookcorpus", "BookCorpus: the hub's parquet export, or --tarball"),
     "squad": ("bertprep.download.squad", "SQuAD v1.1/v2.0 JSON (md5-checked) and evaluation scripts"),
     "glue": ("bertprep.download.glue", "GLUE tasks from nyu-mll/glue as the original TSV files"),
+    "pretrained": ("bertprep.download.pretrained", "Google's released BERT checkpoints (sha256-checked) or a hub model"),
 }
 
 

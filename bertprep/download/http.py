@@ -278,6 +278,24 @@ def fetch_text(url, retries=4, backoff=1.0, limits=Limits()):
             time.sleep(min(backoff * 2**attempt, 60.0))
 
 
+def read_checksum_list(path, algorithm):
+    """{file name: hex digest} from an md5sum/sha256sum-style list (`<digest>  <name>`; directories in
+    the name are dropped), for a mirror that republishes files under its own checksums."""
+    length = len(hashlib.new(algorithm).hexdigest())
+    sums = {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                if line.strip():
+                    parts = line.split()
+                    if len(parts) != 2 or not re.fullmatch(f"[0-9a-fA-F]{{{length}}}", parts[0]):
+                        raise UsageError(f"{path}:{number}: expected '<{algorithm}> <file name>'")
+                    sums[os.path.basename(parts[1].lstrip("*"))] = parts[0].lower()
+    except OSError as exc:
+        raise UsageError(f"--checksums {path}: {exc.strerror}") from None
+    return sums
+
+
 class SourceDownloads:
     """The files of one source under WORKDIR/download/<source>/ and their manifest."""
 

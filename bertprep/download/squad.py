@@ -15,8 +15,8 @@ import json
 import os
 
 from bertprep.atomic import atomic_write_bytes
-from bertprep.errors import DataError, UsageError
-from bertprep.download.http import SourceDownloads, fetch, limits_from
+from bertprep.errors import DataError
+from bertprep.download.http import SourceDownloads, fetch, limits_from, read_checksum_list
 from bertprep.download.hub import hub_snapshot, iter_parquet_rows
 
 DEFAULT_BASE_URL = "https://rajpurkar.github.io/SQuAD-explorer/dataset"
@@ -66,25 +66,10 @@ def count_examples(path):
         raise DataError(f"{path}: not SQuAD JSON ({exc.__class__.__name__}: {exc})") from None
 
 
-def _read_checksums(path):
-    sums = {}
-    try:
-        with open(path, encoding="utf-8") as f:
-            for number, line in enumerate(f, 1):
-                if line.strip():
-                    parts = line.split()
-                    if len(parts) != 2 or len(parts[0]) != 32:
-                        raise UsageError(f"{path}:{number}: expected '<md5> <file name>'")
-                    sums[os.path.basename(parts[1].lstrip("*"))] = parts[0].lower()
-    except OSError as exc:
-        raise UsageError(f"--checksums {path}: {exc.strerror}") from None
-    return sums
-
-
 def run(args, workdir, progress):
     versions = ["1.1", "2.0"] if args.squad_version == "all" else [args.squad_version]
     downloads = SourceDownloads(os.path.join(workdir, "download", "squad"), "squad", progress, limits_from(args))
-    md5s = _read_checksums(args.checksums) if args.checksums else {}
+    md5s = read_checksum_list(args.checksums, "md5") if args.checksums else {}
     rows = []
     for version in versions:
         for split, name, md5, examples in FILES[version]:

@@ -1,0 +1,177 @@
+"""`bertprep download pretrained`: Google's release zips and hub models, against the stand-in servers.
+
+The zip served here has a release's real layout (`<release>/bert_config.json`, `bert_model.ckpt.*`,
+`vocab.txt`) with google_tiny's checkpoint and the golden vocab in it. Its files are not Google's,
+so each test that must get past the built-in sha256s names its own with `--checksums` (the flag a
+mirror republishing the files uses); one test shows the built-in pins still reject these files.
+"""
+
+import hashlib
+import io
+import json
+import zipfile
+
+import pytest
+
+from stand_in_servers import StandInServer, looks_complete, ok, one_line_error, run_cli
+
+RELEASE = "uncased_L-12_H-768_A-12"
+ZIP_PATH = f"/bert_models/2018_10_18/{RELEASE}.zip"
+
+
+@pytest.fixture(scope="session")
+def release_files(shared_dir):
+    google_tiny = shared_dir / "fixtures" / "checkpoints" / "google_tiny"
+    files = {name: (google_tiny / name).read_bytes()
+             for name in ("bert_config.json", "bert_model.ckpt.index", "bert_model.ckpt.data-00000-of-00001")}
+    files["vocab.txt"] = (shared_dir / "fixtures" / "golden" / "vocab.txt").read_bytes()
+    return files
+
+
+def zip_of(release_files):
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr(f"{RELEASE}/", b"")
+        for name, data in release_files.items():
+            # Google's zips are deflated; the large tensor file is stored here only to keep the test fast.
+            method = zipfile.ZIP_STORED if name.startswith("bert_model.ckpt.data") else zipfile.ZIP_DEFLATED
+            archive.writestr(f"{RELEASE}/{name}", data, compress_type=method)
+    return buffer.getvalue()
+
+
+@pytest.fixture(scope="session")
+def release_zip(release_files):
+    return zip_of(release_files)
+
+
+@pytest.fixture
+def server(release_zip):
+    with StandInServer() as s:
+        s.add_file(ZIP_PATH, release_zip)
+        yield s
+
+
+def sha256sums(tmp_path, files, **replaced):
+    path = tmp_path / "SHA256SUMS"
+    sums = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()} | replaced
+    path.write_text("".join(f"{digest}  {RELEASE}/{name}\n" for name, digest in sums.items()))
+    return path
+
+
+def test_release_is_resumed_unpacked_verified_and_its_vocab_creates_records(
+        server, release_files, release_zip, golden_dir, tmp_path):
+    server.drop_after[ZIP_PATH] = len(release_zip) // 2
+    work = tmp_path / "w"
+    args = ["download", "pretrained", "--model", RELEASE, "--workdir", work,
+            "--checksums", sha256sums(tmp_path, release_files), "--json"]
+    summary = ok(run_cli(*args, env={"BERTPREP_PRETRAINED_URL": server.url + "/bert_models"}))
+    gets = [r for r in server.requests if r[:2] == ("GET", ZIP_PATH)]
+    assert gets == [("GET", ZIP_PATH, None), ("GET", ZIP_PATH, f"bytes={len(release_zip) // 2}-")]
+    model_dir = work / "download" / "pretrained" / RELEASE
+    assert sorted(p.name for p in model_dir.iterdir()) == sorted(release_files)
+    for name, data in release_files.items():
+        assert (model_dir / name).read_bytes() == data
+        entry = summary["files"][f"{RELEASE}/{name}"]
+        assert entry == {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(), "verified": ["sha256"]}
+    manifest = json.loads((work / "download" / "pretrained" / "manifest.json").read_text())
+    assert manifest["info"][RELEASE] == {"url": server.url + ZIP_PATH, "zip_bytes": len(release_zip),
+                                         "zip_sha256": hashlib.sha256(release_zip).hexdigest()}
+    assert looks_complete(work / "download" / "pretrained") == ["manifest.json", *(f"{RELEASE}/{n}" for n in sorted(release_files))]
+
+    before = len(server.requests)
+    ok(run_cli(*args, "--base-url", server.url + "/bert_models"))  # same URL, complete: nothing fetched again
+    assert server.requests[before:] == []
+
+    out = tmp_path / "records"
+    ok(run_cli("create", "--input", golden_dir / "corpus.txt", "--vocab", model_dir / "vocab.txt",
+               "--dupe-factor", "2", "--out", out, "--quiet"))
+    made = [p for p in out.rglob("corpus.tfrecord") if "tfrecord" in p.parts]
+    assert [p.read_bytes() for p in made] == [(golden_dir / "G1.tfrecord").read_bytes()]
+
+
+def test_a_file_that_does_not_match_its_sha256_leaves_nothing(server, release_files, tmp_path):
+    wrong = "0" * 64
+    work = tmp_path / "w"
+    result = run_cli("download", "pretrained", "--model", RELEASE, "--workdir", work, "--base-url", server.url + "/bert_models",
+                     "--checksums", sha256sums(tmp_path, release_files, **{"vocab.txt": wrong}))
+    line = one_line_error(result)
+    got = hashlib.sha256(release_files["vocab.txt"]).hexdigest()
+    assert f"{RELEASE}/vocab.txt: sha256 mismatch: expected {wrong} (pinned), got {got}" in line
+    root = work / "download" / "pretrained"
+    assert looks_complete(root) == ["manifest.json"] and not (root / RELEASE).exists()
+    assert json.loads((root / "manifest.json").read_text())["files"] == {}
+
+
+def test_the_built_in_pins_reject_files_that_are_not_googles(server, release_files, tmp_path):
+    server.add_file(ZIP_PATH, zip_of(release_files | {"bert_model.ckpt.meta": b"graph"}))  # every file the pins name
+    result = run_cli("download", "pretrained", "--model", "bert_base_uncased", "--workdir", tmp_path / "w",
+                     "--base-url", server.url + "/bert_models")
+    line = one_line_error(result)
+    # NVIDIA's pin for the real bert_config.json; the tiny one has another sha256.
+    got = hashlib.sha256(release_files["bert_config.json"]).hexdigest()
+    assert line.endswith(f"{RELEASE}/bert_config.json: sha256 mismatch: expected "
+                         f"7b4e5f53efbd058c67cda0aacfafb340113ea1b5797d9ce6ee411704ba21fcbc (pinned), got {got}; "
+                         "nothing was kept and the download was deleted")
+    assert not (tmp_path / "w" / "download" / "pretrained" / RELEASE).exists()
+
+
+def test_a_release_zip_without_a_file_the_pins_name_is_rejected(server, release_files, tmp_path):
+    result = run_cli("download", "pretrained", "--model", RELEASE, "--workdir", tmp_path / "w",
+                     "--base-url", server.url + "/bert_models")
+    assert f"{RELEASE}.zip: no bert_model.ckpt.meta in the archive" in one_line_error(result)
+    assert looks_complete(tmp_path / "w" / "download" / "pretrained") == ["manifest.json"]
+
+
+def test_a_pinned_zip_checksum_is_checked_before_unpacking(server, release_files, tmp_path):
+    sums = sha256sums(tmp_path, release_files)
+    with open(sums, "a") as f:
+        f.write(f"{'1' * 64}  {RELEASE}.zip\n")
+    result = run_cli("download", "pretrained", "--model", RELEASE, "--workdir", tmp_path / "w",
+                     "--base-url", server.url + "/bert_models", "--checksums", sums)
+    assert f"sha256 mismatch: expected {'1' * 64} (published)" in one_line_error(result)
+    assert looks_complete(tmp_path / "w" / "download" / "pretrained") == []
+
+
+def test_a_corrupt_zip_is_one_line_and_deleted(server, release_files, release_zip, tmp_path):
+    server.add_file(ZIP_PATH, release_zip[:1000] + b"\0" * (len(release_zip) - 1000))
+    result = run_cli("download", "pretrained", "--model", RELEASE, "--workdir", tmp_path / "w",
+                     "--base-url", server.url + "/bert_models", "--checksums", sha256sums(tmp_path, release_files))
+    assert f"{RELEASE}.zip: not a readable zip archive" in one_line_error(result)
+    assert looks_complete(tmp_path / "w" / "download" / "pretrained") == ["manifest.json"]
+
+
+def test_unknown_model_is_a_usage_error_listing_the_releases(tmp_path):
+    line = one_line_error(run_cli("download", "pretrained", "--model", "uncased_L-6_H-512_A-8", "--workdir", tmp_path), code=2)
+    assert "unknown model" in line and "uncased_L-12_H-768_A-12" in line and "wwm_cased_L-24_H-1024_A-16" in line
+
+
+def test_hub_model_id_gives_the_same_layout_and_is_served_from_cache_offline(shared_dir, golden_dir, tmp_path):
+    hf_tiny = shared_dir / "fixtures" / "checkpoints" / "hf_tiny"
+    files = {"config.json": (hf_tiny / "config.json").read_bytes(),
+             "model.safetensors": (hf_tiny / "model.safetensors").read_bytes(),
+             "vocab.txt": (golden_dir / "vocab.txt").read_bytes()}
+    hf_home = tmp_path / "hf"
+    with StandInServer() as server:
+        server.add_hub_model("bert-base-uncased", files)
+        summary = ok(run_cli("download", "pretrained", "--model", "bert-base-uncased", "--workdir", tmp_path / "w",
+                             "--json", server=server, hf_home=hf_home))
+        server.add_hub_model("org/config-only", {"config.json": files["config.json"], "vocab.txt": files["vocab.txt"]})
+        no_weights = run_cli("download", "pretrained", "--model", "org/config-only", "--workdir", tmp_path / "w",
+                             server=server, hf_home=hf_home)
+        missing = run_cli("download", "pretrained", "--model", "no-such-org/no-such-model", "--workdir", tmp_path / "w",
+                          server=server, hf_home=hf_home)
+    line = one_line_error(missing, code=2)
+    assert "'no-such-org/no-such-model': not a Google release" in line and "uncased_L-12_H-768_A-12" in line
+    assert "org/config-only at " in one_line_error(no_weights) and "neither model.safetensors nor pytorch_model.bin" in no_weights.stderr
+    assert not (tmp_path / "w" / "download" / "pretrained" / "org--config-only").exists()
+    model_dir = tmp_path / "w" / "download" / "pretrained" / "bert-base-uncased"
+    for name, data in files.items():
+        assert (model_dir / name).read_bytes() == data
+    verified = {name.split("/")[-1]: entry["verified"] for name, entry in summary["files"].items()}
+    assert verified == {"config.json": ["hub git sha1"], "model.safetensors": ["hub sha256"], "vocab.txt": ["hub sha256"]}
+    # The server is gone: the cache serves an offline run into a fresh work directory.
+    ok(run_cli("download", "pretrained", "--model", "bert-base-uncased", "--workdir", tmp_path / "w2", hf_home=hf_home, offline=True))
+    assert (tmp_path / "w2" / "download" / "pretrained" / "bert-base-uncased" / "model.safetensors").read_bytes() == files["model.safetensors"]
+    uncached = run_cli("download", "pretrained", "--model", "bert-large-uncased", "--workdir", tmp_path / "w2",
+                       hf_home=hf_home, offline=True)
+    assert "bert-large-uncased/config.json: not reachable at" in one_line_error(uncached)
