@@ -7,7 +7,7 @@ NATIVE = [f"bertprep/native/{name}.c" for name in ("crc32c", "encode", "decode",
 
 setup(
     ext_modules=[
-        Extension("bertprep._native", NATIVE, depends=["bertprep/native/native.h"], optional=True,
+        Extension("bertprep._native", NATIVE, depends=["bertprep/native/native.h", "bertprep/native/mt19937.h"], optional=True,
                   extra_compile_args=["-O3"]),
         Extension("bertprep._wordpiece", ["bertprep/native/wordpiece.c"], optional=True, extra_compile_args=["-O3"]),
     ]

@@ -186,9 +186,10 @@ def _natural_key(path):
 
 
 def sample_paths():
-    """The embedded sample corpus and its vocab (shipped in the package)."""
+    """The embedded sample corpus (a directory of training/ and test/ shards, as `bertprep shard` writes them,
+    enough training shards for --min-parts 8) and its vocab, shipped in the package."""
     data = resources.files("bertprep") / "data"
-    return str(data / "sample_corpus.txt"), str(data / "sample_vocab.txt")
+    return str(data / "sample_corpus"), str(data / "sample_vocab.txt")
 
 
 def discover_inputs(values):

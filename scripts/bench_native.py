@@ -68,11 +68,11 @@ def report(label, twin_seconds, native_seconds, records=None, twin="python"):
 
 
 def read_all(paths, batch_size, native):
-    formats._native = _native if native else None
+    formats.batches._native = _native if native else None
     try:
         return sum(len(batch["input_ids"]) for batch in formats.read_batches(paths, batch_size))
     finally:
-        formats._native = _native
+        formats.batches._native = _native
 
 
 def main():

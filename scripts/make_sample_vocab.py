@@ -1,4 +1,4 @@
-"""Regenerate bertprep/data/sample_vocab.txt from bertprep/data/sample_corpus.txt.
+"""Regenerate bertprep/data/sample_vocab.txt from the shards of bertprep/data/sample_corpus/ (training, then test).
 
 This is the exact code used to build the shipped sample vocabulary: a BERT-style
 uncased WordPiece vocab (lower-casing + accent stripping) trained with the
@@ -35,7 +35,8 @@ from tokenizers import BertWordPieceTokenizer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "bertprep", "data")
-CORPUS = os.path.join(DATA, "sample_corpus.txt")
+# The corpus is its shards in order: training 0..7, then test (the documents of the one file they were cut from).
+CORPUS = os.path.join(DATA, "sample_corpus")
 VOCAB = os.path.join(DATA, "sample_vocab.txt")
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
@@ -56,8 +57,12 @@ def initial_tokens(tok, lines, prefix="##"):
 
 def build_vocab_text(corpus_path=CORPUS):
     """Train the WordPiece vocab on the corpus; return vocab.txt content."""
-    with open(corpus_path, encoding="utf-8") as f:
-        lines = [line for line in f.read().split("\n") if line.strip()]
+    lines = []
+    for split in ("training", "test"):
+        directory = os.path.join(corpus_path, split)
+        for name in sorted(os.listdir(directory), key=lambda n: int(n.rsplit("_", 1)[1].split(".")[0])):
+            with open(os.path.join(directory, name), encoding="utf-8") as f:
+                lines += [line for line in f.read().split("\n") if line.strip()]
     tok = BertWordPieceTokenizer(
         lowercase=True,
         strip_accents=None,  # follows lowercase: accents are stripped

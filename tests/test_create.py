@@ -197,13 +197,20 @@ def test_embedded_default_runs_offline_and_says_so(tmp_path):
     result = cli("create", "--seq", "128", "--pred", "20", "--workers", "1", env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "embedded sample corpus" in result.stderr
+    # the demo is quiet: eight training shards and a test split, so no warning about the sample itself
+    assert "warning" not in result.stderr + result.stdout
+    assert result.stdout.startswith("bertprep create: done")
     records = only_records_dir(tmp_path / "work" / "records")
     files = output_files(records)
-    assert set(files) == {"tfrecord/training/sample_corpus.tfrecord", "ofrecord/training/part-0"}
-    tf_records = list(formats.read_records(records / "tfrecord/training/sample_corpus.tfrecord"))
-    of_records = list(formats.read_records(records / "ofrecord/training/part-0"))
-    assert len(tf_records) == len(of_records) > 100
-    assert all((a[k] == b[k]).all() for a, b in zip(tf_records, of_records) for k in PRETRAINING.names)
+    assert set(files) == ({f"tfrecord/training/sample_corpus_training_{i}.tfrecord" for i in range(8)}
+                          | {f"ofrecord/training/part-{i}" for i in range(8)}
+                          | {"tfrecord/test/sample_corpus_test_0.tfrecord", "ofrecord/test/part-0"})
+    for split, tf_name, of_name in (("training", "sample_corpus_training_0.tfrecord", "part-0"),
+                                    ("test", "sample_corpus_test_0.tfrecord", "part-0")):
+        tf_records = list(formats.read_records(records / "tfrecord" / split / tf_name))
+        of_records = list(formats.read_records(records / "ofrecord" / split / of_name))
+        assert len(tf_records) == len(of_records) > 50
+        assert all((a[k] == b[k]).all() for a, b in zip(tf_records, of_records) for k in PRETRAINING.names)
 
 
 @pytest.fixture

@@ -20,6 +20,10 @@ def create_argv(shards, vocab, out, *extra):
             "--out", str(out), "--dupe-factor", "3", "--quiet", *extra]
 
 
+# One xdist worker runs the module (--dist loadgroup): one Dask cluster serves all its tests.
+pytestmark = pytest.mark.xdist_group("dask")
+
+
 @pytest.fixture(scope="module")
 def cluster():
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,

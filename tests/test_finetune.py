@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 
 pytest.importorskip("tensorflow")
+# One xdist worker runs the module (--dist loadgroup): the pretrained checkpoint is made once.
+pytestmark = pytest.mark.xdist_group("finetune")
 
 from test_trainer_data import golden_records  # noqa: E402
 from trainer_checks import bert_config, losses  # noqa: E402

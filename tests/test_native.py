@@ -642,7 +642,7 @@ def test_split_records_matches_the_python_reader(golden_dir, name):
 
 def _read_all(paths, batch_size, use_native, monkeypatch, **kwargs):
     """read_batches on the C path or the pure path: (batches, error message or None)."""
-    monkeypatch.setattr(formats, "_native", native if use_native else None)
+    monkeypatch.setattr(formats.batches, "_native", native if use_native else None)
     batches = []
     try:
         for batch in formats.read_batches(paths, batch_size, **kwargs):

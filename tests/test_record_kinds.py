@@ -134,7 +134,7 @@ def test_damaged_files_give_one_data_error_in_every_reader(golden_dir, tmp_path,
     if native:
         pytest.importorskip("bertprep._native")
     else:
-        monkeypatch.setattr(formats, "_native", None)
+        monkeypatch.setattr(formats.batches, "_native", None)
     paths = _damaged_files(golden_dir, tmp_path)
     # record 2 starts at byte 1636; the flipped byte lies inside its input_ids (the batch decoder names that byte)
     expected = {

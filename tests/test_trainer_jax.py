@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 pytest.importorskip("jax")
-pytestmark = pytest.mark.usefixtures("jax_compilation_cache")
+# One xdist worker runs the module (--dist loadgroup): its processes share one XLA cache.
+pytestmark = [pytest.mark.usefixtures("jax_compilation_cache"), pytest.mark.xdist_group("trainer_jax")]
 
 from test_trainer_data import golden_records  # noqa: E402
 from trainer_checks import assert_resume_is_exact, bert_config, free_port, latest_state, losses  # noqa: E402

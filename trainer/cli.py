@@ -181,6 +181,6 @@ def _finetune(args):
     from trainer.finetune import run
 
     with _library_output_to_stderr(args.json):
-        summary = run(args)
+        summary = run(args, build_parser)
     print_summary("trainer finetune: done", summary, as_json=args.json)
     return 0

@@ -39,12 +39,14 @@ SAMPLE_PRETRAINING = ["--format", "ofrecord", "--steps", "20", "--batch-size", "
 _VARIABLE_NAME = re.compile(r"^model/(?:trainable|non_trainable)/\d+/(.+)$")
 
 
-def run(args):
+def run(args, pretraining_parser):
+    """Fine-tune as `args` say; `pretraining_parser` (trainer.cli's, handed in because the cli imports this
+    module) reads the arguments of the sample checkpoint's pretraining run when there is no --init-checkpoint."""
     if os.environ.get("TF_CONFIG") or os.environ.get("KERAS_DISTRIBUTION_JOB_ADDRESSES"):
         raise UsageError("finetune runs on the devices of one host: unset TF_CONFIG / KERAS_DISTRIBUTION_JOB_ADDRESSES")
     task = task_named(args.task)
     data = TaskData(args.data, args.format, task)
-    checkpoint = args.init_checkpoint or sample_checkpoint(args, data)
+    checkpoint = args.init_checkpoint or sample_checkpoint(args, data, pretraining_parser)
     config, weights, checkpoint_path = read_pretraining_checkpoint(checkpoint)
     if args.model and (config.num_hidden_layers, config.hidden_size, config.num_attention_heads) != SIZES[args.model]:
         raise UsageError(f"--model {args.model}: the checkpoint {checkpoint_path} holds L{config.num_hidden_layers}/"
@@ -182,10 +184,9 @@ def load_encoder(model, weights, path):
     return loaded
 
 
-def sample_checkpoint(args, data):
+def sample_checkpoint(args, data, pretraining_parser):
     """A tiny pretraining checkpoint made on the fly from the embedded sample records (cached per
     user), with the vocab size of the fine-tuning records so their token ids fit."""
-    from trainer.cli import build_parser
     from trainer.train import run as pretrain, sample_records
 
     vocab_size = data.vocab_size or BertConfig().vocab_size
@@ -199,7 +200,7 @@ def sample_checkpoint(args, data):
         os.makedirs(directory, exist_ok=True)
         config_path = os.path.join(directory, "bert_config.json")
         atomic_write_bytes(config_path, json.dumps(BertConfig.sized(model, vocab_size=vocab_size).to_dict()).encode())
-        pretrain(build_parser().parse_args(SAMPLE_PRETRAINING + [
+        pretrain(pretraining_parser().parse_args(SAMPLE_PRETRAINING + [
             "--data", sample_records(), "--bert-config", config_path, "--checkpoint-dir", directory]))
     return directory
 

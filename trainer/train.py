@@ -418,6 +418,8 @@ def sample_records():
     """Records (both formats) made on the fly from the package's embedded sample corpus, cached per user."""
     from bertprep import create
 
+    # Not "trainer-sample": a cache made before the sample came as shards holds one training file
+    # under another name, which the reader's glob would take beside the eight.
     out_dir = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "bertprep",
-                           "trainer-sample")
+                           "trainer-sample-shards")
     return create.create_sample_records(out_dir)

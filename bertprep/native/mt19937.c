@@ -3,7 +3,7 @@
  * and the conversion from and to getstate(), so a Python generator can hand
  * over to C and take back its state where Python would have left it. The
  * draws taken once per token (mt_next, mt_random, mt_below) are static inline
- * in native.h, so the instance loop inlines them; the rest is here.
+ * in mt19937.h, so the instance loop inlines them; the rest is here.
  *
  * Mirrors CPython's Modules/_randommodule.c (genrand_uint32, random_random)
  * and Lib/random.py (_randbelow_with_getrandbits, randint, shuffle) as
@@ -11,7 +11,9 @@
  * tests/test_native.py::test_create_instances_matches_python_on_golden_corpus,
  * which also checks the final generator state against Python's.
  */
-#include "native.h"
+#include "mt19937.h"
+
+#include <stdio.h>
 
 #define MT_M 397
 

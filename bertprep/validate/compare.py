@@ -48,7 +48,7 @@ def compare_files(files_a, files_b, spec):
     kinds = [_kind(files) for files in (files_a, files_b)]
     if kinds[0] != kinds[1] and "packed" in kinds:
         packed_side, other = (files_a, files_b) if kinds[0] == "packed" else (files_b, files_a)
-        return {**packed.compare_with_unpacked(packed_side, other, spec), "unpacked": True}
+        return {**packed.compare_with_unpacked(packed_side, other, spec, iter_batches), "unpacked": True}
     return compare_streams(files_a, files_b, spec)
 
 

@@ -250,10 +250,11 @@ def table_rows(splits):
 # ---------------------------------------------------------------- comparison
 
 
-def compare_with_unpacked(packed_files, unpacked_files, spec):
-    """{"equal", "records", "difference"}: does each packed file hold exactly the instances of its source?"""
-    from bertprep.validate.records import iter_batches
+def compare_with_unpacked(packed_files, unpacked_files, spec, iter_batches):
+    """{"equal", "records", "difference"}: does each packed file hold exactly the instances of its source?
 
+    `iter_batches` is validate.records' reader, handed in because records imports this module.
+    """
     by_split = collections.defaultdict(lambda: ([], []))
     for side, files in enumerate((packed_files, unpacked_files)):
         for record_file in files:

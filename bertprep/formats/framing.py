@@ -1,0 +1,119 @@
+"""Record files: which format a file holds (by name, else framing), its framed payloads, its records one by one."""
+
+import os
+import re
+import struct
+
+from bertprep.errors import DataError, UsageError
+from bertprep.formats import ofrecord, tfrecord
+from bertprep.formats.crc32c import masked_crc32c
+from bertprep.formats.protowire import WireError
+from bertprep.formats.schemas import KINDS, kind_of_record
+
+CODECS = {"tfrecord": tfrecord, "ofrecord": ofrecord}
+FORMATS = tuple(CODECS)
+# What each format's files are called, so a name says its format before any byte is read.
+_TFRECORD_SUFFIXES = (".tfrecord", ".tf_record")
+_OFRECORD_NAME = re.compile(r"^(part-\d+|.*\.of_record-\d+)$")
+
+
+def parse_formats(value):
+    """`--format tfrecord,ofrecord` as a tuple in canonical order, whatever order it listed them in."""
+    fmts = tuple(f.strip() for f in value.split(",") if f.strip())
+    unknown = [f for f in fmts if f not in FORMATS]
+    if unknown or not fmts:
+        raise UsageError(f"unknown --format {','.join(unknown) or value!r} (choose from tfrecord, ofrecord)")
+    return tuple(f for f in FORMATS if f in fmts)
+
+
+def frame(payload, fmt):
+    return CODECS[fmt].frame(payload)
+
+
+def decode_payload(payload, fmt):
+    """Parse one unframed record into {name: (kind, array)} in stored order (any keys)."""
+    return CODECS[fmt].decode(payload)
+
+
+def format_of_name(name):
+    """The format a file's name says it holds (`*.tfrecord`, `*.tf_record`; `part-<i>`, `*.of_record-<i>`), or None."""
+    if name.endswith(_TFRECORD_SUFFIXES):
+        return "tfrecord"
+    if _OFRECORD_NAME.match(name):
+        return "ofrecord"
+    return None
+
+
+def sniff_format(path):
+    """TFRecord or OFRecord, from the file's name where it follows either ecosystem's naming, else its framing.
+
+    A TFRecord header carries a masked CRC of its length; an OFRecord has none,
+    and the chance that its first payload bytes match that CRC is 2**-32. A
+    damaged first TFRecord header still tells itself apart: its payload starts
+    at byte 12 with the Example's field tag (0x0A), an OFRecord's at byte 8.
+    """
+    named = format_of_name(os.path.basename(path))
+    if named is not None:
+        return named
+    with open(path, "rb") as f:
+        head = f.read(13)
+    if len(head) >= 12 and struct.unpack_from("<I", head, 8)[0] == masked_crc32c(head[:8]):
+        return "tfrecord"
+    if len(head) == 13 and head[12] == 0x0A and head[8] != 0x0A:
+        return "tfrecord"
+    return "ofrecord"
+
+
+def iter_framed(path, fmt=None, verify=True):
+    """Yield (index, byte offset, payload) for each record of a file.
+
+    Allocation is bounded by the file's size: a length field larger than the
+    bytes left (a damaged header, a text file) is reported, not read. Errors
+    are DataErrors naming the file, record and byte offset.
+    """
+    fmt = fmt or sniff_format(path)
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            for index, (offset, payload) in enumerate(CODECS[fmt].iter_payloads(f, verify=verify, size=size)):
+                yield index, offset, payload
+    except WireError as exc:
+        raise DataError(f"{path}: {exc}") from None
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
+
+def iter_payloads(path, fmt=None, verify=True):
+    """Yield the raw payloads of a record file (see iter_framed)."""
+    for _index, _offset, payload in iter_framed(path, fmt, verify):
+        yield payload
+
+
+def read_records(path, fmt=None, verify=True):
+    """Yield each record of a file as {name: NumPy array}, any feature names.
+
+    A record that does not parse raises DataError naming the file, record,
+    byte offset and, where it lies inside one, the feature.
+    """
+    fmt = fmt or sniff_format(path)
+    for index, offset, payload in iter_framed(path, fmt, verify):
+        try:
+            decoded = CODECS[fmt].decode(payload)
+        except WireError as exc:
+            raise DataError(f"{path}: record {index} at byte {offset}: {exc}") from None
+        yield {name: values for name, (_kind, values) in decoded.items()}
+
+
+def record_kind(path, fmt=None):
+    """The kind of the records in a file, from its first record (DataError if empty or of no known kind)."""
+    for index, offset, payload in iter_framed(path, fmt):
+        try:
+            decoded = decode_payload(payload, fmt or sniff_format(path))
+        except WireError as exc:
+            raise DataError(f"{path}: record {index} at byte {offset}: {exc}") from None
+        kind = kind_of_record({name: stored for name, (stored, _) in decoded.items()})
+        if kind is None:
+            raise DataError(f"{path}: record 0 has features {', '.join(decoded)}, which match no record kind "
+                            f"(known: {', '.join(KINDS)})")
+        return kind
+    raise DataError(f"{path}: no records")
