@@ -163,3 +163,17 @@ def test_pack_writes_mlperfs_packed_hdf5_and_parquet_with_the_tfrecord_values(go
         got = whole(next((packed / fmt / "training").iterdir()))
         for name, values in reference.items():
             np.testing.assert_array_equal(got[name], values, err_msg=f"{fmt} {name}")
+
+
+def test_convert_to_and_from_columnar_gives_create_s_own_bytes(golden_records, tmp_path):
+    """TFRecord -> HDF5 -> Parquet -> OFRecord -> TFRecord, each step byte-identical to what create wrote."""
+    steps = [("tfrecord/training/corpus.tfrecord", "hdf5", "hdf5/training/corpus.hdf5"),
+             ("hdf5/training/corpus.hdf5", "parquet", "parquet/training/corpus.parquet"),
+             ("parquet/training/corpus.parquet", "ofrecord", "ofrecord/training/part-0"),
+             ("ofrecord/training/part-0", "tfrecord", "tfrecord/training/corpus.tfrecord")]
+    source = golden_records / steps[0][0]
+    for index, (_src, fmt, expected) in enumerate(steps):
+        out = tmp_path / f"step{index}"
+        assert main(["convert", str(source), str(out), "--to", fmt, "--quiet"]) == 0
+        assert out.read_bytes() == (golden_records / expected).read_bytes(), expected
+        source = out
