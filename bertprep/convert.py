@@ -36,7 +36,8 @@ INT32_RANGE = (-(1 << 31), (1 << 31) - 1)
 
 
 def add_arguments(parser):
-    parser.add_argument("src", help="a record file, or a directory of them (format detected)")
+    parser.add_argument("src", help="a record file (TFRecord, OFRecord, HDF5, Parquet), or a directory of them "
+                        "(format detected)")
     parser.add_argument("dst", help="output file, or directory when SRC is a directory")
     parser.add_argument("--to", required=True, choices=formats.ALL_FORMATS, help="target format")
     parser.add_argument("--quiet", action="store_true")

@@ -177,3 +177,16 @@ def test_convert_to_and_from_columnar_gives_create_s_own_bytes(golden_records, t
         assert main(["convert", str(source), str(out), "--to", fmt, "--quiet"]) == 0
         assert out.read_bytes() == (golden_records / expected).read_bytes(), expected
         source = out
+
+
+def test_hf_load_names_the_splits_train_and_test(golden_dir, tmp_path):
+    assert main(["shard", "--input", str(golden_dir / "corpus.txt"), "--out", str(tmp_path / "s"), "--corpus", "g",
+                 "--train-shards", "2", "--test-shards", "1", "--test-fraction", "0.2", "--quiet"]) == 0
+    assert main(["create", "--input", str(tmp_path / "s"), "--vocab", str(golden_dir / "vocab.txt"), "--out",
+                 str(tmp_path / "r"), "--format", "hdf5", "--dupe-factor", "1", "--quiet"]) == 0
+    records = only_records_dir(tmp_path / "r")
+    splits = hf.load(str(records), cache_dir=str(tmp_path / "cache"))
+    assert sorted(splits) == ["test", "train"]
+    for split, directory in (("train", "training"), ("test", "test")):
+        count = sum(len(b["input_ids"]) for b in formats.read_batches(sorted((records / "hdf5" / directory).iterdir()), 64))
+        assert splits[split].num_rows == count > 0
