@@ -58,6 +58,33 @@ def test_hdf5_is_the_layout_nvidias_pretraining_dataset_reads(golden_records):
     np.testing.assert_array_equal(padding, reference["masked_lm_weights"].sum(axis=1).astype(int))
 
 
+def test_nvidias_reader_logic_recovers_the_tfrecord_labels(golden_records):
+    """What NVIDIA's PyTorch `pretraining_dataset.__getitem__` does with a record, in torch: int64 tensors of the
+    six datasets, labels -1 everywhere but at masked_lm_positions up to the first position 0."""
+    import torch
+
+    reference = whole(golden_records / "tfrecord/training/corpus.tfrecord")
+    with h5py.File(golden_records / "hdf5/training/corpus.hdf5", "r") as f:
+        names = ["input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
+                 "next_sentence_labels"]
+        inputs = [np.asarray(f[name][:]) for name in names]
+    pred = inputs[3].shape[1]
+    for i in range(0, len(inputs[0]), 7):
+        ids, mask, segments, positions, labels, nsp = (torch.from_numpy(np.asarray(x[i]).astype(np.int64))
+                                                       for x in inputs)
+        zeros = (positions == 0).nonzero()
+        count = zeros[0].item() if len(zeros) else pred
+        mlm_labels = torch.full(ids.shape, -1, dtype=torch.long)
+        mlm_labels[positions[:count]] = labels[:count]
+        expected = np.full(ids.shape, -1)
+        real = reference["masked_lm_weights"][i] > 0
+        expected[reference["masked_lm_positions"][i][real]] = reference["masked_lm_ids"][i][real]
+        np.testing.assert_array_equal(mlm_labels.numpy(), expected)
+        for got, name in ((ids, "input_ids"), (mask, "input_mask"), (segments, "segment_ids")):
+            np.testing.assert_array_equal(got.numpy(), reference[name][i])
+        assert nsp.item() == reference["next_sentence_labels"][i, 0]
+
+
 def test_parquet_reads_with_pyarrow_alone_and_with_datasets(golden_records, tmp_path):
     import datasets
     import pyarrow.parquet as pq
