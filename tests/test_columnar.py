@@ -150,6 +150,13 @@ def test_bad_columnar_files_give_one_line_errors(golden_records, tmp_path, capsy
     truncated = tmp_path / "truncated.hdf5"
     truncated.write_bytes(good[:len(good) // 2])
     assert "truncated.hdf5: not a readable HDF5 file" in _one_line(capsys, ["inspect", str(truncated)])
+    with h5py.File(golden_records / "hdf5/training/corpus.hdf5", "r") as f:  # one bit in input_ids' first chunk
+        chunk = f["input_ids"].id.get_chunk_info(0)
+    flipped = bytearray(good)
+    flipped[chunk.byte_offset + chunk.size // 2] ^= 1
+    (tmp_path / "flipped.hdf5").write_bytes(bytes(flipped))
+    assert "flipped.hdf5: dataset input_ids cannot be read" in _one_line(
+        capsys, ["inspect", str(tmp_path / "flipped.hdf5")])
     foreign = tmp_path / "foreign.hdf5"
     with h5py.File(foreign, "w") as f:
         f.create_dataset("images", data=np.zeros((2, 3)))
