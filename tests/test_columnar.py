@@ -167,6 +167,13 @@ def test_bad_columnar_files_give_one_line_errors(golden_records, tmp_path, capsy
             data = src[name][()]
             f.create_dataset(name, data=data.astype(np.float32) if name == "input_ids" else data)
     assert "dataset input_ids holds float32, expected integers" in _one_line(capsys, ["inspect", str(wrong_dtype)])
+    import pyarrow.parquet as pq
+
+    column = pq.ParquetFile(golden_records / "parquet/training/corpus.parquet").metadata.row_group(0).column(0)
+    flipped = bytearray((golden_records / "parquet/training/corpus.parquet").read_bytes())
+    flipped[column.data_page_offset + column.total_compressed_size // 2] ^= 1
+    (tmp_path / "flipped.parquet").write_bytes(bytes(flipped))
+    assert "CRC checksum verification failed" in _one_line(capsys, ["inspect", str(tmp_path / "flipped.parquet")])
     not_parquet = tmp_path / "x.parquet"
     not_parquet.write_bytes(b"PAR1 but nothing more")
     assert "x.parquet: not a readable Parquet file" in _one_line(capsys, ["inspect", str(not_parquet)])

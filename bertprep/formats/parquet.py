@@ -5,7 +5,7 @@ fixed-size list of its length, so `datasets` sees `List(Value("int32"),
 length=seq)`. Every feature is kept (masked_lm_weights too), and the kind is
 told by the column names and types, as for framed records. Bytes are
 deterministic for one pyarrow version: one row group, zstd at a fixed level,
-no statistics; the footer names the writing library (`created_by`), which
+no statistics, a CRC per page; the footer names the writing library (`created_by`), which
 pyarrow sets from its version and offers no way to change.
 """
 
@@ -16,7 +16,8 @@ from bertprep.formats.schemas import FLOAT, kind_of_record
 
 SUFFIX = ".parquet"
 MAGIC = b"PAR1"
-WRITER = {"compression": "zstd", "compression_level": 3, "write_statistics": False, "use_dictionary": False}
+WRITER = {"compression": "zstd", "compression_level": 3, "write_statistics": False, "use_dictionary": False,
+          "write_page_checksum": True}  # a CRC per page, checked by decode (as TFRecord's CRCs are)
 
 
 def arrow_table(columns, kind):
@@ -69,7 +70,7 @@ def decode(path):
     import pyarrow.parquet as pq
 
     try:
-        table = pq.read_table(path)
+        table = pq.read_table(path, page_checksum_verification=True)
     except (OSError, pa.ArrowException) as exc:
         raise DataError(f"{path}: not a readable Parquet file ({str(exc).splitlines()[0]})") from None
     kinds = {field.name: _stored_kind(field) for field in table.schema}
