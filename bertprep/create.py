@@ -270,6 +270,9 @@ def check_flags(args):
     if args.layout == "nvidia" and fmts != ("tfrecord",):
         raise UsageError("--layout nvidia writes NVIDIA's TFRecord tree, which has no place for OFRecord: "
                          "use --format tfrecord, and a second run without --layout for OFRecord")
+    for fmt in fmts:  # a missing optional library is a usage line now, not an error in every worker later
+        if fmt in columnar.CODECS:
+            columnar.require(fmt)
     if args.min_parts < 1:
         raise UsageError(f"--min-parts must be at least 1, not {args.min_parts}")
     if args.corpus is not None:

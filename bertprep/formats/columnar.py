@@ -4,6 +4,7 @@ TFRecord and OFRecord frame one record after another; HDF5 and Parquet hold
 each feature as one column of every record. A columnar codec is a module with
 
     SUFFIX                    what its files are called (`.hdf5`, `.parquet`)
+    LIBRARY                   the module it needs, from the `columnar` extra (see `require`)
     MAGIC                     the bytes its files start with
     encode(columns, kind)     {name: (N, length) array} of every feature -> the file's bytes (deterministic)
     decode(path)              -> (kind, {name: stored array}); DataError naming file and column
@@ -19,11 +20,22 @@ import os
 
 import numpy as np
 
-from bertprep.errors import DataError
+from bertprep.errors import DataError, UsageError
 from bertprep.formats import hdf5, parquet
 from bertprep.formats.schemas import FLOAT
 
 CODECS = {"hdf5": hdf5, "parquet": parquet}
+
+
+def require(fmt):
+    """The library `fmt`'s codec needs (its LIBRARY), imported; or a UsageError naming the extra with it."""
+    import importlib
+
+    module = CODECS[fmt].LIBRARY
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise UsageError(f"{fmt} records need {module.split('.')[0]}: pip install 'bertprep[columnar]'") from None
 
 
 def format_of_name(name):

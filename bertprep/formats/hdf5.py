@@ -30,8 +30,15 @@ from bertprep.errors import DataError
 from bertprep.formats.schemas import FLOAT, KINDS, PACKED, PRETRAINING
 
 SUFFIX = ".hdf5"
+LIBRARY = "h5py"
 MAGIC = b"\x89HDF\r\n\x1a\n"
 LIBVER = ("earliest", "v110")
+
+
+def _h5py():
+    from bertprep.formats.columnar import require
+
+    return require("hdf5")
 
 
 def _pretraining_weights(columns):
@@ -66,7 +73,7 @@ def stored_features(kind):
 
 def encode(columns, kind):
     """The bytes of one HDF5 file holding `columns` ({name: (N, length)}) of `kind`."""
-    import h5py
+    h5py = _h5py()
 
     for name, derive in DERIVED.get(kind.name, {}).items():
         if not np.array_equal(derive(columns), np.asarray(columns[name], np.float32)):
@@ -106,7 +113,7 @@ def _kind_of(path, datasets):
 
 def decode(path):
     """(kind, {name: array}) of an HDF5 record file, the left-out weights derived again."""
-    import h5py
+    h5py = _h5py()
 
     try:
         f = h5py.File(path, "r")

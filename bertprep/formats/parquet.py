@@ -15,13 +15,23 @@ from bertprep.errors import DataError
 from bertprep.formats.schemas import FLOAT, kind_of_record
 
 SUFFIX = ".parquet"
+LIBRARY = "pyarrow.parquet"
 MAGIC = b"PAR1"
 WRITER = {"compression": "zstd", "compression_level": 3, "write_statistics": False, "use_dictionary": False,
           "write_page_checksum": True}  # a CRC per page, checked by decode (as TFRecord's CRCs are)
 
 
+def _pyarrow():
+    from bertprep.formats.columnar import require
+
+    pq = require("parquet")
+    import pyarrow
+
+    return pyarrow, pq
+
+
 def arrow_table(columns, kind):
-    import pyarrow as pa
+    pa, _pq = _pyarrow()
 
     arrays, fields = [], []
     for feature in kind.features:
@@ -43,8 +53,7 @@ def arrow_table(columns, kind):
 
 
 def encode(columns, kind):
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    pa, pq = _pyarrow()
 
     table = arrow_table(columns, kind)
     sink = pa.BufferOutputStream()
@@ -53,7 +62,7 @@ def encode(columns, kind):
 
 
 def _stored_kind(field):
-    import pyarrow as pa
+    pa, _pq = _pyarrow()
 
     value_type = field.type.value_type if pa.types.is_list(field.type) or pa.types.is_fixed_size_list(field.type) \
         else field.type
@@ -66,8 +75,7 @@ def _stored_kind(field):
 
 def decode(path):
     """(kind, {name: (N, length) array}) of a Parquet record file."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    pa, pq = _pyarrow()
 
     try:
         table = pq.read_table(path, page_checksum_verification=True)
