@@ -65,7 +65,7 @@ def load(directory, cache_dir=None):
     manifest = load_manifest(directory) or {}
     description = f"bertprep {kind.name} records ({kind.description}), {json.dumps(dims)}, from {fmt}"
     if manifest.get("params"):
-        description += f"; create parameters {json.dumps(manifest['params'], sort_keys=True)}"
+        description += f"; {manifest.get('stage', 'manifest')} parameters {json.dumps(manifest['params'], sort_keys=True)}"
     features = features_of(kind, dims)
     splits = {}
     for split, paths in by_split.items():

@@ -174,6 +174,9 @@ def test_bad_columnar_files_give_one_line_errors(golden_records, tmp_path, capsy
     flipped[column.data_page_offset + column.total_compressed_size // 2] ^= 1
     (tmp_path / "flipped.parquet").write_bytes(bytes(flipped))
     assert "CRC checksum verification failed" in _one_line(capsys, ["inspect", str(tmp_path / "flipped.parquet")])
+    assert main(["validate", str(tmp_path / "flipped.parquet"), "--json"]) == 1
+    (finding,) = json.loads(capsys.readouterr().out)["findings"]
+    assert finding["check"] == "framing" and "CRC checksum verification failed" in finding["message"]
     not_parquet = tmp_path / "x.parquet"
     not_parquet.write_bytes(b"PAR1 but nothing more")
     assert "x.parquet: not a readable Parquet file" in _one_line(capsys, ["inspect", str(not_parquet)])

@@ -8,6 +8,7 @@ each feature as one column of every record. A columnar codec is a module with
     MAGIC                     the bytes its files start with
     encode(columns, kind)     {name: (N, length) array} of every feature -> the file's bytes (deterministic)
     decode(path)              -> (kind, {name: stored array}); DataError naming file and column
+                              (Unreadable where the bytes themselves are damaged)
 
 and this module gives them what the framed formats have: reading records and
 batches through the kind's description (bertprep.formats.schemas), sniffing,
@@ -20,8 +21,9 @@ import os
 
 import numpy as np
 
-from bertprep.errors import DataError, UsageError
-from bertprep.formats import hdf5, parquet
+from bertprep.errors import DataError
+from bertprep.formats import columnar_io, hdf5, parquet
+from bertprep.formats.columnar_io import Unreadable  # noqa: F401 (validate tells framing from schema by it)
 from bertprep.formats.schemas import FLOAT
 
 CODECS = {"hdf5": hdf5, "parquet": parquet}
@@ -29,13 +31,7 @@ CODECS = {"hdf5": hdf5, "parquet": parquet}
 
 def require(fmt):
     """The library `fmt`'s codec needs (its LIBRARY), imported; or a UsageError naming the extra with it."""
-    import importlib
-
-    module = CODECS[fmt].LIBRARY
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        raise UsageError(f"{fmt} records need {module.split('.')[0]}: pip install 'bertprep[columnar]'") from None
+    return columnar_io.require(fmt, CODECS[fmt].LIBRARY)
 
 
 def format_of_name(name):

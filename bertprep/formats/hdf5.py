@@ -27,18 +27,13 @@ import io
 import numpy as np
 
 from bertprep.errors import DataError
+from bertprep.formats.columnar_io import Unreadable, require
 from bertprep.formats.schemas import FLOAT, KINDS, PACKED, PRETRAINING
 
 SUFFIX = ".hdf5"
 LIBRARY = "h5py"
 MAGIC = b"\x89HDF\r\n\x1a\n"
 LIBVER = ("earliest", "v110")
-
-
-def _h5py():
-    from bertprep.formats.columnar import require
-
-    return require("hdf5")
 
 
 def _pretraining_weights(columns):
@@ -73,7 +68,7 @@ def stored_features(kind):
 
 def encode(columns, kind):
     """The bytes of one HDF5 file holding `columns` ({name: (N, length)}) of `kind`."""
-    h5py = _h5py()
+    h5py = require("hdf5", LIBRARY)
 
     for name, derive in DERIVED.get(kind.name, {}).items():
         if not np.array_equal(derive(columns), np.asarray(columns[name], np.float32)):
@@ -113,12 +108,12 @@ def _kind_of(path, datasets):
 
 def decode(path):
     """(kind, {name: array}) of an HDF5 record file, the left-out weights derived again."""
-    h5py = _h5py()
+    h5py = require("hdf5", LIBRARY)
 
     try:
         f = h5py.File(path, "r")
     except (OSError, ValueError) as exc:
-        raise DataError(f"{path}: not a readable HDF5 file ({str(exc).splitlines()[0]})") from None
+        raise Unreadable(f"{path}: not a readable HDF5 file ({str(exc).splitlines()[0]})") from None
     try:
         with f:
             datasets = {name: f[name] for name in f.keys() if isinstance(f[name], h5py.Dataset)}
@@ -135,10 +130,10 @@ def decode(path):
                 try:
                     stored[feature.name] = data[()]
                 except (OSError, ValueError) as exc:
-                    raise DataError(f"{path}: dataset {feature.name} cannot be read "
+                    raise Unreadable(f"{path}: dataset {feature.name} cannot be read "
                                     f"({str(exc).splitlines()[0]})") from None
     except OSError as exc:
-        raise DataError(f"{path}: damaged HDF5 file ({str(exc).splitlines()[0]})") from None
+        raise Unreadable(f"{path}: damaged HDF5 file ({str(exc).splitlines()[0]})") from None
     for feature in stored_features(kind):
         values = stored[feature.name]
         stored[feature.name] = values.reshape(len(values), -1).astype(

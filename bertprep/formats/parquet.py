@@ -12,6 +12,7 @@ pyarrow sets from its version and offers no way to change.
 import numpy as np
 
 from bertprep.errors import DataError
+from bertprep.formats.columnar_io import Unreadable, require
 from bertprep.formats.schemas import FLOAT, kind_of_record
 
 SUFFIX = ".parquet"
@@ -22,9 +23,7 @@ WRITER = {"compression": "zstd", "compression_level": 3, "write_statistics": Fal
 
 
 def _pyarrow():
-    from bertprep.formats.columnar import require
-
-    pq = require("parquet")
+    pq = require("parquet", LIBRARY)
     import pyarrow
 
     return pyarrow, pq
@@ -80,7 +79,7 @@ def decode(path):
     try:
         table = pq.read_table(path, page_checksum_verification=True)
     except (OSError, pa.ArrowException) as exc:
-        raise DataError(f"{path}: not a readable Parquet file ({str(exc).splitlines()[0]})") from None
+        raise Unreadable(f"{path}: not a readable Parquet file ({str(exc).splitlines()[0]})") from None
     kinds = {field.name: _stored_kind(field) for field in table.schema}
     kind = kind_of_record(kinds)
     if kind is None:

@@ -213,7 +213,8 @@ def _read_columnar(path, fmt, spec):
     try:
         kind, dims, columns = columnar.read_columns(path, fmt)
     except DataError as exc:
-        return None, None, None, Finding("schema", path, None, None, str(exc).removeprefix(f"{path}: "))
+        check = "framing" if isinstance(exc, columnar.Unreadable) else "schema"
+        return None, None, None, Finding(check, path, None, None, str(exc).removeprefix(f"{path}: "))
     if (spec.kind is not None and spec.kind.name != kind.name) or (spec.dims is not None and spec.dims != dims):
         return None, None, None, Finding("schema", path, None, None, f"{kind.name} records of {dims}, expected "
                                          f"{(spec.kind or kind).name} of {spec.dims or dims}")
