@@ -179,11 +179,23 @@ def encoded_chunks(instances, fmt, params):
 
 
 def instance_columns(instances, params):
-    """{feature: (N, length) array} of the padded records, for the columnar formats."""
-    rows = [instances.record(i, params.max_seq_length, params.max_predictions_per_seq) for i in range(len(instances))]
-    dims = {"seq": params.max_seq_length, "pred": params.max_predictions_per_seq}
-    return {feature.name: np.array([row[feature.name] for row in rows]).reshape(len(rows), feature.size(dims))
-            for feature in PRETRAINING.features}
+    """{feature: (N, length) array} of the padded records (Instances.record for every i at once), for the columnar
+    formats: each row's values fill its leading slots, and a boolean fill walks rows in order, as the compact
+    arrays do."""
+    seq, pred, count = params.max_seq_length, params.max_predictions_per_seq, len(instances)
+    lengths = np.diff(instances.instance_starts)
+    real = np.arange(seq) < lengths[:, None]
+    predicted = np.arange(pred) < np.diff(instances.mask_starts)[:, None]
+    tokens = instances.tokens[instances.instance_starts[0]:instances.instance_starts[-1]]
+    masks = slice(instances.mask_starts[0], instances.mask_starts[-1])
+    columns = {name: np.zeros((count, seq if name in ("input_ids", "segment_ids") else pred), np.int64)
+               for name in ("input_ids", "segment_ids", "masked_lm_positions", "masked_lm_ids")}
+    columns["input_ids"][real] = tokens
+    columns["segment_ids"][real & (np.arange(seq) >= instances.a_lengths[:, None] + 2)] = 1
+    columns["masked_lm_positions"][predicted] = instances.masked_positions[masks]
+    columns["masked_lm_ids"][predicted] = instances.masked_labels[masks]
+    return {**columns, "input_mask": real.astype(np.int64), "masked_lm_weights": predicted.astype(np.float32),
+            "next_sentence_labels": instances.is_random_next.astype(np.int64).reshape(count, 1)}
 
 
 def write_instances(path, instances, fmt, params, staging):
