@@ -1,4 +1,8 @@
-"""`bertprep convert`: TFRecord ⇄ OFRecord, losslessly.
+"""`bertprep convert`: TFRecord ⇄ OFRecord ⇄ HDF5 ⇄ Parquet, losslessly.
+
+HDF5 and Parquet hold records of a known kind (bertprep.formats.schemas) as
+columns; to or from them a file is converted whole through its kind's
+columns, in the kind's key order.
 
 Every feature is kept with its values; integer lists become int64_list in
 TFRecord and int32_list in OFRecord (values beyond int32 are refused rather
@@ -24,6 +28,7 @@ import numpy as np
 from bertprep import formats
 from bertprep.atomic import atomic_open, check_distinct_outputs, hold, walk
 from bertprep.errors import DataError, UsageError
+from bertprep.formats import columnar
 from bertprep.formats.protowire import WireError
 from bertprep.formats.schemas import kind_of_record
 
@@ -31,9 +36,10 @@ INT32_RANGE = (-(1 << 31), (1 << 31) - 1)
 
 
 def add_arguments(parser):
-    parser.add_argument("src", help="a record file, or a directory of them (format detected)")
+    parser.add_argument("src", help="a record file (TFRecord, OFRecord, HDF5, Parquet), or a directory of them "
+                        "(format detected)")
     parser.add_argument("dst", help="output file, or directory when SRC is a directory")
-    parser.add_argument("--to", required=True, choices=formats.FORMATS, help="target format")
+    parser.add_argument("--to", required=True, choices=formats.ALL_FORMATS, help="target format")
     parser.add_argument("--quiet", action="store_true")
 
 
@@ -60,8 +66,34 @@ def convert_payload(payload, src_fmt, dst_fmt, where):
     return codec.frame(codec.encode(features))
 
 
+def convert_columns(src, src_fmt, dst, dst_fmt, staging=None):
+    """A whole file through its kind's columns: to or from HDF5 and Parquet (records of a known kind only)."""
+    if src_fmt in columnar.CODECS:
+        kind, _dims, columns = columnar.read_columns(src, src_fmt)
+    else:
+        kind = formats.record_kind(src, src_fmt)
+        columns = {name: np.concatenate(parts) for name, parts in _stacked(formats.read_batches([src], 4096, kind=kind))}
+    count = len(columns[kind.names[0]])
+    if dst_fmt in columnar.CODECS:
+        columnar.write_columns(dst, columns, dst_fmt, kind, staging)
+    else:
+        with atomic_open(dst, staging=staging) as f:
+            f.write(formats.encode_columns(columns, dst_fmt, kind))
+    return count
+
+
+def _stacked(batches):
+    parts = {}
+    for batch in batches:
+        for name, values in batch.items():
+            parts.setdefault(name, []).append(values)
+    return parts.items()
+
+
 def convert_file(src, dst, dst_fmt, staging=None):
     src_fmt = formats.sniff_format(src)
+    if src_fmt in columnar.CODECS or dst_fmt in columnar.CODECS:
+        return convert_columns(src, src_fmt, dst, dst_fmt, staging)
     count = 0
     with atomic_open(dst, staging=staging) as f:
         for index, offset, payload in formats.iter_framed(src, src_fmt):
@@ -88,7 +120,8 @@ def run(args):
         for directory, paths in sorted(by_dir.items()):
             relative_dir = os.path.relpath(directory, args.src)
             for index, path in enumerate(paths):
-                name = f"part-{index}" if args.to == "ofrecord" else os.path.splitext(os.path.basename(path))[0] + ".tfrecord"
+                stem = os.path.splitext(os.path.basename(path))[0]
+                name = f"part-{index}" if args.to == "ofrecord" else f"{stem}.{'tfrecord' if args.to == 'tfrecord' else args.to}"
                 pairs.append((path, os.path.normpath(os.path.join(args.dst, relative_dir, name))))
         if not pairs:
             raise DataError(f"{args.src}: no record files (*.tfrecord or part-*) found")

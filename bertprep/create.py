@@ -7,6 +7,8 @@ in the same order. One output file per input shard per format:
     <out>/<params>/<corpus>/manifest.json
     <out>/<params>/<corpus>/tfrecord/<split>/<shard stem>.tfrecord
     <out>/<params>/<corpus>/ofrecord/<split>/part-<i>
+    <out>/<params>/<corpus>/hdf5/<split>/<shard stem>.hdf5        (--format hdf5)
+    <out>/<params>/<corpus>/parquet/<split>/<shard stem>.parquet  (--format parquet)
 
 or, with --layout nvidia, the tree NVIDIA's TensorFlow scripts hard-code
 (TFRecord only; shard count and test split from the shard stage's manifest):
@@ -30,11 +32,14 @@ import time
 from dataclasses import asdict, dataclass
 from importlib import resources
 
+import numpy as np
+
 from bertprep import __version__, formats
 from bertprep.atomic import atomic_open, check_distinct_outputs, hold, staging_dir
 from bertprep.corpus import read_text, tokenize_corpus
 from bertprep.engines import add_engine_arguments, open_engine
 from bertprep.errors import DataError, UsageError
+from bertprep.formats import columnar
 from bertprep.formats.schemas import PRETRAINING
 from bertprep.instances import InstanceParams, MaskingVocab, create_instances
 from bertprep.progress import Progress, add_output_arguments, human_bytes, print_summary
@@ -75,7 +80,8 @@ def add_arguments(parser):
     parser.add_argument("--whole-word-mask", action="store_true")
     parser.add_argument("--no-lower-case", action="store_true", help="for cased vocabs")
     parser.add_argument("--format", default=None,
-                        help="comma-separated: tfrecord, ofrecord (default both; tfrecord with --layout nvidia)")
+                        help="comma-separated: tfrecord, ofrecord, hdf5 (NVIDIA's PyTorch layout), parquet (one column per "
+                        "feature) (default tfrecord,ofrecord; tfrecord with --layout nvidia)")
     parser.add_argument(
         "--layout", choices=LAYOUTS, default="bertprep",
         help="bertprep: OUT/<params>/<corpus>/{tfrecord,ofrecord}/{training,test} (default); nvidia: the TFRecord tree "
@@ -114,7 +120,8 @@ class ShardTask:
         stem = os.path.splitext(os.path.basename(self.source))[0]
         if self.layout == "nvidia":  # TFRecord only: <corpus>/<split>/<stem>.tfrecord
             return {"tfrecord": f"{self.split}/{stem}.tfrecord"}
-        paths = {"tfrecord": f"tfrecord/{self.split}/{stem}.tfrecord", "ofrecord": f"ofrecord/{self.split}/part-{self.index}"}
+        paths = {"tfrecord": f"tfrecord/{self.split}/{stem}.tfrecord", "ofrecord": f"ofrecord/{self.split}/part-{self.index}",
+                 "hdf5": f"hdf5/{self.split}/{stem}.hdf5", "parquet": f"parquet/{self.split}/{stem}.parquet"}
         return {fmt: paths[fmt] for fmt in self.formats}
 
 
@@ -141,7 +148,11 @@ def create_shard(task):
     entries = {}
     for fmt, relative in task.output_paths().items():
         path = os.path.join(task.records_dir, relative)
-        size, digest = write_instances(path, instances, fmt, task.params, staging_dir(task.records_dir))
+        if fmt in columnar.CODECS:
+            columns = instance_columns(instances, task.params)
+            size, digest = columnar.write_columns(path, columns, fmt, PRETRAINING, staging_dir(task.records_dir))
+        else:
+            size, digest = write_instances(path, instances, fmt, task.params, staging_dir(task.records_dir))
         entries[relative] = {
             "format": fmt,
             "split": task.split,
@@ -165,6 +176,26 @@ def encoded_chunks(instances, fmt, params):
             instances.masked_positions, instances.masked_labels, instances.mask_starts,
             instances.is_random_next, first, min(ENCODE_CHUNK, len(instances) - first),
         )
+
+
+def instance_columns(instances, params):
+    """{feature: (N, length) array} of the padded records (Instances.record for every i at once), for the columnar
+    formats: each row's values fill its leading slots, and a boolean fill walks rows in order, as the compact
+    arrays do."""
+    seq, pred, count = params.max_seq_length, params.max_predictions_per_seq, len(instances)
+    lengths = np.diff(instances.instance_starts)
+    real = np.arange(seq) < lengths[:, None]
+    predicted = np.arange(pred) < np.diff(instances.mask_starts)[:, None]
+    tokens = instances.tokens[instances.instance_starts[0]:instances.instance_starts[-1]]
+    masks = slice(instances.mask_starts[0], instances.mask_starts[-1])
+    columns = {name: np.zeros((count, seq if name in ("input_ids", "segment_ids") else pred), np.int64)
+               for name in ("input_ids", "segment_ids", "masked_lm_positions", "masked_lm_ids")}
+    columns["input_ids"][real] = tokens
+    columns["segment_ids"][real & (np.arange(seq) >= instances.a_lengths[:, None] + 2)] = 1
+    columns["masked_lm_positions"][predicted] = instances.masked_positions[masks]
+    columns["masked_lm_ids"][predicted] = instances.masked_labels[masks]
+    return {**columns, "input_mask": real.astype(np.int64), "masked_lm_weights": predicted.astype(np.float32),
+            "next_sentence_labels": instances.is_random_next.astype(np.int64).reshape(count, 1)}
 
 
 def write_instances(path, instances, fmt, params, staging):
@@ -252,6 +283,9 @@ def check_flags(args):
     if args.layout == "nvidia" and fmts != ("tfrecord",):
         raise UsageError("--layout nvidia writes NVIDIA's TFRecord tree, which has no place for OFRecord: "
                          "use --format tfrecord, and a second run without --layout for OFRecord")
+    for fmt in fmts:  # a missing optional library is a usage line now, not an error in every worker later
+        if fmt in columnar.CODECS:
+            columnar.require(fmt)
     if args.min_parts < 1:
         raise UsageError(f"--min-parts must be at least 1, not {args.min_parts}")
     if args.corpus is not None:

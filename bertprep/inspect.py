@@ -1,4 +1,4 @@
-"""`bertprep inspect`: decode records of either format and any kind, and show every field.
+"""`bertprep inspect`: decode records of any format and any kind, and show every field.
 
 The header names the record kind (bertprep.formats.schemas). With --vocab,
 input_ids are shown as tokens, masked positions marked as `[token|label]`
@@ -17,7 +17,7 @@ from bertprep.tokenization import load_vocab, resolve_vocab_path
 
 
 def add_arguments(parser):
-    parser.add_argument("file", help="a TFRecord or OFRecord file (format detected)")
+    parser.add_argument("file", help="a TFRecord, OFRecord, HDF5 or Parquet file (format detected)")
     parser.add_argument("--vocab", help="vocab.txt or hub model id, to show tokens")
     parser.add_argument("-n", "--num", type=int, default=3, help="records to show (default 3)")
     parser.add_argument("--skip", type=int, default=0, help="records to skip first")

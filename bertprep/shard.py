@@ -13,7 +13,9 @@ document per worker plus a few integers per document, never the corpus:
    64-bit BLAKE2b hash of its sentences.
 2. Assign and write (parallel over shards): the test split is the
    round(fraction * documents) documents with the smallest hashes; each
-   split is balanced by "largest document first into the lightest shard";
+   split is balanced by "largest document first into the lightest shard"
+   (`--balance count`: the same, each shard taking only its equal share of
+   documents, ±1, as LDDL balances its shards);
    every shard then copies its documents from the scratch files in input
    order.
 
@@ -66,6 +68,9 @@ def add_arguments(parser):
                                          "formatted corpus; books_wiki_en_corpus combines bookcorpus and wikicorpus_en)")
     parser.add_argument("--train-shards", type=int, default=256, help="training shards (default: 256)")
     parser.add_argument("--test-shards", type=int, default=256, help="test shards (default: 256)")
+    parser.add_argument("--balance", choices=tuple(BALANCES), default="size",
+                        help="size: largest document first into the lightest shard (default); count: every shard of "
+                        "a split holds the same number of documents, ±1 (LDDL's balance), bytes balanced within that")
     parser.add_argument("--test-fraction", type=float, default=0.1, help="share of documents in the test split (default: 0.1)")
     add_engine_arguments(parser)
     add_output_arguments(parser)
@@ -199,6 +204,32 @@ def balance(sizes, shards):
     return assignment
 
 
+def balance_count(sizes, shards):
+    """Shard of each document: equal document counts (the first n % shards shards one more), and within that
+    largest first into the lightest shard that still has room (ties: lower shard index)."""
+    n = len(sizes)
+    assignment = np.empty(n, np.int64)
+    if n == 0:
+        return assignment
+    room = [n // shards + (1 if s < n % shards else 0) for s in range(shards)]
+    order = np.lexsort((np.arange(n), -sizes))
+    heap = [(0, s) for s in range(shards) if room[s]]
+    for doc in order.tolist():
+        load, shard = heap[0]
+        assignment[doc] = shard
+        room[shard] -= 1
+        if room[shard]:
+            heapq.heapreplace(heap, (load + int(sizes[doc]), shard))
+        else:
+            heapq.heappop(heap)
+    return assignment
+
+
+# --balance: how documents are spread over a split's shards, and what the manifest calls it
+BALANCES = {"size": (balance, "largest-first into lightest shard"),
+            "count": (balance_count, "equal document counts (±1), largest-first into lightest shard with room")}
+
+
 def shard_name(corpus, split, index):
     return f"{corpus}_{split}_{index}.txt"
 
@@ -253,7 +284,7 @@ def run(args):
     from bertprep.sentences import splitter_version
 
     params = {"train_shards": args.train_shards, "test_shards": args.test_shards, "test_fraction": args.test_fraction,
-              "splitter": splitter_version(), "balance": "largest-first into lightest shard", "test_choice": "smallest blake2b-64 hashes"}
+              "splitter": splitter_version(), "balance": BALANCES[args.balance][1], "test_choice": "smallest blake2b-64 hashes"}
     # The content, not path and size: an input edited in place to the same size must be sharded again.
     input_list = [{"path": p, "bytes": os.path.getsize(p), "sha256": sha256_file(p)} for p in inputs]
     with hold(out, "bertprep shard") as staging:
@@ -312,7 +343,7 @@ def _shard(args, engine, corpus, inputs, input_list, out, staging, params, progr
         count = min(requested, len(docs))
         if count < requested:
             progress.note(f"{split}: {len(docs)} document(s), so {count} shard(s) instead of {requested}")
-        assignment = balance(sizes[docs], count)
+        assignment = BALANCES[args.balance][0](sizes[docs], count)
         for shard in range(count):
             chosen = docs[assignment == shard]
             path = os.path.join(split_dir, shard_name(corpus, split, shard))

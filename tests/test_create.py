@@ -263,8 +263,8 @@ def test_bad_inputs_get_one_line_errors_and_leave_no_records(tiny_inputs):
     too_many = cli(*base, "--input", str(good), "--vocab", str(vocab), "--seq", "16", "--pred", "14")
     assert_one_line_error(too_many, 2, "--pred 14", "--seq 16")
 
-    unknown = cli(*base, "--input", str(good), "--vocab", str(vocab), "--format", "tfrecord,parquet")
-    assert_one_line_error(unknown, 2, "--format", "parquet")
+    unknown = cli(*base, "--input", str(good), "--vocab", str(vocab), "--format", "tfrecord,avro")
+    assert_one_line_error(unknown, 2, "--format", "avro")
 
     assert no_record_files(tmp)
     # and the good input works with the same flags

@@ -303,7 +303,7 @@ def test_bad_inputs_end_with_one_line(short_records, golden_dir, tmp_path, capsy
     assert "--max-per-pack must be at least 1" in one_line_error(
         capsys, ["pack", str(short_records), "--max-per-pack", "0", "--quiet"], 2)
     assert "unknown --format" in one_line_error(
-        capsys, ["pack", str(short_records), "--format", "parquet", "--quiet"], 2)
+        capsys, ["pack", str(short_records), "--format", "avro", "--quiet"], 2)
     _code, summary = run_json(capsys, "pack", short_records, "--out", tmp_path / "p", "--workers", "1")
     assert "already packed" in one_line_error(capsys, ["pack", summary["records_dir"], "--quiet"], 1)
 

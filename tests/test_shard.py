@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from bertprep.shard import balance, choose_test
+from bertprep.shard import balance, balance_count, choose_test
 from bertprep.sentences import document_sentences
 from stand_in_servers import ok, one_line_error, run_cli
 
@@ -91,6 +91,32 @@ def test_balance_and_test_choice_are_pure_functions():
     hashes = np.array([9, 3, 7, 1, 5, 3, 8, 2, 6, 4], np.uint64)
     assert np.flatnonzero(choose_test(hashes, 0.3)).tolist() == [1, 3, 7]  # hash 3 twice: position 1 wins
     assert choose_test(hashes, 0.0).sum() == 0 and choose_test(hashes[:2], 0.1).sum() == 1
+
+
+def test_balance_count_gives_equal_document_counts():
+    import numpy as np
+
+    sizes = np.array([50, 10, 40, 30, 20, 20, 60, 5], np.int64)
+    assignment = balance_count(sizes, 3)
+    # room 3/3/2; largest first into the lightest shard with room:
+    # 60->0, 50->1, 40->2, 30->2 (full), 20->1, 20->0, 10->1 (full), 5->0
+    assert assignment.tolist() == [1, 1, 2, 2, 1, 0, 0, 0]
+    assert np.bincount(assignment).tolist() == [3, 3, 2]
+    lopsided = np.array([1000] + [1] * 9, np.int64)
+    assert np.bincount(balance_count(lopsided, 4)).tolist() == [3, 3, 2, 2]
+    assert np.bincount(balance(lopsided, 4)).tolist() != [3, 3, 2, 2]  # size balance puts the giant alone
+
+
+def test_shard_balance_count_on_the_command_line(tmp_path):
+    corpus = make_corpus(tmp_path / "in", files=2, docs_per_file=101, seed=5)
+    summary = ok(run_cli("shard", "--input", corpus, "--corpus", "demo", "--out", tmp_path / "out", "--balance", "count",
+                         "--train-shards", "7", "--test-shards", "3", "--json"))
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["params"]["balance"].startswith("equal document counts")
+    for split, shards in (("training", 7), ("test", 3)):
+        counts = [e["documents"] for e in manifest["files"].values() if e["split"] == split]
+        assert len(counts) == shards and max(counts) - min(counts) <= 1, counts
+        assert sum(counts) == summary["documents"][split]
 
 
 def test_invalid_utf8_and_markup_only_documents(tmp_path):

@@ -13,8 +13,9 @@ as data; the codecs and readers here work from that description.
 
 The code lives in rooms named for what they do: `framing` (file names,
 sniffing, framed payloads, records one by one), `encode` (records made
-bytes), `batches` (batches of arrays, the C core when built) and
-`python_decoder` (the C decoder's pure-Python twin).
+bytes), `batches` (batches of arrays, the C core when built),
+`python_decoder` (the C decoder's pure-Python twin) and `columnar` (HDF5 and
+Parquet: whole files of columns, with `hdf5` and `parquet` as its codecs).
 """
 
 from bertprep.formats.batches import batch_arrays, decode_batch, read_batches
@@ -26,6 +27,7 @@ from bertprep.formats.encode import (
     write_records,
 )
 from bertprep.formats.framing import (
+    ALL_FORMATS,
     CODECS,
     FORMATS,
     decode_payload,
@@ -41,7 +43,8 @@ from bertprep.formats.framing import (
 from bertprep.formats.python_decoder import decode_batch_python, decode_bert_batch_python, decoder_features
 
 __all__ = [
-    "CODECS", "FORMATS", "batch_arrays", "decode_batch", "decode_batch_python", "decode_bert_batch_python",
+    "ALL_FORMATS", "CODECS", "FORMATS",
+    "batch_arrays", "decode_batch", "decode_batch_python", "decode_bert_batch_python",
     "decode_payload", "decoder_features", "encode_columns", "encode_instances", "encode_instances_python",
     "encode_record", "format_of_name", "frame", "iter_framed", "iter_payloads", "parse_formats", "read_batches",
     "read_records", "record_kind", "sniff_format", "write_records",

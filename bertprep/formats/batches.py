@@ -6,6 +6,7 @@ import re
 import numpy as np
 
 from bertprep.errors import DataError
+from bertprep.formats import columnar
 from bertprep.formats.framing import decode_payload, iter_framed, iter_payloads, sniff_format
 from bertprep.formats.protowire import WireError
 from bertprep.formats.python_decoder import decode_batch_python, decoder_features
@@ -32,6 +33,9 @@ def read_batches(paths, batch_size, fmt=None, drop_remainder=False, kind=None, d
         paths = [paths]
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if any((fmt or sniff_format(path)) in columnar.CODECS for path in paths):
+        yield from columnar.read_batches(paths, batch_size, drop_remainder, kind, dims)
+        return
     native = _native
     pending = []  # [(path, fmt, index of its first record in the file, payloads)], < batch_size records
     pending_count = 0

@@ -5,13 +5,14 @@ import re
 import struct
 
 from bertprep.errors import DataError, UsageError
-from bertprep.formats import ofrecord, tfrecord
+from bertprep.formats import columnar, ofrecord, tfrecord
 from bertprep.formats.crc32c import masked_crc32c
 from bertprep.formats.protowire import WireError
 from bertprep.formats.schemas import KINDS, kind_of_record
 
 CODECS = {"tfrecord": tfrecord, "ofrecord": ofrecord}
-FORMATS = tuple(CODECS)
+FORMATS = tuple(CODECS)  # framed: one record after another
+ALL_FORMATS = FORMATS + tuple(columnar.CODECS)  # and the columnar ones (HDF5, Parquet): bertprep.formats.columnar
 # What each format's files are called, so a name says its format before any byte is read.
 _TFRECORD_SUFFIXES = (".tfrecord", ".tf_record")
 _OFRECORD_NAME = re.compile(r"^(part-\d+|.*\.of_record-\d+)$")
@@ -20,10 +21,10 @@ _OFRECORD_NAME = re.compile(r"^(part-\d+|.*\.of_record-\d+)$")
 def parse_formats(value):
     """`--format tfrecord,ofrecord` as a tuple in canonical order, whatever order it listed them in."""
     fmts = tuple(f.strip() for f in value.split(",") if f.strip())
-    unknown = [f for f in fmts if f not in FORMATS]
+    unknown = [f for f in fmts if f not in ALL_FORMATS]
     if unknown or not fmts:
-        raise UsageError(f"unknown --format {','.join(unknown) or value!r} (choose from tfrecord, ofrecord)")
-    return tuple(f for f in FORMATS if f in fmts)
+        raise UsageError(f"unknown --format {','.join(unknown) or value!r} (choose from {', '.join(ALL_FORMATS)})")
+    return tuple(f for f in ALL_FORMATS if f in fmts)
 
 
 def frame(payload, fmt):
@@ -37,6 +38,8 @@ def decode_payload(payload, fmt):
 
 def format_of_name(name):
     """The format a file's name says it holds (`*.tfrecord`, `*.tf_record`; `part-<i>`, `*.of_record-<i>`), or None."""
+    if columnar.format_of_name(name):
+        return columnar.format_of_name(name)
     if name.endswith(_TFRECORD_SUFFIXES):
         return "tfrecord"
     if _OFRECORD_NAME.match(name):
@@ -55,6 +58,8 @@ def sniff_format(path):
     named = format_of_name(os.path.basename(path))
     if named is not None:
         return named
+    if columnar.sniff(path):
+        return columnar.sniff(path)
     with open(path, "rb") as f:
         head = f.read(13)
     if len(head) >= 12 and struct.unpack_from("<I", head, 8)[0] == masked_crc32c(head[:8]):
@@ -96,6 +101,9 @@ def read_records(path, fmt=None, verify=True):
     byte offset and, where it lies inside one, the feature.
     """
     fmt = fmt or sniff_format(path)
+    if fmt in columnar.CODECS:
+        yield from columnar.read_records(path, fmt)
+        return
     for index, offset, payload in iter_framed(path, fmt, verify):
         try:
             decoded = CODECS[fmt].decode(payload)
@@ -106,6 +114,8 @@ def read_records(path, fmt=None, verify=True):
 
 def record_kind(path, fmt=None):
     """The kind of the records in a file, from its first record (DataError if empty or of no known kind)."""
+    if (fmt or sniff_format(path)) in columnar.CODECS:
+        return columnar.record_kind(path, fmt or sniff_format(path))
     for index, offset, payload in iter_framed(path, fmt):
         try:
             decoded = decode_payload(payload, fmt or sniff_format(path))

@@ -35,7 +35,8 @@ def add_arguments(parser):
     parser.add_argument("--max-per-pack", type=int, default=3, metavar="K",
                         help="sequences per row at most (default 3, as MLPerf BERT)")
     parser.add_argument("--out", help="records root for <params>_packed<K>/<corpus> (default: beside <params>)")
-    parser.add_argument("--format", help="comma-separated: tfrecord, ofrecord (default: the formats of the input)")
+    parser.add_argument("--format", help="comma-separated: tfrecord, ofrecord, hdf5 (MLPerf's packed layout), parquet "
+                        "(default: the formats of the input)")
     add_engine_arguments(parser)
     add_output_arguments(parser)
 
@@ -92,7 +93,7 @@ def plan(args):
     # One task per input shard (create wrote each shard in each of its formats; any one of them will do).
     shards = {}
     for relative, entry in manifest["files"].items():
-        if not isinstance(entry, dict) or entry.get("format") not in formats.FORMATS:
+        if not isinstance(entry, dict) or entry.get("format") not in formats.ALL_FORMATS:
             raise DataError(f"{records_dir}: {MANIFEST} entry {relative!r} has no format")
         key = (entry.get("split", "training"), entry.get("source", relative))
         shards.setdefault(key, {})[entry["format"]] = (relative, entry)
@@ -102,7 +103,10 @@ def plan(args):
         in_split = sorted((key for key in shards if key[0] == split), key=lambda key: natural_key(key[1]))
         for index, key in enumerate(in_split):
             by_format = shards[key]
-            source_format = next(f for f in formats.FORMATS if f in by_format)
+            source_format = next((f for f in formats.FORMATS if f in by_format), None)
+            if source_format is None:  # the packer reads framed records
+                raise DataError(f"{records_dir}: {key[1]} has no TFRecord or OFRecord file, which pack reads; "
+                                "create with --format tfrecord too")
             relative, entry = by_format[source_format]
             source = os.path.join(records_dir, relative)
             if not os.path.isfile(source):
@@ -117,9 +121,10 @@ def plan(args):
 
 def _output_name(fmt, split, source, index):
     """create's name for a shard's file in a format the input directory does not hold."""
-    if fmt == "tfrecord":
-        return f"tfrecord/{split}/{os.path.splitext(os.path.basename(source))[0]}.tfrecord"
-    return f"ofrecord/{split}/part-{index}"
+    stem = os.path.splitext(os.path.basename(source))[0]
+    if fmt == "ofrecord":
+        return f"ofrecord/{split}/part-{index}"
+    return f"{fmt}/{split}/{stem}.{'tfrecord' if fmt == 'tfrecord' else fmt}"
 
 
 def run(args):

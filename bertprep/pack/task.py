@@ -19,6 +19,7 @@ import numpy as np
 from bertprep import formats
 from bertprep.atomic import atomic_open, staging_dir
 from bertprep.errors import DataError
+from bertprep.formats import columnar
 from bertprep.formats.schemas import PACKED, PRETRAINING
 from bertprep.pack.layout import pack_rows
 from bertprep.pack.strategy import lower_bound, pack
@@ -67,18 +68,29 @@ def pack_shard(task):
         staging = staging_dir(task.records_dir)  # the run holds the tree; .partial/ is where no reader looks
         outputs = [(fmt, relative, stack.enter_context(atomic_open(os.path.join(task.records_dir, relative),
                                                                    staging=staging)),
-                    hashlib.sha256(), [0]) for fmt, relative in task.outputs]
+                    hashlib.sha256(), [0]) for fmt, relative in task.outputs if fmt not in columnar.CODECS]
+        chunks = []  # a columnar file is written whole, from every chunk's rows
         for first in range(0, len(members), CHUNK):
             rows = _rows(task, buf, starts, sizes, members[first:first + CHUNK])
+            if len(outputs) < len(task.outputs):
+                chunks.append(rows)
             for fmt, _relative, f, digest, size in outputs:
                 data = formats.encode_columns(rows, fmt, PACKED)
                 f.write(data)
                 digest.update(data)
                 size[0] += len(data)
+    written = {relative: (fmt, size[0], digest.hexdigest()) for fmt, relative, _f, digest, size in outputs}
+    for fmt, relative in task.outputs:
+        if fmt in columnar.CODECS:
+            dims = {"seq": task.seq, "pred": task.pred, "k": task.k}
+            rows = {f.name: np.concatenate([c[f.name] for c in chunks]) if chunks
+                    else np.zeros((0, f.size(dims))) for f in PACKED.features}
+            written[relative] = (fmt, *columnar.write_columns(os.path.join(task.records_dir, relative), rows, fmt,
+                                                              PACKED, staging_dir(task.records_dir)))
     files = {relative: {"format": fmt, "split": task.split, "source": task.source,
                         "source_sha256": task.source_sha256, "settings": task.settings_key,
-                        "instances": len(members), **figures, "bytes": size[0], "sha256": digest.hexdigest()}
-             for fmt, relative, _f, digest, size in outputs}
+                        "instances": len(members), **figures, "bytes": size, "sha256": digest}
+             for relative, (fmt, size, digest) in written.items()}
     return {"source": task.source, "split": task.split, "rows": len(members), **figures, "files": files}
 
 

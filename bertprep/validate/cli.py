@@ -15,6 +15,7 @@ import json
 import os
 import sys
 
+from bertprep import formats
 from bertprep.errors import DataError, UsageError
 from bertprep.progress import human_bytes
 from bertprep.validate.dataset import (
@@ -202,8 +203,9 @@ def _tally(findings):
 def _dataset_section(result):
     stats = {}
     training = {fmt: s for (fmt, split), s in result.stats.items() if split == "training"}
-    order = {"tfrecord": 0, "ofrecord": 1, "training": 0, "train": 0, "eval": 1, "test": 2}
-    for (fmt, split), group in sorted(result.stats.items(), key=lambda item: (order[item[0][0]], order.get(item[0][1], 2))):
+    order = {"training": 0, "train": 0, "eval": 1, "test": 2}
+    for (fmt, split), group in sorted(result.stats.items(),
+                                      key=lambda item: (formats.ALL_FORMATS.index(item[0][0]), order.get(item[0][1], 2))):
         figures, warnings = group.summary(result.spec, training.get(fmt) if split == "test" else None)
         figures["_warnings"] = [f"{fmt} {split}: {message}" for _check, message in warnings]
         stats.setdefault(fmt, {})[split] = figures

@@ -31,8 +31,8 @@ def comparison_pairs(path_a, path_b):
         of = [f for f in files_a if f.fmt == "ofrecord"]
         return [("tfrecord vs ofrecord", tf, of)] if tf and of else []
     files_b = find_record_files(path_b)
-    fmts_a = sorted({f.fmt for f in files_a}, key=formats.FORMATS.index)
-    fmts_b = sorted({f.fmt for f in files_b}, key=formats.FORMATS.index)
+    fmts_a = sorted({f.fmt for f in files_a}, key=formats.ALL_FORMATS.index)
+    fmts_b = sorted({f.fmt for f in files_b}, key=formats.ALL_FORMATS.index)
     pairs = []
     for fmt in fmts_a:
         other = fmt if fmt in fmts_b else (fmts_b[0] if len(fmts_b) == 1 else None)

@@ -52,8 +52,7 @@ def find_record_files(path):
             full = os.path.join(root, name)
             if formats.format_of_name(name) is not None:
                 found.append(RecordFile(full, _sniff(full), _split_of(full)))
-    order = {"tfrecord": 0, "ofrecord": 1}
-    found.sort(key=lambda f: (order[f.fmt], SPLITS.index(f.split) if f.split in SPLITS else 2, natural_key(f.path)))
+    found.sort(key=lambda f: (formats.ALL_FORMATS.index(f.fmt), SPLITS.index(f.split) if f.split in SPLITS else 2, natural_key(f.path)))
     return found
 
 
@@ -306,7 +305,7 @@ def _check_format_counts(reports, findings):
     for report in reports:
         key = (report.fmt, report.split)
         counts[key] = counts.get(key, 0) + report.records
-    fmts = sorted({fmt for fmt, _ in counts}, key=formats.FORMATS.index)
+    fmts = sorted({fmt for fmt, _ in counts}, key=formats.ALL_FORMATS.index)
     if len(fmts) < 2:
         return
     for split in sorted({split for _, split in counts}):

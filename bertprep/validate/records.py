@@ -8,10 +8,13 @@ each a failure mask over a batch, and its statistics.
 """
 
 import dataclasses
+import os
 
 import numpy as np
 
 from bertprep import formats
+from bertprep.errors import DataError
+from bertprep.formats import columnar
 from bertprep.formats.protowire import WireError
 from bertprep.formats.schemas import kind_of_record
 from bertprep.validate import finetune, packed, pretraining
@@ -148,6 +151,8 @@ class FileReport:
 def scan_file(path, fmt, split, spec):
     """Run every record check on one file; statistics of its decodable records."""
     report = FileReport(path, fmt, split, findings=Findings(spec.max_errors))
+    if fmt in columnar.CODECS:
+        return _scan_columnar(report, spec)
     buf = map_file(path)
     report.bytes = len(buf)
     framing = walk_frames(buf, fmt) if len(buf) else Framing(np.zeros(0, np.int64), np.zeros(0, np.int64))
@@ -165,29 +170,8 @@ def scan_file(path, fmt, split, spec):
     for first in range(0, len(usable), spec.chunk):
         indices = usable[first:first + spec.chunk]
         batch, kept = _decode_chunk(buf, framing, indices, fmt, state, path, findings, bad_records)
-        if not len(kept):
-            continue
-        rules = RULES.get(state.kind.name)
-        if rules is None:
-            continue
-        if report.stats is None and rules.new_stats is not None:
-            report.stats = rules.new_stats(state.dims)
-        file_spec = dataclasses.replace(spec, kind=state.kind, dims=state.dims)
-        d = rules.derive(batch, file_spec)
-        fails = rules.failure_masks(batch, d, file_spec)
-        for check in rules.checks:
-            if check not in fails:
-                continue
-            failing = np.flatnonzero(fails[check])
-            for i in failing.tolist():
-                bad_records.add(int(kept[i]))
-                if len(findings.kept) < spec.max_errors:
-                    field, message = rules.explain(check, batch, d, i, file_spec)
-                    findings.add(Finding(check, path, int(kept[i]), field, message))
-                else:
-                    findings.add(Finding(check, path, int(kept[i])))
-        if report.stats is not None:
-            report.stats.update(batch, d, file_spec)
+        if len(kept):
+            _check_batch(batch, kept, state.kind, state.dims, spec, report, bad_records)
     for name, count in state.int64_records.items():
         findings.add(Finding("oneflow_int64", path, None, name,
                              f"int64_list in {count} records; OneFlow's BERT decoder expects int32_list (it casts)",
@@ -198,12 +182,80 @@ def scan_file(path, fmt, split, spec):
     return report
 
 
+def _check_batch(batch, kept, kind, dims, spec, report, bad_records):
+    """Run the kind's own checks over one decoded batch (records `kept` of the file); update the statistics."""
+    rules = RULES.get(kind.name)
+    if rules is None:
+        return
+    findings, path = report.findings, report.path
+    if report.stats is None and rules.new_stats is not None:
+        report.stats = rules.new_stats(dims)
+    file_spec = dataclasses.replace(spec, kind=kind, dims=dims)
+    d = rules.derive(batch, file_spec)
+    fails = rules.failure_masks(batch, d, file_spec)
+    for check in rules.checks:
+        if check not in fails:
+            continue
+        failing = np.flatnonzero(fails[check])
+        for i in failing.tolist():
+            bad_records.add(int(kept[i]))
+            if len(findings.kept) < spec.max_errors:
+                field, message = rules.explain(check, batch, d, i, file_spec)
+                findings.add(Finding(check, path, int(kept[i]), field, message))
+            else:
+                findings.add(Finding(check, path, int(kept[i])))
+    if report.stats is not None:
+        report.stats.update(batch, d, file_spec)
+
+
+def _read_columnar(path, fmt, spec):
+    """(kind, dims, columns) of an HDF5 or Parquet file, or a schema Finding: the file is read whole."""
+    try:
+        kind, dims, columns = columnar.read_columns(path, fmt)
+    except DataError as exc:
+        check = "framing" if isinstance(exc, columnar.Unreadable) else "schema"
+        return None, None, None, Finding(check, path, None, None, str(exc).removeprefix(f"{path}: "))
+    if (spec.kind is not None and spec.kind.name != kind.name) or (spec.dims is not None and spec.dims != dims):
+        return None, None, None, Finding("schema", path, None, None, f"{kind.name} records of {dims}, expected "
+                                         f"{(spec.kind or kind).name} of {spec.dims or dims}")
+    return kind, dims, columns, None
+
+
+def _scan_columnar(report, spec):
+    """scan_file for a columnar file: no framing to check; the schema as a whole file; the kind's rules by chunk."""
+    with open(report.path, "rb") as f:
+        report.bytes = os.fstat(f.fileno()).st_size
+    kind, dims, columns, problem = _read_columnar(report.path, report.fmt, spec)
+    if problem is not None:
+        report.findings.add(problem)
+        report.failed_records = 1
+        return report
+    report.records = len(columns[kind.names[0]])
+    bad_records = set()
+    for first in range(0, report.records, spec.chunk):
+        batch = {name: values[first:first + spec.chunk] for name, values in columns.items()}
+        _check_batch(batch, np.arange(first, first + len(batch[kind.names[0]])), kind, dims, spec, report,
+                     bad_records)
+    report.kind, report.dims, report.failed_records = kind.name, dims, len(bad_records)
+    return report
+
+
 def iter_batches(path, fmt, spec):
     """Yield (record indices, batch, findings) over a file in order, `spec.chunk` records at a time.
 
     findings are the framing and schema failures among those records (they
     are left out of the batch); a framing error comes last and ends the file.
     """
+    if fmt in columnar.CODECS:
+        kind, _dims, columns, problem = _read_columnar(path, fmt, spec)
+        if problem is not None:
+            yield np.zeros(0, np.int64), {}, [problem]
+            return
+        count = len(columns[kind.names[0]])
+        for first in range(0, count, spec.chunk):
+            batch = {name: values[first:first + spec.chunk] for name, values in columns.items()}
+            yield np.arange(first, min(first + spec.chunk, count)), batch, []
+        return
     buf = map_file(path)
     framing = walk_frames(buf, fmt) if len(buf) else Framing(np.zeros(0, np.int64), np.zeros(0, np.int64))
     state = _FileState(spec)

@@ -1,0 +1,18 @@
+"""What the columnar codecs share and need before `columnar` is loaded: their optional libraries, and the error
+for bytes that cannot be read."""
+
+import importlib
+
+from bertprep.errors import DataError, UsageError
+
+
+class Unreadable(DataError):
+    """A columnar file whose bytes cannot be read (truncated, a checksum that fails): its framing, not its schema."""
+
+
+def require(fmt, module):
+    """`module` imported, or a UsageError naming the extra that installs it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise UsageError(f"{fmt} records need {module.split('.')[0]}: pip install 'bertprep[columnar]'") from None

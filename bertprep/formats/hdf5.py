@@ -1,0 +1,143 @@
+"""HDF5 record files: NVIDIA's PyTorch BERT layout (and MLPerf's packed one), written with h5py.
+
+NVIDIA's `pretraining_dataset` (DeepLearningExamples PyTorch/LanguageModeling/
+BERT run_pretraining.py) opens one `.hdf5` per shard and reads six datasets
+by name: input_ids, input_mask, segment_ids, masked_lm_positions,
+masked_lm_ids as (N, length) arrays and next_sentence_labels as (N,); its
+data scripts store them gzip-compressed as i4, i1, i1, i4, i4, i1. There is
+no masked_lm_weights: the reader finds the padding of the predictions as the
+first masked_lm_positions of 0 ([CLS] is never masked). MLPerf's packed
+files (training_results, bert/pytorch pack_pretraining_data_pytorch.py) add
+positions, next_sentence_positions and next_sentence_weights and likewise
+leave out masked_lm_weights (the sequence index of each prediction: the
+input_mask at its position, 0 where masked_lm_ids is 0).
+
+Other kinds keep every feature, integers as i4, floats as f4. A feature of
+length 1 is stored as (N,), as NVIDIA stores next_sentence_labels. A weight
+left out is derived again on reading, and a writer refuses records whose
+weights would not derive back: the file always holds exactly the values.
+Each chunk carries a Fletcher-32 checksum that h5py checks on reading (any
+h5py reader, NVIDIA's included, reads such files as it reads others). Bytes
+are deterministic: no timestamps (track_times=False), a fixed libver,
+chunking from the shape alone.
+"""
+
+import io
+
+import numpy as np
+
+from bertprep.errors import DataError
+from bertprep.formats.columnar_io import Unreadable, require
+from bertprep.formats.schemas import FLOAT, KINDS, PACKED, PRETRAINING
+
+SUFFIX = ".hdf5"
+LIBRARY = "h5py"
+MAGIC = b"\x89HDF\r\n\x1a\n"
+LIBVER = ("earliest", "v110")
+
+
+def _pretraining_weights(columns):
+    return (columns["masked_lm_positions"] != 0).astype(np.float32)
+
+
+def _packed_weights(columns):
+    positions = columns["masked_lm_positions"].astype(np.int64)
+    sequence = np.take_along_axis(columns["input_mask"], positions, axis=1)
+    return np.where(columns["masked_lm_ids"] != 0, sequence, 0).astype(np.float32)
+
+
+# kind name -> {feature: HDF5 dtype} where it differs from i4/f4, and {feature left out: how to derive it}.
+DTYPES = {
+    PRETRAINING.name: {"input_mask": "i1", "segment_ids": "i1", "next_sentence_labels": "i1"},
+    PACKED.name: {"segment_ids": "i1", "next_sentence_labels": "i1", "next_sentence_weights": "i4"},
+}
+DERIVED = {
+    PRETRAINING.name: {"masked_lm_weights": _pretraining_weights},
+    PACKED.name: {"masked_lm_weights": _packed_weights},
+}
+
+
+def stored_dtype(kind, feature):
+    return DTYPES.get(kind.name, {}).get(feature.name, "f4" if feature.dtype == FLOAT else "i4")
+
+
+def stored_features(kind):
+    derived = DERIVED.get(kind.name, {})
+    return [f for f in kind.features if f.name not in derived]
+
+
+def encode(columns, kind):
+    """The bytes of one HDF5 file holding `columns` ({name: (N, length)}) of `kind`."""
+    h5py = require("hdf5", LIBRARY)
+
+    for name, derive in DERIVED.get(kind.name, {}).items():
+        if not np.array_equal(derive(columns), np.asarray(columns[name], np.float32)):
+            raise DataError(f"{name} of these {kind.name} records does not follow from the other features, "
+                            "so NVIDIA's HDF5 layout (which leaves it out) cannot hold them")
+    buffer = io.BytesIO()
+    with h5py.File(buffer, "w", libver=LIBVER) as f:
+        for feature in stored_features(kind):
+            dtype = np.dtype(stored_dtype(kind, feature))
+            values = np.asarray(columns[feature.name])
+            if feature.length == "1":
+                values = values.reshape(len(values))
+            if dtype.kind == "i" and values.size:
+                info = np.iinfo(dtype)
+                if values.min() < info.min or values.max() > info.max:
+                    raise DataError(f"{feature.name}: values {values.min()}..{values.max()} do not fit "
+                                    f"{dtype.name}, the HDF5 layout's dtype for it")
+            # fletcher32: a checksum per chunk, verified by h5py on every read (TFRecord's CRCs, for HDF5)
+            f.create_dataset(feature.name, data=values.astype(dtype), dtype=dtype, compression="gzip",
+                             fletcher32=True, track_times=False)
+    return buffer.getvalue()
+
+
+def _kind_of(path, datasets):
+    """The kind whose stored features are the file's datasets; float-or-not tells GLUE's two kinds apart."""
+    names = set(datasets)
+    matches = [kind for kind in KINDS.values() if {f.name for f in stored_features(kind)} == names]
+    if len(matches) > 1:
+        matches = [kind for kind in matches
+                   if all((datasets[f.name].dtype.kind == "f") == (stored_dtype(kind, f) == "f4")
+                          for f in stored_features(kind))]
+    if len(matches) != 1:
+        raise DataError(f"{path}: HDF5 datasets {', '.join(sorted(names)) or '(none)'} match no record kind's "
+                        f"layout (NVIDIA's pretraining files hold {', '.join(f.name for f in stored_features(PRETRAINING))})")
+    return matches[0]
+
+
+def decode(path):
+    """(kind, {name: array}) of an HDF5 record file, the left-out weights derived again."""
+    h5py = require("hdf5", LIBRARY)
+
+    try:
+        f = h5py.File(path, "r")
+    except (OSError, ValueError) as exc:
+        raise Unreadable(f"{path}: not a readable HDF5 file ({str(exc).splitlines()[0]})") from None
+    try:
+        with f:
+            datasets = {name: f[name] for name in f.keys() if isinstance(f[name], h5py.Dataset)}
+            kind = _kind_of(path, datasets)
+            stored = {}
+            for feature in stored_features(kind):
+                data = datasets[feature.name]
+                expected = "f" if stored_dtype(kind, feature) == "f4" else "iu"
+                if data.dtype.kind not in expected:
+                    raise DataError(f"{path}: dataset {feature.name} holds {data.dtype}, expected "
+                                    f"{'floats' if expected == 'f' else 'integers'} ({stored_dtype(kind, feature)})")
+                if data.ndim not in (1, 2):
+                    raise DataError(f"{path}: dataset {feature.name} has shape {data.shape}, expected (N, length)")
+                try:
+                    stored[feature.name] = data[()]
+                except (OSError, ValueError) as exc:
+                    raise Unreadable(f"{path}: dataset {feature.name} cannot be read "
+                                    f"({str(exc).splitlines()[0]})") from None
+    except OSError as exc:
+        raise Unreadable(f"{path}: damaged HDF5 file ({str(exc).splitlines()[0]})") from None
+    for feature in stored_features(kind):
+        values = stored[feature.name]
+        stored[feature.name] = values.reshape(len(values), -1).astype(
+            np.float32 if feature.dtype == FLOAT else np.int32)
+    for name, derive in DERIVED.get(kind.name, {}).items():
+        stored[name] = derive(stored)
+    return kind, stored

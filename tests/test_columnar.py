@@ -1,0 +1,243 @@
+"""HDF5 and Parquet records: the TFRecord's exact values on every golden, NVIDIA's layout, `datasets`, bad input."""
+
+import io
+import json
+import shutil
+
+import h5py
+import numpy as np
+import pytest
+
+from bertprep import formats, hf
+from bertprep.cli import main
+from bertprep.formats import columnar
+from tests.test_create import GOLDEN, golden_argv, only_records_dir
+
+ALL = "tfrecord,ofrecord,hdf5,parquet"
+
+
+@pytest.fixture(scope="session", params=sorted(GOLDEN))
+def golden_records(request, golden_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp(f"columnar_{request.param}")
+    assert main(golden_argv(golden_dir, out, request.param, "--format", ALL, "--workers", "1")) == 0
+    return only_records_dir(out)
+
+
+def whole(path):
+    return next(formats.read_batches([path], 1 << 20))
+
+
+@pytest.mark.parametrize("fmt", ["hdf5", "parquet", "ofrecord"])
+def test_every_format_holds_the_tfrecord_values(golden_records, fmt):
+    reference = whole(golden_records / "tfrecord/training/corpus.tfrecord")
+    path = next((golden_records / fmt / "training").iterdir())
+    assert formats.sniff_format(path) == fmt and formats.record_kind(path).name == "pretraining"
+    got = whole(path)
+    assert list(got) == list(reference)
+    for name, values in reference.items():
+        np.testing.assert_array_equal(got[name], values, err_msg=name)
+    records = list(formats.read_records(path))
+    assert len(records) == len(reference["input_ids"])
+    np.testing.assert_array_equal(records[-1]["masked_lm_weights"], reference["masked_lm_weights"][-1])
+
+
+def test_hdf5_is_the_layout_nvidias_pretraining_dataset_reads(golden_records):
+    """Six datasets by name, NVIDIA's dtypes and shapes; the predictions' padding starts at the first position 0."""
+    reference = whole(golden_records / "tfrecord/training/corpus.tfrecord")
+    with h5py.File(golden_records / "hdf5/training/corpus.hdf5", "r") as f:
+        assert sorted(f.keys()) == sorted(["input_ids", "input_mask", "segment_ids", "masked_lm_positions",
+                                           "masked_lm_ids", "next_sentence_labels"])
+        dtypes = {name: f[name].dtype.str for name in f.keys()}
+        assert dtypes == {"input_ids": "<i4", "input_mask": "|i1", "segment_ids": "|i1", "masked_lm_positions": "<i4",
+                          "masked_lm_ids": "<i4", "next_sentence_labels": "|i1"}
+        count = len(reference["input_ids"])
+        assert f["next_sentence_labels"].shape == (count,)
+        assert f["input_ids"].shape == reference["input_ids"].shape
+        positions = f["masked_lm_positions"][()]
+    padding = np.argmax(np.concatenate([positions, np.zeros((count, 1), np.int32)], axis=1) == 0, axis=1)
+    np.testing.assert_array_equal(padding, reference["masked_lm_weights"].sum(axis=1).astype(int))
+
+
+def test_nvidias_reader_logic_recovers_the_tfrecord_labels(golden_records):
+    """What NVIDIA's PyTorch `pretraining_dataset.__getitem__` does with a record, in torch: int64 tensors of the
+    six datasets, labels -1 everywhere but at masked_lm_positions up to the first position 0."""
+    import torch
+
+    reference = whole(golden_records / "tfrecord/training/corpus.tfrecord")
+    with h5py.File(golden_records / "hdf5/training/corpus.hdf5", "r") as f:
+        names = ["input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
+                 "next_sentence_labels"]
+        inputs = [np.asarray(f[name][:]) for name in names]
+    pred = inputs[3].shape[1]
+    for i in range(0, len(inputs[0]), 7):
+        ids, mask, segments, positions, labels, nsp = (torch.from_numpy(np.asarray(x[i]).astype(np.int64))
+                                                       for x in inputs)
+        zeros = (positions == 0).nonzero()
+        count = zeros[0].item() if len(zeros) else pred
+        mlm_labels = torch.full(ids.shape, -1, dtype=torch.long)
+        mlm_labels[positions[:count]] = labels[:count]
+        expected = np.full(ids.shape, -1)
+        real = reference["masked_lm_weights"][i] > 0
+        expected[reference["masked_lm_positions"][i][real]] = reference["masked_lm_ids"][i][real]
+        np.testing.assert_array_equal(mlm_labels.numpy(), expected)
+        for got, name in ((ids, "input_ids"), (mask, "input_mask"), (segments, "segment_ids")):
+            np.testing.assert_array_equal(got.numpy(), reference[name][i])
+        assert nsp.item() == reference["next_sentence_labels"][i, 0]
+
+
+def test_parquet_reads_with_pyarrow_alone_and_with_datasets(golden_records, tmp_path):
+    import datasets
+    import pyarrow.parquet as pq
+
+    reference = whole(golden_records / "tfrecord/training/corpus.tfrecord")
+    path = golden_records / "parquet/training/corpus.parquet"
+    table = pq.read_table(path)
+    assert table.column_names == list(reference)
+    np.testing.assert_array_equal(np.array(table.column("input_ids").to_pylist()), reference["input_ids"])
+    loaded = datasets.load_dataset("parquet", data_files=[str(path)], split="train", cache_dir=str(tmp_path))
+    np.testing.assert_array_equal(loaded.with_format("numpy")[:]["masked_lm_weights"], reference["masked_lm_weights"])
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "hdf5", "tfrecord"])
+def test_hf_load_gives_the_same_rows_from_any_format(golden_records, fmt, tmp_path):
+    reference = whole(golden_records / "tfrecord/training/corpus.tfrecord")
+    only = tmp_path / "only"
+    shutil.copytree(golden_records / fmt, only / fmt)
+    (only / "manifest.json").write_text((golden_records / "manifest.json").read_text())
+    splits = hf.load(str(only), cache_dir=str(tmp_path / "cache"))
+    assert list(splits) == ["train"]
+    assert "pretraining" in splits["train"].info.description and "dupe_factor" in splits["train"].info.description
+    rows = splits["train"].with_format("numpy")[:]
+    for name, values in reference.items():
+        np.testing.assert_array_equal(rows[name].reshape(values.shape), values, err_msg=name)
+
+
+def test_same_bytes_for_any_worker_count(golden_dir, tmp_path):
+    from tests.test_create import write_shards
+
+    shards = write_shards(golden_dir / "corpus.txt", tmp_path / "golden", 3)
+    runs = []
+    for workers in (1, 2):
+        out = tmp_path / f"w{workers}"
+        argv = ["create", "--input", str(shards), "--vocab", str(golden_dir / "vocab.txt"), "--out", str(out),
+                "--format", "hdf5,parquet", "--workers", str(workers), "--quiet", "--dupe-factor", "1"]
+        assert main(argv) == 0
+        runs.append({str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*.*"))
+                     if p.suffix in (".hdf5", ".parquet")})
+    assert len(runs[0]) == 6 and runs[0] == runs[1]
+
+
+def test_validate_and_inspect_know_columnar_files(golden_records, capsys):
+    assert main(["validate", str(golden_records), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["sound"] and report["errors_total"] == 0, report["findings"]
+    assert sorted(report["datasets"][0]["stats"]) == ["hdf5", "ofrecord", "parquet", "tfrecord"]
+    assert main(["inspect", str(golden_records / "hdf5/training/corpus.hdf5"), "-n", "1", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    reference = next(formats.read_records(golden_records / "tfrecord/training/corpus.tfrecord"))
+    assert shown["masked_lm_weights"] == reference["masked_lm_weights"].tolist()
+
+
+def _one_line(capsys, argv):
+    assert main(argv) == 1
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def test_bad_columnar_files_give_one_line_errors(golden_records, tmp_path, capsys):
+    good = (golden_records / "hdf5/training/corpus.hdf5").read_bytes()
+    truncated = tmp_path / "truncated.hdf5"
+    truncated.write_bytes(good[:len(good) // 2])
+    assert "truncated.hdf5: not a readable HDF5 file" in _one_line(capsys, ["inspect", str(truncated)])
+    with h5py.File(golden_records / "hdf5/training/corpus.hdf5", "r") as f:  # one bit in input_ids' first chunk
+        chunk = f["input_ids"].id.get_chunk_info(0)
+    flipped = bytearray(good)
+    flipped[chunk.byte_offset + chunk.size // 2] ^= 1
+    (tmp_path / "flipped.hdf5").write_bytes(bytes(flipped))
+    assert "flipped.hdf5: dataset input_ids cannot be read" in _one_line(
+        capsys, ["inspect", str(tmp_path / "flipped.hdf5")])
+    foreign = tmp_path / "foreign.hdf5"
+    with h5py.File(foreign, "w") as f:
+        f.create_dataset("images", data=np.zeros((2, 3)))
+    assert "foreign.hdf5: HDF5 datasets images match no record kind" in _one_line(capsys, ["inspect", str(foreign)])
+    wrong_dtype = tmp_path / "wrong.hdf5"
+    with h5py.File(golden_records / "hdf5/training/corpus.hdf5", "r") as src, h5py.File(wrong_dtype, "w") as f:
+        for name in src:
+            data = src[name][()]
+            f.create_dataset(name, data=data.astype(np.float32) if name == "input_ids" else data)
+    assert "dataset input_ids holds float32, expected integers" in _one_line(capsys, ["inspect", str(wrong_dtype)])
+    import pyarrow.parquet as pq
+
+    column = pq.ParquetFile(golden_records / "parquet/training/corpus.parquet").metadata.row_group(0).column(0)
+    flipped = bytearray((golden_records / "parquet/training/corpus.parquet").read_bytes())
+    flipped[column.data_page_offset + column.total_compressed_size // 2] ^= 1
+    (tmp_path / "flipped.parquet").write_bytes(bytes(flipped))
+    assert "CRC checksum verification failed" in _one_line(capsys, ["inspect", str(tmp_path / "flipped.parquet")])
+    assert main(["validate", str(tmp_path / "flipped.parquet"), "--json"]) == 1
+    (finding,) = json.loads(capsys.readouterr().out)["findings"]
+    assert finding["check"] == "framing" and "CRC checksum verification failed" in finding["message"]
+    not_parquet = tmp_path / "x.parquet"
+    not_parquet.write_bytes(b"PAR1 but nothing more")
+    assert "x.parquet: not a readable Parquet file" in _one_line(capsys, ["inspect", str(not_parquet)])
+
+
+def test_hdf5_refuses_weights_it_could_not_derive_back():
+    from bertprep.errors import DataError
+    from bertprep.formats.schemas import PRETRAINING
+
+    columns = {f.name: np.zeros((1, 4 if f.length == "seq" else 2 if f.length == "pred" else 1))
+               for f in PRETRAINING.features}
+    columns["masked_lm_weights"][0, 0] = 1.0  # a weight on position 0, which NVIDIA's layout reads as padding
+    with pytest.raises(DataError, match="masked_lm_weights"):
+        columnar.encode(columns, "hdf5", PRETRAINING)
+    assert io.BytesIO(columnar.encode({**columns, "masked_lm_weights": np.zeros((1, 2))}, "parquet", PRETRAINING))
+
+
+def test_pack_writes_mlperfs_packed_hdf5_and_parquet_with_the_tfrecord_values(golden_records, tmp_path):
+    assert main(["pack", str(golden_records), "--out", str(tmp_path), "--format", "tfrecord,hdf5,parquet",
+                 "--quiet", "--workers", "1"]) == 0
+    packed = only_records_dir(tmp_path)
+    reference = whole(packed / "tfrecord/training/corpus.tfrecord")
+    with h5py.File(packed / "hdf5/training/corpus.hdf5", "r") as f:  # MLPerf's names; masked_lm_weights derived
+        assert sorted(f.keys()) == sorted(["input_ids", "input_mask", "segment_ids", "positions", "masked_lm_positions",
+                                           "masked_lm_ids", "next_sentence_positions", "next_sentence_labels",
+                                           "next_sentence_weights"])
+    for fmt in ("hdf5", "parquet"):
+        got = whole(next((packed / fmt / "training").iterdir()))
+        for name, values in reference.items():
+            np.testing.assert_array_equal(got[name], values, err_msg=f"{fmt} {name}")
+
+
+def test_convert_to_and_from_columnar_gives_create_s_own_bytes(golden_records, tmp_path):
+    """TFRecord -> HDF5 -> Parquet -> OFRecord -> TFRecord, each step byte-identical to what create wrote."""
+    steps = [("tfrecord/training/corpus.tfrecord", "hdf5", "hdf5/training/corpus.hdf5"),
+             ("hdf5/training/corpus.hdf5", "parquet", "parquet/training/corpus.parquet"),
+             ("parquet/training/corpus.parquet", "ofrecord", "ofrecord/training/part-0"),
+             ("ofrecord/training/part-0", "tfrecord", "tfrecord/training/corpus.tfrecord")]
+    source = golden_records / steps[0][0]
+    for index, (_src, fmt, expected) in enumerate(steps):
+        out = tmp_path / f"step{index}"
+        assert main(["convert", str(source), str(out), "--to", fmt, "--quiet"]) == 0
+        assert out.read_bytes() == (golden_records / expected).read_bytes(), expected
+        source = out
+
+
+def test_hf_load_names_the_splits_train_and_test(golden_dir, tmp_path):
+    assert main(["shard", "--input", str(golden_dir / "corpus.txt"), "--out", str(tmp_path / "s"), "--corpus", "g",
+                 "--train-shards", "2", "--test-shards", "1", "--test-fraction", "0.2", "--quiet"]) == 0
+    assert main(["create", "--input", str(tmp_path / "s"), "--vocab", str(golden_dir / "vocab.txt"), "--out",
+                 str(tmp_path / "r"), "--format", "hdf5", "--dupe-factor", "1", "--quiet"]) == 0
+    records = only_records_dir(tmp_path / "r")
+    splits = hf.load(str(records), cache_dir=str(tmp_path / "cache"))
+    assert sorted(splits) == ["test", "train"]
+    for split, directory in (("train", "training"), ("test", "test")):
+        count = sum(len(b["input_ids"]) for b in formats.read_batches(sorted((records / "hdf5" / directory).iterdir()), 64))
+        assert splits[split].num_rows == count > 0
+
+
+def test_a_missing_library_is_one_usage_line(monkeypatch, tmp_path, capsys):
+    monkeypatch.setitem(__import__("sys").modules, "h5py", None)  # as when the columnar extra is not installed
+    assert main(["create", "--out", str(tmp_path), "--format", "tfrecord,hdf5", "--quiet"]) == 2
+    assert capsys.readouterr().err.strip() == "bertprep create: error: hdf5 records need h5py: pip install 'bertprep[columnar]'"
+    assert not any(tmp_path.iterdir())
