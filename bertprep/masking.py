@@ -1,0 +1,241 @@
+"""Dynamic masking: the masks of unmasked instances, drawn at load time from a key, not from a stream.
+
+Records of the `unmasked` kind (`bertprep create --masking dynamic`) hold
+[CLS] A [SEP] B [SEP] without masks. A loader masks each instance when it
+reads it, with random numbers that are a pure function of (seed, epoch,
+global instance index, position): a counter-based generator (SplitMix64's
+finalizer over the key, the idea of Philox without its rounds), so an
+instance gets the same mask in epoch e whatever the number of workers,
+ranks or restarts, and a new one in epoch e + 1.
+
+The rules are the reference's (create_masked_lm_predictions): candidates are
+every token but [CLS] and [SEP] (a whole word with --whole-word-mask: a
+token and the "##" pieces after it), taken in a random order until
+num_to_predict = min(max_pred, max(1, round(len * masked_lm_prob))) are
+masked, a whole word that would overflow the budget skipped; each masked
+token becomes [MASK] 80% of the time, stays 10%, becomes a random vocab word
+10%. The order is by a random key per candidate (the key of its first token)
+instead of a shuffle, which draws the same uniform permutation.
+
+`mask_batch` is the vectorised implementation the loaders use;
+`mask_instance` its plain-Python twin, one instance at a time, which the
+tests hold it to exactly.
+"""
+
+import dataclasses
+import os
+
+import numpy as np
+
+from bertprep.errors import DataError
+
+_MASK64 = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15
+# Streams of the per-position random numbers.
+ORDER, MASK_OR_NOT, KEEP_OR_RANDOM, RANDOM_WORD = range(4)
+
+
+# ---------------------------------------------------------------- the plain-Python twin
+
+
+def _mix(x):
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9 & _MASK64
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EB & _MASK64
+    return x ^ (x >> 31)
+
+
+def instance_key(seed, epoch, index):
+    """The 64-bit key of one instance in one epoch."""
+    key = _mix((seed & _MASK64) ^ _GOLDEN)
+    key = _mix((key + (epoch & _MASK64) * _GOLDEN) & _MASK64)
+    return _mix((key + (index & _MASK64) * _GOLDEN) & _MASK64)
+
+
+def uniform(key, position, stream):
+    """The uniform number in [0, 1) of stream `stream` at `position` of the instance keyed `key`."""
+    return (_mix((key + (position * 4 + stream + 1) * _GOLDEN) & _MASK64) >> 11) * 2.0 ** -53
+
+
+def num_to_predict(length, max_predictions, masked_lm_prob):
+    """The reference's budget: Python 3's round() (half to even) of length * prob, at least 1."""
+    return min(max_predictions, max(1, int(round(length * masked_lm_prob))))
+
+
+def mask_instance(tokens, key, max_predictions, masked_lm_prob, vocab, whole_word=False):
+    """(masked tokens, positions ascending, labels) of one unpadded instance (a list of ids).
+
+    `vocab` is a bertprep.instances.MaskingVocab (special ids, vocab_words ids, "##" flags).
+    """
+    candidates = []
+    for index, token in enumerate(tokens):
+        if token in (vocab.cls_id, vocab.sep_id):
+            continue
+        if whole_word and candidates and vocab.is_subword[token]:
+            candidates[-1].append(index)
+        else:
+            candidates.append([index])
+    candidates.sort(key=lambda word: (uniform(key, word[0], ORDER), word[0]))
+    budget = num_to_predict(len(tokens), max_predictions, masked_lm_prob)
+    output = list(tokens)
+    positions = []
+    for word in candidates:
+        if len(positions) >= budget:
+            break
+        if len(positions) + len(word) > budget:
+            continue
+        for index in word:
+            if uniform(key, index, MASK_OR_NOT) < 0.8:
+                output[index] = vocab.mask_id
+            elif uniform(key, index, KEEP_OR_RANDOM) >= 0.5:
+                words = vocab.word_ids
+                output[index] = int(words[int(uniform(key, index, RANDOM_WORD) * len(words))])
+            positions.append(index)
+    positions.sort()
+    return output, positions, [tokens[p] for p in positions]
+
+
+# ---------------------------------------------------------------- the vectorised implementation
+
+
+def _mix_np(x):
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def instance_keys(seed, epochs, indices):
+    """instance_key for arrays of epochs and indices (uint64, wrapping as the twin's & 2**64 - 1)."""
+    golden = np.uint64(_GOLDEN)
+    with np.errstate(over="ignore"):
+        key = np.full(np.shape(indices), _mix((seed & _MASK64) ^ _GOLDEN), np.uint64)
+        key = _mix_np(key + np.asarray(epochs, np.int64).astype(np.uint64) * golden)
+        return _mix_np(key + np.asarray(indices, np.int64).astype(np.uint64) * golden)
+
+
+def _uniforms(keys, seq, stream):
+    """uniform(key, position, stream) for every key (N,) and position < seq: (N, seq) float64."""
+    counters = (np.arange(seq, dtype=np.uint64) * np.uint64(4) + np.uint64(stream + 1)) * np.uint64(_GOLDEN)
+    with np.errstate(over="ignore"):
+        bits = _mix_np(keys[:, None] + counters[None, :])
+    return (bits >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
+
+
+def mask_batch(input_ids, input_mask, keys, max_predictions, masked_lm_prob, vocab, whole_word=False):
+    """The pretraining features of a batch of unmasked instances, masked by their `keys` (N,) uint64.
+
+    input_ids, input_mask: (N, seq) padded as written. Returns {input_ids,
+    masked_lm_positions, masked_lm_ids, masked_lm_weights}: (N, seq) and
+    (N, max_predictions), int64 and float32, the same values mask_instance gives.
+    """
+    tokens = np.asarray(input_ids, np.int64)
+    count, seq = tokens.shape
+    lengths = (np.asarray(input_mask) != 0).sum(axis=1)
+    real = np.arange(seq)[None, :] < lengths[:, None]
+    candidate = real & (tokens != vocab.cls_id) & (tokens != vocab.sep_id)
+    if whole_word:
+        subword = np.asarray(vocab.is_subword, bool)[np.clip(tokens, 0, len(vocab.is_subword) - 1)]
+        # A "##" piece continues the word before it when that is a candidate too (the twin's candidates[-1]).
+        starts = candidate & ~(subword & np.concatenate([np.zeros((count, 1), bool), _has_candidate_before(candidate)], 1)[:, :seq])
+    else:
+        starts = candidate
+    word_of = np.maximum.accumulate(np.where(starts, np.arange(seq)[None, :], -1), axis=1)  # each token's word start
+    order_keys = np.where(starts, _uniforms(keys, seq, ORDER), np.inf)
+    word_order = np.lexsort((np.broadcast_to(np.arange(seq), (count, seq)), order_keys), axis=1)  # by key, then position
+    word_length = np.zeros((count, seq), np.int64)
+    rows = np.repeat(np.arange(count), seq).reshape(count, seq)
+    np.add.at(word_length, (rows[candidate], word_of[candidate]), 1)
+    budget = np.minimum(max_predictions, np.maximum(1, _round_half_even(lengths * masked_lm_prob)))
+    sorted_lengths = np.take_along_axis(np.where(starts, word_length, 0), word_order, axis=1)
+    if whole_word:  # greedy with skips: a word joins when it still fits the budget
+        taken_words = np.zeros((count, seq), bool)
+        used = np.zeros(count, np.int64)
+        for rank in range(seq):
+            size = sorted_lengths[:, rank]
+            fits = (size > 0) & (used < budget) & (used + size <= budget)
+            taken_words[:, rank] = fits
+            used += np.where(fits, size, 0)
+    else:
+        taken_words = (sorted_lengths > 0) & (np.arange(seq)[None, :] < budget[:, None])
+    chosen_start = np.zeros((count, seq), bool)
+    np.put_along_axis(chosen_start, word_order, taken_words, axis=1)
+    masked = candidate & np.take_along_axis(chosen_start, np.maximum(word_of, 0), axis=1)
+    replace_mask = _uniforms(keys, seq, MASK_OR_NOT) < 0.8
+    random_word = ~replace_mask & (_uniforms(keys, seq, KEEP_OR_RANDOM) >= 0.5)
+    words = np.asarray(vocab.word_ids, np.int64)
+    drawn = words[(_uniforms(keys, seq, RANDOM_WORD) * len(words)).astype(np.int64)]
+    output = np.where(masked & replace_mask, vocab.mask_id, np.where(masked & random_word, drawn, tokens))
+    positions = np.zeros((count, max_predictions), np.int64)
+    labels = np.zeros((count, max_predictions), np.int64)
+    weights = np.zeros((count, max_predictions), np.float32)
+    row, column = np.nonzero(masked)  # row-major: positions ascending within a row
+    slot = np.arange(len(row)) - np.searchsorted(row, row)
+    positions[row, slot] = column
+    labels[row, slot] = tokens[row, column]
+    weights[row, slot] = 1.0
+    return {"input_ids": output, "masked_lm_positions": positions, "masked_lm_ids": labels,
+            "masked_lm_weights": weights}
+
+
+def _has_candidate_before(candidate):
+    """(N, seq): some earlier position of the row is a candidate."""
+    return np.maximum.accumulate(candidate, axis=1)
+
+
+def _round_half_even(values):
+    return np.round(values).astype(np.int64)  # NumPy rounds half to even, as Python 3's round()
+
+
+# ---------------------------------------------------------------- a records directory's masking
+
+
+@dataclasses.dataclass(frozen=True)
+class DynamicMasking:
+    """How the loaders mask a directory of unmasked records: its manifest's parameters and vocab."""
+
+    seed: int
+    max_predictions: int
+    masked_lm_prob: float
+    whole_word: bool
+    vocab: object  # bertprep.instances.MaskingVocab
+
+    @classmethod
+    def from_manifest(cls, manifest, where, vocab_path=None):
+        """From a `create --masking dynamic` manifest; the vocab from `vocab_path`, else the one it names."""
+        from bertprep.instances import MaskingVocab
+        from bertprep.tokenization import load_vocab
+
+        params = manifest.get("params") or {}
+        missing = [key for key in ("seed", "max_predictions_per_seq", "masked_lm_prob") if key not in params]
+        vocab_path = vocab_path or (manifest.get("vocab") or {}).get("path")
+        if missing or not vocab_path:
+            raise DataError(f"{where}: an unmasked dataset's manifest must name {', '.join(missing or ['its vocab'])} "
+                            "(rerun `bertprep create --masking dynamic`)")
+        if not os.path.isfile(vocab_path):
+            raise DataError(f"{where}: names the vocab {vocab_path}, which is not there: give the vocab.txt it was "
+                            "made with (--vocab)")
+        return cls(seed=int(params["seed"]), max_predictions=int(params["max_predictions_per_seq"]),
+                   masked_lm_prob=float(params["masked_lm_prob"]), whole_word=bool(params.get("whole_word_mask")),
+                   vocab=MaskingVocab.from_vocab(load_vocab(vocab_path)))
+
+    def apply(self, batch, epochs, indices):
+        """A batch of the unmasked kind ({name: (N, ...)}) as pretraining features, masked for `epochs`/`indices`."""
+        keys = instance_keys(self.seed, np.broadcast_to(epochs, np.shape(indices)), indices)
+        masked = mask_batch(batch["input_ids"], batch["input_mask"], keys, self.max_predictions,
+                            self.masked_lm_prob, self.vocab, self.whole_word)
+        dtype = np.asarray(batch["input_ids"]).dtype
+        return {
+            "input_ids": masked["input_ids"].astype(dtype, copy=False),
+            "input_mask": batch["input_mask"],
+            "segment_ids": batch["segment_ids"],
+            "masked_lm_positions": masked["masked_lm_positions"].astype(dtype, copy=False),
+            "masked_lm_ids": masked["masked_lm_ids"].astype(dtype, copy=False),
+            "masked_lm_weights": masked["masked_lm_weights"],
+            "next_sentence_labels": batch["next_sentence_labels"],
+        }
+
+
+def first_instances(manifest, corpus_dir):
+    """{normalised file path: global index of its first instance} from a manifest's `first_instance` entries."""
+    return {os.path.normpath(os.path.join(corpus_dir, relative)): int(entry["first_instance"])
+            for relative, entry in (manifest.get("files") or {}).items()
+            if isinstance(entry, dict) and "first_instance" in entry}
