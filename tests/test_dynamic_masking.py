@@ -198,3 +198,33 @@ def test_trainer_trains_on_unmasked_records(dynamic_dir, tmp_path):
                  "--steps", "2", "--batch-size", "4", "--log-every", "1", "--log-json", str(log), "--quiet"]) == 0
     events = [json.loads(line) for line in log.read_text().splitlines()]
     assert events[-1]["steps"] == 2 and all(np.isfinite(e["loss"]) for e in events if "loss" in e)
+
+
+def test_inspect_shows_the_mask_of_an_epoch_as_the_loader_draws_it(dynamic_dir, capsys):
+    import json
+
+    from bertprep.torch import BertRecords
+
+    path, = glob.glob(os.path.join(dynamic_dir, "ofrecord", "training", "part-*"))
+    assert bertprep_main(["inspect", path, "--json", "--epoch", "2", "--skip", "5", "-n", "1"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    dataset = BertRecords(dynamic_dir, 8, fmt="ofrecord")
+    dataset.set_epoch(2)
+    loaded = dataset.read_batch(np.array([5]))
+    assert shown["record"] == 5 and set(shown) - {"record"} == set(loaded)
+    assert all(shown[name] == loaded[name][0].tolist() for name in loaded)
+    assert bertprep_main(["inspect", path, "--epoch", "3", "--skip", "5", "-n", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["masked_lm_positions"] != shown["masked_lm_positions"]
+
+
+def test_validate_checks_unmasked_records(dynamic_dir, tmp_path, capsys):
+    from bertprep.formats.schemas import UNMASKED
+
+    assert bertprep_main(["validate", dynamic_dir, "--quiet"]) == 0
+    record = {"input_ids": [2, 50, 3, 60, 3, 0], "input_mask": [1, 1, 1, 1, 1, 0], "segment_ids": [0, 0, 0, 1, 1, 0],
+              "next_sentence_labels": [2]}
+    bad = tmp_path / "bad.tfrecord"
+    formats.write_records(str(bad), [record], "tfrecord", UNMASKED)
+    capsys.readouterr()
+    assert bertprep_main(["validate", str(bad), "--quiet", "--vocab", sample_paths()[1]]) == 1
+    assert "next_sentence_labels: label 2, expected 0 or 1" in capsys.readouterr().out
