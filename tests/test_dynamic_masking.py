@@ -186,6 +186,26 @@ def test_torch_loader_reads_static_records_and_bins(tmp_path):
     assert sum(b["input_mask"].sum() for b in batches) <= lengths.sum()
 
 
+def test_trainer_stream_masks_unmasked_records_bins_and_reopens_exactly(dynamic_dir):
+    from trainer.data import Records, RecordStream
+
+    records = Records(dynamic_dir, "tfrecord")
+    assert records.kind.name == "unmasked" and records.pred == 10 and records.batch_kind.name == "pretraining"
+    stream = RecordStream(records, "training", 8, seed=1, window=64, bin_size=16)
+    first = [batch for _, batch in zip(range(40), stream.batches(0))]  # past the first epoch (262 records)
+    reopened = [batch for _, batch in zip(range(37), stream.batches(24))]
+    assert_same(reopened, first[3:])
+    for batch in first:
+        width = batch["input_ids"].shape[1]
+        assert width % 8 == 0 and batch["input_mask"].sum(1).max() <= width
+        assert (batch["masked_lm_weights"].sum(1) > 0).all() and batch["masked_lm_positions"].max() < width
+    epoch_size = stream.epoch_size
+    plain = RecordStream(records, "training", 1, seed=1, window=64)
+    ids = [b["masked_lm_positions"] for _, b in zip(range(epoch_size + 1), plain.batches(0))]
+    again = next(RecordStream(records, "training", 1, seed=1, window=64).batches(epoch_size))["masked_lm_positions"]
+    assert np.array_equal(ids[epoch_size], again)
+
+
 def test_trainer_trains_on_unmasked_records(dynamic_dir, tmp_path):
     pytest.importorskip("tensorflow")
     import json
@@ -195,7 +215,7 @@ def test_trainer_trains_on_unmasked_records(dynamic_dir, tmp_path):
 
     log = tmp_path / "log.jsonl"
     assert main(["--format", "tfrecord", "--data", dynamic_dir, "--bert-config", bert_config(tmp_path, 0.0),
-                 "--steps", "2", "--batch-size", "4", "--log-every", "1", "--log-json", str(log), "--quiet"]) == 0
+                 "--steps", "2", "--batch-size", "4", "--bin-size", "16", "--log-every", "1", "--log-json", str(log), "--quiet"]) == 0
     events = [json.loads(line) for line in log.read_text().splitlines()]
     assert events[-1]["steps"] == 2 and all(np.isfinite(e["loss"]) for e in events if "loss" in e)
 

@@ -30,6 +30,7 @@ import threading
 import numpy as np
 
 from bertprep import formats
+from bertprep.binning import bin_width, bins_of
 from bertprep.errors import DataError, UsageError
 from bertprep.formats.schemas import FLOAT, PACKED, PRETRAINING, UNMASKED, kind_of_manifest, kind_of_record
 from bertprep.masking import DynamicMasking, first_instances
@@ -185,7 +186,7 @@ class RecordStream:
     """An endless, seeded stream of batches from one worker's share of `records.files[split]`, of the
     record kind `records.kind` with dimensions `records.dims` (Records here; finetune.TaskRecords)."""
 
-    def __init__(self, records, split, batch_size, seed, window=8192, worker_index=0, num_workers=1):
+    def __init__(self, records, split, batch_size, seed, window=8192, worker_index=0, num_workers=1, bin_size=None):
         files = records.files[split]
         if len(files) < num_workers:
             raise UsageError(f"{records.data_dir}: {len(files)} {records.fmt} {split} files cannot be split "
@@ -198,6 +199,14 @@ class RecordStream:
             raise DataError(f"{records.data_dir}: the {split} files of worker {worker_index} hold no records")
         self.batch_size = batch_size
         self.seed = seed
+        self.bin_size = bin_size
+        if bin_size:
+            if records.packed:
+                raise UsageError("--bin-size: packed rows are full and are not binned")
+            if num_workers > 1:
+                raise UsageError("--bin-size needs one data worker: each worker's batches would be cut to widths "
+                                 "of their own (use the PyTorch loader, whose ranks share one plan, or no binning)")
+            window = -(-window // batch_size) * batch_size  # batches never straddle windows
         self.window = window
 
     def _epoch_order(self, epoch):
@@ -217,9 +226,22 @@ class RecordStream:
         for index, window in enumerate(windows, start=first_window):
             n = len(window["input_ids"])
             order = np.random.default_rng([self.seed, epoch, index]).permutation(n)
+            if self.bin_size:
+                order = self._binned(window, order, np.random.default_rng([self.seed, epoch, index, 1]))
             if index == first_window:
                 order = order[start - window_start:]
             yield {name: values[order] for name, values in window.items()}
+
+    def _binned(self, window, order, rng):
+        """The window's permuted `order` regrouped into batches of one length bin where the bins allow
+        (each bin's rows in a run, runs cut into batches, the batches in a random order): a permutation of
+        the window still, so positions and resume stay exact; a batch at a run's end may span two bins."""
+        lengths = (window["input_mask"][order] != 0).sum(1)
+        order = order[np.argsort(bins_of(lengths, self.bin_size), kind="stable")]
+        blocks = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        full = len(order) // self.batch_size
+        shuffled = [blocks[i] for i in rng.permutation(full)] + blocks[full:]
+        return np.concatenate(shuffled) if shuffled else order
 
     def _chunks(self, files, epoch):
         """Decoded records of `files` in order; unmasked ones with their global index and epoch, to be masked by."""
@@ -250,8 +272,17 @@ class RecordStream:
                     have -= self.batch_size
                     if masking is not None:
                         batch = masking.apply(batch, batch[EPOCH], batch[INDEX])
+                    if self.bin_size:
+                        batch = cut_to_bin(batch, self.bin_size, self.records.seq)
                     yield {name: values.astype(dtypes[name], copy=False) for name, values in batch.items()}
             epoch, offset = epoch + 1, 0
+
+
+def cut_to_bin(batch, bin_size, seq):
+    """The batch's seq-long features cut to its widest bin's width (bertprep.binning.bin_width)."""
+    widest = bins_of((batch["input_mask"] != 0).sum(1), bin_size).max()
+    width = bin_width(widest, bin_size, seq)
+    return {name: values[:, :width] if values.shape[1] == seq else values for name, values in batch.items()}
 
 
 def _rechunk(chunks, size, drop):

@@ -254,7 +254,8 @@ def _train(args, devices, log, data_dir, records, config, step_times=None, step_
     per_worker = args.batch_size * devices.local_replicas
     global_batch = args.batch_size * devices.replicas * args.grad_accum
     stream = RecordStream(records, "training", per_worker * args.grad_accum, args.seed,
-                          worker_index=devices.worker_index, num_workers=devices.num_workers)
+                          worker_index=devices.worker_index, num_workers=devices.num_workers,
+                          bin_size=args.bin_size)
     eval_stream = None
     if args.eval_every:
         if records.files["test"]:
