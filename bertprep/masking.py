@@ -112,12 +112,15 @@ def instance_keys(seed, epochs, indices):
         return _mix_np(key + np.asarray(indices, np.int64).astype(np.uint64) * golden)
 
 
-def _uniforms(keys, seq, stream):
-    """uniform(key, position, stream) for every key (N,) and position < seq: (N, seq) float64."""
-    counters = (np.arange(seq, dtype=np.uint64) * np.uint64(4) + np.uint64(stream + 1)) * np.uint64(_GOLDEN)
+def _bits(keys, positions, stream):
+    """The 64 random bits of uniform(key, position, stream), for keys and positions that broadcast together."""
+    counters = (np.asarray(positions, np.uint64) * np.uint64(4) + np.uint64(stream + 1)) * np.uint64(_GOLDEN)
     with np.errstate(over="ignore"):
-        bits = _mix_np(keys[:, None] + counters[None, :])
-    return (bits >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
+        return _mix_np(keys + counters)
+
+
+def _uniforms_at(keys, positions, stream):
+    return (_bits(keys, positions, stream) >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
 
 
 def mask_batch(input_ids, input_mask, keys, max_predictions, masked_lm_prob, vocab, whole_word=False):
@@ -130,59 +133,73 @@ def mask_batch(input_ids, input_mask, keys, max_predictions, masked_lm_prob, voc
     tokens = np.asarray(input_ids, np.int64)
     count, seq = tokens.shape
     lengths = (np.asarray(input_mask) != 0).sum(axis=1)
-    real = np.arange(seq)[None, :] < lengths[:, None]
-    candidate = real & (tokens != vocab.cls_id) & (tokens != vocab.sep_id)
+    columns = np.arange(seq)
+    candidate = (columns[None, :] < lengths[:, None]) & (tokens != vocab.cls_id) & (tokens != vocab.sep_id)
     if whole_word:
         subword = np.asarray(vocab.is_subword, bool)[np.clip(tokens, 0, len(vocab.is_subword) - 1)]
-        # A "##" piece continues the word before it when that is a candidate too (the twin's candidates[-1]).
-        starts = candidate & ~(subword & np.concatenate([np.zeros((count, 1), bool), _has_candidate_before(candidate)], 1)[:, :seq])
+        # A "##" piece joins the word before it when some candidate precedes it (the twin's candidates[-1]).
+        earlier = np.zeros((count, seq), bool)
+        earlier[:, 1:] = np.maximum.accumulate(candidate, axis=1)[:, :-1]
+        starts = candidate & ~(subword & earlier)
     else:
         starts = candidate
-    word_of = np.maximum.accumulate(np.where(starts, np.arange(seq)[None, :], -1), axis=1)  # each token's word start
-    order_keys = np.where(starts, _uniforms(keys, seq, ORDER), np.inf)
-    word_order = np.lexsort((np.broadcast_to(np.arange(seq), (count, seq)), order_keys), axis=1)  # by key, then position
-    word_length = np.zeros((count, seq), np.int64)
-    rows = np.repeat(np.arange(count), seq).reshape(count, seq)
-    np.add.at(word_length, (rows[candidate], word_of[candidate]), 1)
-    budget = np.minimum(max_predictions, np.maximum(1, _round_half_even(lengths * masked_lm_prob)))
-    sorted_lengths = np.take_along_axis(np.where(starts, word_length, 0), word_order, axis=1)
-    if whole_word:  # greedy with skips: a word joins when it still fits the budget
-        taken_words = np.zeros((count, seq), bool)
-        used = np.zeros(count, np.int64)
-        for rank in range(seq):
-            size = sorted_lengths[:, rank]
-            fits = (size > 0) & (used < budget) & (used + size <= budget)
-            taken_words[:, rank] = fits
-            used += np.where(fits, size, 0)
-    else:
-        taken_words = (sorted_lengths > 0) & (np.arange(seq)[None, :] < budget[:, None])
-    chosen_start = np.zeros((count, seq), bool)
-    np.put_along_axis(chosen_start, word_order, taken_words, axis=1)
-    masked = candidate & np.take_along_axis(chosen_start, np.maximum(word_of, 0), axis=1)
-    replace_mask = _uniforms(keys, seq, MASK_OR_NOT) < 0.8
-    random_word = ~replace_mask & (_uniforms(keys, seq, KEEP_OR_RANDOM) >= 0.5)
+    # A candidate's sort key: its uniform's 53 bits, then its position (the twin's (uniform, position) order),
+    # one unique integer per candidate; the rest sort last.
+    position_bits = max(1, int(seq - 1).bit_length())
+    order_keys = ((_bits(keys[:, None], columns[None, :], ORDER) >> np.uint64(11)) << np.uint64(position_bits)) \
+        | columns.astype(np.uint64)[None, :]
+    order_keys[~starts] = np.iinfo(np.uint64).max
+    # NumPy rounds half to even, as Python 3's round() in the reference.
+    budget = np.minimum(max_predictions, np.maximum(1, np.round(lengths * masked_lm_prob).astype(np.int64)))
+    if whole_word:
+        masked = _whole_words(candidate, starts, order_keys, budget)
+    else:  # the `budget` smallest keys of each row
+        ranked = np.sort(order_keys, axis=1)
+        threshold = ranked[np.arange(count), np.minimum(budget, starts.sum(1)).clip(1) - 1]
+        masked = starts & (order_keys <= threshold[:, None])
+    row, column = np.nonzero(masked)  # row-major: positions ascending within a row
+    row_keys = keys[row]
+    replace_mask = _uniforms_at(row_keys, column, MASK_OR_NOT) < 0.8
+    random_word = ~replace_mask & (_uniforms_at(row_keys, column, KEEP_OR_RANDOM) >= 0.5)
     words = np.asarray(vocab.word_ids, np.int64)
-    drawn = words[(_uniforms(keys, seq, RANDOM_WORD) * len(words)).astype(np.int64)]
-    output = np.where(masked & replace_mask, vocab.mask_id, np.where(masked & random_word, drawn, tokens))
+    labels_flat = tokens[row, column]
+    seen = np.where(replace_mask, vocab.mask_id, labels_flat)
+    picked = np.flatnonzero(random_word)
+    seen[picked] = words[(_uniforms_at(row_keys[picked], column[picked], RANDOM_WORD) * len(words)).astype(np.int64)]
+    output = tokens.copy()
+    output[row, column] = seen
     positions = np.zeros((count, max_predictions), np.int64)
     labels = np.zeros((count, max_predictions), np.int64)
     weights = np.zeros((count, max_predictions), np.float32)
-    row, column = np.nonzero(masked)  # row-major: positions ascending within a row
     slot = np.arange(len(row)) - np.searchsorted(row, row)
     positions[row, slot] = column
-    labels[row, slot] = tokens[row, column]
+    labels[row, slot] = labels_flat
     weights[row, slot] = 1.0
     return {"input_ids": output, "masked_lm_positions": positions, "masked_lm_ids": labels,
             "masked_lm_weights": weights}
 
 
-def _has_candidate_before(candidate):
-    """(N, seq): some earlier position of the row is a candidate."""
-    return np.maximum.accumulate(candidate, axis=1)
-
-
-def _round_half_even(values):
-    return np.round(values).astype(np.int64)  # NumPy rounds half to even, as Python 3's round()
+def _whole_words(candidate, starts, order_keys, budget):
+    """(N, seq) bool: the tokens of the words taken greedily in key order, a word that overflows skipped."""
+    count, seq = candidate.shape
+    word_of = np.maximum.accumulate(np.where(starts, np.arange(seq)[None, :], -1), axis=1)  # each token's word
+    word_length = np.zeros((count, seq), np.int64)
+    rows = np.broadcast_to(np.arange(count)[:, None], (count, seq))
+    np.add.at(word_length, (rows[candidate], word_of[candidate]), 1)
+    word_order = np.argsort(order_keys, axis=1)
+    sorted_lengths = np.take_along_axis(np.where(starts, word_length, 0), word_order, axis=1)
+    taken = np.zeros((count, seq), bool)
+    used = np.zeros(count, np.int64)
+    for rank in range(seq):
+        size = sorted_lengths[:, rank]
+        if not size.any():
+            break
+        fits = (size > 0) & (used < budget) & (used + size <= budget)
+        taken[:, rank] = fits
+        used += np.where(fits, size, 0)
+    chosen_start = np.zeros((count, seq), bool)
+    np.put_along_axis(chosen_start, word_order, taken, axis=1)
+    return candidate & np.take_along_axis(chosen_start, np.maximum(word_of, 0), axis=1)
 
 
 # ---------------------------------------------------------------- a records directory's masking
