@@ -248,3 +248,14 @@ def test_validate_checks_unmasked_records(dynamic_dir, tmp_path, capsys):
     capsys.readouterr()
     assert bertprep_main(["validate", str(bad), "--quiet", "--vocab", sample_paths()[1]]) == 1
     assert "next_sentence_labels: label 2, expected 0 or 1" in capsys.readouterr().out
+
+
+def test_without_torch_the_loader_says_what_to_install():
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['torch'] = None\n"  # what an environment without PyTorch gives: ImportError
+            "import bertprep.torch as t\n"
+            "try:\n    t.BertLoader('.', 8)\nexcept Exception as exc:\n    print(type(exc).__name__, exc)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == 'UsageError bertprep.torch needs PyTorch: pip install "bertprep[torch]"'

@@ -273,6 +273,7 @@ def _train(args, devices, log, data_dir, records, config, step_times=None, step_
         "model": config.to_dict(), "optimizer": args.optimizer, "lr": args.lr, "warmup": args.warmup,
         "steps": args.steps, "global_batch": global_batch, "grad_accum": args.grad_accum,
         "data_workers": devices.num_workers, "precision": args.precision, "seed": args.seed, "format": args.format,
+        "bin_size": args.bin_size,  # None in checkpoints from before binning: the same as no binning
     }
     draws = 0
     if args.resume:
