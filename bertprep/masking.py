@@ -152,31 +152,37 @@ def mask_batch(input_ids, input_mask, keys, max_predictions, masked_lm_prob, voc
     # NumPy rounds half to even, as Python 3's round() in the reference.
     budget = np.minimum(max_predictions, np.maximum(1, np.round(lengths * masked_lm_prob).astype(np.int64)))
     if whole_word:
-        masked = _whole_words(candidate, starts, order_keys, budget)
-    else:  # the `budget` smallest keys of each row
-        ranked = np.sort(order_keys, axis=1)
-        threshold = ranked[np.arange(count), np.minimum(budget, starts.sum(1)).clip(1) - 1]
-        masked = starts & (order_keys <= threshold[:, None])
-    row, column = np.nonzero(masked)  # row-major: positions ascending within a row
-    row_keys = keys[row]
-    replace_mask = _uniforms_at(row_keys, column, MASK_OR_NOT) < 0.8
-    random_word = ~replace_mask & (_uniforms_at(row_keys, column, KEEP_OR_RANDOM) >= 0.5)
+        positions = _slots(_whole_words(candidate, starts, order_keys, budget), max_predictions)
+    else:  # the `budget` smallest keys of each row, then in position order
+        take = min(max_predictions, seq)
+        # A key's low bits are its position: the smallest keys, sorted, name the positions in draw order.
+        nearest = (np.sort(order_keys, axis=1)[:, :take] & np.uint64((1 << position_bits) - 1)).astype(np.int64)
+        used = np.arange(take)[None, :] < np.minimum(budget, starts.sum(1))[:, None]
+        positions = np.full((count, max_predictions), seq, np.int64)
+        positions[:, :take] = np.sort(np.where(used, nearest, seq), axis=1)
+    used = positions < seq
+    columns_used = np.minimum(positions, seq - 1)
+    labels = np.take_along_axis(tokens, columns_used, 1)
+    replace_mask = _uniforms_at(keys[:, None], columns_used, MASK_OR_NOT) < 0.8
+    random_word = used & ~replace_mask & (_uniforms_at(keys[:, None], columns_used, KEEP_OR_RANDOM) >= 0.5)
     words = np.asarray(vocab.word_ids, np.int64)
-    labels_flat = tokens[row, column]
-    seen = np.where(replace_mask, vocab.mask_id, labels_flat)
-    picked = np.flatnonzero(random_word)
-    seen[picked] = words[(_uniforms_at(row_keys[picked], column[picked], RANDOM_WORD) * len(words)).astype(np.int64)]
+    seen = np.where(replace_mask, vocab.mask_id, labels)
+    row, slot = np.nonzero(random_word)
+    seen[row, slot] = words[(_uniforms_at(keys[row], columns_used[row, slot], RANDOM_WORD) * len(words)).astype(np.int64)]
     output = tokens.copy()
-    output[row, column] = seen
-    positions = np.zeros((count, max_predictions), np.int64)
-    labels = np.zeros((count, max_predictions), np.int64)
-    weights = np.zeros((count, max_predictions), np.float32)
-    slot = np.arange(len(row)) - np.searchsorted(row, row)
-    positions[row, slot] = column
-    labels[row, slot] = labels_flat
-    weights[row, slot] = 1.0
-    return {"input_ids": output, "masked_lm_positions": positions, "masked_lm_ids": labels,
-            "masked_lm_weights": weights}
+    row, slot = np.nonzero(used)
+    output[row, positions[row, slot]] = seen[row, slot]
+    return {"input_ids": output, "masked_lm_positions": np.where(used, positions, 0),
+            "masked_lm_ids": np.where(used, labels, 0), "masked_lm_weights": used.astype(np.float32)}
+
+
+def _slots(masked, max_predictions):
+    """(N, max_predictions): each row's masked positions ascending, then seq (unused)."""
+    count, seq = masked.shape
+    positions = np.full((count, max_predictions), seq, np.int64)
+    row, column = np.nonzero(masked)
+    positions[row, np.arange(len(row)) - np.searchsorted(row, row)] = column
+    return positions
 
 
 def _whole_words(candidate, starts, order_keys, budget):
