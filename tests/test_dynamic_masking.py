@@ -206,6 +206,7 @@ def test_trainer_stream_masks_unmasked_records_bins_and_reopens_exactly(dynamic_
     assert np.array_equal(ids[epoch_size], again)
 
 
+@pytest.mark.heavy  # TensorFlow's start and a model's compile: about 15 s
 def test_trainer_trains_on_unmasked_records(dynamic_dir, tmp_path):
     pytest.importorskip("tensorflow")
     import json
