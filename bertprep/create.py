@@ -40,7 +40,7 @@ from bertprep.corpus import read_text, tokenize_corpus
 from bertprep.engines import add_engine_arguments, open_engine
 from bertprep.errors import DataError, UsageError
 from bertprep.formats import columnar
-from bertprep.formats.schemas import PRETRAINING
+from bertprep.formats.schemas import PRETRAINING, UNMASKED
 from bertprep.instances import InstanceParams, MaskingVocab, create_instances
 from bertprep.progress import Progress, add_output_arguments, human_bytes, print_summary
 from bertprep.tokenization import LineTokenizer, load_vocab, resolve_vocab_path
@@ -57,6 +57,7 @@ from bertprep.workdir import (
 
 ENCODE_CHUNK = 1024  # records encoded per call when writing
 LAYOUTS = ("bertprep", "nvidia")
+MASKINGS = ("static", "dynamic")
 # NVIDIA's TF2 input pipeline interleaves this many files: with fewer, a file's records arrive in a row.
 NVIDIA_CYCLE_LENGTH = 8
 
@@ -72,7 +73,13 @@ def add_arguments(parser):
     parser.add_argument("--corpus", help="corpus name in the output path (default: from the input path)")
     parser.add_argument("--seq", type=int, default=128, help="max_seq_length (default 128)")
     parser.add_argument("--pred", type=int, default=20, help="max_predictions_per_seq (default 20)")
-    parser.add_argument("--dupe-factor", type=int, default=5, help="passes over the data with different masks (default 5)")
+    parser.add_argument("--dupe-factor", type=int, default=None,
+                        help="passes over the data with different masks (default 5; 1 with --masking dynamic)")
+    parser.add_argument(
+        "--masking", choices=MASKINGS, default="static",
+        help="static: masks drawn here, as the reference (default); dynamic: unmasked instances, which the "
+        "loaders mask per epoch from a key (seed, epoch, instance index): a new mask each epoch, see docs/dynamic-masking.md",
+    )
     parser.add_argument("--seed", type=int, default=12345, help="random seed of every shard (default 12345, as NVIDIA's bertPrep)")
     parser.add_argument("--seed-per-shard", action="store_true", help="derive a distinct seed per shard from --seed and the shard's name")
     parser.add_argument("--masked-lm-prob", type=float, default=0.15)
@@ -114,6 +121,7 @@ class ShardTask:
     formats: tuple
     settings_key: str
     layout: str = "bertprep"
+    masking: str = "static"
 
     def output_paths(self):
         """{format: path relative to records_dir}."""
@@ -149,10 +157,15 @@ def create_shard(task):
     for fmt, relative in task.output_paths().items():
         path = os.path.join(task.records_dir, relative)
         if fmt in columnar.CODECS:
-            columns = instance_columns(instances, task.params)
-            size, digest = columnar.write_columns(path, columns, fmt, PRETRAINING, staging_dir(task.records_dir))
+            if task.masking == "dynamic":
+                kind, columns = UNMASKED, unmasked_columns(instances, unmasked_tokens(instances), 0, len(instances),
+                                                           task.params.max_seq_length)
+            else:
+                kind, columns = PRETRAINING, instance_columns(instances, task.params)
+            size, digest = columnar.write_columns(path, columns, fmt, kind, staging_dir(task.records_dir))
         else:
-            size, digest = write_instances(path, instances, fmt, task.params, staging_dir(task.records_dir))
+            size, digest = write_instances(path, instances, fmt, task.params, staging_dir(task.records_dir),
+                                           task.masking)
         entries[relative] = {
             "format": fmt,
             "split": task.split,
@@ -167,9 +180,14 @@ def create_shard(task):
     return {"source": task.source, "split": task.split, "instances": len(instances), "files": entries}
 
 
-def encoded_chunks(instances, fmt, params):
-    """Framed records of `instances`, a chunk of ENCODE_CHUNK records at a time."""
+def encoded_chunks(instances, fmt, params, masking="static"):
+    """Framed records of `instances`, a chunk of ENCODE_CHUNK records at a time (unmasked ones for dynamic)."""
     seq, pred = params.max_seq_length, params.max_predictions_per_seq
+    if masking == "dynamic":
+        unmasked = unmasked_tokens(instances)
+        for first in range(0, len(instances), ENCODE_CHUNK):
+            yield formats.encode_columns(unmasked_columns(instances, unmasked, first, ENCODE_CHUNK, seq), fmt, UNMASKED)
+        return
     for first in range(0, len(instances), ENCODE_CHUNK):
         yield formats.encode_instances(
             fmt, seq, pred, instances.tokens, instances.instance_starts, instances.a_lengths,
@@ -198,12 +216,34 @@ def instance_columns(instances, params):
             "next_sentence_labels": instances.is_random_next.astype(np.int64).reshape(count, 1)}
 
 
-def write_instances(path, instances, fmt, params, staging):
+def unmasked_tokens(instances):
+    """The instances' tokens with each masked position given back its label: [CLS] A [SEP] B [SEP] as cut."""
+    tokens = instances.tokens.copy()
+    owner = np.repeat(np.arange(len(instances)), np.diff(instances.mask_starts))
+    tokens[instances.instance_starts[:-1][owner] + instances.masked_positions] = instances.masked_labels
+    return tokens
+
+
+def unmasked_columns(instances, tokens, first, count, seq):
+    """{feature: (n, length)} of the unmasked kind for instances [first, first + count)."""
+    last = min(first + count, len(instances))
+    starts = instances.instance_starts[first:last + 1]
+    lengths = np.diff(starts)
+    column = np.arange(seq)[None, :]
+    real = column < lengths[:, None]
+    input_ids = np.zeros((last - first, seq), np.int64)
+    input_ids[real] = tokens[starts[0]:starts[-1]]
+    segment_b = (column >= instances.a_lengths[first:last, None] + 2) & real
+    return {"input_ids": input_ids, "input_mask": real.astype(np.int64), "segment_ids": segment_b.astype(np.int64),
+            "next_sentence_labels": instances.is_random_next[first:last, None].astype(np.int64)}
+
+
+def write_instances(path, instances, fmt, params, staging, masking="static"):
     """Write atomically (the temporary in `staging`); return (bytes, sha256) computed while writing."""
     digest = hashlib.sha256()
     size = 0
     with atomic_open(path, staging=staging) as f:
-        for chunk in encoded_chunks(instances, fmt, params):
+        for chunk in encoded_chunks(instances, fmt, params, masking):
             f.write(chunk)
             digest.update(chunk)
             size += len(chunk)
@@ -286,6 +326,9 @@ def check_flags(args):
     for fmt in fmts:  # a missing optional library is a usage line now, not an error in every worker later
         if fmt in columnar.CODECS:
             columnar.require(fmt)
+    if args.layout == "nvidia" and args.masking == "dynamic":
+        raise UsageError("--layout nvidia is the tree NVIDIA's scripts read, and they read masked records: "
+                         "use --masking static there, or --masking dynamic without --layout")
     if args.min_parts < 1:
         raise UsageError(f"--min-parts must be at least 1, not {args.min_parts}")
     if args.corpus is not None:
@@ -297,6 +340,8 @@ def check_flags(args):
             f"--pred {args.pred} is not possible with --seq {args.seq}: at most seq - 3 = {args.seq - 3} "
             "tokens can be masked ([CLS] and two [SEP] never are)"
         )
+    if args.dupe_factor is None:
+        args.dupe_factor = 1 if args.masking == "dynamic" else 5
     if args.dupe_factor < 1:
         raise UsageError(f"--dupe-factor must be at least 1, not {args.dupe_factor}")
     if not 0.0 < args.masked_lm_prob <= 1.0:
@@ -363,7 +408,8 @@ def plan(args):
     lower_case = not args.no_lower_case
     records_dir = records_directory(args, workdir, corpus, inputs)
     settings = {
-        "params": {**asdict(params), "lower_case": lower_case, "seed": args.seed, "seed_per_shard": args.seed_per_shard},
+        "params": {**asdict(params), "lower_case": lower_case, "seed": args.seed, "seed_per_shard": args.seed_per_shard,
+                   "masking": args.masking},
         "vocab": {"path": vocab.path, "sha256": vocab.sha256, "size": vocab.size},
         "version": __version__,
     }
@@ -389,6 +435,7 @@ def plan(args):
                 formats=fmts,
                 settings_key=settings_key,
                 layout=args.layout,
+                masking=args.masking,
             )
         )
     check_distinct_outputs((task.source, os.path.join(records_dir, path)) for task in tasks
@@ -409,6 +456,8 @@ def records_directory(args, workdir, corpus, inputs):
         return os.path.join(os.path.abspath(args.out or workdir), "tfrecord", name, corpus)
     name = params_dirname(args.seq, args.pred, args.masked_lm_prob, args.seed, args.dupe_factor, lower_case,
                           args.whole_word_mask)
+    if args.masking == "dynamic":  # not NVIDIA's: its records are masked
+        name += "_dynamic_masking"
     return os.path.join(os.path.abspath(args.out) if args.out else os.path.join(workdir, "records"), name, corpus)
 
 
@@ -480,14 +529,17 @@ def run(args):
         if skipped:
             progress.note(f"resuming: {skipped} of {len(tasks)} shards already complete")
             progress.advance(skipped)
-        manifest = {"tool": "bertprep", "stage": "create", "kind": PRETRAINING.name,
-                    "dims": {"seq": args.seq, "pred": args.pred}, "formats": list(fmts), "layout": args.layout,
+        kind, dims = ((UNMASKED, {"seq": args.seq}) if args.masking == "dynamic"
+                      else (PRETRAINING, {"seq": args.seq, "pred": args.pred}))
+        manifest = {"tool": "bertprep", "stage": "create", "kind": kind.name,
+                    "dims": dims, "formats": list(fmts), "layout": args.layout,
                     **settings, "files": files}
         with open_engine(args, max_tasks=len(pending)) as engine:
             for result in engine.run(create_shard, pending, describe=lambda task: task.source):
                 files.update(result["files"])
                 save_manifest(records_dir, manifest)
                 progress.advance(1, instances=result["instances"])
+        number_instances(tasks, files)
         save_manifest(records_dir, manifest)
     progress.close()
     summary = summarize(records_dir, manifest, tasks, time.monotonic() - started, len(pending))
@@ -505,6 +557,19 @@ def run(args):
     if not args.quiet or args.json:
         print_summary("bertprep create: done", summary, as_json=args.json, rows=rows)
     return 0
+
+
+def number_instances(tasks, files):
+    """Give each file's entry `first_instance`: the global index of its first instance within its split, shards
+    in input order. Dynamic masks are keyed by that index, so every format and loader masks an instance alike."""
+    following = {}
+    for task in tasks:
+        first = following.get(task.split, 0)
+        count = None
+        for relative in task.output_paths().values():
+            files[relative]["first_instance"] = first
+            count = files[relative]["instances"]
+        following[task.split] = first + count
 
 
 def summarize(records_dir, manifest, tasks, seconds, created):

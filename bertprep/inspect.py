@@ -12,8 +12,11 @@ import os
 import numpy as np
 
 from bertprep import formats
-from bertprep.errors import DataError
+from bertprep.errors import DataError, UsageError
+from bertprep.formats.schemas import UNMASKED
+from bertprep.masking import DynamicMasking, first_instances
 from bertprep.tokenization import load_vocab, resolve_vocab_path
+from bertprep.workdir import load_manifest
 
 
 def add_arguments(parser):
@@ -22,6 +25,8 @@ def add_arguments(parser):
     parser.add_argument("-n", "--num", type=int, default=3, help="records to show (default 3)")
     parser.add_argument("--skip", type=int, default=0, help="records to skip first")
     parser.add_argument("--json", action="store_true", help="one JSON object per record")
+    parser.add_argument("--epoch", type=int, default=None,
+                        help="unmasked records (create --masking dynamic): show each as the loaders mask it in epoch N")
 
 
 def token_line(record, words):
@@ -64,6 +69,10 @@ def run(args):
         kind = formats.record_kind(args.file, fmt).name
     except DataError:
         kind = "unknown kind"  # still shown field by field; a damaged record is reported when it is reached
+    mask_for_epoch = None
+    if args.epoch is not None:
+        mask_for_epoch = epoch_masker(args.file, kind, args.epoch, resolve_vocab_path(args.vocab) if args.vocab else None)
+        kind = f"{kind}, masked as in epoch {args.epoch}"
     shown = 0
     for index, record in enumerate(formats.read_records(args.file, fmt)):
         if index < args.skip:
@@ -71,6 +80,8 @@ def run(args):
         if shown >= args.num:
             break
         shown += 1
+        if mask_for_epoch is not None:
+            record = mask_for_epoch(record, index)
         if args.json:
             print(json.dumps({"record": index, **{k: np.asarray(v).tolist() for k, v in record.items()}}))
             continue
@@ -85,6 +96,37 @@ def run(args):
     if shown == 0 and not args.json:
         print(f"{args.file} ({fmt}): no records at index {args.skip} or later")
     return 0
+
+
+def epoch_masker(path, kind, epoch, vocab_path):
+    """record, index in file -> the record masked as the loaders mask it in `epoch` (keyed by its global index)."""
+    if kind != UNMASKED.name:
+        raise UsageError(f"--epoch: {path} holds {kind} records; only unmasked ones (create --masking dynamic) "
+                         "are masked at load time")
+    manifest, corpus_dir = _manifest_of(path)
+    masking = DynamicMasking.from_manifest(manifest, os.path.join(corpus_dir, "manifest.json"), vocab_path)
+    first = first_instances(manifest, corpus_dir).get(os.path.normpath(os.path.abspath(path)))
+    if first is None:
+        raise DataError(f"{path}: its manifest gives no first_instance (rerun `bertprep create --masking dynamic`)")
+
+    def mask(record, index):
+        batch = {name: np.asarray(values)[None] for name, values in record.items()}
+        masked = masking.apply(batch, epoch, np.array([first + index]))
+        return {name: values[0] for name, values in masked.items()}
+
+    return mask
+
+
+def _manifest_of(path):
+    """(manifest, its directory) of the records directory holding `path` (its split's directory's parents)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    for _ in range(3):
+        directory = os.path.dirname(directory)
+        manifest = load_manifest(directory)
+        if manifest is not None:
+            return manifest, directory
+    raise DataError(f"{path}: no manifest.json in the directories above it: --epoch needs the records directory's "
+                    "manifest (its masking settings)")
 
 
 def _fmt(value):

@@ -73,6 +73,9 @@ def build_parser():
     p.add_argument("--grad-accum", type=_positive_int, default=1, help="micro-batches per optimizer step")
     p.add_argument("--precision", choices=("fp32", "mixed_float16", "mixed_bfloat16"), default="fp32")
     p.add_argument("--seed", type=int, default=12345, help="seed of initialization, dropout and data order")
+    p.add_argument("--bin-size", type=_positive_int, default=None, metavar="N",
+                   help="length binning: batches of sequences whose lengths share a bin of N tokens, cut to the "
+                   "bin's longest rounded up to 8 (one data worker; each new width compiles a step once)")
     p.add_argument("--model-parallel", type=_positive_int, default=1, metavar="K",
                    help="split each model replica over K devices (JAX; default: 1, data parallel only)")
     p.add_argument("--placement", choices=PLACEMENTS, default="intra_first",

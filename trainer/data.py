@@ -30,13 +30,17 @@ import threading
 import numpy as np
 
 from bertprep import formats
+from bertprep.binning import bin_width, bins_of
 from bertprep.errors import DataError, UsageError
-from bertprep.formats.schemas import FLOAT, PACKED, PRETRAINING, kind_of_manifest, kind_of_record
+from bertprep.formats.schemas import FLOAT, PACKED, PRETRAINING, UNMASKED, kind_of_manifest, kind_of_record
+from bertprep.masking import DynamicMasking, first_instances
 from bertprep.workdir import load_manifest
 
 SPLITS = ("training", "test")
 FILE_PATTERNS = {"tfrecord": "*.tfrecord", "ofrecord": "part-*"}
-TRAINABLE_KINDS = (PRETRAINING, PACKED)
+TRAINABLE_KINDS = (PRETRAINING, PACKED, UNMASKED)
+# Columns the stream adds to unmasked records: what their masks are keyed by.
+INDEX, EPOCH = "instance_index", "epoch"
 
 
 def feature_dtypes(kind):
@@ -54,6 +58,8 @@ class Records:
         self._manifest_counts = {}
         self.kind = self.dims = None  # pretraining or packed; {"seq", "pred"[, "k"]}
         self.vocab_size = None  # from the manifest: the vocab the records were made with
+        self.masking = None  # unmasked records: how they are masked as they are read (bertprep.masking)
+        self._first_instance = {}  # unmasked records: file -> global index of its first instance
         first_files = []  # each corpus's first training file
         for corpus_dir, splits_dir in _corpus_dirs(data_dir, fmt):
             for split in SPLITS:
@@ -79,6 +85,13 @@ class Records:
             dims = {"seq": params["max_seq_length"], "pred": params["max_predictions_per_seq"]}
         if dims is not None:
             self._set_shape(kind_of_manifest(manifest, source), {k: int(v) for k, v in dims.items()}, source)
+        if self.kind is UNMASKED:
+            masking = DynamicMasking.from_manifest(manifest, source)
+            if self.masking is not None and _masking_settings(masking) != _masking_settings(self.masking):
+                raise DataError(f"{source}: masking settings {_masking_settings(masking)} differ from the other "
+                                f"records' {_masking_settings(self.masking)} (point --data at one dataset)")
+            self.masking = masking
+            self._first_instance.update(first_instances(manifest, corpus_dir))
         vocab_size = (manifest.get("vocab") or {}).get("size")
         if vocab_size:
             self.vocab_size = max(self.vocab_size or 0, int(vocab_size))
@@ -107,6 +120,9 @@ class Records:
             raise DataError(f"{path}: record 0 has features {', '.join(record)}: not a pretraining record "
                             "or packed row")
         self._set_shape(kind, dims, f"{path}: record 0")
+        if kind is UNMASKED and self.masking is None:
+            raise DataError(f"{path}: unmasked records without the manifest of `bertprep create --masking dynamic` "
+                            "beside them, which says how to mask them")
 
     @property
     def seq(self):
@@ -114,8 +130,22 @@ class Records:
 
     @property
     def pred(self):
-        """Prediction slots per record (pred + k in packed rows)."""
+        """Prediction slots per record (pred + k in packed rows; the manifest's for unmasked records)."""
+        if self.masking is not None:
+            return self.masking.max_predictions
         return self.kind.feature("masked_lm_positions").size(self.dims)
+
+    @property
+    def batch_kind(self):
+        """The kind of the batches the model gets: unmasked records are masked as they are read."""
+        return PRETRAINING if self.kind is UNMASKED else self.kind
+
+    def first_instance(self, path):
+        """The global index of an unmasked file's first instance (its manifest's `first_instance`)."""
+        key = os.path.normpath(path)
+        if key not in self._first_instance:
+            raise DataError(f"{path}: its manifest gives no first_instance (rerun `bertprep create --masking dynamic`)")
+        return self._first_instance[key]
 
     @property
     def packed(self):
@@ -127,6 +157,10 @@ class Records:
         if key not in self._manifest_counts:
             self._manifest_counts[key] = sum(1 for _ in formats.iter_payloads(path, self.fmt, verify=False))
         return self._manifest_counts[key]
+
+
+def _masking_settings(masking):
+    return masking.seed, masking.max_predictions, masking.masked_lm_prob, masking.whole_word
 
 
 def _shape(kind, dims):
@@ -152,7 +186,7 @@ class RecordStream:
     """An endless, seeded stream of batches from one worker's share of `records.files[split]`, of the
     record kind `records.kind` with dimensions `records.dims` (Records here; finetune.TaskRecords)."""
 
-    def __init__(self, records, split, batch_size, seed, window=8192, worker_index=0, num_workers=1):
+    def __init__(self, records, split, batch_size, seed, window=8192, worker_index=0, num_workers=1, bin_size=None):
         files = records.files[split]
         if len(files) < num_workers:
             raise UsageError(f"{records.data_dir}: {len(files)} {records.fmt} {split} files cannot be split "
@@ -165,6 +199,14 @@ class RecordStream:
             raise DataError(f"{records.data_dir}: the {split} files of worker {worker_index} hold no records")
         self.batch_size = batch_size
         self.seed = seed
+        self.bin_size = bin_size
+        if bin_size:
+            if records.packed:
+                raise UsageError("--bin-size: packed rows are full and are not binned")
+            if num_workers > 1:
+                raise UsageError("--bin-size needs one data worker: each worker's batches would be cut to widths "
+                                 "of their own (use the PyTorch loader, whose ranks share one plan, or no binning)")
+            window = -(-window // batch_size) * batch_size  # batches never straddle windows
         self.window = window
 
     def _epoch_order(self, epoch):
@@ -180,21 +222,45 @@ class RecordStream:
         while before + counts[skipped_files] <= window_start:
             before += counts[skipped_files]
             skipped_files += 1
-        kind = self.records.kind
-        chunks = formats.read_batches(files[skipped_files:], self.window, self.records.fmt, kind=kind,
-                                      dims=self.records.dims)
-        windows = _rechunk(chunks, self.window, drop=window_start - before)
+        windows = _rechunk(self._chunks(files[skipped_files:], epoch), self.window, drop=window_start - before)
         for index, window in enumerate(windows, start=first_window):
             n = len(window["input_ids"])
             order = np.random.default_rng([self.seed, epoch, index]).permutation(n)
+            if self.bin_size:
+                order = self._binned(window, order, np.random.default_rng([self.seed, epoch, index, 1]))
             if index == first_window:
                 order = order[start - window_start:]
-            yield {name: window[name][order] for name in kind.names}
+            yield {name: values[order] for name, values in window.items()}
+
+    def _binned(self, window, order, rng):
+        """The window's permuted `order` regrouped into batches of one length bin where the bins allow
+        (each bin's rows in a run, runs cut into batches, the batches in a random order): a permutation of
+        the window still, so positions and resume stay exact; a batch at a run's end may span two bins."""
+        lengths = (window["input_mask"][order] != 0).sum(1)
+        order = order[np.argsort(bins_of(lengths, self.bin_size), kind="stable")]
+        blocks = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        full = len(order) // self.batch_size
+        shuffled = [blocks[i] for i in rng.permutation(full)] + blocks[full:]
+        return np.concatenate(shuffled) if shuffled else order
+
+    def _chunks(self, files, epoch):
+        """Decoded records of `files` in order; unmasked ones with their global index and epoch, to be masked by."""
+        records = self.records
+        if records.masking is None:
+            yield from formats.read_batches(files, self.window, records.fmt, kind=records.kind, dims=records.dims)
+            return
+        for path in files:
+            first = records.first_instance(path)
+            for chunk in formats.read_batches(path, self.window, records.fmt, kind=records.kind, dims=records.dims):
+                n = len(chunk["input_ids"])
+                yield {**chunk, INDEX: np.arange(first, first + n), EPOCH: np.full(n, epoch)}
+                first += n
 
     def batches(self, start=0):
         """Yield batches (dicts of arrays, `batch_size` rows) beginning at stream record `start`."""
         epoch, offset = divmod(start, self.epoch_size)
-        dtypes = feature_dtypes(self.records.kind)
+        dtypes = feature_dtypes(self.records.batch_kind)
+        masking = self.records.masking
         pending = []
         have = 0
         while True:
@@ -204,8 +270,19 @@ class RecordStream:
                 while have >= self.batch_size:
                     batch, pending = _take(pending, self.batch_size)
                     have -= self.batch_size
+                    if masking is not None:
+                        batch = masking.apply(batch, batch[EPOCH], batch[INDEX])
+                    if self.bin_size:
+                        batch = cut_to_bin(batch, self.bin_size, self.records.seq)
                     yield {name: values.astype(dtypes[name], copy=False) for name, values in batch.items()}
             epoch, offset = epoch + 1, 0
+
+
+def cut_to_bin(batch, bin_size, seq):
+    """The batch's seq-long features cut to its widest bin's width (bertprep.binning.bin_width)."""
+    widest = bins_of((batch["input_mask"] != 0).sum(1), bin_size).max()
+    width = bin_width(widest, bin_size, seq)
+    return {name: values[:, :width] if values.shape[1] == seq else values for name, values in batch.items()}
 
 
 def _rechunk(chunks, size, drop):

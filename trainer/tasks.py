@@ -76,8 +76,10 @@ class TaskData:
     """The record files of one task's data directory in one format, and what its manifest says.
 
     Offers what trainer.data.RecordStream reads for the training split: `files`, `count(path)`,
-    `fmt`, `data_dir`, `kind` and `dims`.
+    `fmt`, `data_dir`, `kind`, `dims`, `batch_kind` and `masking` (task records are never masked).
     """
+
+    masking = None
 
     def __init__(self, data_dir, fmt, task):
         if not os.path.isdir(data_dir):
@@ -91,7 +93,7 @@ class TaskData:
                       for split, names in SPLIT_FILES.items()}
         if not self.files["train"]:
             raise DataError(f"{data_dir}: no {fmt} training records ({SPLIT_FILES['train'][fmt]})")
-        self.kind = task.train_kind
+        self.kind = self.batch_kind = task.train_kind
         self.dims = self._dims_of(self.files["train"][0], self.kind)
         if self.files["eval"]:
             eval_dims = self._dims_of(self.files["eval"][0], task.eval_kind)

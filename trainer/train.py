@@ -254,7 +254,8 @@ def _train(args, devices, log, data_dir, records, config, step_times=None, step_
     per_worker = args.batch_size * devices.local_replicas
     global_batch = args.batch_size * devices.replicas * args.grad_accum
     stream = RecordStream(records, "training", per_worker * args.grad_accum, args.seed,
-                          worker_index=devices.worker_index, num_workers=devices.num_workers)
+                          worker_index=devices.worker_index, num_workers=devices.num_workers,
+                          bin_size=args.bin_size)
     eval_stream = None
     if args.eval_every:
         if records.files["test"]:
@@ -272,6 +273,7 @@ def _train(args, devices, log, data_dir, records, config, step_times=None, step_
         "model": config.to_dict(), "optimizer": args.optimizer, "lr": args.lr, "warmup": args.warmup,
         "steps": args.steps, "global_batch": global_batch, "grad_accum": args.grad_accum,
         "data_workers": devices.num_workers, "precision": args.precision, "seed": args.seed, "format": args.format,
+        "bin_size": args.bin_size,  # None in checkpoints from before binning: the same as no binning
     }
     draws = 0
     if args.resume:

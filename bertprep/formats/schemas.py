@@ -178,6 +178,20 @@ PRETRAINING = register(RecordKind(
                     "segment_ids", "next_sentence_labels"),
 ))
 
+# `create --masking dynamic`: the instances without masks, which loaders draw per epoch (bertprep.masking).
+# The masking parameters (pred, masked_lm_prob, whole_word_mask) and each file's first global instance
+# index are in the manifest.
+UNMASKED = register(RecordKind(
+    "unmasked",
+    "BERT next-sentence instances without masks: masked at load time, a new mask each epoch",
+    _features(
+        ("input_ids", INT, "seq"),
+        ("input_mask", INT, "seq"),
+        ("segment_ids", INT, "seq"),
+        ("next_sentence_labels", INT, "1"),
+    ),
+))
+
 # Up to k sequences in one row of seq tokens (the MLPerf packed layout, DESIGN.md §7).
 PACKED = register(RecordKind(
     "packed",

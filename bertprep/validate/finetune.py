@@ -13,6 +13,7 @@ import dataclasses
 
 import numpy as np
 
+from bertprep.validate.pretraining import CHECKS as PRETRAINING_CHECKS
 from bertprep.validate.pretraining import explain_shared
 
 FIRST_UNIQUE_ID = 1000000000  # run_squad.py's first unique_id
@@ -21,7 +22,7 @@ FIRST_UNIQUE_ID = 1000000000  # run_squad.py's first unique_id
 STRUCTURE = {
     "input_mask": "ones over the real tokens, then zeros",
     "cls": "input_ids[0] is [CLS]",
-    "separators": "[SEP] after the first segment and at the last real token (SQuAD: exactly two)",
+    "separators": "[SEP] after the first segment and at the last real token (SQuAD, unmasked: exactly two)",
     "segment_ids": "0…0 1…1 over the real tokens, then 0",
     "padding": "input_ids 0 after the real tokens",
     "vocab": "token ids inside the vocabulary",
@@ -37,6 +38,8 @@ GLUE = {
     "label_ids": "class ids in 0 … labels − 1 (the manifest's label list); STS-B: a finite score",
     "is_real_example": "1, or 0 for an all-zero padding example (the reference's TPU padding)",
 }
+# Unmasked pretraining instances (create --masking dynamic) share the structure checks.
+UNMASKED = {"next_sentence_labels": PRETRAINING_CHECKS["next_sentence_labels"]}
 # The kinds a fine-tuning directory may hold side by side, one per split (SQuAD train and eval differ).
 FINETUNE_KINDS = ("squad_train", "squad_eval", "glue", "glue_regression")
 
@@ -61,8 +64,8 @@ def derive(batch, spec):
     seps = is_sep.sum(axis=1)
     sep1 = is_sep.argmax(axis=1)
     last_is_sep = is_sep[np.arange(count), np.maximum(length - 1, 0)] & (length > 1)
-    squad = "unique_ids" in batch
-    count_ok = (seps == 2) if squad else (seps == 1) | (seps == 2)
+    two_segments = "unique_ids" in batch or "next_sentence_labels" in batch  # SQuAD; unmasked: A and B
+    count_ok = (seps == 2) if two_segments else (seps == 1) | (seps == 2)
     sep_ok = mask_ok & count_ok & last_is_sep & (sep1 >= 1) & ((seps == 1) | (sep1 <= length - 3))
     judged = np.ones(count, bool) if "is_real_example" not in batch else batch["is_real_example"][:, 0] != 0
     return Derived(length, mask_ok, seps, sep1, sep_ok, judged)
@@ -98,6 +101,8 @@ def failure_masks(batch, d, spec):
         inside = (start > d.sep1) & (start <= end) & (end < d.length - 1)
         fails["answer_span"] = d.sep_ok & ~(none | inside)
         fails["is_impossible"] = ~((impossible == 0) | ((impossible == 1) & none))
+    if "next_sentence_labels" in batch:
+        fails["next_sentence_labels"] = ~np.isin(batch["next_sentence_labels"][:, 0], (0, 1))
     if "is_real_example" in batch:
         real_flag = batch["is_real_example"][:, 0]
         all_zero = np.ones(count, bool)
@@ -125,8 +130,9 @@ def explain(check, batch, d, i, spec):
         return "input_ids", f"input_ids[0] is {int(ids[0])}, expected [CLS] ({spec.cls_id})"
     if check == "separators":
         where = [int(j) for j in np.flatnonzero(ids[:length] == spec.sep_id)]
-        expected = "2" if "unique_ids" in batch else "1 or 2"
-        if len(where) not in ((2,) if "unique_ids" in batch else (1, 2)):
+        two_segments = "unique_ids" in batch or "next_sentence_labels" in batch
+        expected = "2" if two_segments else "1 or 2"
+        if len(where) not in ((2,) if two_segments else (1, 2)):
             return "input_ids", f"{len(where)} [SEP] ({spec.sep_id}) at {where}, expected {expected} (length {length})"
         if where[-1] != length - 1:
             return "input_ids", f"last [SEP] at {where[-1]}, expected at the last real token {length - 1}"
@@ -154,6 +160,8 @@ def explain(check, batch, d, i, spec):
             return "is_impossible", f"{value}, expected 0 or 1"
         start, end = int(batch["start_positions"][i][0]), int(batch["end_positions"][i][0])
         return "is_impossible", f"1 with an answer at {start} … {end}, expected start = end = 0"
+    if check == "next_sentence_labels":
+        return "next_sentence_labels", f"label {int(batch['next_sentence_labels'][i][0])}, expected 0 or 1"
     if check == "is_real_example":
         value = int(batch["is_real_example"][i][0])
         if value not in (0, 1):

@@ -57,7 +57,8 @@ RULES = {
        for name, checks in (("squad_train", {**finetune.STRUCTURE, **finetune.SQUAD, **finetune.SQUAD_TRAIN}),
                             ("squad_eval", {**finetune.STRUCTURE, **finetune.SQUAD}),
                             ("glue", {**finetune.STRUCTURE, **finetune.GLUE}),
-                            ("glue_regression", {**finetune.STRUCTURE, **finetune.GLUE}))},
+                            ("glue_regression", {**finetune.STRUCTURE, **finetune.GLUE}),
+                            ("unmasked", {**finetune.STRUCTURE, **finetune.UNMASKED}))},
 }
 
 

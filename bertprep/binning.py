@@ -1,0 +1,43 @@
+"""Length binning: batches whose sequences have similar lengths, padded only to their bin's width.
+
+For frameworks without packed attention. A sequence of length L falls in bin
+(L - 1) // bin_size; a batch holds sequences of one bin and is cut to that
+bin's longest possible length rounded up to a multiple of 8 (so a model sees
+at most seq / bin_size shapes). The plan is a pure function of the epoch's
+order and the lengths, so every rank computes the same batches and bins.
+"""
+
+import numpy as np
+
+
+def bins_of(lengths, bin_size):
+    return (np.asarray(lengths, np.int64) - 1).clip(0) // bin_size
+
+
+def bin_width(bin_index, bin_size, seq):
+    """The columns a batch of bin `bin_index` keeps: the bin's longest length rounded up to 8, at most seq."""
+    longest = (int(bin_index) + 1) * bin_size
+    return min(seq, -(-longest // 8) * 8)
+
+
+def binned_batches(order, bins, batch_size, rng, drop_last=True):
+    """Batches (arrays of record positions) from `order` (the epoch's shuffled positions), each of one bin.
+
+    Each bin's records keep their order in `order` and are cut into batches
+    of `batch_size` (a bin's last, short batch is dropped with drop_last);
+    the batches of all bins are then put in an order drawn from `rng`, so the
+    bins come mixed through the epoch.
+    """
+    order = np.asarray(order, np.int64)
+    record_bins = np.asarray(bins)[order]
+    batches = []
+    for b in np.unique(record_bins):
+        members = order[record_bins == b]
+        cut = len(members) - len(members) % batch_size if drop_last else len(members)
+        batches += [members[i:i + batch_size] for i in range(0, cut, batch_size)]
+    return [batches[i] for i in rng.permutation(len(batches))]
+
+
+def real_token_fraction(lengths, widths):
+    """Real tokens over all positions fed: sum(lengths) / sum(batch widths x rows)."""
+    return float(np.sum(lengths)) / float(np.sum(widths))

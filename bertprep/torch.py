@@ -1,0 +1,246 @@
+"""A PyTorch loader over any records directory: static, dynamic (unmasked) or packed, TFRecord or OFRecord.
+
+    from bertprep.torch import BertLoader
+    loader = BertLoader(records_dir, batch_size=32, num_workers=2, rank=rank, world_size=world_size)
+    for batch in loader:                       # one epoch: {name: torch tensor (32, ...)}
+        loss = model(**batch)
+    torch.save(loader.state_dict(), "data.pt")  # mid-epoch too; load_state_dict resumes the rest of the epoch
+
+`BertRecords` is the `torch.utils.data.IterableDataset`; `BertLoader` wraps
+it in a `DataLoader` and counts the batches handed out, which is what a
+checkpoint must record when workers run ahead of training.
+
+What each rank gets is a pure function of (seed, epoch, rank, world_size):
+the epoch's order is a permutation of all records drawn from (seed, epoch);
+it is cut into batches (with --bin-size, batches of one length bin each, see
+bertprep.binning); rank r takes batches r, r + world_size, ...; a rank's
+DataLoader worker w takes every num_workers-th of those, which the
+DataLoader hands out in order. Unmasked records are masked as they are read
+(bertprep.masking), keyed by their global instance index, so the masks do
+not depend on workers, ranks or restarts.
+"""
+
+import glob
+import mmap
+import os
+
+import numpy as np
+
+from bertprep import formats
+from bertprep.binning import bin_width, binned_batches, bins_of
+from bertprep.errors import DataError, UsageError
+from bertprep.formats.schemas import FLOAT, PACKED, UNMASKED, kind_of_manifest, kind_of_record
+from bertprep.masking import DynamicMasking, first_instances
+from bertprep.workdir import load_manifest
+
+try:
+    import torch
+except ImportError:  # the module still imports, so the error can say what to install
+    torch = None
+
+FILE_PATTERNS = {"tfrecord": "*.tfrecord", "ofrecord": "part-*"}
+_HEADER = {"tfrecord": 12, "ofrecord": 8}
+
+
+def _require_torch():
+    if torch is None:
+        raise UsageError('bertprep.torch needs PyTorch: pip install "bertprep[torch]"')
+
+
+class RecordIndex:
+    """Every record of one split of a records directory: where its payload lies, in global instance order."""
+
+    def __init__(self, data_dir, split="training", fmt=None, vocab=None):
+        manifest = load_manifest(data_dir)
+        if manifest is None:
+            raise DataError(f"{data_dir}: no manifest.json (give the directory `bertprep create` or `pack` wrote)")
+        where = os.path.join(data_dir, "manifest.json")
+        fmt = fmt or (manifest.get("formats") or ["tfrecord"])[0]
+        if fmt not in FILE_PATTERNS:
+            raise UsageError(f"format {fmt!r}: the PyTorch loader reads tfrecord or ofrecord")
+        split_dir = os.path.join(data_dir, fmt, split)
+        if not os.path.isdir(split_dir):
+            split_dir = os.path.join(data_dir, split)  # --layout nvidia
+        paths = sorted(glob.glob(os.path.join(split_dir, FILE_PATTERNS[fmt])))
+        if not paths:
+            raise DataError(f"{data_dir}: no {fmt} {split} records")
+        self.kind = kind_of_manifest(manifest, where)
+        self.dims = {k: int(v) for k, v in (manifest.get("dims") or {}).items()} or None
+        self.fmt, self.data_dir = fmt, data_dir
+        self.masking = DynamicMasking.from_manifest(manifest, where, vocab) if self.kind is UNMASKED else None
+        if self.masking is not None:
+            first = first_instances(manifest, data_dir)
+            missing = [p for p in paths if os.path.normpath(p) not in first]
+            if missing:
+                raise DataError(f"{missing[0]}: its manifest gives no first_instance "
+                                "(rerun `bertprep create --masking dynamic`)")
+            paths.sort(key=lambda p: first[os.path.normpath(p)])
+        self.paths = paths
+        offsets, sizes, file_of = [], [], []
+        for number, path in enumerate(paths):
+            for _index, offset, payload in formats.iter_framed(path, fmt, verify=False):
+                offsets.append(offset + _HEADER[fmt])
+                sizes.append(len(payload))
+                file_of.append(number)
+        self.offsets = np.asarray(offsets, np.int64)
+        self.sizes = np.asarray(sizes, np.int64)
+        self.file_of = np.asarray(file_of, np.int64)
+        if self.dims is None:
+            self.dims = self._dims_of_first_record()
+        self._maps = {}
+
+    def __len__(self):
+        return len(self.offsets)
+
+    def _dims_of_first_record(self):
+        record = next(formats.read_records(self.paths[0], self.fmt))
+        kind = kind_of_record({n: "float" if v.dtype == np.float32 else "int64" for n, v in record.items()})
+        dims = kind.dims_of({n: len(v) for n, v in record.items()}) if kind is self.kind else None
+        if dims is None:
+            raise DataError(f"{self.paths[0]}: record 0 is not a {self.kind.name} record")
+        return dims
+
+    def __getstate__(self):  # memory maps are opened again in each worker
+        return {**self.__dict__, "_maps": {}}
+
+    def payloads(self, positions):
+        out = []
+        for position in positions:
+            number = int(self.file_of[position])
+            if number not in self._maps:
+                with open(self.paths[number], "rb") as f:
+                    self._maps[number] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            start = int(self.offsets[position])
+            out.append(self._maps[number][start:start + int(self.sizes[position])])
+        return out
+
+    def decode(self, positions):
+        """The records at `positions` as {name: array (n, length)} of their stored kind (ints as int64)."""
+        payloads = self.payloads(positions)
+        batch = formats.batch_arrays(self.kind, self.dims, len(payloads), np.int64)
+        try:
+            formats.decode_batch(payloads, self.fmt, formats.decoder_features(self.kind, self.dims),
+                                 [batch[f.name] for f in self.kind.features])
+        except ValueError as exc:
+            raise DataError(f"{self.data_dir}: {exc}") from None
+        return batch
+
+    def lengths(self):
+        """Each record's real tokens (input_mask != 0), decoded once."""
+        if not hasattr(self, "_lengths"):
+            chunks = [(self.decode(np.arange(a, min(a + 4096, len(self))))["input_mask"] != 0).sum(1)
+                      for a in range(0, len(self), 4096)]
+            self._lengths = np.concatenate(chunks) if chunks else np.zeros(0, np.int64)
+        return self._lengths
+
+
+def epoch_batches(count, batch_size, seed, epoch, lengths=None, bin_size=None, drop_last=True):
+    """The epoch's batches (arrays of global positions), the same on every rank: a pure function."""
+    order = np.random.default_rng([seed, epoch]).permutation(count)
+    if bin_size:
+        return binned_batches(order, bins_of(lengths, bin_size), batch_size,
+                              np.random.default_rng([seed, epoch, 1]), drop_last)
+    cut = count - count % batch_size if drop_last else count
+    return [order[i:i + batch_size] for i in range(0, cut, batch_size)]
+
+
+def rank_batches(batches, rank, world_size):
+    """Rank `rank`'s batches: every world_size-th, the same number on every rank."""
+    per_rank = len(batches) // world_size
+    return batches[rank::world_size][:per_rank]
+
+
+class BertRecords(torch.utils.data.IterableDataset if torch is not None else object):
+    """One epoch of one rank's batches as dicts of torch tensors; `set_epoch`, `state_dict`, `load_state_dict`."""
+
+    def __init__(self, data_dir, batch_size, split="training", fmt=None, seed=0, rank=0, world_size=1,
+                 bin_size=None, vocab=None, drop_last=True):
+        _require_torch()
+        if not 0 <= rank < world_size:
+            raise UsageError(f"rank {rank} is not in [0, world_size {world_size})")
+        if batch_size < 1:
+            raise UsageError(f"batch_size must be at least 1, not {batch_size}")
+        self.index = RecordIndex(data_dir, split, fmt, vocab)
+        if bin_size is not None and (bin_size < 1 or self.index.kind is PACKED):
+            raise UsageError("bin_size must be at least 1, and packed rows are not binned (they are full)"
+                             if self.index.kind is PACKED else f"bin_size must be at least 1, not {bin_size}")
+        self.batch_size, self.seed, self.rank, self.world_size = batch_size, seed, rank, world_size
+        self.bin_size, self.drop_last = bin_size, drop_last
+        self.epoch = 0
+        self.start = 0  # batches of this rank's epoch already consumed (a resumed epoch skips them)
+        if bin_size:
+            self.index.lengths()  # once, before workers are forked
+
+    def set_epoch(self, epoch):
+        self.epoch, self.start = int(epoch), 0
+
+    def state_dict(self):
+        return {"epoch": self.epoch, "batches": self.start, "seed": self.seed}
+
+    def load_state_dict(self, state):
+        if state.get("seed", self.seed) != self.seed:
+            raise UsageError(f"the saved data state is of seed {state['seed']}, this loader's is {self.seed}")
+        self.epoch, self.start = int(state["epoch"]), int(state["batches"])
+
+    def batches_of_rank(self):
+        lengths = self.index.lengths() if self.bin_size else None
+        plan = epoch_batches(len(self.index), self.batch_size, self.seed, self.epoch, lengths, self.bin_size,
+                             self.drop_last)
+        return rank_batches(plan, self.rank, self.world_size)
+
+    def __len__(self):
+        return len(self.batches_of_rank())
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        start = self.start
+        for number, positions in enumerate(self.batches_of_rank()):
+            # The DataLoader takes a batch from worker 0, 1, ... in turn: deal from the first one wanted.
+            if number < start or (number - start) % workers != worker:
+                continue
+            yield {name: torch.from_numpy(values) for name, values in self.read_batch(positions).items()}
+
+    def read_batch(self, positions):
+        """The batch of records at `positions` (NumPy): masked if unmasked, cut to its bin with binning."""
+        index = self.index
+        batch = index.decode(positions)
+        if index.masking is not None:
+            batch = index.masking.apply(batch, self.epoch, np.asarray(positions, np.int64))
+        if self.bin_size:
+            width = bin_width(bins_of(index.lengths()[positions], self.bin_size).max(), self.bin_size,
+                              index.dims["seq"])
+            seq = index.dims["seq"]
+            batch = {name: values[:, :width] if values.shape[1] == seq else values for name, values in batch.items()}
+        return {name: np.ascontiguousarray(values) for name, values in batch.items()}
+
+
+class BertLoader:
+    """A DataLoader over BertRecords that counts what it handed out: its state_dict resumes mid-epoch.
+
+    Each `iter()` is one epoch (the rest of one, after load_state_dict); the
+    next begins at epoch + 1.
+    """
+
+    def __init__(self, data_dir, batch_size, num_workers=0, **dataset_args):
+        _require_torch()
+        self.dataset = BertRecords(data_dir, batch_size, **dataset_args)
+        self.num_workers = num_workers
+
+    def __iter__(self):
+        dataset = self.dataset
+        loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=self.num_workers,
+                                             persistent_workers=False)
+        for batch in loader:
+            dataset.start += 1  # the workers hold copies: the count that matters is what the caller got
+            yield batch
+        dataset.set_epoch(dataset.epoch + 1)
+
+    def __len__(self):
+        return len(self.dataset) - self.dataset.start
+
+    def state_dict(self):
+        return self.dataset.state_dict()
+
+    def load_state_dict(self, state):
+        self.dataset.load_state_dict(state)

@@ -1,0 +1,262 @@
+"""Dynamic masking (`create --masking dynamic`, bertprep.masking), the PyTorch loader (bertprep.torch) and
+length binning: masks keyed by (seed, epoch, instance) whatever the workers, ranks or restarts, the
+reference's rules, the vectorised masks equal to their plain-Python twin, resume mid-epoch exact."""
+
+import glob
+import os
+
+import numpy as np
+import pytest
+
+from bertprep import formats, masking
+from bertprep.binning import bin_width, binned_batches, bins_of
+from bertprep.cli import main as bertprep_main
+from bertprep.create import sample_paths
+from bertprep.instances import MaskingVocab
+from bertprep.tokenization import load_vocab
+
+
+def create(out, *extra):
+    corpus, vocab = sample_paths()
+    assert bertprep_main(["create", "--input", corpus, "--vocab", vocab, "--out", str(out), "--seq", "64",
+                          "--pred", "10", "--workers", "1", "--corpus", "sample", "--quiet", *extra]) == 0
+    found = glob.glob(os.path.join(str(out), "*", "sample"))
+    assert len(found) == 1
+    return found[0]
+
+
+@pytest.fixture(scope="module")
+def dynamic_dir(tmp_path_factory):
+    return create(tmp_path_factory.mktemp("dynamic"), "--masking", "dynamic")
+
+
+@pytest.fixture(scope="module")
+def vocab():
+    return MaskingVocab.from_vocab(load_vocab(sample_paths()[1]))
+
+
+def all_records(directory, fmt="tfrecord"):
+    path, = glob.glob(os.path.join(directory, fmt, "training", "*"))
+    return next(formats.read_batches(path, 1 << 20, fmt))
+
+
+def test_unmasked_records_are_the_static_instances_with_their_masks_given_back(dynamic_dir, tmp_path):
+    assert "dupe_factor_1_dynamic_masking" in dynamic_dir  # dupe 1 by default, a directory of its own
+    static = all_records(create(tmp_path, "--dupe-factor", "1"))
+    dynamic = all_records(dynamic_dir)
+    assert set(dynamic) == {"input_ids", "input_mask", "segment_ids", "next_sentence_labels"}
+    restored = static["input_ids"].copy()
+    rows, slots = np.nonzero(static["masked_lm_weights"])
+    restored[rows, static["masked_lm_positions"][rows, slots]] = static["masked_lm_ids"][rows, slots]
+    for name in ("input_mask", "segment_ids", "next_sentence_labels"):
+        assert np.array_equal(static[name], dynamic[name]), name
+    assert np.array_equal(restored, dynamic["input_ids"])
+    assert np.array_equal(all_records(dynamic_dir, "ofrecord")["input_ids"], dynamic["input_ids"])
+
+
+def test_dynamic_masking_refuses_nvidias_layout(tmp_path, capsys):
+    corpus, vocab = sample_paths()
+    assert bertprep_main(["create", "--input", corpus, "--vocab", vocab, "--out", str(tmp_path),
+                          "--masking", "dynamic", "--layout", "nvidia"]) == 2
+    assert "--layout nvidia" in capsys.readouterr().err
+
+
+def synthetic_batch(vocab, count=400, seq=64, seed=0):
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(5, seq + 1, count)
+    mask = (np.arange(seq)[None] < lengths[:, None]).astype(np.int64)
+    ids = rng.integers(0, len(vocab.is_subword), (count, seq))
+    rows = np.arange(count)
+    ids[rows, 0], ids[rows, lengths - 1], ids[rows, lengths // 2] = vocab.cls_id, vocab.sep_id, vocab.sep_id
+    return ids * mask, mask, lengths
+
+
+@pytest.mark.parametrize("whole_word", [False, True])
+def test_vectorised_masks_equal_the_plain_python_twin(vocab, whole_word):
+    ids, mask, lengths = synthetic_batch(vocab)
+    keys = masking.instance_keys(7, 3, np.arange(len(ids)) + 100)
+    out = masking.mask_batch(ids, mask, keys, 20, 0.15, vocab, whole_word)
+    for i, length in enumerate(lengths):
+        key = masking.instance_key(7, 3, 100 + i)
+        assert key == int(keys[i])
+        tokens, positions, labels = masking.mask_instance(ids[i, :length].tolist(), key, 20, 0.15, vocab, whole_word)
+        n = len(positions)
+        assert out["input_ids"][i, :length].tolist() == tokens
+        assert out["masked_lm_positions"][i, :n].tolist() == positions
+        assert out["masked_lm_ids"][i, :n].tolist() == labels
+        assert out["masked_lm_weights"][i].tolist() == [1.0] * n + [0.0] * (20 - n)
+        assert not out["input_ids"][i, length:].any()
+
+
+def test_masks_follow_the_reference_rules(vocab):
+    ids, mask, lengths = synthetic_batch(vocab, count=4000, seq=128, seed=1)
+    out = masking.mask_batch(ids, mask, masking.instance_keys(1, 0, np.arange(len(ids))), 20, 0.15, vocab)
+    weights = out["masked_lm_weights"]
+    expected = [masking.num_to_predict(int(n), 20, 0.15) for n in lengths]
+    assert weights.sum(1).astype(int).tolist() == expected  # every instance gets its budget exactly
+    rows, slots = np.nonzero(weights)
+    positions = out["masked_lm_positions"][rows, slots]
+    original = ids[rows, positions]
+    assert not np.isin(original, [vocab.cls_id, vocab.sep_id]).any()  # no special token is masked
+    assert (positions < lengths[rows]).all()
+    seen = out["input_ids"][rows, positions]
+    as_mask = np.mean(seen == vocab.mask_id)
+    kept = np.mean((seen == original) & (original != vocab.mask_id))
+    assert abs(as_mask - 0.8) < 0.01 and abs(kept - 0.1) < 0.01  # 80% [MASK], 10% kept, 10% random
+    masked_rate = weights.sum() / (lengths - 3).sum()
+    assert abs(masked_rate - 0.15) < 0.01
+
+
+def test_masks_differ_between_epochs_and_instances(vocab):
+    ids, mask, _ = synthetic_batch(vocab, count=200, seq=128)
+    epoch0 = masking.mask_batch(ids, mask, masking.instance_keys(5, 0, np.arange(200)), 20, 0.15, vocab)
+    epoch1 = masking.mask_batch(ids, mask, masking.instance_keys(5, 1, np.arange(200)), 20, 0.15, vocab)
+    same = (epoch0["masked_lm_positions"] == epoch1["masked_lm_positions"]).all(1)
+    assert same.mean() < 0.05
+    again = masking.mask_batch(ids, mask, masking.instance_keys(5, 0, np.arange(200)), 20, 0.15, vocab)
+    assert np.array_equal(again["masked_lm_positions"], epoch0["masked_lm_positions"])
+
+
+def test_bins_batches_by_length():
+    lengths = np.array([3, 9, 17, 30, 31, 8, 16, 2, 40, 64])
+    bins = bins_of(lengths, 16)
+    assert bins.tolist() == [0, 0, 1, 1, 1, 0, 0, 0, 2, 3]
+    batches = binned_batches(np.arange(10)[::-1], bins, 2, np.random.default_rng(0))
+    assert sorted(len(set(bins[b])) for b in batches) == [1, 1, 1]  # each batch of one bin; short ones dropped
+    assert sum(len(b) for b in batches) == 6
+    assert [bin_width(b, 20, 64) for b in range(4)] == [24, 40, 64, 64]
+
+
+# ---------------------------------------------------------------- the PyTorch loader
+
+torch = pytest.importorskip("torch")
+
+
+def epoch_of(directory, **kwargs):
+    from bertprep.torch import BertLoader
+
+    loader = BertLoader(directory, 8, seed=3, **kwargs)
+    return [{k: v.numpy() for k, v in batch.items()} for batch in loader], loader
+
+
+def assert_same(batches_a, batches_b):
+    assert len(batches_a) == len(batches_b)
+    for a, b in zip(batches_a, batches_b):
+        assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_torch_loader_masks_alike_for_any_workers_and_ranks(dynamic_dir):
+    single, loader = epoch_of(dynamic_dir)
+    assert len(single) == len(loader.dataset.index) // 8 and single[0]["masked_lm_weights"].sum() > 0
+    assert single[0]["input_ids"].dtype == np.int64
+    for workers in (2, 4):
+        assert_same(epoch_of(dynamic_dir, num_workers=workers)[0], single)
+    ranks = [epoch_of(dynamic_dir, rank=r, world_size=2, num_workers=2)[0] for r in range(2)]
+    interleaved = [batch for pair in zip(*ranks) for batch in pair]
+    assert_same(interleaved, single[:len(interleaved)])
+    second = list(loader)  # iterating again is the next epoch: new order, new masks
+    assert not np.array_equal(second[0]["input_ids"], single[0]["input_ids"])
+
+
+def test_torch_loader_resumes_mid_epoch_with_the_rest_of_the_epoch(dynamic_dir):
+    from bertprep.torch import BertLoader
+
+    whole, _ = epoch_of(dynamic_dir, num_workers=2)
+    loader = BertLoader(dynamic_dir, 8, seed=3, num_workers=2)
+    for number, _batch in enumerate(loader):
+        if number == 4:
+            break
+    state = loader.state_dict()
+    assert state == {"epoch": 0, "batches": 5, "seed": 3}
+    resumed = BertLoader(dynamic_dir, 8, seed=3, num_workers=2)
+    resumed.load_state_dict(state)
+    assert_same([{k: v.numpy() for k, v in b.items()} for b in resumed], whole[5:])
+
+
+def test_torch_loader_reads_static_records_and_bins(tmp_path):
+    directory = create(tmp_path, "--dupe-factor", "1", "--format", "ofrecord")
+    batches, loader = epoch_of(directory, bin_size=16, fmt="ofrecord")
+    lengths = loader.dataset.index.lengths()
+    assert len(batches) > 0
+    for batch in batches:
+        width = batch["input_ids"].shape[1]
+        real = batch["input_mask"].sum(1)
+        assert width % 8 == 0 and real.max() <= width and set(((real - 1) // 16).tolist()).__len__() == 1
+        assert batch["masked_lm_positions"].max() < width
+    assert sum(b["input_mask"].sum() for b in batches) <= lengths.sum()
+
+
+def test_trainer_stream_masks_unmasked_records_bins_and_reopens_exactly(dynamic_dir):
+    from trainer.data import Records, RecordStream
+
+    records = Records(dynamic_dir, "tfrecord")
+    assert records.kind.name == "unmasked" and records.pred == 10 and records.batch_kind.name == "pretraining"
+    stream = RecordStream(records, "training", 8, seed=1, window=64, bin_size=16)
+    first = [batch for _, batch in zip(range(40), stream.batches(0))]  # past the first epoch (262 records)
+    reopened = [batch for _, batch in zip(range(37), stream.batches(24))]
+    assert_same(reopened, first[3:])
+    for batch in first:
+        width = batch["input_ids"].shape[1]
+        assert width % 8 == 0 and batch["input_mask"].sum(1).max() <= width
+        assert (batch["masked_lm_weights"].sum(1) > 0).all() and batch["masked_lm_positions"].max() < width
+    epoch_size = stream.epoch_size
+    plain = RecordStream(records, "training", 1, seed=1, window=64)
+    ids = [b["masked_lm_positions"] for _, b in zip(range(epoch_size + 1), plain.batches(0))]
+    again = next(RecordStream(records, "training", 1, seed=1, window=64).batches(epoch_size))["masked_lm_positions"]
+    assert np.array_equal(ids[epoch_size], again)
+
+
+@pytest.mark.heavy  # TensorFlow's start and a model's compile: about 15 s
+def test_trainer_trains_on_unmasked_records(dynamic_dir, tmp_path):
+    pytest.importorskip("tensorflow")
+    import json
+
+    from trainer.cli import main
+    from trainer_checks import bert_config
+
+    log = tmp_path / "log.jsonl"
+    assert main(["--format", "tfrecord", "--data", dynamic_dir, "--bert-config", bert_config(tmp_path, 0.0),
+                 "--steps", "2", "--batch-size", "4", "--bin-size", "16", "--log-every", "1", "--log-json", str(log), "--quiet"]) == 0
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    assert events[-1]["steps"] == 2 and all(np.isfinite(e["loss"]) for e in events if "loss" in e)
+
+
+def test_inspect_shows_the_mask_of_an_epoch_as_the_loader_draws_it(dynamic_dir, capsys):
+    import json
+
+    from bertprep.torch import BertRecords
+
+    path, = glob.glob(os.path.join(dynamic_dir, "ofrecord", "training", "part-*"))
+    assert bertprep_main(["inspect", path, "--json", "--epoch", "2", "--skip", "5", "-n", "1"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    dataset = BertRecords(dynamic_dir, 8, fmt="ofrecord")
+    dataset.set_epoch(2)
+    loaded = dataset.read_batch(np.array([5]))
+    assert shown["record"] == 5 and set(shown) - {"record"} == set(loaded)
+    assert all(shown[name] == loaded[name][0].tolist() for name in loaded)
+    assert bertprep_main(["inspect", path, "--epoch", "3", "--skip", "5", "-n", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["masked_lm_positions"] != shown["masked_lm_positions"]
+
+
+def test_validate_checks_unmasked_records(dynamic_dir, tmp_path, capsys):
+    from bertprep.formats.schemas import UNMASKED
+
+    assert bertprep_main(["validate", dynamic_dir, "--quiet"]) == 0
+    record = {"input_ids": [2, 50, 3, 60, 3, 0], "input_mask": [1, 1, 1, 1, 1, 0], "segment_ids": [0, 0, 0, 1, 1, 0],
+              "next_sentence_labels": [2]}
+    bad = tmp_path / "bad.tfrecord"
+    formats.write_records(str(bad), [record], "tfrecord", UNMASKED)
+    capsys.readouterr()
+    assert bertprep_main(["validate", str(bad), "--quiet", "--vocab", sample_paths()[1]]) == 1
+    assert "next_sentence_labels: label 2, expected 0 or 1" in capsys.readouterr().out
+
+
+def test_without_torch_the_loader_says_what_to_install():
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['torch'] = None\n"  # what an environment without PyTorch gives: ImportError
+            "import bertprep.torch as t\n"
+            "try:\n    t.BertLoader('.', 8)\nexcept Exception as exc:\n    print(type(exc).__name__, exc)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == 'UsageError bertprep.torch needs PyTorch: pip install "bertprep[torch]"'
