@@ -153,6 +153,10 @@ def _library_output_to_stderr(enabled):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["checkpoint"]:
+        from trainer.checkpoint.cli import main as checkpoint_main
+
+        return checkpoint_main(argv[1:])
     if argv[:1] == ["finetune"]:
         args = build_finetune_parser().parse_args(argv[1:])
         return run_reporting_errors(PROG, lambda: _finetune(args))
