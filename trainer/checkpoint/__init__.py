@@ -48,7 +48,7 @@ def sniff(path):
             return module
     if hf.looks_like_hub_id(path):
         return hf
-    raise UsageError(f"{path}: not a checkpoint this trainer reads (expected a ckpt-<step>/ or checkpoint "
+    raise DataError(f"{path}: not a checkpoint this trainer reads (expected a ckpt-<step>/ or checkpoint "
                      "directory of the trainer, a Google bert_model.ckpt prefix or its directory, a Hugging Face "
                      "directory with config.json and model.safetensors or pytorch_model.bin, a hub id, or "
                      "an NVIDIA .pt)")

@@ -68,7 +68,7 @@ def read(path):
             continue
         try:
             found[name] = reader.get_tensor(name)
-        except (tf.errors.OpError, ValueError) as exc:
+        except (tf.errors.OpError, ValueError, IndexError) as exc:  # IndexError: a data file cut short
             raise DataError(f"{prefix}.data-*: variable {name}: unreadable: {_first_line(exc)}") from None
     return checked(KIND, prefix, config, found, vocab_beside(directory), skipped)
 
