@@ -55,7 +55,7 @@ def read(path):
             skipped.append(name)  # a fine-tuned model's task head
             continue
         found[row.google] = names.from_layout(value, row.ours_layout)
-    return checked(KIND, os.path.join(directory, "state.npz"), config, found, vocab_beside(directory), skipped)
+    return checked(KIND, directory, config, found, vocab_beside(directory), skipped)
 
 
 def write(checkpoint, directory):
