@@ -221,14 +221,12 @@ def test_shape_not_matching_config(fixtures, tmp_path, capsys):
     _fails(capsys, src, tmp_path / "out", "bert_model.ckpt", "bert/encoder/layer_0/intermediate/dense/kernel", "256")
 
 
-def test_vocab_padding_is_trimmed_and_said_other_sizes_refused(fixtures, tmp_path, capsys):
-    src = _google_copy(fixtures, tmp_path / "g", {"vocab_size": 30520})  # 30,522 rows = 30,520 padded? no: 30,520
-    err = _fails(capsys, src, tmp_path / "out", "bert/embeddings/word_embeddings", "30522", "30520")
+def test_vocab_rows_beyond_the_padding_are_refused(fixtures, tmp_path, capsys):
+    """30,522 rows for a vocab_size of 30,512 are not its padding to a multiple of 8 (30,512): never
+    truncated. (Padding is dropped and said so: test_nvidia_pt_with_padded_vocab_and_old_names.)"""
+    src = _google_copy(fixtures, tmp_path / "g", {"vocab_size": 30512})
+    err = _fails(capsys, src, tmp_path / "out", "bert/embeddings/word_embeddings", "30522", "30512")
     assert "padding" in err
-    src = _google_copy(fixtures, tmp_path / "h", {"vocab_size": 30519})  # 30,522 rows pad 30,519 to 30,520? no
-    _fails(capsys, src, tmp_path / "out", "word_embeddings")
-    src = _google_copy(fixtures, tmp_path / "p", {"vocab_size": 30517})  # padded to a multiple of 8: 30,520 < 30,522
-    _fails(capsys, src, tmp_path / "out", "word_embeddings")
 
 
 def test_another_architecture(fixtures, tmp_path, capsys):
@@ -268,3 +266,53 @@ def test_model_flag_disagreeing_with_the_checkpoint(fixtures, golden_dir, tmp_pa
                  "--model", "base"])
     err = capsys.readouterr().err
     assert code != 0 and "--model base" in err and "L2/H128/A2" in err and "L12/H768/A12" in err
+
+
+def test_nvidia_pt_with_padded_vocab_and_old_names(fixtures, tmp_path, capsys):
+    """NVIDIA's PyTorch form: {"model": state dict} with `module.` and pytorch-pretrained-bert's
+    LayerNorm gamma/beta, the vocab padded to 30,528 rows and the decoder stored: transformers' outputs."""
+    torch = pytest.importorskip("torch")
+    from safetensors.numpy import load_file
+
+    state = {}
+    for name, value in load_file(fixtures / "hf_tiny" / "model.safetensors").items():
+        if name in ("bert.embeddings.word_embeddings.weight", "cls.predictions.bias"):
+            value = np.concatenate([value, np.full((6, *value.shape[1:]), 7.0, np.float32)])
+        name = name.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta")
+        state["module." + name] = torch.from_numpy(value.copy())
+    state["module.cls.predictions.decoder.weight"] = state["module.bert.embeddings.word_embeddings.weight"]
+    torch.save({"model": state, "epoch": 3}, tmp_path / "ckpt_8601.pt")
+    config = json.loads((fixtures / "hf_tiny" / "config.json").read_text())
+    (tmp_path / "bert_config.json").write_text(json.dumps({k: config[k] for k in (
+        "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
+        "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings", "type_vocab_size",
+        "initializer_range")}))
+    assert main(["checkpoint", "inspect", str(tmp_path / "ckpt_8601.pt"), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["kind"] == "nvidia-pt" and any("dropped 6 padding rows" in n for n in report["notes"])
+    assert_outputs_equal(run_outputs(tmp_path / "ckpt_8601.pt", fixtures / "inputs.jsonl", tmp_path / "o.npz"),
+                         expected(fixtures, "hf_tiny"))
+
+
+def test_hub_id_from_the_offline_cache(fixtures, tmp_path):
+    """A hub id resolved by huggingface_hub in its cache, HF_HUB_OFFLINE=1 (no network is asked)."""
+    pytest.importorskip("huggingface_hub")
+    snapshot = tmp_path / "hub" / "models--bertprep--hf-tiny" / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True)
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(fixtures / "hf_tiny" / name, snapshot / name)
+    (tmp_path / "hub" / "models--bertprep--hf-tiny" / "refs").mkdir()
+    (tmp_path / "hub" / "models--bertprep--hf-tiny" / "refs" / "main").write_text("0" * 40)
+    script = textwrap.dedent(f"""
+        from trainer.cli import main
+        raise SystemExit(main(["checkpoint", "run", "bertprep/hf-tiny", "--inputs", "{fixtures}/inputs.jsonl",
+                               "--out", "{tmp_path}/o.npz", "--quiet"]))
+    """)
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(tmp_path / "hub"), PYTHONPATH=REPO)
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    with np.load(tmp_path / "o.npz") as npz:
+        assert_outputs_equal({k: npz[k] for k in npz.files}, expected(fixtures, "hf_tiny"))
+    missing = subprocess.run([sys.executable, "-m", "trainer", "checkpoint", "inspect", "bertprep/not-cached"],
+                             env=env, capture_output=True, text=True, timeout=600)
+    assert missing.returncode == 1 and "bertprep/not-cached" in missing.stderr.strip().splitlines()[-1]
