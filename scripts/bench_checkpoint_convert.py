@@ -92,13 +92,13 @@ def main():
     try:
         checkpoint = random_checkpoint(args.model)
         weight_bytes = sum(v.nbytes for v in checkpoint.weights.values())
-        source = os.path.join(root, "source")
-        os.makedirs(source)
-        {"hf": hf, "google": google, "bertprep": ours}[args.source].write(checkpoint, source)
         npz = os.path.join(root, "weights.npz")
         with open(npz, "wb") as f:
             np.savez(f, **checkpoint.weights)
         parameters = checkpoint.parameters()
+        source = os.path.join(root, "source")
+        os.makedirs(source)
+        {"hf": hf, "google": google, "bertprep": ours}[args.source].write(checkpoint, source)  # consumes it
         del checkpoint
         scripts = {}
         for name, code in (("copy", COPY), ("imports", IMPORTS)):

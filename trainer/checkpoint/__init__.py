@@ -16,8 +16,6 @@ import numpy as np
 from bertprep.errors import DataError, UsageError
 from trainer.checkpoint import names
 
-KINDS = ("bertprep", "google", "hf", "nvidia-pt")
-
 
 @dataclasses.dataclass
 class Checkpoint:
@@ -35,12 +33,17 @@ class Checkpoint:
         return {row.ours: names.to_layout(self.weights[row.google], row.ours_layout, heads)
                 for row in names.rows(self.config, self.has_heads)}
 
+    def take(self, name):
+        """The weight `name`, dropped from the checkpoint: a writer that makes its own copy of each weight
+        (a tensor, a transposed array) takes them one by one, so memory stays near one copy."""
+        return self.weights.pop(name)
+
     def parameters(self):
         return sum(int(np.prod(v.shape)) for v in self.weights.values())
 
 
 def sniff(path):
-    """The kind of checkpoint at `path`, or a UsageError naming what was looked for."""
+    """The module that reads the kind of checkpoint at `path`, or a DataError naming what was looked for."""
     from trainer.checkpoint import google, hf, nvidia, ours
 
     for module in (ours, google, hf, nvidia):

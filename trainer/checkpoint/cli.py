@@ -81,6 +81,9 @@ def convert(src, out, to):
     if os.path.exists(out):
         raise UsageError(f"{out}: exists; convert writes a new directory")
     checkpoint = read(src)
+    summary = {"from": checkpoint.kind, "source": checkpoint.path, "to": to, "out": out,
+               "variables": len(checkpoint.weights), "parameters": checkpoint.parameters(),
+               "vocab": bool(checkpoint.vocab)}
     writer = {"hf": hf, "google": google, "bertprep": ours}[to]
     parent = os.path.dirname(os.path.abspath(out))
     staging = staging_dir(parent)
@@ -93,9 +96,7 @@ def convert(src, out, to):
     finally:
         with contextlib.suppress(OSError):
             os.rmdir(staging)
-    return {"from": checkpoint.kind, "source": checkpoint.path, "to": to, "out": out,
-            "variables": len(checkpoint.weights), "parameters": checkpoint.parameters(),
-            "vocab": bool(checkpoint.vocab), "notes": "; ".join(checkpoint.notes)}
+    return dict(summary, notes="; ".join(checkpoint.notes))
 
 
 def _convert(args):

@@ -78,13 +78,14 @@ def _first_line(exc):
 
 
 def write(checkpoint, directory):
-    """bert_model.ckpt.{index,data-00000-of-00001} + bert_config.json into `directory` (a staging one)."""
+    """bert_model.ckpt.{index,data-00000-of-00001} + bert_config.json into `directory` (a staging one);
+    the checkpoint's weights are consumed."""
     tf = _tensorflow()
     names_ = sorted(checkpoint.weights)
     with tf.device("CPU:0"):
+        tensors = [tf.convert_to_tensor(checkpoint.take(name)) for name in names_]  # the arrays go as they are copied
         tf.raw_ops.SaveV2(prefix=os.path.join(directory, PREFIX), tensor_names=names_,
-                          shape_and_slices=[""] * len(names_),
-                          tensors=[checkpoint.weights[name] for name in names_])
+                          shape_and_slices=[""] * len(names_), tensors=tensors)
     # Google's modeling.py knows one "gelu", the tanh approximation: an exact-GELU model (Hugging Face's,
     # ours) written here computes slightly differently there (about 1e-4), said in the summary's notes.
     if checkpoint.config.hidden_act != "gelu_tanh":

@@ -151,12 +151,13 @@ def read(path):
 
 
 def write(checkpoint, directory):
-    """config.json + model.safetensors of a BertForPreTraining (or BertModel without heads)."""
-    from safetensors.numpy import save_file
-
-    state = {row.hf: np.ascontiguousarray(names.to_layout(checkpoint.weights[row.google], row.hf_layout, 1))
-             for row in names.rows(checkpoint.config, checkpoint.has_heads)}
-    save_file(state, os.path.join(directory, "model.safetensors"), metadata={"format": "pt"})
+    """config.json + model.safetensors of a BertForPreTraining (or BertModel without heads); the
+    checkpoint's weights are consumed."""
+    rows = names.rows(checkpoint.config, checkpoint.has_heads)
+    write_safetensors(os.path.join(directory, "model.safetensors"),
+                      [(row.hf, checkpoint.weights[row.google].shape[::-1] if row.hf_layout == "T"
+                        else checkpoint.weights[row.google].shape) for row in rows],
+                      (names.to_layout(checkpoint.take(row.google), row.hf_layout, 1) for row in rows))
     config = dict(checkpoint.config.to_dict(), model_type="bert",
                   hidden_act={"gelu": "gelu", "gelu_tanh": "gelu_new"}[checkpoint.config.hidden_act], layer_norm_eps=1e-12, pad_token_id=0,
                   position_embedding_type="absolute", tie_word_embeddings=True,
@@ -164,3 +165,27 @@ def write(checkpoint, directory):
     with open(os.path.join(directory, "config.json"), "w", encoding="utf-8") as f:
         json.dump(config, f, indent=2, sort_keys=True)
     return directory
+
+
+def write_safetensors(path, shapes, arrays):
+    """A float32 safetensors file of [(name, shape)] whose values `arrays` yields one at a time, in order.
+
+    safetensors.numpy.save_file holds a bytes copy of every tensor until the file is written (BERT-large
+    to hf peaked at 1.96 copies of the weights above the imports, scripts/bench_checkpoint_convert.py);
+    the format (8-byte little-endian header length, JSON header of dtype/shape/data_offsets, the raw
+    bytes) lets each tensor go as soon as it is written. safetensors itself reads the result (tests)."""
+    header, offset = {"__metadata__": {"format": "pt"}}, 0
+    for name, shape in shapes:
+        size = 4 * int(np.prod(shape))
+        header[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    encoded = json.dumps(header, separators=(",", ":")).encode()
+    encoded += b" " * (-len(encoded) % 8)  # the data starts 8-byte aligned, as safetensors writes it
+    with open(path, "wb") as f:
+        f.write(len(encoded).to_bytes(8, "little"))
+        f.write(encoded)
+        for (name, shape), array in zip(shapes, arrays):
+            array = np.ascontiguousarray(array, dtype="<f4")
+            if array.shape != tuple(shape):
+                raise ValueError(f"{name}: shape {array.shape}, header says {tuple(shape)}")
+            f.write(memoryview(array).cast("B"))

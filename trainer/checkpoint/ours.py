@@ -59,7 +59,8 @@ def read(path):
 
 
 def write(checkpoint, directory):
-    """state.npz + state.json (step 0, the config) into `directory`: an --init-checkpoint."""
+    """state.npz + state.json (step 0, the config) into `directory`: an --init-checkpoint (the
+    checkpoint's weights stay: np.savez streams each array)."""
     arrays = {f"model/trainable/{i:04d}/{name}": value for i, (name, value) in enumerate(checkpoint.ours().items())}
     with open(os.path.join(directory, "state.npz"), "wb") as f:
         np.savez(f, **arrays)
