@@ -15,6 +15,7 @@ from trainer.config import BertConfig
 KIND = "google"
 CONFIG = "bert_config.json"
 PREFIX = "bert_model.ckpt"
+CHUNK_BYTES = 1 << 28
 
 
 def _prefix(path):
@@ -81,11 +82,24 @@ def write(checkpoint, directory):
     """bert_model.ckpt.{index,data-00000-of-00001} + bert_config.json into `directory` (a staging one);
     the checkpoint's weights are consumed."""
     tf = _tensorflow()
-    names_ = sorted(checkpoint.weights)
+    # One SaveV2 over every weight held them all twice (arrays and tensors: 2.16 copies of BERT-large above
+    # the imports, scripts/bench_checkpoint_convert.py); parts of about CHUNK_BYTES, each saved and let go,
+    # then merged by TensorFlow into one checkpoint (a data shard per part), keep it near one copy.
+    parts, part, size = [], [], 0
+    for name in sorted(checkpoint.weights):
+        part.append(name)
+        size += checkpoint.weights[name].nbytes
+        if size >= CHUNK_BYTES:
+            parts, part, size = parts + [part], [], 0
+    parts += [part] if part else []
+    prefixes = []
     with tf.device("CPU:0"):
-        tensors = [tf.convert_to_tensor(checkpoint.take(name)) for name in names_]  # the arrays go as they are copied
-        tf.raw_ops.SaveV2(prefix=os.path.join(directory, PREFIX), tensor_names=names_,
-                          shape_and_slices=[""] * len(names_), tensors=tensors)
+        for i, part in enumerate(parts):
+            prefixes.append(os.path.join(directory, f"part-{i}", PREFIX))
+            tf.raw_ops.SaveV2(prefix=prefixes[-1], tensor_names=part, shape_and_slices=[""] * len(part),
+                              tensors=[checkpoint.take(name) for name in part])
+        tf.raw_ops.MergeV2Checkpoints(checkpoint_prefixes=prefixes, destination_prefix=os.path.join(directory, PREFIX),
+                                      delete_old_dirs=True)
     # Google's modeling.py knows one "gelu", the tanh approximation: an exact-GELU model (Hugging Face's,
     # ours) written here computes slightly differently there (about 1e-4), said in the summary's notes.
     if checkpoint.config.hidden_act != "gelu_tanh":
