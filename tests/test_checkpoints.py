@@ -251,7 +251,7 @@ def test_truncated_files(fixtures, tmp_path, capsys):
     shard = google / "bert_model.ckpt.data-00000-of-00001"
     os.chmod(shard, 0o644)
     shard.write_bytes(shard.read_bytes()[:1000])
-    _fails(capsys, google, tmp_path / "out", "bert_model.ckpt", "bert/")
+    _fails(capsys, google, tmp_path / "out", "bert_model.ckpt.data", "variable ")
 
 
 def test_unknown_path_kind(tmp_path, capsys):
