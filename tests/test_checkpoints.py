@@ -62,6 +62,7 @@ def test_run_reproduces_their_outputs_on_tensorflow(fixtures, tmp_path, name, sr
     assert_outputs_equal(got, expected(fixtures, name))
 
 
+@pytest.mark.heavy  # a JAX process compiling both models: ~30 s on 2 cores
 def test_run_reproduces_their_outputs_on_jax(fixtures, tmp_path):
     """A JAX-only process (TensorFlow not imported by Keras) for both fixtures."""
     script = textwrap.dedent(f"""
@@ -294,6 +295,7 @@ def test_nvidia_pt_with_padded_vocab_and_old_names(fixtures, tmp_path, capsys):
                          expected(fixtures, "hf_tiny"))
 
 
+@pytest.mark.heavy  # two processes (huggingface_hub reads HF_HUB_OFFLINE when imported)
 def test_hub_id_from_the_offline_cache(fixtures, tmp_path):
     """A hub id resolved by huggingface_hub in its cache, HF_HUB_OFFLINE=1 (no network is asked)."""
     pytest.importorskip("huggingface_hub")
