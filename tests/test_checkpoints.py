@@ -318,3 +318,21 @@ def test_hub_id_from_the_offline_cache(fixtures, tmp_path):
     missing = subprocess.run([sys.executable, "-m", "trainer", "checkpoint", "inspect", "bertprep/not-cached"],
                              env=env, capture_output=True, text=True, timeout=600)
     assert missing.returncode == 1 and "bertprep/not-cached" in missing.stderr.strip().splitlines()[-1]
+
+
+def test_jax_only_install_says_tensorflow_is_needed_for_google_checkpoints(fixtures, tmp_path):
+    """TensorFlow unimportable (as a JAX-only install): one line naming what to install; Hugging Face's
+    files still convert."""
+    checks = os.path.join(REPO, "tests", "trainer_checks.py")
+    env = dict(os.environ, KERAS_BACKEND="jax", PYTHONPATH=REPO)
+    done = subprocess.run([sys.executable, checks, "--no-tensorflow", "trainer", "checkpoint", "convert",
+                           str(fixtures / "google_tiny"), str(tmp_path / "out"), "--to", "hf"],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 2 and not (tmp_path / "out").exists()
+    assert done.stderr.strip().splitlines()[-1] == (
+        "trainer checkpoint: error: reading or writing a TF checkpoint (bert_model.ckpt) needs TensorFlow: "
+        "pip install 'bertprep[train]' beside JAX")
+    done = subprocess.run([sys.executable, checks, "--no-tensorflow", "trainer", "checkpoint", "convert",
+                           str(fixtures / "hf_tiny"), str(tmp_path / "out"), "--to", "bertprep", "--quiet"],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]

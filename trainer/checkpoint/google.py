@@ -4,7 +4,6 @@ skipped). Read with TensorFlow's own checkpoint reader, written with its own Sav
 google-research/bert's `init_from_checkpoint` finds every variable by name."""
 
 import dataclasses
-import importlib.util
 import json
 import os
 
@@ -40,11 +39,11 @@ def sniff(path):
 
 
 def _tensorflow():
-    if importlib.util.find_spec("tensorflow") is None:
+    try:
+        import tensorflow as tf
+    except ImportError:
         raise UsageError("reading or writing a TF checkpoint (bert_model.ckpt) needs TensorFlow: "
-                         "pip install 'bertprep[train]' (tensorflow-cpu) beside JAX")
-    import tensorflow as tf
-
+                         "pip install 'bertprep[train]' beside JAX") from None
     return tf
 
 
