@@ -80,6 +80,9 @@ def build_parser():
                    help="split each model replica over K devices (JAX; default: 1, data parallel only)")
     p.add_argument("--placement", choices=PLACEMENTS, default="intra_first",
                    help="several hosts: a replica's K devices on one host (intra_first) or across hosts")
+    p.add_argument("--init-checkpoint", help="start from these weights (encoder and MLM/NSP heads) and their config: "
+                                             "ours, Google's bert_model.ckpt, Hugging Face directory or hub id, "
+                                             "NVIDIA .pt (see `python -m trainer checkpoint inspect`)")
     p.add_argument("--checkpoint-dir", help="directory of checkpoints (and TensorBoard scalars)")
     p.add_argument("--checkpoint-every", type=_positive_int, default=1000, help="steps between checkpoints")
     p.add_argument("--keep-checkpoints", type=int, default=3, help="how many recent checkpoints to keep")
@@ -100,8 +103,9 @@ def build_finetune_parser():
                                                  "rte, wnli")
     p.add_argument("--data", required=True, help="output directory of create-squad / create-glue")
     p.add_argument("--format", required=True, choices=("tfrecord", "ofrecord"), help="record format to read")
-    p.add_argument("--init-checkpoint", help="pretraining checkpoint: a ckpt-<step> directory or a --checkpoint-dir "
-                                             "(newest); default: a tiny one pretrained on the embedded sample")
+    p.add_argument("--init-checkpoint", help="pretraining checkpoint: ours (ckpt-<step> or a --checkpoint-dir), Google's "
+                                             "bert_model.ckpt, a Hugging Face directory or hub id, NVIDIA .pt; "
+                                             "default: a tiny one pretrained on the embedded sample")
     p.add_argument("--model", choices=tuple(SIZES), help="size of the on-the-fly checkpoint (default: tiny); "
                                                          "with --init-checkpoint it must be the checkpoint's")
     p.add_argument("--epochs", type=float, default=2.0, help="passes over the training records (default: 2)")
@@ -156,11 +160,15 @@ def _library_output_to_stderr(enabled):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["checkpoint"]:
+        from trainer.checkpoint.cli import main as checkpoint_main
+
+        return checkpoint_main(argv[1:])
     if argv[:1] == ["finetune"]:
         args = build_finetune_parser().parse_args(argv[1:])
         return run_reporting_errors(PROG, lambda: _finetune(args))
     args = build_parser().parse_args(argv)
-    if args.model is None and not args.bert_config:
+    if args.model is None and not args.bert_config and not args.init_checkpoint:
         # The sample run is a demo that must finish in a minute on a laptop CPU.
         args.model = "tiny" if args.data is None else "base"
     return run_reporting_errors(PROG, lambda: _train(args))

@@ -53,8 +53,9 @@ class BertConfig:
         if unknown:
             raise UsageError(f"{path}: unknown bert_config key {unknown[0]!r} (known: {', '.join(known)})")
         config = cls(**values)
-        if config.hidden_act != "gelu":
-            raise UsageError(f"{path}: hidden_act {config.hidden_act!r} is not supported (expected 'gelu')")
+        if config.hidden_act not in ("gelu", "gelu_tanh"):
+            raise UsageError(f"{path}: hidden_act {config.hidden_act!r} is not supported (expected 'gelu' or "
+                             "'gelu_tanh')")
         if config.hidden_size % config.num_attention_heads:
             raise UsageError(f"{path}: hidden_size {config.hidden_size} is not a multiple of "
                              f"num_attention_heads {config.num_attention_heads}")

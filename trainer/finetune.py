@@ -16,7 +16,6 @@ embedded sample records (cached): enough to show the path runs, not to score.
 
 import json
 import os
-import re
 import sys
 import time
 
@@ -36,7 +35,6 @@ from trainer.train import TIMING_WARMUP_STEPS, Devices, Log, stop_if_stuck, warm
 # The on-the-fly checkpoint of a run without --init-checkpoint: a few steps of the sample records.
 SAMPLE_PRETRAINING = ["--format", "ofrecord", "--steps", "20", "--batch-size", "8", "--optimizer", "adam",
                       "--lr", "1e-3", "--warmup", "2", "--log-every", "20", "--quiet"]
-_VARIABLE_NAME = re.compile(r"^model/(?:trainable|non_trainable)/\d+/(.+)$")
 
 
 def run(args, pretraining_parser):
@@ -147,41 +145,20 @@ def build_task_steps(devices, model, optimizer, objective, precision):
 
 
 def read_pretraining_checkpoint(path):
-    """(BertConfig, {variable path: array}, checkpoint directory) of a `ckpt-<step>` directory of the
-    trainer, or of the newest one in a --checkpoint-dir."""
-    if not os.path.isfile(os.path.join(path, "state.npz")):
-        found = checkpoints.list_checkpoints(path)
-        if not found:
-            raise DataError(f"{path}: not a checkpoint of the trainer (no state.npz, no ckpt-<step>/ inside)")
-        path = found[-1][1]
-    try:
-        with open(os.path.join(path, "state.json"), encoding="utf-8") as f:
-            model_settings = json.load(f)["settings"]["model"]
-        with np.load(os.path.join(path, "state.npz")) as npz:
-            weights = {match.group(1): npz[name] for name in npz.files if (match := _VARIABLE_NAME.match(name))}
-        config = BertConfig(**model_settings)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise DataError(f"{path}: unreadable checkpoint: {exc.__class__.__name__}: {exc}") from None
-    return config, weights, path
+    """(BertConfig, {our variable path: array}, the checkpoint's path) of any checkpoint kind
+    trainer.checkpoint reads: ours, Google's bert_model.ckpt, Hugging Face, NVIDIA .pt."""
+    from trainer.checkpoint import read
+
+    checkpoint = read(path)
+    return checkpoint.config, checkpoint.ours(), checkpoint.path
 
 
 def load_encoder(model, weights, path):
     """Assign the checkpoint's value to every encoder variable, matched by path; the task head keeps
     its initialization. Returns the number of variables loaded."""
-    head = {v.path for v in model.head.variables}
-    loaded = 0
-    for variable in model.trainable_variables:
-        if variable.path in head:
-            continue
-        if variable.path not in weights:
-            raise DataError(f"{path}: checkpoint lacks encoder variable {variable.path}")
-        value = weights[variable.path]
-        if tuple(value.shape) != tuple(variable.shape):
-            raise DataError(f"{path}: variable {variable.path} has shape {value.shape}, the model's is "
-                            f"{tuple(variable.shape)}")
-        variable.assign(value)
-        loaded += 1
-    return loaded
+    from trainer.checkpoint.run import assign
+
+    return assign(model, weights, path, skip={v.path for v in model.head.variables})
 
 
 def sample_checkpoint(args, data, pretraining_parser):

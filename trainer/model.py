@@ -18,8 +18,17 @@ def _init(config):
     return keras.initializers.TruncatedNormal(stddev=config.initializer_range)
 
 
-def _gelu(x):
+def _exact_gelu(x):
     return keras.activations.gelu(x, approximate=False)
+
+
+def _tanh_gelu(x):
+    return keras.activations.gelu(x, approximate=True)
+
+
+# hidden_act: "gelu" is the exact (erf) GELU, as Hugging Face's; "gelu_tanh" the tanh approximation that
+# google-research/bert's modeling.py computes (its checkpoints are read with it, trainer/checkpoint/google.py).
+ACTIVATIONS = {"gelu": _exact_gelu, "gelu_tanh": _tanh_gelu}
 
 
 class TransformerLayer(keras.layers.Layer):
@@ -33,7 +42,7 @@ class TransformerLayer(keras.layers.Layer):
             kernel_initializer=_init(config), name="attention")
         self.attention_dropout = keras.layers.Dropout(config.hidden_dropout_prob)
         self.attention_layer_norm = keras.layers.LayerNormalization(epsilon=1e-12, name="attention_layer_norm")
-        self.intermediate = keras.layers.Dense(config.intermediate_size, activation=_gelu,
+        self.intermediate = keras.layers.Dense(config.intermediate_size, activation=ACTIVATIONS[config.hidden_act],
                                                kernel_initializer=_init(config), name="intermediate")
         self.output_dense = keras.layers.Dense(config.hidden_size, kernel_initializer=_init(config), name="output")
         self.output_dropout = keras.layers.Dropout(config.hidden_dropout_prob)
@@ -52,7 +61,7 @@ class MaskedLMHead(keras.layers.Layer):
     def __init__(self, config, word_embeddings, **kwargs):
         super().__init__(**kwargs)
         self.word_embeddings = word_embeddings
-        self.transform = keras.layers.Dense(config.hidden_size, activation=_gelu,
+        self.transform = keras.layers.Dense(config.hidden_size, activation=ACTIVATIONS[config.hidden_act],
                                             kernel_initializer=_init(config), name="transform")
         self.layer_norm = keras.layers.LayerNormalization(epsilon=1e-12, name="layer_norm")
         self.vocab_size = config.vocab_size

@@ -112,13 +112,40 @@ def model_config(args, records):
     return config
 
 
-def build_steps(args, devices, config, records, warmup):
-    """The model, its optimizer and the compiled step functions of this backend."""
+def initial_checkpoint(args, records):
+    """(Checkpoint, config) of --init-checkpoint: the config is the checkpoint's (a --model or
+    --bert-config that disagrees is an error naming both), --dropout replaces its rates."""
+    from trainer.checkpoint import check_size_flag, read
+
+    checkpoint = read(args.init_checkpoint)
+    check_size_flag(checkpoint, args.model, args.bert_config)
+    config = checkpoint.config
+    if records.vocab_size and records.vocab_size > config.vocab_size:
+        raise DataError(f"{args.init_checkpoint}: vocab_size {config.vocab_size} is smaller than the records' "
+                        f"vocab ({records.vocab_size} entries)")
+    if args.dropout is not None:
+        config = dataclasses.replace(config, hidden_dropout_prob=args.dropout, attention_probs_dropout_prob=args.dropout)
+    return checkpoint, config
+
+
+def build_steps(args, devices, config, records, warmup, initial=None, log=None):
+    """The model (its weights from `initial`, a trainer.checkpoint.Checkpoint, where given), its
+    optimizer and the compiled step functions of this backend."""
     from trainer.model import build_model
     from trainer.optimizers import make_optimizer
 
     with devices.scope():
         model = build_model(config, records.seq, records.pred)
+        if initial is not None:
+            from trainer.checkpoint.run import assign
+
+            heads = set() if initial.has_heads else {v.path for v in model.trainable_variables
+                                                      if v.path.startswith(("bert/masked_lm/", "bert/next_sentence/"))}
+            loaded = assign(model, initial.ours(), initial.path, skip=heads)
+            if log is not None:
+                log.note(f"initialized {loaded} variables from {initial.kind} checkpoint {initial.path}"
+                         + ("" if initial.has_heads else " (no pretraining heads in it: they start from random)")
+                         + "".join(f"; {note}" for note in initial.notes))
         optimizer = make_optimizer(args.optimizer, args.lr, warmup, args.steps)
         optimizer.build(model.trainable_variables)
     dynamic_scale = args.precision == "mixed_float16"
@@ -214,7 +241,8 @@ def run(args, step_times=None, step_sequences=None):
         if not args.quiet:
             print(f"trainer: no --data: training on the embedded sample records in {data_dir}", file=sys.stderr)
     records = Records(data_dir, args.format)
-    config = model_config(args, records)
+    initial = initial_checkpoint(args, records) if getattr(args, "init_checkpoint", None) else None
+    config = initial[1] if initial else model_config(args, records)
     if records.seq > config.max_position_embeddings:
         raise DataError(f"{data_dir}: records have sequence length {records.seq} but the model has "
                         f"{config.max_position_embeddings} positions (max_position_embeddings)")
@@ -243,12 +271,13 @@ def run(args, step_times=None, step_sequences=None):
     with holding:
         log = Log(args, args.steps, enabled=devices.is_chief)
         try:
-            return _train(args, devices, log, data_dir, records, config, step_times, step_sequences)
+            return _train(args, devices, log, data_dir, records, config, step_times, step_sequences,
+                          initial[0] if initial else None)
         finally:
             log.close()
 
 
-def _train(args, devices, log, data_dir, records, config, step_times=None, step_sequences=None):
+def _train(args, devices, log, data_dir, records, config, step_times=None, step_sequences=None, initial=None):
     from trainer.losses import SUM_KEYS, metrics
 
     per_worker = args.batch_size * devices.local_replicas
@@ -265,7 +294,8 @@ def _train(args, devices, log, data_dir, records, config, step_times=None, step_
         else:
             log.note(f"{data_dir}: no {args.format} test records: --eval-every ignored")
 
-    model, optimizer, steps = build_steps(args, devices, config, records, warmup_steps(args.warmup, args.steps))
+    model, optimizer, steps = build_steps(args, devices, config, records, warmup_steps(args.warmup, args.steps),
+                                          initial, log)
 
     # What fixes the trajectory: the global batch and how the data are split into feeds, not how
     # many devices share the work or how a model is split over them (--model-parallel may change).

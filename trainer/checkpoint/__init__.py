@@ -1,0 +1,132 @@
+"""Pretrained BERT checkpoints of every kind a BERT user has, read by sniffing the path and written
+back out: ours (`ckpt-<step>/`), Google's TF1 `bert_model.ckpt` (NVIDIA's TF checkpoints too), a
+Hugging Face directory or hub id, NVIDIA's PyTorch `.pt`.
+
+Every reader returns a `Checkpoint`: the config from the checkpoint and its weights in Google's
+naming and layout (names.py, the one table), checked against the config here, once, whatever the
+kind: every variable present with the config's shape, nothing of another architecture, a vocab
+padded beyond the config's `vocab_size` trimmed only where it is padding (and said so).
+"""
+
+import dataclasses
+import os
+
+import numpy as np
+
+from bertprep.errors import DataError, UsageError
+from trainer.checkpoint import names
+
+
+@dataclasses.dataclass
+class Checkpoint:
+    kind: str
+    path: str  # the file or prefix the weights came from
+    config: object  # trainer.config.BertConfig
+    weights: dict  # Google name -> array in Google's layout
+    vocab: str = None  # a vocab.txt that travels with the checkpoint
+    has_heads: bool = True
+    notes: list = dataclasses.field(default_factory=list)
+
+    def ours(self):
+        """{our variable path: array in our layout}."""
+        heads = self.config.num_attention_heads
+        return {row.ours: names.to_layout(self.weights[row.google], row.ours_layout, heads)
+                for row in names.rows(self.config, self.has_heads)}
+
+    def take(self, name):
+        """The weight `name`, dropped from the checkpoint: a writer that makes its own copy of each weight
+        (a tensor, a transposed array) takes them one by one, so memory stays near one copy."""
+        return self.weights.pop(name)
+
+    def parameters(self):
+        return sum(int(np.prod(v.shape)) for v in self.weights.values())
+
+
+def sniff(path):
+    """The module that reads the kind of checkpoint at `path`, or a DataError naming what was looked for."""
+    from trainer.checkpoint import google, hf, nvidia, ours
+
+    for module in (ours, google, hf, nvidia):
+        if module.sniff(path):
+            return module
+    if hf.looks_like_hub_id(path):
+        return hf
+    raise DataError(f"{path}: not a checkpoint this trainer reads (expected a ckpt-<step>/ or checkpoint "
+                     "directory of the trainer, a Google bert_model.ckpt prefix or its directory, a Hugging Face "
+                     "directory with config.json and model.safetensors or pytorch_model.bin, a hub id, or "
+                     "an NVIDIA .pt)")
+
+
+def read(path):
+    """The checked Checkpoint at `path`."""
+    return sniff(path).read(path)
+
+
+def checked(kind, path, config, found, vocab=None, skipped=()):
+    """A Checkpoint of `found` ({Google name: array}) checked against `config`.
+
+    Missing encoder variables and misshapen ones are errors naming `path` and the variable; the
+    pretraining heads are all there or all absent (a BertModel has none). Vocab-sized rows beyond the
+    config's vocab_size are trimmed when they are the padding to a multiple of 8."""
+    notes = [f"skipped {len(skipped)} variables that are not BERT-for-pretraining weights "
+             f"({', '.join(sorted(skipped)[:3])}{', ...' if len(skipped) > 3 else ''})"] if skipped else []
+    head_names = {row.google for row in names.rows(config) if row.is_head}
+    has_heads = any(name in found for name in head_names)
+    expected = names.rows(config, has_heads)
+    known = {row.google for row in names.rows(config)}
+    unknown = sorted(set(found) - known)
+    if unknown:
+        raise DataError(f"{path}: variable {unknown[0]} is not part of a BERT of this config "
+                        f"(L{config.num_hidden_layers}/H{config.hidden_size}): another architecture?")
+    weights = {}
+    for row in expected:
+        if row.google not in found:
+            raise DataError(f"{path}: checkpoint lacks variable {row.google}")
+        value = np.asarray(found[row.google])
+        shape = names.google_shape(row, config)
+        if row.google in names.VOCAB_ROWS and value.shape[:1] != shape[:1] and value.shape[1:] == shape[1:]:
+            value = _trim_vocab_padding(path, row.google, value, config.vocab_size, notes)
+        if tuple(value.shape) != shape:
+            raise DataError(f"{path}: variable {row.google} has shape {tuple(value.shape)}, its config gives {shape}")
+        if value.dtype != np.float32:
+            if not np.issubdtype(value.dtype, np.floating):
+                raise DataError(f"{path}: variable {row.google} is {value.dtype}, expected floating point")
+            value = value.astype(np.float32)
+        weights[row.google] = value
+    return Checkpoint(kind, path, config, weights, vocab, has_heads, notes)
+
+
+def _trim_vocab_padding(path, name, value, vocab_size, notes):
+    rows = value.shape[0]
+    padded = -(-vocab_size // 8) * 8
+    if rows < vocab_size or rows > padded:
+        raise DataError(f"{path}: variable {name} has {rows} vocab rows, the config's vocab_size is {vocab_size} "
+                        f"(only padding up to a multiple of 8, {padded}, is dropped)")
+    notes.append(f"{name}: dropped {rows - vocab_size} padding rows beyond vocab_size {vocab_size}")
+    return value[:vocab_size]
+
+
+def vocab_beside(directory):
+    path = os.path.join(directory, "vocab.txt")
+    return path if os.path.isfile(path) else None
+
+
+def check_size_flag(checkpoint, model=None, bert_config=None):
+    """A --model / --bert-config that disagrees with the checkpoint's own config is an error naming both."""
+    from trainer.config import SIZES, BertConfig
+
+    config = checkpoint.config
+    if model:
+        held = (config.num_hidden_layers, config.hidden_size, config.num_attention_heads)
+        if held != SIZES[model]:
+            raise UsageError(f"--model {model} is L{SIZES[model][0]}/H{SIZES[model][1]}/A{SIZES[model][2]}, the "
+                             f"checkpoint {checkpoint.path} holds L{held[0]}/H{held[1]}/A{held[2]} "
+                             "(leave --model out to use the checkpoint's)")
+    if bert_config:
+        given = BertConfig.from_json_file(bert_config)
+        for key, value in config.to_dict().items():
+            if key.endswith("dropout_prob"):
+                continue
+            if getattr(given, key) != value:
+                raise UsageError(f"--bert-config {bert_config} has {key}={getattr(given, key)!r}, the checkpoint "
+                                 f"{checkpoint.path} has {value!r}")

@@ -1,0 +1,127 @@
+"""`python -m trainer checkpoint inspect|convert|run`: what a checkpoint holds, the same weights in
+another kind, its outputs on given inputs."""
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import shutil
+
+import numpy as np
+
+from bertprep.atomic import atomic_dir, atomic_open, staging_dir
+from bertprep.errors import UsageError, run_reporting_errors
+from bertprep.progress import print_summary
+
+PROG = "trainer checkpoint"
+WRITERS = ("hf", "google", "bertprep")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser():
+    p = _Parser(prog=PROG, description="Read, convert and run pretrained BERT checkpoints: ours (ckpt-<step>), "
+                                       "Google's bert_model.ckpt, Hugging Face (directory or hub id), NVIDIA .pt.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    inspect = sub.add_parser("inspect", help="kind, config, variables and parameter count")
+    inspect.add_argument("src")
+    inspect.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    convert = sub.add_parser("convert", help="write the checkpoint as another kind")
+    convert.add_argument("src")
+    convert.add_argument("out", help="output directory (must not exist)")
+    convert.add_argument("--to", required=True, choices=WRITERS,
+                         help="hf: config.json + model.safetensors; google: bert_model.ckpt + bert_config.json; "
+                              "bertprep: state.npz + state.json for --init-checkpoint")
+    convert.add_argument("--json", action="store_true", help="summary as JSON")
+    convert.add_argument("--quiet", action="store_true", help="no summary")
+    run = sub.add_parser("run", help="outputs on given inputs, dropout off, into an .npz")
+    run.add_argument("src")
+    run.add_argument("--inputs", required=True, help="JSON lines with input_ids, input_mask, segment_ids "
+                                                     "[, masked_lm_positions], or a records file")
+    run.add_argument("--out", required=True, help="output .npz: sequence_output, pooled_output, "
+                                                  "mlm_logits, nsp_logits (float32)")
+    run.add_argument("--batch-size", type=int, default=32)
+    run.add_argument("--json", action="store_true", help="summary as JSON")
+    run.add_argument("--quiet", action="store_true", help="no summary")
+    return p
+
+
+def main(argv):
+    args = build_parser().parse_args(argv)
+    return run_reporting_errors(PROG, lambda: COMMANDS[args.command](args))
+
+
+def _inspect(args):
+    from trainer.checkpoint import names, read
+
+    checkpoint = read(args.src)
+    variables = [{"name": row.google, "shape": list(checkpoint.weights[row.google].shape)}
+                 for row in names.rows(checkpoint.config, checkpoint.has_heads)]
+    report = {"kind": checkpoint.kind, "path": checkpoint.path, "config": checkpoint.config.to_dict(),
+              "heads": checkpoint.has_heads, "variables": len(variables), "parameters": checkpoint.parameters(),
+              "vocab": checkpoint.vocab, "notes": checkpoint.notes}
+    if args.json:
+        print(json.dumps(dict(report, variable_shapes=variables)))
+        return 0
+    for key, value in report.items():
+        print(f"{key}: {value}")
+    for variable in variables:
+        print(f"  {variable['name']} {tuple(variable['shape'])}")
+    return 0
+
+
+def convert(src, out, to):
+    """Read `src`, write it as `to` into the directory `out` (whole or not at all); the summary."""
+    from trainer.checkpoint import google, hf, ours, read
+
+    if os.path.exists(out):
+        raise UsageError(f"{out}: exists; convert writes a new directory")
+    checkpoint = read(src)
+    summary = {"from": checkpoint.kind, "source": checkpoint.path, "to": to, "out": out,
+               "variables": len(checkpoint.weights), "parameters": checkpoint.parameters(),
+               "vocab": bool(checkpoint.vocab)}
+    writer = {"hf": hf, "google": google, "bertprep": ours}[to]
+    parent = os.path.dirname(os.path.abspath(out))
+    staging = staging_dir(parent)
+    os.makedirs(staging, exist_ok=True)
+    try:
+        with atomic_dir(out, staging) as temp:
+            writer.write(checkpoint, temp)
+            if checkpoint.vocab:
+                shutil.copyfile(checkpoint.vocab, os.path.join(temp, "vocab.txt"))
+    finally:
+        with contextlib.suppress(OSError):
+            os.rmdir(staging)
+    return dict(summary, notes="; ".join(checkpoint.notes))
+
+
+def _convert(args):
+    summary = convert(args.src, args.out, args.to)
+    if not args.quiet:
+        print_summary("trainer checkpoint convert: done", summary, as_json=args.json)
+    return 0
+
+
+def _run(args):
+    from trainer.checkpoint import read
+    from trainer.checkpoint.run import outputs, read_inputs
+
+    inputs = read_inputs(args.inputs)
+    checkpoint = read(args.src)
+    arrays = outputs(checkpoint, inputs, args.batch_size)
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    with atomic_open(args.out) as f:
+        f.write(buffer.getvalue())
+    if not args.quiet:
+        print_summary("trainer checkpoint run: done", {
+            "kind": checkpoint.kind, "inputs": len(inputs["input_ids"]), "out": args.out,
+            "arrays": ", ".join(f"{k} {list(v.shape)}" for k, v in arrays.items())}, as_json=args.json)
+    return 0
+
+
+COMMANDS = {"inspect": _inspect, "convert": _convert, "run": _run}

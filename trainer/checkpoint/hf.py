@@ -1,0 +1,191 @@
+"""Hugging Face BERT: a directory with `config.json` and `model.safetensors` (or `pytorch_model.bin`),
+`BertModel` or `BertForPreTraining` names with or without the `bert.` prefix, or a hub id resolved
+through huggingface_hub and its cache (offline under HF_HUB_OFFLINE=1). Written as
+`BertForPreTraining.save_pretrained` writes it: safetensors, tied decoder left out."""
+
+import importlib.util
+import json
+import os
+import re
+
+import numpy as np
+
+from bertprep.errors import DataError, UsageError
+from trainer.checkpoint import checked, names, vocab_beside
+from trainer.config import BertConfig
+
+KIND = "hf"
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+# config.json keys that carry a BERT config value (the same names as bert_config.json's).
+_CONFIG_KEYS = [field for field in BertConfig().to_dict()]
+# Hugging Face's activation names -> ours: "gelu" is the exact GELU, "gelu_new" (and the fused
+# "gelu_pytorch_tanh") the tanh approximation of google-research/bert's modeling.py.
+HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
+
+
+def _weights_file(path):
+    for name in WEIGHT_FILES:
+        if os.path.isfile(os.path.join(path, name)):
+            return os.path.join(path, name)
+    return None
+
+
+def sniff(path):
+    return os.path.isdir(path) and os.path.isfile(os.path.join(path, "config.json")) and _weights_file(path) is not None
+
+
+def looks_like_hub_id(path):
+    return not os.path.exists(path) and bool(_HUB_ID.match(path)) and not path.endswith((".ckpt", ".pt", ".bin"))
+
+
+def _from_hub(model_id):
+    if importlib.util.find_spec("huggingface_hub") is None:
+        raise UsageError(f"{model_id}: a hub id needs huggingface_hub: pip install 'bertprep[checkpoints]'")
+    from huggingface_hub import snapshot_download
+
+    try:
+        return snapshot_download(model_id, allow_patterns=["config.json", "vocab.txt", *WEIGHT_FILES])
+    except Exception as exc:  # offline cache miss, unknown repo, network: one line
+        raise DataError(f"{model_id}: not a directory and not found on the Hugging Face hub or in its cache "
+                        f"({exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+
+
+def read_config(path):
+    config_path = os.path.join(path, "config.json")
+    try:
+        with open(config_path, encoding="utf-8") as f:
+            values = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{config_path}: cannot read: {exc}") from None
+    if values.get("model_type", "bert") != "bert":
+        raise DataError(f"{config_path}: model_type {values.get('model_type')!r} is another architecture "
+                        "(expected 'bert')")
+    activation = values.get("hidden_act", "gelu")
+    if activation not in HF_ACTIVATIONS:
+        raise DataError(f"{config_path}: hidden_act {activation!r} is not BERT's (expected one of "
+                        f"{', '.join(HF_ACTIVATIONS)})")
+    values["hidden_act"] = HF_ACTIVATIONS[activation]
+    for key, expected in (("layer_norm_eps", 1e-12), ("position_embedding_type", "absolute")):
+        if key in values and values[key] != expected:
+            raise DataError(f"{config_path}: {key} {values[key]!r} is not BERT's ({expected!r})")
+    missing = [key for key in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                               "intermediate_size") if key not in values]
+    if missing:
+        raise DataError(f"{config_path}: no {missing[0]}")
+    return BertConfig(**{key: values[key] for key in _CONFIG_KEYS if key in values})
+
+
+def _load_state(weights_file):
+    if weights_file.endswith(".safetensors"):
+        from safetensors import SafetensorError
+        from safetensors.numpy import load_file
+
+        try:
+            return load_file(weights_file)
+        except (SafetensorError, OSError, ValueError) as exc:
+            raise DataError(f"{weights_file}: unreadable safetensors file: {exc}") from None
+    return load_torch(weights_file)
+
+
+def load_torch(weights_file, key=None):
+    """{name: float array} of a torch state dict (`key` picks it out of a larger object)."""
+    if importlib.util.find_spec("torch") is None:
+        raise UsageError(f"{weights_file}: a PyTorch checkpoint needs torch: pip install 'bertprep[checkpoints]'")
+    import torch
+
+    try:
+        state = torch.load(weights_file, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises RuntimeError, UnpicklingError, EOFError ... on a damaged file
+        raise DataError(f"{weights_file}: unreadable PyTorch checkpoint: {str(exc).splitlines()[0]}") from None
+    if key is not None:
+        if not isinstance(state, dict) or not isinstance(state.get(key), dict):
+            raise DataError(f"{weights_file}: no {key!r} state dict in it")
+        state = state[key]
+    return {name: value.float().numpy() if value.is_floating_point() else value.numpy()
+            for name, value in state.items() if hasattr(value, "numpy")}
+
+
+def google_names(source, state):
+    """{Google name: Google-layout array} of a Hugging Face state dict, and the names skipped."""
+    by_hf = {}
+    for name, value in state.items():
+        by_hf[names.canonical_hf_name(name)] = value
+    found = {}
+    mapped = set()
+    for row in names.rows(_LayerCount(by_hf)):
+        if row.hf in by_hf:
+            found[row.google] = names.from_layout(by_hf[row.hf], row.hf_layout)
+            mapped.add(row.hf)
+    decoder = by_hf.get("cls.predictions.decoder.weight")
+    if decoder is not None and "bert.embeddings.word_embeddings.weight" in by_hf and not np.array_equal(
+            decoder, by_hf["bert.embeddings.word_embeddings.weight"]):
+        raise DataError(f"{source}: cls.predictions.decoder.weight differs from the word embeddings "
+                        "(BERT ties them)")
+    skipped = []
+    for name in set(by_hf) - mapped:
+        if name in names.HF_DERIVED:
+            continue
+        if name.startswith("bert."):
+            raise DataError(f"{source}: variable {name} is not part of BERT: another architecture?")
+        skipped.append(name)
+    return found, skipped
+
+
+class _LayerCount:
+    """As many layers as the state dict holds, so that every layer's names are tried."""
+
+    def __init__(self, by_hf):
+        layers = [int(m.group(1)) for n in by_hf if (m := re.match(r"bert\.encoder\.layer\.(\d+)\.", n))]
+        self.num_hidden_layers = max(layers) + 1 if layers else 0
+
+
+def read(path):
+    directory = path if os.path.isdir(path) else _from_hub(path)
+    if not sniff(directory):
+        raise DataError(f"{path}: no config.json and model.safetensors / pytorch_model.bin in {directory}")
+    config = read_config(directory)
+    weights_file = _weights_file(directory)
+    found, skipped = google_names(weights_file, _load_state(weights_file))
+    return checked(KIND, weights_file, config, found, vocab_beside(directory), skipped)
+
+
+def write(checkpoint, directory):
+    """config.json + model.safetensors of a BertForPreTraining (or BertModel without heads); the
+    checkpoint's weights are consumed."""
+    rows = names.rows(checkpoint.config, checkpoint.has_heads)
+    write_safetensors(os.path.join(directory, "model.safetensors"),
+                      [(row.hf, checkpoint.weights[row.google].shape[::-1] if row.hf_layout == "T"
+                        else checkpoint.weights[row.google].shape) for row in rows],
+                      (names.to_layout(checkpoint.take(row.google), row.hf_layout, 1) for row in rows))
+    config = dict(checkpoint.config.to_dict(), model_type="bert",
+                  hidden_act={"gelu": "gelu", "gelu_tanh": "gelu_new"}[checkpoint.config.hidden_act], layer_norm_eps=1e-12, pad_token_id=0,
+                  position_embedding_type="absolute", tie_word_embeddings=True,
+                  architectures=["BertForPreTraining" if checkpoint.has_heads else "BertModel"])
+    with open(os.path.join(directory, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(config, f, indent=2, sort_keys=True)
+    return directory
+
+
+def write_safetensors(path, shapes, arrays):
+    """A float32 safetensors file of [(name, shape)] whose values `arrays` yields one at a time, in order.
+
+    safetensors.numpy.save_file holds a bytes copy of every tensor until the file is written (BERT-large
+    to hf peaked at 1.96 copies of the weights above the imports, scripts/bench_checkpoint_convert.py);
+    the format (8-byte little-endian header length, JSON header of dtype/shape/data_offsets, the raw
+    bytes) lets each tensor go as soon as it is written. safetensors itself reads the result (tests)."""
+    header, offset = {"__metadata__": {"format": "pt"}}, 0
+    for name, shape in shapes:
+        size = 4 * int(np.prod(shape))
+        header[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    encoded = json.dumps(header, separators=(",", ":")).encode()
+    encoded += b" " * (-len(encoded) % 8)  # the data starts 8-byte aligned, as safetensors writes it
+    with open(path, "wb") as f:
+        f.write(len(encoded).to_bytes(8, "little"))
+        f.write(encoded)
+        for (name, shape), array in zip(shapes, arrays):
+            array = np.ascontiguousarray(array, dtype="<f4")
+            if array.shape != tuple(shape):
+                raise ValueError(f"{name}: shape {array.shape}, header says {tuple(shape)}")
+            f.write(memoryview(array).cast("B"))

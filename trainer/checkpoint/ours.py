@@ -1,0 +1,71 @@
+"""This trainer's checkpoints (trainer/checkpoints.py): a `ckpt-<step>/` directory (state.npz +
+state.json) or a --checkpoint-dir (its newest). Model variables are named
+`model/trainable/<index>/<path>`; the config is state.json's settings.model. `write` makes the same
+form from any checkpoint: a directory that --init-checkpoint takes."""
+
+import json
+import os
+import re
+
+import numpy as np
+
+from bertprep.errors import DataError
+from trainer import checkpoints
+from trainer.checkpoint import checked, names, vocab_beside
+from trainer.config import BertConfig
+
+KIND = "bertprep"
+_VARIABLE_NAME = re.compile(r"^model/(?:trainable|non_trainable)/\d+/(.+)$")
+
+
+def _directory(path):
+    if os.path.isfile(os.path.join(path, "state.npz")):
+        return path
+    found = checkpoints.list_checkpoints(path)
+    return found[-1][1] if found else None
+
+
+def sniff(path):
+    return os.path.isdir(path) and _directory(path) is not None
+
+
+def read_arrays(path):
+    """(BertConfig, {our variable path: array}, checkpoint directory): the trainer's own form."""
+    directory = _directory(path)
+    if directory is None:
+        raise DataError(f"{path}: not a checkpoint of the trainer (no state.npz, no ckpt-<step>/ inside)")
+    try:
+        with open(os.path.join(directory, "state.json"), encoding="utf-8") as f:
+            model_settings = json.load(f)["settings"]["model"]
+        with np.load(os.path.join(directory, "state.npz")) as npz:
+            weights = {match.group(1): npz[name] for name in npz.files if (match := _VARIABLE_NAME.match(name))}
+        config = BertConfig(**model_settings)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise DataError(f"{directory}: unreadable checkpoint: {exc.__class__.__name__}: {exc}") from None
+    return config, weights, directory
+
+
+def read(path):
+    config, arrays, directory = read_arrays(path)
+    by_ours = {row.ours: row for row in names.rows(config)}
+    found, skipped = {}, []
+    for name, value in arrays.items():
+        row = by_ours.get(name)
+        if row is None:
+            skipped.append(name)  # a fine-tuned model's task head
+            continue
+        found[row.google] = names.from_layout(value, row.ours_layout)
+    return checked(KIND, directory, config, found, vocab_beside(directory), skipped)
+
+
+def write(checkpoint, directory):
+    """state.npz + state.json (step 0, the config) into `directory`: an --init-checkpoint (the
+    checkpoint's weights stay: np.savez streams each array)."""
+    arrays = {f"model/trainable/{i:04d}/{name}": value for i, (name, value) in enumerate(checkpoint.ours().items())}
+    with open(os.path.join(directory, "state.npz"), "wb") as f:
+        np.savez(f, **arrays)
+    state = {"step": 0, "draws": 0, "settings": {"model": checkpoint.config.to_dict(),
+                                                  "converted_from": {"kind": checkpoint.kind, "path": checkpoint.path}}}
+    with open(os.path.join(directory, "state.json"), "w", encoding="utf-8") as f:
+        json.dump(state, f, indent=1, sort_keys=True)
+    return directory
