@@ -75,8 +75,11 @@ def build_parser():
     p.add_argument("--seed", type=int, default=12345, help="seed of initialization, dropout and data order")
     p.add_argument("--model-parallel", type=_positive_int, default=1, metavar="K",
                    help="split each model replica over K devices (JAX; default: 1, data parallel only)")
+    p.add_argument("--pipeline-stages", type=_positive_int, default=1, metavar="S",
+                   help="split the Transformer layers over S pipeline stages, --grad-accum micro-batches "
+                        "(JAX; default: 1, no pipeline)")
     p.add_argument("--placement", choices=PLACEMENTS, default="intra_first",
-                   help="several hosts: a replica's K devices on one host (intra_first) or across hosts")
+                   help="several hosts: a replica's K (x S) devices on one host (intra_first) or across hosts")
     p.add_argument("--checkpoint-dir", help="directory of checkpoints (and TensorBoard scalars)")
     p.add_argument("--checkpoint-every", type=_positive_int, default=1000, help="steps between checkpoints")
     p.add_argument("--keep-checkpoints", type=int, default=3, help="how many recent checkpoints to keep")
