@@ -22,7 +22,6 @@ Runs under KERAS_BACKEND=jax on 4 devices: with no accelerator, 4 CPU devices
    Activations are not counted.
 """
 
-import argparse
 import os
 import sys
 
@@ -32,7 +31,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.join(REPO, "scripts"))
 
-from bench_model_parallel import PADDED_VOCAB, WIDTHS, traced  # noqa: E402
+from bench_model_parallel import PADDED_VOCAB, WIDTHS, bench_arguments, traced  # noqa: E402
 from trainer.cli import build_parser  # noqa: E402  (sets TF's log level first)
 
 STAGES = (1, 2, 4)
@@ -66,17 +65,8 @@ def deepest_models(budget):
 
 
 def main():
-    bench = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                    epilog="Other arguments go to the trainer (python -m trainer --help).")
-    bench.add_argument("--global-batch", type=int, default=16, help="sequences per step for every S (default 16)")
-    bench.add_argument("--micro-batches", type=int, default=4, help="--grad-accum for every S (default 4)")
-    bench.add_argument("--repeats", type=int, default=2, help="runs per S, best kept (default 2)")
-    bench.add_argument("--budget-gib", type=float, default=16.0, help="per-device memory for part 2 (default 16)")
-    own, rest = bench.parse_known_args()
-    defaults = ["--format", "ofrecord", "--steps", "10", "--optimizer", "adam"]
-    if "--model" not in rest and "--bert-config" not in rest:
-        defaults += ["--model", "small"]
-    trainer_argv = defaults + rest + ["--dropout", "0", "--log-every", "1000", "--quiet"]
+    own, trainer_argv = bench_arguments(__doc__.splitlines()[0], "S", [
+        ("--micro-batches", int, 4, "--grad-accum for every S (default 4)")])
 
     import jax
     import keras

@@ -96,6 +96,18 @@ def test_stages_train_as_one_stage_with_adam_and_with_tensor_parallelism(trained
     assert 1 / (s * k) <= ratio < 1.1 / (s * k), ratio
 
 
+@pytest.mark.heavy
+def test_dropout_and_mixed_precision_draw_as_one_stage(records_dir, tmp_path):
+    """Dropout 0.1 and mixed_float16: layer l on micro-batch m draws what the unpipelined step draws,
+    so S = 2 gives S = 1's losses (within rounding, 1e-5) and loss scale."""
+    runs = [jax_train(tmp_path, records_dir, f"dropout-s{s}", "--steps", "3", "--optimizer", "lamb", "--lr", "2e-3",
+                      "--warmup", "1", "--grad-accum", "2", "--batch-size", str(2 * s), "--pipeline-stages", str(s),
+                      "--precision", "mixed_float16", devices=DEVICES, dropout=0.1)
+            for s in (1, 2)]
+    np.testing.assert_allclose(losses(runs[1]), losses(runs[0]), rtol=0, atol=1e-5)
+    assert runs[1][-1]["final_loss_scale"] == runs[0][-1]["final_loss_scale"]
+
+
 @pytest.mark.parametrize("saved_s, resumed_s", [(2, 1), pytest.param(4, 2, marks=pytest.mark.heavy)])
 def test_checkpoints_resume_across_stages(trained, records_dir, saved_s, resumed_s):
     """A checkpoint written at step 2 with S stages resumes with another S: the remaining steps give
