@@ -1,7 +1,8 @@
 """--pipeline-stages S (JAX, GPipe over a stage mesh axis) on 4 CPU devices with TensorFlow unimportable:
 S = 2 and 4 train as S = 1 does (NVLAMB; AdamW and S = 2 x K = 2 heavy); each device holds 1/S of the
 Transformer layers' stacks; checkpoints keep per-layer names and resume across S; bad configurations
-end with one line; placement orders the (stage, batch, model) mesh."""
+end with one line; placement orders the (stage, batch, model) mesh; two processes with the stages
+across them (heavy)."""
 
 import shutil
 import subprocess
@@ -16,7 +17,7 @@ pytestmark = pytest.mark.usefixtures("jax_compilation_cache")
 
 from test_trainer_data import golden_records  # noqa: E402
 from test_trainer_jax import CHECKS, REPO, jax_env, jax_train  # noqa: E402
-from test_trainer_model_parallel import assert_same_training  # noqa: E402
+from test_trainer_model_parallel import assert_same_training, train_in_two_processes  # noqa: E402
 from trainer_checks import bert_config, latest_state, losses  # noqa: E402
 
 from trainer import pipeline  # noqa: E402
@@ -144,3 +145,15 @@ def test_placement_orders_the_stage_mesh(placement, replicas):
     grid = pipeline.mesh_devices(devices, 2, 2, placement)  # (stage, replica, model)
     assert grid.shape == (2, 2, 2)
     assert [[[d.id for d in row] for row in grid[:, r]] for r in range(2)] == replicas
+
+
+@pytest.mark.heavy
+def test_two_processes_with_the_stages_across_them(trained, records_dir, tmp_path):
+    """Two processes (hosts) with 2 CPU devices each, S = 2, inter_first: each replica's two stages lie
+    on both processes (ppermute crosses them), one data feed; the run equals the single-process S = 1
+    run: losses, and the checkpoint gathered from both processes' stacks."""
+    events = train_in_two_processes(records_dir, tmp_path, bert_config(tmp_path, 0.1, **CONFIG),
+                                    *common_args("lamb", 2), "--placement", "inter_first")
+    reference_events, reference_state, _ = trained("lamb", 1)
+    np.testing.assert_allclose(losses(events), losses(reference_events), rtol=0, atol=1e-5)
+    assert_same_training(events, latest_state(tmp_path / "ckpt0")[1], reference_events, reference_state)
