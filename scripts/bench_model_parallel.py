@@ -86,17 +86,25 @@ def parameters(width, layers, one_layer, two_layers):
     return one_layer + (layers - 1) * (two_layers - one_layer)
 
 
-def main():
-    bench = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+def bench_arguments(description, axis, extra=()):
+    """(this script's arguments, the trainer's argv) for a benchmark over `axis` (K or S); `extra`:
+    more (flag, type, default, help) of its own."""
+    bench = argparse.ArgumentParser(description=description,
                                     epilog="Other arguments go to the trainer (python -m trainer --help).")
-    bench.add_argument("--global-batch", type=int, default=16, help="sequences per step for every K (default 16)")
-    bench.add_argument("--repeats", type=int, default=2, help="runs per K, best kept (default 2)")
+    bench.add_argument("--global-batch", type=int, default=16, help=f"sequences per step for every {axis} (default 16)")
+    for flag, kind, default, text in extra:
+        bench.add_argument(flag, type=kind, default=default, help=text)
+    bench.add_argument("--repeats", type=int, default=2, help=f"runs per {axis}, best kept (default 2)")
     bench.add_argument("--budget-gib", type=float, default=16.0, help="per-device memory for part 2 (default 16)")
     own, rest = bench.parse_known_args()
     defaults = ["--format", "ofrecord", "--steps", "10", "--optimizer", "adam"]
     if "--model" not in rest and "--bert-config" not in rest:
         defaults += ["--model", "small"]
-    trainer_argv = defaults + rest + ["--dropout", "0", "--log-every", "1000", "--quiet"]
+    return own, defaults + rest + ["--dropout", "0", "--log-every", "1000", "--quiet"]
+
+
+def main():
+    own, trainer_argv = bench_arguments(__doc__.splitlines()[0], "K")
 
     import jax
     import keras

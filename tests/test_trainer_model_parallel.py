@@ -188,14 +188,24 @@ def test_two_processes_with_the_model_axis_across_them(trained, records_dir, tmp
     """Two processes (hosts) with 2 CPU devices each, K = 2, inter_first: each model replica has one
     device on each process, both processes feed the same rows (one data feed), so the run equals the
     single-process K = 1 run: losses, and the checkpoint gathered from both processes' shards."""
+    events = train_in_two_processes(records_dir, tmp_path, bert_config(tmp_path, 0.1, **SPLITS_4),
+                                    *common_args("lamb", 2), "--placement", "inter_first")
+    reference_events, reference_state, _ = trained("lamb", 1)
+    assert_same_training(events, latest_state(tmp_path / "ckpt0")[1], reference_events, reference_state)
+    assert not (tmp_path / "process1.jsonl").exists() and not (tmp_path / "ckpt1").exists()
+
+
+def train_in_two_processes(records_dir, tmp_path, config_path, *args):
+    """Run the trainer in two JAX processes of 2 CPU devices each (a coordinator on 127.0.0.1), logging
+    to process{i}.jsonl and checkpointing to ckpt{i} under tmp_path; return process 0's events, after
+    checking that both processes ended well and that its mesh spans both, replica by replica."""
     coordinator = f"127.0.0.1:{free_port()}"
     processes = []
     for index in range(2):
         env = jax_env(2, KERAS_DISTRIBUTION_JOB_ADDRESSES=coordinator, KERAS_DISTRIBUTION_NUM_PROCESSES="2",
                       KERAS_DISTRIBUTION_PROCESS_ID=str(index))
         argv = [sys.executable, CHECKS, "--no-tensorflow", "trainer", "--format", "ofrecord", "--data", str(records_dir),
-                "--bert-config", bert_config(tmp_path, 0.1, **SPLITS_4), "--seed", "3", "--quiet", "--log-every", "1",
-                *common_args("lamb", 2), "--placement", "inter_first",
+                "--bert-config", config_path, "--seed", "3", "--quiet", "--log-every", "1", *args,
                 "--log-json", str(tmp_path / f"process{index}.jsonl"), "--checkpoint-dir", str(tmp_path / f"ckpt{index}")]
         processes.append(subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                           text=True))
@@ -205,6 +215,4 @@ def test_two_processes_with_the_model_axis_across_them(trained, records_dir, tmp
     events = [json.loads(line) for line in (tmp_path / "process0.jsonl").read_text().splitlines()]
     mesh = events[-1]["mesh"]
     assert mesh["placement"] == "inter_first" and mesh["processes"] == [[0, 1], [0, 1]]
-    reference_events, reference_state, _ = trained("lamb", 1)
-    assert_same_training(events, latest_state(tmp_path / "ckpt0")[1], reference_events, reference_state)
-    assert not (tmp_path / "process1.jsonl").exists() and not (tmp_path / "ckpt1").exists()
+    return events

@@ -78,8 +78,11 @@ def build_parser():
                    "bin's longest rounded up to 8 (one data worker; each new width compiles a step once)")
     p.add_argument("--model-parallel", type=_positive_int, default=1, metavar="K",
                    help="split each model replica over K devices (JAX; default: 1, data parallel only)")
+    p.add_argument("--pipeline-stages", type=_positive_int, default=1, metavar="S",
+                   help="split the Transformer layers over S pipeline stages, --grad-accum micro-batches "
+                        "(JAX; default: 1, no pipeline)")
     p.add_argument("--placement", choices=PLACEMENTS, default="intra_first",
-                   help="several hosts: a replica's K devices on one host (intra_first) or across hosts")
+                   help="several hosts: a replica's K (x S) devices on one host (intra_first) or across hosts")
     p.add_argument("--init-checkpoint", help="start from these weights (encoder and MLM/NSP heads) and their config: "
                                              "ours, Google's bert_model.ckpt, Hugging Face directory or hub id, "
                                              "NVIDIA .pt (see `python -m trainer checkpoint inspect`)")

@@ -101,6 +101,14 @@ class BertEncoder(keras.Model):
                        if with_pooler else None)
 
     def encode(self, inputs, training=False):
+        x = self.embed(inputs, training=training)
+        attention_mask = sequence_attention_mask(inputs["input_mask"])
+        for layer in self.encoder_layers:
+            x = layer(x, attention_mask, training=training)
+        return x
+
+    def embed(self, inputs, training=False):
+        """The Transformer layers' input [batch, seq, hidden] (trainer/pipeline.py runs the layers apart)."""
         input_ids = inputs["input_ids"]
         positions = inputs.get("positions")
         if positions is None:  # one sequence per row
@@ -108,11 +116,7 @@ class BertEncoder(keras.Model):
         x = (self.word_embeddings(input_ids)
              + self.position_embeddings(positions)
              + self.segment_embeddings(inputs["segment_ids"]))
-        x = self.embeddings_dropout(self.embeddings_layer_norm(x), training=training)
-        attention_mask = sequence_attention_mask(inputs["input_mask"])
-        for layer in self.encoder_layers:
-            x = layer(x, attention_mask, training=training)
-        return x
+        return self.embeddings_dropout(self.embeddings_layer_norm(x), training=training)
 
     def pool(self, sequence_output, cls_positions=None):
         """The pooled [CLS]: the row's first token [batch, hidden], or each packed sequence's
@@ -136,7 +140,10 @@ class BertPretrainer(BertEncoder):
         self.next_sentence = keras.layers.Dense(2, kernel_initializer=self.initializer, name="next_sentence")
 
     def call(self, inputs, training=False):
-        x = self.encode(inputs, training=training)
+        return self.heads(self.encode(inputs, training=training), inputs)
+
+    def heads(self, x, inputs):
+        """(masked-LM, next-sentence) logits from the sequence output x."""
         pooled = self.pool(x, inputs.get("next_sentence_positions"))
         mlm_logits = self.masked_lm(_gather_positions(x, inputs["masked_lm_positions"]))
         return ops.cast(mlm_logits, "float32"), ops.cast(self.next_sentence(pooled), "float32")

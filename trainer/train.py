@@ -26,7 +26,7 @@ class Devices:
     """Where the steps run: the strategy/distribution, (model) replica counts, this process's place,
     and its share of the data: `worker_index` of `num_workers` data feeds, `local_replicas` of them."""
 
-    def __init__(self, backend, model_parallel=1, placement="intra_first"):
+    def __init__(self, backend, model_parallel=1, placement="intra_first", pipeline_stages=1):
         self.backend = backend
         self.mesh = None
         if backend == "tensorflow":
@@ -55,18 +55,27 @@ class Devices:
 
             from trainer import parallel
 
-            # A (batch, model) mesh; model_parallel 1 is data parallelism.
-            self.distribution = parallel.make_distribution(model_parallel, placement)
+            # A (batch, model) mesh, model_parallel 1 being data parallelism; with pipeline stages a
+            # (stage, batch, model) mesh (trainer/pipeline.py).
+            if pipeline_stages > 1:
+                from trainer import pipeline
+
+                self.distribution = pipeline.make_distribution(pipeline_stages, model_parallel, placement)
+                mesh = self.distribution.device_mesh
+                processes, self.mesh = pipeline.replica_processes(mesh), pipeline.mesh_summary(mesh, placement)
+                self.replicas = mesh.shape[1]
+                shape = f"{pipeline_stages} stage x {self.replicas} batch x {model_parallel} model"
+            else:
+                self.distribution = parallel.make_distribution(model_parallel, placement)
+                mesh = self.distribution.device_mesh
+                processes, self.mesh = parallel.process_grid(mesh), parallel.mesh_summary(mesh, placement)
+                self.replicas = mesh.shape[0]
+                shape = f"{self.replicas} batch x {model_parallel} model"
             keras.distribution.set_distribution(self.distribution)
-            mesh = self.distribution.device_mesh
             self.process_index = jax.process_index()
-            self.worker_index, self.num_workers, self.local_replicas = parallel.data_feed(
-                parallel.process_grid(mesh), self.process_index)
-            self.replicas = mesh.shape[0]
-            self.mesh = parallel.mesh_summary(mesh, placement)
+            self.worker_index, self.num_workers, self.local_replicas = parallel.data_feed(processes, self.process_index)
             self.description = (f"{mesh.devices.size} device(s) on {jax.process_count()} process(es), mesh "
-                                f"{self.replicas} batch x {model_parallel} model ({placement}): "
-                                + "; ".join(" ".join(row) for row in mesh.devices))
+                                f"{shape} ({placement}): " + " ".join(np.asarray(mesh.devices).ravel()))
         else:
             raise UsageError(f"KERAS_BACKEND={backend!r} is not supported (use tensorflow or jax)")
 
@@ -153,6 +162,11 @@ def build_steps(args, devices, config, records, warmup, initial=None, log=None):
         from trainer.steps import TensorFlowSteps
 
         return model, optimizer, TensorFlowSteps(devices.strategy, model, optimizer, args.grad_accum, dynamic_scale)
+    if getattr(args, "pipeline_stages", 1) > 1:
+        from trainer.pipeline import PipelineSteps
+
+        return model, optimizer, PipelineSteps(devices.distribution, model, optimizer, args.grad_accum, dynamic_scale,
+                                               args.pipeline_stages)
     from trainer.steps import JaxSteps
 
     return model, optimizer, JaxSteps(devices.distribution, model, optimizer, args.grad_accum, dynamic_scale)
@@ -255,6 +269,12 @@ def run(args, step_times=None, step_sequences=None):
     if (args.model_parallel > 1 or args.placement != "intra_first") and keras.backend.backend() != "jax":
         raise UsageError(f"--model-parallel and --placement need KERAS_BACKEND=jax (Keras's ModelParallel); "
                          f"this run's backend is {keras.backend.backend()}")
+    if args.pipeline_stages > 1 and keras.backend.backend() != "jax":
+        raise UsageError(f"--pipeline-stages needs KERAS_BACKEND=jax; this run's backend is {keras.backend.backend()}")
+    if args.pipeline_stages > 1:
+        from trainer.pipeline import check_layers
+
+        check_layers(config, args.pipeline_stages)
     if args.model_parallel > 1:
         from trainer import parallel
 
@@ -263,7 +283,7 @@ def run(args, step_times=None, step_sequences=None):
     keras.backend.clear_session()  # a fresh name space: checkpoints name variables by path
     keras.config.set_dtype_policy(args.precision if args.precision != "fp32" else "float32")
     keras.utils.set_random_seed(args.seed)
-    devices = Devices(keras.backend.backend(), args.model_parallel, args.placement)
+    devices = Devices(keras.backend.backend(), args.model_parallel, args.placement, args.pipeline_stages)
     # The chief writes the checkpoints: it holds their directory (a second run into it is refused,
     # checkpoints half-written by a killed run are cleared) before anything is logged there.
     holding = (hold(args.checkpoint_dir, "trainer") if args.checkpoint_dir and devices.is_chief
@@ -411,6 +431,8 @@ def _train(args, devices, log, data_dir, records, config, step_times=None, step_
         "global_batch": global_batch,
         "replicas": devices.replicas,
         "model_parallel": args.model_parallel,
+        "pipeline_stages": args.pipeline_stages,
+        "pipeline": steps.summary() if args.pipeline_stages > 1 else None,
         "mesh": devices.mesh,
         "param_bytes_per_device": steps.param_bytes_per_device(),
         "precision": args.precision,
