@@ -197,6 +197,7 @@ def batch_8_runs(records_dir, tmp_path_factory):
     return run
 
 
+@pytest.mark.xdist_group("trainer_batch_8")  # one xdist worker (--dist loadgroup): the reference runs once
 @pytest.mark.parametrize("name, replicas", [("two", 2), ("acc", 1)])
 def test_two_replicas_and_accumulation_match_one_replica(batch_8_runs, name, replicas):
     one_events, one = batch_8_runs("one")
