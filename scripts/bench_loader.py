@@ -121,7 +121,7 @@ def main():
     args = parser.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     cores = sorted(os.sched_getaffinity(0))
-    native = getattr(formats, "_native", None) is not None
+    native = formats.batches._native is not None
     print(f"cores available: {len(cores)}; bertprep C reader: {'yes' if native else 'no (pure Python)'}")
     with tempfile.TemporaryDirectory() as directory:
         rows = []

@@ -100,8 +100,9 @@ def _cli_on_a_terminal(*args):
 
 def test_cli_on_a_terminal_draws_a_bar_and_quiet_draws_nothing(tmp_path):
     screen, stdout = _cli_on_a_terminal("create", "--workdir", tmp_path / "a", "--dupe-factor", "1", "--json")
-    assert "create: 100%|" in screen and "| 1/1 [" in screen, screen
-    assert json.loads(stdout)["shards_created"] == 1  # --json: the summary alone on stdout
+    # the embedded sample: 8 training shards and 1 test shard
+    assert "create: 100%|" in screen and "| 9/9 [" in screen, screen
+    assert json.loads(stdout)["shards_created"] == 9  # --json: the summary alone on stdout
     screen, stdout = _cli_on_a_terminal("create", "--workdir", tmp_path / "b", "--dupe-factor", "1", "--quiet")
     assert screen == "" and stdout == ""  # --quiet: no progress, no summary
 
@@ -113,5 +114,5 @@ def test_cli_off_a_terminal_prints_lines(tmp_path):
     assert result.returncode == 0, result.stderr
     lines = result.stderr.splitlines()
     assert lines[0].startswith("create: no --input: using the embedded sample corpus")
-    assert re.fullmatch(rf"create: 1/1 shards, [\d,]+ instances \({RATE} instances/s\), \d+s", lines[-1]), lines
+    assert re.fullmatch(rf"create: 9/9 shards, [\d,]+ instances \({RATE} instances/s\), \d+s", lines[-1]), lines
     assert "\r" not in result.stderr and "\033" not in result.stderr

@@ -175,18 +175,38 @@ def run_replicas(tmp_path, replicas, data, name, *extra, env=None):
     return events, latest_state(ckpt)[1]
 
 
-def test_two_replicas_and_accumulation_match_one_replica(records_dir, tmp_path):
-    """The same global batch of 8 as 1 replica x 8, 2 replicas x 4, 1 replica x 4 x 2 micro-batches."""
-    one_events, one = run_replicas(tmp_path, 1, records_dir, "one", "--batch-size", "8")
-    two_events, two = run_replicas(tmp_path, 2, records_dir, "two", "--batch-size", "4")
-    acc_events, acc = run_replicas(tmp_path, 1, records_dir, "acc", "--batch-size", "4", "--grad-accum", "2")
-    assert [e["replicas"] for e in (one_events[-1], two_events[-1], acc_events[-1])] == [1, 2, 1]
-    np.testing.assert_allclose(losses(two_events), losses(one_events), rtol=1e-5)
-    np.testing.assert_allclose(losses(acc_events), losses(one_events), rtol=1e-5)
+# The same global batch of 8 as 1 replica x 8, 2 replicas x 4, 1 replica x 4 x 2 micro-batches:
+# name -> (replicas, arguments).
+GLOBAL_BATCH_8 = {"one": (1, ["--batch-size", "8"]), "two": (2, ["--batch-size", "4"]),
+                  "acc": (1, ["--batch-size", "4", "--grad-accum", "2"])}
+
+
+@pytest.fixture(scope="module")
+def batch_8_runs(records_dir, tmp_path_factory):
+    """run(name): run_replicas of GLOBAL_BATCH_8[name], once per module, so the one-replica reference
+    serves both comparisons."""
+    root = tmp_path_factory.mktemp("global-batch-8")
+    done = {}
+
+    def run(name):
+        if name not in done:
+            replicas, extra = GLOBAL_BATCH_8[name]
+            done[name] = run_replicas(root, replicas, records_dir, name, *extra)
+        return done[name]
+
+    return run
+
+
+@pytest.mark.xdist_group("trainer_batch_8")  # one xdist worker (--dist loadgroup): the reference runs once
+@pytest.mark.parametrize("name, replicas", [("two", 2), ("acc", 1)])
+def test_two_replicas_and_accumulation_match_one_replica(batch_8_runs, name, replicas):
+    one_events, one = batch_8_runs("one")
+    events, state = batch_8_runs(name)
+    assert [e["replicas"] for e in (one_events[-1], events[-1])] == [1, replicas]
+    np.testing.assert_allclose(losses(events), losses(one_events), rtol=1e-5)
     moved = 0
     for key in one:
-        np.testing.assert_allclose(two[key], one[key], rtol=1e-4, atol=2e-6, err_msg=key)
-        np.testing.assert_allclose(acc[key], one[key], rtol=1e-4, atol=2e-6, err_msg=key)
+        np.testing.assert_allclose(state[key], one[key], rtol=1e-4, atol=2e-6, err_msg=key)
         moved += key.startswith("model/trainable") and not np.array_equal(one[key], 0)
     assert moved > 10
 

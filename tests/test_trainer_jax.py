@@ -44,32 +44,52 @@ def jax_train(tmp_path, data, name, *extra, devices=1, fmt="ofrecord", dropout=0
     return [json.loads(line) for line in log.read_text().splitlines()]
 
 
-def test_formats_agree_and_two_devices_and_accumulation_match_one_device(records_dir, tmp_path):
-    """The same global batch of 8 as 1 device x 8 (OFRecord and TFRecord), 2 devices x 4,
-    1 device x 4 x 2 micro-batches; a TensorBoard event file is written without TensorFlow."""
-    runs = {}
-    for name, fmt, devices, extra in [("one", "ofrecord", 1, ["--batch-size", "8"]),
-                                      ("tfrecord", "tfrecord", 1, ["--batch-size", "8"]),
-                                      ("two", "ofrecord", 2, ["--batch-size", "4"]),
-                                      ("acc", "ofrecord", 1, ["--batch-size", "4", "--grad-accum", "2"])]:
-        ckpt = tmp_path / f"ckpt-{name}"
-        events = jax_train(tmp_path, records_dir, name, "--steps", "3", "--checkpoint-dir", str(ckpt), *extra,
-                           devices=devices, fmt=fmt)
-        runs[name] = (events, latest_state(ckpt)[1])
-        assert os.listdir(ckpt / "tensorboard")[0].startswith("events.out.tfevents.")
-    one_events, one = runs["one"]
-    assert [runs[n][0][-1]["replicas"] for n in ("one", "two", "acc")] == [1, 2, 1]
+# The same global batch of 8 as 1 device x 8 (OFRecord and TFRecord), 2 devices x 4, 1 device x 4 x 2
+# micro-batches: name -> (format, devices, arguments).
+GLOBAL_BATCH_8 = {"one": ("ofrecord", 1, ["--batch-size", "8"]),
+                  "tfrecord": ("tfrecord", 1, ["--batch-size", "8"]),
+                  "two": ("ofrecord", 2, ["--batch-size", "4"]),
+                  "acc": ("ofrecord", 1, ["--batch-size", "4", "--grad-accum", "2"])}
+
+
+@pytest.fixture(scope="module")
+def batch_8_runs(records_dir, tmp_path_factory):
+    """run(name): the events and final state of 3 steps of GLOBAL_BATCH_8[name] (each run once per
+    module, so the one-device reference serves every comparison); a TensorBoard event file is written
+    without TensorFlow."""
+    root = tmp_path_factory.mktemp("global-batch-8")
+    done = {}
+
+    def run(name):
+        if name not in done:
+            fmt, devices, extra = GLOBAL_BATCH_8[name]
+            ckpt = root / f"ckpt-{name}"
+            events = jax_train(root, records_dir, name, "--steps", "3", "--checkpoint-dir", str(ckpt), *extra,
+                               devices=devices, fmt=fmt)
+            assert os.listdir(ckpt / "tensorboard")[0].startswith("events.out.tfevents.")
+            done[name] = (events, latest_state(ckpt)[1])
+        return done[name]
+
+    return run
+
+
+def test_formats_agree_on_one_device(batch_8_runs):
+    one_events, one = batch_8_runs("one")
+    assert one_events[-1]["replicas"] == 1
     assert len(losses(one_events)) == 3 and all(np.isfinite(losses(one_events)))
-    assert losses(runs["tfrecord"][0]) == losses(one_events)
-    moved = 0
-    for name in ("two", "acc"):
-        events, state = runs[name]
-        np.testing.assert_allclose(losses(events), losses(one_events), rtol=1e-5)
-        for key in one:
-            np.testing.assert_allclose(state[key], one[key], rtol=1e-4, atol=2e-6, err_msg=f"{name} {key}")
-    for key in one:
-        moved += key.startswith("model/trainable") and not np.array_equal(one[key], 0)
+    assert losses(batch_8_runs("tfrecord")[0]) == losses(one_events)
+    moved = sum(key.startswith("model/trainable") and not np.array_equal(one[key], 0) for key in one)
     assert moved > 10
+
+
+@pytest.mark.parametrize("name, replicas", [("two", 2), ("acc", 1)])
+def test_two_devices_and_accumulation_match_one_device(batch_8_runs, name, replicas):
+    one_events, one = batch_8_runs("one")
+    events, state = batch_8_runs(name)
+    assert events[-1]["replicas"] == replicas
+    np.testing.assert_allclose(losses(events), losses(one_events), rtol=1e-5)
+    for key in one:
+        np.testing.assert_allclose(state[key], one[key], rtol=1e-4, atol=2e-6, err_msg=f"{name} {key}")
 
 
 def test_resume_continues_exactly(records_dir, tmp_path):

@@ -153,7 +153,8 @@ def loss_sums_and_gradients(model, batch):
             sums = objective.sums(outputs, batch)
             return objective.share(sums, totals), sums
 
-        grads, sums = jax.grad(loss_fn, has_aux=True)([v.value for v in model.trainable_variables])
+        # Compiled as the trainer's step is: op by op, JAX dispatches (and compiles) every primitive alone.
+        grads, sums = jax.jit(jax.grad(loss_fn, has_aux=True))([v.value for v in model.trainable_variables])
     return {k: float(v) for k, v in sums.items()}, [np.asarray(g) for g in grads]
 
 
