@@ -446,7 +446,8 @@ def _unscaled_or_nan(grads, scale):
 def _real_vocab_rows(model, arrays):
     """--pad-vocab: a checkpoint holds the real vocabulary's rows (of the word embeddings, the
     masked-LM bias and their optimizer moments), as an unpadded model has them."""
-    vocab, padded = model.config.vocab_size, getattr(model, "padded_vocab", None)
+    padded = getattr(model, "padded_vocab", None)
+    vocab = model.config.vocab_size if padded else None
     if padded is None or padded == vocab:
         return arrays
     return {name: a[:vocab] if a.ndim and a.shape[0] == padded else a for name, a in arrays.items()}
