@@ -135,11 +135,13 @@ def build_steps(args, devices, config, records, warmup):
 
 
 def pad_vocab_multiple(args):
-    """--pad-vocab, by default 8 for Google's sizes (--model or none given) and 1 (none) for a --bert-config."""
-    value = getattr(args, "pad_vocab", None)
-    if value is None:
+    """--pad-vocab, by default 8 for Google's sizes (--model or none given) and 1 (none) for a --bert-config;
+    1 under --model-parallel (its split checks and layout estimates are of the real vocabulary)."""
+    if not hasattr(args, "pad_vocab") or getattr(args, "model_parallel", 1) > 1:
+        return 1
+    if args.pad_vocab is None:
         return 1 if getattr(args, "bert_config", None) else 8
-    return value
+    return args.pad_vocab
 
 
 def warmup_steps(value, total_steps):
