@@ -103,6 +103,12 @@ def test_mixed_float16_skips_a_nonfinite_step_and_halves_the_scale(records_dir):
     assert result.returncode == 0, result.stderr[-3000:]
 
 
+def test_grad_accum_adds_no_all_reduce_to_the_compiled_step(records_dir):
+    result = subprocess.run([sys.executable, CHECKS, "--no-tensorflow", "check", "one_allreduce_set_per_step",
+                             str(records_dir)], capture_output=True, text=True, cwd=REPO, env=jax_env(2))
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
 @pytest.mark.heavy
 def test_mixed_bfloat16_runs(records_dir, tmp_path):
     events = jax_train(tmp_path, records_dir, "bf16", "--steps", "2", "--batch-size", "4",

@@ -109,6 +109,36 @@ def check_nonfinite_step_is_skipped(records_dir):
         keras.config.set_dtype_policy("float32")
 
 
+def compiled_step_allreduces(records_dir, grad_accum, allreduce_dtype="fp32"):
+    """How many all-reduce instructions the compiled JAX train step has (HLO text, after XLA's passes,
+    which combine small ones) on the devices of this process, for a global batch of 4 per micro-batch."""
+    import keras
+
+    from trainer.config import BertConfig
+    from trainer.data import Records, RecordStream
+    from trainer.train import Devices, build_steps
+
+    keras.backend.clear_session()
+    records = Records(str(records_dir), "ofrecord")
+    grad_accum = int(grad_accum)
+    args = argparse.Namespace(optimizer="lamb", lr=1e-3, steps=10, precision="fp32", grad_accum=grad_accum,
+                              allreduce_dtype=allreduce_dtype)
+    devices = Devices(keras.backend.backend())
+    _, _, steps = build_steps(args, devices, BertConfig(**TINY), records, 0)
+    batch = next(RecordStream(records, "training", 4 * grad_accum, seed=1).batches())
+    element = steps.put({k: v.reshape((grad_accum, 4) + v.shape[1:]) for k, v in batch.items()})
+    text = steps._train.lower(steps.state, element).compile().as_text()
+    return sum(" all-reduce(" in line or " all-reduce-start(" in line for line in text.splitlines())
+
+
+def check_one_allreduce_set_per_step(records_dir):
+    """Two devices: the compiled step has as many all-reduces with 4 micro-batches as with 1
+    (gradients are summed per device over the micro-batches, then reduced once)."""
+    counts = {accum: compiled_step_allreduces(records_dir, accum) for accum in (1, 4)}
+    assert counts[1] >= 1 and counts[4] == counts[1], counts
+    assert compiled_step_allreduces(records_dir, 4, "bf16") == counts[1]
+
+
 def packed_and_unpacked_batches(golden_dir, count=12):
     """`count` short G1 instances as one unpacked batch, and the packed rows `bertprep pack` makes of them."""
     from bertprep import formats

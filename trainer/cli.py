@@ -72,6 +72,14 @@ def build_parser():
     p.add_argument("--batch-size", type=_positive_int, default=32, help="sequences per replica per micro-batch")
     p.add_argument("--grad-accum", type=_positive_int, default=1, help="micro-batches per optimizer step")
     p.add_argument("--precision", choices=("fp32", "mixed_float16", "mixed_bfloat16"), default="fp32")
+    p.add_argument("--allreduce-dtype", choices=("fp32", "bf16"), default="fp32",
+                   help="dtype of the gradients while they are summed across replicas, once per step (default: fp32)")
+    p.add_argument("--pad-vocab", type=_positive_int, default=None, metavar="N",
+                   help="embedding rows rounded up to a multiple of N; checkpoints and logits keep the real "
+                        "vocab (default: 8 for Google's sizes, 1 = none with --bert-config)")
+    p.add_argument("--steps-per-call", type=_positive_int, default=1, metavar="N",
+                   help="optimizer steps per compiled call between log lines (TensorFlow: one tf.function call, "
+                        "as DLE's steps_per_loop; JAX dispatches asynchronously anyway) (default: 1)")
     p.add_argument("--seed", type=int, default=12345, help="seed of initialization, dropout and data order")
     p.add_argument("--bin-size", type=_positive_int, default=None, metavar="N",
                    help="length binning: batches of sequences whose lengths share a bin of N tokens, cut to the "

@@ -196,14 +196,14 @@ def train_loop(args, steps, objective, stream, total_steps, global_batch, log):
     while step < total_steps:
         result = steps.fetch(steps.train(steps.put({k: v[None] for k, v in next(batches).items()})))
         now = time.perf_counter()
-        if not result["finite"]:
+        # A non-finite step is skipped under loss scaling and applied otherwise (trainer/steps.py).
+        nonfinite_run = 0 if result["finite"] else nonfinite_run + 1
+        stop_if_stuck(nonfinite_run, step, result)
+        if not result["applied"]:
             skipped += 1
-            nonfinite_run += 1
-            stop_if_stuck(nonfinite_run, step, result)
             clock = now
             continue
         step += 1
-        nonfinite_run = 0
         if step > TIMING_WARMUP_STEPS:
             timed_seconds += now - clock
             timed_steps += 1

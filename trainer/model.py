@@ -67,12 +67,14 @@ class MaskedLMHead(keras.layers.Layer):
         self.vocab_size = config.vocab_size
 
     def build(self, input_shape):
-        self.bias = self.add_weight(shape=(self.vocab_size,), initializer="zeros", name="bias")
+        self.bias = self.add_weight(shape=(self.word_embeddings.input_dim,), initializer="zeros", name="bias")
 
     def call(self, x):
         x = self.layer_norm(self.transform(x))
         embeddings = ops.cast(self.word_embeddings.embeddings, x.dtype)
-        return ops.matmul(x, ops.transpose(embeddings)) + ops.cast(self.bias, x.dtype)
+        logits = ops.matmul(x, ops.transpose(embeddings)) + ops.cast(self.bias, x.dtype)
+        # The padded vocabulary's extra columns are cut off: the loss sees the real vocabulary only.
+        return logits if self.vocab_size == self.word_embeddings.input_dim else logits[..., :self.vocab_size]
 
 
 class BertEncoder(keras.Model):
@@ -82,14 +84,16 @@ class BertEncoder(keras.Model):
     Every model is named "bert", so the encoder's variable paths are the same in all of them and a
     pretraining checkpoint loads into a task model by path."""
 
-    def __init__(self, config, with_pooler=True, **kwargs):
+    def __init__(self, config, with_pooler=True, pad_vocab=1, **kwargs):
         super().__init__(**kwargs)
         self.config = config
+        self.padded_vocab = padded_vocab_size(config.vocab_size, pad_vocab)
         # One initializer object for the embeddings, the pooler and the pretraining heads that use it: an
         # unseeded Keras initializer takes its seed when created, and pretraining's draws stay as they were.
         self.initializer = init = _init(config)
-        self.word_embeddings = keras.layers.Embedding(config.vocab_size, config.hidden_size,
-                                                      embeddings_initializer=init, name="word_embeddings")
+        self.word_embeddings = keras.layers.Embedding(
+            self.padded_vocab, config.hidden_size, name="word_embeddings",
+            embeddings_initializer=init if self.padded_vocab == config.vocab_size else _ZeroPadded(init, config.vocab_size))
         self.position_embeddings = keras.layers.Embedding(config.max_position_embeddings, config.hidden_size,
                                                           embeddings_initializer=init, name="position_embeddings")
         self.segment_embeddings = keras.layers.Embedding(config.type_vocab_size, config.hidden_size,
@@ -134,8 +138,8 @@ class BertPretrainer(BertEncoder):
     and next_sentence_positions [batch, k] (each sequence's [CLS]); input_mask then numbers the
     sequences 1..k. Next-sentence logits are then [batch, k, 2], one per sequence."""
 
-    def __init__(self, config, **kwargs):
-        super().__init__(config, **kwargs)
+    def __init__(self, config, pad_vocab=1, **kwargs):
+        super().__init__(config, pad_vocab=pad_vocab, **kwargs)
         self.masked_lm = MaskedLMHead(config, self.word_embeddings, name="masked_lm")
         self.next_sentence = keras.layers.Dense(2, kernel_initializer=self.initializer, name="next_sentence")
 
@@ -168,12 +172,31 @@ def _gather_positions(x, positions):
     return ops.reshape(picked, (batch, ops.shape(positions)[1], hidden))
 
 
-def build_model(config, seq, pred, batch=2):
-    """Create the model and its variables (call it once on zeros)."""
+def padded_vocab_size(vocab_size, multiple):
+    """--pad-vocab: the embedding rows, a multiple of `multiple` (NVIDIA pads 30,522 to 30,528)."""
+    return -(-vocab_size // multiple) * multiple
+
+
+class _ZeroPadded(keras.initializers.Initializer):
+    """The real rows drawn as without padding (the same draws), the padding rows zero: they are
+    never looked up, their logits are cut off, so they stay zero and NVLAMB's norms are unchanged."""
+
+    def __init__(self, initializer, rows):
+        self.initializer = initializer
+        self.rows = rows
+
+    def __call__(self, shape, dtype=None):
+        real = self.initializer((self.rows,) + tuple(shape[1:]), dtype=dtype)
+        return ops.concatenate([real, ops.zeros((shape[0] - self.rows,) + tuple(shape[1:]), real.dtype)], axis=0)
+
+
+def build_model(config, seq, pred, batch=2, pad_vocab=1):
+    """Create the model and its variables (call it once on zeros); `pad_vocab`: embedding rows
+    rounded up to a multiple of it."""
     if seq > config.max_position_embeddings:
         raise UsageError(f"records have sequence length {seq} but the model has only "
                          f"{config.max_position_embeddings} positions (max_position_embeddings)")
-    model = BertPretrainer(config, name="bert")
+    model = BertPretrainer(config, pad_vocab=pad_vocab, name="bert")
     model(dummy_inputs(batch, seq, pred))
     return model
 

@@ -11,7 +11,14 @@
 
 Keras's own `Lamb` decays outside the trust ratio and does not pre-normalize,
 so it is not NVLAMB. `apply` must see the gradients of the whole global batch
-(already summed across replicas): the global norm is taken over them.
+(already summed across replicas): the global norm is taken over them. On
+TensorFlow the steps sum them once in each replica and call `apply` there
+(trainer/steps.py), so Keras's own all-reduce in `apply` is switched off.
+
+`skips_nonfinite` (set under dynamic loss scaling): an element whose gradient
+is not finite leaves its weight and moments unchanged. The steps make every
+gradient NaN when any is not finite, so a skipped step changes nothing, with
+selects rather than a branch (a branch on a device value syncs with the host).
 """
 
 import keras
@@ -48,6 +55,7 @@ class _BertOptimizer(keras.optimizers.Optimizer):
 
     def __init__(self, learning_rate, decay_rate=0.01, beta_1=0.9, beta_2=0.999, epsilon=1e-6, **kwargs):
         super().__init__(learning_rate=learning_rate, **kwargs)
+        self.skips_nonfinite = False
         self.decay_rate = decay_rate
         self.beta_1 = beta_1
         self.beta_2 = beta_2
@@ -61,14 +69,27 @@ class _BertOptimizer(keras.optimizers.Optimizer):
         self._v = self.add_optimizer_variables(variables, "v")
         self._decays = [not is_excluded_from_weight_decay(v) for v in variables]
 
+    def _all_reduce_sum_gradients(self, grads_and_vars):
+        """TensorFlow: the gradients arrive summed across replicas already (trainer/steps.py)."""
+        return grads_and_vars
+
+    def _kept(self, gradient, new, old):
+        """`new`, or `old` where the gradient is not finite (under `skips_nonfinite`)."""
+        if not self.skips_nonfinite:
+            return new
+        return ops.where(ops.isfinite(gradient), new, ops.convert_to_tensor(old))
+
+    def _step_variable(self, gradient, variable, delta):
+        self.assign_sub(variable, self._kept(gradient, delta, ops.zeros_like(delta)))
+
     def _adam_update(self, gradient, variable):
         """Update the moments; return the direction m̂/(√v̂+ε) + wd·w, in float32."""
         index = self._get_variable_index(variable)
         m, v = self._m[index], self._v[index]
         g = ops.cast(gradient, "float32")
         t = ops.cast(self.iterations + 1, "float32")
-        self.assign(m, self.beta_1 * m + (1.0 - self.beta_1) * g)
-        self.assign(v, self.beta_2 * v + (1.0 - self.beta_2) * ops.square(g))
+        self.assign(m, self._kept(g, self.beta_1 * m + (1.0 - self.beta_1) * g, m))
+        self.assign(v, self._kept(g, self.beta_2 * v + (1.0 - self.beta_2) * ops.square(g), v))
         m_hat = m / (1.0 - ops.power(self.beta_1, t))
         v_hat = v / (1.0 - ops.power(self.beta_2, t))
         update = m_hat / (ops.sqrt(v_hat) + self.epsilon)
@@ -88,7 +109,7 @@ class AdamW(_BertOptimizer):
 
     def update_step(self, gradient, variable, learning_rate):
         update = self._adam_update(gradient, variable)
-        self.assign_sub(variable, ops.cast(learning_rate, "float32") * update)
+        self._step_variable(gradient, variable, ops.cast(learning_rate, "float32") * update)
 
 
 class NVLamb(_BertOptimizer):
@@ -106,7 +127,7 @@ class NVLamb(_BertOptimizer):
         w_norm = ops.sqrt(ops.sum(ops.square(ops.cast(variable, "float32"))))
         u_norm = ops.sqrt(ops.sum(ops.square(update)))
         ratio = ops.where((w_norm > 0) & (u_norm > 0), w_norm / ops.maximum(u_norm, 1e-30), 1.0)
-        self.assign_sub(variable, ops.cast(learning_rate, "float32") * ratio * update)
+        self._step_variable(gradient, variable, ops.cast(learning_rate, "float32") * ratio * update)
 
     def get_config(self):
         config = super().get_config()

@@ -38,7 +38,7 @@ from bertprep.errors import UsageError
 from trainer import parallel
 from trainer.losses import PRETRAINING_OBJECTIVE
 from trainer.model import sequence_attention_mask
-from trainer.steps import JaxSteps, next_loss_scale
+from trainer.steps import JaxSteps, _results_vector, _unscaled_or_nan, next_loss_scale
 
 STAGE = "stage"
 
@@ -116,6 +116,8 @@ class PipelineSteps(JaxSteps):
     """JaxSteps whose Transformer layers run as an S-stage GPipe pipeline (pretraining only)."""
 
     def __init__(self, distribution, model, optimizer, accumulation, dynamic_scale, stages):
+        # The micro-batches are the pipeline's own (a scan over ticks); each stage's gradients are
+        # reduced by XLA, so --allreduce-dtype does not apply here.
         import jax
         import jax.numpy as jnp
 
@@ -127,6 +129,7 @@ class PipelineSteps(JaxSteps):
         self.optimizer = optimizer
         self.accumulation = accumulation
         self.dynamic_scale = dynamic_scale
+        optimizer.skips_nonfinite = dynamic_scale  # a non-finite fp16 step is skipped by selects, as JaxSteps does
         self.stages = stages
         layers = model.encoder_layers
         self.mesh = mesh = distribution.device_mesh.backend_mesh
@@ -272,22 +275,24 @@ class PipelineSteps(JaxSteps):
             return objective.share(sums, totals) * scale, (sums, non_trainable_after)
 
         grads, (sums, non_trainable) = jax.grad(loss_fn, has_aux=True)(trainable)
-        grads = jax.tree.map(lambda g: g / scale, grads)
-        finite = ops.all(ops.stack([ops.all(ops.isfinite(g)) for g in jax.tree.leaves(grads)]))
         model_stack, _, optimizer_stack = self.stacks
+        flat_grads = model_stack.unpack(*grads)
+        applied = True
+        if self.dynamic_scale:  # unscaled, or all NaN so that the optimizer keeps every value: no branch
+            flat_grads, applied = _unscaled_or_nan(flat_grads, scale)
         flat_trainable = model_stack.unpack(*trainable)
         flat_optimizer = optimizer_stack.unpack(*optimizer_vars)
         learning_rate = self._learning_rate(flat_optimizer)
-        flat_trainable, flat_optimizer = jax.lax.cond(
-            finite,
-            lambda: self.optimizer.stateless_apply(flat_optimizer, model_stack.unpack(*grads), flat_trainable),
-            lambda: (list(flat_trainable), list(flat_optimizer)),
-        )
+        new_trainable, new_optimizer = self.optimizer.stateless_apply(flat_optimizer, flat_grads, flat_trainable)
+        new_optimizer = list(new_optimizer)
+        if self.dynamic_scale:  # a skipped step is not counted
+            i = self._iterations_index
+            new_optimizer[i] = ops.where(applied, new_optimizer[i], flat_optimizer[i])
         stack = jax.numpy.stack
-        scale_after, good_after = next_loss_scale(scale, good_steps, finite, self.dynamic_scale)
-        new_state = (model_stack.pack(flat_trainable, stack), non_trainable,
-                     optimizer_stack.pack(flat_optimizer, stack), scale_after, good_after)
-        return new_state, (sums, finite, learning_rate, scale)
+        scale_after, good_after = next_loss_scale(scale, good_steps, applied, self.dynamic_scale)
+        new_state = (model_stack.pack(list(new_trainable), stack), non_trainable,
+                     optimizer_stack.pack(new_optimizer, stack), scale_after, good_after)
+        return new_state, _results_vector(sums, objective.sum_keys, applied, learning_rate, scale)
 
     def _eval_step(self, trainable, non_trainable, batch):
         batch = {k: v[:1] for k, v in batch.items()}

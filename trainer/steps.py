@@ -2,17 +2,27 @@
 
 A step takes one element of shape [accumulation, global batch, ...], runs
 the micro-batches in a loop that sums gradients, divides the loss by the
-totals of the whole element (losses.py), sums gradients across replicas,
-and applies the optimizer only when every gradient is finite. Loss scaling
-(mixed_float16): the loss is multiplied by the scale, gradients divided by
-it; a non-finite step leaves weights and optimizer (its step counter too)
-unchanged and halves the scale; after `GROWTH_INTERVAL` finite steps in a row
-the scale doubles. Without loss scaling the scale stays 1 and a non-finite
-step is skipped the same way.
+totals of the whole element (losses.py), sums gradients across replicas once,
+and applies the optimizer. Loss scaling (mixed_float16 only): the loss is
+multiplied by the scale, gradients divided by it; a step with any non-finite
+gradient leaves weights and optimizer (its step counter too) unchanged and
+halves the scale; after `GROWTH_INTERVAL` finite steps in a row the scale
+doubles. The skip is made of selects (every gradient NaN, the optimizer keeps
+old values where a gradient is not finite: optimizers.py), never a branch on
+a device value, which would make the host wait for the device mid-step.
+Without loss scaling (fp32, mixed_bfloat16) there is no finite check at all:
+every step is applied, and the host sees a non-finite loss when it fetches.
 
-TensorFlow: `tf.distribute` (Mirrored or MultiWorkerMirrored) strategy; the
-optimizer runs in cross-replica context on the summed gradients (NVLAMB's
-global norm needs them). JAX: `keras.distribution.ModelParallel` on a (batch,
+A step returns one small float32 vector on the device (the loss sums, whether
+it was applied, learning rate, loss scale): the loop fetches several with one
+transfer (`fetch_all`), once per log line, not once per step.
+
+TensorFlow: `tf.distribute` (Mirrored or MultiWorkerMirrored) strategy; each
+replica computes its gradients, sums them across replicas with one batched
+all-reduce, unscales, checks and (NVLAMB) norms them itself, and applies the
+optimizer in its replica context, so every replica updates its own copy with
+its own (mirrored) gradients. The replica's work is XLA-compiled
+(`jit_compile=True`). JAX: `keras.distribution.ModelParallel` on a (batch,
 model) mesh (trainer/parallel.py; a model axis of 1 is data parallelism); the
 step is one jitted SPMD function over the global batch, and each variable
 keeps the layout it was created with.
@@ -24,6 +34,8 @@ from keras import ops
 from trainer.losses import PRETRAINING_OBJECTIVE
 
 INITIAL_SCALE = 2.0**15
+# --allreduce-dtype: the gradients' dtype while they are summed across replicas.
+ALLREDUCE_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 GROWTH_INTERVAL = 2000
 
 
@@ -55,17 +67,40 @@ def _accumulate(micro_step, batch, accumulation, zero_grads, sum_keys):
     return ops.fori_loop(0, accumulation, body, (zero_grads, zero_sums))
 
 
+def _results_vector(sums, sum_keys, applied, learning_rate, scale):
+    """The step's scalars as one float32 vector: sums in `sum_keys` order, applied, lr, scale."""
+    values = [sums[k] for k in sum_keys] + [applied, learning_rate, scale]
+    return ops.stack([ops.cast(v, "float32") for v in values])
+
+
 class _Steps:
+    def train_many(self, device_batches):
+        """Several steps in a row; one handle whose results are a [steps, n] block."""
+        return ops.stack([self.train(b) for b in device_batches])
+
     def fetch(self, handle):
         """A train step's device results as host floats (this waits for the step)."""
-        sums, finite, learning_rate, scale = handle
-        result = {k: float(v) for k, v in sums.items()}
-        result.update(finite=bool(finite), learning_rate=float(learning_rate), loss_scale=float(scale))
-        return result
+        return self.fetch_all([handle])[0]
+
+    def fetch_all(self, handles):
+        """Several steps' results with one device-to-host transfer: a list of dicts of host floats;
+        `applied`: the step changed the weights; `finite`: applied and its loss finite."""
+        keys = self.objective.sum_keys
+        width = len(keys) + 3
+        rows = self._to_host([ops.reshape(h, (-1, width)) for h in handles])
+        results = []
+        for row in rows:
+            result = {k: float(v) for k, v in zip(keys, row)}
+            applied = bool(row[len(keys)])
+            result.update(applied=applied, finite=applied and bool(np.isfinite(row[:len(keys)]).all()),
+                          learning_rate=float(row[len(keys) + 1]), loss_scale=float(row[len(keys) + 2]))
+            results.append(result)
+        return results
 
 
 class TensorFlowSteps(_Steps):
-    def __init__(self, strategy, model, optimizer, accumulation, dynamic_scale, objective=PRETRAINING_OBJECTIVE):
+    def __init__(self, strategy, model, optimizer, accumulation, dynamic_scale, objective=PRETRAINING_OBJECTIVE,
+                 allreduce_dtype="fp32"):
         import tensorflow as tf
 
         self.tf = tf
@@ -76,12 +111,16 @@ class TensorFlowSteps(_Steps):
         self.accumulation = accumulation
         self.dynamic_scale = dynamic_scale
         self.local_replicas = len(strategy.extended.worker_devices)
+        self.allreduce_dtype = ALLREDUCE_DTYPES[allreduce_dtype]
         with strategy.scope():
             self.scale = tf.Variable(INITIAL_SCALE if dynamic_scale else 1.0, trainable=False, name="loss_scale",
                                      aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
             self.good_steps = tf.Variable(0, trainable=False, name="loss_scale_good_steps",
                                           aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+        optimizer.skips_nonfinite = dynamic_scale
+        self._compiled_gradients = {}  # replica -> its XLA-compiled gradient function
         self._train = tf.function(self._train_step)
+        self._train_many = tf.function(self._train_many_steps)
         self._eval = tf.function(self._eval_step)
         self._predict = tf.function(self._predict_step)
 
@@ -96,50 +135,75 @@ class TensorFlowSteps(_Steps):
 
         return self.strategy.experimental_distribute_values_from_function(slice_for)
 
-    def _replica_grads(self, batch):
+    def _replica_gradients(self, batch, totals):
+        """This replica's gradients summed over its micro-batches, and its loss sums (XLA-compiled:
+        no cross-replica call may be inside a nested function)."""
         tf = self.tf
-        ctx = tf.distribute.get_replica_context()
-        sum_op = tf.distribute.ReduceOp.SUM
         objective = self.objective
-        totals = {k: ctx.all_reduce(sum_op, v) for k, v in objective.totals(batch).items()}
         variables = self.model.trainable_variables
         scale = tf.cast(self.scale, tf.float32)
 
         def micro_step(micro):
             with tf.GradientTape() as tape:
                 sums = objective.sums(self.model(objective.inputs(micro), training=True), micro)
-                loss = objective.share(sums, totals) * scale
+                loss = objective.share(sums, totals)
+                if self.dynamic_scale:
+                    loss = loss * scale
             grads = tape.gradient(loss, variables)
             return [tf.convert_to_tensor(g) for g in grads], sums
 
         zeros = [tf.zeros(v.shape, tf.float32) for v in variables]
         return _accumulate(micro_step, batch, self.accumulation, zeros, objective.sum_keys)
 
+    def _replica_step(self, batch):
+        """In one replica: its gradients (XLA), summed across replicas once, unscaled and checked
+        (loss scaling only), applied here; returns (results vector, applied)."""
+        tf = self.tf
+        ctx = tf.distribute.get_replica_context()
+        sum_op = tf.distribute.ReduceOp.SUM
+        objective = self.objective
+        totals = {k: ctx.all_reduce(sum_op, v) for k, v in objective.totals(batch).items()}
+        replica = int(tf.get_static_value(ctx.replica_id_in_sync_group))
+        if replica not in self._compiled_gradients:  # one per replica: each captures its own variables
+            self._compiled_gradients[replica] = tf.function(self._replica_gradients, jit_compile=True)
+        grads, sums = self._compiled_gradients[replica](batch, totals)
+        grads = [tf.cast(g, tf.float32) for g in ctx.all_reduce(
+            sum_op, [tf.cast(g, self.allreduce_dtype) for g in grads])]
+        sums = ctx.all_reduce(sum_op, sums)
+        scale = tf.cast(self.scale, tf.float32)
+        applied = tf.constant(True)
+        if self.dynamic_scale:
+            grads, applied = _unscaled_or_nan(grads, scale)
+        learning_rate = tf.identity(self.optimizer.learning_rate)
+        self.optimizer.apply(grads, self.model.trainable_variables)
+        return _results_vector(sums, objective.sum_keys, applied, learning_rate, scale), applied
+
     def _train_step(self, batch):
         tf = self.tf
-        strategy = self.strategy
-        sum_op = tf.distribute.ReduceOp.SUM
-        grads, sums = strategy.run(self._replica_grads, args=(batch,))
-        variables = self.model.trainable_variables
-        grads = strategy.extended.batch_reduce_to(sum_op, [(g, v.value) for g, v in zip(grads, variables)])
-        sums = {k: strategy.reduce(sum_op, v, axis=None) for k, v in sums.items()}
-        scale = tf.identity(self.scale)
-        grads = [g / scale for g in grads]
-        finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
-        learning_rate = tf.identity(self.optimizer.learning_rate)
-
-        def apply():
-            self.optimizer.apply(grads, variables)
-            return tf.constant(True)
-
-        tf.cond(finite, apply, lambda: tf.constant(False))
-        new_scale, new_good = next_loss_scale(scale, tf.identity(self.good_steps), finite, self.dynamic_scale)
-        self.scale.assign(new_scale)
-        self.good_steps.assign(new_good)
-        return sums, finite, learning_rate, scale
+        results, applied = self.strategy.run(self._replica_step, args=(batch,))
+        results = self.strategy.experimental_local_results(results)[0]  # the same in every replica
+        if self.dynamic_scale:
+            applied = self.strategy.experimental_local_results(applied)[0]
+            # Keras counted the step; a skipped one is not counted.
+            self.optimizer.iterations.assign_sub(1 - tf.cast(applied, self.optimizer.iterations.dtype))
+            new_scale, new_good = next_loss_scale(tf.identity(self.scale), tf.identity(self.good_steps), applied,
+                                                  self.dynamic_scale)
+            self.scale.assign(new_scale)
+            self.good_steps.assign(new_good)
+        return results
 
     def train(self, device_batch):
         return self._train(device_batch)
+
+    def train_many(self, device_batches):
+        """--steps-per-call: the steps run in one tf.function call (DLE's steps_per_loop)."""
+        return self._train_many(tuple(device_batches))
+
+    def _train_many_steps(self, device_batches):
+        return self.tf.stack([self._train_step(b) for b in device_batches])
+
+    def _to_host(self, blocks):
+        return self.tf.concat(blocks, axis=0).numpy()
 
     def _eval_step(self, batch):
         sum_op = self.tf.distribute.ReduceOp.SUM
@@ -173,11 +237,12 @@ class TensorFlowSteps(_Steps):
                                                            ("loss_scale/good_steps", self.good_steps)]
 
     def get_state(self):
-        return {name: np.asarray(v.numpy() if hasattr(v, "numpy") else v) for name, v in self.state_variables()}
+        return _real_vocab_rows(self.model, {name: np.asarray(v.numpy() if hasattr(v, "numpy") else v)
+                                             for name, v in self.state_variables()})
 
     def set_state(self, arrays):
         for name, variable in self.state_variables():
-            variable.assign(arrays[name])
+            variable.assign(_padded_rows(arrays[name], tuple(variable.shape)))
 
     def param_bytes_per_device(self):
         """Every replica holds all of the state."""
@@ -185,7 +250,8 @@ class TensorFlowSteps(_Steps):
 
 
 class JaxSteps(_Steps):
-    def __init__(self, distribution, model, optimizer, accumulation, dynamic_scale, objective=PRETRAINING_OBJECTIVE):
+    def __init__(self, distribution, model, optimizer, accumulation, dynamic_scale, objective=PRETRAINING_OBJECTIVE,
+                 allreduce_dtype="fp32"):
         import jax
 
         self.jax = jax
@@ -194,9 +260,16 @@ class JaxSteps(_Steps):
         self.optimizer = optimizer
         self.accumulation = accumulation
         self.dynamic_scale = dynamic_scale
+        optimizer.skips_nonfinite = dynamic_scale
         mesh = distribution.device_mesh.backend_mesh
         axis = distribution.batch_dim_name
         P = jax.sharding.PartitionSpec
+        self.mesh, self.batch_axis = mesh, axis
+        # A model axis of 1: gradients are reduced once per step by hand (_per_device_gradients).
+        self.data_parallel = mesh.devices.size == mesh.shape[axis]
+        self.allreduce_dtype = ALLREDUCE_DTYPES[allreduce_dtype]
+        self.seed_indices = {i for i, v in enumerate(model.non_trainable_variables)
+                             if "seed_generator_state" in v.path}
         self.batch_sharding = jax.sharding.NamedSharding(mesh, P(None, axis))
         self.replicated = jax.sharding.NamedSharding(mesh, P())
         self.state = (
@@ -217,49 +290,76 @@ class JaxSteps(_Steps):
         # This process's slice of the global batch; with one process it is the whole batch.
         return {k: self.jax.make_array_from_process_local_data(self.batch_sharding, v) for k, v in batch.items()}
 
-    def _train_step(self, state, batch):
+    def _gradients(self, trainable, non_trainable, batch, totals, scale):
+        """(gradients summed over the element's micro-batches, loss sums, non-trainable state after)."""
         jax = self.jax
-        trainable, non_trainable, optimizer_vars, scale, good_steps = state
         objective = self.objective
-        totals = objective.totals(batch)
 
         def loss_fn(trainable, non_trainable, micro):
             outputs, non_trainable = self.model.stateless_call(
                 trainable, non_trainable, objective.inputs(micro), training=True)
             sums = objective.sums(outputs, micro)
-            return objective.share(sums, totals) * scale, (sums, non_trainable)
+            loss = objective.share(sums, totals)
+            return (loss * scale if self.dynamic_scale else loss), (sums, non_trainable)
 
         grad_fn = jax.grad(loss_fn, has_aux=True)
-        carried = {"non_trainable": non_trainable}
-
-        def micro_step(micro):
-            grads, (sums, carried["non_trainable"]) = grad_fn(trainable, carried["non_trainable"], micro)
-            return grads, sums
-
         if self.accumulation == 1:
-            grads, sums = micro_step({k: v[0] for k, v in batch.items()})
-        else:
-            # fori_loop needs the non-trainable state (dropout seeds) in its carry.
-            def body(i, carry):
-                acc, acc_sums, ntv = carry
-                (g, (s, ntv)) = grad_fn(trainable, ntv, {k: v[i] for k, v in batch.items()})
-                return _add(acc, g), {k: acc_sums[k] + s[k] for k in objective.sum_keys}, ntv
+            grads, (sums, non_trainable) = grad_fn(trainable, non_trainable, {k: v[0] for k, v in batch.items()})
+            return grads, sums, non_trainable
 
-            zeros = [ops.zeros_like(v) for v in trainable]
-            zero_sums = {k: ops.zeros((), "float32") for k in objective.sum_keys}
-            grads, sums, carried["non_trainable"] = jax.lax.fori_loop(
-                0, self.accumulation, body, (zeros, zero_sums, non_trainable))
-        grads = [g / scale for g in grads]
-        finite = ops.all(ops.stack([ops.all(ops.isfinite(g)) for g in grads]))
+        # fori_loop needs the non-trainable state (dropout seeds) in its carry.
+        def body(i, carry):
+            acc, acc_sums, ntv = carry
+            (g, (s, ntv)) = grad_fn(trainable, ntv, {k: v[i] for k, v in batch.items()})
+            return _add(acc, g), {k: acc_sums[k] + s[k] for k in objective.sum_keys}, ntv
+
+        zeros = [ops.zeros_like(v) for v in trainable]
+        zero_sums = {k: ops.zeros((), "float32") for k in objective.sum_keys}
+        return jax.lax.fori_loop(0, self.accumulation, body, (zeros, zero_sums, non_trainable))
+
+    def _per_device_gradients(self, trainable, non_trainable, batch, totals, scale):
+        """Data parallelism: each device sums the gradients of its own rows over every micro-batch,
+        then one all-reduce (in `allreduce_dtype`) sums them across devices. Under GSPMD the
+        accumulator is replicated and XLA reduces every micro-batch. Each device draws its dropout
+        masks from the seeds offset by its index (device 0: the seeds as they are)."""
+        jax = self.jax
+        axis = self.batch_axis
+
+        def offset_seeds(non_trainable, offset):
+            return [v + jax.numpy.asarray([offset, 0], v.dtype) if i in self.seed_indices else v
+                    for i, v in enumerate(non_trainable)]
+
+        def local(trainable, non_trainable, batch, totals, scale):
+            index = jax.lax.axis_index(axis)
+            non_trainable = offset_seeds(non_trainable, index)
+            grads, sums, non_trainable = self._gradients(trainable, non_trainable, batch, totals, scale)
+            grads = [jax.lax.psum(g.astype(self.allreduce_dtype), axis).astype(g.dtype) for g in grads]
+            sums = jax.lax.psum(sums, axis)
+            return grads, sums, offset_seeds(non_trainable, -index)
+
+        P = jax.sharding.PartitionSpec
+        return jax.shard_map(local, mesh=self.mesh, in_specs=(P(), P(), P(None, axis), P(), P()),
+                             out_specs=(P(), P(), P()), check_vma=False)(
+            trainable, non_trainable, batch, totals, scale)
+
+    def _train_step(self, state, batch):
+        trainable, non_trainable, optimizer_vars, scale, good_steps = state
+        objective = self.objective
+        totals = objective.totals(batch)
+        gradients = self._per_device_gradients if self.data_parallel else self._gradients
+        grads, sums, non_trainable = gradients(trainable, non_trainable, batch, totals, scale)
+        applied = True
+        if self.dynamic_scale:
+            grads, applied = _unscaled_or_nan(grads, scale)
         learning_rate = self._learning_rate(optimizer_vars)
-        trainable, optimizer_vars = jax.lax.cond(
-            finite,
-            lambda: self.optimizer.stateless_apply(optimizer_vars, grads, trainable),
-            lambda: (list(trainable), list(optimizer_vars)),
-        )
-        scale_after, good_after = next_loss_scale(scale, good_steps, finite, self.dynamic_scale)
-        new_state = (trainable, carried["non_trainable"], optimizer_vars, scale_after, good_after)
-        return new_state, (sums, finite, learning_rate, scale)
+        new_trainable, new_optimizer_vars = self.optimizer.stateless_apply(optimizer_vars, grads, trainable)
+        new_optimizer_vars = list(new_optimizer_vars)
+        if self.dynamic_scale:  # a skipped step is not counted
+            i = self._iterations_index
+            new_optimizer_vars[i] = ops.where(applied, new_optimizer_vars[i], optimizer_vars[i])
+        scale_after, good_after = next_loss_scale(scale, good_steps, applied, self.dynamic_scale)
+        new_state = (new_trainable, non_trainable, new_optimizer_vars, scale_after, good_after)
+        return new_state, _results_vector(sums, objective.sum_keys, applied, learning_rate, scale)
 
     def _learning_rate(self, optimizer_vars):
         from keras.src.backend import StatelessScope
@@ -270,6 +370,9 @@ class JaxSteps(_Steps):
     def train(self, device_batch):
         self.state, outputs = self._train(self.state, device_batch)
         return outputs
+
+    def _to_host(self, blocks):
+        return np.asarray(self.jax.numpy.concatenate(blocks))
 
     def _eval_step(self, trainable, non_trainable, batch):
         micro = {k: v[0] for k, v in batch.items()}
@@ -290,9 +393,12 @@ class JaxSteps(_Steps):
         outputs = self._predict(self.state[0], self.state[1], device_batch)
         return self.jax.tree_util.tree_map(np.asarray, outputs)
 
+    @property
+    def _iterations_index(self):
+        return [id(v) for v in self.optimizer.variables].index(id(self.optimizer.iterations))
+
     def iterations(self):
-        index = [id(v) for v in self.optimizer.variables].index(id(self.optimizer.iterations))
-        return int(self.state[2][index])
+        return int(self.state[2][self._iterations_index])
 
     def _flat_state(self):
         trainable, non_trainable, optimizer_vars, scale, good = self.state
@@ -312,13 +418,13 @@ class JaxSteps(_Steps):
                 return np.asarray(value)
             return np.asarray(multihost_utils.process_allgather(value, tiled=True))
 
-        return {name: whole(value) for name, value in zip(self._names(), self._flat_state())}
+        return _real_vocab_rows(self.model, {name: whole(value) for name, value in zip(self._names(), self._flat_state())})
 
     def set_state(self, arrays):
         """Each array placed with the layout of the value it replaces, whatever layout it was saved from."""
         jax = self.jax
         counts = (len(self.state[0]), len(self.state[1]), len(self.state[2]))
-        values = [jax.device_put(np.asarray(arrays[name]), value.sharding)
+        values = [jax.device_put(_padded_rows(np.asarray(arrays[name]), value.shape), value.sharding)
                   for name, value in zip(self._names(), self._flat_state())]
         a, b, c = counts
         self.state = (values[:a], values[a:a + b], values[a + b:a + b + c], values[-2], values[-1])
@@ -327,6 +433,33 @@ class JaxSteps(_Steps):
         from trainer.parallel import bytes_per_device
 
         return bytes_per_device(self._flat_state())
+
+
+def _unscaled_or_nan(grads, scale):
+    """(gradients / scale, all finite): every gradient NaN when any is not, so the optimizer
+    (skips_nonfinite) leaves everything as it was, without a branch."""
+    grads = [g / scale for g in grads]
+    finite = ops.all(ops.stack([ops.all(ops.isfinite(g)) for g in grads]))
+    return [ops.where(finite, g, float("nan")) for g in grads], finite
+
+
+def _real_vocab_rows(model, arrays):
+    """--pad-vocab: a checkpoint holds the real vocabulary's rows (of the word embeddings, the
+    masked-LM bias and their optimizer moments), as an unpadded model has them."""
+    padded = getattr(model, "padded_vocab", None)
+    vocab = model.config.vocab_size if padded else None
+    if padded is None or padded == vocab:
+        return arrays
+    return {name: a[:vocab] if a.ndim and a.shape[0] == padded else a for name, a in arrays.items()}
+
+
+def _padded_rows(array, shape):
+    """A saved array with the padding rows (zero) put back, to the variable's `shape`."""
+    array = np.asarray(array)
+    missing = shape[0] - array.shape[0] if array.ndim and len(shape) == array.ndim else 0
+    if missing <= 0:
+        return array
+    return np.concatenate([array, np.zeros((missing,) + array.shape[1:], array.dtype)])
 
 
 def _named_state(model, optimizer):

@@ -144,7 +144,7 @@ def build_steps(args, devices, config, records, warmup, initial=None, log=None):
     from trainer.optimizers import make_optimizer
 
     with devices.scope():
-        model = build_model(config, records.seq, records.pred)
+        model = build_model(config, records.seq, records.pred, pad_vocab=pad_vocab_multiple(args))
         if initial is not None:
             from trainer.checkpoint.run import assign
 
@@ -158,10 +158,12 @@ def build_steps(args, devices, config, records, warmup, initial=None, log=None):
         optimizer = make_optimizer(args.optimizer, args.lr, warmup, args.steps)
         optimizer.build(model.trainable_variables)
     dynamic_scale = args.precision == "mixed_float16"
+    allreduce_dtype = getattr(args, "allreduce_dtype", "fp32")
     if devices.backend == "tensorflow":
         from trainer.steps import TensorFlowSteps
 
-        return model, optimizer, TensorFlowSteps(devices.strategy, model, optimizer, args.grad_accum, dynamic_scale)
+        return model, optimizer, TensorFlowSteps(devices.strategy, model, optimizer, args.grad_accum, dynamic_scale,
+                                                 allreduce_dtype=allreduce_dtype)
     if getattr(args, "pipeline_stages", 1) > 1:
         from trainer.pipeline import PipelineSteps
 
@@ -169,7 +171,20 @@ def build_steps(args, devices, config, records, warmup, initial=None, log=None):
                                                args.pipeline_stages)
     from trainer.steps import JaxSteps
 
-    return model, optimizer, JaxSteps(devices.distribution, model, optimizer, args.grad_accum, dynamic_scale)
+    return model, optimizer, JaxSteps(devices.distribution, model, optimizer, args.grad_accum, dynamic_scale,
+                                      allreduce_dtype=allreduce_dtype)
+
+
+def pad_vocab_multiple(args):
+    """--pad-vocab, by default 8 for Google's sizes (--model or none given) and 1 (none) for a --bert-config;
+    1 under --model-parallel (its split checks and layout estimates are of the real vocabulary) and
+    --pipeline-stages (its stacked state is saved as it is, without the padding rows cut off)."""
+    if (not hasattr(args, "pad_vocab") or getattr(args, "model_parallel", 1) > 1
+            or getattr(args, "pipeline_stages", 1) > 1):
+        return 1
+    if args.pad_vocab is None:
+        return 1 if getattr(args, "bert_config", None) else 8
+    return args.pad_vocab
 
 
 def warmup_steps(value, total_steps):
@@ -366,46 +381,64 @@ def _train(args, devices, log, data_dir, records, config, step_times=None, step_
     skipped = 0
     last = None
     last_logged = {}
-    pending = None
     clock = time.perf_counter()
     started_step = step
-    while pending is not None or step < args.steps:
-        dispatch = step + (pending is not None) < args.steps and not (pending is not None and boundary(step + 1))
-        handle = None
+
+    def fetch_point(n):
+        """Results are fetched (one transfer for all pending steps) when step n is to be logged or is
+        a boundary, and after each of the first steps, whose time is not counted."""
+        return boundary(n) or n % args.log_every == 0 or n - started_step <= TIMING_WARMUP_STEPS + 1
+
+    pending = []  # (handle, steps) dispatched whose results are still on the device, oldest first
+    while pending or step < args.steps:
+        projected = step + sum(n for _, n in pending)  # the optimizer step once every pending step is applied
+        dispatch = projected < args.steps and not (pending and boundary(projected))
         if dispatch:
-            device_batch = steps.put(reshape(next(batches)))
-            handle = steps.train(device_batch)
-            draws += 1
-        if pending is not None:
-            result = steps.fetch(pending)
-            now = time.perf_counter()
+            # --steps-per-call steps in one call when no fetch point falls inside them.
+            calls = 1
+            while (calls < args.steps_per_call and projected + calls < args.steps
+                   and not fetch_point(projected + calls)):
+                calls += 1
+            device_batches = [steps.put(reshape(next(batches))) for _ in range(calls)]
+            pending.append((steps.train(device_batches[0]) if calls == 1 else steps.train_many(device_batches),
+                            calls))
+            draws += calls
+        # The newest call keeps the devices busy while the older ones' results come back.
+        ready = pending[:-1] if dispatch else pending
+        if not ready or (dispatch and not fetch_point(step + sum(n for _, n in ready))):
+            continue
+        results = steps.fetch_all([handle for handle, _ in ready])
+        del pending[:len(ready)]
+        now = time.perf_counter()
+        share = (now - clock) / len(results)
+        for result in results:
             if step_times is not None:
                 step_times.append(now)
             if step_sequences is not None:
                 step_sequences.append(result["sequences"])
-            if result["finite"]:
+            if result["applied"]:
                 step += 1
-                nonfinite_run = 0
                 for k in SUM_KEYS:
                     window[k] += result[k]
                 window_steps += 1
                 trained["sequences"] += result["sequences"]
                 trained["tokens"] += result["tokens"]
                 if step - started_step > TIMING_WARMUP_STEPS:
-                    timed_seconds += now - clock
+                    timed_seconds += share
                     timed_steps += 1
-                    window_seconds += now - clock
+                    window_seconds += share
                     for work in (timed, window_timed):
                         work["sequences"] += result["sequences"]
                         work["tokens"] += result["tokens"]
             else:
                 skipped += 1
-                nonfinite_run += 1
-                stop_if_stuck(nonfinite_run, step, result)
-            clock = now
+            nonfinite_run = 0 if result["finite"] else nonfinite_run + 1
+            stop_if_stuck(nonfinite_run, step, result)
             last = result
             log.bar(step, f"loss {metrics(window)['loss']:.4f}" if window_steps else "")
-            if result["finite"] and (step % args.log_every == 0 or step == args.steps):
+            if not result["applied"]:
+                continue
+            if step % args.log_every == 0 or step == args.steps:
                 values = metrics(window)
                 values.update(learning_rate=result["learning_rate"], loss_scale=result["loss_scale"],
                               sequences_per_second=window_timed["sequences"] / window_seconds if window_seconds else None,
@@ -415,16 +448,15 @@ def _train(args, devices, log, data_dir, records, config, step_times=None, step_
                 last_logged = values
                 window = {k: 0.0 for k in SUM_KEYS}
                 window_steps, window_seconds, window_timed = 0, 0.0, {"sequences": 0.0, "tokens": 0.0}
-            if result["finite"] and eval_stream and step % args.eval_every == 0:
+            if eval_stream and step % args.eval_every == 0:
                 log.record("eval", evaluate(steps, eval_stream, args.eval_steps), step)
-            if result["finite"] and args.checkpoint_dir and (step % args.checkpoint_every == 0 or step == args.steps):
+            if args.checkpoint_dir and (step % args.checkpoint_every == 0 or step == args.steps):
                 state = steps.get_state()  # every process takes part: model-parallel shards span hosts
                 if devices.is_chief:
                     path = checkpoints.save(args.checkpoint_dir, step, state,
                                             {"draws": draws, "settings": run_settings}, args.keep_checkpoints)
                     log.note(f"checkpoint {path}")
-            clock = time.perf_counter()  # evaluation and checkpoints are not training time
-        pending = handle
+        clock = time.perf_counter()  # evaluation and checkpoints are not training time
     summary = {
         "steps": step,
         "skipped_steps": skipped,

@@ -68,13 +68,24 @@ def assign(model, weights, path, skip=()):
             continue
         if variable.path not in weights:
             raise DataError(f"{path}: checkpoint lacks variable {variable.path}")
-        value = weights[variable.path]
+        value = _with_vocab_padding(model, weights[variable.path], variable.shape)
         if tuple(value.shape) != tuple(variable.shape):
             raise DataError(f"{path}: variable {variable.path} has shape {value.shape}, the model's is "
                             f"{tuple(variable.shape)}")
         variable.assign(value)
         loaded += 1
     return loaded
+
+
+def _with_vocab_padding(model, value, shape):
+    """--pad-vocab: a checkpoint's real vocabulary rows, with the model's zero padding rows put back
+    (only where the rows are exactly the config's vocab and the model's are its padded count)."""
+    value = np.asarray(value)
+    padded = getattr(model, "padded_vocab", None)
+    if (padded is None or not value.ndim or len(shape) != value.ndim or value.shape[0] != model.config.vocab_size
+            or shape[0] != padded or padded == value.shape[0]):
+        return value
+    return np.concatenate([value, np.zeros((padded - value.shape[0],) + value.shape[1:], value.dtype)])
 
 
 def outputs(checkpoint, inputs, batch_size=32):
