@@ -38,7 +38,7 @@ from bertprep.errors import UsageError
 from trainer import parallel
 from trainer.losses import PRETRAINING_OBJECTIVE
 from trainer.model import sequence_attention_mask
-from trainer.steps import JaxSteps, _results_vector, _unscaled_or_nan, next_loss_scale
+from trainer.steps import JaxSteps, _results_vector
 
 STAGE = "stage"
 
@@ -276,21 +276,11 @@ class PipelineSteps(JaxSteps):
 
         grads, (sums, non_trainable) = jax.grad(loss_fn, has_aux=True)(trainable)
         model_stack, _, optimizer_stack = self.stacks
-        flat_grads = model_stack.unpack(*grads)
-        applied = True
-        if self.dynamic_scale:  # unscaled, or all NaN so that the optimizer keeps every value: no branch
-            flat_grads, applied = _unscaled_or_nan(flat_grads, scale)
-        flat_trainable = model_stack.unpack(*trainable)
-        flat_optimizer = optimizer_stack.unpack(*optimizer_vars)
-        learning_rate = self._learning_rate(flat_optimizer)
-        new_trainable, new_optimizer = self.optimizer.stateless_apply(flat_optimizer, flat_grads, flat_trainable)
-        new_optimizer = list(new_optimizer)
-        if self.dynamic_scale:  # a skipped step is not counted
-            i = self._iterations_index
-            new_optimizer[i] = ops.where(applied, new_optimizer[i], flat_optimizer[i])
+        new_trainable, new_optimizer, scale_after, good_after, applied, learning_rate = self._update(
+            model_stack.unpack(*trainable), optimizer_stack.unpack(*optimizer_vars), model_stack.unpack(*grads),
+            scale, good_steps)
         stack = jax.numpy.stack
-        scale_after, good_after = next_loss_scale(scale, good_steps, applied, self.dynamic_scale)
-        new_state = (model_stack.pack(list(new_trainable), stack), non_trainable,
+        new_state = (model_stack.pack(new_trainable, stack), non_trainable,
                      optimizer_stack.pack(new_optimizer, stack), scale_after, good_after)
         return new_state, _results_vector(sums, objective.sum_keys, applied, learning_rate, scale)
 

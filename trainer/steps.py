@@ -348,6 +348,15 @@ class JaxSteps(_Steps):
         totals = objective.totals(batch)
         gradients = self._per_device_gradients if self.data_parallel else self._gradients
         grads, sums, non_trainable = gradients(trainable, non_trainable, batch, totals, scale)
+        new_trainable, new_optimizer_vars, scale_after, good_after, applied, learning_rate = self._update(
+            trainable, optimizer_vars, grads, scale, good_steps)
+        new_state = (new_trainable, non_trainable, new_optimizer_vars, scale_after, good_after)
+        return new_state, _results_vector(sums, objective.sum_keys, applied, learning_rate, scale)
+
+    def _update(self, trainable, optimizer_vars, grads, scale, good_steps):
+        """The optimizer step on flat lists, without a branch: (trainable, optimizer variables, scale,
+        good steps, applied, learning rate). Under fp16 a non-finite step leaves everything as it was
+        (gradients all NaN, skips_nonfinite) and is not counted."""
         applied = True
         if self.dynamic_scale:
             grads, applied = _unscaled_or_nan(grads, scale)
@@ -358,8 +367,7 @@ class JaxSteps(_Steps):
             i = self._iterations_index
             new_optimizer_vars[i] = ops.where(applied, new_optimizer_vars[i], optimizer_vars[i])
         scale_after, good_after = next_loss_scale(scale, good_steps, applied, self.dynamic_scale)
-        new_state = (new_trainable, non_trainable, new_optimizer_vars, scale_after, good_after)
-        return new_state, _results_vector(sums, objective.sum_keys, applied, learning_rate, scale)
+        return list(new_trainable), new_optimizer_vars, scale_after, good_after, applied, learning_rate
 
     def _learning_rate(self, optimizer_vars):
         from keras.src.backend import StatelessScope
