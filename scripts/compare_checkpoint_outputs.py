@@ -1,0 +1,41 @@
+"""How far `python -m trainer checkpoint run` outputs lie from another project's own (a fixture's expected/).
+
+    python -m trainer checkpoint run SRC --inputs inputs.jsonl --out ours.npz
+    python scripts/compare_checkpoint_outputs.py ours.npz ../shared/fixtures/checkpoints/google_tiny/expected
+
+Prints the largest absolute difference per array. The MLM logits are compared at the positions
+the expected file holds (the first P masked positions of each input). Names: ours, then Google's
+and Hugging Face's for the same array.
+"""
+
+import argparse
+import os
+
+import numpy as np
+
+NAMES = {
+    "sequence_output": ("sequence_output", "last_hidden_state"),
+    "pooled_output": ("pooled_output", "pooler_output"),
+    "mlm_logits": ("prediction_logits",),
+    "nsp_logits": ("seq_relationship_logits",),
+}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("ours", help="npz of `python -m trainer checkpoint run`")
+    p.add_argument("expected", help="directory of the other project's .npy files")
+    args = p.parse_args()
+    with np.load(args.ours) as ours:
+        for name, theirs in NAMES.items():
+            path = next((os.path.join(args.expected, f"{t}.npy") for t in theirs
+                         if os.path.exists(os.path.join(args.expected, f"{t}.npy"))), None)
+            if name not in ours.files or path is None:
+                continue
+            expected = np.load(path)
+            got = ours[name][:, :expected.shape[1]] if name == "mlm_logits" else ours[name]
+            print(f"{name:16s} max |ours - theirs| = {float(np.abs(got - expected).max()):.3g}  ({os.path.basename(path)})")
+
+
+if __name__ == "__main__":
+    main()
