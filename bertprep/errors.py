@@ -8,7 +8,9 @@ file) also ends with one line, naming the path and the system's reason.
 """
 
 import os
+import signal
 import sys
+import threading
 
 # What a shell reports for a program killed by SIGPIPE: `bertprep inspect ... | head -1`.
 EXIT_BROKEN_PIPE = 128 + 13
@@ -37,9 +39,13 @@ def run_reporting_errors(prog, command):
     """`command()`'s exit code; a BertprepError or OSError becomes `prog: error: message` on stderr and
     exit 1 (2 for usage errors), Ctrl-C becomes `prog: interrupted` and 130, a reader that closed
     stdout (`| head`) ends the command quietly with 141."""
+    interrupted = _InterruptRecorder()
     try:
-        code = command()
+        with interrupted:
+            code = command()
         sys.stdout.flush()  # here, where a closed pipe can still be caught, not at interpreter exit
+        if interrupted.seen:  # the KeyboardInterrupt was swallowed (a finalizer, a callback): still 130
+            raise KeyboardInterrupt
         return code
     except BrokenPipeError as exc:
         if not _stdout_closed():
@@ -56,6 +62,30 @@ def run_reporting_errors(prog, command):
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
+
+
+class _InterruptRecorder:
+    """Remembers a Ctrl-C while the command runs. Python raises KeyboardInterrupt wherever the main
+    thread is; inside a finalizer or a callback it is printed as "Exception ignored" and lost, and a
+    run that was told to stop would end with 0."""
+
+    seen = False
+
+    def __enter__(self):
+        self._previous = None
+        if threading.current_thread() is threading.main_thread() and \
+                signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            self._previous = signal.signal(signal.SIGINT, self._record)
+        return self
+
+    def _record(self, signum, frame):
+        self.seen = True
+        raise KeyboardInterrupt
+
+    def __exit__(self, *exc):
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+        return False
 
 
 def _stdout_closed():

@@ -192,6 +192,28 @@ def test_ctrl_c_stops_workers_and_exits_cleanly(shared_dir, tmp_path):
     assert len(list(out.rglob("*.tfrecord"))) < 16
 
 
+def test_a_ctrl_c_that_a_finalizer_swallows_still_exits_130():
+    """Python loses a KeyboardInterrupt raised inside a finalizer ("Exception ignored"): the command
+    must still end as interrupted, not with 0 as if it had finished."""
+    script = """if True:
+        import os, signal, sys
+        from bertprep.errors import run_reporting_errors
+
+        class Finalized:
+            def __del__(self):
+                os.kill(os.getpid(), signal.SIGINT)  # the interrupt lands inside the finalizer
+
+        def command():
+            Finalized()
+            return 0
+
+        sys.exit(run_reporting_errors("prog", command))
+    """
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert result.returncode == 130, result.stderr
+    assert result.stderr.rstrip().endswith("prog: interrupted")
+
+
 def test_embedded_default_runs_offline_and_says_so(tmp_path):
     env = {**os.environ, "BERTPREP_WORKDIR": str(tmp_path / "work"), "HF_HUB_OFFLINE": "1"}
     result = cli("create", "--seq", "128", "--pred", "20", "--workers", "1", env=env, cwd=tmp_path)
