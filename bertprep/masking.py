@@ -17,9 +17,10 @@ token becomes [MASK] 80% of the time, stays 10%, becomes a random vocab word
 10%. The order is by a random key per candidate (the key of its first token)
 instead of a shuffle, which draws the same uniform permutation.
 
-`mask_batch` is the vectorised implementation the loaders use;
-`mask_instance` its plain-Python twin, one instance at a time, which the
-tests hold it to exactly.
+`mask_instance`, one instance at a time in plain Python, is the
+specification. `mask_batch`, what the loaders call, masks a batch with the
+C core (bertprep._native.mask_batch) when it was built, else with NumPy
+(`_mask_batch_numpy`); the tests hold both to `mask_instance` exactly.
 """
 
 import dataclasses
@@ -28,6 +29,11 @@ import os
 import numpy as np
 
 from bertprep.errors import DataError
+
+try:
+    from bertprep._native import mask_batch as _native_mask_batch
+except ImportError:  # extension not built: the NumPy form gives the same masks, slower
+    _native_mask_batch = None
 
 _MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
@@ -123,13 +129,34 @@ def _uniforms_at(keys, positions, stream):
     return (_bits(keys, positions, stream) >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
 
 
-def mask_batch(input_ids, input_mask, keys, max_predictions, masked_lm_prob, vocab, whole_word=False):
+def mask_batch(input_ids, input_mask, keys, max_predictions, masked_lm_prob, vocab, whole_word=False,
+               use_native=None):
     """The pretraining features of a batch of unmasked instances, masked by their `keys` (N,) uint64.
 
     input_ids, input_mask: (N, seq) padded as written. Returns {input_ids,
     masked_lm_positions, masked_lm_ids, masked_lm_weights}: (N, seq) and
     (N, max_predictions), int64 and float32, the same values mask_instance gives.
+    `use_native=None` uses the C core when it was built; False the NumPy form.
     """
+    if use_native is None:
+        use_native = _native_mask_batch is not None
+    if not use_native:
+        return _mask_batch_numpy(input_ids, input_mask, keys, max_predictions, masked_lm_prob, vocab, whole_word)
+    tokens = np.ascontiguousarray(input_ids, np.int64)
+    count = len(tokens)
+    out = {"input_ids": np.empty_like(tokens),
+           "masked_lm_positions": np.empty((count, max_predictions), np.int64),
+           "masked_lm_ids": np.empty((count, max_predictions), np.int64),
+           "masked_lm_weights": np.empty((count, max_predictions), np.float32)}
+    _native_mask_batch(tokens, (np.asarray(input_mask) != 0).sum(axis=1, dtype=np.int64),
+                       np.ascontiguousarray(keys, np.uint64), max_predictions, masked_lm_prob, whole_word,
+                       vocab.cls_id, vocab.sep_id, vocab.mask_id, np.ascontiguousarray(vocab.word_ids, np.int32),
+                       np.ascontiguousarray(vocab.is_subword, np.uint8), *out.values())
+    return out
+
+
+def _mask_batch_numpy(input_ids, input_mask, keys, max_predictions, masked_lm_prob, vocab, whole_word=False):
+    """mask_batch in NumPy, a batch at a time: the path without the C core."""
     tokens = np.asarray(input_ids, np.int64)
     count, seq = tokens.shape
     lengths = (np.asarray(input_mask) != 0).sum(axis=1)

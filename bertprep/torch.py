@@ -104,14 +104,16 @@ class RecordIndex:
         return {**self.__dict__, "_maps": {}}
 
     def payloads(self, positions):
+        positions = np.asarray(positions, np.int64)
+        starts = self.offsets[positions]
         out = []
-        for position in positions:
-            number = int(self.file_of[position])
+        # Plain ints from tolist(): indexing the arrays per record cost as much as decoding the batch.
+        for number, start, end in zip(self.file_of[positions].tolist(), starts.tolist(),
+                                      (starts + self.sizes[positions]).tolist()):
             if number not in self._maps:
                 with open(self.paths[number], "rb") as f:
                     self._maps[number] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-            start = int(self.offsets[position])
-            out.append(self._maps[number][start:start + int(self.sizes[position])])
+            out.append(self._maps[number][start:end])
         return out
 
     def decode(self, positions):
