@@ -13,7 +13,8 @@ for --seconds of CPU time (best of --repeat runs, the three taking turns):
   - bertprep.torch.BertRecords over the dynamic records (shuffled, masked per
     batch, tensors; each pass a new epoch: new order, new masks).
 Masking uses the C core when it was built (python setup.py build_ext
---inplace), else NumPy; the figures say which.
+--inplace), else NumPy; the figures say which, and also give the loader
+with NumPy masking and masking alone (each path) over pre-decoded batches.
 It prints each rate and its ratio to the baseline (issue 22's target: the
 dynamic loader >= 0.5x), and how many such cores give 24,000 samples/s (an
 8-GPU host's need). Then it creates records at 512/80 from the same corpus,
@@ -22,6 +23,7 @@ without binning and with --bin-size 32, 64 and 128.
 """
 
 import argparse
+import contextlib
 import glob
 import json
 import multiprocessing
@@ -89,20 +91,46 @@ def rate_torch(directory, seconds, numpy_masking=False):
     from bertprep import masking
     from bertprep.torch import BertRecords
 
-    if numpy_masking:  # what a machine without the C core runs (this process only)
-        masking._native_mask_batch = None
-
     dataset = BertRecords(directory, BATCH, seed=1)
 
     def one_epoch(epoch):  # each epoch its own order (and masks, for dynamic records)
         dataset.set_epoch(epoch)
         return sum(len(b["input_ids"]) for b in dataset)
 
-    return _timed_passes(one_epoch, seconds)
+    with _masking_path(masking, numpy_masking):
+        return _timed_passes(one_epoch, seconds)
+
+
+@contextlib.contextmanager
+def _masking_path(masking, numpy_masking):
+    """With numpy_masking, what a machine without the C core runs; the pool's process is reused, so undone after."""
+    built = masking._native_mask_batch
+    if numpy_masking:
+        masking._native_mask_batch = None
+    try:
+        yield
+    finally:
+        masking._native_mask_batch = built
 
 
 def rate_torch_numpy_masking(directory, seconds):
     return rate_torch(directory, seconds, numpy_masking=True)
+
+
+def rate_masking_alone(directory, seconds, numpy_masking=False):
+    """Samples/s of DynamicMasking.apply alone, over the epoch's batches decoded beforehand."""
+    from bertprep import masking
+    from bertprep.torch import BertRecords
+
+    dataset = BertRecords(directory, BATCH, seed=1)
+    batches = [(dataset.index.decode(p), p) for p in dataset.batches_of_rank()]
+    apply = dataset.index.masking.apply
+    with _masking_path(masking, numpy_masking):
+        return _timed_passes(lambda epoch: sum(len(apply(b, epoch, p)["input_ids"]) for b, p in batches), seconds)
+
+
+def rate_masking_alone_numpy(directory, seconds):
+    return rate_masking_alone(directory, seconds, numpy_masking=True)
 
 
 def _pin(core):
@@ -162,7 +190,9 @@ def main():
         records = sum(1 for _ in formats.iter_payloads(glob.glob(os.path.join(static, "tfrecord", "training", "*"))[0]))
         rates = best_interleaved({"baseline": (rate_static_reader, static), "torch_static": (rate_torch, static),
                                   "torch_dynamic": (rate_torch, dynamic),
-                                  "torch_dynamic_numpy": (rate_torch_numpy_masking, dynamic)},
+                                  "torch_dynamic_numpy": (rate_torch_numpy_masking, dynamic),
+                                  "masking_alone": (rate_masking_alone, dynamic),
+                                  "masking_alone_numpy": (rate_masking_alone_numpy, dynamic)},
                                  args.repeat, args.seconds)
         baseline, torch_static, torch_dynamic = rates["baseline"], rates["torch_static"], rates["torch_dynamic"]
         long = make_records(directory, args.copies, 512, 80, "dynamic")
@@ -175,6 +205,7 @@ def main():
         "torch_dynamic_per_core": torch_dynamic, "torch_dynamic_vs_static_reader": torch_dynamic / baseline,
         "masking": "C core" if native_masking else "NumPy (C core not built)",
         "torch_dynamic_numpy_masking_per_core": rates["torch_dynamic_numpy"],
+        "masking_alone_per_core": rates["masking_alone"], "masking_alone_numpy_per_core": rates["masking_alone_numpy"],
         "cores_for_24000": HOST_TARGET / torch_dynamic,
         "records_512": long_records, "mean_length_512": mean_length, "real_token_fraction_512": fractions,
     }
@@ -190,6 +221,9 @@ def main():
     numpy_rate = rates["torch_dynamic_numpy"]
     print(f"  {'bertprep.torch, dynamic masking in NumPy':<52} {numpy_rate:10,.0f} samples/s  "
           f"{numpy_rate / baseline:.2f}x")
+    for key, label in (("masking_alone", figures["masking"]), ("masking_alone_numpy", "NumPy")):
+        print(f"  {'masking alone (DynamicMasking.apply), ' + label:<52} {rates[key]:10,.0f} samples/s  "
+              f"{BATCH / rates[key] * 1e3:.2f} ms per batch")
     print(f"  cores for {HOST_TARGET:,} samples/s (8-GPU host) with dynamic masking: {HOST_TARGET / torch_dynamic:.1f}")
     print(f"512/80, {long_records:,} records of mean length {mean_length:.0f} (short documents), "
           f"real tokens / positions fed:")

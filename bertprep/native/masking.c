@@ -6,7 +6,7 @@
  * batch of 256 x 128 (hashes of every position for 4 streams, sorts of whole
  * rows), which held the PyTorch loader to 0.36x our static reader; here a row
  * hashes only its candidates' order keys and its masked positions, and finds
- * the `budget` smallest keys by a bound and a quickselect (docs/dynamic-masking.md has the
+ * the `budget` smallest keys by counting them in buckets (docs/dynamic-masking.md has the
  * figures and the command).
  */
 #include "native.h"
@@ -29,7 +29,7 @@ static inline uint64_t bits53(uint64_t key, Py_ssize_t position, int stream)
 
 static inline double uniform(uint64_t key, Py_ssize_t position, int stream)
 {
-    return (double)bits53(key, position, stream) * 0x1p-53;
+    return (double)(int64_t)bits53(key, position, stream) * 0x1p-53; /* signed: one instruction, same value */
 }
 
 /* A word (its first token's column) and its order key; words are taken by (key, column) ascending. */
@@ -65,33 +65,6 @@ static Py_ssize_t first_words(const Word *words, Py_ssize_t n, Py_ssize_t k, Wor
     return n;
 }
 
-/* Reorders w[0:n] so that w[0:k] are its k first in (key, column) order (quickselect; 0 < k <= n). */
-static void select_first(Word *w, Py_ssize_t n, Py_ssize_t k)
-{
-    Py_ssize_t lo = 0, hi = n - 1;
-    while (lo < hi) {
-        Word pivot = w[lo + (hi - lo) / 2];
-        Py_ssize_t i = lo, j = hi;
-        while (i <= j) {
-            while (before(&w[i], &pivot))
-                i++;
-            while (before(&pivot, &w[j]))
-                j--;
-            if (i <= j) {
-                Word swap = w[i];
-                w[i++] = w[j];
-                w[j--] = swap;
-            }
-        }
-        if (k - 1 <= j)
-            hi = j;
-        else if (k - 1 >= i)
-            lo = i;
-        else
-            return;
-    }
-}
-
 /* Sorts w[0:n] in (key, column) order (insertion: n is a few times the budget). */
 static void sort_words(Word *w, Py_ssize_t n)
 {
@@ -104,9 +77,38 @@ static void sort_words(Word *w, Py_ssize_t n)
     }
 }
 
+#define BUCKET_SHIFT 45 /* the top 8 of a key's 53 bits */
+#define N_BUCKETS 256
+
+/* The k first of words[0:n] in (key, column) order into pool[0:k], in no particular order (0 < k <= n;
+ * pool holds n + 1). The keys are uniform, so counting them in 256 buckets by their top bits finds the
+ * bucket of the k-th; the words below it are taken, and only that bucket's few are sorted. Branch-free
+ * passes: a quickselect's unpredictable compares cost more than the rest of the row did. */
+static void first_k(const Word *words, Py_ssize_t n, Py_ssize_t k, Word *pool, Py_ssize_t *counts)
+{
+    memset(counts, 0, N_BUCKETS * sizeof *counts);
+    for (Py_ssize_t i = 0; i < n; i++)
+        counts[words[i].key >> BUCKET_SHIFT]++;
+    uint64_t bucket = 0;
+    Py_ssize_t below = 0;
+    while (below + counts[bucket] < k)
+        below += counts[bucket++];
+    Py_ssize_t taken = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        pool[taken] = words[i];
+        taken += (words[i].key >> BUCKET_SHIFT) < bucket;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        pool[taken] = words[i];
+        taken += (words[i].key >> BUCKET_SHIFT) == bucket;
+    }
+    sort_words(pool + below, taken - below);
+}
+
 /* Scratch space for one row, sized by seq. */
 typedef struct {
     Word *words, *pool;
+    Py_ssize_t *counts;    /* N_BUCKETS */
     Py_ssize_t *word_of;   /* column -> its word's first column, -1 for a non-candidate */
     Py_ssize_t *word_size; /* first column -> tokens in the word */
     uint8_t *taken;        /* first column -> the word is masked */
@@ -156,7 +158,7 @@ static void mask_row(const MaskInputs *in, Py_ssize_t row, const Scratch *s, con
     if (!in->whole_word) { /* every word one token: the first min(budget, words) of the order */
         Py_ssize_t k = budget < n_words ? budget : n_words;
         if (k > 0) {
-            select_first(s->pool, first_words(s->words, n_words, k, s->pool), k);
+            first_k(s->words, n_words, k, s->pool, s->counts);
             for (Py_ssize_t i = 0; i < k; i++)
                 s->taken[s->pool[i].column] = 1;
         }
@@ -207,16 +209,18 @@ int mask_batch(const MaskInputs *in, const MaskOutputs *out)
     Py_ssize_t seq = in->seq > 0 ? in->seq : 1;
     Scratch s;
     s.words = malloc((size_t)seq * sizeof *s.words);
-    s.pool = malloc((size_t)seq * sizeof *s.pool);
+    s.pool = malloc((size_t)(seq + 1) * sizeof *s.pool);
+    s.counts = malloc(N_BUCKETS * sizeof *s.counts);
     s.word_of = malloc((size_t)seq * sizeof *s.word_of);
     s.word_size = malloc((size_t)seq * sizeof *s.word_size);
     s.taken = malloc((size_t)seq);
-    int ok = s.words && s.pool && s.word_of && s.word_size && s.taken;
+    int ok = s.words && s.pool && s.counts && s.word_of && s.word_size && s.taken;
     if (ok)
         for (Py_ssize_t row = 0; row < in->count; row++)
             mask_row(in, row, &s, out);
     free(s.words);
     free(s.pool);
+    free(s.counts);
     free(s.word_of);
     free(s.word_size);
     free(s.taken);
