@@ -2,12 +2,14 @@
  * mask_instance (the specification) one row at a time, with the same keyed
  * random numbers, so the masks are identical to its twins'.
  *
- * Why C: the NumPy form (masking._mask_batch_numpy) spends about 2 ms on a
- * batch of 256 x 128 (hashes of every position for 4 streams, sorts of whole
- * rows), which held the PyTorch loader to 0.36x our static reader; here a row
- * hashes only its candidates' order keys and its masked positions, and finds
- * the `budget` smallest keys by counting them in buckets (docs/dynamic-masking.md has the
- * figures and the command).
+ * Why C: with the NumPy form (masking._mask_batch_numpy: hashes of four
+ * streams at every position, sorts of whole rows) the PyTorch loader read
+ * 0.34x our static reader's samples/s per core, short of issue 22's 0.5x;
+ * with this file 0.55x in the same run, masking alone 0.37 ms per batch of
+ * 256 at 128/20 instead of 0.70 ms (`python scripts/bench_torch_loader.py
+ * --repeat 3`, docs/benchmarks.md). Here a row hashes only its candidates'
+ * order keys and its masked positions, and finds the budget smallest keys by
+ * counting them in buckets.
  */
 #include "native.h"
 
