@@ -110,11 +110,15 @@ def _mix_np(x):
 
 
 def instance_keys(seed, epochs, indices):
-    """instance_key for arrays of epochs and indices (uint64, wrapping as the twin's & 2**64 - 1)."""
+    """instance_key for arrays of epochs and indices (uint64, wrapping as the twin's & 2**64 - 1); `epochs`
+    may be one epoch for all."""
     golden = np.uint64(_GOLDEN)
+    seed_key = _mix((seed & _MASK64) ^ _GOLDEN)
     with np.errstate(over="ignore"):
-        key = np.full(np.shape(indices), _mix((seed & _MASK64) ^ _GOLDEN), np.uint64)
-        key = _mix_np(key + np.asarray(epochs, np.int64).astype(np.uint64) * golden)
+        if np.ndim(epochs) == 0:  # the loaders' case: the epoch's part once, in Python ints
+            key = np.uint64(_mix((seed_key + (int(epochs) & _MASK64) * _GOLDEN) & _MASK64))
+        else:
+            key = _mix_np(np.uint64(seed_key) + np.asarray(epochs, np.int64).astype(np.uint64) * golden)
         return _mix_np(key + np.asarray(indices, np.int64).astype(np.uint64) * golden)
 
 
@@ -269,7 +273,7 @@ class DynamicMasking:
 
     def apply(self, batch, epochs, indices):
         """A batch of the unmasked kind ({name: (N, ...)}) as pretraining features, masked for `epochs`/`indices`."""
-        keys = instance_keys(self.seed, np.broadcast_to(epochs, np.shape(indices)), indices)
+        keys = instance_keys(self.seed, epochs, indices)
         masked = mask_batch(batch["input_ids"], batch["input_mask"], keys, self.max_predictions,
                             self.masked_lm_prob, self.vocab, self.whole_word)
         dtype = np.asarray(batch["input_ids"]).dtype

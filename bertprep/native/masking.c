@@ -4,9 +4,9 @@
  *
  * Why C: with the NumPy form (masking._mask_batch_numpy: hashes of four
  * streams at every position, sorts of whole rows) the PyTorch loader read
- * 0.34x our static reader's samples/s per core, short of issue 22's 0.5x;
- * with this file 0.55x in the same run, masking alone 0.37 ms per batch of
- * 256 at 128/20 instead of 0.70 ms (`python scripts/bench_torch_loader.py
+ * 0.41x our static reader's samples/s per core, short of issue 22's 0.5x;
+ * with this file 0.61x in the same run, masking alone 0.33 ms per batch of
+ * 256 at 128/20 instead of 0.87 ms (`python scripts/bench_torch_loader.py
  * --repeat 3`, docs/benchmarks.md). Here a row hashes only its candidates'
  * order keys and its masked positions, and finds the budget smallest keys by
  * counting them in buckets.
