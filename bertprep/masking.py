@@ -175,19 +175,28 @@ def _mask_batch_numpy(input_ids, input_mask, keys, max_predictions, masked_lm_pr
     else:
         starts = candidate
     # A candidate's sort key: its uniform's 53 bits, then its position (the twin's (uniform, position) order),
-    # one unique integer per candidate; the rest sort last.
+    # one unique integer per candidate while the position fits beside the 53 bits; the rest sort last.
     position_bits = max(1, int(seq - 1).bit_length())
-    order_keys = ((_bits(keys[:, None], columns[None, :], ORDER) >> np.uint64(11)) << np.uint64(position_bits)) \
-        | columns.astype(np.uint64)[None, :]
-    order_keys[~starts] = np.iinfo(np.uint64).max
+    uniform_bits = _bits(keys[:, None], columns[None, :], ORDER) >> np.uint64(11)
+    if 53 + position_bits > 64:  # seq > 2048: no room for the position; sort by (start or not, bits, position)
+        word_order = np.lexsort((np.broadcast_to(columns, (count, seq)), uniform_bits, ~starts), axis=1)
+        order_keys = None
+    else:
+        order_keys = (uniform_bits << np.uint64(position_bits)) | columns.astype(np.uint64)[None, :]
+        order_keys[~starts] = np.iinfo(np.uint64).max
     # NumPy rounds half to even, as Python 3's round() in the reference.
     budget = np.minimum(max_predictions, np.maximum(1, np.round(lengths * masked_lm_prob).astype(np.int64)))
     if whole_word:
-        positions = _slots(_whole_words(candidate, starts, order_keys, budget), max_predictions)
+        if order_keys is not None:
+            word_order = np.argsort(order_keys, axis=1)
+        positions = _slots(_whole_words(candidate, starts, word_order, budget), max_predictions)
     else:  # the `budget` smallest keys of each row, then in position order
         take = min(max_predictions, seq)
         # A key's low bits are its position: the smallest keys, sorted, name the positions in draw order.
-        nearest = (np.sort(order_keys, axis=1)[:, :take] & np.uint64((1 << position_bits) - 1)).astype(np.int64)
+        if order_keys is None:
+            nearest = word_order[:, :take]
+        else:
+            nearest = (np.sort(order_keys, axis=1)[:, :take] & np.uint64((1 << position_bits) - 1)).astype(np.int64)
         used = np.arange(take)[None, :] < np.minimum(budget, starts.sum(1))[:, None]
         positions = np.full((count, max_predictions), seq, np.int64)
         positions[:, :take] = np.sort(np.where(used, nearest, seq), axis=1)
@@ -216,14 +225,13 @@ def _slots(masked, max_predictions):
     return positions
 
 
-def _whole_words(candidate, starts, order_keys, budget):
+def _whole_words(candidate, starts, word_order, budget):
     """(N, seq) bool: the tokens of the words taken greedily in key order, a word that overflows skipped."""
     count, seq = candidate.shape
     word_of = np.maximum.accumulate(np.where(starts, np.arange(seq)[None, :], -1), axis=1)  # each token's word
     word_length = np.zeros((count, seq), np.int64)
     rows = np.broadcast_to(np.arange(count)[:, None], (count, seq))
     np.add.at(word_length, (rows[candidate], word_of[candidate]), 1)
-    word_order = np.argsort(order_keys, axis=1)
     sorted_lengths = np.take_along_axis(np.where(starts, word_length, 0), word_order, axis=1)
     taken = np.zeros((count, seq), bool)
     used = np.zeros(count, np.int64)

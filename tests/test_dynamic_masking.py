@@ -142,6 +142,21 @@ def test_c_core_whole_words_equal_the_twin_when_words_overflow(vocab):
         assert out["masked_lm_positions"][i, :len(positions)].tolist() == positions
 
 
+@pytest.mark.parametrize("use_native", PATHS)
+def test_masks_equal_the_twin_past_2048_positions(vocab, use_native):
+    """Beyond seq 2048 a position no longer fits beside the 53 random bits in one 64-bit key (NumPy's sort)."""
+    ids, mask, lengths = synthetic_batch(vocab, count=4, seq=2100, seed=3)
+    lengths[0] = mask[0].sum()
+    keys = masking.instance_keys(5, 1, np.arange(4))
+    for whole_word in (False, True):
+        out = masking.mask_batch(ids, mask, keys, 320, 0.15, vocab, whole_word, use_native=use_native)
+        for i, length in enumerate(lengths):
+            tokens, positions, _ = masking.mask_instance(ids[i, :length].tolist(), int(keys[i]), 320, 0.15, vocab,
+                                                         whole_word)
+            assert out["masked_lm_positions"][i, :len(positions)].tolist() == positions
+            assert out["input_ids"][i, :length].tolist() == tokens
+
+
 def test_without_the_c_core_the_loaders_mask_alike(dynamic_dir, monkeypatch):
     """What a machine without a compiler runs (bertprep._native absent): the same masks, from NumPy."""
     from bertprep.torch import BertRecords
