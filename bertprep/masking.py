@@ -17,9 +17,10 @@ token becomes [MASK] 80% of the time, stays 10%, becomes a random vocab word
 10%. The order is by a random key per candidate (the key of its first token)
 instead of a shuffle, which draws the same uniform permutation.
 
-`mask_batch` is the vectorised implementation the loaders use;
-`mask_instance` its plain-Python twin, one instance at a time, which the
-tests hold it to exactly.
+`mask_instance`, one instance at a time in plain Python, is the
+specification. `mask_batch`, what the loaders call, masks a batch with the
+C core (bertprep._native.mask_batch) when it was built, else with NumPy
+(`_mask_batch_numpy`); the tests hold both to `mask_instance` exactly.
 """
 
 import dataclasses
@@ -28,6 +29,11 @@ import os
 import numpy as np
 
 from bertprep.errors import DataError
+
+try:
+    from bertprep._native import mask_batch as _native_mask_batch
+except ImportError:  # extension not built: the NumPy form gives the same masks, slower
+    _native_mask_batch = None
 
 _MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
@@ -104,11 +110,15 @@ def _mix_np(x):
 
 
 def instance_keys(seed, epochs, indices):
-    """instance_key for arrays of epochs and indices (uint64, wrapping as the twin's & 2**64 - 1)."""
+    """instance_key for arrays of epochs and indices (uint64, wrapping as the twin's & 2**64 - 1); `epochs`
+    may be one epoch for all."""
     golden = np.uint64(_GOLDEN)
+    seed_key = _mix((seed & _MASK64) ^ _GOLDEN)
     with np.errstate(over="ignore"):
-        key = np.full(np.shape(indices), _mix((seed & _MASK64) ^ _GOLDEN), np.uint64)
-        key = _mix_np(key + np.asarray(epochs, np.int64).astype(np.uint64) * golden)
+        if np.ndim(epochs) == 0:  # the loaders' case: the epoch's part once, in Python ints
+            key = np.uint64(_mix((seed_key + (int(epochs) & _MASK64) * _GOLDEN) & _MASK64))
+        else:
+            key = _mix_np(np.uint64(seed_key) + np.asarray(epochs, np.int64).astype(np.uint64) * golden)
         return _mix_np(key + np.asarray(indices, np.int64).astype(np.uint64) * golden)
 
 
@@ -123,13 +133,34 @@ def _uniforms_at(keys, positions, stream):
     return (_bits(keys, positions, stream) >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
 
 
-def mask_batch(input_ids, input_mask, keys, max_predictions, masked_lm_prob, vocab, whole_word=False):
+def mask_batch(input_ids, input_mask, keys, max_predictions, masked_lm_prob, vocab, whole_word=False,
+               use_native=None):
     """The pretraining features of a batch of unmasked instances, masked by their `keys` (N,) uint64.
 
     input_ids, input_mask: (N, seq) padded as written. Returns {input_ids,
     masked_lm_positions, masked_lm_ids, masked_lm_weights}: (N, seq) and
     (N, max_predictions), int64 and float32, the same values mask_instance gives.
+    `use_native=None` uses the C core when it was built; False the NumPy form.
     """
+    if use_native is None:
+        use_native = _native_mask_batch is not None
+    if not use_native:
+        return _mask_batch_numpy(input_ids, input_mask, keys, max_predictions, masked_lm_prob, vocab, whole_word)
+    tokens = np.ascontiguousarray(input_ids, np.int64)
+    count = len(tokens)
+    out = {"input_ids": np.empty_like(tokens),
+           "masked_lm_positions": np.empty((count, max_predictions), np.int64),
+           "masked_lm_ids": np.empty((count, max_predictions), np.int64),
+           "masked_lm_weights": np.empty((count, max_predictions), np.float32)}
+    _native_mask_batch(tokens, (np.asarray(input_mask) != 0).sum(axis=1, dtype=np.int64),
+                       np.ascontiguousarray(keys, np.uint64), max_predictions, masked_lm_prob, whole_word,
+                       vocab.cls_id, vocab.sep_id, vocab.mask_id, np.ascontiguousarray(vocab.word_ids, np.int32),
+                       np.ascontiguousarray(vocab.is_subword, np.uint8), *out.values())
+    return out
+
+
+def _mask_batch_numpy(input_ids, input_mask, keys, max_predictions, masked_lm_prob, vocab, whole_word=False):
+    """mask_batch in NumPy, a batch at a time: the path without the C core."""
     tokens = np.asarray(input_ids, np.int64)
     count, seq = tokens.shape
     lengths = (np.asarray(input_mask) != 0).sum(axis=1)
@@ -144,19 +175,28 @@ def mask_batch(input_ids, input_mask, keys, max_predictions, masked_lm_prob, voc
     else:
         starts = candidate
     # A candidate's sort key: its uniform's 53 bits, then its position (the twin's (uniform, position) order),
-    # one unique integer per candidate; the rest sort last.
+    # one unique integer per candidate while the position fits beside the 53 bits; the rest sort last.
     position_bits = max(1, int(seq - 1).bit_length())
-    order_keys = ((_bits(keys[:, None], columns[None, :], ORDER) >> np.uint64(11)) << np.uint64(position_bits)) \
-        | columns.astype(np.uint64)[None, :]
-    order_keys[~starts] = np.iinfo(np.uint64).max
+    uniform_bits = _bits(keys[:, None], columns[None, :], ORDER) >> np.uint64(11)
+    if 53 + position_bits > 64:  # seq > 2048: no room for the position; sort by (start or not, bits, position)
+        word_order = np.lexsort((np.broadcast_to(columns, (count, seq)), uniform_bits, ~starts), axis=1)
+        order_keys = None
+    else:
+        order_keys = (uniform_bits << np.uint64(position_bits)) | columns.astype(np.uint64)[None, :]
+        order_keys[~starts] = np.iinfo(np.uint64).max
     # NumPy rounds half to even, as Python 3's round() in the reference.
     budget = np.minimum(max_predictions, np.maximum(1, np.round(lengths * masked_lm_prob).astype(np.int64)))
     if whole_word:
-        positions = _slots(_whole_words(candidate, starts, order_keys, budget), max_predictions)
+        if order_keys is not None:
+            word_order = np.argsort(order_keys, axis=1)
+        positions = _slots(_whole_words(candidate, starts, word_order, budget), max_predictions)
     else:  # the `budget` smallest keys of each row, then in position order
         take = min(max_predictions, seq)
         # A key's low bits are its position: the smallest keys, sorted, name the positions in draw order.
-        nearest = (np.sort(order_keys, axis=1)[:, :take] & np.uint64((1 << position_bits) - 1)).astype(np.int64)
+        if order_keys is None:
+            nearest = word_order[:, :take]
+        else:
+            nearest = (np.sort(order_keys, axis=1)[:, :take] & np.uint64((1 << position_bits) - 1)).astype(np.int64)
         used = np.arange(take)[None, :] < np.minimum(budget, starts.sum(1))[:, None]
         positions = np.full((count, max_predictions), seq, np.int64)
         positions[:, :take] = np.sort(np.where(used, nearest, seq), axis=1)
@@ -185,14 +225,13 @@ def _slots(masked, max_predictions):
     return positions
 
 
-def _whole_words(candidate, starts, order_keys, budget):
+def _whole_words(candidate, starts, word_order, budget):
     """(N, seq) bool: the tokens of the words taken greedily in key order, a word that overflows skipped."""
     count, seq = candidate.shape
     word_of = np.maximum.accumulate(np.where(starts, np.arange(seq)[None, :], -1), axis=1)  # each token's word
     word_length = np.zeros((count, seq), np.int64)
     rows = np.broadcast_to(np.arange(count)[:, None], (count, seq))
     np.add.at(word_length, (rows[candidate], word_of[candidate]), 1)
-    word_order = np.argsort(order_keys, axis=1)
     sorted_lengths = np.take_along_axis(np.where(starts, word_length, 0), word_order, axis=1)
     taken = np.zeros((count, seq), bool)
     used = np.zeros(count, np.int64)
@@ -242,7 +281,7 @@ class DynamicMasking:
 
     def apply(self, batch, epochs, indices):
         """A batch of the unmasked kind ({name: (N, ...)}) as pretraining features, masked for `epochs`/`indices`."""
-        keys = instance_keys(self.seed, np.broadcast_to(epochs, np.shape(indices)), indices)
+        keys = instance_keys(self.seed, epochs, indices)
         masked = mask_batch(batch["input_ids"], batch["input_mask"], keys, self.max_predictions,
                             self.masked_lm_prob, self.vocab, self.whole_word)
         dtype = np.asarray(batch["input_ids"]).dtype

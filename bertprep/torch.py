@@ -104,15 +104,18 @@ class RecordIndex:
         return {**self.__dict__, "_maps": {}}
 
     def payloads(self, positions):
-        out = []
-        for position in positions:
-            number = int(self.file_of[position])
+        positions = np.asarray(positions, np.int64)
+        files = self.file_of[positions]
+        for number in np.unique(files).tolist():
             if number not in self._maps:
                 with open(self.paths[number], "rb") as f:
                     self._maps[number] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-            start = int(self.offsets[position])
-            out.append(self._maps[number][start:start + int(self.sizes[position])])
-        return out
+        maps = self._maps
+        starts = self.offsets[positions]
+        # Plain ints from tolist() and one comprehension: per-record indexing of the arrays cost as much as
+        # decoding the batch.
+        return [maps[number][start:end] for number, start, end in
+                zip(files.tolist(), starts.tolist(), (starts + self.sizes[positions]).tolist())]
 
     def decode(self, positions):
         """The records at `positions` as {name: array (n, length)} of their stored kind (ints as int64)."""

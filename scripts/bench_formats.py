@@ -9,9 +9,10 @@ same instances, and prints each format's bytes with its ratio to TFRecord at
 the same dupe factor, then each format's dupe-1 bytes as a share of its
 dupe-5 bytes. Byte counts are deterministic: a rerun prints the same figures.
 
-Dynamic masking (a fresh mask each epoch from dupe-1 data) is not in this
-branch: dupe 1 here is static masked records, one copy; unmasked dynamic
-records would be somewhat smaller still (no masked_lm_* features).
+Then a third run, `create --masking dynamic` (dupe factor 1, the unmasked
+kind: no masked_lm_* features; the loaders draw a fresh mask each epoch),
+and each format's dynamic bytes as a share of its static dupe-5 bytes: what
+dynamic masking stores instead of five statically masked copies.
 """
 
 import argparse
@@ -27,11 +28,14 @@ FIXTURES = os.path.join(SHARED, "fixtures")
 FORMATS = ("tfrecord", "ofrecord", "hdf5", "parquet")
 
 
-def create(corpus, vocab, out, seq, pred, dupe):
+RUNS = {"dupe5": (5, "static"), "dupe1": (1, "static"), "dynamic1": (1, "dynamic")}
+
+
+def create(corpus, vocab, out, seq, pred, dupe, masking):
     """{format: bytes} and the instance count of one `bertprep create` run."""
     command = [sys.executable, "-m", "bertprep", "create", "--input", corpus, "--vocab", vocab, "--out", out,
-               "--seq", str(seq), "--pred", str(pred), "--dupe-factor", str(dupe), "--format", ",".join(FORMATS),
-               "--json", "--quiet"]
+               "--seq", str(seq), "--pred", str(pred), "--dupe-factor", str(dupe), "--masking", masking,
+               "--format", ",".join(FORMATS), "--json", "--quiet"]
     proc = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": REPO})
     if proc.returncode != 0:
         sys.exit(f"bertprep create failed: {proc.stderr.strip()}")
@@ -54,24 +58,27 @@ def main():
     args = parser.parse_args()
     figures = {"corpus": args.corpus, "seq": args.seq, "pred": args.pred, "runs": {}}
     with tempfile.TemporaryDirectory() as tmp:
-        for dupe in (5, 1):
+        for name, (dupe, masking) in RUNS.items():
             if not args.quiet:
-                print(f"create --dupe-factor {dupe} ...", file=sys.stderr)
-            sizes, instances = create(args.corpus, args.vocab, os.path.join(tmp, f"d{dupe}"), args.seq, args.pred, dupe)
-            figures["runs"][f"dupe{dupe}"] = {"instances": instances, "bytes": sizes,
-                                              "vs_tfrecord": {f: round(sizes[f] / sizes["tfrecord"], 3) for f in FORMATS}}
+                print(f"create --dupe-factor {dupe} --masking {masking} ...", file=sys.stderr)
+            sizes, instances = create(args.corpus, args.vocab, os.path.join(tmp, name), args.seq, args.pred, dupe,
+                                      masking)
+            figures["runs"][name] = {"instances": instances, "bytes": sizes,
+                                     "vs_tfrecord": {f: round(sizes[f] / sizes["tfrecord"], 3) for f in FORMATS}}
     runs = figures["runs"]
-    figures["dupe1_vs_dupe5"] = {f: round(runs["dupe1"]["bytes"][f] / runs["dupe5"]["bytes"][f], 3) for f in FORMATS}
+    for name in ("dupe1", "dynamic1"):
+        figures[f"{name}_vs_dupe5"] = {f: round(runs[name]["bytes"][f] / runs["dupe5"]["bytes"][f], 3)
+                                       for f in FORMATS}
     if args.json:
         print(json.dumps(figures, indent=1))
         return
     print(f"{os.path.basename(args.corpus)}, seq {args.seq}, pred {args.pred}: bytes on disk (ratio to TFRecord)")
-    print(f"{'format':10}" + "".join(f"{'dupe ' + str(d) + ' (' + format(runs[f'dupe{d}']['instances'], ',') + ')':>26}"
-                                     for d in (5, 1)) + f"{'dupe 1 / dupe 5':>18}")
+    labels = {"dupe5": "dupe 5", "dupe1": "dupe 1", "dynamic1": "dynamic, dupe 1"}
+    print(f"{'format':10}" + "".join(f"{labels[n] + ' (' + format(runs[n]['instances'], ',') + ')':>28}" for n in RUNS)
+          + f"{'dupe 1 / dupe 5':>18}{'dynamic / dupe 5':>18}")
     for fmt in FORMATS:
-        cells = "".join(f"{runs[f'dupe{d}']['bytes'][fmt]:>18,} ({runs[f'dupe{d}']['vs_tfrecord'][fmt]:.3f})"
-                        for d in (5, 1))
-        print(f"{fmt:10}{cells}{figures['dupe1_vs_dupe5'][fmt]:>18.3f}")
+        cells = "".join(f"{runs[n]['bytes'][fmt]:>20,} ({runs[n]['vs_tfrecord'][fmt]:.3f})" for n in RUNS)
+        print(f"{fmt:10}{cells}{figures['dupe1_vs_dupe5'][fmt]:>18.3f}{figures['dynamic1_vs_dupe5'][fmt]:>18.3f}")
 
 
 if __name__ == "__main__":

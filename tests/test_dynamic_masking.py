@@ -77,11 +77,20 @@ def synthetic_batch(vocab, count=400, seq=64, seed=0):
     return ids * mask, mask, lengths
 
 
+def native_built():
+    return masking._native_mask_batch is not None
+
+
+PATHS = [pytest.param(True, id="C-core", marks=pytest.mark.skipif(not native_built(), reason="C core not built")),
+         pytest.param(False, id="numpy")]
+
+
+@pytest.mark.parametrize("use_native", PATHS)
 @pytest.mark.parametrize("whole_word", [False, True])
-def test_vectorised_masks_equal_the_plain_python_twin(vocab, whole_word):
+def test_vectorised_masks_equal_the_plain_python_twin(vocab, whole_word, use_native):
     ids, mask, lengths = synthetic_batch(vocab)
     keys = masking.instance_keys(7, 3, np.arange(len(ids)) + 100)
-    out = masking.mask_batch(ids, mask, keys, 20, 0.15, vocab, whole_word)
+    out = masking.mask_batch(ids, mask, keys, 20, 0.15, vocab, whole_word, use_native=use_native)
     for i, length in enumerate(lengths):
         key = masking.instance_key(7, 3, 100 + i)
         assert key == int(keys[i])
@@ -92,6 +101,106 @@ def test_vectorised_masks_equal_the_plain_python_twin(vocab, whole_word):
         assert out["masked_lm_ids"][i, :n].tolist() == labels
         assert out["masked_lm_weights"][i].tolist() == [1.0] * n + [0.0] * (20 - n)
         assert not out["input_ids"][i, length:].any()
+
+
+def subword_heavy_batch(vocab, count, seq, seed):
+    """Rows of mostly "##" pieces: long whole words, so a word often overflows the budget and is skipped."""
+    ids, mask, lengths = synthetic_batch(vocab, count, seq, seed)
+    rng = np.random.default_rng(seed)
+    pieces = np.flatnonzero(vocab.is_subword)
+    heavy = (rng.random(ids.shape) < 0.8) & (mask != 0) & ~np.isin(ids, [vocab.cls_id, vocab.sep_id])
+    ids[heavy] = rng.choice(pieces, heavy.sum())
+    return ids, mask, lengths
+
+
+@pytest.mark.skipif(not native_built(), reason="C core not built (python setup.py build_ext --inplace)")
+@pytest.mark.parametrize("seq, pred, prob", [(128, 20, 0.15), (512, 80, 0.15), (16, 3, 0.15), (64, 0, 0.15),
+                                             (64, 10, 0.5), (8, 2, 0.15)])
+def test_c_core_masks_equal_the_numpy_form_exactly(vocab, seq, pred, prob):
+    """Thousands of rows at several shapes (short rows, a zero budget, rows of only specials, long words):
+    the C core's selection shortcuts (a bound on the keys, quickselect, the whole-word retry) change nothing."""
+    for whole_word in (False, True):
+        for make in (synthetic_batch, subword_heavy_batch):
+            ids, mask, _ = make(vocab, 1500, seq, seed=seq + pred)
+            ids[:5, 1:] = np.where(mask[:5, 1:] != 0, vocab.sep_id, 0)  # [CLS] then only [SEP]s: no candidate
+            keys = masking.instance_keys(11, 4, np.arange(len(ids)) * 13)
+            fast = masking.mask_batch(ids, mask, keys, pred, prob, vocab, whole_word, use_native=True)
+            slow = masking.mask_batch(ids, mask, keys, pred, prob, vocab, whole_word, use_native=False)
+            for name in slow:
+                assert fast[name].dtype == slow[name].dtype and np.array_equal(fast[name], slow[name]), \
+                    (name, whole_word, make.__name__)
+
+
+@pytest.mark.skipif(not native_built(), reason="C core not built (python setup.py build_ext --inplace)")
+def test_c_core_whole_words_equal_the_twin_when_words_overflow(vocab):
+    ids, mask, lengths = subword_heavy_batch(vocab, 300, 64, seed=5)
+    keys = masking.instance_keys(2, 0, np.arange(len(ids)))
+    out = masking.mask_batch(ids, mask, keys, 10, 0.15, vocab, True, use_native=True)
+    for i, length in enumerate(lengths):
+        tokens, positions, _ = masking.mask_instance(ids[i, :length].tolist(), int(keys[i]), 10, 0.15, vocab, True)
+        assert out["input_ids"][i, :length].tolist() == tokens
+        assert out["masked_lm_positions"][i, :len(positions)].tolist() == positions
+
+
+@pytest.mark.parametrize("use_native", PATHS)
+def test_masks_equal_the_twin_past_2048_positions(vocab, use_native):
+    """Beyond seq 2048 a position no longer fits beside the 53 random bits in one 64-bit key (NumPy's sort)."""
+    ids, mask, lengths = synthetic_batch(vocab, count=4, seq=2100, seed=3)
+    lengths[0] = mask[0].sum()
+    keys = masking.instance_keys(5, 1, np.arange(4))
+    for whole_word in (False, True):
+        out = masking.mask_batch(ids, mask, keys, 320, 0.15, vocab, whole_word, use_native=use_native)
+        for i, length in enumerate(lengths):
+            tokens, positions, _ = masking.mask_instance(ids[i, :length].tolist(), int(keys[i]), 320, 0.15, vocab,
+                                                         whole_word)
+            assert out["masked_lm_positions"][i, :len(positions)].tolist() == positions
+            assert out["input_ids"][i, :length].tolist() == tokens
+
+
+def test_without_the_c_core_the_loaders_mask_alike(dynamic_dir, monkeypatch):
+    """What a machine without a compiler runs (bertprep._native absent): the same masks, from NumPy."""
+    from bertprep.torch import BertRecords
+
+    dataset = BertRecords(dynamic_dir, 16, seed=2)
+    dataset.set_epoch(1)
+    positions = dataset.batches_of_rank()[0]
+    built = dataset.read_batch(positions)
+    monkeypatch.setattr(masking, "_native_mask_batch", None)
+    fallback = dataset.read_batch(positions)
+    assert built.keys() == fallback.keys() and all(np.array_equal(built[k], fallback[k]) for k in built)
+    assert fallback["masked_lm_weights"].sum() > 0
+
+
+@pytest.mark.skipif(not native_built(), reason="C core not built (python setup.py build_ext --inplace)")
+def test_native_mask_batch_rejects_bad_arguments(vocab):
+    ids, mask, lengths = synthetic_batch(vocab, count=4, seq=16)
+    keys = masking.instance_keys(0, 0, np.arange(4))
+    words, flags = vocab.word_ids.astype(np.int32), vocab.is_subword.astype(np.uint8)
+
+    def call(ids=ids, lengths=lengths.astype(np.int64), keys=keys, pred=3, words=words, out_ids=None, weights=None):
+        out_ids = np.empty_like(ids) if out_ids is None else out_ids
+        weights = np.empty((4, pred), np.float32) if weights is None else weights
+        masking._native_mask_batch(ids, lengths, keys, pred, 0.15, False, vocab.cls_id, vocab.sep_id, vocab.mask_id,
+                                   words, flags, out_ids, np.empty((4, pred), np.int64),
+                                   np.empty((4, pred), np.int64), weights)
+
+    call()
+    with pytest.raises(TypeError, match="input_ids"):
+        call(ids=ids.astype(np.int32))
+    with pytest.raises(TypeError, match="keys"):
+        call(keys=keys.astype(np.int64))
+    with pytest.raises(TypeError, match="out_weights"):
+        call(weights=np.empty((4, 3), np.float64))
+    with pytest.raises(ValueError, match="as many keys"):
+        call(keys=keys[:3].copy())
+    with pytest.raises(ValueError, match="non-empty word_ids"):
+        call(words=words[:0])
+    with pytest.raises(ValueError, match="out_ids must be the size"):
+        call(out_ids=np.empty((4, 8), np.int64))
+    with pytest.raises(ValueError, match="read-only"):
+        readonly = np.empty_like(ids)
+        readonly.flags.writeable = False
+        call(out_ids=readonly)
 
 
 def test_masks_follow_the_reference_rules(vocab):

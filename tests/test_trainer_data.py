@@ -1,5 +1,6 @@
 """The trainer's data: finding records, a seeded endless stream that reopens at any position."""
 
+import glob
 import os
 import shutil
 import subprocess
@@ -168,3 +169,35 @@ def test_a_damaged_records_manifest_is_a_data_error(golden_dir, tmp_path):
     (corpus / "manifest.json").write_text('{"vocab": ["size", 30522]}')
     with pytest.raises(DataError, match=r'manifest.json: damaged manifest \("vocab" is not a JSON object\)'):
         Records(corpus, "tfrecord")
+
+
+@pytest.mark.parametrize("masking", ["static", "dynamic"])
+def test_stream_reads_hdf5_and_parquet_as_it_reads_tfrecord(tmp_path, masking):
+    """The trainer's stream over the columnar formats of one `create` run: the same batches as from TFRecord,
+    from the start and reopened mid-stream, masked alike for unmasked records; counts without the manifest too."""
+    pytest.importorskip("h5py")
+    pytest.importorskip("pyarrow")
+    from bertprep.cli import main as bertprep_main
+    from bertprep.create import sample_paths
+
+    corpus, vocab = sample_paths()
+    assert bertprep_main(["create", "--input", corpus, "--vocab", vocab, "--out", str(tmp_path), "--seq", "64",
+                          "--pred", "10", "--workers", "1", "--corpus", "s", "--quiet", "--masking", masking,
+                          "--dupe-factor", "1", "--format", "tfrecord,hdf5,parquet"]) == 0
+    (data_dir,) = glob.glob(os.path.join(str(tmp_path), "*", "s"))
+    streams = {}
+    for fmt in ("tfrecord", "hdf5", "parquet"):
+        records = Records(data_dir, fmt)
+        stream = RecordStream(records, "training", 8, seed=1, window=64)
+        streams[fmt] = ([b for _, b in zip(range(12), stream.batches(0))],
+                        [b for _, b in zip(range(12), stream.batches(100))], stream.epoch_size)
+        path = records.files["training"][0]
+        expected = records.count(path)
+        records._manifest_counts.clear()
+        assert records.count(path) == expected
+    reference = streams.pop("tfrecord")
+    for fmt, (first, reopened, epoch_size) in streams.items():
+        assert epoch_size == reference[2]
+        for mine, theirs in zip(first + reopened, reference[0] + reference[1]):
+            assert mine.keys() == theirs.keys(), fmt
+            assert all(mine[k].dtype == theirs[k].dtype and np.array_equal(mine[k], theirs[k]) for k in mine), fmt

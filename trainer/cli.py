@@ -51,7 +51,8 @@ def _probability(text):
 
 def add_records_and_model_arguments(p):
     """--format, --data, --model | --bert-config, --dropout: shared with trainer.benchmark."""
-    p.add_argument("--format", required=True, choices=("tfrecord", "ofrecord"), help="record format to read")
+    p.add_argument("--format", required=True, choices=("tfrecord", "ofrecord", "hdf5", "parquet"),
+                   help="record format to read")
     p.add_argument("--data", help="records directory of `bertprep create` or `bertprep pack` "
                                   "(default: embedded sample records)")
     size = p.add_mutually_exclusive_group()

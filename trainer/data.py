@@ -32,12 +32,13 @@ import numpy as np
 from bertprep import formats
 from bertprep.binning import bin_width, bins_of
 from bertprep.errors import DataError, UsageError
+from bertprep.formats import columnar
 from bertprep.formats.schemas import FLOAT, PACKED, PRETRAINING, UNMASKED, kind_of_manifest, kind_of_record
 from bertprep.masking import DynamicMasking, first_instances
 from bertprep.workdir import load_manifest
 
 SPLITS = ("training", "test")
-FILE_PATTERNS = {"tfrecord": "*.tfrecord", "ofrecord": "part-*"}
+FILE_PATTERNS = {"tfrecord": "*.tfrecord", "ofrecord": "part-*", "hdf5": "*.hdf5", "parquet": "*.parquet"}
 TRAINABLE_KINDS = (PRETRAINING, PACKED, UNMASKED)
 # Columns the stream adds to unmasked records: what their masks are keyed by.
 INDEX, EPOCH = "instance_index", "epoch"
@@ -152,10 +153,15 @@ class Records:
         return self.kind is PACKED
 
     def count(self, path):
-        """Records in a file: from the manifest, else by reading the framing (no decoding)."""
+        """Records in a file: from the manifest, else by reading the framing (no decoding), or a columnar
+        file's columns."""
         key = os.path.normpath(path)
         if key not in self._manifest_counts:
-            self._manifest_counts[key] = sum(1 for _ in formats.iter_payloads(path, self.fmt, verify=False))
+            if self.fmt in columnar.CODECS:
+                _kind, _dims, columns = columnar.read_columns(path, self.fmt)
+                self._manifest_counts[key] = len(next(iter(columns.values())))
+            else:
+                self._manifest_counts[key] = sum(1 for _ in formats.iter_payloads(path, self.fmt, verify=False))
         return self._manifest_counts[key]
 
 

@@ -15,12 +15,16 @@
  *                 final=False) -> (payloads, consumed, needed, error)
  *   create_instances(state, tokens, sentence_starts, document_starts, ...)
  *       -> (state, tokens, instance_starts, ...)   (see bertprep/instances.py)
+ *   mask_batch(input_ids, lengths, keys, pred, masked_lm_prob, whole_word,
+ *              cls_id, sep_id, mask_id, word_ids, is_subword,
+ *              out_ids, out_positions, out_labels, out_weights) -> None
  *
  * Its argument checks are tested by tests/test_native.py::
  * test_crc32c_rejects_bad_arguments, test_decode_batch_checks_its_arguments
  * (against the twin's), test_decode_bert_batch_checks_its_outputs,
- * test_encode_instances_rejects_inconsistent_layouts_like_its_twin and
- * test_create_instances_rejects_bad_arguments.
+ * test_encode_instances_rejects_inconsistent_layouts_like_its_twin,
+ * test_create_instances_rejects_bad_arguments and
+ * tests/test_dynamic_masking.py::test_native_mask_batch_rejects_bad_arguments.
  */
 #include "native.h"
 
@@ -84,11 +88,12 @@ static void int_array_release(IntArray *a)
     a->held = 0;
 }
 
-/* A typed read-only C-contiguous array argument of the expected format. */
-static int typed_array(PyObject *obj, Py_buffer *view, const char *name, int want_kind, Py_ssize_t *n)
+/* A typed C-contiguous array argument of the expected format; `writable` for an output. */
+static int typed_buffer(PyObject *obj, Py_buffer *view, const char *name, int want_kind, Py_ssize_t *n,
+                        int writable)
 {
     int kind;
-    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0)) < 0)
         return -1;
     if (kind_of_format(view->format, view->itemsize, &kind) < 0 || kind != want_kind) {
         PyErr_Format(PyExc_TypeError, "%s: wrong array type (format %.20s)", name, view->format ? view->format : "B");
@@ -97,6 +102,12 @@ static int typed_array(PyObject *obj, Py_buffer *view, const char *name, int wan
     }
     *n = view->len / view->itemsize;
     return 0;
+}
+
+/* A typed read-only C-contiguous array argument of the expected format. */
+static int typed_array(PyObject *obj, Py_buffer *view, const char *name, int want_kind, Py_ssize_t *n)
+{
+    return typed_buffer(obj, view, name, want_kind, n, 0);
 }
 
 static int parse_format(const char *fmt)
@@ -463,6 +474,88 @@ done:
     return result;
 }
 
+/* A C-contiguous float32 array (masked_lm_weights), writable. */
+static int float32_output(PyObject *obj, Py_buffer *view, const char *name, Py_ssize_t *n)
+{
+    if (PyObject_GetBuffer(obj, view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+        return -1;
+    if (view->itemsize != 4 || view->format == NULL || strcmp(view->format, "f") != 0) {
+        PyErr_Format(PyExc_TypeError, "%s: expected a float32 array (format %.20s)", name,
+                     view->format ? view->format : "B");
+        PyBuffer_Release(view);
+        return -1;
+    }
+    *n = view->len / 4;
+    return 0;
+}
+
+static PyObject *py_mask_batch(PyObject *self, PyObject *args)
+{
+    enum { IN_IDS, IN_LENGTHS, IN_KEYS, IN_WORD_IDS, IN_IS_SUBWORD, OUT_IDS, OUT_POSITIONS, OUT_LABELS, N_INT_ARRAYS };
+    static const char *const names[N_INT_ARRAYS] = {"input_ids", "lengths", "keys", "word_ids", "is_subword",
+                                                    "out_ids", "out_positions", "out_labels"};
+    static const int kinds[N_INT_ARRAYS] = {K_I64, K_I64, K_U64, K_I32, K_U8, K_I64, K_I64, K_I64};
+    PyObject *objs[N_INT_ARRAYS], *weights_obj;
+    MaskInputs in;
+    memset(&in, 0, sizeof in);
+    int whole_word;
+    long long cls_id, sep_id, mask_id;
+    if (!PyArg_ParseTuple(args, "OOOndpLLLOOOOOO:mask_batch", &objs[IN_IDS], &objs[IN_LENGTHS], &objs[IN_KEYS],
+                          &in.pred, &in.masked_lm_prob, &whole_word, &cls_id, &sep_id, &mask_id,
+                          &objs[IN_WORD_IDS], &objs[IN_IS_SUBWORD], &objs[OUT_IDS], &objs[OUT_POSITIONS],
+                          &objs[OUT_LABELS], &weights_obj))
+        return NULL;
+    in.whole_word = whole_word;
+    in.cls_id = cls_id;
+    in.sep_id = sep_id;
+    in.mask_id = mask_id;
+    Py_buffer views[N_INT_ARRAYS + 1];
+    Py_ssize_t sizes[N_INT_ARRAYS + 1];
+    int held = 0;
+    PyObject *result = NULL;
+    for (; held < N_INT_ARRAYS; held++)
+        if (typed_buffer(objs[held], &views[held], names[held], kinds[held], &sizes[held], held >= OUT_IDS) < 0)
+            goto done;
+    if (float32_output(weights_obj, &views[held], "out_weights", &sizes[held]) < 0)
+        goto done;
+    held++;
+    in.count = sizes[IN_LENGTHS];
+    if (in.pred < 0 || sizes[IN_KEYS] != in.count || sizes[IN_WORD_IDS] == 0 || sizes[IN_IS_SUBWORD] == 0 ||
+        (in.count == 0 ? sizes[IN_IDS] != 0 : sizes[IN_IDS] % in.count != 0)) {
+        PyErr_SetString(PyExc_ValueError, "mask_batch: need pred >= 0, as many keys as lengths, input_ids of "
+                        "len(lengths) rows, and non-empty word_ids and is_subword");
+        goto done;
+    }
+    in.seq = in.count ? sizes[IN_IDS] / in.count : 0;
+    if (sizes[OUT_IDS] != sizes[IN_IDS] || sizes[OUT_POSITIONS] != in.count * in.pred ||
+        sizes[OUT_LABELS] != in.count * in.pred || sizes[N_INT_ARRAYS] != in.count * in.pred) {
+        PyErr_SetString(PyExc_ValueError, "mask_batch: out_ids must be the size of input_ids, out_positions, "
+                        "out_labels and out_weights len(lengths) * pred");
+        goto done;
+    }
+    in.tokens = views[IN_IDS].buf;
+    in.lengths = views[IN_LENGTHS].buf;
+    in.keys = views[IN_KEYS].buf;
+    in.word_ids = views[IN_WORD_IDS].buf;
+    in.n_word_ids = sizes[IN_WORD_IDS];
+    in.is_subword = views[IN_IS_SUBWORD].buf;
+    in.n_is_subword = sizes[IN_IS_SUBWORD];
+    MaskOutputs out = {views[OUT_IDS].buf, views[OUT_POSITIONS].buf, views[OUT_LABELS].buf, views[N_INT_ARRAYS].buf};
+    int status;
+    Py_BEGIN_ALLOW_THREADS status = mask_batch(&in, &out);
+    Py_END_ALLOW_THREADS
+    if (status < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    for (int k = 0; k < held; k++)
+        PyBuffer_Release(&views[k]);
+    return result;
+}
+
 static PyMethodDef native_methods[] = {
     {"crc32c", (PyCFunction)(void (*)(void))py_crc32c, METH_VARARGS | METH_KEYWORDS,
      "crc32c(data, crc=0) -> int\n\nCRC-32C (Castagnoli) of a bytes-like object, continuing from `crc`."},
@@ -498,6 +591,12 @@ static PyMethodDef native_methods[] = {
      "documents, then the shuffle of all instances, drawing from the Mersenne Twister `state`\n"
      "(random.Random.getstate()) exactly as CPython's random() / randint() / shuffle() do. Arrays come\n"
      "back as bytes in the layout of bertprep.instances.Instances; `state` is the generator's new state."},
+    {"mask_batch", (PyCFunction)py_mask_batch, METH_VARARGS,
+     "mask_batch(input_ids, lengths, keys, pred, masked_lm_prob, whole_word, cls_id, sep_id, mask_id, word_ids,\n"
+     "           is_subword, out_ids, out_positions, out_labels, out_weights) -> None\n\n"
+     "bertprep.masking.mask_instance of each row of input_ids (int64, len(lengths) rows), keyed by keys[row]\n"
+     "(uint64), into the outputs: out_ids int64 like input_ids, out_positions / out_labels int64 and\n"
+     "out_weights float32 of len(lengths) * pred; word_ids int32, is_subword uint8 (MaskingVocab)."},
     {NULL, NULL, 0, NULL},
 };
 

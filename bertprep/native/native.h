@@ -6,6 +6,7 @@
  *   decode.c     framed records -> arrays      bertprep/formats decode_batch_python, iter_payloads
  *   mt19937.c    CPython's random.Random       random.random / _randbelow / randint / shuffle (mt19937.h)
  *   instances.c  the reference's instances     bertprep/instances.py
+ *   masking.c    dynamic masks of a batch      bertprep/masking.py mask_instance (the spec), _mask_batch_numpy
  *   module.c     the Python entry points: argument parsing, buffers, the method table
  *
  * Every entry point has a pure-Python twin that gives the same result; the
@@ -176,5 +177,33 @@ typedef struct {
  * first item is the generator's state after the last draw (version and gauss of `state`); NULL on exception. */
 PyObject *create_instances(const InstanceInputs *inputs, const Twister *twister, PyObject *state,
                            Py_ssize_t token_itemsize);
+
+/* ------------------------------------------------------------------ */
+/* masking.c                                                           */
+/* ------------------------------------------------------------------ */
+
+/* A batch of unmasked instances and what masking needs (bertprep.masking, MaskingVocab). */
+typedef struct {
+    const int64_t *tokens;  /* count * seq */
+    const int64_t *lengths; /* count: real tokens of each row */
+    const uint64_t *keys;   /* count: masking.instance_keys */
+    Py_ssize_t count, seq, pred;
+    double masked_lm_prob;
+    int whole_word;
+    int64_t cls_id, sep_id, mask_id;
+    const int32_t *word_ids;
+    Py_ssize_t n_word_ids; /* > 0 */
+    const uint8_t *is_subword;
+    Py_ssize_t n_is_subword; /* > 0 */
+} MaskInputs;
+
+typedef struct {
+    int64_t *input_ids;           /* count * seq */
+    int64_t *positions, *labels;  /* count * pred */
+    float *weights;               /* count * pred */
+} MaskOutputs;
+
+/* masking.mask_batch's values into `out`, without the GIL; -1 when out of memory. */
+int mask_batch(const MaskInputs *in, const MaskOutputs *out);
 
 #endif
