@@ -172,24 +172,41 @@ class TensorFlowSteps(_Steps):
         if replica not in self._compiled_functions:
             jit = self.tf.function
             self._compiled_functions[replica] = (jit(self._replica_gradients, jit_compile=True),
-                                                 jit(self._replica_update, jit_compile=True))
+                                                 jit(self._replica_update, jit_compile=True),
+                                                 jit(self._lone_replica_step, jit_compile=True))
         return self._compiled_functions[replica]
+
+    def _summed_gradients(self, grads):
+        """The gradients as the all-reduce sums them: in `allreduce_dtype`, back to float32."""
+        tf = self.tf
+        return [tf.cast(tf.cast(g, self.allreduce_dtype), tf.float32) for g in grads]
 
     def _replica_step(self, batch):
         """In one replica: its gradients (XLA), summed across replicas once (the all-reduce cannot
-        be inside a nested function), then its update (XLA); returns (results vector, applied)."""
+        be inside a nested function), then its update (XLA); returns (results vector, applied).
+        With one replica in sync there is nothing to sum: one XLA function does it all."""
         tf = self.tf
         ctx = tf.distribute.get_replica_context()
+        gradients, update, lone_step = self._compiled(int(tf.get_static_value(ctx.replica_id_in_sync_group)))
+        if self.strategy.num_replicas_in_sync == 1:
+            return lone_step(batch)
         sum_op = tf.distribute.ReduceOp.SUM
         objective = self.objective
         totals = {k: ctx.all_reduce(sum_op, v) for k, v in objective.totals(batch).items()}
-        gradients, update = self._compiled(int(tf.get_static_value(ctx.replica_id_in_sync_group)))
         grads, sums = gradients(batch, totals)
         grads = [tf.cast(g, tf.float32) for g in ctx.all_reduce(
             sum_op, [tf.cast(g, self.allreduce_dtype) for g in grads])]
         sums = ctx.all_reduce(sum_op, sums)
         scale = tf.cast(self.scale, tf.float32)
         applied, learning_rate = update(grads, scale)
+        return _results_vector(sums, objective.sum_keys, applied, learning_rate, scale), applied
+
+    def _lone_replica_step(self, batch):
+        """_replica_step's work when this replica is the only one, as one function."""
+        objective = self.objective
+        grads, sums = self._replica_gradients(batch, objective.totals(batch))
+        scale = self.tf.cast(self.scale, self.tf.float32)
+        applied, learning_rate = self._replica_update(self._summed_gradients(grads), scale)
         return _results_vector(sums, objective.sum_keys, applied, learning_rate, scale), applied
 
     def _train_step(self, batch):
