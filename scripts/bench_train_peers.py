@@ -193,12 +193,14 @@ def peer_worker(argv):
         json.dump({"status": "ok", "step_times": times, "peak_flops": peak}, f)
 
 
-def run_once(framework, config, data, batch_size, precision, iterations, keras_hub_backend, scratch, log):
-    """One fresh process; returns (step_times, peak FLOP/s) or raises RuntimeError with the log's tail."""
+def run_once(framework, config, data, batch_size, precision, iterations, keras_hub_backend, scratch, log, repo=REPO):
+    """One fresh process, with the code of the tree `repo` (this one by default); returns
+    (step_times, peak FLOP/s) or raises RuntimeError with the log's tail."""
     result = os.path.join(scratch, "result.json")
     if os.path.exists(result):
         os.remove(result)
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])))
+    others = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and os.path.abspath(p) != REPO]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=os.pathsep.join([repo] + others))
     if framework.startswith("ours-"):
         env["KERAS_BACKEND"] = framework.split("-", 1)[1]
         config_path = os.path.join(scratch, "bert_config.json")
@@ -214,7 +216,7 @@ def run_once(framework, config, data, batch_size, precision, iterations, keras_h
         argv = [sys.executable, os.path.abspath(__file__), "--peer-worker", framework, json.dumps(config.to_dict()),
                 data, str(batch_size), precision, str(iterations), result]
     with open(log, "w", encoding="utf-8") as out:
-        code = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO).returncode
+        code = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=repo).returncode
     try:
         with open(result, encoding="utf-8") as f:
             outcome = json.load(f)

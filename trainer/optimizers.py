@@ -12,8 +12,10 @@
 Keras's own `Lamb` decays outside the trust ratio and does not pre-normalize,
 so it is not NVLAMB. `apply` must see the gradients of the whole global batch
 (already summed across replicas): the global norm is taken over them. On
-TensorFlow the steps sum them once in each replica and call `apply` there
-(trainer/steps.py), so Keras's own all-reduce in `apply` is switched off.
+TensorFlow the steps sum them once in each replica and call `update_in_place`
+there, inside an XLA-compiled function (trainer/steps.py): the same math as
+`apply` without Keras's merge_call (which TensorFlow refuses inside a nested
+function) and without counting the step, which the caller does.
 
 `skips_nonfinite` (set under dynamic loss scaling): an element whose gradient
 is not finite leaves its weight and moments unchanged. The steps make every
@@ -69,9 +71,22 @@ class _BertOptimizer(keras.optimizers.Optimizer):
         self._v = self.add_optimizer_variables(variables, "v")
         self._decays = [not is_excluded_from_weight_decay(v) for v in variables]
 
-    def _all_reduce_sum_gradients(self, grads_and_vars):
-        """TensorFlow: the gradients arrive summed across replicas already (trainer/steps.py)."""
-        return grads_and_vars
+    def _prepared(self, grads):
+        """The gradients as the per-variable updates take them (float32)."""
+        return [ops.cast(g, "float32") for g in grads]
+
+    def apply(self, grads, trainable_variables=None):
+        super().apply(self._prepared(grads), trainable_variables)
+
+    def update_in_place(self, grads, variables):
+        """One step on `variables` (the ones it was built with, in that order), assigning each
+        variable and its moments directly; the step counter is left as it was. Returns the
+        learning rate used. TensorFlow: called in a replica's XLA function, every replica updates
+        its own copies with the gradients summed across replicas (trainer/steps.py)."""
+        learning_rate = ops.convert_to_tensor(self.learning_rate)
+        for gradient, variable in zip(self._prepared(grads), variables):
+            self.update_step(gradient, variable, learning_rate)
+        return learning_rate
 
     def _kept(self, gradient, new, old):
         """`new`, or `old` where the gradient is not finite (under `skips_nonfinite`)."""
@@ -117,10 +132,10 @@ class NVLamb(_BertOptimizer):
         super().__init__(learning_rate, name=name, **kwargs)
         self.max_grad_norm = max_grad_norm
 
-    def apply(self, grads, trainable_variables=None):
-        norm = global_norm(grads)
-        divisor = ops.maximum(norm / self.max_grad_norm, 1.0)
-        super().apply([ops.cast(g, "float32") / divisor for g in grads], trainable_variables)
+    def _prepared(self, grads):
+        """Divided by max(global norm / max_grad_norm, 1)."""
+        divisor = ops.maximum(global_norm(grads) / self.max_grad_norm, 1.0)
+        return [g / divisor for g in super()._prepared(grads)]
 
     def update_step(self, gradient, variable, learning_rate):
         update = self._adam_update(gradient, variable)

@@ -18,11 +18,13 @@ it was applied, learning rate, loss scale): the loop fetches several with one
 transfer (`fetch_all`), once per log line, not once per step.
 
 TensorFlow: `tf.distribute` (Mirrored or MultiWorkerMirrored) strategy; each
-replica computes its gradients, sums them across replicas with one batched
-all-reduce, unscales, checks and (NVLAMB) norms them itself, and applies the
-optimizer in its replica context, so every replica updates its own copy with
-its own (mirrored) gradients. The replica's work is XLA-compiled
-(`jit_compile=True`). JAX: `keras.distribution.ModelParallel` on a (batch,
+replica computes its gradients in one XLA-compiled function (`jit_compile=True`),
+sums them across replicas with one batched all-reduce (outside XLA: TensorFlow
+allows no cross-replica call inside a nested function), then in a second
+XLA-compiled function unscales, checks and (NVLAMB) norms them itself and
+runs the optimizer's math, assigning its own copy of every weight and moment
+(variables of aggregation NONE: each replica writes its own component). The
+step counter and the loss scale are updated once, in cross-replica context. JAX: `keras.distribution.ModelParallel` on a (batch,
 model) mesh (trainer/parallel.py; a model axis of 1 is data parallelism); the
 step is one jitted SPMD function over the global batch, and each variable
 keeps the layout it was created with.
@@ -118,7 +120,7 @@ class TensorFlowSteps(_Steps):
             self.good_steps = tf.Variable(0, trainable=False, name="loss_scale_good_steps",
                                           aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
         optimizer.skips_nonfinite = dynamic_scale
-        self._compiled_gradients = {}  # replica -> its XLA-compiled gradient function
+        self._compiled_functions = {}  # replica -> its XLA-compiled (gradients, update)
         self._train = tf.function(self._train_step)
         self._train_many = tf.function(self._train_many_steps)
         self._eval = tf.function(self._eval_step)
@@ -136,8 +138,7 @@ class TensorFlowSteps(_Steps):
         return self.strategy.experimental_distribute_values_from_function(slice_for)
 
     def _replica_gradients(self, batch, totals):
-        """This replica's gradients summed over its micro-batches, and its loss sums (XLA-compiled:
-        no cross-replica call may be inside a nested function)."""
+        """This replica's gradients summed over its micro-batches, and its loss sums (XLA-compiled)."""
         tf = self.tf
         objective = self.objective
         variables = self.model.trainable_variables
@@ -155,37 +156,68 @@ class TensorFlowSteps(_Steps):
         zeros = [tf.zeros(v.shape, tf.float32) for v in variables]
         return _accumulate(micro_step, batch, self.accumulation, zeros, objective.sum_keys)
 
+    def _replica_update(self, grads, scale):
+        """In one replica, XLA-compiled: unscale and check (loss scaling only) the summed gradients,
+        and the optimizer's step (NVLAMB's norm, Adam's moments) assigned to this replica's own
+        copies; returns (applied, learning rate). The step counter is the caller's."""
+        tf = self.tf
+        applied = tf.constant(True)
+        if self.dynamic_scale:
+            grads, applied = _unscaled_or_nan(grads, scale)
+        learning_rate = self.optimizer.update_in_place(grads, self.model.trainable_variables)
+        return applied, learning_rate
+
+    def _compiled(self, replica):
+        """This replica's XLA-compiled functions (one per replica: each captures its own variables)."""
+        if replica not in self._compiled_functions:
+            jit = self.tf.function
+            self._compiled_functions[replica] = (jit(self._replica_gradients, jit_compile=True),
+                                                 jit(self._replica_update, jit_compile=True),
+                                                 jit(self._lone_replica_step, jit_compile=True))
+        return self._compiled_functions[replica]
+
+    def _summed_gradients(self, grads):
+        """The gradients as the all-reduce sums them: in `allreduce_dtype`, back to float32."""
+        tf = self.tf
+        return [tf.cast(tf.cast(g, self.allreduce_dtype), tf.float32) for g in grads]
+
     def _replica_step(self, batch):
-        """In one replica: its gradients (XLA), summed across replicas once, unscaled and checked
-        (loss scaling only), applied here; returns (results vector, applied)."""
+        """In one replica: its gradients (XLA), summed across replicas once (the all-reduce cannot
+        be inside a nested function), then its update (XLA); returns (results vector, applied).
+        With one replica in sync there is nothing to sum: one XLA function does it all."""
         tf = self.tf
         ctx = tf.distribute.get_replica_context()
+        gradients, update, lone_step = self._compiled(int(tf.get_static_value(ctx.replica_id_in_sync_group)))
+        if self.strategy.num_replicas_in_sync == 1:
+            return lone_step(batch)
         sum_op = tf.distribute.ReduceOp.SUM
         objective = self.objective
         totals = {k: ctx.all_reduce(sum_op, v) for k, v in objective.totals(batch).items()}
-        replica = int(tf.get_static_value(ctx.replica_id_in_sync_group))
-        if replica not in self._compiled_gradients:  # one per replica: each captures its own variables
-            self._compiled_gradients[replica] = tf.function(self._replica_gradients, jit_compile=True)
-        grads, sums = self._compiled_gradients[replica](batch, totals)
+        grads, sums = gradients(batch, totals)
         grads = [tf.cast(g, tf.float32) for g in ctx.all_reduce(
             sum_op, [tf.cast(g, self.allreduce_dtype) for g in grads])]
         sums = ctx.all_reduce(sum_op, sums)
         scale = tf.cast(self.scale, tf.float32)
-        applied = tf.constant(True)
-        if self.dynamic_scale:
-            grads, applied = _unscaled_or_nan(grads, scale)
-        learning_rate = tf.identity(self.optimizer.learning_rate)
-        self.optimizer.apply(grads, self.model.trainable_variables)
+        applied, learning_rate = update(grads, scale)
+        return _results_vector(sums, objective.sum_keys, applied, learning_rate, scale), applied
+
+    def _lone_replica_step(self, batch):
+        """_replica_step's work when this replica is the only one, as one function."""
+        objective = self.objective
+        grads, sums = self._replica_gradients(batch, objective.totals(batch))
+        scale = self.tf.cast(self.scale, self.tf.float32)
+        applied, learning_rate = self._replica_update(self._summed_gradients(grads), scale)
         return _results_vector(sums, objective.sum_keys, applied, learning_rate, scale), applied
 
     def _train_step(self, batch):
         tf = self.tf
         results, applied = self.strategy.run(self._replica_step, args=(batch,))
         results = self.strategy.experimental_local_results(results)[0]  # the same in every replica
+        applied = self.strategy.experimental_local_results(applied)[0]
+        # Counted here, in cross-replica context (a skipped step is not counted).
+        iterations = self.optimizer.iterations
+        iterations.assign_add(tf.cast(applied, iterations.dtype))
         if self.dynamic_scale:
-            applied = self.strategy.experimental_local_results(applied)[0]
-            # Keras counted the step; a skipped one is not counted.
-            self.optimizer.iterations.assign_sub(1 - tf.cast(applied, self.optimizer.iterations.dtype))
             new_scale, new_good = next_loss_scale(tf.identity(self.scale), tf.identity(self.good_steps), applied,
                                                   self.dynamic_scale)
             self.scale.assign(new_scale)
