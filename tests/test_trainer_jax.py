@@ -14,7 +14,7 @@ pytest.importorskip("jax")
 pytestmark = [pytest.mark.usefixtures("jax_compilation_cache"), pytest.mark.xdist_group("trainer_jax")]
 
 from test_trainer_data import golden_records  # noqa: E402
-from trainer_checks import assert_resume_is_exact, bert_config, free_port, latest_state, losses  # noqa: E402
+from trainer_checks import assert_resume_is_exact, bert_config, free_port, latest_state, losses, xla_flags  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHECKS = os.path.join(REPO, "tests", "trainer_checks.py")
@@ -28,7 +28,7 @@ def records_dir(golden_dir, tmp_path_factory):
 def jax_env(devices=1, **extra):
     env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
                JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0", **extra)
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    env["XLA_FLAGS"] = xla_flags(devices)
     return env
 
 

@@ -22,6 +22,12 @@ class _NoTensorFlow:
                                       name=name)
 
 
+def xla_flags(devices):
+    """XLA_FLAGS for a process with `devices` CPU devices: this process's flags (conftest's) and the count."""
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if "xla_force_host_platform_device_count" not in f]
+    return " ".join([*flags, f"--xla_force_host_platform_device_count={devices}"])
+
+
 def block_tensorflow():
     sys.meta_path.insert(0, _NoTensorFlow())
 
