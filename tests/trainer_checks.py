@@ -22,18 +22,10 @@ class _NoTensorFlow:
                                       name=name)
 
 
-# The tests' JAX processes train a few steps: compiling dominates, and LLVM's optimization passes cost
-# more than they save (one trainer process of 3 steps: 16.5 s -> 12.2 s). Only code generation is cheaper:
-# XLA's HLO passes (fusion, all-reduce combining) run as before, and every comparison a test makes is
-# between runs compiled alike. Not for TensorFlow: its 3-step run gains nothing (16.0 -> 15.6 s of CPU)
-# and 120 steps take twice the time (30 -> 56 s).
-FAST_COMPILE_XLA_FLAGS = ["--xla_backend_optimization_level=0", "--xla_llvm_disable_expensive_passes=true"]
-
-
 def xla_flags(devices):
-    """XLA_FLAGS for a test's JAX process with `devices` CPU devices: the caller's own flags, fast compiles."""
+    """XLA_FLAGS for a test's JAX process with `devices` CPU devices, keeping the caller's other flags."""
     flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if "xla_force_host_platform_device_count" not in f]
-    return " ".join([*flags, *FAST_COMPILE_XLA_FLAGS, f"--xla_force_host_platform_device_count={devices}"])
+    return " ".join([*flags, f"--xla_force_host_platform_device_count={devices}"])
 
 
 def block_tensorflow():
