@@ -18,7 +18,7 @@ pytest.importorskip("tensorflow")
 pytestmark = pytest.mark.xdist_group("finetune")
 
 from test_trainer_data import golden_records  # noqa: E402
-from trainer_checks import bert_config, losses  # noqa: E402
+from trainer_checks import bert_config, losses, xla_flags  # noqa: E402
 
 from bertprep import formats  # noqa: E402
 from bertprep.cli import main as bertprep_main  # noqa: E402
@@ -172,7 +172,7 @@ def finetune_on_devices(tmp_path, backend, devices, *argv):
     finetune_argv = ["finetune", "--output-dir", str(tmp_path / name), "--log-json", str(log), "--quiet", *argv]
     if backend == "jax":
         env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu",
-                   XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+                   XLA_FLAGS=xla_flags(devices))
         command = [sys.executable, CHECKS, "--no-tensorflow", "trainer", *finetune_argv]
     else:
         env, command = None, [sys.executable, "-c", TF_REPLICAS, str(devices), *finetune_argv]

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 pytest.importorskip("jax")
-pytestmark = pytest.mark.usefixtures("jax_compilation_cache")
 
 from test_trainer_data import golden_records  # noqa: E402
 from test_trainer_jax import CHECKS, REPO, jax_env, jax_train  # noqa: E402

@@ -22,6 +22,12 @@ class _NoTensorFlow:
                                       name=name)
 
 
+def xla_flags(devices):
+    """XLA_FLAGS for a test's JAX process with `devices` CPU devices, keeping the caller's other flags."""
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if "xla_force_host_platform_device_count" not in f]
+    return " ".join([*flags, f"--xla_force_host_platform_device_count={devices}"])
+
+
 def block_tensorflow():
     sys.meta_path.insert(0, _NoTensorFlow())
 
@@ -124,7 +130,8 @@ def compiled_step_allreduces(records_dir, grad_accum, allreduce_dtype="fp32"):
     args = argparse.Namespace(optimizer="lamb", lr=1e-3, steps=10, precision="fp32", grad_accum=grad_accum,
                               allreduce_dtype=allreduce_dtype)
     devices = Devices(keras.backend.backend())
-    _, _, steps = build_steps(args, devices, BertConfig(**TINY), records, 0)
+    # One layer: the count does not depend on the depth, and each of the three compiles takes less.
+    _, _, steps = build_steps(args, devices, BertConfig(**dict(TINY, num_hidden_layers=1)), records, 0)
     batch = next(RecordStream(records, "training", 4 * grad_accum, seed=1).batches())
     element = steps.put({k: v.reshape((grad_accum, 4) + v.shape[1:]) for k, v in batch.items()})
     text = steps._train.lower(steps.state, element).compile().as_text()
