@@ -1,6 +1,4 @@
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -26,22 +24,11 @@ def golden_dir(shared_dir):
     return shared_dir / "fixtures" / "golden"
 
 
-def pytest_configure(config):
-    """One persistent JAX compilation cache for the session: every JAX process of every module, on either
-    xdist worker, reads what an earlier one compiled. Each compiles, besides its train step, the same few
-    hundred small programs op by op (building the model, initializers) whatever the model's config: a
-    trainer process of another config with the cache warm takes 13.6 s of CPU instead of 21.3 s. Made by
-    the first process (xdist's controller, which starts the workers after this hook) and inherited by the
-    workers and every process they start; removed at the end. Entries are written non-atomically: a
-    process that reads one half written gets a warning from JAX and compiles instead."""
-    if "BERTPREP_TEST_JAX_CACHE" not in os.environ:
-        path = tempfile.mkdtemp(prefix="bertprep-test-jax-cache-")
-        config.bertprep_jax_cache = path
-        os.environ.update(BERTPREP_TEST_JAX_CACHE=path, JAX_COMPILATION_CACHE_DIR=path,
-                          JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
-
-
-def pytest_unconfigure(config):
-    path = getattr(config, "bertprep_jax_cache", None)
-    if path:
-        shutil.rmtree(path, ignore_errors=True)
+@pytest.fixture(scope="module")
+def jax_compilation_cache(tmp_path_factory):
+    """One persistent XLA cache for a module's JAX processes (`pytestmark = pytest.mark.usefixtures(...)`):
+    each run compiles the same model (about 20 s on 2 cores), so later runs take seconds."""
+    cache = tmp_path_factory.mktemp("jax-cache")
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = str(cache)
+    yield
+    del os.environ["JAX_COMPILATION_CACHE_DIR"]

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 pytest.importorskip("jax")
-# One xdist worker runs the module (--dist loadgroup): batch_8_runs's one-device reference runs once.
-pytestmark = pytest.mark.xdist_group("trainer_jax")
+# One xdist worker runs the module (--dist loadgroup): its processes share one XLA cache.
+pytestmark = [pytest.mark.usefixtures("jax_compilation_cache"), pytest.mark.xdist_group("trainer_jax")]
 
 from test_trainer_data import golden_records  # noqa: E402
 from trainer_checks import assert_resume_is_exact, bert_config, free_port, latest_state, losses, xla_flags  # noqa: E402
@@ -26,7 +26,8 @@ def records_dir(golden_dir, tmp_path_factory):
 
 
 def jax_env(devices=1, **extra):
-    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", **extra)
+    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+               JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0", **extra)
     env["XLA_FLAGS"] = xla_flags(devices)
     return env
 

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 pytest.importorskip("jax")
-# One xdist worker runs the module (--dist loadgroup): each run of `trained` serves all its tests.
-pytestmark = pytest.mark.xdist_group("model_parallel")
+# One xdist worker runs the module (--dist loadgroup): each run of `trained` and the XLA cache serve all its tests.
+pytestmark = [pytest.mark.usefixtures("jax_compilation_cache"), pytest.mark.xdist_group("model_parallel")]
 
 from test_trainer_data import golden_records  # noqa: E402
 from test_trainer_jax import CHECKS, REPO, jax_env, jax_train  # noqa: E402

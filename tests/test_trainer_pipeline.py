@@ -13,9 +13,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("jax")
-# One xdist worker runs the module (--dist loadgroup): the module's `trained` runs (the one-stage
-# reference above all) are then made once, not once per worker.
-pytestmark = pytest.mark.xdist_group("trainer_pipeline")
+pytestmark = pytest.mark.usefixtures("jax_compilation_cache")
 
 from test_trainer_data import golden_records  # noqa: E402
 from test_trainer_jax import CHECKS, REPO, jax_env, jax_train  # noqa: E402
