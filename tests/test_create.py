@@ -166,6 +166,13 @@ def test_sigkill_at_any_moment_then_rerun_ends_byte_identical(shared_dir, tmp_pa
     assert not list(out.rglob(".partial"))
 
 
+def with_default_sigint():
+    """Ctrl-C as at a terminal: an ignored SIGINT is inherited through exec, and the test process may
+    have been left ignoring it (a pool or cluster earlier in this xdist worker), in which case Python
+    keeps it ignored and the run would never see the interrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.heavy
 def test_ctrl_c_stops_workers_and_exits_cleanly(shared_dir, tmp_path):
     bench = shared_dir / "fixtures" / "bench" / "wt2.txt"
@@ -178,7 +185,7 @@ def test_ctrl_c_stops_workers_and_exits_cleanly(shared_dir, tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "bertprep", "create", "--input", str(tmp_path / "wt2"), "--vocab", str(vocab),
          "--out", str(out), "--workers", "2", "--quiet"],
-        stderr=subprocess.PIPE, text=True, start_new_session=True,
+        stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=with_default_sigint,
     )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not list(out.rglob("*.tfrecord")):
@@ -209,7 +216,8 @@ def test_a_ctrl_c_that_a_finalizer_swallows_still_exits_130():
 
         sys.exit(run_reporting_errors("prog", command))
     """
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            preexec_fn=with_default_sigint)
     assert result.returncode == 130, result.stderr
     assert result.stderr.rstrip().endswith("prog: interrupted")
 
