@@ -176,10 +176,11 @@ class TensorFlowSteps(_Steps):
                                                  jit(self._lone_replica_step, jit_compile=True))
         return self._compiled_functions[replica]
 
-    def _summed_gradients(self, grads):
-        """The gradients as the all-reduce sums them: in `allreduce_dtype`, back to float32."""
+    def _summed_gradients(self, grads, all_reduce=lambda grads: grads):
+        """The gradients summed by `all_reduce` (none with a lone replica) in `allreduce_dtype`, back to
+        float32: the same rounding with one replica as with several."""
         tf = self.tf
-        return [tf.cast(tf.cast(g, self.allreduce_dtype), tf.float32) for g in grads]
+        return [tf.cast(g, tf.float32) for g in all_reduce([tf.cast(g, self.allreduce_dtype) for g in grads])]
 
     def _replica_step(self, batch):
         """In one replica: its gradients (XLA), summed across replicas once (the all-reduce cannot
@@ -194,8 +195,7 @@ class TensorFlowSteps(_Steps):
         objective = self.objective
         totals = {k: ctx.all_reduce(sum_op, v) for k, v in objective.totals(batch).items()}
         grads, sums = gradients(batch, totals)
-        grads = [tf.cast(g, tf.float32) for g in ctx.all_reduce(
-            sum_op, [tf.cast(g, self.allreduce_dtype) for g in grads])]
+        grads = self._summed_gradients(grads, lambda grads: ctx.all_reduce(sum_op, grads))
         sums = ctx.all_reduce(sum_op, sums)
         scale = tf.cast(self.scale, tf.float32)
         applied, learning_rate = update(grads, scale)
