@@ -311,6 +311,11 @@ class JaxSteps(_Steps):
             jax.device_put(np.float32(INITIAL_SCALE if dynamic_scale else 1.0), self.replicated),
             jax.device_put(np.int32(0), self.replicated),
         )
+        # Every value on the mesh: a value Keras left on one device (so on a mesh of one) would give the
+        # step's first call other input types than its outputs, and a second compilation at step 2.
+        self.state = jax.tree.map(
+            lambda value: value if isinstance(value.sharding, jax.sharding.NamedSharding)
+            else jax.device_put(value, self.replicated), self.state)
         # The new state keeps the layouts of the old (sharded variables stay sharded, as Keras's own
         # JAX trainer pins them); XLA chooses where the outputs go.
         state_shardings = jax.tree.map(lambda value: value.sharding, self.state)
