@@ -15,6 +15,9 @@ from trainer.benchmark import method
 from trainer.benchmark.worker import MEMORY_LIMIT_VARIABLE
 from trainer.config import BertConfig
 
+# The JAX runs' processes share one XLA cache: a configuration's later runs and probes compile nothing.
+pytestmark = pytest.mark.usefixtures("jax_compilation_cache")
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -101,12 +104,13 @@ def records_dir(golden_dir, tmp_path_factory):
 
 @pytest.mark.heavy
 def test_report_of_one_and_two_devices_with_a_failing_configuration(records_dir, tmp_path):
-    """Real runs (TensorFlow, tiny model, 1 and 2 logical CPU devices): medians are the medians of the
-    throughputs recomputed from every run's step times, speed-up is against 1 device at the same batch;
-    a configuration out of memory (the test limit) is reported in the table and the others go on."""
-    pytest.importorskip("tensorflow")
+    """Real runs (JAX, as on the GPU recipe's hosts, tiny model, 1 and 2 CPU devices): medians are the
+    medians of the throughputs recomputed from every run's step times, speed-up is against 1 device at
+    the same batch; a configuration out of memory (the test limit) is reported in the table and the
+    others go on."""
+    pytest.importorskip("jax")
     out = tmp_path / "out"
-    env = dict(os.environ, **{MEMORY_LIMIT_VARIABLE: "8"})
+    env = dict(os.environ, KERAS_BACKEND="jax", **{MEMORY_LIMIT_VARIABLE: "8"})
     result = benchmark("--format", "tfrecord", "--data", str(records_dir), "--bert-config", bert_config(tmp_path, 0.0),
                        "--devices", "1,2", "--precision", "fp32", "--batch-size", "2,16", "--iterations", "5",
                        "--skip", "1", "--runs", "2", "--out", str(out), "--json", "--quiet", env=env)
@@ -140,10 +144,10 @@ def test_report_of_one_and_two_devices_with_a_failing_configuration(records_dir,
 
 @pytest.mark.heavy
 def test_max_batch_is_searched_under_a_memory_limit(records_dir, tmp_path):
-    """Each probe a process; batches above the test limit fail as out of memory: the max found is the limit."""
-    pytest.importorskip("tensorflow")
+    """Each probe a process (JAX); batches above the test limit fail as out of memory: the max found is the limit."""
+    pytest.importorskip("jax")
     out = tmp_path / "out"
-    env = dict(os.environ, **{MEMORY_LIMIT_VARIABLE: "3"})
+    env = dict(os.environ, KERAS_BACKEND="jax", **{MEMORY_LIMIT_VARIABLE: "3"})
     result = benchmark("--format", "ofrecord", "--data", str(records_dir), "--bert-config", bert_config(tmp_path, 0.0),
                        "--precision", "fp32", "--batch-size", "max", "--max-start", "2", "--iterations", "3",
                        "--skip", "1", "--runs", "1", "--out", str(out), env=env)
@@ -158,7 +162,7 @@ def test_max_batch_is_searched_under_a_memory_limit(records_dir, tmp_path):
 
 @pytest.mark.heavy
 def test_packed_records_report_rows_and_real_sequences_per_second(golden_dir, tmp_path):
-    """On packed rows the DLPerf figure is rows/s, and the report adds the real sequences/s recomputed
+    """TensorFlow: on packed rows the DLPerf figure is rows/s, and the report adds the real sequences/s recomputed
     from the sequences each timed iteration trained on (several per row)."""
     pytest.importorskip("tensorflow")
     from test_pack import short_documents

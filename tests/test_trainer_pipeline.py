@@ -1,5 +1,5 @@
 """--pipeline-stages S (JAX, GPipe over a stage mesh axis) on 4 CPU devices with TensorFlow unimportable:
-S = 2 and 4 train as S = 1 does (NVLAMB; AdamW and S = 2 x K = 2 heavy); each device holds 1/S of the
+S = 2 and 4 train as S = 1 does (NVLAMB; AdamW at S = 2 and S = 2 x K = 2 heavy); each device holds 1/S of the
 Transformer layers' stacks; checkpoints keep per-layer names and resume across S; bad configurations
 end with one line; placement orders the (stage, batch, model) mesh; two processes with the stages
 across them (heavy)."""
@@ -88,9 +88,10 @@ def test_stages_train_as_one_stage_with_nvlamb(trained, s):
 
 
 @pytest.mark.heavy
-@pytest.mark.parametrize("optimizer, s, k", [("adam", 2, 1), ("adam", 4, 1), ("lamb", 2, 2)])
+@pytest.mark.parametrize("optimizer, s, k", [("adam", 2, 1), ("lamb", 2, 2)])
 def test_stages_train_as_one_stage_with_adam_and_with_tensor_parallelism(trained, optimizer, s, k):
-    """AdamW at S = 2 and 4; S = 2 x K = 2 (each stage's layers split over 2 devices as --model-parallel
+    """AdamW at S = 2 (its update of the stacked layers is the same code at any S: S = 4 is NVLAMB's);
+    S = 2 x K = 2 (each stage's layers split over 2 devices as --model-parallel
     splits them): the layers' bytes per device fall by S x K, apart from the unsplit LayerNorms."""
     piped = assert_pipeline_trains_as_unpipelined(trained, optimizer, s, k)
     ratio = piped["layer_bytes_per_device"] / piped["layer_bytes"]
