@@ -166,19 +166,16 @@ def test_mixed_float16_skips_a_nonfinite_step_and_halves_the_scale(records_dir):
     trainer_checks.check_nonfinite_step_is_skipped(records_dir)
 
 
-def test_loss_that_stays_nonfinite_stops_with_one_line_error(golden_dir, tmp_path):
+def test_loss_that_stays_nonfinite_stops_with_one_line_error(golden_dir, tmp_path, capsys):
     records = list(formats.read_records(golden_dir / "G1.ofrecord"))[:64]
     for record in records:
         record["masked_lm_weights"] = np.full_like(record["masked_lm_weights"], np.nan)
     formats.write_records(tmp_path / "bad" / "ofrecord" / "training" / "part-0", records, "ofrecord")
     config = bert_config(tmp_path, 0.0)
-    result = subprocess.run(
-        [sys.executable, "-m", "trainer", "--format", "ofrecord", "--data", str(tmp_path / "bad"),
-         "--bert-config", config, "--steps", "40", "--batch-size", "2", "--quiet"],
-        capture_output=True, text=True, cwd=REPO)
-    assert result.returncode == 1
+    assert main(["--format", "ofrecord", "--data", str(tmp_path / "bad"), "--bert-config", config, "--steps", "40",
+                 "--batch-size", "2", "--quiet"]) == 1
     # fp32 has no finite check in the step (no host sync): the NaN steps are applied and counted.
-    assert result.stderr.strip().splitlines()[-1] == (
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
         "trainer: error: loss not finite for 25 steps in a row at step 25 (loss scale 1); "
         "lower --lr or use another --precision")
 
@@ -242,10 +239,16 @@ def batch_8_runs(records_dir, tmp_path_factory):
     return run
 
 
+@pytest.fixture(scope="module")
+def one_replica(batch_8_runs):
+    """The one-replica reference, trained in the setup of the first test that compares with it."""
+    return batch_8_runs("one")
+
+
 @pytest.mark.xdist_group("trainer_batch_8")  # one xdist worker (--dist loadgroup): the reference runs once
 @pytest.mark.parametrize("name, replicas", [("two", 2), ("acc", 1)])
-def test_two_replicas_and_accumulation_match_one_replica(batch_8_runs, name, replicas):
-    one_events, one = batch_8_runs("one")
+def test_two_replicas_and_accumulation_match_one_replica(batch_8_runs, one_replica, name, replicas):
+    one_events, one = one_replica
     events, state = batch_8_runs(name)
     assert [e["replicas"] for e in (one_events[-1], events[-1])] == [1, replicas]
     np.testing.assert_allclose(losses(events), losses(one_events), rtol=1e-5)

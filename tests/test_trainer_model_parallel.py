@@ -76,6 +76,13 @@ def assert_same_training(events, state, reference_events, reference_state):
         assert difference <= 1e-4 * np.linalg.norm(reference) + 1e-7 * np.sqrt(reference.size), key
 
 
+@pytest.fixture(scope="module")
+def lamb_data_parallel(trained):
+    """The NVLAMB reference at K = 1, trained in the setup of the first test that compares with it."""
+    return trained("lamb", 1)
+
+
+@pytest.mark.usefixtures("lamb_data_parallel")
 @pytest.mark.parametrize("optimizer, k", [("lamb", 2), ("lamb", 4), pytest.param("adam", 4, marks=pytest.mark.heavy)])
 def test_model_parallel_trains_as_data_parallel(trained, optimizer, k):
     """Same losses (1e-4 relative) and weights as K = 1; the mesh is (4/K, K); the bytes each device

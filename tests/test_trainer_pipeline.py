@@ -63,6 +63,12 @@ def trained(records_dir, tmp_path_factory):
     return train
 
 
+@pytest.fixture(scope="module")
+def lamb_one_stage(trained):
+    """The NVLAMB reference at S = 1, trained in the setup of the first test that compares with it."""
+    return trained("lamb", 1)
+
+
 def assert_pipeline_trains_as_unpipelined(trained, optimizer, s, k=1):
     reference_events, reference_state, _ = trained(optimizer, 1)
     reference_losses = losses(reference_events)
@@ -79,6 +85,7 @@ def assert_pipeline_trains_as_unpipelined(trained, optimizer, s, k=1):
     return piped
 
 
+@pytest.mark.usefixtures("lamb_one_stage")
 @pytest.mark.parametrize("s", [2, pytest.param(4, marks=pytest.mark.heavy)])
 def test_stages_train_as_one_stage_with_nvlamb(trained, s):
     """Losses within 1e-5 of S = 1 and the same weights; the layers' stacks (parameters, optimizer
