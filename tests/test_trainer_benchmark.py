@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 from test_trainer_data import golden_records
-from trainer_checks import bert_config
+from trainer_checks import bert_config, xla_flags
 
 from trainer.benchmark import method
 from trainer.benchmark.worker import MEMORY_LIMIT_VARIABLE
@@ -110,7 +110,7 @@ def test_report_of_one_and_two_devices_with_a_failing_configuration(records_dir,
     others go on."""
     pytest.importorskip("jax")
     out = tmp_path / "out"
-    env = dict(os.environ, KERAS_BACKEND="jax", **{MEMORY_LIMIT_VARIABLE: "8"})
+    env = dict(os.environ, KERAS_BACKEND="jax", XLA_FLAGS=xla_flags(), **{MEMORY_LIMIT_VARIABLE: "8"})
     result = benchmark("--format", "tfrecord", "--data", str(records_dir), "--bert-config", bert_config(tmp_path, 0.0),
                        "--devices", "1,2", "--precision", "fp32", "--batch-size", "2,16", "--iterations", "5",
                        "--skip", "1", "--runs", "2", "--out", str(out), "--json", "--quiet", env=env)
@@ -147,7 +147,7 @@ def test_max_batch_is_searched_under_a_memory_limit(records_dir, tmp_path):
     """Each probe a process (JAX); batches above the test limit fail as out of memory: the max found is the limit."""
     pytest.importorskip("jax")
     out = tmp_path / "out"
-    env = dict(os.environ, KERAS_BACKEND="jax", **{MEMORY_LIMIT_VARIABLE: "3"})
+    env = dict(os.environ, KERAS_BACKEND="jax", XLA_FLAGS=xla_flags(), **{MEMORY_LIMIT_VARIABLE: "3"})
     result = benchmark("--format", "ofrecord", "--data", str(records_dir), "--bert-config", bert_config(tmp_path, 0.0),
                        "--precision", "fp32", "--batch-size", "max", "--max-start", "2", "--iterations", "3",
                        "--skip", "1", "--runs", "1", "--out", str(out), env=env)
