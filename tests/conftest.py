@@ -27,8 +27,11 @@ def golden_dir(shared_dir):
 @pytest.fixture(scope="module")
 def jax_compilation_cache(tmp_path_factory):
     """One persistent XLA cache for a module's JAX processes (`pytestmark = pytest.mark.usefixtures(...)`):
-    each run compiles the same model (about 20 s on 2 cores), so later runs take seconds."""
-    cache = tmp_path_factory.mktemp("jax-cache")
-    os.environ["JAX_COMPILATION_CACHE_DIR"] = str(cache)
+    each run compiles the same model, so later runs take seconds. Every program is kept, the small ones
+    a model's build compiles op by op too (JAX keeps only those over a second by default)."""
+    settings = {"JAX_COMPILATION_CACHE_DIR": str(tmp_path_factory.mktemp("jax-cache")),
+                "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0", "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
+    os.environ.update(settings)
     yield
-    del os.environ["JAX_COMPILATION_CACHE_DIR"]
+    for name in settings:
+        del os.environ[name]

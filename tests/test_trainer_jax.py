@@ -26,8 +26,7 @@ def records_dir(golden_dir, tmp_path_factory):
 
 
 def jax_env(devices=1, **extra):
-    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-               JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0", **extra)
+    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", **extra)
     env["XLA_FLAGS"] = xla_flags(devices)
     return env
 
