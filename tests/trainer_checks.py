@@ -3,6 +3,7 @@ TensorFlow: the checks run in the test process (TensorFlow) and in subprocesses 
 KERAS_BACKEND=jax and TensorFlow made unimportable (a GPU host for JAX has none)."""
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -15,11 +16,17 @@ TINY = {"vocab_size": 30522, "hidden_size": 64, "num_hidden_layers": 2, "num_att
         "intermediate_size": 256, "max_position_embeddings": 128}
 
 
-class _NoTensorFlow:
+# TensorFlow: the JAX path must not need it (a GPU host for JAX has none). matplotlib and pandas: Keras
+# imports them where installed (for plots and data frames the trainer does not use), 1.2 s of each process.
+BLOCKED = {"tensorflow": "the JAX path must not need it", "matplotlib": "unused by the trainer",
+           "pandas": "unused by the trainer"}
+
+
+class _Blocked:
     def find_spec(self, name, path=None, target=None):
-        if name == "tensorflow" or name.startswith("tensorflow."):
-            raise ModuleNotFoundError(f"No module named {name!r} (blocked: the JAX path must not need it)",
-                                      name=name)
+        why = BLOCKED.get(name.partition(".")[0])
+        if why:
+            raise ModuleNotFoundError(f"No module named {name!r} (blocked: {why})", name=name)
 
 
 # The tests' JAX processes train a few steps: compiling dominates, and LLVM's optimization passes cost
@@ -39,8 +46,9 @@ def xla_flags(devices=None):
     return " ".join([*flags, *FAST_COMPILE_XLA_FLAGS, *count])
 
 
-def block_tensorflow():
-    sys.meta_path.insert(0, _NoTensorFlow())
+def block_imports():
+    """Make TensorFlow (and the unused plotting and data-frame libraries) unimportable."""
+    sys.meta_path.insert(0, _Blocked())
 
 
 def bert_config(directory, dropout, **changes):
@@ -89,6 +97,26 @@ def assert_resume_is_exact(run, ckpt):
         np.testing.assert_array_equal(resumed[key], uninterrupted[key], err_msg=key)
 
 
+@contextlib.contextmanager
+def programs_compiled():
+    """Under JAX, the programs lowered for compiling inside the block (whether or not a persistent cache
+    then has them), one event each; no events under TensorFlow."""
+    events = []
+    if os.environ.get("KERAS_BACKEND") == "jax":
+        import jax
+
+        def listen(event, _seconds, **_):
+            if event == "/jax/core/compile/jaxpr_to_mlir_module_duration" and listening:
+                events.append(event)
+
+        listening = True
+        jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        yield events
+    finally:
+        listening = False
+
+
 def check_nonfinite_step_is_skipped(records_dir):
     """mixed_float16: a batch with infinite weights leaves the weights, the optimizer and its step
     counter unchanged and halves the loss scale; the next finite batch updates the weights."""
@@ -104,7 +132,12 @@ def check_nonfinite_step_is_skipped(records_dir):
     try:
         records = Records(str(records_dir), "ofrecord")
         args = argparse.Namespace(optimizer="lamb", lr=1e-3, steps=10, precision="mixed_float16", grad_accum=1)
-        _, _, steps = build_steps(args, Devices(keras.backend.backend()), BertConfig(**TINY), records, 0)
+        with programs_compiled() as compiled:
+            _, _, steps = build_steps(args, Devices(keras.backend.backend()), BertConfig(**TINY), records, 0)
+        if keras.backend.backend() == "jax":
+            # The model's initial values and the optimizer's, one program each, and two conversions of
+            # values the seed generators are created with (eagerly, Keras compiled some 140).
+            assert len(compiled) <= 4, compiled
         batch = next(RecordStream(records, "training", 4, seed=1).batches())
         element = {k: v[None] for k, v in batch.items()}
         poisoned = dict(element, masked_lm_weights=np.full_like(element["masked_lm_weights"], np.inf))
@@ -351,7 +384,7 @@ if __name__ == "__main__":
     # python tests/trainer_checks.py [--no-tensorflow] check NAME ARGS... | trainer ARGS...
     argv = sys.argv[1:]
     if argv[:1] == ["--no-tensorflow"]:
-        block_tensorflow()
+        block_imports()
         argv = argv[1:]
     if argv[0] == "check":
         globals()[f"check_{argv[1]}"](*argv[2:])

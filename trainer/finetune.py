@@ -69,6 +69,7 @@ def run(args, pretraining_parser):
 
 
 def _finetune(args, task, data, config, weights, checkpoint_path, devices, log):
+    from trainer.model import variables_initialized_together
     from trainer.optimizers import make_optimizer
 
     global_batch = args.batch_size * devices.replicas
@@ -76,10 +77,11 @@ def _finetune(args, task, data, config, weights, checkpoint_path, devices, log):
     total_steps = args.steps or max(1, int(train_records * args.epochs / global_batch))
     log.total = total_steps
     with devices.scope():
-        model, objective = build_task_model(task, config, data)
-        loaded = load_encoder(model, weights, checkpoint_path)
         optimizer = make_optimizer("adam", args.lr, warmup_steps(args.warmup, total_steps), total_steps)
-        optimizer.build(model.trainable_variables)
+        model, objective = build_task_model(task, config, data)
+        with variables_initialized_together():  # after the model's: its slots take the layout of their variable
+            optimizer.build(model.trainable_variables)
+        loaded = load_encoder(model, weights, checkpoint_path)
     steps = build_task_steps(devices, model, optimizer, objective, args.precision)
     parameters = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
     log.note(f"{task.name}: {train_records:,} training records ({data.fmt}, seq {data.seq}); "
@@ -114,10 +116,9 @@ def _finetune(args, task, data, config, weights, checkpoint_path, devices, log):
 
 def build_task_model(task, config, data, batch=2):
     """The task's model (variables created) and its training objective."""
-    from keras import ops
-
     from trainer.heads import (BertForSequences, BertForSpans, ClassificationObjective, RegressionObjective,
                                SpanObjective)
+    from trainer.model import symbolic_inputs, variables_initialized_together
 
     if task.is_squad:
         model, objective = BertForSpans(config, name="bert"), SpanObjective()
@@ -125,8 +126,8 @@ def build_task_model(task, config, data, batch=2):
         model, objective = BertForSequences(config, 1, name="bert"), RegressionObjective()
     else:
         model, objective = BertForSequences(config, len(data.labels), name="bert"), ClassificationObjective()
-    model({"input_ids": ops.zeros((batch, data.seq), "int32"), "input_mask": ops.ones((batch, data.seq), "int32"),
-           "segment_ids": ops.zeros((batch, data.seq), "int32")})
+    with variables_initialized_together():
+        model(symbolic_inputs({name: (batch, data.seq) for name in ("input_ids", "input_mask", "segment_ids")}))
     return model, objective
 
 

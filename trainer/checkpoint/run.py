@@ -46,16 +46,16 @@ def read_inputs(path):
 
 def build(checkpoint, seq, pred):
     """Our Keras model of the checkpoint's config (dropout off), its weights assigned."""
-    from trainer.model import BertEncoder, build_model
+    from trainer.model import BertEncoder, build_model, symbolic_inputs, variables_initialized_together
 
     config = dataclasses.replace(checkpoint.config, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     if checkpoint.has_heads:
         model = build_model(config, seq, max(pred, 1))
     else:
         model = BertEncoder(config, name="bert")
-        model.encode({"input_ids": np.zeros((1, seq), np.int32), "input_mask": np.ones((1, seq), np.int32),
-                      "segment_ids": np.zeros((1, seq), np.int32)})
-        model.pool(np.zeros((1, seq, config.hidden_size), np.float32))
+        with variables_initialized_together():
+            model.pool(model.encode(symbolic_inputs({name: (1, seq) for name in
+                                                     ("input_ids", "input_mask", "segment_ids")})))
     assign(model, checkpoint.ours(), checkpoint.path)
     return model
 
