@@ -6,6 +6,14 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
+def pytest_configure(config):
+    """`--dist loadgroup` keeps a group's tests on one worker (they share costly fixtures) only under
+    pytest < 9: pytest-xdist 3.8 names the groups by renaming item._nodeid, which pytest 9 no longer reads."""
+    if config.getoption("dist", "no") == "loadgroup" and int(pytest.__version__.split(".")[0]) >= 9:
+        raise pytest.UsageError(f"--dist loadgroup does not group tests under pytest {pytest.__version__}; "
+                                "install the test extra (pip install -e \".[test]\"), which takes pytest < 9")
+
+
 def shared_path():
     """The project's shared fixtures: $BERTPREP_SHARED, else `shared/` beside the checkout."""
     return Path(os.environ.get("BERTPREP_SHARED") or REPO.parent / "shared")

@@ -40,14 +40,6 @@ def train(tmp_path, data, *extra, name="run", dropout=0.0, fmt="ofrecord"):
     return code, events
 
 
-def test_tfrecord_and_ofrecord_give_identical_losses(records_dir, tmp_path):
-    runs = {}
-    for fmt in formats.FORMATS:
-        code, events = train(tmp_path, records_dir, "--steps", "3", "--batch-size", "4", name=fmt, fmt=fmt)
-        assert code == 0
-        runs[fmt] = losses(events)
-    assert len(runs["tfrecord"]) == 3 and all(np.isfinite(runs["tfrecord"]))
-    assert runs["tfrecord"] == runs["ofrecord"]
 
 
 def test_resume_continues_exactly(records_dir, tmp_path):
@@ -102,25 +94,33 @@ def test_padded_vocab_trains_and_saves_as_the_real_vocab(records_dir, tmp_path):
     assert code == 0 and losses(events) == runs["8"][0][-1:]
 
 
-def test_mixed_bfloat16_runs(records_dir, tmp_path):
-    code, events = train(tmp_path, records_dir, "--steps", "2", "--batch-size", "4",
-                         "--precision", "mixed_bfloat16")
+@pytest.fixture(scope="module")
+def bfloat16_run(records_dir, tmp_path_factory):
+    """Events and TensorBoard directory of 2 mixed_bfloat16 steps (one run for the two tests below)."""
+    root = tmp_path_factory.mktemp("bfloat16")
+    code, events = train(root, records_dir, "--steps", "2", "--batch-size", "4", "--precision", "mixed_bfloat16",
+                         "--tensorboard-dir", str(root / "tb"))
     assert code == 0
+    return events, root / "tb"
+
+
+@pytest.mark.xdist_group("trainer_bfloat16")  # one xdist worker (--dist loadgroup): the run serves both tests
+def test_mixed_bfloat16_runs(bfloat16_run):
+    events, _ = bfloat16_run
     summary = events[-1]
     assert summary["event"] == "summary" and summary["steps"] == 2 and summary["precision"] == "mixed_bfloat16"
     assert all(np.isfinite(losses(events))) and summary["final_loss_scale"] == 1.0
 
 
-def test_tensorboard_scalars_read_back_with_tensorflows_event_reader(records_dir, tmp_path):
+@pytest.mark.xdist_group("trainer_bfloat16")
+def test_tensorboard_scalars_read_back_with_tensorflows_event_reader(bfloat16_run):
     """The event file is written without TensorFlow (the JAX backend has none); TF's own reader parses it."""
     import tensorflow as tf
 
-    code, events = train(tmp_path, records_dir, "--steps", "2", "--batch-size", "4",
-                         "--tensorboard-dir", str(tmp_path / "tb"))
-    assert code == 0
-    (name,) = os.listdir(tmp_path / "tb")
+    events, tensorboard_dir = bfloat16_run
+    (name,) = os.listdir(tensorboard_dir)
     assert name.startswith("events.out.tfevents.")
-    read = list(tf.compat.v1.train.summary_iterator(str(tmp_path / "tb" / name)))
+    read = list(tf.compat.v1.train.summary_iterator(str(tensorboard_dir / name)))
     assert read[0].file_version == "brain.Event:2"
     scalars = {(e.step, v.tag): v.simple_value for e in read[1:] for v in e.summary.value}
     for event in events:
@@ -200,11 +200,11 @@ REPLICA_SCRIPT = textwrap.dedent("""
 """)
 
 
-def run_replicas(tmp_path, replicas, data, name, *extra):
+def run_replicas(tmp_path, replicas, data, name, *extra, fmt="tfrecord"):
     """Train 3 steps on `replicas` logical CPU devices: one replica in this process, more in a process
     of their own (TensorFlow's devices are fixed once it starts)."""
     ckpt = tmp_path / name
-    argv = ["--format", "tfrecord", "--data", str(data), "--bert-config", bert_config(tmp_path, 0.0), "--steps", "3",
+    argv = ["--format", fmt, "--data", str(data), "--bert-config", bert_config(tmp_path, 0.0), "--steps", "3",
             "--seed", "3", "--quiet", "--log-every", "1", "--log-json", str(tmp_path / f"{name}.jsonl"),
             "--checkpoint-dir", str(ckpt), *extra]
     if replicas == 1:
@@ -217,10 +217,11 @@ def run_replicas(tmp_path, replicas, data, name, *extra):
     return events, latest_state(ckpt)[1]
 
 
-# The same global batch of 8 as 1 replica x 8, 2 replicas x 4, 1 replica x 4 x 2 micro-batches:
-# name -> (replicas, arguments).
-GLOBAL_BATCH_8 = {"one": (1, ["--batch-size", "8"]), "two": (2, ["--batch-size", "4"]),
-                  "acc": (1, ["--batch-size", "4", "--grad-accum", "2"])}
+# The same global batch of 8 as 1 replica x 8 (TFRecord and OFRecord), 2 replicas x 4, 1 replica x 4 x 2
+# micro-batches: name -> (replicas, format, arguments).
+GLOBAL_BATCH_8 = {"one": (1, "tfrecord", ["--batch-size", "8"]), "ofrecord": (1, "ofrecord", ["--batch-size", "8"]),
+                  "two": (2, "tfrecord", ["--batch-size", "4"]),
+                  "acc": (1, "tfrecord", ["--batch-size", "4", "--grad-accum", "2"])}
 
 
 @pytest.fixture(scope="module")
@@ -232,8 +233,8 @@ def batch_8_runs(records_dir, tmp_path_factory):
 
     def run(name):
         if name not in done:
-            replicas, extra = GLOBAL_BATCH_8[name]
-            done[name] = run_replicas(root, replicas, records_dir, name, *extra)
+            replicas, fmt, extra = GLOBAL_BATCH_8[name]
+            done[name] = run_replicas(root, replicas, records_dir, name, *extra, fmt=fmt)
         return done[name]
 
     return run
@@ -246,6 +247,17 @@ def one_replica(batch_8_runs):
 
 
 @pytest.mark.xdist_group("trainer_batch_8")  # one xdist worker (--dist loadgroup): the reference runs once
+def test_tfrecord_and_ofrecord_give_identical_losses_and_weights(batch_8_runs, one_replica):
+    one_events, one = one_replica
+    events, state = batch_8_runs("ofrecord")
+    assert len(losses(one_events)) == 3 and all(np.isfinite(losses(one_events)))
+    assert losses(events) == losses(one_events)
+    assert state.keys() == one.keys()
+    for key in one:
+        np.testing.assert_array_equal(state[key], one[key], err_msg=key)
+
+
+@pytest.mark.xdist_group("trainer_batch_8")
 @pytest.mark.parametrize("name, replicas", [("two", 2), ("acc", 1)])
 def test_two_replicas_and_accumulation_match_one_replica(batch_8_runs, one_replica, name, replicas):
     one_events, one = one_replica

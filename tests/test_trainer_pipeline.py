@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 pytest.importorskip("jax")
-pytestmark = pytest.mark.usefixtures("jax_compilation_cache")
+# One xdist worker runs the module (--dist loadgroup): the trained runs and the XLA cache serve every test.
+pytestmark = [pytest.mark.usefixtures("jax_compilation_cache"), pytest.mark.xdist_group("trainer_pipeline")]
 
 from test_trainer_data import golden_records  # noqa: E402
 from test_trainer_jax import CHECKS, REPO, jax_env, jax_train  # noqa: E402
