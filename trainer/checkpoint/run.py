@@ -48,6 +48,11 @@ def build(checkpoint, seq, pred):
     """Our Keras model of the checkpoint's config (dropout off), its weights assigned."""
     from trainer.model import BertEncoder, build_model, symbolic_inputs, variables_initialized_together
 
+    import keras
+
+    # Their outputs are float32's; the dtype policy is global, and a run before in this process (a
+    # mixed-precision training run) may have left another.
+    keras.config.set_dtype_policy("float32")
     config = dataclasses.replace(checkpoint.config, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     if checkpoint.has_heads:
         model = build_model(config, seq, max(pred, 1))
