@@ -14,6 +14,20 @@ def pytest_configure(config):
                                 "install the test extra (pip install -e \".[test]\"), which takes pytest < 9")
 
 
+# The slowest modules first (`--durations` of a full run), so xdist hands out the long work units (a
+# module's group) early and ends with short ones, instead of one worker training alone at the end.
+SLOWEST_MODULES = ("test_trainer_pipeline.py", "test_trainer.py", "test_finetune.py", "test_trainer_jax.py",
+                   "test_trainer_model_parallel.py", "test_trainer_benchmark.py", "test_checkpoints.py")
+
+
+def pytest_collection_modifyitems(items):
+    def rank(item):
+        name = item.path.name
+        return SLOWEST_MODULES.index(name) if name in SLOWEST_MODULES else len(SLOWEST_MODULES)
+
+    items.sort(key=rank)  # stable: a module's tests keep their order
+
+
 def shared_path():
     """The project's shared fixtures: $BERTPREP_SHARED, else `shared/` beside the checkout."""
     return Path(os.environ.get("BERTPREP_SHARED") or REPO.parent / "shared")
