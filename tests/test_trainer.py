@@ -40,8 +40,6 @@ def train(tmp_path, data, *extra, name="run", dropout=0.0, fmt="ofrecord"):
     return code, events
 
 
-
-
 def test_resume_continues_exactly(records_dir, tmp_path):
     def run(name, *argv):
         code, events = train(tmp_path, records_dir, *argv, name=name, dropout=0.1)

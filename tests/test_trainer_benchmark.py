@@ -178,7 +178,7 @@ def test_packed_records_report_rows_and_real_sequences_per_second(golden_dir, tm
     out = tmp_path / "out"
     result = benchmark("--format", "ofrecord", "--data", str(packed), "--bert-config", bert_config(tmp_path, 0.0),
                        "--precision", "fp32", "--batch-size", "2", "--iterations", "4", "--skip", "1",
-                       "--runs", "1", "--out", str(out), "--json", "--quiet")  # medians of runs: the JAX report's
+                       "--runs", "1", "--out", str(out), "--json", "--quiet")  # medians over runs: the JAX report test
     assert result.returncode == 0, result.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())
     assert results["setup"]["packed"] is True

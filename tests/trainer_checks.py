@@ -17,7 +17,7 @@ TINY = {"vocab_size": 30522, "hidden_size": 64, "num_hidden_layers": 2, "num_att
 
 
 # TensorFlow: the JAX path must not need it (a GPU host for JAX has none). matplotlib and pandas: Keras
-# imports them where installed (for plots and data frames the trainer does not use), 1.2 s of each process.
+# imports them where installed (for plots and data frames the trainer does not use), at each process's start.
 BLOCKED = {"tensorflow": "the JAX path must not need it", "matplotlib": "unused by the trainer",
            "pandas": "unused by the trainer"}
 

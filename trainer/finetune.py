@@ -69,18 +69,16 @@ def run(args, pretraining_parser):
 
 
 def _finetune(args, task, data, config, weights, checkpoint_path, devices, log):
-    from trainer.model import variables_initialized_together
-    from trainer.optimizers import make_optimizer
+    from trainer.optimizers import build_slots, make_optimizer
 
     global_batch = args.batch_size * devices.replicas
     train_records = data.records("train")
     total_steps = args.steps or max(1, int(train_records * args.epochs / global_batch))
     log.total = total_steps
     with devices.scope():
-        optimizer = make_optimizer("adam", args.lr, warmup_steps(args.warmup, total_steps), total_steps)
         model, objective = build_task_model(task, config, data)
-        with variables_initialized_together():  # after the model's: its slots take the layout of their variable
-            optimizer.build(model.trainable_variables)
+        optimizer = make_optimizer("adam", args.lr, warmup_steps(args.warmup, total_steps), total_steps)
+        build_slots(optimizer, model.trainable_variables)
         loaded = load_encoder(model, weights, checkpoint_path)
     steps = build_task_steps(devices, model, optimizer, objective, args.precision)
     parameters = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
@@ -127,7 +125,7 @@ def build_task_model(task, config, data, batch=2):
     else:
         model, objective = BertForSequences(config, len(data.labels), name="bert"), ClassificationObjective()
     with variables_initialized_together():
-        model(symbolic_inputs({name: (batch, data.seq) for name in ("input_ids", "input_mask", "segment_ids")}))
+        model(symbolic_inputs(batch, data.seq))
     return model, objective
 
 

@@ -200,13 +200,16 @@ def build_model(config, seq, pred, batch=2, pad_vocab=1):
                          f"{config.max_position_embeddings} positions (max_position_embeddings)")
     model = BertPretrainer(config, pad_vocab=pad_vocab, name="bert")
     with variables_initialized_together():
-        model(symbolic_inputs({"input_ids": (batch, seq), "input_mask": (batch, seq), "segment_ids": (batch, seq),
-                               "masked_lm_positions": (batch, pred)}))
+        model(symbolic_inputs(batch, seq, pred))
     return model
 
 
-def symbolic_inputs(shapes):
-    """{name: int32 KerasTensor}: a call on them creates a model's variables without computing anything."""
+def symbolic_inputs(batch, seq, pred=None):
+    """The encoder's inputs (and masked_lm_positions, given `pred`) as int32 KerasTensors: a call on them
+    creates a model's variables without computing anything."""
+    shapes = {"input_ids": (batch, seq), "input_mask": (batch, seq), "segment_ids": (batch, seq)}
+    if pred is not None:
+        shapes["masked_lm_positions"] = (batch, pred)
     return {name: keras.KerasTensor(shape, "int32") for name, shape in shapes.items()}
 
 
@@ -217,9 +220,10 @@ _deferring = False
 def variables_initialized_together():
     """Variables created inside get their initial values on leaving, under JAX from one compiled program
     (where a Keras distribution is set, laid out as it says). Eagerly, JAX compiles each initializer and
-    each op of a build call as a program of its own: about 140 for BERT, 3 of a tiny model's 12 s on
-    a CPU (a cold 3-step run), as many small compiles on a GPU. The draws are the same values. Used nested, the outermost
-    initializes. TensorFlow runs its eager ops without compiling: there, variables start as created."""
+    each op of a build call as a program of its own: about 140 for BERT (JAX_LOG_COMPILES=1 lists
+    them), on a CPU or a GPU alike. The draws are the same values. Used nested, the outermost
+    initializes. TensorFlow runs its eager ops without compiling: there,
+    variables start as created."""
     global _deferring
     if keras.backend.backend() != "jax" or _deferring:
         yield

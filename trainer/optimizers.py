@@ -154,6 +154,15 @@ def global_norm(tensors):
     return ops.sqrt(sum(ops.sum(ops.square(ops.cast(t, "float32"))) for t in tensors))
 
 
+def build_slots(optimizer, variables):
+    """optimizer.build(variables): under JAX its slots are drawn in one program. Call it after the
+    model's variables are initialized: a slot takes the layout of its variable."""
+    from trainer.model import variables_initialized_together
+
+    with variables_initialized_together():
+        optimizer.build(variables)
+
+
 def make_optimizer(name, peak_lr, warmup_steps, total_steps):
     """'adam': AdamW with linear decay; 'lamb': NVLamb with power-0.5 decay."""
     if name == "adam":

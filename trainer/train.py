@@ -140,14 +140,13 @@ def initial_checkpoint(args, records):
 def build_steps(args, devices, config, records, warmup, initial=None, log=None):
     """The model (its weights from `initial`, a trainer.checkpoint.Checkpoint, where given), its
     optimizer and the compiled step functions of this backend."""
-    from trainer.model import build_model, variables_initialized_together
-    from trainer.optimizers import make_optimizer
+    from trainer.model import build_model
+    from trainer.optimizers import build_slots, make_optimizer
 
     with devices.scope():
-        optimizer = make_optimizer(args.optimizer, args.lr, warmup, args.steps)
         model = build_model(config, records.seq, records.pred, pad_vocab=pad_vocab_multiple(args))
-        with variables_initialized_together():  # after the model's: its slots take the layout of their variable
-            optimizer.build(model.trainable_variables)
+        optimizer = make_optimizer(args.optimizer, args.lr, warmup, args.steps)
+        build_slots(optimizer, model.trainable_variables)
         if initial is not None:
             from trainer.checkpoint.run import assign
 

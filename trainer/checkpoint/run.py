@@ -46,9 +46,9 @@ def read_inputs(path):
 
 def build(checkpoint, seq, pred):
     """Our Keras model of the checkpoint's config (dropout off), its weights assigned."""
-    from trainer.model import BertEncoder, build_model, symbolic_inputs, variables_initialized_together
-
     import keras
+
+    from trainer.model import BertEncoder, build_model, symbolic_inputs, variables_initialized_together
 
     # Their outputs are float32's; the dtype policy is global, and a run before in this process (a
     # mixed-precision training run) may have left another.
@@ -59,8 +59,7 @@ def build(checkpoint, seq, pred):
     else:
         model = BertEncoder(config, name="bert")
         with variables_initialized_together():
-            model.pool(model.encode(symbolic_inputs({name: (1, seq) for name in
-                                                     ("input_ids", "input_mask", "segment_ids")})))
+            model.pool(model.encode(symbolic_inputs(1, seq)))
     assign(model, checkpoint.ours(), checkpoint.path)
     return model
 
