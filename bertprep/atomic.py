@@ -15,7 +15,8 @@ each other's temporaries. The holder clears what killed runs left in
 `.partial/`. A lone output's writer, which holds no tree, removes what
 killed writers of that same output left: each temporary is flocked by its
 writer (the kernel releases the lock when the writer dies, however it dies),
-so one no live process holds is a dead writer's.
+so one that no process holds and whose writer's pid is gone is a dead
+writer's.
 
 An operating-system error while writing is raised as an OSError naming the
 final path, so the command prints one line with that path and the reason
