@@ -396,7 +396,7 @@ def test_the_next_writer_removes_what_a_killed_writer_left(checkpoints, tmp_path
                                          (b"[1, 2]", "expected a JSON object of bert_config.json keys, got list"),
                                          (b'{"num_hidden_layers": 0}', "num_hidden_layers is 0, expected a positive "
                                                                        "integer")])
-def test_a_release_whose_config_is_not_a_berts_is_not_kept(release_files, tmp_path, config, said):
+def test_a_release_whose_config_is_not_a_berts_is_not_kept(release_files, tmp_path, config, said):  # noqa: F811
     """Its files match the (republished) checksums: the config is read before the release is complete."""
     files = dict(release_files, **{"bert_config.json": config})
     with StandInServer() as server:

@@ -18,11 +18,20 @@ SIZES = {
 }
 
 
-# Keys whose value is a count of something (at least one) and those that are a dropout probability.
-_COUNTS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-           "max_position_embeddings", "type_vocab_size")
-_PROBABILITIES = ("hidden_dropout_prob", "attention_probs_dropout_prob")
-_GOOGLE_DESCRIPTIVE_KEY = re.compile(r"^(directionality|pooler_(fc_size|num_attention_heads|num_fc_layers|size_per_head|type))$")
+def _is_number(value):
+    return type(value) in (int, float)  # not a bool, not a string
+
+
+# (keys, what their values must be, said as): counts of something, dropout probabilities, a scale.
+_VALUE_CHECKS = [
+    (("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+      "max_position_embeddings", "type_vocab_size"), lambda v: type(v) is int and v >= 1, "a positive integer"),
+    (("hidden_dropout_prob", "attention_probs_dropout_prob"), lambda v: _is_number(v) and 0 <= v < 1,
+     "a probability in [0, 1)"),
+    (("initializer_range",), lambda v: _is_number(v) and v > 0, "a positive number"),
+]
+_GOOGLE_DESCRIPTIVE_KEY = re.compile(
+    r"^(directionality|pooler_(fc_size|num_attention_heads|num_fc_layers|size_per_head|type))$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,15 +80,10 @@ class BertConfig:
     def checked(cls, path, values, error):
         """The config of `values` ({key: value} of known keys, from the file `path`), every value one a
         BERT can have; else `error` naming the file, the key and the value."""
-        for key in _COUNTS:
-            if key in values and (type(values[key]) is not int or values[key] < 1):
-                raise error(f"{path}: {key} is {values[key]!r}, expected a positive integer")
-        for key in _PROBABILITIES:
-            if key in values and (type(values[key]) not in (int, float) or not 0 <= values[key] < 1):
-                raise error(f"{path}: {key} is {values[key]!r}, expected a probability in [0, 1)")
-        if "initializer_range" in values and (type(values["initializer_range"]) not in (int, float)
-                                              or not values["initializer_range"] > 0):
-            raise error(f"{path}: initializer_range is {values['initializer_range']!r}, expected a positive number")
+        for keys, fits, expected in _VALUE_CHECKS:
+            for key in keys:
+                if key in values and not fits(values[key]):
+                    raise error(f"{path}: {key} is {values[key]!r}, expected {expected}")
         config = cls(**values)
         if config.hidden_act not in ("gelu", "gelu_tanh"):
             raise error(f"{path}: hidden_act {config.hidden_act!r} is not supported (expected 'gelu' or "

@@ -49,7 +49,8 @@ def sniff(path):
 
     found = [module for module in (ours, google, hf, nvidia) if module.sniff(path)]
     if len(found) > 1:
-        by_prefix = f", or name the Google one by its prefix {google.checkpoint_prefix(path)}" if google in found else ""
+        by_prefix = f", or name the Google one by its prefix {google.checkpoint_prefix(path)}" if google in found \
+            else ""
         raise UsageError(f"{path}: holds both {found[0].HELD} and {found[1].HELD}: which one is meant? Move one of "
                          f"them out{by_prefix}")
     if found:

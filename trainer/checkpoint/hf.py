@@ -60,7 +60,8 @@ def read_config(path):
     except (OSError, ValueError) as exc:
         raise DataError(f"{config_path}: cannot read: {exc}") from None
     if not isinstance(values, dict):
-        raise DataError(f"{config_path}: expected a JSON object of Hugging Face config keys, got {type(values).__name__}")
+        raise DataError(f"{config_path}: expected a JSON object of Hugging Face config keys, got "
+                        f"{type(values).__name__}")
     if values.get("model_type", "bert") != "bert":
         raise DataError(f"{config_path}: model_type {values.get('model_type')!r} is another architecture "
                         "(expected 'bert')")
