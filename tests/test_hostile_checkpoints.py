@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -30,6 +31,7 @@ from bertprep.atomic import temp_path  # noqa: E402
 from bertprep.formats.schemas import GLUE  # noqa: E402
 from trainer.cli import main  # noqa: E402
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HEADLESS_OUTPUTS = {"sequence_output", "pooled_output"}
 # Google's modeling.py computes the tanh GELU: an exact-GELU model converted to Google's form moves ~2e-5.
 GOOGLE_GELU_TOLERANCE = 1e-4
@@ -387,6 +389,33 @@ def test_the_next_writer_removes_what_a_killed_writer_left(checkpoints, tmp_path
         assert main(["checkpoint", "convert", str(checkpoints / "hf_tiny"), str(tmp_path / "again"), "--to",
                      "bertprep", "--quiet"]) == 0
     assert live.exists()
+
+
+# `checkpoint convert` SIGKILLed once its writer has written the output's files into the staging directory.
+KILLED_CONVERT = """
+import os, signal, sys
+from trainer.checkpoint import hf
+write = hf.write
+def write_then_die(checkpoint, directory):
+    write(checkpoint, directory)
+    os.kill(os.getpid(), signal.SIGKILL)
+hf.write = write_then_die
+from trainer.cli import main
+main(["checkpoint", "convert", *sys.argv[1:], "--to", "hf"])
+"""
+
+
+def test_a_sigkilled_convert_leaves_nothing_after_the_rerun(checkpoints, tmp_path):
+    env = dict(os.environ, PYTHONPATH=REPO)
+    argv = [str(checkpoints / "hf_tiny"), str(tmp_path / "out")]
+    killed = subprocess.run([sys.executable, "-c", KILLED_CONVERT, *argv], env=env, capture_output=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL and not (tmp_path / "out").exists()
+    (left,) = os.listdir(tmp_path / ".partial")
+    assert left.startswith("out.") and left.endswith(".partial")  # what the killed writer left
+    rerun = subprocess.run([sys.executable, "-m", "trainer", "checkpoint", "convert", *argv, "--to", "hf", "--quiet"],
+                           env=env, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert sorted(os.listdir(tmp_path)) == ["out"]
 
 
 # ---------------------------------------------------------------- class 3: download pretrained
