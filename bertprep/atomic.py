@@ -12,7 +12,11 @@ A stage that owns a tree holds it (`hold`) while it writes: a lock file in
 `.partial/` says which process, on which host, holds it; a second run into
 the same tree is refused with that line instead of the two runs removing
 each other's temporaries. The holder clears what killed runs left in
-`.partial/`.
+`.partial/`. A lone output's writer, which holds no tree, removes what
+killed writers of that same output left: each temporary is flocked by its
+writer (the kernel releases the lock when the writer dies, however it dies),
+so one that no process holds and whose writer's pid is gone is a dead
+writer's.
 
 An operating-system error while writing is raised as an OSError naming the
 final path, so the command prints one line with that path and the reason
@@ -26,6 +30,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -53,6 +58,58 @@ def temp_path(staging, path):
     suffix = os.fsencode(f".{os.getpid()}-{secrets.token_hex(4)}.partial")
     name = os.fsencode(os.path.basename(os.fspath(path)))[: NAME_MAX - len(suffix)]
     return os.path.join(staging, os.fsdecode(name + suffix))
+
+
+def _temp_writer_pid(temp_name, path):
+    """The pid in `temp_name` when it is a temporary of `path` (temp_path's name), else None."""
+    match = re.fullmatch(rb"(.*)\.(\d+)-[0-9a-f]{8}\.partial", temp_name, re.DOTALL)
+    if not match:
+        return None
+    name = os.fsencode(os.path.basename(os.fspath(path)))
+    suffix_length = len(temp_name) - len(match.group(1))
+    return int(match.group(2)) if match.group(1) == name[: NAME_MAX - suffix_length] else None
+
+
+def _claim(fd):
+    """Mark the temporary open as `fd` as a live writer's (remove_stale_temps leaves it alone)."""
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def remove_stale_temps(staging, path):
+    """Remove the temporaries of `path` in `staging` that killed writers left: those no process holds
+    (_claim) whose writer's pid is gone from this host too (a writer between creating its temporary and
+    claiming it is alive)."""
+    try:
+        names = os.listdir(os.fsencode(staging))
+    except FileNotFoundError:
+        return
+    for name in names:
+        pid = _temp_writer_pid(name, path)
+        if pid is None or _process_alive(pid):
+            continue
+        temp = os.path.join(os.fsencode(staging), name)
+        try:
+            fd = os.open(temp, os.O_RDONLY)
+        except FileNotFoundError:
+            continue
+        try:
+            _claim(fd)
+        except BlockingIOError:
+            continue  # a live writer on another host that shares this file system
+        else:
+            remove_entry(temp)
+        finally:
+            os.close(fd)
+
+
+def _process_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's
+    return True
 
 
 def _with_path(exc, path):
@@ -108,9 +165,12 @@ def atomic_open(path, mode="wb", staging=None):
     with _naming(path):
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         os.makedirs(staging, exist_ok=True)
+        remove_stale_temps(staging, path)
         tmp = temp_path(staging, path)
         f = open(tmp, mode)
     try:
+        with _naming(path):
+            _claim(f.fileno())
         with _writes_named(path):
             yield f
         with _naming(path):
@@ -139,10 +199,14 @@ def atomic_write_bytes(path, data, staging=None):
 def atomic_dir(path, staging):
     """A directory to fill, renamed to `path` (replacing an older one) when the block succeeds."""
     path = os.fspath(path)
+    remove_stale_temps(staging, path)
     tmp = temp_path(staging, path)
+    claim = None
     try:
         with _naming(path):
             os.makedirs(tmp)
+            claim = os.open(tmp, os.O_RDONLY)
+            _claim(claim)
         with _naming(path):  # the block writes only inside `tmp`: whatever fails is this output
             yield tmp
         with _naming(path):
@@ -151,6 +215,8 @@ def atomic_dir(path, staging):
             os.replace(tmp, path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        if claim is not None:
+            os.close(claim)
 
 
 # -- holding a tree --------------------------------------------------------------------
@@ -236,14 +302,17 @@ def clear_staging(root):
     except FileNotFoundError:
         return
     for name in names:
-        if name == LOCK:
-            continue
-        path = os.path.join(staging, name)
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
+        if name != LOCK:
+            remove_entry(os.path.join(staging, name))
+
+
+def remove_entry(path):
+    """Remove a temporary file or directory (gone already is fine)."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
 
 
 def _remove_legacy_temps(root):

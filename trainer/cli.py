@@ -129,6 +129,8 @@ def build_finetune_parser():
     p.add_argument("--seed", type=int, default=12345, help="seed of the head's initialization, dropout and data order")
     p.add_argument("--output-dir", help="predictions and scores (default: ./finetune-<task>)")
     p.add_argument("--checkpoint-dir", help="also save the fine-tuned model (and optimizer) state here")
+    p.add_argument("--no-eval", action="store_true",
+                   help="train only, score nothing (without it, --data without eval records is an error)")
     p.add_argument("--eval-file", help="SQuAD dev JSON to score against (default: the manifest's eval source)")
     p.add_argument("--null-score-diff-threshold", type=float, default=0.0,
                    help="SQuAD 2.0: predict no answer above this null minus best score (default: 0.0)")

@@ -29,7 +29,7 @@ from trainer.config import SIZES, BertConfig
 from trainer.data import RecordStream, feature_dtypes, prefetch
 from trainer.heads import FEATURE_INPUTS
 from trainer.squad_predictions import load_eval_metadata, write_predictions
-from trainer.tasks import TaskData, task_named
+from trainer.tasks import SPLIT_FILES, TaskData, task_named
 from trainer.train import TIMING_WARMUP_STEPS, Devices, Log, stop_if_stuck, warmup_steps
 
 # The on-the-fly checkpoint of a run without --init-checkpoint: a few steps of the sample records.
@@ -44,6 +44,9 @@ def run(args, pretraining_parser):
         raise UsageError("finetune runs on the devices of one host: unset TF_CONFIG / KERAS_DISTRIBUTION_JOB_ADDRESSES")
     task = task_named(args.task)
     data = TaskData(args.data, args.format, task)
+    if not data.files["eval"] and not args.no_eval:
+        raise UsageError(f"{args.data}: no {args.format} eval records ({SPLIT_FILES['eval'][args.format]}) to "
+                         "score: add them, or give --no-eval to train without scores")
     checkpoint = args.init_checkpoint or sample_checkpoint(args, data, pretraining_parser)
     config, weights, checkpoint_path = read_pretraining_checkpoint(checkpoint)
     if args.model and (config.num_hidden_layers, config.hidden_size, config.num_attention_heads) != SIZES[args.model]:
@@ -96,7 +99,7 @@ def _finetune(args, task, data, config, weights, checkpoint_path, devices, log):
                                 keep=1)
         log.note(f"checkpoint {path}")
     evaluation = {}
-    if data.files["eval"]:
+    if not args.no_eval:
         eval_batch = args.batch_size * devices.replicas
         if task.is_squad:
             evaluation = evaluate_squad(args, data, steps, eval_batch, log)
@@ -104,7 +107,7 @@ def _finetune(args, task, data, config, weights, checkpoint_path, devices, log):
             evaluation = evaluate_glue(task, data, steps, eval_batch)
         log.record("eval", {k: v for k, v in evaluation.items() if isinstance(v, (int, float))}, train["steps"])
     else:
-        log.note(f"{args.data}: no {data.fmt} eval records: nothing scored")
+        log.note("--no-eval: nothing scored")
     summary = {"task": task.name, "format": data.fmt, "init_checkpoint": checkpoint_path,
                "replicas": devices.replicas, "global_batch": global_batch, "precision": args.precision, **train,
                **{f"eval_{k}": v for k, v in evaluation.items()}}

@@ -106,6 +106,14 @@ class BertEncoder(keras.Model):
         self.pooler = (keras.layers.Dense(config.hidden_size, activation="tanh", kernel_initializer=init, name="pooler")
                        if with_pooler else None)
 
+    def call(self, inputs, training=False):
+        """The encoder alone (a checkpoint without pretraining heads): its sequence output and, with a
+        pooler, the pooled [CLS]. Build it by calling it: Keras names the variables a call creates under
+        the model's name ("bert/word_embeddings/..."), as the checkpoint name table has them; `encode`
+        called directly would create them unprefixed."""
+        sequence = self.encode(inputs, training=training)
+        return {"sequence_output": sequence, **({"pooled_output": self.pool(sequence)} if self.pooler else {})}
+
     def encode(self, inputs, training=False):
         x = self.embed(inputs, training=training)
         attention_mask = sequence_attention_mask(inputs["input_mask"])

@@ -227,9 +227,22 @@ def _unpack(zip_path, release, out, pins, progress):
                     raise DataError(f"{release}/{name}: sha256 mismatch: expected {expected} (pinned), got {digest}; "
                                     "nothing was kept and the download was deleted")
                 entries[name] = {"bytes": info.file_size, "sha256": digest, "verified": ["sha256"] if expected else []}
+            _check_bert_config(os.path.join(out, CONFIG), f"{release}/{CONFIG}")
             return entries
     except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError) as exc:
         raise DataError(f"{zip_path}: not a readable zip archive ({_first_line(exc)}); the download was deleted") from None
+
+
+def _check_bert_config(path, name):
+    """A release is complete only with a config the trainer reads (its own reader: JSON, a BERT's keys and
+    sizes); a zip whose checksums were republished with a damaged config would otherwise be kept."""
+    from trainer.config import BertConfig
+
+    try:
+        BertConfig.from_json_file(path, DataError)
+    except DataError as exc:
+        reason = str(exc).removeprefix(f"{path}: ")  # the staging path; `name` is what the user knows
+        raise DataError(f"{name}: {reason}; nothing was kept and the download was deleted") from None
 
 
 def _extract(archive, info, dest, progress):

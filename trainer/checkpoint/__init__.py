@@ -43,12 +43,18 @@ class Checkpoint:
 
 
 def sniff(path):
-    """The module that reads the kind of checkpoint at `path`, or a DataError naming what was looked for."""
+    """The module that reads the kind of checkpoint at `path`, or a DataError naming what was looked for
+    (a UsageError naming both where a directory holds two kinds: which one is meant is not guessed)."""
     from trainer.checkpoint import google, hf, nvidia, ours
 
-    for module in (ours, google, hf, nvidia):
-        if module.sniff(path):
-            return module
+    found = [module for module in (ours, google, hf, nvidia) if module.sniff(path)]
+    if len(found) > 1:
+        by_prefix = f", or name the Google one by its prefix {google.checkpoint_prefix(path)}" if google in found \
+            else ""
+        raise UsageError(f"{path}: holds both {found[0].HELD} and {found[1].HELD}: which one is meant? Move one of "
+                         f"them out{by_prefix}")
+    if found:
+        return found[0]
     if hf.looks_like_hub_id(path):
         return hf
     raise DataError(f"{path}: not a checkpoint this trainer reads (expected a ckpt-<step>/ or checkpoint "

@@ -13,6 +13,7 @@ import numpy as np
 from bertprep.atomic import atomic_dir, atomic_open, staging_dir
 from bertprep.errors import UsageError, run_reporting_errors
 from bertprep.progress import print_summary
+from trainer.cli import _positive_int
 
 PROG = "trainer checkpoint"
 WRITERS = ("hf", "google", "bertprep")
@@ -44,7 +45,7 @@ def build_parser():
                                                      "[, masked_lm_positions], or a records file")
     run.add_argument("--out", required=True, help="output .npz: sequence_output, pooled_output, "
                                                   "mlm_logits, nsp_logits (float32)")
-    run.add_argument("--batch-size", type=int, default=32)
+    run.add_argument("--batch-size", type=_positive_int, default=32, help="inputs per model call (default: 32)")
     run.add_argument("--json", action="store_true", help="summary as JSON")
     run.add_argument("--quiet", action="store_true", help="no summary")
     return p
@@ -119,7 +120,7 @@ def _run(args):
         f.write(buffer.getvalue())
     if not args.quiet:
         print_summary("trainer checkpoint run: done", {
-            "kind": checkpoint.kind, "inputs": len(inputs["input_ids"]), "out": args.out,
+            "kind": checkpoint.kind, "inputs": len(inputs.places), "out": args.out,
             "arrays": ", ".join(f"{k} {list(v.shape)}" for k, v in arrays.items())}, as_json=args.json)
     return 0
 

@@ -12,12 +12,13 @@ from trainer.checkpoint import checked, names, vocab_beside
 from trainer.config import BertConfig
 
 KIND = "google"
+HELD = "a Google checkpoint (bert_model.ckpt)"
 CONFIG = "bert_config.json"
 PREFIX = "bert_model.ckpt"
 CHUNK_BYTES = 1 << 28
 
 
-def _prefix(path):
+def checkpoint_prefix(path):
     """The checkpoint prefix `path` names, or None."""
     if os.path.isfile(path + ".index"):
         return path
@@ -35,7 +36,7 @@ def _prefix(path):
 
 
 def sniff(path):
-    return _prefix(path) is not None
+    return checkpoint_prefix(path) is not None
 
 
 def _tensorflow():
@@ -48,13 +49,13 @@ def _tensorflow():
 
 
 def read(path):
-    prefix = _prefix(path)
+    prefix = checkpoint_prefix(path)
     directory = os.path.dirname(prefix) or "."
     config_path = os.path.join(directory, CONFIG)
     if not os.path.isfile(config_path):
         raise DataError(f"{prefix}: no {CONFIG} beside the checkpoint (it gives the model's size)")
     # google-research/bert's modeling.py computes "gelu" with the tanh approximation.
-    config = dataclasses.replace(BertConfig.from_json_file(config_path), hidden_act="gelu_tanh")
+    config = dataclasses.replace(BertConfig.from_json_file(config_path, DataError), hidden_act="gelu_tanh")
     tf = _tensorflow()
     try:
         reader = tf.train.load_checkpoint(prefix)

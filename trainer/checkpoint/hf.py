@@ -15,6 +15,7 @@ from trainer.checkpoint import checked, names, vocab_beside
 from trainer.config import BertConfig
 
 KIND = "hf"
+HELD = "a Hugging Face checkpoint (config.json with model.safetensors or pytorch_model.bin)"
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 # config.json keys that carry a BERT config value (the same names as bert_config.json's).
@@ -58,6 +59,9 @@ def read_config(path):
             values = json.load(f)
     except (OSError, ValueError) as exc:
         raise DataError(f"{config_path}: cannot read: {exc}") from None
+    if not isinstance(values, dict):
+        raise DataError(f"{config_path}: expected a JSON object of Hugging Face config keys, got "
+                        f"{type(values).__name__}")
     if values.get("model_type", "bert") != "bert":
         raise DataError(f"{config_path}: model_type {values.get('model_type')!r} is another architecture "
                         "(expected 'bert')")
@@ -73,7 +77,7 @@ def read_config(path):
                                "intermediate_size") if key not in values]
     if missing:
         raise DataError(f"{config_path}: no {missing[0]}")
-    return BertConfig(**{key: values[key] for key in _CONFIG_KEYS if key in values})
+    return BertConfig.checked(config_path, {key: values[key] for key in _CONFIG_KEYS if key in values}, DataError)
 
 
 def _load_state(weights_file):

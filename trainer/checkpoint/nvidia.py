@@ -10,6 +10,7 @@ from trainer.checkpoint.hf import google_names, load_torch
 from trainer.config import BertConfig
 
 KIND = "nvidia-pt"
+HELD = "an NVIDIA PyTorch checkpoint (.pt)"
 
 
 def sniff(path):
@@ -21,6 +22,6 @@ def read(path):
     config_path = os.path.join(directory, "bert_config.json")
     if not os.path.isfile(config_path):
         raise DataError(f"{path}: no bert_config.json beside the checkpoint (it gives the model's size)")
-    config = BertConfig.from_json_file(config_path)
+    config = BertConfig.from_json_file(config_path, DataError)
     found, skipped = google_names(path, load_torch(path, key="model"))
     return checked(KIND, path, config, found, vocab_beside(directory), skipped)

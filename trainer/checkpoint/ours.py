@@ -15,6 +15,7 @@ from trainer.checkpoint import checked, names, vocab_beside
 from trainer.config import BertConfig
 
 KIND = "bertprep"
+HELD = "a checkpoint of this trainer (state.npz)"
 _VARIABLE_NAME = re.compile(r"^model/(?:trainable|non_trainable)/\d+/(.+)$")
 
 
@@ -39,7 +40,7 @@ def read_arrays(path):
             model_settings = json.load(f)["settings"]["model"]
         with np.load(os.path.join(directory, "state.npz")) as npz:
             weights = {match.group(1): npz[name] for name in npz.files if (match := _VARIABLE_NAME.match(name))}
-        config = BertConfig(**model_settings)
+        config = BertConfig.checked(os.path.join(directory, "state.json"), model_settings, DataError)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise DataError(f"{directory}: unreadable checkpoint: {exc.__class__.__name__}: {exc}") from None
     return config, weights, directory

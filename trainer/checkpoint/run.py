@@ -10,38 +10,151 @@ import numpy as np
 from bertprep.errors import DataError
 
 FEATURES = ("input_ids", "input_mask", "segment_ids")
+POSITIONS = "masked_lm_positions"
+JSON_LINES_SUFFIXES = (".jsonl", ".json", ".ndjson")
+INT32_MAX = 2 ** 31 - 1
+# Each feature's largest value known before the checkpoint is read (the vocab and the type vocab are its).
+_HIGHEST = {"input_ids": INT32_MAX, "input_mask": 1, "segment_ids": INT32_MAX, POSITIONS: INT32_MAX}
+
+
+@dataclasses.dataclass
+class Inputs:
+    """The inputs of `checkpoint run`: {feature: int32 [N, L]} (and masked_lm_positions [N, P] when
+    every input has them), and where each input came from ("line 3", "record 0") for the messages."""
+
+    path: str
+    arrays: dict
+    places: list
+
+    @property
+    def seq(self):
+        return self.arrays["input_ids"].shape[1]
+
+    def check_fits(self, config):
+        """Every input fits the checkpoint's model: its positions, its vocab, its segment types."""
+        if self.seq > config.max_position_embeddings:
+            raise DataError(f"{self.path}: {self.places[0]}: input_ids has {self.seq} tokens, the checkpoint's model "
+                            f"has {config.max_position_embeddings} positions")
+        for key, size, what in (("input_ids", config.vocab_size, "vocab_size"),
+                                ("segment_ids", config.type_vocab_size, "type_vocab_size")):
+            self.check_below(key, size, f"the checkpoint's {what} {size}")
+
+    def check_below(self, key, limit, what):
+        """Every value of `key` below `limit` (`what` it is), else the first that is not, by line and index."""
+        rows, columns = np.nonzero(self.arrays[key] >= limit)
+        if len(rows):
+            row, column = rows[0], columns[0]
+            raise DataError(f"{self.path}: {self.places[row]}: {key}[{column}] is {self.arrays[key][row, column]}, "
+                            f"expected less than {what}")
 
 
 def read_inputs(path):
-    """{feature: int32 [N, L]} (and masked_lm_positions [N, P] where given) of a JSON-lines file or a
-    records file (TFRecord / OFRecord)."""
-    with open(path, "rb") as f:
-        first = f.read(1)
-    if first == b"{":
-        rows = []
-        with open(path, encoding="utf-8") as f:
-            for number, line in enumerate(f, 1):
-                if line.strip():
-                    try:
-                        rows.append(json.loads(line))
-                    except ValueError as exc:
-                        raise DataError(f"{path}: line {number}: not JSON: {exc}") from None
+    """The Inputs of a JSON-lines file (one object per line) or a records file (TFRecord / OFRecord /
+    HDF5 / Parquet), every value checked: integers in their feature's range, one length for all."""
+    if _is_json_lines(path):
+        rows, places = _json_lines(path)
     else:
         from bertprep.formats import read_records
 
         rows = list(read_records(path))
+        places = [f"record {index}" for index in range(len(rows))]
     if not rows:
         raise DataError(f"{path}: no inputs")
-    keys = [*FEATURES, *(["masked_lm_positions"] if all("masked_lm_positions" in r for r in rows) else [])]
-    inputs = {}
-    for key in keys:
-        try:
-            inputs[key] = np.asarray([np.asarray(r[key], dtype=np.int64) for r in rows]).astype(np.int32)
-        except (KeyError, ValueError) as exc:
-            raise DataError(f"{path}: every input needs {key} of one length ({exc.__class__.__name__}: {exc})") from None
-        if inputs[key].ndim != 2:
-            raise DataError(f"{path}: {key} must be a list of integers of the same length in every input")
+    keys = [*FEATURES, *([POSITIONS] if _with_positions(path, rows, places) else [])]
+    _check_lengths(path, rows, places, keys)
+    inputs = Inputs(path, {key: np.stack([_integers(path, place, key, row) for row, place in zip(rows, places)])
+                           for key in keys}, places)
+    if POSITIONS in inputs.arrays:
+        inputs.check_below(POSITIONS, inputs.seq, f"the sequence length {inputs.seq}")
     return inputs
+
+
+def _is_json_lines(path):
+    """By the name; else a file that starts with "{" (a record file's first byte is its length's) or holds
+    nothing but white space (no records either)."""
+    if path.endswith(JSON_LINES_SUFFIXES):
+        return True
+    with open(path, "rb") as f:
+        head = f.read(1 << 16)
+        return head[:1] == b"{" or (not head.strip() and not f.read(1))
+
+
+def _json_lines(path):
+    rows, places = [], []
+    with open(path, "rb") as f:  # json.loads reads the bytes: not UTF-8 is "not JSON" on its line
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError as exc:
+                raise DataError(f"{path}: line {number}: not JSON: {exc}") from None
+            if not isinstance(row, dict):
+                raise DataError(f"{path}: line {number}: expected a JSON object of {', '.join(FEATURES)}, got "
+                                f"{type(row).__name__} {_shown(row)}")
+            rows.append(row)
+            places.append(f"line {number}")
+    return rows, places
+
+
+def _with_positions(path, rows, places):
+    """Whether every input has masked_lm_positions (MLM and NSP outputs for all) or none does."""
+    having = [POSITIONS in row for row in rows]
+    if all(having) or not any(having):
+        return having[0]
+    lacking = places[having.index(False)]
+    raise DataError(f"{path}: {lacking}: no {POSITIONS}, which {places[having.index(True)]} has "
+                    "(give them on every input or on none)")
+
+
+def _check_lengths(path, rows, places, keys):
+    """Every input has every key; the encoder's features as many values as the first input's input_ids,
+    masked_lm_positions as many as the first input's."""
+    first = {key: _length(path, places[0], rows[0], key) for key in keys}
+    if not first["input_ids"]:
+        raise DataError(f"{path}: {places[0]}: input_ids is empty")
+    for row, place in zip(rows, places):
+        for key in keys:
+            like = "input_ids" if key in FEATURES else key
+            got = _length(path, place, row, key)
+            if got != first[like]:
+                raise DataError(f"{path}: {place}: {key} has {got} values, expected {first[like]} as {places[0]}'s "
+                                f"{like} (every input has one length)")
+
+
+def _length(path, place, row, key):
+    if key not in row:
+        raise DataError(f"{path}: {place}: no {key}")
+    value = row[key]
+    if not isinstance(value, (list, np.ndarray)) or np.ndim(value) != 1:
+        raise DataError(f"{path}: {place}: {key} is {_shown(value)}, expected a list of integers")
+    return len(value)
+
+
+def _integers(path, place, key, row):
+    """row[key] as int32, every value an integer in [0, the feature's highest]: never truncated or wrapped."""
+    value = row[key]
+    if isinstance(value, np.ndarray):
+        if not np.issubdtype(value.dtype, np.integer):
+            raise DataError(f"{path}: {place}: {key} is {value.dtype}, expected integers")
+        array = value
+    else:
+        for index, item in enumerate(value):
+            if type(item) is not int:  # a float, a bool, a string: refused, never truncated
+                raise DataError(f"{path}: {place}: {key}[{index}] is {_shown(item)}, expected an integer")
+        # Held just past the range: an integer beyond int64 is reported below, not an OverflowError.
+        array = np.array([min(max(item, -1), INT32_MAX + 1) for item in value], np.int64)
+    outside = np.nonzero((array < 0) | (array > _HIGHEST[key]))[0]
+    if len(outside):
+        index = outside[0]
+        raise DataError(f"{path}: {place}: {key}[{index}] is {value[index]}, expected an integer from 0 to "
+                        f"{_HIGHEST[key]}")
+    return array.astype(np.int32)
+
+
+def _shown(value):
+    text = json.dumps(value) if isinstance(value, (int, float, str, list, dict, type(None))) else repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def build(checkpoint, seq, pred):
@@ -59,7 +172,7 @@ def build(checkpoint, seq, pred):
     else:
         model = BertEncoder(config, name="bert")
         with variables_initialized_together():
-            model.pool(model.encode(symbolic_inputs(1, seq)))
+            model(symbolic_inputs(1, seq))
     assign(model, checkpoint.ours(), checkpoint.path)
     return model
 
@@ -93,22 +206,18 @@ def _with_vocab_padding(model, value, shape):
 
 
 def outputs(checkpoint, inputs, batch_size=32):
-    """{name: float32 array} over all inputs, in batches."""
+    """{name: float32 array} over all `inputs` (an Inputs, checked against the checkpoint), in batches."""
     from keras import ops
 
-    seq = inputs["input_ids"].shape[1]
-    if seq > checkpoint.config.max_position_embeddings:
-        raise DataError(f"inputs have length {seq}, the checkpoint's model has "
-                        f"{checkpoint.config.max_position_embeddings} positions")
-    too_big = int(inputs["input_ids"].max())
-    if too_big >= checkpoint.config.vocab_size:
-        raise DataError(f"inputs hold token id {too_big}, the checkpoint's vocab_size is {checkpoint.config.vocab_size}")
-    with_heads = checkpoint.has_heads and "masked_lm_positions" in inputs
-    pred = inputs["masked_lm_positions"].shape[1] if with_heads else 0
+    inputs.check_fits(checkpoint.config)
+    arrays = inputs.arrays
+    seq = arrays["input_ids"].shape[1]
+    with_heads = checkpoint.has_heads and POSITIONS in arrays
+    pred = arrays[POSITIONS].shape[1] if with_heads else 0
     model = build(checkpoint, seq, pred)
     parts = {}
-    for start in range(0, len(inputs["input_ids"]), batch_size):
-        batch = {k: v[start:start + batch_size] for k, v in inputs.items()}
+    for start in range(0, len(arrays["input_ids"]), batch_size):
+        batch = {k: v[start:start + batch_size] for k, v in arrays.items()}
         sequence = model.encode(batch)
         pooled = model.pool(sequence)
         got = {"sequence_output": sequence, "pooled_output": pooled}

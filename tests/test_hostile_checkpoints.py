@@ -1,0 +1,440 @@
+"""Hostile input to the checkpoint half of the trainer (issue 30), one or more tests per class: a
+real heads-less BERT (transformers' own `BertModel`, saved without the `bert.` prefix) through
+`checkpoint run`, every `convert` and `finetune`; `checkpoint run --inputs` values that must be
+refused, never truncated or wrapped; config files that are not a BERT's; a directory holding two
+kinds of checkpoint; fine-tuning with nothing to score; the temporaries of killed writers;
+`download pretrained` of a release whose config is damaged. Bad input ends with one line, exit 1
+(data) or 2 (usage), nothing under the output's name."""
+
+import copy
+import fcntl
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tensorflow")
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from stand_in_servers import StandInServer, looks_complete, one_line_error, run_cli  # noqa: E402
+from test_checkpoints import TOLERANCE, run_outputs  # noqa: E402
+from test_download_pretrained import RELEASE, ZIP_PATH, release_files, sha256sums, zip_of  # noqa: E402, F401
+
+from bertprep import formats  # noqa: E402
+from bertprep.atomic import temp_path  # noqa: E402
+from bertprep.formats.schemas import GLUE  # noqa: E402
+from trainer.cli import main  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HEADLESS_OUTPUTS = {"sequence_output", "pooled_output"}
+# Google's modeling.py computes the tanh GELU: an exact-GELU model converted to Google's form moves ~2e-5.
+GOOGLE_GELU_TOLERANCE = 1e-4
+
+
+@pytest.fixture(scope="session")
+def checkpoints(shared_dir):
+    return shared_dir / "fixtures" / "checkpoints"
+
+
+@pytest.fixture(scope="session")
+def input_rows(checkpoints):
+    return [json.loads(line) for line in (checkpoints / "inputs.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def bert_model(checkpoints, input_rows, tmp_path_factory):
+    """transformers' own BertModel of hf_tiny's config (seeded random init), saved by save_pretrained
+    (safetensors, names without `bert.`), a copy whose file also holds the `embeddings.position_ids`
+    buffer (as transformers < 4.31 saved it, as many hub BERTs have it), and transformers' outputs on
+    the fixture inputs."""
+    root = tmp_path_factory.mktemp("bert_model")
+    hf_config = json.loads((checkpoints / "hf_tiny" / "config.json").read_text())
+    config = transformers.BertConfig(**{key: hf_config[key] for key in (
+        "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
+        "max_position_embeddings", "type_vocab_size", "initializer_range")})
+    torch.manual_seed(30)
+    model = transformers.BertModel(config).eval()
+    model.save_pretrained(root / "saved")
+    assert not any(name.startswith("bert.") for name in _safetensors_names(root / "saved"))
+    from safetensors.torch import save_file
+
+    (root / "with_buffer").mkdir()
+    shutil.copy(root / "saved" / "config.json", root / "with_buffer" / "config.json")
+    state = {name: value.contiguous() for name, value in model.state_dict().items()}
+    save_file(dict(state, **{"embeddings.position_ids": model.embeddings.position_ids.contiguous()}),
+              str(root / "with_buffer" / "model.safetensors"), metadata={"format": "pt"})
+    return {"saved": root / "saved", "with_buffer": root / "with_buffer", "outputs": _transformers_outputs(
+        model, input_rows)}
+
+
+def _safetensors_names(directory):
+    from safetensors import safe_open
+
+    with safe_open(str(directory / "model.safetensors"), "np") as f:
+        return list(f.keys())
+
+
+def _transformers_outputs(model, rows):
+    tensor = {k: torch.tensor([r[k] for r in rows]) for k in ("input_ids", "input_mask", "segment_ids")}
+    with torch.no_grad():
+        out = model(input_ids=tensor["input_ids"], attention_mask=tensor["input_mask"],
+                    token_type_ids=tensor["segment_ids"])
+    return {"sequence_output": out.last_hidden_state.numpy(), "pooled_output": out.pooler_output.numpy()}
+
+
+def assert_headless_outputs(got, want, tolerance=TOLERANCE):
+    assert set(got) == HEADLESS_OUTPUTS
+    for name in HEADLESS_OUTPUTS:
+        assert got[name].dtype == np.float32
+        np.testing.assert_allclose(got[name], want[name], rtol=0, atol=tolerance, err_msg=name)
+
+
+# ---------------------------------------------------------------- class 7: a real heads-less checkpoint
+
+
+@pytest.mark.parametrize("copy_name", ["saved", "with_buffer"])
+def test_run_of_a_transformers_bertmodel_gives_transformers_outputs(bert_model, checkpoints, tmp_path, copy_name):
+    got = run_outputs(bert_model[copy_name], checkpoints / "inputs.jsonl", tmp_path / "o.npz")
+    assert_headless_outputs(got, bert_model["outputs"])
+
+
+def test_bertmodel_converts_to_every_kind_and_back(bert_model, checkpoints, tmp_path):
+    """--to hf (loaded by transformers' BertModel: nothing missing, its outputs), --to bertprep, --to google
+    (TensorFlow reads Google's names; gelu_tanh there) and from that back to hf: the same weights."""
+    src = bert_model["saved"]
+    for to in ("hf", "bertprep", "google"):
+        assert main(["checkpoint", "convert", str(src), str(tmp_path / to), "--to", to, "--quiet"]) == 0
+        tolerance = GOOGLE_GELU_TOLERANCE if to == "google" else TOLERANCE
+        got = run_outputs(tmp_path / to, checkpoints / "inputs.jsonl", tmp_path / f"{to}.npz")
+        assert_headless_outputs(got, bert_model["outputs"], tolerance)
+    loaded, info = transformers.BertModel.from_pretrained(str(tmp_path / "hf"), output_loading_info=True)
+    assert not any(info.get(k) for k in ("missing_keys", "unexpected_keys", "mismatched_keys")), info
+    rows = [json.loads(line) for line in (checkpoints / "inputs.jsonl").read_text().splitlines()]
+    assert_headless_outputs(_transformers_outputs(loaded.eval(), rows), bert_model["outputs"])
+
+    import tensorflow as tf
+
+    google_names = {name for name, _shape in tf.train.list_variables(str(tmp_path / "google" / "bert_model.ckpt"))}
+    assert "bert/embeddings/word_embeddings" in google_names and not any(n.startswith("cls/") for n in google_names)
+    assert main(["checkpoint", "convert", str(tmp_path / "google"), str(tmp_path / "back"), "--to", "hf",
+                 "--quiet"]) == 0
+    from safetensors.numpy import load_file
+
+    original, back = load_file(src / "model.safetensors"), load_file(tmp_path / "back" / "model.safetensors")
+    assert {f"bert.{name}" for name in original} == set(back)
+    assert all(np.array_equal(value, back[f"bert.{name}"]) for name, value in original.items())
+
+
+def _mrpc(shared_dir, directory, splits=("train", "eval")):
+    golden = shared_dir / "fixtures" / "finetune" / "glue" / "MRPC_train_seq128.tfrecord"
+    for split in splits:
+        formats.write_records(directory / f"{split}.tf_record", list(formats.read_records(golden))[:16], "tfrecord",
+                              kind=GLUE)
+    return directory
+
+
+@pytest.mark.heavy  # a fine-tuning run: 17 s alone on 2 cores, over 20 s beside other work
+def test_finetune_from_a_transformers_bertmodel_and_run_its_encoder(bert_model, checkpoints, shared_dir, tmp_path,
+                                                                   capfd):
+    """Every encoder variable loaded; the fine-tuned checkpoint (a classifier, no pretraining heads) is
+    heads-less too: `checkpoint run` gives its encoder's outputs."""
+    code = main(["finetune", "--task", "mrpc", "--data", str(_mrpc(shared_dir, tmp_path / "mrpc")), "--format",
+                 "tfrecord", "--init-checkpoint", str(bert_model["saved"]), "--steps", "2", "--batch-size", "8",
+                 "--output-dir", str(tmp_path / "out"), "--checkpoint-dir", str(tmp_path / "tuned"), "--json"])
+    captured = capfd.readouterr()
+    assert code == 0, captured.err[-2000:]
+    # 5 embedding variables, 16 per layer, the pooler's 2: the whole encoder.
+    assert f"39 encoder variables from {bert_model['saved'] / 'model.safetensors'}" in captured.err
+    assert json.loads(captured.out)["eval_examples"] == 16
+    got = run_outputs(tmp_path / "tuned", checkpoints / "inputs.jsonl", tmp_path / "tuned.npz")
+    assert set(got) == HEADLESS_OUTPUTS and got["pooled_output"].shape == (3, 128)
+    assert np.isfinite(got["sequence_output"]).all()
+
+
+# ---------------------------------------------------------------- class 1, 2, 4, 6: checkpoint run --inputs
+
+
+def _edited(rows, line, field, edit):
+    rows = copy.deepcopy(rows)
+    edit(rows[line - 1], field)
+    return rows
+
+
+def _set(index, value):
+    def edit(row, field):
+        row[field][index] = value
+    return edit
+
+
+def _drop_last(row, field):
+    row[field] = row[field][:-1]
+
+
+def _remove(row, field):
+    del row[field]
+
+
+# (name, line, field, edit, what the message says besides the file, line and field)
+BAD_VALUES = [
+    ("fraction", 2, "input_ids", _set(3, 101.5), "input_ids[3] is 101.5, expected an integer"),
+    ("negative", 2, "input_ids", _set(3, -1), "input_ids[3] is -1, expected an integer from 0 to 2147483647"),
+    ("beyond int32", 3, "input_ids", _set(4, 2 ** 40), "input_ids[4] is 1099511627776"),
+    ("beyond int64", 3, "input_ids", _set(4, 2 ** 70), "input_ids[4] is 1180591620717411303424"),
+    ("a string", 1, "segment_ids", _set(0, "0"), 'segment_ids[0] is "0", expected an integer'),
+    ("a bool", 1, "input_mask", _set(0, True), "input_mask[0] is true, expected an integer"),
+    ("vocab", 3, "input_ids", _set(2, 30522), "input_ids[2] is 30522, expected less than the checkpoint's "
+                                               "vocab_size 30522"),
+    ("segment 2", 3, "segment_ids", _set(5, 2), "segment_ids[5] is 2, expected less than the checkpoint's "
+                                                "type_vocab_size 2"),
+    ("mask 2", 1, "input_mask", _set(5, 2), "input_mask[5] is 2, expected an integer from 0 to 1"),
+    ("position past the sequence", 1, "masked_lm_positions", _set(0, 128),
+     "masked_lm_positions[0] is 128, expected less than the sequence length 128"),
+    ("lengths disagree", 2, "input_mask", _drop_last, "input_mask has 127 values, expected 128 as line 1's input_ids"),
+    ("rows disagree", 3, "input_ids", _drop_last, "input_ids has 127 values, expected 128 as line 1's input_ids"),
+    ("one line without positions", 2, "masked_lm_positions", _remove,
+     "no masked_lm_positions, which line 1 has (give them on every input or on none)"),
+    ("no input_ids", 3, "input_ids", _remove, "no input_ids"),
+]
+
+
+@pytest.mark.parametrize("name,line,field,edit,said", BAD_VALUES, ids=[case[0] for case in BAD_VALUES])
+def test_run_refuses_inputs_naming_file_line_field_and_value(checkpoints, input_rows, tmp_path, capsys,
+                                                             name, line, field, edit, said):
+    inputs = tmp_path / "inputs.jsonl"
+    inputs.write_text("".join(json.dumps(row) + "\n" for row in _edited(input_rows, line, field, edit)))
+    err = _run_fails(capsys, checkpoints / "hf_tiny", inputs, tmp_path / "o.npz")
+    assert err == f"trainer checkpoint: error: {inputs}: line {line}: {said}" or (
+        err.startswith(f"trainer checkpoint: error: {inputs}: line {line}: ") and said in err), err
+
+
+# (file name, content, what the message says after the file). Without the .jsonl name, a file that
+# starts with "[" may be a record file (its first byte is a length's): only "{" and white space are sniffed.
+NOT_RECORDS = [("inputs.jsonl", "\n\n   \n", "no inputs"), ("inputs", "\n\n   \n", "no inputs"),
+               ("inputs.jsonl", "[1, 2, 3]\n", "line 1: expected a JSON object of input_ids, input_mask, segment_ids, "
+                                               "got list [1, 2, 3]"),
+               ("inputs", '{"input_ids": [1]}\n7\n', "line 2: expected a JSON object")]
+
+
+@pytest.mark.parametrize("name,content,said", NOT_RECORDS)
+def test_run_reads_json_lines_as_json_lines(checkpoints, tmp_path, capsys, name, content, said):
+    """Not as a record file ("truncated data (0 of 746809378126704987 bytes)")."""
+    inputs = tmp_path / name
+    inputs.write_text(content)
+    err = _run_fails(capsys, checkpoints / "hf_tiny", inputs, tmp_path / "o.npz")
+    assert err.startswith(f"trainer checkpoint: error: {inputs}: {said}"), err
+
+
+@pytest.mark.parametrize("value", ["0", "-4"])
+def test_run_batch_size_must_be_positive(checkpoints, tmp_path, capsys, value):
+    with pytest.raises(SystemExit) as exit_:
+        main(["checkpoint", "run", str(checkpoints / "hf_tiny"), "--inputs", str(checkpoints / "inputs.jsonl"),
+              "--out", str(tmp_path / "o.npz"), "--batch-size", value])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and err == [
+        f"trainer checkpoint run: error: argument --batch-size: expected a positive integer, got {value}"]
+    assert not os.path.exists(tmp_path / "o.npz")
+
+
+def _run_fails(capsys, src, inputs, out, code=1):
+    got = main(["checkpoint", "run", str(src), "--inputs", str(inputs), "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert got == code and len(err) == 1, err
+    assert not os.path.exists(out) and not os.path.exists(os.path.join(os.path.dirname(out), ".partial"))
+    return err[0]
+
+
+# ---------------------------------------------------------------- class 4, 6: config files
+
+
+def _hf_copy(checkpoints, directory, **changes):
+    directory.mkdir()
+    os.symlink(checkpoints / "hf_tiny" / "model.safetensors", directory / "model.safetensors")
+    config = json.loads((checkpoints / "hf_tiny" / "config.json").read_text())
+    (directory / "config.json").write_text(json.dumps(dict(config, **changes)))
+    return directory
+
+
+def _google_copy(checkpoints, directory, config):
+    directory.mkdir()
+    for name in ("bert_model.ckpt.index", "bert_model.ckpt.data-00000-of-00001"):
+        os.symlink(checkpoints / "google_tiny" / name, directory / name)
+    (directory / "bert_config.json").write_text(config if isinstance(config, str) else json.dumps(config))
+    return directory
+
+
+BAD_CONFIGS = [
+    ("num_attention_heads", 0, "num_attention_heads is 0, expected a positive integer"),
+    ("num_attention_heads", 3, "hidden_size 128 is not a multiple of num_attention_heads 3"),
+    ("num_hidden_layers", 0, "num_hidden_layers is 0, expected a positive integer"),
+    ("num_hidden_layers", -1, "num_hidden_layers is -1, expected a positive integer"),
+    ("hidden_size", 128.0, "hidden_size is 128.0, expected a positive integer"),
+    ("hidden_dropout_prob", 1.5, "hidden_dropout_prob is 1.5, expected a probability in [0, 1)"),
+]
+
+
+@pytest.mark.parametrize("key,value,said", BAD_CONFIGS, ids=[f"{k}={v}" for k, v, _ in BAD_CONFIGS])
+def test_a_config_that_is_not_a_berts_is_one_line_exit_1_in_either_kind(checkpoints, tmp_path, capsys,
+                                                                        key, value, said):
+    """The same bad value in Hugging Face's config.json and Google's bert_config.json: exit 1 both,
+    the file and the field named (not a variable blamed, not a traceback)."""
+    hf = _hf_copy(checkpoints, tmp_path / "hf", **{key: value})
+    google_config = json.loads((checkpoints / "google_tiny" / "bert_config.json").read_text())
+    google = _google_copy(checkpoints, tmp_path / "google", dict(google_config, **{key: value}))
+    for src, config in ((hf, hf / "config.json"), (google, google / "bert_config.json")):
+        assert _inspect_fails(capsys, src) == f"trainer checkpoint: error: {config}: {said}"
+
+
+def test_a_config_that_is_a_json_list_or_not_json(checkpoints, tmp_path, capsys):
+    hf = _hf_copy(checkpoints, tmp_path / "hf")
+    (hf / "config.json").write_text("[1, 2]")
+    assert _inspect_fails(capsys, hf) == (f"trainer checkpoint: error: {hf / 'config.json'}: expected a JSON object "
+                                          "of Hugging Face config keys, got list")
+    google = _google_copy(checkpoints, tmp_path / "google", "{not json")
+    assert _inspect_fails(capsys, google).startswith(
+        f"trainer checkpoint: error: {google / 'bert_config.json'}: cannot read a BERT config: ")
+
+
+def test_googles_multilingual_config_keys_are_read_past(checkpoints, tmp_path, capsys):
+    """multi_cased_L-12_H-768_A-12's bert_config.json describes its pooler and script direction too."""
+    config = json.loads((checkpoints / "google_tiny" / "bert_config.json").read_text())
+    google = _google_copy(checkpoints, tmp_path / "google", dict(
+        config, directionality="bidi", pooler_fc_size=128, pooler_num_attention_heads=2, pooler_num_fc_layers=3,
+        pooler_size_per_head=64, pooler_type="first_token_transform"))
+    assert main(["checkpoint", "inspect", str(google), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["config"] == dict(config, hidden_act="gelu_tanh")
+
+
+def _inspect_fails(capsys, src, code=1):
+    got = main(["checkpoint", "inspect", str(src)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert got == code and len(err) == 1, err
+    return err[0]
+
+
+# ---------------------------------------------------------------- class 2: ambiguity
+
+
+def test_a_directory_with_a_google_and_a_hugging_face_checkpoint_is_a_usage_error(checkpoints, tmp_path, capsys):
+    both = _google_copy(checkpoints, tmp_path / "both", (checkpoints / "google_tiny" / "bert_config.json").read_text())
+    for name in ("config.json", "model.safetensors"):
+        os.symlink(checkpoints / "hf_tiny" / name, both / name)
+    err = _inspect_fails(capsys, both, code=2)
+    assert err == (f"trainer checkpoint: error: {both}: holds both a Google checkpoint (bert_model.ckpt) and a Hugging "
+                   "Face checkpoint (config.json with model.safetensors or pytorch_model.bin): which one is meant? "
+                   f"Move one of them out, or name the Google one by its prefix {both / 'bert_model.ckpt'}")
+    assert main(["checkpoint", "inspect", str(both / "bert_model.ckpt"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["kind"] == "google"
+
+
+def test_finetune_without_eval_records_is_an_error_unless_no_eval(checkpoints, shared_dir, tmp_path, capsys):
+    data = _mrpc(shared_dir, tmp_path / "mrpc", splits=("train",))
+    common = ["finetune", "--task", "mrpc", "--data", str(data), "--format", "tfrecord", "--init-checkpoint",
+              str(checkpoints / "hf_tiny"), "--steps", "1", "--batch-size", "8", "--output-dir", str(tmp_path / "out")]
+    assert main(common) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"trainer: error: {data}: no tfrecord eval records (eval.tf_record) to score: add them, or give --no-eval "
+        "to train without scores"]
+    assert main([*common, "--no-eval", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["steps"] == 1 and not any(key.startswith("eval_") for key in summary)
+
+
+# ---------------------------------------------------------------- class 5: left behind
+
+
+def _dead_pid():
+    """The pid of a process that was SIGKILLed (and reaped)."""
+    process = subprocess.Popen(["sleep", "60"])
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    return process.pid
+
+
+def _planted_temp(staging, final, pid, directory):
+    """A temporary of `final` in `staging` as a writer with `pid` names it (bertprep.atomic.temp_path)."""
+    name = os.path.basename(temp_path(staging, final)).replace(f".{os.getpid()}-", f".{pid}-")
+    path = staging / name
+    if directory:
+        path.mkdir(parents=True)
+        (path / "state.npz").write_bytes(b"half")
+    else:
+        staging.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"half")
+    return path
+
+
+def test_the_next_writer_removes_what_a_killed_writer_left(checkpoints, tmp_path):
+    """convert's output directory and run's .npz: a killed writer's temporary of that output goes, the
+    .partial/ with it; a live writer's stays."""
+    staging = tmp_path / ".partial"
+    stale_dir = _planted_temp(staging, tmp_path / "out", _dead_pid(), directory=True)
+    stale_file = _planted_temp(staging, tmp_path / "o.npz", _dead_pid(), directory=False)
+    assert main(["checkpoint", "convert", str(checkpoints / "hf_tiny"), str(tmp_path / "out"), "--to", "bertprep",
+                 "--quiet"]) == 0
+    assert not stale_dir.exists() and stale_file.exists()  # another output's: its own writer clears it
+    assert main(["checkpoint", "run", str(tmp_path / "out"), "--inputs", str(checkpoints / "inputs.jsonl"), "--out",
+                 str(tmp_path / "o.npz"), "--quiet"]) == 0
+    assert not staging.exists()
+
+    # A writer on another host sharing this file system: its pid means nothing here, its flock does.
+    live = _planted_temp(staging, tmp_path / "again", _dead_pid(), directory=False)
+    with open(live, "rb") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        assert main(["checkpoint", "convert", str(checkpoints / "hf_tiny"), str(tmp_path / "again"), "--to",
+                     "bertprep", "--quiet"]) == 0
+    assert live.exists()
+
+
+# `checkpoint convert` SIGKILLed once its writer has written the output's files into the staging directory.
+KILLED_CONVERT = """
+import os, signal, sys
+from trainer.checkpoint import hf
+write = hf.write
+def write_then_die(checkpoint, directory):
+    write(checkpoint, directory)
+    os.kill(os.getpid(), signal.SIGKILL)
+hf.write = write_then_die
+from trainer.cli import main
+main(["checkpoint", "convert", *sys.argv[1:], "--to", "hf"])
+"""
+
+
+def test_a_sigkilled_convert_leaves_nothing_after_the_rerun(checkpoints, tmp_path):
+    env = dict(os.environ, PYTHONPATH=REPO)
+    argv = [str(checkpoints / "hf_tiny"), str(tmp_path / "out")]
+    killed = subprocess.run([sys.executable, "-c", KILLED_CONVERT, *argv], env=env, capture_output=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL and not (tmp_path / "out").exists()
+    (left,) = os.listdir(tmp_path / ".partial")
+    assert left.startswith("out.") and left.endswith(".partial")  # what the killed writer left
+    rerun = subprocess.run([sys.executable, "-m", "trainer", "checkpoint", "convert", *argv, "--to", "hf", "--quiet"],
+                           env=env, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert sorted(os.listdir(tmp_path)) == ["out"]
+
+
+# ---------------------------------------------------------------- class 3: download pretrained
+
+
+@pytest.mark.parametrize("config,said", [(b"{not json", "cannot read a BERT config: "),
+                                         (b"[1, 2]", "expected a JSON object of bert_config.json keys, got list"),
+                                         (b'{"num_hidden_layers": 0}', "num_hidden_layers is 0, expected a positive "
+                                                                       "integer")])
+def test_a_release_whose_config_is_not_a_berts_is_not_kept(release_files, tmp_path, config, said):  # noqa: F811
+    """Its files match the (republished) checksums: the config is read before the release is complete."""
+    files = dict(release_files, **{"bert_config.json": config})
+    with StandInServer() as server:
+        server.add_file(ZIP_PATH, zip_of(files))
+        result = run_cli("download", "pretrained", "--model", RELEASE, "--workdir", tmp_path / "w", "--base-url",
+                         server.url + "/bert_models", "--checksums", sha256sums(tmp_path, files))
+    line = one_line_error(result)
+    assert line.startswith(f"bertprep download: error: {RELEASE}/bert_config.json: {said}") and line.endswith(
+        "; nothing was kept and the download was deleted"), line
+    root = tmp_path / "w" / "download" / "pretrained"
+    assert looks_complete(root) == ["manifest.json"] and not (root / RELEASE).exists()
+    assert json.loads((root / "manifest.json").read_text())["files"] == {}
