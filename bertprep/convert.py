@@ -74,6 +74,8 @@ def convert_columns(src, src_fmt, dst, dst_fmt, staging=None):
         kind = formats.record_kind(src, src_fmt)
         columns = {name: np.concatenate(parts) for name, parts in _stacked(formats.read_batches([src], 4096, kind=kind))}
     count = len(columns[kind.names[0]])
+    if count == 0:  # as for an empty framed file: nothing a reader could use, and OneFlow stops on an empty part
+        raise DataError(f"{src}: no records to convert (a file of zero rows); nothing was written")
     if dst_fmt in columnar.CODECS:
         columnar.write_columns(dst, columns, dst_fmt, kind, staging)
     else:

@@ -27,8 +27,8 @@ import io
 import numpy as np
 
 from bertprep.errors import DataError
-from bertprep.formats.columnar_io import Unreadable, require
-from bertprep.formats.schemas import FLOAT, KINDS, PACKED, PRETRAINING
+from bertprep.formats.columnar_io import Unreadable, as_rows, require
+from bertprep.formats.schemas import FLOAT, KINDS, PACKED, PRETRAINING, check_int_values
 
 SUFFIX = ".hdf5"
 LIBRARY = "h5py"
@@ -134,10 +134,9 @@ def decode(path):
                                     f"({str(exc).splitlines()[0]})") from None
     except OSError as exc:
         raise Unreadable(f"{path}: damaged HDF5 file ({str(exc).splitlines()[0]})") from None
+    check_int_values(kind, stored, path)  # before the cast to int32, which would wrap them
     for feature in stored_features(kind):
-        values = stored[feature.name]
-        stored[feature.name] = values.reshape(len(values), -1).astype(
-            np.float32 if feature.dtype == FLOAT else np.int32)
+        stored[feature.name] = as_rows(stored[feature.name]).astype(np.float32 if feature.dtype == FLOAT else np.int32)
     for name, derive in DERIVED.get(kind.name, {}).items():
         stored[name] = derive(stored)
     return kind, stored

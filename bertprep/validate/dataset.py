@@ -16,6 +16,7 @@ import re
 
 from bertprep import formats
 from bertprep.formats.schemas import kind_of_manifest
+from bertprep.manifests import manifest_problems
 from bertprep.progress import Progress
 from bertprep.atomic import walk
 from bertprep.validate.finetune import FINETUNE_KINDS
@@ -320,6 +321,8 @@ def _check_manifest(manifest, root, record_files, reports, shape, findings):
     if "_error" in manifest:
         findings.add(Finding("manifest", path, None, None, f"unreadable: {manifest['_error']}"))
         return
+    for field, problem in manifest_problems(manifest, path):  # its files are checked below, with their contents
+        findings.add(Finding("manifest", path, None, field, problem))
     base = os.path.dirname(path)
     entries = manifest.get("files") or {}
     by_path = {os.path.normpath(f.path): r for f, r in zip(record_files, reports)}
