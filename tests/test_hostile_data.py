@@ -211,6 +211,22 @@ def test_the_value_check_refuses_non_integers_and_values_beyond_int32(values, me
     check_int_values(PRETRAINING, {"input_ids": np.array([[101.0, 102.0]])}, "f.json")  # integral floats pass
 
 
+@pytest.mark.parametrize("position", [500, -1])
+def test_a_packed_hdf5_position_outside_the_row_is_refused(made, tmp_path, capsys, position):
+    """HDF5 packed files leave out the weights, which are read from input_mask at the positions: a position
+    past the row ended in a traceback, a negative one read from the row's end."""
+    assert main(["pack", str(made["static"]), "--out", str(tmp_path), "--format", "tfrecord,hdf5", "--quiet",
+                 "--workers", "1"]) == 0
+    bad = min(tmp_path.glob("*_packed*/*/hdf5/training/*.hdf5"))
+    with h5py.File(bad, "r+") as f:
+        positions = f["masked_lm_positions"][()]
+        positions[0, 0] = position
+        f["masked_lm_positions"][...] = positions
+    expected = f"{bad}: row 0: masked_lm_positions[0]: {position} is not a position of the row (0..63)"
+    assert expected in cli_error(capsys, ["inspect", str(bad)], 1)
+    assert main(["validate", str(bad), "--quiet"]) == 1 and expected in capsys.readouterr().out
+
+
 # ---------------------------------------------------------------- 2. silent skips
 
 
