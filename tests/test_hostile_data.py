@@ -125,6 +125,14 @@ def with_null(table):
                             pa.array(labels, pa.int32()))
 
 
+def with_null_id(table):
+    ids = table.column("input_ids").combine_chunks()
+    values = ids.flatten().to_pylist()
+    values[3 * ids.type.list_size + 2] = None
+    column = pa.FixedSizeListArray.from_arrays(pa.array(values, pa.int32()), ids.type.list_size)
+    return table.set_column(table.schema.get_field_index("input_ids"), "input_ids", column)
+
+
 def cli_error(capsys, argv, code):
     """Run `bertprep ARGV`: exit `code`, one line on stderr and no traceback; that line."""
     capsys.readouterr()
@@ -242,6 +250,7 @@ def test_a_file_the_manifest_lists_but_that_is_gone_is_an_error(static, tmp_path
 
 @pytest.mark.parametrize("change, message", [
     (with_null, "column next_sentence_labels holds nulls"),
+    (with_null_id, "column input_ids holds nulls"),
     (lambda table: table.drop_columns(["segment_ids"]), "match no record kind"),
 ])
 def test_hf_load_checks_every_parquet_file_not_only_the_first(static, tmp_path, change, message):
