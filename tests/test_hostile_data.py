@@ -183,6 +183,14 @@ def test_an_id_beyond_int32_in_a_columnar_file_is_refused_not_wrapped(static, tm
 
 
 @pytest.mark.parametrize("fmt", ["hdf5", "parquet"])
+def test_convert_of_a_tree_with_a_bad_later_file_leaves_nothing_behind(static, tmp_path, capsys, fmt):
+    bad = replace_ids(static, fmt)
+    out = tmp_path / "converted"
+    assert f"{bad}: row 3" in cli_error(capsys, ["convert", str(static / fmt), str(out), "--to", "tfrecord"], 1)
+    assert not out.exists()  # the first file's output was renamed into place before the second was read
+
+
+@pytest.mark.parametrize("fmt", ["hdf5", "parquet"])
 def test_validate_calls_a_file_with_an_id_beyond_int32_not_sound(static, capsys, fmt):
     bad = replace_ids(static, fmt)
     assert main(["validate", str(static), "--quiet", "--workers", "1"]) == 1
