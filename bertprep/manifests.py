@@ -14,11 +14,13 @@ listed sizes.
 import os
 
 from bertprep.errors import DataError
+from bertprep.formats import ALL_FORMATS
 from bertprep.formats.schemas import KINDS, PRETRAINING
 from bertprep.workdir import MANIFEST, load_manifest
 
-# file entry field -> the least value it may hold
+# file entry field -> the least value it may hold; every count is below 2^63 (the loaders hold them as int64)
 _FILE_COUNTS = {"bytes": 0, "instances": 0, "records": 0, "first_instance": 0}
+_INT64_LIMIT = 1 << 63
 
 
 def _is_int(value):
@@ -74,6 +76,23 @@ def _params_problems(params):
     prob = params.get("masked_lm_prob")
     if "masked_lm_prob" in params and (not _is_number(prob) or not 0 < prob <= 1):
         problems.append(("params.masked_lm_prob", f"{prob!r}, expected a number in (0, 1]"))
+    if "seed" in params and not _is_int(params["seed"]):
+        problems.append(("params.seed", f"{params['seed']!r}, expected an integer"))
+    if "whole_word_mask" in params and not isinstance(params["whole_word_mask"], bool):
+        problems.append(("params.whole_word_mask", f"{params['whole_word_mask']!r}, expected true or false"))
+    return problems
+
+
+def _vocab_and_formats_problems(manifest):
+    problems = []
+    vocab = manifest.get("vocab") or {}
+    if "size" in vocab and (not _is_int(vocab["size"]) or vocab["size"] < 1):
+        problems.append(("vocab.size", f"{vocab['size']!r}, expected an integer ≥ 1"))
+    if "path" in vocab and not isinstance(vocab["path"], str):
+        problems.append(("vocab.path", f"{vocab['path']!r}, expected a file name"))
+    fmts = manifest.get("formats", [])
+    if not isinstance(fmts, list) or not all(isinstance(fmt, str) and fmt in ALL_FORMATS for fmt in fmts):
+        problems.append(("formats", f"{fmts!r}, expected a list of {', '.join(ALL_FORMATS)}"))
     return problems
 
 
@@ -81,8 +100,9 @@ def _file_problems(manifest, base, fmts):
     problems = []
     for name, entry in (manifest.get("files") or {}).items():
         for field, least in _FILE_COUNTS.items():
-            if field in entry and (not _is_int(entry[field]) or entry[field] < least):
-                problems.append((f'files["{name}"].{field}', f"{entry[field]!r}, expected an integer ≥ {least}"))
+            if field in entry and (not _is_int(entry[field]) or not least <= entry[field] < _INT64_LIMIT):
+                expected = f"{entry[field]!r}, expected an integer in {least}..2^63-1"
+                problems.append((f'files["{name}"].{field}', expected))
         fmt = entry.get("format") or name.split("/")[0]
         if fmts is None or fmt not in fmts:
             continue
@@ -99,7 +119,7 @@ def manifest_problems(manifest, path, fmts=None):
     """[(field, what is wrong)] of a parsed records manifest at `path`; the files listed in formats `fmts`
     (a collection of format names; None: none) must be there with their listed sizes."""
     params = manifest.get("params") or {}
-    return _kind_and_dims_problems(manifest) + _params_problems(params) + \
+    return _kind_and_dims_problems(manifest) + _params_problems(params) + _vocab_and_formats_problems(manifest) + \
         _file_problems(manifest, os.path.dirname(path), fmts)
 
 

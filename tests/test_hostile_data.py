@@ -276,7 +276,13 @@ BAD_FIELDS = {
     "masked_lm_prob 1.5": (lambda m: m["params"].update(masked_lm_prob=1.5),
                            "params.masked_lm_prob: 1.5, expected a number in \\(0, 1\\]"),
     "first_instance -5": (lambda m: m["files"][next(iter(m["files"]))].update(first_instance=-5),
-                          "first_instance: -5, expected an integer ≥ 0"),
+                          "first_instance: -5, expected an integer in 0..2\\^63-1"),
+    "first_instance 2^70": (lambda m: m["files"][next(iter(m["files"]))].update(first_instance=2 ** 70),
+                            f"first_instance: {2 ** 70}, expected an integer in 0..2\\^63-1"),
+    "seed not a number": (lambda m: m["params"].update(seed="s"), "params.seed: 's', expected an integer"),
+    "vocab size not a number": (lambda m: m["vocab"].update(size="big"),
+                                "vocab.size: 'big', expected an integer ≥ 1"),
+    "dims not an object": (lambda m: m.update(dims="abc"), "dims: 'abc', expected an object of dimensions"),
     "dims seq 0": (lambda m: m["dims"].update(seq=0), "dims.seq: 0, expected a positive integer"),
     "unknown kind": (lambda m: m.update(kind="bogus"), "kind: unknown record kind 'bogus'"),
 }
@@ -298,7 +304,7 @@ def test_every_reader_of_a_manifest_refuses_a_bad_field_naming_it(dynamic, tmp_p
          "torch": lambda: torch_reads(dynamic, "tfrecord")}[reader]()
 
 
-@pytest.mark.parametrize("field", ["max_predictions_per_seq 0", "dims seq 0"])
+@pytest.mark.parametrize("field", ["max_predictions_per_seq 0", "dims seq 0", "dims not an object"])
 def test_validate_and_pack_name_the_bad_manifest_field(static, capsys, field):
     change, message = BAD_FIELDS[field]
     edit_manifest(static, change)
