@@ -16,7 +16,8 @@ Nothing is lost on the way: two sources that would write the same output
 (`part-0` and `part-0.tfrecord` to TFRecord) are refused before anything is
 written, and so is an empty source (an empty OFRecord part stops OneFlow's
 reader). A directory is converted as a tree the command holds, its
-temporaries in DST/.partial/.
+temporaries in DST/.partial/, renamed into place only once every file has
+converted: a bad file anywhere in it leaves no output behind.
 """
 
 import contextlib
@@ -26,7 +27,7 @@ import os
 import numpy as np
 
 from bertprep import formats
-from bertprep.atomic import atomic_open, check_distinct_outputs, hold, walk
+from bertprep.atomic import atomic_open, check_distinct_outputs, hold, temp_path, walk
 from bertprep.errors import DataError, UsageError
 from bertprep.formats import columnar
 from bertprep.formats.protowire import WireError
@@ -74,6 +75,8 @@ def convert_columns(src, src_fmt, dst, dst_fmt, staging=None):
         kind = formats.record_kind(src, src_fmt)
         columns = {name: np.concatenate(parts) for name, parts in _stacked(formats.read_batches([src], 4096, kind=kind))}
     count = len(columns[kind.names[0]])
+    if count == 0:  # as for an empty framed file: nothing a reader could use, and OneFlow stops on an empty part
+        raise DataError(f"{src}: no records to convert (a file of zero rows); nothing was written")
     if dst_fmt in columnar.CODECS:
         columnar.write_columns(dst, columns, dst_fmt, kind, staging)
     else:
@@ -111,6 +114,20 @@ def _record_files(directory):
     return sorted(found)
 
 
+def convert_all(pairs, dst_fmt, staging):
+    """Each (src, dst) converted; the records of each. A tree's files (`staging` given) are all converted in
+    `staging` first and renamed into place only when every one succeeded, so a bad file late in a tree leaves
+    none of its outputs behind."""
+    if staging is None:
+        return [convert_file(src, dst, dst_fmt) for src, dst in pairs]
+    staged = [temp_path(staging, dst) for _src, dst in pairs]
+    counts = [convert_file(src, tmp, dst_fmt, staging) for (src, _dst), tmp in zip(pairs, staged)]
+    for tmp, (_src, dst) in zip(staged, pairs):
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        os.replace(tmp, dst)
+    return counts
+
+
 def run(args):
     if os.path.isdir(args.src):
         pairs = []
@@ -138,13 +155,19 @@ def run(args):
         if os.path.getsize(src) == 0:
             raise DataError(f"{src}: empty file, no records to convert (an empty OFRecord part stops OneFlow's "
                             "reader); nothing was written")
-    total = 0
-    with tree as staging:
-        for src, dst in pairs:
-            count = convert_file(src, dst, args.to, staging)
-            total += count
-            if not args.quiet:
-                print(f"{src} -> {dst}: {count} records")
+    created = not os.path.exists(args.dst)
+    try:
+        with tree as staging:
+            counts = convert_all(pairs, args.to, staging)
+    except BaseException:
+        if created and os.path.isdir(args.dst):  # the tree's root, made to hold it: left empty, not left behind
+            with contextlib.suppress(OSError):
+                os.rmdir(args.dst)
+        raise
+    total = sum(counts)
+    for (src, dst), count in zip(pairs, counts):
+        if not args.quiet:
+            print(f"{src} -> {dst}: {count} records")
     if not args.quiet:
         print(f"converted {total} records in {len(pairs)} file(s) to {args.to}")
     return 0

@@ -4,7 +4,9 @@
     splits = hf.load("records/<params>/<corpus>")    # DatasetDict: train (and test)
     splits["train"].with_format("torch")[0]["input_ids"]
 
-Parquet files are handed to `datasets`' own Parquet builder; TFRecord,
+Parquet files are handed to `datasets`' own Parquet builder, once each has
+been read through bertprep's reader (its kind and shape, nulls, and values
+beyond int32 or the manifest's vocab are errors naming the file); TFRecord,
 OFRecord and HDF5 go through bertprep's readers into `datasets`' Arrow cache.
 Either way the result is memory-mapped from that cache, one column per
 feature of the record kind, and each split's `info.description` says the
@@ -17,8 +19,9 @@ import os
 
 from bertprep import formats
 from bertprep.errors import DataError
-from bertprep.formats.schemas import FLOAT
-from bertprep.workdir import load_manifest
+from bertprep.formats import columnar
+from bertprep.formats.schemas import FLOAT, check_int_values
+from bertprep.manifests import load_records_manifest
 
 PREFERENCE = ("parquet", "hdf5", "tfrecord", "ofrecord")
 SPLIT_NAMES = {"training": "train", "train": "train", "test": "test", "eval": "test"}
@@ -36,11 +39,45 @@ def features_of(kind, dims):
     return datasets.Features(features)
 
 
-def _rows(files):
+def _rows(files, kind, vocab_size=None):
     for path, _size, _mtime in files:
-        for batch in formats.read_batches([path], BATCH):
-            for i in range(len(next(iter(batch.values())))):
+        first_row = 0
+        for batch in formats.read_batches([path], BATCH, kind=kind):
+            check_int_values(kind, batch, path, first_row, vocab_size)  # `datasets` would cast them to int32
+            count = len(next(iter(batch.values())))
+            first_row += count
+            for i in range(count):
                 yield {name: values[i] if values.shape[1] > 1 else values[i, 0] for name, values in batch.items()}
+
+
+def _kind_and_dims(paths, fmt):
+    """The record kind and dimensions of the first of `paths` that holds a record (or any columnar file)."""
+    for path in paths:
+        if fmt in columnar.CODECS:
+            kind, dims, _columns = columnar.read_columns(path, fmt)
+            return kind, dims
+        first = next(formats.read_batches([path], 1), None)
+        if first is not None:
+            kind = formats.record_kind(path, fmt)
+            return kind, kind.dims_of({name: values.shape[1] for name, values in first.items()})
+    raise DataError(f"{paths[0]}: no records in it or in the {len(paths) - 1} other {fmt} files")
+
+
+def _parquet_files_with_rows(paths, kind, dims, vocab_size):
+    """Those of `paths` with rows (a file of zero rows is valid and adds none; `datasets` fails on it), each
+    read through bertprep's reader before `datasets` reads it: a file of another kind or shape, a null, a
+    missing column or a bad value is an error naming the file (`datasets` would give `None`s, cast the values
+    or fail with an error that names no file)."""
+    with_rows = []
+    for path in paths:
+        file_kind, file_dims, columns = columnar.read_columns(path, "parquet")
+        if (file_kind, file_dims) != (kind, dims):
+            raise DataError(f"{path}: {file_kind.name} records of {file_dims}, expected {kind.name} of {dims} "
+                            f"as in {paths[0]}")
+        check_int_values(kind, columns, path, vocab_size=vocab_size)
+        if len(columns[kind.names[0]]):
+            with_rows.append(path)
+    return with_rows
 
 
 def load(directory, cache_dir=None):
@@ -59,10 +96,9 @@ def load(directory, cache_dir=None):
     for record_file in found:
         if record_file.fmt == fmt:
             by_split.setdefault(SPLIT_NAMES.get(record_file.split, record_file.split), []).append(record_file.path)
-    kind = formats.record_kind(by_split[next(iter(by_split))][0], fmt)
-    first = next(formats.read_batches([by_split[next(iter(by_split))][0]], 1, kind=kind))
-    dims = kind.dims_of({name: values.shape[1] for name, values in first.items()})
-    manifest = load_manifest(directory) or {}
+    manifest = load_records_manifest(directory, (fmt,)) or {}  # its files there, its fields sound
+    vocab_size = (manifest.get("vocab") or {}).get("size")
+    kind, dims = _kind_and_dims([path for paths in by_split.values() for path in paths], fmt)
     description = f"bertprep {kind.name} records ({kind.description}), {json.dumps(dims)}, from {fmt}"
     if manifest.get("params"):
         description += f"; {manifest.get('stage', 'manifest')} parameters {json.dumps(manifest['params'], sort_keys=True)}"
@@ -70,12 +106,27 @@ def load(directory, cache_dir=None):
     splits = {}
     for split, paths in by_split.items():
         if fmt == "parquet":
+            paths = _parquet_files_with_rows(paths, kind, dims, vocab_size)
             dataset = datasets.load_dataset("parquet", data_files={split: paths}, split=split, features=features,
-                                            cache_dir=cache_dir)
+                                            cache_dir=cache_dir) if paths else \
+                datasets.Dataset.from_dict({name: [] for name in features}, features=features, split=split)
         else:  # the files' sizes and times are in the cache's fingerprint: a changed file is read again
             files = [(path, os.path.getsize(path), os.stat(path).st_mtime_ns) for path in paths]
-            dataset = datasets.Dataset.from_generator(_rows, features=features, gen_kwargs={"files": files},
-                                                      cache_dir=cache_dir, split=split)
+            dataset = _generated(datasets, features, cache_dir, split,
+                                 {"files": files, "kind": kind, "vocab_size": vocab_size})
         dataset.info.description = description
         splits[split] = dataset
     return datasets.DatasetDict(splits)
+
+
+def _generated(datasets, features, cache_dir, split, gen_kwargs):
+    """`Dataset.from_generator(_rows)`; bertprep's own error, which `datasets` wraps in one naming no file, as is."""
+    from datasets.exceptions import DatasetGenerationError
+
+    try:
+        return datasets.Dataset.from_generator(_rows, features=features, cache_dir=cache_dir, split=split,
+                                               gen_kwargs=gen_kwargs)
+    except DatasetGenerationError as exc:
+        if isinstance(exc.__cause__, DataError):
+            raise exc.__cause__ from None
+        raise

@@ -6,6 +6,7 @@ input_ids are shown as tokens, masked positions marked as `[token|label]`
 training feature's answer span as the tokens it covers.
 """
 
+import argparse
 import json
 import os
 
@@ -14,9 +15,13 @@ import numpy as np
 from bertprep import formats
 from bertprep.errors import DataError, UsageError
 from bertprep.formats.schemas import UNMASKED
+from bertprep.manifests import load_records_manifest
 from bertprep.masking import DynamicMasking, first_instances
 from bertprep.tokenization import load_vocab, resolve_vocab_path
-from bertprep.workdir import load_manifest
+
+# Epochs the loaders can mask: they carry epochs as int64 (masking.instance_keys), so larger ones are no epoch
+# any loader reaches, and a wrapped one would show another epoch's masks.
+MAX_EPOCH = (1 << 63) - 1
 
 
 def add_arguments(parser):
@@ -25,8 +30,19 @@ def add_arguments(parser):
     parser.add_argument("-n", "--num", type=int, default=3, help="records to show (default 3)")
     parser.add_argument("--skip", type=int, default=0, help="records to skip first")
     parser.add_argument("--json", action="store_true", help="one JSON object per record")
-    parser.add_argument("--epoch", type=int, default=None,
+    parser.add_argument("--epoch", type=epoch_number, default=None,
                         help="unmasked records (create --masking dynamic): show each as the loaders mask it in epoch N")
+
+
+def epoch_number(text):
+    """An --epoch value: an integer in 0..MAX_EPOCH (argparse makes anything else a usage error, exit 2)."""
+    try:
+        epoch = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 0 <= epoch <= MAX_EPOCH:
+        raise argparse.ArgumentTypeError(f"{epoch} is not an epoch (0..{MAX_EPOCH})")
+    return epoch
 
 
 def token_line(record, words):
@@ -122,7 +138,7 @@ def _manifest_of(path):
     directory = os.path.dirname(os.path.abspath(path))
     for _ in range(3):
         directory = os.path.dirname(directory)
-        manifest = load_manifest(directory)
+        manifest = load_records_manifest(directory, (formats.sniff_format(path),))
         if manifest is not None:
             return manifest, directory
     raise DataError(f"{path}: no manifest.json in the directories above it: --epoch needs the records directory's "

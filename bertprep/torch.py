@@ -29,7 +29,8 @@ import numpy as np
 from bertprep import formats
 from bertprep.binning import bin_width, binned_batches, bins_of
 from bertprep.errors import DataError, UsageError
-from bertprep.formats.schemas import FLOAT, PACKED, UNMASKED, kind_of_manifest, kind_of_record
+from bertprep.formats.schemas import FLOAT, PACKED, UNMASKED, int_values_problem, kind_of_manifest, kind_of_record
+from bertprep.manifests import check_manifest, kind_mismatch
 from bertprep.masking import DynamicMasking, first_instances
 from bertprep.workdir import load_manifest
 
@@ -62,11 +63,13 @@ class RecordIndex:
         if not os.path.isdir(split_dir):
             split_dir = os.path.join(data_dir, split)  # --layout nvidia
         paths = sorted(glob.glob(os.path.join(split_dir, FILE_PATTERNS[fmt])))
+        check_manifest(manifest, where, (fmt,))  # its files there, its fields sound
         if not paths:
             raise DataError(f"{data_dir}: no {fmt} {split} records")
         self.kind = kind_of_manifest(manifest, where)
         self.dims = {k: int(v) for k, v in (manifest.get("dims") or {}).items()} or None
-        self.fmt, self.data_dir = fmt, data_dir
+        self.fmt, self.data_dir, self.where = fmt, data_dir, where
+        self.vocab_size = (manifest.get("vocab") or {}).get("size")
         self.masking = DynamicMasking.from_manifest(manifest, where, vocab) if self.kind is UNMASKED else None
         if self.masking is not None:
             first = first_instances(manifest, data_dir)
@@ -85,19 +88,25 @@ class RecordIndex:
         self.offsets = np.asarray(offsets, np.int64)
         self.sizes = np.asarray(sizes, np.int64)
         self.file_of = np.asarray(file_of, np.int64)
-        if self.dims is None:
-            self.dims = self._dims_of_first_record()
+        self.dims = self._dims_of_first_record()
         self._maps = {}
 
     def __len__(self):
         return len(self.offsets)
 
     def _dims_of_first_record(self):
-        record = next(formats.read_records(self.paths[0], self.fmt))
+        """The dimensions of the first record, which must be of the manifest's kind and dimensions."""
+        if not len(self):
+            raise DataError(f"{self.data_dir}: the {self.fmt} files of its manifest hold no records")
+        path = self.paths[self.file_of[0]]
+        record = next(formats.read_records(path, self.fmt))
         kind = kind_of_record({n: "float" if v.dtype == np.float32 else "int64" for n, v in record.items()})
-        dims = kind.dims_of({n: len(v) for n, v in record.items()}) if kind is self.kind else None
-        if dims is None:
-            raise DataError(f"{self.paths[0]}: record 0 is not a {self.kind.name} record")
+        if kind is not self.kind:  # a relabelled manifest
+            raise kind_mismatch(self.where, self.kind, f"{path} record 0", kind)
+        dims = kind.dims_of({n: len(v) for n, v in record.items()})
+        if dims is None or (self.dims is not None and dims != self.dims):
+            raise DataError(f"{self.where}: dims: {self.dims}, but {path} record 0 is a {kind.name} record of "
+                            f"{dims}")
         return dims
 
     def __getstate__(self):  # memory maps are opened again in each worker
@@ -126,7 +135,18 @@ class RecordIndex:
                                  [batch[f.name] for f in self.kind.features])
         except ValueError as exc:
             raise DataError(f"{self.data_dir}: {exc}") from None
+        self._check_values(batch, positions)
         return batch
+
+    def _check_values(self, batch, positions):
+        """Refuse ids beyond int32 or the manifest's vocab, naming the file and record they are in."""
+        problem = int_values_problem(self.kind, batch, self.vocab_size)
+        if problem is not None:
+            row, name, value, what = problem
+            position = int(np.asarray(positions)[row])
+            number = self.file_of[position]
+            record = position - int(np.searchsorted(self.file_of, number))
+            raise DataError(f"{self.paths[number]}: row {record}: {name}: {value} {what}")
 
     def lengths(self):
         """Each record's real tokens (input_mask != 0), decoded once."""
@@ -173,6 +193,9 @@ class BertRecords(torch.utils.data.IterableDataset if torch is not None else obj
         self.start = 0  # batches of this rank's epoch already consumed (a resumed epoch skips them)
         if bin_size:
             self.index.lengths()  # once, before workers are forked
+        if not self.batches_of_rank():
+            raise UsageError(f"{data_dir}: {len(self.index)} {split} records in batches of {batch_size} leave rank "
+                             f"{rank} of world_size {world_size} no batch")
 
     def set_epoch(self, epoch):
         self.epoch, self.start = int(epoch), 0

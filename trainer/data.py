@@ -33,9 +33,17 @@ from bertprep import formats
 from bertprep.binning import bin_width, bins_of
 from bertprep.errors import DataError, UsageError
 from bertprep.formats import columnar
-from bertprep.formats.schemas import FLOAT, PACKED, PRETRAINING, UNMASKED, kind_of_manifest, kind_of_record
+from bertprep.formats.schemas import (
+    FLOAT,
+    PACKED,
+    PRETRAINING,
+    UNMASKED,
+    check_int_values,
+    kind_of_manifest,
+    kind_of_record,
+)
+from bertprep.manifests import kind_mismatch, load_records_manifest
 from bertprep.masking import DynamicMasking, first_instances
-from bertprep.workdir import load_manifest
 
 SPLITS = ("training", "test")
 FILE_PATTERNS = {"tfrecord": "*.tfrecord", "ofrecord": "part-*", "hdf5": "*.hdf5", "parquet": "*.parquet"}
@@ -61,24 +69,26 @@ class Records:
         self.vocab_size = None  # from the manifest: the vocab the records were made with
         self.masking = None  # unmasked records: how they are masked as they are read (bertprep.masking)
         self._first_instance = {}  # unmasked records: file -> global index of its first instance
-        first_files = []  # each corpus's first training file
+        corpus_files = []  # each corpus's training files, and its manifest where that names kind and dims
         for corpus_dir, splits_dir in _corpus_dirs(data_dir, fmt):
+            manifest = self._read_manifest(corpus_dir)
             for split in SPLITS:
                 found = sorted(glob.glob(os.path.join(splits_dir, split, FILE_PATTERNS[fmt])))
                 if split == "training" and found:
-                    first_files.append(found[0])
+                    corpus_files.append((found, manifest))
                 self.files[split] += found
-            self._read_manifest(corpus_dir)
         if not self.files["training"]:
             raise DataError(f"{data_dir}: no {fmt} training records (looked for "
                             f"{os.path.join('[*/[*/]]', fmt, 'training', FILE_PATTERNS[fmt])})")
-        for path in first_files:
-            self._check_shapes(path)
+        for paths, manifest in corpus_files:
+            self._check_shapes(paths, manifest)
 
     def _read_manifest(self, corpus_dir):
-        manifest = load_manifest(corpus_dir)
+        """Take kind, dims, masking, vocab and counts from a corpus's manifest; its path where it gave kind and
+        dims."""
+        manifest = load_records_manifest(corpus_dir, (self.fmt,))  # its files there, its fields sound
         if not manifest:
-            return
+            return None
         source = os.path.join(corpus_dir, "manifest.json")
         params = manifest.get("params") or {}
         dims = manifest.get("dims")
@@ -99,6 +109,7 @@ class Records:
         for rel, entry in (manifest.get("files") or {}).items():
             if isinstance(entry, dict) and "instances" in entry:
                 self._manifest_counts[os.path.normpath(os.path.join(corpus_dir, rel))] = int(entry["instances"])
+        return source if dims is not None else None
 
     def _set_shape(self, kind, dims, source):
         if kind not in TRAINABLE_KINDS:
@@ -109,14 +120,17 @@ class Records:
                             f"{_shape(self.kind, self.dims)} (point --data at one kind and shape)")
         self.kind, self.dims = kind, dims
 
-    def _check_shapes(self, path):
-        """The first record of a corpus's first training file must have the kind and shape of all others."""
-        record = next(formats.read_records(path, self.fmt), None)
+    def _check_shapes(self, paths, manifest):
+        """The first record of a corpus's training files must have the kind and shape of all others, and the
+        kind its `manifest` (a path or None) names; a file of zero rows holds none to check."""
+        path, record = next(((p, r) for p in paths for r in formats.read_records(p, self.fmt)), (paths[0], None))
         if record is None:
-            raise DataError(f"{path}: no records")
+            raise DataError(f"{paths[0]}: no records")
         kind = kind_of_record({name: "float" if values.dtype == np.float32 else "int64"
                                for name, values in record.items()})
         dims = kind.dims_of({name: len(values) for name, values in record.items()}) if kind else None
+        if manifest is not None and kind is not self.kind:  # a relabelled manifest
+            raise kind_mismatch(manifest, self.kind, f"{path} record 0", kind)
         if dims is None:
             raise DataError(f"{path}: record 0 has features {', '.join(record)}: not a pretraining record "
                             "or packed row")
@@ -252,13 +266,17 @@ class RecordStream:
     def _chunks(self, files, epoch):
         """Decoded records of `files` in order; unmasked ones with their global index and epoch, to be masked by."""
         records = self.records
-        if records.masking is None:
-            yield from formats.read_batches(files, self.window, records.fmt, kind=records.kind, dims=records.dims)
-            return
-        for path in files:
-            first = records.first_instance(path)
+        for path in files:  # file by file (_rechunk makes the windows): a bad value is named by file and row
+            first = records.first_instance(path) if records.masking is not None else None
+            row = 0
             for chunk in formats.read_batches(path, self.window, records.fmt, kind=records.kind, dims=records.dims):
+                # the batches are cast to int32 below: a value beyond it, or an id beyond the vocab, is refused
+                check_int_values(records.kind, chunk, path, row, records.vocab_size)
                 n = len(chunk["input_ids"])
+                row += n
+                if first is None:
+                    yield chunk
+                    continue
                 yield {**chunk, INDEX: np.arange(first, first + n), EPOCH: np.full(n, epoch)}
                 first += n
 

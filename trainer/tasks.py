@@ -19,7 +19,7 @@ import os
 from bertprep import formats
 from bertprep.errors import DataError, UsageError
 from bertprep.formats.schemas import GLUE, GLUE_REGRESSION, SQUAD_EVAL, SQUAD_TRAIN
-from bertprep.workdir import load_manifest
+from bertprep.manifests import load_records_manifest
 
 # split -> file name (or glob) per format
 SPLIT_FILES = {
@@ -85,7 +85,7 @@ class TaskData:
         if not os.path.isdir(data_dir):
             raise DataError(f"{data_dir}: no such directory")
         self.data_dir, self.fmt, self.task = data_dir, fmt, task
-        self.manifest = load_manifest(data_dir) or {}
+        self.manifest = load_records_manifest(data_dir, (fmt,)) or {}  # its files there, its fields sound
         manifest_task = self.manifest.get("task")
         if manifest_task and manifest_task.lower().replace("-", "") != task.name.lower().replace("-", ""):
             raise UsageError(f"{data_dir}: records of task {manifest_task}, not {task.name} (--task)")

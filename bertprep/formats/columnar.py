@@ -23,8 +23,11 @@ import numpy as np
 
 from bertprep.errors import DataError
 from bertprep.formats import columnar_io, hdf5, parquet
-from bertprep.formats.columnar_io import Unreadable  # noqa: F401 (validate tells framing from schema by it)
-from bertprep.formats.schemas import FLOAT
+from bertprep.formats.columnar_io import (  # Unreadable: validate tells framing from schema by it
+    Unreadable,  # noqa: F401
+    as_rows,
+)
+from bertprep.formats.schemas import FLOAT, check_int_values
 
 CODECS = {"hdf5": hdf5, "parquet": parquet}
 
@@ -46,11 +49,13 @@ def sniff(path):
 
 
 def full_columns(kind, stored, path):
-    """Every feature of `kind` as (N, length) int32/float32 arrays, from a file's stored columns; and the dims."""
+    """Every feature of `kind` as (N, length) int32/float32 arrays, from a file's stored columns; and the dims.
+
+    Integer values that int32 cannot hold are refused, not wrapped (DataError naming row, feature and value)."""
+    check_int_values(kind, stored, path)
     columns = {}
     for feature in kind.features:
-        values = np.asarray(stored[feature.name])
-        columns[feature.name] = values.reshape(len(values), -1).astype(
+        columns[feature.name] = as_rows(stored[feature.name]).astype(
             np.float32 if feature.dtype == FLOAT else np.int32, copy=False)
     counts = {name: len(values) for name, values in columns.items()}
     if len(set(counts.values())) > 1:

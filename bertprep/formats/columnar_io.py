@@ -3,6 +3,8 @@ for bytes that cannot be read."""
 
 import importlib
 
+import numpy as np
+
 from bertprep.errors import DataError, UsageError
 
 
@@ -16,3 +18,9 @@ def require(fmt, module):
         return importlib.import_module(module)
     except ImportError:
         raise UsageError(f"{fmt} records need {module.split('.')[0]}: pip install 'bertprep[columnar]'") from None
+
+
+def as_rows(values):
+    """A stored column as (N, length): a scalar column (N,) becomes (N, 1); a file of no rows keeps its width."""
+    values = np.asarray(values)
+    return values.reshape(len(values), int(np.prod(values.shape[1:], dtype=np.int64)))

@@ -27,8 +27,8 @@ import io
 import numpy as np
 
 from bertprep.errors import DataError
-from bertprep.formats.columnar_io import Unreadable, require
-from bertprep.formats.schemas import FLOAT, KINDS, PACKED, PRETRAINING
+from bertprep.formats.columnar_io import Unreadable, as_rows, require
+from bertprep.formats.schemas import FLOAT, KINDS, PACKED, PRETRAINING, check_int_values
 
 SUFFIX = ".hdf5"
 LIBRARY = "h5py"
@@ -134,10 +134,22 @@ def decode(path):
                                     f"({str(exc).splitlines()[0]})") from None
     except OSError as exc:
         raise Unreadable(f"{path}: damaged HDF5 file ({str(exc).splitlines()[0]})") from None
+    check_int_values(kind, stored, path)  # before the cast to int32, which would wrap them
     for feature in stored_features(kind):
-        values = stored[feature.name]
-        stored[feature.name] = values.reshape(len(values), -1).astype(
-            np.float32 if feature.dtype == FLOAT else np.int32)
+        stored[feature.name] = as_rows(stored[feature.name]).astype(np.float32 if feature.dtype == FLOAT else np.int32)
+    if kind is PACKED:
+        _check_positions(path, stored)
     for name, derive in DERIVED.get(kind.name, {}).items():
         stored[name] = derive(stored)
     return kind, stored
+
+
+def _check_positions(path, stored):
+    """Packed weights are read from input_mask at masked_lm_positions: each must be a position of the row (an
+    index past it would end in a traceback, a negative one would silently read from the row's end)."""
+    positions, seq = stored["masked_lm_positions"], stored["input_mask"].shape[1]
+    bad = (positions < 0) | (positions >= seq)
+    if bad.any():
+        row, column = np.argwhere(bad)[0].tolist()
+        raise DataError(f"{path}: row {row}: masked_lm_positions[{column}]: {positions[row, column]} is not a "
+                        f"position of the row (0..{seq - 1})")

@@ -88,7 +88,8 @@ def decode(path):
     stored = {}
     for feature in kind.features:
         column = table.column(feature.name).combine_chunks()
-        if column.null_count:
+        nested = pa.types.is_list(column.type) or pa.types.is_fixed_size_list(column.type)
+        if column.null_count or (nested and column.flatten().null_count):  # a null record, or a null in a list
             raise DataError(f"{path}: column {feature.name} holds nulls, expected a value in every record")
         if isinstance(column.type, pa.FixedSizeListType):
             values = column.flatten().to_numpy(zero_copy_only=False).reshape(len(column), column.type.list_size)

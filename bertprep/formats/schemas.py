@@ -16,9 +16,15 @@ names and dtypes.
 
 import dataclasses
 
+import numpy as np
+
 from bertprep.errors import DataError, UsageError
 
 INT, FLOAT = "int", "float"
+# What an INT feature holds: int32, as OFRecord stores it and the trainer and the columnar files read it.
+INT32_RANGE = (-(1 << 31), (1 << 31) - 1)
+# Features whose values are token ids of the vocab the records were made with.
+TOKEN_ID_FEATURES = ("input_ids", "masked_lm_ids")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,6 +121,44 @@ class RecordKind:
     def to_manifest(self):
         """How a manifest names this kind and its layout (readers need only `name`)."""
         return {"name": self.name, "features": [[f.name, f.dtype, f.length] for f in self.features]}
+
+
+def int_values_problem(kind, columns, vocab_size=None):
+    """The first INT feature value a reader would otherwise change or pass on, as (row, "feature[i]", value,
+    what is wrong), or None: a non-integer, a value beyond int32, or (where `vocab_size` is known) a token id
+    outside the vocab. `columns`: {name: (N, length) or (N,)}. One min and max per column on sound data."""
+    for feature in kind.features:
+        values = columns.get(feature.name)
+        if feature.dtype == FLOAT or values is None or not np.size(values):
+            continue
+        values = np.asarray(values)
+        if values.dtype.kind not in "iuf":
+            return 0, feature.name, values.dtype.name, "is not a type of integers"
+        if values.dtype.kind == "f" and not np.array_equal(values, np.trunc(values)):
+            return _first(values, values != np.trunc(values), feature.name, "is not an integer")
+        low, high = INT32_RANGE
+        what = "does not fit int32, the type of integer features"
+        if vocab_size is not None and feature.name in TOKEN_ID_FEATURES:
+            low, high = 0, vocab_size - 1
+            what = f"is not a token id of the vocab of {vocab_size} (0..{vocab_size - 1})"
+        if values.min() < low or values.max() > high:
+            return _first(values, (values < low) | (values > high), feature.name, what)
+    return None
+
+
+def _first(values, bad, name, what):
+    row, *column = np.argwhere(bad)[0].tolist()
+    place = f"[{column[0]}]" if column and values.shape[1] > 1 else ""
+    return row, name + place, values[(row, *column)].item(), what
+
+
+def check_int_values(kind, columns, where, first_row=0, vocab_size=None):
+    """int_values_problem as a DataError naming `where` (the file), the row (`first_row` + row), feature and
+    value."""
+    problem = int_values_problem(kind, columns, vocab_size)
+    if problem is not None:
+        row, name, value, what = problem
+        raise DataError(f"{where}: row {first_row + row}: {name}: {value} {what}")
 
 
 # ---------------------------------------------------------------- the registry

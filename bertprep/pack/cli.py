@@ -20,6 +20,7 @@ from bertprep.create import (
 from bertprep.engines import add_engine_arguments, open_engine
 from bertprep.errors import DataError, UsageError
 from bertprep.formats.schemas import PACKED, PRETRAINING, kind_of_manifest
+from bertprep.manifests import check_manifest
 from bertprep.pack.task import PackTask, pack_shard
 from bertprep.progress import Progress, add_output_arguments, human_bytes, print_summary
 from bertprep.validate.dataset import natural_key
@@ -50,6 +51,7 @@ def read_source(records_dir):
     if not isinstance(manifest, dict):
         raise DataError(f"{records_dir}: not a records directory of `bertprep create` (no readable {MANIFEST}; "
                         "pass <records>/<params>/<corpus>)")
+    check_manifest(manifest, path)  # its fields; the files it reads are checked by sha256 as they are packed
     kind = kind_of_manifest(manifest, path)
     if kind is PACKED:
         source = (manifest.get("source") or {}).get("records_dir", "the create directory it came from")

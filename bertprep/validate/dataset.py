@@ -16,6 +16,7 @@ import re
 
 from bertprep import formats
 from bertprep.formats.schemas import kind_of_manifest
+from bertprep.manifests import manifest_problems
 from bertprep.progress import Progress
 from bertprep.atomic import walk
 from bertprep.validate.finetune import FINETUNE_KINDS
@@ -92,6 +93,9 @@ def find_manifest(path):
             if problem:
                 return {"_path": candidate, "_error": problem}
             if manifest.get("stage") == "create" or "kind" in manifest or file_kinds(manifest):
+                problems = manifest_problems(manifest, candidate)  # fields every reader checks: not used if bad
+                if problems:
+                    return {"_path": candidate, "_error": "; ".join(map(": ".join, problems)), "_problems": problems}
                 return {**manifest, "_path": candidate}
         parent = os.path.dirname(directory)
         if parent == directory:
@@ -317,8 +321,11 @@ def _check_format_counts(reports, findings):
 
 def _check_manifest(manifest, root, record_files, reports, shape, findings):
     path = manifest["_path"]
+    for field, problem in manifest.get("_problems", []):  # a field no reader would accept: the rest unchecked
+        findings.add(Finding("manifest", path, None, field, problem))
     if "_error" in manifest:
-        findings.add(Finding("manifest", path, None, None, f"unreadable: {manifest['_error']}"))
+        if "_problems" not in manifest:
+            findings.add(Finding("manifest", path, None, None, f"unreadable: {manifest['_error']}"))
         return
     base = os.path.dirname(path)
     entries = manifest.get("files") or {}

@@ -16,7 +16,7 @@ from bertprep import formats
 from bertprep.errors import DataError
 from bertprep.formats import columnar
 from bertprep.formats.protowire import WireError
-from bertprep.formats.schemas import kind_of_record
+from bertprep.formats.schemas import int_values_problem, kind_of_record
 from bertprep.validate import finetune, packed, pretraining
 from bertprep.validate.decode import (
     Framing,
@@ -185,10 +185,15 @@ def scan_file(path, fmt, split, spec):
 
 def _check_batch(batch, kept, kind, dims, spec, report, bad_records):
     """Run the kind's own checks over one decoded batch (records `kept` of the file); update the statistics."""
+    findings, path = report.findings, report.path
+    problem = int_values_problem(kind, batch)  # a TFRecord int64 beyond int32: what OFRecord and trainers hold
+    if problem is not None:
+        row, name, value, what = problem
+        bad_records.add(int(kept[row]))
+        findings.add(Finding("schema", path, int(kept[row]), name, f"{value} {what}"))
     rules = RULES.get(kind.name)
     if rules is None:
         return
-    findings, path = report.findings, report.path
     if report.stats is None and rules.new_stats is not None:
         report.stats = rules.new_stats(dims)
     file_spec = dataclasses.replace(spec, kind=kind, dims=dims)

@@ -1,0 +1,144 @@
+"""The one check of a records manifest (`create`, `pack`, `create-squad`, `create-glue`), before anything reads it.
+
+Every reader that trusts a records manifest (validate, inspect --epoch, pack,
+bertprep.hf.load, bertprep.torch, the trainer's record reader) checks it here
+first, so a hand-edited or damaged manifest ends with one line naming the
+manifest and the field instead of a traceback, an empty run or records
+silently skipped: the kind is known, its dimensions are positive integers
+(exactly the kind's), counts and first instances are non-negative integers,
+`max_predictions_per_seq` is at least 1, `masked_lm_prob` is in (0, 1], and
+the files it lists (of the formats the reader reads) are there with the
+listed sizes.
+"""
+
+import os
+
+from bertprep.errors import DataError
+from bertprep.formats import ALL_FORMATS
+from bertprep.formats.schemas import KINDS, PRETRAINING
+from bertprep.workdir import MANIFEST, load_manifest
+
+# file entry field -> the least value it may hold; every count is below 2^63 (the loaders hold them as int64)
+_FILE_COUNTS = {"bytes": 0, "instances": 0, "records": 0, "first_instance": 0}
+_INT64_LIMIT = 1 << 63
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _kind_name(kind):
+    """A manifest's kind: its name, or an object with its name and layout (RecordKind.to_manifest)."""
+    return kind.get("name") if isinstance(kind, dict) else kind
+
+
+def _kind_problem(kind):
+    name = _kind_name(kind)
+    return None if isinstance(name, str) and name in KINDS else \
+        f"unknown record kind {name!r} (known: {', '.join(KINDS)})"
+
+
+def _kind_and_dims_problems(manifest):
+    problems = []
+    for name, entry in (manifest.get("files") or {}).items():
+        if "kind" in entry and _kind_problem(entry["kind"]):
+            problems.append((f'files["{name}"].kind', _kind_problem(entry["kind"])))
+    per_file = any("kind" in entry for entry in (manifest.get("files") or {}).values())
+    kind = manifest.get("kind", None if per_file else PRETRAINING.name)
+    if kind is not None and _kind_problem(kind):
+        return problems + [("kind", _kind_problem(kind))]
+    dims = manifest.get("dims")
+    if dims is None:
+        return problems
+    if not isinstance(dims, dict):
+        return problems + [("dims", f"{dims!r}, expected an object of dimensions")]
+    for name, value in dims.items():
+        if not _is_int(value) or value < 1:
+            problems.append((f"dims.{name}", f"{value!r}, expected a positive integer"))
+    if kind is not None:
+        expected = KINDS[_kind_name(kind)].dims
+        if set(dims) != set(expected):
+            given = ", ".join(sorted(dims)) or "(none)"
+            what = f"{given}, expected {', '.join(expected)} (the dimensions of {_kind_name(kind)} records)"
+            problems.append(("dims", what))
+    return problems
+
+
+def _params_problems(params):
+    problems = []
+    for name in ("max_seq_length", "max_predictions_per_seq"):
+        if name in params and (not _is_int(params[name]) or params[name] < 1):
+            problems.append((f"params.{name}", f"{params[name]!r}, expected an integer ≥ 1"))
+    prob = params.get("masked_lm_prob")
+    if "masked_lm_prob" in params and (not _is_number(prob) or not 0 < prob <= 1):
+        problems.append(("params.masked_lm_prob", f"{prob!r}, expected a number in (0, 1]"))
+    if "seed" in params and not _is_int(params["seed"]):
+        problems.append(("params.seed", f"{params['seed']!r}, expected an integer"))
+    if "whole_word_mask" in params and not isinstance(params["whole_word_mask"], bool):
+        problems.append(("params.whole_word_mask", f"{params['whole_word_mask']!r}, expected true or false"))
+    return problems
+
+
+def _vocab_and_formats_problems(manifest):
+    problems = []
+    vocab = manifest.get("vocab") or {}
+    if "size" in vocab and (not _is_int(vocab["size"]) or vocab["size"] < 1):
+        problems.append(("vocab.size", f"{vocab['size']!r}, expected an integer ≥ 1"))
+    if "path" in vocab and not isinstance(vocab["path"], str):
+        problems.append(("vocab.path", f"{vocab['path']!r}, expected a file name"))
+    fmts = manifest.get("formats", [])
+    if not isinstance(fmts, list) or not all(isinstance(fmt, str) and fmt in ALL_FORMATS for fmt in fmts):
+        problems.append(("formats", f"{fmts!r}, expected a list of {', '.join(ALL_FORMATS)}"))
+    return problems
+
+
+def _file_problems(manifest, base, fmts):
+    problems = []
+    for name, entry in (manifest.get("files") or {}).items():
+        for field, least in _FILE_COUNTS.items():
+            if field in entry and (not _is_int(entry[field]) or not least <= entry[field] < _INT64_LIMIT):
+                expected = f"{entry[field]!r}, expected an integer in {least}..2^63-1"
+                problems.append((f'files["{name}"].{field}', expected))
+        fmt = entry.get("format") or name.split("/")[0]
+        if fmts is None or fmt not in fmts:
+            continue
+        full = os.path.normpath(os.path.join(base, name))
+        if not os.path.isfile(full):
+            problems.append((f'files["{name}"]', f"{full} is missing"))
+        elif _is_int(entry.get("bytes")) and os.path.getsize(full) != entry["bytes"]:
+            held = os.path.getsize(full)
+            problems.append((f'files["{name}"].bytes', f"{entry['bytes']:,}, but {full} holds {held:,} bytes"))
+    return problems
+
+
+def manifest_problems(manifest, path, fmts=None):
+    """[(field, what is wrong)] of a parsed records manifest at `path`; the files listed in formats `fmts`
+    (a collection of format names; None: none) must be there with their listed sizes."""
+    params = manifest.get("params") or {}
+    return _kind_and_dims_problems(manifest) + _params_problems(params) + _vocab_and_formats_problems(manifest) + \
+        _file_problems(manifest, os.path.dirname(path), fmts)
+
+
+def check_manifest(manifest, path, fmts=None):
+    """The manifest, or a DataError naming the manifest and its first bad field."""
+    problems = manifest_problems(manifest, path, fmts)
+    if problems:
+        field, problem = problems[0]
+        raise DataError(f"{path}: {field}: {problem}")
+    return manifest
+
+
+def load_records_manifest(directory, fmts=None):
+    """`load_manifest(directory)` checked (None where there is none)."""
+    manifest = load_manifest(directory)
+    return None if manifest is None else check_manifest(manifest, os.path.join(directory, MANIFEST), fmts)
+
+
+def kind_mismatch(path, manifest_kind, where, record_kind):
+    """The DataError for records whose kind is not the one their manifest names (a relabelled manifest)."""
+    held = f"{record_kind.name} records" if record_kind is not None else "records of no known kind"
+    return DataError(f"{path}: kind: {manifest_kind.name}, but {where} holds {held}")
