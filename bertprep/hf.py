@@ -84,7 +84,7 @@ def load(directory, cache_dir=None):
     """A `datasets.DatasetDict` of the records under `directory`, one split per split directory."""
     import datasets
 
-    from bertprep.validate.dataset import find_record_files
+    from bertprep.stages.validate.dataset import find_record_files
 
     if not os.path.isdir(directory):
         raise DataError(f"{directory}: not a directory")

@@ -175,8 +175,8 @@ def word_tokenization_cpu(source, vocab):
     into less work than on real data: the difference bounds that advantage.
     """
     sys.path.insert(0, str(REPO))
-    from bertprep.finetune.common import load_tokenizer
-    from bertprep.finetune.squad import read_examples
+    from bertprep.stages.finetune.common import load_tokenizer
+    from bertprep.stages.finetune.squad import read_examples
 
     tokenizer = load_tokenizer(str(vocab), True)
     _examples, paragraphs, _skipped, _v2 = read_examples(str(source), True)

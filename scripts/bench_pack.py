@@ -37,7 +37,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from bertprep import formats  # noqa: E402
-from bertprep.pack import strategy  # noqa: E402
+from bertprep.stages.pack import strategy  # noqa: E402
 from bertprep.sentences import document_sentences  # noqa: E402
 from bertprep.workdir import params_dirname  # noqa: E402
 

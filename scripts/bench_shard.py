@@ -76,7 +76,7 @@ def baseline_mb_s(text):
 
 def split_stage_mb_s(path):
     sys.path.insert(0, str(REPO))
-    from bertprep.shard import split_input
+    from bertprep.stages.shard import split_input
 
     best = float("inf")
     with tempfile.TemporaryDirectory() as tmp:

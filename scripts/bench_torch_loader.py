@@ -41,7 +41,7 @@ import numpy as np  # noqa: E402
 from bertprep import formats  # noqa: E402
 from bertprep.binning import bin_width, bins_of  # noqa: E402
 from bertprep.cli import main as bertprep_main  # noqa: E402
-from bertprep.create import sample_paths  # noqa: E402
+from bertprep.stages.create import sample_paths  # noqa: E402
 
 BATCH = 256
 HOST_TARGET = 24000  # samples/s an 8-GPU host needs (issue 22)

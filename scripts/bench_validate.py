@@ -39,7 +39,7 @@ def build(directory, golden, copies, files):
 
 def per_core(path, fmt, repeat):
     """Records/s of every check and statistic on one file, by CPU time (best of `repeat`)."""
-    from bertprep.validate.records import RecordSpec, scan_file
+    from bertprep.stages.validate.records import RecordSpec, scan_file
 
     best = float("inf")
     for _ in range(repeat):
@@ -77,7 +77,7 @@ def main():
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     golden = Path(args.shared) / "fixtures" / "golden"
-    import bertprep.validate.decode as decode
+    import bertprep.stages.validate.decode as decode
 
     with tempfile.TemporaryDirectory(prefix="bench-validate-") as tmp:
         directory = Path(tmp)

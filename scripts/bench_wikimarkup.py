@@ -22,10 +22,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bertprep.download.wikimarkup import STRIPPER, wikitext_to_text  # noqa: E402
+from bertprep.stages.download.wikimarkup import STRIPPER, wikitext_to_text  # noqa: E402
 
 # ---------------------------------------------------------------------------
-# BASELINE: bertprep/download/wikimarkup.py as it was before mwparserfromhell
+# BASELINE: bertprep/stages/download/wikimarkup.py as it was before mwparserfromhell
 # replaced it (git history: the commit before "wikimarkup: mwparserfromhell").
 # Copied unchanged apart from the function's name; only this benchmark uses it.
 # ---------------------------------------------------------------------------

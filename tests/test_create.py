@@ -416,7 +416,7 @@ def test_layout_nvidia_needs_shard_stage_inputs_and_tfrecord(golden_dir, tmp_pat
 
 def test_prepare_passes_the_layout_to_create():
     from bertprep.cli import build_parser
-    from bertprep.prepare import stage_commands
+    from bertprep.stages.prepare import stage_commands
 
     args = build_parser("prepare").parse_args(["prepare", "wikipedia", "--vocab", "v.txt", "--layout", "nvidia"])
     creates = [argv for label, argv in stage_commands(args) if label.startswith("create")]

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from bertprep.download.http import Limits, SourceDownloads, fetch
+from bertprep.stages.download.http import Limits, SourceDownloads, fetch
 from bertprep.errors import DataError
 from stand_in_servers import StandInServer, ok, one_line_error, run_cli
 

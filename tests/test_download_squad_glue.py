@@ -29,7 +29,7 @@ def squad_rows(count, version, split):
 
 
 def squad_json(rows, version):
-    from bertprep.download.squad import squad_json_from_rows
+    from bertprep.stages.download.squad import squad_json_from_rows
 
     return json.dumps(squad_json_from_rows(rows, version)).encode()
 

@@ -9,8 +9,8 @@ import pytest
 
 from bertprep import formats
 from bertprep.cli import main
-from bertprep.download.glue import TASKS as DOWNLOAD_TASKS
-from bertprep.finetune.glue import TASKS, truncated_lengths
+from bertprep.stages.download.glue import TASKS as DOWNLOAD_TASKS
+from bertprep.stages.finetune.glue import TASKS, truncated_lengths
 from bertprep.formats import schemas
 from bertprep.tokenization import load_vocab
 
@@ -192,7 +192,7 @@ def test_formats_flag_writes_only_the_named_format(finetune_dir, vocab_path, tmp
 
 def _write_glue_task(directory, task):
     """The task's files written by bertprep download glue's own row functions, from made-up hub rows."""
-    from bertprep.download.glue import _label, task_outputs, tsv_bytes
+    from bertprep.stages.download.glue import _label, task_outputs, tsv_bytes
 
     names = DOWNLOAD_TASKS[task][1]
     label = _label(names)
@@ -472,7 +472,7 @@ def test_squad_words_split_on_the_reference_whitespace_only():
     """run_squad.py splits contexts on space, tab, CR, LF and U+202F; str.split()'s other whitespace stays inside words."""
     import sys
 
-    from bertprep.finetune.squad import _OTHER_WHITESPACE, split_words
+    from bertprep.stages.finetune.squad import _OTHER_WHITESPACE, split_words
 
     others = {chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace()} - set(" \t\r\n\u202f")
     assert {c for c in others if _OTHER_WHITESPACE.match(c)} == others  # the fast path knows every one of them
@@ -482,7 +482,7 @@ def test_squad_words_split_on_the_reference_whitespace_only():
 
 
 def test_word_at_is_the_references_char_to_word_offset():
-    from bertprep.finetune.squad import Paragraph, split_words, word_at
+    from bertprep.stages.finetune.squad import Paragraph, split_words, word_at
 
     rng = random.Random(5)
     alphabet = ["a", "b", "é", " ", "  ", "\t", "\n", "\r", "\u202f", "\xa0", "\u2003", "."]

@@ -12,8 +12,8 @@ from test_create import golden_argv, only_records_dir, output_files
 from bertprep import formats
 from bertprep.cli import main
 from bertprep.formats.schemas import PACKED, PRETRAINING
-from bertprep.pack import strategy
-from bertprep.pack.layout import pack_rows, unpack_rows
+from bertprep.stages.pack import strategy
+from bertprep.stages.pack.layout import pack_rows, unpack_rows
 
 
 def run_json(capsys, *argv):

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from bertprep.shard import balance, balance_count, choose_test
+from bertprep.stages.shard import balance, balance_count, choose_test
 from bertprep.sentences import document_sentences
 from stand_in_servers import ok, one_line_error, run_cli
 

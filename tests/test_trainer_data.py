@@ -110,7 +110,7 @@ def test_cli_errors_are_one_line(records_dir, tmp_path):
 
 
 def test_shape_and_vocab_come_from_the_create_manifest(tmp_path):
-    from bertprep.create import create_sample_records
+    from bertprep.stages.create import create_sample_records
     from trainer.config import BertConfig
     from trainer.train import model_config
 
@@ -128,8 +128,8 @@ def test_shape_and_vocab_come_from_the_create_manifest(tmp_path):
 
 def test_packed_rows_are_recognised_and_streamed_and_kinds_do_not_mix(records_dir, golden_dir, tmp_path):
     from bertprep.formats.schemas import PACKED
-    from bertprep.pack import strategy
-    from bertprep.pack.layout import pack_rows
+    from bertprep.stages.pack import strategy
+    from bertprep.stages.pack.layout import pack_rows
 
     (instances,) = formats.read_batches(golden_dir / "G1.ofrecord", 1 << 20)
     members, _ = strategy.pack((instances["input_mask"] != 0).sum(axis=1),
@@ -178,7 +178,7 @@ def test_stream_reads_hdf5_and_parquet_as_it_reads_tfrecord(tmp_path, masking):
     pytest.importorskip("h5py")
     pytest.importorskip("pyarrow")
     from bertprep.cli import main as bertprep_main
-    from bertprep.create import sample_paths
+    from bertprep.stages.create import sample_paths
 
     corpus, vocab = sample_paths()
     assert bertprep_main(["create", "--input", corpus, "--vocab", vocab, "--out", str(tmp_path), "--seq", "64",

@@ -399,7 +399,7 @@ def test_real_create_output_validates(capsys, tmp_path, golden_dir):
 
 @pytest.mark.parametrize("name", ["G1.tfrecord", "G2.ofrecord", "G3.ofrecord"])
 def test_numpy_fallback_decodes_like_the_exact_codec(monkeypatch, golden_dir, name):
-    import bertprep.validate.decode as decode
+    import bertprep.stages.validate.decode as decode
 
     monkeypatch.setattr(decode, "_native_decode", None)
     monkeypatch.setattr(decode, "_native_crc32c", None)
@@ -422,7 +422,7 @@ def test_numpy_fallback_decodes_like_the_exact_codec(monkeypatch, golden_dir, na
 
 
 def test_numpy_fallback_gives_the_same_report(capsys, monkeypatch, tmp_path, g1):
-    import bertprep.validate.decode as decode
+    import bertprep.stages.validate.decode as decode
 
     records = copy(g1)
     records[4]["next_sentence_labels"][0] = 2

@@ -4,7 +4,7 @@ import hashlib
 import json
 
 from bertprep.cli import main
-from bertprep.download.glue import task_outputs
+from bertprep.stages.download.glue import task_outputs
 
 
 def validate(capsys, *argv):

@@ -4,7 +4,7 @@ import pytest
 
 pytest.importorskip("mwparserfromhell")
 
-from bertprep.download.wikimarkup import wikitext_to_text  # noqa: E402
+from bertprep.stages.download.wikimarkup import wikitext_to_text  # noqa: E402
 
 CASES = {
     # templates, nested, with links and tables inside; parser functions and arguments too

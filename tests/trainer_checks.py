@@ -196,8 +196,8 @@ def packed_and_unpacked_batches(golden_dir, count=12):
     """`count` short G1 instances as one unpacked batch, and the packed rows `bertprep pack` makes of them."""
     from bertprep import formats
     from bertprep.formats.schemas import PACKED, PRETRAINING
-    from bertprep.pack import strategy
-    from bertprep.pack.layout import pack_rows
+    from bertprep.stages.pack import strategy
+    from bertprep.stages.pack.layout import pack_rows
     from trainer.data import feature_dtypes
 
     (records,) = formats.read_batches(os.path.join(golden_dir, "G1.tfrecord"), 1 << 20)

@@ -502,7 +502,7 @@ def evaluate(steps, stream, eval_steps):
 
 def sample_records():
     """Records (both formats) made on the fly from the package's embedded sample corpus, cached per user."""
-    from bertprep import create
+    from bertprep.stages import create
 
     # Not "trainer-sample": a cache made before the sample came as shards holds one training file
     # under another name, which the reader's glob would take beside the eight.

@@ -47,7 +47,7 @@ from bertprep import formats
 from bertprep.atomic import hold
 from bertprep.corpus import read_text
 from bertprep.errors import DataError, UsageError
-from bertprep.finetune.common import (
+from bertprep.stages.finetune.common import (
     SplitWriter,
     add_common_arguments,
     check_seq,

@@ -13,16 +13,16 @@ WORKDIR/download/pretrained/<model>/.
 import importlib
 import os
 
-from bertprep.download.http import add_limit_arguments
+from bertprep.stages.download.http import add_limit_arguments
 from bertprep.progress import Progress, add_output_arguments, print_summary
 from bertprep.workdir import add_workdir_argument, resolve_workdir
 
 SOURCES = {
-    "wikipedia": ("bertprep.download.wikipedia", "Wikipedia: the hub's wikimedia/wikipedia parquet, or --dump XML"),
-    "bookcorpus": ("bertprep.download.bookcorpus", "BookCorpus: the hub's parquet export, or --tarball"),
-    "squad": ("bertprep.download.squad", "SQuAD v1.1/v2.0 JSON (md5-checked) and evaluation scripts"),
-    "glue": ("bertprep.download.glue", "GLUE tasks from nyu-mll/glue as the original TSV files"),
-    "pretrained": ("bertprep.download.pretrained", "Google's released BERT checkpoints (sha256-checked) or a hub model"),
+    "wikipedia": ("bertprep.stages.download.wikipedia", "Wikipedia: the hub's wikimedia/wikipedia parquet, or --dump XML"),
+    "bookcorpus": ("bertprep.stages.download.bookcorpus", "BookCorpus: the hub's parquet export, or --tarball"),
+    "squad": ("bertprep.stages.download.squad", "SQuAD v1.1/v2.0 JSON (md5-checked) and evaluation scripts"),
+    "glue": ("bertprep.stages.download.glue", "GLUE tasks from nyu-mll/glue as the original TSV files"),
+    "pretrained": ("bertprep.stages.download.pretrained", "Google's released BERT checkpoints (sha256-checked) or a hub model"),
 }
 
 

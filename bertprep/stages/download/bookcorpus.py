@@ -16,10 +16,10 @@ import os
 import tarfile
 
 from bertprep.atomic import hold
-from bertprep.download.formatted import corpus_dir, format_parts, save_parts_manifest, write_part
-from bertprep.download.http import SourceDownloads, limits_from
-from bertprep.download.hub import hub_snapshot, iter_parquet_rows
-from bertprep.download.wikipedia import hub_manifest
+from bertprep.stages.download.formatted import corpus_dir, format_parts, save_parts_manifest, write_part
+from bertprep.stages.download.http import SourceDownloads, limits_from
+from bertprep.stages.download.hub import hub_snapshot, iter_parquet_rows
+from bertprep.stages.download.wikipedia import hub_manifest
 from bertprep.errors import DataError, UsageError
 
 REPO = "bookcorpus/bookcorpus"

@@ -20,7 +20,7 @@ import io
 import json
 import re
 
-from bertprep.create import LAYOUTS
+from bertprep.stages.create import LAYOUTS
 from bertprep.engines import add_engine_arguments
 from bertprep.errors import UsageError
 from bertprep.progress import print_summary

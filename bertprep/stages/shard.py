@@ -142,7 +142,7 @@ def iter_text_documents(path, stats):
 
 def iter_input_documents(path, stats):
     if path.endswith(".jsonl"):
-        from bertprep.download.formatted import iter_documents
+        from bertprep.stages.download.formatted import iter_documents
 
         for _number, doc in iter_documents(path):
             yield doc["text"]

@@ -17,8 +17,8 @@ from bertprep.errors import DataError
 from bertprep.formats import columnar
 from bertprep.formats.protowire import WireError
 from bertprep.formats.schemas import int_values_problem, kind_of_record
-from bertprep.validate import finetune, packed, pretraining
-from bertprep.validate.decode import (
+from bertprep.stages.validate import finetune, packed, pretraining
+from bertprep.stages.validate.decode import (
     Framing,
     exact_decode,
     layout_of,

@@ -16,8 +16,8 @@ import os
 
 from bertprep.atomic import atomic_write_bytes
 from bertprep.errors import DataError
-from bertprep.download.http import SourceDownloads, fetch, limits_from, read_checksum_list
-from bertprep.download.hub import hub_snapshot, iter_parquet_rows
+from bertprep.stages.download.http import SourceDownloads, fetch, limits_from, read_checksum_list
+from bertprep.stages.download.hub import hub_snapshot, iter_parquet_rows
 
 DEFAULT_BASE_URL = "https://rajpurkar.github.io/SQuAD-explorer/dataset"
 DEFAULT_EVAL_BASE_URL = "https://worksheets.codalab.org/rest/bundles"

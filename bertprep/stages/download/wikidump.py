@@ -23,9 +23,9 @@ from mwparserfromhell.parser import ParserError
 
 from bertprep.errors import DataError, UsageError
 from bertprep.atomic import hold
-from bertprep.download.formatted import corpus_dir, save_parts_manifest, write_part
-from bertprep.download.http import SourceDownloads, fetch_text, limits_from
-from bertprep.download.wikimarkup import STRIPPER, wikitext_to_text
+from bertprep.stages.download.formatted import corpus_dir, save_parts_manifest, write_part
+from bertprep.stages.download.http import SourceDownloads, fetch_text, limits_from
+from bertprep.stages.download.wikimarkup import STRIPPER, wikitext_to_text
 
 DEFAULT_BASE_URL = "https://dumps.wikimedia.org"
 BASE_URL_ENV = "BERTPREP_WIKIDUMP_URL"

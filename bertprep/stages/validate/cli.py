@@ -18,7 +18,7 @@ import sys
 from bertprep import formats
 from bertprep.errors import DataError, UsageError
 from bertprep.progress import human_bytes
-from bertprep.validate.dataset import (
+from bertprep.stages.validate.dataset import (
     DATASET_CHECKS,
     dataset_roots,
     describe_shape,
@@ -26,8 +26,8 @@ from bertprep.validate.dataset import (
     find_record_files,
     validate_records,
 )
-from bertprep.validate.records import RULES, Finding, RecordSpec, checks_of
-from bertprep.validate.text import (
+from bertprep.stages.validate.records import RULES, Finding, RecordSpec, checks_of
+from bertprep.stages.validate.text import (
     TEXT_CHECKS,
     find_downloads,
     find_text_shards,
@@ -78,7 +78,7 @@ def run(args):
                       vocab_given=args.vocab is not None, quiet=args.quiet)
     report["warnings"][:0] = vocab_warnings
     if args.plot:
-        from bertprep.validate.plot import plot_report
+        from bertprep.stages.validate.plot import plot_report
 
         plot_report(report, args.plot)
     if args.json == "-":
@@ -162,7 +162,7 @@ def validate(paths, spec, workers=1, min_parts=1, compare=False, vocab_given=Fal
         if not found_anything:
             raise DataError(f"{path}: nothing to validate (no record files, text shards, SQuAD or GLUE files)")
     if compare:
-        from bertprep.validate.compare import compare_files, comparison_pairs
+        from bertprep.stages.validate.compare import compare_files, comparison_pairs
 
         pairs = comparison_pairs(paths[0], paths[1] if len(paths) > 1 else None)
         if not pairs:

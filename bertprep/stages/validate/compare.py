@@ -14,9 +14,9 @@ import numpy as np
 
 from bertprep import formats
 from bertprep.errors import DataError
-from bertprep.validate import packed
-from bertprep.validate.dataset import find_record_files
-from bertprep.validate.records import iter_batches
+from bertprep.stages.validate import packed
+from bertprep.stages.validate.dataset import find_record_files
+from bertprep.stages.validate.records import iter_batches
 
 
 def comparison_pairs(path_a, path_b):

@@ -19,8 +19,8 @@ from bertprep.formats.schemas import kind_of_manifest
 from bertprep.manifests import manifest_problems
 from bertprep.progress import Progress
 from bertprep.atomic import walk
-from bertprep.validate.finetune import FINETUNE_KINDS
-from bertprep.validate.records import RULES, Finding, Findings, RecordSpec, scan_file
+from bertprep.stages.validate.finetune import FINETUNE_KINDS
+from bertprep.stages.validate.records import RULES, Finding, Findings, RecordSpec, scan_file
 from bertprep.workdir import MANIFEST, SPLITS, read_manifest
 
 DATASET_CHECKS = {

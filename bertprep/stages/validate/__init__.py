@@ -10,6 +10,6 @@ The package, by what each part checks:
 - `plot`: the report as a PNG.
 """
 
-from bertprep.validate.cli import add_arguments, run, validate
+from bertprep.stages.validate.cli import add_arguments, run, validate
 
 __all__ = ["add_arguments", "run", "validate"]

@@ -29,9 +29,9 @@ import numpy as np
 from bertprep import formats
 from bertprep.atomic import hold
 from bertprep.corpus import read_text
-from bertprep.download.glue import ALIASES as TASK_ALIASES
+from bertprep.stages.download.glue import ALIASES as TASK_ALIASES
 from bertprep.errors import DataError, UsageError
-from bertprep.finetune.common import (
+from bertprep.stages.finetune.common import (
     SplitWriter,
     add_common_arguments,
     check_seq,

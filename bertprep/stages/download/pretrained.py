@@ -26,8 +26,8 @@ import shutil
 import zipfile
 
 from bertprep.atomic import atomic_dir, hold, sha256_file
-from bertprep.download.http import CHUNK, SourceDownloads, limits_from, read_checksum_list
-from bertprep.download.hub import SHA256_HEX, _first_line
+from bertprep.stages.download.http import CHUNK, SourceDownloads, limits_from, read_checksum_list
+from bertprep.stages.download.hub import SHA256_HEX, _first_line
 from bertprep.errors import DataError, UsageError
 
 DEFAULT_BASE_URL = "https://storage.googleapis.com/bert_models"

@@ -7,9 +7,9 @@ WORKDIR/formatted/wikicorpus_<lang>/ (NVIDIA's corpus name).
 import os
 
 from bertprep.errors import UsageError
-from bertprep.download.formatted import corpus_dir, format_parts
-from bertprep.download.http import SourceDownloads
-from bertprep.download.hub import hub_snapshot, iter_parquet_rows
+from bertprep.stages.download.formatted import corpus_dir, format_parts
+from bertprep.stages.download.http import SourceDownloads
+from bertprep.stages.download.hub import hub_snapshot, iter_parquet_rows
 
 REPO = "wikimedia/wikipedia"
 DEFAULT_DATE = "20231101"
@@ -31,7 +31,7 @@ def _documents(local):
 def run(args, workdir, progress):
     if args.dump:
         try:
-            from bertprep.download import wikidump
+            from bertprep.stages.download import wikidump
         except ModuleNotFoundError as exc:
             if exc.name != "mwparserfromhell":
                 raise

@@ -13,8 +13,8 @@ import dataclasses
 
 import numpy as np
 
-from bertprep.validate.pretraining import CHECKS as PRETRAINING_CHECKS
-from bertprep.validate.pretraining import explain_shared
+from bertprep.stages.validate.pretraining import CHECKS as PRETRAINING_CHECKS
+from bertprep.stages.validate.pretraining import explain_shared
 
 FIRST_UNIQUE_ID = 1000000000  # run_squad.py's first unique_id
 

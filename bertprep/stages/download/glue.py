@@ -18,8 +18,8 @@ import os
 
 from bertprep.atomic import atomic_write_bytes
 from bertprep.errors import UsageError
-from bertprep.download.http import SourceDownloads
-from bertprep.download.hub import hub_snapshot, iter_parquet_rows
+from bertprep.stages.download.http import SourceDownloads
+from bertprep.stages.download.hub import hub_snapshot, iter_parquet_rows
 
 REPO = "nyu-mll/glue"
 NLI3 = ["entailment", "neutral", "contradiction"]

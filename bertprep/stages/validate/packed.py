@@ -1,4 +1,4 @@
-"""What `bertprep validate` checks in packed rows (the MLPerf layout, bertprep.pack.layout), and how
+"""What `bertprep validate` checks in packed rows (the MLPerf layout, bertprep.stages.pack.layout), and how
 `--compare` proves a packed dataset holds exactly the instances of the one it was packed from.
 
 A packed row is judged in two steps. Its layout first, as array expressions
@@ -23,8 +23,8 @@ import dataclasses
 import numpy as np
 
 from bertprep.formats.schemas import PRETRAINING
-from bertprep.pack.layout import sequences_per_row, unpack_rows
-from bertprep.validate import pretraining
+from bertprep.stages.pack.layout import sequences_per_row, unpack_rows
+from bertprep.stages.validate import pretraining
 
 LAYOUT_CHECKS = {
     "pack_mask": "input_mask 1…1 2…2 … then 0: each sequence contiguous, numbered in order",

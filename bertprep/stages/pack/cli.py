@@ -14,16 +14,16 @@ import time
 
 from bertprep import __version__, formats
 from bertprep.atomic import hold, sha256_file
-from bertprep.create import (
+from bertprep.stages.create import (
     is_complete,  # the same rule: an entry for the same input and settings, of its size
 )
 from bertprep.engines import add_engine_arguments, open_engine
 from bertprep.errors import DataError, UsageError
 from bertprep.formats.schemas import PACKED, PRETRAINING, kind_of_manifest
 from bertprep.manifests import check_manifest
-from bertprep.pack.task import PackTask, pack_shard
+from bertprep.stages.pack.task import PackTask, pack_shard
 from bertprep.progress import Progress, add_output_arguments, human_bytes, print_summary
-from bertprep.validate.dataset import natural_key
+from bertprep.stages.validate.dataset import natural_key
 from bertprep.workdir import MANIFEST, SPLITS, load_manifest, save_manifest
 
 # What the bytes of a packed file depend on besides its input: a change here repacks everything.
