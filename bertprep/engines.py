@@ -12,6 +12,7 @@ Results are yielded as tasks finish; callers must not depend on that order.
 """
 
 import contextlib
+import dataclasses
 import functools
 import os
 import signal
@@ -36,22 +37,36 @@ def default_workers():
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
+@dataclasses.dataclass(frozen=True)
+class EngineOptions:
+    """Where a stage's tasks run: `engine` 'local' or 'dask', `workers` (None: one per core), and for Dask
+    the user's `scheduler` (an address or a scheduler file; None: a LocalCluster on this machine)."""
+
+    engine: str = "local"
+    workers: int | None = None
+    scheduler: str | None = None
+
+    def __post_init__(self):
+        if self.engine not in ENGINES:
+            raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, not {self.engine!r}")
+        if self.workers is not None and self.workers < 1:
+            raise UsageError(f"--workers must be at least 1, not {self.workers}")
+        if self.scheduler and self.engine != "dask":
+            raise UsageError("--scheduler needs --engine dask")
+
+
 @contextlib.contextmanager
-def open_engine(args, max_tasks=None):
-    """The engine the command line chose (--engine, --scheduler, --workers), for one or more `run` calls."""
-    if args.workers is not None and args.workers < 1:
-        raise UsageError(f"--workers must be at least 1, not {args.workers}")
-    if args.scheduler and args.engine != "dask":
-        raise UsageError("--scheduler needs --engine dask")
-    workers = args.workers or default_workers()
+def open_engine(options, max_tasks=None):
+    """The engine `options` (an EngineOptions) chose, for one or more `run` calls."""
+    workers = options.workers or default_workers()
     if max_tasks is not None:
         workers = max(1, min(workers, max_tasks))
-    if args.engine == "dask":
-        client = connect_dask(args.scheduler, workers)
+    if options.engine == "dask":
+        client = connect_dask(options.scheduler, workers)
         try:
             yield DaskEngine(client)
         finally:
-            cluster = None if args.scheduler else client.cluster
+            cluster = None if options.scheduler else client.cluster
             client.close()
             if cluster is not None:
                 cluster.close()

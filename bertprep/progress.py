@@ -7,10 +7,12 @@ readable and greppable. --quiet silences both. The summary is a short table
 on stdout, or one JSON object with --json, for scripts.
 """
 
+import dataclasses
 import json
 import os
 import sys
 import time
+from collections.abc import Mapping
 
 from tqdm import tqdm
 
@@ -142,6 +144,30 @@ class Progress:
                 self._bar.set_postfix_str(", ".join(self._counter_parts()), refresh=False)
             self._bar.close()  # draws the final state and leaves it on its own line
             self._bar = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Summary(Mapping):
+    """What a stage function returns: `fields` is exactly the object `--json` prints (so `summary["out"]`
+    reads it), `title` and `rows` [(label, value)] the table printed without `--json` (None: the scalar
+    fields), `complete_before` whether the output was already complete and nothing was done."""
+
+    title: str
+    fields: dict
+    rows: tuple | None = None
+    complete_before: bool = False
+
+    def __getitem__(self, key):
+        return self.fields[key]
+
+    def __iter__(self):
+        return iter(self.fields)
+
+    def __len__(self):
+        return len(self.fields)
+
+    def print(self, as_json=False, stream=None):
+        print_summary(self.title, self.fields, as_json=as_json, rows=self.rows, stream=stream)
 
 
 def print_summary(title, summary, as_json=False, rows=None, stream=None):

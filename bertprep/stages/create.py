@@ -37,7 +37,7 @@ import numpy as np
 from bertprep import __version__, formats
 from bertprep.atomic import atomic_open, check_distinct_outputs, hold, staging_dir
 from bertprep.corpus import read_text, tokenize_corpus
-from bertprep.engines import add_engine_arguments, open_engine
+from bertprep.engines import EngineOptions, add_engine_arguments, open_engine
 from bertprep.errors import DataError, UsageError
 from bertprep.formats import columnar
 from bertprep.formats.schemas import PRETRAINING, UNMASKED
@@ -534,7 +534,7 @@ def run(args):
         manifest = {"tool": "bertprep", "stage": "create", "kind": kind.name,
                     "dims": dims, "formats": list(fmts), "layout": args.layout,
                     **settings, "files": files}
-        with open_engine(args, max_tasks=len(pending)) as engine:
+        with open_engine(EngineOptions(args.engine, args.workers, args.scheduler), max_tasks=len(pending)) as engine:
             for result in engine.run(create_shard, pending, describe=lambda task: task.source):
                 files.update(result["files"])
                 save_manifest(records_dir, manifest)

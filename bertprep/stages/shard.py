@@ -39,7 +39,7 @@ import numpy as np
 
 from bertprep import __version__
 from bertprep.atomic import atomic_open, hold, sha256_file, walk
-from bertprep.engines import add_engine_arguments, open_engine
+from bertprep.engines import EngineOptions, add_engine_arguments, open_engine
 from bertprep.errors import DataError, UsageError
 from bertprep.progress import Progress, add_output_arguments, human_bytes, print_summary
 from bertprep.workdir import (
@@ -299,7 +299,7 @@ def run(args):
             os.unlink(os.path.join(out, MANIFEST))  # nothing may look complete while shards are rewritten
         scratch_dir = os.path.join(staging, SCRATCH)
         os.makedirs(scratch_dir)
-        with open_engine(args) as engine:
+        with open_engine(EngineOptions(args.engine, args.workers, args.scheduler)) as engine:
             manifest = _shard(args, engine, corpus, inputs, input_list, out, staging, params, progress)
         progress.close()
         seconds = time.monotonic() - start

@@ -17,7 +17,7 @@ from bertprep.atomic import hold, sha256_file
 from bertprep.stages.create import (
     is_complete,  # the same rule: an entry for the same input and settings, of its size
 )
-from bertprep.engines import add_engine_arguments, open_engine
+from bertprep.engines import EngineOptions, add_engine_arguments, open_engine
 from bertprep.errors import DataError, UsageError
 from bertprep.formats.schemas import PACKED, PRETRAINING, kind_of_manifest
 from bertprep.manifests import check_manifest
@@ -151,7 +151,7 @@ def run(args):
             # what the trainer and validate read from a records manifest: the vocab and masking parameters
             "params": source.get("params"), "vocab": source.get("vocab"), "files": files,
         }
-        with open_engine(args, max_tasks=len(pending)) as engine:
+        with open_engine(EngineOptions(args.engine, args.workers, args.scheduler), max_tasks=len(pending)) as engine:
             for result in engine.run(pack_shard, pending, describe=lambda task: task.source):
                 files.update(result["files"])
                 manifest["packing"] = packing_figures(tasks, files, dims["k"])

@@ -1,8 +1,13 @@
 """`bertprep` command line: one subcommand per pipeline stage.
 
-Each stage module exposes `add_arguments(parser)` and `run(args) -> int`; the
-modules are imported only when their subcommand runs, so `bertprep create`
-never pays for the imports of `download` or `validate`.
+The layers (docs/architecture.md): this package parses; `bertprep/cli/<stage>.py`
+exposes `add_arguments(parser)` and `run(args) -> int`, which builds the stage's
+frozen options from the Namespace, calls the stage function
+(`bertprep.stages.<stage>`, re-exported as `bertprep.<stage>`) and prints its
+`Summary`; nothing below this package sees a Namespace. (Stages not yet moved
+keep `add_arguments`/`run` in their own module.) A module is imported only
+when its subcommand runs, so `bertprep create` never pays for the imports of
+`download` or `validate`.
 """
 
 import argparse
