@@ -1,0 +1,176 @@
+"""Each optimizer's training run step for step against an independent PyTorch trainer
+(shared/fixtures/trajectories: hf_tiny, one fixed batch of 14 records, dropout 0, lr 1e-3, warmup 5,
+30 steps): adam against AdamW, lamb against NVLAMB, google-adam against google-research/bert's
+optimization.create_optimizer, under TensorFlow (in this process) and JAX (a process without
+TensorFlow); google-adam also on two TensorFlow replicas and on a JAX pipeline of 2 stages with
+accumulation, under fp16 loss scaling, and resumed exactly. Bad optimizer flags end with one line."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tensorflow")
+# One xdist worker runs the module (--dist loadgroup): the batch is made once, the JAX processes share one
+# XLA cache, and the TensorFlow reference runs serve the layouts compared with them.
+pytestmark = [pytest.mark.usefixtures("jax_compilation_cache"), pytest.mark.xdist_group("optimizer_trajectories")]
+
+from test_trainer import REPLICA_SCRIPT  # noqa: E402
+from test_trainer_data import golden_records  # noqa: E402
+from trainer_checks import assert_resume_is_exact, check_nonfinite_step_is_skipped, losses, xla_flags  # noqa: E402
+
+from bertprep import formats  # noqa: E402
+from bertprep.cli import main as bertprep_main  # noqa: E402
+from trainer.cli import main  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CHECKS = os.path.join(REPO, "tests", "trainer_checks.py")
+STEPS = 30
+REFERENCE = {"adam": "adam.jsonl", "lamb": "lamb.jsonl", "google-adam": "google_create_optimizer.jsonl"}
+# The README's measured agreement of adam and lamb is 2.2e-5; the issue asks 1e-4 of google-adam. The
+# controls are far above: a schedule one step off moves step 2 by 0.145, bias correction step 10 by 4.7.
+TOLERANCE = {"adam": 5e-5, "lamb": 5e-5, "google-adam": 1e-4}
+
+
+@pytest.fixture(scope="module")
+def fixed_batch(golden_dir, tmp_path_factory):
+    """The trajectories README's batch: `bertprep create` of the golden corpus's first 50 lines, 14 records."""
+    root = tmp_path_factory.mktemp("fixed-batch")
+    lines = (golden_dir / "corpus.txt").read_text(encoding="utf-8").splitlines(keepends=True)[:50]
+    (root / "s50.txt").write_text("".join(lines), encoding="utf-8")
+    assert bertprep_main(["create", "--input", str(root / "s50.txt"), "--vocab", str(golden_dir / "vocab.txt"),
+                          "--out", str(root / "rec"), "--seq", "128", "--pred", "20", "--dupe-factor", "1",
+                          "--format", "tfrecord", "--workers", "1", "--quiet"]) == 0
+    (manifest,) = (root / "rec").glob("*/*/manifest.json")
+    (records,) = manifest.parent.glob("tfrecord/training/*.tfrecord")
+    assert sum(1 for _ in formats.read_records(records)) == 14
+    return manifest.parent
+
+
+@pytest.fixture(scope="module")
+def trajectories(shared_dir):
+    root = shared_dir / "fixtures" / "trajectories"
+    return {name: [json.loads(line) for line in (root / file).read_text().splitlines()][:STEPS]
+            for name, file in REFERENCE.items()}
+
+
+@pytest.fixture(scope="module")
+def hf_tiny(shared_dir):
+    return str(shared_dir / "fixtures" / "checkpoints" / "hf_tiny")
+
+
+def trainer_argv(data, checkpoint, optimizer, log, *extra):
+    return ["--format", "tfrecord", "--data", str(data), "--init-checkpoint", checkpoint, "--optimizer", optimizer,
+            "--lr", "1e-3", "--warmup", "5", "--steps", str(STEPS), "--dropout", "0", "--log-every", "1",
+            "--log-json", str(log), "--quiet", *extra]
+
+
+@pytest.fixture(scope="module")
+def run(fixed_batch, hf_tiny, tmp_path_factory):
+    """run(layout, optimizer): the train events of the README's run; layouts: 'tensorflow' (this process),
+    'jax', 'tensorflow-2' (2 replicas x 7), 'jax-pipeline' (2 stages, 2 micro-batches of 7). Each once."""
+    root = tmp_path_factory.mktemp("trajectories")
+    layouts = {"tensorflow": ([], None, ["--batch-size", "14"]),
+               "jax": ([sys.executable, CHECKS, "--no-tensorflow", "trainer"], 1, ["--batch-size", "14"]),
+               "tensorflow-2": ([sys.executable, "-c", REPLICA_SCRIPT, "2"], None, ["--batch-size", "7"]),
+               "jax-pipeline": ([sys.executable, CHECKS, "--no-tensorflow", "trainer"], 2,
+                                ["--batch-size", "7", "--grad-accum", "2", "--pipeline-stages", "2"])}
+    done = {}
+
+    def train(layout, optimizer):
+        if (layout, optimizer) not in done:
+            command, jax_devices, extra = layouts[layout]
+            log = root / f"{layout}-{optimizer}.jsonl"
+            argv = trainer_argv(fixed_batch, hf_tiny, optimizer, log, *extra)
+            if not command:
+                assert main(argv) == 0
+            else:
+                env = None if jax_devices is None else dict(
+                    os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", XLA_FLAGS=xla_flags(jax_devices))
+                result = subprocess.run([*command, *argv], capture_output=True, text=True, cwd=REPO, env=env)
+                assert result.returncode == 0, result.stderr[-3000:]
+            done[layout, optimizer] = [e for e in map(json.loads, log.read_text().splitlines()) if e["event"] == "train"]
+        return done[layout, optimizer]
+
+    return train
+
+
+def assert_follows(events, reference, tolerance):
+    """The loss at every step (before its update) within `tolerance` of the reference's, at its learning rate."""
+    assert [e["step"] for e in events] == [r["step"] for r in reference] == list(range(1, STEPS + 1))
+    np.testing.assert_allclose([e["learning_rate"] for e in events], [r["learning_rate"] for r in reference],
+                               rtol=1e-6, atol=1e-10)
+    gaps = np.abs(np.array(losses(events)) - [r["loss"] for r in reference])
+    assert gaps.max() <= tolerance, f"step {gaps.argmax() + 1}: {gaps.max():.2e} off (tolerance {tolerance})"
+    assert reference[-1]["loss"] < reference[0]["loss"] - 0.5  # the run learns: the comparison is not of a flat line
+
+
+@pytest.mark.parametrize("optimizer", [pytest.param("adam", marks=pytest.mark.heavy),
+                                       pytest.param("lamb", marks=pytest.mark.heavy), "google-adam"])
+def test_tensorflow_follows_the_reference_trainer(run, trajectories, optimizer):
+    assert_follows(run("tensorflow", optimizer), trajectories[optimizer], TOLERANCE[optimizer])
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("optimizer", list(REFERENCE))
+def test_jax_follows_the_reference_trainer(run, trajectories, optimizer):
+    assert_follows(run("jax", optimizer), trajectories[optimizer], TOLERANCE[optimizer])
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("layout", ["tensorflow-2", "jax-pipeline"])
+def test_google_adam_on_several_devices_follows_the_reference(run, trajectories, layout):
+    """Two TensorFlow replicas (each clips the all-reduced gradients itself) and a JAX pipeline (the
+    optimizer on the stacks' per-layer slices, accumulated micro-batches): the same run."""
+    assert_follows(run(layout, "google-adam"), trajectories["google-adam"], TOLERANCE["google-adam"])
+
+
+@pytest.mark.heavy
+def test_google_adam_skips_a_nonfinite_fp16_step(golden_dir, tmp_path):
+    """Clipping keeps a non-finite gradient non-finite: the loss-scaled step is skipped whole."""
+    check_nonfinite_step_is_skipped(golden_records(golden_dir, tmp_path), "google-adam")
+
+
+@pytest.mark.heavy
+def test_google_adam_resumes_exactly(fixed_batch, hf_tiny, tmp_path, capsys):
+    def train(name, *argv):
+        log = tmp_path / f"{name}.jsonl"
+        assert main(["--format", "tfrecord", "--data", str(fixed_batch), "--init-checkpoint", hf_tiny, "--dropout",
+                     "0.1", "--seed", "3", "--log-every", "1", "--log-json", str(log), "--quiet", *argv]) == 0
+        return [json.loads(line) for line in log.read_text().splitlines()]
+
+    ckpt = tmp_path / "ckpt"
+    assert_resume_is_exact(train, ckpt, "google-adam")
+    # The clipping norm is part of the trajectory a resumed run must keep.
+    capsys.readouterr()
+    assert main(["--format", "tfrecord", "--data", str(fixed_batch), "--init-checkpoint", hf_tiny, "--dropout", "0.1",
+                 "--seed", "3", "--steps", "6", "--batch-size", "4", "--optimizer", "google-adam", "--warmup", "2",
+                 "--clip-norm", "0.5", "--checkpoint-dir", str(ckpt), "--resume", "--quiet"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
+        "checkpoint was written with clip_norm=None, this run has 0.5")
+
+
+@pytest.mark.parametrize("command", [[], ["finetune", "--task", "mrpc", "--data", "nowhere"]])
+def test_bad_optimizer_flags_end_with_one_line(command, tmp_path, capsys):
+    usage = "trainer finetune: error: argument" if command else "trainer: error: argument"
+    def error(*argv):
+        try:  # argparse's errors exit
+            code = main([*command, "--format", "tfrecord", "--quiet", "--output-dir" if command else "--steps",
+                         str(tmp_path / "out") if command else "3", *argv])
+        except SystemExit as exit:
+            code = exit.code
+        return code, capsys.readouterr().err.strip().splitlines()
+
+    for value in ("0", "-1", "nan", "inf"):
+        assert error("--optimizer", "google-adam", "--clip-norm", value) == (
+            2, [f"{usage} --clip-norm: expected a positive number, got {value}"])
+    code, lines = error("--optimizer", "google_adam")
+    # Python's versions differ in whether the choices are quoted.
+    assert code == 2 and len(lines) == 1 and lines[0].startswith(
+        f"{usage} --optimizer: invalid choice: 'google_adam' (choose from ") and "google-adam" in lines[0]
+    assert error("--optimizer", "adam", "--clip-norm", "2") == (
+        2, ["trainer: error: --clip-norm: --optimizer adam does not clip gradients (only lamb and google-adam do)"])
+    assert not (tmp_path / "out").exists()
