@@ -14,9 +14,11 @@ import numpy as np
 import pytest
 
 pytest.importorskip("tensorflow")
-# One xdist worker runs the module (--dist loadgroup): the batch is made once, the JAX processes share one
-# XLA cache, and the TensorFlow reference runs serve the layouts compared with them.
-pytestmark = [pytest.mark.usefixtures("jax_compilation_cache"), pytest.mark.xdist_group("optimizer_trajectories")]
+# The JAX runs on one xdist worker (--dist loadgroup), sharing one XLA cache, the TensorFlow runs on
+# another: each worker makes the batch (a second) and runs only its own backend's.
+pytestmark = pytest.mark.usefixtures("jax_compilation_cache")
+ON_TENSORFLOW_WORKER = pytest.mark.xdist_group("optimizer_trajectories_tensorflow")
+ON_JAX_WORKER = pytest.mark.xdist_group("optimizer_trajectories_jax")
 
 from test_trainer import REPLICA_SCRIPT  # noqa: E402
 from test_trainer_data import golden_records  # noqa: E402
@@ -108,12 +110,14 @@ def assert_follows(events, reference, tolerance):
     assert reference[-1]["loss"] < reference[0]["loss"] - 0.5  # the run learns: the comparison is not of a flat line
 
 
+@ON_TENSORFLOW_WORKER
 @pytest.mark.parametrize("optimizer", [pytest.param("adam", marks=pytest.mark.heavy),
                                        pytest.param("lamb", marks=pytest.mark.heavy), "google-adam"])
 def test_tensorflow_follows_the_reference_trainer(run, trajectories, optimizer):
     assert_follows(run("tensorflow", optimizer), trajectories[optimizer], TOLERANCE[optimizer])
 
 
+@ON_JAX_WORKER
 @pytest.mark.heavy
 @pytest.mark.parametrize("optimizer", list(REFERENCE))
 def test_jax_follows_the_reference_trainer(run, trajectories, optimizer):
@@ -121,7 +125,8 @@ def test_jax_follows_the_reference_trainer(run, trajectories, optimizer):
 
 
 @pytest.mark.heavy
-@pytest.mark.parametrize("layout", ["tensorflow-2", "jax-pipeline"])
+@pytest.mark.parametrize("layout", [pytest.param("tensorflow-2", marks=ON_TENSORFLOW_WORKER),
+                                    pytest.param("jax-pipeline", marks=ON_JAX_WORKER)])
 def test_google_adam_on_several_devices_follows_the_reference(run, trajectories, layout):
     """Two TensorFlow replicas (each clips the all-reduced gradients itself) and a JAX pipeline (the
     optimizer on the stacks' per-layer slices, accumulated micro-batches): the same run."""
