@@ -21,7 +21,8 @@ init_lr"). The rate each update used is printed beside the reference's loss.
 
 Ours: the same run under each --backends, then its final checkpoint converted to Google's names
 (`python -m trainer checkpoint convert --to google`). Prints the per-step losses of each and the
-largest loss and weight differences.
+largest loss and weight differences. --write-fixture DIR writes the reference's per-step losses
+(losses.jsonl) and final weights of FIXTURE_VARIABLES (weights.npz) for tests/test_optimizer_trajectories.py.
 """
 
 import argparse
@@ -38,6 +39,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.environ.get("BERTPREP_SHARED") or os.path.join(os.path.dirname(REPO), "shared")
 CHECKPOINT = os.path.join(SHARED, "fixtures", "checkpoints", "google_tiny", "bert_model.ckpt")
 GOLDEN = os.path.join(SHARED, "fixtures", "golden")
+# The final weights the fixture keeps (Google's names): the last layer, pooler and heads but the vocab-wide
+# ones, kernels, biases and LayerNorm, decayed and not: about 0.9 MB.
+FIXTURE_VARIABLES = r"bert/encoder/layer_1/.*|bert/pooler/.*|cls/predictions/transform/.*|cls/seq_relationship/.*"
 FEATURES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids", "masked_lm_weights",
             "next_sentence_labels")
 
@@ -138,7 +142,8 @@ def run_reference(args):
             _, rate = session.run([train_op, rates[0]])
             if not args.as_written:
                 session.run(increment)
-            steps.append({"step": step, **{k: float(v) for k, v in values.items()}, "learning_rate": float(rate)})
+            values = {k: int(v) if k == "global_step" else float(v) for k, v in values.items()}
+            steps.append({"step": step, **values, "learning_rate": float(rate)})
         weights = {v.name.split(":")[0]: value for v, value in zip(tvars, session.run(tvars))}
     np.savez(args.reference_out + ".npz", **weights)
     with open(args.reference_out, "w", encoding="utf-8") as f:
@@ -176,6 +181,8 @@ def compare(args, work):
     reference = [json.loads(line) for line in open(reference_out, encoding="utf-8")]
     with np.load(reference_out + ".npz") as npz:
         reference_weights = {k: npz[k] for k in npz.files}
+    if args.write_fixture:
+        write_fixture(args.write_fixture, reference, reference_weights)
     runs = {backend: run_ours(args, backend, work) for backend in args.backends}
     print("step  reference (its lr)         " + "  ".join(f"{b:>10}" for b in runs))
     for i, r in enumerate(reference):
@@ -189,6 +196,16 @@ def compare(args, work):
         loss_gap = max(abs(a - r["loss"]) for a, r in zip(losses, reference))
         print(f"{backend}: max loss difference {loss_gap:.2e} over {len(reference)} steps; max weight difference "
               f"{weight_gaps[worst]:.2e} ({worst}) over {len(weight_gaps)} variables")
+
+
+def write_fixture(directory, reference, weights):
+    import re
+
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, "losses.jsonl"), "w", encoding="utf-8") as f:
+        f.write("".join(json.dumps(step, sort_keys=True) + "\n" for step in reference))
+    np.savez(os.path.join(directory, "weights.npz"),
+             **{name: value for name, value in sorted(weights.items()) if re.fullmatch(FIXTURE_VARIABLES, name)})
 
 
 def main():
@@ -206,6 +223,7 @@ def main():
                    help="run create_optimizer's train_op as it is: its global_step increment races with the "
                         "learning rate's read of it (google-research/bert issue 1050), so each update takes the "
                         "rate of its step or of the next, as the threads fall")
+    p.add_argument("--write-fixture", metavar="DIR", help="write the reference's losses and weights here")
     p.add_argument("--reference-out", help=argparse.SUPPRESS)  # the reference's own process
     args = p.parse_args()
     if args.reference_out:

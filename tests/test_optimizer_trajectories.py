@@ -3,7 +3,9 @@
 30 steps): adam against AdamW, lamb against NVLAMB, google-adam against google-research/bert's
 optimization.create_optimizer, under TensorFlow (in this process) and JAX (a process without
 TensorFlow); google-adam also on two TensorFlow replicas and on a JAX pipeline of 2 stages with
-accumulation, under fp16 loss scaling, and resumed exactly. Bad optimizer flags end with one line."""
+accumulation, against google-research/bert's own code (tests/data/google_create_optimizer: losses and
+final weights of google_tiny), under fp16 loss scaling, and resumed exactly. Bad optimizer flags end
+with one line."""
 
 import json
 import os
@@ -35,6 +37,10 @@ REFERENCE = {"adam": "adam.jsonl", "lamb": "lamb.jsonl", "google-adam": "google_
 # The README's measured agreement of adam and lamb is 2.2e-5; the issue asks 1e-4 of google-adam. The
 # controls are far above: a schedule one step off moves step 2 by 0.145, bias correction step 10 by 4.7.
 TOLERANCE = {"adam": 5e-5, "lamb": 5e-5, "google-adam": 1e-4}
+# google-research/bert's own run (its README says how it was made): google_tiny, lr 1e-3, warmup 2, 20 steps.
+GOOGLES_OWN = os.path.join(REPO, "tests", "data", "google_create_optimizer")
+GOOGLES_OWN_ARGV = ["--lr", "1e-3", "--warmup", "2", "--steps", "20", "--batch-size", "14"]
+WEIGHT_TOLERANCE = 1e-5  # measured: 2.2e-6
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +71,7 @@ def hf_tiny(shared_dir):
 
 
 def trainer_argv(data, checkpoint, optimizer, log, *extra):
+    """The README's run, with `extra` arguments after (a later flag wins)."""
     return ["--format", "tfrecord", "--data", str(data), "--init-checkpoint", checkpoint, "--optimizer", optimizer,
             "--lr", "1e-3", "--warmup", "5", "--steps", str(STEPS), "--dropout", "0", "--log-every", "1",
             "--log-json", str(log), "--quiet", *extra]
@@ -72,8 +79,9 @@ def trainer_argv(data, checkpoint, optimizer, log, *extra):
 
 @pytest.fixture(scope="module")
 def run(fixed_batch, hf_tiny, tmp_path_factory):
-    """run(layout, optimizer): the train events of the README's run; layouts: 'tensorflow' (this process),
-    'jax', 'tensorflow-2' (2 replicas x 7), 'jax-pipeline' (2 stages, 2 micro-batches of 7). Each once."""
+    """run(layout, optimizer, init=hf_tiny, *extra): the train events of the README's run from `init`, with
+    `extra` arguments, and its checkpoint directory; layouts: 'tensorflow' (this process), 'jax',
+    'tensorflow-2' (2 replicas x 7), 'jax-pipeline' (2 stages, 2 micro-batches of 7). Each once."""
     root = tmp_path_factory.mktemp("trajectories")
     layouts = {"tensorflow": ([], None, ["--batch-size", "14"]),
                "jax": ([sys.executable, CHECKS, "--no-tensorflow", "trainer"], 1, ["--batch-size", "14"]),
@@ -82,11 +90,13 @@ def run(fixed_batch, hf_tiny, tmp_path_factory):
                                 ["--batch-size", "7", "--grad-accum", "2", "--pipeline-stages", "2"])}
     done = {}
 
-    def train(layout, optimizer):
-        if (layout, optimizer) not in done:
+    def train(layout, optimizer, init=hf_tiny, *more):
+        key = (layout, optimizer, init, *more)
+        if key not in done:
             command, jax_devices, extra = layouts[layout]
-            log = root / f"{layout}-{optimizer}.jsonl"
-            argv = trainer_argv(fixed_batch, hf_tiny, optimizer, log, *extra)
+            name = f"{len(done)}-{layout}-{optimizer}"
+            log, ckpt = root / f"{name}.jsonl", root / name
+            argv = trainer_argv(fixed_batch, init, optimizer, log, *extra, *more, "--checkpoint-dir", str(ckpt))
             if not command:
                 assert main(argv) == 0
             else:
@@ -94,8 +104,8 @@ def run(fixed_batch, hf_tiny, tmp_path_factory):
                     os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", XLA_FLAGS=xla_flags(jax_devices))
                 result = subprocess.run([*command, *argv], capture_output=True, text=True, cwd=REPO, env=env)
                 assert result.returncode == 0, result.stderr[-3000:]
-            done[layout, optimizer] = [e for e in map(json.loads, log.read_text().splitlines()) if e["event"] == "train"]
-        return done[layout, optimizer]
+            done[key] = ([e for e in map(json.loads, log.read_text().splitlines()) if e["event"] == "train"], ckpt)
+        return done[key]
 
     return train
 
@@ -114,14 +124,14 @@ def assert_follows(events, reference, tolerance):
 @pytest.mark.parametrize("optimizer", [pytest.param("adam", marks=pytest.mark.heavy),
                                        pytest.param("lamb", marks=pytest.mark.heavy), "google-adam"])
 def test_tensorflow_follows_the_reference_trainer(run, trajectories, optimizer):
-    assert_follows(run("tensorflow", optimizer), trajectories[optimizer], TOLERANCE[optimizer])
+    assert_follows(run("tensorflow", optimizer)[0], trajectories[optimizer], TOLERANCE[optimizer])
 
 
 @ON_JAX_WORKER
 @pytest.mark.heavy
 @pytest.mark.parametrize("optimizer", list(REFERENCE))
 def test_jax_follows_the_reference_trainer(run, trajectories, optimizer):
-    assert_follows(run("jax", optimizer), trajectories[optimizer], TOLERANCE[optimizer])
+    assert_follows(run("jax", optimizer)[0], trajectories[optimizer], TOLERANCE[optimizer])
 
 
 @pytest.mark.heavy
@@ -130,7 +140,38 @@ def test_jax_follows_the_reference_trainer(run, trajectories, optimizer):
 def test_google_adam_on_several_devices_follows_the_reference(run, trajectories, layout):
     """Two TensorFlow replicas (each clips the all-reduced gradients itself) and a JAX pipeline (the
     optimizer on the stacks' per-layer slices, accumulated micro-batches): the same run."""
-    assert_follows(run(layout, "google-adam"), trajectories["google-adam"], TOLERANCE["google-adam"])
+    assert_follows(run(layout, "google-adam")[0], trajectories["google-adam"], TOLERANCE["google-adam"])
+
+
+@pytest.fixture(scope="module")
+def google_tiny(shared_dir, tmp_path_factory):
+    """{backend: google_tiny as that backend's trainer reads it}: JAX has no TensorFlow to read Google's
+    checkpoint with, so it starts from ours, converted here."""
+    google = str(shared_dir / "fixtures" / "checkpoints" / "google_tiny" / "bert_model.ckpt")
+    ours = str(tmp_path_factory.mktemp("google_tiny") / "ours")
+    assert main(["checkpoint", "convert", google, ours, "--to", "bertprep", "--quiet"]) == 0
+    return {"tensorflow": google, "jax": ours}
+
+
+@pytest.mark.parametrize("layout", [pytest.param("tensorflow", marks=ON_TENSORFLOW_WORKER),
+                                    pytest.param("jax", marks=[ON_JAX_WORKER, pytest.mark.heavy])])
+def test_google_adam_follows_googles_own_code(run, google_tiny, layout, tmp_path):
+    """google_tiny trained by google-research/bert's create_optimizer (tests/data/google_create_optimizer):
+    the same loss at every step within 1e-4, the same final weights within 1e-5."""
+    import tensorflow as tf
+
+    events, ckpt = run(layout, "google-adam", google_tiny[layout], *GOOGLES_OWN_ARGV)
+    reference = [json.loads(line) for line in open(os.path.join(GOOGLES_OWN, "losses.jsonl"), encoding="utf-8")]
+    np.testing.assert_allclose([e["learning_rate"] for e in events], [r["learning_rate"] for r in reference],
+                               rtol=1e-6, atol=1e-10)
+    np.testing.assert_allclose(losses(events), [r["loss"] for r in reference], rtol=0, atol=1e-4)
+    (last,) = [name for name in os.listdir(ckpt) if name.startswith("ckpt-")]
+    assert main(["checkpoint", "convert", str(ckpt / last), str(tmp_path / "google"), "--to", "google", "--quiet"]) == 0
+    ours = tf.train.load_checkpoint(str(tmp_path / "google" / "bert_model.ckpt"))
+    with np.load(os.path.join(GOOGLES_OWN, "weights.npz")) as theirs:
+        assert len(theirs.files) == 24
+        for name in theirs.files:
+            np.testing.assert_allclose(ours.get_tensor(name), theirs[name], rtol=0, atol=WEIGHT_TOLERANCE, err_msg=name)
 
 
 @pytest.mark.heavy
