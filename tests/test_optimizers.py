@@ -28,7 +28,7 @@ def google_reference_lr(step, warmup=WARMUP):
     return PEAK * step / warmup if warmup and step < warmup else decayed
 
 
-def reference(kind, weights, grads_per_step, decays):
+def reference(kind, weights, grads_per_step, decays, clip_norm=1.0):
     """Run the optimizer in NumPy float64: {name: w} after each step's grads {name: g}."""
     w = {k: v.astype(np.float64) for k, v in weights.items()}
     m = {k: np.zeros_like(v) for k, v in w.items()}
@@ -37,7 +37,7 @@ def reference(kind, weights, grads_per_step, decays):
         g = {k: x.astype(np.float64) for k, x in grads.items()}
         if kind in ("lamb", "google-adam"):  # NVLAMB's pre-normalization is clip_by_global_norm(1.0)
             norm = np.sqrt(sum(np.sum(x * x) for x in g.values()))
-            g = {k: x / max(norm, 1.0) for k, x in g.items()}
+            g = {k: x * clip_norm / max(norm, clip_norm) for k, x in g.items()}
         t = step + 1
         lr = google_reference_lr(step) if kind == "google-adam" else reference_lr(step, 0.5 if kind == "lamb" else 1.0)
         for k in w:
@@ -67,26 +67,28 @@ def layers_and_variables():
     return [dense, norm], variables
 
 
-@pytest.mark.parametrize("kind", ["adam", "lamb", "google-adam"])
+@pytest.mark.parametrize("kind, clip_norm", [("adam", None), ("lamb", None), ("google-adam", None),
+                                             ("lamb", 4.0), ("google-adam", 4.0)])
 @pytest.mark.parametrize("steps", [1, 2, 5])
-def test_matches_numpy_reference(kind, steps):
+def test_matches_numpy_reference(kind, clip_norm, steps):
     rng = np.random.default_rng(7)
     _layers, variables = layers_and_variables()
     for var in variables:
         if var.path != "dense/bias":  # the bias stays zero: LAMB's ratio must then be 1
             var.assign(rng.normal(size=var.shape).astype("float32"))
-    optimizer = make_optimizer(kind, PEAK, WARMUP, TOTAL)
+    optimizer = make_optimizer(kind, PEAK, WARMUP, TOTAL, clip_norm)
     assert type(optimizer) is {"adam": AdamW, "lamb": NVLamb, "google-adam": GoogleAdamW}[kind]
     optimizer.build(variables)
-    # Gradients well above norm 1, so NVLAMB's pre-normalization matters.
-    grads = [{var.path: (3.0 * rng.normal(size=var.shape)).astype("float32") for var in variables}
-             for _ in range(steps)]
+    # Gradients of global norm about 14, 2, 7, 1.4, 9: above 1, some above and some below 4, so the clipping
+    # to either matters (Adam without bias correction is blind to a scale shared by all steps).
+    grads = [{var.path: (scale * rng.normal(size=var.shape)).astype("float32") for var in variables}
+             for scale in (3.0, 0.5, 1.5, 0.3, 2.0)[:steps]]
     start = {var.path: np.array(var.numpy()) for var in variables}
     for step_grads in grads:
         optimizer.apply([keras.ops.convert_to_tensor(step_grads[var.path]) for var in variables], variables)
     decays = {"dense/kernel": True, "dense/bias": False, "layer_norm/gamma": False, "layer_norm/beta": False}
     assert {var.path for var in variables} == set(decays)
-    expected = reference(kind, start, grads, decays)
+    expected = reference(kind, start, grads, decays, clip_norm or 1.0)
     for var in variables:
         np.testing.assert_allclose(var.numpy(), expected[var.path], rtol=1e-6, atol=1e-6, err_msg=var.path)
     assert int(optimizer.iterations.numpy()) == steps
