@@ -180,8 +180,9 @@ class NVLamb(_BertOptimizer):
         return config
 
 
-class GoogleAdamW(_BertOptimizer):
-    """AdamWeightDecayOptimizer after create_optimizer's clip_by_global_norm(clip_norm)."""
+class GoogleAdamW(AdamW):
+    """AdamWeightDecayOptimizer after create_optimizer's clip_by_global_norm(clip_norm): AdamW's step
+    on clipped gradients, without bias correction."""
 
     bias_correction = False
 
@@ -191,10 +192,6 @@ class GoogleAdamW(_BertOptimizer):
 
     def _prepared(self, grads):
         return clip_by_global_norm(super()._prepared(grads), self.clip_norm)
-
-    def update_step(self, gradient, variable, learning_rate):
-        update = self._adam_update(gradient, variable)
-        self._step_variable(gradient, variable, ops.cast(learning_rate, "float32") * update)
 
     def get_config(self):
         config = super().get_config()
