@@ -16,8 +16,9 @@ def pytest_configure(config):
 
 # The slowest modules first (`--durations` of a full run), so xdist hands out the long work units (a
 # module's group) early and ends with short ones, instead of one worker training alone at the end.
-SLOWEST_MODULES = ("test_trainer_pipeline.py", "test_trainer.py", "test_finetune.py", "test_trainer_jax.py",
-                   "test_trainer_model_parallel.py", "test_trainer_benchmark.py", "test_checkpoints.py")
+SLOWEST_MODULES = ("test_trainer_pipeline.py", "test_trainer.py", "test_optimizer_trajectories.py", "test_finetune.py",
+                   "test_trainer_jax.py", "test_trainer_model_parallel.py", "test_trainer_benchmark.py",
+                   "test_checkpoints.py")
 
 
 def pytest_collection_modifyitems(items):

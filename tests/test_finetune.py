@@ -152,6 +152,22 @@ def test_mrpc_learns_in_both_formats(pretrained, mrpc_dir, tmp_path):
         assert not any("masked_lm" in key for key in state.files)
 
 
+def test_mrpc_from_googles_checkpoint_with_googles_optimizer(shared_dir, mrpc_dir, tmp_path, capsys):
+    """google-research/bert's run_classifier.py recipe: its own checkpoint (google_tiny) and create_optimizer
+    (--optimizer google-adam): the run says which optimizer it uses, its lr starts at 0."""
+    google_tiny = shared_dir / "fixtures" / "checkpoints" / "google_tiny"
+    log = tmp_path / "log.jsonl"
+    assert main(["finetune", "--task", "mrpc", "--data", str(mrpc_dir), "--format", "tfrecord", "--init-checkpoint",
+                 str(google_tiny), "--optimizer", "google-adam", "--lr", "1e-3", "--steps", "4", "--warmup", "2",
+                 "--batch-size", "8", "--log-every", "1", "--log-json", str(log), "--output-dir",
+                 str(tmp_path / "out")]) == 0
+    assert "; fp32; google-adam lr 0.001" in capsys.readouterr().err
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    rates = [e["learning_rate"] for e in events if e["event"] == "train"]
+    np.testing.assert_allclose(rates, [0.0, 5e-4, 5e-4, 2.5e-4], rtol=1e-6)  # lr·s/W, then lr·(1 − s/N)
+    assert events[-1]["eval_examples"] == MRPC_RECORDS and all(np.isfinite(losses(events)))
+
+
 # `trainer finetune` on `replicas` logical TensorFlow CPU devices.
 TF_REPLICAS = textwrap.dedent("""
     import sys

@@ -1,11 +1,13 @@
-"""AdamW and NVLAMB against a NumPy (float64) reference, one and several steps, fp32, tolerance 1e-6."""
+"""AdamW, NVLAMB and Google's AdamWeightDecay (google-adam) against a NumPy (float64) reference, one and
+several steps, fp32, tolerance 1e-6; their schedules."""
 
 import numpy as np
 import pytest
 
 keras = pytest.importorskip("keras")
 
-from trainer.optimizers import AdamW, NVLamb, WarmupPolynomialDecay  # noqa: E402
+from trainer.optimizers import (AdamW, GoogleAdamW, GoogleSchedule, NVLamb, WarmupPolynomialDecay,  # noqa: E402
+                                clip_by_global_norm, make_optimizer)
 
 PEAK, WARMUP, TOTAL = 0.01, 2, 6
 BETA1, BETA2, EPS, WD = 0.9, 0.999, 1e-6, 0.01
@@ -19,22 +21,32 @@ def reference_lr(step, power):
     return PEAK * max(0.0, (TOTAL - n) / (TOTAL - WARMUP)) ** power
 
 
-def reference(kind, weights, grads_per_step, decays):
+def google_reference_lr(step, warmup=WARMUP):
+    """google-research/bert optimization.create_optimizer's lr at global_step `step` (0-based):
+    polynomial_decay(power 1) over TOTAL steps, replaced by PEAK·step/warmup while step < warmup."""
+    decayed = PEAK * (1 - min(step, TOTAL) / TOTAL)
+    return PEAK * step / warmup if warmup and step < warmup else decayed
+
+
+def reference(kind, weights, grads_per_step, decays, clip_norm=1.0):
     """Run the optimizer in NumPy float64: {name: w} after each step's grads {name: g}."""
     w = {k: v.astype(np.float64) for k, v in weights.items()}
     m = {k: np.zeros_like(v) for k, v in w.items()}
     v = {k: np.zeros_like(x) for k, x in w.items()}
     for step, grads in enumerate(grads_per_step):
         g = {k: x.astype(np.float64) for k, x in grads.items()}
-        if kind == "lamb":
+        if kind in ("lamb", "google-adam"):  # NVLAMB's pre-normalization is clip_by_global_norm(1.0)
             norm = np.sqrt(sum(np.sum(x * x) for x in g.values()))
-            g = {k: x / max(norm, 1.0) for k, x in g.items()}
+            g = {k: x * clip_norm / max(norm, clip_norm) for k, x in g.items()}
         t = step + 1
-        lr = reference_lr(step, 0.5 if kind == "lamb" else 1.0)
+        lr = google_reference_lr(step) if kind == "google-adam" else reference_lr(step, 0.5 if kind == "lamb" else 1.0)
         for k in w:
             m[k] = BETA1 * m[k] + (1 - BETA1) * g[k]
             v[k] = BETA2 * v[k] + (1 - BETA2) * g[k] ** 2
-            u = (m[k] / (1 - BETA1**t)) / (np.sqrt(v[k] / (1 - BETA2**t)) + EPS)
+            if kind == "google-adam":  # AdamWeightDecayOptimizer: no bias correction
+                u = m[k] / (np.sqrt(v[k]) + EPS)
+            else:
+                u = (m[k] / (1 - BETA1**t)) / (np.sqrt(v[k] / (1 - BETA2**t)) + EPS)
             if decays[k]:
                 u = u + WD * w[k]
             if kind == "lamb":
@@ -55,27 +67,28 @@ def layers_and_variables():
     return [dense, norm], variables
 
 
-@pytest.mark.parametrize("kind", ["adam", "lamb"])
-@pytest.mark.parametrize("steps", [1, 5])
-def test_matches_numpy_reference(kind, steps):
+@pytest.mark.parametrize("kind, clip_norm", [("adam", None), ("lamb", None), ("google-adam", None),
+                                             ("lamb", 4.0), ("google-adam", 4.0)])
+@pytest.mark.parametrize("steps", [1, 2, 5])
+def test_matches_numpy_reference(kind, clip_norm, steps):
     rng = np.random.default_rng(7)
     _layers, variables = layers_and_variables()
     for var in variables:
         if var.path != "dense/bias":  # the bias stays zero: LAMB's ratio must then be 1
             var.assign(rng.normal(size=var.shape).astype("float32"))
-    power = 0.5 if kind == "lamb" else 1.0
-    schedule = WarmupPolynomialDecay(PEAK, WARMUP, TOTAL, power)
-    optimizer = (NVLamb if kind == "lamb" else AdamW)(schedule)
+    optimizer = make_optimizer(kind, PEAK, WARMUP, TOTAL, clip_norm)
+    assert type(optimizer) is {"adam": AdamW, "lamb": NVLamb, "google-adam": GoogleAdamW}[kind]
     optimizer.build(variables)
-    # Gradients well above norm 1, so NVLAMB's pre-normalization matters.
-    grads = [{var.path: (3.0 * rng.normal(size=var.shape)).astype("float32") for var in variables}
-             for _ in range(steps)]
+    # Gradients of global norm about 14, 2, 7, 1.4, 9: above 1, some above and some below 4, so the clipping
+    # to either matters (Adam without bias correction is blind to a scale shared by all steps).
+    grads = [{var.path: (scale * rng.normal(size=var.shape)).astype("float32") for var in variables}
+             for scale in (3.0, 0.5, 1.5, 0.3, 2.0)[:steps]]
     start = {var.path: np.array(var.numpy()) for var in variables}
     for step_grads in grads:
         optimizer.apply([keras.ops.convert_to_tensor(step_grads[var.path]) for var in variables], variables)
     decays = {"dense/kernel": True, "dense/bias": False, "layer_norm/gamma": False, "layer_norm/beta": False}
     assert {var.path for var in variables} == set(decays)
-    expected = reference(kind, start, grads, decays)
+    expected = reference(kind, start, grads, decays, clip_norm or 1.0)
     for var in variables:
         np.testing.assert_allclose(var.numpy(), expected[var.path], rtol=1e-6, atol=1e-6, err_msg=var.path)
     assert int(optimizer.iterations.numpy()) == steps
@@ -87,6 +100,31 @@ def test_schedule_warmup_then_decay():
         got = [float(schedule(step)) for step in range(TOTAL + 2)]
         np.testing.assert_allclose(got, [reference_lr(s, power) for s in range(TOTAL + 2)], rtol=1e-6, atol=1e-9)
     assert got[WARMUP - 1] == pytest.approx(PEAK) and got[TOTAL - 1] == 0.0
+
+
+@pytest.mark.parametrize("warmup", [0, 1, WARMUP])
+def test_google_schedule_starts_at_zero_and_decays_over_all_steps(warmup):
+    """The first update of a warmup has lr 0; after it lr·(1 − s/N), s counted from 0 over all N steps,
+    warmup included (NVIDIA's schedule decays over N − W steps from update number W + 1)."""
+    got = [float(GoogleSchedule(PEAK, warmup, TOTAL)(step)) for step in range(TOTAL + 2)]
+    expected = [google_reference_lr(step, warmup) for step in range(TOTAL + 2)]
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-9)
+    assert got[0] == (0.0 if warmup else pytest.approx(PEAK)) and got[TOTAL] == got[TOTAL + 1] == 0.0
+    if warmup == WARMUP:  # step 2 (the third update): out of warmup, already decayed by 2/6
+        assert got[:3] == pytest.approx([0.0, PEAK / 2, PEAK * 4 / 6])
+
+
+def test_clip_by_global_norm_is_tensorflows():
+    """Scaled to norm 1.0 above it, untouched below it; every gradient NaN when the norm is not finite
+    (tf.clip_by_global_norm's rule), so a step with an infinite gradient changes nothing (fp16 skips)."""
+    grads = [np.array([3.0, 0.0], "float32"), np.array([[4.0]], "float32")]
+    clipped = [np.asarray(g) for g in clip_by_global_norm([keras.ops.convert_to_tensor(g) for g in grads], 1.0)]
+    np.testing.assert_allclose(clipped[0], [0.6, 0.0], rtol=1e-6)
+    np.testing.assert_allclose(clipped[1], [[0.8]], rtol=1e-6)
+    small = [np.asarray(g) for g in clip_by_global_norm([keras.ops.convert_to_tensor(g) for g in grads], 10.0)]
+    np.testing.assert_array_equal(small[0], grads[0])
+    infinite = clip_by_global_norm([keras.ops.convert_to_tensor(np.array([np.inf, 1.0], "float32"))] + grads[1:], 1.0)
+    assert all(np.isnan(np.asarray(g)).all() for g in infinite)
 
 
 def test_weight_decay_exclusions_follow_bert():

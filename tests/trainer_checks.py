@@ -76,11 +76,11 @@ def free_port():
         return s.getsockname()[1]
 
 
-def assert_resume_is_exact(run, ckpt):
+def assert_resume_is_exact(run, ckpt, optimizer="adam"):
     """Stop after the checkpoint at step 2 (later checkpoints removed), resume: the weights,
     optimizer and loss-scale state at step 6 equal the uninterrupted run's (dropout on).
     `run(name, *argv)` trains with dropout 0.1 and returns the JSON log events."""
-    common = ["--steps", "6", "--batch-size", "4", "--optimizer", "adam", "--warmup", "2",
+    common = ["--steps", "6", "--batch-size", "4", "--optimizer", optimizer, "--warmup", "2",
               "--checkpoint-dir", str(ckpt), "--checkpoint-every", "2", "--keep-checkpoints", "5"]
     events = run("whole", *common)
     name, uninterrupted = latest_state(ckpt)
@@ -117,7 +117,7 @@ def programs_compiled():
         listening = False
 
 
-def check_nonfinite_step_is_skipped(records_dir):
+def check_nonfinite_step_is_skipped(records_dir, optimizer="lamb"):
     """mixed_float16: a batch with infinite weights leaves the weights, the optimizer and its step
     counter unchanged and halves the loss scale; the next finite batch updates the weights."""
     import keras
@@ -131,7 +131,7 @@ def check_nonfinite_step_is_skipped(records_dir):
     keras.config.set_dtype_policy("mixed_float16")
     try:
         records = Records(str(records_dir), "ofrecord")
-        args = argparse.Namespace(optimizer="lamb", lr=1e-3, steps=10, precision="mixed_float16", grad_accum=1)
+        args = argparse.Namespace(optimizer=optimizer, lr=1e-3, steps=10, precision="mixed_float16", grad_accum=1)
         with programs_compiled() as compiled:
             _, _, steps = build_steps(args, Devices(keras.backend.backend()), BertConfig(**TINY), records, 0)
         if keras.backend.backend() == "jax":

@@ -16,7 +16,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from bertprep.errors import UsageError, run_reporting_errors
 from bertprep.progress import add_output_arguments, print_summary
-from trainer.config import SIZES
+from trainer.config import CLIPPING, DEFAULT_CLIP_NORM, OPTIMIZERS, SIZES
 from trainer.parallel import PLACEMENTS
 
 PROG = "trainer"
@@ -31,6 +31,13 @@ def _positive_int(text):
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
+    return value
+
+
+def _positive_number(text):
+    value = float(text)
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
     return value
 
 
@@ -63,10 +70,19 @@ def add_records_and_model_arguments(p):
                    help="hidden and attention dropout (default: the model config's; 0 for exact comparisons)")
 
 
+def add_optimizer_arguments(p, default):
+    """--optimizer and --clip-norm, for pretraining and fine-tuning (docs/trainer.md compares the optimizers)."""
+    p.add_argument("--optimizer", choices=tuple(OPTIMIZERS), default=default,
+                   help=f"{', '.join(f'{k}: {v}' for k, v in OPTIMIZERS.items())} (default: {default})")
+    p.add_argument("--clip-norm", type=_positive_number, default=None, metavar="C",
+                   help=f"clip the summed gradients to global norm C ({' and '.join(CLIPPING)}; "
+                        f"default: {DEFAULT_CLIP_NORM})")
+
+
 def build_parser():
     p = _Parser(prog=PROG, description="Pretrain BERT (Keras 3) on TFRecord or OFRecord records from `bertprep create`.")
     add_records_and_model_arguments(p)
-    p.add_argument("--optimizer", choices=("adam", "lamb"), default="lamb", help="AdamW or NVLAMB (default: lamb)")
+    add_optimizer_arguments(p, default="lamb")
     p.add_argument("--lr", type=float, default=1e-4, help="peak learning rate (default: 1e-4)")
     p.add_argument("--warmup", type=_warmup, default=0.1, help="warmup: fraction of --steps or steps (default: 0.1)")
     p.add_argument("--steps", type=_positive_int, default=1000, help="optimizer steps (default: 1000)")
@@ -125,6 +141,7 @@ def build_finetune_parser():
     p.add_argument("--lr", type=float, default=3e-5, help="peak learning rate (default: 3e-5)")
     p.add_argument("--warmup", type=_warmup, default=0.1, help="warmup: fraction of the steps or steps (default: 0.1)")
     p.add_argument("--batch-size", type=_positive_int, default=32, help="sequences per replica (default: 32)")
+    add_optimizer_arguments(p, default="adam")
     p.add_argument("--precision", choices=("fp32", "mixed_float16", "mixed_bfloat16"), default="fp32")
     p.add_argument("--seed", type=int, default=12345, help="seed of the head's initialization, dropout and data order")
     p.add_argument("--output-dir", help="predictions and scores (default: ./finetune-<task>)")
@@ -148,6 +165,9 @@ def _check(args):
 
 
 def _check_schedule(args):
+    if args.clip_norm is not None and args.optimizer not in CLIPPING:
+        raise UsageError(f"--clip-norm: --optimizer {args.optimizer} does not clip gradients "
+                         f"(only {' and '.join(CLIPPING)} do)")
     if args.steps and args.warmup >= 1 and args.warmup > args.steps:
         raise UsageError(f"--warmup {int(args.warmup)} exceeds --steps {args.steps}")
     if not math.isfinite(args.lr) or args.lr <= 0:

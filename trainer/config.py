@@ -17,6 +17,12 @@ SIZES = {
     "large": (24, 1024, 16),
 }
 
+# --optimizer's choices (trainer/optimizers.py; docs/trainer.md compares them).
+OPTIMIZERS = {"adam": "AdamW", "lamb": "NVLAMB", "google-adam": "Google's AdamWeightDecay"}
+# The optimizers that clip the summed gradients by global norm (--clip-norm), by default to 1.0.
+CLIPPING = ("lamb", "google-adam")
+DEFAULT_CLIP_NORM = 1.0
+
 
 def _is_number(value):
     return type(value) in (int, float)  # not a bool, not a string

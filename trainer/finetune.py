@@ -3,8 +3,9 @@
 The run: read the task's records (tasks.TaskData); take the model
 configuration and the encoder's weights, by variable path, from the
 pretraining checkpoint (its masked-LM and next-sentence heads are left out);
-add the task head (heads.py); train with AdamW, linear warmup and linear decay
-on every device of the host (train.Devices, steps.py, as pretraining does);
+add the task head (heads.py); train with --optimizer (by default AdamW, linear
+warmup and linear decay; google-adam is Google's own fine-tuning optimizer) on
+every device of the host (train.Devices, steps.py, as pretraining does);
 then predict the eval split and score it: SQuAD answers through
 write_predictions (squad_predictions.py) into predictions.json (and
 null_odds.json for SQuAD 2.0), exact match and F1 as the official scripts
@@ -80,7 +81,8 @@ def _finetune(args, task, data, config, weights, checkpoint_path, devices, log):
     log.total = total_steps
     with devices.scope():
         model, objective = build_task_model(task, config, data)
-        optimizer = make_optimizer("adam", args.lr, warmup_steps(args.warmup, total_steps), total_steps)
+        optimizer = make_optimizer(args.optimizer, args.lr, warmup_steps(args.warmup, total_steps), total_steps,
+                                   args.clip_norm)
         build_slots(optimizer, model.trainable_variables)
         loaded = load_encoder(model, weights, checkpoint_path)
     steps = build_task_steps(devices, model, optimizer, objective, args.precision)
@@ -88,7 +90,8 @@ def _finetune(args, task, data, config, weights, checkpoint_path, devices, log):
     log.note(f"{task.name}: {train_records:,} training records ({data.fmt}, seq {data.seq}); "
              f"{loaded} encoder variables from {checkpoint_path}; model L{config.num_hidden_layers}/"
              f"H{config.hidden_size} ({parameters / 1e6:.1f}M parameters); {total_steps} steps of global batch "
-             f"{global_batch} ({args.batch_size} x {devices.replicas} replicas); {args.precision}; lr {args.lr}")
+             f"{global_batch} ({args.batch_size} x {devices.replicas} replicas); {args.precision}; "
+             f"{args.optimizer} lr {args.lr}")
 
     stream = RecordStream(data, "train", args.batch_size * devices.local_replicas, args.seed)
     train = train_loop(args, steps, objective, stream, total_steps, global_batch, log)
@@ -109,7 +112,8 @@ def _finetune(args, task, data, config, weights, checkpoint_path, devices, log):
     else:
         log.note("--no-eval: nothing scored")
     summary = {"task": task.name, "format": data.fmt, "init_checkpoint": checkpoint_path,
-               "replicas": devices.replicas, "global_batch": global_batch, "precision": args.precision, **train,
+               "replicas": devices.replicas, "global_batch": global_batch, "precision": args.precision,
+               "optimizer": args.optimizer, **train,
                **{f"eval_{k}": v for k, v in evaluation.items()}}
     log.record("summary", {k: v for k, v in summary.items() if isinstance(v, (int, float))}, train["steps"])
     return summary

@@ -8,6 +8,11 @@
   inside the update `u = m̂/(√v̂+ε) + wd·w` (same exclusions); every variable
   steps `w -= lr · ‖w‖/‖u‖ · u` (ratio 1 where either norm is 0). Linear
   warmup, then polynomial decay with power 0.5 to 0.
+- `GoogleAdamW`: google-research/bert's `AdamWeightDecayOptimizer` as its
+  `optimization.create_optimizer` drives it (the optimizer of Google's and
+  NVIDIA's TF fine-tuning): gradients clipped to global norm 1.0 as
+  `tf.clip_by_global_norm` does, Adam moments WITHOUT bias correction,
+  `w -= lr · (m/(√v+ε) + wd·w)` (same exclusions), and `GoogleSchedule`.
 
 Keras's own `Lamb` decays outside the trust ratio and does not pre-normalize,
 so it is not NVLAMB. `apply` must see the gradients of the whole global batch
@@ -26,6 +31,7 @@ selects rather than a branch (a branch on a device value syncs with the host).
 import keras
 from keras import ops
 
+from trainer.config import DEFAULT_CLIP_NORM
 from trainer.model import is_excluded_from_weight_decay
 
 
@@ -52,8 +58,31 @@ class WarmupPolynomialDecay(keras.optimizers.schedules.LearningRateSchedule):
                 "total_steps": self.total_steps, "power": self.power}
 
 
+class GoogleSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """optimization.create_optimizer's lr for optimizer step `step` (0-based, its global_step before
+    the update): peak·step/warmup while step < warmup (the first update has lr 0), then
+    polynomial_decay power 1 over all `total_steps`: peak·(1 − min(step, total)/total)."""
+
+    def __init__(self, peak, warmup_steps, total_steps):
+        self.peak = float(peak)
+        self.warmup_steps = int(warmup_steps)
+        self.total_steps = int(total_steps)
+
+    def __call__(self, step):
+        s = ops.cast(step, "float32")
+        decayed = self.peak * (1.0 - ops.minimum(s, float(self.total_steps)) / float(self.total_steps))
+        if not self.warmup_steps:  # create_optimizer adds no warmup branch for 0
+            return decayed
+        return ops.where(s < self.warmup_steps, self.peak * (s / float(self.warmup_steps)), decayed)
+
+    def get_config(self):
+        return {"peak": self.peak, "warmup_steps": self.warmup_steps, "total_steps": self.total_steps}
+
+
 class _BertOptimizer(keras.optimizers.Optimizer):
-    """Adam moments with bias correction and per-variable decay flags (shared by both)."""
+    """Adam moments (bias-corrected unless `bias_correction` is False) and per-variable decay flags."""
+
+    bias_correction = True
 
     def __init__(self, learning_rate, decay_rate=0.01, beta_1=0.9, beta_2=0.999, epsilon=1e-6, **kwargs):
         super().__init__(learning_rate=learning_rate, **kwargs)
@@ -98,16 +127,17 @@ class _BertOptimizer(keras.optimizers.Optimizer):
         self.assign_sub(variable, self._kept(gradient, delta, ops.zeros_like(delta)))
 
     def _adam_update(self, gradient, variable):
-        """Update the moments; return the direction m̂/(√v̂+ε) + wd·w, in float32."""
+        """Update the moments; return the direction m̂/(√v̂+ε) + wd·w (m, v for m̂, v̂ without bias
+        correction), in float32."""
         index = self._get_variable_index(variable)
         m, v = self._m[index], self._v[index]
         g = ops.cast(gradient, "float32")
         t = ops.cast(self.iterations + 1, "float32")
         self.assign(m, self._kept(g, self.beta_1 * m + (1.0 - self.beta_1) * g, m))
         self.assign(v, self._kept(g, self.beta_2 * v + (1.0 - self.beta_2) * ops.square(g), v))
-        m_hat = m / (1.0 - ops.power(self.beta_1, t))
-        v_hat = v / (1.0 - ops.power(self.beta_2, t))
-        update = m_hat / (ops.sqrt(v_hat) + self.epsilon)
+        if self.bias_correction:
+            m, v = m / (1.0 - ops.power(self.beta_1, t)), v / (1.0 - ops.power(self.beta_2, t))
+        update = m / (ops.sqrt(v) + self.epsilon)
         if self._decays[index] and self.decay_rate:
             update = update + self.decay_rate * ops.cast(variable, "float32")
         return update
@@ -150,6 +180,33 @@ class NVLamb(_BertOptimizer):
         return config
 
 
+class GoogleAdamW(AdamW):
+    """AdamWeightDecayOptimizer after create_optimizer's clip_by_global_norm(clip_norm): AdamW's step
+    on clipped gradients, without bias correction."""
+
+    bias_correction = False
+
+    def __init__(self, learning_rate, clip_norm=1.0, name="google_adamw", **kwargs):
+        super().__init__(learning_rate, name=name, **kwargs)
+        self.clip_norm = clip_norm
+
+    def _prepared(self, grads):
+        return clip_by_global_norm(super()._prepared(grads), self.clip_norm)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(clip_norm=self.clip_norm)
+        return config
+
+
+def clip_by_global_norm(grads, clip_norm):
+    """`tf.clip_by_global_norm`'s arithmetic: each times clip·min(1/norm, 1/clip), all NaN where the
+    norm is not finite."""
+    norm = global_norm(grads)
+    scale = clip_norm * ops.minimum(1.0 / norm, 1.0 / clip_norm) + (norm - norm)
+    return [g * scale for g in grads]
+
+
 def global_norm(tensors):
     return ops.sqrt(sum(ops.sum(ops.square(ops.cast(t, "float32"))) for t in tensors))
 
@@ -163,10 +220,14 @@ def build_slots(optimizer, variables):
         optimizer.build(variables)
 
 
-def make_optimizer(name, peak_lr, warmup_steps, total_steps):
-    """'adam': AdamW with linear decay; 'lamb': NVLamb with power-0.5 decay."""
+def make_optimizer(name, peak_lr, warmup_steps, total_steps, clip_norm=None):
+    """'adam': AdamW with linear decay; 'lamb': NVLamb with power-0.5 decay; 'google-adam': GoogleAdamW
+    with GoogleSchedule. `clip_norm` (lamb, google-adam): None for DEFAULT_CLIP_NORM."""
+    clip_norm = DEFAULT_CLIP_NORM if clip_norm is None else clip_norm
     if name == "adam":
         return AdamW(WarmupPolynomialDecay(peak_lr, warmup_steps, total_steps, power=1.0))
     if name == "lamb":
-        return NVLamb(WarmupPolynomialDecay(peak_lr, warmup_steps, total_steps, power=0.5))
+        return NVLamb(WarmupPolynomialDecay(peak_lr, warmup_steps, total_steps, power=0.5), max_grad_norm=clip_norm)
+    if name == "google-adam":
+        return GoogleAdamW(GoogleSchedule(peak_lr, warmup_steps, total_steps), clip_norm=clip_norm)
     raise ValueError(f"unknown optimizer {name!r}")

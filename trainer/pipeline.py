@@ -28,7 +28,8 @@ stage, and per micro-batch); the state after the step is advanced K times.
 Checkpoints hold every variable under its per-layer name (unstacked on
 save, stacked on load), as without pipelining: any S and K resume them.
 The optimizer updates the per-layer slices of the stacks, so its arithmetic
-(NVLAMB's per-variable trust ratio and global norm) is the unpipelined one.
+(NVLAMB's per-variable trust ratio and global norm, google-adam's clipping
+global norm) is the unpipelined one.
 """
 
 import numpy as np

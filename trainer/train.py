@@ -145,7 +145,7 @@ def build_steps(args, devices, config, records, warmup, initial=None, log=None):
 
     with devices.scope():
         model = build_model(config, records.seq, records.pred, pad_vocab=pad_vocab_multiple(args))
-        optimizer = make_optimizer(args.optimizer, args.lr, warmup, args.steps)
+        optimizer = make_optimizer(args.optimizer, args.lr, warmup, args.steps, getattr(args, "clip_norm", None))
         build_slots(optimizer, model.trainable_variables)
         if initial is not None:
             from trainer.checkpoint.run import assign
@@ -339,6 +339,7 @@ def _train(args, devices, log, data_dir, records, config, step_times=None, step_
         "steps": args.steps, "global_batch": global_batch, "grad_accum": args.grad_accum,
         "data_workers": devices.num_workers, "precision": args.precision, "seed": args.seed, "format": args.format,
         "bin_size": args.bin_size,  # None in checkpoints from before binning: the same as no binning
+        "clip_norm": args.clip_norm,  # None (the optimizer's default) in checkpoints from before --clip-norm
     }
     draws = 0
     if args.resume:

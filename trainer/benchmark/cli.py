@@ -22,6 +22,7 @@ from bertprep.progress import add_output_arguments, print_summary
 from trainer.benchmark import method, report
 from trainer.cli import _Parser as OneLineErrorParser
 from trainer.cli import _positive_int, add_records_and_model_arguments
+from trainer.config import OPTIMIZERS
 
 PROG = "trainer.benchmark"
 PRECISIONS = ("fp32", "amp")
@@ -80,7 +81,7 @@ def build_parser():
     p.add_argument("--runs", type=_positive_int, default=5, help="runs per configuration; the median is reported")
     p.add_argument("--backend", choices=("tensorflow", "jax"), default=os.environ.get("KERAS_BACKEND") or "tensorflow",
                    help="Keras backend (default: $KERAS_BACKEND or tensorflow)")
-    p.add_argument("--optimizer", choices=("adam", "lamb"), default="lamb", help="as `python -m trainer` (lamb)")
+    p.add_argument("--optimizer", choices=tuple(OPTIMIZERS), default="lamb", help="as `python -m trainer` (lamb)")
     p.add_argument("--seed", type=int, default=12345)
     p.add_argument("--max-start", type=_positive_int, default=32,
                    help="first per-device batch the max search tries (default 32)")
