@@ -155,9 +155,9 @@ def read(path):
 
 
 def write(checkpoint, directory):
-    """config.json + model.safetensors of a BertForPreTraining (or BertModel without heads); the
-    checkpoint's weights are consumed."""
-    rows = names.rows(checkpoint.config, checkpoint.has_heads)
+    """config.json + model.safetensors of a BertForPreTraining (or BertModel without heads, with or without
+    a pooler); the checkpoint's weights are consumed."""
+    rows = checkpoint.rows()
     write_safetensors(os.path.join(directory, "model.safetensors"),
                       [(row.hf, checkpoint.weights[row.google].shape[::-1] if row.hf_layout == "T"
                         else checkpoint.weights[row.google].shape) for row in rows],

@@ -1,6 +1,7 @@
 """`checkpoint run`: a checkpoint's outputs on given inputs with dropout off, through this trainer's
-Keras model (TensorFlow or JAX backend): sequence_output [N, L, H], pooled_output [N, H] and, with the
-pretraining heads, mlm_logits [N, P, V] at masked_lm_positions and nsp_logits [N, 2]."""
+Keras model (TensorFlow or JAX backend): sequence_output [N, L, H], pooled_output [N, H] (where the
+checkpoint has a pooler) and, with the pretraining heads, mlm_logits [N, P, V] at masked_lm_positions and
+nsp_logits [N, 2]."""
 
 import dataclasses
 import json
@@ -170,7 +171,7 @@ def build(checkpoint, seq, pred):
     if checkpoint.has_heads:
         model = build_model(config, seq, max(pred, 1))
     else:
-        model = BertEncoder(config, name="bert")
+        model = BertEncoder(config, with_pooler=checkpoint.has_pooler, name="bert")
         with variables_initialized_together():
             model(symbolic_inputs(1, seq))
     assign(model, checkpoint.ours(), checkpoint.path)
@@ -219,8 +220,8 @@ def outputs(checkpoint, inputs, batch_size=32):
     for start in range(0, len(arrays["input_ids"]), batch_size):
         batch = {k: v[start:start + batch_size] for k, v in arrays.items()}
         sequence = model.encode(batch)
-        pooled = model.pool(sequence)
-        got = {"sequence_output": sequence, "pooled_output": pooled}
+        got = {"sequence_output": sequence, **({"pooled_output": model.pool(sequence)} if checkpoint.has_pooler
+                                               else {})}
         if with_heads:
             mlm, nsp = model(batch)
             got.update(mlm_logits=mlm, nsp_logits=nsp)
