@@ -9,11 +9,13 @@ import json
 import numpy as np
 
 from bertprep.errors import DataError
+from bertprep.formats.schemas import INT32_RANGE, first_outside, is_integer
+from bertprep.jsonlines import json_lines
 
 FEATURES = ("input_ids", "input_mask", "segment_ids")
 POSITIONS = "masked_lm_positions"
 JSON_LINES_SUFFIXES = (".jsonl", ".json", ".ndjson")
-INT32_MAX = 2 ** 31 - 1
+INT32_MAX = INT32_RANGE[1]  # what the records readers hold an integer feature in; no input is negative
 # Each feature's largest value known before the checkpoint is read (the vocab and the type vocab are its).
 _HIGHEST = {"input_ids": INT32_MAX, "input_mask": 1, "segment_ids": INT32_MAX, POSITIONS: INT32_MAX}
 
@@ -42,9 +44,9 @@ class Inputs:
 
     def check_below(self, key, limit, what):
         """Every value of `key` below `limit` (`what` it is), else the first that is not, by line and index."""
-        rows, columns = np.nonzero(self.arrays[key] >= limit)
-        if len(rows):
-            row, column = rows[0], columns[0]
+        outside = first_outside(self.arrays[key], 0, limit - 1)
+        if outside is not None:
+            row, column = outside
             raise DataError(f"{self.path}: {self.places[row]}: {key}[{column}] is {self.arrays[key][row, column]}, "
                             f"expected less than {what}")
 
@@ -82,19 +84,12 @@ def _is_json_lines(path):
 
 def _json_lines(path):
     rows, places = [], []
-    with open(path, "rb") as f:  # json.loads reads the bytes: not UTF-8 is "not JSON" on its line
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except ValueError as exc:
-                raise DataError(f"{path}: line {number}: not JSON: {exc}") from None
-            if not isinstance(row, dict):
-                raise DataError(f"{path}: line {number}: expected a JSON object of {', '.join(FEATURES)}, got "
-                                f"{type(row).__name__} {_shown(row)}")
-            rows.append(row)
-            places.append(f"line {number}")
+    for number, row in json_lines(path, lambda number, exc: DataError(f"{path}: line {number}: not JSON: {exc}")):
+        if not isinstance(row, dict):
+            raise DataError(f"{path}: line {number}: expected a JSON object of {', '.join(FEATURES)}, got "
+                            f"{type(row).__name__} {_shown(row)}")
+        rows.append(row)
+        places.append(f"line {number}")
     return rows, places
 
 
@@ -141,13 +136,13 @@ def _integers(path, place, key, row):
         array = value
     else:
         for index, item in enumerate(value):
-            if type(item) is not int:  # a float, a bool, a string: refused, never truncated
+            if not is_integer(item):  # a float, a bool, a string: refused, never truncated
                 raise DataError(f"{path}: {place}: {key}[{index}] is {_shown(item)}, expected an integer")
         # Held just past the range: an integer beyond int64 is reported below, not an OverflowError.
         array = np.array([min(max(item, -1), INT32_MAX + 1) for item in value], np.int64)
-    outside = np.nonzero((array < 0) | (array > _HIGHEST[key]))[0]
-    if len(outside):
-        index = outside[0]
+    outside = first_outside(array, 0, _HIGHEST[key])
+    if outside is not None:
+        (index,) = outside
         raise DataError(f"{path}: {place}: {key}[{index}] is {value[index]}, expected an integer from 0 to "
                         f"{_HIGHEST[key]}")
     return array.astype(np.int32)
