@@ -15,16 +15,12 @@ import os
 
 from bertprep.errors import DataError
 from bertprep.formats import ALL_FORMATS
-from bertprep.formats.schemas import KINDS, PRETRAINING
+from bertprep.formats.schemas import KINDS, PRETRAINING, is_integer
 from bertprep.workdir import MANIFEST, load_manifest
 
 # file entry field -> the least value it may hold; every count is below 2^63 (the loaders hold them as int64)
 _FILE_COUNTS = {"bytes": 0, "instances": 0, "records": 0, "first_instance": 0}
 _INT64_LIMIT = 1 << 63
-
-
-def _is_int(value):
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _is_number(value):
@@ -57,7 +53,7 @@ def _kind_and_dims_problems(manifest):
     if not isinstance(dims, dict):
         return problems + [("dims", f"{dims!r}, expected an object of dimensions")]
     for name, value in dims.items():
-        if not _is_int(value) or value < 1:
+        if not is_integer(value) or value < 1:
             problems.append((f"dims.{name}", f"{value!r}, expected a positive integer"))
     if kind is not None:
         expected = KINDS[_kind_name(kind)].dims
@@ -71,12 +67,12 @@ def _kind_and_dims_problems(manifest):
 def _params_problems(params):
     problems = []
     for name in ("max_seq_length", "max_predictions_per_seq"):
-        if name in params and (not _is_int(params[name]) or params[name] < 1):
+        if name in params and (not is_integer(params[name]) or params[name] < 1):
             problems.append((f"params.{name}", f"{params[name]!r}, expected an integer ≥ 1"))
     prob = params.get("masked_lm_prob")
     if "masked_lm_prob" in params and (not _is_number(prob) or not 0 < prob <= 1):
         problems.append(("params.masked_lm_prob", f"{prob!r}, expected a number in (0, 1]"))
-    if "seed" in params and not _is_int(params["seed"]):
+    if "seed" in params and not is_integer(params["seed"]):
         problems.append(("params.seed", f"{params['seed']!r}, expected an integer"))
     if "whole_word_mask" in params and not isinstance(params["whole_word_mask"], bool):
         problems.append(("params.whole_word_mask", f"{params['whole_word_mask']!r}, expected true or false"))
@@ -86,7 +82,7 @@ def _params_problems(params):
 def _vocab_and_formats_problems(manifest):
     problems = []
     vocab = manifest.get("vocab") or {}
-    if "size" in vocab and (not _is_int(vocab["size"]) or vocab["size"] < 1):
+    if "size" in vocab and (not is_integer(vocab["size"]) or vocab["size"] < 1):
         problems.append(("vocab.size", f"{vocab['size']!r}, expected an integer ≥ 1"))
     if "path" in vocab and not isinstance(vocab["path"], str):
         problems.append(("vocab.path", f"{vocab['path']!r}, expected a file name"))
@@ -100,7 +96,7 @@ def _file_problems(manifest, base, fmts):
     problems = []
     for name, entry in (manifest.get("files") or {}).items():
         for field, least in _FILE_COUNTS.items():
-            if field in entry and (not _is_int(entry[field]) or not least <= entry[field] < _INT64_LIMIT):
+            if field in entry and (not is_integer(entry[field]) or not least <= entry[field] < _INT64_LIMIT):
                 expected = f"{entry[field]!r}, expected an integer in {least}..2^63-1"
                 problems.append((f'files["{name}"].{field}', expected))
         fmt = entry.get("format") or name.split("/")[0]
@@ -109,7 +105,7 @@ def _file_problems(manifest, base, fmts):
         full = os.path.normpath(os.path.join(base, name))
         if not os.path.isfile(full):
             problems.append((f'files["{name}"]', f"{full} is missing"))
-        elif _is_int(entry.get("bytes")) and os.path.getsize(full) != entry["bytes"]:
+        elif is_integer(entry.get("bytes")) and os.path.getsize(full) != entry["bytes"]:
             held = os.path.getsize(full)
             problems.append((f'files["{name}"].bytes', f"{entry['bytes']:,}, but {full} holds {held:,} bytes"))
     return problems

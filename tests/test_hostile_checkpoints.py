@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -69,8 +70,13 @@ def bert_model(checkpoints, input_rows, tmp_path_factory):
     state = {name: value.contiguous() for name, value in model.state_dict().items()}
     save_file(dict(state, **{"embeddings.position_ids": model.embeddings.position_ids.contiguous()}),
               str(root / "with_buffer" / "model.safetensors"), metadata={"format": "pt"})
+    torch.manual_seed(30)
+    no_pooler = transformers.BertModel(config, add_pooling_layer=False).eval()
+    no_pooler.save_pretrained(root / "no_pooler")
+    assert not any(".pooler." in name or name.startswith("pooler.") for name in _safetensors_names(root / "no_pooler"))
     return {"saved": root / "saved", "with_buffer": root / "with_buffer", "outputs": _transformers_outputs(
-        model, input_rows)}
+        model, input_rows), "no_pooler": root / "no_pooler", "no_pooler_outputs": _transformers_outputs(
+        no_pooler, input_rows)}
 
 
 def _safetensors_names(directory):
@@ -85,12 +91,13 @@ def _transformers_outputs(model, rows):
     with torch.no_grad():
         out = model(input_ids=tensor["input_ids"], attention_mask=tensor["input_mask"],
                     token_type_ids=tensor["segment_ids"])
-    return {"sequence_output": out.last_hidden_state.numpy(), "pooled_output": out.pooler_output.numpy()}
+    pooled = {} if out.pooler_output is None else {"pooled_output": out.pooler_output.numpy()}
+    return {"sequence_output": out.last_hidden_state.numpy(), **pooled}
 
 
-def assert_headless_outputs(got, want, tolerance=TOLERANCE):
-    assert set(got) == HEADLESS_OUTPUTS
-    for name in HEADLESS_OUTPUTS:
+def assert_headless_outputs(got, want, tolerance=TOLERANCE, names=HEADLESS_OUTPUTS):
+    assert set(got) == set(names)
+    for name in names:
         assert got[name].dtype == np.float32
         np.testing.assert_allclose(got[name], want[name], rtol=0, atol=tolerance, err_msg=name)
 
@@ -102,6 +109,32 @@ def assert_headless_outputs(got, want, tolerance=TOLERANCE):
 def test_run_of_a_transformers_bertmodel_gives_transformers_outputs(bert_model, checkpoints, tmp_path, copy_name):
     got = run_outputs(bert_model[copy_name], checkpoints / "inputs.jsonl", tmp_path / "o.npz")
     assert_headless_outputs(got, bert_model["outputs"])
+
+
+@pytest.mark.heavy  # a JAX process compiling two models: ~25 s on 2 cores
+def test_run_of_transformers_bertmodels_on_jax(bert_model, checkpoints, tmp_path):
+    """A JAX-only process (Keras never imports TensorFlow) runs the heads-less BertModel, with and without
+    its pooler, to transformers' outputs."""
+    script = textwrap.dedent("""
+        import sys
+        from trainer.cli import main
+        inputs, out = sys.argv[1], sys.argv[2]
+        for src, name in zip(sys.argv[3::2], sys.argv[4::2]):
+            code = main(["checkpoint", "run", src, "--inputs", inputs, "--out", f"{out}/{name}.npz", "--quiet"])
+            assert code == 0, code
+        import keras
+        assert keras.backend.backend() == "jax" and "tensorflow" not in sys.modules, keras.backend.backend()
+    """)
+    copies = ("saved", "no_pooler")
+    done = subprocess.run([sys.executable, "-c", script, str(checkpoints / "inputs.jsonl"), str(tmp_path),
+                           *(str(item) for name in copies for item in (bert_model[name], name))],
+                          env=dict(os.environ, KERAS_BACKEND="jax", PYTHONPATH=REPO), capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for name, want, names in (("saved", bert_model["outputs"], HEADLESS_OUTPUTS),
+                              ("no_pooler", bert_model["no_pooler_outputs"], {"sequence_output"})):
+        with np.load(tmp_path / f"{name}.npz") as npz:
+            assert_headless_outputs({k: npz[k] for k in npz.files}, want, names=names)
 
 
 def test_bertmodel_converts_to_every_kind_and_back(bert_model, checkpoints, tmp_path):
@@ -155,6 +188,86 @@ def test_finetune_from_a_transformers_bertmodel_and_run_its_encoder(bert_model, 
     got = run_outputs(tmp_path / "tuned", checkpoints / "inputs.jsonl", tmp_path / "tuned.npz")
     assert set(got) == HEADLESS_OUTPUTS and got["pooled_output"].shape == (3, 128)
     assert np.isfinite(got["sequence_output"]).all()
+
+
+def test_run_of_a_bertmodel_without_pooler_gives_its_sequence_output_and_says_so(bert_model, checkpoints, tmp_path,
+                                                                               capsys):
+    """A BertModel made with add_pooling_layer=False (as sentence encoders are exported): its encoder
+    runs, transformers' last_hidden_state; no pooled_output, said once in the summary."""
+    for as_json in (True, False):
+        out = tmp_path / f"{as_json}.npz"
+        assert main(["checkpoint", "run", str(bert_model["no_pooler"]), "--inputs", str(checkpoints / "inputs.jsonl"),
+                     "--out", str(out), *(["--json"] if as_json else [])]) == 0
+        printed = capsys.readouterr().out
+        said = "none: the checkpoint has no pooler (bert/pooler/dense)"
+        assert (json.loads(printed)["pooled_output"] == said) if as_json else printed.count(said) == 1, printed
+        with np.load(out) as npz:
+            assert_headless_outputs({k: npz[k] for k in npz.files}, bert_model["no_pooler_outputs"],
+                                    names={"sequence_output"})
+
+
+def test_bertmodel_without_pooler_converts_to_every_kind_as_it_is(bert_model, checkpoints, tmp_path):
+    """--to hf is a BertModel without pooler that transformers loads as one (nothing missing, nothing
+    unexpected, its outputs); --to bertprep and --to google run to the same sequence output; none gains a
+    pooler, each convert says there is none."""
+    from trainer.checkpoint.cli import convert
+
+    for to in ("hf", "bertprep", "google"):
+        summary = convert(str(bert_model["no_pooler"]), str(tmp_path / to), to)
+        assert "no pooler (bert/pooler/dense): a BertModel saved without one" in summary["notes"], summary
+        tolerance = GOOGLE_GELU_TOLERANCE if to == "google" else TOLERANCE
+        got = run_outputs(tmp_path / to, checkpoints / "inputs.jsonl", tmp_path / f"{to}.npz")
+        assert_headless_outputs(got, bert_model["no_pooler_outputs"], tolerance, names={"sequence_output"})
+    assert not any("pooler" in name for name in _safetensors_names(tmp_path / "hf"))
+    loaded, info = transformers.BertModel.from_pretrained(str(tmp_path / "hf"), add_pooling_layer=False,
+                                                          output_loading_info=True)
+    assert not any(info.get(k) for k in ("missing_keys", "unexpected_keys", "mismatched_keys")), info
+    rows = [json.loads(line) for line in (checkpoints / "inputs.jsonl").read_text().splitlines()]
+    assert_headless_outputs(_transformers_outputs(loaded.eval(), rows), bert_model["no_pooler_outputs"],
+                            names={"sequence_output"})
+
+
+@pytest.mark.heavy  # a fine-tuning run: 17 s alone on 2 cores, over 20 s beside other work
+def test_finetune_from_a_bertmodel_without_pooler_starts_the_pooler_fresh_and_says_so(bert_model, checkpoints,
+                                                                                      shared_dir, tmp_path, capfd):
+    """As transformers' BertForSequenceClassification.from_pretrained does (the pooler among its missing
+    keys, initialized): the encoder's 37 variables loaded, the pooler fresh, one line saying so. At lr 1e-12
+    the tuned encoder is still transformers' (its sequence output), with a pooler now."""
+    _model, info = transformers.BertForSequenceClassification.from_pretrained(str(bert_model["no_pooler"]),
+                                                                              output_loading_info=True)
+    assert {key for key in info["missing_keys"] if "pooler" in key} == {"bert.pooler.dense.weight",
+                                                                         "bert.pooler.dense.bias"}
+    code = main(["finetune", "--task", "mrpc", "--data", str(_mrpc(shared_dir, tmp_path / "mrpc")), "--format",
+                 "tfrecord", "--init-checkpoint", str(bert_model["no_pooler"]), "--steps", "1", "--batch-size", "8",
+                 "--lr", "1e-12", "--output-dir", str(tmp_path / "out"), "--checkpoint-dir", str(tmp_path / "tuned"),
+                 "--json"])
+    captured = capfd.readouterr()
+    assert code == 0, captured.err[-2000:]
+    weights = bert_model["no_pooler"] / "model.safetensors"
+    assert f"37 encoder variables from {weights}" in captured.err
+    said = [line for line in captured.err.splitlines() if "no pooler" in line]
+    assert said == [(f"trainer: {weights} has no pooler (bert/pooler/dense): the pooler starts from its random "
+                     "initialization, as transformers starts a BertModel saved without one")], said
+    got = run_outputs(tmp_path / "tuned", checkpoints / "inputs.jsonl", tmp_path / "tuned.npz")
+    assert got["pooled_output"].shape == (3, 128)
+    np.testing.assert_allclose(got["sequence_output"], bert_model["no_pooler_outputs"]["sequence_output"], rtol=0,
+                               atol=TOLERANCE)
+
+
+@pytest.mark.heavy  # a pretraining step: 14 s alone on 2 cores, over 20 s beside other work
+def test_pretraining_from_a_bertmodel_without_pooler_starts_heads_and_pooler_fresh(bert_model, golden_dir, tmp_path,
+                                                                                    capfd):
+    """`python -m trainer --init-checkpoint`: its 37 encoder variables loaded, the heads and the pooler
+    (next-sentence prediction needs it) from random, said on the line that says what was loaded."""
+    formats.write_records(tmp_path / "records" / "tfrecord" / "training" / "part_0.tfrecord",
+                          list(formats.read_records(golden_dir / "G1.tfrecord"))[:8], "tfrecord")
+    code = main(["--format", "tfrecord", "--data", str(tmp_path / "records"), "--init-checkpoint",
+                 str(bert_model["no_pooler"]), "--steps", "1", "--batch-size", "8", "--log-every", "1"])
+    err = capfd.readouterr().err
+    assert code == 0, err[-2000:]
+    weights = bert_model["no_pooler"] / "model.safetensors"
+    assert f"trainer: initialized 37 variables from hf checkpoint {weights} (no pretraining heads or pooler in it: " \
+           "they start from random); no pooler (bert/pooler/dense): a BertModel saved without one" in err.splitlines()
 
 
 # ---------------------------------------------------------------- class 1, 2, 4, 6: checkpoint run --inputs

@@ -84,7 +84,7 @@ def _finetune(args, task, data, config, weights, checkpoint_path, devices, log):
         optimizer = make_optimizer(args.optimizer, args.lr, warmup_steps(args.warmup, total_steps), total_steps,
                                    args.clip_norm)
         build_slots(optimizer, model.trainable_variables)
-        loaded = load_encoder(model, weights, checkpoint_path)
+        loaded, fresh_pooler = load_encoder(model, weights, checkpoint_path)
     steps = build_task_steps(devices, model, optimizer, objective, args.precision)
     parameters = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
     log.note(f"{task.name}: {train_records:,} training records ({data.fmt}, seq {data.seq}); "
@@ -92,6 +92,9 @@ def _finetune(args, task, data, config, weights, checkpoint_path, devices, log):
              f"H{config.hidden_size} ({parameters / 1e6:.1f}M parameters); {total_steps} steps of global batch "
              f"{global_batch} ({args.batch_size} x {devices.replicas} replicas); {args.precision}; "
              f"{args.optimizer} lr {args.lr}")
+    if fresh_pooler:
+        log.note(f"{checkpoint_path} has no pooler (bert/pooler/dense): the pooler starts from its random "
+                 "initialization, as transformers starts a BertModel saved without one")
 
     stream = RecordStream(data, "train", args.batch_size * devices.local_replicas, args.seed)
     train = train_loop(args, steps, objective, stream, total_steps, global_batch, log)
@@ -161,10 +164,15 @@ def read_pretraining_checkpoint(path):
 
 def load_encoder(model, weights, path):
     """Assign the checkpoint's value to every encoder variable, matched by path; the task head keeps
-    its initialization. Returns the number of variables loaded."""
+    its initialization, and so does the pooler of a checkpoint that has none (a BertModel saved with
+    add_pooling_layer=False: trainer.checkpoint.checked reads a pooler whole or not at all). Returns the
+    number of variables loaded and whether the pooler starts fresh."""
     from trainer.checkpoint.run import assign
 
-    return assign(model, weights, path, skip={v.path for v in model.head.variables})
+    pooler = {v.path for v in model.pooler.variables} if model.pooler is not None else set()
+    fresh_pooler = bool(pooler) and not pooler & set(weights)
+    skip = {v.path for v in model.head.variables} | (pooler if fresh_pooler else set())
+    return assign(model, weights, path, skip=skip), fresh_pooler
 
 
 def sample_checkpoint(args, data, pretraining_parser):

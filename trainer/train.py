@@ -150,12 +150,16 @@ def build_steps(args, devices, config, records, warmup, initial=None, log=None):
         if initial is not None:
             from trainer.checkpoint.run import assign
 
-            heads = set() if initial.has_heads else {v.path for v in model.trainable_variables
-                                                      if v.path.startswith(("bert/masked_lm/", "bert/next_sentence/"))}
-            loaded = assign(model, initial.ours(), initial.path, skip=heads)
+            # What the checkpoint lacks starts from random: the heads of a BertModel, its pooler too if saved without.
+            fresh = (() if initial.has_heads else ("bert/masked_lm/", "bert/next_sentence/")) + (
+                () if initial.has_pooler else ("bert/pooler/",))
+            skip = {v.path for v in model.trainable_variables if fresh and v.path.startswith(fresh)}
+            loaded = assign(model, initial.ours(), initial.path, skip=skip)
             if log is not None:
-                log.note(f"initialized {loaded} variables from {initial.kind} checkpoint {initial.path}"
-                         + ("" if initial.has_heads else " (no pretraining heads in it: they start from random)")
+                lacking = ("" if initial.has_heads else
+                           " (no pretraining heads in it: they start from random)" if initial.has_pooler else
+                           " (no pretraining heads or pooler in it: they start from random)")
+                log.note(f"initialized {loaded} variables from {initial.kind} checkpoint {initial.path}{lacking}"
                          + "".join(f"; {note}" for note in initial.notes))
     dynamic_scale = args.precision == "mixed_float16"
     allreduce_dtype = getattr(args, "allreduce_dtype", "fp32")

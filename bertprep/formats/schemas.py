@@ -135,21 +135,41 @@ def int_values_problem(kind, columns, vocab_size=None):
         if values.dtype.kind not in "iuf":
             return 0, feature.name, values.dtype.name, "is not a type of integers"
         if values.dtype.kind == "f" and not np.array_equal(values, np.trunc(values)):
-            return _first(values, values != np.trunc(values), feature.name, "is not an integer")
+            return _placed(values, _first(values != np.trunc(values)), feature.name, "is not an integer")
         low, high = INT32_RANGE
         what = "does not fit int32, the type of integer features"
         if vocab_size is not None and feature.name in TOKEN_ID_FEATURES:
             low, high = 0, vocab_size - 1
             what = f"is not a token id of the vocab of {vocab_size} (0..{vocab_size - 1})"
-        if values.min() < low or values.max() > high:
-            return _first(values, (values < low) | (values > high), feature.name, what)
+        outside = first_outside(values, low, high)
+        if outside is not None:
+            return _placed(values, outside, feature.name, what)
     return None
 
 
-def _first(values, bad, name, what):
-    row, *column = np.argwhere(bad)[0].tolist()
+def is_integer(value):
+    """Whether a JSON (Python) value is an integer: a bool is not (True would be read as 1), nor a float
+    (101.5 would be truncated) or a string."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def first_outside(values, low, high):
+    """The index (a tuple) of the first value of the number array `values` outside low..high, or None:
+    one min and one max on sound data. Every reader's range rule (int32, the vocab) goes through it."""
+    values = np.asarray(values)
+    if not values.size or (values.min() >= low and values.max() <= high):
+        return None
+    return _first((values < low) | (values > high))
+
+
+def _first(bad):
+    return tuple(np.argwhere(bad)[0].tolist())
+
+
+def _placed(values, index, name, what):
+    row, *column = index
     place = f"[{column[0]}]" if column and values.shape[1] > 1 else ""
-    return row, name + place, values[(row, *column)].item(), what
+    return row, name + place, values[index].item(), what
 
 
 def check_int_values(kind, columns, where, first_row=0, vocab_size=None):

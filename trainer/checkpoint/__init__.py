@@ -25,13 +25,18 @@ class Checkpoint:
     weights: dict  # Google name -> array in Google's layout
     vocab: str = None  # a vocab.txt that travels with the checkpoint
     has_heads: bool = True
+    has_pooler: bool = True  # False: a BertModel saved without one (add_pooling_layer=False)
     notes: list = dataclasses.field(default_factory=list)
 
     def ours(self):
         """{our variable path: array in our layout}."""
         heads = self.config.num_attention_heads
         return {row.ours: names.to_layout(self.weights[row.google], row.ours_layout, heads)
-                for row in names.rows(self.config, self.has_heads)}
+                for row in self.rows()}
+
+    def rows(self):
+        """The names.Row of every variable the checkpoint holds."""
+        return names.rows(self.config, self.has_heads, self.has_pooler)
 
     def take(self, name):
         """The weight `name`, dropped from the checkpoint: a writer that makes its own copy of each weight
@@ -72,13 +77,17 @@ def checked(kind, path, config, found, vocab=None, skipped=()):
     """A Checkpoint of `found` ({Google name: array}) checked against `config`.
 
     Missing encoder variables and misshapen ones are errors naming `path` and the variable; the
-    pretraining heads are all there or all absent (a BertModel has none). Vocab-sized rows beyond the
-    config's vocab_size are trimmed when they are the padding to a multiple of 8."""
+    pretraining heads are all there or all absent (a BertModel has none), and so is the pooler where
+    there are no heads (a BertModel saved with add_pooling_layer=False; next-sentence prediction needs it).
+    Vocab-sized rows beyond the config's vocab_size are trimmed when they are the padding to a multiple of 8."""
     notes = [f"skipped {len(skipped)} variables that are not BERT-for-pretraining weights "
              f"({', '.join(sorted(skipped)[:3])}{', ...' if len(skipped) > 3 else ''})"] if skipped else []
     head_names = {row.google for row in names.rows(config) if row.is_head}
     has_heads = any(name in found for name in head_names)
-    expected = names.rows(config, has_heads)
+    has_pooler = has_heads or any(name in found for name in names.POOLER)
+    if not has_pooler:
+        notes.append("no pooler (bert/pooler/dense): a BertModel saved without one")
+    expected = names.rows(config, has_heads, has_pooler)
     known = {row.google for row in names.rows(config)}
     unknown = sorted(set(found) - known)
     if unknown:
@@ -99,7 +108,7 @@ def checked(kind, path, config, found, vocab=None, skipped=()):
                 raise DataError(f"{path}: variable {row.google} is {value.dtype}, expected floating point")
             value = value.astype(np.float32)
         weights[row.google] = value
-    return Checkpoint(kind, path, config, weights, vocab, has_heads, notes)
+    return Checkpoint(kind, path, config, weights, vocab, has_heads, has_pooler, notes)
 
 
 def _trim_vocab_padding(path, name, value, vocab_size, notes):

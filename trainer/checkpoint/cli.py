@@ -57,11 +57,11 @@ def main(argv):
 
 
 def _inspect(args):
-    from trainer.checkpoint import names, read
+    from trainer.checkpoint import read
 
     checkpoint = read(args.src)
     variables = [{"name": row.google, "shape": list(checkpoint.weights[row.google].shape)}
-                 for row in names.rows(checkpoint.config, checkpoint.has_heads)]
+                 for row in checkpoint.rows()]
     report = {"kind": checkpoint.kind, "path": checkpoint.path, "config": checkpoint.config.to_dict(),
               "heads": checkpoint.has_heads, "variables": len(variables), "parameters": checkpoint.parameters(),
               "vocab": checkpoint.vocab, "notes": checkpoint.notes}
@@ -121,7 +121,9 @@ def _run(args):
     if not args.quiet:
         print_summary("trainer checkpoint run: done", {
             "kind": checkpoint.kind, "inputs": len(inputs.places), "out": args.out,
-            "arrays": ", ".join(f"{k} {list(v.shape)}" for k, v in arrays.items())}, as_json=args.json)
+            "arrays": ", ".join(f"{k} {list(v.shape)}" for k, v in arrays.items()),
+            **({} if checkpoint.has_pooler else {"pooled_output": "none: the checkpoint has no pooler "
+                                                                   "(bert/pooler/dense)"})}, as_json=args.json)
     return 0
 
 

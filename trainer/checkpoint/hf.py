@@ -10,6 +10,7 @@ import re
 
 import numpy as np
 
+from bertprep.bert_config import read_json_object
 from bertprep.errors import DataError, UsageError
 from trainer.checkpoint import checked, names, vocab_beside
 from trainer.config import BertConfig
@@ -54,14 +55,7 @@ def _from_hub(model_id):
 
 def read_config(path):
     config_path = os.path.join(path, "config.json")
-    try:
-        with open(config_path, encoding="utf-8") as f:
-            values = json.load(f)
-    except (OSError, ValueError) as exc:
-        raise DataError(f"{config_path}: cannot read: {exc}") from None
-    if not isinstance(values, dict):
-        raise DataError(f"{config_path}: expected a JSON object of Hugging Face config keys, got "
-                        f"{type(values).__name__}")
+    values = read_json_object(config_path, DataError, "Hugging Face config keys", "cannot read")
     if values.get("model_type", "bert") != "bert":
         raise DataError(f"{config_path}: model_type {values.get('model_type')!r} is another architecture "
                         "(expected 'bert')")
@@ -155,9 +149,9 @@ def read(path):
 
 
 def write(checkpoint, directory):
-    """config.json + model.safetensors of a BertForPreTraining (or BertModel without heads); the
-    checkpoint's weights are consumed."""
-    rows = names.rows(checkpoint.config, checkpoint.has_heads)
+    """config.json + model.safetensors of a BertForPreTraining (or BertModel without heads, with or without
+    a pooler); the checkpoint's weights are consumed."""
+    rows = checkpoint.rows()
     write_safetensors(os.path.join(directory, "model.safetensors"),
                       [(row.hf, checkpoint.weights[row.google].shape[::-1] if row.hf_layout == "T"
                         else checkpoint.weights[row.google].shape) for row in rows],

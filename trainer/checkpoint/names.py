@@ -72,12 +72,17 @@ class Row:
         self.hf_layout, self.ours_layout, self.is_head = hf_layout, ours_layout, is_head
 
 
-def rows(config, heads=True):
+# The pooler's Google names: a BertModel made with add_pooling_layer=False (sentence encoders) has none.
+POOLER = tuple(r[0] for r in _POOLER)
+
+
+def rows(config, heads=True, pooler=True):
     """Every variable of a BERT of `config` (encoder first, then the pretraining heads)."""
     out = [Row(*r, False) for r in _EMBEDDINGS]
     for i in range(config.num_hidden_layers):
         out += [Row(*(s.format(i=i) for s in r[:3]), *r[3:], False) for r in _LAYER]
-    out += [Row(*r, False) for r in _POOLER]
+    if pooler:
+        out += [Row(*r, False) for r in _POOLER]
     if heads:
         out += [Row(*r, True) for r in HEADS]
     return out

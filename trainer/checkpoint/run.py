@@ -1,6 +1,7 @@
 """`checkpoint run`: a checkpoint's outputs on given inputs with dropout off, through this trainer's
-Keras model (TensorFlow or JAX backend): sequence_output [N, L, H], pooled_output [N, H] and, with the
-pretraining heads, mlm_logits [N, P, V] at masked_lm_positions and nsp_logits [N, 2]."""
+Keras model (TensorFlow or JAX backend): sequence_output [N, L, H], pooled_output [N, H] (where the
+checkpoint has a pooler) and, with the pretraining heads, mlm_logits [N, P, V] at masked_lm_positions and
+nsp_logits [N, 2]."""
 
 import dataclasses
 import json
@@ -8,11 +9,13 @@ import json
 import numpy as np
 
 from bertprep.errors import DataError
+from bertprep.formats.schemas import INT32_RANGE, first_outside, is_integer
+from bertprep.jsonlines import json_lines
 
 FEATURES = ("input_ids", "input_mask", "segment_ids")
 POSITIONS = "masked_lm_positions"
 JSON_LINES_SUFFIXES = (".jsonl", ".json", ".ndjson")
-INT32_MAX = 2 ** 31 - 1
+INT32_MAX = INT32_RANGE[1]  # what the records readers hold an integer feature in; no input is negative
 # Each feature's largest value known before the checkpoint is read (the vocab and the type vocab are its).
 _HIGHEST = {"input_ids": INT32_MAX, "input_mask": 1, "segment_ids": INT32_MAX, POSITIONS: INT32_MAX}
 
@@ -41,9 +44,9 @@ class Inputs:
 
     def check_below(self, key, limit, what):
         """Every value of `key` below `limit` (`what` it is), else the first that is not, by line and index."""
-        rows, columns = np.nonzero(self.arrays[key] >= limit)
-        if len(rows):
-            row, column = rows[0], columns[0]
+        outside = first_outside(self.arrays[key], 0, limit - 1)
+        if outside is not None:
+            row, column = outside
             raise DataError(f"{self.path}: {self.places[row]}: {key}[{column}] is {self.arrays[key][row, column]}, "
                             f"expected less than {what}")
 
@@ -81,19 +84,12 @@ def _is_json_lines(path):
 
 def _json_lines(path):
     rows, places = [], []
-    with open(path, "rb") as f:  # json.loads reads the bytes: not UTF-8 is "not JSON" on its line
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except ValueError as exc:
-                raise DataError(f"{path}: line {number}: not JSON: {exc}") from None
-            if not isinstance(row, dict):
-                raise DataError(f"{path}: line {number}: expected a JSON object of {', '.join(FEATURES)}, got "
-                                f"{type(row).__name__} {_shown(row)}")
-            rows.append(row)
-            places.append(f"line {number}")
+    for number, row in json_lines(path, lambda number, exc: DataError(f"{path}: line {number}: not JSON: {exc}")):
+        if not isinstance(row, dict):
+            raise DataError(f"{path}: line {number}: expected a JSON object of {', '.join(FEATURES)}, got "
+                            f"{type(row).__name__} {_shown(row)}")
+        rows.append(row)
+        places.append(f"line {number}")
     return rows, places
 
 
@@ -140,13 +136,13 @@ def _integers(path, place, key, row):
         array = value
     else:
         for index, item in enumerate(value):
-            if type(item) is not int:  # a float, a bool, a string: refused, never truncated
+            if not is_integer(item):  # a float, a bool, a string: refused, never truncated
                 raise DataError(f"{path}: {place}: {key}[{index}] is {_shown(item)}, expected an integer")
         # Held just past the range: an integer beyond int64 is reported below, not an OverflowError.
         array = np.array([min(max(item, -1), INT32_MAX + 1) for item in value], np.int64)
-    outside = np.nonzero((array < 0) | (array > _HIGHEST[key]))[0]
-    if len(outside):
-        index = outside[0]
+    outside = first_outside(array, 0, _HIGHEST[key])
+    if outside is not None:
+        (index,) = outside
         raise DataError(f"{path}: {place}: {key}[{index}] is {value[index]}, expected an integer from 0 to "
                         f"{_HIGHEST[key]}")
     return array.astype(np.int32)
@@ -170,7 +166,7 @@ def build(checkpoint, seq, pred):
     if checkpoint.has_heads:
         model = build_model(config, seq, max(pred, 1))
     else:
-        model = BertEncoder(config, name="bert")
+        model = BertEncoder(config, with_pooler=checkpoint.has_pooler, name="bert")
         with variables_initialized_together():
             model(symbolic_inputs(1, seq))
     assign(model, checkpoint.ours(), checkpoint.path)
@@ -219,8 +215,8 @@ def outputs(checkpoint, inputs, batch_size=32):
     for start in range(0, len(arrays["input_ids"]), batch_size):
         batch = {k: v[start:start + batch_size] for k, v in arrays.items()}
         sequence = model.encode(batch)
-        pooled = model.pool(sequence)
-        got = {"sequence_output": sequence, "pooled_output": pooled}
+        got = {"sequence_output": sequence, **({"pooled_output": model.pool(sequence)} if checkpoint.has_pooler
+                                               else {})}
         if with_heads:
             mlm, nsp = model(batch)
             got.update(mlm_logits=mlm, nsp_logits=nsp)

@@ -146,15 +146,10 @@ def _size(path):
 def iter_documents(path):
     """Yield (line number, document dict) from a formatted .jsonl part."""
     from bertprep.errors import DataError
+    from bertprep.jsonlines import json_lines
 
-    with open(path, "rb") as f:
-        for number, raw in enumerate(f, 1):
-            if not raw.strip():
-                continue
-            try:
-                doc = json.loads(raw)
-            except ValueError as exc:
-                raise DataError(f"{path}:{number}: not a JSON document line ({exc})") from None
-            if not isinstance(doc, dict) or not isinstance(doc.get("text"), str):
-                raise DataError(f'{path}:{number}: expected an object with a "text" string')
-            yield number, doc
+    for number, doc in json_lines(path, lambda number, exc: DataError(
+            f"{path}:{number}: not a JSON document line ({exc})")):
+        if not isinstance(doc, dict) or not isinstance(doc.get("text"), str):
+            raise DataError(f'{path}:{number}: expected an object with a "text" string')
+        yield number, doc

@@ -26,6 +26,7 @@ import shutil
 import zipfile
 
 from bertprep.atomic import atomic_dir, hold, sha256_file
+from bertprep.bert_config import BertConfig
 from bertprep.stages.download.http import CHUNK, SourceDownloads, limits_from, read_checksum_list
 from bertprep.stages.download.hub import SHA256_HEX, _first_line
 from bertprep.errors import DataError, UsageError
@@ -234,10 +235,9 @@ def _unpack(zip_path, release, out, pins, progress):
 
 
 def _check_bert_config(path, name):
-    """A release is complete only with a config the trainer reads (its own reader: JSON, a BERT's keys and
-    sizes); a zip whose checksums were republished with a damaged config would otherwise be kept."""
-    from trainer.config import BertConfig
-
+    """A release is complete only with a config the trainer reads (by the rules it reads it with,
+    bertprep.bert_config: JSON, a BERT's keys and sizes); a zip whose checksums were republished with a
+    damaged config would otherwise be kept."""
     try:
         BertConfig.from_json_file(path, DataError)
     except DataError as exc:
