@@ -7,8 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[1]
 CHECKPOINTS = Path(os.environ.get("BERTPREP_SHARED") or REPO.parent / "shared") / "fixtures" / "checkpoints"
 LIBRARY_MARKERS = re.compile(r"^[IWEF]0000 |cuInit|oneDNN|absl|This TensorFlow binary|cuda_|cudart|XLA|"

@@ -16,7 +16,7 @@ names and dtypes.
 
 import dataclasses
 
-from bertprep.errors import DataError, UsageError
+from bertprep.errors import DataError
 
 INT, FLOAT = "int", "float"
 
@@ -112,10 +112,6 @@ class RecordKind:
             return None
         return dims
 
-    def to_manifest(self):
-        """How a manifest names this kind and its layout (readers need only `name`)."""
-        return {"name": self.name, "features": [[f.name, f.dtype, f.length] for f in self.features]}
-
 
 # ---------------------------------------------------------------- the registry
 
@@ -130,12 +126,6 @@ def register(kind):
                          "files could not tell them apart")
     KINDS[kind.name] = kind
     return kind
-
-
-def kind_named(name):
-    if name not in KINDS:
-        raise UsageError(f"unknown record kind {name!r} (known: {', '.join(KINDS)})")
-    return KINDS[name]
 
 
 def kind_of_record(stored_kinds):
