@@ -24,7 +24,7 @@ import numpy as np
 from bertprep import formats
 from bertprep.atomic import atomic_write_bytes
 from bertprep.errors import DataError, UsageError
-from trainer import checkpoints, metrics
+from trainer import metrics, run_state
 from trainer.config import SIZES, BertConfig
 from trainer.data import RecordStream, feature_dtypes, prefetch
 from trainer.heads import FEATURE_INPUTS
@@ -91,9 +91,9 @@ def _finetune(args, task, data, config, weights, checkpoint_path, devices, log):
     train = train_loop(args, steps, objective, stream, total_steps, global_batch, log)
     os.makedirs(args.output_dir, exist_ok=True)
     if args.checkpoint_dir:
-        path = checkpoints.save(args.checkpoint_dir, train["steps"], steps.get_state(),
-                                {"settings": {"task": task.name, "model": config.to_dict(), "init": checkpoint_path}},
-                                keep=1)
+        path = run_state.save(args.checkpoint_dir, train["steps"], steps.get_state(),
+                              {"settings": {"task": task.name, "model": config.to_dict(), "init": checkpoint_path}},
+                              keep=1)
         log.note(f"checkpoint {path}")
     evaluation = {}
     if data.files["eval"]:

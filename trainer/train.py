@@ -13,7 +13,7 @@ import numpy as np
 from bertprep.atomic import hold
 from bertprep.errors import DataError, UsageError
 from bertprep.progress import Progress
-from trainer import checkpoints
+from trainer import run_state
 from trainer.data import RecordStream, Records, prefetch
 from trainer.config import BertConfig
 from trainer.library_logs import library_lines_left_out, load_keras
@@ -350,13 +350,13 @@ def _train(args, devices, log, data_dir, records, config, step_times=None, step_
     }
     draws = 0
     if args.resume:
-        found = checkpoints.load_latest(args.checkpoint_dir)
+        found = run_state.load_latest(args.checkpoint_dir)
         if found is None:
             log.note(f"{args.checkpoint_dir}: no checkpoint yet, starting at step 0")
         else:
             path, arrays, saved = found
             expected = {name: value.shape for name, value in steps.get_state().items()}
-            checkpoints.check_compatible(path, saved.get("settings", {}), run_settings, arrays, expected)
+            run_state.check_compatible(path, saved.get("settings", {}), run_settings, arrays, expected)
             steps.set_state(arrays)
             draws = int(saved["draws"])
             log.note(f"resumed from {path} (step {saved['step']}, {draws} batches drawn)")
@@ -461,8 +461,8 @@ def _train(args, devices, log, data_dir, records, config, step_times=None, step_
             if args.checkpoint_dir and (step % args.checkpoint_every == 0 or step == args.steps):
                 state = steps.get_state()  # every process takes part: model-parallel shards span hosts
                 if devices.is_chief:
-                    path = checkpoints.save(args.checkpoint_dir, step, state,
-                                            {"draws": draws, "settings": run_settings}, args.keep_checkpoints)
+                    path = run_state.save(args.checkpoint_dir, step, state,
+                                          {"draws": draws, "settings": run_settings}, args.keep_checkpoints)
                     log.note(f"checkpoint {path}")
         clock = time.perf_counter()  # evaluation and checkpoints are not training time
     summary = {
