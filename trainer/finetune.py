@@ -169,7 +169,7 @@ def sample_checkpoint(args, data, pretraining_parser):
     model = args.model or "tiny"
     directory = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "bertprep",
                              "finetune-sample-checkpoint", f"{model}-vocab-{vocab_size}")
-    if not checkpoints.list_checkpoints(directory):
+    if not run_state.list_checkpoints(directory):
         if not args.quiet:
             print(f"trainer: no --init-checkpoint: pretraining the {model} model for a few steps on the embedded "
                   f"sample records into {directory}", file=sys.stderr)
