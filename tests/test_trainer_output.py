@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 CHECKPOINTS = Path(os.environ.get("BERTPREP_SHARED") or REPO.parent / "shared") / "fixtures" / "checkpoints"
 LIBRARY_MARKERS = re.compile(r"^[IWEF]0000 |cuInit|oneDNN|absl|This TensorFlow binary|cuda_|cudart|XLA|"
@@ -23,8 +25,10 @@ def new_user_run(*argv, **environ):
     return result
 
 
-def test_first_run_prints_no_library_lines_and_one_summary():
-    result = new_user_run("--format", "ofrecord", "--steps", "5", "--batch-size", "8", "--log-every", "2")
+@pytest.mark.parametrize("backend", ["tensorflow", "jax"])  # Keras imports TensorFlow under JAX too, to seed it
+def test_first_run_prints_no_library_lines_and_one_summary(backend):
+    result = new_user_run("--format", "ofrecord", "--steps", "5", "--batch-size", "8", "--log-every", "2",
+                          KERAS_BACKEND=backend)
     assert not LIBRARY_MARKERS.findall(result.stdout + result.stderr), result.stderr
     assert result.stdout.count("trainer: done") == 1
     assert "summary step" not in result.stderr
