@@ -12,7 +12,6 @@ USER_LEVEL_VARIABLES chose what to see: then nothing is left out.
 """
 
 import contextlib
-import importlib.util
 import os
 import re
 import sys
@@ -79,7 +78,7 @@ def library_lines_left_out():
 def load_keras():
     """Import Keras (TensorFlow or JAX under it) and let TensorFlow look for GPUs, their start-up lines left
     out. Physical devices only: logical ones (the benchmark's CPU devices) can still be configured after.
-    Under JAX, TensorFlow is imported too where it is installed: keras.utils.set_random_seed, which
+    Under JAX, TensorFlow is imported too where it can be: keras.utils.set_random_seed, which
     training and fine-tuning call, imports it whatever the backend."""
     with library_lines_left_out():
         import keras
@@ -88,6 +87,7 @@ def load_keras():
             import tensorflow as tf
 
             tf.config.list_physical_devices("GPU")
-        elif importlib.util.find_spec("tensorflow"):
-            import tensorflow  # noqa: F401
+        else:
+            with contextlib.suppress(ImportError):  # as Keras tries it
+                import tensorflow  # noqa: F401
     return keras
