@@ -37,7 +37,3 @@ def binned_batches(order, bins, batch_size, rng, drop_last=True):
         batches += [members[i:i + batch_size] for i in range(0, cut, batch_size)]
     return [batches[i] for i in rng.permutation(len(batches))]
 
-
-def real_token_fraction(lengths, widths):
-    """Real tokens over all positions fed: sum(lengths) / sum(batch widths x rows)."""
-    return float(np.sum(lengths)) / float(np.sum(widths))

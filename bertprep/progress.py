@@ -9,6 +9,7 @@ on stdout, or one JSON object with --json, for scripts.
 
 import dataclasses
 import json
+import math
 import os
 import sys
 import time
@@ -62,7 +63,7 @@ class Progress:
     (5 by default) and once more at `close()`.
     """
 
-    def __init__(self, label, total=None, unit="items", quiet=False, stream=None, interval=None):
+    def __init__(self, label, total=None, unit="items", quiet=False, stream=None, interval=None, initial=0):
         self.label = label
         self.total = total
         self.unit = unit
@@ -70,8 +71,9 @@ class Progress:
         self.stream = stream or sys.stderr
         self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
         self.interval = interval if interval is not None else (0.2 if self.tty else 5.0)
-        self.done = 0
+        self.done = self.initial = initial  # work done before this run (a resumed one): not in its rate
         self.counters = {}
+        self.detail = ""
         self.start = time.monotonic()
         self._last = 0.0
         self._last_done = None
@@ -83,38 +85,44 @@ class Progress:
             # miniters=0: a call that adds only to the counters (advance(0, bytes=...)) may redraw too.
             self._bar = _Bar(total=total, desc=label, unit=f" {unit}", file=self.stream, mininterval=self.interval,
                              miniters=0, dynamic_ncols=sized, ncols=None if sized else 80, nrows=None if sized else 24,
-                             leave=True)
+                             leave=True, initial=initial)
 
     @property
     def elapsed(self):
         return time.monotonic() - self.start
 
-    def advance(self, n=1, **counters):
+    def advance(self, n=1, detail=None, **counters):
+        """`detail`, a short text such as the latest loss, is shown after the counters until replaced."""
         self.done += n
+        self.detail = self.detail if detail is None else detail
         for key, value in counters.items():
             self.counters[key] = self.counters.get(key, 0) + value
         if self._bar is not None:
-            if counters:
+            if counters or detail is not None:
                 self._bar.set_postfix_str(", ".join(self._counter_parts()), refresh=False)
             self._bar.update(n)
         else:
             self._maybe_print()
 
     def note(self, message):
+        self.write(f"{self.label}: {message}")
+
+    def write(self, line):
+        """A line of its own on the stream, above the bar on a terminal."""
         if self.quiet:
             return
         if self._bar is not None:
-            self._bar.write(f"{self.label}: {message}", file=self.stream)
+            self._bar.write(line, file=self.stream)
         else:
-            print(f"{self.label}: {message}", file=self.stream, flush=True)
+            print(line, file=self.stream, flush=True)
 
     def line(self):
         """The plain progress line written where stderr is not a terminal."""
         elapsed = max(self.elapsed, 1e-9)
         parts = [f"{self.done}/{self.total} {self.unit}" if self.total is not None else f"{self.done} {self.unit}"]
         parts += self._counter_parts()
-        if self.total and 0 < self.done < self.total:
-            parts.append(f"ETA {_duration(elapsed / self.done * (self.total - self.done))}")
+        if self.total and self.initial < self.done < self.total:
+            parts.append(f"ETA {_duration(elapsed / (self.done - self.initial) * (self.total - self.done))}")
         parts.append(_duration(elapsed))
         return f"{self.label}: " + ", ".join(parts)
 
@@ -125,7 +133,7 @@ class Progress:
             shown = human_bytes(value) if key == "bytes" else f"{value:,}"
             rate = human_bytes(value / elapsed) + "/s" if key == "bytes" else f"{value / elapsed:,.0f} {key}/s"
             parts.append(f"{shown} {key if key != 'bytes' else ''}".rstrip() + f" ({rate})")
-        return parts
+        return parts + [self.detail] if self.detail else parts
 
     def _maybe_print(self, force=False):
         if self.quiet:
@@ -140,7 +148,7 @@ class Progress:
         if not self.tty:
             self._maybe_print(force=True)
         elif self._bar is not None:
-            if self.counters:
+            if self.counters or self.detail:
                 self._bar.set_postfix_str(", ".join(self._counter_parts()), refresh=False)
             self._bar.close()  # draws the final state and leaves it on its own line
             self._bar = None
@@ -168,6 +176,26 @@ class Summary(Mapping):
 
     def print(self, as_json=False, stream=None):
         print_summary(self.title, self.fields, as_json=as_json, rows=self.rows, stream=stream)
+
+
+def readable(key, value):
+    """A summary value for people: byte counts in KiB/MiB/..., integers with thousands separators,
+    floats to four significant digits (whole above 1,000), None as None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if "bytes" in key:
+        return human_bytes(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if math.isfinite(value) and abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.4g}"
+
+
+def readable_rows(summary):
+    """(label, readable value) of each of `summary`'s plain fields that holds something."""
+    return [(key, readable(key, value)) for key, value in summary.items()
+            if value not in (None, "") and not isinstance(value, (dict, list))]
 
 
 def print_summary(title, summary, as_json=False, rows=None, stream=None):

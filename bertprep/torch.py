@@ -29,7 +29,7 @@ import numpy as np
 from bertprep import formats
 from bertprep.binning import bin_width, binned_batches, bins_of
 from bertprep.errors import DataError, UsageError
-from bertprep.formats.schemas import FLOAT, PACKED, UNMASKED, int_values_problem, kind_of_manifest, kind_of_record
+from bertprep.formats.schemas import PACKED, UNMASKED, int_values_problem, kind_of_manifest, kind_of_record
 from bertprep.manifests import check_manifest, kind_mismatch
 from bertprep.masking import DynamicMasking, first_instances
 from bertprep.workdir import load_manifest

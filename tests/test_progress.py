@@ -116,3 +116,26 @@ def test_cli_off_a_terminal_prints_lines(tmp_path):
     assert lines[0].startswith("create: no --input: using the embedded sample corpus")
     assert re.fullmatch(rf"create: 9/9 shards, [\d,]+ instances \({RATE} instances/s\), \d+s", lines[-1]), lines
     assert "\r" not in result.stderr and "\033" not in result.stderr
+
+
+def test_summary_rows_are_rounded_with_separators_and_without_empty_fields():
+    from bertprep.progress import readable_rows
+
+    summary = {"steps": 20, "pipeline": None, "mesh": None, "notes": "", "precision": "fp32", "vocab": False,
+               "param_bytes_per_device": 9049688, "tokens": 74509, "final_learning_rate": 0.0,
+               "mean_sequences_per_second": 109.5325667973183, "mean_tokens_per_second": 31290.82875789471,
+               "last_mlm_accuracy": 0.0004506940688660537, "lr": 3e-05, "eval_loss": float("nan"),
+               "arrays": [1, 2], "config": {"layers": 2}}
+    assert readable_rows(summary) == [
+        ("steps", "20"), ("precision", "fp32"), ("vocab", "False"), ("param_bytes_per_device", "8.6 MiB"),
+        ("tokens", "74,509"), ("final_learning_rate", "0"), ("mean_sequences_per_second", "109.5"),
+        ("mean_tokens_per_second", "31,291"), ("last_mlm_accuracy", "0.0004507"), ("lr", "3e-05"),
+        ("eval_loss", "nan")]
+
+
+def test_a_resumed_count_leaves_its_earlier_work_out_of_the_eta():
+    stream = io.StringIO()
+    progress = Progress("trainer", total=1000, unit="steps", stream=stream, initial=990)
+    progress.start -= 10  # ten seconds for the first five steps of this run
+    progress.advance(5, detail="loss 8.3072")
+    assert stream.getvalue() == "trainer: 995/1000 steps, loss 8.3072, ETA 10s, 10s\n"

@@ -153,14 +153,14 @@ def test_packed_rows_are_recognised_and_streamed_and_kinds_do_not_mix(records_di
 @pytest.mark.parametrize("state", ['[]', '{"step": 1, "draws": "one", "settings": {}}', '{"step": 1, "draws": 2}'])
 def test_a_checkpoint_state_of_the_wrong_shape_is_damaged_not_a_traceback(tmp_path, state):
     from bertprep.atomic import hold
-    from trainer import checkpoints
+    from trainer import run_state
 
     with hold(tmp_path, "trainer"):  # as a training run holds its checkpoint directory
-        path = checkpoints.save(tmp_path, 1, {"w": np.zeros(2)}, {"draws": 1, "settings": {}}, keep=2)
+        path = run_state.save(tmp_path, 1, {"w": np.zeros(2)}, {"draws": 1, "settings": {}}, keep=2)
     (tmp_path / path / "state.json").write_text(state)
     with pytest.raises(DataError, match=r"state.json: damaged checkpoint state \(.+\); remove the checkpoint to resume "
                                         r"from the one before$"):
-        checkpoints.load_latest(tmp_path)
+        run_state.load_latest(tmp_path)
     assert os.listdir(tmp_path) == ["ckpt-00000001"]  # written through .partial/, gone with the hold
 
 

@@ -11,12 +11,10 @@ import math
 import os
 import sys
 
-# Fewer TensorFlow C++ log lines around our own (its import banner cannot be silenced).
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
 from bertprep.errors import UsageError, run_reporting_errors
-from bertprep.progress import add_output_arguments, print_summary
+from bertprep.progress import add_output_arguments, print_summary, readable_rows
 from trainer.config import CLIPPING, DEFAULT_CLIP_NORM, OPTIMIZERS, SIZES
+from trainer.library_logs import load_keras
 from trainer.parallel import PLACEMENTS
 
 PROG = "trainer"
@@ -214,7 +212,7 @@ def _train(args):
 
     with _library_output_to_stderr(args.json):
         summary = run(args)
-    print_summary("trainer: done", summary, as_json=args.json)
+    print_summary("trainer: done", summary, as_json=args.json, rows=readable_rows(summary))
     return 0
 
 
@@ -223,9 +221,10 @@ def _finetune(args):
     if not args.epochs > 0:
         raise UsageError(f"--epochs must be positive, got {args.epochs}")
     args.output_dir = args.output_dir or f"finetune-{args.task.lower()}"
-    from trainer.finetune import run
-
     with _library_output_to_stderr(args.json):
+        load_keras()  # before trainer.finetune, whose imports import Keras
+        from trainer.finetune import run
+
         summary = run(args, build_parser)
-    print_summary("trainer finetune: done", summary, as_json=args.json)
+    print_summary("trainer finetune: done", summary, as_json=args.json, rows=readable_rows(summary))
     return 0

@@ -25,7 +25,7 @@ import numpy as np
 from bertprep import formats
 from bertprep.atomic import atomic_write_bytes
 from bertprep.errors import DataError, UsageError
-from trainer import checkpoints, metrics
+from trainer import metrics, run_state
 from trainer.config import SIZES, BertConfig
 from trainer.data import RecordStream, feature_dtypes, prefetch
 from trainer.heads import FEATURE_INPUTS
@@ -100,9 +100,9 @@ def _finetune(args, task, data, config, weights, checkpoint_path, devices, log):
     train = train_loop(args, steps, objective, stream, total_steps, global_batch, log)
     os.makedirs(args.output_dir, exist_ok=True)
     if args.checkpoint_dir:
-        path = checkpoints.save(args.checkpoint_dir, train["steps"], steps.get_state(),
-                                {"settings": {"task": task.name, "model": config.to_dict(), "init": checkpoint_path}},
-                                keep=1)
+        path = run_state.save(args.checkpoint_dir, train["steps"], steps.get_state(),
+                              {"settings": {"task": task.name, "model": config.to_dict(), "init": checkpoint_path}},
+                              keep=1)
         log.note(f"checkpoint {path}")
     evaluation = {}
     if not args.no_eval:
@@ -184,7 +184,7 @@ def sample_checkpoint(args, data, pretraining_parser):
     model = args.model or "tiny"
     directory = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "bertprep",
                              "finetune-sample-checkpoint", f"{model}-vocab-{vocab_size}")
-    if not checkpoints.list_checkpoints(directory):
+    if not run_state.list_checkpoints(directory):
         if not args.quiet:
             print(f"trainer: no --init-checkpoint: pretraining the {model} model for a few steps on the embedded "
                   f"sample records into {directory}", file=sys.stderr)

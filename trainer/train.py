@@ -12,9 +12,11 @@ import numpy as np
 
 from bertprep.atomic import hold
 from bertprep.errors import DataError, UsageError
-from trainer import checkpoints
+from bertprep.progress import Progress
+from trainer import run_state
 from trainer.data import RecordStream, Records, prefetch
 from trainer.config import BertConfig
+from trainer.library_logs import library_lines_left_out, load_keras
 
 # Steps before throughput is measured: compilation and autotuning happen there.
 TIMING_WARMUP_STEPS = 3
@@ -196,13 +198,14 @@ def warmup_steps(value, total_steps):
 
 
 class Log:
-    """Log lines and a progress bar on stderr, JSON lines, TensorBoard scalars (chief only)."""
+    """Log lines and progress (bertprep.progress: a bar with an ETA on a terminal, a line every few seconds
+    elsewhere) on stderr, JSON lines, TensorBoard scalars (chief only)."""
 
     def __init__(self, args, total_steps, enabled):
         self.enabled = enabled
         self.quiet = args.quiet
         self.total = total_steps
-        self.tty = sys.stderr.isatty()
+        self.progress = None  # made at the first step: fine-tuning knows its total only then
         self.json = open(args.log_json, "a", encoding="utf-8") if (args.log_json and enabled) else None
         self.tensorboard = None
         tb_dir = args.tensorboard_dir or (os.path.join(args.checkpoint_dir, "tensorboard") if args.checkpoint_dir else None)
@@ -212,23 +215,29 @@ class Log:
             self.tensorboard = EventWriter(tb_dir)
 
     def note(self, message):
-        if self.enabled and not self.quiet:
-            self._clear_bar()
-            print(f"trainer: {message}", file=sys.stderr, flush=True)
+        self._write(f"trainer: {message}")
 
-    def _clear_bar(self):
-        if self.tty:
-            print("\r\033[K", end="", file=sys.stderr)
+    def _write(self, line):
+        if not self.enabled or self.quiet:
+            return
+        if self.progress:
+            self.progress.write(line)
+        else:
+            print(line, file=sys.stderr, flush=True)
 
     def bar(self, step, text=""):
-        if not (self.enabled and self.tty and not self.quiet):
+        if not self.enabled or self.quiet:
             return
-        width = 30
-        filled = int(width * step / max(self.total, 1))
-        print(f"\r\033[K[{'#' * filled}{'.' * (width - filled)}] {step}/{self.total} {text}", end="",
-              file=sys.stderr, flush=True)
+        if self.progress is None:
+            # From the first step done: its compilation and a resumed run's earlier steps are not in the
+            # rate that the ETA comes from.
+            self.progress = Progress("trainer", total=self.total, unit="steps", initial=step)
+        else:
+            self.progress.advance(step - self.progress.done, detail=text)
 
     def record(self, event, values, step):
+        """`values` to the JSON lines and TensorBoard, and but for the summary (printed once, by the CLI)
+        as a line on stderr."""
         if not self.enabled:
             return
         if self.json:
@@ -237,18 +246,16 @@ class Log:
         if self.tensorboard:
             self.tensorboard.scalars(step, {f"{event}/{key}": float(value) for key, value in values.items()
                                             if isinstance(value, (int, float)) and math.isfinite(value)})
-        if not self.quiet:
-            self._clear_bar()
-            shown = " ".join(_fmt(k, v) for k, v in values.items() if v is not None)
-            print(f"{event} step {step}: {shown}", file=sys.stderr, flush=True)
+        if event != "summary":
+            self._write(f"{event} step {step}: " + " ".join(_fmt(k, v) for k, v in values.items() if v is not None))
 
     def close(self):
         if self.json:
             self.json.close()
         if self.tensorboard:
             self.tensorboard.close()
-        if self.enabled and self.tty and not self.quiet:
-            print(file=sys.stderr)
+        if self.progress:
+            self.progress.close()
 
 
 def _fmt(key, value):
@@ -274,14 +281,15 @@ def run(args, step_times=None, step_sequences=None):
         if not args.quiet:
             print(f"trainer: no --data: training on the embedded sample records in {data_dir}", file=sys.stderr)
     records = Records(data_dir, args.format)
-    initial = initial_checkpoint(args, records) if getattr(args, "init_checkpoint", None) else None
+    with library_lines_left_out():  # reading Google's checkpoint imports TensorFlow
+        initial = initial_checkpoint(args, records) if getattr(args, "init_checkpoint", None) else None
     config = initial[1] if initial else model_config(args, records)
     if records.seq > config.max_position_embeddings:
         raise DataError(f"{data_dir}: records have sequence length {records.seq} but the model has "
                         f"{config.max_position_embeddings} positions (max_position_embeddings)")
     if records.pred > records.seq:
         raise DataError(f"{data_dir}: {records.pred} predictions per sequence exceed sequence length {records.seq}")
-    import keras
+    keras = load_keras()
 
     if keras.backend.backend() == "jax" and os.environ.get("KERAS_DISTRIBUTION_JOB_ADDRESSES"):
         initialize_jax_processes()  # before anything asks JAX for its devices (tracing the model does)
@@ -347,13 +355,13 @@ def _train(args, devices, log, data_dir, records, config, step_times=None, step_
     }
     draws = 0
     if args.resume:
-        found = checkpoints.load_latest(args.checkpoint_dir)
+        found = run_state.load_latest(args.checkpoint_dir)
         if found is None:
             log.note(f"{args.checkpoint_dir}: no checkpoint yet, starting at step 0")
         else:
             path, arrays, saved = found
             expected = {name: value.shape for name, value in steps.get_state().items()}
-            checkpoints.check_compatible(path, saved.get("settings", {}), run_settings, arrays, expected)
+            run_state.check_compatible(path, saved.get("settings", {}), run_settings, arrays, expected)
             steps.set_state(arrays)
             draws = int(saved["draws"])
             log.note(f"resumed from {path} (step {saved['step']}, {draws} batches drawn)")
@@ -458,8 +466,8 @@ def _train(args, devices, log, data_dir, records, config, step_times=None, step_
             if args.checkpoint_dir and (step % args.checkpoint_every == 0 or step == args.steps):
                 state = steps.get_state()  # every process takes part: model-parallel shards span hosts
                 if devices.is_chief:
-                    path = checkpoints.save(args.checkpoint_dir, step, state,
-                                            {"draws": draws, "settings": run_settings}, args.keep_checkpoints)
+                    path = run_state.save(args.checkpoint_dir, step, state,
+                                          {"draws": draws, "settings": run_settings}, args.keep_checkpoints)
                     log.note(f"checkpoint {path}")
         clock = time.perf_counter()  # evaluation and checkpoints are not training time
     summary = {

@@ -18,7 +18,7 @@ import dataclasses
 
 import numpy as np
 
-from bertprep.errors import DataError, UsageError
+from bertprep.errors import DataError
 
 INT, FLOAT = "int", "float"
 # What an INT feature holds: int32, as OFRecord stores it and the trainer and the columnar files read it.
@@ -118,10 +118,6 @@ class RecordKind:
             return None
         return dims
 
-    def to_manifest(self):
-        """How a manifest names this kind and its layout (readers need only `name`)."""
-        return {"name": self.name, "features": [[f.name, f.dtype, f.length] for f in self.features]}
-
 
 def int_values_problem(kind, columns, vocab_size=None):
     """The first INT feature value a reader would otherwise change or pass on, as (row, "feature[i]", value,
@@ -194,12 +190,6 @@ def register(kind):
                          "files could not tell them apart")
     KINDS[kind.name] = kind
     return kind
-
-
-def kind_named(name):
-    if name not in KINDS:
-        raise UsageError(f"unknown record kind {name!r} (known: {', '.join(KINDS)})")
-    return KINDS[name]
 
 
 def kind_of_record(stored_kinds):

@@ -18,7 +18,7 @@ import tempfile
 import time
 
 from bertprep.errors import DataError, UsageError, run_reporting_errors
-from bertprep.progress import add_output_arguments, print_summary
+from bertprep.progress import Progress, add_output_arguments, print_summary
 from trainer.benchmark import method, report
 from trainer.cli import _Parser as OneLineErrorParser
 from trainer.cli import _positive_int, add_records_and_model_arguments
@@ -172,6 +172,7 @@ def _run_plan(args, bench, records, config, hosts, baseline_configs):
     flops = method.training_flops_per_sequence(config, records.seq, records.pred)
 
     plan = [(d, p, b) for d in args.devices for p in args.precision for b in args.batch_size]
+    bench.count_runs(len(plan) * args.runs)
     configs = []
     started = time.monotonic()
     for number, (devices, precision, batch) in enumerate(plan, 1):
@@ -184,12 +185,13 @@ def _run_plan(args, bench, records, config, hosts, baseline_configs):
                 batch_size, probes = bench.search_max(devices, policies[precision], label)
             except ProbeFailed as exc:
                 entry.update(batch_size=None, global_batch=None, status="error", error=str(exc))
-                bench.progress(f"{label}: {exc}", final=True)
+                bench.progress(f"{label}: {exc}", final=True, runs=args.runs)
                 continue
             entry["max_search"] = [{"batch_size": b, "fits": fits} for b, fits in probes]
             if batch_size is None:
                 entry.update(batch_size=None, global_batch=None, status="oom",
                              error="out of memory at every batch size down to 1")
+                bench.progress("", runs=args.runs)
                 continue
         else:
             batch_size = batch
@@ -202,7 +204,8 @@ def _run_plan(args, bench, records, config, hosts, baseline_configs):
                 # A configuration that failed once (out of memory, an error) fails again: the next goes on.
                 entry.update(status=outcome["status"], error=outcome.get("error"))
                 entry["runs"].append({"log": outcome["log"], "status": outcome["status"]})
-                bench.progress(f"{label} run {run_number}/{args.runs}: {_failure(outcome)}", final=True)
+                bench.progress(f"{label} run {run_number}/{args.runs}: {_failure(outcome)}", final=True,
+                               runs=args.runs - run_number + 1)  # the configuration's later runs are left out
                 break
             run = {"throughput": method.throughput(outcome["step_times"], entry["global_batch"], args.skip),
                    "step_times": outcome["step_times"], "peak_flops": outcome.get("peak_flops"),
@@ -215,7 +218,7 @@ def _run_plan(args, bench, records, config, hosts, baseline_configs):
                 shown += f" ({run['sequence_throughput']:,.1f} real seq/s)"
             entry["runs"].append(run)
             entry["accelerator"] = outcome.get("accelerator")
-            bench.progress(f"{label} run {run_number}/{args.runs}: {shown}", final=True)
+            bench.progress(f"{label} run {run_number}/{args.runs}: {shown}", final=True, runs=1)
     method.add_medians_and_speedups(configs, baseline_configs)
     for entry in configs:
         if records.packed:
@@ -292,19 +295,20 @@ class Benchmark:
         self.hosts = hosts
         self.host_index = host_index
         self.log_dir = log_dir
-        self.tty = sys.stderr.isatty()
         self.scratch = tempfile.mkdtemp(prefix="trainer-benchmark-")
-        self._last_print = 0.0
+        self.runs = None
 
-    def progress(self, text, final=False):
-        if self.args.quiet:
-            return
-        now = time.monotonic()
-        if self.tty:
-            print(f"\r\033[K{PROG}: {text}", end="\n" if final else "", file=sys.stderr, flush=True)
-        elif final or now - self._last_print >= 5:
-            print(f"{PROG}: {text}", file=sys.stderr, flush=True)
-            self._last_print = now
+    def count_runs(self, total):
+        """Progress (bertprep.progress: a bar with an ETA on a terminal, a line every few seconds elsewhere)
+        over the `total` runs of the plan."""
+        self.runs = Progress(PROG, total=total, unit="runs", quiet=self.args.quiet)
+
+    def progress(self, text, final=False, runs=0):
+        """`text`, the running worker's status, beside the count, or with `final` a line of its own;
+        `runs` more runs done (or left out after one that failed)."""
+        if final:
+            self.runs.write(f"{PROG}: {text}")
+        self.runs.advance(runs, detail="" if final else text)
 
     def _trainer_argv(self, policy, batch_size, iterations):
         """`python -m trainer` arguments of a run (the worker adds --steps)."""
@@ -392,6 +396,8 @@ class Benchmark:
     def close(self):
         import shutil
 
+        if self.runs:
+            self.runs.close()
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 

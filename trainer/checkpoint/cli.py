@@ -12,8 +12,9 @@ import numpy as np
 
 from bertprep.atomic import atomic_dir, atomic_open, staging_dir
 from bertprep.errors import UsageError, run_reporting_errors
-from bertprep.progress import print_summary
+from bertprep.progress import print_summary, readable_rows
 from trainer.cli import _positive_int
+from trainer.library_logs import library_lines_left_out
 
 PROG = "trainer checkpoint"
 WRITERS = ("hf", "google", "bertprep")
@@ -53,7 +54,12 @@ def build_parser():
 
 def main(argv):
     args = build_parser().parse_args(argv)
-    return run_reporting_errors(PROG, lambda: COMMANDS[args.command](args))
+
+    def command():
+        with library_lines_left_out():  # TensorFlow's start-up lines, where a kind of checkpoint needs it
+            return COMMANDS[args.command](args)
+
+    return run_reporting_errors(PROG, command)
 
 
 def _inspect(args):
@@ -103,7 +109,7 @@ def convert(src, out, to):
 def _convert(args):
     summary = convert(args.src, args.out, args.to)
     if not args.quiet:
-        print_summary("trainer checkpoint convert: done", summary, as_json=args.json)
+        print_summary("trainer checkpoint convert: done", summary, as_json=args.json, rows=readable_rows(summary))
     return 0
 
 
@@ -119,11 +125,11 @@ def _run(args):
     with atomic_open(args.out) as f:
         f.write(buffer.getvalue())
     if not args.quiet:
-        print_summary("trainer checkpoint run: done", {
-            "kind": checkpoint.kind, "inputs": len(inputs.places), "out": args.out,
-            "arrays": ", ".join(f"{k} {list(v.shape)}" for k, v in arrays.items()),
-            **({} if checkpoint.has_pooler else {"pooled_output": "none: the checkpoint has no pooler "
-                                                                   "(bert/pooler/dense)"})}, as_json=args.json)
+        summary = {"kind": checkpoint.kind, "inputs": len(inputs.places), "out": args.out,
+                   "arrays": ", ".join(f"{k} {list(v.shape)}" for k, v in arrays.items()),
+                   **({} if checkpoint.has_pooler else {"pooled_output": "none: the checkpoint has no pooler "
+                                                                          "(bert/pooler/dense)"})}
+        print_summary("trainer checkpoint run: done", summary, as_json=args.json, rows=readable_rows(summary))
     return 0
 
 

@@ -125,19 +125,6 @@ def from_layout(value, layout):
     raise ValueError(layout)
 
 
-def layout_shape(shape, layout, heads):
-    """The shape in `layout` of a Google-layout shape."""
-    if layout == "T":
-        return tuple(reversed(shape))
-    if layout == "heads_in":
-        return (shape[0], heads, shape[1] // heads)
-    if layout == "heads_bias":
-        return (heads, shape[0] // heads)
-    if layout == "heads_out":
-        return (heads, shape[0] // heads, shape[1])
-    return tuple(shape)
-
-
 # Hugging Face / pytorch-pretrained-bert / NVIDIA spellings that mean the same variable.
 _HF_ALIASES = [(re.compile(r"^module\."), ""),                      # NVIDIA's DistributedDataParallel
                (re.compile(r"\.LayerNorm\.gamma$"), ".LayerNorm.weight"),  # pytorch-pretrained-bert

@@ -1,4 +1,4 @@
-"""This trainer's checkpoints (trainer/checkpoints.py): a `ckpt-<step>/` directory (state.npz +
+"""This trainer's checkpoints (trainer/run_state.py): a `ckpt-<step>/` directory (state.npz +
 state.json) or a --checkpoint-dir (its newest). Model variables are named
 `model/trainable/<index>/<path>`; the config is state.json's settings.model. `write` makes the same
 form from any checkpoint: a directory that --init-checkpoint takes."""
@@ -10,7 +10,7 @@ import re
 import numpy as np
 
 from bertprep.errors import DataError
-from trainer import checkpoints
+from trainer import run_state
 from trainer.checkpoint import checked, names, vocab_beside
 from trainer.config import BertConfig
 
@@ -22,7 +22,7 @@ _VARIABLE_NAME = re.compile(r"^model/(?:trainable|non_trainable)/\d+/(.+)$")
 def _directory(path):
     if os.path.isfile(os.path.join(path, "state.npz")):
         return path
-    found = checkpoints.list_checkpoints(path)
+    found = run_state.list_checkpoints(path)
     return found[-1][1] if found else None
 
 

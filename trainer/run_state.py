@@ -1,4 +1,5 @@
-"""Checkpoints: `<dir>/ckpt-<step>/{state.npz, state.json}`, written whole or not at all.
+"""The run's own state, for --checkpoint-dir and --resume: `<dir>/ckpt-<step>/{state.npz, state.json}`,
+written whole or not at all. (trainer/checkpoint/ reads and writes other projects' checkpoints.)
 
 state.npz holds every model, optimizer and loss-scale variable by name;
 state.json the step, the data position (batches drawn, skipped steps

@@ -1,0 +1,48 @@
+"""What a new user sees of `python -m trainer` and `trainer checkpoint`: no start-up lines of TensorFlow,
+absl, XLA or CUDA, the summary once, unless the user chose the libraries' log level."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CHECKPOINTS = Path(os.environ.get("BERTPREP_SHARED") or REPO.parent / "shared") / "fixtures" / "checkpoints"
+LIBRARY_MARKERS = re.compile(r"^[IWEF]0000 |cuInit|oneDNN|absl|This TensorFlow binary|cuda_|cudart|XLA|"
+                             r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWEF] ", re.MULTILINE)
+
+
+def new_user_run(*argv, **environ):
+    """A run with none of the libraries' log variables set (a pytest process may have set them)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TF_CPP_")}
+    env.update(environ, PYTHONPATH=str(REPO))
+    result = subprocess.run([sys.executable, "-m", "trainer", *argv], capture_output=True, text=True, cwd=REPO,
+                            env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+@pytest.mark.parametrize("backend", ["tensorflow", "jax"])  # Keras imports TensorFlow under JAX too, to seed it
+def test_first_run_prints_no_library_lines_and_one_summary(backend):
+    result = new_user_run("--format", "ofrecord", "--steps", "5", "--batch-size", "8", "--log-every", "2",
+                          KERAS_BACKEND=backend)
+    assert not LIBRARY_MARKERS.findall(result.stdout + result.stderr), result.stderr
+    assert result.stdout.count("trainer: done") == 1
+    assert "summary step" not in result.stderr
+    rows = dict(line.split(None, 1) for line in result.stdout.splitlines()[1:])
+    assert rows["steps"] == "5" and "pipeline" not in rows and "mesh" not in rows
+    assert re.fullmatch(r"[\d,]+(\.\d+)?", rows["mean_sequences_per_second"]), rows
+    assert [line.split(":")[0] for line in result.stderr.splitlines() if line.startswith("train step")] == [
+        "train step 2", "train step 4", "train step 5"]
+
+
+def test_checkpoint_commands_print_no_library_lines_unless_the_user_chose_a_level(tmp_path):
+    convert = ["checkpoint", "convert", str(CHECKPOINTS / "google_tiny"), "--to", "hf"]  # reads it with TensorFlow
+    result = new_user_run(*convert, str(tmp_path / "hf"))
+    assert not LIBRARY_MARKERS.findall(result.stdout + result.stderr), result.stderr
+    assert "notes" not in result.stdout  # empty: left out
+    chosen = new_user_run(*convert, str(tmp_path / "hf-again"), TF_CPP_MIN_LOG_LEVEL="0")
+    assert "oneDNN" in chosen.stderr
