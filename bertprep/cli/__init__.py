@@ -23,7 +23,7 @@ COMMANDS = {
     "shard": ("bertprep.stages.shard", "sentence-split documents into balanced training/test text shards"),
     "create": ("bertprep.stages.create", "create masked-LM records (TFRecord and OFRecord) like google-research/bert"),
     "pack": ("bertprep.cli.pack", "pack pretraining records into rows of up to k sequences (MLPerf packed layout)"),
-    "validate": ("bertprep.stages.validate", "check a dataset for everything that breaks training"),
+    "validate": ("bertprep.cli.validate", "check a dataset for everything that breaks training"),
     "prepare": ("bertprep.stages.prepare", "download, shard and create (128/20 and 512/80) in one command"),
     "inspect": ("bertprep.stages.inspect", "decode and show records of a TFRecord or OFRecord file"),
     "convert": ("bertprep.stages.convert", "convert record files losslessly between TFRecord and OFRecord"),
