@@ -26,7 +26,7 @@ COMMANDS = {
     "validate": ("bertprep.cli.validate", "check a dataset for everything that breaks training"),
     "prepare": ("bertprep.stages.prepare", "download, shard and create (128/20 and 512/80) in one command"),
     "inspect": ("bertprep.cli.inspect", "decode and show records of a TFRecord or OFRecord file"),
-    "convert": ("bertprep.stages.convert", "convert record files losslessly between TFRecord and OFRecord"),
+    "convert": ("bertprep.cli.convert", "convert record files losslessly between TFRecord and OFRecord"),
     "create-squad": ("bertprep.stages.finetune.squad", "SQuAD JSON -> fine-tuning records like google-research/bert run_squad.py"),
     "create-glue": ("bertprep.stages.finetune.glue", "GLUE TSV -> fine-tuning records like google-research/bert run_classifier.py"),
 }
