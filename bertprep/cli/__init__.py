@@ -27,8 +27,8 @@ COMMANDS = {
     "prepare": ("bertprep.stages.prepare", "download, shard and create (128/20 and 512/80) in one command"),
     "inspect": ("bertprep.cli.inspect", "decode and show records of a TFRecord or OFRecord file"),
     "convert": ("bertprep.cli.convert", "convert record files losslessly between TFRecord and OFRecord"),
-    "create-squad": ("bertprep.stages.finetune.squad", "SQuAD JSON -> fine-tuning records like google-research/bert run_squad.py"),
-    "create-glue": ("bertprep.stages.finetune.glue", "GLUE TSV -> fine-tuning records like google-research/bert run_classifier.py"),
+    "create-squad": ("bertprep.cli.create_squad", "SQuAD JSON -> fine-tuning records like google-research/bert run_squad.py"),
+    "create-glue": ("bertprep.cli.create_glue", "GLUE TSV -> fine-tuning records like google-research/bert run_classifier.py"),
 }
 
 
