@@ -249,7 +249,8 @@ def test_convert_called_in_python_writes_what_the_command_writes(golden_dir, tmp
              for f in summary["files"]]
     assert printed.splitlines() == [*lines, f"converted {summary['records']} records in 2 file(s) to ofrecord"]
     one = convert(src=golden_dir / "G1.ofrecord", dst=tmp_path / "one.tfrecord", to="tfrecord")
-    assert one["records"] == 1373 and (tmp_path / "one.tfrecord").read_bytes() == (golden_dir / "G1.tfrecord").read_bytes()
+    assert one["records"] == 1373
+    assert (tmp_path / "one.tfrecord").read_bytes() == (golden_dir / "G1.tfrecord").read_bytes()
     with pytest.raises(UsageError, match=r"^--to must be one of tfrecord, ofrecord, hdf5, parquet, not 'avro'$"):
         ConvertOptions(str(src), str(tmp_path / "x"), "avro")
 

@@ -1,4 +1,5 @@
-"""`bertprep.create_glue(...)` (`bertprep create-glue`, bertprep/cli/create_glue.py): GLUE TSV files → the features google-research/bert's run_classifier.py writes.
+"""`bertprep.create_glue(...)`: GLUE TSV files → the features google-research/bert's run_classifier.py writes
+(`bertprep create-glue`: bertprep/cli/create_glue.py).
 
 For MRPC, CoLA and MNLI the examples are those of run_classifier.py's
 MrpcProcessor, ColaProcessor and MnliProcessor (columns, header rows, labels,

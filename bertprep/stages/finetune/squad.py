@@ -1,4 +1,5 @@
-"""`bertprep.create_squad(...)` (`bertprep create-squad`, bertprep/cli/create_squad.py): SQuAD JSON → the features google-research/bert's run_squad.py writes.
+"""`bertprep.create_squad(...)`: SQuAD JSON → the features google-research/bert's run_squad.py writes
+(`bertprep create-squad`: bertprep/cli/create_squad.py).
 
 The records equal, value for value and in order, what run_squad.py's
 `read_squad_examples`, the `random.Random(12345)` shuffle of training
