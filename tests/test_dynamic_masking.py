@@ -375,3 +375,26 @@ def test_without_torch_the_loader_says_what_to_install():
             "try:\n    t.BertLoader('.', 8)\nexcept Exception as exc:\n    print(type(exc).__name__, exc)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == 'UsageError bertprep.torch needs PyTorch: pip install "bertprep[torch]"'
+
+
+def test_inspect_called_in_python_shows_what_the_command_prints(dynamic_dir, capsys):
+    import io
+    import json
+
+    from bertprep.errors import UsageError
+    from bertprep.stages.inspect import InspectOptions, inspect
+
+    path = training_files(dynamic_dir, "tfrecord")[0]
+    vocab = sample_paths()[1]
+    assert bertprep_main(["inspect", path, "--epoch", "2", "--vocab", vocab, "--skip", "1", "-n", "2"]) == 0
+    printed = capsys.readouterr().out
+    stream = io.StringIO()
+    summary = inspect(InspectOptions(path, vocab=vocab, num=2, skip=1, epoch=2), stream=stream)
+    assert stream.getvalue() == printed and "masked as in epoch 2" in printed
+    assert bertprep_main(["inspect", path, "--epoch", "2", "--skip", "1", "-n", "2", "--json"]) == 0
+    assert summary["records"] == [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert summary["kind"] == "unmasked" and summary["epoch"] == 2
+    assert inspect(file=path, skip=10 ** 9)["records"] == []  # no stream: nothing written
+    assert capsys.readouterr() == ("", "")
+    with pytest.raises(UsageError, match=r"^argument --epoch: -1 is not an epoch \(0\.\.9223372036854775807\)$"):
+        InspectOptions(path, epoch=-1)

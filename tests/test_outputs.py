@@ -230,6 +230,31 @@ def test_convert_refuses_colliding_names_and_empty_inputs(golden_dir, tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["src"]
 
 
+def test_convert_called_in_python_writes_what_the_command_writes(golden_dir, tmp_path, capsys):
+    from bertprep.errors import UsageError
+    from bertprep.stages.convert import ConvertOptions, convert
+
+    src = tmp_path / "src"
+    for name in ("G1", "G2"):
+        (src / name).mkdir(parents=True)
+        (src / name / f"{name}.tfrecord").write_bytes((golden_dir / f"{name}.tfrecord").read_bytes())
+    assert main(["convert", str(src), str(tmp_path / "cli"), "--to", "ofrecord"]) == 0
+    printed = capsys.readouterr().out
+    summary = convert(ConvertOptions(str(src), str(tmp_path / "py"), "ofrecord"))
+    assert capsys.readouterr() == ("", "")
+    for name in ("G1", "G2"):  # OneFlow's key order: the golden OFRecord's bytes
+        assert (tmp_path / "py" / name / "part-0").read_bytes() == (golden_dir / f"{name}.ofrecord").read_bytes()
+        assert (tmp_path / "cli" / name / "part-0").read_bytes() == (golden_dir / f"{name}.ofrecord").read_bytes()
+    lines = [f"{f['src']} -> {f['dst'].replace(str(tmp_path / 'py'), str(tmp_path / 'cli'))}: {f['records']} records"
+             for f in summary["files"]]
+    assert printed.splitlines() == [*lines, f"converted {summary['records']} records in 2 file(s) to ofrecord"]
+    one = convert(src=golden_dir / "G1.ofrecord", dst=tmp_path / "one.tfrecord", to="tfrecord")
+    assert one["records"] == 1373
+    assert (tmp_path / "one.tfrecord").read_bytes() == (golden_dir / "G1.tfrecord").read_bytes()
+    with pytest.raises(UsageError, match=r"^--to must be one of tfrecord, ofrecord, hdf5, parquet, not 'avro'$"):
+        ConvertOptions(str(src), str(tmp_path / "x"), "avro")
+
+
 def test_a_corpus_name_that_is_a_path_is_refused(tmp_path, tiny):
     good, vocab = tiny
     for corpus in (str(tmp_path / "elsewhere"), "../up", "a/b"):

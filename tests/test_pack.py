@@ -336,3 +336,28 @@ def test_bad_inputs_end_with_one_line(short_records, golden_dir, tmp_path, capsy
     assert not [p for p in (tmp_path / "records").rglob("*") if "_packed" in str(p) and p.is_file()
                 and p.name != "manifest.json"]
     assert os.path.isdir(short_records)
+
+
+# Figures that depend on the clock, not on the data.
+TIMINGS = ("seconds", "sequences_per_second")
+
+
+def test_pack_called_in_python_writes_what_the_command_writes(short_records, tmp_path, capsys):
+    from bertprep.errors import UsageError
+    from bertprep.stages.pack import PackOptions, pack
+
+    code, printed = run_json(capsys, "pack", short_records, "--out", tmp_path / "cli", "--format", "ofrecord,hdf5")
+    assert code == 0
+    summary = pack(records_dir=short_records, out=str(tmp_path / "py"), format=("hdf5", "ofrecord"))
+    assert capsys.readouterr() == ("", "")  # quiet, and the summary returned, not printed
+    assert not summary.complete_before and summary.title == "bertprep pack: done"
+    assert summary["records_dir"] == str(tmp_path / "py" / f"{short_records.parent.name}_packed3" / short_records.name)
+    assert output_files(summary["records_dir"]) == output_files(printed["records_dir"])
+    assert ({k: v for k, v in summary.items() if k not in (*TIMINGS, "records_dir")}
+            == {k: v for k, v in printed.items() if k not in (*TIMINGS, "records_dir")})
+    again = pack(PackOptions(str(short_records), out=str(tmp_path / "py"), format=("ofrecord", "hdf5")))
+    assert again.complete_before and again["shards_packed"] == 0
+    with pytest.raises(UsageError, match=r"^--max-per-pack must be at least 1, not 0$"):
+        PackOptions(str(short_records), max_per_pack=0)
+    with pytest.raises(UsageError, match=r"^unknown --format 'avro' \(choose from"):
+        PackOptions(str(short_records), format=("avro",))

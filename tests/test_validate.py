@@ -465,3 +465,29 @@ def test_another_key_order_is_decoded_exactly(capsys, tmp_path, g1):
     code, report = validate(capsys, path)
     assert code == 0, errors(report)
     assert report["datasets"][0]["stats"]["ofrecord"]["all"]["instances"] == 40
+
+
+def test_validate_called_in_python_returns_the_report_the_command_prints(capsys, tmp_path, golden_dir, g1):
+    from bertprep.errors import UsageError
+    from bertprep.stages.validate import ValidateOptions
+    from bertprep.stages.validate import validate as validate_dataset
+
+    pair = (str(golden_dir / "G1.tfrecord"), str(golden_dir / "G1.ofrecord"))
+    code, printed = validate(capsys, *pair, "--compare")
+    report = validate_dataset(ValidateOptions(pair, compare=True))
+    assert capsys.readouterr() == ("", "")  # quiet, and the report returned, not printed
+    assert code == 0 and report.sound and report.fields == printed
+    assert main(["validate", *pair, "--compare", "--quiet"]) == 0
+    table = capsys.readouterr().out
+    report.print()
+    assert capsys.readouterr().out == table
+    # a dataset that fails a check is a report that says so, not an exception
+    broken = write(tmp_path / "bad.tfrecord", copy(g1), "tfrecord")
+    broken.write_bytes(broken.read_bytes()[:-3])
+    code, printed = validate(capsys, broken)
+    report = validate_dataset(paths=broken)  # a path alone, a Path object
+    assert code == 1 and not report.sound and report.fields == printed
+    with pytest.raises(UsageError, match=r"^--max-errors must be ≥ 0, --workers and --min-parts ≥ 1$"):
+        ValidateOptions(pair, max_errors=-1)
+    with pytest.raises(UsageError, match=r"^--compare needs PATH2, or a PATH holding both TFRecord and OFRecord"):
+        ValidateOptions(pair[0], compare=True)

@@ -19,7 +19,9 @@ _OFRECORD_NAME = re.compile(r"^(part-\d+|.*\.of_record-\d+)$")
 
 
 def parse_formats(value):
-    """`--format tfrecord,ofrecord` as a tuple in canonical order, whatever order it listed them in."""
+    """`--format tfrecord,ofrecord` (or those names as a tuple, as the stage options hold them) as a tuple in
+    canonical order, whatever order it listed them in."""
+    value = value if isinstance(value, str) else ",".join(value)
     fmts = tuple(f.strip() for f in value.split(",") if f.strip())
     unknown = [f for f in fmts if f not in ALL_FORMATS]
     if unknown or not fmts:

@@ -1,4 +1,5 @@
-"""`bertprep convert`: TFRecord ⇄ OFRecord ⇄ HDF5 ⇄ Parquet, losslessly.
+"""`bertprep.convert(...)`: TFRecord ⇄ OFRecord ⇄ HDF5 ⇄ Parquet, losslessly (`bertprep/cli/convert.py` is
+the command line).
 
 HDF5 and Parquet hold records of a known kind (bertprep.formats.schemas) as
 columns; to or from them a file is converted whole through its kind's
@@ -21,7 +22,7 @@ converted: a bad file anywhere in it leaves no output behind.
 """
 
 import contextlib
-
+import dataclasses
 import os
 
 import numpy as np
@@ -32,16 +33,23 @@ from bertprep.errors import DataError, UsageError
 from bertprep.formats import columnar
 from bertprep.formats.protowire import WireError
 from bertprep.formats.schemas import kind_of_record
+from bertprep.progress import Summary
 
 INT32_RANGE = (-(1 << 31), (1 << 31) - 1)
 
 
-def add_arguments(parser):
-    parser.add_argument("src", help="a record file (TFRecord, OFRecord, HDF5, Parquet), or a directory of them "
-                        "(format detected)")
-    parser.add_argument("dst", help="output file, or directory when SRC is a directory")
-    parser.add_argument("--to", required=True, choices=formats.ALL_FORMATS, help="target format")
-    parser.add_argument("--quiet", action="store_true")
+@dataclasses.dataclass(frozen=True)
+class ConvertOptions:
+    """`src`, a record file or a directory of them (format detected), converted `to` a format into `dst` (a
+    file, or a directory when `src` is one)."""
+
+    src: str
+    dst: str
+    to: str
+
+    def __post_init__(self):
+        if self.to not in formats.ALL_FORMATS:
+            raise UsageError(f"--to must be one of {', '.join(formats.ALL_FORMATS)}, not {self.to!r}")
 
 
 def convert_payload(payload, src_fmt, dst_fmt, where):
@@ -128,46 +136,46 @@ def convert_all(pairs, dst_fmt, staging):
     return counts
 
 
-def run(args):
-    if os.path.isdir(args.src):
+def convert(options: ConvertOptions | None = None, /, **fields) -> Summary:
+    """Convert `options.src` (or ConvertOptions(**fields)); a tree is written whole or not at all. The Summary
+    lists each file (`files`: src, dst, records) and the records in all."""
+    options = options or ConvertOptions(**fields)
+    src, dst, to = os.fspath(options.src), os.fspath(options.dst), options.to
+    if os.path.isdir(src):
         pairs = []
         by_dir = {}
-        for path in _record_files(args.src):
+        for path in _record_files(src):
             by_dir.setdefault(os.path.dirname(path), []).append(path)
         for directory, paths in sorted(by_dir.items()):
-            relative_dir = os.path.relpath(directory, args.src)
+            relative_dir = os.path.relpath(directory, src)
             for index, path in enumerate(paths):
                 stem = os.path.splitext(os.path.basename(path))[0]
-                name = f"part-{index}" if args.to == "ofrecord" else f"{stem}.{'tfrecord' if args.to == 'tfrecord' else args.to}"
-                pairs.append((path, os.path.normpath(os.path.join(args.dst, relative_dir, name))))
+                name = f"part-{index}" if to == "ofrecord" else f"{stem}.{'tfrecord' if to == 'tfrecord' else to}"
+                pairs.append((path, os.path.normpath(os.path.join(dst, relative_dir, name))))
         if not pairs:
-            raise DataError(f"{args.src}: no record files (*.tfrecord or part-*) found")
-        tree = hold(args.dst, "bertprep convert")
-    elif os.path.isfile(args.src):
-        if os.path.isdir(args.dst):
-            raise UsageError(f"{args.dst}: is a directory; give an output file name")
-        pairs = [(args.src, args.dst)]
+            raise DataError(f"{src}: no record files (*.tfrecord or part-*) found")
+        tree = hold(dst, "bertprep convert")
+    elif os.path.isfile(src):
+        if os.path.isdir(dst):
+            raise UsageError(f"{dst}: is a directory; give an output file name")
+        pairs = [(src, dst)]
         tree = contextlib.nullcontext(None)  # a lone file stages beside itself
     else:
-        raise DataError(f"{args.src}: not found")
+        raise DataError(f"{src}: not found")
     check_distinct_outputs(pairs)
-    for src, _dst in pairs:
-        if os.path.getsize(src) == 0:
-            raise DataError(f"{src}: empty file, no records to convert (an empty OFRecord part stops OneFlow's "
+    for path, _dst in pairs:
+        if os.path.getsize(path) == 0:
+            raise DataError(f"{path}: empty file, no records to convert (an empty OFRecord part stops OneFlow's "
                             "reader); nothing was written")
-    created = not os.path.exists(args.dst)
+    created = not os.path.exists(dst)
     try:
         with tree as staging:
-            counts = convert_all(pairs, args.to, staging)
+            counts = convert_all(pairs, to, staging)
     except BaseException:
-        if created and os.path.isdir(args.dst):  # the tree's root, made to hold it: left empty, not left behind
+        if created and os.path.isdir(dst):  # the tree's root, made to hold it: left empty, not left behind
             with contextlib.suppress(OSError):
-                os.rmdir(args.dst)
+                os.rmdir(dst)
         raise
-    total = sum(counts)
-    for (src, dst), count in zip(pairs, counts):
-        if not args.quiet:
-            print(f"{src} -> {dst}: {count} records")
-    if not args.quiet:
-        print(f"converted {total} records in {len(pairs)} file(s) to {args.to}")
-    return 0
+    files = [{"src": path, "dst": out, "records": count} for (path, out), count in zip(pairs, counts)]
+    return Summary("bertprep convert: done", {"to": to, "files": files, "records": sum(counts)},
+                   (("records", sum(counts)), ("files", len(files)), ("to", to)))

@@ -1,4 +1,5 @@
-"""`bertprep inspect`: decode records of any format and any kind, and show every field.
+"""`bertprep.inspect(...)`: decode records of any format and any kind, and show every field
+(`bertprep/cli/inspect.py` is the command line).
 
 The header names the record kind (bertprep.formats.schemas). With --vocab,
 input_ids are shown as tokens, masked positions marked as `[token|label]`
@@ -6,7 +7,7 @@ input_ids are shown as tokens, masked positions marked as `[token|label]`
 training feature's answer span as the tokens it covers.
 """
 
-import argparse
+import dataclasses
 import json
 import os
 
@@ -17,6 +18,7 @@ from bertprep.errors import DataError, UsageError
 from bertprep.formats.schemas import UNMASKED
 from bertprep.manifests import load_records_manifest
 from bertprep.masking import DynamicMasking, first_instances
+from bertprep.progress import Summary
 from bertprep.tokenization import load_vocab, resolve_vocab_path
 
 # Epochs the loaders can mask: they carry epochs as int64 (masking.instance_keys), so larger ones are no epoch
@@ -24,25 +26,22 @@ from bertprep.tokenization import load_vocab, resolve_vocab_path
 MAX_EPOCH = (1 << 63) - 1
 
 
-def add_arguments(parser):
-    parser.add_argument("file", help="a TFRecord, OFRecord, HDF5 or Parquet file (format detected)")
-    parser.add_argument("--vocab", help="vocab.txt or hub model id, to show tokens")
-    parser.add_argument("-n", "--num", type=int, default=3, help="records to show (default 3)")
-    parser.add_argument("--skip", type=int, default=0, help="records to skip first")
-    parser.add_argument("--json", action="store_true", help="one JSON object per record")
-    parser.add_argument("--epoch", type=epoch_number, default=None,
-                        help="unmasked records (create --masking dynamic): show each as the loaders mask it in epoch N")
+@dataclasses.dataclass(frozen=True)
+class InspectOptions:
+    """Which records of `file` (any format, detected) `inspect` shows: `num` of them after the first `skip`,
+    input_ids as tokens of `vocab` (a vocab.txt or hub model id; None: ids only), as JSON lines with `json`,
+    unmasked records (create --masking dynamic) masked as the loaders mask them in `epoch`."""
 
+    file: str
+    vocab: str | None = None
+    num: int = 3
+    skip: int = 0
+    json: bool = False
+    epoch: int | None = None
 
-def epoch_number(text):
-    """An --epoch value: an integer in 0..MAX_EPOCH (argparse makes anything else a usage error, exit 2)."""
-    try:
-        epoch = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if not 0 <= epoch <= MAX_EPOCH:
-        raise argparse.ArgumentTypeError(f"{epoch} is not an epoch (0..{MAX_EPOCH})")
-    return epoch
+    def __post_init__(self):
+        if self.epoch is not None and not 0 <= self.epoch <= MAX_EPOCH:
+            raise UsageError(f"argument --epoch: {self.epoch} is not an epoch (0..{MAX_EPOCH})")
 
 
 def token_line(record, words):
@@ -76,42 +75,61 @@ def answer_line(record, words):
     return " ".join(words[int(i)] if 0 <= int(i) < len(words) else f"<{int(i)}>" for i in ids[start:end + 1])
 
 
-def run(args):
-    if not os.path.isfile(args.file):
-        raise DataError(f"{args.file}: not a file")
-    words = load_vocab(resolve_vocab_path(args.vocab)).tokens if args.vocab else None  # tokens[id]: the line of that id
-    fmt = formats.sniff_format(args.file)
+def inspect(options: InspectOptions | None = None, /, *, stream=None, **fields) -> Summary:
+    """The records `options` (or InspectOptions(**fields)) selects, each written to `stream` (a text file;
+    None: nowhere) as the command shows it while it is read, so a damaged record later in the file still
+    leaves the ones before it shown. The Summary's `records` holds them as {"record": index, feature: values}."""
+    options = options or InspectOptions(**fields)
+    path = os.fspath(options.file)
+    if not os.path.isfile(path):
+        raise DataError(f"{path}: not a file")
+    vocab_path = resolve_vocab_path(options.vocab) if options.vocab else None
+    words = load_vocab(vocab_path).tokens if vocab_path else None  # tokens[id]: the line of that id
+    fmt = formats.sniff_format(path)
     try:
-        kind = formats.record_kind(args.file, fmt).name
+        kind = formats.record_kind(path, fmt).name
     except DataError:
         kind = "unknown kind"  # still shown field by field; a damaged record is reported when it is reached
+    shown_as = kind
     mask_for_epoch = None
-    if args.epoch is not None:
-        mask_for_epoch = epoch_masker(args.file, kind, args.epoch, resolve_vocab_path(args.vocab) if args.vocab else None)
-        kind = f"{kind}, masked as in epoch {args.epoch}"
-    shown = 0
-    for index, record in enumerate(formats.read_records(args.file, fmt)):
-        if index < args.skip:
+    if options.epoch is not None:
+        mask_for_epoch = epoch_masker(path, kind, options.epoch, vocab_path)
+        shown_as = f"{kind}, masked as in epoch {options.epoch}"
+    records = []
+    for index, record in enumerate(formats.read_records(path, fmt)):
+        if index < options.skip:
             continue
-        if shown >= args.num:
+        if len(records) >= options.num:
             break
-        shown += 1
         if mask_for_epoch is not None:
             record = mask_for_epoch(record, index)
-        if args.json:
-            print(json.dumps({"record": index, **{k: np.asarray(v).tolist() for k, v in record.items()}}))
-            continue
-        print(f"== {args.file} ({fmt}, {kind}) record {index}")
-        if words is not None and "input_ids" in record:
-            print(f"  tokens: {token_line(record, words)}")
-            if "start_positions" in record and "end_positions" in record:
-                print(f"  answer: {answer_line(record, words)}")
-        for name, values in record.items():
-            values = np.asarray(values)
-            print(f"  {name} ({values.dtype}, {len(values)}): {' '.join(_fmt(v) for v in values.tolist())}")
-    if shown == 0 and not args.json:
-        print(f"{args.file} ({fmt}): no records at index {args.skip} or later")
-    return 0
+        records.append({"record": index, **{k: np.asarray(v).tolist() for k, v in record.items()}})
+        lines = [json.dumps(records[-1])] if options.json else record_lines(f"{path} ({fmt}, {shown_as})", index,
+                                                                           record, words)
+        _write(stream, lines)
+    if not records and not options.json:
+        _write(stream, [f"{path} ({fmt}): no records at index {options.skip} or later"])
+    return Summary("bertprep inspect", {"file": path, "format": fmt, "kind": kind, "epoch": options.epoch,
+                                        "records": records})
+
+
+def record_lines(header, index, record, words):
+    """How the command shows one record: its header, its tokens (with `words`), every feature's values."""
+    lines = [f"== {header} record {index}"]
+    if words is not None and "input_ids" in record:
+        lines.append(f"  tokens: {token_line(record, words)}")
+        if "start_positions" in record and "end_positions" in record:
+            lines.append(f"  answer: {answer_line(record, words)}")
+    for name, values in record.items():
+        values = np.asarray(values)
+        lines.append(f"  {name} ({values.dtype}, {len(values)}): {' '.join(_fmt(v) for v in values.tolist())}")
+    return lines
+
+
+def _write(stream, lines):
+    if stream is not None:
+        for line in lines:
+            print(line, file=stream)
 
 
 def epoch_masker(path, kind, epoch, vocab_path):

@@ -1,4 +1,4 @@
-"""What `create-squad` and `create-glue` share: flags, the tokenizer, a split's output files, the manifest.
+"""What `create-squad` and `create-glue` share: options, the tokenizer, a split's output files, the manifest.
 
 One run writes one split (or, for GLUE, each split) into a flat directory,
 under the names the two ecosystems read:
@@ -13,6 +13,7 @@ split is already listed with the same input and settings is skipped.
 """
 
 import contextlib
+import dataclasses
 import hashlib
 import os
 
@@ -21,7 +22,6 @@ import numpy as np
 from bertprep import __version__, formats
 from bertprep.atomic import atomic_open
 from bertprep.errors import DataError, UsageError
-from bertprep.progress import add_output_arguments
 from bertprep.tokenization import LineTokenizer, load_vocab, resolve_vocab_path
 from bertprep.workdir import load_manifest, save_manifest
 
@@ -35,13 +35,18 @@ OUTPUT_NAMES = {
 SHARED_SETTINGS = ("task", "dims", "labels", "version_2_with_negative", "lower_case", "params")
 
 
-def add_common_arguments(parser, seq):
-    parser.add_argument("--vocab", required=True, help="vocab.txt, or a hub model id such as bert-base-uncased")
-    parser.add_argument("--out", required=True, help="output directory (a later run for another split adds to it)")
-    parser.add_argument("--seq", type=int, default=seq, help=f"max_seq_length (default {seq})")
-    parser.add_argument("--no-lower-case", action="store_true", help="for cased vocabs")
-    parser.add_argument("--format", default="tfrecord,ofrecord", help="comma-separated: tfrecord, ofrecord (default both)")
-    add_output_arguments(parser)
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RecordsOptions:
+    """What `create_squad` and `create_glue` share: `vocab` (a vocab.txt or hub model id), the output directory
+    `out` (a later run for another split adds to it), lower-casing (False for cased vocabs), the `format`s."""
+
+    vocab: str
+    out: str
+    lower_case: bool = True
+    format: tuple[str, ...] = ("tfrecord", "ofrecord")
+
+    def __post_init__(self):
+        object.__setattr__(self, "format", formats.parse_formats(self.format))  # canonical order
 
 
 class Tokenizer:

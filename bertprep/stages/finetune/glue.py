@@ -1,4 +1,5 @@
-"""`bertprep create-glue`: GLUE TSV files → the features google-research/bert's run_classifier.py writes.
+"""`bertprep.create_glue(...)`: GLUE TSV files → the features google-research/bert's run_classifier.py writes
+(`bertprep create-glue`: bertprep/cli/create_glue.py).
 
 For MRPC, CoLA and MNLI the examples are those of run_classifier.py's
 MrpcProcessor, ColaProcessor and MnliProcessor (columns, header rows, labels,
@@ -26,14 +27,13 @@ import time
 
 import numpy as np
 
-from bertprep import formats
 from bertprep.atomic import hold
 from bertprep.corpus import read_text
 from bertprep.stages.download.glue import ALIASES as TASK_ALIASES
 from bertprep.errors import DataError, UsageError
 from bertprep.stages.finetune.common import (
+    RecordsOptions,
     SplitWriter,
-    add_common_arguments,
     check_seq,
     load_tokenizer,
     open_manifest,
@@ -43,7 +43,7 @@ from bertprep.stages.finetune.common import (
     split_is_complete,
 )
 from bertprep.formats.schemas import GLUE, GLUE_REGRESSION
-from bertprep.progress import Progress, human_bytes, print_summary
+from bertprep.progress import Progress, Summary, human_bytes
 
 SPLITS = ("train", "dev", "test")
 ROLE = {"train": "train", "dev": "eval", "test": "test"}  # split -> output files (train / eval / predict+test)
@@ -93,20 +93,34 @@ TASKS = {
 }
 
 
-def add_arguments(parser):
-    parser.add_argument("--task", required=True, help=f"GLUE task: {', '.join(TASKS)}")
-    parser.add_argument("--data-dir", required=True, help="the task's TSV directory, e.g. WORKDIR/download/glue/MRPC")
-    parser.add_argument("--split", choices=SPLITS, action="append",
-                        help="train, dev or test (repeat for several; default all three)")
-    add_common_arguments(parser, seq=128)
-
-
 def task_named(value):
     key = value.strip().lower().replace("-", "").replace("_", "")
     name = TASK_ALIASES.get(key)
     if name not in TASKS:
         raise UsageError(f"--task: unknown GLUE task {value!r}; known: {', '.join(TASKS)}")
     return name
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GlueOptions(RecordsOptions):
+    """What `create_glue` converts: the GLUE `task`'s TSV directory `data_dir` (e.g. WORKDIR/download/glue/MRPC),
+    its `split`s (train, dev, test; None: all three), with run_classifier.py's max_seq_length `seq`; and the
+    shared `RecordsOptions`."""
+
+    task: str
+    data_dir: str
+    split: tuple[str, ...] | None = None
+    seq: int = 128
+
+    def __post_init__(self):
+        if isinstance(self.split, str):
+            object.__setattr__(self, "split", (self.split,))
+        unknown = [split for split in self.split or () if split not in SPLITS]
+        if unknown:
+            raise UsageError(f"--split must be among {', '.join(SPLITS)}, not {unknown[0]!r}")
+        task_named(self.task)
+        check_seq(self.seq, 3)
+        super().__post_init__()
 
 
 # ---------------------------------------------------------------- reading the TSV files
@@ -232,25 +246,27 @@ def feature_columns(examples, tokenizer, seq, labels):
 # ---------------------------------------------------------------- the command
 
 
-def run(args):
+def create_glue(options: GlueOptions | None = None, /, *, quiet: bool = True, **fields) -> Summary:
+    """Write the records of a GLUE task's splits (`options`, or GlueOptions(**fields)); progress on stderr
+    unless `quiet`. Every file is read and checked before anything is written; a split already written with
+    the same input and settings is left as it is (`complete_before`: all were)."""
+    options = options or GlueOptions(**fields)
     started = time.monotonic()
-    task = task_named(args.task)
-    check_seq(args.seq, 3)
-    fmts = formats.parse_formats(args.format)
-    splits = [s for s in SPLITS if s in (args.split or SPLITS)]
+    task = task_named(options.task)
+    splits = [s for s in SPLITS if s in (options.split or SPLITS)]
     spec = TASKS[task]
     kind = GLUE if spec.labels is not None else GLUE_REGRESSION
-    paths = {split: os.path.join(args.data_dir, spec.files[split]) for split in splits}
+    paths = {split: os.path.join(options.data_dir, spec.files[split]) for split in splits}
     for split, path in paths.items():
         if not os.path.isfile(path):
             raise DataError(f"{path}: no such file ({task} {split} split; pass --split to convert only some splits)")
-    tokenizer = load_tokenizer(args.vocab, not args.no_lower_case)
-    out = os.path.abspath(args.out)
-    settings = run_settings(tokenizer, args.seq, task=task, labels=spec.labels, params={"convention": spec.convention})
+    tokenizer = load_tokenizer(options.vocab, options.lower_case)
+    out = os.path.abspath(options.out)
+    settings = run_settings(tokenizer, options.seq, task=task, labels=spec.labels, params={"convention": spec.convention})
     manifest = open_manifest(out, "create-glue", settings)
-    progress = Progress("create-glue", total=len(splits), unit="splits", quiet=args.quiet)
+    progress = Progress("create-glue", total=len(splits), unit="splits", quiet=quiet)
     sources = {split: {"path": os.path.abspath(path), "sha256": sha256_of(path)} for split, path in paths.items()}
-    writers = {split: SplitWriter(out, ROLE[split], fmts, kind) for split in splits}
+    writers = {split: SplitWriter(out, ROLE[split], options.format, kind) for split in splits}
     done = {split for split in splits
             if split_is_complete(out, manifest, split, list(writers[split].names.values()), sources[split]["sha256"])}
     # Every file is read and checked before anything is written: bad input leaves the directory as it was.
@@ -271,7 +287,7 @@ def run(args):
                 with writer.staged_in(staging):
                     for first in range(0, len(examples[split]), CHUNK_EXAMPLES):
                         writer.write(feature_columns(examples[split][first:first + CHUNK_EXAMPLES], tokenizer,
-                                                     args.seq, spec.labels))
+                                                     options.seq, spec.labels))
                 record_split(out, manifest, split, sources[split], writer, len(examples[split]))
                 results[split] = {"examples": len(examples[split]), "records": writer.records, "created": True}
             results[split]["files"] = {name: {k: manifest["files"][name][k] for k in ("bytes", "sha256")}
@@ -280,12 +296,10 @@ def run(args):
     progress.close()
     summary = {"out": out, "task": task, "kind": kind.name, "labels": spec.labels, "splits": results,
                "seconds": round(time.monotonic() - started, 3)}
-    if not args.quiet or args.json:
-        rows = [("out", out), ("task", f"{task} ({kind.name}, labels {spec.labels or 'float'}; {spec.convention})")]
-        for split, result in results.items():
-            files = ", ".join(f"{name} ({human_bytes(e['bytes'])})" for name, e in result["files"].items())
-            rows.append((split, f"{result['examples']:,} examples -> {files}"
-                         + ("" if result["created"] else " (already complete)")))
-        rows.append(("seconds", f"{summary['seconds']:.2f}"))
-        print_summary("bertprep create-glue: done", summary, as_json=args.json, rows=rows)
-    return 0
+    rows = [("out", out), ("task", f"{task} ({kind.name}, labels {spec.labels or 'float'}; {spec.convention})")]
+    for split, result in results.items():
+        files = ", ".join(f"{name} ({human_bytes(e['bytes'])})" for name, e in result["files"].items())
+        rows.append((split, f"{result['examples']:,} examples -> {files}"
+                     + ("" if result["created"] else " (already complete)")))
+    rows.append(("seconds", f"{summary['seconds']:.2f}"))
+    return Summary("bertprep create-glue: done", summary, tuple(rows), complete_before=done == set(splits))

@@ -1,4 +1,5 @@
-"""`bertprep create-squad`: SQuAD JSON → the features google-research/bert's run_squad.py writes.
+"""`bertprep.create_squad(...)`: SQuAD JSON → the features google-research/bert's run_squad.py writes
+(`bertprep create-squad`: bertprep/cli/create_squad.py).
 
 The records equal, value for value and in order, what run_squad.py's
 `read_squad_examples`, the `random.Random(12345)` shuffle of training
@@ -43,13 +44,12 @@ import time
 
 import numpy as np
 
-from bertprep import formats
 from bertprep.atomic import hold
 from bertprep.corpus import read_text
 from bertprep.errors import DataError, UsageError
 from bertprep.stages.finetune.common import (
+    RecordsOptions,
     SplitWriter,
-    add_common_arguments,
     check_seq,
     load_tokenizer,
     open_manifest,
@@ -59,7 +59,7 @@ from bertprep.stages.finetune.common import (
     split_is_complete,
 )
 from bertprep.formats.schemas import SQUAD_EVAL, SQUAD_TRAIN
-from bertprep.progress import Progress, human_bytes, print_summary
+from bertprep.progress import Progress, Summary, human_bytes
 
 FIRST_UNIQUE_ID = 1000000000  # run_squad.py's first unique_id
 SHUFFLE_SEED = 12345  # run_squad.py main: random.Random(12345).shuffle(train_examples)
@@ -72,14 +72,7 @@ _OTHER_WHITESPACE = re.compile("[\x0b\x0c\x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2
 SHOWN_WARNINGS = 20
 
 
-def add_arguments(parser):
-    parser.add_argument("--input", required=True, help="SQuAD JSON: train-v1.1.json, dev-v2.0.json, ...")
-    parser.add_argument("--split", choices=("train", "eval"),
-                        help="train (shuffled, with answers) or eval (with prediction metadata); "
-                             "default from the file name: train-* or dev-*")
-    parser.add_argument("--doc-stride", type=int, default=128, help="doc_stride (default 128)")
-    parser.add_argument("--max-query", type=int, default=64, help="max_query_length (default 64)")
-    add_common_arguments(parser, seq=384)
+SPLITS = ("train", "eval")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -390,6 +383,7 @@ def _feature_line(unique_id, example_index, span_index, span_start, span_length,
 
 
 def split_of(path, value):
+    """`value`, else the split the file's name tells (train-* or dev-*)."""
     if value:
         return value
     name = os.path.basename(path)
@@ -400,48 +394,67 @@ def split_of(path, value):
     raise UsageError(f"{path}: cannot tell the split from the name (train-* or dev-*): pass --split train or --split eval")
 
 
-def check_flags(args):
-    check_seq(args.seq, 4)
-    if args.doc_stride < 1:
-        raise UsageError(f"--doc-stride must be at least 1, not {args.doc_stride}")
-    if args.max_query < 0:
-        raise UsageError(f"--max-query must be at least 0, not {args.max_query}")
-    if args.seq <= args.max_query + 3:
-        raise UsageError(f"--seq {args.seq} must be greater than --max-query {args.max_query} + 3 "
-                         "([CLS] question [SEP] context [SEP] needs a context token)")
-    return formats.parse_formats(args.format)
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SquadOptions(RecordsOptions):
+    """What `create_squad` converts: the SQuAD JSON `input` (train-v1.1.json, dev-v2.0.json, ...), as the
+    `split` train (shuffled, with answers) or eval (with prediction metadata; None: from the file name,
+    train-* or dev-*), with run_squad.py's max_seq_length `seq`, `doc_stride` and max_query_length
+    `max_query`; and the shared `RecordsOptions`."""
+
+    input: str
+    split: str | None = None
+    doc_stride: int = 128
+    max_query: int = 64
+    seq: int = 384
+
+    def __post_init__(self):
+        if self.split not in (None, *SPLITS):
+            raise UsageError(f"--split must be one of {', '.join(SPLITS)}, not {self.split!r}")
+        check_seq(self.seq, 4)
+        if self.doc_stride < 1:
+            raise UsageError(f"--doc-stride must be at least 1, not {self.doc_stride}")
+        if self.max_query < 0:
+            raise UsageError(f"--max-query must be at least 0, not {self.max_query}")
+        if self.seq <= self.max_query + 3:
+            raise UsageError(f"--seq {self.seq} must be greater than --max-query {self.max_query} + 3 "
+                             "([CLS] question [SEP] context [SEP] needs a context token)")
+        super().__post_init__()
+        split_of(self.input, self.split)  # a name that tells no split, and no --split: a usage error now
 
 
-def run(args):
+def create_squad(options: SquadOptions | None = None, /, *, quiet: bool = True, **fields) -> Summary:
+    """Write the records of one SQuAD split (`options`, or SquadOptions(**fields)); progress and the skipped
+    questions on stderr unless `quiet`. A split already written with the same input and settings is left as
+    it is (`complete_before`)."""
+    options = options or SquadOptions(**fields)
     started = time.monotonic()
-    fmts = check_flags(args)
-    split = split_of(args.input, args.split)
-    if not os.path.isfile(args.input):
-        raise DataError(f"{args.input}: no such file")
+    split = split_of(options.input, options.split)
+    if not os.path.isfile(options.input):
+        raise DataError(f"{options.input}: no such file")
     is_training = split == "train"
     kind = SQUAD_TRAIN if is_training else SQUAD_EVAL
-    tokenizer = load_tokenizer(args.vocab, not args.no_lower_case)
-    params = Params(args.seq, args.doc_stride, args.max_query)
-    source = {"path": os.path.abspath(args.input), "sha256": sha256_of(args.input)}
-    examples, paragraphs, skipped, version_2 = read_examples(args.input, is_training)
+    tokenizer = load_tokenizer(options.vocab, options.lower_case)
+    params = Params(options.seq, options.doc_stride, options.max_query)
+    source = {"path": os.path.abspath(options.input), "sha256": sha256_of(options.input)}
+    examples, paragraphs, skipped, version_2 = read_examples(options.input, is_training)
     if not examples:
-        raise DataError(f"{args.input}: no questions to convert" + (f" ({len(skipped)} skipped)" if skipped else ""))
+        raise DataError(f"{options.input}: no questions to convert" + (f" ({len(skipped)} skipped)" if skipped else ""))
     if is_training:
         random.Random(SHUFFLE_SEED).shuffle(examples)
-    out = os.path.abspath(args.out)
-    settings = run_settings(tokenizer, args.seq, task="squad", version_2_with_negative=version_2,
-                            params={"doc_stride": args.doc_stride, "max_query_length": args.max_query})
+    out = os.path.abspath(options.out)
+    settings = run_settings(tokenizer, options.seq, task="squad", version_2_with_negative=version_2,
+                            params={"doc_stride": options.doc_stride, "max_query_length": options.max_query})
     manifest = open_manifest(out, "create-squad", settings)
     extra = () if is_training else (EVAL_FEATURES, EVAL_EXAMPLES)
-    writer = SplitWriter(out, "train" if is_training else "eval", fmts, kind, extra)
+    writer = SplitWriter(out, "train" if is_training else "eval", options.format, kind, extra)
     names = [*writer.names.values(), *extra]
-    progress = Progress("create-squad", total=len(examples), unit="examples", quiet=args.quiet)
+    progress = Progress("create-squad", total=len(examples), unit="examples", quiet=quiet)
     if split_is_complete(out, manifest, split, names, source["sha256"]):
         progress.note(f"{split}: already complete in {out}")
         records = manifest["files"][names[0]]["records"]
         created = False
     else:
-        _show_skipped(skipped, args.quiet)
+        _show_skipped(skipped, quiet)
         with hold(out, "bertprep create-squad") as staging:
             with writer.staged_in(staging):
                 for columns, done, metadata in convert(examples, paragraphs, tokenizer, params, is_training):
@@ -459,14 +472,12 @@ def run(args):
                "skipped": len(skipped), "version_2_with_negative": version_2, "created": created,
                "files": {name: {"bytes": e["bytes"], "sha256": e["sha256"]} for name, e in entries.items()},
                "seconds": round(time.monotonic() - started, 3)}
-    if not args.quiet or args.json:
-        rows = [("out", out), ("split", f"{split} ({kind.name}, SQuAD v{'2.0' if version_2 else '1.1'})"),
-                ("examples", f"{len(examples):,}"), ("features", f"{records:,}"),
-                ("skipped", f"{len(skipped):,} (answer text not at answer_start)" if is_training else "0"),
-                ("files", ", ".join(f"{name} ({human_bytes(e['bytes'])})" for name, e in entries.items())),
-                ("seconds", f"{summary['seconds']:.2f}" + ("" if created else " (already complete)"))]
-        print_summary("bertprep create-squad: done", summary, as_json=args.json, rows=rows)
-    return 0
+    rows = (("out", out), ("split", f"{split} ({kind.name}, SQuAD v{'2.0' if version_2 else '1.1'})"),
+            ("examples", f"{len(examples):,}"), ("features", f"{records:,}"),
+            ("skipped", f"{len(skipped):,} (answer text not at answer_start)" if is_training else "0"),
+            ("files", ", ".join(f"{name} ({human_bytes(e['bytes'])})" for name, e in entries.items())),
+            ("seconds", f"{summary['seconds']:.2f}" + ("" if created else " (already complete)")))
+    return Summary("bertprep create-squad: done", summary, rows, complete_before=not created)
 
 
 def _show_skipped(skipped, quiet):

@@ -1,7 +1,8 @@
-"""`bertprep validate`: prove a dataset is sound before training starts, or say exactly where it is not.
+"""`bertprep.validate(...)`: prove a dataset is sound before training starts, or say exactly where it is not.
 
 The package, by what each part checks:
-- `cli`: the command line, the report and its one-screen table;
+- `report`: `validate(ValidateOptions)`, the whole report and its one-screen table (`bertprep/cli/validate.py`
+  is the command line);
 - `records`: every invariant of one record file, vectorized over batches, and its statistics;
 - `dataset`: a records directory: its files, part numbering, manifest and cross-file consistency;
 - `decode`: reading record files in NumPy batches: framing, CRCs, lock-step decoding;
@@ -10,6 +11,6 @@ The package, by what each part checks:
 - `plot`: the report as a PNG.
 """
 
-from bertprep.stages.validate.cli import add_arguments, run, validate
+from bertprep.stages.validate.report import Report, ValidateOptions, validate, validate_paths
 
-__all__ = ["add_arguments", "run", "validate"]
+__all__ = ["Report", "ValidateOptions", "validate", "validate_paths"]

@@ -1,4 +1,5 @@
-"""`bertprep validate` on the command line: arguments, the whole report, and its one-screen table.
+"""`bertprep.validate(...)`: the whole report, and its one-screen table (`bertprep/cli/validate.py` is the
+command line).
 
     bertprep validate PATH [PATH2] [--vocab V] [--compare] [--json [report.json]]
         [--plot report.png] [--max-errors 20] [--workers N] [--min-parts K]
@@ -6,7 +7,7 @@
 PATH is a records directory from `bertprep create` (either or both formats),
 a single record file, a text shard directory from `bertprep shard`, or a
 downloads directory (SQuAD/GLUE); a work directory holds all of them and gets
-every check. Exit 0 when sound (warnings allowed), 1 when a check fails, 2 on
+every check. The report says whether the dataset is `sound`; the command exits 0 when it is (warnings allowed), 1 when a check fails, 2 on
 usage errors.
 """
 
@@ -17,7 +18,7 @@ import sys
 
 from bertprep import formats
 from bertprep.errors import DataError, UsageError
-from bertprep.progress import human_bytes
+from bertprep.progress import Summary, human_bytes
 from bertprep.stages.validate.dataset import (
     DATASET_CHECKS,
     dataset_roots,
@@ -38,58 +39,72 @@ from bertprep.stages.validate.text import (
 CHECKS = {**checks_of(RULES), **DATASET_CHECKS, **TEXT_CHECKS, "compare": "both datasets hold the same instances in order"}
 
 
-def add_arguments(parser):
-    parser.add_argument("path", metavar="PATH", help="records directory or file, text shard directory, or downloads directory")
-    parser.add_argument("path2", metavar="PATH2", nargs="?", help="a second dataset (validated too; compared with --compare)")
-    parser.add_argument("--vocab", help="vocab.txt: ids must be below its size; [CLS]/[SEP]/[MASK] ids from it "
-                                        "(default: the manifest's vocab, else BERT's 101/102/103 and no size bound)")
-    parser.add_argument("--compare", action="store_true",
-                        help="prove PATH and PATH2 (or PATH's TFRecord and OFRecord files) hold the same instances in order")
-    parser.add_argument("--json", nargs="?", const="-", metavar="REPORT",
-                        help="write the full report as JSON to REPORT (no value: to stdout instead of the table)")
-    parser.add_argument("--plot", metavar="PNG", help="draw the length histogram, mask rate by position and NSP balance")
-    parser.add_argument("--max-errors", type=int, default=20, help="findings listed (all are counted; default 20)")
-    parser.add_argument("--workers", type=int, default=None, help="processes checking files in parallel (default: one per core)")
-    parser.add_argument("--min-parts", type=int, default=1,
-                        help="OFRecord parts a directory must have: OneFlow needs as many as reader ranks (default 1)")
-    parser.add_argument("--masked-lm-prob", type=float, default=None,
-                        help="masked_lm_prob the records were made with (default: the manifest's, else 0.15)")
-    parser.add_argument("--whole-word-mask", action="store_const", const=True, default=None,
-                        help="records were made with whole-word masking: fewer predictions are allowed")
-    parser.add_argument("--quiet", action="store_true", help="no progress output")
+@dataclasses.dataclass(frozen=True)
+class ValidateOptions:
+    """What `validate` checks: one or two `paths` (records directories or files, text shard directories,
+    downloads directories), record ids against `vocab` (None: the manifest's vocab, else BERT's special ids
+    and no size bound), whether to `compare` the two datasets (or PATH's TFRecord and OFRecord files), where
+    to draw the `plot`, how many findings to list (`max_errors`; all are counted), checking processes
+    (`workers`, None: one per core), the OFRecord parts a directory needs (`min_parts`), and the masking the
+    records were made with (`masked_lm_prob`, `whole_word_mask`; None: the manifest's)."""
+
+    paths: tuple[str, ...]
+    vocab: str | None = None
+    compare: bool = False
+    plot: str | None = None
+    max_errors: int = 20
+    workers: int | None = None
+    min_parts: int = 1
+    masked_lm_prob: float | None = None
+    whole_word_mask: bool | None = None
+
+    def __post_init__(self):
+        paths = (self.paths,) if isinstance(self.paths, (str, os.PathLike)) else tuple(self.paths)
+        object.__setattr__(self, "paths", tuple(os.fspath(path) for path in paths))
+        if not 1 <= len(self.paths) <= 2:
+            raise UsageError(f"validate takes one or two paths, not {len(self.paths)}")
+        for path in self.paths:
+            if not os.path.exists(path):
+                raise UsageError(f"{path}: no such file or directory")
+        if self.max_errors < 0 or (self.workers is not None and self.workers < 1) or self.min_parts < 1:
+            raise UsageError("--max-errors must be ≥ 0, --workers and --min-parts ≥ 1")
+        if self.masked_lm_prob is not None and not 0 < self.masked_lm_prob < 1:
+            raise UsageError("--masked-lm-prob must be in (0, 1)")
+        if self.compare and len(self.paths) == 1 and not _has_both_formats(self.paths[0]):
+            raise UsageError("--compare needs PATH2, or a PATH holding both TFRecord and OFRecord files")
 
 
-def run(args):
-    paths = [p for p in (args.path, args.path2) if p is not None]
-    for path in paths:
-        if not os.path.exists(path):
-            raise UsageError(f"{path}: no such file or directory")
-    if args.max_errors < 0 or (args.workers is not None and args.workers < 1) or args.min_parts < 1:
-        raise UsageError("--max-errors must be ≥ 0, --workers and --min-parts ≥ 1")
-    if args.masked_lm_prob is not None and not 0 < args.masked_lm_prob < 1:
-        raise UsageError("--masked-lm-prob must be in (0, 1)")
-    if args.compare and len(paths) == 1 and not _has_both_formats(args.path):
-        raise UsageError("--compare needs PATH2, or a PATH holding both TFRecord and OFRecord files")
+class Report(Summary):
+    """What `validate` returns: `fields` the full report (what `--json` prints), `sound` whether every check
+    passed; printed as the one-screen table."""
+
+    @property
+    def sound(self) -> bool:
+        return self.fields["sound"]
+
+    def print(self, as_json=False, stream=None):
+        if as_json:
+            super().print(as_json=True, stream=stream)
+        else:
+            print_table(self.fields, stream)
+
+
+def validate(options: ValidateOptions | None = None, /, *, quiet: bool = True, **fields) -> Report:
+    """Check `options.paths` (or ValidateOptions(**fields)); progress on stderr unless `quiet`. A dataset
+    that fails a check is no error: the report says so (`report.sound`, its findings)."""
+    options = options or ValidateOptions(**fields)
     vocab_warnings = []
-    spec = RecordSpec(max_errors=args.max_errors, masked_lm_prob=args.masked_lm_prob,
-                      whole_word_mask=args.whole_word_mask, **_vocab_settings(args.vocab, vocab_warnings))
-    workers = args.workers or os.cpu_count() or 1
-    report = validate(paths, spec, workers=workers, min_parts=args.min_parts, compare=args.compare,
-                      vocab_given=args.vocab is not None, quiet=args.quiet)
+    spec = RecordSpec(max_errors=options.max_errors, masked_lm_prob=options.masked_lm_prob,
+                      whole_word_mask=options.whole_word_mask, **_vocab_settings(options.vocab, vocab_warnings))
+    report = validate_paths(list(options.paths), spec, workers=options.workers or os.cpu_count() or 1,
+                            min_parts=options.min_parts, compare=options.compare,
+                            vocab_given=options.vocab is not None, quiet=quiet)
     report["warnings"][:0] = vocab_warnings
-    if args.plot:
+    if options.plot:
         from bertprep.stages.validate.plot import plot_report
 
-        plot_report(report, args.plot)
-    if args.json == "-":
-        print(json.dumps(report, indent=1, sort_keys=True))
-    else:
-        if args.json:
-            from bertprep.atomic import atomic_write_bytes
-
-            atomic_write_bytes(args.json, (json.dumps(report, indent=1, sort_keys=True) + "\n").encode())
-        print_table(report)
-    return 0 if report["sound"] else 1
+        plot_report(report, options.plot)
+    return Report("bertprep validate", report)
 
 
 def _has_both_formats(path):
@@ -125,8 +140,8 @@ def _manifest_vocab(manifest, spec, warnings):
     return spec
 
 
-def validate(paths, spec, workers=1, min_parts=1, compare=False, vocab_given=False, quiet=True):
-    """The full report (a JSON-able dict) for one or two paths."""
+def validate_paths(paths, spec, workers=1, min_parts=1, compare=False, vocab_given=False, quiet=True):
+    """The full report (a JSON-able dict) for one or two paths, their records checked against `spec`."""
     report = {"paths": paths, "datasets": [], "text_shards": [], "downloads": [], "compare": [],
               "findings": [], "warnings": [], "counts": {}}
     all_findings = []

@@ -1,4 +1,4 @@
-"""`bertprep pack` on the command line: plan the shard tasks from a create directory, run them, resume.
+"""`bertprep.pack(...)`: plan the shard tasks from a create directory, run them, resume, and summarize.
 
     <records>/<params>/<corpus>/                  what `bertprep create` wrote (manifest.json)
     <out>/<params>_packed<k>/<corpus>/            what pack writes: the same file names, one per input file
@@ -7,6 +7,7 @@
         ofrecord/{training,test}/part-<i>
 """
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -17,12 +18,12 @@ from bertprep.atomic import hold, sha256_file
 from bertprep.stages.create import (
     is_complete,  # the same rule: an entry for the same input and settings, of its size
 )
-from bertprep.engines import EngineOptions, add_engine_arguments, open_engine
+from bertprep.engines import EngineOptions, open_engine
 from bertprep.errors import DataError, UsageError
 from bertprep.formats.schemas import PACKED, PRETRAINING, kind_of_manifest
 from bertprep.manifests import check_manifest
 from bertprep.stages.pack.task import PackTask, pack_shard
-from bertprep.progress import Progress, add_output_arguments, human_bytes, print_summary
+from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.stages.validate.dataset import natural_key
 from bertprep.workdir import MANIFEST, SPLITS, load_manifest, save_manifest
 
@@ -30,16 +31,23 @@ from bertprep.workdir import MANIFEST, SPLITS, load_manifest, save_manifest
 LAYOUT_VERSION = 1
 
 
-def add_arguments(parser):
-    parser.add_argument("records_dir", metavar="RECORDS_DIR",
-                        help="a records directory of `bertprep create` (<params>/<corpus>, with its manifest.json)")
-    parser.add_argument("--max-per-pack", type=int, default=3, metavar="K",
-                        help="sequences per row at most (default 3, as MLPerf BERT)")
-    parser.add_argument("--out", help="records root for <params>_packed<K>/<corpus> (default: beside <params>)")
-    parser.add_argument("--format", help="comma-separated: tfrecord, ofrecord, hdf5 (MLPerf's packed layout), parquet "
-                        "(default: the formats of the input)")
-    add_engine_arguments(parser)
-    add_output_arguments(parser)
+@dataclasses.dataclass(frozen=True)
+class PackOptions:
+    """What `pack` reads and writes: `records_dir` a records directory of `create` (<params>/<corpus>), rows of
+    at most `max_per_pack` sequences, written under `out` (None: beside <params>) in `format` (None: the
+    formats of the input), the shard tasks run by `engine`."""
+
+    records_dir: str
+    max_per_pack: int = 3
+    out: str | None = None
+    format: tuple[str, ...] | None = None
+    engine: EngineOptions = EngineOptions()
+
+    def __post_init__(self):
+        if self.max_per_pack < 1:
+            raise UsageError(f"--max-per-pack must be at least 1, not {self.max_per_pack}")
+        if self.format is not None:  # canonical order, as parse_formats gives it
+            object.__setattr__(self, "format", formats.parse_formats(self.format))
 
 
 def read_source(records_dir):
@@ -64,12 +72,6 @@ def read_source(records_dir):
     return manifest, sha256_file(path)
 
 
-def check_flags(args, source_formats):
-    if args.max_per_pack < 1:
-        raise UsageError(f"--max-per-pack must be at least 1, not {args.max_per_pack}")
-    return formats.parse_formats(args.format or ",".join(source_formats))
-
-
 def output_dir(records_dir, out, k):
     """<out>/<params>_packed<k>/<corpus>: beside the input's <params> unless --out names another root."""
     params_dir, corpus = os.path.split(records_dir)
@@ -77,20 +79,20 @@ def output_dir(records_dir, out, k):
     return os.path.join(os.path.abspath(out) if out else root, f"{params}_packed{k}", corpus)
 
 
-def plan(args):
+def plan(options):
     """(source manifest, its sha256, output dir, formats, dims, tasks)."""
-    records_dir = os.path.abspath(args.records_dir)
+    records_dir = os.path.abspath(options.records_dir)
     manifest, manifest_sha256 = read_source(records_dir)
-    fmts = check_flags(args, manifest.get("formats") or list(formats.FORMATS))
+    fmts = options.format or formats.parse_formats(manifest.get("formats") or formats.FORMATS)
     dims = manifest.get("dims") or {}
     params = manifest.get("params") or {}
     seq = int(dims.get("seq", params.get("max_seq_length", 0)))
     pred = int(dims.get("pred", params.get("max_predictions_per_seq", 0)))
     if seq < 1 or pred < 1:
         raise DataError(f"{records_dir}: the create manifest gives no seq/pred")
-    out_dir = output_dir(records_dir, args.out, args.max_per_pack)
+    out_dir = output_dir(records_dir, options.out, options.max_per_pack)
     settings_key = hashlib.sha256(json.dumps(
-        {"k": args.max_per_pack, "seq": seq, "pred": pred, "layout": LAYOUT_VERSION, "version": __version__},
+        {"k": options.max_per_pack, "seq": seq, "pred": pred, "layout": LAYOUT_VERSION, "version": __version__},
         sort_keys=True).encode()).hexdigest()[:16]
     # One task per input shard (create wrote each shard in each of its formats; any one of them will do).
     shards = {}
@@ -117,8 +119,8 @@ def plan(args):
                             for fmt in fmts)
             tasks.append(PackTask(source=source, source_format=source_format, source_sha256=entry.get("sha256"),
                                   split=split, records_dir=out_dir, outputs=outputs, seq=seq, pred=pred,
-                                  k=args.max_per_pack, settings_key=settings_key))
-    return manifest, manifest_sha256, out_dir, fmts, {"seq": seq, "pred": pred, "k": args.max_per_pack}, tasks
+                                  k=options.max_per_pack, settings_key=settings_key))
+    return manifest, manifest_sha256, out_dir, fmts, {"seq": seq, "pred": pred, "k": options.max_per_pack}, tasks
 
 
 def _output_name(fmt, split, source, index):
@@ -129,12 +131,15 @@ def _output_name(fmt, split, source, index):
     return f"{fmt}/{split}/{stem}.{'tfrecord' if fmt == 'tfrecord' else fmt}"
 
 
-def run(args):
+def pack(options: PackOptions | None = None, /, *, quiet: bool = True, **fields) -> Summary:
+    """Pack the records of `options.records_dir` (or PackOptions(**fields)); progress on stderr unless `quiet`.
+    A rerun packs only the shards not already complete (`complete_before`: none was left)."""
+    options = options or PackOptions(**fields)
     started = time.monotonic()
-    source, source_sha256, out_dir, fmts, dims, tasks = plan(args)
-    if os.path.abspath(out_dir) == os.path.abspath(args.records_dir):
-        raise UsageError(f"--out {args.out}: the packed records would overwrite their input")
-    progress = Progress("pack", total=len(tasks), unit="shards", quiet=args.quiet)
+    source, source_sha256, out_dir, fmts, dims, tasks = plan(options)
+    if os.path.abspath(out_dir) == os.path.abspath(options.records_dir):
+        raise UsageError(f"--out {options.out}: the packed records would overwrite their input")
+    progress = Progress("pack", total=len(tasks), unit="shards", quiet=quiet)
     with hold(out_dir, "bertprep pack"):  # clears what killed runs left in .partial/
         previous = load_manifest(out_dir) or {}
         wanted = {relative for task in tasks for relative in task.output_paths().values()}
@@ -146,12 +151,12 @@ def run(args):
         manifest = {
             "tool": "bertprep", "stage": "pack", "kind": PACKED.name, "dims": dims, "formats": list(fmts),
             "max_per_pack": dims["k"], "version": __version__,
-            "source": {"records_dir": os.path.abspath(args.records_dir), "manifest_sha256": source_sha256,
+            "source": {"records_dir": os.path.abspath(options.records_dir), "manifest_sha256": source_sha256,
                        "kind": PRETRAINING.name, "dims": {"seq": dims["seq"], "pred": dims["pred"]}},
             # what the trainer and validate read from a records manifest: the vocab and masking parameters
             "params": source.get("params"), "vocab": source.get("vocab"), "files": files,
         }
-        with open_engine(EngineOptions(args.engine, args.workers, args.scheduler), max_tasks=len(pending)) as engine:
+        with open_engine(options.engine, max_tasks=len(pending)) as engine:
             for result in engine.run(pack_shard, pending, describe=lambda task: task.source):
                 files.update(result["files"])
                 manifest["packing"] = packing_figures(tasks, files, dims["k"])
@@ -161,9 +166,7 @@ def run(args):
         save_manifest(out_dir, manifest)
     progress.close()
     summary = summarize(out_dir, manifest, tasks, time.monotonic() - started, len(pending))
-    if not args.quiet or args.json:
-        print_summary("bertprep pack: done", summary, as_json=args.json, rows=summary_rows(summary, fmts))
-    return 0
+    return Summary("bertprep pack: done", summary, tuple(summary_rows(summary, fmts)), complete_before=not pending)
 
 
 def packing_figures(tasks, files, k):

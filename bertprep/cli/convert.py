@@ -1,0 +1,26 @@
+"""`bertprep convert SRC DST --to FORMAT`: the flags of `bertprep.convert` (bertprep/stages/convert.py); a
+line per file and one for the whole printed unless --quiet."""
+
+from bertprep import formats
+from bertprep.stages.convert import ConvertOptions, convert
+
+
+def add_arguments(parser):
+    parser.add_argument("src", help="a record file (TFRecord, OFRecord, HDF5, Parquet), or a directory of them "
+                        "(format detected)")
+    parser.add_argument("dst", help="output file, or directory when SRC is a directory")
+    parser.add_argument("--to", required=True, choices=formats.ALL_FORMATS, help="target format")
+    parser.add_argument("--quiet", action="store_true")
+
+
+def options(args) -> ConvertOptions:
+    return ConvertOptions(args.src, args.dst, args.to)
+
+
+def run(args) -> int:
+    summary = convert(options(args))
+    if not args.quiet:
+        for file in summary["files"]:
+            print(f"{file['src']} -> {file['dst']}: {file['records']} records")
+        print(f"converted {summary['records']} records in {len(summary['files'])} file(s) to {summary['to']}")
+    return 0

@@ -1,0 +1,24 @@
+"""The flags `create-squad` and `create-glue` share, and the `RecordsOptions` fields they give."""
+
+from bertprep.progress import add_output_arguments
+
+
+def add_common_arguments(parser, seq):
+    parser.add_argument("--vocab", required=True, help="vocab.txt, or a hub model id such as bert-base-uncased")
+    parser.add_argument("--out", required=True, help="output directory (a later run for another split adds to it)")
+    parser.add_argument("--seq", type=int, default=seq, help=f"max_seq_length (default {seq})")
+    parser.add_argument("--no-lower-case", action="store_true", help="for cased vocabs")
+    parser.add_argument("--format", default="tfrecord,ofrecord", help="comma-separated: tfrecord, ofrecord (default both)")
+    add_output_arguments(parser)
+
+
+def common_fields(args):
+    """The shared options (bertprep.stages.finetune.common.RecordsOptions) and --seq, from the flags."""
+    return {"vocab": args.vocab, "out": args.out, "seq": args.seq, "lower_case": not args.no_lower_case,
+            "format": tuple(args.format.split(","))}
+
+
+def print_summary(summary, args):
+    """The summary as create-squad and create-glue print it: not at all with --quiet alone."""
+    if not args.quiet or args.json:
+        summary.print(as_json=args.json)
