@@ -20,8 +20,8 @@ from bertprep.errors import run_reporting_errors
 # subcommand -> (module, one-line help)
 COMMANDS = {
     "download": ("bertprep.stages.download", "fetch Wikipedia, BookCorpus, SQuAD or GLUE with checksums and resume"),
-    "shard": ("bertprep.stages.shard", "sentence-split documents into balanced training/test text shards"),
-    "create": ("bertprep.stages.create", "create masked-LM records (TFRecord and OFRecord) like google-research/bert"),
+    "shard": ("bertprep.cli.shard", "sentence-split documents into balanced training/test text shards"),
+    "create": ("bertprep.cli.create", "create masked-LM records (TFRecord and OFRecord) like google-research/bert"),
     "pack": ("bertprep.stages.pack.cli", "pack pretraining records into rows of up to k sequences (MLPerf packed layout)"),
     "validate": ("bertprep.stages.validate", "check a dataset for everything that breaks training"),
     "prepare": ("bertprep.stages.prepare", "download, shard and create (128/20 and 512/80) in one command"),
