@@ -9,7 +9,8 @@ import tarfile
 
 import pytest
 
-from stand_in_servers import StandInServer, looks_complete, ok, one_line_error, parquet_bytes, run_cli
+from stand_in_servers import (StandInServer, looks_complete, ok, one_line_error, parquet_bytes, run_cli, run_python,
+                              same_apart_from_workdir)
 
 ARTICLES = [
     ("1", "Ada Lovelace", "Ada Lovelace was an English mathematician. She worked on the Analytical Engine.\n"
@@ -266,3 +267,36 @@ def test_prepare_stops_at_the_first_failing_stage(server, tmp_path, shared_dir):
     assert one_line_error(result).startswith("bertprep download: error:")
     assert (tmp_path / "w/formatted/wikicorpus_en").is_dir()
     assert not (tmp_path / "w/sharded").exists() and not (tmp_path / "w/records").exists()
+
+
+# -- the Python API (issue 31): download(...) without argv -----------------------------------------------
+
+
+def test_wikipedia_dump_function_gives_the_cli_corpus_and_summary(server, tmp_path):
+    from bertprep.stages.download import download
+
+    publish_dump(server)
+    base = server.url + "/dumps"
+    by_cli = ok(run_cli("download", "wikipedia", "--dump", "20240101", "--base-url", base, "--workdir", tmp_path / "cli",
+                        "--workers", "1", "--json"))
+    summary = download("wikipedia", dump="20240101", base_url=base, workdir=tmp_path / "py", workers=1)
+    assert same_apart_from_workdir(summary, tmp_path / "py", by_cli, tmp_path / "cli")
+    assert read_jsonl(tmp_path / "py/formatted/wikicorpus_en") == read_jsonl(tmp_path / "cli/formatted/wikicorpus_en")
+
+
+def test_bookcorpus_function_from_the_hub_gives_the_cli_corpus_and_summary(server, tmp_path):
+    from bertprep.errors import UsageError
+    from bertprep.stages.download.bookcorpus import BookcorpusOptions
+
+    server.add_hub_dataset("bookcorpus/bookcorpus", {"plain_text/train/0000.parquet": parquet_bytes({"text": BOOK_LINES})},
+                           revision="refs/convert/parquet")
+    settings = {"server": server, "hf_home": tmp_path / "hf"}
+    by_cli = ok(run_cli("download", "bookcorpus", "--lines-per-document", "10", "--workdir", tmp_path / "cli", "--json",
+                        **settings))
+    code = ("import json; from bertprep.stages.download import download; "
+            f"print(json.dumps(dict(download('bookcorpus', lines_per_document=10, workdir={str(tmp_path / 'py')!r}))))")
+    summary = ok(run_python(code, **settings))
+    assert same_apart_from_workdir(summary, tmp_path / "py", by_cli, tmp_path / "cli")
+    assert read_jsonl(tmp_path / "py/formatted/bookcorpus") == read_jsonl(tmp_path / "cli/formatted/bookcorpus")
+    with pytest.raises(UsageError, match="^--lines-per-document must be at least 1$"):
+        BookcorpusOptions(lines_per_document=0)

@@ -19,7 +19,7 @@ from bertprep.errors import run_reporting_errors
 
 # subcommand -> (module, one-line help)
 COMMANDS = {
-    "download": ("bertprep.stages.download", "fetch Wikipedia, BookCorpus, SQuAD or GLUE with checksums and resume"),
+    "download": ("bertprep.cli.download", "fetch Wikipedia, BookCorpus, SQuAD or GLUE with checksums and resume"),
     "shard": ("bertprep.cli.shard", "sentence-split documents into balanced training/test text shards"),
     "create": ("bertprep.cli.create", "create masked-LM records (TFRecord and OFRecord) like google-research/bert"),
     "pack": ("bertprep.stages.pack.cli", "pack pretraining records into rows of up to k sequences (MLPerf packed layout)"),
