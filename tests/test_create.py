@@ -415,12 +415,12 @@ def test_layout_nvidia_needs_shard_stage_inputs_and_tfrecord(golden_dir, tmp_pat
 
 
 def test_prepare_passes_the_layout_to_create():
-    from bertprep.cli import build_parser
-    from bertprep.stages.prepare import stage_commands
+    from bertprep.cli import build_parser, prepare
+    from bertprep.stages.prepare import stage_calls
 
     args = build_parser("prepare").parse_args(["prepare", "wikipedia", "--vocab", "v.txt", "--layout", "nvidia"])
-    creates = [argv for label, argv in stage_commands(args) if label.startswith("create")]
-    assert len(creates) == 2 and all(argv[argv.index("--layout") + 1] == "nvidia" for argv in creates)
+    creates = [call.build() for call in stage_calls(prepare.options(args)) if call.label.startswith("create")]
+    assert len(creates) == 2 and all(options.layout == "nvidia" for options in creates)
 
 
 def test_few_training_files_and_no_test_split_are_warned_about(golden_dir, tmp_path):

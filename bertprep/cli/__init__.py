@@ -24,7 +24,7 @@ COMMANDS = {
     "create": ("bertprep.cli.create", "create masked-LM records (TFRecord and OFRecord) like google-research/bert"),
     "pack": ("bertprep.stages.pack.cli", "pack pretraining records into rows of up to k sequences (MLPerf packed layout)"),
     "validate": ("bertprep.stages.validate", "check a dataset for everything that breaks training"),
-    "prepare": ("bertprep.stages.prepare", "download, shard and create (128/20 and 512/80) in one command"),
+    "prepare": ("bertprep.cli.prepare", "download, shard and create (128/20 and 512/80) in one command"),
     "inspect": ("bertprep.stages.inspect", "decode and show records of a TFRecord or OFRecord file"),
     "convert": ("bertprep.stages.convert", "convert record files losslessly between TFRecord and OFRecord"),
     "create-squad": ("bertprep.stages.finetune.squad", "SQuAD JSON -> fine-tuning records like google-research/bert run_squad.py"),
