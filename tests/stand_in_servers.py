@@ -322,8 +322,18 @@ def wiki_dump_xml(pages):
 # -- running the real CLI against the stand-in -----------------------------------------
 
 
-def run_cli(*args, env=None, hf_home=None, server=None, offline=False):
+def run_cli(*args, **settings):
     """Run `python -m bertprep ARGS`; returns CompletedProcess (text). The hub is the stand-in."""
+    return _run([sys.executable, "-m", "bertprep", *map(str, args)], **settings)
+
+
+def run_python(code, **settings):
+    """Run Python `code` in a fresh interpreter (huggingface_hub reads HF_ENDPOINT and HF_HOME when imported) with
+    run_cli's environment and `settings`; returns CompletedProcess (text)."""
+    return _run([sys.executable, "-c", code], **settings)
+
+
+def _run(argv, env=None, hf_home=None, server=None, offline=False):
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "BERTPREP_"))}
     full_env.update(HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_DISABLE_PROGRESS_BARS="1", PYTHONPATH=str(REPO))
     if server is not None:
@@ -333,8 +343,15 @@ def run_cli(*args, env=None, hf_home=None, server=None, offline=False):
     if offline:
         full_env["HF_HUB_OFFLINE"] = "1"
     full_env.update(env or {})
-    return subprocess.run([sys.executable, "-m", "bertprep", *map(str, args)], capture_output=True, text=True,
-                          env=full_env, cwd=REPO, timeout=300)
+    return subprocess.run(argv, capture_output=True, text=True, env=full_env, cwd=REPO, timeout=300)
+
+
+def same_apart_from_workdir(summary, workdir, other, other_workdir):
+    """Whether two download summaries agree once each one's work directory is left out of its paths."""
+    def relative(value, root):
+        return json.loads(json.dumps(value).replace(json.dumps(str(root))[1:-1], "WORKDIR"))
+
+    return relative(dict(summary), workdir) == relative(dict(other), other_workdir)
 
 
 def ok(result):

@@ -415,12 +415,12 @@ def test_layout_nvidia_needs_shard_stage_inputs_and_tfrecord(golden_dir, tmp_pat
 
 
 def test_prepare_passes_the_layout_to_create():
-    from bertprep.cli import build_parser
-    from bertprep.stages.prepare import stage_commands
+    from bertprep.cli import build_parser, prepare
+    from bertprep.stages.prepare import stage_calls
 
     args = build_parser("prepare").parse_args(["prepare", "wikipedia", "--vocab", "v.txt", "--layout", "nvidia"])
-    creates = [argv for label, argv in stage_commands(args) if label.startswith("create")]
-    assert len(creates) == 2 and all(argv[argv.index("--layout") + 1] == "nvidia" for argv in creates)
+    creates = [call.build() for call in stage_calls(prepare.options(args)) if call.label.startswith("create")]
+    assert len(creates) == 2 and all(options.layout == "nvidia" for options in creates)
 
 
 def test_few_training_files_and_no_test_split_are_warned_about(golden_dir, tmp_path):
@@ -433,3 +433,40 @@ def test_few_training_files_and_no_test_split_are_warned_about(golden_dir, tmp_p
     assert [line for line in result.stderr.splitlines() if "warning" in line] == [f"create: warning: {w}" for w in warnings]
     quiet = cli(*argv, "--quiet", "--min-parts", "1")
     assert quiet.returncode == 0 and quiet.stderr == "" and json.loads(quiet.stdout)["warnings"] == [warnings[1]]
+
+
+# -- the Python API (issue 31): create(...) without argv -------------------------------------------------
+
+
+def test_create_function_writes_the_cli_bytes_and_summary(golden_dir, tmp_path):
+    from bertprep.engines import EngineOptions
+    from bertprep.stages.create import CreateOptions, create
+
+    result = cli(*golden_argv(golden_dir, tmp_path / "cli", "G1", "--json", "--workers", "1"))
+    assert result.returncode == 0, result.stderr
+    summary = create(input=[golden_dir / "corpus.txt"], vocab=golden_dir / "vocab.txt", out=tmp_path / "py",
+                     dupe_factor=2, engine=EngineOptions(workers=1))
+    records = only_records_dir(tmp_path / "py")
+    assert (records / "tfrecord/training/corpus.tfrecord").read_bytes() == (golden_dir / "G1.tfrecord").read_bytes()
+    assert output_files(records) == output_files(only_records_dir(tmp_path / "cli"))
+    by_cli = json.loads(result.stdout)
+    assert summary["records_dir"] == str(records) and not summary.complete_before
+    assert {k: v for k, v in summary.items() if k not in ("records_dir", "seconds")} == \
+        {k: v for k, v in by_cli.items() if k not in ("records_dir", "seconds")}
+    again = create(CreateOptions(input=(str(golden_dir / "corpus.txt"),), vocab=str(golden_dir / "vocab.txt"),
+                                 out=str(tmp_path / "py"), dupe_factor=2))
+    assert again.complete_before and again["shards_created"] == 0 and again["instances"] == summary["instances"]
+
+
+def test_create_options_decide_the_dupe_factor_and_check_flags_once():
+    from bertprep.errors import UsageError
+    from bertprep.stages.create import CreateOptions
+
+    assert CreateOptions().dupe_factor == 5 and CreateOptions(masking="dynamic").dupe_factor == 1
+    assert CreateOptions(masking="dynamic", dupe_factor=3).dupe_factor == 3
+    assert CreateOptions().format == ("tfrecord", "ofrecord") and CreateOptions(layout="nvidia").format == ("tfrecord",)
+    with pytest.raises(UsageError, match=r"^--dupe-factor must be at least 1, not 0$"):
+        CreateOptions(dupe_factor=0)
+    with pytest.raises(UsageError, match=r"^--seq 3 is too small"):
+        CreateOptions(seq=3)
+

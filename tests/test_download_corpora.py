@@ -9,7 +9,8 @@ import tarfile
 
 import pytest
 
-from stand_in_servers import StandInServer, looks_complete, ok, one_line_error, parquet_bytes, run_cli
+from stand_in_servers import (StandInServer, looks_complete, ok, one_line_error, parquet_bytes, run_cli, run_python,
+                              same_apart_from_workdir)
 
 ARTICLES = [
     ("1", "Ada Lovelace", "Ada Lovelace was an English mathematician. She worked on the Analytical Engine.\n"
@@ -266,3 +267,69 @@ def test_prepare_stops_at_the_first_failing_stage(server, tmp_path, shared_dir):
     assert one_line_error(result).startswith("bertprep download: error:")
     assert (tmp_path / "w/formatted/wikicorpus_en").is_dir()
     assert not (tmp_path / "w/sharded").exists() and not (tmp_path / "w/records").exists()
+
+
+# -- the Python API (issue 31): download(...) without argv -----------------------------------------------
+
+
+def test_wikipedia_dump_function_gives_the_cli_corpus_and_summary(server, tmp_path):
+    from bertprep.stages.download import download
+
+    publish_dump(server)
+    base = server.url + "/dumps"
+    by_cli = ok(run_cli("download", "wikipedia", "--dump", "20240101", "--base-url", base, "--workdir", tmp_path / "cli",
+                        "--workers", "1", "--json"))
+    summary = download("wikipedia", dump="20240101", base_url=base, workdir=tmp_path / "py", workers=1)
+    assert same_apart_from_workdir(summary, tmp_path / "py", by_cli, tmp_path / "cli")
+    assert read_jsonl(tmp_path / "py/formatted/wikicorpus_en") == read_jsonl(tmp_path / "cli/formatted/wikicorpus_en")
+
+
+def test_bookcorpus_function_from_the_hub_gives_the_cli_corpus_and_summary(server, tmp_path):
+    from bertprep.errors import UsageError
+    from bertprep.stages.download.bookcorpus import BookcorpusOptions
+
+    server.add_hub_dataset("bookcorpus/bookcorpus", {"plain_text/train/0000.parquet": parquet_bytes({"text": BOOK_LINES})},
+                           revision="refs/convert/parquet")
+    settings = {"server": server, "hf_home": tmp_path / "hf"}
+    by_cli = ok(run_cli("download", "bookcorpus", "--lines-per-document", "10", "--workdir", tmp_path / "cli", "--json",
+                        **settings))
+    code = ("import json; from bertprep.stages.download import download; "
+            f"print(json.dumps(dict(download('bookcorpus', lines_per_document=10, workdir={str(tmp_path / 'py')!r}))))")
+    summary = ok(run_python(code, **settings))
+    assert same_apart_from_workdir(summary, tmp_path / "py", by_cli, tmp_path / "cli")
+    assert read_jsonl(tmp_path / "py/formatted/bookcorpus") == read_jsonl(tmp_path / "cli/formatted/bookcorpus")
+    with pytest.raises(UsageError, match="^--lines-per-document must be at least 1$"):
+        BookcorpusOptions(lines_per_document=0)
+
+
+def test_prepare_function_gives_the_cli_records_and_summary(server, tmp_path, shared_dir):
+    from bertprep.errors import UsageError
+    from bertprep.stages.prepare import PrepareOptions
+
+    server.add_hub_dataset("wikimedia/wikipedia", {"20231101.en/train-00000-of-00001.parquet": wiki_parquet()})
+    vocab = shared_dir / "fixtures/golden/vocab.txt"
+    settings = {"server": server, "hf_home": tmp_path / "hf"}
+    by_cli = ok(run_cli("prepare", "wikipedia", "--vocab", vocab, "--workdir", tmp_path / "cli", "--configs", "64/10",
+                        "--dupe-factor", "1", "--train-shards", "2", "--test-shards", "1", "--workers", "1", "--json",
+                        **settings))
+    code = ("import json; from bertprep.engines import EngineOptions; from bertprep.stages.prepare import prepare; "
+            f"print(json.dumps(dict(prepare(sources=('wikipedia',), vocab={str(vocab)!r}, workdir={str(tmp_path / 'py')!r}, "
+            "configs=((64, 10),), dupe_factor=1, train_shards=2, test_shards=1, engine=EngineOptions(workers=1)))))")
+    summary = ok(run_python(code, **settings))
+    for run in (summary, by_cli):  # how long a stage took is all that may differ
+        for timed in (run["shard"], run["create 64/10"]):
+            timed.update(seconds=None, mb_per_s=None)
+    assert same_apart_from_workdir(summary, tmp_path / "py", by_cli, tmp_path / "cli")
+    records = sorted((tmp_path / "cli/records").rglob("*.tfrecord"))
+    assert records and [p.read_bytes() for p in records] == \
+        [(tmp_path / "py" / p.relative_to(tmp_path / "cli")).read_bytes() for p in records]
+    # the first stage that fails raises its own error, and nothing after it runs
+    code = ("from bertprep.errors import DataError; from bertprep.stages.prepare import prepare\n"
+            f"try: prepare(sources=('wikipedia', 'bookcorpus'), vocab={str(vocab)!r}, workdir={str(tmp_path / 'w')!r})\n"
+            "except DataError as exc: print(exc)")
+    failed = run_python(code, **settings)
+    assert failed.stdout.startswith("bookcorpus/bookcorpus@refs/convert/parquet") and not (tmp_path / "w/sharded").exists()
+    with pytest.raises(UsageError, match="^wikipedia with bookcorpus is the English books_wiki_en_corpus: use --lang en$"):
+        PrepareOptions(sources=("wikipedia", "bookcorpus"), vocab="v.txt", lang="fr")
+    assert PrepareOptions(sources=("bookcorpus", "bookcorpus"), vocab="v.txt", configs="128/20, 512/80").configs == \
+        ((128, 20), (512, 80))

@@ -174,3 +174,16 @@ def test_the_command_line_takes_the_limits(server, tmp_path):
                             (["--deadline", "-1"], "--deadline: expected a number of seconds (0 for none), got -1")):
         line = one_line_error(run_cli("download", "squad", "--workdir", work, *flags), code=2)
         assert line.endswith(expected)
+
+
+def test_the_download_options_check_the_limits_once_with_the_flags_messages():
+    from bertprep.errors import UsageError
+    from bertprep.stages.download import download
+    from bertprep.stages.download.squad import SquadOptions
+
+    with pytest.raises(UsageError, match=r"^--stall-timeout: expected a number of seconds above 0, got 0$"):
+        SquadOptions(limits=Limits(stall=0))
+    with pytest.raises(UsageError, match=r"^--deadline: expected a number of seconds \(0 for none\), got -1$"):
+        download("squad", limits=Limits(deadline=-1))
+    with pytest.raises(UsageError, match="^unknown download source 'squad2'; known: wikipedia, bookcorpus, squad, glue, pretrained$"):
+        download("squad2")

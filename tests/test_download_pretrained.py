@@ -13,7 +13,8 @@ import zipfile
 
 import pytest
 
-from stand_in_servers import StandInServer, looks_complete, ok, one_line_error, run_cli
+from bertprep.errors import UsageError
+from stand_in_servers import StandInServer, looks_complete, ok, one_line_error, run_cli, same_apart_from_workdir
 
 RELEASE = "uncased_L-12_H-768_A-12"
 ZIP_PATH = f"/bert_models/2018_10_18/{RELEASE}.zip"
@@ -175,3 +176,19 @@ def test_hub_model_id_gives_the_same_layout_and_is_served_from_cache_offline(sha
     uncached = run_cli("download", "pretrained", "--model", "bert-large-uncased", "--workdir", tmp_path / "w2",
                        hf_home=hf_home, offline=True)
     assert "bert-large-uncased/config.json: not reachable at" in one_line_error(uncached)
+
+
+def test_release_function_gives_the_cli_files_and_summary(server, release_files, tmp_path):
+    from bertprep.stages.download import download
+    from bertprep.stages.download.pretrained import PretrainedOptions
+
+    sums = sha256sums(tmp_path, release_files)
+    by_cli = ok(run_cli("download", "pretrained", "--model", RELEASE, "--base-url", server.url + "/bert_models",
+                        "--checksums", sums, "--workdir", tmp_path / "cli", "--json"))
+    summary = download(PretrainedOptions(model=RELEASE, base_url=server.url + "/bert_models", checksums=str(sums),
+                                         workdir=str(tmp_path / "py")))
+    assert same_apart_from_workdir(summary, tmp_path / "py", by_cli, tmp_path / "cli")
+    for name, data in release_files.items():
+        assert (tmp_path / "py/download/pretrained" / RELEASE / name).read_bytes() == data
+    with pytest.raises(UsageError, match="^--model 'uncased_L-6_H-512_A-8': unknown model"):
+        download("pretrained", model="uncased_L-6_H-512_A-8", workdir=tmp_path / "py")

@@ -6,7 +6,9 @@ import json
 
 import pytest
 
-from stand_in_servers import StandInServer, looks_complete, ok, one_line_error, parquet_bytes, run_cli
+from bertprep.stages.download.glue import TASKS as DOWNLOAD_TASKS
+from stand_in_servers import (StandInServer, looks_complete, ok, one_line_error, parquet_bytes, run_cli, run_python,
+                              same_apart_from_workdir)
 
 COUNTS = {"train-v1.1.json": 87_599, "dev-v1.1.json": 10_570, "train-v2.0.json": 130_319, "dev-v2.0.json": 11_873}
 PER_PARAGRAPH = 50
@@ -205,3 +207,39 @@ def test_glue_task_selection_and_unknown_task(server, tmp_path):
     assert [r for r in server.requests if "/resolve/" in r[1] and "/mnli/" in r[1]] == []
     line = one_line_error(run_cli("download", "glue", "--tasks", "CoLA,SQuAD", "--workdir", work, server=server), code=2)
     assert "unknown GLUE task 'SQuAD'" in line
+
+
+# -- the Python API (issue 31): download(...) without argv -----------------------------------------------
+
+
+def test_squad_function_gives_the_cli_files_and_summary(server, squad_files, tmp_path):
+    from bertprep.stages.download import download
+    from bertprep.stages.download.squad import SquadOptions
+
+    sums = _publish_squad(server, squad_files, tmp_path)
+    by_cli = ok(run_cli("download", "squad", "--version", "1.1", "--workdir", tmp_path / "cli", "--base-url",
+                        server.url + "/squad", "--eval-base-url", server.url + "/codalab", "--checksums", sums, "--json"))
+    flags = {"squad_version": "1.1", "base_url": server.url + "/squad", "eval_base_url": server.url + "/codalab",
+             "checksums": sums}
+    summary = download("squad", workdir=tmp_path / "py", **flags)
+    assert same_apart_from_workdir(summary, tmp_path / "py", by_cli, tmp_path / "cli")
+    for relpath in ("v1.1/train-v1.1.json", "v1.1/dev-v1.1.json", "v1.1/evaluate-v1.1.py"):
+        assert (tmp_path / "py/download/squad" / relpath).read_bytes() == (tmp_path / "cli/download/squad" / relpath).read_bytes()
+    before = len(server.requests)
+    download(SquadOptions(workdir=str(tmp_path / "py"), **flags))  # complete: nothing is fetched again
+    assert [r for r in server.requests[before:] if "/squad/" in r[1]] == []
+
+
+def test_glue_function_gives_the_cli_files_and_summary(server, tmp_path):
+    from bertprep.stages.download.glue import GlueOptions
+
+    server.add_hub_dataset("nyu-mll/glue", glue_files())
+    settings = {"server": server, "hf_home": tmp_path / "hf"}
+    by_cli = ok(run_cli("download", "glue", "--tasks", "cola,sts-b", "--workdir", tmp_path / "cli", "--json", **settings))
+    code = ("import json; from bertprep.stages.download import download; "
+            f"print(json.dumps(dict(download('glue', tasks=('cola', 'sts-b'), workdir={str(tmp_path / 'py')!r}))))")
+    summary = ok(run_python(code, **settings))
+    assert same_apart_from_workdir(summary, tmp_path / "py", by_cli, tmp_path / "cli")
+    for relpath in by_cli["files"]:
+        assert (tmp_path / "py/download/glue" / relpath).read_bytes() == (tmp_path / "cli/download/glue" / relpath).read_bytes()
+    assert GlueOptions(tasks="all").tasks == GlueOptions(tasks=("ALL",)).tasks == tuple(DOWNLOAD_TASKS)

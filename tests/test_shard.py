@@ -198,3 +198,28 @@ def test_default_input_is_the_workdirs_formatted_corpus(tmp_path):
 ])
 def test_paragraph_lines_never_merge(text, expected):
     assert document_sentences(text) == expected
+
+
+# -- the Python API (issue 31): shard(...) without argv ---------------------------------------------------
+
+
+def test_shard_function_writes_the_cli_bytes_and_summary(tmp_path):
+    from bertprep.engines import EngineOptions
+    from bertprep.errors import UsageError
+    from bertprep.stages.shard import ShardOptions, shard
+
+    corpus = make_corpus(tmp_path / "in")
+    by_cli = ok(run_cli("shard", "--input", corpus, "--out", tmp_path / "cli", "--train-shards", "4", "--test-shards", "2",
+                        "--balance", "count", "--workers", "1", "--json"))
+    summary = shard(input=[corpus], out=tmp_path / "py", train_shards=4, test_shards=2, balance="count",
+                    engine=EngineOptions(workers=1))
+    assert shard_files(tmp_path / "py") == shard_files(tmp_path / "cli")
+    unstable = ("out", "seconds", "mb_per_s")
+    assert {k: v for k, v in summary.items() if k not in unstable} == {k: v for k, v in by_cli.items() if k not in unstable}
+    assert summary["out"] == str(tmp_path / "py") and not summary.complete_before
+    again = shard(ShardOptions(input=(str(corpus),), out=str(tmp_path / "py"), train_shards=4, test_shards=2, balance="count"))
+    assert again.complete_before and again["documents"] == summary["documents"]
+    with pytest.raises(UsageError, match=r"^--train-shards and --test-shards must be at least 1$"):
+        ShardOptions(test_shards=0)
+    with pytest.raises(TypeError, match="not both"):
+        shard(ShardOptions(), corpus="x")

@@ -19,12 +19,12 @@ from bertprep.errors import run_reporting_errors
 
 # subcommand -> (module, one-line help)
 COMMANDS = {
-    "download": ("bertprep.stages.download", "fetch Wikipedia, BookCorpus, SQuAD or GLUE with checksums and resume"),
-    "shard": ("bertprep.stages.shard", "sentence-split documents into balanced training/test text shards"),
-    "create": ("bertprep.stages.create", "create masked-LM records (TFRecord and OFRecord) like google-research/bert"),
+    "download": ("bertprep.cli.download", "fetch Wikipedia, BookCorpus, SQuAD or GLUE with checksums and resume"),
+    "shard": ("bertprep.cli.shard", "sentence-split documents into balanced training/test text shards"),
+    "create": ("bertprep.cli.create", "create masked-LM records (TFRecord and OFRecord) like google-research/bert"),
     "pack": ("bertprep.cli.pack", "pack pretraining records into rows of up to k sequences (MLPerf packed layout)"),
     "validate": ("bertprep.cli.validate", "check a dataset for everything that breaks training"),
-    "prepare": ("bertprep.stages.prepare", "download, shard and create (128/20 and 512/80) in one command"),
+    "prepare": ("bertprep.cli.prepare", "download, shard and create (128/20 and 512/80) in one command"),
     "inspect": ("bertprep.cli.inspect", "decode and show records of a TFRecord or OFRecord file"),
     "convert": ("bertprep.cli.convert", "convert record files losslessly between TFRecord and OFRecord"),
     "create-squad": ("bertprep.cli.create_squad", "SQuAD JSON -> fine-tuning records like google-research/bert run_squad.py"),

@@ -37,16 +37,16 @@ import numpy as np
 from bertprep import __version__, formats
 from bertprep.atomic import atomic_open, check_distinct_outputs, hold, staging_dir
 from bertprep.corpus import read_text, tokenize_corpus
-from bertprep.engines import EngineOptions, add_engine_arguments, open_engine
+from bertprep.engines import EngineOptions, open_engine
 from bertprep.errors import DataError, UsageError
 from bertprep.formats import columnar
 from bertprep.formats.schemas import PRETRAINING, UNMASKED
 from bertprep.instances import InstanceParams, MaskingVocab, create_instances
-from bertprep.progress import Progress, add_output_arguments, human_bytes, print_summary
+from bertprep.options import build_options, normalise_paths, set_field
+from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.tokenization import LineTokenizer, load_vocab, resolve_vocab_path
 from bertprep.workdir import (
     SPLITS,
-    add_workdir_argument,
     check_corpus_name,
     load_manifest,
     nvidia_dirname,
@@ -62,47 +62,69 @@ MASKINGS = ("static", "dynamic")
 NVIDIA_CYCLE_LENGTH = 8
 
 
-def add_arguments(parser):
-    parser.add_argument(
-        "--input", nargs="+", metavar="PATH",
-        help="text shards: files, globs, or a directory (its training/ and test/ subdirectories become "
-        "the two splits). Default: the shards under WORKDIR/sharded, else the embedded sample corpus",
-    )
-    parser.add_argument("--vocab", help="vocab.txt, or a hub model id such as bert-base-uncased")
-    parser.add_argument("--out", help="records root (default: WORKDIR/records)")
-    parser.add_argument("--corpus", help="corpus name in the output path (default: from the input path)")
-    parser.add_argument("--seq", type=int, default=128, help="max_seq_length (default 128)")
-    parser.add_argument("--pred", type=int, default=20, help="max_predictions_per_seq (default 20)")
-    parser.add_argument("--dupe-factor", type=int, default=None,
-                        help="passes over the data with different masks (default 5; 1 with --masking dynamic)")
-    parser.add_argument(
-        "--masking", choices=MASKINGS, default="static",
-        help="static: masks drawn here, as the reference (default); dynamic: unmasked instances, which the "
-        "loaders mask per epoch from a key (seed, epoch, instance index): a new mask each epoch, see docs/dynamic-masking.md",
-    )
-    parser.add_argument("--seed", type=int, default=12345, help="random seed of every shard (default 12345, as NVIDIA's bertPrep)")
-    parser.add_argument("--seed-per-shard", action="store_true", help="derive a distinct seed per shard from --seed and the shard's name")
-    parser.add_argument("--masked-lm-prob", type=float, default=0.15)
-    parser.add_argument("--short-seq-prob", type=float, default=0.1)
-    parser.add_argument("--whole-word-mask", action="store_true")
-    parser.add_argument("--no-lower-case", action="store_true", help="for cased vocabs")
-    parser.add_argument("--format", default=None,
-                        help="comma-separated: tfrecord, ofrecord, hdf5 (NVIDIA's PyTorch layout), parquet (one column per "
-                        "feature) (default tfrecord,ofrecord; tfrecord with --layout nvidia)")
-    parser.add_argument(
-        "--layout", choices=LAYOUTS, default="bertprep",
-        help="bertprep: OUT/<params>/<corpus>/{tfrecord,ofrecord}/{training,test} (default); nvidia: the TFRecord tree "
-        "NVIDIA's scripts read, OUT/tfrecord/<params>_shard_<N>_test_split_<P>/<corpus>/{training,test} "
-        "(OUT defaults to WORKDIR; needs shards from `bertprep shard`)",
-    )
-    parser.add_argument(
-        "--min-parts", type=int, default=NVIDIA_CYCLE_LENGTH,
-        help=f"warn when fewer training files are written (default {NVIDIA_CYCLE_LENGTH}: NVIDIA's TF2 reader "
-        "interleaves 8 files; OneFlow needs one part per reader rank, so use your GPU count if larger)",
-    )
-    add_engine_arguments(parser)
-    add_workdir_argument(parser)
-    add_output_arguments(parser)
+@dataclass(frozen=True)
+class CreateOptions:
+    """`bertprep create`'s flags. `input`: text shards (files, globs or directories; None: the shards under
+    WORKDIR/sharded, else the embedded sample corpus); `vocab`: vocab.txt or a hub model id; `out`: the records
+    root; `format`: comma-separated or a tuple, None for the layout's default; `dupe_factor` None: 5, or 1 with
+    `masking="dynamic"`. After __post_init__ `format` is the tuple of formats and `dupe_factor` a number."""
+
+    input: tuple[str, ...] | None = None
+    vocab: str | None = None
+    out: str | None = None
+    corpus: str | None = None
+    seq: int = 128
+    pred: int = 20
+    dupe_factor: int | None = None
+    masking: str = "static"
+    seed: int = 12345
+    seed_per_shard: bool = False
+    masked_lm_prob: float = 0.15
+    short_seq_prob: float = 0.1
+    whole_word_mask: bool = False
+    lower_case: bool = True
+    format: tuple[str, ...] | str | None = None
+    layout: str = "bertprep"
+    min_parts: int = NVIDIA_CYCLE_LENGTH
+    engine: EngineOptions = EngineOptions()
+    workdir: str | None = None
+
+    def __post_init__(self):
+        normalise_paths(self, "input", "vocab", "out", "workdir")
+        for name, value, choices in (("--layout", self.layout, LAYOUTS), ("--masking", self.masking, MASKINGS)):
+            if value not in choices:
+                raise UsageError(f"{name} must be one of {', '.join(choices)}, not {value!r}")
+        requested = self.format or ("tfrecord" if self.layout == "nvidia" else "tfrecord,ofrecord")
+        fmts = formats.parse_formats(requested if isinstance(requested, str) else ",".join(requested))
+        if self.layout == "nvidia" and fmts != ("tfrecord",):
+            raise UsageError("--layout nvidia writes NVIDIA's TFRecord tree, which has no place for OFRecord: "
+                             "use --format tfrecord, and a second run without --layout for OFRecord")
+        for fmt in fmts:  # a missing optional library is a usage line now, not an error in every worker later
+            if fmt in columnar.CODECS:
+                columnar.require(fmt)
+        set_field(self, "format", fmts)
+        if self.layout == "nvidia" and self.masking == "dynamic":
+            raise UsageError("--layout nvidia is the tree NVIDIA's scripts read, and they read masked records: "
+                             "use --masking static there, or --masking dynamic without --layout")
+        if self.min_parts < 1:
+            raise UsageError(f"--min-parts must be at least 1, not {self.min_parts}")
+        if self.corpus is not None:
+            check_corpus_name(self.corpus)
+        if self.seq < 5:
+            raise UsageError(f"--seq {self.seq} is too small: [CLS] A [SEP] B [SEP] needs at least 5 positions")
+        if self.pred < 1 or self.pred > self.seq - 3:
+            raise UsageError(
+                f"--pred {self.pred} is not possible with --seq {self.seq}: at most seq - 3 = {self.seq - 3} "
+                "tokens can be masked ([CLS] and two [SEP] never are)"
+            )
+        if self.dupe_factor is None:  # a new mask each epoch makes duplicating instances needless
+            set_field(self, "dupe_factor", 1 if self.masking == "dynamic" else 5)
+        if self.dupe_factor < 1:
+            raise UsageError(f"--dupe-factor must be at least 1, not {self.dupe_factor}")
+        if not 0.0 < self.masked_lm_prob <= 1.0:
+            raise UsageError(f"--masked-lm-prob must be in (0, 1], not {self.masked_lm_prob}")
+        if not 0.0 <= self.short_seq_prob <= 1.0:
+            raise UsageError(f"--short-seq-prob must be in [0, 1], not {self.short_seq_prob}")
 
 
 @dataclass(frozen=True)
@@ -317,40 +339,6 @@ def _corpus_name(inputs):
     return "corpus"
 
 
-def check_flags(args):
-    requested = args.format or ("tfrecord" if args.layout == "nvidia" else "tfrecord,ofrecord")
-    fmts = formats.parse_formats(requested)
-    if args.layout == "nvidia" and fmts != ("tfrecord",):
-        raise UsageError("--layout nvidia writes NVIDIA's TFRecord tree, which has no place for OFRecord: "
-                         "use --format tfrecord, and a second run without --layout for OFRecord")
-    for fmt in fmts:  # a missing optional library is a usage line now, not an error in every worker later
-        if fmt in columnar.CODECS:
-            columnar.require(fmt)
-    if args.layout == "nvidia" and args.masking == "dynamic":
-        raise UsageError("--layout nvidia is the tree NVIDIA's scripts read, and they read masked records: "
-                         "use --masking static there, or --masking dynamic without --layout")
-    if args.min_parts < 1:
-        raise UsageError(f"--min-parts must be at least 1, not {args.min_parts}")
-    if args.corpus is not None:
-        check_corpus_name(args.corpus)
-    if args.seq < 5:
-        raise UsageError(f"--seq {args.seq} is too small: [CLS] A [SEP] B [SEP] needs at least 5 positions")
-    if args.pred < 1 or args.pred > args.seq - 3:
-        raise UsageError(
-            f"--pred {args.pred} is not possible with --seq {args.seq}: at most seq - 3 = {args.seq - 3} "
-            "tokens can be masked ([CLS] and two [SEP] never are)"
-        )
-    if args.dupe_factor is None:
-        args.dupe_factor = 1 if args.masking == "dynamic" else 5
-    if args.dupe_factor < 1:
-        raise UsageError(f"--dupe-factor must be at least 1, not {args.dupe_factor}")
-    if not 0.0 < args.masked_lm_prob <= 1.0:
-        raise UsageError(f"--masked-lm-prob must be in (0, 1], not {args.masked_lm_prob}")
-    if not 0.0 <= args.short_seq_prob <= 1.0:
-        raise UsageError(f"--short-seq-prob must be in [0, 1], not {args.short_seq_prob}")
-    return fmts
-
-
 def check_input(path):
     """sha256 of a shard, after checking it is UTF-8 and holds a non-blank line (errors name file and line)."""
     text = read_text(path)
@@ -366,18 +354,18 @@ def shard_seed(seed, split, path, per_shard):
     return int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "big")
 
 
-def plan(args):
-    """Resolve inputs, vocab and flags into the run's settings and one ShardTask per input."""
-    fmts = check_flags(args)
-    workdir = resolve_workdir(args.workdir)
+def plan(options):
+    """Resolve inputs, vocab and `options` (CreateOptions) into the run's settings and one ShardTask per input."""
+    fmts = options.format
+    workdir = resolve_workdir(options.workdir)
     notes = []
-    input_values = args.input
-    vocab_value = args.vocab
+    input_values = options.input
+    vocab_value = options.vocab
     if not input_values:
         sharded = os.path.join(workdir, "sharded")
         corpora = sorted(d for d in os.listdir(sharded) if os.path.isdir(os.path.join(sharded, d))) if os.path.isdir(sharded) else []
-        if args.corpus and args.corpus in corpora:
-            corpora = [args.corpus]
+        if options.corpus and options.corpus in corpora:
+            corpora = [options.corpus]
         if len(corpora) == 1:
             input_values = [os.path.join(sharded, corpora[0])]
             notes.append(f"input: {input_values[0]}")
@@ -392,24 +380,24 @@ def plan(args):
         raise UsageError("--vocab is required: a vocab.txt path or a hub model id such as bert-base-uncased")
     vocab = load_vocab(resolve_vocab_path(vocab_value))
     # Built once here: forked local workers inherit them instead of each loading the vocab again.
-    _tokenizer_and_vocab(vocab.path, not args.no_lower_case, vocab)
+    _tokenizer_and_vocab(vocab.path, options.lower_case, vocab)
     inputs = discover_inputs(input_values)
     if not inputs:
         raise DataError(f"{' '.join(input_values)}: no input shards found")
-    corpus = args.corpus or _corpus_name(inputs)
+    corpus = options.corpus or _corpus_name(inputs)
     params = InstanceParams(
-        max_seq_length=args.seq,
-        max_predictions_per_seq=args.pred,
-        dupe_factor=args.dupe_factor,
-        short_seq_prob=args.short_seq_prob,
-        masked_lm_prob=args.masked_lm_prob,
-        whole_word_mask=args.whole_word_mask,
+        max_seq_length=options.seq,
+        max_predictions_per_seq=options.pred,
+        dupe_factor=options.dupe_factor,
+        short_seq_prob=options.short_seq_prob,
+        masked_lm_prob=options.masked_lm_prob,
+        whole_word_mask=options.whole_word_mask,
     )
-    lower_case = not args.no_lower_case
-    records_dir = records_directory(args, workdir, corpus, inputs)
+    lower_case = options.lower_case
+    records_dir = records_directory(options, workdir, corpus, inputs)
     settings = {
-        "params": {**asdict(params), "lower_case": lower_case, "seed": args.seed, "seed_per_shard": args.seed_per_shard,
-                   "masking": args.masking},
+        "params": {**asdict(params), "lower_case": lower_case, "seed": options.seed, "seed_per_shard": options.seed_per_shard,
+                   "masking": options.masking},
         "vocab": {"path": vocab.path, "sha256": vocab.sha256, "size": vocab.size},
         "version": __version__,
     }
@@ -427,38 +415,38 @@ def plan(args):
                 source_sha256=check_input(path),
                 split=split,
                 index=index,
-                seed=shard_seed(args.seed, split, path, args.seed_per_shard),
+                seed=shard_seed(options.seed, split, path, options.seed_per_shard),
                 records_dir=records_dir,
                 vocab_path=vocab.path,
                 lower_case=lower_case,
                 params=params,
                 formats=fmts,
                 settings_key=settings_key,
-                layout=args.layout,
-                masking=args.masking,
+                layout=options.layout,
+                masking=options.masking,
             )
         )
     check_distinct_outputs((task.source, os.path.join(records_dir, path)) for task in tasks
                            for path in task.output_paths().values())
-    warnings = layout_warnings(tasks, args.min_parts)
+    warnings = layout_warnings(tasks, options.min_parts)
     if vocab.duplicates_warning():
         warnings.append(vocab.duplicates_warning())
     return records_dir, settings, fmts, tasks, notes, warnings
 
 
-def records_directory(args, workdir, corpus, inputs):
+def records_directory(options, workdir, corpus, inputs):
     """Where the manifest goes and every output path starts, for --layout and --out."""
-    lower_case = not args.no_lower_case
-    if args.layout == "nvidia":
+    lower_case = options.lower_case
+    if options.layout == "nvidia":
         train_shards, test_fraction = shard_stage_settings(inputs)
-        name = nvidia_dirname(args.seq, args.pred, args.masked_lm_prob, args.seed, args.dupe_factor, lower_case,
-                              args.whole_word_mask, train_shards, test_fraction)
-        return os.path.join(os.path.abspath(args.out or workdir), "tfrecord", name, corpus)
-    name = params_dirname(args.seq, args.pred, args.masked_lm_prob, args.seed, args.dupe_factor, lower_case,
-                          args.whole_word_mask)
-    if args.masking == "dynamic":  # not NVIDIA's: its records are masked
+        name = nvidia_dirname(options.seq, options.pred, options.masked_lm_prob, options.seed, options.dupe_factor, lower_case,
+                              options.whole_word_mask, train_shards, test_fraction)
+        return os.path.join(os.path.abspath(options.out or workdir), "tfrecord", name, corpus)
+    name = params_dirname(options.seq, options.pred, options.masked_lm_prob, options.seed, options.dupe_factor, lower_case,
+                          options.whole_word_mask)
+    if options.masking == "dynamic":  # not NVIDIA's: its records are masked
         name += "_dynamic_masking"
-    return os.path.join(os.path.abspath(args.out) if args.out else os.path.join(workdir, "records"), name, corpus)
+    return os.path.join(os.path.abspath(options.out) if options.out else os.path.join(workdir, "records"), name, corpus)
 
 
 def shard_stage_settings(inputs):
@@ -512,10 +500,14 @@ def is_complete(task, manifest_files):
     return True
 
 
-def run(args):
+def create(options: CreateOptions | None = None, /, *, quiet: bool = True, **fields) -> Summary:
+    """Create masked-LM records (`CreateOptions`, or its fields as keywords); the summary `--json` prints.
+    `quiet=False` shows progress, notes and warnings on stderr. Shards already complete are kept
+    (`complete_before` when all were)."""
+    options = build_options(CreateOptions, options, fields)
     started = time.monotonic()
-    records_dir, settings, fmts, tasks, notes, warnings = plan(args)
-    progress = Progress("create", total=len(tasks), unit="shards", quiet=args.quiet)
+    records_dir, settings, fmts, tasks, notes, warnings = plan(options)
+    progress = Progress("create", total=len(tasks), unit="shards", quiet=quiet)
     for note in notes:
         progress.note(note)
     for warning in warnings:
@@ -529,12 +521,12 @@ def run(args):
         if skipped:
             progress.note(f"resuming: {skipped} of {len(tasks)} shards already complete")
             progress.advance(skipped)
-        kind, dims = ((UNMASKED, {"seq": args.seq}) if args.masking == "dynamic"
-                      else (PRETRAINING, {"seq": args.seq, "pred": args.pred}))
+        kind, dims = ((UNMASKED, {"seq": options.seq}) if options.masking == "dynamic"
+                      else (PRETRAINING, {"seq": options.seq, "pred": options.pred}))
         manifest = {"tool": "bertprep", "stage": "create", "kind": kind.name,
-                    "dims": dims, "formats": list(fmts), "layout": args.layout,
+                    "dims": dims, "formats": list(fmts), "layout": options.layout,
                     **settings, "files": files}
-        with open_engine(EngineOptions(args.engine, args.workers, args.scheduler), max_tasks=len(pending)) as engine:
+        with open_engine(options.engine, max_tasks=len(pending)) as engine:
             for result in engine.run(create_shard, pending, describe=lambda task: task.source):
                 files.update(result["files"])
                 save_manifest(records_dir, manifest)
@@ -554,9 +546,7 @@ def run(args):
         ("seconds", f"{summary['seconds']:.2f}"),
     ]
     rows += [("warning", warning) for warning in warnings]
-    if not args.quiet or args.json:
-        print_summary("bertprep create: done", summary, as_json=args.json, rows=rows)
-    return 0
+    return Summary("bertprep create: done", summary, rows=rows, complete_before=not pending)
 
 
 def number_instances(tasks, files):
@@ -600,15 +590,9 @@ def create_sample_records(out_dir, seq=128, pred=20, dupe_factor=5, quiet=True):
 
     The trainer uses this when it is given no --data.
     """
-    from bertprep.cli import main
-
     corpus_path, vocab_path = sample_paths()
-    argv = ["create", "--input", corpus_path, "--vocab", vocab_path,
-            "--out", os.fspath(out_dir), "--seq", str(seq), "--pred", str(pred),
-            "--dupe-factor", str(dupe_factor), "--workers", "1", "--corpus", "sample"]
-    if quiet:
-        argv.append("--quiet")
-    code = main(argv)
-    if code != 0:
-        raise RuntimeError(f"bertprep create on the sample corpus failed with exit code {code}")
-    return os.path.join(os.fspath(out_dir), params_dirname(seq, pred, 0.15, 12345, dupe_factor), "sample")
+    summary = create(input=(corpus_path,), vocab=vocab_path, out=out_dir, seq=seq, pred=pred, dupe_factor=dupe_factor,
+                     engine=EngineOptions(workers=1), corpus="sample", quiet=quiet)
+    if not quiet:
+        summary.print()
+    return summary["records_dir"]

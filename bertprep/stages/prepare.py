@@ -15,35 +15,59 @@ only what is missing. For anything else (the XML dump, a tarball, other
 flags), run the stages yourself.
 """
 
-import contextlib
-import io
-import json
+import functools
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 
-from bertprep.stages.create import LAYOUTS
-from bertprep.engines import add_engine_arguments
+from bertprep.engines import EngineOptions
 from bertprep.errors import UsageError
-from bertprep.progress import print_summary
-from bertprep.workdir import add_workdir_argument
+from bertprep.options import build_options, normalise_paths, set_field
+from bertprep.progress import Summary
+from bertprep.stages.create import LAYOUTS, CreateOptions, create
+from bertprep.stages.download import download, options_class
+from bertprep.stages.shard import ShardOptions, shard
 
 SOURCES = ("wikipedia", "bookcorpus")
 DEFAULT_CONFIGS = "128/20,512/80"
 
 
-def add_arguments(parser):
-    parser.add_argument("sources", nargs="+", choices=SOURCES, metavar="SOURCE", help="wikipedia and/or bookcorpus")
-    parser.add_argument("--vocab", required=True, help="vocab.txt, or a hub model id such as bert-base-uncased")
-    parser.add_argument("--configs", default=DEFAULT_CONFIGS, help=f"seq/pred pairs to create (default {DEFAULT_CONFIGS})")
-    parser.add_argument("--lang", default="en", help="Wikipedia language (default en)")
-    parser.add_argument("--dupe-factor", type=int, default=5)
-    parser.add_argument("--train-shards", type=int, default=256)
-    parser.add_argument("--test-shards", type=int, default=256)
-    parser.add_argument("--layout", choices=LAYOUTS, default="bertprep",
-                        help="records layout of create: bertprep's (both formats) or NVIDIA's TFRecord tree under WORKDIR/tfrecord")
-    add_engine_arguments(parser)
-    add_workdir_argument(parser)
-    parser.add_argument("--quiet", action="store_true", help="no progress output")
-    parser.add_argument("--json", action="store_true", help="print every stage's summary as one JSON object")
+@dataclass(frozen=True)
+class PrepareOptions:
+    """`bertprep prepare`'s flags: the `sources` (wikipedia and/or bookcorpus), the `vocab` of create, its
+    `configs` ('128/20,512/80' or ((128, 20), (512, 80)); a tuple of pairs after __post_init__), the Wikipedia
+    `lang`, and the flags passed on to shard and create. Each stage checks its own flags when it starts, as
+    when the stages run one by one."""
+
+    sources: tuple[str, ...]
+    vocab: str
+    configs: tuple[tuple[int, int], ...] | str = DEFAULT_CONFIGS
+    lang: str = "en"
+    dupe_factor: int = 5
+    train_shards: int = 256
+    test_shards: int = 256
+    layout: str = "bertprep"
+    engine: EngineOptions = EngineOptions()
+    workdir: str | None = None
+
+    def __post_init__(self):
+        normalise_paths(self, "vocab", "workdir")
+        sources = (self.sources,) if isinstance(self.sources, str) else tuple(self.sources)
+        for source in sources:
+            if source not in SOURCES:
+                raise UsageError(f"unknown source {source!r}: prepare takes {' and/or '.join(SOURCES)}")
+        if not sources:
+            raise UsageError(f"no source: prepare takes {' and/or '.join(SOURCES)}")
+        set_field(self, "sources", tuple(dict.fromkeys(sources)))
+        if self.layout not in LAYOUTS:
+            raise UsageError(f"--layout must be one of {', '.join(LAYOUTS)}, not {self.layout!r}")
+        corpus_name(self.sources, self.lang)
+        if isinstance(self.configs, str):
+            set_field(self, "configs", tuple(parse_configs(self.configs)))
+
+    @property
+    def corpus(self):
+        return corpus_name(self.sources, self.lang)
 
 
 def parse_configs(value):
@@ -65,38 +89,49 @@ def corpus_name(sources, lang):
     return corpora[sources[0]]
 
 
-def stage_commands(args):
-    """The argv of every stage, in order: [(label, argv)]."""
-    sources = list(dict.fromkeys(args.sources))
-    corpus = corpus_name(sources, args.lang)
-    common = (["--workdir", args.workdir] if args.workdir else []) + (["--quiet"] if args.quiet else [])
-    engine = ["--engine", args.engine] + (["--scheduler", args.scheduler] if args.scheduler else [])
-    engine += ["--workers", str(args.workers)] if args.workers else []
-    commands = []
-    for source in sources:
-        extra = ["--lang", args.lang] if source == "wikipedia" else []
-        commands.append((f"download {source}", ["download", source, *extra, *common]))
-    commands.append(("shard", ["shard", "--corpus", corpus, "--train-shards", str(args.train_shards),
-                               "--test-shards", str(args.test_shards), *engine, *common]))
-    for seq, pred in parse_configs(args.configs):
-        commands.append((f"create {seq}/{pred}", [
-            "create", "--corpus", corpus, "--vocab", args.vocab, "--seq", str(seq), "--pred", str(pred),
-            "--dupe-factor", str(args.dupe_factor), "--layout", args.layout, *engine, *common]))
-    return commands
+@dataclass(frozen=True)
+class StageCall:
+    """One stage of a prepare run: `function` (download, shard or create) called with the options `build()`
+    returns. They are built when the stage starts, so a stage's own flags are checked there, as when the stages
+    run one by one (a bad --train-shards ends the run after the downloads, under `bertprep shard`)."""
+
+    label: str
+    function: Callable[..., Summary]
+    build: Callable[[], object]
+
+    def __call__(self, quiet=True):
+        return self.function(self.build(), quiet=quiet)
 
 
-def run(args):
-    from bertprep.cli import main
+def stage_calls(options):
+    """Every stage of the run, in order."""
+    corpus = options.corpus
+    calls = []
+    for source in options.sources:
+        extra = {"lang": options.lang} if source == "wikipedia" else {}
+        calls.append(StageCall(f"download {source}", download,
+                               lambda source=source, extra=extra: options_class(source)(workdir=options.workdir, **extra)))
+    calls.append(StageCall("shard", shard, lambda: ShardOptions(
+        corpus=corpus, train_shards=options.train_shards, test_shards=options.test_shards, engine=options.engine,
+        workdir=options.workdir)))
+    for seq, pred in options.configs:
+        calls.append(StageCall(f"create {seq}/{pred}", create, lambda seq=seq, pred=pred: CreateOptions(
+            corpus=corpus, vocab=options.vocab, seq=seq, pred=pred, dupe_factor=options.dupe_factor,
+            layout=options.layout, engine=options.engine, workdir=options.workdir)))
+    return calls
 
-    commands = stage_commands(args)  # flags are checked before anything runs
+
+def prepare(options: PrepareOptions | None = None, /, *, quiet: bool = True,
+            run_stage: Callable[[str, Callable[[], Summary]], Summary] | None = None, **fields) -> Summary:
+    """Download, shard and create in one call (`PrepareOptions`, or its fields as keywords); the summary `--json`
+    prints: every stage's summary under its label. The first stage that fails raises its error and nothing after it
+    runs. `run_stage(label, call)` runs each stage (default: `call()`), for a caller that reports a stage's error
+    under the stage's name, as the CLI does."""
+    options = build_options(PrepareOptions, options, fields)
     summaries = {}
-    for label, argv in commands:
-        captured = io.StringIO()
-        with contextlib.redirect_stdout(captured):
-            code = main([*argv, "--json"])
-        if code != 0:
-            return code  # the stage printed its own one-line error
-        summaries[label] = json.loads(captured.getvalue())
+    for call in stage_calls(options):
+        run = functools.partial(call, quiet)
+        summaries[call.label] = (run() if run_stage is None else run_stage(call.label, run)).fields
     rows = []
     for label, summary in summaries.items():
         if label.startswith("create"):
@@ -105,6 +140,4 @@ def run(args):
             rows.append((label, f"{summary['documents']['training']:,} training / {summary['documents']['test']:,} test documents in {summary['out']}"))
         else:
             rows.append((label, "done"))
-    if not args.quiet or args.json:
-        print_summary("bertprep prepare: done", summaries, as_json=args.json, rows=rows)
-    return 0
+    return Summary("bertprep prepare: done", summaries, rows=rows)

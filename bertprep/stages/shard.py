@@ -30,6 +30,7 @@ valid UTF-8 is decoded with U+FFFD replacement and counted; documents left
 with no sentence (markup-only pages, blank texts) are dropped and counted.
 """
 
+import dataclasses
 import hashlib
 import heapq
 import os
@@ -39,13 +40,13 @@ import numpy as np
 
 from bertprep import __version__
 from bertprep.atomic import atomic_open, hold, sha256_file, walk
-from bertprep.engines import EngineOptions, add_engine_arguments, open_engine
+from bertprep.engines import EngineOptions, open_engine
 from bertprep.errors import DataError, UsageError
-from bertprep.progress import Progress, add_output_arguments, human_bytes, print_summary
+from bertprep.options import build_options, normalise_paths
+from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.workdir import (
     MANIFEST,
     SPLITS,
-    add_workdir_argument,
     check_corpus_name,
     load_manifest,
     resolve_workdir,
@@ -59,21 +60,30 @@ COMBINED = {"books_wiki_en_corpus": ("bookcorpus", "wikicorpus_en")}
 SCRATCH = "split"  # in the staging directory: pass 1's per-input sentence files
 
 
-def add_arguments(parser):
-    add_workdir_argument(parser)
-    parser.add_argument("--input", nargs="+", metavar="DIR_OR_FILE",
-                        help="formatted corpus directories or .jsonl/.txt files (default: WORKDIR/formatted/<corpus>)")
-    parser.add_argument("--out", help="output directory (default: WORKDIR/sharded/<corpus>)")
-    parser.add_argument("--corpus", help="corpus name used for the directory and file names (default: the only "
-                                         "formatted corpus; books_wiki_en_corpus combines bookcorpus and wikicorpus_en)")
-    parser.add_argument("--train-shards", type=int, default=256, help="training shards (default: 256)")
-    parser.add_argument("--test-shards", type=int, default=256, help="test shards (default: 256)")
-    parser.add_argument("--balance", choices=tuple(BALANCES), default="size",
-                        help="size: largest document first into the lightest shard (default); count: every shard of "
-                        "a split holds the same number of documents, ±1 (LDDL's balance), bytes balanced within that")
-    parser.add_argument("--test-fraction", type=float, default=0.1, help="share of documents in the test split (default: 0.1)")
-    add_engine_arguments(parser)
-    add_output_arguments(parser)
+@dataclasses.dataclass(frozen=True)
+class ShardOptions:
+    """`bertprep shard`'s flags: `input` (corpus directories or .jsonl/.txt files; None: WORKDIR/formatted/<corpus>),
+    `out` (None: WORKDIR/sharded/<corpus>), `corpus` (None: the only formatted corpus, or the --input directory's
+    name), the shard counts, `balance` ('size' or 'count'), `test_fraction` and where the tasks run (`engine`)."""
+
+    input: tuple[str, ...] | None = None
+    out: str | None = None
+    corpus: str | None = None
+    train_shards: int = 256
+    test_shards: int = 256
+    balance: str = "size"
+    test_fraction: float = 0.1
+    engine: EngineOptions = EngineOptions()
+    workdir: str | None = None
+
+    def __post_init__(self):
+        normalise_paths(self, "input", "out", "workdir")
+        if self.train_shards < 1 or self.test_shards < 1:
+            raise UsageError("--train-shards and --test-shards must be at least 1")
+        if not 0 <= self.test_fraction < 1:
+            raise UsageError("--test-fraction must be in [0, 1)")
+        if self.balance not in BALANCES:
+            raise UsageError(f"--balance must be one of {', '.join(BALANCES)}, not {self.balance!r}")
 
 
 # -- inputs -----------------------------------------------------------------------
@@ -273,42 +283,41 @@ def spread(sizes):
 # -- the command ------------------------------------------------------------------
 
 
-def run(args):
-    if args.train_shards < 1 or args.test_shards < 1:
-        raise UsageError("--train-shards and --test-shards must be at least 1")
-    if not 0 <= args.test_fraction < 1:
-        raise UsageError("--test-fraction must be in [0, 1)")
-    workdir = resolve_workdir(args.workdir)
-    corpus, inputs = resolve_inputs(workdir, args.input, args.corpus)
-    out = os.path.abspath(args.out or stage_dir(workdir, "sharded", corpus))
+def shard(options: ShardOptions | None = None, /, *, quiet: bool = True, **fields) -> Summary:
+    """Shard a corpus (`ShardOptions`, or its fields as keywords); the summary `--json` prints. `quiet=False`
+    shows progress on stderr. A complete output of the same inputs and settings is left as it is
+    (`complete_before`)."""
+    options = build_options(ShardOptions, options, fields)
+    workdir = resolve_workdir(options.workdir)
+    corpus, inputs = resolve_inputs(workdir, options.input, options.corpus)
+    out = os.path.abspath(options.out or stage_dir(workdir, "sharded", corpus))
     from bertprep.sentences import splitter_version
 
-    params = {"train_shards": args.train_shards, "test_shards": args.test_shards, "test_fraction": args.test_fraction,
-              "splitter": splitter_version(), "balance": BALANCES[args.balance][1], "test_choice": "smallest blake2b-64 hashes"}
+    params = {"train_shards": options.train_shards, "test_shards": options.test_shards,
+              "test_fraction": options.test_fraction, "splitter": splitter_version(),
+              "balance": BALANCES[options.balance][1], "test_choice": "smallest blake2b-64 hashes"}
     # The content, not path and size: an input edited in place to the same size must be sharded again.
     input_list = [{"path": p, "bytes": os.path.getsize(p), "sha256": sha256_file(p)} for p in inputs]
     with hold(out, "bertprep shard") as staging:
         previous = load_manifest(out)
         if _is_complete(previous, out, params, input_list):
-            print_summary(f"bertprep shard: {out} is already complete", _summary(previous, out, 0.0), as_json=args.json,
-                          rows=_rows(previous, out, 0.0))
-            return 0
-        progress = Progress("shard", total=len(inputs), unit="input files", quiet=args.quiet)
+            return Summary(f"bertprep shard: {out} is already complete", _summary(previous, out, 0.0),
+                           rows=_rows(previous, out, 0.0), complete_before=True)
+        progress = Progress("shard", total=len(inputs), unit="input files", quiet=quiet)
         start = time.monotonic()
         if previous is not None:
             os.unlink(os.path.join(out, MANIFEST))  # nothing may look complete while shards are rewritten
         scratch_dir = os.path.join(staging, SCRATCH)
         os.makedirs(scratch_dir)
-        with open_engine(EngineOptions(args.engine, args.workers, args.scheduler)) as engine:
-            manifest = _shard(args, engine, corpus, inputs, input_list, out, staging, params, progress)
+        with open_engine(options.engine) as engine:
+            manifest = _shard(options, engine, corpus, inputs, input_list, out, staging, params, progress)
         progress.close()
         seconds = time.monotonic() - start
         save_manifest(out, manifest)
-    print_summary(f"bertprep shard: {corpus} done", _summary(manifest, out, seconds), as_json=args.json, rows=_rows(manifest, out, seconds))
-    return 0
+    return Summary(f"bertprep shard: {corpus} done", _summary(manifest, out, seconds), rows=_rows(manifest, out, seconds))
 
 
-def _shard(args, engine, corpus, inputs, input_list, out, staging, params, progress):
+def _shard(options, engine, corpus, inputs, input_list, out, staging, params, progress):
     scratch_paths = [os.path.join(staging, SCRATCH, f"{i:06d}.txt") for i in range(len(inputs))]
     results = [None] * len(inputs)
     stats = {"invalid_utf8_lines": 0, "empty_documents": 0, "input_bytes": 0}
@@ -330,10 +339,10 @@ def _shard(args, engine, corpus, inputs, input_list, out, staging, params, progr
     offsets = np.concatenate([np.cumsum(r[0]) - r[0] for r in results])
     if sizes.size == 0:
         raise DataError(f"{', '.join(inputs[:3])}{' ...' if len(inputs) > 3 else ''}: no document with any sentence")
-    test_mask = choose_test(hashes, args.test_fraction)
+    test_mask = choose_test(hashes, options.test_fraction)
 
     tasks, names = [], []
-    for split, mask, requested in (("training", ~test_mask, args.train_shards), ("test", test_mask, args.test_shards)):
+    for split, mask, requested in (("training", ~test_mask, options.train_shards), ("test", test_mask, options.test_shards)):
         split_dir = os.path.join(out, split)
         os.makedirs(split_dir, exist_ok=True)
         for name in os.listdir(split_dir):  # shards of an earlier run with other settings
@@ -343,7 +352,7 @@ def _shard(args, engine, corpus, inputs, input_list, out, staging, params, progr
         count = min(requested, len(docs))
         if count < requested:
             progress.note(f"{split}: {len(docs)} document(s), so {count} shard(s) instead of {requested}")
-        assignment = BALANCES[args.balance][0](sizes[docs], count)
+        assignment = BALANCES[options.balance][0](sizes[docs], count)
         for shard in range(count):
             chosen = docs[assignment == shard]
             path = os.path.join(split_dir, shard_name(corpus, split, shard))

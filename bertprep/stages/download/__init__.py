@@ -12,37 +12,60 @@ WORKDIR/download/pretrained/<model>/.
 
 import importlib
 import os
+from dataclasses import dataclass
+from typing import ClassVar
 
-from bertprep.stages.download.http import add_limit_arguments
-from bertprep.progress import Progress, add_output_arguments, print_summary
-from bertprep.workdir import add_workdir_argument, resolve_workdir
+from bertprep.errors import UsageError
+from bertprep.options import build_options, normalise_paths
+from bertprep.progress import Progress, Summary
+from bertprep.stages.download.http import Limits
+from bertprep.workdir import resolve_workdir
 
+# source -> (module, its options class, one-line help)
 SOURCES = {
-    "wikipedia": ("bertprep.stages.download.wikipedia", "Wikipedia: the hub's wikimedia/wikipedia parquet, or --dump XML"),
-    "bookcorpus": ("bertprep.stages.download.bookcorpus", "BookCorpus: the hub's parquet export, or --tarball"),
-    "squad": ("bertprep.stages.download.squad", "SQuAD v1.1/v2.0 JSON (md5-checked) and evaluation scripts"),
-    "glue": ("bertprep.stages.download.glue", "GLUE tasks from nyu-mll/glue as the original TSV files"),
-    "pretrained": ("bertprep.stages.download.pretrained", "Google's released BERT checkpoints (sha256-checked) or a hub model"),
+    "wikipedia": ("bertprep.stages.download.wikipedia", "WikipediaOptions",
+                  "Wikipedia: the hub's wikimedia/wikipedia parquet, or --dump XML"),
+    "bookcorpus": ("bertprep.stages.download.bookcorpus", "BookcorpusOptions",
+                   "BookCorpus: the hub's parquet export, or --tarball"),
+    "squad": ("bertprep.stages.download.squad", "SquadOptions", "SQuAD v1.1/v2.0 JSON (md5-checked) and evaluation scripts"),
+    "glue": ("bertprep.stages.download.glue", "GlueOptions", "GLUE tasks from nyu-mll/glue as the original TSV files"),
+    "pretrained": ("bertprep.stages.download.pretrained", "PretrainedOptions",
+                   "Google's released BERT checkpoints (sha256-checked) or a hub model"),
 }
 
 
-def add_arguments(parser):
-    sub = parser.add_subparsers(dest="source", metavar="SOURCE", required=True)
-    for name, (module_name, help_text) in SOURCES.items():
-        source_parser = sub.add_parser(name, help=help_text, description=help_text)
-        add_workdir_argument(source_parser)
-        source_parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
-                                   help="parallel extraction workers (default: all cores)")
-        add_limit_arguments(source_parser)
-        add_output_arguments(source_parser)
-        importlib.import_module(module_name).add_arguments(source_parser)
+@dataclass(frozen=True, kw_only=True)
+class DownloadOptions:
+    """What every source takes: the work directory, parallel extraction `workers`, the `limits` on one
+    connection, and `base_url`, the source's host or hub endpoint (None: its environment variable or default).
+    Each source's options (`WikipediaOptions`, ...) add its own flags."""
+
+    source: ClassVar[str]
+    workdir: str | None = None
+    workers: int = os.cpu_count() or 1
+    limits: Limits = Limits()
+    base_url: str | None = None
+
+    def __post_init__(self):
+        normalise_paths(self, "workdir")
 
 
-def run(args):
-    workdir = resolve_workdir(args.workdir)
-    progress = Progress(f"download {args.source}", unit="files", quiet=args.quiet)
-    summary, rows = importlib.import_module(SOURCES[args.source][0]).run(args, workdir, progress)
+def options_class(source):
+    """The options class of a source name (`SOURCES`)."""
+    if source not in SOURCES:
+        raise UsageError(f"unknown download source {source!r}; known: {', '.join(SOURCES)}")
+    module, name, _help = SOURCES[source]
+    return getattr(importlib.import_module(module), name)
+
+
+def download(source: "str | DownloadOptions", /, *, quiet: bool = True, **fields) -> Summary:
+    """Download one source, `download("squad", workdir=...)` or `download(SquadOptions(...))`; the summary
+    `--json` prints. `quiet=False` shows progress on stderr."""
+    cls = type(source) if isinstance(source, DownloadOptions) else options_class(source)
+    options = build_options(cls, source if isinstance(source, DownloadOptions) else None, fields)
+    workdir = resolve_workdir(options.workdir)
+    progress = Progress(f"download {options.source}", unit="files", quiet=quiet)
+    summary, rows = importlib.import_module(SOURCES[options.source][0]).run(options, workdir, progress)
     progress.close()
     summary["workdir"] = workdir
-    print_summary(f"bertprep download {args.source}: done", summary, as_json=args.json, rows=rows + [("workdir", workdir)])
-    return 0
+    return Summary(f"bertprep download {options.source}: done", summary, rows=[*rows, ("workdir", workdir)])

@@ -14,10 +14,13 @@ that may come from the same book.
 
 import os
 import tarfile
+from dataclasses import dataclass
+from typing import ClassVar
 
 from bertprep.atomic import hold
 from bertprep.stages.download.formatted import corpus_dir, format_parts, save_parts_manifest, write_part
-from bertprep.stages.download.http import SourceDownloads, limits_from
+from bertprep.stages.download import DownloadOptions
+from bertprep.stages.download.http import SourceDownloads
 from bertprep.stages.download.hub import hub_snapshot, iter_parquet_rows
 from bertprep.stages.download.wikipedia import hub_manifest
 from bertprep.errors import DataError, UsageError
@@ -32,13 +35,23 @@ TARBALL_URL_ENV = "BERTPREP_BOOKCORPUS_URL"
 DEFAULT_LINES_PER_DOCUMENT = 500
 
 
-def add_arguments(parser):
-    parser.add_argument("--tarball", action="store_true", help=f"download the original {TARBALL} instead of the hub's parquet export")
-    parser.add_argument("--lines-per-document", type=int, default=DEFAULT_LINES_PER_DOCUMENT,
-                        help=f"lines per pseudo-document (default: {DEFAULT_LINES_PER_DOCUMENT}; the release has no book boundaries)")
-    parser.add_argument("--base-url", help=f"hub endpoint (default: $HF_ENDPOINT); with --tarball, the directory holding "
-                                           f"{TARBALL} (default: ${TARBALL_URL_ENV} or {DEFAULT_TARBALL_URL})")
-    parser.add_argument("--md5", help=f"md5 of the tarball at a mirror that repacked it (default: the original's, {TARBALL_MD5})")
+@dataclass(frozen=True, kw_only=True)
+class BookcorpusOptions(DownloadOptions):
+    """The hub's parquet export, or with `tarball` the original bookcorpus.tar.bz2 (`md5` for a mirror that
+    repacked it); `base_url` is the hub endpoint, with `tarball` the directory holding it
+    ($BERTPREP_BOOKCORPUS_URL or Google's). `lines_per_document`: lines per pseudo-document."""
+
+    source: ClassVar[str] = "bookcorpus"
+    tarball: bool = False
+    lines_per_document: int = DEFAULT_LINES_PER_DOCUMENT
+    md5: str | None = None
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.lines_per_document < 1:
+            raise UsageError("--lines-per-document must be at least 1")
+        if self.tarball:  # only the tarball is fetched over plain HTTP
+            self.limits.check()
 
 
 def group_lines(lines, per_document, name):
@@ -71,33 +84,32 @@ def tarball_documents(path, per_document):
         raise DataError(f"{path}: corrupt archive ({exc})") from None
 
 
-def run(args, workdir, progress):
-    if args.lines_per_document < 1:
-        raise UsageError("--lines-per-document must be at least 1")
+def run(options, workdir, progress):
+    per_document = options.lines_per_document
     directory = corpus_dir(workdir, CORPUS)
-    if args.tarball:
-        base = (args.base_url or os.environ.get(TARBALL_URL_ENV) or DEFAULT_TARBALL_URL).rstrip("/")
-        md5 = (args.md5 or TARBALL_MD5).lower()
+    if options.tarball:
+        base = (options.base_url or os.environ.get(TARBALL_URL_ENV) or DEFAULT_TARBALL_URL).rstrip("/")
+        md5 = (options.md5 or TARBALL_MD5).lower()
         downloads = SourceDownloads(os.path.join(workdir, "download", "bookcorpus"), "bookcorpus", progress,
-                                    limits_from(args))
+                                    options.limits)
         entry = downloads.get(f"{base}/{TARBALL}", TARBALL, checksums={"md5": md5})
-        source = {"tarball": TARBALL, "md5": md5, "lines_per_document": args.lines_per_document}
+        source = {"tarball": TARBALL, "md5": md5, "lines_per_document": per_document}
         with hold(directory, "bertprep download") as staging:
             manifest = save_parts_manifest(directory, CORPUS, source, None)
             if manifest is None:
                 stats = write_part(os.path.join(directory, "bookcorpus-tarball.jsonl"),
-                                   tarball_documents(downloads.path(TARBALL), args.lines_per_document), staging)
+                                   tarball_documents(downloads.path(TARBALL), per_document), staging)
                 manifest = save_parts_manifest(directory, CORPUS, source, {"bookcorpus-tarball.jsonl": stats})
         what = (TARBALL, f"{entry['bytes']:,} bytes, md5 verified")
     else:
-        commit, files = hub_snapshot(REPO, REVISION, ["plain_text/*.parquet"], args.base_url, args.quiet)
+        commit, files = hub_snapshot(REPO, REVISION, ["plain_text/*.parquet"], options.base_url, progress.quiet)
         hub_manifest(workdir, "bookcorpus", REPO, REVISION, commit, files, progress)
-        parts = [(path[: -len(".parquet")].replace("/", "-"), f"{info['sha256']}/{args.lines_per_document}",
-                  _parquet_documents(local, path, args.lines_per_document)) for path, local, info in files]
-        source = {"repo": REPO, "revision": REVISION, "commit": commit, "lines_per_document": args.lines_per_document}
-        manifest = format_parts(workdir, CORPUS, source, parts, args.workers, progress)
+        parts = [(path[: -len(".parquet")].replace("/", "-"), f"{info['sha256']}/{per_document}",
+                  _parquet_documents(local, path, per_document)) for path, local, info in files]
+        source = {"repo": REPO, "revision": REVISION, "commit": commit, "lines_per_document": per_document}
+        manifest = format_parts(workdir, CORPUS, source, parts, options.workers, progress)
         size = sum(info["bytes"] for _p, _l, info in files)
         what = (f"{REPO}@{REVISION}", f"{len(files)} parquet files, {size:,} bytes, sha256 verified")
     documents = sum(f["documents"] for f in manifest["files"].values())
-    rows = [what, ("formatted", f"{directory} ({documents:,} pseudo-documents of {args.lines_per_document} lines)")]
+    rows = [what, ("formatted", f"{directory} ({documents:,} pseudo-documents of {per_document} lines)")]
     return {"source": "bookcorpus", "corpus": CORPUS, "documents": documents, "formatted": directory}, rows

@@ -15,9 +15,13 @@ line breaks inside a text become spaces, as nothing can quote them.
 
 import hashlib
 import os
+from dataclasses import dataclass
+from typing import ClassVar
 
 from bertprep.atomic import atomic_write_bytes
 from bertprep.errors import UsageError
+from bertprep.options import set_field
+from bertprep.stages.download import DownloadOptions
 from bertprep.stages.download.http import SourceDownloads
 from bertprep.stages.download.hub import hub_snapshot, iter_parquet_rows
 
@@ -101,9 +105,18 @@ def parse_tasks(value):
     return list(dict.fromkeys(tasks))
 
 
-def add_arguments(parser):
-    parser.add_argument("--tasks", default="all", help="all, or a comma-separated list such as CoLA,MRPC,MNLI (default: all)")
-    parser.add_argument("--base-url", help="hub endpoint (default: $HF_ENDPOINT or https://huggingface.co)")
+@dataclass(frozen=True, kw_only=True)
+class GlueOptions(DownloadOptions):
+    """`tasks`: 'all', or task names (a comma-separated string or a tuple, any case, such as 'CoLA,sts-b'), a tuple
+    of the task directories after __post_init__; `base_url`: the hub endpoint. The hub client has its own limits."""
+
+    source: ClassVar[str] = "glue"
+    tasks: tuple[str, ...] | str = "all"
+
+    def __post_init__(self):
+        super().__post_init__()
+        tasks = self.tasks if isinstance(self.tasks, str) else ",".join(self.tasks)
+        set_field(self, "tasks", tuple(parse_tasks(tasks)))
 
 
 def _clean(value):
@@ -119,11 +132,11 @@ def tsv_bytes(header, rows):
     return text.encode("utf-8"), len(lines) - (header is not None)
 
 
-def run(args, workdir, progress):
-    tasks = parse_tasks(args.tasks)
+def run(options, workdir, progress):
+    tasks = options.tasks
     downloads = SourceDownloads(os.path.join(workdir, "download", "glue"), "glue", progress)
     patterns = [f"{TASKS[t][0]}/*.parquet" for t in tasks]
-    commit, files = hub_snapshot(REPO, "main", patterns, args.base_url, args.quiet)
+    commit, files = hub_snapshot(REPO, "main", patterns, options.base_url, progress.quiet)
     downloads.set_info(repo=REPO, commit=commit)
     rows = []
     for task in tasks:

@@ -52,24 +52,12 @@ class Limits:
     deadline: float = 3600.0
 
     def check(self):
+        """Self, when both limits can be met; the sources that use the limits call this when built."""
         if not self.stall > 0:
             raise UsageError(f"--stall-timeout: expected a number of seconds above 0, got {self.stall:g}")
         if not self.deadline >= 0:
             raise UsageError(f"--deadline: expected a number of seconds (0 for none), got {self.deadline:g}")
         return self
-
-
-def add_limit_arguments(parser):
-    default = Limits()
-    parser.add_argument("--stall-timeout", type=float, default=default.stall, metavar="SECONDS",
-                        help=f"resume a download that receives no byte for this long (default: {default.stall:g})")
-    parser.add_argument("--deadline", type=float, default=default.deadline, metavar="SECONDS",
-                        help=f"resume a connection still transferring after this long; 0: no deadline "
-                             f"(default: {default.deadline:g})")
-
-
-def limits_from(args):
-    return Limits(stall=args.stall_timeout, deadline=args.deadline).check()
 
 
 class _Transient(Exception):

@@ -24,10 +24,14 @@ import os
 import re
 import shutil
 import zipfile
+from dataclasses import dataclass
+from typing import ClassVar
 
 from bertprep.atomic import atomic_dir, hold, sha256_file
 from bertprep.bert_config import BertConfig
-from bertprep.stages.download.http import CHUNK, SourceDownloads, limits_from, read_checksum_list
+from bertprep.options import normalise_paths
+from bertprep.stages.download import DownloadOptions
+from bertprep.stages.download.http import CHUNK, SourceDownloads, read_checksum_list
 from bertprep.stages.download.hub import SHA256_HEX, _first_line
 from bertprep.errors import DataError, UsageError
 
@@ -100,15 +104,21 @@ RELEASES = {
 NVIDIA_NAMES = {nvidia: release for release, (_date, nvidia, _pins) in RELEASES.items() if nvidia}
 
 
-def add_arguments(parser):
-    parser.add_argument("--model", required=True, metavar="NAME",
-                        help=f"a Google release ({', '.join(RELEASES)}; NVIDIA's names such as bert_base_uncased "
-                             "also work) or a hub model id such as bert-base-uncased")
-    parser.add_argument("--base-url", help=f"Google release base URL (default: ${BASE_URL_ENV} or {DEFAULT_BASE_URL}); "
-                                           "for a hub id, the hub endpoint (default: $HF_ENDPOINT)")
-    parser.add_argument("--checksums", metavar="FILE",
-                        help="sha256sum-style list of the unpacked files (and optionally <release>.zip) replacing "
-                             "the built-in sha256s, for a mirror that republishes the files")
+@dataclass(frozen=True, kw_only=True)
+class PretrainedOptions(DownloadOptions):
+    """`model`: a Google release (`RELEASES`, or NVIDIA's name such as bert_base_uncased) or a hub model id;
+    `base_url`: the release base URL ($BERTPREP_PRETRAINED_URL or Google's), for a hub id the hub endpoint;
+    `checksums`: a sha256sum-style list replacing the built-in sha256s (a mirror that republishes the files)."""
+
+    source: ClassVar[str] = "pretrained"
+    model: str
+    checksums: str | None = None
+
+    def __post_init__(self):
+        super().__post_init__()
+        normalise_paths(self, "checksums")
+        resolve_model(self.model)
+        self.limits.check()
 
 
 def known_models():
@@ -129,16 +139,16 @@ def resolve_model(value):
     return "hub", name
 
 
-def run(args, workdir, progress):
-    kind, name = resolve_model(args.model)
+def run(options, workdir, progress):
+    kind, name = resolve_model(options.model)
     root = os.path.join(workdir, "download", "pretrained")
-    downloads = SourceDownloads(root, "pretrained", progress, limits_from(args))
+    downloads = SourceDownloads(root, "pretrained", progress, options.limits)
     with hold(root, "bertprep download pretrained") as staging:
         if kind == "google":
-            pins = read_checksum_list(args.checksums, "sha256") if args.checksums else RELEASES[name][2]
-            rows = _google_release(downloads, staging, name, pins, args.base_url)
+            pins = read_checksum_list(options.checksums, "sha256") if options.checksums else RELEASES[name][2]
+            rows = _google_release(downloads, staging, name, pins, options.base_url)
         else:
-            rows = _hub_model(downloads, staging, name, args.base_url, args.quiet)
+            rows = _hub_model(downloads, staging, name, options.base_url, progress.quiet)
     summary = {"source": "pretrained", "model": name, "directory": downloads.path(_dirname(name)),
                "files": {k: v for k, v in downloads.manifest["files"].items() if k.startswith(_dirname(name) + "/")}}
     return summary, rows

@@ -13,10 +13,14 @@ checksum; they are fetched if reachable and recorded as unverified.
 import hashlib
 import json
 import os
+from dataclasses import dataclass
+from typing import ClassVar
 
 from bertprep.atomic import atomic_write_bytes
-from bertprep.errors import DataError
-from bertprep.stages.download.http import SourceDownloads, fetch, limits_from, read_checksum_list
+from bertprep.errors import DataError, UsageError
+from bertprep.options import normalise_paths
+from bertprep.stages.download import DownloadOptions
+from bertprep.stages.download.http import SourceDownloads, fetch, read_checksum_list
 from bertprep.stages.download.hub import hub_snapshot, iter_parquet_rows
 
 DEFAULT_BASE_URL = "https://rajpurkar.github.io/SQuAD-explorer/dataset"
@@ -42,18 +46,27 @@ EVAL_SCRIPTS = {
 }
 HUB_REPOS = {"1.1": ("rajpurkar/squad", "plain_text"), "2.0": ("rajpurkar/squad_v2", "squad_v2")}
 HUB_SPLITS = {"train": "train", "dev": "validation"}
+VERSIONS = ("1.1", "2.0", "all")
 
 
-def add_arguments(parser):
-    parser.add_argument("--version", dest="squad_version", choices=["1.1", "2.0", "all"], default="all",
-                        help="SQuAD version(s) (default: all)")
-    parser.add_argument("--from-hub", action="store_true",
-                        help="rebuild the JSON files from rajpurkar/squad[_v2] on the hub instead of the SQuAD site")
-    parser.add_argument("--base-url", help=f"SQuAD JSON base URL (default: ${BASE_URL_ENV} or {DEFAULT_BASE_URL}); "
-                                           "with --from-hub, the hub endpoint (default: $HF_ENDPOINT)")
-    parser.add_argument("--eval-base-url", help=f"evaluation scripts base URL (default: ${EVAL_BASE_URL_ENV} or {DEFAULT_EVAL_BASE_URL})")
-    parser.add_argument("--checksums", metavar="FILE",
-                        help="md5sum-style list replacing the built-in md5s (for a mirror that republishes the files)")
+@dataclass(frozen=True, kw_only=True)
+class SquadOptions(DownloadOptions):
+    """`squad_version` '1.1', '2.0' or 'all' from the SQuAD site (`base_url`: $BERTPREP_SQUAD_URL or the site),
+    md5-checked (`checksums`: an md5sum-style list replacing the built-in md5s), with the evaluation scripts
+    from `eval_base_url`; or with `from_hub` rebuilt from rajpurkar/squad[_v2] (`base_url`: the hub endpoint)."""
+
+    source: ClassVar[str] = "squad"
+    squad_version: str = "all"
+    from_hub: bool = False
+    eval_base_url: str | None = None
+    checksums: str | None = None
+
+    def __post_init__(self):
+        super().__post_init__()
+        normalise_paths(self, "checksums")
+        if self.squad_version not in VERSIONS:
+            raise UsageError(f"--version must be one of {', '.join(VERSIONS)}, not {self.squad_version!r}")
+        self.limits.check()
 
 
 def count_examples(path):
@@ -66,23 +79,23 @@ def count_examples(path):
         raise DataError(f"{path}: not SQuAD JSON ({exc.__class__.__name__}: {exc})") from None
 
 
-def run(args, workdir, progress):
-    versions = ["1.1", "2.0"] if args.squad_version == "all" else [args.squad_version]
-    downloads = SourceDownloads(os.path.join(workdir, "download", "squad"), "squad", progress, limits_from(args))
-    md5s = read_checksum_list(args.checksums, "md5") if args.checksums else {}
+def run(options, workdir, progress):
+    versions = ["1.1", "2.0"] if options.squad_version == "all" else [options.squad_version]
+    downloads = SourceDownloads(os.path.join(workdir, "download", "squad"), "squad", progress, options.limits)
+    md5s = read_checksum_list(options.checksums, "md5") if options.checksums else {}
     rows = []
     for version in versions:
         for split, name, md5, examples in FILES[version]:
             relpath = f"v{version}/{name}"
-            if args.from_hub:
-                entry = _from_hub(downloads, version, split, relpath, args.base_url, args.quiet)
+            if options.from_hub:
+                entry = _from_hub(downloads, version, split, relpath, options.base_url, progress.quiet)
             else:
-                base = (args.base_url or os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL).rstrip("/")
+                base = (options.base_url or os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL).rstrip("/")
                 entry = downloads.get(f"{base}/{name}", relpath, checksums={"md5": md5s.get(name, md5)})
             _check_examples(downloads, relpath, entry, examples)
             rows.append((relpath, f"{entry['examples']:,} examples"))
-        if not args.from_hub:
-            rows.append(_eval_script(downloads, version, args.eval_base_url, progress))
+        if not options.from_hub:
+            rows.append(_eval_script(downloads, version, options.eval_base_url, progress))
     return {"source": "squad", "directory": downloads.directory, "files": downloads.manifest["files"]}, rows
 
 

@@ -24,7 +24,7 @@ from mwparserfromhell.parser import ParserError
 from bertprep.errors import DataError, UsageError
 from bertprep.atomic import hold
 from bertprep.stages.download.formatted import corpus_dir, save_parts_manifest, write_part
-from bertprep.stages.download.http import SourceDownloads, fetch_text, limits_from
+from bertprep.stages.download.http import SourceDownloads, fetch_text
 from bertprep.stages.download.wikimarkup import STRIPPER, wikitext_to_text
 
 DEFAULT_BASE_URL = "https://dumps.wikimedia.org"
@@ -127,22 +127,23 @@ def _batched(iterable, size):
         yield batch
 
 
-def run(args, workdir, progress):
-    base = (args.base_url or os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL).rstrip("/")
-    wiki = f"{args.lang}wiki"
-    limits = limits_from(args)
-    date, name, md5 = resolve_dump(base, args.lang, args.dump, limits)
+def run(options, workdir, progress):
+    """`download wikipedia --dump` (WikipediaOptions)."""
+    base = (options.base_url or os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL).rstrip("/")
+    wiki = f"{options.lang}wiki"
+    limits = options.limits
+    date, name, md5 = resolve_dump(base, options.lang, options.dump, limits)
     downloads = SourceDownloads(os.path.join(workdir, "download", "wikipedia"), "wikipedia", progress, limits)
     entry = downloads.get(f"{base}/{wiki}/{date}/{name}", name, checksums={"md5": md5})
-    downloads.set_info(dump=date, lang=args.lang)
-    corpus = f"wikicorpus_{args.lang}"
+    downloads.set_info(dump=date, lang=options.lang)
+    corpus = f"wikicorpus_{options.lang}"
     directory = corpus_dir(workdir, corpus)
     # The stripper is part of what made the text: another version re-extracts.
     source = {"dump": name, "md5": md5, "markup": STRIPPER}
     with hold(directory, "bertprep download") as staging:
         done = save_parts_manifest(directory, corpus, source, None)
         if done is None:
-            files = extract(downloads.path(name), directory, f"{wiki}-{date}", staging, args.workers, progress)
+            files = extract(downloads.path(name), directory, f"{wiki}-{date}", staging, options.workers, progress)
             done = save_parts_manifest(directory, corpus, source, files)
     documents = sum(f["documents"] for f in done["files"].values())
     rows = [(name, f"{entry['bytes']:,} bytes, md5 verified"), ("formatted", f"{directory} ({documents:,} documents)")]

@@ -5,8 +5,11 @@ WORKDIR/formatted/wikicorpus_<lang>/ (NVIDIA's corpus name).
 """
 
 import os
+from dataclasses import dataclass
+from typing import ClassVar
 
 from bertprep.errors import UsageError
+from bertprep.stages.download import DownloadOptions
 from bertprep.stages.download.formatted import corpus_dir, format_parts
 from bertprep.stages.download.http import SourceDownloads
 from bertprep.stages.download.hub import hub_snapshot, iter_parquet_rows
@@ -15,34 +18,41 @@ REPO = "wikimedia/wikipedia"
 DEFAULT_DATE = "20231101"
 
 
-def add_arguments(parser):
-    parser.add_argument("--lang", default="en", help="language code (default: en)")
-    parser.add_argument("--date", default=DEFAULT_DATE, help=f"hub release date (default: {DEFAULT_DATE})")
-    parser.add_argument("--dump", metavar="latest|YYYYMMDD",
-                        help="download this XML dump from the Wikimedia dump site instead of the hub's parquet release")
-    parser.add_argument("--base-url", help="hub endpoint (default: $HF_ENDPOINT or https://huggingface.co); with --dump, "
-                                           "the dump site (default: $BERTPREP_WIKIDUMP_URL or https://dumps.wikimedia.org)")
+@dataclass(frozen=True, kw_only=True)
+class WikipediaOptions(DownloadOptions):
+    """`lang` from the hub release of `date`, or with `dump` ('latest' or YYYYMMDD) the XML dump; `base_url` is
+    the hub endpoint, with `dump` the dump site ($BERTPREP_WIKIDUMP_URL or https://dumps.wikimedia.org)."""
+
+    source: ClassVar[str] = "wikipedia"
+    lang: str = "en"
+    date: str = DEFAULT_DATE
+    dump: str | None = None
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.dump:  # only the dump is fetched over plain HTTP; the hub client has its own limits
+            self.limits.check()
 
 
 def _documents(local):
     return lambda: iter_parquet_rows(local, ["id", "title", "text"])
 
 
-def run(args, workdir, progress):
-    if args.dump:
+def run(options, workdir, progress):
+    if options.dump:
         try:
             from bertprep.stages.download import wikidump
         except ModuleNotFoundError as exc:
             if exc.name != "mwparserfromhell":
                 raise
             raise UsageError('--dump needs mwparserfromhell to strip wiki markup: pip install "bertprep[download]"') from None
-        return wikidump.run(args, workdir, progress)
-    config = f"{args.date}.{args.lang}"
-    commit, files = hub_snapshot(REPO, "main", [f"{config}/*.parquet"], args.base_url, args.quiet)
+        return wikidump.run(options, workdir, progress)
+    config = f"{options.date}.{options.lang}"
+    commit, files = hub_snapshot(REPO, "main", [f"{config}/*.parquet"], options.base_url, progress.quiet)
     hub_manifest(workdir, "wikipedia", REPO, "main", commit, files, progress)
-    corpus = f"wikicorpus_{args.lang}"
+    corpus = f"wikicorpus_{options.lang}"
     parts = [(path[: -len(".parquet")].replace("/", "-"), info["sha256"], _documents(local)) for path, local, info in files]
-    manifest = format_parts(workdir, corpus, {"repo": REPO, "config": config, "commit": commit}, parts, args.workers, progress)
+    manifest = format_parts(workdir, corpus, {"repo": REPO, "config": config, "commit": commit}, parts, options.workers, progress)
     documents = sum(f["documents"] for f in manifest["files"].values())
     size = sum(info["bytes"] for _p, _l, info in files)
     rows = [(f"{REPO} {config}", f"{len(files)} parquet files, {size:,} bytes, sha256 verified (commit {commit[:12]})"),

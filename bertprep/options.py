@@ -1,0 +1,40 @@
+"""What the stage functions share about their options (issue 31's stage API).
+
+A stage function takes a frozen options object or the same values as keywords,
+`shard(ShardOptions(corpus="wiki"))` or `shard(corpus="wiki")`; paths may be
+strings or `os.PathLike` (a notebook's `pathlib.Path`) and are kept as strings.
+"""
+
+import dataclasses
+import os
+
+
+def build_options(cls, options, fields):
+    """`options` (an instance of `cls`), or a `cls` built from the keyword `fields`; not both."""
+    if options is None:
+        return cls(**fields)
+    if not isinstance(options, cls):
+        raise TypeError(f"expected {cls.__name__}, got {type(options).__name__}")
+    if fields:
+        raise TypeError(f"give a {cls.__name__} or its fields as keywords, not both ({', '.join(fields)})")
+    return options
+
+
+def normalise_paths(options, *names):
+    """Set each named field of a frozen dataclass to a string path (a tuple of them for a list); None stays."""
+    for name in names:
+        value = getattr(options, name)
+        if isinstance(value, (list, tuple)):
+            value = tuple(os.fspath(v) for v in value)
+        elif value is not None:
+            value = os.fspath(value)
+        object.__setattr__(options, name, value)
+
+
+def set_field(options, name, value):
+    """What __post_init__ decides for a field of a frozen dataclass (a default that depends on others)."""
+    object.__setattr__(options, name, value)
+
+
+def field_names(cls):
+    return [f.name for f in dataclasses.fields(cls)]
