@@ -1,3 +1,53 @@
-"""bertprep: BERT pretraining data, exact, fast, resumable, verifiable."""
+"""bertprep: BERT pretraining data, exact, fast, resumable, verifiable.
+
+Every stage is a function with typed, frozen options, returning its summary (what `--json` prints)::
+
+    import bertprep
+    bertprep.download("squad", workdir="work")
+    bertprep.shard(input=("corpus.txt",), out="work/sharded")
+    bertprep.create(input=("work/sharded",), vocab="vocab.txt", seq=128, pred=20, out="work/records")
+    bertprep.validate(paths=("work/records",))
+
+A call is `stage(options)` or `stage(**fields)`; `quiet=False` shows progress on stderr as the command
+does. Bad options or data raise `bertprep.errors.UsageError` / `DataError` with the command's one-line
+message. The names load on first use, so `import bertprep` stays cheap.
+"""
+
+import importlib
 
 __version__ = "0.1.0"
+
+# public name -> the module that defines it (bertprep/stages/: one module or package per stage)
+_EXPORTS = {
+    **dict.fromkeys(("download", "DownloadOptions"), "bertprep.stages.download"),
+    "WikipediaOptions": "bertprep.stages.download.wikipedia",
+    "BookcorpusOptions": "bertprep.stages.download.bookcorpus",
+    "SquadOptions": "bertprep.stages.download.squad",
+    "GlueOptions": "bertprep.stages.download.glue",
+    "PretrainedOptions": "bertprep.stages.download.pretrained",
+    "Limits": "bertprep.stages.download.http",
+    **dict.fromkeys(("shard", "ShardOptions"), "bertprep.stages.shard"),
+    **dict.fromkeys(("create", "CreateOptions"), "bertprep.stages.create"),
+    **dict.fromkeys(("pack", "PackOptions"), "bertprep.stages.pack"),
+    **dict.fromkeys(("validate", "ValidateOptions", "Report"), "bertprep.stages.validate"),
+    **dict.fromkeys(("prepare", "PrepareOptions"), "bertprep.stages.prepare"),
+    **dict.fromkeys(("inspect", "InspectOptions"), "bertprep.stages.inspect"),
+    **dict.fromkeys(("convert", "ConvertOptions"), "bertprep.stages.convert"),
+    **dict.fromkeys(("create_squad", "CreateSquadOptions"), "bertprep.stages.finetune.squad"),
+    **dict.fromkeys(("create_glue", "CreateGlueOptions"), "bertprep.stages.finetune.glue"),
+    "EngineOptions": "bertprep.engines",
+    "Summary": "bertprep.progress",
+}
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'bertprep' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value  # once loaded, a plain attribute
+    return value
+
+
+def __dir__():
+    return sorted(__all__)

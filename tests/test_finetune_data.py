@@ -189,11 +189,11 @@ def _files_and_summary(out, summary):
 
 def test_create_squad_called_in_python_writes_what_the_command_writes(finetune_dir, vocab_path, tmp_path, capsys):
     from bertprep.errors import UsageError
-    from bertprep.stages.finetune.squad import SquadOptions, create_squad
+    from bertprep.stages.finetune.squad import CreateSquadOptions, create_squad
 
     assert squad(finetune_dir, vocab_path, tmp_path / "cli", "2.0", "dev", 128, 32, 24, "--json") == 0
     printed = json.loads(capsys.readouterr().out)
-    options = SquadOptions(input=str(finetune_dir / "squad/v2.0/dev-v2.0.json"), vocab=str(vocab_path),
+    options = CreateSquadOptions(input=str(finetune_dir / "squad/v2.0/dev-v2.0.json"), vocab=str(vocab_path),
                            out=str(tmp_path / "py"), seq=128, doc_stride=32, max_query=24)
     summary = create_squad(options)
     assert capsys.readouterr() == ("", "")
@@ -201,14 +201,14 @@ def test_create_squad_called_in_python_writes_what_the_command_writes(finetune_d
     assert _files_and_summary(tmp_path / "py", summary) == _files_and_summary(tmp_path / "cli", printed)
     assert create_squad(options).complete_before
     with pytest.raises(UsageError, match=r"^--doc-stride must be at least 1, not 0$"):
-        SquadOptions(input=options.input, vocab=options.vocab, out=options.out, doc_stride=0)
+        CreateSquadOptions(input=options.input, vocab=options.vocab, out=options.out, doc_stride=0)
     with pytest.raises(UsageError, match=r"^unknown --format 'avro' \(choose from"):
-        SquadOptions(input=options.input, vocab=options.vocab, out=options.out, format=("avro",))
+        CreateSquadOptions(input=options.input, vocab=options.vocab, out=options.out, format=("avro",))
 
 
 def test_create_glue_called_in_python_writes_what_the_command_writes(finetune_dir, vocab_path, tmp_path, capsys):
     from bertprep.errors import UsageError
-    from bertprep.stages.finetune.glue import GlueOptions, create_glue
+    from bertprep.stages.finetune.glue import CreateGlueOptions, create_glue
 
     assert main(["create-glue", "--task", "mrpc", "--data-dir", str(finetune_dir / "glue/MRPC"), "--vocab",
                  str(vocab_path), "--out", str(tmp_path / "cli"), "--split", "test", "--split", "dev", "--json",
@@ -222,9 +222,9 @@ def test_create_glue_called_in_python_writes_what_the_command_writes(finetune_di
     assert create_glue(task="MRPC", data_dir=finetune_dir / "glue/MRPC", vocab=vocab_path, out=tmp_path / "py",
                        split="dev").complete_before
     with pytest.raises(UsageError, match=r"^--task: unknown GLUE task 'XYZ'; known: CoLA, MRPC"):
-        GlueOptions(task="XYZ", data_dir="d", vocab="v", out="o")
+        CreateGlueOptions(task="XYZ", data_dir="d", vocab="v", out="o")
     with pytest.raises(UsageError, match=r"^--seq 2 is too small: at least 3 positions are needed$"):
-        GlueOptions(task="MRPC", data_dir="d", vocab="v", out="o", seq=2)
+        CreateGlueOptions(task="MRPC", data_dir="d", vocab="v", out="o", seq=2)
 
 
 def test_formats_flag_writes_only_the_named_format(finetune_dir, vocab_path, tmp_path):

@@ -2,7 +2,7 @@
 (bertprep/stages/finetune/glue.py), its summary printed."""
 
 from bertprep.cli.records_flags import add_common_arguments, common_fields, print_summary
-from bertprep.stages.finetune.glue import SPLITS, TASKS, GlueOptions, create_glue
+from bertprep.stages.finetune.glue import SPLITS, TASKS, CreateGlueOptions, create_glue
 
 
 def add_arguments(parser):
@@ -13,8 +13,8 @@ def add_arguments(parser):
     add_common_arguments(parser, seq=128)
 
 
-def options(args) -> GlueOptions:
-    return GlueOptions(task=args.task, data_dir=args.data_dir, split=tuple(args.split) if args.split else None,
+def options(args) -> CreateGlueOptions:
+    return CreateGlueOptions(task=args.task, data_dir=args.data_dir, split=tuple(args.split) if args.split else None,
                        **common_fields(args))
 
 

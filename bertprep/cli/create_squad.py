@@ -2,7 +2,7 @@
 (bertprep/stages/finetune/squad.py), its summary printed."""
 
 from bertprep.cli.records_flags import add_common_arguments, common_fields, print_summary
-from bertprep.stages.finetune.squad import SPLITS, SquadOptions, create_squad
+from bertprep.stages.finetune.squad import SPLITS, CreateSquadOptions, create_squad
 
 
 def add_arguments(parser):
@@ -15,8 +15,8 @@ def add_arguments(parser):
     add_common_arguments(parser, seq=384)
 
 
-def options(args) -> SquadOptions:
-    return SquadOptions(input=args.input, split=args.split, doc_stride=args.doc_stride, max_query=args.max_query,
+def options(args) -> CreateSquadOptions:
+    return CreateSquadOptions(input=args.input, split=args.split, doc_stride=args.doc_stride, max_query=args.max_query,
                         **common_fields(args))
 
 

@@ -102,7 +102,7 @@ def task_named(value):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class GlueOptions(RecordsOptions):
+class CreateGlueOptions(RecordsOptions):
     """What `create_glue` converts: the GLUE `task`'s TSV directory `data_dir` (e.g. WORKDIR/download/glue/MRPC),
     its `split`s (train, dev, test; None: all three), with run_classifier.py's max_seq_length `seq`; and the
     shared `RecordsOptions`."""
@@ -246,11 +246,11 @@ def feature_columns(examples, tokenizer, seq, labels):
 # ---------------------------------------------------------------- the command
 
 
-def create_glue(options: GlueOptions | None = None, /, *, quiet: bool = True, **fields) -> Summary:
-    """Write the records of a GLUE task's splits (`options`, or GlueOptions(**fields)); progress on stderr
+def create_glue(options: CreateGlueOptions | None = None, /, *, quiet: bool = True, **fields) -> Summary:
+    """Write the records of a GLUE task's splits (`options`, or CreateGlueOptions(**fields)); progress on stderr
     unless `quiet`. Every file is read and checked before anything is written; a split already written with
     the same input and settings is left as it is (`complete_before`: all were)."""
-    options = options or GlueOptions(**fields)
+    options = options or CreateGlueOptions(**fields)
     started = time.monotonic()
     task = task_named(options.task)
     splits = [s for s in SPLITS if s in (options.split or SPLITS)]

@@ -395,7 +395,7 @@ def split_of(path, value):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class SquadOptions(RecordsOptions):
+class CreateSquadOptions(RecordsOptions):
     """What `create_squad` converts: the SQuAD JSON `input` (train-v1.1.json, dev-v2.0.json, ...), as the
     `split` train (shuffled, with answers) or eval (with prediction metadata; None: from the file name,
     train-* or dev-*), with run_squad.py's max_seq_length `seq`, `doc_stride` and max_query_length
@@ -422,11 +422,11 @@ class SquadOptions(RecordsOptions):
         split_of(self.input, self.split)  # a name that tells no split, and no --split: a usage error now
 
 
-def create_squad(options: SquadOptions | None = None, /, *, quiet: bool = True, **fields) -> Summary:
-    """Write the records of one SQuAD split (`options`, or SquadOptions(**fields)); progress and the skipped
+def create_squad(options: CreateSquadOptions | None = None, /, *, quiet: bool = True, **fields) -> Summary:
+    """Write the records of one SQuAD split (`options`, or CreateSquadOptions(**fields)); progress and the skipped
     questions on stderr unless `quiet`. A split already written with the same input and settings is left as
     it is (`complete_before`)."""
-    options = options or SquadOptions(**fields)
+    options = options or CreateSquadOptions(**fields)
     started = time.monotonic()
     split = split_of(options.input, options.split)
     if not os.path.isfile(options.input):
