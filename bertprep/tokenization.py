@@ -15,8 +15,8 @@ import hashlib
 import itertools
 import os
 import re
-from functools import cached_property
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 

@@ -24,7 +24,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from bertprep import formats  # noqa: E402
-from bertprep.formats.schemas import PRETRAINING
+from bertprep.formats.schemas import PRETRAINING  # noqa: E402
 
 SHAPES = {(128, 20): "G1", (512, 80): "G2"}
 BATCH = 256

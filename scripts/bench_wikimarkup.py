@@ -14,7 +14,9 @@ stripper, copied below unchanged and labelled as such.
 """
 
 import argparse
+import html
 import random
+import re
 import sys
 import time
 from pathlib import Path
@@ -27,11 +29,9 @@ from bertprep.stages.download.wikimarkup import STRIPPER, wikitext_to_text  # no
 # ---------------------------------------------------------------------------
 # BASELINE: bertprep/stages/download/wikimarkup.py as it was before mwparserfromhell
 # replaced it (git history: the commit before "wikimarkup: mwparserfromhell").
-# Copied unchanged apart from the function's name; only this benchmark uses it.
+# Copied unchanged apart from the function's name (its imports, html and re, are at the top of this file);
+# only this benchmark uses it.
 # ---------------------------------------------------------------------------
-
-import html
-import re
 
 # Extension tags whose content is not prose (dropped with their content).
 _DROP_TAGS = ("ref", "math", "chem", "ce", "gallery", "timeline", "score", "syntaxhighlight", "source", "imagemap",

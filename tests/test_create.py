@@ -254,7 +254,7 @@ def tiny_inputs(tmp_path, golden_dir):
 def assert_one_line_error(result, code, *needles):
     assert result.returncode == code, (result.returncode, result.stderr)
     assert "Traceback" not in result.stderr
-    lines = [l for l in result.stderr.splitlines() if l.strip()]
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, result.stderr
     for needle in needles:
         assert needle in lines[0], lines[0]

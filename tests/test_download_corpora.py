@@ -9,8 +9,16 @@ import tarfile
 
 import pytest
 
-from stand_in_servers import (StandInServer, looks_complete, ok, one_line_error, parquet_bytes, run_cli, run_python,
-                              same_apart_from_workdir)
+from stand_in_servers import (
+    StandInServer,
+    looks_complete,
+    ok,
+    one_line_error,
+    parquet_bytes,
+    run_cli,
+    run_python,
+    same_apart_from_workdir,
+)
 
 ARTICLES = [
     ("1", "Ada Lovelace", "Ada Lovelace was an English mathematician. She worked on the Analytical Engine.\n"

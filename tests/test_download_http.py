@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from bertprep.stages.download.http import Limits, SourceDownloads, fetch
 from bertprep.errors import DataError
+from bertprep.stages.download.http import Limits, SourceDownloads, fetch
 from stand_in_servers import StandInServer, ok, one_line_error, run_cli
 
 PAYLOAD = os.urandom(3 * (1 << 20) + 12345)  # several read chunks

@@ -7,8 +7,16 @@ import json
 import pytest
 
 from bertprep.stages.download.glue import TASKS as DOWNLOAD_TASKS
-from stand_in_servers import (StandInServer, looks_complete, ok, one_line_error, parquet_bytes, run_cli, run_python,
-                              same_apart_from_workdir)
+from stand_in_servers import (
+    StandInServer,
+    looks_complete,
+    ok,
+    one_line_error,
+    parquet_bytes,
+    run_cli,
+    run_python,
+    same_apart_from_workdir,
+)
 
 COUNTS = {"train-v1.1.json": 87_599, "dev-v1.1.json": 10_570, "train-v2.0.json": 130_319, "dev-v2.0.json": 11_873}
 PER_PARAGRAPH = 50

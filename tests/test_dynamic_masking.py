@@ -12,8 +12,8 @@ import pytest
 from bertprep import formats, masking
 from bertprep.binning import bin_width, binned_batches, bins_of
 from bertprep.cli import main as bertprep_main
-from bertprep.stages.create import sample_paths
 from bertprep.instances import MaskingVocab
+from bertprep.stages.create import sample_paths
 from bertprep.tokenization import load_vocab
 
 

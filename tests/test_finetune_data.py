@@ -9,9 +9,9 @@ import pytest
 
 from bertprep import formats
 from bertprep.cli import main
+from bertprep.formats import schemas
 from bertprep.stages.download.glue import TASKS as DOWNLOAD_TASKS
 from bertprep.stages.finetune.glue import TASKS, truncated_lengths
-from bertprep.formats import schemas
 from bertprep.tokenization import load_vocab
 
 SQUAD_GOLDENS = [(version, split, seq, stride, query) for version in ("1.1", "2.0") for split in ("train", "dev")

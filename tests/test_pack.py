@@ -7,13 +7,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_create import golden_argv, only_records_dir, output_files
 
 from bertprep import formats
 from bertprep.cli import main
 from bertprep.formats.schemas import PACKED, PRETRAINING
 from bertprep.stages.pack import strategy
 from bertprep.stages.pack.layout import pack_rows, unpack_rows
+from test_create import golden_argv, only_records_dir, output_files
 
 
 def run_json(capsys, *argv):

@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from bertprep.stages.shard import balance, balance_count, choose_test
 from bertprep.sentences import document_sentences
+from bertprep.stages.shard import balance, balance_count, choose_test
 from stand_in_servers import ok, one_line_error, run_cli
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from bertprep.corpus import read_text, split_documents
-from bertprep.tokenization import LineTokenizer, cut_line, load_vocab, _wordpiece
+from bertprep.tokenization import LineTokenizer, _wordpiece, cut_line, load_vocab
 
 EDGE_LINES = [
     "a\x01b c\x7fd",  # control characters vanish and join their neighbours

@@ -5,7 +5,13 @@ import os
 from bertprep.options import field_names
 from bertprep.progress import add_output_arguments
 from bertprep.stages.download import SOURCES, download, options_class
-from bertprep.stages.download.bookcorpus import DEFAULT_LINES_PER_DOCUMENT, DEFAULT_TARBALL_URL, TARBALL, TARBALL_MD5, TARBALL_URL_ENV
+from bertprep.stages.download.bookcorpus import (
+    DEFAULT_LINES_PER_DOCUMENT,
+    DEFAULT_TARBALL_URL,
+    TARBALL,
+    TARBALL_MD5,
+    TARBALL_URL_ENV,
+)
 from bertprep.stages.download.http import Limits
 from bertprep.stages.download.pretrained import BASE_URL_ENV as PRETRAINED_URL_ENV
 from bertprep.stages.download.pretrained import DEFAULT_BASE_URL as PRETRAINED_URL

@@ -29,8 +29,10 @@ import numpy as np
 
 from bertprep.atomic import hold
 from bertprep.corpus import read_text
-from bertprep.stages.download.glue import ALIASES as TASK_ALIASES
 from bertprep.errors import DataError, UsageError
+from bertprep.formats.schemas import GLUE, GLUE_REGRESSION
+from bertprep.progress import Progress, Summary, human_bytes
+from bertprep.stages.download.glue import ALIASES as TASK_ALIASES
 from bertprep.stages.finetune.common import (
     RecordsOptions,
     SplitWriter,
@@ -42,8 +44,6 @@ from bertprep.stages.finetune.common import (
     sha256_of,
     split_is_complete,
 )
-from bertprep.formats.schemas import GLUE, GLUE_REGRESSION
-from bertprep.progress import Progress, Summary, human_bytes
 
 SPLITS = ("train", "dev", "test")
 ROLE = {"train": "train", "dev": "eval", "test": "test"}  # split -> output files (train / eval / predict+test)

@@ -47,6 +47,8 @@ import numpy as np
 from bertprep.atomic import hold
 from bertprep.corpus import read_text
 from bertprep.errors import DataError, UsageError
+from bertprep.formats.schemas import SQUAD_EVAL, SQUAD_TRAIN
+from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.stages.finetune.common import (
     RecordsOptions,
     SplitWriter,
@@ -58,8 +60,6 @@ from bertprep.stages.finetune.common import (
     sha256_of,
     split_is_complete,
 )
-from bertprep.formats.schemas import SQUAD_EVAL, SQUAD_TRAIN
-from bertprep.progress import Progress, Summary, human_bytes
 
 FIRST_UNIQUE_ID = 1000000000  # run_squad.py's first unique_id
 SHUFFLE_SEED = 12345  # run_squad.py main: random.Random(12345).shuffle(train_examples)

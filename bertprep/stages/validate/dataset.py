@@ -15,10 +15,10 @@ import os
 import re
 
 from bertprep import formats
+from bertprep.atomic import walk
 from bertprep.formats.schemas import kind_of_manifest
 from bertprep.manifests import manifest_problems
 from bertprep.progress import Progress
-from bertprep.atomic import walk
 from bertprep.stages.validate.finetune import FINETUNE_KINDS
 from bertprep.stages.validate.records import RULES, Finding, Findings, RecordSpec, scan_file
 from bertprep.workdir import MANIFEST, SPLITS, read_manifest

@@ -14,11 +14,11 @@ import os
 
 import numpy as np
 
+from bertprep.atomic import walk
 from bertprep.stages.download.glue import task_outputs
 from bertprep.stages.download.squad import FILES as SQUAD_FILES
 from bertprep.stages.validate.dataset import natural_key
 from bertprep.stages.validate.records import Finding
-from bertprep.atomic import walk
 from bertprep.workdir import MANIFEST, SPLITS, read_manifest
 
 TEXT_CHECKS = {
