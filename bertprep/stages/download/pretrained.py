@@ -38,7 +38,8 @@ from bertprep.stages.download.hub import SHA256_HEX, _first_line
 DEFAULT_BASE_URL = "https://storage.googleapis.com/bert_models"
 BASE_URL_ENV = "BERTPREP_PRETRAINED_URL"
 CONFIG, VOCAB, INDEX, DATA, META = (
-    "bert_config.json", "vocab.txt", "bert_model.ckpt.index", "bert_model.ckpt.data-00000-of-00001", "bert_model.ckpt.meta",
+    "bert_config.json", "vocab.txt", "bert_model.ckpt.index", "bert_model.ckpt.data-00000-of-00001",
+    "bert_model.ckpt.meta",
 )
 RELEASE_FILES = (CONFIG, DATA, INDEX, META, VOCAB)
 REQUIRED_FILES = (CONFIG, DATA, INDEX, VOCAB)  # what reading the checkpoint needs; the .meta graph is not
@@ -241,7 +242,8 @@ def _unpack(zip_path, release, out, pins, progress):
             _check_bert_config(os.path.join(out, CONFIG), f"{release}/{CONFIG}")
             return entries
     except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError) as exc:
-        raise DataError(f"{zip_path}: not a readable zip archive ({_first_line(exc)}); the download was deleted") from None
+        raise DataError(f"{zip_path}: not a readable zip archive ({_first_line(exc)}); the download was "
+                        "deleted") from None
 
 
 def _check_bert_config(path, name):

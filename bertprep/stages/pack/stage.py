@@ -201,7 +201,8 @@ def summarize(out_dir, manifest, tasks, seconds, packed):
                                          "sequences_per_row", "by_split")},
         "fill": round(packing["tokens"] / max(packing["rows"] * manifest["dims"]["seq"], 1), 4),
         "files": sum(len(task.output_paths()) for task in tasks),
-        "bytes": sum(manifest["files"][relative]["bytes"] for task in tasks for relative in task.output_paths().values()),
+        "bytes": sum(manifest["files"][relative]["bytes"] for task in tasks
+                     for relative in task.output_paths().values()),
         "shards": len(tasks),
         "shards_packed": packed,
         "seconds": round(seconds, 3),
