@@ -128,7 +128,8 @@ def main():
         for (seq, pred), golden in SHAPES.items():
             count = args.records if seq == 128 else args.records // 4
             paths = make_files(directory, golden, count)
-            copies = {fmt: [paths[fmt]] + [os.path.join(directory, f"{golden}-copy{i}.{fmt}") for i in range(1, args.workers)]
+            copies = {fmt: [paths[fmt]] + [os.path.join(directory, f"{golden}-copy{i}.{fmt}")
+                                           for i in range(1, args.workers)]
                       for fmt in formats.FORMATS}
             for fmt in formats.FORMATS:
                 for copy in copies[fmt][1:]:
