@@ -24,7 +24,8 @@ SCHEDULER_CONNECT_TIMEOUT_S = 5
 
 
 def add_engine_arguments(parser):
-    parser.add_argument("--engine", choices=ENGINES, default="local", help="local processes (default) or a Dask cluster")
+    parser.add_argument("--engine", choices=ENGINES, default="local",
+                        help="local processes (default) or a Dask cluster")
     parser.add_argument(
         "--scheduler", metavar="ADDRESS",
         help="Dask scheduler address (tcp://HOST:8786) or scheduler file (.json, as dask-mpi and "
@@ -177,6 +178,7 @@ def run_dask(client, function, tasks, describe=str):
             except Exception as exc:
                 if isinstance(exc, BertprepError) or (isinstance(exc, OSError) and exc.filename is not None):
                     raise  # the task's own one-line error (a file error names its path)
-                raise DataError(f"{describe(task_of[future.key])}: failed on a Dask worker: {exc.__class__.__name__}: {exc}") from None
+                raise DataError(f"{describe(task_of[future.key])}: failed on a Dask worker: {exc.__class__.__name__}: "
+                                f"{exc}") from None
     finally:
         client.cancel(futures)

@@ -101,7 +101,8 @@ def load(directory, cache_dir=None):
     kind, dims = _kind_and_dims([path for paths in by_split.values() for path in paths], fmt)
     description = f"bertprep {kind.name} records ({kind.description}), {json.dumps(dims)}, from {fmt}"
     if manifest.get("params"):
-        description += f"; {manifest.get('stage', 'manifest')} parameters {json.dumps(manifest['params'], sort_keys=True)}"
+        description += (f"; {manifest.get('stage', 'manifest')} parameters "
+                        f"{json.dumps(manifest['params'], sort_keys=True)}")
     features = features_of(kind, dims)
     splits = {}
     for split, paths in by_split.items():

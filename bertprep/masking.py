@@ -208,7 +208,8 @@ def _mask_batch_numpy(input_ids, input_mask, keys, max_predictions, masked_lm_pr
     words = np.asarray(vocab.word_ids, np.int64)
     seen = np.where(replace_mask, vocab.mask_id, labels)
     row, slot = np.nonzero(random_word)
-    seen[row, slot] = words[(_uniforms_at(keys[row], columns_used[row, slot], RANDOM_WORD) * len(words)).astype(np.int64)]
+    uniforms = _uniforms_at(keys[row], columns_used[row, slot], RANDOM_WORD)
+    seen[row, slot] = words[(uniforms * len(words)).astype(np.int64)]
     output = tokens.copy()
     row, slot = np.nonzero(used)
     output[row, positions[row, slot]] = seen[row, slot]

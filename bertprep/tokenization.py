@@ -15,8 +15,8 @@ import hashlib
 import itertools
 import os
 import re
-from functools import cached_property
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -132,7 +132,8 @@ def resolve_vocab_path(value):
 
         return hf_hub_download(repo_id=value, filename="vocab.txt")
     except Exception as exc:  # hub errors come in many types; the message is what matters
-        raise DataError(f"{value}: not a vocab file and not resolvable as a hub model id ({exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+        raise DataError(f"{value}: not a vocab file and not resolvable as a hub model id ({exc.__class__.__name__}: "
+                        f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
 
 
 def load_vocab(path, required=REQUIRED_TOKENS):
@@ -145,11 +146,13 @@ def load_vocab(path, required=REQUIRED_TOKENS):
     if lines[-1] == "":
         lines.pop()
     tokens = tuple(line.strip() for line in lines)
-    ids = {token: index for index, token in enumerate(tokens)}  # a repeated token keeps its first place, takes its last id
+    ids = {token: index
+           for index, token in enumerate(tokens)}  # a repeated token keeps its first place, takes its last id
     missing = [t for t in required if t not in ids]
     if missing:
         raise DataError(f"{path}: vocab lacks {', '.join(missing)} (a BERT vocab needs {', '.join(REQUIRED_TOKENS)})")
-    return Vocab(path=os.path.abspath(path), sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(), tokens=tokens, ids=ids)
+    return Vocab(path=os.path.abspath(path), sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(), tokens=tokens,
+                 ids=ids)
 
 
 def build_tokenizer(vocab, lower_case=True):
@@ -191,7 +194,8 @@ class LineTokenizer:
 
     @cached_property
     def _table(self):
-        return _wordpiece.build(list(self.vocab.ids), list(self.vocab.ids.values()), self.vocab.id_of("[UNK]"), self.lower_case)
+        return _wordpiece.build(list(self.vocab.ids), list(self.vocab.ids.values()), self.vocab.id_of("[UNK]"),
+                                self.lower_case)
 
     def warmed(self):
         """Build the lookup tables now (before forking workers, so they share them)."""
@@ -261,7 +265,8 @@ class LineTokenizer:
 
 
 def _batches(lines, max_lines, max_chars):
-    """Consecutive slices of `lines`, each of at most `max_lines` lines and, unless one line is longer, `max_chars` characters."""
+    """Consecutive slices of `lines`, each of at most `max_lines` lines and, unless one line is longer, `max_chars`
+    characters."""
     start = chars = 0
     for index, line in enumerate(lines):
         if index > start and (index - start == max_lines or chars + len(line) > max_chars):

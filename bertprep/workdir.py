@@ -48,7 +48,8 @@ def params_dirname(seq, pred, masked_lm_prob, seed, dupe_factor, lower_case=True
     return name + ("_whole_word_mask" if whole_word_mask else "")
 
 
-def nvidia_dirname(seq, pred, masked_lm_prob, seed, dupe_factor, lower_case, whole_word_mask, train_shards, test_fraction):
+def nvidia_dirname(seq, pred, masked_lm_prob, seed, dupe_factor, lower_case, whole_word_mask, train_shards,
+                   test_fraction):
     """NVIDIA's bertPrep name for a TFRecord directory, the one its training scripts hard-code, e.g.
     lower_case_1_seq_len_128_max_pred_20_masked_lm_prob_0.15_random_seed_12345_dupe_factor_5_shard_1472_test_split_10
 

@@ -125,7 +125,8 @@ def main():
         return
     print(f"BERT-{args.model}: {parameters / 1e6:.0f}M parameters, {weight_bytes / 2**20:.0f} MiB float32; "
           f"source {args.source}")
-    print(f"{'run':<10} {'seconds':>8} {'x copy':>7} {'peak RSS MiB':>13} {'x copy RSS':>10} {'(RSS-imports)/weights':>22}")
+    print(f"{'run':<10} {'seconds':>8} {'x copy':>7} {'peak RSS MiB':>13} {'x copy RSS':>10} "
+          f"{'(RSS-imports)/weights':>22}")
     for name, r in result["runs"].items():
         print(f"{name:<10} {r['seconds']:>8.2f} {r['seconds_vs_copy']:>7.2f} {r['peak_rss_mb']:>13} "
               f"{r['rss_vs_copy']:>10.2f} {r['rss_above_imports_in_weight_copies']:>22.2f}")

@@ -12,7 +12,8 @@ RSS for:
      (~0.3 s of imports) stops dominating a 1-second job.
 Each configuration runs --repeat times (median wall, max RSS).
 
-    python scripts/bench_create.py [--shared ../shared] [--workers 2] [--repeat 3] [--copies 1] [--engine local|dask] [--tmp DIR]
+    python scripts/bench_create.py [--shared ../shared] [--workers 2] [--repeat 3] [--copies 1]
+                                   [--engine local|dask] [--tmp DIR]
 
 With --engine dask the 4-shard runs also run on the local engine, and the
 ratio of the two engines' wall times is printed.
@@ -98,7 +99,8 @@ def main():
     parser.add_argument("--shared", default=str(Path(__file__).resolve().parents[2] / "shared"))
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--copies", type=int, default=1, help="repeat each shard's quarter K times (a larger multi-shard job)")
+    parser.add_argument("--copies", type=int, default=1,
+                        help="repeat each shard's quarter K times (a larger multi-shard job)")
     parser.add_argument("--engine", default="local", help="local or dask (dask needs the distributed extra)")
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--pred", type=int, default=20)
@@ -107,7 +109,8 @@ def main():
     fixtures = Path(args.shared) / "fixtures"
     corpus = fixtures / "bench" / "wt2.txt"
     vocab = fixtures / "golden" / "vocab.txt"
-    common = ["--vocab", str(vocab), "--seq", str(args.seq), "--pred", str(args.pred), "--dupe-factor", "5", "--seed", "12345"]
+    common = ["--vocab", str(vocab), "--seq", str(args.seq), "--pred", str(args.pred), "--dupe-factor", "5", "--seed",
+              "12345"]
     with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
         shards = Path(tmp) / "wt2" / "training"
         shards.mkdir(parents=True)
@@ -118,28 +121,32 @@ def main():
         sharded = ["--input", str(shards.parent), *common]
         one = measure("1 worker, whole corpus", ["--input", str(corpus), "--workers", "1", *common], args.repeat, tmp)
         four_1 = measure(f"1 worker, 4 shards x{args.copies}", [*sharded, "--workers", "1"], args.repeat, tmp)
-        four_n = measure(f"{args.workers} workers, 4 shards x{args.copies}", [*sharded, "--workers", str(args.workers)], args.repeat, tmp)
+        four_n = measure(f"{args.workers} workers, 4 shards x{args.copies}", [*sharded, "--workers", str(args.workers)],
+                         args.repeat, tmp)
         rows = [one, four_1, four_n]
         if args.engine != "local":
             on_engine = measure(f"{args.engine}, {args.workers} workers, 4 shards x{args.copies}",
                                 [*sharded, "--workers", str(args.workers), "--engine", args.engine], args.repeat, tmp)
             rows.append(on_engine)
-    print(f"bertprep create on {corpus.name} ({corpus.stat().st_size / 1e6:.1f} MB), {args.seq}/{args.pred}, dupe 5, seed 12345, "
-          f"{os.cpu_count()} cores, median of {args.repeat}, files under {args.tmp or tempfile.gettempdir()}")
+    print(f"bertprep create on {corpus.name} ({corpus.stat().st_size / 1e6:.1f} MB), {args.seq}/{args.pred}, dupe 5, "
+          f"seed 12345, {os.cpu_count()} cores, median of {args.repeat}, files under "
+          f"{args.tmp or tempfile.gettempdir()}")
     print(f"{'configuration':<28} {'wall s':>8} {'inst/s':>9} {'peak RSS MiB':>13} {'instances':>10}")
     for row in rows:
-        print(f"{row['label']:<28} {row['wall_s']:>8.2f} {row['instances_per_s']:>9,.0f} {row['peak_rss_mib']:>13.0f} {row['instances']:>10,}")
+        print(f"{row['label']:<28} {row['wall_s']:>8.2f} {row['instances_per_s']:>9,.0f} {row['peak_rss_mib']:>13.0f} "
+              f"{row['instances']:>10,}")
     if (args.seq, args.pred) == (128, 20):
-        print(f"reference (DESIGN.md §6)     {REFERENCE_SECONDS:>8.2f} {REFERENCE_INSTANCES / REFERENCE_SECONDS:>9,.0f} {REFERENCE_RSS_MIB:>13.0f} {REFERENCE_INSTANCES:>10,}")
+        print(f"reference (DESIGN.md §6)     {REFERENCE_SECONDS:>8.2f} "
+              f"{REFERENCE_INSTANCES / REFERENCE_SECONDS:>9,.0f} {REFERENCE_RSS_MIB:>13.0f} {REFERENCE_INSTANCES:>10,}")
     megabytes = corpus.stat().st_size / 1e6 * args.copies
-    print(f"throughput, 1 worker on 4 shards x{args.copies}: {megabytes / four_1['wall_s']:.2f} MB of text per second per core "
-          f"({args.seq}/{args.pred}, dupe 5, start-up included)")
+    print(f"throughput, 1 worker on 4 shards x{args.copies}: {megabytes / four_1['wall_s']:.2f} MB of text per second "
+          f"per core ({args.seq}/{args.pred}, dupe 5, start-up included)")
     if (args.seq, args.pred) == (128, 20):
         print(f"speed vs reference, 1 worker: {REFERENCE_SECONDS / one['wall_s']:.1f}x (target >= 10x, <= 1.9 s); "
               f"peak RSS {one['peak_rss_mib']:.0f} MiB (target <= 170 MiB)")
     ceiling = machine_scaling(args.workers)
-    print(f"{args.workers} workers vs 1 worker on 4 shards x{args.copies}: {four_1['wall_s'] / four_n['wall_s']:.2f}x (target >= 1.8x); "
-          f"this machine's ceiling, {args.workers} processes of a pure CPU loop vs 1: {ceiling:.2f}x")
+    print(f"{args.workers} workers vs 1 worker on 4 shards x{args.copies}: {four_1['wall_s'] / four_n['wall_s']:.2f}x "
+          f"(target >= 1.8x); this machine's ceiling, {args.workers} processes of a pure CPU loop vs 1: {ceiling:.2f}x")
     if args.engine != "local":
         print(f"{args.engine} engine vs local engine, {args.workers} workers on 4 shards x{args.copies}: "
               f"{on_engine['wall_s'] / four_n['wall_s']:.2f}x the wall time (target <= 1.15x)")

@@ -127,7 +127,8 @@ def timed(command):
     """(CompletedProcess, wall seconds, CPU seconds of the child and its threads) of one pinned child process."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    result = subprocess.run(command, capture_output=True, text=True, env=child_env(), preexec_fn=one_core(), check=False)
+    result = subprocess.run(command, capture_output=True, text=True, env=child_env(), preexec_fn=one_core(),
+                            check=False)
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return result, wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -230,7 +231,8 @@ def main():
     ]
     print(f"SQuAD v1.1 golden train set x{copies} ({copies * 144:,} questions, {features:,} features), "
           f"{args.seq}/{args.doc_stride}/{args.max_query}, one CPU per process, median of {args.repeat}, "
-          f"{os.cpu_count()} cores (load average {os.getloadavg()[0]:.1f}), files under {args.tmp or tempfile.gettempdir()}")
+          f"{os.cpu_count()} cores (load average {os.getloadavg()[0]:.1f}), files under "
+          f"{args.tmp or tempfile.gettempdir()}")
     print(f"{'run':<52} {'wall s':>8} {'features/s':>11} {'CPU s':>8} {'features/CPU s':>15}")
     for label, wall, cpu in rows:
         cpu_columns = f"{cpu:>8.2f} {features / cpu:>15,.0f}" if cpu else f"{'':>8} {'':>15}"
@@ -242,7 +244,8 @@ def main():
     (all_words, all_cpu), (distinct, distinct_cpu) = words["every occurrence"], words["distinct"]
     print(f"word tokenization, in this process: every occurrence ({all_words:,} words) {all_cpu:.2f} CPU s, "
           f"distinct words only ({distinct:,}, what create-squad does) {distinct_cpu:.2f} CPU s; with the difference "
-          f"added to ours (input without repeats), CPU time: {reference[2] / (tf_only[2] + all_cpu - distinct_cpu):.1f}x")
+          "added to ours (input without repeats), CPU time: "
+          f"{reference[2] / (tf_only[2] + all_cpu - distinct_cpu):.1f}x")
     print(f"same features as the reference: {'yes' if equal else 'NO'} ({compared:,} compared)")
     if not equal or any(r["features"] != features for r in ours_tf + ours_both):
         sys.exit(1)

@@ -40,7 +40,8 @@ def create(corpus, vocab, out, seq, pred, dupe, masking):
     if proc.returncode != 0:
         sys.exit(f"bertprep create failed: {proc.stderr.strip()}")
     summary = json.loads(proc.stdout)
-    (manifest,) = [os.path.join(root, "manifest.json") for root, _dirs, files in os.walk(out) if "manifest.json" in files]
+    (manifest,) = [os.path.join(root, "manifest.json") for root, _dirs, files in os.walk(out)
+                   if "manifest.json" in files]
     with open(manifest) as f:
         files = json.load(f)["files"]
     sizes = {fmt: sum(entry["bytes"] for entry in files.values() if entry["format"] == fmt) for fmt in FORMATS}

@@ -24,7 +24,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from bertprep import formats  # noqa: E402
-from bertprep.formats.schemas import PRETRAINING
+from bertprep.formats.schemas import PRETRAINING  # noqa: E402
 
 SHAPES = {(128, 20): "G1", (512, 80): "G2"}
 BATCH = 256
@@ -128,7 +128,8 @@ def main():
         for (seq, pred), golden in SHAPES.items():
             count = args.records if seq == 128 else args.records // 4
             paths = make_files(directory, golden, count)
-            copies = {fmt: [paths[fmt]] + [os.path.join(directory, f"{golden}-copy{i}.{fmt}") for i in range(1, args.workers)]
+            copies = {fmt: [paths[fmt]] + [os.path.join(directory, f"{golden}-copy{i}.{fmt}")
+                                           for i in range(1, args.workers)]
                       for fmt in formats.FORMATS}
             for fmt in formats.FORMATS:
                 for copy in copies[fmt][1:]:

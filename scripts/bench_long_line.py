@@ -26,7 +26,8 @@ shared, megabytes, cut = sys.argv[1], float(sys.argv[2]), sys.argv[3] == "cut"
 text = open(f"{shared}/fixtures/bench/wt2.txt", encoding="utf-8").read().replace("\n", " ")
 size = int(megabytes * 1e6)
 line = (text * (size // len(text) + 1))[:size]
-tokenizer = LineTokenizer(load_vocab(f"{shared}/fixtures/golden/vocab.txt"), **({} if cut else {"max_piece_chars": None}))
+tokenizer = LineTokenizer(load_vocab(f"{shared}/fixtures/golden/vocab.txt"),
+                          **({} if cut else {"max_piece_chars": None}))
 tokenizer.warmed().encode(["warm up, é"])
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 start = time.perf_counter()

@@ -24,7 +24,7 @@ os.environ["TOKENIZERS_PARALLELISM"] = "false"  # HF tokenizers on one thread, a
 
 from bertprep import formats  # noqa: E402
 from bertprep.formats import crc32c as crc_module  # noqa: E402
-from bertprep.formats.schemas import PRETRAINING
+from bertprep.formats.schemas import PRETRAINING  # noqa: E402
 
 try:
     from bertprep import _native

@@ -37,8 +37,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from bertprep import formats  # noqa: E402
-from bertprep.stages.pack import strategy  # noqa: E402
 from bertprep.sentences import document_sentences  # noqa: E402
+from bertprep.stages.pack import strategy  # noqa: E402
 from bertprep.workdir import params_dirname  # noqa: E402
 
 SHARED = os.environ.get("BERTPREP_SHARED") or os.path.join(os.path.dirname(REPO), "shared")

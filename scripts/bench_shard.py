@@ -99,8 +99,10 @@ def main():
     base = baseline_mb_s(text)
     print(f"baseline: blingfire text_to_sentences alone on wt2.txt, one call: {base:.1f} MB/s per core")
     stage = split_stage_mb_s(wt2)
-    print(f"wt2.txt pass 1 (read + split + scratch write) in-process, no start-up: {stage:.1f} MB/s per core ({stage / base:.2f} x baseline)")
-    print(f"{'corpus':<22}{'MB':>8}{'workers':>8}{'wall s':>8}{'cpu s':>8}{'MB/s/core':>10}{'MB/s wall':>10}{'vs base':>8}{'peak RSS':>10}")
+    print(f"wt2.txt pass 1 (read + split + scratch write) in-process, no start-up: {stage:.1f} MB/s per core "
+          f"({stage / base:.2f} x baseline)")
+    print(f"{'corpus':<22}{'MB':>8}{'workers':>8}{'wall s':>8}{'cpu s':>8}{'MB/s/core':>10}{'MB/s wall':>10}"
+          f"{'vs base':>8}{'peak RSS':>10}")
     with tempfile.TemporaryDirectory(prefix="bench-shard-") as tmp:
         scratch = Path(tmp)
         corpora = [("wt2.txt", [wt2])]
@@ -112,7 +114,8 @@ def main():
                 m = measure(inputs, workers, scratch)
                 per_core = size / m["cpu"] / 1e6
                 print(f"{name:<22}{size / 1e6:>8.1f}{workers:>8}{m['wall']:>8.2f}{m['cpu']:>8.2f}{per_core:>10.2f}"
-                      f"{size / m['wall'] / 1e6:>10.2f}{per_core / base:>8.2f}{m['maxrss_kib'] / 1024:>8.0f} MiB", flush=True)
+                      f"{size / m['wall'] / 1e6:>10.2f}{per_core / base:>8.2f}{m['maxrss_kib'] / 1024:>8.0f} MiB",
+                      flush=True)
 
 
 if __name__ == "__main__":

@@ -36,8 +36,6 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-import numpy as np  # noqa: E402
-
 from bertprep import formats  # noqa: E402
 from bertprep.binning import bin_width, bins_of  # noqa: E402
 from bertprep.cli import main as bertprep_main  # noqa: E402

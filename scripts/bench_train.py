@@ -72,7 +72,8 @@ def main():
     print(f"backend {keras.backend.backend()}; {description}")
     print(f"model {model}; batch {args.batch_size}/replica x {summary['replicas']} replicas x "
           f"{args.grad_accum} accumulation = {summary['global_batch']}; {args.precision}; {args.optimizer}")
-    print(f"trainer (records -> steps), steady state: {trainer_rate:10,.1f} sequences/s over {summary['timed_steps']} steps")
+    print(f"trainer (records -> steps), steady state: {trainer_rate:10,.1f} sequences/s over {summary['timed_steps']} "
+          "steps")
     print(f"bare step, batch on device:             {bare_rate:10,.1f} sequences/s")
     print(f"ratio trainer / bare step:              {trainer_rate / bare_rate:10.2f}")
 

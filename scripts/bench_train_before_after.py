@@ -97,7 +97,8 @@ def main():
                               hidden_dropout_prob=args.dropout, attention_probs_dropout_prob=args.dropout)
     trees = {"now": REPO}
     trees["before"], commit = baseline_tree(args.baseline, args.quiet)
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
+                          text=True).stdout.strip()
     dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "trainer", "bertprep"],
                            cwd=REPO, capture_output=True, text=True).stdout.strip()
     scratch = tempfile.mkdtemp(prefix="bench-before-after-")
@@ -141,10 +142,12 @@ def main():
         return {name: ratio(value.get(a), value.get(b)) for name, (a, b) in pairs.items()
                 if key == "median" or name.startswith("now/before")}
 
-    result = {"now": head + (" + uncommitted changes to the code" if dirty else ""), "before": f"{args.baseline} ({commit[:12]})",
+    result = {"now": head + (" + uncommitted changes to the code" if dirty else ""),
+              "before": f"{args.baseline} ({commit[:12]})",
               "model": args.model, "vocab_size": config.vocab_size, "shape": f"{records.seq}/{records.pred}",
               "batch": args.batch, "precision": args.precision, "dropout": args.dropout,
-              "iterations": args.iterations, "skip": args.skip, "runs": args.runs, "cores": len(os.sched_getaffinity(0)),
+              "iterations": args.iterations, "skip": args.skip, "runs": args.runs,
+              "cores": len(os.sched_getaffinity(0)),
               "load_average_start": load_start, "load_average_end": load_end, "rows": rows,
               "ratios_seq_per_s": ratios("median"), "ratios_per_matmul": ratios("per_matmul_gflops")}
     if args.json:

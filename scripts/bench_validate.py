@@ -70,8 +70,10 @@ def cli(directory, workers):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shared", default=os.environ.get("BERTPREP_SHARED") or Path(__file__).resolve().parents[2] / "shared")
-    parser.add_argument("--copies", type=int, default=36, help="copies of G1's 1,373 records per file (default 36: 49,428)")
+    parser.add_argument("--shared", default=os.environ.get("BERTPREP_SHARED")
+                        or Path(__file__).resolve().parents[2] / "shared")
+    parser.add_argument("--copies", type=int, default=36,
+                        help="copies of G1's 1,373 records per file (default 36: 49,428)")
     parser.add_argument("--files", type=int, default=4, help="files per format")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=3)

@@ -14,7 +14,9 @@ stripper, copied below unchanged and labelled as such.
 """
 
 import argparse
+import html
 import random
+import re
 import sys
 import time
 from pathlib import Path
@@ -27,15 +29,14 @@ from bertprep.stages.download.wikimarkup import STRIPPER, wikitext_to_text  # no
 # ---------------------------------------------------------------------------
 # BASELINE: bertprep/stages/download/wikimarkup.py as it was before mwparserfromhell
 # replaced it (git history: the commit before "wikimarkup: mwparserfromhell").
-# Copied unchanged apart from the function's name; only this benchmark uses it.
+# Copied unchanged apart from the function's name (its imports, html and re, are at the top of this file);
+# only this benchmark uses it.
 # ---------------------------------------------------------------------------
-
-import html
-import re
 
 # Extension tags whose content is not prose (dropped with their content).
 _DROP_TAGS = ("ref", "math", "chem", "ce", "gallery", "timeline", "score", "syntaxhighlight", "source", "imagemap",
-              "mapframe", "maplink", "graph", "templatedata", "hiero", "inputbox", "categorytree", "references", "table")
+              "mapframe", "maplink", "graph", "templatedata", "hiero", "inputbox", "categorytree", "references",
+              "table")
 _COMMENT = re.compile(r"<!--.*?(?:-->|$)", re.S)
 _SELF_CLOSING = re.compile(r"<(?:%s)\b[^>]*/>" % "|".join(_DROP_TAGS), re.I)
 _PAIRED = re.compile(r"<(%s)\b[^>]*>.*?</\1\s*>" % "|".join(_DROP_TAGS), re.I | re.S)
@@ -159,7 +160,8 @@ def sentence(rng, refs):
     if roll < 0.25:
         refs.append(f"r{len(refs)}")
         text += (f'<ref name="{refs[-1]}">{{{{cite web |url=https://example.org/{len(refs)} |title={rng.choice(NAMES)} '
-                 f"{rng.choice(WORDS)} |publisher=[[{rng.choice(NAMES)}]] |access-date={rng.randint(1, 28)} May 2020}}}}</ref>")
+                 f"{rng.choice(WORDS)} |publisher=[[{rng.choice(NAMES)}]] "
+                 f"|access-date={rng.randint(1, 28)} May 2020}}}}</ref>")
     elif roll < 0.35 and refs:
         text += f'<ref name="{rng.choice(refs)}" />'
     elif roll < 0.38:
@@ -178,14 +180,17 @@ def infobox(rng, title):
               f"| caption = {rng.choice(WORDS).title()} in [[{rng.choice(NAMES)}]], {rng.randint(1900, 2020)}",
               f"| birth_date = {{{{birth date|{rng.randint(1700, 1990)}|{rng.randint(1, 12)}|{rng.randint(1, 28)}}}}}",
               f"| birth_place = [[{rng.choice(NAMES)}]], {{{{flagcountry|{rng.choice(NAMES)}}}}}"]
-    fields += [f"| {rng.choice(WORDS)}_{i} = {rng.choice(WORDS)} [[{rng.choice(NAMES)}]]" for i in range(rng.randint(4, 14))]
+    fields += [f"| {rng.choice(WORDS)}_{i} = {rng.choice(WORDS)} [[{rng.choice(NAMES)}]]"
+               for i in range(rng.randint(4, 14))]
     return "{{Infobox " + rng.choice(WORDS) + "\n" + "\n".join(fields) + "\n}}\n"
 
 
 def table(rng):
-    rows = ["{| class=\"wikitable sortable\"", "|+ " + rng.choice(WORDS), "! Year !! " + rng.choice(WORDS) + " !! Notes"]
+    rows = ["{| class=\"wikitable sortable\"", "|+ " + rng.choice(WORDS),
+            "! Year !! " + rng.choice(WORDS) + " !! Notes"]
     for _ in range(rng.randint(3, 12)):
-        rows += ["|-", f"| {rng.randint(1900, 2020)} || [[{rng.choice(NAMES)}]] || {{{{sort|{rng.randint(1, 9)}|{rng.choice(WORDS)}}}}}"]
+        rows += ["|-", f"| {rng.randint(1900, 2020)} || [[{rng.choice(NAMES)}]] "
+                       f"|| {{{{sort|{rng.randint(1, 9)}|{rng.choice(WORDS)}}}}}"]
     return "\n".join(rows + ["|}"])
 
 
@@ -194,7 +199,8 @@ def article(rng, index):
     refs = []
     out = []
     if rng.random() < 0.6:
-        out.append("{{Short description|" + " ".join(rng.choice(WORDS) for _ in range(4)) + "}}\n{{Use dmy dates|date=May 2020}}")
+        out.append("{{Short description|" + " ".join(rng.choice(WORDS) for _ in range(4))
+                   + "}}\n{{Use dmy dates|date=May 2020}}")
     out.append(infobox(rng, title) + f"'''{title}''' ({{{{lang-fr|{rng.choice(NAMES)}}}}}) " + paragraph(rng, refs))
     for _ in range(rng.randint(3, 9)):
         out.append(f"== {rng.choice(WORDS).title()} {rng.choice(WORDS)} ==")
@@ -213,7 +219,8 @@ def article(rng, index):
                 out.append(f"<blockquote>{sentence(rng, refs)}</blockquote>")
             out.append(paragraph(rng, refs))
     out.append("== References ==\n{{Reflist}}" if rng.random() < 0.7 else "== Notes ==\n<references />")
-    out.append("== External links ==\n* [https://example.org/" + str(index) + " Official website]\n{{Commons category}}")
+    out.append("== External links ==\n* [https://example.org/" + str(index)
+               + " Official website]\n{{Commons category}}")
     out.append("{{Authority control}}\n{{DEFAULTSORT:" + title + "}}")
     out += [f"[[Category:{rng.choice(WORDS).title()} {rng.choice(WORDS)}]]" for _ in range(rng.randint(2, 8))]
     if rng.random() < 0.2:

@@ -34,7 +34,8 @@ def main():
                 continue
             expected = np.load(path)
             got = ours[name][:, :expected.shape[1]] if name == "mlm_logits" else ours[name]
-            print(f"{name:16s} max |ours - theirs| = {float(np.abs(got - expected).max()):.3g}  ({os.path.basename(path)})")
+            print(f"{name:16s} max |ours - theirs| = {float(np.abs(got - expected).max()):.3g}  "
+                  f"({os.path.basename(path)})")
 
 
 if __name__ == "__main__":

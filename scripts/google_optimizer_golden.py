@@ -125,7 +125,8 @@ def run_reference(args):
     rates, updates = [], []
     optimizer = optimization.AdamWeightDecayOptimizer
     init, apply_gradients = optimizer.__init__, optimizer.apply_gradients
-    optimizer.__init__ = lambda self, learning_rate, **kw: (rates.append(learning_rate), init(self, learning_rate, **kw))[1]
+    optimizer.__init__ = lambda self, learning_rate, **kw: (rates.append(learning_rate),
+                                                            init(self, learning_rate, **kw))[1]
     optimizer.apply_gradients = lambda self, *a, **kw: updates.append(apply_gradients(self, *a, **kw)) or updates[-1]
     train_op = optimization.create_optimizer(loss, args.lr, args.steps, args.warmup, use_tpu=False)
     global_step = tf.train.get_global_step()

@@ -46,10 +46,10 @@ def time_variant(data, model_name, batch_size, steps, gradients_only, dropout, t
     import dataclasses
     import time
 
-    import numpy as np
-
     import jax
     import keras
+    import numpy as np
+
     from trainer.config import BertConfig
     from trainer.data import Records, RecordStream
     from trainer.model import build_model

@@ -164,7 +164,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send_json(
                 200,
                 {"id": repo, "sha": entry["commit"], "private": False, "gated": False, "disabled": False,
-                 "siblings": siblings, "tags": [], "downloads": 0, "likes": 0, "lastModified": "2024-01-01T00:00:00.000Z"},
+                 "siblings": siblings, "tags": [], "downloads": 0, "likes": 0,
+                 "lastModified": "2024-01-01T00:00:00.000Z"},
             )
         if kind == "tree":
             entry = self.stand_in.hub_tree(repo, rest[0])
@@ -313,7 +314,8 @@ def wiki_dump_xml(pages):
         redirect = f'<redirect title="{escape(page["redirect"])}" />' if page.get("redirect") else ""
         out.append(
             f"<page><title>{escape(page['title'])}</title><ns>{page.get('ns', 0)}</ns><id>{page['id']}</id>{redirect}"
-            f"<revision><id>{page['id']}0</id><text xml:space=\"preserve\">{escape(page['text'])}</text></revision></page>"
+            f"<revision><id>{page['id']}0</id>"
+            f"<text xml:space=\"preserve\">{escape(page['text'])}</text></revision></page>"
         )
     out.append("</mediawiki>")
     return "\n".join(out).encode("utf-8")

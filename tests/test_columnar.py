@@ -232,12 +232,14 @@ def test_hf_load_names_the_splits_train_and_test(golden_dir, tmp_path):
     splits = hf.load(str(records), cache_dir=str(tmp_path / "cache"))
     assert sorted(splits) == ["test", "train"]
     for split, directory in (("train", "training"), ("test", "test")):
-        count = sum(len(b["input_ids"]) for b in formats.read_batches(sorted((records / "hdf5" / directory).iterdir()), 64))
+        count = sum(len(b["input_ids"])
+                    for b in formats.read_batches(sorted((records / "hdf5" / directory).iterdir()), 64))
         assert splits[split].num_rows == count > 0
 
 
 def test_a_missing_library_is_one_usage_line(monkeypatch, tmp_path, capsys):
     monkeypatch.setitem(__import__("sys").modules, "h5py", None)  # as when the columnar extra is not installed
     assert main(["create", "--out", str(tmp_path), "--format", "tfrecord,hdf5", "--quiet"]) == 2
-    assert capsys.readouterr().err.strip() == "bertprep create: error: hdf5 records need h5py: pip install 'bertprep[columnar]'"
+    assert capsys.readouterr().err.strip() == ("bertprep create: error: hdf5 records need h5py: "
+                                               "pip install 'bertprep[columnar]'")
     assert not any(tmp_path.iterdir())

@@ -35,7 +35,8 @@ def golden_argv(golden_dir, out, name, *extra):
 def output_files(root):
     """{relative path: bytes} of every file under root, manifest excluded."""
     root = Path(root)
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and p.name != "manifest.json"}
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and p.name != "manifest.json"}
 
 
 def only_records_dir(out):
@@ -47,7 +48,8 @@ def only_records_dir(out):
 def test_golden_sets_byte_identical_in_both_formats(golden_dir, tmp_path, name):
     assert main(golden_argv(golden_dir, tmp_path, name)) == 0
     records = only_records_dir(tmp_path)
-    assert (records / "tfrecord/training/corpus.tfrecord").read_bytes() == (golden_dir / f"{name}.tfrecord").read_bytes()
+    assert ((records / "tfrecord/training/corpus.tfrecord").read_bytes()
+            == (golden_dir / f"{name}.tfrecord").read_bytes())
     assert (records / "ofrecord/training/part-0").read_bytes() == (golden_dir / f"{name}.ofrecord").read_bytes()
     manifest = json.loads((records / "manifest.json").read_text())
     entry = manifest["files"]["ofrecord/training/part-0"]
@@ -81,7 +83,8 @@ def write_shards(corpus, directory, count, copies=1):
     shard_dir = Path(directory) / "training"
     shard_dir.mkdir(parents=True)
     for i in range(count):
-        (shard_dir / f"{name}_training_{i}.txt").write_text("\n\n".join(documents[i::count] * copies) + "\n", encoding="utf-8")
+        (shard_dir / f"{name}_training_{i}.txt").write_text("\n\n".join(documents[i::count] * copies) + "\n",
+                                                            encoding="utf-8")
     return Path(directory)
 
 
@@ -125,7 +128,8 @@ def test_rerun_skips_complete_shards_and_redoes_changed_ones(golden_dir, tmp_pat
     assert main(argv) == 0
     assert json.loads(capsys.readouterr().out)["shards_created"] == 0
     changed = shards / "training" / "golden_training_1.txt"
-    changed.write_text(changed.read_text(encoding="utf-8") + "\nOne more document.\nWith two sentences.\n", encoding="utf-8")
+    changed.write_text(changed.read_text(encoding="utf-8") + "\nOne more document.\nWith two sentences.\n",
+                       encoding="utf-8")
     assert main(argv) == 0
     again = json.loads(capsys.readouterr().out)
     assert again["shards_created"] == 1 and again["instances"]["training"] > first["instances"]["training"]
@@ -140,7 +144,8 @@ def test_sigkill_at_any_moment_then_rerun_ends_byte_identical(shared_dir, tmp_pa
     bench = shared_dir / "fixtures" / "bench" / "wt2.txt"
     vocab = shared_dir / "fixtures" / "golden" / "vocab.txt"
     write_shards(bench, tmp_path / "wt2", 6, copies=4)
-    args = ["create", "--input", str(tmp_path / "wt2"), "--vocab", str(vocab), "--dupe-factor", "5", "--workers", "2", "--quiet"]
+    args = ["create", "--input", str(tmp_path / "wt2"), "--vocab", str(vocab), "--dupe-factor", "5", "--workers", "2",
+            "--quiet"]
     start = time.monotonic()
     assert cli(*args, "--out", str(tmp_path / "clean")).returncode == 0
     clean_seconds = time.monotonic() - start
@@ -254,14 +259,16 @@ def tiny_inputs(tmp_path, golden_dir):
 def assert_one_line_error(result, code, *needles):
     assert result.returncode == code, (result.returncode, result.stderr)
     assert "Traceback" not in result.stderr
-    lines = [l for l in result.stderr.splitlines() if l.strip()]
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, result.stderr
     for needle in needles:
         assert needle in lines[0], lines[0]
 
 
 def no_record_files(root):
-    return not [p for p in Path(root).rglob("*") if p.is_file() and (p.suffix == ".tfrecord" or p.name.startswith("part-") or ".partial" in p.parts)]
+    return not [p for p in Path(root).rglob("*") if p.is_file() and (p.suffix == ".tfrecord"
+                                                                     or p.name.startswith("part-")
+                                                                     or ".partial" in p.parts)]
 
 
 def test_bad_inputs_get_one_line_errors_and_leave_no_records(tiny_inputs):
@@ -336,14 +343,17 @@ def test_vocab_given_as_a_hub_model_id_is_fetched_then_served_from_cache(golden_
     from stand_in_servers import StandInServer, run_cli
 
     hf_home = tmp_path / "hf"
-    argv = ["create", "--input", golden_dir / "corpus.txt", "--vocab", "bert-base-uncased", "--dupe-factor", "2", "--quiet"]
+    argv = ["create", "--input", golden_dir / "corpus.txt", "--vocab", "bert-base-uncased", "--dupe-factor", "2",
+            "--quiet"]
     with StandInServer() as server:
         server.add_hub_model("bert-base-uncased", {"vocab.txt": (golden_dir / "vocab.txt").read_bytes()})
         online = run_cli(*argv, "--out", tmp_path / "online", server=server, hf_home=hf_home)
         assert online.returncode == 0, online.stderr
         assert any(path.endswith("/bert-base-uncased/resolve/main/vocab.txt") for _, path, _ in server.requests)
-        missing = run_cli(*argv[:4], "no-such-org/no-such-model", *argv[5:], "--out", tmp_path / "x", server=server, hf_home=hf_home)
-    assert missing.returncode == 1 and "no-such-org/no-such-model" in missing.stderr and "Traceback" not in missing.stderr
+        missing = run_cli(*argv[:4], "no-such-org/no-such-model", *argv[5:], "--out", tmp_path / "x", server=server,
+                          hf_home=hf_home)
+    assert missing.returncode == 1 and "no-such-org/no-such-model" in missing.stderr
+    assert "Traceback" not in missing.stderr
     # The server is gone: the cached vocab serves an offline rerun.
     offline = run_cli(*argv, "--out", tmp_path / "offline", hf_home=hf_home, offline=True)
     assert offline.returncode == 0, offline.stderr
@@ -371,7 +381,8 @@ def test_a_vocab_with_repeated_lines_gives_records_that_validate_and_train(golde
     capsys.readouterr()
     assert main(["validate", str(records), "--vocab", str(vocab), "--json", "-"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["datasets"][0]["vocab_size"] == 30524 and any("on more than one line" in w for w in report["warnings"])
+    assert report["datasets"][0]["vocab_size"] == 30524 and any("on more than one line" in w
+                                                                for w in report["warnings"])
     assert Records(records, "ofrecord").vocab_size == 30524  # the trainer's embedding table covers every id
 
 
@@ -384,7 +395,8 @@ def test_layout_nvidia_writes_the_tree_nvidias_scripts_read(golden_dir, tmp_path
 
     work = tmp_path / "work"
     assert main(["shard", "--input", str(golden_dir / "corpus.txt"), "--corpus", "golden", "--workdir", str(work),
-                 "--train-shards", "3", "--test-shards", "1", "--test-fraction", "0.2", "--workers", "1", "--quiet"]) == 0
+                 "--train-shards", "3", "--test-shards", "1", "--test-fraction", "0.2", "--workers", "1",
+                 "--quiet"]) == 0
     capsys.readouterr()
     common = ["create", "--workdir", str(work), "--corpus", "golden", "--vocab", str(golden_dir / "vocab.txt"),
               "--dupe-factor", "1", "--workers", "1", "--min-parts", "3", "--json"]
@@ -429,8 +441,10 @@ def test_few_training_files_and_no_test_split_are_warned_about(golden_dir, tmp_p
     result = cli(*argv)
     assert result.returncode == 0, result.stderr
     warnings = json.loads(result.stdout)["warnings"]
-    assert [w.split(":")[0] for w in warnings] == ["1 training file(s) per format, fewer than --min-parts 8", "no test split"]
-    assert [line for line in result.stderr.splitlines() if "warning" in line] == [f"create: warning: {w}" for w in warnings]
+    assert [w.split(":")[0] for w in warnings] == ["1 training file(s) per format, fewer than --min-parts 8",
+                                                   "no test split"]
+    assert [line for line in result.stderr.splitlines() if "warning" in line] == [f"create: warning: {w}"
+                                                                                  for w in warnings]
     quiet = cli(*argv, "--quiet", "--min-parts", "1")
     assert quiet.returncode == 0 and quiet.stderr == "" and json.loads(quiet.stdout)["warnings"] == [warnings[1]]
 

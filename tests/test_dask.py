@@ -34,7 +34,8 @@ def cluster():
 def test_dask_engine_gives_the_local_engines_bytes(golden_dir, tmp_path, cluster):
     shards = write_shards(golden_dir / "corpus.txt", tmp_path / "golden", 5)
     vocab = golden_dir / "vocab.txt"
-    local = subprocess.run(create_argv(shards, vocab, tmp_path / "local", "--workers", "2"), capture_output=True, text=True)
+    local = subprocess.run(create_argv(shards, vocab, tmp_path / "local", "--workers", "2"), capture_output=True,
+                           text=True)
     assert local.returncode == 0, local.stderr
     on_cluster = subprocess.run(
         create_argv(shards, vocab, tmp_path / "dask", "--engine", "dask", "--scheduler", cluster.scheduler_address),
@@ -56,13 +57,15 @@ def test_a_worker_killed_mid_run_still_ends_with_identical_bytes(shared_dir, tmp
     vocab = shared_dir / "fixtures" / "golden" / "vocab.txt"
     # Large enough that most shards are still to do when the first one lands.
     write_shards(bench, tmp_path / "wt2", 8, copies=3)
-    local = subprocess.run(create_argv(tmp_path / "wt2", vocab, tmp_path / "local", "--workers", "2"), capture_output=True, text=True)
+    local = subprocess.run(create_argv(tmp_path / "wt2", vocab, tmp_path / "local", "--workers", "2"),
+                           capture_output=True, text=True)
     assert local.returncode == 0, local.stderr
 
     with distributed.Client(cluster.scheduler_address) as client:
         pids_before = set(client.run(os.getpid).values())
         proc = subprocess.Popen(
-            create_argv(tmp_path / "wt2", vocab, tmp_path / "dask", "--engine", "dask", "--scheduler", cluster.scheduler_address),
+            create_argv(tmp_path / "wt2", vocab, tmp_path / "dask", "--engine", "dask", "--scheduler",
+                        cluster.scheduler_address),
             stderr=subprocess.PIPE, text=True,
         )
         # Kill one worker process while shards are being created: after the first shard is done.
@@ -106,7 +109,8 @@ def test_shard_on_dask_gives_the_local_engines_bytes(golden_dir, tmp_path, clust
     inputs = write_shards(golden_dir / "corpus.txt", tmp_path / "raw", 3) / "training"
     outputs = {}
     for engine in ("local", "dask"):
-        extra = ["--engine", "dask", "--scheduler", cluster.scheduler_address] if engine == "dask" else ["--workers", "2"]
+        extra = (["--engine", "dask", "--scheduler", cluster.scheduler_address] if engine == "dask"
+                 else ["--workers", "2"])
         result = subprocess.run(
             [sys.executable, "-m", "bertprep", "shard", "--input", str(inputs), "--corpus", "golden",
              "--out", str(tmp_path / engine), "--train-shards", "4", "--test-shards", "2", "--quiet", *extra],
@@ -121,7 +125,8 @@ def test_scheduler_file_is_accepted(golden_dir, tmp_path, cluster):
     scheduler_file = tmp_path / "scheduler.json"
     scheduler_file.write_text('{"address": "%s", "type": "Scheduler"}' % cluster.scheduler_address)
     result = subprocess.run(create_argv(golden_dir / "corpus.txt", golden_dir / "vocab.txt", tmp_path / "o",
-                                        "--engine", "dask", "--scheduler", str(scheduler_file)), capture_output=True, text=True)
+                                        "--engine", "dask", "--scheduler", str(scheduler_file)), capture_output=True,
+                            text=True)
     assert result.returncode == 0, result.stderr
     local = subprocess.run(create_argv(golden_dir / "corpus.txt", golden_dir / "vocab.txt", tmp_path / "local"),
                            capture_output=True, text=True)
@@ -137,7 +142,8 @@ def test_pack_on_dask_gives_the_local_engines_bytes(golden_dir, tmp_path, cluste
     (manifest,) = (tmp_path / "records").rglob("manifest.json")
     outputs = {}
     for engine in ("local", "dask"):
-        extra = ["--engine", "dask", "--scheduler", cluster.scheduler_address] if engine == "dask" else ["--workers", "2"]
+        extra = (["--engine", "dask", "--scheduler", cluster.scheduler_address] if engine == "dask"
+                 else ["--workers", "2"])
         result = subprocess.run([sys.executable, "-m", "bertprep", "pack", str(manifest.parent), "--out",
                                  str(tmp_path / engine), "--quiet", *extra], capture_output=True, text=True)
         assert result.returncode == 0, result.stderr

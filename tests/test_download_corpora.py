@@ -9,8 +9,16 @@ import tarfile
 
 import pytest
 
-from stand_in_servers import (StandInServer, looks_complete, ok, one_line_error, parquet_bytes, run_cli, run_python,
-                              same_apart_from_workdir)
+from stand_in_servers import (
+    StandInServer,
+    looks_complete,
+    ok,
+    one_line_error,
+    parquet_bytes,
+    run_cli,
+    run_python,
+    same_apart_from_workdir,
+)
 
 ARTICLES = [
     ("1", "Ada Lovelace", "Ada Lovelace was an English mathematician. She worked on the Analytical Engine.\n"
@@ -22,7 +30,8 @@ ARTICLES = [
 
 
 def wiki_parquet():
-    return parquet_bytes({"id": [a[0] for a in ARTICLES], "url": [f"https://en.wikipedia.org/wiki?curid={a[0]}" for a in ARTICLES],
+    return parquet_bytes({"id": [a[0] for a in ARTICLES],
+                          "url": [f"https://en.wikipedia.org/wiki?curid={a[0]}" for a in ARTICLES],
                           "title": [a[1] for a in ARTICLES], "text": [a[2] for a in ARTICLES]})
 
 
@@ -85,17 +94,18 @@ def test_hub_file_with_a_wrong_published_checksum_is_rejected(server, tmp_path):
     result = run_cli("download", "wikipedia", "--workdir", tmp_path / "w", server=server, hf_home=tmp_path / "hf")
     line = one_line_error(result)
     tampered = original[:-1] + bytes([original[-1] ^ 1])
-    assert (f"train-00000-of-00001.parquet: sha256 mismatch: expected {hashlib.sha256(original).hexdigest()} (published), "
-            f"got {hashlib.sha256(tampered).hexdigest()}") in line
+    assert (f"train-00000-of-00001.parquet: sha256 mismatch: expected {hashlib.sha256(original).hexdigest()} "
+            f"(published), got {hashlib.sha256(tampered).hexdigest()}") in line
     assert not (tmp_path / "w/formatted/wikicorpus_en/manifest.json").exists()
 
 
 # -- the XML dump ---------------------------------------------------------------------
 
 PAGES = [
-    {"title": "Ada Lovelace", "id": 11, "text": "{{Infobox person|name=Ada}}'''Ada Lovelace''' was an [[England|English]] "
-                                                "[[mathematician]].<ref>{{cite book|title=X}}</ref> She wrote notes.\n"
-                                                "== Life ==\nShe met [[Charles Babbage]] in 1833.\n[[Category:Mathematicians]]"},
+    {"title": "Ada Lovelace", "id": 11,
+     "text": "{{Infobox person|name=Ada}}'''Ada Lovelace''' was an [[England|English]] "
+             "[[mathematician]].<ref>{{cite book|title=X}}</ref> She wrote notes.\n"
+             "== Life ==\nShe met [[Charles Babbage]] in 1833.\n[[Category:Mathematicians]]"},
     {"title": "Lovelace", "id": 12, "text": "#REDIRECT [[Ada Lovelace]]", "redirect": "Ada Lovelace"},
     {"title": "Talk:Ada Lovelace", "id": 13, "ns": 1, "text": "A talk page. It is not an article."},
     {"title": "Only markup", "id": 14, "text": "{{Disambiguation}}\n{| class=wikitable\n| a || b\n|}\n[[Category:X]]"},
@@ -108,7 +118,8 @@ def publish_dump(server, date="20240101", data=None, md5=None, latest=False):
     data = data if data is not None else bz2.compress(wiki_dump_xml(PAGES))
     name = f"enwiki-{date}-pages-articles.xml.bz2"
     server.add_file(f"dumps/enwiki/{date}/{name}", data)
-    listing = f"{md5 or hashlib.md5(data).hexdigest()}  {name}\n0123456789abcdef0123456789abcdef  enwiki-{date}-stub-articles.xml.gz\n"
+    listing = (f"{md5 or hashlib.md5(data).hexdigest()}  {name}\n"
+               f"0123456789abcdef0123456789abcdef  enwiki-{date}-stub-articles.xml.gz\n")
     server.add_file(f"dumps/enwiki/{date}/enwiki-{date}-md5sums.txt", listing.encode())
     if latest:
         server.add_file("dumps/enwiki/latest/enwiki-latest-md5sums.txt", listing.encode())
@@ -132,8 +143,10 @@ def test_wikipedia_dump_resumes_a_dropped_connection_and_extracts_text(server, t
     assert gets == [("GET", path, None), ("GET", path, f"bytes={len(data) // 2}-")]
     docs = read_jsonl(work / "formatted/wikicorpus_en")
     assert docs == [
-        {"id": "11", "title": "Ada Lovelace", "text": "Ada Lovelace was an English mathematician. She wrote notes.\nShe met Charles Babbage in 1833."},
-        {"id": "15", "title": "Alan Turing", "text": "Alan Turing was a computer scientist. He broke codes & designed machines.\nHe was born in London."},
+        {"id": "11", "title": "Ada Lovelace",
+         "text": "Ada Lovelace was an English mathematician. She wrote notes.\nShe met Charles Babbage in 1833."},
+        {"id": "15", "title": "Alan Turing",
+         "text": "Alan Turing was a computer scientist. He broke codes & designed machines.\nHe was born in London."},
     ]
     manifest = json.loads((work / "download/wikipedia/manifest.json").read_text())
     entry = manifest["files"]["enwiki-20240101-pages-articles.xml.bz2"]
@@ -146,7 +159,8 @@ def test_wikipedia_dump_checksum_mismatch(server, tmp_path):
     work = tmp_path / "w"
     line = one_line_error(run_cli("download", "wikipedia", "--dump", "20240101", "--workdir", work,
                                   "--base-url", server.url + "/dumps"))
-    assert "enwiki-20240101-pages-articles.xml.bz2: md5 mismatch: expected 00000000000000000000000000000000 (published)" in line
+    assert ("enwiki-20240101-pages-articles.xml.bz2: md5 mismatch: expected 00000000000000000000000000000000 "
+            "(published)") in line
     assert looks_complete(work / "download/wikipedia") in ([], ["manifest.json"])
     assert not (work / "formatted/wikicorpus_en/manifest.json").exists()
 
@@ -174,7 +188,8 @@ BOOK_LINES = [f"line {i} of the books ." if i % 7 else "" for i in range(1, 26)]
 
 
 def test_bookcorpus_from_hub_groups_lines(server, tmp_path):
-    server.add_hub_dataset("bookcorpus/bookcorpus", {"plain_text/train/0000.parquet": parquet_bytes({"text": BOOK_LINES})},
+    server.add_hub_dataset("bookcorpus/bookcorpus",
+                           {"plain_text/train/0000.parquet": parquet_bytes({"text": BOOK_LINES})},
                            revision="refs/convert/parquet")
     work = tmp_path / "w"
     summary = ok(run_cli("download", "bookcorpus", "--lines-per-document", "10", "--workdir", work, "--json",
@@ -201,9 +216,11 @@ def test_bookcorpus_tarball(server, tmp_path):
     data = _tarball({"books_large_p1.txt": BOOK_LINES, "books_large_p2.txt": BOOK_LINES[:5]})
     server.add_file("bc/bookcorpus.tar.bz2", data)
     work = tmp_path / "w"
-    line = one_line_error(run_cli("download", "bookcorpus", "--tarball", "--workdir", work, "--base-url", server.url + "/bc"))
+    line = one_line_error(run_cli("download", "bookcorpus", "--tarball", "--workdir", work, "--base-url",
+                                  server.url + "/bc"))
     assert "md5 mismatch: expected 5c906ede3c5265f8934b62c275a754bc (published)" in line
-    summary = ok(run_cli("download", "bookcorpus", "--tarball", "--md5", hashlib.md5(data).hexdigest(), "--lines-per-document", "10",
+    summary = ok(run_cli("download", "bookcorpus", "--tarball", "--md5", hashlib.md5(data).hexdigest(),
+                         "--lines-per-document", "10",
                          "--workdir", work, "--base-url", server.url + "/bc", "--json"))
     assert summary["documents"] == 4  # 3 from p1, 1 from p2: a document never spans two files
     assert [d["id"] for d in read_jsonl(work / "formatted/bookcorpus")] == [
@@ -215,20 +232,24 @@ def test_bookcorpus_tarball(server, tmp_path):
 
 def test_chain_download_shard_create_books_wiki(server, tmp_path, shared_dir):
     wiki_pages = [{"title": f"Page {i}", "id": 100 + i,
-                   "text": " ".join(f"Sentence {j} of page {i} talks about [[history]] and science." for j in range(40))}
+                   "text": " ".join(f"Sentence {j} of page {i} talks about [[history]] and science."
+                                    for j in range(40))}
                   for i in range(30)]
     publish_dump(server, data=bz2.compress(wiki_dump_xml(wiki_pages)))
     server.add_hub_dataset("bookcorpus/bookcorpus", {
-        "plain_text/train/0000.parquet": parquet_bytes({"text": [f"the book line {i} says something ." for i in range(2000)]})},
+        "plain_text/train/0000.parquet": parquet_bytes({"text": [f"the book line {i} says something ."
+                                                                 for i in range(2000)]})},
         revision="refs/convert/parquet")
     work = tmp_path / "w"
     ok(run_cli("download", "wikipedia", "--dump", "20240101", "--workdir", work, "--base-url", server.url + "/dumps"))
-    ok(run_cli("download", "bookcorpus", "--lines-per-document", "100", "--workdir", work, server=server, hf_home=tmp_path / "hf"))
+    ok(run_cli("download", "bookcorpus", "--lines-per-document", "100", "--workdir", work, server=server,
+               hf_home=tmp_path / "hf"))
     summary = ok(run_cli("shard", "--workdir", work, "--corpus", "books_wiki_en_corpus", "--train-shards", "4",
                          "--test-shards", "2", "--json"))
     assert summary["documents"] == {"training": 45, "test": 5}  # 30 pages + 20 book chunks, 10% test
     shards = work / "sharded/books_wiki_en_corpus"
-    assert sorted(p.name for p in (shards / "training").iterdir()) == [f"books_wiki_en_corpus_training_{i}.txt" for i in range(4)]
+    assert sorted(p.name for p in (shards / "training").iterdir()) == [f"books_wiki_en_corpus_training_{i}.txt"
+                                                                       for i in range(4)]
     text = (shards / "training/books_wiki_en_corpus_training_0.txt").read_text(encoding="utf-8")
     assert "Sentence 3 of page" in text or "the book line" in text
     created = ok(run_cli("create", "--workdir", work, "--corpus", "books_wiki_en_corpus", "--vocab",
@@ -240,13 +261,16 @@ def test_chain_download_shard_create_books_wiki(server, tmp_path, shared_dir):
 
 def test_prepare_chains_download_shard_and_both_create_configs_and_resumes(server, tmp_path, shared_dir):
     server.add_hub_dataset("wikimedia/wikipedia", {"20231101.en/train-00000-of-00001.parquet": parquet_bytes({
-        "id": [str(i) for i in range(12)], "url": [f"u{i}" for i in range(12)], "title": [f"Page {i}" for i in range(12)],
+        "id": [str(i) for i in range(12)], "url": [f"u{i}" for i in range(12)],
+        "title": [f"Page {i}" for i in range(12)],
         "text": [" ".join(f"Sentence {j} of page {i} is about science." for j in range(20)) for i in range(12)]})})
     server.add_hub_dataset("bookcorpus/bookcorpus", {
-        "plain_text/train/0000.parquet": parquet_bytes({"text": [f"the book line {i} says something ." for i in range(1000)]})},
+        "plain_text/train/0000.parquet": parquet_bytes({"text": [f"the book line {i} says something ."
+                                                                 for i in range(1000)]})},
         revision="refs/convert/parquet")
     work = tmp_path / "w"
-    argv = ["prepare", "wikipedia", "bookcorpus", "--vocab", shared_dir / "fixtures/golden/vocab.txt", "--workdir", work,
+    argv = ["prepare", "wikipedia", "bookcorpus", "--vocab", shared_dir / "fixtures/golden/vocab.txt", "--workdir",
+            work,
             "--configs", "128/20,512/80", "--dupe-factor", "1", "--train-shards", "3", "--test-shards", "1", "--json"]
     first = ok(run_cli(*argv, server=server, hf_home=tmp_path / "hf"))
     assert sorted(first) == ["create 128/20", "create 512/80", "download bookcorpus", "download wikipedia", "shard"]
@@ -277,8 +301,8 @@ def test_wikipedia_dump_function_gives_the_cli_corpus_and_summary(server, tmp_pa
 
     publish_dump(server)
     base = server.url + "/dumps"
-    by_cli = ok(run_cli("download", "wikipedia", "--dump", "20240101", "--base-url", base, "--workdir", tmp_path / "cli",
-                        "--workers", "1", "--json"))
+    by_cli = ok(run_cli("download", "wikipedia", "--dump", "20240101", "--base-url", base, "--workdir",
+                        tmp_path / "cli", "--workers", "1", "--json"))
     summary = download("wikipedia", dump="20240101", base_url=base, workdir=tmp_path / "py", workers=1)
     assert same_apart_from_workdir(summary, tmp_path / "py", by_cli, tmp_path / "cli")
     assert read_jsonl(tmp_path / "py/formatted/wikicorpus_en") == read_jsonl(tmp_path / "cli/formatted/wikicorpus_en")
@@ -288,7 +312,8 @@ def test_bookcorpus_function_from_the_hub_gives_the_cli_corpus_and_summary(serve
     from bertprep.errors import UsageError
     from bertprep.stages.download.bookcorpus import BookcorpusOptions
 
-    server.add_hub_dataset("bookcorpus/bookcorpus", {"plain_text/train/0000.parquet": parquet_bytes({"text": BOOK_LINES})},
+    server.add_hub_dataset("bookcorpus/bookcorpus",
+                           {"plain_text/train/0000.parquet": parquet_bytes({"text": BOOK_LINES})},
                            revision="refs/convert/parquet")
     settings = {"server": server, "hf_home": tmp_path / "hf"}
     by_cli = ok(run_cli("download", "bookcorpus", "--lines-per-document", "10", "--workdir", tmp_path / "cli", "--json",
@@ -313,7 +338,8 @@ def test_prepare_function_gives_the_cli_records_and_summary(server, tmp_path, sh
                         "--dupe-factor", "1", "--train-shards", "2", "--test-shards", "1", "--workers", "1", "--json",
                         **settings))
     code = ("import json; from bertprep.engines import EngineOptions; from bertprep.stages.prepare import prepare; "
-            f"print(json.dumps(dict(prepare(sources=('wikipedia',), vocab={str(vocab)!r}, workdir={str(tmp_path / 'py')!r}, "
+            f"print(json.dumps(dict(prepare(sources=('wikipedia',), vocab={str(vocab)!r}, "
+            f"workdir={str(tmp_path / 'py')!r}, "
             "configs=((64, 10),), dupe_factor=1, train_shards=2, test_shards=1, engine=EngineOptions(workers=1)))))")
     summary = ok(run_python(code, **settings))
     for run in (summary, by_cli):  # how long a stage took is all that may differ
@@ -325,11 +351,14 @@ def test_prepare_function_gives_the_cli_records_and_summary(server, tmp_path, sh
         [(tmp_path / "py" / p.relative_to(tmp_path / "cli")).read_bytes() for p in records]
     # the first stage that fails raises its own error, and nothing after it runs
     code = ("from bertprep.errors import DataError; from bertprep.stages.prepare import prepare\n"
-            f"try: prepare(sources=('wikipedia', 'bookcorpus'), vocab={str(vocab)!r}, workdir={str(tmp_path / 'w')!r})\n"
+            f"try: prepare(sources=('wikipedia', 'bookcorpus'), vocab={str(vocab)!r}, "
+            f"workdir={str(tmp_path / 'w')!r})\n"
             "except DataError as exc: print(exc)")
     failed = run_python(code, **settings)
-    assert failed.stdout.startswith("bookcorpus/bookcorpus@refs/convert/parquet") and not (tmp_path / "w/sharded").exists()
-    with pytest.raises(UsageError, match="^wikipedia with bookcorpus is the English books_wiki_en_corpus: use --lang en$"):
+    assert failed.stdout.startswith("bookcorpus/bookcorpus@refs/convert/parquet")
+    assert not (tmp_path / "w/sharded").exists()
+    with pytest.raises(UsageError,
+                       match="^wikipedia with bookcorpus is the English books_wiki_en_corpus: use --lang en$"):
         PrepareOptions(sources=("wikipedia", "bookcorpus"), vocab="v.txt", lang="fr")
     assert PrepareOptions(sources=("bookcorpus", "bookcorpus"), vocab="v.txt", configs="128/20, 512/80").configs == \
         ((128, 20), (512, 80))

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from bertprep.stages.download.http import Limits, SourceDownloads, fetch
 from bertprep.errors import DataError
+from bertprep.stages.download.http import Limits, SourceDownloads, fetch
 from stand_in_servers import StandInServer, ok, one_line_error, run_cli
 
 PAYLOAD = os.urandom(3 * (1 << 20) + 12345)  # several read chunks
@@ -151,7 +151,8 @@ def test_a_stall_that_never_ends_names_the_stall(server, tmp_path):
     with pytest.raises(DataError) as error:
         fetch(url, str(tmp_path / "blob.bin"), retries=1, backoff=0.01, limits=Limits(stall=0.3))
     # the second attempt asked for byte 1,000 on and got nothing more before the stall timeout
-    assert str(error.value) == f"{url}: no byte for 0.3 s at byte 2,000 (gave up after 2 attempts; rerun to resume at byte 2,000)"
+    assert str(error.value) == (f"{url}: no byte for 0.3 s at byte 2,000 "
+                                "(gave up after 2 attempts; rerun to resume at byte 2,000)")
 
 
 def test_the_command_line_takes_the_limits(server, tmp_path):
@@ -168,7 +169,8 @@ def test_the_command_line_takes_the_limits(server, tmp_path):
     ok(run_cli("download", "bookcorpus", "--tarball", "--md5", hashlib.md5(tarball).hexdigest(), "--workdir", work,
                "--base-url", server.url + "/bc", "--stall-timeout", "0.5", "--quiet"))
     gets = [r for r in server.requests if r[0] == "GET"]
-    assert gets == [("GET", "/bc/bookcorpus.tar.bz2", None), ("GET", "/bc/bookcorpus.tar.bz2", f"bytes={len(tarball) // 2}-")]
+    assert gets == [("GET", "/bc/bookcorpus.tar.bz2", None),
+                    ("GET", "/bc/bookcorpus.tar.bz2", f"bytes={len(tarball) // 2}-")]
     assert (work / "download/bookcorpus/bookcorpus.tar.bz2").read_bytes() == tarball
     for flags, expected in ((["--stall-timeout", "0"], "--stall-timeout: expected a number of seconds above 0, got 0"),
                             (["--deadline", "-1"], "--deadline: expected a number of seconds (0 for none), got -1")):
@@ -185,5 +187,7 @@ def test_the_download_options_check_the_limits_once_with_the_flags_messages():
         SquadOptions(limits=Limits(stall=0))
     with pytest.raises(UsageError, match=r"^--deadline: expected a number of seconds \(0 for none\), got -1$"):
         download("squad", limits=Limits(deadline=-1))
-    with pytest.raises(UsageError, match="^unknown download source 'squad2'; known: wikipedia, bookcorpus, squad, glue, pretrained$"):
+    with pytest.raises(UsageError,
+                       match="^unknown download source 'squad2'; known: wikipedia, bookcorpus, squad, glue, "
+                             "pretrained$"):
         download("squad2")

@@ -77,7 +77,8 @@ def test_release_is_resumed_unpacked_verified_and_its_vocab_creates_records(
     manifest = json.loads((work / "download" / "pretrained" / "manifest.json").read_text())
     assert manifest["info"][RELEASE] == {"url": server.url + ZIP_PATH, "zip_bytes": len(release_zip),
                                          "zip_sha256": hashlib.sha256(release_zip).hexdigest()}
-    assert looks_complete(work / "download" / "pretrained") == ["manifest.json", *(f"{RELEASE}/{n}" for n in sorted(release_files))]
+    assert looks_complete(work / "download" / "pretrained") == ["manifest.json",
+                                                                *(f"{RELEASE}/{n}" for n in sorted(release_files))]
 
     before = len(server.requests)
     ok(run_cli(*args, "--base-url", server.url + "/bert_models"))  # same URL, complete: nothing fetched again
@@ -93,7 +94,8 @@ def test_release_is_resumed_unpacked_verified_and_its_vocab_creates_records(
 def test_a_file_that_does_not_match_its_sha256_leaves_nothing(server, release_files, tmp_path):
     wrong = "0" * 64
     work = tmp_path / "w"
-    result = run_cli("download", "pretrained", "--model", RELEASE, "--workdir", work, "--base-url", server.url + "/bert_models",
+    result = run_cli("download", "pretrained", "--model", RELEASE, "--workdir", work, "--base-url",
+                     server.url + "/bert_models",
                      "--checksums", sha256sums(tmp_path, release_files, **{"vocab.txt": wrong}))
     line = one_line_error(result)
     got = hashlib.sha256(release_files["vocab.txt"]).hexdigest()
@@ -142,7 +144,8 @@ def test_a_corrupt_zip_is_one_line_and_deleted(server, release_files, release_zi
 
 
 def test_unknown_model_is_a_usage_error_listing_the_releases(tmp_path):
-    line = one_line_error(run_cli("download", "pretrained", "--model", "uncased_L-6_H-512_A-8", "--workdir", tmp_path), code=2)
+    line = one_line_error(run_cli("download", "pretrained", "--model", "uncased_L-6_H-512_A-8", "--workdir", tmp_path),
+                          code=2)
     assert "unknown model" in line and "uncased_L-12_H-768_A-12" in line and "wwm_cased_L-24_H-1024_A-16" in line
 
 
@@ -163,16 +166,20 @@ def test_hub_model_id_gives_the_same_layout_and_is_served_from_cache_offline(sha
                           server=server, hf_home=hf_home)
     line = one_line_error(missing, code=2)
     assert "'no-such-org/no-such-model': not a Google release" in line and "uncased_L-12_H-768_A-12" in line
-    assert "org/config-only at " in one_line_error(no_weights) and "neither model.safetensors nor pytorch_model.bin" in no_weights.stderr
+    assert "org/config-only at " in one_line_error(no_weights)
+    assert "neither model.safetensors nor pytorch_model.bin" in no_weights.stderr
     assert not (tmp_path / "w" / "download" / "pretrained" / "org--config-only").exists()
     model_dir = tmp_path / "w" / "download" / "pretrained" / "bert-base-uncased"
     for name, data in files.items():
         assert (model_dir / name).read_bytes() == data
     verified = {name.split("/")[-1]: entry["verified"] for name, entry in summary["files"].items()}
-    assert verified == {"config.json": ["hub git sha1"], "model.safetensors": ["hub sha256"], "vocab.txt": ["hub sha256"]}
+    assert verified == {"config.json": ["hub git sha1"], "model.safetensors": ["hub sha256"],
+                        "vocab.txt": ["hub sha256"]}
     # The server is gone: the cache serves an offline run into a fresh work directory.
-    ok(run_cli("download", "pretrained", "--model", "bert-base-uncased", "--workdir", tmp_path / "w2", hf_home=hf_home, offline=True))
-    assert (tmp_path / "w2" / "download" / "pretrained" / "bert-base-uncased" / "model.safetensors").read_bytes() == files["model.safetensors"]
+    ok(run_cli("download", "pretrained", "--model", "bert-base-uncased", "--workdir", tmp_path / "w2", hf_home=hf_home,
+               offline=True))
+    cached_model = tmp_path / "w2" / "download" / "pretrained" / "bert-base-uncased" / "model.safetensors"
+    assert cached_model.read_bytes() == files["model.safetensors"]
     uncached = run_cli("download", "pretrained", "--model", "bert-large-uncased", "--workdir", tmp_path / "w2",
                        hf_home=hf_home, offline=True)
     assert "bert-large-uncased/config.json: not reachable at" in one_line_error(uncached)

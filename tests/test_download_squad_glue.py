@@ -7,8 +7,16 @@ import json
 import pytest
 
 from bertprep.stages.download.glue import TASKS as DOWNLOAD_TASKS
-from stand_in_servers import (StandInServer, looks_complete, ok, one_line_error, parquet_bytes, run_cli, run_python,
-                              same_apart_from_workdir)
+from stand_in_servers import (
+    StandInServer,
+    looks_complete,
+    ok,
+    one_line_error,
+    parquet_bytes,
+    run_cli,
+    run_python,
+    same_apart_from_workdir,
+)
 
 COUNTS = {"train-v1.1.json": 87_599, "dev-v1.1.json": 10_570, "train-v2.0.json": 130_319, "dev-v2.0.json": 11_873}
 PER_PARAGRAPH = 50
@@ -70,7 +78,8 @@ def test_squad_layout_md5_and_counts(server, squad_files, tmp_path):
     for name, count in COUNTS.items():
         relpath = f"v{'2.0' if 'v2.0' in name else '1.1'}/{name}"
         assert files[relpath]["examples"] == count
-        assert files[relpath]["md5"] == hashlib.md5(squad_files[name]).hexdigest() and "md5" in files[relpath]["verified"]
+        assert files[relpath]["md5"] == hashlib.md5(squad_files[name]).hexdigest()
+        assert "md5" in files[relpath]["verified"]
         assert (work / "download/squad" / relpath).read_bytes() == squad_files[name]
     assert (work / "download/squad/v1.1/evaluate-v1.1.py").read_text() == "# evaluate v1.1\n"
     assert "v2.0/evaluate-v2.0.py" not in files  # not reachable: reported, not fatal
@@ -85,7 +94,8 @@ def test_squad_checksum_mismatch_leaves_nothing(server, squad_files, tmp_path):
     # the built-in md5s are those of the real files, which these are not
     line = one_line_error(run_cli("download", "squad", "--version", "1.1", "--workdir", work,
                                   "--base-url", server.url + "/squad", "--eval-base-url", server.url + "/codalab"))
-    assert line.startswith("bertprep download: error: ") and "train-v1.1.json: md5 mismatch: expected 981b29407e0affa3b1b156f72073b945" in line
+    assert line.startswith("bertprep download: error: ")
+    assert "train-v1.1.json: md5 mismatch: expected 981b29407e0affa3b1b156f72073b945" in line
     assert [p for p in looks_complete(work / "download/squad") if p.endswith(".json") and p != "manifest.json"] == []
 
 
@@ -101,7 +111,8 @@ def test_squad_wrong_count_is_rejected(server, squad_files, tmp_path):
 
 
 def test_squad_404(server, tmp_path):
-    line = one_line_error(run_cli("download", "squad", "--workdir", tmp_path / "w", "--base-url", server.url + "/nothing"))
+    line = one_line_error(run_cli("download", "squad", "--workdir", tmp_path / "w", "--base-url",
+                                  server.url + "/nothing"))
     assert line.endswith("/nothing/train-v1.1.json: HTTP 404 Not Found")
 
 
@@ -114,14 +125,17 @@ def test_squad_from_hub_writes_the_same_layout(server, tmp_path):
             files[f"{config}/{hub_split}-00000-of-00001.parquet"] = parquet_bytes(columns)
         server.add_hub_dataset(repo, files)
     work = tmp_path / "w"
-    summary = ok(run_cli("download", "squad", "--from-hub", "--workdir", work, "--json", server=server, hf_home=tmp_path / "hf"))
+    summary = ok(run_cli("download", "squad", "--from-hub", "--workdir", work, "--json", server=server,
+                         hf_home=tmp_path / "hf"))
     assert summary["files"]["v2.0/dev-v2.0.json"]["examples"] == 11_873
     data = json.loads((work / "download/squad/v2.0/train-v2.0.json").read_text())
     assert data["version"] == "v2.0" and len(data["data"]) == -(-130_319 // (PER_PARAGRAPH * 10))
     qa = data["data"][0]["paragraphs"][0]["qas"][0]
-    assert qa == {"answers": [], "question": "Which answer is question 0 about?", "id": "train2.0-0", "is_impossible": True}
+    assert qa == {"answers": [], "question": "Which answer is question 0 about?", "id": "train2.0-0",
+                  "is_impossible": True}
     qa = data["data"][0]["paragraphs"][0]["qas"][1]
-    assert qa["answers"] == [{"text": "an answer", "answer_start": len("Paragraph 0 names ")}] and not qa["is_impossible"]
+    assert qa["answers"] == [{"text": "an answer",
+                              "answer_start": len("Paragraph 0 names ")}] and not qa["is_impossible"]
     assert data["data"][0]["paragraphs"][0]["context"] == "Paragraph 0 names an answer."
     assert len(data["data"][0]["paragraphs"][0]["qas"]) == PER_PARAGRAPH
     v11 = json.loads((work / "download/squad/v1.1/dev-v1.1.json").read_text())
@@ -142,7 +156,8 @@ HUB_GLUE = {
     "wnli": {"train": 4, "validation": 2, "test": 2},
     "ax": {"test": 3},
 }
-TEXT_COLUMNS = {"cola": ["sentence"], "sst2": ["sentence"], "mrpc": ["sentence1", "sentence2"], "stsb": ["sentence1", "sentence2"],
+TEXT_COLUMNS = {"cola": ["sentence"], "sst2": ["sentence"], "mrpc": ["sentence1", "sentence2"],
+                "stsb": ["sentence1", "sentence2"],
                 "qqp": ["question1", "question2"], "mnli": ["premise", "hypothesis"], "qnli": ["question", "sentence"],
                 "rte": ["sentence1", "sentence2"], "wnli": ["sentence1", "sentence2"], "ax": ["premise", "hypothesis"]}
 
@@ -174,7 +189,8 @@ def test_glue_all_tasks_as_original_tsv(server, tmp_path):
     summary = ok(run_cli("download", "glue", "--workdir", work, "--json", server=server, hf_home=tmp_path / "hf"))
     glue = work / "download/glue"
     expected = {"CoLA": ["train.tsv", "dev.tsv", "test.tsv"],
-                "MNLI": ["train.tsv", "dev_matched.tsv", "dev_mismatched.tsv", "test_matched.tsv", "test_mismatched.tsv"],
+                "MNLI": ["train.tsv", "dev_matched.tsv", "dev_mismatched.tsv", "test_matched.tsv",
+                         "test_mismatched.tsv"],
                 "diagnostic": ["diagnostic.tsv"]}
     for task in ("CoLA", "SST-2", "MRPC", "STS-B", "QQP", "MNLI", "QNLI", "RTE", "WNLI", "diagnostic"):
         for name in expected.get(task, ["train.tsv", "dev.tsv", "test.tsv"]):
@@ -193,10 +209,12 @@ def test_glue_all_tasks_as_original_tsv(server, tmp_path):
     mrpc = read_tsv(glue / "MRPC/train.tsv")
     assert mrpc[0][0] == "Quality" and (mrpc[2][0], mrpc[2][3]) == ("1", "mrpc train sentence1 1 with a tab")
     assert read_tsv(glue / "STS-B/dev.tsv")[2][-1] == "1.250"
-    assert read_tsv(glue / "RTE/train.tsv")[1][-1] == "entailment" and read_tsv(glue / "QNLI/train.tsv")[2][-1] == "not_entailment"
+    assert read_tsv(glue / "RTE/train.tsv")[1][-1] == "entailment"
+    assert read_tsv(glue / "QNLI/train.tsv")[2][-1] == "not_entailment"
     assert summary["files"]["MNLI/train.tsv"]["rows"] == 6 and summary["files"]["QQP/test.tsv"]["rows"] == 2
     manifest = json.loads((glue / "manifest.json").read_text())
-    assert manifest["files"]["CoLA/train.tsv"]["sha256"] == hashlib.sha256((glue / "CoLA/train.tsv").read_bytes()).hexdigest()
+    assert (manifest["files"]["CoLA/train.tsv"]["sha256"]
+            == hashlib.sha256((glue / "CoLA/train.tsv").read_bytes()).hexdigest())
 
 
 def test_glue_task_selection_and_unknown_task(server, tmp_path):
@@ -205,7 +223,8 @@ def test_glue_task_selection_and_unknown_task(server, tmp_path):
     ok(run_cli("download", "glue", "--tasks", "cola,sts-b", "--workdir", work, server=server, hf_home=tmp_path / "hf"))
     assert sorted(p.name for p in (work / "download/glue").iterdir()) == ["CoLA", "STS-B", "manifest.json"]
     assert [r for r in server.requests if "/resolve/" in r[1] and "/mnli/" in r[1]] == []
-    line = one_line_error(run_cli("download", "glue", "--tasks", "CoLA,SQuAD", "--workdir", work, server=server), code=2)
+    line = one_line_error(run_cli("download", "glue", "--tasks", "CoLA,SQuAD", "--workdir", work, server=server),
+                          code=2)
     assert "unknown GLUE task 'SQuAD'" in line
 
 
@@ -218,13 +237,15 @@ def test_squad_function_gives_the_cli_files_and_summary(server, squad_files, tmp
 
     sums = _publish_squad(server, squad_files, tmp_path)
     by_cli = ok(run_cli("download", "squad", "--version", "1.1", "--workdir", tmp_path / "cli", "--base-url",
-                        server.url + "/squad", "--eval-base-url", server.url + "/codalab", "--checksums", sums, "--json"))
+                        server.url + "/squad", "--eval-base-url", server.url + "/codalab", "--checksums", sums,
+                        "--json"))
     flags = {"squad_version": "1.1", "base_url": server.url + "/squad", "eval_base_url": server.url + "/codalab",
              "checksums": sums}
     summary = download("squad", workdir=tmp_path / "py", **flags)
     assert same_apart_from_workdir(summary, tmp_path / "py", by_cli, tmp_path / "cli")
     for relpath in ("v1.1/train-v1.1.json", "v1.1/dev-v1.1.json", "v1.1/evaluate-v1.1.py"):
-        assert (tmp_path / "py/download/squad" / relpath).read_bytes() == (tmp_path / "cli/download/squad" / relpath).read_bytes()
+        assert ((tmp_path / "py/download/squad" / relpath).read_bytes()
+                == (tmp_path / "cli/download/squad" / relpath).read_bytes())
     before = len(server.requests)
     download(SquadOptions(workdir=str(tmp_path / "py"), **flags))  # complete: nothing is fetched again
     assert [r for r in server.requests[before:] if "/squad/" in r[1]] == []
@@ -235,11 +256,13 @@ def test_glue_function_gives_the_cli_files_and_summary(server, tmp_path):
 
     server.add_hub_dataset("nyu-mll/glue", glue_files())
     settings = {"server": server, "hf_home": tmp_path / "hf"}
-    by_cli = ok(run_cli("download", "glue", "--tasks", "cola,sts-b", "--workdir", tmp_path / "cli", "--json", **settings))
+    by_cli = ok(run_cli("download", "glue", "--tasks", "cola,sts-b", "--workdir", tmp_path / "cli", "--json",
+                        **settings))
     code = ("import json; from bertprep.stages.download import download; "
             f"print(json.dumps(dict(download('glue', tasks=('cola', 'sts-b'), workdir={str(tmp_path / 'py')!r}))))")
     summary = ok(run_python(code, **settings))
     assert same_apart_from_workdir(summary, tmp_path / "py", by_cli, tmp_path / "cli")
     for relpath in by_cli["files"]:
-        assert (tmp_path / "py/download/glue" / relpath).read_bytes() == (tmp_path / "cli/download/glue" / relpath).read_bytes()
+        assert ((tmp_path / "py/download/glue" / relpath).read_bytes()
+                == (tmp_path / "cli/download/glue" / relpath).read_bytes())
     assert GlueOptions(tasks="all").tasks == GlueOptions(tasks=("ALL",)).tasks == tuple(DOWNLOAD_TASKS)

@@ -12,8 +12,8 @@ import pytest
 from bertprep import formats, masking
 from bertprep.binning import bin_width, binned_batches, bins_of
 from bertprep.cli import main as bertprep_main
-from bertprep.stages.create import sample_paths
 from bertprep.instances import MaskingVocab
+from bertprep.stages.create import sample_paths
 from bertprep.tokenization import load_vocab
 
 
@@ -331,7 +331,8 @@ def test_trainer_trains_on_unmasked_records(dynamic_dir, tmp_path):
 
     log = tmp_path / "log.jsonl"
     assert main(["--format", "tfrecord", "--data", dynamic_dir, "--bert-config", bert_config(tmp_path, 0.0),
-                 "--steps", "2", "--batch-size", "4", "--bin-size", "16", "--log-every", "1", "--log-json", str(log), "--quiet"]) == 0
+                 "--steps", "2", "--batch-size", "4", "--bin-size", "16", "--log-every", "1", "--log-json", str(log),
+                 "--quiet"]) == 0
     events = [json.loads(line) for line in log.read_text().splitlines()]
     assert events[-1]["steps"] == 2 and all(np.isfinite(e["loss"]) for e in events if "loss" in e)
 

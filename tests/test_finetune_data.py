@@ -1,4 +1,5 @@
-"""`bertprep create-squad` / `create-glue`: byte parity with the reference's goldens, eval metadata, manifest, bad input."""
+"""`bertprep create-squad` / `create-glue`: byte parity with the reference's goldens, eval metadata, manifest,
+bad input."""
 
 import hashlib
 import json
@@ -9,14 +10,15 @@ import pytest
 
 from bertprep import formats
 from bertprep.cli import main
+from bertprep.formats import schemas
 from bertprep.stages.download.glue import TASKS as DOWNLOAD_TASKS
 from bertprep.stages.finetune.glue import TASKS, truncated_lengths
-from bertprep.formats import schemas
 from bertprep.tokenization import load_vocab
 
 SQUAD_GOLDENS = [(version, split, seq, stride, query) for version in ("1.1", "2.0") for split in ("train", "dev")
                  for seq, stride, query in ((384, 128, 64), (128, 32, 24))]
-GLUE_SPLITS = {"train": ("train", "train"), "dev": ("eval", "eval"), "test": ("predict", "test")}  # golden, tf, of names
+GLUE_SPLITS = {"train": ("train", "train"), "dev": ("eval", "eval"),
+               "test": ("predict", "test")}  # golden, tf, of names
 
 
 @pytest.fixture(scope="module")
@@ -228,8 +230,8 @@ def test_create_glue_called_in_python_writes_what_the_command_writes(finetune_di
 
 
 def test_formats_flag_writes_only_the_named_format(finetune_dir, vocab_path, tmp_path):
-    assert main(["create-glue", "--task", "cola", "--data-dir", str(finetune_dir / "glue/CoLA"), "--vocab", str(vocab_path),
-                 "--out", str(tmp_path), "--split", "dev", "--format", "ofrecord", "--quiet"]) == 0
+    assert main(["create-glue", "--task", "cola", "--data-dir", str(finetune_dir / "glue/CoLA"), "--vocab",
+                 str(vocab_path), "--out", str(tmp_path), "--split", "dev", "--format", "ofrecord", "--quiet"]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["eval.of_record-0", "manifest.json"]
 
 
@@ -331,7 +333,8 @@ def test_answer_not_at_answer_start_is_skipped_counted_and_warned(tmp_path, voca
     warnings = [line for line in captured.err.splitlines() if "warning" in line]
     assert len(warnings) == 2
     assert "question 'q1': could not find answer 'dog' at answer_start 9 (the context there reads 'ran')" in warnings[0]
-    assert "question 'q2': answer_start 200 with a 4-character answer lies outside its 12-character context" in warnings[1]
+    assert ("question 'q2': answer_start 200 with a 4-character answer lies outside its 12-character "
+            "context") in warnings[1]
     assert json.loads((out / "manifest.json").read_text())["files"]["train.tf_record"]["skipped"] == 2
     record = next(formats.read_records(out / "train.tf_record"))
     assert (record["start_positions"][0], record["end_positions"][0]) == (6, 6)  # [CLS] which words ? [SEP] the cat
@@ -340,7 +343,8 @@ def test_answer_not_at_answer_start_is_skipped_counted_and_warned(tmp_path, voca
 def test_bad_squad_structure_and_flags(tmp_path, vocab_path, capsys):
     out = tmp_path / "out"
     data = tmp_path / "train-v1.1.json"
-    data.write_text(json.dumps({"data": [{"paragraphs": [{"context": "x y", "qas": [{"id": "a1", "question": "q"}]}]}]}))
+    data.write_text(json.dumps({"data": [{"paragraphs": [{"context": "x y",
+                                                          "qas": [{"id": "a1", "question": "q"}]}]}]}))
     assert main(["create-squad", "--input", str(data), "--vocab", str(vocab_path), "--out", str(out)]) == 1
     assert _error_line(capsys).endswith(f"{data}: question 'a1': missing 'answers' "
                                         "(expected SQuAD JSON: data[].paragraphs[].qas[])")
@@ -355,7 +359,8 @@ def test_bad_squad_structure_and_flags(tmp_path, vocab_path, capsys):
     other.write_text(json.dumps(two))
     assert main(["create-squad", "--input", str(other), "--vocab", str(vocab_path), "--out", str(out)]) == 2
     assert "cannot tell the split from the name" in _error_line(capsys)
-    assert main(["create-squad", "--input", str(data), "--vocab", str(vocab_path), "--out", str(out), "--seq", "67"]) == 2
+    assert main(["create-squad", "--input", str(data), "--vocab", str(vocab_path), "--out", str(out), "--seq",
+                 "67"]) == 2
     assert "--seq 67 must be greater than --max-query 64 + 3" in _error_line(capsys)
     assert sorted(p.name for p in out.iterdir()) == ["eval.examples.jsonl", "eval.features.jsonl", "eval.of_record-0",
                                                      "eval.tf_record", "manifest.json"]
@@ -380,8 +385,8 @@ def test_bad_glue_input(finetune_dir, tmp_path, vocab_path, capsys):
     assert main([*argv, "--task", "MRPC"]) == 1
     assert _error_line(capsys).endswith(f"{data / 'dev.tsv'}:6: label '2' in column 0, expected one of 0, 1")
     assert main([*argv, "--task", "SQuAD"]) == 2
-    assert _error_line(capsys).endswith("--task: unknown GLUE task 'SQuAD'; known: CoLA, MRPC, MNLI, SST-2, STS-B, QQP, "
-                                        "QNLI, RTE, WNLI")
+    assert _error_line(capsys).endswith("--task: unknown GLUE task 'SQuAD'; known: CoLA, MRPC, MNLI, SST-2, STS-B, "
+                                        "QQP, QNLI, RTE, WNLI")
     assert main([*argv, "--task", "MRPC", "--split", "train", "--quiet"]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "train.of_record-0", "train.tf_record"]
 
@@ -397,8 +402,9 @@ def test_encode_columns_gives_encode_record_bytes_for_every_kind():
                             else rng.integers(-3, 2**31 - 1, (30, f.size(dims)))) for f in kind.features}
         columns["input_ids"][0, :] = [0, 127, 128, 16383, 16384, 2**21, 2**28, -1] * 5  # every varint width
         for fmt in formats.FORMATS:
-            expected = b"".join(formats.frame(formats.encode_record({k: v[i] for k, v in columns.items()}, fmt, kind), fmt)
-                                for i in range(30))
+            expected = b"".join(
+                formats.frame(formats.encode_record({k: v[i] for k, v in columns.items()}, fmt, kind), fmt)
+                for i in range(30))
             assert formats.encode_columns(columns, fmt, kind) == expected, (kind.name, fmt)
 
 
@@ -453,8 +459,10 @@ def test_validate_a_squad_directory_and_damaged_squad_records(finetune_dir, voca
     found = {(check, record): message for check, record, _field, message in _findings(report)}
     assert found[("answer_span", 0)].startswith("start ") and "after end" in found[("answer_span", 0)]
     assert found[("answer_span", 1)] == (f"answer {first_sep} … {first_sep + 1}, expected 0 … 0 or inside the context "
-                                         f"(the context is positions {first_sep + 1} … {int(records[1]['input_mask'].sum()) - 2})")
-    assert found[("is_impossible", 2)] == f"1 with an answer at {first_sep + 2} … {first_sep + 2}, expected start = end = 0"
+                                         f"(the context is positions {first_sep + 1} … "
+                                         f"{int(records[1]['input_mask'].sum()) - 2})")
+    assert found[("is_impossible", 2)] == (f"1 with an answer at {first_sep + 2} … {first_sep + 2}, "
+                                           "expected start = end = 0")
     assert found[("unique_ids", 3)] == f"{int(records[3]['unique_ids'][0])} after 1000000002, expected one more"
     assert found[("unique_ids", 4)].endswith("expected one more")  # the run continues from the original ids
     assert found[("separators", 4)] == f"1 [SEP] (102) at [{first_sep}], expected 2 (length {length})"
@@ -464,8 +472,8 @@ def test_validate_a_squad_directory_and_damaged_squad_records(finetune_dir, voca
 
 def test_validate_glue_labels_against_the_manifest_and_padding_examples(finetune_dir, vocab_path, tmp_path, capsys):
     out = tmp_path / "mnli"
-    assert main(["create-glue", "--task", "MNLI", "--data-dir", str(finetune_dir / "glue/MNLI"), "--vocab", str(vocab_path),
-                 "--out", str(out), "--quiet"]) == 0
+    assert main(["create-glue", "--task", "MNLI", "--data-dir", str(finetune_dir / "glue/MNLI"), "--vocab",
+                 str(vocab_path), "--out", str(out), "--quiet"]) == 0
     code, report = _validate(capsys, out)
     assert code == 0, _findings(report)
     labels = report["datasets"][0]["stats"]["ofrecord"]["train"]["labels"]
@@ -515,7 +523,8 @@ def test_validate_checks_the_eval_metadata_against_the_manifest(finetune_dir, vo
 
 
 def test_squad_words_split_on_the_reference_whitespace_only():
-    """run_squad.py splits contexts on space, tab, CR, LF and U+202F; str.split()'s other whitespace stays inside words."""
+    """run_squad.py splits contexts on space, tab, CR, LF and U+202F; str.split()'s other whitespace stays inside
+    words."""
     import sys
 
     from bertprep.stages.finetune.squad import _OTHER_WHITESPACE, split_words
@@ -584,8 +593,10 @@ def test_glue_rerun_skips_finished_splits_and_adds_the_rest(finetune_dir, vocab_
     capsys.readouterr()
     assert main(argv) == 0
     summary = json.loads(capsys.readouterr().out)
-    assert {split: s["created"] for split, s in summary["splits"].items()} == {"train": False, "dev": True, "test": True}
+    assert {split: s["created"] for split, s in summary["splits"].items()} == {"train": False, "dev": True,
+                                                                               "test": True}
     assert (tmp_path / "train.tf_record").read_bytes() == train
-    assert (tmp_path / "predict.tf_record").read_bytes() == (finetune_dir / "glue/CoLA_test_seq128.tfrecord").read_bytes()
+    assert ((tmp_path / "predict.tf_record").read_bytes()
+            == (finetune_dir / "glue/CoLA_test_seq128.tfrecord").read_bytes())
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert sorted(manifest["source"]) == ["dev", "test", "train"] and len(manifest["files"]) == 6

@@ -23,13 +23,12 @@ pytest.importorskip("tensorflow")
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from stand_in_servers import StandInServer, looks_complete, one_line_error, run_cli  # noqa: E402
-from test_checkpoints import TOLERANCE, run_outputs  # noqa: E402
-from test_download_pretrained import RELEASE, ZIP_PATH, release_files, sha256sums, zip_of  # noqa: E402, F401
-
 from bertprep import formats  # noqa: E402
 from bertprep.atomic import temp_path  # noqa: E402
 from bertprep.formats.schemas import GLUE  # noqa: E402
+from stand_in_servers import StandInServer, looks_complete, one_line_error, run_cli  # noqa: E402
+from test_checkpoints import TOLERANCE, run_outputs  # noqa: E402
+from test_download_pretrained import RELEASE, ZIP_PATH, release_files, sha256sums, zip_of  # noqa: E402, F401
 from trainer.cli import main  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -213,7 +213,8 @@ def test_ids_outside_the_manifests_vocab_are_refused(static, tmp_path, value, me
     bad = replace_ids(static, "tfrecord", value=value)
     with pytest.raises(DataError, match=f"{bad}: row 3: input_ids\\[1\\]: {value} {message}"):
         {"hf": lambda: hf_load(only_format(static, "tfrecord"), tmp_path),
-         "trainer": lambda: trainer_reads(static, "tfrecord"), "torch": lambda: torch_reads(static, "tfrecord")}[reader]()
+         "trainer": lambda: trainer_reads(static, "tfrecord"),
+         "torch": lambda: torch_reads(static, "tfrecord")}[reader]()
 
 
 @pytest.mark.parametrize("values, message", [

@@ -278,7 +278,8 @@ def test_decode_batch_reads_golden_files(golden_dir, name, seq, pred, fmt):
     payloads = list(formats.iter_payloads(path))
     expected = [np.stack([r[feature] for r in formats.read_records(path)]) for feature in PRETRAINING.names]
     features = formats.decoder_features(PRETRAINING, {"seq": seq, "pred": pred})
-    assert [(n, is_float) for n, is_float, _ in features] == [(f.name, f.dtype == "float") for f in PRETRAINING.features]
+    assert [(n, is_float) for n, is_float, _ in features] == [(f.name, f.dtype == "float")
+                                                              for f in PRETRAINING.features]
     runs = [(native.decode_batch, np.int32), (native.decode_batch, np.int64),
             (formats.decode_batch_python, np.int32 if fmt == "ofrecord" else np.int64)]  # the twin is slow: once
     for decode, int_dtype in runs:
@@ -701,7 +702,8 @@ def _corruptions(golden_dir, tmp_path):
     of = (golden_dir / "G1.ofrecord").read_bytes()[: of_offsets[60]]
     at = tf_offsets[30]
     seq_512 = formats.frame(formats.encode_record(
-        {n: [0] * PRETRAINING.feature(n).size({"seq": 512, "pred": 20}) for n in PRETRAINING.names}, "tfrecord"), "tfrecord")
+        {n: [0] * PRETRAINING.feature(n).size({"seq": 512, "pred": 20}) for n in PRETRAINING.names}, "tfrecord"),
+                            "tfrecord")
     cases = {
         "data_crc.tfrecord": tf[: at + 40] + bytes([tf[at + 40] ^ 1]) + tf[at + 41:],
         "length_crc.tfrecord": tf[: at + 9] + bytes([tf[at + 9] ^ 1]) + tf[at + 10:],
@@ -759,7 +761,8 @@ def test_read_batches_dims_can_be_given(golden_dir, monkeypatch):
     at = 12 + list_tag_offset(next(formats.iter_payloads(path)), "input_ids")  # in the file: after the header
     for use_native in (True, False):
         batches, error = _read_all(path, 64, use_native, monkeypatch, dims={"seq": 128, "pred": 80})
-        assert batches == [] and error == f"{path}: record 0 at byte {at}: feature 'input_ids': 512 values, expected 128"
+        assert batches == []
+        assert error == f"{path}: record 0 at byte {at}: feature 'input_ids': 512 values, expected 128"
 
 
 # -- create_instances ---------------------------------------------------------------------

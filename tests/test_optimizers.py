@@ -6,8 +6,15 @@ import pytest
 
 keras = pytest.importorskip("keras")
 
-from trainer.optimizers import (AdamW, GoogleAdamW, GoogleSchedule, NVLamb, WarmupPolynomialDecay,  # noqa: E402
-                                clip_by_global_norm, make_optimizer)
+from trainer.optimizers import (  # noqa: E402
+    AdamW,
+    GoogleAdamW,
+    GoogleSchedule,
+    NVLamb,
+    WarmupPolynomialDecay,
+    clip_by_global_norm,
+    make_optimizer,
+)
 
 PEAK, WARMUP, TOTAL = 0.01, 2, 6
 BETA1, BETA2, EPS, WD = 0.9, 0.999, 1e-6, 0.01

@@ -220,7 +220,8 @@ def test_convert_refuses_colliding_names_and_empty_inputs(golden_dir, tmp_path):
     (src / "part-0").write_bytes((golden_dir / "G2.ofrecord").read_bytes())
     (src / "part-0.tfrecord").write_bytes((golden_dir / "G2.tfrecord").read_bytes())
     line = error_line(bertprep("convert", src, tmp_path / "dst", "--to", "tfrecord", "--quiet"), 2)
-    assert f"{src / 'part-0'} and {src / 'part-0.tfrecord'} would both be written to {tmp_path / 'dst' / 'part-0.tfrecord'}: rename one of them" in line
+    assert (f"{src / 'part-0'} and {src / 'part-0.tfrecord'} would both be written to "
+            f"{tmp_path / 'dst' / 'part-0.tfrecord'}: rename one of them") in line
     (src / "part-0.tfrecord").unlink()
     (src / "part-1").write_bytes(b"")
     line = error_line(bertprep("convert", src, tmp_path / "dst", "--to", "tfrecord", "--quiet"), 1)
@@ -334,7 +335,8 @@ def test_a_damaged_manifest_is_named_not_trusted(tmp_path, tiny, damage):
 
 
 def test_a_closed_pipe_ends_the_command_quietly(golden_dir, tmp_path, tiny):
-    inspect = subprocess.Popen([sys.executable, "-m", "bertprep", "inspect", str(golden_dir / "G1.tfrecord"), "-n", "1000"],
+    inspect = subprocess.Popen([sys.executable, "-m", "bertprep", "inspect", str(golden_dir / "G1.tfrecord"),
+                                "-n", "1000"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
     assert inspect.stdout.readline().startswith(b"== ")  # `| head -1`
     inspect.stdout.close()

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_create import golden_argv, only_records_dir, output_files
 
 from bertprep import formats
 from bertprep.cli import main
 from bertprep.formats.schemas import PACKED, PRETRAINING
 from bertprep.stages.pack import strategy
 from bertprep.stages.pack.layout import pack_rows, unpack_rows
+from test_create import golden_argv, only_records_dir, output_files
 
 
 def run_json(capsys, *argv):
@@ -94,7 +94,8 @@ def test_short_documents_pack_densely_and_the_same_for_any_worker_count(short_re
         results.append((summary, output_files(summary["records_dir"])))
     (summary, files), (_, files_2) = results
     assert len(files) == 8 and files == files_2
-    assert summary["lower_bound_ratio"] <= summary["ratio"] < 0.6 and sum(summary["sequences_per_row"][2:]) > summary["sequences_per_row"][1]
+    assert summary["lower_bound_ratio"] <= summary["ratio"] < 0.6
+    assert sum(summary["sequences_per_row"][2:]) > summary["sequences_per_row"][1]
     lengths = np.concatenate([lengths_of(p) for p in sorted(short_records.glob("ofrecord/training/part-*"))])
     assert summary["sequences"] == len(lengths) and summary["tokens"] == lengths.sum()
     assert_lossless(capsys, short_records, summary["records_dir"], len(lengths))
@@ -319,7 +320,8 @@ def test_bad_inputs_end_with_one_line(short_records, golden_dir, tmp_path, capsy
         entries = {f"ofrecord/training/{p.name}": {"format": "ofrecord", "split": "training", "source": p.name,
                                                    "sha256": formats_sha256(p), "bytes": p.stat().st_size}
                    for p in files}
-        (bad / "manifest.json").write_text(json.dumps({"stage": "create", "kind": "pretraining", "formats": ["ofrecord"],
+        (bad / "manifest.json").write_text(json.dumps({"stage": "create", "kind": "pretraining",
+                                                       "formats": ["ofrecord"],
                                                        "dims": {"seq": 128, "pred": 20}, "files": entries}))
 
     manifest([truncated])

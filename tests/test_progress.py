@@ -26,9 +26,10 @@ def test_off_a_terminal_lines_keep_their_format_and_throttle():
     lines = stream.getvalue().splitlines()
     assert len(lines) == 3, lines
     assert lines[0] == "create: resuming: 1 of 3 shards already complete"
-    assert re.fullmatch(rf"create: 1/3 shards, 1,234 instances \({RATE} instances/s\), ETA \d+s, 0s", lines[1]), lines[1]
-    assert re.fullmatch(rf"create: 2/3 shards, 2,234 instances \({RATE} instances/s\), 3.0 MiB \([\d.]+ [KMGT]?i?B/s\), "
-                        r"ETA \d+s, 0s", lines[2]), lines[2]
+    assert re.fullmatch(rf"create: 1/3 shards, 1,234 instances \({RATE} instances/s\), ETA \d+s, 0s",
+                        lines[1]), lines[1]
+    assert re.fullmatch(rf"create: 2/3 shards, 2,234 instances \({RATE} instances/s\), 3.0 MiB \([\d.]+ "
+                        r"[KMGT]?i?B/s\), ETA \d+s, 0s", lines[2]), lines[2]
 
 
 def test_off_a_terminal_without_total_and_every_interval():
@@ -108,7 +109,8 @@ def test_cli_on_a_terminal_draws_a_bar_and_quiet_draws_nothing(tmp_path):
 
 
 def test_cli_off_a_terminal_prints_lines(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "bertprep", "create", "--workdir", str(tmp_path), "--dupe-factor", "1",
+    result = subprocess.run([sys.executable, "-m", "bertprep", "create", "--workdir", str(tmp_path), "--dupe-factor",
+                             "1",
                              "--json"], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)},
                             cwd=REPO, timeout=120)
     assert result.returncode == 0, result.stderr

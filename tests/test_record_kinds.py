@@ -57,8 +57,10 @@ def test_a_kind_described_once_round_trips_through_every_stage(toy_kind, tmp_pat
         assert batch["tokens"].shape == (25, 6) and batch["scores"].dtype == np.float32
         assert batch["label"][:, 0].tolist() == [i % 3 for i in range(25)]
     # each format keeps the kind's key order for it
-    assert list(formats.decode_payload(next(formats.iter_payloads(of_path)), "ofrecord")) == ["label", "scores", "tokens"]
-    assert list(formats.decode_payload(next(formats.iter_payloads(tf_path)), "tfrecord")) == ["tokens", "scores", "label"]
+    assert (list(formats.decode_payload(next(formats.iter_payloads(of_path)), "ofrecord"))
+            == ["label", "scores", "tokens"])
+    assert (list(formats.decode_payload(next(formats.iter_payloads(tf_path)), "tfrecord"))
+            == ["tokens", "scores", "label"])
 
     # inspect shows the kind and every field
     assert main(["inspect", str(of_path), "-n", "1"]) == 0

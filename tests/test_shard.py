@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from bertprep.stages.shard import balance, balance_count, choose_test
 from bertprep.sentences import document_sentences
+from bertprep.stages.shard import balance, balance_count, choose_test
 from stand_in_servers import ok, one_line_error, run_cli
 
 
@@ -42,7 +42,8 @@ def test_reference_format_and_manifest(tmp_path):
                          "--train-shards", "4", "--test-shards", "2", "--json"))
     assert summary["documents"] == {"training": 108, "test": 12}
     manifest = json.loads((out / "manifest.json").read_text())
-    assert sorted(manifest["files"]) == [f"test/demo_test_{i}.txt" for i in range(2)] + [f"training/demo_training_{i}.txt" for i in range(4)]
+    assert sorted(manifest["files"]) == ([f"test/demo_test_{i}.txt" for i in range(2)]
+                                         + [f"training/demo_training_{i}.txt" for i in range(4)])
     seen = []
     for relpath, entry in manifest["files"].items():
         data = (out / relpath).read_bytes()
@@ -109,8 +110,8 @@ def test_balance_count_gives_equal_document_counts():
 
 def test_shard_balance_count_on_the_command_line(tmp_path):
     corpus = make_corpus(tmp_path / "in", files=2, docs_per_file=101, seed=5)
-    summary = ok(run_cli("shard", "--input", corpus, "--corpus", "demo", "--out", tmp_path / "out", "--balance", "count",
-                         "--train-shards", "7", "--test-shards", "3", "--json"))
+    summary = ok(run_cli("shard", "--input", corpus, "--corpus", "demo", "--out", tmp_path / "out", "--balance",
+                         "count", "--train-shards", "7", "--test-shards", "3", "--json"))
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["params"]["balance"].startswith("equal document counts")
     for split, shards in (("training", 7), ("test", 3)):
@@ -127,7 +128,8 @@ def test_invalid_utf8_and_markup_only_documents(tmp_path):
                                 b"   \n\t\n\n"
                                 b"Last document.\n")
     (inp / "b.jsonl").write_text(json.dumps({"id": "1", "title": "only markup", "text": " \n \n"}) + "\n"
-                                 + json.dumps({"id": "2", "title": "ok", "text": "Plain text here."}) + "\n", encoding="utf-8")
+                                 + json.dumps({"id": "2", "title": "ok", "text": "Plain text here."}) + "\n",
+                                 encoding="utf-8")
     summary = ok(run_cli("shard", "--input", inp, "--corpus", "mixed", "--out", tmp_path / "out",
                          "--train-shards", "1", "--test-shards", "1", "--json"))
     assert summary["dropped"] == {"empty_documents": 1, "invalid_utf8_lines": 1}
@@ -175,18 +177,20 @@ def test_a_damaged_shard_manifest_is_named(tmp_path):
     ok(run_cli(*args))
     (out / "manifest.json").write_text('{"params": [], "files": {}}')
     line = one_line_error(run_cli(*args))
-    assert line == (f'bertprep shard: error: {out / "manifest.json"}: damaged manifest ("params" is not a JSON object); '
-                    "remove it to redo this stage from scratch")
+    assert line == (f'bertprep shard: error: {out / "manifest.json"}: damaged manifest ("params" is not a JSON '
+                    "object); remove it to redo this stage from scratch")
 
 
 def test_default_input_is_the_workdirs_formatted_corpus(tmp_path):
     formatted = tmp_path / "w/formatted/wikicorpus_en"
     formatted.mkdir(parents=True)
-    docs = [{"id": str(i), "title": f"T{i}", "text": f"Article {i} starts here. It ends here.\nSecond paragraph {i}."} for i in range(20)]
+    docs = [{"id": str(i), "title": f"T{i}", "text": f"Article {i} starts here. It ends here.\nSecond paragraph {i}."}
+            for i in range(20)]
     (formatted / "part.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs), encoding="utf-8")
     ok(run_cli("shard", "--workdir", tmp_path / "w", "--train-shards", "3", "--test-shards", "1"))
     out = tmp_path / "w/sharded/wikicorpus_en"
-    assert (out / "training/wikicorpus_en_training_2.txt").is_file() and (out / "test/wikicorpus_en_test_0.txt").is_file()
+    assert (out / "training/wikicorpus_en_training_2.txt").is_file()
+    assert (out / "test/wikicorpus_en_test_0.txt").is_file()
     line = one_line_error(run_cli("shard", "--workdir", tmp_path / "w", "--corpus", "books_wiki_en_corpus"), code=2)
     assert "no formatted corpus bookcorpus" in line
 
@@ -209,15 +213,17 @@ def test_shard_function_writes_the_cli_bytes_and_summary(tmp_path):
     from bertprep.stages.shard import ShardOptions, shard
 
     corpus = make_corpus(tmp_path / "in")
-    by_cli = ok(run_cli("shard", "--input", corpus, "--out", tmp_path / "cli", "--train-shards", "4", "--test-shards", "2",
-                        "--balance", "count", "--workers", "1", "--json"))
+    by_cli = ok(run_cli("shard", "--input", corpus, "--out", tmp_path / "cli", "--train-shards", "4", "--test-shards",
+                        "2", "--balance", "count", "--workers", "1", "--json"))
     summary = shard(input=[corpus], out=tmp_path / "py", train_shards=4, test_shards=2, balance="count",
                     engine=EngineOptions(workers=1))
     assert shard_files(tmp_path / "py") == shard_files(tmp_path / "cli")
     unstable = ("out", "seconds", "mb_per_s")
-    assert {k: v for k, v in summary.items() if k not in unstable} == {k: v for k, v in by_cli.items() if k not in unstable}
+    assert {k: v for k, v in summary.items() if k not in unstable} == {k: v for k, v in by_cli.items()
+                                                                       if k not in unstable}
     assert summary["out"] == str(tmp_path / "py") and not summary.complete_before
-    again = shard(ShardOptions(input=(str(corpus),), out=str(tmp_path / "py"), train_shards=4, test_shards=2, balance="count"))
+    again = shard(ShardOptions(input=(str(corpus),), out=str(tmp_path / "py"), train_shards=4, test_shards=2,
+                               balance="count"))
     assert again.complete_before and again["documents"] == summary["documents"]
     with pytest.raises(UsageError, match=r"^--train-shards and --test-shards must be at least 1$"):
         ShardOptions(test_shards=0)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from bertprep.corpus import read_text, split_documents
-from bertprep.tokenization import LineTokenizer, cut_line, load_vocab, _wordpiece
+from bertprep.tokenization import LineTokenizer, _wordpiece, cut_line, load_vocab
 
 EDGE_LINES = [
     "a\x01b c\x7fd",  # control characters vanish and join their neighbours
@@ -89,7 +89,8 @@ def test_cut_lines_give_the_tokens_of_whole_lines(golden_dir, use_native, lower_
         assert np.array_equal(cut[0], whole[0]), max_chars
 
 
-@pytest.mark.parametrize("corpus, max_chars", [("golden/corpus.txt", 1), ("golden/corpus.txt", 40), ("bench/wt2.txt", 24)])
+@pytest.mark.parametrize("corpus, max_chars",
+                         [("golden/corpus.txt", 1), ("golden/corpus.txt", 40), ("bench/wt2.txt", 24)])
 def test_cut_lines_give_the_tokens_of_whole_lines_on_the_golden_corpora(shared_dir, corpus, max_chars):
     vocab = load_vocab(shared_dir / "fixtures" / "golden" / "vocab.txt")
     lines, _ = split_documents(read_text(shared_dir / "fixtures" / corpus))
@@ -118,7 +119,8 @@ print(json.dumps({"chars": len(line), "tokens": int(counts[0]), "before_kib": be
 def test_a_long_line_is_tokenized_in_bounded_memory(golden_dir):
     # One line of a few MB: uncut, HF tokenizers held ~150 bytes per character of it (1.3 GiB here).
     result = subprocess.run([sys.executable, "-c", LONG_LINE_PEAK, str(golden_dir / "vocab.txt")], capture_output=True,
-                            text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+                            text=True, timeout=300,
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
     assert result.returncode == 0, result.stderr
     peak = json.loads(result.stdout)
     assert peak["chars"] > 4_000_000 and peak["tokens"] > 800_000

@@ -54,7 +54,8 @@ def encode_raw(features, fmt):
 
 def kinds_of(record, fmt, int_kind=None):
     int_kind = int_kind or formats.CODECS[fmt].INT_KIND
-    return [(name, "float" if name == "masked_lm_weights" else int_kind, record[name]) for name in PRETRAINING.key_order(fmt)]
+    return [(name, "float" if name == "masked_lm_weights" else int_kind, record[name])
+            for name in PRETRAINING.key_order(fmt)]
 
 
 # ---------------------------------------------------------------- sound data passes
@@ -204,7 +205,8 @@ def test_out_of_vocab_id(capsys, tmp_path, golden_dir, g1):
     path = write(tmp_path / "oov.tfrecord", records, "tfrecord")
     code, report = validate(capsys, path, "--vocab", golden_dir / "vocab.txt")
     assert code == 1
-    assert errors(report) == [("vocab", 9, "input_ids", f"input_ids[{j}] is {VOCAB_SIZE}, expected an id < {VOCAB_SIZE} (vocab size)")]
+    assert errors(report) == [("vocab", 9, "input_ids",
+                               f"input_ids[{j}] is {VOCAB_SIZE}, expected an id < {VOCAB_SIZE} (vocab size)")]
     code, report = validate(capsys, path)  # without a vocab there is no upper bound
     assert code == 0
 
@@ -367,7 +369,8 @@ def test_usage_errors_exit_2(capsys, tmp_path, golden_dir):
 def test_table_and_plot(capsys, tmp_path, golden_dir):
     png = tmp_path / "report.png"
     report_json = tmp_path / "report.json"
-    code = main(["validate", str(golden_dir / "G1.tfrecord"), "--quiet", "--plot", str(png), "--json", str(report_json)])
+    code = main(["validate", str(golden_dir / "G1.tfrecord"), "--quiet", "--plot", str(png), "--json",
+                 str(report_json)])
     out = capsys.readouterr().out
     assert code == 0
     assert out.splitlines()[0] == "bertprep validate: SOUND"

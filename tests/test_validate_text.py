@@ -118,4 +118,5 @@ def test_glue_counts_and_columns(capsys, tmp_path):
     assert findings(report) == [("download_examples", str(task / "dev.tsv"), "276 examples, GLUE RTE dev.tsv has 277")]
     _glue_file(task / "dev.tsv", ["idx"] + header[1:], 277, len(header))
     code, report = validate(capsys, tmp_path / "glue")
-    assert findings(report) == [("download_examples", f"{task / 'dev.tsv'}:1", f"header {['idx'] + header[1:]}, expected {header}")]
+    assert findings(report) == [("download_examples", f"{task / 'dev.tsv'}:1",
+                                 f"header {['idx'] + header[1:]}, expected {header}")]

@@ -18,7 +18,8 @@ CASES = {
     "self-closing named ref": ('Fact.<ref name=smith /> More.<ref name="b"/>', "Fact. More."),
     "references list": ("== Notes ==\n<references />\n{{Reflist}}", ""),
     # tables: wiki markup and HTML
-    "wiki table": ('Before.\n{| class="wikitable"\n|+ Caption\n! A !! B\n|-\n| 1 || [[x]]\n|}\nAfter.', "Before.\nAfter."),
+    "wiki table": ('Before.\n{| class="wikitable"\n|+ Caption\n! A !! B\n|-\n| 1 || [[x]]\n|}\nAfter.',
+                   "Before.\nAfter."),
     "HTML table": ("Before.<table><tr><td>cell</td></tr></table> After.", "Before. After."),
     # categories and interlanguage links go, visible (leading colon) ones stay
     "category": ("Text.\n[[Category:Mathematicians]]\n[[Category:People|Lovelace, Ada]]", "Text."),
@@ -36,7 +37,8 @@ CASES = {
     "formatted label": ("A [[Note G|''Note G'']] b.", "A Note G b."),
     "other namespaces keep their label": ("A [[wikt:sine qua non|sine qua non]] and [[Wikipedia:NPOV]].",
                                           "A sine qua non and Wikipedia:NPOV."),
-    "external links": ("See [http://x.org the site], [http://y.org] and http://z.org/p.", "See the site, and http://z.org/p."),
+    "external links": ("See [http://x.org the site], [http://y.org] and http://z.org/p.",
+                       "See the site, and http://z.org/p."),
     # bold and italic, balanced, nested, and left open at the end of a line
     "bold italic": ("'''Ada''' was ''an'' '''''English''''' writer.", "Ada was an English writer."),
     # Runs the parser leaves as text go whole, as they did before (MediaWiki would show "Ada's", "l'").

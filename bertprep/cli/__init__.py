@@ -27,8 +27,10 @@ COMMANDS = {
     "prepare": ("bertprep.cli.prepare", "download, shard and create (128/20 and 512/80) in one command"),
     "inspect": ("bertprep.cli.inspect", "decode and show records of a TFRecord or OFRecord file"),
     "convert": ("bertprep.cli.convert", "convert record files losslessly between TFRecord and OFRecord"),
-    "create-squad": ("bertprep.cli.create_squad", "SQuAD JSON -> fine-tuning records like google-research/bert run_squad.py"),
-    "create-glue": ("bertprep.cli.create_glue", "GLUE TSV -> fine-tuning records like google-research/bert run_classifier.py"),
+    "create-squad": ("bertprep.cli.create_squad",
+                     "SQuAD JSON -> fine-tuning records like google-research/bert run_squad.py"),
+    "create-glue": ("bertprep.cli.create_glue",
+                    "GLUE TSV -> fine-tuning records like google-research/bert run_classifier.py"),
 }
 
 

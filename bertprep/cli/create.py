@@ -23,17 +23,20 @@ def add_arguments(parser):
     parser.add_argument(
         "--masking", choices=MASKINGS, default="static",
         help="static: masks drawn here, as the reference (default); dynamic: unmasked instances, which the "
-        "loaders mask per epoch from a key (seed, epoch, instance index): a new mask each epoch, see docs/dynamic-masking.md",
+        "loaders mask per epoch from a key (seed, epoch, instance index): a new mask each epoch, see "
+        "docs/dynamic-masking.md",
     )
-    parser.add_argument("--seed", type=int, default=12345, help="random seed of every shard (default 12345, as NVIDIA's bertPrep)")
-    parser.add_argument("--seed-per-shard", action="store_true", help="derive a distinct seed per shard from --seed and the shard's name")
+    parser.add_argument("--seed", type=int, default=12345,
+                        help="random seed of every shard (default 12345, as NVIDIA's bertPrep)")
+    parser.add_argument("--seed-per-shard", action="store_true",
+                        help="derive a distinct seed per shard from --seed and the shard's name")
     parser.add_argument("--masked-lm-prob", type=float, default=0.15)
     parser.add_argument("--short-seq-prob", type=float, default=0.1)
     parser.add_argument("--whole-word-mask", action="store_true")
     parser.add_argument("--no-lower-case", action="store_true", help="for cased vocabs")
     parser.add_argument("--format", default=None,
-                        help="comma-separated: tfrecord, ofrecord, hdf5 (NVIDIA's PyTorch layout), parquet (one column per "
-                        "feature) (default tfrecord,ofrecord; tfrecord with --layout nvidia)")
+                        help="comma-separated: tfrecord, ofrecord, hdf5 (NVIDIA's PyTorch layout), parquet (one column "
+                             "per feature) (default tfrecord,ofrecord; tfrecord with --layout nvidia)")
     parser.add_argument(
         "--layout", choices=LAYOUTS, default="bertprep",
         help="bertprep: OUT/<params>/<corpus>/{tfrecord,ofrecord}/{training,test} (default); nvidia: the TFRecord tree "

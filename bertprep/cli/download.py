@@ -5,7 +5,13 @@ import os
 from bertprep.options import field_names
 from bertprep.progress import add_output_arguments
 from bertprep.stages.download import SOURCES, download, options_class
-from bertprep.stages.download.bookcorpus import DEFAULT_LINES_PER_DOCUMENT, DEFAULT_TARBALL_URL, TARBALL, TARBALL_MD5, TARBALL_URL_ENV
+from bertprep.stages.download.bookcorpus import (
+    DEFAULT_LINES_PER_DOCUMENT,
+    DEFAULT_TARBALL_URL,
+    TARBALL,
+    TARBALL_MD5,
+    TARBALL_URL_ENV,
+)
 from bertprep.stages.download.http import Limits
 from bertprep.stages.download.pretrained import BASE_URL_ENV as PRETRAINED_URL_ENV
 from bertprep.stages.download.pretrained import DEFAULT_BASE_URL as PRETRAINED_URL
@@ -32,17 +38,23 @@ def add_wikipedia_arguments(parser):
     parser.add_argument("--date", default=DEFAULT_DATE, help=f"hub release date (default: {DEFAULT_DATE})")
     parser.add_argument("--dump", metavar="latest|YYYYMMDD",
                         help="download this XML dump from the Wikimedia dump site instead of the hub's parquet release")
-    parser.add_argument("--base-url", help="hub endpoint (default: $HF_ENDPOINT or https://huggingface.co); with --dump, "
-                                           "the dump site (default: $BERTPREP_WIKIDUMP_URL or https://dumps.wikimedia.org)")
+    parser.add_argument("--base-url",
+                        help="hub endpoint (default: $HF_ENDPOINT or https://huggingface.co); with --dump, "
+                             "the dump site (default: $BERTPREP_WIKIDUMP_URL or https://dumps.wikimedia.org)")
 
 
 def add_bookcorpus_arguments(parser):
-    parser.add_argument("--tarball", action="store_true", help=f"download the original {TARBALL} instead of the hub's parquet export")
+    parser.add_argument("--tarball", action="store_true",
+                        help=f"download the original {TARBALL} instead of the hub's parquet export")
     parser.add_argument("--lines-per-document", type=int, default=DEFAULT_LINES_PER_DOCUMENT,
-                        help=f"lines per pseudo-document (default: {DEFAULT_LINES_PER_DOCUMENT}; the release has no book boundaries)")
-    parser.add_argument("--base-url", help=f"hub endpoint (default: $HF_ENDPOINT); with --tarball, the directory holding "
-                                           f"{TARBALL} (default: ${TARBALL_URL_ENV} or {DEFAULT_TARBALL_URL})")
-    parser.add_argument("--md5", help=f"md5 of the tarball at a mirror that repacked it (default: the original's, {TARBALL_MD5})")
+                        help=f"lines per pseudo-document (default: {DEFAULT_LINES_PER_DOCUMENT}; the release has no "
+                             "book boundaries)")
+    parser.add_argument("--base-url",
+                        help=f"hub endpoint (default: $HF_ENDPOINT); with --tarball, the directory holding "
+                             f"{TARBALL} (default: ${TARBALL_URL_ENV} or {DEFAULT_TARBALL_URL})")
+    parser.add_argument("--md5",
+                        help="md5 of the tarball at a mirror that repacked it (default: the original's, "
+                             f"{TARBALL_MD5})")
 
 
 def add_squad_arguments(parser):
@@ -52,13 +64,15 @@ def add_squad_arguments(parser):
                         help="rebuild the JSON files from rajpurkar/squad[_v2] on the hub instead of the SQuAD site")
     parser.add_argument("--base-url", help=f"SQuAD JSON base URL (default: ${BASE_URL_ENV} or {DEFAULT_BASE_URL}); "
                                            "with --from-hub, the hub endpoint (default: $HF_ENDPOINT)")
-    parser.add_argument("--eval-base-url", help=f"evaluation scripts base URL (default: ${EVAL_BASE_URL_ENV} or {DEFAULT_EVAL_BASE_URL})")
+    parser.add_argument("--eval-base-url",
+                        help=f"evaluation scripts base URL (default: ${EVAL_BASE_URL_ENV} or {DEFAULT_EVAL_BASE_URL})")
     parser.add_argument("--checksums", metavar="FILE",
                         help="md5sum-style list replacing the built-in md5s (for a mirror that republishes the files)")
 
 
 def add_glue_arguments(parser):
-    parser.add_argument("--tasks", default="all", help="all, or a comma-separated list such as CoLA,MRPC,MNLI (default: all)")
+    parser.add_argument("--tasks", default="all",
+                        help="all, or a comma-separated list such as CoLA,MRPC,MNLI (default: all)")
     parser.add_argument("--base-url", help="hub endpoint (default: $HF_ENDPOINT or https://huggingface.co)")
 
 
@@ -66,8 +80,9 @@ def add_pretrained_arguments(parser):
     parser.add_argument("--model", required=True, metavar="NAME",
                         help=f"a Google release ({', '.join(RELEASES)}; NVIDIA's names such as bert_base_uncased "
                              "also work) or a hub model id such as bert-base-uncased")
-    parser.add_argument("--base-url", help=f"Google release base URL (default: ${PRETRAINED_URL_ENV} or {PRETRAINED_URL}); "
-                                           "for a hub id, the hub endpoint (default: $HF_ENDPOINT)")
+    parser.add_argument("--base-url",
+                        help=f"Google release base URL (default: ${PRETRAINED_URL_ENV} or {PRETRAINED_URL}); "
+                             "for a hub id, the hub endpoint (default: $HF_ENDPOINT)")
     parser.add_argument("--checksums", metavar="FILE",
                         help="sha256sum-style list of the unpacked files (and optionally <release>.zip) replacing "
                              "the built-in sha256s, for a mirror that republishes the files")

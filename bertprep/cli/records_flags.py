@@ -8,7 +8,8 @@ def add_common_arguments(parser, seq):
     parser.add_argument("--out", required=True, help="output directory (a later run for another split adds to it)")
     parser.add_argument("--seq", type=int, default=seq, help=f"max_seq_length (default {seq})")
     parser.add_argument("--no-lower-case", action="store_true", help="for cased vocabs")
-    parser.add_argument("--format", default="tfrecord,ofrecord", help="comma-separated: tfrecord, ofrecord (default both)")
+    parser.add_argument("--format", default="tfrecord,ofrecord",
+                        help="comma-separated: tfrecord, ofrecord (default both)")
     add_output_arguments(parser)
 
 

@@ -13,13 +13,15 @@ def add_arguments(parser):
                         help="formatted corpus directories or .jsonl/.txt files (default: WORKDIR/formatted/<corpus>)")
     parser.add_argument("--out", help="output directory (default: WORKDIR/sharded/<corpus>)")
     parser.add_argument("--corpus", help="corpus name used for the directory and file names (default: the only "
-                                         "formatted corpus; books_wiki_en_corpus combines bookcorpus and wikicorpus_en)")
+                                         "formatted corpus; books_wiki_en_corpus combines bookcorpus and "
+                                         "wikicorpus_en)")
     parser.add_argument("--train-shards", type=int, default=256, help="training shards (default: 256)")
     parser.add_argument("--test-shards", type=int, default=256, help="test shards (default: 256)")
     parser.add_argument("--balance", choices=tuple(BALANCES), default="size",
                         help="size: largest document first into the lightest shard (default); count: every shard of "
                         "a split holds the same number of documents, ±1 (LDDL's balance), bytes balanced within that")
-    parser.add_argument("--test-fraction", type=float, default=0.1, help="share of documents in the test split (default: 0.1)")
+    parser.add_argument("--test-fraction", type=float, default=0.1,
+                        help="share of documents in the test split (default: 0.1)")
     add_engine_arguments(parser)
     add_output_arguments(parser)
 

@@ -7,17 +7,22 @@ from bertprep.stages.validate import ValidateOptions, validate
 
 
 def add_arguments(parser):
-    parser.add_argument("path", metavar="PATH", help="records directory or file, text shard directory, or downloads directory")
-    parser.add_argument("path2", metavar="PATH2", nargs="?", help="a second dataset (validated too; compared with --compare)")
+    parser.add_argument("path", metavar="PATH",
+                        help="records directory or file, text shard directory, or downloads directory")
+    parser.add_argument("path2", metavar="PATH2", nargs="?",
+                        help="a second dataset (validated too; compared with --compare)")
     parser.add_argument("--vocab", help="vocab.txt: ids must be below its size; [CLS]/[SEP]/[MASK] ids from it "
                                         "(default: the manifest's vocab, else BERT's 101/102/103 and no size bound)")
     parser.add_argument("--compare", action="store_true",
-                        help="prove PATH and PATH2 (or PATH's TFRecord and OFRecord files) hold the same instances in order")
+                        help="prove PATH and PATH2 (or PATH's TFRecord and OFRecord files) hold the same instances in "
+                             "order")
     parser.add_argument("--json", nargs="?", const="-", metavar="REPORT",
                         help="write the full report as JSON to REPORT (no value: to stdout instead of the table)")
-    parser.add_argument("--plot", metavar="PNG", help="draw the length histogram, mask rate by position and NSP balance")
+    parser.add_argument("--plot", metavar="PNG",
+                        help="draw the length histogram, mask rate by position and NSP balance")
     parser.add_argument("--max-errors", type=int, default=20, help="findings listed (all are counted; default 20)")
-    parser.add_argument("--workers", type=int, default=None, help="processes checking files in parallel (default: one per core)")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="processes checking files in parallel (default: one per core)")
     parser.add_argument("--min-parts", type=int, default=1,
                         help="OFRecord parts a directory must have: OneFlow needs as many as reader ranks (default 1)")
     parser.add_argument("--masked-lm-prob", type=float, default=None,

@@ -93,7 +93,8 @@ def read_batches(paths, batch_size, drop_remainder=False, kind=None, dims=None):
     """formats.read_batches over columnar files: batches run across files, int32 and float32."""
     pending = []
     for path in paths:
-        file_kind, file_dims, columns = read_columns(path, format_of_name(os.path.basename(os.fspath(path))) or sniff(path))
+        file_kind, file_dims, columns = read_columns(path, format_of_name(os.path.basename(os.fspath(path)))
+                                                     or sniff(path))
         kind, dims = kind or file_kind, dims or file_dims
         if file_kind.name != kind.name or file_dims != dims:
             raise DataError(f"{path}: {file_kind.name} records of {file_dims}, expected {kind.name} of {dims}")

@@ -102,7 +102,8 @@ def _kind_of(path, datasets):
                           for f in stored_features(kind))]
     if len(matches) != 1:
         raise DataError(f"{path}: HDF5 datasets {', '.join(sorted(names)) or '(none)'} match no record kind's "
-                        f"layout (NVIDIA's pretraining files hold {', '.join(f.name for f in stored_features(PRETRAINING))})")
+                        "layout (NVIDIA's pretraining files hold "
+                        f"{', '.join(f.name for f in stored_features(PRETRAINING))})")
     return matches[0]
 
 

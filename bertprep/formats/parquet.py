@@ -38,7 +38,8 @@ def arrow_table(columns, kind):
         value_type = pa.float32() if feature.dtype == FLOAT else pa.int32()
         flat = values.astype(np.float32 if feature.dtype == FLOAT else np.int64).reshape(-1)
         if feature.dtype != FLOAT and flat.size and (flat.min() < -(1 << 31) or flat.max() >= 1 << 31):
-            raise DataError(f"{feature.name}: values {flat.min()}..{flat.max()} do not fit int32, Parquet's type for it")
+            raise DataError(f"{feature.name}: values {flat.min()}..{flat.max()} do not fit int32, Parquet's type for "
+                            "it")
         flat = pa.array(flat.astype(np.float32 if feature.dtype == FLOAT else np.int32), value_type)
         if feature.length == "1":
             arrays.append(flat)

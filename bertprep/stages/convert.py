@@ -68,10 +68,12 @@ def convert_payload(payload, src_fmt, dst_fmt, where):
         if kind in ("int32", "int64"):
             kind = codec.INT_KIND
             if kind == "int32" and len(values) and (values.min() < INT32_RANGE[0] or values.max() > INT32_RANGE[1]):
-                raise DataError(f"{where}: feature {key!r} has values outside int32; OFRecord int32_list cannot hold them")
+                raise DataError(f"{where}: feature {key!r} has values outside int32; OFRecord int32_list cannot hold "
+                                "them")
         elif kind not in codec.FIELD_BY_KIND:
             raise DataError(f"{where}: feature {key!r} is a {kind} list, which {dst_fmt} cannot hold losslessly")
-        features.append((key, kind, values if kind == "bytes" else np.asarray(values).tolist() if kind != "float" else values))
+        features.append((key, kind, values if kind == "bytes" else np.asarray(values).tolist() if kind != "float"
+                         else values))
     return codec.frame(codec.encode(features))
 
 
@@ -81,7 +83,8 @@ def convert_columns(src, src_fmt, dst, dst_fmt, staging=None):
         kind, _dims, columns = columnar.read_columns(src, src_fmt)
     else:
         kind = formats.record_kind(src, src_fmt)
-        columns = {name: np.concatenate(parts) for name, parts in _stacked(formats.read_batches([src], 4096, kind=kind))}
+        columns = {name: np.concatenate(parts)
+                   for name, parts in _stacked(formats.read_batches([src], 4096, kind=kind))}
     count = len(columns[kind.names[0]])
     if count == 0:  # as for an empty framed file: nothing a reader could use, and OneFlow stops on an empty part
         raise DataError(f"{src}: no records to convert (a file of zero rows); nothing was written")

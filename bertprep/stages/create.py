@@ -150,7 +150,8 @@ class ShardTask:
         stem = os.path.splitext(os.path.basename(self.source))[0]
         if self.layout == "nvidia":  # TFRecord only: <corpus>/<split>/<stem>.tfrecord
             return {"tfrecord": f"{self.split}/{stem}.tfrecord"}
-        paths = {"tfrecord": f"tfrecord/{self.split}/{stem}.tfrecord", "ofrecord": f"ofrecord/{self.split}/part-{self.index}",
+        paths = {"tfrecord": f"tfrecord/{self.split}/{stem}.tfrecord",
+                 "ofrecord": f"ofrecord/{self.split}/part-{self.index}",
                  "hdf5": f"hdf5/{self.split}/{stem}.hdf5", "parquet": f"parquet/{self.split}/{stem}.parquet"}
         return {fmt: paths[fmt] for fmt in self.formats}
 
@@ -363,14 +364,16 @@ def plan(options):
     vocab_value = options.vocab
     if not input_values:
         sharded = os.path.join(workdir, "sharded")
-        corpora = sorted(d for d in os.listdir(sharded) if os.path.isdir(os.path.join(sharded, d))) if os.path.isdir(sharded) else []
+        corpora = sorted(d for d in os.listdir(sharded)
+                         if os.path.isdir(os.path.join(sharded, d))) if os.path.isdir(sharded) else []
         if options.corpus and options.corpus in corpora:
             corpora = [options.corpus]
         if len(corpora) == 1:
             input_values = [os.path.join(sharded, corpora[0])]
             notes.append(f"input: {input_values[0]}")
         elif len(corpora) > 1:
-            raise UsageError(f"{sharded} holds several corpora ({', '.join(corpora)}): pick one with --corpus or --input")
+            raise UsageError(f"{sharded} holds several corpora ({', '.join(corpora)}): pick one with --corpus or "
+                             "--input")
         else:
             corpus_path, sample_vocab = sample_paths()
             input_values = [corpus_path]
@@ -396,7 +399,8 @@ def plan(options):
     lower_case = options.lower_case
     records_dir = records_directory(options, workdir, corpus, inputs)
     settings = {
-        "params": {**asdict(params), "lower_case": lower_case, "seed": options.seed, "seed_per_shard": options.seed_per_shard,
+        "params": {**asdict(params), "lower_case": lower_case, "seed": options.seed,
+                   "seed_per_shard": options.seed_per_shard,
                    "masking": options.masking},
         "vocab": {"path": vocab.path, "sha256": vocab.sha256, "size": vocab.size},
         "version": __version__,
@@ -439,11 +443,11 @@ def records_directory(options, workdir, corpus, inputs):
     lower_case = options.lower_case
     if options.layout == "nvidia":
         train_shards, test_fraction = shard_stage_settings(inputs)
-        name = nvidia_dirname(options.seq, options.pred, options.masked_lm_prob, options.seed, options.dupe_factor, lower_case,
-                              options.whole_word_mask, train_shards, test_fraction)
+        name = nvidia_dirname(options.seq, options.pred, options.masked_lm_prob, options.seed, options.dupe_factor,
+                              lower_case, options.whole_word_mask, train_shards, test_fraction)
         return os.path.join(os.path.abspath(options.out or workdir), "tfrecord", name, corpus)
-    name = params_dirname(options.seq, options.pred, options.masked_lm_prob, options.seed, options.dupe_factor, lower_case,
-                          options.whole_word_mask)
+    name = params_dirname(options.seq, options.pred, options.masked_lm_prob, options.seed, options.dupe_factor,
+                          lower_case, options.whole_word_mask)
     if options.masking == "dynamic":  # not NVIDIA's: its records are masked
         name += "_dynamic_masking"
     return os.path.join(os.path.abspath(options.out) if options.out else os.path.join(workdir, "records"), name, corpus)
@@ -542,7 +546,9 @@ def create(options: CreateOptions | None = None, /, *, quiet: bool = True, **fie
     rows += [
         ("files", f"{summary['files']} ({', '.join(fmts)})"),
         ("bytes", human_bytes(summary["bytes"])),
-        ("shards", f"{summary['shards']} ({summary['shards_created']} created, {summary['shards'] - summary['shards_created']} already complete)"),
+        ("shards",
+         f"{summary['shards']} ({summary['shards_created']} created, {summary['shards'] - summary['shards_created']} "
+         "already complete)"),
         ("seconds", f"{summary['seconds']:.2f}"),
     ]
     rows += [("warning", warning) for warning in warnings]

@@ -50,7 +50,8 @@ def token_line(record, words):
     length = int((record["input_mask"] != 0).sum()) if "input_mask" in record else len(ids)  # packed: 1..k
     labels = {}
     if "masked_lm_positions" in record and "masked_lm_weights" in record:
-        for pos, label, weight in zip(record["masked_lm_positions"], record["masked_lm_ids"], record["masked_lm_weights"]):
+        for pos, label, weight in zip(record["masked_lm_positions"], record["masked_lm_ids"],
+                                      record["masked_lm_weights"]):
             if weight > 0:
                 labels[int(pos)] = int(label)
 

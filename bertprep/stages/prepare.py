@@ -110,7 +110,8 @@ def stage_calls(options):
     for source in options.sources:
         extra = {"lang": options.lang} if source == "wikipedia" else {}
         calls.append(StageCall(f"download {source}", download,
-                               lambda source=source, extra=extra: options_class(source)(workdir=options.workdir, **extra)))
+                               lambda source=source, extra=extra: options_class(source)(
+                                   workdir=options.workdir, **extra)))
     calls.append(StageCall("shard", shard, lambda: ShardOptions(
         corpus=corpus, train_shards=options.train_shards, test_shards=options.test_shards, engine=options.engine,
         workdir=options.workdir)))
@@ -137,7 +138,9 @@ def prepare(options: PrepareOptions | None = None, /, *, quiet: bool = True,
         if label.startswith("create"):
             rows.append((label, f"{sum(summary['instances'].values()):,} instances in {summary['records_dir']}"))
         elif label == "shard":
-            rows.append((label, f"{summary['documents']['training']:,} training / {summary['documents']['test']:,} test documents in {summary['out']}"))
+            rows.append((label,
+                         f"{summary['documents']['training']:,} training / {summary['documents']['test']:,} test "
+                         f"documents in {summary['out']}"))
         else:
             rows.append((label, "done"))
     return Summary("bertprep prepare: done", summaries, rows=rows)

@@ -100,16 +100,19 @@ def resolve_inputs(workdir, inputs, corpus):
         paths = inputs
     else:
         formatted = stage_dir(workdir, "formatted")
-        available = sorted(d for d in os.listdir(formatted) if os.path.isdir(os.path.join(formatted, d))) if os.path.isdir(formatted) else []
+        available = sorted(d for d in os.listdir(formatted)
+                           if os.path.isdir(os.path.join(formatted, d))) if os.path.isdir(formatted) else []
         if corpus is None:
             if len(available) != 1:
                 found = ", ".join(available) or "none"
-                raise UsageError(f"{formatted}: choose a corpus with --corpus or give --input (formatted corpora: {found})")
+                raise UsageError(f"{formatted}: choose a corpus with --corpus or give --input (formatted corpora: "
+                                 f"{found})")
             corpus = available[0]
         parts = COMBINED.get(corpus, (corpus,)) if corpus not in available else (corpus,)
         missing = [p for p in parts if p not in available]
         if missing:
-            raise UsageError(f"{formatted}: no formatted corpus {', '.join(missing)} (run `bertprep download` first or give --input)")
+            raise UsageError(f"{formatted}: no formatted corpus {', '.join(missing)} (run `bertprep download` first or "
+                             "give --input)")
         paths = [os.path.join(formatted, p) for p in parts]
     files = []
     for path in paths:
@@ -276,7 +279,8 @@ def spread(sizes):
     if sizes.size == 0:
         return {"shards": 0}
     mean = float(sizes.mean())
-    return {"shards": int(sizes.size), "min_bytes": int(sizes.min()), "max_bytes": int(sizes.max()), "mean_bytes": round(mean),
+    return {"shards": int(sizes.size), "min_bytes": int(sizes.min()), "max_bytes": int(sizes.max()),
+            "mean_bytes": round(mean),
             "spread_pct": round(100 * (sizes.max() - sizes.min()) / mean, 3) if mean else 0.0}
 
 
@@ -314,7 +318,8 @@ def shard(options: ShardOptions | None = None, /, *, quiet: bool = True, **field
         progress.close()
         seconds = time.monotonic() - start
         save_manifest(out, manifest)
-    return Summary(f"bertprep shard: {corpus} done", _summary(manifest, out, seconds), rows=_rows(manifest, out, seconds))
+    return Summary(f"bertprep shard: {corpus} done", _summary(manifest, out, seconds),
+                   rows=_rows(manifest, out, seconds))
 
 
 def _shard(options, engine, corpus, inputs, input_list, out, staging, params, progress):
@@ -330,7 +335,8 @@ def _shard(options, engine, corpus, inputs, input_list, out, staging, params, pr
             stats[key] += file_stats[key]
         progress.advance(1, bytes=file_stats["input_bytes"], documents=len(sizes))
     if first_invalid:
-        progress.note(f"{stats['invalid_utf8_lines']:,} line(s) with invalid UTF-8 decoded with U+FFFD (first: {first_invalid})")
+        progress.note(f"{stats['invalid_utf8_lines']:,} line(s) with invalid UTF-8 decoded with U+FFFD (first: "
+                      f"{first_invalid})")
 
     sizes = np.concatenate([r[0] for r in results])
     sentences = np.concatenate([r[1] for r in results])
@@ -342,7 +348,8 @@ def _shard(options, engine, corpus, inputs, input_list, out, staging, params, pr
     test_mask = choose_test(hashes, options.test_fraction)
 
     tasks, names = [], []
-    for split, mask, requested in (("training", ~test_mask, options.train_shards), ("test", test_mask, options.test_shards)):
+    for split, mask, requested in (("training", ~test_mask, options.train_shards),
+                                   ("test", test_mask, options.test_shards)):
         split_dir = os.path.join(out, split)
         os.makedirs(split_dir, exist_ok=True)
         for name in os.listdir(split_dir):  # shards of an earlier run with other settings
@@ -356,7 +363,8 @@ def _shard(options, engine, corpus, inputs, input_list, out, staging, params, pr
         for shard in range(count):
             chosen = docs[assignment == shard]
             path = os.path.join(split_dir, shard_name(corpus, split, shard))
-            tasks.append((path, staging, scratch_paths, files[chosen], offsets[chosen], sizes[chosen], sentences[chosen]))
+            tasks.append((path, staging, scratch_paths, files[chosen], offsets[chosen], sizes[chosen],
+                          sentences[chosen]))
             names.append((f"{split}/{shard_name(corpus, split, shard)}", split))
     written = {}
     for index, entry in engine.run_indexed(write_shard, tasks, describe=lambda t: t[0]):
@@ -373,7 +381,8 @@ def _shard(options, engine, corpus, inputs, input_list, out, staging, params, pr
 
 
 def _is_complete(manifest, out, params, input_list):
-    if not manifest or manifest.get("stage") != "shard" or manifest.get("params") != params or manifest.get("inputs") != input_list:
+    if (not manifest or manifest.get("stage") != "shard" or manifest.get("params") != params
+            or manifest.get("inputs") != input_list):
         return False
     for relpath, entry in manifest.get("files", {}).items():
         try:
@@ -386,24 +395,29 @@ def _is_complete(manifest, out, params, input_list):
 
 def _summary(manifest, out, seconds):
     summary = {k: manifest[k] for k in ("corpus", "documents", "dropped", "spread", "input_bytes")}
-    summary.update(out=out, seconds=round(seconds, 3), sentences=sum(e["sentences"] for e in manifest["files"].values()))
+    summary.update(out=out, seconds=round(seconds, 3),
+                   sentences=sum(e["sentences"] for e in manifest["files"].values()))
     summary["mb_per_s"] = round(manifest["input_bytes"] / seconds / 1e6, 2) if seconds else None
     return summary
 
 
 def _rows(manifest, out, seconds):
-    rows = [("corpus", manifest["corpus"]), ("input", f"{len(manifest['inputs'])} file(s), {human_bytes(manifest['input_bytes'])}")]
+    rows = [("corpus", manifest["corpus"]),
+            ("input", f"{len(manifest['inputs'])} file(s), {human_bytes(manifest['input_bytes'])}")]
     for split in SPLITS:
         s = manifest["spread"][split]
         if s["shards"]:
             rows.append((split, f"{manifest['documents'][split]:,} documents in {s['shards']} shards of "
-                                f"{human_bytes(s['min_bytes'])}..{human_bytes(s['max_bytes'])} (spread {s['spread_pct']}% of mean)"))
+                                f"{human_bytes(s['min_bytes'])}..{human_bytes(s['max_bytes'])} (spread "
+                                f"{s['spread_pct']}% of mean)"))
         else:
             rows.append((split, "no documents"))
     rows.append(("sentences", f"{sum(e['sentences'] for e in manifest['files'].values()):,}"))
     dropped = manifest["dropped"]
     if dropped["empty_documents"] or dropped["invalid_utf8_lines"]:
-        rows.append(("dropped", f"{dropped['empty_documents']:,} empty documents; {dropped['invalid_utf8_lines']:,} lines with invalid UTF-8 repaired"))
+        rows.append(("dropped",
+                     f"{dropped['empty_documents']:,} empty documents; {dropped['invalid_utf8_lines']:,} lines with "
+                     "invalid UTF-8 repaired"))
     if seconds:
         rows.append(("time", f"{seconds:.1f}s ({manifest['input_bytes'] / seconds / 1e6:.1f} MB/s)"))
     rows.append(("output", out))

@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from bertprep.atomic import hold
-from bertprep.stages.download.formatted import corpus_dir, format_parts, save_parts_manifest, write_part
+from bertprep.errors import DataError, UsageError
 from bertprep.stages.download import DownloadOptions
+from bertprep.stages.download.formatted import corpus_dir, format_parts, save_parts_manifest, write_part
 from bertprep.stages.download.http import SourceDownloads
 from bertprep.stages.download.hub import hub_snapshot, iter_parquet_rows
 from bertprep.stages.download.wikipedia import hub_manifest
-from bertprep.errors import DataError, UsageError
 
 REPO = "bookcorpus/bookcorpus"
 REVISION = "refs/convert/parquet"

@@ -39,7 +39,8 @@ def write_part(path, documents, staging):
             if not text:
                 dropped += 1
                 continue
-            line = json.dumps({"id": str(doc.get("id", "")), "title": doc.get("title") or "", "text": text}, ensure_ascii=False)
+            line = json.dumps({"id": str(doc.get("id", "")), "title": doc.get("title") or "", "text": text},
+                              ensure_ascii=False)
             data = line.encode("utf-8") + b"\n"
             out.write(data)
             digest.update(data)

@@ -51,8 +51,10 @@ TASKS = {
              (["index", "#1 ID", "#2 ID", "#1 String", "#2 String"],
               lambda r, _: [r["idx"], r["idx"], r["idx"], r["sentence1"], r["sentence2"]])),
     "STS-B": ("stsb", None,
-              (["index", "genre", "filename", "year", "old_index", "source1", "source2", "sentence1", "sentence2", "score"],
-               lambda r, _: [r["idx"], "", "", "", r["idx"], "", "", r["sentence1"], r["sentence2"], f"{r['label']:.3f}"]),
+              (["index", "genre", "filename", "year", "old_index", "source1", "source2", "sentence1", "sentence2",
+                "score"],
+               lambda r, _: [r["idx"], "", "", "", r["idx"], "", "", r["sentence1"], r["sentence2"],
+                             f"{r['label']:.3f}"]),
               (["index", "genre", "filename", "year", "old_index", "source1", "source2", "sentence1", "sentence2"],
                lambda r, _: [r["idx"], "", "", "", r["idx"], "", "", r["sentence1"], r["sentence2"]])),
     "QQP": ("qqp", None,
@@ -61,24 +63,32 @@ TASKS = {
             (["id", "question1", "question2"], lambda r, _: [r["idx"], r["question1"], r["question2"]])),
     "MNLI": ("mnli", NLI3, None, None),
     "QNLI": ("qnli", NLI2,
-             (["index", "question", "sentence", "label"], lambda r, lab: [r["idx"], r["question"], r["sentence"], lab(r["label"])]),
+             (["index", "question", "sentence", "label"],
+              lambda r, lab: [r["idx"], r["question"], r["sentence"], lab(r["label"])]),
              (["index", "question", "sentence"], lambda r, _: [r["idx"], r["question"], r["sentence"]])),
     "RTE": ("rte", NLI2,
-            (["index", "sentence1", "sentence2", "label"], lambda r, lab: [r["idx"], r["sentence1"], r["sentence2"], lab(r["label"])]),
+            (["index", "sentence1", "sentence2", "label"],
+             lambda r, lab: [r["idx"], r["sentence1"], r["sentence2"], lab(r["label"])]),
             (["index", "sentence1", "sentence2"], lambda r, _: [r["idx"], r["sentence1"], r["sentence2"]])),
     "WNLI": ("wnli", None,
-             (["index", "sentence1", "sentence2", "label"], lambda r, lab: [r["idx"], r["sentence1"], r["sentence2"], lab(r["label"])]),
+             (["index", "sentence1", "sentence2", "label"],
+              lambda r, lab: [r["idx"], r["sentence1"], r["sentence2"], lab(r["label"])]),
              (["index", "sentence1", "sentence2"], lambda r, _: [r["idx"], r["sentence1"], r["sentence2"]])),
-    "diagnostic": ("ax", None, None, (["index", "sentence1", "sentence2"], lambda r, _: [r["idx"], r["premise"], r["hypothesis"]])),
+    "diagnostic": ("ax", None, None,
+                   (["index", "sentence1", "sentence2"], lambda r, _: [r["idx"], r["premise"], r["hypothesis"]])),
 }
-_MNLI_PARSES = ["promptID", "pairID", "genre", "sentence1_binary_parse", "sentence2_binary_parse", "sentence1_parse", "sentence2_parse"]
+_MNLI_PARSES = ["promptID", "pairID", "genre", "sentence1_binary_parse", "sentence2_binary_parse", "sentence1_parse",
+                "sentence2_parse"]
 MNLI_TRAIN = (["index", *_MNLI_PARSES, "sentence1", "sentence2", "label1", "gold_label"],
               lambda r, lab: [r["idx"], *[""] * 7, r["premise"], r["hypothesis"], lab(r["label"]), lab(r["label"])])
-MNLI_DEV = (["index", *_MNLI_PARSES, "sentence1", "sentence2", "label1", "label2", "label3", "label4", "label5", "gold_label"],
-            lambda r, lab: [r["idx"], *[""] * 7, r["premise"], r["hypothesis"], lab(r["label"]), "", "", "", "", lab(r["label"])])
+MNLI_DEV = (["index", *_MNLI_PARSES, "sentence1", "sentence2", "label1", "label2", "label3", "label4", "label5",
+             "gold_label"],
+            lambda r, lab: [r["idx"], *[""] * 7, r["premise"], r["hypothesis"], lab(r["label"]), "", "", "", "",
+                            lab(r["label"])])
 MNLI_TEST = (["index", *_MNLI_PARSES, "sentence1", "sentence2"],
              lambda r, _: [r["idx"], *[""] * 7, r["premise"], r["hypothesis"]])
-ALIASES = {"sst2": "SST-2", "stsb": "STS-B", "ax": "diagnostic", **{name.lower().replace("-", ""): name for name in TASKS}}
+ALIASES = {"sst2": "SST-2", "stsb": "STS-B", "ax": "diagnostic",
+           **{name.lower().replace("-", ""): name for name in TASKS}}
 
 
 def task_outputs(task):

@@ -162,12 +162,14 @@ def fetch(url, dest, *, size=None, checksums=None, progress=None, retries=6, bac
             time.sleep(wait)
     if size is not None and part.have != size:
         _remove(part_path, meta_path)
-        raise DataError(f"{url}: size mismatch: expected {size:,} bytes (published), got {part.have:,}; the download was deleted")
+        raise DataError(f"{url}: size mismatch: expected {size:,} bytes (published), got {part.have:,}; the download "
+                        "was deleted")
     digests = part.digests()
     for name, expected in sorted(checksums.items()):
         if digests[name] != expected:
             _remove(part_path, meta_path)
-            raise DataError(f"{url}: {name} mismatch: expected {expected} (published), got {digests[name]}; the download was deleted")
+            raise DataError(f"{url}: {name} mismatch: expected {expected} (published), got {digests[name]}; the "
+                            "download was deleted")
     os.replace(part_path, dest)
     _remove(meta_path)
     return Fetched(dest, url, part.have, digests["sha256"], {k: digests[k] for k in checksums}, resumed_at, attempts)
@@ -327,9 +329,11 @@ class SourceDownloads:
                 self.progress.note(f"{relpath}: already downloaded and verified")
             return self.manifest["files"][relpath]
         self.manifest["files"].pop(relpath, None)
-        fetched = fetch(url, self.path(relpath), size=size, checksums=checksums, progress=self.progress, limits=self.limits)
+        fetched = fetch(url, self.path(relpath), size=size, checksums=checksums, progress=self.progress,
+                        limits=self.limits)
         verified = sorted(fetched.checksums) + (["size"] if size is not None else [])
-        entry = {"url": url, "bytes": fetched.bytes, "sha256": fetched.sha256, "verified": verified, **fetched.checksums, **extra}
+        entry = {"url": url, "bytes": fetched.bytes, "sha256": fetched.sha256, "verified": verified,
+                 **fetched.checksums, **extra}
         self.record(relpath, entry)
         if self.progress is not None:
             self.progress.advance(1)

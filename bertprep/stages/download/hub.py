@@ -41,7 +41,8 @@ def hub_snapshot(repo, revision, patterns, endpoint=None, quiet=False):
             repo, repo_type="dataset", revision=revision, allow_patterns=patterns, endpoint=endpoint, max_workers=8
         )
     except LocalEntryNotFoundError as exc:
-        raise DataError(f"{repo}@{revision}: not reachable at {where} and not in the cache ({_first_line(exc)})") from None
+        raise DataError(f"{repo}@{revision}: not reachable at {where} and not in the cache "
+                        f"({_first_line(exc)})") from None
     except (HfHubHTTPError, OSError, ValueError) as exc:
         raise DataError(f"{repo}@{revision} at {where}: {_first_line(exc)}") from None
     commit = os.path.basename(os.path.normpath(folder))
@@ -59,7 +60,8 @@ def hub_snapshot(repo, revision, patterns, endpoint=None, quiet=False):
         for key in ("bytes", "sha256"):
             if key in expected and expected[key] != actual[key]:
                 raise DataError(
-                    f"{repo}@{commit}/{relpath}: {key} mismatch: expected {expected[key]} (published), got {actual[key]}"
+                    f"{repo}@{commit}/{relpath}: {key} mismatch: expected {expected[key]} (published), got "
+                    f"{actual[key]}"
                     f"; delete {os.path.realpath(local)} and rerun"
                 )
         verified.append((relpath, local, actual))
@@ -111,7 +113,8 @@ def iter_parquet_rows(path, columns, batch_size=1024):
         parquet = pq.ParquetFile(path)
         missing = [c for c in columns if c not in parquet.schema_arrow.names]
         if missing:
-            raise DataError(f"{path}: missing column(s) {', '.join(missing)}; found {', '.join(parquet.schema_arrow.names)}")
+            raise DataError(f"{path}: missing column(s) {', '.join(missing)}; found "
+                            f"{', '.join(parquet.schema_arrow.names)}")
         for batch in parquet.iter_batches(batch_size=batch_size, columns=list(columns)):
             yield from batch.to_pylist()
     except (OSError, ValueError) as exc:  # pyarrow.ArrowInvalid is a ValueError

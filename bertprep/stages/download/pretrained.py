@@ -29,16 +29,17 @@ from typing import ClassVar
 
 from bertprep.atomic import atomic_dir, hold, sha256_file
 from bertprep.bert_config import BertConfig
+from bertprep.errors import DataError, UsageError
 from bertprep.options import normalise_paths
 from bertprep.stages.download import DownloadOptions
 from bertprep.stages.download.http import CHUNK, SourceDownloads, read_checksum_list
 from bertprep.stages.download.hub import SHA256_HEX, _first_line
-from bertprep.errors import DataError, UsageError
 
 DEFAULT_BASE_URL = "https://storage.googleapis.com/bert_models"
 BASE_URL_ENV = "BERTPREP_PRETRAINED_URL"
 CONFIG, VOCAB, INDEX, DATA, META = (
-    "bert_config.json", "vocab.txt", "bert_model.ckpt.index", "bert_model.ckpt.data-00000-of-00001", "bert_model.ckpt.meta",
+    "bert_config.json", "vocab.txt", "bert_model.ckpt.index", "bert_model.ckpt.data-00000-of-00001",
+    "bert_model.ckpt.meta",
 )
 RELEASE_FILES = (CONFIG, DATA, INDEX, META, VOCAB)
 REQUIRED_FILES = (CONFIG, DATA, INDEX, VOCAB)  # what reading the checkpoint needs; the .meta graph is not
@@ -241,7 +242,8 @@ def _unpack(zip_path, release, out, pins, progress):
             _check_bert_config(os.path.join(out, CONFIG), f"{release}/{CONFIG}")
             return entries
     except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError) as exc:
-        raise DataError(f"{zip_path}: not a readable zip archive ({_first_line(exc)}); the download was deleted") from None
+        raise DataError(f"{zip_path}: not a readable zip archive ({_first_line(exc)}); the download was "
+                        "deleted") from None
 
 
 def _check_bert_config(path, name):
@@ -305,8 +307,12 @@ def _hub_model(downloads, staging, repo, endpoint, quiet):
 def _hub_file(repo, filename, endpoint, where, optional=False):
     """The cached path of `filename` in model `repo` (downloaded if needed); None if optional and absent."""
     from huggingface_hub import hf_hub_download
-    from huggingface_hub.errors import (EntryNotFoundError, HfHubHTTPError, LocalEntryNotFoundError,
-                                        RepositoryNotFoundError)
+    from huggingface_hub.errors import (
+        EntryNotFoundError,
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+    )
 
     not_a_model = UsageError(f"--model {repo!r}: not a Google release (known: {known_models()}) "
                              f"and not a BERT model at {where} (no {filename})")

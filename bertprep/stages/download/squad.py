@@ -106,7 +106,8 @@ def _check_examples(downloads, relpath, entry, expected):
     if entry["examples"] != expected:
         os.unlink(downloads.path(relpath))
         downloads.forget(relpath)
-        raise DataError(f"{downloads.path(relpath)}: {entry['examples']:,} examples, expected {expected:,}; the file was deleted")
+        raise DataError(f"{downloads.path(relpath)}: {entry['examples']:,} examples, expected {expected:,}; the file "
+                        "was deleted")
 
 
 def _eval_script(downloads, version, eval_base_url, progress):
@@ -134,7 +135,8 @@ def _from_hub(downloads, version, split, relpath, endpoint, quiet):
     if entry and entry.get("hub_files") == sources and os.path.exists(downloads.path(relpath)):
         return entry
     data = squad_json_from_rows(
-        (row for _path, local, _info in files for row in iter_parquet_rows(local, ["id", "title", "context", "question", "answers"])),
+        (row for _path, local, _info in files
+         for row in iter_parquet_rows(local, ["id", "title", "context", "question", "answers"])),
         version,
     )
     payload = json.dumps(data, ensure_ascii=False).encode("utf-8")
@@ -155,7 +157,8 @@ def squad_json_from_rows(rows, version):
         paragraphs = articles[-1]["paragraphs"]
         if not paragraphs or paragraphs[-1]["context"] != row["context"]:
             paragraphs.append({"context": row["context"], "qas": []})
-        answers = [{"text": t, "answer_start": s} for t, s in zip(row["answers"]["text"], row["answers"]["answer_start"])]
+        answers = [{"text": t, "answer_start": s}
+                   for t, s in zip(row["answers"]["text"], row["answers"]["answer_start"])]
         qa = {"answers": answers, "question": row["question"], "id": row["id"]}
         if version == "2.0":
             qa["is_impossible"] = not answers

@@ -21,8 +21,8 @@ import xml.etree.ElementTree as ET
 
 from mwparserfromhell.parser import ParserError
 
-from bertprep.errors import DataError, UsageError
 from bertprep.atomic import hold
+from bertprep.errors import DataError, UsageError
 from bertprep.stages.download.formatted import corpus_dir, save_parts_manifest, write_part
 from bertprep.stages.download.http import SourceDownloads, fetch_text
 from bertprep.stages.download.wikimarkup import STRIPPER, wikitext_to_text

@@ -45,14 +45,17 @@ def run(options, workdir, progress):
         except ModuleNotFoundError as exc:
             if exc.name != "mwparserfromhell":
                 raise
-            raise UsageError('--dump needs mwparserfromhell to strip wiki markup: pip install "bertprep[download]"') from None
+            raise UsageError('--dump needs mwparserfromhell to strip wiki markup: pip install '
+                             '"bertprep[download]"') from None
         return wikidump.run(options, workdir, progress)
     config = f"{options.date}.{options.lang}"
     commit, files = hub_snapshot(REPO, "main", [f"{config}/*.parquet"], options.base_url, progress.quiet)
     hub_manifest(workdir, "wikipedia", REPO, "main", commit, files, progress)
     corpus = f"wikicorpus_{options.lang}"
-    parts = [(path[: -len(".parquet")].replace("/", "-"), info["sha256"], _documents(local)) for path, local, info in files]
-    manifest = format_parts(workdir, corpus, {"repo": REPO, "config": config, "commit": commit}, parts, options.workers, progress)
+    parts = [(path[: -len(".parquet")].replace("/", "-"), info["sha256"], _documents(local))
+             for path, local, info in files]
+    manifest = format_parts(workdir, corpus, {"repo": REPO, "config": config, "commit": commit}, parts, options.workers,
+                            progress)
     documents = sum(f["documents"] for f in manifest["files"].values())
     size = sum(info["bytes"] for _p, _l, info in files)
     rows = [(f"{REPO} {config}", f"{len(files)} parquet files, {size:,} bytes, sha256 verified (commit {commit[:12]})"),

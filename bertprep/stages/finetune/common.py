@@ -202,7 +202,8 @@ def split_is_complete(out, manifest, split, names, source_sha256):
     for name in names:
         entry = listed.get(name)
         try:
-            if entry is None or entry.get("split") != split or os.path.getsize(os.path.join(out, name)) != entry["bytes"]:
+            if (entry is None or entry.get("split") != split
+                    or os.path.getsize(os.path.join(out, name)) != entry["bytes"]):
                 return False
         except OSError:
             return False

@@ -29,8 +29,10 @@ import numpy as np
 
 from bertprep.atomic import hold
 from bertprep.corpus import read_text
-from bertprep.stages.download.glue import ALIASES as TASK_ALIASES
 from bertprep.errors import DataError, UsageError
+from bertprep.formats.schemas import GLUE, GLUE_REGRESSION
+from bertprep.progress import Progress, Summary, human_bytes
+from bertprep.stages.download.glue import ALIASES as TASK_ALIASES
 from bertprep.stages.finetune.common import (
     RecordsOptions,
     SplitWriter,
@@ -42,8 +44,6 @@ from bertprep.stages.finetune.common import (
     sha256_of,
     split_is_complete,
 )
-from bertprep.formats.schemas import GLUE, GLUE_REGRESSION
-from bertprep.progress import Progress, Summary, human_bytes
 
 SPLITS = ("train", "dev", "test")
 ROLE = {"train": "train", "dev": "eval", "test": "test"}  # split -> output files (train / eval / predict+test)
@@ -167,7 +167,8 @@ def _score(value, path, number):
     try:
         return float(value)
     except ValueError:
-        raise DataError(f"{path}:{number}: score {value!r} in the last column is not a number (STS-B is regression)") from None
+        raise DataError(f"{path}:{number}: score {value!r} in the last column is not a number (STS-B is "
+                        "regression)") from None
 
 
 def _column(index):
@@ -262,7 +263,8 @@ def create_glue(options: CreateGlueOptions | None = None, /, *, quiet: bool = Tr
             raise DataError(f"{path}: no such file ({task} {split} split; pass --split to convert only some splits)")
     tokenizer = load_tokenizer(options.vocab, options.lower_case)
     out = os.path.abspath(options.out)
-    settings = run_settings(tokenizer, options.seq, task=task, labels=spec.labels, params={"convention": spec.convention})
+    settings = run_settings(tokenizer, options.seq, task=task, labels=spec.labels,
+                            params={"convention": spec.convention})
     manifest = open_manifest(out, "create-glue", settings)
     progress = Progress("create-glue", total=len(splits), unit="splits", quiet=quiet)
     sources = {split: {"path": os.path.abspath(path), "sha256": sha256_of(path)} for split, path in paths.items()}

@@ -47,6 +47,8 @@ import numpy as np
 from bertprep.atomic import hold
 from bertprep.corpus import read_text
 from bertprep.errors import DataError, UsageError
+from bertprep.formats.schemas import SQUAD_EVAL, SQUAD_TRAIN
+from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.stages.finetune.common import (
     RecordsOptions,
     SplitWriter,
@@ -58,8 +60,6 @@ from bertprep.stages.finetune.common import (
     sha256_of,
     split_is_complete,
 )
-from bertprep.formats.schemas import SQUAD_EVAL, SQUAD_TRAIN
-from bertprep.progress import Progress, Summary, human_bytes
 
 FIRST_UNIQUE_ID = 1000000000  # run_squad.py's first unique_id
 SHUFFLE_SEED = 12345  # run_squad.py main: random.Random(12345).shuffle(train_examples)
@@ -109,7 +109,8 @@ def load_json(path):
         return json.loads(text)
     except json.JSONDecodeError as exc:
         offset = len(text[:exc.pos].encode("utf-8"))
-        raise DataError(f"{path}: malformed JSON at byte {offset} (line {exc.lineno}, column {exc.colno}): {exc.msg}") from None
+        raise DataError(f"{path}: malformed JSON at byte {offset} (line {exc.lineno}, column {exc.colno}): "
+                        f"{exc.msg}") from None
 
 
 def _get(container, key, kind, where):
@@ -306,13 +307,15 @@ def convert(examples, paragraphs, tokenizer, params, is_training):
             if is_training and not example.is_impossible:
                 tok_start = int(orig_to_tok[example.start_word])
                 words = len(paragraphs[example.paragraph].words)
-                tok_end = int(orig_to_tok[example.end_word + 1]) - 1 if example.end_word < words - 1 else len(doc_ids) - 1
+                tok_end = (int(orig_to_tok[example.end_word + 1]) - 1 if example.end_word < words - 1
+                           else len(doc_ids) - 1)
                 tok_start, tok_end = improve_answer_span(
                     doc_ids, tok_start, tok_end, answer_ids[answer_offsets[i]:answer_offsets[i + 1]])
             spans = doc_spans(len(doc_ids), seq - len(query) - 3, params.doc_stride)
             for span_start, span_length in spans:
                 start = end = 0
-                if is_training and not example.is_impossible and span_start <= tok_start and tok_end <= span_start + span_length - 1:
+                if (is_training and not example.is_impossible
+                        and span_start <= tok_start and tok_end <= span_start + span_length - 1):
                     start = tok_start - span_start + len(query) + 2
                     end = tok_end - span_start + len(query) + 2
                 rows.append((i, query, span_start, span_length, start, end))
@@ -391,7 +394,8 @@ def split_of(path, value):
         return "train"
     if name.startswith("dev"):
         return "eval"
-    raise UsageError(f"{path}: cannot tell the split from the name (train-* or dev-*): pass --split train or --split eval")
+    raise UsageError(f"{path}: cannot tell the split from the name (train-* or dev-*): pass --split train or --split "
+                     "eval")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

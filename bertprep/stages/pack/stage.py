@@ -15,15 +15,15 @@ import time
 
 from bertprep import __version__, formats
 from bertprep.atomic import hold, sha256_file
-from bertprep.stages.create import (
-    is_complete,  # the same rule: an entry for the same input and settings, of its size
-)
 from bertprep.engines import EngineOptions, open_engine
 from bertprep.errors import DataError, UsageError
 from bertprep.formats.schemas import PACKED, PRETRAINING, kind_of_manifest
 from bertprep.manifests import check_manifest
-from bertprep.stages.pack.task import PackTask, pack_shard
 from bertprep.progress import Progress, Summary, human_bytes
+from bertprep.stages.create import (
+    is_complete,  # the same rule: an entry for the same input and settings, of its size
+)
+from bertprep.stages.pack.task import PackTask, pack_shard
 from bertprep.stages.validate.dataset import natural_key
 from bertprep.workdir import MANIFEST, SPLITS, load_manifest, save_manifest
 
@@ -201,7 +201,8 @@ def summarize(out_dir, manifest, tasks, seconds, packed):
                                          "sequences_per_row", "by_split")},
         "fill": round(packing["tokens"] / max(packing["rows"] * manifest["dims"]["seq"], 1), 4),
         "files": sum(len(task.output_paths()) for task in tasks),
-        "bytes": sum(manifest["files"][relative]["bytes"] for task in tasks for relative in task.output_paths().values()),
+        "bytes": sum(manifest["files"][relative]["bytes"] for task in tasks
+                     for relative in task.output_paths().values()),
         "shards": len(tasks),
         "shards_packed": packed,
         "seconds": round(seconds, 3),

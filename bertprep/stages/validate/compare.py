@@ -38,7 +38,8 @@ def comparison_pairs(path_a, path_b):
         other = fmt if fmt in fmts_b else (fmts_b[0] if len(fmts_b) == 1 else None)
         if other is None:
             continue
-        pairs.append((f"{fmt} vs {other}", [f for f in files_a if f.fmt == fmt], [f for f in files_b if f.fmt == other]))
+        pairs.append((f"{fmt} vs {other}", [f for f in files_a if f.fmt == fmt],
+                      [f for f in files_b if f.fmt == other]))
     return pairs
 
 
@@ -140,7 +141,8 @@ def compare_streams(files_a, files_b, spec):
     if a.available() or b.available():
         longer, name = (a, "A") if a.available() else (b, "B")
         return {"equal": False, "records": compared,
-                "difference": f"instance {compared}: only {name} has it ({longer.path} record {int(longer.indices[longer.offset])}); "
+                "difference": f"instance {compared}: only {name} has it "
+                              f"({longer.path} record {int(longer.indices[longer.offset])}); "
                               f"the other ends after {compared:,} records"}
     return {"equal": True, "records": compared, "difference": None}
 

@@ -15,10 +15,10 @@ import os
 import re
 
 from bertprep import formats
+from bertprep.atomic import walk
 from bertprep.formats.schemas import kind_of_manifest
 from bertprep.manifests import manifest_problems
 from bertprep.progress import Progress
-from bertprep.atomic import walk
 from bertprep.stages.validate.finetune import FINETUNE_KINDS
 from bertprep.stages.validate.records import RULES, Finding, Findings, RecordSpec, scan_file
 from bertprep.workdir import MANIFEST, SPLITS, read_manifest
@@ -53,7 +53,8 @@ def find_record_files(path):
             full = os.path.join(root, name)
             if formats.format_of_name(name) is not None:
                 found.append(RecordFile(full, _sniff(full), _split_of(full)))
-    found.sort(key=lambda f: (formats.ALL_FORMATS.index(f.fmt), SPLITS.index(f.split) if f.split in SPLITS else 2, natural_key(f.path)))
+    found.sort(key=lambda f: (formats.ALL_FORMATS.index(f.fmt), SPLITS.index(f.split) if f.split in SPLITS else 2,
+                              natural_key(f.path)))
     return found
 
 
@@ -316,7 +317,8 @@ def _check_format_counts(reports, findings):
         a, b = counts.get((fmts[0], split), 0), counts.get((fmts[1], split), 0)
         if a != b:
             findings.add(Finding("consistency", split, None, None,
-                                 f"{fmts[0]} holds {a:,} records, {fmts[1]} {b:,}: both formats must hold the same instances"))
+                                 f"{fmts[0]} holds {a:,} records, {fmts[1]} {b:,}: both formats must hold the same "
+                                 "instances"))
 
 
 def _check_manifest(manifest, root, record_files, reports, shape, findings):
@@ -344,7 +346,8 @@ def _check_manifest(manifest, root, record_files, reports, shape, findings):
                                  f"{report.bytes:,} bytes, manifest.json says {entry['bytes']:,}"))
         if entry.get("sha256") and entry["sha256"] != getattr(report, "sha256", None):
             findings.add(Finding("manifest", full, None, None,
-                                 f"sha256 {getattr(report, 'sha256', '?')[:16]}…, manifest.json says {entry['sha256'][:16]}…"))
+                                 f"sha256 {getattr(report, 'sha256', '?')[:16]}…, manifest.json says "
+                                 f"{entry['sha256'][:16]}…"))
         listed_records = entry.get("instances", entry.get("records"))  # create says instances, fine-tuning records
         if listed_records is not None and listed_records != report.records:
             findings.add(Finding("manifest", full, None, None,

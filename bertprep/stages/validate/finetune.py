@@ -1,4 +1,5 @@
-"""What `bertprep validate` checks in SQuAD and GLUE fine-tuning records beyond framing and schema, and their statistics.
+"""What `bertprep validate` checks in SQuAD and GLUE fine-tuning records beyond framing and schema, and their
+statistics.
 
 The records are run_squad.py's and run_classifier.py's features: `[CLS] a
 [SEP] b [SEP]` (SQuAD: question, context; GLUE: one or two texts) then
@@ -59,7 +60,8 @@ def derive(batch, spec):
     count, seq = ids.shape
     length = (mask == 1).sum(axis=1)
     real = np.arange(seq) < length[:, None]
-    mask_ok = ((mask == 0) | (mask == 1)).all(axis=1) & (mask[:, :1] == 1).all(axis=1) & (mask[:, 1:] <= mask[:, :-1]).all(axis=1)
+    mask_ok = (((mask == 0) | (mask == 1)).all(axis=1) & (mask[:, :1] == 1).all(axis=1)
+               & (mask[:, 1:] <= mask[:, :-1]).all(axis=1))
     is_sep = (ids == spec.sep_id) & real
     seps = is_sep.sum(axis=1)
     sep1 = is_sep.argmax(axis=1)
@@ -202,7 +204,8 @@ class Stats:
         if "start_positions" in batch:
             impossible = batch["is_impossible"][:, 0] == 1
             answered = batch["start_positions"][:, 0] > 0
-            self.answers += [int((answered & ~impossible).sum()), int((~answered & ~impossible).sum()), int(impossible.sum())]
+            self.answers += [int((answered & ~impossible).sum()), int((~answered & ~impossible).sum()),
+                             int(impossible.sum())]
         if "label_ids" in batch:
             real = batch["is_real_example"][:, 0] == 1
             self.padding_examples += int((~real).sum())
@@ -272,7 +275,9 @@ def table_rows(splits):
         rows.append(("answer in/not in window/impossible",
                      lambda s: "/".join(f"{v:,}" for v in s["answers"].values()) if "answers" in s else "-"))
     if any("labels" in s for s in splits.values()):
-        rows.append(("labels (id:records)", lambda s: " ".join(f"{k}:{v}" for k, v in s.get("labels", {}).items()) or "-"))
+        rows.append(("labels (id:records)", lambda s: " ".join(f"{k}:{v}" for k, v in s.get("labels", {}).items())
+                     or "-"))
     if any("scores" in s for s in splits.values()):
-        rows.append(("scores (min…max)", lambda s: f"{s['scores']['min']}…{s['scores']['max']}" if "scores" in s else "-"))
+        rows.append(("scores (min…max)", lambda s: f"{s['scores']['min']}…{s['scores']['max']}" if "scores" in s
+                     else "-"))
     return rows

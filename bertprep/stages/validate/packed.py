@@ -306,11 +306,13 @@ def _compare_files(packed_file, unpacked_file, spec, iter_batches):
         return {"equal": True, "records": len(source_keys), "difference": None}
     for index, key in zip(source_index, source_keys):
         if in_rows[key] < in_source[key]:
-            held = f"{in_rows[key]} times among its rows, {in_source[key]} in the source" if in_rows[key] else "in none of its rows"
+            held = (f"{in_rows[key]} times among its rows, {in_source[key]} in the source" if in_rows[key]
+                    else "in none of its rows")
             return {"equal": False, "records": 0,
                     "difference": f"{unpacked_file.path} record {index} is missing from {packed_file.path}: {held}"}
     (record, sequence), key = next(item for item in zip(where, packed_keys) if in_rows[item[1]] > in_source[item[1]])
-    held = f"{in_rows[key]} times among the rows, {in_source[key]} in the source" if in_source[key] else "not in the source"
+    held = (f"{in_rows[key]} times among the rows, {in_source[key]} in the source" if in_source[key]
+            else "not in the source")
     return {"equal": False, "records": 0,
             "difference": f"{packed_file.path} record {record} sequence {sequence} is no instance of "
                           f"{unpacked_file.path}: {held}"}

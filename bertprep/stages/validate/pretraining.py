@@ -133,7 +133,8 @@ def explain(check, row, d, i, spec):
     if check == "vocab":
         limit = f"< {spec.vocab_size}" if spec.vocab_size is not None else ">= 0"
         for name, values, count in (("input_ids", ids, len(ids)), ("masked_lm_ids", mids, k)):
-            out = [j for j in range(count) if values[j] < 0 or (spec.vocab_size is not None and values[j] >= spec.vocab_size)]
+            out = [j for j in range(count) if values[j] < 0
+                   or (spec.vocab_size is not None and values[j] >= spec.vocab_size)]
             if out:
                 return name, f"{name}[{out[0]}] is {int(values[out[0]])}, expected an id {limit} (vocab size)"
     if check == "masked_weights":
@@ -155,7 +156,8 @@ def explain(check, row, d, i, spec):
                 where = "on [CLS]" if p == 0 else f"outside the real tokens (length {length})"
                 return "masked_lm_positions", f"position {p} at slot {j} is {where}, expected 1 ≤ position < {length}"
             if j and p <= pos[j - 1]:
-                return "masked_lm_positions", f"position {p} at slot {j} after {int(pos[j - 1])}, expected strictly increasing"
+                return ("masked_lm_positions",
+                        f"position {p} at slot {j} after {int(pos[j - 1])}, expected strictly increasing")
             if d.sep_ok[i] and p in (d.sep1[i], d.sep2[i]):
                 return "masked_lm_positions", f"position {p} at slot {j} is on [SEP]"
     if check == "num_predictions":
@@ -369,7 +371,8 @@ def _range_warnings(out, stats, spec, warnings):
     for share, expected, what in zip(out["replacement_shares"], (0.8, 0.1, 0.1), ("[MASK]", "kept", "random")):
         tolerance = max(0.02, 5 * (expected * (1 - expected) / predictions) ** 0.5)
         if abs(share - expected) > tolerance:
-            warnings.append(("replacement", f"{what} share {share:.3f}, expected {expected} ± {tolerance:.3f} (80/10/10)"))
+            warnings.append(("replacement",
+                             f"{what} share {share:.3f}, expected {expected} ± {tolerance:.3f} (80/10/10)"))
     if abs(out["mask_rate"] - out["expected_mask_rate"]) > 0.01:
         warnings.append(("mask_rate", f"mask rate {out['mask_rate']:.4f}, expected {out['expected_mask_rate']:.4f} "
                                       f"for masked_lm_prob {spec.masked_lm_prob}"))

@@ -42,7 +42,8 @@ class KindRules:
     derive: object  # (batch, spec) -> what failure_masks, explain and the statistics share
     failure_masks: object  # (batch, derived, spec) -> {check: (N,) bool, True where the record fails}
     explain: object  # (check, batch, derived, i, spec) -> (field, message) for record i of the batch
-    new_stats: object = None  # (dims) -> statistics: update(batch, derived, spec), merge(other), summary(spec, training)
+    # (dims) -> statistics: update(batch, derived, spec), merge(other), summary(spec, training)
+    new_stats: object = None
     table_rows: object = None  # ({split: figures}) -> [(label, figures -> text)]: rows of the one-screen table
 
 

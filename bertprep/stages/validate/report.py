@@ -7,8 +7,9 @@ command line).
 PATH is a records directory from `bertprep create` (either or both formats),
 a single record file, a text shard directory from `bertprep shard`, or a
 downloads directory (SQuAD/GLUE); a work directory holds all of them and gets
-every check. The report says whether the dataset is `sound`; the command exits 0 when it is (warnings allowed), 1 when a check fails, 2 on
-usage errors.
+every check. The report says whether the dataset is `sound`; the command
+exits 0 when it is (warnings allowed), 1 when a check fails, 2 on usage
+errors.
 """
 
 import dataclasses
@@ -36,7 +37,8 @@ from bertprep.stages.validate.text import (
     validate_text_shards,
 )
 
-CHECKS = {**checks_of(RULES), **DATASET_CHECKS, **TEXT_CHECKS, "compare": "both datasets hold the same instances in order"}
+CHECKS = {**checks_of(RULES), **DATASET_CHECKS, **TEXT_CHECKS,
+          "compare": "both datasets hold the same instances in order"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -220,7 +222,8 @@ def _dataset_section(result):
     training = {fmt: s for (fmt, split), s in result.stats.items() if split == "training"}
     order = {"training": 0, "train": 0, "eval": 1, "test": 2}
     for (fmt, split), group in sorted(result.stats.items(),
-                                      key=lambda item: (formats.ALL_FORMATS.index(item[0][0]), order.get(item[0][1], 2))):
+                                      key=lambda item: (formats.ALL_FORMATS.index(item[0][0]),
+                                                        order.get(item[0][1], 2))):
         figures, warnings = group.summary(result.spec, training.get(fmt) if split == "test" else None)
         figures["_warnings"] = [f"{fmt} {split}: {message}" for _check, message in warnings]
         stats.setdefault(fmt, {})[split] = figures

@@ -14,11 +14,11 @@ import os
 
 import numpy as np
 
+from bertprep.atomic import walk
 from bertprep.stages.download.glue import task_outputs
 from bertprep.stages.download.squad import FILES as SQUAD_FILES
 from bertprep.stages.validate.dataset import natural_key
 from bertprep.stages.validate.records import Finding
-from bertprep.atomic import walk
 from bertprep.workdir import MANIFEST, SPLITS, read_manifest
 
 TEXT_CHECKS = {
@@ -68,7 +68,8 @@ def _split_of(path):
 
 
 def read_shard(path):
-    """Figures and problems of one text shard: (documents, sentences, bytes, document hashes, sentence hashes, findings)."""
+    """Figures and problems of one text shard: (documents, sentences, bytes, document hashes, sentence hashes,
+    findings)."""
     findings = []
     documents = sentences = 0
     doc_hashes, sentence_hashes = [], []
@@ -92,7 +93,8 @@ def read_shard(path):
                                         "empty document (more than one blank line between documents)"))
             blank_run = 0
             sentences += 1
-            sentence_hashes.append(int.from_bytes(hashlib.blake2b(line.strip().encode(), digest_size=8).digest(), "little"))
+            sentence_hashes.append(int.from_bytes(hashlib.blake2b(line.strip().encode(), digest_size=8).digest(),
+                                                  "little"))
             current.update(line.strip().encode() + b"\n")
             in_document = True
         else:
@@ -221,7 +223,8 @@ def validate_downloads(path):
                 findings.append(Finding("download_checksum", full, None, None,
                                         f"md5 differs from the published {md5} and no manifest vouches for it"))
             elif listed != _digest(full, "sha256"):
-                findings.append(Finding("download_checksum", full, None, None, "sha256 differs from the download manifest"))
+                findings.append(Finding("download_checksum", full, None, None,
+                                        "sha256 differs from the download manifest"))
             else:
                 warnings.append(("download_checksum", f"{full}: not the original file (rebuilt from the hub?); "
                                                       "its manifest sha256 matches"))
