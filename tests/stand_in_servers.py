@@ -335,7 +335,7 @@ def run_python(code, **settings):
     return _run([sys.executable, "-c", code], **settings)
 
 
-def _run(argv, env=None, hf_home=None, server=None, offline=False):
+def _run(argv, env=None, hf_home=None, server=None, offline=False, cwd=REPO):
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "BERTPREP_"))}
     full_env.update(HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_DISABLE_PROGRESS_BARS="1", PYTHONPATH=str(REPO))
     if server is not None:
@@ -345,7 +345,7 @@ def _run(argv, env=None, hf_home=None, server=None, offline=False):
     if offline:
         full_env["HF_HUB_OFFLINE"] = "1"
     full_env.update(env or {})
-    return subprocess.run(argv, capture_output=True, text=True, env=full_env, cwd=REPO, timeout=300)
+    return subprocess.run(argv, capture_output=True, text=True, env=full_env, cwd=cwd, timeout=300)
 
 
 def same_apart_from_workdir(summary, workdir, other, other_workdir):
