@@ -114,3 +114,34 @@ def test_bad_corpora_are_one_line_data_errors(tmp_path, case):
     line = one_line_error(run_cli("vocab", "--input", given, "--out", out), code=1)
     assert line.startswith(f"bertprep vocab: error: {expected}"), line
     assert not (tmp_path / "out").exists()
+
+
+def test_a_formatted_corpus_by_name_trains_as_its_text_does(tmp_path):
+    """--corpus reads WORKDIR/formatted/<name>'s .jsonl parts: documents holding the sample corpus's lines
+    give the vocab its .txt shards give."""
+    from bertprep.workdir import save_manifest
+
+    formatted = tmp_path / "w" / "formatted" / "sample"
+    formatted.mkdir(parents=True)
+    documents = [d for path in sample_files() for d in pathlib.Path(path).read_text(encoding="utf-8").split("\n\n")]
+    with open(formatted / "part-0.jsonl", "w", encoding="utf-8") as f:
+        f.writelines(json.dumps({"title": str(i), "text": d.strip()}) + "\n" for i, d in enumerate(documents))
+    save_manifest(str(formatted), {"stage": "format", "corpus": "sample", "files": {}})
+    by_name = tmp_path / "by_name.txt"
+    args = ("vocab", "--workdir", tmp_path / "w", "--corpus", "sample", "--vocab-size", "1200", "--unused", "10")
+    ok(run_cli(*args, "--out", by_name, "--quiet"))
+    vocab(input=sample_files(), out=tmp_path / "by_text.txt", vocab_size=1200, unused=10)
+    assert by_name.read_bytes() == (tmp_path / "by_text.txt").read_bytes()
+    os.unlink(formatted / "manifest.json")  # a download that never finished
+    line = one_line_error(run_cli(*args, "--out", tmp_path / "none.txt"), code=1)
+    assert line.startswith(f"bertprep vocab: error: {formatted}: no manifest.json"), line
+    assert not (tmp_path / "none.txt").exists()
+
+
+def test_a_vocab_size_without_room_for_the_corpus_characters_is_refused(tmp_path):
+    from bertprep.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"^--vocab-size 1000: the corpus needs \d+ entries before any merge \(999 "
+                                         r"special tokens and unused slots, \d+ characters, \d+ ## characters\)$"):
+        vocab(input=sample_files(), out=tmp_path / "v.txt", vocab_size=1000)
+    assert os.listdir(tmp_path) == []

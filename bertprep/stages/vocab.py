@@ -32,7 +32,7 @@ from bertprep.atomic import atomic_open, sha256_file
 from bertprep.errors import DataError, UsageError
 from bertprep.options import build_options, normalise_paths
 from bertprep.progress import Progress, Summary, human_bytes
-from bertprep.stages.shard import input_files, iter_input_documents, resolve_inputs
+from bertprep.stages.shard import COMBINED, input_files, iter_input_documents, resolve_inputs
 from bertprep.workdir import MANIFEST, load_manifest, resolve_workdir, stage_dir
 
 SPECIAL_TOKENS = ("[UNK]", "[CLS]", "[SEP]", "[MASK]")  # after [PAD] and the first unused slots
@@ -81,19 +81,28 @@ def special_layout(unused):
 
 
 def resolve_vocab_inputs(workdir, inputs, corpora):
-    """The input files in a fixed order: each --input's (a directory must hold a finished stage's manifest),
-    then each --corpus's formatted parts."""
+    """The input files in a fixed order: each --input's, then each --corpus's formatted parts. A directory
+    must hold a finished stage's manifest."""
     if not inputs and not corpora:
         raise UsageError("give --input (corpus directories or .jsonl/.txt files) or --corpus NAME")
     files = []
     for path in inputs:
-        if os.path.isdir(path) and load_manifest(path) is None:
-            raise DataError(f"{path}: no {MANIFEST} (not a finished `bertprep download` or `bertprep shard` "
-                            "output); give its .jsonl/.txt files instead")
+        if os.path.isdir(path):
+            require_manifest(path)
         files += input_files(path)
+    formatted = stage_dir(workdir, "formatted")
     for name in corpora:
-        files += resolve_inputs(workdir, None, name)[1]
+        files += resolve_inputs(workdir, None, name)[1]  # shard's messages for a corpus that is not there
+        parts = (name,) if os.path.isdir(os.path.join(formatted, name)) else COMBINED[name]
+        for part in parts:
+            require_manifest(os.path.join(formatted, part))
     return files
+
+
+def require_manifest(directory):
+    if load_manifest(directory) is None:
+        raise DataError(f"{directory}: no {MANIFEST} (not a finished `bertprep download` or `bertprep shard` "
+                        "output); give its .jsonl/.txt files instead")
 
 
 def iter_lines(paths, stats, progress=None):
