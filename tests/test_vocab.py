@@ -74,6 +74,7 @@ def test_the_cli_twice_and_the_python_call_write_the_same_bytes(tmp_path):
     second = ok(run_cli(*args, "--out", tmp_path / "b.txt", "--quiet"))
     summary = vocab(VocabOptions(input=tuple(sample_files()), out=str(tmp_path / "c.txt"), vocab_size=1200,
                                  unused=10))
+    assert VocabOptions(input=sample_files()[0]).input == (sample_files()[0],)
     data = (tmp_path / "a.txt").read_bytes()
     assert data == (tmp_path / "b.txt").read_bytes() == (tmp_path / "c.txt").read_bytes()
     stable = lambda s: {k: v for k, v in s.items() if k not in ("out", "seconds")}  # noqa: E731

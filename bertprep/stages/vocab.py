@@ -30,7 +30,7 @@ from collections import Counter
 
 from bertprep.atomic import atomic_open, sha256_file
 from bertprep.errors import DataError, UsageError
-from bertprep.options import build_options, normalise_paths
+from bertprep.options import build_options, normalise_paths, set_field
 from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.stages.shard import COMBINED, input_files, iter_input_documents, resolve_inputs
 from bertprep.workdir import MANIFEST, load_manifest, resolve_workdir, stage_dir
@@ -60,11 +60,13 @@ class VocabOptions:
     workdir: str | None = None
 
     def __post_init__(self):
+        for name in ("input", "corpus"):  # one path or name is a list of one, not of its characters
+            value = getattr(self, name)
+            set_field(self, name, (value,) if isinstance(value, (str, os.PathLike)) else tuple(value or ()))
         normalise_paths(self, "input", "out", "workdir")
-        object.__setattr__(self, "corpus", tuple(self.corpus or ()))
         if self.unused < 0:
             raise UsageError(f"--unused must be at least 0, not {self.unused}")
-        reserved = len(special_layout(self.unused))
+        reserved = 1 + len(SPECIAL_TOKENS) + self.unused
         if self.vocab_size < reserved:
             raise UsageError(f"--vocab-size {self.vocab_size} is below the {reserved} special tokens and unused "
                              f"slots ([PAD], [UNK], [CLS], [SEP], [MASK] and --unused {self.unused})")
