@@ -27,6 +27,7 @@ _EXPORTS = {
     "PretrainedOptions": "bertprep.stages.download.pretrained",
     "Limits": "bertprep.stages.download.http",
     **dict.fromkeys(("shard", "ShardOptions"), "bertprep.stages.shard"),
+    **dict.fromkeys(("vocab", "VocabOptions"), "bertprep.stages.vocab"),
     **dict.fromkeys(("create", "CreateOptions"), "bertprep.stages.create"),
     **dict.fromkeys(("pack", "PackOptions"), "bertprep.stages.pack"),
     **dict.fromkeys(("validate", "ValidateOptions", "Report"), "bertprep.stages.validate"),

@@ -157,7 +157,7 @@ def load_vocab(path, required=REQUIRED_TOKENS):
 
 def build_tokenizer(vocab, lower_case=True):
     """An HF `tokenizers.Tokenizer` that reproduces the reference's FullTokenizer.tokenize -> ids."""
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+    from tokenizers import Tokenizer, models, pre_tokenizers
 
     tokenizer = Tokenizer(
         models.WordPiece(
@@ -166,11 +166,18 @@ def build_tokenizer(vocab, lower_case=True):
             max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD,
         )
     )
-    tokenizer.normalizer = normalizers.BertNormalizer(
-        clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=lower_case
-    )
+    tokenizer.normalizer = bert_normalizer(lower_case)
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     return tokenizer
+
+
+def bert_normalizer(lower_case=True):
+    """BasicTokenizer's text rules as HF's BertNormalizer: clean text, spaces around CJK ideographs, and for
+    uncased lower case + accent stripping (strip_accents=None follows lowercase, as the reference ties them)."""
+    from tokenizers import normalizers
+
+    return normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=None,
+                                      lowercase=lower_case)
 
 
 class LineTokenizer:

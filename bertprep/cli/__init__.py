@@ -21,6 +21,7 @@ from bertprep.errors import run_reporting_errors
 COMMANDS = {
     "download": ("bertprep.cli.download", "fetch Wikipedia, BookCorpus, SQuAD or GLUE with checksums and resume"),
     "shard": ("bertprep.cli.shard", "sentence-split documents into balanced training/test text shards"),
+    "vocab": ("bertprep.cli.vocab", "train a WordPiece vocab.txt on your corpus, in Google's BERT layout"),
     "create": ("bertprep.cli.create", "create masked-LM records (TFRecord and OFRecord) like google-research/bert"),
     "pack": ("bertprep.cli.pack", "pack pretraining records into rows of up to k sequences (MLPerf packed layout)"),
     "validate": ("bertprep.cli.validate", "check a dataset for everything that breaks training"),

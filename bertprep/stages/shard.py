@@ -114,23 +114,25 @@ def resolve_inputs(workdir, inputs, corpus):
             raise UsageError(f"{formatted}: no formatted corpus {', '.join(missing)} (run `bertprep download` first or "
                              "give --input)")
         paths = [os.path.join(formatted, p) for p in parts]
-    files = []
-    for path in paths:
-        if os.path.isdir(path):
-            found = sorted(
-                os.path.join(root, name)
-                for root, _dirs, names in walk(path)
-                for name in names
-                if name.endswith(INPUT_SUFFIXES) and not name.startswith(".")
-            )
-            if not found:
-                raise UsageError(f"{path}: no .jsonl or .txt input files")
-            files.extend(found)
-        elif os.path.isfile(path):
-            files.append(path)
-        else:
-            raise UsageError(f"--input {path}: no such file or directory")
-    return check_corpus_name(corpus), [os.path.abspath(f) for f in files]
+    files = [f for path in paths for f in input_files(path)]
+    return check_corpus_name(corpus), files
+
+
+def input_files(path):
+    """The absolute input files of one --input: a directory's .jsonl/.txt files (sorted), or the file itself."""
+    if os.path.isdir(path):
+        found = sorted(
+            os.path.join(root, name)
+            for root, _dirs, names in walk(path)
+            for name in names
+            if name.endswith(INPUT_SUFFIXES) and not name.startswith(".")
+        )
+        if not found:
+            raise UsageError(f"{path}: no .jsonl or .txt input files")
+        return [os.path.abspath(f) for f in found]
+    if os.path.isfile(path):
+        return [os.path.abspath(path)]
+    raise UsageError(f"--input {path}: no such file or directory")
 
 
 def iter_text_documents(path, stats):

@@ -1,0 +1,229 @@
+"""`bertprep vocab`: a WordPiece vocab.txt trained on the user's own corpus.
+
+The text rules are BERT's BasicTokenizer (HF `tokenizers`' BertNormalizer and
+BertPreTokenizer, the pair bertprep/tokenization.py tokenizes with): clean
+text, a token per CJK ideograph, punctuation split, and for uncased (the
+default) lower case + accent stripping. The words are then trained into
+WordPiece pieces by `tokenizers`' WordPiece trainer.
+
+The file has Google's layout, that of bert-base-uncased's vocab.txt:
+[PAD] at 0, [unused0]..[unused98] at 1..99, [UNK] [CLS] [SEP] [MASK] at
+100..103, the remaining [unused99].. slots after them (994 slots by
+default, so the corpus's characters start at 999 as Google's do), then the
+characters, their "##" forms and the trained pieces. With fewer than 99
+slots the four tokens move down to follow them ([UNK] at 1 with --unused 0).
+
+Determinism: the stock trainer gives the "##" character tokens ids while
+iterating a hash map (huggingface/tokenizers#1794), so equal-count merges
+break ties differently from run to run. As scripts/make_sample_vocab.py
+does, a first pass computes the alphabet (the LIMIT_ALPHABET most frequent
+characters, ties by code point) and the "##" forms the trainer would make,
+and they are handed to it after the special tokens in code point order:
+every id is then fixed before training and the same inputs, in the same
+order (command-line order, a directory's files sorted), give the same bytes.
+"""
+
+import dataclasses
+import os
+import time
+from collections import Counter
+
+from bertprep.atomic import atomic_open, sha256_file
+from bertprep.errors import DataError, UsageError
+from bertprep.options import build_options, normalise_paths, set_field
+from bertprep.progress import Progress, Summary, human_bytes
+from bertprep.stages.shard import COMBINED, input_files, iter_input_documents, resolve_inputs
+from bertprep.workdir import MANIFEST, load_manifest, resolve_workdir, stage_dir
+
+SPECIAL_TOKENS = ("[UNK]", "[CLS]", "[SEP]", "[MASK]")  # after [PAD] and the first unused slots
+UNUSED_BEFORE_SPECIALS = 99  # Google's [unused0]..[unused98] sit between [PAD] and [UNK]
+GOOGLE_UNUSED = 994  # [unused0]..[unused993] in bert-base-uncased's vocab.txt
+LIMIT_ALPHABET = 1000  # characters kept (the most frequent), as HF's BertWordPieceTokenizer keeps
+MIN_FREQUENCY = 2  # a pair seen fewer times is never merged (HF's BertWordPieceTokenizer default)
+PREFIX = "##"
+CHUNK_CHARS = 1 << 20  # the first pass normalizes this much text at once
+
+
+@dataclasses.dataclass(frozen=True)
+class VocabOptions:
+    """`bertprep vocab`'s flags: `input` (formatted corpus or shard directories with a manifest, or .jsonl/.txt
+    files, in order), `corpus` (names under WORKDIR/formatted, read after `input`), `out` (None:
+    WORKDIR/vocab/vocab.txt), `vocab_size` (lines of vocab.txt, special tokens and unused slots included),
+    `unused` ([unused] slots) and `cased` (keep case and accents)."""
+
+    input: tuple[str, ...] = ()
+    corpus: tuple[str, ...] = ()
+    out: str | None = None
+    vocab_size: int = 30522
+    unused: int = GOOGLE_UNUSED
+    cased: bool = False
+    workdir: str | None = None
+
+    def __post_init__(self):
+        for name in ("input", "corpus"):  # one path or name is a list of one, not of its characters
+            value = getattr(self, name)
+            set_field(self, name, (value,) if isinstance(value, (str, os.PathLike)) else tuple(value or ()))
+        normalise_paths(self, "input", "out", "workdir")
+        if self.unused < 0:
+            raise UsageError(f"--unused must be at least 0, not {self.unused}")
+        reserved = 1 + len(SPECIAL_TOKENS) + self.unused
+        if self.vocab_size < reserved:
+            raise UsageError(f"--vocab-size {self.vocab_size} is below the {reserved} special tokens and unused "
+                             f"slots ([PAD], [UNK], [CLS], [SEP], [MASK] and --unused {self.unused})")
+
+
+def special_layout(unused):
+    """[PAD], the first unused slots, [UNK] [CLS] [SEP] [MASK], the other slots: Google's order."""
+    slots = [f"[unused{i}]" for i in range(unused)]
+    head = min(unused, UNUSED_BEFORE_SPECIALS)
+    return ["[PAD]", *slots[:head], *SPECIAL_TOKENS, *slots[head:]]
+
+
+# -- inputs -----------------------------------------------------------------------
+
+
+def resolve_vocab_inputs(workdir, inputs, corpora):
+    """The input files in a fixed order: each --input's, then each --corpus's formatted parts. A directory
+    must hold a finished stage's manifest."""
+    if not inputs and not corpora:
+        raise UsageError("give --input (corpus directories or .jsonl/.txt files) or --corpus NAME")
+    files = []
+    for path in inputs:
+        if os.path.isdir(path):
+            require_manifest(path)
+        files += input_files(path)
+    formatted = stage_dir(workdir, "formatted")
+    for name in corpora:
+        files += resolve_inputs(workdir, None, name)[1]  # shard's messages for a corpus that is not there
+        parts = (name,) if os.path.isdir(os.path.join(formatted, name)) else COMBINED[name]
+        for part in parts:
+            require_manifest(os.path.join(formatted, part))
+    return files
+
+
+def require_manifest(directory):
+    if load_manifest(directory) is None:
+        raise DataError(f"{directory}: no {MANIFEST} (not a finished `bertprep download` or `bertprep shard` "
+                        "output); give its .jsonl/.txt files instead")
+
+
+def iter_lines(paths, stats, progress=None):
+    """The corpus's non-blank lines, file by file in the given order (`progress` advanced per file)."""
+    for path in paths:
+        for text in iter_input_documents(path, stats):
+            yield from (line for line in text.split("\n") if line.strip())
+        if progress is not None:
+            progress.advance(1, bytes=os.path.getsize(path))
+
+
+def iter_chunks(lines, size=CHUNK_CHARS):
+    """The lines joined by newlines into strings of about `size` characters: normalizing and splitting a
+    chunk gives the words of its lines, as a newline is white space to BasicTokenizer."""
+    chunk, chars = [], 0
+    for line in lines:
+        chunk.append(line)
+        chars += len(line) + 1
+        if chars >= size:
+            yield "\n".join(chunk)
+            chunk, chars = [], 0
+    if chunk:
+        yield "\n".join(chunk)
+
+
+# -- training ---------------------------------------------------------------------
+
+
+def bert_tokenizer(cased):
+    """An untrained WordPiece tokenizer with BasicTokenizer's text rules."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from bertprep.tokenization import MAX_INPUT_CHARS_PER_WORD, bert_normalizer
+
+    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD))
+    tokenizer.normalizer = bert_normalizer(lower_case=not cased)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    return tokenizer
+
+
+def initial_alphabet(tokenizer, lines):
+    """(alphabet, "##" forms), each in code point order: the characters the trainer keeps (the LIMIT_ALPHABET
+    most frequent, ties by code point) and the "##" tokens it makes for those seen inside a word."""
+    counts, inner = Counter(), set()
+    for chunk in iter_chunks(lines):
+        words = [word for word, _ in tokenizer.pre_tokenizer.pre_tokenize_str(tokenizer.normalizer.normalize_str(
+            chunk))]
+        counts.update("".join(words))
+        inner.update("".join(word[1:] for word in words))
+    kept = sorted(counts, key=lambda c: (-counts[c], ord(c)))[:LIMIT_ALPHABET]
+    alphabet = sorted(kept, key=ord)
+    return alphabet, [PREFIX + c for c in alphabet if c in inner]
+
+
+def train(tokenizer, lines, specials, alphabet, vocab_size):
+    """The trained vocab's tokens in id order. The alphabet and its "##" forms come as special tokens, so
+    their ids are fixed before training; `initial_alphabet` with a limit of its own size keeps the trainer
+    from adding any other character."""
+    from tokenizers import trainers
+
+    chars = [t for t in alphabet if not t.startswith(PREFIX)]
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=MIN_FREQUENCY, show_progress=False,
+                                        special_tokens=[*specials, *alphabet], limit_alphabet=len(chars),
+                                        initial_alphabet=chars, continuing_subword_prefix=PREFIX)
+    tokenizer.train_from_iterator(lines, trainer=trainer)
+    ids = tokenizer.get_vocab(with_added_tokens=False)
+    return sorted(ids, key=ids.get)
+
+
+# -- the command ------------------------------------------------------------------
+
+
+def vocab(options: VocabOptions | None = None, /, *, quiet: bool = True, **fields) -> Summary:
+    """Train a WordPiece vocab.txt (`VocabOptions`, or its fields as keywords) and write it atomically; the
+    summary `--json` prints (the inputs' sha256s and the settings with the vocab's own sha256).
+    `quiet=False` shows progress on stderr."""
+    import tokenizers
+
+    options = build_options(VocabOptions, options, fields)
+    workdir = resolve_workdir(options.workdir)
+    inputs = resolve_vocab_inputs(workdir, options.input, options.corpus)
+    out = os.path.abspath(options.out or stage_dir(workdir, "vocab", "vocab.txt"))
+    start = time.monotonic()
+    progress = Progress("vocab", total=len(inputs), unit="input files", quiet=quiet)
+    stats = {"invalid_utf8_lines": 0, "empty_documents": 0}
+    tokenizer = bert_tokenizer(options.cased)
+    alphabet, inner = initial_alphabet(tokenizer, iter_lines(inputs, stats, progress))
+    progress.close()
+    if not alphabet:
+        raise DataError(f"{_named(inputs)}: no text to train a vocab on")
+    specials = special_layout(options.unused)
+    needed = len(specials) + len(alphabet) + len(inner)
+    if needed > options.vocab_size:
+        raise UsageError(f"--vocab-size {options.vocab_size}: the corpus needs {needed} entries before any merge "
+                         f"({len(specials)} special tokens and unused slots, {len(alphabet)} characters, "
+                         f"{len(inner)} {PREFIX} characters)")
+    tokens = train(tokenizer, iter_lines(inputs, {}), specials, alphabet + inner, options.vocab_size)
+    data = "".join(token + "\n" for token in tokens).encode("utf-8")
+    with atomic_open(out, "wb") as f:
+        f.write(data)
+    summary = {
+        "out": out, "tokens": len(tokens), "sha256": sha256_file(out), "vocab_size": options.vocab_size,
+        "unused": options.unused, "cased": options.cased, "characters": len(alphabet),
+        "limit_alphabet": LIMIT_ALPHABET, "min_frequency": MIN_FREQUENCY, "tokenizers": tokenizers.__version__,
+        "invalid_utf8_lines": stats["invalid_utf8_lines"],
+        "inputs": [{"path": p, "bytes": os.path.getsize(p), "sha256": sha256_file(p)} for p in inputs],
+        "seconds": round(time.monotonic() - start, 3),
+    }
+    return Summary("bertprep vocab: done", summary, rows=_rows(summary))
+
+
+def _named(inputs):
+    return f"{', '.join(inputs[:3])}{' ...' if len(inputs) > 3 else ''}"
+
+
+def _rows(fields):
+    short = "" if fields["tokens"] == fields["vocab_size"] else " (the corpus has no more pairs to merge)"
+    return [("input", f"{len(fields['inputs'])} file(s), {human_bytes(sum(i['bytes'] for i in fields['inputs']))}"),
+            ("tokens", f"{fields['tokens']:,} of --vocab-size {fields['vocab_size']:,}{short}"),
+            ("layout", f"[PAD], {fields['unused']} [unused] slots, [UNK] [CLS] [SEP] [MASK] as Google's; "
+                       f"{fields['characters']} characters; {'cased' if fields['cased'] else 'uncased'}"),
+            ("time", f"{fields['seconds']:.1f}s"), ("sha256", fields["sha256"]), ("output", fields["out"])]

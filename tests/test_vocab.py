@@ -1,0 +1,148 @@
+"""`bertprep vocab`: a WordPiece vocab.txt of the user's corpus in Google's layout, which bertprep's tokenizer
+reads exactly as HF's BertTokenizerFast does, the same bytes on every run, and `create` takes it."""
+
+import json
+import os
+import pathlib
+
+import pytest
+
+from bertprep.stages.vocab import VocabOptions, vocab
+from bertprep.tokenization import LineTokenizer, load_vocab
+from stand_in_servers import ok, one_line_error, run_cli
+
+SAMPLE = pathlib.Path(__file__).resolve().parents[1] / "bertprep" / "data" / "sample_corpus"
+
+
+def sample_files():
+    return sorted(str(p) for p in SAMPLE.rglob("*.txt"))
+
+
+def corpus_lines(paths):
+    return [line.strip() for path in paths for line in pathlib.Path(path).read_text(encoding="utf-8").split("\n")
+            if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def sample_vocab(tmp_path_factory):
+    """The sample corpus's vocab with Google's default 994 unused slots."""
+    out = tmp_path_factory.mktemp("vocab") / "vocab.txt"
+    vocab(input=sample_files(), out=out, vocab_size=1400)
+    return out
+
+
+def test_special_tokens_sit_where_googles_do(sample_vocab, golden_dir):
+    tokens = sample_vocab.read_text(encoding="utf-8").split("\n")[:-1]
+    google = (golden_dir / "vocab.txt").read_text(encoding="utf-8").split("\n")[:-1]
+    assert len(tokens) == 1400 and len(set(tokens)) == 1400
+    assert tokens[:999] == google[:999]  # [PAD], [unused0..98], [UNK] [CLS] [SEP] [MASK] at 100..103, [unused99..993]
+    assert not tokens[999].startswith("[")
+
+
+def test_fewer_unused_slots_move_the_special_tokens_down(tmp_path):
+    out = tmp_path / "vocab.txt"
+    vocab(input=sample_files(), out=out, vocab_size=300, unused=3)
+    assert out.read_text(encoding="utf-8").split("\n")[:9] == ["[PAD]", "[unused0]", "[unused1]", "[unused2]",
+                                                               "[UNK]", "[CLS]", "[SEP]", "[MASK]", "!"]
+
+
+@pytest.mark.parametrize("cased", [False, True])
+def test_bertprep_tokenizes_as_bert_tokenizer_fast_does(tmp_path, shared_dir, golden_dir, cased):
+    from transformers import BertTokenizerFast
+
+    # wt2 for size; the golden corpus for accents, CJK, control and zero-width characters and an emoji
+    inputs = [str(shared_dir / "fixtures" / "bench" / "wt2.txt"), str(golden_dir / "corpus.txt")]
+    out = tmp_path / "vocab.txt"
+    vocab(input=inputs, out=out, vocab_size=4000, cased=cased)
+    lines = corpus_lines(inputs)
+    ours, counts = LineTokenizer(load_vocab(out), lower_case=not cased).encode(lines)
+    # transformers 5 names the file `vocab` and silently ignores `vocab_file` (a 5-token default vocab)
+    hf = BertTokenizerFast(vocab=str(out), do_lower_case=not cased)
+    assert len(hf.get_vocab()) == 4000
+    # the golden corpus's 101-200 character word: the reference (and bertprep) split words up to 200 characters,
+    # HF's default makes [UNK] of those over 100
+    hf.backend_tokenizer.model.max_input_chars_per_word = 200
+    theirs = [hf.encode(line, add_special_tokens=False) for line in lines]
+    assert counts.tolist() == [len(ids) for ids in theirs]
+    assert ours.tolist() == [i for ids in theirs for i in ids]
+    assert hf.unk_token_id == 100 and hf.mask_token_id == 103
+
+
+def test_the_cli_twice_and_the_python_call_write_the_same_bytes(tmp_path):
+    args = ("vocab", "--input", *sample_files(), "--vocab-size", "1200", "--unused", "10", "--json")
+    first = ok(run_cli(*args, "--out", tmp_path / "a.txt"))
+    second = ok(run_cli(*args, "--out", tmp_path / "b.txt", "--quiet"))
+    summary = vocab(VocabOptions(input=tuple(sample_files()), out=str(tmp_path / "c.txt"), vocab_size=1200,
+                                 unused=10))
+    assert VocabOptions(input=sample_files()[0]).input == (sample_files()[0],)
+    data = (tmp_path / "a.txt").read_bytes()
+    assert data == (tmp_path / "b.txt").read_bytes() == (tmp_path / "c.txt").read_bytes()
+    stable = lambda s: {k: v for k, v in s.items() if k not in ("out", "seconds")}  # noqa: E731
+    assert stable(first) == stable(second) == stable(summary)
+    assert first["inputs"][0]["sha256"] and first["tokens"] == 1200 and first["vocab_size"] == 1200
+    assert sorted(os.listdir(tmp_path)) == ["a.txt", "b.txt", "c.txt"]  # nothing staged is left
+
+
+def test_create_takes_the_trained_vocab(tmp_path, sample_vocab):
+    summary = ok(run_cli("create", "--input", SAMPLE, "--vocab", sample_vocab, "--out", tmp_path / "records",
+                         "--dupe-factor", "1", "--format", "tfrecord", "--workers", "1", "--json", "--quiet"))
+    assert all(count > 0 for count in summary["instances"].values()), summary
+    manifests = [json.loads(p.read_text()) for p in (tmp_path / "records").rglob("manifest.json")]
+    assert manifests and all(m["vocab"]["sha256"] == load_vocab(sample_vocab).sha256 for m in manifests)
+    assert {m["vocab"]["size"] for m in manifests} == {1400}
+
+
+def test_a_vocab_size_below_the_special_tokens_is_a_usage_error(tmp_path):
+    line = one_line_error(run_cli("vocab", "--input", *sample_files(), "--out", tmp_path / "v.txt", "--vocab-size",
+                                  "998"), code=2)
+    assert line == ("bertprep vocab: error: --vocab-size 998 is below the 999 special tokens and unused slots ([PAD], "
+                    "[UNK], [CLS], [SEP], [MASK] and --unused 994)")
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("case", ["no manifest", "empty corpus"])
+def test_bad_corpora_are_one_line_data_errors(tmp_path, case):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    if case == "no manifest":
+        (corpus / "part.txt").write_text("Some text.\n", encoding="utf-8")
+        given, expected = corpus, f"{corpus}: no manifest.json"
+    else:
+        given = corpus / "empty.txt"
+        given.write_text("\n\n", encoding="utf-8")
+        expected = f"{given}: no text to train a vocab on"
+    out = tmp_path / "out" / "vocab.txt"
+    line = one_line_error(run_cli("vocab", "--input", given, "--out", out), code=1)
+    assert line.startswith(f"bertprep vocab: error: {expected}"), line
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_formatted_corpus_by_name_trains_as_its_text_does(tmp_path):
+    """--corpus reads WORKDIR/formatted/<name>'s .jsonl parts: documents holding the sample corpus's lines
+    give the vocab its .txt shards give."""
+    from bertprep.workdir import save_manifest
+
+    formatted = tmp_path / "w" / "formatted" / "sample"
+    formatted.mkdir(parents=True)
+    documents = [d for path in sample_files() for d in pathlib.Path(path).read_text(encoding="utf-8").split("\n\n")]
+    with open(formatted / "part-0.jsonl", "w", encoding="utf-8") as f:
+        f.writelines(json.dumps({"title": str(i), "text": d.strip()}) + "\n" for i, d in enumerate(documents))
+    save_manifest(str(formatted), {"stage": "format", "corpus": "sample", "files": {}})
+    by_name = tmp_path / "by_name.txt"
+    args = ("vocab", "--workdir", tmp_path / "w", "--corpus", "sample", "--vocab-size", "1200", "--unused", "10")
+    ok(run_cli(*args, "--out", by_name, "--quiet"))
+    vocab(input=sample_files(), out=tmp_path / "by_text.txt", vocab_size=1200, unused=10)
+    assert by_name.read_bytes() == (tmp_path / "by_text.txt").read_bytes()
+    os.unlink(formatted / "manifest.json")  # a download that never finished
+    line = one_line_error(run_cli(*args, "--out", tmp_path / "none.txt"), code=1)
+    assert line.startswith(f"bertprep vocab: error: {formatted}: no manifest.json"), line
+    assert not (tmp_path / "none.txt").exists()
+
+
+def test_a_vocab_size_without_room_for_the_corpus_characters_is_refused(tmp_path):
+    from bertprep.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"^--vocab-size 1000: the corpus needs \d+ entries before any merge \(999 "
+                                         r"special tokens and unused slots, \d+ characters, \d+ ## characters\)$"):
+        vocab(input=sample_files(), out=tmp_path / "v.txt", vocab_size=1000)
+    assert os.listdir(tmp_path) == []
