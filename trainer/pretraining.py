@@ -1,4 +1,5 @@
-"""The training run: devices, data, model, steps, logging, evaluation and checkpoints."""
+"""The pretraining run, `trainer.train(TrainConfig)`: devices, data, model, steps, logging, evaluation and
+checkpoints."""
 
 import contextlib
 import dataclasses
@@ -15,7 +16,7 @@ from bertprep.errors import DataError, UsageError
 from bertprep.progress import Progress
 from trainer import run_state
 from trainer.data import RecordStream, Records, prefetch
-from trainer.config import BertConfig
+from trainer.config import BertConfig, TrainSummary
 from trainer.library_logs import library_lines_left_out, load_keras
 
 # Steps before throughput is measured: compilation and autotuning happen there.
@@ -106,91 +107,88 @@ def initialize_jax_processes():
     keras.distribution.initialize(env["KERAS_DISTRIBUTION_JOB_ADDRESSES"], count, index)
 
 
-def model_config(args, records):
-    """--bert-config as given, or a Google size whose vocab is the one the records were made with;
-    --dropout replaces both dropout rates."""
-    if args.bert_config:
-        config = BertConfig.from_json_file(args.bert_config)
-        if records.vocab_size and records.vocab_size > config.vocab_size:
-            raise DataError(f"{args.bert_config}: vocab_size {config.vocab_size} is smaller than the records' "
-                            f"vocab ({records.vocab_size} entries)")
-    elif records.vocab_size:
-        config = BertConfig.sized(args.model, vocab_size=records.vocab_size)
-    else:
-        config = BertConfig.sized(args.model)
-    if args.dropout is not None:
-        config = dataclasses.replace(config, hidden_dropout_prob=args.dropout, attention_probs_dropout_prob=args.dropout)
-    return config
-
-
-def initial_checkpoint(args, records):
-    """(Checkpoint, config) of --init-checkpoint: the config is the checkpoint's (a --model or
-    --bert-config that disagrees is an error naming both), --dropout replaces its rates."""
+def read_initial_checkpoint(config):
+    """--init-checkpoint (a trainer.checkpoint.Checkpoint); a --model or --bert-config that disagrees
+    with its config is an error naming both."""
     from trainer.checkpoint import check_size_flag, read
 
-    checkpoint = read(args.init_checkpoint)
-    check_size_flag(checkpoint, args.model, args.bert_config)
-    config = checkpoint.config
-    if records.vocab_size and records.vocab_size > config.vocab_size:
-        raise DataError(f"{args.init_checkpoint}: vocab_size {config.vocab_size} is smaller than the records' "
-                        f"vocab ({records.vocab_size} entries)")
-    if args.dropout is not None:
-        config = dataclasses.replace(config, hidden_dropout_prob=args.dropout, attention_probs_dropout_prob=args.dropout)
-    return checkpoint, config
+    with library_lines_left_out():  # reading Google's checkpoint imports TensorFlow
+        checkpoint = read(config.init_checkpoint)
+        check_size_flag(checkpoint, config.model, config.bert_config)
+    return checkpoint
 
 
-def build_steps(args, devices, config, records, warmup, initial=None, log=None):
+def model_config(config, records, initial=None):
+    """The model: the config of `initial` (--init-checkpoint's), --bert-config as given, or a Google
+    size whose vocab is the one the records were made with; --dropout replaces both dropout rates.
+    Records that do not fit it (vocab, sequence length, predictions) are a DataError."""
+    if initial is not None or config.bert_config:
+        bert = initial.config if initial is not None else BertConfig.from_json_file(config.bert_config)
+        owner = config.init_checkpoint if initial is not None else config.bert_config
+        if records.vocab_size and records.vocab_size > bert.vocab_size:
+            raise DataError(f"{owner}: vocab_size {bert.vocab_size} is smaller than the records' "
+                            f"vocab ({records.vocab_size} entries)")
+    elif records.vocab_size:
+        bert = BertConfig.sized(config.model, vocab_size=records.vocab_size)
+    else:
+        bert = BertConfig.sized(config.model)
+    if config.dropout is not None:
+        bert = dataclasses.replace(bert, hidden_dropout_prob=config.dropout, attention_probs_dropout_prob=config.dropout)
+    return bert
+
+
+def check_records_fit(bert, records, data_dir):
+    if records.seq > bert.max_position_embeddings:
+        raise DataError(f"{data_dir}: records have sequence length {records.seq} but the model has "
+                        f"{bert.max_position_embeddings} positions (max_position_embeddings)")
+    if records.pred > records.seq:
+        raise DataError(f"{data_dir}: {records.pred} predictions per sequence exceed sequence length {records.seq}")
+
+
+def build_steps(config, devices, bert, records, warmup, initial=None, log=None):
     """The model (its weights from `initial`, a trainer.checkpoint.Checkpoint, where given), its
     optimizer and the compiled step functions of this backend."""
     from trainer.model import build_model
     from trainer.optimizers import build_slots, make_optimizer
 
     with devices.scope():
-        model = build_model(config, records.seq, records.pred, pad_vocab=pad_vocab_multiple(args))
-        optimizer = make_optimizer(args.optimizer, args.lr, warmup, args.steps, getattr(args, "clip_norm", None))
+        model = build_model(bert, records.seq, records.pred, pad_vocab=config.pad_vocab_multiple)
+        optimizer = make_optimizer(config.optimizer, config.lr, warmup, config.steps, config.clip_norm)
         build_slots(optimizer, model.trainable_variables)
         if initial is not None:
-            from trainer.checkpoint.run import assign
-
-            # What the checkpoint lacks starts from random: the heads of a BertModel, its pooler too if saved without.
-            fresh = (() if initial.has_heads else ("bert/masked_lm/", "bert/next_sentence/")) + (
-                () if initial.has_pooler else ("bert/pooler/",))
-            skip = {v.path for v in model.trainable_variables if fresh and v.path.startswith(fresh)}
-            loaded = assign(model, initial.ours(), initial.path, skip=skip)
-            if log is not None:
-                lacking = ("" if initial.has_heads else
-                           " (no pretraining heads in it: they start from random)" if initial.has_pooler else
-                           " (no pretraining heads or pooler in it: they start from random)")
-                log.note(f"initialized {loaded} variables from {initial.kind} checkpoint {initial.path}{lacking}"
-                         + "".join(f"; {note}" for note in initial.notes))
-    dynamic_scale = args.precision == "mixed_float16"
-    allreduce_dtype = getattr(args, "allreduce_dtype", "fp32")
+            load_initial(model, initial, log)
+    dynamic_scale = config.precision == "mixed_float16"
     if devices.backend == "tensorflow":
         from trainer.steps import TensorFlowSteps
 
-        return model, optimizer, TensorFlowSteps(devices.strategy, model, optimizer, args.grad_accum, dynamic_scale,
-                                                 allreduce_dtype=allreduce_dtype)
-    if getattr(args, "pipeline_stages", 1) > 1:
+        return model, optimizer, TensorFlowSteps(devices.strategy, model, optimizer, config.grad_accum, dynamic_scale,
+                                                 allreduce_dtype=config.allreduce_dtype)
+    if config.pipeline_stages > 1:
         from trainer.pipeline import PipelineSteps
 
-        return model, optimizer, PipelineSteps(devices.distribution, model, optimizer, args.grad_accum, dynamic_scale,
-                                               args.pipeline_stages)
+        return model, optimizer, PipelineSteps(devices.distribution, model, optimizer, config.grad_accum, dynamic_scale,
+                                               config.pipeline_stages)
     from trainer.steps import JaxSteps
 
-    return model, optimizer, JaxSteps(devices.distribution, model, optimizer, args.grad_accum, dynamic_scale,
-                                      allreduce_dtype=allreduce_dtype)
+    return model, optimizer, JaxSteps(devices.distribution, model, optimizer, config.grad_accum, dynamic_scale,
+                                      allreduce_dtype=config.allreduce_dtype)
 
 
-def pad_vocab_multiple(args):
-    """--pad-vocab, by default 8 for Google's sizes (--model or none given) and 1 (none) for a --bert-config;
-    1 under --model-parallel (its split checks and layout estimates are of the real vocabulary) and
-    --pipeline-stages (its stacked state is saved as it is, without the padding rows cut off)."""
-    if (not hasattr(args, "pad_vocab") or getattr(args, "model_parallel", 1) > 1
-            or getattr(args, "pipeline_stages", 1) > 1):
-        return 1
-    if args.pad_vocab is None:
-        return 1 if getattr(args, "bert_config", None) else 8
-    return args.pad_vocab
+def load_initial(model, initial, log=None):
+    """The checkpoint's weights into `model`; what it lacks starts from random: the heads of a
+    BertModel, its pooler too if saved without."""
+    from trainer.checkpoint.run import assign
+
+    fresh = (() if initial.has_heads else ("bert/masked_lm/", "bert/next_sentence/")) + (
+        () if initial.has_pooler else ("bert/pooler/",))
+    skip = {v.path for v in model.trainable_variables if fresh and v.path.startswith(fresh)}
+    loaded = assign(model, initial.ours(), initial.path, skip=skip)
+    if log is not None:
+        lacking = ("" if initial.has_heads else
+                   " (no pretraining heads in it: they start from random)" if initial.has_pooler else
+                   " (no pretraining heads or pooler in it: they start from random)")
+        log.note(f"initialized {loaded} variables from {initial.kind} checkpoint {initial.path}{lacking}"
+                 + "".join(f"; {note}" for note in initial.notes))
 
 
 def warmup_steps(value, total_steps):
@@ -201,14 +199,16 @@ class Log:
     """Log lines and progress (bertprep.progress: a bar with an ETA on a terminal, a line every few seconds
     elsewhere) on stderr, JSON lines, TensorBoard scalars (chief only)."""
 
-    def __init__(self, args, total_steps, enabled):
+    def __init__(self, config, total_steps, enabled):
+        """`config`: a TrainConfig or FinetuneConfig (quiet, log_json, tensorboard_dir, checkpoint_dir)."""
         self.enabled = enabled
-        self.quiet = args.quiet
+        self.quiet = config.quiet
         self.total = total_steps
         self.progress = None  # made at the first step: fine-tuning knows its total only then
-        self.json = open(args.log_json, "a", encoding="utf-8") if (args.log_json and enabled) else None
+        self.json = open(config.log_json, "a", encoding="utf-8") if (config.log_json and enabled) else None
         self.tensorboard = None
-        tb_dir = args.tensorboard_dir or (os.path.join(args.checkpoint_dir, "tensorboard") if args.checkpoint_dir else None)
+        tb_dir = config.tensorboard_dir or (os.path.join(config.checkpoint_dir, "tensorboard")
+                                            if config.checkpoint_dir else None)
         if tb_dir and enabled:
             from trainer.tensorboard import EventWriter
 
@@ -270,94 +270,85 @@ def _fmt(key, value):
     return f"{key} {value}"
 
 
-def run(args, step_times=None, step_sequences=None):
-    """Train as `args` say; return the summary. `step_times`, a list, receives the clock
-    (time.perf_counter, monotonic) when each step's results reached the host: trainer.benchmark's timing;
-    `step_sequences`, a list, the real sequences of each of those steps (a packed row holds several)."""
+def train(config, step_times=None, step_sequences=None):
+    """Pretrain as `config` (a trainer.TrainConfig) says; return the trainer.TrainSummary. `step_times`, a
+    list, receives the clock (time.perf_counter, monotonic) when each step's results reached the host:
+    trainer.benchmark's timing; `step_sequences`, a list, the real sequences of each of those steps (a
+    packed row holds several)."""
     # Data and model settings are checked before any device is touched.
-    data_dir = args.data
+    data_dir = config.data
     if data_dir is None:
         data_dir = sample_records()
-        if not args.quiet:
+        if not config.quiet:
             print(f"trainer: no --data: training on the embedded sample records in {data_dir}", file=sys.stderr)
-    records = Records(data_dir, args.format)
-    with library_lines_left_out():  # reading Google's checkpoint imports TensorFlow
-        initial = initial_checkpoint(args, records) if getattr(args, "init_checkpoint", None) else None
-    config = initial[1] if initial else model_config(args, records)
-    if records.seq > config.max_position_embeddings:
-        raise DataError(f"{data_dir}: records have sequence length {records.seq} but the model has "
-                        f"{config.max_position_embeddings} positions (max_position_embeddings)")
-    if records.pred > records.seq:
-        raise DataError(f"{data_dir}: {records.pred} predictions per sequence exceed sequence length {records.seq}")
+    records = Records(data_dir, config.format)
+    initial = read_initial_checkpoint(config) if config.init_checkpoint else None
+    bert = model_config(config, records, initial)
+    check_records_fit(bert, records, data_dir)
     keras = load_keras()
 
     if keras.backend.backend() == "jax" and os.environ.get("KERAS_DISTRIBUTION_JOB_ADDRESSES"):
         initialize_jax_processes()  # before anything asks JAX for its devices (tracing the model does)
-    if (args.model_parallel > 1 or args.placement != "intra_first") and keras.backend.backend() != "jax":
-        raise UsageError(f"--model-parallel and --placement need KERAS_BACKEND=jax (Keras's ModelParallel); "
-                         f"this run's backend is {keras.backend.backend()}")
-    if args.pipeline_stages > 1 and keras.backend.backend() != "jax":
-        raise UsageError(f"--pipeline-stages needs KERAS_BACKEND=jax; this run's backend is {keras.backend.backend()}")
-    if args.pipeline_stages > 1:
+    config.check_backend(keras.backend.backend())
+    if config.pipeline_stages > 1:
         from trainer.pipeline import check_layers
 
-        check_layers(config, args.pipeline_stages)
-    if args.model_parallel > 1:
+        check_layers(bert, config.pipeline_stages)
+    if config.model_parallel > 1:
         from trainer import parallel
 
         # Before the session is cleared: tracing the model moves Keras's name counters and seeds.
-        parallel.check_splits(*parallel.abstract_variables(config, records.seq, records.pred), args.model_parallel)
+        parallel.check_splits(*parallel.abstract_variables(bert, records.seq, records.pred), config.model_parallel)
     keras.backend.clear_session()  # a fresh name space: checkpoints name variables by path
-    keras.config.set_dtype_policy(args.precision if args.precision != "fp32" else "float32")
-    keras.utils.set_random_seed(args.seed)
-    devices = Devices(keras.backend.backend(), args.model_parallel, args.placement, args.pipeline_stages)
+    keras.config.set_dtype_policy(config.precision if config.precision != "fp32" else "float32")
+    keras.utils.set_random_seed(config.seed)
+    devices = Devices(keras.backend.backend(), config.model_parallel, config.placement, config.pipeline_stages)
     # The chief writes the checkpoints: it holds their directory (a second run into it is refused,
     # checkpoints half-written by a killed run are cleared) before anything is logged there.
-    holding = (hold(args.checkpoint_dir, "trainer") if args.checkpoint_dir and devices.is_chief
+    holding = (hold(config.checkpoint_dir, "trainer") if config.checkpoint_dir and devices.is_chief
                else contextlib.nullcontext())
     with holding:
-        log = Log(args, args.steps, enabled=devices.is_chief)
+        log = Log(config, config.steps, enabled=devices.is_chief)
         try:
-            return _train(args, devices, log, data_dir, records, config, step_times, step_sequences,
-                          initial[0] if initial else None)
+            return _train(config, devices, log, data_dir, records, bert, step_times, step_sequences, initial)
         finally:
             log.close()
 
 
-def _train(args, devices, log, data_dir, records, config, step_times=None, step_sequences=None, initial=None):
+def _train(config, devices, log, data_dir, records, bert, step_times=None, step_sequences=None, initial=None):
     from trainer.losses import SUM_KEYS, metrics
 
-    per_worker = args.batch_size * devices.local_replicas
-    global_batch = args.batch_size * devices.replicas * args.grad_accum
-    stream = RecordStream(records, "training", per_worker * args.grad_accum, args.seed,
+    per_worker = config.batch_size * devices.local_replicas
+    global_batch = config.batch_size * devices.replicas * config.grad_accum
+    stream = RecordStream(records, "training", per_worker * config.grad_accum, config.seed,
                           worker_index=devices.worker_index, num_workers=devices.num_workers,
-                          bin_size=args.bin_size)
+                          bin_size=config.bin_size)
     eval_stream = None
-    if args.eval_every:
+    if config.eval_every:
         if records.files["test"]:
-            eval_stream = RecordStream(records, "test", per_worker, args.seed,
+            eval_stream = RecordStream(records, "test", per_worker, config.seed,
                                        worker_index=devices.worker_index,
                                        num_workers=min(devices.num_workers, len(records.files["test"])))
         else:
-            log.note(f"{data_dir}: no {args.format} test records: --eval-every ignored")
+            log.note(f"{data_dir}: no {config.format} test records: --eval-every ignored")
 
-    model, optimizer, steps = build_steps(args, devices, config, records, warmup_steps(args.warmup, args.steps),
+    model, optimizer, steps = build_steps(config, devices, bert, records, warmup_steps(config.warmup, config.steps),
                                           initial, log)
 
     # What fixes the trajectory: the global batch and how the data are split into feeds, not how
     # many devices share the work or how a model is split over them (--model-parallel may change).
     run_settings = {
-        "model": config.to_dict(), "optimizer": args.optimizer, "lr": args.lr, "warmup": args.warmup,
-        "steps": args.steps, "global_batch": global_batch, "grad_accum": args.grad_accum,
-        "data_workers": devices.num_workers, "precision": args.precision, "seed": args.seed, "format": args.format,
-        "bin_size": args.bin_size,  # None in checkpoints from before binning: the same as no binning
-        "clip_norm": args.clip_norm,  # None (the optimizer's default) in checkpoints from before --clip-norm
+        "model": bert.to_dict(), "optimizer": config.optimizer, "lr": config.lr, "warmup": config.warmup,
+        "steps": config.steps, "global_batch": global_batch, "grad_accum": config.grad_accum,
+        "data_workers": devices.num_workers, "precision": config.precision, "seed": config.seed, "format": config.format,
+        "bin_size": config.bin_size,  # None in checkpoints from before binning: the same as no binning
+        "clip_norm": config.clip_norm,  # None (the optimizer's default) in checkpoints from before --clip-norm
     }
     draws = 0
-    if args.resume:
-        found = run_state.load_latest(args.checkpoint_dir)
+    if config.resume:
+        found = run_state.load_latest(config.checkpoint_dir)
         if found is None:
-            log.note(f"{args.checkpoint_dir}: no checkpoint yet, starting at step 0")
+            log.note(f"{config.checkpoint_dir}: no checkpoint yet, starting at step 0")
         else:
             path, arrays, saved = found
             expected = {name: value.shape for name, value in steps.get_state().items()}
@@ -368,21 +359,21 @@ def _train(args, devices, log, data_dir, records, config, step_times=None, step_
 
     parameters = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
     packing = f" packed rows of up to {records.dims['k']} sequences" if records.packed else ""
-    log.note(f"{devices.description}; model L{config.num_hidden_layers}/H{config.hidden_size}/"
-             f"A{config.num_attention_heads} ({parameters / 1e6:.1f}M parameters); data {records.seq}/{records.pred} "
-             f"{args.format}{packing} ({stream.epoch_size:,} training records on this worker); global batch "
-             f"{global_batch} ({args.batch_size} x {devices.replicas} replicas x {args.grad_accum} accumulation); "
-             f"{args.precision}; {args.optimizer} lr {args.lr}")
+    log.note(f"{devices.description}; model L{bert.num_hidden_layers}/H{bert.hidden_size}/"
+             f"A{bert.num_attention_heads} ({parameters / 1e6:.1f}M parameters); data {records.seq}/{records.pred} "
+             f"{config.format}{packing} ({stream.epoch_size:,} training records on this worker); global batch "
+             f"{global_batch} ({config.batch_size} x {devices.replicas} replicas x {config.grad_accum} accumulation); "
+             f"{config.precision}; {config.optimizer} lr {config.lr}")
 
     step = steps.iterations()
     batches = prefetch(stream.batches(draws * stream.batch_size))
 
     def reshape(batch):
-        return {k: v.reshape((args.grad_accum, per_worker) + v.shape[1:]) for k, v in batch.items()}
+        return {k: v.reshape((config.grad_accum, per_worker) + v.shape[1:]) for k, v in batch.items()}
 
     def boundary(n):
-        return (n == args.steps or (args.checkpoint_dir and args.checkpoint_every and n % args.checkpoint_every == 0)
-                or (eval_stream and n % args.eval_every == 0))
+        return (n == config.steps or (config.checkpoint_dir and config.checkpoint_every and n % config.checkpoint_every == 0)
+                or (eval_stream and n % config.eval_every == 0))
 
     window = {k: 0.0 for k in SUM_KEYS}
     window_steps = 0
@@ -400,16 +391,16 @@ def _train(args, devices, log, data_dir, records, config, step_times=None, step_
     def fetch_point(n):
         """Results are fetched (one transfer for all pending steps) when step n is to be logged or is
         a boundary, and after each of the first steps, whose time is not counted."""
-        return boundary(n) or n % args.log_every == 0 or n - started_step <= TIMING_WARMUP_STEPS + 1
+        return boundary(n) or n % config.log_every == 0 or n - started_step <= TIMING_WARMUP_STEPS + 1
 
     pending = []  # (handle, steps) dispatched whose results are still on the device, oldest first
-    while pending or step < args.steps:
+    while pending or step < config.steps:
         projected = step + sum(n for _, n in pending)  # the optimizer step once every pending step is applied
-        dispatch = projected < args.steps and not (pending and boundary(projected))
+        dispatch = projected < config.steps and not (pending and boundary(projected))
         if dispatch:
             # --steps-per-call steps in one call when no fetch point falls inside them.
             calls = 1
-            while (calls < args.steps_per_call and projected + calls < args.steps
+            while (calls < config.steps_per_call and projected + calls < config.steps
                    and not fetch_point(projected + calls)):
                 calls += 1
             device_batches = [steps.put(reshape(next(batches))) for _ in range(calls)]
@@ -451,7 +442,7 @@ def _train(args, devices, log, data_dir, records, config, step_times=None, step_
             log.bar(step, f"loss {metrics(window)['loss']:.4f}" if window_steps else "")
             if not result["applied"]:
                 continue
-            if step % args.log_every == 0 or step == args.steps:
+            if step % config.log_every == 0 or step == config.steps:
                 values = metrics(window)
                 values.update(learning_rate=result["learning_rate"], loss_scale=result["loss_scale"],
                               sequences_per_second=window_timed["sequences"] / window_seconds if window_seconds else None,
@@ -461,37 +452,37 @@ def _train(args, devices, log, data_dir, records, config, step_times=None, step_
                 last_logged = values
                 window = {k: 0.0 for k in SUM_KEYS}
                 window_steps, window_seconds, window_timed = 0, 0.0, {"sequences": 0.0, "tokens": 0.0}
-            if eval_stream and step % args.eval_every == 0:
-                log.record("eval", evaluate(steps, eval_stream, args.eval_steps), step)
-            if args.checkpoint_dir and (step % args.checkpoint_every == 0 or step == args.steps):
+            if eval_stream and step % config.eval_every == 0:
+                log.record("eval", evaluate(steps, eval_stream, config.eval_steps), step)
+            if config.checkpoint_dir and (step % config.checkpoint_every == 0 or step == config.steps):
                 state = steps.get_state()  # every process takes part: model-parallel shards span hosts
                 if devices.is_chief:
-                    path = run_state.save(args.checkpoint_dir, step, state,
-                                          {"draws": draws, "settings": run_settings}, args.keep_checkpoints)
+                    path = run_state.save(config.checkpoint_dir, step, state,
+                                          {"draws": draws, "settings": run_settings}, config.keep_checkpoints)
                     log.note(f"checkpoint {path}")
         clock = time.perf_counter()  # evaluation and checkpoints are not training time
-    summary = {
-        "steps": step,
+    summary = dict(
+        {"steps": step,
         "skipped_steps": skipped,
         "global_batch": global_batch,
         "replicas": devices.replicas,
-        "model_parallel": args.model_parallel,
-        "pipeline_stages": args.pipeline_stages,
-        "pipeline": steps.summary() if args.pipeline_stages > 1 else None,
+        "model_parallel": config.model_parallel,
+        "pipeline_stages": config.pipeline_stages,
+        "pipeline": steps.summary() if config.pipeline_stages > 1 else None,
         "mesh": devices.mesh,
         "param_bytes_per_device": steps.param_bytes_per_device(),
-        "precision": args.precision,
+        "precision": config.precision,
         "final_learning_rate": last["learning_rate"] if last else None,
         "final_loss_scale": last["loss_scale"] if last else None,
         "mean_sequences_per_second": timed["sequences"] / timed_seconds if timed_seconds else None,
         "mean_tokens_per_second": timed["tokens"] / timed_seconds if timed_seconds else None,
         "timed_steps": timed_steps,
         "sequences": int(trained["sequences"]),  # real sequences trained on (packed rows hold several)
-        "tokens": int(trained["tokens"]),
-    }
-    summary.update({f"last_{k}": last_logged[k] for k in ("loss", "mlm_accuracy", "nsp_accuracy") if k in last_logged})
+        "tokens": int(trained["tokens"])},
+        **{f"last_{k}": last_logged[k] for k in ("loss", "mlm_accuracy", "nsp_accuracy") if k in last_logged})
+    summary = TrainSummary(**summary)
     if devices.is_chief:
-        log.record("summary", summary, step)
+        log.record("summary", summary.to_dict(), step)
     return summary
 
 
