@@ -73,6 +73,7 @@ def finetune(config):
 
 def _finetune(config, task, data, bert, weights, checkpoint_path, devices, log):
     from trainer.optimizers import build_slots, make_optimizer
+    from trainer.steps import make_steps
 
     global_batch = config.batch_size * devices.replicas
     train_records = data.records("train")
@@ -84,7 +85,7 @@ def _finetune(config, task, data, bert, weights, checkpoint_path, devices, log):
                                    config.clip_norm)
         build_slots(optimizer, model.trainable_variables)
         loaded, fresh_pooler = load_encoder(model, weights, checkpoint_path)
-    steps = build_task_steps(devices, model, optimizer, objective, config.precision)
+    steps = make_steps(devices, model, optimizer, 1, config.precision == "mixed_float16", objective)
     parameters = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
     log.note(f"{task.name}: {train_records:,} training records ({data.fmt}, seq {data.seq}); "
              f"{loaded} encoder variables from {checkpoint_path}; model L{bert.num_hidden_layers}/"
@@ -136,16 +137,6 @@ def build_task_model(task, config, data, batch=2):
         model(symbolic_inputs(batch, data.seq))
     return model, objective
 
-
-def build_task_steps(devices, model, optimizer, objective, precision):
-    dynamic_scale = precision == "mixed_float16"
-    if devices.backend == "tensorflow":
-        from trainer.steps import TensorFlowSteps
-
-        return TensorFlowSteps(devices.strategy, model, optimizer, 1, dynamic_scale, objective)
-    from trainer.steps import JaxSteps
-
-    return JaxSteps(devices.distribution, model, optimizer, 1, dynamic_scale, objective)
 
 
 # ---------------------------------------------------------------- the pretraining checkpoint

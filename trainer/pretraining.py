@@ -150,6 +150,7 @@ def build_steps(config, devices, bert, records, warmup, initial=None, log=None):
     optimizer and the compiled step functions of this backend."""
     from trainer.model import build_model
     from trainer.optimizers import build_slots, make_optimizer
+    from trainer.steps import make_steps
 
     with devices.scope():
         model = build_model(bert, records.seq, records.pred, pad_vocab=config.pad_vocab_multiple)
@@ -157,21 +158,9 @@ def build_steps(config, devices, bert, records, warmup, initial=None, log=None):
         build_slots(optimizer, model.trainable_variables)
         if initial is not None:
             load_initial(model, initial, log)
-    dynamic_scale = config.precision == "mixed_float16"
-    if devices.backend == "tensorflow":
-        from trainer.steps import TensorFlowSteps
-
-        return model, optimizer, TensorFlowSteps(devices.strategy, model, optimizer, config.grad_accum, dynamic_scale,
-                                                 allreduce_dtype=config.allreduce_dtype)
-    if config.pipeline_stages > 1:
-        from trainer.pipeline import PipelineSteps
-
-        return model, optimizer, PipelineSteps(devices.distribution, model, optimizer, config.grad_accum, dynamic_scale,
-                                               config.pipeline_stages)
-    from trainer.steps import JaxSteps
-
-    return model, optimizer, JaxSteps(devices.distribution, model, optimizer, config.grad_accum, dynamic_scale,
-                                      allreduce_dtype=config.allreduce_dtype)
+    steps = make_steps(devices, model, optimizer, config.grad_accum, config.precision == "mixed_float16",
+                       allreduce_dtype=config.allreduce_dtype, pipeline_stages=config.pipeline_stages)
+    return model, optimizer, steps
 
 
 def load_initial(model, initial, log=None):
@@ -468,7 +457,7 @@ def _train(config, devices, log, data_dir, records, bert, step_times=None, step_
         "replicas": devices.replicas,
         "model_parallel": config.model_parallel,
         "pipeline_stages": config.pipeline_stages,
-        "pipeline": steps.summary() if config.pipeline_stages > 1 else None,
+        "pipeline": steps.summary(),
         "mesh": devices.mesh,
         "param_bytes_per_device": steps.param_bytes_per_device(),
         "precision": config.precision,
