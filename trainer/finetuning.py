@@ -18,7 +18,6 @@ embedded sample records (cached): enough to show the path runs, not to score.
 import json
 import os
 import sys
-import time
 
 import numpy as np
 
@@ -29,7 +28,8 @@ from trainer import metrics, run_state
 from trainer.config import SIZES, BertConfig, FinetuneSummary, TrainConfig, size_of
 from trainer.data import RecordStream, feature_dtypes, prefetch
 from trainer.heads import FEATURE_INPUTS
-from trainer.pretraining import TIMING_WARMUP_STEPS, Devices, Log, stop_if_stuck, warmup_steps
+from trainer.loop import Schedule, train_loop
+from trainer.pretraining import Devices, Log, warmup_steps
 from trainer.squad_predictions import load_eval_metadata, write_predictions
 from trainer.tasks import SPLIT_FILES, TaskData, task_named
 
@@ -97,7 +97,8 @@ def _finetune(config, task, data, bert, weights, checkpoint_path, devices, log):
                  "initialization, as transformers starts a BertModel saved without one")
 
     stream = RecordStream(data, "train", config.batch_size * devices.local_replicas, config.seed)
-    train = train_loop(config, steps, objective, stream, total_steps, global_batch, log)
+    train = training_figures(*train_loop(steps, prefetch(stream.batches()), Schedule(total_steps, config.log_every),
+                                         log))
     os.makedirs(config.output_dir, exist_ok=True)
     if config.checkpoint_dir:
         path = run_state.save(config.checkpoint_dir, train["steps"], steps.get_state(),
@@ -119,6 +120,14 @@ def _finetune(config, task, data, bert, weights, checkpoint_path, devices, log):
                               optimizer=config.optimizer, **train, evaluation=evaluation)
     log.record("summary", {k: v for k, v in summary.to_dict().items() if isinstance(v, (int, float))}, train["steps"])
     return summary
+
+
+def training_figures(counts, meter):
+    """The summary's figures of the loop's Counts and Meter."""
+    return {"steps": counts.step, "skipped_steps": counts.skipped,
+            "first_logged_loss": counts.first_logged["loss"] if counts.first_logged else None,
+            "last_logged_loss": counts.last_logged.get("loss"),
+            "mean_sequences_per_second": meter.rates(meter.timed)["sequences_per_second"]}
 
 
 def build_task_model(task, config, data, batch=2):
@@ -183,48 +192,6 @@ def sample_checkpoint(config, data):
         train(TrainConfig(**SAMPLE_PRETRAINING, data=sample_records(), bert_config=config_path,
                           checkpoint_dir=directory))
     return directory
-
-
-# ---------------------------------------------------------------- training
-
-
-def train_loop(config, steps, objective, stream, total_steps, global_batch, log):
-    """Run `total_steps` optimizer steps; log every --log-every; return the run's training figures."""
-    batches = prefetch(stream.batches())
-    window = {k: 0.0 for k in objective.sum_keys}
-    first_loss = last_loss = None
-    step = skipped = nonfinite_run = 0
-    timed_seconds, timed_steps = 0.0, 0
-    clock = time.perf_counter()
-    while step < total_steps:
-        result = steps.fetch(steps.train(steps.put({k: v[None] for k, v in next(batches).items()})))
-        now = time.perf_counter()
-        # A non-finite step is skipped under loss scaling and applied otherwise (trainer/steps.py).
-        nonfinite_run = 0 if result["finite"] else nonfinite_run + 1
-        stop_if_stuck(nonfinite_run, step, result)
-        if not result["applied"]:
-            skipped += 1
-            clock = now
-            continue
-        step += 1
-        if step > TIMING_WARMUP_STEPS:
-            timed_seconds += now - clock
-            timed_steps += 1
-        clock = now
-        for k in objective.sum_keys:
-            window[k] += result[k]
-        log.bar(step)
-        if step % config.log_every == 0 or step == total_steps:
-            values = objective.metrics(window)
-            first_loss = values["loss"] if first_loss is None else first_loss
-            last_loss = values["loss"]
-            values.update(learning_rate=result["learning_rate"], loss_scale=result["loss_scale"],
-                          skipped_steps=skipped)
-            log.record("train", values, step)
-            window = {k: 0.0 for k in objective.sum_keys}
-            clock = time.perf_counter()
-    return {"steps": step, "skipped_steps": skipped, "first_logged_loss": first_loss, "last_logged_loss": last_loss,
-            "mean_sequences_per_second": global_batch * timed_steps / timed_seconds if timed_steps else None}
 
 
 # ---------------------------------------------------------------- evaluation

@@ -3,11 +3,11 @@ checkpoints."""
 
 import contextlib
 import dataclasses
+import functools
 import json
 import math
 import os
 import sys
-import time
 
 import numpy as np
 
@@ -18,11 +18,8 @@ from trainer import run_state
 from trainer.data import RecordStream, Records, prefetch
 from trainer.config import BertConfig, TrainSummary
 from trainer.library_logs import library_lines_left_out, load_keras
+from trainer.loop import Hooks, Schedule, evaluate, train_loop
 
-# Steps before throughput is measured: compilation and autotuning happen there.
-TIMING_WARMUP_STEPS = 3
-# A run whose loss is non-finite this many steps in a row is stopped.
-MAX_NONFINITE_STEPS = 25
 
 
 class Devices:
@@ -305,10 +302,34 @@ def train(config, step_times=None, step_sequences=None):
 
 
 def _train(config, devices, log, data_dir, records, bert, step_times=None, step_sequences=None, initial=None):
-    from trainer.losses import SUM_KEYS, metrics
+    """Streams, model and steps, a resumed state, the loop, the summary."""
+    stream, eval_stream = record_streams(config, devices, records, data_dir, log)
+    model, _, steps = build_steps(config, devices, bert, records, warmup_steps(config.warmup, config.steps),
+                                  initial, log)
+    settings = run_settings(config, bert, devices)
+    draws = resume(config, steps, settings, log) if config.resume else 0
+    log.note(describe(config, devices, bert, records, stream, model))
+    schedule = Schedule(config.steps, config.log_every, config.steps_per_call,
+                        eval_every=config.eval_every if eval_stream else 0,
+                        checkpoint_every=config.checkpoint_every if config.checkpoint_dir else 0)
+    hooks = Hooks(evaluate=lambda step: evaluate(steps, eval_stream, config.eval_steps),
+                  checkpoint=functools.partial(checkpoint, config, devices, steps, settings, log),
+                  step_times=step_times, step_sequences=step_sequences)
+    batches = prefetch(stream.batches(draws * stream.batch_size))
+    counts, meter = train_loop(steps, batches, schedule, log, config.grad_accum, hooks, draws)
+    summary = train_summary(config, devices, steps, counts, meter)
+    if devices.is_chief:
+        log.record("summary", summary.to_dict(), counts.step)
+    return summary
 
+
+def global_batch(config, devices):
+    return config.batch_size * devices.replicas * config.grad_accum
+
+
+def record_streams(config, devices, records, data_dir, log):
+    """(training stream, test stream or None) of this worker's share of the records."""
     per_worker = config.batch_size * devices.local_replicas
-    global_batch = config.batch_size * devices.replicas * config.grad_accum
     stream = RecordStream(records, "training", per_worker * config.grad_accum, config.seed,
                           worker_index=devices.worker_index, num_workers=devices.num_workers,
                           bin_size=config.bin_size)
@@ -320,177 +341,71 @@ def _train(config, devices, log, data_dir, records, bert, step_times=None, step_
                                        num_workers=min(devices.num_workers, len(records.files["test"])))
         else:
             log.note(f"{data_dir}: no {config.format} test records: --eval-every ignored")
+    return stream, eval_stream
 
-    model, optimizer, steps = build_steps(config, devices, bert, records, warmup_steps(config.warmup, config.steps),
-                                          initial, log)
 
-    # What fixes the trajectory: the global batch and how the data are split into feeds, not how
-    # many devices share the work or how a model is split over them (--model-parallel may change).
-    run_settings = {
+def run_settings(config, bert, devices):
+    """What fixes the trajectory: the global batch and how the data are split into feeds, not how
+    many devices share the work or how a model is split over them (--model-parallel may change)."""
+    return {
         "model": bert.to_dict(), "optimizer": config.optimizer, "lr": config.lr, "warmup": config.warmup,
-        "steps": config.steps, "global_batch": global_batch, "grad_accum": config.grad_accum,
-        "data_workers": devices.num_workers, "precision": config.precision, "seed": config.seed, "format": config.format,
+        "steps": config.steps, "global_batch": global_batch(config, devices), "grad_accum": config.grad_accum,
+        "data_workers": devices.num_workers, "precision": config.precision, "seed": config.seed,
+        "format": config.format,
         "bin_size": config.bin_size,  # None in checkpoints from before binning: the same as no binning
         "clip_norm": config.clip_norm,  # None (the optimizer's default) in checkpoints from before --clip-norm
     }
-    draws = 0
-    if config.resume:
-        found = run_state.load_latest(config.checkpoint_dir)
-        if found is None:
-            log.note(f"{config.checkpoint_dir}: no checkpoint yet, starting at step 0")
-        else:
-            path, arrays, saved = found
-            expected = {name: value.shape for name, value in steps.get_state().items()}
-            run_state.check_compatible(path, saved.get("settings", {}), run_settings, arrays, expected)
-            steps.set_state(arrays)
-            draws = int(saved["draws"])
-            log.note(f"resumed from {path} (step {saved['step']}, {draws} batches drawn)")
 
+
+def resume(config, steps, settings, log):
+    """The newest checkpoint of --checkpoint-dir into `steps` (its settings must be this run's); the
+    batches it had drawn (0 without one)."""
+    found = run_state.load_latest(config.checkpoint_dir)
+    if found is None:
+        log.note(f"{config.checkpoint_dir}: no checkpoint yet, starting at step 0")
+        return 0
+    path, arrays, saved = found
+    expected = {name: value.shape for name, value in steps.get_state().items()}
+    run_state.check_compatible(path, saved.get("settings", {}), settings, arrays, expected)
+    steps.set_state(arrays)
+    draws = int(saved["draws"])
+    log.note(f"resumed from {path} (step {saved['step']}, {draws} batches drawn)")
+    return draws
+
+
+def checkpoint(config, devices, steps, settings, log, step, draws):
+    """The run's state after `step` into --checkpoint-dir (the chief writes it)."""
+    state = steps.get_state()  # every process takes part: model-parallel shards span hosts
+    if devices.is_chief:
+        path = run_state.save(config.checkpoint_dir, step, state, {"draws": draws, "settings": settings},
+                              config.keep_checkpoints)
+        log.note(f"checkpoint {path}")
+
+
+def describe(config, devices, bert, records, stream, model):
+    """The run's first log line: devices, model, data, batch, precision, optimizer."""
     parameters = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
     packing = f" packed rows of up to {records.dims['k']} sequences" if records.packed else ""
-    log.note(f"{devices.description}; model L{bert.num_hidden_layers}/H{bert.hidden_size}/"
-             f"A{bert.num_attention_heads} ({parameters / 1e6:.1f}M parameters); data {records.seq}/{records.pred} "
-             f"{config.format}{packing} ({stream.epoch_size:,} training records on this worker); global batch "
-             f"{global_batch} ({config.batch_size} x {devices.replicas} replicas x {config.grad_accum} accumulation); "
-             f"{config.precision}; {config.optimizer} lr {config.lr}")
-
-    step = steps.iterations()
-    batches = prefetch(stream.batches(draws * stream.batch_size))
-
-    def reshape(batch):
-        return {k: v.reshape((config.grad_accum, per_worker) + v.shape[1:]) for k, v in batch.items()}
-
-    def boundary(n):
-        return (n == config.steps or (config.checkpoint_dir and config.checkpoint_every and n % config.checkpoint_every == 0)
-                or (eval_stream and n % config.eval_every == 0))
-
-    window = {k: 0.0 for k in SUM_KEYS}
-    window_steps = 0
-    # Throughput counts real sequences and tokens (a packed row holds several), over the timed steps.
-    trained = {"sequences": 0.0, "tokens": 0.0}
-    timed_seconds, timed_steps, timed = 0.0, 0, {"sequences": 0.0, "tokens": 0.0}
-    window_seconds, window_timed = 0.0, {"sequences": 0.0, "tokens": 0.0}
-    nonfinite_run = 0
-    skipped = 0
-    last = None
-    last_logged = {}
-    clock = time.perf_counter()
-    started_step = step
-
-    def fetch_point(n):
-        """Results are fetched (one transfer for all pending steps) when step n is to be logged or is
-        a boundary, and after each of the first steps, whose time is not counted."""
-        return boundary(n) or n % config.log_every == 0 or n - started_step <= TIMING_WARMUP_STEPS + 1
-
-    pending = []  # (handle, steps) dispatched whose results are still on the device, oldest first
-    while pending or step < config.steps:
-        projected = step + sum(n for _, n in pending)  # the optimizer step once every pending step is applied
-        dispatch = projected < config.steps and not (pending and boundary(projected))
-        if dispatch:
-            # --steps-per-call steps in one call when no fetch point falls inside them.
-            calls = 1
-            while (calls < config.steps_per_call and projected + calls < config.steps
-                   and not fetch_point(projected + calls)):
-                calls += 1
-            device_batches = [steps.put(reshape(next(batches))) for _ in range(calls)]
-            pending.append((steps.train(device_batches[0]) if calls == 1 else steps.train_many(device_batches),
-                            calls))
-            draws += calls
-        # The newest call keeps the devices busy while the older ones' results come back.
-        ready = pending[:-1] if dispatch else pending
-        if not ready or (dispatch and not fetch_point(step + sum(n for _, n in ready))):
-            continue
-        results = steps.fetch_all([handle for handle, _ in ready])
-        del pending[:len(ready)]
-        now = time.perf_counter()
-        share = (now - clock) / len(results)
-        for result in results:
-            if step_times is not None:
-                step_times.append(now)
-            if step_sequences is not None:
-                step_sequences.append(result["sequences"])
-            if result["applied"]:
-                step += 1
-                for k in SUM_KEYS:
-                    window[k] += result[k]
-                window_steps += 1
-                trained["sequences"] += result["sequences"]
-                trained["tokens"] += result["tokens"]
-                if step - started_step > TIMING_WARMUP_STEPS:
-                    timed_seconds += share
-                    timed_steps += 1
-                    window_seconds += share
-                    for work in (timed, window_timed):
-                        work["sequences"] += result["sequences"]
-                        work["tokens"] += result["tokens"]
-            else:
-                skipped += 1
-            nonfinite_run = 0 if result["finite"] else nonfinite_run + 1
-            stop_if_stuck(nonfinite_run, step, result)
-            last = result
-            log.bar(step, f"loss {metrics(window)['loss']:.4f}" if window_steps else "")
-            if not result["applied"]:
-                continue
-            if step % config.log_every == 0 or step == config.steps:
-                values = metrics(window)
-                values.update(learning_rate=result["learning_rate"], loss_scale=result["loss_scale"],
-                              sequences_per_second=window_timed["sequences"] / window_seconds if window_seconds else None,
-                              tokens_per_second=window_timed["tokens"] / window_seconds if window_seconds else None,
-                              skipped_steps=skipped)
-                log.record("train", values, step)
-                last_logged = values
-                window = {k: 0.0 for k in SUM_KEYS}
-                window_steps, window_seconds, window_timed = 0, 0.0, {"sequences": 0.0, "tokens": 0.0}
-            if eval_stream and step % config.eval_every == 0:
-                log.record("eval", evaluate(steps, eval_stream, config.eval_steps), step)
-            if config.checkpoint_dir and (step % config.checkpoint_every == 0 or step == config.steps):
-                state = steps.get_state()  # every process takes part: model-parallel shards span hosts
-                if devices.is_chief:
-                    path = run_state.save(config.checkpoint_dir, step, state,
-                                          {"draws": draws, "settings": run_settings}, config.keep_checkpoints)
-                    log.note(f"checkpoint {path}")
-        clock = time.perf_counter()  # evaluation and checkpoints are not training time
-    summary = dict(
-        {"steps": step,
-        "skipped_steps": skipped,
-        "global_batch": global_batch,
-        "replicas": devices.replicas,
-        "model_parallel": config.model_parallel,
-        "pipeline_stages": config.pipeline_stages,
-        "pipeline": steps.summary(),
-        "mesh": devices.mesh,
-        "param_bytes_per_device": steps.param_bytes_per_device(),
-        "precision": config.precision,
-        "final_learning_rate": last["learning_rate"] if last else None,
-        "final_loss_scale": last["loss_scale"] if last else None,
-        "mean_sequences_per_second": timed["sequences"] / timed_seconds if timed_seconds else None,
-        "mean_tokens_per_second": timed["tokens"] / timed_seconds if timed_seconds else None,
-        "timed_steps": timed_steps,
-        "sequences": int(trained["sequences"]),  # real sequences trained on (packed rows hold several)
-        "tokens": int(trained["tokens"])},
-        **{f"last_{k}": last_logged[k] for k in ("loss", "mlm_accuracy", "nsp_accuracy") if k in last_logged})
-    summary = TrainSummary(**summary)
-    if devices.is_chief:
-        log.record("summary", summary.to_dict(), step)
-    return summary
+    return (f"{devices.description}; model L{bert.num_hidden_layers}/H{bert.hidden_size}/"
+            f"A{bert.num_attention_heads} ({parameters / 1e6:.1f}M parameters); data {records.seq}/{records.pred} "
+            f"{config.format}{packing} ({stream.epoch_size:,} training records on this worker); global batch "
+            f"{global_batch(config, devices)} ({config.batch_size} x {devices.replicas} replicas x "
+            f"{config.grad_accum} accumulation); {config.precision}; {config.optimizer} lr {config.lr}")
 
 
-def stop_if_stuck(nonfinite_run, step, result):
-    """A run whose loss stays non-finite ends with one line."""
-    if nonfinite_run >= MAX_NONFINITE_STEPS:
-        raise DataError(f"loss not finite for {nonfinite_run} steps in a row at step {step} "
-                        f"(loss scale {result['loss_scale']:g}); lower --lr or use another --precision")
-
-
-def evaluate(steps, stream, eval_steps):
-    from trainer.losses import SUM_KEYS, metrics
-
-    totals = {k: 0.0 for k in SUM_KEYS}
-    for _, batch in zip(range(eval_steps), stream.batches(0)):
-        sums = steps.evaluate(steps.put({k: v[None] for k, v in batch.items()}))
-        for k in SUM_KEYS:
-            totals[k] += sums[k]
-    return metrics(totals)
+def train_summary(config, devices, steps, counts, meter):
+    last, logged = counts.last, counts.last_logged
+    mean = meter.rates(meter.timed)
+    return TrainSummary(
+        steps=counts.step, skipped_steps=counts.skipped, global_batch=global_batch(config, devices),
+        replicas=devices.replicas, model_parallel=config.model_parallel, pipeline_stages=config.pipeline_stages,
+        pipeline=steps.summary(), mesh=devices.mesh, param_bytes_per_device=steps.param_bytes_per_device(),
+        precision=config.precision, final_learning_rate=last["learning_rate"] if last else None,
+        final_loss_scale=last["loss_scale"] if last else None,
+        mean_sequences_per_second=mean["sequences_per_second"], mean_tokens_per_second=mean["tokens_per_second"],
+        timed_steps=meter.timed["steps"], sequences=int(meter.trained["sequences"]),
+        tokens=int(meter.trained["tokens"]),
+        **{f"last_{k}": logged[k] for k in ("loss", "mlm_accuracy", "nsp_accuracy") if k in logged})
 
 
 def sample_records():
