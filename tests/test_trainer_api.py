@@ -64,30 +64,33 @@ def test_configs_have_the_cli_defaults_and_its_checks():
 
 
 @pytest.mark.heavy
-def test_train_and_finetune_in_python_give_the_cli_summaries(shared_dir, tmp_path):
-    """Pretraining on the embedded sample, then fine-tuning MRPC from that checkpoint: in Python and
-    through the CLI, the same summary (losses, steps, scores) but for the clock's figures."""
+def test_train_and_finetune_in_python_give_the_cli_summaries(shared_dir, golden_dir, tmp_path):
+    """Pretraining the tiny model on the golden records, then fine-tuning MRPC (Google's records) from
+    that checkpoint: in Python and through the CLI, the same summary (losses, steps, scores) but for the
+    clock's figures."""
     pytest.importorskip("tensorflow")
     import trainer
+    from test_trainer_data import golden_records
+    from trainer_checks import bert_config
+
+    records, config = str(golden_records(golden_dir, tmp_path / "records")), bert_config(tmp_path, 0.0)
+    summary = trainer.train(TrainConfig("tfrecord", data=records, bert_config=config, steps=3, batch_size=4,
+                                        log_every=1, checkpoint_dir=str(tmp_path / "ckpt"), quiet=True))
+    assert isinstance(summary, trainer.TrainSummary) and summary.steps == 3
+    cli = cli_summary("--format", "tfrecord", "--data", records, "--bert-config", config, "--steps", "3",
+                      "--batch-size", "4", "--log-every", "1", "--checkpoint-dir", str(tmp_path / "ckpt-cli"))
+    assert {k: v for k, v in summary.to_dict().items() if k not in TIMINGS} == cli
 
     golden = shared_dir / "fixtures" / "finetune" / "glue" / "MRPC_train_seq128.tfrecord"
-    records = list(formats.read_records(golden))[:16]
     data = tmp_path / "mrpc"
     data.mkdir()
     for split in ("train", "eval"):
-        formats.write_records(data / f"{split}.tf_record", records, "tfrecord", kind=GLUE)
-
-    summary = trainer.train(TrainConfig("ofrecord", steps=3, batch_size=4, dropout=0.0, log_every=1,
-                                        checkpoint_dir=str(tmp_path / "ckpt"), quiet=True))
-    assert isinstance(summary, trainer.TrainSummary) and summary.steps == 3
-    cli = cli_summary("--format", "ofrecord", "--steps", "3", "--batch-size", "4", "--dropout", "0",
-                      "--log-every", "1", "--checkpoint-dir", str(tmp_path / "ckpt-cli"))
-    assert {k: v for k, v in summary.to_dict().items() if k not in TIMINGS} == cli
-
+        formats.write_records(data / f"{split}.tf_record", list(formats.read_records(golden))[:16], "tfrecord",
+                              kind=GLUE)
     tuned = trainer.finetune(FinetuneConfig("mrpc", str(data), "tfrecord", init_checkpoint=str(tmp_path / "ckpt"),
                                             steps=4, batch_size=8, log_every=2,
                                             output_dir=str(tmp_path / "out"), quiet=True))
-    assert isinstance(tuned, trainer.FinetuneSummary) and tuned.evaluation["examples"] > 0
+    assert isinstance(tuned, trainer.FinetuneSummary) and tuned.evaluation["examples"] == 16
     cli = cli_summary("finetune", "--task", "mrpc", "--data", str(data), "--format", "tfrecord",
                       "--init-checkpoint", str(tmp_path / "ckpt-cli"), "--steps", "4", "--batch-size", "8",
                       "--log-every", "2", "--output-dir", str(tmp_path / "out-cli"))

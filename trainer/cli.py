@@ -189,7 +189,8 @@ def main(argv=None):
 
 def config_from(args, kind):
     """The run's config (TrainConfig or FinetuneConfig) of parsed arguments: checked as it is built."""
-    return kind(**{field.name: getattr(args, field.name) for field in dataclasses.fields(kind)})
+    given = vars(args)
+    return kind(**{field.name: given[field.name] for field in dataclasses.fields(kind)})
 
 
 def train_config(argv):

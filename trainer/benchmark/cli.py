@@ -200,45 +200,7 @@ def _run_plan(args, bench, records, config, hosts, baseline_configs):
                  "dtype_policy": policies[precision], "batch": batch, "runs": []}
         configs.append(entry)
         label = f"config {number}/{len(plan)} ({devices * hosts} device(s), {precision}, batch {batch})"
-        if batch == "max":
-            try:
-                batch_size, probes = bench.search_max(devices, policies[precision], label)
-            except ProbeFailed as exc:
-                entry.update(batch_size=None, global_batch=None, status="error", error=str(exc))
-                bench.progress(f"{label}: {exc}", final=True, runs=args.runs)
-                continue
-            entry["max_search"] = [{"batch_size": b, "fits": fits} for b, fits in probes]
-            if batch_size is None:
-                entry.update(batch_size=None, global_batch=None, status="oom",
-                             error="out of memory at every batch size down to 1")
-                bench.progress("", runs=args.runs)
-                continue
-        else:
-            batch_size = batch
-        entry.update(batch_size=batch_size, global_batch=batch_size * devices * hosts, status="ok")
-        for run_number in range(1, args.runs + 1):
-            name = f"d{devices * hosts}-{precision}-b{batch}-run{run_number}"
-            outcome = bench.run(devices, policies[precision], batch_size, name,
-                                f"{label} run {run_number}/{args.runs}")
-            if outcome["status"] != "ok":
-                # A configuration that failed once (out of memory, an error) fails again: the next goes on.
-                entry.update(status=outcome["status"], error=outcome.get("error"))
-                entry["runs"].append({"log": outcome["log"], "status": outcome["status"]})
-                bench.progress(f"{label} run {run_number}/{args.runs}: {_failure(outcome)}", final=True,
-                               runs=args.runs - run_number + 1)  # the configuration's later runs are left out
-                break
-            run = {"throughput": method.throughput(outcome["step_times"], entry["global_batch"], args.skip),
-                   "step_times": outcome["step_times"], "peak_flops": outcome.get("peak_flops"),
-                   "log": outcome["log"]}
-            shown = f"{run['throughput']:,.1f} {bench.unit}"
-            if records.packed:
-                run["step_sequences"] = outcome["step_sequences"]
-                run["sequence_throughput"] = method.sequence_throughput(
-                    outcome["step_times"], outcome["step_sequences"], args.skip)
-                shown += f" ({run['sequence_throughput']:,.1f} real seq/s)"
-            entry["runs"].append(run)
-            entry["accelerator"] = outcome.get("accelerator")
-            bench.progress(f"{label} run {run_number}/{args.runs}: {shown}", final=True, runs=1)
+        _run_config(args, bench, records, entry, label)
     method.add_medians_and_speedups(configs, baseline_configs)
     for entry in configs:
         if records.packed:
@@ -269,6 +231,49 @@ def _run_plan(args, bench, records, config, hosts, baseline_configs):
         "seconds": round(time.monotonic() - started, 1),
     }
     return results
+
+
+def _run_config(args, bench, records, entry, label):
+    """One configuration's runs (after the max search for batch "max") into `entry`."""
+    devices, policy, batch = entry["devices_per_host"], entry["dtype_policy"], entry["batch"]
+    if batch == "max":
+        try:
+            batch_size, probes = bench.search_max(devices, policy, label)
+        except ProbeFailed as exc:
+            entry.update(batch_size=None, global_batch=None, status="error", error=str(exc))
+            bench.progress(f"{label}: {exc}", final=True, runs=args.runs)
+            return
+        entry["max_search"] = [{"batch_size": b, "fits": fits} for b, fits in probes]
+        if batch_size is None:
+            entry.update(batch_size=None, global_batch=None, status="oom",
+                         error="out of memory at every batch size down to 1")
+            bench.progress("", runs=args.runs)
+            return
+    else:
+        batch_size = batch
+    entry.update(batch_size=batch_size, global_batch=batch_size * entry["devices"], status="ok")
+    for run_number in range(1, args.runs + 1):
+        name = f"d{entry['devices']}-{entry['precision']}-b{batch}-run{run_number}"
+        outcome = bench.run(devices, policy, batch_size, name, f"{label} run {run_number}/{args.runs}")
+        if outcome["status"] != "ok":
+            # A configuration that failed once (out of memory, an error) fails again: the next goes on.
+            entry.update(status=outcome["status"], error=outcome.get("error"))
+            entry["runs"].append({"log": outcome["log"], "status": outcome["status"]})
+            bench.progress(f"{label} run {run_number}/{args.runs}: {_failure(outcome)}", final=True,
+                           runs=args.runs - run_number + 1)  # the configuration's later runs are left out
+            return
+        run = {"throughput": method.throughput(outcome["step_times"], entry["global_batch"], args.skip),
+               "step_times": outcome["step_times"], "peak_flops": outcome.get("peak_flops"),
+               "log": outcome["log"]}
+        shown = f"{run['throughput']:,.1f} {bench.unit}"
+        if records.packed:
+            run["step_sequences"] = outcome["step_sequences"]
+            run["sequence_throughput"] = method.sequence_throughput(
+                outcome["step_times"], outcome["step_sequences"], args.skip)
+            shown += f" ({run['sequence_throughput']:,.1f} real seq/s)"
+        entry["runs"].append(run)
+        entry["accelerator"] = outcome.get("accelerator")
+        bench.progress(f"{label} run {run_number}/{args.runs}: {shown}", final=True, runs=1)
 
 
 def _failure(outcome):
