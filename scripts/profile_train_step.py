@@ -55,7 +55,7 @@ def time_variant(data, model_name, batch_size, steps, gradients_only, dropout, t
     from trainer.model import build_model
     from trainer.optimizers import make_optimizer
     from trainer.steps import JaxSteps
-    from trainer.train import Devices
+    from trainer.pretraining import Devices
 
     if textbook_loss:
         import trainer.losses

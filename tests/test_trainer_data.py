@@ -111,19 +111,14 @@ def test_cli_errors_are_one_line(records_dir, tmp_path):
 
 def test_shape_and_vocab_come_from_the_create_manifest(tmp_path):
     from bertprep.stages.create import create_sample_records
-    from trainer.config import BertConfig
-    from trainer.train import model_config
+    from trainer.config import BertConfig, TrainConfig
+    from trainer.pretraining import model_config
 
     data_dir = create_sample_records(tmp_path, seq=64, pred=10, dupe_factor=1)
     records = Records(data_dir, "ofrecord")
     assert (records.seq, records.pred, records.vocab_size) == (64, 10, 2000)
 
-    class Args:
-        bert_config = None
-        model = "tiny"
-        dropout = None
-
-    assert model_config(Args, records) == BertConfig.sized("tiny", vocab_size=2000)
+    assert model_config(TrainConfig(format="ofrecord", model="tiny"), records) == BertConfig.sized("tiny", vocab_size=2000)
 
 
 def test_packed_rows_are_recognised_and_streamed_and_kinds_do_not_mix(records_dir, golden_dir, tmp_path):

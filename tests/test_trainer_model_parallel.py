@@ -3,7 +3,6 @@ K = 2 and 4 train as K = 1 (data parallel) does, with NVLAMB and AdamW; each dev
 split variables and their optimizer slots; checkpoints move between K; bad configurations end with
 one line; placement orders the mesh; two processes with the model axis across them (heavy)."""
 
-import argparse
 import json
 import shutil
 import subprocess
@@ -180,9 +179,10 @@ def test_model_replicas_that_straddle_hosts_unevenly_are_refused():
 
 def test_dropout_flag_replaces_both_rates(records_dir, tmp_path):
     from trainer.data import Records
-    from trainer.train import model_config
+    from trainer.config import TrainConfig
+    from trainer.pretraining import model_config
 
-    args = argparse.Namespace(bert_config=bert_config(tmp_path, 0.1), model=None, dropout=0.0)
+    args = TrainConfig(format="ofrecord", bert_config=bert_config(tmp_path, 0.1), dropout=0.0)
     config = model_config(args, Records(str(records_dir), "ofrecord"))
     assert config.hidden_dropout_prob == 0.0 and config.attention_probs_dropout_prob == 0.0
 

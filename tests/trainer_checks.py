@@ -122,16 +122,17 @@ def check_nonfinite_step_is_skipped(records_dir, optimizer="lamb"):
     counter unchanged and halves the loss scale; the next finite batch updates the weights."""
     import keras
 
-    from trainer.config import BertConfig
+    from trainer.config import BertConfig, TrainConfig
     from trainer.data import Records, RecordStream
     from trainer.steps import INITIAL_SCALE
-    from trainer.train import Devices, build_steps
+    from trainer.pretraining import Devices, build_steps
 
     keras.backend.clear_session()
     keras.config.set_dtype_policy("mixed_float16")
     try:
         records = Records(str(records_dir), "ofrecord")
-        args = argparse.Namespace(optimizer=optimizer, lr=1e-3, steps=10, precision="mixed_float16", grad_accum=1)
+        args = TrainConfig(format="ofrecord", optimizer=optimizer, lr=1e-3, steps=10, precision="mixed_float16",
+                           grad_accum=1, pad_vocab=1)
         with programs_compiled() as compiled:
             _, _, steps = build_steps(args, Devices(keras.backend.backend()), BertConfig(**TINY), records, 0)
         if keras.backend.backend() == "jax":
@@ -166,15 +167,15 @@ def compiled_step_allreduces(records_dir, grad_accum, allreduce_dtype="fp32"):
     which combine small ones) on the devices of this process, for a global batch of 4 per micro-batch."""
     import keras
 
-    from trainer.config import BertConfig
+    from trainer.config import BertConfig, TrainConfig
     from trainer.data import Records, RecordStream
-    from trainer.train import Devices, build_steps
+    from trainer.pretraining import Devices, build_steps
 
     keras.backend.clear_session()
     records = Records(str(records_dir), "ofrecord")
     grad_accum = int(grad_accum)
-    args = argparse.Namespace(optimizer="lamb", lr=1e-3, steps=10, precision="fp32", grad_accum=grad_accum,
-                              allreduce_dtype=allreduce_dtype)
+    args = TrainConfig(format="ofrecord", optimizer="lamb", lr=1e-3, steps=10, precision="fp32", grad_accum=grad_accum,
+                       allreduce_dtype=allreduce_dtype, pad_vocab=1)
     devices = Devices(keras.backend.backend())
     # One layer: the count does not depend on the depth, and each of the three compiles takes less.
     _, _, steps = build_steps(args, devices, BertConfig(**dict(TINY, num_hidden_layers=1)), records, 0)
@@ -322,12 +323,13 @@ def check_step_counts_real_sequences(golden_dir):
     sequences and tokens it trained on, not rows."""
     import keras
 
-    from trainer.config import BertConfig
-    from trainer.train import Devices, build_steps
+    from trainer.config import BertConfig, TrainConfig
+    from trainer.pretraining import Devices, build_steps
 
     keras.backend.clear_session()
     unpacked, packed = packed_and_unpacked_batches(golden_dir)
-    args = argparse.Namespace(optimizer="adam", lr=1e-3, steps=10, precision="fp32", grad_accum=1)
+    args = TrainConfig(format="ofrecord", optimizer="adam", lr=1e-3, steps=10, precision="fp32", grad_accum=1,
+                       pad_vocab=1)
     shape = argparse.Namespace(seq=128, pred=23)
     _, _, steps = build_steps(args, Devices(keras.backend.backend()), BertConfig(**TINY), shape, 0)
     result = steps.fetch(steps.train(steps.put({name: values[None] for name, values in packed.items()})))
@@ -345,9 +347,9 @@ def check_model_parallel_layout(records_dir, config_path):
     import keras
 
     from trainer import parallel
-    from trainer.config import BertConfig
+    from trainer.config import BertConfig, TrainConfig
     from trainer.data import Records
-    from trainer.train import Devices, build_steps
+    from trainer.pretraining import Devices, build_steps
 
     records = Records(str(records_dir), "ofrecord")
     config = BertConfig.from_json_file(config_path)
@@ -355,7 +357,8 @@ def check_model_parallel_layout(records_dir, config_path):
     paths = [path for variables in abstract for path in variables]
     for pattern, _axes, _what in parallel.BERT_LAYOUT:
         assert any(re.fullmatch(pattern, path) for path in paths), f"{pattern} matches no variable"
-    args = argparse.Namespace(optimizer="lamb", lr=1e-3, steps=10, precision="fp32", grad_accum=1)
+    args = TrainConfig(format="ofrecord", optimizer="lamb", lr=1e-3, steps=10, precision="fp32", grad_accum=1,
+                       pad_vocab=1)
     measured = {}
     for k in (1, 2, 4):
         keras.backend.clear_session()

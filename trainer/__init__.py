@@ -3,4 +3,36 @@ fine-tuning on `bertprep create-squad` / `create-glue` records.
 
     python -m trainer --format ofrecord --data RECORDS_DIR --model base --optimizer lamb
     python -m trainer finetune --task squad --data SQUAD_DIR --format ofrecord --init-checkpoint CKPT_DIR
+
+In Python (docs/trainer.md, "Python API"):
+
+    import trainer
+    summary = trainer.train(trainer.TrainConfig(format="ofrecord", steps=20))
+    scores = trainer.finetune(trainer.FinetuneConfig(task="squad", data=SQUAD_DIR, format="ofrecord"))
+
+The names load when first used: `import trainer` imports no framework, so `python -m trainer` can leave
+the libraries' start-up lines out before Keras loads (library_logs.py).
 """
+
+__all__ = ["train", "TrainConfig", "TrainSummary", "finetune", "FinetuneConfig", "FinetuneSummary"]
+
+_CONFIGS = ("TrainConfig", "TrainSummary", "FinetuneConfig", "FinetuneSummary")
+
+
+def __getattr__(name):
+    if name in _CONFIGS:
+        from trainer import config
+
+        return getattr(config, name)
+    if name == "train":
+        from trainer.pretraining import train
+
+        return train
+    if name == "finetune":
+        from trainer.library_logs import load_keras
+
+        load_keras()  # before trainer.finetuning, whose imports import Keras
+        from trainer.finetuning import finetune
+
+        return finetune
+    raise AttributeError(f"module 'trainer' has no attribute {name!r}")

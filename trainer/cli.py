@@ -7,15 +7,15 @@ Backend: `KERAS_BACKEND` (tensorflow by default, or jax). Several hosts
 
 import argparse
 import contextlib
+import dataclasses
 import math
 import os
 import sys
 
-from bertprep.errors import UsageError, run_reporting_errors
+from bertprep.errors import run_reporting_errors
 from bertprep.progress import add_output_arguments, print_summary, readable_rows
-from trainer.config import CLIPPING, DEFAULT_CLIP_NORM, OPTIMIZERS, SIZES
-from trainer.library_logs import load_keras
-from trainer.parallel import PLACEMENTS
+from trainer.config import (CLIPPING, DEFAULT_CLIP_NORM, FINETUNING_FORMATS, OPTIMIZERS, PLACEMENTS, PRECISIONS,
+                            PRETRAINING_FORMATS, SIZES, FinetuneConfig, TrainConfig)
 
 PROG = "trainer"
 
@@ -56,7 +56,7 @@ def _probability(text):
 
 def add_records_and_model_arguments(p):
     """--format, --data, --model | --bert-config, --dropout: shared with trainer.benchmark."""
-    p.add_argument("--format", required=True, choices=("tfrecord", "ofrecord", "hdf5", "parquet"),
+    p.add_argument("--format", required=True, choices=PRETRAINING_FORMATS,
                    help="record format to read")
     p.add_argument("--data", help="records directory of `bertprep create` or `bertprep pack` "
                                   "(default: embedded sample records)")
@@ -86,7 +86,7 @@ def build_parser():
     p.add_argument("--steps", type=_positive_int, default=1000, help="optimizer steps (default: 1000)")
     p.add_argument("--batch-size", type=_positive_int, default=32, help="sequences per replica per micro-batch")
     p.add_argument("--grad-accum", type=_positive_int, default=1, help="micro-batches per optimizer step")
-    p.add_argument("--precision", choices=("fp32", "mixed_float16", "mixed_bfloat16"), default="fp32")
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32")
     p.add_argument("--allreduce-dtype", choices=("fp32", "bf16"), default="fp32",
                    help="dtype of the gradients while they are summed across replicas, once per step (default: fp32)")
     p.add_argument("--pad-vocab", type=_positive_int, default=None, metavar="N",
@@ -128,7 +128,7 @@ def build_finetune_parser():
     p.add_argument("--task", required=True, help="squad, or a GLUE task: cola, sst-2, mrpc, sts-b, qqp, mnli, qnli, "
                                                  "rte, wnli")
     p.add_argument("--data", required=True, help="output directory of create-squad / create-glue")
-    p.add_argument("--format", required=True, choices=("tfrecord", "ofrecord"), help="record format to read")
+    p.add_argument("--format", required=True, choices=FINETUNING_FORMATS, help="record format to read")
     p.add_argument("--init-checkpoint", help="pretraining checkpoint: ours (ckpt-<step> or a --checkpoint-dir), Google's "
                                              "bert_model.ckpt, a Hugging Face directory or hub id, NVIDIA .pt; "
                                              "default: a tiny one pretrained on the embedded sample")
@@ -140,7 +140,7 @@ def build_finetune_parser():
     p.add_argument("--warmup", type=_warmup, default=0.1, help="warmup: fraction of the steps or steps (default: 0.1)")
     p.add_argument("--batch-size", type=_positive_int, default=32, help="sequences per replica (default: 32)")
     add_optimizer_arguments(p, default="adam")
-    p.add_argument("--precision", choices=("fp32", "mixed_float16", "mixed_bfloat16"), default="fp32")
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32")
     p.add_argument("--seed", type=int, default=12345, help="seed of the head's initialization, dropout and data order")
     p.add_argument("--output-dir", help="predictions and scores (default: ./finetune-<task>)")
     p.add_argument("--checkpoint-dir", help="also save the fine-tuned model (and optimizer) state here")
@@ -154,22 +154,6 @@ def build_finetune_parser():
     p.add_argument("--tensorboard-dir", help="TensorBoard scalars")
     add_output_arguments(p)
     return p
-
-
-def _check(args):
-    if args.resume and not args.checkpoint_dir:
-        raise UsageError("--resume needs --checkpoint-dir")
-    _check_schedule(args)
-
-
-def _check_schedule(args):
-    if args.clip_norm is not None and args.optimizer not in CLIPPING:
-        raise UsageError(f"--clip-norm: --optimizer {args.optimizer} does not clip gradients "
-                         f"(only {' and '.join(CLIPPING)} do)")
-    if args.steps and args.warmup >= 1 and args.warmup > args.steps:
-        raise UsageError(f"--warmup {int(args.warmup)} exceeds --steps {args.steps}")
-    if not math.isfinite(args.lr) or args.lr <= 0:
-        raise UsageError(f"--lr must be a positive number, got {args.lr}")
 
 
 @contextlib.contextmanager
@@ -200,31 +184,35 @@ def main(argv=None):
         args = build_finetune_parser().parse_args(argv[1:])
         return run_reporting_errors(PROG, lambda: _finetune(args))
     args = build_parser().parse_args(argv)
-    if args.model is None and not args.bert_config and not args.init_checkpoint:
-        # The sample run is a demo that must finish in a minute on a laptop CPU.
-        args.model = "tiny" if args.data is None else "base"
     return run_reporting_errors(PROG, lambda: _train(args))
 
 
-def _train(args):
-    _check(args)
-    from trainer.train import run
+def config_from(args, kind):
+    """The run's config (TrainConfig or FinetuneConfig) of parsed arguments: checked as it is built."""
+    given = vars(args)
+    return kind(**{field.name: given[field.name] for field in dataclasses.fields(kind)})
 
+
+def train_config(argv):
+    """The TrainConfig of `python -m trainer` arguments."""
+    return config_from(build_parser().parse_args(argv), TrainConfig)
+
+
+def _train(args):
+    import trainer
+
+    config = config_from(args, TrainConfig)
     with _library_output_to_stderr(args.json):
-        summary = run(args)
+        summary = trainer.train(config).to_dict()
     print_summary("trainer: done", summary, as_json=args.json, rows=readable_rows(summary))
     return 0
 
 
 def _finetune(args):
-    _check_schedule(args)
-    if not args.epochs > 0:
-        raise UsageError(f"--epochs must be positive, got {args.epochs}")
-    args.output_dir = args.output_dir or f"finetune-{args.task.lower()}"
-    with _library_output_to_stderr(args.json):
-        load_keras()  # before trainer.finetune, whose imports import Keras
-        from trainer.finetune import run
+    import trainer
 
-        summary = run(args, build_parser)
+    config = config_from(args, FinetuneConfig)
+    with _library_output_to_stderr(args.json):
+        summary = trainer.finetune(config).to_dict()
     print_summary("trainer finetune: done", summary, as_json=args.json, rows=readable_rows(summary))
     return 0

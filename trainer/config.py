@@ -1,8 +1,14 @@
-"""Model configuration: Google's BERT sizes on top of bertprep.bert_config (the keys of
-`bert_config.json` and the rules a config file keeps, shared with `bertprep download pretrained`); no
-Keras import, so argument and data errors are reported before any framework loads."""
+"""Configuration: Google's BERT sizes on top of bertprep.bert_config (the keys of `bert_config.json`
+and the rules a config file keeps, shared with `bertprep download pretrained`), and the runs' own:
+TrainConfig and FinetuneConfig (checked once, when built), TrainSummary and FinetuneSummary. No Keras
+import, so argument and data errors are reported before any framework loads."""
+
+import dataclasses
+import math
+from typing import Optional
 
 from bertprep import bert_config
+from bertprep.errors import UsageError
 
 # Google's published BERT sizes: (layers, hidden, heads); intermediate = 4 * hidden.
 SIZES = {
@@ -21,6 +27,11 @@ CLIPPING = ("lamb", "google-adam")
 DEFAULT_CLIP_NORM = 1.0
 
 
+def size_of(config):
+    """(layers, hidden, heads) of a BertConfig: what SIZES names."""
+    return config.num_hidden_layers, config.hidden_size, config.num_attention_heads
+
+
 class BertConfig(bert_config.BertConfig):
     """bertprep.bert_config.BertConfig (its fields, from_json_file, checked), and a config by size name."""
 
@@ -29,3 +40,207 @@ class BertConfig(bert_config.BertConfig):
         layers, hidden, heads = SIZES[name]
         return cls(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads,
                    intermediate_size=4 * hidden, **overrides)
+
+
+# ---------------------------------------------------------------- run configurations
+
+PLACEMENTS = ("intra_first", "inter_first")  # --placement (trainer/parallel.py orders the devices by it)
+PRECISIONS = ("fp32", "mixed_float16", "mixed_bfloat16")
+PRETRAINING_FORMATS = ("tfrecord", "ofrecord", "hdf5", "parquet")
+FINETUNING_FORMATS = ("tfrecord", "ofrecord")
+
+
+def _check_schedule(optimizer, clip_norm, steps, warmup, lr):
+    """The optimizer's flags together, pretraining and fine-tuning alike."""
+    if clip_norm is not None and optimizer not in CLIPPING:
+        raise UsageError(f"--clip-norm: --optimizer {optimizer} does not clip gradients "
+                         f"(only {' and '.join(CLIPPING)} do)")
+    if steps and warmup >= 1 and warmup > steps:
+        raise UsageError(f"--warmup {int(warmup)} exceeds --steps {steps}")
+    if not math.isfinite(lr) or lr <= 0:
+        raise UsageError(f"--lr must be a positive number, got {lr}")
+
+
+def _check_choices(config, choices):
+    """What the CLI's parser checks, for a config built in Python: {field: allowed values}."""
+    for name, allowed in choices.items():
+        value = getattr(config, name)
+        if value not in allowed:
+            raise UsageError(f"--{name.replace('_', '-')}: expected one of {', '.join(map(str, allowed))}, "
+                             f"got {value!r}")
+
+
+def _check_positive(config, names):
+    for name in names:
+        value = getattr(config, name)
+        if value is not None and not (isinstance(value, int) and value >= 1):
+            raise UsageError(f"--{name.replace('_', '-')}: expected a positive integer, got {value!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """A pretraining run (`python -m trainer`'s flags, docs/trainer.md), checked when built: a bad
+    combination is a UsageError with the CLI's message. `model` None: base, or tiny on the embedded
+    sample (no `data`), unless `bert_config` or `init_checkpoint` gives the model."""
+
+    format: str
+    data: Optional[str] = None
+    model: Optional[str] = None
+    bert_config: Optional[str] = None
+    dropout: Optional[float] = None
+    optimizer: str = "lamb"
+    clip_norm: Optional[float] = None
+    lr: float = 1e-4
+    warmup: float = 0.1
+    steps: int = 1000
+    batch_size: int = 32
+    grad_accum: int = 1
+    precision: str = "fp32"
+    allreduce_dtype: str = "fp32"
+    pad_vocab: Optional[int] = None
+    steps_per_call: int = 1
+    seed: int = 12345
+    bin_size: Optional[int] = None
+    model_parallel: int = 1
+    pipeline_stages: int = 1
+    placement: str = "intra_first"
+    init_checkpoint: Optional[str] = None
+    checkpoint_dir: Optional[str] = None
+    checkpoint_every: int = 1000
+    keep_checkpoints: int = 3
+    resume: bool = False
+    eval_every: int = 0
+    eval_steps: int = 10
+    log_every: int = 100
+    log_json: Optional[str] = None
+    tensorboard_dir: Optional[str] = None
+    quiet: bool = False
+
+    def __post_init__(self):
+        _check_choices(self, {"format": PRETRAINING_FORMATS, "optimizer": tuple(OPTIMIZERS),
+                              "precision": PRECISIONS, "allreduce_dtype": ("fp32", "bf16"),
+                              "placement": PLACEMENTS, "model": (None, *SIZES)})
+        _check_positive(self, ("steps", "batch_size", "grad_accum", "pad_vocab", "steps_per_call", "bin_size",
+                               "model_parallel", "pipeline_stages", "checkpoint_every", "eval_steps", "log_every"))
+        if self.model and self.bert_config:
+            raise UsageError("--bert-config: not allowed with argument --model")
+        if self.model is None and not self.bert_config and not self.init_checkpoint:
+            # The sample run is a demo that must finish in a minute on a laptop CPU.
+            object.__setattr__(self, "model", "tiny" if self.data is None else "base")
+        if self.resume and not self.checkpoint_dir:
+            raise UsageError("--resume needs --checkpoint-dir")
+        _check_schedule(self.optimizer, self.clip_norm, self.steps, self.warmup, self.lr)
+
+    def check_backend(self, backend):
+        """What needs JAX, against the backend Keras loaded (known only once it has)."""
+        if (self.model_parallel > 1 or self.placement != "intra_first") and backend != "jax":
+            raise UsageError(f"--model-parallel and --placement need KERAS_BACKEND=jax (Keras's ModelParallel); "
+                             f"this run's backend is {backend}")
+        if self.pipeline_stages > 1 and backend != "jax":
+            raise UsageError(f"--pipeline-stages needs KERAS_BACKEND=jax; this run's backend is {backend}")
+
+    @property
+    def pad_vocab_multiple(self):
+        """--pad-vocab, by default 8 for Google's sizes and 1 (none) for a --bert-config; 1 under
+        --model-parallel (its split checks and layout estimates are of the real vocabulary) and
+        --pipeline-stages (its stacked state is saved as it is, without the padding rows cut off)."""
+        if self.model_parallel > 1 or self.pipeline_stages > 1:
+            return 1
+        if self.pad_vocab is None:
+            return 1 if self.bert_config else 8
+        return self.pad_vocab
+
+
+@dataclasses.dataclass(frozen=True)
+class FinetuneConfig:
+    """A fine-tuning run (`python -m trainer finetune`'s flags), checked when built. `output_dir`
+    None: ./finetune-<task>."""
+
+    task: str
+    data: str
+    format: str
+    init_checkpoint: Optional[str] = None
+    model: Optional[str] = None
+    epochs: float = 2.0
+    steps: Optional[int] = None
+    lr: float = 3e-5
+    warmup: float = 0.1
+    batch_size: int = 32
+    optimizer: str = "adam"
+    clip_norm: Optional[float] = None
+    precision: str = "fp32"
+    seed: int = 12345
+    output_dir: Optional[str] = None
+    checkpoint_dir: Optional[str] = None
+    no_eval: bool = False
+    eval_file: Optional[str] = None
+    null_score_diff_threshold: float = 0.0
+    log_every: int = 10
+    log_json: Optional[str] = None
+    tensorboard_dir: Optional[str] = None
+    quiet: bool = False
+
+    def __post_init__(self):
+        _check_choices(self, {"format": FINETUNING_FORMATS, "optimizer": tuple(OPTIMIZERS),
+                              "precision": PRECISIONS, "model": (None, *SIZES)})
+        _check_positive(self, ("steps", "batch_size", "log_every"))
+        _check_schedule(self.optimizer, self.clip_norm, self.steps, self.warmup, self.lr)
+        if not self.epochs > 0:
+            raise UsageError(f"--epochs must be positive, got {self.epochs}")
+        if self.output_dir is None:
+            object.__setattr__(self, "output_dir", f"finetune-{self.task.lower()}")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainSummary:
+    """What a pretraining run reports (`--json` prints `to_dict()`)."""
+
+    steps: int
+    skipped_steps: int
+    global_batch: int
+    replicas: int
+    model_parallel: int
+    pipeline_stages: int
+    pipeline: Optional[dict]
+    mesh: Optional[dict]
+    param_bytes_per_device: int
+    precision: str
+    final_learning_rate: Optional[float]
+    final_loss_scale: Optional[float]
+    mean_sequences_per_second: Optional[float]
+    mean_tokens_per_second: Optional[float]
+    timed_steps: int
+    sequences: int  # real sequences trained on (packed rows hold several)
+    tokens: int
+    # Those of the last log line; None (and left out of to_dict) when the run logged none.
+    last_loss: Optional[float] = None
+    last_mlm_accuracy: Optional[float] = None
+    last_nsp_accuracy: Optional[float] = None
+
+    def to_dict(self):
+        last = ("last_loss", "last_mlm_accuracy", "last_nsp_accuracy")
+        return {k: v for k, v in dataclasses.asdict(self).items() if not (k in last and v is None)}
+
+
+@dataclasses.dataclass(frozen=True)
+class FinetuneSummary:
+    """What a fine-tuning run reports: its training figures and `evaluation`, the scores (`to_dict()`
+    names them eval_<name>, as `--json` prints them)."""
+
+    task: str
+    format: str
+    init_checkpoint: str
+    replicas: int
+    global_batch: int
+    precision: str
+    optimizer: str
+    steps: int
+    skipped_steps: int
+    first_logged_loss: Optional[float]
+    last_logged_loss: Optional[float]
+    mean_sequences_per_second: Optional[float]
+    evaluation: dict = dataclasses.field(default_factory=dict)
+
+    def to_dict(self):
+        figures = {k: v for k, v in dataclasses.asdict(self).items() if k != "evaluation"}
+        return {**figures, **{f"eval_{k}": v for k, v in self.evaluation.items()}}

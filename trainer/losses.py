@@ -129,6 +129,7 @@ class PretrainingObjective(Objective):
     input_names = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "positions",
                    "next_sentence_positions")
     sum_keys = SUM_KEYS
+    metrics = staticmethod(metrics)
 
     def inputs(self, batch):
         return {name: batch[name] for name in self.input_names if name in batch}

@@ -236,17 +236,16 @@ def variables_initialized_together():
     if keras.backend.backend() != "jax" or _deferring:
         yield
         return
-    # Keras lists the variables a stateless scope deferred in its global state (it has no public name).
-    from keras.src.backend.common import global_state
+    from trainer import keras_internals
 
     _deferring = True
     try:
         with keras.StatelessScope(initialize_variables=False):  # variables are created uninitialized
             yield
-        _initialize(global_state.get_global_attribute("uninitialized_variables") or [])
+        _initialize(keras_internals.take_uninitialized_variables())
     finally:
         _deferring = False
-        global_state.set_global_attribute("uninitialized_variables", [])
+        keras_internals.forget_uninitialized_variables()
 
 
 def _initialize(variables):
@@ -262,9 +261,10 @@ def _initialize(variables):
     def initial_values():  # an uninitialized variable's value is its initializer's draw
         return [variable.value for variable in variables]
 
+    from trainer.keras_internals import initialize_variable
+
     for variable, value in zip(variables, jax.jit(initial_values, out_shardings=shardings)()):
-        variable._initialize(value)  # what Keras's own deferred initialization does with the draw
-        variable._initializer = None
+        initialize_variable(variable, value)
 
 
 def is_excluded_from_weight_decay(variable):

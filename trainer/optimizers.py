@@ -32,6 +32,7 @@ import keras
 from keras import ops
 
 from trainer.config import DEFAULT_CLIP_NORM
+from trainer.keras_internals import variable_index
 from trainer.model import is_excluded_from_weight_decay
 
 
@@ -100,6 +101,11 @@ class _BertOptimizer(keras.optimizers.Optimizer):
         self._v = self.add_optimizer_variables(variables, "v")
         self._decays = [not is_excluded_from_weight_decay(v) for v in variables]
 
+    def moments(self, variable):
+        """(first, second) Adam moment of `variable` (pipeline.py stacks them per layer)."""
+        index = variable_index(self, variable)
+        return self._m[index], self._v[index]
+
     def _prepared(self, grads):
         """The gradients as the per-variable updates take them (float32)."""
         return [ops.cast(g, "float32") for g in grads]
@@ -129,7 +135,7 @@ class _BertOptimizer(keras.optimizers.Optimizer):
     def _adam_update(self, gradient, variable):
         """Update the moments; return the direction m̂/(√v̂+ε) + wd·w (m, v for m̂, v̂ without bias
         correction), in float32."""
-        index = self._get_variable_index(variable)
+        index = variable_index(self, variable)
         m, v = self._m[index], self._v[index]
         g = ops.cast(gradient, "float32")
         t = ops.cast(self.iterations + 1, "float32")

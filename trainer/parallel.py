@@ -21,7 +21,6 @@ import numpy as np
 from bertprep.errors import UsageError
 
 BATCH, MODEL = "batch", "model"
-PLACEMENTS = ("intra_first", "inter_first")
 
 # (regex on the variable path, mesh axis per dimension, what the split dimension counts).
 # Attention: query/key/value split by heads, the output projection on its input (heads), so each
@@ -84,7 +83,7 @@ def check_splits(trainable, non_trainable, k):
 def abstract_variables(config, seq, pred):
     """(trainable, non_trainable): {path: jax.ShapeDtypeStruct} of the model's variables in the model's
     order, from a trace of building it (nothing is allocated). Keras's global state (names, seeds)
-    moves on: call this before `keras.backend.clear_session()` and seeding, as train.run does."""
+    moves on: call this before `keras.backend.clear_session()` and seeding, as pretraining.train does."""
     import jax
 
     from trainer.model import build_model

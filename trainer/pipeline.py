@@ -138,8 +138,8 @@ class PipelineSteps(JaxSteps):
         self.named = lambda *spec: jax.sharding.NamedSharding(mesh, P(*spec))
         self.batch_sharding = self.named(None, parallel.BATCH)
         self.replicated = self.named()
-        slots = [[optimizer._m[optimizer._get_variable_index(v)] for v in layer.trainable_variables]
-                 + [optimizer._v[optimizer._get_variable_index(v)] for v in layer.trainable_variables]
+        slots = [[optimizer.moments(v)[0] for v in layer.trainable_variables]
+                 + [optimizer.moments(v)[1] for v in layer.trainable_variables]
                  for layer in layers]
         self.stacks = (LayerStack(model.trainable_variables, [layer.trainable_variables for layer in layers]),
                        LayerStack(model.non_trainable_variables, [layer.non_trainable_variables for layer in layers]),
@@ -187,7 +187,7 @@ class PipelineSteps(JaxSteps):
     def _stateless(self, trainable, non_trainable, fn):
         """fn() with the outer (embedding, pooler, head) variables bound to these values;
         (its result, the non-trainable values after it)."""
-        from keras.src.backend import StatelessScope
+        from keras import StatelessScope
 
         mapping = list(zip(self.outer_trainable, trainable)) + list(zip(self.outer_non_trainable, non_trainable))
         with StatelessScope(state_mapping=mapping) as scope:

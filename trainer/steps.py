@@ -30,6 +30,8 @@ step is one jitted SPMD function over the global batch, and each variable
 keeps the layout it was created with.
 """
 
+import abc
+
 import numpy as np
 from keras import ops
 
@@ -75,7 +77,55 @@ def _results_vector(sums, sum_keys, applied, learning_rate, scale):
     return ops.stack([ops.cast(v, "float32") for v in values])
 
 
-class _Steps:
+class Steps(abc.ABC):
+    """What the training loop, evaluation and checkpoints use of a backend's steps: TensorFlowSteps,
+    JaxSteps and pipeline.PipelineSteps, made by `make_steps`. A device batch is what `put` returns;
+    a handle is a step's results still on the device, fetched (several in one transfer) by `fetch_all`."""
+
+    model: object  # the Keras model the steps train
+    optimizer: object
+    objective: object  # losses.PRETRAINING_OBJECTIVE or a task head's (heads.py)
+
+    @abc.abstractmethod
+    def put(self, batch):
+        """A host element {feature: [accumulation, batch, ...]} on the devices."""
+
+    @abc.abstractmethod
+    def train(self, device_batch):
+        """One optimizer step, dispatched (not waited for): its handle."""
+
+    @abc.abstractmethod
+    def evaluate(self, device_batch):
+        """The objective's loss sums of one micro-batch, as host floats."""
+
+    @abc.abstractmethod
+    def predict(self, device_batch):
+        """The model's outputs for one micro-batch, as NumPy, rows in batch order."""
+
+    @abc.abstractmethod
+    def iterations(self):
+        """Optimizer steps applied so far."""
+
+    @abc.abstractmethod
+    def get_state(self):
+        """{name: array} of everything a checkpoint holds (every process must call it)."""
+
+    @abc.abstractmethod
+    def set_state(self, arrays):
+        """The state of get_state's names put back, each with its variable's layout."""
+
+    @abc.abstractmethod
+    def param_bytes_per_device(self):
+        """Bytes of state on the fullest device."""
+
+    @abc.abstractmethod
+    def _to_host(self, blocks):
+        """Device arrays, concatenated on the first axis, as one NumPy array (one transfer)."""
+
+    def summary(self):
+        """Figures of the run's summary particular to these steps (the pipeline's), or None."""
+        return None
+
     def train_many(self, device_batches):
         """Several steps in a row; one handle whose results are a [steps, n] block."""
         return ops.stack([self.train(b) for b in device_batches])
@@ -100,7 +150,7 @@ class _Steps:
         return results
 
 
-class TensorFlowSteps(_Steps):
+class TensorFlowSteps(Steps):
     def __init__(self, strategy, model, optimizer, accumulation, dynamic_scale, objective=PRETRAINING_OBJECTIVE,
                  allreduce_dtype="fp32"):
         import tensorflow as tf
@@ -281,7 +331,7 @@ class TensorFlowSteps(_Steps):
         return sum(array.nbytes for array in self.get_state().values())
 
 
-class JaxSteps(_Steps):
+class JaxSteps(Steps):
     def __init__(self, distribution, model, optimizer, accumulation, dynamic_scale, objective=PRETRAINING_OBJECTIVE,
                  allreduce_dtype="fp32"):
         import jax
@@ -407,7 +457,7 @@ class JaxSteps(_Steps):
         return list(new_trainable), new_optimizer_vars, scale_after, good_after, applied, learning_rate
 
     def _learning_rate(self, optimizer_vars):
-        from keras.src.backend import StatelessScope
+        from keras import StatelessScope
 
         with StatelessScope(state_mapping=list(zip(self.optimizer.variables, optimizer_vars))):
             return ops.convert_to_tensor(self.optimizer.learning_rate)
@@ -478,6 +528,21 @@ class JaxSteps(_Steps):
         from trainer.parallel import bytes_per_device
 
         return bytes_per_device(self._flat_state())
+
+
+def make_steps(devices, model, optimizer, accumulation=1, dynamic_scale=False, objective=PRETRAINING_OBJECTIVE,
+               allreduce_dtype="fp32", pipeline_stages=1):
+    """The Steps of `devices` (pretraining.Devices: TensorFlow's strategy or JAX's distribution) for a
+    built model and optimizer; `pipeline_stages` > 1: the GPipe pipeline (JAX, pretraining)."""
+    if devices.backend == "tensorflow":
+        return TensorFlowSteps(devices.strategy, model, optimizer, accumulation, dynamic_scale, objective,
+                               allreduce_dtype=allreduce_dtype)
+    if pipeline_stages > 1:
+        from trainer.pipeline import PipelineSteps
+
+        return PipelineSteps(devices.distribution, model, optimizer, accumulation, dynamic_scale, pipeline_stages)
+    return JaxSteps(devices.distribution, model, optimizer, accumulation, dynamic_scale, objective,
+                    allreduce_dtype=allreduce_dtype)
 
 
 def _unscaled_or_nan(grads, scale):

@@ -102,6 +102,26 @@ def main(argv=None):
     return run_reporting_errors(PROG, lambda: _benchmark(args))
 
 
+def build_worker_parser():
+    """trainer.benchmark.worker's options (the parent passes them; worker.py's docstring)."""
+    p = argparse.ArgumentParser(prog="trainer.benchmark.worker")
+    p.add_argument("--devices", type=int, default=1, help="devices on this host")
+    p.add_argument("--iterations", type=int, default=3, help="timed iterations")
+    p.add_argument("--result", required=True, help="where to write the JSON result")
+    p.add_argument("--peak", action="store_true", help="measure the devices' matmul peak after the run")
+    p.add_argument("--detect", action="store_true", help="report the platform and exit")
+    p.add_argument("--config", type=json.loads, default={}, help="the run's TrainConfig fields, a JSON object")
+    return p
+
+
+def worker_main(argv=None):
+    """`python -m trainer.benchmark.worker`: one measurement process."""
+    args = build_worker_parser().parse_args(argv)
+    from trainer.benchmark import worker
+
+    return worker.work(args.devices, args.iterations, args.result, args.peak, args.detect, args.config)
+
+
 def hosts_and_index(env):
     """(host count, this host's index) from the trainer's multi-host variables; (1, 0) on one host."""
     if env.get("TF_CONFIG"):
@@ -130,16 +150,16 @@ def _check(args):
 
 def _benchmark(args):
     _check(args)
+    from trainer.config import TrainConfig
     from trainer.data import Records
-    from trainer.train import model_config, sample_records
+    from trainer.pretraining import check_records_fit, model_config, sample_records
 
     if args.data is None:
         args.data = sample_records()
     records = Records(args.data, args.format)
-    config = model_config(args, records)
-    if records.seq > config.max_position_embeddings:
-        raise DataError(f"{args.data}: records have sequence length {records.seq} but the model has "
-                        f"{config.max_position_embeddings} positions (max_position_embeddings)")
+    config = model_config(TrainConfig(format=args.format, data=args.data, model=args.model,
+                                      bert_config=args.bert_config, dropout=args.dropout), records)
+    check_records_fit(config, records, args.data)
     hosts, host_index = hosts_and_index(os.environ)
     baseline_configs = _load_baseline(args.baseline)
     log_dir = os.path.join(args.out, "logs")
@@ -180,45 +200,7 @@ def _run_plan(args, bench, records, config, hosts, baseline_configs):
                  "dtype_policy": policies[precision], "batch": batch, "runs": []}
         configs.append(entry)
         label = f"config {number}/{len(plan)} ({devices * hosts} device(s), {precision}, batch {batch})"
-        if batch == "max":
-            try:
-                batch_size, probes = bench.search_max(devices, policies[precision], label)
-            except ProbeFailed as exc:
-                entry.update(batch_size=None, global_batch=None, status="error", error=str(exc))
-                bench.progress(f"{label}: {exc}", final=True, runs=args.runs)
-                continue
-            entry["max_search"] = [{"batch_size": b, "fits": fits} for b, fits in probes]
-            if batch_size is None:
-                entry.update(batch_size=None, global_batch=None, status="oom",
-                             error="out of memory at every batch size down to 1")
-                bench.progress("", runs=args.runs)
-                continue
-        else:
-            batch_size = batch
-        entry.update(batch_size=batch_size, global_batch=batch_size * devices * hosts, status="ok")
-        for run_number in range(1, args.runs + 1):
-            name = f"d{devices * hosts}-{precision}-b{batch}-run{run_number}"
-            outcome = bench.run(devices, policies[precision], batch_size, name,
-                                f"{label} run {run_number}/{args.runs}")
-            if outcome["status"] != "ok":
-                # A configuration that failed once (out of memory, an error) fails again: the next goes on.
-                entry.update(status=outcome["status"], error=outcome.get("error"))
-                entry["runs"].append({"log": outcome["log"], "status": outcome["status"]})
-                bench.progress(f"{label} run {run_number}/{args.runs}: {_failure(outcome)}", final=True,
-                               runs=args.runs - run_number + 1)  # the configuration's later runs are left out
-                break
-            run = {"throughput": method.throughput(outcome["step_times"], entry["global_batch"], args.skip),
-                   "step_times": outcome["step_times"], "peak_flops": outcome.get("peak_flops"),
-                   "log": outcome["log"]}
-            shown = f"{run['throughput']:,.1f} {bench.unit}"
-            if records.packed:
-                run["step_sequences"] = outcome["step_sequences"]
-                run["sequence_throughput"] = method.sequence_throughput(
-                    outcome["step_times"], outcome["step_sequences"], args.skip)
-                shown += f" ({run['sequence_throughput']:,.1f} real seq/s)"
-            entry["runs"].append(run)
-            entry["accelerator"] = outcome.get("accelerator")
-            bench.progress(f"{label} run {run_number}/{args.runs}: {shown}", final=True, runs=1)
+        _run_config(args, bench, records, entry, label)
     method.add_medians_and_speedups(configs, baseline_configs)
     for entry in configs:
         if records.packed:
@@ -249,6 +231,49 @@ def _run_plan(args, bench, records, config, hosts, baseline_configs):
         "seconds": round(time.monotonic() - started, 1),
     }
     return results
+
+
+def _run_config(args, bench, records, entry, label):
+    """One configuration's runs (after the max search for batch "max") into `entry`."""
+    devices, policy, batch = entry["devices_per_host"], entry["dtype_policy"], entry["batch"]
+    if batch == "max":
+        try:
+            batch_size, probes = bench.search_max(devices, policy, label)
+        except ProbeFailed as exc:
+            entry.update(batch_size=None, global_batch=None, status="error", error=str(exc))
+            bench.progress(f"{label}: {exc}", final=True, runs=args.runs)
+            return
+        entry["max_search"] = [{"batch_size": b, "fits": fits} for b, fits in probes]
+        if batch_size is None:
+            entry.update(batch_size=None, global_batch=None, status="oom",
+                         error="out of memory at every batch size down to 1")
+            bench.progress("", runs=args.runs)
+            return
+    else:
+        batch_size = batch
+    entry.update(batch_size=batch_size, global_batch=batch_size * entry["devices"], status="ok")
+    for run_number in range(1, args.runs + 1):
+        name = f"d{entry['devices']}-{entry['precision']}-b{batch}-run{run_number}"
+        outcome = bench.run(devices, policy, batch_size, name, f"{label} run {run_number}/{args.runs}")
+        if outcome["status"] != "ok":
+            # A configuration that failed once (out of memory, an error) fails again: the next goes on.
+            entry.update(status=outcome["status"], error=outcome.get("error"))
+            entry["runs"].append({"log": outcome["log"], "status": outcome["status"]})
+            bench.progress(f"{label} run {run_number}/{args.runs}: {_failure(outcome)}", final=True,
+                           runs=args.runs - run_number + 1)  # the configuration's later runs are left out
+            return
+        run = {"throughput": method.throughput(outcome["step_times"], entry["global_batch"], args.skip),
+               "step_times": outcome["step_times"], "peak_flops": outcome.get("peak_flops"),
+               "log": outcome["log"]}
+        shown = f"{run['throughput']:,.1f} {bench.unit}"
+        if records.packed:
+            run["step_sequences"] = outcome["step_sequences"]
+            run["sequence_throughput"] = method.sequence_throughput(
+                outcome["step_times"], outcome["step_sequences"], args.skip)
+            shown += f" ({run['sequence_throughput']:,.1f} real seq/s)"
+        entry["runs"].append(run)
+        entry["accelerator"] = outcome.get("accelerator")
+        bench.progress(f"{label} run {run_number}/{args.runs}: {shown}", final=True, runs=1)
 
 
 def _failure(outcome):
@@ -310,14 +335,12 @@ class Benchmark:
             self.runs.write(f"{PROG}: {text}")
         self.runs.advance(runs, detail="" if final else text)
 
-    def _trainer_argv(self, policy, batch_size, iterations):
-        """`python -m trainer` arguments of a run (the worker adds --steps)."""
+    def _train_fields(self, policy, batch_size, iterations):
+        """The TrainConfig fields of a run (the worker adds steps), for its --config."""
         a = self.args
-        argv = ["--format", a.format, "--data", a.data, "--batch-size", str(batch_size), "--precision", policy,
-                "--optimizer", a.optimizer, "--seed", str(a.seed),
-                "--log-every", str(max(1, min(10, iterations // 4)))]
-        argv += ["--dropout", str(a.dropout)] if a.dropout is not None else []
-        return argv + (["--bert-config", a.bert_config] if a.bert_config else ["--model", a.model])
+        return {"format": a.format, "data": a.data, "batch_size": batch_size, "precision": policy,
+                "optimizer": a.optimizer, "seed": a.seed, "log_every": max(1, min(10, iterations // 4)),
+                "dropout": a.dropout, "bert_config": a.bert_config, "model": None if a.bert_config else a.model}
 
     def _env(self, local_only):
         env = dict(os.environ, KERAS_BACKEND=self.args.backend, TF_CPP_MIN_LOG_LEVEL="2")
@@ -326,13 +349,13 @@ class Benchmark:
                 env.pop(name, None)
         return env
 
-    def _start(self, devices, name, worker_args, trainer_argv, local_only, status, global_batch=0):
+    def _start(self, devices, name, worker_args, train_fields, local_only, status, global_batch=0):
         """Run one worker to the end (or --timeout); its output goes to logs/NAME.log. Returns its result."""
         host = f".host{self.host_index}" if self.hosts > 1 else ""
         log_path = os.path.join(self.log_dir, f"{name}{host}.log")
         result_path = os.path.join(self.scratch, f"{name}.json")
         argv = [sys.executable, "-m", "trainer.benchmark.worker", "--devices", str(devices), "--result",
-                result_path, *worker_args, "--", *trainer_argv]
+                result_path, *worker_args] + (["--config", json.dumps(train_fields)] if train_fields else [])
         with open(log_path, "w", encoding="utf-8") as log:
             log.write("$ " + " ".join(shlex.quote(a) for a in argv) + "\n")
             log.flush()
@@ -368,11 +391,11 @@ class Benchmark:
         return result
 
     def detect(self):
-        return self._start(1, "platform", ["--detect"], [], local_only=True, status=None)
+        return self._start(1, "platform", ["--detect"], None, local_only=True, status=None)
 
     def run(self, devices, policy, batch_size, name, status):
         return self._start(devices, name, ["--peak", "--iterations", str(self.args.iterations)],
-                           self._trainer_argv(policy, batch_size, self.args.iterations), local_only=False,
+                           self._train_fields(policy, batch_size, self.args.iterations), local_only=False,
                            status=status, global_batch=batch_size * devices * self.hosts)
 
     def search_max(self, devices, policy, status):
@@ -381,7 +404,7 @@ class Benchmark:
         def fits(batch_size):
             name = f"d{devices}-{policy}-probe-b{batch_size}"
             outcome = self._start(devices, name, ["--iterations", str(PROBE_ITERATIONS)],
-                                  self._trainer_argv(policy, batch_size, PROBE_ITERATIONS),
+                                  self._train_fields(policy, batch_size, PROBE_ITERATIONS),
                                   local_only=True, status=f"{status}: max search, batch {batch_size}",
                                   global_batch=batch_size * devices)
             if outcome["status"] == "error":

@@ -119,7 +119,15 @@ def markdown(results):
         "precision on one device, times the accelerators in use (N logical CPU devices share one host and count "
         "once).",
         "",
+        *_peaks_searches_and_failures(configs),
+        "Per run: `results.json` (every iteration's time), `logs/` (one log per run).",
     ]
+    return "\n".join(lines) + "\n"
+
+
+def _peaks_searches_and_failures(configs):
+    """The report's closing sections, those that have something to say."""
+    lines = []
     peaks = {}
     for config in configs:
         if config.get("peak_flops"):
@@ -145,8 +153,7 @@ def markdown(results):
             lines.append(f"- {devices_label(x['devices'], x['hosts'])} device(s), {x['precision']}, batch "
                          f"{x['batch']}: {x['status']}: {x.get('error')}" + (f" ({logs})" if logs else ""))
         lines.append("")
-    lines.append("Per run: `results.json` (every iteration's time), `logs/` (one log per run).")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def plot(path, results):

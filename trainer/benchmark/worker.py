@@ -1,15 +1,16 @@
 """One benchmark process: N devices, one precision and batch, `python -m trainer`'s own run, timed.
 
-    python -m trainer.benchmark.worker --devices N --iterations K --result PATH [--peak] -- TRAINER_ARGS...
+    python -m trainer.benchmark.worker --devices N --iterations K --result PATH [--peak] --config JSON
 
 `trainer.benchmark` starts this once per (devices, precision, batch, run) and
 per probe of the `max` search, so every measurement begins in a fresh
 process. The devices are the first N accelerators (CUDA_VISIBLE_DEVICES is
 narrowed before any framework loads) or, on a host without one, N logical CPU
 devices (TensorFlow logical devices; XLA's forced host device count for
-JAX). The run itself is `trainer.train.run` with TRAINER_ARGS (the same
-records, stream, prefetch, steps and loop as `python -m trainer`), which
-hands back the clock at the end of every iteration. It runs K + 1 steps and
+JAX). The run itself is `trainer.train` of the TrainConfig whose fields
+--config holds (the same records, stream, prefetch, steps and loop as
+`python -m trainer`), which hands back the clock at the end of every
+iteration. It runs K + 1 steps and
 keeps the times of the first K: the trainer dispatches step k + 1 before it
 waits for step k's results, so every timed iteration, the last included,
 ends with the next step under way (where dispatch is synchronous, TensorFlow
@@ -19,6 +20,8 @@ precision. The result is one JSON object written to --result:
 `{"status": "ok" | "oom" | "error", "error", "step_times", "replicas",
 "global_batch", "dtype_policy", "peak_flops", ...}`.
 
+The options are read by trainer.benchmark.cli.worker_main, the parent's
+own module (one place for the benchmark's arguments); `work` does the rest.
 `--detect` reports the platform instead (accelerator kind and count) without
 training; the parent asks it once, before any run.
 
@@ -28,7 +31,6 @@ backend's own RESOURCE_EXHAUSTED error, raised where the run starts), so the
 `max` search is tested on a host whose memory never runs out.
 """
 
-import argparse
 import contextlib
 import json
 import os
@@ -39,23 +41,15 @@ import time
 MEMORY_LIMIT_VARIABLE = "BERTPREP_TEST_MEMORY_LIMIT"
 
 
-def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
-    own, trainer_argv = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
-    p = argparse.ArgumentParser(prog="trainer.benchmark.worker")
-    p.add_argument("--devices", type=int, default=1, help="devices on this host")
-    p.add_argument("--iterations", type=int, default=3, help="timed iterations")
-    p.add_argument("--result", required=True, help="where to write the JSON result")
-    p.add_argument("--peak", action="store_true", help="measure the devices' matmul peak after the run")
-    p.add_argument("--detect", action="store_true", help="report the platform and exit")
-    args = p.parse_args(own)
+def work(devices, iterations, result_path, peak=False, detect_only=False, train_fields=None):
+    """One measurement (or with `detect_only` the platform) into `result_path`; the exit status."""
     backend = os.environ.get("KERAS_BACKEND", "tensorflow")
-    select_devices(args.devices, backend)
-    if args.detect:
+    select_devices(devices, backend)
+    if detect_only:
         result = detect(backend)
     else:
-        result = run_timed(trainer_argv + ["--steps", str(args.iterations + 1)], args.devices, backend, args.peak)
-    write_json(args.result, result)
+        result = run_timed(dict(train_fields, steps=iterations + 1), devices, backend, peak)
+    write_json(result_path, result)
     return 0 if result.get("status", "ok") == "ok" else 1
 
 
@@ -126,30 +120,31 @@ def is_out_of_memory(exc):
             or "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower())
 
 
-def run_timed(trainer_argv, devices, backend, measure_peak):
+def run_timed(train_fields, devices, backend, measure_peak):
+    """The run of TrainConfig(**train_fields), timed: the result's JSON object."""
     from bertprep.errors import BertprepError
-    from trainer.cli import build_parser
-    from trainer.train import run
+    from trainer.config import TrainConfig
+    from trainer.pretraining import train
 
-    args = build_parser().parse_args(trainer_argv)
+    config = TrainConfig(**train_fields)
     step_times, step_sequences = [], []
-    result = {"status": "ok", "backend": backend, "batch_size": args.batch_size, "precision": args.precision}
+    result = {"status": "ok", "backend": backend, "batch_size": config.batch_size, "precision": config.precision}
     try:
         limit = os.environ.get(MEMORY_LIMIT_VARIABLE)
-        if limit and args.batch_size > int(limit):
-            raise out_of_memory_error(backend, f"{args.batch_size} sequences per device exceed the test limit "
+        if limit and config.batch_size > int(limit):
+            raise out_of_memory_error(backend, f"{config.batch_size} sequences per device exceed the test limit "
                                                f"{MEMORY_LIMIT_VARIABLE}={limit}")
         with progress_lines(step_times):
-            summary = run(args, step_times=step_times, step_sequences=step_sequences)
+            summary = train(config, step_times=step_times, step_sequences=step_sequences)
         # step_sequences: the real sequences of each timed iteration (a packed row holds several)
-        result.update(step_times=step_times[:-1], step_sequences=step_sequences[:-1], replicas=summary["replicas"],
-                      global_batch=summary["global_batch"], final_loss=summary.get("last_loss"))
+        result.update(step_times=step_times[:-1], step_sequences=step_sequences[:-1], replicas=summary.replicas,
+                      global_batch=summary.global_batch, final_loss=summary.last_loss)
         kind, count = accelerators(backend)
         result.update(accelerator=kind if count else None, accelerators=count)
         if measure_peak:
             # Accelerators each count; N logical CPU devices share one host's cores, which count once.
-            physical = summary["replicas"] if count else summary["replicas"] // devices
-            result["peak_flops_per_device"] = matmul_peak(backend, args.precision)
+            physical = summary.replicas if count else summary.replicas // devices
+            result["peak_flops_per_device"] = matmul_peak(backend, config.precision)
             result["peak_flops"] = result["peak_flops_per_device"] * physical
     except BertprepError as exc:
         result.update(status="error", error=str(exc))
@@ -240,4 +235,6 @@ def write_json(path, value):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from trainer.benchmark.cli import worker_main
+
+    sys.exit(worker_main())

@@ -128,11 +128,11 @@ def vocab_beside(directory):
 
 def check_size_flag(checkpoint, model=None, bert_config=None):
     """A --model / --bert-config that disagrees with the checkpoint's own config is an error naming both."""
-    from trainer.config import SIZES, BertConfig
+    from trainer.config import SIZES, BertConfig, size_of
 
     config = checkpoint.config
     if model:
-        held = (config.num_hidden_layers, config.hidden_size, config.num_attention_heads)
+        held = size_of(config)
         if held != SIZES[model]:
             raise UsageError(f"--model {model} is L{SIZES[model][0]}/H{SIZES[model][1]}/A{SIZES[model][2]}, the "
                              f"checkpoint {checkpoint.path} holds L{held[0]}/H{held[1]}/A{held[2]} "

@@ -5,7 +5,7 @@ configuration and the encoder's weights, by variable path, from the
 pretraining checkpoint (its masked-LM and next-sentence heads are left out);
 add the task head (heads.py); train with --optimizer (by default AdamW, linear
 warmup and linear decay; google-adam is Google's own fine-tuning optimizer) on
-every device of the host (train.Devices, steps.py, as pretraining does);
+every device of the host (pretraining.Devices, steps.py, as pretraining does);
 then predict the eval split and score it: SQuAD answers through
 write_predictions (squad_predictions.py) into predictions.json (and
 null_odds.json for SQuAD 2.0), exact match and F1 as the official scripts
@@ -18,7 +18,6 @@ embedded sample records (cached): enough to show the path runs, not to score.
 import json
 import os
 import sys
-import time
 
 import numpy as np
 
@@ -26,100 +25,109 @@ from bertprep import formats
 from bertprep.atomic import atomic_write_bytes
 from bertprep.errors import DataError, UsageError
 from trainer import metrics, run_state
-from trainer.config import SIZES, BertConfig
+from trainer.config import SIZES, BertConfig, FinetuneSummary, TrainConfig, size_of
 from trainer.data import RecordStream, feature_dtypes, prefetch
 from trainer.heads import FEATURE_INPUTS
+from trainer.loop import Schedule, train_loop
+from trainer.pretraining import Devices, Log, warmup_steps
 from trainer.squad_predictions import load_eval_metadata, write_predictions
 from trainer.tasks import SPLIT_FILES, TaskData, task_named
-from trainer.train import TIMING_WARMUP_STEPS, Devices, Log, stop_if_stuck, warmup_steps
 
 # The on-the-fly checkpoint of a run without --init-checkpoint: a few steps of the sample records.
-SAMPLE_PRETRAINING = ["--format", "ofrecord", "--steps", "20", "--batch-size", "8", "--optimizer", "adam",
-                      "--lr", "1e-3", "--warmup", "2", "--log-every", "20", "--quiet"]
+SAMPLE_PRETRAINING = dict(format="ofrecord", steps=20, batch_size=8, optimizer="adam", lr=1e-3, warmup=2.0,
+                          log_every=20, quiet=True)
 
 
-def run(args, pretraining_parser):
-    """Fine-tune as `args` say; `pretraining_parser` (trainer.cli's, handed in because the cli imports this
-    module) reads the arguments of the sample checkpoint's pretraining run when there is no --init-checkpoint."""
+def finetune(config):
+    """Fine-tune as `config` (a trainer.FinetuneConfig) says; return the trainer.FinetuneSummary."""
     if os.environ.get("TF_CONFIG") or os.environ.get("KERAS_DISTRIBUTION_JOB_ADDRESSES"):
         raise UsageError("finetune runs on the devices of one host: unset TF_CONFIG / KERAS_DISTRIBUTION_JOB_ADDRESSES")
-    task = task_named(args.task)
-    data = TaskData(args.data, args.format, task)
-    if not data.files["eval"] and not args.no_eval:
-        raise UsageError(f"{args.data}: no {args.format} eval records ({SPLIT_FILES['eval'][args.format]}) to "
+    task = task_named(config.task)
+    data = TaskData(config.data, config.format, task)
+    if not data.files["eval"] and not config.no_eval:
+        raise UsageError(f"{config.data}: no {config.format} eval records ({SPLIT_FILES['eval'][config.format]}) to "
                          "score: add them, or give --no-eval to train without scores")
-    checkpoint = args.init_checkpoint or sample_checkpoint(args, data, pretraining_parser)
-    config, weights, checkpoint_path = read_pretraining_checkpoint(checkpoint)
-    if args.model and (config.num_hidden_layers, config.hidden_size, config.num_attention_heads) != SIZES[args.model]:
-        raise UsageError(f"--model {args.model}: the checkpoint {checkpoint_path} holds L{config.num_hidden_layers}/"
-                         f"H{config.hidden_size}/A{config.num_attention_heads} (leave --model out to use it)")
-    if data.seq > config.max_position_embeddings:
-        raise DataError(f"{args.data}: records have sequence length {data.seq} but the checkpoint's model has "
-                        f"{config.max_position_embeddings} positions")
-    if data.vocab_size and data.vocab_size > config.vocab_size:
-        raise DataError(f"{args.data}: records were made with a vocab of {data.vocab_size} entries, the "
-                        f"checkpoint's model has {config.vocab_size}")
+    checkpoint = config.init_checkpoint or sample_checkpoint(config, data)
+    bert, weights, checkpoint_path = read_pretraining_checkpoint(checkpoint)
+    if config.model and size_of(bert) != SIZES[config.model]:
+        raise UsageError(f"--model {config.model}: the checkpoint {checkpoint_path} holds L{bert.num_hidden_layers}/"
+                         f"H{bert.hidden_size}/A{bert.num_attention_heads} (leave --model out to use it)")
+    if data.seq > bert.max_position_embeddings:
+        raise DataError(f"{config.data}: records have sequence length {data.seq} but the checkpoint's model has "
+                        f"{bert.max_position_embeddings} positions")
+    if data.vocab_size and data.vocab_size > bert.vocab_size:
+        raise DataError(f"{config.data}: records were made with a vocab of {data.vocab_size} entries, the "
+                        f"checkpoint's model has {bert.vocab_size}")
     import keras
 
     keras.backend.clear_session()  # a fresh name space: variables are matched by path
-    keras.config.set_dtype_policy(args.precision if args.precision != "fp32" else "float32")
-    keras.utils.set_random_seed(args.seed)
+    keras.config.set_dtype_policy(config.precision if config.precision != "fp32" else "float32")
+    keras.utils.set_random_seed(config.seed)
     devices = Devices(keras.backend.backend())
-    log = Log(args, 0, enabled=True)
+    log = Log(config, 0, enabled=True)
     try:
-        return _finetune(args, task, data, config, weights, checkpoint_path, devices, log)
+        return _finetune(config, task, data, bert, weights, checkpoint_path, devices, log)
     finally:
         log.close()
 
 
-def _finetune(args, task, data, config, weights, checkpoint_path, devices, log):
+def _finetune(config, task, data, bert, weights, checkpoint_path, devices, log):
     from trainer.optimizers import build_slots, make_optimizer
+    from trainer.steps import make_steps
 
-    global_batch = args.batch_size * devices.replicas
+    global_batch = config.batch_size * devices.replicas
     train_records = data.records("train")
-    total_steps = args.steps or max(1, int(train_records * args.epochs / global_batch))
+    total_steps = config.steps or max(1, int(train_records * config.epochs / global_batch))
     log.total = total_steps
     with devices.scope():
-        model, objective = build_task_model(task, config, data)
-        optimizer = make_optimizer(args.optimizer, args.lr, warmup_steps(args.warmup, total_steps), total_steps,
-                                   args.clip_norm)
+        model, objective = build_task_model(task, bert, data)
+        optimizer = make_optimizer(config.optimizer, config.lr, warmup_steps(config.warmup, total_steps), total_steps,
+                                   config.clip_norm)
         build_slots(optimizer, model.trainable_variables)
         loaded, fresh_pooler = load_encoder(model, weights, checkpoint_path)
-    steps = build_task_steps(devices, model, optimizer, objective, args.precision)
+    steps = make_steps(devices, model, optimizer, 1, config.precision == "mixed_float16", objective)
     parameters = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
     log.note(f"{task.name}: {train_records:,} training records ({data.fmt}, seq {data.seq}); "
-             f"{loaded} encoder variables from {checkpoint_path}; model L{config.num_hidden_layers}/"
-             f"H{config.hidden_size} ({parameters / 1e6:.1f}M parameters); {total_steps} steps of global batch "
-             f"{global_batch} ({args.batch_size} x {devices.replicas} replicas); {args.precision}; "
-             f"{args.optimizer} lr {args.lr}")
+             f"{loaded} encoder variables from {checkpoint_path}; model L{bert.num_hidden_layers}/"
+             f"H{bert.hidden_size} ({parameters / 1e6:.1f}M parameters); {total_steps} steps of global batch "
+             f"{global_batch} ({config.batch_size} x {devices.replicas} replicas); {config.precision}; "
+             f"{config.optimizer} lr {config.lr}")
     if fresh_pooler:
         log.note(f"{checkpoint_path} has no pooler (bert/pooler/dense): the pooler starts from its random "
                  "initialization, as transformers starts a BertModel saved without one")
 
-    stream = RecordStream(data, "train", args.batch_size * devices.local_replicas, args.seed)
-    train = train_loop(args, steps, objective, stream, total_steps, global_batch, log)
-    os.makedirs(args.output_dir, exist_ok=True)
-    if args.checkpoint_dir:
-        path = run_state.save(args.checkpoint_dir, train["steps"], steps.get_state(),
-                              {"settings": {"task": task.name, "model": config.to_dict(), "init": checkpoint_path}},
+    stream = RecordStream(data, "train", config.batch_size * devices.local_replicas, config.seed)
+    train = training_figures(*train_loop(steps, prefetch(stream.batches()), Schedule(total_steps, config.log_every),
+                                         log))
+    os.makedirs(config.output_dir, exist_ok=True)
+    if config.checkpoint_dir:
+        path = run_state.save(config.checkpoint_dir, train["steps"], steps.get_state(),
+                              {"settings": {"task": task.name, "model": bert.to_dict(), "init": checkpoint_path}},
                               keep=1)
         log.note(f"checkpoint {path}")
     evaluation = {}
-    if not args.no_eval:
-        eval_batch = args.batch_size * devices.replicas
+    if not config.no_eval:
+        eval_batch = config.batch_size * devices.replicas
         if task.is_squad:
-            evaluation = evaluate_squad(args, data, steps, eval_batch, log)
+            evaluation = evaluate_squad(config, data, steps, eval_batch, log)
         else:
             evaluation = evaluate_glue(task, data, steps, eval_batch)
         log.record("eval", {k: v for k, v in evaluation.items() if isinstance(v, (int, float))}, train["steps"])
     else:
         log.note("--no-eval: nothing scored")
-    summary = {"task": task.name, "format": data.fmt, "init_checkpoint": checkpoint_path,
-               "replicas": devices.replicas, "global_batch": global_batch, "precision": args.precision,
-               "optimizer": args.optimizer, **train,
-               **{f"eval_{k}": v for k, v in evaluation.items()}}
-    log.record("summary", {k: v for k, v in summary.items() if isinstance(v, (int, float))}, train["steps"])
+    summary = FinetuneSummary(task=task.name, format=data.fmt, init_checkpoint=checkpoint_path,
+                              replicas=devices.replicas, global_batch=global_batch, precision=config.precision,
+                              optimizer=config.optimizer, **train, evaluation=evaluation)
+    log.record("summary", {k: v for k, v in summary.to_dict().items() if isinstance(v, (int, float))}, train["steps"])
     return summary
+
+
+def training_figures(counts, meter):
+    """The summary's figures of the loop's Counts and Meter."""
+    return {"steps": counts.step, "skipped_steps": counts.skipped,
+            "first_logged_loss": counts.first_logged["loss"] if counts.first_logged else None,
+            "last_logged_loss": counts.last_logged.get("loss"),
+            "mean_sequences_per_second": meter.rates(meter.timed)["sequences_per_second"]}
 
 
 def build_task_model(task, config, data, batch=2):
@@ -138,16 +146,6 @@ def build_task_model(task, config, data, batch=2):
         model(symbolic_inputs(batch, data.seq))
     return model, objective
 
-
-def build_task_steps(devices, model, optimizer, objective, precision):
-    dynamic_scale = precision == "mixed_float16"
-    if devices.backend == "tensorflow":
-        from trainer.steps import TensorFlowSteps
-
-        return TensorFlowSteps(devices.strategy, model, optimizer, 1, dynamic_scale, objective)
-    from trainer.steps import JaxSteps
-
-    return JaxSteps(devices.distribution, model, optimizer, 1, dynamic_scale, objective)
 
 
 # ---------------------------------------------------------------- the pretraining checkpoint
@@ -175,67 +173,25 @@ def load_encoder(model, weights, path):
     return assign(model, weights, path, skip=skip), fresh_pooler
 
 
-def sample_checkpoint(args, data, pretraining_parser):
+def sample_checkpoint(config, data):
     """A tiny pretraining checkpoint made on the fly from the embedded sample records (cached per
     user), with the vocab size of the fine-tuning records so their token ids fit."""
-    from trainer.train import run as pretrain, sample_records
+    from trainer.pretraining import sample_records, train
 
     vocab_size = data.vocab_size or BertConfig().vocab_size
-    model = args.model or "tiny"
+    model = config.model or "tiny"
     directory = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "bertprep",
                              "finetune-sample-checkpoint", f"{model}-vocab-{vocab_size}")
     if not run_state.list_checkpoints(directory):
-        if not args.quiet:
+        if not config.quiet:
             print(f"trainer: no --init-checkpoint: pretraining the {model} model for a few steps on the embedded "
                   f"sample records into {directory}", file=sys.stderr)
         os.makedirs(directory, exist_ok=True)
         config_path = os.path.join(directory, "bert_config.json")
         atomic_write_bytes(config_path, json.dumps(BertConfig.sized(model, vocab_size=vocab_size).to_dict()).encode())
-        pretrain(pretraining_parser().parse_args(SAMPLE_PRETRAINING + [
-            "--data", sample_records(), "--bert-config", config_path, "--checkpoint-dir", directory]))
+        train(TrainConfig(**SAMPLE_PRETRAINING, data=sample_records(), bert_config=config_path,
+                          checkpoint_dir=directory))
     return directory
-
-
-# ---------------------------------------------------------------- training
-
-
-def train_loop(args, steps, objective, stream, total_steps, global_batch, log):
-    """Run `total_steps` optimizer steps; log every --log-every; return the run's training figures."""
-    batches = prefetch(stream.batches())
-    window = {k: 0.0 for k in objective.sum_keys}
-    first_loss = last_loss = None
-    step = skipped = nonfinite_run = 0
-    timed_seconds, timed_steps = 0.0, 0
-    clock = time.perf_counter()
-    while step < total_steps:
-        result = steps.fetch(steps.train(steps.put({k: v[None] for k, v in next(batches).items()})))
-        now = time.perf_counter()
-        # A non-finite step is skipped under loss scaling and applied otherwise (trainer/steps.py).
-        nonfinite_run = 0 if result["finite"] else nonfinite_run + 1
-        stop_if_stuck(nonfinite_run, step, result)
-        if not result["applied"]:
-            skipped += 1
-            clock = now
-            continue
-        step += 1
-        if step > TIMING_WARMUP_STEPS:
-            timed_seconds += now - clock
-            timed_steps += 1
-        clock = now
-        for k in objective.sum_keys:
-            window[k] += result[k]
-        log.bar(step)
-        if step % args.log_every == 0 or step == total_steps:
-            values = objective.metrics(window)
-            first_loss = values["loss"] if first_loss is None else first_loss
-            last_loss = values["loss"]
-            values.update(learning_rate=result["learning_rate"], loss_scale=result["loss_scale"],
-                          skipped_steps=skipped)
-            log.record("train", values, step)
-            window = {k: 0.0 for k in objective.sum_keys}
-            clock = time.perf_counter()
-    return {"steps": step, "skipped_steps": skipped, "first_logged_loss": first_loss, "last_logged_loss": last_loss,
-            "mean_sequences_per_second": global_batch * timed_steps / timed_seconds if timed_steps else None}
 
 
 # ---------------------------------------------------------------- evaluation
@@ -282,7 +238,7 @@ def evaluate_glue(task, data, steps, batch):
     return result
 
 
-def evaluate_squad(args, data, steps, batch, log):
+def evaluate_squad(config, data, steps, batch, log):
     """predictions.json, nbest_predictions.json (and null_odds.json for SQuAD 2.0) in --output-dir,
     scored against the dev JSON as the official evaluate script would score them."""
     features_path, examples_path = data.eval_metadata
@@ -298,18 +254,18 @@ def evaluate_squad(args, data, steps, batch, log):
         mismatch = next((i for i, (a, b) in enumerate(zip(order, expected)) if a != b), min(len(order), len(expected)))
         raise DataError(f"{features_path}: does not match the eval records ({len(expected)} features, "
                         f"{len(order)} records; first difference at record {mismatch})")
-    dev_file = args.eval_file or data.source("eval") or data.source("dev")
+    dev_file = config.eval_file or data.source("eval") or data.source("dev")
     dataset = _read_squad_json(dev_file) if dev_file else None
     version_2 = data.version_2_with_negative or (dataset is not None and dataset.get("version") == "2.0")
     predictions, nbest, null_odds = write_predictions(examples, features, logits, version_2, data.lower_case,
-                                                      null_score_diff_threshold=args.null_score_diff_threshold)
+                                                      null_score_diff_threshold=config.null_score_diff_threshold)
     written = {"predictions.json": predictions, "nbest_predictions.json": nbest}
     if version_2:
         written["null_odds.json"] = null_odds
     for name, content in written.items():
         # The reference's layout (json.dumps indent 4), so the official scripts read them as usual.
-        atomic_write_bytes(os.path.join(args.output_dir, name), (json.dumps(content, indent=4) + "\n").encode())
-    result = {"examples": len(examples), "predictions": os.path.join(args.output_dir, "predictions.json")}
+        atomic_write_bytes(os.path.join(config.output_dir, name), (json.dumps(content, indent=4) + "\n").encode())
+    result = {"examples": len(examples), "predictions": os.path.join(config.output_dir, "predictions.json")}
     if dataset is None:
         log.note("no dev JSON (manifest source or --eval-file): predictions written, not scored")
         return result

@@ -1,0 +1,98 @@
+"""trainer's Python API: `trainer.train(TrainConfig(...))` and `trainer.finetune(FinetuneConfig(...))`
+give the summaries the CLI prints (a `python -m trainer ... --json` run in a subprocess), the configs
+are checked when built with the CLI's messages, and `import trainer` loads no framework."""
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from bertprep import formats
+from bertprep.errors import UsageError
+from bertprep.formats.schemas import GLUE
+from trainer.cli import build_finetune_parser, build_parser, config_from
+from trainer.config import FinetuneConfig, TrainConfig
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Clock-dependent: the rest of a summary is the same in every run.
+TIMINGS = ("mean_sequences_per_second", "mean_tokens_per_second")
+
+
+def cli_summary(*argv):
+    """`python -m trainer ARGV --json` in a fresh process: its summary."""
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run([sys.executable, "-m", "trainer", *argv, "--json", "--quiet"], capture_output=True,
+                          text=True, env=env, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    return {k: v for k, v in json.loads(done.stdout).items() if k not in TIMINGS}
+
+
+def test_import_trainer_loads_no_framework():
+    code = "import sys, trainer; trainer.TrainConfig; print(sorted({'keras', 'tensorflow', 'jax'} & set(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stderr
+
+
+def test_configs_have_the_cli_defaults_and_its_checks():
+    assert config_from(build_parser().parse_args(["--format", "ofrecord"]), TrainConfig) == TrainConfig("ofrecord")
+    finetune_argv = ["--task", "MRPC", "--data", "d", "--format", "tfrecord"]
+    assert (config_from(build_finetune_parser().parse_args(finetune_argv), FinetuneConfig)
+            == FinetuneConfig("MRPC", "d", "tfrecord"))
+    # Derived once, when built: the sample run's tiny model, a --data run's base, fine-tuning's output.
+    assert (TrainConfig("ofrecord").model, TrainConfig("ofrecord", data="d").model) == ("tiny", "base")
+    assert TrainConfig("ofrecord", bert_config="c.json").model is None
+    assert FinetuneConfig("MRPC", "d", "tfrecord").output_dir == "finetune-mrpc"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        TrainConfig("ofrecord").steps = 3
+    for kind, fields, message in [
+            (TrainConfig, {"resume": True}, "--resume needs --checkpoint-dir"),
+            (TrainConfig, {"optimizer": "adam", "clip_norm": 1.0},
+             "--clip-norm: --optimizer adam does not clip gradients (only lamb and google-adam do)"),
+            (TrainConfig, {"warmup": 30, "steps": 20}, "--warmup 30 exceeds --steps 20"),
+            (TrainConfig, {"lr": float("nan")}, "--lr must be a positive number, got nan"),
+            (TrainConfig, {"steps": 0}, "--steps: expected a positive integer, got 0"),
+            (TrainConfig, {"precision": "fp8"}, "--precision: expected one of fp32, mixed_float16, "
+                                                "mixed_bfloat16, got 'fp8'"),
+            (FinetuneConfig, {"epochs": 0}, "--epochs must be positive, got 0")]:
+        required = ("ofrecord",) if kind is TrainConfig else ("MRPC", "d", "tfrecord")
+        with pytest.raises(UsageError) as raised:
+            kind(*required, **fields)
+        assert str(raised.value) == message
+
+
+@pytest.mark.heavy
+def test_train_and_finetune_in_python_give_the_cli_summaries(shared_dir, golden_dir, tmp_path):
+    """Pretraining the tiny model on the golden records, then fine-tuning MRPC (Google's records) from
+    that checkpoint: in Python and through the CLI, the same summary (losses, steps, scores) but for the
+    clock's figures."""
+    pytest.importorskip("tensorflow")
+    import trainer
+    from test_trainer_data import golden_records
+    from trainer_checks import bert_config
+
+    records, config = str(golden_records(golden_dir, tmp_path / "records")), bert_config(tmp_path, 0.0)
+    summary = trainer.train(TrainConfig("tfrecord", data=records, bert_config=config, steps=3, batch_size=4,
+                                        log_every=1, checkpoint_dir=str(tmp_path / "ckpt"), quiet=True))
+    assert isinstance(summary, trainer.TrainSummary) and summary.steps == 3
+    cli = cli_summary("--format", "tfrecord", "--data", records, "--bert-config", config, "--steps", "3",
+                      "--batch-size", "4", "--log-every", "1", "--checkpoint-dir", str(tmp_path / "ckpt-cli"))
+    assert {k: v for k, v in summary.to_dict().items() if k not in TIMINGS} == cli
+
+    golden = shared_dir / "fixtures" / "finetune" / "glue" / "MRPC_train_seq128.tfrecord"
+    data = tmp_path / "mrpc"
+    data.mkdir()
+    for split in ("train", "eval"):
+        formats.write_records(data / f"{split}.tf_record", list(formats.read_records(golden))[:16], "tfrecord",
+                              kind=GLUE)
+    tuned = trainer.finetune(FinetuneConfig("mrpc", str(data), "tfrecord", init_checkpoint=str(tmp_path / "ckpt"),
+                                            steps=4, batch_size=8, log_every=2,
+                                            output_dir=str(tmp_path / "out"), quiet=True))
+    assert isinstance(tuned, trainer.FinetuneSummary) and tuned.evaluation["examples"] == 16
+    cli = cli_summary("finetune", "--task", "mrpc", "--data", str(data), "--format", "tfrecord",
+                      "--init-checkpoint", str(tmp_path / "ckpt-cli"), "--steps", "4", "--batch-size", "8",
+                      "--log-every", "2", "--output-dir", str(tmp_path / "out-cli"))
+    expected = {k: v for k, v in tuned.to_dict().items() if k not in TIMINGS}
+    assert expected == dict(cli, init_checkpoint=expected["init_checkpoint"])

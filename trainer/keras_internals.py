@@ -1,0 +1,34 @@
+"""Every use of a Keras name that is not public API (keras.src, an underscored attribute), in one place,
+each with why the public API does not do: a Keras upgrade that moves one breaks here, and only here.
+Checked against Keras 3.15."""
+
+from keras.src.backend.common import global_state
+
+
+def take_uninitialized_variables():
+    """The variables created inside `keras.StatelessScope(initialize_variables=False)` and not yet
+    initialized, and Keras's list of them emptied. Keras keeps that list in its global state under a
+    name with no public accessor; model.variables_initialized_together initializes them all in one
+    compiled program instead of one program per initializer."""
+    variables = global_state.get_global_attribute("uninitialized_variables") or []
+    global_state.set_global_attribute("uninitialized_variables", [])
+    return variables
+
+
+def forget_uninitialized_variables():
+    """Keras's list emptied (after a failure inside the scope): later scopes start clean."""
+    global_state.set_global_attribute("uninitialized_variables", [])
+
+
+def initialize_variable(variable, value):
+    """A deferred variable given its initial value: what Keras's own deferred initialization does
+    with the draw (`Variable._initialize`), and its initializer dropped so it is not drawn again.
+    The public `assign` refuses a variable that has no value yet."""
+    variable._initialize(value)
+    variable._initializer = None
+
+
+def variable_index(optimizer, variable):
+    """The index of `variable` in the optimizer's own lists (its slots are kept in that order): Keras's
+    optimizers find it with `_get_variable_index` (by the variable's key), which has no public name."""
+    return optimizer._get_variable_index(variable)

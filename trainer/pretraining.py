@@ -1,0 +1,419 @@
+"""The pretraining run, `trainer.train(TrainConfig)`: devices, data, model, steps, logging, evaluation and
+checkpoints."""
+
+import contextlib
+import dataclasses
+import functools
+import json
+import math
+import os
+import sys
+
+import numpy as np
+
+from bertprep.atomic import hold
+from bertprep.errors import DataError, UsageError
+from bertprep.progress import Progress
+from trainer import run_state
+from trainer.data import RecordStream, Records, prefetch
+from trainer.config import BertConfig, TrainSummary
+from trainer.library_logs import library_lines_left_out, load_keras
+from trainer.loop import Hooks, Schedule, evaluate, train_loop
+
+
+
+class Devices:
+    """Where the steps run: the strategy/distribution, (model) replica counts, this process's place,
+    and its share of the data: `worker_index` of `num_workers` data feeds, `local_replicas` of them."""
+
+    def __init__(self, backend, model_parallel=1, placement="intra_first", pipeline_stages=1):
+        self.backend = backend
+        self.mesh = None
+        if backend == "tensorflow":
+            import tensorflow as tf
+
+            if os.environ.get("TF_CONFIG"):
+                self.strategy = tf.distribute.MultiWorkerMirroredStrategy()
+                resolver = self.strategy.cluster_resolver
+                tasks = [(t, i) for t in ("chief", "worker") for i in range(len(resolver.cluster_spec().as_dict().get(t, [])))]
+                self.worker_index = tasks.index((resolver.task_type, resolver.task_id))
+                self.num_workers = len(tasks)
+            else:
+                names = [d.name for d in tf.config.list_logical_devices("GPU")]
+                names = names or [d.name for d in tf.config.list_logical_devices("CPU")]
+                self.strategy = tf.distribute.MirroredStrategy(names)
+                self.worker_index, self.num_workers = 0, 1
+            self.process_index = self.worker_index
+            self.replicas = self.strategy.num_replicas_in_sync
+            self.local_replicas = len(self.strategy.extended.worker_devices)
+            self.description = f"{self.replicas} replica(s) on {self.num_workers} worker(s): " + ", ".join(
+                self.strategy.extended.worker_devices)
+        elif backend == "jax":
+            import keras
+
+            import jax
+
+            from trainer import parallel
+
+            # A (batch, model) mesh, model_parallel 1 being data parallelism; with pipeline stages a
+            # (stage, batch, model) mesh (trainer/pipeline.py).
+            if pipeline_stages > 1:
+                from trainer import pipeline
+
+                self.distribution = pipeline.make_distribution(pipeline_stages, model_parallel, placement)
+                mesh = self.distribution.device_mesh
+                processes, self.mesh = pipeline.replica_processes(mesh), pipeline.mesh_summary(mesh, placement)
+                self.replicas = mesh.shape[1]
+                shape = f"{pipeline_stages} stage x {self.replicas} batch x {model_parallel} model"
+            else:
+                self.distribution = parallel.make_distribution(model_parallel, placement)
+                mesh = self.distribution.device_mesh
+                processes, self.mesh = parallel.process_grid(mesh), parallel.mesh_summary(mesh, placement)
+                self.replicas = mesh.shape[0]
+                shape = f"{self.replicas} batch x {model_parallel} model"
+            keras.distribution.set_distribution(self.distribution)
+            self.process_index = jax.process_index()
+            self.worker_index, self.num_workers, self.local_replicas = parallel.data_feed(processes, self.process_index)
+            self.description = (f"{mesh.devices.size} device(s) on {jax.process_count()} process(es), mesh "
+                                f"{shape} ({placement}): " + " ".join(np.asarray(mesh.devices).ravel()))
+        else:
+            raise UsageError(f"KERAS_BACKEND={backend!r} is not supported (use tensorflow or jax)")
+
+    @property
+    def is_chief(self):
+        return self.process_index == 0
+
+    def scope(self):
+        return self.strategy.scope() if self.backend == "tensorflow" else contextlib.nullcontext()
+
+
+def initialize_jax_processes():
+    """Several JAX processes (one per host): Keras's variables name the coordinator (the first
+    address), the process count and this process's index, as TF_CONFIG does for TensorFlow."""
+    import keras
+
+    env = os.environ
+    try:
+        count = int(env["KERAS_DISTRIBUTION_NUM_PROCESSES"])
+        index = int(env["KERAS_DISTRIBUTION_PROCESS_ID"])
+    except (KeyError, ValueError):
+        raise UsageError("KERAS_DISTRIBUTION_JOB_ADDRESSES is set: KERAS_DISTRIBUTION_NUM_PROCESSES and "
+                         "KERAS_DISTRIBUTION_PROCESS_ID must be set to integers too") from None
+    if not 0 <= index < count:
+        raise UsageError(f"KERAS_DISTRIBUTION_PROCESS_ID={index} is outside 0..{count - 1}")
+    keras.distribution.initialize(env["KERAS_DISTRIBUTION_JOB_ADDRESSES"], count, index)
+
+
+def read_initial_checkpoint(config):
+    """--init-checkpoint (a trainer.checkpoint.Checkpoint); a --model or --bert-config that disagrees
+    with its config is an error naming both."""
+    from trainer.checkpoint import check_size_flag, read
+
+    with library_lines_left_out():  # reading Google's checkpoint imports TensorFlow
+        checkpoint = read(config.init_checkpoint)
+        check_size_flag(checkpoint, config.model, config.bert_config)
+    return checkpoint
+
+
+def model_config(config, records, initial=None):
+    """The model: the config of `initial` (--init-checkpoint's), --bert-config as given, or a Google
+    size whose vocab is the one the records were made with; --dropout replaces both dropout rates.
+    Records that do not fit it (vocab, sequence length, predictions) are a DataError."""
+    if initial is not None or config.bert_config:
+        bert = initial.config if initial is not None else BertConfig.from_json_file(config.bert_config)
+        owner = config.init_checkpoint if initial is not None else config.bert_config
+        if records.vocab_size and records.vocab_size > bert.vocab_size:
+            raise DataError(f"{owner}: vocab_size {bert.vocab_size} is smaller than the records' "
+                            f"vocab ({records.vocab_size} entries)")
+    elif records.vocab_size:
+        bert = BertConfig.sized(config.model, vocab_size=records.vocab_size)
+    else:
+        bert = BertConfig.sized(config.model)
+    if config.dropout is not None:
+        bert = dataclasses.replace(bert, hidden_dropout_prob=config.dropout, attention_probs_dropout_prob=config.dropout)
+    return bert
+
+
+def check_records_fit(bert, records, data_dir):
+    if records.seq > bert.max_position_embeddings:
+        raise DataError(f"{data_dir}: records have sequence length {records.seq} but the model has "
+                        f"{bert.max_position_embeddings} positions (max_position_embeddings)")
+    if records.pred > records.seq:
+        raise DataError(f"{data_dir}: {records.pred} predictions per sequence exceed sequence length {records.seq}")
+
+
+def build_steps(config, devices, bert, records, warmup, initial=None, log=None):
+    """The model (its weights from `initial`, a trainer.checkpoint.Checkpoint, where given), its
+    optimizer and the compiled step functions of this backend."""
+    from trainer.model import build_model
+    from trainer.optimizers import build_slots, make_optimizer
+    from trainer.steps import make_steps
+
+    with devices.scope():
+        model = build_model(bert, records.seq, records.pred, pad_vocab=config.pad_vocab_multiple)
+        optimizer = make_optimizer(config.optimizer, config.lr, warmup, config.steps, config.clip_norm)
+        build_slots(optimizer, model.trainable_variables)
+        if initial is not None:
+            load_initial(model, initial, log)
+    steps = make_steps(devices, model, optimizer, config.grad_accum, config.precision == "mixed_float16",
+                       allreduce_dtype=config.allreduce_dtype, pipeline_stages=config.pipeline_stages)
+    return model, optimizer, steps
+
+
+def load_initial(model, initial, log=None):
+    """The checkpoint's weights into `model`; what it lacks starts from random: the heads of a
+    BertModel, its pooler too if saved without."""
+    from trainer.checkpoint.run import assign
+
+    fresh = (() if initial.has_heads else ("bert/masked_lm/", "bert/next_sentence/")) + (
+        () if initial.has_pooler else ("bert/pooler/",))
+    skip = {v.path for v in model.trainable_variables if fresh and v.path.startswith(fresh)}
+    loaded = assign(model, initial.ours(), initial.path, skip=skip)
+    if log is not None:
+        lacking = ("" if initial.has_heads else
+                   " (no pretraining heads in it: they start from random)" if initial.has_pooler else
+                   " (no pretraining heads or pooler in it: they start from random)")
+        log.note(f"initialized {loaded} variables from {initial.kind} checkpoint {initial.path}{lacking}"
+                 + "".join(f"; {note}" for note in initial.notes))
+
+
+def warmup_steps(value, total_steps):
+    return int(round(value * total_steps)) if value < 1 else int(value)
+
+
+class Log:
+    """Log lines and progress (bertprep.progress: a bar with an ETA on a terminal, a line every few seconds
+    elsewhere) on stderr, JSON lines, TensorBoard scalars (chief only)."""
+
+    def __init__(self, config, total_steps, enabled):
+        """`config`: a TrainConfig or FinetuneConfig (quiet, log_json, tensorboard_dir, checkpoint_dir)."""
+        self.enabled = enabled
+        self.quiet = config.quiet
+        self.total = total_steps
+        self.progress = None  # made at the first step: fine-tuning knows its total only then
+        self.json = open(config.log_json, "a", encoding="utf-8") if (config.log_json and enabled) else None
+        self.tensorboard = None
+        tb_dir = config.tensorboard_dir or (os.path.join(config.checkpoint_dir, "tensorboard")
+                                            if config.checkpoint_dir else None)
+        if tb_dir and enabled:
+            from trainer.tensorboard import EventWriter
+
+            self.tensorboard = EventWriter(tb_dir)
+
+    def note(self, message):
+        self._write(f"trainer: {message}")
+
+    def _write(self, line):
+        if not self.enabled or self.quiet:
+            return
+        if self.progress:
+            self.progress.write(line)
+        else:
+            print(line, file=sys.stderr, flush=True)
+
+    def bar(self, step, text=""):
+        if not self.enabled or self.quiet:
+            return
+        if self.progress is None:
+            # From the first step done: its compilation and a resumed run's earlier steps are not in the
+            # rate that the ETA comes from.
+            self.progress = Progress("trainer", total=self.total, unit="steps", initial=step)
+        else:
+            self.progress.advance(step - self.progress.done, detail=text)
+
+    def record(self, event, values, step):
+        """`values` to the JSON lines and TensorBoard, and but for the summary (printed once, by the CLI)
+        as a line on stderr."""
+        if not self.enabled:
+            return
+        if self.json:
+            self.json.write(json.dumps({"event": event, "step": step, **values}, sort_keys=True) + "\n")
+            self.json.flush()
+        if self.tensorboard:
+            self.tensorboard.scalars(step, {f"{event}/{key}": float(value) for key, value in values.items()
+                                            if isinstance(value, (int, float)) and math.isfinite(value)})
+        if event != "summary":
+            self._write(f"{event} step {step}: " + " ".join(_fmt(k, v) for k, v in values.items() if v is not None))
+
+    def close(self):
+        if self.json:
+            self.json.close()
+        if self.tensorboard:
+            self.tensorboard.close()
+        if self.progress:
+            self.progress.close()
+
+
+def _fmt(key, value):
+    if key == "learning_rate":
+        return f"lr {value:.3e}"
+    if key == "sequences_per_second":
+        return f"{value:,.1f} seq/s"
+    if key == "tokens_per_second":
+        return f"{value:,.0f} tok/s"
+    if isinstance(value, float):
+        return f"{key} {value:.4f}"
+    return f"{key} {value}"
+
+
+def train(config, step_times=None, step_sequences=None):
+    """Pretrain as `config` (a trainer.TrainConfig) says; return the trainer.TrainSummary. `step_times`, a
+    list, receives the clock (time.perf_counter, monotonic) when each step's results reached the host:
+    trainer.benchmark's timing; `step_sequences`, a list, the real sequences of each of those steps (a
+    packed row holds several)."""
+    # Data and model settings are checked before any device is touched.
+    data_dir = config.data
+    if data_dir is None:
+        data_dir = sample_records()
+        if not config.quiet:
+            print(f"trainer: no --data: training on the embedded sample records in {data_dir}", file=sys.stderr)
+    records = Records(data_dir, config.format)
+    initial = read_initial_checkpoint(config) if config.init_checkpoint else None
+    bert = model_config(config, records, initial)
+    check_records_fit(bert, records, data_dir)
+    keras = load_keras()
+
+    if keras.backend.backend() == "jax" and os.environ.get("KERAS_DISTRIBUTION_JOB_ADDRESSES"):
+        initialize_jax_processes()  # before anything asks JAX for its devices (tracing the model does)
+    config.check_backend(keras.backend.backend())
+    if config.pipeline_stages > 1:
+        from trainer.pipeline import check_layers
+
+        check_layers(bert, config.pipeline_stages)
+    if config.model_parallel > 1:
+        from trainer import parallel
+
+        # Before the session is cleared: tracing the model moves Keras's name counters and seeds.
+        parallel.check_splits(*parallel.abstract_variables(bert, records.seq, records.pred), config.model_parallel)
+    keras.backend.clear_session()  # a fresh name space: checkpoints name variables by path
+    keras.config.set_dtype_policy(config.precision if config.precision != "fp32" else "float32")
+    keras.utils.set_random_seed(config.seed)
+    devices = Devices(keras.backend.backend(), config.model_parallel, config.placement, config.pipeline_stages)
+    # The chief writes the checkpoints: it holds their directory (a second run into it is refused,
+    # checkpoints half-written by a killed run are cleared) before anything is logged there.
+    holding = (hold(config.checkpoint_dir, "trainer") if config.checkpoint_dir and devices.is_chief
+               else contextlib.nullcontext())
+    with holding:
+        log = Log(config, config.steps, enabled=devices.is_chief)
+        try:
+            return _train(config, devices, log, data_dir, records, bert, step_times, step_sequences, initial)
+        finally:
+            log.close()
+
+
+def _train(config, devices, log, data_dir, records, bert, step_times=None, step_sequences=None, initial=None):
+    """Streams, model and steps, a resumed state, the loop, the summary."""
+    stream, eval_stream = record_streams(config, devices, records, data_dir, log)
+    model, _, steps = build_steps(config, devices, bert, records, warmup_steps(config.warmup, config.steps),
+                                  initial, log)
+    settings = run_settings(config, bert, devices)
+    draws = resume(config, steps, settings, log) if config.resume else 0
+    log.note(describe(config, devices, bert, records, stream, model))
+    schedule = Schedule(config.steps, config.log_every, config.steps_per_call,
+                        eval_every=config.eval_every if eval_stream else 0,
+                        checkpoint_every=config.checkpoint_every if config.checkpoint_dir else 0)
+    hooks = Hooks(evaluate=lambda step: evaluate(steps, eval_stream, config.eval_steps),
+                  checkpoint=functools.partial(checkpoint, config, devices, steps, settings, log),
+                  step_times=step_times, step_sequences=step_sequences)
+    batches = prefetch(stream.batches(draws * stream.batch_size))
+    counts, meter = train_loop(steps, batches, schedule, log, config.grad_accum, hooks, draws)
+    summary = train_summary(config, devices, steps, counts, meter)
+    if devices.is_chief:
+        log.record("summary", summary.to_dict(), counts.step)
+    return summary
+
+
+def global_batch(config, devices):
+    return config.batch_size * devices.replicas * config.grad_accum
+
+
+def record_streams(config, devices, records, data_dir, log):
+    """(training stream, test stream or None) of this worker's share of the records."""
+    per_worker = config.batch_size * devices.local_replicas
+    stream = RecordStream(records, "training", per_worker * config.grad_accum, config.seed,
+                          worker_index=devices.worker_index, num_workers=devices.num_workers,
+                          bin_size=config.bin_size)
+    eval_stream = None
+    if config.eval_every:
+        if records.files["test"]:
+            eval_stream = RecordStream(records, "test", per_worker, config.seed,
+                                       worker_index=devices.worker_index,
+                                       num_workers=min(devices.num_workers, len(records.files["test"])))
+        else:
+            log.note(f"{data_dir}: no {config.format} test records: --eval-every ignored")
+    return stream, eval_stream
+
+
+def run_settings(config, bert, devices):
+    """What fixes the trajectory: the global batch and how the data are split into feeds, not how
+    many devices share the work or how a model is split over them (--model-parallel may change)."""
+    return {
+        "model": bert.to_dict(), "optimizer": config.optimizer, "lr": config.lr, "warmup": config.warmup,
+        "steps": config.steps, "global_batch": global_batch(config, devices), "grad_accum": config.grad_accum,
+        "data_workers": devices.num_workers, "precision": config.precision, "seed": config.seed,
+        "format": config.format,
+        "bin_size": config.bin_size,  # None in checkpoints from before binning: the same as no binning
+        "clip_norm": config.clip_norm,  # None (the optimizer's default) in checkpoints from before --clip-norm
+    }
+
+
+def resume(config, steps, settings, log):
+    """The newest checkpoint of --checkpoint-dir into `steps` (its settings must be this run's); the
+    batches it had drawn (0 without one)."""
+    found = run_state.load_latest(config.checkpoint_dir)
+    if found is None:
+        log.note(f"{config.checkpoint_dir}: no checkpoint yet, starting at step 0")
+        return 0
+    path, arrays, saved = found
+    expected = {name: value.shape for name, value in steps.get_state().items()}
+    run_state.check_compatible(path, saved.get("settings", {}), settings, arrays, expected)
+    steps.set_state(arrays)
+    draws = int(saved["draws"])
+    log.note(f"resumed from {path} (step {saved['step']}, {draws} batches drawn)")
+    return draws
+
+
+def checkpoint(config, devices, steps, settings, log, step, draws):
+    """The run's state after `step` into --checkpoint-dir (the chief writes it)."""
+    state = steps.get_state()  # every process takes part: model-parallel shards span hosts
+    if devices.is_chief:
+        path = run_state.save(config.checkpoint_dir, step, state, {"draws": draws, "settings": settings},
+                              config.keep_checkpoints)
+        log.note(f"checkpoint {path}")
+
+
+def describe(config, devices, bert, records, stream, model):
+    """The run's first log line: devices, model, data, batch, precision, optimizer."""
+    parameters = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
+    packing = f" packed rows of up to {records.dims['k']} sequences" if records.packed else ""
+    return (f"{devices.description}; model L{bert.num_hidden_layers}/H{bert.hidden_size}/"
+            f"A{bert.num_attention_heads} ({parameters / 1e6:.1f}M parameters); data {records.seq}/{records.pred} "
+            f"{config.format}{packing} ({stream.epoch_size:,} training records on this worker); global batch "
+            f"{global_batch(config, devices)} ({config.batch_size} x {devices.replicas} replicas x "
+            f"{config.grad_accum} accumulation); {config.precision}; {config.optimizer} lr {config.lr}")
+
+
+def train_summary(config, devices, steps, counts, meter):
+    last, logged = counts.last, counts.last_logged
+    mean = meter.rates(meter.timed)
+    return TrainSummary(
+        steps=counts.step, skipped_steps=counts.skipped, global_batch=global_batch(config, devices),
+        replicas=devices.replicas, model_parallel=config.model_parallel, pipeline_stages=config.pipeline_stages,
+        pipeline=steps.summary(), mesh=devices.mesh, param_bytes_per_device=steps.param_bytes_per_device(),
+        precision=config.precision, final_learning_rate=last["learning_rate"] if last else None,
+        final_loss_scale=last["loss_scale"] if last else None,
+        mean_sequences_per_second=mean["sequences_per_second"], mean_tokens_per_second=mean["tokens_per_second"],
+        timed_steps=meter.timed["steps"], sequences=int(meter.trained["sequences"]),
+        tokens=int(meter.trained["tokens"]),
+        **{f"last_{k}": logged[k] for k in ("loss", "mlm_accuracy", "nsp_accuracy") if k in logged})
+
+
+def sample_records():
+    """Records (both formats) made on the fly from the package's embedded sample corpus, cached per user."""
+    from bertprep.stages import create
+
+    # Not "trainer-sample": a cache made before the sample came as shards holds one training file
+    # under another name, which the reader's glob would take beside the eight.
+    out_dir = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "bertprep",
+                           "trainer-sample-shards")
+    return create.create_sample_records(out_dir)
