@@ -32,7 +32,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from bertprep.errors import UsageError  # noqa: E402
-from trainer.cli import build_parser  # noqa: E402  (sets TF's log level first)
+from trainer.cli import train_config  # noqa: E402
 from trainer.config import BertConfig  # noqa: E402
 
 KS = (1, 2, 4)
@@ -44,11 +44,11 @@ PADDED_VOCAB = 30592  # 30,522 rounded up to a multiple of 128
 
 def measure(trainer_argv, k, global_batch, devices):
     """(sequences/s, param_bytes_per_device, mesh shape) of one trainer run with K = k."""
-    from trainer import train
+    import trainer
 
     per_replica = global_batch * k // devices
-    summary = train.run(build_parser().parse_args(trainer_argv + ["--model-parallel", str(k),
-                                                                  "--batch-size", str(per_replica)]))
+    summary = trainer.train(train_config(trainer_argv + ["--model-parallel", str(k),
+                                                         "--batch-size", str(per_replica)])).to_dict()
     return summary["mean_sequences_per_second"], summary["param_bytes_per_device"], summary["mesh"]["shape"]
 
 

@@ -32,7 +32,7 @@ sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.join(REPO, "scripts"))
 
 from bench_model_parallel import PADDED_VOCAB, WIDTHS, bench_arguments, traced  # noqa: E402
-from trainer.cli import build_parser  # noqa: E402  (sets TF's log level first)
+from trainer.cli import train_config  # noqa: E402
 
 STAGES = (1, 2, 4)
 BUDGET_STAGES = (1, 2, 4, 8)
@@ -40,11 +40,11 @@ BUDGET_STAGES = (1, 2, 4, 8)
 
 def measure(trainer_argv, s, global_batch, micro_batches, devices):
     """(sequences/s, param_bytes_per_device, layer bytes per device or None) of one run with S = s."""
-    from trainer import train
+    import trainer
 
     per_replica = global_batch * s // (devices * micro_batches)
-    summary = train.run(build_parser().parse_args(trainer_argv + [
-        "--pipeline-stages", str(s), "--batch-size", str(per_replica), "--grad-accum", str(micro_batches)]))
+    summary = trainer.train(train_config(trainer_argv + [
+        "--pipeline-stages", str(s), "--batch-size", str(per_replica), "--grad-accum", str(micro_batches)])).to_dict()
     piped = summary["pipeline"]
     return (summary["mean_sequences_per_second"], summary["param_bytes_per_device"],
             piped["layer_bytes_per_device"] if piped else None)

@@ -20,25 +20,27 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from trainer.cli import build_parser  # noqa: E402  (sets TF's log level first)
+from trainer.cli import build_parser, config_from  # noqa: E402
+from trainer.config import TrainConfig  # noqa: E402
 
 
 def bare_step_rate(args, steps_to_time):
     """Sequences/s of the training step on one device-resident batch (no input pipeline)."""
     import keras
 
-    from trainer import train
+    from trainer import pretraining
     from trainer.data import Records, RecordStream
 
-    data_dir = args.data or train.sample_records()
+    data_dir = args.data or pretraining.sample_records()
     records = Records(data_dir, args.format)
-    config = train.model_config(args, records)
+    run_config = config_from(args, TrainConfig)
+    config = pretraining.model_config(run_config, records)
     keras.backend.clear_session()
     keras.config.set_dtype_policy(args.precision if args.precision != "fp32" else "float32")
     keras.utils.set_random_seed(args.seed)
-    devices = train.Devices(keras.backend.backend(), args.model_parallel, args.placement)
+    devices = pretraining.Devices(keras.backend.backend(), args.model_parallel, args.placement)
     per_worker = args.batch_size * devices.local_replicas
-    *_model_and_optimizer, steps = train.build_steps(args, devices, config, records, warmup=0)
+    *_model_and_optimizer, steps = pretraining.build_steps(run_config, devices, config, records, warmup=0)
     stream = RecordStream(records, "training", per_worker * args.grad_accum, args.seed)
     batch = next(stream.batches())
     batch = {k: v.reshape((args.grad_accum, per_worker) + v.shape[1:]) for k, v in batch.items()}
@@ -61,9 +63,9 @@ def main():
     parser.description = __doc__.splitlines()[0]
     parser.set_defaults(steps=40, log_every=10, quiet=True)
     args = parser.parse_args(sys.argv[1:] + ([] if "--format" in sys.argv else ["--format", "ofrecord"]))
-    from trainer import train
+    import trainer
 
-    summary = train.run(args)
+    summary = trainer.train(config_from(args, TrainConfig)).to_dict()
     trainer_rate = summary["mean_sequences_per_second"]
     bare_rate, description = bare_step_rate(args, max(args.steps - 3, 5))
     import keras

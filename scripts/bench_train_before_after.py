@@ -88,10 +88,10 @@ def main():
     args = p.parse_args()
     if args.iterations <= args.skip:
         p.error("--iterations must exceed --skip")
-    from trainer import train
     from trainer.data import Records
+    from trainer.pretraining import sample_records
 
-    data = os.path.abspath(args.data or train.sample_records())
+    data = os.path.abspath(args.data or sample_records())
     records = Records(data, "ofrecord")
     config = BertConfig.sized(args.model, vocab_size=max(args.vocab_size, records.vocab_size or 0),
                               hidden_dropout_prob=args.dropout, attention_probs_dropout_prob=args.dropout)

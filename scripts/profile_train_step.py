@@ -54,8 +54,8 @@ def time_variant(data, model_name, batch_size, steps, gradients_only, dropout, t
     from trainer.data import Records, RecordStream
     from trainer.model import build_model
     from trainer.optimizers import make_optimizer
-    from trainer.steps import JaxSteps
     from trainer.pretraining import Devices
+    from trainer.steps import JaxSteps
 
     if textbook_loss:
         import trainer.losses

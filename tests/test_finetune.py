@@ -17,14 +17,13 @@ pytest.importorskip("tensorflow")
 # One xdist worker runs the module (--dist loadgroup): the pretrained checkpoint is made once.
 pytestmark = pytest.mark.xdist_group("finetune")
 
-from test_trainer_data import golden_records  # noqa: E402
-from trainer_checks import bert_config, losses, xla_flags  # noqa: E402
-
 from bertprep import formats  # noqa: E402
 from bertprep.cli import main as bertprep_main  # noqa: E402
 from bertprep.formats.schemas import GLUE  # noqa: E402
+from test_trainer_data import golden_records  # noqa: E402
 from trainer import metrics  # noqa: E402
 from trainer.cli import main  # noqa: E402
+from trainer_checks import bert_config, losses, xla_flags  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHECKS = os.path.join(REPO, "tests", "trainer_checks.py")

@@ -14,7 +14,6 @@ import pytest
 from trainer import metrics
 from trainer.squad_predictions import final_text, write_predictions
 
-
 # What the official evaluate-v1.1.py / evaluate-v2.0.py printed for varied_predictions(dev set, seed): a golden
 # the reference produced (its scripts are third-party code, so they are not in this repository).
 # Regenerate with: python tests/test_finetune_scores.py DIR_HOLDING_THE_TWO_SCRIPTS

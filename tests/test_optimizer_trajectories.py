@@ -22,13 +22,12 @@ pytestmark = pytest.mark.usefixtures("jax_compilation_cache")
 ON_TENSORFLOW_WORKER = pytest.mark.xdist_group("optimizer_trajectories_tensorflow")
 ON_JAX_WORKER = pytest.mark.xdist_group("optimizer_trajectories_jax")
 
-from test_trainer import REPLICA_SCRIPT  # noqa: E402
-from test_trainer_data import golden_records  # noqa: E402
-from trainer_checks import assert_resume_is_exact, check_nonfinite_step_is_skipped, losses, xla_flags  # noqa: E402
-
 from bertprep import formats  # noqa: E402
 from bertprep.cli import main as bertprep_main  # noqa: E402
+from test_trainer import REPLICA_SCRIPT  # noqa: E402
+from test_trainer_data import golden_records  # noqa: E402
 from trainer.cli import main  # noqa: E402
+from trainer_checks import assert_resume_is_exact, check_nonfinite_step_is_skipped, losses, xla_flags  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHECKS = os.path.join(REPO, "tests", "trainer_checks.py")

@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+
 from stand_in_servers import REPO, StandInServer, ok, parquet_bytes, run_python
 from test_download_squad_glue import glue_files
 

@@ -15,12 +15,11 @@ import pytest
 pytest.importorskip("tensorflow")
 
 import trainer_checks  # noqa: E402
-from test_trainer_data import golden_records  # noqa: E402
-from trainer_checks import assert_resume_is_exact, bert_config, free_port, latest_state, losses  # noqa: E402
-
 from bertprep import formats  # noqa: E402
 from bertprep.cli import main as bertprep_main  # noqa: E402
+from test_trainer_data import golden_records  # noqa: E402
 from trainer.cli import main  # noqa: E402
+from trainer_checks import assert_resume_is_exact, bert_config, free_port, latest_state, losses  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -154,7 +153,8 @@ def test_trains_on_packed_records_and_logs_real_sequences_and_tokens(golden_dir,
     # the summary counts the real sequences and tokens of the 16 rows the 4 steps drew, not rows
     from trainer.data import Records, RecordStream
 
-    rows = list(itertools.islice(RecordStream(Records(str(packed.parent), "tfrecord"), "training", 4, seed=3).batches(), 4))
+    stream = RecordStream(Records(str(packed.parent), "tfrecord"), "training", 4, seed=3)
+    rows = list(itertools.islice(stream.batches(), 4))
     summary = events[-1]
     assert summary["sequences"] == sum(int(r["next_sentence_weights"].sum()) for r in rows) > 16 + 8
     assert summary["tokens"] == sum(int((r["input_mask"] != 0).sum()) for r in rows)
@@ -294,8 +294,8 @@ def test_multi_worker_mirrored_two_local_processes(records_dir, tmp_path):
 @pytest.mark.heavy
 def test_loss_falls_and_masked_lm_accuracy_rises(records_dir, tmp_path):
     # 120 steps: the loss falls from 10.6 (step 20) to 7.1 (300 steps: to 6.8, twice the time).
-    code, events = train(tmp_path, records_dir, "--steps", "120", "--batch-size", "16", "--optimizer", "adam", "--lr", "1e-3",
-                         "--warmup", "0.05", "--log-every", "20", name="learn", dropout=0.0)
+    code, events = train(tmp_path, records_dir, "--steps", "120", "--batch-size", "16", "--optimizer", "adam",
+                         "--lr", "1e-3", "--warmup", "0.05", "--log-every", "20", name="learn", dropout=0.0)
     assert code == 0
     train_events = [e for e in events if e["event"] == "train"]
     first, last = train_events[0], train_events[-1]

@@ -10,6 +10,7 @@ import sys
 
 import numpy as np
 import pytest
+
 from trainer_checks import TINY
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

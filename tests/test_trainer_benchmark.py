@@ -8,12 +8,12 @@ import sys
 
 import numpy as np
 import pytest
-from test_trainer_data import golden_records
-from trainer_checks import bert_config, xla_flags
 
+from test_trainer_data import golden_records
 from trainer.benchmark import method
 from trainer.benchmark.worker import MEMORY_LIMIT_VARIABLE
 from trainer.config import BertConfig
+from trainer_checks import bert_config, xla_flags
 
 # The JAX runs' processes share one XLA cache: a configuration's later runs and probes compile nothing.
 pytestmark = pytest.mark.usefixtures("jax_compilation_cache")
@@ -85,7 +85,8 @@ def test_bad_arguments_get_one_line_errors(tmp_path):
     cases = [
         (["--devices", "0"], 2, "argument --devices: expected distinct positive integers, got '0'"),
         (["--devices", "1,x"], 2, "argument --devices: expected comma-separated positive integers, got '1,x'"),
-        (["--batch-size", "32,big"], 2, "argument --batch-size: expected positive integers or 'max', got 'big' in '32,big'"),
+        (["--batch-size", "32,big"], 2,
+         "argument --batch-size: expected positive integers or 'max', got 'big' in '32,big'"),
         (["--precision", "fp16"], 2, "argument --precision: expected distinct values of fp32, amp, got 'fp16'"),
         (["--iterations", "20", "--skip", "20"], 2, "--skip 20 must be below --iterations 20"),
         (["--runs", "0"], 2, "argument --runs: expected a positive integer, got 0"),
@@ -165,9 +166,8 @@ def test_packed_records_report_rows_and_real_sequences_per_second(golden_dir, tm
     """TensorFlow: on packed rows the DLPerf figure is rows/s, and the report adds the real sequences/s recomputed
     from the sequences each timed iteration trained on (several per row)."""
     pytest.importorskip("tensorflow")
-    from test_pack import short_documents
-
     from bertprep.cli import main as bertprep_main
+    from test_pack import short_documents
 
     shards = short_documents(golden_dir / "corpus.txt", tmp_path / "short", 2)
     assert bertprep_main(["create", "--input", str(shards), "--vocab", str(golden_dir / "vocab.txt"), "--out",

@@ -118,7 +118,8 @@ def test_shape_and_vocab_come_from_the_create_manifest(tmp_path):
     records = Records(data_dir, "ofrecord")
     assert (records.seq, records.pred, records.vocab_size) == (64, 10, 2000)
 
-    assert model_config(TrainConfig(format="ofrecord", model="tiny"), records) == BertConfig.sized("tiny", vocab_size=2000)
+    tiny = BertConfig.sized("tiny", vocab_size=2000)
+    assert model_config(TrainConfig(format="ofrecord", model="tiny"), records) == tiny
 
 
 def test_packed_rows_are_recognised_and_streamed_and_kinds_do_not_mix(records_dir, golden_dir, tmp_path):

@@ -16,12 +16,11 @@ pytest.importorskip("jax")
 # One xdist worker runs the module (--dist loadgroup): each run of `trained` and the XLA cache serve all its tests.
 pytestmark = [pytest.mark.usefixtures("jax_compilation_cache"), pytest.mark.xdist_group("model_parallel")]
 
+from bertprep.errors import UsageError  # noqa: E402
 from test_trainer_data import golden_records  # noqa: E402
 from test_trainer_jax import CHECKS, REPO, jax_env, jax_train  # noqa: E402
-from trainer_checks import bert_config, free_port, latest_state, losses  # noqa: E402
-
-from bertprep.errors import UsageError  # noqa: E402
 from trainer import parallel  # noqa: E402
+from trainer_checks import bert_config, free_port, latest_state, losses  # noqa: E402
 
 # TINY with one layer (faster to compile), 4 heads and a vocab that splits 4 ways (it covers the
 # golden records' 30,522 ids).
@@ -178,8 +177,8 @@ def test_model_replicas_that_straddle_hosts_unevenly_are_refused():
 
 
 def test_dropout_flag_replaces_both_rates(records_dir, tmp_path):
-    from trainer.data import Records
     from trainer.config import TrainConfig
+    from trainer.data import Records
     from trainer.pretraining import model_config
 
     args = TrainConfig(format="ofrecord", bert_config=bert_config(tmp_path, 0.1), dropout=0.0)
@@ -208,9 +207,10 @@ def train_in_two_processes(records_dir, tmp_path, config_path, *args):
     for index in range(2):
         env = jax_env(2, KERAS_DISTRIBUTION_JOB_ADDRESSES=coordinator, KERAS_DISTRIBUTION_NUM_PROCESSES="2",
                       KERAS_DISTRIBUTION_PROCESS_ID=str(index))
-        argv = [sys.executable, CHECKS, "--no-tensorflow", "trainer", "--format", "ofrecord", "--data", str(records_dir),
-                "--bert-config", config_path, "--seed", "3", "--quiet", "--log-every", "1", *args,
-                "--log-json", str(tmp_path / f"process{index}.jsonl"), "--checkpoint-dir", str(tmp_path / f"ckpt{index}")]
+        argv = [sys.executable, CHECKS, "--no-tensorflow", "trainer", "--format", "ofrecord",
+                "--data", str(records_dir), "--bert-config", config_path, "--seed", "3", "--quiet", "--log-every", "1",
+                *args, "--log-json", str(tmp_path / f"process{index}.jsonl"),
+                "--checkpoint-dir", str(tmp_path / f"ckpt{index}")]
         processes.append(subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                           text=True))
     outputs = [p.communicate(timeout=900) for p in processes]

@@ -19,9 +19,8 @@ pytestmark = [pytest.mark.usefixtures("jax_compilation_cache"), pytest.mark.xdis
 from test_trainer_data import golden_records  # noqa: E402
 from test_trainer_jax import CHECKS, REPO, jax_env, jax_train  # noqa: E402
 from test_trainer_model_parallel import assert_same_training, train_in_two_processes  # noqa: E402
-from trainer_checks import bert_config, latest_state, losses  # noqa: E402
-
 from trainer import pipeline  # noqa: E402
+from trainer_checks import bert_config, latest_state, losses  # noqa: E402
 
 # TINY with 4 layers (one per stage at S = 4), 4 heads and a vocab that splits 4 ways.
 CONFIG = {"num_hidden_layers": 4, "num_attention_heads": 4, "vocab_size": 30524}

@@ -124,8 +124,8 @@ def check_nonfinite_step_is_skipped(records_dir, optimizer="lamb"):
 
     from trainer.config import BertConfig, TrainConfig
     from trainer.data import Records, RecordStream
-    from trainer.steps import INITIAL_SCALE
     from trainer.pretraining import Devices, build_steps
+    from trainer.steps import INITIAL_SCALE
 
     keras.backend.clear_session()
     keras.config.set_dtype_policy("mixed_float16")

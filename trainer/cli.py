@@ -14,8 +14,18 @@ import sys
 
 from bertprep.errors import run_reporting_errors
 from bertprep.progress import add_output_arguments, print_summary, readable_rows
-from trainer.config import (CLIPPING, DEFAULT_CLIP_NORM, FINETUNING_FORMATS, OPTIMIZERS, PLACEMENTS, PRECISIONS,
-                            PRETRAINING_FORMATS, SIZES, FinetuneConfig, TrainConfig)
+from trainer.config import (
+    CLIPPING,
+    DEFAULT_CLIP_NORM,
+    FINETUNING_FORMATS,
+    OPTIMIZERS,
+    PLACEMENTS,
+    PRECISIONS,
+    PRETRAINING_FORMATS,
+    SIZES,
+    FinetuneConfig,
+    TrainConfig,
+)
 
 PROG = "trainer"
 
@@ -78,7 +88,8 @@ def add_optimizer_arguments(p, default):
 
 
 def build_parser():
-    p = _Parser(prog=PROG, description="Pretrain BERT (Keras 3) on TFRecord or OFRecord records from `bertprep create`.")
+    p = _Parser(prog=PROG,
+                description="Pretrain BERT (Keras 3) on TFRecord or OFRecord records from `bertprep create`.")
     add_records_and_model_arguments(p)
     add_optimizer_arguments(p, default="lamb")
     p.add_argument("--lr", type=float, default=1e-4, help="peak learning rate (default: 1e-4)")
@@ -129,7 +140,8 @@ def build_finetune_parser():
                                                  "rte, wnli")
     p.add_argument("--data", required=True, help="output directory of create-squad / create-glue")
     p.add_argument("--format", required=True, choices=FINETUNING_FORMATS, help="record format to read")
-    p.add_argument("--init-checkpoint", help="pretraining checkpoint: ours (ckpt-<step> or a --checkpoint-dir), Google's "
+    p.add_argument("--init-checkpoint", help="pretraining checkpoint: ours (ckpt-<step> or a --checkpoint-dir), "
+                                             "Google's "
                                              "bert_model.ckpt, a Hugging Face directory or hub id, NVIDIA .pt; "
                                              "default: a tiny one pretrained on the embedded sample")
     p.add_argument("--model", choices=tuple(SIZES), help="size of the on-the-fly checkpoint (default: tiny); "

@@ -194,7 +194,8 @@ def _corpus_dirs(data_dir, fmt):
         raise DataError(f"{data_dir}: no such directory")
     for depth in range(4):
         corpus = os.path.join(data_dir, *["*"] * depth)
-        found = [(os.path.dirname(p), p) for p in glob.glob(os.path.join(corpus, fmt)) if os.path.isdir(os.path.join(p, "training"))]
+        found = [(os.path.dirname(p), p) for p in glob.glob(os.path.join(corpus, fmt))
+                 if os.path.isdir(os.path.join(p, "training"))]
         found += [(os.path.dirname(p), os.path.dirname(p)) for p in glob.glob(os.path.join(corpus, "training"))
                   if os.path.basename(os.path.dirname(p)) != fmt and glob.glob(os.path.join(p, FILE_PATTERNS[fmt]))]
         if found:

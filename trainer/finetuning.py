@@ -132,8 +132,13 @@ def training_figures(counts, meter):
 
 def build_task_model(task, config, data, batch=2):
     """The task's model (variables created) and its training objective."""
-    from trainer.heads import (BertForSequences, BertForSpans, ClassificationObjective, RegressionObjective,
-                               SpanObjective)
+    from trainer.heads import (
+        BertForSequences,
+        BertForSpans,
+        ClassificationObjective,
+        RegressionObjective,
+        SpanObjective,
+    )
     from trainer.model import symbolic_inputs, variables_initialized_together
 
     if task.is_squad:

@@ -16,6 +16,7 @@ from keras import ops
 from bertprep.errors import UsageError
 from trainer.config import BertConfig  # noqa: F401  (re-exported: the model's configuration)
 
+
 def _init(config):
     return keras.initializers.TruncatedNormal(stddev=config.initializer_range)
 
@@ -95,7 +96,8 @@ class BertEncoder(keras.Model):
         self.initializer = init = _init(config)
         self.word_embeddings = keras.layers.Embedding(
             self.padded_vocab, config.hidden_size, name="word_embeddings",
-            embeddings_initializer=init if self.padded_vocab == config.vocab_size else _ZeroPadded(init, config.vocab_size))
+            embeddings_initializer=(init if self.padded_vocab == config.vocab_size
+                                    else _ZeroPadded(init, config.vocab_size)))
         self.position_embeddings = keras.layers.Embedding(config.max_position_embeddings, config.hidden_size,
                                                           embeddings_initializer=init, name="position_embeddings")
         self.segment_embeddings = keras.layers.Embedding(config.type_vocab_size, config.hidden_size,

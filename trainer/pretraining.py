@@ -15,11 +15,10 @@ from bertprep.atomic import hold
 from bertprep.errors import DataError, UsageError
 from bertprep.progress import Progress
 from trainer import run_state
-from trainer.data import RecordStream, Records, prefetch
 from trainer.config import BertConfig, TrainSummary
+from trainer.data import Records, RecordStream, prefetch
 from trainer.library_logs import library_lines_left_out, load_keras
 from trainer.loop import Hooks, Schedule, evaluate, train_loop
-
 
 
 class Devices:
@@ -35,7 +34,8 @@ class Devices:
             if os.environ.get("TF_CONFIG"):
                 self.strategy = tf.distribute.MultiWorkerMirroredStrategy()
                 resolver = self.strategy.cluster_resolver
-                tasks = [(t, i) for t in ("chief", "worker") for i in range(len(resolver.cluster_spec().as_dict().get(t, [])))]
+                spec = resolver.cluster_spec().as_dict()
+                tasks = [(t, i) for t in ("chief", "worker") for i in range(len(spec.get(t, [])))]
                 self.worker_index = tasks.index((resolver.task_type, resolver.task_id))
                 self.num_workers = len(tasks)
             else:
@@ -49,9 +49,8 @@ class Devices:
             self.description = f"{self.replicas} replica(s) on {self.num_workers} worker(s): " + ", ".join(
                 self.strategy.extended.worker_devices)
         elif backend == "jax":
-            import keras
-
             import jax
+            import keras
 
             from trainer import parallel
 
@@ -130,7 +129,8 @@ def model_config(config, records, initial=None):
     else:
         bert = BertConfig.sized(config.model)
     if config.dropout is not None:
-        bert = dataclasses.replace(bert, hidden_dropout_prob=config.dropout, attention_probs_dropout_prob=config.dropout)
+        bert = dataclasses.replace(bert, hidden_dropout_prob=config.dropout,
+                                   attention_probs_dropout_prob=config.dropout)
     return bert
 
 

@@ -24,9 +24,9 @@ allows no cross-replica call inside a nested function), then in a second
 XLA-compiled function unscales, checks and (NVLAMB) norms them itself and
 runs the optimizer's math, assigning its own copy of every weight and moment
 (variables of aggregation NONE: each replica writes its own component). The
-step counter and the loss scale are updated once, in cross-replica context. JAX: `keras.distribution.ModelParallel` on a (batch,
-model) mesh (trainer/parallel.py; a model axis of 1 is data parallelism); the
-step is one jitted SPMD function over the global batch, and each variable
+step counter and the loss scale are updated once, in cross-replica context. JAX:
+`keras.distribution.ModelParallel` on a (batch, model) mesh (trainer/parallel.py; a model axis of 1 is
+data parallelism); the step is one jitted SPMD function over the global batch, and each variable
 keeps the layout it was created with.
 """
 
@@ -513,7 +513,8 @@ class JaxSteps(Steps):
                 return np.asarray(value)
             return np.asarray(multihost_utils.process_allgather(value, tiled=True))
 
-        return _real_vocab_rows(self.model, {name: whole(value) for name, value in zip(self._names(), self._flat_state())})
+        state = {name: whole(value) for name, value in zip(self._names(), self._flat_state())}
+        return _real_vocab_rows(self.model, state)
 
     def set_state(self, arrays):
         """Each array placed with the layout of the value it replaces, whatever layout it was saved from."""

@@ -221,7 +221,8 @@ def summary_rows(results, written):
     rows = []
     policies = {"amp": results["setup"]["amp"]}
     for c in results["configs"]:
-        label = f"{devices_label(c['devices'], c['hosts'])} device(s), {column_label(c['precision'], c['batch'], policies)}"
+        label = (f"{devices_label(c['devices'], c['hosts'])} device(s), "
+                 f"{column_label(c['precision'], c['batch'], policies)}")
         if c["status"] != "ok" or c["median"] is None:
             rows.append((label, f"{c['status']}: {c.get('error')}"))
             continue

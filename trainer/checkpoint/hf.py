@@ -157,7 +157,8 @@ def write(checkpoint, directory):
                         else checkpoint.weights[row.google].shape) for row in rows],
                       (names.to_layout(checkpoint.take(row.google), row.hf_layout, 1) for row in rows))
     config = dict(checkpoint.config.to_dict(), model_type="bert",
-                  hidden_act={"gelu": "gelu", "gelu_tanh": "gelu_new"}[checkpoint.config.hidden_act], layer_norm_eps=1e-12, pad_token_id=0,
+                  hidden_act={"gelu": "gelu", "gelu_tanh": "gelu_new"}[checkpoint.config.hidden_act],
+                  layer_norm_eps=1e-12, pad_token_id=0,
                   position_embedding_type="absolute", tie_word_embeddings=True,
                   architectures=["BertForPreTraining" if checkpoint.has_heads else "BertModel"])
     with open(os.path.join(directory, "config.json"), "w", encoding="utf-8") as f:
