@@ -209,7 +209,7 @@ def test_bertmodel_without_pooler_converts_to_every_kind_as_it_is(bert_model, ch
     """--to hf is a BertModel without pooler that transformers loads as one (nothing missing, nothing
     unexpected, its outputs); --to bertprep and --to google run to the same sequence output; none gains a
     pooler, each convert says there is none."""
-    from trainer.checkpoint.cli import convert
+    from trainer.checkpoint import convert
 
     for to in ("hf", "bertprep", "google"):
         summary = convert(str(bert_model["no_pooler"]), str(tmp_path / to), to)

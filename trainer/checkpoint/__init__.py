@@ -8,11 +8,14 @@ kind: every variable present with the config's shape, nothing of another archite
 padded beyond the config's `vocab_size` trimmed only where it is padding (and said so).
 """
 
+import contextlib
 import dataclasses
 import os
+import shutil
 
 import numpy as np
 
+from bertprep.atomic import atomic_dir, staging_dir
 from bertprep.errors import DataError, UsageError
 from trainer.checkpoint import names
 
@@ -145,3 +148,36 @@ def check_size_flag(checkpoint, model=None, bert_config=None):
             if getattr(given, key) != value:
                 raise UsageError(f"--bert-config {bert_config} has {key}={getattr(given, key)!r}, the checkpoint "
                                  f"{checkpoint.path} has {value!r}")
+
+
+# The kinds `convert` writes: config.json + model.safetensors; bert_model.ckpt + bert_config.json; ours.
+WRITERS = ("hf", "google", "bertprep")
+
+
+def convert(src, out, to):
+    """Read the checkpoint `src` (any kind `read` takes), write it as `to` ('hf', 'google' or 'bertprep')
+    into the new directory `out`, whole or not at all (with the checkpoint's vocab.txt where it has one);
+    return the summary `trainer checkpoint convert --json` prints."""
+    from trainer.checkpoint import google, hf, ours
+
+    if to not in WRITERS:
+        raise UsageError(f"convert writes one of {', '.join(WRITERS)}, not {to!r}")
+    if os.path.exists(out):
+        raise UsageError(f"{out}: exists; convert writes a new directory")
+    checkpoint = read(src)
+    summary = {"from": checkpoint.kind, "source": checkpoint.path, "to": to, "out": out,
+               "variables": len(checkpoint.weights), "parameters": checkpoint.parameters(),
+               "vocab": bool(checkpoint.vocab)}
+    writer = {"hf": hf, "google": google, "bertprep": ours}[to]
+    parent = os.path.dirname(os.path.abspath(out))
+    staging = staging_dir(parent)
+    os.makedirs(staging, exist_ok=True)
+    try:
+        with atomic_dir(out, staging) as temp:
+            writer.write(checkpoint, temp)
+            if checkpoint.vocab:
+                shutil.copyfile(checkpoint.vocab, os.path.join(temp, "vocab.txt"))
+    finally:
+        with contextlib.suppress(OSError):
+            os.rmdir(staging)
+    return dict(summary, notes="; ".join(checkpoint.notes))

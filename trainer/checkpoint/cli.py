@@ -2,22 +2,19 @@
 another kind, its outputs on given inputs."""
 
 import argparse
-import contextlib
 import io
 import json
-import os
-import shutil
 
 import numpy as np
 
-from bertprep.atomic import atomic_dir, atomic_open, staging_dir
-from bertprep.errors import UsageError, run_reporting_errors
+from bertprep.atomic import atomic_open
+from bertprep.errors import run_reporting_errors
 from bertprep.progress import print_summary, readable_rows
+from trainer.checkpoint import WRITERS
 from trainer.cli import _positive_int
 from trainer.library_logs import library_lines_left_out
 
 PROG = "trainer checkpoint"
-WRITERS = ("hf", "google", "bertprep")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -81,32 +78,9 @@ def _inspect(args):
     return 0
 
 
-def convert(src, out, to):
-    """Read `src`, write it as `to` into the directory `out` (whole or not at all); the summary."""
-    from trainer.checkpoint import google, hf, ours, read
-
-    if os.path.exists(out):
-        raise UsageError(f"{out}: exists; convert writes a new directory")
-    checkpoint = read(src)
-    summary = {"from": checkpoint.kind, "source": checkpoint.path, "to": to, "out": out,
-               "variables": len(checkpoint.weights), "parameters": checkpoint.parameters(),
-               "vocab": bool(checkpoint.vocab)}
-    writer = {"hf": hf, "google": google, "bertprep": ours}[to]
-    parent = os.path.dirname(os.path.abspath(out))
-    staging = staging_dir(parent)
-    os.makedirs(staging, exist_ok=True)
-    try:
-        with atomic_dir(out, staging) as temp:
-            writer.write(checkpoint, temp)
-            if checkpoint.vocab:
-                shutil.copyfile(checkpoint.vocab, os.path.join(temp, "vocab.txt"))
-    finally:
-        with contextlib.suppress(OSError):
-            os.rmdir(staging)
-    return dict(summary, notes="; ".join(checkpoint.notes))
-
-
 def _convert(args):
+    from trainer.checkpoint import convert
+
     summary = convert(args.src, args.out, args.to)
     if not args.quiet:
         print_summary("trainer checkpoint convert: done", summary, as_json=args.json, rows=readable_rows(summary))
