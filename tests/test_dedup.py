@@ -175,3 +175,28 @@ def test_an_evaluation_file_that_is_not_squad_glue_or_text_is_refused(corpus, tm
     assert run.returncode == 1 and run.stdout == ""
     assert run.stderr.count("\n") == 1 and str(path) in run.stderr and expected in run.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_decontaminate_squad_and_glue_reads_the_dev_files_of_the_work_directory(corpus, tmp_path):
+    a, _b, _planted, texts = corpus
+    glue_sentence = ("the senate voted late on tuesday to extend the emergency water rationing programme for "
+                     "another six months")
+    squad_context = ("Normans were the people who in the 10th and 11th centuries gave their name to Normandy , "
+                     "a region in France .")
+    workdir = tmp_path / "work"
+    squad = workdir / "download" / "squad" / "v1.1"
+    squad.mkdir(parents=True)
+    squad_file(squad / "dev-v1.1.json", [squad_context])
+    squad_file(squad / "train-v1.1.json", [texts[-1]])  # training text, not evaluation text
+    (workdir / "download" / "glue" / "MRPC").mkdir(parents=True)
+    (workdir / "download" / "glue" / "MRPC" / "dev.tsv").write_text(
+        f"Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n1\t11\t12\t{glue_sentence}\tno such sentence here\n")
+    training = write_corpus(tmp_path / "train", [texts[-1], glue_sentence.upper() + " !", texts[-2],
+                                                  "Intro .\n" + squad_context])
+    run = dedup_cli("--workdir", workdir, "--input", a, training, "--out", tmp_path / "out",
+                    "--decontaminate", "squad", "glue", "--json", "--quiet", "--workers", "1")
+    assert run.returncode == 0, run.stderr
+    summary = json.loads(run.stdout)
+    assert summary["evaluation"] == {"squad/v1.1/dev-v1.1.json": {"items": 1, "found_in_training": 1},
+                                     "glue/MRPC/dev.tsv": {"items": 1, "found_in_training": 1}}
+    assert summary["corpora"]["train"] == {"documents": 4, "kept": 2, "exact": 0, "near": 0, "contaminated": 2}

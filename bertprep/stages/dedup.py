@@ -153,19 +153,21 @@ def resolve_inputs(workdir, options):
 # -- evaluation sets ---------------------------------------------------------------
 
 
-def evaluation_items(workdir, name):
-    """(set name, [item texts]) of `squad`, `glue` (the downloads in WORKDIR) or a SQuAD JSON / GLUE TSV /
-    text file."""
+def evaluation_files(workdir, name):
+    """[(set label, [item texts])]: one per dev/test file of the `squad` or `glue` download in WORKDIR (its
+    training files are not evaluation text), or a SQuAD JSON / GLUE TSV / text file."""
     if name in ("squad", "glue"):
         directory = os.path.join(workdir, "download", name)
         files = sorted(os.path.join(root, f) for root, _d, names in walk(directory) for f in names
-                       if f.endswith((".json", ".tsv")) and f != MANIFEST) if os.path.isdir(directory) else []
+                       if f.endswith((".json", ".tsv")) and f != MANIFEST
+                       and not f.startswith("train")) if os.path.isdir(directory) else []
         if not files:
-            raise UsageError(f"--decontaminate {name}: nothing in {directory} (run `bertprep download {name}` first)")
-        return name, [item for path in files for item in file_items(path)]
+            raise UsageError(f"--decontaminate {name}: no dev/test file in {directory} (run `bertprep download "
+                             f"{name}` first)")
+        return [(f"{name}/{os.path.relpath(path, directory)}", file_items(path)) for path in files]
     if not os.path.isfile(name):
         raise UsageError(f"--decontaminate {name}: not squad, glue or a file")
-    return os.path.basename(name), file_items(name)
+    return [(os.path.basename(name), file_items(name))]
 
 
 def file_items(path):
@@ -178,7 +180,9 @@ def file_items(path):
     if path.endswith(".json"):
         return squad_items(path, text)
     if path.endswith(".tsv"):
-        return ["\t".join(line.split("\t")) for line in text.splitlines()[1:] if line.strip()]
+        # a row's text fields (those with a space: not ids, labels or scores), one per line
+        rows = (line.split("\t") for line in text.splitlines()[1:] if line.strip())
+        return [text for text in ("\n".join(f for f in row if " " in f.strip()) for row in rows) if text]
     if path.endswith(".txt"):
         return [block for block in re.split(r"\n\s*\n", text) if block.strip()]
     raise DataError(f"{path}: expected a SQuAD .json, GLUE .tsv or .txt evaluation file, "
@@ -199,16 +203,17 @@ def squad_items(path, text):
 
 
 def evaluation_ngrams(workdir, options):
-    """(set names, sorted unique n-gram hashes, the set index of each hash's items, item counts, item ids)."""
+    """(set labels, sorted n-gram hashes, (set index, item index) of each hash, items per set)."""
     sets, hashes, owners, counts = [], [], [], []
-    for index, name in enumerate(options.decontaminate):
-        label, items = evaluation_items(workdir, name)
+    for label, items in (entry for name in options.decontaminate for entry in evaluation_files(workdir, name)):
         sets.append(label)
         counts.append(len(items))
         for item, text in enumerate(items):
-            h = ngram_hashes(normalized_words(text), options.decontaminate_ngram)
+            # per line: a GLUE pair's two sentences never run on into each other in training text
+            h = np.concatenate([ngram_hashes(normalized_words(line), options.decontaminate_ngram)
+                                for line in text.split("\n")])
             hashes.append(h)
-            owners.append(np.full((len(h), 2), (index, item), np.int64))
+            owners.append(np.full((len(h), 2), (len(sets) - 1, item), np.int64))
     if not hashes:
         return sets, np.zeros(0, np.uint64), np.zeros((0, 2), np.int64), counts
     hashes, owners = np.concatenate(hashes), np.concatenate(owners)
