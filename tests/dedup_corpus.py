@@ -9,14 +9,15 @@ from bertprep.stages.dedup import ngrams, normalized_words
 LINES_PER_DOCUMENT = 24
 
 
-def wt2_documents(path, count=None):
+def wt2_documents(path, count=None, lines_per_document=None):
     """Distinct documents of LINES_PER_DOCUMENT lines cut from wt2's articles (neighbours share a topic)."""
     articles = re.split(r"\n\s*\n", open(path, encoding="utf-8").read())
+    per = lines_per_document or LINES_PER_DOCUMENT
     documents = []
     for article in articles:
         lines = [line for line in article.splitlines() if line.strip()]
-        for start in range(0, len(lines) - LINES_PER_DOCUMENT + 1, LINES_PER_DOCUMENT):
-            documents.append("\n".join(lines[start:start + LINES_PER_DOCUMENT]))
+        for start in range(0, len(lines) - per + 1, per):
+            documents.append("\n".join(lines[start:start + per]))
     return documents[:count]
 
 
