@@ -31,6 +31,7 @@ sys.path.insert(0, str(REPO / "tests"))
 from dedup_corpus import plant, write_corpus, wt2_documents  # noqa: E402
 
 NUM_PERM, THRESHOLD, NGRAM = 128, 0.8, 5
+BANDS = int(os.environ.get("BENCH_DEDUP_BANDS", 0)) or None  # --bands, passed on to the side processes
 
 
 def shared_dir():
@@ -48,7 +49,8 @@ def make_corpus(directory, rounds):
 def run_bertprep(corpus, work, workers):
     import bertprep
 
-    bertprep.dedup(input=(str(corpus),), out=str(work / "out"), engine=bertprep.EngineOptions(workers=workers))
+    bertprep.dedup(input=(str(corpus),), out=str(work / "out"), engine=bertprep.EngineOptions(workers=workers),
+                   bands=BANDS)
     manifest = json.loads((work / "out" / "manifest.json").read_text())
     return sorted(e["line"] - 1 for e in manifest["removed"])
 
@@ -56,7 +58,7 @@ def run_bertprep(corpus, work, workers):
 def bands_rows():
     from bertprep.stages.dedup import DedupOptions
 
-    return DedupOptions(num_perm=NUM_PERM, threshold=THRESHOLD).band_rows()
+    return DedupOptions(num_perm=NUM_PERM, threshold=THRESHOLD, bands=BANDS).band_rows()
 
 
 def run_datatrove(corpus, work, workers):
@@ -131,10 +133,14 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=6, help="rounds of planted copies (default: 6)")
     parser.add_argument("--workers", type=int, default=1, help="tasks at once on each side (default: 1)")
+    parser.add_argument("--bands", type=int, help="LSH bands on both sides (default: bertprep's default)")
     parser.add_argument("--side", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.side:
         return side(*args.side[:3], int(args.side[3]))
+    if args.bands:
+        os.environ["BENCH_DEDUP_BANDS"] = str(args.bands)
+        globals()["BANDS"] = args.bands
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         corpus, documents = make_corpus(tmp / "corpus", args.rounds)

@@ -13,10 +13,11 @@ Two passes over the inputs, each a pure task per input file on the engine:
 2. Write: each part without its removed lines.
 
 Between them, in this process and in the stable order (corpus order on the command line, then the
-document's position in its corpus: part name, line), a document is removed when an earlier kept document
-has the same exact hash, or shares an LSH band with it AND their estimated Jaccard (the share of equal
-MinHash values) is at least the threshold: a band collision alone never removes a document. The first
-document of each cluster is kept. Nothing depends on the worker count or the engine.
+document's position in its corpus: part name, line), a document is removed when an earlier document has
+the same exact hash, or when it is in a near-duplicate cluster that starts earlier: clusters are connected
+by pairs that share an LSH band AND whose estimated Jaccard (the share of equal MinHash values) is at least
+the threshold, so a band collision alone never removes a document. The first document of each cluster is
+kept. Nothing depends on the worker count or the engine.
 """
 
 import dataclasses
@@ -255,39 +256,58 @@ def fingerprint_part(task):
 
 
 def find_duplicates(exact, signatures, options):
-    """{document: (reason, kept twin, estimate)} and every verified pair's estimate, in the stable order."""
+    """{document: (reason, kept twin, estimate, link)} and every verified pair's estimate, in the stable order.
+
+    Near duplicates form clusters: the connected components of the pairs that share an LSH band AND have an
+    estimated Jaccard >= the threshold; each keeps its first document. `link` is (document, estimate) of the
+    pair that put a document in its cluster when that is not the kept one."""
     removed, estimates = {}, []
     first = {}
     if options.exact:
         for doc, h in enumerate(exact.tolist()):
             twin = first.setdefault(h, doc)
             if twin != doc:
-                removed[doc] = ("exact", twin, 1.0)
+                removed[doc] = ("exact", twin, 1.0, None)
     if not options.near:
         return removed, estimates
     bands, rows = options.band_rows()
     buckets = [{} for _ in range(bands)]
     keys = [np.ascontiguousarray(signatures[:, b * rows:(b + 1) * rows]) for b in range(bands)]
+    root, link = {}, {}
     for doc in range(len(exact)):
         if doc in removed:
-            continue
+            continue  # an exact copy: its twin stands for it
         candidates = set()
         for band in range(bands):
             members = buckets[band].setdefault(keys[band][doc].tobytes(), [])
             candidates.update(members)
-        twin = None
-        for other in sorted(candidates):
-            estimate = float(np.mean(signatures[other] == signatures[doc]))
-            estimates.append(estimate)
-            if estimate >= options.threshold:
-                twin = (other, estimate)
-                break
-        if twin:
-            removed[doc] = ("near", twin[0], round(twin[1], 4))
-            continue
-        for band in range(bands):  # only kept documents are candidates: a cluster keeps its first
-            buckets[band][keys[band][doc].tobytes()].append(doc)
+            members.append(doc)
+        candidates = np.array(sorted(candidates), np.int64)
+        share = (signatures[candidates] == signatures[doc]).mean(axis=1) if candidates.size else np.zeros(0)
+        estimates.extend(share.tolist())
+        verified = candidates[share >= options.threshold]
+        roots = sorted({_find(root, int(other)) for other in verified})
+        root[doc] = roots[0] if roots else doc
+        for other_root in roots[1:]:  # this document joins clusters: the earliest root keeps them all
+            root[other_root] = roots[0]
+            link[other_root] = (doc, float(np.mean(signatures[doc] == signatures[other_root])))
+        if verified.size:
+            best = int(np.argmax(share >= options.threshold))
+            link[doc] = (int(candidates[best]), float(share[best]))
+    for doc in root:
+        kept = _find(root, doc)
+        if kept != doc:
+            estimate = round(float(np.mean(signatures[kept] == signatures[doc])), 4)
+            via = link[doc] if link[doc][0] != kept else None
+            removed[doc] = ("near", kept, estimate, via and (via[0], round(via[1], 4)))
     return removed, estimates
+
+
+def _find(root, doc):
+    while root[doc] != doc:
+        root[doc] = root[root[doc]]
+        doc = root[doc]
+    return doc
 
 
 def contamination(found, eval_hashes, eval_owners, sets, counts):
@@ -412,15 +432,19 @@ def _decide(options, evaluation, corpora, input_list, params, quiet):
     contaminated, report = contamination(found, eval_hashes, eval_owners, sets, counts)
     corpus_of = {p: name for name, ps in corpora for p in ps}
     listing, drops = [], {p: [] for p in parts}
+
+    def position(doc):
+        path, line = where[doc]
+        return {"corpus": corpus_of[path], "part": os.path.basename(path), "line": line}
+
     for doc in sorted(set(removed) | set(contaminated)):
         path, line = where[doc]
-        entry = {"corpus": corpus_of[path], "part": os.path.basename(path), "line": line}
+        entry = position(doc)
         if doc in removed:
-            reason, twin, estimate = removed[doc]
-            twin_path, twin_line = where[twin]
-            entry.update(reason=reason, estimate=estimate,
-                         kept={"corpus": corpus_of[twin_path], "part": os.path.basename(twin_path),
-                               "line": twin_line})
+            reason, twin, estimate, via = removed[doc]
+            entry.update(reason=reason, estimate=estimate, kept=position(twin))
+            if via:
+                entry["linked_by"] = dict(position(via[0]), estimate=via[1])
         else:
             entry.update(reason="contaminated", evaluation_sets=contaminated[doc])
         listing.append(entry)
