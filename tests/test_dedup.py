@@ -113,7 +113,9 @@ def test_a_killed_run_resumes_to_the_same_bytes(corpus, tmp_path):
     clean = subprocess.run([*argv, "--out", str(tmp_path / "clean")], capture_output=True, text=True)
     assert clean.returncode == 0, clean.stderr
     killed = subprocess.Popen([*argv, "--out", str(tmp_path / "resumed")], start_new_session=True)
-    time.sleep(3)
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "resumed" / "big").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)  # the corpus directories appear when the parts start being written: kill it there
     os.killpg(killed.pid, signal.SIGKILL)
     killed.wait()
     assert not (tmp_path / "resumed" / "manifest.json").exists()
