@@ -387,7 +387,8 @@ def dedup(options: DedupOptions | None = None, /, *, quiet: bool = True, **field
                   for name, parts in corpora for p in parts]
     evaluation = evaluation_ngrams(workdir, options)  # a bad evaluation file stops before anything is written
     if options.dry_run:
-        manifest = _decide(options, evaluation, corpora, input_list, params, quiet)[0]
+        with open_engine(options.engine) as engine:
+            manifest = _decide(options, engine, evaluation, corpora, input_list, params, quiet)[0]
         return _summary("bertprep dedup: dry run, nothing written", manifest, out)
     with hold(out, "bertprep dedup") as staging:
         previous = load_manifest(out)
@@ -395,8 +396,9 @@ def dedup(options: DedupOptions | None = None, /, *, quiet: bool = True, **field
             return _summary(f"bertprep dedup: {out} is already complete", previous, out, complete_before=True)
         if previous is not None:
             os.unlink(os.path.join(out, MANIFEST))  # nothing may look complete while parts are rewritten
-        manifest, drops, estimates = _decide(options, evaluation, corpora, input_list, params, quiet)
-        _write(options, corpora, drops, out, staging, manifest)
+        with open_engine(options.engine) as engine:  # one engine (one Dask cluster) for both passes
+            manifest, drops, estimates = _decide(options, engine, evaluation, corpora, input_list, params, quiet)
+            _write(engine, corpora, drops, out, staging, manifest)
         if estimates and plot_similarities(estimates, os.path.join(out, PLOT), options.threshold, staging):
             manifest["plot"] = PLOT
         save_manifest(out, manifest)
@@ -410,7 +412,7 @@ def _is_complete(manifest, out, params, input_list):
     return all(os.path.isfile(path) and os.path.getsize(path) == size for path, size in sizes)
 
 
-def _decide(options, evaluation, corpora, input_list, params, quiet):
+def _decide(options, engine, evaluation, corpora, input_list, params, quiet):
     """(manifest without files, {part: removed line numbers}, verified pair estimates)."""
     start = time.monotonic()
     sets, eval_hashes, eval_owners, counts = evaluation
@@ -418,10 +420,9 @@ def _decide(options, evaluation, corpora, input_list, params, quiet):
     progress = Progress("dedup", total=len(parts), unit="parts", quiet=quiet)
     tasks = [(p, options.ngram, options.num_perm, eval_hashes, options.decontaminate_ngram) for p in parts]
     results = [None] * len(parts)
-    with open_engine(options.engine, max_tasks=len(tasks)) as engine:
-        for index, result in engine.run_indexed(fingerprint_part, tasks, describe=lambda t: t[0]):
-            results[index] = result
-            progress.advance(1, bytes=result[5], documents=len(result[1]))
+    for index, result in engine.run_indexed(fingerprint_part, tasks, describe=lambda t: t[0]):
+        results[index] = result
+        progress.advance(1, bytes=result[5], documents=len(result[1]))
     progress.close()
     where = [(path, line) for path, _e, _s, _c, lines, _b in results for line in lines.tolist()]
     exact = np.concatenate([r[1] for r in results]) if results else np.zeros(0, np.uint64)
@@ -463,7 +464,7 @@ def _decide(options, evaluation, corpora, input_list, params, quiet):
     return manifest, drops, estimates
 
 
-def _write(options, corpora, drops, out, staging, manifest):
+def _write(engine, corpora, drops, out, staging, manifest):
     tasks, owners = [], []
     for name, parts in corpora:
         directory = os.path.join(out, name)
@@ -472,9 +473,8 @@ def _write(options, corpora, drops, out, staging, manifest):
             tasks.append((part, os.path.join(directory, os.path.basename(part)), staging, sorted(drops[part])))
             owners.append(name)
     files = {name: {} for name, _parts in corpora}
-    with open_engine(options.engine, max_tasks=max(1, len(tasks))) as engine:
-        for index, (path, entry) in engine.run_indexed(write_part, tasks, describe=lambda t: t[0]):
-            files[owners[index]][os.path.basename(path)] = dict(entry, source=tasks[index][0])
+    for index, (path, entry) in engine.run_indexed(write_part, tasks, describe=lambda t: t[0]):
+        files[owners[index]][os.path.basename(path)] = dict(entry, source=tasks[index][0])
     for name, entries in files.items():
         from bertprep.stages.download.formatted import FORMAT
 
