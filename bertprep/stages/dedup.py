@@ -140,6 +140,10 @@ def resolve_inputs(workdir, options):
                                 "`bertprep download` writes)")
             parts = sorted(os.path.join(root, name) for root, _dirs, names in walk(path) for name in names
                            if name.endswith(".jsonl") and not name.startswith("."))
+            names = [os.path.basename(p) for p in parts]
+            if len(set(names)) != len(names):  # the output corpus is flat, as `bertprep download` writes them
+                twice = sorted(n for n in names if names.count(n) > 1)[0]
+                raise UsageError(f"--input {path}: two parts named {twice} in its subdirectories")
             corpora.append((os.path.basename(os.path.normpath(path)), [os.path.abspath(p) for p in parts]))
         elif os.path.isfile(path) and path.endswith(".jsonl"):
             corpora.append((os.path.basename(path)[:-len(".jsonl")], [os.path.abspath(path)]))
