@@ -406,7 +406,7 @@ def dedup(options: DedupOptions | None = None, /, *, quiet: bool = True, **field
         if estimates and plot_similarities(estimates, os.path.join(out, PLOT), options.threshold, staging):
             manifest["plot"] = PLOT
         save_manifest(out, manifest)
-    return _summary(f"bertprep dedup: {len(corpora)} corpora done", manifest, out)
+    return _summary("bertprep dedup: done", manifest, out)
 
 
 def _is_complete(manifest, out, params, input_list):
