@@ -26,6 +26,7 @@ _EXPORTS = {
     "GlueOptions": "bertprep.stages.download.glue",
     "PretrainedOptions": "bertprep.stages.download.pretrained",
     "Limits": "bertprep.stages.download.http",
+    **dict.fromkeys(("dedup", "DedupOptions"), "bertprep.stages.dedup"),
     **dict.fromkeys(("shard", "ShardOptions"), "bertprep.stages.shard"),
     **dict.fromkeys(("vocab", "VocabOptions"), "bertprep.stages.vocab"),
     **dict.fromkeys(("create", "CreateOptions"), "bertprep.stages.create"),

@@ -20,6 +20,8 @@ from bertprep.errors import run_reporting_errors
 # subcommand -> (module, one-line help)
 COMMANDS = {
     "download": ("bertprep.cli.download", "fetch Wikipedia, BookCorpus, SQuAD or GLUE with checksums and resume"),
+    "dedup": ("bertprep.cli.dedup", "remove exact and near-duplicate documents and evaluation text from formatted "
+                                    "corpora"),
     "shard": ("bertprep.cli.shard", "sentence-split documents into balanced training/test text shards"),
     "vocab": ("bertprep.cli.vocab", "train a WordPiece vocab.txt on your corpus, in Google's BERT layout"),
     "create": ("bertprep.cli.create", "create masked-LM records (TFRecord and OFRecord) like google-research/bert"),

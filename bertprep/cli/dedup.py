@@ -1,0 +1,48 @@
+"""`bertprep dedup` on the command line: the flags, DedupOptions from them, and the summary printed."""
+
+from bertprep.cli.options import engine_options
+from bertprep.engines import add_engine_arguments
+from bertprep.progress import add_output_arguments
+from bertprep.stages.dedup import DedupOptions, dedup
+from bertprep.workdir import add_workdir_argument
+
+
+def add_arguments(parser):
+    add_workdir_argument(parser)
+    parser.add_argument("--input", nargs="+", metavar="DIR_OR_FILE",
+                        help="formatted corpus directories or .jsonl files, in order (the first of a duplicate "
+                             "cluster is kept)")
+    parser.add_argument("--corpus", nargs="+", metavar="NAME",
+                        help="corpus names under WORKDIR/formatted, in order (default: all of them)")
+    parser.add_argument("--out", help="output directory, one formatted corpus per input (default: WORKDIR/deduped)")
+    parser.add_argument("--ngram", type=int, default=5, help="words per MinHash shingle (default: 5)")
+    parser.add_argument("--num-perm", type=int, default=128, help="MinHash permutations (default: 128)")
+    parser.add_argument("--threshold", type=float, default=0.8,
+                        help="estimated Jaccard at or above which a document is a near duplicate (default: 0.8)")
+    parser.add_argument("--bands", type=int, default=None,
+                        help="LSH bands (default: datasketch's optimum for --threshold and --num-perm)")
+    parser.add_argument("--no-exact", dest="exact", action="store_false", help="keep exact duplicates")
+    parser.add_argument("--no-near", dest="near", action="store_false", help="keep near duplicates")
+    parser.add_argument("--decontaminate", nargs="+", default=(), metavar="SET_OR_FILE",
+                        help="remove training documents sharing an n-gram with these evaluation sets: squad, glue "
+                             "(WORKDIR/download) or SQuAD .json / GLUE .tsv / .txt files")
+    parser.add_argument("--decontaminate-ngram", type=int, default=13,
+                        help="words per decontamination n-gram (default: 13, as GPT-3)")
+    parser.add_argument("--report-only", action="store_true",
+                        help="with --decontaminate: list contaminated documents in the manifest, keep them")
+    parser.add_argument("--dry-run", action="store_true", help="report what would be removed, write nothing")
+    add_engine_arguments(parser)
+    add_output_arguments(parser)
+
+
+def options(args):
+    return DedupOptions(input=args.input, corpus=args.corpus, out=args.out, ngram=args.ngram, num_perm=args.num_perm,
+                        threshold=args.threshold, bands=args.bands, exact=args.exact, near=args.near,
+                        decontaminate=args.decontaminate, decontaminate_ngram=args.decontaminate_ngram,
+                        report_only=args.report_only, dry_run=args.dry_run, engine=engine_options(args),
+                        workdir=args.workdir)
+
+
+def run(args):
+    dedup(options(args), quiet=args.quiet).print(as_json=args.json)
+    return 0

@@ -1,0 +1,506 @@
+"""`bertprep dedup`: remove exact and near-duplicate documents (and, on request, evaluation text) from
+formatted corpora before they are sharded.
+
+    OUT/<corpus>/<part>.jsonl     the kept documents of each input part, bytes as read
+    OUT/<corpus>/manifest.json    a formatted corpus manifest, so `bertprep shard --input OUT/<corpus>` takes it
+    OUT/manifest.json             what was removed and why, counts per corpus (written last)
+    OUT/pair_similarity.png       histogram of the candidate pairs' estimated Jaccard (with matplotlib)
+
+Two passes over the inputs, each a pure task per input file on the engine:
+
+1. Fingerprint: per document an xxh64 of its normalized text (NFC, case-folded, whitespace collapsed), a
+   MinHash (datasketch, xxh32 of each word n-gram shingle) and the evaluation n-grams it contains.
+2. Write: each part without its removed lines.
+
+Between them, in this process and in the stable order (corpus order on the command line, then the
+document's position in its corpus: part name, line), a document is removed when an earlier document has
+the same exact hash, or when it is in a near-duplicate cluster that starts earlier: clusters are connected
+by pairs that share an LSH band AND whose estimated Jaccard (the share of equal MinHash values) is at least
+the threshold, so a band collision alone never removes a document. The first document of each cluster is
+kept. Nothing depends on the worker count or the engine.
+"""
+
+import dataclasses
+import json
+import os
+import re
+import time
+import unicodedata
+
+import numpy as np
+
+from bertprep import __version__
+from bertprep.atomic import atomic_open, hold, sha256_file, walk
+from bertprep.engines import EngineOptions, open_engine
+from bertprep.errors import DataError, UsageError
+from bertprep.options import build_options, normalise_paths
+from bertprep.progress import Progress, Summary
+from bertprep.workdir import MANIFEST, check_corpus_name, load_manifest, resolve_workdir, save_manifest, stage_dir
+
+PLOT = "pair_similarity.png"
+MINHASH_SEED = 1
+WORD = re.compile(r"\w+")
+
+
+@dataclasses.dataclass(frozen=True)
+class DedupOptions:
+    """`bertprep dedup`'s flags: `input` (formatted corpus directories or .jsonl files, in order) or `corpus`
+    (names under WORKDIR/formatted), `out` (None: WORKDIR/deduped), `ngram` (shingle words), `num_perm`,
+    `threshold` (Jaccard), `bands` (None: datasketch's optimum for the threshold), `exact`/`near` (which
+    duplicates to remove), `decontaminate` (squad, glue or evaluation files), `decontaminate_ngram`,
+    `report_only` (list contaminated documents, keep them), `dry_run` and where the tasks run (`engine`)."""
+
+    input: tuple[str, ...] | None = None
+    corpus: tuple[str, ...] | None = None
+    out: str | None = None
+    ngram: int = 5
+    num_perm: int = 128
+    threshold: float = 0.8
+    bands: int | None = None
+    exact: bool = True
+    near: bool = True
+    decontaminate: tuple[str, ...] = ()
+    decontaminate_ngram: int = 13
+    report_only: bool = False
+    dry_run: bool = False
+    engine: EngineOptions = EngineOptions()
+    workdir: str | None = None
+
+    def __post_init__(self):
+        normalise_paths(self, "input", "out", "workdir")
+        if self.corpus is not None:
+            object.__setattr__(self, "corpus", tuple(self.corpus))
+        object.__setattr__(self, "decontaminate", tuple(os.fspath(d) for d in self.decontaminate))
+        if self.input and self.corpus:
+            raise UsageError("give --input or --corpus, not both")
+        if self.ngram < 1 or self.decontaminate_ngram < 1:
+            raise UsageError("--ngram and --decontaminate-ngram must be at least 1")
+        if self.num_perm < 2:
+            raise UsageError("--num-perm must be at least 2")
+        if not 0 < self.threshold <= 1:
+            raise UsageError("--threshold must be in (0, 1]")
+        if self.bands is not None and not 1 <= self.bands <= self.num_perm:
+            raise UsageError(f"--bands must be in [1, --num-perm], not {self.bands}")
+        if self.report_only and not self.decontaminate:
+            raise UsageError("--report-only needs --decontaminate")
+
+    def band_rows(self):
+        """(bands, rows per band)."""
+        if self.bands is not None:
+            return self.bands, self.num_perm // self.bands
+        from datasketch.lsh import _optimal_param
+
+        return _optimal_param(self.threshold, self.num_perm, 0.5, 0.5)
+
+
+# -- text --------------------------------------------------------------------------
+
+
+def normalized_words(text):
+    """NFC, case-folded words (punctuation and whitespace dropped)."""
+    return WORD.findall(unicodedata.normalize("NFC", text).casefold())
+
+
+def normalized_text(text):
+    """NFC, case-folded, whitespace collapsed: what two exact duplicates share."""
+    return " ".join(unicodedata.normalize("NFC", text).casefold().split())
+
+
+def ngrams(words, n):
+    """The word n-grams as bytes (a text shorter than n words: itself, so it still has a shingle)."""
+    if len(words) < n:
+        return [" ".join(words).encode("utf-8")] if words else []
+    return [" ".join(words[i:i + n]).encode("utf-8") for i in range(len(words) - n + 1)]
+
+
+def ngram_hashes(words, n):
+    import xxhash
+
+    return np.fromiter((xxhash.xxh64_intdigest(g) for g in ngrams(words, n)), np.uint64)
+
+
+# -- inputs ------------------------------------------------------------------------
+
+
+def resolve_inputs(workdir, options):
+    """[(corpus name, [part paths])] in the command line's order."""
+    if options.input:
+        paths = list(options.input)
+    else:
+        formatted = stage_dir(workdir, "formatted")
+        names = options.corpus or (sorted(os.listdir(formatted)) if os.path.isdir(formatted) else [])
+        if not names:
+            raise UsageError(f"{formatted}: no formatted corpus (run `bertprep download` first or give --input)")
+        paths = [os.path.join(formatted, name) for name in names]
+    corpora = []
+    for path in paths:
+        if os.path.isdir(path):
+            if not os.path.isfile(os.path.join(path, MANIFEST)):
+                raise DataError(f"{path}: no {MANIFEST}: not a formatted corpus (expected the directory "
+                                "`bertprep download` writes)")
+            parts = sorted(os.path.join(root, name) for root, _dirs, names in walk(path) for name in names
+                           if name.endswith(".jsonl") and not name.startswith("."))
+            names = [os.path.basename(p) for p in parts]
+            if len(set(names)) != len(names):  # the output corpus is flat, as `bertprep download` writes them
+                twice = sorted(n for n in names if names.count(n) > 1)[0]
+                raise UsageError(f"--input {path}: two parts named {twice} in its subdirectories")
+            corpora.append((os.path.basename(os.path.normpath(path)), [os.path.abspath(p) for p in parts]))
+        elif os.path.isfile(path) and path.endswith(".jsonl"):
+            corpora.append((os.path.basename(path)[:-len(".jsonl")], [os.path.abspath(path)]))
+        else:
+            raise UsageError(f"--input {path}: not a formatted corpus directory or .jsonl file")
+    names = [check_corpus_name(name) for name, _parts in corpora]
+    if len(set(names)) != len(names):
+        raise UsageError(f"--input: two inputs named {sorted(n for n in names if names.count(n) > 1)[0]!r}")
+    return corpora
+
+
+# -- evaluation sets ---------------------------------------------------------------
+
+
+def evaluation_files(workdir, name):
+    """[(set label, [item texts])]: one per dev/test file of the `squad` or `glue` download in WORKDIR (its
+    training files are not evaluation text), or a SQuAD JSON / GLUE TSV / text file."""
+    if name in ("squad", "glue"):
+        directory = os.path.join(workdir, "download", name)
+        files = sorted(os.path.join(root, f) for root, _d, names in walk(directory) for f in names
+                       if f.endswith((".json", ".tsv")) and f != MANIFEST
+                       and not f.startswith("train")) if os.path.isdir(directory) else []
+        if not files:
+            raise UsageError(f"--decontaminate {name}: no dev/test file in {directory} (run `bertprep download "
+                             f"{name}` first)")
+        return [(f"{name}/{os.path.relpath(path, directory)}", file_items(path)) for path in files]
+    if not os.path.isfile(name):
+        raise UsageError(f"--decontaminate {name}: not squad, glue or a file")
+    return [(os.path.basename(name), file_items(name))]
+
+
+def file_items(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: byte {exc.start}: expected a SQuAD JSON, GLUE TSV or UTF-8 text file, "
+                        "found bytes that are not UTF-8") from None
+    if path.endswith(".json"):
+        return squad_items(path, text)
+    if path.endswith(".tsv"):
+        # a row's text fields (those with a space: not ids, labels or scores), one per line
+        rows = (line.split("\t") for line in text.splitlines()[1:] if line.strip())
+        return [text for text in ("\n".join(f for f in row if " " in f.strip()) for row in rows) if text]
+    if path.endswith(".txt"):
+        return [block for block in re.split(r"\n\s*\n", text) if block.strip()]
+    raise DataError(f"{path}: expected a SQuAD .json, GLUE .tsv or .txt evaluation file, "
+                    f"not {os.path.splitext(path)[1] or 'a file without extension'}")
+
+
+def squad_items(path, text):
+    """Every distinct context of a SQuAD JSON file (its questions are asked of it)."""
+    try:
+        data = json.loads(text)["data"]
+        contexts = [p["context"] for article in data for p in article["paragraphs"]]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise DataError(f"{path}: expected SQuAD JSON (data[].paragraphs[].context), not this "
+                        f"({type(exc).__name__}: {exc})") from None
+    if not all(isinstance(c, str) for c in contexts):
+        raise DataError(f"{path}: data[].paragraphs[].context: expected strings")
+    return list(dict.fromkeys(contexts))
+
+
+def evaluation_ngrams(workdir, options):
+    """(set labels, sorted n-gram hashes, (set index, item index) of each hash, items per set)."""
+    sets, hashes, owners, counts = [], [], [], []
+    for label, items in (entry for name in options.decontaminate for entry in evaluation_files(workdir, name)):
+        sets.append(label)
+        counts.append(len(items))
+        for item, text in enumerate(items):
+            # per line: a GLUE pair's two sentences never run on into each other in training text
+            h = np.concatenate([ngram_hashes(normalized_words(line), options.decontaminate_ngram)
+                                for line in text.split("\n")])
+            hashes.append(h)
+            owners.append(np.full((len(h), 2), (len(sets) - 1, item), np.int64))
+    if not hashes:
+        return sets, np.zeros(0, np.uint64), np.zeros((0, 2), np.int64), counts
+    hashes, owners = np.concatenate(hashes), np.concatenate(owners)
+    order = np.argsort(hashes, kind="stable")
+    return sets, hashes[order], owners[order], counts
+
+
+# -- pass 1: fingerprints ----------------------------------------------------------
+
+
+def fingerprint_part(task):
+    """Per document of one part: exact hash, MinHash values, evaluation n-grams found (pure)."""
+    import datasketch
+    import xxhash
+
+    path, ngram, num_perm, eval_hashes, eval_ngram = task
+    from bertprep.stages.download.formatted import iter_documents
+
+    exact, signatures, contaminated, lines = [], [], [], []
+    for number, doc in iter_documents(path):
+        text = doc["text"]
+        exact.append(xxhash.xxh64_intdigest(normalized_text(text).encode("utf-8")))
+        words = normalized_words(text)
+        minhash = datasketch.MinHash(num_perm=num_perm, seed=MINHASH_SEED, hashfunc=xxhash.xxh32_intdigest)
+        minhash.update_batch(ngrams(words, ngram))
+        signatures.append(minhash.hashvalues.astype(np.uint32))
+        found = np.zeros(0, np.uint64)
+        if eval_hashes.size:
+            found = np.unique(ngram_hashes(words, eval_ngram))
+            found = found[np.isin(found, eval_hashes)]
+        contaminated.append(found)
+        lines.append(number)
+    signatures = np.stack(signatures) if signatures else np.zeros((0, num_perm), np.uint32)
+    return (path, np.array(exact, np.uint64), signatures, contaminated, np.array(lines, np.int64),
+            os.path.getsize(path))
+
+
+# -- deciding what goes -------------------------------------------------------------
+
+
+def find_duplicates(exact, signatures, options):
+    """{document: (reason, kept twin, estimate, link)} and every verified pair's estimate, in the stable order.
+
+    Near duplicates form clusters: the connected components of the pairs that share an LSH band AND have an
+    estimated Jaccard >= the threshold; each keeps its first document. `link` is (document, estimate) of the
+    pair that put a document in its cluster when that is not the kept one."""
+    removed, estimates = {}, []
+    first = {}
+    if options.exact:
+        for doc, h in enumerate(exact.tolist()):
+            twin = first.setdefault(h, doc)
+            if twin != doc:
+                removed[doc] = ("exact", twin, 1.0, None)
+    if not options.near:
+        return removed, estimates
+    bands, rows = options.band_rows()
+    buckets = [{} for _ in range(bands)]
+    keys = [np.ascontiguousarray(signatures[:, b * rows:(b + 1) * rows]) for b in range(bands)]
+    root, link = {}, {}
+    for doc in range(len(exact)):
+        if doc in removed:
+            continue  # an exact copy: its twin stands for it
+        candidates = set()
+        for band in range(bands):
+            members = buckets[band].setdefault(keys[band][doc].tobytes(), [])
+            candidates.update(members)
+            members.append(doc)
+        candidates = np.array(sorted(candidates), np.int64)
+        share = (signatures[candidates] == signatures[doc]).mean(axis=1) if candidates.size else np.zeros(0)
+        estimates.extend(share.tolist())
+        verified = candidates[share >= options.threshold]
+        roots = sorted({_find(root, int(other)) for other in verified})
+        root[doc] = roots[0] if roots else doc
+        for other_root in roots[1:]:  # this document joins clusters: the earliest root keeps them all
+            root[other_root] = roots[0]
+            link[other_root] = (doc, float(np.mean(signatures[doc] == signatures[other_root])))
+        if verified.size:
+            best = int(np.argmax(share >= options.threshold))
+            link[doc] = (int(candidates[best]), float(share[best]))
+    for doc in root:
+        kept = _find(root, doc)
+        if kept != doc:
+            estimate = round(float(np.mean(signatures[kept] == signatures[doc])), 4)
+            via = link[doc] if link[doc][0] != kept else None
+            removed[doc] = ("near", kept, estimate, via and (via[0], round(via[1], 4)))
+    return removed, estimates
+
+
+def _find(root, doc):
+    while root[doc] != doc:
+        root[doc] = root[root[doc]]
+        doc = root[doc]
+    return doc
+
+
+def contamination(found, eval_hashes, eval_owners, sets, counts):
+    """Documents holding evaluation n-grams {doc: [set names]} and per set {items, found}."""
+    documents, items_found = {}, [set() for _ in sets]
+    for doc, hashes in enumerate(found):
+        if not hashes.size:
+            continue
+        lo = np.searchsorted(eval_hashes, hashes, "left")
+        hi = np.searchsorted(eval_hashes, hashes, "right")
+        owners = np.concatenate([eval_owners[a:b] for a, b in zip(lo.tolist(), hi.tolist())])
+        for index, item in {tuple(o) for o in owners.tolist()}:
+            items_found[index].add(item)
+        documents[doc] = sorted({sets[i] for i in set(owners[:, 0].tolist())})
+    report = {name: {"items": counts[i], "found_in_training": len(items_found[i])} for i, name in enumerate(sets)}
+    return documents, report
+
+
+# -- pass 2: write -----------------------------------------------------------------
+
+
+def write_part(task):
+    """Copy a part's lines but the removed ones (line numbers, 1-based); returns its manifest entry."""
+    import hashlib
+
+    source, path, staging, drop = task
+    drop = set(drop)
+    digest, size, count = hashlib.sha256(), 0, 0
+    with open(source, "rb") as f, atomic_open(path, "wb", staging) as out:
+        for number, line in enumerate(f, 1):
+            if number in drop or not line.strip():
+                continue
+            out.write(line)
+            digest.update(line)
+            size += len(line)
+            count += 1
+    return path, {"documents": count, "bytes": size, "sha256": digest.hexdigest()}
+
+
+def plot_similarities(estimates, path, threshold, staging):
+    """A PNG histogram of the verified pairs' estimates, when matplotlib is installed (the `plot` extra)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    figure, axes = plt.subplots(figsize=(6, 4))
+    axes.hist(estimates, bins=50, range=(0, 1))
+    axes.axvline(threshold, color="red", linestyle="--", label=f"threshold {threshold}")
+    axes.set_xlabel("estimated Jaccard of LSH candidate pairs")
+    axes.set_ylabel("pairs")
+    axes.legend()
+    with atomic_open(path, "wb", staging) as out:
+        figure.savefig(out, format="png", metadata={"Software": None})
+    plt.close(figure)
+    return os.path.basename(path)
+
+
+# -- the command -------------------------------------------------------------------
+
+
+def dedup(options: DedupOptions | None = None, /, *, quiet: bool = True, **fields) -> Summary:
+    """Deduplicate (and decontaminate) formatted corpora (`DedupOptions`, or its fields as keywords); the
+    summary `--json` prints. A complete output of the same inputs and settings is left as it is."""
+    options = build_options(DedupOptions, options, fields)
+    workdir = resolve_workdir(options.workdir)
+    corpora = resolve_inputs(workdir, options)
+    out = os.path.abspath(options.out or stage_dir(workdir, "deduped"))
+    params = {"ngram": options.ngram, "num_perm": options.num_perm, "threshold": options.threshold,
+              "bands_rows": list(options.band_rows()), "exact": options.exact, "near": options.near,
+              "decontaminate": list(options.decontaminate), "decontaminate_ngram": options.decontaminate_ngram,
+              "report_only": options.report_only, "minhash": f"datasketch xxh32 seed {MINHASH_SEED}",
+              "exact_hash": "xxh64 of NFC casefold whitespace-collapsed text"}
+    input_list = [{"corpus": name, "path": p, "bytes": os.path.getsize(p), "sha256": sha256_file(p)}
+                  for name, parts in corpora for p in parts]
+    evaluation = evaluation_ngrams(workdir, options)  # a bad evaluation file stops before anything is written
+    if options.dry_run:
+        with open_engine(options.engine) as engine:
+            manifest = _decide(options, engine, evaluation, corpora, input_list, params, quiet)[0]
+        return _summary("bertprep dedup: dry run, nothing written", manifest, out)
+    with hold(out, "bertprep dedup") as staging:
+        previous = load_manifest(out)
+        if _is_complete(previous, out, params, input_list):
+            return _summary(f"bertprep dedup: {out} is already complete", previous, out, complete_before=True)
+        if previous is not None:
+            os.unlink(os.path.join(out, MANIFEST))  # nothing may look complete while parts are rewritten
+        with open_engine(options.engine) as engine:  # one engine (one Dask cluster) for both passes
+            manifest, drops, estimates = _decide(options, engine, evaluation, corpora, input_list, params, quiet)
+            _write(engine, corpora, drops, out, staging, manifest)
+        if estimates and plot_similarities(estimates, os.path.join(out, PLOT), options.threshold, staging):
+            manifest["plot"] = PLOT
+        save_manifest(out, manifest)
+    return _summary("bertprep dedup: done", manifest, out)
+
+
+def _is_complete(manifest, out, params, input_list):
+    if not manifest or manifest.get("params") != params or manifest.get("inputs") != input_list:
+        return False
+    sizes = [(os.path.join(out, relpath), entry["bytes"]) for relpath, entry in manifest["files"].items()]
+    return all(os.path.isfile(path) and os.path.getsize(path) == size for path, size in sizes)
+
+
+def _decide(options, engine, evaluation, corpora, input_list, params, quiet):
+    """(manifest without files, {part: removed line numbers}, verified pair estimates)."""
+    start = time.monotonic()
+    sets, eval_hashes, eval_owners, counts = evaluation
+    parts = [p for _name, ps in corpora for p in ps]
+    progress = Progress("dedup", total=len(parts), unit="parts", quiet=quiet)
+    tasks = [(p, options.ngram, options.num_perm, eval_hashes, options.decontaminate_ngram) for p in parts]
+    results = [None] * len(parts)
+    for index, result in engine.run_indexed(fingerprint_part, tasks, describe=lambda t: t[0]):
+        results[index] = result
+        progress.advance(1, bytes=result[5], documents=len(result[1]))
+    progress.close()
+    where = [(path, line) for path, _e, _s, _c, lines, _b in results for line in lines.tolist()]
+    exact = np.concatenate([r[1] for r in results]) if results else np.zeros(0, np.uint64)
+    signatures = (np.concatenate([r[2] for r in results]) if results
+                  else np.zeros((0, options.num_perm), np.uint32))
+    removed, estimates = find_duplicates(exact, signatures, options)
+    found = [h for r in results for h in r[3]]
+    contaminated, report = contamination(found, eval_hashes, eval_owners, sets, counts)
+    corpus_of = {p: name for name, ps in corpora for p in ps}
+    listing, drops = [], {p: [] for p in parts}
+
+    def position(doc):
+        path, line = where[doc]
+        return {"corpus": corpus_of[path], "part": os.path.basename(path), "line": line}
+
+    for doc in sorted(set(removed) | set(contaminated)):
+        path, line = where[doc]
+        entry = position(doc)
+        if doc in removed:
+            reason, twin, estimate, via = removed[doc]
+            entry.update(reason=reason, estimate=estimate, kept=position(twin))
+            if via:
+                entry["linked_by"] = dict(position(via[0]), estimate=via[1])
+        else:
+            entry.update(reason="contaminated", evaluation_sets=contaminated[doc])
+        listing.append(entry)
+        if entry["reason"] != "contaminated" or not options.report_only:
+            drops[path].append(line)
+    per_corpus = {}
+    for name, ps in corpora:
+        docs = sum(len(r[1]) for r in results if corpus_of[r[0]] == name)
+        mine = [e for e in listing if e["corpus"] == name]
+        per_corpus[name] = {"documents": docs, **{k: sum(e["reason"] == k for e in mine)
+                                                  for k in ("exact", "near", "contaminated")}}
+        per_corpus[name]["kept"] = docs - sum(len(drops[p]) for p in ps)
+    manifest = {"tool": "bertprep", "version": __version__, "stage": "dedup", "params": params,
+                "inputs": input_list, "corpora": per_corpus, "removed": listing, "evaluation": report,
+                "candidate_pairs": len(estimates), "seconds": round(time.monotonic() - start, 3)}
+    return manifest, drops, estimates
+
+
+def _write(engine, corpora, drops, out, staging, manifest):
+    tasks, owners = [], []
+    for name, parts in corpora:
+        directory = os.path.join(out, name)
+        os.makedirs(directory, exist_ok=True)
+        for part in parts:
+            tasks.append((part, os.path.join(directory, os.path.basename(part)), staging, sorted(drops[part])))
+            owners.append(name)
+    files = {name: {} for name, _parts in corpora}
+    for index, (path, entry) in engine.run_indexed(write_part, tasks, describe=lambda t: t[0]):
+        files[owners[index]][os.path.basename(path)] = dict(entry, source=tasks[index][0])
+    for name, entries in files.items():
+        from bertprep.stages.download.formatted import FORMAT
+
+        save_manifest(os.path.join(out, name), {"tool": "bertprep", "version": __version__, "stage": "format",
+                                                "corpus": name, "source": "bertprep dedup", "format": FORMAT,
+                                                "files": dict(sorted(entries.items()))})
+    manifest["files"] = {f"{name}/{part}": entry for name, entries in files.items()
+                         for part, entry in sorted(entries.items())}
+
+
+def _summary(title_or_prefix, manifest, out, complete_before=False):
+    corpora = manifest["corpora"]
+    fields = {"out": out, "corpora": corpora, "evaluation": manifest["evaluation"],
+              "documents": sum(c["documents"] for c in corpora.values()),
+              "kept": sum(c["kept"] for c in corpora.values()),
+              "exact": sum(c["exact"] for c in corpora.values()),
+              "near": sum(c["near"] for c in corpora.values()),
+              "contaminated": sum(c["contaminated"] for c in corpora.values()),
+              "candidate_pairs": manifest["candidate_pairs"]}
+    rows = [(name, f"{c['documents']:,} documents, {c['kept']:,} kept ({c['exact']:,} exact, {c['near']:,} near, "
+                   f"{c['contaminated']:,} contaminated)") for name, c in corpora.items()]
+    rows += [(f"eval {name}", f"{r['found_in_training']:,} of {r['items']:,} items found in training")
+             for name, r in manifest["evaluation"].items()]
+    rows.append(("output", out))
+    return Summary(title_or_prefix, fields, rows=tuple(rows), complete_before=complete_before)

@@ -1,0 +1,204 @@
+"""`bertprep dedup`: planted exact and near duplicates found, distinct documents kept, the same bytes for any
+worker count and engine, a killed run resumed, evaluation text found by --decontaminate, bad input refused."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import distributed
+import pytest
+
+import bertprep
+from bertprep.stages.shard import shard
+from dedup_corpus import jaccard, planted_corpus, write_corpus
+
+pytestmark = pytest.mark.xdist_group("dask")
+
+
+@pytest.fixture(scope="module")
+def corpus(shared_dir, tmp_path_factory):
+    return planted_corpus(tmp_path_factory.mktemp("corpus"), shared_dir / "fixtures" / "bench" / "wt2.txt")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                                  host="127.0.0.1") as local_cluster:
+        yield local_cluster
+
+
+def dedup_cli(*argv):
+    return subprocess.run([sys.executable, "-m", "bertprep", "dedup", *map(str, argv)], capture_output=True,
+                          text=True)
+
+
+def output_files(root):
+    return {os.path.relpath(os.path.join(d, n), root): open(os.path.join(d, n), "rb").read()
+            for d, _dirs, names in os.walk(root) for n in names if n.endswith(".jsonl")}
+
+
+def removed_lines(manifest, corpus_name):
+    return {e["line"]: e for e in manifest["removed"] if e["corpus"] == corpus_name}
+
+
+def test_planted_duplicates_are_found_and_distinct_documents_kept(corpus, tmp_path):
+    a, b, planted, b_texts = corpus
+    summary = bertprep.dedup(input=(a, b), out=tmp_path / "out", engine=bertprep.EngineOptions(workers=1))
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert not removed_lines(manifest, "a")  # the first corpus on the command line keeps its documents
+    gone = removed_lines(manifest, "b")
+    originals = [json.loads(line)["text"] for line in open(a / "part-0000.jsonl", encoding="utf-8")]
+    near_pairs = found_near = 0
+    for line, (kind, index, text) in enumerate(planted, 1):
+        if kind == "exact":
+            assert gone[line]["reason"] == "exact" and gone[line]["kept"] == {"corpus": "a", "part": "part-0000.jsonl",
+                                                                                "line": index + 1}
+        elif jaccard(originals[index], text) >= 0.8:
+            near_pairs += 1
+            if line in gone:
+                found_near += 1
+                assert gone[line]["reason"] == "near" and gone[line]["kept"]["line"] == index + 1
+                assert gone[line]["estimate"] >= 0.8
+    assert near_pairs >= 50 and found_near / near_pairs >= 0.95
+    distinct = range(len(planted) + 1, len(b_texts) + 1)  # same-topic neighbours of a's documents
+    assert not set(distinct) & set(gone)
+    assert summary["exact"] == 20 and summary["kept"] == summary["documents"] - len(gone)
+    # What it writes is a formatted corpus `shard` takes.
+    sharded = shard(input=(tmp_path / "out" / "b",), out=tmp_path / "sharded", train_shards=2, test_shards=1)
+    assert sum(sharded["documents"].values()) == len(b_texts) - len(gone)
+
+
+def test_the_function_writes_what_the_command_writes(corpus, tmp_path):
+    a, b, _planted, _texts = corpus
+    run = dedup_cli("--input", a, b, "--out", tmp_path / "cli", "--workers", "1", "--json", "--quiet")
+    assert run.returncode == 0, run.stderr
+    summary = bertprep.dedup(bertprep.DedupOptions(input=(str(a), str(b)), out=str(tmp_path / "api"),
+                                                   engine=bertprep.EngineOptions(workers=1)))
+    assert output_files(tmp_path / "api") == output_files(tmp_path / "cli")
+    printed = json.loads(run.stdout)
+    assert {k: v for k, v in printed.items() if k != "out"} == {k: v for k, v in summary.fields.items() if k != "out"}
+    again = dedup_cli("--input", a, b, "--out", tmp_path / "cli", "--workers", "1", "--quiet")
+    assert again.returncode == 0 and "already complete" in again.stdout
+
+
+def test_same_bytes_for_any_worker_count_and_the_dask_engine(corpus, tmp_path, cluster):
+    a, b, _planted, _texts = corpus
+    runs = {"one": ("--workers", "1"), "two": ("--workers", "2"),
+            "dask": ("--engine", "dask", "--scheduler", cluster.scheduler_address)}
+    for name, flags in runs.items():
+        run = dedup_cli("--input", a, b, "--out", tmp_path / name, "--quiet", *flags)
+        assert run.returncode == 0, run.stderr
+    expected = output_files(tmp_path / "one")
+    assert len(expected) == 2
+    assert output_files(tmp_path / "two") == expected and output_files(tmp_path / "dask") == expected
+    manifests = [json.loads((tmp_path / n / "manifest.json").read_text()) for n in runs]
+    assert all(m["removed"] == manifests[0]["removed"] for m in manifests)
+
+
+def test_dry_run_reports_and_writes_nothing(corpus, tmp_path):
+    a, b, _planted, _texts = corpus
+    run = dedup_cli("--input", a, b, "--out", tmp_path / "out", "--dry-run", "--json", "--quiet", "--workers", "1")
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["exact"] == 20 and not (tmp_path / "out").exists()
+
+
+@pytest.mark.heavy
+def test_a_killed_run_resumes_to_the_same_bytes(corpus, tmp_path):
+    a, b, _planted, texts = corpus
+    big = write_corpus(tmp_path / "big", texts * 20)
+    argv = [sys.executable, "-m", "bertprep", "dedup", "--input", str(a), str(big), "--workers", "2", "--quiet"]
+    clean = subprocess.run([*argv, "--out", str(tmp_path / "clean")], capture_output=True, text=True)
+    assert clean.returncode == 0, clean.stderr
+    killed = subprocess.Popen([*argv, "--out", str(tmp_path / "resumed")], start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "resumed" / "big").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)  # the corpus directories appear when the parts start being written: kill it there
+    os.killpg(killed.pid, signal.SIGKILL)
+    killed.wait()
+    assert not (tmp_path / "resumed" / "manifest.json").exists()
+    resumed = subprocess.run([*argv, "--out", str(tmp_path / "resumed")], capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert output_files(tmp_path / "resumed") == output_files(tmp_path / "clean")
+
+
+def squad_file(path, contexts):
+    data = {"version": "1.1", "data": [{"title": "t", "paragraphs": [
+        {"context": c, "qas": [{"id": str(i), "question": "what?", "answers": []}]} for i, c in enumerate(contexts)]}]}
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_decontaminate_finds_squad_contexts_planted_in_training(corpus, tmp_path):
+    a, _b, _planted, texts = corpus
+    contexts = ["The quick committee of seven river pilots sailed north past the old lighthouse at dawn to meet "
+                "the harbour master , who had waited three days .",
+                "An entirely unrelated paragraph about nothing in the training text at all , long enough to hold "
+                "several thirteen word windows of its own ."]
+    training = write_corpus(tmp_path / "train", [texts[-1], texts[-2] + "\n" + contexts[0], texts[-3]])
+    squad = squad_file(tmp_path / "dev-v1.1.json", contexts)
+    report = dedup_cli("--input", a, training, "--out", tmp_path / "listed", "--decontaminate", squad,
+                       "--report-only", "--json", "--quiet", "--workers", "1")
+    assert report.returncode == 0, report.stderr
+    assert json.loads(report.stdout)["evaluation"] == {"dev-v1.1.json": {"items": 2, "found_in_training": 1}}
+    manifest = json.loads((tmp_path / "listed" / "manifest.json").read_text())
+    assert [(e["corpus"], e["line"], e["reason"]) for e in manifest["removed"]] == [("train", 2, "contaminated")]
+    assert (tmp_path / "listed" / "train" / "part-0000.jsonl").read_text().count("\n") == 3  # listed, kept
+    removed = dedup_cli("--input", a, training, "--out", tmp_path / "removed", "--decontaminate", squad,
+                        "--quiet", "--workers", "1")
+    assert removed.returncode == 0, removed.stderr
+    kept = (tmp_path / "removed" / "train" / "part-0000.jsonl").read_text()
+    assert kept.count("\n") == 2 and "river pilots" not in kept
+
+
+def test_a_corpus_directory_without_a_manifest_is_refused(corpus, tmp_path):
+    a, _b, _planted, _texts = corpus
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "part.jsonl").write_text((a / "part-0000.jsonl").read_text())
+    run = dedup_cli("--input", a, bare, "--out", tmp_path / "out")
+    assert run.returncode == 1 and run.stdout == ""
+    assert run.stderr.count("\n") == 1 and f"{bare}: no manifest.json" in run.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name,content,expected", [
+    ("dev.json", '{"questions": []}', "expected SQuAD JSON"),
+    ("dev.csv", "a,b\n", "expected a SQuAD .json, GLUE .tsv or .txt evaluation file, not .csv"),
+    ("dev.txt", b"\xff\xfe binary", "found bytes that are not UTF-8"),
+])
+def test_an_evaluation_file_that_is_not_squad_glue_or_text_is_refused(corpus, tmp_path, name, content, expected):
+    a, _b, _planted, _texts = corpus
+    path = tmp_path / name
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    run = dedup_cli("--input", a, "--out", tmp_path / "out", "--decontaminate", path)
+    assert run.returncode == 1 and run.stdout == ""
+    assert run.stderr.count("\n") == 1 and str(path) in run.stderr and expected in run.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_decontaminate_squad_and_glue_reads_the_dev_files_of_the_work_directory(corpus, tmp_path):
+    a, _b, _planted, texts = corpus
+    glue_sentence = ("the senate voted late on tuesday to extend the emergency water rationing programme for "
+                     "another six months")
+    squad_context = ("Normans were the people who in the 10th and 11th centuries gave their name to Normandy , "
+                     "a region in France .")
+    workdir = tmp_path / "work"
+    squad = workdir / "download" / "squad" / "v1.1"
+    squad.mkdir(parents=True)
+    squad_file(squad / "dev-v1.1.json", [squad_context])
+    squad_file(squad / "train-v1.1.json", [texts[-1]])  # training text, not evaluation text
+    (workdir / "download" / "glue" / "MRPC").mkdir(parents=True)
+    (workdir / "download" / "glue" / "MRPC" / "dev.tsv").write_text(
+        f"Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n1\t11\t12\t{glue_sentence}\tno such sentence here\n")
+    training = write_corpus(tmp_path / "train", [texts[-1], glue_sentence.upper() + " !", texts[-2],
+                                                  "Intro .\n" + squad_context])
+    run = dedup_cli("--workdir", workdir, "--input", a, training, "--out", tmp_path / "out",
+                    "--decontaminate", "squad", "glue", "--json", "--quiet", "--workers", "1")
+    assert run.returncode == 0, run.stderr
+    summary = json.loads(run.stdout)
+    assert summary["evaluation"] == {"squad/v1.1/dev-v1.1.json": {"items": 1, "found_in_training": 1},
+                                     "glue/MRPC/dev.tsv": {"items": 1, "found_in_training": 1}}
+    assert summary["corpora"]["train"] == {"documents": 4, "kept": 2, "exact": 0, "near": 0, "contaminated": 2}
