@@ -211,20 +211,19 @@ def train_config(argv):
 
 
 def _train(args):
-    import trainer
-
-    config = config_from(args, TrainConfig)
-    with _library_output_to_stderr(args.json):
-        summary = trainer.train(config).to_dict()
-    print_summary("trainer: done", summary, as_json=args.json, rows=readable_rows(summary))
-    return 0
+    return _run(args, TrainConfig, "train", "trainer: done")
 
 
 def _finetune(args):
+    return _run(args, FinetuneConfig, "finetune", "trainer finetune: done")
+
+
+def _run(args, kind, function, title):
+    """Build the run's config (checked), call trainer.train or trainer.finetune, print its summary."""
     import trainer
 
-    config = config_from(args, FinetuneConfig)
+    config = config_from(args, kind)
     with _library_output_to_stderr(args.json):
-        summary = trainer.finetune(config).to_dict()
-    print_summary("trainer finetune: done", summary, as_json=args.json, rows=readable_rows(summary))
+        summary = getattr(trainer, function)(config).to_dict()
+    print_summary(title, summary, as_json=args.json, rows=readable_rows(summary))
     return 0
