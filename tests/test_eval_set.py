@@ -7,7 +7,7 @@ from importlib import resources
 import pytest
 
 from bertprep.stages.create import create
-from bertprep.stages.shard import choose_eval
+from bertprep.stages.shard import choose_eval, shard
 from dedup_corpus import change_words, jaccard, wt2_documents
 from stand_in_servers import ok, one_line_error, run_cli
 
@@ -78,6 +78,15 @@ def test_eval_documents_are_seeded_and_their_duplicates_leave_training(planted, 
     assert flat(copies["exact"]).casefold() not in training.casefold() and flat(copies["near"]) not in training
     # scattered changes leave it below dedup's default threshold: a distinct document to dedup, so it stays
     assert flat(copies["scattered"]) in training
+
+
+def test_eval_documents_from_python_matches_the_command(planted, tmp_path):
+    corpus = planted[0]
+    ok(shard_cli(corpus, tmp_path / "cli", "--eval-documents", str(EVAL)))
+    summary = shard(input=(str(corpus),), corpus="c", out=str(tmp_path / "py"), train_shards=3, test_shards=2,
+                    eval_documents=EVAL)
+    assert summary["eval"]["dropped_training"] == 2
+    assert records(tmp_path / "py") == records(tmp_path / "cli")
 
 
 def test_another_eval_setting_reshards(planted, tmp_path):

@@ -35,7 +35,8 @@ def add_arguments(parser):
 def options(args):
     return ShardOptions(input=args.input, out=args.out, corpus=args.corpus, train_shards=args.train_shards,
                         test_shards=args.test_shards, balance=args.balance, test_fraction=args.test_fraction,
-                        eval_documents=args.eval_documents, eval_seed=args.eval_seed, engine=engine_options(args), workdir=args.workdir)
+                        eval_documents=args.eval_documents, eval_seed=args.eval_seed, engine=engine_options(args),
+                        workdir=args.workdir)
 
 
 def run(args):

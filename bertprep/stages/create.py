@@ -68,7 +68,8 @@ class CreateOptions:
     WORKDIR/sharded, else the embedded sample corpus); `vocab`: vocab.txt or a hub model id; `out`: the records
     root; `format`: comma-separated or a tuple, None for the layout's default; `dupe_factor` None: 5, or 1 with
     `masking="dynamic"`; `eval_samples` K: exactly the first K test instances (test shards in input order, each
-    shard's instances in order) are written, None: all. After __post_init__ `format` is the tuple of formats and `dupe_factor` a number."""
+    shard's instances in order) are written, None: all. After __post_init__ `format` is the tuple of formats and
+    `dupe_factor` a number."""
 
     input: tuple[str, ...] | None = None
     vocab: str | None = None

@@ -19,6 +19,11 @@ document per worker plus a few integers per document, never the corpus:
    every shard then copies its documents from the scratch files in input
    order.
 
+With `--eval-documents N` the test split is instead N documents drawn by `--eval-seed` over the documents
+in input order, and pass 1 also keeps each document's `bertprep dedup` fingerprint (its exact hash and a
+128-value MinHash, about 0.5 KiB per document), so that training documents that duplicate an evaluation
+document are dropped before pass 2.
+
 Documents are never split across shards. The assignment depends only on
 the documents (their hashes, sizes and input order), not on the number of
 workers, so the same input gives the same bytes.
