@@ -136,6 +136,9 @@ def test_eval_samples_writes_exactly_k_test_instances_for_any_worker_count(shard
         return b"".join(data for path, data in records(tmp_path / name).items() if "tfrecord/test/" in path)
 
     assert test_tfrecords("full").startswith(test_tfrecords("w1")) and test_tfrecords("w1")
+    # into the full run's tree: the test shards past the 50 are gone from disk, not only from the manifest
+    ok(create_cli(shards, tmp_path / "full", "--eval-samples", "50"))
+    assert records(tmp_path / "full") == written[1]
 
 
 def test_fewer_test_instances_than_eval_samples_is_one_line_and_writes_nothing(shards, tmp_path):

@@ -23,6 +23,7 @@ finished shards and redoes the rest. A run holds its records directory:
 a second run into the same one is refused.
 """
 
+import contextlib
 import glob
 import hashlib
 import json
@@ -215,6 +216,18 @@ def limit_test_split(tasks, count, engine):
             limited.append(replace(task, limit=min(left, counts[task.source])))
             left -= limited[-1].limit
     return limited
+
+
+def remove_stale_outputs(records_dir, previous_files, wanted, progress):
+    """Delete the files an earlier run's manifest lists that this run does not write (a test shard past
+    --eval-samples, an input no longer given): readers that glob a split's directory (NVIDIA's scripts) must
+    find only what the new manifest lists."""
+    stale = sorted(rel for rel in previous_files if rel not in wanted)
+    for relative in stale:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(records_dir, relative))
+    if stale:
+        progress.note(f"removed {len(stale)} file(s) of an earlier run that this run does not write")
 
 
 def create_shard(task):
@@ -568,6 +581,7 @@ def create(options: CreateOptions | None = None, /, *, quiet: bool = True, **fie
         previous = load_manifest(records_dir) or {}
         wanted = {relative for task in tasks for relative in task.output_paths().values()}
         files = {rel: entry for rel, entry in previous.get("files", {}).items() if rel in wanted}
+        remove_stale_outputs(records_dir, previous.get("files", {}), wanted, progress)
         pending = [t for t in tasks if not is_complete(t, files)]
         skipped = len(tasks) - len(pending)
         if skipped:
