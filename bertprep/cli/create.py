@@ -48,6 +48,9 @@ def add_arguments(parser):
         help=f"warn when fewer training files are written (default {NVIDIA_CYCLE_LENGTH}: NVIDIA's TF2 reader "
         "interleaves 8 files; OneFlow needs one part per reader rank, so use your GPU count if larger)",
     )
+    parser.add_argument("--eval-samples", type=int, metavar="K",
+                        help="write exactly K test instances (MLPerf's fixed evaluation set is 10,000): the first K "
+                        "of the test shards in input order, the same for any worker count; fewer is an error")
     add_engine_arguments(parser)
     add_workdir_argument(parser)
     add_output_arguments(parser)
@@ -59,6 +62,7 @@ def options(args):
         dupe_factor=args.dupe_factor, masking=args.masking, seed=args.seed, seed_per_shard=args.seed_per_shard,
         masked_lm_prob=args.masked_lm_prob, short_seq_prob=args.short_seq_prob, whole_word_mask=args.whole_word_mask,
         lower_case=not args.no_lower_case, format=args.format, layout=args.layout, min_parts=args.min_parts,
+        eval_samples=args.eval_samples,
         engine=engine_options(args), workdir=args.workdir,
     )
 

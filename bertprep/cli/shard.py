@@ -22,6 +22,12 @@ def add_arguments(parser):
                         "a split holds the same number of documents, ±1 (LDDL's balance), bytes balanced within that")
     parser.add_argument("--test-fraction", type=float, default=0.1,
                         help="share of documents in the test split (default: 0.1)")
+    parser.add_argument("--eval-documents", type=int, metavar="N",
+                        help="a fixed held-out evaluation set: N documents drawn by --eval-seed are the test split "
+                        "(instead of --test-fraction's), and every training document that is an exact or near "
+                        "duplicate of one (bertprep dedup's tests, default threshold) is dropped and listed")
+    parser.add_argument("--eval-seed", type=int, default=12345,
+                        help="seed of the --eval-documents draw (default: 12345)")
     add_engine_arguments(parser)
     add_output_arguments(parser)
 
@@ -29,7 +35,8 @@ def add_arguments(parser):
 def options(args):
     return ShardOptions(input=args.input, out=args.out, corpus=args.corpus, train_shards=args.train_shards,
                         test_shards=args.test_shards, balance=args.balance, test_fraction=args.test_fraction,
-                        engine=engine_options(args), workdir=args.workdir)
+                        eval_documents=args.eval_documents, eval_seed=args.eval_seed, engine=engine_options(args),
+                        workdir=args.workdir)
 
 
 def run(args):

@@ -23,13 +23,14 @@ finished shards and redoes the rest. A run holds its records directory:
 a second run into the same one is refused.
 """
 
+import contextlib
 import glob
 import hashlib
 import json
 import os
 import re
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from importlib import resources
 
 import numpy as np
@@ -41,7 +42,7 @@ from bertprep.engines import EngineOptions, open_engine
 from bertprep.errors import DataError, UsageError
 from bertprep.formats import columnar
 from bertprep.formats.schemas import PRETRAINING, UNMASKED
-from bertprep.instances import InstanceParams, MaskingVocab, create_instances
+from bertprep.instances import InstanceParams, Instances, MaskingVocab, create_instances
 from bertprep.options import build_options, normalise_paths, set_field
 from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.tokenization import LineTokenizer, load_vocab, resolve_vocab_path
@@ -67,7 +68,9 @@ class CreateOptions:
     """`bertprep create`'s flags. `input`: text shards (files, globs or directories; None: the shards under
     WORKDIR/sharded, else the embedded sample corpus); `vocab`: vocab.txt or a hub model id; `out`: the records
     root; `format`: comma-separated or a tuple, None for the layout's default; `dupe_factor` None: 5, or 1 with
-    `masking="dynamic"`. After __post_init__ `format` is the tuple of formats and `dupe_factor` a number."""
+    `masking="dynamic"`; `eval_samples` K: exactly the first K test instances (test shards in input order, each
+    shard's instances in order) are written, None: all. After __post_init__ `format` is the tuple of formats and
+    `dupe_factor` a number."""
 
     input: tuple[str, ...] | None = None
     vocab: str | None = None
@@ -86,6 +89,7 @@ class CreateOptions:
     format: tuple[str, ...] | str | None = None
     layout: str = "bertprep"
     min_parts: int = NVIDIA_CYCLE_LENGTH
+    eval_samples: int | None = None
     engine: EngineOptions = EngineOptions()
     workdir: str | None = None
 
@@ -106,6 +110,8 @@ class CreateOptions:
         if self.layout == "nvidia" and self.masking == "dynamic":
             raise UsageError("--layout nvidia is the tree NVIDIA's scripts read, and they read masked records: "
                              "use --masking static there, or --masking dynamic without --layout")
+        if self.eval_samples is not None and self.eval_samples < 1:
+            raise UsageError(f"--eval-samples must be at least 1, not {self.eval_samples}")
         if self.min_parts < 1:
             raise UsageError(f"--min-parts must be at least 1, not {self.min_parts}")
         if self.corpus is not None:
@@ -144,6 +150,7 @@ class ShardTask:
     settings_key: str
     layout: str = "bertprep"
     masking: str = "static"
+    limit: int | None = None  # write only the first `limit` instances (--eval-samples)
 
     def output_paths(self):
         """{format: path relative to records_dir}."""
@@ -169,13 +176,63 @@ def _tokenizer_and_vocab(vocab_path, lower_case, vocab=None):
     return _TOKENIZERS[key]
 
 
-def create_shard(task):
-    """Create one shard's records in every requested format; return their manifest entries."""
+def shard_instances(task):
+    """The instances of one shard (its first `task.limit` when set)."""
     tokenizer, masking_vocab = _tokenizer_and_vocab(task.vocab_path, task.lower_case)
     corpus = tokenize_corpus(read_text(task.source), tokenizer)
     if corpus.num_documents == 0:
         raise DataError(f"{task.source}: no documents (every line is blank or tokenizes to nothing)")
     instances = create_instances(corpus, task.params, masking_vocab, task.seed)
+    return instances if task.limit is None else first_instances(instances, task.limit)
+
+
+def first_instances(instances, count):
+    """The first `count` of `instances`."""
+    ends, masks = instances.instance_starts[count], instances.mask_starts[count]
+    return Instances(tokens=instances.tokens[:ends], instance_starts=instances.instance_starts[:count + 1],
+                     a_lengths=instances.a_lengths[:count], masked_positions=instances.masked_positions[:masks],
+                     masked_labels=instances.masked_labels[:masks], mask_starts=instances.mask_starts[:count + 1],
+                     is_random_next=instances.is_random_next[:count])
+
+
+def count_instances(task):
+    return task.source, len(shard_instances(task))
+
+
+def limit_test_split(tasks, count, engine):
+    """The tasks with the test split cut to exactly its first `count` instances (shards in input order; those
+    past the count dropped); DataError when the test split holds fewer."""
+    test = [task for task in tasks if task.split == "test"]
+    counts = dict(engine.run(count_instances, test, describe=lambda task: task.source))
+    total = sum(counts.values())
+    if total < count:
+        where = os.path.dirname(test[0].source) if test else "the inputs"
+        raise DataError(f"{where}: the test split holds {total:,} instances, fewer than --eval-samples {count:,}")
+    limited, left = [], count
+    for task in tasks:
+        if task.split != "test":
+            limited.append(task)
+        elif left:
+            limited.append(replace(task, limit=min(left, counts[task.source])))
+            left -= limited[-1].limit
+    return limited
+
+
+def remove_stale_outputs(records_dir, previous_files, wanted, progress):
+    """Delete the files an earlier run's manifest lists that this run does not write (a test shard past
+    --eval-samples, an input no longer given): readers that glob a split's directory (NVIDIA's scripts) must
+    find only what the new manifest lists."""
+    stale = sorted(rel for rel in previous_files if rel not in wanted)
+    for relative in stale:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(records_dir, relative))
+    if stale:
+        progress.note(f"removed {len(stale)} file(s) of an earlier run that this run does not write")
+
+
+def create_shard(task):
+    """Create one shard's records in every requested format; return their manifest entries."""
+    instances = shard_instances(task)
     entries = {}
     for fmt, relative in task.output_paths().items():
         path = os.path.join(task.records_dir, relative)
@@ -401,7 +458,8 @@ def plan(options):
     settings = {
         "params": {**asdict(params), "lower_case": lower_case, "seed": options.seed,
                    "seed_per_shard": options.seed_per_shard,
-                   "masking": options.masking},
+                   "masking": options.masking,
+                   **({"eval_samples": options.eval_samples} if options.eval_samples else {})},
         "vocab": {"path": vocab.path, "sha256": vocab.sha256, "size": vocab.size},
         "version": __version__,
     }
@@ -511,6 +569,9 @@ def create(options: CreateOptions | None = None, /, *, quiet: bool = True, **fie
     options = build_options(CreateOptions, options, fields)
     started = time.monotonic()
     records_dir, settings, fmts, tasks, notes, warnings = plan(options)
+    if options.eval_samples:  # counted before anything is written: too few test instances writes nothing
+        with open_engine(options.engine) as engine:
+            tasks = limit_test_split(tasks, options.eval_samples, engine)
     progress = Progress("create", total=len(tasks), unit="shards", quiet=quiet)
     for note in notes:
         progress.note(note)
@@ -520,6 +581,7 @@ def create(options: CreateOptions | None = None, /, *, quiet: bool = True, **fie
         previous = load_manifest(records_dir) or {}
         wanted = {relative for task in tasks for relative in task.output_paths().values()}
         files = {rel: entry for rel, entry in previous.get("files", {}).items() if rel in wanted}
+        remove_stale_outputs(records_dir, previous.get("files", {}), wanted, progress)
         pending = [t for t in tasks if not is_complete(t, files)]
         skipped = len(tasks) - len(pending)
         if skipped:
@@ -540,9 +602,13 @@ def create(options: CreateOptions | None = None, /, *, quiet: bool = True, **fie
     progress.close()
     summary = summarize(records_dir, manifest, tasks, time.monotonic() - started, len(pending))
     summary["warnings"] = warnings
+    if options.eval_samples:  # absent otherwise: today's --json
+        summary["eval_samples"] = options.eval_samples
     rows = [("records", records_dir)]
     for split, count in summary["instances"].items():
         rows.append((f"instances ({split})", f"{count:,}"))
+    if options.eval_samples:
+        rows.append(("eval samples", f"the first {options.eval_samples:,} test instances (test shards in order)"))
     rows += [
         ("files", f"{summary['files']} ({', '.join(fmts)})"),
         ("bytes", human_bytes(summary["bytes"])),

@@ -229,22 +229,29 @@ def evaluation_ngrams(workdir, options):
 # -- pass 1: fingerprints ----------------------------------------------------------
 
 
-def fingerprint_part(task):
-    """Per document of one part: exact hash, MinHash values, evaluation n-grams found (pure)."""
+def fingerprint(text, words, ngram, num_perm):
+    """(xxh64 of the normalized text, MinHash values of its word n-gram shingles as uint32): what exact and
+    near duplicates are found by (`bertprep shard --eval-documents` checks its training documents with it)."""
     import datasketch
     import xxhash
 
+    minhash = datasketch.MinHash(num_perm=num_perm, seed=MINHASH_SEED, hashfunc=xxhash.xxh32_intdigest)
+    minhash.update_batch(ngrams(words, ngram))
+    return xxhash.xxh64_intdigest(normalized_text(text).encode("utf-8")), minhash.hashvalues.astype(np.uint32)
+
+
+def fingerprint_part(task):
+    """Per document of one part: exact hash, MinHash values, evaluation n-grams found (pure)."""
     path, ngram, num_perm, eval_hashes, eval_ngram = task
     from bertprep.stages.download.formatted import iter_documents
 
     exact, signatures, contaminated, lines = [], [], [], []
     for number, doc in iter_documents(path):
         text = doc["text"]
-        exact.append(xxhash.xxh64_intdigest(normalized_text(text).encode("utf-8")))
         words = normalized_words(text)
-        minhash = datasketch.MinHash(num_perm=num_perm, seed=MINHASH_SEED, hashfunc=xxhash.xxh32_intdigest)
-        minhash.update_batch(ngrams(words, ngram))
-        signatures.append(minhash.hashvalues.astype(np.uint32))
+        exact_hash, signature = fingerprint(text, words, ngram, num_perm)
+        exact.append(exact_hash)
+        signatures.append(signature)
         found = np.zeros(0, np.uint64)
         if eval_hashes.size:
             found = np.unique(ngram_hashes(words, eval_ngram))

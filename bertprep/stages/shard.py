@@ -19,6 +19,11 @@ document per worker plus a few integers per document, never the corpus:
    every shard then copies its documents from the scratch files in input
    order.
 
+With `--eval-documents N` the test split is instead N documents drawn by `--eval-seed` over the documents
+in input order, and pass 1 also keeps each document's `bertprep dedup` fingerprint (its exact hash and a
+128-value MinHash, about 0.5 KiB per document), so that training documents that duplicate an evaluation
+document are dropped before pass 2.
+
 Documents are never split across shards. The assignment depends only on
 the documents (their hashes, sizes and input order), not on the number of
 workers, so the same input gives the same bytes.
@@ -64,7 +69,9 @@ SCRATCH = "split"  # in the staging directory: pass 1's per-input sentence files
 class ShardOptions:
     """`bertprep shard`'s flags: `input` (corpus directories or .jsonl/.txt files; None: WORKDIR/formatted/<corpus>),
     `out` (None: WORKDIR/sharded/<corpus>), `corpus` (None: the only formatted corpus, or the --input directory's
-    name), the shard counts, `balance` ('size' or 'count'), `test_fraction` and where the tasks run (`engine`)."""
+    name), the shard counts, `balance` ('size' or 'count'), `test_fraction`, `eval_documents` (None: the test split
+    is chosen by hash; N: N documents chosen by `eval_seed` instead, their duplicates dropped from training) and
+    where the tasks run (`engine`)."""
 
     input: tuple[str, ...] | None = None
     out: str | None = None
@@ -73,6 +80,8 @@ class ShardOptions:
     test_shards: int = 256
     balance: str = "size"
     test_fraction: float = 0.1
+    eval_documents: int | None = None
+    eval_seed: int = 12345
     engine: EngineOptions = EngineOptions()
     workdir: str | None = None
 
@@ -84,6 +93,8 @@ class ShardOptions:
             raise UsageError("--test-fraction must be in [0, 1)")
         if self.balance not in BALANCES:
             raise UsageError(f"--balance must be one of {', '.join(BALANCES)}, not {self.balance!r}")
+        if self.eval_documents is not None and self.eval_documents < 1:
+            raise UsageError(f"--eval-documents must be at least 1, not {self.eval_documents}")
 
 
 # -- inputs -----------------------------------------------------------------------
@@ -172,9 +183,9 @@ def split_input(task):
     """Sentence-split one input file into a scratch file; returns its per-document arrays."""
     from bertprep.sentences import document_sentences
 
-    index, path, scratch = task
+    index, path, scratch, fingerprinted = task
     stats = {"invalid_utf8_lines": 0, "empty_documents": 0, "input_bytes": os.path.getsize(path)}
-    sizes, sentence_counts, hashes = [], [], []
+    sizes, sentence_counts, hashes, fingerprints = [], [], [], []
     with open(scratch, "wb") as out:
         for text in iter_input_documents(path, stats):
             sentences = document_sentences(text)
@@ -186,7 +197,62 @@ def split_input(task):
             sizes.append(len(data))
             sentence_counts.append(len(sentences))
             hashes.append(int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little"))
-    return index, np.array(sizes, np.int64), np.array(sentence_counts, np.int64), np.array(hashes, np.uint64), stats
+            if fingerprinted:
+                fingerprints.append(eval_fingerprint(data.decode("utf-8")))
+    return (index, np.array(sizes, np.int64), np.array(sentence_counts, np.int64), np.array(hashes, np.uint64), stats,
+            fingerprints)
+
+
+# -- the fixed evaluation set (--eval-documents) -------------------------------------
+
+
+def eval_fingerprint(text):
+    """`bertprep dedup`'s exact hash and MinHash of a document, with its default shingles."""
+    from bertprep.stages.dedup import DedupOptions, fingerprint, normalized_words
+
+    defaults = DedupOptions()
+    return fingerprint(text, normalized_words(text), defaults.ngram, defaults.num_perm)
+
+
+def choose_eval(count, documents, seed):
+    """Boolean mask of the `count` evaluation documents: a seeded draw over the documents in input order, so it
+    depends on neither the worker count nor the engine."""
+    if count >= documents:
+        return None
+    mask = np.zeros(documents, bool)
+    mask[np.random.default_rng(seed).choice(documents, count, replace=False)] = True
+    return mask
+
+
+def eval_duplicates(fingerprints, eval_mask):
+    """{training document: (reason, evaluation document, estimated Jaccard)} for every training document that is
+    an exact or near duplicate of an evaluation document, by dedup's rules (a shared LSH band AND a verified
+    estimate >= its default threshold; never a band collision alone)."""
+    from bertprep.stages.dedup import DedupOptions
+
+    defaults = DedupOptions()
+    bands, rows = defaults.band_rows()
+    exact = np.array([f[0] for f in fingerprints], np.uint64)
+    signatures = np.stack([f[1] for f in fingerprints])
+    evals = np.flatnonzero(eval_mask)
+    exact_twin = {int(h): int(doc) for doc, h in zip(evals[::-1].tolist(), exact[evals[::-1]].tolist())}
+    buckets = [{} for _ in range(bands)]
+    for doc in evals.tolist():
+        for band in range(bands):
+            buckets[band].setdefault(signatures[doc, band * rows:(band + 1) * rows].tobytes(), []).append(doc)
+    found = {}
+    for doc in np.flatnonzero(~eval_mask).tolist():
+        if int(exact[doc]) in exact_twin:
+            found[doc] = ("exact", exact_twin[int(exact[doc])], 1.0)
+            continue
+        candidates = sorted({other for band in range(bands) for other in
+                             buckets[band].get(signatures[doc, band * rows:(band + 1) * rows].tobytes(), ())})
+        if candidates:
+            share = (signatures[candidates] == signatures[doc]).mean(axis=1)
+            best = int(np.argmax(share))
+            if share[best] >= defaults.threshold:
+                found[doc] = ("near", candidates[best], round(float(share[best]), 4))
+    return found
 
 
 # -- assignment -------------------------------------------------------------------
@@ -302,6 +368,13 @@ def shard(options: ShardOptions | None = None, /, *, quiet: bool = True, **field
     params = {"train_shards": options.train_shards, "test_shards": options.test_shards,
               "test_fraction": options.test_fraction, "splitter": splitter_version(),
               "balance": BALANCES[options.balance][1], "test_choice": "smallest blake2b-64 hashes"}
+    if options.eval_documents is not None:  # absent otherwise: today's manifests stay complete
+        from bertprep.stages.dedup import DedupOptions
+
+        params.update(test_choice="seeded draw (numpy default_rng) of --eval-documents in input order",
+                      eval_documents=options.eval_documents, eval_seed=options.eval_seed,
+                      eval_duplicates="dedup's exact hash and verified MinHash, threshold "
+                                      f"{DedupOptions().threshold}")
     # The content, not path and size: an input edited in place to the same size must be sharded again.
     input_list = [{"path": p, "bytes": os.path.getsize(p), "sha256": sha256_file(p)} for p in inputs]
     with hold(out, "bertprep shard") as staging:
@@ -329,9 +402,11 @@ def _shard(options, engine, corpus, inputs, input_list, out, staging, params, pr
     results = [None] * len(inputs)
     stats = {"invalid_utf8_lines": 0, "empty_documents": 0, "input_bytes": 0}
     first_invalid = None
-    split_tasks = list(zip(range(len(inputs)), inputs, scratch_paths))
-    for index, sizes, sentences, hashes, file_stats in engine.run(split_input, split_tasks, describe=lambda t: t[1]):
-        results[index] = (sizes, sentences, hashes)
+    fingerprinted = options.eval_documents is not None
+    split_tasks = [(i, path, scratch, fingerprinted) for i, (path, scratch) in enumerate(zip(inputs, scratch_paths))]
+    for index, sizes, sentences, hashes, file_stats, prints in engine.run(split_input, split_tasks,
+                                                                          describe=lambda t: t[1]):
+        results[index] = (sizes, sentences, hashes, prints)
         first_invalid = first_invalid or file_stats.pop("first_invalid_utf8", None)
         for key in stats:
             stats[key] += file_stats[key]
@@ -347,10 +422,14 @@ def _shard(options, engine, corpus, inputs, input_list, out, staging, params, pr
     offsets = np.concatenate([np.cumsum(r[0]) - r[0] for r in results])
     if sizes.size == 0:
         raise DataError(f"{', '.join(inputs[:3])}{' ...' if len(inputs) > 3 else ''}: no document with any sentence")
-    test_mask = choose_test(hashes, options.test_fraction)
+    if fingerprinted:
+        test_mask, training_mask, eval_report = _eval_split(options, results, inputs, files, offsets)
+    else:
+        test_mask = choose_test(hashes, options.test_fraction)
+        training_mask, eval_report = ~test_mask, None
 
     tasks, names = [], []
-    for split, mask, requested in (("training", ~test_mask, options.train_shards),
+    for split, mask, requested in (("training", training_mask, options.train_shards),
                                    ("test", test_mask, options.test_shards)):
         split_dir = os.path.join(out, split)
         os.makedirs(split_dir, exist_ok=True)
@@ -373,6 +452,7 @@ def _shard(options, engine, corpus, inputs, input_list, out, staging, params, pr
         relpath, split = names[index]
         written[relpath] = dict(entry, split=split)
     return {
+        **({"eval": eval_report} if eval_report else {}),
         "tool": "bertprep", "version": __version__, "stage": "shard", "corpus": corpus, "params": params,
         "inputs": input_list, "files": written,
         "documents": {s: int(sum(e["documents"] for e in written.values() if e["split"] == s)) for s in SPLITS},
@@ -380,6 +460,31 @@ def _shard(options, engine, corpus, inputs, input_list, out, staging, params, pr
         "input_bytes": stats["input_bytes"],
         "spread": {s: spread([e["bytes"] for e in written.values() if e["split"] == s]) for s in SPLITS},
     }
+
+
+def _eval_split(options, results, inputs, files, offsets):
+    """(test mask, training mask, the manifest's "eval" entry) for --eval-documents: the seeded evaluation
+    documents are the test split, and training loses every exact or near duplicate of one of them."""
+    fingerprints = [f for r in results for f in r[3]]
+    eval_mask = choose_eval(options.eval_documents, len(fingerprints), options.eval_seed)
+    if eval_mask is None:
+        raise DataError(f"{', '.join(inputs[:3])}{' ...' if len(inputs) > 3 else ''}: --eval-documents "
+                        f"{options.eval_documents} needs more documents than the {len(fingerprints)} with sentences "
+                        "(at least one must stay for training)")
+    duplicates = eval_duplicates(fingerprints, eval_mask)
+    first = np.concatenate([[0], np.cumsum([len(r[0]) for r in results])])
+
+    def where(doc):  # a document's id: its input file and its number there (1-based, documents with sentences)
+        return {"input": inputs[files[doc]], "document": int(doc - first[files[doc]] + 1)}
+
+    dropped = [dict(where(doc), reason=reason, estimate=estimate, eval_twin=where(twin))
+               for doc, (reason, twin, estimate) in sorted(duplicates.items())]
+    training = ~eval_mask
+    training[sorted(duplicates)] = False
+    report = {"documents": int(eval_mask.sum()), "seed": options.eval_seed,
+              "chosen": [where(doc) for doc in np.flatnonzero(eval_mask).tolist()],
+              "dropped_training": len(dropped), "dropped": dropped}
+    return eval_mask, training, report
 
 
 def _is_complete(manifest, out, params, input_list):
@@ -400,6 +505,11 @@ def _summary(manifest, out, seconds):
     summary.update(out=out, seconds=round(seconds, 3),
                    sentences=sum(e["sentences"] for e in manifest["files"].values()))
     summary["mb_per_s"] = round(manifest["input_bytes"] / seconds / 1e6, 2) if seconds else None
+    if "eval" in manifest:  # --eval-documents only: today's --json otherwise
+        report = manifest["eval"]
+        summary["eval"] = {"documents": report["documents"], "seed": report["seed"],
+                           "dropped_training": report["dropped_training"],
+                           "dropped": [{k: d[k] for k in ("input", "document", "reason")} for d in report["dropped"]]}
     return summary
 
 
@@ -420,6 +530,13 @@ def _rows(manifest, out, seconds):
         rows.append(("dropped",
                      f"{dropped['empty_documents']:,} empty documents; {dropped['invalid_utf8_lines']:,} lines with "
                      "invalid UTF-8 repaired"))
+    if "eval" in manifest:
+        report = manifest["eval"]
+        ids = ", ".join(f"{os.path.basename(d['input'])}#{d['document']}" for d in report["dropped"][:10])
+        more = " ..." if len(report["dropped"]) > 10 else ""
+        rows.append(("eval set", f"{report['documents']:,} documents (seed {report['seed']}); "
+                                 f"{report['dropped_training']:,} duplicate(s) dropped from training"
+                                 f"{': ' + ids + more if ids else ''}"))
     if seconds:
         rows.append(("time", f"{seconds:.1f}s ({manifest['input_bytes'] / seconds / 1e6:.1f} MB/s)"))
     rows.append(("output", out))

@@ -1,0 +1,154 @@
+"""The fixed held-out evaluation set (issue 34): `shard --eval-documents` and `create --eval-samples`."""
+
+import json
+import random
+from importlib import resources
+
+import pytest
+
+from bertprep.stages.create import create
+from bertprep.stages.shard import choose_eval, shard
+from dedup_corpus import change_words, jaccard, wt2_documents
+from stand_in_servers import ok, one_line_error, run_cli
+
+DOCUMENTS, EVAL = 60, 6
+VOCAB = str(resources.files("bertprep") / "data" / "sample_vocab.txt")
+
+
+def change_a_run(text, share, rng):
+    """`share` of the words changed in one run: a near copy above dedup's 0.8 threshold (the same share
+    scattered changes a 5-gram per word changed, which falls below it)."""
+    words = text.split(" ")
+    count = max(1, int(len(words) * share))
+    start = rng.randrange(len(words) - count)
+    words[start:start + count] = ["omega"] * count
+    return " ".join(words)
+
+
+@pytest.fixture(scope="module")
+def planted(shared_dir, tmp_path_factory):
+    """A text corpus of wt2 documents and, last, an exact copy and two 5%-changed copies of an evaluation
+    document. Returns (corpus directory, the evaluation document, {kind: copy})."""
+    documents = wt2_documents(shared_dir / "fixtures" / "bench" / "wt2.txt", DOCUMENTS)
+    mask = choose_eval(EVAL, DOCUMENTS + 3, 12345)
+    assert not mask[DOCUMENTS:].any()  # the copies are training documents under the default seed
+    original = documents[int(mask.nonzero()[0][0])]
+    rng = random.Random(0)
+    copies = {"exact": "  ".join(original.upper().split(" ")), "near": change_a_run(original, 0.05, rng),
+              "scattered": change_words(original, 0.05, rng)}
+    assert jaccard(original, copies["near"]) >= 0.8 > jaccard(original, copies["scattered"])
+    root = tmp_path_factory.mktemp("corpus")
+    (root / "a.txt").write_text("\n\n".join(documents) + "\n", encoding="utf-8")
+    (root / "b.txt").write_text("\n\n".join(copies.values()) + "\n", encoding="utf-8")
+    return root, original, copies
+
+
+def shard_cli(corpus, out, *extra):
+    return run_cli("shard", "--input", corpus, "--corpus", "c", "--out", out, "--train-shards", "3",
+                   "--test-shards", "2", *extra)
+
+
+def split_text(out, split):
+    return "".join(p.read_text(encoding="utf-8") for p in sorted((out / split).glob("*.txt")))
+
+
+def flat(text):
+    return " ".join(text.split())
+
+
+def test_eval_documents_are_seeded_and_their_duplicates_leave_training(planted, tmp_path):
+    corpus, original, copies = planted
+    outputs = {}
+    for workers in (1, 2):
+        out = tmp_path / f"w{workers}"
+        summary = ok(shard_cli(corpus, out, "--eval-documents", str(EVAL), "--workers", str(workers), "--json"))
+        outputs[workers] = {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*.txt"))}
+    assert outputs[1] == outputs[2]
+    manifest = json.loads((tmp_path / "w1" / "manifest.json").read_text())
+    chosen = [(d["input"].endswith("a.txt"), d["document"]) for d in manifest["eval"]["chosen"]]
+    expected = choose_eval(EVAL, DOCUMENTS + 3, 12345).nonzero()[0] + 1
+    assert chosen == [(True, int(n)) for n in expected]
+    assert summary["documents"] == {"training": DOCUMENTS + 3 - EVAL - 2, "test": EVAL}
+    dropped = [(d["document"], d["reason"]) for d in manifest["eval"]["dropped"] if d["input"].endswith("b.txt")]
+    assert dropped == [(1, "exact"), (2, "near")] and manifest["eval"]["dropped_training"] == 2
+    assert summary["eval"]["dropped_training"] == 2 and manifest["params"]["eval_documents"] == EVAL
+    training, test = flat(split_text(tmp_path / "w1", "training")), flat(split_text(tmp_path / "w1", "test"))
+    # sentence splitting puts each sentence on a line; flattening whitespace compares the words
+    assert flat(original) in test and flat(original) not in training
+    assert flat(copies["exact"]).casefold() not in training.casefold() and flat(copies["near"]) not in training
+    # scattered changes leave it below dedup's default threshold: a distinct document to dedup, so it stays
+    assert flat(copies["scattered"]) in training
+
+
+def test_eval_documents_from_python_matches_the_command(planted, tmp_path):
+    corpus = planted[0]
+    ok(shard_cli(corpus, tmp_path / "cli", "--eval-documents", str(EVAL)))
+    summary = shard(input=(str(corpus),), corpus="c", out=str(tmp_path / "py"), train_shards=3, test_shards=2,
+                    eval_documents=EVAL)
+    assert summary["eval"]["dropped_training"] == 2
+    assert records(tmp_path / "py") == records(tmp_path / "cli")
+
+
+def test_another_eval_setting_reshards(planted, tmp_path):
+    corpus, _original, _copies = planted
+    out = tmp_path / "out"
+    ok(shard_cli(corpus, out, "--eval-documents", "4"))
+    summary = ok(shard_cli(corpus, out, "--eval-documents", "4", "--eval-seed", "7", "--json"))
+    assert summary["documents"]["test"] == 4 and summary["eval"]["seed"] == 7
+    assert "already complete" not in json.dumps(summary)
+
+
+def test_eval_documents_needs_a_document_left_for_training(planted, tmp_path):
+    corpus, _original, _copies = planted
+    error = one_line_error(shard_cli(corpus, tmp_path / "out", "--eval-documents", str(DOCUMENTS + 3)))
+    assert "--eval-documents 63 needs more documents than the 63" in error
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+@pytest.fixture(scope="module")
+def shards(planted, tmp_path_factory):
+    out = tmp_path_factory.mktemp("sharded") / "c"
+    ok(shard_cli(planted[0], out, "--eval-documents", str(EVAL)))
+    return out
+
+
+def records(root):
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and p.name != "manifest.json" and ".partial" not in p.parts}
+
+
+def create_cli(shards, out, *extra):
+    return run_cli("create", "--input", shards, "--vocab", VOCAB, "--out", out, "--seq", "64",
+                   "--pred", "10", "--dupe-factor", "1", "--json", *extra)
+
+
+def test_eval_samples_writes_exactly_k_test_instances_for_any_worker_count(shards, tmp_path):
+    written = {}
+    for workers in (1, 2):
+        summary = ok(create_cli(shards, tmp_path / f"w{workers}", "--eval-samples", "50", "--workers", str(workers)))
+        assert summary["instances"]["test"] == 50 and summary["eval_samples"] == 50
+        written[workers] = records(tmp_path / f"w{workers}")
+    assert written[1] == written[2]
+    # the first 50 of the full test split: the same records as a run without the flag, cut
+    full = ok(create_cli(shards, tmp_path / "full"))
+    assert full["instances"]["test"] > 50 and full["instances"]["training"] == summary["instances"]["training"]
+    def test_tfrecords(name):  # TFRecord frames records one after another: the cut split is a prefix
+        return b"".join(data for path, data in records(tmp_path / name).items() if "tfrecord/test/" in path)
+
+    assert test_tfrecords("full").startswith(test_tfrecords("w1")) and test_tfrecords("w1")
+    # into the full run's tree: the test shards past the 50 are gone from disk, not only from the manifest
+    ok(create_cli(shards, tmp_path / "full", "--eval-samples", "50"))
+    assert records(tmp_path / "full") == written[1]
+
+
+def test_fewer_test_instances_than_eval_samples_is_one_line_and_writes_nothing(shards, tmp_path):
+    error = one_line_error(create_cli(shards, tmp_path / "out", "--eval-samples", "1000000"))
+    assert "fewer than --eval-samples 1,000,000" in error and "/test" in error
+    assert not (tmp_path / "out").exists()
+
+
+def test_eval_samples_from_python_matches_the_command(shards, tmp_path):
+    ok(create_cli(shards, tmp_path / "cli", "--eval-samples", "20"))
+    summary = create(input=(str(shards),), vocab=VOCAB, out=str(tmp_path / "py"), seq=64, pred=10,
+                     dupe_factor=1, eval_samples=20)
+    assert summary["instances"]["test"] == 20 and records(tmp_path / "py") == records(tmp_path / "cli")
