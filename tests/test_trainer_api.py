@@ -13,7 +13,7 @@ import pytest
 from bertprep import formats
 from bertprep.errors import UsageError
 from bertprep.formats.schemas import GLUE
-from trainer.cli import build_finetune_parser, build_parser, config_from
+from trainer.cli import build_finetune_parser, build_parser, config_from, main
 from trainer.config import FinetuneConfig, TrainConfig
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -21,13 +21,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMINGS = ("mean_sequences_per_second", "mean_tokens_per_second")
 
 
-def cli_summary(*argv):
-    """`python -m trainer ARGV --json` in a fresh process: its summary."""
-    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    done = subprocess.run([sys.executable, "-m", "trainer", *argv, "--json", "--quiet"], capture_output=True,
-                          text=True, env=env, cwd=REPO)
-    assert done.returncode == 0, done.stderr
-    return {k: v for k, v in json.loads(done.stdout).items() if k not in TIMINGS}
+def cli_summary(capsys, *argv):
+    """`python -m trainer ARGV --json`, run in this process (its parse, config and print): its summary."""
+    capsys.readouterr()
+    assert main([*argv, "--json", "--quiet"]) == 0
+    return {k: v for k, v in json.loads(capsys.readouterr().out).items() if k not in TIMINGS}
 
 
 def test_import_trainer_loads_no_framework():
@@ -64,7 +62,7 @@ def test_configs_have_the_cli_defaults_and_its_checks():
 
 
 @pytest.mark.heavy
-def test_train_and_finetune_in_python_give_the_cli_summaries(shared_dir, golden_dir, tmp_path):
+def test_train_and_finetune_in_python_give_the_cli_summaries(shared_dir, golden_dir, tmp_path, capsys):
     """Pretraining the tiny model on the golden records, then fine-tuning MRPC (Google's records) from
     that checkpoint: in Python and through the CLI, the same summary (losses, steps, scores) but for the
     clock's figures."""
@@ -77,7 +75,7 @@ def test_train_and_finetune_in_python_give_the_cli_summaries(shared_dir, golden_
     summary = trainer.train(TrainConfig("tfrecord", data=records, bert_config=config, steps=3, batch_size=4,
                                         log_every=1, checkpoint_dir=str(tmp_path / "ckpt"), quiet=True))
     assert isinstance(summary, trainer.TrainSummary) and summary.steps == 3
-    cli = cli_summary("--format", "tfrecord", "--data", records, "--bert-config", config, "--steps", "3",
+    cli = cli_summary(capsys, "--format", "tfrecord", "--data", records, "--bert-config", config, "--steps", "3",
                       "--batch-size", "4", "--log-every", "1", "--checkpoint-dir", str(tmp_path / "ckpt-cli"))
     assert {k: v for k, v in summary.to_dict().items() if k not in TIMINGS} == cli
 
@@ -91,7 +89,7 @@ def test_train_and_finetune_in_python_give_the_cli_summaries(shared_dir, golden_
                                             steps=4, batch_size=8, log_every=2,
                                             output_dir=str(tmp_path / "out"), quiet=True))
     assert isinstance(tuned, trainer.FinetuneSummary) and tuned.evaluation["examples"] == 16
-    cli = cli_summary("finetune", "--task", "mrpc", "--data", str(data), "--format", "tfrecord",
+    cli = cli_summary(capsys, "finetune", "--task", "mrpc", "--data", str(data), "--format", "tfrecord",
                       "--init-checkpoint", str(tmp_path / "ckpt-cli"), "--steps", "4", "--batch-size", "8",
                       "--log-every", "2", "--output-dir", str(tmp_path / "out-cli"))
     expected = {k: v for k, v in tuned.to_dict().items() if k not in TIMINGS}
