@@ -1,6 +1,6 @@
 """`bertprep create` on the command line: the flags, CreateOptions from them, and the summary printed."""
 
-from bertprep.cli.options import engine_options
+from bertprep.cli.options import engine_options, print_summary
 from bertprep.engines import add_engine_arguments
 from bertprep.progress import add_output_arguments
 from bertprep.stages.create import LAYOUTS, MASKINGS, NVIDIA_CYCLE_LENGTH, CreateOptions, create
@@ -68,7 +68,5 @@ def options(args):
 
 
 def run(args):
-    summary = create(options(args), quiet=args.quiet)
-    if not args.quiet or args.json:
-        summary.print(as_json=args.json)
+    print_summary(create(options(args), quiet=args.quiet), args)
     return 0

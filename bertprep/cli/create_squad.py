@@ -1,7 +1,8 @@
 """`bertprep create-squad --input JSON --vocab V --out DIR`: the flags of `bertprep.create_squad`
 (bertprep/stages/finetune/squad.py), its summary printed."""
 
-from bertprep.cli.records_flags import add_common_arguments, common_fields, print_summary
+from bertprep.cli.options import print_summary
+from bertprep.cli.records_flags import add_common_arguments, common_fields
 from bertprep.stages.finetune.squad import SPLITS, CreateSquadOptions, create_squad
 
 

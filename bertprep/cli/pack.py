@@ -1,6 +1,7 @@
 """`bertprep pack RECORDS_DIR`: the flags of `bertprep.pack` (bertprep/stages/pack), its summary printed."""
 
-from bertprep.engines import EngineOptions, add_engine_arguments
+from bertprep.cli.options import engine_options, print_summary
+from bertprep.engines import add_engine_arguments
 from bertprep.progress import add_output_arguments
 from bertprep.stages.pack import PackOptions, pack
 
@@ -20,11 +21,9 @@ def add_arguments(parser):
 def options(args) -> PackOptions:
     return PackOptions(args.records_dir, max_per_pack=args.max_per_pack, out=args.out,
                        format=tuple(args.format.split(",")) if args.format else None,  # "": the input's formats
-                       engine=EngineOptions(args.engine, args.workers, args.scheduler))
+                       engine=engine_options(args))
 
 
 def run(args) -> int:
-    summary = pack(options(args), quiet=args.quiet)
-    if not args.quiet or args.json:
-        summary.print(as_json=args.json)
+    print_summary(pack(options(args), quiet=args.quiet), args)
     return 0

@@ -1,6 +1,6 @@
 """`bertprep prepare` on the command line: the flags, PrepareOptions from them, each stage's error under its name."""
 
-from bertprep.cli.options import engine_options
+from bertprep.cli.options import engine_options, print_summary
 from bertprep.engines import add_engine_arguments
 from bertprep.errors import run_reporting_errors
 from bertprep.stages.create import LAYOUTS
@@ -54,6 +54,5 @@ def run(args):
         summary = prepare(options(args), quiet=args.quiet, run_stage=_run_reporting)
     except _StageFailed as failed:
         return failed.code
-    if not args.quiet or args.json:
-        summary.print(as_json=args.json)
+    print_summary(summary, args)
     return 0

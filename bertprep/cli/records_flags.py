@@ -18,8 +18,3 @@ def common_fields(args):
     return {"vocab": args.vocab, "out": args.out, "seq": args.seq, "lower_case": not args.no_lower_case,
             "format": tuple(args.format.split(","))}
 
-
-def print_summary(summary, args):
-    """The summary as create-squad and create-glue print it: not at all with --quiet alone."""
-    if not args.quiet or args.json:
-        summary.print(as_json=args.json)

@@ -36,6 +36,7 @@ with no sentence (markup-only pages, blank texts) are dropped and counted.
 """
 
 import dataclasses
+import functools
 import hashlib
 import heapq
 import os
@@ -192,13 +193,14 @@ def split_input(task):
             if not sentences:
                 stats["empty_documents"] += 1
                 continue
-            data = ("\n".join(sentences) + "\n").encode("utf-8")
+            text = "\n".join(sentences) + "\n"
+            data = text.encode("utf-8")
             out.write(data)
             sizes.append(len(data))
             sentence_counts.append(len(sentences))
             hashes.append(int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little"))
             if fingerprinted:
-                fingerprints.append(eval_fingerprint(data.decode("utf-8")))
+                fingerprints.append(eval_fingerprint(text))
     return (index, np.array(sizes, np.int64), np.array(sentence_counts, np.int64), np.array(hashes, np.uint64), stats,
             fingerprints)
 
@@ -206,11 +208,19 @@ def split_input(task):
 # -- the fixed evaluation set (--eval-documents) -------------------------------------
 
 
+@functools.cache
+def dedup_defaults():
+    """`bertprep dedup`'s default options (shingles, permutations, bands, threshold), built once."""
+    from bertprep.stages.dedup import DedupOptions
+
+    return DedupOptions()
+
+
 def eval_fingerprint(text):
     """`bertprep dedup`'s exact hash and MinHash of a document, with its default shingles."""
-    from bertprep.stages.dedup import DedupOptions, fingerprint, normalized_words
+    from bertprep.stages.dedup import fingerprint, normalized_words
 
-    defaults = DedupOptions()
+    defaults = dedup_defaults()
     return fingerprint(text, normalized_words(text), defaults.ngram, defaults.num_perm)
 
 
@@ -228,9 +238,7 @@ def eval_duplicates(fingerprints, eval_mask):
     """{training document: (reason, evaluation document, estimated Jaccard)} for every training document that is
     an exact or near duplicate of an evaluation document, by dedup's rules (a shared LSH band AND a verified
     estimate >= its default threshold; never a band collision alone)."""
-    from bertprep.stages.dedup import DedupOptions
-
-    defaults = DedupOptions()
+    defaults = dedup_defaults()
     bands, rows = defaults.band_rows()
     exact = np.array([f[0] for f in fingerprints], np.uint64)
     signatures = np.stack([f[1] for f in fingerprints])
@@ -369,12 +377,11 @@ def shard(options: ShardOptions | None = None, /, *, quiet: bool = True, **field
               "test_fraction": options.test_fraction, "splitter": splitter_version(),
               "balance": BALANCES[options.balance][1], "test_choice": "smallest blake2b-64 hashes"}
     if options.eval_documents is not None:  # absent otherwise: today's manifests stay complete
-        from bertprep.stages.dedup import DedupOptions
 
         params.update(test_choice="seeded draw (numpy default_rng) of --eval-documents in input order",
                       eval_documents=options.eval_documents, eval_seed=options.eval_seed,
                       eval_duplicates="dedup's exact hash and verified MinHash, threshold "
-                                      f"{DedupOptions().threshold}")
+                                      f"{dedup_defaults().threshold}")
     # The content, not path and size: an input edited in place to the same size must be sharded again.
     input_list = [{"path": p, "bytes": os.path.getsize(p), "sha256": sha256_file(p)} for p in inputs]
     with hold(out, "bertprep shard") as staging:

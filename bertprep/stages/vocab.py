@@ -24,6 +24,7 @@ order (command-line order, a directory's files sorted), give the same bytes.
 """
 
 import dataclasses
+import hashlib
 import os
 import time
 from collections import Counter
@@ -206,7 +207,7 @@ def vocab(options: VocabOptions | None = None, /, *, quiet: bool = True, **field
     with atomic_open(out, "wb") as f:
         f.write(data)
     summary = {
-        "out": out, "tokens": len(tokens), "sha256": sha256_file(out), "vocab_size": options.vocab_size,
+        "out": out, "tokens": len(tokens), "sha256": hashlib.sha256(data).hexdigest(), "vocab_size": options.vocab_size,
         "unused": options.unused, "cased": options.cased, "characters": len(alphabet),
         "limit_alphabet": LIMIT_ALPHABET, "min_frequency": MIN_FREQUENCY, "tokenizers": tokenizers.__version__,
         "invalid_utf8_lines": stats["invalid_utf8_lines"],
