@@ -164,7 +164,7 @@ class AdamW(_BertOptimizer):
 
 
 class NVLamb(_BertOptimizer):
-    def __init__(self, learning_rate, max_grad_norm=1.0, name="nvlamb", **kwargs):
+    def __init__(self, learning_rate, max_grad_norm=DEFAULT_CLIP_NORM, name="nvlamb", **kwargs):
         super().__init__(learning_rate, name=name, **kwargs)
         self.max_grad_norm = max_grad_norm
 
@@ -192,7 +192,7 @@ class GoogleAdamW(AdamW):
 
     bias_correction = False
 
-    def __init__(self, learning_rate, clip_norm=1.0, name="google_adamw", **kwargs):
+    def __init__(self, learning_rate, clip_norm=DEFAULT_CLIP_NORM, name="google_adamw", **kwargs):
         super().__init__(learning_rate, name=name, **kwargs)
         self.clip_norm = clip_norm
 

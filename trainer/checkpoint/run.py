@@ -217,8 +217,8 @@ def outputs(checkpoint, inputs, batch_size=32):
         sequence = model.encode(batch)
         got = {"sequence_output": sequence, **({"pooled_output": model.pool(sequence)} if checkpoint.has_pooler
                                                else {})}
-        if with_heads:
-            mlm, nsp = model(batch)
+        if with_heads:  # on the sequence output above: the encoder runs once per batch
+            mlm, nsp = model.heads(sequence, batch)
             got.update(mlm_logits=mlm, nsp_logits=nsp)
         for name, value in got.items():
             parts.setdefault(name, []).append(np.asarray(ops.convert_to_numpy(value), dtype=np.float32))
