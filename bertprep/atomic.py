@@ -18,6 +18,14 @@ writer (the kernel releases the lock when the writer dies, however it dies),
 so one that no process holds and whose writer's pid is gone is a dead
 writer's.
 
+A URL (`s3://`, `gs://`; bertprep.storage) has no rename and no flock: its
+object is spooled to a local temporary and uploaded whole when the block
+succeeds (a PUT, or a multipart upload completed at the end and aborted on
+failure), so a reader never lists a partial object; a tree of a URL is held
+by a lock object made with a conditional write (create only if absent), and
+a directory of a URL (`atomic_dir`) is complete when its `.complete` object,
+uploaded last, is there.
+
 An operating-system error while writing is raised as an OSError naming the
 final path, so the command prints one line with that path and the reason
 (bertprep.errors.run_reporting_errors), and no half-written file is left.
@@ -27,7 +35,6 @@ import contextlib
 import datetime
 import errno
 import fcntl
-import hashlib
 import json
 import os
 import re
@@ -35,11 +42,14 @@ import secrets
 import shutil
 import socket
 import stat
+import tempfile
 
+from bertprep import storage
 from bertprep.errors import DataError, UsageError
 
 PARTIAL = ".partial"  # the staging directory of a tree
 LOCK = "lock"  # in PARTIAL: who holds the tree
+COMPLETE = ".complete"  # in a URL's atomic_dir: uploaded last, lists the objects of a complete directory
 LEGACY_TEMP_MARK = ".tmp-"  # temporaries of earlier versions, written beside their final names
 NAME_MAX = 255  # bytes in one file name on every common Linux file system
 
@@ -114,7 +124,7 @@ def _process_alive(pid):
 
 def _with_path(exc, path):
     """`exc` naming `path` (the final name, not the temporary's) so the one-line error says which output failed."""
-    return OSError(exc.errno, exc.strerror or str(exc), os.fspath(path))
+    return OSError(exc.errno, exc.strerror or str(exc), storage.display(os.fspath(path)))
 
 
 @contextlib.contextmanager
@@ -147,6 +157,11 @@ def atomic_open(path, mode="wb", staging=None):
     /dev/stdout, a FIFO) is written directly: it cannot be renamed over.
     """
     path = os.fspath(path)
+    if storage.is_url(path):
+        with _object_open(path, mode) as f:
+            yield f
+        return
+    path = storage.local_path(path)
     with _naming(path):
         try:
             mode_bits = os.stat(path).st_mode
@@ -190,6 +205,30 @@ def atomic_open(path, mode="wb", staging=None):
                 os.rmdir(staging)  # only when empty: another writer may be using it
 
 
+@contextlib.contextmanager
+def _object_open(url, mode):
+    """atomic_open for a URL: a local temporary (flocked like any), uploaded whole to `url` when the block
+    succeeds and removed either way."""
+    spool = storage.spool_dir()
+    with _naming(url):
+        remove_stale_temps(spool, url)
+        tmp = temp_path(spool, url)
+        f = open(tmp, mode)
+    try:
+        with _naming(url):
+            _claim(f.fileno())
+        with _writes_named(url):
+            yield f
+        with _naming(url):
+            f.close()
+            storage.upload(tmp, url)
+    finally:
+        with contextlib.suppress(OSError):
+            f.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
 def atomic_write_bytes(path, data, staging=None):
     with atomic_open(path, "wb", staging) as f:
         f.write(data)
@@ -199,6 +238,10 @@ def atomic_write_bytes(path, data, staging=None):
 def atomic_dir(path, staging):
     """A directory to fill, renamed to `path` (replacing an older one) when the block succeeds."""
     path = os.fspath(path)
+    if storage.is_url(path):
+        with _object_dir(path) as tmp:
+            yield tmp
+        return
     remove_stale_temps(staging, path)
     tmp = temp_path(staging, path)
     claim = None
@@ -219,6 +262,35 @@ def atomic_dir(path, staging):
             os.close(claim)
 
 
+@contextlib.contextmanager
+def _object_dir(url):
+    """atomic_dir for a URL: filled locally, then the older objects under `url` removed, the new ones
+    uploaded, and COMPLETE (the list of them with their sizes) uploaded last: `directory_complete` is True
+    only once every object is there."""
+    with tempfile.TemporaryDirectory(prefix="bertprep-dir-", dir=storage.spool_dir()) as tmp:
+        with _naming(url):
+            yield tmp
+        files = sorted(os.path.relpath(os.path.join(d, n), tmp) for d, _, names in os.walk(tmp) for n in names)
+        with _naming(url):
+            storage.remove(storage.join(url, COMPLETE))
+            storage.rmtree(url)
+            for relative in files:
+                storage.upload(os.path.join(tmp, relative), storage.join(url, relative))
+            listing = {f: os.path.getsize(os.path.join(tmp, f)) for f in files}
+            marker = os.path.join(tmp, COMPLETE)
+            with open(marker, "w") as f:
+                json.dump({"files": listing}, f, sort_keys=True)
+            storage.upload(marker, storage.join(url, COMPLETE))
+
+
+def directory_complete(path):
+    """True when the directory `path` was written whole: a local one exists (atomic_dir renamed it into
+    place); a URL's has its COMPLETE object."""
+    if not storage.is_url(path):
+        return os.path.isdir(storage.local_path(path))
+    return storage.exists(storage.join(path, COMPLETE))
+
+
 # -- holding a tree --------------------------------------------------------------------
 
 
@@ -232,6 +304,11 @@ def hold(root, command):
     entry and on exit, and `.partial/` itself on exit.
     """
     root = os.fspath(root)
+    if storage.is_url(root):
+        with _hold_prefix(root, command) as staging:
+            yield staging
+        return
+    root = storage.local_path(root)
     try:
         if os.path.exists(root) and not os.path.isdir(root):
             raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), root)
@@ -247,6 +324,59 @@ def hold(root, command):
     finally:
         clear_staging(root)
         _unlock(fd, root)
+
+
+def _holder_info(command):
+    return {"command": command, "pid": os.getpid(), "host": socket.gethostname(),
+            "since": datetime.datetime.now().astimezone().isoformat(timespec="seconds")}
+
+
+@contextlib.contextmanager
+def _hold_prefix(root, command):
+    """hold() for a URL: the lock object `.partial/lock`, created only if absent (a conditional write).
+
+    A store cannot tell that a holder died, so a lock left by a killed run
+    stays: one whose holder was on this host and is gone is taken over; any
+    other is named in the refusal, with the object to remove once that run
+    is known to be dead.
+    """
+    lock = storage.join(root, PARTIAL, LOCK)
+    data = json.dumps(_holder_info(command)).encode() + b"\n"
+    with _naming(root):
+        taken = storage.write_exclusive(lock, data)
+        if not taken and _dead_local_holder(lock):
+            storage.remove(lock)
+            taken = storage.write_exclusive(lock, data)
+    if not taken:
+        raise DataError(f"{storage.display(root)}: another run is writing here ({_holder_of(lock)}); wait for it to "
+                        f"finish or stop it (a run that died on another host leaves {storage.display(lock)}: "
+                        "remove it then)")
+    try:
+        yield storage.join(root, PARTIAL)
+    finally:
+        with contextlib.suppress(OSError):
+            storage.remove(lock)
+
+
+def _lock_info(lock):
+    try:
+        return json.loads(storage.read_bytes(lock))
+    except (OSError, ValueError):
+        return None
+
+
+def _dead_local_holder(lock):
+    info = _lock_info(lock)
+    return (isinstance(info, dict) and info.get("host") == socket.gethostname()
+            and isinstance(info.get("pid"), int) and not _process_alive(info["pid"]))
+
+
+def _holder_of(lock):
+    info = _lock_info(lock)
+    try:
+        return f"{info['command']}, pid {info['pid']} on {info['host']}, since {info['since']}"
+    except (TypeError, KeyError):
+        return "a process that has not yet said who it is"
 
 
 def _lock(root, command):
@@ -270,8 +400,7 @@ def _lock(root, command):
         except FileNotFoundError:
             current = False
         if current:
-            info = {"command": command, "pid": os.getpid(), "host": socket.gethostname(),
-                    "since": datetime.datetime.now().astimezone().isoformat(timespec="seconds")}
+            info = _holder_info(command)
             os.ftruncate(fd, 0)
             os.pwrite(fd, json.dumps(info).encode() + b"\n", 0)
             return fd
@@ -296,7 +425,10 @@ def _unlock(fd, root):
 
 
 def clear_staging(root):
-    """Remove every temporary in `root`'s staging directory (the lock file stays)."""
+    """Remove every temporary in `root`'s staging directory (the lock file stays). A URL's has none: its
+    temporaries are local (_object_open)."""
+    if storage.is_url(root):
+        return
     staging = staging_dir(root)
     try:
         names = os.listdir(staging)
@@ -309,7 +441,9 @@ def clear_staging(root):
 
 def remove_entry(path):
     """Remove a temporary file or directory (gone already is fine)."""
-    if os.path.isdir(path) and not os.path.islink(path):
+    if storage.is_url(path):
+        storage.remove(path)
+    elif os.path.isdir(path) and not os.path.islink(path):
         shutil.rmtree(path, ignore_errors=True)
     else:
         with contextlib.suppress(FileNotFoundError):
@@ -329,10 +463,8 @@ def _remove_legacy_temps(root):
 
 
 def walk(top):
-    """os.walk in sorted directory order without hidden directories (`.partial/` and the like)."""
-    for directory, dirs, files in os.walk(top):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        yield directory, dirs, files
+    """os.walk in sorted directory order without hidden directories (`.partial/` and the like); URLs too."""
+    return storage.walk(top)
 
 
 def check_distinct_outputs(pairs):
@@ -346,8 +478,4 @@ def check_distinct_outputs(pairs):
 
 
 def sha256_file(path, chunk_size=1 << 20):
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(chunk_size):
-            digest.update(chunk)
-    return digest.hexdigest()
+    return storage.sha256(path, chunk_size)

@@ -1,0 +1,394 @@
+"""Paths that may be URLs: local files exactly as before, object stores through fsspec.
+
+Every path a stage or the trainer takes may be `s3://bucket/prefix`,
+`gs://bucket/prefix`, `hf://datasets/owner/name/...` (read), `file://...`
+or a plain local path. A local path (and `file://`) goes to the `os`
+functions it always went to, so local runs keep their bytes and messages;
+a URL goes to the fsspec filesystem of its scheme (s3fs, gcsfs,
+huggingface_hub's HfFileSystem), whose credentials come from each store's
+own chain (AWS environment/config/profile and AWS_ENDPOINT_URL, Google
+application default credentials, the HF token). We never write a client.
+
+An object store has no directories, no rename and no flock, so:
+- a "directory" of a URL exists when some object lies under it, and making
+  one is a no-op;
+- an object is written whole or not at all: `atomic.atomic_open` spools it
+  to a local temporary and uploads it in one PUT (or one multipart upload,
+  completed at the end and aborted on failure: s3fs's `put_file`);
+- a tree is held by a lock object created with a conditional write
+  (`mode="create"`: S3's If-None-Match: *, GCS's ifGenerationMatch=0), see
+  `atomic.hold`.
+
+Errors of a store (no such bucket, refused credentials, no filesystem for
+the scheme) become one line naming the URL without its credentials, as an
+OSError (exit 1) or a UsageError (exit 2) for a scheme nothing handles.
+"""
+
+import contextlib
+import errno
+import glob as _glob
+import hashlib
+import io
+import os
+import queue
+import re
+import shutil
+import tempfile
+import threading
+import urllib.parse
+
+from bertprep.errors import UsageError
+
+READ_BLOCK = 8 << 20  # bytes per ranged read of a streamed object: large, so the network is not the step's wait
+READ_AHEAD = 2  # blocks a stream's reader thread keeps ready
+_SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
+_EXTRA_FOR = {"s3": "cloud", "s3a": "cloud", "gs": "cloud", "gcs": "cloud", "hf": "hf"}
+
+
+def scheme(path):
+    """`s3` of `s3://b/k`; None for a local path (and for `file://`, which is one)."""
+    match = _SCHEME.match(os.fspath(path)) if isinstance(path, (str, os.PathLike)) else None
+    if not match or match.group(1).lower() == "file":
+        return None
+    return match.group(1).lower()
+
+
+def is_url(path):
+    """True when `path` names an object in a store (not a local file)."""
+    return scheme(path) is not None
+
+
+def local_path(path):
+    """A local path for `file://...` (and any local path); URLs unchanged."""
+    path = os.fspath(path)
+    if path.startswith("file://"):
+        return urllib.parse.unquote(urllib.parse.urlsplit(path).path) or "/"
+    return path
+
+
+def absolute(path):
+    """What a stage keeps of a path it was given: os.path.abspath of a local one, a URL without its
+    trailing slashes (a store's keys are strings: `s3://b/p/` and `s3://b/p` are one prefix)."""
+    path = local_path(path)
+    if is_url(path):
+        head, rest = path.split("://", 1)
+        return f"{head}://{rest.rstrip('/')}" if rest.rstrip("/") else path
+    return os.path.abspath(path)
+
+
+def display(path):
+    """`path` fit for a log line, a summary or a manifest: no user:password@ and no signed query."""
+    path = os.fspath(path)
+    if not is_url(path):
+        return path
+    parts = urllib.parse.urlsplit(path)
+    netloc = parts.netloc.rsplit("@", 1)[-1]
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def join(path, *parts):
+    """os.path.join for local paths; `/`-joined keys for URLs."""
+    if is_url(path):
+        return "/".join([path.rstrip("/"), *(p.strip("/") for p in parts if p)])
+    return os.path.join(path, *parts)
+
+
+# -- the filesystem of a URL, and its errors ------------------------------------------
+
+
+def filesystem(url):
+    """(fsspec filesystem, path inside it) of `url`; one UsageError line when no filesystem handles it."""
+    import fsspec
+
+    name = scheme(url)
+    try:
+        fsspec.get_filesystem_class(name)
+    except ImportError:
+        extra = _EXTRA_FOR.get(name, "cloud")
+        raise UsageError(f"{display(url)}: no filesystem for {name}:// is installed "
+                         f"(pip install 'bertprep[{extra}]')") from None
+    except ValueError:
+        raise UsageError(f"{display(url)}: unknown URL scheme {name}:// (expected s3://, gs://, hf://, file:// "
+                         "or a local path)") from None
+    with errors_named(url):
+        fs, inner = fsspec.core.url_to_fs(url)
+    return fs, inner
+
+
+@contextlib.contextmanager
+def errors_named(url):
+    """A store's failure inside the block becomes an OSError naming `url` (without credentials)."""
+    try:
+        yield
+    except OSError as exc:
+        if isinstance(exc.filename, str) and exc.filename == display(url):
+            raise
+        raise OSError(exc.errno or errno.EIO, _reason(exc), display(url)) from None
+    except Exception as exc:  # botocore/aiohttp/google-auth errors that the filesystems let through
+        if type(exc).__module__.split(".")[0] in ("botocore", "aiobotocore", "aiohttp", "google", "requests",
+                                                  "huggingface_hub", "gcsfs", "s3fs", "fsspec"):
+            raise OSError(errno.EIO, _reason(exc), display(url)) from None
+        raise
+
+
+def _reason(exc):
+    """A store error's message on one line; a refused credential says so in the words users search for."""
+    text = " ".join(str(exc.strerror if isinstance(exc, OSError) and exc.strerror else exc).split())
+    if isinstance(exc, PermissionError):
+        return f"access denied (check the store's credentials): {text}" if text else "access denied"
+    if isinstance(exc, FileNotFoundError):
+        return f"not found: {text}" if text and "not" not in text.lower() else (text or "not found")
+    return text or type(exc).__name__
+
+
+# -- the os functions, for paths and URLs ---------------------------------------------
+
+
+def exists(path):
+    if not is_url(path):
+        return os.path.exists(local_path(path))
+    fs, inner = filesystem(path)
+    with errors_named(path):
+        return fs.exists(inner)
+
+
+def isdir(path):
+    if not is_url(path):
+        return os.path.isdir(local_path(path))
+    fs, inner = filesystem(path)
+    with errors_named(path):
+        return fs.isdir(inner)
+
+
+def isfile(path):
+    if not is_url(path):
+        return os.path.isfile(local_path(path))
+    fs, inner = filesystem(path)
+    with errors_named(path):
+        return fs.isfile(inner)
+
+
+def getsize(path):
+    if not is_url(path):
+        return os.path.getsize(local_path(path))
+    fs, inner = filesystem(path)
+    with errors_named(path):
+        try:
+            return fs.size(inner)
+        except FileNotFoundError:
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), display(path)) from None
+
+
+def listdir(path):
+    """Names directly under `path` (files and directories), like os.listdir, sorted for URLs."""
+    if not is_url(path):
+        return os.listdir(local_path(path))
+    fs, inner = filesystem(path)
+    with errors_named(path):
+        entries = fs.ls(inner, detail=False, refresh=True)
+    if not entries:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), display(path))
+    return sorted(e.rstrip("/").rsplit("/", 1)[-1] for e in entries)
+
+
+def glob(pattern):
+    """glob.glob for local patterns; for a URL pattern the matching URLs, sorted."""
+    if not is_url(pattern):
+        return _glob.glob(local_path(pattern))
+    fs, inner = filesystem(pattern)
+    with errors_named(pattern):
+        found = fs.glob(inner)
+    prefix = pattern.split("://", 1)[0]
+    return sorted(f"{prefix}://{p}" for p in found)
+
+
+def walk(top):
+    """os.walk in sorted order without hidden directories (`.partial/`), for paths and URLs."""
+    if not is_url(top):
+        for directory, dirs, files in os.walk(local_path(top)):
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            yield directory, dirs, files
+        return
+    fs, inner = filesystem(top)
+    with errors_named(top):
+        listing = list(fs.walk(inner))
+    prefix = top.split("://", 1)[0]
+    base = inner.rstrip("/")
+    for directory, dirs, files in listing:
+        relative = directory.rstrip("/")[len(base):].strip("/")
+        if any(part.startswith(".") for part in relative.split("/") if part):
+            continue
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        yield f"{prefix}://{directory.rstrip('/')}", dirs, sorted(files)
+
+
+def makedirs(path):
+    """os.makedirs(exist_ok=True); nothing for a URL (a store has no directories to make)."""
+    if not is_url(path):
+        os.makedirs(local_path(path), exist_ok=True)
+
+
+def remove(path):
+    """Remove a file or an object (gone already is fine)."""
+    if not is_url(path):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(local_path(path))
+        return
+    fs, inner = filesystem(path)
+    with contextlib.suppress(FileNotFoundError), errors_named(path):
+        fs.rm_file(inner)
+
+
+def rmtree(path):
+    """Remove a directory tree or every object under a prefix (gone already is fine)."""
+    if not is_url(path):
+        shutil.rmtree(local_path(path), ignore_errors=True)
+        return
+    fs, inner = filesystem(path)
+    with contextlib.suppress(FileNotFoundError), errors_named(path):
+        if fs.exists(inner):
+            fs.rm(inner, recursive=True)
+
+
+def open(path, mode="rb", encoding=None, errors=None, newline=None):  # the builtin's name, on purpose
+    """builtins.open for a local path; for a URL, reading streams it with read-ahead (`ReadAhead`)."""
+    if not is_url(path):
+        return io.open(local_path(path), mode, encoding=encoding, errors=errors, newline=newline)
+    if set(mode) - set("rbt"):
+        raise ValueError(f"{display(path)}: objects are written with atomic.atomic_open, not opened in {mode!r}")
+    stream = io.BufferedReader(ReadAhead(path), READ_BLOCK)  # read(n) returns n bytes until the end, as a file's
+    if "b" in mode:
+        return stream
+    return io.TextIOWrapper(stream, encoding=encoding or "utf-8", errors=errors, newline=newline)
+
+
+def read_bytes(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def sha256(path, chunk_size=1 << 20):
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(chunk_size):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def upload(local, url, exclusive=False):
+    """Put the local file `local` at `url` whole or not at all (`exclusive`: only if no object is there)."""
+    fs, inner = filesystem(url)
+    with errors_named(url):
+        fs.put_file(local, inner, mode="create" if exclusive else "overwrite")
+
+
+def write_exclusive(url, data):
+    """Create the object `url` holding `data` only if none is there; False when one is (a conditional write)."""
+    fs, inner = filesystem(url)
+    try:
+        with errors_named(url):
+            fs.pipe_file(inner, data, mode="create")
+    except OSError as exc:
+        # S3 says PreconditionFailed (s3fs: FileExistsError, or EINVAL when the store omits the condition),
+        # GCS a 412 on ifGenerationMatch=0; whichever: the object there is someone else's.
+        if exists(url):
+            return False
+        raise exc
+    return True
+
+
+@contextlib.contextmanager
+def local_copy(path):
+    """A local file with `path`'s bytes, for readers that need a real file (h5py); the path itself when local."""
+    if not is_url(path):
+        yield local_path(path)
+        return
+    fs, inner = filesystem(path)
+    with tempfile.TemporaryDirectory(prefix="bertprep-") as directory:
+        target = os.path.join(directory, os.path.basename(inner) or "object")
+        with errors_named(path):
+            fs.get_file(inner, target)
+        yield target
+
+
+def spool_dir():
+    """Where objects are written before their upload: $BERTPREP_SPOOL, else the system's temporary directory."""
+    directory = os.environ.get("BERTPREP_SPOOL") or os.path.join(tempfile.gettempdir(), "bertprep-spool")
+    os.makedirs(directory, exist_ok=True)
+    return directory
+
+
+class ReadAhead(io.RawIOBase):
+    """An object read front to back in READ_BLOCK ranged reads by a thread that stays READ_AHEAD blocks ahead.
+
+    Record files are read sequentially, so the reader never waits on the
+    network while a block is ready; seeking is not offered (a reader that
+    needs it takes `local_copy`).
+    """
+
+    def __init__(self, url, block_size=READ_BLOCK, depth=READ_AHEAD):
+        super().__init__()
+        self.url = url
+        fs, inner = filesystem(url)
+        with errors_named(url):
+            self._size = fs.size(inner)
+            self._file = fs.open(inner, "rb", block_size=block_size, cache_type="none")
+        self._blocks = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._buffer = memoryview(b"")
+        self._done = False
+        self._thread = threading.Thread(target=self._fill, args=(block_size,), daemon=True,
+                                        name=f"read-ahead {display(url)}")
+        self._thread.start()
+
+    def _fill(self, block_size):
+        try:
+            while not self._stop.is_set():
+                with errors_named(self.url):
+                    block = self._file.read(block_size)
+                self._put(block)
+                if not block:
+                    return
+        except BaseException as exc:  # handed to the reader, raised there
+            self._put(exc)
+
+    def _put(self, item):
+        while not self._stop.is_set():
+            try:
+                self._blocks.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def readable(self):
+        return True
+
+    def size(self):
+        return self._size
+
+    def readinto(self, target):
+        if not self._buffer and not self._done:
+            block = self._blocks.get()
+            if isinstance(block, BaseException):
+                self._done = True
+                raise block
+            self._buffer = memoryview(block)
+            self._done = not block
+        n = min(len(target), len(self._buffer))
+        target[:n] = self._buffer[:n]
+        self._buffer = self._buffer[n:]
+        return n
+
+    def readall(self):
+        chunks = []
+        while chunk := self.read(READ_BLOCK):
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def close(self):
+        if not self.closed:
+            self._stop.set()
+            self._thread.join()
+            with contextlib.suppress(Exception):
+                self._file.close()
+        super().close()
