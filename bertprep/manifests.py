@@ -13,6 +13,7 @@ listed sizes.
 
 import os
 
+from bertprep import storage
 from bertprep.errors import DataError
 from bertprep.formats import ALL_FORMATS
 from bertprep.formats.schemas import KINDS, PRETRAINING, is_integer
@@ -102,11 +103,11 @@ def _file_problems(manifest, base, fmts):
         fmt = entry.get("format") or name.split("/")[0]
         if fmts is None or fmt not in fmts:
             continue
-        full = os.path.normpath(os.path.join(base, name))
-        if not os.path.isfile(full):
-            problems.append((f'files["{name}"]', f"{full} is missing"))
-        elif is_integer(entry.get("bytes")) and os.path.getsize(full) != entry["bytes"]:
-            held = os.path.getsize(full)
+        full = storage.normpath(storage.join(base, name))
+        if not storage.isfile(full):
+            problems.append((f'files["{name}"]', f"{storage.display(full)} is missing"))
+        elif is_integer(entry.get("bytes")) and storage.getsize(full) != entry["bytes"]:
+            held = storage.getsize(full)
             problems.append((f'files["{name}"].bytes', f"{entry['bytes']:,}, but {full} holds {held:,} bytes"))
     return problems
 
@@ -131,7 +132,7 @@ def check_manifest(manifest, path, fmts=None):
 def load_records_manifest(directory, fmts=None):
     """`load_manifest(directory)` checked (None where there is none)."""
     manifest = load_manifest(directory)
-    return None if manifest is None else check_manifest(manifest, os.path.join(directory, MANIFEST), fmts)
+    return None if manifest is None else check_manifest(manifest, storage.join(directory, MANIFEST), fmts)
 
 
 def kind_mismatch(path, manifest_kind, where, record_kind):

@@ -93,6 +93,14 @@ def join(path, *parts):
     return os.path.join(path, *parts)
 
 
+def normpath(path):
+    """os.path.normpath for local paths; for a URL its key with `.`, `..` and doubled slashes resolved."""
+    if not is_url(path):
+        return os.path.normpath(path)
+    head, rest = path.split("://", 1)
+    return f"{head}://{os.path.normpath('/' + rest)[1:]}"
+
+
 # -- the filesystem of a URL, and its errors ------------------------------------------
 
 

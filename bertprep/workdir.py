@@ -14,6 +14,7 @@ own, with a manifest.json saying what is complete.
 import json
 import os
 
+from bertprep import storage
 from bertprep.atomic import atomic_write_bytes
 from bertprep.errors import DataError, UsageError
 
@@ -31,11 +32,11 @@ def add_workdir_argument(parser):
 
 
 def resolve_workdir(value=None):
-    return os.path.abspath(value or os.environ.get("BERTPREP_WORKDIR") or DEFAULT_WORKDIR)
+    return storage.absolute(value or os.environ.get("BERTPREP_WORKDIR") or DEFAULT_WORKDIR)
 
 
 def stage_dir(workdir, stage, *parts):
-    return os.path.join(resolve_workdir(workdir), stage, *parts)
+    return storage.join(resolve_workdir(workdir), stage, *parts)
 
 
 def params_dirname(seq, pred, masked_lm_prob, seed, dupe_factor, lower_case=True, whole_word_mask=False):
@@ -93,7 +94,7 @@ def manifest_problem(manifest):
 def read_manifest(path):
     """(manifest, None), or (None, what is wrong) for a manifest that is not JSON or not of the expected shape."""
     try:
-        with open(path, "rb") as f:
+        with storage.open(path, "rb") as f:
             manifest = json.loads(f.read().decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
         return None, f"not JSON ({exc})"
@@ -108,8 +109,8 @@ def load_manifest(directory):
     or has the wrong shape was changed by something else: say so instead of
     guessing which files it vouches for.
     """
-    path = os.path.join(directory, MANIFEST)
-    if not os.path.isfile(path):
+    path = storage.join(directory, MANIFEST)
+    if not storage.isfile(path):
         return None
     manifest, problem = read_manifest(path)
     if problem:
@@ -120,4 +121,4 @@ def load_manifest(directory):
 def save_manifest(directory, manifest):
     """Atomically replace the manifest (keys sorted so equal content gives equal bytes)."""
     data = json.dumps(manifest, indent=1, sort_keys=True).encode() + b"\n"
-    atomic_write_bytes(os.path.join(directory, MANIFEST), data)
+    atomic_write_bytes(storage.join(directory, MANIFEST), data)
