@@ -15,6 +15,7 @@ import sys
 from bertprep.errors import run_reporting_errors
 from bertprep.progress import add_output_arguments, print_summary, readable_rows
 from trainer.config import (
+    ALLREDUCE_DTYPES,
     CLIPPING,
     DEFAULT_CLIP_NORM,
     FINETUNING_FORMATS,
@@ -98,7 +99,7 @@ def build_parser():
     p.add_argument("--batch-size", type=_positive_int, default=32, help="sequences per replica per micro-batch")
     p.add_argument("--grad-accum", type=_positive_int, default=1, help="micro-batches per optimizer step")
     p.add_argument("--precision", choices=PRECISIONS, default="fp32")
-    p.add_argument("--allreduce-dtype", choices=("fp32", "bf16"), default="fp32",
+    p.add_argument("--allreduce-dtype", choices=ALLREDUCE_DTYPES, default="fp32",
                    help="dtype of the gradients while they are summed across replicas, once per step (default: fp32)")
     p.add_argument("--pad-vocab", type=_positive_int, default=None, metavar="N",
                    help="embedding rows rounded up to a multiple of N; checkpoints and logits keep the real "

@@ -46,6 +46,7 @@ class BertConfig(bert_config.BertConfig):
 
 PLACEMENTS = ("intra_first", "inter_first")  # --placement (trainer/parallel.py orders the devices by it)
 PRECISIONS = ("fp32", "mixed_float16", "mixed_bfloat16")
+ALLREDUCE_DTYPES = ("fp32", "bf16")
 PRETRAINING_FORMATS = ("tfrecord", "ofrecord", "hdf5", "parquet")
 FINETUNING_FORMATS = ("tfrecord", "ofrecord")
 
@@ -118,7 +119,7 @@ class TrainConfig:
 
     def __post_init__(self):
         _check_choices(self, {"format": PRETRAINING_FORMATS, "optimizer": tuple(OPTIMIZERS),
-                              "precision": PRECISIONS, "allreduce_dtype": ("fp32", "bf16"),
+                              "precision": PRECISIONS, "allreduce_dtype": ALLREDUCE_DTYPES,
                               "placement": PLACEMENTS, "model": (None, *SIZES)})
         _check_positive(self, ("steps", "batch_size", "grad_accum", "pad_vocab", "steps_per_call", "bin_size",
                                "model_parallel", "pipeline_stages", "checkpoint_every", "eval_steps", "log_every"))

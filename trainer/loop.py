@@ -110,8 +110,8 @@ class Meter:
         self.started = started_step
         self.counts_tokens = counts_tokens
         self.trained = {"sequences": 0.0, "tokens": 0.0}
-        self.timed = {"sequences": 0.0, "tokens": 0.0, "seconds": 0.0, "steps": 0}
-        self.window = {"sequences": 0.0, "tokens": 0.0, "seconds": 0.0, "steps": 0}
+        self.timed = _empty_totals()
+        self.window = _empty_totals()
         self.clock = time.perf_counter()
 
     def lap(self):
@@ -146,8 +146,12 @@ class Meter:
     def take_window(self):
         """The window's rates, and a new window begun."""
         rates = self.rates(self.window)
-        self.window = {"sequences": 0.0, "tokens": 0.0, "seconds": 0.0, "steps": 0}
+        self.window = _empty_totals()
         return rates
+
+
+def _empty_totals():
+    return {"sequences": 0.0, "tokens": 0.0, "seconds": 0.0, "steps": 0}
 
 
 @dataclasses.dataclass
@@ -166,7 +170,12 @@ class Counts:
     last_logged: dict = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
+        self.new_window()
+
+    def new_window(self):
+        """Loss sums begin again after a log line."""
         self.window = dict.fromkeys(self.sum_keys, 0.0)
+        self.window_steps = 0
 
     def take(self, result):
         """A step's result; a non-finite loss this many steps in a row ends the run (stop_if_stuck)."""
@@ -240,8 +249,7 @@ def log_train(log, counts, meter, objective, result):
     log.record("train", values, counts.step)
     counts.first_logged = counts.first_logged or values
     counts.last_logged = values
-    counts.window = dict.fromkeys(counts.sum_keys, 0.0)
-    counts.window_steps = 0
+    counts.new_window()
 
 
 def evaluate(steps, stream, eval_steps):
