@@ -1,0 +1,130 @@
+"""bertprep/storage.py and the URL half of bertprep/atomic.py against a real S3 store (SeaweedFS,
+tests/object_store.py): whole objects only, the lock object, complete directories, streamed reads, and
+one-line errors without secrets."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from bertprep import atomic, storage
+from bertprep.errors import DataError, UsageError, run_reporting_errors
+from tests import object_store
+
+pytestmark = pytest.mark.usefixtures("s3_bucket")
+
+
+def test_local_paths_keep_what_os_path_gives(tmp_path):
+    local = str(tmp_path / "a" / ".." / "b")
+    assert storage.absolute("rel/x") == os.path.abspath("rel/x")
+    assert storage.normpath(local) == os.path.normpath(local)
+    assert storage.join(local, "c", "d") == os.path.join(local, "c", "d")
+    assert not storage.is_url(local) and not storage.is_url(f"file://{local}")
+    assert storage.local_path(f"file://{tmp_path}/x%20y") == f"{tmp_path}/x y"
+    assert storage.absolute("s3://b/p//") == "s3://b/p"
+    assert storage.normpath("s3://b/p/./q//r/../s") == "s3://b/p/q/s"
+    assert storage.display("s3://KEY:SECRET@b/p?X-Amz-Signature=abc") == "s3://b/p"
+
+
+def test_an_object_appears_only_whole(s3_bucket):
+    url = f"{s3_bucket}/whole/big.bin"
+    data = os.urandom(12 << 20)  # past s3fs's multipart threshold: parts, then one completion
+    with atomic.atomic_open(url) as f:
+        f.write(data[: 1 << 20])
+        assert not storage.exists(url)  # nothing under the final name while it is written
+        f.write(data[1 << 20:])
+    assert storage.getsize(url) == len(data)
+    assert storage.read_bytes(url) == data
+    with pytest.raises(RuntimeError), atomic.atomic_open(f"{s3_bucket}/whole/failed.bin") as f:
+        f.write(b"half")
+        raise RuntimeError("the writer fails")
+    assert not storage.exists(f"{s3_bucket}/whole/failed.bin")
+    assert storage.listdir(f"{s3_bucket}/whole") == ["big.bin"]
+    assert not [n for n in os.listdir(storage.spool_dir()) if n.startswith("failed.bin")]
+
+
+def test_a_stream_reads_exact_sizes_across_blocks(s3_bucket):
+    url = f"{s3_bucket}/stream/lines.txt"
+    text = "".join(f"line {i} é\n" for i in range(50_000))
+    atomic.atomic_write_bytes(url, text.encode())
+    stream = storage.ReadAhead(url, block_size=4096, depth=2)
+    with storage.io.BufferedReader(stream, 4096) as f:
+        head = f.read(10_000)  # more than two blocks: read(n) gives n, as a file does
+        assert len(head) == 10_000 and head == text.encode()[:10_000]
+        assert head + f.read() == text.encode()
+    with storage.open(url, "r", encoding="utf-8") as f:
+        assert f.readlines()[-1] == "line 49999 é\n"
+    assert storage.sha256(url) == __import__("hashlib").sha256(text.encode()).hexdigest()
+
+
+def test_a_second_holder_is_refused_naming_the_first(s3_bucket):
+    root = f"{s3_bucket}/held"
+    lock = f"{root}/.partial/lock"
+    with atomic.hold(root, "create") as staging:
+        assert staging == f"{root}/.partial"
+        holder = json.loads(storage.read_bytes(lock))
+        assert (holder["command"], holder["pid"]) == ("create", os.getpid())
+        with pytest.raises(DataError, match=rf"{root}: another run is writing here \(create, pid {os.getpid()} on "):
+            with atomic.hold(root, "create"):
+                pass
+    assert not storage.exists(lock)
+
+
+def _lock_of(root, pid, host):
+    info = {"command": "create", "pid": pid, "host": host, "since": "2026-11-23T00:00:00+00:00"}
+    atomic.atomic_write_bytes(f"{root}/.partial/lock", json.dumps(info).encode())
+
+
+def test_a_dead_local_holders_lock_is_taken_over_another_hosts_is_not(s3_bucket):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    root = f"{s3_bucket}/killed"
+    _lock_of(root, int(dead.stdout), socket.gethostname())
+    with atomic.hold(root, "shard"):
+        assert json.loads(storage.read_bytes(f"{root}/.partial/lock"))["command"] == "shard"
+    other = f"{s3_bucket}/elsewhere"
+    _lock_of(other, 1, "another-host")
+    with pytest.raises(DataError, match=rf"on another-host.*leaves {other}/.partial/lock: remove it then"):
+        with atomic.hold(other, "create"):
+            pass
+    assert json.loads(storage.read_bytes(f"{other}/.partial/lock"))["host"] == "another-host"
+
+
+def test_a_directory_is_complete_only_with_its_marker_and_replaces_the_older(s3_bucket):
+    url = f"{s3_bucket}/checkpoints/step-10"
+    with atomic.atomic_dir(url, None) as directory:
+        with open(os.path.join(directory, "old.bin"), "wb") as f:
+            f.write(b"old")
+    with atomic.atomic_dir(url, None) as directory:
+        os.makedirs(os.path.join(directory, "sub"))
+        with open(os.path.join(directory, "sub", "weights.bin"), "wb") as f:
+            f.write(b"new")
+    assert atomic.directory_complete(url)
+    assert storage.listdir(url) == [".complete", "sub"] and storage.listdir(f"{url}/sub") == ["weights.bin"]
+    assert json.loads(storage.read_bytes(f"{url}/.complete")) == {"files": {"sub/weights.bin": 3}}
+    assert not atomic.directory_complete(f"{s3_bucket}/checkpoints/step-20")
+
+
+def _one_line(command):
+    """What run_reporting_errors prints for `command`, and its exit code."""
+    import contextlib
+    import io
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = run_reporting_errors("bertprep", command)
+    return code, err.getvalue()
+
+
+def test_store_errors_are_one_line_naming_the_url_without_secrets(s3_bucket, seaweedfs):
+    code, line = _one_line(lambda: storage.listdir("s3://no-such-bucket-here/x"))
+    assert code == 1 and line == "bertprep: error: s3://no-such-bucket-here/x: The specified bucket does not exist\n"
+    with pytest.raises(UsageError, match=r"^zz://a/b: unknown URL scheme zz://"):
+        storage.exists("zz://a/b")
+    env = {**seaweedfs.env(), "AWS_SECRET_ACCESS_KEY": "not-the-secret-0123"}
+    with object_store.client_environment(env):
+        code, line = _one_line(lambda: storage.getsize(f"{s3_bucket}/whole/big.bin"))
+    assert code == 1 and line.startswith(f"bertprep: error: {s3_bucket}/whole/big.bin: access denied")
+    assert "not-the-secret" not in line and line.count("\n") == 1
