@@ -59,6 +59,7 @@ class RecordIndex:
     """Every record of one split of a records directory: where its payload lies, in global instance order."""
 
     def __init__(self, data_dir, split="training", fmt=None, vocab=None):
+        data_dir = storage.local_path(data_dir)  # file://...: the path
         manifest = load_manifest(data_dir)
         if manifest is None:
             raise DataError(f"{data_dir}: no manifest.json (give the directory `bertprep create` or `pack` wrote)")

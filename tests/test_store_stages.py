@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bertprep import formats
 from bertprep.cli import main
 from bertprep.stages.download.glue import task_outputs
 from test_create import golden_argv, only_records_dir, output_files
@@ -160,6 +161,20 @@ def test_convert_tree_and_file_to_the_bucket(roots):
     assert_same_tree(roots, "one")
 
 
+def test_file_urls_are_the_local_paths(roots, packed, tmp_path):
+    """file://PATH is PATH: the same bytes where PATH would put them (a file:// tree once landed elsewhere)."""
+    local = roots.local
+    with contextlib.redirect_stdout(io.StringIO()):
+        for src, dst in ((local / roots.records / "tfrecord", tmp_path / "plain"),
+                         (f"file://{local / roots.records / 'tfrecord'}", f"file://{tmp_path / 'url'}")):
+            assert main(["convert", str(src), str(dst), "--to", "ofrecord", "--quiet"]) == 0
+    assert output_files(tmp_path / "url") == output_files(tmp_path / "plain") != {}
+    code, _summary = run_json("pack", f"file://{local / roots.records}", "--out", f"file://{tmp_path / 'packed'}")
+    packed_by_path = roots.local / roots.packed
+    assert code == 0 and output_files(tmp_path / roots.packed) == output_files(packed_by_path)
+    assert (tmp_path / roots.packed / "manifest.json").read_bytes() == (packed_by_path / "manifest.json").read_bytes()
+
+
 def test_inspect_reads_an_object_with_a_vocab_url(roots, golden_dir):
     local, url = roots.local, roots.url
     store().put_file(str(golden_dir / "vocab.txt"), f"{url}/vocab.txt".split("://")[1])
@@ -172,6 +187,21 @@ def test_inspect_reads_an_object_with_a_vocab_url(roots, golden_dir):
     for name in ("ofrecord/training/part-0", "hdf5/training/corpus.hdf5"):
         assert "tokens: [CLS]" in shown["bucket", name]
         assert shown["bucket", name].replace(url, str(local)) == shown["local", name]
+
+
+def test_inspect_masks_unmasked_objects_as_the_loaders_do(roots, golden_dir):
+    """--epoch reads the records directory's manifest and its vocab from the bucket."""
+    local, url = roots.local, roots.url
+    assert main(golden_argv(golden_dir, local / "dynamic", "G1", "--masking", "dynamic")) == 0
+    records = only_records_dir(local / "dynamic")
+    store().put(str(local / "dynamic"), f"{url}/dynamic".split("://")[1], recursive=True)
+    store().put_file(str(golden_dir / "vocab.txt"), f"{url}/vocab.txt".split("://")[1])
+    relative = f"{records.relative_to(local)}/tfrecord/training/corpus.tfrecord"
+    shown = [bertprep("inspect", f"{root}/{relative}", "--epoch", "1", "--num", "2", "--vocab", vocab)
+             for root, vocab in ((local, golden_dir / "vocab.txt"), (url, f"{url}/vocab.txt"))]
+    assert [result.returncode for result in shown] == [0, 0], shown[1].stderr
+    assert "masked as in epoch 1" in shown[1].stdout
+    assert shown[1].stdout.replace(url, str(local)) == shown[0].stdout
 
 
 @pytest.fixture(scope="module")
@@ -245,6 +275,11 @@ def test_readers_stream_records_from_the_bucket(roots, tmp_path):
     assert len(from_bucket) == len(from_disk) > 1
     for a, b in zip(from_bucket, from_disk):
         assert all(np.array_equal(np.asarray(a[k]), np.asarray(b[k])) for k in b)
+    for name in ("tfrecord/training/corpus.tfrecord", "ofrecord/training/part-0", "hdf5/training/corpus.hdf5"):
+        streamed = list(formats.read_batches(f"{url}/{roots.records}/{name}", 256))
+        read = list(formats.read_batches(local / roots.records / name, 256))
+        assert len(streamed) == len(read) > 1
+        assert all(np.array_equal(a[k], b[k]) for a, b in zip(streamed, read) for k in b)
     dataset = hf.load(f"{url}/{roots.records}", cache_dir=tmp_path / "a")["train"]
     expected = hf.load(local / roots.records, cache_dir=tmp_path / "b")["train"]
     assert len(dataset) == len(expected) > 0 and dataset[:5] == expected[:5]

@@ -156,7 +156,7 @@ def convert(options: ConvertOptions | None = None, /, **fields) -> Summary:
     """Convert `options.src` (or ConvertOptions(**fields)); a tree is written whole or not at all. The Summary
     lists each file (`files`: src, dst, records) and the records in all."""
     options = options or ConvertOptions(**fields)
-    src, dst, to = os.fspath(options.src), os.fspath(options.dst), options.to
+    src, dst, to = storage.local_path(options.src), storage.local_path(options.dst), options.to  # file:// a path
     if storage.isdir(src):
         pairs = []
         by_dir = {}

@@ -81,7 +81,7 @@ def inspect(options: InspectOptions | None = None, /, *, stream=None, **fields) 
     None: nowhere) as the command shows it while it is read, so a damaged record later in the file still
     leaves the ones before it shown. The Summary's `records` holds them as {"record": index, feature: values}."""
     options = options or InspectOptions(**fields)
-    path = os.fspath(options.file)
+    path = storage.local_path(options.file)  # file://...: the path
     if not storage.isfile(path):
         storage.check_reachable(path)  # a missing bucket or refused credentials: the store's own error
         raise DataError(f"{path}: not a file")

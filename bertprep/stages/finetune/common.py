@@ -15,6 +15,7 @@ split is already listed with the same input and settings is skipped.
 import contextlib
 import dataclasses
 import hashlib
+import os
 
 import numpy as np
 
@@ -46,6 +47,9 @@ class RecordsOptions:
 
     def __post_init__(self):
         object.__setattr__(self, "format", formats.parse_formats(self.format))  # canonical order
+        for name in ("out", "input", "data_dir"):  # file://...: the path (the stages join and compare paths)
+            if isinstance(getattr(self, name, None), (str, os.PathLike)):
+                object.__setattr__(self, name, storage.local_path(getattr(self, name)))
 
 
 class Tokenizer:

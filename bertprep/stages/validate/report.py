@@ -62,7 +62,7 @@ class ValidateOptions:
 
     def __post_init__(self):
         paths = (self.paths,) if isinstance(self.paths, (str, os.PathLike)) else tuple(self.paths)
-        object.__setattr__(self, "paths", tuple(os.fspath(path) for path in paths))
+        object.__setattr__(self, "paths", tuple(storage.local_path(path) for path in paths))  # file://: a path
         if not 1 <= len(self.paths) <= 2:
             raise UsageError(f"validate takes one or two paths, not {len(self.paths)}")
         for path in self.paths:
