@@ -17,7 +17,7 @@ of the same records, one is read: Parquet, else HDF5, TFRecord, OFRecord.
 import json
 import os
 
-from bertprep import formats
+from bertprep import formats, storage
 from bertprep.errors import DataError
 from bertprep.formats import columnar
 from bertprep.formats.schemas import FLOAT, check_int_values
@@ -86,7 +86,9 @@ def load(directory, cache_dir=None):
 
     from bertprep.stages.validate.dataset import find_record_files
 
-    if not os.path.isdir(directory):
+    directory = storage.local_path(directory)  # file://...: the path
+    if not storage.isdir(directory):
+        storage.check_reachable(directory)  # a missing bucket or refused credentials: the store's own error
         raise DataError(f"{directory}: not a directory")
     found = find_record_files(directory)
     if not found:
@@ -106,18 +108,26 @@ def load(directory, cache_dir=None):
     features = features_of(kind, dims)
     splits = {}
     for split, paths in by_split.items():
-        if fmt == "parquet":
+        if fmt == "parquet" and not storage.is_url(directory):  # a URL's Parquet through _rows, as the others
             paths = _parquet_files_with_rows(paths, kind, dims, vocab_size)
             dataset = datasets.load_dataset("parquet", data_files={split: paths}, split=split, features=features,
                                             cache_dir=cache_dir) if paths else \
                 datasets.Dataset.from_dict({name: [] for name in features}, features=features, split=split)
         else:  # the files' sizes and times are in the cache's fingerprint: a changed file is read again
-            files = [(path, os.path.getsize(path), os.stat(path).st_mtime_ns) for path in paths]
+            files = [(path, *_version_of(path)) for path in paths]
             dataset = _generated(datasets, features, cache_dir, split,
                                  {"files": files, "kind": kind, "vocab_size": vocab_size})
         dataset.info.description = description
         splits[split] = dataset
     return datasets.DatasetDict(splits)
+
+
+def _version_of(path):
+    """(size, what changes with the content) of a file: its mtime; an object's sha256 (a store's times are not
+    the content's)."""
+    if storage.is_url(path):
+        return storage.getsize(path), storage.sha256(path)
+    return os.path.getsize(path), os.stat(path).st_mtime_ns
 
 
 def _generated(datasets, features, cache_dir, split, gen_kwargs):

@@ -36,6 +36,7 @@ import shutil
 import tempfile
 import threading
 import urllib.parse
+import weakref
 
 from bertprep.errors import UsageError
 
@@ -91,6 +92,13 @@ def join(path, *parts):
     if is_url(path):
         return "/".join([path.rstrip("/"), *(p.strip("/") for p in parts if p)])
     return os.path.join(path, *parts)
+
+
+def relpath(path, start):
+    """os.path.relpath for local paths; for a URL under the prefix `start`, its key after that prefix."""
+    if not is_url(path):
+        return os.path.relpath(path, start)
+    return normpath(path)[len(normpath(start).rstrip("/")) + 1:]
 
 
 def normpath(path):
@@ -149,6 +157,25 @@ def _reason(exc):
     return text or type(exc).__name__
 
 
+_INHERITED = []  # in a forked worker: the parent's filesystem instances, kept so they are never collected
+
+
+def _keep_inherited_sessions():
+    """In a forked worker (validate's and the engines' pools): the parent's filesystem instances hold sessions
+    of the parent's event loop, which this process does not run; closing or collecting them prints tracebacks
+    ("attached to a different loop", "Unclosed client session"). fsspec makes new instances here; the old ones
+    are kept, unclosed, until the worker exits (their sockets are the parent's)."""
+    for finalizer in list(weakref.finalize._registry):
+        info = finalizer.peek()
+        if info and getattr(info[1], "__name__", None) == "close_session":
+            _INHERITED.append(info[0])
+            finalizer.detach()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_keep_inherited_sessions)
+
+
 # -- the os functions, for paths and URLs ---------------------------------------------
 
 
@@ -158,6 +185,17 @@ def exists(path):
     fs, inner = filesystem(path)
     with errors_named(path):
         return fs.exists(inner)
+
+
+def check_reachable(path):
+    """Nothing for a local path; for a URL the store's error (one line naming it) when its bucket is missing or
+    refuses the credentials: exists() and isfile() then say only False, which would read as "no such file"."""
+    if scheme(path) not in ("s3", "s3a", "gs", "gcs"):
+        return
+    fs, inner = filesystem(path)
+    bucket = inner.split("/", 1)[0]
+    with errors_named(path):
+        fs.ls(bucket, detail=False, refresh=True)
 
 
 def isdir(path):

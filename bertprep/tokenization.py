@@ -13,13 +13,13 @@ line took 7.6 GB.
 
 import hashlib
 import itertools
-import os
 import re
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 
+from bertprep import storage
 from bertprep.corpus import read_text
 from bertprep.errors import DataError
 
@@ -122,8 +122,9 @@ class Vocab:
 
 def resolve_vocab_path(value):
     """A vocab.txt path, or a hub model id such as `bert-base-uncased` (its vocab.txt, cached)."""
-    if os.path.exists(value):
-        return value
+    if storage.exists(value):  # a local file or an object of a store (s3://, gs://, hf://, file://)
+        return storage.local_path(value)
+    storage.check_reachable(value)  # a missing bucket or refused credentials: the store's own error
     looks_like_repo_id = value.count("/") <= 1 and not value.endswith(".txt") and not value.startswith((".", "/"))
     if not looks_like_repo_id:
         raise DataError(f"{value}: vocab file not found")
@@ -151,8 +152,8 @@ def load_vocab(path, required=REQUIRED_TOKENS):
     missing = [t for t in required if t not in ids]
     if missing:
         raise DataError(f"{path}: vocab lacks {', '.join(missing)} (a BERT vocab needs {', '.join(REQUIRED_TOKENS)})")
-    return Vocab(path=os.path.abspath(path), sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(), tokens=tokens,
-                 ids=ids)
+    return Vocab(path=storage.display(storage.absolute(path)), sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(),
+                 tokens=tokens, ids=ids)
 
 
 def build_tokenizer(vocab, lower_case=True):

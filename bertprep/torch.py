@@ -20,13 +20,12 @@ DataLoader hands out in order. Unmasked records are masked as they are read
 not depend on workers, ranks or restarts.
 """
 
-import glob
 import mmap
 import os
 
 import numpy as np
 
-from bertprep import formats
+from bertprep import formats, storage
 from bertprep.binning import bin_width, binned_batches, bins_of
 from bertprep.errors import DataError, UsageError
 from bertprep.formats.schemas import PACKED, UNMASKED, int_values_problem, kind_of_manifest, kind_of_record
@@ -43,6 +42,14 @@ FILE_PATTERNS = {"tfrecord": "*.tfrecord", "ofrecord": "part-*"}
 _HEADER = {"tfrecord": 12, "ofrecord": 8}
 
 
+def _mapped(path):
+    """A record file's bytes for random access: memory-mapped; a URL's object read whole (one file in memory)."""
+    if storage.is_url(path):
+        return storage.read_bytes(path)
+    with open(storage.local_path(path), "rb") as f:
+        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+
+
 def _require_torch():
     if torch is None:
         raise UsageError('bertprep.torch needs PyTorch: pip install "bertprep[torch]"')
@@ -52,17 +59,18 @@ class RecordIndex:
     """Every record of one split of a records directory: where its payload lies, in global instance order."""
 
     def __init__(self, data_dir, split="training", fmt=None, vocab=None):
+        data_dir = storage.local_path(data_dir)  # file://...: the path
         manifest = load_manifest(data_dir)
         if manifest is None:
             raise DataError(f"{data_dir}: no manifest.json (give the directory `bertprep create` or `pack` wrote)")
-        where = os.path.join(data_dir, "manifest.json")
+        where = storage.join(data_dir, "manifest.json")
         fmt = fmt or (manifest.get("formats") or ["tfrecord"])[0]
         if fmt not in FILE_PATTERNS:
             raise UsageError(f"format {fmt!r}: the PyTorch loader reads tfrecord or ofrecord")
-        split_dir = os.path.join(data_dir, fmt, split)
-        if not os.path.isdir(split_dir):
-            split_dir = os.path.join(data_dir, split)  # --layout nvidia
-        paths = sorted(glob.glob(os.path.join(split_dir, FILE_PATTERNS[fmt])))
+        split_dir = storage.join(data_dir, fmt, split)
+        if not storage.isdir(split_dir):
+            split_dir = storage.join(data_dir, split)  # --layout nvidia
+        paths = sorted(storage.glob(storage.join(split_dir, FILE_PATTERNS[fmt])))
         check_manifest(manifest, where, (fmt,))  # its files there, its fields sound
         if not paths:
             raise DataError(f"{data_dir}: no {fmt} {split} records")
@@ -117,8 +125,7 @@ class RecordIndex:
         files = self.file_of[positions]
         for number in np.unique(files).tolist():
             if number not in self._maps:
-                with open(self.paths[number], "rb") as f:
-                    self._maps[number] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                self._maps[number] = _mapped(self.paths[number])
         maps = self._maps
         starts = self.offsets[positions]
         # Plain ints from tolist() and one comprehension: per-record indexing of the arrays cost as much as

@@ -7,7 +7,7 @@ import numpy as np
 
 from bertprep.errors import DataError
 from bertprep.formats import columnar
-from bertprep.formats.framing import decode_payload, iter_framed, iter_payloads, sniff_format
+from bertprep.formats.framing import decode_payload, iter_framed, iter_payloads, open_sized, sniff_format
 from bertprep.formats.protowire import WireError
 from bertprep.formats.python_decoder import decode_batch_python, decoder_features
 from bertprep.formats.schemas import FLOAT, KINDS, kind_of_record
@@ -156,8 +156,8 @@ def _native_payload_chunks(path, fmt):
     index = offset = needed = 0
     buffer = b""
     try:
-        with open(path, "rb") as f:
-            left = os.fstat(f.fileno()).st_size
+        f, left = open_sized(path)
+        with f:
             while True:
                 data = f.read(min(max(_CHUNK_BYTES, needed - len(buffer)), left))
                 left -= len(data)

@@ -21,6 +21,7 @@ import os
 
 import numpy as np
 
+from bertprep import storage
 from bertprep.errors import DataError
 from bertprep.formats import columnar_io, hdf5, parquet
 from bertprep.formats.columnar_io import (  # Unreadable: validate tells framing from schema by it
@@ -43,7 +44,7 @@ def format_of_name(name):
 
 def sniff(path):
     """The columnar format a file's first bytes say it is, or None."""
-    with open(path, "rb") as f:
+    with storage.open(path, "rb") as f:
         head = f.read(8)
     return next((fmt for fmt, codec in CODECS.items() if head.startswith(codec.MAGIC)), None)
 

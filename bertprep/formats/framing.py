@@ -4,6 +4,7 @@ import os
 import re
 import struct
 
+from bertprep import storage
 from bertprep.errors import DataError, UsageError
 from bertprep.formats import columnar, ofrecord, tfrecord
 from bertprep.formats.crc32c import masked_crc32c
@@ -62,13 +63,19 @@ def sniff_format(path):
         return named
     if columnar.sniff(path):
         return columnar.sniff(path)
-    with open(path, "rb") as f:
+    with storage.open(path, "rb") as f:
         head = f.read(13)
     if len(head) >= 12 and struct.unpack_from("<I", head, 8)[0] == masked_crc32c(head[:8]):
         return "tfrecord"
     if len(head) == 13 and head[12] == 0x0A and head[8] != 0x0A:
         return "tfrecord"
     return "ofrecord"
+
+
+def open_sized(path):
+    """(binary file, its size in bytes) of a record file; a URL's object streams with read-ahead."""
+    f = storage.open(path, "rb")
+    return f, (f.raw.size() if storage.is_url(path) else os.fstat(f.fileno()).st_size)
 
 
 def iter_framed(path, fmt=None, verify=True):
@@ -80,8 +87,8 @@ def iter_framed(path, fmt=None, verify=True):
     """
     fmt = fmt or sniff_format(path)
     try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
+        f, size = open_sized(path)
+        with f:
             for index, (offset, payload) in enumerate(CODECS[fmt].iter_payloads(f, verify=verify, size=size)):
                 yield index, offset, payload
     except WireError as exc:

@@ -26,6 +26,7 @@ import io
 
 import numpy as np
 
+from bertprep import storage
 from bertprep.errors import DataError
 from bertprep.formats.columnar_io import Unreadable, as_rows, require
 from bertprep.formats.schemas import FLOAT, KINDS, PACKED, PRETRAINING, check_int_values
@@ -108,11 +109,17 @@ def _kind_of(path, datasets):
 
 
 def decode(path):
-    """(kind, {name: array}) of an HDF5 record file, the left-out weights derived again."""
+    """(kind, {name: array}) of an HDF5 record file, the left-out weights derived again. h5py reads a real
+    file: a URL's object is fetched to a local copy first (messages still name the URL)."""
+    with storage.local_copy(path) as local:
+        return _decode(path, local)
+
+
+def _decode(path, local):
     h5py = require("hdf5", LIBRARY)
 
     try:
-        f = h5py.File(path, "r")
+        f = h5py.File(local, "r")
     except (OSError, ValueError) as exc:
         raise Unreadable(f"{path}: not a readable HDF5 file ({str(exc).splitlines()[0]})") from None
     try:

@@ -11,6 +11,7 @@ pyarrow sets from its version and offers no way to change.
 
 import numpy as np
 
+from bertprep import storage
 from bertprep.errors import DataError
 from bertprep.formats.columnar_io import Unreadable, require
 from bertprep.formats.schemas import FLOAT, kind_of_record
@@ -74,11 +75,16 @@ def _stored_kind(field):
 
 
 def decode(path):
-    """(kind, {name: (N, length) array}) of a Parquet record file."""
+    """(kind, {name: (N, length) array}) of a Parquet record file (a URL's object from a local copy, as HDF5's)."""
+    with storage.local_copy(path) as local:
+        return _decode(path, local)
+
+
+def _decode(path, local):
     pa, pq = _pyarrow()
 
     try:
-        table = pq.read_table(path, page_checksum_verification=True)
+        table = pq.read_table(local, page_checksum_verification=True)
     except (OSError, pa.ArrowException) as exc:
         raise Unreadable(f"{path}: not a readable Parquet file ({str(exc).splitlines()[0]})") from None
     kinds = {field.name: _stored_kind(field) for field in table.schema}

@@ -24,10 +24,11 @@ converted: a bad file anywhere in it leaves no output behind.
 import contextlib
 import dataclasses
 import os
+import tempfile
 
 import numpy as np
 
-from bertprep import formats
+from bertprep import formats, storage
 from bertprep.atomic import atomic_open, check_distinct_outputs, hold, temp_path, walk
 from bertprep.errors import DataError, UsageError
 from bertprep.formats import columnar
@@ -121,7 +122,7 @@ def _record_files(directory):
     for root, _dirs, files in walk(directory):
         for name in sorted(files):
             if formats.format_of_name(name) is not None:
-                found.append(os.path.join(root, name))
+                found.append(storage.join(root, name))
     return sorted(found)
 
 
@@ -131,54 +132,69 @@ def convert_all(pairs, dst_fmt, staging):
     none of its outputs behind."""
     if staging is None:
         return [convert_file(src, dst, dst_fmt) for src, dst in pairs]
+    if storage.is_url(staging):  # a store has no rename: the tree is staged here, each object uploaded whole after
+        with tempfile.TemporaryDirectory(prefix="bertprep-convert-", dir=storage.spool_dir()) as local:
+            return _convert_staged(pairs, dst_fmt, local, storage.upload)
+    return _convert_staged(pairs, dst_fmt, staging, _rename_into_place)
+
+
+def _convert_staged(pairs, dst_fmt, staging, place):
+    """Convert every pair into `staging`, then `place(temporary, dst)` each once all succeeded."""
     staged = [temp_path(staging, dst) for _src, dst in pairs]
     counts = [convert_file(src, tmp, dst_fmt, staging) for (src, _dst), tmp in zip(pairs, staged)]
     for tmp, (_src, dst) in zip(staged, pairs):
-        os.makedirs(os.path.dirname(dst), exist_ok=True)
-        os.replace(tmp, dst)
+        place(tmp, dst)
     return counts
+
+
+def _rename_into_place(tmp, dst):
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    os.replace(tmp, dst)
 
 
 def convert(options: ConvertOptions | None = None, /, **fields) -> Summary:
     """Convert `options.src` (or ConvertOptions(**fields)); a tree is written whole or not at all. The Summary
     lists each file (`files`: src, dst, records) and the records in all."""
     options = options or ConvertOptions(**fields)
-    src, dst, to = os.fspath(options.src), os.fspath(options.dst), options.to
-    if os.path.isdir(src):
+    src, dst, to = storage.local_path(options.src), storage.local_path(options.dst), options.to  # file:// a path
+    if storage.isdir(src):
         pairs = []
         by_dir = {}
         for path in _record_files(src):
             by_dir.setdefault(os.path.dirname(path), []).append(path)
         for directory, paths in sorted(by_dir.items()):
-            relative_dir = os.path.relpath(directory, src)
+            relative_dir = storage.relpath(directory, src)
             for index, path in enumerate(paths):
                 stem = os.path.splitext(os.path.basename(path))[0]
                 name = f"part-{index}" if to == "ofrecord" else f"{stem}.{'tfrecord' if to == 'tfrecord' else to}"
-                pairs.append((path, os.path.normpath(os.path.join(dst, relative_dir, name))))
+                pairs.append((path, storage.normpath(storage.join(dst, relative_dir, name))))
         if not pairs:
             raise DataError(f"{src}: no record files (*.tfrecord or part-*) found")
         tree = hold(dst, "bertprep convert")
-    elif os.path.isfile(src):
-        if os.path.isdir(dst):
+    elif storage.isfile(src):
+        if storage.isdir(dst):
             raise UsageError(f"{dst}: is a directory; give an output file name")
         pairs = [(src, dst)]
         tree = contextlib.nullcontext(None)  # a lone file stages beside itself
     else:
+        storage.check_reachable(src)  # a missing bucket or refused credentials: the store's own error
         raise DataError(f"{src}: not found")
     check_distinct_outputs(pairs)
     for path, _dst in pairs:
-        if os.path.getsize(path) == 0:
+        if storage.getsize(path) == 0:
             raise DataError(f"{path}: empty file, no records to convert (an empty OFRecord part stops OneFlow's "
                             "reader); nothing was written")
-    created = not os.path.exists(dst)
+    created = not storage.exists(dst)
     try:
         with tree as staging:
             counts = convert_all(pairs, to, staging)
     except BaseException:
-        if created and os.path.isdir(dst):  # the tree's root, made to hold it: left empty, not left behind
+        # the tree's root, made to hold it: left empty, not left behind (a URL's prefix is no directory)
+        if created and not storage.is_url(dst) and os.path.isdir(dst):
             with contextlib.suppress(OSError):
                 os.rmdir(dst)
         raise
-    files = [{"src": path, "dst": out, "records": count} for (path, out), count in zip(pairs, counts)]
+    files = [{"src": storage.display(path), "dst": storage.display(out), "records": count}
+             for (path, out), count in zip(pairs, counts)]
     return Summary("bertprep convert: done", {"to": to, "files": files, "records": sum(counts)},
                    (("records", sum(counts)), ("files", len(files)), ("to", to)))

@@ -13,7 +13,7 @@ import os
 
 import numpy as np
 
-from bertprep import formats
+from bertprep import formats, storage
 from bertprep.errors import DataError, UsageError
 from bertprep.formats.schemas import UNMASKED
 from bertprep.manifests import load_records_manifest
@@ -81,8 +81,9 @@ def inspect(options: InspectOptions | None = None, /, *, stream=None, **fields) 
     None: nowhere) as the command shows it while it is read, so a damaged record later in the file still
     leaves the ones before it shown. The Summary's `records` holds them as {"record": index, feature: values}."""
     options = options or InspectOptions(**fields)
-    path = os.fspath(options.file)
-    if not os.path.isfile(path):
+    path = storage.local_path(options.file)  # file://...: the path
+    if not storage.isfile(path):
+        storage.check_reachable(path)  # a missing bucket or refused credentials: the store's own error
         raise DataError(f"{path}: not a file")
     vocab_path = resolve_vocab_path(options.vocab) if options.vocab else None
     words = load_vocab(vocab_path).tokens if vocab_path else None  # tokens[id]: the line of that id
@@ -139,8 +140,9 @@ def epoch_masker(path, kind, epoch, vocab_path):
         raise UsageError(f"--epoch: {path} holds {kind} records; only unmasked ones (create --masking dynamic) "
                          "are masked at load time")
     manifest, corpus_dir = _manifest_of(path)
-    masking = DynamicMasking.from_manifest(manifest, os.path.join(corpus_dir, "manifest.json"), vocab_path)
-    first = first_instances(manifest, corpus_dir).get(os.path.normpath(os.path.abspath(path)))
+    masking = DynamicMasking.from_manifest(manifest, storage.join(corpus_dir, "manifest.json"), vocab_path)
+    # first_instances keys by os.path.normpath (a URL's "//" made "/" on both sides: they still agree)
+    first = first_instances(manifest, corpus_dir).get(os.path.normpath(storage.absolute(path)))
     if first is None:
         raise DataError(f"{path}: its manifest gives no first_instance (rerun `bertprep create --masking dynamic`)")
 
@@ -154,7 +156,7 @@ def epoch_masker(path, kind, epoch, vocab_path):
 
 def _manifest_of(path):
     """(manifest, its directory) of the records directory holding `path` (its split's directory's parents)."""
-    directory = os.path.dirname(os.path.abspath(path))
+    directory = os.path.dirname(storage.absolute(path))
     for _ in range(3):
         directory = os.path.dirname(directory)
         manifest = load_records_manifest(directory, (formats.sniff_format(path),))

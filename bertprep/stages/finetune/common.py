@@ -19,7 +19,7 @@ import os
 
 import numpy as np
 
-from bertprep import __version__, formats
+from bertprep import __version__, formats, storage
 from bertprep.atomic import atomic_open
 from bertprep.errors import DataError, UsageError
 from bertprep.tokenization import LineTokenizer, load_vocab, resolve_vocab_path
@@ -47,6 +47,9 @@ class RecordsOptions:
 
     def __post_init__(self):
         object.__setattr__(self, "format", formats.parse_formats(self.format))  # canonical order
+        for name in ("out", "input", "data_dir"):  # file://...: the path (the stages join and compare paths)
+            if isinstance(getattr(self, name, None), (str, os.PathLike)):
+                object.__setattr__(self, name, storage.local_path(getattr(self, name)))
 
 
 class Tokenizer:
@@ -87,7 +90,7 @@ def check_seq(seq, minimum):
 def sha256_of(path):
     digest = hashlib.sha256()
     try:
-        with open(path, "rb") as f:
+        with storage.open(path, "rb") as f:
             while chunk := f.read(1 << 22):
                 digest.update(chunk)
     except OSError as exc:
@@ -125,7 +128,7 @@ class SplitWriter:
     def __enter__(self):
         self._stack = contextlib.ExitStack()
         for name in (*self.names.values(), *self.extra_files):
-            path = os.path.join(self.out, name)
+            path = storage.join(self.out, name)
             self._files[name] = self._stack.enter_context(atomic_open(path, staging=self._staging))
             self._digests[name], self._sizes[name] = hashlib.sha256(), 0
         return self
@@ -181,7 +184,7 @@ def open_manifest(out, stage, settings):
     if manifest is None:
         return {"tool": "bertprep", "stage": stage, "version": __version__, **settings, "source": {}, "files": {},
                 "metadata": {}}
-    where = os.path.join(out, "manifest.json")
+    where = storage.join(out, "manifest.json")
     if manifest.get("stage") != stage:
         raise UsageError(f"{where}: written by {manifest.get('stage')!r}, not {stage}: use another --out")
     for key in (*SHARED_SETTINGS, "vocab"):
@@ -195,15 +198,18 @@ def open_manifest(out, stage, settings):
 
 
 def split_is_complete(out, manifest, split, names, source_sha256):
-    """Whether `split` is listed with this source and its files are present at their recorded sizes."""
+    """Whether `split` is listed with this source and its files are present at their recorded sizes (an object
+    of a store, written without rename: and of its recorded sha256, what a rerun after a kill trusts)."""
     if (manifest.get("source", {}).get(split) or {}).get("sha256") != source_sha256:
         return False
     listed = {**manifest.get("files", {}), **manifest.get("metadata", {})}
     for name in names:
         entry = listed.get(name)
+        path = storage.join(out, name)
         try:
-            if (entry is None or entry.get("split") != split
-                    or os.path.getsize(os.path.join(out, name)) != entry["bytes"]):
+            if entry is None or entry.get("split") != split or storage.getsize(path) != entry["bytes"]:
+                return False
+            if storage.is_url(path) and storage.sha256(path) != entry.get("sha256"):
                 return False
         except OSError:
             return False

@@ -22,11 +22,11 @@ TensorFlow's GFile readline does), fields are split on tabs with no quoting.
 
 import csv
 import dataclasses
-import os
 import time
 
 import numpy as np
 
+from bertprep import storage
 from bertprep.atomic import hold
 from bertprep.corpus import read_text
 from bertprep.errors import DataError, UsageError
@@ -257,17 +257,20 @@ def create_glue(options: CreateGlueOptions | None = None, /, *, quiet: bool = Tr
     splits = [s for s in SPLITS if s in (options.split or SPLITS)]
     spec = TASKS[task]
     kind = GLUE if spec.labels is not None else GLUE_REGRESSION
-    paths = {split: os.path.join(options.data_dir, spec.files[split]) for split in splits}
+    paths = {split: storage.join(options.data_dir, spec.files[split]) for split in splits}
     for split, path in paths.items():
-        if not os.path.isfile(path):
+        if not storage.isfile(path):
+            storage.check_reachable(path)  # a missing bucket or refused credentials: the store's own error
             raise DataError(f"{path}: no such file ({task} {split} split; pass --split to convert only some splits)")
     tokenizer = load_tokenizer(options.vocab, options.lower_case)
-    out = os.path.abspath(options.out)
+    out = storage.absolute(options.out)
+    storage.check_reachable(out)  # before the examples are converted: a bucket that is not there fails now
     settings = run_settings(tokenizer, options.seq, task=task, labels=spec.labels,
                             params={"convention": spec.convention})
     manifest = open_manifest(out, "create-glue", settings)
     progress = Progress("create-glue", total=len(splits), unit="splits", quiet=quiet)
-    sources = {split: {"path": os.path.abspath(path), "sha256": sha256_of(path)} for split, path in paths.items()}
+    sources = {split: {"path": storage.display(storage.absolute(path)), "sha256": sha256_of(path)}
+               for split, path in paths.items()}
     writers = {split: SplitWriter(out, ROLE[split], options.format, kind) for split in splits}
     done = {split for split in splits
             if split_is_complete(out, manifest, split, list(writers[split].names.values()), sources[split]["sha256"])}
@@ -296,9 +299,10 @@ def create_glue(options: CreateGlueOptions | None = None, /, *, quiet: bool = Tr
                                        for name in names}
             progress.advance(1, examples=results[split]["examples"])
     progress.close()
-    summary = {"out": out, "task": task, "kind": kind.name, "labels": spec.labels, "splits": results,
-               "seconds": round(time.monotonic() - started, 3)}
-    rows = [("out", out), ("task", f"{task} ({kind.name}, labels {spec.labels or 'float'}; {spec.convention})")]
+    summary = {"out": storage.display(out), "task": task, "kind": kind.name, "labels": spec.labels,
+               "splits": results, "seconds": round(time.monotonic() - started, 3)}
+    rows = [("out", summary["out"]),
+            ("task", f"{task} ({kind.name}, labels {spec.labels or 'float'}; {spec.convention})")]
     for split, result in results.items():
         files = ", ".join(f"{name} ({human_bytes(e['bytes'])})" for name, e in result["files"].items())
         rows.append((split, f"{result['examples']:,} examples -> {files}"

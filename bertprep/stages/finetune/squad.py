@@ -44,6 +44,7 @@ import time
 
 import numpy as np
 
+from bertprep import storage
 from bertprep.atomic import hold
 from bertprep.corpus import read_text
 from bertprep.errors import DataError, UsageError
@@ -433,19 +434,21 @@ def create_squad(options: CreateSquadOptions | None = None, /, *, quiet: bool = 
     options = options or CreateSquadOptions(**fields)
     started = time.monotonic()
     split = split_of(options.input, options.split)
-    if not os.path.isfile(options.input):
+    if not storage.isfile(options.input):
+        storage.check_reachable(options.input)  # a missing bucket or refused credentials: the store's own error
         raise DataError(f"{options.input}: no such file")
     is_training = split == "train"
     kind = SQUAD_TRAIN if is_training else SQUAD_EVAL
     tokenizer = load_tokenizer(options.vocab, options.lower_case)
     params = Params(options.seq, options.doc_stride, options.max_query)
-    source = {"path": os.path.abspath(options.input), "sha256": sha256_of(options.input)}
+    source = {"path": storage.display(storage.absolute(options.input)), "sha256": sha256_of(options.input)}
     examples, paragraphs, skipped, version_2 = read_examples(options.input, is_training)
     if not examples:
         raise DataError(f"{options.input}: no questions to convert" + (f" ({len(skipped)} skipped)" if skipped else ""))
     if is_training:
         random.Random(SHUFFLE_SEED).shuffle(examples)
-    out = os.path.abspath(options.out)
+    out = storage.absolute(options.out)
+    storage.check_reachable(out)  # before the examples are converted: a bucket that is not there fails now
     settings = run_settings(tokenizer, options.seq, task="squad", version_2_with_negative=version_2,
                             params={"doc_stride": options.doc_stride, "max_query_length": options.max_query})
     manifest = open_manifest(out, "create-squad", settings)
@@ -472,11 +475,11 @@ def create_squad(options: CreateSquadOptions | None = None, /, *, quiet: bool = 
         created = True
     progress.close()
     entries = {name: manifest["files"].get(name) or manifest["metadata"][name] for name in names}
-    summary = {"out": out, "split": split, "kind": kind.name, "examples": len(examples), "records": records,
-               "skipped": len(skipped), "version_2_with_negative": version_2, "created": created,
+    summary = {"out": storage.display(out), "split": split, "kind": kind.name, "examples": len(examples),
+               "records": records, "skipped": len(skipped), "version_2_with_negative": version_2, "created": created,
                "files": {name: {"bytes": e["bytes"], "sha256": e["sha256"]} for name, e in entries.items()},
                "seconds": round(time.monotonic() - started, 3)}
-    rows = (("out", out), ("split", f"{split} ({kind.name}, SQuAD v{'2.0' if version_2 else '1.1'})"),
+    rows = (("out", summary["out"]), ("split", f"{split} ({kind.name}, SQuAD v{'2.0' if version_2 else '1.1'})"),
             ("examples", f"{len(examples):,}"), ("features", f"{records:,}"),
             ("skipped", f"{len(skipped):,} (answer text not at answer_start)" if is_training else "0"),
             ("files", ", ".join(f"{name} ({human_bytes(e['bytes'])})" for name, e in entries.items())),

@@ -13,7 +13,7 @@ import json
 import os
 import time
 
-from bertprep import __version__, formats
+from bertprep import __version__, formats, storage
 from bertprep.atomic import hold, sha256_file
 from bertprep.engines import EngineOptions, open_engine
 from bertprep.errors import DataError, UsageError
@@ -52,8 +52,9 @@ class PackOptions:
 
 def read_source(records_dir):
     """The create manifest of `records_dir` and its sha256; one-line errors for anything else."""
-    path = os.path.join(records_dir, MANIFEST)
-    if not os.path.isdir(records_dir):
+    path = storage.join(records_dir, MANIFEST)
+    if not storage.isdir(records_dir):
+        storage.check_reachable(records_dir)  # a missing bucket or refused credentials: the store's own error
         raise DataError(f"{records_dir}: no such directory")
     manifest = load_manifest(records_dir)
     if not isinstance(manifest, dict):
@@ -76,12 +77,12 @@ def output_dir(records_dir, out, k):
     """<out>/<params>_packed<k>/<corpus>: beside the input's <params> unless --out names another root."""
     params_dir, corpus = os.path.split(records_dir)
     root, params = os.path.split(params_dir)
-    return os.path.join(os.path.abspath(out) if out else root, f"{params}_packed{k}", corpus)
+    return storage.join(storage.absolute(out) if out else root, f"{params}_packed{k}", corpus)
 
 
 def plan(options):
     """(source manifest, its sha256, output dir, formats, dims, tasks)."""
-    records_dir = os.path.abspath(options.records_dir)
+    records_dir = storage.absolute(options.records_dir)
     manifest, manifest_sha256 = read_source(records_dir)
     fmts = options.format or formats.parse_formats(manifest.get("formats") or formats.FORMATS)
     dims = manifest.get("dims") or {}
@@ -112,9 +113,9 @@ def plan(options):
                 raise DataError(f"{records_dir}: {key[1]} has no TFRecord or OFRecord file, which pack reads; "
                                 "create with --format tfrecord too")
             relative, entry = by_format[source_format]
-            source = os.path.join(records_dir, relative)
-            if not os.path.isfile(source):
-                raise DataError(f"{source}: listed in {os.path.join(records_dir, MANIFEST)} but missing")
+            source = storage.join(records_dir, relative)
+            if not storage.isfile(source):
+                raise DataError(f"{source}: listed in {storage.join(records_dir, MANIFEST)} but missing")
             outputs = tuple((fmt, by_format[fmt][0] if fmt in by_format else _output_name(fmt, split, key[1], index))
                             for fmt in fmts)
             tasks.append(PackTask(source=source, source_format=source_format, source_sha256=entry.get("sha256"),
@@ -137,7 +138,7 @@ def pack(options: PackOptions | None = None, /, *, quiet: bool = True, **fields)
     options = options or PackOptions(**fields)
     started = time.monotonic()
     source, source_sha256, out_dir, fmts, dims, tasks = plan(options)
-    if os.path.abspath(out_dir) == os.path.abspath(options.records_dir):
+    if storage.absolute(out_dir) == storage.absolute(options.records_dir):
         raise UsageError(f"--out {options.out}: the packed records would overwrite their input")
     progress = Progress("pack", total=len(tasks), unit="shards", quiet=quiet)
     with hold(out_dir, "bertprep pack"):  # clears what killed runs left in .partial/
@@ -151,8 +152,9 @@ def pack(options: PackOptions | None = None, /, *, quiet: bool = True, **fields)
         manifest = {
             "tool": "bertprep", "stage": "pack", "kind": PACKED.name, "dims": dims, "formats": list(fmts),
             "max_per_pack": dims["k"], "version": __version__,
-            "source": {"records_dir": os.path.abspath(options.records_dir), "manifest_sha256": source_sha256,
-                       "kind": PRETRAINING.name, "dims": {"seq": dims["seq"], "pred": dims["pred"]}},
+            "source": {"records_dir": storage.display(storage.absolute(options.records_dir)),
+                       "manifest_sha256": source_sha256, "kind": PRETRAINING.name,
+                       "dims": {"seq": dims["seq"], "pred": dims["pred"]}},
             # what the trainer and validate read from a records manifest: the vocab and masking parameters
             "params": source.get("params"), "vocab": source.get("vocab"), "files": files,
         }
@@ -194,7 +196,7 @@ def packing_figures(tasks, files, k):
 def summarize(out_dir, manifest, tasks, seconds, packed):
     packing = manifest["packing"]
     return {
-        "records_dir": out_dir,
+        "records_dir": storage.display(out_dir),
         "kind": PACKED.name,
         "dims": manifest["dims"],
         **{key: packing[key] for key in ("sequences", "rows", "tokens", "ratio", "lower_bound_ratio",

@@ -11,12 +11,11 @@ from the memory-mapped input.
 import contextlib
 import dataclasses
 import hashlib
-import os
 import re
 
 import numpy as np
 
-from bertprep import formats
+from bertprep import formats, storage
 from bertprep.atomic import atomic_open, staging_dir
 from bertprep.errors import DataError
 from bertprep.formats import columnar
@@ -66,7 +65,7 @@ def pack_shard(task):
     }
     with contextlib.ExitStack() as stack:
         staging = staging_dir(task.records_dir)  # the run holds the tree; .partial/ is where no reader looks
-        outputs = [(fmt, relative, stack.enter_context(atomic_open(os.path.join(task.records_dir, relative),
+        outputs = [(fmt, relative, stack.enter_context(atomic_open(storage.join(task.records_dir, relative),
                                                                    staging=staging)),
                     hashlib.sha256(), [0]) for fmt, relative in task.outputs if fmt not in columnar.CODECS]
         chunks = []  # a columnar file is written whole, from every chunk's rows
@@ -85,9 +84,9 @@ def pack_shard(task):
             dims = {"seq": task.seq, "pred": task.pred, "k": task.k}
             rows = {f.name: np.concatenate([c[f.name] for c in chunks]) if chunks
                     else np.zeros((0, f.size(dims))) for f in PACKED.features}
-            written[relative] = (fmt, *columnar.write_columns(os.path.join(task.records_dir, relative), rows, fmt,
+            written[relative] = (fmt, *columnar.write_columns(storage.join(task.records_dir, relative), rows, fmt,
                                                               PACKED, staging_dir(task.records_dir)))
-    files = {relative: {"format": fmt, "split": task.split, "source": task.source,
+    files = {relative: {"format": fmt, "split": task.split, "source": storage.display(task.source),
                         "source_sha256": task.source_sha256, "settings": task.settings_key,
                         "instances": len(members), **figures, "bytes": size, "sha256": digest}
              for relative, (fmt, size, digest) in written.items()}

@@ -9,12 +9,11 @@ depend on the number of workers.
 
 import concurrent.futures
 import dataclasses
-import hashlib
 import multiprocessing
 import os
 import re
 
-from bertprep import formats
+from bertprep import formats, storage
 from bertprep.atomic import walk
 from bertprep.formats.schemas import kind_of_manifest
 from bertprep.manifests import manifest_problems
@@ -45,12 +44,12 @@ class RecordFile:
 
 def find_record_files(path):
     """Record files under `path` (or `path` itself) in natural order: tfrecord files, then OFRecord parts."""
-    if os.path.isfile(path):
+    if storage.isfile(path):
         return [RecordFile(path, formats.sniff_format(path), _split_of(path))]
     found = []
     for root, dirs, files in walk(path):  # sorted, without .partial/ and other hidden directories
         for name in files:
-            full = os.path.join(root, name)
+            full = storage.join(root, name)
             if formats.format_of_name(name) is not None:
                 found.append(RecordFile(full, _sniff(full), _split_of(full)))
     found.sort(key=lambda f: (formats.ALL_FORMATS.index(f.fmt), SPLITS.index(f.split) if f.split in SPLITS else 2,
@@ -86,10 +85,10 @@ def _split_of(path):
 
 def find_manifest(path):
     """The manifest of a records stage (create, pack, create-squad, ...) at or above `path`, or None."""
-    directory = path if os.path.isdir(path) else os.path.dirname(path)
+    directory = path if storage.isdir(path) else os.path.dirname(path)
     for _ in range(4):
-        candidate = os.path.join(directory, MANIFEST)
-        if os.path.isfile(candidate):
+        candidate = storage.join(directory, MANIFEST)
+        if storage.isfile(candidate):
             manifest, problem = read_manifest(candidate)
             if problem:
                 return {"_path": candidate, "_error": problem}
@@ -99,7 +98,7 @@ def find_manifest(path):
                     return {"_path": candidate, "_error": "; ".join(map(": ".join, problems)), "_problems": problems}
                 return {**manifest, "_path": candidate}
         parent = os.path.dirname(directory)
-        if parent == directory:
+        if parent == directory or storage.is_url(parent) != storage.is_url(directory):  # the root, or a bucket's
             break
         directory = parent
     return None
@@ -107,7 +106,7 @@ def find_manifest(path):
 
 def dataset_roots(path):
     """The datasets under `path`: each directory below it with a create manifest, else `path` itself."""
-    if os.path.isfile(path) or find_manifest(path) is not None:
+    if storage.isfile(path) or find_manifest(path) is not None:
         return [path]
     roots = []
     for root, dirs, files in walk(path):  # sorted, without .partial/ and other hidden directories
@@ -158,11 +157,7 @@ def _scan(task):
 
 
 def _sha256(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            digest.update(chunk)
-    return digest.hexdigest()
+    return storage.sha256(path, 1 << 22)
 
 
 def scan_files(record_files, spec, workers=1, want_sha256=False, quiet=True):
@@ -331,14 +326,14 @@ def _check_manifest(manifest, root, record_files, reports, shape, findings):
         return
     base = os.path.dirname(path)
     entries = manifest.get("files") or {}
-    by_path = {os.path.normpath(f.path): r for f, r in zip(record_files, reports)}
+    by_path = {storage.normpath(f.path): r for f, r in zip(record_files, reports)}
     listed = set()
     for relative, entry in sorted(entries.items(), key=lambda item: natural_key(item[0])):
-        full = os.path.normpath(os.path.join(base, relative))
+        full = storage.normpath(storage.join(base, relative))
         listed.add(full)
         report = by_path.get(full)
         if report is None:
-            if not os.path.exists(full):
+            if not storage.exists(full):
                 findings.add(Finding("manifest", full, None, None, "listed in manifest.json but missing"))
             continue
         if entry.get("bytes") is not None and entry["bytes"] != report.bytes:
@@ -360,15 +355,15 @@ def _check_manifest(manifest, root, record_files, reports, shape, findings):
                                  f"{describe_shape(report.kind, report.dims)}, manifest.json says "
                                  f"{describe_shape(entry['kind'], m_dims)}"))
     for relative, entry in sorted((manifest.get("metadata") or {}).items()):  # SQuAD eval's JSON lines
-        full = os.path.normpath(os.path.join(base, relative))
-        if not os.path.isfile(full):
+        full = storage.normpath(storage.join(base, relative))
+        if not storage.isfile(full):
             findings.add(Finding("manifest", full, None, None, "listed in manifest.json but missing"))
-        elif (os.path.getsize(full), _sha256(full)) != (entry.get("bytes"), entry.get("sha256")):
+        elif (storage.getsize(full), _sha256(full)) != (entry.get("bytes"), entry.get("sha256")):
             findings.add(Finding("manifest", full, None, None,
-                                 f"{os.path.getsize(full):,} bytes, sha256 {_sha256(full)[:16]}…; manifest.json says "
+                                 f"{storage.getsize(full):,} bytes, sha256 {_sha256(full)[:16]}…; manifest.json says "
                                  f"{entry.get('bytes', 0):,} bytes, sha256 {str(entry.get('sha256'))[:16]}…"))
     for record_file in record_files:
-        if os.path.normpath(record_file.path) not in listed:
+        if storage.normpath(record_file.path) not in listed:
             findings.add(Finding("manifest", record_file.path, None, None,
                                  "not listed in manifest.json (an unfinished or stray file)"))
     m_kind, m_dims, _, _ = manifest_params(manifest)

@@ -22,7 +22,7 @@ import struct
 
 import numpy as np
 
-from bertprep import formats
+from bertprep import formats, storage
 from bertprep.formats.crc32c import _make_table
 from bertprep.formats.protowire import WireError
 from bertprep.formats.schemas import FLOAT
@@ -52,8 +52,11 @@ class Framing:
 
 
 def map_file(path):
-    """The file's bytes as a read-only uint8 array (memory-mapped; empty files give an empty array)."""
-    with open(path, "rb") as f:
+    """The file's bytes as a read-only uint8 array (memory-mapped; empty files give an empty array). A URL's
+    object is read whole into memory (one record file at a time: a shard, not a corpus)."""
+    if storage.is_url(path):
+        return np.frombuffer(storage.read_bytes(path), dtype=np.uint8)
+    with open(storage.local_path(path), "rb") as f:
         f.seek(0, 2)
         if f.tell() == 0:
             return np.zeros(0, dtype=np.uint8)

@@ -8,11 +8,10 @@ each a failure mask over a batch, and its statistics.
 """
 
 import dataclasses
-import os
 
 import numpy as np
 
-from bertprep import formats
+from bertprep import formats, storage
 from bertprep.errors import DataError
 from bertprep.formats import columnar
 from bertprep.formats.protowire import WireError
@@ -230,8 +229,7 @@ def _read_columnar(path, fmt, spec):
 
 def _scan_columnar(report, spec):
     """scan_file for a columnar file: no framing to check; the schema as a whole file; the kind's rules by chunk."""
-    with open(report.path, "rb") as f:
-        report.bytes = os.fstat(f.fileno()).st_size
+    report.bytes = storage.getsize(report.path)
     kind, dims, columns, problem = _read_columnar(report.path, report.fmt, spec)
     if problem is not None:
         report.findings.add(problem)

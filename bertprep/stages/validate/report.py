@@ -17,7 +17,7 @@ import json
 import os
 import sys
 
-from bertprep import formats
+from bertprep import formats, storage
 from bertprep.errors import DataError, UsageError
 from bertprep.progress import Summary, human_bytes
 from bertprep.stages.validate.dataset import (
@@ -62,11 +62,12 @@ class ValidateOptions:
 
     def __post_init__(self):
         paths = (self.paths,) if isinstance(self.paths, (str, os.PathLike)) else tuple(self.paths)
-        object.__setattr__(self, "paths", tuple(os.fspath(path) for path in paths))
+        object.__setattr__(self, "paths", tuple(storage.local_path(path) for path in paths))  # file://: a path
         if not 1 <= len(self.paths) <= 2:
             raise UsageError(f"validate takes one or two paths, not {len(self.paths)}")
         for path in self.paths:
-            if not os.path.exists(path):
+            if not storage.exists(path):
+                storage.check_reachable(path)  # a missing bucket or refused credentials: the store's error, exit 1
                 raise UsageError(f"{path}: no such file or directory")
         if self.max_errors < 0 or (self.workers is not None and self.workers < 1) or self.min_parts < 1:
             raise UsageError("--max-errors must be ≥ 0, --workers and --min-parts ≥ 1")
@@ -132,7 +133,7 @@ def _vocab_settings(path, warnings=None):
 def _manifest_vocab(manifest, spec, warnings):
     """Vocab settings from a create manifest when --vocab was not given: its file if present, else its size."""
     vocab = manifest.get("vocab") or {}
-    if vocab.get("path") and os.path.isfile(vocab["path"]):
+    if vocab.get("path") and storage.isfile(vocab["path"]):
         try:
             return dataclasses.replace(spec, **_vocab_settings(vocab["path"], warnings))
         except UsageError:
@@ -144,8 +145,8 @@ def _manifest_vocab(manifest, spec, warnings):
 
 def validate_paths(paths, spec, workers=1, min_parts=1, compare=False, vocab_given=False, quiet=True):
     """The full report (a JSON-able dict) for one or two paths, their records checked against `spec`."""
-    report = {"paths": paths, "datasets": [], "text_shards": [], "downloads": [], "compare": [],
-              "findings": [], "warnings": [], "counts": {}}
+    report = {"paths": [storage.display(path) for path in paths], "datasets": [], "text_shards": [],
+              "downloads": [], "compare": [], "findings": [], "warnings": [], "counts": {}}
     all_findings = []
     for path in paths:
         found_anything = False

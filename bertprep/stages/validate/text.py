@@ -14,6 +14,7 @@ import os
 
 import numpy as np
 
+from bertprep import storage
 from bertprep.atomic import walk
 from bertprep.stages.download.glue import task_outputs
 from bertprep.stages.download.squad import FILES as SQUAD_FILES
@@ -47,14 +48,14 @@ GLUE_EXAMPLES = {
 
 def find_text_shards(path):
     """[(path, split)] of the text shards under `path` in natural order."""
-    if os.path.isfile(path):
+    if storage.isfile(path):
         return [(path, _split_of(path) or "all")] if path.endswith(".txt") else []
     found = []
     for root, dirs, files in walk(path):  # sorted, without .partial/ and other hidden directories
         for name in files:
-            split = _split_of(os.path.join(root, name))
+            split = _split_of(storage.join(root, name))
             if name.endswith(".txt") and split:
-                found.append((os.path.join(root, name), split))
+                found.append((storage.join(root, name), split))
     return sorted(found, key=lambda item: (SPLITS.index(item[1]), natural_key(item[0])))
 
 
@@ -76,8 +77,7 @@ def read_shard(path):
     current = hashlib.blake2b(digest_size=8)
     in_document = False
     blank_run = 0
-    with open(path, "rb") as f:
-        data = f.read()
+    data = storage.read_bytes(path)
     if not data.strip():
         findings.append(Finding("documents", path, None, None, "empty shard (no documents)"))
     for number, raw in enumerate(data.split(b"\n"), 1):
@@ -154,8 +154,8 @@ def validate_text_shards(path):
 
 def _check_listed_files(path, check, found):
     """Compare files with the stage manifest at `path` (bytes and sha256), if there is one."""
-    manifest_path = os.path.join(path, MANIFEST)
-    if not os.path.isfile(manifest_path):
+    manifest_path = storage.join(path, MANIFEST)
+    if not storage.isfile(manifest_path):
         return []
     manifest, problem = read_manifest(manifest_path)
     if problem:
@@ -163,15 +163,15 @@ def _check_listed_files(path, check, found):
     entries = manifest.get("files") or {}
     findings = []
     for relative, entry in entries.items():
-        full = os.path.join(path, relative)
-        if not os.path.isfile(full):
+        full = storage.join(path, relative)
+        if not storage.isfile(full):
             findings.append(Finding(check, full, None, None, "listed in manifest.json but missing"))
             continue
         if not isinstance(entry, dict):
             continue
-        if entry.get("bytes") is not None and os.path.getsize(full) != entry["bytes"]:
+        if entry.get("bytes") is not None and storage.getsize(full) != entry["bytes"]:
             findings.append(Finding(check, full, None, None,
-                                    f"{os.path.getsize(full):,} bytes, manifest.json says {entry['bytes']:,}"))
+                                    f"{storage.getsize(full):,} bytes, manifest.json says {entry['bytes']:,}"))
         elif entry.get("sha256") and _digest(full, "sha256") != entry["sha256"]:
             findings.append(Finding(check, full, None, None, "sha256 differs from manifest.json"))
     return findings
@@ -179,7 +179,7 @@ def _check_listed_files(path, check, found):
 
 def _digest(path, algorithm):
     digest = hashlib.new(algorithm)
-    with open(path, "rb") as f:
+    with storage.open(path, "rb") as f:
         while chunk := f.read(1 << 22):
             digest.update(chunk)
     return digest.hexdigest()
@@ -195,7 +195,7 @@ def find_downloads(path):
                    for version, files in SQUAD_FILES.items() for split, name, md5, examples in files}
     for root, dirs, files in walk(path):  # sorted, without .partial/ and other hidden directories
         for name in sorted(files):
-            full = os.path.join(root, name)
+            full = storage.join(root, name)
             if name in known_squad:
                 squad.append((full, *known_squad[name]))
             task = os.path.basename(root)
@@ -211,7 +211,7 @@ def validate_downloads(path):
     squad, glue = find_downloads(path)
     for full, version, split, md5, expected in squad:
         examples, problem = _squad_examples(full, version)
-        figures[os.path.relpath(full, path)] = {"examples": examples, "expected": expected}
+        figures[storage.relpath(full, path)] = {"examples": examples, "expected": expected}
         if problem:
             findings.append(Finding("download_examples", full, None, None, problem))
         elif examples != expected:
@@ -232,7 +232,7 @@ def validate_downloads(path):
         rows, columns, problem = _tsv_rows(full)
         has_header = header is not None
         examples = rows - has_header
-        figures[os.path.relpath(full, path)] = {"examples": examples, "expected": expected}
+        figures[storage.relpath(full, path)] = {"examples": examples, "expected": expected}
         if problem:
             findings.append(Finding("download_examples", full, None, None, problem))
         if examples != expected:
@@ -250,7 +250,7 @@ def validate_downloads(path):
 def _squad_examples(path, version):
     """(questions, problem) of a SQuAD JSON file; problem names what is missing."""
     try:
-        with open(path, encoding="utf-8") as f:
+        with storage.open(path, "r", encoding="utf-8") as f:
             data = json.load(f)
     except (OSError, ValueError) as exc:
         return 0, f"not readable JSON: {exc}"
@@ -277,7 +277,7 @@ def _tsv_rows(path):
     first = None
     width = None
     try:
-        with open(path, encoding="utf-8", newline="") as f:
+        with storage.open(path, "r", encoding="utf-8", newline="") as f:
             for number, row in enumerate(csv.reader(f, delimiter="\t", quotechar=None), 1):
                 if first is None:
                     first = row
@@ -292,14 +292,14 @@ def _tsv_rows(path):
 
 def _listed_sha256(path):
     """The sha256 a download manifest (in the file's directory or above) lists for `path`, or None."""
-    directory = os.path.dirname(os.path.abspath(path))
+    directory = os.path.dirname(storage.absolute(path))
     for _ in range(4):
-        manifest_path = os.path.join(directory, MANIFEST)
-        if os.path.isfile(manifest_path):
+        manifest_path = storage.join(directory, MANIFEST)
+        if storage.isfile(manifest_path):
             manifest, _problem = read_manifest(manifest_path)
             if manifest is None:
                 return None
-            entry = manifest.get("files", {}).get(os.path.relpath(os.path.abspath(path), directory))
+            entry = manifest.get("files", {}).get(storage.relpath(storage.absolute(path), directory))
             if isinstance(entry, dict) and entry.get("sha256"):
                 return entry["sha256"]
         directory = os.path.dirname(directory)
