@@ -3,14 +3,19 @@ formatted corpora before they are sharded.
 
     OUT/<corpus>/<part>.jsonl     the kept documents of each input part, bytes as read
     OUT/<corpus>/manifest.json    a formatted corpus manifest, so `bertprep shard --input OUT/<corpus>` takes it
-    OUT/manifest.json             what was removed and why, counts per corpus (written last)
+    OUT/manifest.json             what was removed and why, counts per corpus; marked "writing" while the
+                                  parts are written
     OUT/pair_similarity.png       histogram of the candidate pairs' estimated Jaccard (with matplotlib)
 
 Two passes over the inputs, each a pure task per input file on the engine:
 
 1. Fingerprint: per document an xxh64 of its normalized text (NFC, case-folded, whitespace collapsed), a
-   MinHash (datasketch, xxh32 of each word n-gram shingle) and the evaluation n-grams it contains.
-2. Write: each part without its removed lines.
+   MinHash (datasketch, xxh32 of each word n-gram shingle), its LSH band keys (xxh64 of each band's values)
+   and the evaluation n-grams it contains. This process holds them as one array each, about 0.6 KB per
+   document, never a Python object per document.
+2. Write: each part without its removed lines. Before it, the decision is saved as OUT/manifest.json marked
+   "writing"; a rerun after a kill takes the decision from there (pass 1 is not done again) and keeps every
+   part already under its final name (each is written whole, then renamed).
 
 Between them, in this process and in the stable order (corpus order on the command line, then the
 document's position in its corpus: part name, line), a document is removed when an earlier document has
@@ -26,6 +31,7 @@ import dataclasses
 import json
 import os
 import re
+import sys
 import time
 import unicodedata
 
@@ -454,7 +460,8 @@ def dedup(options: DedupOptions | None = None, /, *, quiet: bool = True, **field
         with open_engine(options.engine) as engine:  # one engine (one Dask cluster) for both passes
             if _is_resumable(previous, params, input_list):
                 manifest = previous  # a killed run's decision: pass 1 is not done again, its written parts kept
-                Progress("dedup", quiet=quiet).note(f"resuming the run that was writing {out}")
+                if not quiet:
+                    print(f"dedup: resuming the run that was writing {out}", file=sys.stderr)
             else:
                 manifest, estimates = _decide(options, engine, evaluation, corpora, input_list, params, quiet)
                 _start_writing(out, corpora, manifest, estimates, options.threshold, staging)
