@@ -106,22 +106,30 @@ def test_dry_run_reports_and_writes_nothing(corpus, tmp_path):
 
 
 @pytest.mark.heavy
-def test_a_killed_run_resumes_to_the_same_bytes(corpus, tmp_path):
-    a, b, _planted, texts = corpus
-    big = write_corpus(tmp_path / "big", texts * 20)
-    argv = [sys.executable, "-m", "bertprep", "dedup", "--input", str(a), str(big), "--workers", "2", "--quiet"]
+def test_a_killed_run_resumes_to_the_same_bytes_keeping_the_parts_it_wrote(corpus, tmp_path):
+    a, _b, _planted, texts = corpus
+    big = write_corpus(tmp_path / "big", texts)
+    for part in range(1, 40):  # parts written one after another (one worker): a window to kill the run in
+        (big / f"part-{part:04d}.jsonl").write_bytes((big / "part-0000.jsonl").read_bytes())
+    argv = [sys.executable, "-m", "bertprep", "dedup", "--input", str(a), str(big), "--workers", "1", "--quiet"]
     clean = subprocess.run([*argv, "--out", str(tmp_path / "clean")], capture_output=True, text=True)
     assert clean.returncode == 0, clean.stderr
-    killed = subprocess.Popen([*argv, "--out", str(tmp_path / "resumed")], start_new_session=True)
-    deadline = time.monotonic() + 120
-    while not (tmp_path / "resumed" / "big").exists() and time.monotonic() < deadline:
-        time.sleep(0.01)  # the corpus directories appear when the parts start being written: kill it there
+    out = tmp_path / "resumed"
+    killed = subprocess.Popen([*argv, "--out", str(out)], start_new_session=True)
+    deadline = time.monotonic() + 300
+    while not list((out / "big").glob("*.jsonl")) and time.monotonic() < deadline:
+        time.sleep(0.001)  # the first of big's parts is written: kill it there
     os.killpg(killed.pid, signal.SIGKILL)
     killed.wait()
-    assert not (tmp_path / "resumed" / "manifest.json").exists()
-    resumed = subprocess.run([*argv, "--out", str(tmp_path / "resumed")], capture_output=True, text=True)
+    assert "writing" in json.loads((out / "manifest.json").read_text())  # killed while writing the parts
+    written = {path: (path.stat().st_ino, path.stat().st_mtime_ns) for path in out.glob("*/*.jsonl")}
+    assert out / "big" / "part-0000.jsonl" in written and len(written) < 41
+    resumed = subprocess.run([*argv, "--out", str(out)], capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr
-    assert output_files(tmp_path / "resumed") == output_files(tmp_path / "clean")
+    assert output_files(out) == output_files(tmp_path / "clean")
+    assert {path: (path.stat().st_ino, path.stat().st_mtime_ns) for path in written} == written  # not rewritten
+    final = json.loads((out / "manifest.json").read_text())
+    assert "writing" not in final and len(final["files"]) == 41
 
 
 def squad_file(path, contexts):

@@ -3,14 +3,19 @@ formatted corpora before they are sharded.
 
     OUT/<corpus>/<part>.jsonl     the kept documents of each input part, bytes as read
     OUT/<corpus>/manifest.json    a formatted corpus manifest, so `bertprep shard --input OUT/<corpus>` takes it
-    OUT/manifest.json             what was removed and why, counts per corpus (written last)
+    OUT/manifest.json             what was removed and why, counts per corpus; marked "writing" while the
+                                  parts are written
     OUT/pair_similarity.png       histogram of the candidate pairs' estimated Jaccard (with matplotlib)
 
 Two passes over the inputs, each a pure task per input file on the engine:
 
 1. Fingerprint: per document an xxh64 of its normalized text (NFC, case-folded, whitespace collapsed), a
-   MinHash (datasketch, xxh32 of each word n-gram shingle) and the evaluation n-grams it contains.
-2. Write: each part without its removed lines.
+   MinHash (datasketch, xxh32 of each word n-gram shingle), its LSH band keys (xxh64 of each band's values)
+   and the evaluation n-grams it contains. This process holds them as one array each, about 0.6 KB per
+   document, never a Python object per document.
+2. Write: each part without its removed lines. Before it, the decision is saved as OUT/manifest.json marked
+   "writing"; a rerun after a kill takes the decision from there (pass 1 is not done again) and keeps every
+   part already under its final name (each is written whole, then renamed).
 
 Between them, in this process and in the stable order (corpus order on the command line, then the
 document's position in its corpus: part name, line), a document is removed when an earlier document has
@@ -20,10 +25,13 @@ the threshold, so a band collision alone never removes a document. The first doc
 kept. Nothing depends on the worker count or the engine.
 """
 
+import array
+import contextlib
 import dataclasses
 import json
 import os
 import re
+import sys
 import time
 import unicodedata
 
@@ -38,6 +46,7 @@ from bertprep.progress import Progress, Summary
 from bertprep.workdir import MANIFEST, check_corpus_name, load_manifest, resolve_workdir, save_manifest, stage_dir
 
 PLOT = "pair_similarity.png"
+WRITING = "writing"  # in OUT/manifest.json while the parts are written (a killed run's decision, for its rerun)
 MINHASH_SEED = 1
 WORD = re.compile(r"\w+")
 
@@ -241,82 +250,119 @@ def fingerprint(text, words, ngram, num_perm):
 
 
 def fingerprint_part(task):
-    """Per document of one part: exact hash, MinHash values, evaluation n-grams found (pure)."""
-    path, ngram, num_perm, eval_hashes, eval_ngram = task
+    """Per document of one part: exact hash, MinHash values, LSH band keys, line number; and {document index in
+    the part: evaluation n-grams found} for the documents holding any (pure)."""
+    path, ngram, num_perm, (bands, rows), eval_hashes, eval_ngram = task
     from bertprep.stages.download.formatted import iter_documents
 
-    exact, signatures, contaminated, lines = [], [], [], []
+    # packed as they come (8 bytes a hash, 512 a signature), not a Python object per document
+    exact, signatures, contaminated, lines = array.array("Q"), bytearray(), {}, array.array("q")
     for number, doc in iter_documents(path):
         text = doc["text"]
         words = normalized_words(text)
         exact_hash, signature = fingerprint(text, words, ngram, num_perm)
-        exact.append(exact_hash)
-        signatures.append(signature)
-        found = np.zeros(0, np.uint64)
         if eval_hashes.size:
             found = np.unique(ngram_hashes(words, eval_ngram))
             found = found[np.isin(found, eval_hashes)]
-        contaminated.append(found)
+            if found.size:
+                contaminated[len(exact)] = found
+        exact.append(exact_hash)
+        signatures += signature.tobytes()
         lines.append(number)
-    signatures = np.stack(signatures) if signatures else np.zeros((0, num_perm), np.uint32)
-    return (path, np.array(exact, np.uint64), signatures, contaminated, np.array(lines, np.int64),
-            os.path.getsize(path))
+    signatures = np.frombuffer(signatures, np.uint32).reshape(-1, num_perm)
+    return (path, np.frombuffer(exact, np.uint64), signatures, band_keys(signatures, bands, rows), contaminated,
+            np.frombuffer(lines, np.int64), os.path.getsize(path))
 
 
 # -- deciding what goes -------------------------------------------------------------
 
 
-def find_duplicates(exact, signatures, options):
-    """{document: (reason, kept twin, estimate, link)} and every verified pair's estimate, in the stable order.
+def band_keys(signatures, bands, rows):
+    """(documents, bands) uint64: each LSH band's MinHash values packed into one int (xxh64 of their bytes).
+    Two documents share a band when they share its key; a 64-bit collision only adds a pair to verify."""
+    import xxhash
+
+    keys = np.empty((len(signatures), bands), np.uint64)
+    for band in range(bands):
+        block = np.ascontiguousarray(signatures[:, band * rows:(band + 1) * rows])
+        keys[:, band] = np.fromiter((xxhash.xxh64_intdigest(row) for row in block), np.uint64, len(block))
+    return keys
+
+
+def band_groups(keys, members):
+    """Per band, each group of two or more of `members` (ascending document indices) sharing its key, ascending."""
+    for band in range(keys.shape[1]):
+        column = keys[members, band]
+        order = np.argsort(column, kind="stable")
+        docs, column = members[order], column[order]
+        starts = np.flatnonzero(np.r_[True, column[1:] != column[:-1]])
+        ends = np.r_[starts[1:], len(column)]
+        shared = ends - starts > 1
+        for start, end in zip(starts[shared].tolist(), ends[shared].tolist()):
+            yield docs[start:end]
+
+
+def pair_estimates(signatures, first, second, chunk=4096):
+    """Each pair's estimated Jaccard: the share of equal MinHash values of documents first[i] and second[i]."""
+    shares = np.empty(len(first))
+    for start in range(0, len(first), chunk):  # in chunks: two (chunk, num_perm) copies at a time
+        part = slice(start, start + chunk)
+        shares[part] = (signatures[first[part]] == signatures[second[part]]).mean(axis=1)
+    return shares
+
+
+def candidate_pairs(keys, members, documents):
+    """(earlier, later): the pairs of `members` that share an LSH band, each once, by later then earlier document."""
+    codes = [group[j] * documents + group[i] for group in band_groups(keys, members)
+             for i, j in [np.triu_indices(len(group), 1)]]
+    codes = np.unique(np.concatenate(codes)) if codes else np.zeros(0, np.int64)
+    return codes % documents, codes // documents
+
+
+def find_duplicates(exact, signatures, keys, options):
+    """{document: (reason, kept twin, estimate, link)} and every candidate pair's estimate, in the stable order.
 
     Near duplicates form clusters: the connected components of the pairs that share an LSH band AND have an
     estimated Jaccard >= the threshold; each keeps its first document. `link` is (document, estimate) of the
     pair that put a document in its cluster when that is not the kept one."""
-    removed, estimates = {}, []
-    first = {}
+    removed, documents = {}, len(exact)
+    eligible = np.arange(documents)
     if options.exact:
-        for doc, h in enumerate(exact.tolist()):
-            twin = first.setdefault(h, doc)
-            if twin != doc:
-                removed[doc] = ("exact", twin, 1.0, None)
+        twins = np.unique(exact, return_index=True, return_inverse=True)[1:]
+        twins = twins[0][twins[1].ravel()]  # each document's first document with its exact hash
+        for doc in np.flatnonzero(twins != eligible).tolist():
+            removed[doc] = ("exact", int(twins[doc]), 1.0, None)
+        eligible = np.flatnonzero(twins == eligible)  # an exact copy is left out: its twin stands for it
     if not options.near:
-        return removed, estimates
-    bands, rows = options.band_rows()
-    buckets = [{} for _ in range(bands)]
-    keys = [np.ascontiguousarray(signatures[:, b * rows:(b + 1) * rows]) for b in range(bands)]
+        return removed, np.zeros(0)
+    earlier, later = candidate_pairs(keys, eligible, documents)
+    shares = pair_estimates(signatures, earlier, later)
+    verified = shares >= options.threshold
+    earlier, later, verified_shares = earlier[verified], later[verified], shares[verified]
     root, link = {}, {}
-    for doc in range(len(exact)):
-        if doc in removed:
-            continue  # an exact copy: its twin stands for it
-        candidates = set()
-        for band in range(bands):
-            members = buckets[band].setdefault(keys[band][doc].tobytes(), [])
-            candidates.update(members)
-            members.append(doc)
-        candidates = np.array(sorted(candidates), np.int64)
-        share = (signatures[candidates] == signatures[doc]).mean(axis=1) if candidates.size else np.zeros(0)
-        estimates.extend(share.tolist())
-        verified = candidates[share >= options.threshold]
-        roots = sorted({_find(root, int(other)) for other in verified})
-        root[doc] = roots[0] if roots else doc
-        for other_root in roots[1:]:  # this document joins clusters: the earliest root keeps them all
+    # each document, in order, joins the clusters of the earlier ones it verifies with: the earliest root keeps them
+    bounds = np.flatnonzero(np.r_[True, later[1:] != later[:-1], True]).tolist() if later.size else []
+    for start, end in zip(bounds[:-1], bounds[1:]):
+        doc = int(later[start])
+        roots = sorted({_find(root, other) for other in earlier[start:end].tolist()})
+        root[doc] = roots[0]
+        for other_root in roots[1:]:
             root[other_root] = roots[0]
             link[other_root] = (doc, float(np.mean(signatures[doc] == signatures[other_root])))
-        if verified.size:
-            best = int(np.argmax(share >= options.threshold))
-            link[doc] = (int(candidates[best]), float(share[best]))
-    for doc in root:
+        link[doc] = (int(earlier[start]), float(verified_shares[start]))  # its first verified pair
+    for doc in sorted(root):
         kept = _find(root, doc)
         if kept != doc:
             estimate = round(float(np.mean(signatures[kept] == signatures[doc])), 4)
             via = link[doc] if link[doc][0] != kept else None
             removed[doc] = ("near", kept, estimate, via and (via[0], round(via[1], 4)))
-    return removed, estimates
+    return removed, shares
 
 
 def _find(root, doc):
-    while root[doc] != doc:
-        root[doc] = root[root[doc]]
+    """The root of `doc`'s cluster (a document never joined is its own)."""
+    while root.get(doc, doc) != doc:
+        root[doc] = root.get(root[doc], root[doc])
         doc = root[doc]
     return doc
 
@@ -324,9 +370,7 @@ def _find(root, doc):
 def contamination(found, eval_hashes, eval_owners, sets, counts):
     """Documents holding evaluation n-grams {doc: [set names]} and per set {items, found}."""
     documents, items_found = {}, [set() for _ in sets]
-    for doc, hashes in enumerate(found):
-        if not hashes.size:
-            continue
+    for doc, hashes in sorted(found.items()):
         lo = np.searchsorted(eval_hashes, hashes, "left")
         hi = np.searchsorted(eval_hashes, hashes, "right")
         owners = np.concatenate([eval_owners[a:b] for a, b in zip(lo.tolist(), hi.tolist())])
@@ -341,21 +385,29 @@ def contamination(found, eval_hashes, eval_owners, sets, counts):
 
 
 def write_part(task):
-    """Copy a part's lines but the removed ones (line numbers, 1-based); returns its manifest entry."""
+    """Copy a part's lines but the removed ones (line numbers, 1-based), or keep the copy that a killed run of
+    the same decision completed (_start_writing removed any other); returns its manifest entry."""
+    source, path, staging, drop = task
+    if os.path.isfile(path):
+        with open(path, "rb") as f:
+            return path, _tally(f)
+    drop = set(drop)
+    with open(source, "rb") as f, atomic_open(path, "wb", staging) as out:
+        return path, _tally((line for number, line in enumerate(f, 1) if number not in drop and line.strip()), out)
+
+
+def _tally(lines, out=None):
+    """The manifest entry of a part made of `lines` (bytes), writing them to `out` when given."""
     import hashlib
 
-    source, path, staging, drop = task
-    drop = set(drop)
     digest, size, count = hashlib.sha256(), 0, 0
-    with open(source, "rb") as f, atomic_open(path, "wb", staging) as out:
-        for number, line in enumerate(f, 1):
-            if number in drop or not line.strip():
-                continue
+    for line in lines:
+        if out is not None:
             out.write(line)
-            digest.update(line)
-            size += len(line)
-            count += 1
-    return path, {"documents": count, "bytes": size, "sha256": digest.hexdigest()}
+        digest.update(line)
+        size += len(line)
+        count += 1
+    return {"documents": count, "bytes": size, "sha256": digest.hexdigest()}
 
 
 def plot_similarities(estimates, path, threshold, staging):
@@ -405,52 +457,96 @@ def dedup(options: DedupOptions | None = None, /, *, quiet: bool = True, **field
         previous = load_manifest(out)
         if _is_complete(previous, out, params, input_list):
             return _summary(f"bertprep dedup: {out} is already complete", previous, out, complete_before=True)
-        if previous is not None:
-            os.unlink(os.path.join(out, MANIFEST))  # nothing may look complete while parts are rewritten
         with open_engine(options.engine) as engine:  # one engine (one Dask cluster) for both passes
-            manifest, drops, estimates = _decide(options, engine, evaluation, corpora, input_list, params, quiet)
-            _write(engine, corpora, drops, out, staging, manifest)
-        if estimates and plot_similarities(estimates, os.path.join(out, PLOT), options.threshold, staging):
-            manifest["plot"] = PLOT
-        save_manifest(out, manifest)
+            if _is_resumable(previous, params, input_list):
+                manifest = previous  # a killed run's decision: pass 1 is not done again, its written parts kept
+                if not quiet:
+                    print(f"dedup: resuming the run that was writing {out}", file=sys.stderr)
+            else:
+                manifest, estimates = _decide(options, engine, evaluation, corpora, input_list, params, quiet)
+                _start_writing(out, corpora, manifest, estimates, options.threshold, staging)
+            _write(engine, corpora, _drops(manifest["removed"], corpora, options.report_only), out, staging,
+                   manifest)
+        del manifest[WRITING]
+        _save_manifest(out, manifest, staging)
     return _summary("bertprep dedup: done", manifest, out)
 
 
 def _is_complete(manifest, out, params, input_list):
-    if not manifest or manifest.get("params") != params or manifest.get("inputs") != input_list:
+    if (not manifest or WRITING in manifest or manifest.get("params") != params
+            or manifest.get("inputs") != input_list):
         return False
     sizes = [(os.path.join(out, relpath), entry["bytes"]) for relpath, entry in manifest["files"].items()]
     return all(os.path.isfile(path) and os.path.getsize(path) == size for path, size in sizes)
 
 
+def _is_resumable(manifest, params, input_list):
+    """Whether `manifest` is the decision of a run of these settings and inputs killed while writing parts."""
+    return bool(manifest) and WRITING in manifest and manifest.get("params") == params and \
+        manifest.get("inputs") == input_list
+
+
+def _start_writing(out, corpora, manifest, estimates, threshold, staging):
+    """Remove what an earlier run left under the names this one writes, draw the plot, and save the manifest
+    marked as writing: from then on a part under its final name is complete and of this decision (written
+    whole, then renamed), so a rerun after a kill keeps it and skips pass 1."""
+    stale = [os.path.join(out, MANIFEST)]  # first: nothing may look complete while parts are rewritten
+    for name, parts in corpora:
+        stale += [os.path.join(out, name, MANIFEST)] + [os.path.join(out, name, os.path.basename(p)) for p in parts]
+    for path in stale:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+    if len(estimates) and plot_similarities(estimates, os.path.join(out, PLOT), threshold, staging):
+        manifest["plot"] = PLOT
+    manifest[WRITING] = "the parts are being written; those under their final names are complete"
+    _save_manifest(out, manifest, staging)
+
+
+def _save_manifest(out, manifest, staging):
+    """save_manifest's bytes, encoded a piece at a time: the listing of removed documents (about 1 KB each) is
+    never one string in memory."""
+    with atomic_open(os.path.join(out, MANIFEST), "wb", staging) as f:
+        for chunk in json.JSONEncoder(indent=1, sort_keys=True).iterencode(manifest):
+            f.write(chunk.encode())
+        f.write(b"\n")
+
+
+def _drops(listing, corpora, report_only):
+    """{part path: the line numbers it loses}: the listed documents (contaminated ones unless --report-only)."""
+    path_of = {(name, os.path.basename(p)): p for name, parts in corpora for p in parts}
+    drops = {p: [] for _name, parts in corpora for p in parts}
+    for entry in listing:
+        if entry["reason"] != "contaminated" or not report_only:
+            drops[path_of[entry["corpus"], entry["part"]]].append(entry["line"])
+    return drops
+
+
 def _decide(options, engine, evaluation, corpora, input_list, params, quiet):
-    """(manifest without files, {part: removed line numbers}, verified pair estimates)."""
+    """(manifest without files, every candidate pair's estimate)."""
     start = time.monotonic()
     sets, eval_hashes, eval_owners, counts = evaluation
     parts = [p for _name, ps in corpora for p in ps]
     progress = Progress("dedup", total=len(parts), unit="parts", quiet=quiet)
-    tasks = [(p, options.ngram, options.num_perm, eval_hashes, options.decontaminate_ngram) for p in parts]
+    tasks = [(p, options.ngram, options.num_perm, options.band_rows(), eval_hashes, options.decontaminate_ngram)
+             for p in parts]
     results = [None] * len(parts)
     for index, result in engine.run_indexed(fingerprint_part, tasks, describe=lambda t: t[0]):
         results[index] = result
-        progress.advance(1, bytes=result[5], documents=len(result[1]))
+        progress.advance(1, bytes=result[6], documents=len(result[1]))
     progress.close()
-    where = [(path, line) for path, _e, _s, _c, lines, _b in results for line in lines.tolist()]
-    exact = np.concatenate([r[1] for r in results]) if results else np.zeros(0, np.uint64)
-    signatures = (np.concatenate([r[2] for r in results]) if results
-                  else np.zeros((0, options.num_perm), np.uint32))
-    removed, estimates = find_duplicates(exact, signatures, options)
-    found = [h for r in results for h in r[3]]
+    result = None  # the last part's arrays: _gather frees each part once copied
+    part_of, exact, signatures, keys, lines, found = _gather(results, options)
+    removed, estimates = find_duplicates(exact, signatures, keys, options)
+    del signatures, keys
     contaminated, report = contamination(found, eval_hashes, eval_owners, sets, counts)
     corpus_of = {p: name for name, ps in corpora for p in ps}
-    listing, drops = [], {p: [] for p in parts}
+    listing = []
 
     def position(doc):
-        path, line = where[doc]
-        return {"corpus": corpus_of[path], "part": os.path.basename(path), "line": line}
+        path = parts[part_of[doc]]
+        return {"corpus": corpus_of[path], "part": os.path.basename(path), "line": int(lines[doc])}
 
     for doc in sorted(set(removed) | set(contaminated)):
-        path, line = where[doc]
         entry = position(doc)
         if doc in removed:
             reason, twin, estimate, via = removed[doc]
@@ -460,11 +556,11 @@ def _decide(options, engine, evaluation, corpora, input_list, params, quiet):
         else:
             entry.update(reason="contaminated", evaluation_sets=contaminated[doc])
         listing.append(entry)
-        if entry["reason"] != "contaminated" or not options.report_only:
-            drops[path].append(line)
+    drops = _drops(listing, corpora, options.report_only)
     per_corpus = {}
+    documents = np.bincount(part_of, minlength=len(parts)).tolist()
     for name, ps in corpora:
-        docs = sum(len(r[1]) for r in results if corpus_of[r[0]] == name)
+        docs = sum(n for p, n in zip(parts, documents) if corpus_of[p] == name)
         mine = [e for e in listing if e["corpus"] == name]
         per_corpus[name] = {"documents": docs, **{k: sum(e["reason"] == k for e in mine)
                                                   for k in ("exact", "near", "contaminated")}}
@@ -472,7 +568,31 @@ def _decide(options, engine, evaluation, corpora, input_list, params, quiet):
     manifest = {"tool": "bertprep", "version": __version__, "stage": "dedup", "params": params,
                 "inputs": input_list, "corpora": per_corpus, "removed": listing, "evaluation": report,
                 "candidate_pairs": len(estimates), "seconds": round(time.monotonic() - start, 3)}
-    return manifest, drops, estimates
+    return manifest, estimates
+
+
+def _gather(results, options):
+    """The parts' fingerprints as one array each, in the stable order: (part index, exact hash, MinHash values,
+    band keys, line number) per document and {document: evaluation n-grams found}. Each part's arrays are
+    released once copied, so memory holds the corpus's fingerprints once, not twice."""
+    sizes = [len(r[1]) for r in results]
+    total, bands = sum(sizes), options.band_rows()[0]
+    part_of = np.repeat(np.arange(len(results), dtype=np.int32), sizes)
+    if len(results) == 1:  # the only part's arrays are the corpus's: no copy
+        _path, exact, signatures, keys, found, lines, _bytes = results.pop()
+        return part_of, exact, signatures, keys, lines, found
+    exact, lines = np.empty(total, np.uint64), np.empty(total, np.int64)
+    signatures = np.empty((total, options.num_perm), np.uint32)
+    keys = np.empty((total, bands), np.uint64)
+    found, offset = {}, 0
+    for index, size in enumerate(sizes):
+        end = offset + size
+        _path, exact[offset:end], signatures[offset:end], keys[offset:end], part_found, lines[offset:end], _bytes = \
+            results[index]
+        results[index] = None
+        found.update((offset + doc, hashes) for doc, hashes in part_found.items())
+        offset = end
+    return part_of, exact, signatures, keys, lines, found
 
 
 def _write(engine, corpora, drops, out, staging, manifest):

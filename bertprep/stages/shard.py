@@ -238,29 +238,28 @@ def eval_duplicates(fingerprints, eval_mask):
     """{training document: (reason, evaluation document, estimated Jaccard)} for every training document that is
     an exact or near duplicate of an evaluation document, by dedup's rules (a shared LSH band AND a verified
     estimate >= its default threshold; never a band collision alone)."""
+    from bertprep.stages.dedup import band_groups, band_keys, pair_estimates
+
     defaults = dedup_defaults()
-    bands, rows = defaults.band_rows()
     exact = np.array([f[0] for f in fingerprints], np.uint64)
     signatures = np.stack([f[1] for f in fingerprints])
     evals = np.flatnonzero(eval_mask)
     exact_twin = {int(h): int(doc) for doc, h in zip(evals[::-1].tolist(), exact[evals[::-1]].tolist())}
-    buckets = [{} for _ in range(bands)]
-    for doc in evals.tolist():
-        for band in range(bands):
-            buckets[band].setdefault(signatures[doc, band * rows:(band + 1) * rows].tobytes(), []).append(doc)
-    found = {}
-    for doc in np.flatnonzero(~eval_mask).tolist():
-        if int(exact[doc]) in exact_twin:
-            found[doc] = ("exact", exact_twin[int(exact[doc])], 1.0)
-            continue
-        candidates = sorted({other for band in range(bands) for other in
-                             buckets[band].get(signatures[doc, band * rows:(band + 1) * rows].tobytes(), ())})
-        if candidates:
-            share = (signatures[candidates] == signatures[doc]).mean(axis=1)
-            best = int(np.argmax(share))
-            if share[best] >= defaults.threshold:
-                found[doc] = ("near", candidates[best], round(float(share[best]), 4))
-    return found
+    found = {doc: ("exact", exact_twin[h], 1.0) for doc, h in zip(np.flatnonzero(~eval_mask).tolist(),
+                                                                   exact[~eval_mask].tolist()) if h in exact_twin}
+    # every (training, evaluation) pair sharing a band, the training document not an exact copy
+    pairs = [np.stack(np.meshgrid(group[~eval_mask[group]], group[eval_mask[group]], indexing="ij"), -1).reshape(-1, 2)
+             for group in band_groups(band_keys(signatures, *defaults.band_rows()), np.arange(len(fingerprints)))]
+    pairs = np.unique(np.concatenate(pairs), axis=0) if pairs else np.zeros((0, 2), np.int64)
+    pairs = pairs[[doc not in found for doc in pairs[:, 0].tolist()]]
+    shares = pair_estimates(signatures, pairs[:, 0], pairs[:, 1])
+    # per training document its best evaluation twin (the first of the best), when that reaches the threshold
+    order = np.lexsort((pairs[:, 1], -shares, pairs[:, 0]))
+    best = order[np.r_[True, pairs[order[1:], 0] != pairs[order[:-1], 0]]] if len(order) else order
+    for doc, twin, share in zip(pairs[best, 0].tolist(), pairs[best, 1].tolist(), shares[best].tolist()):
+        if share >= defaults.threshold:
+            found[doc] = ("near", twin, round(share, 4))
+    return dict(sorted(found.items()))
 
 
 # -- assignment -------------------------------------------------------------------
