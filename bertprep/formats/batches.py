@@ -5,6 +5,7 @@ import re
 
 import numpy as np
 
+from bertprep import storage
 from bertprep.errors import DataError
 from bertprep.formats import columnar
 from bertprep.formats.framing import decode_payload, iter_framed, iter_payloads, sniff_format
@@ -156,8 +157,8 @@ def _native_payload_chunks(path, fmt):
     index = offset = needed = 0
     buffer = b""
     try:
-        with open(path, "rb") as f:
-            left = os.fstat(f.fileno()).st_size
+        with storage.open(path, "rb") as f:
+            left = storage.getsize(path)
             while True:
                 data = f.read(min(max(_CHUNK_BYTES, needed - len(buffer)), left))
                 left -= len(data)

@@ -21,6 +21,7 @@ import os
 
 import numpy as np
 
+from bertprep import storage
 from bertprep.errors import DataError
 from bertprep.formats import columnar_io, hdf5, parquet
 from bertprep.formats.columnar_io import (  # Unreadable: validate tells framing from schema by it
@@ -43,7 +44,7 @@ def format_of_name(name):
 
 def sniff(path):
     """The columnar format a file's first bytes say it is, or None."""
-    with open(path, "rb") as f:
+    with storage.open(path, "rb") as f:
         head = f.read(8)
     return next((fmt for fmt, codec in CODECS.items() if head.startswith(codec.MAGIC)), None)
 
@@ -68,17 +69,29 @@ def full_columns(kind, stored, path):
     return columns, dims
 
 
+def _decode(path, fmt):
+    """The codec's (kind, stored columns) of `path`. h5py and pyarrow read a real file: a URL's object is
+    read from a local copy, and an error names the URL, not the copy."""
+    with storage.local_copy(path) as local:
+        try:
+            return CODECS[fmt].decode(local)
+        except DataError as exc:
+            if not storage.is_url(path):
+                raise
+            raise type(exc)(str(exc).replace(local, storage.display(path))) from None
+
+
 def read_columns(path, fmt):
     """(kind, dims, {name: (N, length) array}) of a columnar file."""
     if fmt not in CODECS:
         raise DataError(f"{path}: {fmt} records cannot be read in one pass with HDF5 or Parquet files")
-    kind, stored = CODECS[fmt].decode(path)
+    kind, stored = _decode(path, fmt)
     columns, dims = full_columns(kind, stored, path)
     return kind, dims, columns
 
 
 def record_kind(path, fmt):
-    return CODECS[fmt].decode(path)[0]
+    return _decode(path, fmt)[0]
 
 
 def read_records(path, fmt):

@@ -4,6 +4,7 @@ import os
 import re
 import struct
 
+from bertprep import storage
 from bertprep.errors import DataError, UsageError
 from bertprep.formats import columnar, ofrecord, tfrecord
 from bertprep.formats.crc32c import masked_crc32c
@@ -62,7 +63,7 @@ def sniff_format(path):
         return named
     if columnar.sniff(path):
         return columnar.sniff(path)
-    with open(path, "rb") as f:
+    with storage.open(path, "rb") as f:
         head = f.read(13)
     if len(head) >= 12 and struct.unpack_from("<I", head, 8)[0] == masked_crc32c(head[:8]):
         return "tfrecord"
@@ -80,8 +81,8 @@ def iter_framed(path, fmt=None, verify=True):
     """
     fmt = fmt or sniff_format(path)
     try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
+        with storage.open(path, "rb") as f:
+            size = storage.getsize(path)
             for index, (offset, payload) in enumerate(CODECS[fmt].iter_payloads(f, verify=verify, size=size)):
                 yield index, offset, payload
     except WireError as exc:
