@@ -274,7 +274,7 @@ class DynamicMasking:
         if missing or not vocab_path:
             raise DataError(f"{where}: an unmasked dataset's manifest must name {', '.join(missing or ['its vocab'])} "
                             "(rerun `bertprep create --masking dynamic`)")
-        if not os.path.isfile(vocab_path):
+        if not storage.isfile(vocab_path):  # a URL where `create` wrote to a bucket
             raise DataError(f"{where}: names the vocab {vocab_path}, which is not there: give the vocab.txt it was "
                             "made with (--vocab)")
         return cls(seed=int(params["seed"]), max_predictions=int(params["max_predictions_per_seq"]),
