@@ -24,7 +24,6 @@ C core (bertprep._native.mask_batch) when it was built, else with NumPy
 """
 
 import dataclasses
-import os
 
 import numpy as np
 
