@@ -12,6 +12,7 @@ import pytest
 from bertprep import storage
 from bertprep.atomic import COMPLETE
 from bertprep.cli import main as bertprep_main
+from bertprep.errors import DataError
 from test_trainer_data import golden_records
 from trainer.data import Records, RecordStream
 
@@ -106,6 +107,25 @@ def test_a_checkpoint_without_its_complete_object_is_not_listed(s3_bucket, tmp_p
     assert [step for step, _ in run_state.list_checkpoints(directory)] == [1]
     path, arrays, state = run_state.load_latest(directory)
     assert path == f"{directory}/ckpt-00000001" and state["draws"] == 1 and list(arrays["w"]) == [1, 1]
+
+
+@pytest.mark.parametrize("kind, name", [("hf", ""), ("google", "bert_model.ckpt")])
+def test_other_projects_checkpoints_read_from_the_bucket_as_from_disk(shared_dir, s3_bucket, kind, name):
+    """An --init-checkpoint URL of a Hugging Face directory or a Google prefix: read from a copy of its
+    directory, the same weights as from disk, named by its URL; a URL with nothing there is one line."""
+    if kind == "google":
+        pytest.importorskip("tensorflow")
+    from trainer import checkpoint
+
+    local = shared_dir / "fixtures" / "checkpoints" / f"{kind}_tiny"
+    url = upload_tree(local, f"{s3_bucket}/checkpoints/{kind}_tiny")
+    mine, theirs = checkpoint.read(storage.join(url, name)), checkpoint.read(str(local / name))
+    assert (mine.kind, mine.path) == (theirs.kind, theirs.path.replace(str(local), url))
+    assert mine.weights.keys() == theirs.weights.keys()
+    for key, value in theirs.weights.items():
+        np.testing.assert_array_equal(mine.weights[key], value, err_msg=key)
+    with pytest.raises(DataError, match=rf"^{url}/nothing: no such checkpoint \(no object or directory there\)$"):
+        checkpoint.read(f"{url}/nothing")
 
 
 # ---------------------------------------------------------------- training (TensorFlow)
