@@ -8,6 +8,7 @@ import dataclasses
 import json
 import re
 
+from bertprep import storage
 from bertprep.errors import UsageError
 
 
@@ -31,7 +32,7 @@ def read_json_object(path, error, of, cannot_read):
     """The JSON object (a dict) in the file `path`; else `error` naming the file: `cannot_read` and why,
     or what it holds instead of an object `of` keys."""
     try:
-        with open(path, encoding="utf-8") as f:
+        with storage.open(path, "r", encoding="utf-8") as f:
             values = json.load(f)
     except (OSError, ValueError) as exc:
         raise error(f"{path}: {cannot_read}: {exc}") from None

@@ -7,7 +7,7 @@ import dataclasses
 import math
 from typing import Optional
 
-from bertprep import bert_config
+from bertprep import bert_config, storage
 from bertprep.errors import UsageError
 
 # Google's published BERT sizes: (layers, hidden, heads); intermediate = 4 * hidden.
@@ -71,6 +71,17 @@ def _check_choices(config, choices):
                              f"got {value!r}")
 
 
+def _check_appendable(config):
+    """--log-json and --tensorboard-dir are appended to line by line as the run goes: an object store
+    cannot append to an object, so they must be local (the default TensorBoard directory of a URL
+    --checkpoint-dir is local already: pretraining.tensorboard_dir)."""
+    for name in ("log_json", "tensorboard_dir"):
+        value = getattr(config, name)
+        if value and storage.is_url(value):
+            raise UsageError(f"--{name.replace('_', '-')} {storage.display(value)}: written as the run goes, which "
+                             "an object store cannot append to: give a local path")
+
+
 def _check_positive(config, names):
     for name in names:
         value = getattr(config, name)
@@ -131,6 +142,7 @@ class TrainConfig:
         if self.resume and not self.checkpoint_dir:
             raise UsageError("--resume needs --checkpoint-dir")
         _check_schedule(self.optimizer, self.clip_norm, self.steps, self.warmup, self.lr)
+        _check_appendable(self)
 
     def check_backend(self, backend):
         """What needs JAX, against the backend Keras loaded (known only once it has)."""
@@ -188,6 +200,7 @@ class FinetuneConfig:
         _check_schedule(self.optimizer, self.clip_norm, self.steps, self.warmup, self.lr)
         if not self.epochs > 0:
             raise UsageError(f"--epochs must be positive, got {self.epochs}")
+        _check_appendable(self)
         if self.output_dir is None:
             object.__setattr__(self, "output_dir", f"finetune-{self.task.lower()}")
 

@@ -22,14 +22,13 @@ position) skips whole files by their record counts and decodes at most one
 file's worth of records to reach k.
 """
 
-import glob
 import os
 import queue
 import threading
 
 import numpy as np
 
-from bertprep import formats
+from bertprep import formats, storage
 from bertprep.binning import bin_width, bins_of
 from bertprep.errors import DataError, UsageError
 from bertprep.formats import columnar
@@ -48,6 +47,7 @@ from bertprep.masking import DynamicMasking, first_instances
 SPLITS = ("training", "test")
 FILE_PATTERNS = {"tfrecord": "*.tfrecord", "ofrecord": "part-*", "hdf5": "*.hdf5", "parquet": "*.parquet"}
 TRAINABLE_KINDS = (PRETRAINING, PACKED, UNMASKED)
+BUCKET_SCHEMES = ("s3", "s3a", "gs", "gcs")
 # Columns the stream adds to unmasked records: what their masks are keyed by.
 INDEX, EPOCH = "instance_index", "epoch"
 
@@ -73,12 +73,12 @@ class Records:
         for corpus_dir, splits_dir in _corpus_dirs(data_dir, fmt):
             manifest = self._read_manifest(corpus_dir)
             for split in SPLITS:
-                found = sorted(glob.glob(os.path.join(splits_dir, split, FILE_PATTERNS[fmt])))
+                found = sorted(storage.glob(storage.join(splits_dir, split, FILE_PATTERNS[fmt])))
                 if split == "training" and found:
                     corpus_files.append((found, manifest))
                 self.files[split] += found
         if not self.files["training"]:
-            raise DataError(f"{data_dir}: no {fmt} training records (looked for "
+            raise DataError(f"{storage.display(data_dir)}: no {fmt} training records (looked for "
                             f"{os.path.join('[*/[*/]]', fmt, 'training', FILE_PATTERNS[fmt])})")
         for paths, manifest in corpus_files:
             self._check_shapes(paths, manifest)
@@ -89,7 +89,7 @@ class Records:
         manifest = load_records_manifest(corpus_dir, (self.fmt,))  # its files there, its fields sound
         if not manifest:
             return None
-        source = os.path.join(corpus_dir, "manifest.json")
+        source = storage.join(corpus_dir, "manifest.json")
         params = manifest.get("params") or {}
         dims = manifest.get("dims")
         if dims is None and "max_seq_length" in params and "max_predictions_per_seq" in params:
@@ -108,7 +108,7 @@ class Records:
             self.vocab_size = max(self.vocab_size or 0, int(vocab_size))
         for rel, entry in (manifest.get("files") or {}).items():
             if isinstance(entry, dict) and "instances" in entry:
-                self._manifest_counts[os.path.normpath(os.path.join(corpus_dir, rel))] = int(entry["instances"])
+                self._manifest_counts[storage.normpath(storage.join(corpus_dir, rel))] = int(entry["instances"])
         return source if dims is not None else None
 
     def _set_shape(self, kind, dims, source):
@@ -157,7 +157,7 @@ class Records:
 
     def first_instance(self, path):
         """The global index of an unmasked file's first instance (its manifest's `first_instance`)."""
-        key = os.path.normpath(path)
+        key = storage.normpath(path)
         if key not in self._first_instance:
             raise DataError(f"{path}: its manifest gives no first_instance (rerun `bertprep create --masking dynamic`)")
         return self._first_instance[key]
@@ -169,7 +169,7 @@ class Records:
     def count(self, path):
         """Records in a file: from the manifest, else by reading the framing (no decoding), or a columnar
         file's columns."""
-        key = os.path.normpath(path)
+        key = storage.normpath(path)
         if key not in self._manifest_counts:
             if self.fmt in columnar.CODECS:
                 _kind, _dims, columns = columnar.read_columns(path, self.fmt)
@@ -190,17 +190,30 @@ def _shape(kind, dims):
 def _corpus_dirs(data_dir, fmt):
     """[(corpus directory, the directory holding its training/ and test/)] at the shallowest depth that has any:
     <corpus>/<fmt>/training (bertprep's layout) or <corpus>/training with record files (NVIDIA's)."""
-    if not os.path.isdir(data_dir):
-        raise DataError(f"{data_dir}: no such directory")
+    if not storage.isdir(data_dir):
+        check_bucket(data_dir)
+        raise DataError(f"{storage.display(data_dir)}: no such directory")
     for depth in range(4):
-        corpus = os.path.join(data_dir, *["*"] * depth)
-        found = [(os.path.dirname(p), p) for p in glob.glob(os.path.join(corpus, fmt))
-                 if os.path.isdir(os.path.join(p, "training"))]
-        found += [(os.path.dirname(p), os.path.dirname(p)) for p in glob.glob(os.path.join(corpus, "training"))
-                  if os.path.basename(os.path.dirname(p)) != fmt and glob.glob(os.path.join(p, FILE_PATTERNS[fmt]))]
+        corpus = storage.join(data_dir, *["*"] * depth)
+        found = [(os.path.dirname(p), p) for p in storage.glob(storage.join(corpus, fmt))
+                 if storage.isdir(storage.join(p, "training"))]
+        found += [(os.path.dirname(p), os.path.dirname(p)) for p in storage.glob(storage.join(corpus, "training"))
+                  if os.path.basename(os.path.dirname(p)) != fmt
+                  and storage.glob(storage.join(p, FILE_PATTERNS[fmt]))]
         if found:
             return sorted(found)
     return []
+
+
+def check_bucket(url):
+    """For a URL of a bucket store (s3://, gs://) whose directory is not there: the store's own reason in one
+    line naming `url` when its bucket cannot be listed (there is none by that name, the credentials are refused);
+    fsspec's isdir says only False."""
+    if storage.scheme(url) not in BUCKET_SCHEMES:
+        return
+    fs, inner = storage.filesystem(url)
+    with storage.errors_named(url):
+        fs.ls(inner.split("/", 1)[0], refresh=True)
 
 
 class RecordStream:

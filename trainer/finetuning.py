@@ -21,7 +21,7 @@ import sys
 
 import numpy as np
 
-from bertprep import formats
+from bertprep import formats, storage
 from bertprep.atomic import atomic_write_bytes
 from bertprep.errors import DataError, UsageError
 from trainer import metrics, run_state
@@ -45,19 +45,20 @@ def finetune(config):
     task = task_named(config.task)
     data = TaskData(config.data, config.format, task)
     if not data.files["eval"] and not config.no_eval:
-        raise UsageError(f"{config.data}: no {config.format} eval records ({SPLIT_FILES['eval'][config.format]}) to "
-                         "score: add them, or give --no-eval to train without scores")
+        raise UsageError(f"{storage.display(config.data)}: no {config.format} eval records "
+                         f"({SPLIT_FILES['eval'][config.format]}) to score: add them, or give --no-eval to train "
+                         "without scores")
     checkpoint = config.init_checkpoint or sample_checkpoint(config, data)
     bert, weights, checkpoint_path = read_pretraining_checkpoint(checkpoint)
     if config.model and size_of(bert) != SIZES[config.model]:
         raise UsageError(f"--model {config.model}: the checkpoint {checkpoint_path} holds L{bert.num_hidden_layers}/"
                          f"H{bert.hidden_size}/A{bert.num_attention_heads} (leave --model out to use it)")
     if data.seq > bert.max_position_embeddings:
-        raise DataError(f"{config.data}: records have sequence length {data.seq} but the checkpoint's model has "
-                        f"{bert.max_position_embeddings} positions")
+        raise DataError(f"{storage.display(config.data)}: records have sequence length {data.seq} but the "
+                        f"checkpoint's model has {bert.max_position_embeddings} positions")
     if data.vocab_size and data.vocab_size > bert.vocab_size:
-        raise DataError(f"{config.data}: records were made with a vocab of {data.vocab_size} entries, the "
-                        f"checkpoint's model has {bert.vocab_size}")
+        raise DataError(f"{storage.display(config.data)}: records were made with a vocab of {data.vocab_size} "
+                        f"entries, the checkpoint's model has {bert.vocab_size}")
     import keras
 
     keras.backend.clear_session()  # a fresh name space: variables are matched by path
@@ -99,12 +100,12 @@ def _finetune(config, task, data, bert, weights, checkpoint_path, devices, log):
     stream = RecordStream(data, "train", config.batch_size * devices.local_replicas, config.seed)
     train = training_figures(*train_loop(steps, prefetch(stream.batches()), Schedule(total_steps, config.log_every),
                                          log))
-    os.makedirs(config.output_dir, exist_ok=True)
+    storage.makedirs(config.output_dir)
     if config.checkpoint_dir:
         path = run_state.save(config.checkpoint_dir, train["steps"], steps.get_state(),
                               {"settings": {"task": task.name, "model": bert.to_dict(), "init": checkpoint_path}},
                               keep=1)
-        log.note(f"checkpoint {path}")
+        log.note(f"checkpoint {storage.display(path)}")
     evaluation = {}
     if not config.no_eval:
         eval_batch = config.batch_size * devices.replicas
@@ -269,8 +270,9 @@ def evaluate_squad(config, data, steps, batch, log):
         written["null_odds.json"] = null_odds
     for name, content in written.items():
         # The reference's layout (json.dumps indent 4), so the official scripts read them as usual.
-        atomic_write_bytes(os.path.join(config.output_dir, name), (json.dumps(content, indent=4) + "\n").encode())
-    result = {"examples": len(examples), "predictions": os.path.join(config.output_dir, "predictions.json")}
+        atomic_write_bytes(storage.join(config.output_dir, name), (json.dumps(content, indent=4) + "\n").encode())
+    result = {"examples": len(examples),
+              "predictions": storage.display(storage.join(config.output_dir, "predictions.json"))}
     if dataset is None:
         log.note("no dev JSON (manifest source or --eval-file): predictions written, not scored")
         return result
@@ -284,7 +286,7 @@ def evaluate_squad(config, data, steps, batch, log):
 
 def _read_squad_json(path):
     try:
-        with open(path, encoding="utf-8") as f:
+        with storage.open(path, "r", encoding="utf-8") as f:
             dataset = json.load(f)
     except (OSError, ValueError) as exc:
         raise DataError(f"{path}: cannot read the SQuAD dev JSON: {exc}") from None

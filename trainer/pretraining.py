@@ -11,6 +11,7 @@ import sys
 
 import numpy as np
 
+from bertprep import storage
 from bertprep.atomic import hold
 from bertprep.errors import DataError, UsageError
 from bertprep.progress import Progress
@@ -136,10 +137,11 @@ def model_config(config, records, initial=None):
 
 def check_records_fit(bert, records, data_dir):
     if records.seq > bert.max_position_embeddings:
-        raise DataError(f"{data_dir}: records have sequence length {records.seq} but the model has "
+        raise DataError(f"{storage.display(data_dir)}: records have sequence length {records.seq} but the model has "
                         f"{bert.max_position_embeddings} positions (max_position_embeddings)")
     if records.pred > records.seq:
-        raise DataError(f"{data_dir}: {records.pred} predictions per sequence exceed sequence length {records.seq}")
+        raise DataError(f"{storage.display(data_dir)}: {records.pred} predictions per sequence exceed sequence "
+                        f"length {records.seq}")
 
 
 def build_steps(config, devices, bert, records, warmup, initial=None, log=None):
@@ -193,12 +195,14 @@ class Log:
         self.progress = None  # made at the first step: fine-tuning knows its total only then
         self.json = open(config.log_json, "a", encoding="utf-8") if (config.log_json and enabled) else None
         self.tensorboard = None
-        tb_dir = config.tensorboard_dir or (os.path.join(config.checkpoint_dir, "tensorboard")
-                                            if config.checkpoint_dir else None)
+        tb_dir = tensorboard_dir(config)
         if tb_dir and enabled:
             from trainer.tensorboard import EventWriter
 
             self.tensorboard = EventWriter(tb_dir)
+            if not config.tensorboard_dir and storage.is_url(config.checkpoint_dir):
+                self.note(f"TensorBoard scalars in {tb_dir}: event files are appended to as the run goes, which "
+                          f"{storage.display(config.checkpoint_dir)}'s store cannot do (--tensorboard-dir to choose)")
 
     def note(self, message):
         self._write(f"trainer: {message}")
@@ -242,6 +246,18 @@ class Log:
             self.tensorboard.close()
         if self.progress:
             self.progress.close()
+
+
+def tensorboard_dir(config):
+    """--tensorboard-dir, else CHECKPOINT_DIR/tensorboard; for a URL checkpoint directory a local one named
+    after it in the user's cache (an object cannot be appended to); None without either."""
+    if config.tensorboard_dir or not config.checkpoint_dir:
+        return config.tensorboard_dir
+    if not storage.is_url(config.checkpoint_dir):
+        return os.path.join(config.checkpoint_dir, "tensorboard")
+    scheme, key = storage.display(storage.normpath(storage.absolute(config.checkpoint_dir))).split("://", 1)
+    return os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "bertprep",
+                        "tensorboard", scheme, *key.split("/"))
 
 
 def _fmt(key, value):
@@ -340,7 +356,7 @@ def record_streams(config, devices, records, data_dir, log):
                                        worker_index=devices.worker_index,
                                        num_workers=min(devices.num_workers, len(records.files["test"])))
         else:
-            log.note(f"{data_dir}: no {config.format} test records: --eval-every ignored")
+            log.note(f"{storage.display(data_dir)}: no {config.format} test records: --eval-every ignored")
     return stream, eval_stream
 
 
@@ -362,14 +378,14 @@ def resume(config, steps, settings, log):
     batches it had drawn (0 without one)."""
     found = run_state.load_latest(config.checkpoint_dir)
     if found is None:
-        log.note(f"{config.checkpoint_dir}: no checkpoint yet, starting at step 0")
+        log.note(f"{storage.display(config.checkpoint_dir)}: no checkpoint yet, starting at step 0")
         return 0
     path, arrays, saved = found
     expected = {name: value.shape for name, value in steps.get_state().items()}
     run_state.check_compatible(path, saved.get("settings", {}), settings, arrays, expected)
     steps.set_state(arrays)
     draws = int(saved["draws"])
-    log.note(f"resumed from {path} (step {saved['step']}, {draws} batches drawn)")
+    log.note(f"resumed from {storage.display(path)} (step {saved['step']}, {draws} batches drawn)")
     return draws
 
 
@@ -379,7 +395,7 @@ def checkpoint(config, devices, steps, settings, log, step, draws):
     if devices.is_chief:
         path = run_state.save(config.checkpoint_dir, step, state, {"draws": draws, "settings": settings},
                               config.keep_checkpoints)
-        log.note(f"checkpoint {path}")
+        log.note(f"checkpoint {storage.display(path)}")
 
 
 def describe(config, devices, bert, records, stream, model):

@@ -6,43 +6,60 @@ state.json the step, the data position (batches drawn, skipped steps
 included) and the settings the run must keep to resume exactly. A checkpoint
 is written into a directory in `<dir>/.partial/` (the run holds `<dir>`, see
 bertprep.atomic.hold) and renamed into place; the oldest beyond `keep` are
-deleted afterwards.
+deleted afterwards. `<dir>` may be a URL (s3://, gs://): a checkpoint is
+uploaded object by object and its `.complete` object last, and readers take
+only checkpoints that have it.
 """
 
 import json
 import os
 import re
-import shutil
 
 import numpy as np
 
-from bertprep.atomic import atomic_dir, staging_dir
+from bertprep import storage
+from bertprep.atomic import COMPLETE, atomic_dir, directory_complete, staging_dir
 from bertprep.errors import DataError, UsageError
 
 _NAME = re.compile(r"^ckpt-(\d+)$")
 
 
 def list_checkpoints(directory):
-    """Complete checkpoints in `directory`, oldest first, as (step, path)."""
-    if not os.path.isdir(directory):
+    """Complete checkpoints in `directory`, oldest first, as (step, path). In a URL's directory a checkpoint
+    is complete once its last object (atomic_dir's COMPLETE) is there: one whose upload is under way or was
+    cut short is not listed."""
+    if not storage.isdir(directory):
         return []
     found = []
-    for name in os.listdir(directory):
+    for name in storage.listdir(directory):
         match = _NAME.match(name)
-        if match and os.path.isfile(os.path.join(directory, name, "state.json")):
-            found.append((int(match.group(1)), os.path.join(directory, name)))
+        if match and _complete(storage.join(directory, name)):
+            found.append((int(match.group(1)), storage.join(directory, name)))
     return sorted(found)
 
 
+def _complete(path):
+    if storage.is_url(path):
+        return directory_complete(path)
+    return storage.isfile(storage.join(path, "state.json"))
+
+
+def remove(path):
+    """Remove the checkpoint `path`; a URL's COMPLETE first, so no reader takes it while its objects go."""
+    if storage.is_url(path):
+        storage.remove(storage.join(path, COMPLETE))
+    storage.rmtree(path)
+
+
 def save(directory, step, arrays, state, keep):
-    final = os.path.join(directory, f"ckpt-{step:08d}")
-    with atomic_dir(final, staging_dir(directory)) as temp:
+    final = storage.join(directory, f"ckpt-{step:08d}")
+    with atomic_dir(final, staging_dir(directory)) as temp:  # a URL's: filled locally, uploaded, COMPLETE last
         with open(os.path.join(temp, "state.npz"), "wb") as f:
             np.savez(f, **arrays)
         with open(os.path.join(temp, "state.json"), "w", encoding="utf-8") as f:
             json.dump(dict(state, step=step), f, indent=1, sort_keys=True)
     for _step, path in list_checkpoints(directory)[:-keep] if keep > 0 else []:
-        shutil.rmtree(path, ignore_errors=True)
+        remove(path)
     return final
 
 
@@ -53,15 +70,15 @@ def load_latest(directory):
         return None
     _step, path = checkpoints[-1]
     try:
-        with open(os.path.join(path, "state.json"), encoding="utf-8") as f:
+        with storage.open(storage.join(path, "state.json"), "r", encoding="utf-8") as f:
             state = json.load(f)
-        with np.load(os.path.join(path, "state.npz")) as npz:
+        with storage.local_copy(storage.join(path, "state.npz")) as local, np.load(local) as npz:
             arrays = {name: npz[name] for name in npz.files}
     except (OSError, ValueError) as exc:
-        raise DataError(f"{path}: unreadable checkpoint: {exc}") from None
+        raise DataError(f"{storage.display(path)}: unreadable checkpoint: {exc}") from None
     problem = state_problem(state)
     if problem:
-        raise DataError(f"{os.path.join(path, 'state.json')}: damaged checkpoint state ({problem}); "
+        raise DataError(f"{storage.display(storage.join(path, 'state.json'))}: damaged checkpoint state ({problem}); "
                         "remove the checkpoint to resume from the one before")
     return path, arrays, state
 

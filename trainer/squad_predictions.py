@@ -26,6 +26,7 @@ import functools
 import json
 import math
 
+from bertprep import storage
 from bertprep.errors import DataError
 
 N_BEST_SIZE = 20
@@ -36,7 +37,7 @@ def read_jsonl(path, required):
     """The objects of a JSON-lines file, each checked for the `required` keys."""
     rows = []
     try:
-        with open(path, encoding="utf-8") as f:
+        with storage.open(path, "r", encoding="utf-8") as f:
             for number, line in enumerate(f, 1):
                 try:
                     row = json.loads(line)

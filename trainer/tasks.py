@@ -13,13 +13,12 @@ comes from --task and the label count from the task.
 """
 
 import dataclasses
-import glob
-import os
 
-from bertprep import formats
+from bertprep import formats, storage
 from bertprep.errors import DataError, UsageError
 from bertprep.formats.schemas import GLUE, GLUE_REGRESSION, SQUAD_EVAL, SQUAD_TRAIN
 from bertprep.manifests import load_records_manifest
+from trainer.data import check_bucket
 
 # split -> file name (or glob) per format
 SPLIT_FILES = {
@@ -82,17 +81,18 @@ class TaskData:
     masking = None
 
     def __init__(self, data_dir, fmt, task):
-        if not os.path.isdir(data_dir):
-            raise DataError(f"{data_dir}: no such directory")
+        if not storage.isdir(data_dir):
+            check_bucket(data_dir)
+            raise DataError(f"{storage.display(data_dir)}: no such directory")
         self.data_dir, self.fmt, self.task = data_dir, fmt, task
         self.manifest = load_records_manifest(data_dir, (fmt,)) or {}  # its files there, its fields sound
         manifest_task = self.manifest.get("task")
         if manifest_task and manifest_task.lower().replace("-", "") != task.name.lower().replace("-", ""):
-            raise UsageError(f"{data_dir}: records of task {manifest_task}, not {task.name} (--task)")
-        self.files = {split: sorted(glob.glob(os.path.join(data_dir, names[fmt])))
+            raise UsageError(f"{storage.display(data_dir)}: records of task {manifest_task}, not {task.name} (--task)")
+        self.files = {split: sorted(storage.glob(storage.join(data_dir, names[fmt])))
                       for split, names in SPLIT_FILES.items()}
         if not self.files["train"]:
-            raise DataError(f"{data_dir}: no {fmt} training records ({SPLIT_FILES['train'][fmt]})")
+            raise DataError(f"{storage.display(data_dir)}: no {fmt} training records ({SPLIT_FILES['train'][fmt]})")
         self.kind = self.batch_kind = task.train_kind
         self.dims = self._dims_of(self.files["train"][0], self.kind)
         if self.files["eval"]:
@@ -102,11 +102,12 @@ class TaskData:
                                 f"training records' {self.dims['seq']}")
         if task.is_squad and self.files["eval"]:
             for path in self.eval_metadata:
-                if not os.path.isfile(path):
+                if not storage.isfile(path):
                     raise DataError(f"{path}: missing: SQuAD answers need the evaluation metadata create-squad writes")
         self.labels = self.manifest.get("labels") or task.labels
         if not task.is_squad and not task.is_regression and len(self.labels) < 2:
-            raise DataError(f"{data_dir}/manifest.json: labels {self.labels!r}: a classifier needs two or more")
+            raise DataError(f"{storage.display(storage.join(data_dir, 'manifest.json'))}: labels {self.labels!r}: a "
+                            "classifier needs two or more")
         self._counts = {}
 
     @staticmethod
@@ -120,7 +121,7 @@ class TaskData:
     @property
     def eval_metadata(self):
         """SQuAD: the paths of eval.features.jsonl and eval.examples.jsonl."""
-        return tuple(os.path.join(self.data_dir, f"eval.{name}.jsonl") for name in ("features", "examples"))
+        return tuple(storage.join(self.data_dir, f"eval.{name}.jsonl") for name in ("features", "examples"))
 
     @property
     def seq(self):

@@ -12,9 +12,11 @@ import contextlib
 import dataclasses
 import os
 import shutil
+import tempfile
 
 import numpy as np
 
+from bertprep import storage
 from bertprep.atomic import atomic_dir, staging_dir
 from bertprep.errors import DataError, UsageError
 from trainer.checkpoint import names
@@ -72,8 +74,51 @@ def sniff(path):
 
 
 def read(path):
-    """The checked Checkpoint at `path`."""
+    """The checked Checkpoint at `path` (a URL's read from a local copy, see _read_copy)."""
+    if storage.is_url(path):
+        return _read_copy(storage.absolute(path))
     return sniff(path).read(path)
+
+
+def _read_copy(url):
+    """The Checkpoint at `url`, read from a temporary copy of the objects directly in its directory (for
+    ours, its newest complete ckpt-<step>/) and named by URL, its errors and notes too. Every reader
+    holds the weights in memory, so the copy goes once they are read."""
+    from trainer import run_state
+    from trainer.data import check_bucket
+
+    directory, name = url, None
+    if storage.isdir(url):
+        if not storage.isfile(storage.join(url, "state.npz")):
+            newest = run_state.list_checkpoints(url)
+            directory = newest[-1][1] if newest else url
+    elif storage.isfile(url) or storage.isfile(url + ".index"):  # NVIDIA's .pt, Google's prefix: with their directory
+        directory, name = url.rsplit("/", 1)
+    else:
+        check_bucket(url)
+        raise DataError(f"{storage.display(url)}: no such checkpoint (no object or directory there)")
+    with tempfile.TemporaryDirectory(prefix="bertprep-checkpoint-") as temp:
+        local = os.path.join(temp, directory.rsplit("/", 1)[-1])
+        _download_files(directory, local)
+        shown = storage.display(directory)
+        try:
+            checkpoint = read(os.path.join(local, name) if name else local)
+        except (DataError, UsageError) as exc:
+            raise type(exc)(str(exc).replace(local, shown)) from None
+    checkpoint.path = checkpoint.path.replace(local, shown)
+    checkpoint.vocab = checkpoint.vocab and checkpoint.vocab.replace(local, shown)
+    checkpoint.notes = [note.replace(local, shown) for note in checkpoint.notes]
+    return checkpoint
+
+
+def _download_files(url, target):
+    """The objects directly under `url` (not those of its subdirectories) into the new directory `target`."""
+    fs, inner = storage.filesystem(url)
+    os.makedirs(target)
+    with storage.errors_named(url):
+        for entry in fs.ls(inner, detail=True, refresh=True):
+            if entry["type"] == "file":
+                fs.get_file(entry["name"], os.path.join(target, entry["name"].rsplit("/", 1)[-1]))
 
 
 def checked(kind, path, config, found, vocab=None, skipped=()):
@@ -176,7 +221,8 @@ def convert(src, out, to):
         with atomic_dir(out, staging) as temp:
             writer.write(checkpoint, temp)
             if checkpoint.vocab:
-                shutil.copyfile(checkpoint.vocab, os.path.join(temp, "vocab.txt"))
+                with storage.local_copy(checkpoint.vocab) as vocab:  # a URL's where the checkpoint was one
+                    shutil.copyfile(vocab, os.path.join(temp, "vocab.txt"))
     finally:
         with contextlib.suppress(OSError):
             os.rmdir(staging)
