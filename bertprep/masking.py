@@ -24,7 +24,6 @@ C core (bertprep._native.mask_batch) when it was built, else with NumPy
 """
 
 import dataclasses
-import os
 
 import numpy as np
 
@@ -300,6 +299,6 @@ class DynamicMasking:
 
 def first_instances(manifest, corpus_dir):
     """{normalised file path: global index of its first instance} from a manifest's `first_instance` entries."""
-    return {os.path.normpath(os.path.join(corpus_dir, relative)): int(entry["first_instance"])
+    return {storage.normpath(storage.join(corpus_dir, relative)): int(entry["first_instance"])
             for relative, entry in (manifest.get("files") or {}).items()
             if isinstance(entry, dict) and "first_instance" in entry}

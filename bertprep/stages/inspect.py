@@ -141,8 +141,7 @@ def epoch_masker(path, kind, epoch, vocab_path):
                          "are masked at load time")
     manifest, corpus_dir = _manifest_of(path)
     masking = DynamicMasking.from_manifest(manifest, storage.join(corpus_dir, "manifest.json"), vocab_path)
-    # first_instances keys by os.path.normpath (a URL's "//" made "/" on both sides: they still agree)
-    first = first_instances(manifest, corpus_dir).get(os.path.normpath(storage.absolute(path)))
+    first = first_instances(manifest, corpus_dir).get(storage.normpath(storage.absolute(path)))
     if first is None:
         raise DataError(f"{path}: its manifest gives no first_instance (rerun `bertprep create --masking dynamic`)")
 
