@@ -185,8 +185,12 @@ class SeaweedFS(LocalServer):
         return super().ready() and self._registered_volumes() == len(list(self.data_dir.glob("*.dat")))
 
     def _registered_volumes(self):
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.ports['master.port']}/dir/status", timeout=1) as answer:
-            topology = json.load(answer)["Topology"]
+        status = f"http://127.0.0.1:{self.ports['master.port']}/dir/status"
+        try:
+            with urllib.request.urlopen(status, timeout=1) as answer:
+                topology = json.load(answer)["Topology"]
+        except OSError:  # the master is not up yet
+            return None
         return sum(node["Volumes"] for center in topology.get("DataCenters") or () for rack in center["Racks"]
                    for node in rack["DataNodes"])
 
