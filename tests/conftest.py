@@ -7,6 +7,11 @@ import object_store
 
 REPO = Path(__file__).resolve().parents[1]
 
+# Before any test module imports gcsfs, which reads it once: gcsfs 2026.x otherwise makes gcsfs.GCSFileSystem its
+# ExtendedGcsFileSystem, which asks a bucket's layout over gRPC and TLS, and retries that for minutes against the
+# GCS emulator (gcs_bucket). Nothing in the tests reaches a real (zonal) bucket.
+os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"
+
 
 def pytest_configure(config):
     """`--dist loadgroup` keeps a group's tests on one worker (they share costly fixtures) only under
@@ -62,21 +67,11 @@ def jax_compilation_cache(tmp_path_factory):
         del os.environ[name]
 
 
-@pytest.fixture(scope="session")
-def seaweedfs(tmp_path_factory):
-    """A SeaweedFS server (tests/object_store.py) for the whole session, started by the first test that asks."""
-    try:
-        server = object_store.SeaweedFS(tmp_path_factory.mktemp("seaweedfs"))
-    except FileNotFoundError as error:
-        pytest.fail(str(error), pytrace=False)
-    server.start()
-    yield server
-    server.stop()
 
 
-@pytest.fixture(scope="module")
-def s3_bucket(seaweedfs, request):
-    """`s3://<a new bucket>` for this test module, with the server's client variables in os.environ meanwhile."""
-    name = seaweedfs.make_bucket(object_store.bucket_name(request.module.__name__, seaweedfs.buckets))
-    with object_store.client_environment(seaweedfs.env()):
-        yield f"s3://{name}"
+# Object stores (tests/object_store.py, whose docstring says what each gives): a server per session, started by
+# the first test that asks, and a new bucket per test module with the server's client variables in os.environ.
+seaweedfs = object_store.server_fixture(object_store.SeaweedFS)
+s3_bucket = object_store.bucket_fixture("seaweedfs", "s3")
+gcs_emulator = object_store.server_fixture(object_store.GCSEmulator)
+gcs_bucket = object_store.bucket_fixture("gcs_emulator", "gs")
