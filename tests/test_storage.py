@@ -17,6 +17,12 @@ from tests import object_store
 pytestmark = pytest.mark.usefixtures("s3_bucket")
 
 
+@pytest.fixture(params=["s3_bucket", "gcs_bucket"])
+def bucket(request):
+    """The same claims on S3 (SeaweedFS) and on GCS (its emulator): one code path through fsspec."""
+    return request.getfixturevalue(request.param)
+
+
 def test_local_paths_keep_what_os_path_gives(tmp_path):
     local = str(tmp_path / "a" / ".." / "b")
     assert storage.absolute("rel/x") == os.path.abspath("rel/x")
@@ -29,8 +35,8 @@ def test_local_paths_keep_what_os_path_gives(tmp_path):
     assert storage.display("s3://KEY:SECRET@b/p?X-Amz-Signature=abc") == "s3://b/p"
 
 
-def test_an_object_appears_only_whole(s3_bucket):
-    url = f"{s3_bucket}/whole/big.bin"
+def test_an_object_appears_only_whole(bucket):
+    url = f"{bucket}/whole/big.bin"
     data = os.urandom(12 << 20)  # past s3fs's multipart threshold: parts, then one completion
     with atomic.atomic_open(url) as f:
         f.write(data[: 1 << 20])
@@ -38,16 +44,16 @@ def test_an_object_appears_only_whole(s3_bucket):
         f.write(data[1 << 20:])
     assert storage.getsize(url) == len(data)
     assert storage.read_bytes(url) == data
-    with pytest.raises(RuntimeError), atomic.atomic_open(f"{s3_bucket}/whole/failed.bin") as f:
+    with pytest.raises(RuntimeError), atomic.atomic_open(f"{bucket}/whole/failed.bin") as f:
         f.write(b"half")
         raise RuntimeError("the writer fails")
-    assert not storage.exists(f"{s3_bucket}/whole/failed.bin")
-    assert storage.listdir(f"{s3_bucket}/whole") == ["big.bin"]
+    assert not storage.exists(f"{bucket}/whole/failed.bin")
+    assert storage.listdir(f"{bucket}/whole") == ["big.bin"]
     assert not [n for n in os.listdir(storage.spool_dir()) if n.startswith("failed.bin")]
 
 
-def test_a_stream_reads_exact_sizes_across_blocks(s3_bucket):
-    url = f"{s3_bucket}/stream/lines.txt"
+def test_a_stream_reads_exact_sizes_across_blocks(bucket):
+    url = f"{bucket}/stream/lines.txt"
     text = "".join(f"line {i} é\n" for i in range(50_000))
     atomic.atomic_write_bytes(url, text.encode())
     stream = storage.ReadAhead(url, block_size=4096, depth=2)
@@ -92,8 +98,8 @@ def test_a_dead_local_holders_lock_is_taken_over_another_hosts_is_not(s3_bucket)
     assert json.loads(storage.read_bytes(f"{other}/.partial/lock"))["host"] == "another-host"
 
 
-def test_a_directory_is_complete_only_with_its_marker_and_replaces_the_older(s3_bucket):
-    url = f"{s3_bucket}/checkpoints/step-10"
+def test_a_directory_is_complete_only_with_its_marker_and_replaces_the_older(bucket):
+    url = f"{bucket}/checkpoints/step-10"
     with atomic.atomic_dir(url, None) as directory:
         with open(os.path.join(directory, "old.bin"), "wb") as f:
             f.write(b"old")
@@ -104,7 +110,7 @@ def test_a_directory_is_complete_only_with_its_marker_and_replaces_the_older(s3_
     assert atomic.directory_complete(url)
     assert storage.listdir(url) == [".complete", "sub"] and storage.listdir(f"{url}/sub") == ["weights.bin"]
     assert json.loads(storage.read_bytes(f"{url}/.complete")) == {"files": {"sub/weights.bin": 3}}
-    assert not atomic.directory_complete(f"{s3_bucket}/checkpoints/step-20")
+    assert not atomic.directory_complete(f"{bucket}/checkpoints/step-20")
 
 
 def _one_line(command):

