@@ -8,6 +8,7 @@ empty is skipped without ending the document; empty documents are dropped.
 
 import numpy as np
 
+from bertprep import storage
 from bertprep.errors import DataError
 from bertprep.instances import Corpus
 
@@ -15,16 +16,16 @@ from bertprep.instances import Corpus
 def read_text(path, expected="input must be UTF-8 text, one sentence per line"):
     """The file decoded as strict UTF-8; an error names the file, line and column."""
     try:
-        with open(path, "rb") as f:
+        with storage.open(path, "rb") as f:  # a URL too (streamed)
             raw = f.read()
     except OSError as exc:
-        raise DataError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        raise DataError(f"{storage.display(path)}: cannot read: {exc.strerror or exc}") from None
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw.count(b"\n", 0, exc.start) + 1
         column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise DataError(f"{path}:{line}: not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column {column}); "
+        raise DataError(f"{storage.display(path)}:{line}: not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column {column}); "
                         f"{expected}") from None
 
 
