@@ -166,12 +166,16 @@ def errors_named(url):
     except OSError as exc:
         if isinstance(exc.filename, str) and exc.filename == display(url):
             raise
-        raise OSError(exc.errno or errno.EIO, _reason(exc), display(url)) from None
+        raise OSError(exc.errno or _ERRNO_OF.get(type(exc), errno.EIO), _reason(exc), display(url)) from None
     except Exception as exc:  # botocore/aiohttp/google-auth errors that the filesystems let through
         if type(exc).__module__.split(".")[0] in ("botocore", "aiobotocore", "aiohttp", "google", "requests",
                                                   "huggingface_hub", "gcsfs", "s3fs", "fsspec"):
             raise OSError(errno.EIO, _reason(exc), display(url)) from None
         raise
+
+
+# s3fs raises these without an errno: keep their class (OSError(errno, ...) is the subclass of its errno)
+_ERRNO_OF = {FileNotFoundError: errno.ENOENT, PermissionError: errno.EACCES, FileExistsError: errno.EEXIST}
 
 
 def _reason(exc):

@@ -35,16 +35,18 @@ valid UTF-8 is decoded with U+FFFD replacement and counted; documents left
 with no sentence (markup-only pages, blank texts) are dropped and counted.
 """
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
 import heapq
 import os
+import tempfile
 import time
 
 import numpy as np
 
-from bertprep import __version__
+from bertprep import __version__, storage
 from bertprep.atomic import atomic_open, hold, sha256_file, walk
 from bertprep.engines import EngineOptions, open_engine
 from bertprep.errors import DataError, UsageError
@@ -54,6 +56,7 @@ from bertprep.workdir import (
     MANIFEST,
     SPLITS,
     check_corpus_name,
+    file_matches,
     load_manifest,
     resolve_workdir,
     save_manifest,
@@ -88,6 +91,7 @@ class ShardOptions:
 
     def __post_init__(self):
         normalise_paths(self, "input", "out", "workdir")
+        storage.check_schemes(self.out, self.workdir, *(self.input or ()))
         if self.train_shards < 1 or self.test_shards < 1:
             raise UsageError("--train-shards and --test-shards must be at least 1")
         if not 0 <= self.test_fraction < 1:
@@ -105,59 +109,59 @@ def resolve_inputs(workdir, inputs, corpus):
     """(corpus name, sorted input files)."""
     if inputs:
         if corpus is None:
-            if len(inputs) == 1 and os.path.isdir(inputs[0]):
-                corpus = os.path.basename(os.path.normpath(inputs[0]))
+            if len(inputs) == 1 and storage.isdir(inputs[0]):
+                corpus = os.path.basename(storage.normpath(inputs[0]))
             else:
                 raise UsageError("--corpus is required with several --input paths or a file input")
         paths = inputs
     else:
         formatted = stage_dir(workdir, "formatted")
-        available = sorted(d for d in os.listdir(formatted)
-                           if os.path.isdir(os.path.join(formatted, d))) if os.path.isdir(formatted) else []
+        available = sorted(d for d in storage.listdir(formatted)
+                           if storage.isdir(storage.join(formatted, d))) if storage.isdir(formatted) else []
         if corpus is None:
             if len(available) != 1:
                 found = ", ".join(available) or "none"
-                raise UsageError(f"{formatted}: choose a corpus with --corpus or give --input (formatted corpora: "
+                raise UsageError(f"{storage.display(formatted)}: choose a corpus with --corpus or give --input (formatted corpora: "
                                  f"{found})")
             corpus = available[0]
         parts = COMBINED.get(corpus, (corpus,)) if corpus not in available else (corpus,)
         missing = [p for p in parts if p not in available]
         if missing:
-            raise UsageError(f"{formatted}: no formatted corpus {', '.join(missing)} (run `bertprep download` first or "
+            raise UsageError(f"{storage.display(formatted)}: no formatted corpus {', '.join(missing)} (run `bertprep download` first or "
                              "give --input)")
-        paths = [os.path.join(formatted, p) for p in parts]
+        paths = [storage.join(formatted, p) for p in parts]
     files = [f for path in paths for f in input_files(path)]
     return check_corpus_name(corpus), files
 
 
 def input_files(path):
     """The absolute input files of one --input: a directory's .jsonl/.txt files (sorted), or the file itself."""
-    if os.path.isdir(path):
+    if storage.isdir(path):
         found = sorted(
-            os.path.join(root, name)
+            storage.join(root, name)
             for root, _dirs, names in walk(path)
             for name in names
             if name.endswith(INPUT_SUFFIXES) and not name.startswith(".")
         )
         if not found:
-            raise UsageError(f"{path}: no .jsonl or .txt input files")
-        return [os.path.abspath(f) for f in found]
-    if os.path.isfile(path):
-        return [os.path.abspath(path)]
-    raise UsageError(f"--input {path}: no such file or directory")
+            raise UsageError(f"{storage.display(path)}: no .jsonl or .txt input files")
+        return [storage.absolute(f) for f in found]
+    if storage.isfile(path):
+        return [storage.absolute(path)]
+    raise UsageError(f"--input {storage.display(path)}: no such file or directory")
 
 
 def iter_text_documents(path, stats):
     """Blank-line separated documents of a text file, as strings of paragraph lines."""
     lines = []
-    with open(path, "rb") as f:
+    with storage.open(path, "rb") as f:
         for number, raw in enumerate(f, 1):
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError:
                 line = raw.decode("utf-8", errors="replace")
                 stats["invalid_utf8_lines"] += 1
-                stats.setdefault("first_invalid_utf8", f"{path}:{number}")
+                stats.setdefault("first_invalid_utf8", f"{storage.display(path)}:{number}")
             if line.strip():
                 lines.append(line.strip())
             elif lines:
@@ -185,7 +189,7 @@ def split_input(task):
     from bertprep.sentences import document_sentences
 
     index, path, scratch, fingerprinted = task
-    stats = {"invalid_utf8_lines": 0, "empty_documents": 0, "input_bytes": os.path.getsize(path)}
+    stats = {"invalid_utf8_lines": 0, "empty_documents": 0, "input_bytes": storage.getsize(path)}
     sizes, sentence_counts, hashes, fingerprints = [], [], [], []
     with open(scratch, "wb") as out:
         for text in iter_input_documents(path, stats):
@@ -370,7 +374,7 @@ def shard(options: ShardOptions | None = None, /, *, quiet: bool = True, **field
     options = build_options(ShardOptions, options, fields)
     workdir = resolve_workdir(options.workdir)
     corpus, inputs = resolve_inputs(workdir, options.input, options.corpus)
-    out = os.path.abspath(options.out or stage_dir(workdir, "sharded", corpus))
+    out = storage.absolute(options.out or stage_dir(workdir, "sharded", corpus))
     from bertprep.sentences import splitter_version
 
     params = {"train_shards": options.train_shards, "test_shards": options.test_shards,
@@ -383,20 +387,19 @@ def shard(options: ShardOptions | None = None, /, *, quiet: bool = True, **field
                       eval_duplicates="dedup's exact hash and verified MinHash, threshold "
                                       f"{dedup_defaults().threshold}")
     # The content, not path and size: an input edited in place to the same size must be sharded again.
-    input_list = [{"path": p, "bytes": os.path.getsize(p), "sha256": sha256_file(p)} for p in inputs]
+    input_list = [{"path": storage.display(p), "bytes": storage.getsize(p), "sha256": sha256_file(p)} for p in inputs]
     with hold(out, "bertprep shard") as staging:
         previous = load_manifest(out)
         if _is_complete(previous, out, params, input_list):
-            return Summary(f"bertprep shard: {out} is already complete", _summary(previous, out, 0.0),
+            return Summary(f"bertprep shard: {storage.display(out)} is already complete", _summary(previous, out, 0.0),
                            rows=_rows(previous, out, 0.0), complete_before=True)
         progress = Progress("shard", total=len(inputs), unit="input files", quiet=quiet)
         start = time.monotonic()
         if previous is not None:
-            os.unlink(os.path.join(out, MANIFEST))  # nothing may look complete while shards are rewritten
-        scratch_dir = os.path.join(staging, SCRATCH)
-        os.makedirs(scratch_dir)
-        with open_engine(options.engine) as engine:
-            manifest = _shard(options, engine, corpus, inputs, input_list, out, staging, params, progress)
+            storage.remove(storage.join(out, MANIFEST))  # nothing may look complete while shards are rewritten
+        with scratch_directory(staging) as scratch_dir, open_engine(options.engine) as engine:
+            manifest = _shard(options, engine, corpus, inputs, input_list, out, staging, scratch_dir, params,
+                              progress)
         progress.close()
         seconds = time.monotonic() - start
         save_manifest(out, manifest)
@@ -404,8 +407,21 @@ def shard(options: ShardOptions | None = None, /, *, quiet: bool = True, **field
                    rows=_rows(manifest, out, seconds))
 
 
-def _shard(options, engine, corpus, inputs, input_list, out, staging, params, progress):
-    scratch_paths = [os.path.join(staging, SCRATCH, f"{i:06d}.txt") for i in range(len(inputs))]
+@contextlib.contextmanager
+def scratch_directory(staging):
+    """Where pass 1 writes its sentence files: `staging`/split (cleared with the staging directory), or for an
+    output URL, whose staging is no directory, a local temporary in the spool directory (BERTPREP_SPOOL: a
+    directory every worker of a remote Dask cluster sees)."""
+    if not storage.is_url(staging):
+        os.makedirs(os.path.join(staging, SCRATCH))
+        yield os.path.join(staging, SCRATCH)
+        return
+    with tempfile.TemporaryDirectory(prefix="bertprep-shard-", dir=storage.spool_dir()) as directory:
+        yield directory
+
+
+def _shard(options, engine, corpus, inputs, input_list, out, staging, scratch_dir, params, progress):
+    scratch_paths = [os.path.join(scratch_dir, f"{i:06d}.txt") for i in range(len(inputs))]
     results = [None] * len(inputs)
     stats = {"invalid_utf8_lines": 0, "empty_documents": 0, "input_bytes": 0}
     first_invalid = None
@@ -428,7 +444,8 @@ def _shard(options, engine, corpus, inputs, input_list, out, staging, params, pr
     files = np.concatenate([np.full(len(r[0]), i, np.int64) for i, r in enumerate(results)])
     offsets = np.concatenate([np.cumsum(r[0]) - r[0] for r in results])
     if sizes.size == 0:
-        raise DataError(f"{', '.join(inputs[:3])}{' ...' if len(inputs) > 3 else ''}: no document with any sentence")
+        raise DataError(f"{', '.join(map(storage.display, inputs[:3]))}{' ...' if len(inputs) > 3 else ''}: no "
+                        "document with any sentence")
     if fingerprinted:
         test_mask, training_mask, eval_report = _eval_split(options, results, inputs, files, offsets)
     else:
@@ -438,11 +455,11 @@ def _shard(options, engine, corpus, inputs, input_list, out, staging, params, pr
     tasks, names = [], []
     for split, mask, requested in (("training", training_mask, options.train_shards),
                                    ("test", test_mask, options.test_shards)):
-        split_dir = os.path.join(out, split)
-        os.makedirs(split_dir, exist_ok=True)
-        for name in os.listdir(split_dir):  # shards of an earlier run with other settings
+        split_dir = storage.join(out, split)
+        storage.makedirs(split_dir)
+        for name in _names_in(split_dir):  # shards of an earlier run with other settings
             if name.startswith(f"{corpus}_{split}_") and name.endswith(".txt"):
-                os.unlink(os.path.join(split_dir, name))
+                storage.remove(storage.join(split_dir, name))
         docs = np.flatnonzero(mask)  # input order
         count = min(requested, len(docs))
         if count < requested:
@@ -450,7 +467,7 @@ def _shard(options, engine, corpus, inputs, input_list, out, staging, params, pr
         assignment = BALANCES[options.balance][0](sizes[docs], count)
         for shard in range(count):
             chosen = docs[assignment == shard]
-            path = os.path.join(split_dir, shard_name(corpus, split, shard))
+            path = storage.join(split_dir, shard_name(corpus, split, shard))
             tasks.append((path, staging, scratch_paths, files[chosen], offsets[chosen], sizes[chosen],
                           sentences[chosen]))
             names.append((f"{split}/{shard_name(corpus, split, shard)}", split))
@@ -469,20 +486,28 @@ def _shard(options, engine, corpus, inputs, input_list, out, staging, params, pr
     }
 
 
+def _names_in(directory):
+    """listdir, or nothing for a prefix no object lies under yet (a store has no empty directories)."""
+    try:
+        return storage.listdir(directory)
+    except FileNotFoundError:
+        return []
+
+
 def _eval_split(options, results, inputs, files, offsets):
     """(test mask, training mask, the manifest's "eval" entry) for --eval-documents: the seeded evaluation
     documents are the test split, and training loses every exact or near duplicate of one of them."""
     fingerprints = [f for r in results for f in r[3]]
     eval_mask = choose_eval(options.eval_documents, len(fingerprints), options.eval_seed)
     if eval_mask is None:
-        raise DataError(f"{', '.join(inputs[:3])}{' ...' if len(inputs) > 3 else ''}: --eval-documents "
+        raise DataError(f"{', '.join(map(storage.display, inputs[:3]))}{' ...' if len(inputs) > 3 else ''}: --eval-documents "
                         f"{options.eval_documents} needs more documents than the {len(fingerprints)} with sentences "
                         "(at least one must stay for training)")
     duplicates = eval_duplicates(fingerprints, eval_mask)
     first = np.concatenate([[0], np.cumsum([len(r[0]) for r in results])])
 
     def where(doc):  # a document's id: its input file and its number there (1-based, documents with sentences)
-        return {"input": inputs[files[doc]], "document": int(doc - first[files[doc]] + 1)}
+        return {"input": storage.display(inputs[files[doc]]), "document": int(doc - first[files[doc]] + 1)}
 
     dropped = [dict(where(doc), reason=reason, estimate=estimate, eval_twin=where(twin))
                for doc, (reason, twin, estimate) in sorted(duplicates.items())]
@@ -498,18 +523,12 @@ def _is_complete(manifest, out, params, input_list):
     if (not manifest or manifest.get("stage") != "shard" or manifest.get("params") != params
             or manifest.get("inputs") != input_list):
         return False
-    for relpath, entry in manifest.get("files", {}).items():
-        try:
-            if os.path.getsize(os.path.join(out, relpath)) != entry.get("bytes"):
-                return False
-        except OSError:
-            return False
-    return True
+    return all(file_matches(storage.join(out, relpath), entry) for relpath, entry in manifest.get("files", {}).items())
 
 
 def _summary(manifest, out, seconds):
     summary = {k: manifest[k] for k in ("corpus", "documents", "dropped", "spread", "input_bytes")}
-    summary.update(out=out, seconds=round(seconds, 3),
+    summary.update(out=storage.display(out), seconds=round(seconds, 3),
                    sentences=sum(e["sentences"] for e in manifest["files"].values()))
     summary["mb_per_s"] = round(manifest["input_bytes"] / seconds / 1e6, 2) if seconds else None
     if "eval" in manifest:  # --eval-documents only: today's --json otherwise
@@ -546,5 +565,5 @@ def _rows(manifest, out, seconds):
                                  f"{': ' + ids + more if ids else ''}"))
     if seconds:
         rows.append(("time", f"{seconds:.1f}s ({manifest['input_bytes'] / seconds / 1e6:.1f} MB/s)"))
-    rows.append(("output", out))
+    rows.append(("output", storage.display(out)))
     return rows
