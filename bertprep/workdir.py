@@ -130,6 +130,17 @@ def file_matches(path, entry):
         return False
 
 
+def names_in(directory):
+    """os.listdir of a stage directory; nothing for a prefix no object lies under yet (a store has no empty
+    directories)."""
+    try:
+        return storage.listdir(directory)
+    except FileNotFoundError:
+        if storage.is_url(directory):
+            return []
+        raise
+
+
 def save_manifest(directory, manifest):
     """Atomically replace the manifest (keys sorted so equal content gives equal bytes)."""
     data = json.dumps(manifest, indent=1, sort_keys=True).encode() + b"\n"

@@ -58,6 +58,7 @@ from bertprep.workdir import (
     check_corpus_name,
     file_matches,
     load_manifest,
+    names_in,
     resolve_workdir,
     save_manifest,
     stage_dir,
@@ -457,7 +458,7 @@ def _shard(options, engine, corpus, inputs, input_list, out, staging, scratch_di
                                    ("test", test_mask, options.test_shards)):
         split_dir = storage.join(out, split)
         storage.makedirs(split_dir)
-        for name in _names_in(split_dir):  # shards of an earlier run with other settings
+        for name in names_in(split_dir):  # shards of an earlier run with other settings
             if name.startswith(f"{corpus}_{split}_") and name.endswith(".txt"):
                 storage.remove(storage.join(split_dir, name))
         docs = np.flatnonzero(mask)  # input order
@@ -484,14 +485,6 @@ def _shard(options, engine, corpus, inputs, input_list, out, staging, scratch_di
         "input_bytes": stats["input_bytes"],
         "spread": {s: spread([e["bytes"] for e in written.values() if e["split"] == s]) for s in SPLITS},
     }
-
-
-def _names_in(directory):
-    """listdir, or nothing for a prefix no object lies under yet (a store has no empty directories)."""
-    try:
-        return storage.listdir(directory)
-    except FileNotFoundError:
-        return []
 
 
 def _eval_split(options, results, inputs, files, offsets):
