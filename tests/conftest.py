@@ -3,6 +3,8 @@ from pathlib import Path
 
 import pytest
 
+import object_store
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -58,3 +60,23 @@ def jax_compilation_cache(tmp_path_factory):
     yield
     for name in settings:
         del os.environ[name]
+
+
+@pytest.fixture(scope="session")
+def seaweedfs(tmp_path_factory):
+    """A SeaweedFS server (tests/object_store.py) for the whole session, started by the first test that asks."""
+    try:
+        server = object_store.SeaweedFS(tmp_path_factory.mktemp("seaweedfs"))
+    except FileNotFoundError as error:
+        pytest.fail(str(error), pytrace=False)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def s3_bucket(seaweedfs, request):
+    """`s3://<a new bucket>` for this test module, with the server's client variables in os.environ meanwhile."""
+    name = seaweedfs.make_bucket(object_store.bucket_name(request.module.__name__, seaweedfs.buckets))
+    with object_store.client_environment(seaweedfs.env()):
+        yield f"s3://{name}"
