@@ -17,7 +17,7 @@ from stand_in_servers import REPO, StandInServer, ok, one_line_error, parquet_by
 
 RECORDS = "records/lower_case_1_seq_len_128_max_pred_20_masked_lm_prob_0.15_random_seed_12345_dupe_factor_2/" \
           "wikicorpus_en"
-CREATE_FLAGS = ("--dupe-factor", "2", "--format", "tfrecord,ofrecord,parquet", "--quiet")
+CREATE_FLAGS = ("--dupe-factor", "2", "--format", "tfrecord,ofrecord,parquet,hdf5", "--quiet")
 SHARD_FLAGS = ("--train-shards", "6", "--test-shards", "2", "--quiet")
 TRAINING_SHARDS = 6
 SHARDS = 8  # 6 training + 2 test
@@ -93,7 +93,7 @@ def pipeline(s3_bucket, golden_dir, tmp_path_factory):
 def test_download_shard_create_into_the_bucket_gives_the_local_bytes(pipeline):
     local, bucket = pipeline["runs"]["local"], pipeline["runs"]["bucket"]
     expected = local_tree(local)
-    assert len([name for name in expected if name.startswith(RECORDS)]) == 3 * SHARDS + 1
+    assert len([name for name in expected if name.startswith(RECORDS)]) == 4 * SHARDS + 1
     assert sorted(bucket_tree(bucket)) == sorted(expected)  # no lock, no .partial/, nothing else left
     assert rooted(bucket_tree(bucket), bucket) == rooted(expected, local)
     create = pipeline["summaries"]["bucket"][2]
@@ -212,7 +212,7 @@ def test_sigkill_mid_create_then_a_rerun_redoes_only_what_is_missing(pipeline):
     process.wait()
     left = assert_only_whole_objects(out, expected)
     assert ".partial/lock" in left  # a killed run cannot remove its lock: the rerun takes it over (same host, dead)
-    done = len(json.loads(left["manifest.json"])["files"]) // 3
+    done = len(json.loads(left["manifest.json"])["files"]) // 4
     rerun = ok(run_cli("create", "--input", f"{pipeline['runs']['bucket']}/sharded/wikicorpus_en", "--vocab",
                        pipeline["vocab"], "--out", out, *CREATE_FLAGS[:-1], "--json"))
     assert rerun["shards_created"] == SHARDS - done
@@ -233,7 +233,8 @@ def test_the_server_killed_mid_create_then_restarted_ends_in_the_same_bytes(pipe
         seaweedfs.start()
     lines = stderr.strip().splitlines()
     assert process.returncode == 1 and len(lines) == 1 and "Traceback" not in stderr, stderr
-    assert lines[0].startswith(f"bertprep create: error: {out}/"), lines[0]
+    # whichever object it was reading or writing when the server went: named, with the store's reason
+    assert lines[0].startswith(f"bertprep create: error: {pipeline['bucket']}/") and "connect" in lines[0], lines[0]
     assert_only_whole_objects(out, expected)
     ok(run_cli("create", "--input", f"{pipeline['runs']['bucket']}/sharded/wikicorpus_en", "--vocab",
                pipeline["vocab"], "--out", out, *CREATE_FLAGS))
@@ -254,7 +255,7 @@ def test_dask_workers_that_share_only_the_bucket_write_the_local_bytes(pipeline)
     s3().put_file(str(pipeline["vocab"]), key(vocab))
     # What the engine ships to the workers: ShardTasks, every path in them a URL.
     tasks = plan(CreateOptions(input=(shards,), vocab=vocab, out=out, dupe_factor=2,
-                               format="tfrecord,ofrecord,parquet"))[3]
+                               format="tfrecord,ofrecord,parquet,hdf5"))[3]
     for task in tasks:
         for name in ("source", "records_dir", "vocab_path"):
             assert getattr(task, name).startswith(f"{bucket}/"), (name, getattr(task, name))
