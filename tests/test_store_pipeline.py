@@ -213,8 +213,9 @@ def test_sigkill_mid_create_then_a_rerun_redoes_only_what_is_missing(pipeline):
     left = assert_only_whole_objects(out, expected)
     assert ".partial/lock" in left  # a killed run cannot remove its lock: the rerun takes it over (same host, dead)
     done = len(json.loads(left["manifest.json"])["files"]) // 4
-    rerun = ok(run_cli("create", "--input", f"{pipeline['runs']['bucket']}/sharded/wikicorpus_en", "--vocab",
-                       pipeline["vocab"], "--out", out, *CREATE_FLAGS[:-1], "--json"))
+    # the rerun names its inputs by a glob over the bucket: the same shards, so the finished ones are kept
+    rerun = ok(run_cli("create", "--input", f"{pipeline['runs']['bucket']}/sharded/wikicorpus_en/t*/*_[0-9].txt",
+                       "--vocab", pipeline["vocab"], "--out", out, *CREATE_FLAGS[:-1], "--json"))
     assert rerun["shards_created"] == SHARDS - done
     assert bucket_tree(records_dir) == expected
 
