@@ -251,21 +251,24 @@ def test_dask_workers_that_share_only_the_bucket_write_the_local_bytes(pipeline)
     distributed = pytest.importorskip("distributed")
     from bertprep.stages.create import CreateOptions, plan
 
-    bucket = pipeline["bucket"]
-    shards, vocab, out = f"{pipeline['runs']['bucket']}/sharded/wikicorpus_en", f"{bucket}/vocab.txt", f"{bucket}/dask"
+    bucket, done = pipeline["bucket"], pipeline["runs"]["bucket"]
+    work, vocab = f"{bucket}/dask-work", f"{bucket}/vocab.txt"
+    shards, out = f"{work}/sharded/wikicorpus_en", f"{work}/records"
     s3().put_file(str(pipeline["vocab"]), key(vocab))
-    # What the engine ships to the workers: ShardTasks, every path in them a URL.
-    tasks = plan(CreateOptions(input=(shards,), vocab=vocab, out=out, dupe_factor=2,
-                               format="tfrecord,ofrecord,parquet,hdf5"))[3]
-    for task in tasks:
-        for name in ("source", "records_dir", "vocab_path"):
-            assert getattr(task, name).startswith(f"{bucket}/"), (name, getattr(task, name))
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
                                   host="127.0.0.1") as cluster, distributed.Client(cluster) as client:
         directories = client.run(_enter_a_directory_of_its_own)
         assert len(set(directories.values())) == 2 and os.getcwd() not in directories.values()
-        ok(run_cli("create", "--engine", "dask", "--scheduler", cluster.scheduler_address, "--input", shards,
-                   "--vocab", vocab, "--out", out, *CREATE_FLAGS))
-    got = bucket_tree(f"{out}/{RECORDS.removeprefix('records/')}")
-    expected = records_of(pipeline)
-    assert rooted(got, vocab) == rooted(expected, pipeline["vocab"])
+        on_cluster = ("--engine", "dask", "--scheduler", cluster.scheduler_address)
+        ok(run_cli("shard", "--input", f"{done}/formatted/wikicorpus_en", "--out", shards, *SHARD_FLAGS, *on_cluster))
+        ok(run_cli("create", "--input", shards, "--vocab", vocab, "--out", out, *CREATE_FLAGS, *on_cluster))
+    assert bucket_tree(shards) == {name.removeprefix("sharded/wikicorpus_en/"): data
+                                   for name, data in bucket_tree(done).items() if name.startswith("sharded/")}
+    assert rooted(bucket_tree(f"{work}/{RECORDS}"), vocab, work) == rooted(records_of(pipeline), pipeline["vocab"], done)
+    # What the engine shipped to the workers: ShardTasks, every path in them a URL.
+    tasks = plan(CreateOptions(input=(shards,), vocab=vocab, out=out, dupe_factor=2,
+                               format="tfrecord,ofrecord,parquet,hdf5"))[3]
+    assert len(tasks) == SHARDS
+    for task in tasks:
+        for name in ("source", "records_dir", "vocab_path"):
+            assert getattr(task, name).startswith(f"{work}/") or getattr(task, name) == vocab, (name, task)

@@ -68,6 +68,11 @@ INPUT_SUFFIXES = (".jsonl", ".txt")
 # Corpora made of several formatted sources, as NVIDIA names them.
 COMBINED = {"books_wiki_en_corpus": ("bookcorpus", "wikicorpus_en")}
 SCRATCH = "split"  # in the staging directory: pass 1's per-input sentence files
+# Scratch objects in a bucket (Dask, output URL) are read by ranged requests: documents of one shard closer than
+# SCRATCH_GAP bytes share a request of at most SCRATCH_BLOCK bytes, SCRATCH_BATCH requests at a time.
+SCRATCH_GAP = 1 << 20
+SCRATCH_BLOCK = 64 << 20
+SCRATCH_BATCH = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,7 +197,7 @@ def split_input(task):
     index, path, scratch, fingerprinted = task
     stats = {"invalid_utf8_lines": 0, "empty_documents": 0, "input_bytes": storage.getsize(path)}
     sizes, sentence_counts, hashes, fingerprints = [], [], [], []
-    with open(scratch, "wb") as out:
+    with atomic_open(scratch, "wb") if storage.is_url(scratch) else open(scratch, "wb") as out:
         for text in iter_input_documents(path, stats):
             sentences = document_sentences(text)
             if not sentences:
@@ -336,23 +341,66 @@ def write_shard(task):
     path, staging, scratch_paths, files, offsets, sizes, sentences = task
     digest = hashlib.sha256()
     total = 0
+    read = _local_documents if not storage.is_url(scratch_paths[0]) else _object_documents
     with atomic_open(path, "wb", staging) as out:
-        current, handle = None, None
-        try:
-            for file_index, offset, size in zip(files.tolist(), offsets.tolist(), sizes.tolist()):
-                if file_index != current:
-                    if handle is not None:
-                        handle.close()
-                    handle, current = open(scratch_paths[file_index], "rb"), file_index
-                handle.seek(offset)
-                data = handle.read(size) + b"\n"
-                out.write(data)
-                digest.update(data)
-                total += len(data)
-        finally:
-            if handle is not None:
-                handle.close()
+        for document in read(scratch_paths, files.tolist(), offsets.tolist(), sizes.tolist()):
+            data = document + b"\n"
+            out.write(data)
+            digest.update(data)
+            total += len(data)
     return {"documents": len(sizes), "sentences": int(sentences.sum()), "bytes": total, "sha256": digest.hexdigest()}
+
+
+def _local_documents(scratch_paths, files, offsets, sizes):
+    """The bytes of each document (files[i], offsets[i], sizes[i]) from local scratch files, in order."""
+    current, handle = None, None
+    try:
+        for file_index, offset, size in zip(files, offsets, sizes):
+            if file_index != current:
+                if handle is not None:
+                    handle.close()
+                handle, current = open(scratch_paths[file_index], "rb"), file_index
+            handle.seek(offset)
+            yield handle.read(size)
+    finally:
+        if handle is not None:
+            handle.close()
+
+
+def _object_documents(scratch_paths, files, offsets, sizes):
+    """_local_documents from scratch objects: a shard's documents are in input order, so each scratch object's
+    run of them is read in merged ranged requests, front to back."""
+    for first, last in _runs(files):
+        starts = offsets[first:last]
+        yield from _ranged_reads(scratch_paths[files[first]], starts, [o + s for o, s in zip(starts, sizes[first:last])])
+
+
+def _runs(values):
+    """(first, last + 1) of each run of equal consecutive values."""
+    first = 0
+    for i in range(1, len(values) + 1):
+        if i == len(values) or values[i] != values[first]:
+            yield first, i
+            first = i
+
+
+def _ranged_reads(url, starts, ends):
+    """Bytes [start, end) of the object `url` for each ascending range, fetched as merged ranged requests."""
+    from fsspec.utils import merge_offset_ranges
+
+    fs, inner = storage.filesystem(url)
+    _paths, block_starts, block_ends = merge_offset_ranges([inner] * len(starts), starts, ends, max_gap=SCRATCH_GAP,
+                                                           max_block=SCRATCH_BLOCK, sort=False)
+    document = 0
+    for first in range(0, len(block_starts), SCRATCH_BATCH):
+        batch = range(first, min(first + SCRATCH_BATCH, len(block_starts)))
+        with storage.errors_named(url):
+            blocks = fs.cat_ranges([inner] * len(batch), [block_starts[i] for i in batch],
+                                   [block_ends[i] for i in batch], on_error="raise")
+        for i, block in zip(batch, blocks):
+            while document < len(starts) and ends[document] <= block_ends[i]:
+                yield block[starts[document] - block_starts[i]:ends[document] - block_starts[i]]
+                document += 1
 
 
 def spread(sizes):
@@ -398,7 +446,7 @@ def shard(options: ShardOptions | None = None, /, *, quiet: bool = True, **field
         start = time.monotonic()
         if previous is not None:
             storage.remove(storage.join(out, MANIFEST))  # nothing may look complete while shards are rewritten
-        with scratch_directory(staging) as scratch_dir, open_engine(options.engine) as engine:
+        with scratch_directory(staging, options.engine) as scratch_dir, open_engine(options.engine) as engine:
             manifest = _shard(options, engine, corpus, inputs, input_list, out, staging, scratch_dir, params,
                               progress)
         progress.close()
@@ -409,20 +457,29 @@ def shard(options: ShardOptions | None = None, /, *, quiet: bool = True, **field
 
 
 @contextlib.contextmanager
-def scratch_directory(staging):
-    """Where pass 1 writes its sentence files: `staging`/split (cleared with the staging directory), or for an
-    output URL, whose staging is no directory, a local temporary in the spool directory (BERTPREP_SPOOL: a
-    directory every worker of a remote Dask cluster sees)."""
+def scratch_directory(staging, engine):
+    """Where pass 1 writes its sentence files: `staging`/split (cleared with the staging directory). For an
+    output URL, whose staging is no directory: with Dask, whose workers may share nothing but the bucket,
+    `staging`/split in the bucket (removed at the end, and at the start after a killed run); otherwise a local
+    temporary in the spool directory."""
     if not storage.is_url(staging):
         os.makedirs(os.path.join(staging, SCRATCH))
         yield os.path.join(staging, SCRATCH)
-        return
-    with tempfile.TemporaryDirectory(prefix="bertprep-shard-", dir=storage.spool_dir()) as directory:
-        yield directory
+    elif engine.engine == "dask":
+        scratch = storage.join(staging, SCRATCH)
+        storage.rmtree(scratch)
+        try:
+            yield scratch
+        finally:
+            with contextlib.suppress(OSError):
+                storage.rmtree(scratch)
+    else:
+        with tempfile.TemporaryDirectory(prefix="bertprep-shard-", dir=storage.spool_dir()) as directory:
+            yield directory
 
 
 def _shard(options, engine, corpus, inputs, input_list, out, staging, scratch_dir, params, progress):
-    scratch_paths = [os.path.join(scratch_dir, f"{i:06d}.txt") for i in range(len(inputs))]
+    scratch_paths = [storage.join(scratch_dir, f"{i:06d}.txt") for i in range(len(inputs))]
     results = [None] * len(inputs)
     stats = {"invalid_utf8_lines": 0, "empty_documents": 0, "input_bytes": 0}
     first_invalid = None
