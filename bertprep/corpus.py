@@ -25,7 +25,8 @@ def read_text(path, expected="input must be UTF-8 text, one sentence per line"):
     except UnicodeDecodeError as exc:
         line = raw.count(b"\n", 0, exc.start) + 1
         column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise DataError(f"{storage.display(path)}:{line}: not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column {column}); "
+        where = f"{storage.display(path)}:{line}"
+        raise DataError(f"{where}: not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column {column}); "
                         f"{expected}") from None
 
 

@@ -167,8 +167,9 @@ def records_of(pipeline):
 
 
 def start_create(pipeline, out, *extra):
-    argv = [sys.executable, "-m", "bertprep", "create", "--input", f"{pipeline['runs']['bucket']}/sharded/wikicorpus_en",
-            "--vocab", str(pipeline["vocab"]), "--out", out, *CREATE_FLAGS, *extra]
+    argv = [sys.executable, "-m", "bertprep", "create", "--input",
+            f"{pipeline['runs']['bucket']}/sharded/wikicorpus_en", "--vocab", str(pipeline["vocab"]), "--out", out,
+            *CREATE_FLAGS, *extra]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)
@@ -264,7 +265,8 @@ def test_dask_workers_that_share_only_the_bucket_write_the_local_bytes(pipeline)
         ok(run_cli("create", "--input", shards, "--vocab", vocab, "--out", out, *CREATE_FLAGS, *on_cluster))
     assert bucket_tree(shards) == {name.removeprefix("sharded/wikicorpus_en/"): data
                                    for name, data in bucket_tree(done).items() if name.startswith("sharded/")}
-    assert rooted(bucket_tree(f"{work}/{RECORDS}"), vocab, work) == rooted(records_of(pipeline), pipeline["vocab"], done)
+    records = rooted(bucket_tree(f"{work}/{RECORDS}"), vocab, work)
+    assert records == rooted(records_of(pipeline), pipeline["vocab"], done)
     # What the engine shipped to the workers: ShardTasks, every path in them a URL.
     tasks = plan(CreateOptions(input=(shards,), vocab=vocab, out=out, dupe_factor=2,
                                format="tfrecord,ofrecord,parquet,hdf5"))[3]

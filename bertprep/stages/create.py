@@ -437,8 +437,8 @@ def plan(options):
             input_values = [storage.join(sharded, corpora[0])]
             notes.append(f"input: {storage.display(input_values[0])}")
         elif len(corpora) > 1:
-            raise UsageError(f"{storage.display(sharded)} holds several corpora ({', '.join(corpora)}): pick one with --corpus or "
-                             "--input")
+            raise UsageError(f"{storage.display(sharded)} holds several corpora ({', '.join(corpora)}): pick one "
+                             "with --corpus or --input")
         else:
             corpus_path, sample_vocab = sample_paths()
             input_values = [corpus_path]
@@ -531,13 +531,14 @@ def shard_stage_settings(inputs):
     directory = directories.pop()
     manifest = load_manifest(directory)
     if manifest is None or manifest.get("stage") != "shard":
-        raise UsageError(f"--layout nvidia: {storage.display(directory)} has no manifest of `bertprep shard`, which gives the shard "
-                         "count and test split in NVIDIA's directory name; shard the corpus with `bertprep shard`")
+        raise UsageError(f"--layout nvidia: {storage.display(directory)} has no manifest of `bertprep shard`, which "
+                         "gives the shard count and test split in NVIDIA's directory name; shard the corpus with "
+                         "`bertprep shard`")
     params = manifest.get("params") or {}
     train_shards, test_fraction = params.get("train_shards"), params.get("test_fraction")
     if not isinstance(train_shards, int) or not isinstance(test_fraction, (int, float)):
-        raise DataError(f"{storage.display(storage.join(directory, 'manifest.json'))}: damaged manifest (no train_shards and "
-                        "test_fraction in params); rerun `bertprep shard`")
+        raise DataError(f"{storage.display(storage.join(directory, 'manifest.json'))}: damaged manifest (no "
+                        "train_shards and test_fraction in params); rerun `bertprep shard`")
     return train_shards, test_fraction
 
 

@@ -127,13 +127,14 @@ def resolve_inputs(workdir, inputs, corpus):
         if corpus is None:
             if len(available) != 1:
                 found = ", ".join(available) or "none"
-                raise UsageError(f"{storage.display(formatted)}: choose a corpus with --corpus or give --input (formatted corpora: "
-                                 f"{found})")
+                raise UsageError(f"{storage.display(formatted)}: choose a corpus with --corpus or give --input "
+                                 f"(formatted corpora: {found})")
             corpus = available[0]
         parts = COMBINED.get(corpus, (corpus,)) if corpus not in available else (corpus,)
         missing = [p for p in parts if p not in available]
         if missing:
-            raise UsageError(f"{storage.display(formatted)}: no formatted corpus {', '.join(missing)} (run `bertprep download` first or "
+            raise UsageError(f"{storage.display(formatted)}: no formatted corpus {', '.join(missing)} (run "
+                             "`bertprep download` first or "
                              "give --input)")
         paths = [storage.join(formatted, p) for p in parts]
     files = [f for path in paths for f in input_files(path)]
@@ -372,7 +373,8 @@ def _object_documents(scratch_paths, files, offsets, sizes):
     run of them is read in merged ranged requests, front to back."""
     for first, last in _runs(files):
         starts = offsets[first:last]
-        yield from _ranged_reads(scratch_paths[files[first]], starts, [o + s for o, s in zip(starts, sizes[first:last])])
+        ends = [offset + size for offset, size in zip(starts, sizes[first:last])]
+        yield from _ranged_reads(scratch_paths[files[first]], starts, ends)
 
 
 def _runs(values):
@@ -502,8 +504,7 @@ def _shard(options, engine, corpus, inputs, input_list, out, staging, scratch_di
     files = np.concatenate([np.full(len(r[0]), i, np.int64) for i, r in enumerate(results)])
     offsets = np.concatenate([np.cumsum(r[0]) - r[0] for r in results])
     if sizes.size == 0:
-        raise DataError(f"{', '.join(map(storage.display, inputs[:3]))}{' ...' if len(inputs) > 3 else ''}: no "
-                        "document with any sentence")
+        raise DataError(f"{_named_inputs(inputs)}: no document with any sentence")
     if fingerprinted:
         test_mask, training_mask, eval_report = _eval_split(options, results, inputs, files, offsets)
     else:
@@ -544,15 +545,19 @@ def _shard(options, engine, corpus, inputs, input_list, out, staging, scratch_di
     }
 
 
+def _named_inputs(inputs):
+    """The first three inputs for a message, as shown (URLs without credentials)."""
+    return ", ".join(map(storage.display, inputs[:3])) + (" ..." if len(inputs) > 3 else "")
+
+
 def _eval_split(options, results, inputs, files, offsets):
     """(test mask, training mask, the manifest's "eval" entry) for --eval-documents: the seeded evaluation
     documents are the test split, and training loses every exact or near duplicate of one of them."""
     fingerprints = [f for r in results for f in r[3]]
     eval_mask = choose_eval(options.eval_documents, len(fingerprints), options.eval_seed)
     if eval_mask is None:
-        raise DataError(f"{', '.join(map(storage.display, inputs[:3]))}{' ...' if len(inputs) > 3 else ''}: --eval-documents "
-                        f"{options.eval_documents} needs more documents than the {len(fingerprints)} with sentences "
-                        "(at least one must stay for training)")
+        raise DataError(f"{_named_inputs(inputs)}: --eval-documents {options.eval_documents} needs more documents "
+                        f"than the {len(fingerprints)} with sentences (at least one must stay for training)")
     duplicates = eval_duplicates(fingerprints, eval_mask)
     first = np.concatenate([[0], np.cumsum([len(r[0]) for r in results])])
 
