@@ -110,6 +110,16 @@ def test_a_second_run_into_the_bucket_is_already_complete(pipeline):
     assert bucket_tree(bucket) == before
 
 
+def test_an_object_of_the_listed_size_but_other_bytes_is_redone(pipeline):
+    bucket, vocab = pipeline["runs"]["bucket"], pipeline["vocab"]
+    before = bucket_tree(bucket)
+    changed = f"{RECORDS}/tfrecord/training/wikicorpus_en_training_0.tfrecord"
+    s3().pipe_file(key(f"{bucket}/{changed}"), before[changed][::-1])  # what a store without rename could hold
+    create = ok(run_cli(*stage_args("create", bucket, vocab), "--json"))
+    assert create["shards_created"] == 1
+    assert bucket_tree(bucket) == before
+
+
 def test_file_urls_are_local_paths(pipeline, tmp_path):
     local = pipeline["runs"]["local"]
     out = tmp_path / "out"
