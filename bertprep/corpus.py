@@ -19,13 +19,14 @@ def read_text(path, expected="input must be UTF-8 text, one sentence per line"):
         with storage.open(path, "rb") as f:  # a URL too (streamed)
             raw = f.read()
     except OSError as exc:
-        raise DataError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        raise DataError(f"{storage.display(path)}: cannot read: {exc.strerror or exc}") from None
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw.count(b"\n", 0, exc.start) + 1
         column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise DataError(f"{path}:{line}: not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column {column}); "
+        where = f"{storage.display(path)}:{line}"
+        raise DataError(f"{where}: not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column {column}); "
                         f"{expected}") from None
 
 

@@ -4,11 +4,13 @@ for the messages. The callers say what a value must be, and what a line that is 
 
 import json
 
+from bertprep import storage
+
 
 def json_lines(path, not_json):
     """(line number, value) of each non-blank line of `path`; a line that is not JSON raises what
     `not_json(line number, the ValueError)` returns."""
-    with open(path, "rb") as f:
+    with storage.open(path, "rb") as f:  # a URL too (streamed)
         for number, line in enumerate(f, 1):
             if not line.strip():
                 continue

@@ -128,7 +128,41 @@ def filesystem(url):
                          "or a local path)") from None
     with errors_named(url):
         fs, inner = fsspec.core.url_to_fs(url)
+    _OPENED.add(fs)
     return fs, inner
+
+
+_OPENED = weakref.WeakSet()  # the filesystems this process used: a forked child must leave their connections be
+
+
+def _leave_inherited_connections():
+    """In a forked child (a local engine's worker): never close the connections of the parent's filesystems.
+
+    Their sockets are registered in the parent's event loop's epoll, which the child shares: a child that
+    closes them when it drops the parent's instances (its finalizer `close_session`) unregisters the parent's
+    sockets, and the parent's next request waits forever. The child makes its own filesystems (fsspec keys
+    its cache by pid); the inherited ones are left unclosed until the child exits.
+    """
+    inherited = {id(fs) for fs in _OPENED}
+    for finalizer in list(weakref.finalize._registry):  # noqa: SLF001 - the only list of finalizers there is
+        alive = finalizer.peek()
+        if alive and id(alive[0]) in inherited:
+            finalizer.detach()
+    _INHERITED.extend(_OPENED)  # kept referenced: nothing of theirs runs in the child
+    _OPENED.clear()
+
+
+_INHERITED = []
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_leave_inherited_connections)
+
+
+def check_schemes(*paths):
+    """A UsageError (exit 2) naming the first URL among `paths` whose scheme no installed filesystem handles,
+    before a stage reads or writes anything; local paths and None pass."""
+    for path in paths:
+        if path is not None and is_url(path):
+            filesystem(path)
 
 
 @contextlib.contextmanager

@@ -23,7 +23,6 @@ finished shards and redoes the rest. A run holds its records directory:
 a second run into the same one is refused.
 """
 
-import contextlib
 import glob
 import hashlib
 import json
@@ -35,7 +34,7 @@ from importlib import resources
 
 import numpy as np
 
-from bertprep import __version__, formats
+from bertprep import __version__, formats, storage
 from bertprep.atomic import atomic_open, check_distinct_outputs, hold, staging_dir
 from bertprep.corpus import read_text, tokenize_corpus
 from bertprep.engines import EngineOptions, open_engine
@@ -49,6 +48,7 @@ from bertprep.tokenization import LineTokenizer, load_vocab, resolve_vocab_path
 from bertprep.workdir import (
     SPLITS,
     check_corpus_name,
+    file_matches,
     load_manifest,
     nvidia_dirname,
     params_dirname,
@@ -95,6 +95,7 @@ class CreateOptions:
 
     def __post_init__(self):
         normalise_paths(self, "input", "vocab", "out", "workdir")
+        storage.check_schemes(self.out, self.workdir, self.vocab, *(self.input or ()))
         for name, value, choices in (("--layout", self.layout, LAYOUTS), ("--masking", self.masking, MASKINGS)):
             if value not in choices:
                 raise UsageError(f"{name} must be one of {', '.join(choices)}, not {value!r}")
@@ -171,9 +172,16 @@ _TOKENIZERS = {}  # (vocab path, lower_case) -> (LineTokenizer, MaskingVocab), p
 def _tokenizer_and_vocab(vocab_path, lower_case, vocab=None):
     key = (vocab_path, lower_case)
     if key not in _TOKENIZERS:
-        vocab = vocab or load_vocab(vocab_path)
+        vocab = vocab or read_vocab(vocab_path)
         _TOKENIZERS[key] = (LineTokenizer(vocab, lower_case).warmed(), MaskingVocab.from_vocab(vocab))
     return _TOKENIZERS[key]
+
+
+def read_vocab(path):
+    """load_vocab of a vocab.txt path or URL (a Dask worker that sees no shared disk reads the bucket's), its
+    path kept as given: a URL in display form."""
+    vocab = load_vocab(path)
+    return replace(vocab, path=storage.display(path)) if storage.is_url(path) else vocab
 
 
 def shard_instances(task):
@@ -181,7 +189,7 @@ def shard_instances(task):
     tokenizer, masking_vocab = _tokenizer_and_vocab(task.vocab_path, task.lower_case)
     corpus = tokenize_corpus(read_text(task.source), tokenizer)
     if corpus.num_documents == 0:
-        raise DataError(f"{task.source}: no documents (every line is blank or tokenizes to nothing)")
+        raise DataError(f"{storage.display(task.source)}: no documents (every line is blank or tokenizes to nothing)")
     instances = create_instances(corpus, task.params, masking_vocab, task.seed)
     return instances if task.limit is None else first_instances(instances, task.limit)
 
@@ -206,7 +214,7 @@ def limit_test_split(tasks, count, engine):
     counts = dict(engine.run(count_instances, test, describe=lambda task: task.source))
     total = sum(counts.values())
     if total < count:
-        where = os.path.dirname(test[0].source) if test else "the inputs"
+        where = storage.display(os.path.dirname(test[0].source)) if test else "the inputs"
         raise DataError(f"{where}: the test split holds {total:,} instances, fewer than --eval-samples {count:,}")
     limited, left = [], count
     for task in tasks:
@@ -224,8 +232,7 @@ def remove_stale_outputs(records_dir, previous_files, wanted, progress):
     find only what the new manifest lists."""
     stale = sorted(rel for rel in previous_files if rel not in wanted)
     for relative in stale:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(os.path.join(records_dir, relative))
+        storage.remove(storage.join(records_dir, relative))
     if stale:
         progress.note(f"removed {len(stale)} file(s) of an earlier run that this run does not write")
 
@@ -235,7 +242,7 @@ def create_shard(task):
     instances = shard_instances(task)
     entries = {}
     for fmt, relative in task.output_paths().items():
-        path = os.path.join(task.records_dir, relative)
+        path = storage.join(task.records_dir, relative)
         if fmt in columnar.CODECS:
             if task.masking == "dynamic":
                 kind, columns = UNMASKED, unmasked_columns(instances, unmasked_tokens(instances), 0, len(instances),
@@ -249,7 +256,7 @@ def create_shard(task):
         entries[relative] = {
             "format": fmt,
             "split": task.split,
-            "source": task.source,
+            "source": storage.display(task.source),
             "source_sha256": task.source_sha256,
             "seed": task.seed,
             "settings": task.settings_key,
@@ -347,30 +354,31 @@ def discover_inputs(values):
     """[(path, split)] for files, globs and directories; a directory's training/ and test/ are the splits."""
     found = []
     for value in values:
-        if os.path.isdir(value):
-            split_dirs = [s for s in SPLITS if os.path.isdir(os.path.join(value, s))]
+        if storage.isdir(value):
+            split_dirs = [s for s in SPLITS if storage.isdir(storage.join(value, s))]
             if split_dirs:
                 for split in split_dirs:
-                    files = sorted(glob.glob(os.path.join(value, split, "*.txt")), key=_natural_key)
+                    files = sorted(storage.glob(storage.join(value, split, "*.txt")), key=_natural_key)
                     found.extend((f, split) for f in files)
             else:
-                files = sorted(glob.glob(os.path.join(value, "*.txt")), key=_natural_key)
+                files = sorted(storage.glob(storage.join(value, "*.txt")), key=_natural_key)
                 found.extend((f, _split_of(f)) for f in files)
                 if not files:
-                    raise DataError(f"{value}: directory holds no *.txt shards (nor training/ or test/ subdirectories)")
-        elif os.path.exists(value):
+                    raise DataError(f"{storage.display(value)}: directory holds no *.txt shards (nor training/ or "
+                                    "test/ subdirectories)")
+        elif storage.exists(value):
             found.append((value, _split_of(value)))
         elif glob.has_magic(value):
-            files = sorted(glob.glob(value), key=_natural_key)
+            files = sorted(storage.glob(value), key=_natural_key)
             if not files:
-                raise DataError(f"{value}: the pattern matches no file")
-            found.extend((f, _split_of(f)) for f in files if os.path.isfile(f))
+                raise DataError(f"{storage.display(value)}: the pattern matches no file")
+            found.extend((f, _split_of(f)) for f in files if storage.isfile(f))
         else:
-            raise DataError(f"{value}: input not found")
+            raise DataError(f"{storage.display(value)}: input not found")
     seen = set()
     unique = []
     for path, split in found:
-        path = os.path.abspath(path)
+        path = storage.absolute(path)
         if path not in seen:
             seen.add(path)
             unique.append((path, split))
@@ -378,7 +386,7 @@ def discover_inputs(values):
 
 
 def _split_of(path):
-    parent = os.path.basename(os.path.dirname(os.path.abspath(path)))
+    parent = os.path.basename(os.path.dirname(storage.absolute(path)))
     return parent if parent in SPLITS else "training"
 
 
@@ -401,7 +409,7 @@ def check_input(path):
     """sha256 of a shard, after checking it is UTF-8 and holds a non-blank line (errors name file and line)."""
     text = read_text(path)
     if not text.strip():
-        raise DataError(f"{path}: no documents (the file is empty or blank)")
+        raise DataError(f"{storage.display(path)}: no documents (the file is empty or blank)")
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
@@ -420,17 +428,17 @@ def plan(options):
     input_values = options.input
     vocab_value = options.vocab
     if not input_values:
-        sharded = os.path.join(workdir, "sharded")
-        corpora = sorted(d for d in os.listdir(sharded)
-                         if os.path.isdir(os.path.join(sharded, d))) if os.path.isdir(sharded) else []
+        sharded = storage.join(workdir, "sharded")
+        corpora = sorted(d for d in storage.listdir(sharded)
+                         if storage.isdir(storage.join(sharded, d))) if storage.isdir(sharded) else []
         if options.corpus and options.corpus in corpora:
             corpora = [options.corpus]
         if len(corpora) == 1:
-            input_values = [os.path.join(sharded, corpora[0])]
-            notes.append(f"input: {input_values[0]}")
+            input_values = [storage.join(sharded, corpora[0])]
+            notes.append(f"input: {storage.display(input_values[0])}")
         elif len(corpora) > 1:
-            raise UsageError(f"{sharded} holds several corpora ({', '.join(corpora)}): pick one with --corpus or "
-                             "--input")
+            raise UsageError(f"{storage.display(sharded)} holds several corpora ({', '.join(corpora)}): pick one "
+                             "with --corpus or --input")
         else:
             corpus_path, sample_vocab = sample_paths()
             input_values = [corpus_path]
@@ -438,12 +446,13 @@ def plan(options):
             notes.append("no --input: using the embedded sample corpus and its vocab (offline demo data)")
     if not vocab_value:
         raise UsageError("--vocab is required: a vocab.txt path or a hub model id such as bert-base-uncased")
-    vocab = load_vocab(resolve_vocab_path(vocab_value))
+    vocab = read_vocab(vocab_value if storage.is_url(vocab_value) else
+                       resolve_vocab_path(storage.local_path(vocab_value)))
     # Built once here: forked local workers inherit them instead of each loading the vocab again.
     _tokenizer_and_vocab(vocab.path, options.lower_case, vocab)
     inputs = discover_inputs(input_values)
     if not inputs:
-        raise DataError(f"{' '.join(input_values)}: no input shards found")
+        raise DataError(f"{' '.join(map(storage.display, input_values))}: no input shards found")
     corpus = options.corpus or _corpus_name(inputs)
     params = InstanceParams(
         max_seq_length=options.seq,
@@ -488,7 +497,7 @@ def plan(options):
                 masking=options.masking,
             )
         )
-    check_distinct_outputs((task.source, os.path.join(records_dir, path)) for task in tasks
+    check_distinct_outputs((task.source, storage.join(records_dir, path)) for task in tasks
                            for path in task.output_paths().values())
     warnings = layout_warnings(tasks, options.min_parts)
     if vocab.duplicates_warning():
@@ -503,12 +512,13 @@ def records_directory(options, workdir, corpus, inputs):
         train_shards, test_fraction = shard_stage_settings(inputs)
         name = nvidia_dirname(options.seq, options.pred, options.masked_lm_prob, options.seed, options.dupe_factor,
                               lower_case, options.whole_word_mask, train_shards, test_fraction)
-        return os.path.join(os.path.abspath(options.out or workdir), "tfrecord", name, corpus)
+        return storage.join(storage.absolute(options.out or workdir), "tfrecord", name, corpus)
     name = params_dirname(options.seq, options.pred, options.masked_lm_prob, options.seed, options.dupe_factor,
                           lower_case, options.whole_word_mask)
     if options.masking == "dynamic":  # not NVIDIA's: its records are masked
         name += "_dynamic_masking"
-    return os.path.join(os.path.abspath(options.out) if options.out else os.path.join(workdir, "records"), name, corpus)
+    return storage.join(storage.absolute(options.out) if options.out else storage.join(workdir, "records"), name,
+                        corpus)
 
 
 def shard_stage_settings(inputs):
@@ -521,13 +531,14 @@ def shard_stage_settings(inputs):
     directory = directories.pop()
     manifest = load_manifest(directory)
     if manifest is None or manifest.get("stage") != "shard":
-        raise UsageError(f"--layout nvidia: {directory} has no manifest of `bertprep shard`, which gives the shard "
-                         "count and test split in NVIDIA's directory name; shard the corpus with `bertprep shard`")
+        raise UsageError(f"--layout nvidia: {storage.display(directory)} has no manifest of `bertprep shard`, which "
+                         "gives the shard count and test split in NVIDIA's directory name; shard the corpus with "
+                         "`bertprep shard`")
     params = manifest.get("params") or {}
     train_shards, test_fraction = params.get("train_shards"), params.get("test_fraction")
     if not isinstance(train_shards, int) or not isinstance(test_fraction, (int, float)):
-        raise DataError(f"{os.path.join(directory, 'manifest.json')}: damaged manifest (no train_shards and "
-                        "test_fraction in params); rerun `bertprep shard`")
+        raise DataError(f"{storage.display(storage.join(directory, 'manifest.json'))}: damaged manifest (no "
+                        "train_shards and test_fraction in params); rerun `bertprep shard`")
     return train_shards, test_fraction
 
 
@@ -548,16 +559,13 @@ def layout_warnings(tasks, min_parts):
 
 def is_complete(task, manifest_files):
     """A shard is done when each of its outputs has a manifest entry for the same source and flags
-    (and the counts the summary reads) and a file of the recorded size."""
+    (and the counts the summary reads) and a file of the recorded size (an object: and sha256)."""
     for relative in task.output_paths().values():
         entry = manifest_files.get(relative)
         if (not entry or entry.get("source_sha256") != task.source_sha256 or entry.get("settings") != task.settings_key
                 or "instances" not in entry):
             return False
-        try:
-            if os.path.getsize(os.path.join(task.records_dir, relative)) != entry.get("bytes"):
-                return False
-        except OSError:
+        if not file_matches(storage.join(task.records_dir, relative), entry):
             return False
     return True
 
@@ -604,7 +612,7 @@ def create(options: CreateOptions | None = None, /, *, quiet: bool = True, **fie
     summary["warnings"] = warnings
     if options.eval_samples:  # absent otherwise: today's --json
         summary["eval_samples"] = options.eval_samples
-    rows = [("records", records_dir)]
+    rows = [("records", storage.display(records_dir))]
     for split, count in summary["instances"].items():
         rows.append((f"instances ({split})", f"{count:,}"))
     if options.eval_samples:
@@ -646,7 +654,7 @@ def summarize(records_dir, manifest, tasks, seconds, created):
                 counted.add(task.source)
                 instances[task.split] = instances.get(task.split, 0) + entry["instances"]
     return {
-        "records_dir": records_dir,
+        "records_dir": storage.display(records_dir),
         "instances": instances,
         "files": sum(len(t.output_paths()) for t in tasks),
         "bytes": total_bytes,

@@ -35,16 +35,18 @@ valid UTF-8 is decoded with U+FFFD replacement and counted; documents left
 with no sentence (markup-only pages, blank texts) are dropped and counted.
 """
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
 import heapq
 import os
+import tempfile
 import time
 
 import numpy as np
 
-from bertprep import __version__
+from bertprep import __version__, storage
 from bertprep.atomic import atomic_open, hold, sha256_file, walk
 from bertprep.engines import EngineOptions, open_engine
 from bertprep.errors import DataError, UsageError
@@ -54,7 +56,9 @@ from bertprep.workdir import (
     MANIFEST,
     SPLITS,
     check_corpus_name,
+    file_matches,
     load_manifest,
+    names_in,
     resolve_workdir,
     save_manifest,
     stage_dir,
@@ -64,6 +68,11 @@ INPUT_SUFFIXES = (".jsonl", ".txt")
 # Corpora made of several formatted sources, as NVIDIA names them.
 COMBINED = {"books_wiki_en_corpus": ("bookcorpus", "wikicorpus_en")}
 SCRATCH = "split"  # in the staging directory: pass 1's per-input sentence files
+# Scratch objects in a bucket (Dask, output URL) are read by ranged requests: documents of one shard closer than
+# SCRATCH_GAP bytes share a request of at most SCRATCH_BLOCK bytes, SCRATCH_BATCH requests at a time.
+SCRATCH_GAP = 1 << 20
+SCRATCH_BLOCK = 64 << 20
+SCRATCH_BATCH = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,6 +97,7 @@ class ShardOptions:
 
     def __post_init__(self):
         normalise_paths(self, "input", "out", "workdir")
+        storage.check_schemes(self.out, self.workdir, *(self.input or ()))
         if self.train_shards < 1 or self.test_shards < 1:
             raise UsageError("--train-shards and --test-shards must be at least 1")
         if not 0 <= self.test_fraction < 1:
@@ -105,59 +115,60 @@ def resolve_inputs(workdir, inputs, corpus):
     """(corpus name, sorted input files)."""
     if inputs:
         if corpus is None:
-            if len(inputs) == 1 and os.path.isdir(inputs[0]):
-                corpus = os.path.basename(os.path.normpath(inputs[0]))
+            if len(inputs) == 1 and storage.isdir(inputs[0]):
+                corpus = os.path.basename(storage.normpath(inputs[0]))
             else:
                 raise UsageError("--corpus is required with several --input paths or a file input")
         paths = inputs
     else:
         formatted = stage_dir(workdir, "formatted")
-        available = sorted(d for d in os.listdir(formatted)
-                           if os.path.isdir(os.path.join(formatted, d))) if os.path.isdir(formatted) else []
+        available = sorted(d for d in storage.listdir(formatted)
+                           if storage.isdir(storage.join(formatted, d))) if storage.isdir(formatted) else []
         if corpus is None:
             if len(available) != 1:
                 found = ", ".join(available) or "none"
-                raise UsageError(f"{formatted}: choose a corpus with --corpus or give --input (formatted corpora: "
-                                 f"{found})")
+                raise UsageError(f"{storage.display(formatted)}: choose a corpus with --corpus or give --input "
+                                 f"(formatted corpora: {found})")
             corpus = available[0]
         parts = COMBINED.get(corpus, (corpus,)) if corpus not in available else (corpus,)
         missing = [p for p in parts if p not in available]
         if missing:
-            raise UsageError(f"{formatted}: no formatted corpus {', '.join(missing)} (run `bertprep download` first or "
+            raise UsageError(f"{storage.display(formatted)}: no formatted corpus {', '.join(missing)} (run "
+                             "`bertprep download` first or "
                              "give --input)")
-        paths = [os.path.join(formatted, p) for p in parts]
+        paths = [storage.join(formatted, p) for p in parts]
     files = [f for path in paths for f in input_files(path)]
     return check_corpus_name(corpus), files
 
 
 def input_files(path):
     """The absolute input files of one --input: a directory's .jsonl/.txt files (sorted), or the file itself."""
-    if os.path.isdir(path):
+    if storage.isdir(path):
         found = sorted(
-            os.path.join(root, name)
+            storage.join(root, name)
             for root, _dirs, names in walk(path)
             for name in names
             if name.endswith(INPUT_SUFFIXES) and not name.startswith(".")
         )
         if not found:
-            raise UsageError(f"{path}: no .jsonl or .txt input files")
-        return [os.path.abspath(f) for f in found]
-    if os.path.isfile(path):
-        return [os.path.abspath(path)]
-    raise UsageError(f"--input {path}: no such file or directory")
+            raise UsageError(f"{storage.display(path)}: no .jsonl or .txt input files")
+        return [storage.absolute(f) for f in found]
+    if storage.isfile(path):
+        return [storage.absolute(path)]
+    raise UsageError(f"--input {storage.display(path)}: no such file or directory")
 
 
 def iter_text_documents(path, stats):
     """Blank-line separated documents of a text file, as strings of paragraph lines."""
     lines = []
-    with open(path, "rb") as f:
+    with storage.open(path, "rb") as f:
         for number, raw in enumerate(f, 1):
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError:
                 line = raw.decode("utf-8", errors="replace")
                 stats["invalid_utf8_lines"] += 1
-                stats.setdefault("first_invalid_utf8", f"{path}:{number}")
+                stats.setdefault("first_invalid_utf8", f"{storage.display(path)}:{number}")
             if line.strip():
                 lines.append(line.strip())
             elif lines:
@@ -185,9 +196,9 @@ def split_input(task):
     from bertprep.sentences import document_sentences
 
     index, path, scratch, fingerprinted = task
-    stats = {"invalid_utf8_lines": 0, "empty_documents": 0, "input_bytes": os.path.getsize(path)}
+    stats = {"invalid_utf8_lines": 0, "empty_documents": 0, "input_bytes": storage.getsize(path)}
     sizes, sentence_counts, hashes, fingerprints = [], [], [], []
-    with open(scratch, "wb") as out:
+    with atomic_open(scratch, "wb") if storage.is_url(scratch) else open(scratch, "wb") as out:
         for text in iter_input_documents(path, stats):
             sentences = document_sentences(text)
             if not sentences:
@@ -330,23 +341,67 @@ def write_shard(task):
     path, staging, scratch_paths, files, offsets, sizes, sentences = task
     digest = hashlib.sha256()
     total = 0
+    read = _local_documents if not storage.is_url(scratch_paths[0]) else _object_documents
     with atomic_open(path, "wb", staging) as out:
-        current, handle = None, None
-        try:
-            for file_index, offset, size in zip(files.tolist(), offsets.tolist(), sizes.tolist()):
-                if file_index != current:
-                    if handle is not None:
-                        handle.close()
-                    handle, current = open(scratch_paths[file_index], "rb"), file_index
-                handle.seek(offset)
-                data = handle.read(size) + b"\n"
-                out.write(data)
-                digest.update(data)
-                total += len(data)
-        finally:
-            if handle is not None:
-                handle.close()
+        for document in read(scratch_paths, files.tolist(), offsets.tolist(), sizes.tolist()):
+            data = document + b"\n"
+            out.write(data)
+            digest.update(data)
+            total += len(data)
     return {"documents": len(sizes), "sentences": int(sentences.sum()), "bytes": total, "sha256": digest.hexdigest()}
+
+
+def _local_documents(scratch_paths, files, offsets, sizes):
+    """The bytes of each document (files[i], offsets[i], sizes[i]) from local scratch files, in order."""
+    current, handle = None, None
+    try:
+        for file_index, offset, size in zip(files, offsets, sizes):
+            if file_index != current:
+                if handle is not None:
+                    handle.close()
+                handle, current = open(scratch_paths[file_index], "rb"), file_index
+            handle.seek(offset)
+            yield handle.read(size)
+    finally:
+        if handle is not None:
+            handle.close()
+
+
+def _object_documents(scratch_paths, files, offsets, sizes):
+    """_local_documents from scratch objects: a shard's documents are in input order, so each scratch object's
+    run of them is read in merged ranged requests, front to back."""
+    for first, last in _runs(files):
+        starts = offsets[first:last]
+        ends = [offset + size for offset, size in zip(starts, sizes[first:last])]
+        yield from _ranged_reads(scratch_paths[files[first]], starts, ends)
+
+
+def _runs(values):
+    """(first, last + 1) of each run of equal consecutive values."""
+    first = 0
+    for i in range(1, len(values) + 1):
+        if i == len(values) or values[i] != values[first]:
+            yield first, i
+            first = i
+
+
+def _ranged_reads(url, starts, ends):
+    """Bytes [start, end) of the object `url` for each ascending range, fetched as merged ranged requests."""
+    from fsspec.utils import merge_offset_ranges
+
+    fs, inner = storage.filesystem(url)
+    _paths, block_starts, block_ends = merge_offset_ranges([inner] * len(starts), starts, ends, max_gap=SCRATCH_GAP,
+                                                           max_block=SCRATCH_BLOCK, sort=False)
+    document = 0
+    for first in range(0, len(block_starts), SCRATCH_BATCH):
+        batch = range(first, min(first + SCRATCH_BATCH, len(block_starts)))
+        with storage.errors_named(url):
+            blocks = fs.cat_ranges([inner] * len(batch), [block_starts[i] for i in batch],
+                                   [block_ends[i] for i in batch], on_error="raise")
+        for i, block in zip(batch, blocks):
+            while document < len(starts) and ends[document] <= block_ends[i]:
+                yield block[starts[document] - block_starts[i]:ends[document] - block_starts[i]]
+                document += 1
 
 
 def spread(sizes):
@@ -369,7 +424,7 @@ def shard(options: ShardOptions | None = None, /, *, quiet: bool = True, **field
     options = build_options(ShardOptions, options, fields)
     workdir = resolve_workdir(options.workdir)
     corpus, inputs = resolve_inputs(workdir, options.input, options.corpus)
-    out = os.path.abspath(options.out or stage_dir(workdir, "sharded", corpus))
+    out = storage.absolute(options.out or stage_dir(workdir, "sharded", corpus))
     from bertprep.sentences import splitter_version
 
     params = {"train_shards": options.train_shards, "test_shards": options.test_shards,
@@ -382,20 +437,19 @@ def shard(options: ShardOptions | None = None, /, *, quiet: bool = True, **field
                       eval_duplicates="dedup's exact hash and verified MinHash, threshold "
                                       f"{dedup_defaults().threshold}")
     # The content, not path and size: an input edited in place to the same size must be sharded again.
-    input_list = [{"path": p, "bytes": os.path.getsize(p), "sha256": sha256_file(p)} for p in inputs]
+    input_list = [{"path": storage.display(p), "bytes": storage.getsize(p), "sha256": sha256_file(p)} for p in inputs]
     with hold(out, "bertprep shard") as staging:
         previous = load_manifest(out)
         if _is_complete(previous, out, params, input_list):
-            return Summary(f"bertprep shard: {out} is already complete", _summary(previous, out, 0.0),
+            return Summary(f"bertprep shard: {storage.display(out)} is already complete", _summary(previous, out, 0.0),
                            rows=_rows(previous, out, 0.0), complete_before=True)
         progress = Progress("shard", total=len(inputs), unit="input files", quiet=quiet)
         start = time.monotonic()
         if previous is not None:
-            os.unlink(os.path.join(out, MANIFEST))  # nothing may look complete while shards are rewritten
-        scratch_dir = os.path.join(staging, SCRATCH)
-        os.makedirs(scratch_dir)
-        with open_engine(options.engine) as engine:
-            manifest = _shard(options, engine, corpus, inputs, input_list, out, staging, params, progress)
+            storage.remove(storage.join(out, MANIFEST))  # nothing may look complete while shards are rewritten
+        with scratch_directory(staging, options.engine) as scratch_dir, open_engine(options.engine) as engine:
+            manifest = _shard(options, engine, corpus, inputs, input_list, out, staging, scratch_dir, params,
+                              progress)
         progress.close()
         seconds = time.monotonic() - start
         save_manifest(out, manifest)
@@ -403,8 +457,30 @@ def shard(options: ShardOptions | None = None, /, *, quiet: bool = True, **field
                    rows=_rows(manifest, out, seconds))
 
 
-def _shard(options, engine, corpus, inputs, input_list, out, staging, params, progress):
-    scratch_paths = [os.path.join(staging, SCRATCH, f"{i:06d}.txt") for i in range(len(inputs))]
+@contextlib.contextmanager
+def scratch_directory(staging, engine):
+    """Where pass 1 writes its sentence files: `staging`/split (cleared with the staging directory). For an
+    output URL, whose staging is no directory: with Dask, whose workers may share nothing but the bucket,
+    `staging`/split in the bucket (removed at the end, and at the start after a killed run); otherwise a local
+    temporary in the spool directory."""
+    if not storage.is_url(staging):
+        os.makedirs(os.path.join(staging, SCRATCH))
+        yield os.path.join(staging, SCRATCH)
+    elif engine.engine == "dask":
+        scratch = storage.join(staging, SCRATCH)
+        storage.rmtree(scratch)
+        try:
+            yield scratch
+        finally:
+            with contextlib.suppress(OSError):
+                storage.rmtree(scratch)
+    else:
+        with tempfile.TemporaryDirectory(prefix="bertprep-shard-", dir=storage.spool_dir()) as directory:
+            yield directory
+
+
+def _shard(options, engine, corpus, inputs, input_list, out, staging, scratch_dir, params, progress):
+    scratch_paths = [storage.join(scratch_dir, f"{i:06d}.txt") for i in range(len(inputs))]
     results = [None] * len(inputs)
     stats = {"invalid_utf8_lines": 0, "empty_documents": 0, "input_bytes": 0}
     first_invalid = None
@@ -427,7 +503,7 @@ def _shard(options, engine, corpus, inputs, input_list, out, staging, params, pr
     files = np.concatenate([np.full(len(r[0]), i, np.int64) for i, r in enumerate(results)])
     offsets = np.concatenate([np.cumsum(r[0]) - r[0] for r in results])
     if sizes.size == 0:
-        raise DataError(f"{', '.join(inputs[:3])}{' ...' if len(inputs) > 3 else ''}: no document with any sentence")
+        raise DataError(f"{_named_inputs(inputs)}: no document with any sentence")
     if fingerprinted:
         test_mask, training_mask, eval_report = _eval_split(options, results, inputs, files, offsets)
     else:
@@ -437,11 +513,11 @@ def _shard(options, engine, corpus, inputs, input_list, out, staging, params, pr
     tasks, names = [], []
     for split, mask, requested in (("training", training_mask, options.train_shards),
                                    ("test", test_mask, options.test_shards)):
-        split_dir = os.path.join(out, split)
-        os.makedirs(split_dir, exist_ok=True)
-        for name in os.listdir(split_dir):  # shards of an earlier run with other settings
+        split_dir = storage.join(out, split)
+        storage.makedirs(split_dir)
+        for name in names_in(split_dir):  # shards of an earlier run with other settings
             if name.startswith(f"{corpus}_{split}_") and name.endswith(".txt"):
-                os.unlink(os.path.join(split_dir, name))
+                storage.remove(storage.join(split_dir, name))
         docs = np.flatnonzero(mask)  # input order
         count = min(requested, len(docs))
         if count < requested:
@@ -449,7 +525,7 @@ def _shard(options, engine, corpus, inputs, input_list, out, staging, params, pr
         assignment = BALANCES[options.balance][0](sizes[docs], count)
         for shard in range(count):
             chosen = docs[assignment == shard]
-            path = os.path.join(split_dir, shard_name(corpus, split, shard))
+            path = storage.join(split_dir, shard_name(corpus, split, shard))
             tasks.append((path, staging, scratch_paths, files[chosen], offsets[chosen], sizes[chosen],
                           sentences[chosen]))
             names.append((f"{split}/{shard_name(corpus, split, shard)}", split))
@@ -468,20 +544,24 @@ def _shard(options, engine, corpus, inputs, input_list, out, staging, params, pr
     }
 
 
+def _named_inputs(inputs):
+    """The first three inputs for a message, as shown (URLs without credentials)."""
+    return ", ".join(map(storage.display, inputs[:3])) + (" ..." if len(inputs) > 3 else "")
+
+
 def _eval_split(options, results, inputs, files, offsets):
     """(test mask, training mask, the manifest's "eval" entry) for --eval-documents: the seeded evaluation
     documents are the test split, and training loses every exact or near duplicate of one of them."""
     fingerprints = [f for r in results for f in r[3]]
     eval_mask = choose_eval(options.eval_documents, len(fingerprints), options.eval_seed)
     if eval_mask is None:
-        raise DataError(f"{', '.join(inputs[:3])}{' ...' if len(inputs) > 3 else ''}: --eval-documents "
-                        f"{options.eval_documents} needs more documents than the {len(fingerprints)} with sentences "
-                        "(at least one must stay for training)")
+        raise DataError(f"{_named_inputs(inputs)}: --eval-documents {options.eval_documents} needs more documents "
+                        f"than the {len(fingerprints)} with sentences (at least one must stay for training)")
     duplicates = eval_duplicates(fingerprints, eval_mask)
     first = np.concatenate([[0], np.cumsum([len(r[0]) for r in results])])
 
     def where(doc):  # a document's id: its input file and its number there (1-based, documents with sentences)
-        return {"input": inputs[files[doc]], "document": int(doc - first[files[doc]] + 1)}
+        return {"input": storage.display(inputs[files[doc]]), "document": int(doc - first[files[doc]] + 1)}
 
     dropped = [dict(where(doc), reason=reason, estimate=estimate, eval_twin=where(twin))
                for doc, (reason, twin, estimate) in sorted(duplicates.items())]
@@ -497,18 +577,12 @@ def _is_complete(manifest, out, params, input_list):
     if (not manifest or manifest.get("stage") != "shard" or manifest.get("params") != params
             or manifest.get("inputs") != input_list):
         return False
-    for relpath, entry in manifest.get("files", {}).items():
-        try:
-            if os.path.getsize(os.path.join(out, relpath)) != entry.get("bytes"):
-                return False
-        except OSError:
-            return False
-    return True
+    return all(file_matches(storage.join(out, relpath), entry) for relpath, entry in manifest.get("files", {}).items())
 
 
 def _summary(manifest, out, seconds):
     summary = {k: manifest[k] for k in ("corpus", "documents", "dropped", "spread", "input_bytes")}
-    summary.update(out=out, seconds=round(seconds, 3),
+    summary.update(out=storage.display(out), seconds=round(seconds, 3),
                    sentences=sum(e["sentences"] for e in manifest["files"].values()))
     summary["mb_per_s"] = round(manifest["input_bytes"] / seconds / 1e6, 2) if seconds else None
     if "eval" in manifest:  # --eval-documents only: today's --json otherwise
@@ -545,5 +619,5 @@ def _rows(manifest, out, seconds):
                                  f"{': ' + ids + more if ids else ''}"))
     if seconds:
         rows.append(("time", f"{seconds:.1f}s ({manifest['input_bytes'] / seconds / 1e6:.1f} MB/s)"))
-    rows.append(("output", out))
+    rows.append(("output", storage.display(out)))
     return rows

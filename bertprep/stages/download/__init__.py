@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass
 from typing import ClassVar
 
+from bertprep import storage
 from bertprep.errors import UsageError
 from bertprep.options import build_options, normalise_paths
 from bertprep.progress import Progress, Summary
@@ -49,6 +50,7 @@ class DownloadOptions:
 
     def __post_init__(self):
         normalise_paths(self, "workdir")
+        storage.check_schemes(self.workdir)
 
 
 def options_class(source):
@@ -59,14 +61,27 @@ def options_class(source):
     return getattr(importlib.import_module(module), name)
 
 
+def check_store_workdir(options, workdir):
+    """A bucket's --workdir takes the corpora the hub publishes as parquet; what is fetched over HTTP (dumps,
+    tarballs, SQuAD, GLUE, checkpoints) resumes into local .part files and is read back as local files."""
+    over_http = options.source not in ("wikipedia", "bookcorpus") or getattr(options, "dump", None) or \
+        getattr(options, "tarball", False)
+    if storage.is_url(workdir) and over_http:
+        raise UsageError(f"{storage.display(workdir)}: download {options.source} with these flags writes a local "
+                         "work directory only; give a local --workdir, or for a corpus its hub release (no --dump "
+                         "or --tarball), then `bertprep shard --input` from there into the bucket")
+
+
 def download(source: "str | DownloadOptions", /, *, quiet: bool = True, **fields) -> Summary:
     """Download one source, `download("squad", workdir=...)` or `download(SquadOptions(...))`; the summary
     `--json` prints. `quiet=False` shows progress on stderr."""
     cls = type(source) if isinstance(source, DownloadOptions) else options_class(source)
     options = build_options(cls, source if isinstance(source, DownloadOptions) else None, fields)
     workdir = resolve_workdir(options.workdir)
+    check_store_workdir(options, workdir)
     progress = Progress(f"download {options.source}", unit="files", quiet=quiet)
     summary, rows = importlib.import_module(SOURCES[options.source][0]).run(options, workdir, progress)
     progress.close()
-    summary["workdir"] = workdir
-    return Summary(f"bertprep download {options.source}: done", summary, rows=[*rows, ("workdir", workdir)])
+    summary["workdir"] = storage.display(workdir)
+    return Summary(f"bertprep download {options.source}: done", summary,
+                   rows=[*rows, ("workdir", storage.display(workdir))])

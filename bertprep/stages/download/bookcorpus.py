@@ -17,6 +17,7 @@ import tarfile
 from dataclasses import dataclass
 from typing import ClassVar
 
+from bertprep import storage
 from bertprep.atomic import hold
 from bertprep.errors import DataError, UsageError
 from bertprep.stages.download import DownloadOptions
@@ -111,5 +112,6 @@ def run(options, workdir, progress):
         size = sum(info["bytes"] for _p, _l, info in files)
         what = (f"{REPO}@{REVISION}", f"{len(files)} parquet files, {size:,} bytes, sha256 verified")
     documents = sum(f["documents"] for f in manifest["files"].values())
-    rows = [what, ("formatted", f"{directory} ({documents:,} pseudo-documents of {per_document} lines)")]
-    return {"source": "bookcorpus", "corpus": CORPUS, "documents": documents, "formatted": directory}, rows
+    shown = storage.display(directory)
+    rows = [what, ("formatted", f"{shown} ({documents:,} pseudo-documents of {per_document} lines)")]
+    return {"source": "bookcorpus", "corpus": CORPUS, "documents": documents, "formatted": shown}, rows

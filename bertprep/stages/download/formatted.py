@@ -14,11 +14,10 @@ the corpus directory (`bertprep.atomic.hold`): parts are written in its
 
 import hashlib
 import json
-import os
 
-from bertprep import __version__
+from bertprep import __version__, storage
 from bertprep.atomic import atomic_open, hold
-from bertprep.workdir import load_manifest, save_manifest, stage_dir
+from bertprep.workdir import file_matches, load_manifest, names_in, save_manifest, stage_dir
 
 FORMAT = 'jsonl: one {"id", "title", "text"} object per line; paragraphs of text separated by "\\n"'
 
@@ -69,15 +68,15 @@ def _format_parts(directory, corpus, source, parts, workers, progress, staging):
     for name, source_key, make_documents in parts:
         filename = name + ".jsonl"
         entry = old.get("files", {}).get(filename)
-        path = os.path.join(directory, filename)
-        if entry and entry.get("source") == source_key and _size(path) == entry.get("bytes"):
+        path = storage.join(directory, filename)
+        if entry and entry.get("source") == source_key and file_matches(path, entry):
             files[filename] = entry
         else:
             todo.append((filename, source_key, make_documents))
     # parts the source no longer has would otherwise be sharded with the rest
-    for stale in set(os.listdir(directory)) - set(files) - {t[0] for t in todo} - {"manifest.json"}:
+    for stale in set(names_in(directory)) - set(files) - {t[0] for t in todo} - {"manifest.json"}:
         if stale.endswith(".jsonl"):
-            os.unlink(os.path.join(directory, stale))
+            storage.remove(storage.join(directory, stale))
     manifest = {
         "tool": "bertprep",
         "version": __version__,
@@ -91,11 +90,11 @@ def _format_parts(directory, corpus, source, parts, workers, progress, staging):
 
     def one(item):
         filename, source_key, make_documents = item
-        stats = write_part(os.path.join(directory, filename), make_documents(), staging)
+        stats = write_part(storage.join(directory, filename), make_documents(), staging)
         return filename, dict(stats, source=source_key)
 
     if progress is not None and todo:
-        progress.note(f"formatting {len(todo)} part(s) into {directory}")
+        progress.note(f"formatting {len(todo)} part(s) into {storage.display(directory)}")
     for filename, entry in _map(one, todo, workers):
         files[filename] = entry
         save_manifest(directory, manifest)
@@ -114,12 +113,12 @@ def save_parts_manifest(directory, corpus, source, files):
     old = load_manifest(directory) or {}
     if files is None:
         if old.get("source") == source and old.get("files") and all(
-            _size(os.path.join(directory, name)) == entry.get("bytes") for name, entry in old["files"].items()
+            file_matches(storage.join(directory, name), entry) for name, entry in old["files"].items()
         ):
             return old
-        for name in os.listdir(directory):
+        for name in names_in(directory):
             if name.endswith(".jsonl") or name == "manifest.json":
-                os.unlink(os.path.join(directory, name))
+                storage.remove(storage.join(directory, name))
         return None
     manifest = {"tool": "bertprep", "version": __version__, "stage": "format", "corpus": corpus,
                 "source": source, "format": FORMAT, "files": files}
@@ -135,13 +134,6 @@ def _map(function, items, workers):
 
     with multiprocess.Pool(min(workers, len(items))) as pool:
         yield from pool.imap(function, items)
-
-
-def _size(path):
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        return None
 
 
 def iter_documents(path):

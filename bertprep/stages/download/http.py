@@ -29,7 +29,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
-from bertprep import __version__
+from bertprep import __version__, storage
 from bertprep.errors import DataError, UsageError
 from bertprep.workdir import load_manifest, save_manifest
 
@@ -294,7 +294,7 @@ class SourceDownloads:
         self.source = source
         self.progress = progress
         self.limits = limits
-        os.makedirs(directory, exist_ok=True)
+        storage.makedirs(directory)
         manifest = load_manifest(directory) or {}
         if manifest.get("source") != source:
             manifest = {}
@@ -308,7 +308,7 @@ class SourceDownloads:
         }
 
     def path(self, relpath):
-        return os.path.join(self.directory, relpath)
+        return storage.join(self.directory, relpath)
 
     def is_complete(self, relpath, url=None, checksums=None):
         entry = self.manifest["files"].get(relpath)
@@ -318,7 +318,7 @@ class SourceDownloads:
             if entry.get(name) != value.lower():
                 return False
         try:
-            return os.path.getsize(self.path(relpath)) == entry["bytes"]
+            return storage.getsize(self.path(relpath)) == entry["bytes"]
         except OSError:
             return False
 

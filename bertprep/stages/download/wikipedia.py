@@ -8,6 +8,7 @@ import os
 from dataclasses import dataclass
 from typing import ClassVar
 
+from bertprep import storage
 from bertprep.errors import UsageError
 from bertprep.stages.download import DownloadOptions
 from bertprep.stages.download.formatted import corpus_dir, format_parts
@@ -59,14 +60,14 @@ def run(options, workdir, progress):
     documents = sum(f["documents"] for f in manifest["files"].values())
     size = sum(info["bytes"] for _p, _l, info in files)
     rows = [(f"{REPO} {config}", f"{len(files)} parquet files, {size:,} bytes, sha256 verified (commit {commit[:12]})"),
-            ("formatted", f"{corpus_dir(workdir, corpus)} ({documents:,} documents)")]
+            ("formatted", f"{storage.display(corpus_dir(workdir, corpus))} ({documents:,} documents)")]
     return {"source": "wikipedia", "repo": REPO, "config": config, "commit": commit, "corpus": corpus,
             "documents": documents, "parquet_bytes": size}, rows
 
 
 def hub_manifest(workdir, source, repo, revision, commit, files, progress):
     """Record the verified hub files (kept in the hub cache) in WORKDIR/download/<source>/manifest.json."""
-    downloads = SourceDownloads(os.path.join(workdir, "download", source), source, progress)
+    downloads = SourceDownloads(storage.join(workdir, "download", source), source, progress)
     downloads.manifest["files"] = {
         path: {"repo": repo, "commit": commit, "bytes": info["bytes"], "sha256": info["sha256"],
                "cached_at": os.path.realpath(local), "verified": ["size", "sha256"]}
