@@ -7,6 +7,7 @@ accumulation, against google-research/bert's own code (tests/data/google_create_
 final weights of google_tiny), under fp16 loss scaling, and resumed exactly. Bad optimizer flags end
 with one line."""
 
+import itertools
 import json
 import os
 import subprocess
@@ -27,7 +28,7 @@ from bertprep.cli import main as bertprep_main  # noqa: E402
 from test_trainer import REPLICA_SCRIPT  # noqa: E402
 from test_trainer_data import golden_records  # noqa: E402
 from trainer.cli import main  # noqa: E402
-from trainer_checks import assert_resume_is_exact, check_nonfinite_step_is_skipped, losses, xla_flags  # noqa: E402
+from trainer_checks import assert_resume_is_exact, check_nonfinite_step_is_skipped, losses, trained_in_groups, xla_flags  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHECKS = os.path.join(REPO, "tests", "trainer_checks.py")
@@ -76,37 +77,60 @@ def trainer_argv(data, checkpoint, optimizer, log, *extra):
             "--log-json", str(log), "--quiet", *extra]
 
 
+def succeeds(command, env=None):
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def in_this_process(argvs):
+    (argv,) = argvs
+    assert main(argv) == 0
+
+
+def in_two_replicas(argvs):
+    (argv,) = argvs
+    succeeds([sys.executable, "-c", REPLICA_SCRIPT, "2", *argv])
+
+
+def in_one_jax_process(devices):
+    """Trains its argvs one after another in one JAX process (trainer_checks.train_one_after_another)
+    on `devices` CPU devices; 20 or 30 steps: XLA's optimized code, not fast compiles (xla_flags)."""
+    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", XLA_FLAGS=xla_flags(devices, fast_compile=False))
+    return lambda argvs: succeeds([sys.executable, CHECKS, "--no-tensorflow", "trainers", json.dumps(argvs)], env)
+
+
 @pytest.fixture(scope="module")
-def run(fixed_batch, hf_tiny, tmp_path_factory):
+def run(fixed_batch, hf_tiny, google_tiny, tmp_path_factory):
     """run(layout, optimizer, init=hf_tiny, *extra): the train events of the README's run from `init`, with
     `extra` arguments, and its checkpoint directory; layouts: 'tensorflow' (this process), 'jax',
-    'tensorflow-2' (2 replicas x 7), 'jax-pipeline' (2 stages, 2 micro-batches of 7). Each once."""
+    'tensorflow-2' (2 replicas x 7), 'jax-pipeline' (2 stages, 2 micro-batches of 7). Each once; the
+    module's four 'jax' runs in one process, all when the first is asked for."""
     root = tmp_path_factory.mktemp("trajectories")
-    layouts = {"tensorflow": ([], None, ["--batch-size", "14"]),
-               "jax": ([sys.executable, CHECKS, "--no-tensorflow", "trainer"], 1, ["--batch-size", "14"]),
-               "tensorflow-2": ([sys.executable, "-c", REPLICA_SCRIPT, "2"], None, ["--batch-size", "7"]),
-               "jax-pipeline": ([sys.executable, CHECKS, "--no-tensorflow", "trainer"], 2,
+    layouts = {"tensorflow": (in_this_process, ["--batch-size", "14"]),
+               "jax": (in_one_jax_process(1), ["--batch-size", "14"]),
+               "tensorflow-2": (in_two_replicas, ["--batch-size", "7"]),
+               "jax-pipeline": (in_one_jax_process(2),
                                 ["--batch-size", "7", "--grad-accum", "2", "--pipeline-stages", "2"])}
-    done = {}
+    one_jax_process = [("jax", optimizer, hf_tiny) for optimizer in REFERENCE] + [
+        ("jax", "google-adam", google_tiny["jax"], *GOOGLES_OWN_ARGV)]
+    count = itertools.count()
 
-    def train(layout, optimizer, init=hf_tiny, *more):
-        key = (layout, optimizer, init, *more)
-        if key not in done:
-            command, jax_devices, extra = layouts[layout]
-            name = f"{len(done)}-{layout}-{optimizer}"
+    def train(keys):
+        """Train `keys`, all of one layout, in one go."""
+        train_them, extra = layouts[keys[0][0]]
+        runs = {}
+        for key in keys:
+            layout, optimizer, init, *more = key
+            name = f"{next(count)}-{layout}-{optimizer}"
             log, ckpt = root / f"{name}.jsonl", root / name
-            argv = trainer_argv(fixed_batch, init, optimizer, log, *extra, *more, "--checkpoint-dir", str(ckpt))
-            if not command:
-                assert main(argv) == 0
-            else:
-                env = None if jax_devices is None else dict(
-                    os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", XLA_FLAGS=xla_flags(jax_devices))
-                result = subprocess.run([*command, *argv], capture_output=True, text=True, cwd=REPO, env=env)
-                assert result.returncode == 0, result.stderr[-3000:]
-            done[key] = ([e for e in map(json.loads, log.read_text().splitlines()) if e["event"] == "train"], ckpt)
-        return done[key]
+            runs[key] = (trainer_argv(fixed_batch, init, optimizer, log, *extra, *more, "--checkpoint-dir", str(ckpt)),
+                         log, ckpt)
+        train_them([argv for argv, _, _ in runs.values()])
+        return {key: ([e for e in map(json.loads, log.read_text().splitlines()) if e["event"] == "train"], ckpt)
+                for key, (_, log, ckpt) in runs.items()}
 
-    return train
+    runs = trained_in_groups([one_jax_process], train)
+    return lambda layout, optimizer, init=hf_tiny, *more: runs(layout, optimizer, init, *more)
 
 
 def assert_follows(events, reference, tolerance):
