@@ -341,7 +341,7 @@ def open(path, mode="rb", encoding=None, errors=None, newline=None):  # the buil
         return io.open(local_path(path), mode, encoding=encoding, errors=errors, newline=newline)
     if set(mode) - set("rbt"):
         raise ValueError(f"{display(path)}: objects are written with atomic.atomic_open, not opened in {mode!r}")
-    stream = io.BufferedReader(ReadAhead(path), READ_BLOCK)  # read(n) returns n bytes until the end, as a file's
+    stream = ReadAhead(path)
     if "b" in mode:
         return stream
     return io.TextIOWrapper(stream, encoding=encoding or "utf-8", errors=errors, newline=newline)
@@ -403,12 +403,14 @@ def spool_dir():
     return directory
 
 
-class ReadAhead(io.RawIOBase):
+class ReadAhead(io.BufferedIOBase):
     """An object read front to back in READ_BLOCK ranged reads by a thread that stays READ_AHEAD blocks ahead.
 
     Record files are read sequentially, so the reader never waits on the
     network while a block is ready; seeking is not offered (a reader that
-    needs it takes `local_copy`).
+    needs it takes `local_copy`). `read(n)` returns n bytes until the end, as
+    a file's does, slicing the blocks it holds: no second buffer copies them
+    again (a whole block asked for is handed over as it came).
     """
 
     def __init__(self, url, block_size=READ_BLOCK, depth=READ_AHEAD):
@@ -420,7 +422,7 @@ class ReadAhead(io.RawIOBase):
             self._file = fs.open(inner, "rb", block_size=block_size, cache_type="none")
         self._blocks = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
-        self._buffer = memoryview(b"")
+        self._block, self._at = b"", 0  # the block being read and the position in it
         self._done = False
         self._thread = threading.Thread(target=self._fill, args=(block_size,), daemon=True,
                                         name=f"read-ahead {display(url)}")
@@ -451,24 +453,39 @@ class ReadAhead(io.RawIOBase):
     def size(self):
         return self._size
 
-    def readinto(self, target):
-        if not self._buffer and not self._done:
-            block = self._blocks.get()
-            if isinstance(block, BaseException):
-                self._done = True
-                raise block
-            self._buffer = memoryview(block)
-            self._done = not block
-        n = min(len(target), len(self._buffer))
-        target[:n] = self._buffer[:n]
-        self._buffer = self._buffer[n:]
-        return n
+    def _next_block(self):
+        """False at the end of the object; else the next block is the one being read."""
+        if self._done:
+            return False
+        block = self._blocks.get()
+        if isinstance(block, BaseException):
+            self._done = True
+            raise block
+        self._block, self._at, self._done = block, 0, not block
+        return bool(block)
 
-    def readall(self):
-        chunks = []
-        while chunk := self.read(READ_BLOCK):
-            chunks.append(chunk)
-        return b"".join(chunks)
+    def read1(self, n=-1):
+        if self._at >= len(self._block) and not self._next_block():
+            return b""
+        if self._at == 0 and (n is None or n < 0 or n >= len(self._block)):
+            piece = self._block
+        else:
+            end = len(self._block) if n is None or n < 0 else self._at + n
+            piece = self._block[self._at:end]
+        self._at += len(piece)
+        return piece
+
+    def read(self, n=-1):
+        pieces, wanted = [], -1 if n is None or n < 0 else n
+        while wanted != 0 and (piece := self.read1(wanted)):
+            pieces.append(piece)
+            wanted = wanted - len(piece) if wanted > 0 else wanted
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+    def readinto(self, target):
+        piece = self.read(len(target))
+        target[:len(piece)] = piece
+        return len(piece)
 
     def close(self):
         if not self.closed:

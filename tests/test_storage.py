@@ -56,8 +56,7 @@ def test_a_stream_reads_exact_sizes_across_blocks(bucket):
     url = f"{bucket}/stream/lines.txt"
     text = "".join(f"line {i} é\n" for i in range(50_000))
     atomic.atomic_write_bytes(url, text.encode())
-    stream = storage.ReadAhead(url, block_size=4096, depth=2)
-    with storage.io.BufferedReader(stream, 4096) as f:
+    with storage.ReadAhead(url, block_size=4096, depth=2) as f:
         head = f.read(10_000)  # more than two blocks: read(n) gives n, as a file does
         assert len(head) == 10_000 and head == text.encode()[:10_000]
         assert head + f.read() == text.encode()

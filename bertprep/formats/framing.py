@@ -75,7 +75,7 @@ def sniff_format(path):
 def open_sized(path):
     """(binary file, its size in bytes) of a record file; a URL's object streams with read-ahead."""
     f = storage.open(path, "rb")
-    return f, (f.raw.size() if storage.is_url(path) else os.fstat(f.fileno()).st_size)
+    return f, (f.size() if storage.is_url(path) else os.fstat(f.fileno()).st_size)
 
 
 def iter_framed(path, fmt=None, verify=True):
