@@ -7,7 +7,8 @@ shards (each --copies times), and measures, local disk then bucket in turn,
 --repeat times each (median):
   1. `bertprep create` (128/20, dupe 5, TFRecord + OFRecord) from local shards
      to a local directory, then to `s3://` — wall seconds; target: bucket
-     ≤ 1.3× local;
+     ≤ 1.3× local; and, as the floor under it, the seconds the store takes to
+     receive the same bytes from s3fs alone (no bertprep);
   2. the trainer's record reader (trainer.data.Records + RecordStream, the
      path `python -m trainer --data` takes: manifest, file listing, decode,
      batching, shuffle window) over two epochs of the TFRecord training
@@ -92,6 +93,16 @@ print(json.dumps({{"rates": rates, "records": n}}))
     return (*measured["rates"], measured["records"])
 
 
+def upload_seconds(local, url):
+    """Seconds the store takes to receive the bytes a local create wrote (s3fs put, no bertprep): the floor
+    under any create into it on this machine."""
+    import s3fs
+
+    start = time.perf_counter()
+    s3fs.S3FileSystem(skip_instance_cache=True).put(f"{local}/", f"{url}/", recursive=True)
+    return time.perf_counter() - start
+
+
 def interleaved(repeat, measure_local, measure_bucket):
     """([local], [bucket]) measurements, alternating so that load on the machine falls on both alike."""
     local, bucket = [], []
@@ -131,6 +142,7 @@ def measure_all(args, corpus, vocab, tmp, bucket):
         return run_cli(*common, "--out", f"{base}/records-{next(runs)}")
 
     creates = interleaved(args.repeat, lambda: create(tmp), lambda: create(bucket))
+    uploads = [upload_seconds(f"{tmp}/records-0", f"{bucket}/upload-{i}") for i in range(args.repeat)]
     instances = sum(creates[0][0][1]["instances"].values())
     local_out, bucket_out = f"{tmp}/records-0", f"{bucket}/records-1"
     readers = interleaved(args.repeat, lambda: reader_records_per_second(local_out),
@@ -139,7 +151,7 @@ def measure_all(args, corpus, vocab, tmp, bucket):
                             lambda: run_cli("validate", bucket_out, "--workers", args.workers))
     summary = validates[0][0][1]
     records = sum(f["records"] for dataset in summary["datasets"] for f in dataset["files"])
-    return {"instances": instances, "creates": creates, "readers": readers, "validates": validates,
+    return {"instances": instances, "creates": creates, "uploads": uploads, "readers": readers, "validates": validates,
             "records": records}
 
 
@@ -158,6 +170,8 @@ def report(args, corpus, rows):
     print(f"{'measure':<44} {'local':>12} {'bucket':>12} {'ratio':>7} {'target':>9}")
     print(f"{'create wall s (' + format(rows['instances'], ',') + ' instances)':<44} {create_local:>12.2f} "
           f"{create_bucket:>12.2f} {create_bucket / create_local:>7.2f} {'<= ' + str(CREATE_TARGET):>9}")
+    upload = statistics.median(rows["uploads"])
+    print(f"{'  the store receiving those bytes alone (s3fs put)':<44} {'':>12} {upload:>12.2f}")
     print(f"{'trainer reader records/s, first epoch':<44} {first_local:>12,.0f} {first_bucket:>12,.0f} "
           f"{first_bucket / first_local:>7.2f}")
     print(f"{'trainer reader records/s, next epoch':<44} {read_local:>12,.0f} "
