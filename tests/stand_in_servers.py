@@ -7,7 +7,7 @@ connection dropped halfway through a body (once per path, to test resume),
 a body that stops arriving or trickles in (to test the stall timeout and
 the deadline), and the handful of hub endpoints `huggingface_hub` calls (DESIGN.md §4):
 
-    GET  /api/datasets/{repo}/revision/{rev}
+    GET  /api/datasets/{repo}/revision/{rev}           (and /api/datasets/{repo}: its main revision)
     GET  /api/datasets/{repo}/tree/{rev}[/{dir}]      (?recursive=...)
     HEAD /datasets/{repo}/resolve/{rev}/{file}         X-Repo-Commit, ETag, Content-Length
     GET  /datasets/{repo}/resolve/{rev}/{file}         404 + X-Error-Code: EntryNotFound if missing
@@ -142,6 +142,8 @@ class _Handler(BaseHTTPRequestHandler):
         parts = [unquote(p) for p in path.split("/")[1:]]
         if parts[:2] == ["api", "datasets"] and len(parts) >= 6:
             return self._hub_api(parts[2] + "/" + parts[3], parts[4], parts[5:])
+        if parts[:2] == ["api", "datasets"] and len(parts) == 4:  # the repo's info (HfFileSystem asks first)
+            return self._hub_api(parts[2] + "/" + parts[3], "revision", ["main"])
         if parts[:1] == ["datasets"] and len(parts) >= 6 and parts[3] == "resolve":
             return self._hub_resolve(parts[1] + "/" + parts[2], parts[4], "/".join(parts[5:]), head)
         for (repo, revision), entry in self.stand_in.hub_models.items():  # /{repo}/resolve/{revision}/{file}

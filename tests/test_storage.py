@@ -133,3 +133,25 @@ def test_store_errors_are_one_line_naming_the_url_without_secrets(s3_bucket, sea
         code, line = _one_line(lambda: storage.getsize(f"{s3_bucket}/whole/big.bin"))
     assert code == 1 and line.startswith(f"bertprep: error: {s3_bucket}/whole/big.bin: access denied")
     assert "not-the-secret" not in line and line.count("\n") == 1
+
+
+def test_create_reads_text_shards_from_the_hub_as_from_disk(tmp_path):
+    """hf:// (read): huggingface_hub's HfFileSystem against the stand-in hub, the same records as from disk."""
+    from tests.stand_in_servers import StandInServer, run_cli
+
+    sample = os.path.join(os.path.dirname(atomic.__file__), "data", "sample_corpus")
+    vocab = os.path.join(os.path.dirname(atomic.__file__), "data", "sample_vocab.txt")
+    files = {}
+    for split in ("training", "test"):
+        for name in sorted(os.listdir(os.path.join(sample, split))):
+            with open(os.path.join(sample, split, name), "rb") as f:
+                files[f"sample_corpus/{split}/{name}"] = f.read()
+    with StandInServer() as server:
+        server.add_hub_dataset("someone/shards", files)
+        common = ["create", "--vocab", vocab, "--seq", 64, "--pred", 10, "--quiet"]
+        hub = run_cli(*common, "--input", "hf://datasets/someone/shards/sample_corpus", "--out", tmp_path / "hub",
+                      server=server)
+        local = run_cli(*common, "--input", sample, "--out", tmp_path / "local", server=server)
+    assert (hub.returncode, hub.stderr) == (0, "") and (local.returncode, local.stderr) == (0, "")
+    written = {p.relative_to(tmp_path / "local"): p.read_bytes() for p in (tmp_path / "local").rglob("*.tfrecord")}
+    assert written and all((tmp_path / "hub" / rel).read_bytes() == data for rel, data in written.items())
