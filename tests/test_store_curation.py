@@ -109,6 +109,14 @@ def test_dedup_rerun_keeps_matching_objects_and_redoes_the_rest(roots, deduped):
     assert_same_tree(roots, "deduped")
 
 
+def test_dedup_takes_corpus_names_under_a_bucket_workdir(roots, deduped):
+    workdir = f"{roots.url}/work"
+    store().put(str(roots.local / "corpus"), key(f"{workdir}/formatted"), recursive=True)
+    code, summary = run_json("dedup", "--workdir", workdir, "--corpus", "b", "a", "--dry-run", "--workers", "1")
+    assert code == 0 and summary["out"] == f"{workdir}/deduped" and sorted(summary["corpora"]) == ["a", "b"]
+    assert summary["documents"] == deduped["local"][1]["documents"]
+
+
 def test_dedup_of_a_missing_bucket_is_one_line_with_nothing_written(roots):
     before = sorted(store().find(key(roots.url)))
     line = error_line(bertprep("dedup", "--input", f"{MISSING_BUCKET}/corpus/a", "--out", f"{roots.url}/d2"), 1)
