@@ -10,6 +10,7 @@ import hashlib
 import io
 import json
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -112,6 +113,21 @@ def test_pack_rerun_restores_a_missing_object(roots, packed):
     code, summary = run_json("pack", f"{url}/{roots.records}", "--out", f"{url}/packed")
     assert code == 0 and summary["shards_packed"] == 1
     assert_same_tree(roots, roots.packed)
+
+
+def test_pack_rerun_into_the_bucket_rewrites_nothing(roots, packed):
+    url = roots.url
+    prefix = f"{url}/{roots.packed}".split("://")[1]
+
+    def versions():
+        return {key: (info["LastModified"], info["ETag"]) for key, info in
+                store().find(prefix, detail=True).items()}
+
+    before = versions()
+    time.sleep(1.1)  # LastModified has whole seconds: a rewrite would show
+    code, summary = run_json("pack", f"{url}/{roots.records}", "--out", f"{url}/packed")
+    assert code == 0 and summary["shards_packed"] == 0
+    assert versions() == before  # every shard object and the manifest left as they were
 
 
 def test_validate_reads_a_bucket_tree_as_a_local_one(roots, packed):

@@ -26,7 +26,6 @@ kept. Nothing depends on the worker count or the engine.
 """
 
 import array
-import contextlib
 import dataclasses
 import json
 import os
@@ -37,13 +36,21 @@ import unicodedata
 
 import numpy as np
 
-from bertprep import __version__
+from bertprep import __version__, storage
 from bertprep.atomic import atomic_open, hold, sha256_file, walk
 from bertprep.engines import EngineOptions, open_engine
 from bertprep.errors import DataError, UsageError
 from bertprep.options import build_options, normalise_paths
 from bertprep.progress import Progress, Summary
-from bertprep.workdir import MANIFEST, check_corpus_name, load_manifest, resolve_workdir, save_manifest, stage_dir
+from bertprep.workdir import (
+    MANIFEST,
+    check_corpus_name,
+    file_matches,
+    load_manifest,
+    resolve_workdir,
+    save_manifest,
+    stage_dir,
+)
 
 PLOT = "pair_similarity.png"
 WRITING = "writing"  # in OUT/manifest.json while the parts are written (a killed run's decision, for its rerun)
@@ -137,27 +144,29 @@ def resolve_inputs(workdir, options):
         paths = list(options.input)
     else:
         formatted = stage_dir(workdir, "formatted")
-        names = options.corpus or (sorted(os.listdir(formatted)) if os.path.isdir(formatted) else [])
+        names = options.corpus or (sorted(storage.listdir(formatted)) if storage.isdir(formatted) else [])
         if not names:
-            raise UsageError(f"{formatted}: no formatted corpus (run `bertprep download` first or give --input)")
-        paths = [os.path.join(formatted, name) for name in names]
+            raise UsageError(f"{storage.display(formatted)}: no formatted corpus (run `bertprep download` first or "
+                             "give --input)")
+        paths = [storage.join(formatted, name) for name in names]
     corpora = []
     for path in paths:
-        if os.path.isdir(path):
-            if not os.path.isfile(os.path.join(path, MANIFEST)):
-                raise DataError(f"{path}: no {MANIFEST}: not a formatted corpus (expected the directory "
-                                "`bertprep download` writes)")
-            parts = sorted(os.path.join(root, name) for root, _dirs, names in walk(path) for name in names
+        storage.check_reachable(path)  # a missing bucket or refused credentials: the store's error, not "no such"
+        if storage.isdir(path):
+            if not storage.isfile(storage.join(path, MANIFEST)):
+                raise DataError(f"{storage.display(path)}: no {MANIFEST}: not a formatted corpus (expected the "
+                                "directory `bertprep download` writes)")
+            parts = sorted(storage.join(root, name) for root, _dirs, names in walk(path) for name in names
                            if name.endswith(".jsonl") and not name.startswith("."))
             names = [os.path.basename(p) for p in parts]
             if len(set(names)) != len(names):  # the output corpus is flat, as `bertprep download` writes them
                 twice = sorted(n for n in names if names.count(n) > 1)[0]
-                raise UsageError(f"--input {path}: two parts named {twice} in its subdirectories")
-            corpora.append((os.path.basename(os.path.normpath(path)), [os.path.abspath(p) for p in parts]))
-        elif os.path.isfile(path) and path.endswith(".jsonl"):
-            corpora.append((os.path.basename(path)[:-len(".jsonl")], [os.path.abspath(path)]))
+                raise UsageError(f"--input {storage.display(path)}: two parts named {twice} in its subdirectories")
+            corpora.append((os.path.basename(storage.normpath(path)), [storage.absolute(p) for p in parts]))
+        elif storage.isfile(path) and path.endswith(".jsonl"):
+            corpora.append((os.path.basename(path)[:-len(".jsonl")], [storage.absolute(path)]))
         else:
-            raise UsageError(f"--input {path}: not a formatted corpus directory or .jsonl file")
+            raise UsageError(f"--input {storage.display(path)}: not a formatted corpus directory or .jsonl file")
     names = [check_corpus_name(name) for name, _parts in corpora]
     if len(set(names)) != len(names):
         raise UsageError(f"--input: two inputs named {sorted(n for n in names if names.count(n) > 1)[0]!r}")
@@ -171,26 +180,27 @@ def evaluation_files(workdir, name):
     """[(set label, [item texts])]: one per dev/test file of the `squad` or `glue` download in WORKDIR (its
     training files are not evaluation text), or a SQuAD JSON / GLUE TSV / text file."""
     if name in ("squad", "glue"):
-        directory = os.path.join(workdir, "download", name)
-        files = sorted(os.path.join(root, f) for root, _d, names in walk(directory) for f in names
+        directory = storage.join(workdir, "download", name)
+        files = sorted(storage.join(root, f) for root, _d, names in walk(directory) for f in names
                        if f.endswith((".json", ".tsv")) and f != MANIFEST
-                       and not f.startswith("train")) if os.path.isdir(directory) else []
+                       and not f.startswith("train")) if storage.isdir(directory) else []
         if not files:
-            raise UsageError(f"--decontaminate {name}: no dev/test file in {directory} (run `bertprep download "
-                             f"{name}` first)")
-        return [(f"{name}/{os.path.relpath(path, directory)}", file_items(path)) for path in files]
-    if not os.path.isfile(name):
-        raise UsageError(f"--decontaminate {name}: not squad, glue or a file")
+            raise UsageError(f"--decontaminate {name}: no dev/test file in {storage.display(directory)} (run "
+                             f"`bertprep download {name}` first)")
+        return [(f"{name}/{storage.relpath(path, directory)}", file_items(path)) for path in files]
+    storage.check_reachable(name)
+    if not storage.isfile(name):
+        raise UsageError(f"--decontaminate {storage.display(name)}: not squad, glue or a file")
     return [(os.path.basename(name), file_items(name))]
 
 
 def file_items(path):
     try:
-        with open(path, encoding="utf-8") as f:
+        with storage.open(path, "r", encoding="utf-8") as f:
             text = f.read()
     except UnicodeDecodeError as exc:
-        raise DataError(f"{path}: byte {exc.start}: expected a SQuAD JSON, GLUE TSV or UTF-8 text file, "
-                        "found bytes that are not UTF-8") from None
+        raise DataError(f"{storage.display(path)}: byte {exc.start}: expected a SQuAD JSON, GLUE TSV or UTF-8 text "
+                        "file, found bytes that are not UTF-8") from None
     if path.endswith(".json"):
         return squad_items(path, text)
     if path.endswith(".tsv"):
@@ -199,7 +209,7 @@ def file_items(path):
         return [text for text in ("\n".join(f for f in row if " " in f.strip()) for row in rows) if text]
     if path.endswith(".txt"):
         return [block for block in re.split(r"\n\s*\n", text) if block.strip()]
-    raise DataError(f"{path}: expected a SQuAD .json, GLUE .tsv or .txt evaluation file, "
+    raise DataError(f"{storage.display(path)}: expected a SQuAD .json, GLUE .tsv or .txt evaluation file, "
                     f"not {os.path.splitext(path)[1] or 'a file without extension'}")
 
 
@@ -209,10 +219,10 @@ def squad_items(path, text):
         data = json.loads(text)["data"]
         contexts = [p["context"] for article in data for p in article["paragraphs"]]
     except (ValueError, KeyError, TypeError) as exc:
-        raise DataError(f"{path}: expected SQuAD JSON (data[].paragraphs[].context), not this "
+        raise DataError(f"{storage.display(path)}: expected SQuAD JSON (data[].paragraphs[].context), not this "
                         f"({type(exc).__name__}: {exc})") from None
     if not all(isinstance(c, str) for c in contexts):
-        raise DataError(f"{path}: data[].paragraphs[].context: expected strings")
+        raise DataError(f"{storage.display(path)}: data[].paragraphs[].context: expected strings")
     return list(dict.fromkeys(contexts))
 
 
@@ -271,7 +281,7 @@ def fingerprint_part(task):
         lines.append(number)
     signatures = np.frombuffer(signatures, np.uint32).reshape(-1, num_perm)
     return (path, np.frombuffer(exact, np.uint64), signatures, band_keys(signatures, bands, rows), contaminated,
-            np.frombuffer(lines, np.int64), os.path.getsize(path))
+            np.frombuffer(lines, np.int64), storage.getsize(path))
 
 
 # -- deciding what goes -------------------------------------------------------------
@@ -388,12 +398,23 @@ def write_part(task):
     """Copy a part's lines but the removed ones (line numbers, 1-based), or keep the copy that a killed run of
     the same decision completed (_start_writing removed any other); returns its manifest entry."""
     source, path, staging, drop = task
-    if os.path.isfile(path):
+    drop = set(drop)
+    if storage.is_url(path):
+        # an object is uploaded whole too, but a store cannot say by whom: kept only with the bytes due
+        with storage.open(source, "rb") as f:
+            entry = _tally(_kept_lines(f, drop))
+        if file_matches(path, entry):
+            return path, entry
+    elif os.path.isfile(path):
         with open(path, "rb") as f:
             return path, _tally(f)
-    drop = set(drop)
-    with open(source, "rb") as f, atomic_open(path, "wb", staging) as out:
-        return path, _tally((line for number, line in enumerate(f, 1) if number not in drop and line.strip()), out)
+    with storage.open(source, "rb") as f, atomic_open(path, "wb", staging) as out:
+        return path, _tally(_kept_lines(f, drop), out)
+
+
+def _kept_lines(part, drop):
+    """The lines of the open `part` (bytes) but the blank ones and those numbered in `drop` (1-based)."""
+    return (line for number, line in enumerate(part, 1) if number not in drop and line.strip())
 
 
 def _tally(lines, out=None):
@@ -440,13 +461,14 @@ def dedup(options: DedupOptions | None = None, /, *, quiet: bool = True, **field
     options = build_options(DedupOptions, options, fields)
     workdir = resolve_workdir(options.workdir)
     corpora = resolve_inputs(workdir, options)
-    out = os.path.abspath(options.out or stage_dir(workdir, "deduped"))
+    out = storage.absolute(options.out or stage_dir(workdir, "deduped"))
     params = {"ngram": options.ngram, "num_perm": options.num_perm, "threshold": options.threshold,
               "bands_rows": list(options.band_rows()), "exact": options.exact, "near": options.near,
-              "decontaminate": list(options.decontaminate), "decontaminate_ngram": options.decontaminate_ngram,
+              "decontaminate": [storage.display(d) for d in options.decontaminate],
+              "decontaminate_ngram": options.decontaminate_ngram,
               "report_only": options.report_only, "minhash": f"datasketch xxh32 seed {MINHASH_SEED}",
               "exact_hash": "xxh64 of NFC casefold whitespace-collapsed text"}
-    input_list = [{"corpus": name, "path": p, "bytes": os.path.getsize(p), "sha256": sha256_file(p)}
+    input_list = [{"corpus": name, "path": storage.display(p), "bytes": storage.getsize(p), "sha256": sha256_file(p)}
                   for name, parts in corpora for p in parts]
     evaluation = evaluation_ngrams(workdir, options)  # a bad evaluation file stops before anything is written
     if options.dry_run:
@@ -456,12 +478,13 @@ def dedup(options: DedupOptions | None = None, /, *, quiet: bool = True, **field
     with hold(out, "bertprep dedup") as staging:
         previous = load_manifest(out)
         if _is_complete(previous, out, params, input_list):
-            return _summary(f"bertprep dedup: {out} is already complete", previous, out, complete_before=True)
+            return _summary(f"bertprep dedup: {storage.display(out)} is already complete", previous, out,
+                            complete_before=True)
         with open_engine(options.engine) as engine:  # one engine (one Dask cluster) for both passes
             if _is_resumable(previous, params, input_list):
                 manifest = previous  # a killed run's decision: pass 1 is not done again, its written parts kept
                 if not quiet:
-                    print(f"dedup: resuming the run that was writing {out}", file=sys.stderr)
+                    print(f"dedup: resuming the run that was writing {storage.display(out)}", file=sys.stderr)
             else:
                 manifest, estimates = _decide(options, engine, evaluation, corpora, input_list, params, quiet)
                 _start_writing(out, corpora, manifest, estimates, options.threshold, staging)
@@ -476,8 +499,7 @@ def _is_complete(manifest, out, params, input_list):
     if (not manifest or WRITING in manifest or manifest.get("params") != params
             or manifest.get("inputs") != input_list):
         return False
-    sizes = [(os.path.join(out, relpath), entry["bytes"]) for relpath, entry in manifest["files"].items()]
-    return all(os.path.isfile(path) and os.path.getsize(path) == size for path, size in sizes)
+    return all(file_matches(storage.join(out, relpath), entry) for relpath, entry in manifest["files"].items())
 
 
 def _is_resumable(manifest, params, input_list):
@@ -490,13 +512,12 @@ def _start_writing(out, corpora, manifest, estimates, threshold, staging):
     """Remove what an earlier run left under the names this one writes, draw the plot, and save the manifest
     marked as writing: from then on a part under its final name is complete and of this decision (written
     whole, then renamed), so a rerun after a kill keeps it and skips pass 1."""
-    stale = [os.path.join(out, MANIFEST)]  # first: nothing may look complete while parts are rewritten
+    stale = [storage.join(out, MANIFEST)]  # first: nothing may look complete while parts are rewritten
     for name, parts in corpora:
-        stale += [os.path.join(out, name, MANIFEST)] + [os.path.join(out, name, os.path.basename(p)) for p in parts]
+        stale += [storage.join(out, name, MANIFEST)] + [storage.join(out, name, os.path.basename(p)) for p in parts]
     for path in stale:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-    if len(estimates) and plot_similarities(estimates, os.path.join(out, PLOT), threshold, staging):
+        storage.remove(path)
+    if len(estimates) and plot_similarities(estimates, storage.join(out, PLOT), threshold, staging):
         manifest["plot"] = PLOT
     manifest[WRITING] = "the parts are being written; those under their final names are complete"
     _save_manifest(out, manifest, staging)
@@ -505,7 +526,7 @@ def _start_writing(out, corpora, manifest, estimates, threshold, staging):
 def _save_manifest(out, manifest, staging):
     """save_manifest's bytes, encoded a piece at a time: the listing of removed documents (about 1 KB each) is
     never one string in memory."""
-    with atomic_open(os.path.join(out, MANIFEST), "wb", staging) as f:
+    with atomic_open(storage.join(out, MANIFEST), "wb", staging) as f:
         for chunk in json.JSONEncoder(indent=1, sort_keys=True).iterencode(manifest):
             f.write(chunk.encode())
         f.write(b"\n")
@@ -598,18 +619,18 @@ def _gather(results, options):
 def _write(engine, corpora, drops, out, staging, manifest):
     tasks, owners = [], []
     for name, parts in corpora:
-        directory = os.path.join(out, name)
-        os.makedirs(directory, exist_ok=True)
+        directory = storage.join(out, name)
+        storage.makedirs(directory)
         for part in parts:
-            tasks.append((part, os.path.join(directory, os.path.basename(part)), staging, sorted(drops[part])))
+            tasks.append((part, storage.join(directory, os.path.basename(part)), staging, sorted(drops[part])))
             owners.append(name)
     files = {name: {} for name, _parts in corpora}
     for index, (path, entry) in engine.run_indexed(write_part, tasks, describe=lambda t: t[0]):
-        files[owners[index]][os.path.basename(path)] = dict(entry, source=tasks[index][0])
+        files[owners[index]][os.path.basename(path)] = dict(entry, source=storage.display(tasks[index][0]))
     for name, entries in files.items():
         from bertprep.stages.download.formatted import FORMAT
 
-        save_manifest(os.path.join(out, name), {"tool": "bertprep", "version": __version__, "stage": "format",
+        save_manifest(storage.join(out, name), {"tool": "bertprep", "version": __version__, "stage": "format",
                                                 "corpus": name, "source": "bertprep dedup", "format": FORMAT,
                                                 "files": dict(sorted(entries.items()))})
     manifest["files"] = {f"{name}/{part}": entry for name, entries in files.items()
@@ -618,7 +639,7 @@ def _write(engine, corpora, drops, out, staging, manifest):
 
 def _summary(title_or_prefix, manifest, out, complete_before=False):
     corpora = manifest["corpora"]
-    fields = {"out": out, "corpora": corpora, "evaluation": manifest["evaluation"],
+    fields = {"out": storage.display(out), "corpora": corpora, "evaluation": manifest["evaluation"],
               "documents": sum(c["documents"] for c in corpora.values()),
               "kept": sum(c["kept"] for c in corpora.values()),
               "exact": sum(c["exact"] for c in corpora.values()),
@@ -629,5 +650,5 @@ def _summary(title_or_prefix, manifest, out, complete_before=False):
                    f"{c['contaminated']:,} contaminated)") for name, c in corpora.items()]
     rows += [(f"eval {name}", f"{r['found_in_training']:,} of {r['items']:,} items found in training")
              for name, r in manifest["evaluation"].items()]
-    rows.append(("output", out))
+    rows.append(("output", storage.display(out)))
     return Summary(title_or_prefix, fields, rows=tuple(rows), complete_before=complete_before)

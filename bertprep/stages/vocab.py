@@ -29,6 +29,7 @@ import os
 import time
 from collections import Counter
 
+from bertprep import storage
 from bertprep.atomic import atomic_open, sha256_file
 from bertprep.errors import DataError, UsageError
 from bertprep.options import build_options, normalise_paths, set_field
@@ -90,22 +91,23 @@ def resolve_vocab_inputs(workdir, inputs, corpora):
         raise UsageError("give --input (corpus directories or .jsonl/.txt files) or --corpus NAME")
     files = []
     for path in inputs:
-        if os.path.isdir(path):
+        storage.check_reachable(path)  # a missing bucket or refused credentials: the store's error, not "no such"
+        if storage.isdir(path):
             require_manifest(path)
         files += input_files(path)
     formatted = stage_dir(workdir, "formatted")
     for name in corpora:
         files += resolve_inputs(workdir, None, name)[1]  # shard's messages for a corpus that is not there
-        parts = (name,) if os.path.isdir(os.path.join(formatted, name)) else COMBINED[name]
+        parts = (name,) if storage.isdir(storage.join(formatted, name)) else COMBINED[name]
         for part in parts:
-            require_manifest(os.path.join(formatted, part))
+            require_manifest(storage.join(formatted, part))
     return files
 
 
 def require_manifest(directory):
     if load_manifest(directory) is None:
-        raise DataError(f"{directory}: no {MANIFEST} (not a finished `bertprep download` or `bertprep shard` "
-                        "output); give its .jsonl/.txt files instead")
+        raise DataError(f"{storage.display(directory)}: no {MANIFEST} (not a finished `bertprep download` or "
+                        "`bertprep shard` output); give its .jsonl/.txt files instead")
 
 
 def iter_lines(paths, stats, progress=None):
@@ -114,7 +116,7 @@ def iter_lines(paths, stats, progress=None):
         for text in iter_input_documents(path, stats):
             yield from (line for line in text.split("\n") if line.strip())
         if progress is not None:
-            progress.advance(1, bytes=os.path.getsize(path))
+            progress.advance(1, bytes=storage.getsize(path))
 
 
 def iter_chunks(lines, size=CHUNK_CHARS):
@@ -187,7 +189,7 @@ def vocab(options: VocabOptions | None = None, /, *, quiet: bool = True, **field
     options = build_options(VocabOptions, options, fields)
     workdir = resolve_workdir(options.workdir)
     inputs = resolve_vocab_inputs(workdir, options.input, options.corpus)
-    out = os.path.abspath(options.out or stage_dir(workdir, "vocab", "vocab.txt"))
+    out = storage.absolute(options.out or stage_dir(workdir, "vocab", "vocab.txt"))
     start = time.monotonic()
     progress = Progress("vocab", total=len(inputs), unit="input files", quiet=quiet)
     stats = {"invalid_utf8_lines": 0, "empty_documents": 0}
@@ -207,18 +209,20 @@ def vocab(options: VocabOptions | None = None, /, *, quiet: bool = True, **field
     with atomic_open(out, "wb") as f:
         f.write(data)
     summary = {
-        "out": out, "tokens": len(tokens), "sha256": hashlib.sha256(data).hexdigest(), "vocab_size": options.vocab_size,
+        "out": storage.display(out), "tokens": len(tokens), "sha256": hashlib.sha256(data).hexdigest(),
+        "vocab_size": options.vocab_size,
         "unused": options.unused, "cased": options.cased, "characters": len(alphabet),
         "limit_alphabet": LIMIT_ALPHABET, "min_frequency": MIN_FREQUENCY, "tokenizers": tokenizers.__version__,
         "invalid_utf8_lines": stats["invalid_utf8_lines"],
-        "inputs": [{"path": p, "bytes": os.path.getsize(p), "sha256": sha256_file(p)} for p in inputs],
+        "inputs": [{"path": storage.display(p), "bytes": storage.getsize(p), "sha256": sha256_file(p)}
+                   for p in inputs],
         "seconds": round(time.monotonic() - start, 3),
     }
     return Summary("bertprep vocab: done", summary, rows=_rows(summary))
 
 
 def _named(inputs):
-    return f"{', '.join(inputs[:3])}{' ...' if len(inputs) > 3 else ''}"
+    return f"{', '.join(map(storage.display, inputs[:3]))}{' ...' if len(inputs) > 3 else ''}"
 
 
 def _rows(fields):

@@ -23,7 +23,7 @@ from bertprep import __version__, formats, storage
 from bertprep.atomic import atomic_open
 from bertprep.errors import DataError, UsageError
 from bertprep.tokenization import LineTokenizer, load_vocab, resolve_vocab_path
-from bertprep.workdir import load_manifest, save_manifest
+from bertprep.workdir import file_matches, load_manifest, save_manifest
 
 # output role -> {format: file name}. GLUE's dev split and SQuAD's eval split are "eval"; GLUE's test is "test".
 OUTPUT_NAMES = {
@@ -205,13 +205,7 @@ def split_is_complete(out, manifest, split, names, source_sha256):
     listed = {**manifest.get("files", {}), **manifest.get("metadata", {})}
     for name in names:
         entry = listed.get(name)
-        path = storage.join(out, name)
-        try:
-            if entry is None or entry.get("split") != split or storage.getsize(path) != entry["bytes"]:
-                return False
-            if storage.is_url(path) and storage.sha256(path) != entry.get("sha256"):
-                return False
-        except OSError:
+        if entry is None or entry.get("split") != split or not file_matches(storage.join(out, name), entry):
             return False
     return True
 
