@@ -142,7 +142,7 @@ def iter_documents(path):
     from bertprep.jsonlines import json_lines
 
     for number, doc in json_lines(path, lambda number, exc: DataError(
-            f"{path}:{number}: not a JSON document line ({exc})")):
+            f"{storage.display(path)}:{number}: not a JSON document line ({exc})")):
         if not isinstance(doc, dict) or not isinstance(doc.get("text"), str):
-            raise DataError(f'{path}:{number}: expected an object with a "text" string')
+            raise DataError(f'{storage.display(path)}:{number}: expected an object with a "text" string')
         yield number, doc
