@@ -211,8 +211,14 @@ def _keep_inherited_sessions():
             finalizer.detach()
 
 
+def _forget_prefetched():
+    """A forked child has none of the parent's read-ahead threads: its prefetched streams would never fill."""
+    _PREFETCHED.clear()
+
+
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_keep_inherited_sessions)
+    os.register_at_fork(after_in_child=_forget_prefetched)
 
 
 # -- the os functions, for paths and URLs ---------------------------------------------
@@ -341,10 +347,30 @@ def open(path, mode="rb", encoding=None, errors=None, newline=None):  # the buil
         return io.open(local_path(path), mode, encoding=encoding, errors=errors, newline=newline)
     if set(mode) - set("rbt"):
         raise ValueError(f"{display(path)}: objects are written with atomic.atomic_open, not opened in {mode!r}")
-    stream = ReadAhead(path)
+    with _PREFETCH_LOCK:
+        stream = _PREFETCHED.pop(path, None)
+    stream = stream or ReadAhead(path)
     if "b" in mode:
         return stream
     return io.TextIOWrapper(stream, encoding=encoding or "utf-8", errors=errors, newline=newline)
+
+
+_PREFETCHED = {}  # URL -> its ReadAhead, started by prefetch() before open() asks for it
+_PREFETCH_LOCK = threading.Lock()
+PREFETCH_LIMIT = 2  # streams started ahead at once (each holds at most READ_AHEAD + 1 blocks)
+
+
+def prefetch(path):
+    """Start reading the object `path` before it is opened (the next file of a sequence), so its first blocks
+    are ready when `open` asks instead of one request's wait per file; nothing for a local path."""
+    if not is_url(path):
+        return
+    with _PREFETCH_LOCK:
+        if path in _PREFETCHED:
+            return
+        while len(_PREFETCHED) >= PREFETCH_LIMIT:  # the oldest was never opened: a reader changed its plan
+            _PREFETCHED.pop(next(iter(_PREFETCHED))).close()
+        _PREFETCHED[path] = ReadAhead(path)
 
 
 def read_bytes(path):

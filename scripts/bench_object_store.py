@@ -68,16 +68,17 @@ def run_cli(*args):
 
 def reader_records_per_second(data):
     """(records/s of a first epoch, of a second epoch, records) of the training split through the trainer's
-    reader (listing and manifest included each time), in a fresh process with the libraries imported before
-    the clock starts. The first epoch also pays the store's connection and credential set-up, once per run."""
+    reader, in a fresh process with the libraries imported before the clock starts. The first epoch also pays
+    what a run pays once: the store's connection and credentials, the listing and the manifests."""
     code = f"""
 import json, time
 import s3fs  # imported before the clock starts for both runs: a training run pays it once
 from trainer.data import Records, RecordStream
-rates = []
+rates, records = [], None
 for _ in range(2):
     start = time.perf_counter()
-    stream = RecordStream(Records({str(data)!r}, "tfrecord"), "training", 256, seed=0)
+    records = records or Records({str(data)!r}, "tfrecord")  # listed once per run, as the trainer does
+    stream = RecordStream(records, "training", 256, seed=0)
     n = 0
     for batch in stream.batches():
         n += len(batch["input_ids"])
@@ -126,13 +127,27 @@ def main():
         try:
             os.environ.update(server.env())
             bucket = f"s3://{server.make_bucket('bench')}"
-            rows = measure_all(args, corpus, vocab, Path(tmp), bucket)
+            rows = measure_all(args, corpus, vocab, Path(tmp), bucket, server.process.pid)
         finally:
             server.stop()
     report(args, corpus, rows)
 
 
-def measure_all(args, corpus, vocab, tmp, bucket):
+def cpu_seconds(pid):
+    """User + system CPU seconds process `pid` has used (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def server_cpu(pid, measure):
+    """`measure()`'s result and the CPU seconds the store's server used meanwhile (on this machine's cores)."""
+    before = cpu_seconds(pid)
+    result = measure()
+    return result, cpu_seconds(pid) - before
+
+
+def measure_all(args, corpus, vocab, tmp, bucket, server_pid):
     shards = write_shards(corpus, tmp / "shards", args.copies)
     common = ["create", "--input", shards, "--vocab", vocab, "--seq", 128, "--pred", 20, "--dupe-factor", 5,
               "--seed", 12345, "--workers", args.workers, "--format", "tfrecord,ofrecord"]
@@ -145,14 +160,17 @@ def measure_all(args, corpus, vocab, tmp, bucket):
     uploads = [upload_seconds(f"{tmp}/records-0", f"{bucket}/upload-{i}") for i in range(args.repeat)]
     instances = sum(creates[0][0][1]["instances"].values())
     local_out, bucket_out = f"{tmp}/records-0", f"{bucket}/records-1"
+    served = []
     readers = interleaved(args.repeat, lambda: reader_records_per_second(local_out),
-                          lambda: reader_records_per_second(bucket_out))
+                          lambda: served.append(server_cpu(server_pid, lambda: reader_records_per_second(bucket_out)))
+                          or served[-1][0])
+    server_seconds = statistics.median(seconds for _, seconds in served)
     validates = interleaved(args.repeat, lambda: run_cli("validate", local_out, "--workers", args.workers),
                             lambda: run_cli("validate", bucket_out, "--workers", args.workers))
     summary = validates[0][0][1]
     records = sum(f["records"] for dataset in summary["datasets"] for f in dataset["files"])
-    return {"instances": instances, "creates": creates, "uploads": uploads, "readers": readers, "validates": validates,
-            "records": records}
+    return {"instances": instances, "creates": creates, "uploads": uploads, "server_seconds": server_seconds,
+            "readers": readers, "validates": validates, "records": records}
 
 
 def report(args, corpus, rows):
@@ -176,7 +194,8 @@ def report(args, corpus, rows):
           f"{first_bucket / first_local:>7.2f}")
     print(f"{'trainer reader records/s, next epoch':<44} {read_local:>12,.0f} "
           f"{read_bucket:>12,.0f} {read_bucket / read_local:>7.2f} {'>= ' + str(READER_TARGET):>9}")
-    print(f"({records:,} training records per epoch)")
+    print(f"({records:,} training records per epoch; the server itself used {rows['server_seconds']:.2f} CPU "
+          f"seconds of these {os.cpu_count()} cores per bucket run of two epochs)")
     print(f"{'validate wall s (every record, every file)':<44} {validate_local:>12.2f} {validate_bucket:>12.2f} "
           f"{validate_bucket / validate_local:>7.2f}")
     print(f"{'validate records/s':<44} {rows['records'] / validate_local:>12,.0f} "

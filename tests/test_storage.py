@@ -155,3 +155,20 @@ def test_create_reads_text_shards_from_the_hub_as_from_disk(tmp_path):
     assert (hub.returncode, hub.stderr) == (0, "") and (local.returncode, local.stderr) == (0, "")
     written = {p.relative_to(tmp_path / "local"): p.read_bytes() for p in (tmp_path / "local").rglob("*.tfrecord")}
     assert written and all((tmp_path / "hub" / rel).read_bytes() == data for rel, data in written.items())
+
+
+def test_a_prefetched_object_is_the_stream_open_returns(s3_bucket, tmp_path):
+    urls = [f"{s3_bucket}/prefetch/{i}.bin" for i in range(3)]
+    for i, url in enumerate(urls):
+        atomic.atomic_write_bytes(url, bytes([i]) * 100_000)
+    storage.prefetch(urls[0])
+    storage.prefetch(urls[0])  # asked twice: one stream
+    started = storage._PREFETCHED[urls[0]]
+    with storage.open(urls[0], "rb") as f:
+        assert f is started and f.read() == b"\0" * 100_000
+    for url in urls:  # more than PREFETCH_LIMIT ahead: the oldest unopened one is closed and forgotten
+        storage.prefetch(url)
+    assert list(storage._PREFETCHED) == urls[-storage.PREFETCH_LIMIT:]
+    assert storage.read_bytes(urls[2]) == b"\2" * 100_000 and urls[2] not in storage._PREFETCHED
+    storage.prefetch(str(tmp_path / "local.bin"))  # a local path: nothing to start
+    assert str(tmp_path / "local.bin") not in storage._PREFETCHED

@@ -280,7 +280,9 @@ class RecordStream:
     def _chunks(self, files, epoch):
         """Decoded records of `files` in order; unmasked ones with their global index and epoch, to be masked by."""
         records = self.records
-        for path in files:  # file by file (_rechunk makes the windows): a bad value is named by file and row
+        for number, path in enumerate(files):  # file by file (_rechunk makes the windows): a bad value is named
+            if number + 1 < len(files):  # by file and row; an object store's next file starts arriving now
+                storage.prefetch(files[number + 1])
             first = records.first_instance(path) if records.masking is not None else None
             row = 0
             for chunk in formats.read_batches(path, self.window, records.fmt, kind=records.kind, dims=records.dims):
