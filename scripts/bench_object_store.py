@@ -165,7 +165,9 @@ def measure_all(args, corpus, vocab, tmp, bucket, server_pid):
     def create(base):
         return run_cli(*common, "--out", f"{base}/records-{next(runs)}")
 
-    creates = interleaved(args.repeat, lambda: create(tmp), lambda: create(bucket))
+    received = []
+    creates = interleaved(args.repeat, lambda: create(tmp),
+                          lambda: received.append(server_cpu(server_pid, lambda: create(bucket))) or received[-1][0])
     uploads = [upload_seconds(f"{tmp}/records-0", f"{bucket}/upload-{i}") for i in range(args.repeat)]
     instances = sum(creates[0][0][1]["instances"].values())
     local_out, bucket_out = f"{tmp}/records-0", f"{bucket}/records-1"
@@ -179,6 +181,7 @@ def measure_all(args, corpus, vocab, tmp, bucket, server_pid):
     summary = validates[0][0][1]
     records = sum(f["records"] for dataset in summary["datasets"] for f in dataset["files"])
     return {"instances": instances, "creates": creates, "uploads": uploads, "server_seconds": server_seconds,
+            "server_create_seconds": statistics.median(seconds for _, seconds in received),
             "readers": readers, "validates": validates, "records": records}
 
 
@@ -199,6 +202,7 @@ def report(args, corpus, rows):
           f"{create_bucket:>12.2f} {create_bucket / create_local:>7.2f} {'<= ' + str(CREATE_TARGET):>9}")
     upload = statistics.median(rows["uploads"])
     print(f"{'  the store receiving those bytes alone (s3fs put)':<44} {'':>12} {upload:>12.2f}")
+    print(f"{'  CPU seconds the server used during create':<44} {'':>12} {rows['server_create_seconds']:>12.2f}")
     print(f"{'trainer reader records/s, first epoch':<44} {first_local:>12,.0f} {first_bucket:>12,.0f} "
           f"{first_bucket / first_local:>7.2f}")
     print(f"{'trainer reader records/s, next epoch':<44} {read_local:>12,.0f} "
