@@ -136,23 +136,28 @@ _OPENED = weakref.WeakSet()  # the filesystems this process used: a forked child
 
 
 def _leave_inherited_connections():
-    """In a forked child (a local engine's worker): never close the connections of the parent's filesystems.
+    """In a forked child (a local engine's or validate's worker): never close the parent's filesystems.
 
     Their sockets are registered in the parent's event loop's epoll, which the child shares: a child that
-    closes them when it drops the parent's instances (its finalizer `close_session`) unregisters the parent's
-    sockets, and the parent's next request waits forever. The child makes its own filesystems (fsspec keys
-    its cache by pid); the inherited ones are left unclosed until the child exits.
+    closes them when it drops the parent's instances (their finalizer `close_session`) unregisters the
+    parent's sockets, and the parent's next request waits forever; and closing a session of a loop this
+    process does not run prints tracebacks ("attached to a different loop", "Unclosed client session"). The
+    child makes its own filesystems (fsspec keys its cache by pid); the inherited ones stay referenced and
+    unclosed until the child exits. A child has none of the parent's read-ahead threads either, so streams
+    prefetched there would never fill: forgotten.
     """
     inherited = {id(fs) for fs in _OPENED}
-    for finalizer in list(weakref.finalize._registry):  # noqa: SLF001 - the only list of finalizers there is
+    for finalizer in list(weakref.finalize._registry):  # the only list of finalizers there is
         alive = finalizer.peek()
-        if alive and id(alive[0]) in inherited:
+        if alive and (id(alive[0]) in inherited or getattr(alive[1], "__name__", None) == "close_session"):
+            _INHERITED.append(alive[0])
             finalizer.detach()
-    _INHERITED.extend(_OPENED)  # kept referenced: nothing of theirs runs in the child
+    _INHERITED.extend(_OPENED)
     _OPENED.clear()
+    _PREFETCHED.clear()
 
 
-_INHERITED = []
+_INHERITED = []  # in a forked child: the parent's filesystems, kept so that they are never collected
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_leave_inherited_connections)
 
@@ -194,31 +199,6 @@ def _reason(exc):
     if isinstance(exc, FileNotFoundError):
         return f"not found: {text}" if text and "not" not in text.lower() else (text or "not found")
     return text or type(exc).__name__
-
-
-_INHERITED = []  # in a forked worker: the parent's filesystem instances, kept so they are never collected
-
-
-def _keep_inherited_sessions():
-    """In a forked worker (validate's and the engines' pools): the parent's filesystem instances hold sessions
-    of the parent's event loop, which this process does not run; closing or collecting them prints tracebacks
-    ("attached to a different loop", "Unclosed client session"). fsspec makes new instances here; the old ones
-    are kept, unclosed, until the worker exits (their sockets are the parent's)."""
-    for finalizer in list(weakref.finalize._registry):
-        info = finalizer.peek()
-        if info and getattr(info[1], "__name__", None) == "close_session":
-            _INHERITED.append(info[0])
-            finalizer.detach()
-
-
-def _forget_prefetched():
-    """A forked child has none of the parent's read-ahead threads: its prefetched streams would never fill."""
-    _PREFETCHED.clear()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_keep_inherited_sessions)
-    os.register_at_fork(after_in_child=_forget_prefetched)
 
 
 # -- the os functions, for paths and URLs ---------------------------------------------
