@@ -47,7 +47,6 @@ from bertprep.masking import DynamicMasking, first_instances
 SPLITS = ("training", "test")
 FILE_PATTERNS = {"tfrecord": "*.tfrecord", "ofrecord": "part-*", "hdf5": "*.hdf5", "parquet": "*.parquet"}
 TRAINABLE_KINDS = (PRETRAINING, PACKED, UNMASKED)
-BUCKET_SCHEMES = ("s3", "s3a", "gs", "gcs")
 # Columns the stream adds to unmasked records: what their masks are keyed by.
 INDEX, EPOCH = "instance_index", "epoch"
 
@@ -191,7 +190,7 @@ def _corpus_dirs(data_dir, fmt):
     """[(corpus directory, the directory holding its training/ and test/)] at the shallowest depth that has any:
     <corpus>/<fmt>/training (bertprep's layout) or <corpus>/training with record files (NVIDIA's)."""
     if not storage.isdir(data_dir):
-        check_bucket(data_dir)
+        storage.check_reachable(data_dir)  # a missing bucket or refused credentials: the store's own error
         raise DataError(f"{storage.display(data_dir)}: no such directory")
     for depth in range(4):
         corpus = storage.join(data_dir, *["*"] * depth)
@@ -203,17 +202,6 @@ def _corpus_dirs(data_dir, fmt):
         if found:
             return sorted(found)
     return []
-
-
-def check_bucket(url):
-    """For a URL of a bucket store (s3://, gs://) whose directory is not there: the store's own reason in one
-    line naming `url` when its bucket cannot be listed (there is none by that name, the credentials are refused);
-    fsspec's isdir says only False."""
-    if storage.scheme(url) not in BUCKET_SCHEMES:
-        return
-    fs, inner = storage.filesystem(url)
-    with storage.errors_named(url):
-        fs.ls(inner.split("/", 1)[0], refresh=True)
 
 
 class RecordStream:

@@ -18,7 +18,6 @@ from bertprep import formats, storage
 from bertprep.errors import DataError, UsageError
 from bertprep.formats.schemas import GLUE, GLUE_REGRESSION, SQUAD_EVAL, SQUAD_TRAIN
 from bertprep.manifests import load_records_manifest
-from trainer.data import check_bucket
 
 # split -> file name (or glob) per format
 SPLIT_FILES = {
@@ -82,7 +81,7 @@ class TaskData:
 
     def __init__(self, data_dir, fmt, task):
         if not storage.isdir(data_dir):
-            check_bucket(data_dir)
+            storage.check_reachable(data_dir)  # a missing bucket or refused credentials: the store's own error
             raise DataError(f"{storage.display(data_dir)}: no such directory")
         self.data_dir, self.fmt, self.task = data_dir, fmt, task
         self.manifest = load_records_manifest(data_dir, (fmt,)) or {}  # its files there, its fields sound

@@ -85,7 +85,6 @@ def _read_copy(url):
     ours, its newest complete ckpt-<step>/) and named by URL, its errors and notes too. Every reader
     holds the weights in memory, so the copy goes once they are read."""
     from trainer import run_state
-    from trainer.data import check_bucket
 
     directory, name = url, None
     if storage.isdir(url):
@@ -95,7 +94,7 @@ def _read_copy(url):
     elif storage.isfile(url) or storage.isfile(url + ".index"):  # NVIDIA's .pt, Google's prefix: with their directory
         directory, name = url.rsplit("/", 1)
     else:
-        check_bucket(url)
+        storage.check_reachable(url)
         raise DataError(f"{storage.display(url)}: no such checkpoint (no object or directory there)")
     with tempfile.TemporaryDirectory(prefix="bertprep-checkpoint-") as temp:
         local = os.path.join(temp, directory.rsplit("/", 1)[-1])
