@@ -69,29 +69,17 @@ def full_columns(kind, stored, path):
     return columns, dims
 
 
-def _decode(path, fmt):
-    """The codec's (kind, stored columns) of `path`. h5py and pyarrow read a real file: a URL's object is
-    read from a local copy, and an error names the URL, not the copy."""
-    with storage.local_copy(path) as local:
-        try:
-            return CODECS[fmt].decode(local)
-        except DataError as exc:
-            if not storage.is_url(path):
-                raise
-            raise type(exc)(str(exc).replace(local, storage.display(path))) from None
-
-
 def read_columns(path, fmt):
     """(kind, dims, {name: (N, length) array}) of a columnar file."""
     if fmt not in CODECS:
         raise DataError(f"{path}: {fmt} records cannot be read in one pass with HDF5 or Parquet files")
-    kind, stored = _decode(path, fmt)
+    kind, stored = CODECS[fmt].decode(path)  # a URL's object from a local copy (h5py and pyarrow read files)
     columns, dims = full_columns(kind, stored, path)
     return kind, dims, columns
 
 
 def record_kind(path, fmt):
-    return _decode(path, fmt)[0]
+    return CODECS[fmt].decode(path)[0]
 
 
 def read_records(path, fmt):

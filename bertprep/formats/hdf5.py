@@ -112,7 +112,7 @@ def decode(path):
     """(kind, {name: array}) of an HDF5 record file, the left-out weights derived again. h5py reads a real
     file: a URL's object is fetched to a local copy first (messages still name the URL)."""
     with storage.local_copy(path) as local:
-        return _decode(path, local)
+        return _decode(storage.display(path), local)
 
 
 def _decode(path, local):

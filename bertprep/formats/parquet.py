@@ -77,7 +77,7 @@ def _stored_kind(field):
 def decode(path):
     """(kind, {name: (N, length) array}) of a Parquet record file (a URL's object from a local copy, as HDF5's)."""
     with storage.local_copy(path) as local:
-        return _decode(path, local)
+        return _decode(storage.display(path), local)
 
 
 def _decode(path, local):
