@@ -204,12 +204,17 @@ def _reason(exc):
 # -- the os functions, for paths and URLs ---------------------------------------------
 
 
-def exists(path):
+def _answer(path, local_question, method):
+    """`local_question` of a local path; the filesystem's `method` of a URL's key, its errors named by URL."""
     if not is_url(path):
-        return os.path.exists(local_path(path))
+        return local_question(local_path(path))
     fs, inner = filesystem(path)
     with errors_named(path):
-        return fs.exists(inner)
+        return getattr(fs, method)(inner)
+
+
+def exists(path):
+    return _answer(path, os.path.exists, "exists")
 
 
 def check_reachable(path):
@@ -224,19 +229,11 @@ def check_reachable(path):
 
 
 def isdir(path):
-    if not is_url(path):
-        return os.path.isdir(local_path(path))
-    fs, inner = filesystem(path)
-    with errors_named(path):
-        return fs.isdir(inner)
+    return _answer(path, os.path.isdir, "isdir")
 
 
 def isfile(path):
-    if not is_url(path):
-        return os.path.isfile(local_path(path))
-    fs, inner = filesystem(path)
-    with errors_named(path):
-        return fs.isfile(inner)
+    return _answer(path, os.path.isfile, "isfile")
 
 
 def getsize(path):
