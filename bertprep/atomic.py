@@ -272,8 +272,7 @@ def _object_dir(url):
             yield tmp
         files = sorted(os.path.relpath(os.path.join(d, n), tmp) for d, _, names in os.walk(tmp) for n in names)
         with _naming(url):
-            storage.remove(storage.join(url, COMPLETE))
-            storage.rmtree(url)
+            remove_directory(url)
             for relative in files:
                 storage.upload(os.path.join(tmp, relative), storage.join(url, relative))
             listing = {f: os.path.getsize(os.path.join(tmp, f)) for f in files}
@@ -281,6 +280,14 @@ def _object_dir(url):
             with open(marker, "w") as f:
                 json.dump({"files": listing}, f, sort_keys=True)
             storage.upload(marker, storage.join(url, COMPLETE))
+
+
+def remove_directory(path):
+    """Remove a directory atomic_dir wrote (gone already is fine); a URL's COMPLETE first, so no reader takes
+    it as complete while its objects go."""
+    if storage.is_url(path):
+        storage.remove(storage.join(path, COMPLETE))
+    storage.rmtree(path)
 
 
 def directory_complete(path):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from bertprep import storage
-from bertprep.atomic import COMPLETE
+from bertprep.atomic import COMPLETE, remove_directory
 from bertprep.cli import main as bertprep_main
 from bertprep.errors import DataError
 from test_trainer_data import golden_records
@@ -151,14 +151,12 @@ def runs(s3_bucket, golden_dir, tmp_path_factory):
         assert code == 0
         done[name] = (events, checkpoint_dir)
 
-    from trainer import run_state
-
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("XDG_CACHE_HOME", str(root / "cache"))  # where the bucket runs' TensorBoard scalars go
         run("local", records, str(root / "ckpt"))
         bucket_checkpoints = f"{s3_bucket}/ckpt"
         run("bucket", data, bucket_checkpoints)
-        run_state.remove(f"{bucket_checkpoints}/ckpt-00000020")
+        remove_directory(f"{bucket_checkpoints}/ckpt-00000020")
         run("resumed", data, bucket_checkpoints, "--resume")
     done["tensorboard"] = root / "cache" / "bertprep" / "tensorboard" / "s3" / s3_bucket.split("://")[1] / "ckpt"
     return done

@@ -18,7 +18,7 @@ import re
 import numpy as np
 
 from bertprep import storage
-from bertprep.atomic import COMPLETE, atomic_dir, directory_complete, staging_dir
+from bertprep.atomic import atomic_dir, directory_complete, remove_directory, staging_dir
 from bertprep.errors import DataError, UsageError
 
 _NAME = re.compile(r"^ckpt-(\d+)$")
@@ -44,13 +44,6 @@ def _complete(path):
     return storage.isfile(storage.join(path, "state.json"))
 
 
-def remove(path):
-    """Remove the checkpoint `path`; a URL's COMPLETE first, so no reader takes it while its objects go."""
-    if storage.is_url(path):
-        storage.remove(storage.join(path, COMPLETE))
-    storage.rmtree(path)
-
-
 def save(directory, step, arrays, state, keep):
     final = storage.join(directory, f"ckpt-{step:08d}")
     with atomic_dir(final, staging_dir(directory)) as temp:  # a URL's: filled locally, uploaded, COMPLETE last
@@ -59,7 +52,7 @@ def save(directory, step, arrays, state, keep):
         with open(os.path.join(temp, "state.json"), "w", encoding="utf-8") as f:
             json.dump(dict(state, step=step), f, indent=1, sort_keys=True)
     for _step, path in list_checkpoints(directory)[:-keep] if keep > 0 else []:
-        remove(path)
+        remove_directory(path)
     return final
 
 
