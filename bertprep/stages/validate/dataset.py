@@ -358,9 +358,11 @@ def _check_manifest(manifest, root, record_files, reports, shape, findings):
         full = storage.normpath(storage.join(base, relative))
         if not storage.isfile(full):
             findings.add(Finding("manifest", full, None, None, "listed in manifest.json but missing"))
-        elif (storage.getsize(full), _sha256(full)) != (entry.get("bytes"), entry.get("sha256")):
+            continue
+        held = (storage.getsize(full), _sha256(full))  # read once: an object's bytes come over the network
+        if held != (entry.get("bytes"), entry.get("sha256")):
             findings.add(Finding("manifest", full, None, None,
-                                 f"{storage.getsize(full):,} bytes, sha256 {_sha256(full)[:16]}…; manifest.json says "
+                                 f"{held[0]:,} bytes, sha256 {held[1][:16]}…; manifest.json says "
                                  f"{entry.get('bytes', 0):,} bytes, sha256 {str(entry.get('sha256'))[:16]}…"))
     for record_file in record_files:
         if storage.normpath(record_file.path) not in listed:
