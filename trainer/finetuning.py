@@ -182,12 +182,11 @@ def load_encoder(model, weights, path):
 def sample_checkpoint(config, data):
     """A tiny pretraining checkpoint made on the fly from the embedded sample records (cached per
     user), with the vocab size of the fine-tuning records so their token ids fit."""
-    from trainer.pretraining import sample_records, train
+    from trainer.pretraining import sample_records, train, user_cache
 
     vocab_size = data.vocab_size or BertConfig().vocab_size
     model = config.model or "tiny"
-    directory = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "bertprep",
-                             "finetune-sample-checkpoint", f"{model}-vocab-{vocab_size}")
+    directory = user_cache("finetune-sample-checkpoint", f"{model}-vocab-{vocab_size}")
     if not run_state.list_checkpoints(directory):
         if not config.quiet:
             print(f"trainer: no --init-checkpoint: pretraining the {model} model for a few steps on the embedded "

@@ -256,8 +256,12 @@ def tensorboard_dir(config):
     if not storage.is_url(config.checkpoint_dir):
         return os.path.join(config.checkpoint_dir, "tensorboard")
     scheme, key = storage.display(storage.normpath(storage.absolute(config.checkpoint_dir))).split("://", 1)
-    return os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "bertprep",
-                        "tensorboard", scheme, *key.split("/"))
+    return user_cache("tensorboard", scheme, *key.split("/"))
+
+
+def user_cache(*parts):
+    """A path in the user's cache for bertprep ($XDG_CACHE_HOME, else ~/.cache)."""
+    return os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "bertprep", *parts)
 
 
 def _fmt(key, value):
@@ -430,6 +434,5 @@ def sample_records():
 
     # Not "trainer-sample": a cache made before the sample came as shards holds one training file
     # under another name, which the reader's glob would take beside the eight.
-    out_dir = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "bertprep",
-                           "trainer-sample-shards")
+    out_dir = user_cache("trainer-sample-shards")
     return create.create_sample_records(out_dir)
