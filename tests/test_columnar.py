@@ -3,6 +3,7 @@
 import io
 import json
 import shutil
+import sys
 
 import h5py
 import numpy as np
@@ -125,6 +126,23 @@ def test_same_bytes_for_any_worker_count(golden_dir, tmp_path):
         runs.append({str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*.*"))
                      if p.suffix in (".hdf5", ".parquet")})
     assert len(runs[0]) == 6 and runs[0] == runs[1]
+
+
+def test_hdf5_bytes_do_not_depend_on_how_long_a_profiler_holds_frames(golden_dir):
+    """Dask's worker profiler samples the task thread's frames and holds them a moment. A held frame of h5py's that
+    still referred to a just-written dataset kept it open, and its chunks then took file space after the next
+    datasets' (other bytes in some Dask runs, issue 33). Here a profile hook holds every returning frame."""
+    from bertprep.formats.schemas import PRETRAINING
+
+    columns = whole(golden_dir / "G1.tfrecord")
+    expected = columnar.encode(columns, "hdf5", PRETRAINING)
+    held, previous = [], sys.getprofile()
+    sys.setprofile(lambda frame, event, _arg: held.append(frame) if event == "return" else None)
+    try:
+        got = columnar.encode(columns, "hdf5", PRETRAINING)
+    finally:
+        sys.setprofile(previous)
+    assert held and got == expected
 
 
 def test_validate_and_inspect_know_columnar_files(golden_records, capsys):

@@ -19,7 +19,7 @@ weights would not derive back: the file always holds exactly the values.
 Each chunk carries a Fletcher-32 checksum that h5py checks on reading (any
 h5py reader, NVIDIA's included, reads such files as it reads others). Bytes
 are deterministic: no timestamps (track_times=False), a fixed libver,
-chunking from the shape alone.
+chunking from the shape alone, each dataset closed as soon as it is written.
 """
 
 import io
@@ -88,8 +88,12 @@ def encode(columns, kind):
                     raise DataError(f"{feature.name}: values {values.min()}..{values.max()} do not fit "
                                     f"{dtype.name}, the HDF5 layout's dtype for it")
             # fletcher32: a checksum per chunk, verified by h5py on every read (TFRecord's CRCs, for HDF5)
-            f.create_dataset(feature.name, data=values.astype(dtype), dtype=dtype, compression="gzip",
-                             fletcher32=True, track_times=False)
+            dataset = f.create_dataset(feature.name, data=values.astype(dtype), dtype=dtype, compression="gzip",
+                                       fletcher32=True, track_times=False)
+            # Closed here, not when the last reference goes: its chunks wait in HDF5's chunk cache and get their
+            # file space when it closes, and a thread that holds h5py's frames a moment (Dask's worker profiler)
+            # kept it open while the next datasets took space first: the same data in another layout.
+            dataset.id.close()
     return buffer.getvalue()
 
 
