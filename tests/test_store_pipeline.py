@@ -2,6 +2,7 @@
 disk, resume after a SIGKILL and after the server died, the lock object, a Dask cluster that shares nothing
 but the bucket, and one-line errors for bad URLs (issue 33)."""
 
+import contextlib
 import json
 import os
 import signal
@@ -120,6 +121,28 @@ def test_an_object_of_the_listed_size_but_other_bytes_is_redone(pipeline):
     assert bucket_tree(bucket) == before
 
 
+@pytest.mark.parametrize("layout", ["bertprep", "nvidia"])
+def test_prepare_with_a_bucket_workdir_gives_the_local_bytes(s3_bucket, golden_dir, tmp_path, layout):
+    """`prepare` (download from the stand-in hub, shard, create) with --workdir s3://...: the local run's tree,
+    in either records layout."""
+    runs = {"local": tmp_path / "work", "bucket": f"{s3_bucket}/prepared-{layout}"}
+    summaries = {}
+    with StandInServer() as hub:
+        hub.add_hub_dataset("wikimedia/wikipedia",
+                            {"20231101.en/train-00000-of-00001.parquet": articles(golden_dir / "corpus.txt")})
+        for name, workdir in runs.items():
+            summaries[name] = ok(run_cli("prepare", "wikipedia", "--vocab", golden_dir / "vocab.txt", "--workdir",
+                                         workdir, "--configs", "64/10", "--dupe-factor", "1", "--train-shards", "2",
+                                         "--test-shards", "1", "--workers", "1", "--layout", layout, "--json",
+                                         server=hub, hf_home=tmp_path / "hf"))
+    expected = local_tree(runs["local"])
+    records = "records/" if layout == "bertprep" else "tfrecord/"
+    # bertprep's: TFRecord and OFRecord of 3 shards and a manifest; NVIDIA's: its TFRecord tree and a manifest
+    assert len([name for name in expected if name.startswith(records)]) == {"bertprep": 7, "nvidia": 4}[layout]
+    assert rooted(bucket_tree(runs["bucket"]), runs["bucket"]) == rooted(expected, runs["local"])
+    assert summaries["bucket"]["create 64/10"]["records_dir"].startswith(f"{runs['bucket']}/{records}")
+
+
 def test_file_urls_are_local_paths(pipeline, tmp_path):
     local = pipeline["runs"]["local"]
     out = tmp_path / "out"
@@ -236,6 +259,18 @@ def _enter_a_directory_of_its_own():
     return os.getcwd()
 
 
+@contextlib.contextmanager
+def cluster_in_own_directories():
+    """A LocalCluster of two worker processes, each working in a temporary directory of its own, not this
+    process's: a relative or client-side local path in a task would not be found there."""
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                                  host="127.0.0.1") as cluster, distributed.Client(cluster) as client:
+        directories = client.run(_enter_a_directory_of_its_own)
+        assert len(set(directories.values())) == 2 and os.getcwd() not in directories.values()
+        yield cluster
+
+
 def without_hdf5(records):
     """A records tree as a run without --format hdf5 writes it (its manifest as save_manifest writes one)."""
     manifest = json.loads(records["manifest.json"])
@@ -249,17 +284,13 @@ def without_hdf5(records):
 # run's (same size, other sha256), which 160 encodes of one shard on Dask workers never reproduced; the cause
 # is not found. The other tests compare HDF5 byte for byte.
 def test_dask_workers_that_share_only_the_bucket_write_the_local_bytes(pipeline):
-    distributed = pytest.importorskip("distributed")
     from bertprep.stages.create import CreateOptions, plan
 
     bucket, done = pipeline["bucket"], pipeline["runs"]["bucket"]
     work, vocab = f"{bucket}/dask-work", f"{bucket}/vocab.txt"
     shards, out = f"{work}/sharded/wikicorpus_en", f"{work}/records"
     s3().put_file(str(pipeline["vocab"]), key(vocab))
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                                  host="127.0.0.1") as cluster, distributed.Client(cluster) as client:
-        directories = client.run(_enter_a_directory_of_its_own)
-        assert len(set(directories.values())) == 2 and os.getcwd() not in directories.values()
+    with cluster_in_own_directories() as cluster:
         on_cluster = ("--engine", "dask", "--scheduler", cluster.scheduler_address)
         ok(run_cli("shard", "--input", f"{done}/formatted/wikicorpus_en", "--out", shards, *SHARD_FLAGS, *on_cluster))
         ok(run_cli("create", "--input", shards, "--vocab", vocab, "--out", out, *CREATE_FLAGS[:2], "--format",
