@@ -14,7 +14,7 @@ import pytest
 from dedup_corpus import planted_corpus
 from test_dedup import squad_file
 from test_outputs import bertprep, error_line
-from test_store_pipeline import cluster_in_own_directories
+from test_store_pipeline import cluster_in_own_directories, tasks_done
 from test_store_stages import objects, printed, run_json, store
 from test_vocab import SAMPLE
 
@@ -117,6 +117,7 @@ def test_dedup_on_dask_workers_that_share_only_the_bucket_writes_the_local_bytes
     with cluster_in_own_directories() as cluster:
         code, summary = run_json(*dedup_argv(roots.url, "deduped-dask",
                                              ("--engine", "dask", "--scheduler", cluster.scheduler_address)))
+        assert tasks_done(cluster) == 2 * 2  # both passes, a task per part of each corpus, ran on the workers
     assert code == 0 and summary["kept"] == deduped["local"][1]["kept"]
     assert_same_tree(roots, "deduped", "deduped-dask")
 

@@ -296,6 +296,11 @@ def cluster_in_own_directories():
         yield cluster
 
 
+def tasks_done(cluster):
+    """How many tasks the cluster's workers have finished (the scheduler's count per task name)."""
+    return sum(prefix.state_counts["memory"] for prefix in cluster.scheduler.task_prefixes.values())
+
+
 def without_hdf5(records):
     """A records tree as a run without --format hdf5 writes it (its manifest as save_manifest writes one)."""
     manifest = json.loads(records["manifest.json"])
