@@ -14,6 +14,7 @@ import pytest
 from dedup_corpus import planted_corpus
 from test_dedup import squad_file
 from test_outputs import bertprep, error_line
+from test_store_pipeline import cluster_in_own_directories, tasks_done
 from test_store_stages import objects, printed, run_json, store
 from test_vocab import SAMPLE
 
@@ -35,10 +36,11 @@ def tree(root):
     return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
 
-def assert_same_tree(roots, relative):
-    """The objects under the bucket root's `relative` are the local root's files, byte for byte; manifests
-    with the bucket root's URL read as the local root's path, their run times aside."""
-    local, stored = tree(roots.local / relative), objects(f"{roots.url}/{relative}")
+def assert_same_tree(roots, relative, stored_relative=None):
+    """The objects under the bucket root's `relative` (or `stored_relative`) are the files under the local
+    root's `relative`, byte for byte; manifests with the bucket root's URL read as the local root's path,
+    their run times aside."""
+    local, stored = tree(roots.local / relative), objects(f"{roots.url}/{stored_relative or relative}")
     assert sorted(stored) == sorted(local)
     for name, data in local.items():
         if name.endswith("manifest.json"):
@@ -64,9 +66,9 @@ def roots(s3_bucket, shared_dir, tmp_path_factory):
     return Roots(local, url)
 
 
-def dedup_argv(root):
-    return ("dedup", "--input", f"{root}/corpus/a", f"{root}/corpus/b", "--out", f"{root}/deduped",
-            "--decontaminate", f"{root}/dev.json", "--workers", "1")
+def dedup_argv(root, out="deduped", engine=("--workers", "1")):
+    return ("dedup", "--input", f"{root}/corpus/a", f"{root}/corpus/b", "--out", f"{root}/{out}",
+            "--decontaminate", f"{root}/dev.json", *engine)
 
 
 @pytest.fixture(scope="module")
@@ -107,6 +109,17 @@ def test_dedup_rerun_keeps_matching_objects_and_redoes_the_rest(roots, deduped):
     assert code == 0
     assert store().info(key(f"{out}/a/part-0000.jsonl"), refresh=True)["LastModified"] == kept  # not rewritten
     assert_same_tree(roots, "deduped")
+
+
+def test_dedup_on_dask_workers_that_share_only_the_bucket_writes_the_local_bytes(roots, deduped):
+    """Both passes' tasks on workers in directories of their own, given the bucket's URLs only: the local run's
+    parts, plot and manifests."""
+    with cluster_in_own_directories() as cluster:
+        code, summary = run_json(*dedup_argv(roots.url, "deduped-dask",
+                                             ("--engine", "dask", "--scheduler", cluster.scheduler_address)))
+        assert tasks_done(cluster) == 2 * 2  # both passes, a task per part of each corpus, ran on the workers
+    assert code == 0 and summary["kept"] == deduped["local"][1]["kept"]
+    assert_same_tree(roots, "deduped", "deduped-dask")
 
 
 def test_dedup_takes_corpus_names_under_a_bucket_workdir(roots, deduped):

@@ -2,6 +2,8 @@
 disk, resume after a SIGKILL and after the server died, the lock object, a Dask cluster that shares nothing
 but the bucket, and one-line errors for bad URLs (issue 33)."""
 
+import contextlib
+import hashlib
 import json
 import os
 import signal
@@ -18,6 +20,8 @@ from stand_in_servers import REPO, StandInServer, ok, one_line_error, parquet_by
 RECORDS = "records/lower_case_1_seq_len_128_max_pred_20_masked_lm_prob_0.15_random_seed_12345_dupe_factor_2/" \
           "wikicorpus_en"
 CREATE_FLAGS = ("--dupe-factor", "2", "--format", "tfrecord,ofrecord,parquet,hdf5", "--quiet")
+PACKED = "packed/lower_case_1_seq_len_128_max_pred_20_masked_lm_prob_0.15_random_seed_12345_dupe_factor_2_packed3/" \
+         "wikicorpus_en"
 SHARD_FLAGS = ("--train-shards", "6", "--test-shards", "2", "--quiet")
 TRAINING_SHARDS = 6
 SHARDS = 8  # 6 training + 2 test
@@ -69,35 +73,59 @@ def rooted(tree, *roots):
 
 def stage_args(stage, workdir, vocab):
     return {"shard": ("shard", "--workdir", workdir, *SHARD_FLAGS),
-            "create": ("create", "--workdir", workdir, "--vocab", vocab, *CREATE_FLAGS)}[stage]
+            "create": ("create", "--workdir", workdir, "--vocab", vocab, *CREATE_FLAGS),
+            "pack": ("pack", f"{workdir}/{RECORDS}", "--out", f"{workdir}/packed", "--workers", "1", "--quiet"),
+            "validate": ("validate", f"{workdir}/{RECORDS}", f"{workdir}/{PACKED}", "--quiet")}[stage]
+
+
+@contextlib.contextmanager
+def wikipedia_on_a_stand_in_hub(golden_dir):
+    """A stand-in hub serving the golden corpus as the wikimedia/wikipedia parquet release."""
+    with StandInServer() as hub:
+        hub.add_hub_dataset("wikimedia/wikipedia",
+                            {"20231101.en/train-00000-of-00001.parquet": articles(golden_dir / "corpus.txt")})
+        yield hub
 
 
 @pytest.fixture(scope="module")
 def pipeline(s3_bucket, golden_dir, tmp_path_factory):
-    """The chain run once on local disk and once into the bucket, from the same stand-in hub and hub cache."""
+    """The chain (download, shard, create, pack of create's records, validate of both) run once on local disk
+    and once in the bucket, from the same stand-in hub and hub cache: the --json summaries (validate's report)."""
     root = tmp_path_factory.mktemp("store-pipeline")
     vocab = golden_dir / "vocab.txt"
     runs = {"local": root / "work", "bucket": f"{s3_bucket}/work"}
     summaries = {}
-    with StandInServer() as hub:
-        hub.add_hub_dataset("wikimedia/wikipedia",
-                            {"20231101.en/train-00000-of-00001.parquet": articles(golden_dir / "corpus.txt")})
+    with wikipedia_on_a_stand_in_hub(golden_dir) as hub:
         for name, workdir in runs.items():
             summaries[name] = [ok(run_cli("download", "wikipedia", "--workdir", workdir, "--workers", "1", "--json",
                                           server=hub, hf_home=root / "hf"))]
             summaries[name] += [ok(run_cli(*stage_args(stage, workdir, vocab), "--json")) for stage in
-                                ("shard", "create")]
+                                ("shard", "create", "pack", "validate")]
     return {"runs": runs, "summaries": summaries, "vocab": vocab, "bucket": s3_bucket, "root": root}
 
 
-def test_download_shard_create_into_the_bucket_gives_the_local_bytes(pipeline):
+def source_manifest_hash_named(tree):
+    """A workdir's tree with the packed manifest's sha256 of create's manifest (which names the run's root, so
+    differs between runs) replaced by a name."""
+    name, digest = f"{PACKED}/manifest.json", hashlib.sha256(tree[f"{RECORDS}/manifest.json"]).hexdigest().encode()
+    assert digest in tree[name]
+    return {**tree, name: tree[name].replace(digest, b"SOURCE_MANIFEST_SHA256")}
+
+
+def test_download_shard_create_pack_into_the_bucket_give_the_local_bytes_and_validate_alike(pipeline):
     local, bucket = pipeline["runs"]["local"], pipeline["runs"]["bucket"]
     expected = local_tree(local)
     assert len([name for name in expected if name.startswith(RECORDS)]) == 4 * SHARDS + 1
+    assert len([name for name in expected if name.startswith(PACKED)]) == 4 * SHARDS + 1
     assert sorted(bucket_tree(bucket)) == sorted(expected)  # no lock, no .partial/, nothing else left
-    assert rooted(bucket_tree(bucket), bucket) == rooted(expected, local)
-    create = pipeline["summaries"]["bucket"][2]
+    assert rooted(source_manifest_hash_named(bucket_tree(bucket)), bucket) == \
+        rooted(source_manifest_hash_named(expected), local)
+    create, pack, validate = pipeline["summaries"]["bucket"][2:]
     assert create["records_dir"] == f"{bucket}/{RECORDS}" and create["shards_created"] == SHARDS
+    assert pack["records_dir"] == f"{bucket}/{PACKED}"
+    assert validate["sound"] and validate["paths"] == [f"{bucket}/{RECORDS}", f"{bucket}/{PACKED}"]
+    assert [dataset["kind"] for dataset in validate["datasets"]] == ["pretraining", "packed"]
+    assert json.loads(json.dumps(validate).replace(bucket, str(local))) == pipeline["summaries"]["local"][4]
 
 
 def test_a_second_run_into_the_bucket_is_already_complete(pipeline):
@@ -118,6 +146,26 @@ def test_an_object_of_the_listed_size_but_other_bytes_is_redone(pipeline):
     create = ok(run_cli(*stage_args("create", bucket, vocab), "--json"))
     assert create["shards_created"] == 1
     assert bucket_tree(bucket) == before
+
+
+@pytest.mark.parametrize("layout", ["bertprep", "nvidia"])
+def test_prepare_with_a_bucket_workdir_gives_the_local_bytes(s3_bucket, golden_dir, tmp_path, layout):
+    """`prepare` (download from the stand-in hub, shard, create) with --workdir s3://...: the local run's tree,
+    in either records layout."""
+    runs = {"local": tmp_path / "work", "bucket": f"{s3_bucket}/prepared-{layout}"}
+    summaries = {}
+    with wikipedia_on_a_stand_in_hub(golden_dir) as hub:
+        for name, workdir in runs.items():
+            summaries[name] = ok(run_cli("prepare", "wikipedia", "--vocab", golden_dir / "vocab.txt", "--workdir",
+                                         workdir, "--configs", "64/10", "--dupe-factor", "1", "--train-shards", "2",
+                                         "--test-shards", "1", "--workers", "1", "--layout", layout, "--json",
+                                         server=hub, hf_home=tmp_path / "hf"))
+    expected = local_tree(runs["local"])
+    records = "records/" if layout == "bertprep" else "tfrecord/"
+    # bertprep's: TFRecord and OFRecord of 3 shards and a manifest; NVIDIA's: its TFRecord tree and a manifest
+    assert len([name for name in expected if name.startswith(records)]) == {"bertprep": 7, "nvidia": 4}[layout]
+    assert rooted(bucket_tree(runs["bucket"]), runs["bucket"]) == rooted(expected, runs["local"])
+    assert summaries["bucket"]["create 64/10"]["records_dir"].startswith(f"{runs['bucket']}/{records}")
 
 
 def test_file_urls_are_local_paths(pipeline, tmp_path):
@@ -236,18 +284,31 @@ def _enter_a_directory_of_its_own():
     return os.getcwd()
 
 
-def test_dask_workers_that_share_only_the_bucket_write_the_local_bytes(pipeline):
+@contextlib.contextmanager
+def cluster_in_own_directories():
+    """A LocalCluster of two worker processes, each working in a temporary directory of its own, not this
+    process's: a relative or client-side local path in a task would not be found there."""
     distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                                  host="127.0.0.1") as cluster, distributed.Client(cluster) as client:
+        directories = client.run(_enter_a_directory_of_its_own)
+        assert len(set(directories.values())) == 2 and os.getcwd() not in directories.values()
+        yield cluster
+
+
+def tasks_done(cluster):
+    """How many tasks the cluster's workers have finished (the scheduler's count per task name)."""
+    return sum(prefix.state_counts["memory"] for prefix in cluster.scheduler.task_prefixes.values())
+
+
+def test_dask_workers_that_share_only_the_bucket_write_the_local_bytes(pipeline):
     from bertprep.stages.create import CreateOptions, plan
 
     bucket, done = pipeline["bucket"], pipeline["runs"]["bucket"]
     work, vocab = f"{bucket}/dask-work", f"{bucket}/vocab.txt"
     shards, out = f"{work}/sharded/wikicorpus_en", f"{work}/records"
     s3().put_file(str(pipeline["vocab"]), key(vocab))
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                                  host="127.0.0.1") as cluster, distributed.Client(cluster) as client:
-        directories = client.run(_enter_a_directory_of_its_own)
-        assert len(set(directories.values())) == 2 and os.getcwd() not in directories.values()
+    with cluster_in_own_directories() as cluster:
         on_cluster = ("--engine", "dask", "--scheduler", cluster.scheduler_address)
         ok(run_cli("shard", "--input", f"{done}/formatted/wikicorpus_en", "--out", shards, *SHARD_FLAGS, *on_cluster))
         ok(run_cli("create", "--input", shards, "--vocab", vocab, "--out", out, *CREATE_FLAGS, *on_cluster))

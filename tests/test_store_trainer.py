@@ -3,6 +3,8 @@ from `s3://` stream as they do from disk; a run trains from `s3://` records, che
 resumes from there with the losses and weights of the same run on local disk; `trainer finetune` takes its
 data, init checkpoint and checkpoint directory from `s3://`; a bucket that does not exist is one line."""
 
+import contextlib
+import io
 import json
 import os
 
@@ -13,6 +15,7 @@ from bertprep import storage
 from bertprep.atomic import COMPLETE, remove_directory
 from bertprep.cli import main as bertprep_main
 from bertprep.errors import DataError
+from test_store_stages import objects
 from test_trainer_data import golden_records
 from trainer.data import Records, RecordStream
 
@@ -126,6 +129,55 @@ def test_other_projects_checkpoints_read_from_the_bucket_as_from_disk(shared_dir
         np.testing.assert_array_equal(mine.weights[key], value, err_msg=key)
     with pytest.raises(DataError, match=rf"^{url}/nothing: no such checkpoint \(no object or directory there\)$"):
         checkpoint.read(f"{url}/nothing")
+
+
+def convert(src, out, to, *flags):
+    """(exit code, the one-line error) of `trainer checkpoint convert SRC OUT --to TO`, in this process."""
+    from trainer.cli import main
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = main(["checkpoint", "convert", str(src), str(out), "--to", to, *flags])
+    return code, err.getvalue()
+
+
+def test_convert_to_the_bucket_writes_the_local_bytes_complete_object_last(shared_dir, s3_bucket, tmp_path):
+    """A Hugging Face checkpoint converted into `s3://`: the objects are the local convert's files byte for byte
+    (the trainer's state.npz: the same arrays, numpy stamps the time in its zip), and the `.complete` object,
+    uploaded after them, lists every one; the trainer reads the bucket's copy as the local one."""
+    from trainer import checkpoint
+
+    src = shared_dir / "fixtures" / "checkpoints" / "hf_tiny"
+    for to in ("hf", "bertprep"):
+        local, url = tmp_path / to, f"{s3_bucket}/converted/{to}"
+        assert convert(src, local, to, "--quiet") == convert(src, url, to, "--quiet") == (0, "")
+        files = {str(p.relative_to(local)): p.read_bytes() for p in local.rglob("*") if p.is_file()}
+        stored = objects(url)
+        assert sorted(stored) == sorted([*files, COMPLETE])
+        sizes = {name: len(data) for name, data in stored.items() if name != COMPLETE}
+        assert json.loads(stored[COMPLETE]) == {"files": sizes}
+        for name, data in files.items():
+            if name == "state.npz":
+                assert state_arrays(url).keys() == state_arrays(str(local)).keys()
+                assert all(np.array_equal(state_arrays(url)[k], v) for k, v in state_arrays(str(local)).items())
+            else:
+                assert stored[name] == data, name
+        mine, theirs = checkpoint.read(url), checkpoint.read(str(local))
+        assert mine.kind == theirs.kind and mine.path == theirs.path.replace(str(local), url)
+        assert all(np.array_equal(mine.weights[k], v) for k, v in theirs.weights.items())
+    assert not list(tmp_path.glob(".partial")) and not os.path.exists("s3:")  # nothing staged on local disk
+
+
+def test_convert_into_a_used_prefix_or_a_missing_bucket_is_one_line_with_nothing_written(shared_dir, s3_bucket):
+    src = shared_dir / "fixtures" / "checkpoints" / "hf_tiny"
+    used = f"{s3_bucket}/used"
+    storage.upload(str(src / "config.json"), f"{used}/config.json")
+    code, err = convert(src, used, "hf")
+    assert (code, err) == (2, f"trainer checkpoint: error: {used}: exists; convert writes a new directory\n")
+    assert sorted(objects(used)) == ["config.json"]
+    code, err = convert(src, "s3://no-such-bucket-33/converted", "hf")
+    assert code == 1 and len(err.splitlines()) == 1, err
+    assert err.startswith("trainer checkpoint: error: s3://no-such-bucket-33/converted") and "bucket" in err, err
 
 
 # ---------------------------------------------------------------- training (TensorFlow)

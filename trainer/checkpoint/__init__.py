@@ -206,23 +206,34 @@ def convert(src, out, to):
 
     if to not in WRITERS:
         raise UsageError(f"convert writes one of {', '.join(WRITERS)}, not {to!r}")
-    if os.path.exists(out):
-        raise UsageError(f"{out}: exists; convert writes a new directory")
+    out = storage.local_path(out)
+    storage.check_reachable(out)  # a missing bucket or refused credentials: one line before the weights are read
+    if storage.exists(out):  # a URL: any object under the prefix, a cut-short convert's too
+        raise UsageError(f"{storage.display(out)}: exists; convert writes a new directory")
     checkpoint = read(src)
-    summary = {"from": checkpoint.kind, "source": checkpoint.path, "to": to, "out": out,
+    summary = {"from": checkpoint.kind, "source": checkpoint.path, "to": to, "out": storage.display(out),
                "variables": len(checkpoint.weights), "parameters": checkpoint.parameters(),
                "vocab": bool(checkpoint.vocab)}
     writer = {"hf": hf, "google": google, "bertprep": ours}[to]
-    parent = os.path.dirname(os.path.abspath(out))
-    staging = staging_dir(parent)
+    with _staging_beside(out) as staging, atomic_dir(out, staging) as temp:
+        writer.write(checkpoint, temp)
+        if checkpoint.vocab:
+            with storage.local_copy(checkpoint.vocab) as vocab:  # a URL's where the checkpoint was one
+                shutil.copyfile(vocab, os.path.join(temp, "vocab.txt"))
+    return dict(summary, notes="; ".join(checkpoint.notes))
+
+
+@contextlib.contextmanager
+def _staging_beside(out):
+    """The `.partial/` beside a local `out`, removed again when empty; None for a URL, whose directory
+    atomic_dir fills in a local temporary and uploads whole, its `.complete` object last."""
+    if storage.is_url(out):
+        yield None
+        return
+    staging = staging_dir(os.path.dirname(os.path.abspath(out)))
     os.makedirs(staging, exist_ok=True)
     try:
-        with atomic_dir(out, staging) as temp:
-            writer.write(checkpoint, temp)
-            if checkpoint.vocab:
-                with storage.local_copy(checkpoint.vocab) as vocab:  # a URL's where the checkpoint was one
-                    shutil.copyfile(vocab, os.path.join(temp, "vocab.txt"))
+        yield staging
     finally:
         with contextlib.suppress(OSError):
             os.rmdir(staging)
-    return dict(summary, notes="; ".join(checkpoint.notes))

@@ -31,7 +31,7 @@ def build_parser():
     inspect.add_argument("--json", action="store_true", help="one JSON object on stdout")
     convert = sub.add_parser("convert", help="write the checkpoint as another kind")
     convert.add_argument("src")
-    convert.add_argument("out", help="output directory (must not exist)")
+    convert.add_argument("out", help="output directory or s3:// / gs:// prefix (must not exist)")
     convert.add_argument("--to", required=True, choices=WRITERS,
                          help="hf: config.json + model.safetensors; google: bert_model.ckpt + bert_config.json; "
                               "bertprep: state.npz + state.json for --init-checkpoint")
