@@ -177,8 +177,7 @@ def convert(options: ConvertOptions | None = None, /, **fields) -> Summary:
         pairs = [(src, dst)]
         tree = contextlib.nullcontext(None)  # a lone file stages beside itself
     else:
-        storage.check_reachable(src)  # a missing bucket or refused credentials: the store's own error
-        raise DataError(f"{src}: not found")
+        raise storage.not_found(src, DataError(f"{src}: not found"))
     check_distinct_outputs(pairs)
     for path, _dst in pairs:
         if storage.getsize(path) == 0:

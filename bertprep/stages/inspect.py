@@ -82,9 +82,7 @@ def inspect(options: InspectOptions | None = None, /, *, stream=None, **fields) 
     leaves the ones before it shown. The Summary's `records` holds them as {"record": index, feature: values}."""
     options = options or InspectOptions(**fields)
     path = storage.local_path(options.file)  # file://...: the path
-    if not storage.isfile(path):
-        storage.check_reachable(path)  # a missing bucket or refused credentials: the store's own error
-        raise DataError(f"{path}: not a file")
+    storage.require(path, "file", DataError(f"{path}: not a file"))
     vocab_path = resolve_vocab_path(options.vocab) if options.vocab else None
     words = load_vocab(vocab_path).tokens if vocab_path else None  # tokens[id]: the line of that id
     fmt = formats.sniff_format(path)

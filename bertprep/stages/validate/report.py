@@ -66,9 +66,7 @@ class ValidateOptions:
         if not 1 <= len(self.paths) <= 2:
             raise UsageError(f"validate takes one or two paths, not {len(self.paths)}")
         for path in self.paths:
-            if not storage.exists(path):
-                storage.check_reachable(path)  # a missing bucket or refused credentials: the store's error, exit 1
-                raise UsageError(f"{path}: no such file or directory")
+            storage.require(path, "any", UsageError(f"{path}: no such file or directory"))
         if self.max_errors < 0 or (self.workers is not None and self.workers < 1) or self.min_parts < 1:
             raise UsageError("--max-errors must be ≥ 0, --workers and --min-parts ≥ 1")
         if self.masked_lm_prob is not None and not 0 < self.masked_lm_prob < 1:
