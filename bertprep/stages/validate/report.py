@@ -19,6 +19,7 @@ import sys
 
 from bertprep import formats, storage
 from bertprep.errors import DataError, UsageError
+from bertprep.options import normalise_paths, set_field
 from bertprep.progress import Summary, human_bytes
 from bertprep.stages.validate.dataset import (
     DATASET_CHECKS,
@@ -61,8 +62,8 @@ class ValidateOptions:
     whole_word_mask: bool | None = None
 
     def __post_init__(self):
-        paths = (self.paths,) if isinstance(self.paths, (str, os.PathLike)) else tuple(self.paths)
-        object.__setattr__(self, "paths", tuple(storage.local_path(path) for path in paths))  # file://: a path
+        set_field(self, "paths", (self.paths,) if isinstance(self.paths, (str, os.PathLike)) else tuple(self.paths))
+        normalise_paths(self, "paths")
         if not 1 <= len(self.paths) <= 2:
             raise UsageError(f"validate takes one or two paths, not {len(self.paths)}")
         for path in self.paths:
