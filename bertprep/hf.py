@@ -87,9 +87,7 @@ def load(directory, cache_dir=None):
     from bertprep.stages.validate.dataset import find_record_files
 
     directory = storage.local_path(directory)  # file://...: the path
-    if not storage.isdir(directory):
-        storage.check_reachable(directory)  # a missing bucket or refused credentials: the store's own error
-        raise DataError(f"{directory}: not a directory")
+    storage.require(directory, "directory", DataError(f"{directory}: not a directory"))
     found = find_record_files(directory)
     if not found:
         raise DataError(f"{directory}: no record files (TFRecord, OFRecord, HDF5 or Parquet)")

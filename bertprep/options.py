@@ -2,11 +2,13 @@
 
 A stage function takes a frozen options object or the same values as keywords,
 `shard(ShardOptions(corpus="wiki"))` or `shard(corpus="wiki")`; paths may be
-strings or `os.PathLike` (a notebook's `pathlib.Path`) and are kept as strings.
+strings or `os.PathLike` (a notebook's `pathlib.Path`) and are kept as strings,
+a `file://` URL as its local path.
 """
 
 import dataclasses
-import os
+
+from bertprep import storage
 
 
 def build_options(cls, options, fields):
@@ -21,13 +23,14 @@ def build_options(cls, options, fields):
 
 
 def normalise_paths(options, *names):
-    """Set each named field of a frozen dataclass to a string path (a tuple of them for a list); None stays."""
+    """Set each named field of a frozen dataclass to a string path (a tuple of them for a list), `file://...`
+    to its path, so that a stage joins, compares and names one spelling of it; None stays."""
     for name in names:
         value = getattr(options, name)
         if isinstance(value, (list, tuple)):
-            value = tuple(os.fspath(v) for v in value)
+            value = tuple(storage.local_path(v) for v in value)
         elif value is not None:
-            value = os.fspath(value)
+            value = storage.local_path(value)
         object.__setattr__(options, name, value)
 
 

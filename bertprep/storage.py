@@ -236,6 +236,23 @@ def isfile(path):
     return _answer(path, os.path.isfile, "isfile")
 
 
+_IS_KIND = {"file": isfile, "directory": isdir, "any": exists}
+
+
+def require(path, kind, missing):
+    """Nothing when `path` exists as `kind` ("file", "directory" or "any"); else `not_found(path, missing)`."""
+    if not _IS_KIND[kind](path):
+        raise not_found(path, missing)
+
+
+def not_found(path, missing):
+    """`missing`, the caller's exception saying `path` is not there, for it to raise; but the store's own error,
+    raised here, when a URL's bucket is missing or refuses the credentials (exists/isdir/isfile answer only
+    False then, which would read as "no such file")."""
+    check_reachable(path)
+    return missing
+
+
 def getsize(path):
     if not is_url(path):
         return os.path.getsize(local_path(path))

@@ -124,10 +124,9 @@ def resolve_vocab_path(value):
     """A vocab.txt path, or a hub model id such as `bert-base-uncased` (its vocab.txt, cached)."""
     if storage.exists(value):  # a local file or an object of a store (s3://, gs://, hf://, file://)
         return storage.local_path(value)
-    storage.check_reachable(value)  # a missing bucket or refused credentials: the store's own error
     looks_like_repo_id = value.count("/") <= 1 and not value.endswith(".txt") and not value.startswith((".", "/"))
-    if not looks_like_repo_id:
-        raise DataError(f"{value}: vocab file not found")
+    if not looks_like_repo_id:  # nor is any URL ("://"): a missing bucket or refused credentials say so instead
+        raise storage.not_found(value, DataError(f"{value}: vocab file not found"))
     try:
         from huggingface_hub import hf_hub_download
 

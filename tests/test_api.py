@@ -33,3 +33,22 @@ def test_options_are_frozen_and_checked_once_with_the_commands_messages():
         bertprep.ShardOptions(input=("a.jsonl",), train_shards=0)
     with pytest.raises(AttributeError, match="has no attribute 'nope'"):
         bertprep.nope  # noqa: B018
+
+
+def test_options_take_a_file_url_as_its_path(tmp_path):
+    """file://PATH is PATH from where the options are built, in every stage's options (a stage then joins,
+    compares and names one spelling of it); pathlib paths become strings, URLs and hub ids stay."""
+    (tmp_path / "a b").mkdir()
+    url, path = f"file://{tmp_path}/a%20b", f"{tmp_path}/a b"
+    assert bertprep.ShardOptions(input=(url, tmp_path), out=url).input == (path, str(tmp_path))
+    assert bertprep.ShardOptions(input=(url,), out=url).out == path
+    assert bertprep.CreateOptions(input=(url,), vocab=f"file://{tmp_path}/v.txt", out="s3://b/o").vocab == (
+        f"{tmp_path}/v.txt")
+    assert bertprep.CreateOptions(input=(url,), vocab="bert-base-uncased", out="s3://b/o").out == "s3://b/o"
+    assert (bertprep.ConvertOptions(src=url, dst=url, to="tfrecord").src,
+            bertprep.ConvertOptions(src=url, dst=url, to="tfrecord").dst) == (path, path)
+    assert bertprep.InspectOptions(file=url).file == path
+    assert bertprep.ValidateOptions(paths=url).paths == (path,)
+    assert bertprep.CreateGlueOptions(task="mrpc", data_dir=url, vocab="v", out=url).data_dir == path
+    squad = bertprep.CreateSquadOptions(input=f"{url}/dev.json", split="eval", vocab="v", out=url)
+    assert (squad.input, squad.out) == (f"{path}/dev.json", path)

@@ -157,3 +157,11 @@ def test_vocab_of_a_missing_bucket_is_one_line_with_nothing_written(roots):
                                f"{roots.url}/v2/vocab.txt"), 1)
     assert f"{MISSING_BUCKET}/sample.txt" in line and "bucket does not exist" in line
     assert not store().exists(key(f"{roots.url}/v2/vocab.txt"))
+
+
+def test_shard_of_a_missing_bucket_is_one_line_with_nothing_written(roots):
+    """The store's reason, exit 1, as vocab and dedup give for the same --input (not "no such file", exit 2)."""
+    line = error_line(bertprep("shard", "--input", f"{MISSING_BUCKET}/corpus/a", "--corpus", "a", "--out",
+                               f"{roots.url}/s2"), 1)
+    assert line == f"bertprep shard: error: {MISSING_BUCKET}/corpus/a: The specified bucket does not exist"
+    assert not store().exists(key(f"{roots.url}/s2"))

@@ -189,9 +189,7 @@ def _shape(kind, dims):
 def _corpus_dirs(data_dir, fmt):
     """[(corpus directory, the directory holding its training/ and test/)] at the shallowest depth that has any:
     <corpus>/<fmt>/training (bertprep's layout) or <corpus>/training with record files (NVIDIA's)."""
-    if not storage.isdir(data_dir):
-        storage.check_reachable(data_dir)  # a missing bucket or refused credentials: the store's own error
-        raise DataError(f"{storage.display(data_dir)}: no such directory")
+    storage.require(data_dir, "directory", DataError(f"{storage.display(data_dir)}: no such directory"))
     for depth in range(4):
         corpus = storage.join(data_dir, *["*"] * depth)
         found = [(os.path.dirname(p), p) for p in storage.glob(storage.join(corpus, fmt))

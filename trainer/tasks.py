@@ -80,9 +80,7 @@ class TaskData:
     masking = None
 
     def __init__(self, data_dir, fmt, task):
-        if not storage.isdir(data_dir):
-            storage.check_reachable(data_dir)  # a missing bucket or refused credentials: the store's own error
-            raise DataError(f"{storage.display(data_dir)}: no such directory")
+        storage.require(data_dir, "directory", DataError(f"{storage.display(data_dir)}: no such directory"))
         self.data_dir, self.fmt, self.task = data_dir, fmt, task
         self.manifest = load_records_manifest(data_dir, (fmt,)) or {}  # its files there, its fields sound
         manifest_task = self.manifest.get("task")

@@ -34,6 +34,7 @@ from bertprep.errors import DataError, UsageError
 from bertprep.formats import columnar
 from bertprep.formats.protowire import WireError
 from bertprep.formats.schemas import kind_of_record
+from bertprep.options import normalise_paths
 from bertprep.progress import Summary
 
 INT32_RANGE = (-(1 << 31), (1 << 31) - 1)
@@ -49,6 +50,7 @@ class ConvertOptions:
     to: str
 
     def __post_init__(self):
+        normalise_paths(self, "src", "dst")
         if self.to not in formats.ALL_FORMATS:
             raise UsageError(f"--to must be one of {', '.join(formats.ALL_FORMATS)}, not {self.to!r}")
 
@@ -156,7 +158,7 @@ def convert(options: ConvertOptions | None = None, /, **fields) -> Summary:
     """Convert `options.src` (or ConvertOptions(**fields)); a tree is written whole or not at all. The Summary
     lists each file (`files`: src, dst, records) and the records in all."""
     options = options or ConvertOptions(**fields)
-    src, dst, to = storage.local_path(options.src), storage.local_path(options.dst), options.to  # file:// a path
+    src, dst, to = options.src, options.dst, options.to
     if storage.isdir(src):
         pairs = []
         by_dir = {}
@@ -177,8 +179,7 @@ def convert(options: ConvertOptions | None = None, /, **fields) -> Summary:
         pairs = [(src, dst)]
         tree = contextlib.nullcontext(None)  # a lone file stages beside itself
     else:
-        storage.check_reachable(src)  # a missing bucket or refused credentials: the store's own error
-        raise DataError(f"{src}: not found")
+        raise storage.not_found(src, DataError(f"{src}: not found"))
     check_distinct_outputs(pairs)
     for path, _dst in pairs:
         if storage.getsize(path) == 0:

@@ -446,8 +446,7 @@ def plan(options):
             notes.append("no --input: using the embedded sample corpus and its vocab (offline demo data)")
     if not vocab_value:
         raise UsageError("--vocab is required: a vocab.txt path or a hub model id such as bert-base-uncased")
-    vocab = read_vocab(vocab_value if storage.is_url(vocab_value) else
-                       resolve_vocab_path(storage.local_path(vocab_value)))
+    vocab = read_vocab(vocab_value if storage.is_url(vocab_value) else resolve_vocab_path(vocab_value))
     # Built once here: forked local workers inherit them instead of each loading the vocab again.
     _tokenizer_and_vocab(vocab.path, options.lower_case, vocab)
     inputs = discover_inputs(input_values)

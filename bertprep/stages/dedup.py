@@ -151,7 +151,6 @@ def resolve_inputs(workdir, options):
         paths = [storage.join(formatted, name) for name in names]
     corpora = []
     for path in paths:
-        storage.check_reachable(path)  # a missing bucket or refused credentials: the store's error, not "no such"
         if storage.isdir(path):
             if not storage.isfile(storage.join(path, MANIFEST)):
                 raise DataError(f"{storage.display(path)}: no {MANIFEST}: not a formatted corpus (expected the "
@@ -166,7 +165,8 @@ def resolve_inputs(workdir, options):
         elif storage.isfile(path) and path.endswith(".jsonl"):
             corpora.append((os.path.basename(path)[:-len(".jsonl")], [storage.absolute(path)]))
         else:
-            raise UsageError(f"--input {storage.display(path)}: not a formatted corpus directory or .jsonl file")
+            raise storage.not_found(path, UsageError(f"--input {storage.display(path)}: not a formatted corpus "
+                                                     "directory or .jsonl file"))
     names = [check_corpus_name(name) for name, _parts in corpora]
     if len(set(names)) != len(names):
         raise UsageError(f"--input: two inputs named {sorted(n for n in names if names.count(n) > 1)[0]!r}")
@@ -188,9 +188,7 @@ def evaluation_files(workdir, name):
             raise UsageError(f"--decontaminate {name}: no dev/test file in {storage.display(directory)} (run "
                              f"`bertprep download {name}` first)")
         return [(f"{name}/{storage.relpath(path, directory)}", file_items(path)) for path in files]
-    storage.check_reachable(name)
-    if not storage.isfile(name):
-        raise UsageError(f"--decontaminate {storage.display(name)}: not squad, glue or a file")
+    storage.require(name, "file", UsageError(f"--decontaminate {storage.display(name)}: not squad, glue or a file"))
     return [(os.path.basename(name), file_items(name))]
 
 

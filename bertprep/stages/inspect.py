@@ -18,6 +18,7 @@ from bertprep.errors import DataError, UsageError
 from bertprep.formats.schemas import UNMASKED
 from bertprep.manifests import load_records_manifest
 from bertprep.masking import DynamicMasking, first_instances
+from bertprep.options import normalise_paths
 from bertprep.progress import Summary
 from bertprep.tokenization import load_vocab, resolve_vocab_path
 
@@ -40,6 +41,7 @@ class InspectOptions:
     epoch: int | None = None
 
     def __post_init__(self):
+        normalise_paths(self, "file")
         if self.epoch is not None and not 0 <= self.epoch <= MAX_EPOCH:
             raise UsageError(f"argument --epoch: {self.epoch} is not an epoch (0..{MAX_EPOCH})")
 
@@ -81,10 +83,8 @@ def inspect(options: InspectOptions | None = None, /, *, stream=None, **fields) 
     None: nowhere) as the command shows it while it is read, so a damaged record later in the file still
     leaves the ones before it shown. The Summary's `records` holds them as {"record": index, feature: values}."""
     options = options or InspectOptions(**fields)
-    path = storage.local_path(options.file)  # file://...: the path
-    if not storage.isfile(path):
-        storage.check_reachable(path)  # a missing bucket or refused credentials: the store's own error
-        raise DataError(f"{path}: not a file")
+    path = options.file
+    storage.require(path, "file", DataError(f"{path}: not a file"))
     vocab_path = resolve_vocab_path(options.vocab) if options.vocab else None
     words = load_vocab(vocab_path).tokens if vocab_path else None  # tokens[id]: the line of that id
     fmt = formats.sniff_format(path)

@@ -155,7 +155,7 @@ def input_files(path):
         return [storage.absolute(f) for f in found]
     if storage.isfile(path):
         return [storage.absolute(path)]
-    raise UsageError(f"--input {storage.display(path)}: no such file or directory")
+    raise storage.not_found(path, UsageError(f"--input {storage.display(path)}: no such file or directory"))
 
 
 def iter_text_documents(path, stats):

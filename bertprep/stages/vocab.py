@@ -91,7 +91,6 @@ def resolve_vocab_inputs(workdir, inputs, corpora):
         raise UsageError("give --input (corpus directories or .jsonl/.txt files) or --corpus NAME")
     files = []
     for path in inputs:
-        storage.check_reachable(path)  # a missing bucket or refused credentials: the store's error, not "no such"
         if storage.isdir(path):
             require_manifest(path)
         files += input_files(path)

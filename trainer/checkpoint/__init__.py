@@ -94,8 +94,8 @@ def _read_copy(url):
     elif storage.isfile(url) or storage.isfile(url + ".index"):  # NVIDIA's .pt, Google's prefix: with their directory
         directory, name = url.rsplit("/", 1)
     else:
-        storage.check_reachable(url)
-        raise DataError(f"{storage.display(url)}: no such checkpoint (no object or directory there)")
+        raise storage.not_found(url, DataError(f"{storage.display(url)}: no such checkpoint (no object or directory "
+                                               "there)"))
     with tempfile.TemporaryDirectory(prefix="bertprep-checkpoint-") as temp:
         local = os.path.join(temp, directory.rsplit("/", 1)[-1])
         _download_files(directory, local)

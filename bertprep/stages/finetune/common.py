@@ -15,13 +15,13 @@ split is already listed with the same input and settings is skipped.
 import contextlib
 import dataclasses
 import hashlib
-import os
 
 import numpy as np
 
 from bertprep import __version__, formats, storage
 from bertprep.atomic import atomic_open
 from bertprep.errors import DataError, UsageError
+from bertprep.options import normalise_paths
 from bertprep.tokenization import LineTokenizer, load_vocab, resolve_vocab_path
 from bertprep.workdir import file_matches, load_manifest, save_manifest
 
@@ -47,9 +47,7 @@ class RecordsOptions:
 
     def __post_init__(self):
         object.__setattr__(self, "format", formats.parse_formats(self.format))  # canonical order
-        for name in ("out", "input", "data_dir"):  # file://...: the path (the stages join and compare paths)
-            if isinstance(getattr(self, name, None), (str, os.PathLike)):
-                object.__setattr__(self, name, storage.local_path(getattr(self, name)))
+        normalise_paths(self, *(name for name in ("out", "input", "data_dir") if hasattr(self, name)))
 
 
 class Tokenizer:

@@ -259,9 +259,8 @@ def create_glue(options: CreateGlueOptions | None = None, /, *, quiet: bool = Tr
     kind = GLUE if spec.labels is not None else GLUE_REGRESSION
     paths = {split: storage.join(options.data_dir, spec.files[split]) for split in splits}
     for split, path in paths.items():
-        if not storage.isfile(path):
-            storage.check_reachable(path)  # a missing bucket or refused credentials: the store's own error
-            raise DataError(f"{path}: no such file ({task} {split} split; pass --split to convert only some splits)")
+        storage.require(path, "file", DataError(f"{path}: no such file ({task} {split} split; pass --split to "
+                                                "convert only some splits)"))
     tokenizer = load_tokenizer(options.vocab, options.lower_case)
     out = storage.absolute(options.out)
     storage.check_reachable(out)  # before the examples are converted: a bucket that is not there fails now

@@ -434,9 +434,7 @@ def create_squad(options: CreateSquadOptions | None = None, /, *, quiet: bool = 
     options = options or CreateSquadOptions(**fields)
     started = time.monotonic()
     split = split_of(options.input, options.split)
-    if not storage.isfile(options.input):
-        storage.check_reachable(options.input)  # a missing bucket or refused credentials: the store's own error
-        raise DataError(f"{options.input}: no such file")
+    storage.require(options.input, "file", DataError(f"{options.input}: no such file"))
     is_training = split == "train"
     kind = SQUAD_TRAIN if is_training else SQUAD_EVAL
     tokenizer = load_tokenizer(options.vocab, options.lower_case)

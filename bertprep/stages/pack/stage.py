@@ -53,9 +53,7 @@ class PackOptions:
 def read_source(records_dir):
     """The create manifest of `records_dir` and its sha256; one-line errors for anything else."""
     path = storage.join(records_dir, MANIFEST)
-    if not storage.isdir(records_dir):
-        storage.check_reachable(records_dir)  # a missing bucket or refused credentials: the store's own error
-        raise DataError(f"{records_dir}: no such directory")
+    storage.require(records_dir, "directory", DataError(f"{records_dir}: no such directory"))
     manifest = load_manifest(records_dir)
     if not isinstance(manifest, dict):
         raise DataError(f"{records_dir}: not a records directory of `bertprep create` (no readable {MANIFEST}; "

@@ -19,6 +19,7 @@ import sys
 
 from bertprep import formats, storage
 from bertprep.errors import DataError, UsageError
+from bertprep.options import normalise_paths, set_field
 from bertprep.progress import Summary, human_bytes
 from bertprep.stages.validate.dataset import (
     DATASET_CHECKS,
@@ -61,14 +62,12 @@ class ValidateOptions:
     whole_word_mask: bool | None = None
 
     def __post_init__(self):
-        paths = (self.paths,) if isinstance(self.paths, (str, os.PathLike)) else tuple(self.paths)
-        object.__setattr__(self, "paths", tuple(storage.local_path(path) for path in paths))  # file://: a path
+        set_field(self, "paths", (self.paths,) if isinstance(self.paths, (str, os.PathLike)) else tuple(self.paths))
+        normalise_paths(self, "paths")
         if not 1 <= len(self.paths) <= 2:
             raise UsageError(f"validate takes one or two paths, not {len(self.paths)}")
         for path in self.paths:
-            if not storage.exists(path):
-                storage.check_reachable(path)  # a missing bucket or refused credentials: the store's error, exit 1
-                raise UsageError(f"{path}: no such file or directory")
+            storage.require(path, "any", UsageError(f"{path}: no such file or directory"))
         if self.max_errors < 0 or (self.workers is not None and self.workers < 1) or self.min_parts < 1:
             raise UsageError("--max-errors must be ≥ 0, --workers and --min-parts ≥ 1")
         if self.masked_lm_prob is not None and not 0 < self.masked_lm_prob < 1:
