@@ -421,10 +421,11 @@ def local_copy(path):
         yield target
 
 
-def spool_dir():
+def spool_dir(make=True):
     """Where objects are written before their upload: $BERTPREP_SPOOL, else the system's temporary directory."""
     directory = os.environ.get("BERTPREP_SPOOL") or os.path.join(tempfile.gettempdir(), "bertprep-spool")
-    os.makedirs(directory, exist_ok=True)
+    if make:
+        os.makedirs(directory, exist_ok=True)
     return directory
 
 
