@@ -94,16 +94,17 @@ def own_cpu_seconds():
 
 
 def reader_records_per_second(data):
-    """(records/s of a first epoch, of a second epoch, records) of the training split through the trainer's
-    reader, in a fresh process with the libraries imported before the clock starts. The first epoch also pays
-    what a run pays once: the store's connection and credentials, the listing and the manifests."""
+    """(records/s of a first epoch, of a second epoch, records, the second epoch's CPU seconds in the reader's
+    process, its read-ahead threads included) of the training split through the trainer's reader, in a fresh
+    process with the libraries imported before the clock starts. The first epoch also pays what a run pays
+    once: the store's connection and credentials, the listing and the manifests."""
     code = f"""
 import json, time
 import s3fs  # imported before the clock starts for both runs: a training run pays it once
 from trainer.data import Records, RecordStream
 rates, records = [], None
 for _ in range(2):
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     records = records or Records({str(data)!r}, "tfrecord")  # listed once per run, as the trainer does
     stream = RecordStream(records, "training", 256, seed=0)
     n = 0
@@ -112,13 +113,13 @@ for _ in range(2):
         if n >= stream.epoch_size:
             break
     rates.append(n / (time.perf_counter() - start))
-print(json.dumps({{"rates": rates, "records": n}}))
+print(json.dumps({{"rates": rates, "records": n, "cpu": time.process_time() - cpu}}))
 """
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     if result.returncode != 0:
         sys.exit(f"the reader failed on {data}: {result.stderr.strip()[-2000:]}")
     measured = json.loads(result.stdout.strip().splitlines()[-1])
-    return (*measured["rates"], measured["records"])
+    return (*measured["rates"], measured["records"], measured["cpu"])
 
 
 def upload_seconds(local, url, server_pid):
@@ -237,6 +238,9 @@ def report(args, corpus, rows):
           f"{first_bucket / first_local:>7.2f}")
     print(f"{'trainer reader records/s, next epoch':<44} {read_local:>12,.0f} "
           f"{read_bucket:>12,.0f} {read_bucket / read_local:>7.2f} {'>= ' + str(READER_TARGET):>9}")
+    cpu_local, cpu_bucket = (statistics.median(r[3] for r in rows["readers"][i]) for i in (0, 1))
+    print(f"{'  reader CPU s, next epoch (its process)':<44} {cpu_local:>12.2f} {cpu_bucket:>12.2f} "
+          f"{cpu_local / cpu_bucket:>7.2f}   (records per CPU s, bucket / local)")
     print(f"({records:,} training records per epoch; the server itself used {rows['server_seconds']:.2f} CPU "
           f"seconds of these {os.cpu_count()} cores per bucket run of two epochs)")
     print(f"{'validate wall s (every record, every file)':<44} {validate_local:>12.2f} {validate_bucket:>12.2f} "
