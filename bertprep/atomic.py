@@ -24,7 +24,9 @@ succeeds (a PUT, or a multipart upload completed at the end and aborted on
 failure), so a reader never lists a partial object; a tree of a URL is held
 by a lock object made with a conditional write (create only if absent), and
 a directory of a URL (`atomic_dir`) is complete when its `.complete` object,
-uploaded last, is there.
+uploaded last, is there. In a local engine's task (`call_spooled`) the
+complete temporary is handed to the engine's process, which uploads it in
+the background (`BackgroundUploads`) while the workers build the next ones.
 
 An operating-system error while writing is raised as an OSError naming the
 final path, so the command prints one line with that path and the reason
@@ -235,8 +237,7 @@ def _object_open(url, mode):
         with contextlib.suppress(OSError):
             f.close()
         if tmp is not None:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
+            remove_temporaries([tmp])
 
 
 # -- uploads in the background ---------------------------------------------------------
@@ -264,6 +265,7 @@ def call_spooled(function, task):
 
 
 def remove_temporaries(paths):
+    """Unlink each local temporary (gone already is fine)."""
     for path in paths:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
@@ -284,8 +286,9 @@ class BackgroundUploads:
         self._temporaries = {}  # temporary -> the fd of our claim on it (remove_stale_temps leaves it alone)
 
     def add(self, result, spooled):
-        for tmp, _url in spooled:
-            self._claim(tmp)
+        for tmp, url in spooled:
+            with _naming(url):
+                self._claim(tmp)
         self._waiting.append((result, [self._pool.submit(self._upload, tmp, url) for tmp, url in spooled]))
 
     def _claim(self, tmp):

@@ -2,6 +2,8 @@
 
 - `local` (default): `multiprocess` worker processes on this machine, or this
   process alone for one worker, where start-up would cost more than it saves.
+  The objects tasks write to a URL are uploaded by this process while the
+  workers go on (run_local).
 - `dask`: a Dask cluster: a `LocalCluster` on this machine, or the user's
   scheduler (`dask scheduler` + `dask worker`, or `dask-mpi`). Tasks write
   their outputs atomically and return their manifest entries; only the
