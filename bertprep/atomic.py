@@ -75,7 +75,7 @@ def temp_path(staging, path):
 
 
 def _temp_writer_pid(temp_name, path):
-    """The pid in `temp_name` when it is a temporary of `path` (of any path: None) (temp_path's name), else None."""
+    """The pid in `temp_name` when it is a temporary (temp_path's name) of `path` (None: of any path), else None."""
     match = re.fullmatch(rb"(.*)\.(\d+)-[0-9a-f]{8}\.partial", temp_name, re.DOTALL)
     if not match:
         return None
@@ -92,9 +92,9 @@ def _claim(fd):
 
 
 def remove_stale_temps(staging, path=None):
-    """Remove the temporaries of `path` (None: of any path) in `staging` that killed writers left: those no process holds
-    (_claim) whose writer's pid is gone from this host too (a writer between creating its temporary and
-    claiming it is alive)."""
+    """Remove the temporaries of `path` (None: of any path) in `staging` that killed writers left: those no
+    process holds (_claim) whose writer's pid is gone from this host too (a writer between creating its
+    temporary and claiming it is alive)."""
     try:
         names = os.listdir(os.fsencode(staging))
     except FileNotFoundError:
