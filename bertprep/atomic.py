@@ -24,14 +24,18 @@ succeeds (a PUT, or a multipart upload completed at the end and aborted on
 failure), so a reader never lists a partial object; a tree of a URL is held
 by a lock object made with a conditional write (create only if absent), and
 a directory of a URL (`atomic_dir`) is complete when its `.complete` object,
-uploaded last, is there.
+uploaded last, is there. In a local engine's task (`call_spooled`) the
+complete temporary is handed to the engine's process, which uploads it in
+the background (`BackgroundUploads`) while the workers build the next ones.
 
 An operating-system error while writing is raised as an OSError naming the
 final path, so the command prints one line with that path and the reason
 (bertprep.errors.run_reporting_errors), and no half-written file is left.
 """
 
+import concurrent.futures
 import contextlib
+import contextvars
 import datetime
 import errno
 import fcntl
@@ -71,10 +75,12 @@ def temp_path(staging, path):
 
 
 def _temp_writer_pid(temp_name, path):
-    """The pid in `temp_name` when it is a temporary of `path` (temp_path's name), else None."""
+    """The pid in `temp_name` when it is a temporary (temp_path's name) of `path` (None: of any path), else None."""
     match = re.fullmatch(rb"(.*)\.(\d+)-[0-9a-f]{8}\.partial", temp_name, re.DOTALL)
     if not match:
         return None
+    if path is None:
+        return int(match.group(2))
     name = os.fsencode(os.path.basename(os.fspath(path)))
     suffix_length = len(temp_name) - len(match.group(1))
     return int(match.group(2)) if match.group(1) == name[: NAME_MAX - suffix_length] else None
@@ -85,10 +91,10 @@ def _claim(fd):
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
 
-def remove_stale_temps(staging, path):
-    """Remove the temporaries of `path` in `staging` that killed writers left: those no process holds
-    (_claim) whose writer's pid is gone from this host too (a writer between creating its temporary and
-    claiming it is alive)."""
+def remove_stale_temps(staging, path=None):
+    """Remove the temporaries of `path` (None: of any path) in `staging` that killed writers left: those no
+    process holds (_claim) whose writer's pid is gone from this host too (a writer between creating its
+    temporary and claiming it is alive)."""
     try:
         names = os.listdir(os.fsencode(staging))
     except FileNotFoundError:
@@ -208,7 +214,8 @@ def atomic_open(path, mode="wb", staging=None):
 @contextlib.contextmanager
 def _object_open(url, mode):
     """atomic_open for a URL: a local temporary (flocked like any), uploaded whole to `url` when the block
-    succeeds and removed either way."""
+    succeeds and removed either way; inside `call_spooled` the complete temporary is listed for the caller's
+    BackgroundUploads instead."""
     spool = storage.spool_dir()
     with _naming(url):
         remove_stale_temps(spool, url)
@@ -221,12 +228,109 @@ def _object_open(url, mode):
             yield f
         with _naming(url):
             f.close()
-            storage.upload(tmp, url)
+            if _SPOOLED.get() is None:
+                storage.upload(tmp, url)
+            else:
+                _SPOOLED.get().append((tmp, url))
+                tmp = None
     finally:
         with contextlib.suppress(OSError):
             f.close()
+        if tmp is not None:
+            remove_temporaries([tmp])
+
+
+# -- uploads in the background ---------------------------------------------------------
+
+# While a local engine's task runs (call_spooled): the (temporary, URL) of each object it wrote, left in the spool.
+_SPOOLED = contextvars.ContextVar("spooled", default=None)
+UPLOAD_THREADS = 2  # objects uploaded at once by a BackgroundUploads
+
+
+def call_spooled(function, task):
+    """(function(task), [(temporary, url)]): its URL objects written whole to local temporaries, not uploaded.
+
+    A local engine runs each task so (engines.run_local) and has the objects uploaded by its own process's
+    BackgroundUploads while its workers build the next ones; nothing of a failed task is handed on.
+    """
+    spooled = []
+    token = _SPOOLED.set(spooled)
+    try:
+        return function(task), spooled
+    except BaseException:
+        remove_temporaries(tmp for tmp, _ in spooled)
+        raise
+    finally:
+        _SPOOLED.reset(token)
+
+
+def remove_temporaries(paths):
+    """Unlink each local temporary (gone already is fine)."""
+    for path in paths:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+            os.unlink(path)
+
+
+class BackgroundUploads:
+    """Spooled objects (call_spooled) uploaded by UPLOAD_THREADS threads while the caller goes on; each task's
+    result is handed back by `finished` only once every object it wrote is in the store.
+
+    A stage lists an object in its manifest (written last) only from a result, so the manifest never names an
+    object still on its way; the first failed upload is raised from `finished` (an OSError naming the URL, as a
+    synchronous upload raises it), and `close` drops what was not uploaded yet.
+    """
+
+    def __init__(self):
+        self._pool = concurrent.futures.ThreadPoolExecutor(UPLOAD_THREADS, thread_name_prefix="upload")
+        self._waiting = []  # [(result, [future of each of its objects])], in the order added
+        self._temporaries = {}  # temporary -> the fd of our claim on it (remove_stale_temps leaves it alone)
+
+    def add(self, result, spooled):
+        for tmp, url in spooled:
+            with _naming(url):
+                self._claim(tmp)
+        self._waiting.append((result, [self._pool.submit(self._upload, tmp, url) for tmp, url in spooled]))
+
+    def _claim(self, tmp):
+        """Hold the temporary a worker left, whose pid in its name may be gone before the upload is."""
+        fd = os.open(tmp, os.O_RDONLY)
+        self._temporaries[tmp] = fd
+        _claim(fd)
+
+    def _upload(self, tmp, url):
+        with _naming(url):
+            storage.upload(tmp, url)
+        self._release(tmp)
+
+    def _release(self, tmp):
+        fd = self._temporaries.pop(tmp, None)
+        remove_temporaries([tmp])
+        if fd is not None:
+            os.close(fd)
+
+    def finished(self, wait=False):
+        """Yield the results whose objects are all uploaded (every result, waiting for them, when `wait`);
+        raise the first failed upload's error as soon as it is seen."""
+        while self._waiting:
+            for _result, futures in self._waiting:
+                for future in futures:
+                    if future.done():
+                        future.result()  # raises a failed upload's error
+            done = [entry for entry in self._waiting if all(future.done() for future in entry[1])]
+            if not done and not wait:
+                return
+            if not done:
+                under_way = [future for _result, futures in self._waiting for future in futures if not future.done()]
+                concurrent.futures.wait(under_way, return_when=concurrent.futures.FIRST_COMPLETED)
+            for entry in done:
+                self._waiting.remove(entry)
+                yield entry[0]
+
+    def close(self):
+        """Stop: cancel the uploads not begun, wait for those under way, remove every temporary left."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        for tmp in list(self._temporaries):
+            self._release(tmp)
 
 
 def atomic_write_bytes(path, data, staging=None):

@@ -2,6 +2,8 @@
 
 - `local` (default): `multiprocess` worker processes on this machine, or this
   process alone for one worker, where start-up would cost more than it saves.
+  The objects tasks write to a URL are uploaded by this process while the
+  workers go on (run_local).
 - `dask`: a Dask cluster: a `LocalCluster` on this machine, or the user's
   scheduler (`dask scheduler` + `dask worker`, or `dask-mpi`). Tasks write
   their outputs atomically and return their manifest entries; only the
@@ -17,6 +19,8 @@ import functools
 import os
 import signal
 
+from bertprep import storage
+from bertprep.atomic import BackgroundUploads, call_spooled, remove_stale_temps
 from bertprep.errors import BertprepError, DataError, UsageError
 
 ENGINES = ("local", "dask")
@@ -110,8 +114,26 @@ def _worker_init():
 
 
 def run_local(function, tasks, workers):
-    """Yield function(task) for every task, in completion order."""
-    tasks = list(tasks)
+    """Yield function(task) for every task, in completion order.
+
+    The objects a task writes to a URL are uploaded by this process in the background
+    (atomic.BackgroundUploads) while the workers go on with the next tasks; a task's result is yielded once
+    they are all in the store, so what a stage lists from it is there.
+    """
+    results = _spooled_results(functools.partial(call_spooled, function), list(tasks), workers)
+    uploads = BackgroundUploads()
+    try:
+        for result, spooled in results:
+            uploads.add(result, spooled)
+            yield from uploads.finished()
+        yield from uploads.finished(wait=True)
+    finally:
+        results.close()  # after an error: stops the workers now (not when the traceback goes), some mid-write
+        uploads.close()
+        remove_stale_temps(storage.spool_dir(make=False))  # what workers stopped mid-write left in the spool
+
+
+def _spooled_results(function, tasks, workers):
     workers = max(1, min(workers, len(tasks)))
     if workers == 1:
         for task in tasks:

@@ -8,7 +8,12 @@ shards (each --copies times), and measures, local disk then bucket in turn,
   1. `bertprep create` (128/20, dupe 5, TFRecord + OFRecord) from local shards
      to a local directory, then to `s3://` — wall seconds; target: bucket
      ≤ 1.3× local; and, as the floor under it, the seconds the store takes to
-     receive the same bytes from s3fs alone (no bertprep);
+     receive the same bytes from s3fs alone (no bertprep). Where the store
+     shares the machine's cores, that floor is what bounds a bucket create,
+     so two more lines isolate bertprep's own overhead: the bucket create's
+     wall time over max(local create, receiving alone), and its CPU seconds
+     (bertprep's processes + the server's) over the local create's plus the
+     receiving's (client + server), a ratio the machine's load barely moves;
   2. the trainer's record reader (trainer.data.Records + RecordStream, the
      path `python -m trainer --data` takes: manifest, file listing, decode,
      batching, shuffle window) over two epochs of the TFRecord training
@@ -28,6 +33,7 @@ server; a remote store adds its bandwidth and round-trip time.
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -65,27 +71,40 @@ def write_shards(corpus, directory, copies):
 
 
 def run_cli(*args):
-    """Wall seconds and the --json summary of one `bertprep` command."""
-    start = time.perf_counter()
+    """Wall seconds, the --json summary and the CPU seconds (the command and its worker processes) of one
+    `bertprep` command."""
+    cpu, start = children_cpu_seconds(), time.perf_counter()
     result = subprocess.run([sys.executable, "-m", "bertprep", *map(str, args), "--json", "--quiet"],
                             capture_output=True, text=True)
     wall = time.perf_counter() - start
     if result.returncode != 0:
         sys.exit(f"bertprep {args[0]} failed: {result.stderr.strip()}")
-    return wall, json.loads(result.stdout)
+    return wall, json.loads(result.stdout), children_cpu_seconds() - cpu
+
+
+def children_cpu_seconds():
+    """User + system CPU seconds of the child processes waited for so far (their own children included)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def own_cpu_seconds():
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def reader_records_per_second(data):
-    """(records/s of a first epoch, of a second epoch, records) of the training split through the trainer's
-    reader, in a fresh process with the libraries imported before the clock starts. The first epoch also pays
-    what a run pays once: the store's connection and credentials, the listing and the manifests."""
+    """(records/s of a first epoch, of a second epoch, records, the second epoch's CPU seconds in the reader's
+    process, its read-ahead threads included) of the training split through the trainer's reader, in a fresh
+    process with the libraries imported before the clock starts. The first epoch also pays what a run pays
+    once: the store's connection and credentials, the listing and the manifests."""
     code = f"""
 import json, time
 import s3fs  # imported before the clock starts for both runs: a training run pays it once
 from trainer.data import Records, RecordStream
 rates, records = [], None
 for _ in range(2):
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     records = records or Records({str(data)!r}, "tfrecord")  # listed once per run, as the trainer does
     stream = RecordStream(records, "training", 256, seed=0)
     n = 0
@@ -94,23 +113,24 @@ for _ in range(2):
         if n >= stream.epoch_size:
             break
     rates.append(n / (time.perf_counter() - start))
-print(json.dumps({{"rates": rates, "records": n}}))
+print(json.dumps({{"rates": rates, "records": n, "cpu": time.process_time() - cpu}}))
 """
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     if result.returncode != 0:
         sys.exit(f"the reader failed on {data}: {result.stderr.strip()[-2000:]}")
     measured = json.loads(result.stdout.strip().splitlines()[-1])
-    return (*measured["rates"], measured["records"])
+    return (*measured["rates"], measured["records"], measured["cpu"])
 
 
-def upload_seconds(local, url):
-    """Seconds the store takes to receive the bytes a local create wrote (s3fs put, no bertprep): the floor
-    under any create into it on this machine."""
-    import s3fs
+def upload_seconds(local, url, server_pid):
+    """(wall, client CPU, server CPU) seconds of the store receiving the bytes a local create wrote: one s3fs
+    put with the filesystem options bertprep uses, no bertprep code: the floor under any create into it."""
+    from bertprep import storage
 
-    start = time.perf_counter()
-    s3fs.S3FileSystem(skip_instance_cache=True).put(f"{local}/", f"{url}/", recursive=True)
-    return time.perf_counter() - start
+    fs, inner = storage.filesystem(url)
+    server, cpu, start = cpu_seconds(server_pid), own_cpu_seconds(), time.perf_counter()
+    fs.put(f"{local}/", f"{inner}/", recursive=True)
+    return time.perf_counter() - start, own_cpu_seconds() - cpu, cpu_seconds(server_pid) - server
 
 
 def interleaved(repeat, measure_local, measure_bucket):
@@ -168,7 +188,7 @@ def measure_all(args, corpus, vocab, tmp, bucket, server_pid):
     received = []
     creates = interleaved(args.repeat, lambda: create(tmp),
                           lambda: received.append(server_cpu(server_pid, lambda: create(bucket))) or received[-1][0])
-    uploads = [upload_seconds(f"{tmp}/records-0", f"{bucket}/upload-{i}") for i in range(args.repeat)]
+    uploads = [upload_seconds(f"{tmp}/records-0", f"{bucket}/upload-{i}", server_pid) for i in range(args.repeat)]
     instances = sum(creates[0][0][1]["instances"].values())
     local_out, bucket_out = f"{tmp}/records-0", f"{bucket}/records-1"
     served = []
@@ -186,27 +206,41 @@ def measure_all(args, corpus, vocab, tmp, bucket, server_pid):
 
 
 def report(args, corpus, rows):
-    create_local = statistics.median(w for w, _ in rows["creates"][0])
-    create_bucket = statistics.median(w for w, _ in rows["creates"][1])
+    create_local = statistics.median(w for w, *_ in rows["creates"][0])
+    create_bucket = statistics.median(w for w, *_ in rows["creates"][1])
+    cpu_local = statistics.median(cpu for *_, cpu in rows["creates"][0])
+    cpu_bucket = statistics.median(cpu for *_, cpu in rows["creates"][1])
     first_local = statistics.median(r[0] for r in rows["readers"][0])
     first_bucket = statistics.median(r[0] for r in rows["readers"][1])
     read_local = statistics.median(r[1] for r in rows["readers"][0])
     read_bucket = statistics.median(r[1] for r in rows["readers"][1])
-    validate_local = statistics.median(w for w, _ in rows["validates"][0])
-    validate_bucket = statistics.median(w for w, _ in rows["validates"][1])
+    validate_local = statistics.median(w for w, *_ in rows["validates"][0])
+    validate_bucket = statistics.median(w for w, *_ in rows["validates"][1])
     records = rows["readers"][0][0][2]
     print(f"bertprep on SeaweedFS (127.0.0.1) against local disk: {corpus.name} in 4 shards x{args.copies}, 128/20, "
           f"dupe 5, {args.workers} workers, {os.cpu_count()} cores, median of {args.repeat}, interleaved")
     print(f"{'measure':<44} {'local':>12} {'bucket':>12} {'ratio':>7} {'target':>9}")
     print(f"{'create wall s (' + format(rows['instances'], ',') + ' instances)':<44} {create_local:>12.2f} "
           f"{create_bucket:>12.2f} {create_bucket / create_local:>7.2f} {'<= ' + str(CREATE_TARGET):>9}")
-    upload = statistics.median(rows["uploads"])
-    print(f"{'  the store receiving those bytes alone (s3fs put)':<44} {'':>12} {upload:>12.2f}")
-    print(f"{'  CPU seconds the server used during create':<44} {'':>12} {rows['server_create_seconds']:>12.2f}")
+    upload, upload_client, upload_server = (statistics.median(u[i] for u in rows["uploads"]) for i in range(3))
+    server = rows["server_create_seconds"]
+    print(f"{'  create CPU s (bertprep, all its processes)':<44} {cpu_local:>12.2f} {cpu_bucket:>12.2f}")
+    print(f"{'  CPU s the server used during create':<44} {'':>12} {server:>12.2f}")
+    print(f"{'  the store receiving those bytes alone, wall s':<44} {'':>12} {upload:>12.2f}   (one s3fs put: "
+          f"client {upload_client:.2f}, server {upload_server:.2f} CPU s)")
+    floor = max(create_local, upload)
+    print(f"{'  bucket create / max(local, receiving alone)':<44} {floor:>12.2f} {create_bucket:>12.2f} "
+          f"{create_bucket / floor:>7.2f}   (wall: bertprep's own overhead)")
+    floor_cpu = cpu_local + upload_client + upload_server
+    print(f"{'  CPU s, all: bucket / (local + receiving)':<44} {floor_cpu:>12.2f} {cpu_bucket + server:>12.2f} "
+          f"{(cpu_bucket + server) / floor_cpu:>7.2f}   (CPU: the same, whatever the load)")
     print(f"{'trainer reader records/s, first epoch':<44} {first_local:>12,.0f} {first_bucket:>12,.0f} "
           f"{first_bucket / first_local:>7.2f}")
     print(f"{'trainer reader records/s, next epoch':<44} {read_local:>12,.0f} "
           f"{read_bucket:>12,.0f} {read_bucket / read_local:>7.2f} {'>= ' + str(READER_TARGET):>9}")
+    cpu_local, cpu_bucket = (statistics.median(r[3] for r in rows["readers"][i]) for i in (0, 1))
+    print(f"{'  reader CPU s, next epoch (its process)':<44} {cpu_local:>12.2f} {cpu_bucket:>12.2f} "
+          f"{cpu_local / cpu_bucket:>7.2f}   (records per CPU s, bucket / local)")
     print(f"({records:,} training records per epoch; the server itself used {rows['server_seconds']:.2f} CPU "
           f"seconds of these {os.cpu_count()} cores per bucket run of two epochs)")
     print(f"{'validate wall s (every record, every file)':<44} {validate_local:>12.2f} {validate_bucket:>12.2f} "

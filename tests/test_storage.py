@@ -172,3 +172,38 @@ def test_a_prefetched_object_is_the_stream_open_returns(s3_bucket, tmp_path):
     assert storage.read_bytes(urls[2]) == b"\2" * 100_000 and urls[2] not in storage._PREFETCHED
     storage.prefetch(str(tmp_path / "local.bin"))  # a local path: nothing to start
     assert str(tmp_path / "local.bin") not in storage._PREFETCHED
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_refused_background_upload_ends_create_in_one_line_listing_only_whole_objects(s3_bucket, golden_dir,
+                                                                                        tmp_path, workers):
+    """create's objects are uploaded by the engine's process while the next shard is built (in this process
+    with one worker, beside the pool with two): an object the store refuses still ends the run with one line
+    naming it, exit 1; the manifest lists only objects that are there whole, and no lock or temporary stays.
+    SeaweedFS refuses a key part over 255 bytes: the output of a shard whose name (254 bytes) the disk took."""
+    from test_outputs import REPO, error_line
+
+    long_stem = "s" * 250
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    for stem in ("a", long_stem):
+        (shards / f"{stem}.txt").write_text((golden_dir / "corpus.txt").read_text(encoding="utf-8"), encoding="utf-8")
+    spool, out = tmp_path / "spool", f"{s3_bucket}/refused-{workers}"
+    result = subprocess.run(
+        [sys.executable, "-m", "bertprep", "create", "--input", shards, "--vocab", golden_dir / "vocab.txt", "--out",
+         out, "--dupe-factor", "1", "--format", "tfrecord,ofrecord", "--workers", str(workers), "--quiet"],
+        capture_output=True, text=True, cwd=REPO, env={**os.environ, "BERTPREP_SPOOL": str(spool)})
+    line = error_line(result, 1)
+    assert line.startswith(f"bertprep create: error: {out}/") and line.endswith(f"/tfrecord/training/{long_stem}"
+                                                                               ".tfrecord: Your key is too long."), line
+    import s3fs
+
+    fs = s3fs.S3FileSystem(skip_instance_cache=True)  # the AWS_* variables s3_bucket set
+    stored = {key: info for key, info in fs.find(out.split("://", 1)[1], detail=True).items() if info["type"] == "file"}
+    assert not [key for key in stored if key.endswith("/.partial/lock") or long_stem in key], sorted(stored)
+    for manifest in [key for key in stored if key.endswith("/manifest.json")]:
+        records = manifest.rsplit("/", 1)[0]
+        for relative, entry in json.loads(fs.cat_file(manifest))["files"].items():
+            assert long_stem not in relative
+            assert storage.sha256(f"s3://{records}/{relative}") == entry["sha256"], relative
+    assert os.listdir(spool) == []
