@@ -132,16 +132,15 @@ def filesystem(url):
     return fs, inner
 
 
-# botocore (1.36 on) computes a CRC32 of every PutObject and UploadPart body, and over http (a store on loopback
-# or a private network) a SHA-256 of it as well, to sign it: two client passes over every byte, 0.3 of the 0.86
-# CPU seconds an upload of 340 MB took into SeaweedFS (the store's own CPU was the same either way). Both are
-# left out. The bytes a stage writes stay checked end to end by the sha256 its manifest records per file,
-# computed while the file was written: `validate` and a resume after a kill compare every object with it,
-# which catches what a request checksum catches (a damaged transfer) and what it cannot (an object damaged or
-# replaced at rest). Over https, TLS authenticates every byte of the transfer as well. A user who wants
-# botocore's request checksums anyway sets AWS_REQUEST_CHECKSUM_CALCULATION (then botocore's defaults apply).
-_S3_WITHOUT_REQUEST_CHECKSUMS = {"config_kwargs": {"request_checksum_calculation": "when_required",
-                                                    "s3": {"payload_signing_enabled": False}}}
+# botocore (1.36 on) adds a CRC32 of every PutObject and UploadPart body by default ("when_supported"); bertprep
+# asks for them only where an operation requires one ("when_required", botocore's behaviour before 1.36). Several
+# S3-compatible stores did not accept the new checksum headers at first, and the CRC32 is one more client pass
+# over every byte (docs/benchmarks.md, "Object storage", has what it costs). The bytes a stage writes
+# stay checked end to end by the sha256 its manifest records per file, computed while the file was written:
+# `validate` and a resume after a kill compare every object with it, which catches a damaged transfer and an
+# object damaged at rest. Over http botocore still signs each body's SHA-256, so the store checks the transfer.
+# A user who wants botocore's default sets AWS_REQUEST_CHECKSUM_CALCULATION=when_supported.
+_S3_CHECKSUMS_WHEN_REQUIRED = {"config_kwargs": {"request_checksum_calculation": "when_required"}}
 
 
 def _options(name):
@@ -149,7 +148,7 @@ def _options(name):
     checksums (AWS_REQUEST_CHECKSUM_CALCULATION set)."""
     if name not in ("s3", "s3a") or "AWS_REQUEST_CHECKSUM_CALCULATION" in os.environ:
         return {}
-    return _S3_WITHOUT_REQUEST_CHECKSUMS
+    return _S3_CHECKSUMS_WHEN_REQUIRED
 
 
 _OPENED = weakref.WeakSet()  # the filesystems this process used: a forked child must leave their connections be
