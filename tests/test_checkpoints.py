@@ -18,6 +18,7 @@ pytest.importorskip("tensorflow")
 from bertprep import formats  # noqa: E402
 from bertprep.formats.schemas import GLUE  # noqa: E402
 from trainer.cli import main  # noqa: E402
+from trainer_checks import xla_flags  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Each project's names for the four outputs, and ours.
@@ -75,7 +76,8 @@ def test_run_reproduces_their_outputs_on_jax(fixtures, tmp_path):
         import keras
         assert keras.backend.backend() == "jax"
     """)
-    env = dict(os.environ, KERAS_BACKEND="jax", PYTHONPATH=REPO)
+    # Fast compiles: a forward pass per model, whose outputs keep the fixtures' tolerance.
+    env = dict(os.environ, KERAS_BACKEND="jax", PYTHONPATH=REPO, XLA_FLAGS=xla_flags())
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     for name in ("google_tiny", "hf_tiny"):

@@ -13,7 +13,7 @@ from test_trainer_data import golden_records
 from trainer.benchmark import method
 from trainer.benchmark.worker import MEMORY_LIMIT_VARIABLE
 from trainer.config import BertConfig
-from trainer_checks import bert_config, xla_flags
+from trainer_checks import bert_config, without_tensorflow, xla_flags
 
 # The JAX runs' processes share one XLA cache: a configuration's later runs and probes compile nothing.
 pytestmark = pytest.mark.usefixtures("jax_compilation_cache")
@@ -76,6 +76,14 @@ def test_max_search_doubles_then_bisects(limit, start, expected, probes):
     assert method.search_max_batch(lambda batch: batch <= limit, start) == (expected, probes)
 
 
+def jax_host_env(memory_limit):
+    """The JAX runs' environment: fast compiles, the test's memory limit (sequences per device), and no
+    TensorFlow in the workers, as on the GPU recipe's hosts (under JAX, Keras imports it only to seed it:
+    ~2 s of CPU per worker)."""
+    env = dict(os.environ, KERAS_BACKEND="jax", XLA_FLAGS=xla_flags(), **{MEMORY_LIMIT_VARIABLE: str(memory_limit)})
+    return without_tensorflow(env)
+
+
 def benchmark(*args, env=None):
     return subprocess.run([sys.executable, "-m", "trainer.benchmark", *args], capture_output=True, text=True,
                           cwd=REPO, env=env)
@@ -111,7 +119,7 @@ def test_report_of_one_and_two_devices_with_a_failing_configuration(records_dir,
     others go on."""
     pytest.importorskip("jax")
     out = tmp_path / "out"
-    env = dict(os.environ, KERAS_BACKEND="jax", XLA_FLAGS=xla_flags(), **{MEMORY_LIMIT_VARIABLE: "8"})
+    env = jax_host_env(memory_limit=8)
     result = benchmark("--format", "tfrecord", "--data", str(records_dir), "--bert-config", bert_config(tmp_path, 0.0),
                        "--devices", "1,2", "--precision", "fp32", "--batch-size", "2,16", "--iterations", "5",
                        "--skip", "1", "--runs", "2", "--out", str(out), "--json", "--quiet", env=env)
@@ -148,7 +156,7 @@ def test_max_batch_is_searched_under_a_memory_limit(records_dir, tmp_path):
     """Each probe a process (JAX); batches above the test limit fail as out of memory: the max found is the limit."""
     pytest.importorskip("jax")
     out = tmp_path / "out"
-    env = dict(os.environ, KERAS_BACKEND="jax", XLA_FLAGS=xla_flags(), **{MEMORY_LIMIT_VARIABLE: "3"})
+    env = jax_host_env(memory_limit=3)
     result = benchmark("--format", "ofrecord", "--data", str(records_dir), "--bert-config", bert_config(tmp_path, 0.0),
                        "--precision", "fp32", "--batch-size", "max", "--max-start", "2", "--iterations", "3",
                        "--skip", "1", "--runs", "1", "--out", str(out), env=env)

@@ -23,10 +23,13 @@ BLOCKED = {"tensorflow": "the JAX path must not need it", "matplotlib": "unused 
 
 
 class _Blocked:
+    def __init__(self, names):
+        self.names = names
+
     def find_spec(self, name, path=None, target=None):
-        why = BLOCKED.get(name.partition(".")[0])
-        if why:
-            raise ModuleNotFoundError(f"No module named {name!r} (blocked: {why})", name=name)
+        top = name.partition(".")[0]
+        if top in self.names:
+            raise ModuleNotFoundError(f"No module named {name!r} (blocked: {BLOCKED[top]})", name=name)
 
 
 # The tests' JAX processes train a few steps: compiling dominates, and LLVM's optimization passes cost
@@ -48,9 +51,16 @@ def xla_flags(devices=None, fast_compile=True):
     return " ".join([*flags, *(FAST_COMPILE_XLA_FLAGS if fast_compile else ()), *count])
 
 
-def block_imports():
-    """Make TensorFlow (and the unused plotting and data-frame libraries) unimportable."""
-    sys.meta_path.insert(0, _Blocked())
+def block_imports(names=tuple(BLOCKED)):
+    """Make TensorFlow (and the unused plotting and data-frame libraries), or those of `names`, unimportable."""
+    sys.meta_path.insert(0, _Blocked(names))
+
+
+def without_tensorflow(env):
+    """`env` for a process whose own processes, workers included, cannot import TensorFlow either
+    (tests/without_tensorflow/sitecustomize.py on PYTHONPATH)."""
+    site = os.path.join(os.path.dirname(os.path.abspath(__file__)), "without_tensorflow")
+    return dict(env, PYTHONPATH=os.pathsep.join(filter(None, [site, env.get("PYTHONPATH")])))
 
 
 def bert_config(directory, dropout, **changes):
