@@ -20,6 +20,9 @@ from bertprep.formats.schemas import GLUE  # noqa: E402
 from trainer.cli import main  # noqa: E402
 from trainer_checks import xla_flags  # noqa: E402
 
+# The module's fixtures (checkpoints converted, run) are made once, on one worker.
+pytestmark = pytest.mark.xdist_group("checkpoints")
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Each project's names for the four outputs, and ours.
 EXPECTED = {

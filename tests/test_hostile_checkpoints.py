@@ -31,6 +31,9 @@ from test_checkpoints import TOLERANCE, run_outputs  # noqa: E402
 from test_download_pretrained import RELEASE, ZIP_PATH, release_files, sha256sums, zip_of  # noqa: E402, F401
 from trainer.cli import main  # noqa: E402
 
+# The module's checkpoints and model are built once, on one worker.
+pytestmark = pytest.mark.xdist_group("hostile_checkpoints")
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HEADLESS_OUTPUTS = {"sequence_output", "pooled_output"}
 # Google's modeling.py computes the tanh GELU: an exact-GELU model converted to Google's form moves ~2e-5.

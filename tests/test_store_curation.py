@@ -18,6 +18,9 @@ from test_store_pipeline import cluster_in_own_directories, tasks_done
 from test_store_stages import objects, printed, run_json, store
 from test_vocab import SAMPLE
 
+# The module's dedup runs on disk and in the bucket are made once, on one worker.
+pytestmark = pytest.mark.xdist_group("store_curation")
+
 MISSING_BUCKET = "s3://no-such-bucket-here"
 
 

@@ -17,6 +17,9 @@ import pytest
 
 from stand_in_servers import REPO, StandInServer, ok, one_line_error, parquet_bytes, run_cli
 
+# The module's pipeline (download to validate, on disk and in the bucket) is built once, on one worker.
+pytestmark = pytest.mark.xdist_group("store_pipeline")
+
 RECORDS = "records/lower_case_1_seq_len_128_max_pred_20_masked_lm_prob_0.15_random_seed_12345_dupe_factor_2/" \
           "wikicorpus_en"
 CREATE_FLAGS = ("--dupe-factor", "2", "--format", "tfrecord,ofrecord,parquet,hdf5", "--quiet")

@@ -23,6 +23,9 @@ from test_create import golden_argv, only_records_dir, output_files
 from test_outputs import bertprep, error_line
 from test_validate_text import DOC_A, DOC_B, DOC_C, _glue_file, _squad, shard_dir
 
+# The module's runs on disk and in the bucket are made once, on one worker.
+pytestmark = pytest.mark.xdist_group("store_stages")
+
 FORMATS = "tfrecord,ofrecord,parquet,hdf5"
 
 
