@@ -43,7 +43,9 @@ from bertprep.errors import UsageError
 READ_BLOCK = 8 << 20  # bytes per ranged read of a streamed object: large, so the network is not the step's wait
 READ_AHEAD = 2  # blocks a stream's reader thread keeps ready
 _SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
-_EXTRA_FOR = {"s3": "cloud", "s3a": "cloud", "gs": "cloud", "gcs": "cloud", "hf": "hf"}
+_S3_SCHEMES = ("s3", "s3a")
+_BUCKET_SCHEMES = (*_S3_SCHEMES, "gs", "gcs")  # stores of buckets, which exists() cannot tell from a missing key
+_EXTRA_FOR = {**dict.fromkeys(_BUCKET_SCHEMES, "cloud"), "hf": "hf"}
 
 
 def scheme(path):
@@ -146,7 +148,7 @@ _S3_CHECKSUMS_WHEN_REQUIRED = {"config_kwargs": {"request_checksum_calculation":
 def _options(name):
     """The options bertprep gives the filesystem of scheme `name`: none where the user chose botocore's request
     checksums (AWS_REQUEST_CHECKSUM_CALCULATION set)."""
-    if name not in ("s3", "s3a") or "AWS_REQUEST_CHECKSUM_CALCULATION" in os.environ:
+    if name not in _S3_SCHEMES or "AWS_REQUEST_CHECKSUM_CALCULATION" in os.environ:
         return {}
     return _S3_CHECKSUMS_WHEN_REQUIRED
 
@@ -239,7 +241,7 @@ def exists(path):
 def check_reachable(path):
     """Nothing for a local path; for a URL the store's error (one line naming it) when its bucket is missing or
     refuses the credentials: exists() and isfile() then say only False, which would read as "no such file"."""
-    if scheme(path) not in ("s3", "s3a", "gs", "gcs"):
+    if scheme(path) not in _BUCKET_SCHEMES:
         return
     fs, inner = filesystem(path)
     bucket = inner.split("/", 1)[0]
