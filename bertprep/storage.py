@@ -405,7 +405,7 @@ def upload(local, url, exclusive=False):
     """Put the local file `local` at `url` whole or not at all (`exclusive`: only if no object is there)."""
     fs, inner = filesystem(url)
     # s3fs sends one PUT below 100 MiB, else 50 MiB parts completed at the end (aborted on failure). Smaller
-    # parts were measured: no faster into SeaweedFS, and its reads of multipart objects cost it 2.7x the CPU.
+    # parts were measured: no faster into SeaweedFS, and reading multipart objects cost it more CPU.
     with errors_named(url):
         fs.put_file(local, inner, mode="create" if exclusive else "overwrite")
 
