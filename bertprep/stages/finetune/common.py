@@ -86,14 +86,10 @@ def check_seq(seq, minimum):
 
 
 def sha256_of(path):
-    digest = hashlib.sha256()
     try:
-        with storage.open(path, "rb") as f:
-            while chunk := f.read(1 << 22):
-                digest.update(chunk)
+        return storage.sha256(path, 1 << 22)
     except OSError as exc:
         raise DataError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    return digest.hexdigest()
 
 
 # ---------------------------------------------------------------- one split's output files
