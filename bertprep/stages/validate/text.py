@@ -169,9 +169,9 @@ def _check_listed_files(path, check, found):
             continue
         if not isinstance(entry, dict):
             continue
-        if entry.get("bytes") is not None and storage.getsize(full) != entry["bytes"]:
-            findings.append(Finding(check, full, None, None,
-                                    f"{storage.getsize(full):,} bytes, manifest.json says {entry['bytes']:,}"))
+        size = storage.getsize(full) if entry.get("bytes") is not None else None  # an object's: one request
+        if size is not None and size != entry["bytes"]:
+            findings.append(Finding(check, full, None, None, f"{size:,} bytes, manifest.json says {entry['bytes']:,}"))
         elif entry.get("sha256") and _digest(full, "sha256") != entry["sha256"]:
             findings.append(Finding(check, full, None, None, "sha256 differs from manifest.json"))
     return findings
