@@ -8,12 +8,44 @@ file) also ends with one line, naming the path and the system's reason.
 """
 
 import os
+import re
 import signal
 import sys
 import threading
 
 # What a shell reports for a program killed by SIGPIPE: `bertprep inspect ... | head -1`.
 EXIT_BROKEN_PIPE = 128 + 13
+
+
+# What a store client's message may carry that must never be printed, logged or written (issue 39: botocore's
+# "Invalid bucket name "KEY:SECRET@bucket"" printed the secret of a URL): applied to every store error (storage.py) and
+# to every message run_reporting_errors prints.
+_SECRET_TEXT = (
+    # a signed URL's or a form's secret parameters: X-Amz-Signature=..., X-Amz-Credential=..., token=...
+    (re.compile(r"(?i)\b((?:x-amz|x-goog)-(?:signature|credential|security-token)|signature|sig|awsaccesskeyid|"
+                r"access_token|token|secret|password|api_key|key)=[^&\s\"'<>]+"), r"\1=***"),
+    (re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/\s@\"']*@"), r"\1"),  # user:password@ in a URL
+    (re.compile(r"[^\s/\"':@]+:[^\s/\"'@]+@"), "***@"),  # the same quoted without its scheme
+    (re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"), "***"),  # AWS access key ids
+    (re.compile(r"\bhf_[A-Za-z0-9]{20,}\b"), "***"),  # Hugging Face tokens
+    (re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]+"), r"\1***"),
+)
+# The credentials a user gave through the environment: their values are taken out wherever they appear.
+SECRET_VARIABLES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN",
+                    "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "GOOGLE_OAUTH_ACCESS_TOKEN")
+
+
+def redact(text):
+    """`text` without credentials: secret query parameters, user:password@, access keys, tokens, and the values
+    of SECRET_VARIABLES (4 characters or more, so that a test's "x" is not taken out of every word)."""
+    for pattern, replacement in _SECRET_TEXT:
+        text = pattern.sub(replacement, text)
+    for variable in SECRET_VARIABLES:
+        value = os.environ.get(variable)
+        if value and len(value) >= 4:
+            text = text.replace(value, "***")
+    return text
+
 
 
 class BertprepError(Exception):
@@ -49,15 +81,15 @@ def run_reporting_errors(prog, command):
         return code
     except BrokenPipeError as exc:
         if not _stdout_closed():
-            print(f"{prog}: error: {os_error_line(exc)}", file=sys.stderr)
+            print(redact(f"{prog}: error: {os_error_line(exc)}"), file=sys.stderr)
             return 1
         _silence_stdout()
         return EXIT_BROKEN_PIPE
     except BertprepError as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
+        print(redact(f"{prog}: error: {exc}"), file=sys.stderr)
         return exc.exit_code
     except OSError as exc:
-        print(f"{prog}: error: {os_error_line(exc)}", file=sys.stderr)
+        print(redact(f"{prog}: error: {os_error_line(exc)}"), file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)

@@ -7,6 +7,7 @@ a `file://` URL as its local path.
 """
 
 import dataclasses
+import os
 
 from bertprep import storage
 
@@ -27,6 +28,9 @@ def normalise_paths(options, *names):
     to its path, so that a stage joins, compares and names one spelling of it; None stays."""
     for name in names:
         value = getattr(options, name)
+        for path in value if isinstance(value, (list, tuple)) else () if value is None else (value,):
+            if isinstance(path, (str, os.PathLike)):
+                storage.check_path(path)
         if isinstance(value, (list, tuple)):
             value = tuple(storage.local_path(v) for v in value)
         elif value is not None:
@@ -41,3 +45,4 @@ def set_field(options, name, value):
 
 def field_names(cls):
     return [f.name for f in dataclasses.fields(cls)]
+

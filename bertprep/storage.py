@@ -22,6 +22,16 @@ An object store has no directories, no rename and no flock, so:
 Errors of a store (no such bucket, refused credentials, no filesystem for
 the scheme) become one line naming the URL without its credentials, as an
 OSError (exit 1) or a UsageError (exit 2) for a scheme nothing handles.
+
+Hostile paths (docs/cloud.md, "What a URL may hold"): `check_path` refuses,
+before any client sees it, every URL whose form would send the output
+elsewhere or carry a secret: credentials (`user:pass@`), a query string (a
+signed URL) or a fragment, no bucket, `.`/`..` segments, a host on
+`file://`, an upper-case scheme, and any scheme but s3/s3a, gs/gcs and hf
+(`memory://` would lose the records at exit). Every message a store client
+writes passes `redact` (keys, secrets, signatures, tokens, `user:pass@`).
+Every request has a connect and a read timeout and a bounded number of
+attempts (`store_limits`), so a store that never answers ends the command.
 """
 
 import contextlib
@@ -38,7 +48,7 @@ import threading
 import urllib.parse
 import weakref
 
-from bertprep.errors import UsageError
+from bertprep.errors import UsageError, redact
 
 READ_BLOCK = 8 << 20  # bytes per ranged read of a streamed object: large, so the network is not the step's wait
 READ_AHEAD = 2  # blocks a stream's reader thread keeps ready
@@ -65,6 +75,7 @@ def local_path(path):
     """A local path for `file://...` (and any local path); URLs unchanged."""
     path = os.fspath(path)
     if path.startswith("file://"):
+        check_path(path)
         return urllib.parse.unquote(urllib.parse.urlsplit(path).path) or "/"
     return path
 
@@ -114,10 +125,63 @@ def normpath(path):
 # -- the filesystem of a URL, and its errors ------------------------------------------
 
 
+_SUPPORTED_SCHEMES = (*_BUCKET_SCHEMES, "hf")
+_EXPECTED = "expected s3://, gs://, hf://, file:// or a local path"
+
+
+def _shown(text):
+    """A URL of any scheme without its user:password@, query and fragment: what a refusal may print."""
+    head, rest = re.split(r"[?#]", text, maxsplit=1)[0].split("://", 1)
+    authority, slash, key = rest.partition("/")
+    return f"{head}://{authority.rsplit('@', 1)[-1]}{slash}{key}"
+
+
+def check_path(path):
+    """One UsageError line (exit 2) for a path whose URL form would carry a secret or send what is written
+    elsewhere than it says; nothing for a plain local path or a well-formed URL. Called before any client sees
+    the URL: by every options object (`options.normalise_paths`) and by `filesystem`."""
+    text = os.fspath(path)
+    match = _SCHEME.match(text) if isinstance(text, str) else None
+    if not match:
+        return
+    name, shown = match.group(1), _shown(text)
+    if name != name.lower():
+        raise UsageError(f"{shown}: a URL scheme is written in lower case ({name.lower()}://...)")
+    parts = urllib.parse.urlsplit(text)
+    if "@" in parts.netloc:
+        raise UsageError(f"{shown}: credentials in a URL are refused (they would be printed and stored with the "
+                         "path): give them through the store's environment variables or profile")
+    if "?" in text:
+        raise UsageError(f"{shown}: a query string in a storage URL is refused (a signed URL is no path: give the "
+                         "credentials through the store's environment variables or profile)")
+    if "#" in text:
+        raise UsageError(f"{shown}: '#' in a storage URL is refused (a fragment is not part of a key)")
+    if name == "file":
+        if parts.netloc not in ("", "localhost"):
+            raise UsageError(f"{shown}: a file:// URL names no host (file:///absolute/path, or a plain path)")
+        return
+    if name not in _SUPPORTED_SCHEMES:
+        raise UsageError(f"{shown}: {_unsupported(name)} URL scheme {name}:// ({_EXPECTED})")
+    if name in _BUCKET_SCHEMES and not parts.netloc:
+        raise UsageError(f"{shown}: no bucket (expected {name}://BUCKET/PREFIX)")
+    if any(segment in (".", "..") for segment in parts.path.split("/")):
+        raise UsageError(f"{shown}: '.' and '..' segments are refused in a URL (a store keeps them as part of the "
+                         "key)")
+
+
+def _unsupported(name):
+    """"unknown" for a scheme fsspec does not know; "unsupported" for one it knows that bertprep does not take
+    (memory://, whose objects vanish at exit; abfs://, ftp://, ...)."""
+    from fsspec.registry import known_implementations, registry
+
+    return "unsupported" if name in known_implementations or name in registry else "unknown"
+
+
 def filesystem(url):
     """(fsspec filesystem, path inside it) of `url`; one UsageError line when no filesystem handles it."""
     import fsspec
 
+    check_path(url)
     name = scheme(url)
     try:
         fsspec.get_filesystem_class(name)
@@ -125,13 +189,23 @@ def filesystem(url):
         extra = _EXTRA_FOR.get(name, "cloud")
         raise UsageError(f"{display(url)}: no filesystem for {name}:// is installed "
                          f"(pip install 'bertprep[{extra}]')") from None
-    except ValueError:
-        raise UsageError(f"{display(url)}: unknown URL scheme {name}:// (expected s3://, gs://, hf://, file:// "
-                         "or a local path)") from None
     with errors_named(url):
         fs, inner = fsspec.core.url_to_fs(url, **_options(name))
+    if name in _S3_SCHEMES:
+        fs.retries = _S3FS_ATTEMPTS  # s3fs's own loop around botocore's (a body cut off mid-read), bounded too
+        with errors_named(url):
+            fs.connect()  # the client, made once per instance (no request is sent)
+        fs.s3.meta.events.register_last("before-call.s3", _without_expect_continue, unique_id="bertprep-no-expect")
     _OPENED.add(fs)
     return fs, inner
+
+
+def _without_expect_continue(params, **_kwargs):
+    """botocore asks for "Expect: 100-continue" on every upload with a file-like body, and aiohttp waits for the
+    store's "100 Continue" with no timeout at all: an endpoint that never answers held a write for ever. Without
+    the header the body is sent at once and the read timeout bounds the wait for the answer (the bytes stored
+    are the same; only a refusal before the body is sent is lost)."""
+    params["headers"].pop("Expect", None)
 
 
 # botocore (1.36 on) adds a CRC32 of every PutObject and UploadPart body by default ("when_supported"); bertprep
@@ -142,15 +216,54 @@ def filesystem(url):
 # `validate` and a resume after a kill compare every object with it, which catches a damaged transfer and an
 # object damaged at rest. Over http botocore still signs each body's SHA-256, so the store checks the transfer.
 # A user who wants botocore's default sets AWS_REQUEST_CHECKSUM_CALCULATION=when_supported.
-_S3_CHECKSUMS_WHEN_REQUIRED = {"config_kwargs": {"request_checksum_calculation": "when_required"}}
+_S3_CHECKSUMS_WHEN_REQUIRED = {"request_checksum_calculation": "when_required"}
+
+# Every request waits a bounded time (issue 39: an endpoint that accepts the connection and never answers held a
+# command for ever). s3fs retries timeouts 5 times around botocore's own 5 attempts, 15 s each: over 6 minutes
+# before a line. Now botocore makes 1 + retries attempts ("standard" mode: exponential backoff, connection
+# errors, timeouts, 5xx and throttling), and s3fs's loop, which also retries a body cut off mid-read, 2.
+STORE_LIMITS = {  # environment variable -> (default, what it bounds); docs/cloud.md lists them
+    "BERTPREP_STORE_CONNECT_TIMEOUT": (10.0, "seconds to open a connection to the store"),
+    "BERTPREP_STORE_READ_TIMEOUT": (30.0, "seconds a request waits for the store's next bytes"),
+    "BERTPREP_STORE_RETRIES": (2, "attempts after the first for a failed request"),
+}
+_S3FS_ATTEMPTS = 2
+
+
+def store_limits(environ=os.environ):
+    """(connect timeout, read timeout, retries) from the environment, or their defaults; one UsageError line
+    for a value that is not a number of the right kind."""
+    values = []
+    for variable, (default, _meaning) in STORE_LIMITS.items():
+        text = environ.get(variable)
+        if text is None:
+            values.append(default)
+            continue
+        try:
+            value = type(default)(text)
+        except ValueError:
+            value = -1
+        if value < 0 or (isinstance(value, float) and value == 0):
+            kind = "a whole number >= 0" if isinstance(default, int) else "a number of seconds > 0"
+            raise UsageError(f"{variable}={text!r}: expected {kind}")
+        values.append(value)
+    return tuple(values)
 
 
 def _options(name):
-    """The options bertprep gives the filesystem of scheme `name`: none where the user chose botocore's request
-    checksums (AWS_REQUEST_CHECKSUM_CALCULATION set)."""
-    if name not in _S3_SCHEMES or "AWS_REQUEST_CHECKSUM_CALCULATION" in os.environ:
-        return {}
-    return _S3_CHECKSUMS_WHEN_REQUIRED
+    """The options bertprep gives the filesystem of scheme `name`: the timeouts and attempts (`store_limits`);
+    for S3 request checksums only where required, unless the user chose botocore's
+    (AWS_REQUEST_CHECKSUM_CALCULATION set)."""
+    connect, read, retries = store_limits()
+    if name in _S3_SCHEMES:
+        config = {"connect_timeout": connect, "read_timeout": read,
+                  "retries": {"mode": "standard", "total_max_attempts": 1 + retries}}
+        if "AWS_REQUEST_CHECKSUM_CALCULATION" not in os.environ:
+            config.update(_S3_CHECKSUMS_WHEN_REQUIRED)
+        return {"config_kwargs": config}
+    if name in ("gs", "gcs"):
+        return {"requests_timeout": connect + read}  # aiohttp's total per request; gcsfs makes 6 attempts
+    return {}  # hf://: huggingface_hub's own timeouts (HF_HUB_ETAG_TIMEOUT, HF_HUB_DOWNLOAD_TIMEOUT: 10 s)
 
 
 _OPENED = weakref.WeakSet()  # the filesystems this process used: a forked child must leave their connections be
@@ -214,7 +327,7 @@ _ERRNO_OF = {FileNotFoundError: errno.ENOENT, PermissionError: errno.EACCES, Fil
 
 def _reason(exc):
     """A store error's message on one line; a refused credential says so in the words users search for."""
-    text = " ".join(str(exc.strerror if isinstance(exc, OSError) and exc.strerror else exc).split())
+    text = redact(" ".join(str(exc.strerror if isinstance(exc, OSError) and exc.strerror else exc).split()))
     if isinstance(exc, PermissionError):
         return f"access denied (check the store's credentials): {text}" if text else "access denied"
     if isinstance(exc, FileNotFoundError):

@@ -1,0 +1,211 @@
+"""Hostile paths and stores (issue 39), against the real SeaweedFS (`s3_bucket`, authentication on) and a silent
+socket on 127.0.0.1: a secret in a URL (right or wrong) or a signed query is refused before any client sees it
+and appears in nothing printed, written locally or stored; an endpoint that accepts the connection and never
+answers ends the command in one line naming it, within the bound the settings give; every URL form that would
+send the output elsewhere (no bucket, a fragment, `..`, a host on file://, memory://, an upper-case or unknown
+scheme) is one line, exit 2, with nothing written."""
+
+import contextlib
+import io
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from bertprep.cli import main
+from bertprep.errors import redact
+from object_store import SeaweedFS
+
+pytestmark = pytest.mark.xdist_group("store_hostile")
+
+REPO = Path(__file__).resolve().parents[1]
+
+KEY, SECRET = SeaweedFS.ACCESS_KEY, SeaweedFS.SECRET_KEY
+WRONG_SECRET = "Wr0ngSecretThatMustNeverShow"
+
+
+def run(argv, cwd):
+    """(exit code, stdout + stderr) of an in-process CLI run in the directory `cwd`."""
+    out, err = io.StringIO(), io.StringIO()
+    previous = os.getcwd()
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main([str(a) for a in argv])
+    finally:
+        os.chdir(previous)
+    return code, out.getvalue() + err.getvalue()
+
+
+def bucket_keys(s3_bucket):
+    import s3fs
+
+    fs = s3fs.S3FileSystem(skip_instance_cache=True)
+    return sorted(fs.find(s3_bucket.removeprefix("s3://")))
+
+
+def stage_argvs(url, local, golden_dir):
+    """Every stage given the URL `url` where it reads or writes (the rest local)."""
+    corpus, vocab = golden_dir / "corpus.txt", golden_dir / "vocab.txt"
+    return {
+        "validate": ["validate", url],
+        "inspect": ["inspect", url],
+        "create in": ["create", "--input", url, "--vocab", vocab, "--out", local / "c", "--quiet"],
+        "create out": ["create", "--input", corpus, "--vocab", vocab, "--out", url, "--quiet"],
+        "create vocab": ["create", "--input", corpus, "--vocab", url, "--out", local / "c", "--quiet"],
+        "dedup out": ["dedup", "--input", golden_dir, "--out", url, "--quiet"],
+        "dedup in": ["dedup", "--input", url, "--out", local / "d", "--quiet"],
+        "shard": ["shard", "--input", url, "--out", local / "s", "--quiet"],
+        "vocab": ["vocab", "--input", url, "--out", local / "v.txt", "--quiet"],
+        "pack": ["pack", url, "--out", local / "p", "--quiet"],
+        "convert": ["convert", "--to", "ofrecord", url, local / "x"],
+    }
+
+
+@pytest.fixture
+def workspace(tmp_path):
+    (tmp_path / "cwd").mkdir()
+    return tmp_path
+
+
+def assert_nothing_written(workspace, s3_bucket, before):
+    written = [p for p in workspace.rglob("*") if p.name != "cwd"]
+    assert written == [], written
+    assert bucket_keys(s3_bucket) == before
+
+
+def secret_free(text, *secrets):
+    return not any(secret in text for secret in secrets)
+
+
+@pytest.mark.parametrize("secret", [SECRET, WRONG_SECRET], ids=["right-secret", "wrong-secret"])
+def test_credentials_in_a_url_are_refused_and_never_printed_or_stored(s3_bucket, workspace, golden_dir, secret):
+    before = bucket_keys(s3_bucket)
+    url = f"s3://{KEY}:{secret}@{s3_bucket.removeprefix('s3://')}/in"
+    for name, argv in stage_argvs(url, workspace, golden_dir).items():
+        code, printed = run(argv, workspace / "cwd")
+        assert code == 2 and len(printed.strip().splitlines()) == 1, (name, printed)
+        assert "credentials in a URL are refused" in printed, (name, printed)
+        assert secret_free(printed, secret, f"{KEY}:"), (name, printed)
+    assert_nothing_written(workspace, s3_bucket, before)
+
+
+def test_the_trainer_refuses_credentials_in_a_url_without_printing_them(s3_bucket, tmp_path):
+    url = f"s3://{KEY}:{WRONG_SECRET}@{s3_bucket.removeprefix('s3://')}/records"
+    argv = [sys.executable, "-m", "trainer", "--format", "ofrecord", "--data", url, "--steps", "1"]
+    result = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path,
+                            env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
+    assert result.returncode == 2 and secret_free(result.stdout + result.stderr, WRONG_SECRET), result.stderr
+    assert "credentials in a URL are refused" in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("query", ["?X-Amz-Signature=5ec7e75ec7e7&X-Amz-Credential=AKIAABCDEFGHIJKLMNOP",
+                                   "?token=5ec7e75ec7e7"])
+def test_a_signed_query_is_refused_never_echoed_and_nothing_is_written(s3_bucket, workspace, golden_dir, query):
+    before = bucket_keys(s3_bucket)
+    for name, argv in stage_argvs(f"{s3_bucket}/p{query}", workspace, golden_dir).items():
+        code, printed = run(argv, workspace / "cwd")
+        assert code == 2 and len(printed.strip().splitlines()) == 1, (name, printed)
+        assert "query string" in printed and secret_free(printed, "5ec7e75ec7e7", "AKIA"), (name, printed)
+    assert_nothing_written(workspace, s3_bucket, before)
+
+
+BAD_FORMS = {
+    "s3://": "no bucket",
+    "s3:///records": "no bucket",
+    "{bucket}/h#frag": "fragment",
+    "{bucket}/a/../records": "'..' segments",
+    "{bucket}/./records": "'..' segments",
+    "file://tmp/records": "names no host",
+    "memory://records": "unsupported URL scheme memory://",
+    "abfs://container/records": "unsupported URL scheme abfs://",
+    "zz://bucket/records": "unknown URL scheme zz://",
+    "S3://{name}/records": "lower case",
+}
+
+
+@pytest.mark.parametrize("form", list(BAD_FORMS))
+def test_each_url_form_that_would_write_elsewhere_is_one_line_and_nothing_is_written(s3_bucket, workspace,
+                                                                                     golden_dir, form):
+    before = bucket_keys(s3_bucket)
+    url = form.format(bucket=s3_bucket, name=s3_bucket.removeprefix("s3://"))
+    for name, argv in stage_argvs(url, workspace, golden_dir).items():
+        code, printed = run(argv, workspace / "cwd")
+        assert code == 2 and len(printed.strip().splitlines()) == 1, (name, printed)
+        assert BAD_FORMS[form] in printed, (name, printed)
+    assert_nothing_written(workspace, s3_bucket, before)
+
+
+@contextlib.contextmanager
+def silent_endpoint():
+    """http://127.0.0.1:<port>: accepts every connection and never answers a byte."""
+    server = socket.create_server(("127.0.0.1", 0))
+    held, stop = [], threading.Event()
+
+    def accept():
+        server.settimeout(0.2)
+        while not stop.is_set():
+            with contextlib.suppress(socket.timeout, OSError):
+                held.append(server.accept()[0])
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join()
+        for connection in held:
+            connection.close()
+        server.close()
+
+
+@pytest.mark.parametrize("stage", ["validate", "create out", "dedup in"])
+def test_an_endpoint_that_never_answers_ends_in_one_line_naming_it_within_the_bound(tmp_path, golden_dir, stage):
+    argv = stage_argvs("s3://quiet-bucket/records", tmp_path, golden_dir)[stage]
+    with silent_endpoint() as endpoint:
+        env = {**os.environ, "PYTHONPATH": str(REPO), "AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": KEY,
+               "AWS_SECRET_ACCESS_KEY": SECRET, "BERTPREP_STORE_CONNECT_TIMEOUT": "1",
+               "BERTPREP_STORE_READ_TIMEOUT": "1", "BERTPREP_STORE_RETRIES": "1"}
+        started = time.monotonic()
+        result = subprocess.run([sys.executable, "-m", "bertprep", *map(str, argv)], capture_output=True, text=True,
+                                env=env, timeout=120)
+        took = time.monotonic() - started
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 1 and len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "s3://quiet-bucket/" in lines[0] and endpoint.removeprefix("http://") in lines[0], lines[0]
+    assert "timeout" in lines[0].lower(), lines[0]
+    # 2 attempts of s3fs x 2 of botocore x 1 s, plus backoff and start-up: far below the 120 s limit
+    assert took < 60, took
+
+
+@pytest.mark.parametrize("value", ["soon", "-1", "0"])
+def test_a_store_limit_that_is_not_a_number_is_one_usage_line(s3_bucket, workspace, value, monkeypatch):
+    monkeypatch.setenv("BERTPREP_STORE_READ_TIMEOUT", value)
+    code, printed = run(["validate", f"{s3_bucket}/records"], workspace / "cwd")
+    assert code == 2 and printed.strip() == (f"bertprep validate: error: BERTPREP_STORE_READ_TIMEOUT={value!r}: "
+                                             "expected a number of seconds > 0"), printed
+
+
+def test_redaction_takes_out_every_kind_of_secret(monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "my-own-hub-token")
+    text = redact('Invalid bucket name "KEY:SECRET@bucket": GET https://u:pw@h/b?X-Amz-Signature=abc123&'
+                  'X-Amz-Credential=AKIAABCDEFGHIJKLMNOP%2F&list-type=2 (Authorization: Bearer eyJ.x-y) '
+                  'hf_abcdefghijklmnopqrstuvwxyz my-own-hub-token')
+    for secret in ("SECRET", "u:pw", "abc123", "AKIAABCDEFGHIJKLMNOP", "eyJ.x-y", "hf_abcdefghijklmnopqrstuvwxyz",
+                   "my-own-hub-token"):
+        assert secret not in text, (secret, text)
+    assert "list-type=2" in text and "https://h/b" in text  # what is not a secret stays
+
+
+def test_url_checks_run_before_anything_local_is_made(tmp_path):
+    """`--out s3://` (no bucket) used to write a local ./s3:/ tree and exit 0."""
+    code, printed = run(["create", "--out", "s3://", "--seq", "128", "--pred", "20", "--quiet"], tmp_path)
+    assert code == 2 and "no bucket" in printed, printed
+    assert list(Path(tmp_path).iterdir()) == []
