@@ -10,6 +10,7 @@ import dataclasses
 import os
 
 from bertprep import storage
+from bertprep.errors import UsageError
 
 
 def build_options(cls, options, fields):
@@ -46,3 +47,31 @@ def set_field(options, name, value):
 def field_names(cls):
     return [f.name for f in dataclasses.fields(cls)]
 
+
+def refuse_overlap(out, inputs, what="--out"):
+    """A UsageError, before anything is touched, when the output `out` is one of `inputs`, lies inside one or
+    holds one: the run would replace or delete what it reads (issue 39: `dedup --input X/formatted/part0 --out
+    X/formatted` deleted its own input, then failed on it). Local paths are compared with symbolic links and
+    `..` resolved; URLs by their normalised bucket and key."""
+    target = _comparable(out)
+    for path in inputs:
+        if path is None:
+            continue
+        source = _comparable(path)
+        if target == source:
+            relation = "is"
+        elif target.startswith(source.rstrip("/") + "/"):
+            relation = "is inside"
+        elif source.startswith(target.rstrip("/") + "/"):
+            relation = "holds"
+        else:
+            continue
+        raise UsageError(f"{what} {storage.display(out)} {relation} the input {storage.display(path)}: the run "
+                         "would overwrite or delete what it reads; write the output elsewhere")
+
+
+def _comparable(path):
+    path = os.fspath(path)
+    if storage.is_url(path):
+        return storage.normpath(storage.absolute(path))
+    return os.path.realpath(storage.local_path(path))

@@ -45,10 +45,11 @@ def test_options_take_a_file_url_as_its_path(tmp_path):
     assert bertprep.CreateOptions(input=(url,), vocab=f"file://{tmp_path}/v.txt", out="s3://b/o").vocab == (
         f"{tmp_path}/v.txt")
     assert bertprep.CreateOptions(input=(url,), vocab="bert-base-uncased", out="s3://b/o").out == "s3://b/o"
-    assert (bertprep.ConvertOptions(src=url, dst=url, to="tfrecord").src,
-            bertprep.ConvertOptions(src=url, dst=url, to="tfrecord").dst) == (path, path)
+    other = f"file://{tmp_path}/c%20d"  # an output apart from the input (one over it is refused: test_in_place)
+    assert (bertprep.ConvertOptions(src=url, dst=other, to="tfrecord").src,
+            bertprep.ConvertOptions(src=url, dst=other, to="tfrecord").dst) == (path, f"{tmp_path}/c d")
     assert bertprep.InspectOptions(file=url).file == path
     assert bertprep.ValidateOptions(paths=url).paths == (path,)
-    assert bertprep.CreateGlueOptions(task="mrpc", data_dir=url, vocab="v", out=url).data_dir == path
-    squad = bertprep.CreateSquadOptions(input=f"{url}/dev.json", split="eval", vocab="v", out=url)
-    assert (squad.input, squad.out) == (f"{path}/dev.json", path)
+    assert bertprep.CreateGlueOptions(task="mrpc", data_dir=url, vocab="v", out=other).data_dir == path
+    squad = bertprep.CreateSquadOptions(input=f"{url}/dev.json", split="eval", vocab="v", out=other)
+    assert (squad.input, squad.out) == (f"{path}/dev.json", f"{tmp_path}/c d")

@@ -9,6 +9,7 @@ from typing import Optional
 
 from bertprep import bert_config, storage
 from bertprep.errors import UsageError
+from bertprep.options import refuse_overlap
 
 # Google's published BERT sizes: (layers, hidden, heads); intermediate = 4 * hidden.
 SIZES = {
@@ -143,6 +144,7 @@ class TrainConfig:
             raise UsageError("--resume needs --checkpoint-dir")
         _check_schedule(self.optimizer, self.clip_norm, self.steps, self.warmup, self.lr)
         _check_appendable(self)
+        _check_outputs_apart(self, ("checkpoint_dir", "tensorboard_dir", "log_json"))
 
     def check_backend(self, backend):
         """What needs JAX, against the backend Keras loaded (known only once it has)."""
@@ -162,6 +164,15 @@ class TrainConfig:
         if self.pad_vocab is None:
             return 1 if self.bert_config else 8
         return self.pad_vocab
+
+
+def _check_outputs_apart(config, names):
+    """No output of the run is its --data, inside it or holding it (the run would write over what it reads)."""
+    if config.data is None:
+        return
+    for name in names:
+        if getattr(config, name) is not None:
+            refuse_overlap(getattr(config, name), [config.data], what=f"--{name.replace('_', '-')}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,6 +214,7 @@ class FinetuneConfig:
         _check_appendable(self)
         if self.output_dir is None:
             object.__setattr__(self, "output_dir", f"finetune-{self.task.lower()}")
+        _check_outputs_apart(self, ("output_dir", "checkpoint_dir", "tensorboard_dir", "log_json"))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -34,7 +34,7 @@ from bertprep.errors import DataError, UsageError
 from bertprep.formats import columnar
 from bertprep.formats.protowire import WireError
 from bertprep.formats.schemas import kind_of_record
-from bertprep.options import normalise_paths
+from bertprep.options import normalise_paths, refuse_overlap
 from bertprep.progress import Summary
 
 INT32_RANGE = (-(1 << 31), (1 << 31) - 1)
@@ -51,6 +51,7 @@ class ConvertOptions:
 
     def __post_init__(self):
         normalise_paths(self, "src", "dst")
+        refuse_overlap(self.dst, [self.src], what="the output")
         if self.to not in formats.ALL_FORMATS:
             raise UsageError(f"--to must be one of {', '.join(formats.ALL_FORMATS)}, not {self.to!r}")
 

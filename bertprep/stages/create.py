@@ -42,7 +42,7 @@ from bertprep.errors import DataError, UsageError
 from bertprep.formats import columnar
 from bertprep.formats.schemas import PRETRAINING, UNMASKED
 from bertprep.instances import InstanceParams, Instances, MaskingVocab, create_instances
-from bertprep.options import build_options, normalise_paths, set_field
+from bertprep.options import build_options, normalise_paths, refuse_overlap, set_field
 from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.tokenization import LineTokenizer, load_vocab, resolve_vocab_path
 from bertprep.workdir import (
@@ -576,6 +576,7 @@ def create(options: CreateOptions | None = None, /, *, quiet: bool = True, **fie
     options = build_options(CreateOptions, options, fields)
     started = time.monotonic()
     records_dir, settings, fmts, tasks, notes, warnings = plan(options)
+    refuse_overlap(records_dir, [*(options.input or ()), *(task.source for task in tasks)])
     if options.eval_samples:  # counted before anything is written: too few test instances writes nothing
         with open_engine(options.engine) as engine:
             tasks = limit_test_split(tasks, options.eval_samples, engine)

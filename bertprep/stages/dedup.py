@@ -40,7 +40,7 @@ from bertprep import __version__, storage
 from bertprep.atomic import atomic_open, hold, sha256_file, walk
 from bertprep.engines import EngineOptions, open_engine
 from bertprep.errors import DataError, UsageError
-from bertprep.options import build_options, normalise_paths
+from bertprep.options import build_options, normalise_paths, refuse_overlap
 from bertprep.progress import Progress, Summary
 from bertprep.workdir import (
     MANIFEST,
@@ -460,6 +460,8 @@ def dedup(options: DedupOptions | None = None, /, *, quiet: bool = True, **field
     workdir = resolve_workdir(options.workdir)
     corpora = resolve_inputs(workdir, options)
     out = storage.absolute(options.out or stage_dir(workdir, "deduped"))
+    refuse_overlap(out, [*(options.input or ()), *(p for _name, parts in corpora for p in parts),
+                         *options.decontaminate])
     params = {"ngram": options.ngram, "num_perm": options.num_perm, "threshold": options.threshold,
               "bands_rows": list(options.band_rows()), "exact": options.exact, "near": options.near,
               "decontaminate": [storage.display(d) for d in options.decontaminate],

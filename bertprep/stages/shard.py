@@ -50,7 +50,7 @@ from bertprep import __version__, storage
 from bertprep.atomic import atomic_open, hold, sha256_file, walk
 from bertprep.engines import EngineOptions, open_engine
 from bertprep.errors import DataError, UsageError
-from bertprep.options import build_options, normalise_paths
+from bertprep.options import build_options, normalise_paths, refuse_overlap
 from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.workdir import (
     MANIFEST,
@@ -425,6 +425,7 @@ def shard(options: ShardOptions | None = None, /, *, quiet: bool = True, **field
     workdir = resolve_workdir(options.workdir)
     corpus, inputs = resolve_inputs(workdir, options.input, options.corpus)
     out = storage.absolute(options.out or stage_dir(workdir, "sharded", corpus))
+    refuse_overlap(out, [*(options.input or ()), *inputs])
     from bertprep.sentences import splitter_version
 
     params = {"train_shards": options.train_shards, "test_shards": options.test_shards,

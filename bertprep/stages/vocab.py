@@ -32,7 +32,7 @@ from collections import Counter
 from bertprep import storage
 from bertprep.atomic import atomic_open, sha256_file
 from bertprep.errors import DataError, UsageError
-from bertprep.options import build_options, normalise_paths, set_field
+from bertprep.options import build_options, normalise_paths, refuse_overlap, set_field
 from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.stages.shard import COMBINED, input_files, iter_input_documents, resolve_inputs
 from bertprep.workdir import MANIFEST, load_manifest, resolve_workdir, stage_dir
@@ -189,6 +189,7 @@ def vocab(options: VocabOptions | None = None, /, *, quiet: bool = True, **field
     workdir = resolve_workdir(options.workdir)
     inputs = resolve_vocab_inputs(workdir, options.input, options.corpus)
     out = storage.absolute(options.out or stage_dir(workdir, "vocab", "vocab.txt"))
+    refuse_overlap(out, [*(options.input or ()), *inputs])
     start = time.monotonic()
     progress = Progress("vocab", total=len(inputs), unit="input files", quiet=quiet)
     stats = {"invalid_utf8_lines": 0, "empty_documents": 0}

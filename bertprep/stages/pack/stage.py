@@ -19,6 +19,7 @@ from bertprep.engines import EngineOptions, open_engine
 from bertprep.errors import DataError, UsageError
 from bertprep.formats.schemas import PACKED, PRETRAINING, kind_of_manifest
 from bertprep.manifests import check_manifest
+from bertprep.options import refuse_overlap
 from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.stages.create import (
     is_complete,  # the same rule: an entry for the same input and settings, of its size
@@ -138,6 +139,7 @@ def pack(options: PackOptions | None = None, /, *, quiet: bool = True, **fields)
     source, source_sha256, out_dir, fmts, dims, tasks = plan(options)
     if storage.absolute(out_dir) == storage.absolute(options.records_dir):
         raise UsageError(f"--out {options.out}: the packed records would overwrite their input")
+    refuse_overlap(out_dir, [options.records_dir])
     progress = Progress("pack", total=len(tasks), unit="shards", quiet=quiet)
     with hold(out_dir, "bertprep pack"):  # clears what killed runs left in .partial/
         previous = load_manifest(out_dir) or {}

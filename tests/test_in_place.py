@@ -1,0 +1,116 @@
+"""No output overwrites an input (issue 39): every stage refuses, before anything is touched, an output that is
+one of its inputs, lies inside one or holds one, with one line naming both (exit 2). The case that lost data:
+`dedup --input X/formatted/part0 --out X/formatted` deleted its own input part, then failed on it."""
+
+import contextlib
+import hashlib
+import io
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from bertprep.cli import main
+from bertprep.errors import UsageError
+
+REFUSED = "the run would overwrite or delete what it reads; write the output elsewhere"
+
+
+def run(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([str(a) for a in argv])
+    return code, err.getvalue().strip()
+
+
+def tree(root):
+    """{relative path: sha256} of every file under root."""
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(Path(root).rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def formatted(tmp_path):
+    """X/formatted/part0: a formatted corpus as `bertprep download` writes it."""
+    corpus = tmp_path / "X" / "formatted" / "part0"
+    corpus.mkdir(parents=True)
+    lines = [{"id": str(i), "title": f"t{i}", "text": f"Document {i % 3} says the same words again. " * 5}
+             for i in range(6)]
+    (corpus / "part0.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    (corpus / "manifest.json").write_text(json.dumps({"files": {}}) + "\n")
+    return corpus
+
+
+def test_dedup_into_its_inputs_parent_is_refused_and_the_input_survives(formatted):
+    before = tree(formatted.parent)
+    code, line = run("dedup", "--input", formatted, "--out", formatted.parent, "--quiet")
+    assert code == 2 and line == (f"bertprep dedup: error: --out {formatted.parent} holds the input {formatted}: "
+                                  f"{REFUSED}"), line
+    assert tree(formatted.parent) == before
+
+
+@pytest.mark.parametrize("where", ["same", "inside", "holds"])
+def test_every_text_stage_refuses_an_output_over_its_input(formatted, tmp_path, golden_dir, where):
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    shutil.copy(golden_dir / "corpus.txt", shards / "corpus.txt")
+    out_for = {"same": lambda path: path, "inside": lambda path: Path(path) / "out",
+               "holds": lambda path: Path(path).parent}
+    vocab = golden_dir / "vocab.txt"
+    cases = {
+        "dedup": (formatted, lambda out: ["dedup", "--input", formatted, "--out", out, "--quiet"]),
+        "shard": (formatted, lambda out: ["shard", "--input", formatted, "--out", out, "--quiet"]),
+        "vocab": (formatted, lambda out: ["vocab", "--input", formatted, "--out", out, "--quiet"]),
+        "create": (shards, lambda out: ["create", "--input", shards, "--vocab", vocab, "--out", out, "--quiet"]),
+        "convert": (shards, lambda out: ["convert", "--to", "ofrecord", shards, out]),
+    }
+    before = tree(tmp_path)
+    for stage, (source, argv) in cases.items():
+        if where != "inside" and stage == "create":
+            continue  # create writes only OUT/<params>/<corpus>/: what is compared is that, never the input or above
+        code, line = run(*argv(out_for[where](source)))
+        assert code == 2 and line.endswith(REFUSED) and "the input" in line, (stage, line)
+    assert tree(tmp_path) == before
+
+
+def test_pack_and_finetuning_data_refuse_an_output_over_their_input(tmp_path, golden_dir, shared_dir):
+    code, _ = run("create", "--input", golden_dir / "corpus.txt", "--vocab", golden_dir / "vocab.txt", "--out",
+                  tmp_path / "records", "--quiet", "--format", "tfrecord")
+    assert code == 0
+    records = next(p.parent for p in (tmp_path / "records").rglob("manifest.json"))
+    before = tree(tmp_path)
+    code, line = run("pack", records, "--out", records / "packed", "--quiet")
+    assert code == 2 and line.endswith(REFUSED), line
+    squad = tmp_path / "squad"
+    squad.mkdir()
+    shutil.copy(shared_dir / "fixtures/finetune/squad/v1.1/dev-v1.1.json", squad / "dev-v1.1.json")
+    before = tree(tmp_path)
+    code, line = run("create-squad", "--input", squad / "dev-v1.1.json", "--vocab", golden_dir / "vocab.txt",
+                     "--out", squad)
+    assert code == 2 and line.endswith(REFUSED), line
+    glue = shared_dir / "fixtures/finetune/glue/MRPC"
+    code, line = run("create-glue", "--task", "MRPC", "--data-dir", glue, "--vocab", golden_dir / "vocab.txt",
+                     "--out", glue / "records")
+    assert code == 2 and line.endswith(REFUSED), line
+    assert tree(tmp_path) == before
+
+
+def test_the_trainers_outputs_are_refused_over_its_data(tmp_path):
+    from trainer.config import FinetuneConfig, TrainConfig
+
+    data = tmp_path / "records"
+    with pytest.raises(UsageError, match=f"^--checkpoint-dir {data}/ck is inside the input {data}: "):
+        TrainConfig(format="tfrecord", data=str(data), checkpoint_dir=str(data / "ck"))
+    with pytest.raises(UsageError, match=f"^--output-dir {tmp_path} holds the input {data}: "):
+        FinetuneConfig(task="mrpc", data=str(data), format="tfrecord", output_dir=str(tmp_path))
+    TrainConfig(format="tfrecord", data=str(data), checkpoint_dir=str(tmp_path / "ck"))  # apart: fine
+
+
+def test_urls_are_compared_by_bucket_and_key():
+    from bertprep.options import refuse_overlap
+
+    with pytest.raises(UsageError, match="holds the input"):
+        refuse_overlap("s3://b/work/", ["s3://b/work/formatted/part0"])
+    refuse_overlap("s3://b/work2", ["s3://b/work/formatted"])  # a common prefix of characters is no overlap
+    refuse_overlap("gs://b/work", ["s3://b/work/formatted"])  # another store
