@@ -21,7 +21,7 @@ from bertprep import formats, storage
 from bertprep.errors import DataError
 from bertprep.formats import columnar
 from bertprep.formats.schemas import FLOAT, check_int_values
-from bertprep.manifests import load_records_manifest
+from bertprep.manifests import file_digests, load_records_manifest
 
 PREFERENCE = ("parquet", "hdf5", "tfrecord", "ofrecord")
 SPLIT_NAMES = {"training": "train", "train": "train", "test": "test", "eval": "test"}
@@ -39,10 +39,10 @@ def features_of(kind, dims):
     return datasets.Features(features)
 
 
-def _rows(files, kind, vocab_size=None):
+def _rows(files, kind, vocab_size=None, digests=None):
     for path, _size, _mtime in files:
         first_row = 0
-        for batch in formats.read_batches([path], BATCH, kind=kind):
+        for batch in formats.read_batches([path], BATCH, kind=kind, digests=digests):
             check_int_values(kind, batch, path, first_row, vocab_size)  # `datasets` would cast them to int32
             count = len(next(iter(batch.values())))
             first_row += count
@@ -114,7 +114,8 @@ def load(directory, cache_dir=None):
         else:  # the files' sizes and times are in the cache's fingerprint: a changed file is read again
             files = [(path, *_version_of(path)) for path in paths]
             dataset = _generated(datasets, features, cache_dir, split,
-                                 {"files": files, "kind": kind, "vocab_size": vocab_size})
+                                 {"files": files, "kind": kind, "vocab_size": vocab_size,
+                                  "digests": file_digests(manifest, directory)})
         dataset.info.description = description
         splits[split] = dataset
     return datasets.DatasetDict(splits)

@@ -135,6 +135,14 @@ def load_records_manifest(directory, fmts=None):
     return None if manifest is None else check_manifest(manifest, storage.join(directory, MANIFEST), fmts)
 
 
+def file_digests(manifest, directory):
+    """{normalised path: sha256} of the files `manifest` lists under `directory`: what a reader checks the bytes it
+    reads against (formats.read_batches / iter_framed `digests`)."""
+    return {storage.normpath(storage.join(directory, relative)): entry["sha256"]
+            for relative, entry in ((manifest or {}).get("files") or {}).items()
+            if isinstance(entry, dict) and isinstance(entry.get("sha256"), str)}
+
+
 def kind_mismatch(path, manifest_kind, where, record_kind):
     """The DataError for records whose kind is not the one their manifest names (a relabelled manifest)."""
     held = f"{record_kind.name} records" if record_kind is not None else "records of no known kind"

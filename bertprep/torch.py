@@ -29,7 +29,7 @@ from bertprep import formats, storage
 from bertprep.binning import bin_width, binned_batches, bins_of
 from bertprep.errors import DataError, UsageError
 from bertprep.formats.schemas import PACKED, UNMASKED, int_values_problem, kind_of_manifest, kind_of_record
-from bertprep.manifests import check_manifest, kind_mismatch
+from bertprep.manifests import check_manifest, file_digests, kind_mismatch
 from bertprep.masking import DynamicMasking, first_instances
 from bertprep.workdir import load_manifest
 
@@ -88,8 +88,11 @@ class RecordIndex:
             paths.sort(key=lambda p: first[os.path.normpath(p)])
         self.paths = paths
         offsets, sizes, file_of = [], [], []
+        digests = file_digests(manifest, data_dir)
         for number, path in enumerate(paths):
-            for _index, offset, payload in formats.iter_framed(path, fmt, verify=False):
+            # the index is the one whole pass over each file: its bytes are checked against the manifest here
+            sha256 = digests.get(storage.normpath(path))
+            for _index, offset, payload in formats.iter_framed(path, fmt, verify=False, sha256=sha256):
                 offsets.append(offset + _HEADER[fmt])
                 sizes.append(len(payload))
                 file_of.append(number)

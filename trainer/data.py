@@ -41,7 +41,7 @@ from bertprep.formats.schemas import (
     kind_of_manifest,
     kind_of_record,
 )
-from bertprep.manifests import kind_mismatch, load_records_manifest
+from bertprep.manifests import file_digests, kind_mismatch, load_records_manifest
 from bertprep.masking import DynamicMasking, first_instances
 
 SPLITS = ("training", "test")
@@ -64,6 +64,7 @@ class Records:
         self.fmt = fmt
         self.files = {split: [] for split in SPLITS}
         self._manifest_counts = {}
+        self._manifest_sha256 = {}  # each listed file's digest, checked as the file is read (formats.read_batches)
         self.kind = self.dims = None  # pretraining or packed; {"seq", "pred"[, "k"]}
         self.vocab_size = None  # from the manifest: the vocab the records were made with
         self.masking = None  # unmasked records: how they are masked as they are read (bertprep.masking)
@@ -105,6 +106,7 @@ class Records:
         vocab_size = (manifest.get("vocab") or {}).get("size")
         if vocab_size:
             self.vocab_size = max(self.vocab_size or 0, int(vocab_size))
+        self._manifest_sha256.update(file_digests(manifest, corpus_dir))
         for rel, entry in (manifest.get("files") or {}).items():
             if isinstance(entry, dict) and "instances" in entry:
                 self._manifest_counts[storage.normpath(storage.join(corpus_dir, rel))] = int(entry["instances"])
@@ -164,6 +166,10 @@ class Records:
     @property
     def packed(self):
         return self.kind is PACKED
+
+    def sha256(self, path):
+        """The manifest's sha256 of a file, or None where no manifest lists it."""
+        return self._manifest_sha256.get(storage.normpath(path))
 
     def count(self, path):
         """Records in a file: from the manifest, else by reading the framing (no decoding), or a columnar
@@ -271,7 +277,9 @@ class RecordStream:
                 storage.prefetch(files[number + 1])
             first = records.first_instance(path) if records.masking is not None else None
             row = 0
-            for chunk in formats.read_batches(path, self.window, records.fmt, kind=records.kind, dims=records.dims):
+            digest = records.sha256(path)
+            for chunk in formats.read_batches(path, self.window, records.fmt, kind=records.kind, dims=records.dims,
+                                              digests={storage.normpath(path): digest} if digest else None):
                 # the batches are cast to int32 below: a value beyond it, or an id beyond the vocab, is refused
                 check_int_values(records.kind, chunk, path, row, records.vocab_size)
                 n = len(chunk["input_ids"])

@@ -5,6 +5,7 @@ import re
 
 import numpy as np
 
+from bertprep import storage
 from bertprep.errors import DataError
 from bertprep.formats import columnar
 from bertprep.formats.framing import decode_payload, iter_framed, iter_payloads, open_sized, sniff_format
@@ -18,7 +19,7 @@ except ImportError:  # extension not built: the pure-Python twins give the same 
     _native = None
 
 
-def read_batches(paths, batch_size, fmt=None, drop_remainder=False, kind=None, dims=None):
+def read_batches(paths, batch_size, fmt=None, drop_remainder=False, kind=None, dims=None, digests=None):
     """Yield dicts of arrays (batch, length) over the features of `kind` in `paths`, in order.
 
     Integer features are int64 when the batch holds TFRecord records, int32
@@ -27,7 +28,8 @@ def read_batches(paths, batch_size, fmt=None, drop_remainder=False, kind=None, d
     "pred": ...}) to its sizes; a record that lacks a feature or has another
     length or kind raises DataError naming the file, record, byte offset and
     feature. The C core reads and decodes when it was built; the
-    pure-Python path gives the same batches and the same errors.
+    pure-Python path gives the same batches and the same errors. `digests` ({path: sha256}, from a
+    manifest) has each framed file's bytes hashed as they are read and checked at its end (DigestCheckedFile).
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
@@ -41,7 +43,9 @@ def read_batches(paths, batch_size, fmt=None, drop_remainder=False, kind=None, d
     pending_count = 0
     for path in paths:
         file_fmt = fmt or sniff_format(path)
-        chunks = _native_payload_chunks(path, file_fmt) if native else _python_payload_chunks(path, file_fmt)
+        sha256 = (digests or {}).get(storage.normpath(os.fspath(path)))
+        chunks = (_native_payload_chunks(path, file_fmt, sha256) if native
+                  else _python_payload_chunks(path, file_fmt, sha256))
         index = 0
         while True:
             try:
@@ -130,11 +134,11 @@ _CHUNK_RECORDS = 1024
 _CHUNK_BYTES = 1 << 22
 
 
-def _python_payload_chunks(path, fmt):
+def _python_payload_chunks(path, fmt, sha256=None):
     """Lists of payloads of a file; a framing error comes after the payloads before it."""
     chunk = []
     try:
-        for payload in iter_payloads(path, fmt):
+        for payload in iter_payloads(path, fmt, sha256=sha256):
             chunk.append(payload)
             if len(chunk) == _CHUNK_RECORDS:
                 yield chunk
@@ -147,7 +151,7 @@ def _python_payload_chunks(path, fmt):
         yield chunk
 
 
-def _native_payload_chunks(path, fmt):
+def _native_payload_chunks(path, fmt, sha256=None):
     """As _python_payload_chunks, framing and TFRecord CRCs checked in C a few MiB at a time.
 
     A read never asks for more than the bytes left in the file, so a garbage
@@ -156,7 +160,7 @@ def _native_payload_chunks(path, fmt):
     index = offset = needed = 0
     buffer = b""
     try:
-        f, left = open_sized(path)
+        f, left = open_sized(path, sha256)
         with f:
             while True:
                 data = f.read(min(max(_CHUNK_BYTES, needed - len(buffer)), left))

@@ -1,5 +1,6 @@
 """Record files: which format a file holds (by name, else framing), its framed payloads, its records one by one."""
 
+import hashlib
 import os
 import re
 import struct
@@ -72,13 +73,58 @@ def sniff_format(path):
     return "ofrecord"
 
 
-def open_sized(path):
-    """(binary file, its size in bytes) of a record file; a URL's object streams with read-ahead."""
+def open_sized(path, sha256=None):
+    """(binary file, its size in bytes) of a record file; a URL's object streams with read-ahead. With `sha256`
+    (its manifest's), the file hashes what is read and checks it at the end (`DigestCheckedFile`)."""
     f = storage.open(path, "rb")
-    return f, (f.size() if storage.is_url(path) else os.fstat(f.fileno()).st_size)
+    size = f.size() if storage.is_url(path) else os.fstat(f.fileno()).st_size
+    return (f if sha256 is None else DigestCheckedFile(f, path, size, sha256)), size
 
 
-def iter_framed(path, fmt=None, verify=True):
+class DigestCheckedFile:
+    """A record file read front to back that hashes the bytes its reader asks for, not in a second pass, and
+    once every byte has been read compares the sha256 with the manifest's (issue 39: the trainer trained on a
+    part with one byte flipped, its size kept). A reader that stops before the end checks nothing: the check is
+    at the end of each whole pass."""
+
+    def __init__(self, f, path, size, sha256):
+        self._f, self.path, self._size, self._expected = f, path, size, sha256
+        self._digest, self._read = hashlib.sha256(), 0
+
+    def read(self, n=-1):
+        data = self._f.read(n)
+        if self._digest is None:  # checked already: what follows is the reader's look past the end
+            return data
+        self._digest.update(data)
+        self._read += len(data)
+        if self._read == self._size:
+            digest, self._digest = self._digest.hexdigest(), None  # checked once
+            if digest != self._expected:
+                raise DataError(f"{storage.display(self.path)}: sha256 {digest} is not the manifest's "
+                                f"{self._expected}: the file changed after it was written (rerun the stage that "
+                                "wrote it)")
+        return data
+
+    def readinto(self, target):
+        data = self.read(len(target))
+        target[:len(data)] = data
+        return len(data)
+
+    def fileno(self):
+        return self._f.fileno()
+
+    def close(self):
+        self._f.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+def iter_framed(path, fmt=None, verify=True, sha256=None):
     """Yield (index, byte offset, payload) for each record of a file.
 
     Allocation is bounded by the file's size: a length field larger than the
@@ -87,7 +133,7 @@ def iter_framed(path, fmt=None, verify=True):
     """
     fmt = fmt or sniff_format(path)
     try:
-        f, size = open_sized(path)
+        f, size = open_sized(path, sha256)
         with f:
             for index, (offset, payload) in enumerate(CODECS[fmt].iter_payloads(f, verify=verify, size=size)):
                 yield index, offset, payload
@@ -97,9 +143,9 @@ def iter_framed(path, fmt=None, verify=True):
         raise DataError(f"{path}: cannot read: {exc.strerror or exc}") from None
 
 
-def iter_payloads(path, fmt=None, verify=True):
+def iter_payloads(path, fmt=None, verify=True, sha256=None):
     """Yield the raw payloads of a record file (see iter_framed)."""
-    for _index, _offset, payload in iter_framed(path, fmt, verify):
+    for _index, _offset, payload in iter_framed(path, fmt, verify, sha256):
         yield payload
 
 

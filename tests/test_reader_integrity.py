@@ -1,0 +1,99 @@
+"""Readers check what the manifest promises (issue 39): a record file whose bytes changed after it was written,
+its size kept (one byte flipped), is named in one line by the reader that has its manifest, from the bytes it
+reads (no second pass), instead of being trained on. The trainer trained on such an OFRecord part before."""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bertprep import formats
+from bertprep.cli import main
+from bertprep.errors import DataError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory, golden_dir):
+    out = tmp_path_factory.mktemp("records")
+    assert main(["create", "--input", str(golden_dir / "corpus.txt"), "--vocab", str(golden_dir / "vocab.txt"),
+                 "--out", str(out), "--seq", "128", "--pred", "20", "--dupe-factor", "1", "--quiet",
+                 "--format", "tfrecord,ofrecord"]) == 0
+    return next(p.parent for p in out.rglob("manifest.json"))
+
+
+def flipped_copy(records, tmp_path, fmt):
+    """A copy of the records directory whose `fmt` training file has one byte flipped in its last quarter."""
+    copy = tmp_path / "records"
+    subprocess.run(["cp", "-r", str(records), str(copy)], check=True)
+    path = next(p for p in (copy / fmt / "training").iterdir() if p.is_file())
+    data = bytearray(path.read_bytes())
+    at = len(data) * 3 // 4
+    data[at] ^= 0x01
+    path.write_bytes(bytes(data))
+    return copy, path
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["C core", "pure Python"])
+@pytest.mark.parametrize("fmt", ["tfrecord", "ofrecord"])
+def test_a_flipped_byte_is_named_by_the_reader_that_has_the_digest(records, tmp_path, fmt, native, monkeypatch):
+    from bertprep.formats import batches
+
+    if not native:
+        monkeypatch.setattr(batches, "_native", None)
+    manifest = json.loads((records / "manifest.json").read_text())
+    clean = next(p for p in (records / fmt / "training").iterdir() if p.is_file())
+    digest = manifest["files"][str(clean.relative_to(records))]["sha256"]
+    whole = list(formats.read_batches(str(clean), 64, fmt, digests={str(clean): digest}))  # the bytes it wrote
+    assert sum(len(b["input_ids"]) for b in whole) > 64
+    _copy, path = flipped_copy(records, tmp_path, fmt)
+    if fmt == "tfrecord":  # a flipped payload byte would fail its CRC first: flip the byte back, change a CRC-free
+        path.write_bytes(clean.read_bytes()[:-1] + bytes([clean.read_bytes()[-1] ^ 0x01]))  # byte: the last one
+    with pytest.raises(DataError) as raised:
+        list(formats.read_batches(str(path), 64, fmt, digests={str(path): digest}))
+    assert str(raised.value).startswith(f"{path}: sha256 ") and f"is not the manifest's {digest}" in str(raised.value)
+    assert hashlib.sha256(path.read_bytes()).hexdigest() in str(raised.value)
+
+
+@pytest.mark.heavy
+def test_the_trainer_stops_on_a_part_whose_bytes_changed(records, tmp_path):
+    copy, path = flipped_copy(records, tmp_path, "ofrecord")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    result = subprocess.run([sys.executable, "-m", "trainer", "--format", "ofrecord", "--data", str(copy),
+                             "--model", "tiny", "--steps", "2", "--batch-size", "4"], capture_output=True, text=True,
+                            env=env, cwd=tmp_path, timeout=600)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert lines[-1].startswith(f"trainer: error: {path}: sha256 "), lines[-1]
+    assert "is not the manifest's" in lines[-1]
+
+
+def test_a_reader_without_a_digest_reads_as_before(records):
+    path = next(p for p in (records / "ofrecord" / "training").iterdir() if p.is_file())
+    plain = list(formats.read_batches(str(path), 64, "ofrecord"))
+    checked = list(formats.read_batches(str(path), 64, "ofrecord",
+                                        digests={str(path): hashlib.sha256(path.read_bytes()).hexdigest()}))
+    assert len(plain) == len(checked) and all(np.array_equal(a["input_ids"], b["input_ids"])
+                                              for a, b in zip(plain, checked))
+
+
+def test_bert_loader_and_hf_load_name_a_part_whose_bytes_changed(records, tmp_path):
+    copy, ofrecord = flipped_copy(records, tmp_path, "ofrecord")
+    tfrecord = next(p for p in (copy / "tfrecord" / "training").iterdir() if p.is_file())
+    data = bytearray(tfrecord.read_bytes())
+    data[-1] ^= 0x01  # a CRC byte: the bytes' digest is what is checked first
+    tfrecord.write_bytes(bytes(data))
+    from bertprep.torch import BertLoader
+
+    with pytest.raises(DataError, match=f"^{ofrecord}: sha256 [0-9a-f]{{64}} is not the manifest's "):
+        BertLoader(str(copy), batch_size=4, fmt="ofrecord")
+    from bertprep import hf
+
+    with pytest.raises(DataError, match=r": sha256 [0-9a-f]{64} is not the manifest's "):
+        hf.load(str(copy), cache_dir=str(tmp_path / "cache"))
