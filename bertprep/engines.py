@@ -22,6 +22,7 @@ import signal
 from bertprep import storage
 from bertprep.atomic import BackgroundUploads, call_spooled, remove_stale_temps
 from bertprep.errors import BertprepError, DataError, UsageError
+from bertprep.options import check_types
 
 ENGINES = ("local", "dask")
 SCHEDULER_CONNECT_TIMEOUT_S = 5
@@ -52,6 +53,7 @@ class EngineOptions:
     scheduler: str | None = None
 
     def __post_init__(self):
+        check_types(self)
         if self.engine not in ENGINES:
             raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, not {self.engine!r}")
         if self.workers is not None and self.workers < 1:

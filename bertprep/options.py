@@ -7,7 +7,10 @@ a `file://` URL as its local path.
 """
 
 import dataclasses
+import numbers
 import os
+import types
+import typing
 
 from bertprep import storage
 from bertprep.errors import UsageError
@@ -75,3 +78,85 @@ def _comparable(path):
     if storage.is_url(path):
         return storage.normpath(storage.absolute(path))
     return os.path.realpath(storage.local_path(path))
+
+
+def check_types(options):
+    """One UsageError line naming `Class.field` for a field whose value is not of its annotated type, when the
+    options object is built: a notebook's `CreateOptions(seq="128")` failed deep inside with "'<' not supported
+    between 'str' and 'int'", `seq=128.5` inside the process pool, `seed="12345"` gave other records. Driven by
+    the dataclass's own annotations: an int is an int (not a bool, not 128.0), a float takes ints, a bool is
+    True or False, a path (str) takes os.PathLike, a tuple takes a list, and a single str or path given for a
+    tuple of them is taken as one item (`input="ref/sh1"` is `("ref/sh1",)`, not its characters). The CLI
+    builds these objects from values argparse has already typed, so its flags never meet this check."""
+    cls = type(options)
+    hints = typing.get_type_hints(cls)
+    for field in dataclasses.fields(options):
+        value = getattr(options, field.name)
+        ok, conformed = _conform(value, hints[field.name])
+        if not ok:
+            shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+            raise UsageError(f"{cls.__name__}.{field.name} must be {_describe(hints[field.name])}, got "
+                             f"{type(value).__name__} {shown}")
+        if conformed is not value:
+            object.__setattr__(options, field.name, conformed)
+
+
+def _is_path(value):
+    return isinstance(value, (str, os.PathLike))
+
+
+def _conform(value, annotation):
+    """(whether `value` is of `annotation`, the value as the field keeps it)."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if annotation is typing.Any:
+        return True, value
+    if origin in (typing.Union, types.UnionType):
+        exact = [arm for arm in args if _conform(value, arm) == (True, value)]
+        for arm in exact or args:
+            ok, conformed = _conform(value, arm)
+            if ok:
+                return True, conformed
+        return False, value
+    if annotation is type(None):
+        return value is None, value
+    if annotation is bool:
+        return isinstance(value, bool), value
+    if annotation is int:
+        return isinstance(value, numbers.Integral) and not isinstance(value, bool), value
+    if annotation is float:
+        return isinstance(value, numbers.Real) and not isinstance(value, bool), value
+    if annotation is str:
+        return _is_path(value), value
+    if origin is tuple:
+        if _is_path(value) and args and args[-1] is Ellipsis and _conform(value, args[0])[0]:
+            return True, (value,)
+        if not isinstance(value, (list, tuple)):
+            return False, value
+        item_types = [args[0]] * len(value) if args[-1:] == (Ellipsis,) else list(args)
+        if len(item_types) != len(value):
+            return False, value
+        items = [_conform(item, kind) for item, kind in zip(value, item_types)]
+        if not all(ok for ok, _ in items):
+            return False, value
+        return True, tuple(conformed for _, conformed in items)
+    if isinstance(annotation, type):
+        return isinstance(value, annotation), value
+    return True, value  # an annotation this check does not read (a Callable, a Literal): the field's own check
+
+
+def _describe(annotation):
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe(arm) for arm in args)
+    if annotation is type(None):
+        return "None"
+    if annotation is str:
+        return "a str (or a path)"
+    if origin is tuple:
+        if args[-1:] == (Ellipsis,):
+            return f"a tuple of {_describe(args[0]).removeprefix('a ').removeprefix('an ')}"
+        return f"a tuple ({', '.join(_describe(a) for a in args)})"
+    if isinstance(annotation, type):
+        name = annotation.__name__
+        return f"an {name}" if name[0] in "aeiouAEIOU" else f"a {name}"
+    return str(annotation)

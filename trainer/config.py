@@ -9,7 +9,7 @@ from typing import Optional
 
 from bertprep import bert_config, storage
 from bertprep.errors import UsageError
-from bertprep.options import refuse_overlap
+from bertprep.options import check_types, refuse_overlap
 
 # Google's published BERT sizes: (layers, hidden, heads); intermediate = 4 * hidden.
 SIZES = {
@@ -130,6 +130,7 @@ class TrainConfig:
     quiet: bool = False
 
     def __post_init__(self):
+        check_types(self)
         _check_choices(self, {"format": PRETRAINING_FORMATS, "optimizer": tuple(OPTIMIZERS),
                               "precision": PRECISIONS, "allreduce_dtype": ALLREDUCE_DTYPES,
                               "placement": PLACEMENTS, "model": (None, *SIZES)})
@@ -205,6 +206,7 @@ class FinetuneConfig:
     quiet: bool = False
 
     def __post_init__(self):
+        check_types(self)
         _check_choices(self, {"format": FINETUNING_FORMATS, "optimizer": tuple(OPTIMIZERS),
                               "precision": PRECISIONS, "model": (None, *SIZES)})
         _check_positive(self, ("steps", "batch_size", "log_every"))

@@ -14,6 +14,7 @@ only checkpoints that have it.
 import json
 import os
 import re
+import zipfile
 
 import numpy as np
 
@@ -67,7 +68,7 @@ def load_latest(directory):
             state = json.load(f)
         with storage.local_copy(storage.join(path, "state.npz")) as local, np.load(local) as npz:
             arrays = {name: npz[name] for name in npz.files}
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:  # a cut-off or damaged state.npz too
         raise DataError(f"{storage.display(path)}: unreadable checkpoint: {exc}") from None
     problem = state_problem(state)
     if problem:

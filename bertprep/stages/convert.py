@@ -34,7 +34,7 @@ from bertprep.errors import DataError, UsageError
 from bertprep.formats import columnar
 from bertprep.formats.protowire import WireError
 from bertprep.formats.schemas import kind_of_record
-from bertprep.options import normalise_paths, refuse_overlap
+from bertprep.options import check_types, normalise_paths, refuse_overlap
 from bertprep.progress import Summary
 
 INT32_RANGE = (-(1 << 31), (1 << 31) - 1)
@@ -50,6 +50,7 @@ class ConvertOptions:
     to: str
 
     def __post_init__(self):
+        check_types(self)
         normalise_paths(self, "src", "dst")
         refuse_overlap(self.dst, [self.src], what="the output")
         if self.to not in formats.ALL_FORMATS:

@@ -42,7 +42,7 @@ from bertprep.errors import DataError, UsageError
 from bertprep.formats import columnar
 from bertprep.formats.schemas import PRETRAINING, UNMASKED
 from bertprep.instances import InstanceParams, Instances, MaskingVocab, create_instances
-from bertprep.options import build_options, normalise_paths, refuse_overlap, set_field
+from bertprep.options import build_options, check_types, normalise_paths, refuse_overlap, set_field
 from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.tokenization import LineTokenizer, load_vocab, resolve_vocab_path
 from bertprep.workdir import (
@@ -94,6 +94,7 @@ class CreateOptions:
     workdir: str | None = None
 
     def __post_init__(self):
+        check_types(self)
         normalise_paths(self, "input", "vocab", "out", "workdir")
         storage.check_schemes(self.out, self.workdir, self.vocab, *(self.input or ()))
         for name, value, choices in (("--layout", self.layout, LAYOUTS), ("--masking", self.masking, MASKINGS)):

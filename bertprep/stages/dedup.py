@@ -40,7 +40,7 @@ from bertprep import __version__, storage
 from bertprep.atomic import atomic_open, hold, sha256_file, walk
 from bertprep.engines import EngineOptions, open_engine
 from bertprep.errors import DataError, UsageError
-from bertprep.options import build_options, normalise_paths, refuse_overlap
+from bertprep.options import build_options, check_types, normalise_paths, refuse_overlap
 from bertprep.progress import Progress, Summary
 from bertprep.workdir import (
     MANIFEST,
@@ -83,6 +83,7 @@ class DedupOptions:
     workdir: str | None = None
 
     def __post_init__(self):
+        check_types(self)
         normalise_paths(self, "input", "out", "workdir")
         if self.corpus is not None:
             object.__setattr__(self, "corpus", tuple(self.corpus))

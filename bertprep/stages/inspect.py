@@ -18,7 +18,7 @@ from bertprep.errors import DataError, UsageError
 from bertprep.formats.schemas import UNMASKED
 from bertprep.manifests import load_records_manifest
 from bertprep.masking import DynamicMasking, first_instances
-from bertprep.options import normalise_paths
+from bertprep.options import check_types, normalise_paths
 from bertprep.progress import Summary
 from bertprep.tokenization import load_vocab, resolve_vocab_path
 
@@ -41,6 +41,7 @@ class InspectOptions:
     epoch: int | None = None
 
     def __post_init__(self):
+        check_types(self)
         normalise_paths(self, "file")
         if self.epoch is not None and not 0 <= self.epoch <= MAX_EPOCH:
             raise UsageError(f"argument --epoch: {self.epoch} is not an epoch (0..{MAX_EPOCH})")

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from bertprep.engines import EngineOptions
 from bertprep.errors import UsageError
-from bertprep.options import build_options, normalise_paths, set_field
+from bertprep.options import build_options, check_types, normalise_paths, set_field
 from bertprep.progress import Summary
 from bertprep.stages.create import LAYOUTS, CreateOptions, create
 from bertprep.stages.download import download, options_class
@@ -51,6 +51,7 @@ class PrepareOptions:
     workdir: str | None = None
 
     def __post_init__(self):
+        check_types(self)
         normalise_paths(self, "vocab", "workdir")
         sources = (self.sources,) if isinstance(self.sources, str) else tuple(self.sources)
         for source in sources:

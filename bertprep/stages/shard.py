@@ -50,7 +50,7 @@ from bertprep import __version__, storage
 from bertprep.atomic import atomic_open, hold, sha256_file, walk
 from bertprep.engines import EngineOptions, open_engine
 from bertprep.errors import DataError, UsageError
-from bertprep.options import build_options, normalise_paths, refuse_overlap
+from bertprep.options import build_options, check_types, normalise_paths, refuse_overlap
 from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.workdir import (
     MANIFEST,
@@ -96,6 +96,7 @@ class ShardOptions:
     workdir: str | None = None
 
     def __post_init__(self):
+        check_types(self)
         normalise_paths(self, "input", "out", "workdir")
         storage.check_schemes(self.out, self.workdir, *(self.input or ()))
         if self.train_shards < 1 or self.test_shards < 1:
@@ -106,6 +107,8 @@ class ShardOptions:
             raise UsageError(f"--balance must be one of {', '.join(BALANCES)}, not {self.balance!r}")
         if self.eval_documents is not None and self.eval_documents < 1:
             raise UsageError(f"--eval-documents must be at least 1, not {self.eval_documents}")
+        if self.eval_seed < 0:  # numpy's generator takes no negative seed (a traceback from inside it before)
+            raise UsageError(f"--eval-seed must be at least 0, not {self.eval_seed}")
 
 
 # -- inputs -----------------------------------------------------------------------

@@ -32,7 +32,7 @@ from collections import Counter
 from bertprep import storage
 from bertprep.atomic import atomic_open, sha256_file
 from bertprep.errors import DataError, UsageError
-from bertprep.options import build_options, normalise_paths, refuse_overlap, set_field
+from bertprep.options import build_options, check_types, normalise_paths, refuse_overlap, set_field
 from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.stages.shard import COMBINED, input_files, iter_input_documents, resolve_inputs
 from bertprep.workdir import MANIFEST, load_manifest, resolve_workdir, stage_dir
@@ -62,6 +62,7 @@ class VocabOptions:
     workdir: str | None = None
 
     def __post_init__(self):
+        check_types(self)
         for name in ("input", "corpus"):  # one path or name is a list of one, not of its characters
             value = getattr(self, name)
             set_field(self, name, (value,) if isinstance(value, (str, os.PathLike)) else tuple(value or ()))
@@ -195,6 +196,9 @@ def vocab(options: VocabOptions | None = None, /, *, quiet: bool = True, **field
     stats = {"invalid_utf8_lines": 0, "empty_documents": 0}
     tokenizer = bert_tokenizer(options.cased)
     alphabet, inner = initial_alphabet(tokenizer, iter_lines(inputs, stats, progress))
+    if stats["invalid_utf8_lines"]:  # as shard does: decoded, counted and said, never skipped unsaid
+        progress.note(f"{stats['invalid_utf8_lines']:,} line(s) with invalid UTF-8 decoded with U+FFFD (first: "
+                      f"{stats['first_invalid_utf8']})")
     progress.close()
     if not alphabet:
         raise DataError(f"{_named(inputs)}: no text to train a vocab on")
@@ -204,7 +208,8 @@ def vocab(options: VocabOptions | None = None, /, *, quiet: bool = True, **field
         raise UsageError(f"--vocab-size {options.vocab_size}: the corpus needs {needed} entries before any merge "
                          f"({len(specials)} special tokens and unused slots, {len(alphabet)} characters, "
                          f"{len(inner)} {PREFIX} characters)")
-    tokens = train(tokenizer, iter_lines(inputs, {}), specials, alphabet + inner, options.vocab_size)
+    second_pass = dict.fromkeys(stats, 0)  # counted once, in the first pass (an empty dict failed on its key)
+    tokens = train(tokenizer, iter_lines(inputs, second_pass), specials, alphabet + inner, options.vocab_size)
     data = "".join(token + "\n" for token in tokens).encode("utf-8")
     with atomic_open(out, "wb") as f:
         f.write(data)

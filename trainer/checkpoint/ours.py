@@ -6,6 +6,7 @@ form from any checkpoint: a directory that --init-checkpoint takes."""
 import json
 import os
 import re
+import zipfile
 
 import numpy as np
 
@@ -41,7 +42,7 @@ def read_arrays(path):
         with np.load(os.path.join(directory, "state.npz")) as npz:
             weights = {match.group(1): npz[name] for name in npz.files if (match := _VARIABLE_NAME.match(name))}
         config = BertConfig.checked(os.path.join(directory, "state.json"), model_settings, DataError)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as exc:
         raise DataError(f"{directory}: unreadable checkpoint: {exc.__class__.__name__}: {exc}") from None
     return config, weights, directory
 

@@ -17,7 +17,7 @@ from typing import ClassVar
 
 from bertprep import storage
 from bertprep.errors import UsageError
-from bertprep.options import build_options, normalise_paths
+from bertprep.options import build_options, check_types, normalise_paths
 from bertprep.progress import Progress, Summary
 from bertprep.stages.download.http import Limits
 from bertprep.workdir import resolve_workdir
@@ -49,6 +49,7 @@ class DownloadOptions:
     base_url: str | None = None
 
     def __post_init__(self):
+        check_types(self)
         normalise_paths(self, "workdir")
         storage.check_schemes(self.workdir)
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from bertprep import __version__, storage
 from bertprep.errors import DataError, UsageError
+from bertprep.options import check_types
 from bertprep.workdir import load_manifest, save_manifest
 
 CHUNK = 1 << 20
@@ -58,6 +59,9 @@ class Limits:
         if not self.deadline >= 0:
             raise UsageError(f"--deadline: expected a number of seconds (0 for none), got {self.deadline:g}")
         return self
+
+    def __post_init__(self):
+        check_types(self)
 
 
 class _Transient(Exception):

@@ -21,7 +21,7 @@ import numpy as np
 from bertprep import __version__, formats, storage
 from bertprep.atomic import atomic_open
 from bertprep.errors import DataError, UsageError
-from bertprep.options import normalise_paths, refuse_overlap
+from bertprep.options import check_types, normalise_paths, refuse_overlap
 from bertprep.tokenization import LineTokenizer, load_vocab, resolve_vocab_path
 from bertprep.workdir import file_matches, load_manifest, save_manifest
 
@@ -46,6 +46,7 @@ class RecordsOptions:
     format: tuple[str, ...] = ("tfrecord", "ofrecord")
 
     def __post_init__(self):
+        check_types(self)
         object.__setattr__(self, "format", formats.parse_formats(self.format))  # canonical order
         normalise_paths(self, *(name for name in ("out", "input", "data_dir") if hasattr(self, name)))
         refuse_overlap(self.out, [getattr(self, name) for name in ("input", "data_dir") if hasattr(self, name)])

@@ -31,6 +31,7 @@ from bertprep.atomic import hold
 from bertprep.corpus import read_text
 from bertprep.errors import DataError, UsageError
 from bertprep.formats.schemas import GLUE, GLUE_REGRESSION
+from bertprep.options import check_types
 from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.stages.download.glue import ALIASES as TASK_ALIASES
 from bertprep.stages.finetune.common import (
@@ -113,6 +114,7 @@ class CreateGlueOptions(RecordsOptions):
     seq: int = 128
 
     def __post_init__(self):
+        check_types(self)
         if isinstance(self.split, str):
             object.__setattr__(self, "split", (self.split,))
         unknown = [split for split in self.split or () if split not in SPLITS]

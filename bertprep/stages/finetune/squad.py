@@ -49,6 +49,7 @@ from bertprep.atomic import hold
 from bertprep.corpus import read_text
 from bertprep.errors import DataError, UsageError
 from bertprep.formats.schemas import SQUAD_EVAL, SQUAD_TRAIN
+from bertprep.options import check_types
 from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.stages.finetune.common import (
     RecordsOptions,
@@ -413,6 +414,7 @@ class CreateSquadOptions(RecordsOptions):
     seq: int = 384
 
     def __post_init__(self):
+        check_types(self)
         if self.split not in (None, *SPLITS):
             raise UsageError(f"--split must be one of {', '.join(SPLITS)}, not {self.split!r}")
         check_seq(self.seq, 4)

@@ -19,7 +19,7 @@ from bertprep.engines import EngineOptions, open_engine
 from bertprep.errors import DataError, UsageError
 from bertprep.formats.schemas import PACKED, PRETRAINING, kind_of_manifest
 from bertprep.manifests import check_manifest
-from bertprep.options import refuse_overlap
+from bertprep.options import check_types, refuse_overlap
 from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.stages.create import (
     is_complete,  # the same rule: an entry for the same input and settings, of its size
@@ -45,6 +45,7 @@ class PackOptions:
     engine: EngineOptions = EngineOptions()
 
     def __post_init__(self):
+        check_types(self)
         if self.max_per_pack < 1:
             raise UsageError(f"--max-per-pack must be at least 1, not {self.max_per_pack}")
         if self.format is not None:  # canonical order, as parse_formats gives it

@@ -19,7 +19,7 @@ import sys
 
 from bertprep import formats, storage
 from bertprep.errors import DataError, UsageError
-from bertprep.options import normalise_paths, set_field
+from bertprep.options import check_types, normalise_paths, set_field
 from bertprep.progress import Summary, human_bytes
 from bertprep.stages.validate.dataset import (
     DATASET_CHECKS,
@@ -62,6 +62,7 @@ class ValidateOptions:
     whole_word_mask: bool | None = None
 
     def __post_init__(self):
+        check_types(self)
         set_field(self, "paths", (self.paths,) if isinstance(self.paths, (str, os.PathLike)) else tuple(self.paths))
         normalise_paths(self, "paths")
         if not 1 <= len(self.paths) <= 2:

@@ -1,0 +1,123 @@
+"""Every options object of the public API checks its fields' types when it is built (issue 39): a wrong type is
+one UsageError line naming `Class.field`, never a failure deep inside a worker or a library; a str given for a
+tuple of paths is one item, not its characters. Table-driven over every options dataclass `bertprep` and
+`trainer` export, so a new one is covered without a new test. Also the tracebacks the issue found, each now one
+line."""
+
+import dataclasses
+import typing
+
+import numpy as np
+import pytest
+
+import bertprep
+import trainer
+from bertprep.errors import DataError, UsageError
+
+# What each class needs to be built at all; every other field keeps its default.
+REQUIRED = {
+    "PretrainedOptions": {"model": "uncased_L-12_H-768_A-12"},
+    "PackOptions": {"records_dir": "."},  # it must exist
+    "ValidateOptions": {"paths": (".",)},
+    "PrepareOptions": {"sources": ("wikipedia",), "vocab": "bert-base-uncased"},
+    "InspectOptions": {"file": "part-0"},
+    "ConvertOptions": {"src": "a.tfrecord", "dst": "b.ofrecord", "to": "ofrecord"},
+    "CreateSquadOptions": {"vocab": "v.txt", "out": "squad", "input": "dev-v1.1.json"},
+    "CreateGlueOptions": {"vocab": "v.txt", "out": "mrpc", "task": "MRPC", "data_dir": "glue/MRPC"},
+    "TrainConfig": {"format": "tfrecord"},
+    "FinetuneConfig": {"task": "mrpc", "data": "mrpc", "format": "tfrecord"},
+}
+OPTION_CLASSES = [getattr(bertprep, name) for name in bertprep.__all__ if name.endswith("Options") or name == "Limits"]
+OPTION_CLASSES += [trainer.TrainConfig, trainer.FinetuneConfig]
+
+
+class Wrong:
+    """A value of no type any field takes."""
+
+    def __repr__(self):
+        return "<wrong>"
+
+
+def fields_of(cls):
+    return [(cls, field.name) for field in dataclasses.fields(cls)]
+
+
+def test_every_options_class_is_covered():
+    assert len(OPTION_CLASSES) >= 21
+    for cls in OPTION_CLASSES:
+        cls(**REQUIRED.get(cls.__name__, {}))  # the table builds each
+
+
+@pytest.mark.parametrize("cls,name", [pair for cls in OPTION_CLASSES for pair in fields_of(cls)],
+                         ids=lambda value: value if isinstance(value, str) else value.__name__)
+def test_a_wrong_type_in_any_field_is_one_line_naming_it(cls, name):
+    fields = {**REQUIRED.get(cls.__name__, {}), name: Wrong()}
+    with pytest.raises(UsageError) as raised:
+        cls(**fields)
+    message = str(raised.value)
+    assert message.startswith(f"{cls.__name__}.{name} must be ") and message.endswith("got Wrong <wrong>"), message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize("cls,fields,message", [
+    (bertprep.CreateOptions, {"seq": "128"}, "CreateOptions.seq must be an int, got str '128'"),
+    (bertprep.CreateOptions, {"seq": 128.5}, "CreateOptions.seq must be an int, got float 128.5"),
+    (bertprep.CreateOptions, {"seq": 128.0}, "CreateOptions.seq must be an int, got float 128.0"),
+    (bertprep.CreateOptions, {"seed": "12345"}, "CreateOptions.seed must be an int, got str '12345'"),
+    (bertprep.CreateOptions, {"engine": "local"}, "CreateOptions.engine must be an EngineOptions, got str 'local'"),
+    (bertprep.CreateOptions, {"engine": None}, "CreateOptions.engine must be an EngineOptions, got NoneType None"),
+    (bertprep.DedupOptions, {"exact": "no"}, "DedupOptions.exact must be a bool, got str 'no'"),
+    (bertprep.DedupOptions, {"near": 0}, "DedupOptions.near must be a bool, got int 0"),
+    (bertprep.DedupOptions, {"num_perm": 64.5}, "DedupOptions.num_perm must be an int, got float 64.5"),
+    (bertprep.DedupOptions, {"corpus": 5},
+     "DedupOptions.corpus must be a tuple of str (or a path) or None, got int 5"),
+    (bertprep.EngineOptions, {"workers": True}, "EngineOptions.workers must be an int or None, got bool True"),
+    (trainer.TrainConfig, {"format": "tfrecord", "steps": "5"}, "TrainConfig.steps must be an int, got str '5'"),
+    (trainer.TrainConfig, {"format": "tfrecord", "lr": "1e-4"},
+     "TrainConfig.lr must be a float, got str '1e-4'"),
+])
+def test_the_issues_examples_name_the_field(cls, fields, message):
+    with pytest.raises(UsageError) as raised:
+        cls(**fields)
+    assert str(raised.value) == message
+
+
+def test_what_each_type_accepts(tmp_path):
+    # a str or a path for a tuple of paths is one item, not its characters
+    assert bertprep.CreateOptions(input="ref/sh1").input == ("ref/sh1",)
+    assert bertprep.ShardOptions(input=tmp_path).input == (str(tmp_path),)
+    assert bertprep.DedupOptions(input=["a.jsonl", tmp_path]).input == ("a.jsonl", str(tmp_path))
+    # floats take ints as they are (a manifest keeps the number it was given), ints take numpy's
+    assert bertprep.DedupOptions(threshold=1).threshold == 1
+    assert bertprep.CreateOptions(seq=np.int64(256)).seq == 256
+    assert typing.get_type_hints(bertprep.CreateOptions)["seq"] is int
+
+
+def test_shard_refuses_a_negative_eval_seed_in_one_line():
+    with pytest.raises(UsageError, match=r"^--eval-seed must be at least 0, not -1$"):
+        bertprep.ShardOptions(eval_documents=2, eval_seed=-1)
+
+
+def test_vocab_decodes_invalid_utf8_says_so_and_counts_it(tmp_path, capsys):
+    """A binary .txt ended in KeyError: 'invalid_utf8_lines' (the second pass counted into an empty dict)."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_bytes(b"hello world of words\n\xff\xfe binary \x80 line\n\nmore words here\n" * 20)
+    summary = bertprep.vocab(input=(corpus,), out=tmp_path / "vocab.txt", vocab_size=1100, quiet=False)
+    assert summary["invalid_utf8_lines"] == 20
+    assert f"20 line(s) with invalid UTF-8 decoded with U+FFFD (first: {corpus}:2)" in capsys.readouterr().err
+
+
+def test_a_cut_off_state_npz_in_a_complete_checkpoint_is_one_line(tmp_path):
+    from trainer import run_state
+    from trainer.checkpoint import ours
+
+    checkpoint = tmp_path / "ck" / "ckpt-1"
+    checkpoint.mkdir(parents=True)
+    np.savez(checkpoint / "state.npz", a=np.arange(1000))
+    whole = (checkpoint / "state.npz").read_bytes()
+    (checkpoint / "state.npz").write_bytes(whole[:len(whole) // 2])
+    (checkpoint / "state.json").write_text('{"step": 1, "settings": {"model": {}}}')
+    with pytest.raises(DataError, match="unreadable checkpoint"):
+        run_state.load_latest(str(tmp_path / "ck"))
+    with pytest.raises(DataError, match="unreadable checkpoint: BadZipFile"):
+        ours.read_arrays(str(checkpoint))
