@@ -7,10 +7,10 @@ import json
 from bertprep import storage
 
 
-def json_lines(path, not_json):
+def json_lines(path, not_json, sha256=None):
     """(line number, value) of each non-blank line of `path`; a line that is not JSON raises what
-    `not_json(line number, the ValueError)` returns."""
-    with storage.open(path, "rb") as f:  # a URL too (streamed)
+    `not_json(line number, the ValueError)` returns. `sha256`: its manifest's, checked at the end."""
+    with storage.open(path, "rb", sha256=sha256) as f:  # a URL too (streamed)
         for number, line in enumerate(f, 1):
             if not line.strip():
                 continue

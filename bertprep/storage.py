@@ -469,8 +469,12 @@ def rmtree(path):
             fs.rm(inner, recursive=True)
 
 
-def open(path, mode="rb", encoding=None, errors=None, newline=None):  # the builtin's name, on purpose
-    """builtins.open for a local path; for a URL, reading streams it with read-ahead (`ReadAhead`)."""
+def open(path, mode="rb", encoding=None, errors=None, newline=None, sha256=None):  # the builtin's name, on purpose
+    """builtins.open for a local path; for a URL, reading streams it with read-ahead (`ReadAhead`). With `sha256`
+    (binary reading: its manifest's), the bytes read are hashed and checked when the end is read
+    (`DigestChecked`)."""
+    if sha256 is not None:
+        return io.BufferedReader(DigestChecked(open(path, "rb"), path, sha256))
     if not is_url(path):
         return io.open(local_path(path), mode, encoding=encoding, errors=errors, newline=newline)
     if set(mode) - set("rbt"):
@@ -481,6 +485,37 @@ def open(path, mode="rb", encoding=None, errors=None, newline=None):  # the buil
     if "b" in mode:
         return stream
     return io.TextIOWrapper(stream, encoding=encoding or "utf-8", errors=errors, newline=newline)
+
+
+class DigestChecked(io.RawIOBase):
+    """A binary stream that hashes the bytes read through it and, when its end is read, compares the sha256 with
+    a manifest's: a file changed after it was written is named in one DataError line, from the bytes its reader
+    reads anyway (no second pass). A reader that stops before the end checks nothing."""
+
+    def __init__(self, f, path, sha256):
+        super().__init__()
+        self._f, self.path, self._expected, self._digest = f, path, sha256, hashlib.sha256()
+
+    def readable(self):
+        return True
+
+    def readinto(self, target):
+        count = self._f.readinto(target)
+        if count:
+            self._digest.update(memoryview(target)[:count])
+        elif self._digest is not None:
+            digest, self._digest = self._digest.hexdigest(), None
+            if digest != self._expected:
+                from bertprep.errors import DataError
+
+                raise DataError(f"{display(self.path)}: sha256 {digest} is not the manifest's {self._expected}: the "
+                                "file changed after it was written (rerun the stage that wrote it)")
+        return count
+
+    def close(self):
+        if not self.closed:
+            self._f.close()
+        super().close()
 
 
 _PREFETCHED = {}  # URL -> its ReadAhead, started by prefetch() before open() asks for it

@@ -97,3 +97,54 @@ def test_bert_loader_and_hf_load_name_a_part_whose_bytes_changed(records, tmp_pa
 
     with pytest.raises(DataError, match=r": sha256 [0-9a-f]{64} is not the manifest's "):
         hf.load(str(copy), cache_dir=str(tmp_path / "cache"))
+
+
+def corpus_with_manifest(directory):
+    """A formatted corpus as `bertprep download` or `dedup` writes it: parts and a manifest listing their sha256."""
+    directory.mkdir(parents=True)
+    for part in ("part0.jsonl", "part1.jsonl"):
+        lines = [json.dumps({"id": f"{part}-{i}", "text": f"Sentence {i} of {part}. Another one here."}) + "\n"
+                 for i in range(20)]
+        (directory / part).write_text("".join(lines))
+    files = {p.name: {"bytes": p.stat().st_size, "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
+             for p in sorted(directory.glob("*.jsonl"))}
+    (directory / "manifest.json").write_text(json.dumps({"stage": "format", "files": files}))
+    return directory
+
+
+def shard_line(corpus, out):
+    import contextlib
+    import io
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(["shard", "--input", str(corpus), "--out", str(out), "--train-shards", "1", "--test-shards", "1",
+                     "--quiet"])
+    return code, err.getvalue().strip()
+
+
+def test_shard_checks_a_corpus_parts_against_its_manifest(tmp_path):
+    corpus = corpus_with_manifest(tmp_path / "deduped" / "wiki")
+    assert shard_line(corpus, tmp_path / "ok") == (0, "")
+    part = corpus / "part1.jsonl"
+    part.write_bytes(part.read_bytes().replace(b"Sentence 7", b"Sentence 8"))  # size kept
+    code, line = shard_line(corpus, tmp_path / "changed")
+    assert code == 1 and line.startswith(f"bertprep shard: error: {part}: sha256 "), line
+    part.unlink()
+    code, line = shard_line(corpus, tmp_path / "deleted")
+    assert (code, line) == (1, f"bertprep shard: error: {part}: listed in {corpus}/manifest.json but missing (rerun "
+                               "the stage that wrote it)")
+
+
+@pytest.mark.parametrize("to", ["ofrecord", "parquet"])
+def test_convert_checks_a_trees_files_against_its_manifest(records, tmp_path, to):
+    copy, path = flipped_copy(records, tmp_path, "ofrecord")
+    import contextlib
+    import io
+
+    err = io.StringIO()
+    # the tree's manifest is the records directory's: a convert of the whole tree checks every file
+    with contextlib.redirect_stderr(err):
+        code = main(["convert", "--to", to, str(copy), str(tmp_path / "out-tree")])
+    assert code == 1 and f"{path}: sha256 " in err.getvalue() and "is not the manifest's" in err.getvalue()
+    assert not (tmp_path / "out-tree").exists() or not any((tmp_path / "out-tree").rglob("*.*"))

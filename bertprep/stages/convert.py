@@ -34,8 +34,10 @@ from bertprep.errors import DataError, UsageError
 from bertprep.formats import columnar
 from bertprep.formats.protowire import WireError
 from bertprep.formats.schemas import kind_of_record
+from bertprep.manifests import file_digests
 from bertprep.options import check_types, normalise_paths, refuse_overlap
 from bertprep.progress import Summary
+from bertprep.workdir import load_manifest
 
 INT32_RANGE = (-(1 << 31), (1 << 31) - 1)
 
@@ -82,14 +84,15 @@ def convert_payload(payload, src_fmt, dst_fmt, where):
     return codec.frame(codec.encode(features))
 
 
-def convert_columns(src, src_fmt, dst, dst_fmt, staging=None):
+def convert_columns(src, src_fmt, dst, dst_fmt, staging=None, sha256=None):
     """A whole file through its kind's columns: to or from HDF5 and Parquet (records of a known kind only)."""
     if src_fmt in columnar.CODECS:
         kind, _dims, columns = columnar.read_columns(src, src_fmt)
     else:
         kind = formats.record_kind(src, src_fmt)
         columns = {name: np.concatenate(parts)
-                   for name, parts in _stacked(formats.read_batches([src], 4096, kind=kind))}
+                   for name, parts in _stacked(formats.read_batches([src], 4096, kind=kind,
+                                                                    digests={storage.normpath(src): sha256}))}
     count = len(columns[kind.names[0]])
     if count == 0:  # as for an empty framed file: nothing a reader could use, and OneFlow stops on an empty part
         raise DataError(f"{src}: no records to convert (a file of zero rows); nothing was written")
@@ -109,13 +112,13 @@ def _stacked(batches):
     return parts.items()
 
 
-def convert_file(src, dst, dst_fmt, staging=None):
+def convert_file(src, dst, dst_fmt, staging=None, sha256=None):
     src_fmt = formats.sniff_format(src)
     if src_fmt in columnar.CODECS or dst_fmt in columnar.CODECS:
-        return convert_columns(src, src_fmt, dst, dst_fmt, staging)
+        return convert_columns(src, src_fmt, dst, dst_fmt, staging, sha256)
     count = 0
     with atomic_open(dst, staging=staging) as f:
-        for index, offset, payload in formats.iter_framed(src, src_fmt):
+        for index, offset, payload in formats.iter_framed(src, src_fmt, sha256=sha256):
             f.write(convert_payload(payload, src_fmt, dst_fmt, f"{src}: record {index} at byte {offset}"))
             count += 1
     return count
@@ -130,22 +133,25 @@ def _record_files(directory):
     return sorted(found)
 
 
-def convert_all(pairs, dst_fmt, staging):
+def convert_all(pairs, dst_fmt, staging, digests=None):
     """Each (src, dst) converted; the records of each. A tree's files (`staging` given) are all converted in
     `staging` first and renamed into place only when every one succeeded, so a bad file late in a tree leaves
-    none of its outputs behind."""
+    none of its outputs behind. `digests` ({normalised source path: sha256}, its manifest's): each source's
+    bytes are checked as they are read."""
+    digests = digests or {}
     if staging is None:
-        return [convert_file(src, dst, dst_fmt) for src, dst in pairs]
+        return [convert_file(src, dst, dst_fmt, sha256=digests.get(storage.normpath(src))) for src, dst in pairs]
     if storage.is_url(staging):  # a store has no rename: the tree is staged here, each object uploaded whole after
         with tempfile.TemporaryDirectory(prefix="bertprep-convert-", dir=storage.spool_dir()) as local:
-            return _convert_staged(pairs, dst_fmt, local, storage.upload)
-    return _convert_staged(pairs, dst_fmt, staging, _rename_into_place)
+            return _convert_staged(pairs, dst_fmt, local, storage.upload, digests)
+    return _convert_staged(pairs, dst_fmt, staging, _rename_into_place, digests)
 
 
-def _convert_staged(pairs, dst_fmt, staging, place):
+def _convert_staged(pairs, dst_fmt, staging, place, digests):
     """Convert every pair into `staging`, then `place(temporary, dst)` each once all succeeded."""
     staged = [temp_path(staging, dst) for _src, dst in pairs]
-    counts = [convert_file(src, tmp, dst_fmt, staging) for (src, _dst), tmp in zip(pairs, staged)]
+    counts = [convert_file(src, tmp, dst_fmt, staging, digests.get(storage.normpath(src)))
+              for (src, _dst), tmp in zip(pairs, staged)]
     for tmp, (_src, dst) in zip(staged, pairs):
         place(tmp, dst)
     return counts
@@ -190,7 +196,8 @@ def convert(options: ConvertOptions | None = None, /, **fields) -> Summary:
     created = not storage.exists(dst)
     try:
         with tree as staging:
-            counts = convert_all(pairs, to, staging)
+            digests = file_digests(load_manifest(src), src) if storage.isdir(src) else {}
+            counts = convert_all(pairs, to, staging, digests)
     except BaseException:
         # the tree's root, made to hold it: left empty, not left behind (a URL's prefix is no directory)
         if created and not storage.is_url(dst) and os.path.isdir(dst):

@@ -50,6 +50,7 @@ from bertprep import __version__, storage
 from bertprep.atomic import atomic_open, hold, sha256_file, walk
 from bertprep.engines import EngineOptions, open_engine
 from bertprep.errors import DataError, UsageError
+from bertprep.manifests import file_digests
 from bertprep.options import build_options, check_types, normalise_paths, refuse_overlap
 from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.workdir import (
@@ -144,9 +145,25 @@ def resolve_inputs(workdir, inputs, corpus):
     return check_corpus_name(corpus), files
 
 
+def listed_digests(files):
+    """{normalised path: sha256} of the input files whose directory's manifest (a formatted or deduplicated
+    corpus's) lists them: split_input checks each as it reads it."""
+    digests = {}
+    for directory in sorted({os.path.dirname(storage.normpath(f)) for f in files}):
+        digests.update(file_digests(load_manifest(directory), directory))
+    return digests
+
+
 def input_files(path):
-    """The absolute input files of one --input: a directory's .jsonl/.txt files (sorted), or the file itself."""
+    """The absolute input files of one --input: a directory's .jsonl/.txt files (sorted), or the file itself.
+    A file the directory's manifest lists that is not there is named (a deleted part read as "no input")."""
     if storage.isdir(path):
+        listed = ((load_manifest(path) or {}).get("files") or {})
+        missing = sorted(name for name in listed if not storage.isfile(storage.join(path, name)))
+        if missing:
+            raise DataError(f"{storage.display(storage.join(path, missing[0]))}: listed in "
+                            f"{storage.display(storage.join(path, 'manifest.json'))} but missing (rerun the stage "
+                            "that wrote it)")
         found = sorted(
             storage.join(root, name)
             for root, _dirs, names in walk(path)
@@ -161,10 +178,10 @@ def input_files(path):
     raise storage.not_found(path, UsageError(f"--input {storage.display(path)}: no such file or directory"))
 
 
-def iter_text_documents(path, stats):
+def iter_text_documents(path, stats, sha256=None):
     """Blank-line separated documents of a text file, as strings of paragraph lines."""
     lines = []
-    with storage.open(path, "rb") as f:
+    with storage.open(path, "rb", sha256=sha256) as f:
         for number, raw in enumerate(f, 1):
             try:
                 line = raw.decode("utf-8")
@@ -181,14 +198,14 @@ def iter_text_documents(path, stats):
         yield "\n".join(lines)
 
 
-def iter_input_documents(path, stats):
+def iter_input_documents(path, stats, sha256=None):
     if path.endswith(".jsonl"):
         from bertprep.stages.download.formatted import iter_documents
 
-        for _number, doc in iter_documents(path):
+        for _number, doc in iter_documents(path, sha256):
             yield doc["text"]
     else:
-        yield from iter_text_documents(path, stats)
+        yield from iter_text_documents(path, stats, sha256)
 
 
 # -- pass 1: split -----------------------------------------------------------------
@@ -198,11 +215,11 @@ def split_input(task):
     """Sentence-split one input file into a scratch file; returns its per-document arrays."""
     from bertprep.sentences import document_sentences
 
-    index, path, scratch, fingerprinted = task
+    index, path, scratch, fingerprinted, sha256 = task
     stats = {"invalid_utf8_lines": 0, "empty_documents": 0, "input_bytes": storage.getsize(path)}
     sizes, sentence_counts, hashes, fingerprints = [], [], [], []
     with atomic_open(scratch, "wb") if storage.is_url(scratch) else open(scratch, "wb") as out:
-        for text in iter_input_documents(path, stats):
+        for text in iter_input_documents(path, stats, sha256):
             sentences = document_sentences(text)
             if not sentences:
                 stats["empty_documents"] += 1
@@ -489,7 +506,9 @@ def _shard(options, engine, corpus, inputs, input_list, out, staging, scratch_di
     stats = {"invalid_utf8_lines": 0, "empty_documents": 0, "input_bytes": 0}
     first_invalid = None
     fingerprinted = options.eval_documents is not None
-    split_tasks = [(i, path, scratch, fingerprinted) for i, (path, scratch) in enumerate(zip(inputs, scratch_paths))]
+    digests = listed_digests(inputs)
+    split_tasks = [(i, path, scratch, fingerprinted, digests.get(storage.normpath(path)))
+                   for i, (path, scratch) in enumerate(zip(inputs, scratch_paths))]
     for index, sizes, sentences, hashes, file_stats, prints in engine.run(split_input, split_tasks,
                                                                           describe=lambda t: t[1]):
         results[index] = (sizes, sentences, hashes, prints)

@@ -136,13 +136,13 @@ def _map(function, items, workers):
         yield from pool.imap(function, items)
 
 
-def iter_documents(path):
-    """Yield (line number, document dict) from a formatted .jsonl part."""
+def iter_documents(path, sha256=None):
+    """Yield (line number, document dict) from a formatted .jsonl part (`sha256`: its manifest's, checked)."""
     from bertprep.errors import DataError
     from bertprep.jsonlines import json_lines
 
     for number, doc in json_lines(path, lambda number, exc: DataError(
-            f"{storage.display(path)}:{number}: not a JSON document line ({exc})")):
+            f"{storage.display(path)}:{number}: not a JSON document line ({exc})"), sha256):
         if not isinstance(doc, dict) or not isinstance(doc.get("text"), str):
             raise DataError(f'{storage.display(path)}:{number}: expected an object with a "text" string')
         yield number, doc
