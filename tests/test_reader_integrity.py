@@ -148,3 +148,30 @@ def test_convert_checks_a_trees_files_against_its_manifest(records, tmp_path, to
         code = main(["convert", "--to", to, str(copy), str(tmp_path / "out-tree")])
     assert code == 1 and f"{path}: sha256 " in err.getvalue() and "is not the manifest's" in err.getvalue()
     assert not (tmp_path / "out-tree").exists() or not any((tmp_path / "out-tree").rglob("*.*"))
+
+
+def peak_rss_mib(argv, cwd):
+    """Peak RSS (MiB) of the largest process of a command's tree, and its exit code."""
+    script = ("import resource, subprocess, sys; code = subprocess.run(sys.argv[1:]).returncode; "
+              "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024, code)")
+    result = subprocess.run([sys.executable, "-c", script, *argv], capture_output=True, text=True, cwd=cwd,
+                            env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=600)
+    peak, code = result.stdout.split()
+    return int(peak), int(code)
+
+
+@pytest.mark.heavy
+def test_dedup_of_one_huge_line_stays_within_its_bound(tmp_path):
+    """One 16 MB single-line document took 8 GB per 50 MB: datasketch permuted all its shingles at once."""
+    rng = np.random.default_rng(0)
+    vocabulary = np.array([f"w{i}" for i in range(5000)])
+    text = " ".join(vocabulary[rng.integers(0, len(vocabulary), 4_000_000)])  # ~16 MB, 4 million shingles
+    corpus = tmp_path / "huge"
+    corpus.mkdir()
+    (corpus / "part0.jsonl").write_text(json.dumps({"id": "0", "text": text}) + "\n")
+    (corpus / "manifest.json").write_text("{}")
+    peak, code = peak_rss_mib([sys.executable, "-m", "bertprep", "dedup", "--input", str(corpus), "--out",
+                               str(tmp_path / "out"), "--workers", "1", "--quiet"], tmp_path)
+    assert code == 0
+    # the words of the document (~60 bytes each) and one 64 MiB batch of permuted shingles: 2.6 GB before
+    assert peak < 900, peak

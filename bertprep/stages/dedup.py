@@ -123,17 +123,27 @@ def normalized_text(text):
     return " ".join(unicodedata.normalize("NFC", text).casefold().split())
 
 
-def ngrams(words, n):
-    """The word n-grams as bytes (a text shorter than n words: itself, so it still has a shingle)."""
+def ngrams(words, n, start=0, stop=None):
+    """The word n-grams as bytes (a text shorter than n words: itself, so it still has a shingle); with
+    `start`/`stop`, those n-grams only (a slice of the list, never the whole list in memory)."""
     if len(words) < n:
-        return [" ".join(words).encode("utf-8")] if words else []
-    return [" ".join(words[i:i + n]).encode("utf-8") for i in range(len(words) - n + 1)]
+        return [" ".join(words).encode("utf-8")] if words and start == 0 else []
+    stop = len(words) - n + 1 if stop is None else min(stop, len(words) - n + 1)
+    return [" ".join(words[i:i + n]).encode("utf-8") for i in range(start, stop)]
+
+
+# Shingles hashed into a MinHash at a time: datasketch permutes a batch as one (num_perm, batch) uint64 array,
+# so one 50 MB line (8 million shingles) took 8 GB at once (issue 39). The minimum over the pieces is the
+# minimum over the whole: the same signature, for 64 MiB at most (128 permutations).
+SHINGLE_BATCH = 1 << 16
 
 
 def ngram_hashes(words, n):
     import xxhash
 
-    return np.fromiter((xxhash.xxh64_intdigest(g) for g in ngrams(words, n)), np.uint64)
+    count = max(len(words) - n + 1, 1)
+    return np.fromiter((xxhash.xxh64_intdigest(g) for start in range(0, count, SHINGLE_BATCH)
+                        for g in ngrams(words, n, start, start + SHINGLE_BATCH)), np.uint64)
 
 
 # -- inputs ------------------------------------------------------------------------
@@ -254,7 +264,8 @@ def fingerprint(text, words, ngram, num_perm):
     import xxhash
 
     minhash = datasketch.MinHash(num_perm=num_perm, seed=MINHASH_SEED, hashfunc=xxhash.xxh32_intdigest)
-    minhash.update_batch(ngrams(words, ngram))
+    for start in range(0, max(len(words) - ngram + 1, 1), SHINGLE_BATCH):
+        minhash.update_batch(ngrams(words, ngram, start, start + SHINGLE_BATCH))
     return xxhash.xxh64_intdigest(normalized_text(text).encode("utf-8")), minhash.hashvalues.astype(np.uint32)
 
 
