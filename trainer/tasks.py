@@ -17,7 +17,7 @@ import dataclasses
 from bertprep import formats, storage
 from bertprep.errors import DataError, UsageError
 from bertprep.formats.schemas import GLUE, GLUE_REGRESSION, SQUAD_EVAL, SQUAD_TRAIN
-from bertprep.manifests import load_records_manifest
+from bertprep.manifests import file_digests, load_records_manifest
 
 # split -> file name (or glob) per format
 SPLIT_FILES = {
@@ -73,7 +73,7 @@ def task_named(name):
 class TaskData:
     """The record files of one task's data directory in one format, and what its manifest says.
 
-    Offers what trainer.data.RecordStream reads for the training split: `files`, `count(path)`,
+    Offers what trainer.data.RecordStream reads for the training split: `files`, `count(path)`, `sha256(path)`,
     `fmt`, `data_dir`, `kind`, `dims`, `batch_kind` and `masking` (task records are never masked).
     """
 
@@ -106,6 +106,11 @@ class TaskData:
             raise DataError(f"{storage.display(storage.join(data_dir, 'manifest.json'))}: labels {self.labels!r}: a "
                             "classifier needs two or more")
         self._counts = {}
+        self._digests = file_digests(self.manifest, data_dir)
+
+    def sha256(self, path):
+        """The manifest's sha256 of a record file (checked as RecordStream reads it), or None."""
+        return self._digests.get(storage.normpath(path))
 
     @staticmethod
     def _dims_of(path, expected):
