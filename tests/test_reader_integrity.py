@@ -152,7 +152,8 @@ def test_convert_checks_a_trees_files_against_its_manifest(records, tmp_path, to
 
 def peak_rss_mib(argv, cwd):
     """Peak RSS (MiB) of the largest process of a command's tree, and its exit code."""
-    script = ("import resource, subprocess, sys; code = subprocess.run(sys.argv[1:]).returncode; "
+    script = ("import resource, subprocess, sys; "
+              "code = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL).returncode; "
               "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024, code)")
     result = subprocess.run([sys.executable, "-c", script, *argv], capture_output=True, text=True, cwd=cwd,
                             env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=600)
