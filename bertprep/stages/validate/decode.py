@@ -38,6 +38,9 @@ _CRC_TABLE = np.array(_make_table(), dtype=np.uint32)
 _CRC_MASK_DELTA = np.uint32(0xA282EAD8)
 _HEADER = {"tfrecord": 12, "ofrecord": 8}
 _TRAILER = {"tfrecord": 4, "ofrecord": 0}
+# Bytes of a mapped record file walked or CRC-checked before their pages are given back: the memory a
+# file holds is this much, not its size (a 342 MB file held 342 MB of mapped pages before).
+WINDOW = 64 << 20
 
 
 class Framing:
@@ -64,6 +67,18 @@ def map_file(path):
     return np.frombuffer(mapped, dtype=np.uint8)
 
 
+def release(buf, start, end):
+    """Give back the pages of a mapped file's bytes [start, end) that this process has read: they leave
+    its memory and are read again from the page cache if touched again. Nothing for bytes in memory."""
+    mapped = getattr(buf.base, "obj", None)  # np.frombuffer(mmap) holds a memoryview of the map
+    if not isinstance(mapped, mmap.mmap) or not hasattr(mmap, "MADV_DONTNEED"):
+        return
+    start = start // mmap.PAGESIZE * mmap.PAGESIZE
+    end = min(end, len(mapped)) // mmap.PAGESIZE * mmap.PAGESIZE
+    if end > start:
+        mapped.madvise(mmap.MADV_DONTNEED, start, end - start)
+
+
 def walk_frames(buf, fmt):
     """Split a file into payload spans; a bad header or a short tail ends the walk with an error.
 
@@ -77,9 +92,12 @@ def walk_frames(buf, fmt):
     unpack = struct.Struct("<q" if fmt == "ofrecord" else "<Q").unpack_from
     starts = []
     lengths = []
-    offset = 0
+    offset = released = 0
     error = None
     while offset < size:
+        if offset - released >= WINDOW:
+            release(buf, released, offset)
+            released = offset
         if size - offset < header:
             what = "length" if fmt == "ofrecord" else "header"
             error = f"at byte {offset}: truncated {what} ({size - offset} of {header} bytes)"
@@ -95,6 +113,7 @@ def walk_frames(buf, fmt):
         starts.append(offset + header)
         lengths.append(length)
         offset += header + length + trailer
+    release(buf, released, offset)
     starts = np.array(starts, dtype=np.int64)
     lengths = np.array(lengths, dtype=np.int64)
     framing = Framing(starts, lengths, error, len(starts) if error else None)
@@ -107,16 +126,27 @@ def _check_tfrecord_crcs(buf, framing, walked_to):
     header_starts = framing.starts - 12
     if framing.error is not None and len(buf) - walked_to >= 12:
         header_starts = np.append(header_starts, walked_to)  # the header the walk stopped at
-    stored = _read_u32(buf, header_starts + 8)
-    bad = np.flatnonzero(masked_crc32c_many(buf, header_starts, np.full(len(header_starts), 8)) != stored)
+    bad = np.flatnonzero(_crcs_differ(buf, header_starts, np.full(len(header_starts), 8), header_starts + 8))
     if len(bad):
         first = int(bad[0])
         framing.error = f"at byte {int(header_starts[first])}: length CRC mismatch"
         framing.error_index = first
         framing.starts = framing.starts[:first]
         framing.lengths = framing.lengths[:first]
-    stored = _read_u32(buf, framing.starts + framing.lengths)
-    framing.bad_crc = np.flatnonzero(masked_crc32c_many(buf, framing.starts, framing.lengths) != stored)
+    framing.bad_crc = np.flatnonzero(_crcs_differ(buf, framing.starts, framing.lengths,
+                                                  framing.starts + framing.lengths))
+
+
+def _crcs_differ(buf, starts, lengths, crc_offsets):
+    """Whether each span's masked CRC-32C differs from the one stored at its crc offset, a window of the
+    file at a time, its pages given back behind it."""
+    differ = []
+    cuts = np.unique(np.searchsorted(starts, np.arange(0, len(buf) + WINDOW, WINDOW)))
+    for first, last in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+        part = slice(first, last)
+        differ.append(masked_crc32c_many(buf, starts[part], lengths[part]) != _read_u32(buf, crc_offsets[part]))
+        release(buf, int(starts[first]), int(crc_offsets[last - 1]) + 4)
+    return np.concatenate(differ) if differ else np.zeros(0, dtype=bool)
 
 
 def _read_u32(buf, offsets):

@@ -291,7 +291,7 @@ def _hashes(batch, d):
     restored = d.restored
     count, seq = restored.shape
     prefix = np.cumsum((restored.astype(np.uint64) + np.uint64(1)) * _POWERS[:seq], axis=1, dtype=np.uint64)
-    text = prefix[:, -1]
+    text = prefix[:, -1].copy()  # a view would keep the whole chunk's prefix sums (8 bytes a token) alive
     rows = np.flatnonzero(d.sep_ok)
     sep1, sep2 = d.sep1[rows], d.sep2[rows]
     segment_a = (prefix[rows, sep1 - 1] - prefix[rows, 0]) * _INVERSE_POWERS[1]

@@ -23,6 +23,7 @@ from bertprep.stages.validate.decode import (
     layout_of,
     lockstep_decode,
     map_file,
+    release,
     walk_frames,
 )
 
@@ -173,6 +174,7 @@ def scan_file(path, fmt, split, spec):
         batch, kept = _decode_chunk(buf, framing, indices, fmt, state, path, findings, bad_records)
         if len(kept):
             _check_batch(batch, kept, state.kind, state.dims, spec, report, bad_records)
+        _release_chunk(buf, framing, indices)
     for name, count in state.int64_records.items():
         findings.add(Finding("oneflow_int64", path, None, name,
                              f"int64_list in {count} records; OneFlow's BERT decoder expects int32_list (it casts)",
@@ -273,9 +275,17 @@ def iter_batches(path, fmt, spec):
             chunk_findings.add(Finding("framing", path, index, None, f"at byte {offset}: data CRC mismatch"))
         usable = np.array([i for i in indices.tolist() if i not in bad_crc], dtype=np.int64)
         batch, kept = _decode_chunk(buf, framing, usable, fmt, state, path, chunk_findings, set())
+        _release_chunk(buf, framing, usable)
         yield kept, batch, chunk_findings.kept
     if framing.error:
         yield np.zeros(0, np.int64), {}, [Finding("framing", path, framing.error_index, None, framing.error)]
+
+
+def _release_chunk(buf, framing, indices):
+    """The mapped pages of a decoded chunk's records go back: a file is held a chunk at a time."""
+    if len(indices):
+        first, last = int(indices[0]), int(indices[-1])
+        release(buf, int(framing.starts[first]), int(framing.starts[last] + framing.lengths[last]))
 
 
 class _FileState:
