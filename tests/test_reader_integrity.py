@@ -192,3 +192,21 @@ def test_validate_holds_a_window_of_a_record_file_not_the_file(tmp_path, golden_
         peaks.append(peak)
         path.unlink()
     assert peaks[1] - peaks[0] < 32, peaks  # 64 MiB more file; 155 MiB more memory before
+
+
+@pytest.mark.heavy
+def test_shard_of_one_huge_line_stays_within_its_bound(tmp_path):
+    """blingfire took ~25 bytes per character of the document it split: 640 MiB for one 22 MB line."""
+    rng = np.random.default_rng(0)
+    vocabulary = np.array([f"w{i}" for i in range(5000)])
+    corpus = tmp_path / "huge"
+    corpus.mkdir()
+    text = " ".join(vocabulary[rng.integers(0, len(vocabulary), 4_000_000)])  # ~22 MB, one paragraph
+    (corpus / "part0.txt").write_text(text + "\n\nA short document.\n")
+    peak, code = peak_rss_mib([sys.executable, "-m", "bertprep", "shard", "--input", str(corpus), "--out",
+                               str(tmp_path / "out"), "--workers", "1", "--quiet"], tmp_path)
+    assert code == 0
+    # the interpreter (~100 MiB), blingfire's ~100 MiB for a 4 Mi-character group, ~3 copies of the line
+    assert peak < 300, peak
+    sentences = (tmp_path / "out").rglob("*.txt")
+    assert sum(path.stat().st_size for path in sentences) >= len(text)
