@@ -132,6 +132,46 @@ def test_a_killed_run_resumes_to_the_same_bytes_keeping_the_parts_it_wrote(corpu
     assert "writing" not in final and len(final["files"]) == 41
 
 
+def _interrupt_when(argv, ready, deadline_s=300):
+    """Run `argv` in its own process group; Ctrl-C it (the whole group, as a terminal does) once
+    `ready()`; its exit code and stderr."""
+    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + deadline_s
+    while not ready() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert proc.poll() is None, "the run ended before it could be interrupted"
+    os.killpg(proc.pid, signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    return proc.returncode, stderr
+
+
+@pytest.mark.heavy
+def test_ctrl_c_ends_dedup_with_130_wherever_it_lands_and_the_rerun_finishes_it(corpus, tmp_path):
+    """Ctrl-C during dedup exited 0 once in six tries: a run told to stop must never look finished."""
+    a, _b, _planted, texts = corpus
+    big = write_corpus(tmp_path / "big", texts)
+    for part in range(1, 40):
+        (big / f"part-{part:04d}.jsonl").write_bytes((big / "part-0000.jsonl").read_bytes())
+    inputs = {path: path.read_bytes() for path in [*a.glob("*"), *big.glob("*")]}
+    argv = [sys.executable, "-m", "bertprep", "dedup", "--input", str(a), str(big), "--workers", "2", "--quiet"]
+    clean = subprocess.run([*argv, "--out", str(tmp_path / "clean")], capture_output=True, text=True)
+    assert clean.returncode == 0, clean.stderr
+    out = tmp_path / "out"
+    moments = {"fingerprinting": lambda: (out / ".partial").exists() or (tmp_path / ".partial").exists(),
+               "writing": lambda: bool(list((out / "big").glob("*.jsonl")))}
+    for moment, ready in moments.items():
+        code, stderr = _interrupt_when([*argv, "--out", str(out)], ready)
+        assert code == 130, (moment, code, stderr)
+        assert stderr.rstrip().endswith("bertprep dedup: interrupted") and "Traceback" not in stderr, moment
+        manifest = out / "manifest.json"
+        assert not manifest.exists() or "writing" in json.loads(manifest.read_text()), moment
+    assert {path: path.read_bytes() for path in inputs} == inputs
+    resumed = subprocess.run([*argv, "--out", str(out)], capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert output_files(out) == output_files(tmp_path / "clean")
+
+
 def squad_file(path, contexts):
     data = {"version": "1.1", "data": [{"title": "t", "paragraphs": [
         {"context": c, "qas": [{"id": str(i), "question": "what?", "answers": []}]} for i, c in enumerate(contexts)]}]}
