@@ -50,11 +50,12 @@ def _rows(files, kind, vocab_size=None, digests=None):
                 yield {name: values[i] if values.shape[1] > 1 else values[i, 0] for name, values in batch.items()}
 
 
-def _kind_and_dims(paths, fmt):
-    """The record kind and dimensions of the first of `paths` that holds a record (or any columnar file)."""
+def _kind_and_dims(paths, fmt, digests):
+    """The record kind and dimensions of the first of `paths` that holds a record (or any columnar file, read
+    whole: its bytes checked against the manifest's sha256 here)."""
     for path in paths:
         if fmt in columnar.CODECS:
-            kind, dims, _columns = columnar.read_columns(path, fmt)
+            kind, dims, _columns = columnar.read_columns(path, fmt, digests.get(storage.normpath(path)))
             return kind, dims
         first = next(formats.read_batches([path], 1), None)
         if first is not None:
@@ -63,14 +64,14 @@ def _kind_and_dims(paths, fmt):
     raise DataError(f"{paths[0]}: no records in it or in the {len(paths) - 1} other {fmt} files")
 
 
-def _parquet_files_with_rows(paths, kind, dims, vocab_size):
+def _parquet_files_with_rows(paths, kind, dims, vocab_size, digests):
     """Those of `paths` with rows (a file of zero rows is valid and adds none; `datasets` fails on it), each
     read through bertprep's reader before `datasets` reads it: a file of another kind or shape, a null, a
     missing column or a bad value is an error naming the file (`datasets` would give `None`s, cast the values
-    or fail with an error that names no file)."""
+    or fail with an error that names no file), and its bytes checked against the manifest's sha256."""
     with_rows = []
     for path in paths:
-        file_kind, file_dims, columns = columnar.read_columns(path, "parquet")
+        file_kind, file_dims, columns = columnar.read_columns(path, "parquet", digests.get(storage.normpath(path)))
         if (file_kind, file_dims) != (kind, dims):
             raise DataError(f"{path}: {file_kind.name} records of {file_dims}, expected {kind.name} of {dims} "
                             f"as in {paths[0]}")
@@ -98,7 +99,8 @@ def load(directory, cache_dir=None):
             by_split.setdefault(SPLIT_NAMES.get(record_file.split, record_file.split), []).append(record_file.path)
     manifest = load_records_manifest(directory, (fmt,)) or {}  # its files there, its fields sound
     vocab_size = (manifest.get("vocab") or {}).get("size")
-    kind, dims = _kind_and_dims([path for paths in by_split.values() for path in paths], fmt)
+    digests = file_digests(manifest, directory)
+    kind, dims = _kind_and_dims([path for paths in by_split.values() for path in paths], fmt, digests)
     description = f"bertprep {kind.name} records ({kind.description}), {json.dumps(dims)}, from {fmt}"
     if manifest.get("params"):
         description += (f"; {manifest.get('stage', 'manifest')} parameters "
@@ -107,7 +109,7 @@ def load(directory, cache_dir=None):
     splits = {}
     for split, paths in by_split.items():
         if fmt == "parquet" and not storage.is_url(directory):  # a URL's Parquet through _rows, as the others
-            paths = _parquet_files_with_rows(paths, kind, dims, vocab_size)
+            paths = _parquet_files_with_rows(paths, kind, dims, vocab_size, digests)
             dataset = datasets.load_dataset("parquet", data_files={split: paths}, split=split, features=features,
                                             cache_dir=cache_dir) if paths else \
                 datasets.Dataset.from_dict({name: [] for name in features}, features=features, split=split)
@@ -115,7 +117,7 @@ def load(directory, cache_dir=None):
             files = [(path, *_version_of(path)) for path in paths]
             dataset = _generated(datasets, features, cache_dir, split,
                                  {"files": files, "kind": kind, "vocab_size": vocab_size,
-                                  "digests": file_digests(manifest, directory)})
+                                  "digests": digests})
         dataset.info.description = description
         splits[split] = dataset
     return datasets.DatasetDict(splits)

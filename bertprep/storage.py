@@ -536,8 +536,9 @@ def prefetch(path):
         _PREFETCHED[path] = ReadAhead(path)
 
 
-def read_bytes(path):
-    with open(path, "rb") as f:
+def read_bytes(path, sha256=None):
+    """The whole file's bytes; with `sha256` (its manifest's), checked as they are read (DigestChecked)."""
+    with open(path, "rb", sha256=sha256) as f:
         return f.read()
 
 

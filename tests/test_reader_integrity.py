@@ -61,6 +61,35 @@ def test_a_flipped_byte_is_named_by_the_reader_that_has_the_digest(records, tmp_
     assert hashlib.sha256(path.read_bytes()).hexdigest() in str(raised.value)
 
 
+@pytest.fixture(scope="module")
+def columnar_records(tmp_path_factory, golden_dir):
+    out = tmp_path_factory.mktemp("columnar")
+    assert main(["create", "--input", str(golden_dir / "corpus.txt"), "--vocab", str(golden_dir / "vocab.txt"),
+                 "--out", str(out), "--seq", "128", "--pred", "20", "--dupe-factor", "1", "--quiet",
+                 "--format", "hdf5,parquet"]) == 0
+    return next(p.parent for p in out.rglob("manifest.json"))
+
+
+@pytest.mark.parametrize("fmt", ["hdf5", "parquet"])
+def test_a_columnar_file_is_checked_against_its_digest_before_it_is_decoded(columnar_records, tmp_path, fmt):
+    """HDF5 and Parquet files are read whole: their bytes are hashed as they are read, then decoded from
+    memory; a changed file is named before h5py or pyarrow sees it (pyarrow's page CRC spoke first before)."""
+    manifest = json.loads((columnar_records / "manifest.json").read_text())
+    clean = next(p for p in (columnar_records / fmt / "training").iterdir() if p.is_file())
+    digest = manifest["files"][str(clean.relative_to(columnar_records))]["sha256"]
+    whole = list(formats.read_batches(str(clean), 64, fmt, digests={str(clean): digest}))
+    assert np.array_equal(np.concatenate([b["input_ids"] for b in whole]),
+                          np.concatenate([b["input_ids"] for b in formats.read_batches(str(clean), 64, fmt)]))
+    copy, path = flipped_copy(columnar_records, tmp_path, fmt)
+    with pytest.raises(DataError, match=f"^{path}: sha256 [0-9a-f]{{64}} is not the manifest's {digest}"):
+        list(formats.read_batches(str(path), 64, fmt, digests={str(path): digest}))
+    if fmt == "parquet":  # hf.load reads Parquet through bertprep's reader first
+        from bertprep import hf
+
+        with pytest.raises(DataError, match=f"^{path}: sha256 [0-9a-f]{{64}} is not the manifest's "):
+            hf.load(str(copy), cache_dir=str(tmp_path / "cache"))
+
+
 @pytest.mark.heavy
 def test_the_trainer_stops_on_a_part_whose_bytes_changed(records, tmp_path):
     copy, path = flipped_copy(records, tmp_path, "ofrecord")

@@ -36,7 +36,7 @@ def read_batches(paths, batch_size, fmt=None, drop_remainder=False, kind=None, d
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if any((fmt or sniff_format(path)) in columnar.CODECS for path in paths):
-        yield from columnar.read_batches(paths, batch_size, drop_remainder, kind, dims)
+        yield from columnar.read_batches(paths, batch_size, drop_remainder, kind, dims, digests)
         return
     native = _native
     pending = []  # [(path, fmt, index of its first record in the file, payloads)], < batch_size records

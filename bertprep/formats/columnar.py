@@ -69,11 +69,12 @@ def full_columns(kind, stored, path):
     return columns, dims
 
 
-def read_columns(path, fmt):
-    """(kind, dims, {name: (N, length) array}) of a columnar file."""
+def read_columns(path, fmt, sha256=None):
+    """(kind, dims, {name: (N, length) array}) of a columnar file; with `sha256` (its manifest's) its bytes are
+    checked as they are read (storage.read_checked)."""
     if fmt not in CODECS:
         raise DataError(f"{path}: {fmt} records cannot be read in one pass with HDF5 or Parquet files")
-    kind, stored = CODECS[fmt].decode(path)  # a URL's object from a local copy (h5py and pyarrow read files)
+    kind, stored = CODECS[fmt].decode(path, sha256)  # a URL's object from a local copy (h5py and pyarrow read files)
     columns, dims = full_columns(kind, stored, path)
     return kind, dims, columns
 
@@ -90,12 +91,13 @@ def read_records(path, fmt):
         yield {name: values[i] for name, values in columns.items()}
 
 
-def read_batches(paths, batch_size, drop_remainder=False, kind=None, dims=None):
+def read_batches(paths, batch_size, drop_remainder=False, kind=None, dims=None, digests=None):
     """formats.read_batches over columnar files: batches run across files, int32 and float32."""
     pending = []
     for path in paths:
         file_kind, file_dims, columns = read_columns(path, format_of_name(os.path.basename(os.fspath(path)))
-                                                     or sniff(path))
+                                                     or sniff(path),
+                                                     (digests or {}).get(storage.normpath(os.fspath(path))))
         kind, dims = kind or file_kind, dims or file_dims
         if file_kind.name != kind.name or file_dims != dims:
             raise DataError(f"{path}: {file_kind.name} records of {file_dims}, expected {kind.name} of {dims}")

@@ -112,9 +112,12 @@ def _kind_of(path, datasets):
     return matches[0]
 
 
-def decode(path):
+def decode(path, sha256=None):
     """(kind, {name: array}) of an HDF5 record file, the left-out weights derived again. h5py reads a real
-    file: a URL's object is fetched to a local copy first (messages still name the URL)."""
+    file: a URL's object is fetched to a local copy first (messages still name the URL). With `sha256` (its
+    manifest's) the file is read once into memory, its bytes checked, and h5py reads it from there."""
+    if sha256 is not None:
+        return _decode(storage.display(path), io.BytesIO(storage.read_bytes(path, sha256)))
     with storage.local_copy(path) as local:
         return _decode(storage.display(path), local)
 

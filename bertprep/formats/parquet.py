@@ -9,6 +9,8 @@ no statistics, a CRC per page; the footer names the writing library (`created_by
 pyarrow sets from its version and offers no way to change.
 """
 
+import io
+
 import numpy as np
 
 from bertprep import storage
@@ -74,8 +76,11 @@ def _stored_kind(field):
     return str(value_type)
 
 
-def decode(path):
-    """(kind, {name: (N, length) array}) of a Parquet record file (a URL's object from a local copy, as HDF5's)."""
+def decode(path, sha256=None):
+    """(kind, {name: (N, length) array}) of a Parquet record file (a URL's object from a local copy, as HDF5's).
+    With `sha256` (its manifest's) the file is read once into memory, its bytes checked, and decoded from there."""
+    if sha256 is not None:
+        return _decode(storage.display(path), io.BytesIO(storage.read_bytes(path, sha256)))
     with storage.local_copy(path) as local:
         return _decode(storage.display(path), local)
 

@@ -87,7 +87,7 @@ def convert_payload(payload, src_fmt, dst_fmt, where):
 def convert_columns(src, src_fmt, dst, dst_fmt, staging=None, sha256=None):
     """A whole file through its kind's columns: to or from HDF5 and Parquet (records of a known kind only)."""
     if src_fmt in columnar.CODECS:
-        kind, _dims, columns = columnar.read_columns(src, src_fmt)
+        kind, _dims, columns = columnar.read_columns(src, src_fmt, sha256)
     else:
         kind = formats.record_kind(src, src_fmt)
         columns = {name: np.concatenate(parts)
