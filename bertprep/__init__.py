@@ -10,10 +10,15 @@ Every stage is a function with typed, frozen options, returning its summary (wha
 
 A call is `stage(options)` or `stage(**fields)`; `quiet=False` shows progress on stderr as the command
 does. Bad options or data raise `bertprep.errors.UsageError` / `DataError` with the command's one-line
-message. The names load on first use, so `import bertprep` stays cheap.
+message; what the summary lists under "warnings" is also raised as a `BertprepWarning` (Python's
+`warnings`: shown once in a notebook or script whatever `quiet` says; `warnings.simplefilter("error",
+bertprep.BertprepWarning)` makes them errors). A summary shows itself as its table (`repr`) and as
+HTML in a notebook. The names load on first use, so `import bertprep` stays cheap.
 """
 
+import functools
 import importlib
+import warnings
 
 __version__ = "0.1.0"
 
@@ -39,7 +44,12 @@ _EXPORTS = {
     **dict.fromkeys(("create_glue", "CreateGlueOptions"), "bertprep.stages.finetune.glue"),
     "EngineOptions": "bertprep.engines",
     "Summary": "bertprep.progress",
+    "BertprepWarning": "bertprep.errors",
 }
+# The stage functions: their summaries' warnings are raised as BertprepWarning (the CLI calls the stage
+# modules directly and prints its own lines).
+_STAGES = {"download", "dedup", "shard", "vocab", "create", "pack", "validate", "prepare", "inspect", "convert",
+           "create_squad", "create_glue"}
 __all__ = ["__version__", *_EXPORTS]
 
 
@@ -47,8 +57,25 @@ def __getattr__(name):
     if name not in _EXPORTS:
         raise AttributeError(f"module 'bertprep' has no attribute {name!r}")
     value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    if name in _STAGES:
+        value = _warning(value)
     globals()[name] = value  # once loaded, a plain attribute
     return value
+
+
+def _warning(stage):
+    """`stage`, whose summary's "warnings" are also raised as BertprepWarning."""
+    from bertprep.errors import BertprepWarning
+
+    @functools.wraps(stage)
+    def call(*args, **kwargs):
+        summary = stage(*args, **kwargs)
+        listed = summary.get("warnings") if hasattr(summary, "get") else None
+        for message in listed or ():
+            warnings.warn(f"bertprep.{stage.__name__}: {message}", BertprepWarning, stacklevel=2)
+        return summary
+
+    return call
 
 
 def __dir__():

@@ -52,6 +52,12 @@ class BertprepError(Exception):
     exit_code = 1
 
 
+class BertprepWarning(UserWarning):
+    """A stage's warning (too few parts for a job's ranks, a vocab with duplicates, ...), raised as a Python
+    warning by the stage functions of the `bertprep` package whatever `quiet` says; the command line prints
+    its own lines instead."""
+
+
 class UsageError(BertprepError):
     exit_code = 2
 

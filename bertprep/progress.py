@@ -8,6 +8,8 @@ on stdout, or one JSON object with --json, for scripts.
 """
 
 import dataclasses
+import html
+import io
 import json
 import math
 import os
@@ -17,9 +19,13 @@ from collections.abc import Mapping
 
 from tqdm import tqdm
 
+# What --quiet means, for every command alike (their summary is what they did; validate's report and
+# inspect's listing are what was asked for, and print even then).
+QUIET_HELP = "no progress and no summary (--json prints the summary even then)"
+
 
 def add_output_arguments(parser):
-    parser.add_argument("--quiet", action="store_true", help="no progress output")
+    parser.add_argument("--quiet", action="store_true", help=QUIET_HELP)
     parser.add_argument("--json", action="store_true", help="print the final summary as JSON on stdout")
 
 
@@ -177,6 +183,32 @@ class Summary(Mapping):
     def print(self, as_json=False, stream=None):
         print_summary(self.title, self.fields, as_json=as_json, rows=self.rows, stream=stream)
 
+    def __repr__(self):
+        """The table `print()` shows (a REPL or notebook shows this, not the dict of every field)."""
+        buffer = io.StringIO()
+        self.print(stream=buffer)
+        return buffer.getvalue().rstrip("\n")
+
+    def _repr_html_(self):
+        return html_table(self.title, self.rows if self.rows is not None else scalar_rows(self.fields))
+
+
+def scalar_rows(fields):
+    return [(key, value) for key, value in fields.items() if not isinstance(value, (dict, list))]
+
+
+def text_table(title, rows):
+    """`title` and `rows` [(label, value)] as the lines print_summary prints."""
+    width = max((len(str(label)) for label, _ in rows), default=0)
+    return "\n".join([title, *(f"  {str(label):<{width}}  {value}" for label, value in rows)])
+
+
+def html_table(title, rows):
+    """`title` and `rows` as a small HTML table: how a notebook shows a summary."""
+    cells = "".join(f"<tr><th style=\"text-align:left\">{html.escape(str(label))}</th>"
+                    f"<td style=\"text-align:left\">{html.escape(str(value))}</td></tr>" for label, value in rows)
+    return f"<table><caption style=\"text-align:left\"><b>{html.escape(title)}</b></caption>{cells}</table>"
+
 
 def readable(key, value):
     """A summary value for people: byte counts in KiB/MiB/..., integers with thousands separators,
@@ -204,8 +236,4 @@ def print_summary(title, summary, as_json=False, rows=None, stream=None):
     if as_json:
         print(json.dumps(summary, indent=1, sort_keys=True), file=stream)
         return
-    rows = rows if rows is not None else [(k, v) for k, v in summary.items() if not isinstance(v, (dict, list))]
-    width = max((len(label) for label, _ in rows), default=0)
-    print(title, file=stream)
-    for label, value in rows:
-        print(f"  {label:<{width}}  {value}", file=stream)
+    print(text_table(title, rows if rows is not None else scalar_rows(summary)), file=stream)

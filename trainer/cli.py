@@ -226,5 +226,6 @@ def _run(args, kind, function, title):
     config = config_from(args, kind)
     with _library_output_to_stderr(args.json):
         summary = getattr(trainer, function)(config).to_dict()
-    print_summary(title, summary, as_json=args.json, rows=readable_rows(summary))
+    if not args.quiet or args.json:
+        print_summary(title, summary, as_json=args.json, rows=readable_rows(summary))
     return 0

@@ -219,9 +219,33 @@ class FinetuneConfig:
         _check_outputs_apart(self, ("output_dir", "checkpoint_dir", "tensorboard_dir", "log_json"))
 
 
-@dataclasses.dataclass(frozen=True)
-class TrainSummary:
+class _ShownAsTable:
+    """A summary that shows itself as the table the command prints (a REPL's repr, a notebook's HTML)
+    instead of the dataclass's one long line of every field."""
+
+    TITLE = ""
+
+    def _rows(self):
+        from bertprep.progress import readable_rows
+
+        return readable_rows(self.to_dict())
+
+    def __repr__(self):
+        from bertprep.progress import text_table
+
+        return text_table(self.TITLE, self._rows())
+
+    def _repr_html_(self):
+        from bertprep.progress import html_table
+
+        return html_table(self.TITLE, self._rows())
+
+
+@dataclasses.dataclass(frozen=True, repr=False)  # shown as its table
+class TrainSummary(_ShownAsTable):
     """What a pretraining run reports (`--json` prints `to_dict()`)."""
+
+    TITLE = "trainer: done"
 
     steps: int
     skipped_steps: int
@@ -250,10 +274,12 @@ class TrainSummary:
         return {k: v for k, v in dataclasses.asdict(self).items() if not (k in last and v is None)}
 
 
-@dataclasses.dataclass(frozen=True)
-class FinetuneSummary:
+@dataclasses.dataclass(frozen=True, repr=False)  # shown as its table
+class FinetuneSummary(_ShownAsTable):
     """What a fine-tuning run reports: its training figures and `evaluation`, the scores (`to_dict()`
     names them eval_<name>, as `--json` prints them)."""
+
+    TITLE = "trainer finetune: done"
 
     task: str
     format: str

@@ -10,7 +10,7 @@ def add_arguments(parser):
                         "(format detected)")
     parser.add_argument("dst", help="output file, or directory when SRC is a directory")
     parser.add_argument("--to", required=True, choices=formats.ALL_FORMATS, help="target format")
-    parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("--quiet", action="store_true", help="no progress and no summary")
 
 
 def options(args) -> ConvertOptions:

@@ -1,6 +1,6 @@
 """`bertprep dedup` on the command line: the flags, DedupOptions from them, and the summary printed."""
 
-from bertprep.cli.options import engine_options
+from bertprep.cli.options import engine_options, print_summary
 from bertprep.engines import add_engine_arguments
 from bertprep.progress import add_output_arguments
 from bertprep.stages.dedup import DedupOptions, dedup
@@ -44,5 +44,5 @@ def options(args):
 
 
 def run(args):
-    dedup(options(args), quiet=args.quiet).print(as_json=args.json)
+    print_summary(dedup(options(args), quiet=args.quiet), args)
     return 0

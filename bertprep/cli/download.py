@@ -2,6 +2,7 @@
 
 import os
 
+from bertprep.cli.options import print_summary
 from bertprep.options import field_names
 from bertprep.progress import add_output_arguments
 from bertprep.stages.download import SOURCES, download, options_class
@@ -110,5 +111,5 @@ def options(args):
 
 
 def run(args):
-    download(options(args), quiet=args.quiet).print(as_json=args.json)
+    print_summary(download(options(args), quiet=args.quiet), args)
     return 0

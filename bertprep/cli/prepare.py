@@ -3,6 +3,7 @@
 from bertprep.cli.options import engine_options, print_summary
 from bertprep.engines import add_engine_arguments
 from bertprep.errors import run_reporting_errors
+from bertprep.progress import QUIET_HELP
 from bertprep.stages.create import LAYOUTS
 from bertprep.stages.prepare import DEFAULT_CONFIGS, SOURCES, PrepareOptions, prepare
 from bertprep.workdir import add_workdir_argument
@@ -22,7 +23,7 @@ def add_arguments(parser):
                              "WORKDIR/tfrecord")
     add_engine_arguments(parser)
     add_workdir_argument(parser)
-    parser.add_argument("--quiet", action="store_true", help="no progress output")
+    parser.add_argument("--quiet", action="store_true", help=QUIET_HELP)
     parser.add_argument("--json", action="store_true", help="print every stage's summary as one JSON object")
 
 

@@ -1,6 +1,6 @@
 """`bertprep shard` on the command line: the flags, ShardOptions from them, and the summary printed."""
 
-from bertprep.cli.options import engine_options
+from bertprep.cli.options import engine_options, print_summary
 from bertprep.engines import add_engine_arguments
 from bertprep.progress import add_output_arguments
 from bertprep.stages.shard import BALANCES, ShardOptions, shard
@@ -40,5 +40,5 @@ def options(args):
 
 
 def run(args):
-    shard(options(args), quiet=args.quiet).print(as_json=args.json)
+    print_summary(shard(options(args), quiet=args.quiet), args)
     return 0

@@ -29,7 +29,8 @@ def add_arguments(parser):
                         help="masked_lm_prob the records were made with (default: the manifest's, else 0.15)")
     parser.add_argument("--whole-word-mask", action="store_const", const=True, default=None,
                         help="records were made with whole-word masking: fewer predictions are allowed")
-    parser.add_argument("--quiet", action="store_true", help="no progress output")
+    parser.add_argument("--quiet", action="store_true",
+                        help="no progress (the report still prints: it is what was asked for)")
 
 
 def options(args) -> ValidateOptions:

@@ -1,5 +1,6 @@
 """`bertprep vocab` on the command line: the flags, VocabOptions from them, and the summary printed."""
 
+from bertprep.cli.options import print_summary
 from bertprep.progress import add_output_arguments
 from bertprep.stages.vocab import GOOGLE_UNUSED, VocabOptions, vocab
 from bertprep.workdir import add_workdir_argument
@@ -29,5 +30,5 @@ def options(args):
 
 
 def run(args):
-    vocab(options(args), quiet=args.quiet).print(as_json=args.json)
+    print_summary(vocab(options(args), quiet=args.quiet), args)
     return 0

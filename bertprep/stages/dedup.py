@@ -443,14 +443,12 @@ def _tally(lines, out=None):
 
 def plot_similarities(estimates, path, threshold, staging):
     """A PNG histogram of the verified pairs' estimates, when matplotlib is installed (the `plot` extra)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+    try:  # a Figure of its own, not pyplot: a notebook's backend is left as it is
+        from matplotlib.figure import Figure
     except ImportError:
         return None
-    figure, axes = plt.subplots(figsize=(6, 4))
+    figure = Figure(figsize=(6, 4))
+    axes = figure.subplots()
     axes.hist(estimates, bins=50, range=(0, 1))
     axes.axvline(threshold, color="red", linestyle="--", label=f"threshold {threshold}")
     axes.set_xlabel("estimated Jaccard of LSH candidate pairs")
@@ -458,7 +456,6 @@ def plot_similarities(estimates, path, threshold, staging):
     axes.legend()
     with atomic_open(path, "wb", staging) as out:
         figure.savefig(out, format="png", metadata={"Software": None})
-    plt.close(figure)
     return os.path.basename(path)
 
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from bertprep.atomic import atomic_open
 from bertprep.errors import run_reporting_errors
-from bertprep.progress import print_summary, readable_rows
+from bertprep.progress import QUIET_HELP, print_summary, readable_rows
 from trainer.checkpoint import WRITERS
 from trainer.cli import _positive_int
 from trainer.library_logs import library_lines_left_out
@@ -36,7 +36,7 @@ def build_parser():
                          help="hf: config.json + model.safetensors; google: bert_model.ckpt + bert_config.json; "
                               "bertprep: state.npz + state.json for --init-checkpoint")
     convert.add_argument("--json", action="store_true", help="summary as JSON")
-    convert.add_argument("--quiet", action="store_true", help="no summary")
+    convert.add_argument("--quiet", action="store_true", help=QUIET_HELP)
     run = sub.add_parser("run", help="outputs on given inputs, dropout off, into an .npz")
     run.add_argument("src")
     run.add_argument("--inputs", required=True, help="JSON lines with input_ids, input_mask, segment_ids "
@@ -45,7 +45,7 @@ def build_parser():
                                                   "mlm_logits, nsp_logits (float32)")
     run.add_argument("--batch-size", type=_positive_int, default=32, help="inputs per model call (default: 32)")
     run.add_argument("--json", action="store_true", help="summary as JSON")
-    run.add_argument("--quiet", action="store_true", help="no summary")
+    run.add_argument("--quiet", action="store_true", help=QUIET_HELP)
     return p
 
 
@@ -82,7 +82,7 @@ def _convert(args):
     from trainer.checkpoint import convert
 
     summary = convert(args.src, args.out, args.to)
-    if not args.quiet:
+    if not args.quiet or args.json:
         print_summary("trainer checkpoint convert: done", summary, as_json=args.json, rows=readable_rows(summary))
     return 0
 
@@ -98,7 +98,7 @@ def _run(args):
     np.savez(buffer, **arrays)
     with atomic_open(args.out) as f:
         f.write(buffer.getvalue())
-    if not args.quiet:
+    if not args.quiet or args.json:
         summary = {"kind": checkpoint.kind, "inputs": len(inputs.places), "out": args.out,
                    "arrays": ", ".join(f"{k} {list(v.shape)}" for k, v in arrays.items()),
                    **({} if checkpoint.has_pooler else {"pooled_output": "none: the checkpoint has no pooler "

@@ -1,12 +1,10 @@
 """`bertprep validate --plot`: length histogram, mask rate by position and NSP balance in one PNG."""
 
-import matplotlib
+# A Figure of its own, not pyplot: no backend is chosen or switched (a notebook's inline plots stay as
+# they are when a report draws itself there), and nothing is left open in pyplot's figure list.
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")  # files only; no display needed
-
-import matplotlib.pyplot as plt  # noqa: E402
-
-from bertprep.atomic import atomic_open  # noqa: E402
+from bertprep.atomic import atomic_open
 
 
 def plot_report(report, path):
@@ -14,7 +12,8 @@ def plot_report(report, path):
     groups = [(f"{fmt} {split}", figures) for section in report["datasets"]
               for fmt, splits in section["stats"].items() for split, figures in splits.items()]
     rows = max(len(groups), 1)
-    fig, axes = plt.subplots(rows, 3, figsize=(15, 3.6 * rows), squeeze=False)
+    fig = Figure(figsize=(15, 3.6 * rows))
+    axes = fig.subplots(rows, 3, squeeze=False)
     for (label, s), (ax_len, ax_pos, ax_nsp) in zip(groups, axes):
         hist = s["length_histogram"]
         ax_len.bar(range(len(hist)), hist, width=1.0)
@@ -37,7 +36,6 @@ def plot_report(report, path):
     fig.tight_layout()
     with atomic_open(path) as f:
         fig.savefig(f, format="png", dpi=80)
-    plt.close(fig)
 
 
 def _plot_finetune(label, s, ax):

@@ -12,7 +12,11 @@ exits 0 when it is (warnings allowed), 1 when a check fails, 2 on usage
 errors.
 """
 
+import base64
 import dataclasses
+import html
+import importlib.util
+import io
 import json
 import os
 import sys
@@ -90,6 +94,30 @@ class Report(Summary):
             super().print(as_json=True, stream=stream)
         else:
             print_table(self.fields, stream)
+
+    def _repr_html_(self):
+        """The one-screen table, and --plot's figures inline where matplotlib is installed."""
+        buffer = io.StringIO()
+        print_table(self.fields, buffer)
+        figures = _figures_png(self.fields)
+        image = (f'<img alt="validate figures" style="max-width:100%" '
+                 f'src="data:image/png;base64,{base64.b64encode(figures).decode()}"/>' if figures else "")
+        return f"<pre>{html.escape(buffer.getvalue())}</pre>{image}"
+
+
+def _figures_png(report):
+    """--plot's PNG of the report's record statistics, or None (no statistics, or no matplotlib)."""
+    if not any(section["stats"] for section in report["datasets"]) or importlib.util.find_spec("matplotlib") is None:
+        return None
+    import tempfile
+
+    from bertprep.stages.validate.plot import plot_report
+
+    with tempfile.TemporaryDirectory() as temp:
+        path = os.path.join(temp, "figures.png")
+        plot_report(report, path)
+        with open(path, "rb") as f:
+            return f.read()
 
 
 def validate(options: ValidateOptions | None = None, /, *, quiet: bool = True, **fields) -> Report:
