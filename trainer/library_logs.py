@@ -90,4 +90,20 @@ def load_keras():
         else:
             with contextlib.suppress(ImportError):  # as Keras tries it
                 import tensorflow  # noqa: F401
+    _tensorflow_logger_at_warning()
     return keras
+
+
+def _tensorflow_logger_at_warning():
+    """In an interactive session (a notebook's kernel, `python -i`: sys.ps1 is set) TensorFlow's Python
+    logger starts at INFO and writes "INFO:tensorflow:Using MirroredStrategy with devices ..." into the
+    cell's output; back to WARNING, as everywhere else, unless the user chose a level."""
+    if USER_CHOSE_LEVEL or "tensorflow" not in sys.modules:
+        return
+    import logging
+
+    from tensorflow.python.platform import tf_logging
+
+    logger = tf_logging.get_logger()  # made now if not yet, so that it is not set to INFO later
+    if logger.level < logging.WARNING:
+        logger.setLevel(logging.WARNING)
