@@ -80,7 +80,7 @@ class Progress:
         self.done = self.initial = initial  # work done before this run (a resumed one): not in its rate
         self.counters = {}
         self.detail = ""
-        self.start = time.monotonic()
+        self.start = self.rate_start = time.monotonic()  # rate_start: where the ETA's rate is counted from (rebase)
         self._last = 0.0
         self._last_done = None
         self._bar = None
@@ -96,6 +96,13 @@ class Progress:
     @property
     def elapsed(self):
         return time.monotonic() - self.start
+
+    def rebase(self):
+        """Rates and the ETA from now on count only the work done from here (what came before was warmup:
+        a trainer's first steps compile); the counters are kept."""
+        self.rate_start, self.initial = time.monotonic(), self.done
+        if self._bar is not None:
+            self._bar.start_t, self._bar.initial = self._bar._time(), self._bar.n
 
     def advance(self, n=1, detail=None, **counters):
         """`detail`, a short text such as the latest loss, is shown after the counters until replaced."""
@@ -128,7 +135,8 @@ class Progress:
         parts = [f"{self.done}/{self.total} {self.unit}" if self.total is not None else f"{self.done} {self.unit}"]
         parts += self._counter_parts()
         if self.total and self.initial < self.done < self.total:
-            parts.append(f"ETA {_duration(elapsed / (self.done - self.initial) * (self.total - self.done))}")
+            measured = max(time.monotonic() - self.rate_start, 1e-9)
+            parts.append(f"ETA {_duration(measured / (self.done - self.initial) * (self.total - self.done))}")
         parts.append(_duration(elapsed))
         return f"{self.label}: " + ", ".join(parts)
 

@@ -138,6 +138,20 @@ def test_summary_rows_are_rounded_with_separators_and_without_empty_fields():
 def test_a_resumed_count_leaves_its_earlier_work_out_of_the_eta():
     stream = io.StringIO()
     progress = Progress("trainer", total=1000, unit="steps", stream=stream, initial=990)
-    progress.start -= 10  # ten seconds for the first five steps of this run
+    progress.start = progress.rate_start = progress.start - 10  # ten seconds for the first five steps of this run
     progress.advance(5, detail="loss 8.3072")
     assert stream.getvalue() == "trainer: 995/1000 steps, loss 8.3072, ETA 10s, 10s\n"
+
+
+def test_after_a_rebase_the_eta_comes_from_the_steps_measured_since():
+    """A 12 s run said "ETA 44s" at step 5: its second and third steps still compiled. The trainer rebases its
+    count after them (trainer.pretraining.WARMUP_STEPS), so the ETA is the measured step time's."""
+    stream = io.StringIO()
+    progress = Progress("trainer", total=100, unit="steps", stream=stream, interval=0, initial=1)
+    progress.start = progress.rate_start = progress.start - 20  # two compiling steps took 20 s
+    progress.advance(2)
+    assert stream.getvalue().splitlines()[-1] == "trainer: 3/100 steps, ETA 16m10s, 20s"
+    progress.rebase()
+    progress.start, progress.rate_start = progress.start - 1, progress.rate_start - 1  # then 10 steps in 1 s
+    progress.advance(10)
+    assert stream.getvalue().splitlines()[-1] == "trainer: 13/100 steps, ETA 8s, 21s"

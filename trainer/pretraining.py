@@ -183,6 +183,10 @@ def warmup_steps(value, total_steps):
     return int(round(value * total_steps)) if value < 1 else int(value)
 
 
+# Steps after the first that are left out of the ETA's rate: they may still compile.
+WARMUP_STEPS = 2
+
+
 class Log:
     """Log lines and progress (bertprep.progress: a bar with an ETA on a terminal, a line every few seconds
     elsewhere) on stderr, JSON lines, TensorBoard scalars (chief only)."""
@@ -193,6 +197,7 @@ class Log:
         self.quiet = config.quiet
         self.total = total_steps
         self.progress = None  # made at the first step: fine-tuning knows its total only then
+        self.warm_from = None
         self.json = open(config.log_json, "a", encoding="utf-8") if (config.log_json and enabled) else None
         self.tensorboard = None
         tb_dir = tensorboard_dir(config)
@@ -222,8 +227,14 @@ class Log:
             # From the first step done: its compilation and a resumed run's earlier steps are not in the
             # rate that the ETA comes from.
             self.progress = Progress("trainer", total=self.total, unit="steps", initial=step)
+            self.warm_from = step + WARMUP_STEPS
         else:
             self.progress.advance(step - self.progress.done, detail=text)
+            if self.warm_from is not None and step >= self.warm_from:
+                # The steps after the first still compile (the logged metrics' step, a retrace): a 12 s
+                # run said "ETA 44s" at step 5. The ETA comes from the steps measured after them.
+                self.progress.rebase()
+                self.warm_from = None
 
     def record(self, event, values, step):
         """`values` to the JSON lines and TensorBoard, and but for the summary (printed once, by the CLI)
