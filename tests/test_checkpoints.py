@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,6 +23,12 @@ from trainer_checks import xla_flags  # noqa: E402
 
 # The module's fixtures (checkpoints converted, run) are made once, on one worker.
 pytestmark = pytest.mark.xdist_group("checkpoints")
+
+from conftest import shared_path  # noqa: E402
+
+# The golden vocab (uncased, 30,522 tokens): the fixtures' checkpoints were trained with it; an export to
+# Hugging Face carries its tokenizer.
+GOLDEN_VOCAB = ["--vocab", str(shared_path() / "fixtures" / "golden" / "vocab.txt")]
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Each project's names for the four outputs, and ours.
@@ -91,7 +98,8 @@ def test_run_reproduces_their_outputs_on_jax(fixtures, tmp_path):
 @pytest.fixture(scope="module")
 def google_as_hf(fixtures, tmp_path_factory):
     out = tmp_path_factory.mktemp("convert") / "hf"
-    assert main(["checkpoint", "convert", str(fixtures / "google_tiny"), str(out), "--to", "hf", "--quiet"]) == 0
+    assert main(["checkpoint", "convert", str(fixtures / "google_tiny"), str(out), "--to", "hf", *GOLDEN_VOCAB,
+                 "--quiet"]) == 0
     return out
 
 
@@ -136,9 +144,10 @@ def test_hf_round_trips_keep_transformers_outputs(fixtures, tmp_path, to):
     (tmp_path / "src").mkdir()
     for name in ("config.json", "model.safetensors"):
         shutil.copy(fixtures / "hf_tiny" / name, tmp_path / "src" / name)
-    (tmp_path / "src" / "vocab.txt").write_text("[PAD]\n")
+    vocab = Path(GOLDEN_VOCAB[1]).read_bytes()
+    (tmp_path / "src" / "vocab.txt").write_bytes(vocab)
     assert main(["checkpoint", "convert", str(tmp_path / "src"), str(out), "--to", to, "--quiet"]) == 0
-    assert (out / "vocab.txt").read_text() == "[PAD]\n"  # the vocab travels along
+    assert (out / "vocab.txt").read_bytes() == vocab  # the vocab beside the checkpoint travels along
     assert_outputs_equal(run_outputs(out, fixtures / "inputs.jsonl", tmp_path / "o.npz"), expected(fixtures, "hf_tiny"))
 
 

@@ -34,6 +34,12 @@ from trainer.cli import main  # noqa: E402
 # The module's checkpoints and model are built once, on one worker.
 pytestmark = pytest.mark.xdist_group("hostile_checkpoints")
 
+from conftest import shared_path  # noqa: E402
+
+# The golden vocab (uncased, 30,522 tokens): the fixtures' checkpoints were trained with it; an export to
+# Hugging Face carries its tokenizer.
+GOLDEN_VOCAB = ["--vocab", str(shared_path() / "fixtures" / "golden" / "vocab.txt")]
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HEADLESS_OUTPUTS = {"sequence_output", "pooled_output"}
 # Google's modeling.py computes the tanh GELU: an exact-GELU model converted to Google's form moves ~2e-5.
@@ -144,7 +150,7 @@ def test_bertmodel_converts_to_every_kind_and_back(bert_model, checkpoints, tmp_
     (TensorFlow reads Google's names; gelu_tanh there) and from that back to hf: the same weights."""
     src = bert_model["saved"]
     for to in ("hf", "bertprep", "google"):
-        assert main(["checkpoint", "convert", str(src), str(tmp_path / to), "--to", to, "--quiet"]) == 0
+        assert main(["checkpoint", "convert", str(src), str(tmp_path / to), "--to", to, *GOLDEN_VOCAB, "--quiet"]) == 0
         tolerance = GOOGLE_GELU_TOLERANCE if to == "google" else TOLERANCE
         got = run_outputs(tmp_path / to, checkpoints / "inputs.jsonl", tmp_path / f"{to}.npz")
         assert_headless_outputs(got, bert_model["outputs"], tolerance)
@@ -158,7 +164,7 @@ def test_bertmodel_converts_to_every_kind_and_back(bert_model, checkpoints, tmp_
     google_names = {name for name, _shape in tf.train.list_variables(str(tmp_path / "google" / "bert_model.ckpt"))}
     assert "bert/embeddings/word_embeddings" in google_names and not any(n.startswith("cls/") for n in google_names)
     assert main(["checkpoint", "convert", str(tmp_path / "google"), str(tmp_path / "back"), "--to", "hf",
-                 "--quiet"]) == 0
+                 *GOLDEN_VOCAB, "--quiet"]) == 0
     from safetensors.numpy import load_file
 
     original, back = load_file(src / "model.safetensors"), load_file(tmp_path / "back" / "model.safetensors")
@@ -215,7 +221,7 @@ def test_bertmodel_without_pooler_converts_to_every_kind_as_it_is(bert_model, ch
     from trainer.checkpoint import convert
 
     for to in ("hf", "bertprep", "google"):
-        summary = convert(str(bert_model["no_pooler"]), str(tmp_path / to), to)
+        summary = convert(str(bert_model["no_pooler"]), str(tmp_path / to), to, vocab=GOLDEN_VOCAB[1])
         assert "no pooler (bert/pooler/dense): a BertModel saved without one" in summary["notes"], summary
         tolerance = GOOGLE_GELU_TOLERANCE if to == "google" else TOLERANCE
         got = run_outputs(tmp_path / to, checkpoints / "inputs.jsonl", tmp_path / f"{to}.npz")
@@ -516,13 +522,13 @@ def write_then_die(checkpoint, directory):
     os.kill(os.getpid(), signal.SIGKILL)
 hf.write = write_then_die
 from trainer.cli import main
-main(["checkpoint", "convert", *sys.argv[1:], "--to", "hf"])
+main(["checkpoint", "convert", *sys.argv[1:], "--to", "hf", "--uncased"])
 """
 
 
 def test_a_sigkilled_convert_leaves_nothing_after_the_rerun(checkpoints, tmp_path):
     env = dict(os.environ, PYTHONPATH=REPO)
-    argv = [str(checkpoints / "hf_tiny"), str(tmp_path / "out")]
+    argv = [str(checkpoints / "hf_tiny"), str(tmp_path / "out"), *GOLDEN_VOCAB]
     killed = subprocess.run([sys.executable, "-c", KILLED_CONVERT, *argv], env=env, capture_output=True, timeout=300)
     assert killed.returncode == -signal.SIGKILL and not (tmp_path / "out").exists()
     (left,) = os.listdir(tmp_path / ".partial")

@@ -40,7 +40,8 @@ def test_first_run_prints_no_library_lines_and_one_summary(backend):
 
 
 def test_checkpoint_commands_print_no_library_lines(tmp_path):
-    convert = ["checkpoint", "convert", str(CHECKPOINTS / "google_tiny"), "--to", "hf"]  # reads it with TensorFlow
+    convert = ["checkpoint", "convert", str(CHECKPOINTS / "google_tiny"), "--to", "hf", "--vocab",
+               str(CHECKPOINTS.parent / "golden" / "vocab.txt")]  # reads it with TensorFlow
     result = new_user_run(*convert, str(tmp_path / "hf"))
     assert not LIBRARY_MARKERS.findall(result.stdout + result.stderr), result.stderr
     assert "notes" not in result.stdout  # empty: left out

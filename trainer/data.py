@@ -67,6 +67,8 @@ class Records:
         self._manifest_sha256 = {}  # each listed file's digest, checked as the file is read (formats.read_batches)
         self.kind = self.dims = None  # pretraining or packed; {"seq", "pred"[, "k"]}
         self.vocab_size = None  # from the manifest: the vocab the records were made with
+        self.vocabs = []  # [(manifest path, its "vocab" entry, params.lower_case)]: the run's tokenizer
+        self.manifests = {}  # {manifest path: its sha256}: what a checkpoint's model card names as its data
         self.masking = None  # unmasked records: how they are masked as they are read (bertprep.masking)
         self._first_instance = {}  # unmasked records: file -> global index of its first instance
         corpus_files = []  # each corpus's training files, and its manifest where that names kind and dims
@@ -106,6 +108,9 @@ class Records:
         vocab_size = (manifest.get("vocab") or {}).get("size")
         if vocab_size:
             self.vocab_size = max(self.vocab_size or 0, int(vocab_size))
+        self.manifests[storage.display(source)] = storage.sha256(source)
+        if isinstance(manifest.get("vocab"), dict):
+            self.vocabs.append((storage.display(source), manifest["vocab"], params.get("lower_case")))
         self._manifest_sha256.update(file_digests(manifest, corpus_dir))
         for rel, entry in (manifest.get("files") or {}).items():
             if isinstance(entry, dict) and "instances" in entry:

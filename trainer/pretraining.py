@@ -338,13 +338,14 @@ def _train(config, devices, log, data_dir, records, bert, step_times=None, step_
     model, _, steps = build_steps(config, devices, bert, records, warmup_steps(config.warmup, config.steps),
                                   initial, log)
     settings = run_settings(config, bert, devices)
+    carried = carried_files(config, records, initial, log)
     draws = resume(config, steps, settings, log) if config.resume else 0
     log.note(describe(config, devices, bert, records, stream, model))
     schedule = Schedule(config.steps, config.log_every, config.steps_per_call,
                         eval_every=config.eval_every if eval_stream else 0,
                         checkpoint_every=config.checkpoint_every if config.checkpoint_dir else 0)
     hooks = Hooks(evaluate=lambda step: evaluate(steps, eval_stream, config.eval_steps),
-                  checkpoint=functools.partial(checkpoint, config, devices, steps, settings, log),
+                  checkpoint=functools.partial(checkpoint, config, devices, steps, settings, log, carried),
                   step_times=step_times, step_sequences=step_sequences)
     batches = prefetch(stream.batches(draws * stream.batch_size))
     counts, meter = train_loop(steps, batches, schedule, log, config.grad_accum, hooks, draws)
@@ -404,12 +405,28 @@ def resume(config, steps, settings, log):
     return draws
 
 
-def checkpoint(config, devices, steps, settings, log, step, draws):
+def carried_files(config, records, initial, log):
+    """(files, data): what every checkpoint carries besides its state: the records' vocab and casing (else the
+    --init-checkpoint's; trainer/checkpoint/tokenizer.py), and the records' manifests with their sha256."""
+    if not config.checkpoint_dir:
+        return {}, {}
+    from trainer.checkpoint import tokenizer
+
+    notes = []
+    found = tokenizer.of_records(records.vocabs, notes) or (initial is not None and tokenizer.of_checkpoint(initial))
+    for note in notes:
+        log.note(note)
+    return (found.checkpoint_files() if found else {}), {"manifests": records.manifests}
+
+
+def checkpoint(config, devices, steps, settings, log, carried, step, draws):
     """The run's state after `step` into --checkpoint-dir (the chief writes it)."""
     state = steps.get_state()  # every process takes part: model-parallel shards span hosts
     if devices.is_chief:
-        path = run_state.save(config.checkpoint_dir, step, state, {"draws": draws, "settings": settings},
-                              config.keep_checkpoints)
+        files, data = carried
+        path = run_state.save(config.checkpoint_dir, step, state, {"draws": draws, "settings": settings,
+                                                                   "data": data},
+                              config.keep_checkpoints, files)
         log.note(f"checkpoint {storage.display(path)}")
 
 

@@ -45,9 +45,13 @@ def _complete(path):
     return storage.isfile(storage.join(path, "state.json"))
 
 
-def save(directory, step, arrays, state, keep):
+def save(directory, step, arrays, state, keep, files=None):
+    """`files` ({name: bytes}): what else the checkpoint carries (the run's vocab.txt and tokenizer casing)."""
     final = storage.join(directory, f"ckpt-{step:08d}")
     with atomic_dir(final, staging_dir(directory)) as temp:  # a URL's: filled locally, uploaded, COMPLETE last
+        for name, data in (files or {}).items():
+            with open(os.path.join(temp, name), "wb") as f:
+                f.write(data)
         with open(os.path.join(temp, "state.npz"), "wb") as f:
             np.savez(f, **arrays)
         with open(os.path.join(temp, "state.json"), "w", encoding="utf-8") as f:

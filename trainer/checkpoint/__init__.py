@@ -11,7 +11,6 @@ padded beyond the config's `vocab_size` trimmed only where it is padding (and sa
 import contextlib
 import dataclasses
 import os
-import shutil
 import tempfile
 
 import numpy as np
@@ -32,6 +31,7 @@ class Checkpoint:
     has_heads: bool = True
     has_pooler: bool = True  # False: a BertModel saved without one (add_pooling_layer=False)
     notes: list = dataclasses.field(default_factory=list)
+    lower_case: bool = None  # its tokenizer's casing where known (tokenizer.casing_beside)
 
     def ours(self):
         """{our variable path: array in our layout}."""
@@ -77,7 +77,12 @@ def read(path):
     """The checked Checkpoint at `path` (a URL's read from a local copy, see _read_copy)."""
     if storage.is_url(path):
         return _read_copy(storage.absolute(path))
-    return sniff(path).read(path)
+    from trainer.checkpoint.tokenizer import casing_beside
+
+    checkpoint = sniff(path).read(path)
+    directory = checkpoint.path if os.path.isdir(checkpoint.path) else os.path.dirname(checkpoint.path)
+    checkpoint.lower_case = casing_beside(directory)
+    return checkpoint
 
 
 def _read_copy(url):
@@ -198,11 +203,13 @@ def check_size_flag(checkpoint, model=None, bert_config=None):
 WRITERS = ("hf", "google", "bertprep")
 
 
-def convert(src, out, to):
+def convert(src, out, to, vocab=None, cased=None):
     """Read the checkpoint `src` (any kind `read` takes), write it as `to` ('hf', 'google' or 'bertprep')
-    into the new directory `out`, whole or not at all (with the checkpoint's vocab.txt where it has one);
-    return the summary `trainer checkpoint convert --json` prints."""
-    from trainer.checkpoint import google, hf, ours
+    into the new directory `out`, whole or not at all (with the checkpoint's vocab.txt where it has one, or
+    `vocab`); return the summary `trainer checkpoint convert --json` prints. `to='hf'` writes the tokenizer
+    too (trainer/checkpoint/tokenizer.py) and a model card, and is refused where no vocab is known;
+    `cased` (True/False) overrides the casing the checkpoint or its vocab says."""
+    from trainer.checkpoint import google, hf, model_card, ours, tokenizer
 
     if to not in WRITERS:
         raise UsageError(f"convert writes one of {', '.join(WRITERS)}, not {to!r}")
@@ -211,16 +218,36 @@ def convert(src, out, to):
     if storage.exists(out):  # a URL: any object under the prefix, a cut-short convert's too
         raise UsageError(f"{storage.display(out)}: exists; convert writes a new directory")
     checkpoint = read(src)
+    carried = (tokenizer.for_export(checkpoint, vocab, cased) if to == "hf" or vocab is not None
+               else tokenizer.of_checkpoint(checkpoint))
+    state = model_card.run_state_of(checkpoint)
     summary = {"from": checkpoint.kind, "source": checkpoint.path, "to": to, "out": storage.display(out),
                "variables": len(checkpoint.weights), "parameters": checkpoint.parameters(),
-               "vocab": bool(checkpoint.vocab)}
+               "vocab": carried.source if carried else False,
+               **({"lower_case": carried.lower_case} if carried else {})}
     writer = {"hf": hf, "google": google, "bertprep": ours}[to]
     with _staging_beside(out) as staging, atomic_dir(out, staging) as temp:
         writer.write(checkpoint, temp)
-        if checkpoint.vocab:
-            with storage.local_copy(checkpoint.vocab) as vocab:  # a URL's where the checkpoint was one
-                shutil.copyfile(vocab, os.path.join(temp, "vocab.txt"))
+        if to == "hf":
+            tokenizer.write_hf_files(carried, temp, checkpoint.config.max_position_embeddings)
+            model_card.write(temp, out.rstrip("/").rsplit("/", 1)[-1], checkpoint, carried, _architecture(temp), state)
+        elif carried:  # vocab.txt, and the casing where another bertprep run reads it
+            files = carried.checkpoint_files() if to == "bertprep" else {"vocab.txt": carried.vocab}
+            for name, data in files.items():
+                with open(os.path.join(temp, name), "wb") as f:
+                    f.write(data)
     return dict(summary, notes="; ".join(checkpoint.notes))
+
+
+def _architecture(directory):
+    """The model class an HF export's config.json names (None for the other kinds)."""
+    path = os.path.join(directory, "config.json")
+    if not os.path.isfile(path):
+        return None
+    import json
+
+    with open(path, encoding="utf-8") as f:
+        return (json.load(f).get("architectures") or [None])[0]
 
 
 @contextlib.contextmanager

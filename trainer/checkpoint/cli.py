@@ -35,6 +35,14 @@ def build_parser():
     convert.add_argument("--to", required=True, choices=WRITERS,
                          help="hf: config.json + model.safetensors; google: bert_model.ckpt + bert_config.json; "
                               "bertprep: state.npz + state.json for --init-checkpoint")
+    convert.add_argument("--vocab", help="vocab.txt to export with the model, where the checkpoint carries none "
+                                         "(--to hf refuses a model without one)")
+    casing = convert.add_mutually_exclusive_group()
+    casing.add_argument("--cased", dest="cased", action="store_const", const=True,
+                        help="the vocab is for cased text (default: what the checkpoint says, else the vocab's "
+                             "own tokens: capitals mean cased)")
+    casing.add_argument("--uncased", dest="cased", action="store_const", const=False,
+                        help="the vocab is for lower-cased text")
     convert.add_argument("--json", action="store_true", help="summary as JSON")
     convert.add_argument("--quiet", action="store_true", help=QUIET_HELP)
     run = sub.add_parser("run", help="outputs on given inputs, dropout off, into an .npz")
@@ -81,7 +89,7 @@ def _inspect(args):
 def _convert(args):
     from trainer.checkpoint import convert
 
-    summary = convert(args.src, args.out, args.to)
+    summary = convert(args.src, args.out, args.to, vocab=args.vocab, cased=args.cased)
     if not args.quiet or args.json:
         print_summary("trainer checkpoint convert: done", summary, as_json=args.json, rows=readable_rows(summary))
     return 0

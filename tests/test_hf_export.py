@@ -1,0 +1,157 @@
+"""A pretrained model leaves ready to use (issue 40): every checkpoint of a run carries the vocab and casing
+its records were made with, and `checkpoint convert --to hf` writes the model with its tokenizer, so that
+transformers' AutoTokenizer gives the ids `bertprep create` gave (uncased and cased), truncates a long input
+instead of crashing the model, and `pipeline("fill-mask")` answers with real tokens. Before, the export had
+no tokenizer: AutoTokenizer built a 5-token one and fill-mask returned empty strings, with no warning."""
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+
+import numpy as np
+import pytest
+
+pytest.importorskip("transformers")
+pytest.importorskip("tensorflow")
+
+from bertprep.cli import main as bertprep_main  # noqa: E402
+from bertprep.tokenization import LineTokenizer, load_vocab  # noqa: E402
+from trainer.cli import main  # noqa: E402
+from trainer_checks import bert_config  # noqa: E402
+
+pytestmark = pytest.mark.xdist_group("hf_export")  # the module's two trained runs are made once
+
+
+def trained(root, corpus, vocab, lower_case):
+    """Records of `corpus` made with `vocab`, 2 steps of the tiny model on them, the run's checkpoint
+    directory and that checkpoint converted --to hf."""
+    records = root / "records"
+    casing = [] if lower_case else ["--no-lower-case"]
+    assert bertprep_main(["create", "--input", str(corpus), "--vocab", str(vocab), "--out", str(records), "--seq",
+                          "64", "--pred", "10", "--dupe-factor", "1", "--workers", "1", "--quiet", *casing]) == 0
+    data = next(p.parent for p in records.rglob("manifest.json"))
+    size = len(load_vocab(str(vocab)).tokens)
+    checkpoint_dir = root / "ckpt"
+    assert main(["--format", "tfrecord", "--data", str(data), "--bert-config", bert_config(root, 0.0, vocab_size=size),
+                 "--steps", "2", "--batch-size", "4", "--checkpoint-dir", str(checkpoint_dir), "--quiet"]) == 0
+    hf = root / "hf"
+    assert main(["checkpoint", "convert", str(checkpoint_dir), str(hf), "--to", "hf", "--quiet"]) == 0
+    return checkpoint_dir, hf
+
+
+@pytest.fixture(scope="module")
+def held_out(shared_dir):
+    """Lines the records were not made from (WikiText-2 text; the records are of the golden corpus)."""
+    lines = (shared_dir / "fixtures" / "bench" / "wt2.txt").read_text(encoding="utf-8").splitlines()
+    return [line.strip() for line in lines if len(line.split()) > 5][:400]
+
+
+@pytest.fixture(scope="module")
+def uncased(golden_dir, tmp_path_factory):
+    return trained(tmp_path_factory.mktemp("uncased"), golden_dir / "corpus.txt", golden_dir / "vocab.txt", True)
+
+
+@pytest.fixture(scope="module")
+def cased(shared_dir, golden_dir, tmp_path_factory):
+    """A cased vocab of WikiText-2 (`bertprep vocab --cased`), records of the golden corpus made with it."""
+    root = tmp_path_factory.mktemp("cased")
+    corpus = shared_dir / "fixtures" / "bench" / "wt2.txt"
+    vocab = root / "vocab.txt"
+    assert bertprep_main(["vocab", "--input", str(corpus), "--out", str(vocab), "--vocab-size", "3000", "--cased",
+                          "--quiet"]) == 0
+    return (*trained(root, golden_dir / "corpus.txt", vocab, False), vocab)
+
+
+def test_every_checkpoint_carries_the_records_vocab_and_casing(uncased, golden_dir):
+    checkpoint_dir, _hf = uncased
+    (step,) = [p for p in checkpoint_dir.iterdir() if p.name.startswith("ckpt-")]
+    assert (step / "vocab.txt").read_bytes() == (golden_dir / "vocab.txt").read_bytes()
+    config = json.loads((step / "tokenizer_config.json").read_text())
+    assert config["do_lower_case"] is True
+    assert config["vocab_sha256"] == hashlib.sha256((golden_dir / "vocab.txt").read_bytes()).hexdigest()
+    state = json.loads((step / "state.json").read_text())
+    (manifest, digest), = state["data"]["manifests"].items()
+    assert digest == hashlib.sha256(open(manifest, "rb").read()).hexdigest()
+
+
+def test_the_export_holds_what_save_pretrained_writes_and_a_model_card(uncased):
+    _checkpoint_dir, hf = uncased
+    assert sorted(os.listdir(hf)) == ["README.md", "config.json", "model.safetensors", "special_tokens_map.json",
+                                      "tokenizer.json", "tokenizer_config.json", "vocab.txt"]
+    config = json.loads((hf / "tokenizer_config.json").read_text())
+    assert (config["tokenizer_class"], config["do_lower_case"], config["model_max_length"]) == \
+        ("BertTokenizer", True, json.loads((hf / "config.json").read_text())["max_position_embeddings"])
+    card = (hf / "README.md").read_text()
+    front = card.split("---\n")[1]
+    assert "library_name: transformers\n" in front and "pipeline_tag: fill-mask\n" in front and "- bert\n" in front
+    assert '"optimizer": ' in card and "manifest.json`: sha256 `" in card
+
+
+@pytest.mark.parametrize("which", ["uncased", "cased"])
+def test_autotokenizer_gives_the_ids_bertprep_create_gave(which, request, held_out):
+    from transformers import AutoTokenizer
+
+    run = request.getfixturevalue(which)
+    hf = run[1]
+    tokenizer = AutoTokenizer.from_pretrained(str(hf))
+    assert tokenizer.is_fast and len(tokenizer) == len(load_vocab(str(hf / "vocab.txt")).tokens)
+    ours = LineTokenizer(load_vocab(str(hf / "vocab.txt")), lower_case=which == "uncased")
+    tokens, counts = ours.encode(held_out)
+    expected = np.split(tokens, np.cumsum(counts)[:-1])
+    got = tokenizer(held_out, add_special_tokens=False)["input_ids"]
+    differing = [line for line, a, b in zip(held_out, expected, got) if list(a) != b]
+    assert not differing, differing[:3]
+    if which == "cased":  # a capital kept: the cased vocab's ids differ from the lower-cased text's
+        assert tokenizer("The")["input_ids"] != tokenizer("the")["input_ids"]
+
+
+def test_a_long_input_is_truncated_by_the_tokenizer_not_the_model(uncased):
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    hf = uncased[1]
+    tokenizer = AutoTokenizer.from_pretrained(str(hf))
+    limit = json.loads((hf / "config.json").read_text())["max_position_embeddings"]
+    inputs = tokenizer(" ".join(["the city"] * 500), truncation=True, return_tensors="pt")  # ~1,000 tokens
+    assert inputs["input_ids"].shape[1] == limit
+    logits = AutoModelForMaskedLM.from_pretrained(str(hf))(**inputs).logits
+    assert tuple(logits.shape) == (1, limit, tokenizer.vocab_size)
+
+
+def test_fill_mask_answers_with_real_tokens(uncased):
+    from transformers import pipeline
+
+    hf = uncased[1]
+    vocab = set(load_vocab(str(hf / "vocab.txt")).tokens)
+    answers = pipeline("fill-mask", model=str(hf))("the [MASK] of the city was built in the north .")
+    assert len(answers) == 5
+    assert all(a["token_str"].strip() and a["token_str"].replace(" ", "") in vocab for a in answers), answers
+
+
+def convert_line(*argv):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = main(["checkpoint", "convert", *map(str, argv)])
+    return code, err.getvalue().strip()
+
+
+def test_without_a_known_vocab_the_export_is_refused_unless_one_is_given(shared_dir, golden_dir, tmp_path):
+    hf_tiny = shared_dir / "fixtures" / "checkpoints" / "hf_tiny"  # config.json + model.safetensors only
+    code, line = convert_line(hf_tiny, tmp_path / "out", "--to", "hf")
+    assert code == 2 and line.startswith("trainer checkpoint: error: ") and "no vocab.txt is known" in line
+    assert "--vocab FILE" in line and len(line.splitlines()) == 1 and not (tmp_path / "out").exists()
+    sample = os.path.join(os.path.dirname(os.path.dirname(__file__)), "bertprep", "data", "sample_vocab.txt")
+    code, line = convert_line(hf_tiny, tmp_path / "out", "--to", "hf", "--vocab", sample)
+    assert (code, line) == (2, f"trainer checkpoint: error: {sample}: 2,000 tokens, the model's vocab_size is "
+                               "30,522: not this model's vocab")
+    assert not (tmp_path / "out").exists()
+    assert convert_line(hf_tiny, tmp_path / "out", "--to", "hf", "--vocab", golden_dir / "vocab.txt") == (0, "")
+    config = json.loads((tmp_path / "out" / "tokenizer_config.json").read_text())
+    assert config["do_lower_case"] is True  # the golden vocab has no capitals: uncased
+
+
+def test_a_cased_vocab_exports_a_cased_tokenizer(cased):
+    _checkpoint_dir, hf, vocab = cased
+    assert (hf / "vocab.txt").read_bytes() == vocab.read_bytes()
+    assert json.loads((hf / "tokenizer_config.json").read_text())["do_lower_case"] is False

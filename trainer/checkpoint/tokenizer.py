@@ -1,0 +1,178 @@
+"""The tokenizer a model was trained with: carried in every checkpoint and exported with the model.
+
+The records' manifest names the vocab they were made with (its path, sha256 and size) and the casing
+(`params.lower_case`). A run reads that vocab once, checks it against the sha256, and writes it into
+every `ckpt-<step>/` with a `tokenizer_config.json` (`do_lower_case`, the vocab's sha256 and where it came
+from), as Hugging Face keeps a tokenizer beside its model; a run started from `--init-checkpoint` takes
+that checkpoint's when its records name none. `checkpoint convert --to hf` then writes what
+`save_pretrained` of a model and its tokenizer writes: vocab.txt, tokenizer.json (the `tokenizers`
+library's BERT pipeline, as google-research/bert's FullTokenizer with that casing), tokenizer_config.json,
+special_tokens_map.json, and a model card. Without a known vocab the export is refused: transformers
+would otherwise build a 5-token tokenizer and `pipeline("fill-mask")` answer with empty strings.
+
+Casing, where nothing says it: Google's releases name it (`uncased_L-12_H-768_A-12`, `cased_…`), and a
+vocab whose tokens hold capitals was made for cased text (an uncased vocab has none but its [TOKENS]).
+"""
+
+import dataclasses
+import hashlib
+import json
+import os
+import re
+
+from bertprep import storage
+from bertprep.errors import BertprepError, UsageError
+
+CONFIG = "tokenizer_config.json"
+SPECIAL = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
+           "mask_token": "[MASK]"}
+
+
+@dataclasses.dataclass(frozen=True)
+class RunTokenizer:
+    vocab: bytes  # vocab.txt's bytes
+    lower_case: bool
+    source: str  # where the vocab came from, for the model card and tokenizer_config.json
+
+    @property
+    def sha256(self):
+        return hashlib.sha256(self.vocab).hexdigest()
+
+    def tokens(self):
+        return _tokens(self.vocab)
+
+    def checkpoint_files(self):
+        """{name: bytes} a checkpoint of the run carries."""
+        config = {"tokenizer_class": "BertTokenizer", "do_lower_case": self.lower_case,
+                  "vocab_sha256": self.sha256, "vocab_source": self.source}
+        return {"vocab.txt": self.vocab, CONFIG: (json.dumps(config, indent=1, sort_keys=True) + "\n").encode()}
+
+
+def of_records(named, notes):
+    """The RunTokenizer of the records' manifests (`named`: [(manifest path, its "vocab" entry, lower_case)]),
+    or None with a note saying why (none named, two different ones, the file gone or changed)."""
+    distinct = {(entry.get("sha256"), lower_case) for _source, entry, lower_case in named}
+    if not named:
+        return None
+    if len(distinct) > 1:
+        notes.append("the records' manifests name different vocabs or casings: checkpoints carry no vocab.txt")
+        return None
+    source, entry, lower_case = named[0]
+    path = entry.get("path")
+    try:
+        data = storage.read_bytes(path)
+    except (OSError, BertprepError, TypeError):
+        notes.append(f"{source} names the vocab {path}, which is not there: checkpoints carry no vocab.txt "
+                     "(checkpoint convert --to hf will need --vocab)")
+        return None
+    if hashlib.sha256(data).hexdigest() != entry.get("sha256"):
+        notes.append(f"{path} is not the vocab {source} names (its sha256 differs): checkpoints carry no vocab.txt")
+        return None
+    return RunTokenizer(data, bool(lower_case) if lower_case is not None else casing_of_vocab(data), path)
+
+
+def of_checkpoint(checkpoint):
+    """The RunTokenizer a checkpoint carries (its vocab.txt and casing), or None."""
+    if not checkpoint.vocab:
+        return None
+    with storage.local_copy(checkpoint.vocab) as local, open(local, "rb") as f:
+        data = f.read()
+    lower_case = checkpoint.lower_case if checkpoint.lower_case is not None else casing_of_vocab(data)
+    return RunTokenizer(data, lower_case, checkpoint.vocab)
+
+
+def casing_beside(directory):
+    """do_lower_case of a checkpoint directory's tokenizer_config.json, else what Google's release names say
+    (`uncased_…` / `cased_…`), else None."""
+    path = os.path.join(directory, CONFIG)
+    if os.path.isfile(path):
+        try:
+            with open(path, encoding="utf-8") as f:
+                value = json.load(f).get("do_lower_case")
+            if isinstance(value, bool):
+                return value
+        except (OSError, ValueError, AttributeError):
+            pass
+    name = os.path.basename(os.path.normpath(directory)).lower()
+    if re.search(r"(^|[_-])uncased", name):
+        return True
+    if re.search(r"(^|[_-])cased", name):
+        return False
+    return None
+
+
+def casing_of_vocab(data):
+    """Whether a vocab is for lower-cased text: no token but its [SPECIAL] ones holds a capital letter."""
+    return not any(token != token.lower() and not (token.startswith("[") and token.endswith("]"))
+                   for token in _tokens(data))
+
+
+def _tokens(data):
+    """A vocab.txt's tokens as bertprep.tokenization.load_vocab reads them (only "\n" ends a line)."""
+    lines = data.decode("utf-8", "replace").split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line.strip() for line in lines]
+
+
+def for_export(checkpoint, vocab=None, cased=None):
+    """The RunTokenizer an export writes: `vocab` (a --vocab file) or the checkpoint's, its casing from
+    `cased` (--cased / --uncased), else the checkpoint's, else the vocab's own. A UsageError where there is
+    none, or where the vocab's size is not the model's."""
+    if vocab is not None:
+        try:
+            with storage.local_copy(vocab) as local, open(local, "rb") as f:
+                data = f.read()
+        except OSError as exc:
+            raise UsageError(f"--vocab {vocab}: cannot read it ({exc.strerror or exc})") from None
+        found = RunTokenizer(data, casing_of_vocab(data) if cased is None else not cased, storage.display(vocab))
+    else:
+        found = of_checkpoint(checkpoint)
+        if found is None:
+            raise UsageError(f"{checkpoint.path}: no vocab.txt is known for this checkpoint, and a model without "
+                             "its tokenizer is not usable (transformers would build a 5-token one): give --vocab "
+                             "FILE, and --cased for a cased vocab")
+        if cased is not None:
+            found = dataclasses.replace(found, lower_case=not cased)
+    lines = len(found.tokens())
+    size = checkpoint.config.vocab_size
+    if not (lines == size or lines < size <= -(-lines // 8) * 8):  # NVIDIA pads the rows to a multiple of 8
+        raise UsageError(f"{found.source}: {lines:,} tokens, the model's vocab_size is {size:,}: not this "
+                         "model's vocab")
+    return found
+
+
+def write_hf_files(tokenizer, directory, max_length):
+    """vocab.txt, tokenizer.json, tokenizer_config.json and special_tokens_map.json into `directory`, as
+    `BertTokenizerFast.save_pretrained` writes them."""
+    from tokenizers import decoders, processors
+
+    from bertprep.errors import DataError
+    from bertprep.tokenization import build_tokenizer, load_vocab
+
+    vocab_path = os.path.join(directory, "vocab.txt")
+    with open(vocab_path, "wb") as f:
+        f.write(tokenizer.vocab)
+    try:  # read as `bertprep create` reads it, so the ids are the records' ids
+        vocab = load_vocab(vocab_path, required=tuple(SPECIAL.values()))
+    except DataError as exc:
+        raise UsageError(str(exc).replace(vocab_path, tokenizer.source)) from None
+    # bertprep's own BERT pipeline (BertNormalizer: lower-casing strips accents, as the FullTokenizer; WordPiece
+    # with [UNK] and 200 characters a word), plus what a model's tokenizer adds: [CLS] A [SEP] B [SEP].
+    fast = build_tokenizer(vocab, tokenizer.lower_case)
+    fast.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", vocab.id_of("[CLS]")), ("[SEP]", vocab.id_of("[SEP]"))])
+    fast.decoder = decoders.WordPiece(prefix="##")
+    fast.save(os.path.join(directory, "tokenizer.json"))
+    config = {"tokenizer_class": "BertTokenizer", "do_lower_case": tokenizer.lower_case,
+              "tokenize_chinese_chars": True, "strip_accents": None, "model_max_length": max_length,
+              "clean_up_tokenization_spaces": True, **SPECIAL}
+    _write_json(os.path.join(directory, CONFIG), config)
+    _write_json(os.path.join(directory, "special_tokens_map.json"), SPECIAL)
+
+
+def _write_json(path, value):
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(value, f, indent=2, sort_keys=True)
+        f.write("\n")
