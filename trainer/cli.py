@@ -159,6 +159,11 @@ def build_finetune_parser():
     p.add_argument("--checkpoint-dir", help="also save the fine-tuned model (and optimizer) state here")
     p.add_argument("--no-eval", action="store_true",
                    help="train only, score nothing (without it, --data without eval records is an error)")
+    p.add_argument("--predict", action="store_true",
+                   help="also predict the test split as google-research/bert's --do_predict: GLUE test_results.tsv "
+                        "(predict.tf_record / test.of_record-*: class probabilities, tab-separated, one line per "
+                        "example; STS-B one value), SQuAD predictions.json and nbest_predictions.json of the eval "
+                        "records (run_squad.py's predict file), into --output-dir")
     p.add_argument("--eval-file", help="SQuAD dev JSON to score against (default: the manifest's eval source)")
     p.add_argument("--null-score-diff-threshold", type=float, default=0.0,
                    help="SQuAD 2.0: predict no answer above this null minus best score (default: 0.0)")

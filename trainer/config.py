@@ -198,6 +198,7 @@ class FinetuneConfig:
     output_dir: Optional[str] = None
     checkpoint_dir: Optional[str] = None
     no_eval: bool = False
+    predict: bool = False
     eval_file: Optional[str] = None
     null_score_diff_threshold: float = 0.0
     log_every: int = 10
@@ -276,8 +277,8 @@ class TrainSummary(_ShownAsTable):
 
 @dataclasses.dataclass(frozen=True, repr=False)  # shown as its table
 class FinetuneSummary(_ShownAsTable):
-    """What a fine-tuning run reports: its training figures and `evaluation`, the scores (`to_dict()`
-    names them eval_<name>, as `--json` prints them)."""
+    """What a fine-tuning run reports: its training figures, `evaluation`, the scores (`to_dict()`
+    names them eval_<name>, as `--json` prints them), and `prediction`, what --predict wrote (predict_<name>)."""
 
     TITLE = "trainer finetune: done"
 
@@ -294,7 +295,9 @@ class FinetuneSummary(_ShownAsTable):
     last_logged_loss: Optional[float]
     mean_sequences_per_second: Optional[float]
     evaluation: dict = dataclasses.field(default_factory=dict)
+    prediction: dict = dataclasses.field(default_factory=dict)  # --predict: examples, file
 
     def to_dict(self):
-        figures = {k: v for k, v in dataclasses.asdict(self).items() if k != "evaluation"}
-        return {**figures, **{f"eval_{k}": v for k, v in self.evaluation.items()}}
+        figures = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("evaluation", "prediction")}
+        return {**figures, **{f"eval_{k}": v for k, v in self.evaluation.items()},
+                **{f"predict_{k}": v for k, v in self.prediction.items()}}

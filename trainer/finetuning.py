@@ -11,6 +11,14 @@ write_predictions (squad_predictions.py) into predictions.json (and
 null_odds.json for SQuAD 2.0), exact match and F1 as the official scripts
 compute them; GLUE accuracy and the task's own metric (metrics.py).
 
+--predict writes what google-research/bert's scripts write with --do_predict:
+GLUE test_results.tsv (run_classifier.py: per test example, in record order,
+the softmax class probabilities tab-separated; STS-B, which the reference has
+no processor for, its one predicted value), SQuAD predictions.json and
+nbest_predictions.json of the eval records (run_squad.py's --predict_file is
+what becomes its eval.tf_record), scored as well unless --no-eval. Its records
+are checked before any training, so a run that cannot predict writes nothing.
+
 Without --init-checkpoint a tiny checkpoint is pretrained on the fly from the
 embedded sample records (cached): enough to show the path runs, not to score.
 """
@@ -38,6 +46,24 @@ SAMPLE_PRETRAINING = dict(format="ofrecord", steps=20, batch_size=8, optimizer="
                           log_every=20, quiet=True)
 
 
+def carried_files(data, checkpoint_path, log):
+    """(files, manifests): the vocab and casing the task's records were made with (else the initial
+    checkpoint's) for the fine-tuned checkpoint to carry (trainer/checkpoint/tokenizer.py), and the records
+    manifest with its sha256."""
+    from trainer.checkpoint import tokenizer
+
+    manifest = storage.join(data.data_dir, "manifest.json")
+    named = ([(storage.display(manifest), data.manifest["vocab"], data.lower_case)]
+             if isinstance(data.manifest.get("vocab"), dict) else [])
+    notes = []
+    directory = checkpoint_path if os.path.isdir(checkpoint_path) else os.path.dirname(checkpoint_path)
+    found = tokenizer.of_records(named, notes) or tokenizer.of_directory(directory)
+    for note in notes:
+        log.note(note)
+    manifests = {storage.display(manifest): storage.sha256(manifest)} if data.manifest else {}
+    return (found.checkpoint_files() if found else {}), manifests
+
+
 def finetune(config):
     """Fine-tune as `config` (a trainer.FinetuneConfig) says; return the trainer.FinetuneSummary."""
     if os.environ.get("TF_CONFIG") or os.environ.get("KERAS_DISTRIBUTION_JOB_ADDRESSES"):
@@ -48,6 +74,11 @@ def finetune(config):
         raise UsageError(f"{storage.display(config.data)}: no {config.format} eval records "
                          f"({SPLIT_FILES['eval'][config.format]}) to score: add them, or give --no-eval to train "
                          "without scores")
+    if config.predict and not data.files[task.predict_split]:
+        split = task.predict_split
+        raise UsageError(f"{storage.display(config.data)}: --predict: no {config.format} "
+                         f"{'test' if split == 'test' else 'eval (predict file)'} records "
+                         f"({SPLIT_FILES[split][config.format]}) to predict")
     checkpoint = config.init_checkpoint or sample_checkpoint(config, data)
     bert, weights, checkpoint_path = read_pretraining_checkpoint(checkpoint)
     if config.model and size_of(bert) != SIZES[config.model]:
@@ -102,13 +133,16 @@ def _finetune(config, task, data, bert, weights, checkpoint_path, devices, log):
                                          log))
     storage.makedirs(config.output_dir)
     if config.checkpoint_dir:
+        files, manifests = carried_files(data, checkpoint_path, log)
         path = run_state.save(config.checkpoint_dir, train["steps"], steps.get_state(),
-                              {"settings": {"task": task.name, "model": bert.to_dict(), "init": checkpoint_path}},
-                              keep=1)
+                              {"settings": {"task": task.name, "labels": head_labels(task, data),
+                                            "model": bert.to_dict(), "init": checkpoint_path},
+                               "data": {"manifests": manifests}},
+                              keep=1, files=files)
         log.note(f"checkpoint {storage.display(path)}")
-    evaluation = {}
+    evaluation, prediction = {}, {}
+    eval_batch = config.batch_size * devices.replicas
     if not config.no_eval:
-        eval_batch = config.batch_size * devices.replicas
         if task.is_squad:
             evaluation = evaluate_squad(config, data, steps, eval_batch, log)
         else:
@@ -116,11 +150,20 @@ def _finetune(config, task, data, bert, weights, checkpoint_path, devices, log):
         log.record("eval", {k: v for k, v in evaluation.items() if isinstance(v, (int, float))}, train["steps"])
     else:
         log.note("--no-eval: nothing scored")
+    if config.predict:
+        prediction = predict(config, task, data, steps, eval_batch, evaluation)
+        log.note(f"--predict: {prediction['examples']} examples into {prediction['file']}")
     summary = FinetuneSummary(task=task.name, format=data.fmt, init_checkpoint=checkpoint_path,
                               replicas=devices.replicas, global_batch=global_batch, precision=config.precision,
-                              optimizer=config.optimizer, **train, evaluation=evaluation)
+                              optimizer=config.optimizer, **train, evaluation=evaluation, prediction=prediction)
     log.record("summary", {k: v for k, v in summary.to_dict().items() if isinstance(v, (int, float))}, train["steps"])
     return summary
+
+
+def head_labels(task, data):
+    """The labels of a classifier head, by index (saved with the fine-tuned checkpoint, so an export names
+    them); None for a regression or SQuAD."""
+    return None if task.is_squad or task.is_regression else list(data.labels)
 
 
 def training_figures(counts, meter):
@@ -243,9 +286,57 @@ def evaluate_glue(task, data, steps, batch):
     return result
 
 
+def predict(config, task, data, steps, batch, evaluation):
+    """--predict: GLUE's test_results.tsv, or SQuAD's predictions of the eval records (written already
+    where they were scored); {"examples": how many, "file": where}."""
+    if not task.is_squad:
+        return predict_glue(config, task, data, steps, batch)
+    if "predictions" not in evaluation:
+        evaluation = {"examples": len(write_squad_predictions(config, data, steps, batch)[0]),
+                      "predictions": storage.display(storage.join(config.output_dir, "predictions.json"))}
+    return {"examples": evaluation["examples"], "file": evaluation["predictions"]}
+
+
+def predict_glue(config, task, data, steps, batch):
+    """test_results.tsv as run_classifier.py --do_predict writes it: a line per real test example
+    (is_real_example 1: the reference cuts its TPU padding off too), in record order, of the softmax
+    class probabilities tab-separated, each as str() of the float32 (the reference prints NumPy's);
+    STS-B's line is its one predicted value."""
+    lines = []
+    for records, predicted in predict_split(steps, data, "test", batch):
+        logits = predicted["logits"][records["is_real_example"][:, 0] == 1].astype(np.float64)
+        values = logits if task.is_regression else softmax(logits)
+        lines += ["\t".join(str(value) for value in row) + "\n" for row in values.astype(np.float32)]
+    path = storage.join(config.output_dir, "test_results.tsv")
+    atomic_write_bytes(path, "".join(lines).encode())
+    return {"examples": len(lines), "file": storage.display(path)}
+
+
+def softmax(logits):
+    shifted = np.exp(logits - np.max(logits, axis=-1, keepdims=True))
+    return shifted / np.sum(shifted, axis=-1, keepdims=True)
+
+
 def evaluate_squad(config, data, steps, batch, log):
     """predictions.json, nbest_predictions.json (and null_odds.json for SQuAD 2.0) in --output-dir,
     scored against the dev JSON as the official evaluate script would score them."""
+    examples, predictions, null_odds, dataset, version_2 = write_squad_predictions(config, data, steps, batch)
+    result = {"examples": len(examples),
+              "predictions": storage.display(storage.join(config.output_dir, "predictions.json"))}
+    if dataset is None:
+        log.note("no dev JSON (manifest source or --eval-file): predictions written, not scored")
+        return result
+    if version_2:
+        result.update(metrics.squad_v2_scores(dataset["data"], predictions, null_odds))
+    else:
+        result.update(metrics.squad_v1_scores(dataset["data"], predictions))
+    result["dev_file"] = config.eval_file or data.source("eval") or data.source("dev")
+    return result
+
+
+def write_squad_predictions(config, data, steps, batch):
+    """predictions.json, nbest_predictions.json (and null_odds.json for SQuAD 2.0) of the eval records in
+    --output-dir; (examples, predictions, null_odds, the dev JSON or None, whether SQuAD 2.0)."""
     features_path, examples_path = data.eval_metadata
     examples, features = load_eval_metadata(features_path, examples_path)
     logits, order = {}, []
@@ -270,17 +361,7 @@ def evaluate_squad(config, data, steps, batch, log):
     for name, content in written.items():
         # The reference's layout (json.dumps indent 4), so the official scripts read them as usual.
         atomic_write_bytes(storage.join(config.output_dir, name), (json.dumps(content, indent=4) + "\n").encode())
-    result = {"examples": len(examples),
-              "predictions": storage.display(storage.join(config.output_dir, "predictions.json"))}
-    if dataset is None:
-        log.note("no dev JSON (manifest source or --eval-file): predictions written, not scored")
-        return result
-    if version_2:
-        result.update(metrics.squad_v2_scores(dataset["data"], predictions, null_odds))
-    else:
-        result.update(metrics.squad_v1_scores(dataset["data"], predictions))
-    result["dev_file"] = dev_file
-    return result
+    return examples, predictions, null_odds, dataset, version_2
 
 
 def _read_squad_json(path):

@@ -8,6 +8,10 @@ flat:
     DIR/manifest.json                           task, labels, dims, vocab, lower_case, sources
     DIR/eval.{features,examples}.jsonl          SQuAD: what turns span logits into answers
 
+The split `--predict` predicts (Task.predict_split) is GLUE's test split
+(predict.tf_record: run_classifier.py's name), unlabelled; for SQuAD it is
+the eval split, as run_squad.py's --predict_file becomes its eval.tf_record.
+
 Without a manifest (the golden files copied under these names, say) the task
 comes from --task and the label count from the task.
 """
@@ -23,6 +27,7 @@ from bertprep.manifests import file_digests, load_records_manifest
 SPLIT_FILES = {
     "train": {"tfrecord": "train.tf_record", "ofrecord": "train.of_record-*"},
     "eval": {"tfrecord": "eval.tf_record", "ofrecord": "eval.of_record-*"},
+    "test": {"tfrecord": "predict.tf_record", "ofrecord": "test.of_record-*"},
 }
 
 
@@ -41,6 +46,10 @@ class Task:
     @property
     def is_regression(self):
         return self.train_kind is GLUE_REGRESSION
+
+    @property
+    def predict_split(self):
+        return "eval" if self.is_squad else "test"
 
 
 def _glue(name, labels, *metrics):
@@ -92,11 +101,14 @@ class TaskData:
             raise DataError(f"{storage.display(data_dir)}: no {fmt} training records ({SPLIT_FILES['train'][fmt]})")
         self.kind = self.batch_kind = task.train_kind
         self.dims = self._dims_of(self.files["train"][0], self.kind)
-        if self.files["eval"]:
-            eval_dims = self._dims_of(self.files["eval"][0], task.eval_kind)
-            if eval_dims != self.dims:
-                raise DataError(f"{self.files['eval'][0]}: sequence length {eval_dims['seq']} differs from the "
-                                f"training records' {self.dims['seq']}")
+        if task.is_squad:
+            self.files["test"] = []  # create-squad writes none: SQuAD predicts its eval split
+        for split, kind in (("eval", task.eval_kind), ("test", task.train_kind)):
+            if self.files[split]:  # checked now, before any training: another task's records are one line
+                dims = self._dims_of(self.files[split][0], kind)
+                if dims != self.dims:
+                    raise DataError(f"{self.files[split][0]}: sequence length {dims['seq']} differs from the "
+                                    f"training records' {self.dims['seq']}")
         if task.is_squad and self.files["eval"]:
             for path in self.eval_metadata:
                 if not storage.isfile(path):

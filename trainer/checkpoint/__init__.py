@@ -32,6 +32,7 @@ class Checkpoint:
     has_pooler: bool = True  # False: a BertModel saved without one (add_pooling_layer=False)
     notes: list = dataclasses.field(default_factory=list)
     lower_case: bool = None  # its tokenizer's casing where known (tokenizer.casing_beside)
+    task_head: object = None  # a fine-tune's task_heads.TaskHead; its weights are in `weights`, Google's names
 
     def ours(self):
         """{our variable path: array in our layout}."""
@@ -209,7 +210,7 @@ def convert(src, out, to, vocab=None, cased=None):
     `vocab`); return the summary `trainer checkpoint convert --json` prints. `to='hf'` writes the tokenizer
     too (trainer/checkpoint/tokenizer.py) and a model card, and is refused where no vocab is known;
     `cased` (True/False) overrides the casing the checkpoint or its vocab says."""
-    from trainer.checkpoint import google, hf, model_card, ours, tokenizer
+    from trainer.checkpoint import google, hf, model_card, ours, task_heads, tokenizer
 
     if to not in WRITERS:
         raise UsageError(f"convert writes one of {', '.join(WRITERS)}, not {to!r}")
@@ -218,13 +219,15 @@ def convert(src, out, to, vocab=None, cased=None):
     if storage.exists(out):  # a URL: any object under the prefix, a cut-short convert's too
         raise UsageError(f"{storage.display(out)}: exists; convert writes a new directory")
     checkpoint = read(src)
+    task_heads.check_writable(checkpoint, to)
     carried = (tokenizer.for_export(checkpoint, vocab, cased) if to == "hf" or vocab is not None
                else tokenizer.of_checkpoint(checkpoint))
     state = model_card.run_state_of(checkpoint)
     summary = {"from": checkpoint.kind, "source": checkpoint.path, "to": to, "out": storage.display(out),
                "variables": len(checkpoint.weights), "parameters": checkpoint.parameters(),
                "vocab": carried.source if carried else False,
-               **({"lower_case": carried.lower_case} if carried else {})}
+               **({"lower_case": carried.lower_case} if carried else {}),
+               **({"task_head": checkpoint.task_head.describe()} if checkpoint.task_head else {})}
     writer = {"hf": hf, "google": google, "bertprep": ours}[to]
     with _staging_beside(out) as staging, atomic_dir(out, staging) as temp:
         writer.write(checkpoint, temp)

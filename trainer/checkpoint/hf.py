@@ -4,6 +4,7 @@ through huggingface_hub and its cache (offline under HF_HUB_OFFLINE=1). Written 
 `BertForPreTraining.save_pretrained` writes it: safetensors, tied decoder left out."""
 
 import importlib.util
+import itertools
 import json
 import os
 import re
@@ -12,7 +13,7 @@ import numpy as np
 
 from bertprep.bert_config import read_json_object
 from bertprep.errors import DataError, UsageError
-from trainer.checkpoint import checked, names, vocab_beside
+from trainer.checkpoint import checked, names, task_heads, vocab_beside
 from trainer.config import BertConfig
 
 KIND = "hf"
@@ -151,16 +152,19 @@ def read(path):
 def write(checkpoint, directory):
     """config.json + model.safetensors of a BertForPreTraining (or BertModel without heads, with or without
     a pooler); the checkpoint's weights are consumed."""
-    rows = checkpoint.rows()
+    rows, head = checkpoint.rows(), task_heads.hf_tensors(checkpoint)  # a fine-tune's head: same layout
     write_safetensors(os.path.join(directory, "model.safetensors"),
                       [(row.hf, checkpoint.weights[row.google].shape[::-1] if row.hf_layout == "T"
-                        else checkpoint.weights[row.google].shape) for row in rows],
-                      (names.to_layout(checkpoint.take(row.google), row.hf_layout, 1) for row in rows))
+                        else checkpoint.weights[row.google].shape) for row in rows]
+                      + [(hf, checkpoint.weights[google].shape) for hf, google in head],
+                      itertools.chain((names.to_layout(checkpoint.take(row.google), row.hf_layout, 1) for row in rows),
+                                      (checkpoint.take(google) for _, google in head)))
     config = dict(checkpoint.config.to_dict(), model_type="bert",
                   hidden_act={"gelu": "gelu", "gelu_tanh": "gelu_new"}[checkpoint.config.hidden_act],
                   layer_norm_eps=1e-12, pad_token_id=0,
                   position_embedding_type="absolute", tie_word_embeddings=True,
                   architectures=["BertForPreTraining" if checkpoint.has_heads else "BertModel"])
+    config.update(task_heads.hf_config(checkpoint))  # a fine-tune's model class and labels
     with open(os.path.join(directory, "config.json"), "w", encoding="utf-8") as f:
         json.dump(config, f, indent=2, sort_keys=True)
     return directory

@@ -133,11 +133,16 @@ _HF_ALIASES = [(re.compile(r"^module\."), ""),                      # NVIDIA's D
 HF_DERIVED = ("bert.embeddings.position_ids", "cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
 
 
+# The task heads of BertForSequenceClassification and BertForQuestionAnswering (task_heads.py): beside
+# `bert.`, not inside it.
+HF_TASK_HEADS = ("classifier.", "qa_outputs.")
+
+
 def canonical_hf_name(name):
     """A Hugging Face name with the `bert.` prefix and today's LayerNorm spelling."""
     for pattern, replacement in _HF_ALIASES:
         name = pattern.sub(replacement, name)
-    if not name.startswith(("bert.", "cls.")):
+    if not name.startswith(("bert.", "cls.", *HF_TASK_HEADS)):
         name = "bert." + name  # BertModel's names lack the prefix
     return name
 

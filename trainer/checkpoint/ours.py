@@ -12,7 +12,7 @@ import numpy as np
 
 from bertprep.errors import DataError
 from trainer import run_state
-from trainer.checkpoint import checked, names, vocab_beside
+from trainer.checkpoint import checked, names, task_heads, vocab_beside
 from trainer.config import BertConfig
 
 KIND = "bertprep"
@@ -50,23 +50,33 @@ def read_arrays(path):
 def read(path):
     config, arrays, directory = read_arrays(path)
     by_ours = {row.ours: row for row in names.rows(config)}
-    found, skipped = {}, []
+    found, others = {}, {}
     for name, value in arrays.items():
         row = by_ours.get(name)
         if row is None:
-            skipped.append(name)  # a fine-tuned model's task head
+            others[name] = value  # a fine-tuned model's task head (task_heads.py), or what no kind holds
             continue
         found[row.google] = names.from_layout(value, row.ours_layout)
-    return checked(KIND, directory, config, found, vocab_beside(directory), skipped)
+    head, head_weights = task_heads.from_ours(directory, others, config.hidden_size)
+    skipped = [name for name in others if not name.startswith(task_heads.HEADS[head.kind][0] + "/")] if head \
+        else list(others)
+    checkpoint = checked(KIND, directory, config, found, vocab_beside(directory), skipped)
+    if head:
+        checkpoint.task_head = head
+        checkpoint.weights.update(head_weights)
+        checkpoint.notes.append(f"fine-tuned: {head.describe()}")
+    return checkpoint
 
 
 def write(checkpoint, directory):
     """state.npz + state.json (step 0, the config) into `directory`: an --init-checkpoint (the
     checkpoint's weights stay: np.savez streams each array)."""
-    arrays = {f"model/trainable/{i:04d}/{name}": value for i, (name, value) in enumerate(checkpoint.ours().items())}
+    named = {**checkpoint.ours(), **task_heads.ours_arrays(checkpoint)}
+    arrays = {f"model/trainable/{i:04d}/{name}": value for i, (name, value) in enumerate(named.items())}
     with open(os.path.join(directory, "state.npz"), "wb") as f:
         np.savez(f, **arrays)
     state = {"step": 0, "draws": 0, "settings": {"model": checkpoint.config.to_dict(),
+                                                  **task_heads.settings(checkpoint),
                                                   "converted_from": {"kind": checkpoint.kind, "path": checkpoint.path}}}
     with open(os.path.join(directory, "state.json"), "w", encoding="utf-8") as f:
         json.dump(state, f, indent=1, sort_keys=True)

@@ -1,0 +1,157 @@
+"""The task head of a fine-tuned checkpoint (`trainer finetune --checkpoint-dir`), carried through
+`checkpoint convert` into what each kind's own fine-tuning code restores.
+
+- GLUE: ours bert/classifier/{kernel,bias} (a Dense, [H, n]); Google run_classifier.py's
+  output_weights [n, H], output_bias [n]; Hugging Face BertForSequenceClassification's
+  classifier.{weight,bias}.
+- SQuAD: ours bert/squad/{kernel,bias} ([H, 2]: start, end); Google run_squad.py's
+  cls/squad/output_weights [2, H], cls/squad/output_bias [2]; Hugging Face BertForQuestionAnswering's
+  qa_outputs.{weight,bias}.
+
+run_classifier.py's create_model makes its two variables outside any scope (so they have no
+prefix) and computes matmul(pooled, output_weights, transpose_b=True) + output_bias; run_squad.py's
+the same on every token, unstacking start then end. Both are our kernel transposed, and
+Hugging Face's nn.Linear weight has that layout too: the head is held in Google's layout, under
+Google's names, in `Checkpoint.weights` beside the encoder (google.write saves it as it saves the
+rest, `parameters()` counts it), and `Checkpoint.task_head` says which head it is.
+
+The task and its labels come from the fine-tuned checkpoint's state.json (settings.task and
+settings.labels, which `trainer finetune` records; a checkpoint saved before labels were recorded
+takes its task's labels from trainer/tasks.py). Hugging Face's config names the labels (id2label):
+a head whose labels are not known, or whose output count is not theirs, is not written there.
+Google's variables carry no labels; a Google export is written all the same.
+
+Reading such checkpoints back as --init-checkpoint (any kind) loads the encoder and pooler; the head
+is not a pretraining weight and starts from its initialization, as the reference's does when it
+fine-tunes from a pretrained checkpoint (the Google and Hugging Face readers skip it, ours sets it
+aside here).
+"""
+
+import dataclasses
+import json
+import os
+
+from bertprep.errors import DataError, UsageError
+
+# kind -> (our Dense layer's path, Google's weight and bias names, Hugging Face's module, its class)
+HEADS = {
+    "classifier": ("bert/classifier", ("output_weights", "output_bias"), "classifier",
+                   "BertForSequenceClassification"),
+    "squad": ("bert/squad", ("cls/squad/output_weights", "cls/squad/output_bias"), "qa_outputs",
+              "BertForQuestionAnswering"),
+}
+
+
+@dataclasses.dataclass
+class TaskHead:
+    kind: str  # "classifier" or "squad"
+    task: str  # as trainer.tasks names it; None where the checkpoint does not say
+    labels: tuple  # a classifier's labels by id; None: a regression, SQuAD, or not known
+    outputs: int
+    regression: bool = False
+
+    @property
+    def labels_known(self):
+        if self.kind == "squad" or self.regression:
+            return self.outputs == (2 if self.kind == "squad" else 1)
+        return self.labels is not None and len(self.labels) == self.outputs
+
+    def describe(self):
+        if self.kind == "squad":
+            return "SQuAD span head (start, end)"
+        what = "regression" if self.regression else f"labels {', '.join(self.labels)}" if self.labels_known \
+            else "labels not known"
+        return f"{self.task or 'GLUE'} classifier head, {self.outputs} outputs ({what})"
+
+
+def google_names(head):
+    return HEADS[head.kind][1]
+
+
+def from_ours(directory, arrays, hidden_size):
+    """(TaskHead, {Google name: array}) of the head among a checkpoint's `arrays` not in the name table
+    ({our path: array}), or (None, {})."""
+    for kind, (ours, google, _, _) in HEADS.items():
+        kernel, bias = arrays.get(f"{ours}/kernel"), arrays.get(f"{ours}/bias")
+        if kernel is None or bias is None:
+            continue
+        if kernel.ndim != 2 or kernel.shape[0] != hidden_size or bias.shape != kernel.shape[1:]:
+            raise DataError(f"{directory}: task head {ours} has shapes {kernel.shape} and {bias.shape}, expected "
+                            f"[{hidden_size}, n] and [n]")
+        head = _described(kind, kernel.shape[1], _settings(directory))
+        return head, {google[0]: kernel.T.copy(), google[1]: bias}
+    return None, {}
+
+
+def _settings(directory):
+    try:
+        with open(os.path.join(directory, "state.json"), encoding="utf-8") as f:
+            settings = json.load(f).get("settings")
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return settings if isinstance(settings, dict) else {}
+
+
+def _described(kind, outputs, settings):
+    """The TaskHead of a head with `outputs` units, its task and labels from the run's settings."""
+    from trainer.tasks import task_named
+
+    task = settings.get("task")
+    try:
+        known = task_named(task) if isinstance(task, str) else None
+    except UsageError:
+        known = None
+    labels = settings.get("labels") or (known.labels if known else None)
+    if not (isinstance(labels, (list, tuple)) and all(isinstance(label, str) for label in labels)):
+        labels = None
+    return TaskHead(kind, known.name if known else None, tuple(labels) if labels else None, outputs,
+                    regression=bool(known and known.is_regression))
+
+
+def check_writable(checkpoint, to):
+    """Before anything is written: Hugging Face's config needs the head's labels."""
+    head = checkpoint.task_head
+    if to == "hf" and head is not None and not head.labels_known:
+        said = f"task {head.task}'s {len(head.labels)} labels" if head.labels else "no task labels"
+        raise DataError(f"{checkpoint.path}: a fine-tuned {head.kind} head of {head.outputs} outputs, and its "
+                        f"state.json gives {said}: Hugging Face's config names every label (id2label); convert "
+                        "--to google or bertprep instead, or record settings.task / settings.labels in state.json")
+
+
+def hf_tensors(checkpoint):
+    """[(Hugging Face name, Google name)] of the head's weights (same layout), or []."""
+    head = checkpoint.task_head
+    if head is None:
+        return []
+    module, (weight, bias) = HEADS[head.kind][2], HEADS[head.kind][1]
+    return [(f"{module}.weight", weight), (f"{module}.bias", bias)]
+
+
+def hf_config(checkpoint):
+    """config.json entries of the head's model class: its architecture, and a classifier's labels and
+    problem_type (what BertForSequenceClassification's loss and pipeline("text-classification") read)."""
+    head = checkpoint.task_head
+    if head is None:
+        return {}
+    config = {"architectures": [HEADS[head.kind][3]], "finetuning_task": head.task or head.kind}
+    if head.kind == "classifier":
+        labels = head.labels if not head.regression else ("LABEL_0",)
+        config.update(num_labels=head.outputs, id2label={str(i): label for i, label in enumerate(labels)},
+                      label2id={label: i for i, label in enumerate(labels)},
+                      problem_type="regression" if head.regression else "single_label_classification")
+    return config
+
+
+def ours_arrays(checkpoint):
+    """{our path: array} of the head (our layout), or {}."""
+    head = checkpoint.task_head
+    if head is None:
+        return {}
+    ours, (weight, bias) = HEADS[head.kind][0], HEADS[head.kind][1]
+    return {f"{ours}/kernel": checkpoint.weights[weight].T.copy(), f"{ours}/bias": checkpoint.weights[bias]}
+
+
+def settings(checkpoint):
+    """state.json settings that name the head's task and labels, as `trainer finetune` writes them."""
+    head = checkpoint.task_head
+    return {} if head is None else {"task": head.task, "labels": list(head.labels) if head.labels else None}
