@@ -31,15 +31,9 @@ def tf1():
     Keras 3) lacks, as TF 1.15 computed them: tf.contrib.layers.layer_norm and tf.layers.dense."""
     import tensorflow.compat.v1 as tf
 
-    def layer_norm(inputs, begin_norm_axis=-1, begin_params_axis=-1, scope=None):
-        assert begin_norm_axis == begin_params_axis == -1
-        with tf.variable_scope(scope, "LayerNorm", [inputs]):
-            shape = inputs.shape[-1:]
-            beta = tf.get_variable("beta", shape, inputs.dtype, initializer=tf.zeros_initializer())
-            gamma = tf.get_variable("gamma", shape, inputs.dtype, initializer=tf.ones_initializer())
-            mean, variance = tf.nn.moments(inputs, [inputs.shape.ndims - 1], keep_dims=True)
-            return tf.nn.batch_normalization(inputs, mean, variance, offset=beta, scale=gamma,
-                                             variance_epsilon=1e-12)
+    # The optimizer golden's generator gives the same layer_norm to the same modeling.py.
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
+    from google_optimizer_golden import contrib_layer_norm
 
     def dense(inputs, units, activation=None, name=None, kernel_initializer=None):
         # modeling.py calls it on rank-2 tensors only (it reshapes to 2D first).
@@ -54,7 +48,7 @@ def tf1():
             return getattr(tf, name)
 
     shim = Namespace("tf1")
-    shim.contrib = types.SimpleNamespace(layers=types.SimpleNamespace(layer_norm=layer_norm))
+    shim.contrib = contrib_layer_norm(tf)
     shim.layers = types.SimpleNamespace(dense=dense)
     return tf, shim
 
