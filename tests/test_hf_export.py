@@ -155,3 +155,27 @@ def test_a_cased_vocab_exports_a_cased_tokenizer(cased):
     _checkpoint_dir, hf, vocab = cased
     assert (hf / "vocab.txt").read_bytes() == vocab.read_bytes()
     assert json.loads((hf / "tokenizer_config.json").read_text())["do_lower_case"] is False
+
+
+def test_a_fine_tune_carries_its_initial_checkpoints_tokenizer_on(uncased, shared_dir, golden_dir, tmp_path):
+    """Google's MRPC records come without a manifest (no vocab named): the fine-tuned checkpoint takes the
+    --init-checkpoint's vocab and casing, and its export has a tokenizer without --vocab."""
+    from bertprep import formats
+    from bertprep.formats.schemas import GLUE
+
+    glue = shared_dir / "fixtures" / "finetune" / "glue"
+    data = tmp_path / "mrpc"
+    records = list(formats.read_records(glue / "MRPC_train_seq128.tfrecord"))[:16]
+    for name in ("train.tf_record", "eval.tf_record"):
+        formats.write_records(data / name, records, "tfrecord", kind=GLUE)
+    checkpoint_dir, _hf = uncased
+    assert main(["finetune", "--task", "mrpc", "--data", str(data), "--format", "tfrecord", "--init-checkpoint",
+                 str(checkpoint_dir), "--steps", "1", "--batch-size", "8", "--no-eval", "--output-dir",
+                 str(tmp_path / "out"), "--checkpoint-dir", str(tmp_path / "tuned"), "--quiet"]) == 0
+    (step,) = [p for p in (tmp_path / "tuned").iterdir() if p.name.startswith("ckpt-")]
+    assert (step / "vocab.txt").read_bytes() == (golden_dir / "vocab.txt").read_bytes()
+    assert json.loads((step / "tokenizer_config.json").read_text())["do_lower_case"] is True
+    assert convert_line(tmp_path / "tuned", tmp_path / "hf", "--to", "hf") == (0, "")
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["architectures"] == [
+        "BertForSequenceClassification"]
+    assert "pipeline_tag: text-classification" in (tmp_path / "hf" / "README.md").read_text()
