@@ -62,7 +62,7 @@ def test_trainer_summaries_show_their_table():
     from trainer.config import FinetuneSummary, TrainSummary
 
     for kind, title in ((TrainSummary, "trainer: done"), (FinetuneSummary, "trainer finetune: done")):
-        values = {field.name: {"accuracy": 0.5} if field.name == "evaluation" else 1
+        values = {field.name: {"accuracy": 0.5} if field.type in (dict, "dict") else 1
                   for field in dataclasses.fields(kind)}
         summary = kind(**values)
         text = repr(summary)
