@@ -157,23 +157,39 @@ def test_a_cased_vocab_exports_a_cased_tokenizer(cased):
     assert json.loads((hf / "tokenizer_config.json").read_text())["do_lower_case"] is False
 
 
-def test_a_fine_tune_carries_its_initial_checkpoints_tokenizer_on(uncased, shared_dir, golden_dir, tmp_path):
-    """Google's MRPC records come without a manifest (no vocab named): the fine-tuned checkpoint takes the
-    --init-checkpoint's vocab and casing, and its export has a tokenizer without --vocab."""
-    from bertprep import formats
+def test_a_bucket_run_and_a_fine_tune_from_it_carry_the_tokenizer_on(uncased, s3_bucket, shared_dir, golden_dir,
+                                                                      tmp_path):
+    """A run into an s3:// checkpoint directory carries the records' vocab and casing as a local one does, and
+    converts from there with its tokenizer. Google's MRPC records come without a manifest (no vocab named): a
+    fine-tune from that URL takes the --init-checkpoint's vocab and casing, and its export has a tokenizer
+    without --vocab."""
+    from bertprep import formats, storage
     from bertprep.formats.schemas import GLUE
+    from trainer import run_state
+
+    checkpoint_dir, _hf = uncased
+    data = next(p.parent for p in (checkpoint_dir.parent / "records").rglob("manifest.json"))
+    vocab = (golden_dir / "vocab.txt").read_bytes()
+    bucket = f"{s3_bucket}/ckpt"
+    assert main(["--format", "tfrecord", "--data", str(data), "--bert-config", bert_config(
+        tmp_path, 0.0, vocab_size=len(load_vocab(str(golden_dir / "vocab.txt")).tokens)), "--steps", "1",
+        "--batch-size", "4", "--checkpoint-dir", bucket, "--quiet"]) == 0
+    ((_step, step),) = run_state.list_checkpoints(bucket)
+    assert storage.read_bytes(storage.join(step, "vocab.txt")) == vocab
+    assert json.loads(storage.read_bytes(storage.join(step, "tokenizer_config.json")))["do_lower_case"] is True
+    assert convert_line(bucket, tmp_path / "from_bucket", "--to", "hf") == (0, "")
+    assert (tmp_path / "from_bucket" / "vocab.txt").read_bytes() == vocab
 
     glue = shared_dir / "fixtures" / "finetune" / "glue"
-    data = tmp_path / "mrpc"
+    mrpc = tmp_path / "mrpc"
     records = list(formats.read_records(glue / "MRPC_train_seq128.tfrecord"))[:16]
     for name in ("train.tf_record", "eval.tf_record"):
-        formats.write_records(data / name, records, "tfrecord", kind=GLUE)
-    checkpoint_dir, _hf = uncased
-    assert main(["finetune", "--task", "mrpc", "--data", str(data), "--format", "tfrecord", "--init-checkpoint",
-                 str(checkpoint_dir), "--steps", "1", "--batch-size", "8", "--no-eval", "--output-dir",
-                 str(tmp_path / "out"), "--checkpoint-dir", str(tmp_path / "tuned"), "--quiet"]) == 0
+        formats.write_records(mrpc / name, records, "tfrecord", kind=GLUE)
+    assert main(["finetune", "--task", "mrpc", "--data", str(mrpc), "--format", "tfrecord", "--init-checkpoint",
+                 bucket, "--steps", "1", "--batch-size", "8", "--no-eval", "--output-dir", str(tmp_path / "out"),
+                 "--checkpoint-dir", str(tmp_path / "tuned"), "--quiet"]) == 0
     (step,) = [p for p in (tmp_path / "tuned").iterdir() if p.name.startswith("ckpt-")]
-    assert (step / "vocab.txt").read_bytes() == (golden_dir / "vocab.txt").read_bytes()
+    assert (step / "vocab.txt").read_bytes() == vocab
     assert json.loads((step / "tokenizer_config.json").read_text())["do_lower_case"] is True
     assert convert_line(tmp_path / "tuned", tmp_path / "hf", "--to", "hf") == (0, "")
     assert json.loads((tmp_path / "hf" / "config.json").read_text())["architectures"] == [

@@ -81,17 +81,6 @@ def of_checkpoint(checkpoint):
     return RunTokenizer(data, lower_case, checkpoint.vocab)
 
 
-def of_directory(directory):
-    """The RunTokenizer of a local checkpoint directory's vocab.txt and casing, or None."""
-    path = os.path.join(directory, "vocab.txt")
-    if storage.is_url(directory) or not os.path.isfile(path):
-        return None
-    with open(path, "rb") as f:
-        data = f.read()
-    lower_case = casing_beside(directory)
-    return RunTokenizer(data, casing_of_vocab(data) if lower_case is None else lower_case, path)
-
-
 def casing_beside(directory):
     """do_lower_case of a checkpoint directory's tokenizer_config.json, else what Google's release names say
     (`uncased_…` / `cased_…`), else None."""
