@@ -151,6 +151,29 @@ def test_without_a_known_vocab_the_export_is_refused_unless_one_is_given(shared_
     assert config["do_lower_case"] is True  # the golden vocab has no capitals: uncased
 
 
+def test_a_checkpoints_vocab_smaller_than_the_model_is_padded_not_refused(shared_dir, held_out, tmp_path):
+    """A model with more rows than its own vocab (records of a smaller vocab, a larger --bert-config): the
+    export pads vocab.txt with [unused] tokens, so every id the model predicts is a token and the ids of
+    text are the vocab's own; a --vocab of that size is still refused (above)."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from trainer.checkpoint import convert
+
+    src = tmp_path / "src"
+    shutil.copytree(shared_dir / "fixtures" / "checkpoints" / "hf_tiny", src)  # vocab_size 30,522
+    sample = os.path.join(os.path.dirname(os.path.dirname(__file__)), "bertprep", "data", "sample_vocab.txt")
+    shutil.copyfile(sample, src / "vocab.txt")  # 2,000 tokens
+    summary = convert(str(src), str(tmp_path / "hf"), "hf")
+    assert "vocab.txt padded with 28,522 [unused] tokens" in summary["notes"]
+    tokens = load_vocab(str(tmp_path / "hf" / "vocab.txt")).tokens
+    assert len(tokens) == 30522 and tokens[:2000] == load_vocab(sample).tokens and tokens[2000] == "[unused0]"
+    tokenizer = AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
+    ours, _counts = LineTokenizer(load_vocab(sample), lower_case=True).encode(held_out[:50])
+    assert [i for line in tokenizer(held_out[:50], add_special_tokens=False)["input_ids"] for i in line] == list(ours)
+
+
 def test_a_cased_vocab_exports_a_cased_tokenizer(cased):
     _checkpoint_dir, hf, vocab = cased
     assert (hf / "vocab.txt").read_bytes() == vocab.read_bytes()
