@@ -2,7 +2,9 @@
 its records were made with, and `checkpoint convert --to hf` writes the model with its tokenizer, so that
 transformers' AutoTokenizer gives the ids `bertprep create` gave (uncased and cased), truncates a long input
 instead of crashing the model, and `pipeline("fill-mask")` answers with real tokens. Before, the export had
-no tokenizer: AutoTokenizer built a 5-token one and fill-mask returned empty strings, with no warning."""
+no tokenizer: AutoTokenizer built a 5-token one and fill-mask returned empty strings, with no warning.
+The cased run checkpoints into an s3:// bucket, so its export and a fine-tune from it read the tokenizer
+from a URL checkpoint directory (two pretraining runs in all: the module stays under a minute)."""
 
 import contextlib
 import hashlib
@@ -24,16 +26,16 @@ from trainer_checks import bert_config  # noqa: E402
 pytestmark = pytest.mark.xdist_group("hf_export")  # the module's two trained runs are made once
 
 
-def trained(root, corpus, vocab, lower_case):
-    """Records of `corpus` made with `vocab`, 2 steps of the tiny model on them, the run's checkpoint
-    directory and that checkpoint converted --to hf."""
+def trained(root, corpus, vocab, lower_case, checkpoint_dir=None):
+    """Records of `corpus` made with `vocab`, 2 steps of the tiny model on them into `checkpoint_dir` (a
+    path or URL; default root/ckpt), and that checkpoint directory converted --to hf (root/hf)."""
     records = root / "records"
     casing = [] if lower_case else ["--no-lower-case"]
     assert bertprep_main(["create", "--input", str(corpus), "--vocab", str(vocab), "--out", str(records), "--seq",
                           "64", "--pred", "10", "--dupe-factor", "1", "--workers", "1", "--quiet", *casing]) == 0
     data = next(p.parent for p in records.rglob("manifest.json"))
     size = len(load_vocab(str(vocab)).tokens)
-    checkpoint_dir = root / "ckpt"
+    checkpoint_dir = checkpoint_dir or root / "ckpt"
     assert main(["--format", "tfrecord", "--data", str(data), "--bert-config", bert_config(root, 0.0, vocab_size=size),
                  "--steps", "2", "--batch-size", "4", "--checkpoint-dir", str(checkpoint_dir), "--quiet"]) == 0
     hf = root / "hf"
@@ -54,14 +56,15 @@ def uncased(golden_dir, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def cased(shared_dir, golden_dir, tmp_path_factory):
-    """A cased vocab of WikiText-2 (`bertprep vocab --cased`), records of the golden corpus made with it."""
+def cased(shared_dir, golden_dir, s3_bucket, tmp_path_factory):
+    """A cased vocab of WikiText-2 (`bertprep vocab --cased`), records of the golden corpus made with it, the
+    run checkpointing into an s3:// bucket (its checkpoint directory is that URL)."""
     root = tmp_path_factory.mktemp("cased")
     corpus = shared_dir / "fixtures" / "bench" / "wt2.txt"
     vocab = root / "vocab.txt"
     assert bertprep_main(["vocab", "--input", str(corpus), "--out", str(vocab), "--vocab-size", "3000", "--cased",
                           "--quiet"]) == 0
-    return (*trained(root, golden_dir / "corpus.txt", vocab, False), vocab)
+    return (*trained(root, golden_dir / "corpus.txt", vocab, False, f"{s3_bucket}/cased"), vocab)
 
 
 def test_every_checkpoint_carries_the_records_vocab_and_casing(uncased, golden_dir):
@@ -180,32 +183,26 @@ def test_a_cased_vocab_exports_a_cased_tokenizer(cased):
     assert json.loads((hf / "tokenizer_config.json").read_text())["do_lower_case"] is False
 
 
-def test_a_bucket_run_and_a_fine_tune_from_it_carry_the_tokenizer_on(uncased, s3_bucket, shared_dir, golden_dir,
-                                                                      tmp_path):
-    """A run into an s3:// checkpoint directory carries the records' vocab and casing as a local one does, and
-    converts from there with its tokenizer. Google's MRPC records come without a manifest (no vocab named): a
-    fine-tune from that URL takes the --init-checkpoint's vocab and casing, and its export has a tokenizer
-    without --vocab."""
+def test_a_bucket_run_and_a_fine_tune_from_it_carry_the_tokenizer_on(cased, shared_dir, tmp_path):
+    """The cased run checkpointed into an s3:// directory: its checkpoint there carries the records' vocab and
+    casing as a local one does (and its export above came from there). Google's MRPC records come without a
+    manifest (no vocab named): a fine-tune from that URL takes the --init-checkpoint's vocab and casing, and
+    its export has a tokenizer without --vocab."""
     from bertprep import formats, storage
     from bertprep.formats.schemas import GLUE
     from trainer import run_state
 
-    checkpoint_dir, _hf = uncased
-    data = next(p.parent for p in (checkpoint_dir.parent / "records").rglob("manifest.json"))
-    vocab = (golden_dir / "vocab.txt").read_bytes()
-    bucket = f"{s3_bucket}/ckpt"
-    assert main(["--format", "tfrecord", "--data", str(data), "--bert-config", bert_config(
-        tmp_path, 0.0, vocab_size=len(load_vocab(str(golden_dir / "vocab.txt")).tokens)), "--steps", "1",
-        "--batch-size", "4", "--checkpoint-dir", bucket, "--quiet"]) == 0
+    bucket, _hf, vocab = cased
+    vocab = vocab.read_bytes()
     ((_step, step),) = run_state.list_checkpoints(bucket)
     assert storage.read_bytes(storage.join(step, "vocab.txt")) == vocab
-    assert json.loads(storage.read_bytes(storage.join(step, "tokenizer_config.json")))["do_lower_case"] is True
-    assert convert_line(bucket, tmp_path / "from_bucket", "--to", "hf") == (0, "")
-    assert (tmp_path / "from_bucket" / "vocab.txt").read_bytes() == vocab
+    assert json.loads(storage.read_bytes(storage.join(step, "tokenizer_config.json")))["do_lower_case"] is False
 
     glue = shared_dir / "fixtures" / "finetune" / "glue"
     mrpc = tmp_path / "mrpc"
-    records = list(formats.read_records(glue / "MRPC_train_seq128.tfrecord"))[:16]
+    size = len(load_vocab(str(cased[2])).tokens)  # the ids within the cased model's 3,000 rows
+    records = [dict(r, input_ids=r["input_ids"] % size)
+               for r in list(formats.read_records(glue / "MRPC_train_seq128.tfrecord"))[:16]]
     for name in ("train.tf_record", "eval.tf_record"):
         formats.write_records(mrpc / name, records, "tfrecord", kind=GLUE)
     assert main(["finetune", "--task", "mrpc", "--data", str(mrpc), "--format", "tfrecord", "--init-checkpoint",
@@ -213,8 +210,9 @@ def test_a_bucket_run_and_a_fine_tune_from_it_carry_the_tokenizer_on(uncased, s3
                  "--checkpoint-dir", str(tmp_path / "tuned"), "--quiet"]) == 0
     (step,) = [p for p in (tmp_path / "tuned").iterdir() if p.name.startswith("ckpt-")]
     assert (step / "vocab.txt").read_bytes() == vocab
-    assert json.loads((step / "tokenizer_config.json").read_text())["do_lower_case"] is True
+    assert json.loads((step / "tokenizer_config.json").read_text())["do_lower_case"] is False
     assert convert_line(tmp_path / "tuned", tmp_path / "hf", "--to", "hf") == (0, "")
     assert json.loads((tmp_path / "hf" / "config.json").read_text())["architectures"] == [
         "BertForSequenceClassification"]
+    assert json.loads((tmp_path / "hf" / "tokenizer_config.json").read_text())["do_lower_case"] is False
     assert "pipeline_tag: text-classification" in (tmp_path / "hf" / "README.md").read_text()
