@@ -2,7 +2,9 @@
 its records were made with, and `checkpoint convert --to hf` writes the model with its tokenizer, so that
 transformers' AutoTokenizer gives the ids `bertprep create` gave (uncased and cased), truncates a long input
 instead of crashing the model, and `pipeline("fill-mask")` answers with real tokens. Before, the export had
-no tokenizer: AutoTokenizer built a 5-token one and fill-mask returned empty strings, with no warning."""
+no tokenizer: AutoTokenizer built a 5-token one and fill-mask returned empty strings, with no warning.
+The cased run checkpoints into an s3:// bucket, so its export and a fine-tune from it read the tokenizer
+from a URL checkpoint directory (two pretraining runs in all: the module stays under a minute)."""
 
 import contextlib
 import hashlib
@@ -24,16 +26,16 @@ from trainer_checks import bert_config  # noqa: E402
 pytestmark = pytest.mark.xdist_group("hf_export")  # the module's two trained runs are made once
 
 
-def trained(root, corpus, vocab, lower_case):
-    """Records of `corpus` made with `vocab`, 2 steps of the tiny model on them, the run's checkpoint
-    directory and that checkpoint converted --to hf."""
+def trained(root, corpus, vocab, lower_case, checkpoint_dir=None):
+    """Records of `corpus` made with `vocab`, 2 steps of the tiny model on them into `checkpoint_dir` (a
+    path or URL; default root/ckpt), and that checkpoint directory converted --to hf (root/hf)."""
     records = root / "records"
     casing = [] if lower_case else ["--no-lower-case"]
     assert bertprep_main(["create", "--input", str(corpus), "--vocab", str(vocab), "--out", str(records), "--seq",
                           "64", "--pred", "10", "--dupe-factor", "1", "--workers", "1", "--quiet", *casing]) == 0
     data = next(p.parent for p in records.rglob("manifest.json"))
     size = len(load_vocab(str(vocab)).tokens)
-    checkpoint_dir = root / "ckpt"
+    checkpoint_dir = checkpoint_dir or root / "ckpt"
     assert main(["--format", "tfrecord", "--data", str(data), "--bert-config", bert_config(root, 0.0, vocab_size=size),
                  "--steps", "2", "--batch-size", "4", "--checkpoint-dir", str(checkpoint_dir), "--quiet"]) == 0
     hf = root / "hf"
@@ -54,14 +56,15 @@ def uncased(golden_dir, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def cased(shared_dir, golden_dir, tmp_path_factory):
-    """A cased vocab of WikiText-2 (`bertprep vocab --cased`), records of the golden corpus made with it."""
+def cased(shared_dir, golden_dir, s3_bucket, tmp_path_factory):
+    """A cased vocab of WikiText-2 (`bertprep vocab --cased`), records of the golden corpus made with it, the
+    run checkpointing into an s3:// bucket (its checkpoint directory is that URL)."""
     root = tmp_path_factory.mktemp("cased")
     corpus = shared_dir / "fixtures" / "bench" / "wt2.txt"
     vocab = root / "vocab.txt"
     assert bertprep_main(["vocab", "--input", str(corpus), "--out", str(vocab), "--vocab-size", "3000", "--cased",
                           "--quiet"]) == 0
-    return (*trained(root, golden_dir / "corpus.txt", vocab, False), vocab)
+    return (*trained(root, golden_dir / "corpus.txt", vocab, False, f"{s3_bucket}/cased"), vocab)
 
 
 def test_every_checkpoint_carries_the_records_vocab_and_casing(uncased, golden_dir):
@@ -151,31 +154,65 @@ def test_without_a_known_vocab_the_export_is_refused_unless_one_is_given(shared_
     assert config["do_lower_case"] is True  # the golden vocab has no capitals: uncased
 
 
+def test_a_checkpoints_vocab_smaller_than_the_model_is_padded_not_refused(shared_dir, held_out, tmp_path):
+    """A model with more rows than its own vocab (records of a smaller vocab, a larger --bert-config): the
+    export pads vocab.txt with [unused] tokens, so every id the model predicts is a token and the ids of
+    text are the vocab's own; a --vocab of that size is still refused (above)."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from trainer.checkpoint import convert
+
+    src = tmp_path / "src"
+    shutil.copytree(shared_dir / "fixtures" / "checkpoints" / "hf_tiny", src)  # vocab_size 30,522
+    sample = os.path.join(os.path.dirname(os.path.dirname(__file__)), "bertprep", "data", "sample_vocab.txt")
+    shutil.copyfile(sample, src / "vocab.txt")  # 2,000 tokens
+    summary = convert(str(src), str(tmp_path / "hf"), "hf")
+    assert "vocab.txt padded with 28,522 [unused] tokens" in summary["notes"]
+    tokens = load_vocab(str(tmp_path / "hf" / "vocab.txt")).tokens
+    assert len(tokens) == 30522 and tokens[:2000] == load_vocab(sample).tokens and tokens[2000] == "[unused0]"
+    tokenizer = AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
+    ours, _counts = LineTokenizer(load_vocab(sample), lower_case=True).encode(held_out[:50])
+    assert [i for line in tokenizer(held_out[:50], add_special_tokens=False)["input_ids"] for i in line] == list(ours)
+
+
 def test_a_cased_vocab_exports_a_cased_tokenizer(cased):
     _checkpoint_dir, hf, vocab = cased
     assert (hf / "vocab.txt").read_bytes() == vocab.read_bytes()
     assert json.loads((hf / "tokenizer_config.json").read_text())["do_lower_case"] is False
 
 
-def test_a_fine_tune_carries_its_initial_checkpoints_tokenizer_on(uncased, shared_dir, golden_dir, tmp_path):
-    """Google's MRPC records come without a manifest (no vocab named): the fine-tuned checkpoint takes the
-    --init-checkpoint's vocab and casing, and its export has a tokenizer without --vocab."""
-    from bertprep import formats
+def test_a_bucket_run_and_a_fine_tune_from_it_carry_the_tokenizer_on(cased, shared_dir, tmp_path):
+    """The cased run checkpointed into an s3:// directory: its checkpoint there carries the records' vocab and
+    casing as a local one does (and its export above came from there). Google's MRPC records come without a
+    manifest (no vocab named): a fine-tune from that URL takes the --init-checkpoint's vocab and casing, and
+    its export has a tokenizer without --vocab."""
+    from bertprep import formats, storage
     from bertprep.formats.schemas import GLUE
+    from trainer import run_state
+
+    bucket, _hf, vocab = cased
+    vocab = vocab.read_bytes()
+    ((_step, step),) = run_state.list_checkpoints(bucket)
+    assert storage.read_bytes(storage.join(step, "vocab.txt")) == vocab
+    assert json.loads(storage.read_bytes(storage.join(step, "tokenizer_config.json")))["do_lower_case"] is False
 
     glue = shared_dir / "fixtures" / "finetune" / "glue"
-    data = tmp_path / "mrpc"
-    records = list(formats.read_records(glue / "MRPC_train_seq128.tfrecord"))[:16]
+    mrpc = tmp_path / "mrpc"
+    size = len(load_vocab(str(cased[2])).tokens)  # the ids within the cased model's 3,000 rows
+    records = [dict(r, input_ids=r["input_ids"] % size)
+               for r in list(formats.read_records(glue / "MRPC_train_seq128.tfrecord"))[:16]]
     for name in ("train.tf_record", "eval.tf_record"):
-        formats.write_records(data / name, records, "tfrecord", kind=GLUE)
-    checkpoint_dir, _hf = uncased
-    assert main(["finetune", "--task", "mrpc", "--data", str(data), "--format", "tfrecord", "--init-checkpoint",
-                 str(checkpoint_dir), "--steps", "1", "--batch-size", "8", "--no-eval", "--output-dir",
-                 str(tmp_path / "out"), "--checkpoint-dir", str(tmp_path / "tuned"), "--quiet"]) == 0
+        formats.write_records(mrpc / name, records, "tfrecord", kind=GLUE)
+    assert main(["finetune", "--task", "mrpc", "--data", str(mrpc), "--format", "tfrecord", "--init-checkpoint",
+                 bucket, "--steps", "1", "--batch-size", "8", "--no-eval", "--output-dir", str(tmp_path / "out"),
+                 "--checkpoint-dir", str(tmp_path / "tuned"), "--quiet"]) == 0
     (step,) = [p for p in (tmp_path / "tuned").iterdir() if p.name.startswith("ckpt-")]
-    assert (step / "vocab.txt").read_bytes() == (golden_dir / "vocab.txt").read_bytes()
-    assert json.loads((step / "tokenizer_config.json").read_text())["do_lower_case"] is True
+    assert (step / "vocab.txt").read_bytes() == vocab
+    assert json.loads((step / "tokenizer_config.json").read_text())["do_lower_case"] is False
     assert convert_line(tmp_path / "tuned", tmp_path / "hf", "--to", "hf") == (0, "")
     assert json.loads((tmp_path / "hf" / "config.json").read_text())["architectures"] == [
         "BertForSequenceClassification"]
+    assert json.loads((tmp_path / "hf" / "tokenizer_config.json").read_text())["do_lower_case"] is False
     assert "pipeline_tag: text-classification" in (tmp_path / "hf" / "README.md").read_text()

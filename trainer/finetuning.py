@@ -46,18 +46,17 @@ SAMPLE_PRETRAINING = dict(format="ofrecord", steps=20, batch_size=8, optimizer="
                           log_every=20, quiet=True)
 
 
-def carried_files(data, checkpoint_path, log):
-    """(files, manifests): the vocab and casing the task's records were made with (else the initial
-    checkpoint's) for the fine-tuned checkpoint to carry (trainer/checkpoint/tokenizer.py), and the records
-    manifest with its sha256."""
+def carried_files(data, initial, log):
+    """(files, manifests): the vocab and casing the task's records were made with (else `initial`, the
+    tokenizer.RunTokenizer the --init-checkpoint carries) for the fine-tuned checkpoint to carry
+    (trainer/checkpoint/tokenizer.py), and the records manifest with its sha256."""
     from trainer.checkpoint import tokenizer
 
     manifest = storage.join(data.data_dir, "manifest.json")
     named = ([(storage.display(manifest), data.manifest["vocab"], data.lower_case)]
              if isinstance(data.manifest.get("vocab"), dict) else [])
     notes = []
-    directory = checkpoint_path if os.path.isdir(checkpoint_path) else os.path.dirname(checkpoint_path)
-    found = tokenizer.of_records(named, notes) or tokenizer.of_directory(directory)
+    found = tokenizer.of_records(named, notes) or initial
     for note in notes:
         log.note(note)
     manifests = {storage.display(manifest): storage.sha256(manifest)} if data.manifest else {}
@@ -79,8 +78,14 @@ def finetune(config):
         raise UsageError(f"{storage.display(config.data)}: --predict: no {config.format} "
                          f"{'test' if split == 'test' else 'eval (predict file)'} records "
                          f"({SPLIT_FILES[split][config.format]}) to predict")
-    checkpoint = config.init_checkpoint or sample_checkpoint(config, data)
-    bert, weights, checkpoint_path = read_pretraining_checkpoint(checkpoint)
+    from trainer.checkpoint import read, tokenizer
+
+    initial = read(config.init_checkpoint or sample_checkpoint(config, data))
+    bert, weights, checkpoint_path = initial.config, initial.ours(), initial.path
+    # The vocab and casing --init-checkpoint carries (any kind, a URL's too), for the fine-tuned checkpoint
+    # where the task's records name none; the on-the-fly sample checkpoint's is not the task records' vocab.
+    initial_tokenizer = tokenizer.of_checkpoint(initial) if config.init_checkpoint else None
+    del initial  # its weights are in `weights`, in our layout
     if config.model and size_of(bert) != SIZES[config.model]:
         raise UsageError(f"--model {config.model}: the checkpoint {checkpoint_path} holds L{bert.num_hidden_layers}/"
                          f"H{bert.hidden_size}/A{bert.num_attention_heads} (leave --model out to use it)")
@@ -98,12 +103,13 @@ def finetune(config):
     devices = Devices(keras.backend.backend())
     log = Log(config, 0, enabled=True)
     try:
-        return _finetune(config, task, data, bert, weights, checkpoint_path, devices, log)
+        carried = carried_files(data, initial_tokenizer, log) if config.checkpoint_dir else ({}, {})
+        return _finetune(config, task, data, bert, weights, checkpoint_path, devices, log, carried)
     finally:
         log.close()
 
 
-def _finetune(config, task, data, bert, weights, checkpoint_path, devices, log):
+def _finetune(config, task, data, bert, weights, checkpoint_path, devices, log, carried):
     from trainer.optimizers import build_slots, make_optimizer
     from trainer.steps import make_steps
 
@@ -133,7 +139,7 @@ def _finetune(config, task, data, bert, weights, checkpoint_path, devices, log):
                                          log))
     storage.makedirs(config.output_dir)
     if config.checkpoint_dir:
-        files, manifests = carried_files(data, checkpoint_path, log)
+        files, manifests = carried
         path = run_state.save(config.checkpoint_dir, train["steps"], steps.get_state(),
                               {"settings": {"task": task.name, "labels": head_labels(task, data),
                                             "model": bert.to_dict(), "init": checkpoint_path},

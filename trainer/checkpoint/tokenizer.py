@@ -16,6 +16,7 @@ vocab whose tokens hold capitals was made for cased text (an uncased vocab has n
 
 import dataclasses
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -81,17 +82,6 @@ def of_checkpoint(checkpoint):
     return RunTokenizer(data, lower_case, checkpoint.vocab)
 
 
-def of_directory(directory):
-    """The RunTokenizer of a local checkpoint directory's vocab.txt and casing, or None."""
-    path = os.path.join(directory, "vocab.txt")
-    if storage.is_url(directory) or not os.path.isfile(path):
-        return None
-    with open(path, "rb") as f:
-        data = f.read()
-    lower_case = casing_beside(directory)
-    return RunTokenizer(data, casing_of_vocab(data) if lower_case is None else lower_case, path)
-
-
 def casing_beside(directory):
     """do_lower_case of a checkpoint directory's tokenizer_config.json, else what Google's release names say
     (`uncased_…` / `cased_…`), else None."""
@@ -129,7 +119,8 @@ def _tokens(data):
 def for_export(checkpoint, vocab=None, cased=None):
     """The RunTokenizer an export writes: `vocab` (a --vocab file) or the checkpoint's, its casing from
     `cased` (--cased / --uncased), else the checkpoint's, else the vocab's own. A UsageError where there is
-    none, or where the vocab's size is not the model's."""
+    none, or where a --vocab's size is not the model's; the checkpoint's own vocab, where the run's model
+    has more rows than it (records of a smaller vocab, a larger --bert-config), is padded (_padded)."""
     if vocab is not None:
         try:
             with storage.local_copy(vocab) as local, open(local, "rb") as f:
@@ -147,10 +138,27 @@ def for_export(checkpoint, vocab=None, cased=None):
             found = dataclasses.replace(found, lower_case=not cased)
     lines = len(found.tokens())
     size = checkpoint.config.vocab_size
+    if vocab is None and lines < size:
+        return _padded(found, size, checkpoint.notes)
     if not (lines == size or lines < size <= -(-lines // 8) * 8):  # NVIDIA pads the rows to a multiple of 8
         raise UsageError(f"{found.source}: {lines:,} tokens, the model's vocab_size is {size:,}: not this "
                          "model's vocab")
     return found
+
+
+def _padded(found, size, notes):
+    """`found` with `[unused<i>]` tokens after its own up to `size`, as Google's vocabs reserve rows: the
+    model's rows beyond the vocab were never an input, but fill-mask ranks them too, and an id the
+    tokenizer does not know decodes to an empty string. No text tokenizes to them (BERT's pre-tokenizer
+    splits "[" off), so the ids of text stay the vocab's own."""
+    tokens = set(found.tokens())
+    extra = (f"[unused{i}]" for i in itertools.count() if f"[unused{i}]" not in tokens)
+    lines = len(found.tokens())
+    padding = "".join(f"{next(extra)}\n" for _ in range(size - lines)).encode()
+    data = found.vocab if found.vocab.endswith(b"\n") or not found.vocab else found.vocab + b"\n"
+    notes.append(f"{found.source}: {lines:,} tokens, the model's vocab_size {size:,}: vocab.txt padded with "
+                 f"{size - lines:,} [unused] tokens")
+    return dataclasses.replace(found, vocab=data + padding)
 
 
 def write_hf_files(tokenizer, directory, max_length):
