@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-LINTED = ["bertprep", "trainer", "tests", "scripts"]
+LINTED = ["bertprep", "trainer", "tests", "scripts", "docs"]  # docs: the notebook
 
 
 def _ruff():
