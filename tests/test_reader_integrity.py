@@ -19,13 +19,17 @@ from bertprep.errors import DataError
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def records(tmp_path_factory, golden_dir):
-    out = tmp_path_factory.mktemp("records")
+def created(out, golden_dir, fmts):
+    """The records directory of `bertprep create` of the golden corpus in `fmts`."""
     assert main(["create", "--input", str(golden_dir / "corpus.txt"), "--vocab", str(golden_dir / "vocab.txt"),
                  "--out", str(out), "--seq", "128", "--pred", "20", "--dupe-factor", "1", "--quiet",
-                 "--format", "tfrecord,ofrecord"]) == 0
+                 "--format", fmts]) == 0
     return next(p.parent for p in out.rglob("manifest.json"))
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory, golden_dir):
+    return created(tmp_path_factory.mktemp("records"), golden_dir, "tfrecord,ofrecord")
 
 
 def flipped_copy(records, tmp_path, fmt):
@@ -63,11 +67,7 @@ def test_a_flipped_byte_is_named_by_the_reader_that_has_the_digest(records, tmp_
 
 @pytest.fixture(scope="module")
 def columnar_records(tmp_path_factory, golden_dir):
-    out = tmp_path_factory.mktemp("columnar")
-    assert main(["create", "--input", str(golden_dir / "corpus.txt"), "--vocab", str(golden_dir / "vocab.txt"),
-                 "--out", str(out), "--seq", "128", "--pred", "20", "--dupe-factor", "1", "--quiet",
-                 "--format", "hdf5,parquet"]) == 0
-    return next(p.parent for p in out.rglob("manifest.json"))
+    return created(tmp_path_factory.mktemp("columnar"), golden_dir, "hdf5,parquet")
 
 
 @pytest.mark.parametrize("fmt", ["hdf5", "parquet"])
