@@ -138,6 +138,12 @@ def test_predict_writes_test_results_tsv(mrpc):
 
 def test_mrpc_hf_export_gives_test_results(mrpc, tmp_path):
     hf_export_gives_test_results(*mrpc, tmp_path)
+    card = (tmp_path / "hf" / "README.md").read_text()  # its eval scores in the model card's model-index
+    accuracy = json.loads(next(p for p in (mrpc[0] / "ckpt").glob("ckpt-*/state.json")).read_text())[
+        "evaluation"]["accuracy"]
+    assert accuracy == mrpc[1]["eval_accuracy"]
+    assert "pipeline_tag: text-classification\n" in card and "      name: MRPC\n      type: glue\n" in card
+    assert f"    - type: accuracy\n      value: {json.dumps(accuracy)}\n" in card
 
 
 @pytest.mark.heavy

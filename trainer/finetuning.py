@@ -138,14 +138,6 @@ def _finetune(config, task, data, bert, weights, checkpoint_path, devices, log, 
     train = training_figures(*train_loop(steps, prefetch(stream.batches()), Schedule(total_steps, config.log_every),
                                          log))
     storage.makedirs(config.output_dir)
-    if config.checkpoint_dir:
-        files, manifests = carried
-        path = run_state.save(config.checkpoint_dir, train["steps"], steps.get_state(),
-                              {"settings": {"task": task.name, "labels": head_labels(task, data),
-                                            "model": bert.to_dict(), "init": checkpoint_path},
-                               "data": {"manifests": manifests}},
-                              keep=1, files=files)
-        log.note(f"checkpoint {storage.display(path)}")
     evaluation, prediction = {}, {}
     eval_batch = config.batch_size * devices.replicas
     if not config.no_eval:
@@ -156,6 +148,15 @@ def _finetune(config, task, data, bert, weights, checkpoint_path, devices, log, 
         log.record("eval", {k: v for k, v in evaluation.items() if isinstance(v, (int, float))}, train["steps"])
     else:
         log.note("--no-eval: nothing scored")
+    if config.checkpoint_dir:  # after scoring (the weights are the same): its model card names the scores
+        files, manifests = carried
+        path = run_state.save(config.checkpoint_dir, train["steps"], steps.get_state(),
+                              {"settings": {"task": task.name, "labels": head_labels(task, data),
+                                            "model": bert.to_dict(), "init": checkpoint_path},
+                               "data": {"manifests": manifests},
+                               "evaluation": {k: v for k, v in evaluation.items() if isinstance(v, (int, float))}},
+                              keep=1, files=files)
+        log.note(f"checkpoint {storage.display(path)}")
     if config.predict:
         prediction = predict(config, task, data, steps, eval_batch, evaluation)
         log.note(f"--predict: {prediction['examples']} examples into {prediction['file']}")

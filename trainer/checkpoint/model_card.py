@@ -25,15 +25,19 @@ def run_state_of(checkpoint):
     return state if isinstance(state, dict) else {}
 
 
-def write(directory, name, checkpoint, tokenizer, architecture, state, scores=None):
+def write(directory, name, checkpoint, tokenizer, architecture, state):
     """README.md into `directory`, for the model `name` (the export's directory name). `state`: the run's
-    state.json ({} where unknown); `scores`: a fine-tune's metrics ({name: value}) for model-index."""
+    state.json ({} where unknown); a fine-tune's holds its eval scores, given in `model-index`."""
     config = checkpoint.config
     pipeline = PIPELINES.get(architecture, "feature-extraction")
+    task = (state.get("settings") or {}).get("task")
+    scores = {metric: value for metric, value in (state.get("evaluation") or {}).items()
+              if metric not in ("examples", "loss") and isinstance(value, (int, float))} if task else {}
     front = ["---", "library_name: transformers", f"pipeline_tag: {pipeline}", "tags:", "- bert", "- bertprep"]
     if scores:
+        dataset = "squad" if "SQUAD" in task.upper() else "glue"
         front += ["model-index:", f"- name: {name}", "  results:", "  - task:", f"      type: {pipeline}",
-                  "    metrics:"]
+                  "    dataset:", f"      name: {task}", f"      type: {dataset}", "    metrics:"]
         for metric, value in scores.items():
             front += [f"    - type: {metric}", f"      value: {json.dumps(value)}"]
     front.append("---")
@@ -58,6 +62,7 @@ def write(directory, name, checkpoint, tokenizer, architecture, state, scores=No
         text += ["", "## Data", "", "The records it was trained on, by their bertprep manifests:", ""]
         text += [f"- `{path}`: sha256 `{digest}`" for path, digest in sorted(manifests.items())]
     if scores:
-        text += ["", "## Scores", ""] + [f"- {metric}: {value}" for metric, value in scores.items()]
+        text += ["", "## Scores", "", f"On {task}'s eval split, after fine-tuning:", ""]
+        text += [f"- {metric}: {value}" for metric, value in scores.items()]
     with open(os.path.join(directory, "README.md"), "w", encoding="utf-8") as f:
         f.write("\n".join(front + text) + "\n")
