@@ -1,9 +1,10 @@
 """Progress on stderr and the end-of-run summary every stage prints.
 
 On a terminal, progress is a tqdm bar (count, rate and ETA, with the named
-counters after it). Anywhere else (a pipe, a CI log, a file) it is a plain
-line every few seconds, the same line format as always, so logs stay
-readable and greppable. --quiet silences both. The summary is a short table
+counters after it); in a Jupyter kernel with ipywidgets, tqdm's notebook widget
+(what `tqdm.auto` picks there). Anywhere else (a pipe, a CI log, a file, a
+kernel without ipywidgets) it is a plain line every few seconds, the same line
+format as always, so logs stay readable and greppable. --quiet silences both. The summary is a short table
 on stdout, or one JSON object with --json, for scripts.
 """
 
@@ -57,6 +58,21 @@ class _Bar(tqdm):
     monitor_interval = 0
 
 
+def _notebook_bar():
+    """tqdm's Jupyter widget bar where this process is a Jupyter kernel that has ipywidgets, else None.
+    (tqdm.auto's own test, without its TqdmWarning where ipywidgets is missing: lines serve there.)"""
+    ipython = sys.modules.get("IPython")
+    try:
+        shell = ipython.get_ipython() if ipython is not None else None
+        if shell is None or "IPKernelApp" not in shell.config:
+            return None
+        import ipywidgets  # noqa: F401  (the widget needs it)
+        from tqdm.notebook import tqdm as notebook_tqdm
+    except Exception:  # no IPython, an IPython without a kernel, no ipywidgets: plain lines
+        return None
+    return type("_NotebookBar", (notebook_tqdm,), {"monitor_interval": 0})
+
+
 class Progress:
     """Counts work done out of `total` (units such as shards) plus named counters.
 
@@ -65,8 +81,9 @@ class Progress:
         p.close()
 
     On a terminal a tqdm bar is redrawn at most every `interval` seconds
-    (0.2 by default); elsewhere `line()` is printed every `interval` seconds
-    (5 by default) and once more at `close()`.
+    (0.2 by default), in a Jupyter kernel (stream left to stderr) a widget bar;
+    elsewhere `line()` is printed every `interval` seconds (5 by default) and
+    once more at `close()`.
     """
 
     def __init__(self, label, total=None, unit="items", quiet=False, stream=None, interval=None, initial=0):
@@ -84,7 +101,12 @@ class Progress:
         self._last = 0.0
         self._last_done = None
         self._bar = None
-        if self.tty and not quiet:
+        notebook_bar = _notebook_bar() if stream is None and not quiet else None
+        if notebook_bar is not None:
+            self.tty, self.interval = True, interval if interval is not None else 0.2  # a bar, not lines
+            self._bar = notebook_bar(total=total, desc=label, unit=f" {unit}", mininterval=self.interval,
+                                     miniters=0, leave=True, initial=initial)
+        elif self.tty and not quiet:
             # Follow the terminal's size, unless it reports none (a pseudo-terminal nobody sized):
             # tqdm would then draw nothing at all.
             sized = min(_terminal_size(self.stream)) > 0

@@ -2,7 +2,7 @@
 (one cell per paragraph) in a fresh Jupyter kernel: download (from a stand-in hub on 127.0.0.1) -> shard ->
 create -> validate -> train 20 steps -> finetune -> convert to Hugging Face -> pipeline("fill-mask"), in Python
 calls only. Every cell runs; no output holds a traceback or a TensorFlow, absl or CUDA line; the report shows
-as HTML."""
+as HTML; the trainer's progress is tqdm's notebook widget."""
 
 import json
 import os
@@ -64,7 +64,7 @@ def texts(cell):
         elif output["output_type"] == "error":
             plain.append("Traceback: " + "\n".join(output["traceback"]))
         else:
-            plain.append(output.get("data", {}).get("text/plain", ""))
+            plain.append(output.get("data", {}).get("text/plain", "") + "\n")  # a display is a block of its own
             html.append(output.get("data", {}).get("text/html", ""))
     return "".join(plain), html
 
@@ -88,6 +88,11 @@ def test_readme_python_example_runs_the_whole_pipeline_in_a_notebook(tmp_path):
     assert re.search(r"^loss after 20 steps: \d+\.\d{3}$", printed, re.M), printed
     # MRPC's dev-set scores (the stand-in's 2 dev pairs)
     assert re.search(r"^\{'examples': 2, 'loss': [0-9.]+, 'accuracy': [0-9.]+, 'f1_positive'", printed, re.M), printed
+    # the trainer's progress: tqdm's widget (ipywidgets is in the test extra), not stderr lines
+    train_cell = next(cell for cell in notebook.cells if "trainer.train(" in cell.source)
+    assert any("application/vnd.jupyter.widget-view+json" in output.get("data", {})
+               for output in train_cell["outputs"]), train_cell["outputs"]
+    assert not re.search(r"^trainer: \d+/20 steps", printed, re.M), printed
     report_html = next(html for plain, html in outputs if "bertprep validate: SOUND" in plain)
     assert report_html[0].startswith("<pre>bertprep validate: SOUND") and "data:image/png;base64," in report_html[0]
     answers = outputs[-1][0]  # fill-mask's five answers: real tokens of the vocab, not empty strings
