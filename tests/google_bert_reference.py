@@ -8,7 +8,8 @@ script, in its own process, because the reference needs TensorFlow 1 graph behav
 
 `--head classifier`: modeling.BertModel + run_classifier.create_model (is_training False); writes
 `probabilities` [N, labels] and `logits`. `--head squad`: run_squad.create_model; writes `start_logits`
-and `end_logits` [N, seq]. The checkpoint is restored as run_classifier.py's model_fn restores
+and `end_logits` [N, seq]; both also `variables`, the JSON list of [name, shape] of every variable restored. The
+checkpoint is restored as run_classifier.py's model_fn restores
 --init_checkpoint (modeling.get_assignment_map_from_checkpoint + tf.train.init_from_checkpoint); every
 trainable variable of the reference's graph must come from it, or the script fails (but for the pooler
 BertModel always makes and run_squad.py never reads).
@@ -16,6 +17,7 @@ BertModel always makes and run_squad.py never reads).
 
 import argparse
 import ast
+import json
 import os
 import sys
 import types
@@ -101,7 +103,10 @@ def run(checkpoint, inputs, head, labels):
     tf.train.init_from_checkpoint(checkpoint, assignment)
     with tf.Session() as session:
         session.run(tf.global_variables_initializer())
-        return session.run(fetch)
+        outputs = session.run(fetch)
+    # What the reference's graph restored, by name and shape: the golden a run without its code checks against.
+    restored_variables = sorted([v.name.split(":")[0], v.shape.as_list()] for v in variables if v.name in restored)
+    return dict(outputs, variables=np.array(json.dumps(restored_variables)))
 
 
 def main():
