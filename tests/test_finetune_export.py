@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -146,6 +147,45 @@ def test_mrpc_hf_export_gives_test_results(mrpc, tmp_path):
     assert accuracy == mrpc[1]["eval_accuracy"]
     assert "pipeline_tag: text-classification\n" in card and "      name: MRPC\n      type: glue\n" in card
     assert f"    - type: accuracy\n      value: {json.dumps(accuracy)}\n" in card
+
+
+def sts_b_tsv(directory, rows):
+    """STS-B's GLUE layout: index genre filename year old_index source1 source2 sentence1 sentence2 [score]."""
+    directory.mkdir(parents=True, exist_ok=True)
+    header = ["index", "genre", "filename", "year", "old_index", "source1", "source2", "sentence1", "sentence2"]
+    words = (Path(shared_path()) / "fixtures" / "golden" / "corpus.txt").read_text(encoding="utf-8").split()
+    for split, count in (("train", rows), ("dev", rows), ("test", rows // 2)):
+        lines = ["\t".join(header + (["score"] if split != "test" else []))]
+        for i in range(count):
+            a, b = " ".join(words[i * 7:i * 7 + 9]), " ".join(words[i * 5 + 3:i * 5 + 11])
+            score = [f"{(i * 37 % 51) / 10:.3f}"] if split != "test" else []
+            lines.append("\t".join([str(i), "main-news", "x", "2012", str(i), "none", "none", a, b] + score))
+        (directory / f"{split}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def test_sts_b_predicts_one_value_per_line_and_exports_a_regression_head(pretrained, golden_dir, tmp_path):
+    """STS-B (regression): --predict writes one value per test example, as run_classifier.py's
+    --do_predict line of a one-label model; the HF export is a regression BertForSequenceClassification
+    giving those values within 1e-4."""
+    sts_b_tsv(tmp_path / "STS-B", 24)
+    assert bertprep_main(["create-glue", "--task", "STS-B", "--data-dir", str(tmp_path / "STS-B"), "--vocab",
+                          str(golden_dir / "vocab.txt"), "--out", str(tmp_path / "data"), "--format", "tfrecord",
+                          "--quiet"]) == 0
+    summary = finetune(tmp_path, "--task", "sts-b", "--data", str(tmp_path / "data"), "--init-checkpoint",
+                       str(pretrained), "--steps", "4", "--batch-size", "8", "--lr", "2e-3")
+    lines = (tmp_path / "out" / "test_results.tsv").read_text().splitlines()
+    assert len(lines) == 12 == summary["predict_examples"] and all("\t" not in line for line in lines)
+    ours = np.array([float(line) for line in lines])
+    assert np.ptp(ours) > 1e-4  # the examples differ
+    out = convert(tmp_path / "ckpt", tmp_path / "hf", "hf")
+    config = json.loads((out / "config.json").read_text())
+    assert config["architectures"] == ["BertForSequenceClassification"] and config["num_labels"] == 1
+    assert config["problem_type"] == "regression"
+    test = list(formats.read_records(tmp_path / "data" / "predict.tf_record"))
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(out).eval()
+    with torch.no_grad():
+        values = model(**torch_inputs(test)).logits.numpy()[:, 0]
+    assert np.abs(values - ours).max() < TOLERANCE
 
 
 @pytest.mark.heavy
@@ -348,27 +388,3 @@ def test_convert_without_labels_is_one_line(mrpc, tmp_path, capsys):
     err = one_line_error(capsys, ["checkpoint", "convert", str(checkpoint), str(tmp_path / "hf"), "--to", "hf"], 1)
     assert "labels" in err and not (tmp_path / "hf").exists()
     assert not [n for n in os.listdir(tmp_path) if n not in (name,)]  # no staging left either
-
-
-def test_sts_b_head_exports_as_a_regression(mrpc, tmp_path):
-    """A one-unit head of STS-B (the MRPC checkpoint's head cut to its first unit, its task renamed):
-    BertForSequenceClassification with problem_type regression and one label, its logit the unit's."""
-    (name,) = [n for n in os.listdir(mrpc[0] / "ckpt") if n.startswith("ckpt-")]
-    checkpoint = tmp_path / name
-    shutil.copytree(mrpc[0] / "ckpt" / name, checkpoint)
-    with np.load(checkpoint / "state.npz") as state:
-        arrays = {key: state[key][..., :1] if key.endswith(("bert/classifier/kernel", "bert/classifier/bias"))
-                  else state[key] for key in state.files}
-    np.savez(checkpoint / "state.npz", **arrays)
-    state = json.loads((checkpoint / "state.json").read_text())
-    state["settings"].update(task="STS-B", labels=None)
-    (checkpoint / "state.json").write_text(json.dumps(state))
-    out = convert(checkpoint, tmp_path / "hf", "hf")
-    model = transformers.AutoModelForSequenceClassification.from_pretrained(out).eval()
-    assert model.config.problem_type == "regression" and model.config.num_labels == 1
-    with torch.no_grad():
-        logits = model(**torch_inputs(mrpc[2][:4])).logits.numpy()
-    two = transformers.AutoModelForSequenceClassification.from_pretrained(convert(mrpc[0] / "ckpt", tmp_path / "two",
-                                                                                  "hf")).eval()
-    with torch.no_grad():
-        assert np.abs(two(**torch_inputs(mrpc[2][:4])).logits.numpy()[:, :1] - logits).max() < 1e-6
