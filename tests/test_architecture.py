@@ -1,10 +1,12 @@
 """The rules of docs/architecture.md that a reading of the source can check: imports run one way,
-the trainer imports bertprep and bertprep never the trainer (not even lazily, inside a function)."""
+the trainer imports bertprep and bertprep never the trainer (not even lazily, inside a function), and no two
+modules import each other, directly or round a circle, at the top or inside a function."""
 
 import ast
 import pathlib
 
 BERTPREP = pathlib.Path(__file__).resolve().parent.parent / "bertprep"
+ROOT = BERTPREP.parent
 
 
 def _imported_modules(path):
@@ -19,3 +21,74 @@ def test_bertprep_never_imports_the_trainer():
     importing = sorted(f"{path.relative_to(BERTPREP.parent)}: {module}" for path in BERTPREP.rglob("*.py")
                        for module in _imported_modules(path) if module == "trainer" or module.startswith("trainer."))
     assert importing == []
+
+
+def _module_name(path):
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph():
+    """{module: the project modules it imports anywhere in its source}; `from package import name` counts as
+    the submodule `package.name` where there is one, else as the package."""
+    paths = {_module_name(p): p for package in ("bertprep", "trainer") for p in (ROOT / package).rglob("*.py")}
+
+    def known(name):
+        while name and name not in paths:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph = {}
+    for module, path in paths.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.Import):
+                imported.update(known(alias.name) for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parent = package.split(".")[:len(package.split(".")) - node.level + 1]
+                    base = ".".join(parent + ([base] if base else []))
+                imported.update(f"{base}.{alias.name}" if f"{base}.{alias.name}" in paths else known(base)
+                                for alias in node.names)
+        graph[module] = imported - {None, module}
+    return graph
+
+
+def circles(graph):
+    """The strongly connected groups of more than one module (Tarjan)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(module):
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for other in sorted(graph[module]):
+            if other not in index:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in on_stack:
+                low[module] = min(low[module], index[other])
+        if low[module] == index[module]:
+            group = []
+            while not group or group[-1] != module:
+                group.append(stack.pop())
+                on_stack.discard(group[-1])
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_no_import_circles():
+    graph = import_graph()
+    assert len(graph) > 100 and "trainer.checkpoint.base" in graph["trainer.checkpoint.google"]  # it reads them
+    assert circles(graph) == []
+
+
+def test_an_import_circle_is_found():
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

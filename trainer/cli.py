@@ -5,15 +5,20 @@ Backend: `KERAS_BACKEND` (tensorflow by default, or jax). Several hosts
 (TensorFlow): set `TF_CONFIG` on every host; see docs/trainer.md.
 """
 
-import argparse
 import contextlib
 import dataclasses
-import math
 import os
 import sys
 
 from bertprep.errors import run_reporting_errors
 from bertprep.progress import add_output_arguments, print_summary, readable_rows
+from trainer.arguments import (
+    OneLineErrorParser,
+    add_records_and_model_arguments,
+    positive_int,
+    positive_number,
+    warmup,
+)
 from trainer.config import (
     ALLREDUCE_DTYPES,
     CLIPPING,
@@ -22,7 +27,6 @@ from trainer.config import (
     OPTIMIZERS,
     PLACEMENTS,
     PRECISIONS,
-    PRETRAINING_FORMATS,
     SIZES,
     FinetuneConfig,
     TrainConfig,
@@ -31,89 +35,41 @@ from trainer.config import (
 PROG = "trainer"
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-def _positive_int(text):
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
-    return value
-
-
-def _positive_number(text):
-    value = float(text)
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
-    return value
-
-
-def _warmup(text):
-    """A fraction of --steps (< 1) or a number of steps."""
-    value = float(text)
-    if value < 0 or (value >= 1 and value != int(value)):
-        raise argparse.ArgumentTypeError(f"expected a fraction below 1 or a whole number of steps, got {text}")
-    return value
-
-
-def _probability(text):
-    value = float(text)
-    if not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(f"expected a probability in [0, 1), got {text}")
-    return value
-
-
-def add_records_and_model_arguments(p):
-    """--format, --data, --model | --bert-config, --dropout: shared with trainer.benchmark."""
-    p.add_argument("--format", required=True, choices=PRETRAINING_FORMATS,
-                   help="record format to read")
-    p.add_argument("--data", help="records directory of `bertprep create` or `bertprep pack` "
-                                  "(default: embedded sample records)")
-    size = p.add_mutually_exclusive_group()
-    size.add_argument("--model", choices=tuple(SIZES), default=None,
-                      help="Google's BERT size, with the records' vocab (default: base; tiny on the embedded sample)")
-    size.add_argument("--bert-config", help="Google's bert_config.json instead of --model")
-    p.add_argument("--dropout", type=_probability, default=None,
-                   help="hidden and attention dropout (default: the model config's; 0 for exact comparisons)")
-
-
 def add_optimizer_arguments(p, default):
     """--optimizer and --clip-norm, for pretraining and fine-tuning (docs/trainer.md compares the optimizers)."""
     p.add_argument("--optimizer", choices=tuple(OPTIMIZERS), default=default,
                    help=f"{', '.join(f'{k}: {v}' for k, v in OPTIMIZERS.items())} (default: {default})")
-    p.add_argument("--clip-norm", type=_positive_number, default=None, metavar="C",
+    p.add_argument("--clip-norm", type=positive_number, default=None, metavar="C",
                    help=f"clip the summed gradients to global norm C ({' and '.join(CLIPPING)}; "
                         f"default: {DEFAULT_CLIP_NORM})")
 
 
 def build_parser():
-    p = _Parser(prog=PROG,
-                description="Pretrain BERT (Keras 3) on TFRecord or OFRecord records from `bertprep create`.")
+    p = OneLineErrorParser(
+        prog=PROG, description="Pretrain BERT (Keras 3) on TFRecord or OFRecord records from `bertprep create`.")
     add_records_and_model_arguments(p)
     add_optimizer_arguments(p, default="lamb")
     p.add_argument("--lr", type=float, default=1e-4, help="peak learning rate (default: 1e-4)")
-    p.add_argument("--warmup", type=_warmup, default=0.1, help="warmup: fraction of --steps or steps (default: 0.1)")
-    p.add_argument("--steps", type=_positive_int, default=1000, help="optimizer steps (default: 1000)")
-    p.add_argument("--batch-size", type=_positive_int, default=32, help="sequences per replica per micro-batch")
-    p.add_argument("--grad-accum", type=_positive_int, default=1, help="micro-batches per optimizer step")
+    p.add_argument("--warmup", type=warmup, default=0.1, help="warmup: fraction of --steps or steps (default: 0.1)")
+    p.add_argument("--steps", type=positive_int, default=1000, help="optimizer steps (default: 1000)")
+    p.add_argument("--batch-size", type=positive_int, default=32, help="sequences per replica per micro-batch")
+    p.add_argument("--grad-accum", type=positive_int, default=1, help="micro-batches per optimizer step")
     p.add_argument("--precision", choices=PRECISIONS, default="fp32")
     p.add_argument("--allreduce-dtype", choices=ALLREDUCE_DTYPES, default="fp32",
                    help="dtype of the gradients while they are summed across replicas, once per step (default: fp32)")
-    p.add_argument("--pad-vocab", type=_positive_int, default=None, metavar="N",
+    p.add_argument("--pad-vocab", type=positive_int, default=None, metavar="N",
                    help="embedding rows rounded up to a multiple of N; checkpoints and logits keep the real "
                         "vocab (default: 8 for Google's sizes, 1 = none with --bert-config)")
-    p.add_argument("--steps-per-call", type=_positive_int, default=1, metavar="N",
+    p.add_argument("--steps-per-call", type=positive_int, default=1, metavar="N",
                    help="optimizer steps per compiled call between log lines (TensorFlow: one tf.function call, "
                         "as DLE's steps_per_loop; JAX dispatches asynchronously anyway) (default: 1)")
     p.add_argument("--seed", type=int, default=12345, help="seed of initialization, dropout and data order")
-    p.add_argument("--bin-size", type=_positive_int, default=None, metavar="N",
+    p.add_argument("--bin-size", type=positive_int, default=None, metavar="N",
                    help="length binning: batches of sequences whose lengths share a bin of N tokens, cut to the "
                    "bin's longest rounded up to 8 (one data worker; each new width compiles a step once)")
-    p.add_argument("--model-parallel", type=_positive_int, default=1, metavar="K",
+    p.add_argument("--model-parallel", type=positive_int, default=1, metavar="K",
                    help="split each model replica over K devices (JAX; default: 1, data parallel only)")
-    p.add_argument("--pipeline-stages", type=_positive_int, default=1, metavar="S",
+    p.add_argument("--pipeline-stages", type=positive_int, default=1, metavar="S",
                    help="split the Transformer layers over S pipeline stages, --grad-accum micro-batches "
                         "(JAX; default: 1, no pipeline)")
     p.add_argument("--placement", choices=PLACEMENTS, default="intra_first",
@@ -122,12 +78,12 @@ def build_parser():
                                              "ours, Google's bert_model.ckpt, Hugging Face directory or hub id, "
                                              "NVIDIA .pt (see `python -m trainer checkpoint inspect`)")
     p.add_argument("--checkpoint-dir", help="directory of checkpoints (and TensorBoard scalars)")
-    p.add_argument("--checkpoint-every", type=_positive_int, default=1000, help="steps between checkpoints")
+    p.add_argument("--checkpoint-every", type=positive_int, default=1000, help="steps between checkpoints")
     p.add_argument("--keep-checkpoints", type=int, default=3, help="how many recent checkpoints to keep")
     p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --checkpoint-dir")
     p.add_argument("--eval-every", type=int, default=0, help="steps between evaluations on the test split (0: never)")
-    p.add_argument("--eval-steps", type=_positive_int, default=10, help="batches per evaluation")
-    p.add_argument("--log-every", type=_positive_int, default=100, help="steps between log lines")
+    p.add_argument("--eval-steps", type=positive_int, default=10, help="batches per evaluation")
+    p.add_argument("--log-every", type=positive_int, default=100, help="steps between log lines")
     p.add_argument("--log-json", help="append log lines as JSON to this file")
     p.add_argument("--tensorboard-dir", help="TensorBoard scalars (default: CHECKPOINT_DIR/tensorboard)")
     add_output_arguments(p)
@@ -135,8 +91,9 @@ def build_parser():
 
 
 def build_finetune_parser():
-    p = _Parser(prog=f"{PROG} finetune", description="Fine-tune a pretraining checkpoint of the trainer on SQuAD "
-                                                     "or GLUE records from `bertprep create-squad` / `create-glue`.")
+    p = OneLineErrorParser(prog=f"{PROG} finetune",
+                           description="Fine-tune a pretraining checkpoint of the trainer on SQuAD or GLUE records "
+                                       "from `bertprep create-squad` / `create-glue`.")
     p.add_argument("--task", required=True, help="squad, or a GLUE task: cola, sst-2, mrpc, sts-b, qqp, mnli, qnli, "
                                                  "rte, wnli")
     p.add_argument("--data", required=True, help="output directory of create-squad / create-glue")
@@ -148,10 +105,10 @@ def build_finetune_parser():
     p.add_argument("--model", choices=tuple(SIZES), help="size of the on-the-fly checkpoint (default: tiny); "
                                                          "with --init-checkpoint it must be the checkpoint's")
     p.add_argument("--epochs", type=float, default=2.0, help="passes over the training records (default: 2)")
-    p.add_argument("--steps", type=_positive_int, help="optimizer steps instead of --epochs")
+    p.add_argument("--steps", type=positive_int, help="optimizer steps instead of --epochs")
     p.add_argument("--lr", type=float, default=3e-5, help="peak learning rate (default: 3e-5)")
-    p.add_argument("--warmup", type=_warmup, default=0.1, help="warmup: fraction of the steps or steps (default: 0.1)")
-    p.add_argument("--batch-size", type=_positive_int, default=32, help="sequences per replica (default: 32)")
+    p.add_argument("--warmup", type=warmup, default=0.1, help="warmup: fraction of the steps or steps (default: 0.1)")
+    p.add_argument("--batch-size", type=positive_int, default=32, help="sequences per replica (default: 32)")
     add_optimizer_arguments(p, default="adam")
     p.add_argument("--precision", choices=PRECISIONS, default="fp32")
     p.add_argument("--seed", type=int, default=12345, help="seed of the head's initialization, dropout and data order")
@@ -167,7 +124,7 @@ def build_finetune_parser():
     p.add_argument("--eval-file", help="SQuAD dev JSON to score against (default: the manifest's eval source)")
     p.add_argument("--null-score-diff-threshold", type=float, default=0.0,
                    help="SQuAD 2.0: predict no answer above this null minus best score (default: 0.0)")
-    p.add_argument("--log-every", type=_positive_int, default=10, help="steps between log lines")
+    p.add_argument("--log-every", type=positive_int, default=10, help="steps between log lines")
     p.add_argument("--log-json", help="append log lines as JSON to this file")
     p.add_argument("--tensorboard-dir", help="TensorBoard scalars")
     add_output_arguments(p)

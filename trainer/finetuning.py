@@ -37,7 +37,7 @@ from trainer.config import SIZES, BertConfig, FinetuneSummary, TrainConfig, size
 from trainer.data import RecordStream, feature_dtypes, prefetch
 from trainer.heads import FEATURE_INPUTS
 from trainer.loop import Schedule, train_loop
-from trainer.pretraining import Devices, Log, warmup_steps
+from trainer.pretraining import Devices, Log, make_steps, warmup_steps
 from trainer.squad_predictions import load_eval_metadata, write_predictions
 from trainer.tasks import SPLIT_FILES, TaskData, task_named
 
@@ -111,7 +111,6 @@ def finetune(config):
 
 def _finetune(config, task, data, bert, weights, checkpoint_path, devices, log, carried):
     from trainer.optimizers import build_slots, make_optimizer
-    from trainer.steps import make_steps
 
     global_batch = config.batch_size * devices.replicas
     train_records = data.records("train")

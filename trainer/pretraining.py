@@ -144,12 +144,32 @@ def check_records_fit(bert, records, data_dir):
                         f"length {records.seq}")
 
 
+def make_steps(devices, model, optimizer, accumulation=1, dynamic_scale=False, objective=None,
+               allreduce_dtype="fp32", pipeline_stages=1):
+    """The Steps of `devices` (pretraining.Devices: TensorFlow's strategy or JAX's distribution) for a
+    built model and optimizer; `pipeline_stages` > 1: the GPipe pipeline (JAX, pretraining). Here, above
+    steps.py and pipeline.py, so that pipeline.PipelineSteps (a JaxSteps) and the other two are chosen without
+    steps.py importing pipeline.py; `objective` None: pretraining's."""
+    from trainer.losses import PRETRAINING_OBJECTIVE
+    from trainer.steps import JaxSteps, TensorFlowSteps
+
+    objective = PRETRAINING_OBJECTIVE if objective is None else objective
+    if devices.backend == "tensorflow":
+        return TensorFlowSteps(devices.strategy, model, optimizer, accumulation, dynamic_scale, objective,
+                               allreduce_dtype=allreduce_dtype)
+    if pipeline_stages > 1:
+        from trainer.pipeline import PipelineSteps
+
+        return PipelineSteps(devices.distribution, model, optimizer, accumulation, dynamic_scale, pipeline_stages)
+    return JaxSteps(devices.distribution, model, optimizer, accumulation, dynamic_scale, objective,
+                    allreduce_dtype=allreduce_dtype)
+
+
 def build_steps(config, devices, bert, records, warmup, initial=None, log=None):
     """The model (its weights from `initial`, a trainer.checkpoint.Checkpoint, where given), its
     optimizer and the compiled step functions of this backend."""
     from trainer.model import build_model
     from trainer.optimizers import build_slots, make_optimizer
-    from trainer.steps import make_steps
 
     with devices.scope():
         model = build_model(bert, records.seq, records.pred, pad_vocab=config.pad_vocab_multiple)

@@ -79,7 +79,7 @@ def _results_vector(sums, sum_keys, applied, learning_rate, scale):
 
 class Steps(abc.ABC):
     """What the training loop, evaluation and checkpoints use of a backend's steps: TensorFlowSteps,
-    JaxSteps and pipeline.PipelineSteps, made by `make_steps`. A device batch is what `put` returns;
+    JaxSteps and pipeline.PipelineSteps, made by `pretraining.make_steps`. A device batch is what `put` returns;
     a handle is a step's results still on the device, fetched (several in one transfer) by `fetch_all`."""
 
     model: object  # the Keras model the steps train
@@ -529,21 +529,6 @@ class JaxSteps(Steps):
         from trainer.parallel import bytes_per_device
 
         return bytes_per_device(self._flat_state())
-
-
-def make_steps(devices, model, optimizer, accumulation=1, dynamic_scale=False, objective=PRETRAINING_OBJECTIVE,
-               allreduce_dtype="fp32", pipeline_stages=1):
-    """The Steps of `devices` (pretraining.Devices: TensorFlow's strategy or JAX's distribution) for a
-    built model and optimizer; `pipeline_stages` > 1: the GPipe pipeline (JAX, pretraining)."""
-    if devices.backend == "tensorflow":
-        return TensorFlowSteps(devices.strategy, model, optimizer, accumulation, dynamic_scale, objective,
-                               allreduce_dtype=allreduce_dtype)
-    if pipeline_stages > 1:
-        from trainer.pipeline import PipelineSteps
-
-        return PipelineSteps(devices.distribution, model, optimizer, accumulation, dynamic_scale, pipeline_stages)
-    return JaxSteps(devices.distribution, model, optimizer, accumulation, dynamic_scale, objective,
-                    allreduce_dtype=allreduce_dtype)
 
 
 def _unscaled_or_nan(grads, scale):

@@ -19,9 +19,8 @@ import time
 
 from bertprep.errors import DataError, UsageError, run_reporting_errors
 from bertprep.progress import Progress, add_output_arguments, print_summary
+from trainer.arguments import OneLineErrorParser, add_records_and_model_arguments, positive_int
 from trainer.benchmark import method, report
-from trainer.cli import _Parser as OneLineErrorParser
-from trainer.cli import _positive_int, add_records_and_model_arguments
 from trainer.config import OPTIMIZERS
 
 PROG = "trainer.benchmark"
@@ -76,16 +75,16 @@ def build_parser():
                    help="fp32 and/or amp (mixed_float16 with loss scaling on GPUs, mixed_bfloat16 elsewhere)")
     p.add_argument("--batch-size", type=_batch_list, default=[32, 64, "max"],
                    help="sequences per device: integers and/or max (the largest that fits, searched)")
-    p.add_argument("--iterations", type=_positive_int, default=120, help="training steps per run (default 120)")
-    p.add_argument("--skip", type=_positive_int, default=20, help="first steps left out of the timing (default 20)")
-    p.add_argument("--runs", type=_positive_int, default=5, help="runs per configuration; the median is reported")
+    p.add_argument("--iterations", type=positive_int, default=120, help="training steps per run (default 120)")
+    p.add_argument("--skip", type=positive_int, default=20, help="first steps left out of the timing (default 20)")
+    p.add_argument("--runs", type=positive_int, default=5, help="runs per configuration; the median is reported")
     p.add_argument("--backend", choices=("tensorflow", "jax"), default=os.environ.get("KERAS_BACKEND") or "tensorflow",
                    help="Keras backend (default: $KERAS_BACKEND or tensorflow)")
     p.add_argument("--optimizer", choices=tuple(OPTIMIZERS), default="lamb", help="as `python -m trainer` (lamb)")
     p.add_argument("--seed", type=int, default=12345)
-    p.add_argument("--max-start", type=_positive_int, default=32,
+    p.add_argument("--max-start", type=positive_int, default=32,
                    help="first per-device batch the max search tries (default 32)")
-    p.add_argument("--timeout", type=_positive_int, default=1800, help="seconds a run may take before it is killed")
+    p.add_argument("--timeout", type=positive_int, default=1800, help="seconds a run may take before it is killed")
     p.add_argument("--baseline", help="results.json of an earlier report whose 1-device medians serve as the "
                                       "speed-up baseline where this one has none (a multi-host report)")
     p.add_argument("--out", default="trainer-benchmark", help="output directory (default: trainer-benchmark)")
@@ -100,26 +99,6 @@ def main(argv=None):
     if args.model is None and not args.bert_config:
         args.model = "tiny" if args.data is None else "base"
     return run_reporting_errors(PROG, lambda: _benchmark(args))
-
-
-def build_worker_parser():
-    """trainer.benchmark.worker's options (the parent passes them; worker.py's docstring)."""
-    p = argparse.ArgumentParser(prog="trainer.benchmark.worker")
-    p.add_argument("--devices", type=int, default=1, help="devices on this host")
-    p.add_argument("--iterations", type=int, default=3, help="timed iterations")
-    p.add_argument("--result", required=True, help="where to write the JSON result")
-    p.add_argument("--peak", action="store_true", help="measure the devices' matmul peak after the run")
-    p.add_argument("--detect", action="store_true", help="report the platform and exit")
-    p.add_argument("--config", type=json.loads, default={}, help="the run's TrainConfig fields, a JSON object")
-    return p
-
-
-def worker_main(argv=None):
-    """`python -m trainer.benchmark.worker`: one measurement process."""
-    args = build_worker_parser().parse_args(argv)
-    from trainer.benchmark import worker
-
-    return worker.work(args.devices, args.iterations, args.result, args.peak, args.detect, args.config)
 
 
 def hosts_and_index(env):

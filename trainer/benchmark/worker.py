@@ -20,8 +20,8 @@ precision. The result is one JSON object written to --result:
 `{"status": "ok" | "oom" | "error", "error", "step_times", "replicas",
 "global_batch", "dtype_policy", "peak_flops", ...}`.
 
-The options are read by trainer.benchmark.cli.worker_main, the parent's
-own module (one place for the benchmark's arguments); `work` does the rest.
+The options are read by `worker_main` (`build_worker_parser`); `work` does
+the rest.
 `--detect` reports the platform instead (accelerator kind and count) without
 training; the parent asks it once, before any run.
 
@@ -31,6 +31,7 @@ backend's own RESOURCE_EXHAUSTED error, raised where the run starts), so the
 `max` search is tested on a host whose memory never runs out.
 """
 
+import argparse
 import contextlib
 import json
 import os
@@ -234,7 +235,23 @@ def write_json(path, value):
     os.replace(tmp, path)
 
 
-if __name__ == "__main__":
-    from trainer.benchmark.cli import worker_main
+def build_worker_parser():
+    """trainer.benchmark.worker's options (the parent, trainer.benchmark.cli, passes them)."""
+    p = argparse.ArgumentParser(prog="trainer.benchmark.worker")
+    p.add_argument("--devices", type=int, default=1, help="devices on this host")
+    p.add_argument("--iterations", type=int, default=3, help="timed iterations")
+    p.add_argument("--result", required=True, help="where to write the JSON result")
+    p.add_argument("--peak", action="store_true", help="measure the devices' matmul peak after the run")
+    p.add_argument("--detect", action="store_true", help="report the platform and exit")
+    p.add_argument("--config", type=json.loads, default={}, help="the run's TrainConfig fields, a JSON object")
+    return p
 
+
+def worker_main(argv=None):
+    """`python -m trainer.benchmark.worker`: one measurement process."""
+    args = build_worker_parser().parse_args(argv)
+    return work(args.devices, args.iterations, args.result, args.peak, args.detect, args.config)
+
+
+if __name__ == "__main__":
     sys.exit(worker_main())

@@ -9,48 +9,13 @@ padded beyond the config's `vocab_size` trimmed only where it is padding (and sa
 """
 
 import contextlib
-import dataclasses
 import os
 import tempfile
-
-import numpy as np
 
 from bertprep import storage
 from bertprep.atomic import atomic_dir, staging_dir
 from bertprep.errors import DataError, UsageError
-from trainer.checkpoint import names
-
-
-@dataclasses.dataclass
-class Checkpoint:
-    kind: str
-    path: str  # the file or prefix the weights came from
-    config: object  # trainer.config.BertConfig
-    weights: dict  # Google name -> array in Google's layout
-    vocab: str = None  # a vocab.txt that travels with the checkpoint
-    has_heads: bool = True
-    has_pooler: bool = True  # False: a BertModel saved without one (add_pooling_layer=False)
-    notes: list = dataclasses.field(default_factory=list)
-    lower_case: bool = None  # its tokenizer's casing where known (tokenizer.casing_beside)
-    task_head: object = None  # a fine-tune's task_heads.TaskHead; its weights are in `weights`, Google's names
-
-    def ours(self):
-        """{our variable path: array in our layout}."""
-        heads = self.config.num_attention_heads
-        return {row.ours: names.to_layout(self.weights[row.google], row.ours_layout, heads)
-                for row in self.rows()}
-
-    def rows(self):
-        """The names.Row of every variable the checkpoint holds."""
-        return names.rows(self.config, self.has_heads, self.has_pooler)
-
-    def take(self, name):
-        """The weight `name`, dropped from the checkpoint: a writer that makes its own copy of each weight
-        (a tensor, a transposed array) takes them one by one, so memory stays near one copy."""
-        return self.weights.pop(name)
-
-    def parameters(self):
-        return sum(int(np.prod(v.shape)) for v in self.weights.values())
+from trainer.checkpoint.base import Checkpoint, checked, vocab_beside  # noqa: F401  (the package's API)
 
 
 def sniff(path):
@@ -124,59 +89,6 @@ def _download_files(url, target):
         for entry in fs.ls(inner, detail=True, refresh=True):
             if entry["type"] == "file":
                 fs.get_file(entry["name"], os.path.join(target, entry["name"].rsplit("/", 1)[-1]))
-
-
-def checked(kind, path, config, found, vocab=None, skipped=()):
-    """A Checkpoint of `found` ({Google name: array}) checked against `config`.
-
-    Missing encoder variables and misshapen ones are errors naming `path` and the variable; the
-    pretraining heads are all there or all absent (a BertModel has none), and so is the pooler where
-    there are no heads (a BertModel saved with add_pooling_layer=False; next-sentence prediction needs it).
-    Vocab-sized rows beyond the config's vocab_size are trimmed when they are the padding to a multiple of 8."""
-    notes = [f"skipped {len(skipped)} variables that are not BERT-for-pretraining weights "
-             f"({', '.join(sorted(skipped)[:3])}{', ...' if len(skipped) > 3 else ''})"] if skipped else []
-    head_names = {row.google for row in names.rows(config) if row.is_head}
-    has_heads = any(name in found for name in head_names)
-    has_pooler = has_heads or any(name in found for name in names.POOLER)
-    if not has_pooler:
-        notes.append("no pooler (bert/pooler/dense): a BertModel saved without one")
-    expected = names.rows(config, has_heads, has_pooler)
-    known = {row.google for row in names.rows(config)}
-    unknown = sorted(set(found) - known)
-    if unknown:
-        raise DataError(f"{path}: variable {unknown[0]} is not part of a BERT of this config "
-                        f"(L{config.num_hidden_layers}/H{config.hidden_size}): another architecture?")
-    weights = {}
-    for row in expected:
-        if row.google not in found:
-            raise DataError(f"{path}: checkpoint lacks variable {row.google}")
-        value = np.asarray(found[row.google])
-        shape = names.google_shape(row, config)
-        if row.google in names.VOCAB_ROWS and value.shape[:1] != shape[:1] and value.shape[1:] == shape[1:]:
-            value = _trim_vocab_padding(path, row.google, value, config.vocab_size, notes)
-        if tuple(value.shape) != shape:
-            raise DataError(f"{path}: variable {row.google} has shape {tuple(value.shape)}, its config gives {shape}")
-        if value.dtype != np.float32:
-            if not np.issubdtype(value.dtype, np.floating):
-                raise DataError(f"{path}: variable {row.google} is {value.dtype}, expected floating point")
-            value = value.astype(np.float32)
-        weights[row.google] = value
-    return Checkpoint(kind, path, config, weights, vocab, has_heads, has_pooler, notes)
-
-
-def _trim_vocab_padding(path, name, value, vocab_size, notes):
-    rows = value.shape[0]
-    padded = -(-vocab_size // 8) * 8
-    if rows < vocab_size or rows > padded:
-        raise DataError(f"{path}: variable {name} has {rows} vocab rows, the config's vocab_size is {vocab_size} "
-                        f"(only padding up to a multiple of 8, {padded}, is dropped)")
-    notes.append(f"{name}: dropped {rows - vocab_size} padding rows beyond vocab_size {vocab_size}")
-    return value[:vocab_size]
-
-
-def vocab_beside(directory):
-    path = os.path.join(directory, "vocab.txt")
-    return path if os.path.isfile(path) else None
 
 
 def check_size_flag(checkpoint, model=None, bert_config=None):

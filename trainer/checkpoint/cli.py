@@ -10,8 +10,8 @@ import numpy as np
 from bertprep.atomic import atomic_open
 from bertprep.errors import run_reporting_errors
 from bertprep.progress import QUIET_HELP, print_summary, readable_rows
+from trainer.arguments import positive_int
 from trainer.checkpoint import WRITERS
-from trainer.cli import _positive_int
 from trainer.library_logs import library_lines_left_out
 
 PROG = "trainer checkpoint"
@@ -51,7 +51,7 @@ def build_parser():
                                                      "[, masked_lm_positions], or a records file")
     run.add_argument("--out", required=True, help="output .npz: sequence_output, pooled_output, "
                                                   "mlm_logits, nsp_logits (float32)")
-    run.add_argument("--batch-size", type=_positive_int, default=32, help="inputs per model call (default: 32)")
+    run.add_argument("--batch-size", type=positive_int, default=32, help="inputs per model call (default: 32)")
     run.add_argument("--json", action="store_true", help="summary as JSON")
     run.add_argument("--quiet", action="store_true", help=QUIET_HELP)
     return p

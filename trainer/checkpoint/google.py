@@ -8,7 +8,8 @@ import json
 import os
 
 from bertprep.errors import DataError, UsageError
-from trainer.checkpoint import checked, names, vocab_beside
+from trainer.checkpoint import names
+from trainer.checkpoint.base import checked, vocab_beside
 from trainer.config import BertConfig
 
 KIND = "google"

@@ -13,7 +13,8 @@ import numpy as np
 
 from bertprep.bert_config import read_json_object
 from bertprep.errors import DataError, UsageError
-from trainer.checkpoint import checked, names, task_heads, vocab_beside
+from trainer.checkpoint import names, task_heads
+from trainer.checkpoint.base import checked, vocab_beside
 from trainer.config import BertConfig
 
 KIND = "hf"

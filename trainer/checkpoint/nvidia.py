@@ -5,7 +5,7 @@ pytorch-pretrained-bert naming (names.canonical_hf_name reads it), with `bert_co
 import os
 
 from bertprep.errors import DataError
-from trainer.checkpoint import checked, vocab_beside
+from trainer.checkpoint.base import checked, vocab_beside
 from trainer.checkpoint.hf import google_names, load_torch
 from trainer.config import BertConfig
 

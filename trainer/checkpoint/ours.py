@@ -12,7 +12,8 @@ import numpy as np
 
 from bertprep.errors import DataError
 from trainer import run_state
-from trainer.checkpoint import checked, names, task_heads, vocab_beside
+from trainer.checkpoint import names, task_heads
+from trainer.checkpoint.base import checked, vocab_beside
 from trainer.config import BertConfig
 
 KIND = "bertprep"
