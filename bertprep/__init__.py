@@ -58,18 +58,27 @@ def __getattr__(name):
         raise AttributeError(f"module 'bertprep' has no attribute {name!r}")
     value = getattr(importlib.import_module(_EXPORTS[name]), name)
     if name in _STAGES:
-        value = _warning(value)
+        value = _python_facing(value, "".join(part.capitalize() for part in name.split("_")) + "Options")
     globals()[name] = value  # once loaded, a plain attribute
     return value
 
 
-def _warning(stage):
-    """`stage`, whose summary's "warnings" are also raised as BertprepWarning."""
-    from bertprep.errors import BertprepWarning
+def _python_facing(stage, options_name):
+    """`stage`, whose summary's "warnings" are also raised as BertprepWarning, and whose usage errors found
+    while it runs name its options' fields (`VocabOptions.vocab_size`) where the command line's name flags."""
+    from bertprep.errors import ON_COMMAND_LINE, BertprepWarning, UsageError
+    from bertprep.options import python_field_names
+
+    options_class = getattr(importlib.import_module(stage.__module__), options_name)
 
     @functools.wraps(stage)
     def call(*args, **kwargs):
-        summary = stage(*args, **kwargs)
+        try:
+            summary = stage(*args, **kwargs)
+        except UsageError as exc:
+            if not ON_COMMAND_LINE.get() and exc.args and isinstance(exc.args[0], str):
+                exc.args = (python_field_names(exc.args[0], options_class), *exc.args[1:])
+            raise
         listed = summary.get("warnings") if hasattr(summary, "get") else None
         for message in listed or ():
             warnings.warn(f"bertprep.{stage.__name__}: {message}", BertprepWarning, stacklevel=2)

@@ -22,7 +22,7 @@ import signal
 from bertprep import storage
 from bertprep.atomic import BackgroundUploads, call_spooled, remove_stale_temps
 from bertprep.errors import BertprepError, DataError, UsageError
-from bertprep.options import check_types
+from bertprep.options import check_types, errors_name_fields
 
 ENGINES = ("local", "dask")
 SCHEDULER_CONNECT_TIMEOUT_S = 5
@@ -43,6 +43,7 @@ def default_workers():
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
+@errors_name_fields
 @dataclasses.dataclass(frozen=True)
 class EngineOptions:
     """Where a stage's tasks run: `engine` 'local' or 'dask', `workers` (None: one per core), and for Dask

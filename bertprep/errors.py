@@ -7,6 +7,7 @@ system error (a full disk, a read-only directory, a path under a regular
 file) also ends with one line, naming the path and the system's reason.
 """
 
+import contextvars
 import os
 import re
 import signal
@@ -73,11 +74,17 @@ def os_error_line(exc):
     return f"{' -> '.join(paths)}: {reason}" if paths else reason
 
 
+# True while a command line runs its command: option errors then name the flags (`--seq`), elsewhere the Python
+# fields (`CreateOptions.seq`; options.errors_name_fields).
+ON_COMMAND_LINE = contextvars.ContextVar("bertprep_on_command_line", default=False)
+
+
 def run_reporting_errors(prog, command):
     """`command()`'s exit code; a BertprepError or OSError becomes `prog: error: message` on stderr and
     exit 1 (2 for usage errors), Ctrl-C becomes `prog: interrupted` and 130, a reader that closed
     stdout (`| head`) ends the command quietly with 141."""
     interrupted = _InterruptRecorder()
+    on_command_line = ON_COMMAND_LINE.set(True)
     try:
         with interrupted:
             code = command()
@@ -100,6 +107,8 @@ def run_reporting_errors(prog, command):
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
+    finally:
+        ON_COMMAND_LINE.reset(on_command_line)
 
 
 class _InterruptRecorder:

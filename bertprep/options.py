@@ -7,13 +7,49 @@ a `file://` URL as its local path.
 """
 
 import dataclasses
+import functools
 import numbers
 import os
+import re
 import types
 import typing
 
 from bertprep import storage
-from bertprep.errors import UsageError
+from bertprep.errors import ON_COMMAND_LINE, UsageError
+
+
+def errors_name_fields(cls):
+    """Class decorator for an options dataclass: a UsageError its `__post_init__` raises names the flags the
+    command line has (`--layout must be ...`); raised for a Python caller, each `--flag` that is one of the
+    object's fields is written as that field, `CreateOptions.layout must be ...`. On a command line
+    (run_reporting_errors) the flags stay."""
+    post_init = cls.__post_init__
+
+    @functools.wraps(post_init)
+    def __post_init__(self):
+        try:
+            post_init(self)
+        except UsageError as exc:
+            if not ON_COMMAND_LINE.get() and exc.args and isinstance(exc.args[0], str):
+                exc.args = (python_field_names(exc.args[0], self), *exc.args[1:])
+            raise
+
+    cls.__post_init__ = __post_init__
+    return cls
+
+
+def python_field_names(message, options):
+    """`message` with each `--flag` that is a field of `options` (an options object or class) written
+    `Class.field` (and argparse's "argument --flag:" as "Class.field:")."""
+    cls = options if isinstance(options, type) else type(options)
+    fields = {field.name for field in dataclasses.fields(cls)}
+
+    def field_named(match):
+        name = match.group(1).replace("-", "_")
+        return f"{cls.__name__}.{name}" if name in fields else match.group(0)
+
+    message = re.sub(r"^argument (--[a-z][a-z0-9-]*):", r"\1:", message)
+    return re.sub(r"(?<![\w-])--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)", field_named, message)
 
 
 def build_options(cls, options, fields):

@@ -7,6 +7,8 @@ import sys
 import pytest
 
 import bertprep
+import trainer
+from bertprep.cli import main as bertprep_main
 from bertprep.errors import UsageError
 
 
@@ -25,14 +27,34 @@ def test_import_bertprep_loads_no_stage():
     assert loaded.strip() == "[]"
 
 
-def test_options_are_frozen_and_checked_once_with_the_commands_messages():
+def test_options_are_frozen_and_checked_once_naming_the_python_fields():
     options = bertprep.ShardOptions(input=("a.jsonl",))
     with pytest.raises(AttributeError):
         options.train_shards = 0  # frozen
-    with pytest.raises(UsageError, match="--train-shards and --test-shards must be at least 1"):
+    with pytest.raises(UsageError, match="^ShardOptions.train_shards and ShardOptions.test_shards must be at least 1$"):
         bertprep.ShardOptions(input=("a.jsonl",), train_shards=0)
     with pytest.raises(AttributeError, match="has no attribute 'nope'"):
         bertprep.nope  # noqa: B018
+
+
+@pytest.mark.parametrize("build, python, command_line", [
+    (lambda: bertprep.CreateOptions(layout="x"), "CreateOptions.layout must be one of bertprep, nvidia, not 'x'",
+     ["create", "--vocab", "v.txt", "--pred", "200"]),
+    (lambda: bertprep.CreateOptions(pred=200), "CreateOptions.pred 200 is not possible with CreateOptions.seq 128: "
+     "at most seq - 3 = 125 tokens can be masked ([CLS] and two [SEP] never are)", None),
+    (lambda: bertprep.EngineOptions(workers=0), "EngineOptions.workers must be at least 1, not 0", None),
+    (lambda: trainer.TrainConfig(format="tfrecord", grad_accum=0),
+     "TrainConfig.grad_accum: expected a positive integer, got 0", None),
+])
+def test_an_option_error_names_the_python_field_from_python_and_the_flag_from_the_command_line(
+        build, python, command_line, capsys):
+    with pytest.raises(UsageError) as raised:
+        build()
+    assert str(raised.value) == python
+    if command_line:  # the same check from the command line: the flag
+        assert bertprep_main(command_line) == 2
+        assert capsys.readouterr().err == ("bertprep create: error: --pred 200 is not possible with --seq 128: at most "
+                                           "seq - 3 = 125 tokens can be masked ([CLS] and two [SEP] never are)\n")
 
 
 def test_options_take_a_file_url_as_its_path(tmp_path):

@@ -479,8 +479,8 @@ def test_create_options_decide_the_dupe_factor_and_check_flags_once():
     assert CreateOptions().dupe_factor == 5 and CreateOptions(masking="dynamic").dupe_factor == 1
     assert CreateOptions(masking="dynamic", dupe_factor=3).dupe_factor == 3
     assert CreateOptions().format == ("tfrecord", "ofrecord") and CreateOptions(layout="nvidia").format == ("tfrecord",)
-    with pytest.raises(UsageError, match=r"^--dupe-factor must be at least 1, not 0$"):
+    with pytest.raises(UsageError, match=r"^CreateOptions.dupe_factor must be at least 1, not 0$"):
         CreateOptions(dupe_factor=0)
-    with pytest.raises(UsageError, match=r"^--seq 3 is too small"):
+    with pytest.raises(UsageError, match=r"^CreateOptions.seq 3 is too small"):
         CreateOptions(seq=3)
 

@@ -323,7 +323,7 @@ def test_bookcorpus_function_from_the_hub_gives_the_cli_corpus_and_summary(serve
     summary = ok(run_python(code, **settings))
     assert same_apart_from_workdir(summary, tmp_path / "py", by_cli, tmp_path / "cli")
     assert read_jsonl(tmp_path / "py/formatted/bookcorpus") == read_jsonl(tmp_path / "cli/formatted/bookcorpus")
-    with pytest.raises(UsageError, match="^--lines-per-document must be at least 1$"):
+    with pytest.raises(UsageError, match="^BookcorpusOptions.lines_per_document must be at least 1$"):
         BookcorpusOptions(lines_per_document=0)
 
 
@@ -358,7 +358,8 @@ def test_prepare_function_gives_the_cli_records_and_summary(server, tmp_path, sh
     assert failed.stdout.startswith("bookcorpus/bookcorpus@refs/convert/parquet")
     assert not (tmp_path / "w/sharded").exists()
     with pytest.raises(UsageError,
-                       match="^wikipedia with bookcorpus is the English books_wiki_en_corpus: use --lang en$"):
+                       match="^wikipedia with bookcorpus is the English books_wiki_en_corpus: "
+                             "use PrepareOptions.lang en$"):
         PrepareOptions(sources=("wikipedia", "bookcorpus"), vocab="v.txt", lang="fr")
     assert PrepareOptions(sources=("bookcorpus", "bookcorpus"), vocab="v.txt", configs="128/20, 512/80").configs == \
         ((128, 20), (512, 80))

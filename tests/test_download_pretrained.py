@@ -197,5 +197,5 @@ def test_release_function_gives_the_cli_files_and_summary(server, release_files,
     assert same_apart_from_workdir(summary, tmp_path / "py", by_cli, tmp_path / "cli")
     for name, data in release_files.items():
         assert (tmp_path / "py/download/pretrained" / RELEASE / name).read_bytes() == data
-    with pytest.raises(UsageError, match="^--model 'uncased_L-6_H-512_A-8': unknown model"):
+    with pytest.raises(UsageError, match="^PretrainedOptions.model 'uncased_L-6_H-512_A-8': unknown model"):
         download("pretrained", model="uncased_L-6_H-512_A-8", workdir=tmp_path / "py")

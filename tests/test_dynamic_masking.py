@@ -397,5 +397,5 @@ def test_inspect_called_in_python_shows_what_the_command_prints(dynamic_dir, cap
     assert summary["kind"] == "unmasked" and summary["epoch"] == 2
     assert inspect(file=path, skip=10 ** 9)["records"] == []  # no stream: nothing written
     assert capsys.readouterr() == ("", "")
-    with pytest.raises(UsageError, match=r"^argument --epoch: -1 is not an epoch \(0\.\.9223372036854775807\)$"):
+    with pytest.raises(UsageError, match=r"^InspectOptions.epoch: -1 is not an epoch \(0\.\.9223372036854775807\)$"):
         InspectOptions(path, epoch=-1)

@@ -202,9 +202,9 @@ def test_create_squad_called_in_python_writes_what_the_command_writes(finetune_d
     assert summary["out"] == str(tmp_path / "py") and not summary.complete_before
     assert _files_and_summary(tmp_path / "py", summary) == _files_and_summary(tmp_path / "cli", printed)
     assert create_squad(options).complete_before
-    with pytest.raises(UsageError, match=r"^--doc-stride must be at least 1, not 0$"):
+    with pytest.raises(UsageError, match=r"^CreateSquadOptions.doc_stride must be at least 1, not 0$"):
         CreateSquadOptions(input=options.input, vocab=options.vocab, out=options.out, doc_stride=0)
-    with pytest.raises(UsageError, match=r"^unknown --format 'avro' \(choose from"):
+    with pytest.raises(UsageError, match=r"^unknown CreateSquadOptions.format 'avro' \(choose from"):
         CreateSquadOptions(input=options.input, vocab=options.vocab, out=options.out, format=("avro",))
 
 
@@ -223,9 +223,9 @@ def test_create_glue_called_in_python_writes_what_the_command_writes(finetune_di
     assert summary["task"] == "MRPC" and not summary.complete_before
     assert create_glue(task="MRPC", data_dir=finetune_dir / "glue/MRPC", vocab=vocab_path, out=tmp_path / "py",
                        split="dev").complete_before
-    with pytest.raises(UsageError, match=r"^--task: unknown GLUE task 'XYZ'; known: CoLA, MRPC"):
+    with pytest.raises(UsageError, match=r"^CreateGlueOptions.task: unknown GLUE task 'XYZ'; known: CoLA, MRPC"):
         CreateGlueOptions(task="XYZ", data_dir="d", vocab="v", out="o")
-    with pytest.raises(UsageError, match=r"^--seq 2 is too small: at least 3 positions are needed$"):
+    with pytest.raises(UsageError, match=r"^CreateGlueOptions.seq 2 is too small: at least 3 positions are needed$"):
         CreateGlueOptions(task="MRPC", data_dir="d", vocab="v", out="o", seq=2)
 
 

@@ -100,9 +100,9 @@ def test_the_trainers_outputs_are_refused_over_its_data(tmp_path):
     from trainer.config import FinetuneConfig, TrainConfig
 
     data = tmp_path / "records"
-    with pytest.raises(UsageError, match=f"^--checkpoint-dir {data}/ck is inside the input {data}: "):
+    with pytest.raises(UsageError, match=f"^TrainConfig.checkpoint_dir {data}/ck is inside the input {data}: "):
         TrainConfig(format="tfrecord", data=str(data), checkpoint_dir=str(data / "ck"))
-    with pytest.raises(UsageError, match=f"^--output-dir {tmp_path} holds the input {data}: "):
+    with pytest.raises(UsageError, match=f"^FinetuneConfig.output_dir {tmp_path} holds the input {data}: "):
         FinetuneConfig(task="mrpc", data=str(data), format="tfrecord", output_dir=str(tmp_path))
     TrainConfig(format="tfrecord", data=str(data), checkpoint_dir=str(tmp_path / "ck"))  # apart: fine
 

@@ -94,7 +94,7 @@ def test_what_each_type_accepts(tmp_path):
 
 
 def test_shard_refuses_a_negative_eval_seed_in_one_line():
-    with pytest.raises(UsageError, match=r"^--eval-seed must be at least 0, not -1$"):
+    with pytest.raises(UsageError, match=r"^ShardOptions.eval_seed must be at least 0, not -1$"):
         bertprep.ShardOptions(eval_documents=2, eval_seed=-1)
 
 

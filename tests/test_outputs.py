@@ -252,7 +252,8 @@ def test_convert_called_in_python_writes_what_the_command_writes(golden_dir, tmp
     one = convert(src=golden_dir / "G1.ofrecord", dst=tmp_path / "one.tfrecord", to="tfrecord")
     assert one["records"] == 1373
     assert (tmp_path / "one.tfrecord").read_bytes() == (golden_dir / "G1.tfrecord").read_bytes()
-    with pytest.raises(UsageError, match=r"^--to must be one of tfrecord, ofrecord, hdf5, parquet, not 'avro'$"):
+    with pytest.raises(UsageError,
+                       match=r"^ConvertOptions.to must be one of tfrecord, ofrecord, hdf5, parquet, not 'avro'$"):
         ConvertOptions(str(src), str(tmp_path / "x"), "avro")
 
 

@@ -359,7 +359,7 @@ def test_pack_called_in_python_writes_what_the_command_writes(short_records, tmp
             == {k: v for k, v in printed.items() if k not in (*TIMINGS, "records_dir")})
     again = pack(PackOptions(str(short_records), out=str(tmp_path / "py"), format=("ofrecord", "hdf5")))
     assert again.complete_before and again["shards_packed"] == 0
-    with pytest.raises(UsageError, match=r"^--max-per-pack must be at least 1, not 0$"):
+    with pytest.raises(UsageError, match=r"^PackOptions.max_per_pack must be at least 1, not 0$"):
         PackOptions(str(short_records), max_per_pack=0)
-    with pytest.raises(UsageError, match=r"^unknown --format 'avro' \(choose from"):
+    with pytest.raises(UsageError, match=r"^unknown PackOptions.format 'avro' \(choose from"):
         PackOptions(str(short_records), format=("avro",))

@@ -225,7 +225,8 @@ def test_shard_function_writes_the_cli_bytes_and_summary(tmp_path):
     again = shard(ShardOptions(input=(str(corpus),), out=str(tmp_path / "py"), train_shards=4, test_shards=2,
                                balance="count"))
     assert again.complete_before and again["documents"] == summary["documents"]
-    with pytest.raises(UsageError, match=r"^--train-shards and --test-shards must be at least 1$"):
+    with pytest.raises(UsageError,
+                       match=r"^ShardOptions.train_shards and ShardOptions.test_shards must be at least 1$"):
         ShardOptions(test_shards=0)
     with pytest.raises(TypeError, match="not both"):
         shard(ShardOptions(), corpus="x")

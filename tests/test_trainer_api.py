@@ -45,16 +45,17 @@ def test_configs_have_the_cli_defaults_and_its_checks():
     assert FinetuneConfig("MRPC", "d", "tfrecord").output_dir == "finetune-mrpc"
     with pytest.raises(dataclasses.FrozenInstanceError):
         TrainConfig("ofrecord").steps = 3
-    for kind, fields, message in [
-            (TrainConfig, {"resume": True}, "--resume needs --checkpoint-dir"),
+    for kind, fields, message in [  # its fields named, as a Python caller wrote them (the CLI's: its flags)
+            (TrainConfig, {"resume": True}, "TrainConfig.resume needs TrainConfig.checkpoint_dir"),
             (TrainConfig, {"optimizer": "adam", "clip_norm": 1.0},
-             "--clip-norm: --optimizer adam does not clip gradients (only lamb and google-adam do)"),
-            (TrainConfig, {"warmup": 30, "steps": 20}, "--warmup 30 exceeds --steps 20"),
-            (TrainConfig, {"lr": float("nan")}, "--lr must be a positive number, got nan"),
-            (TrainConfig, {"steps": 0}, "--steps: expected a positive integer, got 0"),
-            (TrainConfig, {"precision": "fp8"}, "--precision: expected one of fp32, mixed_float16, "
+             "TrainConfig.clip_norm: TrainConfig.optimizer adam does not clip gradients "
+             "(only lamb and google-adam do)"),
+            (TrainConfig, {"warmup": 30, "steps": 20}, "TrainConfig.warmup 30 exceeds TrainConfig.steps 20"),
+            (TrainConfig, {"lr": float("nan")}, "TrainConfig.lr must be a positive number, got nan"),
+            (TrainConfig, {"steps": 0}, "TrainConfig.steps: expected a positive integer, got 0"),
+            (TrainConfig, {"precision": "fp8"}, "TrainConfig.precision: expected one of fp32, mixed_float16, "
                                                 "mixed_bfloat16, got 'fp8'"),
-            (FinetuneConfig, {"epochs": 0}, "--epochs must be positive, got 0")]:
+            (FinetuneConfig, {"epochs": 0}, "FinetuneConfig.epochs must be positive, got 0")]:
         required = ("ofrecord",) if kind is TrainConfig else ("MRPC", "d", "tfrecord")
         with pytest.raises(UsageError) as raised:
             kind(*required, **fields)

@@ -490,7 +490,9 @@ def test_validate_called_in_python_returns_the_report_the_command_prints(capsys,
     code, printed = validate(capsys, broken)
     report = validate_dataset(paths=broken)  # a path alone, a Path object
     assert code == 1 and not report.sound and report.fields == printed
-    with pytest.raises(UsageError, match=r"^--max-errors must be ≥ 0, --workers and --min-parts ≥ 1$"):
+    with pytest.raises(UsageError, match=r"^ValidateOptions.max_errors must be ≥ 0, ValidateOptions.workers and "
+                                         r"ValidateOptions.min_parts ≥ 1$"):
         ValidateOptions(pair, max_errors=-1)
-    with pytest.raises(UsageError, match=r"^--compare needs PATH2, or a PATH holding both TFRecord and OFRecord"):
+    with pytest.raises(UsageError,
+                       match=r"^ValidateOptions.compare needs PATH2, or a PATH holding both TFRecord and OFRecord"):
         ValidateOptions(pair[0], compare=True)

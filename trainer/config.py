@@ -9,7 +9,7 @@ from typing import Optional
 
 from bertprep import bert_config, storage
 from bertprep.errors import UsageError
-from bertprep.options import check_types, refuse_overlap
+from bertprep.options import check_types, errors_name_fields, refuse_overlap
 
 # Google's published BERT sizes: (layers, hidden, heads); intermediate = 4 * hidden.
 SIZES = {
@@ -90,6 +90,7 @@ def _check_positive(config, names):
             raise UsageError(f"--{name.replace('_', '-')}: expected a positive integer, got {value!r}")
 
 
+@errors_name_fields
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """A pretraining run (`python -m trainer`'s flags, docs/trainer.md), checked when built: a bad
@@ -176,6 +177,7 @@ def _check_outputs_apart(config, names):
             refuse_overlap(getattr(config, name), [config.data], what=f"--{name.replace('_', '-')}")
 
 
+@errors_name_fields
 @dataclasses.dataclass(frozen=True)
 class FinetuneConfig:
     """A fine-tuning run (`python -m trainer finetune`'s flags), checked when built. `output_dir`

@@ -35,13 +35,14 @@ from bertprep.formats import columnar
 from bertprep.formats.protowire import WireError
 from bertprep.formats.schemas import kind_of_record
 from bertprep.manifests import file_digests
-from bertprep.options import check_types, normalise_paths, refuse_overlap
+from bertprep.options import check_types, errors_name_fields, normalise_paths, refuse_overlap
 from bertprep.progress import Summary
 from bertprep.workdir import load_manifest
 
 INT32_RANGE = (-(1 << 31), (1 << 31) - 1)
 
 
+@errors_name_fields
 @dataclasses.dataclass(frozen=True)
 class ConvertOptions:
     """`src`, a record file or a directory of them (format detected), converted `to` a format into `dst` (a

@@ -42,7 +42,7 @@ from bertprep.errors import DataError, UsageError
 from bertprep.formats import columnar
 from bertprep.formats.schemas import PRETRAINING, UNMASKED
 from bertprep.instances import InstanceParams, Instances, MaskingVocab, create_instances
-from bertprep.options import build_options, check_types, normalise_paths, refuse_overlap, set_field
+from bertprep.options import build_options, check_types, errors_name_fields, normalise_paths, refuse_overlap, set_field
 from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.tokenization import LineTokenizer, load_vocab, resolve_vocab_path
 from bertprep.workdir import (
@@ -63,6 +63,7 @@ MASKINGS = ("static", "dynamic")
 NVIDIA_CYCLE_LENGTH = 8
 
 
+@errors_name_fields
 @dataclass(frozen=True)
 class CreateOptions:
     """`bertprep create`'s flags. `input`: text shards (files, globs or directories; None: the shards under

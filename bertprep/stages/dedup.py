@@ -40,7 +40,7 @@ from bertprep import __version__, storage
 from bertprep.atomic import atomic_open, hold, sha256_file, walk
 from bertprep.engines import EngineOptions, open_engine
 from bertprep.errors import DataError, UsageError
-from bertprep.options import build_options, check_types, normalise_paths, refuse_overlap
+from bertprep.options import build_options, check_types, errors_name_fields, normalise_paths, refuse_overlap
 from bertprep.progress import Progress, Summary
 from bertprep.workdir import (
     MANIFEST,
@@ -58,6 +58,7 @@ MINHASH_SEED = 1
 WORD = re.compile(r"\w+")
 
 
+@errors_name_fields
 @dataclasses.dataclass(frozen=True)
 class DedupOptions:
     """`bertprep dedup`'s flags: `input` (formatted corpus directories or .jsonl files, in order) or `corpus`

@@ -18,7 +18,7 @@ from bertprep.errors import DataError, UsageError
 from bertprep.formats.schemas import UNMASKED
 from bertprep.manifests import load_records_manifest
 from bertprep.masking import DynamicMasking, first_instances
-from bertprep.options import check_types, normalise_paths
+from bertprep.options import check_types, errors_name_fields, normalise_paths
 from bertprep.progress import Summary
 from bertprep.tokenization import load_vocab, resolve_vocab_path
 
@@ -27,6 +27,7 @@ from bertprep.tokenization import load_vocab, resolve_vocab_path
 MAX_EPOCH = (1 << 63) - 1
 
 
+@errors_name_fields
 @dataclasses.dataclass(frozen=True)
 class InspectOptions:
     """Which records of `file` (any format, detected) `inspect` shows: `num` of them after the first `skip`,

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from bertprep.engines import EngineOptions
 from bertprep.errors import UsageError
-from bertprep.options import build_options, check_types, normalise_paths, set_field
+from bertprep.options import build_options, check_types, errors_name_fields, normalise_paths, set_field
 from bertprep.progress import Summary
 from bertprep.stages.create import LAYOUTS, CreateOptions, create
 from bertprep.stages.download import download, options_class
@@ -32,6 +32,7 @@ SOURCES = ("wikipedia", "bookcorpus")
 DEFAULT_CONFIGS = "128/20,512/80"
 
 
+@errors_name_fields
 @dataclass(frozen=True)
 class PrepareOptions:
     """`bertprep prepare`'s flags: the `sources` (wikipedia and/or bookcorpus), the `vocab` of create, its

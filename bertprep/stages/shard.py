@@ -51,7 +51,7 @@ from bertprep.atomic import atomic_open, hold, sha256_file, walk
 from bertprep.engines import EngineOptions, open_engine
 from bertprep.errors import DataError, UsageError
 from bertprep.manifests import file_digests
-from bertprep.options import build_options, check_types, normalise_paths, refuse_overlap
+from bertprep.options import build_options, check_types, errors_name_fields, normalise_paths, refuse_overlap
 from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.workdir import (
     MANIFEST,
@@ -76,6 +76,7 @@ SCRATCH_BLOCK = 64 << 20
 SCRATCH_BATCH = 8
 
 
+@errors_name_fields
 @dataclasses.dataclass(frozen=True)
 class ShardOptions:
     """`bertprep shard`'s flags: `input` (corpus directories or .jsonl/.txt files; None: WORKDIR/formatted/<corpus>),

@@ -32,7 +32,7 @@ from collections import Counter
 from bertprep import storage
 from bertprep.atomic import atomic_open, sha256_file
 from bertprep.errors import DataError, UsageError
-from bertprep.options import build_options, check_types, normalise_paths, refuse_overlap, set_field
+from bertprep.options import build_options, check_types, errors_name_fields, normalise_paths, refuse_overlap, set_field
 from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.stages.shard import COMBINED, input_files, iter_input_documents, resolve_inputs
 from bertprep.workdir import MANIFEST, load_manifest, resolve_workdir, stage_dir
@@ -46,6 +46,7 @@ PREFIX = "##"
 CHUNK_CHARS = 1 << 20  # the first pass normalizes this much text at once
 
 
+@errors_name_fields
 @dataclasses.dataclass(frozen=True)
 class VocabOptions:
     """`bertprep vocab`'s flags: `input` (formatted corpus or shard directories with a manifest, or .jsonl/.txt

@@ -17,7 +17,7 @@ from typing import ClassVar
 
 from bertprep import storage
 from bertprep.errors import UsageError
-from bertprep.options import build_options, check_types, normalise_paths
+from bertprep.options import build_options, check_types, errors_name_fields, normalise_paths
 from bertprep.progress import Progress, Summary
 from bertprep.stages.download.http import Limits
 from bertprep.workdir import resolve_workdir
@@ -36,6 +36,7 @@ SOURCES = {
 }
 
 
+@errors_name_fields
 @dataclass(frozen=True, kw_only=True)
 class DownloadOptions:
     """What every source takes: the work directory, parallel extraction `workers`, the `limits` on one

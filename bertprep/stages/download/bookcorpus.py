@@ -20,6 +20,7 @@ from typing import ClassVar
 from bertprep import storage
 from bertprep.atomic import hold
 from bertprep.errors import DataError, UsageError
+from bertprep.options import errors_name_fields
 from bertprep.stages.download import DownloadOptions
 from bertprep.stages.download.formatted import corpus_dir, format_parts, save_parts_manifest, write_part
 from bertprep.stages.download.http import SourceDownloads
@@ -36,6 +37,7 @@ TARBALL_URL_ENV = "BERTPREP_BOOKCORPUS_URL"
 DEFAULT_LINES_PER_DOCUMENT = 500
 
 
+@errors_name_fields
 @dataclass(frozen=True, kw_only=True)
 class BookcorpusOptions(DownloadOptions):
     """The hub's parquet export, or with `tarball` the original bookcorpus.tar.bz2 (`md5` for a mirror that

@@ -20,7 +20,7 @@ from typing import ClassVar
 
 from bertprep.atomic import atomic_write_bytes
 from bertprep.errors import UsageError
-from bertprep.options import set_field
+from bertprep.options import errors_name_fields, set_field
 from bertprep.stages.download import DownloadOptions
 from bertprep.stages.download.http import SourceDownloads
 from bertprep.stages.download.hub import hub_snapshot, iter_parquet_rows
@@ -115,6 +115,7 @@ def parse_tasks(value):
     return list(dict.fromkeys(tasks))
 
 
+@errors_name_fields
 @dataclass(frozen=True, kw_only=True)
 class GlueOptions(DownloadOptions):
     """`tasks`: 'all', or task names (a comma-separated string or a tuple, any case, such as 'CoLA,sts-b'), a tuple

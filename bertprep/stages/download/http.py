@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from bertprep import __version__, storage
 from bertprep.errors import DataError, UsageError
-from bertprep.options import check_types
+from bertprep.options import check_types, errors_name_fields
 from bertprep.workdir import load_manifest, save_manifest
 
 CHUNK = 1 << 20
@@ -40,6 +40,7 @@ USER_AGENT = f"bertprep/{__version__}"
 TRANSIENT_STATUS = {408, 425, 429, 500, 502, 503, 504}
 
 
+@errors_name_fields
 @dataclass(frozen=True)
 class Limits:
     """Seconds one connection may go without a byte (`stall`) and may last in all (`deadline`; 0: no limit).

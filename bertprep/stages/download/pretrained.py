@@ -30,7 +30,7 @@ from typing import ClassVar
 from bertprep.atomic import atomic_dir, hold, sha256_file
 from bertprep.bert_config import BertConfig
 from bertprep.errors import DataError, UsageError
-from bertprep.options import normalise_paths
+from bertprep.options import errors_name_fields, normalise_paths
 from bertprep.stages.download import DownloadOptions
 from bertprep.stages.download.http import CHUNK, SourceDownloads, read_checksum_list
 from bertprep.stages.download.hub import SHA256_HEX, _first_line
@@ -105,6 +105,7 @@ RELEASES = {
 NVIDIA_NAMES = {nvidia: release for release, (_date, nvidia, _pins) in RELEASES.items() if nvidia}
 
 
+@errors_name_fields
 @dataclass(frozen=True, kw_only=True)
 class PretrainedOptions(DownloadOptions):
     """`model`: a Google release (`RELEASES`, or NVIDIA's name such as bert_base_uncased) or a hub model id;

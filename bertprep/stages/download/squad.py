@@ -18,7 +18,7 @@ from typing import ClassVar
 
 from bertprep.atomic import atomic_write_bytes
 from bertprep.errors import DataError, UsageError
-from bertprep.options import normalise_paths
+from bertprep.options import errors_name_fields, normalise_paths
 from bertprep.stages.download import DownloadOptions
 from bertprep.stages.download.http import SourceDownloads, fetch, read_checksum_list
 from bertprep.stages.download.hub import hub_snapshot, iter_parquet_rows
@@ -49,6 +49,7 @@ HUB_SPLITS = {"train": "train", "dev": "validation"}
 VERSIONS = ("1.1", "2.0", "all")
 
 
+@errors_name_fields
 @dataclass(frozen=True, kw_only=True)
 class SquadOptions(DownloadOptions):
     """`squad_version` '1.1', '2.0' or 'all' from the SQuAD site (`base_url`: $BERTPREP_SQUAD_URL or the site),

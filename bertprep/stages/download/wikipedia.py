@@ -10,6 +10,7 @@ from typing import ClassVar
 
 from bertprep import storage
 from bertprep.errors import UsageError
+from bertprep.options import errors_name_fields
 from bertprep.stages.download import DownloadOptions
 from bertprep.stages.download.formatted import corpus_dir, format_parts
 from bertprep.stages.download.http import SourceDownloads
@@ -19,6 +20,7 @@ REPO = "wikimedia/wikipedia"
 DEFAULT_DATE = "20231101"
 
 
+@errors_name_fields
 @dataclass(frozen=True, kw_only=True)
 class WikipediaOptions(DownloadOptions):
     """`lang` from the hub release of `date`, or with `dump` ('latest' or YYYYMMDD) the XML dump; `base_url` is

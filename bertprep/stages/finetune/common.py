@@ -21,7 +21,7 @@ import numpy as np
 from bertprep import __version__, formats, storage
 from bertprep.atomic import atomic_open
 from bertprep.errors import DataError, UsageError
-from bertprep.options import check_types, normalise_paths, refuse_overlap
+from bertprep.options import check_types, errors_name_fields, normalise_paths, refuse_overlap
 from bertprep.tokenization import LineTokenizer, load_vocab, resolve_vocab_path
 from bertprep.workdir import file_matches, load_manifest, save_manifest
 
@@ -35,6 +35,7 @@ OUTPUT_NAMES = {
 SHARED_SETTINGS = ("task", "dims", "labels", "version_2_with_negative", "lower_case", "params")
 
 
+@errors_name_fields
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RecordsOptions:
     """What `create_squad` and `create_glue` share: `vocab` (a vocab.txt or hub model id), the output directory

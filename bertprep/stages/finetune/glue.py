@@ -31,7 +31,7 @@ from bertprep.atomic import hold
 from bertprep.corpus import read_text
 from bertprep.errors import DataError, UsageError
 from bertprep.formats.schemas import GLUE, GLUE_REGRESSION
-from bertprep.options import check_types
+from bertprep.options import check_types, errors_name_fields
 from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.stages.download.glue import ALIASES as TASK_ALIASES
 from bertprep.stages.finetune.common import (
@@ -102,6 +102,7 @@ def task_named(value):
     return name
 
 
+@errors_name_fields
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class CreateGlueOptions(RecordsOptions):
     """What `create_glue` converts: the GLUE `task`'s TSV directory `data_dir` (e.g. WORKDIR/download/glue/MRPC),

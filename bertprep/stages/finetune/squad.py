@@ -49,7 +49,7 @@ from bertprep.atomic import hold
 from bertprep.corpus import read_text
 from bertprep.errors import DataError, UsageError
 from bertprep.formats.schemas import SQUAD_EVAL, SQUAD_TRAIN
-from bertprep.options import check_types
+from bertprep.options import check_types, errors_name_fields
 from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.stages.finetune.common import (
     RecordsOptions,
@@ -400,6 +400,7 @@ def split_of(path, value):
                      "eval")
 
 
+@errors_name_fields
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class CreateSquadOptions(RecordsOptions):
     """What `create_squad` converts: the SQuAD JSON `input` (train-v1.1.json, dev-v2.0.json, ...), as the

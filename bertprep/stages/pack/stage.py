@@ -19,7 +19,7 @@ from bertprep.engines import EngineOptions, open_engine
 from bertprep.errors import DataError, UsageError
 from bertprep.formats.schemas import PACKED, PRETRAINING, kind_of_manifest
 from bertprep.manifests import check_manifest
-from bertprep.options import check_types, refuse_overlap
+from bertprep.options import check_types, errors_name_fields, refuse_overlap
 from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.stages.create import (
     is_complete,  # the same rule: an entry for the same input and settings, of its size
@@ -32,6 +32,7 @@ from bertprep.workdir import MANIFEST, SPLITS, load_manifest, save_manifest
 LAYOUT_VERSION = 1
 
 
+@errors_name_fields
 @dataclasses.dataclass(frozen=True)
 class PackOptions:
     """What `pack` reads and writes: `records_dir` a records directory of `create` (<params>/<corpus>), rows of

@@ -23,7 +23,7 @@ import sys
 
 from bertprep import formats, storage
 from bertprep.errors import DataError, UsageError
-from bertprep.options import check_types, normalise_paths, set_field
+from bertprep.options import check_types, errors_name_fields, normalise_paths, set_field
 from bertprep.progress import Summary, human_bytes
 from bertprep.stages.validate.dataset import (
     DATASET_CHECKS,
@@ -46,6 +46,7 @@ CHECKS = {**checks_of(RULES), **DATASET_CHECKS, **TEXT_CHECKS,
           "compare": "both datasets hold the same instances in order"}
 
 
+@errors_name_fields
 @dataclasses.dataclass(frozen=True)
 class ValidateOptions:
     """What `validate` checks: one or two `paths` (records directories or files, text shard directories,
