@@ -16,7 +16,8 @@ import math
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import TextIO
 
 from tqdm import tqdm
 
@@ -198,7 +199,7 @@ class Summary(Mapping):
 
     title: str
     fields: dict
-    rows: tuple | None = None
+    rows: Sequence[tuple[str, object]] | None = None
     complete_before: bool = False
 
     def __getitem__(self, key):
@@ -210,7 +211,7 @@ class Summary(Mapping):
     def __len__(self):
         return len(self.fields)
 
-    def print(self, as_json=False, stream=None):
+    def print(self, as_json: bool = False, stream: TextIO | None = None) -> None:
         print_summary(self.title, self.fields, as_json=as_json, rows=self.rows, stream=stream)
 
     def __repr__(self):

@@ -266,7 +266,8 @@ def _options(name):
     return {}  # hf://: huggingface_hub's own timeouts (HF_HUB_ETAG_TIMEOUT, HF_HUB_DOWNLOAD_TIMEOUT: 10 s)
 
 
-_OPENED = weakref.WeakSet()  # the filesystems this process used: a forked child must leave their connections be
+# the filesystems this process used: a forked child must leave their connections be
+_OPENED: weakref.WeakSet = weakref.WeakSet()
 
 
 def _leave_inherited_connections():
@@ -291,7 +292,7 @@ def _leave_inherited_connections():
     _PREFETCHED.clear()
 
 
-_INHERITED = []  # in a forked child: the parent's filesystems, kept so that they are never collected
+_INHERITED: list = []  # in a forked child: the parent's filesystems, kept so that they are never collected
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_leave_inherited_connections)
 
@@ -518,7 +519,7 @@ class DigestChecked(io.RawIOBase):
         super().close()
 
 
-_PREFETCHED = {}  # URL -> its ReadAhead, started by prefetch() before open() asks for it
+_PREFETCHED: dict = {}  # URL -> its ReadAhead, started by prefetch() before open() asks for it
 _PREFETCH_LOCK = threading.Lock()
 PREFETCH_LIMIT = 2  # streams started ahead at once (each holds at most READ_AHEAD + 1 blocks)
 

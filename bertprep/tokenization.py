@@ -24,7 +24,7 @@ from bertprep.corpus import read_text
 from bertprep.errors import DataError
 
 try:
-    from bertprep import _wordpiece
+    import bertprep._wordpiece as _wordpiece
 except ImportError:  # extension not built: every line goes through HF tokenizers
     _wordpiece = None
 

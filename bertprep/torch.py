@@ -22,6 +22,7 @@ not depend on workers, ranks or restarts.
 
 import mmap
 import os
+from typing import Any
 
 import numpy as np
 
@@ -183,7 +184,11 @@ def rank_batches(batches, rank, world_size):
     return batches[rank::world_size][:per_rank]
 
 
-class BertRecords(torch.utils.data.IterableDataset if torch is not None else object):
+# torch's IterableDataset where torch is installed (BertRecords then says what to install when used).
+_DATASET_BASE: Any = torch.utils.data.IterableDataset if torch is not None else object
+
+
+class BertRecords(_DATASET_BASE):
     """One epoch of one rank's batches as dicts of torch tensors; `set_epoch`, `state_dict`, `load_state_dict`."""
 
     def __init__(self, data_dir, batch_size, split="training", fmt=None, seed=0, rank=0, world_size=1,

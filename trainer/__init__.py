@@ -14,25 +14,20 @@ The names load when first used: `import trainer` imports no framework, so `pytho
 the libraries' start-up lines out before Keras loads (library_logs.py).
 """
 
+import importlib
+
 __all__ = ["train", "TrainConfig", "TrainSummary", "finetune", "FinetuneConfig", "FinetuneSummary"]
 
-_CONFIGS = ("TrainConfig", "TrainSummary", "FinetuneConfig", "FinetuneSummary")
+# public name -> the module that defines it (trainer/__init__.pyi, for type checkers, says the same)
+_EXPORTS = {"train": "trainer.pretraining", "finetune": "trainer.finetuning",
+            **dict.fromkeys(("TrainConfig", "TrainSummary", "FinetuneConfig", "FinetuneSummary"), "trainer.config")}
 
 
 def __getattr__(name):
-    if name in _CONFIGS:
-        from trainer import config
-
-        return getattr(config, name)
-    if name == "train":
-        from trainer.pretraining import train
-
-        return train
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'trainer' has no attribute {name!r}")
     if name == "finetune":
         from trainer.library_logs import load_keras
 
         load_keras()  # before trainer.finetuning, whose imports import Keras
-        from trainer.finetuning import finetune
-
-        return finetune
-    raise AttributeError(f"module 'trainer' has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)

@@ -5,7 +5,6 @@ import, so argument and data errors are reported before any framework loads."""
 
 import dataclasses
 import math
-from typing import Optional
 
 from bertprep import bert_config, storage
 from bertprep.errors import UsageError
@@ -98,12 +97,12 @@ class TrainConfig:
     sample (no `data`), unless `bert_config` or `init_checkpoint` gives the model."""
 
     format: str
-    data: Optional[str] = None
-    model: Optional[str] = None
-    bert_config: Optional[str] = None
-    dropout: Optional[float] = None
+    data: str | None = None
+    model: str | None = None
+    bert_config: str | None = None
+    dropout: float | None = None
     optimizer: str = "lamb"
-    clip_norm: Optional[float] = None
+    clip_norm: float | None = None
     lr: float = 1e-4
     warmup: float = 0.1
     steps: int = 1000
@@ -111,23 +110,23 @@ class TrainConfig:
     grad_accum: int = 1
     precision: str = "fp32"
     allreduce_dtype: str = "fp32"
-    pad_vocab: Optional[int] = None
+    pad_vocab: int | None = None
     steps_per_call: int = 1
     seed: int = 12345
-    bin_size: Optional[int] = None
+    bin_size: int | None = None
     model_parallel: int = 1
     pipeline_stages: int = 1
     placement: str = "intra_first"
-    init_checkpoint: Optional[str] = None
-    checkpoint_dir: Optional[str] = None
+    init_checkpoint: str | None = None
+    checkpoint_dir: str | None = None
     checkpoint_every: int = 1000
     keep_checkpoints: int = 3
     resume: bool = False
     eval_every: int = 0
     eval_steps: int = 10
     log_every: int = 100
-    log_json: Optional[str] = None
-    tensorboard_dir: Optional[str] = None
+    log_json: str | None = None
+    tensorboard_dir: str | None = None
     quiet: bool = False
 
     def __post_init__(self):
@@ -148,7 +147,7 @@ class TrainConfig:
         _check_appendable(self)
         _check_outputs_apart(self, ("checkpoint_dir", "tensorboard_dir", "log_json"))
 
-    def check_backend(self, backend):
+    def check_backend(self, backend: str) -> None:
         """What needs JAX, against the backend Keras loaded (known only once it has)."""
         if (self.model_parallel > 1 or self.placement != "intra_first") and backend != "jax":
             raise UsageError(f"--model-parallel and --placement need KERAS_BACKEND=jax (Keras's ModelParallel); "
@@ -186,26 +185,26 @@ class FinetuneConfig:
     task: str
     data: str
     format: str
-    init_checkpoint: Optional[str] = None
-    model: Optional[str] = None
+    init_checkpoint: str | None = None
+    model: str | None = None
     epochs: float = 2.0
-    steps: Optional[int] = None
+    steps: int | None = None
     lr: float = 3e-5
     warmup: float = 0.1
     batch_size: int = 32
     optimizer: str = "adam"
-    clip_norm: Optional[float] = None
+    clip_norm: float | None = None
     precision: str = "fp32"
     seed: int = 12345
-    output_dir: Optional[str] = None
-    checkpoint_dir: Optional[str] = None
+    output_dir: str | None = None
+    checkpoint_dir: str | None = None
     no_eval: bool = False
     predict: bool = False
-    eval_file: Optional[str] = None
+    eval_file: str | None = None
     null_score_diff_threshold: float = 0.0
     log_every: int = 10
-    log_json: Optional[str] = None
-    tensorboard_dir: Optional[str] = None
+    log_json: str | None = None
+    tensorboard_dir: str | None = None
     quiet: bool = False
 
     def __post_init__(self):
@@ -256,23 +255,23 @@ class TrainSummary(_ShownAsTable):
     replicas: int
     model_parallel: int
     pipeline_stages: int
-    pipeline: Optional[dict]
-    mesh: Optional[dict]
+    pipeline: dict | None
+    mesh: dict | None
     param_bytes_per_device: int
     precision: str
-    final_learning_rate: Optional[float]
-    final_loss_scale: Optional[float]
-    mean_sequences_per_second: Optional[float]
-    mean_tokens_per_second: Optional[float]
+    final_learning_rate: float | None
+    final_loss_scale: float | None
+    mean_sequences_per_second: float | None
+    mean_tokens_per_second: float | None
     timed_steps: int
     sequences: int  # real sequences trained on (packed rows hold several)
     tokens: int
     # Those of the last log line; None (and left out of to_dict) when the run logged none.
-    last_loss: Optional[float] = None
-    last_mlm_accuracy: Optional[float] = None
-    last_nsp_accuracy: Optional[float] = None
+    last_loss: float | None = None
+    last_mlm_accuracy: float | None = None
+    last_nsp_accuracy: float | None = None
 
-    def to_dict(self):
+    def to_dict(self) -> dict:
         last = ("last_loss", "last_mlm_accuracy", "last_nsp_accuracy")
         return {k: v for k, v in dataclasses.asdict(self).items() if not (k in last and v is None)}
 
@@ -293,13 +292,13 @@ class FinetuneSummary(_ShownAsTable):
     optimizer: str
     steps: int
     skipped_steps: int
-    first_logged_loss: Optional[float]
-    last_logged_loss: Optional[float]
-    mean_sequences_per_second: Optional[float]
+    first_logged_loss: float | None
+    last_logged_loss: float | None
+    mean_sequences_per_second: float | None
     evaluation: dict = dataclasses.field(default_factory=dict)
     prediction: dict = dataclasses.field(default_factory=dict)  # --predict: examples, file
 
-    def to_dict(self):
+    def to_dict(self) -> dict:
         figures = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("evaluation", "prediction")}
         return {**figures, **{f"eval_{k}": v for k, v in self.evaluation.items()},
                 **{f"predict_{k}": v for k, v in self.prediction.items()}}

@@ -33,7 +33,7 @@ from bertprep import formats, storage
 from bertprep.atomic import atomic_write_bytes
 from bertprep.errors import DataError, UsageError
 from trainer import metrics, run_state
-from trainer.config import SIZES, BertConfig, FinetuneSummary, TrainConfig, size_of
+from trainer.config import SIZES, BertConfig, FinetuneConfig, FinetuneSummary, TrainConfig, size_of
 from trainer.data import RecordStream, feature_dtypes, prefetch
 from trainer.heads import FEATURE_INPUTS
 from trainer.loop import Schedule, train_loop
@@ -63,7 +63,7 @@ def carried_files(data, initial, log):
     return (found.checkpoint_files() if found else {}), manifests
 
 
-def finetune(config):
+def finetune(config: FinetuneConfig) -> FinetuneSummary:
     """Fine-tune as `config` (a trainer.FinetuneConfig) says; return the trainer.FinetuneSummary."""
     if os.environ.get("TF_CONFIG") or os.environ.get("KERAS_DISTRIBUTION_JOB_ADDRESSES"):
         raise UsageError("finetune runs on the devices of one host: unset TF_CONFIG / KERAS_DISTRIBUTION_JOB_ADDRESSES")

@@ -98,7 +98,7 @@ def _weights(batch):
 
 class ClassificationObjective(Objective):
     input_names = FEATURE_INPUTS
-    sum_keys = ("loss_sum", "correct", "sequences")
+    sum_keys: tuple[str, ...] = ("loss_sum", "correct", "sequences")
 
     def sums(self, outputs, batch):
         labels, weights = _labels(batch, "label_ids"), _weights(batch)

@@ -15,7 +15,7 @@ warmup). Every step is still applied in order: when results are fetched changes 
 
 import dataclasses
 import time
-from typing import Callable, Optional
+from typing import Callable
 
 from bertprep.errors import DataError
 
@@ -165,8 +165,8 @@ class Counts:
     nonfinite_run: int = 0
     window_steps: int = 0
     window: dict = dataclasses.field(default_factory=dict)
-    last: Optional[dict] = None
-    first_logged: Optional[dict] = None
+    last: dict | None = None
+    first_logged: dict | None = None
     last_logged: dict = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
@@ -204,10 +204,10 @@ class Hooks:
     draws)` (both when the Schedule says), `step_times` / `step_sequences` (lists, trainer.benchmark's:
     the clock when each step's results reached the host, and its real sequences)."""
 
-    evaluate: Optional[Callable] = None
-    checkpoint: Optional[Callable] = None
-    step_times: Optional[list] = None
-    step_sequences: Optional[list] = None
+    evaluate: Callable | None = None
+    checkpoint: Callable | None = None
+    step_times: list | None = None
+    step_sequences: list | None = None
 
 
 def train_loop(steps, batches, schedule, log, accumulation=1, hooks=None, draws=0):

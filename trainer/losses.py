@@ -108,8 +108,8 @@ class Objective:
     the shares of a global batch adding up to its loss, so any split gives the same gradient.
     """
 
-    input_names = ()
-    sum_keys = ()
+    input_names: tuple[str, ...] = ()
+    sum_keys: tuple[str, ...] = ()
 
     def inputs(self, batch):
         return {name: batch[name] for name in self.input_names}

@@ -16,7 +16,7 @@ from bertprep.atomic import hold
 from bertprep.errors import DataError, UsageError
 from bertprep.progress import Progress
 from trainer import run_state
-from trainer.config import BertConfig, TrainSummary
+from trainer.config import BertConfig, TrainConfig, TrainSummary
 from trainer.data import Records, RecordStream, prefetch
 from trainer.library_logs import library_lines_left_out, load_keras
 from trainer.loop import Hooks, Schedule, evaluate, train_loop
@@ -307,7 +307,8 @@ def _fmt(key, value):
     return f"{key} {value}"
 
 
-def train(config, step_times=None, step_sequences=None):
+def train(config: TrainConfig, step_times: list[float] | None = None,
+          step_sequences: list[int] | None = None) -> TrainSummary:
     """Pretrain as `config` (a trainer.TrainConfig) says; return the trainer.TrainSummary. `step_times`, a
     list, receives the clock (time.perf_counter, monotonic) when each step's results reached the host:
     trainer.benchmark's timing; `step_sequences`, a list, the real sequences of each of those steps (a
@@ -335,7 +336,8 @@ def train(config, step_times=None, step_sequences=None):
         from trainer import parallel
 
         # Before the session is cleared: tracing the model moves Keras's name counters and seeds.
-        parallel.check_splits(*parallel.abstract_variables(bert, records.seq, records.pred), config.model_parallel)
+        trainable, non_trainable = parallel.abstract_variables(bert, records.seq, records.pred)
+        parallel.check_splits(trainable, non_trainable, config.model_parallel)
     keras.backend.clear_session()  # a fresh name space: checkpoints name variables by path
     keras.config.set_dtype_policy(config.precision if config.precision != "fp32" else "float32")
     keras.utils.set_random_seed(config.seed)

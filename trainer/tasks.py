@@ -36,7 +36,7 @@ class Task:
     name: str  # as the GLUE benchmark and the manifests spell it
     train_kind: object
     eval_kind: object
-    labels: tuple = None  # label id = index; None: regression or SQuAD
+    labels: tuple | None = None  # label id = index; None: regression or SQuAD
     metrics: tuple = ()  # GLUE metrics (metrics.py function names) beside accuracy
 
     @property

@@ -47,7 +47,7 @@ class RecordKind:
     name: str
     description: str
     features: tuple  # Feature, in TFRecord order (the reference writer's insertion order)
-    ofrecord_order: tuple = None  # names in OFRecord key order; None: the TFRecord order
+    ofrecord_order: tuple | None = None  # names in OFRecord key order; None: the TFRecord order
 
     def __post_init__(self):
         names = [f.name for f in self.features]
@@ -179,7 +179,7 @@ def check_int_values(kind, columns, where, first_row=0, vocab_size=None):
 
 # ---------------------------------------------------------------- the registry
 
-KINDS = {}
+KINDS: dict = {}
 
 
 def register(kind):

@@ -25,6 +25,7 @@ import contextlib
 import dataclasses
 import os
 import tempfile
+from typing import Any
 
 import numpy as np
 
@@ -163,14 +164,14 @@ def _rename_into_place(tmp, dst):
     os.replace(tmp, dst)
 
 
-def convert(options: ConvertOptions | None = None, /, **fields) -> Summary:
+def convert(options: ConvertOptions | None = None, /, **fields: Any) -> Summary:
     """Convert `options.src` (or ConvertOptions(**fields)); a tree is written whole or not at all. The Summary
     lists each file (`files`: src, dst, records) and the records in all."""
     options = options or ConvertOptions(**fields)
     src, dst, to = options.src, options.dst, options.to
     if storage.isdir(src):
         pairs = []
-        by_dir = {}
+        by_dir: dict = {}
         for path in _record_files(src):
             by_dir.setdefault(os.path.dirname(path), []).append(path)
         for directory, paths in sorted(by_dir.items()):
@@ -181,7 +182,7 @@ def convert(options: ConvertOptions | None = None, /, **fields) -> Summary:
                 pairs.append((path, storage.normpath(storage.join(dst, relative_dir, name))))
         if not pairs:
             raise DataError(f"{src}: no record files (*.tfrecord or part-*) found")
-        tree = hold(dst, "bertprep convert")
+        tree: contextlib.AbstractContextManager = hold(dst, "bertprep convert")
     elif storage.isfile(src):
         if storage.isdir(dst):
             raise UsageError(f"{dst}: is a directory; give an output file name")

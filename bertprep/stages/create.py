@@ -31,6 +31,7 @@ import re
 import time
 from dataclasses import asdict, dataclass, replace
 from importlib import resources
+from typing import Any
 
 import numpy as np
 
@@ -168,7 +169,7 @@ class ShardTask:
 
 # -- the shard task: pure apart from reading its input and writing its outputs --------------
 
-_TOKENIZERS = {}  # (vocab path, lower_case) -> (LineTokenizer, MaskingVocab), per process
+_TOKENIZERS: dict = {}  # (vocab path, lower_case) -> (LineTokenizer, MaskingVocab), per process
 
 
 def _tokenizer_and_vocab(vocab_path, lower_case, vocab=None):
@@ -571,7 +572,7 @@ def is_complete(task, manifest_files):
     return True
 
 
-def create(options: CreateOptions | None = None, /, *, quiet: bool = True, **fields) -> Summary:
+def create(options: CreateOptions | None = None, /, *, quiet: bool = True, **fields: Any) -> Summary:
     """Create masked-LM records (`CreateOptions`, or its fields as keywords); the summary `--json` prints.
     `quiet=False` shows progress, notes and warnings on stderr. Shards already complete are kept
     (`complete_before` when all were)."""

@@ -33,6 +33,7 @@ import re
 import sys
 import time
 import unicodedata
+from typing import Any
 
 import numpy as np
 
@@ -102,7 +103,7 @@ class DedupOptions:
         if self.report_only and not self.decontaminate:
             raise UsageError("--report-only needs --decontaminate")
 
-    def band_rows(self):
+    def band_rows(self) -> tuple[int, int]:
         """(bands, rows per band)."""
         if self.bands is not None:
             return self.bands, self.num_perm // self.bands
@@ -463,7 +464,7 @@ def plot_similarities(estimates, path, threshold, staging):
 # -- the command -------------------------------------------------------------------
 
 
-def dedup(options: DedupOptions | None = None, /, *, quiet: bool = True, **fields) -> Summary:
+def dedup(options: DedupOptions | None = None, /, *, quiet: bool = True, **fields: Any) -> Summary:
     """Deduplicate (and decontaminate) formatted corpora (`DedupOptions`, or its fields as keywords); the
     summary `--json` prints. A complete output of the same inputs and settings is left as it is."""
     options = build_options(DedupOptions, options, fields)

@@ -10,6 +10,7 @@ training feature's answer span as the tokens it covers.
 import dataclasses
 import json
 import os
+from typing import Any, TextIO
 
 import numpy as np
 
@@ -80,7 +81,7 @@ def answer_line(record, words):
     return " ".join(words[int(i)] if 0 <= int(i) < len(words) else f"<{int(i)}>" for i in ids[start:end + 1])
 
 
-def inspect(options: InspectOptions | None = None, /, *, stream=None, **fields) -> Summary:
+def inspect(options: InspectOptions | None = None, /, *, stream: TextIO | None = None, **fields: Any) -> Summary:
     """The records `options` (or InspectOptions(**fields)) selects, each written to `stream` (a text file;
     None: nowhere) as the command shows it while it is read, so a damaged record later in the file still
     leaves the ones before it shown. The Summary's `records` holds them as {"record": index, feature: values}."""
@@ -99,7 +100,7 @@ def inspect(options: InspectOptions | None = None, /, *, stream=None, **fields) 
     if options.epoch is not None:
         mask_for_epoch = epoch_masker(path, kind, options.epoch, vocab_path)
         shown_as = f"{kind}, masked as in epoch {options.epoch}"
-    records = []
+    records: list = []
     for index, record in enumerate(formats.read_records(path, fmt)):
         if index < options.skip:
             continue

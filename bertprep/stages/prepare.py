@@ -19,6 +19,7 @@ import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from bertprep.engines import EngineOptions
 from bertprep.errors import UsageError
@@ -125,7 +126,7 @@ def stage_calls(options):
 
 
 def prepare(options: PrepareOptions | None = None, /, *, quiet: bool = True,
-            run_stage: Callable[[str, Callable[[], Summary]], Summary] | None = None, **fields) -> Summary:
+            run_stage: Callable[[str, Callable[[], Summary]], Summary] | None = None, **fields: Any) -> Summary:
     """Download, shard and create in one call (`PrepareOptions`, or its fields as keywords); the summary `--json`
     prints: every stage's summary under its label. The first stage that fails raises its error and nothing after it
     runs. `run_stage(label, call)` runs each stage (default: `call()`), for a caller that reports a stage's error

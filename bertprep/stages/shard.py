@@ -43,6 +43,7 @@ import heapq
 import os
 import tempfile
 import time
+from typing import Any
 
 import numpy as np
 
@@ -438,7 +439,7 @@ def spread(sizes):
 # -- the command ------------------------------------------------------------------
 
 
-def shard(options: ShardOptions | None = None, /, *, quiet: bool = True, **fields) -> Summary:
+def shard(options: ShardOptions | None = None, /, *, quiet: bool = True, **fields: Any) -> Summary:
     """Shard a corpus (`ShardOptions`, or its fields as keywords); the summary `--json` prints. `quiet=False`
     shows progress on stderr. A complete output of the same inputs and settings is left as it is
     (`complete_before`)."""

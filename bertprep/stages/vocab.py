@@ -28,6 +28,7 @@ import hashlib
 import os
 import time
 from collections import Counter
+from typing import Any
 
 from bertprep import storage
 from bertprep.atomic import atomic_open, sha256_file
@@ -181,7 +182,7 @@ def train(tokenizer, lines, specials, alphabet, vocab_size):
 # -- the command ------------------------------------------------------------------
 
 
-def vocab(options: VocabOptions | None = None, /, *, quiet: bool = True, **fields) -> Summary:
+def vocab(options: VocabOptions | None = None, /, *, quiet: bool = True, **fields: Any) -> Summary:
     """Train a WordPiece vocab.txt (`VocabOptions`, or its fields as keywords) and write it atomically; the
     summary `--json` prints (the inputs' sha256s and the settings with the vocab's own sha256).
     `quiet=False` shows progress on stderr."""

@@ -17,11 +17,11 @@ class Checkpoint:
     path: str  # the file or prefix the weights came from
     config: object  # trainer.config.BertConfig
     weights: dict  # Google name -> array in Google's layout
-    vocab: str = None  # a vocab.txt that travels with the checkpoint
+    vocab: str | None = None  # a vocab.txt that travels with the checkpoint
     has_heads: bool = True
     has_pooler: bool = True  # False: a BertModel saved without one (add_pooling_layer=False)
     notes: list = dataclasses.field(default_factory=list)
-    lower_case: bool = None  # its tokenizer's casing where known (tokenizer.casing_beside)
+    lower_case: bool | None = None  # its tokenizer's casing where known (tokenizer.casing_beside)
     task_head: object = None  # a fine-tune's task_heads.TaskHead; its weights are in `weights`, Google's names
 
     def ours(self):

@@ -13,7 +13,7 @@ WORKDIR/download/pretrained/<model>/.
 import importlib
 import os
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from bertprep import storage
 from bertprep.errors import UsageError
@@ -74,7 +74,7 @@ def check_store_workdir(options, workdir):
                          "or --tarball), then `bertprep shard --input` from there into the bucket")
 
 
-def download(source: "str | DownloadOptions", /, *, quiet: bool = True, **fields) -> Summary:
+def download(source: "str | DownloadOptions", /, *, quiet: bool = True, **fields: Any) -> Summary:
     """Download one source, `download("squad", workdir=...)` or `download(SquadOptions(...))`; the summary
     `--json` prints. `quiet=False` shows progress on stderr."""
     cls = type(source) if isinstance(source, DownloadOptions) else options_class(source)

@@ -53,7 +53,7 @@ class Limits:
     stall: float = 60.0
     deadline: float = 3600.0
 
-    def check(self):
+    def check(self) -> "Limits":
         """Self, when both limits can be met; the sources that use the limits call this when built."""
         if not self.stall > 0:
             raise UsageError(f"--stall-timeout: expected a number of seconds above 0, got {self.stall:g}")

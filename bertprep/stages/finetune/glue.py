@@ -23,6 +23,7 @@ TensorFlow's GFile readline does), fields are split on tabs with no quoting.
 import csv
 import dataclasses
 import time
+from typing import Any
 
 import numpy as np
 
@@ -59,8 +60,8 @@ class Columns:
 
     header: bool
     text_a: int
-    text_b: int = None
-    label: int = None
+    text_b: int | None = None
+    label: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -250,7 +251,7 @@ def feature_columns(examples, tokenizer, seq, labels):
 # ---------------------------------------------------------------- the command
 
 
-def create_glue(options: CreateGlueOptions | None = None, /, *, quiet: bool = True, **fields) -> Summary:
+def create_glue(options: CreateGlueOptions | None = None, /, *, quiet: bool = True, **fields: Any) -> Summary:
     """Write the records of a GLUE task's splits (`options`, or CreateGlueOptions(**fields)); progress on stderr
     unless `quiet`. Every file is read and checked before anything is written; a split already written with
     the same input and settings is left as it is (`complete_before`: all were)."""

@@ -41,6 +41,7 @@ import random
 import re
 import sys
 import time
+from typing import Any
 
 import numpy as np
 
@@ -95,9 +96,9 @@ class Example:
     qas_id: str
     question: str
     paragraph: int  # index into the file's paragraphs
-    answer: str = None  # training only
-    start_word: int = None
-    end_word: int = None
+    answer: str | None = None  # training only
+    start_word: int | None = None
+    end_word: int | None = None
     is_impossible: bool = False
 
 
@@ -430,7 +431,7 @@ class CreateSquadOptions(RecordsOptions):
         split_of(self.input, self.split)  # a name that tells no split, and no --split: a usage error now
 
 
-def create_squad(options: CreateSquadOptions | None = None, /, *, quiet: bool = True, **fields) -> Summary:
+def create_squad(options: CreateSquadOptions | None = None, /, *, quiet: bool = True, **fields: Any) -> Summary:
     """Write the records of one SQuAD split (`options`, or CreateSquadOptions(**fields)); progress and the skipped
     questions on stderr unless `quiet`. A split already written with the same input and settings is left as
     it is (`complete_before`)."""

@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import time
+from typing import Any
 
 from bertprep import __version__, formats, storage
 from bertprep.atomic import hold, sha256_file
@@ -133,7 +134,7 @@ def _output_name(fmt, split, source, index):
     return f"{fmt}/{split}/{stem}.{'tfrecord' if fmt == 'tfrecord' else fmt}"
 
 
-def pack(options: PackOptions | None = None, /, *, quiet: bool = True, **fields) -> Summary:
+def pack(options: PackOptions | None = None, /, *, quiet: bool = True, **fields: Any) -> Summary:
     """Pack the records of `options.records_dir` (or PackOptions(**fields)); progress on stderr unless `quiet`.
     A rerun packs only the shards not already complete (`complete_before`: none was left)."""
     options = options or PackOptions(**fields)

@@ -22,7 +22,7 @@ from bertprep.stages.validate.finetune import FINETUNE_KINDS
 from bertprep.stages.validate.records import RULES, Finding, Findings, RecordSpec, scan_file
 from bertprep.workdir import MANIFEST, SPLITS, read_manifest
 
-DATASET_CHECKS = {
+DATASET_CHECKS: dict[str, str] = {
     "files": "part-<i> numbered from 0 without gaps, none empty, at least --min-parts",
     "manifest": "manifest files, counts, bytes and sha256 match; parameters match the records",
     "consistency": "the same record kind and lengths in every file; both formats hold the same counts",
@@ -191,9 +191,9 @@ class DatasetResult:
     stats: dict  # (fmt, split) -> the kind's statistics
     kind: str  # the record kind's name (None when no record could be read)
     dims: dict
-    manifest: str = None
-    spec: RecordSpec = None
-    kinds: list = None  # the record kinds' names: one, or a fine-tuning directory's kind per split
+    manifest: str | None = None
+    spec: RecordSpec | None = None
+    kinds: list | None = None  # the record kinds' names: one, or a fine-tuning directory's kind per split
 
 
 def validate_records(root, spec, workers=1, min_parts=1, quiet=True):

@@ -77,14 +77,14 @@ class RecordSpec:
     """What the records are checked against (from the manifest, flags, or the data itself)."""
 
     kind: object = None  # a RecordKind; None: recognised from each file's first record
-    dims: dict = None  # {"seq": 128, "pred": 20, ...}; None: taken from each file's first record
-    vocab_size: int = None  # None: no upper bound on ids
+    dims: dict | None = None  # {"seq": 128, "pred": 20, ...}; None: taken from each file's first record
+    vocab_size: int | None = None  # None: no upper bound on ids
     cls_id: int = 101  # BERT's English vocabs; --vocab gives the real ones
     sep_id: int = 102
     mask_id: int = 103
-    masked_lm_prob: float = 0.15
-    whole_word_mask: bool = False
-    num_labels: int = None  # GLUE: label ids must be below it (the manifest's label list); None: no bound
+    masked_lm_prob: float | None = 0.15  # None (validate's default): the manifest's, else 0.15
+    whole_word_mask: bool | None = False  # None: the manifest's, else False
+    num_labels: int | None = None  # GLUE: label ids must be below it (the manifest's label list); None: no bound
     max_errors: int = 20
     chunk: int = 8192
 
@@ -93,8 +93,8 @@ class RecordSpec:
 class Finding:
     check: str
     file: str
-    record: int = None
-    field: str = None
+    record: int | None = None
+    field: str | None = None
     message: str = ""
     severity: str = "error"
 
@@ -142,12 +142,12 @@ class FileReport:
     split: str
     records: int = 0
     bytes: int = 0
-    kind: str = None  # the record kind's name, once a record was read
-    dims: dict = None
-    findings: Findings = None
+    kind: str | None = None  # the record kind's name, once a record was read
+    dims: dict | None = None
+    findings: Findings | None = None
     stats: object = None  # the kind's statistics (KindRules.new_stats), if it keeps any
     failed_records: int = 0
-    sha256: str = None
+    sha256: str | None = None
 
 
 def scan_file(path, fmt, split, spec):

@@ -20,6 +20,7 @@ import io
 import json
 import os
 import sys
+from typing import Any, TextIO
 
 from bertprep import formats, storage
 from bertprep.errors import DataError, UsageError
@@ -90,7 +91,7 @@ class Report(Summary):
     def sound(self) -> bool:
         return self.fields["sound"]
 
-    def print(self, as_json=False, stream=None):
+    def print(self, as_json: bool = False, stream: TextIO | None = None) -> None:
         if as_json:
             super().print(as_json=True, stream=stream)
         else:
@@ -121,11 +122,11 @@ def _figures_png(report):
             return f.read()
 
 
-def validate(options: ValidateOptions | None = None, /, *, quiet: bool = True, **fields) -> Report:
+def validate(options: ValidateOptions | None = None, /, *, quiet: bool = True, **fields: Any) -> Report:
     """Check `options.paths` (or ValidateOptions(**fields)); progress on stderr unless `quiet`. A dataset
     that fails a check is no error: the report says so (`report.sound`, its findings)."""
     options = options or ValidateOptions(**fields)
-    vocab_warnings = []
+    vocab_warnings: list = []
     spec = RecordSpec(max_errors=options.max_errors, masked_lm_prob=options.masked_lm_prob,
                       whole_word_mask=options.whole_word_mask, **_vocab_settings(options.vocab, vocab_warnings))
     report = validate_paths(list(options.paths), spec, workers=options.workers or os.cpu_count() or 1,
