@@ -39,7 +39,7 @@ from bertprep.errors import UsageError
 from trainer import parallel
 from trainer.losses import PRETRAINING_OBJECTIVE
 from trainer.model import sequence_attention_mask
-from trainer.steps import JaxSteps, _results_vector
+from trainer.steps import JaxSteps, Steps, _results_vector
 
 STAGE = "stage"
 
@@ -124,13 +124,9 @@ class PipelineSteps(JaxSteps):
 
         from trainer.steps import INITIAL_SCALE
 
+        # Not JaxSteps.__init__, which lays out unstacked state: a non-finite fp16 step is skipped by selects.
+        Steps.__init__(self, model, optimizer, accumulation, dynamic_scale, PRETRAINING_OBJECTIVE)
         self.jax = jax
-        self.model = model
-        self.objective = PRETRAINING_OBJECTIVE
-        self.optimizer = optimizer
-        self.accumulation = accumulation
-        self.dynamic_scale = dynamic_scale
-        optimizer.skips_nonfinite = dynamic_scale  # a non-finite fp16 step is skipped by selects, as JaxSteps does
         self.stages = stages
         layers = model.encoder_layers
         self.mesh = mesh = distribution.device_mesh.backend_mesh

@@ -86,6 +86,16 @@ class Steps(abc.ABC):
     optimizer: object
     objective: object  # losses.PRETRAINING_OBJECTIVE or a task head's (heads.py)
 
+    def __init__(self, model, optimizer, accumulation, dynamic_scale, objective):
+        """What every backend's steps hold: `accumulation` micro-batches a step; `dynamic_scale`: fp16 loss
+        scaling, whose non-finite steps the optimizer skips."""
+        self.model = model
+        self.objective = objective
+        self.optimizer = optimizer
+        self.accumulation = accumulation
+        self.dynamic_scale = dynamic_scale
+        optimizer.skips_nonfinite = dynamic_scale
+
     @abc.abstractmethod
     def put(self, batch):
         """A host element {feature: [accumulation, batch, ...]} on the devices."""
@@ -155,13 +165,9 @@ class TensorFlowSteps(Steps):
                  allreduce_dtype="fp32"):
         import tensorflow as tf
 
+        super().__init__(model, optimizer, accumulation, dynamic_scale, objective)
         self.tf = tf
         self.strategy = strategy
-        self.model = model
-        self.objective = objective
-        self.optimizer = optimizer
-        self.accumulation = accumulation
-        self.dynamic_scale = dynamic_scale
         self.local_replicas = len(strategy.extended.worker_devices)
         self.allreduce_dtype = ALLREDUCE_DTYPES[allreduce_dtype]
         with strategy.scope():
@@ -169,7 +175,6 @@ class TensorFlowSteps(Steps):
                                      aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
             self.good_steps = tf.Variable(0, trainable=False, name="loss_scale_good_steps",
                                           aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
-        optimizer.skips_nonfinite = dynamic_scale
         self._compiled_functions = {}  # replica -> its XLA-compiled (gradients, update)
         self._train = tf.function(self._train_step)
         self._train_many = tf.function(self._train_many_steps)
@@ -336,13 +341,8 @@ class JaxSteps(Steps):
                  allreduce_dtype="fp32"):
         import jax
 
+        super().__init__(model, optimizer, accumulation, dynamic_scale, objective)
         self.jax = jax
-        self.model = model
-        self.objective = objective
-        self.optimizer = optimizer
-        self.accumulation = accumulation
-        self.dynamic_scale = dynamic_scale
-        optimizer.skips_nonfinite = dynamic_scale
         mesh = distribution.device_mesh.backend_mesh
         axis = distribution.batch_dim_name
         P = jax.sharding.PartitionSpec
