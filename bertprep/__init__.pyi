@@ -17,8 +17,8 @@ from bertprep.stages.download.http import Limits as Limits
 from bertprep.stages.download.pretrained import PretrainedOptions as PretrainedOptions
 from bertprep.stages.download.squad import SquadOptions as SquadOptions
 from bertprep.stages.download.wikipedia import WikipediaOptions as WikipediaOptions
-from bertprep.stages.finetune.glue import CreateGlueOptions as CreateGlueOptions
-from bertprep.stages.finetune.squad import CreateSquadOptions as CreateSquadOptions
+from bertprep.stages.finetune_data.glue import CreateGlueOptions as CreateGlueOptions
+from bertprep.stages.finetune_data.squad import CreateSquadOptions as CreateSquadOptions
 from bertprep.stages.inspect import InspectOptions as InspectOptions
 from bertprep.stages.pack import PackOptions as PackOptions
 from bertprep.stages.prepare import PrepareOptions as PrepareOptions

@@ -21,7 +21,7 @@ from bertprep import formats, storage
 from bertprep.errors import DataError
 from bertprep.formats import columnar
 from bertprep.formats.schemas import FLOAT, check_int_values
-from bertprep.manifests import file_digests, load_records_manifest
+from bertprep.records_manifest import file_digests, load_records_manifest
 
 PREFERENCE = ("parquet", "hdf5", "tfrecord", "ofrecord")
 SPLIT_NAMES = {"training": "train", "train": "train", "test": "test", "eval": "test"}

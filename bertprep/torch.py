@@ -30,8 +30,8 @@ from bertprep import formats, storage
 from bertprep.binning import bin_width, binned_batches, bins_of
 from bertprep.errors import DataError, UsageError
 from bertprep.formats.schemas import PACKED, UNMASKED, int_values_problem, kind_of_manifest, kind_of_record
-from bertprep.manifests import check_manifest, file_digests, kind_mismatch
 from bertprep.masking import DynamicMasking, first_instances
+from bertprep.records_manifest import check_records_manifest, file_digests, kind_mismatch
 from bertprep.workdir import load_manifest
 
 try:
@@ -72,7 +72,7 @@ class RecordIndex:
         if not storage.isdir(split_dir):
             split_dir = storage.join(data_dir, split)  # --layout nvidia
         paths = sorted(storage.glob(storage.join(split_dir, FILE_PATTERNS[fmt])))
-        check_manifest(manifest, where, (fmt,))  # its files there, its fields sound
+        check_records_manifest(manifest, where, (fmt,))  # its files there, its fields sound
         if not paths:
             raise DataError(f"{data_dir}: no {fmt} {split} records")
         self.kind = kind_of_manifest(manifest, where)

@@ -75,7 +75,7 @@ _FILE_ENTRY_KEYS = {"bytes": int, "instances": int, "documents": int, "sha256": 
                     "settings": str, "format": str, "split": str}
 
 
-def manifest_problem(manifest):
+def manifest_shape_problem(manifest):
     """What makes a parsed manifest unusable (a phrase), or None when it has the expected shape."""
     if not isinstance(manifest, dict):
         return "not a JSON object"
@@ -98,7 +98,7 @@ def read_manifest(path):
             manifest = json.loads(f.read().decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
         return None, f"not JSON ({exc})"
-    problem = manifest_problem(manifest)
+    problem = manifest_shape_problem(manifest)
     return (None, problem) if problem else (manifest, None)
 
 

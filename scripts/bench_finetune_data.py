@@ -176,8 +176,8 @@ def word_tokenization_cpu(source, vocab):
     into less work than on real data: the difference bounds that advantage.
     """
     sys.path.insert(0, str(REPO))
-    from bertprep.stages.finetune.common import load_tokenizer
-    from bertprep.stages.finetune.squad import read_examples
+    from bertprep.stages.finetune_data.common import load_tokenizer
+    from bertprep.stages.finetune_data.squad import read_examples
 
     tokenizer = load_tokenizer(str(vocab), True)
     _examples, paragraphs, _skipped, _v2 = read_examples(str(source), True)

@@ -71,7 +71,7 @@ def main():
     import jax
     import keras
 
-    from trainer.pipeline import bubble_fraction
+    from trainer.pipeline_parallel import bubble_fraction
 
     devices = jax.device_count()
     print(f"backend {keras.backend.backend()}; {devices} {jax.devices()[0].platform} devices, {os.cpu_count()} cores; "

@@ -12,7 +12,7 @@ from bertprep import formats
 from bertprep.cli import main
 from bertprep.formats import schemas
 from bertprep.stages.download.glue import TASKS as DOWNLOAD_TASKS
-from bertprep.stages.finetune.glue import TASKS, truncated_lengths
+from bertprep.stages.finetune_data.glue import TASKS, truncated_lengths
 from bertprep.tokenization import load_vocab
 
 SQUAD_GOLDENS = [(version, split, seq, stride, query) for version in ("1.1", "2.0") for split in ("train", "dev")
@@ -191,7 +191,7 @@ def _files_and_summary(out, summary):
 
 def test_create_squad_called_in_python_writes_what_the_command_writes(finetune_dir, vocab_path, tmp_path, capsys):
     from bertprep.errors import UsageError
-    from bertprep.stages.finetune.squad import CreateSquadOptions, create_squad
+    from bertprep.stages.finetune_data.squad import CreateSquadOptions, create_squad
 
     assert squad(finetune_dir, vocab_path, tmp_path / "cli", "2.0", "dev", 128, 32, 24, "--json") == 0
     printed = json.loads(capsys.readouterr().out)
@@ -210,7 +210,7 @@ def test_create_squad_called_in_python_writes_what_the_command_writes(finetune_d
 
 def test_create_glue_called_in_python_writes_what_the_command_writes(finetune_dir, vocab_path, tmp_path, capsys):
     from bertprep.errors import UsageError
-    from bertprep.stages.finetune.glue import CreateGlueOptions, create_glue
+    from bertprep.stages.finetune_data.glue import CreateGlueOptions, create_glue
 
     assert main(["create-glue", "--task", "mrpc", "--data-dir", str(finetune_dir / "glue/MRPC"), "--vocab",
                  str(vocab_path), "--out", str(tmp_path / "cli"), "--split", "test", "--split", "dev", "--json",
@@ -527,7 +527,7 @@ def test_squad_words_split_on_the_reference_whitespace_only():
     words."""
     import sys
 
-    from bertprep.stages.finetune.squad import _OTHER_WHITESPACE, split_words
+    from bertprep.stages.finetune_data.squad import _OTHER_WHITESPACE, split_words
 
     others = {chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace()} - set(" \t\r\n\u202f")
     assert {c for c in others if _OTHER_WHITESPACE.match(c)} == others  # the fast path knows every one of them
@@ -537,7 +537,7 @@ def test_squad_words_split_on_the_reference_whitespace_only():
 
 
 def test_word_at_is_the_references_char_to_word_offset():
-    from bertprep.stages.finetune.squad import Paragraph, split_words, word_at
+    from bertprep.stages.finetune_data.squad import Paragraph, split_words, word_at
 
     rng = random.Random(5)
     alphabet = ["a", "b", "é", " ", "  ", "\t", "\n", "\r", "\u202f", "\xa0", "\u2003", "."]

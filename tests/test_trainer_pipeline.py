@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.usefixtures("jax_compilation_cache"), pytest.mark.xdis
 from test_trainer_data import golden_records  # noqa: E402
 from test_trainer_jax import CHECKS, REPO, jax_env, jax_train  # noqa: E402
 from test_trainer_model_parallel import assert_same_training, train_in_two_processes  # noqa: E402
-from trainer import pipeline  # noqa: E402
+from trainer import pipeline_parallel  # noqa: E402
 from trainer_checks import bert_config, latest_state, losses  # noqa: E402
 
 # TINY with 4 layers (one per stage at S = 4), 4 heads and a vocab that splits 4 ways.
@@ -152,7 +152,7 @@ def test_bad_configurations_end_with_one_line(records_dir, tmp_path, s, k, confi
 ])
 def test_placement_orders_the_stage_mesh(placement, replicas):
     devices = [types.SimpleNamespace(process_index=h, id=h * 4 + i) for h in range(2) for i in range(4)]
-    grid = pipeline.mesh_devices(devices, 2, 2, placement)  # (stage, replica, model)
+    grid = pipeline_parallel.mesh_devices(devices, 2, 2, placement)  # (stage, replica, model)
     assert grid.shape == (2, 2, 2)
     assert [[[d.id for d in row] for row in grid[:, r]] for r in range(2)] == replicas
 

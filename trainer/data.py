@@ -41,8 +41,8 @@ from bertprep.formats.schemas import (
     kind_of_manifest,
     kind_of_record,
 )
-from bertprep.manifests import file_digests, kind_mismatch, load_records_manifest
 from bertprep.masking import DynamicMasking, first_instances
+from bertprep.records_manifest import file_digests, kind_mismatch, load_records_manifest
 
 SPLITS = ("training", "test")
 FILE_PATTERNS = {"tfrecord": "*.tfrecord", "ofrecord": "part-*", "hdf5": "*.hdf5", "parquet": "*.parquet"}

@@ -124,7 +124,7 @@ class BertEncoder(keras.Model):
         return x
 
     def embed(self, inputs, training=False):
-        """The Transformer layers' input [batch, seq, hidden] (trainer/pipeline.py runs the layers apart)."""
+        """The Transformer layers' input [batch, seq, hidden] (trainer/pipeline_parallel.py runs the layers apart)."""
         input_ids = inputs["input_ids"]
         positions = inputs.get("positions")
         if positions is None:  # one sequence per row

@@ -102,7 +102,7 @@ class _BertOptimizer(keras.optimizers.Optimizer):
         self._decays = [not is_excluded_from_weight_decay(v) for v in variables]
 
     def moments(self, variable):
-        """(first, second) Adam moment of `variable` (pipeline.py stacks them per layer)."""
+        """(first, second) Adam moment of `variable` (pipeline_parallel.py stacks them per layer)."""
         index = variable_index(self, variable)
         return self._m[index], self._v[index]
 

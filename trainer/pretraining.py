@@ -56,13 +56,14 @@ class Devices:
             from trainer import parallel
 
             # A (batch, model) mesh, model_parallel 1 being data parallelism; with pipeline stages a
-            # (stage, batch, model) mesh (trainer/pipeline.py).
+            # (stage, batch, model) mesh (trainer/pipeline_parallel.py).
             if pipeline_stages > 1:
-                from trainer import pipeline
+                from trainer import pipeline_parallel
 
-                self.distribution = pipeline.make_distribution(pipeline_stages, model_parallel, placement)
+                self.distribution = pipeline_parallel.make_distribution(pipeline_stages, model_parallel, placement)
                 mesh = self.distribution.device_mesh
-                processes, self.mesh = pipeline.replica_processes(mesh), pipeline.mesh_summary(mesh, placement)
+                processes = pipeline_parallel.replica_processes(mesh)
+                self.mesh = pipeline_parallel.mesh_summary(mesh, placement)
                 self.replicas = mesh.shape[1]
                 shape = f"{pipeline_stages} stage x {self.replicas} batch x {model_parallel} model"
             else:
@@ -148,8 +149,8 @@ def make_steps(devices, model, optimizer, accumulation=1, dynamic_scale=False, o
                allreduce_dtype="fp32", pipeline_stages=1):
     """The Steps of `devices` (pretraining.Devices: TensorFlow's strategy or JAX's distribution) for a
     built model and optimizer; `pipeline_stages` > 1: the GPipe pipeline (JAX, pretraining). Here, above
-    steps.py and pipeline.py, so that pipeline.PipelineSteps (a JaxSteps) and the other two are chosen without
-    steps.py importing pipeline.py; `objective` None: pretraining's."""
+    steps.py and pipeline_parallel.py, so that pipeline_parallel.PipelineSteps (a JaxSteps) and the other two are
+    chosen without steps.py importing pipeline_parallel.py; `objective` None: pretraining's."""
     from trainer.losses import PRETRAINING_OBJECTIVE
     from trainer.steps import JaxSteps, TensorFlowSteps
 
@@ -158,7 +159,7 @@ def make_steps(devices, model, optimizer, accumulation=1, dynamic_scale=False, o
         return TensorFlowSteps(devices.strategy, model, optimizer, accumulation, dynamic_scale, objective,
                                allreduce_dtype=allreduce_dtype)
     if pipeline_stages > 1:
-        from trainer.pipeline import PipelineSteps
+        from trainer.pipeline_parallel import PipelineSteps
 
         return PipelineSteps(devices.distribution, model, optimizer, accumulation, dynamic_scale, pipeline_stages)
     return JaxSteps(devices.distribution, model, optimizer, accumulation, dynamic_scale, objective,
@@ -329,7 +330,7 @@ def train(config: TrainConfig, step_times: list[float] | None = None,
         initialize_jax_processes()  # before anything asks JAX for its devices (tracing the model does)
     config.check_backend(keras.backend.backend())
     if config.pipeline_stages > 1:
-        from trainer.pipeline import check_layers
+        from trainer.pipeline_parallel import check_layers
 
         check_layers(bert, config.pipeline_stages)
     if config.model_parallel > 1:

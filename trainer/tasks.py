@@ -21,7 +21,7 @@ import dataclasses
 from bertprep import formats, storage
 from bertprep.errors import DataError, UsageError
 from bertprep.formats.schemas import GLUE, GLUE_REGRESSION, SQUAD_EVAL, SQUAD_TRAIN
-from bertprep.manifests import file_digests, load_records_manifest
+from bertprep.records_manifest import file_digests, load_records_manifest
 
 # split -> file name (or glob) per format
 SPLIT_FILES = {

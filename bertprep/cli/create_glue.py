@@ -1,9 +1,9 @@
 """`bertprep create-glue --task T --data-dir DIR --vocab V --out DIR`: the flags of `bertprep.create_glue`
-(bertprep/stages/finetune/glue.py), its summary printed."""
+(bertprep/stages/finetune_data/glue.py), its summary printed."""
 
 from bertprep.cli.options import print_summary
 from bertprep.cli.records_flags import add_common_arguments, common_fields
-from bertprep.stages.finetune.glue import SPLITS, TASKS, CreateGlueOptions, create_glue
+from bertprep.stages.finetune_data.glue import SPLITS, TASKS, CreateGlueOptions, create_glue
 
 
 def add_arguments(parser):

@@ -1,9 +1,9 @@
 """`bertprep create-squad --input JSON --vocab V --out DIR`: the flags of `bertprep.create_squad`
-(bertprep/stages/finetune/squad.py), its summary printed."""
+(bertprep/stages/finetune_data/squad.py), its summary printed."""
 
 from bertprep.cli.options import print_summary
 from bertprep.cli.records_flags import add_common_arguments, common_fields
-from bertprep.stages.finetune.squad import SPLITS, CreateSquadOptions, create_squad
+from bertprep.stages.finetune_data.squad import SPLITS, CreateSquadOptions, create_squad
 
 
 def add_arguments(parser):

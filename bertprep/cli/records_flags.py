@@ -14,7 +14,7 @@ def add_common_arguments(parser, seq):
 
 
 def common_fields(args):
-    """The shared options (bertprep.stages.finetune.common.RecordsOptions) and --seq, from the flags."""
+    """The shared options (bertprep.stages.finetune_data.common.RecordsOptions) and --seq, from the flags."""
     return {"vocab": args.vocab, "out": args.out, "seq": args.seq, "lower_case": not args.no_lower_case,
             "format": tuple(args.format.split(","))}
 

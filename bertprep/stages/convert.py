@@ -35,9 +35,9 @@ from bertprep.errors import DataError, UsageError
 from bertprep.formats import columnar
 from bertprep.formats.protowire import WireError
 from bertprep.formats.schemas import kind_of_record
-from bertprep.manifests import file_digests
 from bertprep.options import check_types, errors_name_fields, normalise_paths, refuse_overlap
 from bertprep.progress import Summary
+from bertprep.records_manifest import file_digests
 from bertprep.workdir import load_manifest
 
 INT32_RANGE = (-(1 << 31), (1 << 31) - 1)

@@ -17,10 +17,10 @@ import numpy as np
 from bertprep import formats, storage
 from bertprep.errors import DataError, UsageError
 from bertprep.formats.schemas import UNMASKED
-from bertprep.manifests import load_records_manifest
 from bertprep.masking import DynamicMasking, first_instances
 from bertprep.options import check_types, errors_name_fields, normalise_paths
 from bertprep.progress import Summary
+from bertprep.records_manifest import load_records_manifest
 from bertprep.tokenization import load_vocab, resolve_vocab_path
 
 # Epochs the loaders can mask: they carry epochs as int64 (masking.instance_keys), so larger ones are no epoch

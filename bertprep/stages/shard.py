@@ -51,9 +51,9 @@ from bertprep import __version__, storage
 from bertprep.atomic import atomic_open, hold, sha256_file, walk
 from bertprep.engines import EngineOptions, open_engine
 from bertprep.errors import DataError, UsageError
-from bertprep.manifests import file_digests
 from bertprep.options import build_options, check_types, errors_name_fields, normalise_paths, refuse_overlap
 from bertprep.progress import Progress, Summary, human_bytes
+from bertprep.records_manifest import file_digests
 from bertprep.workdir import (
     MANIFEST,
     SPLITS,

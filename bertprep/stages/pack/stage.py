@@ -19,9 +19,9 @@ from bertprep.atomic import hold, sha256_file
 from bertprep.engines import EngineOptions, open_engine
 from bertprep.errors import DataError, UsageError
 from bertprep.formats.schemas import PACKED, PRETRAINING, kind_of_manifest
-from bertprep.manifests import check_manifest
 from bertprep.options import check_types, errors_name_fields, refuse_overlap
 from bertprep.progress import Progress, Summary, human_bytes
+from bertprep.records_manifest import check_records_manifest
 from bertprep.stages.create import (
     is_complete,  # the same rule: an entry for the same input and settings, of its size
 )
@@ -62,7 +62,7 @@ def read_source(records_dir):
     if not isinstance(manifest, dict):
         raise DataError(f"{records_dir}: not a records directory of `bertprep create` (no readable {MANIFEST}; "
                         "pass <records>/<params>/<corpus>)")
-    check_manifest(manifest, path)  # its fields; the files it reads are checked by sha256 as they are packed
+    check_records_manifest(manifest, path)  # its fields; the files it reads are checked by sha256 as they are packed
     kind = kind_of_manifest(manifest, path)
     if kind is PACKED:
         source = (manifest.get("source") or {}).get("records_dir", "the create directory it came from")

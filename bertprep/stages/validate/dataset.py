@@ -16,8 +16,8 @@ import re
 from bertprep import formats, storage
 from bertprep.atomic import walk
 from bertprep.formats.schemas import kind_of_manifest
-from bertprep.manifests import manifest_problems
 from bertprep.progress import Progress
+from bertprep.records_manifest import records_manifest_problems
 from bertprep.stages.validate.finetune import FINETUNE_KINDS
 from bertprep.stages.validate.records import RULES, Finding, Findings, RecordSpec, scan_file
 from bertprep.workdir import MANIFEST, SPLITS, read_manifest
@@ -93,7 +93,7 @@ def find_manifest(path):
             if problem:
                 return {"_path": candidate, "_error": problem}
             if manifest.get("stage") == "create" or "kind" in manifest or file_kinds(manifest):
-                problems = manifest_problems(manifest, candidate)  # fields every reader checks: not used if bad
+                problems = records_manifest_problems(manifest, candidate)  # fields every reader checks: not used if bad
                 if problems:
                     return {"_path": candidate, "_error": "; ".join(map(": ".join, problems)), "_problems": problems}
                 return {**manifest, "_path": candidate}

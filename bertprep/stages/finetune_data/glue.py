@@ -35,7 +35,7 @@ from bertprep.formats.schemas import GLUE, GLUE_REGRESSION
 from bertprep.options import check_types, errors_name_fields
 from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.stages.download.glue import ALIASES as TASK_ALIASES
-from bertprep.stages.finetune.common import (
+from bertprep.stages.finetune_data.common import (
     RecordsOptions,
     SplitWriter,
     check_seq,

@@ -52,7 +52,7 @@ from bertprep.errors import DataError, UsageError
 from bertprep.formats.schemas import SQUAD_EVAL, SQUAD_TRAIN
 from bertprep.options import check_types, errors_name_fields
 from bertprep.progress import Progress, Summary, human_bytes
-from bertprep.stages.finetune.common import (
+from bertprep.stages.finetune_data.common import (
     RecordsOptions,
     SplitWriter,
     check_seq,

@@ -112,7 +112,7 @@ def _file_problems(manifest, base, fmts):
     return problems
 
 
-def manifest_problems(manifest, path, fmts=None):
+def records_manifest_problems(manifest, path, fmts=None):
     """[(field, what is wrong)] of a parsed records manifest at `path`; the files listed in formats `fmts`
     (a collection of format names; None: none) must be there with their listed sizes."""
     params = manifest.get("params") or {}
@@ -120,9 +120,9 @@ def manifest_problems(manifest, path, fmts=None):
         _file_problems(manifest, os.path.dirname(path), fmts)
 
 
-def check_manifest(manifest, path, fmts=None):
+def check_records_manifest(manifest, path, fmts=None):
     """The manifest, or a DataError naming the manifest and its first bad field."""
-    problems = manifest_problems(manifest, path, fmts)
+    problems = records_manifest_problems(manifest, path, fmts)
     if problems:
         field, problem = problems[0]
         raise DataError(f"{path}: {field}: {problem}")
@@ -132,7 +132,7 @@ def check_manifest(manifest, path, fmts=None):
 def load_records_manifest(directory, fmts=None):
     """`load_manifest(directory)` checked (None where there is none)."""
     manifest = load_manifest(directory)
-    return None if manifest is None else check_manifest(manifest, storage.join(directory, MANIFEST), fmts)
+    return None if manifest is None else check_records_manifest(manifest, storage.join(directory, MANIFEST), fmts)
 
 
 def file_digests(manifest, directory):
