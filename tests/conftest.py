@@ -4,6 +4,7 @@ from pathlib import Path
 import pytest
 
 import object_store
+from trainer_checks import xla_flags
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -11,6 +12,10 @@ REPO = Path(__file__).resolve().parents[1]
 # ExtendedGcsFileSystem, which asks a bucket's layout over gRPC and TLS, and retries that for minutes against the
 # GCS emulator (gcs_bucket). Nothing in the tests reaches a real (zonal) bucket.
 os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"
+# Before any test imports TensorFlow, which reads them once: fast XLA compiles (trainer_checks'
+# FAST_COMPILE_XLA_FLAGS, where the measurements are) for the workers' TensorFlow and every process they
+# start; a JAX run of many steps takes them off again (xla_flags(fast_compile=False)).
+os.environ["XLA_FLAGS"] = xla_flags()
 
 
 def pytest_configure(config):

@@ -32,13 +32,15 @@ class _Blocked:
             raise ModuleNotFoundError(f"No module named {name!r} (blocked: {BLOCKED[top]})", name=name)
 
 
-# The tests' JAX processes train a few steps: compiling dominates, and LLVM's optimization passes cost
-# more than they save (a cold 4-device pipeline process of 4 steps: 41 -> 31 s of CPU). Only code
-# generation is cheaper: XLA's HLO passes (fusion, all-reduce combining) run as before, and every
-# comparison a test makes is between runs compiled alike. Not for TensorFlow: its 120-step learning run
-# takes twice the time at -O0. Nor for JAX runs of many steps, where running the step costs more than
-# compiling it: a 30-step trajectory run takes 24 s of CPU at -O0 and 16 s optimized, its 2-stage
-# pipeline 51 s and 31 s (a 4-step pipeline run: 23 s at -O0, 29 s optimized).
+# The tests' training runs take a few steps: compiling dominates, and LLVM's optimization passes cost
+# more than they save (a cold 4-device JAX pipeline process of 4 steps: 41 -> 31 s of CPU; TensorFlow's
+# tests/test_trainer.py on 2 workers: 326 -> 275 s of CPU, its 120-step learning run 20 -> 26 s). Only code
+# generation is cheaper: XLA's HLO passes (fusion, all-reduce combining) run as before; the comparisons with
+# references (trajectories, Google's goldens, checkpoints' outputs) pass within their tolerances either
+# way. conftest.py sets them for the test processes (TensorFlow) and everything they start. Not for JAX runs
+# of many steps, where running the step costs more than compiling it: a 30-step trajectory run takes 24 s
+# of CPU at -O0 and 16 s optimized, its 2-stage pipeline 51 s and 31 s (a 4-step pipeline run: 23 s at -O0,
+# 29 s optimized).
 FAST_COMPILE_XLA_FLAGS = ("--xla_backend_optimization_level=0", "--xla_llvm_disable_expensive_passes=true")
 
 
