@@ -1,8 +1,8 @@
 """Masked-LM instances exactly as google-research/bert's create_pretraining_data.py makes them.
 
 Pure functions: token ids in, instances out. One `random.Random(seed)` drives
-every draw in the reference's order (DESIGN.md §2): shuffle the documents;
-`dupe_factor` passes over all documents; finally shuffle all instances. The
+every draw in the reference's order (docs/reference-facts.md, "Instance creation: the reference's traps"):
+shuffle the documents; `dupe_factor` passes over all documents; finally shuffle all instances. The
 readable algorithm below is the specification; `bertprep._native`, when
 built, runs the same draws in C and must give identical instances (tests
 compare the two on the golden corpus and the benchmark corpus).

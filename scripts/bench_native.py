@@ -112,7 +112,8 @@ def main():
         report(f"decode_bert_batch {fmt} ({n} records)", twin_seconds,
                best_time(lambda: _native.decode_bert_batch(payloads, fmt, 128, 20, *outputs), args.repeat), n)
 
-    # instance creation on the benchmark corpus at 128/20, dupe 5 (DESIGN.md §6)
+    # instance creation on the benchmark corpus at 128/20, dupe 5
+    # (docs/reference-facts.md, "Measured reference run on wt2")
     from bertprep import instances
     from bertprep.corpus import read_text, split_documents, tokenize_corpus
     from bertprep.tokenization import LineTokenizer, load_vocab

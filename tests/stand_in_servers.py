@@ -5,7 +5,8 @@ It serves in-memory files with the behaviour the downloaders depend on:
 `Range` requests (206 with `Content-Range`), `HEAD`, `ETag`, 404s, a
 connection dropped halfway through a body (once per path, to test resume),
 a body that stops arriving or trickles in (to test the stall timeout and
-the deadline), and the handful of hub endpoints `huggingface_hub` calls (DESIGN.md §4):
+the deadline), and the handful of hub endpoints `huggingface_hub` calls
+(docs/reference-facts.md, "Sources: the hub's endpoints"):
 
     GET  /api/datasets/{repo}/revision/{rev}           (and /api/datasets/{repo}: its main revision)
     GET  /api/datasets/{repo}/tree/{rev}[/{dir}]      (?recursive=...)

@@ -4,6 +4,7 @@ modules import each other, directly or round a circle, at the top or inside a fu
 
 import ast
 import pathlib
+import re
 
 BERTPREP = pathlib.Path(__file__).resolve().parent.parent / "bertprep"
 ROOT = BERTPREP.parent
@@ -92,3 +93,29 @@ def test_no_import_circles():
 
 def test_an_import_circle_is_found():
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+REFERENCE_FACTS = ROOT / "docs" / "reference-facts.md"
+
+
+def _python_sources_but_this():
+    for package in ("bertprep", "trainer", "tests", "scripts"):
+        yield from (p for p in sorted((ROOT / package).rglob("*.py")) if p != pathlib.Path(__file__).resolve())
+
+
+def test_code_cites_reference_facts_by_existing_heading():
+    """Users never see the design notes kept outside the repository, so the code cites the reference-facts
+    page instead: one whole citation to a line, naming a heading the page has, so that a renamed heading
+    or a wrapped citation is caught here and not by a puzzled reader."""
+    headings = set(re.findall(r"^## (.+)$", REFERENCE_FACTS.read_text(encoding="utf-8"), re.MULTILINE))
+    problems = []
+    for path in _python_sources_but_this():
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            where = f"{path.relative_to(ROOT)}:{number}"
+            if "DESIGN" + ".md" in line:
+                problems.append(f"{where}: cites the design notes")
+            cited = re.findall(r'docs/reference-facts\.md, "([^"]+)"', line)
+            if line.count(REFERENCE_FACTS.name) != len(cited):
+                problems.append(f"{where}: a citation without its quoted heading on the same line")
+            problems += [f"{where}: no heading {name!r}" for name in cited if name not in headings]
+    assert len(headings) > 10 and problems == []

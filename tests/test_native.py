@@ -860,7 +860,7 @@ def test_create_instances_matches_python_on_wt2(shared_dir, golden_dir):
     corpus = tokenize_corpus(read_text(shared_dir / "fixtures" / "bench" / "wt2.txt"), LineTokenizer(vocab))
     python, c = _both_creators(corpus, InstanceParams(128, 20, 5), MaskingVocab.from_vocab(vocab), 12345)
     _same_instances(python, c)
-    assert len(c) == 25500  # the reference's count (DESIGN.md §6)
+    assert len(c) == 25500  # the reference's count (docs/reference-facts.md, "Measured reference run on wt2")
 
 
 def test_create_instances_rejects_bad_arguments(golden_corpus):

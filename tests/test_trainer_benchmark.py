@@ -55,7 +55,8 @@ def test_speedup_is_against_the_one_device_median_of_the_same_precision_and_batc
 
 
 def test_training_flops_of_bert_base_at_128_20():
-    """DESIGN.md section 8: about 70 GFLOP per sequence (encoder 3 x 22.4 GFLOP plus the MLM head)."""
+    """docs/reference-facts.md, "FLOPs per sequence": about 70 GFLOP per sequence (encoder 3 x 22.4 GFLOP
+    plus the MLM head)."""
     base = BertConfig.sized("base")
     encoder = 12 * (2 * (4 * 768**2 + 2 * 768 * 3072) * 128 + 4 * 128**2 * 768)
     assert encoder == 22_347_251_712

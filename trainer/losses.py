@@ -1,5 +1,5 @@
-"""Pretraining loss and metrics (DESIGN.md §5), as sums that add up across replicas; the
-`Objective` interface the training steps (steps.py) use for pretraining and fine-tuning alike.
+"""Pretraining loss and metrics (docs/reference-facts.md, "Pretraining loss"), as sums that add up across
+replicas; the `Objective` interface the training steps (steps.py) use for pretraining and fine-tuning alike.
 
 The reference loss is the masked-LM cross-entropy weighted by
 `masked_lm_weights` and divided by their sum (+1e-5), plus the next-sentence

@@ -3,7 +3,7 @@
 - `AdamW`: Adam (β 0.9/0.999, ε 1e-6, bias-corrected) with decoupled weight
   decay: `w -= lr · (m̂/(√v̂+ε) + wd·w)`; LayerNorm parameters and biases get
   no decay. Linear warmup, then linear decay to 0 (the BERT paper).
-- `NVLamb`: NVIDIA's LAMB (DESIGN.md §5). Gradients are first divided by
+- `NVLamb`: NVIDIA's LAMB (docs/reference-facts.md, "NVLAMB and Keras's Lamb"). Gradients are first divided by
   max(global norm, 1); Adam moments with bias correction; the decay term is
   inside the update `u = m̂/(√v̂+ε) + wd·w` (same exclusions); every variable
   steps `w -= lr · ‖w‖/‖u‖ · u` (ratio 1 where either norm is 0). Linear

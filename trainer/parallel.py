@@ -1,4 +1,5 @@
-"""Tensor (model) parallelism on the JAX backend through Keras's distribution API (DESIGN.md §11).
+"""Tensor (model) parallelism on the JAX backend through Keras's distribution API
+(docs/reference-facts.md, "Model parallelism in Keras 3").
 
 The devices form a 2-D `keras.distribution.DeviceMesh` (batch, model) of
 shape (devices / K, K): each row is one model replica split over K devices,

@@ -246,7 +246,7 @@ UNMASKED = register(RecordKind(
     ),
 ))
 
-# Up to k sequences in one row of seq tokens (the MLPerf packed layout, DESIGN.md §7).
+# Up to k sequences in one row of seq tokens (docs/reference-facts.md, "Packed rows: the MLPerf layout").
 PACKED = register(RecordKind(
     "packed",
     "packed pretraining rows: up to k instances per row (MLPerf BERT layout)",

@@ -65,10 +65,10 @@ def add_medians_and_speedups(configs, baseline_configs=()):
 
 
 def forward_flops_per_sequence(config, seq, pred):
-    """Multiply-adds x 2 of one sequence's forward pass (DESIGN.md section 8): the encoder's dense layers
-    on every token, attention scores and context (4 x S^2 x H per layer), the pooler and NSP head on
-    [CLS], the masked-LM head (dense + output against the vocab) on the `pred` predicted positions only.
-    Embedding lookups, LayerNorm, softmax and GELU count nothing."""
+    """Multiply-adds x 2 of one sequence's forward pass (docs/reference-facts.md, "FLOPs per sequence"): the
+    encoder's dense layers on every token, attention scores and context (4 x S^2 x H per layer), the pooler
+    and NSP head on [CLS], the masked-LM head (dense + output against the vocab) on the `pred` predicted
+    positions only. Embedding lookups, LayerNorm, softmax and GELU count nothing."""
     h, inter, layers, vocab = (config.hidden_size, config.intermediate_size, config.num_hidden_layers,
                                config.vocab_size)
     dense_per_token = 4 * h * h + 2 * h * inter  # query, key, value, attention output; intermediate, output

@@ -3,9 +3,10 @@
     WORKDIR/download/squad/v1.1/{train-v1.1.json, dev-v1.1.json, evaluate-v1.1.py}
     WORKDIR/download/squad/v2.0/{train-v2.0.json, dev-v2.0.json, evaluate-v2.0.py}
 
-The JSON files come from the SQuAD site, checked against their md5 (DESIGN.md
-§4), or with `--from-hub` from `rajpurkar/squad` / `rajpurkar/squad_v2`,
-rebuilt into the same JSON structure. Either way the example counts are
+The JSON files come from the SQuAD site, checked against their md5
+(docs/reference-facts.md, "Sources: SQuAD files"), or with `--from-hub`
+from `rajpurkar/squad` / `rajpurkar/squad_v2`, rebuilt into the same JSON
+structure. Either way the example counts are
 checked against the published ones. The evaluation scripts have no published
 checksum; they are fetched if reachable and recorded as unverified.
 """

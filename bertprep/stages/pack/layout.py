@@ -1,4 +1,5 @@
-"""Packed rows from pretraining instances and back: the MLPerf packed layout (DESIGN.md §7), in NumPy.
+"""Packed rows from pretraining instances and back: the MLPerf packed layout, in NumPy
+(docs/reference-facts.md, "Packed rows: the MLPerf layout").
 
 A row of `seq` tokens holds up to k instances one after the other:
 

@@ -1,8 +1,10 @@
 """What `bertprep validate` checks in BERT pretraining records beyond framing and schema, and their statistics.
 
-Every invariant of a pretraining record (DESIGN.md §2–3) is one NumPy
-expression over a batch of decoded records, giving a failure mask per check;
-only failing records are looked at one by one, to say exactly what is wrong.
+Every invariant of a pretraining record is one NumPy expression over a batch
+of decoded records, giving a failure mask per check; only failing records are
+looked at one by one, to say exactly what is wrong. The invariants come from
+docs/reference-facts.md, "Instance creation: the reference's traps" and
+docs/reference-facts.md, "Pretraining record features".
 A check whose premise is broken is not judged (a record whose input_mask is
 malformed has no known length, so its padding is not judged either): one
 damage gives one finding.

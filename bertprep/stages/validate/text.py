@@ -4,7 +4,7 @@ Text shards: one sentence per line, a blank line between documents,
 `<corpus>_{training,test}_<i>.txt` under training/ and test/. Downloads:
 `download/squad/v<version>/<split>-v<version>.json` and
 `download/glue/<Task>/<split>.tsv`, checked against the published md5s and
-example counts (DESIGN.md §4).
+example counts (docs/reference-facts.md, "Sources: SQuAD files").
 """
 
 import csv
