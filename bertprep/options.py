@@ -92,11 +92,11 @@ def refuse_overlap(out, inputs, what="--out"):
     holds one: the run would replace or delete what it reads (issue 39: `dedup --input X/formatted/part0 --out
     X/formatted` deleted its own input, then failed on it). Local paths are compared with symbolic links and
     `..` resolved; URLs by their normalised bucket and key."""
-    target = _comparable(out)
+    target = storage.comparable(out)
     for path in inputs:
         if path is None:
             continue
-        source = _comparable(path)
+        source = storage.comparable(path)
         if target == source:
             relation = "is"
         elif target.startswith(source.rstrip("/") + "/"):
@@ -107,13 +107,6 @@ def refuse_overlap(out, inputs, what="--out"):
             continue
         raise UsageError(f"{what} {storage.display(out)} {relation} the input {storage.display(path)}: the run "
                          "would overwrite or delete what it reads; write the output elsewhere")
-
-
-def _comparable(path):
-    path = os.fspath(path)
-    if storage.is_url(path):
-        return storage.normpath(storage.absolute(path))
-    return os.path.realpath(storage.local_path(path))
 
 
 def check_types(options):

@@ -71,6 +71,61 @@ def is_url(path):
     return scheme(path) is not None
 
 
+# What a step may do with a path depends on where it lies. The steps ask these questions, each naming what
+# it needs, instead of asking whether a path is a URL: this module is the one place that knows.
+
+
+def renames(path):
+    """Whether a file or tree written beside `path` can be renamed onto it (a local disk): a run stages there
+    and renames, and a file of the recorded size is whole. A store has no rename: an object is uploaded whole
+    (atomic.atomic_open), a tree object by object with its `.complete` marker last."""
+    return not is_url(path)
+
+
+def appends(path):
+    """Whether a file at `path` can be appended to as a run goes (an event log, an HTTP download resumed with
+    Range into a `.part`); an object is written once, whole."""
+    return not is_url(path)
+
+
+def reads_in_place(path):
+    """Whether `path` is a file on this machine, read with os calls or a memory map; else it is read through
+    the store's stream of ranged reads (open) or from a local copy (local_copy)."""
+    return not is_url(path)
+
+
+def names_in(directory):
+    """os.listdir of a directory; nothing for a store's prefix no object lies under yet (a store has no empty
+    directories), while a missing local directory is FileNotFoundError."""
+    try:
+        return listdir(directory)
+    except FileNotFoundError:
+        if is_url(directory):
+            return []
+        raise
+
+
+def holds(path, size, digest):
+    """Whether `path` is the file a manifest lists with `size` bytes and sha256 `digest`, for a rerun to keep
+    it: a local file of that size (renamed into place whole, so it is that file); an object of that size and
+    that sha256 (a store cannot say which run uploaded it). False when it is missing or unreadable."""
+    try:
+        if getsize(path) != size:
+            return False
+        return renames(path) or sha256(path) == digest
+    except OSError:
+        return False
+
+
+def comparable(path):
+    """`path` as two spellings of one place give it alike: a URL normalised without trailing slashes, a local
+    path with its links resolved (to tell an output that is, holds or lies inside an input)."""
+    path = os.fspath(path)
+    if is_url(path):
+        return normpath(absolute(path))
+    return os.path.realpath(local_path(path))
+
+
 def local_path(path):
     """A local path for `file://...` (and any local path); URLs unchanged."""
     path = os.fspath(path)

@@ -119,26 +119,8 @@ def load_manifest(directory):
 
 
 def file_matches(path, entry):
-    """Whether the file at `path` is the one a manifest `entry` lists, for a rerun to keep it: a local file of
-    the recorded size (renamed into place whole); an object of the recorded size and sha256 (what a resume
-    after a kill trusts on a store without rename)."""
-    try:
-        if storage.getsize(path) != entry.get("bytes"):
-            return False
-        return not storage.is_url(path) or storage.sha256(path) == entry.get("sha256")
-    except OSError:
-        return False
-
-
-def names_in(directory):
-    """os.listdir of a stage directory; nothing for a prefix no object lies under yet (a store has no empty
-    directories)."""
-    try:
-        return storage.listdir(directory)
-    except FileNotFoundError:
-        if storage.is_url(directory):
-            return []
-        raise
+    """Whether the file at `path` is the one a manifest `entry` lists, for a rerun to keep it (storage.holds)."""
+    return storage.holds(path, entry.get("bytes"), entry.get("sha256"))
 
 
 def save_manifest(directory, manifest):

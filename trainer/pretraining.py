@@ -226,7 +226,7 @@ class Log:
             from trainer.tensorboard import EventWriter
 
             self.tensorboard = EventWriter(tb_dir)
-            if not config.tensorboard_dir and storage.is_url(config.checkpoint_dir):
+            if not config.tensorboard_dir and not storage.appends(config.checkpoint_dir):
                 self.note(f"TensorBoard scalars in {tb_dir}: event files are appended to as the run goes, which "
                           f"{storage.display(config.checkpoint_dir)}'s store cannot do (--tensorboard-dir to choose)")
 
@@ -285,7 +285,7 @@ def tensorboard_dir(config):
     after it in the user's cache (an object cannot be appended to); None without either."""
     if config.tensorboard_dir or not config.checkpoint_dir:
         return config.tensorboard_dir
-    if not storage.is_url(config.checkpoint_dir):
+    if storage.appends(config.checkpoint_dir):
         return os.path.join(config.checkpoint_dir, "tensorboard")
     scheme, key = storage.display(storage.normpath(storage.absolute(config.checkpoint_dir))).split("://", 1)
     return user_cache("tensorboard", scheme, *key.split("/"))

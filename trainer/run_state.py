@@ -40,7 +40,7 @@ def list_checkpoints(directory):
 
 
 def _complete(path):
-    if storage.is_url(path):
+    if not storage.renames(path):  # uploaded object by object: complete once its marker is there
         return directory_complete(path)
     return storage.isfile(storage.join(path, "state.json"))
 

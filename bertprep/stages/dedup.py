@@ -411,7 +411,7 @@ def write_part(task):
     the same decision completed (_start_writing removed any other); returns its manifest entry."""
     source, path, staging, drop = task
     drop = set(drop)
-    if storage.is_url(path):
+    if not storage.renames(path):
         # an object is uploaded whole too, but a store cannot say by whom: kept only with the bytes due
         with storage.open(source, "rb") as f:
             entry = _tally(_kept_lines(f, drop))

@@ -60,7 +60,6 @@ from bertprep.workdir import (
     check_corpus_name,
     file_matches,
     load_manifest,
-    names_in,
     resolve_workdir,
     save_manifest,
     stage_dir,
@@ -220,7 +219,7 @@ def split_input(task):
     index, path, scratch, fingerprinted, sha256 = task
     stats = {"invalid_utf8_lines": 0, "empty_documents": 0, "input_bytes": storage.getsize(path)}
     sizes, sentence_counts, hashes, fingerprints = [], [], [], []
-    with atomic_open(scratch, "wb") if storage.is_url(scratch) else open(scratch, "wb") as out:
+    with open(scratch, "wb") if storage.renames(scratch) else atomic_open(scratch, "wb") as out:
         for text in iter_input_documents(path, stats, sha256):
             sentences = document_sentences(text)
             if not sentences:
@@ -363,7 +362,7 @@ def write_shard(task):
     path, staging, scratch_paths, files, offsets, sizes, sentences = task
     digest = hashlib.sha256()
     total = 0
-    read = _local_documents if not storage.is_url(scratch_paths[0]) else _object_documents
+    read = _local_documents if storage.reads_in_place(scratch_paths[0]) else _object_documents
     with atomic_open(path, "wb", staging) as out:
         for document in read(scratch_paths, files.tolist(), offsets.tolist(), sizes.tolist()):
             data = document + b"\n"
@@ -486,7 +485,7 @@ def scratch_directory(staging, engine):
     output URL, whose staging is no directory: with Dask, whose workers may share nothing but the bucket,
     `staging`/split in the bucket (removed at the end, and at the start after a killed run); otherwise a local
     temporary in the spool directory."""
-    if not storage.is_url(staging):
+    if storage.renames(staging):
         os.makedirs(os.path.join(staging, SCRATCH))
         yield os.path.join(staging, SCRATCH)
     elif engine.engine == "dask":
@@ -540,7 +539,7 @@ def _shard(options, engine, corpus, inputs, input_list, out, staging, scratch_di
                                    ("test", test_mask, options.test_shards)):
         split_dir = storage.join(out, split)
         storage.makedirs(split_dir)
-        for name in names_in(split_dir):  # shards of an earlier run with other settings
+        for name in storage.names_in(split_dir):  # shards of an earlier run with other settings
             if name.startswith(f"{corpus}_{split}_") and name.endswith(".txt"):
                 storage.remove(storage.join(split_dir, name))
         docs = np.flatnonzero(mask)  # input order

@@ -41,7 +41,7 @@ def sniff(path):
 
 def read(path):
     """The checked Checkpoint at `path` (a URL's read from a local copy, see _read_copy)."""
-    if storage.is_url(path):
+    if not storage.reads_in_place(path):
         return _read_copy(storage.absolute(path))
     from trainer.checkpoint.tokenizer import casing_beside
 
@@ -169,7 +169,7 @@ def _architecture(directory):
 def _staging_beside(out):
     """The `.partial/` beside a local `out`, removed again when empty; None for a URL, whose directory
     atomic_dir fills in a local temporary and uploads whole, its `.complete` object last."""
-    if storage.is_url(out):
+    if not storage.renames(out):
         yield None
         return
     staging = staging_dir(os.path.dirname(os.path.abspath(out)))

@@ -68,7 +68,7 @@ def check_store_workdir(options, workdir):
     tarballs, SQuAD, GLUE, checkpoints) resumes into local .part files and is read back as local files."""
     over_http = options.source not in ("wikipedia", "bookcorpus") or getattr(options, "dump", None) or \
         getattr(options, "tarball", False)
-    if storage.is_url(workdir) and over_http:
+    if not storage.appends(workdir) and over_http:
         raise UsageError(f"{storage.display(workdir)}: download {options.source} with these flags writes a local "
                          "work directory only; give a local --workdir, or for a corpus its hub release (no --dump "
                          "or --tarball), then `bertprep shard --input` from there into the bucket")

@@ -17,7 +17,7 @@ import json
 
 from bertprep import __version__, storage
 from bertprep.atomic import atomic_open, hold
-from bertprep.workdir import file_matches, load_manifest, names_in, save_manifest, stage_dir
+from bertprep.workdir import file_matches, load_manifest, save_manifest, stage_dir
 
 FORMAT = 'jsonl: one {"id", "title", "text"} object per line; paragraphs of text separated by "\\n"'
 
@@ -74,7 +74,7 @@ def _format_parts(directory, corpus, source, parts, workers, progress, staging):
         else:
             todo.append((filename, source_key, make_documents))
     # parts the source no longer has would otherwise be sharded with the rest
-    for stale in set(names_in(directory)) - set(files) - {t[0] for t in todo} - {"manifest.json"}:
+    for stale in set(storage.names_in(directory)) - set(files) - {t[0] for t in todo} - {"manifest.json"}:
         if stale.endswith(".jsonl"):
             storage.remove(storage.join(directory, stale))
     manifest = {
@@ -116,7 +116,7 @@ def save_parts_manifest(directory, corpus, source, files):
             file_matches(storage.join(directory, name), entry) for name, entry in old["files"].items()
         ):
             return old
-        for name in names_in(directory):
+        for name in storage.names_in(directory):
             if name.endswith(".jsonl") or name == "manifest.json":
                 storage.remove(storage.join(directory, name))
         return None
