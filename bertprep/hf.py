@@ -108,7 +108,7 @@ def load(directory, cache_dir=None):
     features = features_of(kind, dims)
     splits = {}
     for split, paths in by_split.items():
-        if fmt == "parquet" and not storage.is_url(directory):  # a URL's Parquet through _rows, as the others
+        if fmt == "parquet" and storage.reads_in_place(directory):  # a URL's Parquet through _rows, as the others
             paths = _parquet_files_with_rows(paths, kind, dims, vocab_size, digests)
             dataset = datasets.load_dataset("parquet", data_files={split: paths}, split=split, features=features,
                                             cache_dir=cache_dir) if paths else \
@@ -126,7 +126,7 @@ def load(directory, cache_dir=None):
 def _version_of(path):
     """(size, what changes with the content) of a file: its mtime; an object's sha256 (a store's times are not
     the content's)."""
-    if storage.is_url(path):
+    if not storage.reads_in_place(path):
         return storage.getsize(path), storage.sha256(path)
     return os.path.getsize(path), os.stat(path).st_mtime_ns
 

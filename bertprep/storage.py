@@ -117,6 +117,12 @@ def holds(path, size, digest):
         return False
 
 
+def parent(path):
+    """The directory holding `path`; None at a local root and at a bucket (above it nothing is the run's)."""
+    up = os.path.dirname(path)
+    return None if up == path or is_url(up) != is_url(path) else up
+
+
 def comparable(path):
     """`path` as two spellings of one place give it alike: a URL normalised without trailing slashes, a local
     path with its links resolved (to tell an output that is, holds or lies inside an input)."""

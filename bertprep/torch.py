@@ -45,7 +45,7 @@ _HEADER = {"tfrecord": 12, "ofrecord": 8}
 
 def _mapped(path):
     """A record file's bytes for random access: memory-mapped; a URL's object read whole (one file in memory)."""
-    if storage.is_url(path):
+    if not storage.reads_in_place(path):
         return storage.read_bytes(path)
     with open(storage.local_path(path), "rb") as f:
         return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)

@@ -119,3 +119,23 @@ def test_code_cites_reference_facts_by_existing_heading():
                 problems.append(f"{where}: a citation without its quoted heading on the same line")
             problems += [f"{where}: no heading {name!r}" for name in cited if name not in headings]
     assert len(headings) > 10 and problems == []
+
+
+# The storage layer: the one place that knows a local path from a URL (docs/architecture.md, "The layers").
+STORAGE_LAYER = {"bertprep/storage.py", "bertprep/atomic.py"}
+
+
+def test_only_the_storage_layer_asks_whether_a_path_is_a_url():
+    """A step asks storage what it needs (renames, appends, reads_in_place, holds, ...), each answer written
+    once with its reason, never `is_url`: a new store then changes storage.py, not the steps."""
+    asking = []
+    for package in ("bertprep", "trainer"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if str(path.relative_to(ROOT)) in STORAGE_LAYER:
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+                called = node.func if isinstance(node, ast.Call) else None
+                name = getattr(called, "attr", None) or getattr(called, "id", None)
+                if name == "is_url":
+                    asking.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert asking == []

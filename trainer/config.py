@@ -77,7 +77,7 @@ def _check_appendable(config):
     --checkpoint-dir is local already: pretraining.tensorboard_dir)."""
     for name in ("log_json", "tensorboard_dir"):
         value = getattr(config, name)
-        if value and storage.is_url(value):
+        if value and not storage.appends(value):
             raise UsageError(f"--{name.replace('_', '-')} {storage.display(value)}: written as the run goes, which "
                              "an object store cannot append to: give a local path")
 

@@ -77,7 +77,7 @@ def open_sized(path, sha256=None):
     """(binary file, its size in bytes) of a record file; a URL's object streams with read-ahead. With `sha256`
     (its manifest's), the file hashes what is read and checks it at the end (`DigestCheckedFile`)."""
     f = storage.open(path, "rb")
-    size = f.size() if storage.is_url(path) else os.fstat(f.fileno()).st_size
+    size = os.fstat(f.fileno()).st_size if storage.reads_in_place(path) else f.size()
     return (f if sha256 is None else DigestCheckedFile(f, path, size, sha256)), size
 
 

@@ -143,7 +143,7 @@ def convert_all(pairs, dst_fmt, staging, digests=None):
     digests = digests or {}
     if staging is None:
         return [convert_file(src, dst, dst_fmt, sha256=digests.get(storage.normpath(src))) for src, dst in pairs]
-    if storage.is_url(staging):  # a store has no rename: the tree is staged here, each object uploaded whole after
+    if not storage.renames(staging):  # a store has no rename: the tree is staged here, each object uploaded whole after
         with tempfile.TemporaryDirectory(prefix="bertprep-convert-", dir=storage.spool_dir()) as local:
             return _convert_staged(pairs, dst_fmt, local, storage.upload, digests)
     return _convert_staged(pairs, dst_fmt, staging, _rename_into_place, digests)
@@ -202,7 +202,7 @@ def convert(options: ConvertOptions | None = None, /, **fields: Any) -> Summary:
             counts = convert_all(pairs, to, staging, digests)
     except BaseException:
         # the tree's root, made to hold it: left empty, not left behind (a URL's prefix is no directory)
-        if created and not storage.is_url(dst) and os.path.isdir(dst):
+        if created and storage.reads_in_place(dst) and os.path.isdir(dst):
             with contextlib.suppress(OSError):
                 os.rmdir(dst)
         raise

@@ -184,7 +184,7 @@ def read_vocab(path):
     """load_vocab of a vocab.txt path or URL (a Dask worker that sees no shared disk reads the bucket's), its
     path kept as given: a URL in display form."""
     vocab = load_vocab(path)
-    return replace(vocab, path=storage.display(path)) if storage.is_url(path) else vocab
+    return vocab if storage.reads_in_place(path) else replace(vocab, path=storage.display(path))
 
 
 def shard_instances(task):
@@ -449,7 +449,8 @@ def plan(options):
             notes.append("no --input: using the embedded sample corpus and its vocab (offline demo data)")
     if not vocab_value:
         raise UsageError("--vocab is required: a vocab.txt path or a hub model id such as bert-base-uncased")
-    vocab = read_vocab(vocab_value if storage.is_url(vocab_value) else resolve_vocab_path(vocab_value))
+    # a path or hub id on this machine is resolved to a file; a store's vocab is read from the store
+    vocab = read_vocab(resolve_vocab_path(vocab_value) if storage.reads_in_place(vocab_value) else vocab_value)
     # Built once here: forked local workers inherit them instead of each loading the vocab again.
     _tokenizer_and_vocab(vocab.path, options.lower_case, vocab)
     inputs = discover_inputs(input_values)

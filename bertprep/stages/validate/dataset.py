@@ -97,10 +97,9 @@ def find_manifest(path):
                 if problems:
                     return {"_path": candidate, "_error": "; ".join(map(": ".join, problems)), "_problems": problems}
                 return {**manifest, "_path": candidate}
-        parent = os.path.dirname(directory)
-        if parent == directory or storage.is_url(parent) != storage.is_url(directory):  # the root, or a bucket's
+        directory = storage.parent(directory)
+        if directory is None:
             break
-        directory = parent
     return None
 
 

@@ -57,7 +57,7 @@ class Framing:
 def map_file(path):
     """The file's bytes as a read-only uint8 array (memory-mapped; empty files give an empty array). A URL's
     object is read whole into memory (one record file at a time: a shard, not a corpus)."""
-    if storage.is_url(path):
+    if not storage.reads_in_place(path):
         return np.frombuffer(storage.read_bytes(path), dtype=np.uint8)
     with open(storage.local_path(path), "rb") as f:
         f.seek(0, 2)
