@@ -29,6 +29,7 @@ import numpy as np
 from bertprep import formats, storage
 from bertprep.binning import bin_width, binned_batches, bins_of
 from bertprep.errors import DataError, UsageError
+from bertprep.formats import codecs
 from bertprep.formats.schemas import PACKED, UNMASKED, int_values_problem, kind_of_manifest, kind_of_record
 from bertprep.masking import DynamicMasking, first_instances
 from bertprep.records_manifest import check_records_manifest, file_digests, kind_mismatch
@@ -39,8 +40,6 @@ try:
 except ImportError:  # the module still imports, so the error can say what to install
     torch = None
 
-FILE_PATTERNS = {"tfrecord": "*.tfrecord", "ofrecord": "part-*"}
-_HEADER = {"tfrecord": 12, "ofrecord": 8}
 
 
 def _mapped(path):
@@ -66,12 +65,12 @@ class RecordIndex:
             raise DataError(f"{data_dir}: no manifest.json (give the directory `bertprep create` or `pack` wrote)")
         where = storage.join(data_dir, "manifest.json")
         fmt = fmt or (manifest.get("formats") or ["tfrecord"])[0]
-        if fmt not in FILE_PATTERNS:
+        if fmt not in formats.FORMATS:  # the framed ones
             raise UsageError(f"format {fmt!r}: the PyTorch loader reads tfrecord or ofrecord")
         split_dir = storage.join(data_dir, fmt, split)
         if not storage.isdir(split_dir):
             split_dir = storage.join(data_dir, split)  # --layout nvidia
-        paths = sorted(storage.glob(storage.join(split_dir, FILE_PATTERNS[fmt])))
+        paths = sorted(storage.glob(storage.join(split_dir, codecs.get(fmt).glob)))
         check_records_manifest(manifest, where, (fmt,))  # its files there, its fields sound
         if not paths:
             raise DataError(f"{data_dir}: no {fmt} {split} records")
@@ -94,7 +93,7 @@ class RecordIndex:
             # the index is the one whole pass over each file: its bytes are checked against the manifest here
             sha256 = digests.get(storage.normpath(path))
             for _index, offset, payload in formats.iter_framed(path, fmt, verify=False, sha256=sha256):
-                offsets.append(offset + _HEADER[fmt])
+                offsets.append(offset + codecs.get(fmt).header)
                 sizes.append(len(payload))
                 file_of.append(number)
         self.offsets = np.asarray(offsets, np.int64)

@@ -7,7 +7,7 @@ import numpy as np
 
 from bertprep import storage
 from bertprep.errors import DataError
-from bertprep.formats import columnar
+from bertprep.formats import codecs, columnar
 from bertprep.formats.framing import decode_payload, iter_framed, iter_payloads, open_sized, sniff_format
 from bertprep.formats.protowire import WireError
 from bertprep.formats.python_decoder import decode_batch_python, decoder_features
@@ -122,7 +122,7 @@ def _with_file_offset(path, fmt, message):
     if not match:
         return message
     wanted, within = int(match.group(1)), int(match.group(2) or 0)
-    header = 12 if fmt == "tfrecord" else 8
+    header = codecs.get(fmt).header
     for index, offset, _payload in iter_framed(path, fmt, verify=False):
         if index == wanted:
             return f"record {wanted} at byte {offset + header + within}: {message[match.end():]}"

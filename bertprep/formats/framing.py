@@ -7,14 +7,14 @@ import struct
 
 from bertprep import storage
 from bertprep.errors import DataError, UsageError
-from bertprep.formats import columnar, ofrecord, tfrecord
+from bertprep.formats import codecs, columnar, ofrecord, tfrecord
 from bertprep.formats.crc32c import masked_crc32c
 from bertprep.formats.protowire import WireError
 from bertprep.formats.schemas import KINDS, kind_of_record
 
 CODECS = {"tfrecord": tfrecord, "ofrecord": ofrecord}
-FORMATS = tuple(CODECS)  # framed: one record after another
-ALL_FORMATS = FORMATS + tuple(columnar.CODECS)  # and the columnar ones (HDF5, Parquet): bertprep.formats.columnar
+FORMATS = tuple(name for name in codecs.names() if codecs.get(name).framed)  # one record after another
+ALL_FORMATS = codecs.names()  # and the columnar ones (HDF5, Parquet): bertprep.formats.columnar
 # What each format's files are called, so a name says its format before any byte is read.
 _TFRECORD_SUFFIXES = (".tfrecord", ".tf_record")
 _OFRECORD_NAME = re.compile(r"^(part-\d+|.*\.of_record-\d+)$")

@@ -32,7 +32,7 @@ import numpy as np
 from bertprep import formats, storage
 from bertprep.atomic import atomic_open, check_distinct_outputs, hold, temp_path, walk
 from bertprep.errors import DataError, UsageError
-from bertprep.formats import columnar
+from bertprep.formats import codecs, columnar
 from bertprep.formats.protowire import WireError
 from bertprep.formats.schemas import kind_of_record
 from bertprep.options import check_types, errors_name_fields, normalise_paths, refuse_overlap
@@ -178,7 +178,7 @@ def convert(options: ConvertOptions | None = None, /, **fields: Any) -> Summary:
             relative_dir = storage.relpath(directory, src)
             for index, path in enumerate(paths):
                 stem = os.path.splitext(os.path.basename(path))[0]
-                name = f"part-{index}" if to == "ofrecord" else f"{stem}.{'tfrecord' if to == 'tfrecord' else to}"
+                name = codecs.get(to).file_name(stem, index)
                 pairs.append((path, storage.normpath(storage.join(dst, relative_dir, name))))
         if not pairs:
             raise DataError(f"{src}: no record files (*.tfrecord or part-*) found")

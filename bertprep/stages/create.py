@@ -40,7 +40,7 @@ from bertprep.atomic import atomic_open, check_distinct_outputs, hold, staging_d
 from bertprep.corpus import read_text, tokenize_corpus
 from bertprep.engines import EngineOptions, open_engine
 from bertprep.errors import DataError, UsageError
-from bertprep.formats import columnar
+from bertprep.formats import codecs, columnar
 from bertprep.formats.schemas import PRETRAINING, UNMASKED
 from bertprep.instances import InstanceParams, Instances, MaskingVocab, create_instances
 from bertprep.options import build_options, check_types, errors_name_fields, normalise_paths, refuse_overlap, set_field
@@ -161,10 +161,7 @@ class ShardTask:
         stem = os.path.splitext(os.path.basename(self.source))[0]
         if self.layout == "nvidia":  # TFRecord only: <corpus>/<split>/<stem>.tfrecord
             return {"tfrecord": f"{self.split}/{stem}.tfrecord"}
-        paths = {"tfrecord": f"tfrecord/{self.split}/{stem}.tfrecord",
-                 "ofrecord": f"ofrecord/{self.split}/part-{self.index}",
-                 "hdf5": f"hdf5/{self.split}/{stem}.hdf5", "parquet": f"parquet/{self.split}/{stem}.parquet"}
-        return {fmt: paths[fmt] for fmt in self.formats}
+        return {fmt: codecs.get(fmt).output_path(self.split, stem, self.index) for fmt in self.formats}
 
 
 # -- the shard task: pure apart from reading its input and writing its outputs --------------

@@ -18,6 +18,7 @@ from bertprep import __version__, formats, storage
 from bertprep.atomic import hold, sha256_file
 from bertprep.engines import EngineOptions, open_engine
 from bertprep.errors import DataError, UsageError
+from bertprep.formats import codecs
 from bertprep.formats.schemas import PACKED, PRETRAINING, kind_of_manifest
 from bertprep.options import check_types, errors_name_fields, refuse_overlap
 from bertprep.progress import Progress, Summary, human_bytes
@@ -128,10 +129,7 @@ def plan(options):
 
 def _output_name(fmt, split, source, index):
     """create's name for a shard's file in a format the input directory does not hold."""
-    stem = os.path.splitext(os.path.basename(source))[0]
-    if fmt == "ofrecord":
-        return f"ofrecord/{split}/part-{index}"
-    return f"{fmt}/{split}/{stem}.{'tfrecord' if fmt == 'tfrecord' else fmt}"
+    return codecs.get(fmt).output_path(split, os.path.splitext(os.path.basename(source))[0], index)
 
 
 def pack(options: PackOptions | None = None, /, *, quiet: bool = True, **fields: Any) -> Summary:

@@ -19,10 +19,10 @@ from bertprep import formats, storage
 from bertprep.atomic import atomic_open, staging_dir
 from bertprep.errors import DataError
 from bertprep.formats import columnar
+from bertprep.formats.frames import map_file, walk_frames
 from bertprep.formats.schemas import PACKED, PRETRAINING
 from bertprep.stages.pack.layout import pack_rows
 from bertprep.stages.pack.strategy import lower_bound, pack
-from bertprep.stages.validate.decode import map_file, walk_frames
 
 CHUNK = 2048  # records decoded, or rows built and encoded, at a time
 

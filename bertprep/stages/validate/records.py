@@ -14,18 +14,11 @@ import numpy as np
 from bertprep import formats, storage
 from bertprep.errors import DataError
 from bertprep.formats import columnar
+from bertprep.formats.frames import Framing, map_file, release, walk_frames
 from bertprep.formats.protowire import WireError
 from bertprep.formats.schemas import int_values_problem, kind_of_record
 from bertprep.stages.validate import finetune, packed, pretraining
-from bertprep.stages.validate.decode import (
-    Framing,
-    exact_decode,
-    layout_of,
-    lockstep_decode,
-    map_file,
-    release,
-    walk_frames,
-)
+from bertprep.stages.validate.decode import exact_decode, layout_of, lockstep_decode
 
 # check id -> what it proves (the table's rows, in order): what every record kind gets
 RECORD_CHECKS = {
