@@ -19,7 +19,7 @@ import os
 
 from bertprep import formats, storage
 from bertprep.errors import DataError
-from bertprep.formats import columnar
+from bertprep.formats import codecs, columnar
 from bertprep.formats.schemas import FLOAT, check_int_values
 from bertprep.records_manifest import file_digests, load_records_manifest
 
@@ -54,7 +54,7 @@ def _kind_and_dims(paths, fmt, digests):
     """The record kind and dimensions of the first of `paths` that holds a record (or any columnar file, read
     whole: its bytes checked against the manifest's sha256 here)."""
     for path in paths:
-        if fmt in columnar.CODECS:
+        if not codecs.get(fmt).framed:
             kind, dims, _columns = columnar.read_columns(path, fmt, digests.get(storage.normpath(path)))
             return kind, dims
         first = next(formats.read_batches([path], 1), None)

@@ -31,7 +31,7 @@ import numpy as np
 from bertprep import formats, storage
 from bertprep.binning import bin_width, bins_of
 from bertprep.errors import DataError, UsageError
-from bertprep.formats import columnar
+from bertprep.formats import codecs, columnar
 from bertprep.formats.schemas import (
     FLOAT,
     PACKED,
@@ -45,7 +45,6 @@ from bertprep.masking import DynamicMasking, first_instances
 from bertprep.records_manifest import file_digests, kind_mismatch, load_records_manifest
 
 SPLITS = ("training", "test")
-FILE_PATTERNS = {"tfrecord": "*.tfrecord", "ofrecord": "part-*", "hdf5": "*.hdf5", "parquet": "*.parquet"}
 TRAINABLE_KINDS = (PRETRAINING, PACKED, UNMASKED)
 # Columns the stream adds to unmasked records: what their masks are keyed by.
 INDEX, EPOCH = "instance_index", "epoch"
@@ -75,13 +74,13 @@ class Records:
         for corpus_dir, splits_dir in _corpus_dirs(data_dir, fmt):
             manifest = self._read_manifest(corpus_dir)
             for split in SPLITS:
-                found = sorted(storage.glob(storage.join(splits_dir, split, FILE_PATTERNS[fmt])))
+                found = sorted(storage.glob(storage.join(splits_dir, split, codecs.get(fmt).glob)))
                 if split == "training" and found:
                     corpus_files.append((found, manifest))
                 self.files[split] += found
         if not self.files["training"]:
             raise DataError(f"{storage.display(data_dir)}: no {fmt} training records (looked for "
-                            f"{os.path.join('[*/[*/]]', fmt, 'training', FILE_PATTERNS[fmt])})")
+                            f"{os.path.join('[*/[*/]]', fmt, 'training', codecs.get(fmt).glob)})")
         for paths, manifest in corpus_files:
             self._check_shapes(paths, manifest)
 
@@ -181,7 +180,7 @@ class Records:
         file's columns."""
         key = storage.normpath(path)
         if key not in self._manifest_counts:
-            if self.fmt in columnar.CODECS:
+            if not codecs.get(self.fmt).framed:
                 _kind, _dims, columns = columnar.read_columns(path, self.fmt)
                 self._manifest_counts[key] = len(next(iter(columns.values())))
             else:
@@ -207,7 +206,7 @@ def _corpus_dirs(data_dir, fmt):
                  if storage.isdir(storage.join(p, "training"))]
         found += [(os.path.dirname(p), os.path.dirname(p)) for p in storage.glob(storage.join(corpus, "training"))
                   if os.path.basename(os.path.dirname(p)) != fmt
-                  and storage.glob(storage.join(p, FILE_PATTERNS[fmt]))]
+                  and storage.glob(storage.join(p, codecs.get(fmt).glob))]
         if found:
             return sorted(found)
     return []

@@ -88,7 +88,7 @@ def convert_payload(payload, src_fmt, dst_fmt, where):
 
 def convert_columns(src, src_fmt, dst, dst_fmt, staging=None, sha256=None):
     """A whole file through its kind's columns: to or from HDF5 and Parquet (records of a known kind only)."""
-    if src_fmt in columnar.CODECS:
+    if not codecs.get(src_fmt).framed:
         kind, _dims, columns = columnar.read_columns(src, src_fmt, sha256)
     else:
         kind = formats.record_kind(src, src_fmt)
@@ -98,7 +98,7 @@ def convert_columns(src, src_fmt, dst, dst_fmt, staging=None, sha256=None):
     count = len(columns[kind.names[0]])
     if count == 0:  # as for an empty framed file: nothing a reader could use, and OneFlow stops on an empty part
         raise DataError(f"{src}: no records to convert (a file of zero rows); nothing was written")
-    if dst_fmt in columnar.CODECS:
+    if not codecs.get(dst_fmt).framed:
         columnar.write_columns(dst, columns, dst_fmt, kind, staging)
     else:
         with atomic_open(dst, staging=staging) as f:
@@ -116,7 +116,7 @@ def _stacked(batches):
 
 def convert_file(src, dst, dst_fmt, staging=None, sha256=None):
     src_fmt = formats.sniff_format(src)
-    if src_fmt in columnar.CODECS or dst_fmt in columnar.CODECS:
+    if not codecs.get(src_fmt).framed or not codecs.get(dst_fmt).framed:
         return convert_columns(src, src_fmt, dst, dst_fmt, staging, sha256)
     count = 0
     with atomic_open(dst, staging=staging) as f:

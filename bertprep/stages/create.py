@@ -108,7 +108,7 @@ class CreateOptions:
             raise UsageError("--layout nvidia writes NVIDIA's TFRecord tree, which has no place for OFRecord: "
                              "use --format tfrecord, and a second run without --layout for OFRecord")
         for fmt in fmts:  # a missing optional library is a usage line now, not an error in every worker later
-            if fmt in columnar.CODECS:
+            if not codecs.get(fmt).framed:
                 columnar.require(fmt)
         set_field(self, "format", fmts)
         if self.layout == "nvidia" and self.masking == "dynamic":
@@ -243,7 +243,7 @@ def create_shard(task):
     entries = {}
     for fmt, relative in task.output_paths().items():
         path = storage.join(task.records_dir, relative)
-        if fmt in columnar.CODECS:
+        if not codecs.get(fmt).framed:
             if task.masking == "dynamic":
                 kind, columns = UNMASKED, unmasked_columns(instances, unmasked_tokens(instances), 0, len(instances),
                                                            task.params.max_seq_length)

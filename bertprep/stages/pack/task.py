@@ -18,7 +18,7 @@ import numpy as np
 from bertprep import formats, storage
 from bertprep.atomic import atomic_open, staging_dir
 from bertprep.errors import DataError
-from bertprep.formats import columnar
+from bertprep.formats import codecs, columnar
 from bertprep.formats.frames import map_file, walk_frames
 from bertprep.formats.schemas import PACKED, PRETRAINING
 from bertprep.stages.pack.layout import pack_rows
@@ -67,7 +67,7 @@ def pack_shard(task):
         staging = staging_dir(task.records_dir)  # the run holds the tree; .partial/ is where no reader looks
         outputs = [(fmt, relative, stack.enter_context(atomic_open(storage.join(task.records_dir, relative),
                                                                    staging=staging)),
-                    hashlib.sha256(), [0]) for fmt, relative in task.outputs if fmt not in columnar.CODECS]
+                    hashlib.sha256(), [0]) for fmt, relative in task.outputs if codecs.get(fmt).framed]
         chunks = []  # a columnar file is written whole, from every chunk's rows
         for first in range(0, len(members), CHUNK):
             rows = _rows(task, buf, starts, sizes, members[first:first + CHUNK])
@@ -80,7 +80,7 @@ def pack_shard(task):
                 size[0] += len(data)
     written = {relative: (fmt, size[0], digest.hexdigest()) for fmt, relative, _f, digest, size in outputs}
     for fmt, relative in task.outputs:
-        if fmt in columnar.CODECS:
+        if not codecs.get(fmt).framed:
             dims = {"seq": task.seq, "pred": task.pred, "k": task.k}
             rows = {f.name: np.concatenate([c[f.name] for c in chunks]) if chunks
                     else np.zeros((0, f.size(dims))) for f in PACKED.features}
@@ -128,7 +128,7 @@ def _decode(task, buf, starts, sizes, indices):
 
 
 def _framed_offset(task, payload_start):
-    return int(payload_start) - (12 if task.source_format == "tfrecord" else 8)
+    return int(payload_start) - codecs.get(task.source_format).header
 
 
 def _lengths(task, buf, starts, sizes):

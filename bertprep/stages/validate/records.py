@@ -13,7 +13,7 @@ import numpy as np
 
 from bertprep import formats, storage
 from bertprep.errors import DataError
-from bertprep.formats import columnar
+from bertprep.formats import codecs, columnar
 from bertprep.formats.frames import Framing, map_file, release, walk_frames
 from bertprep.formats.protowire import WireError
 from bertprep.formats.schemas import int_values_problem, kind_of_record
@@ -146,7 +146,7 @@ class FileReport:
 def scan_file(path, fmt, split, spec):
     """Run every record check on one file; statistics of its decodable records."""
     report = FileReport(path, fmt, split, findings=Findings(spec.max_errors))
-    if fmt in columnar.CODECS:
+    if not codecs.get(fmt).framed:
         return _scan_columnar(report, spec)
     buf = map_file(path)
     report.bytes = len(buf)
@@ -246,7 +246,7 @@ def iter_batches(path, fmt, spec):
     findings are the framing and schema failures among those records (they
     are left out of the batch); a framing error comes last and ends the file.
     """
-    if fmt in columnar.CODECS:
+    if not codecs.get(fmt).framed:
         kind, _dims, columns, problem = _read_columnar(path, fmt, spec)
         if problem is not None:
             yield np.zeros(0, np.int64), {}, [problem]
