@@ -335,7 +335,10 @@ def test_the_server_killed_mid_create_then_restarted_ends_in_the_same_bytes(pipe
     expected = records_of(pipeline)
     process = start_create(pipeline, out, "--workers", "1")
     wait_for_first_shard(process, f"{records_dir}/manifest.json")
+    # Paused while the server dies: on a fast machine the last shards could otherwise finish first.
+    os.killpg(process.pid, signal.SIGSTOP)
     seaweedfs.kill()
+    os.killpg(process.pid, signal.SIGCONT)
     try:
         _stdout, stderr = process.communicate(timeout=300)
     finally:
