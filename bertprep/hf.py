@@ -23,7 +23,9 @@ from bertprep.formats import codecs, columnar
 from bertprep.formats.schemas import FLOAT, check_int_values
 from bertprep.records_manifest import file_digests, load_records_manifest
 
-PREFERENCE = ("parquet", "hdf5", "tfrecord", "ofrecord")
+# The format read when a directory holds several: one `datasets` reads itself, then columns, then frames.
+PREFERENCE = tuple(sorted(codecs.names(), key=lambda name: (codecs.get(name).datasets_builder is None,
+                                                             codecs.get(name).framed)))
 SPLIT_NAMES = {"training": "train", "train": "train", "test": "test", "eval": "test"}
 BATCH = 1024
 
@@ -71,7 +73,8 @@ def _parquet_files_with_rows(paths, kind, dims, vocab_size, digests):
     or fail with an error that names no file), and its bytes checked against the manifest's sha256."""
     with_rows = []
     for path in paths:
-        file_kind, file_dims, columns = columnar.read_columns(path, "parquet", digests.get(storage.normpath(path)))
+        file_kind, file_dims, columns = columnar.read_columns(path, codecs.PARQUET.name,
+                                                              digests.get(storage.normpath(path)))
         if (file_kind, file_dims) != (kind, dims):
             raise DataError(f"{path}: {file_kind.name} records of {file_dims}, expected {kind.name} of {dims} "
                             f"as in {paths[0]}")
@@ -108,9 +111,10 @@ def load(directory, cache_dir=None):
     features = features_of(kind, dims)
     splits = {}
     for split, paths in by_split.items():
-        if fmt == "parquet" and storage.reads_in_place(directory):  # a URL's Parquet through _rows, as the others
+        builder = codecs.get(fmt).datasets_builder
+        if builder and storage.reads_in_place(directory):  # a URL's Parquet through _rows, as the others
             paths = _parquet_files_with_rows(paths, kind, dims, vocab_size, digests)
-            dataset = datasets.load_dataset("parquet", data_files={split: paths}, split=split, features=features,
+            dataset = datasets.load_dataset(builder, data_files={split: paths}, split=split, features=features,
                                             cache_dir=cache_dir) if paths else \
                 datasets.Dataset.from_dict({name: [] for name in features}, features=features, split=split)
         else:  # the files' sizes and times are in the cache's fingerprint: a changed file is read again

@@ -64,7 +64,7 @@ class RecordIndex:
         if manifest is None:
             raise DataError(f"{data_dir}: no manifest.json (give the directory `bertprep create` or `pack` wrote)")
         where = storage.join(data_dir, "manifest.json")
-        fmt = fmt or (manifest.get("formats") or ["tfrecord"])[0]
+        fmt = fmt or (manifest.get("formats") or formats.FORMATS)[0]
         if fmt not in formats.FORMATS:  # the framed ones
             raise UsageError(f"format {fmt!r}: the PyTorch loader reads tfrecord or ofrecord")
         split_dir = storage.join(data_dir, fmt, split)

@@ -139,3 +139,40 @@ def test_only_the_storage_layer_asks_whether_a_path_is_a_url():
                 if name == "is_url":
                     asking.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert asking == []
+
+
+def _format_names_outside_the_codecs(source, where):
+    """`where:line` of each string that is a format's name in `source`, docstrings aside, and of each
+    `columnar.CODECS`: a comparison, a default or a table keyed by format that belongs to the codec."""
+    from bertprep.formats import codecs
+
+    tree = ast.parse(source, where)
+    docstrings = {id(body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  for body in [node.body] if body and isinstance(body[0], ast.Expr)}
+    found = []
+    for node in ast.walk(tree):
+        named = isinstance(node, ast.Constant) and node.value in codecs.names() and id(node) not in docstrings
+        membership = isinstance(node, ast.Attribute) and node.attr == "CODECS" and \
+            getattr(node.value, "id", None) == "columnar"  # `fmt in columnar.CODECS`: is it columnar?
+        if named or membership:
+            found.append((node.lineno, f"{where}:{node.lineno}"))
+    return [name for _, name in sorted(found)]
+
+
+def test_only_the_codecs_name_formats():
+    """Outside bertprep/formats/ a step asks the codec (codecs.get(fmt).framed, .task_file, .int_kinds,
+    codecs.names()), never compares or spells a format's name: a new format is its module and its line in
+    codecs._REGISTERED (docs/architecture.md, "How to add a format")."""
+    found = []
+    for package in ("bertprep", "trainer"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if path.is_relative_to(BERTPREP / "formats"):
+                continue
+            found += _format_names_outside_the_codecs(path.read_text(encoding="utf-8"), str(path.relative_to(ROOT)))
+    assert found == []
+
+
+def test_a_format_name_outside_the_codecs_is_found():
+    source = '"""Docstrings may say "tfrecord"."""\nif fmt == "ofrecord":\n    pass\nx = columnar.CODECS\n'
+    assert _format_names_outside_the_codecs(source, "m.py") == ["m.py:2", "m.py:4"]

@@ -8,6 +8,7 @@ import math
 
 from bertprep import bert_config, storage
 from bertprep.errors import UsageError
+from bertprep.formats import codecs
 from bertprep.options import check_types, errors_name_fields, refuse_overlap
 
 # Google's published BERT sizes: (layers, hidden, heads); intermediate = 4 * hidden.
@@ -47,8 +48,8 @@ class BertConfig(bert_config.BertConfig):
 PLACEMENTS = ("intra_first", "inter_first")  # --placement (trainer/parallel.py orders the devices by it)
 PRECISIONS = ("fp32", "mixed_float16", "mixed_bfloat16")
 ALLREDUCE_DTYPES = ("fp32", "bf16")
-PRETRAINING_FORMATS = ("tfrecord", "ofrecord", "hdf5", "parquet")
-FINETUNING_FORMATS = ("tfrecord", "ofrecord")
+PRETRAINING_FORMATS = codecs.names()
+FINETUNING_FORMATS = codecs.finetuning_names()
 
 
 def _check_schedule(optimizer, clip_norm, steps, warmup, lr):

@@ -32,6 +32,7 @@ import numpy as np
 from bertprep import formats, storage
 from bertprep.atomic import atomic_write_bytes
 from bertprep.errors import DataError, UsageError
+from bertprep.formats import codecs
 from trainer import metrics, run_state
 from trainer.config import SIZES, BertConfig, FinetuneConfig, FinetuneSummary, TrainConfig, size_of
 from trainer.data import RecordStream, feature_dtypes, prefetch
@@ -39,10 +40,10 @@ from trainer.heads import FEATURE_INPUTS
 from trainer.loop import Schedule, train_loop
 from trainer.pretraining import Devices, Log, make_steps, warmup_steps
 from trainer.squad_predictions import load_eval_metadata, write_predictions
-from trainer.tasks import SPLIT_FILES, TaskData, task_named
+from trainer.tasks import TaskData, task_named
 
 # The on-the-fly checkpoint of a run without --init-checkpoint: a few steps of the sample records.
-SAMPLE_PRETRAINING = dict(format="ofrecord", steps=20, batch_size=8, optimizer="adam", lr=1e-3, warmup=2.0,
+SAMPLE_PRETRAINING = dict(format=codecs.OFRECORD.name, steps=20, batch_size=8, optimizer="adam", lr=1e-3, warmup=2.0,
                           log_every=20, quiet=True)
 
 
@@ -71,13 +72,13 @@ def finetune(config: FinetuneConfig) -> FinetuneSummary:
     data = TaskData(config.data, config.format, task)
     if not data.files["eval"] and not config.no_eval:
         raise UsageError(f"{storage.display(config.data)}: no {config.format} eval records "
-                         f"({SPLIT_FILES['eval'][config.format]}) to score: add them, or give --no-eval to train "
-                         "without scores")
+                         f"({codecs.get(config.format).task_glob('eval')}) to score: add them, or give --no-eval to "
+                         "train without scores")
     if config.predict and not data.files[task.predict_split]:
         split = task.predict_split
         raise UsageError(f"{storage.display(config.data)}: --predict: no {config.format} "
                          f"{'test' if split == 'test' else 'eval (predict file)'} records "
-                         f"({SPLIT_FILES[split][config.format]}) to predict")
+                         f"({codecs.get(config.format).task_glob(split)}) to predict")
     from trainer.checkpoint import read, tokenizer
 
     initial = read(config.init_checkpoint or sample_checkpoint(config, data))

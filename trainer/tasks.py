@@ -20,15 +20,10 @@ import dataclasses
 
 from bertprep import formats, storage
 from bertprep.errors import DataError, UsageError
+from bertprep.folder import Folder
+from bertprep.formats import codecs
 from bertprep.formats.schemas import GLUE, GLUE_REGRESSION, SQUAD_EVAL, SQUAD_TRAIN
 from bertprep.records_manifest import file_digests, load_records_manifest
-
-# split -> file name (or glob) per format
-SPLIT_FILES = {
-    "train": {"tfrecord": "train.tf_record", "ofrecord": "train.of_record-*"},
-    "eval": {"tfrecord": "eval.tf_record", "ofrecord": "eval.of_record-*"},
-    "test": {"tfrecord": "predict.tf_record", "ofrecord": "test.of_record-*"},
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,16 +84,17 @@ class TaskData:
     masking = None
 
     def __init__(self, data_dir, fmt, task):
-        storage.require(data_dir, "directory", DataError(f"{storage.display(data_dir)}: no such directory"))
+        folder = self.folder = Folder(data_dir)
+        folder.require("directory", DataError(f"{folder}: no such directory"))
         self.data_dir, self.fmt, self.task = data_dir, fmt, task
         self.manifest = load_records_manifest(data_dir, (fmt,)) or {}  # its files there, its fields sound
         manifest_task = self.manifest.get("task")
         if manifest_task and manifest_task.lower().replace("-", "") != task.name.lower().replace("-", ""):
-            raise UsageError(f"{storage.display(data_dir)}: records of task {manifest_task}, not {task.name} (--task)")
-        self.files = {split: sorted(storage.glob(storage.join(data_dir, names[fmt])))
-                      for split, names in SPLIT_FILES.items()}
+            raise UsageError(f"{folder}: records of task {manifest_task}, not {task.name} (--task)")
+        codec = codecs.get(fmt)
+        self.files = {split: folder.glob(codec.task_glob(split)) for split in ("train", "eval", "test")}
         if not self.files["train"]:
-            raise DataError(f"{storage.display(data_dir)}: no {fmt} training records ({SPLIT_FILES['train'][fmt]})")
+            raise DataError(f"{folder}: no {fmt} training records ({codec.task_glob('train')})")
         self.kind = self.batch_kind = task.train_kind
         self.dims = self._dims_of(self.files["train"][0], self.kind)
         if task.is_squad:
@@ -115,7 +111,7 @@ class TaskData:
                     raise DataError(f"{path}: missing: SQuAD answers need the evaluation metadata create-squad writes")
         self.labels = self.manifest.get("labels") or task.labels
         if not task.is_squad and not task.is_regression and len(self.labels) < 2:
-            raise DataError(f"{storage.display(storage.join(data_dir, 'manifest.json'))}: labels {self.labels!r}: a "
+            raise DataError(f"{storage.display(folder.path('manifest.json'))}: labels {self.labels!r}: a "
                             "classifier needs two or more")
         self._counts = {}
         self._digests = file_digests(self.manifest, data_dir)
@@ -135,7 +131,7 @@ class TaskData:
     @property
     def eval_metadata(self):
         """SQuAD: the paths of eval.features.jsonl and eval.examples.jsonl."""
-        return tuple(storage.join(self.data_dir, f"eval.{name}.jsonl") for name in ("features", "examples"))
+        return tuple(self.folder.path(f"eval.{name}.jsonl") for name in ("features", "examples"))
 
     @property
     def seq(self):

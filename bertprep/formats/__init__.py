@@ -15,37 +15,37 @@ The code lives in rooms named for what they do: `framing` (file names,
 sniffing, framed payloads, records one by one), `encode` (records made
 bytes), `batches` (batches of arrays, the C core when built),
 `python_decoder` (the C decoder's pure-Python twin) and `columnar` (HDF5 and
-Parquet: whole files of columns, with `hdf5` and `parquet` as its codecs).
+Parquet: whole files of columns, with `hdf5` and `parquet` as its codecs), and `codecs`, the
+formats as objects (names, framing, file naming) every stage asks. The names below load on first use, as
+`bertprep`'s do: `from bertprep.formats import codecs` costs no NumPy import (trainer.config reads the
+format names from it before any framework loads).
 """
 
-from bertprep.formats.batches import batch_arrays, decode_batch, read_batches
-from bertprep.formats.encode import (
-    encode_columns,
-    encode_instances,
-    encode_instances_python,
-    encode_record,
-    write_records,
-)
-from bertprep.formats.framing import (
-    ALL_FORMATS,
-    CODECS,
-    FORMATS,
-    decode_payload,
-    format_of_name,
-    frame,
-    iter_framed,
-    iter_payloads,
-    parse_formats,
-    read_records,
-    record_kind,
-    sniff_format,
-)
-from bertprep.formats.python_decoder import decode_batch_python, decode_bert_batch_python, decoder_features
+import importlib
 
-__all__ = [
-    "ALL_FORMATS", "CODECS", "FORMATS",
-    "batch_arrays", "decode_batch", "decode_batch_python", "decode_bert_batch_python",
-    "decode_payload", "decoder_features", "encode_columns", "encode_instances", "encode_instances_python",
-    "encode_record", "format_of_name", "frame", "iter_framed", "iter_payloads", "parse_formats", "read_batches",
-    "read_records", "record_kind", "sniff_format", "write_records",
-]
+_EXPORTS = {
+    **dict.fromkeys(("batch_arrays", "decode_batch", "read_batches"), "bertprep.formats.batches"),
+    **dict.fromkeys(("encode_columns", "encode_instances", "encode_instances_python", "encode_record",
+                     "write_records"), "bertprep.formats.encode"),
+    **dict.fromkeys(("ALL_FORMATS", "CODECS", "FORMATS", "decode_payload", "format_of_name", "frame",
+                     "iter_framed", "iter_payloads", "parse_formats", "read_records", "record_kind",
+                     "sniff_format"), "bertprep.formats.framing"),
+    **dict.fromkeys(("decode_batch_python", "decode_bert_batch_python", "decoder_features"),
+                    "bertprep.formats.python_decoder"),
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    else:  # a submodule not imported yet (formats.columnar, formats.batches._native)
+        try:
+            value = importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":  # the submodule exists; a library it needs does not
+                raise
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    globals()[name] = value  # once loaded, a plain attribute
+    return value

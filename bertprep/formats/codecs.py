@@ -23,6 +23,19 @@ class Codec:
     suffix: str | None  # its files' suffix; None: OneFlow's part-<index>, named by position in the split
     header: int = 0
     trailer: int = 0
+    # The integer lists a record may store, the native one first (OneFlow's BERT reads int32; TFRecord has
+    # only int64); validate accepts the others with a note.
+    int_kinds: tuple[str, ...] = ("int64",)
+    # A framed record's feature map sits inside an Example message (TFRecord: Example{features = 1: ...}).
+    example_wrapped: bool = False
+    # Why an empty file of this format is an error, or None: then it is a shard without instances (a warning).
+    empty_file_problem: str | None = None
+    # Fine-tuning data (create-squad/create-glue, the trainer's tasks): role -> file stem, and the suffix
+    # after it, `{index}` numbering parts; None: the format holds no fine-tuning data.
+    task_stems: tuple[tuple[str, str], ...] | None = None
+    task_suffix: str = ""
+    # The `datasets` builder that reads this format's files itself, or None (bertprep.hf reads them).
+    datasets_builder: str | None = None
 
     def file_name(self, stem, index):
         """The file this format's shard `index` of input `stem` is written to (create, pack, convert)."""
@@ -37,11 +50,23 @@ class Codec:
         """The pattern of this format's files in a directory."""
         return "part-*" if self.suffix is None else f"*{self.suffix}"
 
+    def task_file(self, role, index=0):
+        """The fine-tuning file of `role` ("train", "eval", "test"): Google's `predict.tf_record`, OneFlow's
+        `test.of_record-0`."""
+        return dict(self.task_stems)[role] + self.task_suffix.format(index=index)
 
-TFRECORD = Codec("tfrecord", framed=True, suffix=".tfrecord", header=12, trailer=4)
-OFRECORD = Codec("ofrecord", framed=True, suffix=None, header=8)
+    def task_glob(self, role):
+        """The pattern of `role`'s fine-tuning files (OneFlow's parts: `train.of_record-*`)."""
+        return dict(self.task_stems)[role] + self.task_suffix.format(index="*")
+
+
+TFRECORD = Codec("tfrecord", framed=True, suffix=".tfrecord", header=12, trailer=4, example_wrapped=True,
+                 task_stems=(("train", "train"), ("eval", "eval"), ("test", "predict")), task_suffix=".tf_record")
+OFRECORD = Codec("ofrecord", framed=True, suffix=None, header=8, int_kinds=("int32", "int64"),
+                 empty_file_problem="OneFlow aborts on an empty part",
+                 task_stems=(("train", "train"), ("eval", "eval"), ("test", "test")), task_suffix=".of_record-{index}")
 HDF5 = Codec("hdf5", framed=False, suffix=".hdf5")
-PARQUET = Codec("parquet", framed=False, suffix=".parquet")
+PARQUET = Codec("parquet", framed=False, suffix=".parquet", datasets_builder="parquet")
 
 _REGISTERED = {codec.name: codec for codec in (TFRECORD, OFRECORD, HDF5, PARQUET)}
 
@@ -57,3 +82,18 @@ def get(name):
 def names():
     """Every format's name, framed ones first, in the order help texts and defaults list them."""
     return tuple(_REGISTERED)
+
+
+def framed_names():
+    """The formats that frame records one after another (TFRecord, OFRecord)."""
+    return tuple(name for name, codec in _REGISTERED.items() if codec.framed)
+
+
+def finetuning_names():
+    """The formats fine-tuning data is written in (create-squad, create-glue) and the trainer's tasks read."""
+    return tuple(name for name, codec in _REGISTERED.items() if codec.task_stems is not None)
+
+
+# What `create` writes unless told (NVIDIA's --layout tree holds TFRecord only: NVIDIA_LAYOUT).
+DEFAULT_FORMATS = (TFRECORD.name, OFRECORD.name)
+NVIDIA_LAYOUT = TFRECORD

@@ -13,7 +13,7 @@ from bertprep.formats.protowire import WireError
 from bertprep.formats.schemas import KINDS, kind_of_record
 
 CODECS = {"tfrecord": tfrecord, "ofrecord": ofrecord}
-FORMATS = tuple(name for name in codecs.names() if codecs.get(name).framed)  # one record after another
+FORMATS = codecs.framed_names()  # one record after another
 ALL_FORMATS = codecs.names()  # and the columnar ones (HDF5, Parquet): bertprep.formats.columnar
 # What each format's files are called, so a name says its format before any byte is read.
 _TFRECORD_SUFFIXES = (".tfrecord", ".tf_record")

@@ -102,9 +102,9 @@ class CreateOptions:
         for name, value, choices in (("--layout", self.layout, LAYOUTS), ("--masking", self.masking, MASKINGS)):
             if value not in choices:
                 raise UsageError(f"{name} must be one of {', '.join(choices)}, not {value!r}")
-        requested = self.format or ("tfrecord" if self.layout == "nvidia" else "tfrecord,ofrecord")
+        requested = self.format or ((codecs.NVIDIA_LAYOUT.name,) if self.layout == "nvidia" else codecs.DEFAULT_FORMATS)
         fmts = formats.parse_formats(requested if isinstance(requested, str) else ",".join(requested))
-        if self.layout == "nvidia" and fmts != ("tfrecord",):
+        if self.layout == "nvidia" and fmts != (codecs.NVIDIA_LAYOUT.name,):
             raise UsageError("--layout nvidia writes NVIDIA's TFRecord tree, which has no place for OFRecord: "
                              "use --format tfrecord, and a second run without --layout for OFRecord")
         for fmt in fmts:  # a missing optional library is a usage line now, not an error in every worker later
@@ -160,7 +160,8 @@ class ShardTask:
         """{format: path relative to records_dir}."""
         stem = os.path.splitext(os.path.basename(self.source))[0]
         if self.layout == "nvidia":  # TFRecord only: <corpus>/<split>/<stem>.tfrecord
-            return {"tfrecord": f"{self.split}/{stem}.tfrecord"}
+            codec = codecs.NVIDIA_LAYOUT
+            return {codec.name: f"{self.split}/{codec.file_name(stem, self.index)}"}
         return {fmt: codecs.get(fmt).output_path(self.split, stem, self.index) for fmt in self.formats}
 
 
@@ -512,7 +513,7 @@ def records_directory(options, workdir, corpus, inputs):
         train_shards, test_fraction = shard_stage_settings(inputs)
         name = nvidia_dirname(options.seq, options.pred, options.masked_lm_prob, options.seed, options.dupe_factor,
                               lower_case, options.whole_word_mask, train_shards, test_fraction)
-        return storage.join(storage.absolute(options.out or workdir), "tfrecord", name, corpus)
+        return storage.join(storage.absolute(options.out or workdir), codecs.NVIDIA_LAYOUT.name, name, corpus)
     name = params_dirname(options.seq, options.pred, options.masked_lm_prob, options.seed, options.dupe_factor,
                           lower_case, options.whole_word_mask)
     if options.masking == "dynamic":  # not NVIDIA's: its records are masked

@@ -19,18 +19,13 @@ import hashlib
 import numpy as np
 
 from bertprep import __version__, formats, storage
-from bertprep.atomic import atomic_open
 from bertprep.errors import DataError, UsageError
+from bertprep.folder import Folder
+from bertprep.formats import codecs
 from bertprep.options import check_types, errors_name_fields, normalise_paths, refuse_overlap
 from bertprep.tokenization import LineTokenizer, load_vocab, resolve_vocab_path
 from bertprep.workdir import file_matches, load_manifest, save_manifest
 
-# output role -> {format: file name}. GLUE's dev split and SQuAD's eval split are "eval"; GLUE's test is "test".
-OUTPUT_NAMES = {
-    "train": {"tfrecord": "train.tf_record", "ofrecord": "train.of_record-0"},
-    "eval": {"tfrecord": "eval.tf_record", "ofrecord": "eval.of_record-0"},
-    "test": {"tfrecord": "predict.tf_record", "ofrecord": "test.of_record-0"},
-}
 # The settings two runs into one directory must share (their files are read together).
 SHARED_SETTINGS = ("task", "dims", "labels", "version_2_with_negative", "lower_case", "params")
 
@@ -44,7 +39,7 @@ class RecordsOptions:
     vocab: str
     out: str
     lower_case: bool = True
-    format: tuple[str, ...] = ("tfrecord", "ofrecord")
+    format: tuple[str, ...] = codecs.finetuning_names()
 
     def __post_init__(self):
         check_types(self)
@@ -107,8 +102,8 @@ class SplitWriter:
     """
 
     def __init__(self, out, role, fmts, kind, extra_files=()):
-        self.out, self.role, self.fmts, self.kind = out, role, fmts, kind
-        self.names = {fmt: OUTPUT_NAMES[role][fmt] for fmt in fmts}
+        self.out, self.role, self.fmts, self.kind = Folder(out), role, fmts, kind
+        self.names = {fmt: codecs.get(fmt).task_file(role) for fmt in fmts}  # GLUE dev, SQuAD eval: "eval"
         self.extra_files = tuple(extra_files)  # names of text files written beside the records (JSON lines)
         self.records = 0
         self._stack = None
@@ -125,8 +120,7 @@ class SplitWriter:
     def __enter__(self):
         self._stack = contextlib.ExitStack()
         for name in (*self.names.values(), *self.extra_files):
-            path = storage.join(self.out, name)
-            self._files[name] = self._stack.enter_context(atomic_open(path, staging=self._staging))
+            self._files[name] = self._stack.enter_context(self.out.atomic_open(name, staging=self._staging))
             self._digests[name], self._sizes[name] = hashlib.sha256(), 0
         return self
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from bertprep import formats
 from bertprep.errors import DataError
+from bertprep.formats import codecs
 from bertprep.stages.validate import packed
 from bertprep.stages.validate.dataset import find_record_files
 from bertprep.stages.validate.records import iter_batches
@@ -22,14 +23,17 @@ from bertprep.stages.validate.records import iter_batches
 def comparison_pairs(path_a, path_b):
     """[(label, files A, files B)]: what to compare for the given paths.
 
-    One path holding both formats: its TFRecord against its OFRecord files.
+    One path holding both framed formats: its TFRecord against its OFRecord files.
     Two paths: each format of A against the same format of B (or B's only format).
     """
     files_a = find_record_files(path_a)
     if path_b is None:
-        tf = [f for f in files_a if f.fmt == "tfrecord"]
-        of = [f for f in files_a if f.fmt == "ofrecord"]
-        return [("tfrecord vs ofrecord", tf, of)] if tf and of else []
+        present = [fmt for fmt in codecs.framed_names() if any(f.fmt == fmt for f in files_a)]
+        if len(present) < 2:
+            return []
+        first, second = present[:2]
+        return [(f"{first} vs {second}", [f for f in files_a if f.fmt == first],
+                 [f for f in files_a if f.fmt == second])]
     files_b = find_record_files(path_b)
     fmts_a = sorted({f.fmt for f in files_a}, key=formats.ALL_FORMATS.index)
     fmts_b = sorted({f.fmt for f in files_b}, key=formats.ALL_FORMATS.index)

@@ -15,6 +15,7 @@ import re
 
 from bertprep import formats, storage
 from bertprep.atomic import walk
+from bertprep.formats import codecs
 from bertprep.formats.schemas import kind_of_manifest
 from bertprep.progress import Progress
 from bertprep.records_manifest import records_manifest_problems
@@ -60,8 +61,8 @@ def find_record_files(path):
 def _sniff(path):
     try:
         return formats.sniff_format(path)
-    except OSError:
-        return "ofrecord"
+    except OSError:  # unreadable: what its name says (it is listed as a records file by its name)
+        return formats.format_of_name(os.path.basename(path))
 
 
 # Fine-tuning files name their split: train/eval/predict.tf_record, train/eval/test.of_record-<i> (predict = test).
@@ -240,8 +241,8 @@ def _check_parts(record_files, reports, min_parts, findings):
     by_dir = {}
     for record_file, report in zip(record_files, reports):
         if report.bytes == 0:
-            severity = "error" if record_file.fmt == "ofrecord" else "warning"
-            why = "OneFlow aborts on an empty part" if record_file.fmt == "ofrecord" else "a shard without instances"
+            problem = codecs.get(record_file.fmt).empty_file_problem
+            severity, why = ("error", problem) if problem else ("warning", "a shard without instances")
             findings.add(Finding("files", record_file.path, None, None, f"empty file ({why})", severity))
         match = _PART.match(os.path.basename(record_file.path))
         if match:

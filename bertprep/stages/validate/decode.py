@@ -20,6 +20,7 @@ Both paths give the same arrays: integers as int64, weights as float32.
 import numpy as np
 
 from bertprep import formats
+from bertprep.formats import codecs
 from bertprep.formats.protowire import WireError
 from bertprep.formats.schemas import FLOAT
 
@@ -71,7 +72,7 @@ def exact_decode(payload, fmt, kind, dims):
             continue
         stored, values = decoded[feature.name]
         is_float = feature.dtype == FLOAT
-        allowed = ("float",) if is_float else ("int64",) if fmt == "tfrecord" else ("int32", "int64")
+        allowed = ("float",) if is_float else codecs.get(fmt).int_kinds
         if stored not in allowed:
             problems.append((feature.name, f"{stored}_list, expected {allowed[0]}_list"))
             continue
@@ -130,7 +131,7 @@ def lockstep_structure(buf, starts, lengths, layout):
     ok = np.ones(count, dtype=bool)
     codec = formats.CODECS[layout.fmt]
     pos = starts.copy()
-    if layout.fmt == "tfrecord":  # Example{features = 1: Features{...}}
+    if codecs.get(layout.fmt).example_wrapped:  # Example{features = 1: Features{...}}
         _expect(buf, pos, 0x0A, ok)
         size, pos = _varint(buf, pos + 1, ends, ok)
         ok &= pos + size == ends

@@ -289,7 +289,8 @@ class _FileState:
 
     def note_kinds(self, kinds, count):
         for name, kind in kinds.items():
-            if kind == "int64" and self.fmt == "ofrecord":
+            int_kinds = codecs.get(self.fmt).int_kinds
+            if kind in int_kinds[1:]:  # accepted, not what the format's readers take natively (OneFlow: int32)
                 self.int64_records[name] = self.int64_records.get(name, 0) + count
 
 

@@ -1,0 +1,96 @@
+"""A folder, local or on an object store, that a step reads and writes by relative name.
+
+    from bertprep.folder import Folder
+    records = Folder("s3://bucket/records")            # or "records", or "file:///data/records"
+    records.require("directory", DataError(f"{records}: no such directory"))
+    for path in records.glob("ofrecord/training/part-*"):
+        ...
+    with records.atomic_open("manifest.json", "w") as f:  # whole or not at all, local or object
+        f.write(text)
+
+datatrove's `DataFolder` is the model: a step holds a Folder and never asks
+what kind of path it has. The Folder asks `storage` (which knows a local path
+from a URL, and is the only module that does) and `atomic` (temporary name,
+then rename; one upload for an object). Its errors are storage's: a missing
+bucket or refused credentials is the store's one line, raised by
+`require`/`not_found` before the caller's own "not found" line, which would
+otherwise say only that the path is missing.
+
+A Folder is a value: frozen, equal to another of the same root, printed as
+its root without credentials (`storage.display`).
+"""
+
+import dataclasses
+import os
+
+from bertprep import atomic, storage
+
+
+@dataclasses.dataclass(frozen=True)
+class Folder:
+    root: str
+
+    def __post_init__(self):
+        object.__setattr__(self, "root", os.fspath(self.root))  # as given: messages name it as the user wrote it
+
+    def __str__(self):
+        return storage.display(self.root)
+
+    def path(self, *parts: str) -> str:
+        """The full path (or URL) of `parts` under the root; the root itself without parts."""
+        return storage.join(self.root, *parts) if parts else self.root
+
+    def folder(self, *parts: str) -> "Folder":
+        """The folder `parts` under this one."""
+        return Folder(self.path(*parts))
+
+    # What kind of place it is, asked of storage: each answer and its reason live there.
+    @property
+    def renames(self) -> bool:
+        return storage.renames(self.root)
+
+    @property
+    def reads_in_place(self) -> bool:
+        return storage.reads_in_place(self.root)
+
+    def exists(self, *parts: str) -> bool:
+        return storage.exists(self.path(*parts))
+
+    def isdir(self, *parts: str) -> bool:
+        return storage.isdir(self.path(*parts))
+
+    def isfile(self, *parts: str) -> bool:
+        return storage.isfile(self.path(*parts))
+
+    def require(self, kind: str, missing: Exception, *parts: str) -> None:
+        """Nothing when `parts` (the root without) exists as `kind` ("file", "directory", "any"); else the
+        store's error for a missing bucket or refused credentials, or `missing`."""
+        storage.require(self.path(*parts), kind, missing)
+
+    def glob(self, pattern: str) -> list[str]:
+        """The full paths under the root matching `pattern` (relative), sorted."""
+        return sorted(storage.glob(self.path(pattern)))
+
+    def listdir(self, *parts: str) -> list[str]:
+        """The names directly under `parts`, sorted (os.listdir's order is the disk's)."""
+        return sorted(storage.listdir(self.path(*parts)))
+
+    def open(self, name: str, mode: str = "rb", **kwargs):
+        """`storage.open` of `name` under the root (`sha256=` checks what is read against a manifest's)."""
+        return storage.open(self.path(name), mode, **kwargs)
+
+    def read_bytes(self, name: str, sha256: str | None = None) -> bytes:
+        return storage.read_bytes(self.path(name), sha256=sha256)
+
+    def makedirs(self, *parts: str) -> None:
+        storage.makedirs(self.path(*parts))
+
+    def remove(self, name: str) -> None:
+        storage.remove(self.path(name))
+
+    def atomic_open(self, name: str, mode: str = "wb", staging: str | None = None):
+        """Write `name` whole or not at all (`atomic.atomic_open`): a temporary, then a rename or one upload."""
+        return atomic.atomic_open(self.path(name), mode, staging=staging)
+
+    def atomic_write_bytes(self, name: str, data: bytes, staging: str | None = None) -> None:
+        atomic.atomic_write_bytes(self.path(name), data, staging=staging)

@@ -1,0 +1,56 @@
+"""bertprep.folder.Folder: one object for a folder, local or in a real S3 store (SeaweedFS), that a step
+reads and writes by relative name without asking which it is."""
+
+import hashlib
+
+import pytest
+
+from bertprep.errors import DataError
+from bertprep.folder import Folder
+
+
+@pytest.fixture(params=["local", "s3"])
+def root(request, tmp_path):
+    if request.param == "local":
+        return str(tmp_path / "tree")
+    return f"{request.getfixturevalue('s3_bucket')}/{tmp_path.name}/tree"
+
+
+def test_a_folder_writes_lists_reads_and_removes_alike_local_or_in_a_bucket(root):
+    folder = Folder(root)
+    assert not folder.exists()
+    with pytest.raises(DataError, match="no records here"):
+        folder.require("directory", DataError(f"{folder}: no records here"))
+    folder.atomic_write_bytes("a/part-0", b"zero")
+    with folder.atomic_open("a/part-1", "wb") as f:
+        f.write(b"one")
+    with folder.folder("a").atomic_open("notes.txt", "w") as f:
+        f.write("text\n")
+    folder.require("directory", DataError("unreachable"))
+    assert folder.isdir("a") and folder.isfile("a", "part-0") and not folder.isfile("a")
+    assert folder.glob("a/part-*") == [folder.path("a", "part-0"), folder.path("a", "part-1")]
+    assert folder.listdir("a") == ["notes.txt", "part-0", "part-1"]
+    assert folder.read_bytes("a/part-1", sha256=hashlib.sha256(b"one").hexdigest()) == b"one"
+    with pytest.raises(Exception, match="sha256"):
+        folder.read_bytes("a/part-0", sha256=hashlib.sha256(b"other").hexdigest())
+    with folder.open("a/notes.txt", "r") as f:
+        assert f.read() == "text\n"
+    folder.remove("a/part-0")
+    assert folder.glob("a/part-*") == [folder.path("a", "part-1")]
+    assert folder.renames == (not root.startswith("s3://"))
+    assert folder.reads_in_place == (not root.startswith("s3://"))
+
+
+def test_a_missing_bucket_is_the_stores_error_not_the_callers_not_found(s3_bucket):
+    folder = Folder(s3_bucket + "-not-there/tree")
+    with pytest.raises(OSError, match="-not-there") as raised:
+        folder.require("directory", DataError("the caller's line"))
+    assert "the caller's line" not in str(raised.value)
+
+
+def test_a_folder_is_a_value_shown_without_credentials():
+    assert Folder("work/records") == Folder("work/records")
+    training = Folder("work/records").folder("tfrecord", "training")
+    assert training.path("part-0") == "work/records/tfrecord/training/part-0"
+    assert str(Folder("s3://bucket/records")) == "s3://bucket/records"
+    assert str(Folder("s3://bucket/records?X-Amz-Signature=abc")) == "s3://bucket/records"
