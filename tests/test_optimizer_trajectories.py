@@ -1,9 +1,9 @@
 """Each optimizer's training run step for step against an independent PyTorch trainer
 (shared/fixtures/trajectories: hf_tiny, one fixed batch of 14 records, dropout 0, lr 1e-3, warmup 5,
 30 steps): adam against AdamW, lamb against NVLAMB, google-adam against google-research/bert's
-optimization.create_optimizer, under TensorFlow (in this process) and JAX (a process without
-TensorFlow); google-adam also on two TensorFlow replicas and on a JAX pipeline of 2 stages with
-accumulation, against google-research/bert's own code (tests/data/google_create_optimizer: losses and
+optimization.create_optimizer, under TensorFlow and JAX (a process without TensorFlow), each backend's
+runs in a process of their own; google-adam also on two TensorFlow replicas and on a JAX pipeline of 2
+stages with accumulation, against google-research/bert's own code (tests/data/google_create_optimizer: losses and
 final weights of google_tiny), under fp16 loss scaling, and resumed exactly. Bad optimizer flags end
 with one line."""
 
@@ -82,14 +82,21 @@ def succeeds(command, env=None):
     assert result.returncode == 0, result.stderr[-3000:]
 
 
-def in_this_process(argvs):
-    (argv,) = argvs
-    assert main(argv) == 0
+# TensorFlow's runs of 20 or 30 steps in processes of their own with XLA's optimized code, not the test
+# process's fast compiles (conftest.py, FAST_COMPILE_XLA_FLAGS), under which running the steps costs more than
+# compiling saves: measured, the four one-replica runs in one process take 57 s of CPU optimized and 100 s with
+# fast compiles (in this process, which has them, they took about 95 s); the two-replica run 30 s and 40 s.
+OPTIMIZED_TENSORFLOW = {"KERAS_BACKEND": "tensorflow", "XLA_FLAGS": xla_flags(fast_compile=False)}
+
+
+def in_one_tensorflow_process(argvs):
+    """Trains its argvs one after another in one TensorFlow process (trainer_checks.train_one_after_another)."""
+    succeeds([sys.executable, CHECKS, "trainers", json.dumps(argvs)], dict(os.environ, **OPTIMIZED_TENSORFLOW))
 
 
 def in_two_replicas(argvs):
     (argv,) = argvs
-    succeeds([sys.executable, "-c", REPLICA_SCRIPT, "2", *argv])
+    succeeds([sys.executable, "-c", REPLICA_SCRIPT, "2", *argv], dict(os.environ, **OPTIMIZED_TENSORFLOW))
 
 
 def in_one_jax_process(devices):
@@ -102,17 +109,17 @@ def in_one_jax_process(devices):
 @pytest.fixture(scope="module")
 def run(fixed_batch, hf_tiny, google_tiny, tmp_path_factory):
     """run(layout, optimizer, init=hf_tiny, *extra): the train events of the README's run from `init`, with
-    `extra` arguments, and its checkpoint directory; layouts: 'tensorflow' (this process), 'jax',
-    'tensorflow-2' (2 replicas x 7), 'jax-pipeline' (2 stages, 2 micro-batches of 7). Each once; the
-    module's four 'jax' runs in one process, all when the first is asked for."""
+    `extra` arguments, and its checkpoint directory; layouts: 'tensorflow', 'jax', 'tensorflow-2' (2 replicas
+    x 7), 'jax-pipeline' (2 stages, 2 micro-batches of 7). Each once; the module's four 'tensorflow' runs in
+    one process and its four 'jax' runs in another, each group all when its first is asked for."""
     root = tmp_path_factory.mktemp("trajectories")
-    layouts = {"tensorflow": (in_this_process, ["--batch-size", "14"]),
+    layouts = {"tensorflow": (in_one_tensorflow_process, ["--batch-size", "14"]),
                "jax": (in_one_jax_process(1), ["--batch-size", "14"]),
                "tensorflow-2": (in_two_replicas, ["--batch-size", "7"]),
                "jax-pipeline": (in_one_jax_process(2),
                                 ["--batch-size", "7", "--grad-accum", "2", "--pipeline-stages", "2"])}
-    one_jax_process = [("jax", optimizer, hf_tiny) for optimizer in REFERENCE] + [
-        ("jax", "google-adam", google_tiny["jax"], *GOOGLES_OWN_ARGV)]
+    one_process = {backend: [(backend, optimizer, hf_tiny) for optimizer in REFERENCE] + [
+        (backend, "google-adam", google_tiny[backend], *GOOGLES_OWN_ARGV)] for backend in ("tensorflow", "jax")}
     count = itertools.count()
 
     def train(keys):
@@ -129,7 +136,7 @@ def run(fixed_batch, hf_tiny, google_tiny, tmp_path_factory):
         return {key: ([e for e in map(json.loads, log.read_text().splitlines()) if e["event"] == "train"], ckpt)
                 for key, (_, log, ckpt) in runs.items()}
 
-    runs = trained_in_groups([one_jax_process], train)
+    runs = trained_in_groups(list(one_process.values()), train)
     return lambda layout, optimizer, init=hf_tiny, *more: runs(layout, optimizer, init, *more)
 
 

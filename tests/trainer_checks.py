@@ -90,12 +90,17 @@ def free_port():
         return s.getsockname()[1]
 
 
+def resume_argv(ckpt, optimizer="adam"):
+    """The trainer arguments of assert_resume_is_exact's runs: 6 steps, checkpoints at 2, 4 and 6 in `ckpt`."""
+    return ["--steps", "6", "--batch-size", "4", "--optimizer", optimizer, "--warmup", "2",
+            "--checkpoint-dir", str(ckpt), "--checkpoint-every", "2", "--keep-checkpoints", "5"]
+
+
 def assert_resume_is_exact(run, ckpt, optimizer="adam"):
     """Stop after the checkpoint at step 2 (later checkpoints removed), resume: the weights,
     optimizer and loss-scale state at step 6 equal the uninterrupted run's (dropout on).
     `run(name, *argv)` trains with dropout 0.1 and returns the JSON log events."""
-    common = ["--steps", "6", "--batch-size", "4", "--optimizer", optimizer, "--warmup", "2",
-              "--checkpoint-dir", str(ckpt), "--checkpoint-every", "2", "--keep-checkpoints", "5"]
+    common = resume_argv(ckpt, optimizer)
     events = run("whole", *common)
     name, uninterrupted = latest_state(ckpt)
     assert name == "ckpt-00000006"
