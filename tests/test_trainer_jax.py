@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -31,16 +32,140 @@ def jax_env(devices=1, **extra):
     return env
 
 
-def jax_train(tmp_path, data, name, *extra, devices=1, fmt="ofrecord", dropout=0.0, **config):
-    """Run the trainer in a JAX process without TensorFlow (TINY model with `config` changes);
+# A JAX process without TensorFlow that trains (trainer.cli.main) or checks (trainer_checks' check_NAME) one
+# request after another, read as JSON lines from stdin; a JSON reply per request on the stdout it started with
+# (the file descriptor 1 the libraries print to goes to stderr, a file the test reads). Each request starts
+# from Keras's state of a fresh process (clear_session): the trainer checks a configuration (tracing the model
+# to see whether K divides its variables) before it clears the session, and the distribution an earlier run
+# set would split that trace and fail it with JAX's error instead of the trainer's one line.
+SERVE = r"""
+import contextlib, io, json, os, sys, traceback
+sys.path.insert(0, sys.argv[1])
+import trainer_checks
+trainer_checks.block_imports()
+replies = os.fdopen(os.dup(1), "w")
+os.dup2(2, 1)
+from trainer.cli import main
+for line in sys.stdin:
+    request, out = json.loads(line), io.StringIO()
+    if "keras" in sys.modules:
+        sys.modules["keras"].backend.clear_session()
+    try:
+        with contextlib.redirect_stdout(out):
+            code = main(request) if request[0] != "check" else getattr(trainer_checks, "check_" + request[1])(
+                *request[2:])
+    except SystemExit as exit:
+        code = exit.code
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    replies.write(json.dumps({"code": code or 0, "stdout": out.getvalue()}) + "\n")
+    replies.flush()
+"""
+
+
+class JaxProcess:
+    """One SERVE process on `devices` CPU devices: request(*argv) returns what subprocess.run would of
+    `CHECKS --no-tensorflow trainer *argv` (or `check NAME ARGS...`): returncode, stdout and stderr."""
+
+    def __init__(self, devices, stderr_path):
+        self.stderr_path = stderr_path
+        with open(stderr_path, "wb") as stderr:
+            self.process = subprocess.Popen([sys.executable, "-c", SERVE, os.path.dirname(CHECKS)], cwd=REPO,
+                                            env=jax_env(devices), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                            stderr=stderr, text=True)
+        self.requests = 0
+
+    def request(self, *argv):
+        start = os.path.getsize(self.stderr_path)
+        self.requests += 1
+        self.process.stdin.write(json.dumps(argv) + "\n")
+        self.process.stdin.flush()
+        reply = self.process.stdout.readline()
+        with open(self.stderr_path, "rb") as f:
+            f.seek(start)
+            stderr = f.read().decode("utf-8", "replace")
+        assert reply, f"the JAX process ended (exit {self.process.wait()}): {stderr[-3000:]}"
+        reply = json.loads(reply)
+        return types.SimpleNamespace(returncode=reply["code"], stdout=reply["stdout"], stderr=stderr)
+
+    def close(self):
+        self.process.stdin.close()
+        try:
+            self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.process.stdout.close()
+
+
+class JaxProcesses:
+    """A module's JAX processes, one per device count (XLA's forced device count is per process), each
+    kept for all the module's runs on that count: JAX's and Keras's imports and the op-by-op compiles of
+    the model's build are paid once, not per run. Measured here: test_formats_agree_on_one_device's two runs
+    took 15 s in processes of their own, 8 s in the module's process (the second, whose programs the XLA
+    cache holds, 2.4 s of CPU); the CPU of this module
+    fell from 133 to 101 s, of tests/test_trainer_pipeline.py from 270 to 210 s, of
+    tests/test_trainer_model_parallel.py from 105 to 74 s."""
+
+    def __init__(self, root):
+        self.root = root
+        self.processes = {}
+
+    def __call__(self, devices, fresh=False):
+        """The process for `devices`; with `fresh`, one that has served nothing yet (a check that counts
+        what its code compiles: a process that compiled the same programs before would hide them)."""
+        process = self.processes.get(devices)
+        if process is None or process.process.poll() is not None or (fresh and process.requests):
+            if process is not None:
+                process.close()
+            process = JaxProcess(devices, self.root / f"devices-{devices}-{len(os.listdir(self.root))}.stderr")
+            self.processes[devices] = process
+        return process
+
+    def close(self):
+        for process in self.processes.values():
+            process.close()
+
+
+def jax_processes_fixture():
+    """A module's JaxProcesses fixture, started after its XLA cache (jax_compilation_cache), which
+    the processes' environment names."""
+
+    @pytest.fixture(scope="module")
+    def jax_processes(jax_compilation_cache, tmp_path_factory):
+        processes = JaxProcesses(tmp_path_factory.mktemp("jax-processes"))
+        yield processes
+        processes.close()
+
+    return jax_processes
+
+
+jax_processes = jax_processes_fixture()
+
+
+def jax_train(tmp_path, data, name, *extra, devices=1, fmt="ofrecord", dropout=0.0, processes=None, **config):
+    """Run the trainer in a JAX process without TensorFlow (TINY model with `config` changes): a
+    process of its own, or with `processes` (a JaxProcesses) that module's process for `devices`;
     return the JSON log events."""
     log = tmp_path / f"{name}.jsonl"
-    argv = [sys.executable, CHECKS, "--no-tensorflow", "trainer", "--format", fmt, "--data", str(data),
-            "--bert-config", bert_config(tmp_path, dropout, **config), "--seed", "3", "--quiet", "--log-every", "1",
-            "--log-json", str(log), *extra]
-    result = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, env=jax_env(devices))
+    argv = ["--format", fmt, "--data", str(data), "--bert-config", bert_config(tmp_path, dropout, **config), "--seed",
+            "3", "--quiet", "--log-every", "1", "--log-json", str(log), *extra]
+    if processes is None:
+        result = subprocess.run([sys.executable, CHECKS, "--no-tensorflow", "trainer", *argv], capture_output=True,
+                                text=True, cwd=REPO, env=jax_env(devices))
+    else:
+        result = processes(devices).request(*argv)
     assert result.returncode == 0, result.stderr[-3000:]
     return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+# First: its one-device process is then the module's too (a fresh one serves the check, which counts compiles).
+def test_mixed_float16_skips_a_nonfinite_step_and_halves_the_scale(records_dir, jax_processes):
+    result = jax_processes(1, fresh=True).request("check", "nonfinite_step_is_skipped", str(records_dir))
+    assert result.returncode == 0, result.stderr[-3000:]
 
 
 # The same global batch of 8 as 1 device x 8 (OFRecord and TFRecord), 2 devices x 4, 1 device x 4 x 2
@@ -52,7 +177,7 @@ GLOBAL_BATCH_8 = {"one": ("ofrecord", 1, ["--batch-size", "8"]),
 
 
 @pytest.fixture(scope="module")
-def batch_8_runs(records_dir, tmp_path_factory):
+def batch_8_runs(records_dir, jax_processes, tmp_path_factory):
     """run(name): the events and final state of 3 steps of GLOBAL_BATCH_8[name] (each run once per
     module, so the one-device reference serves every comparison); a TensorBoard event file is written
     without TensorFlow."""
@@ -64,7 +189,7 @@ def batch_8_runs(records_dir, tmp_path_factory):
             fmt, devices, extra = GLOBAL_BATCH_8[name]
             ckpt = root / f"ckpt-{name}"
             events = jax_train(root, records_dir, name, "--steps", "3", "--checkpoint-dir", str(ckpt), *extra,
-                               devices=devices, fmt=fmt)
+                               devices=devices, fmt=fmt, processes=jax_processes)
             assert os.listdir(ckpt / "tensorboard")[0].startswith("events.out.tfevents.")
             done[name] = (events, latest_state(ckpt)[1])
         return done[name]
@@ -91,27 +216,20 @@ def test_two_devices_and_accumulation_match_one_device(batch_8_runs, name, repli
         np.testing.assert_allclose(state[key], one[key], rtol=1e-4, atol=2e-6, err_msg=f"{name} {key}")
 
 
-def test_resume_continues_exactly(records_dir, tmp_path):
-    assert_resume_is_exact(lambda name, *argv: jax_train(tmp_path, records_dir, name, *argv, dropout=0.1),
-                           tmp_path / "ckpt")
+def test_resume_continues_exactly(records_dir, jax_processes, tmp_path):
+    assert_resume_is_exact(lambda name, *argv: jax_train(tmp_path, records_dir, name, *argv, dropout=0.1,
+                                                         processes=jax_processes), tmp_path / "ckpt")
 
 
-def test_mixed_float16_skips_a_nonfinite_step_and_halves_the_scale(records_dir):
-    result = subprocess.run([sys.executable, CHECKS, "--no-tensorflow", "check", "nonfinite_step_is_skipped",
-                             str(records_dir)], capture_output=True, text=True, cwd=REPO, env=jax_env())
-    assert result.returncode == 0, result.stderr[-3000:]
-
-
-def test_grad_accum_adds_no_all_reduce_to_the_compiled_step(records_dir):
-    result = subprocess.run([sys.executable, CHECKS, "--no-tensorflow", "check", "one_allreduce_set_per_step",
-                             str(records_dir)], capture_output=True, text=True, cwd=REPO, env=jax_env(2))
+def test_grad_accum_adds_no_all_reduce_to_the_compiled_step(records_dir, jax_processes):
+    result = jax_processes(2).request("check", "one_allreduce_set_per_step", str(records_dir))
     assert result.returncode == 0, result.stderr[-3000:]
 
 
 @pytest.mark.heavy
-def test_mixed_bfloat16_runs(records_dir, tmp_path):
+def test_mixed_bfloat16_runs(records_dir, jax_processes, tmp_path):
     events = jax_train(tmp_path, records_dir, "bf16", "--steps", "2", "--batch-size", "4",
-                       "--precision", "mixed_bfloat16")
+                       "--precision", "mixed_bfloat16", processes=jax_processes)
     summary = events[-1]
     assert summary["event"] == "summary" and summary["steps"] == 2 and summary["precision"] == "mixed_bfloat16"
     assert all(np.isfinite(losses(events))) and summary["final_loss_scale"] == 1.0
@@ -155,20 +273,17 @@ def test_several_processes_need_their_count_and_index(records_dir, tmp_path):
         "KERAS_DISTRIBUTION_PROCESS_ID must be set to integers too")
 
 
-def test_cross_entropy_and_hits_equal_numpy():
-    result = subprocess.run([sys.executable, CHECKS, "--no-tensorflow", "check", "cross_entropy_and_hits"],
-                            capture_output=True, text=True, cwd=REPO, env=jax_env())
+def test_cross_entropy_and_hits_equal_numpy(jax_processes):
+    result = jax_processes(1).request("check", "cross_entropy_and_hits")
     assert result.returncode == 0, result.stderr[-3000:]
 
 
-def test_a_packed_step_equals_the_same_sequences_unpacked(golden_dir):
-    result = subprocess.run([sys.executable, CHECKS, "--no-tensorflow", "check", "packed_step_equals_unpacked",
-                             str(golden_dir)], capture_output=True, text=True, cwd=REPO, env=jax_env())
+def test_a_packed_step_equals_the_same_sequences_unpacked(golden_dir, jax_processes):
+    result = jax_processes(1).request("check", "packed_step_equals_unpacked", str(golden_dir))
     assert result.returncode == 0, result.stderr[-3000:]
 
 
 @pytest.mark.heavy
-def test_the_compiled_step_counts_real_sequences_of_packed_rows(golden_dir):
-    result = subprocess.run([sys.executable, CHECKS, "--no-tensorflow", "check", "step_counts_real_sequences",
-                             str(golden_dir)], capture_output=True, text=True, cwd=REPO, env=jax_env())
+def test_the_compiled_step_counts_real_sequences_of_packed_rows(golden_dir, jax_processes):
+    result = jax_processes(1).request("check", "step_counts_real_sequences", str(golden_dir))
     assert result.returncode == 0, result.stderr[-3000:]

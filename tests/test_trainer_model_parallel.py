@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.usefixtures("jax_compilation_cache"), pytest.mark.xdis
 
 from bertprep.errors import UsageError  # noqa: E402
 from test_trainer_data import golden_records  # noqa: E402
-from test_trainer_jax import CHECKS, REPO, jax_env, jax_train  # noqa: E402
+from test_trainer_jax import CHECKS, REPO, jax_env, jax_processes_fixture, jax_train  # noqa: E402
 from trainer import parallel  # noqa: E402
 from trainer_checks import bert_config, free_port, latest_state, losses  # noqa: E402
 
@@ -30,13 +30,17 @@ GLOBAL_BATCH = 8
 STEPS = 5
 
 
+# The module's 4-device runs and checks one after another in one JAX process.
+jax_processes = jax_processes_fixture()
+
+
 @pytest.fixture(scope="module")
 def records_dir(golden_dir, tmp_path_factory):
     return golden_records(golden_dir, tmp_path_factory.mktemp("records"), parts=2)
 
 
 @pytest.fixture(scope="module")
-def trained(records_dir, tmp_path_factory):
+def trained(records_dir, jax_processes, tmp_path_factory):
     """train(optimizer, k): the events, final state and checkpoint directory of a 5-step run on 4
     devices at global batch 8, checkpoints at steps 2, 4 and 5 (each run once per module). The config
     says dropout 0.1; --dropout 0 turns it off."""
@@ -49,11 +53,12 @@ def trained(records_dir, tmp_path_factory):
             ckpt = root / f"ckpt-{name}"
             events = jax_train(root, records_dir, name, *common_args(optimizer, k), "--checkpoint-dir", str(ckpt),
                                "--checkpoint-every", "2", "--keep-checkpoints", "5", devices=DEVICES, dropout=0.1,
-                               **SPLITS_4)
+                               processes=jax_processes, **SPLITS_4)
             done[name] = (events, latest_state(ckpt)[1], ckpt)
         return done[name]
 
     train.root = root
+    train.processes = jax_processes
     return train
 
 
@@ -107,17 +112,17 @@ def test_checkpoints_resume_across_k(trained, records_dir, saved_k, resumed_k):
     resumed_dir = trained.root / f"resumed-k{saved_k}-at-k{resumed_k}"
     shutil.copytree(ckpt / "ckpt-00000002", resumed_dir / "ckpt-00000002")
     resumed = jax_train(trained.root, records_dir, resumed_dir.name, *common_args("lamb", resumed_k),
-                        "--checkpoint-dir", str(resumed_dir), "--resume", devices=DEVICES, dropout=0.1, **SPLITS_4)
+                        "--checkpoint-dir", str(resumed_dir), "--resume", devices=DEVICES, dropout=0.1,
+                        processes=trained.processes, **SPLITS_4)
     assert [e["step"] for e in resumed if e["event"] == "train"] == [3, 4, 5]
     assert_same_training(resumed, latest_state(resumed_dir)[1], [e for e in events if e.get("step", 0) > 2], state)
 
 
-def test_each_device_holds_its_share_of_the_split_variables(records_dir, tmp_path):
+def test_each_device_holds_its_share_of_the_split_variables(records_dir, jax_processes, tmp_path):
     """Per variable: 1/K on each device for what BERT_LAYOUT splits (optimizer slots too), whole for
     the rest; every rule matches the pretraining model; measured bytes = the layout's estimate."""
-    result = subprocess.run([sys.executable, CHECKS, "--no-tensorflow", "check", "model_parallel_layout",
-                             str(records_dir), bert_config(tmp_path, 0.0, **SPLITS_4)],
-                            capture_output=True, text=True, cwd=REPO, env=jax_env(DEVICES))
+    result = jax_processes(DEVICES).request("check", "model_parallel_layout", str(records_dir),
+                                            bert_config(tmp_path, 0.0, **SPLITS_4))
     assert result.returncode == 0, result.stderr[-3000:]
     measured = {int(k): v for k, v in json.loads(result.stdout.strip().splitlines()[-1]).items()}
     assert measured[1] > measured[2] > measured[4]
@@ -137,14 +142,14 @@ def test_each_device_holds_its_share_of_the_split_variables(records_dir, tmp_pat
      "use a K that divides it or a --bert-config whose vocab_size is a multiple of K (the extra entries are "
      "never used as inputs)"),
 ])
-def test_bad_configurations_end_with_one_line(records_dir, tmp_path, backend, k, config, expected):
-    argv = [sys.executable, "-m", "trainer", "--format", "ofrecord", "--data", str(records_dir),
-            "--bert-config", bert_config(tmp_path, 0.0, **config), "--steps", "1", "--quiet",
-            "--model-parallel", str(k)]
+def test_bad_configurations_end_with_one_line(records_dir, jax_processes, tmp_path, backend, k, config, expected):
+    argv = ["--format", "ofrecord", "--data", str(records_dir), "--bert-config", bert_config(tmp_path, 0.0, **config),
+            "--steps", "1", "--quiet", "--model-parallel", str(k)]
     if backend == "jax":
-        argv[1:3] = [CHECKS, "--no-tensorflow", "trainer"]
-    result = subprocess.run(argv, capture_output=True, text=True, cwd=REPO,
-                            env=dict(jax_env(DEVICES), KERAS_BACKEND=backend))
+        result = jax_processes(DEVICES).request(*argv)
+    else:
+        result = subprocess.run([sys.executable, "-m", "trainer", *argv], capture_output=True, text=True, cwd=REPO,
+                                env=dict(jax_env(DEVICES), KERAS_BACKEND=backend))
     assert result.returncode == 2, result.stderr[-3000:]
     assert result.stderr.strip().splitlines()[-1] == f"trainer: error: {expected}"
 

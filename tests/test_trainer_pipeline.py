@@ -5,8 +5,6 @@ end with one line; placement orders the (stage, batch, model) mesh; two processe
 across them (heavy)."""
 
 import shutil
-import subprocess
-import sys
 import types
 
 import numpy as np
@@ -17,7 +15,7 @@ pytest.importorskip("jax")
 pytestmark = [pytest.mark.usefixtures("jax_compilation_cache"), pytest.mark.xdist_group("trainer_pipeline")]
 
 from test_trainer_data import golden_records  # noqa: E402
-from test_trainer_jax import CHECKS, REPO, jax_env, jax_train  # noqa: E402
+from test_trainer_jax import jax_processes_fixture, jax_train  # noqa: E402
 from test_trainer_model_parallel import assert_same_training, train_in_two_processes  # noqa: E402
 from trainer import pipeline_parallel  # noqa: E402
 from trainer_checks import bert_config, latest_state, losses  # noqa: E402
@@ -28,6 +26,10 @@ DEVICES = 4
 GLOBAL_BATCH = 8
 MICRO_BATCHES = 2
 STEPS = 4
+
+
+# The module's 4-device runs (and each other device count's) one after another in one JAX process.
+jax_processes = jax_processes_fixture()
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +45,7 @@ def common_args(optimizer, s, k=1):
 
 
 @pytest.fixture(scope="module")
-def trained(records_dir, tmp_path_factory):
+def trained(records_dir, jax_processes, tmp_path_factory):
     """train(optimizer, s, k): events, final state and checkpoint directory of a 4-step run on 4 devices
     at global batch 8 in 2 micro-batches, checkpoints at steps 2 and 4 (each run once per module)."""
     root = tmp_path_factory.mktemp("pipeline")
@@ -55,11 +57,12 @@ def trained(records_dir, tmp_path_factory):
             ckpt = root / f"ckpt-{name}"
             events = jax_train(root, records_dir, name, *common_args(optimizer, s, k), "--checkpoint-dir", str(ckpt),
                                "--checkpoint-every", "2", "--keep-checkpoints", "5", devices=DEVICES, dropout=0.1,
-                               **CONFIG)
+                               processes=jax_processes, **CONFIG)
             done[name] = (events, latest_state(ckpt)[1], ckpt)
         return done[name]
 
     train.root = root
+    train.processes = jax_processes
     return train
 
 
@@ -106,14 +109,14 @@ def test_stages_train_as_one_stage_with_adam_and_with_tensor_parallelism(trained
 
 
 @pytest.mark.heavy
-def test_dropout_and_mixed_precision_draw_as_one_stage(records_dir, tmp_path):
+def test_dropout_and_mixed_precision_draw_as_one_stage(records_dir, jax_processes, tmp_path):
     """Dropout 0.1 and mixed_float16: layer l on micro-batch m draws what the unpipelined step draws,
     so S = 2 gives S = 1's losses (within rounding, 1e-5) and loss scale. One replica each (S devices):
     data-parallel replicas draw from seeds offset by their device index, which a pipeline's replicas
     (fewer, by S) cannot match row for row."""
     runs = [jax_train(tmp_path, records_dir, f"dropout-s{s}", "--steps", "3", "--optimizer", "lamb", "--lr", "2e-3",
                       "--warmup", "1", "--grad-accum", "2", "--batch-size", "8", "--pipeline-stages", str(s),
-                      "--precision", "mixed_float16", devices=s, dropout=0.1)
+                      "--precision", "mixed_float16", devices=s, dropout=0.1, processes=jax_processes)
             for s in (1, 2)]
     np.testing.assert_allclose(losses(runs[1]), losses(runs[0]), rtol=0, atol=1e-5)
     assert runs[1][-1]["final_loss_scale"] == runs[0][-1]["final_loss_scale"]
@@ -127,7 +130,8 @@ def test_checkpoints_resume_across_stages(trained, records_dir, saved_s, resumed
     resumed_dir = trained.root / f"resumed-s{saved_s}-at-s{resumed_s}"
     shutil.copytree(ckpt / "ckpt-00000002", resumed_dir / "ckpt-00000002")
     resumed = jax_train(trained.root, records_dir, resumed_dir.name, *common_args("lamb", resumed_s),
-                        "--checkpoint-dir", str(resumed_dir), "--resume", devices=DEVICES, dropout=0.1, **CONFIG)
+                        "--checkpoint-dir", str(resumed_dir), "--resume", devices=DEVICES, dropout=0.1,
+                        processes=trained.processes, **CONFIG)
     assert [e["step"] for e in resumed if e["event"] == "train"] == [3, 4]
     assert_same_training(resumed, latest_state(resumed_dir)[1], [e for e in events if e.get("step", 0) > 2], state)
 
@@ -136,11 +140,10 @@ def test_checkpoints_resume_across_stages(trained, records_dir, saved_s, resumed
     (3, 1, CONFIG, "--pipeline-stages 3 does not divide the 4 layers (num_hidden_layers); use an S that divides it"),
     (3, 1, dict(CONFIG, num_hidden_layers=3), "--pipeline-stages 3 x --model-parallel 1 does not divide the 4 devices"),
 ])
-def test_bad_configurations_end_with_one_line(records_dir, tmp_path, s, k, config, expected):
-    argv = [sys.executable, CHECKS, "--no-tensorflow", "trainer", "--format", "ofrecord", "--data", str(records_dir),
-            "--bert-config", bert_config(tmp_path, 0.0, **config), "--steps", "1", "--quiet",
-            "--pipeline-stages", str(s), "--model-parallel", str(k)]
-    result = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, env=jax_env(DEVICES))
+def test_bad_configurations_end_with_one_line(records_dir, jax_processes, tmp_path, s, k, config, expected):
+    argv = ["--format", "ofrecord", "--data", str(records_dir), "--bert-config", bert_config(tmp_path, 0.0, **config),
+            "--steps", "1", "--quiet", "--pipeline-stages", str(s), "--model-parallel", str(k)]
+    result = jax_processes(DEVICES).request(*argv)
     assert result.returncode == 2, result.stderr[-3000:]
     assert result.stderr.strip().splitlines()[-1] == f"trainer: error: {expected}"
 
