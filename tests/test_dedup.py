@@ -105,12 +105,26 @@ def test_dry_run_reports_and_writes_nothing(corpus, tmp_path):
     assert json.loads(run.stdout)["exact"] == 20 and not (tmp_path / "out").exists()
 
 
+# A corpus of many parts, written one after another (one worker): a window to kill a run in while it writes
+# them. That window is the parts' count (each takes about half a millisecond to write, however few of its
+# documents are kept), not their documents, which only pass 1's fingerprinting pays for: the first part holds
+# every text (the planted duplicates), the others the first few of them (exact copies, all removed). 40 copies
+# of all 280 texts took 8 s of CPU a run, these 2.5 s, and their 80 parts keep the 40 copies' ~35 ms window.
+PARTS, COPIED = 80, 5
+
+
+def many_parts(directory, texts):
+    big = write_corpus(directory, texts)
+    lines = (big / "part-0000.jsonl").read_bytes().splitlines(keepends=True)
+    for part in range(1, PARTS):
+        (big / f"part-{part:04d}.jsonl").write_bytes(b"".join(lines[:COPIED]))
+    return big
+
+
 @pytest.mark.heavy
 def test_a_killed_run_resumes_to_the_same_bytes_keeping_the_parts_it_wrote(corpus, tmp_path):
     a, _b, _planted, texts = corpus
-    big = write_corpus(tmp_path / "big", texts)
-    for part in range(1, 40):  # parts written one after another (one worker): a window to kill the run in
-        (big / f"part-{part:04d}.jsonl").write_bytes((big / "part-0000.jsonl").read_bytes())
+    big = many_parts(tmp_path / "big", texts)
     argv = [sys.executable, "-m", "bertprep", "dedup", "--input", str(a), str(big), "--workers", "1", "--quiet"]
     clean = subprocess.run([*argv, "--out", str(tmp_path / "clean")], capture_output=True, text=True)
     assert clean.returncode == 0, clean.stderr
@@ -123,13 +137,13 @@ def test_a_killed_run_resumes_to_the_same_bytes_keeping_the_parts_it_wrote(corpu
     killed.wait()
     assert "writing" in json.loads((out / "manifest.json").read_text())  # killed while writing the parts
     written = {path: (path.stat().st_ino, path.stat().st_mtime_ns) for path in out.glob("*/*.jsonl")}
-    assert out / "big" / "part-0000.jsonl" in written and len(written) < 41
+    assert out / "big" / "part-0000.jsonl" in written and len(written) < PARTS + 1
     resumed = subprocess.run([*argv, "--out", str(out)], capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr
     assert output_files(out) == output_files(tmp_path / "clean")
     assert {path: (path.stat().st_ino, path.stat().st_mtime_ns) for path in written} == written  # not rewritten
     final = json.loads((out / "manifest.json").read_text())
-    assert "writing" not in final and len(final["files"]) == 41
+    assert "writing" not in final and len(final["files"]) == PARTS + 1
 
 
 def _interrupt_when(argv, ready, deadline_s=300):
@@ -150,9 +164,7 @@ def _interrupt_when(argv, ready, deadline_s=300):
 def test_ctrl_c_ends_dedup_with_130_wherever_it_lands_and_the_rerun_finishes_it(corpus, tmp_path):
     """Ctrl-C during dedup exited 0 once in six tries: a run told to stop must never look finished."""
     a, _b, _planted, texts = corpus
-    big = write_corpus(tmp_path / "big", texts)
-    for part in range(1, 40):
-        (big / f"part-{part:04d}.jsonl").write_bytes((big / "part-0000.jsonl").read_bytes())
+    big = many_parts(tmp_path / "big", texts)
     inputs = {path: path.read_bytes() for path in [*a.glob("*"), *big.glob("*")]}
     argv = [sys.executable, "-m", "bertprep", "dedup", "--input", str(a), str(big), "--workers", "2", "--quiet"]
     clean = subprocess.run([*argv, "--out", str(tmp_path / "clean")], capture_output=True, text=True)

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import types
 
 import numpy as np
 import pytest
@@ -235,9 +236,35 @@ def test_bertmodel_without_pooler_converts_to_every_kind_as_it_is(bert_model, ch
                             names={"sequence_output"})
 
 
+@pytest.fixture(scope="module")
+def no_eval_finetune(bert_model, shared_dir, tmp_path_factory):
+    """One fine-tuning run for two tests (each TensorFlow run compiles its steps: 7 s of CPU): from the
+    BertModel without pooler at lr 1e-12 (its fresh pooler, its encoder still transformers'), on MRPC records
+    without eval records and --no-eval (a run with nothing to score). The first test that asks runs it,
+    inside its own capfd or capsys (the trainer's lines the tests read are Python's, which either captures):
+    `run(capture)` is {"code", "out", "err"} of the run."""
+    root = tmp_path_factory.mktemp("no_eval_finetune")
+    argv = ["finetune", "--task", "mrpc", "--data", str(_mrpc(shared_dir, root / "mrpc", splits=("train",))),
+            "--format", "tfrecord", "--init-checkpoint", str(bert_model["no_pooler"]), "--steps", "1",
+            "--batch-size", "8", "--lr", "1e-12", "--output-dir", str(root / "out"), "--checkpoint-dir",
+            str(root / "tuned"), "--no-eval", "--json"]
+    done = {}
+
+    def run(capture):
+        if not done:
+            capture.readouterr()  # what the test printed before: not the run's
+            code = main(argv)
+            captured = capture.readouterr()
+            done.update(code=code, out=captured.out, err=captured.err)
+        return done
+
+    return types.SimpleNamespace(run=run, tuned=root / "tuned")
+
+
 @pytest.mark.heavy  # a fine-tuning run: 17 s alone on 2 cores, over 20 s beside other work
 def test_finetune_from_a_bertmodel_without_pooler_starts_the_pooler_fresh_and_says_so(bert_model, checkpoints,
-                                                                                      shared_dir, tmp_path, capfd):
+                                                                                      no_eval_finetune, tmp_path,
+                                                                                      capfd):
     """As transformers' BertForSequenceClassification.from_pretrained does (the pooler among its missing
     keys, initialized): the encoder's 37 variables loaded, the pooler fresh, one line saying so. At lr 1e-12
     the tuned encoder is still transformers' (its sequence output), with a pooler now."""
@@ -245,18 +272,14 @@ def test_finetune_from_a_bertmodel_without_pooler_starts_the_pooler_fresh_and_sa
                                                                               output_loading_info=True)
     assert {key for key in info["missing_keys"] if "pooler" in key} == {"bert.pooler.dense.weight",
                                                                          "bert.pooler.dense.bias"}
-    code = main(["finetune", "--task", "mrpc", "--data", str(_mrpc(shared_dir, tmp_path / "mrpc")), "--format",
-                 "tfrecord", "--init-checkpoint", str(bert_model["no_pooler"]), "--steps", "1", "--batch-size", "8",
-                 "--lr", "1e-12", "--output-dir", str(tmp_path / "out"), "--checkpoint-dir", str(tmp_path / "tuned"),
-                 "--json"])
-    captured = capfd.readouterr()
-    assert code == 0, captured.err[-2000:]
+    captured = no_eval_finetune.run(capfd)
+    assert captured["code"] == 0, captured["err"][-2000:]
     weights = bert_model["no_pooler"] / "model.safetensors"
-    assert f"37 encoder variables from {weights}" in captured.err
-    said = [line for line in captured.err.splitlines() if "no pooler" in line]
+    assert f"37 encoder variables from {weights}" in captured["err"]
+    said = [line for line in captured["err"].splitlines() if "no pooler" in line]
     assert said == [(f"trainer: {weights} has no pooler (bert/pooler/dense): the pooler starts from its random "
                      "initialization, as transformers starts a BertModel saved without one")], said
-    got = run_outputs(tmp_path / "tuned", checkpoints / "inputs.jsonl", tmp_path / "tuned.npz")
+    got = run_outputs(no_eval_finetune.tuned, checkpoints / "inputs.jsonl", tmp_path / "tuned.npz")
     assert got["pooled_output"].shape == (3, 128)
     np.testing.assert_allclose(got["sequence_output"], bert_model["no_pooler_outputs"]["sequence_output"], rtol=0,
                                atol=TOLERANCE)
@@ -453,7 +476,8 @@ def test_a_directory_with_a_google_and_a_hugging_face_checkpoint_is_a_usage_erro
     assert json.loads(capsys.readouterr().out)["kind"] == "google"
 
 
-def test_finetune_without_eval_records_is_an_error_unless_no_eval(checkpoints, shared_dir, tmp_path, capsys):
+def test_finetune_without_eval_records_is_an_error_unless_no_eval(checkpoints, shared_dir, no_eval_finetune, tmp_path,
+                                                                  capsys):
     data = _mrpc(shared_dir, tmp_path / "mrpc", splits=("train",))
     common = ["finetune", "--task", "mrpc", "--data", str(data), "--format", "tfrecord", "--init-checkpoint",
               str(checkpoints / "hf_tiny"), "--steps", "1", "--batch-size", "8", "--output-dir", str(tmp_path / "out")]
@@ -461,8 +485,10 @@ def test_finetune_without_eval_records_is_an_error_unless_no_eval(checkpoints, s
     assert capsys.readouterr().err.strip().splitlines() == [
         f"trainer: error: {data}: no tfrecord eval records (eval.tf_record) to score: add them, or give --no-eval "
         "to train without scores"]
-    assert main([*common, "--no-eval", "--json"]) == 0
-    summary = json.loads(capsys.readouterr().out)
+    # --no-eval: the module's run of 1 step on records without eval records (from the BertModel without pooler).
+    captured = no_eval_finetune.run(capsys)
+    assert captured["code"] == 0, captured["err"][-2000:]
+    summary = json.loads(captured["out"])
     assert summary["steps"] == 1 and not any(key.startswith("eval_") for key in summary)
 
 

@@ -179,19 +179,28 @@ def test_convert_into_a_used_prefix_or_a_missing_bucket_is_one_line_with_nothing
 # ---------------------------------------------------------------- training (TensorFlow)
 
 
+# Each step costs about 0.3 s of CPU at the tests' fast-compile XLA flags; what is compared (the bucket's run
+# with the local one, a resumed run with the uninterrupted one) holds at any length: 6 steps, not 20.
+STEPS, EVERY = 6, 3
+
+
+def ckpt(step):
+    return f"ckpt-{step:08d}"
+
+
 @pytest.fixture(scope="module")
 def runs(s3_bucket, golden_dir, tmp_path_factory):
-    """20 steps with a checkpoint every 10 (dropout on) on local disk, and the same from `s3://` records into
-    an `s3://` checkpoint directory; then the bucket's last checkpoint removed and the run resumed from step
-    10 there. {name: (JSON log events, checkpoint directory, stderr)}."""
+    """STEPS steps with a checkpoint every EVERY (dropout on) on local disk, and the same from `s3://` records
+    into an `s3://` checkpoint directory; then the bucket's last checkpoint removed and the run resumed from
+    step EVERY there. {name: (JSON log events, checkpoint directory, stderr)}."""
     pytest.importorskip("tensorflow")
     from test_trainer import train
 
     root = tmp_path_factory.mktemp("runs")
     records = golden_records(golden_dir, root / "records", parts=2)
     data = upload_tree(records, f"{s3_bucket}/records")
-    common = ["--steps", "20", "--batch-size", "4", "--optimizer", "adam", "--warmup", "2", "--checkpoint-every", "10",
-              "--keep-checkpoints", "5"]
+    common = ["--steps", str(STEPS), "--batch-size", "4", "--optimizer", "adam", "--warmup", "2", "--checkpoint-every",
+              str(EVERY), "--keep-checkpoints", "5"]
     done = {}
 
     def run(name, data, checkpoint_dir, *extra):
@@ -204,7 +213,7 @@ def runs(s3_bucket, golden_dir, tmp_path_factory):
         run("local", records, str(root / "ckpt"))
         bucket_checkpoints = f"{s3_bucket}/ckpt"
         run("bucket", data, bucket_checkpoints)
-        remove_directory(f"{bucket_checkpoints}/ckpt-00000020")
+        remove_directory(f"{bucket_checkpoints}/{ckpt(STEPS)}")
         run("resumed", data, bucket_checkpoints, "--resume")
     done["tensorboard"] = root / "cache" / "bertprep" / "tensorboard" / "s3" / s3_bucket.split("://")[1] / "ckpt"
     return done
@@ -216,8 +225,8 @@ def losses(events):
 
 def test_trains_from_the_bucket_as_from_disk(runs):
     (local, local_dir), (bucket, bucket_dir) = runs["local"], runs["bucket"]
-    assert len(losses(local)) == 20 and losses(bucket) == losses(local)
-    for name in ("ckpt-00000010", "ckpt-00000020"):
+    assert len(losses(local)) == STEPS and losses(bucket) == losses(local)
+    for name in (ckpt(EVERY), ckpt(STEPS)):
         mine, theirs = state_arrays(f"{bucket_dir}/{name}"), state_arrays(os.path.join(local_dir, name))
         assert mine.keys() == theirs.keys()
         for key in theirs:
@@ -226,8 +235,8 @@ def test_trains_from_the_bucket_as_from_disk(runs):
 
 def test_resumes_from_the_bucket_to_the_local_runs_losses_and_weights(runs):
     (local, local_dir), (resumed, bucket_dir) = runs["local"], runs["resumed"]
-    assert losses(resumed) == losses(local)[10:]
-    mine, theirs = state_arrays(f"{bucket_dir}/ckpt-00000020"), state_arrays(os.path.join(local_dir, "ckpt-00000020"))
+    assert losses(resumed) == losses(local)[EVERY:]
+    mine, theirs = state_arrays(f"{bucket_dir}/{ckpt(STEPS)}"), state_arrays(os.path.join(local_dir, ckpt(STEPS)))
     for key in theirs:
         np.testing.assert_array_equal(mine[key], theirs[key], err_msg=key)
 
@@ -276,5 +285,5 @@ def test_finetunes_from_bucket_data_and_checkpoint_as_from_disk(runs, shared_dir
     assert len(done["local"][0]) == 3 and done["bucket"][0] == done["local"][0]
     assert {k: v for k, v in done["bucket"][1].items() if "per_second" not in k} == {
         k: v for k, v in done["local"][1].items() if "per_second" not in k}
-    assert done["bucket"][2]["init_checkpoint"] == f"{s3_bucket}/ckpt/ckpt-00000020"
+    assert done["bucket"][2]["init_checkpoint"] == f"{s3_bucket}/ckpt/{ckpt(STEPS)}"
     assert [step for step, _ in run_state.list_checkpoints(f"{s3_bucket}/finetuned")] == [3]
