@@ -1,6 +1,8 @@
 """BERT records in TFRecord and OFRecord: the public reader/writer API.
 
     from bertprep import formats
+    formats.names()                                         # ('tfrecord', 'ofrecord', 'hdf5', 'parquet')
+    codec = formats.get("parquet")                          # the format as an object (formats/codecs.py)
     for record in formats.read_records("part-0"):          # format sniffed
         record["input_ids"]                                 # NumPy array
     for batch in formats.read_batches(paths, batch_size=256):
@@ -30,6 +32,7 @@ _EXPORTS = {
     **dict.fromkeys(("ALL_FORMATS", "CODECS", "FORMATS", "decode_payload", "format_of_name", "frame",
                      "iter_framed", "iter_payloads", "parse_formats", "read_records", "record_kind",
                      "sniff_format"), "bertprep.formats.framing"),
+    **dict.fromkeys(("get", "names", "of_file_name"), "bertprep.formats.codecs"),
     **dict.fromkeys(("decode_batch_python", "decode_bert_batch_python", "decoder_features"),
                     "bertprep.formats.python_decoder"),
 }

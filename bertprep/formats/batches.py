@@ -8,7 +8,7 @@ import numpy as np
 from bertprep import storage
 from bertprep.errors import DataError
 from bertprep.formats import codecs, columnar
-from bertprep.formats.framing import decode_payload, iter_framed, iter_payloads, open_sized, sniff_format
+from bertprep.formats.framing import decode_payload, iter_framed, iter_payloads, open_sized, record_kind, sniff_format
 from bertprep.formats.protowire import WireError
 from bertprep.formats.python_decoder import decode_batch_python, decoder_features
 from bertprep.formats.schemas import FLOAT, KINDS, kind_of_record
@@ -38,13 +38,13 @@ def read_batches(paths, batch_size, fmt=None, drop_remainder=False, kind=None, d
     if any((fmt or sniff_format(path)) in columnar.CODECS for path in paths):
         yield from columnar.read_batches(paths, batch_size, drop_remainder, kind, dims, digests)
         return
-    native = _native
+    native = _native  # for the formats the C core knows (their codec's `native`)
     pending = []  # [(path, fmt, index of its first record in the file, payloads)], < batch_size records
     pending_count = 0
     for path in paths:
         file_fmt = fmt or sniff_format(path)
         sha256 = (digests or {}).get(storage.normpath(os.fspath(path)))
-        chunks = (_native_payload_chunks(path, file_fmt, sha256) if native
+        chunks = (_native_payload_chunks(path, file_fmt, sha256) if native and codecs.get(file_fmt).native
                   else _python_payload_chunks(path, file_fmt, sha256))
         index = 0
         while True:
@@ -185,7 +185,18 @@ def _native_payload_chunks(path, fmt, sha256=None):
 def decode_batch(payloads, fmt, features, outputs, *, first_index=0):
     """Decode unframed records into `outputs` (see decode_batch_python): the C decoder when it was built,
     else its Python twin, with the same results and errors."""
-    if _native is None:
+    if _native is None or not codecs.get(fmt).native:
         decode_batch_python(payloads, fmt, features, outputs, first_index)
     else:
         _native.decode_batch(payloads, fmt, features, outputs, first_index=first_index)
+
+
+def read_framed_columns(path, fmt, sha256=None):
+    """(kind, {feature: (N, length) array}) of a whole framed file, integers as stored; the framed formats'
+    `read_columns`."""
+    kind = record_kind(path, fmt)
+    parts = {}
+    for batch in read_batches([path], 4096, kind=kind, digests={storage.normpath(path): sha256}):
+        for name, values in batch.items():
+            parts.setdefault(name, []).append(values)
+    return kind, {name: np.concatenate(values) for name, values in parts.items()}

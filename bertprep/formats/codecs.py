@@ -6,10 +6,17 @@ columns, its frame sizes and how its files are named, written once; every stage 
     codecs.get("tfrecord").header                              # 12 bytes before each payload
     codecs.names()                                             # ('tfrecord', 'ofrecord', 'hdf5', 'parquet')
 
-Adding a format is its module here (its encoder and reader) and one line in `_REGISTERED`.
+    codecs.get("hdf5").write(path, columns, kind)             # (bytes, sha256), whole or not at all
+    codecs.get("parquet").read_columns(path)                  # (kind, {feature: (N, length) array})
+    codecs.of_file_name("train.of_record-0")                  # the OFRecord codec
+
+Adding a format is its module here (its encoder and reader: `module`) and its `Codec` in `_REGISTERED`;
+`framing.CODECS` and `columnar.CODECS`, which hand a format's bytes to its module, are read from the registry.
 """
 
 import dataclasses
+import importlib
+import re
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +43,28 @@ class Codec:
     task_suffix: str = ""
     # The `datasets` builder that reads this format's files itself, or None (bertprep.hf reads them).
     datasets_builder: str | None = None
+    # Its module in bertprep/formats/ (loaded by name on first use: `implementation`; the registry imports
+    # no format module, so a format module may use the registry). Every one has `write(path, columns, kind,
+    # staging)` and `read_columns(path, sha256)`; framed: `frame`, `encode`, `message`, `decode`,
+    # `iter_payloads`, `FIELD_BY_KIND`/`KIND_BY_FIELD`, `INT_KIND`; columnar: `SUFFIX`, `LIBRARY`, `MAGIC`,
+    # `encode(columns, kind)`, `decode(path, sha256)` (formats/columnar.py).
+    module: str = ""
+    # Whether the C core (bertprep/native/) frames, decodes and encodes it; a format it does not know goes
+    # through the Python twins (python_decoder.py, encode.encode_instances_python): the same bytes, slower.
+    native: bool = False
+    # What its files are called in the ecosystems that read them (a full match), so a name says its format
+    # before any byte is read; the default is any name ending in `suffix`.
+    name_pattern: str | None = None
+
+    @property
+    def implementation(self):
+        """The module that encodes and reads this format (imported on first use: h5py and pyarrow only then)."""
+        return importlib.import_module(f"bertprep.formats.{self.module or self.name}")
+
+    def names_file(self, name: str) -> bool:
+        """Whether a file called `name` (no directory) holds this format by its ecosystem's naming."""
+        pattern = self.name_pattern or (".*" + re.escape(self.suffix or ""))
+        return re.fullmatch(pattern, name, flags=re.DOTALL) is not None
 
     def file_name(self, stem, index):
         """The file this format's shard `index` of input `stem` is written to (create, pack, convert)."""
@@ -59,12 +88,26 @@ class Codec:
         """The pattern of `role`'s fine-tuning files (OneFlow's parts: `train.of_record-*`)."""
         return dict(self.task_stems)[role] + self.task_suffix.format(index="*")
 
+    def write(self, path, columns, kind, staging=None):
+        """Write the records of `kind` whose values are the rows of `columns` ({feature: (N, length) array})
+        as one file of this format, atomically (a temporary name, then a rename or one upload); (bytes, sha256).
+        The same bytes for any caller: its module's `write`."""
+        return self.implementation.write(path, columns, kind, staging)
+
+    def read_columns(self, path, sha256=None):
+        """(kind, {feature: (N, length) array}) of a whole file of this format, by its module's `read_columns`;
+        with `sha256` (its manifest's) the bytes are checked as they are read. Integer features come back as
+        stored (int64 from TFRecord) from framed files, int32 from columnar ones; float features as float32."""
+        return self.implementation.read_columns(path, sha256)
+
 
 TFRECORD = Codec("tfrecord", framed=True, suffix=".tfrecord", header=12, trailer=4, example_wrapped=True,
-                 task_stems=(("train", "train"), ("eval", "eval"), ("test", "predict")), task_suffix=".tf_record")
+                 task_stems=(("train", "train"), ("eval", "eval"), ("test", "predict")), task_suffix=".tf_record",
+                 name_pattern=r".*\.(tfrecord|tf_record)", native=True)  # ours, and Google's fine-tuning files
 OFRECORD = Codec("ofrecord", framed=True, suffix=None, header=8, int_kinds=("int32", "int64"),
                  empty_file_problem="OneFlow aborts on an empty part",
-                 task_stems=(("train", "train"), ("eval", "eval"), ("test", "test")), task_suffix=".of_record-{index}")
+                 task_stems=(("train", "train"), ("eval", "eval"), ("test", "test")), task_suffix=".of_record-{index}",
+                 name_pattern=r"part-\d+|.*\.of_record-\d+", native=True)  # OneFlow's parts and fine-tuning parts
 HDF5 = Codec("hdf5", framed=False, suffix=".hdf5")
 PARQUET = Codec("parquet", framed=False, suffix=".parquet", datasets_builder="parquet")
 
@@ -77,6 +120,12 @@ def get(name):
         return _REGISTERED[name]
     except KeyError:
         raise KeyError(f"unknown record format {name!r}; known: {', '.join(_REGISTERED)}") from None
+
+
+def of_file_name(name):
+    """The codec whose ecosystem names a file `name` (no directory) so, or None (then its bytes tell:
+    framing.sniff_format)."""
+    return next((codec for codec in _REGISTERED.values() if codec.names_file(name)), None)
 
 
 def names():

@@ -23,14 +23,15 @@ import numpy as np
 
 from bertprep import storage
 from bertprep.errors import DataError
-from bertprep.formats import columnar_io, hdf5, parquet
+from bertprep.formats import codecs, columnar_io
 from bertprep.formats.columnar_io import (  # Unreadable: validate tells framing from schema by it
     Unreadable,  # noqa: F401
     as_rows,
 )
 from bertprep.formats.schemas import FLOAT, check_int_values
 
-CODECS = {"hdf5": hdf5, "parquet": parquet}
+# Each columnar format's module (SUFFIX, LIBRARY, MAGIC, encode, decode), as the registry names it.
+CODECS = {name: codecs.get(name).implementation for name in codecs.names() if not codecs.get(name).framed}
 
 
 def require(fmt):
@@ -39,7 +40,8 @@ def require(fmt):
 
 
 def format_of_name(name):
-    return next((fmt for fmt, codec in CODECS.items() if name.endswith(codec.SUFFIX)), None)
+    codec = codecs.of_file_name(name)
+    return codec.name if codec and not codec.framed else None
 
 
 def sniff(path):

@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from bertprep.formats import codecs
 from bertprep.formats.framing import CODECS, frame
 from bertprep.formats.protowire import encode_len_field, encode_map_entry, packed_varint_rows
 from bertprep.formats.schemas import FLOAT, PRETRAINING
@@ -113,8 +114,11 @@ def encode_instances_python(fmt, seq, pred, tokens, instance_starts, a_lengths, 
     return b"".join(parts)
 
 
-# The C core when it was built (`bertprep._native`), else the Python twins: same results.
-encode_instances = _native.encode_instances if _native else encode_instances_python
+def encode_instances(fmt, *args):
+    """encode_instances_python's records, by the C core when it was built (`bertprep._native`) and knows the
+    format (its codec's `native`), else by the Python twin: the same bytes."""
+    native = _native is not None and codecs.get(fmt).native
+    return (_native.encode_instances if native else encode_instances_python)(fmt, *args)
 
 
 def write_records(path, records, fmt, kind=PRETRAINING):
@@ -127,3 +131,16 @@ def write_records(path, records, fmt, kind=PRETRAINING):
             f.write(frame(encode_record(fields, fmt, kind), fmt))
             count += 1
     return count
+
+
+def write_framed(path, columns, fmt, kind, staging=None):
+    """One file of framed records of `kind` from the rows of `columns`, atomically; (bytes, sha256). The
+    framed formats' `write`."""
+    import hashlib
+
+    from bertprep.atomic import atomic_open
+
+    data = encode_columns(columns, fmt, kind)
+    with atomic_open(path, staging=staging) as f:
+        f.write(data)
+    return len(data), hashlib.sha256(data).hexdigest()

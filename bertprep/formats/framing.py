@@ -2,22 +2,19 @@
 
 import hashlib
 import os
-import re
 import struct
 
 from bertprep import storage
 from bertprep.errors import DataError, UsageError
-from bertprep.formats import codecs, columnar, ofrecord, tfrecord
+from bertprep.formats import codecs, columnar
 from bertprep.formats.crc32c import masked_crc32c
 from bertprep.formats.protowire import WireError
 from bertprep.formats.schemas import KINDS, kind_of_record
 
-CODECS = {"tfrecord": tfrecord, "ofrecord": ofrecord}
 FORMATS = codecs.framed_names()  # one record after another
 ALL_FORMATS = codecs.names()  # and the columnar ones (HDF5, Parquet): bertprep.formats.columnar
-# What each format's files are called, so a name says its format before any byte is read.
-_TFRECORD_SUFFIXES = (".tfrecord", ".tf_record")
-_OFRECORD_NAME = re.compile(r"^(part-\d+|.*\.of_record-\d+)$")
+# Each framed format's module (frame, encode, decode, iter_payloads), as the registry names it.
+CODECS = {name: codecs.get(name).implementation for name in FORMATS}
 
 
 def parse_formats(value):
@@ -41,14 +38,10 @@ def decode_payload(payload, fmt):
 
 
 def format_of_name(name):
-    """The format a file's name says it holds (`*.tfrecord`, `*.tf_record`; `part-<i>`, `*.of_record-<i>`), or None."""
-    if columnar.format_of_name(name):
-        return columnar.format_of_name(name)
-    if name.endswith(_TFRECORD_SUFFIXES):
-        return "tfrecord"
-    if _OFRECORD_NAME.match(name):
-        return "ofrecord"
-    return None
+    """The format a file's name says it holds (`*.tfrecord`, `*.tf_record`; `part-<i>`, `*.of_record-<i>`;
+    `*.hdf5`, `*.parquet`: each codec's `names_file`), or None."""
+    codec = codecs.of_file_name(name)
+    return codec.name if codec else None
 
 
 def sniff_format(path):

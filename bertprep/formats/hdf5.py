@@ -168,3 +168,18 @@ def _check_positions(path, stored):
         row, column = np.argwhere(bad)[0].tolist()
         raise DataError(f"{path}: row {row}: masked_lm_positions[{column}]: {positions[row, column]} is not a "
                         f"position of the row (0..{seq - 1})")
+
+
+def write(path, columns, kind, staging=None):
+    """A whole file of these records from their columns, atomically; (bytes, sha256)."""
+    from bertprep.formats.columnar import write_columns
+
+    return write_columns(path, columns, "hdf5", kind, staging)
+
+
+def read_columns(path, sha256=None):
+    """(kind, {feature: (N, length) int32/float32 array}) of a whole file."""
+    from bertprep.formats.columnar import read_columns as read
+
+    kind, _dims, columns = read(path, "hdf5", sha256)
+    return kind, columns

@@ -116,3 +116,18 @@ def _decode(path, local):
             values = column.to_numpy(zero_copy_only=False).reshape(len(column), 1)
         stored[feature.name] = values
     return kind, stored
+
+
+def write(path, columns, kind, staging=None):
+    """A whole file of these records from their columns, atomically; (bytes, sha256)."""
+    from bertprep.formats.columnar import write_columns
+
+    return write_columns(path, columns, "parquet", kind, staging)
+
+
+def read_columns(path, sha256=None):
+    """(kind, {feature: (N, length) int32/float32 array}) of a whole file."""
+    from bertprep.formats.columnar import read_columns as read
+
+    kind, _dims, columns = read(path, "parquet", sha256)
+    return kind, columns

@@ -84,3 +84,17 @@ def iter_payloads(f, verify=True, size=None):
         yield offset, payload
         offset += 12 + length + 4
         index += 1
+
+
+def write(path, columns, kind, staging=None):
+    """A whole file of these records from their columns, atomically; (bytes, sha256)."""
+    from bertprep.formats.encode import write_framed
+
+    return write_framed(path, columns, FORMAT, kind, staging)
+
+
+def read_columns(path, sha256=None):
+    """(kind, {feature: (N, length) array}) of a whole file, integers as stored."""
+    from bertprep.formats.batches import read_framed_columns
+
+    return read_framed_columns(path, FORMAT, sha256)

@@ -32,7 +32,7 @@ import numpy as np
 from bertprep import formats, storage
 from bertprep.atomic import atomic_open, check_distinct_outputs, hold, temp_path, walk
 from bertprep.errors import DataError, UsageError
-from bertprep.formats import codecs, columnar
+from bertprep.formats import codecs
 from bertprep.formats.protowire import WireError
 from bertprep.formats.schemas import kind_of_record
 from bertprep.options import check_types, errors_name_fields, normalise_paths, refuse_overlap
@@ -88,30 +88,12 @@ def convert_payload(payload, src_fmt, dst_fmt, where):
 
 def convert_columns(src, src_fmt, dst, dst_fmt, staging=None, sha256=None):
     """A whole file through its kind's columns: to or from HDF5 and Parquet (records of a known kind only)."""
-    if not codecs.get(src_fmt).framed:
-        kind, _dims, columns = columnar.read_columns(src, src_fmt, sha256)
-    else:
-        kind = formats.record_kind(src, src_fmt)
-        columns = {name: np.concatenate(parts)
-                   for name, parts in _stacked(formats.read_batches([src], 4096, kind=kind,
-                                                                    digests={storage.normpath(src): sha256}))}
-    count = len(columns[kind.names[0]])
+    kind, columns = codecs.get(src_fmt).read_columns(src, sha256)
+    count = len(columns[kind.names[0]]) if columns else 0
     if count == 0:  # as for an empty framed file: nothing a reader could use, and OneFlow stops on an empty part
         raise DataError(f"{src}: no records to convert (a file of zero rows); nothing was written")
-    if not codecs.get(dst_fmt).framed:
-        columnar.write_columns(dst, columns, dst_fmt, kind, staging)
-    else:
-        with atomic_open(dst, staging=staging) as f:
-            f.write(formats.encode_columns(columns, dst_fmt, kind))
+    codecs.get(dst_fmt).write(dst, columns, kind, staging)
     return count
-
-
-def _stacked(batches):
-    parts = {}
-    for batch in batches:
-        for name, values in batch.items():
-            parts.setdefault(name, []).append(values)
-    return parts.items()
 
 
 def convert_file(src, dst, dst_fmt, staging=None, sha256=None):

@@ -250,7 +250,7 @@ def create_shard(task):
                                                            task.params.max_seq_length)
             else:
                 kind, columns = PRETRAINING, instance_columns(instances, task.params)
-            size, digest = columnar.write_columns(path, columns, fmt, kind, staging_dir(task.records_dir))
+            size, digest = codecs.get(fmt).write(path, columns, kind, staging_dir(task.records_dir))
         else:
             size, digest = write_instances(path, instances, fmt, task.params, staging_dir(task.records_dir),
                                            task.masking)

@@ -18,7 +18,7 @@ import numpy as np
 from bertprep import formats, storage
 from bertprep.atomic import atomic_open, staging_dir
 from bertprep.errors import DataError
-from bertprep.formats import codecs, columnar
+from bertprep.formats import codecs
 from bertprep.formats.frames import map_file, walk_frames
 from bertprep.formats.schemas import PACKED, PRETRAINING
 from bertprep.stages.pack.layout import pack_rows
@@ -84,8 +84,8 @@ def pack_shard(task):
             dims = {"seq": task.seq, "pred": task.pred, "k": task.k}
             rows = {f.name: np.concatenate([c[f.name] for c in chunks]) if chunks
                     else np.zeros((0, f.size(dims))) for f in PACKED.features}
-            written[relative] = (fmt, *columnar.write_columns(storage.join(task.records_dir, relative), rows, fmt,
-                                                              PACKED, staging_dir(task.records_dir)))
+            written[relative] = (fmt, *codecs.get(fmt).write(storage.join(task.records_dir, relative), rows, PACKED,
+                                                             staging_dir(task.records_dir)))
     files = {relative: {"format": fmt, "split": task.split, "source": storage.display(task.source),
                         "source_sha256": task.source_sha256, "settings": task.settings_key,
                         "instances": len(members), **figures, "bytes": size, "sha256": digest}
