@@ -20,6 +20,7 @@ A Folder is a value: frozen, equal to another of the same root, printed as
 its root without credentials (`storage.display`).
 """
 
+import contextlib
 import dataclasses
 import os
 
@@ -35,6 +36,10 @@ class Folder:
 
     def __str__(self):
         return storage.display(self.root)
+
+    def display(self, *parts: str) -> str:
+        """What a message names `parts` under the root by: its full path without credentials."""
+        return storage.display(self.path(*parts))
 
     def path(self, *parts: str) -> str:
         """The full path (or URL) of `parts` under the root; the root itself without parts."""
@@ -78,6 +83,15 @@ class Folder:
     def open(self, name: str, mode: str = "rb", **kwargs):
         """`storage.open` of `name` under the root (`sha256=` checks what is read against a manifest's)."""
         return storage.open(self.path(name), mode, **kwargs)
+
+    def local_copy(self, name: str) -> contextlib.AbstractContextManager[str]:
+        """A local file with `name`'s bytes for readers that need a real file (NumPy's npz, h5py): the file
+        itself when local, a temporary download of the object otherwise."""
+        return storage.local_copy(self.path(name))
+
+    def sha256(self, name: str) -> str:
+        """The hex sha256 of `name`'s bytes (a manifest's digest)."""
+        return storage.sha256(self.path(name))
 
     def read_bytes(self, name: str, sha256: str | None = None) -> bytes:
         return storage.read_bytes(self.path(name), sha256=sha256)

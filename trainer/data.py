@@ -31,6 +31,7 @@ import numpy as np
 from bertprep import formats, storage
 from bertprep.binning import bin_width, bins_of
 from bertprep.errors import DataError, UsageError
+from bertprep.folder import Folder
 from bertprep.formats import codecs, columnar
 from bertprep.formats.schemas import (
     FLOAT,
@@ -74,12 +75,12 @@ class Records:
         for corpus_dir, splits_dir in _corpus_dirs(data_dir, fmt):
             manifest = self._read_manifest(corpus_dir)
             for split in SPLITS:
-                found = sorted(storage.glob(storage.join(splits_dir, split, codecs.get(fmt).glob)))
+                found = Folder(splits_dir).folder(split).glob(codecs.get(fmt).glob)
                 if split == "training" and found:
                     corpus_files.append((found, manifest))
                 self.files[split] += found
         if not self.files["training"]:
-            raise DataError(f"{storage.display(data_dir)}: no {fmt} training records (looked for "
+            raise DataError(f"{Folder(data_dir)}: no {fmt} training records (looked for "
                             f"{os.path.join('[*/[*/]]', fmt, 'training', codecs.get(fmt).glob)})")
         for paths, manifest in corpus_files:
             self._check_shapes(paths, manifest)
@@ -90,7 +91,8 @@ class Records:
         manifest = load_records_manifest(corpus_dir, (self.fmt,))  # its files there, its fields sound
         if not manifest:
             return None
-        source = storage.join(corpus_dir, "manifest.json")
+        corpus = Folder(corpus_dir)
+        source = corpus.path("manifest.json")
         params = manifest.get("params") or {}
         dims = manifest.get("dims")
         if dims is None and "max_seq_length" in params and "max_predictions_per_seq" in params:
@@ -107,13 +109,13 @@ class Records:
         vocab_size = (manifest.get("vocab") or {}).get("size")
         if vocab_size:
             self.vocab_size = max(self.vocab_size or 0, int(vocab_size))
-        self.manifests[storage.display(source)] = storage.sha256(source)
+        self.manifests[corpus.display("manifest.json")] = corpus.sha256("manifest.json")
         if isinstance(manifest.get("vocab"), dict):
-            self.vocabs.append((storage.display(source), manifest["vocab"], params.get("lower_case")))
+            self.vocabs.append((corpus.display("manifest.json"), manifest["vocab"], params.get("lower_case")))
         self._manifest_sha256.update(file_digests(manifest, corpus_dir))
         for rel, entry in (manifest.get("files") or {}).items():
             if isinstance(entry, dict) and "instances" in entry:
-                self._manifest_counts[storage.normpath(storage.join(corpus_dir, rel))] = int(entry["instances"])
+                self._manifest_counts[storage.normpath(corpus.path(rel))] = int(entry["instances"])
         return source if dims is not None else None
 
     def _set_shape(self, kind, dims, source):
@@ -199,14 +201,13 @@ def _shape(kind, dims):
 def _corpus_dirs(data_dir, fmt):
     """[(corpus directory, the directory holding its training/ and test/)] at the shallowest depth that has any:
     <corpus>/<fmt>/training (bertprep's layout) or <corpus>/training with record files (NVIDIA's)."""
-    storage.require(data_dir, "directory", DataError(f"{storage.display(data_dir)}: no such directory"))
+    data = Folder(data_dir)
+    data.require("directory", DataError(f"{data}: no such directory"))
     for depth in range(4):
-        corpus = storage.join(data_dir, *["*"] * depth)
-        found = [(os.path.dirname(p), p) for p in storage.glob(storage.join(corpus, fmt))
-                 if storage.isdir(storage.join(p, "training"))]
-        found += [(os.path.dirname(p), os.path.dirname(p)) for p in storage.glob(storage.join(corpus, "training"))
-                  if os.path.basename(os.path.dirname(p)) != fmt
-                  and storage.glob(storage.join(p, codecs.get(fmt).glob))]
+        corpus = "/".join(["*"] * depth + [""])  # "", "*/", "*/*/", ...
+        found = [(os.path.dirname(p), p) for p in data.glob(corpus + fmt) if Folder(p).isdir("training")]
+        found += [(os.path.dirname(p), os.path.dirname(p)) for p in data.glob(corpus + "training")
+                  if os.path.basename(os.path.dirname(p)) != fmt and Folder(p).glob(codecs.get(fmt).glob)]
         if found:
             return sorted(found)
     return []

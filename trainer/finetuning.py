@@ -32,6 +32,7 @@ import numpy as np
 from bertprep import formats, storage
 from bertprep.atomic import atomic_write_bytes
 from bertprep.errors import DataError, UsageError
+from bertprep.folder import Folder
 from bertprep.formats import codecs
 from trainer import metrics, run_state
 from trainer.config import SIZES, BertConfig, FinetuneConfig, FinetuneSummary, TrainConfig, size_of
@@ -53,14 +54,14 @@ def carried_files(data, initial, log):
     (trainer/checkpoint/tokenizer.py), and the records manifest with its sha256."""
     from trainer.checkpoint import tokenizer
 
-    manifest = storage.join(data.data_dir, "manifest.json")
-    named = ([(storage.display(manifest), data.manifest["vocab"], data.lower_case)]
+    task_data = Folder(data.data_dir)
+    named = ([(task_data.display("manifest.json"), data.manifest["vocab"], data.lower_case)]
              if isinstance(data.manifest.get("vocab"), dict) else [])
     notes = []
     found = tokenizer.of_records(named, notes) or initial
     for note in notes:
         log.note(note)
-    manifests = {storage.display(manifest): storage.sha256(manifest)} if data.manifest else {}
+    manifests = {task_data.display("manifest.json"): task_data.sha256("manifest.json")} if data.manifest else {}
     return (found.checkpoint_files() if found else {}), manifests
 
 
@@ -137,7 +138,7 @@ def _finetune(config, task, data, bert, weights, checkpoint_path, devices, log, 
     stream = RecordStream(data, "train", config.batch_size * devices.local_replicas, config.seed)
     train = training_figures(*train_loop(steps, prefetch(stream.batches()), Schedule(total_steps, config.log_every),
                                          log))
-    storage.makedirs(config.output_dir)
+    Folder(config.output_dir).makedirs()
     evaluation, prediction = {}, {}
     eval_batch = config.batch_size * devices.replicas
     if not config.no_eval:
@@ -300,7 +301,7 @@ def predict(config, task, data, steps, batch, evaluation):
         return predict_glue(config, task, data, steps, batch)
     if "predictions" not in evaluation:
         evaluation = {"examples": len(write_squad_predictions(config, data, steps, batch)[0]),
-                      "predictions": storage.display(storage.join(config.output_dir, "predictions.json"))}
+                      "predictions": Folder(config.output_dir).display("predictions.json")}
     return {"examples": evaluation["examples"], "file": evaluation["predictions"]}
 
 
@@ -314,9 +315,9 @@ def predict_glue(config, task, data, steps, batch):
         logits = predicted["logits"][records["is_real_example"][:, 0] == 1].astype(np.float64)
         values = logits if task.is_regression else softmax(logits)
         lines += ["\t".join(str(value) for value in row) + "\n" for row in values.astype(np.float32)]
-    path = storage.join(config.output_dir, "test_results.tsv")
-    atomic_write_bytes(path, "".join(lines).encode())
-    return {"examples": len(lines), "file": storage.display(path)}
+    output = Folder(config.output_dir)
+    output.atomic_write_bytes("test_results.tsv", "".join(lines).encode())
+    return {"examples": len(lines), "file": output.display("test_results.tsv")}
 
 
 def softmax(logits):
@@ -328,8 +329,7 @@ def evaluate_squad(config, data, steps, batch, log):
     """predictions.json, nbest_predictions.json (and null_odds.json for SQuAD 2.0) in --output-dir,
     scored against the dev JSON as the official evaluate script would score them."""
     examples, predictions, null_odds, dataset, version_2 = write_squad_predictions(config, data, steps, batch)
-    result = {"examples": len(examples),
-              "predictions": storage.display(storage.join(config.output_dir, "predictions.json"))}
+    result = {"examples": len(examples), "predictions": Folder(config.output_dir).display("predictions.json")}
     if dataset is None:
         log.note("no dev JSON (manifest source or --eval-file): predictions written, not scored")
         return result
@@ -365,9 +365,10 @@ def write_squad_predictions(config, data, steps, batch):
     written = {"predictions.json": predictions, "nbest_predictions.json": nbest}
     if version_2:
         written["null_odds.json"] = null_odds
+    output = Folder(config.output_dir)
     for name, content in written.items():
         # The reference's layout (json.dumps indent 4), so the official scripts read them as usual.
-        atomic_write_bytes(storage.join(config.output_dir, name), (json.dumps(content, indent=4) + "\n").encode())
+        output.atomic_write_bytes(name, (json.dumps(content, indent=4) + "\n").encode())
     return examples, predictions, null_odds, dataset, version_2
 
 

@@ -18,9 +18,9 @@ import zipfile
 
 import numpy as np
 
-from bertprep import storage
 from bertprep.atomic import atomic_dir, directory_complete, remove_directory, staging_dir
 from bertprep.errors import DataError, UsageError
+from bertprep.folder import Folder
 
 _NAME = re.compile(r"^ckpt-(\d+)$")
 
@@ -29,25 +29,26 @@ def list_checkpoints(directory):
     """Complete checkpoints in `directory`, oldest first, as (step, path). In a URL's directory a checkpoint
     is complete once its last object (atomic_dir's COMPLETE) is there: one whose upload is under way or was
     cut short is not listed."""
-    if not storage.isdir(directory):
+    folder = Folder(directory)
+    if not folder.isdir():
         return []
     found = []
-    for name in storage.listdir(directory):
+    for name in folder.listdir():
         match = _NAME.match(name)
-        if match and _complete(storage.join(directory, name)):
-            found.append((int(match.group(1)), storage.join(directory, name)))
+        if match and _complete(folder.folder(name)):
+            found.append((int(match.group(1)), folder.path(name)))
     return sorted(found)
 
 
-def _complete(path):
-    if not storage.renames(path):  # uploaded object by object: complete once its marker is there
-        return directory_complete(path)
-    return storage.isfile(storage.join(path, "state.json"))
+def _complete(checkpoint):
+    if not checkpoint.renames:  # uploaded object by object: complete once its marker is there
+        return directory_complete(checkpoint.root)
+    return checkpoint.isfile("state.json")
 
 
 def save(directory, step, arrays, state, keep, files=None):
     """`files` ({name: bytes}): what else the checkpoint carries (the run's vocab.txt and tokenizer casing)."""
-    final = storage.join(directory, f"ckpt-{step:08d}")
+    final = Folder(directory).path(f"ckpt-{step:08d}")
     with atomic_dir(final, staging_dir(directory)) as temp:  # a URL's: filled locally, uploaded, COMPLETE last
         for name, data in (files or {}).items():
             with open(os.path.join(temp, name), "wb") as f:
@@ -67,16 +68,17 @@ def load_latest(directory):
     if not checkpoints:
         return None
     _step, path = checkpoints[-1]
+    checkpoint = Folder(path)
     try:
-        with storage.open(storage.join(path, "state.json"), "r", encoding="utf-8") as f:
+        with checkpoint.open("state.json", "r", encoding="utf-8") as f:
             state = json.load(f)
-        with storage.local_copy(storage.join(path, "state.npz")) as local, np.load(local) as npz:
+        with checkpoint.local_copy("state.npz") as local, np.load(local) as npz:
             arrays = {name: npz[name] for name in npz.files}
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:  # a cut-off or damaged state.npz too
-        raise DataError(f"{storage.display(path)}: unreadable checkpoint: {exc}") from None
+        raise DataError(f"{checkpoint}: unreadable checkpoint: {exc}") from None
     problem = state_problem(state)
     if problem:
-        raise DataError(f"{storage.display(storage.join(path, 'state.json'))}: damaged checkpoint state ({problem}); "
+        raise DataError(f"{checkpoint.display('state.json')}: damaged checkpoint state ({problem}); "
                         "remove the checkpoint to resume from the one before")
     return path, arrays, state
 
