@@ -82,6 +82,10 @@ class Folder:
     def read_bytes(self, name: str, sha256: str | None = None) -> bytes:
         return storage.read_bytes(self.path(name), sha256=sha256)
 
+    def sha256(self, name: str) -> str:
+        """The sha256 (hex) of the file `name`, read through."""
+        return storage.sha256(self.path(name))
+
     def makedirs(self, *parts: str) -> None:
         storage.makedirs(self.path(*parts))
 
