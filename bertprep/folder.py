@@ -36,6 +36,12 @@ class Folder:
     def __str__(self):
         return storage.display(self.root)
 
+    @classmethod
+    def of(cls, place: "str | Folder") -> "Folder":
+        """`place` when it is a Folder, else the Folder rooted at the path `place`: for the functions that
+        stages holding a Folder and callers holding a path both call."""
+        return place if isinstance(place, Folder) else cls(place)
+
     def path(self, *parts: str) -> str:
         """The full path (or URL) of `parts` under the root; the root itself without parts."""
         return storage.join(self.root, *parts) if parts else self.root

@@ -54,3 +54,9 @@ def test_a_folder_is_a_value_shown_without_credentials():
     assert training.path("part-0") == "work/records/tfrecord/training/part-0"
     assert str(Folder("s3://bucket/records")) == "s3://bucket/records"
     assert str(Folder("s3://bucket/records?X-Amz-Signature=abc")) == "s3://bucket/records"
+
+
+def test_of_takes_a_folder_as_it_is_and_a_path_as_the_folder_there():
+    records = Folder("s3://bucket/records")
+    assert Folder.of(records) is records
+    assert Folder.of("s3://bucket/records") == records

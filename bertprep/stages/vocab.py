@@ -109,7 +109,7 @@ def resolve_vocab_inputs(workdir, inputs, corpora):
 
 def require_manifest(folder):
     """Nothing when the Folder holds a finished stage's manifest; else a DataError naming it."""
-    if load_manifest(folder.root) is None:
+    if load_manifest(folder) is None:
         raise DataError(f"{folder}: no {MANIFEST} (not a finished `bertprep download` or "
                         "`bertprep shard` output); give its .jsonl/.txt files instead")
 

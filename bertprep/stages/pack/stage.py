@@ -60,7 +60,7 @@ def read_source(records):
     """The create manifest of the Folder `records` and its sha256; one-line errors for anything else."""
     records_dir, path = records.root, records.path(MANIFEST)  # messages name the directory as it was given
     records.require("directory", DataError(f"{records_dir}: no such directory"))
-    manifest = load_manifest(records_dir)
+    manifest = load_manifest(records)
     if not isinstance(manifest, dict):
         raise DataError(f"{records_dir}: not a records directory of `bertprep create` (no readable {MANIFEST}; "
                         "pass <records>/<params>/<corpus>)")
@@ -145,7 +145,7 @@ def pack(options: PackOptions | None = None, /, *, quiet: bool = True, **fields:
     refuse_overlap(out.root, [options.records_dir])
     progress = Progress("pack", total=len(tasks), unit="shards", quiet=quiet)
     with hold(out.root, "bertprep pack"):  # clears what killed runs left in .partial/
-        previous = load_manifest(out.root) or {}
+        previous = load_manifest(out) or {}
         wanted = {relative for task in tasks for relative in task.output_paths().values()}
         files = {rel: entry for rel, entry in (previous.get("files") or {}).items() if rel in wanted}
         pending = [task for task in tasks if not is_complete(task, files)]
@@ -165,11 +165,11 @@ def pack(options: PackOptions | None = None, /, *, quiet: bool = True, **fields:
             for result in engine.run(pack_shard, pending, describe=lambda task: task.source):
                 files.update(result["files"])
                 manifest["packing"] = packing_figures(tasks, files, dims["k"])
-                save_manifest(out.root, manifest)
+                save_manifest(out, manifest)
                 progress.advance(1, sequences=result["sequences"])
         manifest["packing"] = packing_figures(tasks, files, dims["k"])
         if manifest != previous:  # a complete rerun rewrites nothing, not even the same manifest
-            save_manifest(out.root, manifest)
+            save_manifest(out, manifest)
     progress.close()
     summary = summarize(out, manifest, tasks, time.monotonic() - started, len(pending))
     return Summary("bertprep pack: done", summary, tuple(summary_rows(summary, fmts)), complete_before=not pending)
