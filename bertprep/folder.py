@@ -22,6 +22,7 @@ its root without credentials (`storage.display`).
 
 import dataclasses
 import os
+from collections.abc import Iterator
 
 from bertprep import atomic, storage
 
@@ -77,6 +78,15 @@ class Folder:
         """The full paths under the root matching `pattern` (relative), sorted."""
         return sorted(storage.glob(self.path(pattern)))
 
+    def walk(self, *parts: str) -> Iterator[tuple[str, list[str], list[str]]]:
+        """os.walk of `parts` (the root without), without hidden directories (`.partial/`): (full path of a
+        directory, its directories sorted, its files: in the disk's order where local)."""
+        return storage.walk(self.path(*parts))
+
+    def relpath(self, path: str) -> str:
+        """The name under the root of the full `path` (a local path or a URL under it)."""
+        return storage.relpath(path, self.root)
+
     def listdir(self, *parts: str) -> list[str]:
         """The names directly under `parts`, sorted (os.listdir's order is the disk's)."""
         return sorted(storage.listdir(self.path(*parts)))
@@ -87,6 +97,10 @@ class Folder:
 
     def read_bytes(self, name: str, sha256: str | None = None) -> bytes:
         return storage.read_bytes(self.path(name), sha256=sha256)
+
+    def getsize(self, name: str) -> int:
+        """The size in bytes of the file `name`."""
+        return storage.getsize(self.path(name))
 
     def sha256(self, name: str) -> str:
         """The sha256 (hex) of the file `name`, read through."""
