@@ -87,6 +87,11 @@ class Folder:
         """The name under the root of the full `path` (a local path or a URL under it)."""
         return storage.relpath(path, self.root)
 
+    def names_in(self, *parts: str) -> list[str]:
+        """The names directly under `parts` as os.listdir gives them; none for a store's prefix that holds no
+        object yet, where a missing local directory is FileNotFoundError (storage.names_in)."""
+        return storage.names_in(self.path(*parts))
+
     def listdir(self, *parts: str) -> list[str]:
         """The names directly under `parts`, sorted (os.listdir's order is the disk's)."""
         return sorted(storage.listdir(self.path(*parts)))
