@@ -23,6 +23,7 @@ its root without credentials (`storage.display`).
 import contextlib
 import dataclasses
 import os
+from collections.abc import Iterator
 
 from bertprep import atomic, storage
 
@@ -40,6 +41,12 @@ class Folder:
     def display(self, *parts: str) -> str:
         """What a message names `parts` under the root by: its full path without credentials."""
         return storage.display(self.path(*parts))
+
+    @classmethod
+    def of(cls, place: "str | Folder") -> "Folder":
+        """`place` when it is a Folder, else the Folder rooted at the path `place`: for the functions that
+        stages holding a Folder and callers holding a path both call."""
+        return place if isinstance(place, Folder) else cls(place)
 
     def path(self, *parts: str) -> str:
         """The full path (or URL) of `parts` under the root; the root itself without parts."""
@@ -76,6 +83,20 @@ class Folder:
         """The full paths under the root matching `pattern` (relative), sorted."""
         return sorted(storage.glob(self.path(pattern)))
 
+    def walk(self, *parts: str) -> Iterator[tuple[str, list[str], list[str]]]:
+        """os.walk of `parts` (the root without), without hidden directories (`.partial/`): (full path of a
+        directory, its directories sorted, its files: in the disk's order where local)."""
+        return storage.walk(self.path(*parts))
+
+    def relpath(self, path: str) -> str:
+        """The name under the root of the full `path` (a local path or a URL under it)."""
+        return storage.relpath(path, self.root)
+
+    def names_in(self, *parts: str) -> list[str]:
+        """The names directly under `parts` as os.listdir gives them; none for a store's prefix that holds no
+        object yet, where a missing local directory is FileNotFoundError (storage.names_in)."""
+        return storage.names_in(self.path(*parts))
+
     def listdir(self, *parts: str) -> list[str]:
         """The names directly under `parts`, sorted (os.listdir's order is the disk's)."""
         return sorted(storage.listdir(self.path(*parts)))
@@ -89,12 +110,16 @@ class Folder:
         itself when local, a temporary download of the object otherwise."""
         return storage.local_copy(self.path(name))
 
-    def sha256(self, name: str) -> str:
-        """The hex sha256 of `name`'s bytes (a manifest's digest)."""
-        return storage.sha256(self.path(name))
-
     def read_bytes(self, name: str, sha256: str | None = None) -> bytes:
         return storage.read_bytes(self.path(name), sha256=sha256)
+
+    def getsize(self, name: str) -> int:
+        """The size in bytes of the file `name`."""
+        return storage.getsize(self.path(name))
+
+    def sha256(self, name: str) -> str:
+        """The sha256 (hex) of the file `name`, read through."""
+        return storage.sha256(self.path(name))
 
     def makedirs(self, *parts: str) -> None:
         storage.makedirs(self.path(*parts))

@@ -19,6 +19,7 @@ import os
 
 from bertprep import formats, storage
 from bertprep.errors import DataError
+from bertprep.folder import Folder
 from bertprep.formats import codecs, columnar
 from bertprep.formats.schemas import FLOAT, check_int_values
 from bertprep.records_manifest import file_digests, load_records_manifest
@@ -90,8 +91,9 @@ def load(directory, cache_dir=None):
 
     from bertprep.stages.validate.dataset import find_record_files
 
-    directory = storage.local_path(directory)  # file://...: the path
-    storage.require(directory, "directory", DataError(f"{directory}: not a directory"))
+    records = Folder(storage.local_path(directory))  # file://...: the path
+    directory = records.root  # as messages name it
+    records.require("directory", DataError(f"{directory}: not a directory"))
     found = find_record_files(directory)
     if not found:
         raise DataError(f"{directory}: no record files (TFRecord, OFRecord, HDF5 or Parquet)")
@@ -100,9 +102,9 @@ def load(directory, cache_dir=None):
     for record_file in found:
         if record_file.fmt == fmt:
             by_split.setdefault(SPLIT_NAMES.get(record_file.split, record_file.split), []).append(record_file.path)
-    manifest = load_records_manifest(directory, (fmt,)) or {}  # its files there, its fields sound
+    manifest = load_records_manifest(records, (fmt,)) or {}  # its files there, its fields sound
     vocab_size = (manifest.get("vocab") or {}).get("size")
-    digests = file_digests(manifest, directory)
+    digests = file_digests(manifest, records)
     kind, dims = _kind_and_dims([path for paths in by_split.values() for path in paths], fmt, digests)
     description = f"bertprep {kind.name} records ({kind.description}), {json.dumps(dims)}, from {fmt}"
     if manifest.get("params"):
@@ -112,7 +114,7 @@ def load(directory, cache_dir=None):
     splits = {}
     for split, paths in by_split.items():
         builder = codecs.get(fmt).datasets_builder
-        if builder and storage.reads_in_place(directory):  # a URL's Parquet through _rows, as the others
+        if builder and records.reads_in_place:  # a URL's Parquet through _rows, as the others
             paths = _parquet_files_with_rows(paths, kind, dims, vocab_size, digests)
             dataset = datasets.load_dataset(builder, data_files={split: paths}, split=split, features=features,
                                             cache_dir=cache_dir) if paths else \

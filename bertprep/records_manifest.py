@@ -15,6 +15,7 @@ import os
 
 from bertprep import storage
 from bertprep.errors import DataError
+from bertprep.folder import Folder
 from bertprep.formats import ALL_FORMATS
 from bertprep.formats.schemas import KINDS, PRETRAINING, is_integer
 from bertprep.workdir import MANIFEST, load_manifest
@@ -130,15 +131,17 @@ def check_records_manifest(manifest, path, fmts=None):
 
 
 def load_records_manifest(directory, fmts=None):
-    """`load_manifest(directory)` checked (None where there is none)."""
-    manifest = load_manifest(directory)
-    return None if manifest is None else check_records_manifest(manifest, storage.join(directory, MANIFEST), fmts)
+    """`load_manifest(directory)` checked (None where there is none); `directory` a Folder or a path."""
+    folder = Folder.of(directory)
+    manifest = load_manifest(folder)
+    return None if manifest is None else check_records_manifest(manifest, folder.path(MANIFEST), fmts)
 
 
 def file_digests(manifest, directory):
-    """{normalised path: sha256} of the files `manifest` lists under `directory`: what a reader checks the bytes it
-    reads against (formats.read_batches / iter_framed `digests`)."""
-    return {storage.normpath(storage.join(directory, relative)): entry["sha256"]
+    """{normalised path: sha256} of the files `manifest` lists under `directory` (a Folder or a path): what a
+    reader checks the bytes it reads against (formats.read_batches / iter_framed `digests`)."""
+    folder = Folder.of(directory)
+    return {storage.normpath(folder.path(relative)): entry["sha256"]
             for relative, entry in ((manifest or {}).get("files") or {}).items()
             if isinstance(entry, dict) and isinstance(entry.get("sha256"), str)}
 

@@ -29,6 +29,7 @@ import numpy as np
 from bertprep import formats, storage
 from bertprep.binning import bin_width, binned_batches, bins_of
 from bertprep.errors import DataError, UsageError
+from bertprep.folder import Folder
 from bertprep.formats import codecs
 from bertprep.formats.schemas import PACKED, UNMASKED, int_values_problem, kind_of_manifest, kind_of_record
 from bertprep.masking import DynamicMasking, first_instances
@@ -50,6 +51,14 @@ def _mapped(path):
         return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
 
 
+def _split_files(records, fmt, split):
+    """The record files of `split` in the Folder `records`: under <fmt>/<split>, else <split> (--layout nvidia)."""
+    split_dir = records.folder(fmt, split)
+    if not split_dir.isdir():
+        split_dir = records.folder(split)
+    return split_dir.glob(codecs.get(fmt).glob)
+
+
 def _require_torch():
     if torch is None:
         raise UsageError('bertprep.torch needs PyTorch: pip install "bertprep[torch]"')
@@ -59,18 +68,16 @@ class RecordIndex:
     """Every record of one split of a records directory: where its payload lies, in global instance order."""
 
     def __init__(self, data_dir, split="training", fmt=None, vocab=None):
-        data_dir = storage.local_path(data_dir)  # file://...: the path
-        manifest = load_manifest(data_dir)
+        records = Folder(storage.local_path(data_dir))  # file://...: the path
+        data_dir = records.root  # as messages name it
+        manifest = load_manifest(records)
         if manifest is None:
             raise DataError(f"{data_dir}: no manifest.json (give the directory `bertprep create` or `pack` wrote)")
-        where = storage.join(data_dir, "manifest.json")
+        where = records.path("manifest.json")
         fmt = fmt or (manifest.get("formats") or formats.FORMATS)[0]
         if fmt not in formats.FORMATS:  # the framed ones
             raise UsageError(f"format {fmt!r}: the PyTorch loader reads tfrecord or ofrecord")
-        split_dir = storage.join(data_dir, fmt, split)
-        if not storage.isdir(split_dir):
-            split_dir = storage.join(data_dir, split)  # --layout nvidia
-        paths = sorted(storage.glob(storage.join(split_dir, codecs.get(fmt).glob)))
+        paths = _split_files(records, fmt, split)
         check_records_manifest(manifest, where, (fmt,))  # its files there, its fields sound
         if not paths:
             raise DataError(f"{data_dir}: no {fmt} {split} records")
@@ -88,7 +95,7 @@ class RecordIndex:
             paths.sort(key=lambda p: first[os.path.normpath(p)])
         self.paths = paths
         offsets, sizes, file_of = [], [], []
-        digests = file_digests(manifest, data_dir)
+        digests = file_digests(manifest, records)
         for number, path in enumerate(paths):
             # the index is the one whole pass over each file: its bytes are checked against the manifest here
             sha256 = digests.get(storage.normpath(path))

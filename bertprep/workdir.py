@@ -15,8 +15,8 @@ import json
 import os
 
 from bertprep import storage
-from bertprep.atomic import atomic_write_bytes
 from bertprep.errors import DataError, UsageError
+from bertprep.folder import Folder
 
 DEFAULT_WORKDIR = "bertprep-work"
 SPLITS = ("training", "test")
@@ -103,14 +103,16 @@ def read_manifest(path):
 
 
 def load_manifest(directory):
-    """The manifest of a stage directory, or None when there is none; a damaged one is an error.
+    """The manifest of a stage directory (a Folder or a path), or None when there is none; a damaged one is an
+    error.
 
     Manifests are written whole (atomic rename), so one that does not parse
     or has the wrong shape was changed by something else: say so instead of
     guessing which files it vouches for.
     """
-    path = storage.join(directory, MANIFEST)
-    if not storage.isfile(path):
+    folder = Folder.of(directory)
+    path = folder.path(MANIFEST)
+    if not folder.isfile(MANIFEST):
         return None
     manifest, problem = read_manifest(path)
     if problem:
@@ -124,6 +126,7 @@ def file_matches(path, entry):
 
 
 def save_manifest(directory, manifest):
-    """Atomically replace the manifest (keys sorted so equal content gives equal bytes)."""
+    """Atomically replace the manifest of `directory` (a Folder or a path); keys sorted so equal content gives
+    equal bytes."""
     data = json.dumps(manifest, indent=1, sort_keys=True).encode() + b"\n"
-    atomic_write_bytes(storage.join(directory, MANIFEST), data)
+    Folder.of(directory).atomic_write_bytes(MANIFEST, data)

@@ -30,6 +30,10 @@ def test_a_folder_writes_lists_reads_and_removes_alike_local_or_in_a_bucket(root
     assert folder.isdir("a") and folder.isfile("a", "part-0") and not folder.isfile("a")
     assert folder.glob("a/part-*") == [folder.path("a", "part-0"), folder.path("a", "part-1")]
     assert folder.listdir("a") == ["notes.txt", "part-0", "part-1"]
+    assert sorted(folder.names_in("a")) == folder.listdir("a")
+    assert [(folder.relpath(top), sorted(files)) for top, _dirs, files in folder.walk("a")] == [
+        ("a", ["notes.txt", "part-0", "part-1"])]
+    assert folder.getsize("a/part-1") == 3 and folder.sha256("a/part-1") == hashlib.sha256(b"one").hexdigest()
     assert folder.read_bytes("a/part-1", sha256=hashlib.sha256(b"one").hexdigest()) == b"one"
     with pytest.raises(Exception, match="sha256"):
         folder.read_bytes("a/part-0", sha256=hashlib.sha256(b"other").hexdigest())
@@ -54,3 +58,9 @@ def test_a_folder_is_a_value_shown_without_credentials():
     assert training.path("part-0") == "work/records/tfrecord/training/part-0"
     assert str(Folder("s3://bucket/records")) == "s3://bucket/records"
     assert str(Folder("s3://bucket/records?X-Amz-Signature=abc")) == "s3://bucket/records"
+
+
+def test_of_takes_a_folder_as_it_is_and_a_path_as_the_folder_there():
+    records = Folder("s3://bucket/records")
+    assert Folder.of(records) is records
+    assert Folder.of("s3://bucket/records") == records

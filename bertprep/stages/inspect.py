@@ -16,6 +16,7 @@ import numpy as np
 
 from bertprep import formats, storage
 from bertprep.errors import DataError, UsageError
+from bertprep.folder import Folder
 from bertprep.formats.schemas import UNMASKED
 from bertprep.masking import DynamicMasking, first_instances
 from bertprep.options import check_types, errors_name_fields, normalise_paths
@@ -142,9 +143,9 @@ def epoch_masker(path, kind, epoch, vocab_path):
     if kind != UNMASKED.name:
         raise UsageError(f"--epoch: {path} holds {kind} records; only unmasked ones (create --masking dynamic) "
                          "are masked at load time")
-    manifest, corpus_dir = _manifest_of(path)
-    masking = DynamicMasking.from_manifest(manifest, storage.join(corpus_dir, "manifest.json"), vocab_path)
-    first = first_instances(manifest, corpus_dir).get(storage.normpath(storage.absolute(path)))
+    manifest, corpus = _manifest_of(path)
+    masking = DynamicMasking.from_manifest(manifest, corpus.path("manifest.json"), vocab_path)
+    first = first_instances(manifest, corpus.root).get(storage.normpath(storage.absolute(path)))
     if first is None:
         raise DataError(f"{path}: its manifest gives no first_instance (rerun `bertprep create --masking dynamic`)")
 
@@ -157,13 +158,14 @@ def epoch_masker(path, kind, epoch, vocab_path):
 
 
 def _manifest_of(path):
-    """(manifest, its directory) of the records directory holding `path` (its split's directory's parents)."""
+    """(manifest, its Folder) of the records directory holding `path` (its split's directory's parents)."""
     directory = os.path.dirname(storage.absolute(path))
     for _ in range(3):
         directory = os.path.dirname(directory)
-        manifest = load_records_manifest(directory, (formats.sniff_format(path),))
+        corpus = Folder(directory)
+        manifest = load_records_manifest(corpus, (formats.sniff_format(path),))
         if manifest is not None:
-            return manifest, directory
+            return manifest, corpus
     raise DataError(f"{path}: no manifest.json in the directories above it: --epoch needs the records directory's "
                     "manifest (its masking settings)")
 

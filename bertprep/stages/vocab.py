@@ -33,6 +33,7 @@ from typing import Any
 from bertprep import storage
 from bertprep.atomic import atomic_open, sha256_file
 from bertprep.errors import DataError, UsageError
+from bertprep.folder import Folder
 from bertprep.options import build_options, check_types, errors_name_fields, normalise_paths, refuse_overlap, set_field
 from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.stages.shard import COMBINED, input_files, iter_input_documents, resolve_inputs
@@ -94,21 +95,22 @@ def resolve_vocab_inputs(workdir, inputs, corpora):
         raise UsageError("give --input (corpus directories or .jsonl/.txt files) or --corpus NAME")
     files = []
     for path in inputs:
-        if storage.isdir(path):
-            require_manifest(path)
+        if (folder := Folder(path)).isdir():
+            require_manifest(folder)
         files += input_files(path)
-    formatted = stage_dir(workdir, "formatted")
+    formatted = Folder(stage_dir(workdir, "formatted"))
     for name in corpora:
         files += resolve_inputs(workdir, None, name)[1]  # shard's messages for a corpus that is not there
-        parts = (name,) if storage.isdir(storage.join(formatted, name)) else COMBINED[name]
+        parts = (name,) if formatted.isdir(name) else COMBINED[name]
         for part in parts:
-            require_manifest(storage.join(formatted, part))
+            require_manifest(formatted.folder(part))
     return files
 
 
-def require_manifest(directory):
-    if load_manifest(directory) is None:
-        raise DataError(f"{storage.display(directory)}: no {MANIFEST} (not a finished `bertprep download` or "
+def require_manifest(folder):
+    """Nothing when the Folder holds a finished stage's manifest; else a DataError naming it."""
+    if load_manifest(folder) is None:
+        raise DataError(f"{folder}: no {MANIFEST} (not a finished `bertprep download` or "
                         "`bertprep shard` output); give its .jsonl/.txt files instead")
 
 

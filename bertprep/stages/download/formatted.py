@@ -17,6 +17,7 @@ import json
 
 from bertprep import __version__, storage
 from bertprep.atomic import atomic_open, hold
+from bertprep.folder import Folder
 from bertprep.workdir import file_matches, load_manifest, save_manifest, stage_dir
 
 FORMAT = 'jsonl: one {"id", "title", "text"} object per line; paragraphs of text separated by "\\n"'
@@ -58,25 +59,24 @@ def format_parts(workdir, corpus, source, parts, workers=1, progress=None):
     """
     directory = corpus_dir(workdir, corpus)
     with hold(directory, "bertprep download") as staging:
-        return _format_parts(directory, corpus, source, parts, workers, progress, staging)
+        return _format_parts(Folder(directory), corpus, source, parts, workers, progress, staging)
 
 
-def _format_parts(directory, corpus, source, parts, workers, progress, staging):
-    old = load_manifest(directory) or {}
+def _format_parts(out, corpus, source, parts, workers, progress, staging):
+    old = load_manifest(out) or {}
     files = {}
     todo = []
     for name, source_key, make_documents in parts:
         filename = name + ".jsonl"
         entry = old.get("files", {}).get(filename)
-        path = storage.join(directory, filename)
-        if entry and entry.get("source") == source_key and file_matches(path, entry):
+        if entry and entry.get("source") == source_key and file_matches(out.path(filename), entry):
             files[filename] = entry
         else:
             todo.append((filename, source_key, make_documents))
     # parts the source no longer has would otherwise be sharded with the rest
-    for stale in set(storage.names_in(directory)) - set(files) - {t[0] for t in todo} - {"manifest.json"}:
+    for stale in set(out.names_in()) - set(files) - {t[0] for t in todo} - {"manifest.json"}:
         if stale.endswith(".jsonl"):
-            storage.remove(storage.join(directory, stale))
+            out.remove(stale)
     manifest = {
         "tool": "bertprep",
         "version": __version__,
@@ -86,18 +86,18 @@ def _format_parts(directory, corpus, source, parts, workers, progress, staging):
         "format": FORMAT,
         "files": files,
     }
-    save_manifest(directory, manifest)
+    save_manifest(out, manifest)
 
     def one(item):
         filename, source_key, make_documents = item
-        stats = write_part(storage.join(directory, filename), make_documents(), staging)
+        stats = write_part(out.path(filename), make_documents(), staging)
         return filename, dict(stats, source=source_key)
 
     if progress is not None and todo:
-        progress.note(f"formatting {len(todo)} part(s) into {storage.display(directory)}")
+        progress.note(f"formatting {len(todo)} part(s) into {out}")
     for filename, entry in _map(one, todo, workers):
         files[filename] = entry
-        save_manifest(directory, manifest)
+        save_manifest(out, manifest)
         if progress is not None:
             progress.advance(0, documents=entry["documents"])
     return manifest
@@ -110,19 +110,20 @@ def save_parts_manifest(directory, corpus, source, files):
     and every part is present, else None (after removing what is there, so
     a new extraction starts clean). With `files`: record them as complete.
     """
-    old = load_manifest(directory) or {}
+    out = Folder(directory)
+    old = load_manifest(out) or {}
     if files is None:
         if old.get("source") == source and old.get("files") and all(
-            file_matches(storage.join(directory, name), entry) for name, entry in old["files"].items()
+            file_matches(out.path(name), entry) for name, entry in old["files"].items()
         ):
             return old
-        for name in storage.names_in(directory):
+        for name in out.names_in():
             if name.endswith(".jsonl") or name == "manifest.json":
-                storage.remove(storage.join(directory, name))
+                out.remove(name)
         return None
     manifest = {"tool": "bertprep", "version": __version__, "stage": "format", "corpus": corpus,
                 "source": source, "format": FORMAT, "files": files}
-    save_manifest(directory, manifest)
+    save_manifest(out, manifest)
     return manifest
 
 

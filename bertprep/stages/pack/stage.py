@@ -15,9 +15,10 @@ import time
 from typing import Any
 
 from bertprep import __version__, formats, storage
-from bertprep.atomic import hold, sha256_file
+from bertprep.atomic import hold
 from bertprep.engines import EngineOptions, open_engine
 from bertprep.errors import DataError, UsageError
+from bertprep.folder import Folder
 from bertprep.formats import codecs
 from bertprep.formats.schemas import PACKED, PRETRAINING, kind_of_manifest
 from bertprep.options import check_types, errors_name_fields, refuse_overlap
@@ -55,11 +56,11 @@ class PackOptions:
             object.__setattr__(self, "format", formats.parse_formats(self.format))
 
 
-def read_source(records_dir):
-    """The create manifest of `records_dir` and its sha256; one-line errors for anything else."""
-    path = storage.join(records_dir, MANIFEST)
-    storage.require(records_dir, "directory", DataError(f"{records_dir}: no such directory"))
-    manifest = load_manifest(records_dir)
+def read_source(records):
+    """The create manifest of the Folder `records` and its sha256; one-line errors for anything else."""
+    records_dir, path = records.root, records.path(MANIFEST)  # messages name the directory as it was given
+    records.require("directory", DataError(f"{records_dir}: no such directory"))
+    manifest = load_manifest(records)
     if not isinstance(manifest, dict):
         raise DataError(f"{records_dir}: not a records directory of `bertprep create` (no readable {MANIFEST}; "
                         "pass <records>/<params>/<corpus>)")
@@ -73,20 +74,21 @@ def read_source(records_dir):
                         "pack reads the pretraining records of `bertprep create`")
     if not manifest.get("files"):
         raise DataError(f"{records_dir}: the create manifest lists no finished files")
-    return manifest, sha256_file(path)
+    return manifest, records.sha256(MANIFEST)
 
 
 def output_dir(records_dir, out, k):
-    """<out>/<params>_packed<k>/<corpus>: beside the input's <params> unless --out names another root."""
+    """The Folder <out>/<params>_packed<k>/<corpus>: beside the input's <params> unless --out names another root."""
     params_dir, corpus = os.path.split(records_dir)
     root, params = os.path.split(params_dir)
-    return storage.join(storage.absolute(out) if out else root, f"{params}_packed{k}", corpus)
+    return Folder(storage.absolute(out) if out else root).folder(f"{params}_packed{k}", corpus)
 
 
 def plan(options):
-    """(source manifest, its sha256, output dir, formats, dims, tasks)."""
-    records_dir = storage.absolute(options.records_dir)
-    manifest, manifest_sha256 = read_source(records_dir)
+    """(source manifest, its sha256, output Folder, formats, dims, tasks)."""
+    records = Folder(storage.absolute(options.records_dir))
+    records_dir = records.root
+    manifest, manifest_sha256 = read_source(records)
     fmts = options.format or formats.parse_formats(manifest.get("formats") or formats.FORMATS)
     dims = manifest.get("dims") or {}
     params = manifest.get("params") or {}
@@ -94,7 +96,7 @@ def plan(options):
     pred = int(dims.get("pred", params.get("max_predictions_per_seq", 0)))
     if seq < 1 or pred < 1:
         raise DataError(f"{records_dir}: the create manifest gives no seq/pred")
-    out_dir = output_dir(records_dir, options.out, options.max_per_pack)
+    out = output_dir(records_dir, options.out, options.max_per_pack)
     settings_key = hashlib.sha256(json.dumps(
         {"k": options.max_per_pack, "seq": seq, "pred": pred, "layout": LAYOUT_VERSION, "version": __version__},
         sort_keys=True).encode()).hexdigest()[:16]
@@ -116,15 +118,15 @@ def plan(options):
                 raise DataError(f"{records_dir}: {key[1]} has no TFRecord or OFRecord file, which pack reads; "
                                 "create with --format tfrecord too")
             relative, entry = by_format[source_format]
-            source = storage.join(records_dir, relative)
-            if not storage.isfile(source):
-                raise DataError(f"{source}: listed in {storage.join(records_dir, MANIFEST)} but missing")
+            source = records.path(relative)
+            if not records.isfile(relative):
+                raise DataError(f"{source}: listed in {records.path(MANIFEST)} but missing")
             outputs = tuple((fmt, by_format[fmt][0] if fmt in by_format else _output_name(fmt, split, key[1], index))
                             for fmt in fmts)
             tasks.append(PackTask(source=source, source_format=source_format, source_sha256=entry.get("sha256"),
-                                  split=split, records_dir=out_dir, outputs=outputs, seq=seq, pred=pred,
+                                  split=split, records_dir=out.root, outputs=outputs, seq=seq, pred=pred,
                                   k=options.max_per_pack, settings_key=settings_key))
-    return manifest, manifest_sha256, out_dir, fmts, {"seq": seq, "pred": pred, "k": options.max_per_pack}, tasks
+    return manifest, manifest_sha256, out, fmts, {"seq": seq, "pred": pred, "k": options.max_per_pack}, tasks
 
 
 def _output_name(fmt, split, source, index):
@@ -137,13 +139,13 @@ def pack(options: PackOptions | None = None, /, *, quiet: bool = True, **fields:
     A rerun packs only the shards not already complete (`complete_before`: none was left)."""
     options = options or PackOptions(**fields)
     started = time.monotonic()
-    source, source_sha256, out_dir, fmts, dims, tasks = plan(options)
-    if storage.absolute(out_dir) == storage.absolute(options.records_dir):
+    source, source_sha256, out, fmts, dims, tasks = plan(options)
+    if storage.absolute(out.root) == storage.absolute(options.records_dir):
         raise UsageError(f"--out {options.out}: the packed records would overwrite their input")
-    refuse_overlap(out_dir, [options.records_dir])
+    refuse_overlap(out.root, [options.records_dir])
     progress = Progress("pack", total=len(tasks), unit="shards", quiet=quiet)
-    with hold(out_dir, "bertprep pack"):  # clears what killed runs left in .partial/
-        previous = load_manifest(out_dir) or {}
+    with hold(out.root, "bertprep pack"):  # clears what killed runs left in .partial/
+        previous = load_manifest(out) or {}
         wanted = {relative for task in tasks for relative in task.output_paths().values()}
         files = {rel: entry for rel, entry in (previous.get("files") or {}).items() if rel in wanted}
         pending = [task for task in tasks if not is_complete(task, files)]
@@ -163,13 +165,13 @@ def pack(options: PackOptions | None = None, /, *, quiet: bool = True, **fields:
             for result in engine.run(pack_shard, pending, describe=lambda task: task.source):
                 files.update(result["files"])
                 manifest["packing"] = packing_figures(tasks, files, dims["k"])
-                save_manifest(out_dir, manifest)
+                save_manifest(out, manifest)
                 progress.advance(1, sequences=result["sequences"])
         manifest["packing"] = packing_figures(tasks, files, dims["k"])
         if manifest != previous:  # a complete rerun rewrites nothing, not even the same manifest
-            save_manifest(out_dir, manifest)
+            save_manifest(out, manifest)
     progress.close()
-    summary = summarize(out_dir, manifest, tasks, time.monotonic() - started, len(pending))
+    summary = summarize(out, manifest, tasks, time.monotonic() - started, len(pending))
     return Summary("bertprep pack: done", summary, tuple(summary_rows(summary, fmts)), complete_before=not pending)
 
 
@@ -195,10 +197,10 @@ def packing_figures(tasks, files, k):
     return figures
 
 
-def summarize(out_dir, manifest, tasks, seconds, packed):
+def summarize(out, manifest, tasks, seconds, packed):
     packing = manifest["packing"]
     return {
-        "records_dir": storage.display(out_dir),
+        "records_dir": str(out),
         "kind": PACKED.name,
         "dims": manifest["dims"],
         **{key: packing[key] for key in ("sequences", "rows", "tokens", "ratio", "lower_bound_ratio",

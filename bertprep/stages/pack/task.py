@@ -16,8 +16,9 @@ import re
 import numpy as np
 
 from bertprep import formats, storage
-from bertprep.atomic import atomic_open, staging_dir
+from bertprep.atomic import staging_dir
 from bertprep.errors import DataError
+from bertprep.folder import Folder
 from bertprep.formats import codecs
 from bertprep.formats.frames import map_file, walk_frames
 from bertprep.formats.schemas import PACKED, PRETRAINING
@@ -63,10 +64,10 @@ def pack_shard(task):
         "strategy": strategy,
         "sequences_per_row": np.bincount((members >= 0).sum(axis=1), minlength=task.k + 1).tolist(),
     }
+    out = Folder(task.records_dir)
+    staging = staging_dir(out.root)  # the run holds the tree; .partial/ is where no reader looks
     with contextlib.ExitStack() as stack:
-        staging = staging_dir(task.records_dir)  # the run holds the tree; .partial/ is where no reader looks
-        outputs = [(fmt, relative, stack.enter_context(atomic_open(storage.join(task.records_dir, relative),
-                                                                   staging=staging)),
+        outputs = [(fmt, relative, stack.enter_context(out.atomic_open(relative, staging=staging)),
                     hashlib.sha256(), [0]) for fmt, relative in task.outputs if codecs.get(fmt).framed]
         chunks = []  # a columnar file is written whole, from every chunk's rows
         for first in range(0, len(members), CHUNK):
@@ -84,8 +85,7 @@ def pack_shard(task):
             dims = {"seq": task.seq, "pred": task.pred, "k": task.k}
             rows = {f.name: np.concatenate([c[f.name] for c in chunks]) if chunks
                     else np.zeros((0, f.size(dims))) for f in PACKED.features}
-            written[relative] = (fmt, *codecs.get(fmt).write(storage.join(task.records_dir, relative), rows, PACKED,
-                                                             staging_dir(task.records_dir)))
+            written[relative] = (fmt, *codecs.get(fmt).write(out.path(relative), rows, PACKED, staging))
     files = {relative: {"format": fmt, "split": task.split, "source": storage.display(task.source),
                         "source_sha256": task.source_sha256, "settings": task.settings_key,
                         "instances": len(members), **figures, "bytes": size, "sha256": digest}

@@ -14,7 +14,7 @@ import os
 import re
 
 from bertprep import formats, storage
-from bertprep.atomic import walk
+from bertprep.folder import Folder
 from bertprep.formats import codecs
 from bertprep.formats.schemas import kind_of_manifest
 from bertprep.progress import Progress
@@ -45,10 +45,11 @@ class RecordFile:
 
 def find_record_files(path):
     """Record files under `path` (or `path` itself) in natural order: tfrecord files, then OFRecord parts."""
-    if storage.isfile(path):
+    tree = Folder(path)
+    if tree.isfile():
         return [RecordFile(path, formats.sniff_format(path), _split_of(path))]
     found = []
-    for root, dirs, files in walk(path):  # sorted, without .partial/ and other hidden directories
+    for root, dirs, files in tree.walk():  # sorted, without .partial/ and other hidden directories
         for name in files:
             full = storage.join(root, name)
             if formats.format_of_name(name) is not None:
@@ -86,10 +87,11 @@ def _split_of(path):
 
 def find_manifest(path):
     """The manifest of a records stage (create, pack, create-squad, ...) at or above `path`, or None."""
-    directory = path if storage.isdir(path) else os.path.dirname(path)
+    directory = path if Folder(path).isdir() else os.path.dirname(path)
     for _ in range(4):
-        candidate = storage.join(directory, MANIFEST)
-        if storage.isfile(candidate):
+        folder = Folder(directory)
+        candidate = folder.path(MANIFEST)
+        if folder.isfile(MANIFEST):
             manifest, problem = read_manifest(candidate)
             if problem:
                 return {"_path": candidate, "_error": problem}
@@ -106,10 +108,11 @@ def find_manifest(path):
 
 def dataset_roots(path):
     """The datasets under `path`: each directory below it with a create manifest, else `path` itself."""
-    if storage.isfile(path) or find_manifest(path) is not None:
+    tree = Folder(path)
+    if tree.isfile() or find_manifest(path) is not None:
         return [path]
     roots = []
-    for root, dirs, files in walk(path):  # sorted, without .partial/ and other hidden directories
+    for root, dirs, files in tree.walk():  # sorted, without .partial/ and other hidden directories
         if MANIFEST in files and find_manifest(root) is not None and find_record_files(root):
             roots.append(root)
             dirs[:] = []

@@ -24,6 +24,7 @@ from typing import Any, TextIO
 
 from bertprep import formats, storage
 from bertprep.errors import DataError, UsageError
+from bertprep.folder import Folder
 from bertprep.options import check_types, errors_name_fields, normalise_paths, set_field
 from bertprep.progress import Summary, human_bytes
 from bertprep.stages.validate.dataset import (
@@ -74,7 +75,7 @@ class ValidateOptions:
         if not 1 <= len(self.paths) <= 2:
             raise UsageError(f"validate takes one or two paths, not {len(self.paths)}")
         for path in self.paths:
-            storage.require(path, "any", UsageError(f"{path}: no such file or directory"))
+            Folder(path).require("any", UsageError(f"{path}: no such file or directory"))  # a tree, or one file
         if self.max_errors < 0 or (self.workers is not None and self.workers < 1) or self.min_parts < 1:
             raise UsageError("--max-errors must be ≥ 0, --workers and --min-parts ≥ 1")
         if self.masked_lm_prob is not None and not 0 < self.masked_lm_prob < 1:

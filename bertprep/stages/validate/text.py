@@ -15,7 +15,7 @@ import os
 import numpy as np
 
 from bertprep import storage
-from bertprep.atomic import walk
+from bertprep.folder import Folder
 from bertprep.stages.download.glue import task_outputs
 from bertprep.stages.download.squad import FILES as SQUAD_FILES
 from bertprep.stages.validate.dataset import natural_key
@@ -48,10 +48,11 @@ GLUE_EXAMPLES = {
 
 def find_text_shards(path):
     """[(path, split)] of the text shards under `path` in natural order."""
-    if storage.isfile(path):
+    tree = Folder(path)
+    if tree.isfile():
         return [(path, _split_of(path) or "all")] if path.endswith(".txt") else []
     found = []
-    for root, dirs, files in walk(path):  # sorted, without .partial/ and other hidden directories
+    for root, dirs, files in tree.walk():  # sorted, without .partial/ and other hidden directories
         for name in files:
             split = _split_of(storage.join(root, name))
             if name.endswith(".txt") and split:
@@ -154,8 +155,9 @@ def validate_text_shards(path):
 
 def _check_listed_files(path, check, found):
     """Compare files with the stage manifest at `path` (bytes and sha256), if there is one."""
-    manifest_path = storage.join(path, MANIFEST)
-    if not storage.isfile(manifest_path):
+    tree = Folder(path)
+    manifest_path = tree.path(MANIFEST)
+    if not tree.isfile(MANIFEST):
         return []
     manifest, problem = read_manifest(manifest_path)
     if problem:
@@ -163,13 +165,13 @@ def _check_listed_files(path, check, found):
     entries = manifest.get("files") or {}
     findings = []
     for relative, entry in entries.items():
-        full = storage.join(path, relative)
-        if not storage.isfile(full):
+        full = tree.path(relative)
+        if not tree.isfile(relative):
             findings.append(Finding(check, full, None, None, "listed in manifest.json but missing"))
             continue
         if not isinstance(entry, dict):
             continue
-        size = storage.getsize(full) if entry.get("bytes") is not None else None  # an object's: one request
+        size = tree.getsize(relative) if entry.get("bytes") is not None else None  # an object's: one request
         if size is not None and size != entry["bytes"]:
             findings.append(Finding(check, full, None, None, f"{size:,} bytes, manifest.json says {entry['bytes']:,}"))
         elif entry.get("sha256") and _digest(full, "sha256") != entry["sha256"]:
@@ -193,7 +195,7 @@ def find_downloads(path):
     squad, glue = [], []
     known_squad = {name: (version, split, md5, examples)
                    for version, files in SQUAD_FILES.items() for split, name, md5, examples in files}
-    for root, dirs, files in walk(path):  # sorted, without .partial/ and other hidden directories
+    for root, dirs, files in Folder(path).walk():  # sorted, without .partial/ and other hidden directories
         for name in sorted(files):
             full = storage.join(root, name)
             if name in known_squad:
@@ -208,10 +210,11 @@ def find_downloads(path):
 def validate_downloads(path):
     """(findings, warnings, figures) of a downloads directory (SQuAD JSON, GLUE TSV)."""
     findings, warnings, figures = [], [], {}
+    downloads = Folder(path)
     squad, glue = find_downloads(path)
     for full, version, split, md5, expected in squad:
         examples, problem = _squad_examples(full, version)
-        figures[storage.relpath(full, path)] = {"examples": examples, "expected": expected}
+        figures[downloads.relpath(full)] = {"examples": examples, "expected": expected}
         if problem:
             findings.append(Finding("download_examples", full, None, None, problem))
         elif examples != expected:
@@ -232,7 +235,7 @@ def validate_downloads(path):
         rows, columns, problem = _tsv_rows(full)
         has_header = header is not None
         examples = rows - has_header
-        figures[storage.relpath(full, path)] = {"examples": examples, "expected": expected}
+        figures[downloads.relpath(full)] = {"examples": examples, "expected": expected}
         if problem:
             findings.append(Finding("download_examples", full, None, None, problem))
         if examples != expected:
@@ -294,12 +297,12 @@ def _listed_sha256(path):
     """The sha256 a download manifest (in the file's directory or above) lists for `path`, or None."""
     directory = os.path.dirname(storage.absolute(path))
     for _ in range(4):
-        manifest_path = storage.join(directory, MANIFEST)
-        if storage.isfile(manifest_path):
-            manifest, _problem = read_manifest(manifest_path)
+        folder = Folder(directory)
+        if folder.isfile(MANIFEST):
+            manifest, _problem = read_manifest(folder.path(MANIFEST))
             if manifest is None:
                 return None
-            entry = manifest.get("files", {}).get(storage.relpath(storage.absolute(path), directory))
+            entry = manifest.get("files", {}).get(folder.relpath(storage.absolute(path)))
             if isinstance(entry, dict) and entry.get("sha256"):
                 return entry["sha256"]
         directory = os.path.dirname(directory)
