@@ -4,7 +4,8 @@ columns, its frame sizes and how its files are named, written once; every stage 
     from bertprep.formats import codecs
     codecs.get("ofrecord").file_name("wiki_training_0", 3)     # 'part-3'
     codecs.get("tfrecord").header                              # 12 bytes before each payload
-    codecs.names()                                             # ('tfrecord', 'ofrecord', 'hdf5', 'parquet')
+    codecs.names()                                             # ('tfrecord', 'ofrecord', 'hdf5', 'parquet', 'megatron')
+    codecs.record_names()                                      # those holding masked-LM records: the first four
 
     codecs.get("hdf5").write(path, columns, kind)             # (bytes, sha256), whole or not at all
     codecs.get("parquet").read_columns(path)                  # (kind, {feature: (N, length) array})
@@ -12,11 +13,18 @@ columns, its frame sizes and how its files are named, written once; every stage 
 
 Adding a format is its module here (its encoder and reader: `module`) and its `Codec` in `_REGISTERED`;
 `framing.CODECS` and `columnar.CODECS`, which hand a format's bytes to its module, are read from the registry.
+
+A codec says what its files hold (`holds`): BERT records of a kind (`RECORDS`: what create, pack, convert and
+validate's record checks read and write, `record_names()`), or token ids per sentence with document boundaries
+(`SEQUENCES`: Megatron-Core's indexed dataset, which its loader pairs, truncates and masks itself; written by
+`bertprep tokenize`, `sequence_names()`). A sequence format is never offered where records are asked for.
 """
 
 import dataclasses
 import importlib
 import re
+
+RECORDS, SEQUENCES = "records", "sequences"  # what a format's files hold: Codec.holds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +63,9 @@ class Codec:
     # What its files are called in the ecosystems that read them (a full match), so a name says its format
     # before any byte is read; the default is any name ending in `suffix`.
     name_pattern: str | None = None
+    # What a file holds: RECORDS (masked-LM records of a kind, one per instance) or SEQUENCES (a token id
+    # sequence per sentence and the document boundaries: Megatron's .bin/.idx pair, `bertprep tokenize`).
+    holds: str = RECORDS
 
     @property
     def implementation(self):
@@ -111,7 +122,11 @@ OFRECORD = Codec("ofrecord", framed=True, suffix=None, header=8, int_kinds=("int
 HDF5 = Codec("hdf5", framed=False, suffix=".hdf5")
 PARQUET = Codec("parquet", framed=False, suffix=".parquet", datasets_builder="parquet")
 
-_REGISTERED = {codec.name: codec for codec in (TFRECORD, OFRECORD, HDF5, PARQUET)}
+# Megatron-Core's IndexedDataset: <prefix>.bin (the ids) and <prefix>.idx (header, dtype, lengths, offsets,
+# document indices); a prefix is named by its .idx. Not a record format: create's --format never lists it.
+MEGATRON = Codec("megatron", framed=False, suffix=".idx", holds=SEQUENCES, name_pattern=r".*\.(bin|idx)")
+
+_REGISTERED = {codec.name: codec for codec in (TFRECORD, OFRECORD, HDF5, PARQUET, MEGATRON)}
 
 
 def get(name):
@@ -123,9 +138,14 @@ def get(name):
 
 
 def of_file_name(name):
-    """The codec whose ecosystem names a file `name` (no directory) so, or None (then its bytes tell:
-    framing.sniff_format)."""
-    return next((codec for codec in _REGISTERED.values() if codec.names_file(name)), None)
+    """The record codec whose ecosystem names a file `name` (no directory) so, or None (then its bytes tell:
+    framing.sniff_format). Sequence files are found by their own format's module, never as records."""
+    return next((_REGISTERED[fmt] for fmt in record_names() if _REGISTERED[fmt].names_file(name)), None)
+
+
+def of_sequence_file_name(name):
+    """The sequence codec (`bertprep tokenize`'s formats) whose files are named like `name`, or None."""
+    return next((_REGISTERED[fmt] for fmt in sequence_names() if _REGISTERED[fmt].names_file(name)), None)
 
 
 def names():
@@ -133,9 +153,19 @@ def names():
     return tuple(_REGISTERED)
 
 
+def record_names():
+    """The formats that hold masked-LM records: what create, pack, convert and validate offer and read."""
+    return tuple(name for name, codec in _REGISTERED.items() if codec.holds == RECORDS)
+
+
+def sequence_names():
+    """The formats that hold token sequences with document boundaries (`bertprep tokenize --format`)."""
+    return tuple(name for name, codec in _REGISTERED.items() if codec.holds == SEQUENCES)
+
+
 def framed_names():
     """The formats that frame records one after another (TFRecord, OFRecord)."""
-    return tuple(name for name, codec in _REGISTERED.items() if codec.framed)
+    return tuple(name for name, codec in _REGISTERED.items() if codec.framed and codec.holds == RECORDS)
 
 
 def finetuning_names():
