@@ -73,8 +73,8 @@ def compare(ours, theirs):
     sys.path.insert(0, str(REPO))
     from bertprep.formats import codecs
 
-    module = codecs.get(codecs.sequence_names()[0]).implementation
-    a, b = module.read(str(ours)), module.read(str(theirs))
+    codec = codecs.get(codecs.sequence_names()[0])
+    a, b = codec.read_sequences(str(ours)), codec.read_sequences(str(theirs))
     same = sum(a.sequence(i).tolist() == b.sequence(i).tolist() for i in range(min(len(a.lengths), len(b.lengths))))
     bytes_equal = all(Path(str(ours) + s).read_bytes() == Path(str(theirs) + s).read_bytes() for s in (".bin", ".idx"))
     return same, max(len(a.lengths), len(b.lengths)), a.document_indices.tolist() == b.document_indices.tolist(), \

@@ -229,9 +229,14 @@ def test_validate_and_inspect_find_what_megatron_would_misread(tokenized, tmp_pa
     index = bytearray(open(prefix_of(copy, *shards()[1]) + ".idx", "rb").read())
     index[34 + 4 * 5] += 1  # the 6th sequence's length: the offsets after it no longer add up
     open(prefix_of(copy, *shards()[1]) + ".idx", "wb").write(index)
-    module = codecs.get(SEQUENCES).implementation
     with pytest.raises(DataError, match="byte offset .* is not the sum of the lengths before it"):
-        module.read(prefix_of(copy, *shards()[1]))
+        codecs.get(SEQUENCES).read_sequences(prefix_of(copy, *shards()[1]))
+    index[34 + 4 * 5] -= 1
+    index[9 + 8 + 1] += 1  # one sequence more than the index holds
+    open(prefix_of(copy, *shards()[1]) + ".idx", "wb").write(index)
+    report = bertprep.validate(paths=(prefix_of(copy, *shards()[1]) + ".idx",))
+    assert not report.sound and report["findings"][0]["file"] == prefix_of(copy, *shards()[1]) + ".idx"
+    assert "bytes, but its counts (" in report["findings"][0]["message"]
     other_vocab = tmp_path / "vocab.txt"
     other_vocab.write_text(open(VOCAB).read() + "extra\n")
     report = bertprep.validate(paths=(str(out),), vocab=str(other_vocab))
@@ -259,3 +264,12 @@ def test_the_command_prints_its_summary_as_json(tmp_path):
     assert result.returncode == 0 and result.stderr == ""
     summary = json.loads(result.stdout)
     assert summary["counts"]["training"] == {"documents": 36, "sequences": 392, "tokens": 11010}
+
+
+def test_no_lower_case_tokenizes_as_create_does_for_cased_vocabs(tmp_path):
+    split, shard = shards()[0]
+    bertprep.tokenize(input=(shard,), vocab=VOCAB, out=str(tmp_path), corpus="cased", lower_case=False)
+    dataset = megatron_indexed.IndexedDataset(prefix_of(tmp_path / "cased", split, shard))
+    cased, _ = expected_sequences(shard, LineTokenizer(load_vocab(VOCAB), lower_case=False))
+    assert [dataset[i].tolist() for i in range(len(dataset))] == cased
+    assert cased != expected_sequences(shard, LineTokenizer(load_vocab(VOCAB)))[0]

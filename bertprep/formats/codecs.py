@@ -55,7 +55,10 @@ class Codec:
     # no format module, so a format module may use the registry). Every one has `write(path, columns, kind,
     # staging)` and `read_columns(path, sha256)`; framed: `frame`, `encode`, `message`, `decode`,
     # `iter_payloads`, `FIELD_BY_KIND`/`KIND_BY_FIELD`, `INT_KIND`; columnar: `SUFFIX`, `LIBRARY`, `MAGIC`,
-    # `encode(columns, kind)`, `decode(path, sha256)` (formats/columnar.py).
+    # `encode(columns, kind)`, `decode(path, sha256)` (formats/columnar.py). A sequence format's module instead
+    # has `write(prefix, tokens, lengths, document_indices, dtype, staging)`, `read(prefix, sha256)`,
+    # `optimal_dtype`, `prefix_name`, `prefixes` and `BIN_IDX` (its files' suffixes): write_sequences and
+    # read_sequences below.
     module: str = ""
     # Whether the C core (bertprep/native/) frames, decodes and encodes it; a format it does not know goes
     # through the Python twins (python_decoder.py, encode.encode_instances_python): the same bytes, slower.
@@ -104,6 +107,18 @@ class Codec:
         as one file of this format, atomically (a temporary name, then a rename or one upload); (bytes, sha256).
         The same bytes for any caller: its module's `write`."""
         return self.implementation.write(path, columns, kind, staging)
+
+    def write_sequences(self, prefix, tokens, lengths, document_indices, vocab_size, staging=None):
+        """A sequence format's files for `prefix` (`holds` SEQUENCES): every sequence's ids one after another
+        (`tokens`, `lengths[i]` of them for sequence i) and the document indices (0, then each document's end),
+        the ids in the width the format picks for `vocab_size`; atomically, {file suffix: (bytes, sha256)}."""
+        module = self.implementation
+        return module.write(prefix, tokens, lengths, document_indices, module.optimal_dtype(vocab_size), staging)
+
+    def read_sequences(self, prefix, sha256=None):
+        """The sequences of `prefix`'s files (`.tokens`, `.lengths`, `.document_indices`, `.sequence(i)`), their
+        structure checked, and their bytes against `sha256` ({file suffix: digest}) where given."""
+        return self.implementation.read(prefix, sha256)
 
     def read_columns(self, path, sha256=None):
         """(kind, {feature: (N, length) array}) of a whole file of this format, by its module's `read_columns`;

@@ -96,9 +96,7 @@ class CreateOptions:
     workdir: str | None = None
 
     def __post_init__(self):
-        check_types(self)
-        normalise_paths(self, "input", "vocab", "out", "workdir")
-        storage.check_schemes(self.out, self.workdir, self.vocab, *(self.input or ()))
+        check_shard_stage_fields(self)
         for name, value, choices in (("--layout", self.layout, LAYOUTS), ("--masking", self.masking, MASKINGS)):
             if value not in choices:
                 raise UsageError(f"{name} must be one of {', '.join(choices)}, not {value!r}")
@@ -135,6 +133,14 @@ class CreateOptions:
             raise UsageError(f"--masked-lm-prob must be in (0, 1], not {self.masked_lm_prob}")
         if not 0.0 <= self.short_seq_prob <= 1.0:
             raise UsageError(f"--short-seq-prob must be in [0, 1], not {self.short_seq_prob}")
+
+
+def check_shard_stage_fields(options):
+    """What a stage reading text shards with a vocab checks first (create, tokenize): field types, its paths
+    normalised, their schemes known."""
+    check_types(options)
+    normalise_paths(options, "input", "vocab", "out", "workdir")
+    storage.check_schemes(options.out, options.workdir, options.vocab, *(options.input or ()))
 
 
 @dataclass(frozen=True)

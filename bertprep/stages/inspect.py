@@ -125,8 +125,7 @@ def inspect(options: InspectOptions | None = None, /, *, stream: TextIO | None =
 def inspect_sequences(path, codec, options, words, stream):
     """The sequences `options` selects of an indexed dataset (`path`: its .bin or .idx), each as its document
     number, its ids and, with a vocab, its tokens."""
-    module = codec.implementation
-    data = module.read(module.prefixes(path)[0])
+    data = codec.read_sequences(codec.implementation.prefixes(path)[0])
     shown = []
     for index in range(options.skip, min(options.skip + options.num, len(data.lengths))):
         ids = data.sequence(index).tolist()

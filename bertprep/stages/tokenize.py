@@ -41,12 +41,13 @@ from bertprep.corpus import read_text, tokenize_corpus
 from bertprep.engines import EngineOptions, open_engine
 from bertprep.errors import DataError, UsageError
 from bertprep.formats import codecs
-from bertprep.options import build_options, check_types, errors_name_fields, normalise_paths, refuse_overlap
+from bertprep.options import build_options, errors_name_fields, refuse_overlap
 from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.stages.create import (
     _corpus_name,
     _tokenizer_and_vocab,
     check_input,
+    check_shard_stage_fields,
     default_inputs,
     discover_inputs,
     read_vocab,
@@ -75,9 +76,7 @@ class TokenizeOptions:
     workdir: str | None = None
 
     def __post_init__(self):
-        check_types(self)
-        normalise_paths(self, "input", "vocab", "out", "workdir")
-        storage.check_schemes(self.out, self.workdir, self.vocab, *(self.input or ()))
+        check_shard_stage_fields(self)
         if self.format not in codecs.sequence_names():
             raise UsageError(f"--format must be one of {', '.join(codecs.sequence_names())}, not {self.format!r}")
         if self.corpus is not None:
@@ -122,9 +121,8 @@ def shard_sequences(task):
 def tokenize_shard(task):
     """Tokenize one shard and write its files; their manifest entries."""
     tokens, lengths, documents = shard_sequences(task)
-    module = codecs.get(task.format).implementation
-    written = module.write(storage.join(task.out_dir, task.prefix), tokens, lengths, documents,
-                           module.optimal_dtype(task.vocab_size), staging_dir(task.out_dir))
+    written = codecs.get(task.format).write_sequences(storage.join(task.out_dir, task.prefix), tokens, lengths,
+                                                      documents, task.vocab_size, staging_dir(task.out_dir))
     counts = {"sequences": len(lengths), "documents": len(documents) - 1, "tokens": len(tokens)}
     entries = {task.prefix + suffix: {"format": task.format, "split": task.split,
                                       "source": storage.display(task.source), "source_sha256": task.source_sha256,

@@ -70,7 +70,8 @@ def validate_sequence_set(fmt, prefixes, vocab_size=None):
                 entries = {}
         bound = vocab_size or ((manifest or {}).get("vocab") or {}).get("size")
         try:
-            data = module.read(prefix, {suffix: entry.get("sha256") for suffix, entry in entries.items()})
+            data = codecs.get(fmt).read_sequences(prefix, {suffix: entry.get("sha256")
+                                                           for suffix, entry in entries.items()})
         except DataError as exc:
             named, message = str(exc).split(": ", 1)
             findings.append(Finding("sequence_manifest" if "manifest" in message else "sequences", named,
