@@ -31,7 +31,7 @@ from pathlib import Path
 from bench_shard import MEASURE
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("BERTPREP_SHARED", "/work/shared"))
+SHARED = Path(os.environ.get("BERTPREP_SHARED") or REPO.parent / "shared")  # as tests/conftest.py finds it
 
 
 def documents(text):

@@ -27,7 +27,6 @@ trusts the counts): each disagreement is one DataError naming the file.
 
 import dataclasses
 import hashlib
-import os
 import struct
 
 import numpy as np
@@ -149,16 +148,24 @@ def read(prefix, sha256=None):
     return Sequences(np.frombuffer(data, dtype), lengths, pointers, document_indices)
 
 
+def is_dataset(prefix):
+    """Whether `prefix` names an indexed dataset: its .idx exists and opens with Megatron's magic or has its .bin
+    beside it (a damaged index is still found, to be reported). A record file that happens to end in .bin,
+    with no index, is not one."""
+    if not storage.isfile(prefix + IDX):
+        return False
+    with storage.open(prefix + IDX, "rb") as f:
+        return f.read(len(MAGIC)) == MAGIC or storage.isfile(prefix + BIN)
+
+
 def prefixes(path):
     """The indexed datasets at `path`: a prefix, its .bin or .idx, or a directory walked (sorted) for .idx
     files; [] when it holds none."""
-    if path.endswith((BIN, IDX)) and storage.isfile(path):
-        return [path[:-len(IDX)]]
-    if storage.isfile(path + IDX):
-        return [path]
-    if not storage.isdir(path):
-        return []
-    found = []
-    for root, _dirs, files in storage.walk(path):  # sorted, .partial/'s temporaries never seen
-        found += [storage.join(root, name[:-len(IDX)]) for name in sorted(files) if name.endswith(IDX)]
-    return sorted(found, key=lambda p: (os.path.dirname(p), p))
+    if storage.isfile(path):
+        candidates = [path[:-len(IDX)]] if path.endswith(BIN_IDX) else []
+    elif storage.isdir(path):
+        candidates = [storage.join(root, name[:-len(IDX)]) for root, _dirs, files in storage.walk(path)
+                      for name in sorted(files) if name.endswith(IDX)]  # sorted walk: .partial/ never seen
+    else:
+        candidates = [path]
+    return [prefix for prefix in candidates if is_dataset(prefix)]

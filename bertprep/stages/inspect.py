@@ -92,7 +92,7 @@ def inspect(options: InspectOptions | None = None, /, *, stream: TextIO | None =
     vocab_path = resolve_vocab_path(options.vocab) if options.vocab else None
     words = load_vocab(vocab_path).tokens if vocab_path else None  # tokens[id]: the line of that id
     sequence_codec = codecs.of_sequence_file_name(os.path.basename(path))
-    if sequence_codec is not None:  # token sequences (`bertprep tokenize`), not records
+    if sequence_codec is not None and sequence_codec.implementation.prefixes(path):  # token sequences, not records
         return inspect_sequences(path, sequence_codec, options, words, stream)
     fmt = formats.sniff_format(path)
     try:
