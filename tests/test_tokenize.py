@@ -72,8 +72,10 @@ def test_megatron_indexed_dataset_reads_every_sentence_and_document(tokenized):
         assert dataset.document_indices.tolist() == documents
         total += len(sequences)
     assert total == sum(c["sequences"] for c in summary["counts"].values()) == 454
-    prefixes = (out / "data-path.txt").read_text().split()
-    assert prefixes == [prefix_of(out, split, shard) for split, shard in shards() if split == "training"]
+    words = (out / "data-path.txt").read_text().split()  # Megatron's --data-path: weight prefix weight prefix ...
+    assert words[1::2] == [prefix_of(out, split, shard) for split, shard in shards() if split == "training"]
+    datasets = [megatron_indexed.IndexedDataset(p) for p in words[1::2]]  # held: their arrays map its files
+    assert [int(w) for w in words[0::2]] == [int(d.sequence_lengths.sum()) for d in datasets]  # weights: tokens
 
 
 # megatron-core 0.16.1's builder hands NumPy 2 a tensor through __array__ without `copy`: its warning, not ours.
@@ -181,6 +183,28 @@ def test_bert_masked_wordpiece_dataset_builds_samples_from_our_files(tokenized, 
             assert any(is_run_of(b + a if sample["is_random"] else a + b, d) for d in documents), index
         assert ((loss > 0) & (loss < real - 1)).all() and not np.isin(loss, [0, boundary - 1, real - 1]).any()
     assert masked > 0
+
+
+def test_megatrons_dataset_builder_takes_data_path_txt_as_its_data_path(tokenized, tmp_path, single_process_group):
+    """What `--data-path $(cat data-path.txt)` gives Megatron: its own parser and BlendedMegatronDatasetBuilder."""
+    from megatron.core.datasets.bert_dataset import BERTMaskedWordPieceDataset, BERTMaskedWordPieceDatasetConfig
+    from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
+    from megatron.core.datasets.utils import get_blend_from_list
+
+    out, summary = tokenized
+    prefixes, weights = get_blend_from_list((out / "data-path.txt").read_text().split())
+    assert len(prefixes) == 8 and sum(weights) == summary["counts"]["training"]["tokens"]
+    config = BERTMaskedWordPieceDatasetConfig(
+        random_seed=1234, sequence_length=64, blend=(prefixes, weights), split="100,0,0",
+        path_to_cache=str(tmp_path / "cache"), tokenizer=VocabTokenizer(VOCAB), masking_probability=0.15,
+        short_sequence_probability=0.1, masking_max_ngram=1, masking_do_full_word=False,
+        masking_do_permutation=False, masking_use_longer_ngrams=False, masking_use_geometric_distribution=False,
+        classification_head=True)
+    train, valid, test = BlendedMegatronDatasetBuilder(BERTMaskedWordPieceDataset, [200, 0, 0], lambda: True,
+                                                       config).build()
+    assert len(train) >= 200 and valid is None and test is None
+    samples = [train[i] for i in range(0, 200, 20)]
+    assert all(s["text"][0] == config.tokenizer.cls and s["loss_mask"].sum() > 0 for s in samples)
 
 
 def test_workers_give_the_same_bytes_and_a_rerun_resumes(tokenized, tmp_path):

@@ -14,7 +14,7 @@ One output per input shard, in the format's own files (the codec of
 Megatron-LM's preprocess_data names sentence-level output):
 
     <out>/<corpus>/manifest.json
-    <out>/<corpus>/data-path.txt                    the training prefixes, as --data-path takes them
+    <out>/<corpus>/data-path.txt                    "<tokens> <prefix>" per training shard: --data-path
     <out>/<corpus>/<split>/<stem>_text_sentence.bin
     <out>/<corpus>/<split>/<stem>_text_sentence.idx
 
@@ -55,7 +55,11 @@ from bertprep.stages.create import (
 from bertprep.tokenization import resolve_vocab_path
 from bertprep.workdir import SPLITS, check_corpus_name, file_matches, load_manifest, resolve_workdir, save_manifest
 
-DATA_PATH = "data-path.txt"  # the training prefixes, space-separated: `--data-path $(cat data-path.txt)`
+# `--data-path $(cat data-path.txt)`: "<tokens> <prefix>" for each training shard. Weighted by size, a blend
+# draws from each shard as a concatenation would; and megatron-core 0.16.1 cannot build BERT samples from an
+# unweighted list (each dataset is then sized as one epoch, num_samples None, which its C++ build_mapping
+# refuses), where a weighted one works.
+DATA_PATH = "data-path.txt"
 
 
 @errors_name_fields
@@ -176,10 +180,11 @@ def is_complete(task, files):
     return True
 
 
-def data_path_line(out_dir, tasks):
-    """Megatron's --data-path form of the training prefixes: absolute, space-separated, unweighted."""
-    return " ".join(storage.display(storage.join(out_dir, task.prefix)) for task in tasks
-                    if task.split == "training") + "\n"
+def data_path_pairs(out_dir, tasks, files):
+    """[(tokens, prefix)] of the training shards, in input order: Megatron's --data-path as weights and
+    absolute prefixes."""
+    return [(files[task.files()[0]]["tokens"], storage.display(storage.join(out_dir, task.prefix)))
+            for task in tasks if task.split == "training"]
 
 
 # -- the command ------------------------------------------------------------------------------
@@ -212,8 +217,9 @@ def tokenize(options: TokenizeOptions | None = None, /, *, quiet: bool = True, *
                 save_manifest(out_dir, manifest)
                 progress.advance(1, sequences=result["sequences"])
         manifest["counts"] = split_counts(tasks, files)
-        manifest["data_path"] = data_path_line(out_dir, tasks).split()
-        atomic_write_bytes(storage.join(out_dir, DATA_PATH), data_path_line(out_dir, tasks).encode())
+        manifest["data_path"] = data_path_pairs(out_dir, tasks, files)
+        line = " ".join(f"{tokens} {prefix}" for tokens, prefix in manifest["data_path"]) + "\n"
+        atomic_write_bytes(storage.join(out_dir, DATA_PATH), line.encode())
         save_manifest(out_dir, manifest)
     progress.close()
     summary = {"out": storage.display(out_dir), "format": options.format, "dtype": settings["dtype"],
