@@ -74,7 +74,10 @@ def test_megatron_indexed_dataset_reads_every_sentence_and_document(tokenized):
     assert total == sum(c["sequences"] for c in summary["counts"].values()) == 454
     words = (out / "data-path.txt").read_text().split()  # Megatron's --data-path: weight prefix weight prefix ...
     assert words[1::2] == [prefix_of(out, split, shard) for split, shard in shards() if split == "training"]
-    datasets = [megatron_indexed.IndexedDataset(p) for p in words[1::2]]  # held: their arrays map its files
+    test_words = (out / "test-data-path.txt").read_text().split()
+    assert test_words[1::2] == [prefix_of(out, split, shard) for split, shard in shards() if split == "test"]
+    datasets = [megatron_indexed.IndexedDataset(p) for p in words[1::2] + test_words[1::2]]  # held: arrays map files
+    words += test_words
     assert [int(w) for w in words[0::2]] == [int(d.sequence_lengths.sum()) for d in datasets]  # weights: tokens
 
 

@@ -15,6 +15,7 @@ Megatron-LM's preprocess_data names sentence-level output):
 
     <out>/<corpus>/manifest.json
     <out>/<corpus>/data-path.txt                    "<tokens> <prefix>" per training shard: --data-path
+    <out>/<corpus>/test-data-path.txt               the same for the test shards: --valid-data-path
     <out>/<corpus>/<split>/<stem>_text_sentence.bin
     <out>/<corpus>/<split>/<stem>_text_sentence.idx
 
@@ -60,6 +61,7 @@ from bertprep.workdir import SPLITS, check_corpus_name, file_matches, load_manif
 # unweighted list (each dataset is then sized as one epoch, num_samples None, which its C++ build_mapping
 # refuses), where a weighted one works.
 DATA_PATH = "data-path.txt"
+TEST_DATA_PATH = "test-data-path.txt"  # the test shards alike, where there are some: --valid-data-path
 
 
 @errors_name_fields
@@ -180,11 +182,24 @@ def is_complete(task, files):
     return True
 
 
-def data_path_pairs(out_dir, tasks, files):
-    """[(tokens, prefix)] of the training shards, in input order: Megatron's --data-path as weights and
+def data_path_pairs(out_dir, tasks, files, split):
+    """[(tokens, prefix)] of the shards of `split`, in input order: Megatron's --data-path as weights and
     absolute prefixes."""
     return [(files[task.files()[0]]["tokens"], storage.display(storage.join(out_dir, task.prefix)))
-            for task in tasks if task.split == "training"]
+            for task in tasks if task.split == split]
+
+
+def write_data_paths(out_dir, tasks, files):
+    """data-path.txt (training) and test-data-path.txt (where there is a test split); {split: pairs}."""
+    written = {}
+    for split, name in (("training", DATA_PATH), ("test", TEST_DATA_PATH)):
+        pairs, path = data_path_pairs(out_dir, tasks, files, split), storage.join(out_dir, name)
+        if pairs or split == "training":  # data-path.txt always: a command line may read it
+            atomic_write_bytes(path, (" ".join(f"{t} {p}" for t, p in pairs) + "\n").encode())
+            written[split] = pairs
+        elif storage.exists(path):  # an earlier run's test split, no longer given
+            storage.remove(path)
+    return written
 
 
 # -- the command ------------------------------------------------------------------------------
@@ -217,9 +232,7 @@ def tokenize(options: TokenizeOptions | None = None, /, *, quiet: bool = True, *
                 save_manifest(out_dir, manifest)
                 progress.advance(1, sequences=result["sequences"])
         manifest["counts"] = split_counts(tasks, files)
-        manifest["data_path"] = data_path_pairs(out_dir, tasks, files)
-        line = " ".join(f"{tokens} {prefix}" for tokens, prefix in manifest["data_path"]) + "\n"
-        atomic_write_bytes(storage.join(out_dir, DATA_PATH), line.encode())
+        manifest["data_path"] = write_data_paths(out_dir, tasks, files)
         save_manifest(out_dir, manifest)
     progress.close()
     summary = {"out": storage.display(out_dir), "format": options.format, "dtype": settings["dtype"],
