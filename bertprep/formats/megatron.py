@@ -19,8 +19,9 @@ level prefix `<output prefix>_text_sentence` (json key "text", level
 "sentence"): `prefix_name`. The files hold sequences, not masked-LM records
 (`Codec.holds`): no record stage reads or offers them.
 
-`write` stages both files and renames the .bin before the .idx: a prefix is
-found by its .idx, so a reader never opens one whose .bin is missing. `read`
+`write` removes an earlier .idx, then stages both files and renames the .bin
+before the .idx: a prefix is found by its .idx, so a reader never opens one
+whose .bin is missing or another run's. `read`
 checks what Megatron's reader assumes without checking (it memory-maps and
 trusts the counts): each disagreement is one DataError naming the file.
 """
@@ -72,6 +73,8 @@ def write(prefix, tokens, lengths, document_indices, dtype, staging=None):
     data = np.asarray(tokens).astype(dtype, copy=False).tobytes()  # ids already checked below the vocab size
     index = index_bytes(lengths, document_indices, dtype)
     written = {}
+    if storage.exists(prefix + IDX):  # an earlier pair goes first: its index never describes the new .bin
+        storage.remove(prefix + IDX)
     for suffix, payload in zip(BIN_IDX, (data, index)):
         with atomic_open(prefix + suffix, "wb", staging) as f:
             f.write(payload)
