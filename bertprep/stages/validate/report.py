@@ -5,8 +5,10 @@ command line).
         [--plot report.png] [--max-errors 20] [--workers N] [--min-parts K]
 
 PATH is a records directory from `bertprep create` (either or both formats),
-a single record file, a text shard directory from `bertprep shard`, or a
-downloads directory (SQuAD/GLUE); a work directory holds all of them and gets
+a single record file, a text shard directory from `bertprep shard`, a
+downloads directory (SQuAD/GLUE), or token sequences from `bertprep
+tokenize` (a directory, or one .bin/.idx: `sequences.py`); a work directory
+holds all of them and gets
 every check. The report says whether the dataset is `sound`; the command
 exits 0 when it is (warnings allowed), 1 when a check fails, 2 on usage
 errors.
