@@ -312,3 +312,27 @@ def test_a_record_file_named_bin_is_still_read_as_records(golden_dir, tmp_path):
     assert shown["kind"] == "pretraining" and shown["records"][0]["record"] == 0
     report = bertprep.validate(paths=(str(records),))
     assert "sequences" not in report.fields and "sequences" not in report["checks"] and report["datasets"]
+
+
+def test_a_bucket_run_writes_the_local_bytes(s3_bucket, tokenized):
+    """Inputs read from and files written to an object store (SeaweedFS's S3) through bertprep.storage."""
+    import s3fs
+
+    fs = s3fs.S3FileSystem(skip_instance_cache=True)
+    root = s3_bucket.split("://", 1)[1]
+    fs.put(CORPUS, f"{root}/in/sample_corpus", recursive=True)
+    summary = bertprep.tokenize(input=(f"{s3_bucket}/in/sample_corpus",), vocab=VOCAB, out=f"{s3_bucket}/out",
+                                engine=bertprep.EngineOptions(workers=2))
+    out, local = tokenized
+    assert summary["counts"] == local["counts"] and summary["out"] == f"{s3_bucket}/out/sample_corpus"
+    stored = {key[len(root) + len("/out/sample_corpus/"):]: fs.cat_file(key)
+              for key in fs.find(f"{root}/out/sample_corpus")}
+    files = {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert sorted(stored) == sorted(files)
+    for name, data in files.items():
+        if name.endswith(".txt"):  # the prefixes: the bucket's URLs where the local run's paths are
+            assert stored[name].decode().replace(f"{s3_bucket}/out", str(out.parent)) == data.decode()
+        elif name.endswith((".bin", ".idx")):
+            assert stored[name] == data, name
+    assert bertprep.tokenize(input=(f"{s3_bucket}/in/sample_corpus",), vocab=VOCAB,
+                             out=f"{s3_bucket}/out").complete_before
