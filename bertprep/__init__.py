@@ -34,6 +34,7 @@ _EXPORTS = {
     **dict.fromkeys(("dedup", "DedupOptions"), "bertprep.stages.dedup"),
     **dict.fromkeys(("shard", "ShardOptions"), "bertprep.stages.shard"),
     **dict.fromkeys(("vocab", "VocabOptions"), "bertprep.stages.vocab"),
+    **dict.fromkeys(("tokenize", "TokenizeOptions"), "bertprep.stages.tokenize"),
     **dict.fromkeys(("create", "CreateOptions"), "bertprep.stages.create"),
     **dict.fromkeys(("pack", "PackOptions"), "bertprep.stages.pack"),
     **dict.fromkeys(("validate", "ValidateOptions", "Report"), "bertprep.stages.validate"),
@@ -48,8 +49,8 @@ _EXPORTS = {
 }
 # The stage functions: their summaries' warnings are raised as BertprepWarning (the CLI calls the stage
 # modules directly and prints its own lines).
-_STAGES = {"download", "dedup", "shard", "vocab", "create", "pack", "validate", "prepare", "inspect", "convert",
-           "create_squad", "create_glue"}
+_STAGES = {"download", "dedup", "shard", "vocab", "tokenize", "create", "pack", "validate", "prepare", "inspect",
+           "convert", "create_squad", "create_glue"}
 __all__ = ["__version__", *_EXPORTS]
 
 

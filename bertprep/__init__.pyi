@@ -23,6 +23,7 @@ from bertprep.stages.inspect import InspectOptions as InspectOptions
 from bertprep.stages.pack import PackOptions as PackOptions
 from bertprep.stages.prepare import PrepareOptions as PrepareOptions
 from bertprep.stages.shard import ShardOptions as ShardOptions
+from bertprep.stages.tokenize import TokenizeOptions as TokenizeOptions
 from bertprep.stages.validate import Report as Report
 from bertprep.stages.validate import ValidateOptions as ValidateOptions
 from bertprep.stages.vocab import VocabOptions as VocabOptions
@@ -251,6 +252,21 @@ def shard(
     test_fraction: float = ...,
     eval_documents: int | None = ...,
     eval_seed: int = ...,
+    engine: EngineOptions = ...,
+    workdir: str | None = ...,
+) -> Summary: ...
+
+def tokenize(
+    options: TokenizeOptions | None = None,
+    /,
+    *,
+    quiet: bool = True,
+    input: tuple[str, ...] | None = ...,
+    vocab: str | None = ...,
+    out: str | None = ...,
+    corpus: str | None = ...,
+    format: str = ...,
+    lower_case: bool = ...,
     engine: EngineOptions = ...,
     workdir: str | None = ...,
 ) -> Summary: ...

@@ -25,7 +25,7 @@ from bertprep.formats.schemas import FLOAT, check_int_values
 from bertprep.records_manifest import file_digests, load_records_manifest
 
 # The format read when a directory holds several: one `datasets` reads itself, then columns, then frames.
-PREFERENCE = tuple(sorted(codecs.names(), key=lambda name: (codecs.get(name).datasets_builder is None,
+PREFERENCE = tuple(sorted(codecs.record_names(), key=lambda name: (codecs.get(name).datasets_builder is None,
                                                              codecs.get(name).framed)))
 SPLIT_NAMES = {"training": "train", "train": "train", "test": "test", "eval": "test"}
 BATCH = 1024

@@ -48,7 +48,7 @@ class BertConfig(bert_config.BertConfig):
 PLACEMENTS = ("intra_first", "inter_first")  # --placement (trainer/parallel.py orders the devices by it)
 PRECISIONS = ("fp32", "mixed_float16", "mixed_bfloat16")
 ALLREDUCE_DTYPES = ("fp32", "bf16")
-PRETRAINING_FORMATS = codecs.names()
+PRETRAINING_FORMATS = codecs.record_names()
 FINETUNING_FORMATS = codecs.finetuning_names()
 
 

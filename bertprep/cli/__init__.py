@@ -24,6 +24,7 @@ COMMANDS = {
                                     "corpora"),
     "shard": ("bertprep.cli.shard", "sentence-split documents into balanced training/test text shards"),
     "vocab": ("bertprep.cli.vocab", "train a WordPiece vocab.txt on your corpus, in Google's BERT layout"),
+    "tokenize": ("bertprep.cli.tokenize", "tokenize text shards into Megatron-Core's indexed dataset (.bin/.idx)"),
     "create": ("bertprep.cli.create", "create masked-LM records (TFRecord and OFRecord) like google-research/bert"),
     "pack": ("bertprep.cli.pack", "pack pretraining records into rows of up to k sequences (MLPerf packed layout)"),
     "validate": ("bertprep.cli.validate", "check a dataset for everything that breaks training"),

@@ -8,7 +8,8 @@ from bertprep.stages.inspect import InspectOptions, inspect
 
 
 def add_arguments(parser):
-    parser.add_argument("file", help="a TFRecord, OFRecord, HDF5 or Parquet file (format detected)")
+    parser.add_argument("file", help="a TFRecord, OFRecord, HDF5 or Parquet file (format detected), or a Megatron "
+                                     ".bin/.idx of `bertprep tokenize` (its sequences)")
     parser.add_argument("--vocab", help="vocab.txt or hub model id, to show tokens")
     parser.add_argument("-n", "--num", type=int, default=3, help="records to show (default 3)")
     parser.add_argument("--skip", type=int, default=0, help="records to skip first")

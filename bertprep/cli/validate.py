@@ -8,7 +8,8 @@ from bertprep.stages.validate import ValidateOptions, validate
 
 def add_arguments(parser):
     parser.add_argument("path", metavar="PATH",
-                        help="records directory or file, text shard directory, or downloads directory")
+                        help="records directory or file, text shard directory, downloads directory, or a "
+                             "`bertprep tokenize` directory or .bin/.idx (Megatron's indexed dataset)")
     parser.add_argument("path2", metavar="PATH2", nargs="?",
                         help="a second dataset (validated too; compared with --compare)")
     parser.add_argument("--vocab", help="vocab.txt: ids must be below its size; [CLS]/[SEP]/[MASK] ids from it "

@@ -1,7 +1,7 @@
 """BERT records in TFRecord and OFRecord: the public reader/writer API.
 
     from bertprep import formats
-    formats.names()                                         # ('tfrecord', 'ofrecord', 'hdf5', 'parquet')
+    formats.names()                                         # ('tfrecord', 'ofrecord', 'hdf5', 'parquet', 'megatron')
     codec = formats.get("parquet")                          # the format as an object (formats/codecs.py)
     for record in formats.read_records("part-0"):          # format sniffed
         record["input_ids"]                                 # NumPy array

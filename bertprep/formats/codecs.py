@@ -4,7 +4,8 @@ columns, its frame sizes and how its files are named, written once; every stage 
     from bertprep.formats import codecs
     codecs.get("ofrecord").file_name("wiki_training_0", 3)     # 'part-3'
     codecs.get("tfrecord").header                              # 12 bytes before each payload
-    codecs.names()                                             # ('tfrecord', 'ofrecord', 'hdf5', 'parquet')
+    codecs.names()                                             # ('tfrecord', 'ofrecord', 'hdf5', 'parquet', 'megatron')
+    codecs.record_names()                                      # those holding masked-LM records: the first four
 
     codecs.get("hdf5").write(path, columns, kind)             # (bytes, sha256), whole or not at all
     codecs.get("parquet").read_columns(path)                  # (kind, {feature: (N, length) array})
@@ -12,11 +13,18 @@ columns, its frame sizes and how its files are named, written once; every stage 
 
 Adding a format is its module here (its encoder and reader: `module`) and its `Codec` in `_REGISTERED`;
 `framing.CODECS` and `columnar.CODECS`, which hand a format's bytes to its module, are read from the registry.
+
+A codec says what its files hold (`holds`): BERT records of a kind (`RECORDS`: what create, pack, convert and
+validate's record checks read and write, `record_names()`), or token ids per sentence with document boundaries
+(`SEQUENCES`: Megatron-Core's indexed dataset, which its loader pairs, truncates and masks itself; written by
+`bertprep tokenize`, `sequence_names()`). A sequence format is never offered where records are asked for.
 """
 
 import dataclasses
 import importlib
 import re
+
+RECORDS, SEQUENCES = "records", "sequences"  # what a format's files hold: Codec.holds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,7 +55,10 @@ class Codec:
     # no format module, so a format module may use the registry). Every one has `write(path, columns, kind,
     # staging)` and `read_columns(path, sha256)`; framed: `frame`, `encode`, `message`, `decode`,
     # `iter_payloads`, `FIELD_BY_KIND`/`KIND_BY_FIELD`, `INT_KIND`; columnar: `SUFFIX`, `LIBRARY`, `MAGIC`,
-    # `encode(columns, kind)`, `decode(path, sha256)` (formats/columnar.py).
+    # `encode(columns, kind)`, `decode(path, sha256)` (formats/columnar.py). A sequence format's module instead
+    # has `write(prefix, tokens, lengths, document_indices, dtype, staging)`, `read(prefix, sha256)`,
+    # `optimal_dtype`, `prefix_name`, `prefixes` and `BIN_IDX` (its files' suffixes): write_sequences and
+    # read_sequences below.
     module: str = ""
     # Whether the C core (bertprep/native/) frames, decodes and encodes it; a format it does not know goes
     # through the Python twins (python_decoder.py, encode.encode_instances_python): the same bytes, slower.
@@ -55,6 +66,9 @@ class Codec:
     # What its files are called in the ecosystems that read them (a full match), so a name says its format
     # before any byte is read; the default is any name ending in `suffix`.
     name_pattern: str | None = None
+    # What a file holds: RECORDS (masked-LM records of a kind, one per instance) or SEQUENCES (a token id
+    # sequence per sentence and the document boundaries: Megatron's .bin/.idx pair, `bertprep tokenize`).
+    holds: str = RECORDS
 
     @property
     def implementation(self):
@@ -94,6 +108,18 @@ class Codec:
         The same bytes for any caller: its module's `write`."""
         return self.implementation.write(path, columns, kind, staging)
 
+    def write_sequences(self, prefix, tokens, lengths, document_indices, vocab_size, staging=None):
+        """A sequence format's files for `prefix` (`holds` SEQUENCES): every sequence's ids one after another
+        (`tokens`, `lengths[i]` of them for sequence i) and the document indices (0, then each document's end),
+        the ids in the width the format picks for `vocab_size`; atomically, {file suffix: (bytes, sha256)}."""
+        module = self.implementation
+        return module.write(prefix, tokens, lengths, document_indices, module.optimal_dtype(vocab_size), staging)
+
+    def read_sequences(self, prefix, sha256=None):
+        """The sequences of `prefix`'s files (`.tokens`, `.lengths`, `.document_indices`, `.sequence(i)`), their
+        structure checked, and their bytes against `sha256` ({file suffix: digest}) where given."""
+        return self.implementation.read(prefix, sha256)
+
     def read_columns(self, path, sha256=None):
         """(kind, {feature: (N, length) array}) of a whole file of this format, by its module's `read_columns`;
         with `sha256` (its manifest's) the bytes are checked as they are read. Integer features come back as
@@ -111,7 +137,11 @@ OFRECORD = Codec("ofrecord", framed=True, suffix=None, header=8, int_kinds=("int
 HDF5 = Codec("hdf5", framed=False, suffix=".hdf5")
 PARQUET = Codec("parquet", framed=False, suffix=".parquet", datasets_builder="parquet")
 
-_REGISTERED = {codec.name: codec for codec in (TFRECORD, OFRECORD, HDF5, PARQUET)}
+# Megatron-Core's IndexedDataset: <prefix>.bin (the ids) and <prefix>.idx (header, dtype, lengths, offsets,
+# document indices); a prefix is named by its .idx. Not a record format: create's --format never lists it.
+MEGATRON = Codec("megatron", framed=False, suffix=".idx", holds=SEQUENCES, name_pattern=r".*\.(bin|idx)")
+
+_REGISTERED = {codec.name: codec for codec in (TFRECORD, OFRECORD, HDF5, PARQUET, MEGATRON)}
 
 
 def get(name):
@@ -123,9 +153,14 @@ def get(name):
 
 
 def of_file_name(name):
-    """The codec whose ecosystem names a file `name` (no directory) so, or None (then its bytes tell:
-    framing.sniff_format)."""
-    return next((codec for codec in _REGISTERED.values() if codec.names_file(name)), None)
+    """The record codec whose ecosystem names a file `name` (no directory) so, or None (then its bytes tell:
+    framing.sniff_format). Sequence files are found by their own format's module, never as records."""
+    return next((_REGISTERED[fmt] for fmt in record_names() if _REGISTERED[fmt].names_file(name)), None)
+
+
+def of_sequence_file_name(name):
+    """The sequence codec (`bertprep tokenize`'s formats) whose files are named like `name`, or None."""
+    return next((_REGISTERED[fmt] for fmt in sequence_names() if _REGISTERED[fmt].names_file(name)), None)
 
 
 def names():
@@ -133,9 +168,19 @@ def names():
     return tuple(_REGISTERED)
 
 
+def record_names():
+    """The formats that hold masked-LM records: what create, pack, convert and validate offer and read."""
+    return tuple(name for name, codec in _REGISTERED.items() if codec.holds == RECORDS)
+
+
+def sequence_names():
+    """The formats that hold token sequences with document boundaries (`bertprep tokenize --format`)."""
+    return tuple(name for name, codec in _REGISTERED.items() if codec.holds == SEQUENCES)
+
+
 def framed_names():
     """The formats that frame records one after another (TFRecord, OFRecord)."""
-    return tuple(name for name, codec in _REGISTERED.items() if codec.framed)
+    return tuple(name for name, codec in _REGISTERED.items() if codec.framed and codec.holds == RECORDS)
 
 
 def finetuning_names():

@@ -31,7 +31,7 @@ from bertprep.formats.columnar_io import (  # Unreadable: validate tells framing
 from bertprep.formats.schemas import FLOAT, check_int_values
 
 # Each columnar format's module (SUFFIX, LIBRARY, MAGIC, encode, decode), as the registry names it.
-CODECS = {name: codecs.get(name).implementation for name in codecs.names() if not codecs.get(name).framed}
+CODECS = {name: codecs.get(name).implementation for name in codecs.record_names() if not codecs.get(name).framed}
 
 
 def require(fmt):

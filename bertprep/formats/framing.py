@@ -12,7 +12,7 @@ from bertprep.formats.protowire import WireError
 from bertprep.formats.schemas import KINDS, kind_of_record
 
 FORMATS = codecs.framed_names()  # one record after another
-ALL_FORMATS = codecs.names()  # and the columnar ones (HDF5, Parquet): bertprep.formats.columnar
+ALL_FORMATS = codecs.record_names()  # and the columnar ones (HDF5, Parquet): bertprep.formats.columnar
 # Each framed format's module (frame, encode, decode, iter_payloads), as the registry names it.
 CODECS = {name: codecs.get(name).implementation for name in FORMATS}
 

@@ -96,9 +96,7 @@ class CreateOptions:
     workdir: str | None = None
 
     def __post_init__(self):
-        check_types(self)
-        normalise_paths(self, "input", "vocab", "out", "workdir")
-        storage.check_schemes(self.out, self.workdir, self.vocab, *(self.input or ()))
+        check_shard_stage_fields(self)
         for name, value, choices in (("--layout", self.layout, LAYOUTS), ("--masking", self.masking, MASKINGS)):
             if value not in choices:
                 raise UsageError(f"{name} must be one of {', '.join(choices)}, not {value!r}")
@@ -135,6 +133,14 @@ class CreateOptions:
             raise UsageError(f"--masked-lm-prob must be in (0, 1], not {self.masked_lm_prob}")
         if not 0.0 <= self.short_seq_prob <= 1.0:
             raise UsageError(f"--short-seq-prob must be in [0, 1], not {self.short_seq_prob}")
+
+
+def check_shard_stage_fields(options):
+    """What a stage reading text shards with a vocab checks first (create, tokenize): field types, its paths
+    normalised, their schemes known."""
+    check_types(options)
+    normalise_paths(options, "input", "vocab", "out", "workdir")
+    storage.check_schemes(options.out, options.workdir, options.vocab, *(options.input or ()))
 
 
 @dataclass(frozen=True)
@@ -425,26 +431,7 @@ def plan(options):
     """Resolve inputs, vocab and `options` (CreateOptions) into the run's settings and one ShardTask per input."""
     fmts = options.format
     workdir = resolve_workdir(options.workdir)
-    notes = []
-    input_values = options.input
-    vocab_value = options.vocab
-    if not input_values:
-        sharded = storage.join(workdir, "sharded")
-        corpora = sorted(d for d in storage.listdir(sharded)
-                         if storage.isdir(storage.join(sharded, d))) if storage.isdir(sharded) else []
-        if options.corpus and options.corpus in corpora:
-            corpora = [options.corpus]
-        if len(corpora) == 1:
-            input_values = [storage.join(sharded, corpora[0])]
-            notes.append(f"input: {storage.display(input_values[0])}")
-        elif len(corpora) > 1:
-            raise UsageError(f"{storage.display(sharded)} holds several corpora ({', '.join(corpora)}): pick one "
-                             "with --corpus or --input")
-        else:
-            corpus_path, sample_vocab = sample_paths()
-            input_values = [corpus_path]
-            vocab_value = vocab_value or sample_vocab
-            notes.append("no --input: using the embedded sample corpus and its vocab (offline demo data)")
+    input_values, vocab_value, notes = default_inputs(workdir, options.input, options.vocab, options.corpus)
     if not vocab_value:
         raise UsageError("--vocab is required: a vocab.txt path or a hub model id such as bert-base-uncased")
     # a path or hub id on this machine is resolved to a file; a store's vocab is read from the store
@@ -504,6 +491,27 @@ def plan(options):
     if vocab.duplicates_warning():
         warnings.append(vocab.duplicates_warning())
     return records_dir, settings, fmts, tasks, notes, warnings
+
+
+def default_inputs(workdir, input_values, vocab_value, corpus):
+    """(inputs, vocab, notes): the given ones, else the one corpus under WORKDIR/sharded (or `corpus` there),
+    else the embedded sample corpus and, unless given, its vocab. The vocab may still be None."""
+    if input_values:
+        return input_values, vocab_value, []
+    sharded = storage.join(workdir, "sharded")
+    corpora = sorted(d for d in storage.listdir(sharded)
+                     if storage.isdir(storage.join(sharded, d))) if storage.isdir(sharded) else []
+    if corpus and corpus in corpora:
+        corpora = [corpus]
+    if len(corpora) == 1:
+        input_values = [storage.join(sharded, corpora[0])]
+        return input_values, vocab_value, [f"input: {storage.display(input_values[0])}"]
+    if len(corpora) > 1:
+        raise UsageError(f"{storage.display(sharded)} holds several corpora ({', '.join(corpora)}): pick one "
+                         "with --corpus or --input")
+    corpus_path, sample_vocab = sample_paths()
+    return ([corpus_path], vocab_value or sample_vocab,
+            ["no --input: using the embedded sample corpus and its vocab (offline demo data)"])
 
 
 def records_directory(options, workdir, corpus, inputs):

@@ -17,6 +17,7 @@ import numpy as np
 from bertprep import formats, storage
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
+from bertprep.formats import codecs
 from bertprep.formats.schemas import UNMASKED
 from bertprep.masking import DynamicMasking, first_instances
 from bertprep.options import check_types, errors_name_fields, normalise_paths
@@ -91,6 +92,9 @@ def inspect(options: InspectOptions | None = None, /, *, stream: TextIO | None =
     storage.require(path, "file", DataError(f"{path}: not a file"))
     vocab_path = resolve_vocab_path(options.vocab) if options.vocab else None
     words = load_vocab(vocab_path).tokens if vocab_path else None  # tokens[id]: the line of that id
+    sequence_codec = codecs.of_sequence_file_name(os.path.basename(path))
+    if sequence_codec is not None and sequence_codec.implementation.prefixes(path):  # token sequences, not records
+        return inspect_sequences(path, sequence_codec, options, words, stream)
     fmt = formats.sniff_format(path)
     try:
         kind = formats.record_kind(path, fmt).name
@@ -117,6 +121,29 @@ def inspect(options: InspectOptions | None = None, /, *, stream: TextIO | None =
         _write(stream, [f"{path} ({fmt}): no records at index {options.skip} or later"])
     return Summary("bertprep inspect", {"file": path, "format": fmt, "kind": kind, "epoch": options.epoch,
                                         "records": records})
+
+
+def inspect_sequences(path, codec, options, words, stream):
+    """The sequences `options` selects of an indexed dataset (`path`: its .bin or .idx), each as its document
+    number, its ids and, with a vocab, its tokens."""
+    data = codec.read_sequences(codec.implementation.prefixes(path)[0])
+    shown = []
+    for index in range(options.skip, min(options.skip + options.num, len(data.lengths))):
+        ids = data.sequence(index).tolist()
+        document = int(np.searchsorted(data.document_indices, index, side="right") - 1)
+        shown.append({"sequence": index, "document": document, "ids": ids})
+        if options.json:
+            lines = [json.dumps(shown[-1])]
+        else:
+            lines = [f"== {path} ({codec.name}, sequences) sequence {index} (document {document})"]
+            if words is not None:
+                lines.append(f"  tokens: {' '.join(words[i] if 0 <= i < len(words) else f'<{i}>' for i in ids)}")
+            lines.append(f"  ids ({data.tokens.dtype}, {len(ids)}): {' '.join(map(str, ids))}")
+        _write(stream, lines)
+    if not shown and not options.json:
+        _write(stream, [f"{path} ({codec.name}): no sequences at index {options.skip} or later"])
+    return Summary("bertprep inspect", {"file": path, "format": codec.name, "kind": "sequences",
+                                        "epoch": options.epoch, "records": shown})
 
 
 def record_lines(header, index, record, words):

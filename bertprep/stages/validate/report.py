@@ -5,8 +5,10 @@ command line).
         [--plot report.png] [--max-errors 20] [--workers N] [--min-parts K]
 
 PATH is a records directory from `bertprep create` (either or both formats),
-a single record file, a text shard directory from `bertprep shard`, or a
-downloads directory (SQuAD/GLUE); a work directory holds all of them and gets
+a single record file, a text shard directory from `bertprep shard`, a
+downloads directory (SQuAD/GLUE), or token sequences from `bertprep
+tokenize` (a directory, or one .bin/.idx: `sequences.py`); a work directory
+holds all of them and gets
 every check. The report says whether the dataset is `sound`; the command
 exits 0 when it is (warnings allowed), 1 when a check fails, 2 on usage
 errors.
@@ -36,6 +38,7 @@ from bertprep.stages.validate.dataset import (
     validate_records,
 )
 from bertprep.stages.validate.records import RULES, Finding, RecordSpec, checks_of
+from bertprep.stages.validate.sequences import SEQUENCE_CHECKS, find_sequence_sets, validate_sequence_set
 from bertprep.stages.validate.text import (
     TEXT_CHECKS,
     find_downloads,
@@ -181,7 +184,14 @@ def validate_paths(paths, spec, workers=1, min_parts=1, compare=False, vocab_giv
     all_findings = []
     for path in paths:
         found_anything = False
-        for root in dataset_roots(path) if find_record_files(path) else []:
+        sequence_sets = find_sequence_sets(path)
+        for fmt, prefixes in sequence_sets:  # tokenize's files: token sequences, not records
+            found_anything = True
+            findings, warnings, section = validate_sequence_set(fmt, prefixes, spec.vocab_size if vocab_given else None)
+            report.setdefault("sequences", []).append(section)  # absent without them: the report of records as it was
+            _add_findings(report, all_findings, findings, warnings)
+        record_files = [] if sequence_sets and storage.isfile(path) else find_record_files(path)
+        for root in dataset_roots(path) if record_files else []:
             found_anything = True
             manifest = find_manifest(root)
             path_spec = (spec if vocab_given or manifest is None or "_error" in manifest
@@ -288,8 +298,12 @@ def _check_table(report):
         ran |= {"download_checksum", "download_examples"}
     if report["compare"]:
         ran.add("compare")
+    checks = CHECKS
+    if report.get("sequences"):  # listed only where they ran: a records report's table is as it was
+        ran |= set(SEQUENCE_CHECKS)
+        checks = {**CHECKS, **SEQUENCE_CHECKS}
     table = {}
-    for check, description in CHECKS.items():
+    for check, description in checks.items():
         failures = report["counts"].get(check, 0)
         status = "failed" if failures else "ok" if check in ran else "not run"
         table[check] = {"status": status, "failures": failures, "description": description}
@@ -315,6 +329,10 @@ def print_table(report, stream=None):
         out.append(f"  shards   {section['path']}: " + "; ".join(parts))
     for section in report["downloads"]:
         out.append(f"  download {section['path']}: {len(section['files'])} files")
+    for section in report.get("sequences", ()):
+        out.append(f"  tokens   {section['format']}: {section['sequences']:,} sequences in {section['documents']:,} "
+                   f"documents, {section['tokens']:,} tokens, {len(section['files'])} files "
+                   f"({human_bytes(section['bytes'])})")
     out.append("checks")
     for check, row in report["checks"].items():
         if row["status"] == "not run":

@@ -1,0 +1,104 @@
+"""Token sequence datasets (`bertprep tokenize`: Megatron-Core's .bin/.idx pairs): what their loader assumes.
+
+Megatron's IndexedDataset memory-maps both files and trusts them: a length
+or offset that disagrees with the .bin reads another sequence's ids or past
+the end, a document index out of order gives samples across documents, an id
+at or past the vocab size indexes past the embedding table. Each pair is read
+whole by its format's module (`read`, which refuses a pair whose structure
+disagrees, one line naming the file) and its ids checked against the vocab
+(--vocab, else the manifest's). The manifest's sha256s and counts are checked
+where one lies beside the splits.
+"""
+
+import os
+
+import numpy as np
+
+from bertprep import storage
+from bertprep.errors import DataError
+from bertprep.formats import codecs
+from bertprep.stages.validate.records import Finding
+from bertprep.workdir import load_manifest
+
+SEQUENCE_CHECKS = {
+    "sequences": "lengths, offsets and document indices agree with the .bin; every id below the vocab size",
+    "sequence_manifest": "files, bytes, sha256 and counts as the tokenize manifest lists them",
+}
+
+
+def find_sequence_sets(path):
+    """[(format, [prefix, ...])] of the sequence datasets at `path` (a directory walked, or one file)."""
+    found = []
+    for fmt in codecs.sequence_names():
+        module = codecs.get(fmt).implementation
+        if storage.isfile(path) and not codecs.get(fmt).names_file(os.path.basename(path)):
+            continue
+        prefixes = module.prefixes(path)
+        if prefixes:
+            found.append((fmt, prefixes))
+    return found
+
+
+def _manifest_above(prefix):
+    """(directory, manifest) of the tokenize manifest two levels up (<out>/<corpus>/<split>/<prefix>), or None."""
+    directory = os.path.dirname(os.path.dirname(prefix))
+    try:
+        manifest = load_manifest(directory)
+    except DataError:
+        return directory, {"_error": True}
+    return (directory, manifest) if manifest and manifest.get("stage") == "tokenize" else (directory, None)
+
+
+def validate_sequence_set(fmt, prefixes, vocab_size=None):
+    """(findings, warnings, section) for the prefixes of one format; `vocab_size` None: the manifest's."""
+    module = codecs.get(fmt).implementation
+    findings, warnings = [], []
+    section = {"format": fmt, "files": [], "sequences": 0, "documents": 0, "tokens": 0, "bytes": 0}
+    for prefix in prefixes:
+        where = storage.display(prefix + module.IDX)
+        root, manifest = _manifest_above(prefix)
+        if manifest and "_error" in manifest:
+            findings.append(Finding("sequence_manifest", storage.display(root), message="damaged manifest.json"))
+            manifest = None
+        entries = {}
+        if manifest:
+            relative = os.path.relpath(prefix, root)
+            entries = {suffix: (manifest.get("files") or {}).get(relative + suffix) for suffix in module.BIN_IDX}
+            missing = [suffix for suffix, entry in entries.items() if not isinstance(entry, dict)]
+            if missing:
+                findings.append(Finding("sequence_manifest", where, message="not listed in the manifest"))
+                entries = {}
+        bound = vocab_size or ((manifest or {}).get("vocab") or {}).get("size")
+        try:
+            data = codecs.get(fmt).read_sequences(prefix, {suffix: entry.get("sha256")
+                                                           for suffix, entry in entries.items()})
+        except DataError as exc:
+            named, message = str(exc).split(": ", 1)
+            findings.append(Finding("sequence_manifest" if "manifest" in message else "sequences", named,
+                                    message=message))
+            continue
+        counts = {"sequences": len(data.lengths), "documents": len(data.document_indices) - 1,
+                  "tokens": len(data.tokens)}
+        for name, value in counts.items():
+            listed = entries[module.IDX].get(name) if entries else value
+            if listed != value:
+                findings.append(Finding("sequence_manifest", where, message=f"holds {value:,} {name}, the manifest "
+                                                                            f"says {listed}"))
+        listed_size = ((manifest or {}).get("vocab") or {}).get("size")
+        if vocab_size is not None and listed_size is not None and listed_size != vocab_size:
+            findings.append(Finding("sequences", where, message=f"tokenized with a vocab of {listed_size:,} ids; "
+                                                                f"--vocab has {vocab_size:,}"))
+        if bound is not None and len(data.tokens) and int(data.tokens.max()) >= bound:
+            first = int(np.flatnonzero(data.tokens >= bound)[0])
+            sequence = int(np.searchsorted(data.starts, first, side="right") - 1)
+            findings.append(Finding("sequences", where, sequence, "ids",
+                                    f"id {int(data.tokens[first])} is not below the vocab size {bound:,} "
+                                    f"({int((data.tokens >= bound).sum()):,} such ids)"))
+        if bound is None:
+            warnings.append(("sequences", f"{where}: no --vocab and no manifest: ids not checked against a vocab"))
+        size = sum(storage.getsize(prefix + suffix) for suffix in module.BIN_IDX)
+        section["files"].append({"prefix": storage.display(prefix), **counts, "bytes": size})
+        for name in counts:
+            section[name] += counts[name]
+        section["bytes"] += size
+    return findings, warnings, section

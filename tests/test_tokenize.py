@@ -1,0 +1,338 @@
+"""`bertprep tokenize --format megatron` against Megatron-Core itself: its IndexedDataset reads our files, its
+IndexedDatasetBuilder writes the same bytes for the same ids, its BERTMaskedWordPieceDataset builds BERT samples
+from them; and the stage's own promises (workers, resume, bad input, validate, inspect, the record formats'
+choices unchanged)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import bertprep
+from bertprep.errors import DataError
+from bertprep.formats import codecs
+from bertprep.stages.create import sample_paths
+from bertprep.tokenization import LineTokenizer, load_vocab
+
+megatron_indexed = pytest.importorskip("megatron.core.datasets.indexed_dataset")
+torch = pytest.importorskip("torch")
+
+SEQUENCES = codecs.sequence_names()[0]
+CORPUS, VOCAB = sample_paths()
+
+
+@pytest.fixture(scope="module")
+def tokenized(tmp_path_factory):
+    """The embedded sample corpus tokenized: (output directory, its summary)."""
+    out = tmp_path_factory.mktemp("tokenized")
+    summary = bertprep.tokenize(input=(CORPUS,), vocab=VOCAB, out=str(out), engine=bertprep.EngineOptions(workers=1))
+    return out / "sample_corpus", summary
+
+
+def shards():
+    """[(split, shard path)] of the sample corpus, in its order."""
+    return [(split, os.path.join(CORPUS, split, name)) for split in ("training", "test")
+            for name in sorted(os.listdir(os.path.join(CORPUS, split)))]
+
+
+def expected_sequences(path, tokenizer):
+    """(each kept line's ids, document indices) of a text shard, read here line by line: a blank line ends a
+    document, a line that tokenizes to nothing is skipped, empty documents vanish."""
+    sequences, documents, in_document = [], [0], False
+    with open(path, encoding="utf-8") as f:
+        for line in f.read().split("\n"):
+            ids = tokenizer.encode([line.strip()])[0].tolist() if line.strip() else []
+            if ids:
+                sequences.append(ids)
+                in_document = True
+            elif not line.strip() and in_document:
+                documents.append(len(sequences))
+                in_document = False
+    if in_document:
+        documents.append(len(sequences))
+    return sequences, documents
+
+
+def prefix_of(out, split, shard):
+    return str(out / split / (os.path.splitext(os.path.basename(shard))[0] + "_text_sentence"))
+
+
+def test_megatron_indexed_dataset_reads_every_sentence_and_document(tokenized):
+    out, summary = tokenized
+    tokenizer = LineTokenizer(load_vocab(VOCAB))
+    total = 0
+    for split, shard in shards():
+        dataset = megatron_indexed.IndexedDataset(prefix_of(out, split, shard))
+        sequences, documents = expected_sequences(shard, tokenizer)
+        assert len(dataset) == len(sequences) and dataset.index.dtype == np.uint16  # 2,000 ids: Megatron's uint16
+        assert [dataset[i].tolist() for i in range(len(dataset))] == sequences
+        assert dataset.document_indices.tolist() == documents
+        total += len(sequences)
+    assert total == sum(c["sequences"] for c in summary["counts"].values()) == 454
+    words = (out / "data-path.txt").read_text().split()  # Megatron's --data-path: weight prefix weight prefix ...
+    assert words[1::2] == [prefix_of(out, split, shard) for split, shard in shards() if split == "training"]
+    test_words = (out / "test-data-path.txt").read_text().split()
+    assert test_words[1::2] == [prefix_of(out, split, shard) for split, shard in shards() if split == "test"]
+    datasets = [megatron_indexed.IndexedDataset(p) for p in words[1::2] + test_words[1::2]]  # held: arrays map files
+    words += test_words
+    assert [int(w) for w in words[0::2]] == [int(d.sequence_lengths.sum()) for d in datasets]  # weights: tokens
+
+
+# megatron-core 0.16.1's builder hands NumPy 2 a tensor through __array__ without `copy`: its warning, not ours.
+@pytest.mark.filterwarnings("ignore:__array__ implementation doesn't accept a copy keyword:DeprecationWarning")
+@pytest.mark.parametrize("vocab_size", [2000, 65499, 65500, 100000])
+def test_our_bytes_are_indexed_dataset_builders(tmp_path, vocab_size):
+    module = codecs.get(SEQUENCES).implementation
+    dtype = module.optimal_dtype(vocab_size)
+    assert dtype == megatron_indexed.DType.optimal_dtype(vocab_size)
+    rng = np.random.default_rng(vocab_size)
+    documents = [[rng.integers(0, vocab_size, rng.integers(1, 40)).tolist() for _ in range(rng.integers(1, 6))]
+                 for _ in range(7)]
+    builder = megatron_indexed.IndexedDatasetBuilder(str(tmp_path / "theirs.bin"), dtype=dtype.type)
+    for sentences in documents:
+        builder.add_document(torch.tensor([i for s in sentences for i in s]), [len(s) for s in sentences])
+    builder.finalize(str(tmp_path / "theirs.idx"))
+    lengths = [len(s) for sentences in documents for s in sentences]
+    ends = np.cumsum([0] + [len(sentences) for sentences in documents])
+    tokens = np.array([i for sentences in documents for s in sentences for i in s], dtype=np.int64)
+    module.write(str(tmp_path / "ours"), tokens, lengths, ends, dtype)
+    for suffix in (".bin", ".idx"):
+        assert (tmp_path / f"ours{suffix}").read_bytes() == (tmp_path / f"theirs{suffix}").read_bytes()
+
+
+class VocabTokenizer(pytest.importorskip("megatron.core.datasets.megatron_tokenizer").MegatronLegacyTokenizer):
+    """Our vocab.txt as Megatron's BERT datasets ask a tokenizer: its size, inverse vocab and special ids."""
+
+    def __init__(self, path):
+        super().__init__(path)
+        self._vocab = load_vocab(path)
+
+    def tokenize(self, text):
+        return LineTokenizer(self._vocab).encode([text])[0]
+
+    @property
+    def vocab(self):
+        return self._vocab.ids
+
+    @property
+    def inv_vocab(self):
+        return dict(enumerate(self._vocab.tokens))
+
+    @property
+    def vocab_size(self):
+        return self._vocab.size
+
+    cls = property(lambda self: self._vocab.id_of("[CLS]"))
+    sep = property(lambda self: self._vocab.id_of("[SEP]"))
+    mask = property(lambda self: self._vocab.id_of("[MASK]"))
+    pad = property(lambda self: self._vocab.id_of("[PAD]"))
+
+
+@pytest.fixture
+def single_process_group(tmp_path):
+    """Megatron's sample index is built by rank 0 of a process group: a group of one, on CPU (gloo)."""
+    torch.distributed.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0,
+                                         world_size=1)
+    yield
+    torch.distributed.destroy_process_group()
+
+
+def is_run_of(tokens, document):
+    """Whether `tokens` occur as one contiguous run in `document` (a flat list of ids)."""
+    n = len(tokens)
+    return any(document[i:i + n] == tokens for i in range(len(document) - n + 1))
+
+
+def test_bert_masked_wordpiece_dataset_builds_samples_from_our_files(tokenized, tmp_path, single_process_group):
+    from megatron.core.datasets.bert_dataset import BERTMaskedWordPieceDataset, BERTMaskedWordPieceDatasetConfig
+    from megatron.core.datasets.utils import Split
+
+    out, _ = tokenized
+    tokenizer = VocabTokenizer(VOCAB)
+    config = BERTMaskedWordPieceDatasetConfig(
+        random_seed=1234, sequence_length=64, split="1,0,0", path_to_cache=str(tmp_path / "cache"),
+        tokenizer=tokenizer, masking_probability=0.15, short_sequence_probability=0.1, masking_max_ngram=1,
+        masking_do_full_word=False, masking_do_permutation=False, masking_use_longer_ngrams=False,
+        masking_use_geometric_distribution=False, classification_head=True)
+    split, shard = shards()[0]
+    prefix = prefix_of(out, split, shard)
+    indexed = megatron_indexed.IndexedDataset(prefix)
+    dataset = BERTMaskedWordPieceDataset(indexed, prefix, np.arange(len(indexed.document_indices) - 1), 100,
+                                         Split.train, config)
+    documents = [[i for s in range(a, b) for i in indexed[s].tolist()]
+                 for a, b in zip(indexed.document_indices[:-1], indexed.document_indices[1:])]
+    assert len(dataset) > 10
+    masked = 0
+    for index in range(len(dataset)):
+        sample = dataset[index]
+        real = int(sample["padding_mask"].sum())
+        text = sample["text"][:real].copy()
+        loss = np.flatnonzero(sample["loss_mask"])
+        masked += len(loss)
+        text[loss] = sample["labels"][loss]  # the ids before masking
+        types = sample["types"][:real]
+        separators = np.flatnonzero(text == tokenizer.sep)
+        assert text[0] == tokenizer.cls and text[-1] == tokenizer.sep and types[0] == 0 and types[-1] == 1
+        boundary = int(np.argmax(types == 1))
+        assert text[boundary - 1] == tokenizer.sep and boundary - 1 in separators
+        a, b = text[1:boundary - 1].tolist(), text[boundary:-1].tolist()
+        assert a and b and (types[:boundary] == 0).all() and (types[boundary:] == 1).all()
+        # A and B are runs of one document's sentences (Megatron trims either end of the longer to fit).
+        assert any(is_run_of(a, d) and is_run_of(b, d) for d in documents), index
+        if not sample["truncated"]:
+            assert any(is_run_of(b + a if sample["is_random"] else a + b, d) for d in documents), index
+        assert ((loss > 0) & (loss < real - 1)).all() and not np.isin(loss, [0, boundary - 1, real - 1]).any()
+    assert masked > 0
+
+
+def test_megatrons_dataset_builder_takes_data_path_txt_as_its_data_path(tokenized, tmp_path, single_process_group):
+    """What `--data-path $(cat data-path.txt)` gives Megatron: its own parser and BlendedMegatronDatasetBuilder."""
+    from megatron.core.datasets.bert_dataset import BERTMaskedWordPieceDataset, BERTMaskedWordPieceDatasetConfig
+    from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
+    from megatron.core.datasets.utils import get_blend_from_list
+
+    out, summary = tokenized
+    prefixes, weights = get_blend_from_list((out / "data-path.txt").read_text().split())
+    assert len(prefixes) == 8 and sum(weights) == summary["counts"]["training"]["tokens"]
+    config = BERTMaskedWordPieceDatasetConfig(
+        random_seed=1234, sequence_length=64, blend=(prefixes, weights), split="100,0,0",
+        path_to_cache=str(tmp_path / "cache"), tokenizer=VocabTokenizer(VOCAB), masking_probability=0.15,
+        short_sequence_probability=0.1, masking_max_ngram=1, masking_do_full_word=False,
+        masking_do_permutation=False, masking_use_longer_ngrams=False, masking_use_geometric_distribution=False,
+        classification_head=True)
+    train, valid, test = BlendedMegatronDatasetBuilder(BERTMaskedWordPieceDataset, [200, 0, 0], lambda: True,
+                                                       config).build()
+    assert len(train) >= 200 and valid is None and test is None
+    samples = [train[i] for i in range(0, 200, 20)]
+    assert all(s["text"][0] == config.tokenizer.cls and s["loss_mask"].sum() > 0 for s in samples)
+
+
+def test_workers_give_the_same_bytes_and_a_rerun_resumes(tokenized, tmp_path):
+    out, _ = tokenized
+    again = bertprep.tokenize(input=(CORPUS,), vocab=VOCAB, out=str(tmp_path),
+                              engine=bertprep.EngineOptions(workers=2))
+    assert not again.complete_before
+    ours = tmp_path / "sample_corpus"
+    names = sorted(p.relative_to(out) for p in out.rglob("*.[bi][id][nx]"))
+    assert len(names) == 18 and names == sorted(p.relative_to(ours) for p in ours.rglob("*.[bi][id][nx]"))
+    assert all((out / name).read_bytes() == (ours / name).read_bytes() for name in names)
+    manifest = json.loads((ours / "manifest.json").read_text())
+    assert manifest["vocab"]["size"] == 2000 and manifest["dtype"] == "uint16"
+    entry = manifest["files"][str(names[0])]
+    assert entry["bytes"] == (ours / names[0]).stat().st_size and len(entry["sha256"]) == 64
+    (ours / names[0]).write_bytes(b"")  # damaged: the rerun redoes that shard only
+    rerun = bertprep.tokenize(input=(CORPUS,), vocab=VOCAB, out=str(tmp_path))
+    assert rerun["shards_tokenized"] == 1 and (ours / names[0]).read_bytes() == (out / names[0]).read_bytes()
+    assert bertprep.tokenize(input=(CORPUS,), vocab=VOCAB, out=str(tmp_path)).complete_before
+
+
+def test_an_empty_shard_is_one_line_naming_it_and_nothing_is_written(tmp_path):
+    shard = tmp_path / "in" / "training" / "empty_training_0.txt"
+    shard.parent.mkdir(parents=True)
+    shard.write_text("\n\n")
+    with pytest.raises(DataError, match=f"^{shard}: no documents"):
+        bertprep.tokenize(input=(str(tmp_path / "in"),), vocab=VOCAB, out=str(tmp_path / "out"))
+    assert not list((tmp_path / "out").rglob("*.bin")) and not list((tmp_path / "out").rglob("*.idx"))
+
+
+def test_validate_and_inspect_find_what_megatron_would_misread(tokenized, tmp_path):
+    out, _ = tokenized
+    report = bertprep.validate(paths=(str(out),))
+    assert report.sound and report["checks"]["sequences"]["status"] == "ok"
+    assert report["sequences"][0]["sequences"] == 454
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    prefix = prefix_of(copy, *shards()[0])
+    data = open(prefix + ".bin", "rb").read()
+    open(prefix + ".bin", "wb").write(data[:-10])  # truncated
+    report = bertprep.validate(paths=(str(copy),))
+    assert not report.sound and report["findings"][0]["file"] == prefix + ".bin"
+    assert "truncated" in report["findings"][0]["message"]
+    with pytest.raises(DataError, match=f"^{prefix}.bin: .* \\(truncated\\)$"):
+        bertprep.inspect(file=prefix + ".bin")
+    index = bytearray(open(prefix_of(copy, *shards()[1]) + ".idx", "rb").read())
+    index[34 + 4 * 5] += 1  # the 6th sequence's length: the offsets after it no longer add up
+    open(prefix_of(copy, *shards()[1]) + ".idx", "wb").write(index)
+    with pytest.raises(DataError, match="byte offset .* is not the sum of the lengths before it"):
+        codecs.get(SEQUENCES).read_sequences(prefix_of(copy, *shards()[1]))
+    index[34 + 4 * 5] -= 1
+    index[9 + 8 + 1] += 1  # one sequence more than the index holds
+    open(prefix_of(copy, *shards()[1]) + ".idx", "wb").write(index)
+    report = bertprep.validate(paths=(prefix_of(copy, *shards()[1]) + ".idx",))
+    assert not report.sound and report["findings"][0]["file"] == prefix_of(copy, *shards()[1]) + ".idx"
+    assert "bytes, but its counts (" in report["findings"][0]["message"]
+    other_vocab = tmp_path / "vocab.txt"
+    other_vocab.write_text(open(VOCAB).read() + "extra\n")
+    report = bertprep.validate(paths=(str(out),), vocab=str(other_vocab))
+    assert not report.sound and "tokenized with a vocab of 2,000 ids; --vocab has 2,001" in report["findings"][0][
+        "message"]
+    shown = bertprep.inspect(file=prefix_of(out, *shards()[0]) + ".idx", vocab=VOCAB, num=2, skip=1)
+    assert [r["sequence"] for r in shown["records"]] == [1, 2] and shown["kind"] == "sequences"
+
+
+def test_the_record_formats_choices_are_unchanged():
+    assert codecs.record_names() == ("tfrecord", "ofrecord", "hdf5", "parquet")
+    assert SEQUENCES not in bertprep.formats.ALL_FORMATS and codecs.sequence_names() == (SEQUENCES,)
+    assert codecs.of_file_name("x_text_sentence.idx") is None
+    result = subprocess.run([sys.executable, "-m", "bertprep", "create", "--format", SEQUENCES, "--quiet"],
+                            capture_output=True, text=True)
+    assert result.returncode == 2
+    assert result.stderr.strip() == (f"bertprep create: error: unknown --format {SEQUENCES!r} "
+                                     "(choose from tfrecord, ofrecord, hdf5, parquet)")
+
+
+def test_the_command_prints_its_summary_as_json(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "bertprep", "tokenize", "--input", CORPUS, "--vocab", VOCAB,
+                             "--out", str(tmp_path), "--workers", "1", "--quiet", "--json"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0 and result.stderr == ""
+    summary = json.loads(result.stdout)
+    assert summary["counts"]["training"] == {"documents": 36, "sequences": 392, "tokens": 11010}
+
+
+def test_no_lower_case_tokenizes_as_create_does_for_cased_vocabs(tmp_path):
+    split, shard = shards()[0]
+    bertprep.tokenize(input=(shard,), vocab=VOCAB, out=str(tmp_path), corpus="cased", lower_case=False)
+    dataset = megatron_indexed.IndexedDataset(prefix_of(tmp_path / "cased", split, shard))
+    cased, _ = expected_sequences(shard, LineTokenizer(load_vocab(VOCAB), lower_case=False))
+    assert [dataset[i].tolist() for i in range(len(dataset))] == cased
+    assert cased != expected_sequences(shard, LineTokenizer(load_vocab(VOCAB)))[0]
+
+
+def test_a_record_file_named_bin_is_still_read_as_records(golden_dir, tmp_path):
+    """Only a .bin/.idx pair with Megatron's index is a sequence dataset: a TFRecord called `.bin` is records."""
+    records = tmp_path / "records.bin"
+    records.write_bytes((golden_dir / "G2.tfrecord").read_bytes())
+    shown = bertprep.inspect(file=str(records), num=1)
+    assert shown["kind"] == "pretraining" and shown["records"][0]["record"] == 0
+    report = bertprep.validate(paths=(str(records),))
+    assert "sequences" not in report.fields and "sequences" not in report["checks"] and report["datasets"]
+
+
+def test_a_bucket_run_writes_the_local_bytes(s3_bucket, tokenized):
+    """Inputs read from and files written to an object store (SeaweedFS's S3) through bertprep.storage."""
+    import s3fs
+
+    fs = s3fs.S3FileSystem(skip_instance_cache=True)
+    root = s3_bucket.split("://", 1)[1]
+    fs.put(CORPUS, f"{root}/in/sample_corpus", recursive=True)
+    summary = bertprep.tokenize(input=(f"{s3_bucket}/in/sample_corpus",), vocab=VOCAB, out=f"{s3_bucket}/out",
+                                engine=bertprep.EngineOptions(workers=2))
+    out, local = tokenized
+    assert summary["counts"] == local["counts"] and summary["out"] == f"{s3_bucket}/out/sample_corpus"
+    stored = {key[len(root) + len("/out/sample_corpus/"):]: fs.cat_file(key)
+              for key in fs.find(f"{root}/out/sample_corpus")}
+    files = {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert sorted(stored) == sorted(files)
+    for name, data in files.items():
+        if name.endswith(".txt"):  # the prefixes: the bucket's URLs where the local run's paths are
+            assert stored[name].decode().replace(f"{s3_bucket}/out", str(out.parent)) == data.decode()
+        elif name.endswith((".bin", ".idx")):
+            assert stored[name] == data, name
+    assert bertprep.tokenize(input=(f"{s3_bucket}/in/sample_corpus",), vocab=VOCAB,
+                             out=f"{s3_bucket}/out").complete_before
