@@ -39,6 +39,7 @@ import contextvars
 import datetime
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -334,8 +335,10 @@ class BackgroundUploads:
 
 
 def atomic_write_bytes(path, data, staging=None):
+    """Write `data` to `path` whole or not at all; (bytes, sha256): what a manifest lists of it."""
     with atomic_open(path, "wb", staging) as f:
         f.write(data)
+    return len(data), hashlib.sha256(data).hexdigest()
 
 
 @contextlib.contextmanager

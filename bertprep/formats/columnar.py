@@ -16,7 +16,6 @@ and atomic writing. Integer features come back as int32 (what both store at
 most), float features as float32, every feature as (N, length).
 """
 
-import hashlib
 import os
 
 import numpy as np
@@ -120,10 +119,7 @@ def encode(columns, fmt, kind):
 
 def write_columns(path, columns, fmt, kind, staging=None):
     """Write one columnar file atomically; (bytes, sha256)."""
-    from bertprep.atomic import atomic_open
+    from bertprep.atomic import atomic_write_bytes
 
-    data = encode(columns, fmt, kind)
-    with atomic_open(path, staging=staging) as f:
-        f.write(data)
-    return len(data), hashlib.sha256(data).hexdigest()
+    return atomic_write_bytes(path, encode(columns, fmt, kind), staging)
 

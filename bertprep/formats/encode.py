@@ -136,11 +136,6 @@ def write_records(path, records, fmt, kind=PRETRAINING):
 def write_framed(path, columns, fmt, kind, staging=None):
     """One file of framed records of `kind` from the rows of `columns`, atomically; (bytes, sha256). The
     framed formats' `write`."""
-    import hashlib
+    from bertprep.atomic import atomic_write_bytes
 
-    from bertprep.atomic import atomic_open
-
-    data = encode_columns(columns, fmt, kind)
-    with atomic_open(path, staging=staging) as f:
-        f.write(data)
-    return len(data), hashlib.sha256(data).hexdigest()
+    return atomic_write_bytes(path, encode_columns(columns, fmt, kind), staging)

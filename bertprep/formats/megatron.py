@@ -33,7 +33,7 @@ import struct
 import numpy as np
 
 from bertprep import storage
-from bertprep.atomic import atomic_open
+from bertprep.atomic import atomic_write_bytes
 from bertprep.errors import DataError
 
 MAGIC = b"MMIDIDX\x00\x00"
@@ -76,9 +76,7 @@ def write(prefix, tokens, lengths, document_indices, dtype, staging=None):
     if storage.exists(prefix + IDX):  # an earlier pair goes first: its index never describes the new .bin
         storage.remove(prefix + IDX)
     for suffix, payload in zip(BIN_IDX, (data, index)):
-        with atomic_open(prefix + suffix, "wb", staging) as f:
-            f.write(payload)
-        written[suffix] = (len(payload), hashlib.sha256(payload).hexdigest())
+        written[suffix] = atomic_write_bytes(prefix + suffix, payload, staging)
     return written
 
 
