@@ -125,6 +125,20 @@ def file_matches(path, entry):
     return storage.holds(path, entry.get("bytes"), entry.get("sha256"))
 
 
+def outputs_complete(directory, entries, relatives, source_sha256, settings, fields=()):
+    """Whether a task's outputs (`relatives`, under `directory`) are done, for a rerun to keep them: each has a
+    manifest entry for the same source and settings, holding `fields` (what the summary reads back), and the
+    file that entry lists (`file_matches`)."""
+    for relative in relatives:
+        entry = entries.get(relative)
+        if (not entry or entry.get("source_sha256") != source_sha256 or entry.get("settings") != settings
+                or any(field not in entry for field in fields)):
+            return False
+        if not file_matches(storage.join(directory, relative), entry):
+            return False
+    return True
+
+
 def save_manifest(directory, manifest):
     """Atomically replace the manifest of `directory` (a Folder or a path); keys sorted so equal content gives
     equal bytes."""

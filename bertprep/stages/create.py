@@ -49,9 +49,9 @@ from bertprep.tokenization import LineTokenizer, load_vocab, resolve_vocab_path
 from bertprep.workdir import (
     SPLITS,
     check_corpus_name,
-    file_matches,
     load_manifest,
     nvidia_dirname,
+    outputs_complete,
     params_dirname,
     resolve_workdir,
     save_manifest,
@@ -569,14 +569,8 @@ def layout_warnings(tasks, min_parts):
 def is_complete(task, manifest_files):
     """A shard is done when each of its outputs has a manifest entry for the same source and flags
     (and the counts the summary reads) and a file of the recorded size (an object: and sha256)."""
-    for relative in task.output_paths().values():
-        entry = manifest_files.get(relative)
-        if (not entry or entry.get("source_sha256") != task.source_sha256 or entry.get("settings") != task.settings_key
-                or "instances" not in entry):
-            return False
-        if not file_matches(storage.join(task.records_dir, relative), entry):
-            return False
-    return True
+    return outputs_complete(task.records_dir, manifest_files, task.output_paths().values(), task.source_sha256,
+                            task.settings_key, ("instances",))
 
 
 def create(options: CreateOptions | None = None, /, *, quiet: bool = True, **fields: Any) -> Summary:

@@ -54,7 +54,7 @@ from bertprep.stages.create import (
     read_vocab,
 )
 from bertprep.tokenization import resolve_vocab_path
-from bertprep.workdir import SPLITS, check_corpus_name, file_matches, load_manifest, resolve_workdir, save_manifest
+from bertprep.workdir import SPLITS, check_corpus_name, load_manifest, outputs_complete, resolve_workdir, save_manifest
 
 # `--data-path $(cat data-path.txt)`: "<tokens> <prefix>" for each training shard. Weighted by size, a blend
 # draws from each shard as a concatenation would; and megatron-core 0.16.1 cannot build BERT samples from an
@@ -172,14 +172,10 @@ def plan(options):
 
 
 def is_complete(task, files):
-    """Done when each output has a manifest entry for the same source and settings and a file that matches it."""
-    for relative in task.files():
-        entry = files.get(relative)
-        if not entry or entry.get("source_sha256") != task.source_sha256 or entry.get("settings") != task.settings_key:
-            return False
-        if not file_matches(storage.join(task.out_dir, relative), entry):
-            return False
-    return True
+    """Done when each output has a manifest entry for the same source and settings, with the counts the summary
+    reads, and a file that matches it."""
+    return outputs_complete(task.out_dir, files, task.files(), task.source_sha256, task.settings_key,
+                            ("sequences", "documents", "tokens"))
 
 
 def data_path_pairs(out_dir, tasks, files, split):
