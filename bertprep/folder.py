@@ -113,6 +113,14 @@ class Folder:
     def read_bytes(self, name: str, sha256: str | None = None) -> bytes:
         return storage.read_bytes(self.path(name), sha256=sha256)
 
+    def read_range(self, name: str, start: int, length: int) -> bytes:
+        """`length` bytes of `name` from `start` (fewer at its end): a seek, or one ranged read of an object."""
+        return storage.read_range(self.path(name), start, length)
+
+    def rmtree(self, *parts: str) -> None:
+        """Remove `parts` (the root without) and all under it (gone already is fine)."""
+        storage.rmtree(self.path(*parts))
+
     def getsize(self, name: str) -> int:
         """The size in bytes of the file `name`."""
         return storage.getsize(self.path(name))

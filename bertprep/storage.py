@@ -604,6 +604,17 @@ def read_bytes(path, sha256=None):
         return f.read()
 
 
+def read_range(path, start, length):
+    """`length` bytes of the file at `start` (fewer at its end): one ranged read of an object, a seek of a file."""
+    if not is_url(path):
+        with io.open(local_path(path), "rb") as f:
+            f.seek(start)
+            return f.read(length)
+    fs, inner = filesystem(path)
+    with errors_named(path):
+        return fs.cat_file(inner, start=start, end=start + length)
+
+
 def sha256(path, chunk_size=1 << 20):
     digest = hashlib.sha256()
     with open(path, "rb") as f:
