@@ -48,6 +48,7 @@ signatures; the interpreter and libraries come on top.
 
 import array
 import dataclasses
+import functools
 import json
 import os
 import re
@@ -352,10 +353,22 @@ def fingerprint(text, words, ngram, num_perm):
     import datasketch
     import xxhash
 
-    minhash = datasketch.MinHash(num_perm=num_perm, seed=MINHASH_SEED, hashfunc=xxhash.xxh32_intdigest)
+    minhash = datasketch.MinHash(num_perm=num_perm, seed=MINHASH_SEED, hashfunc=xxhash.xxh32_intdigest,
+                                 **_permutations(num_perm))
     for start in range(0, max(len(words) - ngram + 1, 1), SHINGLE_BATCH):
         minhash.update_batch(ngrams(words, ngram, start, start + SHINGLE_BATCH))
     return xxhash.xxh64_intdigest(normalized_text(text).encode("utf-8")), minhash.hashvalues.astype(np.uint32)
+
+
+@functools.cache
+def _permutations(num_perm):
+    """MinHash's keywords for the permutations of MINHASH_SEED, drawn once, not per document (drawing them was two
+    thirds of a short document's fingerprint); datasketch 2 also wants their scheme."""
+    import datasketch
+
+    minhash = datasketch.MinHash(num_perm=num_perm, seed=MINHASH_SEED)
+    scheme = getattr(minhash, "scheme", None)
+    return {"permutations": minhash.permutations, **({"scheme": scheme} if scheme else {})}
 
 
 def chunk_documents(memory, num_perm, bands):
