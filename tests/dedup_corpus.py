@@ -82,3 +82,18 @@ def planted_corpus(root, wt2, distinct=300, planted=140, seed=0):
     copies = plant(originals[:planted], rng)
     b_texts = [text for _kind, _index, text in copies] + documents[distinct:distinct + planted]
     return (write_corpus(root / "a", originals), write_corpus(root / "b", b_texts), copies, b_texts)
+
+
+def chain_corpus(directory, wt2, chains=6, links=12, seed=1):
+    """One corpus of `chains` chains of documents: windows of 100 words stepped by 10 over a wt2 passage, so
+    neighbours are near duplicates (true Jaccard about 0.8) and documents two steps apart are not: clusters
+    joined through a document that is not kept (`linked_by`), shuffled."""
+    words = open(wt2, encoding="utf-8").read().split()
+    rng = random.Random(seed)
+    texts = []
+    for _chain in range(chains):
+        start = rng.randrange(len(words) - 1000)
+        base = words[start:start + 600]
+        texts += [" ".join(base[10 * i:10 * i + 100]) for i in range(links)]
+    rng.shuffle(texts)
+    return write_corpus(directory, texts)
