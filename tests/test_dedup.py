@@ -364,3 +364,20 @@ def test_a_run_killed_between_steps_redoes_only_the_unfinished_ones(corpus, chai
         for name in ("fingerprint", "band_keys"):
             patch.setattr(dedup_module, name, killed)
         run_variant(corpus, chain, out, "default", memory="64K", engine=bertprep.EngineOptions(workers=1))
+
+
+@pytest.mark.parametrize("num_perm", [16, 128])
+def test_minhashes_of_many_documents_at_once_are_datasketchs(num_perm):
+    """No shingle, one, many, and one document of more shingles than a pass permutes at a time."""
+    import datasketch
+    import xxhash
+
+    rng = np.random.default_rng(num_perm)
+    documents = [[], [b"one"], *([str(w).encode() for w in rng.integers(0, 10**9, size)] for size in (3, 40, 20000))]
+    hashes = [np.array([xxhash.xxh32_intdigest(s) for s in shingles], np.uint32) for shingles in documents]
+    got = dedup_module.minhashes(np.concatenate(hashes), [len(h) for h in hashes], num_perm)
+    for shingles, values in zip(documents, got):
+        expected = datasketch.MinHash(num_perm=num_perm, seed=dedup_module.MINHASH_SEED,
+                                      hashfunc=xxhash.xxh32_intdigest)
+        expected.update_batch(shingles)
+        assert np.array_equal(values, expected.hashvalues.astype(np.uint32))

@@ -180,12 +180,14 @@ def ngrams(words, n, start=0, stop=None):
 SHINGLE_BATCH = 1 << 16
 
 
-def ngram_hashes(words, n):
+def ngram_hashes(words, n, bits=64):
+    """The xxh64 (`bits` 32: xxh32, a MinHash's shingles) of each word n-gram, a slice of them at a time."""
     import xxhash
 
+    digest, dtype = (xxhash.xxh64_intdigest, np.uint64) if bits == 64 else (xxhash.xxh32_intdigest, np.uint32)
     count = max(len(words) - n + 1, 1)
-    return np.fromiter((xxhash.xxh64_intdigest(g) for start in range(0, count, SHINGLE_BATCH)
-                        for g in ngrams(words, n, start, start + SHINGLE_BATCH)), np.uint64)
+    return np.fromiter((digest(g) for start in range(0, count, SHINGLE_BATCH)
+                        for g in ngrams(words, n, start, start + SHINGLE_BATCH)), dtype)
 
 
 # -- inputs ------------------------------------------------------------------------
@@ -350,25 +352,59 @@ class Arrays:
 def fingerprint(text, words, ngram, num_perm):
     """(xxh64 of the normalized text, MinHash values of its word n-gram shingles as uint32): what exact and
     near duplicates are found by (`bertprep shard --eval-documents` checks its training documents with it)."""
-    import datasketch
+    shingles = ngram_hashes(words, ngram, bits=32)
+    return exact_hash(text), minhashes(shingles, [len(shingles)], num_perm)[0]
+
+
+def exact_hash(text):
+    """What two exact duplicates share: the xxh64 of the normalized text."""
     import xxhash
 
-    minhash = datasketch.MinHash(num_perm=num_perm, seed=MINHASH_SEED, hashfunc=xxhash.xxh32_intdigest,
-                                 **_permutations(num_perm))
-    for start in range(0, max(len(words) - ngram + 1, 1), SHINGLE_BATCH):
-        minhash.update_batch(ngrams(words, ngram, start, start + SHINGLE_BATCH))
-    return xxhash.xxh64_intdigest(normalized_text(text).encode("utf-8")), minhash.hashvalues.astype(np.uint32)
+    return xxhash.xxh64_intdigest(normalized_text(text).encode("utf-8"))
+
+
+def minhashes(shingles, counts, num_perm):
+    """(documents, num_perm) uint32: the MinHash values of documents whose shingles' xxh32 are `shingles`,
+    `counts[i]` of them document i's, in order. datasketch's MinHash (seed MINHASH_SEED, hashfunc xxh32) with
+    its permutations drawn once, for many documents in one NumPy pass: a datasketch object per document was
+    three quarters of a short document's fingerprint."""
+    permute, empty = _permutation(num_perm)
+    shingles, counts = np.asarray(shingles, np.uint32), np.asarray(counts, np.int64)
+    values = np.full((len(counts), num_perm), empty)
+    owner = np.repeat(np.arange(len(counts)), counts)
+    step = max(1, MINHASH_CELLS // num_perm)
+    for start in range(0, len(shingles), step):  # (shingles, num_perm) values at a time
+        docs = owner[start:start + step]
+        firsts = np.flatnonzero(np.r_[True, docs[1:] != docs[:-1]])
+        least = np.minimum.reduceat(permute(shingles[start:start + step]), firsts, axis=0)
+        values[docs[firsts]] = np.minimum(values[docs[firsts]], least)
+    return values.astype(np.uint32)
+
+
+MINHASH_CELLS = 1 << 21  # shingles times permutations permuted at a time: 8 MiB of uint32
 
 
 @functools.cache
-def _permutations(num_perm):
-    """MinHash's keywords for the permutations of MINHASH_SEED, drawn once, not per document (drawing them was two
-    thirds of a short document's fingerprint); datasketch 2 also wants their scheme."""
+def _permutation(num_perm):
+    """(the permutations of datasketch's MinHash for MINHASH_SEED as a function of shingle hashes to their
+    (shingles, num_perm) values, the value of no shingle), its own arithmetic for its scheme ("affine32" since
+    datasketch 2, "legacy" before)."""
     import datasketch
+    from datasketch import minhash as scheme_constants
 
-    minhash = datasketch.MinHash(num_perm=num_perm, seed=MINHASH_SEED)
-    scheme = getattr(minhash, "scheme", None)
-    return {"permutations": minhash.permutations, **({"scheme": scheme} if scheme else {})}
+    drawn = datasketch.MinHash(num_perm=num_perm, seed=MINHASH_SEED)
+    a, b = drawn.permutations
+    scheme = getattr(drawn, "scheme", "legacy")
+    if scheme == "affine32":
+        def permute(hashes):
+            return scheme_constants._fmix(hashes, 32)[:, None] * a + b
+    elif scheme == "legacy":
+        def permute(hashes):
+            return (hashes.astype(np.uint64)[:, None] * a + b) % scheme_constants._mersenne_prime & \
+                scheme_constants._max_hash
+    else:
+        raise UsageError(f"datasketch's MinHash scheme {scheme!r} is not one bertprep dedup computes")
+    return permute, drawn.hashvalues[0]
 
 
 def chunk_documents(memory, num_perm, bands):
@@ -386,24 +422,24 @@ def fingerprint_part(task):
     marker = f"fingerprints/{index:05d}.json"
     if work.isfile(marker):
         return json.loads(work.read_bytes(marker))
-    per_chunk, starts, documents, chunk = chunk_documents(memory, num_perm, bands), [], 0, _Chunk()
+    per_chunk, starts, documents = chunk_documents(memory, num_perm, bands), [], 0
+    chunk = _Chunk(num_perm, memory)
     for number, doc in iter_documents(path):
         text = doc["text"]
         words = normalized_words(text)
-        exact_hash, signature = fingerprint(text, words, ngram, num_perm)
         if eval_hashes.size:
             found = np.unique(ngram_hashes(words, eval_ngram))
             found = found[np.isin(found, eval_hashes)]
             if found.size:
                 chunk.found[len(chunk.exact)] = found
-        chunk.add(exact_hash, signature, number)
+        chunk.add(exact_hash(text), ngram_hashes(words, ngram, bits=32), number)
         documents += 1
         if len(chunk.exact) == per_chunk:
-            chunk.write(work, _chunk_name(index, len(starts)), num_perm, bands, rows, staging)
+            chunk.write(work, _chunk_name(index, len(starts)), bands, rows, staging)
             starts.append(documents - per_chunk)
-            chunk = _Chunk()
+            chunk = _Chunk(num_perm, memory)
     if len(chunk.exact):
-        chunk.write(work, _chunk_name(index, len(starts)), num_perm, bands, rows, staging)
+        chunk.write(work, _chunk_name(index, len(starts)), bands, rows, staging)
         starts.append(documents - len(chunk.exact))
     result = {"documents": documents, "starts": starts, "bytes": storage.getsize(path)}
     work.atomic_write_bytes(marker, json.dumps(result).encode(), staging)
@@ -418,20 +454,31 @@ class _Chunk:
     """One chunk of a part's fingerprints as they come: packed (8 bytes a hash, 4 a MinHash value), not a Python
     object per document."""
 
-    def __init__(self):
+    def __init__(self, num_perm, memory):
         self.exact, self.signatures, self.lines, self.found = array.array("Q"), bytearray(), array.array("q"), {}
+        self.num_perm, self.pending = num_perm, max(1, memory // 32)  # shingle hashes held for a MinHash pass
+        self.shingles, self.counts = array.array("I"), array.array("q")
 
-    def add(self, exact_hash, signature, line):
-        self.exact.append(exact_hash)
-        self.signatures += signature.tobytes()
+    def add(self, exact, shingles, line):
+        self.exact.append(exact)
         self.lines.append(line)
+        self.shingles.frombytes(shingles.tobytes())
+        self.counts.append(len(shingles))
+        if len(self.shingles) >= self.pending:
+            self._minhash()
 
-    def write(self, work, name, num_perm, bands, rows, staging):
+    def _minhash(self):
+        """The MinHash values of the documents added since the last time, at once."""
+        self.signatures += minhashes(np.frombuffer(self.shingles, np.uint32), self.counts, self.num_perm).tobytes()
+        self.shingles, self.counts = array.array("I"), array.array("q")
+
+    def write(self, work, name, bands, rows, staging):
         """The chunk's file: `signatures` and `lines` by document, `exact`/`exact_docs` and each band's
         `keys<band>`/`docs<band>` sorted by hash or key (documents as indices in the chunk, stably), and the
         evaluation n-grams found (`found_docs`, `found_sizes`, `found_hashes`)."""
+        self._minhash()
         exact = np.frombuffer(self.exact, np.uint64)
-        signatures = np.frombuffer(self.signatures, np.uint32).reshape(-1, num_perm)
+        signatures = np.frombuffer(self.signatures, np.uint32).reshape(-1, self.num_perm)
         arrays = {"signatures": signatures, "lines": np.frombuffer(self.lines, np.int64)}
         order = np.argsort(exact, kind="stable")
         arrays["exact"], arrays["exact_docs"] = exact[order], order
