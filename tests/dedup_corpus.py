@@ -97,3 +97,63 @@ def chain_corpus(directory, wt2, chains=6, links=12, seed=1):
         texts += [" ".join(base[10 * i:10 * i + 100]) for i in range(links)]
     rng.shuffle(texts)
     return write_corpus(directory, texts)
+
+
+def short_corpus(directory, documents, parts=4, seed=0):
+    """A formatted corpus of `documents` short documents (12 words of a 5,000-word vocabulary) in `parts` parts,
+    about 1% of them exact copies (upper-cased) and 1% near copies (a word added) of one of the 1,000 before."""
+    rng = random.Random(seed)
+    vocab = [f"w{i}" for i in range(5000)]
+    texts = []
+    for _ in range(documents):
+        kind = rng.random()
+        if texts and kind < 0.01:
+            texts.append(rng.choice(texts[-1000:]).upper())
+        elif texts and kind < 0.02:
+            texts.append(rng.choice(texts[-1000:]) + " extra")
+        else:
+            texts.append(" ".join(rng.choices(vocab, k=12)))
+    directory.mkdir(parents=True)
+    per = -(-documents // parts)
+    for part in range(parts):
+        with open(directory / f"part-{part:04d}.jsonl", "w", encoding="utf-8") as f:
+            f.writelines(json.dumps({"id": str(i), "text": text}) + "\n"
+                         for i, text in enumerate(texts[part * per:(part + 1) * per]))
+    (directory / "manifest.json").write_text(json.dumps({"tool": "bertprep", "stage": "format", "files": {}}))
+    return directory
+
+
+def peak_rss(argv, others=(), interval_s=0.02):
+    """(peak RSS in bytes of the process tree of `argv` plus the processes `others` (pids) at any one time,
+    sampled every `interval_s`; the completed process, its output captured)."""
+    import subprocess
+    import threading
+    import time
+
+    import psutil
+
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    root, peak, done = psutil.Process(process.pid), [0], threading.Event()
+    extra = [psutil.Process(pid) for pid in others]
+
+    def sample():
+        while not done.is_set():
+            total = 0
+            try:
+                tree = [root, *root.children(recursive=True), *extra]
+            except psutil.Error:
+                tree = extra
+            for member in tree:
+                try:
+                    total += member.memory_info().rss
+                except psutil.Error:
+                    pass  # ended between listing and asking
+            peak[0] = max(peak[0], total)
+            time.sleep(interval_s)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    stdout, stderr = process.communicate()
+    done.set()
+    sampler.join()
+    return peak[0], subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)

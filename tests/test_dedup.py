@@ -1,6 +1,7 @@
 """`bertprep dedup`: planted exact and near duplicates found, distinct documents kept, the same bytes for any
 worker count and engine, a killed run resumed, evaluation text found by --decontaminate, bad input refused."""
 
+import contextlib
 import hashlib
 import json
 import os
@@ -19,7 +20,7 @@ from bertprep.errors import DataError
 from bertprep.folder import Folder
 from bertprep.stages import dedup as dedup_module
 from bertprep.stages.shard import shard
-from dedup_corpus import chain_corpus, jaccard, planted_corpus, write_corpus
+from dedup_corpus import chain_corpus, jaccard, peak_rss, planted_corpus, short_corpus, write_corpus
 
 pytestmark = pytest.mark.xdist_group("dask")
 
@@ -381,3 +382,44 @@ def test_minhashes_of_many_documents_at_once_are_datasketchs(num_perm):
                                       hashfunc=xxhash.xxh32_intdigest)
         expected.update_batch(shingles)
         assert np.array_equal(values, expected.hashvalues.astype(np.uint32))
+
+
+@pytest.fixture(scope="module")
+def short_corpora(tmp_path_factory):
+    root = tmp_path_factory.mktemp("short")
+    return {size: short_corpus(root / f"short-{size}", size) for size in (100_000, 400_000)}
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("engine", ["local", "dask"])
+def test_memory_does_not_grow_with_the_corpus(short_corpora, engine, request):
+    """The issue's bound: with --memory 64M the peak RSS of `bertprep dedup`'s processes (the command and its
+    workers; on Dask its client and the cluster's workers, given only bucket URLs) at 400k short documents is
+    within 1.25 times its peak at 100k (before the steps: 153 and 354 MiB, a single process)."""
+    flags = ("--memory", "64M", "--num-perm", "32", "--json", "--quiet")
+    peaks = {}
+    with contextlib.ExitStack() as stack:
+        if engine == "local":
+            places = {size: (str(path), str(path.parent / f"out-{size}")) for size, path in short_corpora.items()}
+            flags, workers = (*flags, "--workers", "2"), ()
+        else:
+            from test_store_pipeline import cluster_in_own_directories
+            from test_store_stages import store
+
+            bucket = request.getfixturevalue("s3_bucket")
+            places = {}
+            for size, path in short_corpora.items():
+                store().put(str(path), f"{bucket}/short-{size}".split("://", 1)[1], recursive=True)
+                places[size] = (f"{bucket}/short-{size}", f"{bucket}/out-{size}")
+            cluster = stack.enter_context(cluster_in_own_directories())
+            with distributed.Client(cluster) as client:
+                workers = list(client.run(os.getpid).values())
+            flags = (*flags, "--engine", "dask", "--scheduler", cluster.scheduler_address)
+        for size, (source, out) in places.items():
+            peak, run = peak_rss([sys.executable, "-m", "bertprep", "dedup", "--input", source, "--out", out, *flags],
+                                 workers)
+            assert run.returncode == 0, run.stderr
+            summary = json.loads(run.stdout)
+            assert summary["documents"] == size and summary["exact"] > size / 200 and summary["near"] > size / 400
+            peaks[size] = peak
+    assert peaks[400_000] <= 1.25 * peaks[100_000], {size: peak / 2**20 for size, peak in peaks.items()}

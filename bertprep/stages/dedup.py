@@ -335,11 +335,14 @@ class Arrays:
     def length(self, key):
         return self.header[key][2][0]
 
+    def row_bytes(self, key):
+        _offset, dtype, shape = self.header[key]
+        return np.dtype(dtype).itemsize * int(np.prod(shape[1:], dtype=np.int64))
+
     def rows(self, key, start=0, stop=None):
         offset, dtype, shape = self.header[key]
-        dtype = np.dtype(dtype)
+        dtype, row = np.dtype(dtype), self.row_bytes(key)
         stop = shape[0] if stop is None else min(stop, shape[0])
-        row = dtype.itemsize * int(np.prod(shape[1:], dtype=np.int64))
         if stop <= start:
             return np.zeros((0, *shape[1:]), dtype)
         data = self.folder.read_range(self.name, self.base + offset + start * row, (stop - start) * row)
@@ -567,7 +570,8 @@ class Fingerprints:
         blocks = []
         for index in np.unique(chunk_of).tolist():
             local = unique[chunk_of == index] - self.chunks[index][1]
-            for span in np.split(local, np.flatnonzero(np.diff(local) > SPAN_GAP) + 1):
+            gap = max(1, GAP_BYTES // self.file(index).row_bytes(key))
+            for span in np.split(local, np.flatnonzero(np.diff(local) > gap) + 1):
                 blocks.append(self.file(index).rows(key, int(span[0]), int(span[-1]) + 1)[span - span[0]])
         if not blocks:
             return self.file(0).rows(key, 0, 0) if self.chunks else np.zeros(0)
@@ -585,7 +589,9 @@ class Fingerprints:
         return found
 
 
-SPAN_GAP = 64  # rows between two wanted ones that Fingerprints.rows reads rather than asking twice
+# Bytes between two wanted rows that Fingerprints.rows reads rather than asking twice: a ranged read of an object
+# costs what reading about this much does (a few ms), and a chunk's rows are at most a third of --memory.
+GAP_BYTES = 1 << 20
 
 
 class _Run:
