@@ -45,22 +45,22 @@ def change_words(text, share, rng):
 
 def plant(originals, rng):
     """(kind, original index, text) of the planted copies, cycling through KINDS."""
-    planted = []
-    for index, text in enumerate(originals):
-        kind = KINDS[index % len(KINDS)]
-        lines = text.split("\n")
-        if kind == "exact":
-            copy = "  ".join(text.upper().split(" "))  # the same normalized text
-        elif kind == "shuffled":
-            copy = "\n".join(rng.sample(lines, len(lines)))
-        elif kind == "halves swapped":
-            copy = "\n".join(lines[len(lines) // 2:] + lines[:len(lines) // 2])
-        elif kind.startswith("changed"):
-            copy = change_words(text, int(kind.split()[1][:-1]) / 100, rng)
-        else:
-            copy = text[:int(len(text) * int(kind.split()[1][:-1]) / 100)]
-        planted.append((kind, index, copy))
-    return planted
+    return [(KINDS[index % len(KINDS)], index, planted_copy(text, KINDS[index % len(KINDS)], rng))
+            for index, text in enumerate(originals)]
+
+
+def planted_copy(text, kind, rng):
+    """A copy of `text` of one of the KINDS."""
+    lines = text.split("\n")
+    if kind == "exact":
+        return "  ".join(text.upper().split(" "))  # the same normalized text
+    if kind == "shuffled":
+        return "\n".join(rng.sample(lines, len(lines)))
+    if kind == "halves swapped":
+        return "\n".join(lines[len(lines) // 2:] + lines[:len(lines) // 2])
+    if kind.startswith("changed"):
+        return change_words(text, int(kind.split()[1][:-1]) / 100, rng)
+    return text[:int(len(text) * int(kind.split()[1][:-1]) / 100)]
 
 
 def write_corpus(directory, texts, name="part-0000"):
