@@ -14,11 +14,12 @@ run's steps go to a temporary directory). The memory of any one process is bound
 below), not by the corpus: what no step holds whole is sorted in runs and merged from disk.
 
 1. Fingerprint (`fingerprint_part`, a task per part): per document an xxh64 of its normalized text (NFC,
-   case-folded, whitespace collapsed), a MinHash (datasketch, xxh32 of each word n-gram shingle), its LSH
-   band keys (xxh64 of each band's values) and the evaluation n-grams it contains. Every MEMORY/2 KB or so of
-   documents (a chunk, about 0.7 KB each) go to a file of their own (`write_arrays`): signatures and line
-   numbers by document, and the chunk's sorted runs: its exact hashes and each band's keys, sorted with the
-   document's index. A part's marker, written last, lists its chunks; the caller gets only the counts.
+   case-folded, whitespace collapsed), a MinHash (datasketch's permutations and arithmetic over the xxh32 of
+   each word n-gram shingle, many documents per NumPy pass: `minhashes`), its LSH band keys (xxh64 of each
+   band's values) and the evaluation n-grams it contains. A chunk of documents (`chunk_documents`: MEMORY / 2.1
+   KB at 128 permutations, what its arrays and their sorting take) goes to a file of its own (`write_arrays`):
+   signatures and line numbers by document, and the chunk's sorted runs: its exact hashes and each band's keys,
+   sorted with the document's index. A part's marker, written last, lists its chunks; the caller gets counts.
 2. Exact (`exact_step`, one task): a k-way merge (`merged`) of every chunk's sorted hashes, a block of each run
    at a time; in each run of equal hashes every document but the first is an exact copy of the first.
 3. Bands (`band_step`, a task per LSH band): the same merge of the band's keys. The documents (exact copies
@@ -41,12 +42,14 @@ each written whole) when STEPS/run.json names the same settings and inputs, and 
 directory goes once the output is complete. Nothing depends on the worker count, the engine or `--memory`:
 the same decisions and bytes as deciding in one process over every document's arrays, which this was before.
 
-MEMORY bounds a process's fingerprint chunk (pass 1), the blocks the merge reads of the runs (about a quarter
-of it over all runs; 8 rows a run at least, so a corpus of very many chunks takes more) and a batch of pairs'
-signatures; the interpreter and libraries come on top.
+MEMORY bounds a process's fingerprint chunk (pass 1), the blocks the merge holds of the runs (about half of it
+over all runs; 8 rows a run at least, so a corpus of more than MEMORY / 128 B chunks takes more: there is no
+second merge level) and a batch of pairs' signatures; the interpreter and libraries come on top, and what grows
+with the duplicates found (exact copies' indices, verified pairs, the removed documents' listing).
 """
 
 import array
+import contextlib
 import dataclasses
 import functools
 import json
@@ -891,10 +894,9 @@ def dedup(options: DedupOptions | None = None, /, *, quiet: bool = True, **field
     input_list = [{"corpus": name, "path": storage.display(p), "bytes": storage.getsize(p), "sha256": sha256_file(p)}
                   for name, parts in corpora for p in parts]
     evaluation = evaluation_ngrams(workdir, options)  # a bad evaluation file stops before anything is written
-    if options.dry_run:  # the steps' files in a temporary directory: OUT is not made
-        with tempfile.TemporaryDirectory(prefix="bertprep-dedup-") as steps, open_engine(options.engine) as engine:
-            manifest = _decide(options, engine, evaluation, corpora, input_list, params, quiet, Folder(steps),
-                               None)[0]
+    if options.dry_run:
+        with _dry_run_steps(out, options.engine) as (steps, staging), open_engine(options.engine) as engine:
+            manifest = _decide(options, engine, evaluation, corpora, input_list, params, quiet, steps, staging)[0]
         return _summary("bertprep dedup: dry run, nothing written", manifest, out)
     with hold(out, "bertprep dedup") as staging:
         previous = load_manifest(out)
@@ -919,12 +921,29 @@ def dedup(options: DedupOptions | None = None, /, *, quiet: bool = True, **field
     return _summary("bertprep dedup: done", manifest, out)
 
 
-RUN = "run.json"  # in STEPS: the settings and inputs its files are of
+@contextlib.contextmanager
+def _dry_run_steps(out, engine):
+    """(Folder, staging) for a dry run's steps, removed after: a temporary directory, so OUT is not made; on the
+    user's Dask cluster, whose workers may share only OUT, OUT/.partial/dry-run (held as a run holds OUT)."""
+    if not engine.scheduler:
+        with tempfile.TemporaryDirectory(prefix="bertprep-dedup-") as steps:
+            yield Folder(steps), None
+        return
+    with hold(out, "bertprep dedup --dry-run") as staging:
+        steps = Folder(staging).folder("dry-run")
+        try:
+            yield steps, staging
+        finally:
+            steps.rmtree()
+
+
+RUN = "run.json"  # in STEPS: the settings, inputs and version its files are of
 
 
 def _open_steps(steps, params, input_list, staging):
-    """`steps` (OUT/.partial/steps), keeping what a killed run of the same settings and inputs finished there."""
-    run = json.dumps({"params": params, "inputs": input_list}, sort_keys=True).encode()
+    """`steps` (OUT/.partial/steps), keeping what a killed run of the same settings, inputs and bertprep version
+    finished there."""
+    run = json.dumps({"params": params, "inputs": input_list, "version": __version__}, sort_keys=True).encode()
     if not steps.isfile(RUN) or steps.read_bytes(RUN) != run:
         steps.rmtree()
         steps.atomic_write_bytes(RUN, run, staging)
