@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import random
-import resource
 import shutil
 import subprocess
 import sys
@@ -155,6 +154,41 @@ def datatrove_removed(work):
     return sorted(removed), np.unique(np.sort(pairs, axis=1), axis=0).tolist()
 
 
+def high_water(pid):
+    """The peak RSS in bytes of process `pid` since it started its program (VmHWM). Not ru_maxrss: that carries
+    over exec the peak of the process it was forked from (this benchmark's own, holding every text)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+class ChildrenPeak:
+    """The highest VmHWM of this process's children (a side's worker processes), sampled every 50 ms."""
+
+    def __init__(self):
+        import threading
+
+        self.peak, self._done = 0, threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self):
+        import psutil
+
+        while not self._done.wait(0.05):
+            for child in psutil.Process().children(recursive=True):
+                try:
+                    self.peak = max(self.peak, high_water(child.pid))
+                except OSError:
+                    pass  # ended meanwhile
+
+    def stop(self):
+        self._done.set()
+        self._thread.join()
+        return self.peak
+
+
 def side(name, corpus, work, workers):
     """Run one side in this process after a warm-up run on the corpus's first 50 documents and near copies;
     prints as JSON its seconds, removed ids, pairs, its peak RSS per process and that above what the warm-up
@@ -166,13 +200,14 @@ def side(name, corpus, work, workers):
     write_corpus(warm / "corpus", texts + [text.rsplit(" ", 1)[0] for text in texts])  # near copies: all code runs
     run(warm / "corpus", warm, workers)()
     baseline = int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    children = ChildrenPeak()
     start = time.perf_counter()
     results = run(Path(corpus), Path(work), workers)
     seconds = time.perf_counter() - start
-    peak = max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    peak = max(high_water("self"), children.stop())
     removed, pairs = results()  # read after the peak is taken: the benchmark's reading is not the side's memory
-    print(json.dumps({"seconds": seconds, "removed": removed, "pairs": pairs, "rss_peak": peak * 1024,
-                      "rss_growth": peak * 1024 - baseline}))
+    print(json.dumps({"seconds": seconds, "removed": removed, "pairs": pairs, "rss_peak": peak,
+                      "rss_growth": peak - baseline}))
 
 
 def measure(name, corpus, work, workers):
