@@ -10,8 +10,9 @@ formatted corpora before they are sharded.
 Two passes over the inputs, each a pure task per input file on the engine, and between them the decision as
 steps of their own on the same engine, each reading files the steps before it wrote to OUT/.partial/steps/
 (a local directory or the bucket's prefix: on Dask every step runs on the workers with only that shared; a dry
-run's steps go to a temporary directory). The memory of any one process is bounded by `--memory` (MEMORY
-below), not by the corpus: what no step holds whole is sorted in runs and merged from disk.
+run's steps go to a temporary directory, or OUT/.partial/dry-run on the user's Dask cluster). The memory of
+any one process is bounded by `--memory` (MEMORY below), not by the corpus: what no step holds whole is sorted
+in runs and merged from disk.
 
 1. Fingerprint (`fingerprint_part`, a task per part): per document an xxh64 of its normalized text (NFC,
    case-folded, whitespace collapsed), a MinHash (datasketch's permutations and arithmetic over the xxh32 of
@@ -38,12 +39,12 @@ below), not by the corpus: what no step holds whole is sorted in runs and merged
    name (each is written whole, then renamed).
 
 A rerun after a kill in steps 1-4 keeps each finished step's files (a part's marker, `exact`, a band's file;
-each written whole) when STEPS/run.json names the same settings and inputs, and does only the rest; the steps'
+each written whole) when STEPS/run.json names the same settings, inputs and version, and does only the rest; the steps'
 directory goes once the output is complete. Nothing depends on the worker count, the engine or `--memory`:
 the same decisions and bytes as deciding in one process over every document's arrays, which this was before.
 
 MEMORY bounds a process's fingerprint chunk (pass 1), the blocks the merge holds of the runs (about half of it
-over all runs; 8 rows a run at least, so a corpus of more than MEMORY / 128 B chunks takes more: there is no
+over all runs; 8 rows a run at least, so a corpus of more than MEMORY / 512 B chunks takes more: there is no
 second merge level) and a batch of pairs' signatures; the interpreter and libraries come on top, and what grows
 with the duplicates found (exact copies' indices, verified pairs, the removed documents' listing).
 """
@@ -670,7 +671,7 @@ def band_step(task):
         return
     fingerprints = Fingerprints(work, markers)
     copies = Arrays(work, EXACT).rows("docs") if exact else np.zeros(0, np.int64)
-    batch = max(1024, memory // (16 * num_perm))  # pairs verified at a time: their two signatures, twice
+    batch = max(1024, memory // (64 * num_perm))  # pairs verified at a time: two signatures each, read and copied
     pending, edges = [], [(np.zeros(0, np.int64),) * 2 + (np.zeros(0),)]
     histogram, count = np.zeros(HISTOGRAM_BINS, np.int64), 0
 
