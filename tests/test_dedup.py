@@ -395,7 +395,9 @@ def short_corpora(tmp_path_factory):
 def test_memory_does_not_grow_with_the_corpus(short_corpora, engine, request):
     """The issue's bound: with --memory 64M the peak RSS of `bertprep dedup`'s processes (the command and its
     workers; on Dask its client and the cluster's workers, given only bucket URLs) at 400k short documents is
-    within 1.25 times its peak at 100k (before the steps: 153 and 354 MiB, a single process)."""
+    within 1.25 times its peak at 100k. Before the steps (a4f4ac4, one process deciding over every document's
+    arrays) the local runs peaked at 334 and 576 MiB (1.72x); with them 293 and 325 MiB locally, 520 and 575 MiB
+    on Dask (docs/benchmarks.md)."""
     flags = ("--memory", "64M", "--num-perm", "32", "--json", "--quiet")
     peaks = {}
     with contextlib.ExitStack() as stack:
