@@ -79,6 +79,11 @@ class Folder:
         store's error for a missing bucket or refused credentials, or `missing`."""
         storage.require(self.path(*parts), kind, missing)
 
+    def not_found(self, missing: Exception, *parts: str) -> Exception:
+        """`missing`, for the caller to raise once it knows `parts` is not there; but the store's error, raised
+        here, for a missing bucket or refused credentials (which exists/isdir/isfile answer only False)."""
+        return storage.not_found(self.path(*parts), missing)
+
     def glob(self, pattern: str) -> list[str]:
         """The full paths under the root matching `pattern` (relative), sorted."""
         return sorted(storage.glob(self.path(pattern)))
@@ -87,6 +92,11 @@ class Folder:
         """os.walk of `parts` (the root without), without hidden directories (`.partial/`): (full path of a
         directory, its directories sorted, its files: in the disk's order where local)."""
         return storage.walk(self.path(*parts))
+
+    def files(self, *parts: str) -> list[str]:
+        """The full paths of the files anywhere under `parts` (the root without), sorted; none in hidden
+        directories (walk)."""
+        return sorted(storage.join(top, name) for top, _dirs, names in self.walk(*parts) for name in names)
 
     def relpath(self, path: str) -> str:
         """The name under the root of the full `path` (a local path or a URL under it)."""
@@ -113,9 +123,9 @@ class Folder:
     def read_bytes(self, name: str, sha256: str | None = None) -> bytes:
         return storage.read_bytes(self.path(name), sha256=sha256)
 
-    def getsize(self, name: str) -> int:
-        """The size in bytes of the file `name`."""
-        return storage.getsize(self.path(name))
+    def getsize(self, *parts: str) -> int:
+        """The size in bytes of the file `parts` (the root itself without: a Folder may name one file)."""
+        return storage.getsize(self.path(*parts))
 
     def sha256(self, name: str) -> str:
         """The sha256 (hex) of the file `name`, read through."""

@@ -33,7 +33,9 @@ def test_a_folder_writes_lists_reads_and_removes_alike_local_or_in_a_bucket(root
     assert sorted(folder.names_in("a")) == folder.listdir("a")
     assert [(folder.relpath(top), sorted(files)) for top, _dirs, files in folder.walk("a")] == [
         ("a", ["notes.txt", "part-0", "part-1"])]
+    assert folder.files() == [folder.path("a", name) for name in ("notes.txt", "part-0", "part-1")]
     assert folder.getsize("a/part-1") == 3 and folder.sha256("a/part-1") == hashlib.sha256(b"one").hexdigest()
+    assert folder.folder("a", "part-1").getsize() == 3  # a Folder may name one file
     assert folder.read_bytes("a/part-1", sha256=hashlib.sha256(b"one").hexdigest()) == b"one"
     with pytest.raises(Exception, match="sha256"):
         folder.read_bytes("a/part-0", sha256=hashlib.sha256(b"other").hexdigest())
@@ -50,6 +52,10 @@ def test_a_missing_bucket_is_the_stores_error_not_the_callers_not_found(s3_bucke
     with pytest.raises(OSError, match="-not-there") as raised:
         folder.require("directory", DataError("the caller's line"))
     assert "the caller's line" not in str(raised.value)
+    with pytest.raises(OSError, match="-not-there"):
+        raise folder.not_found(DataError("the caller's line"))
+    missing = DataError("the caller's line")
+    assert Folder(s3_bucket + "/not-written-yet").not_found(missing) is missing
 
 
 def test_a_folder_is_a_value_shown_without_credentials():
