@@ -111,6 +111,10 @@ class Folder:
         """The names directly under `parts`, sorted (os.listdir's order is the disk's)."""
         return sorted(storage.listdir(self.path(*parts)))
 
+    def subfolders(self, *parts: str) -> list[str]:
+        """The names of the directories directly under `parts`, sorted; none when `parts` is no directory."""
+        return [name for name in self.listdir(*parts) if self.isdir(*parts, name)] if self.isdir(*parts) else []
+
     def open(self, name: str, mode: str = "rb", **kwargs):
         """`storage.open` of `name` under the root (`sha256=` checks what is read against a manifest's)."""
         return storage.open(self.path(name), mode, **kwargs)

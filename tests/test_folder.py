@@ -30,6 +30,7 @@ def test_a_folder_writes_lists_reads_and_removes_alike_local_or_in_a_bucket(root
     assert folder.isdir("a") and folder.isfile("a", "part-0") and not folder.isfile("a")
     assert folder.glob("a/part-*") == [folder.path("a", "part-0"), folder.path("a", "part-1")]
     assert folder.listdir("a") == ["notes.txt", "part-0", "part-1"]
+    assert folder.subfolders() == ["a"] and folder.subfolders("a") == [] and folder.subfolders("none") == []
     assert sorted(folder.names_in("a")) == folder.listdir("a")
     assert [(folder.relpath(top), sorted(files)) for top, _dirs, files in folder.walk("a")] == [
         ("a", ["notes.txt", "part-0", "part-1"])]
