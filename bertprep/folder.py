@@ -79,6 +79,11 @@ class Folder:
         store's error for a missing bucket or refused credentials, or `missing`."""
         storage.require(self.path(*parts), kind, missing)
 
+    def check_reachable(self) -> None:
+        """Nothing where local; the store's error (one line) for a missing bucket or refused credentials, for a
+        writer to fail on before its work rather than on its first write."""
+        storage.check_reachable(self.root)
+
     def not_found(self, missing: Exception, *parts: str) -> Exception:
         """`missing`, for the caller to raise once it knows `parts` is not there; but the store's error, raised
         here, for a missing bucket or refused credentials (which exists/isdir/isfile answer only False)."""

@@ -55,6 +55,9 @@ def test_a_missing_bucket_is_the_stores_error_not_the_callers_not_found(s3_bucke
     assert "the caller's line" not in str(raised.value)
     with pytest.raises(OSError, match="-not-there"):
         raise folder.not_found(DataError("the caller's line"))
+    with pytest.raises(OSError, match="-not-there"):
+        folder.check_reachable()
+    Folder(s3_bucket + "/not-written-yet").check_reachable()
     missing = DataError("the caller's line")
     assert Folder(s3_bucket + "/not-written-yet").not_found(missing) is missing
 
