@@ -146,6 +146,11 @@ class Folder:
     def remove(self, name: str) -> None:
         storage.remove(self.path(name))
 
+    def remove_tree(self, *parts: str) -> None:
+        """Remove the directory `parts` (the root without) and all under it, or every object under the prefix;
+        gone already is fine."""
+        storage.rmtree(self.path(*parts))
+
     def atomic_open(self, name: str, mode: str = "wb", staging: str | None = None):
         """Write `name` whole or not at all (`atomic.atomic_open`): a temporary, then a rename or one upload."""
         return atomic.atomic_open(self.path(name), mode, staging=staging)

@@ -44,6 +44,9 @@ def test_a_folder_writes_lists_reads_and_removes_alike_local_or_in_a_bucket(root
         assert f.read() == "text\n"
     folder.remove("a/part-0")
     assert folder.glob("a/part-*") == [folder.path("a", "part-1")]
+    folder.remove_tree("a")
+    assert not folder.isfile("a", "part-1") and not folder.isfile("a", "notes.txt")
+    folder.remove_tree("a")  # gone already is fine
     assert folder.renames == (not root.startswith("s3://"))
     assert folder.reads_in_place == (not root.startswith("s3://"))
 

@@ -468,8 +468,8 @@ def shard(options: ShardOptions | None = None, /, *, quiet: bool = True, **field
         start = time.monotonic()
         if previous is not None:
             out.remove(MANIFEST)  # nothing may look complete while shards are rewritten
-        with scratch_directory(staging, options.engine) as scratch_dir, open_engine(options.engine) as engine:
-            manifest = _shard(options, engine, corpus, inputs, input_list, out, staging, scratch_dir, params,
+        with scratch_directory(staging, options.engine) as scratch, open_engine(options.engine) as engine:
+            manifest = _shard(options, engine, corpus, inputs, input_list, out, staging, scratch, params,
                               progress)
         progress.close()
         seconds = time.monotonic() - start
@@ -480,28 +480,28 @@ def shard(options: ShardOptions | None = None, /, *, quiet: bool = True, **field
 
 @contextlib.contextmanager
 def scratch_directory(staging, engine):
-    """Where pass 1 writes its sentence files: `staging`/split (cleared with the staging directory). For an
-    output URL, whose staging is no directory: with Dask, whose workers may share nothing but the bucket,
+    """The Folder pass 1 writes its sentence files in: `staging`/split (cleared with the staging directory). For
+    an output URL, whose staging is no directory: with Dask, whose workers may share nothing but the bucket,
     `staging`/split in the bucket (removed at the end, and at the start after a killed run); otherwise a local
     temporary in the spool directory."""
-    if storage.renames(staging):
-        os.makedirs(os.path.join(staging, SCRATCH))
-        yield os.path.join(staging, SCRATCH)
+    scratch = Folder(staging).folder(SCRATCH)
+    if scratch.renames:
+        os.makedirs(scratch.root)  # a new directory: the run cleared its staging directory when it took hold
+        yield scratch
     elif engine.engine == "dask":
-        scratch = storage.join(staging, SCRATCH)
-        storage.rmtree(scratch)
+        scratch.remove_tree()
         try:
             yield scratch
         finally:
             with contextlib.suppress(OSError):
-                storage.rmtree(scratch)
+                scratch.remove_tree()
     else:
         with tempfile.TemporaryDirectory(prefix="bertprep-shard-", dir=storage.spool_dir()) as directory:
-            yield directory
+            yield Folder(directory)
 
 
-def _shard(options, engine, corpus, inputs, input_list, out, staging, scratch_dir, params, progress):
-    scratch_paths = [Folder(scratch_dir).path(f"{i:06d}.txt") for i in range(len(inputs))]
+def _shard(options, engine, corpus, inputs, input_list, out, staging, scratch, params, progress):
+    scratch_paths = [scratch.path(f"{i:06d}.txt") for i in range(len(inputs))]
     results = [None] * len(inputs)
     stats = {"invalid_utf8_lines": 0, "empty_documents": 0, "input_bytes": 0}
     first_invalid = None
