@@ -129,6 +129,11 @@ class Folder:
         itself when local, a temporary download of the object otherwise."""
         return storage.local_copy(self.path(name))
 
+    def download_files(self, target: str) -> None:
+        """The files directly under the root (not its subdirectories') copied into the new local directory
+        `target`."""
+        storage.download_files(self.root, target)
+
     def read_bytes(self, name: str, sha256: str | None = None) -> bytes:
         return storage.read_bytes(self.path(name), sha256=sha256)
 

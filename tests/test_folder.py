@@ -16,7 +16,7 @@ def root(request, tmp_path):
     return f"{request.getfixturevalue('s3_bucket')}/{tmp_path.name}/tree"
 
 
-def test_a_folder_writes_lists_reads_and_removes_alike_local_or_in_a_bucket(root):
+def test_a_folder_writes_lists_reads_and_removes_alike_local_or_in_a_bucket(root, tmp_path):
     folder = Folder(root)
     assert not folder.exists()
     with pytest.raises(DataError, match="no records here"):
@@ -42,6 +42,10 @@ def test_a_folder_writes_lists_reads_and_removes_alike_local_or_in_a_bucket(root
         folder.read_bytes("a/part-0", sha256=hashlib.sha256(b"other").hexdigest())
     with folder.open("a/notes.txt", "r") as f:
         assert f.read() == "text\n"
+    local = tmp_path / "copied"
+    folder.folder("a").download_files(str(local))
+    assert sorted(p.name for p in local.iterdir()) == ["notes.txt", "part-0", "part-1"]
+    assert (local / "part-1").read_bytes() == b"one"
     folder.remove("a/part-0")
     assert folder.glob("a/part-*") == [folder.path("a", "part-1")]
     folder.remove_tree("a")

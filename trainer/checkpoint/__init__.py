@@ -69,7 +69,7 @@ def _read_copy(url):
         raise place.not_found(DataError(f"{place}: no such checkpoint (no object or directory there)"))
     with tempfile.TemporaryDirectory(prefix="bertprep-checkpoint-") as temp:
         local = os.path.join(temp, source.root.rsplit("/", 1)[-1])
-        _download_files(source.root, local)
+        source.download_files(local)
         shown = str(source)
         try:
             checkpoint = read(os.path.join(local, name) if name else local)
@@ -79,16 +79,6 @@ def _read_copy(url):
     checkpoint.vocab = checkpoint.vocab and checkpoint.vocab.replace(local, shown)
     checkpoint.notes = [note.replace(local, shown) for note in checkpoint.notes]
     return checkpoint
-
-
-def _download_files(url, target):
-    """The objects directly under `url` (not those of its subdirectories) into the new directory `target`."""
-    fs, inner = storage.filesystem(url)
-    os.makedirs(target)
-    with storage.errors_named(url):
-        for entry in fs.ls(inner, detail=True, refresh=True):
-            if entry["type"] == "file":
-                fs.get_file(entry["name"], os.path.join(target, entry["name"].rsplit("/", 1)[-1]))
 
 
 def check_size_flag(checkpoint, model=None, bert_config=None):
