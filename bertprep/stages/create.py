@@ -36,10 +36,11 @@ from typing import Any
 import numpy as np
 
 from bertprep import __version__, formats, storage
-from bertprep.atomic import atomic_open, check_distinct_outputs, hold, staging_dir
+from bertprep.atomic import check_distinct_outputs, hold, staging_dir
 from bertprep.corpus import read_text, tokenize_corpus
 from bertprep.engines import EngineOptions, open_engine
 from bertprep.errors import DataError, UsageError
+from bertprep.folder import Folder
 from bertprep.formats import codecs, columnar
 from bertprep.formats.schemas import PRETRAINING, UNMASKED
 from bertprep.instances import InstanceParams, Instances, MaskingVocab, create_instances
@@ -233,13 +234,13 @@ def limit_test_split(tasks, count, engine):
     return limited
 
 
-def remove_stale_outputs(records_dir, previous_files, wanted, progress):
+def remove_stale_outputs(records, previous_files, wanted, progress):
     """Delete the files an earlier run's manifest lists that this run does not write (a test shard past
-    --eval-samples, an input no longer given): readers that glob a split's directory (NVIDIA's scripts) must
-    find only what the new manifest lists."""
+    --eval-samples, an input no longer given) from the Folder `records`: readers that glob a split's directory
+    (NVIDIA's scripts) must find only what the new manifest lists."""
     stale = sorted(rel for rel in previous_files if rel not in wanted)
     for relative in stale:
-        storage.remove(storage.join(records_dir, relative))
+        records.remove(relative)
     if stale:
         progress.note(f"removed {len(stale)} file(s) of an earlier run that this run does not write")
 
@@ -247,19 +248,19 @@ def remove_stale_outputs(records_dir, previous_files, wanted, progress):
 def create_shard(task):
     """Create one shard's records in every requested format; return their manifest entries."""
     instances = shard_instances(task)
+    records = Folder(task.records_dir)
+    staging = staging_dir(records.root)  # the run holds the tree; .partial/ is where no reader looks
     entries = {}
     for fmt, relative in task.output_paths().items():
-        path = storage.join(task.records_dir, relative)
         if not codecs.get(fmt).framed:
             if task.masking == "dynamic":
                 kind, columns = UNMASKED, unmasked_columns(instances, unmasked_tokens(instances), 0, len(instances),
                                                            task.params.max_seq_length)
             else:
                 kind, columns = PRETRAINING, instance_columns(instances, task.params)
-            size, digest = codecs.get(fmt).write(path, columns, kind, staging_dir(task.records_dir))
+            size, digest = codecs.get(fmt).write(records.path(relative), columns, kind, staging)
         else:
-            size, digest = write_instances(path, instances, fmt, task.params, staging_dir(task.records_dir),
-                                           task.masking)
+            size, digest = write_instances(records, relative, instances, fmt, task.params, staging, task.masking)
         entries[relative] = {
             "format": fmt,
             "split": task.split,
@@ -332,11 +333,12 @@ def unmasked_columns(instances, tokens, first, count, seq):
             "next_sentence_labels": instances.is_random_next[first:last, None].astype(np.int64)}
 
 
-def write_instances(path, instances, fmt, params, staging, masking="static"):
-    """Write atomically (the temporary in `staging`); return (bytes, sha256) computed while writing."""
+def write_instances(records, relative, instances, fmt, params, staging, masking="static"):
+    """Write `relative` under the Folder `records` atomically (the temporary in `staging`); return (bytes, sha256)
+    computed while writing."""
     digest = hashlib.sha256()
     size = 0
-    with atomic_open(path, staging=staging) as f:
+    with records.atomic_open(relative, staging=staging) as f:
         for chunk in encoded_chunks(instances, fmt, params, masking):
             f.write(chunk)
             digest.update(chunk)
@@ -361,27 +363,28 @@ def discover_inputs(values):
     """[(path, split)] for files, globs and directories; a directory's training/ and test/ are the splits."""
     found = []
     for value in values:
-        if storage.isdir(value):
-            split_dirs = [s for s in SPLITS if storage.isdir(storage.join(value, s))]
+        place = Folder(value)  # a directory of shards, one shard, or a pattern
+        if place.isdir():
+            split_dirs = [s for s in SPLITS if place.isdir(s)]
             if split_dirs:
                 for split in split_dirs:
-                    files = sorted(storage.glob(storage.join(value, split, "*.txt")), key=_natural_key)
+                    files = sorted(place.glob(f"{split}/*.txt"), key=_natural_key)
                     found.extend((f, split) for f in files)
             else:
-                files = sorted(storage.glob(storage.join(value, "*.txt")), key=_natural_key)
+                files = sorted(place.glob("*.txt"), key=_natural_key)
                 found.extend((f, _split_of(f)) for f in files)
                 if not files:
-                    raise DataError(f"{storage.display(value)}: directory holds no *.txt shards (nor training/ or "
-                                    "test/ subdirectories)")
-        elif storage.exists(value):
+                    raise DataError(f"{place}: directory holds no *.txt shards (nor training/ or test/ "
+                                    "subdirectories)")
+        elif place.exists():
             found.append((value, _split_of(value)))
-        elif glob.has_magic(value):
+        elif glob.has_magic(value):  # a pattern is no folder: storage matches it whole, directories too
             files = sorted(storage.glob(value), key=_natural_key)
             if not files:
-                raise DataError(f"{storage.display(value)}: the pattern matches no file")
+                raise DataError(f"{place}: the pattern matches no file")
             found.extend((f, _split_of(f)) for f in files if storage.isfile(f))
         else:
-            raise DataError(f"{storage.display(value)}: input not found")
+            raise DataError(f"{place}: input not found")
     seen = set()
     unique = []
     for path, split in found:
@@ -451,7 +454,7 @@ def plan(options):
         whole_word_mask=options.whole_word_mask,
     )
     lower_case = options.lower_case
-    records_dir = records_directory(options, workdir, corpus, inputs)
+    records = records_directory(options, workdir, corpus, inputs)
     settings = {
         "params": {**asdict(params), "lower_case": lower_case, "seed": options.seed,
                    "seed_per_shard": options.seed_per_shard,
@@ -475,7 +478,7 @@ def plan(options):
                 split=split,
                 index=index,
                 seed=shard_seed(options.seed, split, path, options.seed_per_shard),
-                records_dir=records_dir,
+                records_dir=records.root,
                 vocab_path=vocab.path,
                 lower_case=lower_case,
                 params=params,
@@ -485,12 +488,11 @@ def plan(options):
                 masking=options.masking,
             )
         )
-    check_distinct_outputs((task.source, storage.join(records_dir, path)) for task in tasks
-                           for path in task.output_paths().values())
+    check_distinct_outputs((task.source, records.path(path)) for task in tasks for path in task.output_paths().values())
     warnings = layout_warnings(tasks, options.min_parts)
     if vocab.duplicates_warning():
         warnings.append(vocab.duplicates_warning())
-    return records_dir, settings, fmts, tasks, notes, warnings
+    return records, settings, fmts, tasks, notes, warnings
 
 
 def default_inputs(workdir, input_values, vocab_value, corpus):
@@ -498,36 +500,33 @@ def default_inputs(workdir, input_values, vocab_value, corpus):
     else the embedded sample corpus and, unless given, its vocab. The vocab may still be None."""
     if input_values:
         return input_values, vocab_value, []
-    sharded = storage.join(workdir, "sharded")
-    corpora = sorted(d for d in storage.listdir(sharded)
-                     if storage.isdir(storage.join(sharded, d))) if storage.isdir(sharded) else []
+    sharded = Folder(workdir).folder("sharded")
+    corpora = sharded.subfolders()
     if corpus and corpus in corpora:
         corpora = [corpus]
     if len(corpora) == 1:
-        input_values = [storage.join(sharded, corpora[0])]
-        return input_values, vocab_value, [f"input: {storage.display(input_values[0])}"]
+        return [sharded.path(corpora[0])], vocab_value, [f"input: {sharded.display(corpora[0])}"]
     if len(corpora) > 1:
-        raise UsageError(f"{storage.display(sharded)} holds several corpora ({', '.join(corpora)}): pick one "
-                         "with --corpus or --input")
+        raise UsageError(f"{sharded} holds several corpora ({', '.join(corpora)}): pick one with --corpus or --input")
     corpus_path, sample_vocab = sample_paths()
     return ([corpus_path], vocab_value or sample_vocab,
             ["no --input: using the embedded sample corpus and its vocab (offline demo data)"])
 
 
 def records_directory(options, workdir, corpus, inputs):
-    """Where the manifest goes and every output path starts, for --layout and --out."""
+    """The Folder the manifest goes in and every output path starts at, for --layout and --out."""
     lower_case = options.lower_case
     if options.layout == "nvidia":
         train_shards, test_fraction = shard_stage_settings(inputs)
         name = nvidia_dirname(options.seq, options.pred, options.masked_lm_prob, options.seed, options.dupe_factor,
                               lower_case, options.whole_word_mask, train_shards, test_fraction)
-        return storage.join(storage.absolute(options.out or workdir), codecs.NVIDIA_LAYOUT.name, name, corpus)
+        return Folder(storage.absolute(options.out or workdir)).folder(codecs.NVIDIA_LAYOUT.name, name, corpus)
     name = params_dirname(options.seq, options.pred, options.masked_lm_prob, options.seed, options.dupe_factor,
                           lower_case, options.whole_word_mask)
     if options.masking == "dynamic":  # not NVIDIA's: its records are masked
         name += "_dynamic_masking"
-    return storage.join(storage.absolute(options.out) if options.out else storage.join(workdir, "records"), name,
-                        corpus)
+    root = Folder(storage.absolute(options.out)) if options.out else Folder(workdir).folder("records")
+    return root.folder(name, corpus)
 
 
 def shard_stage_settings(inputs):
@@ -537,16 +536,16 @@ def shard_stage_settings(inputs):
     if len(directories) != 1:
         raise UsageError(f"--layout nvidia: the inputs come from {len(directories)} directories; give the one "
                          "directory `bertprep shard` wrote (its manifest names the shard count and test split)")
-    directory = directories.pop()
-    manifest = load_manifest(directory)
+    shards = Folder(directories.pop())
+    manifest = load_manifest(shards)
     if manifest is None or manifest.get("stage") != "shard":
-        raise UsageError(f"--layout nvidia: {storage.display(directory)} has no manifest of `bertprep shard`, which "
+        raise UsageError(f"--layout nvidia: {shards} has no manifest of `bertprep shard`, which "
                          "gives the shard count and test split in NVIDIA's directory name; shard the corpus with "
                          "`bertprep shard`")
     params = manifest.get("params") or {}
     train_shards, test_fraction = params.get("train_shards"), params.get("test_fraction")
     if not isinstance(train_shards, int) or not isinstance(test_fraction, (int, float)):
-        raise DataError(f"{storage.display(storage.join(directory, 'manifest.json'))}: damaged manifest (no "
+        raise DataError(f"{shards.display('manifest.json')}: damaged manifest (no "
                         "train_shards and test_fraction in params); rerun `bertprep shard`")
     return train_shards, test_fraction
 
@@ -579,8 +578,8 @@ def create(options: CreateOptions | None = None, /, *, quiet: bool = True, **fie
     (`complete_before` when all were)."""
     options = build_options(CreateOptions, options, fields)
     started = time.monotonic()
-    records_dir, settings, fmts, tasks, notes, warnings = plan(options)
-    refuse_overlap(records_dir, [*(options.input or ()), *(task.source for task in tasks)])
+    records, settings, fmts, tasks, notes, warnings = plan(options)
+    refuse_overlap(records.root, [*(options.input or ()), *(task.source for task in tasks)])
     if options.eval_samples:  # counted before anything is written: too few test instances writes nothing
         with open_engine(options.engine) as engine:
             tasks = limit_test_split(tasks, options.eval_samples, engine)
@@ -589,11 +588,11 @@ def create(options: CreateOptions | None = None, /, *, quiet: bool = True, **fie
         progress.note(note)
     for warning in warnings:
         progress.note(f"warning: {warning}")
-    with hold(records_dir, "bertprep create"):  # clears what killed runs left in .partial/
-        previous = load_manifest(records_dir) or {}
+    with hold(records.root, "bertprep create"):  # clears what killed runs left in .partial/
+        previous = load_manifest(records) or {}
         wanted = {relative for task in tasks for relative in task.output_paths().values()}
         files = {rel: entry for rel, entry in previous.get("files", {}).items() if rel in wanted}
-        remove_stale_outputs(records_dir, previous.get("files", {}), wanted, progress)
+        remove_stale_outputs(records, previous.get("files", {}), wanted, progress)
         pending = [t for t in tasks if not is_complete(t, files)]
         skipped = len(tasks) - len(pending)
         if skipped:
@@ -607,16 +606,16 @@ def create(options: CreateOptions | None = None, /, *, quiet: bool = True, **fie
         with open_engine(options.engine, max_tasks=len(pending)) as engine:
             for result in engine.run(create_shard, pending, describe=lambda task: task.source):
                 files.update(result["files"])
-                save_manifest(records_dir, manifest)
+                save_manifest(records, manifest)
                 progress.advance(1, instances=result["instances"])
         number_instances(tasks, files)
-        save_manifest(records_dir, manifest)
+        save_manifest(records, manifest)
     progress.close()
-    summary = summarize(records_dir, manifest, tasks, time.monotonic() - started, len(pending))
+    summary = summarize(records, manifest, tasks, time.monotonic() - started, len(pending))
     summary["warnings"] = warnings
     if options.eval_samples:  # absent otherwise: today's --json
         summary["eval_samples"] = options.eval_samples
-    rows = [("records", storage.display(records_dir))]
+    rows = [("records", str(records))]
     for split, count in summary["instances"].items():
         rows.append((f"instances ({split})", f"{count:,}"))
     if options.eval_samples:
@@ -646,7 +645,7 @@ def number_instances(tasks, files):
         following[task.split] = first + count
 
 
-def summarize(records_dir, manifest, tasks, seconds, created):
+def summarize(records, manifest, tasks, seconds, created):
     instances = {}
     counted = set()
     total_bytes = 0
@@ -658,7 +657,7 @@ def summarize(records_dir, manifest, tasks, seconds, created):
                 counted.add(task.source)
                 instances[task.split] = instances.get(task.split, 0) + entry["instances"]
     return {
-        "records_dir": storage.display(records_dir),
+        "records_dir": str(records),
         "instances": instances,
         "files": sum(len(t.output_paths()) for t in tasks),
         "bytes": total_bytes,
