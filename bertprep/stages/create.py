@@ -23,11 +23,9 @@ finished shards and redoes the rest. A run holds its records directory:
 a second run into the same one is refused.
 """
 
-import glob
 import hashlib
 import json
 import os
-import re
 import time
 from dataclasses import asdict, dataclass, replace
 from importlib import resources
@@ -43,12 +41,12 @@ from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.formats import codecs, columnar
 from bertprep.formats.schemas import PRETRAINING, UNMASKED
-from bertprep.instances import InstanceParams, Instances, MaskingVocab, create_instances
+from bertprep.instances import InstanceParams, Instances, create_instances
 from bertprep.options import build_options, check_types, errors_name_fields, normalise_paths, refuse_overlap, set_field
 from bertprep.progress import Progress, Summary, human_bytes
-from bertprep.tokenization import LineTokenizer, load_vocab, resolve_vocab_path
+from bertprep.text_inputs import check_input, corpus_name, discover_inputs, input_roots, read_vocab, tokenizer_and_vocab
+from bertprep.tokenization import resolve_vocab_path
 from bertprep.workdir import (
-    SPLITS,
     check_corpus_name,
     load_manifest,
     nvidia_dirname,
@@ -174,27 +172,9 @@ class ShardTask:
 
 # -- the shard task: pure apart from reading its input and writing its outputs --------------
 
-_TOKENIZERS: dict = {}  # (vocab path, lower_case) -> (LineTokenizer, MaskingVocab), per process
-
-
-def _tokenizer_and_vocab(vocab_path, lower_case, vocab=None):
-    key = (vocab_path, lower_case)
-    if key not in _TOKENIZERS:
-        vocab = vocab or read_vocab(vocab_path)
-        _TOKENIZERS[key] = (LineTokenizer(vocab, lower_case).warmed(), MaskingVocab.from_vocab(vocab))
-    return _TOKENIZERS[key]
-
-
-def read_vocab(path):
-    """load_vocab of a vocab.txt path or URL (a Dask worker that sees no shared disk reads the bucket's), its
-    path kept as given: a URL in display form."""
-    vocab = load_vocab(path)
-    return vocab if storage.reads_in_place(path) else replace(vocab, path=storage.display(path))
-
-
 def shard_instances(task):
     """The instances of one shard (its first `task.limit` when set)."""
-    tokenizer, masking_vocab = _tokenizer_and_vocab(task.vocab_path, task.lower_case)
+    tokenizer, masking_vocab = tokenizer_and_vocab(task.vocab_path, task.lower_case)
     corpus = tokenize_corpus(read_text(task.source), tokenizer)
     if corpus.num_documents == 0:
         raise DataError(f"{storage.display(task.source)}: no documents (every line is blank or tokenizes to nothing)")
@@ -348,79 +328,11 @@ def write_instances(records, relative, instances, fmt, params, staging, masking=
 
 # -- planning: inputs, flags, resume -------------------------------------------------------
 
-def _natural_key(path):
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path)]
-
-
 def sample_paths():
     """The embedded sample corpus (a directory of training/ and test/ shards, as `bertprep shard` writes them,
     enough training shards for --min-parts 8) and its vocab, shipped in the package."""
     data = resources.files("bertprep") / "data"
     return str(data / "sample_corpus"), str(data / "sample_vocab.txt")
-
-
-def discover_inputs(values):
-    """[(path, split)] for files, globs and directories; a directory's training/ and test/ are the splits."""
-    found = []
-    for value in values:
-        place = Folder(value)  # a directory of shards, one shard, or a pattern
-        if place.isdir():
-            split_dirs = [s for s in SPLITS if place.isdir(s)]
-            if split_dirs:
-                for split in split_dirs:
-                    files = sorted(place.glob(f"{split}/*.txt"), key=_natural_key)
-                    found.extend((f, split) for f in files)
-            else:
-                files = sorted(place.glob("*.txt"), key=_natural_key)
-                found.extend((f, _split_of(f)) for f in files)
-                if not files:
-                    raise DataError(f"{place}: directory holds no *.txt shards (nor training/ or test/ "
-                                    "subdirectories)")
-        elif place.exists():
-            found.append((value, _split_of(value)))
-        elif glob.has_magic(value):  # a pattern is no folder: storage matches it whole, directories too
-            files = sorted(storage.glob(value), key=_natural_key)
-            if not files:
-                raise DataError(f"{place}: the pattern matches no file")
-            found.extend((f, _split_of(f)) for f in files if storage.isfile(f))
-        else:
-            raise DataError(f"{place}: input not found")
-    seen = set()
-    unique = []
-    for path, split in found:
-        path = storage.absolute(path)
-        if path not in seen:
-            seen.add(path)
-            unique.append((path, split))
-    return unique
-
-
-def _split_of(path):
-    parent = os.path.basename(os.path.dirname(storage.absolute(path)))
-    return parent if parent in SPLITS else "training"
-
-
-def _input_roots(inputs):
-    """The directories the inputs come from, a split directory's parent in its place."""
-    directories = {os.path.dirname(p) for p, _ in inputs}
-    return {os.path.dirname(d) if os.path.basename(d) in SPLITS else d for d in directories}
-
-
-def _corpus_name(inputs):
-    directories = _input_roots(inputs)
-    if len(directories) == 1:
-        name = os.path.basename(directories.pop())
-        if name:
-            return name
-    return "corpus"
-
-
-def check_input(path):
-    """sha256 of a shard, after checking it is UTF-8 and holds a non-blank line (errors name file and line)."""
-    text = read_text(path)
-    if not text.strip():
-        raise DataError(f"{storage.display(path)}: no documents (the file is empty or blank)")
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def shard_seed(seed, split, path, per_shard):
@@ -440,11 +352,11 @@ def plan(options):
     # a path or hub id on this machine is resolved to a file; a store's vocab is read from the store
     vocab = read_vocab(resolve_vocab_path(vocab_value) if storage.reads_in_place(vocab_value) else vocab_value)
     # Built once here: forked local workers inherit them instead of each loading the vocab again.
-    _tokenizer_and_vocab(vocab.path, options.lower_case, vocab)
+    tokenizer_and_vocab(vocab.path, options.lower_case, vocab)
     inputs = discover_inputs(input_values)
     if not inputs:
         raise DataError(f"{' '.join(map(storage.display, input_values))}: no input shards found")
-    corpus = options.corpus or _corpus_name(inputs)
+    corpus = options.corpus or corpus_name(inputs)
     params = InstanceParams(
         max_seq_length=options.seq,
         max_predictions_per_seq=options.pred,
@@ -532,7 +444,7 @@ def records_directory(options, workdir, corpus, inputs):
 def shard_stage_settings(inputs):
     """(training shards asked for, test fraction) from the manifest of the `bertprep shard` directory
     the inputs come from: NVIDIA's directory name holds both."""
-    directories = _input_roots(inputs)
+    directories = input_roots(inputs)
     if len(directories) != 1:
         raise UsageError(f"--layout nvidia: the inputs come from {len(directories)} directories; give the one "
                          "directory `bertprep shard` wrote (its manifest names the shard count and test split)")
