@@ -79,6 +79,16 @@ class Folder:
         store's error for a missing bucket or refused credentials, or `missing`."""
         storage.require(self.path(*parts), kind, missing)
 
+    def check_reachable(self) -> None:
+        """Nothing where local; the store's error (one line) for a missing bucket or refused credentials, for a
+        writer to fail on before its work rather than on its first write."""
+        storage.check_reachable(self.root)
+
+    def not_found(self, missing: Exception, *parts: str) -> Exception:
+        """`missing`, for the caller to raise once it knows `parts` is not there; but the store's error, raised
+        here, for a missing bucket or refused credentials (which exists/isdir/isfile answer only False)."""
+        return storage.not_found(self.path(*parts), missing)
+
     def glob(self, pattern: str) -> list[str]:
         """The full paths under the root matching `pattern` (relative), sorted."""
         return sorted(storage.glob(self.path(pattern)))
@@ -87,6 +97,11 @@ class Folder:
         """os.walk of `parts` (the root without), without hidden directories (`.partial/`): (full path of a
         directory, its directories sorted, its files: in the disk's order where local)."""
         return storage.walk(self.path(*parts))
+
+    def files(self, *parts: str) -> list[str]:
+        """The full paths of the files anywhere under `parts` (the root without), sorted; none in hidden
+        directories (walk)."""
+        return sorted(storage.join(top, name) for top, _dirs, names in self.walk(*parts) for name in names)
 
     def relpath(self, path: str) -> str:
         """The name under the root of the full `path` (a local path or a URL under it)."""
@@ -101,6 +116,10 @@ class Folder:
         """The names directly under `parts`, sorted (os.listdir's order is the disk's)."""
         return sorted(storage.listdir(self.path(*parts)))
 
+    def subfolders(self, *parts: str) -> list[str]:
+        """The names of the directories directly under `parts`, sorted; none when `parts` is no directory."""
+        return [name for name in self.listdir(*parts) if self.isdir(*parts, name)] if self.isdir(*parts) else []
+
     def open(self, name: str, mode: str = "rb", **kwargs):
         """`storage.open` of `name` under the root (`sha256=` checks what is read against a manifest's)."""
         return storage.open(self.path(name), mode, **kwargs)
@@ -110,6 +129,11 @@ class Folder:
         itself when local, a temporary download of the object otherwise."""
         return storage.local_copy(self.path(name))
 
+    def download_files(self, target: str) -> None:
+        """The files directly under the root (not its subdirectories') copied into the new local directory
+        `target`."""
+        storage.download_files(self.root, target)
+
     def read_bytes(self, name: str, sha256: str | None = None) -> bytes:
         return storage.read_bytes(self.path(name), sha256=sha256)
 
@@ -117,13 +141,9 @@ class Folder:
         """`length` bytes of `name` from `start` (fewer at its end): a seek, or one ranged read of an object."""
         return storage.read_range(self.path(name), start, length)
 
-    def rmtree(self, *parts: str) -> None:
-        """Remove `parts` (the root without) and all under it (gone already is fine)."""
-        storage.rmtree(self.path(*parts))
-
-    def getsize(self, name: str) -> int:
-        """The size in bytes of the file `name`."""
-        return storage.getsize(self.path(name))
+    def getsize(self, *parts: str) -> int:
+        """The size in bytes of the file `parts` (the root itself without: a Folder may name one file)."""
+        return storage.getsize(self.path(*parts))
 
     def sha256(self, name: str) -> str:
         """The sha256 (hex) of the file `name`, read through."""
@@ -134,6 +154,11 @@ class Folder:
 
     def remove(self, name: str) -> None:
         storage.remove(self.path(name))
+
+    def remove_tree(self, *parts: str) -> None:
+        """Remove the directory `parts` (the root without) and all under it, or every object under the prefix;
+        gone already is fine."""
+        storage.rmtree(self.path(*parts))
 
     def atomic_open(self, name: str, mode: str = "wb", staging: str | None = None):
         """Write `name` whole or not at all (`atomic.atomic_open`): a temporary, then a rename or one upload."""

@@ -661,6 +661,22 @@ def local_copy(path):
         yield target
 
 
+def download_files(directory, target):
+    """The files directly in `directory` (not those of its subdirectories) copied into the new local directory
+    `target`, for a reader that needs them side by side on disk (a checkpoint's)."""
+    os.makedirs(target)
+    if not is_url(directory):
+        for entry in os.scandir(local_path(directory)):
+            if entry.is_file():
+                shutil.copyfile(entry.path, os.path.join(target, entry.name))
+        return
+    fs, inner = filesystem(directory)
+    with errors_named(directory):
+        for entry in fs.ls(inner, detail=True, refresh=True):
+            if entry["type"] == "file":
+                fs.get_file(entry["name"], os.path.join(target, entry["name"].rsplit("/", 1)[-1]))
+
+
 def spool_dir(make=True):
     """Where objects are written before their upload: $BERTPREP_SPOOL, else the system's temporary directory."""
     directory = os.environ.get("BERTPREP_SPOOL") or os.path.join(tempfile.gettempdir(), "bertprep-spool")

@@ -126,15 +126,16 @@ def file_matches(path, entry):
 
 
 def outputs_complete(directory, entries, relatives, source_sha256, settings, fields=()):
-    """Whether a task's outputs (`relatives`, under `directory`) are done, for a rerun to keep them: each has a
-    manifest entry for the same source and settings, holding `fields` (what the summary reads back), and the
-    file that entry lists (`file_matches`)."""
+    """Whether a task's outputs (`relatives`, under `directory`: a Folder or a path) are done, for a rerun to keep
+    them: each has a manifest entry for the same source and settings, holding `fields` (what the summary reads
+    back), and the file that entry lists (`file_matches`)."""
+    folder = Folder.of(directory)
     for relative in relatives:
         entry = entries.get(relative)
         if (not entry or entry.get("source_sha256") != source_sha256 or entry.get("settings") != settings
                 or any(field not in entry for field in fields)):
             return False
-        if not file_matches(storage.join(directory, relative), entry):
+        if not file_matches(folder.path(relative), entry):
             return False
     return True
 

@@ -30,8 +30,9 @@ from typing import Any
 import numpy as np
 
 from bertprep import formats, storage
-from bertprep.atomic import atomic_open, check_distinct_outputs, hold, temp_path, walk
+from bertprep.atomic import atomic_open, check_distinct_outputs, hold, temp_path
 from bertprep.errors import DataError, UsageError
+from bertprep.folder import Folder
 from bertprep.formats import codecs
 from bertprep.formats.protowire import WireError
 from bertprep.formats.schemas import kind_of_record
@@ -108,13 +109,25 @@ def convert_file(src, dst, dst_fmt, staging=None, sha256=None):
     return count
 
 
-def _record_files(directory):
-    found = []
-    for root, _dirs, files in walk(directory):
-        for name in sorted(files):
-            if formats.format_of_name(name) is not None:
-                found.append(storage.join(root, name))
-    return sorted(found)
+def _record_files(tree):
+    """The full paths of the record files anywhere under the Folder `tree`, sorted."""
+    return [path for path in tree.files() if formats.format_of_name(os.path.basename(path)) is not None]
+
+
+def _tree_pairs(source, target, to):
+    """(src, dst) of every record file under the Folder `source`: its directory under `target` and its name in
+    `to` (an OFRecord part numbered by its place in its directory)."""
+    by_dir: dict = {}
+    for path in _record_files(source):
+        by_dir.setdefault(os.path.dirname(path), []).append(path)
+    pairs = []
+    for directory, paths in sorted(by_dir.items()):
+        relative_dir = source.relpath(directory)
+        for index, path in enumerate(paths):
+            stem = os.path.splitext(os.path.basename(path))[0]
+            name = codecs.get(to).file_name(stem, index)
+            pairs.append((path, storage.normpath(target.path(relative_dir, name))))
+    return pairs
 
 
 def convert_all(pairs, dst_fmt, staging, digests=None):
@@ -151,40 +164,32 @@ def convert(options: ConvertOptions | None = None, /, **fields: Any) -> Summary:
     lists each file (`files`: src, dst, records) and the records in all."""
     options = options or ConvertOptions(**fields)
     src, dst, to = options.src, options.dst, options.to
-    if storage.isdir(src):
-        pairs = []
-        by_dir: dict = {}
-        for path in _record_files(src):
-            by_dir.setdefault(os.path.dirname(path), []).append(path)
-        for directory, paths in sorted(by_dir.items()):
-            relative_dir = storage.relpath(directory, src)
-            for index, path in enumerate(paths):
-                stem = os.path.splitext(os.path.basename(path))[0]
-                name = codecs.get(to).file_name(stem, index)
-                pairs.append((path, storage.normpath(storage.join(dst, relative_dir, name))))
+    source, target = Folder(src), Folder(dst)  # a tree each, or a file each
+    if source.isdir():
+        pairs = _tree_pairs(source, target, to)
         if not pairs:
             raise DataError(f"{src}: no record files (*.tfrecord or part-*) found")
         tree: contextlib.AbstractContextManager = hold(dst, "bertprep convert")
-    elif storage.isfile(src):
-        if storage.isdir(dst):
+    elif source.isfile():
+        if target.isdir():
             raise UsageError(f"{dst}: is a directory; give an output file name")
         pairs = [(src, dst)]
         tree = contextlib.nullcontext(None)  # a lone file stages beside itself
     else:
-        raise storage.not_found(src, DataError(f"{src}: not found"))
+        raise source.not_found(DataError(f"{src}: not found"))
     check_distinct_outputs(pairs)
     for path, _dst in pairs:
-        if storage.getsize(path) == 0:
+        if Folder(path).getsize() == 0:
             raise DataError(f"{path}: empty file, no records to convert (an empty OFRecord part stops OneFlow's "
                             "reader); nothing was written")
-    created = not storage.exists(dst)
+    created = not target.exists()
     try:
         with tree as staging:
-            digests = file_digests(load_manifest(src), src) if storage.isdir(src) else {}
+            digests = file_digests(load_manifest(source), source) if source.isdir() else {}
             counts = convert_all(pairs, to, staging, digests)
     except BaseException:
         # the tree's root, made to hold it: left empty, not left behind (a URL's prefix is no directory)
-        if created and storage.reads_in_place(dst) and os.path.isdir(dst):
+        if created and target.reads_in_place and os.path.isdir(dst):
             with contextlib.suppress(OSError):
                 os.rmdir(dst)
         raise

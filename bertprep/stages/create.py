@@ -23,11 +23,9 @@ finished shards and redoes the rest. A run holds its records directory:
 a second run into the same one is refused.
 """
 
-import glob
 import hashlib
 import json
 import os
-import re
 import time
 from dataclasses import asdict, dataclass, replace
 from importlib import resources
@@ -36,18 +34,19 @@ from typing import Any
 import numpy as np
 
 from bertprep import __version__, formats, storage
-from bertprep.atomic import atomic_open, check_distinct_outputs, hold, staging_dir
+from bertprep.atomic import check_distinct_outputs, hold, staging_dir
 from bertprep.corpus import read_text, tokenize_corpus
 from bertprep.engines import EngineOptions, open_engine
 from bertprep.errors import DataError, UsageError
+from bertprep.folder import Folder
 from bertprep.formats import codecs, columnar
 from bertprep.formats.schemas import PRETRAINING, UNMASKED
-from bertprep.instances import InstanceParams, Instances, MaskingVocab, create_instances
+from bertprep.instances import InstanceParams, Instances, create_instances
 from bertprep.options import build_options, check_types, errors_name_fields, normalise_paths, refuse_overlap, set_field
 from bertprep.progress import Progress, Summary, human_bytes
-from bertprep.tokenization import LineTokenizer, load_vocab, resolve_vocab_path
+from bertprep.text_inputs import check_input, corpus_name, discover_inputs, input_roots, read_vocab, tokenizer_and_vocab
+from bertprep.tokenization import resolve_vocab_path
 from bertprep.workdir import (
-    SPLITS,
     check_corpus_name,
     load_manifest,
     nvidia_dirname,
@@ -173,27 +172,9 @@ class ShardTask:
 
 # -- the shard task: pure apart from reading its input and writing its outputs --------------
 
-_TOKENIZERS: dict = {}  # (vocab path, lower_case) -> (LineTokenizer, MaskingVocab), per process
-
-
-def _tokenizer_and_vocab(vocab_path, lower_case, vocab=None):
-    key = (vocab_path, lower_case)
-    if key not in _TOKENIZERS:
-        vocab = vocab or read_vocab(vocab_path)
-        _TOKENIZERS[key] = (LineTokenizer(vocab, lower_case).warmed(), MaskingVocab.from_vocab(vocab))
-    return _TOKENIZERS[key]
-
-
-def read_vocab(path):
-    """load_vocab of a vocab.txt path or URL (a Dask worker that sees no shared disk reads the bucket's), its
-    path kept as given: a URL in display form."""
-    vocab = load_vocab(path)
-    return vocab if storage.reads_in_place(path) else replace(vocab, path=storage.display(path))
-
-
 def shard_instances(task):
     """The instances of one shard (its first `task.limit` when set)."""
-    tokenizer, masking_vocab = _tokenizer_and_vocab(task.vocab_path, task.lower_case)
+    tokenizer, masking_vocab = tokenizer_and_vocab(task.vocab_path, task.lower_case)
     corpus = tokenize_corpus(read_text(task.source), tokenizer)
     if corpus.num_documents == 0:
         raise DataError(f"{storage.display(task.source)}: no documents (every line is blank or tokenizes to nothing)")
@@ -233,13 +214,13 @@ def limit_test_split(tasks, count, engine):
     return limited
 
 
-def remove_stale_outputs(records_dir, previous_files, wanted, progress):
+def remove_stale_outputs(records, previous_files, wanted, progress):
     """Delete the files an earlier run's manifest lists that this run does not write (a test shard past
-    --eval-samples, an input no longer given): readers that glob a split's directory (NVIDIA's scripts) must
-    find only what the new manifest lists."""
+    --eval-samples, an input no longer given) from the Folder `records`: readers that glob a split's directory
+    (NVIDIA's scripts) must find only what the new manifest lists."""
     stale = sorted(rel for rel in previous_files if rel not in wanted)
     for relative in stale:
-        storage.remove(storage.join(records_dir, relative))
+        records.remove(relative)
     if stale:
         progress.note(f"removed {len(stale)} file(s) of an earlier run that this run does not write")
 
@@ -247,19 +228,19 @@ def remove_stale_outputs(records_dir, previous_files, wanted, progress):
 def create_shard(task):
     """Create one shard's records in every requested format; return their manifest entries."""
     instances = shard_instances(task)
+    records = Folder(task.records_dir)
+    staging = staging_dir(records.root)  # the run holds the tree; .partial/ is where no reader looks
     entries = {}
     for fmt, relative in task.output_paths().items():
-        path = storage.join(task.records_dir, relative)
         if not codecs.get(fmt).framed:
             if task.masking == "dynamic":
                 kind, columns = UNMASKED, unmasked_columns(instances, unmasked_tokens(instances), 0, len(instances),
                                                            task.params.max_seq_length)
             else:
                 kind, columns = PRETRAINING, instance_columns(instances, task.params)
-            size, digest = codecs.get(fmt).write(path, columns, kind, staging_dir(task.records_dir))
+            size, digest = codecs.get(fmt).write(records.path(relative), columns, kind, staging)
         else:
-            size, digest = write_instances(path, instances, fmt, task.params, staging_dir(task.records_dir),
-                                           task.masking)
+            size, digest = write_instances(records, relative, instances, fmt, task.params, staging, task.masking)
         entries[relative] = {
             "format": fmt,
             "split": task.split,
@@ -332,11 +313,12 @@ def unmasked_columns(instances, tokens, first, count, seq):
             "next_sentence_labels": instances.is_random_next[first:last, None].astype(np.int64)}
 
 
-def write_instances(path, instances, fmt, params, staging, masking="static"):
-    """Write atomically (the temporary in `staging`); return (bytes, sha256) computed while writing."""
+def write_instances(records, relative, instances, fmt, params, staging, masking="static"):
+    """Write `relative` under the Folder `records` atomically (the temporary in `staging`); return (bytes, sha256)
+    computed while writing."""
     digest = hashlib.sha256()
     size = 0
-    with atomic_open(path, staging=staging) as f:
+    with records.atomic_open(relative, staging=staging) as f:
         for chunk in encoded_chunks(instances, fmt, params, masking):
             f.write(chunk)
             digest.update(chunk)
@@ -346,78 +328,11 @@ def write_instances(path, instances, fmt, params, staging, masking="static"):
 
 # -- planning: inputs, flags, resume -------------------------------------------------------
 
-def _natural_key(path):
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path)]
-
-
 def sample_paths():
     """The embedded sample corpus (a directory of training/ and test/ shards, as `bertprep shard` writes them,
     enough training shards for --min-parts 8) and its vocab, shipped in the package."""
     data = resources.files("bertprep") / "data"
     return str(data / "sample_corpus"), str(data / "sample_vocab.txt")
-
-
-def discover_inputs(values):
-    """[(path, split)] for files, globs and directories; a directory's training/ and test/ are the splits."""
-    found = []
-    for value in values:
-        if storage.isdir(value):
-            split_dirs = [s for s in SPLITS if storage.isdir(storage.join(value, s))]
-            if split_dirs:
-                for split in split_dirs:
-                    files = sorted(storage.glob(storage.join(value, split, "*.txt")), key=_natural_key)
-                    found.extend((f, split) for f in files)
-            else:
-                files = sorted(storage.glob(storage.join(value, "*.txt")), key=_natural_key)
-                found.extend((f, _split_of(f)) for f in files)
-                if not files:
-                    raise DataError(f"{storage.display(value)}: directory holds no *.txt shards (nor training/ or "
-                                    "test/ subdirectories)")
-        elif storage.exists(value):
-            found.append((value, _split_of(value)))
-        elif glob.has_magic(value):
-            files = sorted(storage.glob(value), key=_natural_key)
-            if not files:
-                raise DataError(f"{storage.display(value)}: the pattern matches no file")
-            found.extend((f, _split_of(f)) for f in files if storage.isfile(f))
-        else:
-            raise DataError(f"{storage.display(value)}: input not found")
-    seen = set()
-    unique = []
-    for path, split in found:
-        path = storage.absolute(path)
-        if path not in seen:
-            seen.add(path)
-            unique.append((path, split))
-    return unique
-
-
-def _split_of(path):
-    parent = os.path.basename(os.path.dirname(storage.absolute(path)))
-    return parent if parent in SPLITS else "training"
-
-
-def _input_roots(inputs):
-    """The directories the inputs come from, a split directory's parent in its place."""
-    directories = {os.path.dirname(p) for p, _ in inputs}
-    return {os.path.dirname(d) if os.path.basename(d) in SPLITS else d for d in directories}
-
-
-def _corpus_name(inputs):
-    directories = _input_roots(inputs)
-    if len(directories) == 1:
-        name = os.path.basename(directories.pop())
-        if name:
-            return name
-    return "corpus"
-
-
-def check_input(path):
-    """sha256 of a shard, after checking it is UTF-8 and holds a non-blank line (errors name file and line)."""
-    text = read_text(path)
-    if not text.strip():
-        raise DataError(f"{storage.display(path)}: no documents (the file is empty or blank)")
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def shard_seed(seed, split, path, per_shard):
@@ -437,11 +352,11 @@ def plan(options):
     # a path or hub id on this machine is resolved to a file; a store's vocab is read from the store
     vocab = read_vocab(resolve_vocab_path(vocab_value) if storage.reads_in_place(vocab_value) else vocab_value)
     # Built once here: forked local workers inherit them instead of each loading the vocab again.
-    _tokenizer_and_vocab(vocab.path, options.lower_case, vocab)
+    tokenizer_and_vocab(vocab.path, options.lower_case, vocab)
     inputs = discover_inputs(input_values)
     if not inputs:
         raise DataError(f"{' '.join(map(storage.display, input_values))}: no input shards found")
-    corpus = options.corpus or _corpus_name(inputs)
+    corpus = options.corpus or corpus_name(inputs)
     params = InstanceParams(
         max_seq_length=options.seq,
         max_predictions_per_seq=options.pred,
@@ -451,7 +366,7 @@ def plan(options):
         whole_word_mask=options.whole_word_mask,
     )
     lower_case = options.lower_case
-    records_dir = records_directory(options, workdir, corpus, inputs)
+    records = records_directory(options, workdir, corpus, inputs)
     settings = {
         "params": {**asdict(params), "lower_case": lower_case, "seed": options.seed,
                    "seed_per_shard": options.seed_per_shard,
@@ -475,7 +390,7 @@ def plan(options):
                 split=split,
                 index=index,
                 seed=shard_seed(options.seed, split, path, options.seed_per_shard),
-                records_dir=records_dir,
+                records_dir=records.root,
                 vocab_path=vocab.path,
                 lower_case=lower_case,
                 params=params,
@@ -485,12 +400,11 @@ def plan(options):
                 masking=options.masking,
             )
         )
-    check_distinct_outputs((task.source, storage.join(records_dir, path)) for task in tasks
-                           for path in task.output_paths().values())
+    check_distinct_outputs((task.source, records.path(path)) for task in tasks for path in task.output_paths().values())
     warnings = layout_warnings(tasks, options.min_parts)
     if vocab.duplicates_warning():
         warnings.append(vocab.duplicates_warning())
-    return records_dir, settings, fmts, tasks, notes, warnings
+    return records, settings, fmts, tasks, notes, warnings
 
 
 def default_inputs(workdir, input_values, vocab_value, corpus):
@@ -498,55 +412,52 @@ def default_inputs(workdir, input_values, vocab_value, corpus):
     else the embedded sample corpus and, unless given, its vocab. The vocab may still be None."""
     if input_values:
         return input_values, vocab_value, []
-    sharded = storage.join(workdir, "sharded")
-    corpora = sorted(d for d in storage.listdir(sharded)
-                     if storage.isdir(storage.join(sharded, d))) if storage.isdir(sharded) else []
+    sharded = Folder(workdir).folder("sharded")
+    corpora = sharded.subfolders()
     if corpus and corpus in corpora:
         corpora = [corpus]
     if len(corpora) == 1:
-        input_values = [storage.join(sharded, corpora[0])]
-        return input_values, vocab_value, [f"input: {storage.display(input_values[0])}"]
+        return [sharded.path(corpora[0])], vocab_value, [f"input: {sharded.display(corpora[0])}"]
     if len(corpora) > 1:
-        raise UsageError(f"{storage.display(sharded)} holds several corpora ({', '.join(corpora)}): pick one "
-                         "with --corpus or --input")
+        raise UsageError(f"{sharded} holds several corpora ({', '.join(corpora)}): pick one with --corpus or --input")
     corpus_path, sample_vocab = sample_paths()
     return ([corpus_path], vocab_value or sample_vocab,
             ["no --input: using the embedded sample corpus and its vocab (offline demo data)"])
 
 
 def records_directory(options, workdir, corpus, inputs):
-    """Where the manifest goes and every output path starts, for --layout and --out."""
+    """The Folder the manifest goes in and every output path starts at, for --layout and --out."""
     lower_case = options.lower_case
     if options.layout == "nvidia":
         train_shards, test_fraction = shard_stage_settings(inputs)
         name = nvidia_dirname(options.seq, options.pred, options.masked_lm_prob, options.seed, options.dupe_factor,
                               lower_case, options.whole_word_mask, train_shards, test_fraction)
-        return storage.join(storage.absolute(options.out or workdir), codecs.NVIDIA_LAYOUT.name, name, corpus)
+        return Folder(storage.absolute(options.out or workdir)).folder(codecs.NVIDIA_LAYOUT.name, name, corpus)
     name = params_dirname(options.seq, options.pred, options.masked_lm_prob, options.seed, options.dupe_factor,
                           lower_case, options.whole_word_mask)
     if options.masking == "dynamic":  # not NVIDIA's: its records are masked
         name += "_dynamic_masking"
-    return storage.join(storage.absolute(options.out) if options.out else storage.join(workdir, "records"), name,
-                        corpus)
+    root = Folder(storage.absolute(options.out)) if options.out else Folder(workdir).folder("records")
+    return root.folder(name, corpus)
 
 
 def shard_stage_settings(inputs):
     """(training shards asked for, test fraction) from the manifest of the `bertprep shard` directory
     the inputs come from: NVIDIA's directory name holds both."""
-    directories = _input_roots(inputs)
+    directories = input_roots(inputs)
     if len(directories) != 1:
         raise UsageError(f"--layout nvidia: the inputs come from {len(directories)} directories; give the one "
                          "directory `bertprep shard` wrote (its manifest names the shard count and test split)")
-    directory = directories.pop()
-    manifest = load_manifest(directory)
+    shards = Folder(directories.pop())
+    manifest = load_manifest(shards)
     if manifest is None or manifest.get("stage") != "shard":
-        raise UsageError(f"--layout nvidia: {storage.display(directory)} has no manifest of `bertprep shard`, which "
+        raise UsageError(f"--layout nvidia: {shards} has no manifest of `bertprep shard`, which "
                          "gives the shard count and test split in NVIDIA's directory name; shard the corpus with "
                          "`bertprep shard`")
     params = manifest.get("params") or {}
     train_shards, test_fraction = params.get("train_shards"), params.get("test_fraction")
     if not isinstance(train_shards, int) or not isinstance(test_fraction, (int, float)):
-        raise DataError(f"{storage.display(storage.join(directory, 'manifest.json'))}: damaged manifest (no "
+        raise DataError(f"{shards.display('manifest.json')}: damaged manifest (no "
                         "train_shards and test_fraction in params); rerun `bertprep shard`")
     return train_shards, test_fraction
 
@@ -579,8 +490,8 @@ def create(options: CreateOptions | None = None, /, *, quiet: bool = True, **fie
     (`complete_before` when all were)."""
     options = build_options(CreateOptions, options, fields)
     started = time.monotonic()
-    records_dir, settings, fmts, tasks, notes, warnings = plan(options)
-    refuse_overlap(records_dir, [*(options.input or ()), *(task.source for task in tasks)])
+    records, settings, fmts, tasks, notes, warnings = plan(options)
+    refuse_overlap(records.root, [*(options.input or ()), *(task.source for task in tasks)])
     if options.eval_samples:  # counted before anything is written: too few test instances writes nothing
         with open_engine(options.engine) as engine:
             tasks = limit_test_split(tasks, options.eval_samples, engine)
@@ -589,11 +500,11 @@ def create(options: CreateOptions | None = None, /, *, quiet: bool = True, **fie
         progress.note(note)
     for warning in warnings:
         progress.note(f"warning: {warning}")
-    with hold(records_dir, "bertprep create"):  # clears what killed runs left in .partial/
-        previous = load_manifest(records_dir) or {}
+    with hold(records.root, "bertprep create"):  # clears what killed runs left in .partial/
+        previous = load_manifest(records) or {}
         wanted = {relative for task in tasks for relative in task.output_paths().values()}
         files = {rel: entry for rel, entry in previous.get("files", {}).items() if rel in wanted}
-        remove_stale_outputs(records_dir, previous.get("files", {}), wanted, progress)
+        remove_stale_outputs(records, previous.get("files", {}), wanted, progress)
         pending = [t for t in tasks if not is_complete(t, files)]
         skipped = len(tasks) - len(pending)
         if skipped:
@@ -607,16 +518,16 @@ def create(options: CreateOptions | None = None, /, *, quiet: bool = True, **fie
         with open_engine(options.engine, max_tasks=len(pending)) as engine:
             for result in engine.run(create_shard, pending, describe=lambda task: task.source):
                 files.update(result["files"])
-                save_manifest(records_dir, manifest)
+                save_manifest(records, manifest)
                 progress.advance(1, instances=result["instances"])
         number_instances(tasks, files)
-        save_manifest(records_dir, manifest)
+        save_manifest(records, manifest)
     progress.close()
-    summary = summarize(records_dir, manifest, tasks, time.monotonic() - started, len(pending))
+    summary = summarize(records, manifest, tasks, time.monotonic() - started, len(pending))
     summary["warnings"] = warnings
     if options.eval_samples:  # absent otherwise: today's --json
         summary["eval_samples"] = options.eval_samples
-    rows = [("records", storage.display(records_dir))]
+    rows = [("records", str(records))]
     for split, count in summary["instances"].items():
         rows.append((f"instances ({split})", f"{count:,}"))
     if options.eval_samples:
@@ -646,7 +557,7 @@ def number_instances(tasks, files):
         following[task.split] = first + count
 
 
-def summarize(records_dir, manifest, tasks, seconds, created):
+def summarize(records, manifest, tasks, seconds, created):
     instances = {}
     counted = set()
     total_bytes = 0
@@ -658,7 +569,7 @@ def summarize(records_dir, manifest, tasks, seconds, created):
                 counted.add(task.source)
                 instances[task.split] = instances.get(task.split, 0) + entry["instances"]
     return {
-        "records_dir": storage.display(records_dir),
+        "records_dir": str(records),
         "instances": instances,
         "files": sum(len(t.output_paths()) for t in tasks),
         "bytes": total_bytes,

@@ -918,7 +918,7 @@ def dedup(options: DedupOptions | None = None, /, *, quiet: bool = True, **field
                    manifest)
         del manifest[WRITING]
         _save_manifest(out, manifest, staging)
-        Folder(staging).rmtree(STEPS)
+        Folder(staging).remove_tree(STEPS)
     return _summary("bertprep dedup: done", manifest, out)
 
 
@@ -935,7 +935,7 @@ def _dry_run_steps(out, engine):
         try:
             yield steps, staging
         finally:
-            steps.rmtree()
+            steps.remove_tree()
 
 
 RUN = "run.json"  # in STEPS: the settings, inputs and version its files are of
@@ -946,7 +946,7 @@ def _open_steps(steps, params, input_list, staging):
     finished there."""
     run = json.dumps({"params": params, "inputs": input_list, "version": __version__}, sort_keys=True).encode()
     if not steps.isfile(RUN) or steps.read_bytes(RUN) != run:
-        steps.rmtree()
+        steps.remove_tree()
         steps.atomic_write_bytes(RUN, run, staging)
     return steps
 

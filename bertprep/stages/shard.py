@@ -48,9 +48,10 @@ from typing import Any
 import numpy as np
 
 from bertprep import __version__, storage
-from bertprep.atomic import atomic_open, hold, sha256_file, walk
+from bertprep.atomic import atomic_open, hold, sha256_file
 from bertprep.engines import EngineOptions, open_engine
 from bertprep.errors import DataError, UsageError
+from bertprep.folder import Folder
 from bertprep.options import build_options, check_types, errors_name_fields, normalise_paths, refuse_overlap
 from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.records_manifest import file_digests
@@ -120,28 +121,26 @@ def resolve_inputs(workdir, inputs, corpus):
     """(corpus name, sorted input files)."""
     if inputs:
         if corpus is None:
-            if len(inputs) == 1 and storage.isdir(inputs[0]):
+            if len(inputs) == 1 and Folder(inputs[0]).isdir():
                 corpus = os.path.basename(storage.normpath(inputs[0]))
             else:
                 raise UsageError("--corpus is required with several --input paths or a file input")
         paths = inputs
     else:
-        formatted = stage_dir(workdir, "formatted")
-        available = sorted(d for d in storage.listdir(formatted)
-                           if storage.isdir(storage.join(formatted, d))) if storage.isdir(formatted) else []
+        formatted = Folder(stage_dir(workdir, "formatted"))
+        available = formatted.subfolders()
         if corpus is None:
             if len(available) != 1:
                 found = ", ".join(available) or "none"
-                raise UsageError(f"{storage.display(formatted)}: choose a corpus with --corpus or give --input "
-                                 f"(formatted corpora: {found})")
+                raise UsageError(f"{formatted}: choose a corpus with --corpus or give --input (formatted corpora: "
+                                 f"{found})")
             corpus = available[0]
         parts = COMBINED.get(corpus, (corpus,)) if corpus not in available else (corpus,)
         missing = [p for p in parts if p not in available]
         if missing:
-            raise UsageError(f"{storage.display(formatted)}: no formatted corpus {', '.join(missing)} (run "
-                             "`bertprep download` first or "
-                             "give --input)")
-        paths = [storage.join(formatted, p) for p in parts]
+            raise UsageError(f"{formatted}: no formatted corpus {', '.join(missing)} (run `bertprep download` first "
+                             "or give --input)")
+        paths = [formatted.path(p) for p in parts]
     files = [f for path in paths for f in input_files(path)]
     return check_corpus_name(corpus), files
 
@@ -151,32 +150,32 @@ def listed_digests(files):
     corpus's) lists them: split_input checks each as it reads it."""
     digests = {}
     for directory in sorted({os.path.dirname(storage.normpath(f)) for f in files}):
-        digests.update(file_digests(load_manifest(directory), directory))
+        corpus = Folder(directory)
+        digests.update(file_digests(load_manifest(corpus), corpus))
     return digests
 
 
 def input_files(path):
     """The absolute input files of one --input: a directory's .jsonl/.txt files (sorted), or the file itself.
     A file the directory's manifest lists that is not there is named (a deleted part read as "no input")."""
-    if storage.isdir(path):
-        listed = ((load_manifest(path) or {}).get("files") or {})
-        missing = sorted(name for name in listed if not storage.isfile(storage.join(path, name)))
+    given = Folder(path)  # a directory of inputs, or one input file
+    if given.isdir():
+        listed = ((load_manifest(given) or {}).get("files") or {})
+        missing = sorted(name for name in listed if not given.isfile(name))
         if missing:
-            raise DataError(f"{storage.display(storage.join(path, missing[0]))}: listed in "
-                            f"{storage.display(storage.join(path, 'manifest.json'))} but missing (rerun the stage "
-                            "that wrote it)")
-        found = sorted(
-            storage.join(root, name)
-            for root, _dirs, names in walk(path)
-            for name in names
-            if name.endswith(INPUT_SUFFIXES) and not name.startswith(".")
-        )
+            raise DataError(f"{given.display(missing[0])}: listed in {given.display(MANIFEST)} but missing (rerun "
+                            "the stage that wrote it)")
+        found = [f for f in given.files() if _is_input_name(os.path.basename(f))]
         if not found:
-            raise UsageError(f"{storage.display(path)}: no .jsonl or .txt input files")
+            raise UsageError(f"{given}: no .jsonl or .txt input files")
         return [storage.absolute(f) for f in found]
-    if storage.isfile(path):
+    if given.isfile():
         return [storage.absolute(path)]
-    raise storage.not_found(path, UsageError(f"--input {storage.display(path)}: no such file or directory"))
+    raise given.not_found(UsageError(f"--input {given}: no such file or directory"))
+
+
+def _is_input_name(name):
+    return name.endswith(INPUT_SUFFIXES) and not name.startswith(".")  # not a hidden file an editor left
 
 
 def iter_text_documents(path, stats, sha256=None):
@@ -445,8 +444,8 @@ def shard(options: ShardOptions | None = None, /, *, quiet: bool = True, **field
     options = build_options(ShardOptions, options, fields)
     workdir = resolve_workdir(options.workdir)
     corpus, inputs = resolve_inputs(workdir, options.input, options.corpus)
-    out = storage.absolute(options.out or stage_dir(workdir, "sharded", corpus))
-    refuse_overlap(out, [*(options.input or ()), *inputs])
+    out = Folder(storage.absolute(options.out or stage_dir(workdir, "sharded", corpus)))
+    refuse_overlap(out.root, [*(options.input or ()), *inputs])
     from bertprep.sentences import splitter_version
 
     params = {"train_shards": options.train_shards, "test_shards": options.test_shards,
@@ -460,17 +459,17 @@ def shard(options: ShardOptions | None = None, /, *, quiet: bool = True, **field
                                       f"{dedup_defaults().threshold}")
     # The content, not path and size: an input edited in place to the same size must be sharded again.
     input_list = [{"path": storage.display(p), "bytes": storage.getsize(p), "sha256": sha256_file(p)} for p in inputs]
-    with hold(out, "bertprep shard") as staging:
+    with hold(out.root, "bertprep shard") as staging:
         previous = load_manifest(out)
         if _is_complete(previous, out, params, input_list):
-            return Summary(f"bertprep shard: {storage.display(out)} is already complete", _summary(previous, out, 0.0),
+            return Summary(f"bertprep shard: {out} is already complete", _summary(previous, out, 0.0),
                            rows=_rows(previous, out, 0.0), complete_before=True)
         progress = Progress("shard", total=len(inputs), unit="input files", quiet=quiet)
         start = time.monotonic()
         if previous is not None:
-            storage.remove(storage.join(out, MANIFEST))  # nothing may look complete while shards are rewritten
-        with scratch_directory(staging, options.engine) as scratch_dir, open_engine(options.engine) as engine:
-            manifest = _shard(options, engine, corpus, inputs, input_list, out, staging, scratch_dir, params,
+            out.remove(MANIFEST)  # nothing may look complete while shards are rewritten
+        with scratch_directory(staging, options.engine) as scratch, open_engine(options.engine) as engine:
+            manifest = _shard(options, engine, corpus, inputs, input_list, out, staging, scratch, params,
                               progress)
         progress.close()
         seconds = time.monotonic() - start
@@ -481,28 +480,28 @@ def shard(options: ShardOptions | None = None, /, *, quiet: bool = True, **field
 
 @contextlib.contextmanager
 def scratch_directory(staging, engine):
-    """Where pass 1 writes its sentence files: `staging`/split (cleared with the staging directory). For an
-    output URL, whose staging is no directory: with Dask, whose workers may share nothing but the bucket,
+    """The Folder pass 1 writes its sentence files in: `staging`/split (cleared with the staging directory). For
+    an output URL, whose staging is no directory: with Dask, whose workers may share nothing but the bucket,
     `staging`/split in the bucket (removed at the end, and at the start after a killed run); otherwise a local
     temporary in the spool directory."""
-    if storage.renames(staging):
-        os.makedirs(os.path.join(staging, SCRATCH))
-        yield os.path.join(staging, SCRATCH)
+    scratch = Folder(staging).folder(SCRATCH)
+    if scratch.renames:
+        os.makedirs(scratch.root)  # a new directory: the run cleared its staging directory when it took hold
+        yield scratch
     elif engine.engine == "dask":
-        scratch = storage.join(staging, SCRATCH)
-        storage.rmtree(scratch)
+        scratch.remove_tree()
         try:
             yield scratch
         finally:
             with contextlib.suppress(OSError):
-                storage.rmtree(scratch)
+                scratch.remove_tree()
     else:
         with tempfile.TemporaryDirectory(prefix="bertprep-shard-", dir=storage.spool_dir()) as directory:
-            yield directory
+            yield Folder(directory)
 
 
-def _shard(options, engine, corpus, inputs, input_list, out, staging, scratch_dir, params, progress):
-    scratch_paths = [storage.join(scratch_dir, f"{i:06d}.txt") for i in range(len(inputs))]
+def _shard(options, engine, corpus, inputs, input_list, out, staging, scratch, params, progress):
+    scratch_paths = [scratch.path(f"{i:06d}.txt") for i in range(len(inputs))]
     results = [None] * len(inputs)
     stats = {"invalid_utf8_lines": 0, "empty_documents": 0, "input_bytes": 0}
     first_invalid = None
@@ -537,11 +536,11 @@ def _shard(options, engine, corpus, inputs, input_list, out, staging, scratch_di
     tasks, names = [], []
     for split, mask, requested in (("training", training_mask, options.train_shards),
                                    ("test", test_mask, options.test_shards)):
-        split_dir = storage.join(out, split)
-        storage.makedirs(split_dir)
-        for name in storage.names_in(split_dir):  # shards of an earlier run with other settings
+        split_dir = out.folder(split)
+        split_dir.makedirs()
+        for name in split_dir.names_in():  # shards of an earlier run with other settings
             if name.startswith(f"{corpus}_{split}_") and name.endswith(".txt"):
-                storage.remove(storage.join(split_dir, name))
+                split_dir.remove(name)
         docs = np.flatnonzero(mask)  # input order
         count = min(requested, len(docs))
         if count < requested:
@@ -549,7 +548,7 @@ def _shard(options, engine, corpus, inputs, input_list, out, staging, scratch_di
         assignment = BALANCES[options.balance][0](sizes[docs], count)
         for shard in range(count):
             chosen = docs[assignment == shard]
-            path = storage.join(split_dir, shard_name(corpus, split, shard))
+            path = split_dir.path(shard_name(corpus, split, shard))
             tasks.append((path, staging, scratch_paths, files[chosen], offsets[chosen], sizes[chosen],
                           sentences[chosen]))
             names.append((f"{split}/{shard_name(corpus, split, shard)}", split))
@@ -601,12 +600,12 @@ def _is_complete(manifest, out, params, input_list):
     if (not manifest or manifest.get("stage") != "shard" or manifest.get("params") != params
             or manifest.get("inputs") != input_list):
         return False
-    return all(file_matches(storage.join(out, relpath), entry) for relpath, entry in manifest.get("files", {}).items())
+    return all(file_matches(out.path(relpath), entry) for relpath, entry in manifest.get("files", {}).items())
 
 
 def _summary(manifest, out, seconds):
     summary = {k: manifest[k] for k in ("corpus", "documents", "dropped", "spread", "input_bytes")}
-    summary.update(out=storage.display(out), seconds=round(seconds, 3),
+    summary.update(out=str(out), seconds=round(seconds, 3),
                    sentences=sum(e["sentences"] for e in manifest["files"].values()))
     summary["mb_per_s"] = round(manifest["input_bytes"] / seconds / 1e6, 2) if seconds else None
     if "eval" in manifest:  # --eval-documents only: today's --json otherwise
@@ -643,5 +642,5 @@ def _rows(manifest, out, seconds):
                                  f"{': ' + ids + more if ids else ''}"))
     if seconds:
         rows.append(("time", f"{seconds:.1f}s ({manifest['input_bytes'] / seconds / 1e6:.1f} MB/s)"))
-    rows.append(("output", storage.display(out)))
+    rows.append(("output", str(out)))
     return rows

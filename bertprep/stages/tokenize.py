@@ -44,15 +44,8 @@ from bertprep.errors import DataError, UsageError
 from bertprep.formats import codecs
 from bertprep.options import build_options, errors_name_fields, refuse_overlap
 from bertprep.progress import Progress, Summary, human_bytes
-from bertprep.stages.create import (
-    _corpus_name,
-    _tokenizer_and_vocab,
-    check_input,
-    check_shard_stage_fields,
-    default_inputs,
-    discover_inputs,
-    read_vocab,
-)
+from bertprep.stages.create import check_shard_stage_fields, default_inputs
+from bertprep.text_inputs import check_input, corpus_name, discover_inputs, read_vocab, tokenizer_and_vocab
 from bertprep.tokenization import resolve_vocab_path
 from bertprep.workdir import SPLITS, check_corpus_name, load_manifest, outputs_complete, resolve_workdir, save_manifest
 
@@ -114,7 +107,7 @@ class TokenizeTask:
 
 def shard_sequences(task):
     """(tokens, sentence lengths, document indices) of one shard: create's Corpus, as the format stores it."""
-    tokenizer, _ = _tokenizer_and_vocab(task.vocab_path, task.lower_case)
+    tokenizer, _ = tokenizer_and_vocab(task.vocab_path, task.lower_case)
     corpus = tokenize_corpus(read_text(task.source), tokenizer)
     if corpus.num_documents == 0:
         raise DataError(f"{storage.display(task.source)}: no documents (every line is blank or tokenizes to nothing)")
@@ -147,11 +140,11 @@ def plan(options):
     if not vocab_value:
         raise UsageError("--vocab is required: a vocab.txt path or a hub model id such as bert-base-uncased")
     vocab = read_vocab(resolve_vocab_path(vocab_value) if storage.reads_in_place(vocab_value) else vocab_value)
-    _tokenizer_and_vocab(vocab.path, options.lower_case, vocab)  # built once: forked workers inherit it
+    tokenizer_and_vocab(vocab.path, options.lower_case, vocab)  # built once: forked workers inherit it
     inputs = discover_inputs(input_values)
     if not inputs:
         raise DataError(f"{' '.join(map(storage.display, input_values))}: no input shards found")
-    corpus = options.corpus or _corpus_name(inputs)
+    corpus = options.corpus or corpus_name(inputs)
     root = storage.absolute(options.out) if options.out else storage.join(workdir, "tokenized")
     out_dir = storage.join(root, corpus)
     module = codecs.get(options.format).implementation

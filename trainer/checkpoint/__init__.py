@@ -15,6 +15,7 @@ import tempfile
 from bertprep import storage
 from bertprep.atomic import atomic_dir, staging_dir
 from bertprep.errors import DataError, UsageError
+from bertprep.folder import Folder
 from trainer.checkpoint.base import Checkpoint, checked, vocab_beside  # noqa: F401  (the package's API)
 
 
@@ -57,20 +58,19 @@ def _read_copy(url):
     holds the weights in memory, so the copy goes once they are read."""
     from trainer import run_state
 
-    directory, name = url, None
-    if storage.isdir(url):
-        if not storage.isfile(storage.join(url, "state.npz")):
-            newest = run_state.list_checkpoints(url)
-            directory = newest[-1][1] if newest else url
-    elif storage.isfile(url) or storage.isfile(url + ".index"):  # NVIDIA's .pt, Google's prefix: with their directory
+    place, name = Folder(url), None  # a checkpoint directory, or an object or prefix in one
+    if place.isdir():
+        newest = [] if place.isfile("state.npz") else run_state.list_checkpoints(url)
+        source = Folder(newest[-1][1]) if newest else place  # the Folder whose objects are copied
+    elif place.isfile() or Folder(url + ".index").isfile():  # NVIDIA's .pt, Google's prefix: with their directory
         directory, name = url.rsplit("/", 1)
+        source = Folder(directory)
     else:
-        raise storage.not_found(url, DataError(f"{storage.display(url)}: no such checkpoint (no object or directory "
-                                               "there)"))
+        raise place.not_found(DataError(f"{place}: no such checkpoint (no object or directory there)"))
     with tempfile.TemporaryDirectory(prefix="bertprep-checkpoint-") as temp:
-        local = os.path.join(temp, directory.rsplit("/", 1)[-1])
-        _download_files(directory, local)
-        shown = storage.display(directory)
+        local = os.path.join(temp, source.root.rsplit("/", 1)[-1])
+        source.download_files(local)
+        shown = str(source)
         try:
             checkpoint = read(os.path.join(local, name) if name else local)
         except (DataError, UsageError) as exc:
@@ -79,16 +79,6 @@ def _read_copy(url):
     checkpoint.vocab = checkpoint.vocab and checkpoint.vocab.replace(local, shown)
     checkpoint.notes = [note.replace(local, shown) for note in checkpoint.notes]
     return checkpoint
-
-
-def _download_files(url, target):
-    """The objects directly under `url` (not those of its subdirectories) into the new directory `target`."""
-    fs, inner = storage.filesystem(url)
-    os.makedirs(target)
-    with storage.errors_named(url):
-        for entry in fs.ls(inner, detail=True, refresh=True):
-            if entry["type"] == "file":
-                fs.get_file(entry["name"], os.path.join(target, entry["name"].rsplit("/", 1)[-1]))
 
 
 def check_size_flag(checkpoint, model=None, bert_config=None):
@@ -126,26 +116,27 @@ def convert(src, out, to, vocab=None, cased=None):
 
     if to not in WRITERS:
         raise UsageError(f"convert writes one of {', '.join(WRITERS)}, not {to!r}")
-    out = storage.local_path(out)
-    storage.check_reachable(out)  # a missing bucket or refused credentials: one line before the weights are read
-    if storage.exists(out):  # a URL: any object under the prefix, a cut-short convert's too
-        raise UsageError(f"{storage.display(out)}: exists; convert writes a new directory")
+    target = Folder(storage.local_path(out))  # the new directory: local (file://... too) or a store's prefix
+    target.check_reachable()  # a missing bucket or refused credentials: one line before the weights are read
+    if target.exists():  # a URL: any object under the prefix, a cut-short convert's too
+        raise UsageError(f"{target}: exists; convert writes a new directory")
     checkpoint = read(src)
     task_heads.check_writable(checkpoint, to)
     carried = (tokenizer.for_export(checkpoint, vocab, cased) if to == "hf" or vocab is not None
                else tokenizer.of_checkpoint(checkpoint))
     state = model_card.run_state_of(checkpoint)
-    summary = {"from": checkpoint.kind, "source": checkpoint.path, "to": to, "out": storage.display(out),
+    summary = {"from": checkpoint.kind, "source": checkpoint.path, "to": to, "out": str(target),
                "variables": len(checkpoint.weights), "parameters": checkpoint.parameters(),
                "vocab": carried.source if carried else False,
                **({"lower_case": carried.lower_case} if carried else {}),
                **({"task_head": checkpoint.task_head.describe()} if checkpoint.task_head else {})}
     writer = {"hf": hf, "google": google, "bertprep": ours}[to]
-    with _staging_beside(out) as staging, atomic_dir(out, staging) as temp:
+    with _staging_beside(target) as staging, atomic_dir(target.root, staging) as temp:
         writer.write(checkpoint, temp)
         if to == "hf":
             tokenizer.write_hf_files(carried, temp, checkpoint.config.max_position_embeddings)
-            model_card.write(temp, out.rstrip("/").rsplit("/", 1)[-1], checkpoint, carried, _architecture(temp), state)
+            title = target.root.rstrip("/").rsplit("/", 1)[-1]  # the new directory's name
+            model_card.write(temp, title, checkpoint, carried, _architecture(temp), state)
         elif carried:  # vocab.txt, and the casing where another bertprep run reads it
             files = carried.checkpoint_files() if to == "bertprep" else {"vocab.txt": carried.vocab}
             for name, data in files.items():
@@ -166,13 +157,13 @@ def _architecture(directory):
 
 
 @contextlib.contextmanager
-def _staging_beside(out):
-    """The `.partial/` beside a local `out`, removed again when empty; None for a URL, whose directory
-    atomic_dir fills in a local temporary and uploads whole, its `.complete` object last."""
-    if not storage.renames(out):
+def _staging_beside(target):
+    """The `.partial/` beside the local Folder `target`, removed again when empty; None for a URL's, whose
+    directory atomic_dir fills in a local temporary and uploads whole, its `.complete` object last."""
+    if not target.renames:
         yield None
         return
-    staging = staging_dir(os.path.dirname(os.path.abspath(out)))
+    staging = staging_dir(os.path.dirname(os.path.abspath(target.root)))
     os.makedirs(staging, exist_ok=True)
     try:
         yield staging

@@ -1,0 +1,104 @@
+"""Text shards as a stage's input: finding them (files, patterns, directories of training/ and test/
+shards, in natural order), checking each, naming their corpus, and the tokenizer that reads them, built once
+per process. `bertprep create` and `bertprep tokenize` read their inputs the same way through this module."""
+
+import glob
+import hashlib
+import os
+import re
+from dataclasses import replace
+
+from bertprep import storage
+from bertprep.corpus import read_text
+from bertprep.errors import DataError
+from bertprep.folder import Folder
+from bertprep.instances import MaskingVocab
+from bertprep.tokenization import LineTokenizer, load_vocab
+from bertprep.workdir import SPLITS
+
+
+def _natural_key(path):
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path)]
+
+
+def discover_inputs(values):
+    """[(path, split)] for files, globs and directories; a directory's training/ and test/ are the splits."""
+    found = []
+    for value in values:
+        place = Folder(value)  # a directory of shards, one shard, or a pattern
+        if place.isdir():
+            split_dirs = [s for s in SPLITS if place.isdir(s)]
+            if split_dirs:
+                for split in split_dirs:
+                    files = sorted(place.glob(f"{split}/*.txt"), key=_natural_key)
+                    found.extend((f, split) for f in files)
+            else:
+                files = sorted(place.glob("*.txt"), key=_natural_key)
+                found.extend((f, _split_of(f)) for f in files)
+                if not files:
+                    raise DataError(f"{place}: directory holds no *.txt shards (nor training/ or test/ "
+                                    "subdirectories)")
+        elif place.exists():
+            found.append((value, _split_of(value)))
+        elif glob.has_magic(value):  # a pattern is no folder: storage matches it whole, directories too
+            files = sorted(storage.glob(value), key=_natural_key)
+            if not files:
+                raise DataError(f"{place}: the pattern matches no file")
+            found.extend((f, _split_of(f)) for f in files if storage.isfile(f))
+        else:
+            raise DataError(f"{place}: input not found")
+    seen = set()
+    unique = []
+    for path, split in found:
+        path = storage.absolute(path)
+        if path not in seen:
+            seen.add(path)
+            unique.append((path, split))
+    return unique
+
+
+def _split_of(path):
+    parent = os.path.basename(os.path.dirname(storage.absolute(path)))
+    return parent if parent in SPLITS else "training"
+
+
+def input_roots(inputs):
+    """The directories the inputs come from, a split directory's parent in its place."""
+    directories = {os.path.dirname(p) for p, _ in inputs}
+    return {os.path.dirname(d) if os.path.basename(d) in SPLITS else d for d in directories}
+
+
+def corpus_name(inputs):
+    """The name of the one directory the inputs come from (a split directory's parent), else "corpus"."""
+    directories = input_roots(inputs)
+    if len(directories) == 1:
+        name = os.path.basename(directories.pop())
+        if name:
+            return name
+    return "corpus"
+
+
+def check_input(path):
+    """sha256 of a shard, after checking it is UTF-8 and holds a non-blank line (errors name file and line)."""
+    text = read_text(path)
+    if not text.strip():
+        raise DataError(f"{storage.display(path)}: no documents (the file is empty or blank)")
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+_TOKENIZERS: dict = {}  # (vocab path, lower_case) -> (LineTokenizer, MaskingVocab), per process
+
+
+def tokenizer_and_vocab(vocab_path, lower_case, vocab=None):
+    key = (vocab_path, lower_case)
+    if key not in _TOKENIZERS:
+        vocab = vocab or read_vocab(vocab_path)
+        _TOKENIZERS[key] = (LineTokenizer(vocab, lower_case).warmed(), MaskingVocab.from_vocab(vocab))
+    return _TOKENIZERS[key]
+
+
+def read_vocab(path):
+    """load_vocab of a vocab.txt path or URL (a Dask worker that sees no shared disk reads the bucket's), its
+    path kept as given: a URL in display form."""
+    vocab = load_vocab(path)
+    return vocab if storage.reads_in_place(path) else replace(vocab, path=storage.display(path))
