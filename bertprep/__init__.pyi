@@ -115,6 +115,7 @@ def dedup(
     decontaminate_ngram: int = ...,
     report_only: bool = ...,
     dry_run: bool = ...,
+    memory: int | str = ...,
     engine: EngineOptions = ...,
     workdir: str | None = ...,
 ) -> Summary: ...

@@ -54,6 +54,7 @@ from bertprep.errors import DataError, UsageError
 
 PARTIAL = ".partial"  # the staging directory of a tree
 LOCK = "lock"  # in PARTIAL: who holds the tree
+STEPS = "steps"  # in PARTIAL: the finished steps of a stage's run, kept for its rerun (clear_staging leaves them)
 COMPLETE = ".complete"  # in a URL's atomic_dir: uploaded last, lists the objects of a complete directory
 LEGACY_TEMP_MARK = ".tmp-"  # temporaries of earlier versions, written beside their final names
 NAME_MAX = 255  # bytes in one file name on every common Linux file system
@@ -539,8 +540,8 @@ def _unlock(fd, root):
 
 
 def clear_staging(root):
-    """Remove every temporary in `root`'s staging directory (the lock file stays). A URL's has none: its
-    temporaries are local (_object_open)."""
+    """Remove every temporary in `root`'s staging directory (the lock file and a killed run's STEPS stay). A URL's
+    has none: its temporaries are local (_object_open)."""
     if storage.is_url(root):
         return
     staging = staging_dir(root)
@@ -549,7 +550,7 @@ def clear_staging(root):
     except FileNotFoundError:
         return
     for name in names:
-        if name != LOCK:
+        if name not in (LOCK, STEPS):
             remove_entry(os.path.join(staging, name))
 
 

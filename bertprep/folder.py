@@ -137,6 +137,10 @@ class Folder:
     def read_bytes(self, name: str, sha256: str | None = None) -> bytes:
         return storage.read_bytes(self.path(name), sha256=sha256)
 
+    def read_range(self, name: str, start: int, length: int) -> bytes:
+        """`length` bytes of `name` from `start` (fewer at its end): a seek, or one ranged read of an object."""
+        return storage.read_range(self.path(name), start, length)
+
     def getsize(self, *parts: str) -> int:
         """The size in bytes of the file `parts` (the root itself without: a Folder may name one file)."""
         return storage.getsize(self.path(*parts))

@@ -604,6 +604,17 @@ def read_bytes(path, sha256=None):
         return f.read()
 
 
+def read_range(path, start, length):
+    """`length` bytes of the file at `start` (fewer at its end): one ranged read of an object, a seek of a file."""
+    if not is_url(path):
+        with io.open(local_path(path), "rb") as f:
+            f.seek(start)
+            return f.read(length)
+    fs, inner = filesystem(path)
+    with errors_named(path):
+        return fs.cat_file(inner, start=start, end=start + length)
+
+
 def sha256(path, chunk_size=1 << 20):
     digest = hashlib.sha256()
     with open(path, "rb") as f:
@@ -757,6 +768,22 @@ class ReadAhead(io.BufferedIOBase):
         piece = self.read(len(target))
         target[:len(piece)] = piece
         return len(piece)
+
+    def readline(self, size=-1):
+        """The next line, found in the blocks held: io's own readline, offered no peek, reads a byte at a time
+        (a line-by-line reader of a 9 MB object took seconds)."""
+        pieces, left = [], -1 if size is None or size < 0 else size
+        while left != 0 and (self._at < len(self._block) or self._next_block()):
+            end = self._block.find(b"\n", self._at) + 1
+            stop = end or len(self._block)
+            if left > 0:
+                stop = min(stop, self._at + left)
+                left -= stop - self._at
+            pieces.append(self._block[self._at:stop])
+            self._at = stop
+            if stop == end:
+                break
+        return b"".join(pieces)
 
     def close(self):
         if not self.closed:

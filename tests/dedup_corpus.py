@@ -45,22 +45,22 @@ def change_words(text, share, rng):
 
 def plant(originals, rng):
     """(kind, original index, text) of the planted copies, cycling through KINDS."""
-    planted = []
-    for index, text in enumerate(originals):
-        kind = KINDS[index % len(KINDS)]
-        lines = text.split("\n")
-        if kind == "exact":
-            copy = "  ".join(text.upper().split(" "))  # the same normalized text
-        elif kind == "shuffled":
-            copy = "\n".join(rng.sample(lines, len(lines)))
-        elif kind == "halves swapped":
-            copy = "\n".join(lines[len(lines) // 2:] + lines[:len(lines) // 2])
-        elif kind.startswith("changed"):
-            copy = change_words(text, int(kind.split()[1][:-1]) / 100, rng)
-        else:
-            copy = text[:int(len(text) * int(kind.split()[1][:-1]) / 100)]
-        planted.append((kind, index, copy))
-    return planted
+    return [(KINDS[index % len(KINDS)], index, planted_copy(text, KINDS[index % len(KINDS)], rng))
+            for index, text in enumerate(originals)]
+
+
+def planted_copy(text, kind, rng):
+    """A copy of `text` of one of the KINDS."""
+    lines = text.split("\n")
+    if kind == "exact":
+        return "  ".join(text.upper().split(" "))  # the same normalized text
+    if kind == "shuffled":
+        return "\n".join(rng.sample(lines, len(lines)))
+    if kind == "halves swapped":
+        return "\n".join(lines[len(lines) // 2:] + lines[:len(lines) // 2])
+    if kind.startswith("changed"):
+        return change_words(text, int(kind.split()[1][:-1]) / 100, rng)
+    return text[:int(len(text) * int(kind.split()[1][:-1]) / 100)]
 
 
 def write_corpus(directory, texts, name="part-0000"):
@@ -82,3 +82,78 @@ def planted_corpus(root, wt2, distinct=300, planted=140, seed=0):
     copies = plant(originals[:planted], rng)
     b_texts = [text for _kind, _index, text in copies] + documents[distinct:distinct + planted]
     return (write_corpus(root / "a", originals), write_corpus(root / "b", b_texts), copies, b_texts)
+
+
+def chain_corpus(directory, wt2, chains=6, links=12, seed=1):
+    """One corpus of `chains` chains of documents: windows of 100 words stepped by 10 over a wt2 passage, so
+    neighbours are near duplicates (true Jaccard about 0.8) and documents two steps apart are not: clusters
+    joined through a document that is not kept (`linked_by`), shuffled."""
+    words = open(wt2, encoding="utf-8").read().split()
+    rng = random.Random(seed)
+    texts = []
+    for _chain in range(chains):
+        start = rng.randrange(len(words) - 1000)
+        base = words[start:start + 600]
+        texts += [" ".join(base[10 * i:10 * i + 100]) for i in range(links)]
+    rng.shuffle(texts)
+    return write_corpus(directory, texts)
+
+
+def short_corpus(directory, documents, parts=4, seed=0):
+    """A formatted corpus of `documents` short documents (12 words of a 5,000-word vocabulary) in `parts` parts,
+    about 1% of them exact copies (upper-cased) and 1% near copies (a word added) of one of the 1,000 before."""
+    rng = random.Random(seed)
+    vocab = [f"w{i}" for i in range(5000)]
+    texts = []
+    for _ in range(documents):
+        kind = rng.random()
+        if texts and kind < 0.01:
+            texts.append(rng.choice(texts[-1000:]).upper())
+        elif texts and kind < 0.02:
+            texts.append(rng.choice(texts[-1000:]) + " extra")
+        else:
+            texts.append(" ".join(rng.choices(vocab, k=12)))
+    directory.mkdir(parents=True)
+    per = -(-documents // parts)
+    for part in range(parts):
+        with open(directory / f"part-{part:04d}.jsonl", "w", encoding="utf-8") as f:
+            f.writelines(json.dumps({"id": str(i), "text": text}) + "\n"
+                         for i, text in enumerate(texts[part * per:(part + 1) * per]))
+    (directory / "manifest.json").write_text(json.dumps({"tool": "bertprep", "stage": "format", "files": {}}))
+    return directory
+
+
+def peak_rss(argv, others=(), interval_s=0.02):
+    """(peak RSS in bytes of the process tree of `argv` plus the processes `others` (pids) at any one time,
+    sampled every `interval_s`; the completed process, its output captured)."""
+    import subprocess
+    import threading
+    import time
+
+    import psutil
+
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    root, peak, done = psutil.Process(process.pid), [0], threading.Event()
+    extra = [psutil.Process(pid) for pid in others]
+
+    def sample():
+        while not done.is_set():
+            total = 0
+            try:
+                tree = [root, *root.children(recursive=True), *extra]
+            except psutil.Error:
+                tree = extra
+            for member in tree:
+                try:
+                    total += member.memory_info().rss
+                except psutil.Error:
+                    pass  # ended between listing and asking
+            peak[0] = max(peak[0], total)
+            time.sleep(interval_s)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    stdout, stderr = process.communicate()
+    done.set()
+    sampler.join()
+    return peak[0], subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)

@@ -1,19 +1,26 @@
 """`bertprep dedup`: planted exact and near duplicates found, distinct documents kept, the same bytes for any
 worker count and engine, a killed run resumed, evaluation text found by --decontaminate, bad input refused."""
 
+import contextlib
+import hashlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import distributed
+import numpy as np
 import pytest
 
 import bertprep
+from bertprep.errors import DataError
+from bertprep.folder import Folder
+from bertprep.stages import dedup as dedup_module
 from bertprep.stages.shard import shard
-from dedup_corpus import jaccard, planted_corpus, write_corpus
+from dedup_corpus import chain_corpus, jaccard, peak_rss, planted_corpus, short_corpus, write_corpus
 
 pytestmark = pytest.mark.xdist_group("dask")
 
@@ -28,6 +35,11 @@ def cluster():
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
                                   host="127.0.0.1") as local_cluster:
         yield local_cluster
+
+
+@pytest.fixture(scope="module")
+def chain(shared_dir, tmp_path_factory):
+    return chain_corpus(tmp_path_factory.mktemp("chain") / "chain", shared_dir / "fixtures" / "bench" / "wt2.txt")
 
 
 def dedup_cli(*argv):
@@ -262,3 +274,154 @@ def test_decontaminate_squad_and_glue_reads_the_dev_files_of_the_work_directory(
     assert summary["evaluation"] == {"squad/v1.1/dev-v1.1.json": {"items": 1, "found_in_training": 1},
                                      "glue/MRPC/dev.tsv": {"items": 1, "found_in_training": 1}}
     assert summary["corpora"]["train"] == {"documents": 4, "kept": 2, "exact": 0, "near": 0, "contaminated": 2}
+
+
+# -- the decision in steps (issue 42) ----------------------------------------------------
+
+# What the in-memory decision (bertprep before issue 42: one process over every document's arrays) removed and
+# wrote on these corpora: its manifest's listing and candidate pair count, and the sha256 of each part written.
+IN_MEMORY = json.loads((Path(__file__).parent / "data" / "dedup_in_memory_decisions.json").read_text())
+VARIANTS = {"default": {}, "no-exact": {"exact": False}, "t0.6": {"threshold": 0.6}, "chain": {"threshold": 0.75}}
+
+
+def written(out):
+    """{relative path: bytes} of the parts and the plot under `out`."""
+    return {os.path.relpath(os.path.join(d, n), out): open(os.path.join(d, n), "rb").read()
+            for d, _dirs, names in os.walk(out) for n in names if n.endswith((".jsonl", ".png"))}
+
+
+def run_variant(corpus, chain, out, variant, **flags):
+    inputs = (chain,) if variant == "chain" else corpus[:2]
+    bertprep.dedup(input=inputs, out=out, **VARIANTS[variant], **flags)
+    manifest = json.loads((out / "manifest.json").read_text())
+    expected = IN_MEMORY[variant]
+    assert manifest["removed"] == expected["removed"] and manifest["candidate_pairs"] == expected["candidate_pairs"]
+    assert {name: hashlib.sha256(data).hexdigest() for name, data in written(out).items()
+            if name.endswith(".jsonl")} == expected["files"]
+    assert not (out / ".partial").exists()  # the steps' files go with a complete output
+    return written(out)
+
+
+def test_the_steps_decide_and_write_what_the_in_memory_decision_did(corpus, chain, tmp_path, cluster):
+    """Exact and near duplicates, clusters linked through removed documents, any --memory (16K: chunks of 32
+    documents, blocks of 8 rows merged from some 28 runs), one or two workers, or Dask: the same listing,
+    candidate pairs and bytes (the plot's too) as deciding in one process over every document's arrays."""
+    one = bertprep.EngineOptions(workers=1)
+    for variant in VARIANTS:
+        first = run_variant(corpus, chain, tmp_path / variant, variant, engine=one)
+        assert "pair_similarity.png" in first
+        if variant in ("default", "chain"):
+            engines = {"two": bertprep.EngineOptions(workers=2),
+                       "dask": bertprep.EngineOptions(engine="dask", scheduler=cluster.scheduler_address)}
+            for name, engine in engines.items():
+                again = run_variant(corpus, chain, tmp_path / f"{variant}-16K-{name}", variant, engine=engine,
+                                    memory="16K")
+                assert again == first, (variant, name)
+
+
+def test_merged_sorted_runs_are_the_sort_of_all_their_rows(tmp_path):
+    """Runs read a few rows at a time, keys repeated within and across runs and blocks: batches in (key,
+    document) order whose keys never continue in the next batch."""
+    rng = np.random.default_rng(0)
+    folder, runs, everything, first = Folder(str(tmp_path)), [], [], 0
+    for index, size in enumerate([0, 1, 5, 40, 97, 300]):
+        keys = np.sort(rng.integers(0, 60, size).astype(np.uint64) * np.uint64(2**58))  # the top bits, equal often
+        docs = rng.permutation(size)
+        order = np.lexsort((docs, keys))
+        dedup_module.write_arrays(folder, f"run{index}", {"keys": keys[order], "docs": docs[order]})
+        runs.append(dedup_module._Run(dedup_module.Arrays(folder, f"run{index}"), "keys", "docs", first, 3))
+        everything.append((keys[order], docs[order] + first))
+        first += size
+    batches = list(dedup_module.merged(runs))
+    keys, docs = (np.concatenate(side) for side in zip(*everything))
+    order = np.lexsort((docs, keys))
+    assert np.array_equal(np.concatenate([k for k, _d in batches]), keys[order])
+    assert np.array_equal(np.concatenate([d for _k, d in batches]), docs[order])
+    assert len(batches) > 10 and all(a[-1] < b[0] for (a, _), (b, _) in zip(batches, batches[1:]) if len(a) and len(b))
+
+
+def test_a_run_killed_between_steps_redoes_only_the_unfinished_ones(corpus, chain, tmp_path, monkeypatch):
+    def killed(*_args):
+        raise DataError("killed")
+
+    out = tmp_path / "out"
+    with monkeypatch.context() as patch:
+        patch.setattr(dedup_module, "decide_step", killed)  # pass 1, the exact copies and every band are done
+        with pytest.raises(DataError, match="killed"):
+            bertprep.dedup(input=corpus[:2], out=out, memory="64K", engine=bertprep.EngineOptions(workers=1))
+    steps = out / ".partial" / "steps"
+    assert (steps / "exact").is_file() and len(list((steps / "bands").iterdir())) == bertprep.DedupOptions(
+    ).band_rows()[0] and len(list((steps / "fingerprints").glob("*.json"))) == 2
+    with monkeypatch.context() as patch:
+        for name in ("fingerprint", "band_keys"):  # what pass 1 and the bands compute
+            patch.setattr(dedup_module, name, killed)
+        with pytest.raises(DataError, match="killed"):  # other settings: the killed run's steps are not theirs
+            bertprep.dedup(input=corpus[:2], out=out, threshold=0.6, engine=bertprep.EngineOptions(workers=1))
+    with monkeypatch.context() as patch:
+        patch.setattr(dedup_module, "decide_step", killed)
+        with pytest.raises(DataError, match="killed"):
+            bertprep.dedup(input=corpus[:2], out=out, memory="64K", engine=bertprep.EngineOptions(workers=1))
+    with monkeypatch.context() as patch:
+        for name in ("fingerprint", "band_keys"):
+            patch.setattr(dedup_module, name, killed)
+        run_variant(corpus, chain, out, "default", memory="64K", engine=bertprep.EngineOptions(workers=1))
+
+
+@pytest.mark.parametrize("num_perm", [16, 128])
+def test_minhashes_of_many_documents_at_once_are_datasketchs(num_perm):
+    """No shingle, one, many, and one document of more shingles than a pass permutes at a time."""
+    import datasketch
+    import xxhash
+
+    rng = np.random.default_rng(num_perm)
+    documents = [[], [b"one"], *([str(w).encode() for w in rng.integers(0, 10**9, size)] for size in (3, 40, 20000))]
+    hashes = [np.array([xxhash.xxh32_intdigest(s) for s in shingles], np.uint32) for shingles in documents]
+    got = dedup_module.minhashes(np.concatenate(hashes), [len(h) for h in hashes], num_perm)
+    for shingles, values in zip(documents, got):
+        expected = datasketch.MinHash(num_perm=num_perm, seed=dedup_module.MINHASH_SEED,
+                                      hashfunc=xxhash.xxh32_intdigest)
+        expected.update_batch(shingles)
+        assert np.array_equal(values, expected.hashvalues.astype(np.uint32))
+
+
+@pytest.fixture(scope="module")
+def short_corpora(tmp_path_factory):
+    root = tmp_path_factory.mktemp("short")
+    return {size: short_corpus(root / f"short-{size}", size) for size in (100_000, 400_000)}
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("engine", ["local", "dask"])
+def test_memory_does_not_grow_with_the_corpus(short_corpora, engine, request):
+    """The issue's bound: with --memory 64M the peak RSS of `bertprep dedup`'s processes (the command and its
+    workers; on Dask its client and the cluster's workers, given only bucket URLs) at 400k short documents is
+    within 1.25 times its peak at 100k. Before the steps (a4f4ac4, one process deciding over every document's
+    arrays) the local runs peaked at 334 and 576 MiB (1.72x); with them 293 and 325 MiB locally, 520 and 575 MiB
+    on Dask (docs/benchmarks.md)."""
+    flags = ("--memory", "64M", "--num-perm", "32", "--json", "--quiet")
+    peaks = {}
+    with contextlib.ExitStack() as stack:
+        if engine == "local":
+            places = {size: (str(path), str(path.parent / f"out-{size}")) for size, path in short_corpora.items()}
+            flags, workers = (*flags, "--workers", "2"), ()
+        else:
+            from test_store_pipeline import cluster_in_own_directories
+            from test_store_stages import store
+
+            bucket = request.getfixturevalue("s3_bucket")
+            places = {}
+            for size, path in short_corpora.items():
+                store().put(str(path), f"{bucket}/short-{size}".split("://", 1)[1], recursive=True)
+                places[size] = (f"{bucket}/short-{size}", f"{bucket}/out-{size}")
+            cluster = stack.enter_context(cluster_in_own_directories())
+            with distributed.Client(cluster) as client:
+                workers = list(client.run(os.getpid).values())
+            flags = (*flags, "--engine", "dask", "--scheduler", cluster.scheduler_address)
+        for size, (source, out) in places.items():
+            peak, run = peak_rss([sys.executable, "-m", "bertprep", "dedup", "--input", source, "--out", out, *flags],
+                                 workers)
+            assert run.returncode == 0, run.stderr
+            summary = json.loads(run.stdout)
+            assert summary["documents"] == size and summary["exact"] > size / 200 and summary["near"] > size / 400
+            peaks[size] = peak
+    assert peaks[400_000] <= 1.25 * peaks[100_000], {size: peak / 2**20 for size, peak in peaks.items()}

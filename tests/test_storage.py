@@ -62,6 +62,9 @@ def test_a_stream_reads_exact_sizes_across_blocks(bucket):
         assert head + f.read() == text.encode()
     with storage.open(url, "r", encoding="utf-8") as f:
         assert f.readlines()[-1] == "line 49999 é\n"
+    with storage.ReadAhead(url, block_size=4096, depth=2) as f:  # lines across blocks, in bytes as a file gives them
+        assert f.readline(3) == b"lin" and f.readline() == b"e 0 \xc3\xa9\n"
+        assert [f.readline(), *f] == text.encode().splitlines(keepends=True)[1:]
     assert storage.sha256(url) == __import__("hashlib").sha256(text.encode()).hexdigest()
 
 

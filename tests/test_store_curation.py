@@ -115,12 +115,16 @@ def test_dedup_rerun_keeps_matching_objects_and_redoes_the_rest(roots, deduped):
 
 
 def test_dedup_on_dask_workers_that_share_only_the_bucket_writes_the_local_bytes(roots, deduped):
-    """Both passes' tasks on workers in directories of their own, given the bucket's URLs only: the local run's
+    """Every step's tasks on workers in directories of their own, given the bucket's URLs only: the local run's
     parts, plot and manifests."""
+    from bertprep.stages.dedup import DedupOptions
+
     with cluster_in_own_directories() as cluster:
         code, summary = run_json(*dedup_argv(roots.url, "deduped-dask",
                                              ("--engine", "dask", "--scheduler", cluster.scheduler_address)))
-        assert tasks_done(cluster) == 2 * 2  # both passes, a task per part of each corpus, ran on the workers
+        # on the workers: pass 1 and the writing (a task per part of each corpus), the exact copies, a task per
+        # LSH band and the decision
+        assert tasks_done(cluster) == 2 * 2 + 1 + DedupOptions().band_rows()[0] + 1
     assert code == 0 and summary["kept"] == deduped["local"][1]["kept"]
     assert_same_tree(roots, "deduped", "deduped-dask")
 

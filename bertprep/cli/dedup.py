@@ -3,7 +3,7 @@
 from bertprep.cli.options import engine_options, print_summary
 from bertprep.engines import add_engine_arguments
 from bertprep.progress import add_output_arguments
-from bertprep.stages.dedup import DedupOptions, dedup
+from bertprep.stages.dedup import DEFAULT_MEMORY, DedupOptions, dedup
 from bertprep.workdir import add_workdir_argument
 
 
@@ -31,6 +31,11 @@ def add_arguments(parser):
     parser.add_argument("--report-only", action="store_true",
                         help="with --decontaminate: list contaminated documents in the manifest, keep them")
     parser.add_argument("--dry-run", action="store_true", help="report what would be removed, write nothing")
+    parser.add_argument("--memory", default=DEFAULT_MEMORY, metavar="SIZE",
+                        help="bytes (K, M, G suffixes: 64M) of the corpus's fingerprints any one process holds "
+                             "at most; the sort spills sorted runs to OUT/.partial/ beyond it. Not bounded by it: "
+                             "the interpreter and libraries, and what grows with the duplicates found (their "
+                             "pairs, the removed documents' listing) (default: %(default)s)")
     add_engine_arguments(parser)
     add_output_arguments(parser)
 
@@ -39,8 +44,8 @@ def options(args):
     return DedupOptions(input=args.input, corpus=args.corpus, out=args.out, ngram=args.ngram, num_perm=args.num_perm,
                         threshold=args.threshold, bands=args.bands, exact=args.exact, near=args.near,
                         decontaminate=args.decontaminate, decontaminate_ngram=args.decontaminate_ngram,
-                        report_only=args.report_only, dry_run=args.dry_run, engine=engine_options(args),
-                        workdir=args.workdir)
+                        report_only=args.report_only, dry_run=args.dry_run, memory=args.memory,
+                        engine=engine_options(args), workdir=args.workdir)
 
 
 def run(args):

@@ -7,30 +7,57 @@ formatted corpora before they are sharded.
                                   parts are written
     OUT/pair_similarity.png       histogram of the candidate pairs' estimated Jaccard (with matplotlib)
 
-Two passes over the inputs, each a pure task per input file on the engine:
+Two passes over the inputs, each a pure task per input file on the engine, and between them the decision as
+steps of their own on the same engine, each reading files the steps before it wrote to OUT/.partial/steps/
+(a local directory or the bucket's prefix: on Dask every step runs on the workers with only that shared; a dry
+run's steps go to a temporary directory, or OUT/.partial/dry-run on the user's Dask cluster). The memory of
+any one process is bounded by `--memory` (MEMORY below), not by the corpus: what no step holds whole is sorted
+in runs and merged from disk.
 
-1. Fingerprint: per document an xxh64 of its normalized text (NFC, case-folded, whitespace collapsed), a
-   MinHash (datasketch, xxh32 of each word n-gram shingle), its LSH band keys (xxh64 of each band's values)
-   and the evaluation n-grams it contains. This process holds them as one array each, about 0.6 KB per
-   document, never a Python object per document.
-2. Write: each part without its removed lines. Before it, the decision is saved as OUT/manifest.json marked
-   "writing"; a rerun after a kill takes the decision from there (pass 1 is not done again) and keeps every
-   part already under its final name (each is written whole, then renamed).
+1. Fingerprint (`fingerprint_part`, a task per part): per document an xxh64 of its normalized text (NFC,
+   case-folded, whitespace collapsed), a MinHash (datasketch's permutations and arithmetic over the xxh32 of
+   each word n-gram shingle, many documents per NumPy pass: `minhashes`), its LSH band keys (xxh64 of each
+   band's values) and the evaluation n-grams it contains. A chunk of documents (`chunk_documents`: MEMORY / 2.1
+   KB at 128 permutations, what its arrays and their sorting take) goes to a file of its own (`write_arrays`):
+   signatures and line numbers by document, and the chunk's sorted runs: its exact hashes and each band's keys,
+   sorted with the document's index. A part's marker, written last, lists its chunks; the caller gets counts.
+2. Exact (`exact_step`, one task): a k-way merge (`merged`) of every chunk's sorted hashes, a block of each run
+   at a time; in each run of equal hashes every document but the first is an exact copy of the first.
+3. Bands (`band_step`, a task per LSH band): the same merge of the band's keys. The documents (exact copies
+   left out) sharing a key are candidate pairs, every pair of them as before; a pair is the band's only when no
+   earlier band's keys bring it together (its keys are computed again from the two signatures), so each pair
+   is counted and verified once without a global list. Signatures are read from the chunk files by document
+   (neighbouring rows in one read), a batch of pairs at a time; a pair whose estimated Jaccard (the share of
+   equal MinHash values) is at least the threshold is an edge: a band collision alone never removes a
+   document. The band's file holds its edges and the histogram of every candidate's estimate (the plot).
+4. Decision (`decide_step`, one task): the edges of all bands, by later then earlier document, joined in the
+   stable order (corpus order on the command line, then the document's position in its corpus: part name,
+   line) into connected components; each keeps its first document. It holds what grows with the duplicates
+   (edges, the removed documents and their listing), never an array per document of the corpus.
+5. Write: each part without its removed lines. Before it, the decision is saved as OUT/manifest.json marked
+   "writing"; a rerun after a kill takes the decision from there and keeps every part already under its final
+   name (each is written whole, then renamed).
 
-Between them, in this process and in the stable order (corpus order on the command line, then the
-document's position in its corpus: part name, line), a document is removed when an earlier document has
-the same exact hash, or when it is in a near-duplicate cluster that starts earlier: clusters are connected
-by pairs that share an LSH band AND whose estimated Jaccard (the share of equal MinHash values) is at least
-the threshold, so a band collision alone never removes a document. The first document of each cluster is
-kept. Nothing depends on the worker count or the engine.
+A rerun after a kill in steps 1-4 keeps each finished step's files (a part's marker, `exact`, a band's file;
+each written whole) when STEPS/run.json names the same settings, inputs and version, and does only the rest; the steps'
+directory goes once the output is complete. Nothing depends on the worker count, the engine or `--memory`:
+the same decisions and bytes as deciding in one process over every document's arrays, which this was before.
+
+MEMORY bounds a process's fingerprint chunk (pass 1), the blocks the merge holds of the runs (about half of it
+over all runs; 8 rows a run at least, so a corpus of more than MEMORY / 512 B chunks takes more: there is no
+second merge level) and a batch of pairs' signatures; the interpreter and libraries come on top, and what grows
+with the duplicates found (exact copies' indices, verified pairs, the removed documents' listing).
 """
 
 import array
+import contextlib
 import dataclasses
+import functools
 import json
 import os
 import re
 import sys
+import tempfile
 import time
 import unicodedata
 from typing import Any
@@ -38,10 +65,18 @@ from typing import Any
 import numpy as np
 
 from bertprep import __version__, storage
-from bertprep.atomic import atomic_open, hold, sha256_file, walk
+from bertprep.atomic import STEPS, atomic_open, hold, sha256_file, walk
 from bertprep.engines import EngineOptions, open_engine
 from bertprep.errors import DataError, UsageError
-from bertprep.options import build_options, check_types, errors_name_fields, normalise_paths, refuse_overlap
+from bertprep.folder import Folder
+from bertprep.options import (
+    build_options,
+    check_types,
+    errors_name_fields,
+    normalise_paths,
+    parse_size,
+    refuse_overlap,
+)
 from bertprep.progress import Progress, Summary
 from bertprep.workdir import (
     MANIFEST,
@@ -56,6 +91,7 @@ from bertprep.workdir import (
 PLOT = "pair_similarity.png"
 WRITING = "writing"  # in OUT/manifest.json while the parts are written (a killed run's decision, for its rerun)
 MINHASH_SEED = 1
+DEFAULT_MEMORY = "1G"  # a 2-core 24 GB machine's share per process, with room for the interpreter and libraries
 WORD = re.compile(r"\w+")
 
 
@@ -66,7 +102,9 @@ class DedupOptions:
     (names under WORKDIR/formatted), `out` (None: WORKDIR/deduped), `ngram` (shingle words), `num_perm`,
     `threshold` (Jaccard), `bands` (None: datasketch's optimum for the threshold), `exact`/`near` (which
     duplicates to remove), `decontaminate` (squad, glue or evaluation files), `decontaminate_ngram`,
-    `report_only` (list contaminated documents, keep them), `dry_run` and where the tasks run (`engine`)."""
+    `report_only` (list contaminated documents, keep them), `dry_run`, `memory` (bytes, or a size such as "64M":
+    what one process holds of the corpus's fingerprints at most, beyond what the duplicates found take) and where
+    the tasks run (`engine`)."""
 
     input: tuple[str, ...] | None = None
     corpus: tuple[str, ...] | None = None
@@ -81,6 +119,7 @@ class DedupOptions:
     decontaminate_ngram: int = 13
     report_only: bool = False
     dry_run: bool = False
+    memory: int | str = DEFAULT_MEMORY
     engine: EngineOptions = EngineOptions()
     workdir: str | None = None
 
@@ -102,6 +141,11 @@ class DedupOptions:
             raise UsageError(f"--bands must be in [1, --num-perm], not {self.bands}")
         if self.report_only and not self.decontaminate:
             raise UsageError("--report-only needs --decontaminate")
+        self.memory_bytes()
+
+    def memory_bytes(self) -> int:
+        """--memory in bytes."""
+        return parse_size(self.memory, "--memory")
 
     def band_rows(self) -> tuple[int, int]:
         """(bands, rows per band)."""
@@ -140,12 +184,14 @@ def ngrams(words, n, start=0, stop=None):
 SHINGLE_BATCH = 1 << 16
 
 
-def ngram_hashes(words, n):
+def ngram_hashes(words, n, bits=64):
+    """The xxh64 (`bits` 32: xxh32, a MinHash's shingles) of each word n-gram, a slice of them at a time."""
     import xxhash
 
+    digest, dtype = (xxhash.xxh64_intdigest, np.uint64) if bits == 64 else (xxhash.xxh32_intdigest, np.uint32)
     count = max(len(words) - n + 1, 1)
-    return np.fromiter((xxhash.xxh64_intdigest(g) for start in range(0, count, SHINGLE_BATCH)
-                        for g in ngrams(words, n, start, start + SHINGLE_BATCH)), np.uint64)
+    return np.fromiter((digest(g) for start in range(0, count, SHINGLE_BATCH)
+                        for g in ngrams(words, n, start, start + SHINGLE_BATCH)), dtype)
 
 
 # -- inputs ------------------------------------------------------------------------
@@ -256,44 +302,202 @@ def evaluation_ngrams(workdir, options):
     return sets, hashes[order], owners[order], counts
 
 
+# -- files of the steps ------------------------------------------------------------
+#
+# A step's file is a JSON header (what arrays it holds, where) and the arrays' bytes: a reader takes rows of one
+# array by a ranged read (a seek locally), so a run of a sorted column is read a block at a time.
+
+MAGIC = b"bertprep-arrays1"
+
+
+def write_arrays(folder, name, arrays, staging=None):
+    """Write the named NumPy `arrays` to `name` in `folder`, whole or not at all."""
+    arrays = {key: np.ascontiguousarray(value) for key, value in arrays.items()}
+    header, offset = {}, 0
+    for key, value in arrays.items():
+        header[key] = [offset, value.dtype.str, list(value.shape)]
+        offset += value.nbytes
+    encoded = json.dumps(header).encode()
+    with folder.atomic_open(name, "wb", staging) as f:
+        f.write(MAGIC + len(encoded).to_bytes(8, "little") + encoded)
+        for value in arrays.values():
+            f.write(memoryview(value).cast("B"))
+
+
+class Arrays:
+    """A file write_arrays wrote, read an array's rows at a time."""
+
+    def __init__(self, folder, name):
+        self.folder, self.name = folder, name
+        head = folder.read_range(name, 0, len(MAGIC) + 8)
+        if head[:len(MAGIC)] != MAGIC:
+            raise DataError(f"{folder.display(name)}: not a file of a bertprep dedup step")
+        size = int.from_bytes(head[len(MAGIC):], "little")
+        self.header = json.loads(folder.read_range(name, len(head), size))
+        self.base = len(head) + size
+
+    def length(self, key):
+        return self.header[key][2][0]
+
+    def row_bytes(self, key):
+        _offset, dtype, shape = self.header[key]
+        return np.dtype(dtype).itemsize * int(np.prod(shape[1:], dtype=np.int64))
+
+    def rows(self, key, start=0, stop=None):
+        offset, dtype, shape = self.header[key]
+        dtype, row = np.dtype(dtype), self.row_bytes(key)
+        stop = shape[0] if stop is None else min(stop, shape[0])
+        if stop <= start:
+            return np.zeros((0, *shape[1:]), dtype)
+        data = self.folder.read_range(self.name, self.base + offset + start * row, (stop - start) * row)
+        return np.frombuffer(data, dtype).reshape(-1, *shape[1:])
+
+
 # -- pass 1: fingerprints ----------------------------------------------------------
 
 
 def fingerprint(text, words, ngram, num_perm):
     """(xxh64 of the normalized text, MinHash values of its word n-gram shingles as uint32): what exact and
     near duplicates are found by (`bertprep shard --eval-documents` checks its training documents with it)."""
-    import datasketch
+    shingles = ngram_hashes(words, ngram, bits=32)
+    return exact_hash(text), minhashes(shingles, [len(shingles)], num_perm)[0]
+
+
+def exact_hash(text):
+    """What two exact duplicates share: the xxh64 of the normalized text."""
     import xxhash
 
-    minhash = datasketch.MinHash(num_perm=num_perm, seed=MINHASH_SEED, hashfunc=xxhash.xxh32_intdigest)
-    for start in range(0, max(len(words) - ngram + 1, 1), SHINGLE_BATCH):
-        minhash.update_batch(ngrams(words, ngram, start, start + SHINGLE_BATCH))
-    return xxhash.xxh64_intdigest(normalized_text(text).encode("utf-8")), minhash.hashvalues.astype(np.uint32)
+    return xxhash.xxh64_intdigest(normalized_text(text).encode("utf-8"))
+
+
+def minhashes(shingles, counts, num_perm):
+    """(documents, num_perm) uint32: the MinHash values of documents whose shingles' xxh32 are `shingles`,
+    `counts[i]` of them document i's, in order. datasketch's MinHash (seed MINHASH_SEED, hashfunc xxh32) with
+    its permutations drawn once, for many documents in one NumPy pass: a datasketch object per document was
+    three quarters of a short document's fingerprint."""
+    permute, empty = _permutation(num_perm)
+    shingles, counts = np.asarray(shingles, np.uint32), np.asarray(counts, np.int64)
+    values = np.full((len(counts), num_perm), empty)
+    owner = np.repeat(np.arange(len(counts)), counts)
+    step = max(1, MINHASH_CELLS // num_perm)
+    for start in range(0, len(shingles), step):  # (shingles, num_perm) values at a time
+        docs = owner[start:start + step]
+        firsts = np.flatnonzero(np.r_[True, docs[1:] != docs[:-1]])
+        least = np.minimum.reduceat(permute(shingles[start:start + step]), firsts, axis=0)
+        values[docs[firsts]] = np.minimum(values[docs[firsts]], least)
+    return values.astype(np.uint32)
+
+
+MINHASH_CELLS = 1 << 21  # shingles times permutations permuted at a time: 8 MiB of uint32
+
+
+@functools.cache
+def _permutation(num_perm):
+    """(the permutations of datasketch's MinHash for MINHASH_SEED as a function of shingle hashes to their
+    (shingles, num_perm) values, the value of no shingle), its own arithmetic for its scheme ("affine32" since
+    datasketch 2, "legacy" before)."""
+    import datasketch
+    from datasketch import minhash as scheme_constants
+
+    drawn = datasketch.MinHash(num_perm=num_perm, seed=MINHASH_SEED)
+    a, b = drawn.permutations
+    scheme = getattr(drawn, "scheme", "legacy")
+    if scheme == "affine32":
+        def permute(hashes):
+            return scheme_constants._fmix(hashes, 32)[:, None] * a + b
+    elif scheme == "legacy":
+        def permute(hashes):
+            return (hashes.astype(np.uint64)[:, None] * a + b) % scheme_constants._mersenne_prime & \
+                scheme_constants._max_hash
+    else:
+        raise UsageError(f"datasketch's MinHash scheme {scheme!r} is not one bertprep dedup computes")
+    return permute, drawn.hashvalues[0]
+
+
+def chunk_documents(memory, num_perm, bands):
+    """Documents in one chunk of pass 1: its signatures, hash and band-key runs, and the copies sorting makes."""
+    return max(32, memory // (3 * (4 * num_perm + 16 * (bands + 1) + 32)))
 
 
 def fingerprint_part(task):
-    """Per document of one part: exact hash, MinHash values, LSH band keys, line number; and {document index in
-    the part: evaluation n-grams found} for the documents holding any (pure)."""
-    path, ngram, num_perm, (bands, rows), eval_hashes, eval_ngram = task
+    """Fingerprint one part into STEPS/fingerprints (pure; a part already done is not done again): per chunk of
+    documents a file (_Chunk) of its MinHash values, line numbers, evaluation n-grams found and the sorted runs
+    the decision merges. Returns the part's marker, written last: {documents, chunk starts, bytes}."""
+    path, index, work, ngram, num_perm, (bands, rows), eval_hashes, eval_ngram, memory, staging = task
     from bertprep.stages.download.formatted import iter_documents
 
-    # packed as they come (8 bytes a hash, 512 a signature), not a Python object per document
-    exact, signatures, contaminated, lines = array.array("Q"), bytearray(), {}, array.array("q")
+    marker = f"fingerprints/{index:05d}.json"
+    if work.isfile(marker):
+        return json.loads(work.read_bytes(marker))
+    per_chunk, starts, documents = chunk_documents(memory, num_perm, bands), [], 0
+    chunk = _Chunk(num_perm, memory)
     for number, doc in iter_documents(path):
         text = doc["text"]
         words = normalized_words(text)
-        exact_hash, signature = fingerprint(text, words, ngram, num_perm)
         if eval_hashes.size:
             found = np.unique(ngram_hashes(words, eval_ngram))
             found = found[np.isin(found, eval_hashes)]
             if found.size:
-                contaminated[len(exact)] = found
-        exact.append(exact_hash)
-        signatures += signature.tobytes()
-        lines.append(number)
-    signatures = np.frombuffer(signatures, np.uint32).reshape(-1, num_perm)
-    return (path, np.frombuffer(exact, np.uint64), signatures, band_keys(signatures, bands, rows), contaminated,
-            np.frombuffer(lines, np.int64), storage.getsize(path))
+                chunk.found[len(chunk.exact)] = found
+        chunk.add(exact_hash(text), ngram_hashes(words, ngram, bits=32), number)
+        documents += 1
+        if len(chunk.exact) == per_chunk:
+            chunk.write(work, _chunk_name(index, len(starts)), bands, rows, staging)
+            starts.append(documents - per_chunk)
+            chunk = _Chunk(num_perm, memory)
+    if len(chunk.exact):
+        chunk.write(work, _chunk_name(index, len(starts)), bands, rows, staging)
+        starts.append(documents - len(chunk.exact))
+    result = {"documents": documents, "starts": starts, "bytes": storage.getsize(path)}
+    work.atomic_write_bytes(marker, json.dumps(result).encode(), staging)
+    return result
+
+
+def _chunk_name(part, chunk):
+    return f"fingerprints/{part:05d}-{chunk:05d}"
+
+
+class _Chunk:
+    """One chunk of a part's fingerprints as they come: packed (8 bytes a hash, 4 a MinHash value), not a Python
+    object per document."""
+
+    def __init__(self, num_perm, memory):
+        self.exact, self.signatures, self.lines, self.found = array.array("Q"), bytearray(), array.array("q"), {}
+        self.num_perm, self.pending = num_perm, max(1, memory // 32)  # shingle hashes held for a MinHash pass
+        self.shingles, self.counts = array.array("I"), array.array("q")
+
+    def add(self, exact, shingles, line):
+        self.exact.append(exact)
+        self.lines.append(line)
+        self.shingles.frombytes(shingles.tobytes())
+        self.counts.append(len(shingles))
+        if len(self.shingles) >= self.pending:
+            self._minhash()
+
+    def _minhash(self):
+        """The MinHash values of the documents added since the last time, at once."""
+        self.signatures += minhashes(np.frombuffer(self.shingles, np.uint32), self.counts, self.num_perm).tobytes()
+        self.shingles, self.counts = array.array("I"), array.array("q")
+
+    def write(self, work, name, bands, rows, staging):
+        """The chunk's file: `signatures` and `lines` by document, `exact`/`exact_docs` and each band's
+        `keys<band>`/`docs<band>` sorted by hash or key (documents as indices in the chunk, stably), and the
+        evaluation n-grams found (`found_docs`, `found_sizes`, `found_hashes`)."""
+        self._minhash()
+        exact = np.frombuffer(self.exact, np.uint64)
+        signatures = np.frombuffer(self.signatures, np.uint32).reshape(-1, self.num_perm)
+        arrays = {"signatures": signatures, "lines": np.frombuffer(self.lines, np.int64)}
+        order = np.argsort(exact, kind="stable")
+        arrays["exact"], arrays["exact_docs"] = exact[order], order
+        keys = band_keys(signatures, bands, rows)
+        for band in range(bands):
+            order = np.argsort(keys[:, band], kind="stable")
+            arrays[f"keys{band}"], arrays[f"docs{band}"] = keys[order, band], order
+        docs = sorted(self.found)
+        arrays["found_docs"] = np.array(docs, np.int64)
+        arrays["found_sizes"] = np.array([len(self.found[d]) for d in docs], np.int64)
+        arrays["found_hashes"] = np.concatenate([self.found[d] for d in docs]) if docs else np.zeros(0, np.uint64)
+        write_arrays(work, name, arrays, staging)
 
 
 # -- deciding what goes -------------------------------------------------------------
@@ -316,12 +520,16 @@ def band_groups(keys, members):
     for band in range(keys.shape[1]):
         column = keys[members, band]
         order = np.argsort(column, kind="stable")
-        docs, column = members[order], column[order]
-        starts = np.flatnonzero(np.r_[True, column[1:] != column[:-1]])
-        ends = np.r_[starts[1:], len(column)]
-        shared = ends - starts > 1
-        for start, end in zip(starts[shared].tolist(), ends[shared].tolist()):
-            yield docs[start:end]
+        yield from key_groups(column[order], members[order])
+
+
+def key_groups(keys, docs):
+    """The documents of each run of two or more equal `keys` (sorted), in their order."""
+    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+    ends = np.r_[starts[1:], len(keys)]
+    shared = ends - starts > 1
+    for start, end in zip(starts[shared].tolist(), ends[shared].tolist()):
+        yield docs[start:end]
 
 
 def pair_estimates(signatures, first, second, chunk=4096):
@@ -333,34 +541,229 @@ def pair_estimates(signatures, first, second, chunk=4096):
     return shares
 
 
-def candidate_pairs(keys, members, documents):
-    """(earlier, later): the pairs of `members` that share an LSH band, each once, by later then earlier document."""
-    codes = [group[j] * documents + group[i] for group in band_groups(keys, members)
-             for i, j in [np.triu_indices(len(group), 1)]]
-    codes = np.unique(np.concatenate(codes)) if codes else np.zeros(0, np.int64)
-    return codes % documents, codes // documents
+class Fingerprints:
+    """Pass 1's files of every part, read by document: a document is its index in the stable order (the
+    parts' documents one after another)."""
+
+    def __init__(self, work, markers):
+        self.work = work
+        self.offsets = np.cumsum([0] + [m["documents"] for m in markers])
+        self.chunks = []  # (file name, first document, documents)
+        for part, marker in enumerate(markers):
+            ends = [*marker["starts"][1:], marker["documents"]]
+            for index, (start, end) in enumerate(zip(marker["starts"], ends)):
+                self.chunks.append((_chunk_name(part, index), int(self.offsets[part]) + start, end - start))
+        self.firsts = np.array([first for _name, first, _size in self.chunks], np.int64)
+        self._files = {}
+
+    def file(self, index):
+        if index not in self._files:
+            self._files[index] = Arrays(self.work, self.chunks[index][0])
+        return self._files[index]
+
+    def runs(self, key, docs, memory):
+        """A _Run per chunk of its sorted column `key` (documents in `docs`), read in blocks that together
+        take about a quarter of `memory`."""
+        block = max(8, memory // (4 * 16 * max(1, len(self.chunks))))
+        return [_Run(self.file(i), key, docs, first, block) for i, (_name, first, _size) in enumerate(self.chunks)]
+
+    def rows(self, key, docs):
+        """The rows of `key` (signatures or lines) of the documents `docs`, in their order: near rows read at once."""
+        unique, inverse = np.unique(np.asarray(docs, np.int64), return_inverse=True)
+        chunk_of = np.searchsorted(self.firsts, unique, "right") - 1
+        blocks = []
+        for index in np.unique(chunk_of).tolist():
+            local = unique[chunk_of == index] - self.chunks[index][1]
+            gap = max(1, GAP_BYTES // self.file(index).row_bytes(key))
+            for span in np.split(local, np.flatnonzero(np.diff(local) > gap) + 1):
+                blocks.append(self.file(index).rows(key, int(span[0]), int(span[-1]) + 1)[span - span[0]])
+        if not blocks:
+            return self.file(0).rows(key, 0, 0) if self.chunks else np.zeros(0)
+        return np.concatenate(blocks)[inverse.ravel()]
+
+    def found(self):
+        """{document: evaluation n-gram hashes it holds}."""
+        found = {}
+        for index, (_name, first, _size) in enumerate(self.chunks):
+            arrays = self.file(index)
+            docs = arrays.rows("found_docs")
+            if docs.size:
+                hashes = np.split(arrays.rows("found_hashes"), np.cumsum(arrays.rows("found_sizes"))[:-1])
+                found.update(zip((docs + first).tolist(), hashes))
+        return found
 
 
-def find_duplicates(exact, signatures, keys, options):
-    """{document: (reason, kept twin, estimate, link)} and every candidate pair's estimate, in the stable order.
+# Bytes between two wanted rows that Fingerprints.rows reads rather than asking twice: a ranged read of an object
+# costs what reading about this much does (a few ms), and a chunk's rows are at most a third of --memory.
+GAP_BYTES = 1 << 20
 
-    Near duplicates form clusters: the connected components of the pairs that share an LSH band AND have an
-    estimated Jaccard >= the threshold; each keeps its first document. `link` is (document, estimate) of the
+
+class _Run:
+    """A sorted run of (key, document) of one chunk, `block` rows read at a time."""
+
+    def __init__(self, arrays, key, docs, first, block):
+        self.arrays, self.key, self.docs_key, self.first, self.block = arrays, key, docs, first, block
+        self.at, self.size = 0, arrays.length(key)
+        self.keys, self.docs = np.zeros(0, np.uint64), np.zeros(0, np.int64)
+
+    def load(self):
+        stop = min(self.at + self.block, self.size)
+        self.keys = np.concatenate([self.keys, self.arrays.rows(self.key, self.at, stop)])
+        self.docs = np.concatenate([self.docs, self.arrays.rows(self.docs_key, self.at, stop) + self.first])
+        self.at = stop
+
+
+def merged(runs):
+    """The rows of sorted `runs` (k-way merge) in batches sorted by key then document; the rows of one key are
+    never split between two batches. Each run holds about two blocks at a time."""
+    runs = [run for run in runs if run.size]
+    while runs:
+        for run in runs:
+            if not len(run.keys) and run.at < run.size:
+                run.load()
+        live = [run for run in runs if run.at < run.size]
+        bound = min(run.keys[-1] for run in live) if live else None  # no row still unread is below it
+        keys, docs = [], []
+        for run in runs:
+            cut = len(run.keys) if bound is None else int(np.searchsorted(run.keys, bound, "left"))
+            keys.append(run.keys[:cut])
+            docs.append(run.docs[:cut])
+            run.keys, run.docs = run.keys[cut:], run.docs[cut:]
+        keys, docs = np.concatenate(keys), np.concatenate(docs)
+        order = np.lexsort((docs, keys))
+        yield keys[order], docs[order]
+        for run in live:
+            if run.keys[-1] == bound:  # all it holds is the bound's key: on to its next block
+                run.load()
+        runs = [run for run in runs if len(run.keys) or run.at < run.size]
+
+
+EXACT = "exact"
+HISTOGRAM_BINS = 50  # of the plot of the candidate pairs' estimates
+
+
+def exact_step(task):
+    """STEPS/exact: each document with an earlier one of the same exact hash (`docs`, ascending) and that first
+    one (`twins`), from a merge of every chunk's sorted hashes (pure; done once)."""
+    work, markers, memory, staging = task
+    if work.isfile(EXACT):
+        return
+    removed, twins = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+    for keys, docs in merged(Fingerprints(work, markers).runs("exact", "exact_docs", memory)):
+        for group in key_groups(keys, docs):
+            removed.append(group[1:])
+            twins.append(np.full(len(group) - 1, group[0]))
+    removed, twins = np.concatenate(removed), np.concatenate(twins)
+    order = np.argsort(removed)
+    write_arrays(work, EXACT, {"docs": removed[order], "twins": twins[order]}, staging)
+
+
+def _band_name(band):
+    return f"bands/{band:04d}"
+
+
+def band_step(task):
+    """STEPS/bands/<band>: the candidate pairs this band is the first to bring together (documents sharing its
+    key, exact copies left out), verified: the histogram of their estimates, their count, and as edges
+    (`earlier`, `later`, `shares`, by later then earlier) those at or above the threshold (pure; done once)."""
+    work, markers, band, (_bands, rows), num_perm, threshold, exact, memory, staging = task
+    if work.isfile(_band_name(band)):
+        return
+    fingerprints = Fingerprints(work, markers)
+    copies = Arrays(work, EXACT).rows("docs") if exact else np.zeros(0, np.int64)
+    batch = max(1024, memory // (64 * num_perm))  # pairs verified at a time: two signatures each, read and copied
+    pending, edges = [], [(np.zeros(0, np.int64),) * 2 + (np.zeros(0),)]
+    histogram, count = np.zeros(HISTOGRAM_BINS, np.int64), 0
+
+    def verify():
+        nonlocal histogram, count
+        earlier, later = (np.concatenate(side) for side in zip(*pending))
+        pending.clear()
+        docs = np.unique(np.r_[earlier, later])
+        signatures = fingerprints.rows("signatures", docs)
+        first, second = np.searchsorted(docs, earlier), np.searchsorted(docs, later)
+        if band:  # a pair sharing an earlier band's key is that band's
+            keys = band_keys(signatures, band, rows)
+            mine = ~(keys[first] == keys[second]).any(axis=1)
+            earlier, later, first, second = earlier[mine], later[mine], first[mine], second[mine]
+        shares = pair_estimates(signatures, first, second)
+        histogram += np.histogram(shares, bins=HISTOGRAM_BINS, range=(0, 1))[0]
+        count += len(shares)
+        verified = shares >= threshold
+        edges.append((earlier[verified], later[verified], shares[verified]))
+
+    size = 0
+    for keys, docs in merged(fingerprints.runs(f"keys{band}", f"docs{band}", memory)):
+        if copies.size:
+            keep = ~np.isin(docs, copies)
+            keys, docs = keys[keep], docs[keep]
+        for group in key_groups(keys, docs):
+            first, second = np.triu_indices(len(group), 1)
+            pending.append((group[first], group[second]))
+            size += len(first)
+            if size >= batch:
+                verify()
+                size = 0
+    if pending:
+        verify()
+    earlier, later, shares = (np.concatenate(side) for side in zip(*edges))
+    order = np.lexsort((earlier, later))
+    write_arrays(work, _band_name(band), {"earlier": earlier[order], "later": later[order], "shares": shares[order],
+                                          "histogram": histogram, "pairs": np.array([count], np.int64)}, staging)
+
+
+def decide_step(task):
+    """The decision from the steps' files: (removed listing, candidate pairs, their estimates' histogram,
+    evaluation report). Holds what is proportional to the duplicates (edges, removed documents), not the corpus."""
+    work, markers, corpora, bands, (exact, near), evaluation = task
+    fingerprints = Fingerprints(work, markers)
+    removed = {}
+    if exact:
+        copies = Arrays(work, EXACT)
+        removed.update((doc, ("exact", twin, 1.0, None))
+                       for doc, twin in zip(copies.rows("docs").tolist(), copies.rows("twins").tolist()))
+    histogram, pairs = np.zeros(HISTOGRAM_BINS, np.int64), 0
+    if near:
+        edges = []
+        for band in range(bands):
+            arrays = Arrays(work, _band_name(band))
+            edges.append([arrays.rows(key) for key in ("earlier", "later", "shares")])
+            histogram += arrays.rows("histogram")
+            pairs += int(arrays.rows("pairs")[0])
+        earlier, later, shares = (np.concatenate(side) for side in zip(*edges))
+        order = np.lexsort((earlier, later))
+        removed.update(near_clusters(fingerprints, earlier[order], later[order], shares[order]))
+    sets, eval_hashes, eval_owners, counts = evaluation
+    contaminated, report = contamination(fingerprints.found() if sets else {}, eval_hashes, eval_owners, sets,
+                                         counts)
+    named = sorted(set(removed) | set(contaminated) | {r[1] for r in removed.values()}
+                   | {r[3][0] for r in removed.values() if r[3]})
+    lines = dict(zip(named, fingerprints.rows("lines", named).tolist())) if named else {}
+    part_of = dict(zip(named, (np.searchsorted(fingerprints.offsets, named, "right") - 1).tolist()))
+    parts = [(name, os.path.basename(p)) for name, ps in corpora for p in ps]
+
+    def position(doc):
+        corpus, part = parts[part_of[doc]]
+        return {"corpus": corpus, "part": part, "line": int(lines[doc])}
+
+    listing = []
+    for doc in sorted(set(removed) | set(contaminated)):
+        entry = position(doc)
+        if doc in removed:
+            reason, twin, estimate, via = removed[doc]
+            entry.update(reason=reason, estimate=estimate, kept=position(twin))
+            if via:
+                entry["linked_by"] = dict(position(via[0]), estimate=via[1])
+        else:
+            entry.update(reason="contaminated", evaluation_sets=contaminated[doc])
+        listing.append(entry)
+    return listing, pairs, histogram, report
+
+
+def near_clusters(fingerprints, earlier, later, shares):
+    """{document: ("near", kept, estimate, link)} from the verified pairs (`earlier`, `later`, by later then
+    earlier): the connected components, each keeping its first document. `link` is (document, estimate) of the
     pair that put a document in its cluster when that is not the kept one."""
-    removed, documents = {}, len(exact)
-    eligible = np.arange(documents)
-    if options.exact:
-        twins = np.unique(exact, return_index=True, return_inverse=True)[1:]
-        twins = twins[0][twins[1].ravel()]  # each document's first document with its exact hash
-        for doc in np.flatnonzero(twins != eligible).tolist():
-            removed[doc] = ("exact", int(twins[doc]), 1.0, None)
-        eligible = np.flatnonzero(twins == eligible)  # an exact copy is left out: its twin stands for it
-    if not options.near:
-        return removed, np.zeros(0)
-    earlier, later = candidate_pairs(keys, eligible, documents)
-    shares = pair_estimates(signatures, earlier, later)
-    verified = shares >= options.threshold
-    earlier, later, verified_shares = earlier[verified], later[verified], shares[verified]
     root, link = {}, {}
     # each document, in order, joins the clusters of the earlier ones it verifies with: the earliest root keeps them
     bounds = np.flatnonzero(np.r_[True, later[1:] != later[:-1], True]).tolist() if later.size else []
@@ -370,15 +773,23 @@ def find_duplicates(exact, signatures, keys, options):
         root[doc] = roots[0]
         for other_root in roots[1:]:
             root[other_root] = roots[0]
-            link[other_root] = (doc, float(np.mean(signatures[doc] == signatures[other_root])))
-        link[doc] = (int(earlier[start]), float(verified_shares[start]))  # its first verified pair
-    for doc in sorted(root):
-        kept = _find(root, doc)
-        if kept != doc:
-            estimate = round(float(np.mean(signatures[kept] == signatures[doc])), 4)
-            via = link[doc] if link[doc][0] != kept else None
-            removed[doc] = ("near", kept, estimate, via and (via[0], round(via[1], 4)))
-    return removed, shares
+            link[other_root] = (doc, None)  # the pair's estimate: below, with the others' signatures
+        link[doc] = (int(earlier[start]), float(shares[start]))  # its first verified pair
+    kept = {doc: _find(root, doc) for doc in sorted(root)}
+    kept = {doc: first for doc, first in kept.items() if first != doc}
+    needed = sorted({d for doc, first in kept.items() for d in (doc, first, link[doc][0])})
+    signatures = dict(zip(needed, fingerprints.rows("signatures", needed))) if needed else {}
+
+    def estimate(a, b):
+        return float(np.mean(signatures[a] == signatures[b]))
+
+    removed = {}
+    for doc, first in kept.items():
+        via = link[doc] if link[doc][0] != first else None
+        if via and via[1] is None:
+            via = (via[0], estimate(via[0], doc))
+        removed[doc] = ("near", first, round(estimate(first, doc), 4), via and (via[0], round(via[1], 4)))
+    return removed
 
 
 def _find(root, doc):
@@ -443,15 +854,17 @@ def _tally(lines, out=None):
     return {"documents": count, "bytes": size, "sha256": digest.hexdigest()}
 
 
-def plot_similarities(estimates, path, threshold, staging):
-    """A PNG histogram of the verified pairs' estimates, when matplotlib is installed (the `plot` extra)."""
+def plot_similarities(histogram, path, threshold, staging):
+    """A PNG histogram of the candidate pairs' estimates (`histogram`: pairs per bin of HISTOGRAM_BINS over
+    [0, 1]), when matplotlib is installed (the `plot` extra)."""
     try:  # a Figure of its own, not pyplot: a notebook's backend is left as it is
         from matplotlib.figure import Figure
     except ImportError:
         return None
     figure = Figure(figsize=(6, 4))
     axes = figure.subplots()
-    axes.hist(estimates, bins=50, range=(0, 1))
+    edges = np.linspace(0, 1, HISTOGRAM_BINS + 1)
+    axes.hist(edges[:-1], bins=edges, weights=histogram)
     axes.axvline(threshold, color="red", linestyle="--", label=f"threshold {threshold}")
     axes.set_xlabel("estimated Jaccard of LSH candidate pairs")
     axes.set_ylabel("pairs")
@@ -483,8 +896,8 @@ def dedup(options: DedupOptions | None = None, /, *, quiet: bool = True, **field
                   for name, parts in corpora for p in parts]
     evaluation = evaluation_ngrams(workdir, options)  # a bad evaluation file stops before anything is written
     if options.dry_run:
-        with open_engine(options.engine) as engine:
-            manifest = _decide(options, engine, evaluation, corpora, input_list, params, quiet)[0]
+        with _dry_run_steps(out, options.engine) as (steps, staging), open_engine(options.engine) as engine:
+            manifest = _decide(options, engine, evaluation, corpora, input_list, params, quiet, steps, staging)[0]
         return _summary("bertprep dedup: dry run, nothing written", manifest, out)
     with hold(out, "bertprep dedup") as staging:
         previous = load_manifest(out)
@@ -497,13 +910,45 @@ def dedup(options: DedupOptions | None = None, /, *, quiet: bool = True, **field
                 if not quiet:
                     print(f"dedup: resuming the run that was writing {storage.display(out)}", file=sys.stderr)
             else:
-                manifest, estimates = _decide(options, engine, evaluation, corpora, input_list, params, quiet)
-                _start_writing(out, corpora, manifest, estimates, options.threshold, staging)
+                steps = _open_steps(Folder(staging).folder(STEPS), params, input_list, staging)
+                manifest, histogram = _decide(options, engine, evaluation, corpora, input_list, params, quiet,
+                                              steps, staging)
+                _start_writing(out, corpora, manifest, histogram, options.threshold, staging)
             _write(engine, corpora, _drops(manifest["removed"], corpora, options.report_only), out, staging,
                    manifest)
         del manifest[WRITING]
         _save_manifest(out, manifest, staging)
+        Folder(staging).remove_tree(STEPS)
     return _summary("bertprep dedup: done", manifest, out)
+
+
+@contextlib.contextmanager
+def _dry_run_steps(out, engine):
+    """(Folder, staging) for a dry run's steps, removed after: a temporary directory, so OUT is not made; on the
+    user's Dask cluster, whose workers may share only OUT, OUT/.partial/dry-run (held as a run holds OUT)."""
+    if not engine.scheduler:
+        with tempfile.TemporaryDirectory(prefix="bertprep-dedup-") as steps:
+            yield Folder(steps), None
+        return
+    with hold(out, "bertprep dedup --dry-run") as staging:
+        steps = Folder(staging).folder("dry-run")
+        try:
+            yield steps, staging
+        finally:
+            steps.remove_tree()
+
+
+RUN = "run.json"  # in STEPS: the settings, inputs and version its files are of
+
+
+def _open_steps(steps, params, input_list, staging):
+    """`steps` (OUT/.partial/steps), keeping what a killed run of the same settings, inputs and bertprep version
+    finished there."""
+    run = json.dumps({"params": params, "inputs": input_list, "version": __version__}, sort_keys=True).encode()
+    if not steps.isfile(RUN) or steps.read_bytes(RUN) != run:
+        steps.remove_tree()
+        steps.atomic_write_bytes(RUN, run, staging)
+    return steps
 
 
 def _is_complete(manifest, out, params, input_list):
@@ -519,7 +964,7 @@ def _is_resumable(manifest, params, input_list):
         manifest.get("inputs") == input_list
 
 
-def _start_writing(out, corpora, manifest, estimates, threshold, staging):
+def _start_writing(out, corpora, manifest, histogram, threshold, staging):
     """Remove what an earlier run left under the names this one writes, draw the plot, and save the manifest
     marked as writing: from then on a part under its final name is complete and of this decision (written
     whole, then renamed), so a rerun after a kill keeps it and skips pass 1."""
@@ -528,7 +973,7 @@ def _start_writing(out, corpora, manifest, estimates, threshold, staging):
         stale += [storage.join(out, name, MANIFEST)] + [storage.join(out, name, os.path.basename(p)) for p in parts]
     for path in stale:
         storage.remove(path)
-    if len(estimates) and plot_similarities(estimates, storage.join(out, PLOT), threshold, staging):
+    if histogram.any() and plot_similarities(histogram, storage.join(out, PLOT), threshold, staging):
         manifest["plot"] = PLOT
     manifest[WRITING] = "the parts are being written; those under their final names are complete"
     _save_manifest(out, manifest, staging)
@@ -553,44 +998,33 @@ def _drops(listing, corpora, report_only):
     return drops
 
 
-def _decide(options, engine, evaluation, corpora, input_list, params, quiet):
-    """(manifest without files, every candidate pair's estimate)."""
+def _decide(options, engine, evaluation, corpora, input_list, params, quiet, steps, staging):
+    """(manifest without files, the candidate pairs' histogram of estimates): pass 1, then the steps on the
+    engine (exact, one per band, the decision), each reading the files of those before it in `steps`."""
     start = time.monotonic()
     sets, eval_hashes, eval_owners, counts = evaluation
     parts = [p for _name, ps in corpora for p in ps]
     progress = Progress("dedup", total=len(parts), unit="parts", quiet=quiet)
-    tasks = [(p, options.ngram, options.num_perm, options.band_rows(), eval_hashes, options.decontaminate_ngram)
-             for p in parts]
-    results = [None] * len(parts)
-    for index, result in engine.run_indexed(fingerprint_part, tasks, describe=lambda t: t[0]):
-        results[index] = result
-        progress.advance(1, bytes=result[6], documents=len(result[1]))
+    memory, (bands, rows) = options.memory_bytes(), options.band_rows()
+    tasks = [(p, index, steps, options.ngram, options.num_perm, (bands, rows), eval_hashes,
+              options.decontaminate_ngram, memory, staging) for index, p in enumerate(parts)]
+    markers = [None] * len(parts)
+    for index, marker in engine.run_indexed(fingerprint_part, tasks, describe=lambda t: t[0]):
+        markers[index] = marker
+        progress.advance(1, bytes=marker["bytes"], documents=marker["documents"])
     progress.close()
-    result = None  # the last part's arrays: _gather frees each part once copied
-    part_of, exact, signatures, keys, lines, found = _gather(results, options)
-    removed, estimates = find_duplicates(exact, signatures, keys, options)
-    del signatures, keys
-    contaminated, report = contamination(found, eval_hashes, eval_owners, sets, counts)
-    corpus_of = {p: name for name, ps in corpora for p in ps}
-    listing = []
-
-    def position(doc):
-        path = parts[part_of[doc]]
-        return {"corpus": corpus_of[path], "part": os.path.basename(path), "line": int(lines[doc])}
-
-    for doc in sorted(set(removed) | set(contaminated)):
-        entry = position(doc)
-        if doc in removed:
-            reason, twin, estimate, via = removed[doc]
-            entry.update(reason=reason, estimate=estimate, kept=position(twin))
-            if via:
-                entry["linked_by"] = dict(position(via[0]), estimate=via[1])
-        else:
-            entry.update(reason="contaminated", evaluation_sets=contaminated[doc])
-        listing.append(entry)
+    markers = [{"documents": m["documents"], "starts": m["starts"]} for m in markers]
+    if options.exact:
+        _run_all(engine, exact_step, [(steps, markers, memory, staging)])
+    if options.near:
+        _run_all(engine, band_step, [(steps, markers, band, (bands, rows), options.num_perm, options.threshold,
+                                      options.exact, memory, staging) for band in range(bands)])
+    task = (steps, markers, corpora, bands, (options.exact, options.near), (sets, eval_hashes, eval_owners, counts))
+    listing, pairs, histogram, report = _run_all(engine, decide_step, [task])[0]
     drops = _drops(listing, corpora, options.report_only)
     per_corpus = {}
-    documents = np.bincount(part_of, minlength=len(parts)).tolist()
+    documents = [m["documents"] for m in markers]
+    corpus_of = {p: name for name, ps in corpora for p in ps}
     for name, ps in corpora:
         docs = sum(n for p, n in zip(parts, documents) if corpus_of[p] == name)
         mine = [e for e in listing if e["corpus"] == name]
@@ -599,32 +1033,16 @@ def _decide(options, engine, evaluation, corpora, input_list, params, quiet):
         per_corpus[name]["kept"] = docs - sum(len(drops[p]) for p in ps)
     manifest = {"tool": "bertprep", "version": __version__, "stage": "dedup", "params": params,
                 "inputs": input_list, "corpora": per_corpus, "removed": listing, "evaluation": report,
-                "candidate_pairs": len(estimates), "seconds": round(time.monotonic() - start, 3)}
-    return manifest, estimates
+                "candidate_pairs": pairs, "seconds": round(time.monotonic() - start, 3)}
+    return manifest, histogram
 
 
-def _gather(results, options):
-    """The parts' fingerprints as one array each, in the stable order: (part index, exact hash, MinHash values,
-    band keys, line number) per document and {document: evaluation n-grams found}. Each part's arrays are
-    released once copied, so memory holds the corpus's fingerprints once, not twice."""
-    sizes = [len(r[1]) for r in results]
-    total, bands = sum(sizes), options.band_rows()[0]
-    part_of = np.repeat(np.arange(len(results), dtype=np.int32), sizes)
-    if len(results) == 1:  # the only part's arrays are the corpus's: no copy
-        _path, exact, signatures, keys, found, lines, _bytes = results.pop()
-        return part_of, exact, signatures, keys, lines, found
-    exact, lines = np.empty(total, np.uint64), np.empty(total, np.int64)
-    signatures = np.empty((total, options.num_perm), np.uint32)
-    keys = np.empty((total, bands), np.uint64)
-    found, offset = {}, 0
-    for index, size in enumerate(sizes):
-        end = offset + size
-        _path, exact[offset:end], signatures[offset:end], keys[offset:end], part_found, lines[offset:end], _bytes = \
-            results[index]
-        results[index] = None
-        found.update((offset + doc, hashes) for doc, hashes in part_found.items())
-        offset = end
-    return part_of, exact, signatures, keys, lines, found
+def _run_all(engine, function, tasks):
+    """[function(task) for task in tasks] on the engine, in the tasks' order."""
+    results = [None] * len(tasks)
+    for index, result in engine.run_indexed(function, tasks, describe=lambda t: function.__name__):
+        results[index] = result
+    return results
 
 
 def _write(engine, corpora, drops, out, staging, manifest):

@@ -1,0 +1,58 @@
+"""Peak RSS of `bertprep dedup`'s processes against the corpus size (issue 42), measured in this run.
+
+    python scripts/bench_dedup_memory.py [--documents 100000 400000] [--memory 64M] [--workers 2]
+                                         [--baseline /path/to/an/older/checkout]
+
+The corpora are tests/dedup_corpus.py's short_corpus (12-word documents in 4 parts, about 1% exact and 1% near
+copies), as the heavy test `test_memory_does_not_grow_with_the_corpus` runs them. Each run is the command line
+(`python -m bertprep dedup ... --num-perm 32`) of this checkout with --memory, then of --baseline (its code, no
+--memory) when given; printed: the peak of the summed RSS of the command's process tree (its workers included,
+sampled every 20 ms), the wall time and what it removed.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+
+from dedup_corpus import peak_rss, short_corpus  # noqa: E402
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--documents", type=int, nargs="+", default=[100_000, 400_000])
+    parser.add_argument("--memory", default="64M", help="this checkout's --memory (default: 64M)")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--baseline", help="a checkout of an earlier bertprep to run the same way, without --memory")
+    args = parser.parse_args()
+    checkouts = [(f"this checkout, --memory {args.memory}", REPO, ("--memory", args.memory))]
+    if args.baseline:
+        revision = subprocess.run(["git", "-C", args.baseline, "rev-parse", "--short", "HEAD"], capture_output=True,
+                                  text=True).stdout.strip()
+        checkouts.append((f"{args.baseline} ({revision})", Path(args.baseline), ()))
+    with tempfile.TemporaryDirectory() as tmp:
+        for documents in args.documents:
+            corpus = short_corpus(Path(tmp) / f"short-{documents}", documents)
+            for label, checkout, flags in checkouts:
+                start = time.perf_counter()
+                os.environ["PYTHONPATH"] = str(checkout)
+                peak, run = peak_rss([sys.executable, "-m", "bertprep", "dedup", "--input", str(corpus), "--out",
+                                      str(Path(tmp) / f"out-{documents}-{len(label)}"), "--num-perm", "32",
+                                      "--workers", str(args.workers), "--json", "--quiet", *flags])
+                if run.returncode:
+                    sys.exit(run.stderr)
+                summary = json.loads(run.stdout)
+                print(f"{documents:9,} documents  {label:40}  peak RSS {peak / 2**20:5,.0f} MiB  "
+                      f"{time.perf_counter() - start:6.1f} s  {summary['exact']:,} exact, {summary['near']:,} near",
+                      flush=True)
+
+
+if __name__ == "__main__":
+    main()
