@@ -37,7 +37,9 @@ def main():
         revision = subprocess.run(["git", "-C", args.baseline, "rev-parse", "--short", "HEAD"], capture_output=True,
                                   text=True).stdout.strip()
         checkouts.append((f"{args.baseline} ({revision})", Path(args.baseline), ()))
+    here = os.getcwd()
     with tempfile.TemporaryDirectory() as tmp:
+        os.chdir(tmp)  # `python -m` puts the working directory before PYTHONPATH: a checkout there would be run
         for documents in args.documents:
             corpus = short_corpus(Path(tmp) / f"short-{documents}", documents)
             for label, checkout, flags in checkouts:
@@ -52,6 +54,7 @@ def main():
                 print(f"{documents:9,} documents  {label:40}  peak RSS {peak / 2**20:5,.0f} MiB  "
                       f"{time.perf_counter() - start:6.1f} s  {summary['exact']:,} exact, {summary['near']:,} near",
                       flush=True)
+        os.chdir(here)
 
 
 if __name__ == "__main__":
