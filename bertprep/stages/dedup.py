@@ -15,8 +15,9 @@ any one process is bounded by `--memory` (MEMORY below), not by the corpus: what
 in runs and merged from disk.
 
 1. Fingerprint (`fingerprint_part`, a task per part): per document an xxh64 of its normalized text (NFC,
-   case-folded, whitespace collapsed), a MinHash (datasketch's permutations and arithmetic over the xxh32 of
-   each word n-gram shingle, many documents per NumPy pass: `minhashes`), its LSH band keys (xxh64 of each
+   case-folded, whitespace collapsed), a MinHash (the values of datasketch 2's MinHash, its permutations and arithmetic
+   written here with NumPy: `_permutation`, over the xxh32 of each word n-gram shingle, many documents per NumPy
+   pass: `minhashes`), its LSH band keys (xxh64 of each
    band's values) and the evaluation n-grams it contains. A chunk of documents (`chunk_documents`: MEMORY / 2.1
    KB at 128 permutations, what its arrays and their sorting take) goes to a file of its own (`write_arrays`):
    signatures and line numbers by document, and the chunk's sorted runs: its exact hashes and each band's keys,
@@ -100,11 +101,11 @@ WORD = re.compile(r"\w+")
 class DedupOptions:
     """`bertprep dedup`'s flags: `input` (formatted corpus directories or .jsonl files, in order) or `corpus`
     (names under WORKDIR/formatted), `out` (None: WORKDIR/deduped), `ngram` (shingle words), `num_perm`,
-    `threshold` (Jaccard), `bands` (None: datasketch's optimum for the threshold), `exact`/`near` (which
-    duplicates to remove), `decontaminate` (squad, glue or evaluation files), `decontaminate_ngram`,
-    `report_only` (list contaminated documents, keep them), `dry_run`, `memory` (bytes, or a size such as "64M":
-    what one process holds of the corpus's fingerprints at most, beyond what the duplicates found take) and where
-    the tasks run (`engine`)."""
+    `threshold` (Jaccard), `bands` (None: the optimum datasketch's MinHashLSH picks for the threshold, computed
+    here with NumPy: `optimal_bands`), `exact`/`near` (which duplicates to remove), `decontaminate` (squad, glue
+    or evaluation files), `decontaminate_ngram`, `report_only` (list contaminated documents, keep them),
+    `dry_run`, `memory` (bytes, or a size such as "64M": what one process holds of the corpus's fingerprints at
+    most, beyond what the duplicates found take) and where the tasks run (`engine`)."""
 
     input: tuple[str, ...] | None = None
     corpus: tuple[str, ...] | None = None
@@ -151,9 +152,7 @@ class DedupOptions:
         """(bands, rows per band)."""
         if self.bands is not None:
             return self.bands, self.num_perm // self.bands
-        from datasketch.lsh import _optimal_param
-
-        return _optimal_param(self.threshold, self.num_perm, 0.5, 0.5)
+        return optimal_bands(self.threshold, self.num_perm)
 
 
 # -- text --------------------------------------------------------------------------
@@ -178,7 +177,7 @@ def ngrams(words, n, start=0, stop=None):
     return [" ".join(words[i:i + n]).encode("utf-8") for i in range(start, stop)]
 
 
-# Shingles hashed into a MinHash at a time: datasketch permutes a batch as one (num_perm, batch) uint64 array,
+# Shingles hashed into a MinHash at a time: datasketch permuted a batch as one (num_perm, batch) uint64 array,
 # so one 50 MB line (8 million shingles) took 8 GB at once (issue 39). The minimum over the pieces is the
 # minimum over the whole: the same signature, for 64 MiB at most (128 permutations).
 SHINGLE_BATCH = 1 << 16
@@ -372,9 +371,9 @@ def exact_hash(text):
 
 def minhashes(shingles, counts, num_perm):
     """(documents, num_perm) uint32: the MinHash values of documents whose shingles' xxh32 are `shingles`,
-    `counts[i]` of them document i's, in order. datasketch's MinHash (seed MINHASH_SEED, hashfunc xxh32) with
-    its permutations drawn once, for many documents in one NumPy pass: a datasketch object per document was
-    three quarters of a short document's fingerprint."""
+    `counts[i]` of them document i's, in order: those of datasketch's MinHash (seed MINHASH_SEED, hashfunc xxh32),
+    its permutations drawn once (`_permutation`), for many documents in one NumPy pass: a datasketch object per
+    document was three quarters of a short document's fingerprint."""
     permute, empty = _permutation(num_perm)
     shingles, counts = np.asarray(shingles, np.uint32), np.asarray(counts, np.int64)
     values = np.full((len(counts), num_perm), empty)
@@ -391,27 +390,69 @@ def minhashes(shingles, counts, num_perm):
 MINHASH_CELLS = 1 << 21  # shingles times permutations permuted at a time: 8 MiB of uint32
 
 
+# MinHash and LSH banding as datasketch 2 computes them, written here so that no process of `bertprep dedup`
+# imports datasketch: it pulls in scipy (for `_optimal_param`'s integrals), 81 MiB of RSS for `import
+# datasketch` against 25 MiB for NumPy (docs/benchmarks.md). tests/test_dedup.py compares both with datasketch.
+# The values are datasketch 2's default scheme, "affine32", whatever datasketch is installed or not (before,
+# an installed datasketch < 2 gave its "legacy" scheme's values, other decisions).
+
+FMIX32 = (16, 0x85EBCA6B, 13, 0xC2B2AE35, 16)  # MurmurHash3's 32-bit finalizer: shift, multiply, shift, ...
+EMPTY_MINHASH = np.uint32(0xFFFFFFFF)  # a MinHash of no shingle: datasketch's initial hashvalues
+
+
 @functools.cache
 def _permutation(num_perm):
-    """(the permutations of datasketch's MinHash for MINHASH_SEED as a function of shingle hashes to their
-    (shingles, num_perm) values, the value of no shingle), its own arithmetic for its scheme ("affine32" since
-    datasketch 2, "legacy" before)."""
-    import datasketch
-    from datasketch import minhash as scheme_constants
+    """(the permutations of datasketch's MinHash(num_perm, seed=MINHASH_SEED) as a function of shingle hashes
+    (uint32) to their (shingles, num_perm) uint32 values, the value of no shingle). datasketch 2's "affine32":
+    each permutation is h -> a * fmix32(h) + b mod 2^32 (uint32 arithmetic wraps), with a odd and b drawn by
+    a RandomState of the seed, a's for every permutation first."""
+    draw = np.random.RandomState(MINHASH_SEED)
+    a = draw.randint(0, 1 << 31, num_perm, dtype=np.uint32) * np.uint32(2) + np.uint32(1)
+    b = draw.randint(0, 1 << 32, num_perm, dtype=np.uint32)
 
-    drawn = datasketch.MinHash(num_perm=num_perm, seed=MINHASH_SEED)
-    a, b = drawn.permutations
-    scheme = getattr(drawn, "scheme", "legacy")
-    if scheme == "affine32":
-        def permute(hashes):
-            return scheme_constants._fmix(hashes, 32)[:, None] * a + b
-    elif scheme == "legacy":
-        def permute(hashes):
-            return (hashes.astype(np.uint64)[:, None] * a + b) % scheme_constants._mersenne_prime & \
-                scheme_constants._max_hash
-    else:
-        raise UsageError(f"datasketch's MinHash scheme {scheme!r} is not one bertprep dedup computes")
-    return permute, drawn.hashvalues[0]
+    def permute(hashes):
+        return _fmix32(np.asarray(hashes, np.uint32))[:, None] * a + b
+
+    return permute, EMPTY_MINHASH
+
+
+def _fmix32(hashes):
+    shift1, multiply1, shift2, multiply2, shift3 = (np.uint32(c) for c in FMIX32)
+    hashes = (hashes ^ (hashes >> shift1)) * multiply1
+    hashes = (hashes ^ (hashes >> shift2)) * multiply2
+    return hashes ^ (hashes >> shift3)
+
+
+@functools.cache
+def optimal_bands(threshold, num_perm):
+    """(bands, rows) that datasketch's MinHashLSH picks for `threshold` and `num_perm` (its `_optimal_param`
+    with equal weights): of every b bands of r rows (b * r <= num_perm), the least mean of the false positive
+    area (the chance 1 - (1 - s^r)^b that a pair of Jaccard s shares a band, over s in [0, threshold]) and the
+    false negative area (the chance it does not, over [threshold, 1]); the first in (b, r) order on a tie.
+    datasketch integrates with scipy's quad; each integrand is a polynomial of degree b * r <= num_perm, which
+    Gauss-Legendre quadrature of num_perm / 2 + 1 points integrates exactly (to rounding)."""
+    pairs = [(b, r) for b in range(1, num_perm + 1) for r in range(1, num_perm // b + 1)]
+    nodes, weights = np.polynomial.legendre.leggauss(num_perm // 2 + 1)
+    step = max(1, BAND_CELLS // len(nodes))
+    error = np.concatenate([_band_error(np.array(pairs[start:start + step], np.float64), threshold, nodes, weights)
+                            for start in range(0, len(pairs), step)])
+    return pairs[int(np.argmin(error))]
+
+
+BAND_CELLS = 1 << 20  # (b, r) pairs times quadrature points evaluated at a time: a few 8 MiB arrays
+
+
+def _band_error(pairs, threshold, nodes, weights):
+    """Each (b, r) pair's mean of its false positive and false negative areas (optimal_bands)."""
+    bands, rows = pairs[:, :1], pairs[:, 1:]
+
+    def area(low, high, collides):
+        """The integral over [low, high] of the chance that a pair shares a band (or, not `collides`, does not)."""
+        s = (high - low) / 2 * nodes + (high + low) / 2
+        shares = 1 - (1 - s ** rows) ** bands
+        return (high - low) / 2 * ((shares if collides else 1 - shares) @ weights)
+
+    return 0.5 * area(0.0, threshold, True) + 0.5 * area(threshold, 1.0, False)
 
 
 def chunk_documents(memory, num_perm, bands):
@@ -890,6 +931,7 @@ def dedup(options: DedupOptions | None = None, /, *, quiet: bool = True, **field
               "bands_rows": list(options.band_rows()), "exact": options.exact, "near": options.near,
               "decontaminate": [storage.display(d) for d in options.decontaminate],
               "decontaminate_ngram": options.decontaminate_ngram,
+              # the values of datasketch 2's MinHash ("affine32"), computed here; manifests name them as before
               "report_only": options.report_only, "minhash": f"datasketch xxh32 seed {MINHASH_SEED}",
               "exact_hash": "xxh64 of NFC casefold whitespace-collapsed text"}
     input_list = [{"corpus": name, "path": storage.display(p), "bytes": storage.getsize(p), "sha256": sha256_file(p)}
