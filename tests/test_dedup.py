@@ -415,16 +415,23 @@ def test_the_default_bands_are_datasketchs_optimum():
     assert differ == []
 
 
-def test_deduplicating_imports_neither_datasketch_nor_scipy(corpus, tmp_path):
-    """They cost a process 50-60 MiB (datasketch pulls scipy in); what it needed of them is in the module."""
+def test_deduplicating_imports_neither_datasketch_nor_scipy_nor_matplotlib(corpus, tmp_path):
+    """datasketch (it pulls scipy in) and matplotlib cost a process 40-60 MiB each: what dedup needed of datasketch
+    is in the module, and the plot is drawn by a child interpreter."""
     a, b, _planted, _texts = corpus
     code = ("import sys, bertprep; bertprep.dedup(input=sys.argv[1:3], out=sys.argv[3], "
             "engine=bertprep.EngineOptions(workers=1)); "
-            "print(sorted({m.split('.')[0] for m in sys.modules} & {'datasketch', 'scipy'}))")
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'datasketch', 'scipy', 'matplotlib'}))")
     run = subprocess.run([sys.executable, "-c", code, str(a), str(b), str(tmp_path / "out")], capture_output=True,
                          text=True)
     assert run.returncode == 0, run.stderr
-    assert run.stdout.split() == ["[]"]
+    assert run.stdout.split() == ["[]"] and (tmp_path / "out" / "pair_similarity.png").is_file()
+
+
+def test_the_child_draws_the_plot_this_process_draws():
+    job = {"path": sys.path, "histogram": list(range(dedup_module.HISTOGRAM_BINS)), "threshold": 0.8}
+    png = dedup_module._plot_child(job)
+    assert png.startswith(b"\x89PNG") and png == dedup_module.similarity_png(job)
 
 
 @pytest.fixture(scope="module")

@@ -48,6 +48,10 @@ MEMORY bounds a process's fingerprint chunk (pass 1), the blocks the merge holds
 over all runs; 8 rows a run at least, so a corpus of more than MEMORY / 512 B chunks takes more: there is no
 second merge level) and a batch of pairs' signatures; the interpreter and libraries come on top, and what grows
 with the duplicates found (exact copies' indices, verified pairs, the removed documents' listing).
+
+The libraries are NumPy and xxhash (about 38 MiB with this module). What was taken from datasketch (its MinHash
+permutations, its LSH bands' optimum) is computed here: importing it pulled in scipy, 81 MiB of RSS. The plot is
+drawn by a child interpreter (`plot_similarities`): matplotlib would stay in this process for good.
 """
 
 import array
@@ -897,22 +901,59 @@ def _tally(lines, out=None):
 
 def plot_similarities(histogram, path, threshold, staging):
     """A PNG histogram of the candidate pairs' estimates (`histogram`: pairs per bin of HISTOGRAM_BINS over
-    [0, 1]), when matplotlib is installed (the `plot` extra)."""
+    [0, 1]), when matplotlib is installed (the `plot` extra). Drawn by a child interpreter (`_plot_child`):
+    importing matplotlib takes some 40 MiB that this process (a notebook's too) would hold to its end, more
+    than all else it holds before reading a document (docs/benchmarks.md). Drawn here where no child can be."""
+    job = {"path": sys.path, "histogram": histogram.tolist(), "threshold": threshold}
+    png = _plot_child(job)
+    if png is False:
+        png = similarity_png(job)
+    if png is None:
+        return None
+    with atomic_open(path, "wb", staging) as out:
+        out.write(png)
+    return os.path.basename(path)
+
+
+PLOT_CHILD = "import json, sys; job = json.loads(sys.stdin.read()); sys.path[:] = job['path']; " \
+    "from bertprep.stages.dedup import similarity_png; png = similarity_png(job); " \
+    "sys.stdout.buffer.write(png) if png else sys.exit(3)"
+NO_MATPLOTLIB = 3  # the child's exit status where matplotlib is not installed
+
+
+def _plot_child(job):
+    """similarity_png(job) from a child interpreter given this one's sys.path; False where there is no child
+    (no sys.executable) or it failed: drawn here then, which raises what the child met."""
+    if not sys.executable:
+        return False
+    import subprocess
+
+    child = subprocess.run([sys.executable, "-c", PLOT_CHILD], input=json.dumps(job).encode(), capture_output=True)
+    if child.returncode == NO_MATPLOTLIB:
+        return None
+    return child.stdout if child.returncode == 0 else False
+
+
+def similarity_png(job):
+    """The PNG bytes of plot_similarities' histogram (`job`: its histogram and threshold), or None without
+    matplotlib."""
     try:  # a Figure of its own, not pyplot: a notebook's backend is left as it is
         from matplotlib.figure import Figure
     except ImportError:
         return None
+    import io
+
     figure = Figure(figsize=(6, 4))
     axes = figure.subplots()
     edges = np.linspace(0, 1, HISTOGRAM_BINS + 1)
-    axes.hist(edges[:-1], bins=edges, weights=histogram)
-    axes.axvline(threshold, color="red", linestyle="--", label=f"threshold {threshold}")
+    axes.hist(edges[:-1], bins=edges, weights=np.array(job["histogram"], np.int64))
+    axes.axvline(job["threshold"], color="red", linestyle="--", label=f"threshold {job['threshold']}")
     axes.set_xlabel("estimated Jaccard of LSH candidate pairs")
     axes.set_ylabel("pairs")
     axes.legend()
-    with atomic_open(path, "wb", staging) as out:
-        figure.savefig(out, format="png", metadata={"Software": None})
-    return os.path.basename(path)
+    png = io.BytesIO()
+    figure.savefig(png, format="png", metadata={"Software": None})
+    return png.getvalue()
 
 
 # -- the command -------------------------------------------------------------------
