@@ -15,13 +15,13 @@ any one process is bounded by `--memory` (MEMORY below), not by the corpus: what
 in runs and merged from disk.
 
 1. Fingerprint (`fingerprint_part`, a task per part): per document an xxh64 of its normalized text (NFC,
-   case-folded, whitespace collapsed), a MinHash (the values of datasketch 2's MinHash, its permutations and arithmetic
-   written here with NumPy: `_permutation`, over the xxh32 of each word n-gram shingle, many documents per NumPy
-   pass: `minhashes`), its LSH band keys (xxh64 of each
-   band's values) and the evaluation n-grams it contains. A chunk of documents (`chunk_documents`: MEMORY / 2.1
-   KB at 128 permutations, what its arrays and their sorting take) goes to a file of its own (`write_arrays`):
-   signatures and line numbers by document, and the chunk's sorted runs: its exact hashes and each band's keys,
-   sorted with the document's index. A part's marker, written last, lists its chunks; the caller gets counts.
+   case-folded, whitespace collapsed), a MinHash (datasketch 2's values, its permutations and arithmetic written
+   here with NumPy: `_permutation`, over the xxh32 of each word n-gram shingle, many documents per NumPy pass:
+   `minhashes`), its LSH band keys (xxh64 of each band's values) and the evaluation n-grams it contains. A
+   chunk of documents (`chunk_documents`: MEMORY / 2.1 KB at 128 permutations, what its arrays and their sorting
+   take) goes to a file of its own (`write_arrays`): signatures and line numbers by document, and the chunk's
+   sorted runs: its exact hashes and each band's keys, sorted with the document's index. A part's marker,
+   written last, lists its chunks; the caller gets counts.
 2. Exact (`exact_step`, one task): a k-way merge (`merged`) of every chunk's sorted hashes, a block of each run
    at a time; in each run of equal hashes every document but the first is an exact copy of the first.
 3. Bands (`band_step`, a task per LSH band): the same merge of the band's keys. The documents (exact copies
@@ -915,10 +915,11 @@ def plot_similarities(histogram, path, threshold, staging):
     return os.path.basename(path)
 
 
-PLOT_CHILD = "import json, sys; job = json.loads(sys.stdin.read()); sys.path[:] = job['path']; " \
-    "from bertprep.stages.dedup import similarity_png; png = similarity_png(job); " \
-    "sys.stdout.buffer.write(png) if png else sys.exit(3)"
 NO_MATPLOTLIB = 3  # the child's exit status where matplotlib is not installed
+# The child: this process's sys.path before anything else is imported, so it draws with the same bertprep
+PLOT_CHILD = ("import json, sys; job = json.loads(sys.stdin.read()); sys.path[:] = job['path']; "
+              "from bertprep.stages.dedup import similarity_png; png = similarity_png(job); "
+              f"sys.stdout.buffer.write(png) if png else sys.exit({NO_MATPLOTLIB})")
 
 
 def _plot_child(job):
