@@ -381,10 +381,10 @@ def minhashes(shingles, counts, num_perm):
     permute, empty = _permutation(num_perm)
     shingles, counts = np.asarray(shingles, np.uint32), np.asarray(counts, np.int64)
     values = np.full((len(counts), num_perm), empty)
-    owner = np.repeat(np.arange(len(counts)), counts)
+    ends = np.cumsum(counts)  # a slice's documents from these, not an int64 per shingle (16 MiB at --memory 64M)
     step = max(1, MINHASH_CELLS // num_perm)
     for start in range(0, len(shingles), step):  # (shingles, num_perm) values at a time
-        docs = owner[start:start + step]
+        docs = np.searchsorted(ends, np.arange(start, min(start + step, len(shingles))), "right")
         firsts = np.flatnonzero(np.r_[True, docs[1:] != docs[:-1]])
         least = np.minimum.reduceat(permute(shingles[start:start + step]), firsts, axis=0)
         values[docs[firsts]] = np.minimum(values[docs[firsts]], least)
@@ -415,7 +415,9 @@ def _permutation(num_perm):
     b = draw.randint(0, 1 << 32, num_perm, dtype=np.uint32)
 
     def permute(hashes):
-        return _fmix32(np.asarray(hashes, np.uint32))[:, None] * a + b
+        values = _fmix32(np.asarray(hashes, np.uint32))[:, None] * a
+        values += b  # in place: one (shingles, num_perm) array, not two
+        return values
 
     return permute, EMPTY_MINHASH
 
