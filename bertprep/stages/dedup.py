@@ -388,7 +388,7 @@ def minhashes(shingles, counts, num_perm):
         firsts = np.flatnonzero(np.r_[True, docs[1:] != docs[:-1]])
         least = np.minimum.reduceat(permute(shingles[start:start + step]), firsts, axis=0)
         values[docs[firsts]] = np.minimum(values[docs[firsts]], least)
-    return values.astype(np.uint32)
+    return values.astype(np.uint32, copy=False)  # already uint32 (EMPTY_MINHASH's): no copy
 
 
 MINHASH_CELLS = 1 << 21  # shingles times permutations permuted at a time: 8 MiB of uint32
@@ -523,7 +523,9 @@ class _Chunk:
 
     def _minhash(self):
         """The MinHash values of the documents added since the last time, at once."""
-        self.signatures += minhashes(np.frombuffer(self.shingles, np.uint32), self.counts, self.num_perm).tobytes()
+        values = minhashes(np.frombuffer(self.shingles, np.uint32), self.counts, self.num_perm)
+        if values.size:  # appended as they are, no bytes copy beside them (a view of no rows cannot be cast)
+            self.signatures += memoryview(values).cast("B")
         self.shingles, self.counts = array.array("I"), array.array("q")
 
     def write(self, work, name, bands, rows, staging):
