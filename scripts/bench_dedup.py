@@ -8,8 +8,10 @@ The corpora: --documents documents each, made of wt2.txt's lines (BERTPREP_SHARE
 checkout): each original is 12 lines drawn at random (seeded), and a share --copies of the documents are planted
 copies of a random earlier original, one each (exact, sentences shuffled, 5%/1% of words changed, truncated,
 halves swapped in turn; tests/dedup_corpus.py). Both sides shingle the same word 5-grams (datatrove is given
-bertprep's words as its tokenizer, its own normalisation off) and use the same LSH bands (datasketch's optimum
-for 128 permutations at 0.8: 9 bands of 13 rows, or --bands); each keeps its own MinHash. datatrove removes on a
+bertprep's words as its tokenizer, its own normalisation off) and use the same LSH bands (those datasketch's
+MinHashLSH picks for 128 permutations at 0.8, computed by bertprep: 9 bands of 13 rows, or --bands); each keeps its
+own MinHash. datatrove's side imports bertprep.stages.dedup for both: its peak RSS holds what that imports (before
+2026-11-25 that was datasketch and scipy too, about 40 MiB). datatrove removes on a
 band collision, bertprep only after the pair's estimate reaches 0.8.
 
 Each side runs in its own process (--workers tasks on the local engine / datatrove's LocalPipelineExecutor),

@@ -384,6 +384,56 @@ def test_minhashes_of_many_documents_at_once_are_datasketchs(num_perm):
         assert np.array_equal(values, expected.hashvalues.astype(np.uint32))
 
 
+@pytest.mark.parametrize("num_perm", [3, 128])
+def test_the_permutations_are_datasketchs(num_perm):
+    """Its parameters drawn as datasketch draws them, bit for bit, and a MinHash of no shingle its empty value."""
+    import datasketch
+    from datasketch.minhash import _fmix
+
+    permute, empty = dedup_module._permutation(num_perm)
+    drawn = datasketch.MinHash(num_perm=num_perm, seed=dedup_module.MINHASH_SEED)
+    hashes = np.random.default_rng(0).integers(0, 2**32, 1000, dtype=np.uint32)
+    a, b = drawn.permutations
+    got = permute(hashes)
+    assert got.dtype == np.uint32 and np.array_equal(got, _fmix(hashes, 32)[:, None] * a + b)
+    assert empty == drawn.hashvalues[0] and empty.dtype == drawn.hashvalues.dtype == np.uint32
+
+
+# The bands datasketch's MinHashLSH picks, computed by datasketch (scipy's quad) in this test only. Every num_perm
+# 2-512 at the thresholds 0.05, 0.1, ..., 1 agreed once (docs/benchmarks.md, six minutes); here every num_perm to 64
+# and some to 512, densely near 0.8 (the default), in a few seconds.
+BAND_THRESHOLDS = [round(0.05 * i, 2) for i in range(1, 21)] + [0.75, 0.78, 0.79, 0.81, 0.82, 0.85, 0.9, 0.95]
+BAND_CASES = [(n, t) for n in [*range(2, 65), 100, 127, 128, 129, 200, 256] for t in BAND_THRESHOLDS] + \
+    [(n, t) for n in (384, 511, 512) for t in (0.5, 0.8)]
+
+
+def test_the_default_bands_are_datasketchs_optimum():
+    from datasketch.lsh import _optimal_param
+
+    differ = [(num_perm, threshold) for num_perm, threshold in BAND_CASES
+              if dedup_module.optimal_bands(threshold, num_perm) != _optimal_param(threshold, num_perm, 0.5, 0.5)]
+    assert differ == []
+
+
+def test_deduplicating_imports_neither_datasketch_nor_scipy_nor_matplotlib(corpus, tmp_path):
+    """datasketch (it pulls scipy in) and matplotlib cost a process 40-60 MiB each: what dedup needed of datasketch
+    is in the module, and the plot is drawn by a child interpreter."""
+    a, b, _planted, _texts = corpus
+    code = ("import sys, bertprep; bertprep.dedup(input=sys.argv[1:3], out=sys.argv[3], "
+            "engine=bertprep.EngineOptions(workers=1)); "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'datasketch', 'scipy', 'matplotlib'}))")
+    run = subprocess.run([sys.executable, "-c", code, str(a), str(b), str(tmp_path / "out")], capture_output=True,
+                         text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["[]"] and (tmp_path / "out" / "pair_similarity.png").is_file()
+
+
+def test_the_child_draws_the_plot_this_process_draws():
+    job = {"path": sys.path, "histogram": list(range(dedup_module.HISTOGRAM_BINS)), "threshold": 0.8}
+    png = dedup_module._plot_child(job)
+    assert png.startswith(b"\x89PNG") and png == dedup_module.similarity_png(job)
+
+
 @pytest.fixture(scope="module")
 def short_corpora(tmp_path_factory):
     root = tmp_path_factory.mktemp("short")

@@ -20,7 +20,8 @@ def add_arguments(parser):
     parser.add_argument("--threshold", type=float, default=0.8,
                         help="estimated Jaccard at or above which a document is a near duplicate (default: 0.8)")
     parser.add_argument("--bands", type=int, default=None,
-                        help="LSH bands (default: datasketch's optimum for --threshold and --num-perm)")
+                        help="LSH bands (default: the optimum datasketch's MinHashLSH picks for --threshold and "
+                        "--num-perm, computed with NumPy)")
     parser.add_argument("--no-exact", dest="exact", action="store_false", help="keep exact duplicates")
     parser.add_argument("--no-near", dest="near", action="store_false", help="keep near duplicates")
     parser.add_argument("--decontaminate", nargs="+", default=(), metavar="SET_OR_FILE",

@@ -15,12 +15,13 @@ any one process is bounded by `--memory` (MEMORY below), not by the corpus: what
 in runs and merged from disk.
 
 1. Fingerprint (`fingerprint_part`, a task per part): per document an xxh64 of its normalized text (NFC,
-   case-folded, whitespace collapsed), a MinHash (datasketch's permutations and arithmetic over the xxh32 of
-   each word n-gram shingle, many documents per NumPy pass: `minhashes`), its LSH band keys (xxh64 of each
-   band's values) and the evaluation n-grams it contains. A chunk of documents (`chunk_documents`: MEMORY / 2.1
-   KB at 128 permutations, what its arrays and their sorting take) goes to a file of its own (`write_arrays`):
-   signatures and line numbers by document, and the chunk's sorted runs: its exact hashes and each band's keys,
-   sorted with the document's index. A part's marker, written last, lists its chunks; the caller gets counts.
+   case-folded, whitespace collapsed), a MinHash (datasketch 2's values, its permutations and arithmetic written
+   here with NumPy: `_permutation`, over the xxh32 of each word n-gram shingle, many documents per NumPy pass:
+   `minhashes`), its LSH band keys (xxh64 of each band's values) and the evaluation n-grams it contains. A
+   chunk of documents (`chunk_documents`: MEMORY / 2.1 KB at 128 permutations, what its arrays and their sorting
+   take) goes to a file of its own (`write_arrays`): signatures and line numbers by document, and the chunk's
+   sorted runs: its exact hashes and each band's keys, sorted with the document's index. A part's marker,
+   written last, lists its chunks; the caller gets counts.
 2. Exact (`exact_step`, one task): a k-way merge (`merged`) of every chunk's sorted hashes, a block of each run
    at a time; in each run of equal hashes every document but the first is an exact copy of the first.
 3. Bands (`band_step`, a task per LSH band): the same merge of the band's keys. The documents (exact copies
@@ -47,6 +48,10 @@ MEMORY bounds a process's fingerprint chunk (pass 1), the blocks the merge holds
 over all runs; 8 rows a run at least, so a corpus of more than MEMORY / 512 B chunks takes more: there is no
 second merge level) and a batch of pairs' signatures; the interpreter and libraries come on top, and what grows
 with the duplicates found (exact copies' indices, verified pairs, the removed documents' listing).
+
+The libraries are NumPy and xxhash (about 38 MiB with this module). What was taken from datasketch (its MinHash
+permutations, its LSH bands' optimum) is computed here: importing it pulled in scipy, 81 MiB of RSS. The plot is
+drawn by a child interpreter (`plot_similarities`): matplotlib would stay in this process for good.
 """
 
 import array
@@ -100,11 +105,11 @@ WORD = re.compile(r"\w+")
 class DedupOptions:
     """`bertprep dedup`'s flags: `input` (formatted corpus directories or .jsonl files, in order) or `corpus`
     (names under WORKDIR/formatted), `out` (None: WORKDIR/deduped), `ngram` (shingle words), `num_perm`,
-    `threshold` (Jaccard), `bands` (None: datasketch's optimum for the threshold), `exact`/`near` (which
-    duplicates to remove), `decontaminate` (squad, glue or evaluation files), `decontaminate_ngram`,
-    `report_only` (list contaminated documents, keep them), `dry_run`, `memory` (bytes, or a size such as "64M":
-    what one process holds of the corpus's fingerprints at most, beyond what the duplicates found take) and where
-    the tasks run (`engine`)."""
+    `threshold` (Jaccard), `bands` (None: the optimum datasketch's MinHashLSH picks for the threshold, computed
+    here with NumPy: `optimal_bands`), `exact`/`near` (which duplicates to remove), `decontaminate` (squad, glue
+    or evaluation files), `decontaminate_ngram`, `report_only` (list contaminated documents, keep them),
+    `dry_run`, `memory` (bytes, or a size such as "64M": what one process holds of the corpus's fingerprints at
+    most, beyond what the duplicates found take) and where the tasks run (`engine`)."""
 
     input: tuple[str, ...] | None = None
     corpus: tuple[str, ...] | None = None
@@ -151,9 +156,7 @@ class DedupOptions:
         """(bands, rows per band)."""
         if self.bands is not None:
             return self.bands, self.num_perm // self.bands
-        from datasketch.lsh import _optimal_param
-
-        return _optimal_param(self.threshold, self.num_perm, 0.5, 0.5)
+        return optimal_bands(self.threshold, self.num_perm)
 
 
 # -- text --------------------------------------------------------------------------
@@ -178,7 +181,7 @@ def ngrams(words, n, start=0, stop=None):
     return [" ".join(words[i:i + n]).encode("utf-8") for i in range(start, stop)]
 
 
-# Shingles hashed into a MinHash at a time: datasketch permutes a batch as one (num_perm, batch) uint64 array,
+# Shingles hashed into a MinHash at a time: datasketch permuted a batch as one (num_perm, batch) uint64 array,
 # so one 50 MB line (8 million shingles) took 8 GB at once (issue 39). The minimum over the pieces is the
 # minimum over the whole: the same signature, for 64 MiB at most (128 permutations).
 SHINGLE_BATCH = 1 << 16
@@ -372,46 +375,90 @@ def exact_hash(text):
 
 def minhashes(shingles, counts, num_perm):
     """(documents, num_perm) uint32: the MinHash values of documents whose shingles' xxh32 are `shingles`,
-    `counts[i]` of them document i's, in order. datasketch's MinHash (seed MINHASH_SEED, hashfunc xxh32) with
-    its permutations drawn once, for many documents in one NumPy pass: a datasketch object per document was
-    three quarters of a short document's fingerprint."""
+    `counts[i]` of them document i's, in order: those of datasketch's MinHash (seed MINHASH_SEED, hashfunc xxh32),
+    its permutations drawn once (`_permutation`), for many documents in one NumPy pass: a datasketch object per
+    document was three quarters of a short document's fingerprint."""
     permute, empty = _permutation(num_perm)
     shingles, counts = np.asarray(shingles, np.uint32), np.asarray(counts, np.int64)
     values = np.full((len(counts), num_perm), empty)
-    owner = np.repeat(np.arange(len(counts)), counts)
+    ends = np.cumsum(counts)  # a slice's documents from these, not an int64 per shingle (16 MiB at --memory 64M)
     step = max(1, MINHASH_CELLS // num_perm)
     for start in range(0, len(shingles), step):  # (shingles, num_perm) values at a time
-        docs = owner[start:start + step]
+        docs = np.searchsorted(ends, np.arange(start, min(start + step, len(shingles))), "right")
         firsts = np.flatnonzero(np.r_[True, docs[1:] != docs[:-1]])
         least = np.minimum.reduceat(permute(shingles[start:start + step]), firsts, axis=0)
         values[docs[firsts]] = np.minimum(values[docs[firsts]], least)
-    return values.astype(np.uint32)
+    return values.astype(np.uint32, copy=False)  # already uint32 (EMPTY_MINHASH's): no copy
 
 
 MINHASH_CELLS = 1 << 21  # shingles times permutations permuted at a time: 8 MiB of uint32
 
 
+# MinHash and LSH banding as datasketch 2 computes them, written here so that no process of `bertprep dedup`
+# imports datasketch: it pulls in scipy (for `_optimal_param`'s integrals), 81 MiB of RSS for `import
+# datasketch` against 25 MiB for NumPy (docs/benchmarks.md). tests/test_dedup.py compares both with datasketch.
+# The values are datasketch 2's default scheme, "affine32", whatever datasketch is installed or not (before,
+# an installed datasketch < 2 gave its "legacy" scheme's values, other decisions).
+
+FMIX32 = (16, 0x85EBCA6B, 13, 0xC2B2AE35, 16)  # MurmurHash3's 32-bit finalizer: shift, multiply, shift, ...
+EMPTY_MINHASH = np.uint32(0xFFFFFFFF)  # a MinHash of no shingle: datasketch's initial hashvalues
+
+
 @functools.cache
 def _permutation(num_perm):
-    """(the permutations of datasketch's MinHash for MINHASH_SEED as a function of shingle hashes to their
-    (shingles, num_perm) values, the value of no shingle), its own arithmetic for its scheme ("affine32" since
-    datasketch 2, "legacy" before)."""
-    import datasketch
-    from datasketch import minhash as scheme_constants
+    """(the permutations of datasketch's MinHash(num_perm, seed=MINHASH_SEED) as a function of shingle hashes
+    (uint32) to their (shingles, num_perm) uint32 values, the value of no shingle). datasketch 2's "affine32":
+    each permutation is h -> a * fmix32(h) + b mod 2^32 (uint32 arithmetic wraps), with a odd and b drawn by
+    a RandomState of the seed, a's for every permutation first."""
+    draw = np.random.RandomState(MINHASH_SEED)
+    a = draw.randint(0, 1 << 31, num_perm, dtype=np.uint32) * np.uint32(2) + np.uint32(1)
+    b = draw.randint(0, 1 << 32, num_perm, dtype=np.uint32)
 
-    drawn = datasketch.MinHash(num_perm=num_perm, seed=MINHASH_SEED)
-    a, b = drawn.permutations
-    scheme = getattr(drawn, "scheme", "legacy")
-    if scheme == "affine32":
-        def permute(hashes):
-            return scheme_constants._fmix(hashes, 32)[:, None] * a + b
-    elif scheme == "legacy":
-        def permute(hashes):
-            return (hashes.astype(np.uint64)[:, None] * a + b) % scheme_constants._mersenne_prime & \
-                scheme_constants._max_hash
-    else:
-        raise UsageError(f"datasketch's MinHash scheme {scheme!r} is not one bertprep dedup computes")
-    return permute, drawn.hashvalues[0]
+    def permute(hashes):
+        values = _fmix32(np.asarray(hashes, np.uint32))[:, None] * a
+        values += b  # in place: one (shingles, num_perm) array, not two
+        return values
+
+    return permute, EMPTY_MINHASH
+
+
+def _fmix32(hashes):
+    shift1, multiply1, shift2, multiply2, shift3 = (np.uint32(c) for c in FMIX32)
+    hashes = (hashes ^ (hashes >> shift1)) * multiply1
+    hashes = (hashes ^ (hashes >> shift2)) * multiply2
+    return hashes ^ (hashes >> shift3)
+
+
+@functools.cache
+def optimal_bands(threshold, num_perm):
+    """(bands, rows) that datasketch's MinHashLSH picks for `threshold` and `num_perm` (its `_optimal_param`
+    with equal weights): of every b bands of r rows (b * r <= num_perm), the least mean of the false positive
+    area (the chance 1 - (1 - s^r)^b that a pair of Jaccard s shares a band, over s in [0, threshold]) and the
+    false negative area (the chance it does not, over [threshold, 1]); the first in (b, r) order on a tie.
+    datasketch integrates with scipy's quad; each integrand is a polynomial of degree b * r <= num_perm, which
+    Gauss-Legendre quadrature of num_perm / 2 + 1 points integrates exactly (to rounding)."""
+    pairs = [(b, r) for b in range(1, num_perm + 1) for r in range(1, num_perm // b + 1)]
+    nodes, weights = np.polynomial.legendre.leggauss(num_perm // 2 + 1)
+    step = max(1, BAND_CELLS // len(nodes))
+    error = np.concatenate([_band_error(np.array(pairs[start:start + step], np.float64), threshold, nodes, weights)
+                            for start in range(0, len(pairs), step)])
+    return pairs[int(np.argmin(error))]
+
+
+BAND_CELLS = 1 << 20  # (b, r) pairs times quadrature points evaluated at a time: a few 8 MiB arrays
+
+
+def _band_error(pairs, threshold, nodes, weights):
+    """Each (b, r) pair's mean of its false positive and false negative areas (optimal_bands)."""
+    bands, rows = pairs[:, :1], pairs[:, 1:]
+
+    def area(low, high, collides):
+        """The integral over [low, high] of the chance that a pair shares a band (or, not `collides`, does not)."""
+        s = (high - low) / 2 * nodes + (high + low) / 2
+        shares = 1 - (1 - s ** rows) ** bands
+        return (high - low) / 2 * ((shares if collides else 1 - shares) @ weights)
+
+    return 0.5 * area(0.0, threshold, True) + 0.5 * area(threshold, 1.0, False)
 
 
 def chunk_documents(memory, num_perm, bands):
@@ -430,7 +477,7 @@ def fingerprint_part(task):
     if work.isfile(marker):
         return json.loads(work.read_bytes(marker))
     per_chunk, starts, documents = chunk_documents(memory, num_perm, bands), [], 0
-    chunk = _Chunk(num_perm, memory)
+    chunk = _Chunk(num_perm, memory, per_chunk)
     for number, doc in iter_documents(path):
         text = doc["text"]
         words = normalized_words(text)
@@ -444,7 +491,7 @@ def fingerprint_part(task):
         if len(chunk.exact) == per_chunk:
             chunk.write(work, _chunk_name(index, len(starts)), bands, rows, staging)
             starts.append(documents - per_chunk)
-            chunk = _Chunk(num_perm, memory)
+            chunk = _Chunk(num_perm, memory, per_chunk)
     if len(chunk.exact):
         chunk.write(work, _chunk_name(index, len(starts)), bands, rows, staging)
         starts.append(documents - len(chunk.exact))
@@ -459,10 +506,13 @@ def _chunk_name(part, chunk):
 
 class _Chunk:
     """One chunk of a part's fingerprints as they come: packed (8 bytes a hash, 4 a MinHash value), not a Python
-    object per document."""
+    object per document. The signatures' array is made once for the chunk's `documents` (its pages taken as rows
+    are written): a bytearray grown a pass at a time was at times copied whole (3 MiB less at the peak of a
+    100k-document run with --memory 64M)."""
 
-    def __init__(self, num_perm, memory):
-        self.exact, self.signatures, self.lines, self.found = array.array("Q"), bytearray(), array.array("q"), {}
+    def __init__(self, num_perm, memory, documents):
+        self.exact, self.lines, self.found = array.array("Q"), array.array("q"), {}
+        self.signatures, self.done = np.empty((documents, num_perm), np.uint32), 0  # rows with their values
         self.num_perm, self.pending = num_perm, max(1, memory // 32)  # shingle hashes held for a MinHash pass
         self.shingles, self.counts = array.array("I"), array.array("q")
 
@@ -476,7 +526,9 @@ class _Chunk:
 
     def _minhash(self):
         """The MinHash values of the documents added since the last time, at once."""
-        self.signatures += minhashes(np.frombuffer(self.shingles, np.uint32), self.counts, self.num_perm).tobytes()
+        values = minhashes(np.frombuffer(self.shingles, np.uint32), self.counts, self.num_perm)
+        self.signatures[self.done:self.done + len(values)] = values
+        self.done += len(values)
         self.shingles, self.counts = array.array("I"), array.array("q")
 
     def write(self, work, name, bands, rows, staging):
@@ -485,7 +537,7 @@ class _Chunk:
         evaluation n-grams found (`found_docs`, `found_sizes`, `found_hashes`)."""
         self._minhash()
         exact = np.frombuffer(self.exact, np.uint64)
-        signatures = np.frombuffer(self.signatures, np.uint32).reshape(-1, self.num_perm)
+        signatures = self.signatures[:self.done]
         arrays = {"signatures": signatures, "lines": np.frombuffer(self.lines, np.int64)}
         order = np.argsort(exact, kind="stable")
         arrays["exact"], arrays["exact_docs"] = exact[order], order
@@ -856,22 +908,60 @@ def _tally(lines, out=None):
 
 def plot_similarities(histogram, path, threshold, staging):
     """A PNG histogram of the candidate pairs' estimates (`histogram`: pairs per bin of HISTOGRAM_BINS over
-    [0, 1]), when matplotlib is installed (the `plot` extra)."""
+    [0, 1]), when matplotlib is installed (the `plot` extra). Drawn by a child interpreter (`_plot_child`):
+    importing matplotlib takes some 40 MiB that this process (a notebook's too) would hold to its end, more
+    than all else it holds before reading a document (docs/benchmarks.md). Drawn here where no child can be."""
+    job = {"path": sys.path, "histogram": histogram.tolist(), "threshold": threshold}
+    png = _plot_child(job)
+    if png is False:
+        png = similarity_png(job)
+    if png is None:
+        return None
+    with atomic_open(path, "wb", staging) as out:
+        out.write(png)
+    return os.path.basename(path)
+
+
+NO_MATPLOTLIB = 3  # the child's exit status where matplotlib is not installed
+# The child: this process's sys.path before anything else is imported, so it draws with the same bertprep
+PLOT_CHILD = ("import json, sys; job = json.loads(sys.stdin.read()); sys.path[:] = job['path']; "
+              "from bertprep.stages.dedup import similarity_png; png = similarity_png(job); "
+              f"sys.stdout.buffer.write(png) if png else sys.exit({NO_MATPLOTLIB})")
+
+
+def _plot_child(job):
+    """similarity_png(job) from a child interpreter given this one's sys.path; False where there is no child
+    (no sys.executable) or it failed: drawn here then, which raises what the child met."""
+    if not sys.executable:
+        return False
+    import subprocess
+
+    child = subprocess.run([sys.executable, "-c", PLOT_CHILD], input=json.dumps(job).encode(), capture_output=True)
+    if child.returncode == NO_MATPLOTLIB:
+        return None
+    return child.stdout if child.returncode == 0 else False
+
+
+def similarity_png(job):
+    """The PNG bytes of plot_similarities' histogram (`job`: its histogram and threshold), or None without
+    matplotlib."""
     try:  # a Figure of its own, not pyplot: a notebook's backend is left as it is
         from matplotlib.figure import Figure
     except ImportError:
         return None
+    import io
+
     figure = Figure(figsize=(6, 4))
     axes = figure.subplots()
     edges = np.linspace(0, 1, HISTOGRAM_BINS + 1)
-    axes.hist(edges[:-1], bins=edges, weights=histogram)
-    axes.axvline(threshold, color="red", linestyle="--", label=f"threshold {threshold}")
+    axes.hist(edges[:-1], bins=edges, weights=np.array(job["histogram"], np.int64))
+    axes.axvline(job["threshold"], color="red", linestyle="--", label=f"threshold {job['threshold']}")
     axes.set_xlabel("estimated Jaccard of LSH candidate pairs")
     axes.set_ylabel("pairs")
     axes.legend()
-    with atomic_open(path, "wb", staging) as out:
-        figure.savefig(out, format="png", metadata={"Software": None})
-    return os.path.basename(path)
+    png = io.BytesIO()
+    figure.savefig(png, format="png", metadata={"Software": None})
+    return png.getvalue()
 
 
 # -- the command -------------------------------------------------------------------
@@ -890,6 +980,7 @@ def dedup(options: DedupOptions | None = None, /, *, quiet: bool = True, **field
               "bands_rows": list(options.band_rows()), "exact": options.exact, "near": options.near,
               "decontaminate": [storage.display(d) for d in options.decontaminate],
               "decontaminate_ngram": options.decontaminate_ngram,
+              # the values of datasketch 2's MinHash ("affine32"), computed here; manifests name them as before
               "report_only": options.report_only, "minhash": f"datasketch xxh32 seed {MINHASH_SEED}",
               "exact_hash": "xxh64 of NFC casefold whitespace-collapsed text"}
     input_list = [{"corpus": name, "path": storage.display(p), "bytes": storage.getsize(p), "sha256": sha256_file(p)}
