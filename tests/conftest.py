@@ -16,11 +16,6 @@ os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"
 # FAST_COMPILE_XLA_FLAGS, where the measurements are) for the workers' TensorFlow and every process they
 # start; a JAX run of many steps takes them off again (xla_flags(fast_compile=False)).
 os.environ["XLA_FLAGS"] = xla_flags()
-# One thread per TensorFlow op (inter-op threads as TensorFlow chooses: MirroredStrategy's replicas run
-# concurrently): the suite keeps both cores busy with its two workers and their processes, and a second
-# intra-op thread per process only contends for them. tests/test_trainer.py (not heavy) beside
-# tests/test_finetune.py (not heavy), as two workers: 204 -> 193 and 208 -> 200 s of CPU in two trials (user + system).
-os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
 
 
 def pytest_configure(config):
