@@ -435,6 +435,15 @@ def test_the_child_draws_the_plot_this_process_draws():
     assert png.startswith(b"\x89PNG") and png == dedup_module.similarity_png(job)
 
 
+def test_a_plot_child_that_does_not_end_in_time_is_killed_and_the_plot_drawn_here(tmp_path, monkeypatch):
+    monkeypatch.setattr(dedup_module, "PLOT_CHILD_TIMEOUT_S", 0.001)
+    histogram = np.arange(dedup_module.HISTOGRAM_BINS)
+    job = {"path": sys.path, "histogram": histogram.tolist(), "threshold": 0.8}
+    assert dedup_module._plot_child(job) is False
+    assert dedup_module.plot_similarities(histogram, str(tmp_path / "plot.png"), 0.8, None) == "plot.png"
+    assert (tmp_path / "plot.png").read_bytes() == dedup_module.similarity_png(job)
+
+
 @pytest.fixture(scope="module")
 def short_corpora(tmp_path_factory):
     root = tmp_path_factory.mktemp("short")

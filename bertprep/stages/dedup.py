@@ -923,6 +923,9 @@ def plot_similarities(histogram, path, threshold, staging):
 
 
 NO_MATPLOTLIB = 3  # the child's exit status where matplotlib is not installed
+# A child that has not drawn in this long (it takes about half a second) is killed, and the plot drawn here: no
+# wait of the command is unbounded.
+PLOT_CHILD_TIMEOUT_S = 120
 # The child: this process's sys.path before anything else is imported, so it draws with the same bertprep
 PLOT_CHILD = ("import json, sys; job = json.loads(sys.stdin.read()); sys.path[:] = job['path']; "
               "from bertprep.stages.dedup import similarity_png; png = similarity_png(job); "
@@ -931,12 +934,17 @@ PLOT_CHILD = ("import json, sys; job = json.loads(sys.stdin.read()); sys.path[:]
 
 def _plot_child(job):
     """similarity_png(job) from a child interpreter given this one's sys.path; False where there is no child
-    (no sys.executable) or it failed: drawn here then, which raises what the child met."""
+    (no sys.executable), it failed or it did not end within PLOT_CHILD_TIMEOUT_S: drawn here then, which raises
+    what the child met."""
     if not sys.executable:
         return False
     import subprocess
 
-    child = subprocess.run([sys.executable, "-c", PLOT_CHILD], input=json.dumps(job).encode(), capture_output=True)
+    try:
+        child = subprocess.run([sys.executable, "-c", PLOT_CHILD], input=json.dumps(job).encode(), capture_output=True,
+                               timeout=PLOT_CHILD_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return False
     if child.returncode == NO_MATPLOTLIB:
         return None
     return child.stdout if child.returncode == 0 else False
