@@ -449,7 +449,7 @@ def short_corpora(tmp_path_factory):
     root = tmp_path_factory.mktemp("short")
     # Parts of 25,000 documents at both sizes, as a corpus grows by more shards of the same size: what the bound
     # is about. Pass 1's chunk grows with a part up to --memory's cap (89,000 documents here) and no further;
-    # 4 parts of 100,000 at 400k filled it where 100k's parts did not, 135 -> 172 MiB (1.27x) locally once the
+    # 4 parts of 100,000 at 400k filled it where 100k's parts did not: 135 -> 172 MiB (1.27x) in a CI run once the
     # processes had dropped datasketch, scipy and matplotlib.
     return {size: short_corpus(root / f"short-{size}", size, parts=size // 25_000) for size in (100_000, 400_000)}
 
