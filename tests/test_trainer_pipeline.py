@@ -116,7 +116,8 @@ def test_dropout_and_mixed_precision_draw_as_one_stage(records_dir, jax_processe
     (fewer, by S) cannot match row for row."""
     runs = [jax_train(tmp_path, records_dir, f"dropout-s{s}", "--steps", "3", "--optimizer", "lamb", "--lr", "2e-3",
                       "--warmup", "1", "--grad-accum", "2", "--batch-size", "8", "--pipeline-stages", str(s),
-                      "--precision", "mixed_float16", devices=s, dropout=0.1, processes=jax_processes)
+                      "--precision", "mixed_float16", devices=s, dropout=0.1, processes=jax_processes,
+                      num_hidden_layers=2)
             for s in (1, 2)]
     np.testing.assert_allclose(losses(runs[1]), losses(runs[0]), rtol=0, atol=1e-5)
     assert runs[1][-1]["final_loss_scale"] == runs[0][-1]["final_loss_scale"]
