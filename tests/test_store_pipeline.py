@@ -236,14 +236,20 @@ def start_create(pipeline, out, *extra):
                             start_new_session=True)
 
 
-def wait_for_first_shard(process, manifest_url, timeout=60):
-    """Return once the run has recorded a finished shard in its manifest (it is mid-run then)."""
+def wait_for_first_shard(process, manifest_url, timeout=120):
+    """Return once the run has recorded a finished shard in its manifest (it is mid-run then), with its processes
+    stopped (SIGSTOP). It runs in slices of 0.1 s between looks: on a busy machine this process could wait for the
+    CPU while the run wrote all but one of its 33 objects (a CI run did, 2026-11-25)."""
     fs, deadline = s3(), time.monotonic() + timeout
-    while not fs.exists(key(manifest_url)):
+    while True:
+        os.killpg(process.pid, signal.SIGSTOP)
+        fs.invalidate_cache()
+        if fs.exists(key(manifest_url)):
+            return
         assert process.poll() is None, process.communicate()
         assert time.monotonic() < deadline, "no shard finished in time"
-        time.sleep(0.02)
-        fs.invalidate_cache()
+        os.killpg(process.pid, signal.SIGCONT)
+        time.sleep(0.1)
 
 
 def assert_only_whole_objects(out, expected):
@@ -335,8 +341,7 @@ def test_the_server_killed_mid_create_then_restarted_ends_in_the_same_bytes(pipe
     expected = records_of(pipeline)
     process = start_create(pipeline, out, "--workers", "1")
     wait_for_first_shard(process, f"{records_dir}/manifest.json")
-    # Paused while the server dies: on a fast machine the last shards could otherwise finish first.
-    os.killpg(process.pid, signal.SIGSTOP)
+    # Still stopped (wait_for_first_shard) while the server dies: the last shards could otherwise finish first.
     seaweedfs.kill()
     os.killpg(process.pid, signal.SIGCONT)
     try:
