@@ -28,7 +28,14 @@ from bertprep.cli import main as bertprep_main  # noqa: E402
 from test_trainer import REPLICA_SCRIPT  # noqa: E402
 from test_trainer_data import golden_records  # noqa: E402
 from trainer.cli import main  # noqa: E402
-from trainer_checks import assert_resume_is_exact, check_nonfinite_step_is_skipped, losses, trained_in_groups, xla_flags  # noqa: E402
+from trainer_checks import (  # noqa: E402
+    OPTIMIZED_TENSORFLOW,
+    assert_resume_is_exact,
+    check_nonfinite_step_is_skipped,
+    losses,
+    trained_in_groups,
+    xla_flags,
+)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHECKS = os.path.join(REPO, "tests", "trainer_checks.py")
@@ -86,7 +93,6 @@ def succeeds(command, env=None):
 # process's fast compiles (conftest.py, FAST_COMPILE_XLA_FLAGS), under which running the steps costs more than
 # compiling saves: measured, the four one-replica runs in one process take 57 s of CPU optimized and 100 s with
 # fast compiles (in this process, which has them, they took about 95 s); the two-replica run 30 s and 40 s.
-OPTIMIZED_TENSORFLOW = {"KERAS_BACKEND": "tensorflow", "XLA_FLAGS": xla_flags(fast_compile=False)}
 
 
 def in_one_tensorflow_process(argvs):

@@ -171,8 +171,9 @@ QUIET_STAGES = ("validate", "create out", "dedup in")
 
 @pytest.fixture(scope="module")
 def quiet_endpoint_runs(tmp_path_factory, golden_dir):
-    """stage -> (endpoint, finished process, seconds it took): each of QUIET_STAGES run against one silent
-    endpoint, all at once (each waits out its own timeouts; one after another they idled a worker ~20 s)."""
+    """stage -> (endpoint, exit code, stderr, seconds from the start until it ended): each of QUIET_STAGES run
+    against one silent endpoint, all at once (each waits out its own timeouts; one after another they idled a worker
+    ~20 s)."""
     with silent_endpoint() as endpoint:
         env = {**os.environ, "PYTHONPATH": str(REPO), "AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": KEY,
                "AWS_SECRET_ACCESS_KEY": SECRET, "BERTPREP_STORE_CONNECT_TIMEOUT": "1",
@@ -183,12 +184,13 @@ def quiet_endpoint_runs(tmp_path_factory, golden_dir):
             processes[stage] = subprocess.Popen([sys.executable, "-m", "bertprep", *map(str, argv)], env=env,
                                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         runs = {}
-        for stage, process in processes.items():
-            try:
+        try:
+            for stage, process in processes.items():
                 _out, err = process.communicate(timeout=120)
-            finally:
+                runs[stage] = (endpoint, process.returncode, err, time.monotonic() - started)
+        finally:
+            for process in processes.values():  # none is left running if one did not end in time
                 process.kill()
-            runs[stage] = (endpoint, process.returncode, err, time.monotonic() - started)
     return runs
 
 

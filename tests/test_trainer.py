@@ -314,15 +314,14 @@ def test_loss_falls_and_masked_lm_accuracy_rises(records_dir, tmp_path):
     # 40 steps at lr 3e-3: the loss (each line the mean of 4 steps) falls from 10.9 (steps 1-4) to 7.4 (steps
     # 37-40), MLM accuracy 0.058. At lr 1e-3 it took 120 steps, from 10.3 (steps 1-20) to 7.1, at 2.5 times the
     # CPU (the steps cost more than compiling them here); at 3e-3 30 steps fall 3.0, 40 steps of batch 8 only 3.1.
-    # In a process of its own with XLA's optimized code (no XLA_FLAGS): 40 steps of batch 16 cost more under the
-    # test processes' fast compiles (conftest.py) than a process's start saves (measured: 17 -> 14 s of CPU).
+    # In a process of its own with XLA's optimized code (OPTIMIZED_TENSORFLOW): 40 steps of batch 16 cost more under
+    # the test processes' fast compiles (conftest.py) than a process's start saves (measured: 17 -> 14 s of CPU).
     log = tmp_path / "learn.jsonl"
     argv = ["--format", "ofrecord", "--data", str(records_dir), "--bert-config", bert_config(tmp_path, 0.0),
             "--log-json", str(log), "--quiet", "--seed", "3", "--steps", "40", "--batch-size", "16", "--optimizer",
             "adam", "--lr", "3e-3", "--warmup", "0.1", "--log-every", "4"]
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     result = subprocess.run([sys.executable, "-m", "trainer", *argv], capture_output=True, text=True, cwd=REPO,
-                            env=dict(env, KERAS_BACKEND="tensorflow"), timeout=600)
+                            env=dict(os.environ, **trainer_checks.OPTIMIZED_TENSORFLOW), timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     events = [json.loads(line) for line in log.read_text().splitlines()]
     train_events = [e for e in events if e["event"] == "train"]

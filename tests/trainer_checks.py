@@ -56,6 +56,11 @@ def xla_flags(devices=None, fast_compile=True):
     return " ".join([*flags, *(FAST_COMPILE_XLA_FLAGS if fast_compile else ()), *count])
 
 
+# A test's TensorFlow process that trains for long (tens of steps, or the product's tiny model): XLA's optimized
+# code, not the test processes' fast compiles, under which running the steps costs more than compiling saves.
+OPTIMIZED_TENSORFLOW = {"KERAS_BACKEND": "tensorflow", "XLA_FLAGS": xla_flags(fast_compile=False)}
+
+
 def block_imports(names=tuple(BLOCKED)):
     """Make TensorFlow (and the unused plotting and data-frame libraries), or those of `names`, unimportable."""
     sys.meta_path.insert(0, _Blocked(names))
