@@ -246,8 +246,12 @@ def wait_for_first_shard(process, manifest_url, timeout=120):
         fs.invalidate_cache()
         if fs.exists(key(manifest_url)):
             return
-        assert process.poll() is None, process.communicate()
-        assert time.monotonic() < deadline, "no shard finished in time"
+        exited = process.poll() is not None
+        if exited or time.monotonic() >= deadline:
+            with contextlib.suppress(ProcessLookupError):  # not left stopped behind a failed test
+                os.killpg(process.pid, signal.SIGKILL)
+            assert not exited, process.communicate()
+            raise AssertionError("no shard finished in time")
         os.killpg(process.pid, signal.SIGCONT)
         time.sleep(0.1)
 
