@@ -17,8 +17,20 @@ from bertprep.formats import codecs
 from bertprep.stages.create import sample_paths
 from bertprep.tokenization import LineTokenizer, load_vocab
 
-megatron_indexed = pytest.importorskip("megatron.core.datasets.indexed_dataset")
-torch = pytest.importorskip("torch")
+# Megatron-Core comes in through fixtures, when the first test here needs it, and the module's tests stay on one
+# xdist worker: imported at collection, it cost every worker ~2 s of CPU (beyond the torch it imports), most of them
+# for nothing.
+pytestmark = pytest.mark.xdist_group("tokenize")
+
+
+@pytest.fixture(scope="module")
+def megatron_indexed():
+    return pytest.importorskip("megatron.core.datasets.indexed_dataset")
+
+
+@pytest.fixture(scope="module")
+def torch(megatron_indexed):
+    return pytest.importorskip("torch")
 
 SEQUENCES = codecs.sequence_names()[0]
 CORPUS, VOCAB = sample_paths()
@@ -60,7 +72,7 @@ def prefix_of(out, split, shard):
     return str(out / split / (os.path.splitext(os.path.basename(shard))[0] + "_text_sentence"))
 
 
-def test_megatron_indexed_dataset_reads_every_sentence_and_document(tokenized):
+def test_megatron_indexed_dataset_reads_every_sentence_and_document(tokenized, megatron_indexed):
     out, summary = tokenized
     tokenizer = LineTokenizer(load_vocab(VOCAB))
     total = 0
@@ -84,7 +96,7 @@ def test_megatron_indexed_dataset_reads_every_sentence_and_document(tokenized):
 # megatron-core 0.16.1's builder hands NumPy 2 a tensor through __array__ without `copy`: its warning, not ours.
 @pytest.mark.filterwarnings("ignore:__array__ implementation doesn't accept a copy keyword:DeprecationWarning")
 @pytest.mark.parametrize("vocab_size", [2000, 65499, 65500, 100000])
-def test_our_bytes_are_indexed_dataset_builders(tmp_path, vocab_size):
+def test_our_bytes_are_indexed_dataset_builders(tmp_path, vocab_size, megatron_indexed, torch):
     module = codecs.get(SEQUENCES).implementation
     dtype = module.optimal_dtype(vocab_size)
     assert dtype == megatron_indexed.DType.optimal_dtype(vocab_size)
@@ -103,36 +115,41 @@ def test_our_bytes_are_indexed_dataset_builders(tmp_path, vocab_size):
         assert (tmp_path / f"ours{suffix}").read_bytes() == (tmp_path / f"theirs{suffix}").read_bytes()
 
 
-class VocabTokenizer(pytest.importorskip("megatron.core.datasets.megatron_tokenizer").MegatronLegacyTokenizer):
-    """Our vocab.txt as Megatron's BERT datasets ask a tokenizer: its size, inverse vocab and special ids."""
+@pytest.fixture(scope="module")
+def vocab_tokenizer(megatron_indexed):
+    """Our vocab.txt as Megatron's BERT datasets ask a tokenizer (a MegatronLegacyTokenizer): its size, inverse
+    vocab and special ids; vocab_tokenizer(path) makes one."""
 
-    def __init__(self, path):
-        super().__init__(path)
-        self._vocab = load_vocab(path)
+    class VocabTokenizer(pytest.importorskip("megatron.core.datasets.megatron_tokenizer").MegatronLegacyTokenizer):
+        def __init__(self, path):
+            super().__init__(path)
+            self._vocab = load_vocab(path)
 
-    def tokenize(self, text):
-        return LineTokenizer(self._vocab).encode([text])[0]
+        def tokenize(self, text):
+            return LineTokenizer(self._vocab).encode([text])[0]
 
-    @property
-    def vocab(self):
-        return self._vocab.ids
+        @property
+        def vocab(self):
+            return self._vocab.ids
 
-    @property
-    def inv_vocab(self):
-        return dict(enumerate(self._vocab.tokens))
+        @property
+        def inv_vocab(self):
+            return dict(enumerate(self._vocab.tokens))
 
-    @property
-    def vocab_size(self):
-        return self._vocab.size
+        @property
+        def vocab_size(self):
+            return self._vocab.size
 
-    cls = property(lambda self: self._vocab.id_of("[CLS]"))
-    sep = property(lambda self: self._vocab.id_of("[SEP]"))
-    mask = property(lambda self: self._vocab.id_of("[MASK]"))
-    pad = property(lambda self: self._vocab.id_of("[PAD]"))
+        cls = property(lambda self: self._vocab.id_of("[CLS]"))
+        sep = property(lambda self: self._vocab.id_of("[SEP]"))
+        mask = property(lambda self: self._vocab.id_of("[MASK]"))
+        pad = property(lambda self: self._vocab.id_of("[PAD]"))
+
+    return VocabTokenizer
 
 
 @pytest.fixture
-def single_process_group(tmp_path):
+def single_process_group(tmp_path, torch):
     """Megatron's sample index is built by rank 0 of a process group: a group of one, on CPU (gloo)."""
     torch.distributed.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0,
                                          world_size=1)
@@ -146,12 +163,13 @@ def is_run_of(tokens, document):
     return any(document[i:i + n] == tokens for i in range(len(document) - n + 1))
 
 
-def test_bert_masked_wordpiece_dataset_builds_samples_from_our_files(tokenized, tmp_path, single_process_group):
+def test_bert_masked_wordpiece_dataset_builds_samples_from_our_files(tokenized, tmp_path, single_process_group,
+                                                                    megatron_indexed, vocab_tokenizer):
     from megatron.core.datasets.bert_dataset import BERTMaskedWordPieceDataset, BERTMaskedWordPieceDatasetConfig
     from megatron.core.datasets.utils import Split
 
     out, _ = tokenized
-    tokenizer = VocabTokenizer(VOCAB)
+    tokenizer = vocab_tokenizer(VOCAB)
     config = BERTMaskedWordPieceDatasetConfig(
         random_seed=1234, sequence_length=64, split="1,0,0", path_to_cache=str(tmp_path / "cache"),
         tokenizer=tokenizer, masking_probability=0.15, short_sequence_probability=0.1, masking_max_ngram=1,
@@ -188,7 +206,8 @@ def test_bert_masked_wordpiece_dataset_builds_samples_from_our_files(tokenized, 
     assert masked > 0
 
 
-def test_megatrons_dataset_builder_takes_data_path_txt_as_its_data_path(tokenized, tmp_path, single_process_group):
+def test_megatrons_dataset_builder_takes_data_path_txt_as_its_data_path(tokenized, tmp_path, single_process_group,
+                                                                        vocab_tokenizer):
     """What `--data-path $(cat data-path.txt)` gives Megatron: its own parser and BlendedMegatronDatasetBuilder."""
     from megatron.core.datasets.bert_dataset import BERTMaskedWordPieceDataset, BERTMaskedWordPieceDatasetConfig
     from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
@@ -199,7 +218,7 @@ def test_megatrons_dataset_builder_takes_data_path_txt_as_its_data_path(tokenize
     assert len(prefixes) == 8 and sum(weights) == summary["counts"]["training"]["tokens"]
     config = BERTMaskedWordPieceDatasetConfig(
         random_seed=1234, sequence_length=64, blend=(prefixes, weights), split="100,0,0",
-        path_to_cache=str(tmp_path / "cache"), tokenizer=VocabTokenizer(VOCAB), masking_probability=0.15,
+        path_to_cache=str(tmp_path / "cache"), tokenizer=vocab_tokenizer(VOCAB), masking_probability=0.15,
         short_sequence_probability=0.1, masking_max_ngram=1, masking_do_full_word=False,
         masking_do_permutation=False, masking_use_longer_ngrams=False, masking_use_geometric_distribution=False,
         classification_head=True)
@@ -295,7 +314,7 @@ def test_the_command_prints_its_summary_as_json(tmp_path):
     assert summary["counts"]["training"] == {"documents": 36, "sequences": 392, "tokens": 11010}
 
 
-def test_no_lower_case_tokenizes_as_create_does_for_cased_vocabs(tmp_path):
+def test_no_lower_case_tokenizes_as_create_does_for_cased_vocabs(tmp_path, megatron_indexed):
     split, shard = shards()[0]
     bertprep.tokenize(input=(shard,), vocab=VOCAB, out=str(tmp_path), corpus="cased", lower_case=False)
     dataset = megatron_indexed.IndexedDataset(prefix_of(tmp_path / "cased", split, shard))
