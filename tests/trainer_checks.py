@@ -43,8 +43,11 @@ class _Blocked:
 # way. conftest.py sets them for the test processes (TensorFlow) and everything they start. Not for JAX runs
 # of many steps, where running the step costs more than compiling it: a 30-step trajectory run takes 24 s
 # of CPU at -O0 and 16 s optimized, its 2-stage pipeline 51 s and 31 s (a 4-step pipeline run: 23 s at -O0,
-# 29 s optimized).
-FAST_COMPILE_XLA_FLAGS = ("--xla_backend_optimization_level=0", "--xla_llvm_disable_expensive_passes=true")
+# 29 s optimized). XLA's CPU fusions are emitted by its older LLVM IR emitters instead of the MLIR fusion
+# emitters, which cost more to compile than the few steps gain (measured: a 3-step run of TINY in the test process
+# 5.9 -> 4.3 s of CPU after the first, its steps no slower; a one-device JAX process of 3 steps 6.2 -> 4.3 s).
+FAST_COMPILE_XLA_FLAGS = ("--xla_backend_optimization_level=0", "--xla_llvm_disable_expensive_passes=true",
+                          "--xla_cpu_use_fusion_emitters=false")
 
 
 def xla_flags(devices=None, fast_compile=True):
