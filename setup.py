@@ -3,7 +3,7 @@
 # bertprep/native/native.h says which of its files does what.
 from setuptools import Extension, setup
 
-NATIVE = [f"bertprep/native/{name}.c" for name in ("crc32c", "encode", "decode", "mt19937", "instances", "masking", "module")]
+NATIVE = [f"bertprep/native/{name}.c" for name in ("crc32c", "encode", "decode", "mt19937", "instances", "masking", "minhash", "module")]
 
 setup(
     ext_modules=[

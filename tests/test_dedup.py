@@ -384,6 +384,48 @@ def test_minhashes_of_many_documents_at_once_are_datasketchs(num_perm):
         assert np.array_equal(values, expected.hashvalues.astype(np.uint32))
 
 
+@pytest.mark.parametrize("n", [1, 5, 13])
+def test_the_native_shingle_hashes_are_their_python_twins(n):
+    """bertprep._native.ngram_xxh32 and ngram_hashes_python: no word, fewer words than n, many; words of 1-4 byte
+    UTF-8 characters, short and past XXH32's 16-byte stripes; then a word that is not a str, and n < 1."""
+    native = pytest.importorskip("bertprep._native")
+    rng = np.random.default_rng(n)
+    letters = list("abz09éß漢字🙂")
+    for count in [0, 1, n - 1, n, n + 1, 300]:
+        words = ["".join(rng.choice(letters, rng.integers(1, 30))) for _ in range(max(count, 0))]
+        got = dedup_module.ngram_hashes(words, n, bits=32)
+        assert got.dtype == np.uint32 and np.array_equal(got, dedup_module.ngram_hashes_python(words, n, bits=32))
+    assert dedup_module._native_ngram_xxh32 is native.ngram_xxh32
+    with pytest.raises(TypeError, match=r"ngram_xxh32: words\[1\] is bytes, not str"):
+        native.ngram_xxh32(["a", b"b"], n)
+    with pytest.raises(ValueError, match="n must be >= 1"):
+        native.ngram_xxh32(["a"], 0)
+
+
+@pytest.mark.parametrize("num_perm", [1, 7, 128])
+def test_the_native_minhash_gives_its_numpy_twins_values(num_perm):
+    """bertprep._native's loop and minhashes_numpy, on documents of no shingle, one, and many (more than a NumPy
+    pass permutes at a time), hashes over the whole uint32 range; then the C entry point's argument checks."""
+    native = pytest.importorskip("bertprep._native")
+    rng = np.random.default_rng(num_perm)
+    counts = np.array([0, 1, 0, 5, 40, 20000, 3, 0], np.int64)
+    shingles = rng.integers(0, 2**32, int(counts.sum()), dtype=np.uint32)
+    twin = dedup_module.minhashes_numpy(shingles, counts, num_perm)
+    got = dedup_module.minhashes(shingles, counts, num_perm)
+    assert dedup_module._native_minhash is native.minhash and got.dtype == np.uint32
+    assert np.array_equal(got, twin) and (got[counts == 0] == dedup_module.EMPTY_MINHASH).all()
+    a, b = dedup_module._affine32(num_perm)
+    out = np.empty((len(counts), num_perm), np.uint32)
+    for bad in [(shingles, counts - 1, a, b, out), (shingles[1:], counts, a, b, out), (shingles, counts, a, b[:0], out),
+                (shingles, counts, a, b, out[1:]), (shingles, counts, a[:0], b[:0], out[:, :0])]:
+        with pytest.raises(ValueError, match="minhash: need counts >= 0 that sum to len"):
+            native.minhash(*bad)
+    with pytest.raises(TypeError, match="counts: wrong array type"):
+        native.minhash(shingles, counts.astype(np.int32), a, b, out)
+    with pytest.raises(BufferError):
+        native.minhash(shingles, counts, a, b, out.tobytes())  # not writable
+
+
 @pytest.mark.parametrize("num_perm", [3, 128])
 def test_the_permutations_are_datasketchs(num_perm):
     """Its parameters drawn as datasketch draws them, bit for bit, and a MinHash of no shingle its empty value."""

@@ -18,6 +18,8 @@
  *   mask_batch(input_ids, lengths, keys, pred, masked_lm_prob, whole_word,
  *              cls_id, sep_id, mask_id, word_ids, is_subword,
  *              out_ids, out_positions, out_labels, out_weights) -> None
+ *   ngram_xxh32(words, n) -> bytes                  (see bertprep/stages/dedup.py)
+ *   minhash(shingles, counts, a, b, out) -> None   (see bertprep/stages/dedup.py)
  *
  * Its argument checks are tested by tests/test_native.py::
  * test_crc32c_rejects_bad_arguments, test_decode_batch_checks_its_arguments
@@ -489,6 +491,14 @@ static int float32_output(PyObject *obj, Py_buffer *view, const char *name, Py_s
     return 0;
 }
 
+/* The end of an entry point that took `held` buffers: they are released and `result` (NULL on an error) returned. */
+static PyObject *release_buffers(Py_buffer *views, int held, PyObject *result)
+{
+    for (int k = 0; k < held; k++)
+        PyBuffer_Release(&views[k]);
+    return result;
+}
+
 static PyObject *py_mask_batch(PyObject *self, PyObject *args)
 {
     enum { IN_IDS, IN_LENGTHS, IN_KEYS, IN_WORD_IDS, IN_IS_SUBWORD, OUT_IDS, OUT_POSITIONS, OUT_LABELS, N_INT_ARRAYS };
@@ -551,9 +561,98 @@ static PyObject *py_mask_batch(PyObject *self, PyObject *args)
     Py_INCREF(Py_None);
     result = Py_None;
 done:
-    for (int k = 0; k < held; k++)
-        PyBuffer_Release(&views[k]);
+    return release_buffers(views, held, result);
+}
+
+static PyObject *py_ngram_xxh32(PyObject *self, PyObject *args)
+{
+    PyObject *words_obj;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "On:ngram_xxh32", &words_obj, &n))
+        return NULL;
+    if (n < 1) {
+        PyErr_SetString(PyExc_ValueError, "ngram_xxh32: n must be >= 1");
+        return NULL;
+    }
+    PyObject *words = PySequence_Fast(words_obj, "ngram_xxh32: words must be a sequence of str");
+    if (words == NULL)
+        return NULL;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(words);
+    Py_ssize_t windows = count == 0 ? 0 : (count < n ? 1 : count - n + 1);
+    const char **texts = PyMem_Malloc((count ? count : 1) * sizeof *texts);
+    Py_ssize_t *lengths = PyMem_Malloc((count ? count : 1) * sizeof *lengths);
+    PyObject *result = NULL;
+    if (texts == NULL || lengths == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *word = PySequence_Fast_GET_ITEM(words, i);
+        if (!PyUnicode_Check(word)) {
+            PyErr_Format(PyExc_TypeError, "ngram_xxh32: words[%zd] is %.80s, not str", i, Py_TYPE(word)->tp_name);
+            goto done;
+        }
+        texts[i] = PyUnicode_AsUTF8AndSize(word, &lengths[i]); /* kept by the str while `words` holds it */
+        if (texts[i] == NULL)
+            goto done;
+    }
+    result = PyBytes_FromStringAndSize(NULL, windows * 4);
+    if (result == NULL)
+        goto done;
+    int status;
+    Py_BEGIN_ALLOW_THREADS
+    status = ngram_xxh32(texts, lengths, count, n, (uint32_t *)PyBytes_AS_STRING(result));
+    Py_END_ALLOW_THREADS
+    if (status < 0) {
+        Py_CLEAR(result);
+        PyErr_NoMemory();
+    }
+done:
+    PyMem_Free(texts);
+    PyMem_Free(lengths);
+    Py_DECREF(words);
     return result;
+}
+
+static PyObject *py_minhash(PyObject *self, PyObject *args)
+{
+    enum { SHINGLES, COUNTS, A, B, OUT, N_ARRAYS };
+    static const char *const names[N_ARRAYS] = {"shingles", "counts", "a", "b", "out"};
+    static const int kinds[N_ARRAYS] = {K_U32, K_I64, K_U32, K_U32, K_U32};
+    PyObject *objs[N_ARRAYS];
+    if (!PyArg_ParseTuple(args, "OOOOO:minhash", &objs[SHINGLES], &objs[COUNTS], &objs[A], &objs[B], &objs[OUT]))
+        return NULL;
+    Py_buffer views[N_ARRAYS];
+    Py_ssize_t sizes[N_ARRAYS];
+    int held = 0;
+    PyObject *result = NULL;
+    for (; held < N_ARRAYS; held++)
+        if (typed_buffer(objs[held], &views[held], names[held], kinds[held], &sizes[held], held == OUT) < 0)
+            goto done;
+    const int64_t *counts = views[COUNTS].buf;
+    int64_t total = 0;
+    for (Py_ssize_t d = 0; d < sizes[COUNTS]; d++) {
+        if (counts[d] < 0 || counts[d] > sizes[SHINGLES] - total) {
+            total = -1;
+            break;
+        }
+        total += counts[d];
+    }
+    Py_ssize_t num_perm = sizes[A];
+    if (num_perm == 0 || sizes[B] != num_perm || total != sizes[SHINGLES] ||
+        sizes[OUT] != sizes[COUNTS] * num_perm) {
+        PyErr_SetString(PyExc_ValueError, "minhash: need counts >= 0 that sum to len(shingles), a and b of one "
+                        "length > 0, and out of len(counts) * len(a) values");
+        goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    minhash_documents(views[SHINGLES].buf, counts, sizes[COUNTS], views[A].buf, views[B].buf, num_perm,
+                      views[OUT].buf);
+    Py_END_ALLOW_THREADS
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    return release_buffers(views, held, result);
 }
 
 static PyMethodDef native_methods[] = {
@@ -597,6 +696,15 @@ static PyMethodDef native_methods[] = {
      "bertprep.masking.mask_instance of each row of input_ids (int64, len(lengths) rows), keyed by keys[row]\n"
      "(uint64), into the outputs: out_ids int64 like input_ids, out_positions / out_labels int64 and\n"
      "out_weights float32 of len(lengths) * pred; word_ids int32, is_subword uint8 (MaskingVocab)."},
+    {"ngram_xxh32", (PyCFunction)py_ngram_xxh32, METH_VARARGS,
+     "ngram_xxh32(words, n) -> bytes\n\n"
+     "The xxh32 (seed 0) of each word n-gram of `words` (a sequence of str), joined by single spaces, as UTF-8:\n"
+     "len(words) - n + 1 little-endian uint32 values; fewer than n words (but one): one shingle of them all."},
+    {"minhash", (PyCFunction)py_minhash, METH_VARARGS,
+     "minhash(shingles, counts, a, b, out) -> None\n\n"
+     "datasketch 2's MinHash values (\"affine32\") of len(counts) documents into out (uint32, len(counts) *\n"
+     "len(a)): document d's value for permutation p is the least a[p] * fmix32(h) + b[p] (uint32) over its\n"
+     "counts[d] shingle hashes h (uint32, in order in `shingles`), 0xFFFFFFFF with none; counts int64."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -7,6 +7,7 @@
  *   mt19937.c    CPython's random.Random       random.random / _randbelow / randint / shuffle (mt19937.h)
  *   instances.c  the reference's instances     bertprep/instances.py
  *   masking.c    dynamic masks of a batch      bertprep/masking.py mask_instance (the spec), _mask_batch_numpy
+ *   minhash.c    shingle hashes, MinHashes     bertprep/stages/dedup.py ngram_hashes_python, minhashes_numpy
  *   module.c     the Python entry points: argument parsing, buffers, the method table
  *
  * Every entry point has a pure-Python twin that gives the same result; the
@@ -205,5 +206,20 @@ typedef struct {
 
 /* masking.mask_batch's values into `out`, without the GIL; -1 when out of memory. */
 int mask_batch(const MaskInputs *in, const MaskOutputs *out);
+
+/* ------------------------------------------------------------------ */
+/* minhash.c                                                           */
+/* ------------------------------------------------------------------ */
+
+/* XXH32 (seed 0) of data[0:len]. */
+uint32_t xxh32(const unsigned char *data, size_t len);
+/* out[i]: xxh32 of words[i : i + n] (UTF-8, lengths[i] bytes each) joined by single spaces, for each of the
+ * count - n + 1 windows; fewer than n words (but one): one shingle of them all; none: nothing. Runs without
+ * the GIL; -1 when out of memory. */
+int ngram_xxh32(const char *const *words, const Py_ssize_t *lengths, Py_ssize_t count, Py_ssize_t n, uint32_t *out);
+/* out[d * num_perm + p]: the least a[p] * fmix32(h) + b[p] over document d's shingles h (counts[d] of them,
+ * in order in `shingles`), 0xFFFFFFFF for a document with none. */
+void minhash_documents(const uint32_t *shingles, const int64_t *counts, Py_ssize_t documents, const uint32_t *a,
+                       const uint32_t *b, Py_ssize_t num_perm, uint32_t *out);
 
 #endif

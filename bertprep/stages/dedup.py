@@ -16,12 +16,12 @@ in runs and merged from disk.
 
 1. Fingerprint (`fingerprint_part`, a task per part): per document an xxh64 of its normalized text (NFC,
    case-folded, whitespace collapsed), a MinHash (datasketch 2's values, its permutations and arithmetic written
-   here with NumPy: `_permutation`, over the xxh32 of each word n-gram shingle, many documents per NumPy pass:
-   `minhashes`), its LSH band keys (xxh64 of each band's values) and the evaluation n-grams it contains. A
-   chunk of documents (`chunk_documents`: MEMORY / 2.1 KB at 128 permutations, what its arrays and their sorting
-   take) goes to a file of its own (`write_arrays`): signatures and line numbers by document, and the chunk's
-   sorted runs: its exact hashes and each band's keys, sorted with the document's index. A part's marker,
-   written last, lists its chunks; the caller gets counts.
+   here: `_permutation`, over the xxh32 of each word n-gram shingle, many documents at once in C, or in NumPy
+   passes without the extension: `minhashes`), its LSH band keys (xxh64 of each band's values) and the evaluation
+   n-grams it contains. A chunk of documents (`chunk_documents`: MEMORY / 2.1 KB at 128 permutations, what its
+   arrays and their sorting take) goes to a file of its own (`write_arrays`): signatures and line numbers by
+   document, and the chunk's sorted runs: its exact hashes and each band's keys, sorted with the document's index.
+   A part's marker, written last, lists its chunks; the caller gets counts.
 2. Exact (`exact_step`, one task): a k-way merge (`merged`) of every chunk's sorted hashes, a block of each run
    at a time; in each run of equal hashes every document but the first is an exact copy of the first.
 3. Bands (`band_step`, a task per LSH band): the same merge of the band's keys. The documents (exact copies
@@ -44,10 +44,11 @@ each written whole) when STEPS/run.json names the same settings, inputs and vers
 directory goes once the output is complete. Nothing depends on the worker count, the engine or `--memory`:
 the same decisions and bytes as deciding in one process over every document's arrays, which this was before.
 
-MEMORY bounds a process's fingerprint chunk (pass 1), the blocks the merge holds of the runs (about half of it
-over all runs; 8 rows a run at least, so a corpus of more than MEMORY / 512 B chunks takes more: there is no
-second merge level) and a batch of pairs' signatures; the interpreter and libraries come on top, and what grows
-with the duplicates found (exact copies' indices, verified pairs, the removed documents' listing).
+MEMORY bounds a process's fingerprint chunk (pass 1), the blocks the merge holds of the runs (a sixteenth of it over
+all runs, and what a batch makes of them about a quarter; 8 rows a run at least, so a corpus of more than
+MEMORY / 2,048 B chunks takes more: there is no second merge level) and a batch of pairs' signatures; the
+interpreter and libraries come on top, and what grows with the duplicates found (exact copies' indices, verified
+pairs, the removed documents' listing).
 
 The libraries are NumPy and xxhash (about 38 MiB with this module). What was taken from datasketch (its MinHash
 permutations, its LSH bands' optimum) is computed here: importing it pulled in scipy, 81 MiB of RSS. The plot is
@@ -92,6 +93,12 @@ from bertprep.workdir import (
     save_manifest,
     stage_dir,
 )
+
+try:
+    from bertprep._native import minhash as _native_minhash
+    from bertprep._native import ngram_xxh32 as _native_ngram_xxh32
+except ImportError:  # extension not built: minhashes_numpy and ngram_hashes_python give the same values, slower
+    _native_minhash = _native_ngram_xxh32 = None
 
 PLOT = "pair_similarity.png"
 WRITING = "writing"  # in OUT/manifest.json while the parts are written (a killed run's decision, for its rerun)
@@ -188,7 +195,16 @@ SHINGLE_BATCH = 1 << 16
 
 
 def ngram_hashes(words, n, bits=64):
-    """The xxh64 (`bits` 32: xxh32, a MinHash's shingles) of each word n-gram, a slice of them at a time."""
+    """The xxh64 (`bits` 32: xxh32, a MinHash's shingles) of each word n-gram, a slice of them at a time. The
+    xxh32 of a MinHash's shingles comes from bertprep._native's C loop where it is built (the same values as
+    `ngram_hashes_python`, without a str join and an xxhash call per shingle: docs/benchmarks.md)."""
+    if bits == 32 and _native_ngram_xxh32 is not None:
+        return np.frombuffer(_native_ngram_xxh32(words, n), np.uint32)
+    return ngram_hashes_python(words, n, bits)
+
+
+def ngram_hashes_python(words, n, bits=64):
+    """ngram_hashes in Python: the twin of bertprep._native.ngram_xxh32 for `bits` 32."""
     import xxhash
 
     digest, dtype = (xxhash.xxh64_intdigest, np.uint64) if bits == 64 else (xxhash.xxh32_intdigest, np.uint32)
@@ -376,8 +392,22 @@ def exact_hash(text):
 def minhashes(shingles, counts, num_perm):
     """(documents, num_perm) uint32: the MinHash values of documents whose shingles' xxh32 are `shingles`,
     `counts[i]` of them document i's, in order: those of datasketch's MinHash (seed MINHASH_SEED, hashfunc xxh32),
-    its permutations drawn once (`_permutation`), for many documents in one NumPy pass: a datasketch object per
-    document was three quarters of a short document's fingerprint."""
+    its permutations drawn once (`_permutation`), for many documents at once: a datasketch object per document
+    was three quarters of a short document's fingerprint. The C loop of bertprep._native where it is built (no
+    (shingles, num_perm) array; pass 1 took half the CPU of the NumPy twin's, docs/benchmarks.md), else
+    `minhashes_numpy`: the same values."""
+    shingles, counts = np.ascontiguousarray(shingles, np.uint32), np.ascontiguousarray(counts, np.int64)
+    if _native_minhash is None:
+        return minhashes_numpy(shingles, counts, num_perm)
+    a, b = _affine32(num_perm)
+    values = np.empty((len(counts), num_perm), np.uint32)
+    _native_minhash(shingles, counts, a, b, values)
+    return values
+
+
+def minhashes_numpy(shingles, counts, num_perm):
+    """minhashes' values in NumPy passes over (shingles, num_perm) slices of permuted values, a minimum.reduceat
+    by document each (the twin of bertprep._native.minhash)."""
     permute, empty = _permutation(num_perm)
     shingles, counts = np.asarray(shingles, np.uint32), np.asarray(counts, np.int64)
     values = np.full((len(counts), num_perm), empty)
@@ -405,14 +435,21 @@ EMPTY_MINHASH = np.uint32(0xFFFFFFFF)  # a MinHash of no shingle: datasketch's i
 
 
 @functools.cache
-def _permutation(num_perm):
-    """(the permutations of datasketch's MinHash(num_perm, seed=MINHASH_SEED) as a function of shingle hashes
-    (uint32) to their (shingles, num_perm) uint32 values, the value of no shingle). datasketch 2's "affine32":
-    each permutation is h -> a * fmix32(h) + b mod 2^32 (uint32 arithmetic wraps), with a odd and b drawn by
-    a RandomState of the seed, a's for every permutation first."""
+def _affine32(num_perm):
+    """(a, b): the uint32 parameters of datasketch's MinHash(num_perm, seed=MINHASH_SEED) permutations, drawn by a
+    RandomState of the seed as datasketch 2's "affine32" draws them, a's for every permutation first (a odd)."""
     draw = np.random.RandomState(MINHASH_SEED)
     a = draw.randint(0, 1 << 31, num_perm, dtype=np.uint32) * np.uint32(2) + np.uint32(1)
     b = draw.randint(0, 1 << 32, num_perm, dtype=np.uint32)
+    return a, b
+
+
+@functools.cache
+def _permutation(num_perm):
+    """(the permutations of datasketch's MinHash(num_perm, seed=MINHASH_SEED) as a function of shingle hashes
+    (uint32) to their (shingles, num_perm) uint32 values, the value of no shingle). datasketch 2's "affine32":
+    each permutation is h -> a * fmix32(h) + b mod 2^32 (uint32 arithmetic wraps), `_affine32`'s a and b."""
+    a, b = _affine32(num_perm)
 
     def permute(hashes):
         values = _fmix32(np.asarray(hashes, np.uint32))[:, None] * a
@@ -615,8 +652,10 @@ class Fingerprints:
 
     def runs(self, key, docs, memory):
         """A _Run per chunk of its sorted column `key` (documents in `docs`), read in blocks that together
-        take about a quarter of `memory`."""
-        block = max(8, memory // (4 * 16 * max(1, len(self.chunks))))
+        take a sixteenth of `memory`: a batch of `merged` holds them, their concatenation, its order and the
+        sorted copies, about 3.5 times as much (with a quarter, a band step's worker grew from 38 to 67 MiB
+        between 100k and 400k short documents at --memory 64M, more than pass 1 took)."""
+        block = max(8, memory // (16 * 16 * max(1, len(self.chunks))))
         return [_Run(self.file(i), key, docs, first, block) for i, (_name, first, _size) in enumerate(self.chunks)]
 
     def rows(self, key, docs):
