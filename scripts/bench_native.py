@@ -59,11 +59,11 @@ def compact_layout(records):
             np.array(mask_starts, np.int64), np.array(labels_nsp, np.uint8))
 
 
-def report(label, twin_seconds, native_seconds, records=None, twin="python"):
+def report(label, twin_seconds, native_seconds, records=None, twin="python", unit="records"):
     line = f"{label:<42} {twin} {twin_seconds * 1e3:9.1f} ms   native {native_seconds * 1e3:8.2f} ms   " \
            f"ratio {twin_seconds / native_seconds:7.1f}x"
     if records:
-        line += f"   {records / native_seconds:10,.0f} records/s native, {records / twin_seconds:8,.0f} {twin}"
+        line += f"   {records / native_seconds:10,.0f} {unit}/s native, {records / twin_seconds:8,.0f} {twin}"
     print(line)
 
 
@@ -148,6 +148,24 @@ def main():
             assert count == 10 * n
             report(f"read_batches {fmt} ({count} records)", best_time(lambda: read_all([path], 256, False), 1),
                    best_time(lambda: read_all([path], 256, True), args.repeat), count)
+
+    # dedup's pass 1 on wt2's lines as 12-line documents: each document's 5-gram shingles hashed (xxh32), then
+    # the documents' MinHash values (128 permutations) at once
+    from bertprep.stages import dedup
+
+    text_lines = [line for line in read_text(shared / "fixtures" / "bench" / "wt2.txt").splitlines() if line.strip()]
+    documents = [dedup.normalized_words(" ".join(text_lines[i:i + 12])) for i in range(0, len(text_lines), 12)]
+    shingles = [dedup.ngram_hashes(words, 5, bits=32) for words in documents]
+    assert all(np.array_equal(a, dedup.ngram_hashes_python(words, 5, bits=32)) for a, words in zip(shingles, documents))
+    report(f"ngram_xxh32 wt2 ({len(documents)} documents)",
+           best_time(lambda: [dedup.ngram_hashes_python(words, 5, bits=32) for words in documents], 1),
+           best_time(lambda: [_native.ngram_xxh32(words, 5) for words in documents], args.repeat), len(documents),
+           unit="documents")
+    hashes, counts = np.concatenate(shingles), np.array([len(h) for h in shingles], np.int64)
+    assert np.array_equal(dedup.minhashes(hashes, counts, 128), dedup.minhashes_numpy(hashes, counts, 128))
+    report(f"minhash wt2 ({len(hashes):,} shingles)", best_time(lambda: dedup.minhashes_numpy(hashes, counts, 128), 1),
+           best_time(lambda: dedup.minhashes(hashes, counts, 128), args.repeat), len(documents), twin="numpy",
+           unit="documents")
 
     # WordPiece: the C tokenizer of ASCII lines against HF tokenizers on one thread, both from LineTokenizer
     lines = [line for line in split_documents(read_text(shared / "fixtures" / "bench" / "wt2.txt"))[0]
