@@ -599,11 +599,9 @@ static PyObject *py_ngram_xxh32(PyObject *self, PyObject *args)
     result = PyBytes_FromStringAndSize(NULL, windows * 4);
     if (result == NULL)
         goto done;
-    int status;
-    Py_BEGIN_ALLOW_THREADS
-    status = ngram_xxh32(texts, lengths, count, n, (uint32_t *)PyBytes_AS_STRING(result));
-    Py_END_ALLOW_THREADS
-    if (status < 0) {
+    /* With the GIL held: the UTF-8 buffers belong to the str objects of `words`, which another thread could
+     * take out of a list while the GIL was released. */
+    if (ngram_xxh32(texts, lengths, count, n, (uint32_t *)PyBytes_AS_STRING(result)) < 0) {
         Py_CLEAR(result);
         PyErr_NoMemory();
     }

@@ -214,8 +214,8 @@ int mask_batch(const MaskInputs *in, const MaskOutputs *out);
 /* XXH32 (seed 0) of data[0:len]. */
 uint32_t xxh32(const unsigned char *data, size_t len);
 /* out[i]: xxh32 of words[i : i + n] (UTF-8, lengths[i] bytes each) joined by single spaces, for each of the
- * count - n + 1 windows; fewer than n words (but one): one shingle of them all; none: nothing. Runs without
- * the GIL; -1 when out of memory. */
+ * count - n + 1 windows; fewer than n words (but one): one shingle of them all; none: nothing. -1 when out
+ * of memory. */
 int ngram_xxh32(const char *const *words, const Py_ssize_t *lengths, Py_ssize_t count, Py_ssize_t n, uint32_t *out);
 /* out[d * num_perm + p]: the least a[p] * fmix32(h) + b[p] over document d's shingles h (counts[d] of them,
  * in order in `shingles`), 0xFFFFFFFF for a document with none. */
