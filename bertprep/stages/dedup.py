@@ -394,7 +394,7 @@ def minhashes(shingles, counts, num_perm):
     `counts[i]` of them document i's, in order: those of datasketch's MinHash (seed MINHASH_SEED, hashfunc xxh32),
     its permutations drawn once (`_permutation`), for many documents at once: a datasketch object per document
     was three quarters of a short document's fingerprint. The C loop of bertprep._native where it is built (no
-    (shingles, num_perm) array; pass 1 took half the CPU of the NumPy twin's, docs/benchmarks.md), else
+    (shingles, num_perm) array; 25 times the NumPy twin's speed on wt2, docs/benchmarks.md), else
     `minhashes_numpy`: the same values."""
     shingles, counts = np.ascontiguousarray(shingles, np.uint32), np.ascontiguousarray(counts, np.int64)
     if _native_minhash is None:
