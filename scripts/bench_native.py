@@ -119,7 +119,8 @@ def main():
     from bertprep.tokenization import LineTokenizer, load_vocab
 
     vocab = load_vocab(golden / "vocab.txt")
-    corpus = tokenize_corpus(read_text(shared / "fixtures" / "bench" / "wt2.txt"), LineTokenizer(vocab))
+    wt2 = read_text(shared / "fixtures" / "bench" / "wt2.txt")
+    corpus = tokenize_corpus(wt2, LineTokenizer(vocab))
     masking = instances.MaskingVocab.from_vocab(vocab)
     params = instances.InstanceParams(128, 20, 5)
     made = {}
@@ -153,7 +154,7 @@ def main():
     # the documents' MinHash values (128 permutations) at once
     from bertprep.stages import dedup
 
-    text_lines = [line for line in read_text(shared / "fixtures" / "bench" / "wt2.txt").splitlines() if line.strip()]
+    text_lines = [line for line in wt2.splitlines() if line.strip()]
     documents = [dedup.normalized_words(" ".join(text_lines[i:i + 12])) for i in range(0, len(text_lines), 12)]
     shingles = [dedup.ngram_hashes(words, 5, bits=32) for words in documents]
     assert all(np.array_equal(a, dedup.ngram_hashes_python(words, 5, bits=32)) for a, words in zip(shingles, documents))
@@ -168,7 +169,7 @@ def main():
            unit="documents")
 
     # WordPiece: the C tokenizer of ASCII lines against HF tokenizers on one thread, both from LineTokenizer
-    lines = [line for line in split_documents(read_text(shared / "fixtures" / "bench" / "wt2.txt"))[0]
+    lines = [line for line in split_documents(wt2)[0]
              if line.isascii()]
     native_tokenizer = LineTokenizer(vocab).warmed()
     hf_tokenizer = LineTokenizer(vocab, use_native=False).warmed()

@@ -29,11 +29,16 @@ def records_dir(golden_dir, tmp_path_factory):
     return golden_records(golden_dir, tmp_path_factory.mktemp("records"), parts=2)
 
 
+def train_argv(tmp_path, data, *extra, name="run", dropout=0.0, fmt="ofrecord"):
+    """(the trainer's arguments for a run of TINY logging into tmp_path/<name>.jsonl, that log's path)."""
+    log = tmp_path / f"{name}.jsonl"
+    return ["--format", fmt, "--data", str(data), "--bert-config", bert_config(tmp_path, dropout), "--log-every", "1",
+            "--log-json", str(log), "--quiet", "--seed", "3", *extra], log
+
+
 def train(tmp_path, data, *extra, name="run", dropout=0.0, fmt="ofrecord"):
     """Run the trainer in this process; return (exit code, JSON log events)."""
-    log = tmp_path / f"{name}.jsonl"
-    argv = ["--format", fmt, "--data", str(data), "--bert-config", bert_config(tmp_path, dropout),
-            "--log-every", "1", "--log-json", str(log), "--quiet", "--seed", "3", *extra]
+    argv, log = train_argv(tmp_path, data, *extra, name=name, dropout=dropout, fmt=fmt)
     code = main(argv)
     events = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
     return code, events
@@ -316,10 +321,8 @@ def test_loss_falls_and_masked_lm_accuracy_rises(records_dir, tmp_path):
     # CPU (the steps cost more than compiling them here); at 3e-3 30 steps fall 3.0, 40 steps of batch 8 only 3.1.
     # In a process of its own with XLA's optimized code (OPTIMIZED_TENSORFLOW): 40 steps of batch 16 cost more under
     # the test processes' fast compiles (conftest.py) than a process's start saves (measured: 17 -> 14 s of CPU).
-    log = tmp_path / "learn.jsonl"
-    argv = ["--format", "ofrecord", "--data", str(records_dir), "--bert-config", bert_config(tmp_path, 0.0),
-            "--log-json", str(log), "--quiet", "--seed", "3", "--steps", "40", "--batch-size", "16", "--optimizer",
-            "adam", "--lr", "3e-3", "--warmup", "0.1", "--log-every", "4"]
+    argv, log = train_argv(tmp_path, records_dir, "--steps", "40", "--batch-size", "16", "--optimizer", "adam", "--lr",
+                           "3e-3", "--warmup", "0.1", "--log-every", "4", name="learn")
     result = subprocess.run([sys.executable, "-m", "trainer", *argv], capture_output=True, text=True, cwd=REPO,
                             env=dict(os.environ, **trainer_checks.OPTIMIZED_TENSORFLOW), timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]

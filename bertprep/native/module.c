@@ -424,6 +424,14 @@ static PyObject *py_split_records(PyObject *self, PyObject *args, PyObject *kwar
     return result;
 }
 
+/* The end of an entry point that took `held` buffers: they are released and `result` (NULL on an error) returned. */
+static PyObject *release_buffers(Py_buffer *views, int held, PyObject *result)
+{
+    for (int k = 0; k < held; k++)
+        PyBuffer_Release(&views[k]);
+    return result;
+}
+
 static PyObject *py_create_instances(PyObject *self, PyObject *args)
 {
     PyObject *state, *objs[5];
@@ -471,9 +479,7 @@ static PyObject *py_create_instances(PyObject *self, PyObject *args)
     in.n_is_subword = sizes[4];
     result = create_instances(&in, &twister, state, token_itemsize);
 done:
-    for (int k = 0; k < held; k++)
-        PyBuffer_Release(&views[k]);
-    return result;
+    return release_buffers(views, held, result);
 }
 
 /* A C-contiguous float32 array (masked_lm_weights), writable. */
@@ -489,14 +495,6 @@ static int float32_output(PyObject *obj, Py_buffer *view, const char *name, Py_s
     }
     *n = view->len / 4;
     return 0;
-}
-
-/* The end of an entry point that took `held` buffers: they are released and `result` (NULL on an error) returned. */
-static PyObject *release_buffers(Py_buffer *views, int held, PyObject *result)
-{
-    for (int k = 0; k < held; k++)
-        PyBuffer_Release(&views[k]);
-    return result;
 }
 
 static PyObject *py_mask_batch(PyObject *self, PyObject *args)
