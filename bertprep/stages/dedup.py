@@ -34,7 +34,8 @@ in runs and merged from disk.
 4. Decision (`decide_step`, one task): the edges of all bands, by later then earlier document, joined in the
    stable order (corpus order on the command line, then the document's position in its corpus: part name,
    line) into connected components; each keeps its first document. It holds what grows with the duplicates
-   (edges, the removed documents and their listing), never an array per document of the corpus.
+   (edges, the removed documents and their listing), never an array per document of the corpus; the removed
+   documents' estimates against their kept ones are read from their signatures a batch of pairs at a time.
 5. Write: each part without its removed lines. Before it, the decision is saved as OUT/manifest.json marked
    "writing"; a rerun after a kill takes the decision from there and keeps every part already under its final
    name (each is written whole, then renamed).
@@ -806,7 +807,7 @@ def band_step(task):
 def decide_step(task):
     """The decision from the steps' files: (removed listing, candidate pairs, their estimates' histogram,
     evaluation report). Holds what is proportional to the duplicates (edges, removed documents), not the corpus."""
-    work, markers, corpora, bands, (exact, near), evaluation = task
+    work, markers, corpora, bands, (exact, near), evaluation, memory, num_perm = task
     fingerprints = Fingerprints(work, markers)
     removed = {}
     if exact:
@@ -823,7 +824,8 @@ def decide_step(task):
             pairs += int(arrays.rows("pairs")[0])
         earlier, later, shares = (np.concatenate(side) for side in zip(*edges))
         order = np.lexsort((earlier, later))
-        removed.update(near_clusters(fingerprints, earlier[order], later[order], shares[order]))
+        batch = max(1, memory // (64 * num_perm))  # as band_step's (two signatures a pair, read and copied)
+        removed.update(near_clusters(fingerprints, earlier[order], later[order], shares[order], batch))
     sets, eval_hashes, eval_owners, counts = evaluation
     contaminated, report = contamination(fingerprints.found() if sets else {}, eval_hashes, eval_owners, sets,
                                          counts)
@@ -851,7 +853,7 @@ def decide_step(task):
     return listing, pairs, histogram, report
 
 
-def near_clusters(fingerprints, earlier, later, shares):
+def near_clusters(fingerprints, earlier, later, shares, batch):
     """{document: ("near", kept, estimate, link)} from the verified pairs (`earlier`, `later`, by later then
     earlier): the connected components, each keeping its first document. `link` is (document, estimate) of the
     pair that put a document in its cluster when that is not the kept one."""
@@ -868,19 +870,32 @@ def near_clusters(fingerprints, earlier, later, shares):
         link[doc] = (int(earlier[start]), float(shares[start]))  # its first verified pair
     kept = {doc: _find(root, doc) for doc in sorted(root)}
     kept = {doc: first for doc, first in kept.items() if first != doc}
-    needed = sorted({d for doc, first in kept.items() for d in (doc, first, link[doc][0])})
-    signatures = dict(zip(needed, fingerprints.rows("signatures", needed))) if needed else {}
-
-    def estimate(a, b):
-        return float(np.mean(signatures[a] == signatures[b]))
-
+    # the estimates not known from the bands' files: each removed document with its kept one, and with the document
+    # that linked two clusters; a batch of pairs' signatures at a time (all of them at once were 111 MiB at 1M)
+    unknown = [doc for doc in kept if link[doc][0] != kept[doc] and link[doc][1] is None]
+    pairs = np.array([(kept[doc], doc) for doc in kept] + [(link[doc][0], doc) for doc in unknown], np.int64)
+    estimates = iter(batched_estimates(fingerprints, pairs.reshape(-1, 2), batch).tolist())
+    to_kept = dict(zip(kept, estimates))
+    linked = dict(zip(unknown, estimates))
     removed = {}
     for doc, first in kept.items():
         via = link[doc] if link[doc][0] != first else None
         if via and via[1] is None:
-            via = (via[0], estimate(via[0], doc))
-        removed[doc] = ("near", first, round(estimate(first, doc), 4), via and (via[0], round(via[1], 4)))
+            via = (via[0], linked[doc])
+        removed[doc] = ("near", first, round(to_kept[doc], 4), via and (via[0], round(via[1], 4)))
     return removed
+
+
+def batched_estimates(fingerprints, pairs, batch):
+    """The estimated Jaccard of each of `pairs` ((pairs, 2) documents), their signatures read `batch` pairs at a
+    time."""
+    shares = np.empty(len(pairs))
+    for start in range(0, len(pairs), batch):
+        first, second = pairs[start:start + batch, 0], pairs[start:start + batch, 1]
+        docs = np.unique(np.r_[first, second])
+        shares[start:start + batch] = pair_estimates(fingerprints.rows("signatures", docs),
+                                                     np.searchsorted(docs, first), np.searchsorted(docs, second))
+    return shares
 
 
 def _find(root, doc):
@@ -1157,7 +1172,8 @@ def _decide(options, engine, evaluation, corpora, input_list, params, quiet, ste
     if options.near:
         _run_all(engine, band_step, [(steps, markers, band, (bands, rows), options.num_perm, options.threshold,
                                       options.exact, memory, staging) for band in range(bands)])
-    task = (steps, markers, corpora, bands, (options.exact, options.near), (sets, eval_hashes, eval_owners, counts))
+    task = (steps, markers, corpora, bands, (options.exact, options.near), (sets, eval_hashes, eval_owners, counts),
+            memory, options.num_perm)
     listing, pairs, histogram, report = _run_all(engine, decide_step, [task])[0]
     drops = _drops(listing, corpora, options.report_only)
     per_corpus = {}
