@@ -771,9 +771,7 @@ def band_step(task):
         nonlocal histogram, count
         earlier, later = (np.concatenate(side) for side in zip(*pending))
         pending.clear()
-        docs = np.unique(np.r_[earlier, later])
-        signatures = fingerprints.rows("signatures", docs)
-        first, second = np.searchsorted(docs, earlier), np.searchsorted(docs, later)
+        signatures, first, second = pair_signatures(fingerprints, earlier, later)
         if band:  # a pair sharing an earlier band's key is that band's
             keys = band_keys(signatures, band, rows)
             mine = ~(keys[first] == keys[second]).any(axis=1)
@@ -874,9 +872,8 @@ def near_clusters(fingerprints, earlier, later, shares, batch):
     # that linked two clusters; a batch of pairs' signatures at a time (all of them at once were 111 MiB at 1M)
     unknown = [doc for doc in kept if link[doc][0] != kept[doc] and link[doc][1] is None]
     pairs = np.array([(kept[doc], doc) for doc in kept] + [(link[doc][0], doc) for doc in unknown], np.int64)
-    estimates = iter(batched_estimates(fingerprints, pairs.reshape(-1, 2), batch).tolist())
-    to_kept = dict(zip(kept, estimates))
-    linked = dict(zip(unknown, estimates))
+    estimates = batched_estimates(fingerprints, pairs.reshape(-1, 2), batch).tolist()
+    to_kept, linked = dict(zip(kept, estimates)), dict(zip(unknown, estimates[len(kept):]))
     removed = {}
     for doc, first in kept.items():
         via = link[doc] if link[doc][0] != first else None
@@ -891,11 +888,16 @@ def batched_estimates(fingerprints, pairs, batch):
     time."""
     shares = np.empty(len(pairs))
     for start in range(0, len(pairs), batch):
-        first, second = pairs[start:start + batch, 0], pairs[start:start + batch, 1]
-        docs = np.unique(np.r_[first, second])
-        shares[start:start + batch] = pair_estimates(fingerprints.rows("signatures", docs),
-                                                     np.searchsorted(docs, first), np.searchsorted(docs, second))
+        shares[start:start + batch] = pair_estimates(*pair_signatures(fingerprints, pairs[start:start + batch, 0],
+                                                                      pairs[start:start + batch, 1]))
     return shares
+
+
+def pair_signatures(fingerprints, earlier, later):
+    """(the signatures of the documents of the pairs (`earlier[i]`, `later[i]`), each read once, and each pair's
+    two rows in them)."""
+    docs = np.unique(np.r_[earlier, later])
+    return fingerprints.rows("signatures", docs), np.searchsorted(docs, earlier), np.searchsorted(docs, later)
 
 
 def _find(root, doc):
