@@ -23,7 +23,10 @@ from trainer.config import (
     ALLREDUCE_DTYPES,
     CLIPPING,
     DEFAULT_CLIP_NORM,
+    DROPOUT_RNGS,
+    EMBEDDING_GRADIENTS,
     FINETUNING_FORMATS,
+    GEMM_KERNELS,
     OPTIMIZERS,
     PLACEMENTS,
     PRECISIONS,
@@ -44,6 +47,21 @@ def add_optimizer_arguments(p, default):
                         f"default: {DEFAULT_CLIP_NORM})")
 
 
+def add_step_arguments(p):
+    """The levers of how the step computes (docs/trainer.md, "The step on a GPU"): same model, same loss."""
+    p.add_argument("--embedding-gradient", choices=EMBEDDING_GRADIENTS, default="auto",
+                   help="how the embedding rows' gradients reach their tables: Keras's scatter-add, or sorted "
+                        "(summed per distinct id first; JAX); auto: sorted on a GPU under JAX, else scatter")
+    p.add_argument("--dropout-rng", choices=DROPOUT_RNGS, default="auto",
+                   help="generator of the dropout masks: threefry (Keras's) or rbg (XLA's RngBitGenerator; JAX); "
+                        "auto: rbg on a GPU under JAX, else threefry")
+    p.add_argument("--gemm", choices=GEMM_KERNELS, default="cublas",
+                   help="matrix products on an NVIDIA GPU: cublas, or xla (XLA's choice, with its Triton "
+                        "fusions autotuned at compile time) (default: cublas)")
+    p.add_argument("--no-compilation-cache", dest="compilation_cache", action="store_false",
+                   help="do not use JAX's persistent cache of compiled programs (also: BERTPREP_COMPILATION_CACHE=0)")
+
+
 def build_parser():
     p = OneLineErrorParser(
         prog=PROG, description="Pretrain BERT (Keras 3) on TFRecord or OFRecord records from `bertprep create`.")
@@ -54,7 +72,10 @@ def build_parser():
     p.add_argument("--steps", type=positive_int, default=1000, help="optimizer steps (default: 1000)")
     p.add_argument("--batch-size", type=positive_int, default=32, help="sequences per replica per micro-batch")
     p.add_argument("--grad-accum", type=positive_int, default=1, help="micro-batches per optimizer step")
-    p.add_argument("--precision", choices=PRECISIONS, default="fp32")
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                   help="fp32, or amp: mixed_bfloat16 where the device multiplies bfloat16 (NVIDIA compute "
+                        "capability 8.0 and later, TPUs, CPUs), mixed_float16 with loss scaling elsewhere; or "
+                        "either named (default: fp32)")
     p.add_argument("--allreduce-dtype", choices=ALLREDUCE_DTYPES, default="fp32",
                    help="dtype of the gradients while they are summed across replicas, once per step (default: fp32)")
     p.add_argument("--pad-vocab", type=positive_int, default=None, metavar="N",
@@ -64,6 +85,7 @@ def build_parser():
                    help="optimizer steps per compiled call between log lines (TensorFlow: one tf.function call, "
                         "as DLE's steps_per_loop; JAX dispatches asynchronously anyway) (default: 1)")
     p.add_argument("--seed", type=int, default=12345, help="seed of initialization, dropout and data order")
+    add_step_arguments(p)
     p.add_argument("--bin-size", type=positive_int, default=None, metavar="N",
                    help="length binning: batches of sequences whose lengths share a bin of N tokens, cut to the "
                    "bin's longest rounded up to 8 (one data worker; each new width compiles a step once)")

@@ -10,6 +10,7 @@ from bertprep import bert_config, storage
 from bertprep.errors import UsageError
 from bertprep.formats import codecs
 from bertprep.options import check_types, errors_name_fields, refuse_overlap
+from trainer.precision import PRECISIONS
 
 # Google's published BERT sizes: (layers, hidden, heads); intermediate = 4 * hidden.
 SIZES = {
@@ -45,8 +46,34 @@ class BertConfig(bert_config.BertConfig):
 
 # ---------------------------------------------------------------- run configurations
 
+# How the step computes, not what (docs/trainer.md, "The step on a GPU"): each lever's module says what
+# its choices do and what they were measured to give; "auto" picks per platform (StepOptions.resolved).
+EMBEDDING_GRADIENTS = ("auto", "scatter", "sorted")  # trainer/embedding_lookup.py
+DROPOUT_RNGS = ("auto", "threefry", "rbg")  # trainer/dropout.py
+GEMM_KERNELS = ("cublas", "xla")  # trainer/gemm_kernels.py
+
+
+@dataclasses.dataclass(frozen=True)
+class StepOptions:
+    """The model's levers, concrete (no "auto"): how embedding rows' gradients reach their tables
+    (trainer/embedding_lookup.py) and which generator draws the dropout masks (trainer/dropout.py). The
+    defaults are Keras's own computations."""
+
+    embedding_gradient: str = "scatter"
+    dropout_rng: str = "threefry"
+
+    @classmethod
+    def resolved(cls, embedding_gradient, dropout_rng, backend, platform):
+        """"auto" made concrete for `backend` on a device of `platform`: the sorted gradient and rbg's masks
+        under JAX on a GPU, where they were measured to help; Keras's own elsewhere (TensorFlow has neither;
+        on a CPU the scatter is a plain loop and the masks' generator no bottleneck)."""
+        gpu = backend == "jax" and platform in ("gpu", "cuda", "rocm")
+        return cls(embedding_gradient=embedding_gradient if embedding_gradient != "auto" else
+                   ("sorted" if gpu else "scatter"),
+                   dropout_rng=dropout_rng if dropout_rng != "auto" else ("rbg" if gpu else "threefry"))
+
+
 PLACEMENTS = ("intra_first", "inter_first")  # --placement (trainer/parallel.py orders the devices by it)
-PRECISIONS = ("fp32", "mixed_float16", "mixed_bfloat16")
 ALLREDUCE_DTYPES = ("fp32", "bf16")
 PRETRAINING_FORMATS = codecs.record_names()
 FINETUNING_FORMATS = codecs.finetuning_names()
@@ -129,12 +156,18 @@ class TrainConfig:
     log_json: str | None = None
     tensorboard_dir: str | None = None
     quiet: bool = False
+    embedding_gradient: str = "auto"
+    dropout_rng: str = "auto"
+    gemm: str = "cublas"
+    compilation_cache: bool = True
 
     def __post_init__(self):
         check_types(self)
         _check_choices(self, {"format": PRETRAINING_FORMATS, "optimizer": tuple(OPTIMIZERS),
                               "precision": PRECISIONS, "allreduce_dtype": ALLREDUCE_DTYPES,
-                              "placement": PLACEMENTS, "model": (None, *SIZES)})
+                              "placement": PLACEMENTS, "model": (None, *SIZES),
+                              "embedding_gradient": EMBEDDING_GRADIENTS, "dropout_rng": DROPOUT_RNGS,
+                              "gemm": GEMM_KERNELS})
         _check_positive(self, ("steps", "batch_size", "grad_accum", "pad_vocab", "steps_per_call", "bin_size",
                                "model_parallel", "pipeline_stages", "checkpoint_every", "eval_steps", "log_every"))
         if self.model and self.bert_config:

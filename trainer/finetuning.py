@@ -39,7 +39,8 @@ from trainer.config import SIZES, BertConfig, FinetuneConfig, FinetuneSummary, T
 from trainer.data import RecordStream, feature_dtypes, prefetch
 from trainer.heads import FEATURE_INPUTS
 from trainer.loop import Schedule, train_loop
-from trainer.pretraining import Devices, Log, make_steps, warmup_steps
+from trainer.precision import loss_scaling
+from trainer.pretraining import Devices, Log, make_steps, set_precision, warmup_steps
 from trainer.squad_predictions import load_eval_metadata, write_predictions
 from trainer.tasks import TaskData, task_named
 
@@ -100,18 +101,18 @@ def finetune(config: FinetuneConfig) -> FinetuneSummary:
     import keras
 
     keras.backend.clear_session()  # a fresh name space: variables are matched by path
-    keras.config.set_dtype_policy(config.precision if config.precision != "fp32" else "float32")
+    config, precision_note = set_precision(config, keras)
     keras.utils.set_random_seed(config.seed)
     devices = Devices(keras.backend.backend())
     log = Log(config, 0, enabled=True)
     try:
         carried = carried_files(data, initial_tokenizer, log) if config.checkpoint_dir else ({}, {})
-        return _finetune(config, task, data, bert, weights, checkpoint_path, devices, log, carried)
+        return _finetune(config, task, data, bert, weights, checkpoint_path, devices, log, carried, precision_note)
     finally:
         log.close()
 
 
-def _finetune(config, task, data, bert, weights, checkpoint_path, devices, log, carried):
+def _finetune(config, task, data, bert, weights, checkpoint_path, devices, log, carried, precision_note=None):
     from trainer.optimizers import build_slots, make_optimizer
 
     global_batch = config.batch_size * devices.replicas
@@ -124,13 +125,13 @@ def _finetune(config, task, data, bert, weights, checkpoint_path, devices, log, 
                                    config.clip_norm)
         build_slots(optimizer, model.trainable_variables)
         loaded, fresh_pooler = load_encoder(model, weights, checkpoint_path)
-    steps = make_steps(devices, model, optimizer, 1, config.precision == "mixed_float16", objective)
+    steps = make_steps(devices, model, optimizer, 1, loss_scaling(config.precision), objective)
     parameters = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
     log.note(f"{task.name}: {train_records:,} training records ({data.fmt}, seq {data.seq}); "
              f"{loaded} encoder variables from {checkpoint_path}; model L{bert.num_hidden_layers}/"
              f"H{bert.hidden_size} ({parameters / 1e6:.1f}M parameters); {total_steps} steps of global batch "
-             f"{global_batch} ({config.batch_size} x {devices.replicas} replicas); {config.precision}; "
-             f"{config.optimizer} lr {config.lr}")
+             f"{global_batch} ({config.batch_size} x {devices.replicas} replicas); "
+             f"{precision_note or config.precision}; {config.optimizer} lr {config.lr}")
     if fresh_pooler:
         log.note(f"{checkpoint_path} has no pooler (bert/pooler/dense): the pooler starts from its random "
                  "initialization, as transformers starts a BertModel saved without one")

@@ -1,4 +1,4 @@
-"""TensorFlow's, XLA's and absl's start-up lines, left out of the trainer's stderr.
+"""TensorFlow's, XLA's and absl's lines, left out of the trainer's stderr; and which Keras backend loads.
 
 Importing TensorFlow writes "oneDNN custom operations are on", "Could not find
 cuda drivers" and absl's "All log messages before absl::InitializeLog()"
@@ -9,6 +9,14 @@ they are caught there: while the libraries load, stderr goes to a temporary
 file, and what it received is written back without the libraries' log lines
 (a Python warning or traceback in between stays). A user who set one of
 USER_LEVEL_VARIABLES chose what to see: then nothing is left out.
+
+Later lines: XLA's GPU backend is a plugin that JAX loads when it first looks
+for devices, after the imports, and the plugin reads TF_CPP_MIN_LOG_LEVEL
+when it loads: with no level set it printed 13-70 INFO lines a run on an H200
+("XLA service ... initialized", "Loaded cuDNN", ptxas's register spills). So
+the level stays at 2 for the rest of the process, marked as ours
+(OUR_LEVEL_MARK), so that a process started later does not take it for the
+user's choice.
 """
 
 import contextlib
@@ -18,6 +26,8 @@ import sys
 import tempfile
 
 USER_LEVEL_VARIABLES = ("TF_CPP_MIN_LOG_LEVEL", "TF_CPP_MAX_VLOG_LEVEL", "TF_CPP_VMODULE")
+QUIET_LEVEL = "2"  # INFO and WARNING left out: errors still show
+OUR_LEVEL_MARK = "BERTPREP_SET_TF_CPP_MIN_LOG_LEVEL"  # set beside the level when this module set it
 # absl's (and glog's) line "E0000 00:00:1795438641.915367    4182 cuda_platform.cc:52] ...", TensorFlow's
 # own "2026-11-23 13:05:00.123456: I tensorflow/...", and absl's notice before its first line.
 LIBRARY_LINE = re.compile(r"[IWEF]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ \S+:\d+\] "
@@ -29,6 +39,8 @@ _depth = 0  # library_lines_left_out() inside itself does nothing more
 
 
 def user_chose_level(environ=os.environ):
+    if environ.get(OUR_LEVEL_MARK) is not None and environ.get(OUR_LEVEL_MARK) == environ.get("TF_CPP_MIN_LOG_LEVEL"):
+        return any(name in environ for name in USER_LEVEL_VARIABLES if name != "TF_CPP_MIN_LOG_LEVEL")
     return any(name in environ for name in USER_LEVEL_VARIABLES)
 
 
@@ -50,8 +62,7 @@ def library_lines_left_out():
         yield
         return
     _depth += 1
-    earlier_level = os.environ.get("TF_CPP_MIN_LOG_LEVEL")  # an earlier `import jax` sets one
-    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    keep_quiet()
     sys.stderr.flush()
     saved = os.dup(2)
     held = tempfile.TemporaryFile()
@@ -63,16 +74,68 @@ def library_lines_left_out():
         sys.stderr.flush()
         os.dup2(saved, 2)
         os.close(saved)
-        # Not handed to processes started later as if a user's choice.
-        if earlier_level is None:
-            del os.environ["TF_CPP_MIN_LOG_LEVEL"]
-        else:
-            os.environ["TF_CPP_MIN_LOG_LEVEL"] = earlier_level
         held.seek(0)
         kept = without_library_lines(held.read().decode("utf-8", "replace"))
         held.close()
         sys.stderr.write(kept)
         sys.stderr.flush()
+
+
+def keep_quiet(environ=os.environ):
+    """TF_CPP_MIN_LOG_LEVEL at QUIET_LEVEL from now on, marked as ours (an earlier `import jax` may have set
+    it to 1: that is not the user's choice either); nothing where the user chose a level."""
+    if not user_chose_level(environ):
+        environ["TF_CPP_MIN_LOG_LEVEL"] = environ[OUR_LEVEL_MARK] = QUIET_LEVEL
+
+
+def default_backend(environ=os.environ):
+    """KERAS_BACKEND, else the backend of the user's keras.json, else tensorflow where it imports (Keras's
+    own default), else jax where it does; None where neither does (the caller says how to install one).
+    TensorFlow is imported to see that it loads (Keras would import it next): call this with its start-up
+    lines left out."""
+    import importlib
+
+    if environ.get("KERAS_BACKEND"):
+        return environ["KERAS_BACKEND"]
+    configured = _keras_json_backend(environ)
+    # Keras writes keras.json with its default, tensorflow, the first time it loads: only another backend
+    # there is a choice.
+    if configured and configured != "tensorflow":
+        return configured
+    for backend in ("tensorflow", "jax"):
+        try:
+            importlib.import_module(backend)
+        except ImportError:
+            continue
+        return backend
+    return None
+
+
+def _keras_json_backend(environ):
+    """The backend a user's keras.json names (KERAS_HOME, else ~/.keras), which Keras reads before its default."""
+    import json
+
+    path = os.path.join(environ.get("KERAS_HOME") or os.path.join(os.path.expanduser("~"), ".keras"), "keras.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            backend = json.load(f).get("backend")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return backend if isinstance(backend, str) else None
+
+
+def choose_backend(environ=os.environ):
+    """Before Keras loads: KERAS_BACKEND set to default_backend() where unset (a host with JAX and no
+    TensorFlow trains with JAX; `import keras` there would stop with "No module named 'tensorflow'"),
+    or a UsageError saying how to install one."""
+    from bertprep.errors import UsageError
+
+    backend = default_backend(environ)
+    if backend is None:
+        raise UsageError("neither TensorFlow nor JAX is installed: pip install 'bertprep[train]' (TensorFlow) or "
+                         "'bertprep[jax]' (JAX; on NVIDIA GPUs jax[cuda12] or jax[cuda13])")
+    environ["KERAS_BACKEND"] = backend
+    return backend
 
 
 def load_keras():
@@ -81,6 +144,7 @@ def load_keras():
     Under JAX, TensorFlow is imported too where it can be: keras.utils.set_random_seed, which
     training and fine-tuning call, imports it whatever the backend."""
     with library_lines_left_out():
+        choose_backend()
         import keras
 
         if keras.backend.backend() == "tensorflow":

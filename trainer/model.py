@@ -14,7 +14,12 @@ import keras
 from keras import ops
 
 from bertprep.errors import UsageError
-from trainer.config import BertConfig  # noqa: F401  (re-exported: the model's configuration)
+from trainer import dropout, embedding_lookup
+from trainer.attention import BertAttention
+from trainer.config import (
+    BertConfig,  # noqa: F401  (re-exported: the model's configuration)
+    StepOptions,
+)
 
 
 def _init(config):
@@ -35,14 +40,16 @@ ACTIVATIONS = {"gelu": _exact_gelu, "gelu_tanh": _tanh_gelu}
 
 
 class TransformerLayer(keras.layers.Layer):
-    """Self-attention and feed-forward blocks, each followed by residual + LayerNorm (post-LN)."""
+    """Self-attention and feed-forward blocks, each followed by residual + LayerNorm (post-LN).
+    `options`: how the dropout masks are drawn (trainer/dropout.py)."""
 
-    def __init__(self, config, **kwargs):
+    def __init__(self, config, options=StepOptions(), **kwargs):
         super().__init__(**kwargs)
         heads = config.num_attention_heads
-        self.attention = keras.layers.MultiHeadAttention(
+        self.dropout_rng = options.dropout_rng
+        self.attention = BertAttention(
             heads, config.hidden_size // heads, dropout=config.attention_probs_dropout_prob,
-            kernel_initializer=_init(config), name="attention")
+            kernel_initializer=_init(config), name="attention", dropout_rng=options.dropout_rng)
         self.attention_dropout = keras.layers.Dropout(config.hidden_dropout_prob)
         self.attention_layer_norm = keras.layers.LayerNormalization(epsilon=1e-12, name="attention_layer_norm")
         self.intermediate = keras.layers.Dense(config.intermediate_size, activation=ACTIVATIONS[config.hidden_act],
@@ -53,9 +60,9 @@ class TransformerLayer(keras.layers.Layer):
 
     def call(self, x, attention_mask, training=False):
         attended = self.attention(x, x, attention_mask=attention_mask, training=training)
-        x = self.attention_layer_norm(x + self.attention_dropout(attended, training=training))
+        x = self.attention_layer_norm(x + dropout.apply(self.attention_dropout, attended, training, self.dropout_rng))
         h = self.output_dense(self.intermediate(x))
-        return self.output_layer_norm(x + self.output_dropout(h, training=training))
+        return self.output_layer_norm(x + dropout.apply(self.output_dropout, h, training, self.dropout_rng))
 
 
 class MaskedLMHead(keras.layers.Layer):
@@ -87,9 +94,10 @@ class BertEncoder(keras.Model):
     Every model is named "bert", so the encoder's variable paths are the same in all of them and a
     pretraining checkpoint loads into a task model by path."""
 
-    def __init__(self, config, with_pooler=True, pad_vocab=1, **kwargs):
+    def __init__(self, config, with_pooler=True, pad_vocab=1, options=StepOptions(), **kwargs):
         super().__init__(**kwargs)
         self.config = config
+        self.options = options  # how the step computes: embedding gradients, dropout's generator
         self.padded_vocab = padded_vocab_size(config.vocab_size, pad_vocab)
         # One initializer object for the embeddings, the pooler and the pretraining heads that use it: an
         # unseeded Keras initializer takes its seed when created, and pretraining's draws stay as they were.
@@ -104,7 +112,8 @@ class BertEncoder(keras.Model):
                                                          embeddings_initializer=init, name="segment_embeddings")
         self.embeddings_layer_norm = keras.layers.LayerNormalization(epsilon=1e-12, name="embeddings_layer_norm")
         self.embeddings_dropout = keras.layers.Dropout(config.hidden_dropout_prob)
-        self.encoder_layers = [TransformerLayer(config, name=f"layer_{i}") for i in range(config.num_hidden_layers)]
+        self.encoder_layers = [TransformerLayer(config, options, name=f"layer_{i}")
+                               for i in range(config.num_hidden_layers)]
         self.pooler = (keras.layers.Dense(config.hidden_size, activation="tanh", kernel_initializer=init, name="pooler")
                        if with_pooler else None)
 
@@ -129,10 +138,11 @@ class BertEncoder(keras.Model):
         positions = inputs.get("positions")
         if positions is None:  # one sequence per row
             positions = ops.arange(ops.shape(input_ids)[1])[None]
-        x = (self.word_embeddings(input_ids)
-             + self.position_embeddings(positions)
-             + self.segment_embeddings(inputs["segment_ids"]))
-        return self.embeddings_dropout(self.embeddings_layer_norm(x), training=training)
+        gradient = self.options.embedding_gradient
+        x = (embedding_lookup.embed(self.word_embeddings, input_ids, gradient)
+             + embedding_lookup.embed(self.position_embeddings, positions, gradient)
+             + embedding_lookup.embed(self.segment_embeddings, inputs["segment_ids"], gradient))
+        return dropout.apply(self.embeddings_dropout, self.embeddings_layer_norm(x), training, self.options.dropout_rng)
 
     def pool(self, sequence_output, cls_positions=None):
         """The pooled [CLS]: the row's first token [batch, hidden], or each packed sequence's
@@ -150,8 +160,8 @@ class BertPretrainer(BertEncoder):
     and next_sentence_positions [batch, k] (each sequence's [CLS]); input_mask then numbers the
     sequences 1..k. Next-sentence logits are then [batch, k, 2], one per sequence."""
 
-    def __init__(self, config, pad_vocab=1, **kwargs):
-        super().__init__(config, pad_vocab=pad_vocab, **kwargs)
+    def __init__(self, config, pad_vocab=1, options=StepOptions(), **kwargs):
+        super().__init__(config, pad_vocab=pad_vocab, options=options, **kwargs)
         self.masked_lm = MaskedLMHead(config, self.word_embeddings, name="masked_lm")
         self.next_sentence = keras.layers.Dense(2, kernel_initializer=self.initializer, name="next_sentence")
 
@@ -202,13 +212,13 @@ class _ZeroPadded(keras.initializers.Initializer):
         return ops.concatenate([real, ops.zeros((shape[0] - self.rows,) + tuple(shape[1:]), real.dtype)], axis=0)
 
 
-def build_model(config, seq, pred, batch=2, pad_vocab=1):
+def build_model(config, seq, pred, batch=2, pad_vocab=1, options=StepOptions()):
     """Create the model and its variables (a call on symbolic inputs of these shapes); `pad_vocab`:
-    embedding rows rounded up to a multiple of it."""
+    embedding rows rounded up to a multiple of it; `options`: how its step computes (StepOptions)."""
     if seq > config.max_position_embeddings:
         raise UsageError(f"records have sequence length {seq} but the model has only "
                          f"{config.max_position_embeddings} positions (max_position_embeddings)")
-    model = BertPretrainer(config, pad_vocab=pad_vocab, name="bert")
+    model = BertPretrainer(config, pad_vocab=pad_vocab, options=options, name="bert")
     with variables_initialized_together():
         model(symbolic_inputs(batch, seq, pred))
     return model
@@ -265,8 +275,29 @@ def _initialize(variables):
 
     from trainer.keras_internals import initialize_variable
 
-    for variable, value in zip(variables, jax.jit(initial_values, out_shardings=shardings)()):
+    if jax.default_backend() == "cpu":
+        values = jax.jit(initial_values, out_shardings=shardings)()
+    else:
+        values = _drawn_on_host_cpu(initial_values, shardings)
+    for variable, value in zip(variables, values):
         initialize_variable(variable, value)
+
+
+def _drawn_on_host_cpu(initial_values, shardings):
+    """The draws compiled for and run on the host's CPU, then put where the variables live. On a GPU the
+    same program took about 58 s to compile for BERT-base on an H200 (ptxas over some 200 random-number
+    fusions; docs/trainer.md, "Start-up"), on the CPU a few seconds; the draws are the same values
+    (threefry is integer arithmetic)."""
+    import jax
+    import numpy as np
+
+    with jax.default_device(jax.local_devices(backend="cpu")[0]):
+        drawn = [np.asarray(value) for value in jax.jit(initial_values)()]
+    if shardings is None:
+        return [jax.device_put(value, jax.devices()[0]) for value in drawn]
+    # make_array_from_callback: each process puts its own devices' shards (a mesh may span hosts).
+    return [jax.make_array_from_callback(value.shape, sharding, lambda index, value=value: value[index])
+            for value, sharding in zip(drawn, shardings)]
 
 
 def is_excluded_from_weight_decay(variable):

@@ -15,11 +15,12 @@ from bertprep import storage
 from bertprep.atomic import hold
 from bertprep.errors import DataError, UsageError
 from bertprep.progress import Progress
-from trainer import run_state
-from trainer.config import BertConfig, TrainConfig, TrainSummary
+from trainer import compilation_cache, gemm_kernels, run_state
+from trainer.config import BertConfig, StepOptions, TrainConfig, TrainSummary
 from trainer.data import Records, RecordStream, prefetch
 from trainer.library_logs import library_lines_left_out, load_keras
 from trainer.loop import Hooks, Schedule, evaluate, train_loop
+from trainer.precision import device_platform, keras_policy, loss_scaling, resolve
 
 
 class Devices:
@@ -166,19 +167,19 @@ def make_steps(devices, model, optimizer, accumulation=1, dynamic_scale=False, o
                     allreduce_dtype=allreduce_dtype)
 
 
-def build_steps(config, devices, bert, records, warmup, initial=None, log=None):
-    """The model (its weights from `initial`, a trainer.checkpoint.Checkpoint, where given), its
-    optimizer and the compiled step functions of this backend."""
+def build_steps(config, devices, bert, records, warmup, initial=None, log=None, options=StepOptions()):
+    """The model (its weights from `initial`, a trainer.checkpoint.Checkpoint, where given; its step's
+    levers `options`), its optimizer and the compiled step functions of this backend."""
     from trainer.model import build_model
     from trainer.optimizers import build_slots, make_optimizer
 
     with devices.scope():
-        model = build_model(bert, records.seq, records.pred, pad_vocab=config.pad_vocab_multiple)
+        model = build_model(bert, records.seq, records.pred, pad_vocab=config.pad_vocab_multiple, options=options)
         optimizer = make_optimizer(config.optimizer, config.lr, warmup, config.steps, config.clip_norm)
         build_slots(optimizer, model.trainable_variables)
         if initial is not None:
             load_initial(model, initial, log)
-    steps = make_steps(devices, model, optimizer, config.grad_accum, config.precision == "mixed_float16",
+    steps = make_steps(devices, model, optimizer, config.grad_accum, loss_scaling(config.precision),
                        allreduce_dtype=config.allreduce_dtype, pipeline_stages=config.pipeline_stages)
     return model, optimizer, steps
 
@@ -198,6 +199,20 @@ def load_initial(model, initial, log=None):
                    " (no pretraining heads or pooler in it: they start from random)")
         log.note(f"initialized {loaded} variables from {initial.kind} checkpoint {initial.path}{lacking}"
                  + "".join(f"; {note}" for note in initial.notes))
+
+
+def set_precision(config, keras):
+    """The run's Keras dtype policy set: (`config` with `amp` made concrete for this device, the note that
+    the run's first line gives for it, or None). trainer/precision.py says what amp becomes where."""
+    precision, note = resolve(config.precision, keras.backend.backend())
+    keras.config.set_dtype_policy(keras_policy(precision))
+    return dataclasses.replace(config, precision=precision), note
+
+
+def step_options(config, keras):
+    """The model's levers (StepOptions) of `config`, "auto" made concrete for this backend's device."""
+    platform, _ = device_platform(keras.backend.backend())
+    return StepOptions.resolved(config.embedding_gradient, config.dropout_rng, keras.backend.backend(), platform)
 
 
 def warmup_steps(value, total_steps):
@@ -324,7 +339,9 @@ def train(config: TrainConfig, step_times: list[float] | None = None,
     initial = read_initial_checkpoint(config) if config.init_checkpoint else None
     bert = model_config(config, records, initial)
     check_records_fit(bert, records, data_dir)
+    gemm_kernels.apply(config.gemm)  # an XLA flag: before JAX's GPU backend starts
     keras = load_keras()
+    compilation_cache.enable(config.compilation_cache)  # before the first compilation
 
     if keras.backend.backend() == "jax" and os.environ.get("KERAS_DISTRIBUTION_JOB_ADDRESSES"):
         initialize_jax_processes()  # before anything asks JAX for its devices (tracing the model does)
@@ -340,7 +357,8 @@ def train(config: TrainConfig, step_times: list[float] | None = None,
         trainable, non_trainable = parallel.abstract_variables(bert, records.seq, records.pred)
         parallel.check_splits(trainable, non_trainable, config.model_parallel)
     keras.backend.clear_session()  # a fresh name space: checkpoints name variables by path
-    keras.config.set_dtype_policy(config.precision if config.precision != "fp32" else "float32")
+    config, precision_note = set_precision(config, keras)
+    options = step_options(config, keras)
     keras.utils.set_random_seed(config.seed)
     devices = Devices(keras.backend.backend(), config.model_parallel, config.placement, config.pipeline_stages)
     # The chief writes the checkpoints: it holds their directory (a second run into it is refused,
@@ -350,20 +368,22 @@ def train(config: TrainConfig, step_times: list[float] | None = None,
     with holding:
         log = Log(config, config.steps, enabled=devices.is_chief)
         try:
-            return _train(config, devices, log, data_dir, records, bert, step_times, step_sequences, initial)
+            return _train(config, devices, log, data_dir, records, bert, step_times, step_sequences, initial,
+                          precision_note, options)
         finally:
             log.close()
 
 
-def _train(config, devices, log, data_dir, records, bert, step_times=None, step_sequences=None, initial=None):
+def _train(config, devices, log, data_dir, records, bert, step_times=None, step_sequences=None, initial=None,
+           precision_note=None, options=StepOptions()):
     """Streams, model and steps, a resumed state, the loop, the summary."""
     stream, eval_stream = record_streams(config, devices, records, data_dir, log)
     model, _, steps = build_steps(config, devices, bert, records, warmup_steps(config.warmup, config.steps),
-                                  initial, log)
+                                  initial, log, options)
     settings = run_settings(config, bert, devices)
     carried = carried_files(config, records, initial, log)
     draws = resume(config, steps, settings, log) if config.resume else 0
-    log.note(describe(config, devices, bert, records, stream, model))
+    log.note(describe(config, devices, bert, records, stream, model, precision_note, options))
     schedule = Schedule(config.steps, config.log_every, config.steps_per_call,
                         eval_every=config.eval_every if eval_stream else 0,
                         checkpoint_every=config.checkpoint_every if config.checkpoint_dir else 0)
@@ -453,15 +473,24 @@ def checkpoint(config, devices, steps, settings, log, carried, step, draws):
         log.note(f"checkpoint {storage.display(path)}")
 
 
-def describe(config, devices, bert, records, stream, model):
-    """The run's first log line: devices, model, data, batch, precision, optimizer."""
+def describe(config, devices, bert, records, stream, model, precision_note=None, options=StepOptions()):
+    """The run's first log line: devices, model, data, batch, precision (what `amp` became), optimizer, and
+    the step's levers where they are not Keras's own computations."""
     parameters = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
     packing = f" packed rows of up to {records.dims['k']} sequences" if records.packed else ""
     return (f"{devices.description}; model L{bert.num_hidden_layers}/H{bert.hidden_size}/"
             f"A{bert.num_attention_heads} ({parameters / 1e6:.1f}M parameters); data {records.seq}/{records.pred} "
             f"{config.format}{packing} ({stream.epoch_size:,} training records on this worker); global batch "
             f"{global_batch(config, devices)} ({config.batch_size} x {devices.replicas} replicas x "
-            f"{config.grad_accum} accumulation); {config.precision}; {config.optimizer} lr {config.lr}")
+            f"{config.grad_accum} accumulation); {precision_note or config.precision}; "
+            f"{config.optimizer} lr {config.lr}{step_levers(options)}")
+
+
+def step_levers(options):
+    """"; embedding gradient sorted, dropout rbg" for the first line; "" for Keras's own computations."""
+    changed = [f"{name.replace('_', ' ')} {value}" for name, value in dataclasses.asdict(options).items()
+               if value != getattr(StepOptions(), name)]
+    return "; " + ", ".join(changed) if changed else ""
 
 
 def train_summary(config, devices, steps, counts, meter):

@@ -433,8 +433,12 @@ class JaxSteps(Steps):
         trainable, non_trainable, optimizer_vars, scale, good_steps = state
         objective = self.objective
         totals = objective.totals(batch)
-        gradients = self._per_device_gradients if self.data_parallel else self._gradients
-        grads, sums, non_trainable = gradients(trainable, non_trainable, batch, totals, scale)
+        if self.data_parallel and self.mesh.devices.size > 1:
+            grads, sums, non_trainable = self._per_device_gradients(trainable, non_trainable, batch, totals, scale)
+        else:  # GSPMD, or one device: no collective to place by hand
+            grads, sums, non_trainable = self._gradients(trainable, non_trainable, batch, totals, scale)
+            if self.data_parallel:  # the all-reduce's rounding, as with several devices
+                grads = [g.astype(self.allreduce_dtype).astype(g.dtype) for g in grads]
         new_trainable, new_optimizer_vars, scale_after, good_after, applied, learning_rate = self._update(
             trainable, optimizer_vars, grads, scale, good_steps)
         new_state = (new_trainable, non_trainable, new_optimizer_vars, scale_after, good_after)
