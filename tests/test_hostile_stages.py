@@ -10,8 +10,9 @@ import pytest
 
 import bertprep
 from bertprep.cli import main
-from bertprep.errors import BertprepWarning
+from bertprep.errors import BertprepWarning, UsageError
 from bertprep.stages import dedup as dedup_module
+from bertprep.stages.create import sample_paths
 
 
 def cli_lines(capsys, argv):
@@ -77,3 +78,24 @@ def test_a_budget_within_the_machine_gives_no_warning():
     options = bertprep.DedupOptions(input=("x.jsonl",), memory="64M")
     assert dedup_module.settings_warnings(options, machine_bytes=1 << 30) == []
     assert dedup_module.settings_warnings(options, machine_bytes=None) == []  # unknown: nothing to say
+
+
+# -- 2. an empty input is no input ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stage, fields", [
+    ("tokenize", {"input": ()}), ("create", {"input": []}), ("shard", {"input": ()}),
+    ("dedup", {"input": ()}), ("dedup", {"corpus": ()}), ("create", {"input": ("x.txt",), "format": ()}),
+])
+def test_an_empty_list_is_refused_not_taken_for_the_default(tmp_path, stage, fields):
+    name = next(iter(fields)) if stage != "create" or "format" not in fields else "format"
+    options = f"{''.join(p.capitalize() for p in stage.split('_'))}Options"
+    with pytest.raises(UsageError, match=rf"^{options}\.{name} is empty: give at least one value"):
+        getattr(bertprep, stage)(**fields, out=str(tmp_path / "out"), vocab=sample_paths()[1]) \
+            if stage in ("tokenize", "create") else getattr(bertprep, stage)(**fields, out=str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
+
+
+def test_tokenize_of_no_input_still_takes_the_sample_corpus(tmp_path):
+    summary = bertprep.tokenize(out=str(tmp_path / "out"), workdir=str(tmp_path / "work"))
+    assert summary["shards"] > 0  # None is "not given": the documented default

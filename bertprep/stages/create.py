@@ -42,7 +42,15 @@ from bertprep.folder import Folder
 from bertprep.formats import codecs, columnar
 from bertprep.formats.schemas import PRETRAINING, UNMASKED
 from bertprep.instances import InstanceParams, Instances, create_instances
-from bertprep.options import build_options, check_types, errors_name_fields, normalise_paths, refuse_overlap, set_field
+from bertprep.options import (
+    build_options,
+    check_types,
+    errors_name_fields,
+    normalise_paths,
+    refuse_empty,
+    refuse_overlap,
+    set_field,
+)
 from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.text_inputs import check_input, corpus_name, discover_inputs, input_roots, read_vocab, tokenizer_and_vocab
 from bertprep.tokenization import resolve_vocab_path
@@ -96,6 +104,7 @@ class CreateOptions:
 
     def __post_init__(self):
         check_shard_stage_fields(self)
+        refuse_empty(self, "format")
         for name, value, choices in (("--layout", self.layout, LAYOUTS), ("--masking", self.masking, MASKINGS)):
             if value not in choices:
                 raise UsageError(f"{name} must be one of {', '.join(choices)}, not {value!r}")
@@ -138,6 +147,7 @@ def check_shard_stage_fields(options):
     """What a stage reading text shards with a vocab checks first (create, tokenize): field types, its paths
     normalised, their schemes known."""
     check_types(options)
+    refuse_empty(options, "input")
     normalise_paths(options, "input", "vocab", "out", "workdir")
     storage.check_schemes(options.out, options.workdir, options.vocab, *(options.input or ()))
 

@@ -82,6 +82,7 @@ from bertprep.options import (
     errors_name_fields,
     normalise_paths,
     parse_size,
+    refuse_empty,
     refuse_overlap,
 )
 from bertprep.progress import Progress, Summary, human_bytes
@@ -138,6 +139,7 @@ class DedupOptions:
 
     def __post_init__(self):
         check_types(self)
+        refuse_empty(self, "input", "corpus")
         normalise_paths(self, "input", "out", "workdir")
         if self.corpus is not None:
             object.__setattr__(self, "corpus", tuple(self.corpus))

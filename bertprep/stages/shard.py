@@ -52,7 +52,14 @@ from bertprep.atomic import atomic_open, hold, sha256_file
 from bertprep.engines import EngineOptions, open_engine
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
-from bertprep.options import build_options, check_types, errors_name_fields, normalise_paths, refuse_overlap
+from bertprep.options import (
+    build_options,
+    check_types,
+    errors_name_fields,
+    normalise_paths,
+    refuse_empty,
+    refuse_overlap,
+)
 from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.records_manifest import file_digests
 from bertprep.workdir import (
@@ -100,6 +107,7 @@ class ShardOptions:
 
     def __post_init__(self):
         check_types(self)
+        refuse_empty(self, "input")
         normalise_paths(self, "input", "out", "workdir")
         storage.check_schemes(self.out, self.workdir, *(self.input or ()))
         if self.train_shards < 1 or self.test_shards < 1:
