@@ -14,7 +14,7 @@ from bertprep.errors import DataError
 from bertprep.folder import Folder
 from bertprep.instances import MaskingVocab
 from bertprep.tokenization import LineTokenizer, load_vocab
-from bertprep.workdir import SPLITS
+from bertprep.workdir import SPLITS, refuse_unlisted
 
 
 def _natural_key(path):
@@ -31,6 +31,7 @@ def discover_inputs(values):
             if split_dirs:
                 for split in split_dirs:
                     files = sorted(place.glob(f"{split}/*.txt"), key=_natural_key)
+                    refuse_unlisted(place, [f"{split}/{os.path.basename(f)}" for f in files], "this stage")
                     found.extend((f, split) for f in files)
             else:
                 files = sorted(place.glob("*.txt"), key=_natural_key)

@@ -5,6 +5,8 @@ one line (an error naming the file or flag, or a warning) and never a traceback;
 real readers (megatron-core's IndexedDataset where it reads the files)."""
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -41,6 +43,11 @@ def formatted_corpus(directory, texts, part="p0"):
     (directory / f"{part}.jsonl").write_text(lines)
     (directory / "manifest.json").write_text(json.dumps({"tool": "bertprep", "stage": "format", "files": {}}))
     return directory
+
+
+@pytest.fixture(scope="module")
+def megatron_indexed():
+    return pytest.importorskip("megatron.core.datasets.indexed_dataset")
 
 
 DOCUMENT = "the quick brown fox jumps over the lazy dog near the river bank on a sunny day"
@@ -99,3 +106,94 @@ def test_an_empty_list_is_refused_not_taken_for_the_default(tmp_path, stage, fie
 def test_tokenize_of_no_input_still_takes_the_sample_corpus(tmp_path):
     summary = bertprep.tokenize(out=str(tmp_path / "out"), workdir=str(tmp_path / "work"))
     assert summary["shards"] > 0  # None is "not given": the documented default
+
+
+# -- 3. an output folder's earlier or foreign files -----------------------------------------------------------
+
+
+def documents(count):
+    return [f"document {i} says {DOCUMENT}. It has a second sentence, number {i}." for i in range(count)]
+
+
+def sample_shards(tmp_path, count):
+    """A copy of the sample corpus with its first `count` training shards and no test split."""
+    corpus = tmp_path / f"shards{count}" / "sample_corpus"
+    (corpus / "training").mkdir(parents=True)
+    for path in sorted(Path(sample_paths()[0], "training").iterdir())[:count]:
+        shutil.copy(path, corpus / "training")
+    return corpus
+
+
+def test_a_tokenize_rerun_with_fewer_shards_names_the_files_it_removed(tmp_path, megatron_indexed):
+    vocab, out = sample_paths()[1], str(tmp_path / "tok")
+    bertprep.tokenize(input=(str(sample_shards(tmp_path, 3)),), vocab=vocab, out=out)
+    with pytest.warns(BertprepWarning, match=r"removed 4 file\(s\) of an earlier run that this run does not write: "
+                                             r"training/sample_corpus_training_1_text_sentence\.bin"):
+        summary = bertprep.tokenize(input=(str(sample_shards(tmp_path, 1)),), vocab=vocab, out=out)
+    prefixes = (tmp_path / "tok" / "sample_corpus" / "data-path.txt").read_text().split()[1::2]
+    assert [p.rsplit("/", 1)[1] for p in prefixes] == ["sample_corpus_training_0_text_sentence"]
+    assert sorted(p.name for p in (tmp_path / "tok" / "sample_corpus" / "training").iterdir()) == [
+        "sample_corpus_training_0_text_sentence.bin", "sample_corpus_training_0_text_sentence.idx"]
+    assert len(megatron_indexed.IndexedDataset(prefixes[0])) == summary["counts"]["training"]["sequences"]
+
+
+@pytest.mark.filterwarnings("ignore:.*no test split:bertprep.errors.BertprepWarning")
+def test_a_create_rerun_with_fewer_shards_warns_as_well(tmp_path):
+    vocab, out = sample_paths()[1], str(tmp_path / "records")
+    fields = {"vocab": vocab, "out": out, "seq": 32, "pred": 5, "dupe_factor": 1, "min_parts": 1,
+              "format": "tfrecord"}
+    bertprep.create(input=(str(sample_shards(tmp_path, 2)),), **fields)
+    with pytest.warns(BertprepWarning, match=r"removed 1 file\(s\) of an earlier run that this run does not write: "
+                                             r"tfrecord/training/sample_corpus_training_1\.tfrecord"):
+        bertprep.create(input=(str(sample_shards(tmp_path, 1)),), **fields)
+
+
+def test_a_shard_rerun_into_fewer_shards_names_the_shards_it_removed(tmp_path, capsys):
+    corpus = formatted_corpus(tmp_path / "c1", documents(12))
+    argv = ["shard", "--input", str(corpus), "--out", str(tmp_path / "sharded"), "--test-fraction", "0",
+            "--workers", "1", "--test-shards", "1"]
+    assert cli_lines(capsys, [*argv, "--train-shards", "4", "--quiet"])[0] == 0
+    code, out, _err = cli_lines(capsys, [*argv, "--train-shards", "2"])
+    assert code == 0 and "removed 2 file(s) of an earlier run that this run does not write: " \
+                         "training/c1_training_2.txt, training/c1_training_3.txt" in out
+    assert sorted(p.name for p in (tmp_path / "sharded" / "training").iterdir()) == ["c1_training_0.txt",
+                                                                                     "c1_training_1.txt"]
+
+
+def test_dedup_refuses_an_output_corpus_folder_holding_a_foreign_part(tmp_path, capsys):
+    corpus = formatted_corpus(tmp_path / "c1", [DOCUMENT])
+    stray = tmp_path / "out" / "c1" / "other.jsonl"
+    stray.parent.mkdir(parents=True)
+    stray.write_text(json.dumps({"text": "a document of another corpus"}) + "\n")
+    line = cli_error(capsys, ["dedup", "--input", str(corpus), "--out", str(tmp_path / "out")], 2)
+    assert f"{stray} is no part of this run nor of an earlier dedup into it" in line
+    assert sorted(p.name for p in stray.parent.iterdir()) == ["other.jsonl"]  # nothing written
+
+
+def test_dedup_removes_an_earlier_dedups_parts_and_says_so(tmp_path):
+    out = str(tmp_path / "out")
+    bertprep.dedup(input=(str(formatted_corpus(tmp_path / "a" / "c1", [DOCUMENT], part="old")),), out=out)
+    with pytest.warns(BertprepWarning, match=r"removed 1 file\(s\) of an earlier run .*: c1/old\.jsonl"):
+        bertprep.dedup(input=(str(formatted_corpus(tmp_path / "b" / "c1", [DOCUMENT], part="new")),), out=out)
+    assert sorted(p.name for p in (tmp_path / "out" / "c1").iterdir()) == ["manifest.json", "new.jsonl"]
+
+
+def test_shard_refuses_a_part_its_corpus_manifest_does_not_list(tmp_path, capsys):
+    deduped = tmp_path / "out"
+    bertprep.dedup(input=(str(formatted_corpus(tmp_path / "c1", [DOCUMENT])),), out=str(deduped))
+    (deduped / "c1" / "other.jsonl").write_text(json.dumps({"text": "not deduplicated"}) + "\n")
+    line = cli_error(capsys, ["shard", "--input", str(deduped / "c1"), "--out", str(tmp_path / "sh")], 1)
+    assert line.endswith(f"{deduped}/c1/other.jsonl: not listed in {deduped}/c1/manifest.json (a file of another "
+                         "run or corpus?): shard would read it with the files listed; remove it, or give the files "
+                         "you mean")
+
+
+@pytest.mark.parametrize("stage", ["tokenize", "create"])
+def test_tokenize_and_create_refuse_a_shard_the_shard_manifest_does_not_list(tmp_path, capsys, stage):
+    corpus = formatted_corpus(tmp_path / "c1", documents(12))
+    sharded = tmp_path / "sharded"
+    bertprep.shard(input=(str(corpus),), out=str(sharded), train_shards=2, test_shards=1)
+    shutil.copy(sharded / "training" / "c1_training_0.txt", sharded / "training" / "other_training_0.txt")
+    line = cli_error(capsys, [stage, "--input", str(sharded), "--vocab", sample_paths()[1], "--out",
+                              str(tmp_path / "out")], 1)
+    assert f"{sharded}/training/other_training_0.txt: not listed in {sharded}/manifest.json" in line

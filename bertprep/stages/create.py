@@ -60,6 +60,7 @@ from bertprep.workdir import (
     nvidia_dirname,
     outputs_complete,
     params_dirname,
+    removed_warning,
     resolve_workdir,
     save_manifest,
 )
@@ -227,12 +228,15 @@ def limit_test_split(tasks, count, engine):
 def remove_stale_outputs(records, previous_files, wanted, progress):
     """Delete the files an earlier run's manifest lists that this run does not write (a test shard past
     --eval-samples, an input no longer given) from the Folder `records`: readers that glob a split's directory
-    (NVIDIA's scripts) must find only what the new manifest lists."""
+    (NVIDIA's scripts) must find only what the new manifest lists. Returns the warning that names them (a
+    Python caller, quiet, hears of it too), None when there were none."""
     stale = sorted(rel for rel in previous_files if rel not in wanted)
     for relative in stale:
         records.remove(relative)
     if stale:
         progress.note(f"removed {len(stale)} file(s) of an earlier run that this run does not write")
+        return removed_warning(stale)
+    return None
 
 
 def create_shard(task):
@@ -514,7 +518,8 @@ def create(options: CreateOptions | None = None, /, *, quiet: bool = True, **fie
         previous = load_manifest(records) or {}
         wanted = {relative for task in tasks for relative in task.output_paths().values()}
         files = {rel: entry for rel, entry in previous.get("files", {}).items() if rel in wanted}
-        remove_stale_outputs(records, previous.get("files", {}), wanted, progress)
+        removed = remove_stale_outputs(records, previous.get("files", {}), wanted, progress)
+        warnings += [removed] if removed else []
         pending = [t for t in tasks if not is_complete(t, files)]
         skipped = len(tasks) - len(pending)
         if skipped:

@@ -91,6 +91,7 @@ from bertprep.workdir import (
     check_corpus_name,
     file_matches,
     load_manifest,
+    removed_warning,
     resolve_workdir,
     save_manifest,
     stage_dir,
@@ -1099,6 +1100,7 @@ def dedup(options: DedupOptions | None = None, /, *, quiet: bool = True, **field
     input_list = [{"corpus": name, "path": storage.display(p), "bytes": storage.getsize(p), "sha256": sha256_file(p)}
                   for name, parts in corpora for p in parts]
     evaluation = evaluation_ngrams(workdir, options)  # a bad evaluation file stops before anything is written
+    earlier = check_output_parts(out, corpora, load_manifest(out))  # before the work, as the checks above
     warnings = settings_warnings(options, machine_memory())
     for warning in [] if quiet else warnings:
         print(f"dedup: warning: {warning}", file=sys.stderr)
@@ -1111,6 +1113,10 @@ def dedup(options: DedupOptions | None = None, /, *, quiet: bool = True, **field
         if _is_complete(previous, out, params, input_list):
             return _summary(f"bertprep dedup: {storage.display(out)} is already complete", previous, out,
                             complete_before=True, warnings=warnings)
+        if earlier:  # said, not silent (issue 57)
+            warnings.append(removed_warning(earlier))
+            for relative in earlier:
+                storage.remove(storage.join(out, relative))
         with open_engine(options.engine) as engine:  # one engine (one Dask cluster) for both passes
             if _is_resumable(previous, params, input_list):
                 manifest = previous  # a killed run's decision: pass 1 is not done again, its written parts kept
@@ -1127,6 +1133,29 @@ def dedup(options: DedupOptions | None = None, /, *, quiet: bool = True, **field
         _save_manifest(out, manifest, staging)
         Folder(staging).remove_tree(STEPS)
     return _summary("bertprep dedup: done", manifest, out, warnings=warnings)
+
+
+def check_output_parts(out, corpora, previous):
+    """The .jsonl files in this run's output corpus folders (OUT/<corpus>/) that it does not write, which an
+    earlier dedup into OUT wrote (its manifest's inputs or files name them): to be removed, and said. Any other
+    .jsonl there is refused: `bertprep shard --input OUT/<corpus>` reads every part of the folder, and read a
+    stray file into training with the deduplicated ones (issue 57)."""
+    previous = previous or {}
+    earlier = {f"{entry.get('corpus')}/{os.path.basename(entry.get('path', ''))}"
+               for entry in previous.get("inputs") or () if isinstance(entry, dict)} | set(previous.get("files") or ())
+    removed = []
+    for name, parts in corpora:
+        folder = Folder(storage.join(out, name))
+        mine = {os.path.basename(p) for p in parts}
+        for part in sorted(folder.names_in()) if folder.isdir() else ():
+            if not part.endswith(".jsonl") or part.startswith(".") or part in mine:
+                continue
+            if f"{name}/{part}" not in earlier:
+                raise UsageError(f"--out {storage.display(out)}: {folder.display(part)} is no part of this run nor "
+                                 "of an earlier dedup into it: `bertprep shard` would read it with the deduplicated "
+                                 "parts; remove it or choose another --out")
+            removed.append(f"{name}/{part}")
+    return removed
 
 
 @contextlib.contextmanager

@@ -41,10 +41,11 @@ from bertprep.atomic import atomic_write_bytes, check_distinct_outputs, hold, st
 from bertprep.corpus import read_text, tokenize_corpus
 from bertprep.engines import EngineOptions, open_engine
 from bertprep.errors import DataError, UsageError
+from bertprep.folder import Folder
 from bertprep.formats import codecs
 from bertprep.options import build_options, errors_name_fields, refuse_overlap
 from bertprep.progress import Progress, Summary, human_bytes
-from bertprep.stages.create import check_shard_stage_fields, default_inputs
+from bertprep.stages.create import check_shard_stage_fields, default_inputs, remove_stale_outputs
 from bertprep.text_inputs import check_input, corpus_name, discover_inputs, read_vocab, tokenizer_and_vocab
 from bertprep.tokenization import resolve_vocab_path
 from bertprep.workdir import SPLITS, check_corpus_name, load_manifest, outputs_complete, resolve_workdir, save_manifest
@@ -207,8 +208,9 @@ def tokenize(options: TokenizeOptions | None = None, /, *, quiet: bool = True, *
     with hold(out_dir, "bertprep tokenize"):  # clears what killed runs left in .partial/
         previous = (load_manifest(out_dir) or {}).get("files", {})
         wanted = {relative for task in tasks for relative in task.files()}
-        for relative in sorted(set(previous) - wanted):  # an input no longer given: readers glob the splits
-            storage.remove(storage.join(out_dir, relative))
+        # an input no longer given: readers glob the splits; said as create says it (issue 57: it went silently)
+        removed = remove_stale_outputs(Folder(out_dir), previous, wanted, progress)
+        warnings += [removed] if removed else []
         files = {relative: entry for relative, entry in previous.items() if relative in wanted}
         pending = [task for task in tasks if not is_complete(task, files)]
         if len(pending) < len(tasks):
