@@ -197,3 +197,30 @@ def test_tokenize_and_create_refuse_a_shard_the_shard_manifest_does_not_list(tmp
     line = cli_error(capsys, [stage, "--input", str(sharded), "--vocab", sample_paths()[1], "--out",
                               str(tmp_path / "out")], 1)
     assert f"{sharded}/training/other_training_0.txt: not listed in {sharded}/manifest.json" in line
+
+
+# -- 6. a list file a third-party tool splits on whitespace ----------------------------------------------------
+
+
+@pytest.mark.parametrize("out_name, shard_name, named", [("my out", "s_training_0.txt", "--out {out}"),
+                                                         ("out", "my shard.txt", "the input {shard}")])
+def test_tokenize_refuses_a_megatron_prefix_with_whitespace_naming_where_it_comes_from(tmp_path, capsys, out_name,
+                                                                                       shard_name, named):
+    shard = tmp_path / "corpus" / "training" / shard_name
+    shard.parent.mkdir(parents=True)
+    shutil.copy(Path(sample_paths()[0], "training", "sample_corpus_training_0.txt"), shard)
+    out = tmp_path / out_name
+    line = cli_error(capsys, ["tokenize", "--input", str(tmp_path / "corpus"), "--vocab", sample_paths()[1],
+                              "--out", str(out)], 2)
+    assert line.startswith(f"bertprep tokenize: error: {named.format(out=out, shard=shard)}: the Megatron prefix ")
+    assert "data-path.txt is read as words (--data-path $(cat data-path.txt))" in line
+    assert not out.exists() or not any(out.rglob("*.bin"))
+
+
+def test_the_data_path_of_an_ordinary_path_is_what_megatron_takes(tmp_path, megatron_indexed):
+    from megatron.core.datasets.utils import get_blend_from_list
+
+    bertprep.tokenize(input=(str(sample_shards(tmp_path, 2)),), vocab=sample_paths()[1], out=str(tmp_path / "o"))
+    words = (tmp_path / "o" / "sample_corpus" / "data-path.txt").read_text().split()  # as $(cat ...) splits it
+    prefixes, weights = get_blend_from_list(words)
+    assert [len(megatron_indexed.IndexedDataset(p)) > 0 for p in prefixes] == [True, True] and len(weights) == 2

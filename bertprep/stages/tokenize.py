@@ -159,10 +159,26 @@ def plan(options):
                           out_dir=out_dir, format=options.format, vocab_path=vocab.path, vocab_size=vocab.size,
                           lower_case=options.lower_case, settings_key=settings_key) for path, split in inputs]
     check_distinct_outputs((task.source, storage.join(out_dir, rel)) for task in tasks for rel in task.files())
+    refuse_spaced_prefixes(root, out_dir, tasks)
     warnings = [vocab.duplicates_warning()] if vocab.duplicates_warning() else []
     if not any(task.split == "training" for task in tasks):
         warnings.append("no training split: data-path.txt is empty; give training/ shards (`bertprep shard`)")
     return out_dir, settings, tasks, notes, warnings
+
+
+def refuse_spaced_prefixes(root, out_dir, tasks):
+    """A UsageError, before anything is written, when a prefix data-path.txt would list holds whitespace: it is
+    read as words (`--data-path $(cat data-path.txt)`, argparse's nargs="*"), so no quoting of ours can carry a
+    space through, and Megatron was handed pieces of paths as prefixes and weights (issue 57). Refused rather
+    than written some other way: every reader of the list splits it alike."""
+    for task in tasks:
+        prefix = storage.display(storage.join(out_dir, task.prefix))
+        if any(character.isspace() for character in prefix):
+            spaced_root = any(c.isspace() for c in storage.display(root))
+            where = f"--out {storage.display(root)}" if spaced_root else f"the input {storage.display(task.source)}"
+            raise UsageError(f"{where}: the Megatron prefix {prefix!r} holds whitespace, and data-path.txt is read "
+                             "as words (--data-path $(cat data-path.txt)); choose an --out and input names without "
+                             "whitespace")
 
 
 def is_complete(task, files):
