@@ -103,3 +103,18 @@ def read_vocab(path):
     path kept as given: a URL in display form."""
     vocab = load_vocab(path)
     return vocab if storage.reads_in_place(path) else replace(vocab, path=storage.display(path))
+
+
+def casing_warning(vocab, lower_case):
+    """The warning, naming both, when the case flag contradicts the vocab: `--no-lower-case` with an uncased
+    vocab (no token holds a capital letter) makes every capitalised word [UNK] (issue 57: 17.5% [UNK], and
+    validate said SOUND); lower-casing for a cased vocab never uses its capitalised tokens. None when they
+    agree. Special tokens ([CLS], [unused0]) are not words and are left out."""
+    cased = sum(1 for token in vocab.tokens if not token.startswith("[") and token != token.lower())
+    if not lower_case and not cased:
+        return (f"--no-lower-case with the uncased vocab {storage.display(vocab.path)} (no token holds a capital "
+                "letter): every capitalised word becomes [UNK]; leave out --no-lower-case")
+    if lower_case and cased > len(vocab.tokens) // 20:  # a few capitals (a symbol's) make no cased vocab
+        return (f"lower-casing for the cased vocab {storage.display(vocab.path)} ({cased:,} tokens with capitals): "
+                "they are never used; give --no-lower-case")
+    return None

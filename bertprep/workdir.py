@@ -167,3 +167,11 @@ def refuse_unlisted(folder, names, reader):
         raise DataError(f"{folder.display(stray[0])}: not listed in {folder.display(MANIFEST)} (a file of another "
                         f"run or corpus?): {reader} would read it with the files listed; remove it, or give the "
                         "files you mean")
+
+
+def resuming_note(kept, total):
+    """The progress note of a rerun that keeps `kept` of `total` shards, saying what keeping trusts: a local
+    output of the recorded size is kept unread, so a byte changed in place is found by `bertprep validate`,
+    not here (issue 57: a flipped byte was "already complete" without saying what was checked)."""
+    return (f"resuming: {kept} of {total} shards already complete (same input sha256 and settings, output files "
+            "of the recorded size; `bertprep validate` checks their bytes)")

@@ -224,3 +224,108 @@ def test_the_data_path_of_an_ordinary_path_is_what_megatron_takes(tmp_path, mega
     words = (tmp_path / "o" / "sample_corpus" / "data-path.txt").read_text().split()  # as $(cat ...) splits it
     prefixes, weights = get_blend_from_list(words)
     assert [len(megatron_indexed.IndexedDataset(p)) > 0 for p in prefixes] == [True, True] and len(weights) == 2
+
+
+# -- 7. exit 0 on what is not fine ----------------------------------------------------------------------------
+
+
+def test_dedup_warns_that_one_band_finds_no_near_duplicates(tmp_path, capsys):
+    corpus = formatted_corpus(tmp_path / "c1", [DOCUMENT, DOCUMENT.replace("sunny", "rainy")])
+    code, out, err = cli_lines(capsys, ["dedup", "--input", str(corpus), "--out", str(tmp_path / "out"),
+                                        "--bands", "1", "--workers", "1"])
+    assert code == 0 and "dedup: warning: --bands 1 (128 MinHash values a band) makes a pair of Jaccard 0.90 a " \
+                         "candidate with a chance of 1.4e-06: most near duplicates will not be found" in err[0]
+    assert "0 near" in out  # what the warning foretold
+    options = bertprep.DedupOptions(input=("x.jsonl",))
+    assert dedup_module.settings_warnings(options, None) == []  # the default bands: found 93 times in 100 at 0.9
+    assert dedup_module.settings_warnings(bertprep.DedupOptions(input=("x.jsonl",), bands=1, near=False), None) == []
+
+
+def test_validate_says_skipped_for_the_checks_it_had_nothing_to_check_against(golden_dir, tmp_path, capsys):
+    records = shutil.copy(golden_dir / "G1.tfrecord", tmp_path / "g1.tfrecord")  # no manifest beside it
+    code, out, _err = cli_lines(capsys, ["validate", str(records)])
+    rows = {line.split()[1]: line.split()[0] for line in out.splitlines() if line.startswith("  ") and
+            len(line.split()) > 2 and line.split()[0] in ("ok", "skipped", "FAILED")}
+    assert code == 0 and rows["vocab"] == "skipped" and rows["manifest"] == "skipped" and rows["cls"] == "ok"
+    assert "  skipped vocab                  no vocab size (no manifest, no --vocab)" in out
+    report = bertprep.validate(paths=(str(records),), vocab=str(golden_dir / "vocab.txt"))
+    assert report["checks"]["vocab"]["status"] == "ok" and report["checks"]["manifest"]["status"] == "skipped"
+
+
+def test_a_resumed_tokenize_says_what_it_trusted(tmp_path, capsys):
+    argv = ["tokenize", "--input", str(sample_shards(tmp_path, 1)), "--vocab", sample_paths()[1], "--out",
+            str(tmp_path / "tok")]
+    assert cli_lines(capsys, [*argv, "--quiet"])[0] == 0
+    code, _out, err = cli_lines(capsys, argv)
+    assert code == 0 and "tokenize: resuming: 1 of 1 shards already complete (same input sha256 and settings, " \
+                         "output files of the recorded size; `bertprep validate` checks their bytes)" in err
+
+
+@pytest.mark.parametrize("flag", ["-n", "--skip"])
+def test_inspect_refuses_a_negative_count(tmp_path, capsys, flag):
+    bertprep.tokenize(input=(str(sample_shards(tmp_path, 1)),), vocab=sample_paths()[1], out=str(tmp_path / "t"))
+    idx = next((tmp_path / "t").rglob("*.idx"))
+    line = cli_error(capsys, ["inspect", flag, "-1", str(idx)], 2)
+    assert line.endswith("--num and --skip must be at least 0, not -1")
+
+
+@pytest.mark.parametrize("value", ["yes", "", 1, None])
+def test_the_python_stages_refuse_a_quiet_that_is_no_bool(tmp_path, value):
+    with pytest.raises(UsageError, match=rf"^bertprep.tokenize: quiet must be True or False, got "
+                                         rf"{type(value).__name__} "):
+        bertprep.tokenize(input=("x.txt",), out=str(tmp_path / "out"), quiet=value)
+    assert not (tmp_path / "out").exists()
+
+
+# -- 8. messages that say what to fix -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stage", ["inspect", "validate"])
+def test_a_bin_without_its_idx_is_named_as_such(tmp_path, capsys, stage):
+    bertprep.tokenize(input=(str(sample_shards(tmp_path, 1)),), vocab=sample_paths()[1], out=str(tmp_path / "t"))
+    idx = next((tmp_path / "t").rglob("*.idx"))
+    idx.unlink()
+    binary = idx.with_suffix(".bin")
+    line = cli_error(capsys, [stage, str(binary)], 1)
+    assert line == f"bertprep {stage}: error: {binary}: its index {idx} is missing: a Megatron indexed dataset " \
+                   "is a .bin and its .idx (rerun `bertprep tokenize`)"
+
+
+def test_inspect_and_validate_take_the_prefixes_data_path_txt_lists(tmp_path, megatron_indexed):
+    bertprep.tokenize(input=(str(sample_shards(tmp_path, 1)),), vocab=sample_paths()[1], out=str(tmp_path / "t"))
+    prefix = (tmp_path / "t" / "sample_corpus" / "data-path.txt").read_text().split()[1]
+    shown = bertprep.inspect(file=prefix, num=2)
+    dataset = megatron_indexed.IndexedDataset(prefix)  # held while its arrays are read: they map its files
+    assert shown["kind"] == "sequences" and [r["ids"] for r in shown["records"]] == [
+        dataset[i].tolist() for i in range(2)]
+    assert bertprep.validate(paths=(prefix,)).sound
+
+
+def test_a_record_file_named_bin_is_still_records(golden_dir, tmp_path):
+    records = shutil.copy(golden_dir / "G2.tfrecord", tmp_path / "records.bin")
+    assert bertprep.inspect(file=str(records), num=1)["kind"] == "pretraining"
+
+
+# -- 4. the case flag against the vocab -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stage", ["tokenize", "create"])
+def test_no_lower_case_with_an_uncased_vocab_is_a_warning_naming_both(golden_dir, tmp_path, capsys, stage):
+    vocab = str(golden_dir / "vocab.txt")  # BERT's uncased vocab
+    code, out, err = cli_lines(capsys, [stage, "--input", str(sample_shards(tmp_path, 1)), "--vocab", vocab,
+                                        "--out", str(tmp_path / "out"), "--no-lower-case", "--min-parts", "1"]
+                               if stage == "create" else
+                               [stage, "--input", str(sample_shards(tmp_path, 1)), "--vocab", vocab,
+                                "--out", str(tmp_path / "out"), "--no-lower-case"])
+    expected = (f"--no-lower-case with the uncased vocab {vocab} (no token holds a capital letter): every "
+                "capitalised word becomes [UNK]; leave out --no-lower-case")
+    assert code == 0 and f"{stage}: warning: {expected}" in err
+    assert any(line.split()[0] == "warning" and line.endswith(expected) for line in out.splitlines() if line.strip())
+
+
+def test_the_case_check_passes_agreeing_flags(golden_dir):
+    from bertprep.text_inputs import casing_warning
+    from bertprep.tokenization import load_vocab
+
+    uncased = load_vocab(str(golden_dir / "vocab.txt"))
+    assert casing_warning(uncased, True) is None and casing_warning(uncased, False) is not None

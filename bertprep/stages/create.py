@@ -52,7 +52,15 @@ from bertprep.options import (
     set_field,
 )
 from bertprep.progress import Progress, Summary, human_bytes
-from bertprep.text_inputs import check_input, corpus_name, discover_inputs, input_roots, read_vocab, tokenizer_and_vocab
+from bertprep.text_inputs import (
+    casing_warning,
+    check_input,
+    corpus_name,
+    discover_inputs,
+    input_roots,
+    read_vocab,
+    tokenizer_and_vocab,
+)
 from bertprep.tokenization import resolve_vocab_path
 from bertprep.workdir import (
     check_corpus_name,
@@ -62,6 +70,7 @@ from bertprep.workdir import (
     params_dirname,
     removed_warning,
     resolve_workdir,
+    resuming_note,
     save_manifest,
 )
 
@@ -418,6 +427,8 @@ def plan(options):
     warnings = layout_warnings(tasks, options.min_parts)
     if vocab.duplicates_warning():
         warnings.append(vocab.duplicates_warning())
+    if casing_warning(vocab, lower_case):
+        warnings.append(casing_warning(vocab, lower_case))
     return records, settings, fmts, tasks, notes, warnings
 
 
@@ -523,7 +534,7 @@ def create(options: CreateOptions | None = None, /, *, quiet: bool = True, **fie
         pending = [t for t in tasks if not is_complete(t, files)]
         skipped = len(tasks) - len(pending)
         if skipped:
-            progress.note(f"resuming: {skipped} of {len(tasks)} shards already complete")
+            progress.note(resuming_note(skipped, len(tasks)))
             progress.advance(skipped)
         kind, dims = ((UNMASKED, {"seq": options.seq}) if options.masking == "dynamic"
                       else (PRETRAINING, {"seq": options.seq, "pred": options.pred}))

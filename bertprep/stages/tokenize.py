@@ -46,9 +46,24 @@ from bertprep.formats import codecs
 from bertprep.options import build_options, errors_name_fields, refuse_overlap
 from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.stages.create import check_shard_stage_fields, default_inputs, remove_stale_outputs
-from bertprep.text_inputs import check_input, corpus_name, discover_inputs, read_vocab, tokenizer_and_vocab
+from bertprep.text_inputs import (
+    casing_warning,
+    check_input,
+    corpus_name,
+    discover_inputs,
+    read_vocab,
+    tokenizer_and_vocab,
+)
 from bertprep.tokenization import resolve_vocab_path
-from bertprep.workdir import SPLITS, check_corpus_name, load_manifest, outputs_complete, resolve_workdir, save_manifest
+from bertprep.workdir import (
+    SPLITS,
+    check_corpus_name,
+    load_manifest,
+    outputs_complete,
+    resolve_workdir,
+    resuming_note,
+    save_manifest,
+)
 
 # `--data-path $(cat data-path.txt)`: "<tokens> <prefix>" for each training shard. Weighted by size, a blend
 # draws from each shard as a concatenation would; and megatron-core 0.16.1 cannot build BERT samples from an
@@ -161,6 +176,7 @@ def plan(options):
     check_distinct_outputs((task.source, storage.join(out_dir, rel)) for task in tasks for rel in task.files())
     refuse_spaced_prefixes(root, out_dir, tasks)
     warnings = [vocab.duplicates_warning()] if vocab.duplicates_warning() else []
+    warnings += [casing_warning(vocab, options.lower_case)] if casing_warning(vocab, options.lower_case) else []
     if not any(task.split == "training" for task in tasks):
         warnings.append("no training split: data-path.txt is empty; give training/ shards (`bertprep shard`)")
     return out_dir, settings, tasks, notes, warnings
@@ -230,7 +246,7 @@ def tokenize(options: TokenizeOptions | None = None, /, *, quiet: bool = True, *
         files = {relative: entry for relative, entry in previous.items() if relative in wanted}
         pending = [task for task in tasks if not is_complete(task, files)]
         if len(pending) < len(tasks):
-            progress.note(f"resuming: {len(tasks) - len(pending)} of {len(tasks)} shards already complete")
+            progress.note(resuming_note(len(tasks) - len(pending), len(tasks)))
             progress.advance(len(tasks) - len(pending))
         manifest = {"tool": "bertprep", "stage": "tokenize", **settings, "files": files}
         with open_engine(options.engine, max_tasks=len(pending)) as engine:
