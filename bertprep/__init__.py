@@ -74,6 +74,11 @@ def _python_facing(stage, options_name):
 
     @functools.wraps(stage)
     def call(*args, **kwargs):
+        # The options' booleans are type-checked (options.check_types); `quiet` is the call's own: quiet="yes"
+        # was taken as true and "" as false (issue 57)
+        if "quiet" in kwargs and not isinstance(kwargs["quiet"], bool):
+            raise UsageError(f"bertprep.{stage.__name__}: quiet must be True or False, got "
+                             f"{type(kwargs['quiet']).__name__} {kwargs['quiet']!r}")
         try:
             summary = stage(*args, **kwargs)
         except UsageError as exc:

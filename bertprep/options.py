@@ -109,6 +109,18 @@ def refuse_overlap(out, inputs, what="--out"):
                          "would overwrite or delete what it reads; write the output elsewhere")
 
 
+def refuse_empty(options, *names):
+    """A UsageError when a named list field is given but empty. None is "not given" (the stage's default: the
+    shards under WORKDIR, the embedded sample corpus); an empty list is a mistake, a pattern that matched
+    nothing, which `bertprep.tokenize(input=())` took for "not given" and ran on the sample corpus (issue 57)
+    where the command line, whose flags take one value or more, refuses it."""
+    for name in names:
+        value = getattr(options, name)
+        if value is not None and len(value) == 0:
+            raise UsageError(f"--{name.replace('_', '-')} is empty: give at least one value (did a pattern match "
+                             "nothing?), or leave it out for the default")
+
+
 def check_types(options):
     """One UsageError line naming `Class.field` for a field whose value is not of its annotated type, when the
     options object is built: a notebook's `CreateOptions(seq="128")` failed deep inside with "'<' not supported

@@ -14,7 +14,7 @@ from bertprep.errors import DataError
 from bertprep.folder import Folder
 from bertprep.instances import MaskingVocab
 from bertprep.tokenization import LineTokenizer, load_vocab
-from bertprep.workdir import SPLITS
+from bertprep.workdir import SPLITS, refuse_unlisted
 
 
 def _natural_key(path):
@@ -31,6 +31,7 @@ def discover_inputs(values):
             if split_dirs:
                 for split in split_dirs:
                     files = sorted(place.glob(f"{split}/*.txt"), key=_natural_key)
+                    refuse_unlisted(place, [f"{split}/{os.path.basename(f)}" for f in files], "this stage")
                     found.extend((f, split) for f in files)
             else:
                 files = sorted(place.glob("*.txt"), key=_natural_key)
@@ -102,3 +103,18 @@ def read_vocab(path):
     path kept as given: a URL in display form."""
     vocab = load_vocab(path)
     return vocab if storage.reads_in_place(path) else replace(vocab, path=storage.display(path))
+
+
+def casing_warning(vocab, lower_case):
+    """The warning, naming both, when the case flag contradicts the vocab: `--no-lower-case` with an uncased
+    vocab (no token holds a capital letter) makes every capitalised word [UNK] (issue 57: 17.5% [UNK], and
+    validate said SOUND); lower-casing for a cased vocab never uses its capitalised tokens. None when they
+    agree. Special tokens ([CLS], [unused0]) are not words and are left out."""
+    cased = sum(1 for token in vocab.tokens if not token.startswith("[") and token != token.lower())
+    if not lower_case and not cased:
+        return (f"--no-lower-case with the uncased vocab {storage.display(vocab.path)} (no token holds a capital "
+                "letter): every capitalised word becomes [UNK]; leave out --no-lower-case")
+    if lower_case and cased > len(vocab.tokens) // 20:  # a few capitals (a symbol's) make no cased vocab
+        return (f"lower-casing for the cased vocab {storage.display(vocab.path)} ({cased:,} tokens with capitals): "
+                "they are never used; give --no-lower-case")
+    return None

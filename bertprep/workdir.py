@@ -145,3 +145,33 @@ def save_manifest(directory, manifest):
     equal bytes."""
     data = json.dumps(manifest, indent=1, sort_keys=True).encode() + b"\n"
     Folder.of(directory).atomic_write_bytes(MANIFEST, data)
+
+
+def removed_warning(names, shown=5):
+    """A stage's warning for the files of an earlier run it removed from its output (`names` relative to it):
+    how many, the first `shown` named. A warning, not only a progress note: a quiet Python caller hears of it
+    too (issue 57: a rerun with fewer inputs deleted the earlier run's files without a word)."""
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return f"removed {len(names)} file(s) of an earlier run that this run does not write: " \
+           f"{', '.join(names[:shown])}{more}"
+
+
+def refuse_unlisted(folder, names, reader):
+    """A DataError naming the first of `names` (files relative to the Folder `folder`) that its manifest does not
+    list, where the manifest lists its files: a file of another run or corpus in a stage's output, which `reader`
+    globbing the folder would take with the rest (issue 57: `dedup --out` into a corpus folder left its other
+    .jsonl files there, and `shard` read them into training). A manifest that lists nothing checks nothing."""
+    listed = (load_manifest(folder) or {}).get("files") or {}
+    stray = [name for name in names if name not in listed] if listed else []
+    if stray:
+        raise DataError(f"{folder.display(stray[0])}: not listed in {folder.display(MANIFEST)} (a file of another "
+                        f"run or corpus?): {reader} would read it with the files listed; remove it, or give the "
+                        "files you mean")
+
+
+def resuming_note(kept, total):
+    """The progress note of a rerun that keeps `kept` of `total` shards, saying what keeping trusts: a local
+    output of the recorded size is kept unread, so a byte changed in place is found by `bertprep validate`,
+    not here (issue 57: a flipped byte was "already complete" without saying what was checked)."""
+    return (f"resuming: {kept} of {total} shards already complete (same input sha256 and settings, output files "
+            "of the recorded size; `bertprep validate` checks their bytes)")

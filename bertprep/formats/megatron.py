@@ -159,6 +159,29 @@ def is_dataset(prefix):
         return f.read(len(MAGIC)) == MAGIC or storage.isfile(prefix + BIN)
 
 
+def dataset_file(path):
+    """`path`, or the .idx of the Megatron prefix it names: the prefixes data-path.txt lists, which Megatron
+    takes and inspect and validate called "not a file" (issue 57)."""
+    if not storage.exists(path) and is_dataset(path):
+        return path + IDX
+    return path
+
+
+def check_index_beside(path):
+    """A DataError naming the .idx that `path`, a .bin, lacks, when its bytes are no record file either (a
+    framed file's first length prefix fits in it; HDF5 and Parquet open with their magic): inspect and validate
+    read such a .bin as a TFRecord and reported a first record of 640364595932235724 bytes (issue 57)."""
+    if not path.endswith(BIN) or storage.exists(path[:-len(BIN)] + IDX):
+        return
+    with storage.open(path, "rb") as f:
+        head = f.read(8)
+    fits = len(head) == 8 and int.from_bytes(head, "little") + 8 <= storage.getsize(path)
+    if head[:4] in (b"\x89HDF", b"PAR1") or fits:
+        return
+    raise DataError(f"{storage.display(path)}: its index {storage.display(path[:-len(BIN)] + IDX)} is missing: a "
+                    "Megatron indexed dataset is a .bin and its .idx (rerun `bertprep tokenize`)")
+
+
 def prefixes(path):
     """The indexed datasets at `path`: a prefix, its .bin or .idx, or a directory walked (sorted) for .idx
     files; [] when it holds none."""

@@ -42,9 +42,25 @@ from bertprep.folder import Folder
 from bertprep.formats import codecs, columnar
 from bertprep.formats.schemas import PRETRAINING, UNMASKED
 from bertprep.instances import InstanceParams, Instances, create_instances
-from bertprep.options import build_options, check_types, errors_name_fields, normalise_paths, refuse_overlap, set_field
+from bertprep.options import (
+    build_options,
+    check_types,
+    errors_name_fields,
+    normalise_paths,
+    refuse_empty,
+    refuse_overlap,
+    set_field,
+)
 from bertprep.progress import Progress, Summary, human_bytes
-from bertprep.text_inputs import check_input, corpus_name, discover_inputs, input_roots, read_vocab, tokenizer_and_vocab
+from bertprep.text_inputs import (
+    casing_warning,
+    check_input,
+    corpus_name,
+    discover_inputs,
+    input_roots,
+    read_vocab,
+    tokenizer_and_vocab,
+)
 from bertprep.tokenization import resolve_vocab_path
 from bertprep.workdir import (
     check_corpus_name,
@@ -52,7 +68,9 @@ from bertprep.workdir import (
     nvidia_dirname,
     outputs_complete,
     params_dirname,
+    removed_warning,
     resolve_workdir,
+    resuming_note,
     save_manifest,
 )
 
@@ -96,6 +114,7 @@ class CreateOptions:
 
     def __post_init__(self):
         check_shard_stage_fields(self)
+        refuse_empty(self, "format")
         for name, value, choices in (("--layout", self.layout, LAYOUTS), ("--masking", self.masking, MASKINGS)):
             if value not in choices:
                 raise UsageError(f"{name} must be one of {', '.join(choices)}, not {value!r}")
@@ -138,6 +157,7 @@ def check_shard_stage_fields(options):
     """What a stage reading text shards with a vocab checks first (create, tokenize): field types, its paths
     normalised, their schemes known."""
     check_types(options)
+    refuse_empty(options, "input")
     normalise_paths(options, "input", "vocab", "out", "workdir")
     storage.check_schemes(options.out, options.workdir, options.vocab, *(options.input or ()))
 
@@ -217,12 +237,15 @@ def limit_test_split(tasks, count, engine):
 def remove_stale_outputs(records, previous_files, wanted, progress):
     """Delete the files an earlier run's manifest lists that this run does not write (a test shard past
     --eval-samples, an input no longer given) from the Folder `records`: readers that glob a split's directory
-    (NVIDIA's scripts) must find only what the new manifest lists."""
+    (NVIDIA's scripts) must find only what the new manifest lists. Returns the warning that names them (a
+    Python caller, quiet, hears of it too), None when there were none."""
     stale = sorted(rel for rel in previous_files if rel not in wanted)
     for relative in stale:
         records.remove(relative)
     if stale:
         progress.note(f"removed {len(stale)} file(s) of an earlier run that this run does not write")
+        return removed_warning(stale)
+    return None
 
 
 def create_shard(task):
@@ -404,6 +427,8 @@ def plan(options):
     warnings = layout_warnings(tasks, options.min_parts)
     if vocab.duplicates_warning():
         warnings.append(vocab.duplicates_warning())
+    if casing_warning(vocab, lower_case):
+        warnings.append(casing_warning(vocab, lower_case))
     return records, settings, fmts, tasks, notes, warnings
 
 
@@ -504,11 +529,12 @@ def create(options: CreateOptions | None = None, /, *, quiet: bool = True, **fie
         previous = load_manifest(records) or {}
         wanted = {relative for task in tasks for relative in task.output_paths().values()}
         files = {rel: entry for rel, entry in previous.get("files", {}).items() if rel in wanted}
-        remove_stale_outputs(records, previous.get("files", {}), wanted, progress)
+        removed = remove_stale_outputs(records, previous.get("files", {}), wanted, progress)
+        warnings += [removed] if removed else []
         pending = [t for t in tasks if not is_complete(t, files)]
         skipped = len(tasks) - len(pending)
         if skipped:
-            progress.note(f"resuming: {skipped} of {len(tasks)} shards already complete")
+            progress.note(resuming_note(skipped, len(tasks)))
             progress.advance(skipped)
         kind, dims = ((UNMASKED, {"seq": options.seq}) if options.masking == "dynamic"
                       else (PRETRAINING, {"seq": options.seq, "pred": options.pred}))

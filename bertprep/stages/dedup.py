@@ -82,14 +82,16 @@ from bertprep.options import (
     errors_name_fields,
     normalise_paths,
     parse_size,
+    refuse_empty,
     refuse_overlap,
 )
-from bertprep.progress import Progress, Summary
+from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.workdir import (
     MANIFEST,
     check_corpus_name,
     file_matches,
     load_manifest,
+    removed_warning,
     resolve_workdir,
     save_manifest,
     stage_dir,
@@ -138,6 +140,7 @@ class DedupOptions:
 
     def __post_init__(self):
         check_types(self)
+        refuse_empty(self, "input", "corpus")
         normalise_paths(self, "input", "out", "workdir")
         if self.corpus is not None:
             object.__setattr__(self, "corpus", tuple(self.corpus))
@@ -165,6 +168,45 @@ class DedupOptions:
         if self.bands is not None:
             return self.bands, self.num_perm // self.bands
         return optimal_bands(self.threshold, self.num_perm)
+
+
+# -- what a run's settings cannot do ---------------------------------------------------
+
+# A near duplicate halfway between --threshold and 1 that becomes a candidate less often than this is missed
+# more often than found: the bands decide recall long before the threshold does (`--bands 1` of 128 rows finds
+# a pair of Jaccard 0.9 once in 700,000). The default bands find it 93 times in 100 at 0.8.
+LOW_RECALL = 0.5
+
+
+def candidate_chance(jaccard, bands, rows):
+    """The chance that a pair of this Jaccard shares at least one of `bands` LSH bands of `rows` values."""
+    return 1 - (1 - jaccard ** rows) ** bands
+
+
+def settings_warnings(options, machine_bytes):
+    """Warnings on settings that run but do not do what was asked: bands that miss most near duplicates, a
+    --memory beyond this machine's `machine_bytes` (None: unknown; a Dask scheduler's workers are elsewhere)."""
+    warnings = []
+    bands, rows = options.band_rows()
+    middle = (1 + options.threshold) / 2
+    if options.near and candidate_chance(middle, bands, rows) < LOW_RECALL:
+        warnings.append(f"--bands {bands} ({rows} MinHash values a band) makes a pair of Jaccard {middle:.2f} a "
+                        f"candidate with a chance of {candidate_chance(middle, bands, rows):.2g}: most near "
+                        "duplicates will not be found; leave --bands out (the optimum for --threshold) or give more")
+    memory = options.memory_bytes()
+    if machine_bytes and memory > machine_bytes and not options.engine.scheduler:
+        warnings.append(f"--memory {options.memory} is more than this machine's {human_bytes(machine_bytes)}: a run "
+                        "is held to what its corpus needs, and one that needs more than the machine has will be "
+                        "killed; give at most what a process may take")
+    return warnings
+
+
+def machine_memory():
+    """This machine's physical memory in bytes, None where the system does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
 
 
 # -- text --------------------------------------------------------------------------
@@ -499,9 +541,17 @@ def _band_error(pairs, threshold, nodes, weights):
     return 0.5 * area(0.0, threshold, True) + 0.5 * area(threshold, 1.0, False)
 
 
-def chunk_documents(memory, num_perm, bands):
-    """Documents in one chunk of pass 1: its signatures, hash and band-key runs, and the copies sorting makes."""
-    return max(32, memory // (3 * (4 * num_perm + 16 * (bands + 1) + 32)))
+def chunk_documents(memory, num_perm, bands, part_bytes=None):
+    """Documents in one chunk of pass 1: its signatures, hash and band-key runs, and the copies sorting makes;
+    never more than a part of `part_bytes` can hold (issue 57: the signatures' array is made for the chunk at
+    once, so `--memory 100G` on a one-document part asked NumPy for 24 GiB and ended in a MemoryError)."""
+    per_chunk = max(32, memory // (3 * (4 * num_perm + 16 * (bands + 1) + 32)))
+    return per_chunk if part_bytes is None else min(per_chunk, max(1, part_bytes // MIN_DOCUMENT_BYTES + 1))
+
+
+# The shortest line a formatted part's document can be: {"text":""} and its newline. A part holds at most its
+# bytes / this many documents, which bounds a chunk whatever --memory says.
+MIN_DOCUMENT_BYTES = len(b'{"text":""}\n')
 
 
 def fingerprint_part(task):
@@ -514,7 +564,7 @@ def fingerprint_part(task):
     marker = f"fingerprints/{index:05d}.json"
     if work.isfile(marker):
         return json.loads(work.read_bytes(marker))
-    per_chunk, starts, documents = chunk_documents(memory, num_perm, bands), [], 0
+    per_chunk, starts, documents = chunk_documents(memory, num_perm, bands, storage.getsize(path)), [], 0
     chunk = _Chunk(num_perm, memory, per_chunk)
     for number, doc in iter_documents(path):
         text = doc["text"]
@@ -1050,15 +1100,23 @@ def dedup(options: DedupOptions | None = None, /, *, quiet: bool = True, **field
     input_list = [{"corpus": name, "path": storage.display(p), "bytes": storage.getsize(p), "sha256": sha256_file(p)}
                   for name, parts in corpora for p in parts]
     evaluation = evaluation_ngrams(workdir, options)  # a bad evaluation file stops before anything is written
+    earlier = check_output_parts(out, corpora, load_manifest(out))  # before the work, as the checks above
+    warnings = settings_warnings(options, machine_memory())
+    for warning in [] if quiet else warnings:
+        print(f"dedup: warning: {warning}", file=sys.stderr)
     if options.dry_run:
         with _dry_run_steps(out, options.engine) as (steps, staging), open_engine(options.engine) as engine:
             manifest = _decide(options, engine, evaluation, corpora, input_list, params, quiet, steps, staging)[0]
-        return _summary("bertprep dedup: dry run, nothing written", manifest, out)
+        return _summary("bertprep dedup: dry run, nothing written", manifest, out, warnings=warnings)
     with hold(out, "bertprep dedup") as staging:
         previous = load_manifest(out)
         if _is_complete(previous, out, params, input_list):
             return _summary(f"bertprep dedup: {storage.display(out)} is already complete", previous, out,
-                            complete_before=True)
+                            complete_before=True, warnings=warnings)
+        if earlier:  # said, not silent (issue 57)
+            warnings.append(removed_warning(earlier))
+            for relative in earlier:
+                storage.remove(storage.join(out, relative))
         with open_engine(options.engine) as engine:  # one engine (one Dask cluster) for both passes
             if _is_resumable(previous, params, input_list):
                 manifest = previous  # a killed run's decision: pass 1 is not done again, its written parts kept
@@ -1074,7 +1132,30 @@ def dedup(options: DedupOptions | None = None, /, *, quiet: bool = True, **field
         del manifest[WRITING]
         _save_manifest(out, manifest, staging)
         Folder(staging).remove_tree(STEPS)
-    return _summary("bertprep dedup: done", manifest, out)
+    return _summary("bertprep dedup: done", manifest, out, warnings=warnings)
+
+
+def check_output_parts(out, corpora, previous):
+    """The .jsonl files in this run's output corpus folders (OUT/<corpus>/) that it does not write, which an
+    earlier dedup into OUT wrote (its manifest's inputs or files name them): to be removed, and said. Any other
+    .jsonl there is refused: `bertprep shard --input OUT/<corpus>` reads every part of the folder, and read a
+    stray file into training with the deduplicated ones (issue 57)."""
+    previous = previous or {}
+    earlier = {f"{entry.get('corpus')}/{os.path.basename(entry.get('path', ''))}"
+               for entry in previous.get("inputs") or () if isinstance(entry, dict)} | set(previous.get("files") or ())
+    removed = []
+    for name, parts in corpora:
+        folder = Folder(storage.join(out, name))
+        mine = {os.path.basename(p) for p in parts}
+        for part in sorted(folder.names_in()) if folder.isdir() else ():
+            if not part.endswith(".jsonl") or part.startswith(".") or part in mine:
+                continue
+            if f"{name}/{part}" not in earlier:
+                raise UsageError(f"--out {storage.display(out)}: {folder.display(part)} is no part of this run nor "
+                                 "of an earlier dedup into it: `bertprep shard` would read it with the deduplicated "
+                                 "parts; remove it or choose another --out")
+            removed.append(f"{name}/{part}")
+    return removed
 
 
 @contextlib.contextmanager
@@ -1222,7 +1303,7 @@ def _write(engine, corpora, drops, out, staging, manifest):
                          for part, entry in sorted(entries.items())}
 
 
-def _summary(title_or_prefix, manifest, out, complete_before=False):
+def _summary(title_or_prefix, manifest, out, complete_before=False, warnings=()):
     corpora = manifest["corpora"]
     fields = {"out": storage.display(out), "corpora": corpora, "evaluation": manifest["evaluation"],
               "documents": sum(c["documents"] for c in corpora.values()),
@@ -1236,4 +1317,7 @@ def _summary(title_or_prefix, manifest, out, complete_before=False):
     rows += [(f"eval {name}", f"{r['found_in_training']:,} of {r['items']:,} items found in training")
              for name, r in manifest["evaluation"].items()]
     rows.append(("output", storage.display(out)))
+    if warnings:  # absent otherwise: today's --json
+        fields["warnings"] = list(warnings)
+        rows += [("warning", warning) for warning in warnings]
     return Summary(title_or_prefix, fields, rows=tuple(rows), complete_before=complete_before)

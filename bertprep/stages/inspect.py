@@ -17,7 +17,7 @@ import numpy as np
 from bertprep import formats, storage
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
-from bertprep.formats import codecs
+from bertprep.formats import codecs, megatron
 from bertprep.formats.schemas import UNMASKED
 from bertprep.masking import DynamicMasking, first_instances
 from bertprep.options import check_types, errors_name_fields, normalise_paths
@@ -47,6 +47,8 @@ class InspectOptions:
     def __post_init__(self):
         check_types(self)
         normalise_paths(self, "file")
+        if self.num < 0 or self.skip < 0:  # a negative count was an empty listing and exit 0 (issue 57)
+            raise UsageError(f"--num and --skip must be at least 0, not {self.num if self.num < 0 else self.skip}")
         if self.epoch is not None and not 0 <= self.epoch <= MAX_EPOCH:
             raise UsageError(f"argument --epoch: {self.epoch} is not an epoch (0..{MAX_EPOCH})")
 
@@ -88,8 +90,9 @@ def inspect(options: InspectOptions | None = None, /, *, stream: TextIO | None =
     None: nowhere) as the command shows it while it is read, so a damaged record later in the file still
     leaves the ones before it shown. The Summary's `records` holds them as {"record": index, feature: values}."""
     options = options or InspectOptions(**fields)
-    path = options.file
+    path = megatron.dataset_file(options.file)
     storage.require(path, "file", DataError(f"{path}: not a file"))
+    megatron.check_index_beside(path)
     vocab_path = resolve_vocab_path(options.vocab) if options.vocab else None
     words = load_vocab(vocab_path).tokens if vocab_path else None  # tokens[id]: the line of that id
     sequence_codec = codecs.of_sequence_file_name(os.path.basename(path))

@@ -52,7 +52,14 @@ from bertprep.atomic import atomic_open, hold, sha256_file
 from bertprep.engines import EngineOptions, open_engine
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
-from bertprep.options import build_options, check_types, errors_name_fields, normalise_paths, refuse_overlap
+from bertprep.options import (
+    build_options,
+    check_types,
+    errors_name_fields,
+    normalise_paths,
+    refuse_empty,
+    refuse_overlap,
+)
 from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.records_manifest import file_digests
 from bertprep.workdir import (
@@ -61,6 +68,8 @@ from bertprep.workdir import (
     check_corpus_name,
     file_matches,
     load_manifest,
+    refuse_unlisted,
+    removed_warning,
     resolve_workdir,
     save_manifest,
     stage_dir,
@@ -100,6 +109,7 @@ class ShardOptions:
 
     def __post_init__(self):
         check_types(self)
+        refuse_empty(self, "input")
         normalise_paths(self, "input", "out", "workdir")
         storage.check_schemes(self.out, self.workdir, *(self.input or ()))
         if self.train_shards < 1 or self.test_shards < 1:
@@ -168,6 +178,7 @@ def input_files(path):
         found = [f for f in given.files() if _is_input_name(os.path.basename(f))]
         if not found:
             raise UsageError(f"{given}: no .jsonl or .txt input files")
+        refuse_unlisted(given, [os.path.basename(f) for f in found], "shard")
         return [storage.absolute(f) for f in found]
     if given.isfile():
         return [storage.absolute(path)]
@@ -469,13 +480,16 @@ def shard(options: ShardOptions | None = None, /, *, quiet: bool = True, **field
         if previous is not None:
             out.remove(MANIFEST)  # nothing may look complete while shards are rewritten
         with scratch_directory(staging, options.engine) as scratch, open_engine(options.engine) as engine:
-            manifest = _shard(options, engine, corpus, inputs, input_list, out, staging, scratch, params,
-                              progress)
+            manifest, removed = _shard(options, engine, corpus, inputs, input_list, out, staging, scratch, params,
+                                       progress)
         progress.close()
         seconds = time.monotonic() - start
         save_manifest(out, manifest)
-    return Summary(f"bertprep shard: {corpus} done", _summary(manifest, out, seconds),
-                   rows=_rows(manifest, out, seconds))
+    summary, rows = _summary(manifest, out, seconds), _rows(manifest, out, seconds)
+    if removed:  # absent otherwise: today's --json
+        summary["warnings"] = [removed_warning(removed)]
+        rows += [("warning", warning) for warning in summary["warnings"]]
+    return Summary(f"bertprep shard: {corpus} done", summary, rows=rows)
 
 
 @contextlib.contextmanager
@@ -533,7 +547,7 @@ def _shard(options, engine, corpus, inputs, input_list, out, staging, scratch, p
         test_mask = choose_test(hashes, options.test_fraction)
         training_mask, eval_report = ~test_mask, None
 
-    tasks, names = [], []
+    tasks, names, earlier = [], [], []
     for split, mask, requested in (("training", training_mask, options.train_shards),
                                    ("test", test_mask, options.test_shards)):
         split_dir = out.folder(split)
@@ -541,6 +555,7 @@ def _shard(options, engine, corpus, inputs, input_list, out, staging, scratch, p
         for name in split_dir.names_in():  # shards of an earlier run with other settings
             if name.startswith(f"{corpus}_{split}_") and name.endswith(".txt"):
                 split_dir.remove(name)
+                earlier.append(f"{split}/{name}")
         docs = np.flatnonzero(mask)  # input order
         count = min(requested, len(docs))
         if count < requested:
@@ -552,6 +567,10 @@ def _shard(options, engine, corpus, inputs, input_list, out, staging, scratch, p
             tasks.append((path, staging, scratch_paths, files[chosen], offsets[chosen], sizes[chosen],
                           sentences[chosen]))
             names.append((f"{split}/{shard_name(corpus, split, shard)}", split))
+    # said, not silent (issue 57): the earlier run's shards past this run's counts are gone
+    removed = sorted(set(earlier) - {name for name, _split in names})
+    if removed:
+        progress.note(f"removed {len(removed)} file(s) of an earlier run that this run does not write")
     written = {}
     for index, entry in engine.run_indexed(write_shard, tasks, describe=lambda t: t[0]):
         relpath, split = names[index]
@@ -564,7 +583,7 @@ def _shard(options, engine, corpus, inputs, input_list, out, staging, scratch, p
         "dropped": {"empty_documents": stats["empty_documents"], "invalid_utf8_lines": stats["invalid_utf8_lines"]},
         "input_bytes": stats["input_bytes"],
         "spread": {s: spread([e["bytes"] for e in written.values() if e["split"] == s]) for s in SPLITS},
-    }
+    }, removed
 
 
 def _named_inputs(inputs):

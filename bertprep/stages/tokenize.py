@@ -41,13 +41,29 @@ from bertprep.atomic import atomic_write_bytes, check_distinct_outputs, hold, st
 from bertprep.corpus import read_text, tokenize_corpus
 from bertprep.engines import EngineOptions, open_engine
 from bertprep.errors import DataError, UsageError
+from bertprep.folder import Folder
 from bertprep.formats import codecs
 from bertprep.options import build_options, errors_name_fields, refuse_overlap
 from bertprep.progress import Progress, Summary, human_bytes
-from bertprep.stages.create import check_shard_stage_fields, default_inputs
-from bertprep.text_inputs import check_input, corpus_name, discover_inputs, read_vocab, tokenizer_and_vocab
+from bertprep.stages.create import check_shard_stage_fields, default_inputs, remove_stale_outputs
+from bertprep.text_inputs import (
+    casing_warning,
+    check_input,
+    corpus_name,
+    discover_inputs,
+    read_vocab,
+    tokenizer_and_vocab,
+)
 from bertprep.tokenization import resolve_vocab_path
-from bertprep.workdir import SPLITS, check_corpus_name, load_manifest, outputs_complete, resolve_workdir, save_manifest
+from bertprep.workdir import (
+    SPLITS,
+    check_corpus_name,
+    load_manifest,
+    outputs_complete,
+    resolve_workdir,
+    resuming_note,
+    save_manifest,
+)
 
 # `--data-path $(cat data-path.txt)`: "<tokens> <prefix>" for each training shard. Weighted by size, a blend
 # draws from each shard as a concatenation would; and megatron-core 0.16.1 cannot build BERT samples from an
@@ -158,10 +174,27 @@ def plan(options):
                           out_dir=out_dir, format=options.format, vocab_path=vocab.path, vocab_size=vocab.size,
                           lower_case=options.lower_case, settings_key=settings_key) for path, split in inputs]
     check_distinct_outputs((task.source, storage.join(out_dir, rel)) for task in tasks for rel in task.files())
+    refuse_spaced_prefixes(root, out_dir, tasks)
     warnings = [vocab.duplicates_warning()] if vocab.duplicates_warning() else []
+    warnings += [casing_warning(vocab, options.lower_case)] if casing_warning(vocab, options.lower_case) else []
     if not any(task.split == "training" for task in tasks):
         warnings.append("no training split: data-path.txt is empty; give training/ shards (`bertprep shard`)")
     return out_dir, settings, tasks, notes, warnings
+
+
+def refuse_spaced_prefixes(root, out_dir, tasks):
+    """A UsageError, before anything is written, when a prefix data-path.txt would list holds whitespace: it is
+    read as words (`--data-path $(cat data-path.txt)`, argparse's nargs="*"), so no quoting of ours can carry a
+    space through, and Megatron was handed pieces of paths as prefixes and weights (issue 57). Refused rather
+    than written some other way: every reader of the list splits it alike."""
+    for task in tasks:
+        prefix = storage.display(storage.join(out_dir, task.prefix))
+        if any(character.isspace() for character in prefix):
+            spaced_root = any(c.isspace() for c in storage.display(root))
+            where = f"--out {storage.display(root)}" if spaced_root else f"the input {storage.display(task.source)}"
+            raise UsageError(f"{where}: the Megatron prefix {prefix!r} holds whitespace, and data-path.txt is read "
+                             "as words (--data-path $(cat data-path.txt)); choose an --out and input names without "
+                             "whitespace")
 
 
 def is_complete(task, files):
@@ -207,12 +240,13 @@ def tokenize(options: TokenizeOptions | None = None, /, *, quiet: bool = True, *
     with hold(out_dir, "bertprep tokenize"):  # clears what killed runs left in .partial/
         previous = (load_manifest(out_dir) or {}).get("files", {})
         wanted = {relative for task in tasks for relative in task.files()}
-        for relative in sorted(set(previous) - wanted):  # an input no longer given: readers glob the splits
-            storage.remove(storage.join(out_dir, relative))
+        # an input no longer given: readers glob the splits; said as create says it (issue 57: it went silently)
+        removed = remove_stale_outputs(Folder(out_dir), previous, wanted, progress)
+        warnings += [removed] if removed else []
         files = {relative: entry for relative, entry in previous.items() if relative in wanted}
         pending = [task for task in tasks if not is_complete(task, files)]
         if len(pending) < len(tasks):
-            progress.note(f"resuming: {len(tasks) - len(pending)} of {len(tasks)} shards already complete")
+            progress.note(resuming_note(len(tasks) - len(pending), len(tasks)))
             progress.advance(len(tasks) - len(pending))
         manifest = {"tool": "bertprep", "stage": "tokenize", **settings, "files": files}
         with open_engine(options.engine, max_tasks=len(pending)) as engine:

@@ -32,7 +32,7 @@ from bertprep.atomic import hold
 from bertprep.corpus import read_text
 from bertprep.errors import DataError, UsageError
 from bertprep.formats.schemas import GLUE, GLUE_REGRESSION
-from bertprep.options import check_types, errors_name_fields
+from bertprep.options import check_types, errors_name_fields, refuse_empty
 from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.stages.download.glue import ALIASES as TASK_ALIASES
 from bertprep.stages.finetune_data.common import (
@@ -119,6 +119,7 @@ class CreateGlueOptions(RecordsOptions):
         check_types(self)
         if isinstance(self.split, str):
             object.__setattr__(self, "split", (self.split,))
+        refuse_empty(self, "split")
         unknown = [split for split in self.split or () if split not in SPLITS]
         if unknown:
             raise UsageError(f"--split must be among {', '.join(SPLITS)}, not {unknown[0]!r}")

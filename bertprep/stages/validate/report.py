@@ -27,6 +27,7 @@ from typing import Any, TextIO
 from bertprep import formats, storage
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
+from bertprep.formats import megatron
 from bertprep.options import check_types, errors_name_fields, normalise_paths, set_field
 from bertprep.progress import Summary, human_bytes
 from bertprep.stages.validate.dataset import (
@@ -75,6 +76,7 @@ class ValidateOptions:
         check_types(self)
         set_field(self, "paths", (self.paths,) if isinstance(self.paths, (str, os.PathLike)) else tuple(self.paths))
         normalise_paths(self, "paths")
+        set_field(self, "paths", tuple(megatron.dataset_file(path) for path in self.paths))  # a prefix: its .idx
         if not 1 <= len(self.paths) <= 2:
             raise UsageError(f"validate takes one or two paths, not {len(self.paths)}")
         for path in self.paths:
@@ -184,6 +186,7 @@ def validate_paths(paths, spec, workers=1, min_parts=1, compare=False, vocab_giv
     all_findings = []
     for path in paths:
         found_anything = False
+        megatron.check_index_beside(path)  # a .bin without its .idx: no record file to be read as one
         sequence_sets = find_sequence_sets(path)
         for fmt, prefixes in sequence_sets:  # tokenize's files: token sequences, not records
             found_anything = True
@@ -302,12 +305,31 @@ def _check_table(report):
     if report.get("sequences"):  # listed only where they ran: a records report's table is as it was
         ran |= set(SEQUENCE_CHECKS)
         checks = {**CHECKS, **SEQUENCE_CHECKS}
+    skipped = skipped_checks(report["datasets"])
     table = {}
     for check, description in checks.items():
         failures = report["counts"].get(check, 0)
-        status = "failed" if failures else "ok" if check in ran else "not run"
-        table[check] = {"status": status, "failures": failures, "description": description}
+        status = "failed" if failures else "skipped" if check in skipped and check in ran else \
+            "ok" if check in ran else "not run"
+        table[check] = {"status": status, "failures": failures, "description": skipped.get(check, description)
+                        if status == "skipped" else description}
     return table
+
+
+def skipped_checks(datasets):
+    """{check: why it was skipped} of the record checks that had nothing to check against in every dataset: a
+    table row "ok" for them said a check passed that never ran (issue 57: no manifest and no --vocab)."""
+    if not datasets:
+        return {}
+    skipped = {}
+    if not any(section["manifest"] for section in datasets):
+        skipped["manifest"] = "no manifest.json beside the records: nothing to match"
+    if all(section["vocab_size"] is None for section in datasets):
+        skipped["vocab"] = "no vocab size (no manifest, no --vocab): ids were not checked against a vocabulary"
+    if not any(section["records"] for section in datasets):
+        skipped.update((check, "no readable records") for check in (*checks_of(RULES), "consistency")
+                       if check != "framing" and check not in skipped)
+    return skipped
 
 
 # ---------------------------------------------------------------- the one-screen table
@@ -337,7 +359,7 @@ def print_table(report, stream=None):
     for check, row in report["checks"].items():
         if row["status"] == "not run":
             continue
-        mark = "ok    " if row["status"] == "ok" else "FAILED"
+        mark = {"ok": "ok    ", "skipped": "skipped"}.get(row["status"], "FAILED")
         detail = f"{row['failures']:,} failing" if row["failures"] else row["description"]
         out.append(f"  {mark} {check:<22} {detail}")
     for section in report["datasets"]:

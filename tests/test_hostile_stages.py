@@ -1,0 +1,331 @@
+"""Hostile uses of the data stages (issue 57, the data side): budgets beyond the work, empty inputs, output
+folders holding earlier or foreign files, paths a third-party list file cannot carry, runs that exit 0 on what
+is not fine, messages that did not say what to fix, and a case flag that contradicts the vocab. Each case ends in
+one line (an error naming the file or flag, or a warning) and never a traceback; the results are checked with the
+real readers (megatron-core's IndexedDataset where it reads the files)."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+import bertprep
+from bertprep.cli import main
+from bertprep.errors import BertprepWarning, UsageError
+from bertprep.stages import dedup as dedup_module
+from bertprep.stages.create import sample_paths
+
+
+def cli_lines(capsys, argv):
+    """(exit code, stdout, the non-blank stderr lines) of `bertprep ARGV`; never a traceback."""
+    capsys.readouterr()
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse's usage errors
+        code = exc.code
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err, captured.err
+    return code, captured.out, [line for line in captured.err.splitlines() if line.strip()]
+
+
+def cli_error(capsys, argv, code):
+    """The one `bertprep ARGV: error:` line of a run that exits `code`."""
+    exit_code, _out, err = cli_lines(capsys, argv)
+    assert exit_code == code and len(err) == 1 and err[0].startswith(f"bertprep {argv[0]}: error: "), err
+    return err[0]
+
+
+def formatted_corpus(directory, texts, part="p0"):
+    """A formatted corpus (what `bertprep download` writes) of `texts`, one document each."""
+    directory.mkdir(parents=True, exist_ok=True)
+    lines = "".join(json.dumps({"id": str(i), "title": "", "text": t}) + "\n" for i, t in enumerate(texts))
+    (directory / f"{part}.jsonl").write_text(lines)
+    (directory / "manifest.json").write_text(json.dumps({"tool": "bertprep", "stage": "format", "files": {}}))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def megatron_indexed():
+    return pytest.importorskip("megatron.core.datasets.indexed_dataset")
+
+
+DOCUMENT = "the quick brown fox jumps over the lazy dog near the river bank on a sunny day"
+
+
+# -- 1. a budget larger than the work -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("memory", ["100G", "10T"])
+def test_a_memory_budget_beyond_the_corpus_is_held_to_what_the_corpus_needs(tmp_path, capsys, memory):
+    corpus = formatted_corpus(tmp_path / "c1", [DOCUMENT])
+    code, out, err = cli_lines(capsys, ["dedup", "--input", str(corpus), "--out", str(tmp_path / "out"),
+                                        "--memory", memory, "--workers", "1"])
+    assert code == 0 and "1 documents, 1 kept" in out
+    assert "is more than this machine's" in out  # the summary's warning row (this machine has less than 100G)
+    assert [line for line in err if "warning" in line] == [f"dedup: warning: {line.split('warning  ')[1]}"
+                                                          for line in out.splitlines() if "warning  " in line]
+
+
+def test_the_python_dedup_warns_of_a_budget_beyond_the_machine(tmp_path):
+    corpus = formatted_corpus(tmp_path / "c1", [DOCUMENT])
+    with pytest.warns(BertprepWarning, match=r"--memory 100G is more than this machine's"):
+        summary = bertprep.dedup(input=(str(corpus),), out=str(tmp_path / "out"), memory="100G",
+                                 engine=bertprep.EngineOptions(workers=1))
+    assert summary["kept"] == 1
+
+
+def test_a_chunk_is_never_larger_than_its_part_can_hold():
+    assert dedup_module.chunk_documents(1 << 40, 128, 9, part_bytes=100) <= 100 // 12 + 1
+    assert dedup_module.chunk_documents(1 << 20, 128, 9, part_bytes=1 << 40) == dedup_module.chunk_documents(
+        1 << 20, 128, 9)  # a big part: --memory decides, as before
+
+
+def test_a_budget_within_the_machine_gives_no_warning():
+    options = bertprep.DedupOptions(input=("x.jsonl",), memory="64M")
+    assert dedup_module.settings_warnings(options, machine_bytes=1 << 30) == []
+    assert dedup_module.settings_warnings(options, machine_bytes=None) == []  # unknown: nothing to say
+
+
+# -- 2. an empty input is no input ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stage, fields", [
+    ("tokenize", {"input": ()}), ("create", {"input": []}), ("shard", {"input": ()}),
+    ("dedup", {"input": ()}), ("dedup", {"corpus": ()}), ("create", {"input": ("x.txt",), "format": ()}),
+])
+def test_an_empty_list_is_refused_not_taken_for_the_default(tmp_path, stage, fields):
+    name = next(iter(fields)) if stage != "create" or "format" not in fields else "format"
+    options = f"{''.join(p.capitalize() for p in stage.split('_'))}Options"
+    with pytest.raises(UsageError, match=rf"^{options}\.{name} is empty: give at least one value"):
+        getattr(bertprep, stage)(**fields, out=str(tmp_path / "out"), vocab=sample_paths()[1]) \
+            if stage in ("tokenize", "create") else getattr(bertprep, stage)(**fields, out=str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
+
+
+def test_tokenize_of_no_input_still_takes_the_sample_corpus(tmp_path):
+    summary = bertprep.tokenize(out=str(tmp_path / "out"), workdir=str(tmp_path / "work"))
+    assert summary["shards"] > 0  # None is "not given": the documented default
+
+
+# -- 3. an output folder's earlier or foreign files -----------------------------------------------------------
+
+
+def documents(count):
+    return [f"document {i} says {DOCUMENT}. It has a second sentence, number {i}." for i in range(count)]
+
+
+def sample_shards(tmp_path, count):
+    """A copy of the sample corpus with its first `count` training shards and no test split."""
+    corpus = tmp_path / f"shards{count}" / "sample_corpus"
+    (corpus / "training").mkdir(parents=True)
+    for path in sorted(Path(sample_paths()[0], "training").iterdir())[:count]:
+        shutil.copy(path, corpus / "training")
+    return corpus
+
+
+def test_a_tokenize_rerun_with_fewer_shards_names_the_files_it_removed(tmp_path, megatron_indexed):
+    vocab, out = sample_paths()[1], str(tmp_path / "tok")
+    bertprep.tokenize(input=(str(sample_shards(tmp_path, 3)),), vocab=vocab, out=out)
+    with pytest.warns(BertprepWarning, match=r"removed 4 file\(s\) of an earlier run that this run does not write: "
+                                             r"training/sample_corpus_training_1_text_sentence\.bin"):
+        summary = bertprep.tokenize(input=(str(sample_shards(tmp_path, 1)),), vocab=vocab, out=out)
+    prefixes = (tmp_path / "tok" / "sample_corpus" / "data-path.txt").read_text().split()[1::2]
+    assert [p.rsplit("/", 1)[1] for p in prefixes] == ["sample_corpus_training_0_text_sentence"]
+    assert sorted(p.name for p in (tmp_path / "tok" / "sample_corpus" / "training").iterdir()) == [
+        "sample_corpus_training_0_text_sentence.bin", "sample_corpus_training_0_text_sentence.idx"]
+    assert len(megatron_indexed.IndexedDataset(prefixes[0])) == summary["counts"]["training"]["sequences"]
+
+
+@pytest.mark.filterwarnings("ignore:.*no test split:bertprep.errors.BertprepWarning")
+def test_a_create_rerun_with_fewer_shards_warns_as_well(tmp_path):
+    vocab, out = sample_paths()[1], str(tmp_path / "records")
+    fields = {"vocab": vocab, "out": out, "seq": 32, "pred": 5, "dupe_factor": 1, "min_parts": 1,
+              "format": "tfrecord"}
+    bertprep.create(input=(str(sample_shards(tmp_path, 2)),), **fields)
+    with pytest.warns(BertprepWarning, match=r"removed 1 file\(s\) of an earlier run that this run does not write: "
+                                             r"tfrecord/training/sample_corpus_training_1\.tfrecord"):
+        bertprep.create(input=(str(sample_shards(tmp_path, 1)),), **fields)
+
+
+def test_a_shard_rerun_into_fewer_shards_names_the_shards_it_removed(tmp_path, capsys):
+    corpus = formatted_corpus(tmp_path / "c1", documents(12))
+    argv = ["shard", "--input", str(corpus), "--out", str(tmp_path / "sharded"), "--test-fraction", "0",
+            "--workers", "1", "--test-shards", "1"]
+    assert cli_lines(capsys, [*argv, "--train-shards", "4", "--quiet"])[0] == 0
+    code, out, _err = cli_lines(capsys, [*argv, "--train-shards", "2"])
+    assert code == 0 and "removed 2 file(s) of an earlier run that this run does not write: " \
+                         "training/c1_training_2.txt, training/c1_training_3.txt" in out
+    assert sorted(p.name for p in (tmp_path / "sharded" / "training").iterdir()) == ["c1_training_0.txt",
+                                                                                     "c1_training_1.txt"]
+
+
+def test_dedup_refuses_an_output_corpus_folder_holding_a_foreign_part(tmp_path, capsys):
+    corpus = formatted_corpus(tmp_path / "c1", [DOCUMENT])
+    stray = tmp_path / "out" / "c1" / "other.jsonl"
+    stray.parent.mkdir(parents=True)
+    stray.write_text(json.dumps({"text": "a document of another corpus"}) + "\n")
+    line = cli_error(capsys, ["dedup", "--input", str(corpus), "--out", str(tmp_path / "out")], 2)
+    assert f"{stray} is no part of this run nor of an earlier dedup into it" in line
+    assert sorted(p.name for p in stray.parent.iterdir()) == ["other.jsonl"]  # nothing written
+
+
+def test_dedup_removes_an_earlier_dedups_parts_and_says_so(tmp_path):
+    out = str(tmp_path / "out")
+    bertprep.dedup(input=(str(formatted_corpus(tmp_path / "a" / "c1", [DOCUMENT], part="old")),), out=out)
+    with pytest.warns(BertprepWarning, match=r"removed 1 file\(s\) of an earlier run .*: c1/old\.jsonl"):
+        bertprep.dedup(input=(str(formatted_corpus(tmp_path / "b" / "c1", [DOCUMENT], part="new")),), out=out)
+    assert sorted(p.name for p in (tmp_path / "out" / "c1").iterdir()) == ["manifest.json", "new.jsonl"]
+
+
+def test_shard_refuses_a_part_its_corpus_manifest_does_not_list(tmp_path, capsys):
+    deduped = tmp_path / "out"
+    bertprep.dedup(input=(str(formatted_corpus(tmp_path / "c1", [DOCUMENT])),), out=str(deduped))
+    (deduped / "c1" / "other.jsonl").write_text(json.dumps({"text": "not deduplicated"}) + "\n")
+    line = cli_error(capsys, ["shard", "--input", str(deduped / "c1"), "--out", str(tmp_path / "sh")], 1)
+    assert line.endswith(f"{deduped}/c1/other.jsonl: not listed in {deduped}/c1/manifest.json (a file of another "
+                         "run or corpus?): shard would read it with the files listed; remove it, or give the files "
+                         "you mean")
+
+
+@pytest.mark.parametrize("stage", ["tokenize", "create"])
+def test_tokenize_and_create_refuse_a_shard_the_shard_manifest_does_not_list(tmp_path, capsys, stage):
+    corpus = formatted_corpus(tmp_path / "c1", documents(12))
+    sharded = tmp_path / "sharded"
+    bertprep.shard(input=(str(corpus),), out=str(sharded), train_shards=2, test_shards=1)
+    shutil.copy(sharded / "training" / "c1_training_0.txt", sharded / "training" / "other_training_0.txt")
+    line = cli_error(capsys, [stage, "--input", str(sharded), "--vocab", sample_paths()[1], "--out",
+                              str(tmp_path / "out")], 1)
+    assert f"{sharded}/training/other_training_0.txt: not listed in {sharded}/manifest.json" in line
+
+
+# -- 6. a list file a third-party tool splits on whitespace ----------------------------------------------------
+
+
+@pytest.mark.parametrize("out_name, shard_name, named", [("my out", "s_training_0.txt", "--out {out}"),
+                                                         ("out", "my shard.txt", "the input {shard}")])
+def test_tokenize_refuses_a_megatron_prefix_with_whitespace_naming_where_it_comes_from(tmp_path, capsys, out_name,
+                                                                                       shard_name, named):
+    shard = tmp_path / "corpus" / "training" / shard_name
+    shard.parent.mkdir(parents=True)
+    shutil.copy(Path(sample_paths()[0], "training", "sample_corpus_training_0.txt"), shard)
+    out = tmp_path / out_name
+    line = cli_error(capsys, ["tokenize", "--input", str(tmp_path / "corpus"), "--vocab", sample_paths()[1],
+                              "--out", str(out)], 2)
+    assert line.startswith(f"bertprep tokenize: error: {named.format(out=out, shard=shard)}: the Megatron prefix ")
+    assert "data-path.txt is read as words (--data-path $(cat data-path.txt))" in line
+    assert not out.exists() or not any(out.rglob("*.bin"))
+
+
+def test_the_data_path_of_an_ordinary_path_is_what_megatron_takes(tmp_path, megatron_indexed):
+    from megatron.core.datasets.utils import get_blend_from_list
+
+    bertprep.tokenize(input=(str(sample_shards(tmp_path, 2)),), vocab=sample_paths()[1], out=str(tmp_path / "o"))
+    words = (tmp_path / "o" / "sample_corpus" / "data-path.txt").read_text().split()  # as $(cat ...) splits it
+    prefixes, weights = get_blend_from_list(words)
+    assert [len(megatron_indexed.IndexedDataset(p)) > 0 for p in prefixes] == [True, True] and len(weights) == 2
+
+
+# -- 7. exit 0 on what is not fine ----------------------------------------------------------------------------
+
+
+def test_dedup_warns_that_one_band_finds_no_near_duplicates(tmp_path, capsys):
+    corpus = formatted_corpus(tmp_path / "c1", [DOCUMENT, DOCUMENT.replace("sunny", "rainy")])
+    code, out, err = cli_lines(capsys, ["dedup", "--input", str(corpus), "--out", str(tmp_path / "out"),
+                                        "--bands", "1", "--workers", "1"])
+    assert code == 0 and "dedup: warning: --bands 1 (128 MinHash values a band) makes a pair of Jaccard 0.90 a " \
+                         "candidate with a chance of 1.4e-06: most near duplicates will not be found" in err[0]
+    assert "0 near" in out  # what the warning foretold
+    options = bertprep.DedupOptions(input=("x.jsonl",))
+    assert dedup_module.settings_warnings(options, None) == []  # the default bands: found 93 times in 100 at 0.9
+    assert dedup_module.settings_warnings(bertprep.DedupOptions(input=("x.jsonl",), bands=1, near=False), None) == []
+
+
+def test_validate_says_skipped_for_the_checks_it_had_nothing_to_check_against(golden_dir, tmp_path, capsys):
+    records = shutil.copy(golden_dir / "G1.tfrecord", tmp_path / "g1.tfrecord")  # no manifest beside it
+    code, out, _err = cli_lines(capsys, ["validate", str(records)])
+    rows = {line.split()[1]: line.split()[0] for line in out.splitlines() if line.startswith("  ") and
+            len(line.split()) > 2 and line.split()[0] in ("ok", "skipped", "FAILED")}
+    assert code == 0 and rows["vocab"] == "skipped" and rows["manifest"] == "skipped" and rows["cls"] == "ok"
+    assert "  skipped vocab                  no vocab size (no manifest, no --vocab)" in out
+    report = bertprep.validate(paths=(str(records),), vocab=str(golden_dir / "vocab.txt"))
+    assert report["checks"]["vocab"]["status"] == "ok" and report["checks"]["manifest"]["status"] == "skipped"
+
+
+def test_a_resumed_tokenize_says_what_it_trusted(tmp_path, capsys):
+    argv = ["tokenize", "--input", str(sample_shards(tmp_path, 1)), "--vocab", sample_paths()[1], "--out",
+            str(tmp_path / "tok")]
+    assert cli_lines(capsys, [*argv, "--quiet"])[0] == 0
+    code, _out, err = cli_lines(capsys, argv)
+    assert code == 0 and "tokenize: resuming: 1 of 1 shards already complete (same input sha256 and settings, " \
+                         "output files of the recorded size; `bertprep validate` checks their bytes)" in err
+
+
+@pytest.mark.parametrize("flag", ["-n", "--skip"])
+def test_inspect_refuses_a_negative_count(tmp_path, capsys, flag):
+    bertprep.tokenize(input=(str(sample_shards(tmp_path, 1)),), vocab=sample_paths()[1], out=str(tmp_path / "t"))
+    idx = next((tmp_path / "t").rglob("*.idx"))
+    line = cli_error(capsys, ["inspect", flag, "-1", str(idx)], 2)
+    assert line.endswith("--num and --skip must be at least 0, not -1")
+
+
+@pytest.mark.parametrize("value", ["yes", "", 1, None])
+def test_the_python_stages_refuse_a_quiet_that_is_no_bool(tmp_path, value):
+    with pytest.raises(UsageError, match=rf"^bertprep.tokenize: quiet must be True or False, got "
+                                         rf"{type(value).__name__} "):
+        bertprep.tokenize(input=("x.txt",), out=str(tmp_path / "out"), quiet=value)
+    assert not (tmp_path / "out").exists()
+
+
+# -- 8. messages that say what to fix -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stage", ["inspect", "validate"])
+def test_a_bin_without_its_idx_is_named_as_such(tmp_path, capsys, stage):
+    bertprep.tokenize(input=(str(sample_shards(tmp_path, 1)),), vocab=sample_paths()[1], out=str(tmp_path / "t"))
+    idx = next((tmp_path / "t").rglob("*.idx"))
+    idx.unlink()
+    binary = idx.with_suffix(".bin")
+    line = cli_error(capsys, [stage, str(binary)], 1)
+    assert line == f"bertprep {stage}: error: {binary}: its index {idx} is missing: a Megatron indexed dataset " \
+                   "is a .bin and its .idx (rerun `bertprep tokenize`)"
+
+
+def test_inspect_and_validate_take_the_prefixes_data_path_txt_lists(tmp_path, megatron_indexed):
+    bertprep.tokenize(input=(str(sample_shards(tmp_path, 1)),), vocab=sample_paths()[1], out=str(tmp_path / "t"))
+    prefix = (tmp_path / "t" / "sample_corpus" / "data-path.txt").read_text().split()[1]
+    shown = bertprep.inspect(file=prefix, num=2)
+    dataset = megatron_indexed.IndexedDataset(prefix)  # held while its arrays are read: they map its files
+    assert shown["kind"] == "sequences" and [r["ids"] for r in shown["records"]] == [
+        dataset[i].tolist() for i in range(2)]
+    assert bertprep.validate(paths=(prefix,)).sound
+
+
+def test_a_record_file_named_bin_is_still_records(golden_dir, tmp_path):
+    records = shutil.copy(golden_dir / "G2.tfrecord", tmp_path / "records.bin")
+    assert bertprep.inspect(file=str(records), num=1)["kind"] == "pretraining"
+
+
+# -- 4. the case flag against the vocab -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stage", ["tokenize", "create"])
+def test_no_lower_case_with_an_uncased_vocab_is_a_warning_naming_both(golden_dir, tmp_path, capsys, stage):
+    vocab = str(golden_dir / "vocab.txt")  # BERT's uncased vocab
+    code, out, err = cli_lines(capsys, [stage, "--input", str(sample_shards(tmp_path, 1)), "--vocab", vocab,
+                                        "--out", str(tmp_path / "out"), "--no-lower-case", "--min-parts", "1"]
+                               if stage == "create" else
+                               [stage, "--input", str(sample_shards(tmp_path, 1)), "--vocab", vocab,
+                                "--out", str(tmp_path / "out"), "--no-lower-case"])
+    expected = (f"--no-lower-case with the uncased vocab {vocab} (no token holds a capital letter): every "
+                "capitalised word becomes [UNK]; leave out --no-lower-case")
+    assert code == 0 and f"{stage}: warning: {expected}" in err
+    assert any(line.split()[0] == "warning" and line.endswith(expected) for line in out.splitlines() if line.strip())
+
+
+def test_the_case_check_passes_agreeing_flags(golden_dir):
+    from bertprep.text_inputs import casing_warning
+    from bertprep.tokenization import load_vocab
+
+    uncased = load_vocab(str(golden_dir / "vocab.txt"))
+    assert casing_warning(uncased, True) is None and casing_warning(uncased, False) is not None
