@@ -85,7 +85,7 @@ def test_the_export_holds_what_save_pretrained_writes_and_a_model_card(uncased):
                                       "tokenizer.json", "tokenizer_config.json", "vocab.txt"]
     config = json.loads((hf / "tokenizer_config.json").read_text())
     assert (config["tokenizer_class"], config["do_lower_case"], config["model_max_length"]) == \
-        ("BertTokenizer", True, json.loads((hf / "config.json").read_text())["max_position_embeddings"])
+        ("PreTrainedTokenizerFast", True, json.loads((hf / "config.json").read_text())["max_position_embeddings"])
     card = (hf / "README.md").read_text()
     front = card.split("---\n")[1]
     assert "library_name: transformers\n" in front and "pipeline_tag: fill-mask\n" in front and "- bert\n" in front
@@ -108,6 +108,30 @@ def test_autotokenizer_gives_the_ids_bertprep_create_gave(which, request, held_o
     assert not differing, differing[:3]
     if which == "cased":  # a capital kept: the cased vocab's ids differ from the lower-cased text's
         assert tokenizer("The")["input_ids"] != tokenizer("the")["input_ids"]
+
+
+# Words around the limits: transformers' own WordPiece default (100 characters), the reference's and ours (200).
+LONG_WORDS = [("international" * 16)[:length] for length in (100, 101, 150, 200, 201)]
+
+
+@pytest.mark.parametrize("use_fast", [True, False])
+def test_autotokenizer_splits_words_of_up_to_200_characters_as_create_does(uncased, use_fast):
+    """transformers 5's BertTokenizer rebuilds its WordPiece from vocab.txt with a limit of 100 characters a
+    word: a word of 101-200 characters, which `create` splits, was [UNK]. The export loads as written (use_fast
+    False gives the same class in transformers 5: there is no slow tokenizer to ask for); the same words in a
+    sentence pair keep BERT's segment ids."""
+    from transformers import AutoTokenizer
+
+    hf = uncased[1]
+    tokenizer = AutoTokenizer.from_pretrained(str(hf), use_fast=use_fast)
+    vocab = load_vocab(str(hf / "vocab.txt"))
+    tokens, counts = LineTokenizer(vocab, lower_case=True).encode(LONG_WORDS)
+    expected = [list(ids) for ids in np.split(tokens, np.cumsum(counts)[:-1])]
+    unknown = vocab.id_of("[UNK]")
+    assert [ids == [unknown] for ids in expected] == [False, False, False, False, True]  # ours: up to 200
+    assert tokenizer(LONG_WORDS, add_special_tokens=False)["input_ids"] == expected
+    pair = tokenizer("the city", LONG_WORDS[2])
+    assert pair["token_type_ids"] == [0] * 4 + [1] * (len(expected[2]) + 1)
 
 
 def test_a_long_input_is_truncated_by_the_tokenizer_not_the_model(uncased):

@@ -27,6 +27,13 @@ from bertprep.errors import BertprepError, UsageError
 CONFIG = "tokenizer_config.json"
 SPECIAL = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
            "mask_token": "[MASK]"}
+# The class AutoTokenizer builds for an export. Not "BertTokenizer": transformers 5's rebuilds its WordPiece from
+# vocab.txt with its default limit of 100 characters a word and reads no setting that raises it (neither
+# tokenizer_config.json's nor tokenizer.json's), so a word of 101-200 characters, which bertprep and the reference
+# split, became [UNK]. PreTrainedTokenizerFast (transformers 4 and 5) loads tokenizer.json as written, limit
+# included; its default inputs leave out token_type_ids, which a BERT's sentence pairs need.
+HF_CONFIG = {"tokenizer_class": "PreTrainedTokenizerFast",
+             "model_input_names": ["input_ids", "token_type_ids", "attention_mask"]}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,7 +170,7 @@ def _padded(found, size, notes):
 
 def write_hf_files(tokenizer, directory, max_length):
     """vocab.txt, tokenizer.json, tokenizer_config.json and special_tokens_map.json into `directory`, as
-    `BertTokenizerFast.save_pretrained` writes them."""
+    `save_pretrained` writes them, for AutoTokenizer to load tokenizer.json as it is (HF_CONFIG)."""
     from tokenizers import decoders, processors
 
     from bertprep.errors import DataError
@@ -184,9 +191,8 @@ def write_hf_files(tokenizer, directory, max_length):
         special_tokens=[("[CLS]", vocab.id_of("[CLS]")), ("[SEP]", vocab.id_of("[SEP]"))])
     fast.decoder = decoders.WordPiece(prefix="##")
     fast.save(os.path.join(directory, "tokenizer.json"))
-    config = {"tokenizer_class": "BertTokenizer", "do_lower_case": tokenizer.lower_case,
-              "tokenize_chinese_chars": True, "strip_accents": None, "model_max_length": max_length,
-              "clean_up_tokenization_spaces": True, **SPECIAL}
+    config = dict(HF_CONFIG, do_lower_case=tokenizer.lower_case, tokenize_chinese_chars=True, strip_accents=None,
+                  model_max_length=max_length, clean_up_tokenization_spaces=True, **SPECIAL)
     _write_json(os.path.join(directory, CONFIG), config)
     _write_json(os.path.join(directory, "special_tokens_map.json"), SPECIAL)
 
