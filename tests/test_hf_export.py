@@ -85,7 +85,7 @@ def test_the_export_holds_what_save_pretrained_writes_and_a_model_card(uncased):
                                       "tokenizer.json", "tokenizer_config.json", "vocab.txt"]
     config = json.loads((hf / "tokenizer_config.json").read_text())
     assert (config["tokenizer_class"], config["do_lower_case"], config["model_max_length"]) == \
-        ("BertTokenizer", True, json.loads((hf / "config.json").read_text())["max_position_embeddings"])
+        ("PreTrainedTokenizerFast", True, json.loads((hf / "config.json").read_text())["max_position_embeddings"])
     card = (hf / "README.md").read_text()
     front = card.split("---\n")[1]
     assert "library_name: transformers\n" in front and "pipeline_tag: fill-mask\n" in front and "- bert\n" in front
@@ -108,6 +108,30 @@ def test_autotokenizer_gives_the_ids_bertprep_create_gave(which, request, held_o
     assert not differing, differing[:3]
     if which == "cased":  # a capital kept: the cased vocab's ids differ from the lower-cased text's
         assert tokenizer("The")["input_ids"] != tokenizer("the")["input_ids"]
+
+
+# Words around the limits: transformers' own WordPiece default (100 characters), the reference's and ours (200).
+LONG_WORDS = [("international" * 16)[:length] for length in (100, 101, 150, 200, 201)]
+
+
+@pytest.mark.parametrize("use_fast", [True, False])
+def test_autotokenizer_splits_words_of_up_to_200_characters_as_create_does(uncased, use_fast):
+    """transformers 5's BertTokenizer rebuilds its WordPiece from vocab.txt with a limit of 100 characters a
+    word: a word of 101-200 characters, which `create` splits, was [UNK]. The export loads as written (use_fast
+    False gives the same class in transformers 5: there is no slow tokenizer to ask for); the same words in a
+    sentence pair keep BERT's segment ids."""
+    from transformers import AutoTokenizer
+
+    hf = uncased[1]
+    tokenizer = AutoTokenizer.from_pretrained(str(hf), use_fast=use_fast)
+    vocab = load_vocab(str(hf / "vocab.txt"))
+    tokens, counts = LineTokenizer(vocab, lower_case=True).encode(LONG_WORDS)
+    expected = [list(ids) for ids in np.split(tokens, np.cumsum(counts)[:-1])]
+    unknown = vocab.id_of("[UNK]")
+    assert [ids == [unknown] for ids in expected] == [False, False, False, False, True]  # ours: up to 200
+    assert tokenizer(LONG_WORDS, add_special_tokens=False)["input_ids"] == expected
+    pair = tokenizer("the city", LONG_WORDS[2])
+    assert pair["token_type_ids"] == [0] * 4 + [1] * (len(expected[2]) + 1)
 
 
 def test_a_long_input_is_truncated_by_the_tokenizer_not_the_model(uncased):
@@ -216,3 +240,104 @@ def test_a_bucket_run_and_a_fine_tune_from_it_carry_the_tokenizer_on(cased, shar
         "BertForSequenceClassification"]
     assert json.loads((tmp_path / "hf" / "tokenizer_config.json").read_text())["do_lower_case"] is False
     assert "pipeline_tag: text-classification" in (tmp_path / "hf" / "README.md").read_text()
+
+
+# ---------------------------------------------------------------- issue 57, class 4: what the checkpoint records
+
+
+def _step(checkpoint_dir):
+    (step,) = [p for p in checkpoint_dir.iterdir() if p.name.startswith("ckpt-")]
+    return step
+
+
+def test_an_export_keeps_to_the_vocab_and_casing_its_checkpoint_records(uncased, cased, golden_dir, tmp_path):
+    """--cased of an uncased checkpoint made every capitalised word [UNK]; --vocab replaced the vocab the model
+    was trained with. Both are refused naming what the checkpoint records; the same vocab and casing are taken."""
+    from transformers import AutoTokenizer
+
+    checkpoint_dir, step, out = uncased[0], _step(uncased[0]), tmp_path / "out"
+    assert convert_line(checkpoint_dir, out, "--to", "hf", "--cased") == (
+        2, f"trainer checkpoint: error: --cased: {step} was trained uncased (do_lower_case true in "
+           f"{step / 'tokenizer_config.json'}): leave the flag out")
+    assert convert_line(checkpoint_dir, out, "--to", "bertprep", "--cased")[0] == 2  # any kind it writes
+    assert convert_line(checkpoint_dir, out, "--to", "hf", "--vocab", cased[2]) == (
+        2, f"trainer checkpoint: error: --vocab {cased[2]}: not the vocab {step} was trained with "
+           f"({step / 'vocab.txt'}: line 1032 is '[', 'A' in --vocab): leave --vocab out")
+    assert not out.exists()
+    assert convert_line(checkpoint_dir, out, "--to", "hf", "--vocab", golden_dir / "vocab.txt", "--uncased") == (0, "")
+    tokenizer = AutoTokenizer.from_pretrained(str(out))
+    assert tokenizer("The City")["input_ids"] == tokenizer("the city")["input_ids"]
+
+
+def test_a_cased_tokenizer_over_a_vocab_without_capitals_is_refused_or_said(shared_dir, golden_dir, tmp_path):
+    """--cased with the uncased golden vocab is refused; a checkpoint that records it was trained so is exported
+    as it was trained (its ids are the model's), with a note naming both."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from trainer.checkpoint import convert
+
+    hf_tiny, vocab = shared_dir / "fixtures" / "checkpoints" / "hf_tiny", golden_dir / "vocab.txt"
+    assert convert_line(hf_tiny, tmp_path / "out", "--to", "hf", "--vocab", vocab, "--cased") == (
+        2, f"trainer checkpoint: error: --cased: {vocab} holds no capital letter, so a cased tokenizer makes every "
+           "capitalised word [UNK]: give --uncased, or the cased vocab")
+    src = tmp_path / "src"
+    shutil.copytree(hf_tiny, src)
+    shutil.copyfile(vocab, src / "vocab.txt")
+    (src / "tokenizer_config.json").write_text('{"do_lower_case": false}')
+    summary = convert(str(src), str(tmp_path / "hf"), "hf")
+    assert summary["lower_case"] is False and summary["notes"] == (
+        f"{src / 'model.safetensors'} was trained cased (do_lower_case false in {src / 'tokenizer_config.json'}), "
+        f"but {src / 'vocab.txt'} holds no capital letter, so a cased tokenizer makes every capitalised word [UNK]")
+    tokenizer = AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
+    assert tokenizer("The", add_special_tokens=False)["input_ids"] == [tokenizer.unk_token_id]
+
+
+def _records_line(argv, capsys, monkeypatch):
+    """`trainer ARGV`'s exit code and one stderr line; a trained step fails the test."""
+    import trainer.finetuning
+    import trainer.pretraining
+
+    def trained(*_args, **_kwargs):
+        raise AssertionError("a step was trained before the records were checked")
+
+    monkeypatch.setattr(trainer.finetuning, "train_loop", trained)
+    monkeypatch.setattr(trainer.pretraining, "train_loop", trained)
+    code = main([*map(str, argv), "--quiet"])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    return code, lines[0]
+
+
+def test_records_of_another_vocab_or_casing_than_the_checkpoint_are_refused(uncased, cased, shared_dir, golden_dir,
+                                                                           tmp_path, capsys, monkeypatch):
+    """create-glue's manifest and a pretraining manifest record the vocab and casing, a checkpoint its own:
+    fine-tuning MRPC records of the cased vocab from the uncased checkpoint (their ids are other tokens to it),
+    records made lower-cased from a checkpoint trained cased, or pretraining on from it with the cased records,
+    ends in one line naming both, before any step."""
+    import shutil
+
+    checkpoint_dir, step = uncased[0], _step(uncased[0])
+    mrpc = shared_dir / "fixtures" / "finetune" / "glue" / "MRPC"
+    for name, vocab, casing in (("cased", cased[2], ["--no-lower-case"]), ("uncased", golden_dir / "vocab.txt", [])):
+        assert bertprep_main(["create-glue", "--task", "mrpc", "--data-dir", str(mrpc), "--vocab", str(vocab),
+                              "--out", str(tmp_path / name), "--seq", "64", "--quiet", *casing]) == 0
+    finetune = ["finetune", "--task", "mrpc", "--format", "tfrecord", "--steps", "1", "--batch-size", "4",
+                "--output-dir", tmp_path / "out", "--init-checkpoint"]
+    assert _records_line([*finetune, checkpoint_dir, "--data", tmp_path / "cased"], capsys, monkeypatch) == (
+        2, f"trainer: error: {tmp_path / 'cased' / 'manifest.json'}: records made with the vocab {cased[2]}, {step} "
+           f"was trained with {step / 'vocab.txt'} (line 1032 is '[', 'A' in the records'): make the records "
+           "with its vocab")
+    trained_cased = tmp_path / "trained-cased"
+    shutil.copytree(step, trained_cased)
+    (trained_cased / "tokenizer_config.json").write_text('{"do_lower_case": false}')
+    assert _records_line([*finetune, trained_cased, "--data", tmp_path / "uncased"], capsys, monkeypatch) == (
+        2, f"trainer: error: {tmp_path / 'uncased' / 'manifest.json'}: records made uncased, {trained_cased} was "
+           f"trained cased (do_lower_case false in {trained_cased / 'tokenizer_config.json'}): make the records "
+           "with --no-lower-case")
+    records = next(p.parent for p in (cased[1].parent / "records").rglob("manifest.json"))
+    code, line = _records_line(["--format", "tfrecord", "--data", records, "--init-checkpoint", checkpoint_dir,
+                                "--steps", "1", "--batch-size", "4"], capsys, monkeypatch)
+    assert code == 2 and line.startswith(f"trainer: error: {records / 'manifest.json'}: records made with the vocab ")
+    assert f", {step} was trained with {step / 'vocab.txt'} (" in line

@@ -585,3 +585,84 @@ def test_a_release_whose_config_is_not_a_berts_is_not_kept(release_files, tmp_pa
     root = tmp_path / "w" / "download" / "pretrained"
     assert looks_complete(root) == ["manifest.json"] and not (root / RELEASE).exists()
     assert json.loads((root / "manifest.json").read_text())["files"] == {}
+
+
+# ---------------------------------------------------------------- issue 57 class 8: what to fix, and when
+
+
+@pytest.mark.parametrize("lost", ["state.json", "state.npz"])
+def test_a_checkpoint_that_lost_a_file_names_the_file(checkpoints, tmp_path, capsys, lost):
+    """A ckpt-<step>/ is renamed into place whole: one that lost a file was damaged since. Read as the run's
+    directory, as itself, or resumed, it is named with the file, not "expected a ckpt-<step>/" while that
+    directory is there, nor passed over for the one before."""
+    from bertprep.errors import DataError
+    from trainer import run_state
+
+    run = tmp_path / "run"
+    assert main(["checkpoint", "convert", str(checkpoints / "hf_tiny"), str(run / "ckpt-00000002"), "--to",
+                 "bertprep", "--quiet"]) == 0
+    shutil.copytree(run / "ckpt-00000002", run / "ckpt-00000001")
+    (run / "ckpt-00000002" / lost).unlink()
+    said = (f"{run / 'ckpt-00000002'}: incomplete checkpoint: no {lost} ({run_state.FILES[lost]}): restore it, or "
+            "remove that directory (the checkpoint before it, if any, is then the newest)")
+    for src in (run, run / "ckpt-00000002"):
+        assert _inspect_fails(capsys, src) == f"trainer checkpoint: error: {said}"
+    with pytest.raises(DataError) as raised:  # --resume
+        run_state.load_latest(str(run))
+    assert str(raised.value) == said
+    shutil.rmtree(run / "ckpt-00000002")
+    assert main(["checkpoint", "inspect", str(run), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["path"] == str(run / "ckpt-00000001")
+
+
+OUTPUTS = [  # flag, what is there already, what is said
+    ("--output-dir", "file", "is a file; name a directory"),
+    ("--checkpoint-dir", "file", "is a file; name a directory"),
+    ("--tensorboard-dir", "file", "is a file; name a directory"),
+    ("--checkpoint-dir", "under a file", "{file} is a file: nothing can be made under it"),
+    ("--log-json", "directory", "is a directory; name a file"),
+    ("--log-json", "no directory", "no directory {tmp}/nowhere"),
+]
+
+
+@pytest.mark.parametrize("command", ["finetune", "pretraining"])
+@pytest.mark.parametrize("flag,there,said", OUTPUTS, ids=[f"{f}-{t}" for f, t, _ in OUTPUTS])
+def test_an_output_that_cannot_be_written_is_refused_before_training(checkpoints, shared_dir, tmp_path, capsys,
+                                                                     monkeypatch, command, flag, there, said):
+    """Fine-tuning writes --output-dir and --checkpoint-dir after its last step: an output that cannot be made
+    failed only then. Every output of either run is checked first (a trained step here fails the test)."""
+    import trainer.finetuning
+    import trainer.pretraining
+
+    if command == "pretraining" and flag == "--output-dir":
+        pytest.skip("pretraining has no --output-dir")
+
+    def trained(*_args, **_kwargs):
+        raise AssertionError("a step was trained before the output was checked")
+
+    monkeypatch.setattr(trainer.finetuning, "train_loop", trained)
+    monkeypatch.setattr(trainer.pretraining, "train_loop", trained)
+    file = tmp_path / "taken"
+    file.write_text("not a directory")
+    (tmp_path / "logs").mkdir()
+    out = {"file": file, "under a file": file / "sub", "directory": tmp_path / "logs",
+           "no directory": tmp_path / "nowhere" / "log.jsonl"}[there]
+    argv = (["finetune", "--task", "mrpc", "--data", str(_mrpc(shared_dir, tmp_path / "mrpc")), "--format",
+             "tfrecord", "--init-checkpoint", str(checkpoints / "hf_tiny"), "--steps", "1", "--batch-size", "8"]
+            if command == "finetune" else ["--format", "ofrecord", "--model", "tiny", "--steps", "1", "--batch-size",
+                                           "4"])
+    assert main([*argv, flag, str(out), "--quiet"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"trainer: error: {flag} {out}: {said.format(file=file, tmp=tmp_path)}"]
+    assert file.read_text() == "not a directory"
+
+
+def test_checkpoint_runs_out_is_checked_before_the_model_runs(checkpoints, tmp_path, capsys, monkeypatch):
+    import trainer.checkpoint.run
+
+    monkeypatch.setattr(trainer.checkpoint.run, "outputs", lambda *a: pytest.fail("the model ran"))
+    (tmp_path / "o.npz").mkdir()
+    code = main(["checkpoint", "run", str(checkpoints / "hf_tiny"), "--inputs", str(checkpoints / "inputs.jsonl"),
+                 "--out", str(tmp_path / "o.npz")])
+    assert (code, capsys.readouterr().err.strip()) == (
+        2, f"trainer checkpoint: error: --out {tmp_path / 'o.npz'}: is a directory; name a file")

@@ -5,6 +5,7 @@ import, so argument and data errors are reported before any framework loads."""
 
 import dataclasses
 import math
+import os
 
 from bertprep import bert_config, storage
 from bertprep.errors import UsageError
@@ -180,6 +181,7 @@ class TrainConfig:
         _check_schedule(self.optimizer, self.clip_norm, self.steps, self.warmup, self.lr)
         _check_appendable(self)
         _check_outputs_apart(self, ("checkpoint_dir", "tensorboard_dir", "log_json"))
+        _check_output_places(self, ("checkpoint_dir", "tensorboard_dir"), ("log_json",))
 
     def check_backend(self, backend: str) -> None:
         """What needs JAX, against the backend Keras loaded (known only once it has)."""
@@ -208,6 +210,39 @@ def _check_outputs_apart(config, names):
     for name in names:
         if getattr(config, name) is not None:
             refuse_overlap(getattr(config, name), [config.data], what=f"--{name.replace('_', '-')}")
+
+
+def _check_output_places(config, directories, files):
+    """Every local output of the run where it can be made, checked when the config is built: fine-tuning writes
+    --output-dir and --checkpoint-dir only after its last step (issue 57: an --output-dir naming a file failed
+    after every step had been trained). A URL's is its store's to refuse, when the run reaches it."""
+    for name in (*directories, *files):
+        path = getattr(config, name)
+        if path is not None and not storage.is_url(path):
+            check_output_place(f"--{name.replace('_', '-')}", storage.local_path(path), name in directories)
+
+
+def check_output_place(flag, path, directory, makes_parents=None):
+    """A UsageError where the local `path` cannot be written: a file where a directory (`directory`) is to be,
+    or the reverse; under a file; a file whose directory is missing where its writer does not make it
+    (`makes_parents`, by default: a directory's does, --log-json's `open` does not); a place that is not
+    writable. Nothing is made: a run that fails before writing leaves nothing."""
+    shown, path = path, os.path.abspath(path)
+    if os.path.exists(path):
+        if os.path.isdir(path) != directory:
+            raise UsageError(f"{flag} {shown}: is a {'file' if directory else 'directory'}; name a "
+                             f"{'directory' if directory else 'file'}")
+        place = path
+    else:
+        place = os.path.dirname(path)
+        while not os.path.lexists(place):
+            place = os.path.dirname(place)
+        if not os.path.isdir(place):
+            raise UsageError(f"{flag} {shown}: {place} is a file: nothing can be made under it")
+        if not (directory if makes_parents is None else makes_parents) and place != os.path.dirname(path):
+            raise UsageError(f"{flag} {shown}: no directory {os.path.dirname(path)}")
+    if not os.access(place, os.W_OK):
+        raise UsageError(f"{flag} {shown}: {place} is not writable")
 
 
 @errors_name_fields
@@ -253,6 +288,7 @@ class FinetuneConfig:
         if self.output_dir is None:
             object.__setattr__(self, "output_dir", f"finetune-{self.task.lower()}")
         _check_outputs_apart(self, ("output_dir", "checkpoint_dir", "tensorboard_dir", "log_json"))
+        _check_output_places(self, ("output_dir", "checkpoint_dir", "tensorboard_dir"), ("log_json",))
 
 
 class _ShownAsTable:

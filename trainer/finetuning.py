@@ -88,6 +88,9 @@ def finetune(config: FinetuneConfig) -> FinetuneSummary:
     # The vocab and casing --init-checkpoint carries (any kind, a URL's too), for the fine-tuned checkpoint
     # where the task's records name none; the on-the-fly sample checkpoint's is not the task records' vocab.
     initial_tokenizer = tokenizer.of_checkpoint(initial) if config.init_checkpoint else None
+    if config.init_checkpoint and isinstance(data.manifest.get("vocab"), dict):  # what the records were made with
+        tokenizer.check_records(initial, [(Folder(data.data_dir).display("manifest.json"), data.manifest["vocab"],
+                                           data.manifest.get("lower_case"))])
     del initial  # its weights are in `weights`, in our layout
     if config.model and size_of(bert) != SIZES[config.model]:
         raise UsageError(f"--model {config.model}: the checkpoint {checkpoint_path} holds L{bert.num_hidden_layers}/"

@@ -337,6 +337,10 @@ def train(config: TrainConfig, step_times: list[float] | None = None,
             print(f"trainer: no --data: training on the embedded sample records in {data_dir}", file=sys.stderr)
     records = Records(data_dir, config.format)
     initial = read_initial_checkpoint(config) if config.init_checkpoint else None
+    if initial is not None:  # records of another vocab or casing than the checkpoint's: refused, before training
+        from trainer.checkpoint.tokenizer import check_records
+
+        check_records(initial, records.vocabs)
     bert = model_config(config, records, initial)
     check_records_fit(bert, records, data_dir)
     gemm_kernels.apply(config.gemm)  # an XLA flag: before JAX's GPU backend starts

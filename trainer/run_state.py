@@ -23,6 +23,8 @@ from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
 
 _NAME = re.compile(r"^ckpt-(\d+)$")
+# What a checkpoint directory holds: what a message names when one is missing.
+FILES = {"state.json": "the step and the model's config", "state.npz": "the weights"}
 
 
 def list_checkpoints(directory):
@@ -38,6 +40,29 @@ def list_checkpoints(directory):
         if match and _complete(folder.folder(name)):
             found.append((int(match.group(1)), folder.path(name)))
     return sorted(found)
+
+
+def check_whole(directory):
+    """A DataError naming the missing file where the newest ckpt-<step>/ of the local `directory` (or `directory`
+    itself, a ckpt-<step>/) holds one of state.json and state.npz but not the other. atomic_dir renames a
+    checkpoint into place whole, so one without both was damaged afterwards: reading the one before, or starting
+    afresh, would be silent, and "no checkpoint" untrue. A URL's is left out: an upload cut short has no
+    COMPLETE object and is not listed."""
+    folder = Folder(directory)
+    if not folder.renames or not folder.isdir():
+        return
+    if _NAME.match(os.path.basename(os.path.normpath(folder.root))):
+        newest = folder
+    else:
+        steps = sorted((int(m.group(1)), name) for name in folder.listdir() if (m := _NAME.match(name)))
+        if not steps or not folder.isdir(steps[-1][1]):
+            return
+        newest = folder.folder(steps[-1][1])
+    missing = [name for name in FILES if not newest.isfile(name)]
+    if len(missing) == 1:  # neither: not this trainer's (another tool's ckpt-1/, an export so named)
+        name, holds = missing[0], FILES[missing[0]]
+        raise DataError(f"{newest}: incomplete checkpoint: no {name} ({holds}): restore it, or remove "
+                        "that directory (the checkpoint before it, if any, is then the newest)")
 
 
 def _complete(checkpoint):
@@ -64,6 +89,7 @@ def save(directory, step, arrays, state, keep, files=None):
 
 def load_latest(directory):
     """(arrays, state) of the newest checkpoint, or None when there is none."""
+    check_whole(directory)
     checkpoints = list_checkpoints(directory)
     if not checkpoints:
         return None

@@ -48,7 +48,7 @@ def read(path):
 
     checkpoint = sniff(path).read(path)
     directory = checkpoint.path if os.path.isdir(checkpoint.path) else os.path.dirname(checkpoint.path)
-    checkpoint.lower_case = casing_beside(directory)
+    checkpoint.lower_case, checkpoint.casing_source = casing_beside(directory)
     return checkpoint
 
 
@@ -77,6 +77,7 @@ def _read_copy(url):
             raise type(exc)(str(exc).replace(local, shown)) from None
     checkpoint.path = checkpoint.path.replace(local, shown)
     checkpoint.vocab = checkpoint.vocab and checkpoint.vocab.replace(local, shown)
+    checkpoint.casing_source = checkpoint.casing_source and checkpoint.casing_source.replace(local, shown)
     checkpoint.notes = [note.replace(local, shown) for note in checkpoint.notes]
     return checkpoint
 
@@ -111,7 +112,7 @@ def convert(src, out, to, vocab=None, cased=None):
     into the new directory `out`, whole or not at all (with the checkpoint's vocab.txt where it has one, or
     `vocab`); return the summary `trainer checkpoint convert --json` prints. `to='hf'` writes the tokenizer
     too (trainer/checkpoint/tokenizer.py) and a model card, and is refused where no vocab is known;
-    `cased` (True/False) overrides the casing the checkpoint or its vocab says."""
+    `cased` (True/False) gives the casing where the checkpoint records none (tokenizer.for_export)."""
     from trainer.checkpoint import google, hf, model_card, ours, task_heads, tokenizer
 
     if to not in WRITERS:
@@ -122,7 +123,7 @@ def convert(src, out, to, vocab=None, cased=None):
         raise UsageError(f"{target}: exists; convert writes a new directory")
     checkpoint = read(src)
     task_heads.check_writable(checkpoint, to)
-    carried = (tokenizer.for_export(checkpoint, vocab, cased) if to == "hf" or vocab is not None
+    carried = (tokenizer.for_export(checkpoint, vocab, cased) if to == "hf" or vocab is not None or cased is not None
                else tokenizer.of_checkpoint(checkpoint))
     state = model_card.run_state_of(checkpoint)
     summary = {"from": checkpoint.kind, "source": checkpoint.path, "to": to, "out": str(target),

@@ -22,6 +22,7 @@ class Checkpoint:
     has_pooler: bool = True  # False: a BertModel saved without one (add_pooling_layer=False)
     notes: list = dataclasses.field(default_factory=list)
     lower_case: bool | None = None  # its tokenizer's casing where known (tokenizer.casing_beside)
+    casing_source: str | None = None  # what says so, for a message that names it
     task_head: object = None  # a fine-tune's task_heads.TaskHead; its weights are in `weights`, Google's names
 
     def ours(self):

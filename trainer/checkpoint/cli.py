@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 
+from bertprep import storage
 from bertprep.atomic import atomic_open
 from bertprep.errors import run_reporting_errors
 from bertprep.progress import QUIET_HELP, print_summary, readable_rows
@@ -98,7 +99,10 @@ def _convert(args):
 def _run(args):
     from trainer.checkpoint import read
     from trainer.checkpoint.run import outputs, read_inputs
+    from trainer.config import check_output_place
 
+    if not storage.is_url(args.out):  # before the model runs, not after
+        check_output_place("--out", storage.local_path(args.out), directory=False, makes_parents=True)
     inputs = read_inputs(args.inputs)
     checkpoint = read(args.src)
     arrays = outputs(checkpoint, inputs, args.batch_size)

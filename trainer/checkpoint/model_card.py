@@ -50,7 +50,10 @@ def write(directory, name, checkpoint, tokenizer, architecture, state):
         f"WordPiece over `vocab.txt` ({len(tokenizer.tokens()):,} tokens, sha256 `{tokenizer.sha256}`, from "
         f"`{tokenizer.source}`), {'lower-cased' if tokenizer.lower_case else 'cased'} as google-research/bert's "
         f"FullTokenizer with do_lower_case={tokenizer.lower_case}; inputs longer than "
-        f"{config.max_position_embeddings} tokens are truncated with `truncation=True`.",
+        f"{config.max_position_embeddings} tokens are truncated with `truncation=True`. Load it with "
+        "`AutoTokenizer`, which reads `tokenizer.json` as written: `BertTokenizer.from_pretrained` rebuilds it from "
+        "`vocab.txt` and makes a word of 101-200 characters `[UNK]`, which this tokenizer splits as the reference "
+        "does.",
     ]
     settings = state.get("settings") or {}
     if settings:

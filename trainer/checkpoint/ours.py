@@ -22,6 +22,7 @@ _VARIABLE_NAME = re.compile(r"^model/(?:trainable|non_trainable)/\d+/(.+)$")
 
 
 def _directory(path):
+    run_state.check_whole(path)  # a ckpt-<step>/ that lost a file: named, not taken for no checkpoint
     if os.path.isfile(os.path.join(path, "state.npz")):
         return path
     found = run_state.list_checkpoints(path)

@@ -27,6 +27,13 @@ from bertprep.errors import BertprepError, UsageError
 CONFIG = "tokenizer_config.json"
 SPECIAL = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
            "mask_token": "[MASK]"}
+# The class AutoTokenizer builds for an export. Not "BertTokenizer": transformers 5's rebuilds its WordPiece from
+# vocab.txt with its default limit of 100 characters a word and reads no setting that raises it (neither
+# tokenizer_config.json's nor tokenizer.json's), so a word of 101-200 characters, which bertprep and the reference
+# split, became [UNK]. PreTrainedTokenizerFast (transformers 4 and 5) loads tokenizer.json as written, limit
+# included; its default inputs leave out token_type_ids, which a BERT's sentence pairs need.
+HF_CONFIG = {"tokenizer_class": "PreTrainedTokenizerFast",
+             "model_input_names": ["input_ids", "token_type_ids", "attention_mask"]}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,30 +89,56 @@ def of_checkpoint(checkpoint):
     return RunTokenizer(data, lower_case, checkpoint.vocab)
 
 
+def check_records(checkpoint, named):
+    """A UsageError where records (`named`: [(manifest, its "vocab" entry, its lower_case)], as of_records takes)
+    were made with another vocab or casing than `checkpoint` (an --init-checkpoint) records: their ids would
+    be other tokens to the model, or the capitalised words [UNK]."""
+    carried = of_checkpoint(checkpoint)
+    for source, entry, lower_case in named:
+        if carried is not None and entry.get("sha256") != carried.sha256:
+            tokens = _records_tokens(entry)
+            if tokens is None or not same_vocab(carried.tokens(), tokens):
+                shown = (_differ(carried.tokens(), tokens, "the records'") if tokens is not None
+                         else f"sha256 {carried.sha256}, the records' {entry.get('sha256')}")
+                raise UsageError(f"{source}: records made with the vocab {entry.get('path')}, {checkpoint.path} was "
+                                 f"trained with {carried.source} ({shown}): make the records with its vocab")
+        if lower_case is not None and checkpoint.lower_case is not None and bool(lower_case) != checkpoint.lower_case:
+            raise UsageError(f"{source}: records made {_casing_name(lower_case)}, {checkpoint.path} was trained "
+                             f"{_casing_name(checkpoint.lower_case)} ({checkpoint.casing_source}): make the records "
+                             f"{'without' if checkpoint.lower_case else 'with'} --no-lower-case")
+
+
+def _records_tokens(entry):
+    """The tokens of the vocab a manifest's "vocab" entry names where it is still that file, else None."""
+    try:
+        data = storage.read_bytes(entry.get("path"))
+    except (OSError, BertprepError, TypeError):
+        return None
+    return _tokens(data) if hashlib.sha256(data).hexdigest() == entry.get("sha256") else None
+
+
 def casing_beside(directory):
-    """do_lower_case of a checkpoint directory's tokenizer_config.json, else what Google's release names say
-    (`uncased_…` / `cased_…`), else None."""
+    """(do_lower_case, what says it) of a checkpoint directory: its tokenizer_config.json, else what Google's
+    release names say (`uncased_…` / `cased_…`); (None, None) where nothing does."""
     path = os.path.join(directory, CONFIG)
     if os.path.isfile(path):
         try:
             with open(path, encoding="utf-8") as f:
                 value = json.load(f).get("do_lower_case")
             if isinstance(value, bool):
-                return value
+                return value, f"do_lower_case {str(value).lower()} in {path}"
         except (OSError, ValueError, AttributeError):
             pass
-    name = os.path.basename(os.path.normpath(directory)).lower()
-    if re.search(r"(^|[_-])uncased", name):
-        return True
-    if re.search(r"(^|[_-])cased", name):
-        return False
-    return None
+    name = os.path.basename(os.path.normpath(directory))
+    for pattern, value in ((r"(^|[_-])uncased", True), (r"(^|[_-])cased", False)):
+        if re.search(pattern, name.lower()):
+            return value, f"its directory's name {name}"
+    return None, None
 
 
 def casing_of_vocab(data):
     """Whether a vocab is for lower-cased text: no token but its [SPECIAL] ones holds a capital letter."""
-    return not any(token != token.lower() and not (token.startswith("[") and token.endswith("]"))
-                   for token in _tokens(data))
+    return not _has_capitals(_tokens(data))
 
 
 def _tokens(data):
@@ -118,24 +151,24 @@ def _tokens(data):
 
 def for_export(checkpoint, vocab=None, cased=None):
     """The RunTokenizer an export writes: `vocab` (a --vocab file) or the checkpoint's, its casing from
-    `cased` (--cased / --uncased), else the checkpoint's, else the vocab's own. A UsageError where there is
-    none, or where a --vocab's size is not the model's; the checkpoint's own vocab, where the run's model
-    has more rows than it (records of a smaller vocab, a larger --bert-config), is padded (_padded)."""
+    `cased` (--cased / --uncased), else the checkpoint's, else the vocab's own (_casing). A UsageError where
+    there is none, where a --vocab is not the one the checkpoint carries or its size is not the model's; the
+    checkpoint's own vocab, where the run's model has more rows than it (records of a smaller vocab, a larger
+    --bert-config), is padded (_padded)."""
+    found = of_checkpoint(checkpoint)
     if vocab is not None:
-        try:
-            with storage.local_copy(vocab) as local, open(local, "rb") as f:
-                data = f.read()
-        except OSError as exc:
-            raise UsageError(f"--vocab {vocab}: cannot read it ({exc.strerror or exc})") from None
-        found = RunTokenizer(data, casing_of_vocab(data) if cased is None else not cased, storage.display(vocab))
-    else:
-        found = of_checkpoint(checkpoint)
-        if found is None:
-            raise UsageError(f"{checkpoint.path}: no vocab.txt is known for this checkpoint, and a model without "
-                             "its tokenizer is not usable (transformers would build a 5-token one): give --vocab "
-                             "FILE, and --cased for a cased vocab")
-        if cased is not None:
-            found = dataclasses.replace(found, lower_case=not cased)
+        data = _read_vocab(vocab)
+        given = RunTokenizer(data, casing_of_vocab(data), storage.display(vocab))
+        if found is not None and not same_vocab(found.tokens(), given.tokens()):
+            raise UsageError(f"--vocab {given.source}: not the vocab {checkpoint.path} was trained with "
+                             f"({found.source}: {_differ(found.tokens(), given.tokens(), '--vocab')}): leave "
+                             "--vocab out")
+        found = given
+    elif found is None:
+        raise UsageError(f"{checkpoint.path}: no vocab.txt is known for this checkpoint, and a model without "
+                         "its tokenizer is not usable (transformers would build a 5-token one): give --vocab "
+                         "FILE, and --cased for a cased vocab")
+    found = dataclasses.replace(found, lower_case=_casing(checkpoint, found, cased))
     lines = len(found.tokens())
     size = checkpoint.config.vocab_size
     if vocab is None and lines < size:
@@ -144,6 +177,66 @@ def for_export(checkpoint, vocab=None, cased=None):
         raise UsageError(f"{found.source}: {lines:,} tokens, the model's vocab_size is {size:,}: not this "
                          "model's vocab")
     return found
+
+
+def _read_vocab(vocab):
+    try:
+        with storage.local_copy(vocab) as local, open(local, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise UsageError(f"--vocab {vocab}: cannot read it ({exc.strerror or exc})") from None
+
+
+def _casing(checkpoint, found, cased):
+    """do_lower_case of an export: --cased/--uncased where the checkpoint records no casing (refused where it
+    records the other), else the recorded one, else the vocab's own. A cased tokenizer over a vocab without
+    capitals makes every capitalised word [UNK]: refused where --cased asks for it, said where the checkpoint
+    was trained so (the export keeps to its training)."""
+    recorded = checkpoint.lower_case
+    if cased is not None and recorded is not None and cased == recorded:
+        raise UsageError(f"--{_casing_name(not cased)}: {checkpoint.path} was trained {_casing_name(recorded)} "
+                         f"({checkpoint.casing_source}): leave the flag out")
+    lower_case = (not cased) if cased is not None else recorded if recorded is not None else found.lower_case
+    if not lower_case and not _has_capitals(found.tokens()) and _has_lower_case(found.tokens()):
+        said = (f"{found.source} holds no capital letter, so a cased tokenizer makes every capitalised word "
+                "[UNK]")
+        if cased is not None:
+            raise UsageError(f"--cased: {said}: give --uncased, or the cased vocab")
+        checkpoint.notes.append(f"{checkpoint.path} was trained cased ({checkpoint.casing_source}), but {said}")
+    elif lower_case and _has_capitals(found.tokens()):
+        checkpoint.notes.append(f"{found.source} holds capitalised tokens, but the tokenizer is uncased "
+                                f"({checkpoint.casing_source or '--uncased'}): no text reaches them")
+    return lower_case
+
+
+def _casing_name(lower_case):
+    return "uncased" if lower_case else "cased"
+
+
+def _has_capitals(tokens):
+    """Whether any token but the [SPECIAL] ones holds a capital letter (casing_of_vocab's evidence)."""
+    return any(token != token.lower() and not (token.startswith("[") and token.endswith("]")) for token in tokens)
+
+
+def _has_lower_case(tokens):
+    """Whether any token holds a letter that has a capital (a vocab of Chinese characters has none: casing is
+    no matter to it)."""
+    return any(char != char.upper() for token in tokens for char in token)
+
+
+def same_vocab(carried, given):
+    """Whether the token lists `given` (the records', a --vocab) and `carried` (a checkpoint's) give each id the
+    same token: equal, or `carried` is `given` padded with [unused] tokens as an export pads it (_padded)."""
+    extra = carried[len(given):]
+    return carried[:len(given)] == given and all(re.fullmatch(r"\[unused\d+\]", token) for token in extra)
+
+
+def _differ(carried, given, given_name):
+    """Where the token lists of a checkpoint's vocab and `given_name`'s first differ, for a message."""
+    first = next((i for i, (a, b) in enumerate(zip(carried, given)) if a != b), None)
+    if first is None:
+        return f"{len(carried):,} tokens, {len(given):,} in {given_name}"
+    return f"line {first + 1} is {carried[first]!r}, {given[first]!r} in {given_name}"
 
 
 def _padded(found, size, notes):
@@ -163,7 +256,7 @@ def _padded(found, size, notes):
 
 def write_hf_files(tokenizer, directory, max_length):
     """vocab.txt, tokenizer.json, tokenizer_config.json and special_tokens_map.json into `directory`, as
-    `BertTokenizerFast.save_pretrained` writes them."""
+    `save_pretrained` writes them, for AutoTokenizer to load tokenizer.json as it is (HF_CONFIG)."""
     from tokenizers import decoders, processors
 
     from bertprep.errors import DataError
@@ -184,9 +277,8 @@ def write_hf_files(tokenizer, directory, max_length):
         special_tokens=[("[CLS]", vocab.id_of("[CLS]")), ("[SEP]", vocab.id_of("[SEP]"))])
     fast.decoder = decoders.WordPiece(prefix="##")
     fast.save(os.path.join(directory, "tokenizer.json"))
-    config = {"tokenizer_class": "BertTokenizer", "do_lower_case": tokenizer.lower_case,
-              "tokenize_chinese_chars": True, "strip_accents": None, "model_max_length": max_length,
-              "clean_up_tokenization_spaces": True, **SPECIAL}
+    config = dict(HF_CONFIG, do_lower_case=tokenizer.lower_case, tokenize_chinese_chars=True, strip_accents=None,
+                  model_max_length=max_length, clean_up_tokenization_spaces=True, **SPECIAL)
     _write_json(os.path.join(directory, CONFIG), config)
     _write_json(os.path.join(directory, "special_tokens_map.json"), SPECIAL)
 
