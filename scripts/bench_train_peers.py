@@ -1,14 +1,17 @@
 """Our trainer's step (TensorFlow and JAX backends) against the trainers users would pick instead.
 
     python scripts/bench_train_peers.py --data128 R128 --data512 R512 [--models mini,small]
-        [--batch128 8 --batch512 2] [--precision fp32] [--iterations 8 --skip 2 --runs 3] [--json]
+        [--batch128 8 --batch512 2] [--precision fp32] [--iterations 8 --skip 2 --runs 3]
+        [--device auto|cuda|cpu] [--torch-compile] [--json]
 
 In one invocation, on the same records, model size, batch and precision:
 - ours: `python -m trainer`'s own run, timed by trainer.benchmark's worker, under KERAS_BACKEND=tensorflow
   and KERAS_BACKEND=jax;
 - Hugging Face `transformers` BertForPreTraining (PyTorch): its encoder, its heads on the masked positions
   gathered (as NVIDIA's PyTorch BERT does; the stock forward would run the vocab projection on every
-  position), torch.optim.AdamW, bf16 autocast for amp;
+  position), torch.optim.AdamW, bf16 autocast for amp; on CUDA where torch sees a GPU (fused AdamW, TF32 for
+  fp32), with --torch-compile its forward and loss compiled (the figure users compare against on a GPU);
+  ours then trains with --precision amp (bf16 on such a GPU, trainer/precision.py);
 - keras-hub's BertBackbone with a MaskedLMHead tied to its token embedding and a next-sentence dense layer,
   trained by Keras's own compiled train step (XLA: jit_compile "auto"), under --keras-hub-backend.
 Every one reads the records with bertprep's stream (same order, same batches), optimizes the reference
@@ -43,6 +46,7 @@ FRAMEWORKS = ("ours-tensorflow", "ours-jax", "hf-torch", "keras-hub")
 NEEDS = {"ours-tensorflow": ("tensorflow", "keras"), "ours-jax": ("jax", "keras"),
          "hf-torch": ("torch", "transformers"), "keras-hub": ("keras_hub",)}
 PEAK_SIZE = 1024
+GPU_PEAK_SIZE = 8192  # as trainer.benchmark.worker's on an accelerator
 
 
 def missing_modules(framework, keras_hub_backend):
@@ -63,11 +67,27 @@ def peer_batches(data, batch_size, seed):
 # --- Hugging Face transformers (PyTorch) -----------------------------------------------------------
 
 
-def run_hf_torch(config, data, batch_size, precision, iterations, seed):
+def peer_device(cuda_available, requested="auto"):
+    """Where the transformers peer runs: CUDA when torch sees a GPU (or --device cuda), else the CPU."""
+    if requested != "auto":
+        return requested
+    return "cuda" if cuda_available else "cpu"
+
+
+def run_hf_torch(config, data, batch_size, precision, iterations, seed, device="auto", compile_step=False):
+    """transformers' BertForPreTraining trained on `device` (auto: CUDA where torch sees a GPU): bf16
+    autocast for amp, TF32 for fp32 on a GPU, fused AdamW there, and with `compile_step` the forward and
+    loss compiled by torch.compile (its backward through AOTAutograd). Timed as ours: the clock when
+    each iteration's loss reached the host, the next step already dispatched."""
     import torch
     from transformers import BertConfig as HFConfig
     from transformers import BertForPreTraining
 
+    device = peer_device(torch.cuda.is_available(), device)
+    on_gpu = device == "cuda"
+    if on_gpu:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
     torch.manual_seed(seed)
     _, batches = peer_batches(data, batch_size, seed)
     model = BertForPreTraining(HFConfig(
@@ -75,16 +95,15 @@ def run_hf_torch(config, data, batch_size, precision, iterations, seed):
         num_attention_heads=config.num_attention_heads, intermediate_size=config.intermediate_size,
         hidden_act="gelu", hidden_dropout_prob=config.hidden_dropout_prob,
         attention_probs_dropout_prob=config.attention_probs_dropout_prob,
-        max_position_embeddings=config.max_position_embeddings, type_vocab_size=config.type_vocab_size))
+        max_position_embeddings=config.max_position_embeddings, type_vocab_size=config.type_vocab_size)).to(device)
     model.train()
     no_decay = [p for n, p in model.named_parameters() if "LayerNorm" in n or n.endswith("bias")]
     decay = [p for n, p in model.named_parameters() if not ("LayerNorm" in n or n.endswith("bias"))]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
-                                  lr=1e-4, eps=1e-6)
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision != "fp32")
+                                  lr=1e-4, eps=1e-6, **({"fused": True} if on_gpu else {}))
+    autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=precision != "fp32")
 
-    def step(batch):
-        t = {k: torch.from_numpy(v) for k, v in batch.items()}
+    def loss_of(t):
         with autocast:
             encoded, pooled = model.bert(input_ids=t["input_ids"], attention_mask=t["input_mask"],
                                          token_type_ids=t["segment_ids"], return_dict=False)[:2]
@@ -94,17 +113,30 @@ def run_hf_torch(config, data, batch_size, precision, iterations, seed):
         weights = t["masked_lm_weights"]
         nll = torch.nn.functional.cross_entropy(mlm_logits.float().flatten(0, 1), t["masked_lm_ids"].long().flatten(),
                                                 reduction="none")
-        loss = (nll * weights.flatten()).sum() / (weights.sum() + 1e-5) + torch.nn.functional.cross_entropy(
+        return (nll * weights.flatten()).sum() / (weights.sum() + 1e-5) + torch.nn.functional.cross_entropy(
             nsp_logits.float(), t["next_sentence_labels"].long().flatten())
+
+    compute_loss = torch.compile(loss_of) if compile_step else loss_of
+
+    def step(batch):
+        t = {k: torch.from_numpy(v).to(device, non_blocking=True) for k, v in batch.items()}
+        loss = compute_loss(t)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
-        return loss.item()
+        return loss.detach()
 
-    times = [_timed(step, next(batches)) for _ in range(iterations)]
-    peak = _peak(lambda a, b: a @ b, lambda n: torch.randn(n, n).to(torch.float32 if precision == "fp32"
-                                                                     else torch.bfloat16),
-                 lambda out: float(out[-1][0, 0]))
+    times, pending = [], step(next(batches))
+    for _ in range(iterations):
+        following = step(next(batches))  # dispatched before the previous loss is waited for, as ours
+        pending.item()
+        times.append(time.perf_counter())
+        pending = following
+    pending.item()
+    dtype = torch.float32 if precision == "fp32" else torch.bfloat16
+    size = GPU_PEAK_SIZE if on_gpu else PEAK_SIZE
+    peak = _peak(lambda a, b: a @ b, lambda n: torch.randn(n, n, device=device).to(dtype),
+                 lambda out: float(out[-1][0, 0]), size=size)
     return times, peak
 
 
@@ -160,9 +192,9 @@ def _timed(step, batch):
     return time.perf_counter()
 
 
-def _peak(product, make, wait, products=10, repeats=3):
-    """The framework's own n x n matmul rate, as trainer.benchmark.worker measures ours."""
-    a, b = make(PEAK_SIZE), make(PEAK_SIZE)
+def _peak(product, make, wait, products=10, repeats=3, size=PEAK_SIZE):
+    """The framework's own size x size matmul rate, as trainer.benchmark.worker measures ours."""
+    a, b = make(size), make(size)
 
     def timed():
         start = time.perf_counter()
@@ -170,7 +202,7 @@ def _peak(product, make, wait, products=10, repeats=3):
         return time.perf_counter() - start
 
     timed()
-    return 2 * PEAK_SIZE**3 * products / min(timed() for _ in range(repeats))
+    return 2 * size**3 * products / min(timed() for _ in range(repeats))
 
 
 # --- one process per run ---------------------------------------------------------------------------------
@@ -185,17 +217,24 @@ def peer_worker(argv):
     p.add_argument("precision")
     p.add_argument("iterations", type=int)
     p.add_argument("result")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--torch-compile", action="store_true")
     args = p.parse_args(argv)
     config = BertConfig(**json.loads(args.config))
-    run = {"hf-torch": run_hf_torch, "keras-hub": run_keras_hub}[args.framework]
-    times, peak = run(config, args.data, args.batch_size, args.precision, args.iterations, seed=12345)
+    if args.framework == "hf-torch":
+        times, peak = run_hf_torch(config, args.data, args.batch_size, args.precision, args.iterations, seed=12345,
+                                   device=args.device, compile_step=args.torch_compile)
+    else:
+        times, peak = run_keras_hub(config, args.data, args.batch_size, args.precision, args.iterations, seed=12345)
     with open(args.result, "w", encoding="utf-8") as f:
         json.dump({"status": "ok", "step_times": times, "peak_flops": peak}, f)
 
 
-def run_once(framework, config, data, batch_size, precision, iterations, keras_hub_backend, scratch, log, repo=REPO):
+def run_once(framework, config, data, batch_size, precision, iterations, keras_hub_backend, scratch, log, repo=REPO,
+             peer_flags=()):
     """One fresh process, with the code of the tree `repo` (this one by default); returns
-    (step_times, peak FLOP/s) or raises RuntimeError with the log's tail."""
+    (step_times, peak FLOP/s) or raises RuntimeError with the log's tail. `peer_flags`: the transformers
+    peer's --device and --torch-compile."""
     result = os.path.join(scratch, "result.json")
     if os.path.exists(result):
         os.remove(result)
@@ -206,15 +245,16 @@ def run_once(framework, config, data, batch_size, precision, iterations, keras_h
         config_path = os.path.join(scratch, "bert_config.json")
         with open(config_path, "w", encoding="utf-8") as f:
             json.dump(config.to_dict(), f)
-        policy = "fp32" if precision == "fp32" else "mixed_bfloat16"
+        policy = "fp32" if precision == "fp32" else "amp"  # the trainer's amp: bf16 where the device has it
+        fields = {"format": "ofrecord", "data": data, "bert_config": config_path, "batch_size": batch_size,
+                  "precision": policy, "optimizer": "adam", "lr": 1e-4, "seed": 12345, "quiet": True}
         argv = [sys.executable, "-m", "trainer.benchmark.worker", "--devices", "1", "--iterations", str(iterations),
-                "--result", result, "--peak", "--", "--format", "ofrecord", "--data", data, "--bert-config",
-                config_path, "--batch-size", str(batch_size), "--precision", policy, "--optimizer", "adam",
-                "--lr", "1e-4", "--seed", "12345", "--quiet"]
+                "--result", result, "--peak", "--config", json.dumps(fields)]
     else:
         env["KERAS_BACKEND"] = keras_hub_backend
         argv = [sys.executable, os.path.abspath(__file__), "--peer-worker", framework, json.dumps(config.to_dict()),
-                data, str(batch_size), precision, str(iterations), result]
+                data, str(batch_size), precision, str(iterations), result,
+                *(peer_flags if framework == "hf-torch" else ())]
     with open(log, "w", encoding="utf-8") as out:
         code = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=repo).returncode
     try:
@@ -246,6 +286,10 @@ def main():
     p.add_argument("--frameworks", default=",".join(FRAMEWORKS))
     p.add_argument("--keras-hub-backend", choices=("tensorflow", "jax"), default="jax")
     p.add_argument("--dropout", type=float, default=0.1, help="hidden and attention dropout of every model")
+    p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
+                   help="where the transformers peer runs (auto: CUDA when torch sees a GPU)")
+    p.add_argument("--torch-compile", action="store_true",
+                   help="compile the transformers peer's forward and loss with torch.compile")
     p.add_argument("--logs", default=None, help="directory for one log per run (default: a temporary one)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--quiet", action="store_true")
@@ -259,6 +303,7 @@ def main():
             print(f"note: {framework} skipped: {', '.join(missing)} not installed", file=sys.stderr)
         else:
             frameworks.append(framework)
+    peer_flags = ["--device", args.device] + (["--torch-compile"] if args.torch_compile else [])
     shapes = [(args.data128, args.batch128)] + ([(args.data512, args.batch512)] if args.data512 else [])
     scratch = tempfile.mkdtemp(prefix="bench-peers-")
     logs = args.logs or scratch
@@ -279,7 +324,7 @@ def main():
                     log = os.path.join(logs, f"{framework}-{model}-{records.seq}-run{run}.log")
                     try:
                         times, peak = run_once(framework, config, data, batch, args.precision, args.iterations,
-                                               args.keras_hub_backend, scratch, log)
+                                               args.keras_hub_backend, scratch, log, peer_flags=peer_flags)
                     except RuntimeError as exc:
                         entry["error"] = str(exc)
                         print(f"{model} {records.seq}/{records.pred} {framework} run {run}: failed: {exc}",

@@ -4,7 +4,8 @@
 # trainer.benchmark (amp and fp32, batch 64 and 256, BERT-base 128/20) and the transformers peers, and
 # print one table (scripts/gpu_check.py). Under 8 minutes on one H200.
 #
-#   bash scripts/gpu_check.sh                 # the whole check; results and logs under $OUT or ./gpu-check-out
+#   bash scripts/gpu_check.sh                 # the whole check; results and logs in ./gpu-check-out
+#                                             # (GPU_CHECK_OUT to choose; GPU_CHECK_ARCHIVE=FILE.tar.gz packs them)
 #   bash scripts/gpu_check.sh --setup-only    # wheels, native core and records only (then prints the records' path)
 #
 # What it needs that such a machine lacks travels in the git-ignored folder .gpu-check/, which
@@ -14,7 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 here=$(pwd)
-out=${OUT:-$here/gpu-check-out}
+out=${GPU_CHECK_OUT:-$here/gpu-check-out}
 work=${GPU_CHECK_WORK:-/tmp/gpu-check}
 site=$work/site
 mkdir -p "$out" "$work"
@@ -42,4 +43,9 @@ if [ "${1:-}" = "--setup-only" ]; then
     echo "$records"
     exit 0
 fi
-exec "$python" scripts/gpu_check.py --records "$records" --out "$out" "$@"
+status=0
+"$python" scripts/gpu_check.py --records "$records" --out "$out" --work "$work/scratch" "$@" || status=$?
+if [ -n "${GPU_CHECK_ARCHIVE:-}" ]; then
+    tar czf "$GPU_CHECK_ARCHIVE" -C "$(dirname "$out")" "$(basename "$out")"
+fi
+exit $status

@@ -97,7 +97,7 @@ def build(args):
     """(steps, device batches) of the trainer for these flags."""
     import keras
 
-    from trainer import compilation_cache, gemm_kernels
+    from trainer import compilation_cache, xla_gpu
     from trainer.cli import train_config
     from trainer.data import Records, RecordStream
     from trainer.library_logs import load_keras
@@ -108,7 +108,7 @@ def build(args):
                            "--steps", "1000", *args.trainer_flag])
     records = Records(args.data, "ofrecord")
     bert = model_config(config, records)
-    gemm_kernels.apply(config.gemm)
+    xla_gpu.apply(config.gemm)
     load_keras()
     compilation_cache.enable(config.compilation_cache)
     keras.backend.clear_session()

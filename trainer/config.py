@@ -51,7 +51,7 @@ class BertConfig(bert_config.BertConfig):
 # its choices do and what they were measured to give; "auto" picks per platform (StepOptions.resolved).
 EMBEDDING_GRADIENTS = ("auto", "scatter", "sorted")  # trainer/embedding_lookup.py
 DROPOUT_RNGS = ("auto", "threefry", "rbg")  # trainer/dropout.py
-GEMM_KERNELS = ("cublas", "xla")  # trainer/gemm_kernels.py
+GEMM_KERNELS = ("cublas", "xla")  # trainer/xla_gpu.py
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,7 +15,7 @@ from bertprep import storage
 from bertprep.atomic import hold
 from bertprep.errors import DataError, UsageError
 from bertprep.progress import Progress
-from trainer import compilation_cache, gemm_kernels, run_state
+from trainer import compilation_cache, run_state, xla_gpu
 from trainer.config import BertConfig, StepOptions, TrainConfig, TrainSummary
 from trainer.data import Records, RecordStream, prefetch
 from trainer.library_logs import library_lines_left_out, load_keras
@@ -343,7 +343,7 @@ def train(config: TrainConfig, step_times: list[float] | None = None,
         check_records(initial, records.vocabs)
     bert = model_config(config, records, initial)
     check_records_fit(bert, records, data_dir)
-    gemm_kernels.apply(config.gemm)  # an XLA flag: before JAX's GPU backend starts
+    xla_gpu.apply(config.gemm)  # XLA flags: before JAX's GPU backend starts
     keras = load_keras()
     compilation_cache.enable(config.compilation_cache)  # before the first compilation
 

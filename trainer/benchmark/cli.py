@@ -19,8 +19,10 @@ import time
 
 from bertprep.errors import DataError, UsageError, run_reporting_errors
 from bertprep.progress import Progress, add_output_arguments, print_summary
+from trainer import library_logs
 from trainer.arguments import OneLineErrorParser, add_records_and_model_arguments, positive_int
 from trainer.benchmark import method, report
+from trainer.cli import add_step_arguments
 from trainer.config import OPTIMIZERS
 
 PROG = "trainer.benchmark"
@@ -64,6 +66,19 @@ def _precision_list(text):
     return values
 
 
+def installed_backend(environ=os.environ):
+    """KERAS_BACKEND, else tensorflow where it is installed, else jax where it is (found, not imported:
+    this process loads no framework; the trainer's own choice, library_logs.choose_backend, imports)."""
+    import importlib.util
+
+    if environ.get("KERAS_BACKEND"):
+        return environ["KERAS_BACKEND"]
+    for backend in ("tensorflow", "jax"):
+        if importlib.util.find_spec(backend) is not None:
+            return backend
+    return "tensorflow"
+
+
 def build_parser():
     p = OneLineErrorParser(prog=PROG, description="DLPerf-method training throughput of `python -m trainer`: one fresh "
                                        "process per (devices, precision, batch, run), median over runs, "
@@ -72,14 +87,16 @@ def build_parser():
     p.add_argument("--devices", type=_int_list, default=[1],
                    help="device counts per host, e.g. 1,2,8: the first N accelerators, or N logical CPU devices")
     p.add_argument("--precision", type=_precision_list, default=list(PRECISIONS),
-                   help="fp32 and/or amp (mixed_float16 with loss scaling on GPUs, mixed_bfloat16 elsewhere)")
+                   help="fp32 and/or amp (the trainer's --precision amp: mixed_bfloat16 where the device multiplies "
+                        "bfloat16, mixed_float16 with loss scaling on older GPUs; the report says which)")
+    add_step_arguments(p)
     p.add_argument("--batch-size", type=_batch_list, default=[32, 64, "max"],
                    help="sequences per device: integers and/or max (the largest that fits, searched)")
     p.add_argument("--iterations", type=positive_int, default=120, help="training steps per run (default 120)")
     p.add_argument("--skip", type=positive_int, default=20, help="first steps left out of the timing (default 20)")
     p.add_argument("--runs", type=positive_int, default=5, help="runs per configuration; the median is reported")
-    p.add_argument("--backend", choices=("tensorflow", "jax"), default=os.environ.get("KERAS_BACKEND") or "tensorflow",
-                   help="Keras backend (default: $KERAS_BACKEND or tensorflow)")
+    p.add_argument("--backend", choices=("tensorflow", "jax"), default=installed_backend(),
+                   help="Keras backend (default: $KERAS_BACKEND, else tensorflow where it is installed, else jax)")
     p.add_argument("--optimizer", choices=tuple(OPTIMIZERS), default="lamb", help="as `python -m trainer` (lamb)")
     p.add_argument("--seed", type=int, default=12345)
     p.add_argument("--max-start", type=positive_int, default=32,
@@ -166,7 +183,8 @@ def _run_plan(args, bench, records, config, hosts, baseline_configs):
     if platform["accelerators"] and max(args.devices) > platform["accelerators"]:
         raise UsageError(f"--devices {max(args.devices)}: this host has {platform['accelerators']} "
                          f"{platform['accelerator']} accelerators")
-    amp_policy = "mixed_float16" if platform["accelerators"] else "mixed_bfloat16"
+    # What the trainer's --precision amp is on this host's devices (trainer/precision.py), asked of a worker.
+    amp_policy = platform.get("amp") or ("mixed_float16" if platform["accelerators"] else "mixed_bfloat16")
     policies = {"fp32": "fp32", "amp": amp_policy}
     flops = method.training_flops_per_sequence(config, records.seq, records.pred)
 
@@ -243,7 +261,7 @@ def _run_config(args, bench, records, entry, label):
             return
         run = {"throughput": method.throughput(outcome["step_times"], entry["global_batch"], args.skip),
                "step_times": outcome["step_times"], "peak_flops": outcome.get("peak_flops"),
-               "log": outcome["log"]}
+               "first_step_s": outcome.get("first_step_s"), "log": outcome["log"]}
         shown = f"{run['throughput']:,.1f} {bench.unit}"
         if records.packed:
             run["step_sequences"] = outcome["step_sequences"]
@@ -319,10 +337,13 @@ class Benchmark:
         a = self.args
         return {"format": a.format, "data": a.data, "batch_size": batch_size, "precision": policy,
                 "optimizer": a.optimizer, "seed": a.seed, "log_every": max(1, min(10, iterations // 4)),
-                "dropout": a.dropout, "bert_config": a.bert_config, "model": None if a.bert_config else a.model}
+                "dropout": a.dropout, "bert_config": a.bert_config, "model": None if a.bert_config else a.model,
+                "embedding_gradient": a.embedding_gradient, "dropout_rng": a.dropout_rng, "gemm": a.gemm,
+                "compilation_cache": a.compilation_cache}
 
     def _env(self, local_only):
-        env = dict(os.environ, KERAS_BACKEND=self.args.backend, TF_CPP_MIN_LOG_LEVEL="2")
+        env = dict(os.environ, KERAS_BACKEND=self.args.backend)
+        library_logs.keep_quiet(env)  # the libraries' lines left out of the workers' logs, unless the user chose
         if local_only:
             for name in MULTI_HOST_VARIABLES:
                 env.pop(name, None)

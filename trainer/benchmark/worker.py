@@ -18,7 +18,9 @@ on a CPU, the next step has even finished). With --peak, the devices'
 peak FLOP/s is then measured by a large matrix product in the run's
 precision. The result is one JSON object written to --result:
 `{"status": "ok" | "oom" | "error", "error", "step_times", "replicas",
-"global_batch", "dtype_policy", "peak_flops", ...}`.
+"global_batch", "dtype_policy", "peak_flops", "first_step_s", ...}`;
+first_step_s: seconds from the process's start to the first step's results
+on the host (imports, model, compilation and the step itself).
 
 The options are read by `worker_main` (`build_worker_parser`); `work` does
 the rest.
@@ -40,6 +42,22 @@ import threading
 import time
 
 MEMORY_LIMIT_VARIABLE = "BERTPREP_TEST_MEMORY_LIMIT"
+
+
+def process_start():
+    """time.perf_counter()'s reading when this process started (Linux: its start time in /proc, against
+    the boot clock), else when this module loaded: the origin of a result's first_step_s."""
+    now_perf, now_boot = time.perf_counter(), time.clock_gettime(time.CLOCK_BOOTTIME)
+    try:
+        with open("/proc/self/stat", encoding="ascii") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        started_boot = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22, starttime
+    except (OSError, ValueError, IndexError, AttributeError):
+        return now_perf
+    return now_perf - (now_boot - started_boot)
+
+
+PROCESS_START = process_start()
 
 
 def work(devices, iterations, result_path, peak=False, detect_only=False, train_fields=None):
@@ -86,9 +104,12 @@ def accelerators(backend):
 
 
 def detect(backend):
+    from trainer.precision import amp_policy_for, device_platform
+
     kind, count = accelerators(backend)
+    amp, _ = amp_policy_for(*device_platform(backend))
     return {"status": "ok", "backend": backend, "accelerator": kind if count else None, "accelerators": count,
-            "cpu": _cpu_name(), "cores": len(os.sched_getaffinity(0))}
+            "cpu": _cpu_name(), "cores": len(os.sched_getaffinity(0)), "amp": amp}
 
 
 def _cpu_name():
@@ -139,13 +160,15 @@ def run_timed(train_fields, devices, backend, measure_peak):
             summary = train(config, step_times=step_times, step_sequences=step_sequences)
         # step_sequences: the real sequences of each timed iteration (a packed row holds several)
         result.update(step_times=step_times[:-1], step_sequences=step_sequences[:-1], replicas=summary.replicas,
-                      global_batch=summary.global_batch, final_loss=summary.last_loss)
+                      global_batch=summary.global_batch, final_loss=summary.last_loss,
+                      dtype_policy=summary.precision, first_step_s=step_times[0] - PROCESS_START if step_times
+                      else None)
         kind, count = accelerators(backend)
         result.update(accelerator=kind if count else None, accelerators=count)
         if measure_peak:
             # Accelerators each count; N logical CPU devices share one host's cores, which count once.
             physical = summary.replicas if count else summary.replicas // devices
-            result["peak_flops_per_device"] = matmul_peak(backend, config.precision)
+            result["peak_flops_per_device"] = matmul_peak(backend, summary.precision)  # amp made concrete
             result["peak_flops"] = result["peak_flops_per_device"] * physical
     except BertprepError as exc:
         result.update(status="error", error=str(exc))

@@ -1,0 +1,251 @@
+"""The GPU check's measurements and its one table (scripts/gpu_check.sh makes the records and calls this).
+
+    python scripts/gpu_check.py --records R [--out DIR] [--iterations 50] [--skip 10] [--batch-sizes 64,256]
+        [--compiled-peer-batches 256] [--json]
+
+In one invocation, on one GPU, BERT-base 128/20, optimizer adam, on the records R:
+1. start-up: `python -m trainer` (amp, batch 256, 3 steps, a log line each) twice on an empty compilation
+   cache folder of its own: cold, then warm. Seconds from the process's start to its "train step 1" line,
+   and the libraries' lines (XLA, absl, ptxas, TensorFlow) it printed.
+2. ours: `python -m trainer.benchmark --backend jax --precision amp,fp32 --batch-size B --runs 1` (one fresh
+   process per configuration): sequences/s, MFU, the amp policy, seconds from each worker's start to its
+   first step, and the library lines in the workers' logs.
+3. the peer: scripts/bench_train_peers.py's transformers BertForPreTraining on CUDA on the same records and
+   batches (bf16 autocast for amp, TF32 for fp32, fused AdamW), compiled by torch.compile at the
+   --compiled-peer-batches sizes and eager at the others.
+It prints one table (sequences/s, ratio to the peer, MFU, seconds to the first step, library lines) and the
+issue's checks (amp >= 1.2x the compiled peer and >= 1.5x our fp32 at batch 256, the first step within 20 s,
+within 5 s warm, no library line), and writes everything to DIR/gpu-check.json. Figures are this machine's,
+this run's: docs/benchmarks.md gives the command and, when it ran on a GPU, what it printed.
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+from trainer import xla_gpu  # noqa: E402
+from trainer.library_logs import LIBRARY_LINE  # noqa: E402
+
+# A library line: absl/glog/TensorFlow's (library_logs.LIBRARY_LINE), or ptxas's words in any line.
+PTXAS = re.compile(r"ptxas|Registers are spilled")
+FIRST_STEP = re.compile(r"^train step 1:")
+TARGETS = {"amp_vs_compiled_peer": 1.2, "amp_vs_fp32": 1.5, "first_step_cold_s": 20.0, "first_step_warm_s": 5.0}
+
+
+def library_lines(text):
+    return [line for line in text.splitlines() if LIBRARY_LINE.match(line) or PTXAS.search(line)]
+
+
+def env_for(cache_dir=None):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("TF_CPP_", "BERTPREP_SET_"))}  # as a new user's shell
+    env.update(PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join(filter(None, [REPO, env.get("PYTHONPATH")])))
+    env.pop("KERAS_BACKEND", None)  # the trainer chooses (JAX where TensorFlow is not installed)
+    if cache_dir:
+        env["BERTPREP_COMPILATION_CACHE_DIR"] = cache_dir
+    return env
+
+
+def timed_trainer(args, cache_dir, **extra_env):
+    """(seconds from the start to "train step 1", library lines, output) of one `python -m trainer` run."""
+    argv = [sys.executable, "-m", "trainer", "--format", "ofrecord", "--data", args.records, "--model", args.model,
+            "--batch-size", str(args.start_batch), "--precision", "amp", "--optimizer", "adam", "--steps", "3",
+            "--log-every", "1"]
+    started = time.monotonic()
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env=dict(env_for(cache_dir), **extra_env), cwd=REPO)
+    first_step, lines = None, []
+    deadline = started + args.timeout
+    for line in process.stdout:
+        lines.append(line)
+        if first_step is None and FIRST_STEP.match(line):
+            first_step = time.monotonic() - started
+        if time.monotonic() > deadline:
+            process.kill()
+            break
+    process.wait()
+    output = "".join(lines)
+    return first_step, library_lines(output), output
+
+
+def ours(args, out):
+    """trainer.benchmark's results.json (and the library lines of its workers' logs)."""
+    bench_out = os.path.join(out, "benchmark")
+    argv = [sys.executable, "-m", "trainer.benchmark", "--format", "ofrecord", "--data", args.records, "--model",
+            args.model, "--backend", "jax", "--devices", "1", "--precision", "amp,fp32", "--batch-size",
+            args.batch_sizes, "--runs", "1", "--iterations", str(args.iterations), "--skip", str(args.skip),
+            "--optimizer", "adam", "--timeout", "300", "--out", bench_out, "--quiet"]
+    done = subprocess.run(argv, env=env_for(os.path.join(args.work, "benchmark-cache")), cwd=REPO,
+                          capture_output=True, text=True, timeout=args.timeout)
+    if done.returncode != 0:
+        raise RuntimeError(f"trainer.benchmark failed: {done.stderr.strip().splitlines()[-1:]}")
+    with open(os.path.join(bench_out, "results.json"), encoding="utf-8") as f:
+        results = json.load(f)
+    logs = os.path.join(bench_out, "logs")
+    lines = []
+    for name in sorted(os.listdir(logs)):
+        with open(os.path.join(logs, name), encoding="utf-8", errors="replace") as f:
+            lines += library_lines(f.read())
+    return results, lines
+
+
+def peer(args, precision, batch, compiled):
+    """The transformers peer's sequences/s (one run of scripts/bench_train_peers.py on CUDA), or None."""
+    argv = [sys.executable, os.path.join(REPO, "scripts", "bench_train_peers.py"), "--data128", args.records,
+            "--models", args.model, "--batch128", str(batch), "--precision", precision, "--iterations",
+            str(args.iterations), "--skip", str(args.skip), "--runs", "1", "--frameworks", "hf-torch",
+            "--device", args.peer_device, "--json", "--quiet"] + (["--torch-compile"] if compiled else [])
+    try:
+        done = subprocess.run(argv, env=env_for(), cwd=REPO, capture_output=True, text=True, timeout=args.timeout)
+        row = json.loads(done.stdout)["rows"][0]
+    except (subprocess.TimeoutExpired, ValueError, KeyError, IndexError) as exc:
+        print(f"gpu_check: peer {precision} batch {batch} failed: {exc}", file=sys.stderr)
+        return None
+    if row.get("error"):
+        print(f"gpu_check: peer {precision} batch {batch} failed: {row['error']}", file=sys.stderr)
+    return row.get("median")
+
+
+def table_rows(results, peers):
+    rows = []
+    by_key = {(c["precision"], c["batch"]): c for c in results["configs"]}
+    for (precision, batch), entry in sorted(by_key.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        peer_rate, peer_kind = peers.get((precision, batch), (None, None))
+        runs = [r for r in entry.get("runs", []) if r.get("first_step_s") is not None]
+        rows.append({"precision": precision, "policy": entry.get("dtype_policy"), "batch": batch,
+                     "ours": entry.get("median"), "mfu": entry.get("mfu"), "peer": peer_rate, "peer_kind": peer_kind,
+                     "ratio": entry["median"] / peer_rate if entry.get("median") and peer_rate else None,
+                     "first_step_s": runs[0]["first_step_s"] if runs else None})
+    return rows
+
+
+def checks(rows, start):
+    """The issue's checks: {name: (value, target, met)}."""
+    at = {(r["precision"], r["batch"]): r for r in rows}
+    amp, fp32 = at.get(("amp", 256), {}), at.get(("fp32", 256), {})
+    values = {"amp_vs_compiled_peer": amp.get("ratio") if amp.get("peer_kind") == "compiled" else None,
+              "amp_vs_fp32": amp["ours"] / fp32["ours"] if amp.get("ours") and fp32.get("ours") else None,
+              "first_step_cold_s": start["cold_s"], "first_step_warm_s": start["warm_s"]}
+    found = {name: (value, TARGETS[name], value is not None and (
+        value >= TARGETS[name] if name.startswith("amp") else value <= TARGETS[name]))
+        for name, value in values.items()}
+    found["library_lines"] = (start["library_lines"], 0, start["library_lines"] == 0)
+    return found
+
+
+def write_logs(out, texts):
+    for name, text in texts.items():
+        with open(os.path.join(out, name), "w", encoding="utf-8") as f:
+            f.write(text)
+
+
+def _fmt(value, pattern):
+    return "—" if value is None else format(value, pattern)
+
+
+def print_table(rows, start, found, device, model, start_batch):
+    print(f"gpu_check: {device}; BERT-{model} 128/20, adam; ours = trainer.benchmark (JAX), peer = transformers "
+          "BertForPreTraining")
+    print(f"{'precision':<22}{'batch':>6}{'ours seq/s':>12}{'MFU':>7}{'peer seq/s':>12}{'peer':>10}{'ours/peer':>11}"
+          f"{'1st step s':>12}")
+    for r in rows:
+        precision = f"{r['precision']} ({r['policy']})" if r["precision"] == "amp" else r["precision"]
+        print(f"{precision[:22]:<22}{r['batch']:>6}{_fmt(r['ours'], ',.0f'):>12}{_fmt(r['mfu'], '.0%'):>7}"
+              f"{_fmt(r['peer'], ',.0f'):>12}{r['peer_kind'] or '—':>10}{_fmt(r['ratio'], '.2f'):>11}"
+              f"{_fmt(r['first_step_s'], '.1f'):>12}")
+    print(f"python -m trainer, amp batch {start_batch}: first step {_fmt(start['cold_s'], '.1f')} s cold, "
+          f"{_fmt(start['warm_s'], '.1f')} s warm (compilation cache), {_fmt(start['cold_serial_compile_s'], '.1f')} s "
+          f"cold compiling serially; library lines printed: {start['library_lines']} (trainer runs and benchmark "
+          "workers)")
+    for name, (value, target, met) in found.items():
+        print(f"  {'met' if met else 'NOT MET':<8} {name}: {_fmt(value, '.2f') if value is not None else '—'} "
+              f"(target {'>=' if name.startswith('amp') else '<='} {target})")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--records", required=True, help="BERT-base 128/20 ofrecord records (bertprep create)")
+    p.add_argument("--out", default="gpu-check-out")
+    p.add_argument("--model", default="base", help="model size (default base; tiny to try the script on a CPU)")
+    p.add_argument("--start-batch", type=int, default=256, help="batch of the start-up runs (default 256)")
+    p.add_argument("--peer-device", default="cuda", help="the peer's --device (default cuda)")
+    p.add_argument("--work", default=None, help="scratch folder (default: OUT/work)")
+    p.add_argument("--iterations", type=int, default=50)
+    p.add_argument("--skip", type=int, default=10)
+    p.add_argument("--batch-sizes", default="64,256")
+    p.add_argument("--compiled-peer-batches", default="256", help="batch sizes the peer runs torch.compile'd")
+    p.add_argument("--timeout", type=int, default=400, help="seconds any one measurement may take")
+    p.add_argument("--no-serial-start", dest="serial_start", action="store_false",
+                   help="leave out the cold start that compiles serially (the parallel compilation's baseline)")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args()
+    out = os.path.abspath(args.out)
+    args.work = args.work or os.path.join(out, "work")
+    os.makedirs(args.work, exist_ok=True)
+    started = time.monotonic()
+
+    cache = os.path.join(args.work, "start-cache")
+    shutil.rmtree(cache, ignore_errors=True)
+    cold_s, cold_lines, cold_output = timed_trainer(args, cache)
+    if cold_s is None:  # compiling in parallel (trainer/xla_gpu.py) failed here? The rest goes on without it
+        print(f"gpu_check: the cold start failed: {cold_output.strip().splitlines()[-1:]}; again with "
+              f"{xla_gpu.PARALLEL_VARIABLE}=0", file=sys.stderr, flush=True)
+        os.environ[xla_gpu.PARALLEL_VARIABLE] = "0"
+        shutil.rmtree(cache, ignore_errors=True)
+        cold_s, cold_lines, cold_output = timed_trainer(args, cache)
+    warm_s, warm_lines, warm_output = timed_trainer(args, cache)
+    write_logs(out, {"trainer-cold.log": cold_output, "trainer-warm.log": warm_output})
+    print(f"gpu_check: python -m trainer first step {_fmt(cold_s, '.1f')} s cold, {_fmt(warm_s, '.1f')} s warm "
+          f"({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
+
+    results, worker_lines = ours(args, out)
+    medians = ", ".join(f"{c['precision']} b{c['batch']} {_fmt(c.get('median'), ',.0f')}" for c in results["configs"])
+    print(f"gpu_check: trainer.benchmark: {medians} seq/s ({time.monotonic() - started:.0f} s)", file=sys.stderr,
+          flush=True)
+    compiled_batches = {int(b) for b in args.compiled_peer_batches.split(",") if b}
+    peers = {}
+    for batch in (int(b) for b in args.batch_sizes.split(",")):
+        for precision in ("amp", "fp32"):
+            compiled = batch in compiled_batches
+            peers[(precision, batch)] = (peer(args, precision, batch, compiled), "compiled" if compiled else "eager")
+            print(f"gpu_check: peer {precision} batch {batch}: {_fmt(peers[(precision, batch)][0], ',.0f')} seq/s "
+                  f"({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
+
+    # Last, as the least needed: the same cold start compiling serially (the parallel compilation's baseline).
+    serial_cache = os.path.join(args.work, "start-cache-serial")
+    shutil.rmtree(serial_cache, ignore_errors=True)
+    serial_s, serial_lines, serial_output = (timed_trainer(args, serial_cache, **{xla_gpu.PARALLEL_VARIABLE: "0"})
+                                             if args.serial_start else (None, [], ""))
+    write_logs(out, {"trainer-cold-serial-compile.log": serial_output})
+    print(f"gpu_check: cold start compiling serially: first step {_fmt(serial_s, '.1f')} s "
+          f"({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
+
+    rows = table_rows(results, peers)
+    every_line = cold_lines + warm_lines + serial_lines + worker_lines
+    start = {"cold_s": cold_s, "warm_s": warm_s, "cold_serial_compile_s": serial_s,
+             "parallel_compile": os.environ.get(xla_gpu.PARALLEL_VARIABLE) != "0",
+             "library_lines": len(every_line), "examples": every_line[:5]}
+    found = checks(rows, start)
+    device = (results.get("host") or {}).get("accelerator") or "no accelerator"
+    report = {"device": device, "rows": rows, "start": start, "checks": {k: list(v) for k, v in found.items()},
+              "seconds": round(time.monotonic() - started, 1), "benchmark": results}
+    with open(os.path.join(out, "gpu-check.json"), "w", encoding="utf-8") as f:
+        json.dump(report, f, indent=1)
+    if args.json:
+        print(json.dumps(report))
+    else:
+        print_table(rows, start, found, device, args.model, args.start_batch)
+        print(f"gpu_check: {report['seconds']:.0f} s; {os.path.join(out, 'gpu-check.json')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
