@@ -31,7 +31,6 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from trainer import xla_gpu  # noqa: E402
 from trainer.library_logs import LIBRARY_LINE  # noqa: E402
 
 # A library line: absl/glog/TensorFlow's (library_logs.LIBRARY_LINE), or ptxas's words in any line.
@@ -54,14 +53,14 @@ def env_for(cache_dir=None):
     return env
 
 
-def timed_trainer(args, cache_dir, **extra_env):
+def timed_trainer(args, cache_dir):
     """(seconds from the start to "train step 1", library lines, output) of one `python -m trainer` run."""
     argv = [sys.executable, "-m", "trainer", "--format", "ofrecord", "--data", args.records, "--model", args.model,
             "--batch-size", str(args.start_batch), "--precision", "amp", "--optimizer", "adam", "--steps", "3",
             "--log-every", "1"]
     started = time.monotonic()
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               env=dict(env_for(cache_dir), **extra_env), cwd=REPO)
+                               env=env_for(cache_dir), cwd=REPO)
     first_step, lines = None, []
     deadline = started + args.timeout
     for line in process.stdout:
@@ -162,9 +161,8 @@ def print_table(rows, start, found, device, model, start_batch):
               f"{_fmt(r['peer'], ',.0f'):>12}{r['peer_kind'] or '—':>10}{_fmt(r['ratio'], '.2f'):>11}"
               f"{_fmt(r['first_step_s'], '.1f'):>12}")
     print(f"python -m trainer, amp batch {start_batch}: first step {_fmt(start['cold_s'], '.1f')} s cold, "
-          f"{_fmt(start['warm_s'], '.1f')} s warm (compilation cache), {_fmt(start['cold_serial_compile_s'], '.1f')} s "
-          f"cold compiling serially; library lines printed: {start['library_lines']} (trainer runs and benchmark "
-          "workers)")
+          f"{_fmt(start['warm_s'], '.1f')} s warm (compilation cache); library lines printed: "
+          f"{start['library_lines']} (trainer runs and benchmark workers)")
     for name, (value, target, met) in found.items():
         print(f"  {'met' if met else 'NOT MET':<8} {name}: {_fmt(value, '.2f') if value is not None else '—'} "
               f"(target {'>=' if name.startswith('amp') else '<='} {target})")
@@ -183,8 +181,6 @@ def main():
     p.add_argument("--batch-sizes", default="64,256")
     p.add_argument("--compiled-peer-batches", default="256", help="batch sizes the peer runs torch.compile'd")
     p.add_argument("--timeout", type=int, default=400, help="seconds any one measurement may take")
-    p.add_argument("--no-serial-start", dest="serial_start", action="store_false",
-                   help="leave out the cold start that compiles serially (the parallel compilation's baseline)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
     out = os.path.abspath(args.out)
@@ -195,12 +191,6 @@ def main():
     cache = os.path.join(args.work, "start-cache")
     shutil.rmtree(cache, ignore_errors=True)
     cold_s, cold_lines, cold_output = timed_trainer(args, cache)
-    if cold_s is None:  # compiling in parallel (trainer/xla_gpu.py) failed here? The rest goes on without it
-        print(f"gpu_check: the cold start failed: {cold_output.strip().splitlines()[-1:]}; again with "
-              f"{xla_gpu.PARALLEL_VARIABLE}=0", file=sys.stderr, flush=True)
-        os.environ[xla_gpu.PARALLEL_VARIABLE] = "0"
-        shutil.rmtree(cache, ignore_errors=True)
-        cold_s, cold_lines, cold_output = timed_trainer(args, cache)
     warm_s, warm_lines, warm_output = timed_trainer(args, cache)
     write_logs(out, {"trainer-cold.log": cold_output, "trainer-warm.log": warm_output})
     print(f"gpu_check: python -m trainer first step {_fmt(cold_s, '.1f')} s cold, {_fmt(warm_s, '.1f')} s warm "
@@ -219,20 +209,9 @@ def main():
             print(f"gpu_check: peer {precision} batch {batch}: {_fmt(peers[(precision, batch)][0], ',.0f')} seq/s "
                   f"({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
 
-    # Last, as the least needed: the same cold start compiling serially (the parallel compilation's baseline).
-    serial_cache = os.path.join(args.work, "start-cache-serial")
-    shutil.rmtree(serial_cache, ignore_errors=True)
-    serial_s, serial_lines, serial_output = (timed_trainer(args, serial_cache, **{xla_gpu.PARALLEL_VARIABLE: "0"})
-                                             if args.serial_start else (None, [], ""))
-    write_logs(out, {"trainer-cold-serial-compile.log": serial_output})
-    print(f"gpu_check: cold start compiling serially: first step {_fmt(serial_s, '.1f')} s "
-          f"({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
-
     rows = table_rows(results, peers)
-    every_line = cold_lines + warm_lines + serial_lines + worker_lines
-    start = {"cold_s": cold_s, "warm_s": warm_s, "cold_serial_compile_s": serial_s,
-             "parallel_compile": os.environ.get(xla_gpu.PARALLEL_VARIABLE) != "0",
-             "library_lines": len(every_line), "examples": every_line[:5]}
+    every_line = cold_lines + warm_lines + worker_lines
+    start = {"cold_s": cold_s, "warm_s": warm_s, "library_lines": len(every_line), "examples": every_line[:5]}
     found = checks(rows, start)
     device = (results.get("host") or {}).get("accelerator") or "no accelerator"
     report = {"device": device, "rows": rows, "start": start, "checks": {k: list(v) for k, v in found.items()},

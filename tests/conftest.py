@@ -1,4 +1,6 @@
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,16 @@ os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"
 # FAST_COMPILE_XLA_FLAGS, where the measurements are) for the workers' TensorFlow and every process they
 # start; a JAX run of many steps takes them off again (xla_flags(fast_compile=False)).
 os.environ["XLA_FLAGS"] = xla_flags()
+# One cache of compiled XLA programs per test worker (trainer/compilation_cache.py), for every JAX process a test
+# starts and the trainer runs in this one: most tests train the same tiny model, so a program one test compiled is
+# loaded by the next. Per worker, not shared by the two: JAX writes an entry in place (no rename), and a worker
+# reading a key the other is writing would get half a file. Not the user's ~/.cache; removed when the worker ends.
+WORKER_CACHE = tempfile.mkdtemp(prefix="bertprep-tests-compilation-cache-")
+os.environ["BERTPREP_COMPILATION_CACHE_DIR"] = WORKER_CACHE
+
+
+def pytest_sessionfinish(session):
+    shutil.rmtree(WORKER_CACHE, ignore_errors=True)
 
 
 def pytest_configure(config):
@@ -57,21 +69,6 @@ def shared_dir():
 @pytest.fixture(scope="session")
 def golden_dir(shared_dir):
     return shared_dir / "fixtures" / "golden"
-
-
-@pytest.fixture(scope="module")
-def jax_compilation_cache(tmp_path_factory):
-    """One persistent XLA cache for a module's JAX processes (`pytestmark = pytest.mark.usefixtures(...)`):
-    each run compiles the same model, so later runs take seconds. Every program is kept, the small ones
-    a model's build compiles op by op too (JAX keeps only those over a second by default)."""
-    settings = {"JAX_COMPILATION_CACHE_DIR": str(tmp_path_factory.mktemp("jax-cache")),
-                "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0", "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
-    os.environ.update(settings)
-    yield
-    for name in settings:
-        del os.environ[name]
-
-
 
 
 # Object stores (tests/object_store.py, whose docstring says what each gives): a server per session, started by

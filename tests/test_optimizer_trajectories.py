@@ -19,7 +19,6 @@ import pytest
 pytest.importorskip("tensorflow")
 # The JAX runs on one xdist worker (--dist loadgroup), sharing one XLA cache, the TensorFlow runs on
 # another: each worker makes the batch (a second) and runs only its own backend's.
-pytestmark = pytest.mark.usefixtures("jax_compilation_cache")
 ON_TENSORFLOW_WORKER = pytest.mark.xdist_group("optimizer_trajectories_tensorflow")
 ON_JAX_WORKER = pytest.mark.xdist_group("optimizer_trajectories_jax")
 

@@ -16,7 +16,6 @@ from trainer.config import BertConfig
 from trainer_checks import bert_config, without_tensorflow, xla_flags
 
 # The JAX runs' processes share one XLA cache: a configuration's later runs and probes compile nothing.
-pytestmark = pytest.mark.usefixtures("jax_compilation_cache")
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

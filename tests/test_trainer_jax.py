@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("jax")
 # One xdist worker runs the module (--dist loadgroup): its processes share one XLA cache.
-pytestmark = [pytest.mark.usefixtures("jax_compilation_cache"), pytest.mark.xdist_group("trainer_jax")]
+pytestmark = pytest.mark.xdist_group("trainer_jax")
 
 from test_trainer_data import golden_records  # noqa: E402
 from trainer_checks import assert_resume_is_exact, bert_config, free_port, latest_state, losses, xla_flags  # noqa: E402
@@ -131,11 +131,11 @@ class JaxProcesses:
 
 
 def jax_processes_fixture():
-    """A module's JaxProcesses fixture, started after its XLA cache (jax_compilation_cache), which
-    the processes' environment names."""
+    """A module's JaxProcesses fixture (they cache their compiled programs in the worker's cache,
+    conftest.WORKER_CACHE)."""
 
     @pytest.fixture(scope="module")
-    def jax_processes(jax_compilation_cache, tmp_path_factory):
+    def jax_processes(tmp_path_factory):
         processes = JaxProcesses(tmp_path_factory.mktemp("jax-processes"))
         yield processes
         processes.close()

@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("jax")
 # One xdist worker runs the module (--dist loadgroup): each run of `trained` and the XLA cache serve all its tests.
-pytestmark = [pytest.mark.usefixtures("jax_compilation_cache"), pytest.mark.xdist_group("model_parallel")]
+pytestmark = pytest.mark.xdist_group("model_parallel")
 
 from bertprep.errors import UsageError  # noqa: E402
 from test_trainer_data import golden_records  # noqa: E402

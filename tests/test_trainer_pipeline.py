@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("jax")
 # One xdist worker runs the module (--dist loadgroup): the trained runs and the XLA cache serve every test.
-pytestmark = [pytest.mark.usefixtures("jax_compilation_cache"), pytest.mark.xdist_group("trainer_pipeline")]
+pytestmark = pytest.mark.xdist_group("trainer_pipeline")
 
 from test_trainer_data import golden_records  # noqa: E402
 from test_trainer_jax import jax_processes_fixture, jax_train  # noqa: E402
