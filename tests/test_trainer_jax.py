@@ -287,3 +287,75 @@ def test_a_packed_step_equals_the_same_sequences_unpacked(golden_dir, jax_proces
 def test_the_compiled_step_counts_real_sequences_of_packed_rows(golden_dir, jax_processes):
     result = jax_processes(1).request("check", "step_counts_real_sequences", str(golden_dir))
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+# The step shaped for a GPU (docs/trainer.md, "The step on a GPU"), checked on the CPU.
+GPU_LEVERS = ("--embedding-gradient", "sorted", "--dropout-rng", "rbg")
+
+
+def test_the_mixed_precision_step_for_a_gpu_multiplies_in_bf16(records_dir, jax_processes):
+    result = jax_processes(1).request("check", "mixed_precision_step_multiplies_in_bf16", str(records_dir))
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_variables_drawn_on_the_host_cpu_are_the_programs_draws(jax_processes):
+    result = jax_processes(1).request("check", "variables_drawn_on_the_host_equal_the_device_program")
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_the_gpu_levers_train_as_keras_does(records_dir, jax_processes, tmp_path):
+    """Sorted embedding gradients: the same losses as Keras's scatter (up to float32 rounding) with the same
+    dropout masks; rbg's masks: other losses, the same for the same seed, finite."""
+    def run(name, *levers):
+        return losses(jax_train(tmp_path, records_dir, name, "--steps", "3", "--batch-size", "4", *levers,
+                                dropout=0.1, processes=jax_processes))
+
+    keras_own = run("scatter-threefry")
+    np.testing.assert_allclose(run("sorted-threefry", "--embedding-gradient", "sorted"), keras_own, rtol=2e-6)
+    rbg = run("sorted-rbg", *GPU_LEVERS)
+    assert all(np.isfinite(rbg)) and rbg != keras_own
+    assert run("sorted-rbg-again", *GPU_LEVERS) == rbg
+
+
+def test_resume_continues_exactly_with_the_gpu_levers(records_dir, jax_processes, tmp_path):
+    assert_resume_is_exact(lambda name, *argv: jax_train(tmp_path, records_dir, name, *argv, *GPU_LEVERS, dropout=0.1,
+                                                         processes=jax_processes), tmp_path / "ckpt")
+
+
+def compiles_before_the_first_step(records_dir, tmp_path, cache, *extra):
+    """(programs compiled, of them loaded from the persistent cache, the "train step" lines) of a fresh
+    `python -m trainer` process, JAX_LOG_COMPILES on, its cache in `cache`."""
+    env = jax_env(JAX_LOG_COMPILES="1", BERTPREP_COMPILATION_CACHE_DIR=str(cache))
+    result = subprocess.run([sys.executable, CHECKS, "--no-tensorflow", "trainer", "--format", "ofrecord", "--data",
+                             str(records_dir), "--bert-config", bert_config(tmp_path, 0.1), "--steps", "2",
+                             "--batch-size", "4", "--log-every", "1", *extra],
+                            capture_output=True, text=True, cwd=REPO, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    before = result.stderr.split("train step 1:")[0]
+    steps = [line for line in result.stderr.splitlines() if line.startswith("train step")]
+    return before.count("Compiling jit("), before.count("Persistent compilation cache hit"), steps
+
+
+def test_a_run_compiles_a_handful_of_programs_and_a_rerun_loads_them_all(records_dir, tmp_path):
+    cache = tmp_path / "cache"
+    compiled, hits, steps = compiles_before_the_first_step(records_dir, tmp_path, cache)
+    # The initial values, the optimizer's slots, the step and a few conversions: not one program per operation.
+    assert 1 <= compiled <= 8 and hits == 0 and len(steps) == 2, (compiled, hits)
+    assert any(name.startswith("jit__train_step-") for name in os.listdir(cache))
+    assert compiles_before_the_first_step(records_dir, tmp_path, cache) == (compiled, compiled, steps)
+    assert compiles_before_the_first_step(records_dir, tmp_path, cache, "--no-compilation-cache") == (
+        compiled, 0, steps)
+
+
+def test_without_tensorflow_and_keras_backend_the_trainer_takes_jax(records_dir, tmp_path):
+    """A host with JAX and no TensorFlow (the GPU image): no KERAS_BACKEND needed; amp is mixed_bfloat16 on a CPU
+    and the first line says why."""
+    env = {k: v for k, v in jax_env().items() if k != "KERAS_BACKEND"}
+    result = subprocess.run([sys.executable, CHECKS, "--no-tensorflow", "trainer", "--format", "ofrecord", "--data",
+                             str(records_dir), "--bert-config", bert_config(tmp_path, 0.1), "--steps", "1",
+                             "--batch-size", "4", "--precision", "amp"],
+                            capture_output=True, text=True, cwd=REPO, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    first = next(line for line in result.stderr.splitlines() if line.startswith("trainer: 1 device"))
+    assert "cpu:0" in first and "amp: mixed_bfloat16 (cpu multiplies bfloat16)" in first, first
+    assert "precision               mixed_bfloat16" in result.stdout

@@ -32,7 +32,8 @@ class _Blocked:
     def find_spec(self, name, path=None, target=None):
         top = name.partition(".")[0]
         if top in self.names:
-            raise ModuleNotFoundError(f"No module named {name!r} (blocked: {BLOCKED[top]})", name=name)
+            reason = BLOCKED.get(top, "a host without it")
+            raise ModuleNotFoundError(f"No module named {name!r} (blocked: {reason})", name=name)
 
 
 # The tests' training runs take a few steps: compiling dominates, and LLVM's optimization passes cost
@@ -440,6 +441,74 @@ def trained_in_groups(groups, train):
         return done[key]
 
     return run
+
+
+def step_exported_for_gpu(records_dir, precision, options):
+    """The StableHLO text of the JAX train step of TINY (batch 4) exported for an NVIDIA GPU (jax.export with
+    platforms=["cuda"]: lowered here, on the CPU, as the GPU would compile it), under `precision` ("amp" is
+    resolved on this CPU: mixed_bfloat16) and StepOptions `options`."""
+    import jax
+    import keras
+
+    from trainer.config import BertConfig, StepOptions, TrainConfig
+    from trainer.data import Records, RecordStream
+    from trainer.pretraining import Devices, build_steps, set_precision
+
+    keras.backend.clear_session()
+    records = Records(str(records_dir), "ofrecord")
+    config, _ = set_precision(TrainConfig(format="ofrecord", optimizer="adam", steps=10, precision=precision,
+                                          pad_vocab=1), keras)
+    _, _, steps = build_steps(config, Devices(keras.backend.backend()), BertConfig(**TINY), records, 0,
+                              options=StepOptions(*options))
+    batch = next(RecordStream(records, "training", 4, seed=1).batches())
+    element = steps.put({k: v[None] for k, v in batch.items()})
+    return jax.export.export(steps._train, platforms=["cuda"])(steps.state, element).mlir_module()
+
+
+DOT_TYPES = r"stablehlo\.dot_general[^\n]*: \(tensor<([^>]*)>, tensor<([^>]*)>\)"
+
+
+def check_mixed_precision_step_multiplies_in_bf16(records_dir):
+    """amp with the GPU's levers: every matrix product of the step exported for a GPU takes bfloat16 operands
+    (those over TINY's hidden 64, intermediate 256 and vocab 30,522 among them), the dropout masks
+    come from XLA's RngBitGenerator (no threefry) and the embeddings' gradients are sorted; under fp32 the
+    same products take float32 (what the check tells apart)."""
+    import re
+
+    text = step_exported_for_gpu(records_dir, "amp", ("sorted", "rbg"))
+    dots = re.findall(DOT_TYPES, text)
+    assert len(dots) >= 30, len(dots)
+    not_bf16 = [pair for pair in dots if not all(t.endswith("xbf16") for t in pair)]
+    assert not not_bf16, not_bf16
+    for dim in (64, 256, 30522):  # products over the hidden, intermediate and vocab dimensions are among them
+        assert any(f"x{dim}x" in f"x{a}" or f"x{dim}x" in f"x{b}" for a, b in dots), dim
+    assert "stablehlo.rng_bit_generator" in text and "threefry" not in text
+    assert "stablehlo.sort" in text
+    fp32 = re.findall(DOT_TYPES, step_exported_for_gpu(records_dir, "fp32", ("scatter", "threefry")))
+    assert len(fp32) == len(dots) and all(t.endswith("xf32") for pair in fp32 for t in pair), fp32
+
+
+def check_variables_drawn_on_the_host_equal_the_device_program():
+    """model._drawn_on_host_cpu (how an accelerator run draws the initial values) gives what the one compiled
+    program gives on this CPU: the same draws."""
+    import jax
+    import keras
+    import numpy as np
+
+    from trainer.model import _drawn_on_host_cpu
+
+    initializers = [keras.initializers.TruncatedNormal(stddev=0.02, seed=seed) for seed in (1, 2)]
+
+    def initial_values():
+        return [initializers[0]((30, 8)), initializers[1]((5,)), keras.initializers.Zeros()((3, 3))]
+
+    expected = jax.jit(initial_values)()
+    drawn = _drawn_on_host_cpu(initial_values, None)
+    assert len(drawn) == 3
+    for want, got in zip(expected, drawn):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+        assert got.devices() == {jax.devices()[0]}
+
 
 
 if __name__ == "__main__":

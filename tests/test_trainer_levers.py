@@ -1,0 +1,177 @@
+"""The step's levers and the GPU check's plumbing, as plain functions (no framework loads): what `amp` becomes on
+which device, which step options "auto" picks, the XLA flags, the compilation cache's folder and switch, the
+libraries' log level kept as ours, the backend chosen without TensorFlow, where the transformers peer runs, and
+the GPU check's table and verdicts. The runs themselves: tests/test_trainer_jax.py."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "scripts"))
+
+import bench_train_peers  # noqa: E402
+import gpu_check  # noqa: E402
+from bertprep.errors import UsageError  # noqa: E402
+from trainer import compilation_cache, library_logs, precision, xla_gpu  # noqa: E402
+from trainer.config import StepOptions, TrainConfig  # noqa: E402
+
+
+@pytest.mark.parametrize("platform, capability, policy", [
+    ("gpu", (9, 0), "mixed_bfloat16"), ("cuda", (8, 0), "mixed_bfloat16"), ("gpu", (8, 6), "mixed_bfloat16"),
+    ("gpu", (7, 0), "mixed_float16"), ("gpu", (7, 5), "mixed_float16"),
+    ("cpu", None, "mixed_bfloat16"), ("tpu", None, "mixed_bfloat16")])
+def test_amp_is_bfloat16_where_the_device_multiplies_it(platform, capability, policy):
+    chosen, why = precision.amp_policy_for(platform, capability)
+    assert chosen == policy
+    assert ("loss scaling" in why) == (policy == "mixed_float16")
+    assert precision.loss_scaling(chosen) == (policy == "mixed_float16")
+
+
+def test_compute_capability_reads_jax_and_tensorflow_forms():
+    assert precision._capability("9.0") == (9, 0) and precision._capability((7, 5)) == (7, 5)
+    assert precision._capability(None) is None
+    assert precision.resolve("fp32", "jax") == ("fp32", None)  # only amp is resolved
+    assert precision.keras_policy("fp32") == "float32" and precision.keras_policy("mixed_float16") == "mixed_float16"
+
+
+def test_trainer_accepts_amp_and_the_levers():
+    config = TrainConfig(format="ofrecord", precision="amp", embedding_gradient="sorted", dropout_rng="rbg",
+                         gemm="xla", compilation_cache=False)
+    assert config.precision == "amp"
+    with pytest.raises(UsageError, match="dropout_rng: expected one of auto, threefry, rbg, got 'philox'"):
+        TrainConfig(format="ofrecord", dropout_rng="philox")
+
+
+@pytest.mark.parametrize("backend, platform, options", [
+    ("jax", "gpu", StepOptions("sorted", "rbg")), ("jax", "cuda", StepOptions("sorted", "rbg")),
+    ("jax", "cpu", StepOptions("scatter", "threefry")), ("tensorflow", "gpu", StepOptions("scatter", "threefry"))])
+def test_auto_levers_are_the_gpus_under_jax_and_keras_own_elsewhere(backend, platform, options):
+    assert StepOptions.resolved("auto", "auto", backend, platform) == options
+    assert StepOptions.resolved("scatter", "rbg", backend, platform) == StepOptions("scatter", "rbg")  # as given
+
+
+def test_xla_flags_add_cublas_and_leave_the_users_own():
+    assert xla_gpu.xla_flags("cublas", "") == "--xla_gpu_enable_triton_gemm=false"
+    assert xla_gpu.xla_flags("cublas", "--a=1") == "--a=1 --xla_gpu_enable_triton_gemm=false"
+    assert xla_gpu.xla_flags("cublas", "--xla_gpu_enable_triton_gemm=true") == "--xla_gpu_enable_triton_gemm=true"
+    assert xla_gpu.xla_flags("xla", "--a=1") == "--a=1"
+    env = {"XLA_FLAGS": "--b=2"}
+    xla_gpu.apply("cublas", env)
+    assert env["XLA_FLAGS"] == "--b=2 --xla_gpu_enable_triton_gemm=false"
+
+
+def test_the_compilation_cache_is_on_unless_turned_off_and_lives_per_processor(tmp_path):
+    assert compilation_cache.wanted(True, {}) and not compilation_cache.wanted(False, {})
+    assert not compilation_cache.wanted(True, {"BERTPREP_COMPILATION_CACHE": "0"})
+    assert not compilation_cache.wanted(True, {"BERTPREP_COMPILATION_CACHE": "off"})
+    both = {"BERTPREP_COMPILATION_CACHE_DIR": "/a", "JAX_COMPILATION_CACHE_DIR": "/b"}
+    assert compilation_cache.directory(both) == "/a"
+    assert compilation_cache.directory({"JAX_COMPILATION_CACHE_DIR": "/b"}) == "/b"
+    default = compilation_cache.directory({"XDG_CACHE_HOME": str(tmp_path)})
+    assert default == os.path.join(str(tmp_path), "bertprep", "jax-compilation-cache",
+                                   compilation_cache.host_fingerprint())
+    assert len(compilation_cache.host_fingerprint()) == 16
+
+
+def test_the_quiet_level_is_marked_as_ours_so_later_processes_still_leave_lines_out():
+    env = {}
+    assert not library_logs.user_chose_level(env)
+    library_logs.keep_quiet(env)
+    assert env["TF_CPP_MIN_LOG_LEVEL"] == "2" and not library_logs.user_chose_level(env)
+    env["TF_CPP_MIN_LOG_LEVEL"] = "0"  # the user's own, set after ours
+    assert library_logs.user_chose_level(env)
+    chosen = {"TF_CPP_MIN_LOG_LEVEL": "1"}
+    library_logs.keep_quiet(chosen)
+    assert chosen == {"TF_CPP_MIN_LOG_LEVEL": "1"}  # the user's choice stays
+    assert library_logs.user_chose_level(dict(env, TF_CPP_VMODULE="x=1", TF_CPP_MIN_LOG_LEVEL="2"))
+
+
+CHOOSE = """
+import sys
+sys.path.insert(0, {tests!r})
+import trainer_checks
+trainer_checks.block_imports({blocked!r})
+from trainer.library_logs import default_backend
+print(default_backend())
+"""
+
+
+@pytest.mark.parametrize("blocked, chosen", [(["tensorflow"], "jax"), (["tensorflow", "jax"], "None")])
+def test_without_tensorflow_the_backend_is_jax_and_without_either_none(blocked, chosen, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "KERAS_BACKEND"}
+    env.update(PYTHONPATH=REPO, KERAS_HOME=str(tmp_path))  # no keras.json of the user's
+    code = CHOOSE.format(tests=os.path.join(REPO, "tests"), blocked=blocked)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == chosen
+
+
+NEITHER = """
+import sys
+sys.path.insert(0, {tests!r})
+import trainer_checks
+trainer_checks.block_imports(["tensorflow", "jax"])
+from bertprep.errors import run_reporting_errors
+from trainer.library_logs import choose_backend
+sys.exit(run_reporting_errors("trainer", lambda: choose_backend({{}})))
+"""
+
+
+def test_with_neither_backend_the_trainer_says_how_to_install_one(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "KERAS_BACKEND"}
+    env.update(PYTHONPATH=REPO, KERAS_HOME=str(tmp_path))
+    result = subprocess.run([sys.executable, "-c", NEITHER.format(tests=os.path.join(REPO, "tests"))],
+                            capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip() == ("trainer: error: neither TensorFlow nor JAX is installed: pip install "
+                                     "'bertprep[train]' (TensorFlow) or 'bertprep[jax]' (JAX; on NVIDIA GPUs "
+                                     "jax[cuda12] or jax[cuda13])")
+
+
+def test_keras_json_names_the_backend_only_when_it_is_not_kerass_default(tmp_path):
+    (tmp_path / "keras.json").write_text('{"backend": "jax"}')
+    assert library_logs.default_backend({"KERAS_HOME": str(tmp_path)}) == "jax"
+    assert library_logs.default_backend({"KERAS_BACKEND": "tensorflow", "KERAS_HOME": str(tmp_path)}) == "tensorflow"
+    assert library_logs._keras_json_backend({"KERAS_HOME": str(tmp_path / "none")}) is None
+
+
+def test_the_peer_runs_on_cuda_when_torch_sees_a_gpu():
+    assert bench_train_peers.peer_device(True) == "cuda"
+    assert bench_train_peers.peer_device(False) == "cpu"
+    assert bench_train_peers.peer_device(True, "cpu") == "cpu"
+
+
+RESULTS = {"configs": [
+    {"precision": "amp", "dtype_policy": "mixed_bfloat16", "batch": 256, "median": 6000.0, "mfu": 0.5,
+     "runs": [{"first_step_s": 12.0}]},
+    {"precision": "fp32", "dtype_policy": "fp32", "batch": 256, "median": 3000.0, "mfu": 0.4,
+     "runs": [{"first_step_s": 11.0}]},
+    {"precision": "amp", "dtype_policy": "mixed_bfloat16", "batch": 64, "median": 3000.0, "mfu": 0.3,
+     "runs": [{"status": "oom"}]}]}
+
+
+def test_the_gpu_checks_table_and_verdicts():
+    peers = {("amp", 256): (4800.0, "compiled"), ("fp32", 256): (2400.0, "compiled"), ("amp", 64): (None, "eager")}
+    rows = gpu_check.table_rows(RESULTS, peers)
+    assert [(r["precision"], r["batch"]) for r in rows] == [("amp", 64), ("amp", 256), ("fp32", 256)]
+    amp = rows[1]
+    assert amp["ratio"] == 1.25 and amp["first_step_s"] == 12.0 and rows[0]["ratio"] is None
+    found = gpu_check.checks(rows, {"cold_s": 19.0, "warm_s": 6.0, "library_lines": 0})
+    assert found["amp_vs_compiled_peer"] == (1.25, 1.2, True)
+    assert found["amp_vs_fp32"] == (2.0, 1.5, True)
+    assert found["first_step_cold_s"] == (19.0, 20.0, True)
+    assert found["first_step_warm_s"] == (6.0, 5.0, False)
+    assert found["library_lines"] == (0, 0, True)
+    eager = gpu_check.checks(gpu_check.table_rows(RESULTS, {("amp", 256): (4800.0, "eager")}),
+                             {"cold_s": None, "warm_s": None, "library_lines": 3})
+    assert eager["amp_vs_compiled_peer"][2] is False and eager["library_lines"][2] is False
+
+
+def test_library_lines_are_what_the_gpu_run_printed():
+    text = ("I1126 01:31:38.657003     496 service.cc:154] XLA service initialized\n"
+            "I1126 01:32:36.442027     597 subprocess_compilation.cc:349] ptxas warning : Registers are spilled\n"
+            "trainer: 1 device(s)\n2026-11-23 13:05:00.123456: I tensorflow/core/util/port.cc:153] oneDNN\n")
+    assert len(gpu_check.library_lines(text)) == 3
