@@ -329,3 +329,28 @@ def test_the_case_check_passes_agreeing_flags(golden_dir):
 
     uncased = load_vocab(str(golden_dir / "vocab.txt"))
     assert casing_warning(uncased, True) is None and casing_warning(uncased, False) is not None
+
+
+def test_a_download_into_a_corpus_folder_says_what_it_removed_and_refuses_a_foreign_part(tmp_path, capsys):
+    """download's formatted parts (format_parts, what the Wikipedia and BookCorpus parquet paths call): a part the
+    source no longer has is removed and named; a .jsonl no download wrote is refused before anything is written,
+    not removed (it was, silently) and not left for shard to read."""
+    from bertprep.errors import DataError
+    from bertprep.progress import Progress
+    from bertprep.stages.download.formatted import corpus_dir, format_parts
+
+    def parts(*names):
+        return [(name, f"key-{name}", lambda name=name: [{"id": name, "title": name, "text": f"text of {name}"}])
+                for name in names]
+
+    format_parts(tmp_path, "wiki", {"source": 1}, parts("a", "b"))
+    folder = Path(corpus_dir(tmp_path, "wiki"))
+    progress = Progress("download", total=1, quiet=False)
+    manifest = format_parts(tmp_path, "wiki", {"source": 1}, parts("a"), progress=progress)
+    progress.close()
+    assert sorted(manifest["files"]) == ["a.jsonl"] and not (folder / "b.jsonl").exists()
+    assert "removed 1 file(s) of an earlier run that this run does not write: b.jsonl" in capsys.readouterr().err
+    (folder / "mine.jsonl").write_text('{"id": "x", "title": "", "text": "not from a download"}\n')
+    with pytest.raises(DataError, match=r"mine\.jsonl: a \.jsonl that no download into this corpus folder wrote"):
+        format_parts(tmp_path, "wiki", {"source": 1}, parts("a"))
+    assert (folder / "mine.jsonl").exists() and (folder / "a.jsonl").exists()

@@ -17,8 +17,9 @@ import json
 
 from bertprep import __version__, storage
 from bertprep.atomic import atomic_open, hold
+from bertprep.errors import DataError
 from bertprep.folder import Folder
-from bertprep.workdir import file_matches, load_manifest, save_manifest, stage_dir
+from bertprep.workdir import file_matches, load_manifest, removed_warning, save_manifest, stage_dir
 
 FORMAT = 'jsonl: one {"id", "title", "text"} object per line; paragraphs of text separated by "\\n"'
 
@@ -74,9 +75,7 @@ def _format_parts(out, corpus, source, parts, workers, progress, staging):
         else:
             todo.append((filename, source_key, make_documents))
     # parts the source no longer has would otherwise be sharded with the rest
-    for stale in set(out.names_in()) - set(files) - {t[0] for t in todo} - {"manifest.json"}:
-        if stale.endswith(".jsonl"):
-            out.remove(stale)
+    clear_earlier_parts(out, old, set(files) | {t[0] for t in todo}, progress)
     manifest = {
         "tool": "bertprep",
         "version": __version__,
@@ -101,6 +100,25 @@ def _format_parts(out, corpus, source, parts, workers, progress, staging):
         if progress is not None:
             progress.advance(0, documents=entry["documents"])
     return manifest
+
+
+def clear_earlier_parts(out, old, keep, progress):
+    """Remove the .jsonl parts of the corpus Folder `out` that this run does not write (`keep`) and the earlier
+    run's manifest `old` lists, naming them; refuse a .jsonl it does not list: no download wrote it, and
+    `bertprep shard` would read it into training with the corpus (issue 57: never removed or read without a
+    word). Returns the removed names."""
+    listed = set(old.get("files") or ())
+    present = {name for name in out.names_in() if name.endswith(".jsonl") and not name.startswith(".")}
+    foreign = sorted(present - listed - keep)
+    if foreign:
+        raise DataError(f"{out.display(foreign[0])}: a .jsonl that no download into this corpus folder wrote (its "
+                        "manifest does not list it); `bertprep shard` would read it into training: move it out")
+    stale = sorted((present & listed) - keep)
+    for name in stale:
+        out.remove(name)
+    if stale and progress is not None:
+        progress.note(removed_warning(stale))
+    return stale
 
 
 def save_parts_manifest(directory, corpus, source, files):
