@@ -94,6 +94,13 @@ def reads_in_place(path):
     return not is_url(path)
 
 
+def checks_locally(path):
+    """Whether an output's place at `path` can be checked before a run with os calls (it is on this machine:
+    a file where a directory is to be, a missing parent, no write permission); a store's is the store's to
+    refuse when the run writes there."""
+    return not is_url(path)
+
+
 def names_in(directory):
     """os.listdir of a directory; nothing for a store's prefix no object lies under yet (a store has no empty
     directories), while a missing local directory is FileNotFoundError."""

@@ -205,8 +205,9 @@ def test_checkpoint_dir_on_a_file_is_a_one_line_error_before_training(records_di
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     code, events = train(tmp_path, records_dir, "--steps", "1", "--batch-size", "2", "--checkpoint-dir", str(blocker))
-    assert code == 1 and events == []
-    assert capsys.readouterr().err.splitlines() == [f"trainer: error: {blocker}: Not a directory"]
+    assert code == 2 and events == []  # refused when the config is built (issue 57): a usage error
+    assert capsys.readouterr().err.splitlines() == [
+        f"trainer: error: --checkpoint-dir {blocker}: is a file; name a directory"]
 
 
 REPLICA_SCRIPT = textwrap.dedent("""

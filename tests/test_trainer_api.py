@@ -53,7 +53,7 @@ def test_configs_have_the_cli_defaults_and_its_checks():
             (TrainConfig, {"warmup": 30, "steps": 20}, "TrainConfig.warmup 30 exceeds TrainConfig.steps 20"),
             (TrainConfig, {"lr": float("nan")}, "TrainConfig.lr must be a positive number, got nan"),
             (TrainConfig, {"steps": 0}, "TrainConfig.steps: expected a positive integer, got 0"),
-            (TrainConfig, {"precision": "fp8"}, "TrainConfig.precision: expected one of fp32, mixed_float16, "
+            (TrainConfig, {"precision": "fp8"}, "TrainConfig.precision: expected one of fp32, amp, mixed_float16, "
                                                 "mixed_bfloat16, got 'fp8'"),
             (FinetuneConfig, {"epochs": 0}, "FinetuneConfig.epochs must be positive, got 0")]:
         required = ("ofrecord",) if kind is TrainConfig else ("MRPC", "d", "tfrecord")

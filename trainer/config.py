@@ -218,7 +218,7 @@ def _check_output_places(config, directories, files):
     after every step had been trained). A URL's is its store's to refuse, when the run reaches it."""
     for name in (*directories, *files):
         path = getattr(config, name)
-        if path is not None and not storage.is_url(path):
+        if path is not None and storage.checks_locally(path):
             check_output_place(f"--{name.replace('_', '-')}", storage.local_path(path), name in directories)
 
 

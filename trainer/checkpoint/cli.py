@@ -101,7 +101,7 @@ def _run(args):
     from trainer.checkpoint.run import outputs, read_inputs
     from trainer.config import check_output_place
 
-    if not storage.is_url(args.out):  # before the model runs, not after
+    if storage.checks_locally(args.out):  # before the model runs, not after
         check_output_place("--out", storage.local_path(args.out), directory=False, makes_parents=True)
     inputs = read_inputs(args.inputs)
     checkpoint = read(args.src)
