@@ -34,13 +34,13 @@ from bertprep.atomic import atomic_write_bytes
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.formats import codecs
-from trainer import metrics, run_state
-from trainer.config import SIZES, BertConfig, FinetuneConfig, FinetuneSummary, TrainConfig, size_of
+from trainer import compilation_cache, metrics, run_state, xla_gpu
+from trainer.config import SIZES, BertConfig, FinetuneConfig, FinetuneSummary, StepOptions, TrainConfig, size_of
 from trainer.data import RecordStream, feature_dtypes, prefetch
 from trainer.heads import FEATURE_INPUTS
 from trainer.loop import Schedule, train_loop
 from trainer.precision import loss_scaling
-from trainer.pretraining import Devices, Log, make_steps, set_precision, warmup_steps
+from trainer.pretraining import Devices, Log, make_steps, set_precision, step_options, warmup_steps
 from trainer.squad_predictions import load_eval_metadata, write_predictions
 from trainer.tasks import TaskData, task_named
 
@@ -101,21 +101,26 @@ def finetune(config: FinetuneConfig) -> FinetuneSummary:
     if data.vocab_size and data.vocab_size > bert.vocab_size:
         raise DataError(f"{storage.display(config.data)}: records were made with a vocab of {data.vocab_size} "
                         f"entries, the checkpoint's model has {bert.vocab_size}")
+    xla_gpu.apply("cublas")  # before JAX's GPU backend starts (trainer/xla_gpu.py)
     import keras
 
+    compilation_cache.enable()
     keras.backend.clear_session()  # a fresh name space: variables are matched by path
     config, precision_note = set_precision(config, keras)
+    options = step_options(config, keras)  # the GPU's levers under JAX, as pretraining's "auto"
     keras.utils.set_random_seed(config.seed)
     devices = Devices(keras.backend.backend())
     log = Log(config, 0, enabled=True)
     try:
         carried = carried_files(data, initial_tokenizer, log) if config.checkpoint_dir else ({}, {})
-        return _finetune(config, task, data, bert, weights, checkpoint_path, devices, log, carried, precision_note)
+        return _finetune(config, task, data, bert, weights, checkpoint_path, devices, log, carried, precision_note,
+                         options)
     finally:
         log.close()
 
 
-def _finetune(config, task, data, bert, weights, checkpoint_path, devices, log, carried, precision_note=None):
+def _finetune(config, task, data, bert, weights, checkpoint_path, devices, log, carried, precision_note=None,
+              options=StepOptions()):
     from trainer.optimizers import build_slots, make_optimizer
 
     global_batch = config.batch_size * devices.replicas
@@ -123,7 +128,7 @@ def _finetune(config, task, data, bert, weights, checkpoint_path, devices, log, 
     total_steps = config.steps or max(1, int(train_records * config.epochs / global_batch))
     log.total = total_steps
     with devices.scope():
-        model, objective = build_task_model(task, bert, data)
+        model, objective = build_task_model(task, bert, data, options=options)
         optimizer = make_optimizer(config.optimizer, config.lr, warmup_steps(config.warmup, total_steps), total_steps,
                                    config.clip_norm)
         build_slots(optimizer, model.trainable_variables)
@@ -186,8 +191,8 @@ def training_figures(counts, meter):
             "mean_sequences_per_second": meter.rates(meter.timed)["sequences_per_second"]}
 
 
-def build_task_model(task, config, data, batch=2):
-    """The task's model (variables created) and its training objective."""
+def build_task_model(task, config, data, batch=2, options=StepOptions()):
+    """The task's model (variables created; its step's levers `options`) and its training objective."""
     from trainer.heads import (
         BertForSequences,
         BertForSpans,
@@ -198,11 +203,12 @@ def build_task_model(task, config, data, batch=2):
     from trainer.model import symbolic_inputs, variables_initialized_together
 
     if task.is_squad:
-        model, objective = BertForSpans(config, name="bert"), SpanObjective()
+        model, objective = BertForSpans(config, name="bert", options=options), SpanObjective()
     elif task.is_regression:
-        model, objective = BertForSequences(config, 1, name="bert"), RegressionObjective()
+        model, objective = BertForSequences(config, 1, name="bert", options=options), RegressionObjective()
     else:
-        model, objective = BertForSequences(config, len(data.labels), name="bert"), ClassificationObjective()
+        model, objective = (BertForSequences(config, len(data.labels), name="bert", options=options),
+                            ClassificationObjective())
     with variables_initialized_together():
         model(symbolic_inputs(batch, data.seq))
     return model, objective

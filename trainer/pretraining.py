@@ -210,9 +210,11 @@ def set_precision(config, keras):
 
 
 def step_options(config, keras):
-    """The model's levers (StepOptions) of `config`, "auto" made concrete for this backend's device."""
+    """The model's levers (StepOptions) of `config`, "auto" made concrete for this backend's device (a
+    FinetuneConfig, which has no such flags: "auto")."""
     platform, _ = device_platform(keras.backend.backend())
-    return StepOptions.resolved(config.embedding_gradient, config.dropout_rng, keras.backend.backend(), platform)
+    return StepOptions.resolved(getattr(config, "embedding_gradient", "auto"), getattr(config, "dropout_rng", "auto"),
+                                keras.backend.backend(), platform)
 
 
 def warmup_steps(value, total_steps):
