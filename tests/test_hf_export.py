@@ -341,3 +341,34 @@ def test_records_of_another_vocab_or_casing_than_the_checkpoint_are_refused(unca
                                 "--steps", "1", "--batch-size", "4"], capsys, monkeypatch)
     assert code == 2 and line.startswith(f"trainer: error: {records / 'manifest.json'}: records made with the vocab ")
     assert f", {step} was trained with {step / 'vocab.txt'} (" in line
+
+
+def test_resuming_with_records_of_another_vocab_than_the_checkpoint_carries_is_refused(uncased, golden_dir, tmp_path,
+                                                                                       capsys, monkeypatch):
+    """--resume compared the settings, whose model has the vocab's size only: records made with another vocab of
+    that size (two tokens swapped) trained on as if their ids were the same tokens. Refused, naming both, before
+    any step; the records the checkpoint was made from resume as before."""
+    import shutil
+
+    checkpoint_dir = tmp_path / "ckpt"
+    shutil.copytree(uncased[0], checkpoint_dir)
+    lines = (golden_dir / "vocab.txt").read_text(encoding="utf-8").split("\n")
+    lines[2000], lines[2001] = lines[2001], lines[2000]
+    swapped = tmp_path / "swapped-vocab.txt"
+    swapped.write_text("\n".join(lines), encoding="utf-8")
+    records = {}
+    for name, vocab in (("swapped", swapped), ("same", golden_dir / "vocab.txt")):
+        assert bertprep_main(["create", "--input", str(golden_dir / "corpus.txt"), "--vocab", str(vocab), "--out",
+                              str(tmp_path / name), "--seq", "64", "--pred", "10", "--dupe-factor", "1", "--workers",
+                              "1", "--quiet"]) == 0
+        records[name] = next(p.parent for p in (tmp_path / name).rglob("manifest.json"))
+    config = bert_config(tmp_path, 0.0, vocab_size=len(lines) - (lines[-1] == ""))
+    resume = ["--format", "tfrecord", "--bert-config", config, "--steps", "2", "--batch-size", "4", "--checkpoint-dir",
+              checkpoint_dir, "--resume"]
+    step = _step(checkpoint_dir)
+    code, line = _records_line([*resume, "--data", records["swapped"]], capsys, monkeypatch)
+    assert code == 2 and line.startswith(
+        f"trainer: error: {records['swapped'] / 'manifest.json'}: records made with the vocab {swapped}, {step} was "
+        f"trained with {step / 'vocab.txt'} (line 2001 is "), line
+    monkeypatch.undo()
+    assert main([*map(str, resume), "--data", str(records["same"]), "--quiet"]) == 0  # all steps done already

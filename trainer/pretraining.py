@@ -388,7 +388,7 @@ def _train(config, devices, log, data_dir, records, bert, step_times=None, step_
                                   initial, log, options)
     settings = run_settings(config, bert, devices)
     carried = carried_files(config, records, initial, log)
-    draws = resume(config, steps, settings, log) if config.resume else 0
+    draws = resume(config, steps, settings, log, records) if config.resume else 0
     log.note(describe(config, devices, bert, records, stream, model, precision_note, options))
     schedule = Schedule(config.steps, config.log_every, config.steps_per_call,
                         eval_every=config.eval_every if eval_stream else 0,
@@ -438,9 +438,9 @@ def run_settings(config, bert, devices):
     }
 
 
-def resume(config, steps, settings, log):
-    """The newest checkpoint of --checkpoint-dir into `steps` (its settings must be this run's); the
-    batches it had drawn (0 without one)."""
+def resume(config, steps, settings, log, records):
+    """The newest checkpoint of --checkpoint-dir into `steps` (its settings must be this run's, its vocab and
+    casing the records'); the batches it had drawn (0 without one)."""
     found = run_state.load_latest(config.checkpoint_dir)
     if found is None:
         log.note(f"{storage.display(config.checkpoint_dir)}: no checkpoint yet, starting at step 0")
@@ -448,10 +448,26 @@ def resume(config, steps, settings, log):
     path, arrays, saved = found
     expected = {name: value.shape for name, value in steps.get_state().items()}
     run_state.check_compatible(path, saved.get("settings", {}), settings, arrays, expected)
+    check_records_against_carried_vocab(path, records)
     steps.set_state(arrays)
     draws = int(saved["draws"])
     log.note(f"resumed from {storage.display(path)} (step {saved['step']}, {draws} batches drawn)")
     return draws
+
+
+def check_records_against_carried_vocab(path, records):
+    """--resume with records of another vocab or casing than the checkpoint `path` carries (its vocab.txt and
+    tokenizer_config.json, written from the earlier run's records): refused as --init-checkpoint's are; the
+    settings only compare the vocab's size (issue 57). A store's checkpoint is compared by its settings alone."""
+    from trainer.checkpoint.base import Checkpoint
+    from trainer.checkpoint.tokenizer import casing_beside, check_records
+
+    vocab = os.path.join(path, "vocab.txt")
+    if not storage.reads_in_place(path) or not os.path.isfile(vocab):
+        return
+    lower_case, casing_source = casing_beside(path)
+    check_records(Checkpoint(kind="ours", path=path, config=None, weights={}, vocab=vocab, lower_case=lower_case,
+                             casing_source=casing_source), records.vocabs)
 
 
 def carried_files(config, records, initial, log):
