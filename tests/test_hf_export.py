@@ -372,3 +372,21 @@ def test_resuming_with_records_of_another_vocab_than_the_checkpoint_carries_is_r
         f"trained with {step / 'vocab.txt'} (line 2001 is "), line
     monkeypatch.undo()
     assert main([*map(str, resume), "--data", str(records["same"]), "--quiet"]) == 0  # all steps done already
+
+
+def test_a_checkpoint_whose_vocab_was_replaced_is_refused(uncased, tmp_path):
+    """Our checkpoints record their vocab's sha256 in tokenizer_config.json: a vocab.txt put in its place later
+    (the same size, two tokens swapped) was taken for the model's own, by the export and every check."""
+    import shutil
+
+    checkpoint_dir = tmp_path / "ckpt"
+    shutil.copytree(uncased[0], checkpoint_dir)
+    step = _step(checkpoint_dir)
+    lines = (step / "vocab.txt").read_text(encoding="utf-8").split("\n")
+    lines[2000], lines[2001] = lines[2001], lines[2000]
+    (step / "vocab.txt").write_text("\n".join(lines), encoding="utf-8")
+    code, line = convert_line(checkpoint_dir, tmp_path / "out", "--to", "hf")
+    assert code == 1 and line.startswith(
+        f"trainer checkpoint: error: {step / 'vocab.txt'}: not the vocab this checkpoint was trained with "
+        f"({step / 'tokenizer_config.json'} records vocab_sha256 "), line
+    assert line.endswith("put its vocab back") and not (tmp_path / "out").exists()

@@ -22,7 +22,7 @@ import os
 import re
 
 from bertprep import storage
-from bertprep.errors import BertprepError, UsageError
+from bertprep.errors import BertprepError, DataError, UsageError
 
 CONFIG = "tokenizer_config.json"
 SPECIAL = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
@@ -85,8 +85,26 @@ def of_checkpoint(checkpoint):
         return None
     with storage.local_copy(checkpoint.vocab) as local, open(local, "rb") as f:
         data = f.read()
+    check_recorded_digest(checkpoint.vocab, data)
     lower_case = checkpoint.lower_case if checkpoint.lower_case is not None else casing_of_vocab(data)
     return RunTokenizer(data, lower_case, checkpoint.vocab)
+
+
+def check_recorded_digest(vocab, data):
+    """A DataError where the tokenizer_config.json beside `vocab` records a vocab_sha256 (ours write one) that
+    its bytes `data` do not have: the vocab.txt was replaced after the run, and every check against it, and an
+    export's tokenizer, would take another vocab for the one the model was trained with (issue 57)."""
+    config = os.path.join(os.path.dirname(vocab), CONFIG)
+    if not storage.reads_in_place(vocab) or not os.path.isfile(config):
+        return
+    try:
+        with open(config, encoding="utf-8") as f:
+            recorded = json.load(f).get("vocab_sha256")
+    except (OSError, ValueError, AttributeError):
+        return
+    if isinstance(recorded, str) and recorded != hashlib.sha256(data).hexdigest():
+        raise DataError(f"{vocab}: not the vocab this checkpoint was trained with ({config} records vocab_sha256 "
+                        f"{recorded[:12]}…, the file has {hashlib.sha256(data).hexdigest()[:12]}…): put its vocab back")
 
 
 def check_records(checkpoint, named):
