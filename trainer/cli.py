@@ -48,7 +48,7 @@ def add_optimizer_arguments(p, default):
 
 
 def add_step_arguments(p):
-    """The levers of how the step computes (docs/trainer.md, "The step on a GPU"): same model, same loss."""
+    """The levers of how the step computes (docs/trainer.md, "The step on one GPU, measured"): same model, same loss."""
     p.add_argument("--embedding-gradient", choices=EMBEDDING_GRADIENTS, default="auto",
                    help="how the embedding rows' gradients reach their tables: Keras's scatter-add, or sorted "
                         "(summed per distinct id first; JAX); auto: sorted on a GPU under JAX, else scatter")

@@ -47,7 +47,7 @@ class BertConfig(bert_config.BertConfig):
 
 # ---------------------------------------------------------------- run configurations
 
-# How the step computes, not what (docs/trainer.md, "The step on a GPU"): each lever's module says what
+# How the step computes, not what (docs/trainer.md, "The step on one GPU, measured"): each lever's module says what
 # its choices do and what they were measured to give; "auto" picks per platform (StepOptions.resolved).
 EMBEDDING_GRADIENTS = ("auto", "scatter", "sorted")  # trainer/embedding_lookup.py
 DROPOUT_RNGS = ("auto", "threefry", "rbg")  # trainer/dropout.py

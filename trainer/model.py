@@ -285,9 +285,10 @@ def _initialize(variables):
 
 def _drawn_on_host_cpu(initial_values, shardings):
     """The draws compiled for and run on the host's CPU, then put where the variables live. On a GPU the
-    same program took about 58 s to compile for BERT-base on an H200 (ptxas over some 200 random-number
-    fusions; docs/trainer.md, "Start-up"), on the CPU a few seconds; the draws are the same values
-    (threefry is integer arithmetic)."""
+    same program took most of a minute to compile for BERT-base on an H200 (ptxas over some 200
+    random-number fusions: the first "trainer:" line came 58 s after the start, 13 s after this; docs/trainer.md,
+    "The step on one GPU, measured"), on the CPU a few seconds. The random bits are the same (threefry is
+    integer arithmetic); the float transforms of them may round otherwise in a last bit than the GPU's would."""
     import jax
     import numpy as np
 
