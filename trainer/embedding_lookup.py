@@ -9,8 +9,9 @@ ms of device time (scripts/profile_gpu_step.py, docs/trainer.md).
 `sorted` (JAX) sums each row's gradients before they reach the table: the tokens sorted by id, a
 segmented sum over each run of equal ids (an associative scan), then one store per distinct id, so no
 two writes go to one row. The sums are the same up to float32 rounding (another order of additions;
-the atomic adds' order was not fixed either). `scatter` is Keras's own `take` and its gradient; under
-TensorFlow, whose gradient of a gather is a segment sum already, it is the only one.
+the atomic adds' order was not fixed either). `scatter` is Keras's own `take` and its gradient, and the
+only one under TensorFlow (whose gradient of a gather, made dense by an unsorted segment sum, was not
+measured on a GPU here).
 """
 
 import functools
