@@ -1,7 +1,7 @@
 """The GPU check's measurements and its one table (scripts/gpu_check.sh makes the records and calls this).
 
     python scripts/gpu_check.py --records R [--out DIR] [--iterations 50] [--skip 10] [--batch-sizes 64,256]
-        [--compiled-peer-batches 256] [--json]
+        [--compiled-peer-batches 256] [--profile] [--json]
 
 In one invocation, on one GPU, BERT-base 128/20, optimizer adam, on the records R:
 1. start-up: `python -m trainer` (amp, batch 256, 3 steps, a log line each) twice on an empty compilation
@@ -13,7 +13,9 @@ In one invocation, on one GPU, BERT-base 128/20, optimizer adam, on the records 
 3. the peer: scripts/bench_train_peers.py's transformers BertForPreTraining on CUDA on the same records and
    batches (bf16 autocast for amp, TF32 for fp32, fused AdamW), compiled by torch.compile at the
    --compiled-peer-batches sizes and eager at the others.
-It prints one table (sequences/s, ratio to the peer, MFU, seconds to the first step, library lines) and the
+With --profile it then profiles the amp step at the largest batch (scripts/profile_gpu_step.py: the device
+time by layer and kernel, in OUT/profile.txt). It prints one table (sequences/s, ratio to the peer, MFU,
+seconds to the first step, library lines) and the
 issue's checks (amp >= 1.2x the compiled peer and >= 1.5x our fp32 at batch 256, the first step within 20 s,
 within 5 s warm, no library line), and writes everything to DIR/gpu-check.json. Figures are this machine's,
 this run's: docs/benchmarks.md gives the command and, when it ran on a GPU, what it printed.
@@ -113,6 +115,21 @@ def peer(args, precision, batch, compiled):
     return row.get("median")
 
 
+def profile(args, out):
+    """scripts/profile_gpu_step.py on the records, amp at the largest batch: its table in OUT/profile.txt."""
+    batch = max(int(b) for b in args.batch_sizes.split(","))
+    argv = [sys.executable, os.path.join(REPO, "scripts", "profile_gpu_step.py"), "--data", args.records, "--model",
+            args.model, "--batch-size", str(batch), "--precision", "amp", "--steps", "10",
+            "--save", os.path.join(out, "profile.json")]
+    env = dict(env_for(os.path.join(args.work, "profile-cache")), KERAS_BACKEND="jax")
+    try:
+        done = subprocess.run(argv, env=env, cwd=REPO, capture_output=True, text=True, timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        print("gpu_check: the profile ran out of time", file=sys.stderr)
+        return
+    write_logs(out, {"profile.txt": done.stdout + done.stderr[-3000:]})
+
+
 def table_rows(results, peers):
     rows = []
     by_key = {(c["precision"], c["batch"]): c for c in results["configs"]}
@@ -181,6 +198,9 @@ def main():
     p.add_argument("--batch-sizes", default="64,256")
     p.add_argument("--compiled-peer-batches", default="256", help="batch sizes the peer runs torch.compile'd")
     p.add_argument("--timeout", type=int, default=400, help="seconds any one measurement may take")
+    p.add_argument("--profile", action="store_true",
+                   help="last, where the step's device time goes: scripts/profile_gpu_step.py, amp at the largest "
+                        "batch (its output in OUT/profile.txt and OUT/profile.json)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
     out = os.path.abspath(args.out)
@@ -208,6 +228,10 @@ def main():
             peers[(precision, batch)] = (peer(args, precision, batch, compiled), "compiled" if compiled else "eager")
             print(f"gpu_check: peer {precision} batch {batch}: {_fmt(peers[(precision, batch)][0], ',.0f')} seq/s "
                   f"({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
+
+    if args.profile:
+        profile(args, out)
+        print(f"gpu_check: profile done ({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
 
     rows = table_rows(results, peers)
     every_line = cold_lines + warm_lines + worker_lines
