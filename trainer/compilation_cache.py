@@ -31,11 +31,10 @@ def wanted(flag_enabled=True, environ=os.environ):
 def directory(environ=os.environ):
     """Where the programs go: BERTPREP_COMPILATION_CACHE_DIR, JAX_COMPILATION_CACHE_DIR, else the user's cache
     folder for this processor."""
+    from trainer.config import user_cache
+
     given = environ.get(DIR_VARIABLE) or environ.get("JAX_COMPILATION_CACHE_DIR")
-    if given:
-        return given
-    base = environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    return os.path.join(base, "bertprep", "jax-compilation-cache", host_fingerprint())
+    return given or user_cache("jax-compilation-cache", host_fingerprint(), environ=environ)
 
 
 def host_fingerprint():

@@ -11,7 +11,7 @@ from bertprep import bert_config, storage
 from bertprep.errors import UsageError
 from bertprep.formats import codecs
 from bertprep.options import check_types, errors_name_fields, refuse_overlap
-from trainer.precision import PRECISIONS
+from trainer.precision import GPU_PLATFORMS, PRECISIONS
 
 # Google's published BERT sizes: (layers, hidden, heads); intermediate = 4 * hidden.
 SIZES = {
@@ -45,6 +45,11 @@ class BertConfig(bert_config.BertConfig):
                    intermediate_size=4 * hidden, **overrides)
 
 
+def user_cache(*parts, environ=os.environ):
+    """A path in the user's cache for bertprep ($XDG_CACHE_HOME, else ~/.cache)."""
+    return os.path.join(environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "bertprep", *parts)
+
+
 # ---------------------------------------------------------------- run configurations
 
 # How the step computes, not what (docs/trainer.md, "The step on one GPU, measured"): each lever's module says what
@@ -68,7 +73,7 @@ class StepOptions:
         """"auto" made concrete for `backend` on a device of `platform`: the sorted gradient and rbg's masks
         under JAX on a GPU, where they were measured to help; Keras's own elsewhere (TensorFlow has neither;
         on a CPU the scatter is a plain loop and the masks' generator no bottleneck)."""
-        gpu = backend == "jax" and platform in ("gpu", "cuda", "rocm")
+        gpu = backend == "jax" and platform in GPU_PLATFORMS
         return cls(embedding_gradient=embedding_gradient if embedding_gradient != "auto" else
                    ("sorted" if gpu else "scatter"),
                    dropout_rng=dropout_rng if dropout_rng != "auto" else ("rbg" if gpu else "threefry"))

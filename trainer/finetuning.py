@@ -243,7 +243,8 @@ def load_encoder(model, weights, path):
 def sample_checkpoint(config, data):
     """A tiny pretraining checkpoint made on the fly from the embedded sample records (cached per
     user), with the vocab size of the fine-tuning records so their token ids fit."""
-    from trainer.pretraining import sample_records, train, user_cache
+    from trainer.config import user_cache
+    from trainer.pretraining import sample_records, train
 
     vocab_size = data.vocab_size or BertConfig().vocab_size
     model = config.model or "tiny"

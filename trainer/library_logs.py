@@ -88,13 +88,29 @@ def keep_quiet(environ=os.environ):
         environ["TF_CPP_MIN_LOG_LEVEL"] = environ[OUR_LEVEL_MARK] = QUIET_LEVEL
 
 
-def default_backend(environ=os.environ):
-    """KERAS_BACKEND, else the backend of the user's keras.json, else tensorflow where it imports (Keras's
-    own default), else jax where it does; None where neither does (the caller says how to install one).
-    TensorFlow is imported to see that it loads (Keras would import it next): call this with its start-up
-    lines left out."""
+def imports(name):
+    """Whether the module `name` imports (TensorFlow's start-up lines: call it with them left out)."""
     import importlib
 
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        return False
+    return True
+
+
+def installed(name):
+    """Whether the module `name` is found, without importing it (a process that loads no framework)."""
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
+
+
+def default_backend(environ=os.environ, available=imports):
+    """KERAS_BACKEND, else the backend of the user's keras.json, else tensorflow where it is `available`
+    (Keras's own default), else jax where it is; None where neither is (the caller says how to install one).
+    By default TensorFlow is imported to see that it loads (Keras would import it next): call this with its
+    start-up lines left out; `installed` finds the modules without loading them."""
     if environ.get("KERAS_BACKEND"):
         return environ["KERAS_BACKEND"]
     configured = _keras_json_backend(environ)
@@ -102,13 +118,7 @@ def default_backend(environ=os.environ):
     # there is a choice.
     if configured and configured != "tensorflow":
         return configured
-    for backend in ("tensorflow", "jax"):
-        try:
-            importlib.import_module(backend)
-        except ImportError:
-            continue
-        return backend
-    return None
+    return next((backend for backend in ("tensorflow", "jax") if available(backend)), None)
 
 
 def _keras_json_backend(environ):

@@ -12,6 +12,8 @@ Nothing here imports a framework at module level: the CLI checks --precision bef
 """
 
 PRECISIONS = ("fp32", "amp", "mixed_float16", "mixed_bfloat16")
+# What JAX's and TensorFlow's devices call a GPU (NVIDIA's "gpu"/"cuda", AMD's "rocm").
+GPU_PLATFORMS = ("gpu", "cuda", "rocm")
 # The first compute capability whose tensor cores multiply bfloat16 (Ampere).
 BF16_COMPUTE_CAPABILITY = (8, 0)
 
@@ -29,7 +31,7 @@ def loss_scaling(precision):
 def amp_policy_for(platform, compute_capability):
     """(policy, why) for `amp` on a device of `platform` ("gpu", "cuda", "rocm", "tpu", "cpu") with NVIDIA
     `compute_capability` (major, minor), or None where the platform has none."""
-    if platform in ("gpu", "cuda") and compute_capability is not None:
+    if platform in GPU_PLATFORMS and compute_capability is not None:
         text = ".".join(map(str, compute_capability))
         if tuple(compute_capability) >= BF16_COMPUTE_CAPABILITY:
             return "mixed_bfloat16", f"compute capability {text} multiplies bfloat16"

@@ -16,7 +16,7 @@ from bertprep.atomic import hold
 from bertprep.errors import DataError, UsageError
 from bertprep.progress import Progress
 from trainer import compilation_cache, run_state, xla_gpu
-from trainer.config import BertConfig, StepOptions, TrainConfig, TrainSummary
+from trainer.config import BertConfig, StepOptions, TrainConfig, TrainSummary, user_cache
 from trainer.data import Records, RecordStream, prefetch
 from trainer.library_logs import library_lines_left_out, load_keras
 from trainer.loop import Hooks, Schedule, evaluate, train_loop
@@ -306,11 +306,6 @@ def tensorboard_dir(config):
         return os.path.join(config.checkpoint_dir, "tensorboard")
     scheme, key = storage.display(storage.normpath(storage.absolute(config.checkpoint_dir))).split("://", 1)
     return user_cache("tensorboard", scheme, *key.split("/"))
-
-
-def user_cache(*parts):
-    """A path in the user's cache for bertprep ($XDG_CACHE_HOME, else ~/.cache)."""
-    return os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "bertprep", *parts)
 
 
 def _fmt(key, value):

@@ -66,19 +66,6 @@ def _precision_list(text):
     return values
 
 
-def installed_backend(environ=os.environ):
-    """KERAS_BACKEND, else tensorflow where it is installed, else jax where it is (found, not imported:
-    this process loads no framework; the trainer's own choice, library_logs.choose_backend, imports)."""
-    import importlib.util
-
-    if environ.get("KERAS_BACKEND"):
-        return environ["KERAS_BACKEND"]
-    for backend in ("tensorflow", "jax"):
-        if importlib.util.find_spec(backend) is not None:
-            return backend
-    return "tensorflow"
-
-
 def build_parser():
     p = OneLineErrorParser(prog=PROG, description="DLPerf-method training throughput of `python -m trainer`: one fresh "
                                        "process per (devices, precision, batch, run), median over runs, "
@@ -95,8 +82,11 @@ def build_parser():
     p.add_argument("--iterations", type=positive_int, default=120, help="training steps per run (default 120)")
     p.add_argument("--skip", type=positive_int, default=20, help="first steps left out of the timing (default 20)")
     p.add_argument("--runs", type=positive_int, default=5, help="runs per configuration; the median is reported")
-    p.add_argument("--backend", choices=("tensorflow", "jax"), default=installed_backend(),
-                   help="Keras backend (default: $KERAS_BACKEND, else tensorflow where it is installed, else jax)")
+    # The trainer's own choice, the modules found rather than imported: this process loads no framework.
+    p.add_argument("--backend", choices=("tensorflow", "jax"),
+                   default=library_logs.default_backend(available=library_logs.installed) or "tensorflow",
+                   help="Keras backend (default: the trainer's: $KERAS_BACKEND, a keras.json naming another, else "
+                        "tensorflow where it is installed, else jax)")
     p.add_argument("--optimizer", choices=tuple(OPTIMIZERS), default="lamb", help="as `python -m trainer` (lamb)")
     p.add_argument("--seed", type=int, default=12345)
     p.add_argument("--max-start", type=positive_int, default=32,

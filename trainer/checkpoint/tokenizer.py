@@ -102,9 +102,10 @@ def check_recorded_digest(vocab, data):
             recorded = json.load(f).get("vocab_sha256")
     except (OSError, ValueError, AttributeError):
         return
-    if isinstance(recorded, str) and recorded != hashlib.sha256(data).hexdigest():
+    actual = hashlib.sha256(data).hexdigest()
+    if isinstance(recorded, str) and recorded != actual:
         raise DataError(f"{vocab}: not the vocab this checkpoint was trained with ({config} records vocab_sha256 "
-                        f"{recorded[:12]}…, the file has {hashlib.sha256(data).hexdigest()[:12]}…): put its vocab back")
+                        f"{recorded[:12]}…, the file has {actual[:12]}…): put its vocab back")
 
 
 def check_records(checkpoint, named):
