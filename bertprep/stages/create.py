@@ -425,10 +425,7 @@ def plan(options):
         )
     check_distinct_outputs((task.source, records.path(path)) for task in tasks for path in task.output_paths().values())
     warnings = layout_warnings(tasks, options.min_parts)
-    if vocab.duplicates_warning():
-        warnings.append(vocab.duplicates_warning())
-    if casing_warning(vocab, lower_case):
-        warnings.append(casing_warning(vocab, lower_case))
+    warnings += [warning for warning in (vocab.duplicates_warning(), casing_warning(vocab, lower_case)) if warning]
     return records, settings, fmts, tasks, notes, warnings
 
 

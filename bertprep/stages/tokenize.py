@@ -175,8 +175,8 @@ def plan(options):
                           lower_case=options.lower_case, settings_key=settings_key) for path, split in inputs]
     check_distinct_outputs((task.source, storage.join(out_dir, rel)) for task in tasks for rel in task.files())
     refuse_spaced_prefixes(root, out_dir, tasks)
-    warnings = [vocab.duplicates_warning()] if vocab.duplicates_warning() else []
-    warnings += [casing_warning(vocab, options.lower_case)] if casing_warning(vocab, options.lower_case) else []
+    warnings = [warning for warning in (vocab.duplicates_warning(), casing_warning(vocab, options.lower_case))
+                if warning]
     if not any(task.split == "training" for task in tasks):
         warnings.append("no training split: data-path.txt is empty; give training/ shards (`bertprep shard`)")
     return out_dir, settings, tasks, notes, warnings
