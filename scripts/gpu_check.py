@@ -56,25 +56,27 @@ def env_for(cache_dir=None):
 
 
 def timed_trainer(args, cache_dir):
-    """(seconds from the start to "train step 1", library lines, output) of one `python -m trainer` run."""
+    """(seconds from the start to "train step 1", library lines, output) of one `python -m trainer` run; the
+    output's lines each prefixed with the seconds since the start at which it came (the logs keep them: the
+    first "trainer:" line's time is how long the model took to build)."""
     argv = [sys.executable, "-m", "trainer", "--format", "ofrecord", "--data", args.records, "--model", args.model,
             "--batch-size", str(args.start_batch), "--precision", "amp", "--optimizer", "adam", "--steps", "3",
             "--log-every", "1"]
     started = time.monotonic()
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                env=env_for(cache_dir), cwd=REPO)
-    first_step, lines = None, []
+    first_step, lines, stamped = None, [], []
     deadline = started + args.timeout
     for line in process.stdout:
         lines.append(line)
+        stamped.append(f"{time.monotonic() - started:7.1f} {line}")
         if first_step is None and FIRST_STEP.match(line):
             first_step = time.monotonic() - started
         if time.monotonic() > deadline:
             process.kill()
             break
     process.wait()
-    output = "".join(lines)
-    return first_step, library_lines(output), output
+    return first_step, library_lines("".join(lines)), "".join(stamped)
 
 
 def ours(args, out):
