@@ -1,7 +1,7 @@
 """The GPU check's measurements and its one table (scripts/gpu_check.sh makes the records and calls this).
 
     python scripts/gpu_check.py --records R [--out DIR] [--iterations 50] [--skip 10] [--batch-sizes 64,256]
-        [--compiled-peer-batches 256] [--profile] [--json]
+        [--compiled-peer-batches 256] [--profile [--profile-flags FLAGS]] [--lever NAME=FLAGS ...] [--json]
 
 In one invocation, on one GPU, BERT-base 128/20, optimizer adam, on the records R:
 1. start-up: `python -m trainer` (amp, batch 256, 3 steps, a log line each) twice on an empty compilation
@@ -13,7 +13,9 @@ In one invocation, on one GPU, BERT-base 128/20, optimizer adam, on the records 
 3. the peer: scripts/bench_train_peers.py's transformers BertForPreTraining on CUDA on the same records and
    batches (bf16 autocast for amp, TF32 for fp32, fused AdamW), compiled by torch.compile at the
    --compiled-peer-batches sizes and eager at the others.
-With --profile it then profiles the amp step at the largest batch (scripts/profile_gpu_step.py: the device
+Each --lever NAME=FLAGS (e.g. `scan=--scan-layers`) then measures the trainer (JAX) with those flags: its
+start-up cold and warm, and its amp at the largest batch beside the defaults'. With --profile it then
+profiles the amp step at the largest batch (scripts/profile_gpu_step.py: the device
 time by layer and kernel, in OUT/profile.txt). It prints one table (sequences/s, ratio to the peer, MFU,
 seconds to the first step, library lines) and the
 issue's checks (amp >= 1.2x the compiled peer and >= 1.5x our fp32 at batch 256, the first step within 20 s,
@@ -55,16 +57,18 @@ def env_for(cache_dir=None):
     return env
 
 
-def timed_trainer(args, cache_dir):
+def timed_trainer(args, cache_dir, extra=(), backend=None):
     """(seconds from the start to "train step 1", library lines, output) of one `python -m trainer` run; the
     output's lines each prefixed with the seconds since the start at which it came (the logs keep them: the
     first "trainer:" line's time is how long the model took to build)."""
     argv = [sys.executable, "-m", "trainer", "--format", "ofrecord", "--data", args.records, "--model", args.model,
             "--batch-size", str(args.start_batch), "--precision", "amp", "--optimizer", "adam", "--steps", "3",
-            "--log-every", "1"]
+            "--log-every", "1", *extra]
     started = time.monotonic()
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               env=env_for(cache_dir), cwd=REPO)
+    env = env_for(cache_dir)
+    if backend:
+        env["KERAS_BACKEND"] = backend
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO)
     first_step, lines, stamped = None, [], []
     deadline = started + args.timeout
     for line in process.stdout:
@@ -79,14 +83,14 @@ def timed_trainer(args, cache_dir):
     return first_step, library_lines("".join(lines)), "".join(stamped)
 
 
-def ours(args, out):
-    """trainer.benchmark's results.json (and the library lines of its workers' logs)."""
-    bench_out = os.path.join(out, "benchmark")
+def ours(args, out, name="benchmark", precisions="amp,fp32", batch_sizes=None, extra=()):
+    """trainer.benchmark's results.json (and the library lines of its workers' logs); `extra`: trainer flags."""
+    bench_out = os.path.join(out, name)
     argv = [sys.executable, "-m", "trainer.benchmark", "--format", "ofrecord", "--data", args.records, "--model",
-            args.model, "--backend", "jax", "--devices", "1", "--precision", "amp,fp32", "--batch-size",
-            args.batch_sizes, "--runs", "1", "--iterations", str(args.iterations), "--skip", str(args.skip),
-            "--optimizer", "adam", "--timeout", "300", "--out", bench_out, "--quiet"]
-    done = subprocess.run(argv, env=env_for(os.path.join(args.work, "benchmark-cache")), cwd=REPO,
+            args.model, "--backend", "jax", "--devices", "1", "--precision", precisions, "--batch-size",
+            batch_sizes or args.batch_sizes, "--runs", "1", "--iterations", str(args.iterations), "--skip",
+            str(args.skip), "--optimizer", "adam", "--timeout", "300", "--out", bench_out, "--quiet", *extra]
+    done = subprocess.run(argv, env=env_for(os.path.join(args.work, f"{name}-cache")), cwd=REPO,
                           capture_output=True, text=True, timeout=args.timeout)
     if done.returncode != 0:
         raise RuntimeError(f"trainer.benchmark failed: {done.stderr.strip().splitlines()[-1:]}")
@@ -123,6 +127,7 @@ def profile(args, out):
     argv = [sys.executable, os.path.join(REPO, "scripts", "profile_gpu_step.py"), "--data", args.records, "--model",
             args.model, "--batch-size", str(batch), "--precision", "amp", "--steps", "10",
             "--save", os.path.join(out, "profile.json")]
+    argv += [f"--trainer-flag={flag}" for flag in args.profile_flags.split()]
     env = dict(env_for(os.path.join(args.work, "profile-cache")), KERAS_BACKEND="jax")
     try:
         done = subprocess.run(argv, env=env, cwd=REPO, capture_output=True, text=True, timeout=args.timeout)
@@ -130,6 +135,27 @@ def profile(args, out):
         print("gpu_check: the profile ran out of time", file=sys.stderr)
         return
     write_logs(out, {"profile.txt": done.stdout + done.stderr[-3000:]})
+
+
+def lever(args, out, name, flags, default_rows):
+    """One --lever NAME=FLAGS: the start-up runs (cold, warm) and trainer.benchmark's amp at the largest batch
+    with the trainer flags FLAGS, beside the defaults' amp at that batch."""
+    extra = flags.split()
+    batch = max(int(b) for b in args.batch_sizes.split(","))
+    cache = os.path.join(args.work, f"start-cache-{name}")
+    shutil.rmtree(cache, ignore_errors=True)
+    cold_s, _, cold_output = timed_trainer(args, cache, extra, backend="jax")  # the levers are JAX's
+    warm_s, _, warm_output = timed_trainer(args, cache, extra, backend="jax")
+    write_logs(out, {f"trainer-cold-{name}.log": cold_output, f"trainer-warm-{name}.log": warm_output})
+    try:
+        results, _ = ours(args, out, f"benchmark-{name}", "amp", str(batch), extra)
+        rate = results["configs"][0].get("median")
+    except (RuntimeError, subprocess.TimeoutExpired, KeyError, IndexError) as exc:
+        print(f"gpu_check: lever {name} ({flags}): trainer.benchmark failed: {exc}", file=sys.stderr)
+        rate = None
+    default = next((r["ours"] for r in default_rows if r["precision"] == "amp" and r["batch"] == batch), None)
+    return {"name": name, "flags": flags, "batch": batch, "amp": rate, "default_amp": default,
+            "vs_default": rate / default if rate and default else None, "cold_s": cold_s, "warm_s": warm_s}
 
 
 def table_rows(results, peers):
@@ -187,6 +213,13 @@ def print_table(rows, start, found, device, model, start_batch):
               f"(target {'>=' if name.startswith('amp') else '<='} {target})")
 
 
+def print_levers(levers):
+    for r in levers:
+        print(f"lever {r['name']} ({r['flags']}): amp batch {r['batch']} {_fmt(r['amp'], ',.0f')} seq/s, "
+              f"{_fmt(r['vs_default'], '.2f')}x the defaults'; first step {_fmt(r['cold_s'], '.1f')} s cold, "
+              f"{_fmt(r['warm_s'], '.1f')} s warm")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--records", required=True, help="BERT-base 128/20 ofrecord records (bertprep create)")
@@ -203,8 +236,16 @@ def main():
     p.add_argument("--profile", action="store_true",
                    help="last, where the step's device time goes: scripts/profile_gpu_step.py, amp at the largest "
                         "batch (its output in OUT/profile.txt and OUT/profile.json)")
+    p.add_argument("--profile-flags", default="", metavar="FLAGS",
+                   help="trainer flags of the profiled step (e.g. \"--attention fused\")")
+    p.add_argument("--lever", action="append", default=[], metavar="NAME=FLAGS",
+                   help="also measure the trainer with FLAGS (e.g. scan=--scan-layers): its start-up cold and "
+                        "warm and its amp at the largest batch beside the defaults'; repeatable")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
+    for spec in args.lever:
+        if "=" not in spec or not spec.split("=", 1)[0].isidentifier():
+            p.error(f"--lever {spec}: expected NAME=FLAGS, NAME a word (e.g. scan=--scan-layers)")
     out = os.path.abspath(args.out)
     args.work = args.work or os.path.join(out, "work")
     os.makedirs(args.work, exist_ok=True)
@@ -236,11 +277,18 @@ def main():
         print(f"gpu_check: profile done ({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
 
     rows = table_rows(results, peers)
+    levers = []
+    for spec in args.lever:
+        name, flags = spec.split("=", 1)
+        levers.append(lever(args, out, name, flags, rows))
+        print(f"gpu_check: lever {name}: amp {_fmt(levers[-1]['amp'], ',.0f')} seq/s "
+              f"({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
     every_line = cold_lines + warm_lines + worker_lines
     start = {"cold_s": cold_s, "warm_s": warm_s, "library_lines": len(every_line), "examples": every_line[:5]}
     found = checks(rows, start)
     device = (results.get("host") or {}).get("accelerator") or "no accelerator"
-    report = {"device": device, "rows": rows, "start": start, "checks": {k: list(v) for k, v in found.items()},
+    report = {"device": device, "rows": rows, "start": start, "levers": levers,
+              "checks": {k: list(v) for k, v in found.items()},
               "seconds": round(time.monotonic() - started, 1), "benchmark": results}
     with open(os.path.join(out, "gpu-check.json"), "w", encoding="utf-8") as f:
         json.dump(report, f, indent=1)
@@ -248,6 +296,7 @@ def main():
         print(json.dumps(report))
     else:
         print_table(rows, start, found, device, args.model, args.start_batch)
+        print_levers(levers)
         print(f"gpu_check: {report['seconds']:.0f} s; {os.path.join(out, 'gpu-check.json')}")
     return 0
 

@@ -322,6 +322,44 @@ def test_resume_continues_exactly_with_the_gpu_levers(records_dir, jax_processes
                                                          processes=jax_processes), tmp_path / "ckpt")
 
 
+def test_scanned_layers_train_as_the_unrolled_layers(records_dir, jax_processes, tmp_path):
+    """--scan-layers (trainer/scan_layers.py): the same losses as the layers one by one, dropout on (each layer
+    draws its own masks and advances its own seeds), with Keras's levers and with the GPU's."""
+    def run(name, *levers):
+        return losses(jax_train(tmp_path, records_dir, name, "--steps", "3", "--batch-size", "4", *levers,
+                                dropout=0.1, processes=jax_processes, num_hidden_layers=3))
+
+    np.testing.assert_allclose(run("scanned", "--scan-layers"), run("unrolled"), rtol=1e-6)
+    np.testing.assert_allclose(run("scanned-gpu", "--scan-layers", *GPU_LEVERS), run("unrolled-gpu", *GPU_LEVERS),
+                               rtol=1e-6)
+
+
+def test_fused_attention_trains_as_einsum_and_draws_its_own_masks(records_dir, jax_processes, tmp_path):
+    """--attention fused (trainer/fused_attention.py, interpreted on the CPU): without dropout the losses of
+    Keras's einsum attention; with it, its own masks: other losses, the same again for the same seed."""
+    def run(name, *levers, dropout):
+        return losses(jax_train(tmp_path, records_dir, name, "--steps", "3", "--batch-size", "4", *levers,
+                                dropout=dropout, processes=jax_processes, num_hidden_layers=2))
+
+    np.testing.assert_allclose(run("fused-0", "--attention", "fused", dropout=0.0), run("einsum-0", dropout=0.0),
+                               rtol=1e-5)
+    fused = run("fused", "--attention", "fused", dropout=0.1)
+    assert all(np.isfinite(fused)) and fused != run("einsum", dropout=0.1)
+    assert run("fused-again", "--attention", "fused", dropout=0.1) == fused
+
+
+def test_resume_continues_exactly_with_scanned_layers_and_fused_attention(records_dir, jax_processes, tmp_path):
+    assert_resume_is_exact(lambda name, *argv: jax_train(tmp_path, records_dir, name, *argv, "--scan-layers",
+                                                         "--attention", "fused", dropout=0.1,
+                                                         processes=jax_processes, num_hidden_layers=3),
+                           tmp_path / "ckpt")
+
+
+def test_scanned_layers_are_one_loop_in_the_step_for_a_gpu(records_dir, jax_processes):
+    result = jax_processes(1).request("check", "scanned_layers_are_one_loop", str(records_dir))
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
 def compiles_before_the_first_step(records_dir, tmp_path, cache, *extra):
     """(programs compiled, of them loaded from the persistent cache, the "train step" lines) of a fresh
     `python -m trainer` process, JAX_LOG_COMPILES on, its cache in `cache`."""

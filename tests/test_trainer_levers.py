@@ -45,6 +45,27 @@ def test_trainer_accepts_amp_and_the_levers():
         TrainConfig(format="ofrecord", dropout_rng="philox")
 
 
+def test_scanned_layers_need_jax_and_one_stage_of_whole_layers():
+    assert TrainConfig(format="ofrecord", scan_layers=True).scan_layers
+    for split in ({"model_parallel": 2}, {"pipeline_stages": 2}):
+        with pytest.raises(UsageError, match="scan_layers: not with .*model_parallel or .*pipeline_stages"):
+            TrainConfig(format="ofrecord", scan_layers=True, **split)
+    TrainConfig(format="ofrecord", scan_layers=True).check_backend("jax")
+    with pytest.raises(UsageError, match="--scan-layers needs KERAS_BACKEND=jax .*backend is tensorflow"):
+        TrainConfig(format="ofrecord", scan_layers=True).check_backend("tensorflow")
+    assert StepOptions.resolved("auto", "auto", "jax", "gpu", scan_layers=True).scan_layers
+
+
+def test_fused_attention_needs_jax():
+    config = TrainConfig(format="ofrecord", attention="fused")
+    config.check_backend("jax")
+    with pytest.raises(UsageError, match="--attention fused needs KERAS_BACKEND=jax .*backend is tensorflow"):
+        config.check_backend("tensorflow")
+    with pytest.raises(UsageError, match="attention: expected one of einsum, fused, got 'flash'"):
+        TrainConfig(format="ofrecord", attention="flash")
+    assert StepOptions.resolved("auto", "auto", "jax", "gpu", attention="fused").attention == "fused"
+
+
 @pytest.mark.parametrize("backend, platform, options", [
     ("jax", "gpu", StepOptions("sorted", "rbg")), ("jax", "cuda", StepOptions("sorted", "rbg")),
     ("jax", "cpu", StepOptions("scatter", "threefry")), ("tensorflow", "gpu", StepOptions("scatter", "threefry"))])

@@ -443,10 +443,10 @@ def trained_in_groups(groups, train):
     return run
 
 
-def step_exported_for_gpu(records_dir, precision, options):
-    """The StableHLO text of the JAX train step of TINY (batch 4) exported for an NVIDIA GPU (jax.export with
-    platforms=["cuda"]: lowered here, on the CPU, as the GPU would compile it), under `precision` ("amp" is
-    resolved on this CPU: mixed_bfloat16) and StepOptions `options`."""
+def step_exported_for_gpu(records_dir, precision, options, **changes):
+    """The StableHLO text of the JAX train step of TINY (with `changes`; batch 4) exported for an NVIDIA GPU
+    (jax.export with platforms=["cuda"]: lowered here, on the CPU, as the GPU would compile it), under
+    `precision` ("amp" is resolved on this CPU: mixed_bfloat16) and StepOptions `options`."""
     import jax
     import keras
 
@@ -458,8 +458,8 @@ def step_exported_for_gpu(records_dir, precision, options):
     records = Records(str(records_dir), "ofrecord")
     config, _ = set_precision(TrainConfig(format="ofrecord", optimizer="adam", steps=10, precision=precision,
                                           pad_vocab=1), keras)
-    _, _, steps = build_steps(config, Devices(keras.backend.backend()), BertConfig(**TINY), records, 0,
-                              options=StepOptions(*options))
+    _, _, steps = build_steps(config, Devices(keras.backend.backend()), BertConfig(**dict(TINY, **changes)),
+                              records, 0, options=StepOptions(*options))
     batch = next(RecordStream(records, "training", 4, seed=1).batches())
     element = steps.put({k: v[None] for k, v in batch.items()})
     return jax.export.export(steps._train, platforms=["cuda"])(steps.state, element).mlir_module()
@@ -486,6 +486,20 @@ def check_mixed_precision_step_multiplies_in_bf16(records_dir):
     assert "stablehlo.sort" in text
     fp32 = re.findall(DOT_TYPES, step_exported_for_gpu(records_dir, "fp32", ("scatter", "threefry")))
     assert len(fp32) == len(dots) and all(t.endswith("xf32") for pair in fp32 for t in pair), fp32
+
+
+def check_scanned_layers_are_one_loop(records_dir):
+    """--scan-layers: the step of three layers, exported for a GPU, holds one layer's matrix products inside a
+    loop (a third of the unrolled step's, plus the embeddings' and heads' that stay outside)."""
+    import re
+
+    unrolled = step_exported_for_gpu(records_dir, "amp", ("sorted", "rbg", False), num_hidden_layers=3)
+    scanned = step_exported_for_gpu(records_dir, "amp", ("sorted", "rbg", True), num_hidden_layers=3)
+    assert "stablehlo.while" not in unrolled and "stablehlo.while" in scanned
+    outside = len(re.findall(DOT_TYPES, step_exported_for_gpu(records_dir, "amp", ("sorted", "rbg", False),
+                                                              num_hidden_layers=0)))
+    per_layer = (len(re.findall(DOT_TYPES, unrolled)) - outside) // 3
+    assert per_layer >= 18 and len(re.findall(DOT_TYPES, scanned)) == outside + per_layer, (outside, per_layer)
 
 
 def check_variables_drawn_on_the_host_equal_the_device_program():

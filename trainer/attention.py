@@ -9,7 +9,8 @@ its seed as a compile-time constant (jax._src.cudnn.fused_attention_stablehlo: `
 would drop the same positions at every step: so BERT's attention dropout keeps the einsum path.
 
 `BertAttention` is that path as Keras writes it (the same operations, so the same values), with the
-probabilities' dropout masks drawn by trainer/dropout.py's generator.
+probabilities' dropout masks drawn by trainer/dropout.py's generator; or, with `--attention fused` (JAX),
+trainer/fused_attention.py's one Pallas kernel for the whole of it, dropout included, forward and backward.
 """
 
 import keras
@@ -20,14 +21,18 @@ from trainer import dropout
 
 class BertAttention(keras.layers.MultiHeadAttention):
     """keras.layers.MultiHeadAttention (the same variables and values) whose attention-probability
-    dropout draws its masks with `dropout_rng` (trainer/dropout.py)."""
+    dropout draws its masks with `dropout_rng` (trainer/dropout.py), or whose attention is one fused
+    kernel (`kernel` "fused": trainer/fused_attention.py, JAX)."""
 
-    def __init__(self, *args, dropout_rng="threefry", **kwargs):
+    def __init__(self, *args, dropout_rng="threefry", kernel="einsum", **kwargs):
         super().__init__(*args, **kwargs)
         self.dropout_rng = dropout_rng
+        self.kernel = kernel
 
     def _compute_attention(self, query, key, value, attention_mask=None, training=None,
                            return_attention_scores=False, use_causal_mask=False):
+        if self.kernel == "fused" and not (return_attention_scores or use_causal_mask):
+            return self._fused(query, key, value, attention_mask, training), None
         if self.dropout_rng == "threefry" or not training or self._dropout == 0 or use_causal_mask:
             return super()._compute_attention(query, key, value, attention_mask, training,
                                               return_attention_scores, use_causal_mask)
@@ -35,3 +40,15 @@ class BertAttention(keras.layers.MultiHeadAttention):
         scores = self._masked_softmax(ops.einsum(self._dot_product_equation, key, query), attention_mask)
         dropped = dropout.apply(self._dropout_layer, scores, training, self.dropout_rng)
         return ops.einsum(self._combine_equation, dropped, value), scores
+
+    def _fused(self, query, key, value, attention_mask, training):
+        """The fused kernel on [batch, seq, heads, head_dim] query, key and value; its dropout keyed by this
+        layer's dropout seed state (advanced once a training call, as Keras's Dropout does)."""
+        from trainer import fused_attention
+
+        rate = self._dropout if training else 0.0
+        seed = self._dropout_layer.seed_generator.next() if rate > 0 else ops.zeros((2,), "uint32")
+        if attention_mask is None:
+            attention_mask = ops.ones((ops.shape(query)[0], ops.shape(query)[1], ops.shape(key)[1]), "bool")
+        return fused_attention.attention(query, key, value, attention_mask, seed, rate,
+                                         self._inverse_sqrt_key_dim)

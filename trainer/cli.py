@@ -21,6 +21,7 @@ from trainer.arguments import (
 )
 from trainer.config import (
     ALLREDUCE_DTYPES,
+    ATTENTION_KERNELS,
     CLIPPING,
     DEFAULT_CLIP_NORM,
     DROPOUT_RNGS,
@@ -58,6 +59,13 @@ def add_step_arguments(p):
     p.add_argument("--gemm", choices=GEMM_KERNELS, default="cublas",
                    help="matrix products on an NVIDIA GPU: cublas, or xla (XLA's choice, with its Triton "
                         "fusions autotuned at compile time) (default: cublas)")
+    p.add_argument("--attention", choices=ATTENTION_KERNELS, default="einsum",
+                   help="the attention's kernel: einsum (Keras's: two products around XLA's softmax and dropout) or "
+                        "fused (one Pallas kernel, dropout included; JAX, sequences of 16-256 tokens, a power of two; "
+                        "interpreted off a GPU) (default: einsum)")
+    p.add_argument("--scan-layers", action="store_true",
+                   help="run the Transformer layers as one jax.lax.scan loop: one layer traced and compiled "
+                        "instead of each (JAX; not with --model-parallel or --pipeline-stages)")
     p.add_argument("--no-compilation-cache", dest="compilation_cache", action="store_false",
                    help="do not use JAX's persistent cache of compiled programs (also: BERTPREP_COMPILATION_CACHE=0)")
 

@@ -57,26 +57,31 @@ def user_cache(*parts, environ=os.environ):
 EMBEDDING_GRADIENTS = ("auto", "scatter", "sorted")  # trainer/embedding_lookup.py
 DROPOUT_RNGS = ("auto", "threefry", "rbg")  # trainer/dropout.py
 GEMM_KERNELS = ("cublas", "xla")  # trainer/xla_gpu.py
+ATTENTION_KERNELS = ("einsum", "fused")  # trainer/attention.py, trainer/fused_attention.py
 
 
 @dataclasses.dataclass(frozen=True)
 class StepOptions:
     """The model's levers, concrete (no "auto"): how embedding rows' gradients reach their tables
-    (trainer/embedding_lookup.py) and which generator draws the dropout masks (trainer/dropout.py). The
-    defaults are Keras's own computations."""
+    (trainer/embedding_lookup.py), which generator draws the dropout masks (trainer/dropout.py) and
+    whether the Transformer layers run as one scanned loop (trainer/scan_layers.py) and which kernel
+    computes the attention (trainer/attention.py). The defaults are Keras's own computations."""
 
     embedding_gradient: str = "scatter"
     dropout_rng: str = "threefry"
+    scan_layers: bool = False
+    attention: str = "einsum"
 
     @classmethod
-    def resolved(cls, embedding_gradient, dropout_rng, backend, platform):
+    def resolved(cls, embedding_gradient, dropout_rng, backend, platform, scan_layers=False, attention="einsum"):
         """"auto" made concrete for `backend` on a device of `platform`: the sorted gradient and rbg's masks
         under JAX on a GPU, where they were measured to help; Keras's own elsewhere (TensorFlow has neither;
         on a CPU the scatter is a plain loop and the masks' generator no bottleneck)."""
         gpu = backend == "jax" and platform in GPU_PLATFORMS
         return cls(embedding_gradient=embedding_gradient if embedding_gradient != "auto" else
                    ("sorted" if gpu else "scatter"),
-                   dropout_rng=dropout_rng if dropout_rng != "auto" else ("rbg" if gpu else "threefry"))
+                   dropout_rng=dropout_rng if dropout_rng != "auto" else ("rbg" if gpu else "threefry"),
+                   scan_layers=scan_layers, attention=attention)
 
 
 PLACEMENTS = ("intra_first", "inter_first")  # --placement (trainer/parallel.py orders the devices by it)
@@ -166,6 +171,8 @@ class TrainConfig:
     dropout_rng: str = "auto"
     gemm: str = "cublas"
     compilation_cache: bool = True
+    scan_layers: bool = False
+    attention: str = "einsum"
 
     def __post_init__(self):
         check_types(self)
@@ -173,7 +180,7 @@ class TrainConfig:
                               "precision": PRECISIONS, "allreduce_dtype": ALLREDUCE_DTYPES,
                               "placement": PLACEMENTS, "model": (None, *SIZES),
                               "embedding_gradient": EMBEDDING_GRADIENTS, "dropout_rng": DROPOUT_RNGS,
-                              "gemm": GEMM_KERNELS})
+                              "gemm": GEMM_KERNELS, "attention": ATTENTION_KERNELS})
         _check_positive(self, ("steps", "batch_size", "grad_accum", "pad_vocab", "steps_per_call", "bin_size",
                                "model_parallel", "pipeline_stages", "checkpoint_every", "eval_steps", "log_every"))
         if self.model and self.bert_config:
@@ -183,6 +190,9 @@ class TrainConfig:
             object.__setattr__(self, "model", "tiny" if self.data is None else "base")
         if self.resume and not self.checkpoint_dir:
             raise UsageError("--resume needs --checkpoint-dir")
+        if self.scan_layers and (self.model_parallel > 1 or self.pipeline_stages > 1):
+            raise UsageError("--scan-layers: not with --model-parallel or --pipeline-stages (they lay out and "
+                             "place each layer apart)")
         _check_schedule(self.optimizer, self.clip_norm, self.steps, self.warmup, self.lr)
         _check_appendable(self)
         _check_outputs_apart(self, ("checkpoint_dir", "tensorboard_dir", "log_json"))
@@ -195,6 +205,11 @@ class TrainConfig:
                              f"this run's backend is {backend}")
         if self.pipeline_stages > 1 and backend != "jax":
             raise UsageError(f"--pipeline-stages needs KERAS_BACKEND=jax; this run's backend is {backend}")
+        if self.attention == "fused" and backend != "jax":
+            raise UsageError(f"--attention fused needs KERAS_BACKEND=jax (a Pallas kernel); this run's backend is "
+                             f"{backend}")
+        if self.scan_layers and backend != "jax":
+            raise UsageError(f"--scan-layers needs KERAS_BACKEND=jax (jax.lax.scan); this run's backend is {backend}")
 
     @property
     def pad_vocab_multiple(self):

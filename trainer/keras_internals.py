@@ -32,3 +32,17 @@ def variable_index(optimizer, variable):
     """The index of `variable` in the optimizer's own lists (its slots are kept in that order): Keras's
     optimizers find it with `_get_variable_index` (by the variable's key), which has no public name."""
     return optimizer._get_variable_index(variable)
+
+
+def stored_value(variable):
+    """The variable's value as stored, not autocast: inside a StatelessScope the value the scope maps it to,
+    else its own (None while a deferred variable has none yet). `variable.value` casts to the autocast
+    scope's dtype, which would round LayerNorm's float32 parameters to bfloat16 under mixed precision when
+    trainer/scan_layers.py stacks them; Keras exposes the scope's mapping only through keras.src."""
+    from keras.src.backend.common.stateless_scope import get_stateless_scope, in_stateless_scope
+
+    if in_stateless_scope():
+        value = get_stateless_scope().get_current_value(variable)
+        if value is not None:
+            return value
+    return variable._value

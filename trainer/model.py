@@ -14,7 +14,7 @@ import keras
 from keras import ops
 
 from bertprep.errors import UsageError
-from trainer import dropout, embedding_lookup
+from trainer import dropout, embedding_lookup, scan_layers
 from trainer.attention import BertAttention
 from trainer.config import (
     BertConfig,  # noqa: F401  (re-exported: the model's configuration)
@@ -49,7 +49,8 @@ class TransformerLayer(keras.layers.Layer):
         self.dropout_rng = options.dropout_rng
         self.attention = BertAttention(
             heads, config.hidden_size // heads, dropout=config.attention_probs_dropout_prob,
-            kernel_initializer=_init(config), name="attention", dropout_rng=options.dropout_rng)
+            kernel_initializer=_init(config), name="attention", dropout_rng=options.dropout_rng,
+            kernel=options.attention)
         self.attention_dropout = keras.layers.Dropout(config.hidden_dropout_prob)
         self.attention_layer_norm = keras.layers.LayerNormalization(epsilon=1e-12, name="attention_layer_norm")
         self.intermediate = keras.layers.Dense(config.intermediate_size, activation=ACTIVATIONS[config.hidden_act],
@@ -128,6 +129,8 @@ class BertEncoder(keras.Model):
     def encode(self, inputs, training=False):
         x = self.embed(inputs, training=training)
         attention_mask = sequence_attention_mask(inputs["input_mask"])
+        if self.options.scan_layers:  # one traced layer, run by a loop (trainer/scan_layers.py)
+            return scan_layers.run(self.encoder_layers, x, attention_mask, training)
         for layer in self.encoder_layers:
             x = layer(x, attention_mask, training=training)
         return x

@@ -173,6 +173,10 @@ def build_steps(config, devices, bert, records, warmup, initial=None, log=None, 
     from trainer.model import build_model
     from trainer.optimizers import build_slots, make_optimizer
 
+    if options.attention == "fused":
+        from trainer.fused_attention import check_shapes
+
+        check_shapes(records.seq, bert.hidden_size, bert.num_attention_heads)
     with devices.scope():
         model = build_model(bert, records.seq, records.pred, pad_vocab=config.pad_vocab_multiple, options=options)
         optimizer = make_optimizer(config.optimizer, config.lr, warmup, config.steps, config.clip_norm)
@@ -214,7 +218,8 @@ def step_options(config, keras):
     FinetuneConfig, which has no such flags: "auto")."""
     platform, _ = device_platform(keras.backend.backend())
     return StepOptions.resolved(getattr(config, "embedding_gradient", "auto"), getattr(config, "dropout_rng", "auto"),
-                                keras.backend.backend(), platform)
+                                keras.backend.backend(), platform, getattr(config, "scan_layers", False),
+                                getattr(config, "attention", "einsum"))
 
 
 def warmup_steps(value, total_steps):
@@ -504,9 +509,10 @@ def describe(config, devices, bert, records, stream, model, precision_note=None,
 
 
 def step_levers(options):
-    """"; embedding gradient sorted, dropout rbg" for the first line; "" for Keras's own computations."""
-    changed = [f"{name.replace('_', ' ')} {value}" for name, value in dataclasses.asdict(options).items()
-               if value != getattr(StepOptions(), name)]
+    """"; embedding gradient sorted, dropout rbg, scan layers" for the first line; "" for Keras's own
+    computations."""
+    changed = [name.replace("_", " ") + ("" if value is True else f" {value}")
+               for name, value in dataclasses.asdict(options).items() if value != getattr(StepOptions(), name)]
     return "; " + ", ".join(changed) if changed else ""
 
 

@@ -329,7 +329,8 @@ class Benchmark:
                 "optimizer": a.optimizer, "seed": a.seed, "log_every": max(1, min(10, iterations // 4)),
                 "dropout": a.dropout, "bert_config": a.bert_config, "model": None if a.bert_config else a.model,
                 "embedding_gradient": a.embedding_gradient, "dropout_rng": a.dropout_rng, "gemm": a.gemm,
-                "compilation_cache": a.compilation_cache}
+                "compilation_cache": a.compilation_cache, "scan_layers": a.scan_layers,
+                "attention": a.attention}
 
     def _env(self, local_only):
         env = dict(os.environ, KERAS_BACKEND=self.args.backend)

@@ -1,0 +1,114 @@
+"""trainer/fused_attention.py: the Pallas kernel (run by Pallas's interpreter on this CPU) against the same
+computation in plain jax.numpy, its dropout masks, and what it asks of a GPU (lowered with jax.export)."""
+
+import re
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+import jax.numpy as jnp  # noqa: E402
+
+from bertprep.errors import UsageError  # noqa: E402
+from trainer import fused_attention  # noqa: E402
+
+SCALE = 0.3  # not a power of two: scaling before or after the product rounds otherwise
+
+
+def inputs(batch=2, seq=32, heads=2, head_dim=16, dtype=jnp.float32, seed=0):
+    """query, key, value and a mask of padded and packed rows: row 0 two sequences (1..20, 21..27) and
+    padding, row 1 one sequence of 13 and padding (model.sequence_attention_mask's rule)."""
+    rng = np.random.default_rng(seed)
+    q, k, v = (jnp.asarray(rng.normal(size=(batch, seq, heads, head_dim)), dtype) for _ in range(3))
+    numbers = np.zeros((batch, seq), np.int32)
+    numbers[0, :20], numbers[0, 20:27], numbers[1, :13] = 1, 2, 1
+    query, key = numbers[:, :, None], numbers[:, None, :]
+    mask = jnp.asarray((key > 0) & ((query == key) | (query == 0)))
+    return q, k, v, mask
+
+
+def loss(function, dropout, seed):
+    def f(q, k, v, mask):
+        out = function(q, k, v, mask, jnp.asarray(seed, jnp.int32), dropout, SCALE)
+        return jnp.sum(jnp.sin(out.astype(jnp.float32)))
+    return f
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_the_kernel_and_its_gradients_are_the_reference(dropout):
+    q, k, v, mask = inputs()
+    out = fused_attention.attention(q, k, v, mask, jnp.asarray([5, 9]), dropout, SCALE)
+    want = fused_attention.reference(q, k, v, mask, jnp.asarray([5, 9]), dropout, SCALE)
+    np.testing.assert_allclose(np.asarray(out), np.asarray(want), rtol=1e-5, atol=1e-6)
+    got = jax.grad(loss(fused_attention.attention, dropout, [5, 9]), argnums=(0, 1, 2))(q, k, v, mask)
+    expected = jax.grad(loss(fused_attention.reference, dropout, [5, 9]), argnums=(0, 1, 2))(q, k, v, mask)
+    for g, e in zip(got, expected):
+        assert float(jnp.max(jnp.abs(e))) > 1e-3  # gradients that reach every input
+        np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=1e-4, atol=1e-5)
+
+
+def test_without_dropout_it_is_plain_masked_softmax_attention():
+    q, k, v, mask = inputs()
+    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) * SCALE
+    p = jax.nn.softmax(jnp.where(mask[:, None], scores, -jnp.inf), axis=-1)
+    want = jnp.einsum("bhqk,bkhd->bqhd", p, v)
+    out = fused_attention.attention(q, k, v, mask, jnp.asarray([0, 0]), 0.0, SCALE)
+    np.testing.assert_allclose(np.asarray(out), np.asarray(want), rtol=1e-5, atol=1e-6)
+
+
+def test_bfloat16_inputs_give_bfloat16_close_to_float32():
+    q, k, v, mask = inputs()
+    low = [x.astype(jnp.bfloat16) for x in (q, k, v)]
+    out = fused_attention.attention(*low, mask, jnp.asarray([1, 2]), 0.1, SCALE)
+    want = fused_attention.reference(*low, mask, jnp.asarray([1, 2]), 0.1, SCALE)
+    assert out.dtype == jnp.bfloat16
+    np.testing.assert_allclose(np.asarray(out, np.float32), np.asarray(want, np.float32), rtol=2e-2, atol=2e-2)
+
+
+def test_dropout_keeps_its_rate_and_each_seed_and_row_draws_its_own_mask():
+    def keep(seed0, seed1, row, seq=256, rate=0.1):
+        return np.asarray(fused_attention._keep(jnp.uint32(seed0), jnp.uint32(seed1), jnp.uint32(row), seq, rate))
+
+    first = keep(1, 2, 0)
+    rate = np.mean([keep(1, 2, row).mean() for row in range(16)])  # 1,048,576 draws: sd 0.0003
+    assert abs(rate - 0.9) < 0.0015, rate
+    assert abs(keep(1, 2, 0, rate=0.5).mean() - 0.5) < 0.01
+    for other in (keep(1, 2, 1), keep(2, 2, 0), keep(1, 3, 0)):  # another row, another seed word
+        assert 0.15 < np.mean(first != other) < 0.21  # as independent masks: 2 x 0.9 x 0.1 = 0.18
+    assert np.array_equal(first, keep(1, 2, 0))
+    # The rows' and columns' decisions are not correlated.
+    assert abs(np.corrcoef(first[:-1].ravel(), first[1:].ravel())[0, 1]) < 0.02
+    assert abs(np.corrcoef(first[:, :-1].ravel(), first[:, 1:].ravel())[0, 1]) < 0.02
+
+
+def test_shapes_the_kernel_cannot_take_are_one_line_errors():
+    fused_attention.check_shapes(128, 768, 12)
+    fused_attention.check_shapes(256, 64, 2)
+    for seq, hidden, heads in ((384, 768, 12), (512, 768, 12), (128, 96, 2), (8, 64, 2)):
+        with pytest.raises(UsageError, match=rf"--attention fused: .* these records have {seq} tokens, the model's "
+                                             rf"heads {hidden // heads} dimensions \(use --attention einsum\)"):
+            fused_attention.check_shapes(seq, hidden, heads)
+
+
+def test_on_a_gpu_it_is_two_triton_kernels_and_no_seq_by_seq_tensor():
+    """Lowered for an NVIDIA GPU (jax.export, platforms cuda): the forward and the backward pass are each one
+    Triton kernel, and no [batch, heads, seq, seq] array is left in the program (BERT-base's shapes)."""
+    batch, seq, heads, head_dim = 4, 128, 12, 64
+    q = jax.ShapeDtypeStruct((batch, seq, heads, head_dim), jnp.bfloat16)
+    mask = jax.ShapeDtypeStruct((batch, seq, seq), jnp.bool_)
+    seed = jax.ShapeDtypeStruct((2,), jnp.uint32)
+
+    def step(q, k, v, mask, seed):
+        def f(q, k, v):
+            out = fused_attention.attention(q, k, v, mask, seed, 0.1, 0.125, interpret=False)
+            return jnp.sum(out.astype(jnp.float32) ** 2)
+        return jax.value_and_grad(f, argnums=(0, 1, 2))(q, k, v)
+
+    triton = "__gpu$xla.gpu.triton"
+    text = jax.export.export(jax.jit(step), platforms=["cuda"],
+                             disabled_checks=[jax.export.DisabledSafetyCheck.custom_call(triton)])(
+        q, q, q, mask, seed).mlir_module()
+    kernels = re.findall(r'name = "(bert_attention_\w+)"', text)
+    assert sorted(kernels) == ["bert_attention_backward", "bert_attention_forward"]
+    assert text.count(f"custom_call @{triton}") == 2
+    assert f"{batch}x{heads}x{seq}x{seq}" not in text
