@@ -1,0 +1,93 @@
+"""Seconds from a `python -m trainer` process's start to its first step, cold and warm, per set of flags.
+
+    python scripts/bench_startup.py --records R [--model base] [--batch-size 8] [--precision amp]
+        [--variant FLAGS ...] [--backend jax] [--json]
+
+For each variant (the first, by default none, is the baseline): one run on an empty compilation cache
+folder of its own (cold), then one on the cache it filled (warm); 3 steps, a log line each. Printed per
+variant: the seconds to the model built (the first "trainer:" line) and to "train step 1", cold and warm,
+and each as a ratio to the baseline's. On a CPU the step's compilation is the CPU's: a GPU's is
+measured by scripts/gpu_check.sh --lever.
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIRST_STEP = re.compile(r"^train step 1:")
+MODEL_BUILT = re.compile(r"^trainer: \d+ device")
+
+
+def timed_run(args, flags, cache):
+    """(seconds to the first "trainer:" line, seconds to "train step 1") of one run."""
+    argv = [sys.executable, "-m", "trainer", "--format", "ofrecord", "--data", args.records, "--model", args.model,
+            "--batch-size", str(args.batch_size), "--precision", args.precision, "--optimizer", "adam", "--steps",
+            "3", "--log-every", "1", *flags]
+    env = dict(os.environ, PYTHONUNBUFFERED="1", KERAS_BACKEND=args.backend, BERTPREP_COMPILATION_CACHE_DIR=cache,
+               PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])))
+    started = time.monotonic()
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO)
+    built = first = None
+    tail = []
+    for line in process.stdout:
+        tail = (tail + [line])[-5:]
+        if built is None and MODEL_BUILT.match(line):
+            built = time.monotonic() - started
+        if first is None and FIRST_STEP.match(line):
+            first = time.monotonic() - started
+    if process.wait() != 0 or first is None:
+        raise SystemExit(f"bench_startup: {' '.join(flags) or 'baseline'} failed: {''.join(tail).strip()}")
+    return built, first
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--records", required=True, help="ofrecord records (bertprep create)")
+    p.add_argument("--model", default="base")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--precision", default="amp")
+    p.add_argument("--backend", default="jax")
+    p.add_argument("--variant", action="append", default=None, metavar="FLAGS",
+                   help="trainer flags of a variant (repeatable; the first is the baseline; default: '' and "
+                        "'--scan-layers')")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args()
+    variants = args.variant or ["", "--scan-layers"]
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-startup-") as scratch:
+        for i, flags in enumerate(variants):
+            cache = os.path.join(scratch, str(i))
+            cold = timed_run(args, flags.split(), cache)
+            warm = timed_run(args, flags.split(), cache)
+            shutil.rmtree(cache, ignore_errors=True)
+            rows.append({"flags": flags, "built_cold_s": cold[0], "first_step_cold_s": cold[1],
+                         "built_warm_s": warm[0], "first_step_warm_s": warm[1]})
+            print(f"bench_startup: {flags or 'baseline'} done", file=sys.stderr, flush=True)
+    base = rows[0]
+    for row in rows:
+        for key in ("first_step_cold_s", "first_step_warm_s"):
+            row[key[:-2] + "_ratio"] = row[key] / base[key]
+    if args.json:
+        print(json.dumps({"model": args.model, "batch_size": args.batch_size, "precision": args.precision,
+                          "backend": args.backend, "rows": rows}))
+        return 0
+    print(f"python -m trainer --model {args.model} --batch-size {args.batch_size} --precision {args.precision} "
+          f"(KERAS_BACKEND={args.backend}); seconds from the process's start")
+    print(f"{'flags':<28}{'built cold':>11}{'1st step cold':>15}{'ratio':>7}{'built warm':>12}{'1st step warm':>15}"
+          f"{'ratio':>7}")
+    for r in rows:
+        print(f"{(r['flags'] or '(baseline)')[:28]:<28}{r['built_cold_s']:>11.1f}{r['first_step_cold_s']:>15.1f}"
+              f"{r['first_step_cold_ratio']:>7.2f}{r['built_warm_s']:>12.1f}{r['first_step_warm_s']:>15.1f}"
+              f"{r['first_step_warm_ratio']:>7.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
