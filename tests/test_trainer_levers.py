@@ -64,6 +64,9 @@ def test_fused_attention_needs_jax():
     with pytest.raises(UsageError, match="attention: expected one of einsum, fused, got 'flash'"):
         TrainConfig(format="ofrecord", attention="flash")
     assert StepOptions.resolved("auto", "auto", "jax", "gpu", attention="fused").attention == "fused"
+    for split in ({"model_parallel": 2}, {"pipeline_stages": 2}):
+        with pytest.raises(UsageError, match="attention fused: not with .*model_parallel or .*pipeline_stages"):
+            TrainConfig(format="ofrecord", attention="fused", **split)
 
 
 @pytest.mark.parametrize("backend, platform, options", [

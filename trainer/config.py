@@ -193,6 +193,9 @@ class TrainConfig:
         if self.scan_layers and (self.model_parallel > 1 or self.pipeline_stages > 1):
             raise UsageError("--scan-layers: not with --model-parallel or --pipeline-stages (they lay out and "
                              "place each layer apart)")
+        if self.attention == "fused" and (self.model_parallel > 1 or self.pipeline_stages > 1):
+            raise UsageError("--attention fused: not with --model-parallel or --pipeline-stages (XLA cannot split "
+                             "the kernel's call over the heads' devices)")
         _check_schedule(self.optimizer, self.clip_norm, self.steps, self.warmup, self.lr)
         _check_appendable(self)
         _check_outputs_apart(self, ("checkpoint_dir", "tensorboard_dir", "log_json"))
