@@ -34,9 +34,10 @@ def loss(function, dropout, seed):
     return f
 
 
-@pytest.mark.parametrize("dropout", [0.0, 0.1])
-def test_the_kernel_and_its_gradients_are_the_reference(dropout):
-    q, k, v, mask = inputs()
+@pytest.mark.parametrize("dropout, seq", [(0.0, 32), (0.1, 32), (0.1, 128)])
+def test_the_kernel_and_its_gradients_are_the_reference(dropout, seq):
+    """seq 128: the backward pass in two blocks of queries."""
+    q, k, v, mask = inputs(seq=seq)
     out = fused_attention.attention(q, k, v, mask, jnp.asarray([5, 9]), dropout, SCALE)
     want = fused_attention.reference(q, k, v, mask, jnp.asarray([5, 9]), dropout, SCALE)
     np.testing.assert_allclose(np.asarray(out), np.asarray(want), rtol=1e-5, atol=1e-6)

@@ -5,8 +5,10 @@ Why: Keras's attention with dropout is two matrix products around about ten XLA 
 BERT-base step at batch 256 on an H200 (docs/trainer.md), where PyTorch runs one fused kernel with
 dropout. cuDNN's fused attention cannot take its dropout seed from the step (JAX passes it as a
 compile-time int), so this is a kernel of our own, written with Pallas: one program per (sequence, head)
-holds the whole [seq, seq] score tile (BERT's 128 tokens; at most 256), so the softmax needs no online
-rescaling and nothing of size seq x seq reaches memory, forward or backward.
+holds the whole [seq, seq] score tile in the forward pass (BERT's 128 tokens; at most 256), so the softmax
+needs no online rescaling; the backward pass walks the queries in blocks of 64 (its float32 tiles half the
+size), recomputing their probabilities from the forward's log-sum-exp. Nothing of size seq x seq reaches
+memory.
 
 Dropout's masks come from a counter-based hash inside the kernel: each probability (b, h, i, j) is kept
 when 24 bits of lowbias32(lowbias32(i * seq + j ^ key) + key2) fall below keep x 2^24, the keys mixed from
@@ -75,14 +77,16 @@ def _lowbias32(x):
     return x ^ (x >> 16)
 
 
-def _keep(seed0, seed1, row, seq, rate):
-    """[seq, seq] bool: which probabilities of the (sequence, head) numbered `row` dropout keeps."""
+def _keep(seed0, seed1, row, seq, rate, first=0, rows=None):
+    """[rows, seq] bool: which probabilities of the (sequence, head) numbered `row` dropout keeps, for the
+    queries first .. first + rows - 1 (all `seq` by default)."""
     import jax.numpy as jnp
 
+    rows = seq if rows is None else rows
     key = _lowbias32(seed0 ^ _lowbias32(row * jnp.uint32(0x9E3779B9) + seed1))
     key2 = _lowbias32(key + seed1)
-    counter = (jnp.arange(seq, dtype=jnp.uint32)[:, None] * jnp.uint32(seq)
-               + jnp.arange(seq, dtype=jnp.uint32)[None, :])
+    queries = jnp.arange(rows, dtype=jnp.uint32)[:, None] + jnp.asarray(first).astype(jnp.uint32)
+    counter = queries * jnp.uint32(seq) + jnp.arange(seq, dtype=jnp.uint32)[None, :]
     bits = _lowbias32(_lowbias32(counter ^ key) + key2)
     threshold = np.uint32(round((1.0 - rate) * (1 << 24)))
     return (bits >> 8) < threshold
@@ -122,30 +126,51 @@ def _forward_kernel(seed_ref, q_ref, k_ref, v_ref, mask_ref, o_ref, lse_ref, *, 
     lse_ref[...] = lse
 
 
+BACKWARD_ROWS = 64  # queries per block of the backward pass: its [rows, seq] float32 tiles stay in registers
+
+
 def _backward_kernel(seed_ref, q_ref, k_ref, v_ref, mask_ref, o_ref, lse_ref, do_ref, dq_ref, dk_ref, dv_ref, *,
                      rate, scale, heads):
+    """dq, dk, dv of one (sequence, head), walking its queries in blocks of BACKWARD_ROWS (dk and dv summed
+    over the blocks in float32): per block the probabilities are recomputed from the forward's log-sum-exp,
+    and the same dropout bits."""
+    import jax
     import jax.numpy as jnp
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import triton as plgpu
 
     b, h = pl.program_id(0), pl.program_id(1)
-    q, k, v, do = q_ref[...], k_ref[...], v_ref[...], do_ref[...]
-    scores = plgpu.dot(q, k.T).astype(jnp.float32) * scale
-    scores = jnp.where(mask_ref[...] != 0, scores, NEGATIVE)
-    p = jnp.exp(scores - lse_ref[...][:, None])  # the forward's probabilities, from its log-sum-exp
-    d_dropped = plgpu.dot(do, v.T).astype(jnp.float32)
-    if rate > 0:
-        keep = _keep(seed_ref[0], seed_ref[1], _row(b, h, heads), q.shape[0], rate)
-        dropped = jnp.where(keep, p * (1.0 / (1.0 - rate)), 0.0)
-        dp = jnp.where(keep, d_dropped * (1.0 / (1.0 - rate)), 0.0)
-    else:
-        dropped, dp = p, d_dropped
-    # softmax's gradient: p (dp - sum_j p dp); sum_j p dp = sum_j dropped d_dropped = rowsum(do * o).
-    delta = jnp.sum(do.astype(jnp.float32) * o_ref[...].astype(jnp.float32), axis=1)
-    ds = p * (dp - delta[:, None]) * scale
-    dv_ref[...] = plgpu.dot(dropped.T.astype(do.dtype), do).astype(dv_ref.dtype)
-    dq_ref[...] = plgpu.dot(ds.astype(k.dtype), k).astype(dq_ref.dtype)
-    dk_ref[...] = plgpu.dot(ds.T.astype(q.dtype), q).astype(dk_ref.dtype)
+    seq, head_dim = k_ref.shape
+    rows = min(BACKWARD_ROWS, seq)
+    k, v = k_ref[...], v_ref[...]
+    row = _row(b, h, heads)
+
+    def block(i, sums):
+        dk, dv = sums
+        first = i * rows
+        queries = pl.ds(first, rows)
+        q, do = q_ref[queries, :], do_ref[queries, :]
+        scores = plgpu.dot(q, k.T).astype(jnp.float32) * scale
+        scores = jnp.where(mask_ref[queries, :] != 0, scores, NEGATIVE)
+        p = jnp.exp(scores - lse_ref[queries][:, None])  # the forward's probabilities, from its log-sum-exp
+        d_dropped = plgpu.dot(do, v.T).astype(jnp.float32)
+        if rate > 0:
+            keep = _keep(seed_ref[0], seed_ref[1], row, seq, rate, first, rows)
+            dropped = jnp.where(keep, p * (1.0 / (1.0 - rate)), 0.0)
+            dp = jnp.where(keep, d_dropped * (1.0 / (1.0 - rate)), 0.0)
+        else:
+            dropped, dp = p, d_dropped
+        # softmax's gradient: p (dp - sum_j p dp); sum_j p dp = sum_j dropped d_dropped = rowsum(do * o).
+        delta = jnp.sum(do.astype(jnp.float32) * o_ref[queries, :].astype(jnp.float32), axis=1)
+        ds = p * (dp - delta[:, None]) * scale
+        dq_ref[queries, :] = plgpu.dot(ds.astype(k.dtype), k).astype(dq_ref.dtype)
+        return (dk + plgpu.dot(ds.T.astype(q.dtype), q).astype(jnp.float32),
+                dv + plgpu.dot(dropped.T.astype(do.dtype), do).astype(jnp.float32))
+
+    zeros = jnp.zeros((seq, head_dim), jnp.float32)
+    dk, dv = jax.lax.fori_loop(0, seq // rows, block, (zeros, zeros))
+    dk_ref[...] = dk.astype(dk_ref.dtype)
+    dv_ref[...] = dv.astype(dv_ref.dtype)
 
 
 def _specs(seq, head_dim):
