@@ -4,11 +4,10 @@ Why: Keras's attention with dropout is two matrix products around about ten XLA 
 [batch, heads, seq, seq] probabilities (mask, softmax, dropout and their gradients): 13.7 ms of a 56.7 ms
 BERT-base step at batch 256 on an H200 (docs/trainer.md), where PyTorch runs one fused kernel with
 dropout. cuDNN's fused attention cannot take its dropout seed from the step (JAX passes it as a
-compile-time int), so this is a kernel of our own, written with Pallas: one program per (sequence, head)
-holds the whole [seq, seq] score tile in the forward pass (BERT's 128 tokens; at most 256), so the softmax
-needs no online rescaling; the backward pass walks the queries in blocks of 64 (its float32 tiles half the
-size), recomputing their probabilities from the forward's log-sum-exp. Nothing of size seq x seq reaches
-memory.
+compile-time int), so this is a kernel of our own, written with Pallas: a forward program takes 64 queries of
+one (sequence, head) against all its keys (BERT's 128 tokens; at most 256), so the softmax needs no online
+rescaling; a backward program takes a whole (sequence, head) and walks its queries in blocks of 64,
+recomputing their probabilities from the forward's log-sum-exp. Nothing of size seq x seq reaches memory.
 
 Dropout's masks come from a counter-based hash inside the kernel: each probability (b, h, i, j) is kept
 when 24 bits of lowbias32(lowbias32(i * seq + j ^ key) + key2) fall below keep x 2^24, the keys mixed from
@@ -99,7 +98,7 @@ def _row(b, h, heads):
 
 
 def _probabilities(q, k, mask, scale):
-    """(softmax of the masked scores [seq, seq] float32, its log-sum-exp [seq])."""
+    """(softmax of the masked scores [rows, seq] float32, its log-sum-exp [rows])."""
     import jax.numpy as jnp
     from jax.experimental.pallas import triton as plgpu
 
@@ -111,27 +110,29 @@ def _probabilities(q, k, mask, scale):
     return exp / total[:, None], top + jnp.log(total)
 
 
+ROWS = 64  # queries per program (forward) and per block (backward): [64, seq] float32 tiles, half the registers
+
+
 def _forward_kernel(seed_ref, q_ref, k_ref, v_ref, mask_ref, o_ref, lse_ref, *, rate, scale, heads):
+    """One block of queries of one (sequence, head) against all its keys: output and log-sum-exp."""
     import jax.numpy as jnp
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import triton as plgpu
 
-    b, h = pl.program_id(0), pl.program_id(1)
+    b, h, block = pl.program_id(0), pl.program_id(1), pl.program_id(2)
     q, k, v = q_ref[...], k_ref[...], v_ref[...]
     p, lse = _probabilities(q, k, mask_ref[...], scale)
     if rate > 0:
-        keep = _keep(seed_ref[0], seed_ref[1], _row(b, h, heads), q.shape[0], rate)
+        rows, seq = q.shape[0], k.shape[0]
+        keep = _keep(seed_ref[0], seed_ref[1], _row(b, h, heads), seq, rate, block * rows, rows)
         p = jnp.where(keep, p * (1.0 / (1.0 - rate)), 0.0)
     o_ref[...] = plgpu.dot(p.astype(v.dtype), v).astype(o_ref.dtype)
     lse_ref[...] = lse
 
 
-BACKWARD_ROWS = 64  # queries per block of the backward pass: its [rows, seq] float32 tiles stay in registers
-
-
 def _backward_kernel(seed_ref, q_ref, k_ref, v_ref, mask_ref, o_ref, lse_ref, do_ref, dq_ref, dk_ref, dv_ref, *,
                      rate, scale, heads):
-    """dq, dk, dv of one (sequence, head), walking its queries in blocks of BACKWARD_ROWS (dk and dv summed
+    """dq, dk, dv of one (sequence, head), walking its queries in blocks of ROWS (dk and dv summed
     over the blocks in float32): per block the probabilities are recomputed from the forward's log-sum-exp,
     and the same dropout bits."""
     import jax
@@ -141,7 +142,7 @@ def _backward_kernel(seed_ref, q_ref, k_ref, v_ref, mask_ref, o_ref, lse_ref, do
 
     b, h = pl.program_id(0), pl.program_id(1)
     seq, head_dim = k_ref.shape
-    rows = min(BACKWARD_ROWS, seq)
+    rows = min(ROWS, seq)
     k, v = k_ref[...], v_ref[...]
     row = _row(b, h, heads)
 
@@ -173,13 +174,20 @@ def _backward_kernel(seed_ref, q_ref, k_ref, v_ref, mask_ref, o_ref, lse_ref, do
     dv_ref[...] = dv.astype(dv_ref.dtype)
 
 
-def _specs(seq, head_dim):
+def _specs(seq, head_dim, rows=None):
+    """The kernels' blocks over a (batch, heads[, query block]) grid: whole sequences, or `rows` queries
+    (the forward's query-side tiles, mask rows and log-sum-exp) of the program's block."""
     from jax.experimental import pallas as pl
 
-    tile = pl.BlockSpec((None, seq, None, head_dim), lambda b, h: (b, 0, h, 0))
-    return {"seed": pl.BlockSpec((2,), lambda b, h: (0,)), "tile": tile,
-            "mask": pl.BlockSpec((None, seq, seq), lambda b, h: (b, 0, 0)),
-            "lse": pl.BlockSpec((None, None, seq), lambda b, h: (b, h, 0))}
+    whole = pl.BlockSpec((None, seq, None, head_dim), lambda b, h, *_: (b, 0, h, 0))
+    if rows is None:
+        return {"seed": pl.BlockSpec((2,), lambda b, h: (0,)), "keys": whole, "queries": whole,
+                "mask": pl.BlockSpec((None, seq, seq), lambda b, h: (b, 0, 0)),
+                "lse": pl.BlockSpec((None, None, seq), lambda b, h: (b, h, 0))}
+    return {"seed": pl.BlockSpec((2,), lambda b, h, i: (0,)), "keys": whole,
+            "queries": pl.BlockSpec((None, rows, None, head_dim), lambda b, h, i: (b, i, h, 0)),
+            "mask": pl.BlockSpec((None, rows, seq), lambda b, h, i: (b, i, 0)),
+            "lse": pl.BlockSpec((None, None, rows), lambda b, h, i: (b, h, i))}
 
 
 def _call(kernel, grid, in_specs, out_specs, out_shape, interpret, name):
@@ -195,10 +203,12 @@ def _forward(q, k, v, mask, seed, rate, scale, interpret):
     import jax
 
     batch, seq, heads, head_dim = q.shape
-    specs = _specs(seq, head_dim)
+    rows = min(ROWS, seq)
+    specs = _specs(seq, head_dim, rows)
     kernel = functools.partial(_forward_kernel, rate=rate, scale=scale, heads=heads)
-    o, lse = _call(kernel, (batch, heads), [specs["seed"], specs["tile"], specs["tile"], specs["tile"], specs["mask"]],
-                   [specs["tile"], specs["lse"]],
+    o, lse = _call(kernel, (batch, heads, seq // rows),
+                   [specs["seed"], specs["queries"], specs["keys"], specs["keys"], specs["mask"]],
+                   [specs["queries"], specs["lse"]],
                    [jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((batch, heads, seq), "float32")],
                    interpret, "bert_attention_forward")(seed, q, k, v, mask)
     return o, lse
@@ -222,9 +232,10 @@ def _fused_backward(rate, scale, interpret, residuals, do):
     specs = _specs(seq, head_dim)
     kernel = functools.partial(_backward_kernel, rate=rate, scale=scale, heads=heads)
     dq, dk, dv = _call(kernel, (batch, heads),
-                       [specs["seed"], specs["tile"], specs["tile"], specs["tile"], specs["mask"], specs["tile"],
-                        specs["lse"], specs["tile"]],
-                       [specs["tile"]] * 3, [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (q, k, v)],
+                       [specs["seed"], specs["queries"], specs["keys"], specs["keys"], specs["mask"], specs["queries"],
+                        specs["lse"], specs["queries"]],
+                       [specs["queries"], specs["keys"], specs["keys"]],
+                       [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (q, k, v)],
                        interpret, "bert_attention_backward")(seed, q, k, v, mask, o, lse, do.astype(q.dtype))
     return dq, dk, dv, None, None
 
