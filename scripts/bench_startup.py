@@ -1,9 +1,11 @@
 """Seconds from a `python -m trainer` process's start to its first step, cold and warm, per set of flags.
 
     python scripts/bench_startup.py --records R [--model base] [--batch-size 8] [--precision amp]
-        [--variant FLAGS ...] [--backend jax] [--json]
+        [--variant FLAGS ...] [--baseline REF] [--backend jax] [--json]
 
-For each variant (the first, by default none, is the baseline): one run on an empty compilation cache
+For each variant (the first, by default none, is the baseline; with --baseline REF the baseline is the
+first variant run by the code of commit REF, extracted and built as scripts/bench_train_before_after.py
+does): one run on an empty compilation cache
 folder of its own (cold), then one on the cache it filled (warm); 3 steps, a log line each. Printed per
 variant: the seconds to the model built (the first "trainer:" line) and to "train step 1", cold and warm,
 and each as a ratio to the baseline's. On a CPU the step's compilation is the CPU's: a GPU's is
@@ -25,15 +27,15 @@ FIRST_STEP = re.compile(r"^train step 1:")
 MODEL_BUILT = re.compile(r"^trainer: \d+ device")
 
 
-def timed_run(args, flags, cache):
+def timed_run(args, flags, cache, tree=REPO):
     """(seconds to the first "trainer:" line, seconds to "train step 1") of one run."""
     argv = [sys.executable, "-m", "trainer", "--format", "ofrecord", "--data", args.records, "--model", args.model,
             "--batch-size", str(args.batch_size), "--precision", args.precision, "--optimizer", "adam", "--steps",
             "3", "--log-every", "1", *flags]
     env = dict(os.environ, PYTHONUNBUFFERED="1", KERAS_BACKEND=args.backend, BERTPREP_COMPILATION_CACHE_DIR=cache,
-               PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])))
+               PYTHONPATH=os.pathsep.join(filter(None, [tree, os.environ.get("PYTHONPATH")])))
     started = time.monotonic()
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO)
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tree)
     built = first = None
     tail = []
     for line in process.stdout:
@@ -57,16 +59,25 @@ def main():
     p.add_argument("--variant", action="append", default=None, metavar="FLAGS",
                    help="trainer flags of a variant (repeatable; the first is the baseline; default: '' and "
                         "'--scan-layers')")
+    p.add_argument("--baseline", metavar="REF", help="run the first variant at commit REF too, as the baseline")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
-    variants = args.variant or ["", "--scan-layers"]
+    variants = args.variant or ([""] if args.baseline else ["", "--scan-layers"])
+    runs = [(flags, REPO, "") for flags in variants]
+    if args.baseline:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from bench_train_before_after import baseline_tree
+
+        tree, commit = baseline_tree(args.baseline, quiet=False)
+        runs.insert(0, (variants[0], tree, f"{args.baseline} ({commit[:12]}) "))
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as scratch:
-        for i, flags in enumerate(variants):
+        for i, (flags, tree, label) in enumerate(runs):
             cache = os.path.join(scratch, str(i))
-            cold = timed_run(args, flags.split(), cache)
-            warm = timed_run(args, flags.split(), cache)
+            cold = timed_run(args, flags.split(), cache, tree)
+            warm = timed_run(args, flags.split(), cache, tree)
             shutil.rmtree(cache, ignore_errors=True)
+            flags = f"{label}{flags}" if label else (f"this tree {flags}".strip() if args.baseline else flags)
             rows.append({"flags": flags, "built_cold_s": cold[0], "first_step_cold_s": cold[1],
                          "built_warm_s": warm[0], "first_step_warm_s": warm[1]})
             print(f"bench_startup: {flags or 'baseline'} done", file=sys.stderr, flush=True)
@@ -80,8 +91,8 @@ def main():
         return 0
     print(f"python -m trainer --model {args.model} --batch-size {args.batch_size} --precision {args.precision} "
           f"(KERAS_BACKEND={args.backend}); seconds from the process's start")
-    print(f"{'flags':<28}{'built cold':>11}{'1st step cold':>15}{'ratio':>7}{'built warm':>12}{'1st step warm':>15}"
-          f"{'ratio':>7}")
+    print(f"{'code, flags':<28}{'built cold':>11}{'1st step cold':>15}{'ratio':>7}{'built warm':>12}"
+          f"{'1st step warm':>15}{'ratio':>7}")
     for r in rows:
         print(f"{(r['flags'] or '(baseline)')[:28]:<28}{r['built_cold_s']:>11.1f}{r['first_step_cold_s']:>15.1f}"
               f"{r['first_step_cold_ratio']:>7.2f}{r['built_warm_s']:>12.1f}{r['first_step_warm_s']:>15.1f}"

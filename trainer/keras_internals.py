@@ -46,3 +46,16 @@ def stored_value(variable):
         if value is not None:
             return value
     return variable._value
+
+
+def leave_tensorflow_unimported():
+    """Keras's lazy handle on TensorFlow marked unavailable, where it is not imported yet: its
+    `available`, which keras.utils.set_random_seed asks (to seed tf.random whatever the backend), would
+    import TensorFlow, 1.9 s of a JAX process's start. Only `available` is answered: code that uses the
+    handle still imports TensorFlow. There is no public switch."""
+    import sys
+
+    from keras.src.utils import module_utils
+
+    if "tensorflow" not in sys.modules and module_utils.tensorflow.module is None:
+        module_utils.tensorflow._available = False
