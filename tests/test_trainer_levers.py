@@ -113,6 +113,18 @@ def test_the_quiet_level_is_marked_as_ours_so_later_processes_still_leave_lines_
     assert library_logs.user_chose_level(dict(env, TF_CPP_VMODULE="x=1", TF_CPP_MIN_LOG_LEVEL="2"))
 
 
+def test_a_jax_run_leaves_tensorflow_unimported_where_it_is_installed(tmp_path):
+    """keras.utils.set_random_seed would import TensorFlow under any backend (1.9 s of the start); the JAX
+    trainer has no use for it. The run's losses are pinned by the trajectory tests."""
+    pytest.importorskip("tensorflow")
+    code = ("import sys, trainer; trainer.train(trainer.TrainConfig(format='ofrecord', steps=1, quiet=True)); "
+            "print(sorted({'tensorflow', 'jax'} & set(sys.modules)))")
+    env = dict(os.environ, KERAS_BACKEND="jax", PYTHONPATH=REPO, BERTPREP_COMPILATION_CACHE_DIR=str(tmp_path))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-1] == "['jax']", done.stdout
+
+
 CHOOSE = """
 import sys
 sys.path.insert(0, {tests!r})
