@@ -119,7 +119,7 @@ def test_a_jax_run_leaves_tensorflow_unimported_where_it_is_installed(tmp_path):
     pytest.importorskip("tensorflow")
     code = ("import sys, trainer; trainer.train(trainer.TrainConfig(format='ofrecord', steps=1, quiet=True)); "
             "print(sorted({'tensorflow', 'jax'} & set(sys.modules)))")
-    env = dict(os.environ, KERAS_BACKEND="jax", PYTHONPATH=REPO, BERTPREP_COMPILATION_CACHE_DIR=str(tmp_path))
+    env = dict(os.environ, KERAS_BACKEND="jax", PYTHONPATH=REPO)  # the test worker's compilation cache
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split()[-1] == "['jax']", done.stdout
