@@ -1,7 +1,7 @@
 """Seconds from a `python -m trainer` process's start to its first step, cold and warm, per set of flags.
 
     python scripts/bench_startup.py --records R [--model base] [--batch-size 8] [--precision amp]
-        [--variant FLAGS ...] [--baseline REF] [--backend jax] [--json]
+        [--variant=FLAGS ...] [--baseline REF] [--backend jax] [--json]
 
 For each variant (the first, by default none, is the baseline; with --baseline REF the baseline is the
 first variant run by the code of commit REF, extracted and built as scripts/bench_train_before_after.py
@@ -17,13 +17,14 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FIRST_STEP = re.compile(r"^train step 1:")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from gpu_check import FIRST_STEP, first_time, stamped_run  # noqa: E402  (the GPU check's timed runs)
+
 MODEL_BUILT = re.compile(r"^trainer: \d+ device")
 
 
@@ -34,19 +35,11 @@ def timed_run(args, flags, cache, tree=REPO):
             "3", "--log-every", "1", *flags]
     env = dict(os.environ, PYTHONUNBUFFERED="1", KERAS_BACKEND=args.backend, BERTPREP_COMPILATION_CACHE_DIR=cache,
                PYTHONPATH=os.pathsep.join(filter(None, [tree, os.environ.get("PYTHONPATH")])))
-    started = time.monotonic()
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tree)
-    built = first = None
-    tail = []
-    for line in process.stdout:
-        tail = (tail + [line])[-5:]
-        if built is None and MODEL_BUILT.match(line):
-            built = time.monotonic() - started
-        if first is None and FIRST_STEP.match(line):
-            first = time.monotonic() - started
-    if process.wait() != 0 or first is None:
-        raise SystemExit(f"bench_startup: {' '.join(flags) or 'baseline'} failed: {''.join(tail).strip()}")
-    return built, first
+    status, lines, seconds = stamped_run(argv, env, cwd=tree)
+    first = first_time(FIRST_STEP, lines, seconds)
+    if status != 0 or first is None:
+        raise SystemExit(f"bench_startup: {' '.join(flags) or 'baseline'} failed: {''.join(lines[-5:]).strip()}")
+    return first_time(MODEL_BUILT, lines, seconds), first
 
 
 def main():
@@ -57,15 +50,14 @@ def main():
     p.add_argument("--precision", default="amp")
     p.add_argument("--backend", default="jax")
     p.add_argument("--variant", action="append", default=None, metavar="FLAGS",
-                   help="trainer flags of a variant (repeatable; the first is the baseline; default: '' and "
-                        "'--scan-layers')")
+                   help="trainer flags of a variant, as --variant=--scan-layers (repeatable; the first is the "
+                        "baseline; default: '' and '--scan-layers')")
     p.add_argument("--baseline", metavar="REF", help="run the first variant at commit REF too, as the baseline")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
     variants = args.variant or ([""] if args.baseline else ["", "--scan-layers"])
     runs = [(flags, REPO, "") for flags in variants]
     if args.baseline:
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         from bench_train_before_after import baseline_tree
 
         tree, commit = baseline_tree(args.baseline, quiet=False)

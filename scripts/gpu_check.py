@@ -57,6 +57,26 @@ def env_for(cache_dir=None):
     return env
 
 
+def stamped_run(argv, env, cwd=REPO, timeout=None):
+    """Run `argv`, its stderr into its stdout: (its exit status, its lines, the seconds since the start at which
+    each came). Past `timeout` seconds the process is killed. scripts/bench_startup.py times with it too."""
+    started = time.monotonic()
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd)
+    lines, seconds = [], []
+    for line in process.stdout:
+        lines.append(line)
+        seconds.append(time.monotonic() - started)
+        if timeout is not None and seconds[-1] > timeout:
+            process.kill()
+            break
+    return process.wait(), lines, seconds
+
+
+def first_time(pattern, lines, seconds):
+    """The seconds at which the first line matching `pattern` came, or None."""
+    return next((at for line, at in zip(lines, seconds) if pattern.match(line)), None)
+
+
 def timed_trainer(args, cache_dir, extra=(), backend=None):
     """(seconds from the start to "train step 1", library lines, output) of one `python -m trainer` run; the
     output's lines each prefixed with the seconds since the start at which it came (the logs keep them: the
@@ -64,23 +84,12 @@ def timed_trainer(args, cache_dir, extra=(), backend=None):
     argv = [sys.executable, "-m", "trainer", "--format", "ofrecord", "--data", args.records, "--model", args.model,
             "--batch-size", str(args.start_batch), "--precision", "amp", "--optimizer", "adam", "--steps", "3",
             "--log-every", "1", *extra]
-    started = time.monotonic()
     env = env_for(cache_dir)
     if backend:
         env["KERAS_BACKEND"] = backend
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO)
-    first_step, lines, stamped = None, [], []
-    deadline = started + args.timeout
-    for line in process.stdout:
-        lines.append(line)
-        stamped.append(f"{time.monotonic() - started:7.1f} {line}")
-        if first_step is None and FIRST_STEP.match(line):
-            first_step = time.monotonic() - started
-        if time.monotonic() > deadline:
-            process.kill()
-            break
-    process.wait()
-    return first_step, library_lines("".join(lines)), "".join(stamped)
+    _, lines, seconds = stamped_run(argv, env, timeout=args.timeout)
+    stamped = "".join(f"{at:7.1f} {line}" for line, at in zip(lines, seconds))
+    return first_time(FIRST_STEP, lines, seconds), library_lines("".join(lines)), stamped
 
 
 def ours(args, out, name="benchmark", precisions="amp,fp32", batch_sizes=None, extra=()):
