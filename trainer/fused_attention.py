@@ -24,7 +24,13 @@ fused` is a GPU lever (its speed measured by scripts/gpu_check.sh --lever).
 
 import functools
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plgpu
+
+from bertprep.errors import UsageError
 
 MAX_SEQ = 256
 NEGATIVE = -1e30  # a masked score: exp() of it less the row's max is 0 in float32
@@ -41,8 +47,6 @@ def supports(seq, head_dim):
 
 def check_shapes(seq, hidden_size, heads):
     """A one-line UsageError where `--attention fused` cannot take the run's records and model."""
-    from bertprep.errors import UsageError
-
     if not supports(seq, hidden_size // heads):
         raise UsageError(f"--attention fused: takes sequences of 16 to {MAX_SEQ} tokens and heads of 16 or more "
                          f"dimensions, each a power of two; these records have {seq} tokens, the model's heads "
@@ -56,9 +60,6 @@ def attention(query, key, value, mask, seed, rate, scale, interpret=None):
     seq] bool (True: the query attends to the key); seed: two integers (a SeedGenerator's state). Returns
     [batch, seq, heads, head_dim] in the query's dtype. `interpret`: run Pallas's interpreter (default: on
     a backend other than a GPU)."""
-    import jax
-    import jax.numpy as jnp
-
     if interpret is None:
         interpret = jax.default_backend() not in ("gpu", "cuda", "rocm")
     seed = jnp.asarray(seed).astype(jnp.uint32).reshape(2)
@@ -67,8 +68,6 @@ def attention(query, key, value, mask, seed, rate, scale, interpret=None):
 
 def _lowbias32(x):
     """Chris Wellons's lowbias32 integer hash on uint32 (full avalanche in two multiplies)."""
-    import jax.numpy as jnp
-
     x = x ^ (x >> 16)
     x = x * jnp.uint32(0x7FEB352D)
     x = x ^ (x >> 15)
@@ -79,8 +78,6 @@ def _lowbias32(x):
 def _keep(seed0, seed1, row, seq, rate, first=0, rows=None):
     """[rows, seq] bool: which probabilities of the (sequence, head) numbered `row` dropout keeps, for the
     queries first .. first + rows - 1 (all `seq` by default)."""
-    import jax.numpy as jnp
-
     rows = seq if rows is None else rows
     key = _lowbias32(seed0 ^ _lowbias32(row * jnp.uint32(0x9E3779B9) + seed1))
     key2 = _lowbias32(key + seed1)
@@ -92,18 +89,22 @@ def _keep(seed0, seed1, row, seq, rate, first=0, rows=None):
 
 
 def _row(b, h, heads):
-    import jax.numpy as jnp
-
     return b.astype(jnp.uint32) * jnp.uint32(heads) + h.astype(jnp.uint32)
+
+
+def _masked_scores(q, k, mask, scale):
+    """scale x q k^T [rows, seq] in float32, NEGATIVE where `mask` is 0."""
+    return jnp.where(mask != 0, plgpu.dot(q, k.T).astype(jnp.float32) * scale, NEGATIVE)
+
+
+def _dropped(keep, x, rate):
+    """Dropout's output (or its gradient's): x scaled by 1 / (1 - rate) where kept, else 0."""
+    return jnp.where(keep, x * (1.0 / (1.0 - rate)), 0.0)
 
 
 def _probabilities(q, k, mask, scale):
     """(softmax of the masked scores [rows, seq] float32, its log-sum-exp [rows])."""
-    import jax.numpy as jnp
-    from jax.experimental.pallas import triton as plgpu
-
-    scores = plgpu.dot(q, k.T).astype(jnp.float32) * scale
-    scores = jnp.where(mask != 0, scores, NEGATIVE)
+    scores = _masked_scores(q, k, mask, scale)
     top = jnp.max(scores, axis=1)
     exp = jnp.exp(scores - top[:, None])
     total = jnp.sum(exp, axis=1)
@@ -115,17 +116,13 @@ ROWS = 64  # queries per program (forward) and per block (backward): [64, seq] f
 
 def _forward_kernel(seed_ref, q_ref, k_ref, v_ref, mask_ref, o_ref, lse_ref, *, rate, scale, heads):
     """One block of queries of one (sequence, head) against all its keys: output and log-sum-exp."""
-    import jax.numpy as jnp
-    from jax.experimental import pallas as pl
-    from jax.experimental.pallas import triton as plgpu
-
     b, h, block = pl.program_id(0), pl.program_id(1), pl.program_id(2)
     q, k, v = q_ref[...], k_ref[...], v_ref[...]
     p, lse = _probabilities(q, k, mask_ref[...], scale)
     if rate > 0:
         rows, seq = q.shape[0], k.shape[0]
         keep = _keep(seed_ref[0], seed_ref[1], _row(b, h, heads), seq, rate, block * rows, rows)
-        p = jnp.where(keep, p * (1.0 / (1.0 - rate)), 0.0)
+        p = _dropped(keep, p, rate)
     o_ref[...] = plgpu.dot(p.astype(v.dtype), v).astype(o_ref.dtype)
     lse_ref[...] = lse
 
@@ -135,11 +132,6 @@ def _backward_kernel(seed_ref, q_ref, k_ref, v_ref, mask_ref, o_ref, lse_ref, do
     """dq, dk, dv of one (sequence, head), walking its queries in blocks of ROWS (dk and dv summed
     over the blocks in float32): per block the probabilities are recomputed from the forward's log-sum-exp,
     and the same dropout bits."""
-    import jax
-    import jax.numpy as jnp
-    from jax.experimental import pallas as pl
-    from jax.experimental.pallas import triton as plgpu
-
     b, h = pl.program_id(0), pl.program_id(1)
     seq, head_dim = k_ref.shape
     rows = min(ROWS, seq)
@@ -151,14 +143,12 @@ def _backward_kernel(seed_ref, q_ref, k_ref, v_ref, mask_ref, o_ref, lse_ref, do
         first = i * rows
         queries = pl.ds(first, rows)
         q, do = q_ref[queries, :], do_ref[queries, :]
-        scores = plgpu.dot(q, k.T).astype(jnp.float32) * scale
-        scores = jnp.where(mask_ref[queries, :] != 0, scores, NEGATIVE)
+        scores = _masked_scores(q, k, mask_ref[queries, :], scale)
         p = jnp.exp(scores - lse_ref[queries][:, None])  # the forward's probabilities, from its log-sum-exp
         d_dropped = plgpu.dot(do, v.T).astype(jnp.float32)
         if rate > 0:
             keep = _keep(seed_ref[0], seed_ref[1], row, seq, rate, first, rows)
-            dropped = jnp.where(keep, p * (1.0 / (1.0 - rate)), 0.0)
-            dp = jnp.where(keep, d_dropped * (1.0 / (1.0 - rate)), 0.0)
+            dropped, dp = _dropped(keep, p, rate), _dropped(keep, d_dropped, rate)
         else:
             dropped, dp = p, d_dropped
         # softmax's gradient: p (dp - sum_j p dp); sum_j p dp = sum_j dropped d_dropped = rowsum(do * o).
@@ -177,8 +167,6 @@ def _backward_kernel(seed_ref, q_ref, k_ref, v_ref, mask_ref, o_ref, lse_ref, do
 def _specs(seq, head_dim, rows=None):
     """The kernels' blocks over a (batch, heads[, query block]) grid: whole sequences, or `rows` queries
     (the forward's query-side tiles, mask rows and log-sum-exp) of the program's block."""
-    from jax.experimental import pallas as pl
-
     whole = pl.BlockSpec((None, seq, None, head_dim), lambda b, h, *_: (b, 0, h, 0))
     if rows is None:
         return {"seed": pl.BlockSpec((2,), lambda b, h: (0,)), "keys": whole, "queries": whole,
@@ -191,17 +179,12 @@ def _specs(seq, head_dim, rows=None):
 
 
 def _call(kernel, grid, in_specs, out_specs, out_shape, interpret, name):
-    from jax.experimental import pallas as pl
-    from jax.experimental.pallas import triton as plgpu
-
     return pl.pallas_call(kernel, grid=grid, in_specs=in_specs, out_specs=out_specs, out_shape=out_shape,
                           compiler_params=plgpu.CompilerParams(num_warps=8, num_stages=1), interpret=interpret,
                           name=name)
 
 
 def _forward(q, k, v, mask, seed, rate, scale, interpret):
-    import jax
-
     batch, seq, heads, head_dim = q.shape
     rows = min(ROWS, seq)
     specs = _specs(seq, head_dim, rows)
@@ -214,7 +197,7 @@ def _forward(q, k, v, mask, seed, rate, scale, interpret):
     return o, lse
 
 
-@functools.partial(__import__("jax").custom_vjp, nondiff_argnums=(5, 6, 7))
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
 def _fused(q, k, v, mask, seed, rate, scale, interpret):
     return _forward(q, k, v, mask, seed, rate, scale, interpret)[0]
 
@@ -225,8 +208,6 @@ def _fused_forward(q, k, v, mask, seed, rate, scale, interpret):
 
 
 def _fused_backward(rate, scale, interpret, residuals, do):
-    import jax
-
     q, k, v, mask, seed, o, lse = residuals
     batch, seq, heads, head_dim = q.shape
     specs = _specs(seq, head_dim)
@@ -245,9 +226,6 @@ _fused.defvjp(_fused_forward, _fused_backward)
 
 def reference(query, key, value, mask, seed, rate, scale):
     """The kernel's computation in plain jax.numpy (the same masks, float32 scores): the tests' oracle."""
-    import jax
-    import jax.numpy as jnp
-
     batch, seq, heads, _ = query.shape
     seed = jnp.asarray(seed).astype(jnp.uint32).reshape(2)
     scores = jnp.einsum("bqhd,bkhd->bhqk", query, key, preferred_element_type=jnp.float32) * scale
