@@ -114,7 +114,7 @@ def test_the_quiet_level_is_marked_as_ours_so_later_processes_still_leave_lines_
 
 
 def test_a_jax_run_leaves_tensorflow_unimported_where_it_is_installed(tmp_path):
-    """keras.utils.set_random_seed would import TensorFlow under any backend (1.9 s of the start); the JAX
+    """keras.utils.set_random_seed would import TensorFlow under any backend (over a second of the start); the JAX
     trainer has no use for it. The run's losses are pinned by the trajectory tests."""
     pytest.importorskip("tensorflow")
     code = ("import sys, trainer; trainer.train(trainer.TrainConfig(format='ofrecord', steps=1, quiet=True)); "

@@ -51,8 +51,8 @@ def stored_value(variable):
 def leave_tensorflow_unimported():
     """Keras's lazy handle on TensorFlow marked unavailable, where it is not imported yet: its
     `available`, which keras.utils.set_random_seed asks (to seed tf.random whatever the backend), would
-    import TensorFlow, 1.9 s of a JAX process's start. Only `available` is answered: code that uses the
-    handle still imports TensorFlow. There is no public switch."""
+    import TensorFlow, over a second of a JAX process's start (trainer/library_logs.load_keras). Only
+    `available` is answered: code that uses the handle still imports TensorFlow. There is no public switch."""
     import sys
 
     from keras.src.utils import module_utils

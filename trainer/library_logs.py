@@ -153,8 +153,8 @@ def load_keras():
     out. Physical devices only: logical ones (the benchmark's CPU devices) can still be configured after.
     Under JAX, TensorFlow is not imported: keras.utils.set_random_seed, which training and fine-tuning
     call, would import it whatever the backend, to seed tf.random for tf.data pipelines that the trainer
-    does not have (its readers are bertprep's). Importing it took 1.9 s of each JAX process's start on a
-    host that has it (`python -c "import keras, tensorflow"` against `import keras`: 3.5 s and 1.6 s)."""
+    does not have (its readers are bertprep's). Left out, BERT-base's model is built 1.2-1.5 s sooner on a
+    host that has it (scripts/bench_startup.py --baseline, docs/benchmarks.md "Trainer start-up")."""
     with library_lines_left_out():
         choose_backend()
         import keras
