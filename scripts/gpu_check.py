@@ -1,7 +1,9 @@
 """The GPU check's measurements and its one table (scripts/gpu_check.sh makes the records and calls this).
 
     python scripts/gpu_check.py --records R [--out DIR] [--iterations 50] [--skip 10] [--batch-sizes 64,256]
-        [--compiled-peer-batches 256] [--profile [--profile-flags FLAGS]] [--lever NAME=FLAGS ...] [--json]
+        [--precisions amp,fp32] [--compiled-peer-batches 256] [--no-start] [--no-peers]
+        [--profile [--profile-flags FLAGS]]
+        [--lever NAME=[VAR=VALUE ...] FLAGS ...] [--json]
 
 In one invocation, on one GPU, BERT-base 128/20, optimizer adam, on the records R:
 1. start-up: `python -m trainer` (amp, batch 256, 3 steps, a log line each) twice on an empty compilation
@@ -77,14 +79,14 @@ def first_time(pattern, lines, seconds):
     return next((at for line, at in zip(lines, seconds) if pattern.match(line)), None)
 
 
-def timed_trainer(args, cache_dir, extra=(), backend=None):
+def timed_trainer(args, cache_dir, extra=(), backend=None, environ=None):
     """(seconds from the start to "train step 1", library lines, output) of one `python -m trainer` run; the
     output's lines each prefixed with the seconds since the start at which it came (the logs keep them: the
     first "trainer:" line's time is how long the model took to build)."""
     argv = [sys.executable, "-m", "trainer", "--format", "ofrecord", "--data", args.records, "--model", args.model,
             "--batch-size", str(args.start_batch), "--precision", "amp", "--optimizer", "adam", "--steps", "3",
             "--log-every", "1", *extra]
-    env = env_for(cache_dir)
+    env = dict(env_for(cache_dir), **(environ or {}))
     if backend:
         env["KERAS_BACKEND"] = backend
     _, lines, seconds = stamped_run(argv, env, timeout=args.timeout)
@@ -92,15 +94,15 @@ def timed_trainer(args, cache_dir, extra=(), backend=None):
     return first_time(FIRST_STEP, lines, seconds), library_lines("".join(lines)), stamped
 
 
-def ours(args, out, name="benchmark", precisions="amp,fp32", batch_sizes=None, extra=()):
+def ours(args, out, name="benchmark", precisions=None, batch_sizes=None, extra=(), environ=None):
     """trainer.benchmark's results.json (and the library lines of its workers' logs); `extra`: trainer flags."""
     bench_out = os.path.join(out, name)
     argv = [sys.executable, "-m", "trainer.benchmark", "--format", "ofrecord", "--data", args.records, "--model",
-            args.model, "--backend", "jax", "--devices", "1", "--precision", precisions, "--batch-size",
-            batch_sizes or args.batch_sizes, "--runs", "1", "--iterations", str(args.iterations), "--skip",
-            str(args.skip), "--optimizer", "adam", "--timeout", "300", "--out", bench_out, "--quiet", *extra]
-    done = subprocess.run(argv, env=env_for(os.path.join(args.work, f"{name}-cache")), cwd=REPO,
-                          capture_output=True, text=True, timeout=args.timeout)
+            args.model, "--backend", "jax", "--devices", "1", "--precision", precisions or args.precisions,
+            "--batch-size", batch_sizes or args.batch_sizes, "--runs", "1", "--iterations", str(args.iterations),
+            "--skip", str(args.skip), "--optimizer", "adam", "--timeout", "300", "--out", bench_out, "--quiet", *extra]
+    env = dict(env_for(os.path.join(args.work, f"{name}-cache")), **(environ or {}))
+    done = subprocess.run(argv, env=env, cwd=REPO, capture_output=True, text=True, timeout=args.timeout)
     if done.returncode != 0:
         raise RuntimeError(f"trainer.benchmark failed: {done.stderr.strip().splitlines()[-1:]}")
     with open(os.path.join(bench_out, "results.json"), encoding="utf-8") as f:
@@ -146,18 +148,30 @@ def profile(args, out):
     write_logs(out, {"profile.txt": done.stdout + done.stderr[-3000:]})
 
 
+def lever_parts(flags):
+    """(environment, trainer flags) of a lever's FLAGS: leading words VAR=VALUE (an upper-case name, as
+    XLA_FLAGS=--xla_gpu_autotune_level=0) are environment variables of its runs, the rest trainer flags."""
+    words = flags.split()
+    environ = {}
+    while words and re.match(r"[A-Z][A-Z0-9_]*=", words[0]):
+        key, value = words.pop(0).split("=", 1)
+        environ[key] = value
+    return environ, words
+
+
 def lever(args, out, name, flags, default_rows):
     """One --lever NAME=FLAGS: the start-up runs (cold, warm) and trainer.benchmark's amp at the largest batch
-    with the trainer flags FLAGS, beside the defaults' amp at that batch."""
-    extra = flags.split()
+    with the trainer flags FLAGS (and environment variables: lever_parts), beside the defaults' amp at that
+    batch."""
+    environ, extra = lever_parts(flags)
     batch = max(int(b) for b in args.batch_sizes.split(","))
     cache = os.path.join(args.work, f"start-cache-{name}")
     shutil.rmtree(cache, ignore_errors=True)
-    cold_s, _, cold_output = timed_trainer(args, cache, extra, backend="jax")  # the levers are JAX's
-    warm_s, _, warm_output = timed_trainer(args, cache, extra, backend="jax")
+    cold_s, _, cold_output = timed_trainer(args, cache, extra, "jax", environ)  # the levers are JAX's
+    warm_s, _, warm_output = timed_trainer(args, cache, extra, "jax", environ)
     write_logs(out, {f"trainer-cold-{name}.log": cold_output, f"trainer-warm-{name}.log": warm_output})
     try:
-        results, _ = ours(args, out, f"benchmark-{name}", "amp", str(batch), extra)
+        results, _ = ours(args, out, f"benchmark-{name}", "amp", str(batch), extra, environ)
         rate = results["configs"][0].get("median")
     except (RuntimeError, subprocess.TimeoutExpired, KeyError, IndexError) as exc:
         print(f"gpu_check: lever {name} ({flags}): trainer.benchmark failed: {exc}", file=sys.stderr)
@@ -240,6 +254,11 @@ def main():
     p.add_argument("--iterations", type=int, default=50)
     p.add_argument("--skip", type=int, default=10)
     p.add_argument("--batch-sizes", default="64,256")
+    p.add_argument("--precisions", default="amp,fp32", help="trainer.benchmark's precisions (default amp,fp32)")
+    p.add_argument("--no-start", action="store_true",
+                   help="skip the defaults' start-up runs (for a short run that measures levers)")
+    p.add_argument("--no-peers", action="store_true",
+                   help="skip the transformers peers (no ratio; for a short run that measures levers)")
     p.add_argument("--compiled-peer-batches", default="256", help="batch sizes the peer runs torch.compile'd")
     p.add_argument("--timeout", type=int, default=400, help="seconds any one measurement may take")
     p.add_argument("--profile", action="store_true",
@@ -249,7 +268,9 @@ def main():
                    help="trainer flags of the profiled step (e.g. \"--attention fused\")")
     p.add_argument("--lever", action="append", default=[], metavar="NAME=FLAGS",
                    help="also measure the trainer with FLAGS (e.g. scan=--scan-layers): its start-up cold and "
-                        "warm and its amp at the largest batch beside the defaults'; repeatable")
+                        "warm and its amp at the largest batch beside the defaults'; leading VAR=VALUE words are "
+                        "environment variables of its runs (e.g. \"noautotune=XLA_FLAGS=--xla_gpu_autotune_level=0\"); "
+                        "repeatable")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
     for spec in args.lever:
@@ -260,11 +281,14 @@ def main():
     os.makedirs(args.work, exist_ok=True)
     started = time.monotonic()
 
-    cache = os.path.join(args.work, "start-cache")
-    shutil.rmtree(cache, ignore_errors=True)
-    cold_s, cold_lines, cold_output = timed_trainer(args, cache)
-    warm_s, warm_lines, warm_output = timed_trainer(args, cache)
-    write_logs(out, {"trainer-cold.log": cold_output, "trainer-warm.log": warm_output})
+    cold_s = warm_s = None
+    cold_lines, warm_lines = [], []
+    if not args.no_start:
+        cache = os.path.join(args.work, "start-cache")
+        shutil.rmtree(cache, ignore_errors=True)
+        cold_s, cold_lines, cold_output = timed_trainer(args, cache)
+        warm_s, warm_lines, warm_output = timed_trainer(args, cache)
+        write_logs(out, {"trainer-cold.log": cold_output, "trainer-warm.log": warm_output})
     print(f"gpu_check: python -m trainer first step {_fmt(cold_s, '.1f')} s cold, {_fmt(warm_s, '.1f')} s warm "
           f"({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
 
@@ -274,8 +298,8 @@ def main():
           flush=True)
     compiled_batches = {int(b) for b in args.compiled_peer_batches.split(",") if b}
     peers = {}
-    for batch in (int(b) for b in args.batch_sizes.split(",")):
-        for precision in ("amp", "fp32"):
+    for batch in (int(b) for b in args.batch_sizes.split(",") if not args.no_peers):
+        for precision in args.precisions.split(","):
             compiled = batch in compiled_batches
             peers[(precision, batch)] = (peer(args, precision, batch, compiled), "compiled" if compiled else "eager")
             print(f"gpu_check: peer {precision} batch {batch}: {_fmt(peers[(precision, batch)][0], ',.0f')} seq/s "

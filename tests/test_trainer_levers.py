@@ -211,3 +211,11 @@ def test_library_lines_are_what_the_gpu_run_printed():
             "I1126 01:32:36.442027     597 subprocess_compilation.cc:349] ptxas warning : Registers are spilled\n"
             "trainer: 1 device(s)\n2026-11-23 13:05:00.123456: I tensorflow/core/util/port.cc:153] oneDNN\n")
     assert len(gpu_check.library_lines(text)) == 3
+
+
+def test_a_gpu_check_levers_leading_assignments_are_its_environment():
+    assert gpu_check.lever_parts("--attention fused") == ({}, ["--attention", "fused"])
+    assert gpu_check.lever_parts("XLA_FLAGS=--xla_gpu_autotune_level=0 --scan-layers") == (
+        {"XLA_FLAGS": "--xla_gpu_autotune_level=0"}, ["--scan-layers"])
+    # only leading words: a trainer flag's own "=" is the trainer's
+    assert gpu_check.lever_parts("--attention=fused A=1") == ({}, ["--attention=fused", "A=1"])

@@ -4,10 +4,13 @@ Why: Keras's attention with dropout is two matrix products around about ten XLA 
 [batch, heads, seq, seq] probabilities (mask, softmax, dropout and their gradients): 13.7 ms of a 56.7 ms
 BERT-base step at batch 256 on an H200 (docs/trainer.md), where PyTorch runs one fused kernel with
 dropout. cuDNN's fused attention cannot take its dropout seed from the step (JAX passes it as a
-compile-time int), so this is a kernel of our own, written with Pallas: a forward program takes 64 queries of
-one (sequence, head) against all its keys (BERT's 128 tokens; at most 256), so the softmax needs no online
-rescaling; a backward program takes a whole (sequence, head) and walks its queries in blocks of 64,
-recomputing their probabilities from the forward's log-sum-exp. Nothing of size seq x seq reaches memory.
+compile-time int), so this is a kernel of our own, written with Pallas: a forward program takes a block of
+queries of one (sequence, head) against all its keys (BERT's 128 tokens; at most 256), so the softmax needs
+no online rescaling; a backward program takes a block of keys and walks the queries to sum their dk and dv,
+then a block of queries and walks the keys to sum their dq (the Triton tutorial's flash-attention backward),
+each tile's probabilities recomputed from the forward's log-sum-exp. Nothing of size seq x seq reaches
+memory. How the work is cut (Tiles) changes the speed alone: the first version (a backward program per
+whole (sequence, head), 8 warps) measured 13.7 ms a step on an H200, no faster than the einsum path.
 
 Dropout's masks come from a counter-based hash inside the kernel: each probability (b, h, i, j) is kept
 when 24 bits of lowbias32(lowbias32(i * seq + j ^ key) + key2) fall below keep x 2^24, the keys mixed from
@@ -22,6 +25,7 @@ Pallas's interpreter on the CPU); on a CPU the trainer runs the kernel interpret
 fused` is a GPU lever (its speed measured by scripts/gpu_check.sh --lever).
 """
 
+import dataclasses
 import functools
 
 import jax
@@ -53,17 +57,18 @@ def check_shapes(seq, hidden_size, heads):
                          f"{hidden_size // heads} dimensions (use --attention einsum)")
 
 
-def attention(query, key, value, mask, seed, rate, scale, interpret=None):
+def attention(query, key, value, mask, seed, rate, scale, interpret=None, tiles=None):
     """softmax(scale x query key^T, masked) with dropout at `rate`, times value.
 
     query, key, value: [batch, seq, heads, head_dim] (Keras's MultiHeadAttention layout); mask: [batch, seq,
     seq] bool (True: the query attends to the key); seed: two integers (a SeedGenerator's state). Returns
     [batch, seq, heads, head_dim] in the query's dtype. `interpret`: run Pallas's interpreter (default: on
-    a backend other than a GPU)."""
+    a backend other than a GPU); `tiles`: how the kernels cut the work (Tiles; default TILES)."""
     if interpret is None:
         interpret = jax.default_backend() not in ("gpu", "cuda", "rocm")
     seed = jnp.asarray(seed).astype(jnp.uint32).reshape(2)
-    return _fused(query, key, value, mask.astype(jnp.int8), seed, float(rate), float(scale), bool(interpret))
+    return _fused(query, key, value, mask.astype(jnp.int8), seed, float(rate), float(scale), bool(interpret),
+                  (tiles or TILES).fit(query.shape[1]))
 
 
 def _lowbias32(x):
@@ -75,14 +80,17 @@ def _lowbias32(x):
     return x ^ (x >> 16)
 
 
-def _keep(seed0, seed1, row, seq, rate, first=0, rows=None):
-    """[rows, seq] bool: which probabilities of the (sequence, head) numbered `row` dropout keeps, for the
-    queries first .. first + rows - 1 (all `seq` by default)."""
+def _keep(seed0, seed1, row, seq, rate, first=0, rows=None, first_key=0, keys=None):
+    """[rows, keys] bool: which probabilities of the (sequence, head) numbered `row` dropout keeps, for the
+    queries first .. first + rows - 1 against the keys first_key .. first_key + keys - 1 (all by default).
+    Position (i, j)'s bits depend on i * seq + j alone, so any tiling draws the same mask."""
     rows = seq if rows is None else rows
+    keys = seq if keys is None else keys
     key = _lowbias32(seed0 ^ _lowbias32(row * jnp.uint32(0x9E3779B9) + seed1))
     key2 = _lowbias32(key + seed1)
     queries = jnp.arange(rows, dtype=jnp.uint32)[:, None] + jnp.asarray(first).astype(jnp.uint32)
-    counter = queries * jnp.uint32(seq) + jnp.arange(seq, dtype=jnp.uint32)[None, :]
+    columns = jnp.arange(keys, dtype=jnp.uint32)[None, :] + jnp.asarray(first_key).astype(jnp.uint32)
+    counter = queries * jnp.uint32(seq) + columns
     bits = _lowbias32(_lowbias32(counter ^ key) + key2)
     threshold = np.uint32(round((1.0 - rate) * (1 << 24)))
     return (bits >> 8) < threshold
@@ -93,8 +101,8 @@ def _row(b, h, heads):
 
 
 def _masked_scores(q, k, mask, scale):
-    """scale x q k^T [rows, seq] in float32, NEGATIVE where `mask` is 0."""
-    return jnp.where(mask != 0, plgpu.dot(q, k.T).astype(jnp.float32) * scale, NEGATIVE)
+    """scale x q k^T [rows, keys] in float32, NEGATIVE where `mask` is 0."""
+    return jnp.where(mask != 0, plgpu.dot(q, k.T) * scale, NEGATIVE)
 
 
 def _dropped(keep, x, rate):
@@ -102,122 +110,161 @@ def _dropped(keep, x, rate):
     return jnp.where(keep, x * (1.0 / (1.0 - rate)), 0.0)
 
 
-def _probabilities(q, k, mask, scale):
-    """(softmax of the masked scores [rows, seq] float32, its log-sum-exp [rows])."""
-    scores = _masked_scores(q, k, mask, scale)
-    top = jnp.max(scores, axis=1)
-    exp = jnp.exp(scores - top[:, None])
-    total = jnp.sum(exp, axis=1)
-    return exp / total[:, None], top + jnp.log(total)
+@dataclasses.dataclass(frozen=True)
+class Tiles:
+    """How the kernels cut the work, and Triton's launch settings for them: a GPU's speed, never the values.
+
+    forward_rows: queries per forward program (each against all keys: no online softmax at <= MAX_SEQ).
+    backward_block, backward_inner: a backward program takes `backward_block` keys, walking the queries in
+    blocks of `backward_inner` to sum their dk and dv, then `backward_block` queries, walking the keys in
+    blocks of `backward_inner` to sum their dq (the scheme of the Triton tutorial's and JAX's Pallas flash
+    attention backward pass). warps and stages: Triton's num_warps and num_stages per kernel."""
+    forward_rows: int = 64
+    forward_warps: int = 4
+    forward_stages: int = 2
+    backward_block: int = 32
+    backward_inner: int = 32
+    backward_warps: int = 4
+    backward_stages: int = 2
+
+    def fit(self, seq):
+        """These tiles for `seq` tokens (no block longer than the sequence)."""
+        return dataclasses.replace(self, forward_rows=min(self.forward_rows, seq),
+                                   backward_block=min(self.backward_block, seq),
+                                   backward_inner=min(self.backward_inner, seq))
 
 
-ROWS = 64  # queries per program (forward) and per block (backward): [64, seq] float32 tiles, half the registers
+TILES = Tiles()  # measured on an H200 (scripts/bench_attention.py; docs/trainer.md)
 
 
 def _forward_kernel(seed_ref, q_ref, k_ref, v_ref, mask_ref, o_ref, lse_ref, *, rate, scale, heads):
     """One block of queries of one (sequence, head) against all its keys: output and log-sum-exp."""
     b, h, block = pl.program_id(0), pl.program_id(1), pl.program_id(2)
     q, k, v = q_ref[...], k_ref[...], v_ref[...]
-    p, lse = _probabilities(q, k, mask_ref[...], scale)
+    scores = _masked_scores(q, k, mask_ref[...], scale)
+    top = jnp.max(scores, axis=1)
+    exp = jnp.exp(scores - top[:, None])
+    total = jnp.sum(exp, axis=1)
+    p = exp * (1.0 / total)[:, None]
     if rate > 0:
         rows, seq = q.shape[0], k.shape[0]
         keep = _keep(seed_ref[0], seed_ref[1], _row(b, h, heads), seq, rate, block * rows, rows)
         p = _dropped(keep, p, rate)
     o_ref[...] = plgpu.dot(p.astype(v.dtype), v).astype(o_ref.dtype)
-    lse_ref[...] = lse
+    lse_ref[...] = top + jnp.log(total)
 
 
-def _backward_kernel(seed_ref, q_ref, k_ref, v_ref, mask_ref, o_ref, lse_ref, do_ref, dq_ref, dk_ref, dv_ref, *,
-                     rate, scale, heads):
-    """dq, dk, dv of one (sequence, head), walking its queries in blocks of ROWS (dk and dv summed
-    over the blocks in float32): per block the probabilities are recomputed from the forward's log-sum-exp,
-    and the same dropout bits."""
-    b, h = pl.program_id(0), pl.program_id(1)
+def _gradient_tile(q, k, v, do, lse, delta, mask, keep, rate, scale):
+    """(dropped probabilities, score gradient) of one [queries, keys] tile: the probabilities recomputed
+    from the forward's log-sum-exp; softmax's gradient p (dp - sum_j p dp), where sum_j p dp = sum_j
+    dropped d_dropped = rowsum(do * o) = delta."""
+    p = jnp.exp(_masked_scores(q, k, mask, scale) - lse[:, None])
+    d_dropped = plgpu.dot(do, v.T)
+    if keep is None:
+        dropped, dp = p, d_dropped
+    else:
+        dropped, dp = _dropped(keep, p, rate), _dropped(keep, d_dropped, rate)
+    return dropped, p * (dp - delta[:, None]) * scale
+
+
+def _backward_kernel(seed_ref, q_ref, k_ref, v_ref, mask_ref, do_ref, lse_ref, delta_ref, dq_ref, dk_ref, dv_ref,
+                     *, rate, scale, heads, block, inner):
+    """Program t of a (sequence, head): dk and dv of its keys t*block.., walking the queries in blocks of
+    `inner`; then dq of its queries t*block.., walking the keys in blocks of `inner` (float32 sums)."""
+    b, h, t = pl.program_id(0), pl.program_id(1), pl.program_id(2)
     seq, head_dim = k_ref.shape
-    rows = min(ROWS, seq)
-    k, v = k_ref[...], v_ref[...]
     row = _row(b, h, heads)
+    mine = pl.ds(t * block, block)
 
-    def block(i, sums):
+    def keep(first, rows, first_key, keys):
+        return _keep(seed_ref[0], seed_ref[1], row, seq, rate, first, rows, first_key, keys) if rate > 0 else None
+
+    k, v = k_ref[mine, :], v_ref[mine, :]
+
+    def key_side(i, sums):
         dk, dv = sums
-        first = i * rows
-        queries = pl.ds(first, rows)
+        queries = pl.ds(i * inner, inner)
         q, do = q_ref[queries, :], do_ref[queries, :]
-        scores = _masked_scores(q, k, mask_ref[queries, :], scale)
-        p = jnp.exp(scores - lse_ref[queries][:, None])  # the forward's probabilities, from its log-sum-exp
-        d_dropped = plgpu.dot(do, v.T).astype(jnp.float32)
-        if rate > 0:
-            keep = _keep(seed_ref[0], seed_ref[1], row, seq, rate, first, rows)
-            dropped, dp = _dropped(keep, p, rate), _dropped(keep, d_dropped, rate)
-        else:
-            dropped, dp = p, d_dropped
-        # softmax's gradient: p (dp - sum_j p dp); sum_j p dp = sum_j dropped d_dropped = rowsum(do * o).
-        delta = jnp.sum(do.astype(jnp.float32) * o_ref[queries, :].astype(jnp.float32), axis=1)
-        ds = p * (dp - delta[:, None]) * scale
-        dq_ref[queries, :] = plgpu.dot(ds.astype(k.dtype), k).astype(dq_ref.dtype)
-        return (dk + plgpu.dot(ds.T.astype(q.dtype), q).astype(jnp.float32),
-                dv + plgpu.dot(dropped.T.astype(do.dtype), do).astype(jnp.float32))
+        dropped, ds = _gradient_tile(q, k, v, do, lse_ref[queries], delta_ref[queries], mask_ref[queries, mine],
+                                     keep(i * inner, inner, t * block, block), rate, scale)
+        return dk + plgpu.dot(ds.T.astype(q.dtype), q), dv + plgpu.dot(dropped.T.astype(do.dtype), do)
 
-    zeros = jnp.zeros((seq, head_dim), jnp.float32)
-    dk, dv = jax.lax.fori_loop(0, seq // rows, block, (zeros, zeros))
+    zeros = jnp.zeros((block, head_dim), jnp.float32)
+    dk, dv = jax.lax.fori_loop(0, seq // inner, key_side, (zeros, zeros))
     dk_ref[...] = dk.astype(dk_ref.dtype)
     dv_ref[...] = dv.astype(dv_ref.dtype)
 
+    q, do, lse, delta = q_ref[mine, :], do_ref[mine, :], lse_ref[mine], delta_ref[mine]
 
-def _specs(seq, head_dim, rows=None):
-    """The kernels' blocks over a (batch, heads[, query block]) grid: whole sequences, or `rows` queries
-    (the forward's query-side tiles, mask rows and log-sum-exp) of the program's block."""
-    whole = pl.BlockSpec((None, seq, None, head_dim), lambda b, h, *_: (b, 0, h, 0))
-    if rows is None:
-        return {"seed": pl.BlockSpec((2,), lambda b, h: (0,)), "keys": whole, "queries": whole,
-                "mask": pl.BlockSpec((None, seq, seq), lambda b, h: (b, 0, 0)),
-                "lse": pl.BlockSpec((None, None, seq), lambda b, h: (b, h, 0))}
-    return {"seed": pl.BlockSpec((2,), lambda b, h, i: (0,)), "keys": whole,
-            "queries": pl.BlockSpec((None, rows, None, head_dim), lambda b, h, i: (b, i, h, 0)),
-            "mask": pl.BlockSpec((None, rows, seq), lambda b, h, i: (b, i, 0)),
-            "lse": pl.BlockSpec((None, None, rows), lambda b, h, i: (b, h, i))}
+    def query_side(j, dq):
+        keys = pl.ds(j * inner, inner)
+        k, v = k_ref[keys, :], v_ref[keys, :]
+        _, ds = _gradient_tile(q, k, v, do, lse, delta, mask_ref[mine, keys], keep(t * block, block, j * inner, inner),
+                               rate, scale)
+        return dq + plgpu.dot(ds.astype(k.dtype), k)
+
+    dq_ref[...] = jax.lax.fori_loop(0, seq // inner, query_side, zeros).astype(dq_ref.dtype)
 
 
-def _call(kernel, grid, in_specs, out_specs, out_shape, interpret, name):
+def _call(kernel, grid, in_specs, out_specs, out_shape, interpret, name, warps, stages):
     return pl.pallas_call(kernel, grid=grid, in_specs=in_specs, out_specs=out_specs, out_shape=out_shape,
-                          compiler_params=plgpu.CompilerParams(num_warps=8, num_stages=1), interpret=interpret,
-                          name=name)
+                          compiler_params=plgpu.CompilerParams(num_warps=warps, num_stages=stages),
+                          interpret=interpret, name=name)
 
 
-def _forward(q, k, v, mask, seed, rate, scale, interpret):
+def _whole(seq, head_dim):
+    """A (sequence, head)'s [seq, head_dim] rows, the mask's [seq, seq] and its [seq] statistics, over a
+    (batch, heads, block) grid."""
+    return (pl.BlockSpec((None, seq, None, head_dim), lambda b, h, i: (b, 0, h, 0)),
+            pl.BlockSpec((None, seq, seq), lambda b, h, i: (b, 0, 0)),
+            pl.BlockSpec((None, None, seq), lambda b, h, i: (b, h, 0)))
+
+
+SEED = pl.BlockSpec((2,), lambda b, h, i: (0,))
+
+
+def _rows(rows, head_dim):
+    return pl.BlockSpec((None, rows, None, head_dim), lambda b, h, i: (b, i, h, 0))
+
+
+def _forward(q, k, v, mask, seed, rate, scale, interpret, tiles):
     batch, seq, heads, head_dim = q.shape
-    rows = min(ROWS, seq)
-    specs = _specs(seq, head_dim, rows)
+    rows = tiles.forward_rows
+    whole, _, _ = _whole(seq, head_dim)
     kernel = functools.partial(_forward_kernel, rate=rate, scale=scale, heads=heads)
-    o, lse = _call(kernel, (batch, heads, seq // rows),
-                   [specs["seed"], specs["queries"], specs["keys"], specs["keys"], specs["mask"]],
-                   [specs["queries"], specs["lse"]],
-                   [jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((batch, heads, seq), "float32")],
-                   interpret, "bert_attention_forward")(seed, q, k, v, mask)
-    return o, lse
+    return _call(kernel, (batch, heads, seq // rows),
+                 [SEED, _rows(rows, head_dim), whole, whole,
+                  pl.BlockSpec((None, rows, seq), lambda b, h, i: (b, i, 0))],
+                 [_rows(rows, head_dim), pl.BlockSpec((None, None, rows), lambda b, h, i: (b, h, i))],
+                 [jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((batch, heads, seq), "float32")],
+                 interpret, "bert_attention_forward", tiles.forward_warps, tiles.forward_stages)(seed, q, k, v, mask)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
-def _fused(q, k, v, mask, seed, rate, scale, interpret):
-    return _forward(q, k, v, mask, seed, rate, scale, interpret)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8))
+def _fused(q, k, v, mask, seed, rate, scale, interpret, tiles):
+    return _forward(q, k, v, mask, seed, rate, scale, interpret, tiles)[0]
 
 
-def _fused_forward(q, k, v, mask, seed, rate, scale, interpret):
-    o, lse = _forward(q, k, v, mask, seed, rate, scale, interpret)
+def _fused_forward(q, k, v, mask, seed, rate, scale, interpret, tiles):
+    o, lse = _forward(q, k, v, mask, seed, rate, scale, interpret, tiles)
     return o, (q, k, v, mask, seed, o, lse)
 
 
-def _fused_backward(rate, scale, interpret, residuals, do):
+def _fused_backward(rate, scale, interpret, tiles, residuals, do):
     q, k, v, mask, seed, o, lse = residuals
     batch, seq, heads, head_dim = q.shape
-    specs = _specs(seq, head_dim)
-    kernel = functools.partial(_backward_kernel, rate=rate, scale=scale, heads=heads)
-    dq, dk, dv = _call(kernel, (batch, heads),
-                       [specs["seed"], specs["queries"], specs["keys"], specs["keys"], specs["mask"], specs["queries"],
-                        specs["lse"], specs["queries"]],
-                       [specs["queries"], specs["keys"], specs["keys"]],
+    do = do.astype(q.dtype)
+    delta = jnp.einsum("bqhd,bqhd->bhq", do, o, preferred_element_type=jnp.float32)  # one XLA reduction
+    whole, whole_mask, statistic = _whole(seq, head_dim)
+    block = tiles.backward_block
+    kernel = functools.partial(_backward_kernel, rate=rate, scale=scale, heads=heads, block=block,
+                               inner=tiles.backward_inner)
+    dq, dk, dv = _call(kernel, (batch, heads, seq // block),
+                       [SEED, whole, whole, whole, whole_mask, whole, statistic, statistic],
+                       [_rows(block, head_dim)] * 3,
                        [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (q, k, v)],
-                       interpret, "bert_attention_backward")(seed, q, k, v, mask, o, lse, do.astype(q.dtype))
+                       interpret, "bert_attention_backward", tiles.backward_warps, tiles.backward_stages)(
+        seed, q, k, v, mask, do, lse, delta)
     return dq, dk, dv, None, None
 
 
