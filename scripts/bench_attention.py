@@ -4,9 +4,9 @@
         [--sweep] [--iterations 20] [--json] [--out FILE]
 
 Each variant is one jitted call of attention on [batch, seq, heads, head_dim] bfloat16 query, key and value
-with a padded mask (each row a random length), timed as the median of --iterations calls after two warm-up
-calls (the first compiles): the forward pass alone, and forward and backward (jax.value_and_grad of a sum
-over the output). Variants:
+with a padded mask (each row a random length), timed after two warm-up calls (the first compiles) as the
+median over 5 repeats of --iterations calls dispatched back to back (`timed`): the forward pass alone, and
+forward and backward (jax.value_and_grad of a sum over the output). Variants:
 - einsum: what trainer/attention.py's einsum path computes in mixed_bfloat16 (Keras's operations: bfloat16
   scores, masked softmax, dropout drawn by trainer/dropout.py's rbg generator, bfloat16 product with V),
   the baseline every ratio is against;
@@ -92,15 +92,22 @@ def _with_tiles(tiles, rate, scale):
     return lambda q, k, v, m, s: fused_attention.attention(q, k, v, m, s, rate, scale, tiles=tiles)
 
 
+REPEATS = 5
+
+
 def timed(function, arguments, iterations):
-    """Median seconds of one call (after two warm-up calls)."""
+    """Seconds of one call: the median over REPEATS of `iterations` calls dispatched back to back and waited
+    for once, divided by `iterations` (after two warm-up calls). Waiting for each call apart would add the
+    host's round trip to every ~1 ms call: at 43629a6 this script did, and two runs of one tiling differed
+    by 15%."""
     for _ in range(2):
         jax.block_until_ready(function(*arguments))
     times = []
-    for _ in range(iterations):
+    for _ in range(REPEATS):
         start = time.perf_counter()
-        jax.block_until_ready(function(*arguments))
-        times.append(time.perf_counter() - start)
+        results = [function(*arguments) for _ in range(iterations)]
+        jax.block_until_ready(results)
+        times.append((time.perf_counter() - start) / iterations)
     return float(np.median(times))
 
 
