@@ -3,6 +3,7 @@ which device, which step options "auto" picks, the XLA flags, the compilation ca
 libraries' log level kept as ours, the backend chosen without TensorFlow, where the transformers peer runs, and
 the GPU check's table and verdicts. The runs themselves: tests/test_trainer_jax.py."""
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -61,7 +62,7 @@ def test_fused_attention_needs_jax():
     config.check_backend("jax")
     with pytest.raises(UsageError, match="--attention fused needs KERAS_BACKEND=jax .*backend is tensorflow"):
         config.check_backend("tensorflow")
-    with pytest.raises(UsageError, match="attention: expected one of einsum, fused, got 'flash'"):
+    with pytest.raises(UsageError, match="attention: expected one of auto, einsum, fused, got 'flash'"):
         TrainConfig(format="ofrecord", attention="flash")
     assert StepOptions.resolved("auto", "auto", "jax", "gpu", attention="fused").attention == "fused"
     for split in ({"model_parallel": 2}, {"pipeline_stages": 2}):
@@ -75,6 +76,27 @@ def test_fused_attention_needs_jax():
 def test_auto_levers_are_the_gpus_under_jax_and_keras_own_elsewhere(backend, platform, options):
     assert StepOptions.resolved("auto", "auto", backend, platform) == options
     assert StepOptions.resolved("scatter", "rbg", backend, platform) == StepOptions("scatter", "rbg")  # as given
+    # the fused attention where it takes the run (shapes, one device's layers), under JAX on a GPU alone
+    fused = StepOptions.resolved("auto", "auto", backend, platform, attention="auto", fused_attention_fits=True)
+    assert fused == dataclasses.replace(options, attention="fused" if options.dropout_rng == "rbg" else "einsum")
+    assert StepOptions.resolved("auto", "auto", backend, platform, attention="auto").attention == "einsum"
+    assert StepOptions.resolved("auto", "auto", backend, platform, attention="einsum",
+                                fused_attention_fits=True).attention == "einsum"  # as given
+
+
+def test_the_fused_attention_fits_runs_of_its_shapes_on_one_devices_layers():
+    pytest.importorskip("jax")
+    from trainer.config import BertConfig
+    from trainer.pretraining import _fused_attention_fits
+
+    base = BertConfig.sized("base")
+    config = TrainConfig(format="ofrecord")
+    assert config.attention == "auto"
+    assert _fused_attention_fits(config, 128, base)
+    assert not _fused_attention_fits(config, 512, base)  # longer than the kernel's 256 tokens
+    assert not _fused_attention_fits(config, None, base)
+    for split in ({"model_parallel": 2}, {"pipeline_stages": 2}):
+        assert not _fused_attention_fits(TrainConfig(format="ofrecord", **split), 128, base)
 
 
 def test_xla_flags_add_cublas_and_leave_the_users_own():
@@ -82,6 +104,12 @@ def test_xla_flags_add_cublas_and_leave_the_users_own():
     assert xla_gpu.xla_flags("cublas", "--a=1") == "--a=1 --xla_gpu_enable_triton_gemm=false"
     assert xla_gpu.xla_flags("cublas", "--xla_gpu_enable_triton_gemm=true") == "--xla_gpu_enable_triton_gemm=true"
     assert xla_gpu.xla_flags("xla", "--a=1") == "--a=1"
+    assert xla_gpu.xla_flags("cublas", "", autotune="off") == (
+        "--xla_gpu_enable_triton_gemm=false --xla_gpu_autotune_level=0")
+    assert xla_gpu.xla_flags("xla", "--xla_gpu_autotune_level=2", autotune="off") == "--xla_gpu_autotune_level=2"
+    assert TrainConfig(format="ofrecord", gemm_autotune="off").gemm_autotune == "off"
+    with pytest.raises(UsageError, match="gemm_autotune: expected one of on, off, got 'fast'"):
+        TrainConfig(format="ofrecord", gemm_autotune="fast")
     env = {"XLA_FLAGS": "--b=2"}
     xla_gpu.apply("cublas", env)
     assert env["XLA_FLAGS"] == "--b=2 --xla_gpu_enable_triton_gemm=false"

@@ -27,6 +27,7 @@ from trainer.config import (
     DROPOUT_RNGS,
     EMBEDDING_GRADIENTS,
     FINETUNING_FORMATS,
+    GEMM_AUTOTUNE,
     GEMM_KERNELS,
     OPTIMIZERS,
     PLACEMENTS,
@@ -59,10 +60,14 @@ def add_step_arguments(p):
     p.add_argument("--gemm", choices=GEMM_KERNELS, default="cublas",
                    help="matrix products on an NVIDIA GPU: cublas, or xla (XLA's choice, with its Triton "
                         "fusions autotuned at compile time) (default: cublas)")
-    p.add_argument("--attention", choices=ATTENTION_KERNELS, default="einsum",
+    p.add_argument("--gemm-autotune", choices=GEMM_AUTOTUNE, default="on",
+                   help="on an NVIDIA GPU, XLA times each matrix product's cuBLAS algorithms while it compiles (on), "
+                        "or takes cuBLAS's heuristic choice (off: a first step seconds sooner, a few percent "
+                        "slower steps) (default: on)")
+    p.add_argument("--attention", choices=ATTENTION_KERNELS, default="auto",
                    help="the attention's kernel: einsum (Keras's: two products around XLA's softmax and dropout) or "
                         "fused (one Pallas kernel, dropout included; JAX, sequences of 16-256 tokens, a power of two; "
-                        "interpreted off a GPU) (default: einsum)")
+                        "interpreted off a GPU); auto: fused on a GPU under JAX where it takes the run, else einsum")
     p.add_argument("--scan-layers", action="store_true",
                    help="run the Transformer layers as one jax.lax.scan loop: one layer traced and compiled "
                         "instead of each (JAX; not with --model-parallel or --pipeline-stages)")

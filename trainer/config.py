@@ -57,7 +57,8 @@ def user_cache(*parts, environ=os.environ):
 EMBEDDING_GRADIENTS = ("auto", "scatter", "sorted")  # trainer/embedding_lookup.py
 DROPOUT_RNGS = ("auto", "threefry", "rbg")  # trainer/dropout.py
 GEMM_KERNELS = ("cublas", "xla")  # trainer/xla_gpu.py
-ATTENTION_KERNELS = ("einsum", "fused")  # trainer/attention.py, trainer/fused_attention.py
+GEMM_AUTOTUNE = ("on", "off")  # trainer/xla_gpu.py
+ATTENTION_KERNELS = ("auto", "einsum", "fused")  # trainer/attention.py, trainer/fused_attention.py
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,15 +74,20 @@ class StepOptions:
     attention: str = "einsum"
 
     @classmethod
-    def resolved(cls, embedding_gradient, dropout_rng, backend, platform, scan_layers=False, attention="einsum"):
-        """"auto" made concrete for `backend` on a device of `platform`: the sorted gradient and rbg's masks
-        under JAX on a GPU, where they were measured to help; Keras's own elsewhere (TensorFlow has neither;
-        on a CPU the scatter is a plain loop and the masks' generator no bottleneck)."""
+    def resolved(cls, embedding_gradient, dropout_rng, backend, platform, scan_layers=False, attention="einsum",
+                 fused_attention_fits=False):
+        """"auto" made concrete for `backend` on a device of `platform`: the sorted gradient, rbg's masks and
+        (where `fused_attention_fits` the run: its shapes, no model or pipeline parallelism) the fused
+        attention under JAX on a GPU, where they were measured to help; Keras's own elsewhere (TensorFlow has
+        none of them; on a CPU the scatter is a plain loop, the masks' generator no bottleneck, and the
+        Pallas kernel would run interpreted)."""
         gpu = backend == "jax" and platform in GPU_PLATFORMS
         return cls(embedding_gradient=embedding_gradient if embedding_gradient != "auto" else
                    ("sorted" if gpu else "scatter"),
                    dropout_rng=dropout_rng if dropout_rng != "auto" else ("rbg" if gpu else "threefry"),
-                   scan_layers=scan_layers, attention=attention)
+                   scan_layers=scan_layers,
+                   attention=attention if attention != "auto" else
+                   ("fused" if gpu and fused_attention_fits else "einsum"))
 
 
 PLACEMENTS = ("intra_first", "inter_first")  # --placement (trainer/parallel.py orders the devices by it)
@@ -170,9 +176,10 @@ class TrainConfig:
     embedding_gradient: str = "auto"
     dropout_rng: str = "auto"
     gemm: str = "cublas"
+    gemm_autotune: str = "on"
     compilation_cache: bool = True
     scan_layers: bool = False
-    attention: str = "einsum"
+    attention: str = "auto"
 
     def __post_init__(self):
         check_types(self)
@@ -180,7 +187,8 @@ class TrainConfig:
                               "precision": PRECISIONS, "allreduce_dtype": ALLREDUCE_DTYPES,
                               "placement": PLACEMENTS, "model": (None, *SIZES),
                               "embedding_gradient": EMBEDDING_GRADIENTS, "dropout_rng": DROPOUT_RNGS,
-                              "gemm": GEMM_KERNELS, "attention": ATTENTION_KERNELS})
+                              "gemm": GEMM_KERNELS, "gemm_autotune": GEMM_AUTOTUNE,
+                              "attention": ATTENTION_KERNELS})
         _check_positive(self, ("steps", "batch_size", "grad_accum", "pad_vocab", "steps_per_call", "bin_size",
                                "model_parallel", "pipeline_stages", "checkpoint_every", "eval_steps", "log_every"))
         if self.model and self.bert_config:

@@ -213,13 +213,25 @@ def set_precision(config, keras):
     return dataclasses.replace(config, precision=precision), note
 
 
-def step_options(config, keras):
+def step_options(config, keras, seq=None, bert=None):
     """The model's levers (StepOptions) of `config`, "auto" made concrete for this backend's device (a
-    FinetuneConfig, which has no such flags: "auto")."""
-    platform, _ = device_platform(keras.backend.backend())
+    FinetuneConfig, which has no such flags: "auto", and the einsum attention); `seq` and `bert`: the
+    records' length and the model, which say whether the fused attention takes the run."""
+    backend = keras.backend.backend()
+    platform, _ = device_platform(backend)
     return StepOptions.resolved(getattr(config, "embedding_gradient", "auto"), getattr(config, "dropout_rng", "auto"),
-                                keras.backend.backend(), platform, getattr(config, "scan_layers", False),
-                                getattr(config, "attention", "einsum"))
+                                backend, platform, getattr(config, "scan_layers", False),
+                                getattr(config, "attention", "einsum"),
+                                backend == "jax" and _fused_attention_fits(config, seq, bert))
+
+
+def _fused_attention_fits(config, seq, bert):
+    """Whether `--attention fused` would take this run (its shapes; one device's model and layers)."""
+    if seq is None or bert is None or config.model_parallel > 1 or config.pipeline_stages > 1:
+        return False
+    from trainer.fused_attention import supports
+
+    return supports(seq, bert.hidden_size // bert.num_attention_heads)
 
 
 def warmup_steps(value, total_steps):
@@ -345,7 +357,7 @@ def train(config: TrainConfig, step_times: list[float] | None = None,
         check_records(initial, records.vocabs)
     bert = model_config(config, records, initial)
     check_records_fit(bert, records, data_dir)
-    xla_gpu.apply(config.gemm)  # XLA flags: before JAX's GPU backend starts
+    xla_gpu.apply(config.gemm, autotune=config.gemm_autotune)  # XLA flags: before JAX's GPU backend starts
     keras = load_keras()
     compilation_cache.enable(config.compilation_cache)  # before the first compilation
 
@@ -364,7 +376,7 @@ def train(config: TrainConfig, step_times: list[float] | None = None,
         parallel.check_splits(trainable, non_trainable, config.model_parallel)
     keras.backend.clear_session()  # a fresh name space: checkpoints name variables by path
     config, precision_note = set_precision(config, keras)
-    options = step_options(config, keras)
+    options = step_options(config, keras, records.seq, bert)
     keras.utils.set_random_seed(config.seed)
     devices = Devices(keras.backend.backend(), config.model_parallel, config.placement, config.pipeline_stages)
     # The chief writes the checkpoints: it holds their directory (a second run into it is refused,
