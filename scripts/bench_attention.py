@@ -98,8 +98,8 @@ REPEATS = 5
 def timed(function, arguments, iterations):
     """Seconds of one call: the median over REPEATS of `iterations` calls dispatched back to back and waited
     for once, divided by `iterations` (after two warm-up calls). Waiting for each call apart would add the
-    host's round trip to every ~1 ms call: at 43629a6 this script did, and two runs of one tiling differed
-    by 15%."""
+    host's round trip to every ~1 ms call: at 43629a6 this script did, and three runs of one tiling spread
+    by 14% on the H200."""
     for _ in range(2):
         jax.block_until_ready(function(*arguments))
     times = []

@@ -9,7 +9,8 @@ its seed as a compile-time constant (jax._src.cudnn.fused_attention_stablehlo: `
 would drop the same positions at every step: so BERT's attention dropout keeps the einsum path.
 
 `BertAttention` is that path as Keras writes it (the same operations, so the same values), with the
-probabilities' dropout masks drawn by trainer/dropout.py's generator; or, with `--attention fused` (JAX),
+probabilities' dropout masks drawn by trainer/dropout.py's generator; or, with `--attention fused` (JAX;
+what `auto`, the default, takes on a GPU where the kernel fits the run),
 trainer/fused_attention.py's one Pallas kernel for the whole of it, dropout included, forward and backward.
 """
 
