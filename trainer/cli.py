@@ -67,7 +67,8 @@ def add_step_arguments(p):
     p.add_argument("--attention", choices=ATTENTION_KERNELS, default="auto",
                    help="the attention's kernel: einsum (Keras's: two products around XLA's softmax and dropout) or "
                         "fused (one Pallas kernel, dropout included; JAX, sequences of 16-256 tokens, a power of two; "
-                        "interpreted off a GPU); auto: fused on a GPU under JAX where it takes the run, else einsum")
+                        "interpreted off a GPU); auto: fused under JAX on an NVIDIA GPU of compute capability 8.0 or "
+                        "later where it takes the run, else einsum")
     p.add_argument("--scan-layers", action="store_true",
                    help="run the Transformer layers as one jax.lax.scan loop: one layer traced and compiled "
                         "instead of each (JAX; not with --model-parallel or --pipeline-stages)")
