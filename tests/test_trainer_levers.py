@@ -99,6 +99,27 @@ def test_the_fused_attention_fits_runs_of_its_shapes_on_one_devices_layers():
         assert not _fused_attention_fits(TrainConfig(format="ofrecord", **split), 128, base)
 
 
+def test_without_pallas_triton_auto_takes_einsum_and_fused_is_one_line(monkeypatch):
+    """A JAX without Pallas's Triton backend (deprecated in JAX 0.11): the module cannot be imported."""
+    pytest.importorskip("jax")
+    from jax.experimental import pallas
+
+    import trainer
+    from trainer.config import BertConfig
+    from trainer.pretraining import _fused_attention_fits, check_fused_attention
+
+    base = BertConfig.sized("base")
+    check_fused_attention(128, base)  # this JAX has it
+    monkeypatch.setitem(sys.modules, "jax.experimental.pallas.triton", None)  # as if it had not
+    monkeypatch.delattr(pallas, "triton", raising=False)
+    monkeypatch.delitem(sys.modules, "trainer.fused_attention", raising=False)
+    monkeypatch.delattr(trainer, "fused_attention", raising=False)
+    assert not _fused_attention_fits(TrainConfig(format="ofrecord"), 128, base)
+    with pytest.raises(UsageError, match=r"^--attention fused: this JAX has no Pallas Triton backend .*use "
+                                         r"--attention einsum$"):
+        check_fused_attention(128, base)
+
+
 def test_xla_flags_add_cublas_and_leave_the_users_own():
     assert xla_gpu.xla_flags("cublas", "") == "--xla_gpu_enable_triton_gemm=false"
     assert xla_gpu.xla_flags("cublas", "--a=1") == "--a=1 --xla_gpu_enable_triton_gemm=false"

@@ -174,9 +174,7 @@ def build_steps(config, devices, bert, records, warmup, initial=None, log=None, 
     from trainer.optimizers import build_slots, make_optimizer
 
     if options.attention == "fused":
-        from trainer.fused_attention import check_shapes
-
-        check_shapes(records.seq, bert.hidden_size, bert.num_attention_heads)
+        check_fused_attention(records.seq, bert)
     with devices.scope():
         model = build_model(bert, records.seq, records.pred, pad_vocab=config.pad_vocab_multiple, options=options)
         optimizer = make_optimizer(config.optimizer, config.lr, warmup, config.steps, config.clip_norm)
@@ -231,9 +229,27 @@ def _fused_attention_fits(config, seq, bert):
     """Whether `--attention fused` would take this run (its shapes; one device's model and layers)."""
     if seq is None or bert is None or config.model_parallel > 1 or config.pipeline_stages > 1:
         return False
-    from trainer.fused_attention import supports
+    kernel = _fused_attention_module()
+    return kernel is not None and kernel.supports(seq, bert.hidden_size // bert.num_attention_heads)
 
-    return supports(seq, bert.hidden_size // bert.num_attention_heads)
+
+def _fused_attention_module():
+    """trainer.fused_attention, or None under a JAX without Pallas's Triton backend (deprecated since JAX
+    0.11, in favour of Mosaic GPU, which the kernel is not written for)."""
+    try:
+        from trainer import fused_attention
+    except ImportError:
+        return None
+    return fused_attention
+
+
+def check_fused_attention(seq, bert):
+    """A one-line UsageError where `--attention fused` cannot take the run: its shapes, or this JAX."""
+    kernel = _fused_attention_module()
+    if kernel is None:
+        raise UsageError("--attention fused: this JAX has no Pallas Triton backend (jax.experimental.pallas."
+                         "triton), which the kernel is written for; use --attention einsum")
+    kernel.check_shapes(seq, bert.hidden_size, bert.num_attention_heads)
 
 
 def warmup_steps(value, total_steps):
