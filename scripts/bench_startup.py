@@ -1,15 +1,18 @@
 """Seconds from a `python -m trainer` process's start to its first step, cold and warm, per set of flags.
 
     python scripts/bench_startup.py --records R [--model base] [--batch-size 8] [--precision amp]
-        [--variant=FLAGS ...] [--baseline REF] [--backend jax] [--json]
+        [--variant=FLAGS ...] [--baseline REF] [--backend jax] [--phases] [--json]
 
 For each variant (the first, by default none, is the baseline; with --baseline REF the baseline is the
 first variant run by the code of commit REF, extracted and built as scripts/bench_train_before_after.py
 does): one run on an empty compilation cache
 folder of its own (cold), then one on the cache it filled (warm); 3 steps, a log line each. Printed per
 variant: the seconds to the model built (the first "trainer:" line) and to "train step 1", cold and warm,
-and each as a ratio to the baseline's. On a CPU the step's compilation is the CPU's: a GPU's is
-measured by scripts/gpu_check.sh --lever.
+and each as a ratio to the baseline's. With --phases, one more warm run of each variant runs under
+cProfile, and where its start-up went is printed: the seconds spent in PHASES (the imports, JAX's
+backends starting, the model built, the step traced, lowered, compiled or loaded from the cache, and its
+first results fetched); cProfile slows Python-heavy phases, so these are shares, not the timings above.
+On a CPU the step's compilation is the CPU's: a GPU's is measured by scripts/gpu_check.sh --lever.
 """
 
 import argparse
@@ -26,13 +29,24 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpu_check import FIRST_STEP, first_time, stamped_run  # noqa: E402  (the GPU check's timed runs)
 
 MODEL_BUILT = re.compile(r"^trainer: \d+ device")
+# (phase, file, function): the cumulative seconds in that function of a profiled run (--phases).
+PHASES = (("Keras and JAX imported", "trainer/library_logs.py", "load_keras"),
+          ("JAX's backends started (devices found)", "jax/_src/xla_bridge.py", "backends"),
+          ("model built (variables drawn)", "trainer/model.py", "build_model"),
+          ("optimizer's slots", "trainer/optimizers.py", "build_slots"),
+          ("step traced (Keras through JAX)", "trainer/steps.py", "_train_step"),
+          ("programs lowered to StableHLO", "jax/_src/interpreters/pxla.py", "lower_sharding_computation"),
+          ("programs compiled or read from the cache", "jax/_src/compiler.py", "compile_or_get_cached"),
+          ("first results fetched (steps run)", "trainer/steps.py", "fetch_all"))
 
 
-def timed_run(args, flags, cache, tree=REPO):
-    """(seconds to the first "trainer:" line, seconds to "train step 1") of one run."""
-    argv = [sys.executable, "-m", "trainer", "--format", "ofrecord", "--data", args.records, "--model", args.model,
-            "--batch-size", str(args.batch_size), "--precision", args.precision, "--optimizer", "adam", "--steps",
-            "3", "--log-every", "1", *flags]
+def timed_run(args, flags, cache, tree=REPO, profile=None):
+    """(seconds to the first "trainer:" line, seconds to "train step 1") of one run (under cProfile writing
+    to `profile`, where given: the same run, so that a warm cache holds its programs)."""
+    runner = ["-m", "cProfile", "-o", profile] if profile else []
+    argv = [sys.executable, *runner, "-m", "trainer", "--format", "ofrecord", "--data", args.records, "--model",
+            args.model, "--batch-size", str(args.batch_size), "--precision", args.precision, "--optimizer", "adam",
+            "--steps", "3", "--log-every", "1", *flags]
     env = dict(os.environ, PYTHONUNBUFFERED="1", KERAS_BACKEND=args.backend, BERTPREP_COMPILATION_CACHE_DIR=cache,
                PYTHONPATH=os.pathsep.join(filter(None, [tree, os.environ.get("PYTHONPATH")])))
     status, lines, seconds = stamped_run(argv, env, cwd=tree)
@@ -53,6 +67,8 @@ def main():
                    help="trainer flags of a variant, as --variant=--scan-layers (repeatable; the first is the "
                         "baseline; default: '' and '--scan-layers')")
     p.add_argument("--baseline", metavar="REF", help="run the first variant at commit REF too, as the baseline")
+    p.add_argument("--phases", action="store_true",
+                   help="also profile one warm run per variant and print where its start-up went")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
     variants = args.variant or ([""] if args.baseline else ["", "--scan-layers"])
@@ -68,10 +84,15 @@ def main():
             cache = os.path.join(scratch, str(i))
             cold = timed_run(args, flags.split(), cache, tree)
             warm = timed_run(args, flags.split(), cache, tree)
+            phases = None
+            if args.phases:
+                profile = os.path.join(scratch, f"{i}.prof")
+                timed_run(args, flags.split(), cache, tree, profile)
+                phases = phase_seconds(profile)
             shutil.rmtree(cache, ignore_errors=True)
             flags = f"{label}{flags}" if label else (f"this tree {flags}".strip() if args.baseline else flags)
             rows.append({"flags": flags, "built_cold_s": cold[0], "first_step_cold_s": cold[1],
-                         "built_warm_s": warm[0], "first_step_warm_s": warm[1]})
+                         "built_warm_s": warm[0], "first_step_warm_s": warm[1], "warm_phases_s": phases})
             print(f"bench_startup: {flags or 'baseline'} done", file=sys.stderr, flush=True)
     base = rows[0]
     for row in rows:
@@ -89,7 +110,25 @@ def main():
         print(f"{(r['flags'] or '(baseline)')[:28]:<28}{r['built_cold_s']:>11.1f}{r['first_step_cold_s']:>15.1f}"
               f"{r['first_step_cold_ratio']:>7.2f}{r['built_warm_s']:>12.1f}{r['first_step_warm_s']:>15.1f}"
               f"{r['first_step_warm_ratio']:>7.2f}")
+    for r in rows:
+        if r["warm_phases_s"] is not None:
+            print(f"where a warm start went, under cProfile ({r['flags'] or 'baseline'}; one phase may call another):")
+            for name, seconds in r["warm_phases_s"].items():
+                print(f"  {name:<44}{'—' if seconds is None else format(seconds, '.2f') + ' s':>10}")
     return 0
+
+
+def phase_seconds(profile):
+    """{phase: cumulative seconds, or None where the function was not called} of a cProfile output."""
+    import pstats
+
+    stats = pstats.Stats(profile).stats
+    found = {}
+    for (path, _, function), (_, _, _, cumulative, _) in stats.items():
+        for name, suffix, wanted in PHASES:
+            if function == wanted and path.replace(os.sep, "/").endswith(suffix):
+                found[name] = found.get(name, 0.0) + cumulative
+    return {name: found.get(name) for name, _, _ in PHASES}
 
 
 if __name__ == "__main__":
