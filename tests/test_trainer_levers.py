@@ -268,3 +268,22 @@ def test_a_gpu_check_levers_leading_assignments_are_its_environment():
         {"XLA_FLAGS": "--xla_gpu_autotune_level=0"}, ["--scan-layers"])
     # only leading words: a trainer flag's own "=" is the trainer's
     assert gpu_check.lever_parts("--attention=fused A=1") == ({}, ["--attention=fused", "A=1"])
+
+
+def test_trainer_benchmark_passes_every_step_lever_to_its_workers(tmp_path):
+    """Each flag of trainer.cli.add_step_arguments reaches the benchmark's workers' TrainConfig (a lever the
+    benchmark parsed and left out would be measured as the defaults)."""
+    import argparse
+
+    from trainer.benchmark.cli import Benchmark, build_parser
+    from trainer.cli import STEP_FIELDS, add_step_arguments
+
+    parser = argparse.ArgumentParser()
+    add_step_arguments(parser)
+    assert {action.dest for action in parser._actions} - {"help"} == set(STEP_FIELDS)
+    args = build_parser().parse_args(["--format", "ofrecord", "--gemm-autotune", "off", "--attention", "einsum",
+                                      "--scan-layers", "--gemm", "xla", "--dropout-rng", "rbg"])
+    fields = Benchmark(args, 1, 0, str(tmp_path))._train_fields("fp32", 8, 20)
+    assert {k: fields[k] for k in ("gemm_autotune", "attention", "scan_layers", "gemm", "dropout_rng")} == {
+        "gemm_autotune": "off", "attention": "einsum", "scan_layers": True, "gemm": "xla", "dropout_rng": "rbg"}
+    TrainConfig(**{k: fields[k] for k in STEP_FIELDS}, format="ofrecord")  # each a TrainConfig field

@@ -49,8 +49,14 @@ def add_optimizer_arguments(p, default):
                         f"default: {DEFAULT_CLIP_NORM})")
 
 
+# The TrainConfig fields that add_step_arguments sets: what trainer.benchmark passes on to its workers.
+STEP_FIELDS = ("embedding_gradient", "dropout_rng", "gemm", "gemm_autotune", "attention", "scan_layers",
+               "compilation_cache")
+
+
 def add_step_arguments(p):
-    """The levers of how the step computes (docs/trainer.md, "The step on one GPU, measured"): same model, same loss."""
+    """The levers of how the step computes (docs/trainer.md, "The step on one GPU, measured"): same model, same
+    loss; their destinations are STEP_FIELDS."""
     p.add_argument("--embedding-gradient", choices=EMBEDDING_GRADIENTS, default="auto",
                    help="how the embedding rows' gradients reach their tables: Keras's scatter-add, or sorted "
                         "(summed per distinct id first; JAX); auto: sorted on a GPU under JAX, else scatter")

@@ -22,7 +22,7 @@ from bertprep.progress import Progress, add_output_arguments, print_summary
 from trainer import library_logs
 from trainer.arguments import OneLineErrorParser, add_records_and_model_arguments, positive_int
 from trainer.benchmark import method, report
-from trainer.cli import add_step_arguments
+from trainer.cli import STEP_FIELDS, add_step_arguments
 from trainer.config import OPTIMIZERS
 
 PROG = "trainer.benchmark"
@@ -328,9 +328,7 @@ class Benchmark:
         return {"format": a.format, "data": a.data, "batch_size": batch_size, "precision": policy,
                 "optimizer": a.optimizer, "seed": a.seed, "log_every": max(1, min(10, iterations // 4)),
                 "dropout": a.dropout, "bert_config": a.bert_config, "model": None if a.bert_config else a.model,
-                "embedding_gradient": a.embedding_gradient, "dropout_rng": a.dropout_rng, "gemm": a.gemm,
-                "compilation_cache": a.compilation_cache, "scan_layers": a.scan_layers,
-                "attention": a.attention}
+                **{field: getattr(a, field) for field in STEP_FIELDS}}
 
     def _env(self, local_only):
         env = dict(os.environ, KERAS_BACKEND=self.args.backend)
