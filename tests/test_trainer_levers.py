@@ -128,6 +128,10 @@ def test_xla_flags_add_cublas_and_leave_the_users_own():
     assert xla_gpu.xla_flags("cublas", "", autotune="off") == (
         "--xla_gpu_enable_triton_gemm=false --xla_gpu_autotune_level=0")
     assert xla_gpu.xla_flags("xla", "--xla_gpu_autotune_level=2", autotune="off") == "--xla_gpu_autotune_level=2"
+    assert xla_gpu.xla_flags("cublaslt", "--a=1") == (
+        "--a=1 --xla_gpu_enable_triton_gemm=false --xla_gpu_enable_cublaslt=true")
+    assert xla_gpu.xla_flags("cublaslt", "--xla_gpu_enable_cublaslt=false") == (
+        "--xla_gpu_enable_cublaslt=false --xla_gpu_enable_triton_gemm=false")
     assert TrainConfig(format="ofrecord", gemm_autotune="off").gemm_autotune == "off"
     with pytest.raises(UsageError, match="gemm_autotune: expected one of on, off, got 'fast'"):
         TrainConfig(format="ofrecord", gemm_autotune="fast")

@@ -64,8 +64,9 @@ def add_step_arguments(p):
                    help="generator of the dropout masks: threefry (Keras's) or rbg (XLA's RngBitGenerator; JAX); "
                         "auto: rbg on a GPU under JAX, else threefry")
     p.add_argument("--gemm", choices=GEMM_KERNELS, default="cublas",
-                   help="matrix products on an NVIDIA GPU: cublas, or xla (XLA's choice, with its Triton "
-                        "fusions autotuned at compile time) (default: cublas)")
+                   help="matrix products on an NVIDIA GPU: cublas, cublaslt (cuBLASLt, bias adds in the "
+                        "products' epilogue; not yet measured), or xla (XLA's choice, with its Triton fusions "
+                        "autotuned at compile time) (default: cublas)")
     p.add_argument("--gemm-autotune", choices=GEMM_AUTOTUNE, default="on",
                    help="on an NVIDIA GPU, XLA times each matrix product's cuBLAS algorithms while it compiles (on), "
                         "or takes cuBLAS's heuristic choice (off: a first step seconds sooner, a few percent "

@@ -56,7 +56,7 @@ def user_cache(*parts, environ=os.environ):
 # its choices do and what they were measured to give; "auto" picks per platform (StepOptions.resolved).
 EMBEDDING_GRADIENTS = ("auto", "scatter", "sorted")  # trainer/embedding_lookup.py
 DROPOUT_RNGS = ("auto", "threefry", "rbg")  # trainer/dropout.py
-GEMM_KERNELS = ("cublas", "xla")  # trainer/xla_gpu.py
+GEMM_KERNELS = ("cublas", "cublaslt", "xla")  # trainer/xla_gpu.py
 GEMM_AUTOTUNE = ("on", "off")  # trainer/xla_gpu.py
 ATTENTION_KERNELS = ("auto", "einsum", "fused")  # trainer/attention.py, trainer/fused_attention.py
 
