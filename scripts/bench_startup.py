@@ -9,7 +9,7 @@ does): one run on an empty compilation cache
 folder of its own (cold), then one on the cache it filled (warm); 3 steps, a log line each. Printed per
 variant: the seconds to the model built (the first "trainer:" line) and to "train step 1", cold and warm,
 and each as a ratio to the baseline's. With --phases, one more warm run of each variant runs under
-cProfile, and where its start-up went is printed: the seconds spent in PHASES (the imports, JAX's
+cProfile, and where its start-up went is printed: the seconds spent in gpu_check.PHASES (the imports, JAX's
 backends starting, the model built, the step traced, lowered, compiled or loaded from the cache, and its
 first results fetched); cProfile slows Python-heavy phases, so these are shares, not the timings above.
 On a CPU the step's compilation is the CPU's: a GPU's is measured by scripts/gpu_check.sh --lever.
@@ -26,20 +26,9 @@ import tempfile
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from gpu_check import FIRST_STEP, first_time, stamped_run  # noqa: E402  (the GPU check's timed runs)
+from gpu_check import FIRST_STEP, first_time, phase_seconds, stamped_run  # noqa: E402  (the GPU check's)
 
 MODEL_BUILT = re.compile(r"^trainer: \d+ device")
-# (phase, file, function): the cumulative seconds in that function of a profiled run (--phases).
-PHASES = (("Keras and JAX imported", "trainer/library_logs.py", "load_keras"),
-          ("JAX's backends started (devices found)", "jax/_src/xla_bridge.py", "backends"),
-          ("model built (variables drawn)", "trainer/model.py", "build_model"),
-          ("optimizer's slots", "trainer/optimizers.py", "build_slots"),
-          ("step traced (Keras through JAX)", "trainer/steps.py", "_train_step"),
-          ("programs lowered to StableHLO", "jax/_src/interpreters/pxla.py", "lower_sharding_computation"),
-          ("programs compiled or read from the cache", "jax/_src/compiler.py", "compile_or_get_cached"),
-          ("first results fetched (steps run)", "trainer/steps.py", "fetch_all"))
-
-
 def timed_run(args, flags, cache, tree=REPO, profile=None):
     """(seconds to the first "trainer:" line, seconds to "train step 1") of one run (under cProfile writing
     to `profile`, where given: the same run, so that a warm cache holds its programs)."""
@@ -116,19 +105,6 @@ def main():
             for name, seconds in r["warm_phases_s"].items():
                 print(f"  {name:<44}{'—' if seconds is None else format(seconds, '.2f') + ' s':>10}")
     return 0
-
-
-def phase_seconds(profile):
-    """{phase: cumulative seconds, or None where the function was not called} of a cProfile output."""
-    import pstats
-
-    stats = pstats.Stats(profile).stats
-    found = {}
-    for (path, _, function), (_, _, _, cumulative, _) in stats.items():
-        for name, suffix, wanted in PHASES:
-            if function == wanted and path.replace(os.sep, "/").endswith(suffix):
-                found[name] = found.get(name, 0.0) + cumulative
-    return {name: found.get(name) for name, _, _ in PHASES}
 
 
 if __name__ == "__main__":

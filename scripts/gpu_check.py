@@ -1,7 +1,7 @@
 """The GPU check's measurements and its one table (scripts/gpu_check.sh makes the records and calls this).
 
     python scripts/gpu_check.py --records R [--out DIR] [--iterations 50] [--skip 10] [--batch-sizes 64,256]
-        [--precisions amp,fp32] [--compiled-peer-batches 256] [--no-start] [--no-peers]
+        [--precisions amp,fp32] [--compiled-peer-batches 256] [--phases] [--no-start] [--no-peers]
         [--profile [--profile-flags FLAGS]]
         [--lever NAME=[VAR=VALUE ...] FLAGS ...] [--json]
 
@@ -43,6 +43,16 @@ from trainer.library_logs import LIBRARY_LINE  # noqa: E402
 PTXAS = re.compile(r"ptxas|Registers are spilled")
 FIRST_STEP = re.compile(r"^train step 1:")
 TARGETS = {"amp_vs_compiled_peer": 1.2, "amp_vs_fp32": 1.5, "first_step_cold_s": 20.0, "first_step_warm_s": 5.0}
+# (phase, file, function): the cumulative seconds in that function of a run under cProfile (--phases, and
+# scripts/bench_startup.py --phases): where a start-up went.
+PHASES = (("Keras and JAX imported", "trainer/library_logs.py", "load_keras"),
+          ("JAX's backends started (devices found)", "jax/_src/xla_bridge.py", "backends"),
+          ("model built (variables drawn)", "trainer/model.py", "build_model"),
+          ("optimizer's slots", "trainer/optimizers.py", "build_slots"),
+          ("step traced (Keras through JAX)", "trainer/steps.py", "_train_step"),
+          ("programs lowered to StableHLO", "jax/_src/interpreters/pxla.py", "lower_sharding_computation"),
+          ("programs compiled or read from the cache", "jax/_src/compiler.py", "compile_or_get_cached"),
+          ("first results fetched (steps run)", "trainer/steps.py", "fetch_all"))
 
 
 def library_lines(text):
@@ -79,13 +89,27 @@ def first_time(pattern, lines, seconds):
     return next((at for line, at in zip(lines, seconds) if pattern.match(line)), None)
 
 
-def timed_trainer(args, cache_dir, extra=(), backend=None, environ=None):
-    """(seconds from the start to "train step 1", library lines, output) of one `python -m trainer` run; the
-    output's lines each prefixed with the seconds since the start at which it came (the logs keep them: the
-    first "trainer:" line's time is how long the model took to build)."""
-    argv = [sys.executable, "-m", "trainer", "--format", "ofrecord", "--data", args.records, "--model", args.model,
-            "--batch-size", str(args.start_batch), "--precision", "amp", "--optimizer", "adam", "--steps", "3",
-            "--log-every", "1", *extra]
+def phase_seconds(profile):
+    """{phase: cumulative seconds, or None where its function was not called} (PHASES) of a cProfile output."""
+    import pstats
+
+    found = {}
+    for (path, _, function), (_, _, _, cumulative, _) in pstats.Stats(profile).stats.items():
+        for name, suffix, wanted in PHASES:
+            if function == wanted and path.replace(os.sep, "/").endswith(suffix):
+                found[name] = found.get(name, 0.0) + cumulative
+    return {name: found.get(name) for name, _, _ in PHASES}
+
+
+def timed_trainer(args, cache_dir, extra=(), backend=None, environ=None, profile=None):
+    """(seconds from the start to "train step 1", library lines, output) of one `python -m trainer` run (under
+    cProfile writing to `profile`, where given); the output's lines each prefixed with the seconds since the
+    start at which it came (the logs keep them: the first "trainer:" line's time is how long the model took
+    to build)."""
+    runner = ["-m", "cProfile", "-o", profile] if profile else []
+    argv = [sys.executable, *runner, "-m", "trainer", "--format", "ofrecord", "--data", args.records, "--model",
+            args.model, "--batch-size", str(args.start_batch), "--precision", "amp", "--optimizer", "adam", "--steps",
+            "3", "--log-every", "1", *extra]
     env = dict(env_for(cache_dir), **(environ or {}))
     if backend:
         env["KERAS_BACKEND"] = backend
@@ -236,6 +260,12 @@ def print_table(rows, start, found, device, model, start_batch):
               f"(target {'>=' if name.startswith('amp') else '<='} {target})")
 
 
+def print_phases(phases):
+    if phases:
+        print("where the warm start went, under cProfile (one phase may call another): " + "; ".join(
+            f"{name} {_fmt(seconds, '.2f')} s" for name, seconds in phases.items()))
+
+
 def print_levers(levers):
     for r in levers:
         print(f"lever {r['name']} ({r['flags']}): amp batch {r['batch']} {_fmt(r['amp'], ',.0f')} seq/s, "
@@ -255,6 +285,9 @@ def main():
     p.add_argument("--skip", type=int, default=10)
     p.add_argument("--batch-sizes", default="64,256")
     p.add_argument("--precisions", default="amp,fp32", help="trainer.benchmark's precisions (default amp,fp32)")
+    p.add_argument("--phases", action="store_true",
+                   help="after the start-up runs, one more warm run under cProfile: where its start-up went "
+                        "(OUT/trainer-warm.prof and a line)")
     p.add_argument("--no-start", action="store_true",
                    help="skip the defaults' start-up runs (for a short run that measures levers)")
     p.add_argument("--no-peers", action="store_true",
@@ -281,7 +314,7 @@ def main():
     os.makedirs(args.work, exist_ok=True)
     started = time.monotonic()
 
-    cold_s = warm_s = None
+    cold_s = warm_s = warm_phases = None
     cold_lines, warm_lines = [], []
     if not args.no_start:
         cache = os.path.join(args.work, "start-cache")
@@ -289,6 +322,9 @@ def main():
         cold_s, cold_lines, cold_output = timed_trainer(args, cache)
         warm_s, warm_lines, warm_output = timed_trainer(args, cache)
         write_logs(out, {"trainer-cold.log": cold_output, "trainer-warm.log": warm_output})
+        if args.phases:
+            timed_trainer(args, cache, profile=os.path.join(out, "trainer-warm.prof"))
+            warm_phases = phase_seconds(os.path.join(out, "trainer-warm.prof"))
     print(f"gpu_check: python -m trainer first step {_fmt(cold_s, '.1f')} s cold, {_fmt(warm_s, '.1f')} s warm "
           f"({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
 
@@ -317,7 +353,8 @@ def main():
         print(f"gpu_check: lever {name}: amp {_fmt(levers[-1]['amp'], ',.0f')} seq/s "
               f"({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
     every_line = cold_lines + warm_lines + worker_lines
-    start = {"cold_s": cold_s, "warm_s": warm_s, "library_lines": len(every_line), "examples": every_line[:5]}
+    start = {"cold_s": cold_s, "warm_s": warm_s, "library_lines": len(every_line), "examples": every_line[:5],
+             "warm_phases_s": warm_phases}
     found = checks(rows, start)
     device = (results.get("host") or {}).get("accelerator") or "no accelerator"
     report = {"device": device, "rows": rows, "start": start, "levers": levers,
@@ -330,6 +367,7 @@ def main():
     else:
         print_table(rows, start, found, device, args.model, args.start_batch)
         print_levers(levers)
+        print_phases(warm_phases)
         print(f"gpu_check: {report['seconds']:.0f} s; {os.path.join(out, 'gpu-check.json')}")
     return 0
 
