@@ -94,6 +94,12 @@ def test_dropout_keeps_its_rate_and_each_seed_and_row_draws_its_own_mask():
     assert abs(np.corrcoef(first[:, :-1].ravel(), first[:, 1:].ravel())[0, 1]) < 0.02
 
 
+def test_tiles_fit_the_sequence_and_keep_the_forward_tile_measured():
+    tiles = fused_attention.Tiles()
+    assert (tiles.fit(128).forward_rows, tiles.fit(256).forward_rows, tiles.fit(32).forward_rows) == (64, 32, 32)
+    assert tiles.fit(16) == fused_attention.Tiles(forward_rows=16, backward_block=16, backward_inner=16)
+
+
 def test_shapes_the_kernel_cannot_take_are_one_line_errors():
     fused_attention.check_shapes(128, 768, 12)
     fused_attention.check_shapes(256, 64, 2)

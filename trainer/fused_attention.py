@@ -129,8 +129,10 @@ class Tiles:
     backward_stages: int = 2
 
     def fit(self, seq):
-        """These tiles for `seq` tokens (no block longer than the sequence)."""
-        return dataclasses.replace(self, forward_rows=min(self.forward_rows, seq),
+        """These tiles for `seq` tokens: no block longer than the sequence, and no forward tile of more
+        scores than `forward_rows` x 128 (the size measured; at 256 tokens, half the rows)."""
+        rows = max(16, min(self.forward_rows, seq, self.forward_rows * 128 // seq))
+        return dataclasses.replace(self, forward_rows=rows,
                                    backward_block=min(self.backward_block, seq),
                                    backward_inner=min(self.backward_inner, seq))
 
