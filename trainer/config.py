@@ -12,6 +12,7 @@ from bertprep.errors import UsageError
 from bertprep.formats import codecs
 from bertprep.options import check_types, errors_name_fields, refuse_overlap
 from trainer.precision import GPU_PLATFORMS, PRECISIONS
+from trainer.xla_gpu import GEMM_AUTOTUNE, GEMM_KERNELS
 
 # Google's published BERT sizes: (layers, hidden, heads); intermediate = 4 * hidden.
 SIZES = {
@@ -56,9 +57,8 @@ def user_cache(*parts, environ=os.environ):
 # its choices do and what they were measured to give; "auto" picks per platform (StepOptions.resolved).
 EMBEDDING_GRADIENTS = ("auto", "scatter", "sorted")  # trainer/embedding_lookup.py
 DROPOUT_RNGS = ("auto", "threefry", "rbg")  # trainer/dropout.py
-GEMM_KERNELS = ("cublas", "cublaslt", "xla")  # trainer/xla_gpu.py
-GEMM_AUTOTUNE = ("on", "off")  # trainer/xla_gpu.py
 ATTENTION_KERNELS = ("auto", "einsum", "fused")  # trainer/attention.py, trainer/fused_attention.py
+# GEMM_KERNELS and GEMM_AUTOTUNE are trainer/xla_gpu.py's, imported above.
 
 
 @dataclasses.dataclass(frozen=True)

@@ -33,10 +33,16 @@ def amp_policy_for(platform, compute_capability):
     `compute_capability` (major, minor), or None where the platform has none."""
     if platform in GPU_PLATFORMS and compute_capability is not None:
         text = ".".join(map(str, compute_capability))
-        if tuple(compute_capability) >= BF16_COMPUTE_CAPABILITY:
+        if has_bfloat16_tensor_cores(compute_capability):
             return "mixed_bfloat16", f"compute capability {text} multiplies bfloat16"
         return "mixed_float16", f"compute capability {text} has no bfloat16 tensor cores: float16 with loss scaling"
     return "mixed_bfloat16", f"{platform} multiplies bfloat16"
+
+
+def has_bfloat16_tensor_cores(compute_capability):
+    """Whether an NVIDIA GPU of `compute_capability` (major, minor; None off NVIDIA) multiplies bfloat16 on its
+    tensor cores: Ampere (8.0) and later."""
+    return compute_capability is not None and tuple(compute_capability) >= BF16_COMPUTE_CAPABILITY
 
 
 def _capability(text):

@@ -20,7 +20,7 @@ from trainer.config import BertConfig, StepOptions, TrainConfig, TrainSummary, u
 from trainer.data import Records, RecordStream, prefetch
 from trainer.library_logs import library_lines_left_out, load_keras
 from trainer.loop import Hooks, Schedule, evaluate, train_loop
-from trainer.precision import BF16_COMPUTE_CAPABILITY, device_platform, keras_policy, loss_scaling, resolve
+from trainer.precision import device_platform, has_bfloat16_tensor_cores, keras_policy, loss_scaling, resolve
 
 
 class Devices:
@@ -218,7 +218,7 @@ def step_options(config, keras, seq=None, bert=None):
     of compute capability 8.0 or later (Triton's bfloat16 tiles; measured on an H200), under JAX."""
     backend = keras.backend.backend()
     platform, capability = device_platform(backend)
-    fused_fits = (backend == "jax" and capability is not None and tuple(capability) >= BF16_COMPUTE_CAPABILITY
+    fused_fits = (backend == "jax" and has_bfloat16_tensor_cores(capability)
                   and _fused_attention_fits(config, seq, bert))
     return StepOptions.resolved(getattr(config, "embedding_gradient", "auto"), getattr(config, "dropout_rng", "auto"),
                                 backend, platform, getattr(config, "scan_layers", False),
