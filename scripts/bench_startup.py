@@ -26,16 +26,15 @@ import tempfile
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from gpu_check import FIRST_STEP, first_time, phase_seconds, stamped_run  # noqa: E402  (the GPU check's)
+from gpu_check import FIRST_STEP, first_time, phase_seconds, stamped_run, start_up_argv  # noqa: E402
 
 MODEL_BUILT = re.compile(r"^trainer: \d+ device")
+
+
 def timed_run(args, flags, cache, tree=REPO, profile=None):
     """(seconds to the first "trainer:" line, seconds to "train step 1") of one run (under cProfile writing
     to `profile`, where given: the same run, so that a warm cache holds its programs)."""
-    runner = ["-m", "cProfile", "-o", profile] if profile else []
-    argv = [sys.executable, *runner, "-m", "trainer", "--format", "ofrecord", "--data", args.records, "--model",
-            args.model, "--batch-size", str(args.batch_size), "--precision", args.precision, "--optimizer", "adam",
-            "--steps", "3", "--log-every", "1", *flags]
+    argv = start_up_argv(args.records, args.model, args.batch_size, args.precision, flags, profile)
     env = dict(os.environ, PYTHONUNBUFFERED="1", KERAS_BACKEND=args.backend, BERTPREP_COMPILATION_CACHE_DIR=cache,
                PYTHONPATH=os.pathsep.join(filter(None, [tree, os.environ.get("PYTHONPATH")])))
     status, lines, seconds = stamped_run(argv, env, cwd=tree)

@@ -101,15 +101,21 @@ def phase_seconds(profile):
     return {name: found.get(name) for name, _, _ in PHASES}
 
 
+def start_up_argv(records, model, batch_size, precision, extra=(), profile=None):
+    """`python -m trainer` as the start-up runs time it (adam, 3 steps, a log line each; scripts/bench_startup.py
+    too), under cProfile writing to `profile` where given."""
+    runner = ["-m", "cProfile", "-o", profile] if profile else []
+    return [sys.executable, *runner, "-m", "trainer", "--format", "ofrecord", "--data", records, "--model", model,
+            "--batch-size", str(batch_size), "--precision", precision, "--optimizer", "adam", "--steps", "3",
+            "--log-every", "1", *extra]
+
+
 def timed_trainer(args, cache_dir, extra=(), backend=None, environ=None, profile=None):
     """(seconds from the start to "train step 1", library lines, output) of one `python -m trainer` run (under
     cProfile writing to `profile`, where given); the output's lines each prefixed with the seconds since the
     start at which it came (the logs keep them: the first "trainer:" line's time is how long the model took
     to build)."""
-    runner = ["-m", "cProfile", "-o", profile] if profile else []
-    argv = [sys.executable, *runner, "-m", "trainer", "--format", "ofrecord", "--data", args.records, "--model",
-            args.model, "--batch-size", str(args.start_batch), "--precision", "amp", "--optimizer", "adam", "--steps",
-            "3", "--log-every", "1", *extra]
+    argv = start_up_argv(args.records, args.model, args.start_batch, "amp", extra, profile)
     env = dict(env_for(cache_dir), **(environ or {}))
     if backend:
         env["KERAS_BACKEND"] = backend
@@ -334,7 +340,7 @@ def main():
           flush=True)
     compiled_batches = {int(b) for b in args.compiled_peer_batches.split(",") if b}
     peers = {}
-    for batch in (int(b) for b in args.batch_sizes.split(",") if not args.no_peers):
+    for batch in [] if args.no_peers else [int(b) for b in args.batch_sizes.split(",")]:
         for precision in args.precisions.split(","):
             compiled = batch in compiled_batches
             peers[(precision, batch)] = (peer(args, precision, batch, compiled), "compiled" if compiled else "eager")

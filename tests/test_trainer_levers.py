@@ -287,7 +287,9 @@ def test_trainer_benchmark_passes_every_step_lever_to_its_workers(tmp_path):
     assert {action.dest for action in parser._actions} - {"help"} == set(STEP_FIELDS)
     args = build_parser().parse_args(["--format", "ofrecord", "--gemm-autotune", "off", "--attention", "einsum",
                                       "--scan-layers", "--gemm", "xla", "--dropout-rng", "rbg"])
-    fields = Benchmark(args, 1, 0, str(tmp_path))._train_fields("fp32", 8, 20)
+    bench = Benchmark(args, 1, 0, str(tmp_path))
+    fields = bench._train_fields("fp32", 8, 20)
+    bench.close()  # its scratch folder
     assert {k: fields[k] for k in ("gemm_autotune", "attention", "scan_layers", "gemm", "dropout_rng")} == {
         "gemm_autotune": "off", "attention": "einsum", "scan_layers": True, "gemm": "xla", "dropout_rng": "rbg"}
     TrainConfig(**{k: fields[k] for k in STEP_FIELDS}, format="ofrecord")  # each a TrainConfig field
