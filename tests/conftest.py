@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 import object_store
-from trainer_checks import xla_flags
+from trainer_checks import freeze_survivors, xla_flags
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -24,6 +24,13 @@ os.environ["XLA_FLAGS"] = xla_flags()
 # reading a key the other is writing would get half a file. Not the user's ~/.cache; removed when the worker ends.
 WORKER_CACHE = tempfile.mkdtemp(prefix="bertprep-tests-compilation-cache-")
 os.environ["BERTPREP_COMPILATION_CACHE_DIR"] = WORKER_CACHE
+
+
+def pytest_collection_finish(session):
+    """Collected: the imports and test modules live as long as the worker. Frozen out of the garbage
+    collector's reach (trainer_checks.freeze_survivors), they are not scanned again by every collection of
+    the tests that train in this process (Keras's clear_session collects at each run)."""
+    freeze_survivors()
 
 
 def pytest_sessionfinish(session):

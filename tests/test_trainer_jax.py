@@ -49,7 +49,8 @@ from trainer.cli import main
 for line in sys.stdin:
     request, out = json.loads(line), io.StringIO()
     if "keras" in sys.modules:
-        sys.modules["keras"].backend.clear_session()
+        sys.modules["keras"].backend.clear_session(free_memory=False)
+    trainer_checks.freeze_survivors()
     try:
         with contextlib.redirect_stdout(out):
             code = main(request) if request[0] != "check" else getattr(trainer_checks, "check_" + request[1])(

@@ -4,6 +4,7 @@ KERAS_BACKEND=jax and TensorFlow made unimportable (a GPU host for JAX has none)
 
 import argparse
 import contextlib
+import gc
 import json
 import os
 import shutil
@@ -414,6 +415,16 @@ def check_model_parallel_layout(records_dir, config_path):
     print(json.dumps(measured))
 
 
+def freeze_survivors():
+    """In a test process that trains run after run: collect what the last run left, then move the survivors
+    (modules, caches) out of the garbage collector's reach, so that the next run's collections (Keras's
+    clear_session collects at every run's start) walk only what that run made, not the whole heap (some
+    380,000 objects after a module's runs). Only cycles need the collector: a frozen object still goes when
+    nothing refers to it. `python -m pytest tests/test_trainer_jax.py`: 113.8 and 124.0 s before, 104.7 and 107.5 s after."""
+    gc.collect()
+    gc.freeze()
+
+
 def train_one_after_another(runs):
     """Each trainer argv of `runs` in this process, in order: the first non-zero exit code, else 0. One
     JAX process for several runs pays JAX's start and the op-by-op compiles of a model's build once
@@ -422,6 +433,7 @@ def train_one_after_another(runs):
     from trainer.cli import main
 
     for argv in runs:
+        freeze_survivors()
         code = main(argv)
         if code:
             return code
