@@ -420,7 +420,8 @@ def freeze_survivors():
     (modules, caches) out of the garbage collector's reach, so that the next run's collections (Keras's
     clear_session collects at every run's start) walk only what that run made, not the whole heap (some
     380,000 objects after a module's runs). Only cycles need the collector: a frozen object still goes when
-    nothing refers to it. `python -m pytest tests/test_trainer_jax.py`: 113.8 and 124.0 s before, 104.7 and 107.5 s after."""
+    nothing refers to it. `python -m pytest tests/test_trainer_jax.py`: 113.8 and 124.0 s before, 104.7 and
+    107.5 s after."""
     gc.collect()
     gc.freeze()
 
