@@ -418,8 +418,8 @@ def check_model_parallel_layout(records_dir, config_path):
 def freeze_survivors():
     """In a test process that trains run after run: collect what the last run left, then move the survivors
     (modules, caches) out of the garbage collector's reach, so that the next run's collections (Keras's
-    clear_session collects at every run's start) walk only what that run made, not the whole heap (some
-    380,000 objects after a module's runs). Only cycles need the collector: a frozen object still goes when
+    clear_session collects at every run's start) walk only what that run made, not the whole heap of
+    imports and earlier runs' caches. Only cycles need the collector: a frozen object still goes when
     nothing refers to it. `python -m pytest tests/test_trainer_jax.py`: 113.8 and 124.0 s before, 104.7 and
     107.5 s after."""
     gc.collect()
