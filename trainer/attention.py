@@ -12,12 +12,30 @@ would drop the same positions at every step: so BERT's attention dropout keeps t
 probabilities' dropout masks drawn by trainer/dropout.py's generator; or, with `--attention fused` (JAX;
 what `auto`, the default, takes on a GPU where the kernel fits the run),
 trainer/fused_attention.py's one Pallas kernel for the whole of it, dropout included, forward and backward.
+
+The query, key and value projections (`HeadsProjection`) multiply as one [hidden, heads x size] matrix
+and add their bias as a vector of heads x size: the same products and sums as Keras's EinsumDense
+("abc,cde->abde" plus a [heads, size] bias), the same values on the CPU, but a shape XLA's GPU compiler
+puts the bias add into the matrix product's epilogue for, where the [heads, size] bias made it write the
+bias broadcast to the whole output first and read it back as the product's addend (three [batch, seq,
+hidden] arrays written and read a layer; scripts/gpu_step_traffic.py).
 """
 
 import keras
 from keras import ops
 
 from trainer import dropout
+
+
+class HeadsProjection(keras.layers.EinsumDense):
+    """EinsumDense "abc,cde->abde" with a [d, e] bias, computed as a 2-D product and a vector bias."""
+
+    def call(self, inputs, training=None):
+        hidden, heads, size = self.kernel.shape
+        flat = ops.matmul(inputs, ops.reshape(self.kernel, (hidden, heads * size)))
+        if self.bias is not None:
+            flat = ops.add(flat, ops.reshape(self.bias, (heads * size,)))
+        return ops.reshape(flat, (*ops.shape(inputs)[:-1], heads, size))
 
 
 class BertAttention(keras.layers.MultiHeadAttention):
@@ -29,6 +47,12 @@ class BertAttention(keras.layers.MultiHeadAttention):
         super().__init__(*args, **kwargs)
         self.dropout_rng = dropout_rng
         self.kernel = kernel
+
+    def build(self, query_shape, value_shape, key_shape=None):
+        super().build(query_shape, value_shape, key_shape)
+        # Keras's build made them EinsumDense layers; the same layers (variables, paths) compute as 2-D products.
+        for projection in (self._query_dense, self._key_dense, self._value_dense):
+            projection.__class__ = HeadsProjection
 
     def _compute_attention(self, query, key, value, attention_mask=None, training=None,
                            return_attention_scores=False, use_causal_mask=False):
