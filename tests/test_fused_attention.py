@@ -1,5 +1,6 @@
 """trainer/fused_attention.py: the Pallas kernel (run by Pallas's interpreter on this CPU) against the same
-computation in plain jax.numpy, its dropout masks, and what it asks of a GPU (lowered with jax.export)."""
+computation in plain jax.numpy, its dropout masks, and what it asks of a GPU (lowered with jax.export); the
+same counter hash drawing the hidden layers' masks (trainer/dropout.py, --dropout-rng hash)."""
 
 import functools
 import re
@@ -131,3 +132,23 @@ def test_on_a_gpu_it_is_two_triton_kernels_and_no_seq_by_seq_tensor():
     assert sorted(kernels) == ["bert_attention_backward", "bert_attention_forward"]
     assert text.count(f"custom_call @{triton}") == 2
     assert f"{batch}x{heads}x{seq}x{seq}" not in text
+
+
+def test_hashed_masks_keep_at_the_rate_and_follow_the_seed():
+    """--dropout-rng hash (trainer/dropout.py): keeps 1 - rate of the elements, the kept scaled by
+    1 / (1 - rate); the same seed state draws the same mask, another one another, with as many elements in
+    common as two independent masks (0.81 at rate 0.1), and no row or column kept more than chance allows."""
+    from trainer import dropout
+
+    ones = jnp.ones((512, 1024), jnp.float32)
+
+    def kept(seed):
+        out = np.asarray(dropout._hash_dropout(ones, 0.1, jnp.array(seed, jnp.uint32)))
+        np.testing.assert_allclose(out[out > 0], 1 / 0.9, rtol=1e-6)
+        return out > 0
+
+    mask = kept([1, 2])
+    assert abs(mask.mean() - 0.9) < 0.002  # 524,288 draws: 3 standard deviations are 0.0012
+    assert np.array_equal(kept([1, 2]), mask)
+    assert abs((mask & kept([1, 3])).mean() - 0.81) < 0.003 and abs((mask & kept([2, 2])).mean() - 0.81) < 0.003
+    assert np.abs(mask.mean(axis=1) - 0.9).max() < 0.05 and np.abs(mask.mean(axis=0) - 0.9).max() < 0.07

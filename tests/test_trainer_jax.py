@@ -299,6 +299,11 @@ def test_the_mixed_precision_step_for_a_gpu_multiplies_in_bf16(records_dir, jax_
     assert result.returncode == 0, result.stderr[-3000:]
 
 
+def test_the_step_for_a_gpu_writes_no_masks_or_bias_arrays(records_dir, jax_processes):
+    result = jax_processes(1).request("check", "step_for_gpu_writes_no_masks_or_bias_arrays", str(records_dir))
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
 def test_variables_drawn_on_the_host_cpu_are_the_programs_draws(jax_processes):
     result = jax_processes(1).request("check", "variables_drawn_on_the_host_equal_the_device_program")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -306,7 +311,7 @@ def test_variables_drawn_on_the_host_cpu_are_the_programs_draws(jax_processes):
 
 def test_the_gpu_levers_train_as_keras_does(records_dir, jax_processes, tmp_path):
     """Sorted embedding gradients: the same losses as Keras's scatter (up to float32 rounding) with the same
-    dropout masks; rbg's masks: other losses, the same for the same seed, finite."""
+    dropout masks; rbg's masks and hash's: other losses, the same for the same seed, finite."""
     def run(name, *levers):
         return losses(jax_train(tmp_path, records_dir, name, "--steps", "3", "--batch-size", "4", *levers,
                                 dropout=0.1, processes=jax_processes))
@@ -316,6 +321,9 @@ def test_the_gpu_levers_train_as_keras_does(records_dir, jax_processes, tmp_path
     rbg = run("sorted-rbg", *GPU_LEVERS)
     assert all(np.isfinite(rbg)) and rbg != keras_own
     assert run("sorted-rbg-again", *GPU_LEVERS) == rbg
+    hashed = run("sorted-hash", "--embedding-gradient", "sorted", "--dropout-rng", "hash")
+    assert all(np.isfinite(hashed)) and hashed not in (keras_own, rbg)
+    assert run("sorted-hash-again", "--embedding-gradient", "sorted", "--dropout-rng", "hash") == hashed
 
 
 def test_resume_continues_exactly_with_the_gpu_levers(records_dir, jax_processes, tmp_path):
@@ -349,9 +357,10 @@ def test_fused_attention_trains_as_einsum_and_draws_its_own_masks(records_dir, j
     assert run("fused-again", "--attention", "fused", dropout=0.1) == fused
 
 
-def test_resume_continues_exactly_with_scanned_layers_and_fused_attention(records_dir, jax_processes, tmp_path):
+def test_resume_continues_exactly_with_scanned_layers_fused_attention_and_hashed_masks(records_dir, jax_processes,
+                                                                                      tmp_path):
     assert_resume_is_exact(lambda name, *argv: jax_train(tmp_path, records_dir, name, *argv, "--scan-layers",
-                                                         "--attention", "fused", dropout=0.1,
+                                                         "--attention", "fused", "--dropout-rng", "hash", dropout=0.1,
                                                          processes=jax_processes, num_hidden_layers=3),
                            tmp_path / "ckpt")
 

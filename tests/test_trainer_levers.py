@@ -42,7 +42,7 @@ def test_trainer_accepts_amp_and_the_levers():
     config = TrainConfig(format="ofrecord", precision="amp", embedding_gradient="sorted", dropout_rng="rbg",
                          gemm="xla", compilation_cache=False)
     assert config.precision == "amp"
-    with pytest.raises(UsageError, match="dropout_rng: expected one of auto, threefry, rbg, got 'philox'"):
+    with pytest.raises(UsageError, match="dropout_rng: expected one of auto, threefry, rbg, hash, got 'philox'"):
         TrainConfig(format="ofrecord", dropout_rng="philox")
 
 
@@ -293,3 +293,4 @@ def test_trainer_benchmark_passes_every_step_lever_to_its_workers(tmp_path):
     assert {k: fields[k] for k in ("gemm_autotune", "attention", "scan_layers", "gemm", "dropout_rng")} == {
         "gemm_autotune": "off", "attention": "einsum", "scan_layers": True, "gemm": "xla", "dropout_rng": "rbg"}
     TrainConfig(**{k: fields[k] for k in STEP_FIELDS}, format="ofrecord")  # each a TrainConfig field
+

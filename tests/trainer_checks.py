@@ -501,6 +501,29 @@ def check_mixed_precision_step_multiplies_in_bf16(records_dir):
     assert len(fp32) == len(dots) and all(t.endswith("xf32") for pair in fp32 for t in pair), fp32
 
 
+def check_step_for_gpu_writes_no_masks_or_bias_arrays(records_dir):
+    """What the step asks of a GPU's memory (scripts/gpu_step_traffic.py counts it on a compiled step): with
+    --dropout-rng hash no generator at all (no RngBitGenerator, no threefry: each mask is arithmetic on the
+    element's position, which XLA fuses where the mask is applied); the query, key and value projections
+    are 2-D products (no [hidden, heads, size] kernel operand), whose bias is a vector XLA adds in the
+    product's epilogue; each GELU is recomputed in the backward pass (JAX's checkpoint: its erfc in a
+    rematerialized computation behind an optimization barrier). The rbg step is the control: a generator."""
+    import re
+
+    layers = 2
+    hashed = step_exported_for_gpu(records_dir, "amp", ("sorted", "hash"), num_hidden_layers=layers)
+    rbg = step_exported_for_gpu(records_dir, "amp", ("sorted", "rbg"), num_hidden_layers=layers)
+    assert "stablehlo.rng_bit_generator" in rbg
+    assert "rng_bit_generator" not in hashed and "threefry" not in hashed
+    heads, size = TINY["num_attention_heads"], TINY["hidden_size"] // TINY["num_attention_heads"]
+    kernels = [rhs for _, rhs in re.findall(DOT_TYPES, hashed)]
+    assert not [k for k in kernels if k.startswith(f"{TINY['hidden_size']}x{heads}x{size}x")], kernels
+    assert sum(k.startswith(f"{TINY['hidden_size']}x{heads * size}x") for k in kernels) >= 3 * layers, kernels
+    gelus = layers + 1  # each layer's feed-forward and the masked-LM head's transform
+    recomputed = set(re.findall(r'loc\("([^"]*/checkpoint/rematted_computation/erfc)"', hashed))
+    assert len(recomputed) == gelus and hashed.count("stablehlo.optimization_barrier") >= gelus, recomputed
+
+
 def check_scanned_layers_are_one_loop(records_dir):
     """--scan-layers: the step of three layers, exported for a GPU, holds one layer's matrix products inside a
     loop (a third of the unrolled step's, plus the embeddings' and heads' that stay outside)."""

@@ -61,8 +61,9 @@ def add_step_arguments(p):
                    help="how the embedding rows' gradients reach their tables: Keras's scatter-add, or sorted "
                         "(summed per distinct id first; JAX); auto: sorted on a GPU under JAX, else scatter")
     p.add_argument("--dropout-rng", choices=DROPOUT_RNGS, default="auto",
-                   help="generator of the dropout masks: threefry (Keras's) or rbg (XLA's RngBitGenerator; JAX); "
-                        "auto: rbg on a GPU under JAX, else threefry")
+                   help="generator of the dropout masks: threefry (Keras's), rbg (XLA's RngBitGenerator; JAX) or "
+                        "hash (a counter hash of each element's position, computed where the mask is applied; "
+                        "JAX); auto: rbg on a GPU under JAX, else threefry")
     p.add_argument("--gemm", choices=GEMM_KERNELS, default="cublas",
                    help="matrix products on an NVIDIA GPU: cublas, cublaslt (cuBLASLt, bias adds in the "
                         "products' epilogue; not yet measured), or xla (XLA's choice, with its Triton fusions "

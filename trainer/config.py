@@ -56,7 +56,7 @@ def user_cache(*parts, environ=os.environ):
 # How the step computes, not what (docs/trainer.md, "The step on one GPU, measured"): each lever's module says what
 # its choices do and what they were measured to give; "auto" picks per platform (StepOptions.resolved).
 EMBEDDING_GRADIENTS = ("auto", "scatter", "sorted")  # trainer/embedding_lookup.py
-DROPOUT_RNGS = ("auto", "threefry", "rbg")  # trainer/dropout.py
+DROPOUT_RNGS = ("auto", "threefry", "rbg", "hash")  # trainer/dropout.py
 ATTENTION_KERNELS = ("auto", "einsum", "fused")  # trainer/attention.py, trainer/fused_attention.py
 # GEMM_KERNELS and GEMM_AUTOTUNE are trainer/xla_gpu.py's, imported above.
 

@@ -31,11 +31,11 @@ import functools
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from bertprep.errors import UsageError
+from trainer.dropout import hash_keep, hash_keys
 
 MAX_SEQ = 256
 NEGATIVE = -1e30  # a masked score: exp() of it less the row's max is 0 in float32
@@ -72,29 +72,15 @@ def attention(query, key, value, mask, seed, rate, scale, interpret=None, tiles=
                   (tiles or TILES).fit(query.shape[1]))
 
 
-def _lowbias32(x):
-    """Chris Wellons's lowbias32 integer hash on uint32 (full avalanche in two multiplies)."""
-    x = x ^ (x >> 16)
-    x = x * jnp.uint32(0x7FEB352D)
-    x = x ^ (x >> 15)
-    x = x * jnp.uint32(0x846CA68B)
-    return x ^ (x >> 16)
-
-
 def _keep(seed0, seed1, row, seq, rate, first=0, rows=None, first_key=0, keys=None):
     """[rows, keys] bool: which probabilities of the (sequence, head) numbered `row` dropout keeps, for the
     queries first .. first + rows - 1 against the keys first_key .. first_key + keys - 1 (all by default).
     Position (i, j)'s bits depend on i * seq + j alone, so any tiling draws the same mask."""
     rows = seq if rows is None else rows
     keys = seq if keys is None else keys
-    key = _lowbias32(seed0 ^ _lowbias32(row * jnp.uint32(0x9E3779B9) + seed1))
-    key2 = _lowbias32(key + seed1)
     queries = jnp.arange(rows, dtype=jnp.uint32)[:, None] + jnp.asarray(first).astype(jnp.uint32)
     columns = jnp.arange(keys, dtype=jnp.uint32)[None, :] + jnp.asarray(first_key).astype(jnp.uint32)
-    counter = queries * jnp.uint32(seq) + columns
-    bits = _lowbias32(_lowbias32(counter ^ key) + key2)
-    threshold = np.uint32(round((1.0 - rate) * (1 << 24)))
-    return (bits >> 8) < threshold
+    return hash_keep(queries * jnp.uint32(seq) + columns, hash_keys(seed0, seed1, row), rate)
 
 
 def _row(b, h, heads):
