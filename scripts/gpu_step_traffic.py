@@ -15,6 +15,9 @@ calls, Pallas kernels) with the bytes of its operands and results, summed by the
 (profile_gpu_step.CATEGORIES) and by kind (matrix products apart). Printed per variant: kernels, gigabytes
 moved (all, matrix products, the rest), the categories, and each as a ratio to the baseline's.
 
+A loop (a `while`, as --scan-layers makes) is counted by its operands, not by the kernels of its body: a
+scanned step's figures are not comparable with an unrolled one's.
+
 What it is: the shape of the program XLA would run, in the same process that a GPU run's compilation
 would take (autotuning aside: without a device XLA takes its default GEMM and sort algorithms, and
 bytes are operand and result sizes, not what the caches serve). What it is not: a speed. A kernel's
@@ -189,10 +192,10 @@ def ratio(value, base):
 
 def print_table(results):
     base = results[0]
-    print(f"{'variant':<44}{'kernels':>9}{'GB moved':>10}{'x base':>8}{'GEMM GB':>9}{'other GB':>10}{'x base':>8}"
+    print(f"{'variant':<64}{'kernels':>9}{'GB moved':>10}{'x base':>8}{'GEMM GB':>9}{'other GB':>10}{'x base':>8}"
           f"{'compile s':>11}")
     for r in results:
-        print(f"{r['variant'][:43]:<44}{r['kernels']:>9}{r['gb']:>10.2f}{ratio(r['gb'], base['gb']):>8}"
+        print(f"{r['variant'][:63]:<64}{r['kernels']:>9}{r['gb']:>10.2f}{ratio(r['gb'], base['gb']):>8}"
               f"{r['gemm_gb']:>9.2f}{r['other_gb']:>10.2f}{ratio(r['other_gb'], base['other_gb']):>8}"
               f"{r['compiling_s']:>11.1f}")
     names = list(dict.fromkeys(name for r in results for name in r["categories"]))

@@ -12,11 +12,12 @@ than on one (threefry's do not). `threefry` is Keras's own `Dropout.call`.
 `hash` computes each element's bits where it is used: lowbias32 of lowbias32 of its position in the array
 (row-major) mixed with the layer's seed state, kept when 24 of them fall below keep x 2^24, the counter
 hash of the fused attention kernel (trainer/fused_attention.py). It is a function of the position, so XLA
-fuses it into the kernel that applies the mask (and recomputes it in the backward pass): rbg's generator
-is a kernel of its own that writes 4 bytes of bits an element, read back by a second that writes the
-mask (BERT-base at batch 256: 0.45 GB a layer, scripts/gpu_step_traffic.py); nor does it depend on how
-the array is laid out over devices. Not yet measured on a GPU, so `auto` keeps rbg there. Arrays of 2^32
-elements or more would repeat masks (a uint32 counter): BERT's largest is batch x seq x hidden.
+fuses it into the kernel that applies the mask (which keeps a one-byte mask for the backward pass), where
+rbg's generator is a kernel of its own that writes 4 bytes of bits an element, read back by a second that
+writes the mask (BERT-base at batch 256 compiled for an H100: 5.7 GB a step less, scripts/gpu_step_traffic.py);
+an element's bits depend on its position in the whole array, not on the devices holding it. Not yet measured
+on a GPU, so `auto` keeps rbg there. Arrays of 2^32 elements or more would repeat masks (a uint32 counter):
+BERT's largest is batch x seq x hidden.
 
 Used through `apply(layer, x, training, generator)`: the model keeps its keras.layers.Dropout layers
 (their seed states are checkpointed by path) and this module draws their masks.
