@@ -299,8 +299,13 @@ def test_the_mixed_precision_step_for_a_gpu_multiplies_in_bf16(records_dir, jax_
     assert result.returncode == 0, result.stderr[-3000:]
 
 
-def test_the_step_for_a_gpu_writes_no_masks_or_bias_arrays(records_dir, jax_processes):
+def test_the_step_for_a_gpu_writes_no_masks_or_bias_arrays_and_traces_one_layer(records_dir, jax_processes):
     result = jax_processes(1).request("check", "step_for_gpu_writes_no_masks_or_bias_arrays", str(records_dir))
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_layers_traced_once_compute_as_layers_one_by_one(records_dir, jax_processes):
+    result = jax_processes(1).request("check", "called_layers_compute_as_one_by_one", str(records_dir))
     assert result.returncode == 0, result.stderr[-3000:]
 
 

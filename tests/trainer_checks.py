@@ -456,11 +456,9 @@ def trained_in_groups(groups, train):
     return run
 
 
-def step_exported_for_gpu(records_dir, precision, options, **changes):
-    """The StableHLO text of the JAX train step of TINY (with `changes`; batch 4) exported for an NVIDIA GPU
-    (jax.export with platforms=["cuda"]: lowered here, on the CPU, as the GPU would compile it), under
-    `precision` ("amp" is resolved on this CPU: mixed_bfloat16) and StepOptions `options`."""
-    import jax
+def built_steps(records_dir, precision, options, **changes):
+    """(the JAX Steps of TINY with `changes`, an element of 4 records) under `precision` ("amp" is resolved on
+    this CPU: mixed_bfloat16) and StepOptions `options`."""
     import keras
 
     from trainer.config import BertConfig, StepOptions, TrainConfig
@@ -468,13 +466,23 @@ def step_exported_for_gpu(records_dir, precision, options, **changes):
     from trainer.pretraining import Devices, build_steps, set_precision
 
     keras.backend.clear_session()
+    keras.utils.set_random_seed(1)  # the same initial values and dropout seeds at every call
     records = Records(str(records_dir), "ofrecord")
     config, _ = set_precision(TrainConfig(format="ofrecord", optimizer="adam", steps=10, precision=precision,
                                           pad_vocab=1), keras)
     _, _, steps = build_steps(config, Devices(keras.backend.backend()), BertConfig(**dict(TINY, **changes)),
                               records, 0, options=StepOptions(*options))
     batch = next(RecordStream(records, "training", 4, seed=1).batches())
-    element = steps.put({k: v[None] for k, v in batch.items()})
+    return steps, steps.put({k: v[None] for k, v in batch.items()})
+
+
+def step_exported_for_gpu(records_dir, precision, options, **changes):
+    """The StableHLO text of the JAX train step of TINY (with `changes`; batch 4) exported for an NVIDIA GPU
+    (jax.export with platforms=["cuda"]: lowered here, on the CPU, as the GPU would compile it), under
+    `precision` ("amp" is resolved on this CPU: mixed_bfloat16) and StepOptions `options`."""
+    import jax
+
+    steps, element = built_steps(records_dir, precision, options, **changes)
     return jax.export.export(steps._train, platforms=["cuda"])(steps.state, element).mlir_module()
 
 
@@ -502,12 +510,14 @@ def check_mixed_precision_step_multiplies_in_bf16(records_dir):
 
 
 def check_step_for_gpu_writes_no_masks_or_bias_arrays(records_dir):
-    """What the step asks of a GPU's memory (scripts/gpu_step_traffic.py counts it on a compiled step): with
+    """What the step asks of a GPU's memory (scripts/gpu_step_traffic.py counts it on a compiled step), and of
+    its tracing (trainer/called_layers.py: one layer traced, a function called once per layer): with
     --dropout-rng hash no generator at all (no RngBitGenerator, no threefry: each mask is arithmetic on the
     element's position, which XLA fuses where the mask is applied); the query, key and value projections
     are 2-D products (no [hidden, heads, size] kernel operand), whose bias is a vector XLA adds in the
     product's epilogue; each GELU is recomputed in the backward pass (JAX's checkpoint: its erfc in a
     rematerialized computation behind an optimization barrier). The rbg step is the control: a generator."""
+    import collections
     import re
 
     layers = 2
@@ -519,23 +529,59 @@ def check_step_for_gpu_writes_no_masks_or_bias_arrays(records_dir):
     kernels = [rhs for _, rhs in re.findall(DOT_TYPES, hashed)]
     assert not [k for k in kernels if k.startswith(f"{TINY['hidden_size']}x{heads}x{size}x")], kernels
     assert sum(k.startswith(f"{TINY['hidden_size']}x{heads * size}x") for k in kernels) >= 3 * layers, kernels
-    gelus = layers + 1  # each layer's feed-forward and the masked-LM head's transform
+    # The layers' feed-forward GELU (one traced layer) and the masked-LM head's transform.
     recomputed = set(re.findall(r'loc\("([^"]*/checkpoint/rematted_computation/erfc)"', hashed))
-    assert len(recomputed) == gelus and hashed.count("stablehlo.optimization_barrier") >= gelus, recomputed
+    assert {site.split("/")[-4] for site in recomputed} == {"intermediate", "transform"}, recomputed
+    assert hashed.count("stablehlo.optimization_barrier") >= 2
+    # One layer traced: its forward and its backward each one function, called once per layer.
+    calls = collections.Counter(re.findall(r"call @(one_layer\w*)\(", hashed))
+    assert len(calls) == 2 and set(calls.values()) == {layers}, calls
+
+
+def check_called_layers_compute_as_one_by_one(records_dir):
+    """trainer/called_layers.py: three steps of TINY with three layers, dropout 0.1 (the seeds each layer
+    advances): the first step's loss to the bit as the layers called one by one, and the next steps' and the
+    weights within rounding (XLA fuses and sums the inlined layers' gradients in another order: measured 1e-7
+    relative in float32 under the tests' fast-compile flags, equal without them; 7e-6 in amp's bfloat16)."""
+    import numpy as np
+
+    from trainer import called_layers, scan_layers
+
+    def trained(options, precision):
+        steps, element = built_steps(records_dir, precision, options, num_hidden_layers=3,
+                                     hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
+        results = [steps.fetch(steps.train(element)) for _ in range(3)]
+        return results, [np.asarray(v) for v in steps.state[0]]
+
+    for options, precision in ((("scatter", "threefry"), "fp32"), (("sorted", "hash"), "amp")):
+        called = trained(options, precision)
+        run, called_layers.run = called_layers.run, scan_layers.one_by_one
+        try:
+            one_by_one = trained(options, precision)
+        finally:
+            called_layers.run = run
+        rtol, atol = (1e-6, 1e-6) if precision == "fp32" else (1e-4, 1e-3)
+        assert called[0][0] == one_by_one[0][0]
+        for key in ("mlm_loss_sum", "nsp_loss_sum"):
+            np.testing.assert_allclose([r[key] for r in called[0]], [r[key] for r in one_by_one[0]], rtol=rtol)
+        for a, b in zip(called[1], one_by_one[1]):
+            np.testing.assert_allclose(a, b, rtol=rtol, atol=atol)
 
 
 def check_scanned_layers_are_one_loop(records_dir):
     """--scan-layers: the step of three layers, exported for a GPU, holds one layer's matrix products inside a
-    loop (a third of the unrolled step's, plus the embeddings' and heads' that stay outside)."""
+    loop (those of a one-layer step less the embeddings' and heads', which stay outside); without it the
+    three layers are calls of one traced layer (trainer/called_layers.py: as many products, no loop)."""
     import re
 
-    unrolled = step_exported_for_gpu(records_dir, "amp", ("sorted", "rbg", False), num_hidden_layers=3)
-    scanned = step_exported_for_gpu(records_dir, "amp", ("sorted", "rbg", True), num_hidden_layers=3)
-    assert "stablehlo.while" not in unrolled and "stablehlo.while" in scanned
-    outside = len(re.findall(DOT_TYPES, step_exported_for_gpu(records_dir, "amp", ("sorted", "rbg", False),
-                                                              num_hidden_layers=0)))
-    per_layer = (len(re.findall(DOT_TYPES, unrolled)) - outside) // 3
-    assert per_layer >= 18 and len(re.findall(DOT_TYPES, scanned)) == outside + per_layer, (outside, per_layer)
+    def dots(scan, layers):
+        text = step_exported_for_gpu(records_dir, "amp", ("sorted", "rbg", scan), num_hidden_layers=layers)
+        return text, len(re.findall(DOT_TYPES, text))
+
+    (called, called_dots), (scanned, scanned_dots) = dots(False, 3), dots(True, 3)
+    assert "stablehlo.while" not in called and "stablehlo.while" in scanned
+    outside, per_layer = dots(False, 0)[1], dots(False, 1)[1] - dots(False, 0)[1]
+    assert per_layer >= 18 and scanned_dots == called_dots == outside + per_layer, (outside, per_layer)
 
 
 def check_variables_drawn_on_the_host_equal_the_device_program():

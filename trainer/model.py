@@ -14,7 +14,7 @@ import keras
 from keras import ops
 
 from bertprep.errors import UsageError
-from trainer import dropout, embedding_lookup, scan_layers
+from trainer import called_layers, dropout, embedding_lookup, scan_layers
 from trainer.attention import BertAttention
 from trainer.config import (
     BertConfig,  # noqa: F401  (re-exported: the model's configuration)
@@ -144,9 +144,8 @@ class BertEncoder(keras.Model):
         attention_mask = sequence_attention_mask(inputs["input_mask"])
         if self.options.scan_layers:  # one traced layer, run by a loop (trainer/scan_layers.py)
             return scan_layers.run(self.encoder_layers, x, attention_mask, training)
-        for layer in self.encoder_layers:
-            x = layer(x, attention_mask, training=training)
-        return x
+        # one traced layer, called once per layer: the unrolled program (trainer/called_layers.py)
+        return called_layers.run(self.encoder_layers, x, attention_mask, training)
 
     def embed(self, inputs, training=False):
         """The Transformer layers' input [batch, seq, hidden] (trainer/pipeline_parallel.py runs the layers apart)."""

@@ -29,32 +29,49 @@ def run(layers, x, attention_mask, training):
     """x through `layers` (TransformerLayer, identical in structure), scanned where it can be: under JAX with
     every layer built and every variable's value known (the model's first call builds the layers one by
     one, its variables still without values inside model.variables_initialized_together)."""
+    values = layer_values(layers)
+    if values is None:
+        return one_by_one(layers, x, attention_mask, training)
+    import jax
+
+    trainable, seeds = values
+    one_layer = template_call(layers[0], training)
+    x, advanced = jax.lax.scan(lambda x, values: one_layer(x, attention_mask, *values), x,
+                               (_stacked(trainable), _stacked(seeds)))
+    for i, layer in enumerate(layers):
+        for variable, values in zip(layer.non_trainable_variables, advanced):
+            variable.assign(values[i])
+    return x
+
+
+def one_by_one(layers, x, attention_mask, training):
+    for layer in layers:
+        x = layer(x, attention_mask, training=training)
+    return x
+
+
+def layer_values(layers):
+    """([each layer's trainable values], [each layer's seed states]) as stored, or None where the layers cannot
+    run as one template: fewer than two, not all built, or a variable without a value yet."""
     trainable = [[keras_internals.stored_value(v) for v in layer.trainable_variables] for layer in layers]
     seeds = [[keras_internals.stored_value(v) for v in layer.non_trainable_variables] for layer in layers]
     if (len(layers) < 2 or not all(layer.built for layer in layers)
             or any(value is None for values in trainable + seeds for value in values)):
-        for layer in layers:
-            x = layer(x, attention_mask, training=training)
-        return x
+        return None
+    return trainable, seeds
 
-    import jax
 
-    template = layers[0]
-
-    def one_layer(x, values):
-        """The template layer called (its __call__: autocast and casts as unrolled) with one layer's values."""
-        layer_trainable, layer_seeds = values
+def template_call(template, training):
+    """f(x, attention_mask, trainable values, seed states) -> (output, the seed states advanced): the template
+    layer called (its __call__: autocast and casts as unrolled) with one layer's values."""
+    def one_layer(x, attention_mask, layer_trainable, layer_seeds):
         mapping = [*zip(template.trainable_variables, layer_trainable),
                    *zip(template.non_trainable_variables, layer_seeds)]
         with keras.StatelessScope(state_mapping=mapping) as scope:
             y = template(x, attention_mask, training=training)
         return y, [scope.get_current_value(v) for v in template.non_trainable_variables]
 
-    x, advanced = jax.lax.scan(one_layer, x, (_stacked(trainable), _stacked(seeds)))
-    for i, layer in enumerate(layers):
-        for variable, values in zip(layer.non_trainable_variables, advanced):
-            variable.assign(values[i])
-    return x
+    return one_layer
 
 
 def _stacked(per_layer):
