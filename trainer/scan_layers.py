@@ -1,11 +1,11 @@
 """The Transformer layers as one loop: `--scan-layers` (JAX only), as MaxText's `scan_layers`.
 
-Unrolled, the step's program holds every layer's operations once per layer: BERT-base's twelve layers are
-traced through Keras twelve times and their forward and backward passes compiled twelve times (on a GPU,
-some 2,000 kernels; most of the ~20 s a process spends compiling its step, docs/trainer.md). Scanned, one
-layer is traced and compiled once and run twelve times by `jax.lax.scan` over the layers' variables stacked
-along a new first axis: the program is about half the size on a CPU (BERT-base, tests) and its layer
-part one twelfth.
+Unrolled, the step's program holds every layer's operations once per layer: XLA compiles BERT-base's
+twelve layers' forward and backward passes twelve times (on a GPU, some 1,200-1,500 kernels; most of the
+~20 s a process spends compiling its step, docs/trainer.md), even though they are traced once
+(trainer/called_layers.py, whose calls XLA inlines). Scanned, one layer is compiled once and run twelve
+times by `jax.lax.scan` over the layers' variables stacked along a new first axis: the program is about
+half the size on a CPU (BERT-base, tests) and its layer part one twelfth.
 
 The variables stay each layer's own (checkpoints, optimizer slots and names do not change): the step
 stacks their current values when it runs (a copy of the layers' weights, 340 MB for BERT-base in
