@@ -7,8 +7,9 @@ traces and lowers it once (the jit's cache holds it for the other layers, whose 
 shapes) and its derivatives once, and the lowered program calls them twelve times. XLA inlines the calls
 before it optimizes, so it compiles the unrolled program: the same kernels (compiled for an H100 by
 scripts/gpu_step_traffic.py: 1,205 kernels and 83.53 GB a BERT-base step at batch 256 either way) and the
-same losses, with half the tracing and lowering (BERT-base at batch 256 on a 2-core CPU: traced in 1.3 s
-against 2.5 s, lowered in 0.7 against 1.3, docs/trainer.md), which every start pays, warm cache or not.
+same losses within rounding, with less tracing and lowering (BERT-base on a 2-core CPU, under cProfile:
+traced in 2.0 s against 3.6, lowered in 0.9 against 1.4; scripts/bench_startup.py --phases,
+docs/benchmarks.md), which every start pays, warm cache or not.
 Unlike --scan-layers (trainer/scan_layers.py), nothing runs as a loop.
 
 The first layer is the template, called in a StatelessScope with each layer's values in turn, as
