@@ -2,7 +2,8 @@
 
     python scripts/gpu_compile_prepare.sh                      # once: .gpu-compile, JAX's CUDA plugin over .venv
     .gpu-compile/bin/python scripts/gpu_step_traffic.py --data R128 [--model base] [--batch-size 256]
-        [--precision amp] [--variant=FLAGS ...] [--baseline REF] [--target H100_SPEC] [--save-hlo DIR] [--json]
+        [--precision amp] [--variant=FLAGS ...] [--baseline REF] [--target H100_SPEC] [--save-hlo DIR]
+        [--operations N] [--json]
 
 JAX compiles for a GPU that is not there (deviceless AOT: jax.experimental.topologies with XLA's GPU
 target description, scripts/gpu_specs/h100_sxm.txtpb, the facts XLA's own hlo_opt tool keeps for an H100
@@ -13,7 +14,8 @@ the trainer's step, traced as on a GPU (the fused attention lowered for Triton, 
 by XLA's GPU pipeline, and its optimized module read: every kernel the step launches (fusions, library
 calls, Pallas kernels) with the bytes of its operands and results, summed by the Keras layer it came from
 (profile_gpu_step.CATEGORIES) and by kind (matrix products apart). Printed per variant: kernels, gigabytes
-moved (all, matrix products, the rest), the categories, and each as a ratio to the baseline's.
+moved (all, matrix products, the rest), the categories, and each as a ratio to the baseline's; with
+--operations N, the N operations (each layer's alike summed) that move the most in the last variant.
 
 A loop (a `while`, as --scan-layers makes) is counted by its operands, not by the kernels of its body: a
 scanned step's figures are not comparable with an unrolled one's.
@@ -110,11 +112,23 @@ def summary(kernels):
     by_category = collections.defaultdict(list)
     for k in kernels:
         by_category[f"{category(k['op_name'])} ({'gemm' if k['kind'] == 'gemm' else k['kind']})"].append(k)
+    by_operation = collections.defaultdict(list)
+    for k in kernels:
+        by_operation[operation(k)].append(k)
     gemms = [k for k in kernels if k["kind"] == "gemm"]
     return {"kernels": len(kernels), "gb": gigabytes(kernels), "gemm_gb": gigabytes(gemms),
             "other_gb": gigabytes(kernels) - gigabytes(gemms),
             "categories": {name: {"kernels": len(items), "gb": gigabytes(items)}
-                           for name, items in sorted(by_category.items(), key=lambda kv: -gigabytes(kv[1]))}}
+                           for name, items in sorted(by_category.items(), key=lambda kv: -gigabytes(kv[1]))},
+            "operations": {name: {"kernels": len(items), "gb": gigabytes(items)}
+                           for name, items in sorted(by_operation.items(), key=lambda kv: -gigabytes(kv[1]))}}
+
+
+def operation(kernel):
+    """What a kernel computes, every layer's alike: the last parts of its op_name with the layer's number
+    folded ("transpose(jvp(layer_N))/intermediate/reduce_sum") and its kind."""
+    name = re.sub(r"layer_\d+", "layer_N", "/".join(kernel["op_name"].split("/")[-3:]))
+    return f"{name} ({'gemm' if kernel['kind'] == 'gemm' else kernel['kind']})"
 
 
 def compile_for_gpu(args, target):
@@ -190,7 +204,7 @@ def ratio(value, base):
     return f"{value / base:.2f}x" if base else "-"
 
 
-def print_table(results):
+def print_table(results, operations=0):
     base = results[0]
     print(f"{'variant':<64}{'kernels':>9}{'GB moved':>10}{'x base':>8}{'GEMM GB':>9}{'other GB':>10}{'x base':>8}"
           f"{'compile s':>11}")
@@ -203,6 +217,11 @@ def print_table(results):
     for name in names:
         cells = "".join(f"{r['categories'].get(name, {'gb': 0.0})['gb']:>9.2f}" for r in results)
         print(f"  {name[:40]:<40}{cells}")
+    if operations:
+        print(f"\nthe {operations} operations moving the most in the last variant (GB, kernels), per variant:")
+        for name in list(results[-1]["operations"])[:operations]:
+            cells = "".join(f"{r['operations'].get(name, {'gb': 0.0})['gb']:>9.2f}" for r in results)
+            print(f"  {name[-78:]:<78}{cells}{results[-1]['operations'][name]['kernels']:>6}")
 
 
 def main():
@@ -218,6 +237,8 @@ def main():
     p.add_argument("--baseline", metavar="REF", help="run the first variant at commit REF too, as the baseline")
     p.add_argument("--target", default=TARGET, help="XLA's GPU target description (default: an H100 SXM)")
     p.add_argument("--save-hlo", metavar="DIR", help="also write each variant's optimized module there")
+    p.add_argument("--operations", type=int, default=0, metavar="N",
+                   help="also print the N operations (layers alike) that move the most bytes in the last variant")
     p.add_argument("--json", action="store_true")
     p.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--tree", help=argparse.SUPPRESS)
@@ -243,7 +264,7 @@ def main():
     else:
         print(f"the step as XLA compiles it for {os.path.basename(args.target)}: BERT-{args.model}, batch "
               f"{args.batch_size}, {results[0]['policy']}")
-        print_table(results)
+        print_table(results, args.operations)
     return 0
 
 

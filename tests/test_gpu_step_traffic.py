@@ -49,6 +49,9 @@ def test_kernels_of_a_gpu_module_and_the_bytes_they_move():
     assert moved["categories"] == {"feed-forward (fusion)": {"kernels": 1, "gb": 2 * activations / 1e9},
                                    "feed-forward (gemm)": {"kernels": 1, "gb": moved["gemm_gb"]}}
     assert round(moved["other_gb"] * 1e9) == 2 * activations
+    assert moved["operations"] == {
+        "jvp(layer_N)/intermediate/mul (fusion)": {"kernels": 1, "gb": 2 * activations / 1e9},
+        "jvp(layer_N)/intermediate/dot_general (gemm)": {"kernels": 1, "gb": moved["gemm_gb"]}}
 
 
 def test_a_module_compiled_here_is_read_the_same_way():
