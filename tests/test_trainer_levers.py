@@ -293,4 +293,3 @@ def test_trainer_benchmark_passes_every_step_lever_to_its_workers(tmp_path):
     assert {k: fields[k] for k in ("gemm_autotune", "attention", "scan_layers", "gemm", "dropout_rng")} == {
         "gemm_autotune": "off", "attention": "einsum", "scan_layers": True, "gemm": "xla", "dropout_rng": "rbg"}
     TrainConfig(**{k: fields[k] for k in STEP_FIELDS}, format="ofrecord")  # each a TrainConfig field
-

@@ -579,7 +579,8 @@ def check_scanned_layers_are_one_loop(records_dir):
 
     (called, called_dots), (scanned, scanned_dots) = dots(False, 3), dots(True, 3)
     assert "stablehlo.while" not in called and "stablehlo.while" in scanned
-    outside, per_layer = dots(False, 0)[1], dots(False, 1)[1] - dots(False, 0)[1]
+    outside = dots(False, 0)[1]
+    per_layer = dots(False, 1)[1] - outside
     assert per_layer >= 18 and scanned_dots == called_dots == outside + per_layer, (outside, per_layer)
 
 
