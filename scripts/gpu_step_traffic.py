@@ -225,12 +225,10 @@ def print_table(results, operations=0):
 
 
 def main():
+    from profile_gpu_step import add_build_arguments
+
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--data", required=True, help="ofrecord records (bertprep create): their shapes size the step")
-    p.add_argument("--model", default="base")
-    p.add_argument("--batch-size", type=int, default=256)
-    p.add_argument("--precision", default="amp")
-    p.add_argument("--optimizer", default="adam")
+    add_build_arguments(p, precision="amp")  # only the records' shapes size the step
     p.add_argument("--variant", action="append", default=None, metavar="FLAGS",
                    help="trainer flags of a variant, as --variant='--dropout-rng hash' (repeatable; the first is "
                         "the baseline; default: the GPU's defaults, spelled out)")

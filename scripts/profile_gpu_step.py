@@ -124,13 +124,19 @@ def build(args):
     return steps, batches, policy
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_build_arguments(p, precision):
+    """The arguments `build` reads (besides --trainer-flag): the records, model, batch size, precision
+    (default `precision`) and optimizer; scripts/gpu_step_traffic.py builds its step with them too."""
     p.add_argument("--data", required=True, help="ofrecord records (bertprep create)")
     p.add_argument("--model", default="base")
     p.add_argument("--batch-size", type=int, default=256)
-    p.add_argument("--precision", default="mixed_bfloat16")
+    p.add_argument("--precision", default=precision)
     p.add_argument("--optimizer", default="adam")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_build_arguments(p, precision="mixed_bfloat16")
     p.add_argument("--steps", type=int, default=20, help="timed steps")
     p.add_argument("--trace-steps", type=int, default=3)
     p.add_argument("--trainer-flag", action="append", default=[], help="a further `python -m trainer` flag")

@@ -63,13 +63,11 @@ def hash_keep(counter, keys, rate):
 def _hash_dropout(inputs, rate, seed):
     """Keras's dropout (keep with probability 1 - rate, scale the kept by 1 / (1 - rate)), each element's
     keep decided by hash_keep of its row-major position."""
-    import jax
     import jax.numpy as jnp
 
     seed = seed.astype(jnp.uint32)
     counter = jnp.arange(inputs.size, dtype=jnp.uint32).reshape(inputs.shape)
-    keep = hash_keep(counter, hash_keys(seed[0], seed[1], np.uint32(0)), rate)
-    return jax.lax.select(keep, inputs / (1.0 - rate), jnp.zeros_like(inputs))
+    return _kept(inputs, hash_keep(counter, hash_keys(seed[0], seed[1], np.uint32(0)), rate), rate)
 
 
 def _rbg_dropout(inputs, rate, seed):
@@ -79,6 +77,12 @@ def _rbg_dropout(inputs, rate, seed):
     import jax.numpy as jnp
 
     key = jax.random.wrap_key_data(jnp.concatenate([seed, seed]).astype(jnp.uint32), impl="rbg")
-    keep_prob = 1.0 - rate
-    mask = jax.random.bernoulli(key, p=keep_prob, shape=inputs.shape)
-    return jax.lax.select(mask, inputs / keep_prob, jnp.zeros_like(inputs))
+    return _kept(inputs, jax.random.bernoulli(key, p=1.0 - rate, shape=inputs.shape), rate)
+
+
+def _kept(inputs, keep, rate):
+    """Dropout's output as Keras's JAX backend computes it: the kept elements divided by 1 - rate, the others 0."""
+    import jax
+    import jax.numpy as jnp
+
+    return jax.lax.select(keep, inputs / (1.0 - rate), jnp.zeros_like(inputs))
