@@ -113,7 +113,7 @@ def build(args):
     compilation_cache.enable(config.compilation_cache)
     keras.backend.clear_session()
     config, _ = set_precision(config, keras)
-    options = step_options(config, keras)
+    options = step_options(config, keras, records.seq, bert)  # "auto" as `python -m trainer` makes it
     policy = f"{config.precision}, {options}, gemm {config.gemm}"
     keras.utils.set_random_seed(config.seed)
     devices = Devices(keras.backend.backend())
