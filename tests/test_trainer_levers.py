@@ -71,14 +71,14 @@ def test_fused_attention_needs_jax():
 
 
 @pytest.mark.parametrize("backend, platform, options", [
-    ("jax", "gpu", StepOptions("sorted", "rbg")), ("jax", "cuda", StepOptions("sorted", "rbg")),
+    ("jax", "gpu", StepOptions("sorted", "hash")), ("jax", "cuda", StepOptions("sorted", "hash")),
     ("jax", "cpu", StepOptions("scatter", "threefry")), ("tensorflow", "gpu", StepOptions("scatter", "threefry"))])
 def test_auto_levers_are_the_gpus_under_jax_and_keras_own_elsewhere(backend, platform, options):
     assert StepOptions.resolved("auto", "auto", backend, platform) == options
     assert StepOptions.resolved("scatter", "rbg", backend, platform) == StepOptions("scatter", "rbg")  # as given
     # the fused attention where it takes the run (shapes, one device's layers), under JAX on a GPU alone
     fused = StepOptions.resolved("auto", "auto", backend, platform, attention="auto", fused_attention_fits=True)
-    assert fused == dataclasses.replace(options, attention="fused" if options.dropout_rng == "rbg" else "einsum")
+    assert fused == dataclasses.replace(options, attention="fused" if options.dropout_rng == "hash" else "einsum")
     assert StepOptions.resolved("auto", "auto", backend, platform, attention="auto").attention == "einsum"
     assert StepOptions.resolved("auto", "auto", backend, platform, attention="einsum",
                                 fused_attention_fits=True).attention == "einsum"  # as given

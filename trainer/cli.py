@@ -63,7 +63,7 @@ def add_step_arguments(p):
     p.add_argument("--dropout-rng", choices=DROPOUT_RNGS, default="auto",
                    help="generator of the dropout masks: threefry (Keras's), rbg (XLA's RngBitGenerator; JAX) or "
                         "hash (a counter hash of each element's position, computed where the mask is applied; "
-                        "JAX); auto: rbg on a GPU under JAX, else threefry")
+                        "JAX); auto: hash on a GPU under JAX, else threefry")
     p.add_argument("--gemm", choices=GEMM_KERNELS, default="cublas",
                    help="matrix products on an NVIDIA GPU: cublas, cublaslt (cuBLASLt, bias adds in the "
                         "products' epilogue; not yet measured), or xla (XLA's choice, with its Triton fusions "

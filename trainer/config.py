@@ -76,7 +76,7 @@ class StepOptions:
     @classmethod
     def resolved(cls, embedding_gradient, dropout_rng, backend, platform, scan_layers=False, attention="einsum",
                  fused_attention_fits=False):
-        """"auto" made concrete for `backend` on a device of `platform`: the sorted gradient, rbg's masks and
+        """"auto" made concrete for `backend` on a device of `platform`: the sorted gradient, hash's masks and
         (where `fused_attention_fits` the run: its shapes, no model or pipeline parallelism) the fused
         attention under JAX on a GPU, where they were measured to help; Keras's own elsewhere (TensorFlow has
         none of them; on a CPU the scatter is a plain loop, the masks' generator no bottleneck, and the
@@ -84,7 +84,7 @@ class StepOptions:
         gpu = backend == "jax" and platform in GPU_PLATFORMS
         return cls(embedding_gradient=embedding_gradient if embedding_gradient != "auto" else
                    ("sorted" if gpu else "scatter"),
-                   dropout_rng=dropout_rng if dropout_rng != "auto" else ("rbg" if gpu else "threefry"),
+                   dropout_rng=dropout_rng if dropout_rng != "auto" else ("hash" if gpu else "threefry"),
                    scan_layers=scan_layers,
                    attention=attention if attention != "auto" else
                    ("fused" if gpu and fused_attention_fits else "einsum"))

@@ -15,8 +15,9 @@ hash of the fused attention kernel (trainer/fused_attention.py). It is a functio
 fuses it into the kernel that applies the mask (which keeps a one-byte mask for the backward pass), where
 rbg's generator is a kernel of its own that writes 4 bytes of bits an element, read back by a second that
 writes the mask (BERT-base at batch 256 compiled for an H100: 5.7 GB a step less, scripts/gpu_step_traffic.py);
-an element's bits depend on its position in the whole array, not on the devices holding it. Not yet measured
-on a GPU, so `auto` keeps rbg there. Arrays of 2^32 elements or more would repeat masks (a uint32 counter):
+an element's bits depend on its position in the whole array, not on the devices holding it. Measured on an
+H100 (BERT-base amp, batch 256): 1.03x rbg's sequences/s and 2.2 ms less a step in the profile, so `auto` takes
+it under JAX on a GPU (docs/trainer.md). Arrays of 2^32 elements or more would repeat masks (a uint32 counter):
 BERT's largest is batch x seq x hidden.
 
 Used through `apply(layer, x, training, generator)`: the model keeps its keras.layers.Dropout layers
