@@ -70,3 +70,42 @@ def test_library_lines_are_left_out_unless_the_user_chose_a_level(chosen):
     assert "our own line" in result.stderr
     assert ("a library line" in result.stderr) == (chosen is not None), result.stderr
     assert result.stdout.strip() == (chosen or "2")  # the user's level is not overridden
+
+
+# `python -m trainer` run in a process of its own (its __main__, as `-m` runs it), then the modules it imported;
+# and a plain Python session's load_keras, for comparison: Keras imports them where they are installed.
+OPTIONAL = ("matplotlib", "pandas", "sklearn")
+LEAN_RUN = """
+import runpy, sys
+sys.argv = ["trainer", "--format", "ofrecord", "--steps", "1", "--batch-size", "8", "--quiet"]
+try:
+    runpy.run_module("trainer", run_name="__main__")
+except SystemExit as exit:
+    assert not exit.code, exit.code
+print(sorted(n for n in %r if n in sys.modules))
+import matplotlib.pyplot, pandas  # importable afterwards
+print("imported")
+""" % (OPTIONAL,)
+SESSION = """
+import sys
+from trainer.library_logs import load_keras
+load_keras()
+print(sorted(n for n in %r if n in sys.modules))
+""" % (OPTIONAL,)
+
+
+def test_trainer_processes_load_keras_without_the_packages_it_imports_for_apis_they_never_call():
+    import importlib.util
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TF_CPP_")}
+    env.update(PYTHONPATH=str(REPO), KERAS_BACKEND="jax")
+    installed = sorted(n for n in OPTIONAL if importlib.util.find_spec(n) is not None)
+    assert {"matplotlib", "pandas"} <= set(installed)  # [all] installs them: plot, and columnar's datasets
+    session = subprocess.run([sys.executable, "-c", SESSION], capture_output=True, text=True, cwd=REPO, env=env,
+                             timeout=300)
+    assert session.returncode == 0, session.stderr[-3000:]
+    assert session.stdout.split("\n")[0] == str(installed)  # Keras whole in a user's session
+    lean = subprocess.run([sys.executable, "-c", LEAN_RUN], capture_output=True, text=True, cwd=REPO, env=env,
+                          timeout=300)
+    assert lean.returncode == 0, lean.stderr[-3000:]
+    assert lean.stdout.split("\n")[-3:] == ["[]", "imported", ""], lean.stdout[-2000:]

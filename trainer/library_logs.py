@@ -17,6 +17,16 @@ when it loads: with no level set it printed 13-70 INFO lines a run on an H200
 the level stays at 2 for the rest of the process, marked as ours
 (OUR_LEVEL_MARK), so that a process started later does not take it for the
 user's choice.
+
+`import keras` also imports scikit-learn, matplotlib's pyplot and pandas
+where they are installed (for its scikit-learn wrappers, image galleries and
+DataFrame inputs, none of which the trainer uses): on the H100 machine of
+the GPU check, which has them, scikit-learn alone (scipy.stats under it) was
+1.7 s of a 13.9 s warm start, under cProfile. The trainer's own processes
+(`python -m trainer`, trainer.benchmark's workers) leave them out of Keras's
+import (`lean_process`); a Python session that calls trainer.train keeps
+Keras whole, since its user may want those APIs. Left out means Keras finds
+them missing, as on a host without them; importing them afterwards works.
 """
 
 import contextlib
@@ -36,6 +46,8 @@ LIBRARY_LINE = re.compile(r"[IWEF]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ \S+:\d+\] "
 
 
 _depth = 0  # library_lines_left_out() inside itself does nothing more
+KERAS_OPTIONAL_IMPORTS = ("sklearn", "matplotlib", "pandas")
+_lean = False  # lean_process() was called: Keras loads without KERAS_OPTIONAL_IMPORTS
 
 
 def user_chose_level(environ=os.environ):
@@ -148,6 +160,27 @@ def choose_backend(environ=os.environ):
     return backend
 
 
+def lean_process():
+    """Called by the trainer's command-line processes before anything imports Keras: load_keras leaves
+    KERAS_OPTIONAL_IMPORTS out of Keras's import (the module docstring says why)."""
+    global _lean
+    _lean = True
+
+
+@contextlib.contextmanager
+def optional_imports_left_out(names):
+    """Inside, importing any of the top-level modules `names` not imported yet fails with ImportError, as
+    where they are not installed (a None in sys.modules); on leaving they import again."""
+    blocked = [name for name in names if name not in sys.modules]
+    sys.modules.update(dict.fromkeys(blocked))
+    try:
+        yield
+    finally:
+        for name in blocked:
+            if sys.modules.get(name, 0) is None:
+                del sys.modules[name]
+
+
 def load_keras():
     """Import Keras (TensorFlow or JAX under it) and let TensorFlow look for GPUs, their start-up lines left
     out. Physical devices only: logical ones (the benchmark's CPU devices) can still be configured after.
@@ -155,7 +188,7 @@ def load_keras():
     call, would import it whatever the backend, to seed tf.random for tf.data pipelines that the trainer
     does not have (its readers are bertprep's). Left out, BERT-base's model is built 1.2-1.5 s sooner on a
     host that has it (scripts/bench_startup.py --baseline, docs/benchmarks.md "Trainer start-up")."""
-    with library_lines_left_out():
+    with library_lines_left_out(), optional_imports_left_out(KERAS_OPTIONAL_IMPORTS if _lean else ()):
         choose_backend()
         import keras
 

@@ -277,4 +277,7 @@ def worker_main(argv=None):
 
 
 if __name__ == "__main__":
+    from trainer.library_logs import lean_process
+
+    lean_process()  # as `python -m trainer`: Keras loads without the packages it imports for APIs we never call
     sys.exit(worker_main())
