@@ -168,14 +168,16 @@ def test_the_quiet_level_is_marked_as_ours_so_later_processes_still_leave_lines_
 
 def test_a_jax_run_leaves_tensorflow_unimported_where_it_is_installed(tmp_path):
     """keras.utils.set_random_seed would import TensorFlow under any backend (over a second of the start); the JAX
-    trainer has no use for it. The run's losses are pinned by the trajectory tests."""
+    trainer has no use for it. The run's losses are pinned by the trajectory tests. A Python session's run keeps
+    the rest of Keras whole: matplotlib and pandas (installed by [all]) imported by Keras, as without the trainer
+    (`python -m trainer` leaves them out: tests/test_trainer_output.py)."""
     pytest.importorskip("tensorflow")
     code = ("import sys, trainer; trainer.train(trainer.TrainConfig(format='ofrecord', steps=1, quiet=True)); "
-            "print(sorted({'tensorflow', 'jax'} & set(sys.modules)))")
+            "print(sorted({'tensorflow', 'jax', 'matplotlib', 'pandas'} & set(sys.modules)))")
     env = dict(os.environ, KERAS_BACKEND="jax", PYTHONPATH=REPO)  # the test worker's compilation cache
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split()[-1] == "['jax']", done.stdout
+    assert done.stdout.splitlines()[-1] == "['jax', 'matplotlib', 'pandas']", done.stdout
 
 
 CHOOSE = """
