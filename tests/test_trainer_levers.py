@@ -44,6 +44,9 @@ def test_trainer_accepts_amp_and_the_levers():
     assert config.precision == "amp"
     with pytest.raises(UsageError, match="dropout_rng: expected one of auto, threefry, rbg, hash, got 'philox'"):
         TrainConfig(format="ofrecord", dropout_rng="philox")
+    assert TrainConfig(format="ofrecord", gelu="erf").gelu == "erf"
+    with pytest.raises(UsageError, match="gelu: expected one of auto, keras, erf, got 'tanh'"):
+        TrainConfig(format="ofrecord", gelu="tanh")
 
 
 def test_scanned_layers_need_jax_and_one_stage_of_whole_layers():
@@ -82,6 +85,9 @@ def test_auto_levers_are_the_gpus_under_jax_and_keras_own_elsewhere(backend, pla
     assert StepOptions.resolved("auto", "auto", backend, platform, attention="auto").attention == "einsum"
     assert StepOptions.resolved("auto", "auto", backend, platform, attention="einsum",
                                 fused_attention_fits=True).attention == "einsum"  # as given
+    # the GELU's erf formula, not yet measured on a GPU: Keras's unless asked for
+    assert StepOptions.resolved("auto", "auto", backend, platform, gelu="auto").gelu == "keras"
+    assert StepOptions.resolved("auto", "auto", backend, platform, gelu="erf").gelu == "erf"
 
 
 def test_the_fused_attention_fits_runs_of_its_shapes_on_one_devices_layers():
@@ -288,10 +294,11 @@ def test_trainer_benchmark_passes_every_step_lever_to_its_workers(tmp_path):
     add_step_arguments(parser)
     assert {action.dest for action in parser._actions} - {"help"} == set(STEP_FIELDS)
     args = build_parser().parse_args(["--format", "ofrecord", "--gemm-autotune", "off", "--attention", "einsum",
-                                      "--scan-layers", "--gemm", "xla", "--dropout-rng", "rbg"])
+                                      "--scan-layers", "--gemm", "xla", "--dropout-rng", "rbg", "--gelu", "erf"])
     bench = Benchmark(args, 1, 0, str(tmp_path))
     fields = bench._train_fields("fp32", 8, 20)
     bench.close()  # its scratch folder
-    assert {k: fields[k] for k in ("gemm_autotune", "attention", "scan_layers", "gemm", "dropout_rng")} == {
-        "gemm_autotune": "off", "attention": "einsum", "scan_layers": True, "gemm": "xla", "dropout_rng": "rbg"}
+    assert {k: fields[k] for k in ("gemm_autotune", "attention", "scan_layers", "gemm", "dropout_rng", "gelu")} == {
+        "gemm_autotune": "off", "attention": "einsum", "scan_layers": True, "gemm": "xla", "dropout_rng": "rbg",
+        "gelu": "erf"}
     TrainConfig(**{k: fields[k] for k in STEP_FIELDS}, format="ofrecord")  # each a TrainConfig field

@@ -516,14 +516,17 @@ def check_step_for_gpu_writes_no_masks_or_bias_arrays(records_dir):
     element's position, which XLA fuses where the mask is applied); the query, key and value projections
     are 2-D products (no [hidden, heads, size] kernel operand), whose bias is a vector XLA adds in the
     product's epilogue; each GELU is recomputed in the backward pass (JAX's checkpoint: its erfc in a
-    rematerialized computation behind an optimization barrier). The rbg step is the control: a generator."""
+    rematerialized computation behind an optimization barrier). The rbg step is the control: a generator; it
+    also takes the GELU's erf formula (trainer/gelu.py): one erf instruction where Keras's erfc is expanded."""
     import collections
     import re
 
     layers = 2
     hashed = step_exported_for_gpu(records_dir, "amp", ("sorted", "hash"), num_hidden_layers=layers)
-    rbg = step_exported_for_gpu(records_dir, "amp", ("sorted", "rbg"), num_hidden_layers=layers)
+    rbg = step_exported_for_gpu(records_dir, "amp", ("sorted", "rbg", False, "einsum", "erf"),
+                                num_hidden_layers=layers)
     assert "stablehlo.rng_bit_generator" in rbg
+    assert '"chlo.erf"' in rbg and '"chlo.erf"' not in hashed  # a composite of one erf, expanded only if need be
     assert "rng_bit_generator" not in hashed and "threefry" not in hashed
     heads, size = TINY["num_attention_heads"], TINY["hidden_size"] // TINY["num_attention_heads"]
     kernels = [rhs for _, rhs in re.findall(DOT_TYPES, hashed)]

@@ -27,6 +27,7 @@ from trainer.config import (
     DROPOUT_RNGS,
     EMBEDDING_GRADIENTS,
     FINETUNING_FORMATS,
+    GELU_FORMULAS,
     GEMM_AUTOTUNE,
     GEMM_KERNELS,
     OPTIMIZERS,
@@ -50,7 +51,7 @@ def add_optimizer_arguments(p, default):
 
 
 # The TrainConfig fields that add_step_arguments sets: what trainer.benchmark passes on to its workers.
-STEP_FIELDS = ("embedding_gradient", "dropout_rng", "gemm", "gemm_autotune", "attention", "scan_layers",
+STEP_FIELDS = ("embedding_gradient", "dropout_rng", "gemm", "gemm_autotune", "attention", "gelu", "scan_layers",
                "compilation_cache")
 
 
@@ -77,6 +78,10 @@ def add_step_arguments(p):
                         "fused (one Pallas kernel, dropout included; JAX, sequences of 16-256 tokens, a power of two; "
                         "interpreted off a GPU); auto: fused under JAX on an NVIDIA GPU of compute capability 8.0 or "
                         "later where it takes the run, else einsum")
+    p.add_argument("--gelu", choices=GELU_FORMULAS, default="auto",
+                   help="the exact GELU's formula: keras (Keras's: under JAX 0.5x erfc(-x/sqrt 2), which XLA expands "
+                        "into some 40 float32 operations) or erf (0.5x (1 + erf(x/sqrt 2)), one XLA instruction; "
+                        "JAX; not yet measured on a GPU); auto: keras")
     p.add_argument("--scan-layers", action="store_true",
                    help="run the Transformer layers as one jax.lax.scan loop: one layer traced and compiled "
                         "instead of each (JAX; not with --model-parallel or --pipeline-stages)")

@@ -58,6 +58,7 @@ def user_cache(*parts, environ=os.environ):
 EMBEDDING_GRADIENTS = ("auto", "scatter", "sorted")  # trainer/embedding_lookup.py
 DROPOUT_RNGS = ("auto", "threefry", "rbg", "hash")  # trainer/dropout.py
 ATTENTION_KERNELS = ("auto", "einsum", "fused")  # trainer/attention.py, trainer/fused_attention.py
+GELU_FORMULAS = ("auto", "keras", "erf")  # trainer/gelu.py
 # GEMM_KERNELS and GEMM_AUTOTUNE are trainer/xla_gpu.py's, imported above.
 
 
@@ -66,28 +67,32 @@ class StepOptions:
     """The model's levers, concrete (no "auto"): how embedding rows' gradients reach their tables
     (trainer/embedding_lookup.py), which generator draws the dropout masks (trainer/dropout.py) and
     whether the Transformer layers run as one scanned loop (trainer/scan_layers.py) and which kernel
-    computes the attention (trainer/attention.py). The defaults are Keras's own computations."""
+    computes the attention (trainer/attention.py) and by which formula the exact GELU (trainer/gelu.py). The
+    defaults are Keras's own computations."""
 
     embedding_gradient: str = "scatter"
     dropout_rng: str = "threefry"
     scan_layers: bool = False
     attention: str = "einsum"
+    gelu: str = "keras"
 
     @classmethod
     def resolved(cls, embedding_gradient, dropout_rng, backend, platform, scan_layers=False, attention="einsum",
-                 fused_attention_fits=False):
+                 fused_attention_fits=False, gelu="auto"):
         """"auto" made concrete for `backend` on a device of `platform`: the sorted gradient, hash's masks and
         (where `fused_attention_fits` the run: its shapes, no model or pipeline parallelism) the fused
         attention under JAX on a GPU, where they were measured to help; Keras's own elsewhere (TensorFlow has
         none of them; on a CPU the scatter is a plain loop, the masks' generator no bottleneck, and the
-        Pallas kernel would run interpreted)."""
+        Pallas kernel would run interpreted). The GELU's erf formula is not yet measured on a GPU: "auto" is
+        Keras's everywhere."""
         gpu = backend == "jax" and platform in GPU_PLATFORMS
         return cls(embedding_gradient=embedding_gradient if embedding_gradient != "auto" else
                    ("sorted" if gpu else "scatter"),
                    dropout_rng=dropout_rng if dropout_rng != "auto" else ("hash" if gpu else "threefry"),
                    scan_layers=scan_layers,
                    attention=attention if attention != "auto" else
-                   ("fused" if gpu and fused_attention_fits else "einsum"))
+                   ("fused" if gpu and fused_attention_fits else "einsum"),
+                   gelu=gelu if gelu != "auto" else "keras")
 
 
 PLACEMENTS = ("intra_first", "inter_first")  # --placement (trainer/parallel.py orders the devices by it)
@@ -180,6 +185,7 @@ class TrainConfig:
     compilation_cache: bool = True
     scan_layers: bool = False
     attention: str = "auto"
+    gelu: str = "auto"
 
     def __post_init__(self):
         check_types(self)
@@ -188,7 +194,7 @@ class TrainConfig:
                               "placement": PLACEMENTS, "model": (None, *SIZES),
                               "embedding_gradient": EMBEDDING_GRADIENTS, "dropout_rng": DROPOUT_RNGS,
                               "gemm": GEMM_KERNELS, "gemm_autotune": GEMM_AUTOTUNE,
-                              "attention": ATTENTION_KERNELS})
+                              "attention": ATTENTION_KERNELS, "gelu": GELU_FORMULAS})
         _check_positive(self, ("steps", "batch_size", "grad_accum", "pad_vocab", "steps_per_call", "bin_size",
                                "model_parallel", "pipeline_stages", "checkpoint_every", "eval_steps", "log_every"))
         if self.model and self.bert_config:

@@ -14,7 +14,7 @@ import keras
 from keras import ops
 
 from bertprep.errors import UsageError
-from trainer import called_layers, dropout, embedding_lookup, scan_layers
+from trainer import called_layers, dropout, embedding_lookup, gelu, scan_layers
 from trainer.attention import BertAttention
 from trainer.config import (
     BertConfig,  # noqa: F401  (re-exported: the model's configuration)
@@ -39,17 +39,15 @@ def _recomputed_in_backward(activation):
     return jax.checkpoint(activation)
 
 
-def _exact_gelu(x):
-    return _recomputed_in_backward(lambda v: keras.activations.gelu(v, approximate=False))(x)
-
-
-def _tanh_gelu(x):
-    return _recomputed_in_backward(lambda v: keras.activations.gelu(v, approximate=True))(x)
-
-
-# hidden_act: "gelu" is the exact (erf) GELU, as Hugging Face's; "gelu_tanh" the tanh approximation that
-# google-research/bert's modeling.py computes (its checkpoints are read with it, trainer/checkpoint/google.py).
-ACTIVATIONS = {"gelu": _exact_gelu, "gelu_tanh": _tanh_gelu}
+def activation(hidden_act, options=StepOptions()):
+    """The feed-forward's activation: hidden_act "gelu" is the exact (erf) GELU, as Hugging Face's, in the
+    formula options.gelu names (trainer/gelu.py); "gelu_tanh" the tanh approximation that google-research/bert's
+    modeling.py computes (its checkpoints are read with it, trainer/checkpoint/google.py)."""
+    if hidden_act == "gelu_tanh":
+        return _recomputed_in_backward(lambda v: keras.activations.gelu(v, approximate=True))
+    if hidden_act == "gelu":
+        return _recomputed_in_backward(lambda v: gelu.exact(v, options.gelu))
+    raise ValueError(f"hidden_act: expected gelu or gelu_tanh, got {hidden_act!r}")
 
 
 class TransformerLayer(keras.layers.Layer):
@@ -66,7 +64,8 @@ class TransformerLayer(keras.layers.Layer):
             kernel=options.attention)
         self.attention_dropout = keras.layers.Dropout(config.hidden_dropout_prob)
         self.attention_layer_norm = keras.layers.LayerNormalization(epsilon=1e-12, name="attention_layer_norm")
-        self.intermediate = keras.layers.Dense(config.intermediate_size, activation=ACTIVATIONS[config.hidden_act],
+        self.intermediate = keras.layers.Dense(config.intermediate_size,
+                                               activation=activation(config.hidden_act, options),
                                                kernel_initializer=_init(config), name="intermediate")
         self.output_dense = keras.layers.Dense(config.hidden_size, kernel_initializer=_init(config), name="output")
         self.output_dropout = keras.layers.Dropout(config.hidden_dropout_prob)
@@ -82,10 +81,10 @@ class TransformerLayer(keras.layers.Layer):
 class MaskedLMHead(keras.layers.Layer):
     """Dense + GELU + LayerNorm, then logits against the (tied) word embeddings plus a bias."""
 
-    def __init__(self, config, word_embeddings, **kwargs):
+    def __init__(self, config, word_embeddings, options=StepOptions(), **kwargs):
         super().__init__(**kwargs)
         self.word_embeddings = word_embeddings
-        self.transform = keras.layers.Dense(config.hidden_size, activation=ACTIVATIONS[config.hidden_act],
+        self.transform = keras.layers.Dense(config.hidden_size, activation=activation(config.hidden_act, options),
                                             kernel_initializer=_init(config), name="transform")
         self.layer_norm = keras.layers.LayerNormalization(epsilon=1e-12, name="layer_norm")
         self.vocab_size = config.vocab_size
@@ -177,7 +176,7 @@ class BertPretrainer(BertEncoder):
 
     def __init__(self, config, pad_vocab=1, options=StepOptions(), **kwargs):
         super().__init__(config, pad_vocab=pad_vocab, options=options, **kwargs)
-        self.masked_lm = MaskedLMHead(config, self.word_embeddings, name="masked_lm")
+        self.masked_lm = MaskedLMHead(config, self.word_embeddings, options=options, name="masked_lm")
         self.next_sentence = keras.layers.Dense(2, kernel_initializer=self.initializer, name="next_sentence")
 
     def call(self, inputs, training=False):

@@ -222,7 +222,7 @@ def step_options(config, keras, seq=None, bert=None):
                   and _fused_attention_fits(config, seq, bert))
     return StepOptions.resolved(getattr(config, "embedding_gradient", "auto"), getattr(config, "dropout_rng", "auto"),
                                 backend, platform, getattr(config, "scan_layers", False),
-                                getattr(config, "attention", "einsum"), fused_fits)
+                                getattr(config, "attention", "einsum"), fused_fits, getattr(config, "gelu", "auto"))
 
 
 def _fused_attention_fits(config, seq, bert):
