@@ -109,15 +109,16 @@ def test_stages_train_as_one_stage_with_adam_and_with_tensor_parallelism(trained
 
 
 @pytest.mark.heavy
-def test_dropout_and_mixed_precision_draw_as_one_stage(records_dir, jax_processes, tmp_path):
+@pytest.mark.parametrize("rng", ["threefry", "hash"])  # Keras's masks (a CPU's auto) and a GPU's auto
+def test_dropout_and_mixed_precision_draw_as_one_stage(records_dir, jax_processes, tmp_path, rng):
     """Dropout 0.1 and mixed_float16: layer l on micro-batch m draws what the unpipelined step draws,
     so S = 2 gives S = 1's losses (within rounding, 1e-5) and loss scale. One replica each (S devices):
     data-parallel replicas draw from seeds offset by their device index, which a pipeline's replicas
     (fewer, by S) cannot match row for row."""
-    runs = [jax_train(tmp_path, records_dir, f"dropout-s{s}", "--steps", "3", "--optimizer", "lamb", "--lr", "2e-3",
-                      "--warmup", "1", "--grad-accum", "2", "--batch-size", "8", "--pipeline-stages", str(s),
-                      "--precision", "mixed_float16", devices=s, dropout=0.1, processes=jax_processes,
-                      num_hidden_layers=2)
+    runs = [jax_train(tmp_path, records_dir, f"dropout-{rng}-s{s}", "--steps", "3", "--optimizer", "lamb", "--lr",
+                      "2e-3", "--warmup", "1", "--grad-accum", "2", "--batch-size", "8", "--pipeline-stages", str(s),
+                      "--precision", "mixed_float16", "--dropout-rng", rng, devices=s, dropout=0.1,
+                      processes=jax_processes, num_hidden_layers=2)
             for s in (1, 2)]
     np.testing.assert_allclose(losses(runs[1]), losses(runs[0]), rtol=0, atol=1e-5)
     assert runs[1][-1]["final_loss_scale"] == runs[0][-1]["final_loss_scale"]
