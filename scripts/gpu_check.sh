@@ -28,7 +28,8 @@ if [ -n "$wheels" ]; then
     # 785 modules from source (2.1 s of builtins.compile under cProfile, 2026-11-26)
     "$python" -m pip install -q --no-index --no-deps --no-cache-dir --upgrade --target "$site" "$wheels"/*.whl
 fi
-"$python" -m compileall -q -j 0 bertprep trainer scripts >/dev/null  # the checkout's bytecode, as an install's
+"$python" -m compileall -q -j 0 bertprep trainer scripts >/dev/null ||  # the checkout's bytecode, as an install's
+    echo "gpu_check: compileall failed: the start-up runs compile the checkout from source" >&2
 export PYTHONPATH="$here:$site${PYTHONPATH:+:$PYTHONPATH}"
 export KERAS_BACKEND=${KERAS_BACKEND:-jax}
 "$python" setup.py -q build_ext --inplace >"$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
