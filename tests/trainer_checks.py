@@ -476,14 +476,16 @@ def built_steps(records_dir, precision, options, **changes):
     return steps, steps.put({k: v[None] for k, v in batch.items()})
 
 
-def step_exported_for_gpu(records_dir, precision, options, **changes):
+def step_exported_for_gpu(records_dir, precision, options, variables=False, **changes):
     """The StableHLO text of the JAX train step of TINY (with `changes`; batch 4) exported for an NVIDIA GPU
     (jax.export with platforms=["cuda"]: lowered here, on the CPU, as the GPU would compile it), under
-    `precision` ("amp" is resolved on this CPU: mixed_bfloat16) and StepOptions `options`."""
+    `precision` ("amp" is resolved on this CPU: mixed_bfloat16) and StepOptions `options`; with `variables`,
+    (text, the number of trainable variables)."""
     import jax
 
     steps, element = built_steps(records_dir, precision, options, **changes)
-    return jax.export.export(steps._train, platforms=["cuda"])(steps.state, element).mlir_module()
+    text = jax.export.export(steps._train, platforms=["cuda"])(steps.state, element).mlir_module()
+    return (text, len(steps.state[0])) if variables else text
 
 
 DOT_TYPES = r"stablehlo\.dot_general[^\n]*: \(tensor<([^>]*)>, tensor<([^>]*)>\)"
@@ -517,12 +519,13 @@ def check_step_for_gpu_writes_no_masks_or_bias_arrays(records_dir):
     are 2-D products (no [hidden, heads, size] kernel operand), whose bias is a vector XLA adds in the
     product's epilogue; each GELU is recomputed in the backward pass (JAX's checkpoint: its erfc in a
     rematerialized computation behind an optimization barrier). The rbg step is the control: a generator; it
-    also takes the GELU's erf formula (trainer/gelu.py): one erf instruction where Keras's erfc is expanded."""
+    also takes the GELU's erf formula (trainer/gelu.py): one erf instruction where Keras's erfc is expanded.
+    The optimizer's step of each variable is a call of one function per distinct shape (trainer/optimizers.py)."""
     import collections
     import re
 
     layers = 2
-    hashed = step_exported_for_gpu(records_dir, "amp", ("sorted", "hash"), num_hidden_layers=layers)
+    hashed, trainable = step_exported_for_gpu(records_dir, "amp", ("sorted", "hash"), True, num_hidden_layers=layers)
     rbg = step_exported_for_gpu(records_dir, "amp", ("sorted", "rbg", False, "einsum", "erf"),
                                 num_hidden_layers=layers)
     assert "stablehlo.rng_bit_generator" in rbg
@@ -539,6 +542,8 @@ def check_step_for_gpu_writes_no_masks_or_bias_arrays(records_dir):
     # One layer traced: its forward and its backward each one function, called once per layer.
     calls = collections.Counter(re.findall(r"call @(one_layer\w*)\(", hashed))
     assert len(calls) == 2 and set(calls.values()) == {layers}, calls
+    updates = collections.Counter(re.findall(r"call @(_arithmetic\w*)\(", hashed))
+    assert sum(updates.values()) == trainable and len(updates) <= trainable // 3, updates
 
 
 def check_called_layers_compute_as_one_by_one(records_dir):
