@@ -109,26 +109,26 @@ def summary(kernels):
     def gigabytes(items):
         return sum(k["bytes_in"] + k["bytes_out"] for k in items) / 1e9
 
-    by_category = collections.defaultdict(list)
-    for k in kernels:
-        by_category[f"{category(k['op_name'])} ({'gemm' if k['kind'] == 'gemm' else k['kind']})"].append(k)
-    by_operation = collections.defaultdict(list)
-    for k in kernels:
-        by_operation[operation(k)].append(k)
+    def grouped(name_of):
+        """{name: its kernels' count and GB} of the kernels grouped by name_of(kernel), the most bytes first."""
+        groups = collections.defaultdict(list)
+        for k in kernels:
+            groups[name_of(k)].append(k)
+        return {name: {"kernels": len(items), "gb": gigabytes(items)}
+                for name, items in sorted(groups.items(), key=lambda kv: -gigabytes(kv[1]))}
+
     gemms = [k for k in kernels if k["kind"] == "gemm"]
     return {"kernels": len(kernels), "gb": gigabytes(kernels), "gemm_gb": gigabytes(gemms),
             "other_gb": gigabytes(kernels) - gigabytes(gemms),
-            "categories": {name: {"kernels": len(items), "gb": gigabytes(items)}
-                           for name, items in sorted(by_category.items(), key=lambda kv: -gigabytes(kv[1]))},
-            "operations": {name: {"kernels": len(items), "gb": gigabytes(items)}
-                           for name, items in sorted(by_operation.items(), key=lambda kv: -gigabytes(kv[1]))}}
+            "categories": grouped(lambda k: f"{category(k['op_name'])} ({k['kind']})"),
+            "operations": grouped(operation)}
 
 
 def operation(kernel):
     """What a kernel computes, every layer's alike: the last parts of its op_name with the layer's number
     folded ("transpose(jvp(layer_N))/intermediate/reduce_sum") and its kind."""
     name = re.sub(r"layer_\d+", "layer_N", "/".join(kernel["op_name"].split("/")[-3:]))
-    return f"{name} ({'gemm' if kernel['kind'] == 'gemm' else kernel['kind']})"
+    return f"{name} ({kernel['kind']})"
 
 
 def compile_for_gpu(args, target):
