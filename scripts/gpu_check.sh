@@ -25,7 +25,7 @@ started=$(date +%s)
 wheels=${GPU_CHECK_WHEELS-.gpu-check/wheels}  # empty: use the Python's own packages (a venv with them)
 if [ -n "$wheels" ]; then
     # with their bytecode, as a pip install leaves them: without it the profiled warm start on an H100 compiled
-    # 785 modules from source (2.1 s of builtins.compile under cProfile, 2026-11-26)
+    # 785 modules from source (2.1 s of builtins.compile in --phases' trainer-warm.prof, 2026-11-26)
     "$python" -m pip install -q --no-index --no-deps --no-cache-dir --upgrade --target "$site" "$wheels"/*.whl
 fi
 "$python" -m compileall -q -j 0 bertprep trainer scripts >/dev/null ||  # the checkout's bytecode, as an install's

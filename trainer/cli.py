@@ -80,7 +80,7 @@ def add_step_arguments(p):
                         "later where it takes the run, else einsum")
     p.add_argument("--gelu", choices=GELU_FORMULAS, default="auto",
                    help="the exact GELU's formula: keras (Keras's: under JAX 0.5x erfc(-x/sqrt 2), which XLA expands "
-                        "into some 40 float32 operations) or erf (0.5x (1 + erf(x/sqrt 2)), one XLA instruction; "
+                        "into a long float32 expression) or erf (0.5x (1 + erf(x/sqrt 2)), one XLA instruction; "
                         "JAX; not yet measured on a GPU); auto: keras")
     p.add_argument("--scan-layers", action="store_true",
                    help="run the Transformer layers as one jax.lax.scan loop: one layer traced and compiled "

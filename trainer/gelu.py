@@ -1,18 +1,18 @@
-"""The exact GELU's formula: which expression of x·Φ(x) (Φ the normal distribution) the model computes.
+r"""The exact GELU's formula: which expression of x·Φ(x) (Φ the normal distribution) the model computes.
 
 Keras's JAX backend computes BERT's exact GELU as jax.nn.gelu does, 0.5·x·erfc(-x/√2); TensorFlow's
 backend and PyTorch (Hugging Face's BertIntermediate) as 0.5·x·(1 + erf(x/√2)). The same function, other
 last bits. What differs is what XLA makes of them for a GPU: erf is one HLO instruction, which its GPU
-emitter computes as a float32 rational approximation; erfc is expanded into a float32 expression of some
-40 operations, two exponentials and two divisions among them, in the forward pass and again where the
-backward pass recomputes the GELU (trainer/model.py). Compiled for an H100 without one (a [32768, 768] x
-[768, 3072] bfloat16 product, its GELU and their gradients, by JAX 0.10.2's XLA), the erfc form's program
-holds 86 float32 operations over the [32768, 3072] array, the erf form's 2 (the erf and a conversion); the
-whole BERT-base step at batch 256 (scripts/gpu_step_traffic.py --save-hlo) 2,064 float32 instructions over
-[256, 128, 3072] arrays and 44 exponentials against 48 and 18, in the same 1,205 kernels moving the same
-83.53 GB. On the H100 (docs/trainer.md) the feed-forward's two GELU kernels took 8.8 ms of a 56.8 ms step,
-two to three times what their bytes need at its memory bandwidth. Below |x/√2| = 1, where most inputs are,
-JAX's erfc is 1 - erf: the two formulas give the same bits there (the tests' losses agree to the bit).
+emitter computes as a float32 rational approximation; erfc is expanded into a float32 expression with
+exponentials, divisions and selects, in the forward pass and again where the backward pass recomputes the
+GELU (trainer/model.py). The BERT-base step at batch 256 compiled for an H100 without one
+(`scripts/gpu_step_traffic.py --save-hlo DIR`, with and without --gelu erf; in each module, by JAX 0.10.2's
+XLA, `grep -c '= f32\[256,128,3072\]'` and `grep -c ' exponential('`) holds 2,064 float32 instructions
+over [256, 128, 3072] arrays and 44 exponentials with Keras's formula, 48 and 18 with erf, in the same
+1,205 kernels moving the same 83.53 GB. On the H100 (docs/trainer.md) the feed-forward's two GELU kernels
+took 8.8 ms of a 56.8 ms step (profile_gpu_step.py), moving their 12.1 GB (gpu_step_traffic.py) at 1.2-1.5
+TB/s, under half of its 3.35 TB/s. Below |x/√2| = 1, where most inputs are, JAX's erfc is 1 - erf: the two
+formulas give the same bits there (the tests' losses agree to the bit).
 
 `keras`: Keras's own formula. `erf`: 0.5·x·(1 + erf(x/√2)) under JAX (TensorFlow's backend computes that
 already). Not yet measured on a GPU, so `auto` is Keras's everywhere. The tanh approximation

@@ -22,7 +22,8 @@ user's choice.
 where they are installed (for its scikit-learn wrappers, image galleries and
 DataFrame inputs, none of which the trainer uses): on the H100 machine of
 the GPU check, which has them, scikit-learn alone (scipy.stats under it) was
-1.7 s of a warm start profiled by cProfile (20.8 s under it, 13.9 s without).
+1.7 s of a warm start profiled by cProfile (20.8 s under it, 13.9 s without;
+the trainer-warm.prof of scripts/gpu_check.sh --phases, read with pstats).
 The trainer's own processes
 (`python -m trainer`, trainer.benchmark's workers) leave them out of Keras's
 import (`lean_process`); a Python session that calls trainer.train keeps

@@ -32,8 +32,9 @@ step number and learning rate (`_arithmetic`); the optimizer assigns what it
 returns. Under JAX it is jitted once per optimizer and decay flag, so tracing a
 training step traces it once per distinct shape (a dozen for BERT) instead of
 once for each of BERT-base's 206 variables, and XLA inlines the calls (the
-same arithmetic, in the same order). On this 2-core CPU the warm start of
-BERT-base traced its optimizer update in 0.94 s under cProfile before.
+same arithmetic, in the same order). On a 2-core CPU the warm start of
+BERT-base traced its step in 1.01 s instead of 1.62 under cProfile
+(scripts/bench_startup.py --phases, docs/benchmarks.md).
 """
 
 import functools
