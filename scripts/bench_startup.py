@@ -8,10 +8,13 @@ first variant run by the code of commit REF, extracted and built as scripts/benc
 does): one run on an empty compilation cache
 folder of its own (cold), then one on the cache it filled (warm); 3 steps, a log line each. Printed per
 variant: the seconds to the model built (the first "trainer:" line) and to "train step 1", cold and warm,
-and each as a ratio to the baseline's. With --phases, one more warm run of each variant runs under
-cProfile, and where its start-up went is printed: the seconds spent in gpu_check.PHASES (the imports, JAX's
-backends starting, the model built, the step traced, lowered, compiled or loaded from the cache, and its
-first results fetched); cProfile slows Python-heavy phases, so these are shares, not the timings above.
+and each as a ratio to the baseline's, then where each start went by the trainer's own clock (its
+summary's `startup`, trainer/startup.py: imports, model built, first step, and the seconds JAX traced,
+lowered, compiled or loaded; unprofiled; "—" for code from before the clock). With --phases, one more
+warm run of each variant runs under cProfile, and where its start-up went is printed: the seconds spent in
+gpu_check.PHASES (the imports, JAX's backends starting, the model built, the step traced, lowered, compiled
+or loaded from the cache, and its first results fetched); cProfile slows Python-heavy phases, so these are
+shares, not the timings above.
 On a CPU the step's compilation is the CPU's: a GPU's is measured by scripts/gpu_check.sh --lever.
 """
 
@@ -26,22 +29,34 @@ import tempfile
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from gpu_check import FIRST_STEP, first_time, phase_seconds, stamped_run, start_up_argv  # noqa: E402
+from gpu_check import (  # noqa: E402
+    FIRST_STEP,
+    first_time,
+    logged_startup,
+    phase_seconds,
+    stamped_run,
+    start_up_argv,
+    startup_line,
+)
 
 MODEL_BUILT = re.compile(r"^trainer: \d+ device")
 
 
 def timed_run(args, flags, cache, tree=REPO, profile=None):
-    """(seconds to the first "trainer:" line, seconds to "train step 1") of one run (under cProfile writing
-    to `profile`, where given: the same run, so that a warm cache holds its programs)."""
-    argv = start_up_argv(args.records, args.model, args.batch_size, args.precision, flags, profile)
+    """(seconds to the first "trainer:" line, seconds to "train step 1", the trainer's own start-up figures or
+    None) of one run (under cProfile writing to `profile`, where given: the same run, so that a warm cache holds
+    its programs)."""
+    log_json = cache + "-events.jsonl"
+    if os.path.exists(log_json):
+        os.remove(log_json)
+    argv = start_up_argv(args.records, args.model, args.batch_size, args.precision, flags, profile, log_json)
     env = dict(os.environ, PYTHONUNBUFFERED="1", KERAS_BACKEND=args.backend, BERTPREP_COMPILATION_CACHE_DIR=cache,
                PYTHONPATH=os.pathsep.join(filter(None, [tree, os.environ.get("PYTHONPATH")])))
     status, lines, seconds = stamped_run(argv, env, cwd=tree)
     first = first_time(FIRST_STEP, lines, seconds)
     if status != 0 or first is None:
         raise SystemExit(f"bench_startup: {' '.join(flags) or 'baseline'} failed: {''.join(lines[-5:]).strip()}")
-    return first_time(MODEL_BUILT, lines, seconds), first
+    return first_time(MODEL_BUILT, lines, seconds), first, logged_startup(log_json)
 
 
 def main():
@@ -80,7 +95,8 @@ def main():
             shutil.rmtree(cache, ignore_errors=True)
             flags = f"{label}{flags}" if label else (f"this tree {flags}".strip() if args.baseline else flags)
             rows.append({"flags": flags, "built_cold_s": cold[0], "first_step_cold_s": cold[1],
-                         "built_warm_s": warm[0], "first_step_warm_s": warm[1], "warm_phases_s": phases})
+                         "built_warm_s": warm[0], "first_step_warm_s": warm[1], "cold_startup": cold[2],
+                         "warm_startup": warm[2], "warm_phases_s": phases})
             print(f"bench_startup: {flags or 'baseline'} done", file=sys.stderr, flush=True)
     base = rows[0]
     for row in rows:
@@ -98,6 +114,10 @@ def main():
         print(f"{(r['flags'] or '(baseline)')[:28]:<28}{r['built_cold_s']:>11.1f}{r['first_step_cold_s']:>15.1f}"
               f"{r['first_step_cold_ratio']:>7.2f}{r['built_warm_s']:>12.1f}{r['first_step_warm_s']:>15.1f}"
               f"{r['first_step_warm_ratio']:>7.2f}")
+    print("where each start went, by the trainer's clock (trainer/startup.py; seconds from the process's start):")
+    for r in rows:
+        for kind in ("cold", "warm"):
+            print(f"  {(r['flags'] or '(baseline)')[:28]:<28} {kind}: {startup_line(r[f'{kind}_startup'])}")
     for r in rows:
         if r["warm_phases_s"] is not None:
             print(f"where a warm start went, under cProfile ({r['flags'] or 'baseline'}; one phase may call another):")

@@ -8,7 +8,9 @@
 In one invocation, on one GPU, BERT-base 128/20, optimizer adam, on the records R:
 1. start-up: `python -m trainer` (amp, batch 256, 3 steps, a log line each) twice on an empty compilation
    cache folder of its own: cold, then warm. Seconds from the process's start to its "train step 1" line,
-   and the libraries' lines (XLA, absl, ptxas, TensorFlow) it printed.
+   the libraries' lines (XLA, absl, ptxas, TensorFlow) it printed, and where each start went by the trainer's
+   own clock (its summary's `startup`, trainer/startup.py: imports, model built, first step; the seconds JAX
+   traced, lowered, compiled or loaded from the cache; programs compiled and read), unprofiled.
 2. ours: `python -m trainer.benchmark --backend jax --precision amp,fp32 --batch-size B --runs 1` (one fresh
    process per configuration): sequences/s, MFU, the amp policy, seconds from each worker's start to its
    first step, and the library lines in the workers' logs.
@@ -101,27 +103,40 @@ def phase_seconds(profile):
     return {name: found.get(name) for name, _, _ in PHASES}
 
 
-def start_up_argv(records, model, batch_size, precision, extra=(), profile=None):
+def start_up_argv(records, model, batch_size, precision, extra=(), profile=None, log_json=None):
     """`python -m trainer` as the start-up runs time it (adam, 3 steps, a log line each; scripts/bench_startup.py
-    too), under cProfile writing to `profile` where given."""
+    too), under cProfile writing to `profile` where given, its events to `log_json` where given."""
     runner = ["-m", "cProfile", "-o", profile] if profile else []
     return [sys.executable, *runner, "-m", "trainer", "--format", "ofrecord", "--data", records, "--model", model,
             "--batch-size", str(batch_size), "--precision", precision, "--optimizer", "adam", "--steps", "3",
-            "--log-every", "1", *extra]
+            "--log-every", "1", *(["--log-json", log_json] if log_json else []), *extra]
+
+
+def logged_startup(log_json):
+    """The run's start by its own clock (its summary's `startup`, trainer/startup.py), or None."""
+    try:
+        with open(log_json, encoding="utf-8") as f:
+            events = [json.loads(line) for line in f if line.strip()]
+    except (OSError, ValueError):
+        return None
+    return next((e.get("startup") for e in events if e.get("event") == "summary"), None)
 
 
 def timed_trainer(args, cache_dir, extra=(), backend=None, environ=None, profile=None):
-    """(seconds from the start to "train step 1", library lines, output) of one `python -m trainer` run (under
-    cProfile writing to `profile`, where given); the output's lines each prefixed with the seconds since the
-    start at which it came (the logs keep them: the first "trainer:" line's time is how long the model took
-    to build)."""
-    argv = start_up_argv(args.records, args.model, args.start_batch, "amp", extra, profile)
+    """(seconds from the start to "train step 1", library lines, output, the trainer's own start-up figures)
+    of one `python -m trainer` run (under cProfile writing to `profile`, where given); the output's lines each
+    prefixed with the seconds since the start at which it came (the logs keep them: the first "trainer:"
+    line's time is how long the model took to build)."""
+    log_json = cache_dir + "-events.jsonl"
+    if os.path.exists(log_json):
+        os.remove(log_json)
+    argv = start_up_argv(args.records, args.model, args.start_batch, "amp", extra, profile, log_json)
     env = dict(env_for(cache_dir), **(environ or {}))
     if backend:
         env["KERAS_BACKEND"] = backend
     _, lines, seconds = stamped_run(argv, env, timeout=args.timeout)
     stamped = "".join(f"{at:7.1f} {line}" for line, at in zip(lines, seconds))
-    return first_time(FIRST_STEP, lines, seconds), library_lines("".join(lines)), stamped
+    return first_time(FIRST_STEP, lines, seconds), library_lines("".join(lines)), stamped, logged_startup(log_json)
 
 
 def ours(args, out, name="benchmark", precisions=None, batch_sizes=None, extra=(), environ=None):
@@ -197,8 +212,8 @@ def lever(args, out, name, flags, default_rows):
     batch = max(int(b) for b in args.batch_sizes.split(","))
     cache = os.path.join(args.work, f"start-cache-{name}")
     shutil.rmtree(cache, ignore_errors=True)
-    cold_s, _, cold_output = timed_trainer(args, cache, extra, "jax", environ)  # the levers are JAX's
-    warm_s, _, warm_output = timed_trainer(args, cache, extra, "jax", environ)
+    cold_s, _, cold_output, cold_startup = timed_trainer(args, cache, extra, "jax", environ)  # the levers are JAX's
+    warm_s, _, warm_output, warm_startup = timed_trainer(args, cache, extra, "jax", environ)
     write_logs(out, {f"trainer-cold-{name}.log": cold_output, f"trainer-warm-{name}.log": warm_output})
     try:
         results, _ = ours(args, out, f"benchmark-{name}", "amp", str(batch), extra, environ)
@@ -208,7 +223,8 @@ def lever(args, out, name, flags, default_rows):
         rate = None
     default = next((r["ours"] for r in default_rows if r["precision"] == "amp" and r["batch"] == batch), None)
     return {"name": name, "flags": flags, "batch": batch, "amp": rate, "default_amp": default,
-            "vs_default": rate / default if rate and default else None, "cold_s": cold_s, "warm_s": warm_s}
+            "vs_default": rate / default if rate and default else None, "cold_s": cold_s, "warm_s": warm_s,
+            "cold_startup": cold_startup, "warm_startup": warm_startup}
 
 
 def table_rows(results, peers):
@@ -266,6 +282,28 @@ def print_table(rows, start, found, device, model, start_batch):
               f"(target {'>=' if name.startswith('amp') else '<='} {target})")
 
 
+def startup_line(startup):
+    """The trainer's own clock of one start (trainer/startup.py), in one line."""
+    if not startup:
+        return "—"
+    line = ", ".join(f"{label} {_fmt(startup.get(key), '.1f')}" for key, label in (
+        ("imports_s", "imports"), ("model_built_s", "model built"), ("first_step_s", "first step"))) + " s"
+    if "programs" in startup:
+        line += (f"; traced {_fmt(startup['traced_s'], '.1f')}, lowered {_fmt(startup['lowered_s'], '.1f')}, "
+                 f"compiled or loaded {_fmt(startup['compiled_or_loaded_s'], '.1f')} s ({startup['programs']} "
+                 f"programs, {startup['programs_from_cache']} from the cache)")
+    return line
+
+
+def print_startups(start, levers):
+    """Where each start went, by the trainer's clock: the defaults' cold and warm starts, then each lever's."""
+    runs = [("defaults", start)] + [(f"lever {r['name']}", r) for r in levers]
+    for name, run in runs:
+        for kind in ("cold", "warm"):
+            if run.get(f"{kind}_startup"):
+                print(f"start-up, {name}, {kind} (the trainer's clock): {startup_line(run[f'{kind}_startup'])}")
+
+
 def print_phases(phases):
     if phases:
         print("where the warm start went, under cProfile (one phase may call another): " + "; ".join(
@@ -320,13 +358,13 @@ def main():
     os.makedirs(args.work, exist_ok=True)
     started = time.monotonic()
 
-    cold_s = warm_s = warm_phases = None
+    cold_s = warm_s = warm_phases = cold_startup = warm_startup = None
     cold_lines, warm_lines = [], []
     if not args.no_start:
         cache = os.path.join(args.work, "start-cache")
         shutil.rmtree(cache, ignore_errors=True)
-        cold_s, cold_lines, cold_output = timed_trainer(args, cache)
-        warm_s, warm_lines, warm_output = timed_trainer(args, cache)
+        cold_s, cold_lines, cold_output, cold_startup = timed_trainer(args, cache)
+        warm_s, warm_lines, warm_output, warm_startup = timed_trainer(args, cache)
         write_logs(out, {"trainer-cold.log": cold_output, "trainer-warm.log": warm_output})
         if args.phases:
             timed_trainer(args, cache, profile=os.path.join(out, "trainer-warm.prof"))
@@ -360,7 +398,7 @@ def main():
               f"({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
     every_line = cold_lines + warm_lines + worker_lines
     start = {"cold_s": cold_s, "warm_s": warm_s, "library_lines": len(every_line), "examples": every_line[:5],
-             "warm_phases_s": warm_phases}
+             "cold_startup": cold_startup, "warm_startup": warm_startup, "warm_phases_s": warm_phases}
     found = checks(rows, start)
     device = (results.get("host") or {}).get("accelerator") or "no accelerator"
     report = {"device": device, "rows": rows, "start": start, "levers": levers,
@@ -373,6 +411,7 @@ def main():
     else:
         print_table(rows, start, found, device, args.model, args.start_batch)
         print_levers(levers)
+        print_startups(start, levers)
         print_phases(warm_phases)
         print(f"gpu_check: {report['seconds']:.0f} s; {os.path.join(out, 'gpu-check.json')}")
     return 0

@@ -380,16 +380,25 @@ def test_scanned_layers_are_one_loop_in_the_step_for_a_gpu(records_dir, jax_proc
 
 def compiles_before_the_first_step(records_dir, tmp_path, cache, *extra):
     """(programs compiled, of them loaded from the persistent cache, the "train step" lines) of a fresh
-    `python -m trainer` process, JAX_LOG_COMPILES on, its cache in `cache`."""
+    `python -m trainer` process, JAX_LOG_COMPILES on, its cache in `cache`; the summary's start-up figures
+    (trainer/startup.py, from JAX's monitoring events) count the same programs as JAX's log lines."""
     env = jax_env(JAX_LOG_COMPILES="1", BERTPREP_COMPILATION_CACHE_DIR=str(cache))
     result = subprocess.run([sys.executable, CHECKS, "--no-tensorflow", "trainer", "--format", "ofrecord", "--data",
                              str(records_dir), "--bert-config", bert_config(tmp_path, 0.1), "--steps", "2",
-                             "--batch-size", "4", "--log-every", "1", *extra],
+                             "--batch-size", "4", "--log-every", "1", "--json", *extra],
                             capture_output=True, text=True, cwd=REPO, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     before = result.stderr.split("train step 1:")[0]
     steps = [line for line in result.stderr.splitlines() if line.startswith("train step")]
-    return before.count("Compiling jit("), before.count("Persistent compilation cache hit"), steps
+    compiled, hits = before.count("Compiling jit("), before.count("Persistent compilation cache hit")
+    summary = json.loads(result.stdout)
+    startup = summary["startup"]
+    assert (startup["programs"], startup["programs_from_cache"]) == (compiled, hits), startup
+    assert startup["from"] == "process start"
+    assert 0 < startup["imports_s"] <= startup["model_built_s"] <= startup["first_step_s"], startup
+    assert startup["first_step_s"] == summary["seconds_to_first_step"]
+    assert 0 < startup["traced_s"] and 0 < startup["lowered_s"] and 0 < startup["compiled_or_loaded_s"], startup
+    return compiled, hits, steps
 
 
 def test_a_run_compiles_a_handful_of_programs_and_a_rerun_loads_them_all(records_dir, tmp_path):

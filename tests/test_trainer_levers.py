@@ -4,6 +4,7 @@ libraries' log level kept as ours, the backend chosen without TensorFlow, where 
 the GPU check's table and verdicts. The runs themselves: tests/test_trainer_jax.py."""
 
 import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -16,7 +17,7 @@ sys.path.insert(0, os.path.join(REPO, "scripts"))
 import bench_train_peers  # noqa: E402
 import gpu_check  # noqa: E402
 from bertprep.errors import UsageError  # noqa: E402
-from trainer import compilation_cache, library_logs, precision, xla_gpu  # noqa: E402
+from trainer import compilation_cache, library_logs, precision, startup, xla_gpu  # noqa: E402
 from trainer.config import StepOptions, TrainConfig  # noqa: E402
 
 
@@ -146,6 +147,18 @@ def test_xla_flags_add_cublas_and_leave_the_users_own():
     assert env["XLA_FLAGS"] == "--b=2 --xla_gpu_enable_triton_gemm=false"
 
 
+def test_the_start_up_clock_counts_nested_spans_once_and_starts_with_the_process():
+    """trainer/startup.py: a trace inside another (a jit inside the step) is not counted twice; the first run's
+    clock starts when the process did, before this module's import."""
+    assert startup._union([]) == 0.0
+    assert startup._union([(0.0, 1.0), (2.0, 3.0)]) == 2.0  # apart
+    assert startup._union([(0.0, 4.0), (1.0, 2.0), (1.5, 3.0)]) == 4.0  # nested
+    assert startup._union([(2.0, 5.0), (0.0, 3.0)]) == 5.0  # overlapping, out of order
+    import time
+
+    assert startup.PROCESS_START < startup._LOADED <= time.perf_counter()
+
+
 def test_the_compilation_cache_is_on_unless_turned_off_and_lives_per_processor(tmp_path):
     assert compilation_cache.wanted(True, {}) and not compilation_cache.wanted(False, {})
     assert not compilation_cache.wanted(True, {"BERTPREP_COMPILATION_CACHE": "0"})
@@ -272,6 +285,21 @@ def test_library_lines_are_what_the_gpu_run_printed():
             "I1126 01:32:36.442027     597 subprocess_compilation.cc:349] ptxas warning : Registers are spilled\n"
             "trainer: 1 device(s)\n2026-11-23 13:05:00.123456: I tensorflow/core/util/port.cc:153] oneDNN\n")
     assert len(gpu_check.library_lines(text)) == 3
+
+
+def test_the_gpu_check_reads_each_start_from_the_trainers_log(tmp_path):
+    """gpu_check prints where a start went from the run's --log-json summary (trainer/startup.py's figures)."""
+    log = tmp_path / "events.jsonl"
+    startup = {"from": "process start", "imports_s": 2.1, "model_built_s": 6.0, "first_step_s": 9.5, "traced_s": 1.04,
+               "lowered_s": 0.3, "compiled_or_loaded_s": 0.8, "programs": 6, "programs_from_cache": 6}
+    log.write_text(json.dumps({"event": "train", "step": 1, "loss": 11.0}) + "\n"
+                   + json.dumps({"event": "summary", "step": 3, "startup": startup}) + "\n")
+    assert gpu_check.logged_startup(str(log)) == startup
+    assert gpu_check.logged_startup(str(tmp_path / "absent.jsonl")) is None  # a run that died before its summary
+    assert gpu_check.startup_line(startup) == ("imports 2.1, model built 6.0, first step 9.5 s; traced 1.0, lowered "
+                                               "0.3, compiled or loaded 0.8 s (6 programs, 6 from the cache)")
+    assert gpu_check.startup_line({"imports_s": 3.0, "model_built_s": 5.0, "first_step_s": 9.0}) == (
+        "imports 3.0, model built 5.0, first step 9.0 s")  # TensorFlow's: no JAX programs
 
 
 def test_a_gpu_check_levers_leading_assignments_are_its_environment():

@@ -35,6 +35,7 @@ def test_first_run_prints_no_library_lines_and_one_summary(backend):
     rows = dict(line.split(None, 1) for line in result.stdout.splitlines()[1:])
     assert rows["steps"] == "5" and "pipeline" not in rows and "mesh" not in rows
     assert re.fullmatch(r"[\d,]+(\.\d+)?", rows["mean_sequences_per_second"]), rows
+    assert float(rows["seconds_to_first_step"]) > 0, rows  # trainer/startup.py's clock, either backend
     assert [line.split(":")[0] for line in result.stderr.splitlines() if line.startswith("train step")] == [
         "train step 2", "train step 4", "train step 5"]
 

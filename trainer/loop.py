@@ -208,6 +208,7 @@ class Hooks:
     checkpoint: Callable | None = None
     step_times: list | None = None
     step_sequences: list | None = None
+    first_results: Callable | None = None  # called once, when the run's first results reach the host
 
 
 def train_loop(steps, batches, schedule, log, accumulation=1, hooks=None, draws=0):
@@ -218,8 +219,12 @@ def train_loop(steps, batches, schedule, log, accumulation=1, hooks=None, draws=
     counts = Counts(steps.iterations(), objective.sum_keys)
     dispatcher = Dispatcher(steps, batches, schedule, counts.step, accumulation, draws)
     meter = Meter(counts.step, counts_tokens="tokens" in objective.sum_keys)
+    first_results = hooks.first_results
     while (results := dispatcher.next_results(counts.step)) is not None:
         now, seconds = meter.lap()
+        if first_results:
+            first_results()
+            first_results = None
         for result in results:
             if hooks.step_times is not None:
                 hooks.step_times.append(now)

@@ -21,6 +21,7 @@ from trainer.data import Records, RecordStream, prefetch
 from trainer.library_logs import library_lines_left_out, load_keras
 from trainer.loop import Hooks, Schedule, evaluate, train_loop
 from trainer.precision import device_platform, has_bfloat16_tensor_cores, keras_policy, loss_scaling, resolve
+from trainer.startup import StartupClock
 
 
 class Devices:
@@ -361,6 +362,7 @@ def train(config: TrainConfig, step_times: list[float] | None = None,
     list, receives the clock (time.perf_counter, monotonic) when each step's results reached the host:
     trainer.benchmark's timing; `step_sequences`, a list, the real sequences of each of those steps (a
     packed row holds several)."""
+    clock = StartupClock()
     # Data and model settings are checked before any device is touched.
     data_dir = config.data
     if data_dir is None:
@@ -377,6 +379,9 @@ def train(config: TrainConfig, step_times: list[float] | None = None,
     check_records_fit(bert, records, data_dir)
     xla_gpu.apply(config.gemm, autotune=config.gemm_autotune)  # XLA flags: before JAX's GPU backend starts
     keras = load_keras()
+    clock.mark("imports_s")
+    if keras.backend.backend() == "jax":
+        clock.listen_to_jax()
     compilation_cache.enable(config.compilation_cache)  # before the first compilation
 
     if keras.backend.backend() == "jax" and os.environ.get("KERAS_DISTRIBUTION_JOB_ADDRESSES"):
@@ -405,17 +410,20 @@ def train(config: TrainConfig, step_times: list[float] | None = None,
         log = Log(config, config.steps, enabled=devices.is_chief)
         try:
             return _train(config, devices, log, data_dir, records, bert, step_times, step_sequences, initial,
-                          precision_note, options)
+                          precision_note, options, clock)
         finally:
+            clock.stop()
             log.close()
 
 
 def _train(config, devices, log, data_dir, records, bert, step_times=None, step_sequences=None, initial=None,
-           precision_note=None, options=StepOptions()):
+           precision_note=None, options=StepOptions(), clock=None):
     """Streams, model and steps, a resumed state, the loop, the summary."""
     stream, eval_stream = record_streams(config, devices, records, data_dir, log)
     model, _, steps = build_steps(config, devices, bert, records, warmup_steps(config.warmup, config.steps),
                                   initial, log, options)
+    clock = clock or StartupClock()
+    clock.mark("model_built_s")
     settings = run_settings(config, bert, devices)
     carried = carried_files(config, records, initial, log)
     draws = resume(config, steps, settings, log, records) if config.resume else 0
@@ -425,10 +433,10 @@ def _train(config, devices, log, data_dir, records, bert, step_times=None, step_
                         checkpoint_every=config.checkpoint_every if config.checkpoint_dir else 0)
     hooks = Hooks(evaluate=lambda step: evaluate(steps, eval_stream, config.eval_steps),
                   checkpoint=functools.partial(checkpoint, config, devices, steps, settings, log, carried),
-                  step_times=step_times, step_sequences=step_sequences)
+                  step_times=step_times, step_sequences=step_sequences, first_results=clock.stop)
     batches = prefetch(stream.batches(draws * stream.batch_size))
     counts, meter = train_loop(steps, batches, schedule, log, config.grad_accum, hooks, draws)
-    summary = train_summary(config, devices, steps, counts, meter)
+    summary = train_summary(config, devices, steps, counts, meter, clock)
     if devices.is_chief:
         log.record("summary", summary.to_dict(), counts.step)
     return summary
@@ -546,8 +554,9 @@ def step_levers(options):
     return "; " + ", ".join(changed) if changed else ""
 
 
-def train_summary(config, devices, steps, counts, meter):
+def train_summary(config, devices, steps, counts, meter, clock):
     last, logged = counts.last, counts.last_logged
+    startup = clock.figures()
     mean = meter.rates(meter.timed)
     return TrainSummary(
         steps=counts.step, skipped_steps=counts.skipped, global_batch=global_batch(config, devices),
@@ -557,7 +566,7 @@ def train_summary(config, devices, steps, counts, meter):
         final_loss_scale=last["loss_scale"] if last else None,
         mean_sequences_per_second=mean["sequences_per_second"], mean_tokens_per_second=mean["tokens_per_second"],
         timed_steps=meter.timed["steps"], sequences=int(meter.trained["sequences"]),
-        tokens=int(meter.trained["tokens"]),
+        tokens=int(meter.trained["tokens"]), seconds_to_first_step=startup.get("first_step_s"), startup=startup,
         **{f"last_{k}": logged[k] for k in ("loss", "mlm_accuracy", "nsp_accuracy") if k in logged})
 
 

@@ -41,23 +41,9 @@ import sys
 import threading
 import time
 
+from trainer.startup import PROCESS_START  # the origin of a result's first_step_s
+
 MEMORY_LIMIT_VARIABLE = "BERTPREP_TEST_MEMORY_LIMIT"
-
-
-def process_start():
-    """time.perf_counter()'s reading when this process started (Linux: its start time in /proc, against
-    the boot clock), else when this module loaded: the origin of a result's first_step_s."""
-    now_perf, now_boot = time.perf_counter(), time.clock_gettime(time.CLOCK_BOOTTIME)
-    try:
-        with open("/proc/self/stat", encoding="ascii") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        started_boot = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22, starttime
-    except (OSError, ValueError, IndexError, AttributeError):
-        return now_perf
-    return now_perf - (now_boot - started_boot)
-
-
-PROCESS_START = process_start()
 
 
 def work(devices, iterations, result_path, peak=False, detect_only=False, train_fields=None):
