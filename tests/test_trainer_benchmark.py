@@ -138,6 +138,11 @@ def test_report_of_one_and_two_devices_with_a_failing_configuration(records_dir,
             assert len(times) == 5 and all(np.diff(times) >= 0)
             recomputed.append(config["global_batch"] * 4 / (times[4] - times[0]))
             assert (out / run["log"]).is_file()
+            # Each worker's start, by the trainer's clock (trainer/startup.py), at the moment the worker timed.
+            assert run["startup"]["first_step_s"] == pytest.approx(run["first_step_s"], abs=0.5), run["startup"]
+        # The workers share the compilation cache: the second run of a configuration compiles nothing.
+        second = config["runs"][1]["startup"]
+        assert second["programs"] >= 1 and second["programs_from_cache"] == second["programs"], second
         assert config["median"] == pytest.approx(float(np.median(recomputed)), rel=1e-12)
         assert config["peak_flops"] > 1e8 and 0 < config["mfu"] < 1
         failed = configs[(devices, 16)]

@@ -251,7 +251,7 @@ def _run_config(args, bench, records, entry, label):
             return
         run = {"throughput": method.throughput(outcome["step_times"], entry["global_batch"], args.skip),
                "step_times": outcome["step_times"], "peak_flops": outcome.get("peak_flops"),
-               "first_step_s": outcome.get("first_step_s"), "log": outcome["log"]}
+               "first_step_s": outcome.get("first_step_s"), "startup": outcome.get("startup"), "log": outcome["log"]}
         shown = f"{run['throughput']:,.1f} {bench.unit}"
         if records.packed:
             run["step_sequences"] = outcome["step_sequences"]

@@ -18,9 +18,10 @@ on a CPU, the next step has even finished). With --peak, the devices'
 peak FLOP/s is then measured by a large matrix product in the run's
 precision. The result is one JSON object written to --result:
 `{"status": "ok" | "oom" | "error", "error", "step_times", "replicas",
-"global_batch", "dtype_policy", "peak_flops", "first_step_s", ...}`;
+"global_batch", "dtype_policy", "peak_flops", "first_step_s", "startup", ...}`;
 first_step_s: seconds from the process's start to the first step's results
-on the host (imports, model, compilation and the step itself).
+on the host (imports, model, compilation and the step itself); startup: where
+they went, the run's summary's (trainer/startup.py).
 
 The options are read by `worker_main` (`build_worker_parser`); `work` does
 the rest.
@@ -148,7 +149,7 @@ def run_timed(train_fields, devices, backend, measure_peak):
         result.update(step_times=step_times[:-1], step_sequences=step_sequences[:-1], replicas=summary.replicas,
                       global_batch=summary.global_batch, final_loss=summary.last_loss,
                       dtype_policy=summary.precision, first_step_s=step_times[0] - PROCESS_START if step_times
-                      else None)
+                      else None, startup=summary.startup)
         kind, count = accelerators(backend)
         result.update(accelerator=kind if count else None, accelerators=count)
         if measure_peak:
