@@ -7,8 +7,8 @@ JAX, what JAX did meanwhile comes from its public monitoring hooks (jax.monitori
 tracing Python into jaxprs, lowering them to StableHLO, and compiling programs or reading them from the
 persistent cache (trainer/compilation_cache.py), and how many programs each way. A trace nested in another
 (a jit called inside the step) is counted once: the seconds are the union of the events' time spans. A
-profiler slows the Python-heavy phases by 1.5-3x (scripts/bench_startup.py --phases); the clock costs a
-few timestamps, so its figures are the run's own: the GPU check prints them.
+profiler slows the Python-heavy phases (scripts/bench_startup.py --phases; docs/trainer.md has a case); the
+clock costs a few timestamps, so its figures are the run's own: the GPU check prints them.
 
 The first run in a process counts from the process's start (Linux's /proc/self/stat; elsewhere from this
 module's import, which leaves out the interpreter's own start, tens of milliseconds); a later run in the
