@@ -37,6 +37,7 @@ from gpu_check import (  # noqa: E402
     stamped_run,
     start_up_argv,
     startup_line,
+    startup_log,
 )
 
 MODEL_BUILT = re.compile(r"^trainer: \d+ device")
@@ -46,9 +47,7 @@ def timed_run(args, flags, cache, tree=REPO, profile=None):
     """(seconds to the first "trainer:" line, seconds to "train step 1", the trainer's own start-up figures or
     None) of one run (under cProfile writing to `profile`, where given: the same run, so that a warm cache holds
     its programs)."""
-    log_json = cache + "-events.jsonl"
-    if os.path.exists(log_json):
-        os.remove(log_json)
+    log_json = startup_log(cache)
     argv = start_up_argv(args.records, args.model, args.batch_size, args.precision, flags, profile, log_json)
     env = dict(os.environ, PYTHONUNBUFFERED="1", KERAS_BACKEND=args.backend, BERTPREP_COMPILATION_CACHE_DIR=cache,
                PYTHONPATH=os.pathsep.join(filter(None, [tree, os.environ.get("PYTHONPATH")])))

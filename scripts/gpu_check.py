@@ -112,6 +112,15 @@ def start_up_argv(records, model, batch_size, precision, extra=(), profile=None,
             "--log-every", "1", *(["--log-json", log_json] if log_json else []), *extra]
 
 
+def startup_log(cache_dir):
+    """A start-up run's --log-json file, beside its cache folder and removed if there: what logged_startup then
+    reads is this run's summary, not an earlier run's."""
+    log_json = cache_dir + "-events.jsonl"
+    if os.path.exists(log_json):
+        os.remove(log_json)
+    return log_json
+
+
 def logged_startup(log_json):
     """The run's start by its own clock (its summary's `startup`, trainer/startup.py), or None."""
     try:
@@ -127,9 +136,7 @@ def timed_trainer(args, cache_dir, extra=(), backend=None, environ=None, profile
     of one `python -m trainer` run (under cProfile writing to `profile`, where given); the output's lines each
     prefixed with the seconds since the start at which it came (the logs keep them: the first "trainer:"
     line's time is how long the model took to build)."""
-    log_json = cache_dir + "-events.jsonl"
-    if os.path.exists(log_json):
-        os.remove(log_json)
+    log_json = startup_log(cache_dir)
     argv = start_up_argv(args.records, args.model, args.start_batch, "amp", extra, profile, log_json)
     env = dict(env_for(cache_dir), **(environ or {}))
     if backend:

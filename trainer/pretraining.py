@@ -409,20 +409,19 @@ def train(config: TrainConfig, step_times: list[float] | None = None,
     with holding:
         log = Log(config, config.steps, enabled=devices.is_chief)
         try:
-            return _train(config, devices, log, data_dir, records, bert, step_times, step_sequences, initial,
-                          precision_note, options, clock)
+            return _train(config, devices, log, clock, data_dir, records, bert, step_times, step_sequences, initial,
+                          precision_note, options)
         finally:
-            clock.stop()
+            clock.close()  # a run that failed before its first results stops counting JAX's events
             log.close()
 
 
-def _train(config, devices, log, data_dir, records, bert, step_times=None, step_sequences=None, initial=None,
-           precision_note=None, options=StepOptions(), clock=None):
+def _train(config, devices, log, clock, data_dir, records, bert, step_times=None, step_sequences=None, initial=None,
+           precision_note=None, options=StepOptions()):
     """Streams, model and steps, a resumed state, the loop, the summary."""
     stream, eval_stream = record_streams(config, devices, records, data_dir, log)
     model, _, steps = build_steps(config, devices, bert, records, warmup_steps(config.warmup, config.steps),
                                   initial, log, options)
-    clock = clock or StartupClock()
     clock.mark("model_built_s")
     settings = run_settings(config, bert, devices)
     carried = carried_files(config, records, initial, log)
@@ -433,7 +432,7 @@ def _train(config, devices, log, data_dir, records, bert, step_times=None, step_
                         checkpoint_every=config.checkpoint_every if config.checkpoint_dir else 0)
     hooks = Hooks(evaluate=lambda step: evaluate(steps, eval_stream, config.eval_steps),
                   checkpoint=functools.partial(checkpoint, config, devices, steps, settings, log, carried),
-                  step_times=step_times, step_sequences=step_sequences, first_results=clock.stop)
+                  step_times=step_times, step_sequences=step_sequences, first_results=clock.first_results)
     batches = prefetch(stream.batches(draws * stream.batch_size))
     counts, meter = train_loop(steps, batches, schedule, log, config.grad_accum, hooks, draws)
     summary = train_summary(config, devices, steps, counts, meter, clock)

@@ -47,8 +47,8 @@ PROCESS_START = process_start()
 
 
 class StartupClock:
-    """One run's start: `mark(phase)` as the trainer passes it, JAX's events while it runs, `stop()` at the
-    first results; `figures()` for the summary."""
+    """One run's start: `mark(phase)` as the trainer passes it, JAX's events while it runs, `first_results()`
+    when they reach the host (`close()` where the run ends without); `figures()` for the summary."""
 
     def __init__(self):
         global _runs_in_process
@@ -67,15 +67,19 @@ class StartupClock:
             self.marks.setdefault(phase, time.perf_counter() - self.origin)
 
     def listen_to_jax(self):
-        """Count JAX's tracing, lowering and compiling from now until `stop()` (JAX must be imported)."""
+        """Count JAX's tracing, lowering and compiling from now until `close()` (JAX must be imported)."""
         global _current
         _ensure_listeners()
         _current = self
 
-    def stop(self):
+    def first_results(self):
         """The first results are on the host: the start is over."""
-        global _current
         self.mark("first_step_s")
+        self.close()
+
+    def close(self):
+        """No more marks, and JAX's events no longer counted for this run."""
+        global _current
         self.stopped = True
         if _current is self:
             _current = None
