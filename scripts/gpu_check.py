@@ -57,6 +57,11 @@ PHASES = (("Keras and JAX imported", "trainer/library_logs.py", "load_keras"),
           ("first results fetched (steps run)", "trainer/steps.py", "fetch_all"))
 
 
+# A line of Python's import profile (PYTHONPROFILEIMPORTTIME): "import time: SELF_US | CUMULATIVE_US | NAME",
+# the name indented by its depth in the import tree.
+IMPORT_TIME = re.compile(r"import time:\s+(\d+) \|\s+\d+ \| *([\w.]+)\s*$")
+
+
 def library_lines(text):
     return [line for line in text.splitlines() if LIBRARY_LINE.match(line) or PTXAS.search(line)]
 
@@ -101,6 +106,19 @@ def phase_seconds(profile):
             if function == wanted and path.replace(os.sep, "/").endswith(suffix):
                 found[name] = found.get(name, 0.0) + cumulative
     return {name: found.get(name) for name, _, _ in PHASES}
+
+
+def import_seconds(text, top=12):
+    """{package: seconds} of the `top` top-level packages whose modules took longest to import in a run's
+    output under PYTHONPROFILEIMPORTTIME (each module's own time, summed by its first name component)."""
+    seconds = {}
+    for line in text.splitlines():
+        found = IMPORT_TIME.search(line)
+        if found:
+            package = found.group(2).split(".")[0]
+            seconds[package] = seconds.get(package, 0.0) + int(found.group(1)) / 1e6
+    ranked = sorted(seconds.items(), key=lambda item: -item[1])[:top]
+    return {package: round(value, 4) for package, value in ranked}
 
 
 def start_up_argv(records, model, batch_size, precision, extra=(), profile=None, log_json=None):
@@ -293,8 +311,9 @@ def startup_line(startup):
     """The trainer's own clock of one start (trainer/startup.py), in one line."""
     if not startup:
         return "—"
-    line = ", ".join(f"{label} {_fmt(startup.get(key), '.1f')}" for key, label in (
-        ("imports_s", "imports"), ("model_built_s", "model built"), ("first_step_s", "first step"))) + " s"
+    phases = (("imports_s", "imports"), ("devices_s", "devices"), ("model_built_s", "model built"),
+              ("first_step_s", "first step"))
+    line = ", ".join(f"{label} {_fmt(startup[key], '.1f')}" for key, label in phases if key in startup) + " s"
     if "programs" in startup:
         line += (f"; traced {_fmt(startup['traced_s'], '.1f')}, lowered {_fmt(startup['lowered_s'], '.1f')}, "
                  f"compiled or loaded {_fmt(startup['compiled_or_loaded_s'], '.1f')} s ({startup['programs']} "
@@ -311,10 +330,13 @@ def print_startups(start, levers):
                 print(f"start-up, {name}, {kind} (the trainer's clock): {startup_line(run[f'{kind}_startup'])}")
 
 
-def print_phases(phases):
+def print_phases(phases, imports=None):
     if phases:
         print("where the warm start went, under cProfile (one phase may call another): " + "; ".join(
             f"{name} {_fmt(seconds, '.2f')} s" for name, seconds in phases.items()))
+    if imports:
+        print("its imports by package (modules' own seconds, under cProfile): " + ", ".join(
+            f"{package} {seconds:.2f}" for package, seconds in imports.items()))
 
 
 def print_levers(levers):
@@ -337,8 +359,9 @@ def main():
     p.add_argument("--batch-sizes", default="64,256")
     p.add_argument("--precisions", default="amp,fp32", help="trainer.benchmark's precisions (default amp,fp32)")
     p.add_argument("--phases", action="store_true",
-                   help="after the start-up runs, one more warm run under cProfile: where its start-up went "
-                        "(OUT/trainer-warm.prof and a line)")
+                   help="after the start-up runs, one more warm run under cProfile and Python's import profile: "
+                        "where its start-up went and which packages its imports took (OUT/trainer-warm.prof "
+                        "and two lines)")
     p.add_argument("--no-start", action="store_true",
                    help="skip the defaults' start-up runs (for a short run that measures levers)")
     p.add_argument("--no-peers", action="store_true",
@@ -365,7 +388,7 @@ def main():
     os.makedirs(args.work, exist_ok=True)
     started = time.monotonic()
 
-    cold_s = warm_s = warm_phases = cold_startup = warm_startup = None
+    cold_s = warm_s = warm_phases = warm_imports = cold_startup = warm_startup = None
     cold_lines, warm_lines = [], []
     if not args.no_start:
         cache = os.path.join(args.work, "start-cache")
@@ -373,9 +396,11 @@ def main():
         cold_s, cold_lines, cold_output, cold_startup = timed_trainer(args, cache)
         warm_s, warm_lines, warm_output, warm_startup = timed_trainer(args, cache)
         write_logs(out, {"trainer-cold.log": cold_output, "trainer-warm.log": warm_output})
-        if args.phases:
-            timed_trainer(args, cache, profile=os.path.join(out, "trainer-warm.prof"))
+        if args.phases:  # with Python's import profile: which packages the imports' seconds went to
+            _, _, phases_output, _ = timed_trainer(args, cache, profile=os.path.join(out, "trainer-warm.prof"),
+                                                   environ={"PYTHONPROFILEIMPORTTIME": "1"})
             warm_phases = phase_seconds(os.path.join(out, "trainer-warm.prof"))
+            warm_imports = import_seconds(phases_output)
     print(f"gpu_check: python -m trainer first step {_fmt(cold_s, '.1f')} s cold, {_fmt(warm_s, '.1f')} s warm "
           f"({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
 
@@ -405,7 +430,8 @@ def main():
               f"({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
     every_line = cold_lines + warm_lines + worker_lines
     start = {"cold_s": cold_s, "warm_s": warm_s, "library_lines": len(every_line), "examples": every_line[:5],
-             "cold_startup": cold_startup, "warm_startup": warm_startup, "warm_phases_s": warm_phases}
+             "cold_startup": cold_startup, "warm_startup": warm_startup, "warm_phases_s": warm_phases,
+             "warm_imports_s": warm_imports}
     found = checks(rows, start)
     device = (results.get("host") or {}).get("accelerator") or "no accelerator"
     report = {"device": device, "rows": rows, "start": start, "levers": levers,
@@ -419,7 +445,7 @@ def main():
         print_table(rows, start, found, device, args.model, args.start_batch)
         print_levers(levers)
         print_startups(start, levers)
-        print_phases(warm_phases)
+        print_phases(warm_phases, warm_imports)
         print(f"gpu_check: {report['seconds']:.0f} s; {os.path.join(out, 'gpu-check.json')}")
     return 0
 

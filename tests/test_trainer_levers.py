@@ -287,19 +287,37 @@ def test_library_lines_are_what_the_gpu_run_printed():
     assert len(gpu_check.library_lines(text)) == 3
 
 
+def test_the_gpu_check_sums_a_runs_import_profile_by_package():
+    """--phases: the packages a start's imports went to, from Python's own import profile of the run."""
+    stamped = ("   0.4 import time: self [us] | cumulative | imported package\n"
+               "   0.5 import time:       300 |        300 |     jax._src.lib\n"
+               "   0.5 import time:      1200 |       1500 |   jax\n"
+               "   0.6 import time:      2500 |       4000 | keras\n"
+               "   0.6 import time:       100 |        100 | keras.src.ops\n"
+               "   0.7 trainer: 1 device(s)\n")
+    assert gpu_check.import_seconds(stamped) == {"keras": 0.0026, "jax": 0.0015}
+    assert gpu_check.import_seconds(stamped, top=1) == {"keras": 0.0026}
+    done = subprocess.run([sys.executable, "-c", "import email.mime.text, json.decoder"], capture_output=True,
+                          text=True, env=dict(os.environ, PYTHONPROFILEIMPORTTIME="1"), check=True)
+    seconds = gpu_check.import_seconds(done.stderr, top=1000)
+    assert {"email", "json", "encodings"} <= set(seconds) and all(value >= 0 for value in seconds.values())
+    assert list(seconds.values()) == sorted(seconds.values(), reverse=True)
+
+
 def test_the_gpu_check_reads_each_start_from_the_trainers_log(tmp_path):
     """gpu_check prints where a start went from the run's --log-json summary (trainer/startup.py's figures)."""
     log = tmp_path / "events.jsonl"
-    startup = {"from": "process start", "imports_s": 2.1, "model_built_s": 6.0, "first_step_s": 9.5, "traced_s": 1.04,
-               "lowered_s": 0.3, "compiled_or_loaded_s": 0.8, "programs": 6, "programs_from_cache": 6}
+    startup = {"from": "process start", "imports_s": 2.1, "devices_s": 3.4, "model_built_s": 6.0, "first_step_s": 9.5,
+               "traced_s": 1.04, "lowered_s": 0.3, "compiled_or_loaded_s": 0.8, "programs": 6, "programs_from_cache": 6}
     log.write_text(json.dumps({"event": "train", "step": 1, "loss": 11.0}) + "\n"
                    + json.dumps({"event": "summary", "step": 3, "startup": startup}) + "\n")
     assert gpu_check.logged_startup(str(log)) == startup
     assert gpu_check.logged_startup(str(tmp_path / "absent.jsonl")) is None  # a run that died before its summary
-    assert gpu_check.startup_line(startup) == ("imports 2.1, model built 6.0, first step 9.5 s; traced 1.0, lowered "
-                                               "0.3, compiled or loaded 0.8 s (6 programs, 6 from the cache)")
+    assert gpu_check.startup_line(startup) == ("imports 2.1, devices 3.4, model built 6.0, first step 9.5 s; traced "
+                                               "1.0, lowered 0.3, compiled or loaded 0.8 s (6 programs, 6 from the "
+                                               "cache)")
     assert gpu_check.startup_line({"imports_s": 3.0, "model_built_s": 5.0, "first_step_s": 9.0}) == (
-        "imports 3.0, model built 5.0, first step 9.0 s")  # TensorFlow's: no JAX programs
+        "imports 3.0, model built 5.0, first step 9.0 s")  # TensorFlow's: no JAX programs; an older log's: no devices
 
 
 def test_a_gpu_check_levers_leading_assignments_are_its_environment():

@@ -378,8 +378,8 @@ class TrainSummary(_ShownAsTable):
     last_mlm_accuracy: float | None = None
     last_nsp_accuracy: float | None = None
     # From the start (the process's, for its first run) to the first step's results on the host, and where
-    # that went (trainer/startup.py: imports_s, model_built_s, first_step_s, and under JAX the seconds traced,
-    # lowered, compiled or loaded, and the programs compiled and read from the cache). None: no step ran.
+    # that went (trainer/startup.py: imports_s, devices_s, model_built_s, first_step_s, and under JAX the seconds
+    # traced, lowered, compiled or loaded, and the programs compiled and read from the cache). None: no step ran.
     seconds_to_first_step: float | None = None
     startup: dict | None = None
 

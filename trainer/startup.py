@@ -1,14 +1,15 @@
 """Where a pretraining run's start went, up to its first step's results: the summary's
 `seconds_to_first_step`, and with `--json` its `startup` phases.
 
-The trainer marks its own phases on a clock: Keras and its backend imported, the model and its optimizer
-built (their initial values drawn, or under JAX dispatched), the first step's results on the host. Under
-JAX, what JAX did meanwhile comes from its public monitoring hooks (jax.monitoring): the seconds spent
-tracing Python into jaxprs, lowering them to StableHLO, and compiling programs or reading them from the
-persistent cache (trainer/compilation_cache.py), and how many programs each way. A trace nested in another
-(a jit called inside the step) is counted once: the seconds are the union of the events' time spans. A
-profiler slows the Python-heavy phases (scripts/bench_startup.py --phases; docs/trainer.md has a case); the
-clock costs a few timestamps, so its figures are the run's own: the GPU check prints them.
+The trainer marks its own phases on a clock: Keras and its backend imported, the backend's devices found
+(under JAX on a GPU: CUDA and NVIDIA's libraries initialized), the model and its optimizer built (their
+initial values drawn, or under JAX dispatched), the first step's results on the host. Under JAX, what JAX
+did meanwhile comes from its public monitoring hooks (jax.monitoring): the seconds spent tracing Python into
+jaxprs, lowering them to StableHLO, and compiling programs or reading them from the persistent cache
+(trainer/compilation_cache.py), and how many programs each way. A trace nested in another (a jit called
+inside the step) is counted once: the seconds are the union of the events' time spans. A profiler slows the
+Python-heavy phases (scripts/bench_startup.py --phases; docs/trainer.md has a case); the clock costs a few
+timestamps, so its figures are the run's own: the GPU check prints them.
 
 The first run in a process counts from the process's start (Linux's /proc/self/stat; elsewhere from this
 module's import, which leaves out the interpreter's own start, tens of milliseconds); a later run in the
