@@ -8,14 +8,15 @@
 JAX compiles for a GPU that is not there (deviceless AOT: jax.experimental.topologies with XLA's GPU
 target description, scripts/gpu_specs/h100_sxm.txtpb, the facts XLA's own hlo_opt tool keeps for an H100
 SXM) when its CUDA plugin and NVIDIA's libraries are installed; no GPU, no driver. Each variant (trainer
-flags; the first is the baseline; with --baseline REF the first variant also runs with the code of
-commit REF, extracted as scripts/bench_train_before_after.py does) is built as profile_gpu_step.py builds
-the trainer's step, traced as on a GPU (the fused attention lowered for Triton, not interpreted), compiled
-by XLA's GPU pipeline, and its optimized module read: every kernel the step launches (fusions, library
-calls, Pallas kernels) with the bytes of its operands and results, summed by the Keras layer it came from
-(profile_gpu_step.CATEGORIES) and by kind (matrix products apart). Printed per variant: kernels, gigabytes
-moved (all, matrix products, the rest), the categories, and each as a ratio to the baseline's; with
---operations N, the N operations (each layer's alike summed) that move the most in the last variant.
+flags; the first is the baseline; with --baseline REF the first variant also runs with the code of commit
+REF, extracted as scripts/bench_train_before_after.py does) is built as profile_gpu_step.py builds the
+trainer's step, traced as on a GPU (the fused attention lowered for Triton, not interpreted), compiled by
+XLA's GPU pipeline, and its optimized module read: every kernel the step launches (fusions, library calls,
+Pallas kernels) with the bytes of its operands (each buffer once) and results, summed by the Keras layer
+it came from (profile_gpu_step.CATEGORIES) and by kind (matrix products apart). Printed per variant:
+kernels, gigabytes moved (all, matrix products, the rest), the categories, and each as a ratio to the
+baseline's; with --operations N, the N operations (each layer's alike summed) that move the most in the
+last variant.
 
 A loop (a `while`, as --scan-layers makes) is counted by its operands, not by the kernels of its body: a
 scanned step's figures are not comparable with an unrolled one's.
@@ -97,9 +98,15 @@ def step_kernels(hlo_text):
         # A library product's result is (product, scratch workspace): the workspace is not traffic.
         results = ARRAY.search(result_type).group(0) if kind == "gemm" and result_type.startswith("(") else result_type
         kernels.append({"name": name, "opcode": opcode, "kind": kind, "op_name": op_name.group(1) if op_name else "",
-                        "bytes_in": sum(array_bytes(types.get(o, "")) for o in re.findall(r"%([\w.\-]+)", operands)),
+                        "bytes_in": sum(array_bytes(types.get(o, "")) for o in _distinct(operands)),
                         "bytes_out": array_bytes(results)})
     return kernels
+
+
+def _distinct(operands):
+    """An instruction's operand names, each once: a buffer passed twice (the packed query, key and value, which
+    the fused attention takes three times and reads a third of each time) is read at most once."""
+    return list(dict.fromkeys(re.findall(r"%([\w.\-]+)", operands)))
 
 
 def summary(kernels):

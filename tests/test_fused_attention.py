@@ -61,6 +61,29 @@ def test_the_kernel_and_its_gradients_are_the_reference(dropout, seq, tiles):
         np.testing.assert_allclose(np.asarray(g), np.asarray(e), **GRADIENT_TOLERANCE)
 
 
+@pytest.mark.parametrize("dropout, seq", [(0.1, 32), (0.1, 128)])
+def test_packed_query_key_and_value_give_the_separate_ones_values_and_gradients(dropout, seq):
+    """--qkv-projection packed: the kernels read the query, key and value heads from one [batch, seq,
+    3 x heads, head_dim] array and write its gradient packed the same way; the same values and gradients as
+    the three arrays apart, to the bit."""
+    q, k, v, mask = inputs(seq=seq, heads=4)
+    packed = jnp.concatenate([q, k, v], axis=2)
+
+    def apart(qkv, mask, seed, dropout, scale):
+        return fused_attention.attention(*jnp.split(qkv, 3, axis=2), mask, seed, dropout, scale)
+
+    def f(function):
+        return lambda qkv: jnp.sum(jnp.sin(function(qkv, mask, jnp.asarray([5, 9]), dropout, SCALE)))
+
+    out = fused_attention.attention_packed(packed, mask, jnp.asarray([5, 9]), dropout, SCALE)
+    assert out.shape == q.shape
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(apart(packed, mask, jnp.asarray([5, 9]), dropout,
+                                                                    SCALE)))
+    gradient = jax.grad(f(fused_attention.attention_packed))(packed)
+    np.testing.assert_array_equal(np.asarray(gradient), np.asarray(jax.grad(f(apart))(packed)))
+    assert all(float(jnp.max(jnp.abs(part))) > 1e-3 for part in jnp.split(gradient, 3, axis=2))
+
+
 def test_without_dropout_it_is_plain_masked_softmax_attention():
     q, k, v, mask = inputs()
     scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) * SCALE
@@ -132,6 +155,34 @@ def test_on_a_gpu_it_is_two_triton_kernels_and_no_seq_by_seq_tensor():
     assert sorted(kernels) == ["bert_attention_backward", "bert_attention_forward"]
     assert text.count(f"custom_call @{triton}") == 2
     assert f"{batch}x{heads}x{seq}x{seq}" not in text
+
+
+def test_packed_on_a_gpu_reads_and_writes_the_packed_array_in_place():
+    """Lowered for an NVIDIA GPU: the packed attention is the same two Triton kernels, each taking the one
+    packed array (no slice of it copied out), and the backward kernel's one output is the packed gradient."""
+    batch, seq, heads, head_dim = 4, 128, 12, 64
+    qkv = jax.ShapeDtypeStruct((batch, seq, 3 * heads, head_dim), jnp.bfloat16)
+    mask = jax.ShapeDtypeStruct((batch, seq, seq), jnp.bool_)
+    seed = jax.ShapeDtypeStruct((2,), jnp.uint32)
+
+    def step(qkv, mask, seed):
+        def f(qkv):
+            out = fused_attention.attention_packed(qkv, mask, seed, 0.1, 0.125, interpret=False)
+            return jnp.sum(out.astype(jnp.float32) ** 2)
+        return jax.value_and_grad(f)(qkv)
+
+    triton = "__gpu$xla.gpu.triton"
+    text = jax.export.export(jax.jit(step), platforms=["cuda"],
+                             disabled_checks=[jax.export.DisabledSafetyCheck.custom_call(triton)])(
+        qkv, mask, seed).mlir_module()
+    calls = [line for line in text.splitlines() if f"custom_call @{triton}" in line]
+    assert len(calls) == 2
+    packed = f"tensor<{batch}x{seq}x{3 * heads}x{head_dim}xbf16>"
+    forward, backward = sorted(calls, key=lambda line: "bert_attention_backward" in line)
+    for call in (forward, backward):  # "... : (operand types) -> result types" ends the line
+        assert call.rsplit(") -> ", 1)[0].rsplit(": (", 1)[1].count(packed) == 3
+    assert backward.rsplit(") -> ", 1)[1].split(" loc(")[0].strip() == packed
+    assert "stablehlo.slice" not in text and "stablehlo.concatenate" not in text
 
 
 def test_hashed_masks_keep_at_the_rate_and_follow_the_seed():

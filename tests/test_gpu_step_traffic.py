@@ -54,6 +54,18 @@ def test_kernels_of_a_gpu_module_and_the_bytes_they_move():
         "jvp(layer_N)/intermediate/dot_general (gemm)": {"kernels": 1, "gb": moved["gemm_gb"]}}
 
 
+def test_a_buffer_a_kernel_takes_twice_is_read_once():
+    """The packed attention's kernels take the one [batch, seq, 3 x heads, head_dim] array as query, key and
+    value, and read a third of it for each: the buffer's bytes are counted once, not three times."""
+    module = GPU_MODULE.replace(f"{GELU}\n", "  %qkv = bf16[256,128,36,64]{3,2,1,0} parameter(3)\n"
+                                "  ROOT %attention = bf16[256,128,12,64]{3,2,1,0} custom-call(%qkv, %qkv, %qkv), "
+                                'custom_call_target="__gpu$xla.gpu.triton", metadata={op_name="attention/'
+                                'bert_attention_forward/pallas_call"}\n')
+    attention = gpu_step_traffic.step_kernels(module)[-1]
+    packed = 256 * 128 * 36 * 64 * 2
+    assert (attention["kind"], attention["bytes_in"], attention["bytes_out"]) == ("pallas", packed, packed // 3)
+
+
 def test_a_module_compiled_here_is_read_the_same_way():
     """A function XLA compiled on this CPU: its kernels read the arguments and write the result."""
     import jax

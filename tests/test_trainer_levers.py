@@ -48,6 +48,9 @@ def test_trainer_accepts_amp_and_the_levers():
     assert TrainConfig(format="ofrecord", gelu="erf").gelu == "erf"
     with pytest.raises(UsageError, match="gelu: expected one of auto, keras, erf, got 'tanh'"):
         TrainConfig(format="ofrecord", gelu="tanh")
+    assert TrainConfig(format="ofrecord", qkv_projection="packed").qkv_projection == "packed"  # attention auto
+    with pytest.raises(UsageError, match="qkv_projection: expected one of auto, separate, packed, got 'fused'"):
+        TrainConfig(format="ofrecord", qkv_projection="fused")
 
 
 def test_scanned_layers_need_jax_and_one_stage_of_whole_layers():
@@ -89,6 +92,13 @@ def test_auto_levers_are_the_gpus_under_jax_and_keras_own_elsewhere(backend, pla
     # the GELU's erf formula, not yet measured on a GPU: Keras's unless asked for
     assert StepOptions.resolved("auto", "auto", backend, platform, gelu="auto").gelu == "keras"
     assert StepOptions.resolved("auto", "auto", backend, platform, gelu="erf").gelu == "erf"
+    # the packed query, key and value projections, not yet measured on a GPU: only when asked for, with the
+    # fused attention; asked for where the attention is einsum, a one-line error
+    assert fused.qkv_projection == "separate"
+    assert StepOptions.resolved("auto", "auto", backend, platform, attention="fused",
+                                qkv_projection="packed").qkv_projection == "packed"
+    with pytest.raises(UsageError, match="--qkv-projection packed: only with the fused attention"):
+        StepOptions.resolved("auto", "auto", backend, platform, attention="auto", qkv_projection="packed")
 
 
 def test_the_fused_attention_fits_runs_of_its_shapes_on_one_devices_layers():
@@ -340,11 +350,15 @@ def test_trainer_benchmark_passes_every_step_lever_to_its_workers(tmp_path):
     add_step_arguments(parser)
     assert {action.dest for action in parser._actions} - {"help"} == set(STEP_FIELDS)
     args = build_parser().parse_args(["--format", "ofrecord", "--gemm-autotune", "off", "--attention", "einsum",
-                                      "--scan-layers", "--gemm", "xla", "--dropout-rng", "rbg", "--gelu", "erf"])
+                                      "--scan-layers", "--gemm", "xla", "--dropout-rng", "rbg", "--gelu", "erf",
+                                      "--qkv-projection", "packed"])
     bench = Benchmark(args, 1, 0, str(tmp_path))
     fields = bench._train_fields("fp32", 8, 20)
     bench.close()  # its scratch folder
-    assert {k: fields[k] for k in ("gemm_autotune", "attention", "scan_layers", "gemm", "dropout_rng", "gelu")} == {
+    assert {k: fields[k] for k in ("gemm_autotune", "attention", "scan_layers", "gemm", "dropout_rng", "gelu",
+                                   "qkv_projection")} == {
         "gemm_autotune": "off", "attention": "einsum", "scan_layers": True, "gemm": "xla", "dropout_rng": "rbg",
-        "gelu": "erf"}
-    TrainConfig(**{k: fields[k] for k in STEP_FIELDS}, format="ofrecord")  # each a TrainConfig field
+        "gelu": "erf", "qkv_projection": "packed"}
+    TrainConfig(**{k: fields[k] for k in STEP_FIELDS if k != "qkv_projection"}, format="ofrecord")  # TrainConfig's
+    with pytest.raises(UsageError, match="qkv_projection packed: only with the fused attention"):
+        TrainConfig(**{k: fields[k] for k in STEP_FIELDS}, format="ofrecord")  # with --attention einsum

@@ -33,6 +33,7 @@ from trainer.config import (
     OPTIMIZERS,
     PLACEMENTS,
     PRECISIONS,
+    QKV_PROJECTIONS,
     SIZES,
     FinetuneConfig,
     TrainConfig,
@@ -51,8 +52,8 @@ def add_optimizer_arguments(p, default):
 
 
 # The TrainConfig fields that add_step_arguments sets: what trainer.benchmark passes on to its workers.
-STEP_FIELDS = ("embedding_gradient", "dropout_rng", "gemm", "gemm_autotune", "attention", "gelu", "scan_layers",
-               "compilation_cache")
+STEP_FIELDS = ("embedding_gradient", "dropout_rng", "gemm", "gemm_autotune", "attention", "gelu", "qkv_projection",
+               "scan_layers", "compilation_cache")
 
 
 def add_step_arguments(p):
@@ -82,6 +83,11 @@ def add_step_arguments(p):
                    help="the exact GELU's formula: keras (Keras's: under JAX 0.5x erfc(-x/sqrt 2), which XLA expands "
                         "into a long float32 expression) or erf (0.5x (1 + erf(x/sqrt 2)), one XLA instruction; "
                         "JAX; not yet measured on a GPU); auto: keras")
+    p.add_argument("--qkv-projection", choices=QKV_PROJECTIONS, default="auto",
+                   help="with the fused attention, the query, key and value projections as separate matrix "
+                        "products (Keras's) or packed (one product, the kernel reading its output in place and "
+                        "writing the gradient packed: one product back to the input instead of three and two "
+                        "adds; JAX; not yet measured on a GPU); auto: separate")
     p.add_argument("--scan-layers", action="store_true",
                    help="run the Transformer layers as one jax.lax.scan loop: one layer traced and compiled "
                         "instead of each (JAX; not with --model-parallel or --pipeline-stages)")

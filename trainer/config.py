@@ -59,6 +59,7 @@ EMBEDDING_GRADIENTS = ("auto", "scatter", "sorted")  # trainer/embedding_lookup.
 DROPOUT_RNGS = ("auto", "threefry", "rbg", "hash")  # trainer/dropout.py
 ATTENTION_KERNELS = ("auto", "einsum", "fused")  # trainer/attention.py, trainer/fused_attention.py
 GELU_FORMULAS = ("auto", "keras", "erf")  # trainer/gelu.py
+QKV_PROJECTIONS = ("auto", "separate", "packed")  # trainer/attention.py
 # GEMM_KERNELS and GEMM_AUTOTUNE are trainer/xla_gpu.py's, imported above.
 
 
@@ -67,32 +68,38 @@ class StepOptions:
     """The model's levers, concrete (no "auto"): how embedding rows' gradients reach their tables
     (trainer/embedding_lookup.py), which generator draws the dropout masks (trainer/dropout.py) and
     whether the Transformer layers run as one scanned loop (trainer/scan_layers.py) and which kernel
-    computes the attention (trainer/attention.py) and by which formula the exact GELU (trainer/gelu.py). The
-    defaults are Keras's own computations."""
+    computes the attention (trainer/attention.py), whether the fused attention's query, key and value
+    projections multiply as one (trainer/attention.py) and by which formula the exact GELU (trainer/gelu.py).
+    The defaults are Keras's own computations."""
 
     embedding_gradient: str = "scatter"
     dropout_rng: str = "threefry"
     scan_layers: bool = False
     attention: str = "einsum"
     gelu: str = "keras"
+    qkv_projection: str = "separate"
 
     @classmethod
     def resolved(cls, embedding_gradient, dropout_rng, backend, platform, scan_layers=False, attention="einsum",
-                 fused_attention_fits=False, gelu="auto"):
+                 fused_attention_fits=False, gelu="auto", qkv_projection="auto"):
         """"auto" made concrete for `backend` on a device of `platform`: the sorted gradient, hash's masks and
         (where `fused_attention_fits` the run: its shapes, no model or pipeline parallelism) the fused
         attention under JAX on a GPU, where they were measured to help; Keras's own elsewhere (TensorFlow has
         none of them; on a CPU the scatter is a plain loop, the masks' generator no bottleneck, and the
-        Pallas kernel would run interpreted). The GELU's erf formula is not yet measured on a GPU: "auto" is
-        Keras's everywhere."""
+        Pallas kernel would run interpreted). The GELU's erf formula and the packed projections are not yet
+        measured on a GPU: "auto" is Keras's everywhere."""
         gpu = backend == "jax" and platform in GPU_PLATFORMS
+        kernel = attention if attention != "auto" else ("fused" if gpu and fused_attention_fits else "einsum")
+        if qkv_projection == "packed" and kernel != "fused":
+            raise UsageError("--qkv-projection packed: only with the fused attention (--attention fused, or auto "
+                             "under JAX on a GPU where it takes the run); this run's attention is einsum")
         return cls(embedding_gradient=embedding_gradient if embedding_gradient != "auto" else
                    ("sorted" if gpu else "scatter"),
                    dropout_rng=dropout_rng if dropout_rng != "auto" else ("hash" if gpu else "threefry"),
                    scan_layers=scan_layers,
-                   attention=attention if attention != "auto" else
-                   ("fused" if gpu and fused_attention_fits else "einsum"),
-                   gelu=gelu if gelu != "auto" else "keras")
+                   attention=kernel,
+                   gelu=gelu if gelu != "auto" else "keras",
+                   qkv_projection=qkv_projection if qkv_projection != "auto" else "separate")
 
 
 PLACEMENTS = ("intra_first", "inter_first")  # --placement (trainer/parallel.py orders the devices by it)
@@ -186,6 +193,7 @@ class TrainConfig:
     scan_layers: bool = False
     attention: str = "auto"
     gelu: str = "auto"
+    qkv_projection: str = "auto"
 
     def __post_init__(self):
         check_types(self)
@@ -194,7 +202,8 @@ class TrainConfig:
                               "placement": PLACEMENTS, "model": (None, *SIZES),
                               "embedding_gradient": EMBEDDING_GRADIENTS, "dropout_rng": DROPOUT_RNGS,
                               "gemm": GEMM_KERNELS, "gemm_autotune": GEMM_AUTOTUNE,
-                              "attention": ATTENTION_KERNELS, "gelu": GELU_FORMULAS})
+                              "attention": ATTENTION_KERNELS, "gelu": GELU_FORMULAS,
+                              "qkv_projection": QKV_PROJECTIONS})
         _check_positive(self, ("steps", "batch_size", "grad_accum", "pad_vocab", "steps_per_call", "bin_size",
                                "model_parallel", "pipeline_stages", "checkpoint_every", "eval_steps", "log_every"))
         if self.model and self.bert_config:
@@ -207,6 +216,8 @@ class TrainConfig:
         if self.scan_layers and (self.model_parallel > 1 or self.pipeline_stages > 1):
             raise UsageError("--scan-layers: not with --model-parallel or --pipeline-stages (they lay out and "
                              "place each layer apart)")
+        if self.qkv_projection == "packed" and self.attention == "einsum":
+            raise UsageError("--qkv-projection packed: only with the fused attention (--attention fused or auto)")
         if self.attention == "fused" and (self.model_parallel > 1 or self.pipeline_stages > 1):
             raise UsageError("--attention fused: not with --model-parallel or --pipeline-stages (XLA cannot split "
                              "the kernel's call over the heads' devices)")

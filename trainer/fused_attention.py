@@ -156,14 +156,21 @@ def _gradient_tile(q, k, v, do, lse, delta, mask, keep, rate, scale):
     return dropped, p * (dp - delta[:, None]) * scale
 
 
-def _backward_kernel(seed_ref, q_ref, k_ref, v_ref, mask_ref, do_ref, lse_ref, delta_ref, dq_ref, dk_ref, dv_ref,
-                     *, rate, scale, heads, block, inner):
+def _backward_kernel(seed_ref, q_ref, k_ref, v_ref, mask_ref, do_ref, lse_ref, delta_ref, *out_refs,
+                     rate, scale, heads, block, inner):
     """Program t of a (sequence, head): dk and dv of its keys t*block.., walking the queries in blocks of
-    `inner`; then dq of its queries t*block.., walking the keys in blocks of `inner` (float32 sums)."""
+    `inner`; then dq of its queries t*block.., walking the keys in blocks of `inner` (float32 sums).
+    `out_refs`: dq's, dk's and dv's blocks, or the whole packed [batch, seq, 3 x heads, head_dim] gradient."""
     b, h, t = pl.program_id(0), pl.program_id(1), pl.program_id(2)
     seq, head_dim = k_ref.shape
     row = _row(b, h, heads)
     mine = pl.ds(t * block, block)
+
+    def store(slot, value):  # slot 0, 1, 2: the query's, key's, value's gradient
+        if len(out_refs) == 3:
+            out_refs[slot][...] = value.astype(out_refs[slot].dtype)
+        else:
+            out_refs[0][b, mine, slot * heads + h, :] = value.astype(out_refs[0].dtype)
 
     def keep(first, rows, first_key, keys):
         return _keep(seed_ref[0], seed_ref[1], row, seq, rate, first, rows, first_key, keys) if rate > 0 else None
@@ -180,8 +187,8 @@ def _backward_kernel(seed_ref, q_ref, k_ref, v_ref, mask_ref, do_ref, lse_ref, d
 
     zeros = jnp.zeros((block, head_dim), jnp.float32)
     dk, dv = jax.lax.fori_loop(0, seq // inner, key_side, (zeros, zeros))
-    dk_ref[...] = dk.astype(dk_ref.dtype)
-    dv_ref[...] = dv.astype(dv_ref.dtype)
+    store(1, dk)
+    store(2, dv)
 
     q, do, lse, delta = q_ref[mine, :], do_ref[mine, :], lse_ref[mine], delta_ref[mine]
 
@@ -192,7 +199,7 @@ def _backward_kernel(seed_ref, q_ref, k_ref, v_ref, mask_ref, do_ref, lse_ref, d
                                rate, scale)
         return dq + plgpu.dot(ds.astype(k.dtype), k)
 
-    dq_ref[...] = jax.lax.fori_loop(0, seq // inner, query_side, zeros).astype(dq_ref.dtype)
+    store(0, jax.lax.fori_loop(0, seq // inner, query_side, zeros))
 
 
 def _call(kernel, grid, in_specs, out_specs, out_shape, interpret, name, warps, stages):
@@ -201,10 +208,10 @@ def _call(kernel, grid, in_specs, out_specs, out_shape, interpret, name, warps, 
                           interpret=interpret, name=name)
 
 
-def _whole(seq, head_dim):
-    """A (sequence, head)'s [seq, head_dim] rows, the mask's [seq, seq] and its [seq] statistics, over a
-    (batch, heads, block) grid."""
-    return (pl.BlockSpec((None, seq, None, head_dim), lambda b, h, i: (b, 0, h, 0)),
+def _whole(seq, head_dim, offset=0):
+    """A (sequence, head)'s [seq, head_dim] rows (of head `offset` + h of the array), the mask's [seq, seq] and
+    its [seq] statistics, over a (batch, heads, block) grid."""
+    return (pl.BlockSpec((None, seq, None, head_dim), lambda b, h, i: (b, 0, offset + h, 0)),
             pl.BlockSpec((None, seq, seq), lambda b, h, i: (b, 0, 0)),
             pl.BlockSpec((None, None, seq), lambda b, h, i: (b, h, 0)))
 
@@ -212,20 +219,23 @@ def _whole(seq, head_dim):
 SEED = pl.BlockSpec((2,), lambda b, h, i: (0,))
 
 
-def _rows(rows, head_dim):
-    return pl.BlockSpec((None, rows, None, head_dim), lambda b, h, i: (b, i, h, 0))
+def _rows(rows, head_dim, offset=0):
+    return pl.BlockSpec((None, rows, None, head_dim), lambda b, h, i: (b, i, offset + h, 0))
 
 
-def _forward(q, k, v, mask, seed, rate, scale, interpret, tiles):
-    batch, seq, heads, head_dim = q.shape
+def _forward(q, k, v, mask, seed, rate, scale, interpret, tiles, heads=None, offsets=(0, 0, 0)):
+    """(output, log-sum-exp). q, k, v: [batch, seq, heads, head_dim] arrays, or one packed array three times
+    with `heads` and the `offsets` of its query, key and value heads."""
+    batch, seq, _, head_dim = q.shape
+    heads = heads or q.shape[2]
     rows = tiles.forward_rows
-    whole, _, _ = _whole(seq, head_dim)
     kernel = functools.partial(_forward_kernel, rate=rate, scale=scale, heads=heads)
     return _call(kernel, (batch, heads, seq // rows),
-                 [SEED, _rows(rows, head_dim), whole, whole,
-                  pl.BlockSpec((None, rows, seq), lambda b, h, i: (b, i, 0))],
+                 [SEED, _rows(rows, head_dim, offsets[0]), _whole(seq, head_dim, offsets[1])[0],
+                  _whole(seq, head_dim, offsets[2])[0], pl.BlockSpec((None, rows, seq), lambda b, h, i: (b, i, 0))],
                  [_rows(rows, head_dim), pl.BlockSpec((None, None, rows), lambda b, h, i: (b, h, i))],
-                 [jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((batch, heads, seq), "float32")],
+                 [jax.ShapeDtypeStruct((batch, seq, heads, head_dim), q.dtype),
+                  jax.ShapeDtypeStruct((batch, heads, seq), "float32")],
                  interpret, "bert_attention_forward", tiles.forward_warps, tiles.forward_stages)(seed, q, k, v, mask)
 
 
@@ -239,25 +249,75 @@ def _fused_forward(q, k, v, mask, seed, rate, scale, interpret, tiles):
     return o, (q, k, v, mask, seed, o, lse)
 
 
-def _fused_backward(rate, scale, interpret, tiles, residuals, do):
-    q, k, v, mask, seed, o, lse = residuals
-    batch, seq, heads, head_dim = q.shape
+def _backward(q, k, v, mask, seed, o, lse, do, rate, scale, interpret, tiles, heads=None, offsets=None):
+    """(dq, dk, dv) of separate q, k, v; with `heads` and `offsets` (one packed array three times), the packed
+    [batch, seq, 3 x heads, head_dim] gradient, each program writing its rows of the three."""
+    batch, seq, _, head_dim = q.shape
+    heads = heads or q.shape[2]
     do = do.astype(q.dtype)
     delta = jnp.einsum("bqhd,bqhd->bhq", do, o, preferred_element_type=jnp.float32)  # one XLA reduction
-    whole, whole_mask, statistic = _whole(seq, head_dim)
+    _, whole_mask, statistic = _whole(seq, head_dim)
     block = tiles.backward_block
     kernel = functools.partial(_backward_kernel, rate=rate, scale=scale, heads=heads, block=block,
                                inner=tiles.backward_inner)
-    dq, dk, dv = _call(kernel, (batch, heads, seq // block),
-                       [SEED, whole, whole, whole, whole_mask, whole, statistic, statistic],
-                       [_rows(block, head_dim)] * 3,
-                       [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (q, k, v)],
-                       interpret, "bert_attention_backward", tiles.backward_warps, tiles.backward_stages)(
+    sources = [_whole(seq, head_dim, offset)[0] for offset in offsets or (0, 0, 0)]
+    if offsets is None:
+        out_specs, out_shape = [_rows(block, head_dim)] * 3, [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (q, k, v)]
+    else:
+        out_specs, out_shape = [pl.BlockSpec()], [jax.ShapeDtypeStruct(q.shape, q.dtype)]  # the whole array
+    return _call(kernel, (batch, heads, seq // block),
+                 [SEED, *sources, whole_mask, _whole(seq, head_dim)[0], statistic, statistic], out_specs, out_shape,
+                 interpret, "bert_attention_backward", tiles.backward_warps, tiles.backward_stages)(
         seed, q, k, v, mask, do, lse, delta)
+
+
+def _fused_backward(rate, scale, interpret, tiles, residuals, do):
+    q, k, v, mask, seed, o, lse = residuals
+    dq, dk, dv = _backward(q, k, v, mask, seed, o, lse, do, rate, scale, interpret, tiles)
     return dq, dk, dv, None, None
 
 
 _fused.defvjp(_fused_forward, _fused_backward)
+
+
+def attention_packed(qkv, mask, seed, rate, scale, interpret=None, tiles=None):
+    """attention() of the queries, keys and values side by side in one [batch, seq, 3 x heads, head_dim] array
+    (the query's heads, then the key's, then the value's: the three projections as one matrix product). The
+    kernels read each from its place, and the backward pass writes the gradient packed the same way, so
+    one matrix product takes it back through the three projections (instead of three, and the sum of
+    their input gradients). The same values as attention(), up to the products' summation order."""
+    if interpret is None:
+        interpret = jax.default_backend() not in ("gpu", "cuda", "rocm")
+    seed = jnp.asarray(seed).astype(jnp.uint32).reshape(2)
+    return _fused_packed(qkv, mask.astype(jnp.int8), seed, float(rate), float(scale), bool(interpret),
+                         (tiles or TILES).fit(qkv.shape[1]))
+
+
+def _offsets(qkv):
+    heads = qkv.shape[2] // 3
+    return heads, (0, heads, 2 * heads)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6))
+def _fused_packed(qkv, mask, seed, rate, scale, interpret, tiles):
+    heads, offsets = _offsets(qkv)
+    return _forward(qkv, qkv, qkv, mask, seed, rate, scale, interpret, tiles, heads, offsets)[0]
+
+
+def _fused_packed_forward(qkv, mask, seed, rate, scale, interpret, tiles):
+    heads, offsets = _offsets(qkv)
+    o, lse = _forward(qkv, qkv, qkv, mask, seed, rate, scale, interpret, tiles, heads, offsets)
+    return o, (qkv, mask, seed, o, lse)
+
+
+def _fused_packed_backward(rate, scale, interpret, tiles, residuals, do):
+    qkv, mask, seed, o, lse = residuals
+    heads, offsets = _offsets(qkv)
+    (dqkv,) = _backward(qkv, qkv, qkv, mask, seed, o, lse, do, rate, scale, interpret, tiles, heads, offsets)
+    return dqkv, None, None
+
+
+_fused_packed.defvjp(_fused_packed_forward, _fused_packed_backward)
 
 
 def reference(query, key, value, mask, seed, rate, scale):

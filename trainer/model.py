@@ -61,7 +61,7 @@ class TransformerLayer(keras.layers.Layer):
         self.attention = BertAttention(
             heads, config.hidden_size // heads, dropout=config.attention_probs_dropout_prob,
             kernel_initializer=_init(config), name="attention", dropout_rng=options.dropout_rng,
-            kernel=options.attention)
+            kernel=options.attention, qkv_projection=options.qkv_projection)
         self.attention_dropout = keras.layers.Dropout(config.hidden_dropout_prob)
         self.attention_layer_norm = keras.layers.LayerNormalization(epsilon=1e-12, name="attention_layer_norm")
         self.intermediate = keras.layers.Dense(config.intermediate_size,
