@@ -403,9 +403,7 @@ def train(config: TrainConfig, step_times: list[float] | None = None,
     options = step_options(config, keras, records.seq, bert)
     keras.utils.set_random_seed(config.seed)
     devices = Devices(keras.backend.backend(), config.model_parallel, config.placement, config.pipeline_stages)
-    # The backend has started and found its devices (under JAX, its GPU plugin initialized CUDA and its
-    # libraries, which on a GPU host the imports alone do not show).
-    clock.mark("devices_s")
+    clock.mark("devices_s")  # the backend started (under JAX on a GPU: CUDA and NVIDIA's libraries)
     # The chief writes the checkpoints: it holds their directory (a second run into it is refused,
     # checkpoints half-written by a killed run are cleared) before anything is logged there.
     holding = (hold(config.checkpoint_dir, "trainer") if config.checkpoint_dir and devices.is_chief
