@@ -78,6 +78,16 @@ def test_a_module_compiled_here_is_read_the_same_way():
     assert sum(k["bytes_in"] for k in kernels) >= x.nbytes + w.nbytes
 
 
+def test_a_profiled_kernel_without_an_op_name_is_placed_by_its_own_name():
+    """scripts/profile_gpu_step.py: the fused attention's Pallas kernels have no op name in the compiled text;
+    their own names say they are the attention's. A library product's name (cuBLAS's nvjet) says nothing."""
+    from profile_gpu_step import kernel_category
+
+    assert kernel_category("", "bert_attention_backward") == "attention"
+    assert kernel_category("jit(_train_step)/jvp(layer_5)/intermediate/mul", "loop_multiply_fusion") == "feed-forward"
+    assert kernel_category("", "nvjet_sm90_tst_192x192_64x3_2x1_v_bz_coopB_splitK_NTN") == "other"
+
+
 def test_array_bytes_of_hlo_types():
     assert gpu_step_traffic.array_bytes("(bf16[2,3]{1,0}, f32[], pred[8]{0})") == 12 + 4 + 8
     assert gpu_step_traffic.array_bytes("u32[6291456]{0}") == 4 * 6291456
