@@ -44,6 +44,7 @@ from trainer.library_logs import LIBRARY_LINE  # noqa: E402
 # A library line: absl/glog/TensorFlow's (library_logs.LIBRARY_LINE), or ptxas's words in any line.
 PTXAS = re.compile(r"ptxas|Registers are spilled")
 FIRST_STEP = re.compile(r"^train step 1:")
+TRAIN_LOSS = re.compile(r"train step \d+: loss (\S+)")
 TARGETS = {"amp_vs_compiled_peer": 1.2, "amp_vs_fp32": 1.5, "first_step_cold_s": 20.0, "first_step_warm_s": 5.0}
 # (phase, file, function): the cumulative seconds in that function of a run under cProfile (--phases, and
 # scripts/bench_startup.py --phases): where a start-up went.
@@ -106,6 +107,21 @@ def phase_seconds(profile):
             if function == wanted and path.replace(os.sep, "/").endswith(suffix):
                 found[name] = found.get(name, 0.0) + cumulative
     return {name: found.get(name) for name, _, _ in PHASES}
+
+
+def step_losses(output):
+    """The losses of a run's logged steps ("train step N: loss X"), in order."""
+    return [float(loss) for loss in TRAIN_LOSS.findall(output)]
+
+
+def losses_line(losses, default_losses):
+    """A lever's start-up losses beside the defaults' (the same seed, records and steps): a lever that
+    computes otherwise than it should shows here, before its speed means anything."""
+    line = ", ".join(f"{x:.4f}" for x in losses) or "none"
+    if losses and default_losses and len(losses) == len(default_losses):
+        gap = max(abs(a - b) for a, b in zip(losses, default_losses))
+        line += f" (the defaults' {', '.join(f'{x:.4f}' for x in default_losses)}; largest difference {gap:.4f})"
+    return line
 
 
 def import_seconds(text, top=12):
@@ -249,7 +265,7 @@ def lever(args, out, name, flags, default_rows):
     default = next((r["ours"] for r in default_rows if r["precision"] == "amp" and r["batch"] == batch), None)
     return {"name": name, "flags": flags, "batch": batch, "amp": rate, "default_amp": default,
             "vs_default": rate / default if rate and default else None, "cold_s": cold_s, "warm_s": warm_s,
-            "cold_startup": cold_startup, "warm_startup": warm_startup}
+            "cold_startup": cold_startup, "warm_startup": warm_startup, "cold_losses": step_losses(cold_output)}
 
 
 def table_rows(results, peers):
@@ -339,11 +355,12 @@ def print_phases(phases, imports=None):
             f"{package} {seconds:.2f}" for package, seconds in imports.items()))
 
 
-def print_levers(levers):
+def print_levers(levers, default_losses=None):
     for r in levers:
         print(f"lever {r['name']} ({r['flags']}): amp batch {r['batch']} {_fmt(r['amp'], ',.0f')} seq/s, "
               f"{_fmt(r['vs_default'], '.2f')}x the defaults'; first step {_fmt(r['cold_s'], '.1f')} s cold, "
               f"{_fmt(r['warm_s'], '.1f')} s warm")
+        print(f"  its start-up losses: {losses_line(r.get('cold_losses') or [], default_losses)}")
 
 
 def main():
@@ -389,13 +406,14 @@ def main():
     started = time.monotonic()
 
     cold_s = warm_s = warm_phases = warm_imports = cold_startup = warm_startup = None
-    cold_lines, warm_lines = [], []
+    cold_lines, warm_lines, cold_losses = [], [], []
     if not args.no_start:
         cache = os.path.join(args.work, "start-cache")
         shutil.rmtree(cache, ignore_errors=True)
         cold_s, cold_lines, cold_output, cold_startup = timed_trainer(args, cache)
         warm_s, warm_lines, warm_output, warm_startup = timed_trainer(args, cache)
         write_logs(out, {"trainer-cold.log": cold_output, "trainer-warm.log": warm_output})
+        cold_losses = step_losses(cold_output)
         if args.phases:  # with Python's import profile: which packages the imports' seconds went to
             _, _, phases_output, _ = timed_trainer(args, cache, profile=os.path.join(out, "trainer-warm.prof"),
                                                    environ={"PYTHONPROFILEIMPORTTIME": "1"})
@@ -431,7 +449,7 @@ def main():
     every_line = cold_lines + warm_lines + worker_lines
     start = {"cold_s": cold_s, "warm_s": warm_s, "library_lines": len(every_line), "examples": every_line[:5],
              "cold_startup": cold_startup, "warm_startup": warm_startup, "warm_phases_s": warm_phases,
-             "warm_imports_s": warm_imports}
+             "warm_imports_s": warm_imports, "cold_losses": cold_losses}
     found = checks(rows, start)
     device = (results.get("host") or {}).get("accelerator") or "no accelerator"
     report = {"device": device, "rows": rows, "start": start, "levers": levers,
@@ -443,7 +461,9 @@ def main():
         print(json.dumps(report))
     else:
         print_table(rows, start, found, device, args.model, args.start_batch)
-        print_levers(levers)
+        # the levers run under JAX: the defaults' losses are theirs to compare only where the defaults ran
+        # under JAX too (a host with TensorFlow starts the defaults on it; the GPU machine has none)
+        print_levers(levers, cold_losses if cold_startup and "programs" in cold_startup else None)
         print_startups(start, levers)
         print_phases(warm_phases, warm_imports)
         print(f"gpu_check: {report['seconds']:.0f} s; {os.path.join(out, 'gpu-check.json')}")

@@ -5,6 +5,7 @@ the GPU check's table and verdicts. The runs themselves: tests/test_trainer_jax.
 
 import dataclasses
 import json
+import math
 import os
 import subprocess
 import sys
@@ -312,6 +313,20 @@ def test_the_gpu_check_sums_a_runs_import_profile_by_package():
     seconds = gpu_check.import_seconds(done.stderr, top=1000)
     assert {"email", "json", "encodings"} <= set(seconds) and all(value >= 0 for value in seconds.values())
     assert list(seconds.values()) == sorted(seconds.values(), reverse=True)
+
+
+def test_the_gpu_check_sets_a_levers_start_up_losses_beside_the_defaults():
+    """A lever is trained on the same seed, records and steps as the defaults' start-up run: its losses
+    beside theirs show a lever that computes otherwise (a kernel writing the wrong rows) before its speed."""
+    output = ("   13.2 trainer: 1 device(s)\n   39.6 train step 1: loss 11.1268 mlm_loss 10.4163 nsp_loss 0.7105\n"
+              "   39.7 trainer: 2/3 steps, loss 11.2729, ETA 0s, 0s\n   39.7 train step 2: loss 11.2729 mlm_loss 9.7\n"
+              "   39.7 train step 3: loss nan mlm_loss nan\n")
+    losses = gpu_check.step_losses(output)
+    assert losses[:2] == [11.1268, 11.2729] and math.isnan(losses[2]) and len(losses) == 3
+    assert gpu_check.losses_line([11.1268, 11.2731], [11.1268, 11.2729]) == (
+        "11.1268, 11.2731 (the defaults' 11.1268, 11.2729; largest difference 0.0002)")
+    assert gpu_check.losses_line([11.1268], None) == "11.1268"
+    assert gpu_check.losses_line([], [11.0]) == "none"
 
 
 def test_the_gpu_check_reads_each_start_from_the_trainers_log(tmp_path):
