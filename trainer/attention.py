@@ -66,8 +66,8 @@ class BertAttention(keras.layers.MultiHeadAttention):
     def call(self, query, value, key=None, query_mask=None, value_mask=None, key_mask=None, attention_mask=None,
              return_attention_scores=False, training=None, use_causal_mask=False):
         if (self.kernel == "fused" and self.qkv_projection == "packed" and query is value and key is None
-                and not (query_mask is not None or value_mask is not None or key_mask is not None
-                         or return_attention_scores or use_causal_mask or self._use_gate)):
+                and query_mask is None and value_mask is None and key_mask is None
+                and not (return_attention_scores or use_causal_mask or self._use_gate)):
             return self._output_dense(self._packed(query, attention_mask, training))
         return super().call(query, value, key, query_mask, value_mask, key_mask, attention_mask,
                             return_attention_scores, training, use_causal_mask)
@@ -84,11 +84,8 @@ class BertAttention(keras.layers.MultiHeadAttention):
         if self._use_bias:
             packed = ops.add(packed, ops.concatenate([ops.reshape(p.bias, (heads * size,)) for p in projections]))
         packed = ops.reshape(packed, (*ops.shape(inputs)[:-1], 3 * heads, size))
-        rate = self._dropout if training else 0.0
-        seed = self._dropout_layer.seed_generator.next() if rate > 0 else ops.zeros((2,), "uint32")
-        attention_mask = self._compute_attention_mask(inputs, inputs, attention_mask=attention_mask)
-        if attention_mask is None:
-            attention_mask = ops.ones((ops.shape(inputs)[0], ops.shape(inputs)[1], ops.shape(inputs)[1]), "bool")
+        attention_mask, seed, rate = self._kernel_arguments(
+            inputs, inputs, self._compute_attention_mask(inputs, inputs, attention_mask=attention_mask), training)
         return fused_attention.attention_packed(packed, attention_mask, seed, rate, self._inverse_sqrt_key_dim)
 
     def _compute_attention(self, query, key, value, attention_mask=None, training=None,
@@ -104,13 +101,19 @@ class BertAttention(keras.layers.MultiHeadAttention):
         return ops.einsum(self._combine_equation, dropped, value), scores
 
     def _fused(self, query, key, value, attention_mask, training):
-        """The fused kernel on [batch, seq, heads, head_dim] query, key and value; its dropout keyed by this
-        layer's dropout seed state (advanced once a training call, as Keras's Dropout does)."""
+        """The fused kernel on [batch, seq, heads, head_dim] query, key and value."""
         from trainer import fused_attention
 
+        attention_mask, seed, rate = self._kernel_arguments(query, key, attention_mask, training)
+        return fused_attention.attention(query, key, value, attention_mask, seed, rate,
+                                         self._inverse_sqrt_key_dim)
+
+    def _kernel_arguments(self, query, key, attention_mask, training):
+        """(mask, seed, dropout rate) of a fused kernel's call: the mask all True where none is given; the
+        dropout keyed by this layer's dropout seed state (advanced once a training call, as Keras's Dropout
+        does)."""
         rate = self._dropout if training else 0.0
         seed = self._dropout_layer.seed_generator.next() if rate > 0 else ops.zeros((2,), "uint32")
         if attention_mask is None:
             attention_mask = ops.ones((ops.shape(query)[0], ops.shape(query)[1], ops.shape(key)[1]), "bool")
-        return fused_attention.attention(query, key, value, attention_mask, seed, rate,
-                                         self._inverse_sqrt_key_dim)
+        return attention_mask, seed, rate
