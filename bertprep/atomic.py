@@ -48,9 +48,10 @@ import shutil
 import socket
 import stat
 import tempfile
+import time
 
 from bertprep import storage
-from bertprep.errors import DataError, UsageError
+from bertprep.errors import HeldByAnotherRun, UsageError
 
 PARTIAL = ".partial"  # the staging directory of a tree
 LOCK = "lock"  # in PARTIAL: who holds the tree
@@ -441,6 +442,20 @@ def hold(root, command):
         _unlock(fd, root)
 
 
+def retry_while_held(make, wait_s, poll_s=0.2):
+    """make(), tried again every `poll_s` seconds while another run holds the directory it writes, for up to
+    `wait_s` seconds; then the holder's error. For outputs that every concurrent caller makes alike (the
+    trainer's cached sample records and checkpoint), where waiting for the other run is the answer."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return make()
+        except HeldByAnotherRun:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(poll_s)
+
+
 def _holder_info(command):
     return {"command": command, "pid": os.getpid(), "host": socket.gethostname(),
             "since": datetime.datetime.now().astimezone().isoformat(timespec="seconds")}
@@ -463,9 +478,9 @@ def _hold_prefix(root, command):
             storage.remove(lock)
             taken = storage.write_exclusive(lock, data)
     if not taken:
-        raise DataError(f"{storage.display(root)}: another run is writing here ({_holder_of(lock)}); wait for it to "
-                        f"finish or stop it (a run that died on another host leaves {storage.display(lock)}: "
-                        "remove it then)")
+        raise HeldByAnotherRun(f"{storage.display(root)}: another run is writing here ({_holder_of(lock)}); wait for "
+                               f"it to finish or stop it (a run that died on another host leaves "
+                               f"{storage.display(lock)}: remove it then)")
     try:
         yield storage.join(root, PARTIAL)
     finally:
@@ -507,7 +522,7 @@ def _lock(root, command):
         except BlockingIOError:
             holder = _holder(fd)
             os.close(fd)
-            raise DataError(f"{root}: another run is writing here ({holder}); wait for it to finish or stop "
+            raise HeldByAnotherRun(f"{root}: another run is writing here ({holder}); wait for it to finish or stop "
                             "it") from None
         # A holder that was releasing may have unlinked the file we opened: lock the file at lock_path.
         try:

@@ -67,6 +67,11 @@ class DataError(BertprepError):
     exit_code = 1
 
 
+class HeldByAnotherRun(DataError):
+    """Another run holds the output directory's lock: a caller that knows the other run makes the same
+    bytes (the trainer's cached sample records) may wait for it and try again."""
+
+
 def os_error_line(exc):
     """`path: reason` of an OSError (both paths of a rename)."""
     reason = exc.strerror or str(exc)

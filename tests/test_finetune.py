@@ -231,6 +231,37 @@ def test_without_init_checkpoint_a_sample_checkpoint_is_pretrained(mrpc_dir, tmp
     assert summary["eval_examples"] == MRPC_RECORDS
 
 
+def test_a_finetune_that_finds_the_sample_checkpoint_being_made_waits_for_it(pretrained, tmp_path, monkeypatch):
+    """Two fine-tunings started together without --init-checkpoint: the second finds the first pretraining
+    into the cached directory (holding it) and waits for its checkpoint instead of failing or pretraining."""
+    import shutil
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from bertprep.atomic import hold
+    from trainer.finetuning import sample_checkpoint
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    directory = tmp_path / "cache" / "bertprep" / "finetune-sample-checkpoint" / "tiny-vocab-2000"
+    held = threading.Event()
+
+    def first_run():
+        with hold(directory, "trainer"):
+            held.set()
+            time.sleep(1)
+            for checkpoint in pretrained.glob("ckpt-*"):
+                shutil.copytree(checkpoint, directory / checkpoint.name)
+
+    thread = threading.Thread(target=first_run)
+    thread.start()
+    held.wait(10)
+    config = SimpleNamespace(model="tiny", quiet=False)
+    assert sample_checkpoint(config, SimpleNamespace(vocab_size=2000)) == str(directory)
+    thread.join()
+    assert sorted(p.name for p in directory.glob("ckpt-*")) == sorted(p.name for p in pretrained.glob("ckpt-*"))
+
+
 def test_bad_input_ends_with_one_line(pretrained, squad_dir, mrpc_dir, tmp_path, capsys):
     def error(*argv):
         code = main(["finetune", "--output-dir", str(tmp_path / "out"), "--quiet", *argv])

@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -120,6 +121,38 @@ def test_shape_and_vocab_come_from_the_create_manifest(tmp_path):
 
     tiny = BertConfig.sized("tiny", vocab_size=2000)
     assert model_config(TrainConfig(format="ofrecord", model="tiny"), records) == tiny
+
+
+def test_sample_records_wait_for_another_run_making_them(tmp_path):
+    """Processes started together (a two-process job, parallel tests) all make the cached sample records:
+    one that finds the directory held waits for the holder, for a bounded time, instead of failing."""
+    import threading
+
+    from bertprep.atomic import hold
+    from bertprep.errors import HeldByAnotherRun
+    from bertprep.stages.create import create_sample_records
+
+    def make(wait_s):
+        return create_sample_records(tmp_path, seq=64, pred=10, dupe_factor=1, wait_s=wait_s)
+
+    records_dir = make(0)
+    with hold(records_dir, "other run"), pytest.raises(HeldByAnotherRun, match="another run is writing here "
+                                                                                r"\(other run, pid "):
+        make(0)
+
+    held, released = threading.Event(), threading.Event()
+
+    def other_run():
+        with hold(records_dir, "other run"):
+            held.set()
+            time.sleep(1)
+            released.set()
+
+    thread = threading.Thread(target=other_run)
+    thread.start()
+    held.wait(10)
+    assert make(30) == records_dir and released.is_set()
+    thread.join()
 
 
 def test_packed_rows_are_recognised_and_streamed_and_kinds_do_not_mix(records_dir, golden_dir, tmp_path):

@@ -243,21 +243,31 @@ def load_encoder(model, weights, path):
 def sample_checkpoint(config, data):
     """A tiny pretraining checkpoint made on the fly from the embedded sample records (cached per
     user), with the vocab size of the fine-tuning records so their token ids fit."""
+    from bertprep.atomic import retry_while_held
+    from bertprep.stages.create import SAMPLE_WAIT_S
     from trainer.config import user_cache
     from trainer.pretraining import sample_records, train
 
     vocab_size = data.vocab_size or BertConfig().vocab_size
     model = config.model or "tiny"
     directory = user_cache("finetune-sample-checkpoint", f"{model}-vocab-{vocab_size}")
-    if not run_state.list_checkpoints(directory):
-        if not config.quiet:
-            print(f"trainer: no --init-checkpoint: pretraining the {model} model for a few steps on the embedded "
-                  f"sample records into {directory}", file=sys.stderr)
+
+    if run_state.list_checkpoints(directory):
+        return directory
+    if not config.quiet:
+        print(f"trainer: no --init-checkpoint: pretraining the {model} model for a few steps on the embedded "
+              f"sample records into {directory}", file=sys.stderr)
+
+    def pretrain():  # a process that finds another pretraining here waits for it, then finds its checkpoint
+        if run_state.list_checkpoints(directory):
+            return
         os.makedirs(directory, exist_ok=True)
         config_path = os.path.join(directory, "bert_config.json")
         atomic_write_bytes(config_path, json.dumps(BertConfig.sized(model, vocab_size=vocab_size).to_dict()).encode())
         train(TrainConfig(**SAMPLE_PRETRAINING, data=sample_records(), bert_config=config_path,
                           checkpoint_dir=directory))
+
+    retry_while_held(pretrain, SAMPLE_WAIT_S)
     return directory
 
 

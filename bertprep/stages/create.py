@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from bertprep import __version__, formats, storage
-from bertprep.atomic import check_distinct_outputs, hold, staging_dir
+from bertprep.atomic import check_distinct_outputs, hold, retry_while_held, staging_dir
 from bertprep.corpus import read_text, tokenize_corpus
 from bertprep.engines import EngineOptions, open_engine
 from bertprep.errors import DataError, UsageError
@@ -603,14 +603,21 @@ def summarize(records, manifest, tasks, seconds, created):
     }
 
 
-def create_sample_records(out_dir, seq=128, pred=20, dupe_factor=5, quiet=True):
+# Several trainer processes started at once (a two-process job, parallel tests) all make the same sample
+# records: the ones that find another holding the directory wait for it, then find them complete.
+SAMPLE_WAIT_S = 300
+
+
+def create_sample_records(out_dir, seq=128, pred=20, dupe_factor=5, quiet=True, wait_s=SAMPLE_WAIT_S):
     """Create records from the embedded sample corpus under `out_dir`; return the records directory.
 
-    The trainer uses this when it is given no --data.
+    The trainer uses this when it is given no --data. While another run holds the directory, wait for it
+    (up to `wait_s` seconds).
     """
     corpus_path, vocab_path = sample_paths()
-    summary = create(input=(corpus_path,), vocab=vocab_path, out=out_dir, seq=seq, pred=pred, dupe_factor=dupe_factor,
-                     engine=EngineOptions(workers=1), corpus="sample", quiet=quiet)
+    summary = retry_while_held(
+        lambda: create(input=(corpus_path,), vocab=vocab_path, out=out_dir, seq=seq, pred=pred, dupe_factor=dupe_factor,
+                       engine=EngineOptions(workers=1), corpus="sample", quiet=quiet), wait_s)
     if not quiet:
         summary.print()
     return summary["records_dir"]
