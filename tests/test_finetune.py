@@ -232,8 +232,8 @@ def test_without_init_checkpoint_a_sample_checkpoint_is_pretrained(mrpc_dir, tmp
 
 
 def test_a_finetune_that_finds_the_sample_checkpoint_being_made_waits_for_it(pretrained, tmp_path, monkeypatch):
-    """Two fine-tunings started together without --init-checkpoint: the second finds the first pretraining
-    into the cached directory (holding it) and waits for its checkpoint instead of failing or pretraining."""
+    """Two fine-tunings started together without --init-checkpoint: the second finds the first making the
+    sample checkpoint (holding the cache's folder) and waits for it instead of failing or pretraining."""
     import shutil
     import threading
     import time
@@ -247,7 +247,7 @@ def test_a_finetune_that_finds_the_sample_checkpoint_being_made_waits_for_it(pre
     held = threading.Event()
 
     def first_run():
-        with hold(directory, "trainer"):
+        with hold(directory.parent, "trainer finetune"):
             held.set()
             time.sleep(1)
             for checkpoint in pretrained.glob("ckpt-*"):
@@ -255,7 +255,7 @@ def test_a_finetune_that_finds_the_sample_checkpoint_being_made_waits_for_it(pre
 
     thread = threading.Thread(target=first_run)
     thread.start()
-    held.wait(10)
+    assert held.wait(60)
     config = SimpleNamespace(model="tiny", quiet=False)
     assert sample_checkpoint(config, SimpleNamespace(vocab_size=2000)) == str(directory)
     thread.join()

@@ -150,7 +150,7 @@ def test_sample_records_wait_for_another_run_making_them(tmp_path):
 
     thread = threading.Thread(target=other_run)
     thread.start()
-    held.wait(10)
+    assert held.wait(60)
     assert make(30) == records_dir and released.is_set()
     thread.join()
 

@@ -243,7 +243,7 @@ def load_encoder(model, weights, path):
 def sample_checkpoint(config, data):
     """A tiny pretraining checkpoint made on the fly from the embedded sample records (cached per
     user), with the vocab size of the fine-tuning records so their token ids fit."""
-    from bertprep.atomic import retry_while_held
+    from bertprep.atomic import hold, retry_while_held
     from bertprep.stages.create import SAMPLE_WAIT_S
     from trainer.config import user_cache
     from trainer.pretraining import sample_records, train
@@ -258,14 +258,18 @@ def sample_checkpoint(config, data):
         print(f"trainer: no --init-checkpoint: pretraining the {model} model for a few steps on the embedded "
               f"sample records into {directory}", file=sys.stderr)
 
-    def pretrain():  # a process that finds another pretraining here waits for it, then finds its checkpoint
-        if run_state.list_checkpoints(directory):
-            return
-        os.makedirs(directory, exist_ok=True)
-        config_path = os.path.join(directory, "bert_config.json")
-        atomic_write_bytes(config_path, json.dumps(BertConfig.sized(model, vocab_size=vocab_size).to_dict()).encode())
-        train(TrainConfig(**SAMPLE_PRETRAINING, data=sample_records(), bert_config=config_path,
-                          checkpoint_dir=directory))
+    def pretrain():
+        # Checked and made under the lock of the cache's folder: a process that finds another making one
+        # waits for it (retry_while_held), then finds its checkpoint instead of pretraining again.
+        with hold(os.path.dirname(directory), "trainer finetune"):
+            if run_state.list_checkpoints(directory):
+                return
+            os.makedirs(directory, exist_ok=True)
+            config_path = os.path.join(directory, "bert_config.json")
+            atomic_write_bytes(config_path,
+                               json.dumps(BertConfig.sized(model, vocab_size=vocab_size).to_dict()).encode())
+            train(TrainConfig(**SAMPLE_PRETRAINING, data=sample_records(), bert_config=config_path,
+                              checkpoint_dir=directory))
 
     retry_while_held(pretrain, SAMPLE_WAIT_S)
     return directory
