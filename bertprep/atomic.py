@@ -442,17 +442,21 @@ def hold(root, command):
         _unlock(fd, root)
 
 
-def retry_while_held(make, wait_s, poll_s=0.2):
+def retry_while_held(make, wait_s, poll_s=0.2, waiting=None):
     """make(), tried again every `poll_s` seconds while another run holds the directory it writes, for up to
     `wait_s` seconds; then the holder's error. For outputs that every concurrent caller makes alike (the
-    trainer's cached sample records and checkpoint), where waiting for the other run is the answer."""
+    trainer's cached sample records and checkpoint), where waiting for the other run is the answer.
+    `waiting(error)`, if given, is called at the first refusal (to say whom the caller waits for)."""
     deadline = time.monotonic() + wait_s
     while True:
         try:
             return make()
-        except HeldByAnotherRun:
+        except HeldByAnotherRun as error:
             if time.monotonic() >= deadline:
                 raise
+            if waiting is not None:
+                waiting(error)
+                waiting = None
             time.sleep(poll_s)
 
 

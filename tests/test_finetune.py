@@ -231,7 +231,8 @@ def test_without_init_checkpoint_a_sample_checkpoint_is_pretrained(mrpc_dir, tmp
     assert summary["eval_examples"] == MRPC_RECORDS
 
 
-def test_a_finetune_that_finds_the_sample_checkpoint_being_made_waits_for_it(pretrained, tmp_path, monkeypatch):
+def test_a_finetune_that_finds_the_sample_checkpoint_being_made_waits_for_it(pretrained, tmp_path, monkeypatch,
+                                                                             capsys):
     """Two fine-tunings started together without --init-checkpoint: the second finds the first making the
     sample checkpoint (holding the cache's folder) and waits for it instead of failing or pretraining."""
     import shutil
@@ -260,6 +261,10 @@ def test_a_finetune_that_finds_the_sample_checkpoint_being_made_waits_for_it(pre
     assert sample_checkpoint(config, SimpleNamespace(vocab_size=2000)) == str(directory)
     thread.join()
     assert sorted(p.name for p in directory.glob("ckpt-*")) == sorted(p.name for p in pretrained.glob("ckpt-*"))
+    (waited,) = [line for line in capsys.readouterr().err.splitlines() if "waiting" in line]  # said once
+    assert waited.startswith(f"trainer: waiting up to 300 s for another run making the sample checkpoint: "
+                             f"{directory.parent}: another run is writing here (trainer finetune, pid {os.getpid()} "
+                             "on "), waited
 
 
 def test_bad_input_ends_with_one_line(pretrained, squad_dir, mrpc_dir, tmp_path, capsys):

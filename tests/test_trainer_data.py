@@ -132,8 +132,10 @@ def test_sample_records_wait_for_another_run_making_them(tmp_path):
     from bertprep.errors import HeldByAnotherRun
     from bertprep.stages.create import create_sample_records
 
+    said = []
+
     def make(wait_s):
-        return create_sample_records(tmp_path, seq=64, pred=10, dupe_factor=1, wait_s=wait_s)
+        return create_sample_records(tmp_path, seq=64, pred=10, dupe_factor=1, wait_s=wait_s, waiting=said.append)
 
     records_dir = make(0)
     with hold(records_dir, "other run"), pytest.raises(HeldByAnotherRun, match="another run is writing here "
@@ -153,6 +155,8 @@ def test_sample_records_wait_for_another_run_making_them(tmp_path):
     assert held.wait(60)
     assert make(30) == records_dir and released.is_set()
     thread.join()
+    (error,) = said  # said once, naming the holder
+    assert isinstance(error, HeldByAnotherRun) and "(other run, pid " in str(error)
 
 
 def test_packed_rows_are_recognised_and_streamed_and_kinds_do_not_mix(records_dir, golden_dir, tmp_path):

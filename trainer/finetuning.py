@@ -268,10 +268,15 @@ def sample_checkpoint(config, data):
             config_path = os.path.join(directory, "bert_config.json")
             atomic_write_bytes(config_path,
                                json.dumps(BertConfig.sized(model, vocab_size=vocab_size).to_dict()).encode())
-            train(TrainConfig(**SAMPLE_PRETRAINING, data=sample_records(), bert_config=config_path,
+            train(TrainConfig(**SAMPLE_PRETRAINING, data=sample_records(config.quiet), bert_config=config_path,
                               checkpoint_dir=directory))
 
-    retry_while_held(pretrain, SAMPLE_WAIT_S)
+    def waiting(error):
+        if not config.quiet:
+            print(f"trainer: waiting up to {SAMPLE_WAIT_S} s for another run making the sample checkpoint: {error}",
+                  file=sys.stderr)
+
+    retry_while_held(pretrain, SAMPLE_WAIT_S, waiting=waiting)
     return directory
 
 

@@ -367,7 +367,7 @@ def train(config: TrainConfig, step_times: list[float] | None = None,
     # Data and model settings are checked before any device is touched.
     data_dir = config.data
     if data_dir is None:
-        data_dir = sample_records()
+        data_dir = sample_records(config.quiet)
         if not config.quiet:
             print(f"trainer: no --data: training on the embedded sample records in {data_dir}", file=sys.stderr)
     records = Records(data_dir, config.format)
@@ -571,11 +571,17 @@ def train_summary(config, devices, steps, counts, meter, clock):
         **{f"last_{k}": logged[k] for k in ("loss", "mlm_accuracy", "nsp_accuracy") if k in logged})
 
 
-def sample_records():
-    """Records (both formats) made on the fly from the package's embedded sample corpus, cached per user."""
+def sample_records(quiet=True):
+    """Records (both formats) made on the fly from the package's embedded sample corpus, cached per user;
+    a process that finds another making them waits for it (saying so unless `quiet`)."""
     from bertprep.stages import create
+
+    def waiting(error):
+        if not quiet:
+            print(f"trainer: waiting up to {create.SAMPLE_WAIT_S} s for another run making the sample records: "
+                  f"{error}", file=sys.stderr)
 
     # Not "trainer-sample": a cache made before the sample came as shards holds one training file
     # under another name, which the reader's glob would take beside the eight.
     out_dir = user_cache("trainer-sample-shards")
-    return create.create_sample_records(out_dir)
+    return create.create_sample_records(out_dir, waiting=waiting)

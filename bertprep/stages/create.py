@@ -608,16 +608,17 @@ def summarize(records, manifest, tasks, seconds, created):
 SAMPLE_WAIT_S = 300
 
 
-def create_sample_records(out_dir, seq=128, pred=20, dupe_factor=5, quiet=True, wait_s=SAMPLE_WAIT_S):
+def create_sample_records(out_dir, seq=128, pred=20, dupe_factor=5, quiet=True, wait_s=SAMPLE_WAIT_S,
+                          waiting=None):
     """Create records from the embedded sample corpus under `out_dir`; return the records directory.
 
     The trainer uses this when it is given no --data. While another run holds the directory, wait for it
-    (up to `wait_s` seconds).
+    (up to `wait_s` seconds; `waiting(error)` is called when the wait starts).
     """
     corpus_path, vocab_path = sample_paths()
     summary = retry_while_held(
         lambda: create(input=(corpus_path,), vocab=vocab_path, out=out_dir, seq=seq, pred=pred, dupe_factor=dupe_factor,
-                       engine=EngineOptions(workers=1), corpus="sample", quiet=quiet), wait_s)
+                       engine=EngineOptions(workers=1), corpus="sample", quiet=quiet), wait_s, waiting=waiting)
     if not quiet:
         summary.print()
     return summary["records_dir"]
