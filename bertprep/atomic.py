@@ -527,7 +527,7 @@ def _lock(root, command):
             holder = _holder(fd)
             os.close(fd)
             raise HeldByAnotherRun(f"{root}: another run is writing here ({holder}); wait for it to finish or stop "
-                            "it") from None
+                                   "it") from None
         # A holder that was releasing may have unlinked the file we opened: lock the file at lock_path.
         try:
             current = os.stat(lock_path).st_ino == os.fstat(fd).st_ino

@@ -246,7 +246,7 @@ def sample_checkpoint(config, data):
     from bertprep.atomic import hold, retry_while_held
     from bertprep.stages.create import SAMPLE_WAIT_S
     from trainer.config import user_cache
-    from trainer.pretraining import sample_records, train
+    from trainer.pretraining import sample_records, train, waiting_line
 
     vocab_size = data.vocab_size or BertConfig().vocab_size
     model = config.model or "tiny"
@@ -271,12 +271,7 @@ def sample_checkpoint(config, data):
             train(TrainConfig(**SAMPLE_PRETRAINING, data=sample_records(config.quiet), bert_config=config_path,
                               checkpoint_dir=directory))
 
-    def waiting(error):
-        if not config.quiet:
-            print(f"trainer: waiting up to {SAMPLE_WAIT_S} s for another run making the sample checkpoint: {error}",
-                  file=sys.stderr)
-
-    retry_while_held(pretrain, SAMPLE_WAIT_S, waiting=waiting)
+    retry_while_held(pretrain, SAMPLE_WAIT_S, waiting=waiting_line(config.quiet, "the sample checkpoint"))
     return directory
 
 

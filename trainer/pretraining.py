@@ -576,12 +576,18 @@ def sample_records(quiet=True):
     a process that finds another making them waits for it (saying so unless `quiet`)."""
     from bertprep.stages import create
 
-    def waiting(error):
-        if not quiet:
-            print(f"trainer: waiting up to {create.SAMPLE_WAIT_S} s for another run making the sample records: "
-                  f"{error}", file=sys.stderr)
-
     # Not "trainer-sample": a cache made before the sample came as shards holds one training file
     # under another name, which the reader's glob would take beside the eight.
     out_dir = user_cache("trainer-sample-shards")
-    return create.create_sample_records(out_dir, waiting=waiting)
+    return create.create_sample_records(out_dir, waiting=waiting_line(quiet, "the sample records"))
+
+
+def waiting_line(quiet, what):
+    """retry_while_held's `waiting` for the trainer's cached samples: one line naming the run it waits for
+    (None when `quiet`)."""
+    from bertprep.stages.create import SAMPLE_WAIT_S
+
+    if quiet:
+        return None
+    return lambda error: print(f"trainer: waiting up to {SAMPLE_WAIT_S} s for another run making {what}: {error}",
+                               file=sys.stderr)
