@@ -3,7 +3,7 @@
     python scripts/gpu_check.py --records R [--out DIR] [--iterations 50] [--skip 10] [--batch-sizes 64,256]
         [--precisions amp,fp32] [--compiled-peer-batches 256] [--phases] [--no-start] [--no-peers]
         [--profile [--profile-flags FLAGS]]
-        [--lever NAME=[VAR=VALUE ...] FLAGS ...] [--json]
+        [--lever NAME=[VAR=VALUE ...] FLAGS ...] [--no-lever-starts] [--json]
 
 In one invocation, on one GPU, BERT-base 128/20, optimizer adam, on the records R:
 1. start-up: `python -m trainer` (amp, batch 256, 3 steps, a log line each) twice on an empty compilation
@@ -18,8 +18,8 @@ In one invocation, on one GPU, BERT-base 128/20, optimizer adam, on the records 
    batches (bf16 autocast for amp, TF32 for fp32, fused AdamW), compiled by torch.compile at the
    --compiled-peer-batches sizes and eager at the others.
 Each --lever NAME=FLAGS (e.g. `scan=--scan-layers`) then measures the trainer (JAX) with those flags: its
-start-up cold and warm, and its amp at the largest batch beside the defaults'. With --profile it then
-profiles the amp step at the largest batch (scripts/profile_gpu_step.py: the device
+start-up cold and warm (not with --no-lever-starts), and its amp at the largest batch beside the defaults'.
+With --profile it then profiles the amp step at the largest batch (scripts/profile_gpu_step.py: the device
 time by layer and kernel, in OUT/profile.txt). It prints one table (sequences/s, ratio to the peer, MFU,
 seconds to the first step, library lines) and the
 issue's checks (amp >= 1.2x the compiled peer and >= 1.5x our fp32 at batch 256, the first step within 20 s,
@@ -245,17 +245,31 @@ def lever_parts(flags):
     return environ, words
 
 
+def worker_losses(out, name, precision, batch):
+    """The logged losses of trainer.benchmark's first run of `precision` at `batch` under OUT/NAME (its
+    worker's log: every few steps), or [] where there is none."""
+    try:
+        with open(os.path.join(out, name, "logs", f"d1-{precision}-b{batch}-run1.log"), encoding="utf-8") as f:
+            return step_losses(f.read())
+    except OSError:
+        return []
+
+
 def lever(args, out, name, flags, default_rows):
-    """One --lever NAME=FLAGS: the start-up runs (cold, warm) and trainer.benchmark's amp at the largest batch
-    with the trainer flags FLAGS (and environment variables: lever_parts), beside the defaults' amp at that
-    batch."""
+    """One --lever NAME=FLAGS: the start-up runs (cold, warm; not with --no-lever-starts) and trainer.benchmark's
+    amp at the largest batch with the trainer flags FLAGS (and environment variables: lever_parts), beside the
+    defaults' amp at that batch. Its losses: the cold start's three steps, or with --no-lever-starts its
+    benchmark run's logged steps, each set beside the defaults' same run (the same seed, records and steps)."""
     environ, extra = lever_parts(flags)
     batch = max(int(b) for b in args.batch_sizes.split(","))
-    cache = os.path.join(args.work, f"start-cache-{name}")
-    shutil.rmtree(cache, ignore_errors=True)
-    cold_s, _, cold_output, cold_startup = timed_trainer(args, cache, extra, "jax", environ)  # the levers are JAX's
-    warm_s, _, warm_output, warm_startup = timed_trainer(args, cache, extra, "jax", environ)
-    write_logs(out, {f"trainer-cold-{name}.log": cold_output, f"trainer-warm-{name}.log": warm_output})
+    cold_s = warm_s = cold_startup = warm_startup = None
+    cold_output = ""
+    if not args.no_lever_starts:
+        cache = os.path.join(args.work, f"start-cache-{name}")
+        shutil.rmtree(cache, ignore_errors=True)
+        cold_s, _, cold_output, cold_startup = timed_trainer(args, cache, extra, "jax", environ)  # the levers: JAX
+        warm_s, _, warm_output, warm_startup = timed_trainer(args, cache, extra, "jax", environ)
+        write_logs(out, {f"trainer-cold-{name}.log": cold_output, f"trainer-warm-{name}.log": warm_output})
     try:
         results, _ = ours(args, out, f"benchmark-{name}", "amp", str(batch), extra, environ)
         rate = results["configs"][0].get("median")
@@ -263,9 +277,13 @@ def lever(args, out, name, flags, default_rows):
         print(f"gpu_check: lever {name} ({flags}): trainer.benchmark failed: {exc}", file=sys.stderr)
         rate = None
     default = next((r["ours"] for r in default_rows if r["precision"] == "amp" and r["batch"] == batch), None)
-    return {"name": name, "flags": flags, "batch": batch, "amp": rate, "default_amp": default,
-            "vs_default": rate / default if rate and default else None, "cold_s": cold_s, "warm_s": warm_s,
-            "cold_startup": cold_startup, "warm_startup": warm_startup, "cold_losses": step_losses(cold_output)}
+    found = {"name": name, "flags": flags, "batch": batch, "amp": rate, "default_amp": default,
+             "vs_default": rate / default if rate and default else None, "cold_s": cold_s, "warm_s": warm_s,
+             "cold_startup": cold_startup, "warm_startup": warm_startup, "cold_losses": step_losses(cold_output)}
+    if args.no_lever_starts:
+        found.update(benchmark_losses=worker_losses(out, f"benchmark-{name}", "amp", batch),
+                     default_benchmark_losses=worker_losses(out, "benchmark", "amp", batch))
+    return found
 
 
 def table_rows(results, peers):
@@ -360,7 +378,11 @@ def print_levers(levers, default_losses=None):
         print(f"lever {r['name']} ({r['flags']}): amp batch {r['batch']} {_fmt(r['amp'], ',.0f')} seq/s, "
               f"{_fmt(r['vs_default'], '.2f')}x the defaults'; first step {_fmt(r['cold_s'], '.1f')} s cold, "
               f"{_fmt(r['warm_s'], '.1f')} s warm")
-        print(f"  its start-up losses: {losses_line(r.get('cold_losses') or [], default_losses)}")
+        if "benchmark_losses" in r:  # --no-lever-starts: its benchmark run's, beside the defaults' (both JAX)
+            print(f"  its benchmark run's losses: "
+                  f"{losses_line(r['benchmark_losses'], r['default_benchmark_losses'])}")
+        else:
+            print(f"  its start-up losses: {losses_line(r.get('cold_losses') or [], default_losses)}")
 
 
 def main():
@@ -395,6 +417,9 @@ def main():
                         "warm and its amp at the largest batch beside the defaults'; leading VAR=VALUE words are "
                         "environment variables of its runs (e.g. \"noautotune=XLA_FLAGS=--xla_gpu_autotune_level=0\"); "
                         "repeatable")
+    p.add_argument("--no-lever-starts", action="store_true",
+                   help="measure each lever's throughput only, not its cold and warm start-up (about a minute a "
+                        "lever less on a GPU); its losses are then its benchmark run's beside the defaults'")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
     for spec in args.lever:

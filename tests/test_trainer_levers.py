@@ -3,6 +3,7 @@ which device, which step options "auto" picks, the XLA flags, the compilation ca
 libraries' log level kept as ours, the backend chosen without TensorFlow, where the transformers peer runs, and
 the GPU check's table and verdicts. The runs themselves: tests/test_trainer_jax.py."""
 
+import argparse
 import dataclasses
 import json
 import math
@@ -63,6 +64,38 @@ def test_scanned_layers_need_jax_and_one_stage_of_whole_layers():
     with pytest.raises(UsageError, match="--scan-layers needs KERAS_BACKEND=jax .*backend is tensorflow"):
         TrainConfig(format="ofrecord", scan_layers=True).check_backend("tensorflow")
     assert StepOptions.resolved("auto", "auto", "jax", "gpu", scan_layers=True).scan_layers
+
+
+def test_the_last_layer_on_the_predicted_positions_takes_one_stage_and_either_backend():
+    assert TrainConfig(format="ofrecord", last_layer="predicted").last_layer == "predicted"
+    TrainConfig(format="ofrecord", last_layer="predicted", model_parallel=2)  # the layers stay whole
+    with pytest.raises(UsageError, match="last_layer predicted: not with .*pipeline_stages"):
+        TrainConfig(format="ofrecord", last_layer="predicted", pipeline_stages=2)
+    with pytest.raises(UsageError, match="last_layer: expected one of auto, all, predicted, got 'masked'"):
+        TrainConfig(format="ofrecord", last_layer="masked")
+    for backend, platform in (("jax", "gpu"), ("jax", "cpu"), ("tensorflow", "cpu")):
+        # not yet measured on a GPU: the whole layer unless asked for; asked for, on either backend
+        assert StepOptions.resolved("auto", "auto", backend, platform).last_layer == "all"
+        assert StepOptions.resolved("auto", "auto", backend, platform, last_layer="predicted").last_layer == "predicted"
+
+
+def test_the_flops_counted_are_the_steps_own_with_the_last_layer_on_the_predicted_positions():
+    """method.training_flops_per_sequence counts what the step computes: BERT-base at 128/20, the last layer's
+    queries on 21 rows, 5.6% fewer; rows by hand: 12 whole layers less one, plus its keys and values on 128
+    tokens and the rest on 21."""
+    from trainer.benchmark import method
+    from trainer.config import BertConfig
+
+    base, h, inter = BertConfig.sized("base", vocab_size=30522), 768, 3072
+    whole = method.forward_flops_per_sequence(base, 128, 20)
+    layer = 2 * (4 * h * h + 2 * h * inter) * 128 + 4 * 128 * 128 * h
+    rows = 2 * 2 * h * h * 128 + 2 * (2 * h * h + 2 * h * inter) * 21 + 4 * 21 * 128 * h
+    assert method.forward_flops_per_sequence(base, 128, 20, 21) == whole - layer + rows
+    assert 0.055 < 1 - method.training_flops_per_sequence(base, 128, 20, 21) / (3 * whole) < 0.057
+    unpacked, packed = (argparse.Namespace(pred=20, packed=False, dims={"seq": 128, "pred": 20}),
+                        argparse.Namespace(pred=23, packed=True, dims={"seq": 128, "pred": 20, "k": 3}))
+    assert method.last_layer_rows(unpacked, "predicted") == 21 and method.last_layer_rows(packed, "predicted") == 26
+    assert method.last_layer_rows(unpacked, "all") is method.last_layer_rows(unpacked, "auto") is None
 
 
 def test_fused_attention_needs_jax():
@@ -353,6 +386,27 @@ def test_a_gpu_check_levers_leading_assignments_are_its_environment():
     assert gpu_check.lever_parts("--attention=fused A=1") == ({}, ["--attention=fused", "A=1"])
 
 
+def test_a_gpu_check_lever_without_starts_sets_its_benchmark_losses_beside_the_defaults(tmp_path, capsys):
+    """--no-lever-starts: a lever's losses are its trainer.benchmark worker's logged steps (the log files
+    trainer.benchmark writes, d1-PRECISION-bBATCH-run1.log), set beside the defaults' same run."""
+    for name, losses in (("benchmark", ("11.0301", "10.9757")), ("benchmark-rows", ("11.0304", "10.9754"))):
+        logs = tmp_path / name / "logs"
+        logs.mkdir(parents=True)
+        (logs / "d1-amp-b256-run1.log").write_text("".join(
+            f"train step {3 * n}: loss {loss} mlm_loss 10.3 nsp_loss 0.7\n" for n, loss in enumerate(losses, 1)))
+    assert gpu_check.worker_losses(str(tmp_path), "benchmark-rows", "amp", 256) == [11.0304, 10.9754]
+    assert gpu_check.worker_losses(str(tmp_path), "benchmark-rows", "fp32", 256) == []  # no such run
+    lever = {"name": "rows", "flags": "--last-layer predicted", "batch": 256, "amp": 4500.0, "vs_default": 1.05,
+             "cold_s": None, "warm_s": None,
+             "benchmark_losses": gpu_check.worker_losses(str(tmp_path), "benchmark-rows", "amp", 256),
+             "default_benchmark_losses": gpu_check.worker_losses(str(tmp_path), "benchmark", "amp", 256)}
+    gpu_check.print_levers([lever])
+    assert capsys.readouterr().out.splitlines() == [
+        "lever rows (--last-layer predicted): amp batch 256 4,500 seq/s, 1.05x the defaults'; first step — s cold, "
+        "— s warm",
+        "  its benchmark run's losses: 11.0304, 10.9754 (the defaults' 11.0301, 10.9757; largest difference 0.0003)"]
+
+
 def test_trainer_benchmark_passes_every_step_lever_to_its_workers(tmp_path):
     """Each flag of trainer.cli.add_step_arguments reaches the benchmark's workers' TrainConfig (a lever the
     benchmark parsed and left out would be measured as the defaults)."""
@@ -366,14 +420,14 @@ def test_trainer_benchmark_passes_every_step_lever_to_its_workers(tmp_path):
     assert {action.dest for action in parser._actions} - {"help"} == set(STEP_FIELDS)
     args = build_parser().parse_args(["--format", "ofrecord", "--gemm-autotune", "off", "--attention", "einsum",
                                       "--scan-layers", "--gemm", "xla", "--dropout-rng", "rbg", "--gelu", "erf",
-                                      "--qkv-projection", "packed"])
+                                      "--qkv-projection", "packed", "--last-layer", "predicted"])
     bench = Benchmark(args, 1, 0, str(tmp_path))
     fields = bench._train_fields("fp32", 8, 20)
     bench.close()  # its scratch folder
     assert {k: fields[k] for k in ("gemm_autotune", "attention", "scan_layers", "gemm", "dropout_rng", "gelu",
-                                   "qkv_projection")} == {
+                                   "qkv_projection", "last_layer")} == {
         "gemm_autotune": "off", "attention": "einsum", "scan_layers": True, "gemm": "xla", "dropout_rng": "rbg",
-        "gelu": "erf", "qkv_projection": "packed"}
+        "gelu": "erf", "qkv_projection": "packed", "last_layer": "predicted"}
     TrainConfig(**{k: fields[k] for k in STEP_FIELDS if k != "qkv_projection"}, format="ofrecord")  # TrainConfig's
     with pytest.raises(UsageError, match="qkv_projection packed: only with the fused attention"):
         TrainConfig(**{k: fields[k] for k in STEP_FIELDS}, format="ofrecord")  # with --attention einsum

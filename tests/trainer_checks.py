@@ -4,6 +4,7 @@ KERAS_BACKEND=jax and TensorFlow made unimportable (a GPU host for JAX has none)
 
 import argparse
 import contextlib
+import dataclasses
 import gc
 import json
 import os
@@ -320,7 +321,9 @@ def check_cross_entropy_and_hits():
 
 def check_packed_step_equals_unpacked(golden_dir):
     """One step on packed rows, dropout off, fp32: the same loss sums and gradients (1e-5) as the
-    same sequences unpacked: per-sequence positions, block-diagonal attention, NSP from each [CLS]."""
+    same sequences unpacked: per-sequence positions, block-diagonal attention, NSP from each [CLS]. And
+    with the last layer on the predicted positions only (trainer/last_layer.py), packed and unpacked,
+    the whole layer's sums and gradients."""
     import keras
 
     from trainer.config import BertConfig
@@ -328,11 +331,25 @@ def check_packed_step_equals_unpacked(golden_dir):
 
     keras.backend.clear_session()
     keras.utils.set_random_seed(7)
-    config = BertConfig(**dict(TINY, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+    config = BertConfig(**dict(TINY, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                               num_hidden_layers=2))
     model = build_model(config, 128, 20)
     unpacked, packed = packed_and_unpacked_batches(golden_dir)
     sums, grads = loss_sums_and_gradients(model, unpacked)
-    packed_sums, packed_grads = loss_sums_and_gradients(model, packed)
+    whole_layer = model.options
+    model.options = dataclasses.replace(whole_layer, last_layer="predicted")  # read at each call
+    for batch in (unpacked, packed):
+        _assert_same_sums_and_gradients(model, loss_sums_and_gradients(model, batch), (sums, grads))
+    model.options = whole_layer
+    _assert_same_sums_and_gradients(model, loss_sums_and_gradients(model, packed), (sums, grads))
+    # Padding (positions 40 on, in the unpacked rows) passes no gradient: the sequences are truly apart.
+    position_grad = grads[[v.path for v in model.trainable_variables].index("bert/position_embeddings/embeddings")]
+    assert not position_grad[40:].any() and position_grad[:40].all(axis=1).any()
+
+
+def _assert_same_sums_and_gradients(model, found, expected):
+    """The loss sums and gradients `found` equal to `expected`'s (1e-5)."""
+    (packed_sums, packed_grads), (sums, grads) = found, expected
     assert sums["sequences"] == packed_sums["sequences"] == 12 and sums["tokens"] == packed_sums["tokens"]
     assert sums["mlm_weight_sum"] == packed_sums["mlm_weight_sum"] > 12
     for key in ("mlm_loss_sum", "nsp_loss_sum", "mlm_correct", "nsp_correct"):
@@ -345,9 +362,6 @@ def check_packed_step_equals_unpacked(golden_dir):
             assert np.abs(grad).max() < 1e-9 * largest and np.abs(packed_grad).max() < 1e-9 * largest
             continue
         np.testing.assert_allclose(packed_grad, grad, rtol=1e-5, atol=1e-5 * np.abs(grad).max(), err_msg=variable.path)
-    # Padding (positions 40 on, in the unpacked rows) passes no gradient: the sequences are truly apart.
-    position_grad = grads[[v.path for v in model.trainable_variables].index("bert/position_embeddings/embeddings")]
-    assert not position_grad[40:].any() and position_grad[:40].all(axis=1).any()
 
 
 def check_step_counts_real_sequences(golden_dir):

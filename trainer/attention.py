@@ -90,7 +90,9 @@ class BertAttention(keras.layers.MultiHeadAttention):
 
     def _compute_attention(self, query, key, value, attention_mask=None, training=None,
                            return_attention_scores=False, use_causal_mask=False):
-        if self.kernel == "fused" and not (return_attention_scores or use_causal_mask):
+        # the fused kernel's score tiles are square: the last layer's rows (trainer/last_layer.py) take einsum
+        if (self.kernel == "fused" and not (return_attention_scores or use_causal_mask)
+                and query.shape[1] == key.shape[1]):
             return self._fused(query, key, value, attention_mask, training), None
         if self.dropout_rng == "threefry" or not training or self._dropout == 0 or use_causal_mask:
             return super()._compute_attention(query, key, value, attention_mask, training,

@@ -60,6 +60,7 @@ DROPOUT_RNGS = ("auto", "threefry", "rbg", "hash")  # trainer/dropout.py
 ATTENTION_KERNELS = ("auto", "einsum", "fused")  # trainer/attention.py, trainer/fused_attention.py
 GELU_FORMULAS = ("auto", "keras", "erf")  # trainer/gelu.py
 QKV_PROJECTIONS = ("auto", "separate", "packed")  # trainer/attention.py
+LAST_LAYERS = ("auto", "all", "predicted")  # trainer/last_layer.py
 # GEMM_KERNELS and GEMM_AUTOTUNE are trainer/xla_gpu.py's, imported above.
 
 
@@ -69,8 +70,9 @@ class StepOptions:
     (trainer/embedding_lookup.py), which generator draws the dropout masks (trainer/dropout.py) and
     whether the Transformer layers run as one scanned loop (trainer/scan_layers.py) and which kernel
     computes the attention (trainer/attention.py), whether the fused attention's query, key and value
-    projections multiply as one (trainer/attention.py) and by which formula the exact GELU (trainer/gelu.py).
-    The defaults are Keras's own computations."""
+    projections multiply as one (trainer/attention.py), by which formula the exact GELU (trainer/gelu.py), and
+    whether the last layer computes only the positions the heads read (trainer/last_layer.py). The defaults are
+    Keras's own computations."""
 
     embedding_gradient: str = "scatter"
     dropout_rng: str = "threefry"
@@ -78,16 +80,17 @@ class StepOptions:
     attention: str = "einsum"
     gelu: str = "keras"
     qkv_projection: str = "separate"
+    last_layer: str = "all"
 
     @classmethod
     def resolved(cls, embedding_gradient, dropout_rng, backend, platform, scan_layers=False, attention="einsum",
-                 fused_attention_fits=False, gelu="auto", qkv_projection="auto"):
+                 fused_attention_fits=False, gelu="auto", qkv_projection="auto", last_layer="auto"):
         """"auto" made concrete for `backend` on a device of `platform`: the sorted gradient, hash's masks and
         (where `fused_attention_fits` the run: its shapes, no model or pipeline parallelism) the fused
         attention under JAX on a GPU, where they were measured to help; Keras's own elsewhere (TensorFlow has
         none of them; on a CPU the scatter is a plain loop, the masks' generator no bottleneck, and the
-        Pallas kernel would run interpreted). The GELU's erf formula and the packed projections are not yet
-        measured on a GPU: "auto" is Keras's everywhere."""
+        Pallas kernel would run interpreted). The GELU's erf formula, the packed projections and the last layer
+        on the predicted positions are not yet measured on a GPU: "auto" is Keras's everywhere."""
         gpu = backend == "jax" and platform in GPU_PLATFORMS
         kernel = attention if attention != "auto" else ("fused" if gpu and fused_attention_fits else "einsum")
         if qkv_projection == "packed" and kernel != "fused":
@@ -99,7 +102,8 @@ class StepOptions:
                    scan_layers=scan_layers,
                    attention=kernel,
                    gelu=gelu if gelu != "auto" else "keras",
-                   qkv_projection=qkv_projection if qkv_projection != "auto" else "separate")
+                   qkv_projection=qkv_projection if qkv_projection != "auto" else "separate",
+                   last_layer=last_layer if last_layer != "auto" else "all")
 
 
 PLACEMENTS = ("intra_first", "inter_first")  # --placement (trainer/parallel.py orders the devices by it)
@@ -194,6 +198,7 @@ class TrainConfig:
     attention: str = "auto"
     gelu: str = "auto"
     qkv_projection: str = "auto"
+    last_layer: str = "auto"
 
     def __post_init__(self):
         check_types(self)
@@ -203,7 +208,7 @@ class TrainConfig:
                               "embedding_gradient": EMBEDDING_GRADIENTS, "dropout_rng": DROPOUT_RNGS,
                               "gemm": GEMM_KERNELS, "gemm_autotune": GEMM_AUTOTUNE,
                               "attention": ATTENTION_KERNELS, "gelu": GELU_FORMULAS,
-                              "qkv_projection": QKV_PROJECTIONS})
+                              "qkv_projection": QKV_PROJECTIONS, "last_layer": LAST_LAYERS})
         _check_positive(self, ("steps", "batch_size", "grad_accum", "pad_vocab", "steps_per_call", "bin_size",
                                "model_parallel", "pipeline_stages", "checkpoint_every", "eval_steps", "log_every"))
         if self.model and self.bert_config:
@@ -218,6 +223,9 @@ class TrainConfig:
                              "place each layer apart)")
         if self.qkv_projection == "packed" and self.attention == "einsum":
             raise UsageError("--qkv-projection packed: only with the fused attention (--attention fused or auto)")
+        if self.last_layer == "predicted" and self.pipeline_stages > 1:
+            raise UsageError("--last-layer predicted: not with --pipeline-stages (the stages run the layers and "
+                             "the heads apart)")
         if self.attention == "fused" and (self.model_parallel > 1 or self.pipeline_stages > 1):
             raise UsageError("--attention fused: not with --model-parallel or --pipeline-stages (XLA cannot split "
                              "the kernel's call over the heads' devices)")

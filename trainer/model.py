@@ -14,7 +14,7 @@ import keras
 from keras import ops
 
 from bertprep.errors import UsageError
-from trainer import called_layers, dropout, embedding_lookup, gelu, scan_layers
+from trainer import called_layers, dropout, embedding_lookup, gelu, last_layer, scan_layers
 from trainer.attention import BertAttention
 from trainer.config import (
     BertConfig,  # noqa: F401  (re-exported: the model's configuration)
@@ -71,9 +71,14 @@ class TransformerLayer(keras.layers.Layer):
         self.output_dropout = keras.layers.Dropout(config.hidden_dropout_prob)
         self.output_layer_norm = keras.layers.LayerNormalization(epsilon=1e-12, name="output_layer_norm")
 
-    def call(self, x, attention_mask, training=False):
-        attended = self.attention(x, x, attention_mask=attention_mask, training=training)
-        x = self.attention_layer_norm(x + dropout.apply(self.attention_dropout, attended, training, self.dropout_rng))
+    def call(self, x, attention_mask, training=False, rows=None):
+        """x [batch, seq, hidden] through the layer; with `rows` [batch, r] (trainer/last_layer.py) only those
+        positions' outputs [batch, r, hidden], their queries attending to all of x (attention_mask then
+        [batch, r, seq])."""
+        query = x if rows is None else _gather_positions(x, rows)
+        attended = self.attention(query, x, attention_mask=attention_mask, training=training)
+        x = self.attention_layer_norm(
+            query + dropout.apply(self.attention_dropout, attended, training, self.dropout_rng))
         h = self.output_dense(self.intermediate(x))
         return self.output_layer_norm(x + dropout.apply(self.output_dropout, h, training, self.dropout_rng))
 
@@ -140,11 +145,15 @@ class BertEncoder(keras.Model):
 
     def encode(self, inputs, training=False):
         x = self.embed(inputs, training=training)
-        attention_mask = sequence_attention_mask(inputs["input_mask"])
+        return self.run_layers(self.encoder_layers, x, sequence_attention_mask(inputs["input_mask"]), training)
+
+    def run_layers(self, layers, x, attention_mask, training):
+        if not layers:
+            return x
         if self.options.scan_layers:  # one traced layer, run by a loop (trainer/scan_layers.py)
-            return scan_layers.run(self.encoder_layers, x, attention_mask, training)
+            return scan_layers.run(layers, x, attention_mask, training)
         # one traced layer, called once per layer: the unrolled program (trainer/called_layers.py)
-        return called_layers.run(self.encoder_layers, x, attention_mask, training)
+        return called_layers.run(layers, x, attention_mask, training)
 
     def embed(self, inputs, training=False):
         """The Transformer layers' input [batch, seq, hidden] (trainer/pipeline_parallel.py runs the layers apart)."""
@@ -180,6 +189,8 @@ class BertPretrainer(BertEncoder):
         self.next_sentence = keras.layers.Dense(2, kernel_initializer=self.initializer, name="next_sentence")
 
     def call(self, inputs, training=False):
+        if self.options.last_layer == "predicted":
+            return self.heads_at_rows(self.encode_rows(inputs, training), inputs)
         return self.heads(self.encode(inputs, training=training), inputs)
 
     def heads(self, x, inputs):
@@ -188,14 +199,31 @@ class BertPretrainer(BertEncoder):
         mlm_logits = self.masked_lm(_gather_positions(x, inputs["masked_lm_positions"]))
         return ops.cast(mlm_logits, "float32"), ops.cast(self.next_sentence(pooled), "float32")
 
+    def encode_rows(self, inputs, training=False):
+        """The last layer's outputs at the positions the heads read only, [batch, k + pred, hidden]
+        (trainer/last_layer.py)."""
+        *layers, last = self.encoder_layers
+        x = self.run_layers(layers, self.embed(inputs, training=training),
+                            sequence_attention_mask(inputs["input_mask"]), training)
+        rows = last_layer.rows(inputs)
+        return last(x, sequence_attention_mask(inputs["input_mask"], rows), training=training, rows=rows)
 
-def sequence_attention_mask(input_mask):
+    def heads_at_rows(self, outputs, inputs):
+        """heads() of encode_rows' outputs: the pooler on the [CLS] rows, the masked-LM head on the rest."""
+        cls, masked = last_layer.split(outputs, inputs)
+        return (ops.cast(self.masked_lm(masked), "float32"),
+                ops.cast(self.next_sentence(self.pooler(cls)), "float32"))
+
+
+def sequence_attention_mask(input_mask, query_positions=None):
     """[batch, seq, seq]: the keys each query attends to. input_mask is 0 for padding, else the number
     of the token's sequence in its row (always 1 unpacked): a real token attends to the real tokens
     of its own sequence only. Padding attends to every real token, as in unpacked BERT, so that no
-    query is masked entirely (fused attention kernels turn such rows into NaN)."""
+    query is masked entirely (fused attention kernels turn such rows into NaN). With `query_positions`
+    [batch, r], those queries' rows only: [batch, r, seq]."""
     mask = ops.cast(input_mask, "int32")
-    query, key = mask[:, :, None], mask[:, None, :]
+    queries = mask if query_positions is None else ops.take_along_axis(mask, ops.cast(query_positions, "int32"), 1)
+    query, key = queries[:, :, None], mask[:, None, :]
     return (key > 0) & ((query == key) | (query == 0))
 
 

@@ -224,7 +224,7 @@ def step_options(config, keras, seq=None, bert=None):
     return StepOptions.resolved(getattr(config, "embedding_gradient", "auto"), getattr(config, "dropout_rng", "auto"),
                                 backend, platform, getattr(config, "scan_layers", False),
                                 getattr(config, "attention", "einsum"), fused_fits, getattr(config, "gelu", "auto"),
-                                getattr(config, "qkv_projection", "auto"))
+                                getattr(config, "qkv_projection", "auto"), getattr(config, "last_layer", "auto"))
 
 
 def _fused_attention_fits(config, seq, bert):

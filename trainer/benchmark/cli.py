@@ -176,7 +176,8 @@ def _run_plan(args, bench, records, config, hosts, baseline_configs):
     # What the trainer's --precision amp is on this host's devices (trainer/precision.py), asked of a worker.
     amp_policy = platform.get("amp") or ("mixed_float16" if platform["accelerators"] else "mixed_bfloat16")
     policies = {"fp32": "fp32", "amp": amp_policy}
-    flops = method.training_flops_per_sequence(config, records.seq, records.pred)
+    flops = method.training_flops_per_sequence(config, records.seq, records.pred,
+                                               method.last_layer_rows(records, args.last_layer))
 
     plan = [(d, p, b) for d in args.devices for p in args.precision for b in args.batch_size]
     bench.count_runs(len(plan) * args.runs)
@@ -203,14 +204,16 @@ def _run_plan(args, bench, records, config, hosts, baseline_configs):
                    "throughput": "global_batch * (iterations - skip) / (t[iterations] - t[skip]), "
                                  "t = clock when an iteration's results reached the host",
                    "statistic": "median over runs", "speedup": "median / median of 1 device, same precision and batch",
-                   "mfu": "training FLOPs per sequence (3 x forward; MLM head on the predicted positions only) x "
+                   "mfu": "training FLOPs per sequence (3 x forward; MLM head on the predicted positions only; "
+                          "with --last-layer predicted, the last layer's queries on the [CLS] and predicted "
+                          "positions only) x "
                           "median / peak FLOP/s of the devices, measured in each run by a large matrix product "
                           "in the run's precision",
                    "max": f"largest per-device batch that runs: doubling from {args.max_start}, then bisecting on "
                           "out-of-memory, each probe a process of its own"},
         "setup": {"backend": args.backend, "model": args.bert_config or args.model, "data": os.path.abspath(args.data),
                   "format": args.format, "seq": records.seq, "pred": records.pred, "packed": records.packed,
-                  "optimizer": args.optimizer,
+                  "optimizer": args.optimizer, "last_layer": args.last_layer,
                   "hosts": hosts, "amp": amp_policy, "model_config": config.to_dict(),
                   "command": args.command},
         "configs": configs,

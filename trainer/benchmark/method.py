@@ -64,23 +64,43 @@ def add_medians_and_speedups(configs, baseline_configs=()):
     return configs
 
 
-def forward_flops_per_sequence(config, seq, pred):
+def forward_flops_per_sequence(config, seq, pred, last_layer_rows=None):
     """Multiply-adds x 2 of one sequence's forward pass (docs/reference-facts.md, "FLOPs per sequence"): the
     encoder's dense layers on every token, attention scores and context (4 x S^2 x H per layer), the pooler
     and NSP head on [CLS], the masked-LM head (dense + output against the vocab) on the `pred` predicted
-    positions only. Embedding lookups, LayerNorm, softmax and GELU count nothing."""
+    positions only. Embedding lookups, LayerNorm, softmax and GELU count nothing. With `last_layer_rows`
+    (`--last-layer predicted`, trainer/last_layer.py: the [CLS] and predicted positions), the last layer's
+    queries and everything after them on those rows only, its keys and values on every token: what the
+    step computes."""
     h, inter, layers, vocab = (config.hidden_size, config.intermediate_size, config.num_hidden_layers,
                                config.vocab_size)
-    dense_per_token = 4 * h * h + 2 * h * inter  # query, key, value, attention output; intermediate, output
-    encoder = layers * (2 * dense_per_token * seq + 4 * seq * seq * h)
+    encoder = layers * _layer_flops(h, inter, seq, seq)
+    if last_layer_rows:
+        encoder += _layer_flops(h, inter, seq, last_layer_rows) - _layer_flops(h, inter, seq, seq)
     masked_lm = pred * 2 * (h * h + h * vocab)
     pooler_and_nsp = 2 * (h * h + 2 * h)
     return encoder + masked_lm + pooler_and_nsp
 
 
-def training_flops_per_sequence(config, seq, pred):
+def _layer_flops(h, inter, seq, rows):
+    """One Transformer layer over `seq` tokens whose `rows` query rows go on: key and value projections on every
+    token; the query, attention output, intermediate and output products, scores and context on the rows."""
+    keys_and_values = 2 * 2 * h * h * seq
+    per_row = 2 * (2 * h * h + 2 * h * inter)  # query, attention output; intermediate, output
+    return keys_and_values + per_row * rows + 4 * rows * seq * h
+
+
+def last_layer_rows(records, last_layer):
+    """The last layer's query rows under `--last-layer` (None: all of them): each sequence's [CLS] and the
+    prediction slots."""
+    if last_layer != "predicted":
+        return None
+    return records.pred + (records.dims["k"] if records.packed else 1)
+
+
+def training_flops_per_sequence(config, seq, pred, last_layer_rows=None):
     """Forward + backward: the backward pass costs twice the forward (gradients of inputs and weights)."""
-    return 3 * forward_flops_per_sequence(config, seq, pred)
+    return 3 * forward_flops_per_sequence(config, seq, pred, last_layer_rows)
 
 
 def mfu(flops_per_sequence, sequences_per_second, peak_flops):

@@ -114,7 +114,9 @@ def markdown(results):
         *_table(results, _mfu),
         "",
         f"MFU = model FLOPs per {unit} ({flops / 1e9:.2f} GFLOP: forward + backward = 3 x forward, the "
-        f"masked-LM head on the {setup['pred']} predicted positions only) x throughput / the devices' peak. "
+        f"masked-LM head on the {setup['pred']} predicted positions only"
+        + (", the last layer's queries on the [CLS] and predicted positions only (--last-layer predicted)"
+           if setup.get("last_layer") == "predicted" else "") + ") x throughput / the devices' peak. "
         "The peak is measured in the same run, after the training steps, by a large matrix product in the run's "
         "precision on one device, times the accelerators in use (N logical CPU devices share one host and count "
         "once).",
