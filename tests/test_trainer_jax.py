@@ -371,17 +371,16 @@ def test_fused_attention_trains_as_einsum_and_draws_its_own_masks(records_dir, j
 def test_the_last_layer_on_the_predicted_positions_trains_as_the_whole_layer(records_dir, jax_processes, tmp_path):
     """--last-layer predicted (trainer/last_layer.py): without dropout the whole layer's losses (the same values
     at the positions the heads read); with dropout and the GPU's levers (fused attention and packed
-    projections in the layers before, scanned, hash's masks), finite losses, the same for the same seed."""
-    def run(name, *levers, dropout, layers=2):
+    projections in the layer before, scanned, hash's masks), a finite loss at every step."""
+    def run(name, *levers, dropout):
         return losses(jax_train(tmp_path, records_dir, name, "--steps", "3", "--batch-size", "4", *levers,
-                                dropout=dropout, processes=jax_processes, num_hidden_layers=layers))
+                                dropout=dropout, processes=jax_processes, num_hidden_layers=2))
 
     np.testing.assert_allclose(run("predicted-0", "--last-layer", "predicted", dropout=0.0),
                                run("einsum-0", dropout=0.0), rtol=1e-5)  # einsum-0: the fused test's run
-    levers = ("--last-layer", "predicted", "--attention", "fused", "--qkv-projection", "packed", "--scan-layers",
-              "--dropout-rng", "hash")
-    rows = run("predicted-gpu", *levers, dropout=0.1, layers=3)
-    assert all(np.isfinite(rows)) and run("predicted-gpu-again", *levers, dropout=0.1, layers=3) == rows
+    rows = run("predicted-gpu", "--last-layer", "predicted", "--attention", "fused", "--qkv-projection", "packed",
+               "--scan-layers", "--dropout-rng", "hash", dropout=0.1)
+    assert len(rows) == 3 and all(np.isfinite(rows))
 
 
 def test_resume_continues_exactly_with_scanned_layers_fused_attention_and_hashed_masks(records_dir, jax_processes,
