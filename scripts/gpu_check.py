@@ -23,7 +23,8 @@ With --profile it then profiles the amp step at the largest batch (scripts/profi
 time by layer and kernel, in OUT/profile.txt). It prints one table (sequences/s, ratio to the peer, MFU,
 seconds to the first step, library lines) and the
 issue's checks (amp >= 1.2x the compiled peer and >= 1.5x our fp32 at batch 256, the first step within 20 s,
-within 5 s warm, no library line), and writes everything to DIR/gpu-check.json. Figures are this machine's,
+within 5 s warm, no library line), and writes everything to DIR/gpu-check.json (after each stage, what it has
+so far to DIR/gpu-check-partial.json, which a run cut short by a time limit leaves). Figures are this machine's,
 this run's: docs/benchmarks.md gives the command and, when it ran on a GPU, what it printed.
 """
 
@@ -319,6 +320,15 @@ def write_logs(out, texts):
             f.write(text)
 
 
+def save_partial(out, **found):
+    """What the check has measured so far, in OUT/gpu-check-partial.json (replaced after each stage, removed
+    once gpu-check.json is written): a run cut short by a time limit keeps what it measured."""
+    path = os.path.join(out, "gpu-check-partial.json")
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(found, f, indent=1, default=str)
+    os.replace(path + ".tmp", path)
+
+
 def _fmt(value, pattern):
     return "—" if value is None else format(value, pattern)
 
@@ -446,8 +456,12 @@ def main():
             warm_imports = import_seconds(phases_output)
     print(f"gpu_check: python -m trainer first step {_fmt(cold_s, '.1f')} s cold, {_fmt(warm_s, '.1f')} s warm "
           f"({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
+    start = {"cold_s": cold_s, "warm_s": warm_s, "cold_startup": cold_startup, "warm_startup": warm_startup,
+             "warm_phases_s": warm_phases, "warm_imports_s": warm_imports, "cold_losses": cold_losses}
+    save_partial(out, start=start)
 
     results, worker_lines = ours(args, out)
+    save_partial(out, start=start, benchmark=results)
     medians = ", ".join(f"{c['precision']} b{c['batch']} {_fmt(c.get('median'), ',.0f')}" for c in results["configs"])
     print(f"gpu_check: trainer.benchmark: {medians} seq/s ({time.monotonic() - started:.0f} s)", file=sys.stderr,
           flush=True)
@@ -459,6 +473,7 @@ def main():
             peers[(precision, batch)] = (peer(args, precision, batch, compiled), "compiled" if compiled else "eager")
             print(f"gpu_check: peer {precision} batch {batch}: {_fmt(peers[(precision, batch)][0], ',.0f')} seq/s "
                   f"({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
+    save_partial(out, start=start, benchmark=results, rows=table_rows(results, peers))
 
     if args.profile:
         profile(args, out)
@@ -471,10 +486,9 @@ def main():
         levers.append(lever(args, out, name, flags, rows))
         print(f"gpu_check: lever {name}: amp {_fmt(levers[-1]['amp'], ',.0f')} seq/s "
               f"({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
+        save_partial(out, start=start, benchmark=results, rows=rows, levers=levers)
     every_line = cold_lines + warm_lines + worker_lines
-    start = {"cold_s": cold_s, "warm_s": warm_s, "library_lines": len(every_line), "examples": every_line[:5],
-             "cold_startup": cold_startup, "warm_startup": warm_startup, "warm_phases_s": warm_phases,
-             "warm_imports_s": warm_imports, "cold_losses": cold_losses}
+    start.update(library_lines=len(every_line), examples=every_line[:5])
     found = checks(rows, start)
     device = (results.get("host") or {}).get("accelerator") or "no accelerator"
     report = {"device": device, "rows": rows, "start": start, "levers": levers,
@@ -482,6 +496,7 @@ def main():
               "seconds": round(time.monotonic() - started, 1), "benchmark": results}
     with open(os.path.join(out, "gpu-check.json"), "w", encoding="utf-8") as f:
         json.dump(report, f, indent=1)
+    os.remove(os.path.join(out, "gpu-check-partial.json"))
     if args.json:
         print(json.dumps(report))
     else:

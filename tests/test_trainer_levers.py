@@ -407,6 +407,16 @@ def test_a_gpu_check_lever_without_starts_sets_its_benchmark_losses_beside_the_d
         "  its benchmark run's losses: 11.0304, 10.9754 (the defaults' 11.0301, 10.9757; largest difference 0.0003)"]
 
 
+def test_a_gpu_check_keeps_what_it_measured_so_far_for_a_run_cut_short(tmp_path):
+    """save_partial after each stage: OUT/gpu-check-partial.json holds the latest stage's figures, whole (written
+    under a temporary name, then renamed), nothing else left beside it."""
+    gpu_check.save_partial(str(tmp_path), start={"cold_s": 39.6, "warm_s": 13.9})
+    gpu_check.save_partial(str(tmp_path), start={"cold_s": 39.6, "warm_s": 13.9}, levers=[{"name": "rows"}])
+    assert json.loads((tmp_path / "gpu-check-partial.json").read_text()) == {
+        "start": {"cold_s": 39.6, "warm_s": 13.9}, "levers": [{"name": "rows"}]}
+    assert [p.name for p in tmp_path.iterdir()] == ["gpu-check-partial.json"]
+
+
 def test_trainer_benchmark_passes_every_step_lever_to_its_workers(tmp_path):
     """Each flag of trainer.cli.add_step_arguments reaches the benchmark's workers' TrainConfig (a lever the
     benchmark parsed and left out would be measured as the defaults)."""
