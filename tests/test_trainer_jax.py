@@ -335,7 +335,9 @@ def test_the_gpu_levers_train_as_keras_does(records_dir, jax_processes, tmp_path
 
 
 def test_resume_continues_exactly_with_the_gpu_levers(records_dir, jax_processes, tmp_path):
-    assert_resume_is_exact(lambda name, *argv: jax_train(tmp_path, records_dir, name, *argv, *GPU_LEVERS, dropout=0.1,
+    """rbg's masks, sorted gradients and the last layer on the predicted positions (its own masks too)."""
+    assert_resume_is_exact(lambda name, *argv: jax_train(tmp_path, records_dir, name, *argv, *GPU_LEVERS,
+                                                         "--last-layer", "predicted", dropout=0.1,
                                                          processes=jax_processes), tmp_path / "ckpt")
 
 
