@@ -8,8 +8,8 @@ are computed position by position. So the last layer can take its query rows at 
 (`rows`: [CLS] first, then the masked positions, k + pred of them) while its key and value projections
 still run over the whole sequence: the same values at the positions read, and none of the others, which
 nothing reads. For BERT-base at 128/20, the last layer's forward does 0.56 GFLOP a sequence instead of
-1.86, 5.6% of the step's matrix products (trainer/benchmark/method.py counts what the step computes), and
-its elementwise work (dropout, layer norms, GELU) shrinks with them.
+1.86: the step does 5.6% fewer FLOPs (trainer/benchmark/method.py counts what the step computes), and the
+last layer's elementwise work (dropout, layer norms, GELU) shrinks with its products.
 
 What changes: the matrix products' shapes, so the summation order and the last bits of float32 results;
 and, where dropout is on, the last layer's masks (drawn for [batch, k + pred, ...] arrays instead of

@@ -148,6 +148,7 @@ class BertEncoder(keras.Model):
         return self.run_layers(self.encoder_layers, x, sequence_attention_mask(inputs["input_mask"]), training)
 
     def run_layers(self, layers, x, attention_mask, training):
+        """x through `layers` (all of the encoder's, or all but the last: BertPretrainer.encode_rows)."""
         if not layers:
             return x
         if self.options.scan_layers:  # one traced layer, run by a loop (trainer/scan_layers.py)
