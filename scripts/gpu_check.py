@@ -473,13 +473,13 @@ def main():
             peers[(precision, batch)] = (peer(args, precision, batch, compiled), "compiled" if compiled else "eager")
             print(f"gpu_check: peer {precision} batch {batch}: {_fmt(peers[(precision, batch)][0], ',.0f')} seq/s "
                   f"({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
-    save_partial(out, start=start, benchmark=results, rows=table_rows(results, peers))
+    rows = table_rows(results, peers)
+    save_partial(out, start=start, benchmark=results, rows=rows)
 
     if args.profile:
         profile(args, out)
         print(f"gpu_check: profile done ({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
 
-    rows = table_rows(results, peers)
     levers = []
     for spec in args.lever:
         name, flags = spec.split("=", 1)

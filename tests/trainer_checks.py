@@ -349,19 +349,19 @@ def check_packed_step_equals_unpacked(golden_dir):
 
 def _assert_same_sums_and_gradients(model, found, expected):
     """The loss sums and gradients `found` equal to `expected`'s (1e-5)."""
-    (packed_sums, packed_grads), (sums, grads) = found, expected
-    assert sums["sequences"] == packed_sums["sequences"] == 12 and sums["tokens"] == packed_sums["tokens"]
-    assert sums["mlm_weight_sum"] == packed_sums["mlm_weight_sum"] > 12
+    (found_sums, found_grads), (sums, grads) = found, expected
+    assert sums["sequences"] == found_sums["sequences"] == 12 and sums["tokens"] == found_sums["tokens"]
+    assert sums["mlm_weight_sum"] == found_sums["mlm_weight_sum"] > 12
     for key in ("mlm_loss_sum", "nsp_loss_sum", "mlm_correct", "nsp_correct"):
-        np.testing.assert_allclose(packed_sums[key], sums[key], rtol=1e-5, err_msg=key)
+        np.testing.assert_allclose(found_sums[key], sums[key], rtol=1e-5, err_msg=key)
     assert len(grads) == len(model.trainable_variables) > 10
     largest = max(np.abs(grad).max() for grad in grads)
-    for variable, packed_grad, grad in zip(model.trainable_variables, packed_grads, grads):
+    for variable, found_grad, grad in zip(model.trainable_variables, found_grads, grads):
         if variable.path.endswith("attention/key/bias"):
             # Zero in exact arithmetic (a softmax ignores what is added to all its scores): rounding noise.
-            assert np.abs(grad).max() < 1e-9 * largest and np.abs(packed_grad).max() < 1e-9 * largest
+            assert np.abs(grad).max() < 1e-9 * largest and np.abs(found_grad).max() < 1e-9 * largest
             continue
-        np.testing.assert_allclose(packed_grad, grad, rtol=1e-5, atol=1e-5 * np.abs(grad).max(), err_msg=variable.path)
+        np.testing.assert_allclose(found_grad, grad, rtol=1e-5, atol=1e-5 * np.abs(grad).max(), err_msg=variable.path)
 
 
 def check_step_counts_real_sequences(golden_dir):
