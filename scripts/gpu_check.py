@@ -428,8 +428,9 @@ def main():
                         "environment variables of its runs (e.g. \"noautotune=XLA_FLAGS=--xla_gpu_autotune_level=0\"); "
                         "repeatable")
     p.add_argument("--no-lever-starts", action="store_true",
-                   help="measure each lever's throughput only, not its cold and warm start-up (about a minute a "
-                        "lever less on a GPU); its losses are then its benchmark run's beside the defaults'")
+                   help="measure each lever's throughput only, not its cold and warm start-up (46-48 s a lever "
+                        "in the H100 run of docs/benchmarks.md); its losses are then its benchmark run's beside the "
+                        "defaults'")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
     for spec in args.lever:
