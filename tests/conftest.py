@@ -18,17 +18,14 @@ os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"
 # FAST_COMPILE_XLA_FLAGS, where the measurements are) for the workers' TensorFlow and every process they
 # start; a JAX run of many steps takes them off again (xla_flags(fast_compile=False)).
 os.environ["XLA_FLAGS"] = xla_flags()
-# One cache of compiled XLA programs for the whole session (trainer/compilation_cache.py), for every JAX process a
-# test starts and the trainer runs in the workers: most tests train the same tiny model, so a program one test
-# compiled, on either worker, is loaded by the next. Made once, by the process that starts the xdist workers (or
-# by the only process, without xdist); the workers inherit it through the environment. Safe to share: the
-# trainer gives JAX's cache a size limit, under which JAX reads and writes each entry holding a file lock on
-# the folder (jax/_src/lru_cache.py), so no process reads an entry another is still writing. Not the user's
-# ~/.cache; removed when the session ends.
-IS_XDIST_WORKER = "PYTEST_XDIST_WORKER" in os.environ
-if not IS_XDIST_WORKER:
-    os.environ["BERTPREP_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="bertprep-tests-compilation-cache-")
-SESSION_CACHE = os.environ["BERTPREP_COMPILATION_CACHE_DIR"]
+# One cache of compiled XLA programs per test worker (trainer/compilation_cache.py), for every JAX process a test
+# starts and the trainer runs in this one: most tests train the same tiny model, so a program one test compiled is
+# loaded by the next. Per worker: sharing one between the two would be safe (the trainer gives JAX's cache a size
+# limit, under which JAX reads and writes each entry holding a file lock on the folder, jax/_src/lru_cache.py), but
+# measured no faster: the AMD VM's fresh-clone CI took 32 min 6 s of pytest with one shared cache (55f659e) and
+# 30 min 8 s without (4ecab5a), within that VM's spread. Not the user's ~/.cache; removed when the worker ends.
+WORKER_CACHE = tempfile.mkdtemp(prefix="bertprep-tests-compilation-cache-")
+os.environ["BERTPREP_COMPILATION_CACHE_DIR"] = WORKER_CACHE
 
 
 def pytest_collection_finish(session):
@@ -39,8 +36,7 @@ def pytest_collection_finish(session):
 
 
 def pytest_sessionfinish(session):
-    if not IS_XDIST_WORKER:  # the workers have ended: theirs is the controller's cache
-        shutil.rmtree(SESSION_CACHE, ignore_errors=True)
+    shutil.rmtree(WORKER_CACHE, ignore_errors=True)
 
 
 def pytest_configure(config):

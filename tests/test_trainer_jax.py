@@ -132,8 +132,8 @@ class JaxProcesses:
 
 
 def jax_processes_fixture():
-    """A module's JaxProcesses fixture (they cache their compiled programs in the session's cache,
-    conftest.SESSION_CACHE)."""
+    """A module's JaxProcesses fixture (they cache their compiled programs in the worker's cache,
+    conftest.WORKER_CACHE)."""
 
     @pytest.fixture(scope="module")
     def jax_processes(tmp_path_factory):
