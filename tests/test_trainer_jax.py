@@ -373,16 +373,19 @@ def test_fused_attention_trains_as_einsum_and_draws_its_own_masks(records_dir, j
 def test_the_last_layer_on_the_predicted_positions_trains_as_the_whole_layer(records_dir, jax_processes, tmp_path):
     """--last-layer predicted (trainer/last_layer.py): without dropout the whole layer's losses (the same values
     at the positions the heads read); with dropout and the GPU's levers (fused attention and packed
-    projections in the layer before, scanned, hash's masks), a finite loss at every step."""
+    projections in the layer before, hash's masks), a finite loss at every step, and scanned the same losses
+    as unrolled (the scan runs all the layers but the last, which takes the rows)."""
     def run(name, *levers, dropout):
         return losses(jax_train(tmp_path, records_dir, name, "--steps", "3", "--batch-size", "4", *levers,
                                 dropout=dropout, processes=jax_processes, num_hidden_layers=2))
 
     np.testing.assert_allclose(run("predicted-0", "--last-layer", "predicted", dropout=0.0),
                                run("einsum-0", dropout=0.0), rtol=1e-5)  # einsum-0: the fused test's run
-    rows = run("predicted-gpu", "--last-layer", "predicted", "--attention", "fused", "--qkv-projection", "packed",
-               "--scan-layers", "--dropout-rng", "hash", dropout=0.1)
+    levers = ("--last-layer", "predicted", "--attention", "fused", "--qkv-projection", "packed", "--dropout-rng",
+              "hash")
+    rows = run("predicted-gpu", *levers, "--scan-layers", dropout=0.1)
     assert len(rows) == 3 and all(np.isfinite(rows))
+    np.testing.assert_allclose(rows, run("predicted-gpu-unrolled", *levers, dropout=0.1), rtol=1e-6)
 
 
 def test_resume_continues_exactly_with_scanned_layers_fused_attention_and_hashed_masks(records_dir, jax_processes,
