@@ -49,8 +49,12 @@ class _Blocked:
 # 29 s optimized). XLA's CPU fusions are emitted by its older LLVM IR emitters instead of the MLIR fusion
 # emitters, which cost more to compile than the few steps gain (measured: a 3-step run of TINY in the test process
 # 5.9 -> 4.3 s of CPU after the first, its steps no slower; a one-device JAX process of 3 steps 6.2 -> 4.3 s).
+# And XLA compiles each program in one piece, not split for parallel code generation: with both cores busy
+# (two test workers) the split's threads only add work (AMD EPYC VM, 2026-11-27: a fresh JAX process of 3 TINY
+# steps 11.5 -> 10.4 s of CPU, three pairs, the same losses; TensorFlow's 21.2 -> 20.0 s of user CPU, two pairs;
+# test_trainer_jax.py with test_trainer.py on 2 workers 653 -> 644 s of user CPU, one pair, within the spread).
 FAST_COMPILE_XLA_FLAGS = ("--xla_backend_optimization_level=0", "--xla_llvm_disable_expensive_passes=true",
-                          "--xla_cpu_use_fusion_emitters=false")
+                          "--xla_cpu_use_fusion_emitters=false", "--xla_cpu_parallel_codegen_split_count=1")
 
 
 def xla_flags(devices=None, fast_compile=True):
