@@ -1,0 +1,146 @@
+"""Where the test suite's CPU goes: every Python process a pytest run starts, by kind, and JAX's compile share.
+
+    python scripts/suite_cpu.py [--json] [--top N] -- -n 2 --dist loadgroup [pytest arguments]
+
+The suite is CPU-bound on a 2-core machine (two xdist workers, each starting trainer processes), so its
+time is the sum of the CPU its processes spend. This runs pytest with a startup hook in every Python process
+of this interpreter's environment (a .pth file in its site-packages, removed at the end, whatever happens):
+at exit each process appends its CPU time (its own, not its children's), which of TensorFlow, JAX and torch
+it imported, the test that started it (PYTEST_CURRENT_TEST, which subprocesses inherit) and, where JAX was
+imported, the seconds its compile events report (jax.monitoring: tracing, lowering to MLIR, XLA's backend
+compile). Then one table: processes, CPU seconds and share by kind (the two xdist workers, which run
+TensorFlow's trainer tests in process, are a kind of their own), JAX's compile seconds, and the processes
+that cost most. A process killed by a signal, or ending in os._exit, writes nothing; non-Python processes
+(the S3 server) are not counted. The figures vary from run to run like the suite's time does.
+"""
+
+import argparse
+import collections
+import json
+import os
+import site
+import subprocess
+import sys
+import tempfile
+
+# Runs at the start of every Python process of the environment (from the .pth file) while the log variable
+# is set; the JAX listener is registered when jax.monitoring is first imported, so a process that never
+# imports JAX does not import it for this.
+HOOK = r'''
+import atexit, json, os, resource, sys, time
+
+_log, _started = os.environ["BERTPREP_SUITE_CPU_LOG"], time.time()
+_compile = {"trace": 0.0, "lower": 0.0, "backend": 0.0, "programs": 0}
+_EVENTS = {"/jax/core/compile/jaxpr_trace_duration": "trace",
+           "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
+           "/jax/core/compile/backend_compile_duration": "backend"}
+
+
+def _listen(event, seconds, **_):
+    if event in _EVENTS:
+        _compile[_EVENTS[event]] += seconds
+        _compile["programs"] += event.endswith("backend_compile_duration")
+
+
+class _AfterJaxMonitoring:
+    def find_spec(self, name, path=None, target=None):
+        if name != "jax.monitoring":
+            return None
+        sys.meta_path.remove(self)
+        import importlib.util
+        spec = importlib.util.find_spec(name)
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            module.register_event_duration_secs_listener(_listen)
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def _write():
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    record = {"cpu": usage.ru_utime + usage.ru_stime, "wall": time.time() - _started,
+              "imported": [m for m in ("tensorflow", "jax", "torch") if m in sys.modules],
+              "worker": os.environ.get("PYTEST_XDIST_WORKER"), "test": os.environ.get("PYTEST_CURRENT_TEST"),
+              "compile": _compile}
+    with open(_log, "a", encoding="utf-8") as log:
+        log.write(json.dumps(record) + "\n")
+
+
+if not hasattr(sys, "_bertprep_suite_cpu"):  # once, however many times site reads the .pth file
+    sys._bertprep_suite_cpu = True
+    sys.meta_path.insert(0, _AfterJaxMonitoring())
+    atexit.register(_write)
+'''
+PTH = "zz_bertprep_suite_cpu.pth"
+KINDS = ("test workers", "tensorflow", "jax", "torch", "other")
+
+
+def kind(record):
+    if record["worker"] and record["test"] is None:
+        return "test workers"
+    return next((m for m in ("tensorflow", "jax", "torch") if m in record["imported"]), "other")
+
+
+def summary(records, top):
+    by_kind = collections.defaultdict(lambda: {"processes": 0, "cpu_s": 0.0})
+    for record in records:
+        by_kind[kind(record)]["processes"] += 1
+        by_kind[kind(record)]["cpu_s"] += record["cpu"]
+    jax_records = [r for r in records if "jax" in r["imported"]]
+    compile_s = {key: sum(r["compile"][key] for r in jax_records) for key in ("trace", "lower", "backend", "programs")}
+    costly = sorted(records, key=lambda r: -r["cpu"])[:top]
+    return {"cpu_s": sum(r["cpu"] for r in records), "processes": len(records),
+            "by_kind": {k: by_kind[k] for k in KINDS if k in by_kind}, "jax_compile": compile_s,
+            "jax_cpu_s": sum(r["cpu"] for r in jax_records),
+            "costliest": [{"cpu_s": r["cpu"], "kind": kind(r), "test": r["test"]} for r in costly]}
+
+
+def print_summary(found):
+    total = found["cpu_s"] or 1.0
+    print(f"{found['processes']} Python processes, {found['cpu_s']:.0f} s of CPU")
+    for name, row in found["by_kind"].items():
+        print(f"  {name:13s} {row['processes']:5d} processes {row['cpu_s']:8.0f} s  {100 * row['cpu_s'] / total:5.1f}%")
+    c, jax_cpu = found["jax_compile"], found["jax_cpu_s"] or 1.0
+    spent = c["trace"] + c["lower"] + c["backend"]
+    print(f"processes that imported JAX: {spent:.0f} s of their {found['jax_cpu_s']:.0f} s compiling"
+          f" ({100 * spent / jax_cpu:.0f}%):"
+          f" tracing {c['trace']:.0f} s, lowering {c['lower']:.0f} s, XLA {c['backend']:.0f} s for"
+          f" {c['programs']} programs")
+    print("costliest processes:")
+    for row in found["costliest"]:
+        print(f"  {row['cpu_s']:7.1f} s  {row['kind']:12s} {(row['test'] or '')[:100]}")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.add_argument("--top", type=int, default=10, help="how many of the costliest processes to list")
+    parser.add_argument("pytest_args", nargs="*", help="pytest's arguments (after --)")
+    args = parser.parse_args(argv)
+    pth = os.path.join(site.getsitepackages()[0], PTH)
+    with tempfile.TemporaryDirectory() as scratch:
+        hook, log = os.path.join(scratch, "hook.py"), os.path.join(scratch, "processes.jsonl")
+        with open(hook, "w", encoding="utf-8") as out:
+            out.write(HOOK)
+        with open(pth, "w", encoding="utf-8") as out:  # .pth lines that start with "import" are run
+            out.write("import os; os.environ.get('BERTPREP_SUITE_CPU_LOG') and exec(compile(open("
+                      f"{hook!r}).read(), {hook!r}, 'exec'), {{'__name__': 'bertprep_suite_cpu_hook'}})\n")
+        try:
+            result = subprocess.run([sys.executable, "-m", "pytest", *args.pytest_args],
+                                    env=dict(os.environ, BERTPREP_SUITE_CPU_LOG=log))
+        finally:
+            os.remove(pth)
+        with open(log, encoding="utf-8") as lines:
+            records = [json.loads(line) for line in lines]
+    found = summary(records, args.top)
+    if args.json:
+        print(json.dumps(found, indent=1))
+    else:
+        print_summary(found)
+    return result.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
