@@ -86,8 +86,9 @@ def kind(record):
 def summary(records, top):
     by_kind = collections.defaultdict(lambda: {"processes": 0, "cpu_s": 0.0})
     for record in records:
-        by_kind[kind(record)]["processes"] += 1
-        by_kind[kind(record)]["cpu_s"] += record["cpu"]
+        row = by_kind[kind(record)]
+        row["processes"] += 1
+        row["cpu_s"] += record["cpu"]
     jax_records = [r for r in records if "jax" in r["imported"]]
     compile_s = {key: sum(r["compile"][key] for r in jax_records) for key in ("trace", "lower", "backend", "programs")}
     costly = sorted(records, key=lambda r: -r["cpu"])[:top]
