@@ -8,10 +8,12 @@ of this interpreter's environment (a .pth file in its site-packages, removed at 
 at exit each process appends its CPU time (its own, not its children's), which of TensorFlow, JAX and torch
 it imported, the test that started it (PYTEST_CURRENT_TEST, which subprocesses inherit) and, where JAX was
 imported, the seconds its compile events report (jax.monitoring: tracing, lowering to MLIR, XLA's backend
-compile). Then one table: processes, CPU seconds and share by kind (the two xdist workers, which run
-TensorFlow's trainer tests in process, are a kind of their own), JAX's compile seconds, and the processes
-that cost most. A process killed by a signal, or ending in os._exit, writes nothing; non-Python processes
-(the S3 server) are not counted. The figures vary from run to run like the suite's time does.
+compile), by the name of the function compiled, and which programs came from the compilation cache. Then one
+table: processes, CPU seconds and share by kind (the two xdist workers, which run TensorFlow's trainer tests in
+process, are a kind of their own), JAX's compile seconds, the functions that cost most to compile, and the
+processes that cost most. A process killed by a signal, ending in os._exit or with its file sizes capped (a
+test's), writes nothing; non-Python processes (the S3 server) are not counted. The figures vary from run to run
+like the suite's time does.
 """
 
 import argparse
@@ -30,16 +32,28 @@ HOOK = r'''
 import atexit, json, os, resource, sys, time
 
 _log, _started = os.environ["BERTPREP_SUITE_CPU_LOG"], time.time()
-_compile = {"trace": 0.0, "lower": 0.0, "backend": 0.0, "programs": 0}
+_compile = {"trace": 0.0, "lower": 0.0, "backend": 0.0, "programs": 0, "cache_hits": 0, "by_name": {}}
 _EVENTS = {"/jax/core/compile/jaxpr_trace_duration": "trace",
            "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
            "/jax/core/compile/backend_compile_duration": "backend"}
 
 
-def _listen(event, seconds, **_):
+def _listen(event, seconds, fun_name=None, **_):
     if event in _EVENTS:
-        _compile[_EVENTS[event]] += seconds
-        _compile["programs"] += event.endswith("backend_compile_duration")
+        key = _EVENTS[event]
+        _compile[key] += seconds
+        # per program: [compiled, read from the cache, tracing s, lowering s, XLA s]
+        program = _compile["by_name"].setdefault(str(fun_name), [0, 0, 0.0, 0.0, 0.0])
+        program[{"trace": 2, "lower": 3, "backend": 4}[key]] += seconds
+        if key == "backend":
+            _compile["programs"] += 1
+            program[1 if _compile.pop("hit", False) else 0] += 1
+
+
+def _hit(event, **_):  # recorded inside the backend compile it spares, before that one's duration
+    if event == "/jax/compilation_cache/cache_hits":
+        _compile["cache_hits"] += 1
+        _compile["hit"] = True
 
 
 class _AfterJaxMonitoring:
@@ -54,6 +68,7 @@ class _AfterJaxMonitoring:
         def exec_module(module):
             run(module)
             module.register_event_duration_secs_listener(_listen)
+            module.register_event_listener(_hit)
         spec.loader.exec_module = exec_module
         return spec
 
@@ -64,8 +79,13 @@ def _write():
               "imported": [m for m in ("tensorflow", "jax", "torch") if m in sys.modules],
               "worker": os.environ.get("PYTEST_XDIST_WORKER"), "test": os.environ.get("PYTEST_CURRENT_TEST"),
               "compile": _compile}
-    with open(_log, "a", encoding="utf-8") as log:
-        log.write(json.dumps(record) + "\n")
+    if resource.getrlimit(resource.RLIMIT_FSIZE)[0] != resource.RLIM_INFINITY:
+        return  # a test capped this process's file sizes: the record could be cut short, or fail and print
+    try:
+        with open(_log, "a", encoding="utf-8") as log:
+            log.write(json.dumps(record) + "\n")
+    except OSError:  # the record is lost; the process's own output and exit status are not changed
+        pass
 
 
 if not hasattr(sys, "_bertprep_suite_cpu"):  # once, however many times site reads the .pth file
@@ -84,17 +104,26 @@ def kind(record):
 
 
 def summary(records, top):
-    by_kind = collections.defaultdict(lambda: {"processes": 0, "cpu_s": 0.0})
+    by_kind = collections.defaultdict(lambda: {"processes": 0, "cpu_s": 0.0, "jax_compile_s": 0.0})
     for record in records:
         row = by_kind[kind(record)]
         row["processes"] += 1
         row["cpu_s"] += record["cpu"]
+        row["jax_compile_s"] += sum(record["compile"].get(key, 0) for key in ("trace", "lower", "backend"))
     jax_records = [r for r in records if "jax" in r["imported"]]
-    compile_s = {key: sum(r["compile"][key] for r in jax_records) for key in ("trace", "lower", "backend", "programs")}
+    compile_s = {key: sum(r["compile"].get(key, 0) for r in jax_records)
+                 for key in ("trace", "lower", "backend", "programs", "cache_hits")}
+    by_name = collections.defaultdict(lambda: [0, 0, 0.0, 0.0, 0.0])
+    for record in jax_records:
+        for name, figures in record["compile"].get("by_name", {}).items():
+            by_name[name] = [a + b for a, b in zip(by_name[name], figures)]
+    programs = sorted(by_name.items(), key=lambda item: -sum(item[1][2:]))[:top]
     costly = sorted(records, key=lambda r: -r["cpu"])[:top]
     return {"cpu_s": sum(r["cpu"] for r in records), "processes": len(records),
             "by_kind": {k: by_kind[k] for k in KINDS if k in by_kind}, "jax_compile": compile_s,
             "jax_cpu_s": sum(r["cpu"] for r in jax_records),
+            "jax_programs": [dict(zip(("name", "compiled", "read_from_cache", "trace_s", "lower_s", "xla_s"),
+                                      (name, *figures))) for name, figures in programs],
             "costliest": [{"cpu_s": r["cpu"], "kind": kind(r), "test": r["test"]} for r in costly]}
 
 
@@ -102,13 +131,19 @@ def print_summary(found):
     total = found["cpu_s"] or 1.0
     print(f"{found['processes']} Python processes, {found['cpu_s']:.0f} s of CPU")
     for name, row in found["by_kind"].items():
-        print(f"  {name:13s} {row['processes']:5d} processes {row['cpu_s']:8.0f} s  {100 * row['cpu_s'] / total:5.1f}%")
+        print(f"  {name:13s} {row['processes']:5d} processes {row['cpu_s']:8.0f} s  {100 * row['cpu_s'] / total:5.1f}%"
+              f"  (JAX compiling {row['jax_compile_s']:.0f} s)")
     c, jax_cpu = found["jax_compile"], found["jax_cpu_s"] or 1.0
     spent = c["trace"] + c["lower"] + c["backend"]
     print(f"processes that imported JAX: {spent:.0f} s of their {found['jax_cpu_s']:.0f} s compiling"
           f" ({100 * spent / jax_cpu:.0f}%):"
           f" tracing {c['trace']:.0f} s, lowering {c['lower']:.0f} s, XLA {c['backend']:.0f} s for"
-          f" {c['programs']} programs")
+          f" {c['programs']} programs ({c['cache_hits']} of them read from the compilation cache)")
+    print("by function (a nested function's tracing counts in its caller's too): compiled, read from the cache,"
+          " seconds tracing, lowering, in XLA (compiling or reading)")
+    for row in found["jax_programs"]:
+        print(f"  {row['compiled']:5d} {row['read_from_cache']:5d} {row['trace_s']:7.1f} {row['lower_s']:7.1f}"
+              f" {row['xla_s']:7.1f}  {row['name'][:70]}")
     print("costliest processes:")
     for row in found["costliest"]:
         print(f"  {row['cpu_s']:7.1f} s  {row['kind']:12s} {(row['test'] or '')[:100]}")
@@ -117,7 +152,8 @@ def print_summary(found):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
-    parser.add_argument("--top", type=int, default=10, help="how many of the costliest processes to list")
+    parser.add_argument("--top", type=int, default=10,
+                        help="how many of the costliest processes and programs to list")
     parser.add_argument("pytest_args", nargs="*", help="pytest's arguments (after --)")
     args = parser.parse_args(argv)
     pth = os.path.join(site.getsitepackages()[0], PTH)
