@@ -36,24 +36,26 @@ _compile = {"trace": 0.0, "lower": 0.0, "backend": 0.0, "programs": 0, "cache_hi
 _EVENTS = {"/jax/core/compile/jaxpr_trace_duration": "trace",
            "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
            "/jax/core/compile/backend_compile_duration": "backend"}
+_read_from_cache = [False]  # set by a cache hit, taken by the backend compile it happened in
 
 
 def _listen(event, seconds, fun_name=None, **_):
     if event in _EVENTS:
         key = _EVENTS[event]
         _compile[key] += seconds
-        # per program: [compiled, read from the cache, tracing s, lowering s, XLA s]
-        program = _compile["by_name"].setdefault(str(fun_name), [0, 0, 0.0, 0.0, 0.0])
-        program[{"trace": 2, "lower": 3, "backend": 4}[key]] += seconds
+        program = _compile["by_name"].setdefault(str(fun_name), {
+            "compiled": 0, "read_from_cache": 0, "trace": 0.0, "lower": 0.0, "backend": 0.0})
+        program[key] += seconds
         if key == "backend":
             _compile["programs"] += 1
-            program[1 if _compile.pop("hit", False) else 0] += 1
+            program["read_from_cache" if _read_from_cache[0] else "compiled"] += 1
+            _read_from_cache[0] = False
 
 
 def _hit(event, **_):  # recorded inside the backend compile it spares, before that one's duration
     if event == "/jax/compilation_cache/cache_hits":
         _compile["cache_hits"] += 1
-        _compile["hit"] = True
+        _read_from_cache[0] = True
 
 
 class _AfterJaxMonitoring:
@@ -95,6 +97,7 @@ if not hasattr(sys, "_bertprep_suite_cpu"):  # once, however many times site rea
 '''
 PTH = "zz_bertprep_suite_cpu.pth"
 KINDS = ("test workers", "tensorflow", "jax", "torch", "other")
+PHASES = ("trace", "lower", "backend")
 
 
 def kind(record):
@@ -103,27 +106,31 @@ def kind(record):
     return next((m for m in ("tensorflow", "jax", "torch") if m in record["imported"]), "other")
 
 
+def compile_seconds(figures):
+    """Tracing, lowering and XLA's seconds of a process's (or a function's) compile figures."""
+    return sum(figures.get(phase, 0) for phase in PHASES)
+
+
 def summary(records, top):
     by_kind = collections.defaultdict(lambda: {"processes": 0, "cpu_s": 0.0, "jax_compile_s": 0.0})
     for record in records:
         row = by_kind[kind(record)]
         row["processes"] += 1
         row["cpu_s"] += record["cpu"]
-        row["jax_compile_s"] += sum(record["compile"].get(key, 0) for key in ("trace", "lower", "backend"))
+        row["jax_compile_s"] += compile_seconds(record["compile"])
     jax_records = [r for r in records if "jax" in r["imported"]]
     compile_s = {key: sum(r["compile"].get(key, 0) for r in jax_records)
-                 for key in ("trace", "lower", "backend", "programs", "cache_hits")}
-    by_name = collections.defaultdict(lambda: [0, 0, 0.0, 0.0, 0.0])
+                 for key in (*PHASES, "programs", "cache_hits")}
+    by_name = collections.defaultdict(collections.Counter)
     for record in jax_records:
         for name, figures in record["compile"].get("by_name", {}).items():
-            by_name[name] = [a + b for a, b in zip(by_name[name], figures)]
-    programs = sorted(by_name.items(), key=lambda item: -sum(item[1][2:]))[:top]
+            by_name[name].update(figures)
+    programs = sorted(by_name.items(), key=lambda item: -compile_seconds(item[1]))[:top]
     costly = sorted(records, key=lambda r: -r["cpu"])[:top]
     return {"cpu_s": sum(r["cpu"] for r in records), "processes": len(records),
             "by_kind": {k: by_kind[k] for k in KINDS if k in by_kind}, "jax_compile": compile_s,
             "jax_cpu_s": sum(r["cpu"] for r in jax_records),
-            "jax_programs": [dict(zip(("name", "compiled", "read_from_cache", "trace_s", "lower_s", "xla_s"),
-                                      (name, *figures))) for name, figures in programs],
+            "jax_programs": [{"name": name, **figures} for name, figures in programs],
             "costliest": [{"cpu_s": r["cpu"], "kind": kind(r), "test": r["test"]} for r in costly]}
 
 
@@ -134,7 +141,7 @@ def print_summary(found):
         print(f"  {name:13s} {row['processes']:5d} processes {row['cpu_s']:8.0f} s  {100 * row['cpu_s'] / total:5.1f}%"
               f"  (JAX compiling {row['jax_compile_s']:.0f} s)")
     c, jax_cpu = found["jax_compile"], found["jax_cpu_s"] or 1.0
-    spent = c["trace"] + c["lower"] + c["backend"]
+    spent = compile_seconds(c)
     print(f"processes that imported JAX: {spent:.0f} s of their {found['jax_cpu_s']:.0f} s compiling"
           f" ({100 * spent / jax_cpu:.0f}%):"
           f" tracing {c['trace']:.0f} s, lowering {c['lower']:.0f} s, XLA {c['backend']:.0f} s for"
@@ -142,8 +149,8 @@ def print_summary(found):
     print("by function (a nested function's tracing counts in its caller's too): compiled, read from the cache,"
           " seconds tracing, lowering, in XLA (compiling or reading)")
     for row in found["jax_programs"]:
-        print(f"  {row['compiled']:5d} {row['read_from_cache']:5d} {row['trace_s']:7.1f} {row['lower_s']:7.1f}"
-              f" {row['xla_s']:7.1f}  {row['name'][:70]}")
+        print(f"  {row['compiled']:5d} {row['read_from_cache']:5d} {row['trace']:7.1f} {row['lower']:7.1f}"
+              f" {row['backend']:7.1f}  {row['name'][:70]}")
     print("costliest processes:")
     for row in found["costliest"]:
         print(f"  {row['cpu_s']:7.1f} s  {row['kind']:12s} {(row['test'] or '')[:100]}")
