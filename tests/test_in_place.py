@@ -107,6 +107,74 @@ def test_the_trainers_outputs_are_refused_over_its_data(tmp_path):
     TrainConfig(format="tfrecord", data=str(data), checkpoint_dir=str(tmp_path / "ck"))  # apart: fine
 
 
+def test_the_trainers_outputs_are_refused_over_the_checkpoint_it_starts_from(tmp_path):
+    """A --checkpoint-dir holding the --init-checkpoint replaced it with the run's own checkpoints (exit 0)."""
+    from trainer.config import FinetuneConfig, TrainConfig
+
+    start = tmp_path / "ck" / "ckpt-00000003"
+    with pytest.raises(UsageError, match=f"^TrainConfig.checkpoint_dir {start.parent} holds the input {start}: "):
+        TrainConfig(format="tfrecord", data=str(tmp_path / "records"), init_checkpoint=str(start),
+                    checkpoint_dir=str(start.parent))
+    for output in ("output_dir", "checkpoint_dir"):
+        with pytest.raises(UsageError, match=f"^FinetuneConfig.{output} {start} is the input {start}: "):
+            FinetuneConfig(task="mrpc", data=str(tmp_path / "records"), format="tfrecord",
+                           init_checkpoint=str(start), **{output: str(start)})
+    out = tmp_path / "out"
+    with pytest.raises(UsageError, match=f"^FinetuneConfig.output_dir {out} holds the input {out}/dev.json: "):
+        FinetuneConfig(task="squad", data=str(tmp_path / "records"), format="tfrecord",
+                       eval_file=str(out / "dev.json"), output_dir=str(out))
+    TrainConfig(format="tfrecord", data=str(tmp_path / "records"), init_checkpoint=str(start),
+                checkpoint_dir=str(tmp_path / "ck2"))  # apart: fine
+
+
+def test_checkpoint_run_and_convert_refuse_to_write_over_what_they_read(shared_dir, tmp_path):
+    from trainer.checkpoint.cli import main as checkpoint_main
+
+    hf_tiny = tmp_path / "hf_tiny"
+    shutil.copytree(shared_dir / "fixtures" / "checkpoints" / "hf_tiny", hf_tiny)
+    inputs = tmp_path / "inputs.jsonl"
+    shutil.copyfile(shared_dir / "fixtures" / "checkpoints" / "inputs.jsonl", inputs)
+    before = tree(tmp_path)
+    for argv, line in [(["run", hf_tiny, "--inputs", inputs, "--out", inputs], f"--out {inputs} is the input"),
+                       (["run", hf_tiny, "--inputs", inputs, "--out", hf_tiny / "model.safetensors"],
+                        f"--out {hf_tiny}/model.safetensors is inside the input {hf_tiny}"),
+                       (["convert", hf_tiny, hf_tiny / "hf", "--to", "hf"], f"the output {hf_tiny}/hf is inside")]:
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            code = checkpoint_main([str(a) for a in argv])
+        printed = err.getvalue()
+        assert code == 2 and printed.startswith(f"trainer checkpoint: error: {line}"), printed
+        assert printed.endswith(f"{REFUSED}\n") and printed.count("\n") == 1, printed
+    assert tree(tmp_path) == before
+
+
+@pytest.mark.parametrize("command", ["pretrain", "finetune"])
+def test_a_checkpoint_dir_of_an_earlier_run_is_refused_without_resume(tmp_path, command):
+    """Pretraining into a --checkpoint-dir of an earlier run mixed their checkpoints (a later --resume took
+    the newest of either); fine-tuning keeps one checkpoint, so an earlier ckpt of a higher step deleted its
+    own. Refused before anything is read or trained; pretraining continues it with --resume."""
+    from trainer import FinetuneConfig, TrainConfig, finetune, train
+
+    earlier = tmp_path / "ck" / "ckpt-00000005"
+    earlier.mkdir(parents=True)
+    (earlier / "state.json").write_text("{}")
+    before = tree(tmp_path)
+    if command == "pretrain":
+        run, config = train, TrainConfig(format="tfrecord", data=str(tmp_path / "none"),
+                                          checkpoint_dir=str(earlier.parent))
+        remedy = "give --resume to continue that run, or name a new folder"
+    else:
+        run, config = finetune, FinetuneConfig(task="mrpc", data=str(tmp_path / "none"), format="tfrecord",
+                                               output_dir=str(tmp_path / "out"), checkpoint_dir=str(earlier.parent))
+        remedy = "name a new folder"
+    with pytest.raises(UsageError) as refused:
+        run(config)
+    assert str(refused.value) == (f"--checkpoint-dir {earlier.parent}: holds 1 checkpoint(s) of an earlier run "
+                                  f"(the newest {earlier}): {remedy}; this run's checkpoints would be mixed with "
+                                  "them and the oldest deleted")
+    assert tree(tmp_path) == before
+
+
 def test_urls_are_compared_by_bucket_and_key():
     from bertprep.options import refuse_overlap
 

@@ -165,8 +165,9 @@ def build_finetune_parser():
                                              "default: a tiny one pretrained on the embedded sample")
     p.add_argument("--model", choices=tuple(SIZES), help="size of the on-the-fly checkpoint (default: tiny); "
                                                          "with --init-checkpoint it must be the checkpoint's")
-    p.add_argument("--epochs", type=float, default=2.0, help="passes over the training records (default: 2)")
-    p.add_argument("--steps", type=positive_int, help="optimizer steps instead of --epochs")
+    length = p.add_mutually_exclusive_group()  # both given, one would be silently ignored
+    length.add_argument("--epochs", type=float, default=2.0, help="passes over the training records (default: 2)")
+    length.add_argument("--steps", type=positive_int, help="optimizer steps instead of --epochs")
     p.add_argument("--lr", type=float, default=3e-5, help="peak learning rate (default: 3e-5)")
     p.add_argument("--warmup", type=warmup, default=0.1, help="warmup: fraction of the steps or steps (default: 0.1)")
     p.add_argument("--batch-size", type=positive_int, default=32, help="sequences per replica (default: 32)")

@@ -259,13 +259,14 @@ class TrainConfig:
         return self.pad_vocab
 
 
-def _check_outputs_apart(config, names):
-    """No output of the run is its --data, inside it or holding it (the run would write over what it reads)."""
-    if config.data is None:
-        return
+def _check_outputs_apart(config, names, inputs=("data", "init_checkpoint")):
+    """No output of the run is one of its inputs (--data, the --init-checkpoint it starts from), inside one or
+    holding one: the run would write over what it reads (a --checkpoint-dir holding the --init-checkpoint
+    replaced it with the run's own checkpoints, and finetune's rotation then deleted its own)."""
+    sources = [getattr(config, name) for name in inputs]
     for name in names:
         if getattr(config, name) is not None:
-            refuse_overlap(getattr(config, name), [config.data], what=f"--{name.replace('_', '-')}")
+            refuse_overlap(getattr(config, name), sources, what=f"--{name.replace('_', '-')}")
 
 
 def _check_output_places(config, directories, files):
@@ -343,7 +344,8 @@ class FinetuneConfig:
         _check_appendable(self)
         if self.output_dir is None:
             object.__setattr__(self, "output_dir", f"finetune-{self.task.lower()}")
-        _check_outputs_apart(self, ("output_dir", "checkpoint_dir", "tensorboard_dir", "log_json"))
+        _check_outputs_apart(self, ("output_dir", "checkpoint_dir", "tensorboard_dir", "log_json"),
+                             ("data", "init_checkpoint", "eval_file"))
         _check_output_places(self, ("output_dir", "checkpoint_dir", "tensorboard_dir"), ("log_json",))
 
 

@@ -70,6 +70,8 @@ def finetune(config: FinetuneConfig) -> FinetuneSummary:
     """Fine-tune as `config` (a trainer.FinetuneConfig) says; return the trainer.FinetuneSummary."""
     if os.environ.get("TF_CONFIG") or os.environ.get("KERAS_DISTRIBUTION_JOB_ADDRESSES"):
         raise UsageError("finetune runs on the devices of one host: unset TF_CONFIG / KERAS_DISTRIBUTION_JOB_ADDRESSES")
+    if config.checkpoint_dir:  # it keeps one checkpoint there: another run's of a higher step would outrank it
+        run_state.refuse_earlier_run(config.checkpoint_dir, resumable=False)
     task = task_named(config.task)
     data = TaskData(config.data, config.format, task)
     if not data.files["eval"] and not config.no_eval:

@@ -365,6 +365,8 @@ def train(config: TrainConfig, step_times: list[float] | None = None,
     packed row holds several)."""
     clock = StartupClock()
     # Data and model settings are checked before any device is touched.
+    if config.checkpoint_dir and not config.resume:
+        run_state.refuse_earlier_run(config.checkpoint_dir)
     data_dir = config.data
     if data_dir is None:
         data_dir = sample_records(config.quiet)

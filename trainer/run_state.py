@@ -18,6 +18,7 @@ import zipfile
 
 import numpy as np
 
+from bertprep import storage
 from bertprep.atomic import atomic_dir, directory_complete, remove_directory, staging_dir
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
@@ -40,6 +41,19 @@ def list_checkpoints(directory):
         if match and _complete(folder.folder(name)):
             found.append((int(match.group(1)), folder.path(name)))
     return sorted(found)
+
+
+def refuse_earlier_run(directory, resumable=True):
+    """A UsageError, before anything is trained, where `directory` (a run's --checkpoint-dir) holds complete
+    checkpoints already and this run does not continue them: its own would be mixed with them (a later --resume
+    takes the newest of either) and the rotation would delete the oldest, theirs or its own (fine-tuning keeps
+    one: an earlier pretraining's ckpt of a higher step outranked it, and the fine-tuned model was deleted)."""
+    found = list_checkpoints(directory)
+    if found:
+        remedy = "give --resume to continue that run, or name a new folder" if resumable else "name a new folder"
+        raise UsageError(f"--checkpoint-dir {storage.display(directory)}: holds {len(found)} checkpoint(s) of an "
+                         f"earlier run (the newest {storage.display(found[-1][1])}): {remedy}; this run's "
+                         "checkpoints would be mixed with them and the oldest deleted")
 
 
 def check_whole(directory):

@@ -16,6 +16,7 @@ from bertprep import storage
 from bertprep.atomic import atomic_dir, staging_dir
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
+from bertprep.options import refuse_overlap
 from trainer.checkpoint.base import Checkpoint, checked, vocab_beside  # noqa: F401  (the package's API)
 
 
@@ -117,6 +118,7 @@ def convert(src, out, to, vocab=None, cased=None):
 
     if to not in WRITERS:
         raise UsageError(f"convert writes one of {', '.join(WRITERS)}, not {to!r}")
+    refuse_overlap(out, [src, vocab], what="the output")  # a new directory inside the checkpoint it reads
     target = Folder(storage.local_path(out))  # the new directory: local (file://... too) or a store's prefix
     target.check_reachable()  # a missing bucket or refused credentials: one line before the weights are read
     if target.exists():  # a URL: any object under the prefix, a cut-short convert's too
