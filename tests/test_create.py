@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -339,6 +340,24 @@ def test_convert_golden_tfrecord_gives_golden_ofrecord(golden_dir, tmp_path):
     assert (tmp_path / "g2").read_bytes() == (golden_dir / "G2.ofrecord").read_bytes()
 
 
+def test_convert_of_a_tree_says_which_files_it_left(golden_dir, tmp_path, capsys):
+    """A directory's files not named as records (*.tfrecord, part-*) are not read, and now said so: a valid
+    TFRecord named b.rec and a notes file were left without a word."""
+    tree = tmp_path / "mix"
+    tree.mkdir()
+    for name in ("a.tfrecord", "b.rec"):
+        shutil.copyfile(golden_dir / "G2.tfrecord", tree / name)
+    (tree / "notes.txt").write_text("notes\n")
+    assert main(["convert", str(tree), str(tmp_path / "out"), "--to", "ofrecord"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"not converted (not named *.tfrecord or part-*): {tree}/b.rec, {tree}/notes.txt")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["part-0"]
+    from bertprep import convert
+
+    summary = convert(src=str(tree), dst=str(tmp_path / "out2"), to="ofrecord")
+    assert summary["not_converted"] == [f"{tree}/b.rec", f"{tree}/notes.txt"]
+
+
 def test_vocab_given_as_a_hub_model_id_is_fetched_then_served_from_cache(golden_dir, tmp_path):
     from stand_in_servers import StandInServer, run_cli
 
@@ -483,4 +502,6 @@ def test_create_options_decide_the_dupe_factor_and_check_flags_once():
         CreateOptions(dupe_factor=0)
     with pytest.raises(UsageError, match=r"^CreateOptions.seq 3 is too small"):
         CreateOptions(seq=3)
+    with pytest.raises(UsageError, match=r"^CreateOptions.seq 65536 is too large: at most 65,535 positions"):
+        CreateOptions(seq=65536)  # was the native core's ValueError, a traceback, after the output was made
 

@@ -175,6 +175,29 @@ def test_a_checkpoint_dir_of_an_earlier_run_is_refused_without_resume(tmp_path, 
     assert tree(tmp_path) == before
 
 
+def test_validates_report_files_are_refused_over_what_it_reads(golden_dir, tmp_path):
+    """--json REPORT and --plot PNG replaced the records they checked (exit 0, "SOUND"); and `--json q1 q2`,
+    --json taking q1 for its file name, replaced the dataset q1 with q2's report."""
+    for name in ("a.tfrecord", "b.tfrecord", "dir/x.tfrecord"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        shutil.copyfile(golden_dir / "G1.tfrecord", tmp_path / name)
+    before = tree(tmp_path)
+    a, b, folder = tmp_path / "a.tfrecord", tmp_path / "b.tfrecord", tmp_path / "dir"
+    for argv, line in [((a, "--json", a), f"--json {a} is the input {a}: {REFUSED}"),
+                       ((a, "--plot", a), f"--plot {a} is the input {a}: {REFUSED}"),
+                       ((folder, "--plot", folder / "x.png"), f"--plot {folder}/x.png is inside the input {folder}: "
+                                                              f"{REFUSED}"),
+                       (("--json", a, b), f"--json {a}: exists and is not a report validate wrote: it would be "
+                                          "replaced; name a new file (--json without a value prints the report on "
+                                          "stdout)")]:
+        assert run("validate", *argv, "--quiet") == (2, f"bertprep validate: error: {line}")
+    assert tree(tmp_path) == before
+    report = tmp_path / "report.json"
+    assert run("validate", a, "--json", report, "--quiet")[0] == 0
+    assert run("validate", a, "--json", report, "--quiet")[0] == 0  # its own report, written again: fine
+    assert json.loads(report.read_text())["sound"] is True
+
+
 def test_urls_are_compared_by_bucket_and_key():
     from bertprep.options import refuse_overlap
 

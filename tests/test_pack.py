@@ -303,6 +303,12 @@ def test_bad_inputs_end_with_one_line(short_records, golden_dir, tmp_path, capsy
     assert "no such directory" in one_line_error(capsys, ["pack", str(tmp_path / "nope"), "--quiet"], 1)
     assert "--max-per-pack must be at least 1" in one_line_error(
         capsys, ["pack", str(short_records), "--max-per-pack", "0", "--quiet"], 2)
+    # a k no row of 128 tokens can reach sized every row's arrays by it: 20,000 wrote 197 MB of a 632 KB source
+    assert one_line_error(capsys, ["pack", str(short_records), "--out", str(tmp_path / "k"), "--max-per-pack",
+                                   "26", "--quiet"], 2) == (
+        "bertprep pack: error: --max-per-pack 26: a row of 128 tokens holds at most 25 sequences ([CLS] A [SEP] "
+        "B [SEP] takes at least 5)")
+    assert not (tmp_path / "k").exists()
     assert "unknown --format" in one_line_error(
         capsys, ["pack", str(short_records), "--format", "avro", "--quiet"], 2)
     _code, summary = run_json(capsys, "pack", short_records, "--out", tmp_path / "p", "--workers", "1")

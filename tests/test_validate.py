@@ -144,6 +144,23 @@ def test_truncated_tail(capsys, tmp_path, g1):
     assert errors(report) == [("framing", 39, None, f"at byte {last}: truncated data ({size - 10} of {size} bytes)")]
 
 
+def test_a_record_of_no_known_kind_is_a_finding_not_a_traceback(capsys, tmp_path, g1):
+    """A flipped bit in an OFRecord's first length byte leaves record 0's features unreadable: the message
+    naming the known kinds raised AttributeError (formats.KINDS); the table printed `None` for its kind."""
+    path = write(tmp_path / "part-0", g1, "ofrecord")
+    data = bytearray(path.read_bytes())
+    data[1] ^= 0x10
+    path.write_bytes(bytes(data))
+    code, report = validate(capsys, path)
+    assert code == 1
+    (finding,) = [f for f in report["findings"] if f["check"] == "schema"]
+    assert finding["record"] == 0 and finding["message"].endswith(
+        "match no record kind (known: pretraining, unmasked, packed, squad_train, squad_eval, glue, glue_regression)")
+    assert main(["validate", str(path), "--quiet"]) == 1
+    table = capsys.readouterr().out
+    assert "no readable records, kind unknown, no manifest" in table and "None" not in table, table
+
+
 def test_missing_key(capsys, tmp_path, g1):
     frames = [formats.frame(formats.encode_record(r, "tfrecord"), "tfrecord") for r in g1]
     features = [f for f in kinds_of(g1[7], "tfrecord") if f[0] != "masked_lm_ids"]

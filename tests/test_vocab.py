@@ -139,6 +139,22 @@ def test_a_formatted_corpus_by_name_trains_as_its_text_does(tmp_path):
     assert not (tmp_path / "none.txt").exists()
 
 
+def test_a_shard_directory_trains_as_its_text_does(tmp_path):
+    """--input SHARD_DIR (README: `vocab --input bertprep-work/sharded/mine`) reads its training/ and test/
+    shards, listed in its manifest as training/... and test/...: it was refused, every file "not listed"."""
+    ok(run_cli("shard", "--input", *sample_files(), "--out", tmp_path / "sharded", "--corpus", "sample",
+               "--train-shards", "2", "--test-shards", "1", "--workers", "1", "--quiet"))
+    ok(run_cli("vocab", "--input", tmp_path / "sharded", "--out", tmp_path / "by_shards.txt", "--vocab-size", "1200",
+               "--unused", "10", "--quiet"))
+    shards = sorted(str(p) for p in (tmp_path / "sharded").rglob("*.txt"))
+    assert len(shards) == 3
+    vocab(input=shards, out=tmp_path / "by_files.txt", vocab_size=1200, unused=10)
+    assert (tmp_path / "by_shards.txt").read_bytes() == (tmp_path / "by_files.txt").read_bytes()
+    (tmp_path / "sharded" / "training" / "stray.txt").write_text("a file of another run\n")
+    line = one_line_error(run_cli("vocab", "--input", tmp_path / "sharded", "--out", tmp_path / "none.txt"), code=1)
+    assert line.startswith(f"bertprep vocab: error: {tmp_path}/sharded/training/stray.txt: not listed in"), line
+
+
 def test_a_vocab_size_without_room_for_the_corpus_characters_is_refused(tmp_path):
     """Found while the stage runs: `bertprep.vocab` names the field, the command the flag."""
     import bertprep

@@ -23,4 +23,6 @@ def run(args) -> int:
         for file in summary["files"]:
             print(f"{file['src']} -> {file['dst']}: {file['records']} records")
         print(f"converted {summary['records']} records in {len(summary['files'])} file(s) to {summary['to']}")
+        if summary["not_converted"]:
+            print(f"not converted (not named *.tfrecord or part-*): {', '.join(summary['not_converted'])}")
     return 0

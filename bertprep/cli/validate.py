@@ -4,6 +4,7 @@ printed (the table, or JSON on stdout or into a file); exit 0 when the dataset i
 import json
 
 from bertprep.stages.validate import ValidateOptions, validate
+from bertprep.stages.validate.report import JSON_MAGIC, check_report_place
 
 
 def add_arguments(parser):
@@ -35,10 +36,13 @@ def add_arguments(parser):
 
 
 def options(args) -> ValidateOptions:
-    return ValidateOptions(tuple(p for p in (args.path, args.path2) if p is not None), vocab=args.vocab,
-                           compare=args.compare, plot=args.plot, max_errors=args.max_errors, workers=args.workers,
-                           min_parts=args.min_parts, masked_lm_prob=args.masked_lm_prob,
-                           whole_word_mask=args.whole_word_mask)
+    checked = ValidateOptions(tuple(p for p in (args.path, args.path2) if p is not None), vocab=args.vocab,
+                              compare=args.compare, plot=args.plot, max_errors=args.max_errors,
+                              workers=args.workers, min_parts=args.min_parts, masked_lm_prob=args.masked_lm_prob,
+                              whole_word_mask=args.whole_word_mask)
+    if args.json not in (None, "-"):
+        check_report_place("--json", args.json, checked.paths, JSON_MAGIC)
+    return checked
 
 
 def run(args) -> int:

@@ -195,5 +195,17 @@ def convert(options: ConvertOptions | None = None, /, **fields: Any) -> Summary:
         raise
     files = [{"src": storage.display(path), "dst": storage.display(out), "records": count}
              for (path, out), count in zip(pairs, counts)]
-    return Summary("bertprep convert: done", {"to": to, "files": files, "records": sum(counts)},
-                   (("records", sum(counts)), ("files", len(files)), ("to", to)))
+    left = _left_as_they_are(source) if source.isdir() else []  # said, not skipped silently
+    return Summary("bertprep convert: done", {"to": to, "files": files, "records": sum(counts), "not_converted": left},
+                   (("records", sum(counts)), ("files", len(files)), ("to", to),
+                    *((("not converted", _first_few(left) + " (not named *.tfrecord or part-*)"),) if left else ())))
+
+
+def _left_as_they_are(tree):
+    """The files under the Folder `tree` that convert does not read: not named as records (a manifest, notes,
+    records under another name)."""
+    return [storage.display(path) for path in tree.files() if formats.format_of_name(os.path.basename(path)) is None]
+
+
+def _first_few(names, shown=3):
+    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")

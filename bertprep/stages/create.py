@@ -80,6 +80,8 @@ MASKINGS = ("static", "dynamic")
 # NVIDIA's TF2 input pipeline interleaves this many files: with fewer, a file's records arrive in a row.
 NVIDIA_CYCLE_LENGTH = 8
 
+MAX_SEQ = 65535  # bertprep/native/module.c keeps positions in 16 bits
+
 
 @errors_name_fields
 @dataclass(frozen=True)
@@ -138,6 +140,9 @@ class CreateOptions:
             check_corpus_name(self.corpus)
         if self.seq < 5:
             raise UsageError(f"--seq {self.seq} is too small: [CLS] A [SEP] B [SEP] needs at least 5 positions")
+        if self.seq > MAX_SEQ:
+            raise UsageError(f"--seq {self.seq} is too large: at most {MAX_SEQ:,} positions (the native core's "
+                             "16-bit positions; BERT's models have 512)")
         if self.pred < 1 or self.pred > self.seq - 3:
             raise UsageError(
                 f"--pred {self.pred} is not possible with --seq {self.seq}: at most seq - 3 = {self.seq - 3} "

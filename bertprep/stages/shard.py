@@ -178,7 +178,7 @@ def input_files(path):
         found = [f for f in given.files() if _is_input_name(os.path.basename(f))]
         if not found:
             raise UsageError(f"{given}: no .jsonl or .txt input files")
-        refuse_unlisted(given, [os.path.basename(f) for f in found], "shard")
+        refuse_unlisted(given, [given.relpath(f) for f in found], "shard")  # a shard tree lists test/..., training/...
         return [storage.absolute(f) for f in found]
     if given.isfile():
         return [storage.absolute(path)]

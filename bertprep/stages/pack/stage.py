@@ -34,6 +34,8 @@ from bertprep.workdir import MANIFEST, SPLITS, load_manifest, save_manifest
 # What the bytes of a packed file depend on besides its input: a change here repacks everything.
 LAYOUT_VERSION = 1
 
+MIN_SEQUENCE = 5  # [CLS] A [SEP] B [SEP], A and B a token at least (create's instances)
+
 
 @errors_name_fields
 @dataclasses.dataclass(frozen=True)
@@ -96,6 +98,9 @@ def plan(options):
     pred = int(dims.get("pred", params.get("max_predictions_per_seq", 0)))
     if seq < 1 or pred < 1:
         raise DataError(f"{records_dir}: the create manifest gives no seq/pred")
+    if options.max_per_pack > seq // MIN_SEQUENCE:  # a k no row can reach only sizes every row's arrays up
+        raise UsageError(f"--max-per-pack {options.max_per_pack}: a row of {seq} tokens holds at most "
+                         f"{seq // MIN_SEQUENCE} sequences ([CLS] A [SEP] B [SEP] takes at least {MIN_SEQUENCE})")
     out = output_dir(records_dir, options.out, options.max_per_pack)
     settings_key = hashlib.sha256(json.dumps(
         {"k": options.max_per_pack, "seq": seq, "pred": pred, "layout": LAYOUT_VERSION, "version": __version__},

@@ -299,7 +299,10 @@ def _check_consistency(reports, findings, one_kind=True):
 
 
 def describe_shape(kind, dims):
-    """A kind and its dimensions for messages and the table, e.g. `pretraining seq 128, pred 20`."""
+    """A kind and its dimensions for messages and the table, e.g. `pretraining seq 128, pred 20`; `kind
+    unknown` where no record was read."""
+    if kind is None:
+        return "kind unknown"
     return f"{kind} " + ", ".join(f"{name} {value}" for name, value in (dims or {}).items())
 
 

@@ -16,7 +16,7 @@ from bertprep.errors import DataError
 from bertprep.formats import codecs, columnar
 from bertprep.formats.frames import Framing, map_file, release, walk_frames
 from bertprep.formats.protowire import WireError
-from bertprep.formats.schemas import int_values_problem, kind_of_record
+from bertprep.formats.schemas import KINDS, int_values_problem, kind_of_record
 from bertprep.stages.validate import finetune, packed, pretraining
 from bertprep.stages.validate.decode import exact_decode, layout_of, lockstep_decode
 
@@ -321,7 +321,7 @@ def _decode_chunk(buf, framing, indices, fmt, state, path, findings, bad_records
         _learn_kind_and_dims(payload, fmt, state)
         if state.kind is None:
             problems = [(None, f"features {_names_of(payload, fmt)} match no record kind "
-                               f"(known: {', '.join(formats.KINDS)})")]
+                               f"(known: {', '.join(KINDS)})")]
         elif state.dims is None:
             problems = [(None, "list lengths do not fit a " + state.kind.name + " record ("
                          + ", ".join(f"{f.name}[{f.length}]" for f in state.kind.features) + ")")]

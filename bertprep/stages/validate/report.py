@@ -28,7 +28,7 @@ from bertprep import formats, storage
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.formats import megatron
-from bertprep.options import check_types, errors_name_fields, normalise_paths, set_field
+from bertprep.options import check_types, errors_name_fields, normalise_paths, refuse_overlap, set_field
 from bertprep.progress import Summary, human_bytes
 from bertprep.stages.validate.dataset import (
     DATASET_CHECKS,
@@ -87,6 +87,26 @@ class ValidateOptions:
             raise UsageError("--masked-lm-prob must be in (0, 1)")
         if self.compare and len(self.paths) == 1 and not _has_both_formats(self.paths[0]):
             raise UsageError("--compare needs PATH2, or a PATH holding both TFRecord and OFRecord files")
+        if self.plot is not None:
+            check_report_place("--plot", self.plot, self.paths, PNG_MAGIC)
+
+
+PNG_MAGIC = b"\x89PNG"
+JSON_MAGIC = b"{"  # the report is one JSON object, written with indent=1
+
+
+def check_report_place(flag, path, paths, magic):
+    """A UsageError, before anything is read, where a report's file (--json's, --plot's) is one of the validated
+    `paths`, lies inside one or holds one, or is an existing file that is not such a report (its first bytes not
+    `magic`): `validate --json q1.tfrecord q2.tfrecord` took the dataset q1 for --json's file name and replaced
+    it with the report of q2."""
+    refuse_overlap(path, paths, what=flag)
+    local = storage.local_path(path)
+    if storage.checks_locally(path) and os.path.isfile(local):
+        with open(local, "rb") as f:
+            if f.read(len(magic)) != magic:
+                raise UsageError(f"{flag} {path}: exists and is not a report validate wrote: it would be replaced; "
+                                 "name a new file (--json without a value prints the report on stdout)")
 
 
 class Report(Summary):
