@@ -109,11 +109,32 @@ class DaskEngine(LocalEngine):
         return run_dask(self.client, function, tasks, describe)
 
 
-def _worker_init():
+def _worker_init(parent):
     # Ctrl-C is the parent's to handle: it stops the pool and cleans up.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # Several worker processes on few cores: the tokenizer's own threads would oversubscribe.
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    _end_with(parent)
+
+
+def _end_with(parent):
+    """Linux: the kernel kills this worker when the process that started it dies. A SIGKILLed run's workers
+    went on with their tasks, then each printed a BrokenPipeError traceback where it sent its result to the
+    pipe nobody read. (Killing the parent leaves .partial files either way; the rerun clears them.)"""
+    import ctypes
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # no prctl to call: the worker ends as it did before
+        return
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def run_local(function, tasks, workers):
@@ -144,7 +165,7 @@ def _spooled_results(function, tasks, workers):
         return
     import multiprocess
 
-    pool = multiprocess.Pool(workers, initializer=_worker_init)
+    pool = multiprocess.Pool(workers, initializer=_worker_init, initargs=(os.getpid(),))
     try:
         yield from pool.imap_unordered(function, tasks)
         pool.close()

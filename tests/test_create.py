@@ -172,6 +172,54 @@ def test_sigkill_at_any_moment_then_rerun_ends_byte_identical(shared_dir, tmp_pa
     assert not list(out.rglob(".partial"))
 
 
+def children_of(pid):
+    """The pids whose parent is `pid` (Linux's /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:  # ended meanwhile
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+@pytest.mark.heavy
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the kernel's parent-death signal is Linux's")
+def test_the_workers_end_with_a_killed_run_and_print_nothing(shared_dir, tmp_path):
+    """SIGKILL to the run alone (not its group): its workers went on with their tasks, then each printed a
+    BrokenPipeError traceback; now the kernel ends them with it."""
+    write_shards(shared_dir / "fixtures" / "bench" / "wt2.txt", tmp_path / "wt2", 6, copies=4)
+    proc = subprocess.Popen([sys.executable, "-m", "bertprep", "create", "--input", str(tmp_path / "wt2"), "--vocab",
+                             str(shared_dir / "fixtures" / "golden" / "vocab.txt"), "--dupe-factor", "5", "--workers",
+                             "2", "--quiet", "--out", str(tmp_path / "out")],
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while len(workers := children_of(proc.pid)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(workers) >= 2 and proc.poll() is None, "the run ended before its workers were seen"
+    time.sleep(0.5)  # at work on their first tasks
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while (alive := [w for w in workers if is_running(w)]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for worker in alive:  # not left running after the test
+        os.kill(worker, signal.SIGKILL)
+    assert not alive, f"workers {alive} outlived the killed run"
+    assert "Traceback" not in proc.stderr.read()
+
+
+def is_running(pid):
+    """Whether `pid` is a process that has not ended (a zombie, ended and not yet reaped, has)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def with_default_sigint():
     """Ctrl-C as at a terminal: an ignored SIGINT is inherited through exec, and the test process may
     have been left ignoring it (a pool or cluster earlier in this xdist worker), in which case Python
