@@ -280,10 +280,16 @@ def test_bad_input_ends_with_one_line(pretrained, squad_dir, mrpc_dir, tmp_path,
         1, f"trainer: error: {tmp_path / 'nowhere'}: no such directory")
     assert error("--task", "squad", "--data", str(mrpc_dir), *common) == (
         1, f"trainer: error: {mrpc_dir / 'train.tf_record'}: glue records, expected squad_train")
+    not_a_checkpoint = tmp_path / "not-a-checkpoint"  # beside --output-dir: one inside it is refused first
+    not_a_checkpoint.mkdir()
     code, line = error("--task", "mrpc", "--data", str(mrpc_dir), "--format", "tfrecord", "--init-checkpoint",
-                       str(tmp_path))
-    assert code == 1 and line.startswith(f"trainer: error: {tmp_path}: not a checkpoint this trainer reads (expected "
-                                         "a ckpt-<step>/ or checkpoint directory of the trainer, a Google ")
+                       str(not_a_checkpoint))
+    assert code == 1 and line.startswith(f"trainer: error: {not_a_checkpoint}: not a checkpoint this trainer reads "
+                                         "(expected a ckpt-<step>/ or checkpoint directory of the trainer, a Google ")
+    assert error("--task", "mrpc", "--data", str(mrpc_dir), "--format", "tfrecord", "--init-checkpoint",
+                 str(tmp_path)) == (2, f"trainer: error: --output-dir {tmp_path / 'out'} is inside the input "
+                                       f"{tmp_path}: the run would overwrite or delete what it reads; write the "
+                                       "output elsewhere")
     assert error("--task", "glue-x", "--data", str(mrpc_dir), *common)[0] == 2
     # SQuAD answers need the eval metadata beside the eval records.
     broken = tmp_path / "squad-no-metadata"
