@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from bertprep import storage
 from bertprep.corpus import read_text
-from bertprep.errors import DataError
+from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.instances import MaskingVocab
 from bertprep.tokenization import LineTokenizer, load_vocab
@@ -48,6 +48,8 @@ def discover_inputs(values):
             found.extend((f, _split_of(f)) for f in files if storage.isfile(f))
         else:
             raise DataError(f"{place}: input not found")
+    for path, _split in found:
+        refuse_json_lines(path)
     seen = set()
     unique = []
     for path, split in found:
@@ -56,6 +58,15 @@ def discover_inputs(values):
             seen.add(path)
             unique.append((path, split))
     return unique
+
+
+def refuse_json_lines(path):
+    """A UsageError for a JSON-lines corpus given where text shards are read: each line's JSON was tokenized as
+    one sentence, braces, quotes and escaped newlines included, and written as training data without a word."""
+    if os.path.basename(storage.normpath(path)).endswith(".jsonl"):
+        raise UsageError(f"{storage.display(path)}: a JSON-lines corpus (one document a line, as download and dedup "
+                         "write): this stage reads text shards (a sentence a line, documents apart by a blank line); "
+                         "shard it first: bertprep shard --input " + storage.display(path))
 
 
 def _split_of(path):

@@ -63,7 +63,10 @@ def nvidia_dirname(seq, pred, masked_lm_prob, seed, dupe_factor, lower_case, who
 
 
 def check_corpus_name(corpus):
-    """A corpus name becomes a directory and file-name prefix: one plain path component, never a path."""
+    """A corpus name becomes a directory and file-name prefix: one plain path component, never a path. Returned
+    as a str (a Python caller's `corpus=Path("wiki")`, which the options' types take for a str, was a TypeError
+    deep inside)."""
+    corpus = os.fspath(corpus)
     if not corpus.replace("_", "").replace("-", "").isalnum():
         raise UsageError(f"--corpus {corpus!r}: use letters, digits, '_' and '-' only")
     return corpus

@@ -302,6 +302,7 @@ def run_variant(corpus, chain, out, variant, **flags):
     return written(out)
 
 
+@pytest.mark.filterwarnings("ignore:.*is less than a chunk of 32 documents needs")  # small chunks on purpose
 def test_the_steps_decide_and_write_what_the_in_memory_decision_did(corpus, chain, tmp_path, cluster):
     """Exact and near duplicates, clusters linked through removed documents, any --memory (16K: chunks of 32
     documents, blocks of 8 rows merged from some 28 runs), one or two workers, or Dask: the same listing,
@@ -340,6 +341,7 @@ def test_merged_sorted_runs_are_the_sort_of_all_their_rows(tmp_path):
     assert len(batches) > 10 and all(a[-1] < b[0] for (a, _), (b, _) in zip(batches, batches[1:]) if len(a) and len(b))
 
 
+@pytest.mark.filterwarnings("ignore:.*is less than a chunk of 32 documents needs")  # small chunks on purpose
 def test_a_run_killed_between_steps_redoes_only_the_unfinished_ones(corpus, chain, tmp_path, monkeypatch):
     def killed(*_args):
         raise DataError("killed")

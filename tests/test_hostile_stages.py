@@ -13,6 +13,7 @@ import pytest
 import bertprep
 from bertprep.cli import main
 from bertprep.errors import BertprepWarning, UsageError
+from bertprep.progress import human_bytes
 from bertprep.stages import dedup as dedup_module
 from bertprep.stages.create import sample_paths
 
@@ -79,6 +80,41 @@ def test_a_chunk_is_never_larger_than_its_part_can_hold():
     assert dedup_module.chunk_documents(1 << 40, 128, 9, part_bytes=100) <= 100 // 12 + 1
     assert dedup_module.chunk_documents(1 << 20, 128, 9, part_bytes=1 << 40) == dedup_module.chunk_documents(
         1 << 20, 128, 9)  # a big part: --memory decides, as before
+
+
+def test_a_budget_below_one_chunk_is_a_warning_naming_what_it_takes(tmp_path):
+    """--memory 1K was taken without a word for the 32-document chunks it cannot hold (66 KiB at the defaults),
+    and the run was many times slower in chunks that small."""
+    options = bertprep.DedupOptions(input=("x.jsonl",), memory="1K")
+    floor = dedup_module.MIN_CHUNK * dedup_module.chunk_bytes_per_document(128, options.band_rows()[0])
+    assert dedup_module.settings_warnings(options, machine_bytes=1 << 30) == [
+        f"--memory 1K is less than a chunk of 32 documents needs ({human_bytes(floor)}): the run takes that, in "
+        f"many small chunks (slower); give at least {human_bytes(floor)}"]
+    assert dedup_module.settings_warnings(bertprep.DedupOptions(input=("x.jsonl",), memory=f"{floor}"),
+                                          machine_bytes=1 << 30) == []
+
+
+def test_an_evaluation_file_without_text_is_refused(tmp_path, capsys):
+    """An empty or blank --decontaminate file reported "items 0, found_in_training 0", exit 0: a clean corpus."""
+    corpus = formatted_corpus(tmp_path / "c1", [DOCUMENT])
+    for name, text in (("empty.txt", ""), ("blank.txt", "\n \n\n")):
+        (tmp_path / name).write_text(text)
+        assert cli_error(capsys, ["dedup", "--input", str(corpus), "--out", str(tmp_path / "out"), "--decontaminate",
+                                  str(tmp_path / name), "--quiet"], 1) == (
+            f"bertprep dedup: error: --decontaminate {tmp_path / name}: no evaluation text in it (empty, blank, or "
+            "no text field): nothing to decontaminate against")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_glue_tsv_loses_no_row_to_a_header_it_does_not_have(shared_dir):
+    """CoLA's dev.tsv has no header row: its first sentence was skipped as one, and never checked."""
+    glue = shared_dir / "fixtures" / "finetune" / "glue"
+    cola = (glue / "CoLA" / "dev.tsv").read_text().splitlines()
+    items = dedup_module.file_items(str(glue / "CoLA" / "dev.tsv"))
+    assert items[0] == cola[0].split("\t")[3] and len(items) == sum(" " in line.split("\t")[3] for line in cola)
+    mrpc = dedup_module.file_items(str(glue / "MRPC" / "dev.tsv"))  # a header: not an item
+    assert not any("#1 String" in item for item in mrpc)
+    assert len(mrpc) == len((glue / "MRPC" / "dev.tsv").read_text().splitlines()) - 1
 
 
 def test_a_budget_within_the_machine_gives_no_warning():
@@ -158,6 +194,48 @@ def test_a_shard_rerun_into_fewer_shards_names_the_shards_it_removed(tmp_path, c
                          "training/c1_training_2.txt, training/c1_training_3.txt" in out
     assert sorted(p.name for p in (tmp_path / "sharded" / "training").iterdir()) == ["c1_training_0.txt",
                                                                                      "c1_training_1.txt"]
+
+
+def test_a_shard_rerun_under_another_corpus_name_reshards_and_removes_the_first_names(tmp_path, capsys):
+    """The same input and --out as `--corpus a`, then `--corpus b`: taken for complete, it returned corpus a."""
+    corpus = formatted_corpus(tmp_path / "c1", documents(12))
+    argv = ["shard", "--input", str(corpus), "--out", str(tmp_path / "sharded"), "--test-fraction", "0",
+            "--workers", "1", "--test-shards", "1", "--train-shards", "2"]
+    assert cli_lines(capsys, [*argv, "--corpus", "a", "--quiet"])[0] == 0
+    code, out, _err = cli_lines(capsys, [*argv, "--corpus", "b", "--json"])
+    summary = json.loads(out)
+    assert code == 0 and summary["corpus"] == "b" and summary["warnings"] == [
+        "removed 2 file(s) of an earlier run that this run does not write: training/a_training_0.txt, "
+        "training/a_training_1.txt"]
+    assert sorted(p.name for p in (tmp_path / "sharded" / "training").iterdir()) == ["b_training_0.txt",
+                                                                                     "b_training_1.txt"]
+
+
+@pytest.mark.parametrize("stage", ["tokenize", "create"])
+def test_tokenize_and_create_refuse_a_json_lines_corpus(tmp_path, capsys, stage):
+    """A .jsonl file given to the stages that read text shards was tokenized as it is: each document's JSON one
+    "sentence", braces, quotes and escaped newlines in the training data, exit 0."""
+    corpus = formatted_corpus(tmp_path / "c1", documents(4))
+    part = corpus / "p0.jsonl"
+    vocab = sample_paths()[1]
+    assert cli_error(capsys, [stage, "--input", str(part), "--vocab", vocab, "--out", str(tmp_path / "out"),
+                              "--quiet"], 2) == (
+        f"bertprep {stage}: error: {part}: a JSON-lines corpus (one document a line, as download and dedup write): "
+        f"this stage reads text shards (a sentence a line, documents apart by a blank line); shard it first: "
+        f"bertprep shard --input {part}")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("stage", ["shard", "tokenize", "create"])
+def test_a_corpus_name_given_as_a_path_is_its_name(tmp_path, stage):
+    """`corpus=Path("c")`, which the options' types take for a str, was a TypeError deep inside (str.replace)."""
+    options = getattr(bertprep, f"{stage.capitalize()}Options")(corpus=Path("mine"))
+    assert options.corpus == "mine" or stage == "shard"  # shard checks the name where it resolves its inputs
+    if stage == "shard":
+        corpus = formatted_corpus(tmp_path / "c1", documents(4))
+        summary = bertprep.shard(input=str(corpus), corpus=Path("mine"), out=str(tmp_path / "out"), train_shards=1,
+                                 test_shards=1, test_fraction=0.0, engine=bertprep.EngineOptions(workers=1))
+        assert summary["corpus"] == "mine" and (tmp_path / "out" / "training" / "mine_training_0.txt").is_file()
 
 
 def test_dedup_refuses_an_output_corpus_folder_holding_a_foreign_part(tmp_path, capsys):

@@ -137,7 +137,7 @@ class CreateOptions:
         if self.min_parts < 1:
             raise UsageError(f"--min-parts must be at least 1, not {self.min_parts}")
         if self.corpus is not None:
-            check_corpus_name(self.corpus)
+            set_field(self, "corpus", check_corpus_name(self.corpus))
         if self.seq < 5:
             raise UsageError(f"--seq {self.seq} is too small: [CLS] A [SEP] B [SEP] needs at least 5 positions")
         if self.seq > MAX_SEQ:

@@ -194,6 +194,11 @@ def settings_warnings(options, machine_bytes):
                         f"candidate with a chance of {candidate_chance(middle, bands, rows):.2g}: most near "
                         "duplicates will not be found; leave --bands out (the optimum for --threshold) or give more")
     memory = options.memory_bytes()
+    floor = MIN_CHUNK * chunk_bytes_per_document(options.num_perm, bands)
+    if options.near and memory < floor:
+        warnings.append(f"--memory {options.memory} is less than a chunk of {MIN_CHUNK} documents needs "
+                        f"({human_bytes(floor)}): the run takes that, in many small chunks (slower); give at least "
+                        f"{human_bytes(floor)}")
     if machine_bytes and memory > machine_bytes and not options.engine.scheduler:
         warnings.append(f"--memory {options.memory} is more than this machine's {human_bytes(machine_bytes)}: a run "
                         "is held to what its corpus needs, and one that needs more than the machine has will be "
@@ -310,7 +315,11 @@ def evaluation_files(workdir, name):
                              f"`bertprep download {name}` first)")
         return [(f"{name}/{storage.relpath(path, directory)}", file_items(path)) for path in files]
     storage.require(name, "file", UsageError(f"--decontaminate {storage.display(name)}: not squad, glue or a file"))
-    return [(os.path.basename(name), file_items(name))]
+    items = file_items(name)
+    if not items:  # a run against nothing reported "items 0, found 0", as a clean corpus does
+        raise DataError(f"--decontaminate {storage.display(name)}: no evaluation text in it (empty, blank, or no "
+                        "text field): nothing to decontaminate against")
+    return [(os.path.basename(name), items)]
 
 
 def file_items(path):
@@ -324,12 +333,23 @@ def file_items(path):
         return squad_items(path, text)
     if path.endswith(".tsv"):
         # a row's text fields (those with a space: not ids, labels or scores), one per line
-        rows = (line.split("\t") for line in text.splitlines()[1:] if line.strip())
+        lines = text.splitlines()
+        rows = (line.split("\t") for line in lines[1 if lines and is_glue_header(lines[0]) else 0:] if line.strip())
         return [text for text in ("\n".join(f for f in row if " " in f.strip()) for row in rows) if text]
     if path.endswith(".txt"):
         return [block for block in re.split(r"\n\s*\n", text) if block.strip()]
     raise DataError(f"{storage.display(path)}: expected a SQuAD .json, GLUE .tsv or .txt evaluation file, "
                     f"not {os.path.splitext(path)[1] or 'a file without extension'}")
+
+
+# Column names of GLUE's TSV header rows. CoLA's train and dev files have none: their first row was skipped
+# as a header, and its sentence never checked.
+GLUE_COLUMNS = frozenset(("index", "sentence", "sentence1", "sentence2", "label", "gold_label", "quality",
+                          "#1 string", "#2 string", "question", "question1", "question2", "is_duplicate", "genre"))
+
+
+def is_glue_header(line):
+    return any(field.strip().lower() in GLUE_COLUMNS for field in line.split("\t"))
 
 
 def squad_items(path, text):
@@ -545,8 +565,17 @@ def chunk_documents(memory, num_perm, bands, part_bytes=None):
     """Documents in one chunk of pass 1: its signatures, hash and band-key runs, and the copies sorting makes;
     never more than a part of `part_bytes` can hold (issue 57: the signatures' array is made for the chunk at
     once, so `--memory 100G` on a one-document part asked NumPy for 24 GiB and ended in a MemoryError)."""
-    per_chunk = max(32, memory // (3 * (4 * num_perm + 16 * (bands + 1) + 32)))
+    per_chunk = max(MIN_CHUNK, memory // chunk_bytes_per_document(num_perm, bands))
     return per_chunk if part_bytes is None else min(per_chunk, max(1, part_bytes // MIN_DOCUMENT_BYTES + 1))
+
+
+MIN_CHUNK = 32  # documents: a smaller --memory still takes this many a chunk
+
+
+def chunk_bytes_per_document(num_perm, bands):
+    """A document's share of a pass-1 chunk's memory: its MinHash values, hash and band keys, and sorting's
+    copies."""
+    return 3 * (4 * num_perm + 16 * (bands + 1) + 32)
 
 
 # The shortest line a formatted part's document can be: {"text":""} and its newline. A part holds at most its

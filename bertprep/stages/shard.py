@@ -472,16 +472,19 @@ def shard(options: ShardOptions | None = None, /, *, quiet: bool = True, **field
     input_list = [{"path": storage.display(p), "bytes": storage.getsize(p), "sha256": sha256_file(p)} for p in inputs]
     with hold(out.root, "bertprep shard") as staging:
         previous = load_manifest(out)
-        if _is_complete(previous, out, params, input_list):
+        if _is_complete(previous, out, params, input_list, corpus):
             return Summary(f"bertprep shard: {out} is already complete", _summary(previous, out, 0.0),
                            rows=_rows(previous, out, 0.0), complete_before=True)
         progress = Progress("shard", total=len(inputs), unit="input files", quiet=quiet)
         start = time.monotonic()
+        other_corpus = []
         if previous is not None:
             out.remove(MANIFEST)  # nothing may look complete while shards are rewritten
+            other_corpus = _remove_another_corpus(out, previous, corpus)
         with scratch_directory(staging, options.engine) as scratch, open_engine(options.engine) as engine:
             manifest, removed = _shard(options, engine, corpus, inputs, input_list, out, staging, scratch, params,
                                        progress)
+        removed = sorted({*removed, *other_corpus})
         progress.close()
         seconds = time.monotonic() - start
         save_manifest(out, manifest)
@@ -490,6 +493,18 @@ def shard(options: ShardOptions | None = None, /, *, quiet: bool = True, **field
         summary["warnings"] = [removed_warning(removed)]
         rows += [("warning", warning) for warning in summary["warnings"]]
     return Summary(f"bertprep shard: {corpus} done", summary, rows=rows)
+
+
+def _remove_another_corpus(out, previous, corpus):
+    """The shards an earlier run into `out` wrote under another --corpus name, removed (their names relative to
+    `out`): a rerun as `--corpus b` was taken for complete and left `a`'s shards, and had it written b's beside
+    them, readers of the folder would have read both."""
+    if previous.get("corpus") == corpus:
+        return []
+    listed = [name for name in previous.get("files") or {} if out.isfile(name)]
+    for name in listed:
+        out.remove(name)
+    return listed
 
 
 @contextlib.contextmanager
@@ -615,9 +630,9 @@ def _eval_split(options, results, inputs, files, offsets):
     return eval_mask, training, report
 
 
-def _is_complete(manifest, out, params, input_list):
+def _is_complete(manifest, out, params, input_list, corpus):
     if (not manifest or manifest.get("stage") != "shard" or manifest.get("params") != params
-            or manifest.get("inputs") != input_list):
+            or manifest.get("inputs") != input_list or manifest.get("corpus") != corpus):
         return False
     return all(file_matches(out.path(relpath), entry) for relpath, entry in manifest.get("files", {}).items())
 

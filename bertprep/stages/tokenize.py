@@ -95,7 +95,7 @@ class TokenizeOptions:
         if self.format not in codecs.sequence_names():
             raise UsageError(f"--format must be one of {', '.join(codecs.sequence_names())}, not {self.format!r}")
         if self.corpus is not None:
-            check_corpus_name(self.corpus)
+            object.__setattr__(self, "corpus", check_corpus_name(self.corpus))
 
 
 @dataclasses.dataclass(frozen=True)
