@@ -357,6 +357,13 @@ def _fmt(key, value):
     return f"{key} {value}"
 
 
+def refuse_an_earlier_runs_checkpoints(config):
+    """A --checkpoint-dir that holds an earlier run's checkpoints is continued with --resume, or refused before
+    anything is read (run_state.refuse_earlier_run)."""
+    if config.checkpoint_dir and not config.resume:
+        run_state.refuse_earlier_run(config.checkpoint_dir)
+
+
 def train(config: TrainConfig, step_times: list[float] | None = None,
           step_sequences: list[int] | None = None) -> TrainSummary:
     """Pretrain as `config` (a trainer.TrainConfig) says; return the trainer.TrainSummary. `step_times`, a
@@ -365,8 +372,7 @@ def train(config: TrainConfig, step_times: list[float] | None = None,
     packed row holds several)."""
     clock = StartupClock()
     # Data and model settings are checked before any device is touched.
-    if config.checkpoint_dir and not config.resume:
-        run_state.refuse_earlier_run(config.checkpoint_dir)
+    refuse_an_earlier_runs_checkpoints(config)
     data_dir = config.data
     if data_dir is None:
         data_dir = sample_records(config.quiet)
