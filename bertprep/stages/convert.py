@@ -109,16 +109,15 @@ def convert_file(src, dst, dst_fmt, staging=None, sha256=None):
     return count
 
 
-def _record_files(tree):
-    """The full paths of the record files anywhere under the Folder `tree`, sorted."""
-    return [path for path in tree.files() if formats.format_of_name(os.path.basename(path)) is not None]
+def _is_record_name(path):
+    return formats.format_of_name(os.path.basename(path)) is not None
 
 
-def _tree_pairs(source, target, to):
-    """(src, dst) of every record file under the Folder `source`: its directory under `target` and its name in
-    `to` (an OFRecord part numbered by its place in its directory)."""
+def _tree_pairs(source, listed, target, to):
+    """(src, dst) of every record file of `listed` (the files under the Folder `source`, sorted): its directory
+    under `target` and its name in `to` (an OFRecord part numbered by its place in its directory)."""
     by_dir: dict = {}
-    for path in _record_files(source):
+    for path in filter(_is_record_name, listed):
         by_dir.setdefault(os.path.dirname(path), []).append(path)
     pairs = []
     for directory, paths in sorted(by_dir.items()):
@@ -165,8 +164,9 @@ def convert(options: ConvertOptions | None = None, /, **fields: Any) -> Summary:
     options = options or ConvertOptions(**fields)
     src, dst, to = options.src, options.dst, options.to
     source, target = Folder(src), Folder(dst)  # a tree each, or a file each
+    listed = source.files() if source.isdir() else []  # listed once: a store's listing is a request
     if source.isdir():
-        pairs = _tree_pairs(source, target, to)
+        pairs = _tree_pairs(source, listed, target, to)
         if not pairs:
             raise DataError(f"{src}: no record files (*.tfrecord or part-*) found")
         tree: contextlib.AbstractContextManager = hold(dst, "bertprep convert")
@@ -195,16 +195,10 @@ def convert(options: ConvertOptions | None = None, /, **fields: Any) -> Summary:
         raise
     files = [{"src": storage.display(path), "dst": storage.display(out), "records": count}
              for (path, out), count in zip(pairs, counts)]
-    left = _left_as_they_are(source) if source.isdir() else []  # said, not skipped silently
+    left = [storage.display(path) for path in listed if not _is_record_name(path)]  # said, not skipped silently
     return Summary("bertprep convert: done", {"to": to, "files": files, "records": sum(counts), "not_converted": left},
                    (("records", sum(counts)), ("files", len(files)), ("to", to),
                     *((("not converted", _first_few(left) + " (not named *.tfrecord or part-*)"),) if left else ())))
-
-
-def _left_as_they_are(tree):
-    """The files under the Folder `tree` that convert does not read: not named as records (a manifest, notes,
-    records under another name)."""
-    return [storage.display(path) for path in tree.files() if formats.format_of_name(os.path.basename(path)) is None]
 
 
 def _first_few(names, shown=3):

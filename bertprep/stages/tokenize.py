@@ -43,7 +43,7 @@ from bertprep.engines import EngineOptions, open_engine
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.formats import codecs
-from bertprep.options import build_options, errors_name_fields, refuse_overlap
+from bertprep.options import build_options, errors_name_fields, refuse_overlap, set_field
 from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.stages.create import check_shard_stage_fields, default_inputs, remove_stale_outputs
 from bertprep.text_inputs import (
@@ -95,7 +95,7 @@ class TokenizeOptions:
         if self.format not in codecs.sequence_names():
             raise UsageError(f"--format must be one of {', '.join(codecs.sequence_names())}, not {self.format!r}")
         if self.corpus is not None:
-            object.__setattr__(self, "corpus", check_corpus_name(self.corpus))
+            set_field(self, "corpus", check_corpus_name(self.corpus))
 
 
 @dataclasses.dataclass(frozen=True)
