@@ -21,6 +21,7 @@ not depend on workers, ranks or restarts.
 """
 
 import mmap
+import numbers
 import os
 from typing import Any
 
@@ -57,6 +58,17 @@ def _split_files(records, fmt, split):
     if not split_dir.isdir():
         split_dir = records.folder(split)
     return split_dir.glob(codecs.get(fmt).glob)
+
+
+def _check_whole(name, value, least):
+    """A UsageError naming the argument unless `value` is an int (not a bool, not 8.0, not "8") >= `least`: a
+    notebook's `BertLoader(d, batch_size="8")` stopped deep inside NumPy, `batch_size=2.5` made fractional
+    slices, and `rank=True` read as rank 1."""
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+        raise UsageError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if value < least:
+        raise UsageError(f"{name} must be at least {least}, not {value}")
+    return int(value)
 
 
 def _require_torch():
@@ -200,14 +212,20 @@ class BertRecords(_DATASET_BASE):
     def __init__(self, data_dir, batch_size, split="training", fmt=None, seed=0, rank=0, world_size=1,
                  bin_size=None, vocab=None, drop_last=True):
         _require_torch()
-        if not 0 <= rank < world_size:
+        batch_size, seed = _check_whole("batch_size", batch_size, 1), _check_whole("seed", seed, 0)
+        rank, world_size = _check_whole("rank", rank, 0), _check_whole("world_size", world_size, 1)
+        if not rank < world_size:
             raise UsageError(f"rank {rank} is not in [0, world_size {world_size})")
-        if batch_size < 1:
-            raise UsageError(f"batch_size must be at least 1, not {batch_size}")
+        if bin_size is not None:
+            bin_size = _check_whole("bin_size", bin_size, 1)
+        if not isinstance(drop_last, bool):
+            raise UsageError(f"drop_last must be True or False, got {type(drop_last).__name__} {drop_last!r}")
+        for name, value in (("split", split), ("fmt", fmt)):
+            if not (isinstance(value, str) or (name == "fmt" and value is None)):
+                raise UsageError(f"{name} must be a str, got {type(value).__name__} {value!r}")
         self.index = RecordIndex(data_dir, split, fmt, vocab)
-        if bin_size is not None and (bin_size < 1 or self.index.kind is PACKED):
-            raise UsageError("bin_size must be at least 1, and packed rows are not binned (they are full)"
-                             if self.index.kind is PACKED else f"bin_size must be at least 1, not {bin_size}")
+        if bin_size is not None and self.index.kind is PACKED:
+            raise UsageError("bin_size: packed rows are not binned (they are full)")
         self.batch_size, self.seed, self.rank, self.world_size = batch_size, seed, rank, world_size
         self.bin_size, self.drop_last = bin_size, drop_last
         self.epoch = 0
@@ -271,8 +289,8 @@ class BertLoader:
 
     def __init__(self, data_dir, batch_size, num_workers=0, **dataset_args):
         _require_torch()
+        self.num_workers = _check_whole("num_workers", num_workers, 0)
         self.dataset = BertRecords(data_dir, batch_size, **dataset_args)
-        self.num_workers = num_workers
 
     def __iter__(self):
         dataset = self.dataset

@@ -329,6 +329,31 @@ def test_a_world_size_that_leaves_a_rank_no_batch_is_an_error(static):
         torch_reads(static, "tfrecord", rank=3, world_size=100000)
 
 
+@pytest.mark.parametrize("args, message", [
+    ({"batch_size": "8"}, "batch_size must be an int, got str '8'"),
+    ({"batch_size": 2.5}, "batch_size must be an int, got float 2.5"),
+    ({"batch_size": 0}, "batch_size must be at least 1, not 0"),
+    ({"rank": True, "world_size": 2}, "rank must be an int, got bool True"),
+    ({"rank": 2, "world_size": 2}, r"rank 2 is not in \[0, world_size 2\)"),
+    ({"seed": -1}, "seed must be at least 0, not -1"),
+    ({"bin_size": "16"}, "bin_size must be an int, got str '16'"),
+    ({"num_workers": 1.0}, "num_workers must be an int, got float 1.0"),
+    ({"drop_last": "no"}, "drop_last must be True or False, got str 'no'"),
+    ({"split": 0}, "split must be a str, got int 0"),
+])
+def test_the_torch_loader_names_an_argument_of_the_wrong_type(static, args, message):
+    """One UsageError naming the argument, before any record is read (a str batch size stopped inside NumPy)."""
+    args = {"batch_size": 8, **args}
+    with pytest.raises(UsageError, match=f"^{message}$"):
+        BertLoader(str(static), fmt="tfrecord", **args)
+
+
+def test_the_torch_loader_takes_numpy_ints(static):
+    import numpy as np
+    batches = list(BertLoader(str(static), np.int64(8), fmt="tfrecord", seed=np.int32(1)))
+    assert batches and all(len(b["input_ids"]) == 8 for b in batches)
+
+
 # ---------------------------------------------------------------- 4. exit 0 on bad input
 
 
