@@ -225,6 +225,32 @@ def test_decontaminate_finds_squad_contexts_planted_in_training(corpus, tmp_path
     assert kept.count("\n") == 2 and "river pilots" not in kept
 
 
+def test_evaluation_items_shorter_than_the_ngram_are_said_to_be_found_only_whole(corpus, tmp_path):
+    """An item of fewer words than --decontaminate-ngram has no n-gram: quoted inside a longer training document
+    it is not found. The run says so (stderr and the summary's warnings) instead of reporting it clean."""
+    a, _b, _planted, texts = corpus
+    short = "the seven river pilots sailed north at dawn"  # 8 words
+    long = ("An entirely unrelated paragraph about nothing in the training text at all , long enough to hold "
+            "several thirteen word windows of its own .")
+    evaluation = tmp_path / "eval.txt"
+    evaluation.write_text(f"{short}\n\n{long}\n")
+    training = write_corpus(tmp_path / "train", [texts[-1], f"Then {short} to meet the harbour master .",
+                                                  texts[-2]])
+    run = dedup_cli("--input", a, training, "--out", tmp_path / "out", "--decontaminate", evaluation,
+                    "--report-only", "--json", "--workers", "1")
+    assert run.returncode == 0, run.stderr
+    summary = json.loads(run.stdout)
+    assert summary["evaluation"] == {"eval.txt": {"items": 2, "found_in_training": 0}}
+    warning = ("--decontaminate eval.txt: 1 of 2 items are shorter than --decontaminate-ngram 13 words: they are "
+               "found only in a training document of exactly their words")
+    assert [w for w in summary["warnings"] if w.startswith(warning)] and f"dedup: warning: {warning}" in run.stderr
+    found = dedup_cli("--input", a, training, "--out", tmp_path / "out8", "--decontaminate", evaluation,
+                      "--decontaminate-ngram", "8", "--report-only", "--json", "--quiet", "--workers", "1")
+    summary = json.loads(found.stdout)
+    assert summary["evaluation"] == {"eval.txt": {"items": 2, "found_in_training": 1}}
+    assert "warnings" not in summary
+
+
 def test_a_corpus_directory_without_a_manifest_is_refused(corpus, tmp_path):
     a, _b, _planted, _texts = corpus
     bare = tmp_path / "bare"

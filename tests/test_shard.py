@@ -58,6 +58,23 @@ def test_reference_format_and_manifest(tmp_path):
     assert "Another one follows here." in (out / "training/demo_training_0.txt").read_text().split("\n")
 
 
+def test_more_shards_than_documents_is_a_warning_in_the_summary(tmp_path):
+    """A split with fewer documents than shards asked for gets one shard a document: said in the summary (a
+    progress line --quiet and --json never showed), not for a test split that --test-fraction 0 empties."""
+    corpus = make_corpus(tmp_path / "in", files=1, docs_per_file=40)
+    argv = ["shard", "--input", corpus, "--corpus", "demo", "--train-shards", "64", "--test-shards", "8",
+            "--workers", "1"]
+    summary = ok(run_cli(*argv, "--out", tmp_path / "a", "--json"))
+    assert summary["documents"] == {"training": 36, "test": 4}
+    assert summary["warnings"] == ["training: 36 document(s), so 36 shard(s) instead of the 64 of --train-shards",
+                                   "test: 4 document(s), so 4 shard(s) instead of the 8 of --test-shards"]
+    printed = ok(run_cli(*argv, "--out", tmp_path / "b"))
+    assert "  warning    training: 36 document(s), so 36 shard(s) instead of the 64 of --train-shards\n" in printed
+    summary = ok(run_cli(*argv[:-4], "--train-shards", "4", "--test-fraction", "0", "--out", tmp_path / "c",
+                         "--json", "--workers", "1"))
+    assert summary["documents"] == {"training": 40, "test": 0} and "warnings" not in summary
+
+
 def test_same_input_same_bytes_whatever_the_worker_count(tmp_path):
     corpus = make_corpus(tmp_path / "in", files=4)
     outputs = []

@@ -366,22 +366,36 @@ def squad_items(path, text):
 
 
 def evaluation_ngrams(workdir, options):
-    """(set labels, sorted n-gram hashes, (set index, item index) of each hash, items per set)."""
-    sets, hashes, owners, counts = [], [], [], []
+    """((set labels, sorted n-gram hashes, (set index, item index) of each hash, items per set), warnings): one
+    warning per set with items shorter than --decontaminate-ngram words."""
+    sets, hashes, owners, counts, warnings = [], [], [], [], []
+    n = options.decontaminate_ngram
     for label, items in (entry for name in options.decontaminate for entry in evaluation_files(workdir, name)):
         sets.append(label)
         counts.append(len(items))
+        short = 0
         for item, text in enumerate(items):
             # per line: a GLUE pair's two sentences never run on into each other in training text
-            h = np.concatenate([ngram_hashes(normalized_words(line), options.decontaminate_ngram)
-                                for line in text.split("\n")])
+            lines = [normalized_words(line) for line in text.split("\n")]
+            h = np.concatenate([ngram_hashes(words, n) for words in lines])
             hashes.append(h)
             owners.append(np.full((len(h), 2), (len(sets) - 1, item), np.int64))
+            short += max(map(len, lines)) < n
+        if short:
+            warnings.append(short_items_warning(label, short, len(items), n))
     if not hashes:
-        return sets, np.zeros(0, np.uint64), np.zeros((0, 2), np.int64), counts
+        return (sets, np.zeros(0, np.uint64), np.zeros((0, 2), np.int64), counts), warnings
     hashes, owners = np.concatenate(hashes), np.concatenate(owners)
     order = np.argsort(hashes, kind="stable")
-    return sets, hashes[order], owners[order], counts
+    return (sets, hashes[order], owners[order], counts), warnings
+
+
+def short_items_warning(label, short, items, n):
+    """An item of fewer than n words has no n-gram: its one shingle (all its words) is found only in a training
+    document of exactly those words, so a corpus that quotes it inside longer text is not reported: said."""
+    return (f"--decontaminate {label}: {short} of {items} items are shorter than --decontaminate-ngram {n} words: "
+            "they are found only in a training document of exactly their words, not inside a longer one; give a "
+            "smaller --decontaminate-ngram to check them")
 
 
 # -- files of the steps ------------------------------------------------------------
@@ -1128,9 +1142,10 @@ def dedup(options: DedupOptions | None = None, /, *, quiet: bool = True, **field
               "exact_hash": "xxh64 of NFC casefold whitespace-collapsed text"}
     input_list = [{"corpus": name, "path": storage.display(p), "bytes": storage.getsize(p), "sha256": sha256_file(p)}
                   for name, parts in corpora for p in parts]
-    evaluation = evaluation_ngrams(workdir, options)  # a bad evaluation file stops before anything is written
+    # a bad evaluation file stops before anything is written
+    evaluation, evaluation_warnings = evaluation_ngrams(workdir, options)
     earlier = check_output_parts(out, corpora, load_manifest(out))  # before the work, as the checks above
-    warnings = settings_warnings(options, machine_memory())
+    warnings = settings_warnings(options, machine_memory()) + evaluation_warnings
     for warning in [] if quiet else warnings:
         print(f"dedup: warning: {warning}", file=sys.stderr)
     if options.dry_run:

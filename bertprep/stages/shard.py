@@ -482,16 +482,17 @@ def shard(options: ShardOptions | None = None, /, *, quiet: bool = True, **field
             out.remove(MANIFEST)  # nothing may look complete while shards are rewritten
             other_corpus = _remove_another_corpus(out, previous, corpus)
         with scratch_directory(staging, options.engine) as scratch, open_engine(options.engine) as engine:
-            manifest, removed = _shard(options, engine, corpus, inputs, input_list, out, staging, scratch, params,
-                                       progress)
+            manifest, removed, warnings = _shard(options, engine, corpus, inputs, input_list, out, staging, scratch,
+                                                 params, progress)
         removed = sorted({*removed, *other_corpus})
         progress.close()
         seconds = time.monotonic() - start
         save_manifest(out, manifest)
     summary, rows = _summary(manifest, out, seconds), _rows(manifest, out, seconds)
-    if removed:  # absent otherwise: today's --json
-        summary["warnings"] = [removed_warning(removed)]
-        rows += [("warning", warning) for warning in summary["warnings"]]
+    warnings += [removed_warning(removed)] if removed else []
+    if warnings:  # absent otherwise: today's --json
+        summary["warnings"] = warnings
+        rows += [("warning", warning) for warning in warnings]
     return Summary(f"bertprep shard: {corpus} done", summary, rows=rows)
 
 
@@ -562,7 +563,7 @@ def _shard(options, engine, corpus, inputs, input_list, out, staging, scratch, p
         test_mask = choose_test(hashes, options.test_fraction)
         training_mask, eval_report = ~test_mask, None
 
-    tasks, names, earlier = [], [], []
+    tasks, names, earlier, fewer = [], [], [], []
     for split, mask, requested in (("training", training_mask, options.train_shards),
                                    ("test", test_mask, options.test_shards)):
         split_dir = out.folder(split)
@@ -573,8 +574,11 @@ def _shard(options, engine, corpus, inputs, input_list, out, staging, scratch, p
                 earlier.append(f"{split}/{name}")
         docs = np.flatnonzero(mask)  # input order
         count = min(requested, len(docs))
-        if count < requested:
-            progress.note(f"{split}: {len(docs)} document(s), so {count} shard(s) instead of {requested}")
+        empty_by_request = split == "test" and options.test_fraction == 0 and not fingerprinted
+        # a warning in the summary, not a progress line that --quiet and --json never showed
+        if count < requested and not empty_by_request:
+            fewer.append(f"{split}: {len(docs)} document(s), so {count} shard(s) instead of the "
+                         f"{requested} of --{'train' if split == 'training' else 'test'}-shards")
         assignment = BALANCES[options.balance][0](sizes[docs], count)
         for shard in range(count):
             chosen = docs[assignment == shard]
@@ -598,7 +602,7 @@ def _shard(options, engine, corpus, inputs, input_list, out, staging, scratch, p
         "dropped": {"empty_documents": stats["empty_documents"], "invalid_utf8_lines": stats["invalid_utf8_lines"]},
         "input_bytes": stats["input_bytes"],
         "spread": {s: spread([e["bytes"] for e in written.values() if e["split"] == s]) for s in SPLITS},
-    }, removed
+    }, removed, fewer
 
 
 def _named_inputs(inputs):
