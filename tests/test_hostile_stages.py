@@ -256,6 +256,21 @@ def test_dedup_removes_an_earlier_dedups_parts_and_says_so(tmp_path):
     assert sorted(p.name for p in (tmp_path / "out" / "c1").iterdir()) == ["manifest.json", "new.jsonl"]
 
 
+def test_a_dedup_rerun_with_fewer_inputs_removes_the_dropped_corpus_and_says_so(tmp_path, capsys):
+    """`--input c1 c2` then `--input c1` into one OUT left OUT/c2/ whole, manifest and all, which `bertprep
+    shard --input OUT/*` read beside c1's deduplicated parts."""
+    out = tmp_path / "out"
+    inputs = [str(formatted_corpus(tmp_path / name, documents(3))) for name in ("c1", "c2")]
+    bertprep.dedup(input=inputs, out=str(out))
+    assert sorted(p.name for p in (out / "c2").iterdir()) == ["manifest.json", "p0.jsonl"]
+    assert main(["dedup", "--input", inputs[0], "--out", str(out), "--json", "--quiet"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["warnings"] == ["removed 2 file(s) of an earlier run that this run does not write: "
+                                   "c2/p0.jsonl, c2/manifest.json"]
+    assert not (out / "c2").exists() and (out / "c1").is_dir()
+    assert json.loads((out / "manifest.json").read_text())["corpora"].keys() == {"c1"}
+
+
 def test_shard_refuses_a_part_its_corpus_manifest_does_not_list(tmp_path, capsys):
     deduped = tmp_path / "out"
     bertprep.dedup(input=(str(formatted_corpus(tmp_path / "c1", [DOCUMENT])),), out=str(deduped))

@@ -1161,6 +1161,7 @@ def dedup(options: DedupOptions | None = None, /, *, quiet: bool = True, **field
             warnings.append(removed_warning(earlier))
             for relative in earlier:
                 storage.remove(storage.join(out, relative))
+            remove_empty_folders(out, earlier)
         with open_engine(options.engine) as engine:  # one engine (one Dask cluster) for both passes
             if _is_resumable(previous, params, input_list):
                 manifest = previous  # a killed run's decision: pass 1 is not done again, its written parts kept
@@ -1199,7 +1200,26 @@ def check_output_parts(out, corpora, previous):
                                  "of an earlier dedup into it: `bertprep shard` would read it with the deduplicated "
                                  "parts; remove it or choose another --out")
             removed.append(f"{name}/{part}")
-    return removed
+    return removed + earlier_corpora(out, {name for name, _parts in corpora}, earlier)
+
+
+def remove_empty_folders(out, removed):
+    """OUT/<corpus>/ of the `removed` files, where nothing is left in it (a store has no folders to remove)."""
+    for corpus in sorted({relative.split("/")[0] for relative in removed}):
+        folder = storage.join(out, corpus)
+        if not storage.is_url(folder):
+            with contextlib.suppress(OSError):  # not empty: kept
+                os.rmdir(storage.local_path(folder))
+
+
+def earlier_corpora(out, names, earlier):
+    """The parts and corpus manifests an earlier dedup into OUT wrote for corpora that this run does not write:
+    a rerun with fewer inputs left OUT/<dropped>/ whole, manifest and all, and `bertprep shard --input OUT/*`
+    read it with this run's corpora. Only what that run's manifest listed (and the corpus manifest it wrote)."""
+    dropped = sorted({entry.split("/")[0] for entry in earlier if "/" in entry} - names)
+    files = sorted(entry for entry in earlier if entry.split("/")[0] in dropped)
+    files += [f"{corpus}/{MANIFEST}" for corpus in dropped]
+    return [relative for relative in files if storage.exists(storage.join(out, relative))]
 
 
 @contextlib.contextmanager
