@@ -239,6 +239,21 @@ def test_empty_part(capsys, tmp_path, g1):
     assert report["findings"][0]["file"] == str(directory / "part-1")
 
 
+def test_files_that_are_all_empty_are_not_sound(capsys, tmp_path):
+    """One empty file was SOUND (exit 0) with "no readable records": an empty shard among full ones is a
+    warning, a dataset of nothing is a failure."""
+    (tmp_path / "empty.tfrecord").write_bytes(b"")
+    code, report = validate(capsys, tmp_path / "empty.tfrecord")
+    assert code == 1
+    assert errors(report) == [("files", None, None, "no records in the 1 file(s) given: nothing to train on")]
+    directory = tmp_path / "tfrecord" / "training"
+    directory.mkdir(parents=True)
+    for name in ("part-0", "part-1"):
+        (directory / name).write_bytes(b"")
+    code, report = validate(capsys, tmp_path / "tfrecord")
+    assert code == 1 and report["findings"][0]["file"] == str(directory)
+
+
 def test_gap_in_part_numbering_and_min_parts(capsys, tmp_path, g1):
     directory = tmp_path / "parts"
     write(directory / "part-0", g1[:20], "ofrecord")

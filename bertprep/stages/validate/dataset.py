@@ -241,6 +241,12 @@ def resolve_spec(spec, manifest):
 
 
 def _check_parts(record_files, reports, min_parts, findings):
+    if reports and not any(report.bytes for report in reports):
+        # an empty shard beside full ones is a warning; a dataset of nothing trains on nothing: not SOUND (a
+        # file of bytes without a readable record fails its framing already)
+        where = record_files[0].path if len(record_files) == 1 else os.path.commonpath([f.path for f in record_files])
+        findings.add(Finding("files", where, None, None, f"no records in the {len(reports)} file(s) given: "
+                             "nothing to train on"))
     by_dir = {}
     for record_file, report in zip(record_files, reports):
         if report.bytes == 0:
