@@ -527,6 +527,14 @@ def remove(path):
         fs.rm_file(inner)
 
 
+def remove_if_empty(path):
+    """Remove the directory `path` if nothing is in it; nothing for a URL (a store has no directories: a prefix
+    with no object under it is gone already)."""
+    if not is_url(path):
+        with contextlib.suppress(OSError):  # not empty, or gone: kept as it is
+            os.rmdir(local_path(path))
+
+
 def rmtree(path):
     """Remove a directory tree or every object under a prefix (gone already is fine)."""
     if not is_url(path):

@@ -1206,10 +1206,7 @@ def check_output_parts(out, corpora, previous):
 def remove_empty_folders(out, removed):
     """OUT/<corpus>/ of the `removed` files, where nothing is left in it (a store has no folders to remove)."""
     for corpus in sorted({relative.split("/")[0] for relative in removed}):
-        folder = storage.join(out, corpus)
-        if not storage.is_url(folder):
-            with contextlib.suppress(OSError):  # not empty: kept
-                os.rmdir(storage.local_path(folder))
+        storage.remove_if_empty(storage.join(out, corpus))
 
 
 def earlier_corpora(out, names, earlier):
