@@ -21,6 +21,8 @@ from typing import TextIO
 
 from tqdm import tqdm
 
+from bertprep.errors import redact
+
 # What --quiet means, for every command alike (their summary is what they did; validate's report and
 # inspect's listing are what was asked for, and print even then).
 QUIET_HELP = "no progress and no summary (--json prints the summary even then)"
@@ -144,9 +146,11 @@ class Progress:
         self.write(f"{self.label}: {message}")
 
     def write(self, line):
-        """A line of its own on the stream, above the bar on a terminal."""
+        """A line of its own on the stream, above the bar on a terminal; never a credential (errors.redact: a note
+        names URLs, and a URL may carry a token)."""
         if self.quiet:
             return
+        line = redact(line)
         if self._bar is not None:
             self._bar.write(line, file=self.stream)
         else:

@@ -44,6 +44,9 @@ class StandInServer:
         self.trickle = {}
         self.stopping = threading.Event()  # ends stalled and trickling responses
         self.requests = []  # (method, path, Range header or None)
+        self.authorizations = []  # (path, Authorization header or None) of each request
+        self.headers = {}  # "/path" -> {header: value} sent instead of the computed ones (a bad Content-Length)
+        self.redirects = {}  # "/path" -> the Location of a 302 answered to it
         self._lock = threading.Lock()
         self._httpd = None
 
@@ -140,6 +143,14 @@ class _Handler(BaseHTTPRequestHandler):
     def _dispatch(self, head):
         path = urlsplit(self.path).path
         self.stand_in.log(self.command, path, self.headers.get("Range"))
+        with self.stand_in._lock:
+            self.stand_in.authorizations.append((path, self.headers.get("Authorization")))
+        if path in self.stand_in.redirects:
+            self.send_response(302)
+            self.send_header("Location", self.stand_in.redirects[path])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return None
         parts = [unquote(p) for p in path.split("/")[1:]]
         if parts[:2] == ["api", "datasets"] and len(parts) >= 6:
             return self._hub_api(parts[2] + "/" + parts[3], parts[4], parts[5:])
@@ -223,7 +234,7 @@ class _Handler(BaseHTTPRequestHandler):
                     return
                 status = 206
         self.send_response(status)
-        self.send_header("Content-Length", str(end - start))
+        self.send_header("Content-Length", self.stand_in.headers.get(path, {}).get("Content-Length", str(end - start)))
         self.send_header("Accept-Ranges", "bytes")
         self.send_header("Content-Type", "application/octet-stream")
         if status == 206:

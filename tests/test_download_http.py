@@ -3,6 +3,7 @@
 import hashlib
 import io
 import os
+import re
 import tarfile
 import time
 
@@ -172,9 +173,13 @@ def test_the_command_line_takes_the_limits(server, tmp_path):
     assert gets == [("GET", "/bc/bookcorpus.tar.bz2", None),
                     ("GET", "/bc/bookcorpus.tar.bz2", f"bytes={len(tarball) // 2}-")]
     assert (work / "download/bookcorpus/bookcorpus.tar.bz2").read_bytes() == tarball
-    for flags, expected in ((["--stall-timeout", "0"], "--stall-timeout: expected a number of seconds above 0, got 0"),
-                            (["--deadline", "-1"], "--deadline: expected a number of seconds (0 for none), got -1")):
-        line = one_line_error(run_cli("download", "squad", "--workdir", work, *flags), code=2)
+    stall = "--stall-timeout: expected a number of seconds above 0 and at most 1e+09, got"
+    deadline = "--deadline: expected a number of seconds (0 for none) of at most 1e+09, got"
+    for source, flags, expected in (("squad", ["--stall-timeout", "0"], f"{stall} 0"),
+                                    ("squad", ["--deadline", "-1"], f"{deadline} -1"),
+                                    ("squad", ["--stall-timeout", "inf"], f"{stall} inf"),  # an OverflowError
+                                    ("glue", ["--deadline", "-7"], f"{deadline} -7")):  # the hub's: not checked
+        line = one_line_error(run_cli("download", source, "--workdir", work, *flags), code=2)
         assert line.endswith(expected)
 
 
@@ -183,11 +188,77 @@ def test_the_download_options_check_the_limits_once_with_the_flags_messages():
     from bertprep.stages.download import download
     from bertprep.stages.download.squad import SquadOptions
 
-    with pytest.raises(UsageError, match=r"^--stall-timeout: expected a number of seconds above 0, got 0$"):
+    with pytest.raises(UsageError, match=r"^--stall-timeout: expected a number of seconds above 0 and at most 1e\+09, "
+                                         r"got 0$"):
         SquadOptions(limits=Limits(stall=0))
-    with pytest.raises(UsageError, match=r"^--deadline: expected a number of seconds \(0 for none\), got -1$"):
+    with pytest.raises(UsageError, match=r"^--deadline: expected a number of seconds \(0 for none\) of at most 1e\+09, "
+                                         r"got -1$"):
         download("squad", limits=Limits(deadline=-1))
     with pytest.raises(UsageError,
                        match="^unknown download source 'squad2'; known: wikipedia, bookcorpus, squad, glue, "
                              "pretrained$"):
         download("squad2")
+
+
+# ---------------------------------------------------------------- hostile servers and mirrors
+
+
+def test_a_mirror_with_a_password_is_sent_basic_auth_and_the_password_is_never_kept(server, tmp_path):
+    """urllib looked the host up as "alice:S3cret@127.0.0.1" and failed after a minute of retries; the URL, secret
+    and all, was what manifests recorded and notes printed."""
+    url = server.url.replace("http://", "http://alice:S3cret@") + "/files/blob.bin"
+    downloads = SourceDownloads(str(tmp_path / "d"), "test")
+    entry = downloads.get(url, "blob.bin", checksums={"md5": MD5})
+    assert open(tmp_path / "d" / "blob.bin", "rb").read() == PAYLOAD
+    assert server.authorizations == [("/files/blob.bin", "Basic YWxpY2U6UzNjcmV0")]  # base64 of alice:S3cret
+    assert "S3cret" not in (tmp_path / "d" / "manifest.json").read_text() and "S3cret" not in str(entry)
+    assert downloads.is_complete("blob.bin", url)  # the manifest's redacted URL still names this download
+
+
+def test_basic_auth_is_not_carried_to_another_host_by_a_redirect(server, tmp_path):
+    with StandInServer() as other:
+        other.add_file("elsewhere/blob.bin", PAYLOAD)
+        server.redirects["/files/moved.bin"] = other.url + "/elsewhere/blob.bin"
+        url = server.url.replace("http://", "http://alice:S3cret@") + "/files/moved.bin"
+        fetch(url, str(tmp_path / "blob.bin"), checksums={"md5": MD5})
+    assert server.authorizations == [("/files/moved.bin", "Basic YWxpY2U6UzNjcmV0")]
+    assert other.authorizations == [("/elsewhere/blob.bin", None)]
+
+
+def test_a_redirect_loop_is_one_line(server, tmp_path):
+    server.redirects["/files/a"] = server.url + "/files/b"
+    server.redirects["/files/b"] = server.url + "/files/a"
+    with pytest.raises(DataError) as failure:
+        fetch(server.url + "/files/a", str(tmp_path / "a"))
+    assert "\n" not in str(failure.value) and "HTTP 302" in str(failure.value)
+
+
+def test_a_content_length_that_is_no_number_is_one_line(server, tmp_path):
+    server.headers["/files/blob.bin"] = {"Content-Length": "12abc"}
+    with pytest.raises(DataError, match=r"/files/blob.bin: the server's Content-Length '12abc' is not a number of "
+                                        r"bytes$"):
+        fetch(server.url + "/files/blob.bin", str(tmp_path / "blob.bin"))
+
+
+def test_a_checksum_list_that_is_not_utf8_names_its_line(server, tmp_path):
+    sums = tmp_path / "latin1.md5"
+    sums.write_bytes(f"{MD5}  blob.bin\n".encode() + b"0" * 32 + b"  caf\xe9.json\n")
+    line = one_line_error(run_cli("download", "squad", "--workdir", tmp_path / "w", "--checksums", sums), code=2)
+    assert line.endswith(f"{sums}:2: expected '<md5> <file name>' in UTF-8, found bytes that are not UTF-8")
+
+
+def test_a_full_disk_names_the_file_it_could_not_write(server, tmp_path):
+    """Under a file-size limit (EFBIG, as ENOSPC takes the same path) the error was "File too large", no path; the
+    partial file stays, so a rerun resumes."""
+    code = ("import resource, sys; from bertprep.stages.download.http import fetch; "
+            "resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, resource.RLIM_INFINITY)); "
+            "from bertprep.errors import DataError\n"
+            f"try: fetch({server.url + '/files/blob.bin'!r}, sys.argv[1])\n"
+            "except DataError as exc: print(exc)")
+    import subprocess
+    import sys
+    dest = tmp_path / "blob.bin"
+    result = subprocess.run([sys.executable, "-c", code, str(dest)], capture_output=True, text=True)
+    assert re.fullmatch(f"{re.escape(str(dest))}.part: cannot write at byte [0-9,]+ \\(File too large\\); free space "
+                        "and rerun to resume", result.stdout.strip()), (result.stdout, result.stderr)
+    assert 0 < os.path.getsize(f"{dest}.part") <= 1 << 20

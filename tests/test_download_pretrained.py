@@ -185,6 +185,23 @@ def test_hub_model_id_gives_the_same_layout_and_is_served_from_cache_offline(sha
     assert "bert-large-uncased/config.json: not reachable at" in one_line_error(uncached)
 
 
+def test_a_hub_endpoint_with_a_password_is_in_no_manifest_or_summary(shared_dir, golden_dir, tmp_path):
+    """`--base-url http://alice:S3cret@mirror` works (the hub client sends it), and the manifest recorded it
+    as the endpoint, password and all."""
+    files = {"config.json": (shared_dir / "fixtures" / "checkpoints" / "hf_tiny" / "config.json").read_bytes(),
+             "model.safetensors": b"\0" * 64, "vocab.txt": (golden_dir / "vocab.txt").read_bytes()}
+    with StandInServer() as server:
+        server.add_hub_model("bert-base-uncased", files)
+        endpoint = server.url
+        result = run_cli("download", "pretrained", "--model", "bert-base-uncased", "--workdir", tmp_path / "w",
+                         "--base-url", endpoint.replace("http://", "http://alice:S3cret@"), "--json",
+                         hf_home=tmp_path / "hf")
+    summary = ok(result)
+    manifest = (tmp_path / "w" / "download" / "pretrained" / "manifest.json").read_text()
+    assert json.loads(manifest)["info"]["bert-base-uncased"]["endpoint"] == endpoint
+    assert "S3cret" not in manifest and "S3cret" not in json.dumps(summary) and "S3cret" not in result.stderr
+
+
 def test_release_function_gives_the_cli_files_and_summary(server, release_files, tmp_path):
     from bertprep.stages.download import download
     from bertprep.stages.download.pretrained import PretrainedOptions

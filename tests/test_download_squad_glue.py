@@ -3,6 +3,7 @@
 import csv
 import hashlib
 import json
+import time
 
 import pytest
 
@@ -114,6 +115,52 @@ def test_squad_404(server, tmp_path):
     line = one_line_error(run_cli("download", "squad", "--workdir", tmp_path / "w", "--base-url",
                                   server.url + "/nothing"))
     assert line.endswith("/nothing/train-v1.1.json: HTTP 404 Not Found")
+
+
+@pytest.mark.parametrize("served", [None, b"<html><body>502 Bad Gateway - please log in</body></html>"])
+def test_an_evaluation_script_not_fetched_is_a_warning_even_quiet(server, squad_files, tmp_path, served):
+    """A 404, or an error page served with 200 (kept as evaluate-v1.1.py before: no checksum is published), is
+    a summary warning, so `--json --quiet` says it too; the SQuAD data is complete without it."""
+    sums = _publish_squad(server, squad_files, tmp_path)
+    eval_path = "codalab/0xbcd57bee090b421c982906709c8c27e1/contents/blob/"
+    if served is None:
+        del server.files["/" + eval_path]
+    else:
+        server.add_file(eval_path, served)
+    work = tmp_path / "w"
+    summary = ok(run_cli("download", "squad", "--version", "1.1", "--workdir", work, "--base-url",
+                         server.url + "/squad", "--eval-base-url", server.url + "/codalab", "--checksums", sums,
+                         "--json", "--quiet"))
+    (warning,) = summary["warnings"]
+    assert warning.startswith("v1.1/evaluate-v1.1.py: not fetched (")
+    assert ("HTTP 404" if served is None else "not Python source (SyntaxError") in warning
+    assert warning.endswith("SQuAD data is complete without it")
+    assert not (work / "download/squad/v1.1/evaluate-v1.1.py").exists()
+    assert "v1.1/evaluate-v1.1.py" not in json.loads((work / "download/squad/manifest.json").read_text())["files"]
+
+
+def test_a_second_squad_download_into_the_same_workdir_is_refused_while_the_first_runs(server, squad_files,
+                                                                                       tmp_path):
+    """Two runs appended to one .part and left a file under its final name that the manifest called verified."""
+    import subprocess
+    import sys
+
+    sums = _publish_squad(server, squad_files, tmp_path)
+    server.stall_after["/squad/train-v1.1.json"] = [1000, 1]
+    work = tmp_path / "w"
+    argv = ["download", "squad", "--version", "1.1", "--workdir", str(work), "--base-url", server.url + "/squad",
+            "--eval-base-url", server.url + "/codalab", "--checksums", str(sums), "--quiet", "--stall-timeout", "5"]
+    first = subprocess.Popen([sys.executable, "-m", "bertprep", *argv])
+    try:
+        deadline = time.monotonic() + 60
+        while not any(r[1] == "/squad/train-v1.1.json" for r in server.requests) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        line = one_line_error(run_cli(*argv))
+        assert f"{work / 'download' / 'squad'}: another run is writing here (bertprep download squad, pid " \
+               f"{first.pid}" in line
+    finally:
+        assert first.wait(timeout=120) == 0  # it resumes after the stall and completes
+    assert (work / "download/squad/v1.1/train-v1.1.json").read_bytes() == squad_files["train-v1.1.json"]
 
 
 def test_squad_from_hub_writes_the_same_layout(server, tmp_path):

@@ -107,7 +107,8 @@ def options(args):
     cls = options_class(args.source)
     flags = vars(args)
     values = {name: flags[name] for name in field_names(cls) if name in flags}
-    return cls(**values, limits=Limits(stall=args.stall_timeout, deadline=args.deadline))
+    # checked for every source: the hub's take their own limits, and took a bad value without a word
+    return cls(**values, limits=Limits(stall=args.stall_timeout, deadline=args.deadline).check())
 
 
 def run(args):

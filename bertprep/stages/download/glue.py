@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass
 from typing import ClassVar
 
-from bertprep.atomic import atomic_write_bytes
+from bertprep.atomic import atomic_write_bytes, hold
 from bertprep.errors import UsageError
 from bertprep.options import errors_name_fields, set_field
 from bertprep.stages.download import DownloadOptions
@@ -144,8 +144,16 @@ def tsv_bytes(header, rows):
 
 
 def run(options, workdir, progress):
+    directory = os.path.join(workdir, "download", "glue")
+    # held, as the other sources are: two runs into one workdir appended to one .part and left a file that
+    # the manifest called verified
+    with hold(directory, "bertprep download glue"):
+        return _download(options, directory, progress)
+
+
+def _download(options, directory, progress):
     tasks = options.tasks
-    downloads = SourceDownloads(os.path.join(workdir, "download", "glue"), "glue", progress)
+    downloads = SourceDownloads(directory, "glue", progress)
     patterns = [f"{TASKS[t][0]}/*.parquet" for t in tasks]
     commit, files = hub_snapshot(REPO, "main", patterns, options.base_url, progress.quiet)
     downloads.set_info(repo=REPO, commit=commit)

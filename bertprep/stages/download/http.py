@@ -18,6 +18,7 @@ seconds would hold a download forever.
 fetched again.
 """
 
+import base64
 import contextlib
 import hashlib
 import http.client
@@ -26,11 +27,12 @@ import os
 import re
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 
 from bertprep import __version__, storage
-from bertprep.errors import DataError, UsageError
+from bertprep.errors import DataError, UsageError, redact
 from bertprep.options import check_types, errors_name_fields
 from bertprep.workdir import load_manifest, save_manifest
 
@@ -38,6 +40,9 @@ CHUNK = 1 << 20
 USER_AGENT = f"bertprep/{__version__}"
 # Statuses worth retrying: the server is busy or failing, not refusing.
 TRANSIENT_STATUS = {408, 425, 429, 500, 502, 503, 504}
+
+
+MAX_SECONDS = 1e9  # 31 years: a limit, not "none" (which --deadline 0 says)
 
 
 @errors_name_fields
@@ -55,10 +60,13 @@ class Limits:
 
     def check(self) -> "Limits":
         """Self, when both limits can be met; the sources that use the limits call this when built."""
-        if not self.stall > 0:
-            raise UsageError(f"--stall-timeout: expected a number of seconds above 0, got {self.stall:g}")
-        if not self.deadline >= 0:
-            raise UsageError(f"--deadline: expected a number of seconds (0 for none), got {self.deadline:g}")
+        # at most MAX_SECONDS: a socket takes no timeout beyond time_t (`inf` was an OverflowError traceback)
+        if not 0 < self.stall <= MAX_SECONDS:
+            raise UsageError(f"--stall-timeout: expected a number of seconds above 0 and at most {MAX_SECONDS:g}, "
+                             f"got {self.stall:g}")
+        if not 0 <= self.deadline <= MAX_SECONDS:
+            raise UsageError(f"--deadline: expected a number of seconds (0 for none) of at most {MAX_SECONDS:g}, "
+                             f"got {self.deadline:g}")
         return self
 
     def __post_init__(self):
@@ -123,12 +131,16 @@ class _Partial:
         self.have = 0
 
     def append_from(self, response, progress, limits, started):
-        with open(self.path, "ab") as out:
-            for chunk in _body_chunks(response, limits, started, self.have):
-                out.write(chunk)
-                self._update(chunk)
-                if progress is not None:
-                    progress.advance(0, bytes=len(chunk))
+        try:
+            with open(self.path, "ab") as out:
+                for chunk in _body_chunks(response, limits, started, self.have):
+                    out.write(chunk)
+                    self._update(chunk)
+                    if progress is not None:
+                        progress.advance(0, bytes=len(chunk))
+        except OSError as exc:  # a full disk, a quota: "File too large" named no file
+            raise DataError(f"{self.path}: cannot write at byte {self.have:,} ({exc.strerror or exc}); free space "
+                            "and rerun to resume") from None
 
     def digests(self):
         return {name: h.hexdigest() for name, h in self.hashers.items()}
@@ -195,21 +207,36 @@ def _body_chunks(response, limits, started, at):
         raise _Transient(f"connection lost at byte {at:,} ({exc.__class__.__name__})") from None
 
 
+def _request(url, headers):
+    """The request for `url`; a mirror's `user:password@` as HTTP basic auth (urllib looked the host up as
+    "user:password@host"), in a header that a redirect to another host does not carry."""
+    parts = urllib.parse.urlsplit(url)
+    userinfo, at, host = parts.netloc.rpartition("@")
+    if not at:
+        return urllib.request.Request(url, headers=headers)
+    request = urllib.request.Request(urllib.parse.urlunsplit(parts._replace(netloc=host)), headers=headers)
+    user, _colon, password = userinfo.partition(":")
+    token = base64.b64encode(f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}".encode()).decode()
+    request.add_unredirected_header("Authorization", f"Basic {token}")
+    return request
+
+
 def _open(url, have, validator, stall):
     headers = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity"}
     if have:
         headers["Range"] = f"bytes={have}-"
         if validator:
             headers["If-Range"] = validator
-    request = urllib.request.Request(url, headers=headers)
+    request = _request(url, headers)
     try:
         return urllib.request.urlopen(request, timeout=stall)
     except urllib.error.HTTPError as exc:
         if exc.code == 416 and have:
             return exc  # the partial file may already be whole; the caller checks
+        reason = " ".join(str(exc.reason).split())  # a redirect loop's reason is three lines
         if exc.code in TRANSIENT_STATUS:
-            raise _Transient(f"HTTP {exc.code} {exc.reason}") from None
-        raise DataError(f"{url}: HTTP {exc.code} {exc.reason}") from None
+            raise _Transient(f"HTTP {exc.code} {reason}") from None
+        raise DataError(f"{url}: HTTP {exc.code} {reason}") from None
     except urllib.error.URLError as exc:
         raise _Transient(f"cannot connect ({exc.reason})") from None
     except TimeoutError:
@@ -241,6 +268,8 @@ def _transfer(url, part, meta, meta_path, progress, limits):
                 progress.note(f"{os.path.basename(url)}: server sent the whole file; restarting from byte 0")
             part.restart()
         length = response.headers.get("Content-Length")
+        if length is not None and not re.fullmatch(r"[0-9]+", length.strip()):
+            raise DataError(f"{url}: the server's Content-Length {length!r} is not a number of bytes")
         expected_end = part.have + int(length) if length is not None else None
         meta["validator"] = response.headers.get("ETag") or response.headers.get("Last-Modified")
         _write_json(meta_path, meta)
@@ -279,8 +308,13 @@ def read_checksum_list(path, algorithm):
     length = len(hashlib.new(algorithm).hexdigest())
     sums = {}
     try:
-        with open(path, encoding="utf-8") as f:
-            for number, line in enumerate(f, 1):
+        with open(path, "rb") as f:
+            for number, raw in enumerate(f, 1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise UsageError(f"{path}:{number}: expected '<{algorithm}> <file name>' in UTF-8, found bytes "
+                                     "that are not UTF-8") from None
                 if line.strip():
                     parts = line.split()
                     if len(parts) != 2 or not re.fullmatch(f"[0-9a-fA-F]{{{length}}}", parts[0]):
@@ -317,7 +351,7 @@ class SourceDownloads:
 
     def is_complete(self, relpath, url=None, checksums=None):
         entry = self.manifest["files"].get(relpath)
-        if entry is None or (url is not None and entry.get("url") != url):
+        if entry is None or (url is not None and entry.get("url") != redact(url)):
             return False
         for name, value in (checksums or {}).items():
             if entry.get(name) != value.lower():
@@ -342,10 +376,10 @@ class SourceDownloads:
         self.record(relpath, entry)
         if self.progress is not None:
             self.progress.advance(1)
-        return entry
+        return self.manifest["files"][relpath]  # as recorded: without a credential
 
     def record(self, relpath, entry):
-        self.manifest["files"][relpath] = entry
+        self.manifest["files"][relpath] = redacted(entry)
         save_manifest(self.directory, self.manifest)
 
     def forget(self, relpath):
@@ -353,5 +387,17 @@ class SourceDownloads:
             save_manifest(self.directory, self.manifest)
 
     def set_info(self, **info):
-        self.manifest["info"].update(info)
+        self.manifest["info"].update(redacted(info))
         save_manifest(self.directory, self.manifest)
+
+
+def redacted(value):
+    """`value` (an entry of the manifest) with every string passed through errors.redact: a mirror's URL or
+    endpoint may carry `user:password@` or a token, and a manifest is written to disk and printed by --json."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {key: redacted(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redacted(item) for item in value]
+    return value

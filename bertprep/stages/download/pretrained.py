@@ -29,7 +29,7 @@ from typing import ClassVar
 
 from bertprep.atomic import atomic_dir, hold, sha256_file
 from bertprep.bert_config import BertConfig
-from bertprep.errors import DataError, UsageError
+from bertprep.errors import DataError, UsageError, redact
 from bertprep.options import errors_name_fields, normalise_paths
 from bertprep.stages.download import DownloadOptions
 from bertprep.stages.download.http import CHUNK, SourceDownloads, read_checksum_list
@@ -198,7 +198,7 @@ def _google_release(downloads, staging, release, pins, base_url):
     base = (base_url or os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL).rstrip("/")
     url = f"{base}/{date}/{zip_name}"
     done = _complete(downloads, release)
-    if done is not None and downloads.manifest["info"].get(release, {}).get("url") == url:
+    if done is not None and downloads.manifest["info"].get(release, {}).get("url") == redact(url):
         if downloads.progress is not None:
             downloads.progress.note(f"{release}: already downloaded and verified")
         return _rows(done)

@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass
 from typing import ClassVar
 
-from bertprep.atomic import atomic_write_bytes
+from bertprep.atomic import atomic_write_bytes, hold
 from bertprep.errors import DataError, UsageError
 from bertprep.options import errors_name_fields, normalise_paths
 from bertprep.stages.download import DownloadOptions
@@ -82,10 +82,18 @@ def count_examples(path):
 
 
 def run(options, workdir, progress):
+    directory = os.path.join(workdir, "download", "squad")
+    # held, as the other sources are: two runs into one workdir appended to one .part and left a file that
+    # the manifest called verified
+    with hold(directory, "bertprep download squad"):
+        return _download(options, directory, progress)
+
+
+def _download(options, directory, progress):
     versions = ["1.1", "2.0"] if options.squad_version == "all" else [options.squad_version]
-    downloads = SourceDownloads(os.path.join(workdir, "download", "squad"), "squad", progress, options.limits)
+    downloads = SourceDownloads(directory, "squad", progress, options.limits)
     md5s = read_checksum_list(options.checksums, "md5") if options.checksums else {}
-    rows = []
+    rows, warnings = [], []
     for version in versions:
         for split, name, md5, examples in FILES[version]:
             relpath = f"v{version}/{name}"
@@ -97,8 +105,14 @@ def run(options, workdir, progress):
             _check_examples(downloads, relpath, entry, examples)
             rows.append((relpath, f"{entry['examples']:,} examples"))
         if not options.from_hub:
-            rows.append(_eval_script(downloads, version, options.eval_base_url, progress))
-    return {"source": "squad", "directory": downloads.directory, "files": downloads.manifest["files"]}, rows
+            row, warning = _eval_script(downloads, version, options.eval_base_url, progress)
+            rows.append(row)
+            warnings += [warning] if warning else []
+    summary = {"source": "squad", "directory": downloads.directory, "files": downloads.manifest["files"]}
+    if warnings:  # absent otherwise: today's --json; said to a --quiet --json run too
+        summary["warnings"] = warnings
+        rows += [("warning", warning) for warning in warnings]
+    return summary, rows
 
 
 def _check_examples(downloads, relpath, entry, expected):
@@ -117,16 +131,30 @@ def _eval_script(downloads, version, eval_base_url, progress):
     base = (eval_base_url or os.environ.get(EVAL_BASE_URL_ENV) or DEFAULT_EVAL_BASE_URL).rstrip("/")
     relpath = f"v{version}/{name}"
     url = f"{base}/{bundle}/contents/blob/"
+    """((relpath, what), a warning or None): the script is unpublished-checksum extra, so a failure to fetch it
+    is a warning in the summary, not an error."""
     if downloads.is_complete(relpath, url):
-        return relpath, "evaluation script (no published checksum)"
+        return (relpath, "evaluation script (no published checksum)"), None
     try:
         fetched = fetch(url, downloads.path(relpath), progress=progress, retries=2, limits=downloads.limits)
+        _check_python(downloads.path(relpath))
     except DataError as exc:
-        if progress is not None:
-            progress.note(f"{relpath}: not fetched ({exc}); SQuAD data is complete without it")
-        return relpath, "evaluation script not reachable (skipped)"
+        return (relpath, "evaluation script not fetched (skipped)"), \
+            f"{relpath}: not fetched ({exc}); SQuAD data is complete without it"
     downloads.record(relpath, {"url": url, "bytes": fetched.bytes, "sha256": fetched.sha256, "verified": []})
-    return relpath, "evaluation script (no published checksum)"
+    return (relpath, "evaluation script (no published checksum)"), None
+
+
+def _check_python(path):
+    """A DataError, the file removed, unless it is Python source: with no checksum published, a mirror's error
+    page served with 200 (HTML) was kept as evaluate-v1.1.py."""
+    try:
+        with open(path, "rb") as f:
+            compile(f.read(), path, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as exc:
+        os.unlink(path)
+        raise DataError(f"not Python source ({type(exc).__name__}: {exc.msg if isinstance(exc, SyntaxError) else exc}"
+                        "; an error page?), removed") from None
 
 
 def _from_hub(downloads, version, split, relpath, endpoint, quiet):
