@@ -366,6 +366,107 @@ def test_bad_squad_structure_and_flags(tmp_path, vocab_path, capsys):
                                                      "eval.tf_record", "manifest.json"]
 
 
+def _squad_run(tmp_path, vocab_path, data, name="train-v1.1.json", *extra):
+    path = tmp_path / name
+    path.write_text(json.dumps(data) if not isinstance(data, str) else data)
+    out = tmp_path / "out"
+    return main(["create-squad", "--input", str(path), "--vocab", str(vocab_path), "--out", str(out), *extra]), path
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"data": [{"paragraphs": 5}]}, "data[0]: 'paragraphs' is int, expected list"),  # a TypeError traceback
+    ({"data": [{"paragraphs": [{"context": "x y", "qas": 5}]}]}, "data[0].paragraphs[0]: 'qas' is int, expected list"),
+    ('{"data": [{"paragraphs": [{"context": "x \\ud800 y", "qas": []}]}]}',
+     "data[0].paragraphs[0]: 'context' holds a lone surrogate (U+D800 at character 2): not Unicode text"),
+    ({"version": "v2.0", "data": [{"paragraphs": [{"context": "x y", "qas": [
+        {"id": "a", "question": "q", "is_impossible": "false", "answers": []}]}]}]},
+     "question 'a': 'is_impossible' is str, expected bool"),  # "false" was taken for True
+    ({"data": [{"paragraphs": [{"context": "x y", "qas": [
+        {"id": "a", "question": "q", "answers": [{"text": "x", "answer_start": 0}]},
+        {"id": "a", "question": "r", "answers": [{"text": "y", "answer_start": 2}]}]}]}]},
+     "data[0].paragraphs[0].qas[1]: question id 'a' again (first at "),  # a prediction overwrote the other
+])
+def test_squad_structure_and_text_errors_are_one_line(tmp_path, vocab_path, capsys, data, message):
+    code, path = _squad_run(tmp_path, vocab_path, data)
+    assert code == 1
+    line = _error_line(capsys)
+    assert message in line and str(path) in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_questions_with_nothing_to_tokenize_are_skipped_counted_and_warned(tmp_path, vocab_path, capsys):
+    """An answer of only characters the tokenizer drops gave a record whose start lies after its end (exit 0,
+    then refused by validate); a context of them gave its question no feature, silently (eval too); an empty
+    answer text became the whole context. Each is now skipped, counted, and a warning."""
+    contexts = [("The cat sat on the mat.", "cat", 4), ("A word \u0301 here.", "\u0301", 7),
+                ("\u200b", "\u200b", 0), ("Some words here.", "", 0)]
+    data = _squad_file(tmp_path / "train-v1.1.json", contexts)
+    out = tmp_path / "out"
+    assert main(["create-squad", "--input", str(data), "--vocab", str(vocab_path), "--out", str(out), "--json"]) == 0
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out)
+    assert (summary["examples"], summary["skipped"], summary["records"]) == (1, 3, 1)
+    assert summary["warnings"] == [f"3 question(s) skipped, first {data}: question 'q3': its answer text is empty; "
+                                   "skipped (run_squad.py would take the whole context for its answer)"]
+    assert "question 'q1': its answer has no token once tokenized" in captured.err
+    assert "question 'q2': its context has no token once tokenized" in captured.err
+    assert main(["validate", str(out), "--quiet"]) == 0
+    capsys.readouterr()
+    evaluation = _squad_file(tmp_path / "dev-v1.1.json", contexts[:3])
+    assert main(["create-squad", "--input", str(evaluation), "--vocab", str(vocab_path), "--out",
+                 str(tmp_path / "eval"), "--json", "--quiet"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert (summary["examples"], summary["skipped"]) == (2, 1) and "'q2': its context has no token" in \
+        summary["warnings"][0]
+    examples = (tmp_path / "eval" / "eval.examples.jsonl").read_text().splitlines()
+    assert [json.loads(line)["qas_id"] for line in examples] == ["q0", "q1"]
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--format", "parquet"], "--format parquet: fine-tuning records are written as "),  # a TypeError traceback
+    (["--seq", str(10 ** 12)], f"--seq {10 ** 12} is too large: at most 65,535 positions"),  # a 7 TiB MemoryError
+])
+def test_fine_tuning_flags_they_cannot_write_are_usage_errors(tmp_path, vocab_path, finetune_dir, capsys, flags,
+                                                             message):
+    squad_input = finetune_dir / "squad/v1.1/dev-v1.1.json"
+    assert main(["create-squad", "--input", str(squad_input), "--vocab", str(vocab_path), "--out",
+                 str(tmp_path / "s"), *flags]) == 2
+    assert message in _error_line(capsys)
+    assert main(["create-glue", "--task", "MRPC", "--data-dir", str(finetune_dir / "glue/MRPC"), "--vocab",
+                 str(vocab_path), "--out", str(tmp_path / "g"), *flags]) == 2
+    assert message in _error_line(capsys)
+    assert not (tmp_path / "s").exists() and not (tmp_path / "g").exists()
+
+
+@pytest.mark.parametrize("score", ["nan", "inf", "1_0", "-inf"])
+def test_an_sts_b_score_that_is_no_finite_decimal_is_one_line(tmp_path, vocab_path, capsys, score):
+    """float() took them: nan and inf were written, and validate then refused the records; "1_0" became 10.0."""
+    data = tmp_path / "STS-B"
+    data.mkdir()
+    header = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore\n"
+    (data / "train.tsv").write_text(header + f"0\tmain\tf\t2012\t0\tnone\tnone\ta man plays\ta man sings\t{score}\n")
+    assert main(["create-glue", "--task", "STS-B", "--data-dir", str(data), "--vocab", str(vocab_path), "--out",
+                 str(tmp_path / "out"), "--split", "train"]) == 1
+    assert _error_line(capsys).endswith(f"{data / 'train.tsv'}:2: score {score!r} in the last column is not a finite "
+                                        "decimal number (STS-B is regression)")
+
+
+def test_a_stage_function_given_options_and_keywords_refuses_both(finetune_dir, vocab_path, tmp_path):
+    """create_squad(options, out=X) wrote to options.out, keyword ignored; a wrong options class was an
+    AttributeError. As `bertprep.create` does: a TypeError saying which."""
+    import bertprep
+
+    options = bertprep.CreateSquadOptions(input=str(finetune_dir / "squad/v1.1/dev-v1.1.json"),
+                                          vocab=str(vocab_path), out=str(tmp_path / "a"))
+    with pytest.raises(TypeError, match=r"give a CreateSquadOptions or its fields as keywords, not both \(out\)"):
+        bertprep.create_squad(options, out=str(tmp_path / "b"))
+    with pytest.raises(TypeError, match="expected CreateGlueOptions, got CreateSquadOptions"):
+        bertprep.create_glue(options)
+    with pytest.raises(TypeError, match="expected InspectOptions, got str"):
+        bertprep.inspect("records.tfrecord")
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
 def test_bad_glue_input(finetune_dir, tmp_path, vocab_path, capsys):
     data = tmp_path / "MRPC"
     data.mkdir()

@@ -25,6 +25,9 @@ INT, FLOAT = "int", "float"
 INT32_RANGE = (-(1 << 31), (1 << 31) - 1)
 # Features whose values are token ids of the vocab the records were made with.
 TOKEN_ID_FEATURES = ("input_ids", "masked_lm_ids")
+# The most positions a record holds: bertprep/native/module.c keeps positions in 16 bits (create, create-squad,
+# create-glue refuse a longer --seq).
+MAX_SEQ = 65535
 
 
 @dataclasses.dataclass(frozen=True)

@@ -36,7 +36,7 @@ from bertprep.folder import Folder
 from bertprep.formats import codecs
 from bertprep.formats.protowire import WireError
 from bertprep.formats.schemas import kind_of_record
-from bertprep.options import check_types, errors_name_fields, normalise_paths, refuse_overlap
+from bertprep.options import build_options, check_types, errors_name_fields, normalise_paths, refuse_overlap
 from bertprep.progress import Summary
 from bertprep.records_manifest import file_digests
 from bertprep.workdir import load_manifest
@@ -161,7 +161,7 @@ def _rename_into_place(tmp, dst):
 def convert(options: ConvertOptions | None = None, /, **fields: Any) -> Summary:
     """Convert `options.src` (or ConvertOptions(**fields)); a tree is written whole or not at all. The Summary
     lists each file (`files`: src, dst, records) and the records in all."""
-    options = options or ConvertOptions(**fields)
+    options = build_options(ConvertOptions, options, fields)  # not both (a keyword beside one was ignored)
     src, dst, to = options.src, options.dst, options.to
     source, target = Folder(src), Folder(dst)  # a tree each, or a file each
     listed = source.files() if source.isdir() else []  # listed once: a store's listing is a request

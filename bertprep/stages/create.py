@@ -40,7 +40,7 @@ from bertprep.engines import EngineOptions, open_engine
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.formats import codecs, columnar
-from bertprep.formats.schemas import PRETRAINING, UNMASKED
+from bertprep.formats.schemas import MAX_SEQ, PRETRAINING, UNMASKED
 from bertprep.instances import InstanceParams, Instances, create_instances
 from bertprep.options import (
     build_options,
@@ -80,7 +80,6 @@ MASKINGS = ("static", "dynamic")
 # NVIDIA's TF2 input pipeline interleaves this many files: with fewer, a file's records arrive in a row.
 NVIDIA_CYCLE_LENGTH = 8
 
-MAX_SEQ = 65535  # bertprep/native/module.c keeps positions in 16 bits
 
 
 @errors_name_fields

@@ -20,7 +20,7 @@ from bertprep.folder import Folder
 from bertprep.formats import codecs, megatron
 from bertprep.formats.schemas import UNMASKED
 from bertprep.masking import DynamicMasking, first_instances
-from bertprep.options import check_types, errors_name_fields, normalise_paths
+from bertprep.options import build_options, check_types, errors_name_fields, normalise_paths
 from bertprep.progress import Summary
 from bertprep.records_manifest import load_records_manifest
 from bertprep.tokenization import load_vocab, resolve_vocab_path
@@ -89,7 +89,7 @@ def inspect(options: InspectOptions | None = None, /, *, stream: TextIO | None =
     """The records `options` (or InspectOptions(**fields)) selects, each written to `stream` (a text file;
     None: nowhere) as the command shows it while it is read, so a damaged record later in the file still
     leaves the ones before it shown. The Summary's `records` holds them as {"record": index, feature: values}."""
-    options = options or InspectOptions(**fields)
+    options = build_options(InspectOptions, options, fields)  # not both (a keyword beside one was ignored)
     path = megatron.dataset_file(options.file)
     storage.require(path, "file", DataError(f"{path}: not a file"))
     megatron.check_index_beside(path)

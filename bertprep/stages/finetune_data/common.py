@@ -22,6 +22,7 @@ from bertprep import __version__, formats, storage
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.formats import codecs
+from bertprep.formats.schemas import MAX_SEQ
 from bertprep.options import check_types, errors_name_fields, normalise_paths, refuse_overlap
 from bertprep.tokenization import LineTokenizer, load_vocab, resolve_vocab_path
 from bertprep.workdir import file_matches, load_manifest, save_manifest
@@ -44,6 +45,10 @@ class RecordsOptions:
     def __post_init__(self):
         check_types(self)
         object.__setattr__(self, "format", formats.parse_formats(self.format))  # canonical order
+        unwritable = [name for name in self.format if name not in codecs.finetuning_names()]
+        if unwritable:  # parse_formats takes every format; hdf5 and parquet were a TypeError traceback
+            raise UsageError(f"--format {unwritable[0]}: fine-tuning records are written as "
+                             f"{' or '.join(codecs.finetuning_names())}")
         normalise_paths(self, *(name for name in ("out", "input", "data_dir") if hasattr(self, name)))
         refuse_overlap(self.out, [getattr(self, name) for name in ("input", "data_dir") if hasattr(self, name)])
 
@@ -81,6 +86,8 @@ def load_tokenizer(value, lower_case):
 def check_seq(seq, minimum):
     if seq < minimum:
         raise UsageError(f"--seq {seq} is too small: at least {minimum} positions are needed")
+    if seq > MAX_SEQ:  # a larger one only allocated arrays of it (--seq 10**12: a 7 TiB MemoryError traceback)
+        raise UsageError(f"--seq {seq} is too large: at most {MAX_SEQ:,} positions, as `bertprep create` takes")
 
 
 def sha256_of(path):

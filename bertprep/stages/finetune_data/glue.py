@@ -22,6 +22,8 @@ TensorFlow's GFile readline does), fields are split on tabs with no quoting.
 
 import csv
 import dataclasses
+import math
+import re
 import time
 from typing import Any
 
@@ -32,7 +34,7 @@ from bertprep.atomic import hold
 from bertprep.corpus import read_text
 from bertprep.errors import DataError, UsageError
 from bertprep.formats.schemas import GLUE, GLUE_REGRESSION
-from bertprep.options import check_types, errors_name_fields, refuse_empty
+from bertprep.options import build_options, check_types, errors_name_fields, refuse_empty
 from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.stages.download.glue import ALIASES as TASK_ALIASES
 from bertprep.stages.finetune_data.common import (
@@ -168,12 +170,15 @@ def read_examples(path, task, split):
     return examples
 
 
+# A decimal score: float() also took "nan", "inf" (written, then refused by validate) and "1_0" (10.0).
+_DECIMAL = re.compile(r"\s*[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?\s*")
+
+
 def _score(value, path, number):
-    try:
-        return float(value)
-    except ValueError:
-        raise DataError(f"{path}:{number}: score {value!r} in the last column is not a number (STS-B is "
-                        "regression)") from None
+    if not _DECIMAL.fullmatch(value) or not math.isfinite(float(value)):
+        raise DataError(f"{path}:{number}: score {value!r} in the last column is not a finite decimal number "
+                        "(STS-B is regression)")
+    return float(value)
 
 
 def _column(index):
@@ -256,7 +261,7 @@ def create_glue(options: CreateGlueOptions | None = None, /, *, quiet: bool = Tr
     """Write the records of a GLUE task's splits (`options`, or CreateGlueOptions(**fields)); progress on stderr
     unless `quiet`. Every file is read and checked before anything is written; a split already written with
     the same input and settings is left as it is (`complete_before`: all were)."""
-    options = options or CreateGlueOptions(**fields)
+    options = build_options(CreateGlueOptions, options, fields)  # not both (a keyword beside one was ignored)
     started = time.monotonic()
     task = task_named(options.task)
     splits = [s for s in SPLITS if s in (options.split or SPLITS)]

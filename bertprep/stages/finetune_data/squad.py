@@ -50,7 +50,7 @@ from bertprep.atomic import hold
 from bertprep.corpus import read_text
 from bertprep.errors import DataError, UsageError
 from bertprep.formats.schemas import SQUAD_EVAL, SQUAD_TRAIN
-from bertprep.options import check_types, errors_name_fields
+from bertprep.options import build_options, check_types, errors_name_fields
 from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.stages.finetune_data.common import (
     RecordsOptions,
@@ -73,6 +73,12 @@ _WORD = re.compile("[^ \t\r\n\u202f]+")
 # What str.split() also splits on: where a context holds none of these, str.split() gives its words.
 _OTHER_WHITESPACE = re.compile("[\x0b\x0c\x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u205f\u3000]")
 SHOWN_WARNINGS = 20
+# Questions skipped where run_squad.py writes a record: an empty answer (it takes the whole context for it), an
+# answer or a context with no token (a record whose start lies after its end, which `validate` refuses; or none).
+EMPTY_ANSWER = "its answer text is empty; skipped (run_squad.py would take the whole context for its answer)"
+NO_ANSWER_TOKEN = "its answer has no token once tokenized; skipped (run_squad.py would write start after end)"
+NO_CONTEXT_TOKEN = "its context has no token once tokenized; skipped (run_squad.py writes no feature for it)"
+OUR_SKIPS = (EMPTY_ANSWER, NO_ANSWER_TOKEN, NO_CONTEXT_TOKEN)
 
 
 SPLITS = ("train", "eval")
@@ -126,6 +132,23 @@ def _get(container, key, kind, where):
     return value
 
 
+def _list(value):
+    """`value` where it is a list, else nothing: the v2.0 sniff runs before the checks that name a bad value."""
+    return value if isinstance(value, list) else []
+
+
+def _text(container, key, where):
+    """A str field that is Unicode text: a JSON escape of a lone surrogate ("\\ud800") parses, then stopped the
+    tokenizer with a TypeError traceback."""
+    value = _get(container, key, str, where)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise DataError(f"{where}: {key!r} holds a lone surrogate (U+{ord(value[exc.start]):04X} at character "
+                        f"{exc.start}): not Unicode text") from None
+    return value
+
+
 def split_words(context):
     """run_squad.py's doc_tokens: the context split on space, tab, CR, LF and U+202F only."""
     if _OTHER_WHITESPACE.search(context) is None:
@@ -158,24 +181,28 @@ def read_examples(path, is_training):
     articles = _get(data, "data", list, path)
     version_2 = any(isinstance(qa, dict) and "is_impossible" in qa
                     for article in articles if isinstance(article, dict)
-                    for paragraph in article.get("paragraphs") or [] if isinstance(paragraph, dict)
-                    for qa in paragraph.get("qas") or [])
-    examples, paragraphs, skipped = [], [], []
+                    for paragraph in _list(article.get("paragraphs")) if isinstance(paragraph, dict)
+                    for qa in _list(paragraph.get("qas")))
+    examples, paragraphs, skipped, first_seen = [], [], [], {}
     for a, article in enumerate(articles):
         for p, paragraph_json in enumerate(_get(article, "paragraphs", list, f"{path}: data[{a}]")):
             where = f"{path}: data[{a}].paragraphs[{p}]"
-            context = _get(paragraph_json, "context", str, where)
+            context = _text(paragraph_json, "context", where)
             paragraph = Paragraph(context, split_words(context))
             paragraphs.append(paragraph)
             for q, qa in enumerate(_get(paragraph_json, "qas", list, where)):
                 qa_where = f"{where}.qas[{q}]"
                 qas_id = _get(qa, "id", (str, int), qa_where)
+                if first_seen.setdefault(qas_id, qa_where) != qa_where:  # predictions are keyed by id
+                    raise DataError(f"{qa_where}: question id {qas_id!r} again (first at {first_seen[qas_id]}); "
+                                    "ids must be unique: predictions and scores are keyed by them")
                 qa_where = f"{path}: question {qas_id!r}"
-                example = Example(qas_id, _get(qa, "question", str, qa_where), len(paragraphs) - 1)
+                example = Example(qas_id, _text(qa, "question", qa_where), len(paragraphs) - 1)
                 if is_training:
                     problem = _training_answer(example, qa, paragraph, version_2, qa_where)
                     if problem is not None:
-                        skipped.append(f"{qa_where}: {problem}; skipped, as run_squad.py does")
+                        skipped.append(f"{qa_where}: {problem}"
+                                       + ("" if problem in OUR_SKIPS else "; skipped, as run_squad.py does"))
                         continue
                 examples.append(example)
     return examples, paragraphs, skipped, version_2
@@ -183,7 +210,8 @@ def read_examples(path, is_training):
 
 def _training_answer(example, qa, paragraph, version_2, where):
     """Fill a training example's answer; a reason to skip it, or None."""
-    example.is_impossible = bool(qa.get("is_impossible", False)) if version_2 else False
+    # a bool: "false" (a str) was taken for True
+    example.is_impossible = _get(qa, "is_impossible", bool, where) if version_2 and "is_impossible" in qa else False
     answers = _get(qa, "answers", list, where)
     if example.is_impossible:
         example.start_word = example.end_word = -1
@@ -192,10 +220,12 @@ def _training_answer(example, qa, paragraph, version_2, where):
     if len(answers) != 1:
         raise DataError(f"{where}: {len(answers)} answers; training needs exactly 1 per question "
                         "(or is_impossible in SQuAD v2.0)")
-    text = _get(answers[0], "text", str, f"{where}: answers[0]")
+    text = _text(answers[0], "text", f"{where}: answers[0]")
     offset = _get(answers[0], "answer_start", int, f"{where}: answers[0]")
     if not paragraph.words:
         return "its context is empty"
+    if not text.split():  # run_squad.py takes the whole context for it (its last word ends the span)
+        return EMPTY_ANSWER
     start, end = word_at(paragraph, offset), word_at(paragraph, offset + len(text) - 1)
     if start is None or end is None:
         return (f"answer_start {offset} with a {len(text)}-character answer lies outside its "
@@ -287,7 +317,36 @@ def _improve_answer_span_as_written(doc_ids, start, end, answer_ids):
     return start, end
 
 
-def convert(examples, paragraphs, tokenizer, params, is_training):
+def answer_tokens(example, paragraphs, doc_tokens):
+    """(first, last) document token of a training example's answer words, as run_squad.py maps them; last <
+    first where those words have no token."""
+    doc_ids, _tok_to_orig, orig_to_tok = doc_tokens.of(example.paragraph)
+    words = len(paragraphs[example.paragraph].words)
+    first = int(orig_to_tok[example.start_word])
+    last = int(orig_to_tok[example.end_word + 1]) - 1 if example.end_word < words - 1 else len(doc_ids) - 1
+    return first, last
+
+
+def drop_untokenized(examples, paragraphs, doc_tokens, is_training):
+    """(the examples that have tokens to train or predict on, a skip message per other): a context of only
+    characters the tokenizer drops (zero-width spaces, lone accents) gave a question no feature, silently; an
+    answer of such characters a record whose start lies after its end."""
+    kept, skipped = [], []
+    for example in examples:
+        problem = None
+        if not len(doc_tokens.of(example.paragraph)[0]):
+            problem = NO_CONTEXT_TOKEN
+        elif is_training and not example.is_impossible:
+            first, last = answer_tokens(example, paragraphs, doc_tokens)
+            problem = NO_ANSWER_TOKEN if last < first else None
+        if problem is None:
+            kept.append(example)
+        else:
+            skipped.append(f"question {example.qas_id!r}: {problem}")
+    return kept, skipped
+
+
+def convert(examples, paragraphs, doc_tokens, tokenizer, params, is_training):
     """Yield the features of `examples` a chunk at a time: (columns, first example index, metadata lines or None).
 
     columns holds the record kind's features as (N, length) arrays; the
@@ -295,7 +354,6 @@ def convert(examples, paragraphs, tokenizer, params, is_training):
     files.
     """
     seq = params.max_seq_length
-    doc_tokens = DocTokens(paragraphs, tokenizer)
     unique_id = FIRST_UNIQUE_ID
     for first in range(0, len(examples), CHUNK_EXAMPLES):
         chunk = examples[first:first + CHUNK_EXAMPLES]
@@ -308,10 +366,7 @@ def convert(examples, paragraphs, tokenizer, params, is_training):
             query = query_ids[query_offsets[i]:min(query_offsets[i + 1], query_offsets[i] + params.max_query_length)]
             doc_ids, tok_to_orig, orig_to_tok = doc_tokens.of(example.paragraph)
             if is_training and not example.is_impossible:
-                tok_start = int(orig_to_tok[example.start_word])
-                words = len(paragraphs[example.paragraph].words)
-                tok_end = (int(orig_to_tok[example.end_word + 1]) - 1 if example.end_word < words - 1
-                           else len(doc_ids) - 1)
+                tok_start, tok_end = answer_tokens(example, paragraphs, doc_tokens)
                 tok_start, tok_end = improve_answer_span(
                     doc_ids, tok_start, tok_end, answer_ids[answer_offsets[i]:answer_offsets[i + 1]])
             spans = doc_spans(len(doc_ids), seq - len(query) - 3, params.doc_stride)
@@ -435,7 +490,7 @@ def create_squad(options: CreateSquadOptions | None = None, /, *, quiet: bool = 
     """Write the records of one SQuAD split (`options`, or CreateSquadOptions(**fields)); progress and the skipped
     questions on stderr unless `quiet`. A split already written with the same input and settings is left as
     it is (`complete_before`)."""
-    options = options or CreateSquadOptions(**fields)
+    options = build_options(CreateSquadOptions, options, fields)  # not both (a keyword beside one was ignored)
     started = time.monotonic()
     split = split_of(options.input, options.split)
     storage.require(options.input, "file", DataError(f"{options.input}: no such file"))
@@ -445,10 +500,13 @@ def create_squad(options: CreateSquadOptions | None = None, /, *, quiet: bool = 
     params = Params(options.seq, options.doc_stride, options.max_query)
     source = {"path": storage.display(storage.absolute(options.input)), "sha256": sha256_of(options.input)}
     examples, paragraphs, skipped, version_2 = read_examples(options.input, is_training)
+    if is_training:
+        random.Random(SHUFFLE_SEED).shuffle(examples)  # as the reference, before its untokenizable ones are left out
+    doc_tokens = DocTokens(paragraphs, tokenizer)
+    examples, untokenized = drop_untokenized(examples, paragraphs, doc_tokens, is_training)
+    skipped += [f"{options.input}: {line}" for line in untokenized]
     if not examples:
         raise DataError(f"{options.input}: no questions to convert" + (f" ({len(skipped)} skipped)" if skipped else ""))
-    if is_training:
-        random.Random(SHUFFLE_SEED).shuffle(examples)
     out = storage.absolute(options.out)
     storage.check_reachable(out)  # before the examples are converted: a bucket that is not there fails now
     settings = run_settings(tokenizer, options.seq, task="squad", version_2_with_negative=version_2,
@@ -466,7 +524,8 @@ def create_squad(options: CreateSquadOptions | None = None, /, *, quiet: bool = 
         _show_skipped(skipped, quiet)
         with hold(out, "bertprep create-squad") as staging:
             with writer.staged_in(staging):
-                for columns, done, metadata in convert(examples, paragraphs, tokenizer, params, is_training):
+                for columns, done, metadata in convert(examples, paragraphs, doc_tokens, tokenizer, params,
+                                                       is_training):
                     writer.write(columns)
                     if metadata is not None:
                         writer.write_lines(EVAL_FEATURES, metadata[0])
@@ -483,10 +542,13 @@ def create_squad(options: CreateSquadOptions | None = None, /, *, quiet: bool = 
                "seconds": round(time.monotonic() - started, 3)}
     rows = (("out", summary["out"]), ("split", f"{split} ({kind.name}, SQuAD v{'2.0' if version_2 else '1.1'})"),
             ("examples", f"{len(examples):,}"), ("features", f"{records:,}"),
-            ("skipped", f"{len(skipped):,} (answer text not at answer_start)" if is_training else "0"),
+            ("skipped", f"{len(skipped):,}"),
             ("files", ", ".join(f"{name} ({human_bytes(e['bytes'])})" for name, e in entries.items())),
             ("seconds", f"{summary['seconds']:.2f}" + ("" if created else " (already complete)")))
-    return Summary("bertprep create-squad: done", summary, rows, complete_before=not created)
+    if skipped:  # a warning too: bertprep.create_squad (quiet by default) raises it, --json carries it
+        summary["warnings"] = [f"{len(skipped):,} question(s) skipped, first {skipped[0]}"]
+    warning_rows = [("warning", warning) for warning in summary.get("warnings", ())]
+    return Summary("bertprep create-squad: done", summary, [*rows, *warning_rows], complete_before=not created)
 
 
 def _show_skipped(skipped, quiet):

@@ -21,7 +21,7 @@ from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.formats import codecs
 from bertprep.formats.schemas import PACKED, PRETRAINING, kind_of_manifest
-from bertprep.options import check_types, errors_name_fields, refuse_overlap
+from bertprep.options import build_options, check_types, errors_name_fields, refuse_overlap
 from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.records_manifest import check_records_manifest
 from bertprep.stages.create import (
@@ -142,7 +142,7 @@ def _output_name(fmt, split, source, index):
 def pack(options: PackOptions | None = None, /, *, quiet: bool = True, **fields: Any) -> Summary:
     """Pack the records of `options.records_dir` (or PackOptions(**fields)); progress on stderr unless `quiet`.
     A rerun packs only the shards not already complete (`complete_before`: none was left)."""
-    options = options or PackOptions(**fields)
+    options = build_options(PackOptions, options, fields)  # not both (a keyword beside one was ignored)
     started = time.monotonic()
     source, source_sha256, out, fmts, dims, tasks = plan(options)
     if storage.absolute(out.root) == storage.absolute(options.records_dir):

@@ -28,7 +28,7 @@ from bertprep import formats, storage
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.formats import megatron
-from bertprep.options import check_types, errors_name_fields, normalise_paths, refuse_overlap, set_field
+from bertprep.options import build_options, check_types, errors_name_fields, normalise_paths, refuse_overlap, set_field
 from bertprep.progress import Summary, human_bytes
 from bertprep.stages.validate.dataset import (
     DATASET_CHECKS,
@@ -151,7 +151,7 @@ def _figures_png(report):
 def validate(options: ValidateOptions | None = None, /, *, quiet: bool = True, **fields: Any) -> Report:
     """Check `options.paths` (or ValidateOptions(**fields)); progress on stderr unless `quiet`. A dataset
     that fails a check is no error: the report says so (`report.sound`, its findings)."""
-    options = options or ValidateOptions(**fields)
+    options = build_options(ValidateOptions, options, fields)  # not both (a keyword beside one was ignored)
     vocab_warnings: list = []
     spec = RecordSpec(max_errors=options.max_errors, masked_lm_prob=options.masked_lm_prob,
                       whole_word_mask=options.whole_word_mask, **_vocab_settings(options.vocab, vocab_warnings))
