@@ -4,14 +4,21 @@
     splits = hf.load("records/<params>/<corpus>")    # DatasetDict: train (and test)
     splits["train"].with_format("torch")[0]["input_ids"]
 
+Splits take `datasets`' names: a records tree's training/ and test/ are "train" and "test"; fine-tuning
+files (create-squad, create-glue) train, eval (the labelled dev set) and predict/test are "train",
+"validation" and "test"; files in no split directory (`bertprep convert`'s output) are "train".
+
 Parquet files are handed to `datasets`' own Parquet builder, once each has
 been read through bertprep's reader (its kind and shape, nulls, and values
 beyond int32 or the manifest's vocab are errors naming the file); TFRecord,
 OFRecord and HDF5 go through bertprep's readers into `datasets`' Arrow cache.
 Either way the result is memory-mapped from that cache, one column per
-feature of the record kind, and each split's `info.description` says the
-kind and the manifest's parameters. Where a directory holds several formats
-of the same records, one is read: Parquet, else HDF5, TFRecord, OFRecord.
+feature of its own record kind (SQuAD's train split holds the answer
+positions its eval split lacks), and each split's `info.description` says
+the kind and the manifest's parameters. Where a directory holds several
+formats, one is read: the one in the most splits (a `convert`ed copy of one
+split beside the whole set is not the set), then Parquet, else HDF5,
+TFRecord, OFRecord.
 """
 
 import json
@@ -27,7 +34,10 @@ from bertprep.records_manifest import file_digests, load_records_manifest
 # The format read when a directory holds several: one `datasets` reads itself, then columns, then frames.
 PREFERENCE = tuple(sorted(codecs.record_names(), key=lambda name: (codecs.get(name).datasets_builder is None,
                                                              codecs.get(name).framed)))
-SPLIT_NAMES = {"training": "train", "train": "train", "test": "test", "eval": "test"}
+# find_record_files' split -> `datasets`' name. Fine-tuning's eval is the labelled dev set ("validation"), apart
+# from its predict/test files, whose labels are placeholders; "all" (files in no split directory) is a name
+# `datasets` keeps for the union of the splits.
+SPLIT_NAMES = {"training": "train", "train": "train", "test": "test", "eval": "validation", "all": "train"}
 BATCH = 1024
 
 
@@ -55,7 +65,7 @@ def _rows(files, kind, vocab_size=None, digests=None):
 
 def _kind_and_dims(paths, fmt, digests):
     """The record kind and dimensions of the first of `paths` that holds a record (or any columnar file, read
-    whole: its bytes checked against the manifest's sha256 here)."""
+    whole: its bytes checked against the manifest's sha256 here); None where none holds one."""
     for path in paths:
         if not codecs.get(fmt).framed:
             kind, dims, _columns = columnar.read_columns(path, fmt, digests.get(storage.normpath(path)))
@@ -64,7 +74,38 @@ def _kind_and_dims(paths, fmt, digests):
         if first is not None:
             kind = formats.record_kind(path, fmt)
             return kind, kind.dims_of({name: values.shape[1] for name, values in first.items()})
-    raise DataError(f"{paths[0]}: no records in it or in the {len(paths) - 1} other {fmt} files")
+    return None
+
+
+def _kinds_and_dims(by_split, fmt, digests):
+    """{split: (kind, dims)}, each split's own; a split of no records takes another's (its columns then)."""
+    kinds = {split: _kind_and_dims(paths, fmt, digests) for split, paths in by_split.items()}
+    known = next((kind for kind in kinds.values() if kind), None)
+    if known is None:
+        paths = [path for paths in by_split.values() for path in paths]
+        raise DataError(f"{paths[0]}: no records in it or in the {len(paths) - 1} other {fmt} files")
+    return {split: kind or known for split, kind in kinds.items()}
+
+
+def _format_and_splits(found):
+    """(the format read, {`datasets` split: its files}) of a directory's record files (find_record_files)."""
+    by_format = {}
+    for record_file in found:
+        by_format.setdefault(record_file.fmt, {}).setdefault(record_file.split, []).append(record_file.path)
+    # The format in the most splits (a converted copy of one split beside the whole set is not the set), then
+    # the first in PREFERENCE (min keeps the first of equals).
+    fmt = min((f for f in PREFERENCE if f in by_format), key=lambda f: -len(by_format[f]))
+    by_split = by_format[fmt]
+    if "all" in by_split and len(by_split) > 1:  # as "train" it would hold the split it is a copy of twice
+        stray = by_split["all"][0]
+        raise DataError(f"{stray}: a {fmt} file of no split (in no training/ or test/ directory), beside {fmt} "
+                        f"files of the {', '.join(s for s in by_split if s != 'all')} splits; load "
+                        f"{os.path.dirname(stray)} on its own")
+    named = {}
+    for split, paths in by_split.items():
+        named.setdefault(SPLIT_NAMES.get(split, split), []).extend(paths)
+    order = ("train", "validation", "test")  # `datasets`' own order, not the files' (eval, predict, train)
+    return fmt, dict(sorted(named.items(), key=lambda item: order.index(item[0]) if item[0] in order else 3))
 
 
 def _parquet_files_with_rows(paths, kind, dims, vocab_size, digests):
@@ -86,7 +127,7 @@ def _parquet_files_with_rows(paths, kind, dims, vocab_size, digests):
 
 
 def load(directory, cache_dir=None):
-    """A `datasets.DatasetDict` of the records under `directory`, one split per split directory."""
+    """A `datasets.DatasetDict` of the records under `directory`, one split per split directory or file name."""
     import datasets
 
     from bertprep.stages.validate.dataset import find_record_files
@@ -97,22 +138,14 @@ def load(directory, cache_dir=None):
     found = find_record_files(directory)
     if not found:
         raise DataError(f"{directory}: no record files (TFRecord, OFRecord, HDF5 or Parquet)")
-    fmt = next(f for f in PREFERENCE if any(r.fmt == f for r in found))
-    by_split = {}
-    for record_file in found:
-        if record_file.fmt == fmt:
-            by_split.setdefault(SPLIT_NAMES.get(record_file.split, record_file.split), []).append(record_file.path)
+    fmt, by_split = _format_and_splits(found)
     manifest = load_records_manifest(records, (fmt,)) or {}  # its files there, its fields sound
     vocab_size = (manifest.get("vocab") or {}).get("size")
     digests = file_digests(manifest, records)
-    kind, dims = _kind_and_dims([path for paths in by_split.values() for path in paths], fmt, digests)
-    description = f"bertprep {kind.name} records ({kind.description}), {json.dumps(dims)}, from {fmt}"
-    if manifest.get("params"):
-        description += (f"; {manifest.get('stage', 'manifest')} parameters "
-                        f"{json.dumps(manifest['params'], sort_keys=True)}")
-    features = features_of(kind, dims)
     splits = {}
-    for split, paths in by_split.items():
+    for split, (kind, dims) in _kinds_and_dims(by_split, fmt, digests).items():
+        features = features_of(kind, dims)
+        paths = by_split[split]
         builder = codecs.get(fmt).datasets_builder
         if builder and records.reads_in_place:  # a URL's Parquet through _rows, as the others
             paths = _parquet_files_with_rows(paths, kind, dims, vocab_size, digests)
@@ -124,9 +157,17 @@ def load(directory, cache_dir=None):
             dataset = _generated(datasets, features, cache_dir, split,
                                  {"files": files, "kind": kind, "vocab_size": vocab_size,
                                   "digests": digests})
-        dataset.info.description = description
+        dataset.info.description = _description(kind, dims, fmt, manifest)
         splits[split] = dataset
     return datasets.DatasetDict(splits)
+
+
+def _description(kind, dims, fmt, manifest):
+    description = f"bertprep {kind.name} records ({kind.description}), {json.dumps(dims)}, from {fmt}"
+    if manifest.get("params"):
+        description += (f"; {manifest.get('stage', 'manifest')} parameters "
+                        f"{json.dumps(manifest['params'], sort_keys=True)}")
+    return description
 
 
 def _version_of(path):

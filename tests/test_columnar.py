@@ -11,6 +11,7 @@ import pytest
 
 from bertprep import formats, hf
 from bertprep.cli import main
+from bertprep.errors import DataError
 from bertprep.formats import columnar
 from tests.test_create import GOLDEN, golden_argv, only_records_dir
 
@@ -253,6 +254,73 @@ def test_hf_load_names_the_splits_train_and_test(golden_dir, tmp_path):
         count = sum(len(b["input_ids"])
                     for b in formats.read_batches(sorted((records / "hdf5" / directory).iterdir()), 64))
         assert splits[split].num_rows == count > 0
+
+
+def assert_split_holds(split, *paths):
+    """A `datasets` split holds exactly the records of the files at `paths`, its columns those of their kind."""
+    reference = next(formats.read_batches(sorted(paths), 1 << 20))
+    assert split.column_names == list(reference)
+    rows = split.with_format("numpy")[:]
+    for name, values in reference.items():
+        np.testing.assert_array_equal(rows[name].reshape(values.shape), values, err_msg=name)
+
+
+def test_hf_load_keeps_the_glue_dev_and_test_splits_apart(shared_dir, golden_dir, tmp_path):
+    """create-glue's eval.tf_record (the labelled dev set) is "validation", predict.tf_record (labels all
+    placeholders) "test": merged, the placeholders read as labels."""
+    out = tmp_path / "mrpc"
+    assert main(["create-glue", "--task", "MRPC", "--data-dir", str(shared_dir / "fixtures/finetune/glue/MRPC"),
+                 "--vocab", str(golden_dir / "vocab.txt"), "--out", str(out), "--seq", "64", "--quiet"]) == 0
+    splits = hf.load(str(out), cache_dir=str(tmp_path / "cache"))
+    assert list(splits) == ["train", "validation", "test"]
+    for split, name in (("train", "train.tf_record"), ("validation", "eval.tf_record"), ("test", "predict.tf_record")):
+        assert_split_holds(splits[split], out / name)
+        assert "glue records" in splits[split].info.description
+    assert set(splits["validation"]["label_ids"]) == {0, 1} and set(splits["test"]["label_ids"]) == {0}
+
+
+def test_hf_load_reads_each_squad_split_as_its_own_kind(shared_dir, golden_dir, tmp_path):
+    """train.tf_record holds the answer positions eval.tf_record lacks: read as the eval kind they were lost."""
+    out = tmp_path / "squad"
+    for name in ("train", "dev"):
+        assert main(["create-squad", "--input", str(shared_dir / f"fixtures/finetune/squad/v1.1/{name}-v1.1.json"),
+                     "--vocab", str(golden_dir / "vocab.txt"), "--out", str(out), "--seq", "128",
+                     "--doc-stride", "32", "--max-query", "24", "--quiet"]) == 0
+    splits = hf.load(str(out), cache_dir=str(tmp_path / "cache"))
+    assert list(splits) == ["train", "validation"]
+    assert_split_holds(splits["train"], out / "train.tf_record")
+    assert_split_holds(splits["validation"], out / "eval.tf_record")
+    assert {"start_positions", "end_positions", "is_impossible"} <= set(splits["train"].column_names)
+    assert "squad_train records" in splits["train"].info.description
+    assert "squad_eval records" in splits["validation"].info.description
+
+
+def test_hf_load_names_a_flat_directory_of_converted_records_train(golden_dir, tmp_path):
+    """README's `bertprep convert $R/tfrecord/training $R/hdf5-copy --to hdf5`: the copy, in no split directory
+    and named for none, loads as "train" (`datasets` keeps "all" for the union of the splits); $R is still its
+    training and test sets, not the copy; a copy beside its own format's split directories, which it would
+    double, is an error naming it."""
+    documents = (golden_dir / "corpus.txt").read_text().split("\n\n")
+    for split, name, part in (("training", "a.txt", documents[:4]), ("test", "b.txt", documents[4:6])):
+        (tmp_path / "s" / split).mkdir(parents=True)  # files whose names say no split, as a user's may be
+        (tmp_path / "s" / split / name).write_text("\n\n".join(part) + "\n")
+    assert main(["create", "--input", str(tmp_path / "s"), "--vocab", str(golden_dir / "vocab.txt"), "--out",
+                 str(tmp_path / "r"), "--format", "tfrecord,hdf5", "--dupe-factor", "1", "--quiet"]) == 0
+    records = only_records_dir(tmp_path / "r")
+    training = sorted((records / "tfrecord/training").iterdir())
+    for fmt in ("parquet", "hdf5"):  # Parquet through `datasets`' own builder, HDF5 through bertprep's reader
+        assert main(["convert", str(records / "tfrecord/training"), str(records / f"{fmt}-copy"), "--to", fmt,
+                     "--quiet"]) == 0
+        copy = hf.load(str(records / f"{fmt}-copy"), cache_dir=str(tmp_path / "cache"))
+        assert list(copy) == ["train"]
+        assert_split_holds(copy["train"], *training)
+        if fmt == "parquet":
+            whole_set = hf.load(str(records), cache_dir=str(tmp_path / "cache"))
+            assert list(whole_set) == ["train", "test"] and "from hdf5" in whole_set["test"].info.description
+            assert_split_holds(whole_set["train"], *training)
+    with pytest.raises(DataError, match=r"hdf5-copy/a\.hdf5: a hdf5 file of no split .* training, test "
+                                        r"splits; load .*hdf5-copy on its own$"):
+        hf.load(str(records), cache_dir=str(tmp_path / "cache"))
 
 
 def test_a_missing_library_is_one_usage_line(monkeypatch, tmp_path, capsys):
