@@ -25,7 +25,7 @@ import json
 import os
 
 from bertprep import formats, storage
-from bertprep.errors import DataError
+from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.formats import codecs, columnar
 from bertprep.formats.schemas import FLOAT, check_int_values
@@ -132,6 +132,10 @@ def load(directory, cache_dir=None):
 
     from bertprep.stages.validate.dataset import find_record_files
 
+    for name, value in (("directory", directory), ("cache_dir", cache_dir)):
+        # a path or None (cache_dir): load(None) was a TypeError inside storage, cache_dir=5 a folder "./5"
+        if not isinstance(value, (str, os.PathLike)) and not (name == "cache_dir" and value is None):
+            raise UsageError(f"bertprep.hf.load: {name} must be a path, got {type(value).__name__} {value!r}")
     records = Folder(storage.local_path(directory))  # file://...: the path
     directory = records.root  # as messages name it
     records.require("directory", DataError(f"{directory}: not a directory"))

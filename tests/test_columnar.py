@@ -329,3 +329,16 @@ def test_a_missing_library_is_one_usage_line(monkeypatch, tmp_path, capsys):
     assert capsys.readouterr().err.strip() == ("bertprep create: error: hdf5 records need h5py: "
                                                "pip install 'bertprep[columnar]'")
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("args, message", [((None,), "directory must be a path, got NoneType None"),
+                                           ((".", 5), "cache_dir must be a path, got int 5")])
+def test_hf_load_names_an_argument_that_is_no_path(tmp_path, monkeypatch, args, message):
+    """load(None) was a TypeError inside storage; cache_dir=5 made a folder "./5" beside the caller."""
+    from bertprep import hf
+    from bertprep.errors import UsageError
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError, match=f"^bertprep.hf.load: {message}$"):
+        hf.load(*args)
+    assert list(tmp_path.iterdir()) == []
