@@ -162,10 +162,13 @@ def _conform(value, annotation):
         return value is None, value
     if annotation is bool:
         return isinstance(value, bool), value
+    # kept as Python's own int and float: a NumPy int64 stopped the settings' JSON ("not JSON serializable")
     if annotation is int:
-        return isinstance(value, numbers.Integral) and not isinstance(value, bool), value
+        ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+        return ok, int(value) if ok else value
     if annotation is float:
-        return isinstance(value, numbers.Real) and not isinstance(value, bool), value
+        ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+        return ok, float(value) if ok and not isinstance(value, (int, float)) else value  # an int stays an int
     if annotation is str:
         return _is_path(value), value
     if origin is tuple:

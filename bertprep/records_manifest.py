@@ -113,12 +113,21 @@ def _file_problems(manifest, base, fmts):
     return problems
 
 
+# In a records manifest while `bertprep create` writes its shards (saved after each, for a rerun to resume),
+# removed by the run's last save: a killed or running create's manifest lists the shards done so far, which
+# `pack`, the loaders and `validate` took for the whole set.
+WRITING = "writing"
+
+
 def records_manifest_problems(manifest, path, fmts=None):
     """[(field, what is wrong)] of a parsed records manifest at `path`; the files listed in formats `fmts`
     (a collection of format names; None: none) must be there with their listed sizes."""
     params = manifest.get("params") or {}
-    return _kind_and_dims_problems(manifest) + _params_problems(params) + _vocab_and_formats_problems(manifest) + \
-        _file_problems(manifest, os.path.dirname(path), fmts)
+    unfinished = [(WRITING, f"the {manifest.get('stage', 'create')} run that writes these records has not "
+                            "finished (killed, or still running): rerun it to complete them")] \
+        if WRITING in manifest else []
+    return unfinished + _kind_and_dims_problems(manifest) + _params_problems(params) + \
+        _vocab_and_formats_problems(manifest) + _file_problems(manifest, os.path.dirname(path), fmts)
 
 
 def check_records_manifest(manifest, path, fmts=None):

@@ -136,6 +136,35 @@ def test_rerun_skips_complete_shards_and_redoes_changed_ones(golden_dir, tmp_pat
     assert again["shards_created"] == 1 and again["instances"]["training"] > first["instances"]["training"]
 
 
+def test_records_of_a_create_that_did_not_finish_are_refused_by_their_readers(golden_dir, tmp_path, capsys):
+    """A create that stopped after some shards (here a bad third shard; a SIGKILL alike) left a manifest
+    listing the shards done, which pack packed and validate called SOUND, exit 0. The manifest says "writing"
+    until the run's last save, and every reader refuses it."""
+    training = tmp_path / "in" / "training"
+    training.mkdir(parents=True)
+    text = (golden_dir / "corpus.txt").read_text(encoding="utf-8")[:20000]
+    for number in (0, 1):
+        (training / f"c_training_{number}.txt").write_text(text, encoding="utf-8")
+    (training / "c_training_2.txt").write_text("\x01\n")
+    argv = ["create", "--input", str(tmp_path / "in"), "--vocab", str(golden_dir / "vocab.txt"), "--out",
+            str(tmp_path / "o"), "--seq", "64", "--pred", "10", "--workers", "1", "--quiet"]
+    assert main(argv) == 1
+    (manifest,) = (tmp_path / "o").rglob("manifest.json")
+    assert "writing" in json.loads(manifest.read_text()) and len(json.loads(manifest.read_text())["files"]) == 4
+    capsys.readouterr()
+    assert main(["pack", str(manifest.parent), "--out", str(tmp_path / "packed"), "--quiet"]) == 1
+    assert capsys.readouterr().err.strip().endswith(f"{manifest}: writing: the create run that writes these records "
+                                                    "has not finished (killed, or still running): rerun it to "
+                                                    "complete them")
+    assert not (tmp_path / "packed").exists()
+    assert main(["validate", str(manifest.parent), "--quiet"]) == 1
+    capsys.readouterr()
+    (training / "c_training_2.txt").write_text(text, encoding="utf-8")
+    assert main(argv) == 0
+    assert "writing" not in json.loads(manifest.read_text())
+    assert main(["pack", str(manifest.parent), "--out", str(tmp_path / "packed"), "--quiet"]) == 0
+
+
 def cli(*args, **kwargs):
     return subprocess.run([sys.executable, "-m", "bertprep", *args], capture_output=True, text=True, **kwargs)
 
@@ -164,6 +193,8 @@ def test_sigkill_at_any_moment_then_rerun_ends_byte_identical(shared_dir, tmp_pa
         for path, data in output_files(out).items():
             if ".partial" not in Path(path).parts:  # staging, where no reader globs
                 assert data == expected[path], f"{path} is under its final name but incomplete"
+        for manifest in out.rglob("manifest.json"):  # only the run's last save takes "writing" out
+            assert "writing" in json.loads(manifest.read_text()) or output_files(out) == expected
         assert not [p for p in out.rglob(".partial") if p.parent.name in ("training", "test")]
     assert killed_mid_run >= 3, f"the clean run took {clean_seconds:.1f}s: too short to kill mid-run"
     result = cli(*args, "--out", str(out))

@@ -369,3 +369,16 @@ def test_pack_called_in_python_writes_what_the_command_writes(short_records, tmp
         PackOptions(str(short_records), max_per_pack=0)
     with pytest.raises(UsageError, match=r"^unknown PackOptions.format 'avro' \(choose from"):
         PackOptions(str(short_records), format=("avro",))
+
+
+def test_pack_options_take_numpy_ints_as_ints(short_records, tmp_path):
+    """PackOptions(max_per_pack=np.int64(2)) passed the type check and then stopped the settings' JSON with a
+    "not JSON serializable" traceback."""
+    import numpy as np
+
+    import bertprep
+
+    options = bertprep.PackOptions(records_dir=str(short_records), out=str(tmp_path / "p"), max_per_pack=np.int64(2))
+    assert type(options.max_per_pack) is int
+    summary = bertprep.pack(options)
+    assert summary["dims"]["k"] == 2

@@ -244,7 +244,8 @@ def wait_for_first_shard(process, manifest_url, timeout=120):
     while True:
         os.killpg(process.pid, signal.SIGSTOP)
         fs.invalidate_cache()
-        if fs.exists(key(manifest_url)):
+        # the manifest is saved before the first shard too (marked "writing"): wait for one it lists
+        if fs.exists(key(manifest_url)) and json.loads(fs.cat(key(manifest_url)))["files"]:
             return
         exited = process.poll() is not None
         if exited or time.monotonic() >= deadline:

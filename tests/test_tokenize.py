@@ -257,6 +257,41 @@ def test_an_empty_shard_is_one_line_naming_it_and_nothing_is_written(tmp_path):
     assert not list((tmp_path / "out").rglob("*.bin")) and not list((tmp_path / "out").rglob("*.idx"))
 
 
+def test_a_failed_rerun_leaves_no_data_path_txt_of_the_earlier_run(tmp_path):
+    """The rerun removed a shard's files and rewrote another, then failed on a third: data-path.txt still named
+    the removed prefix and the rewritten one's old weight. It is written last, so a failed run leaves none."""
+    training = tmp_path / "in" / "training"
+    training.mkdir(parents=True)
+    text = open(os.path.join(CORPUS, "training", sorted(os.listdir(os.path.join(CORPUS, "training")))[0])).read()
+    (training / "s_0.txt").write_text(text)
+    (training / "s_1.txt").write_text(text)
+    args = {"input": (str(tmp_path / "in"),), "vocab": VOCAB, "out": str(tmp_path / "out")}
+    bertprep.tokenize(**args)
+    data_path = tmp_path / "out" / "in" / "data-path.txt"
+    assert data_path.read_text().count("_text_sentence") == 2
+    (training / "s_0.txt").unlink()
+    (training / "s_1.txt").write_text(text + "\nOne more document here.\n")
+    (training / "s_2.txt").write_text("\x01\n")
+    with pytest.raises(DataError, match="s_2.txt: no documents"):
+        bertprep.tokenize(**args)
+    assert not data_path.exists()
+    (training / "s_2.txt").unlink()
+    bertprep.tokenize(**args)
+    assert data_path.read_text().split()[1].endswith("s_1_text_sentence")
+
+
+def test_inspect_refuses_an_epoch_for_token_sequences(tokenized, capsys):
+    """--epoch on a .bin/.idx was ignored: the plain sequences shown as if masked in that epoch."""
+    from bertprep.cli import main
+
+    out, _ = tokenized
+    index = prefix_of(out, *shards()[0]) + ".idx"
+    assert main(["inspect", index, "-n", "1", "--epoch", "3"]) == 2
+    assert capsys.readouterr().err.strip().endswith(f"--epoch: {index} holds token sequences, which Megatron masks "
+                                                    "as it trains; only unmasked records (create --masking "
+                                                    "dynamic) are masked at load time")
+
+
 def test_validate_and_inspect_find_what_megatron_would_misread(tokenized, tmp_path):
     out, _ = tokenized
     report = bertprep.validate(paths=(str(out),))

@@ -52,6 +52,7 @@ from bertprep.options import (
     set_field,
 )
 from bertprep.progress import Progress, Summary, human_bytes
+from bertprep.records_manifest import WRITING
 from bertprep.text_inputs import (
     casing_warning,
     check_input,
@@ -541,13 +542,16 @@ def create(options: CreateOptions | None = None, /, *, quiet: bool = True, **fie
                       else (PRETRAINING, {"seq": options.seq, "pred": options.pred}))
         manifest = {"tool": "bertprep", "stage": "create", "kind": kind.name,
                     "dims": dims, "formats": list(fmts), "layout": options.layout,
-                    **settings, "files": files}
+                    **settings, "files": files, WRITING: "the shards listed are done; others are being written"}
+        if pending:
+            save_manifest(records, manifest)  # before any shard changes: no reader takes the earlier run's for all
         with open_engine(options.engine, max_tasks=len(pending)) as engine:
             for result in engine.run(create_shard, pending, describe=lambda task: task.source):
                 files.update(result["files"])
                 save_manifest(records, manifest)
                 progress.advance(1, instances=result["instances"])
         number_instances(tasks, files)
+        del manifest[WRITING]
         save_manifest(records, manifest)
     progress.close()
     summary = summarize(records, manifest, tasks, time.monotonic() - started, len(pending))

@@ -97,6 +97,9 @@ def inspect(options: InspectOptions | None = None, /, *, stream: TextIO | None =
     words = load_vocab(vocab_path).tokens if vocab_path else None  # tokens[id]: the line of that id
     sequence_codec = codecs.of_sequence_file_name(os.path.basename(path))
     if sequence_codec is not None and sequence_codec.implementation.prefixes(path):  # token sequences, not records
+        if options.epoch is not None:  # was ignored: the sequences shown unmasked, as if masked in that epoch
+            raise UsageError(f"--epoch: {path} holds token sequences, which Megatron masks as it trains; only "
+                             "unmasked records (create --masking dynamic) are masked at load time")
         return inspect_sequences(path, sequence_codec, options, words, stream)
     fmt = formats.sniff_format(path)
     try:

@@ -238,6 +238,8 @@ def tokenize(options: TokenizeOptions | None = None, /, *, quiet: bool = True, *
     for line in [*notes, *(f"warning: {w}" for w in warnings)]:
         progress.note(line)
     with hold(out_dir, "bertprep tokenize"):  # clears what killed runs left in .partial/
+        for name in (DATA_PATH, TEST_DATA_PATH):  # written last: an earlier run's would name what this run changes
+            storage.remove(storage.join(out_dir, name))
         previous = (load_manifest(out_dir) or {}).get("files", {})
         wanted = {relative for task in tasks for relative in task.files()}
         # an input no longer given: readers glob the splits; said as create says it (issue 57: it went silently)
