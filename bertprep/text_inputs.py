@@ -14,7 +14,7 @@ from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.instances import MaskingVocab
 from bertprep.tokenization import LineTokenizer, load_vocab
-from bertprep.workdir import SPLITS, refuse_unlisted
+from bertprep.workdir import MANIFEST, SPLITS, refuse_unlisted
 
 
 def _natural_key(path):
@@ -58,6 +58,26 @@ def discover_inputs(values):
             seen.add(path)
             unique.append((path, split))
     return unique
+
+
+def unread_files_warning(values, inputs, shown=3):
+    """A warning naming the files under the input directories among `values` that no shard of `inputs` (what
+    discover_inputs found) is: a .md beside the shards, a subdirectory's files, a .txt beside training/ were
+    left out without a word (convert names what it leaves); None where there are none. Manifests are no input."""
+    read = {storage.normpath(storage.absolute(path)) for path, _split in inputs}
+    unread = []
+    for value in values:
+        if not Folder(value).isdir():
+            continue
+        for directory, _dirs, names in storage.walk(value):
+            unread += [storage.join(directory, name) for name in names
+                       if name != MANIFEST and not name.startswith(".")
+                       and storage.normpath(storage.absolute(storage.join(directory, name))) not in read]
+    if not unread:
+        return None
+    more = f" and {len(unread) - shown} more" if len(unread) > shown else ""
+    return (f"not read: {', '.join(storage.display(path) for path in unread[:shown])}{more} (an input directory's "
+            "shards are the *.txt files of its training/ and test/, else its own *.txt)")
 
 
 def refuse_json_lines(path):

@@ -280,6 +280,23 @@ def test_a_failed_rerun_leaves_no_data_path_txt_of_the_earlier_run(tmp_path):
     assert data_path.read_text().split()[1].endswith("s_1_text_sentence")
 
 
+@pytest.mark.parametrize("stage", ["tokenize", "create"])
+def test_files_of_an_input_directory_that_are_no_shards_are_named(tmp_path, stage):
+    """A .md beside the shards, a subdirectory's .txt and a .txt beside training/ were left out without a word."""
+    training = tmp_path / "mix" / "training"
+    (training / "sub").mkdir(parents=True)
+    text = open(os.path.join(CORPUS, "training", sorted(os.listdir(os.path.join(CORPUS, "training")))[0])).read()
+    for name in ("a.txt", "b.md", "sub/e.txt"):
+        (training / name).write_text(text)
+    (tmp_path / "mix" / "d.txt").write_text(text)
+    function = getattr(bertprep, stage)
+    with pytest.warns(bertprep.BertprepWarning) as said:
+        summary = function(input=(str(tmp_path / "mix"),), vocab=VOCAB, out=str(tmp_path / "out"))
+    expected = (f"not read: {tmp_path / 'mix' / 'd.txt'}, {training / 'b.md'}, {training / 'sub' / 'e.txt'} (an input "
+                "directory's shards are the *.txt files of its training/ and test/, else its own *.txt)")
+    assert expected in summary["warnings"] and any(expected in str(w.message) for w in said)
+
+
 def test_inspect_refuses_an_epoch_for_token_sequences(tokenized, capsys):
     """--epoch on a .bin/.idx was ignored: the plain sequences shown as if masked in that epoch."""
     from bertprep.cli import main
