@@ -545,8 +545,10 @@ def create(options: CreateOptions | None = None, /, *, quiet: bool = True, **fie
         manifest = {"tool": "bertprep", "stage": "create", "kind": kind.name,
                     "dims": dims, "formats": list(fmts), "layout": options.layout,
                     **settings, "files": files, WRITING: "the shards listed are done; others are being written"}
-        if pending:
-            save_manifest(records, manifest)  # before any shard changes: no reader takes the earlier run's for all
+        # An earlier run's manifest is marked before any shard changes; a first run's appears with its first
+        # shard, so a run that fails before then leaves none.
+        if pending and previous:
+            save_manifest(records, manifest)
         with open_engine(options.engine, max_tasks=len(pending)) as engine:
             for result in engine.run(create_shard, pending, describe=lambda task: task.source):
                 files.update(result["files"])
