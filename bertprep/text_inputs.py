@@ -14,7 +14,7 @@ from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.instances import MaskingVocab
 from bertprep.tokenization import LineTokenizer, load_vocab
-from bertprep.workdir import MANIFEST, SPLITS, refuse_unlisted
+from bertprep.workdir import MANIFEST, SPLITS, refuse_repeated_inputs, refuse_unlisted
 
 
 def _natural_key(path):
@@ -22,7 +22,8 @@ def _natural_key(path):
 
 
 def discover_inputs(values):
-    """[(path, split)] for files, globs and directories; a directory's training/ and test/ are the splits."""
+    """[(path, split)] for files, globs and directories; a directory's training/ and test/ are the splits. A file
+    that two values name (a directory and one of its shards) is a usage error, not read once or twice."""
     found = []
     for value in values:
         place = Folder(value)  # a directory of shards, one shard, or a pattern
@@ -32,32 +33,26 @@ def discover_inputs(values):
                 for split in split_dirs:
                     files = sorted(place.glob(f"{split}/*.txt"), key=_natural_key)
                     refuse_unlisted(place, [f"{split}/{os.path.basename(f)}" for f in files], "this stage")
-                    found.extend((f, split) for f in files)
+                    found.extend((f, split, value) for f in files)
             else:
                 files = sorted(place.glob("*.txt"), key=_natural_key)
-                found.extend((f, _split_of(f)) for f in files)
+                found.extend((f, _split_of(f), value) for f in files)
                 if not files:
                     raise DataError(f"{place}: directory holds no *.txt shards (nor training/ or test/ "
                                     "subdirectories)")
         elif place.exists():
-            found.append((value, _split_of(value)))
+            found.append((value, _split_of(value), value))
         elif glob.has_magic(value):  # a pattern is no folder: storage matches it whole, directories too
             files = sorted(storage.glob(value), key=_natural_key)
             if not files:
                 raise DataError(f"{place}: the pattern matches no file")
-            found.extend((f, _split_of(f)) for f in files if storage.isfile(f))
+            found.extend((f, _split_of(f), value) for f in files if storage.isfile(f))
         else:
             raise DataError(f"{place}: input not found")
-    for path, _split in found:
+    for path, _split, _value in found:
         refuse_json_lines(path)
-    seen = set()
-    unique = []
-    for path, split in found:
-        path = storage.absolute(path)
-        if path not in seen:
-            seen.add(path)
-            unique.append((path, split))
-    return unique
+    refuse_repeated_inputs([(path, value) for path, _split, value in found])
+    return [(storage.absolute(path), split) for path, split, _value in found]
 
 
 def unread_files_warning(values, inputs, shown=3):

@@ -172,6 +172,20 @@ def refuse_unlisted(folder, names, reader):
                         "files you mean")
 
 
+def refuse_repeated_inputs(named):
+    """A UsageError for the first input file that two --input values (or one given twice) name, `named` being
+    [(file, the --input value that named it)] in order: read twice, `shard` doubled its documents, and
+    `create`/`tokenize`, which kept one, left the repeat out without a word."""
+    first = {}
+    for path, value in named:
+        key = storage.normpath(storage.absolute(path))
+        if key in first:
+            how = f"--input {first[key]!r} given twice" if first[key] == value else \
+                f"by --input {first[key]!r} and by --input {value!r}"
+            raise UsageError(f"--input {storage.display(path)}: named twice ({how}); give each input file once")
+        first[key] = value
+
+
 def resuming_note(kept, total):
     """The progress note of a rerun that keeps `kept` of `total` shards, saying what keeping trusts: a local
     output of the recorded size is kept unread, so a byte changed in place is found by `bertprep validate`,

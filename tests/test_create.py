@@ -388,6 +388,27 @@ def test_bad_inputs_get_one_line_errors_and_leave_no_records(tiny_inputs):
     assert cli(*base, "--input", str(good), "--vocab", str(vocab)).returncode == 0
 
 
+@pytest.mark.parametrize("stage", ["create", "tokenize", "shard"])
+def test_a_file_two_inputs_name_is_a_usage_error(tiny_inputs, capsys, stage):
+    """Named twice (a directory and one of its files, or the same path again), an input was doubled by `shard`
+    (its documents twice) and kept once by create and tokenize, without a word; now neither is read."""
+    tmp, vocab, good = tiny_inputs
+    (tmp / "other.txt").write_text("One more document.\nIt ends too.\n", encoding="utf-8")
+    flags = ["--corpus", "c"] if stage == "shard" else ["--vocab", str(vocab)]
+
+    def run(*inputs):
+        return main([stage, "--input", *inputs, *flags, "--out", str(tmp / f"out-{stage}"), "--quiet"])
+
+    assert run(str(tmp), str(good)) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"bertprep {stage}: error: --input {good}: named twice (by --input {str(tmp)!r} and by --input "
+        f"{str(good)!r}); give each input file once"]
+    assert run(str(good), str(tmp / "other.txt"), str(good)) == 2
+    assert f"(--input {str(good)!r} given twice)" in capsys.readouterr().err
+    assert not (tmp / f"out-{stage}").exists()
+    assert run(str(good), str(tmp / "other.txt")) == 0
+
+
 def test_a_bad_shard_among_good_ones_fails_before_anything_is_written(tiny_inputs):
     tmp, vocab, good = tiny_inputs
     bad = tmp / "bad.txt"

@@ -68,6 +68,7 @@ from bertprep.workdir import (
     check_corpus_name,
     file_matches,
     load_manifest,
+    refuse_repeated_inputs,
     refuse_unlisted,
     removed_warning,
     resolve_workdir,
@@ -151,8 +152,9 @@ def resolve_inputs(workdir, inputs, corpus):
             raise UsageError(f"{formatted}: no formatted corpus {', '.join(missing)} (run `bertprep download` first "
                              "or give --input)")
         paths = [formatted.path(p) for p in parts]
-    files = [f for path in paths for f in input_files(path)]
-    return check_corpus_name(corpus), files
+    named = [(f, path) for path in paths for f in input_files(path)]
+    refuse_repeated_inputs(named)
+    return check_corpus_name(corpus), [f for f, _path in named]
 
 
 def listed_digests(files):
