@@ -133,13 +133,20 @@ def check_types(options):
     hints = typing.get_type_hints(cls)
     for field in dataclasses.fields(options):
         value = getattr(options, field.name)
-        ok, conformed = _conform(value, hints[field.name])
-        if not ok:
-            shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
-            raise UsageError(f"{cls.__name__}.{field.name} must be {_describe(hints[field.name])}, got "
-                             f"{type(value).__name__} {shown}")
+        conformed = check_argument(f"{cls.__name__}.{field.name}", value, hints[field.name])
         if conformed is not value:
             object.__setattr__(options, field.name, conformed)
+
+
+def check_argument(label, value, annotation):
+    """`value` as a field of type `annotation` keeps it (check_types' rules), or one UsageError line: `label must be
+    <the type, described>, got <its type> <its repr>`. For the public functions' arguments that are no options
+    field (bertprep.torch.BertLoader's)."""
+    ok, conformed = _conform(value, annotation)
+    if not ok:
+        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+        raise UsageError(f"{label} must be {_describe(annotation)}, got {type(value).__name__} {shown}")
+    return conformed
 
 
 def _is_path(value):

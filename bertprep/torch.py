@@ -21,7 +21,6 @@ not depend on workers, ranks or restarts.
 """
 
 import mmap
-import numbers
 import os
 from typing import Any
 
@@ -34,6 +33,7 @@ from bertprep.folder import Folder
 from bertprep.formats import codecs
 from bertprep.formats.schemas import PACKED, UNMASKED, int_values_problem, kind_of_manifest, kind_of_record
 from bertprep.masking import DynamicMasking, first_instances
+from bertprep.options import check_argument
 from bertprep.records_manifest import check_records_manifest, file_digests, kind_mismatch
 from bertprep.workdir import load_manifest
 
@@ -64,11 +64,10 @@ def _check_whole(name, value, least):
     """A UsageError naming the argument unless `value` is an int (not a bool, not 8.0, not "8") >= `least`: a
     notebook's `BertLoader(d, batch_size="8")` stopped deep inside NumPy, `batch_size=2.5` made fractional
     slices, and `rank=True` read as rank 1."""
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool):
-        raise UsageError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    value = check_argument(name, value, int)
     if value < least:
         raise UsageError(f"{name} must be at least {least}, not {value}")
-    return int(value)
+    return value
 
 
 def _require_torch():
