@@ -159,11 +159,22 @@ def removed_warning(names, shown=5):
            f"{', '.join(names[:shown])}{more}"
 
 
-def refuse_unlisted(folder, names, reader):
+def refuse_unlisted(folder, names, reader, ours=None):
     """A DataError naming the first of `names` (files relative to the Folder `folder`) that its manifest does not
     list, where the manifest lists its files: a file of another run or corpus in a stage's output, which `reader`
     globbing the folder would take with the rest (issue 57: `dedup --out` into a corpus folder left its other
-    .jsonl files there, and `shard` read them into training). A manifest that lists nothing checks nothing."""
+    .jsonl files there, and `shard` read them into training). A manifest that lists nothing checks nothing.
+
+    With `ours`, the names a stage's own runs wrote in its output `folder` (its manifest's, a killed run's),
+    `reader` says what the stage would do to the others, and every other name is refused, manifest or not:
+    with none, a file named like the stage's outputs may be the user's, and taking it for a killed run's would
+    overwrite or delete it."""
+    if ours is not None:
+        stray = [name for name in names if name not in ours]
+        if stray:
+            raise DataError(f"{folder.display(stray[0])}: no manifest of bertprep lists it (a file of yours or of "
+                            f"another tool?): {reader}; remove it, or choose another --out")
+        return
     listed = (load_manifest(folder) or {}).get("files") or {}
     stray = [name for name in names if name not in listed] if listed else []
     if stray:

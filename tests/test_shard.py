@@ -247,3 +247,85 @@ def test_shard_function_writes_the_cli_bytes_and_summary(tmp_path):
         ShardOptions(test_shards=0)
     with pytest.raises(TypeError, match="not both"):
         shard(ShardOptions(), corpus="x")
+
+
+# -- an --out that holds files shard did not write (nothing lost) ---------------------------------------------
+
+
+def tree(root):
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("earlier_run", [False, True])
+def test_a_file_named_as_a_shard_that_no_manifest_lists_is_refused_not_deleted(tmp_path, earlier_run):
+    """With no manifest, files named as this corpus's shards were removed as "an earlier run's": a user's own
+    training/demo_training_5.txt went without a word. Without a manifest they cannot be told from a killed run's;
+    beside one, the manifest does not list them. Either way: one line naming the file, exit 1, nothing changed."""
+    corpus = make_corpus(tmp_path / "in", files=1)
+    out = tmp_path / "out"
+    args = ["shard", "--input", corpus, "--corpus", "demo", "--out", out, "--train-shards", "2", "--test-shards", "1"]
+    if earlier_run:
+        ok(run_cli(*args))
+    mine = out / "training" / "demo_training_5.txt"
+    mine.parent.mkdir(parents=True, exist_ok=True)
+    mine.write_text("my own notes\n", encoding="utf-8")
+    before = tree(out)
+    line = one_line_error(run_cli(*args, "--train-shards", "3"))
+    assert line == (f"bertprep shard: error: {mine}: no manifest of bertprep lists it (a file of yours or of another "
+                    "tool?): shard would overwrite or remove it; remove it, or choose another --out")
+    assert tree(out) == before and sorted(p.name for p in out.iterdir()) == (
+        ["manifest.json", "test", "training"] if earlier_run else ["training"])
+
+
+def test_another_stages_manifest_in_out_is_refused_and_its_files_kept(tmp_path):
+    """`--out` a folder of another stage: shard removed its manifest and, taking it for another --corpus's, every
+    file it listed."""
+    corpus = make_corpus(tmp_path / "in", files=1)
+    out = tmp_path / "formatted"
+    out.mkdir()
+    (out / "part0.jsonl").write_text('{"title": "t", "text": "A document."}\n', encoding="utf-8")
+    (out / "manifest.json").write_text(json.dumps({"stage": "format", "corpus": "other",
+                                                   "files": {"part0.jsonl": {"bytes": 37}}}))
+    before = tree(out)
+    line = one_line_error(run_cli("shard", "--input", corpus, "--corpus", "demo", "--out", out))
+    assert line == (f"bertprep shard: error: {out / 'manifest.json'}: a manifest of bertprep format, not of shard: "
+                    "shard would remove the files it lists; choose another --out")
+    assert tree(out) == before
+
+
+def test_a_run_that_failed_while_writing_is_rerun_over_its_own_shards(tmp_path, monkeypatch):
+    """What a run leaves that stops in pass 2 (no manifest, a shard it wrote) is its own: the rerun, told so by
+    the claim the run saved before it changed anything, replaces it, as a rerun over a finished run does. A run
+    that fails in pass 1 leaves the earlier output as it was, manifest and all."""
+    from bertprep.engines import EngineOptions
+    from bertprep.errors import DataError
+    from bertprep.stages import shard as stage
+
+    corpus = make_corpus(tmp_path / "in", files=1)
+    out = tmp_path / "out"
+    fields = {"input": [corpus], "corpus": "demo", "out": out, "test_shards": 1, "engine": EngineOptions(workers=1)}
+    stage.shard(train_shards=4, **fields)
+    real, written = stage.write_shard, []
+
+    def fails_on_the_second_shard(task):
+        if written:
+            raise DataError("stopped")
+        written.append(task[0])
+        return real(task)
+
+    monkeypatch.setattr(stage, "write_shard", fails_on_the_second_shard)
+    with pytest.raises(DataError, match="^stopped$"):
+        stage.shard(train_shards=2, **fields)
+    assert sorted(tree(out)) == [".partial/steps/shard-names.json", "training/demo_training_0.txt"]
+    monkeypatch.undo()
+    summary = stage.shard(train_shards=2, **fields)
+    assert summary["spread"]["training"]["shards"] == 2 and not (out / ".partial").exists()
+    assert sorted(tree(out)) == ["manifest.json", "test/demo_test_0.txt", "training/demo_training_0.txt",
+                                 "training/demo_training_1.txt"]
+    assert stage.shard(train_shards=2, **fields).complete_before
+
+    (corpus / "part-1.jsonl").write_text('{"text": broken\n', encoding="utf-8")
+    finished = tree(out)
+    with pytest.raises(DataError, match="part-1.jsonl:1: not a JSON document line"):
+        stage.shard(train_shards=4, **fields)
+    assert tree(out) == finished

@@ -280,6 +280,22 @@ def test_a_failed_rerun_leaves_no_data_path_txt_of_the_earlier_run(tmp_path):
     assert data_path.read_text().split()[1].endswith("s_1_text_sentence")
 
 
+@pytest.mark.parametrize("out", ["fresh", "made", "made_with_corpus"])
+def test_a_failed_run_leaves_no_folder_it_made(tmp_path, out):
+    """A run that fails once it holds its output (a shard that tokenizes to nothing) left OUT/<corpus>/, and OUT,
+    behind empty, as if it had written something. The folders it made go again; one the user made stays."""
+    training = tmp_path / "in" / "training"
+    training.mkdir(parents=True)
+    (training / "s_0.txt").write_text("\x01\n")
+    root = tmp_path / "out"
+    if out != "fresh":
+        (root / "in" if out == "made_with_corpus" else root).mkdir(parents=True)
+    with pytest.raises(DataError, match="s_0.txt: no documents"):
+        bertprep.tokenize(input=(str(tmp_path / "in"),), vocab=VOCAB, out=str(root))
+    left = sorted(p.relative_to(tmp_path).as_posix() for p in [root, *root.rglob("*")] if p.exists())
+    assert left == {"fresh": [], "made": ["out"], "made_with_corpus": ["out", "out/in"]}[out]
+
+
 @pytest.mark.parametrize("stage", ["tokenize", "create"])
 def test_files_of_an_input_directory_that_are_no_shards_are_named(tmp_path, stage):
     """A .md beside the shards, a subdirectory's .txt and a .txt beside training/ were left out without a word."""

@@ -28,6 +28,12 @@ Documents are never split across shards. The assignment depends only on
 the documents (their hashes, sizes and input order), not on the number of
 workers, so the same input gives the same bytes.
 
+A rerun replaces the shards its `--out` holds only where shard wrote them:
+its manifest lists them, or a killed run's claim does (saved in `.partial/`
+before that run changed anything). Any other file named as this corpus's
+shards, or another stage's manifest there, is refused before any work: with
+no manifest, a user's file and a killed run's shard look alike.
+
 Inputs: formatted parts (`.jsonl`, one {"title", "text"} per line, as
 `bertprep download` writes them) or text files (`.txt`, blank-line separated
 documents, one paragraph or sentence per line). Text input that is not
@@ -40,6 +46,7 @@ import dataclasses
 import functools
 import hashlib
 import heapq
+import json
 import os
 import tempfile
 import time
@@ -48,7 +55,7 @@ from typing import Any
 import numpy as np
 
 from bertprep import __version__, storage
-from bertprep.atomic import atomic_open, hold, sha256_file
+from bertprep.atomic import STEPS, atomic_open, hold, sha256_file
 from bertprep.engines import EngineOptions, open_engine
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
@@ -85,6 +92,10 @@ SCRATCH = "split"  # in the staging directory: pass 1's per-input sentence files
 SCRATCH_GAP = 1 << 20
 SCRATCH_BLOCK = 64 << 20
 SCRATCH_BATCH = 8
+# In the staging directory's STEPS, which a killed run leaves: the names under --out a run may write or remove,
+# saved before it changes any, so that its rerun can tell that run's shards, which no manifest lists, from a
+# user's files of the same names.
+CLAIM = "shard-names.json"
 
 
 @errors_name_fields
@@ -477,25 +488,73 @@ def shard(options: ShardOptions | None = None, /, *, quiet: bool = True, **field
         if _is_complete(previous, out, params, input_list, corpus):
             return Summary(f"bertprep shard: {out} is already complete", _summary(previous, out, 0.0),
                            rows=_rows(previous, out, 0.0), complete_before=True)
+        ours = _ours(out, staging, previous, corpus)  # before pass 1: a refusal costs no work
         progress = Progress("shard", total=len(inputs), unit="input files", quiet=quiet)
         start = time.monotonic()
-        other_corpus = []
-        if previous is not None:
-            out.remove(MANIFEST)  # nothing may look complete while shards are rewritten
-            other_corpus = _remove_another_corpus(out, previous, corpus)
         with scratch_directory(staging, options.engine) as scratch, open_engine(options.engine) as engine:
             manifest, removed, warnings = _shard(options, engine, corpus, inputs, input_list, out, staging, scratch,
-                                                 params, progress)
-        removed = sorted({*removed, *other_corpus})
+                                                 params, progress, previous, ours)
         progress.close()
         seconds = time.monotonic() - start
         save_manifest(out, manifest)
+        Folder(staging).remove_tree(STEPS)  # the claim: the manifest lists what is ours now
     summary, rows = _summary(manifest, out, seconds), _rows(manifest, out, seconds)
     warnings += [removed_warning(removed)] if removed else []
     if warnings:  # absent otherwise: today's --json
         summary["warnings"] = warnings
         rows += [("warning", warning) for warning in warnings]
     return Summary(f"bertprep shard: {corpus} done", summary, rows=rows)
+
+
+def _is_shard_name(name, corpus, split):
+    """Whether a file name in `split`/ is named as one of `corpus`'s shards, of this run or an earlier one."""
+    return name.startswith(f"{corpus}_{split}_") and name.endswith(".txt")
+
+
+def _shard_files(out, corpus):
+    """The files under `out` named as `corpus`'s shards (split/name), whoever wrote them."""
+    return [f"{split}/{name}" for split in SPLITS if out.isdir(split) for name in sorted(out.names_in(split))
+            if _is_shard_name(name, corpus, split)]
+
+
+def _ours(out, staging, previous, corpus):
+    """The names under `out` that runs of shard wrote (its manifest's files, a killed run's claim), after refusing
+    what this run would otherwise overwrite or delete unasked: another stage's manifest (shard removes the files it
+    lists) and a file named as this corpus's shards that neither lists. Without a manifest a killed run's shards
+    and a user's own files look alike, and deleting them as "an earlier run's" lost the user's."""
+    if previous is not None and previous.get("stage") != "shard":
+        raise DataError(f"{out.display(MANIFEST)}: a manifest of bertprep {previous.get('stage') or 'another tool'}, "
+                        "not of shard: shard would remove the files it lists; choose another --out")
+    ours = set((previous or {}).get("files") or ()) | _claimed(staging)
+    refuse_unlisted(out, _shard_files(out, corpus), "shard would overwrite or remove it", ours=ours)
+    return ours
+
+
+def _claimed(staging):
+    """The names of a killed run's CLAIM; none without one, or where it is no JSON list (its shards are then
+    refused, never taken for ours)."""
+    steps = Folder(staging).folder(STEPS)
+    if not steps.isfile(CLAIM):
+        return set()
+    try:
+        names = json.loads(steps.read_bytes(CLAIM))
+    except ValueError:
+        return set()
+    return {name for name in names if isinstance(name, str)} if isinstance(names, list) else set()
+
+
+def _take_over(out, staging, previous, ours, corpus, options):
+    """Claim the names this run may write (CLAIM, beside `ours`), then remove the earlier manifest (nothing may
+    look complete while shards are rewritten) and the shards an earlier run wrote under another --corpus; the
+    names removed. Done once pass 1 is: a run that fails before leaves `out` as it was."""
+    mine = {f"{split}/{shard_name(corpus, split, shard)}"
+            for split, count in (("training", options.train_shards), ("test", options.test_shards))
+            for shard in range(count)}
+    Folder(staging).folder(STEPS).atomic_write_bytes(CLAIM, json.dumps(sorted(ours | mine)).encode(), staging)
+    if previous is None:
+        return []
+    out.remove(MANIFEST)
+    return _remove_another_corpus(out, previous, corpus)
 
 
 def _remove_another_corpus(out, previous, corpus):
@@ -532,7 +591,7 @@ def scratch_directory(staging, engine):
             yield Folder(directory)
 
 
-def _shard(options, engine, corpus, inputs, input_list, out, staging, scratch, params, progress):
+def _shard(options, engine, corpus, inputs, input_list, out, staging, scratch, params, progress, previous, ours):
     scratch_paths = [scratch.path(f"{i:06d}.txt") for i in range(len(inputs))]
     results = [None] * len(inputs)
     stats = {"invalid_utf8_lines": 0, "empty_documents": 0, "input_bytes": 0}
@@ -565,13 +624,14 @@ def _shard(options, engine, corpus, inputs, input_list, out, staging, scratch, p
         test_mask = choose_test(hashes, options.test_fraction)
         training_mask, eval_report = ~test_mask, None
 
+    other_corpus = _take_over(out, staging, previous, ours, corpus, options)
     tasks, names, earlier, fewer = [], [], [], []
     for split, mask, requested in (("training", training_mask, options.train_shards),
                                    ("test", test_mask, options.test_shards)):
         split_dir = out.folder(split)
         split_dir.makedirs()
-        for name in split_dir.names_in():  # shards of an earlier run with other settings
-            if name.startswith(f"{corpus}_{split}_") and name.endswith(".txt"):
+        for name in split_dir.names_in():  # shards of an earlier run with other settings (_ours checked them)
+            if _is_shard_name(name, corpus, split):
                 split_dir.remove(name)
                 earlier.append(f"{split}/{name}")
         docs = np.flatnonzero(mask)  # input order
@@ -604,7 +664,7 @@ def _shard(options, engine, corpus, inputs, input_list, out, staging, scratch, p
         "dropped": {"empty_documents": stats["empty_documents"], "invalid_utf8_lines": stats["invalid_utf8_lines"]},
         "input_bytes": stats["input_bytes"],
         "spread": {s: spread([e["bytes"] for e in written.values() if e["split"] == s]) for s in SPLITS},
-    }, removed, fewer
+    }, sorted({*removed, *other_corpus}), fewer
 
 
 def _named_inputs(inputs):
