@@ -417,7 +417,10 @@ def hold(root, command):
     The lock is an flock on `.partial/lock`, so the kernel releases it when
     the holder dies however it dies; the file names the holder for the
     message a second run prints. Temporaries of killed runs are removed on
-    entry and on exit, and `.partial/` itself on exit.
+    entry and on exit, and `.partial/` itself on exit. A run that fails
+    removes the folders holding made (`root` and the parents it lacked)
+    where they are empty again: a failed first run into a fresh --out had
+    left an empty folder, as if it had written something there.
     """
     root = os.fspath(root)
     if storage.is_url(root):
@@ -425,21 +428,35 @@ def hold(root, command):
             yield staging
         return
     root = storage.local_path(root)
+    made = _missing_folders(root)
     try:
-        if os.path.exists(root) and not os.path.isdir(root):
-            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), root)
-        os.makedirs(root, exist_ok=True)
-        fd = _lock(root, command)
-    except OSError as exc:
-        raise _with_path(exc, exc.filename or root) from None
-    staging = staging_dir(root)
-    try:
-        clear_staging(root)
-        _remove_legacy_temps(root)
-        yield staging
-    finally:
-        clear_staging(root)
-        _unlock(fd, root)
+        try:
+            if os.path.exists(root) and not os.path.isdir(root):
+                raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), root)
+            os.makedirs(root, exist_ok=True)
+            fd = _lock(root, command)
+        except OSError as exc:
+            raise _with_path(exc, exc.filename or root) from None
+        try:
+            clear_staging(root)
+            _remove_legacy_temps(root)
+            yield staging_dir(root)
+        finally:
+            clear_staging(root)
+            _unlock(fd, root)
+    except BaseException:
+        for folder in made:  # deepest first; a folder another run or the user filled since stays
+            storage.remove_if_empty(folder)
+        raise
+
+
+def _missing_folders(path):
+    """`path` and its parents up to the first that exists, deepest first: what os.makedirs(path) would make."""
+    missing = []
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        missing.append(path)
+        path = os.path.dirname(path)
+    return missing
 
 
 def retry_while_held(make, wait_s, poll_s=0.2, waiting=None):

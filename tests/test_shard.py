@@ -329,3 +329,17 @@ def test_a_run_that_failed_while_writing_is_rerun_over_its_own_shards(tmp_path, 
     with pytest.raises(DataError, match="part-1.jsonl:1: not a JSON document line"):
         stage.shard(train_shards=4, **fields)
     assert tree(out) == finished
+
+
+@pytest.mark.parametrize("made", [False, True])
+def test_a_run_that_fails_leaves_no_folder_it_made(tmp_path, made):
+    """A bad input found in pass 1 left a fresh --out (and its parents) behind empty, as if something had been
+    written there (atomic.hold now removes the folders it made, where they are empty again); a user's stays."""
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "p.jsonl").write_text('{"title": "a", "text": "One document."}\nnot json\n', encoding="utf-8")
+    if made:
+        (tmp_path / "out").mkdir()
+    error = one_line_error(run_cli("shard", "--input", tmp_path / "in" / "p.jsonl", "--corpus", "c", "--out",
+                                   tmp_path / "out" / "deep", "--quiet"))
+    assert error.endswith("p.jsonl:2: not a JSON document line (Expecting value: line 1 column 1 (char 0))")
+    assert sorted(p.name for p in tmp_path.rglob("*")) == (["in", "out", "p.jsonl"] if made else ["in", "p.jsonl"])

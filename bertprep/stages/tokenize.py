@@ -25,11 +25,10 @@ into place, the .idx last; the manifest lists each finished file with its
 source's sha256 and the settings, so a rerun skips finished shards. The
 bytes of a shard depend on nothing but its text, the vocab and the case
 flag: any worker count writes the same files. A run that fails removes
-the folders it made for its output while they are still empty (holding
-OUT/<corpus>/ makes it); a folder that was there before stays.
+the folders it made for its output while they are still empty (atomic.hold);
+a folder that was there before stays.
 """
 
-import contextlib
 import dataclasses
 import hashlib
 import json
@@ -243,7 +242,7 @@ def tokenize(options: TokenizeOptions | None = None, /, *, quiet: bool = True, *
     progress = Progress("tokenize", total=len(tasks), unit="shards", quiet=quiet)
     for line in [*notes, *(f"warning: {w}" for w in warnings)]:
         progress.note(line)
-    with removed_if_failed(out_dir), hold(out_dir, "bertprep tokenize"):  # hold clears killed runs' .partial/
+    with hold(out_dir, "bertprep tokenize"):  # clears what killed runs left in .partial/
         for name in (DATA_PATH, TEST_DATA_PATH):  # written last: an earlier run's would name what this run changes
             storage.remove(storage.join(out_dir, name))
         previous = (load_manifest(out_dir) or {}).get("files", {})
@@ -272,25 +271,6 @@ def tokenize(options: TokenizeOptions | None = None, /, *, quiet: bool = True, *
                "shards_tokenized": len(pending), "data_path": storage.display(storage.join(out_dir, DATA_PATH)),
                "seconds": round(time.monotonic() - started, 3), "warnings": warnings}
     return Summary("bertprep tokenize: done", summary, rows=_rows(summary), complete_before=not pending)
-
-
-@contextlib.contextmanager
-def removed_if_failed(out_dir):
-    """Around a run: where it fails, the folders of `out_dir` and above that did not exist before it (holding
-    `out_dir` makes them) and are empty again, removed, deepest first. A failed run had left an empty
-    OUT/<corpus>/ (and OUT) as if it had written something; a folder the user made, or that holds anything,
-    stays."""
-    made = []
-    path = storage.local_path(out_dir) if storage.checks_locally(out_dir) else None  # a store has no folders
-    while path and not os.path.exists(path) and os.path.dirname(path) != path:
-        made.append(path)
-        path = os.path.dirname(path)
-    try:
-        yield
-    except BaseException:
-        for folder in made:
-            storage.remove_if_empty(folder)
-        raise
 
 
 def split_counts(tasks, files):
