@@ -4,8 +4,9 @@ for the Wikimedia dump, SQuAD, GLUE and BookCorpus hosts.
 It serves in-memory files with the behaviour the downloaders depend on:
 `Range` requests (206 with `Content-Range`), `HEAD`, `ETag`, 404s, a
 connection dropped halfway through a body (once per path, to test resume),
-a body that stops arriving or trickles in (to test the stall timeout and
-the deadline), and the handful of hub endpoints `huggingface_hub` calls
+a body that stops arriving or trickles in and header lines that trickle in
+(to test the stall timeout and the deadline), and the handful of hub
+endpoints `huggingface_hub` calls
 (docs/reference-facts.md, "Sources: the hub's endpoints"):
 
     GET  /api/datasets/{repo}/revision/{rev}           (and /api/datasets/{repo}: its main revision)
@@ -17,6 +18,7 @@ Every request is logged in `requests` so tests can assert what was asked.
 """
 
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -42,6 +44,8 @@ class StandInServer:
         self.stall_after = {}
         # "/path" -> [seconds between single bytes of the body; how many requests get this]
         self.trickle = {}
+        # "/path" -> [seconds between single bytes of header lines after the status line; how many requests get this]
+        self.trickle_headers = {}
         self.stopping = threading.Event()  # ends stalled and trickling responses
         self.requests = []  # (method, path, Range header or None)
         self.authorizations = []  # (path, Authorization header or None) of each request
@@ -145,6 +149,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.stand_in.log(self.command, path, self.headers.get("Range"))
         with self.stand_in._lock:
             self.stand_in.authorizations.append((path, self.headers.get("Authorization")))
+        delay = self.stand_in.take(self.stand_in.trickle_headers, path)
+        if delay is not None:
+            return self._trickle_headers(delay)
         if path in self.stand_in.redirects:
             self.send_response(302)
             self.send_header("Location", self.stand_in.redirects[path])
@@ -166,6 +173,25 @@ class _Handler(BaseHTTPRequestHandler):
         if data is None:
             return self._send_json(404, {"error": f"{path} not found"})
         return self._send_body(path, data, head, {"ETag": '"%s"' % hashlib.md5(data).hexdigest()})
+
+    def _trickle_headers(self, delay):
+        """The status line, then header lines a byte at a time, `delay` seconds apart: never a stall, never an
+        end (until the client hangs up, or 30 s)."""
+        self.wfile.write(b"HTTP/1.1 200 OK\r\n")
+        self._trickle(itertools.cycle(b"X-Slow: 1\r\n"), delay)
+
+    def _trickle(self, data, delay):
+        """The bytes of `data` one at a time, `delay` seconds apart, until the client hangs up (or 30 s)."""
+        ends = time.monotonic() + 30
+        try:
+            for byte in data:
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+                if self.stand_in.stopping.wait(delay) or time.monotonic() > ends:
+                    break
+        except OSError:  # the client closed the connection
+            pass
+        self.close_connection = True
 
     # -- hub -----------------------------------------------------------------
 
@@ -254,17 +280,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         delay = self.stand_in.take(self.stand_in.trickle, path)
         if delay is not None:
-            # One byte at a time, `delay` seconds apart, until the client hangs up (or 30 s).
-            ends = time.monotonic() + 30
-            try:
-                for offset in range(start, end):
-                    self.wfile.write(data[offset:offset + 1])
-                    self.wfile.flush()
-                    if self.stand_in.stopping.wait(delay) or time.monotonic() > ends:
-                        break
-            except OSError:  # the client closed the connection
-                pass
-            self.close_connection = True
+            self._trickle(data[start:end], delay)
             return
         drop = self.stand_in.take_drop(path)
         if drop is not None:

@@ -146,6 +146,20 @@ def test_a_trickle_that_never_ends_fails_in_one_line_after_the_retries(server, t
     assert not os.path.exists(tmp_path / "blob.bin")
 
 
+def test_headers_trickled_past_the_deadline_end_the_connection(server, tmp_path):
+    """A server that sends its status line, then header lines a byte every 0.3 s (never a stall), is cut at
+    the deadline as a trickled body is; only http.client's 100-header limit times the stall bounded it."""
+    server.trickle_headers["/files/blob.bin"] = [0.3, 99]
+    url = server.url + "/files/blob.bin"
+    started = time.monotonic()
+    with pytest.raises(DataError) as error:
+        fetch(url, str(tmp_path / "blob.bin"), retries=1, backoff=0.01, limits=Limits(stall=1, deadline=1.5))
+    assert time.monotonic() - started < 6  # two connections of 1.5 s each
+    assert str(error.value) == (f"{url}: still receiving the headers after the 1.5 s deadline "
+                                "(gave up after 2 attempts; rerun to resume at byte 0)")
+    assert len([r for r in server.requests if r[0] == "GET"]) == 2 and not os.path.exists(tmp_path / "blob.bin")
+
+
 def test_a_stall_that_never_ends_names_the_stall(server, tmp_path):
     server.stall_after["/files/blob.bin"] = [1000, 99]
     url = server.url + "/files/blob.bin"

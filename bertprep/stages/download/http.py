@@ -8,10 +8,17 @@ source publishes, and only then renames the file to `dest`. A 4xx answer or a
 checksum mismatch ends with `DataError` and leaves no file under `dest`.
 
 `Limits` bound one connection: a connection that delivers no byte for
-`stall` seconds, or is still transferring `deadline` seconds after its
-request, is closed and treated like a dropped one (resumed with Range, one of
-the retries). Without the deadline a server trickling a byte every few
-seconds would hold a download forever.
+`stall` seconds, or is still receiving its status line, headers or body
+`deadline` seconds after its request, is closed and treated like a dropped
+one (resumed with Range, one of the retries). Without the deadline a server
+trickling a byte every few seconds would hold a download forever. It covers
+the headers too: a server trickling header lines was bounded only by
+http.client's 100-header limit times the stall. One mechanism keeps both
+limits (`_Clock`): before connecting (the TCP connect, a TLS handshake and
+sending the request each wait at most that long) and before each read of the
+socket, its timeout is set to the stall limit or the time left to the
+deadline, whichever is less, by the connection and response classes urllib
+is given (`_opener`).
 
 `SourceDownloads` wraps `fetch` with the per-source manifest
 (`WORKDIR/download/<source>/manifest.json`): a file whose entry matches is not
@@ -20,9 +27,12 @@ fetched again.
 
 import base64
 import contextlib
+import functools
 import hashlib
 import http.client
+import io
 import json
+import math
 import os
 import re
 import time
@@ -130,10 +140,10 @@ class _Partial:
         self.hashers = {name: hashlib.new(name) for name in self.algorithms}
         self.have = 0
 
-    def append_from(self, response, progress, limits, started):
+    def append_from(self, response, progress, limits):
         try:
             with open(self.path, "ab") as out:
-                for chunk in _body_chunks(response, limits, started, self.have):
+                for chunk in _body_chunks(response, limits, self.have):
                     out.write(chunk)
                     self._update(chunk)
                     if progress is not None:
@@ -192,16 +202,16 @@ def fetch(url, dest, *, size=None, checksums=None, progress=None, retries=6, bac
     return Fetched(dest, url, part.have, digests["sha256"], {k: digests[k] for k in checksums}, resumed_at, attempts)
 
 
-def _body_chunks(response, limits, started, at):
+def _body_chunks(response, limits, at):
     """The body as it arrives (`at`: its first byte's offset in the file); a stall or the deadline ends it."""
     try:
-        # read1 returns whatever has arrived, so the deadline is checked while bytes trickle in.
+        # read1 returns whatever has arrived, one read of the socket (`_Reader`) at a time.
         while chunk := response.read1(CHUNK):
             yield chunk
             at += len(chunk)
-            if limits.deadline and time.monotonic() - started > limits.deadline:
-                raise _Transient(f"still transferring after the {limits.deadline:g} s deadline, at byte {at:,}")
-    except TimeoutError:  # the socket's timeout is the stall limit
+    except _PastDeadline:
+        raise _Transient(f"still transferring after the {limits.deadline:g} s deadline, at byte {at:,}") from None
+    except TimeoutError:  # the socket's timeout was the stall limit
         raise _Transient(f"no byte for {limits.stall:g} s at byte {at:,}") from None
     except (ConnectionError, http.client.HTTPException) as exc:
         raise _Transient(f"connection lost at byte {at:,} ({exc.__class__.__name__})") from None
@@ -221,7 +231,101 @@ def _request(url, headers):
     return request
 
 
-def _open(url, have, validator, stall):
+class _PastDeadline(Exception):
+    """The connection's deadline came while it waited for bytes (not an OSError: urllib wraps those)."""
+
+
+class _Clock:
+    """One connection's limits against the clock, from its request on."""
+
+    def __init__(self, limits):
+        self.limits = limits
+        self.ends = time.monotonic() + limits.deadline if limits.deadline else math.inf
+
+    def timeout(self):
+        """The socket timeout for the next wait: the stall limit or the time left, whichever is less."""
+        left = self.ends - time.monotonic()
+        if left <= 0:
+            raise _PastDeadline
+        return min(self.limits.stall, left)
+
+
+class _Reader(io.RawIOBase):
+    """A socket's bytes, each read waiting at most `clock.timeout()`."""
+
+    def __init__(self, sock, clock):
+        self.sock, self.clock = sock, clock
+        self.raw = sock.makefile("rb", buffering=0)  # holds the socket open once urllib closes its own handle
+
+    def readable(self):
+        return True
+
+    def readinto(self, buffer):
+        timeout = self.clock.timeout()
+        self.sock.settimeout(timeout)
+        try:
+            return self.raw.readinto(buffer)
+        except TimeoutError:
+            if timeout < self.clock.limits.stall:  # the deadline's time ran out, not the stall limit's
+                raise _PastDeadline from None
+            raise
+
+    def close(self):
+        self.raw.close()
+        super().close()
+
+
+class _Response(http.client.HTTPResponse):
+    """http.client's response, reading the status line, headers and body through a `_Reader`."""
+
+    def __init__(self, sock, *args, clock, **kwargs):
+        super().__init__(sock, *args, **kwargs)
+        self.fp.close()  # sock.makefile's reader: each of its reads waits the socket's one timeout
+        self.fp = io.BufferedReader(_Reader(sock, clock))
+
+
+class _Connection(http.client.HTTPConnection):
+    """http.client's connection, bounded by `clock` from connecting to the response's last byte."""
+
+    def __init__(self, host, *, clock, **kwargs):
+        super().__init__(host, **kwargs)
+        self.clock = clock
+        self.response_class = functools.partial(_Response, clock=clock)
+
+    def connect(self):
+        self.timeout = self.clock.timeout()  # for the TCP connect, a TLS handshake and sending the request
+        super().connect()
+
+
+class _HTTPSConnection(_Connection, http.client.HTTPSConnection):
+    pass
+
+
+class _HTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, clock):
+        super().__init__()
+        self.clock = clock
+
+    def http_open(self, req):
+        return self.do_open(_Connection, req, clock=self.clock)
+
+
+class _HTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, clock):
+        super().__init__()
+        self.clock = clock
+
+    def https_open(self, req):
+        return self.do_open(_HTTPSConnection, req, context=self._context, clock=self.clock)  # as urllib's own
+
+
+def _opener(clock):
+    """urllib's opener (proxies, redirects, errors) with connections bounded by `clock`: urlopen's own wait
+    the stall limit per read of the status line and headers, with no deadline over them."""
+    return urllib.request.build_opener(_HTTPHandler(clock), _HTTPSHandler(clock))
+
+
+def _open(url, have, validator, clock):
     headers = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity"}
     if have:
         headers["Range"] = f"bytes={have}-"
@@ -229,7 +333,7 @@ def _open(url, have, validator, stall):
             headers["If-Range"] = validator
     request = _request(url, headers)
     try:
-        return urllib.request.urlopen(request, timeout=stall)
+        return _opener(clock).open(request, timeout=clock.limits.stall)
     except urllib.error.HTTPError as exc:
         if exc.code == 416 and have:
             return exc  # the partial file may already be whole; the caller checks
@@ -239,16 +343,17 @@ def _open(url, have, validator, stall):
         raise DataError(f"{url}: HTTP {exc.code} {reason}") from None
     except urllib.error.URLError as exc:
         raise _Transient(f"cannot connect ({exc.reason})") from None
+    except _PastDeadline:
+        raise _Transient(f"still receiving the headers after the {clock.limits.deadline:g} s deadline") from None
     except TimeoutError:
-        raise _Transient(f"no answer within {stall:g} s") from None
+        raise _Transient(f"no answer within {clock.limits.stall:g} s") from None
     except (ConnectionError, http.client.HTTPException) as exc:
         raise _Transient(f"connection failed ({exc.__class__.__name__}: {exc})") from None
 
 
 def _transfer(url, part, meta, meta_path, progress, limits):
     """One attempt: append the rest of the body to the partial file."""
-    started = time.monotonic()
-    response = _open(url, part.have, meta.get("validator"), limits.stall)
+    response = _open(url, part.have, meta.get("validator"), _Clock(limits))
     with contextlib.closing(response):
         status = response.code
         if status == 416:
@@ -273,7 +378,7 @@ def _transfer(url, part, meta, meta_path, progress, limits):
         expected_end = part.have + int(length) if length is not None else None
         meta["validator"] = response.headers.get("ETag") or response.headers.get("Last-Modified")
         _write_json(meta_path, meta)
-        part.append_from(response, progress, limits, started)
+        part.append_from(response, progress, limits)
         if expected_end is not None and part.have < expected_end:
             raise _Transient(f"connection closed at byte {part.have:,} of {expected_end:,}")
 
@@ -292,10 +397,9 @@ def fetch_text(url, retries=4, backoff=1.0, limits=Limits()):
     """A small text resource (a checksum list) fetched whole, with retries; 4xx -> DataError."""
     for attempt in range(retries + 1):
         try:
-            started = time.monotonic()
-            response = _open(url, 0, None, limits.stall)
+            response = _open(url, 0, None, _Clock(limits))
             with contextlib.closing(response):
-                return b"".join(_body_chunks(response, limits, started, 0)).decode("utf-8")
+                return b"".join(_body_chunks(response, limits, 0)).decode("utf-8")
         except _Transient as exc:
             if attempt == retries:
                 raise DataError(f"{url}: {exc} (gave up after {retries + 1} attempts)") from None
