@@ -6,7 +6,9 @@
 
 Splits take `datasets`' names: a records tree's training/ and test/ are "train" and "test"; fine-tuning
 files (create-squad, create-glue) train, eval (the labelled dev set) and predict/test are "train",
-"validation" and "test"; files in no split directory (`bertprep convert`'s output) are "train".
+"validation" and "test"; files in no split directory (`bertprep convert`'s output) are "train". A file outside
+training/ and test/ beside those directories (named for a split or not) is refused: its split would be a guess,
+and a copy of one of theirs would be read twice.
 
 Parquet files are handed to `datasets`' own Parquet builder, once each has
 been read through bertprep's reader (its kind and shape, nulls, and values
@@ -30,6 +32,7 @@ from bertprep.folder import Folder
 from bertprep.formats import codecs, columnar
 from bertprep.formats.schemas import FLOAT, check_int_values
 from bertprep.records_manifest import file_digests, load_records_manifest
+from bertprep.workdir import SPLITS
 
 # The format read when a directory holds several: one `datasets` reads itself, then columns, then frames.
 PREFERENCE = tuple(sorted(codecs.record_names(), key=lambda name: (codecs.get(name).datasets_builder is None,
@@ -99,13 +102,46 @@ def _format_and_splits(found):
     if "all" in by_split and len(by_split) > 1:  # as "train" it would hold the split it is a copy of twice
         stray = by_split["all"][0]
         raise DataError(f"{stray}: a {fmt} file of no split (in no training/ or test/ directory), beside {fmt} "
-                        f"files of the {', '.join(s for s in by_split if s != 'all')} splits; load "
-                        f"{os.path.dirname(stray)} on its own")
+                        f"files of the {', '.join(s for s in by_split if s != 'all')} splits; "
+                        f"{_apart(stray, by_split)}")
+    _refuse_files_named_for_a_split_beside_split_directories(fmt, by_split)
     named = {}
     for split, paths in by_split.items():
         named.setdefault(SPLIT_NAMES.get(split, split), []).extend(paths)
     order = ("train", "validation", "test")  # `datasets`' own order, not the files' (eval, predict, train)
     return fmt, dict(sorted(named.items(), key=lambda item: order.index(item[0]) if item[0] in order else 3))
+
+
+def _refuse_files_named_for_a_split_beside_split_directories(fmt, by_split):
+    """A file whose split only its name says (`g_training_0.parquet`, `train.tf_record`: a converted copy, a
+    fine-tuning file) beside files in training/ or test/ directories is refused: its split's name merged it into
+    theirs, and a copy of one of them was read twice (each file is read in one split, or the layout refused)."""
+    in_directories = [path for paths in by_split.values() for path in paths if _split_directory(path)]
+    if not in_directories:
+        return
+    for split, paths in by_split.items():
+        stray = next((path for path in paths if not _split_directory(path)), None)
+        if stray is not None:
+            raise DataError(f"{stray}: a {fmt} file named for the {split} split but in no training/ or test/ "
+                            f"directory, beside {fmt} files in them ({in_directories[0]}): which split it belongs "
+                            f"to is ambiguous, and a copy of one of them would be read twice; "
+                            f"{_apart(stray, by_split)}")
+
+
+def _split_directory(path):
+    """The split directory (training/, test/) `path` lies in, as find_record_files' split reads it, or None."""
+    return next((part for part in reversed(os.path.normpath(path).split(os.sep)[:-1]) if part in SPLITS), None)
+
+
+def _apart(stray, by_split):
+    """How to read a stray file apart from the files of `by_split` it lies beside: its directory on its own, or
+    the file moved out where that directory holds them too (loading it would find them again)."""
+    parent = os.path.dirname(stray)
+    below = storage.normpath(parent).rstrip("/") + "/"
+    if any(storage.normpath(path).startswith(below) for paths in by_split.values() for path in paths
+           if path != stray and os.path.dirname(path) != parent):
+        return f"move it out of {parent} (and load it on its own)"
+    return f"load {parent} on its own"
 
 
 def _parquet_files_with_rows(paths, kind, dims, vocab_size, digests):

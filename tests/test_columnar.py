@@ -323,6 +323,53 @@ def test_hf_load_names_a_flat_directory_of_converted_records_train(golden_dir, t
         hf.load(str(records), cache_dir=str(tmp_path / "cache"))
 
 
+def test_hf_load_refuses_files_named_for_a_split_beside_split_directories(golden_dir, tmp_path):
+    """A file whose name says its split (a converted copy of a training file, a fine-tuning train.tf_record)
+    beside training/ was merged into "train" with the files there: a copy of one was read twice. A stray file
+    in the directory that holds the split directories was told to load that directory on its own."""
+    assert main(["shard", "--input", str(golden_dir / "corpus.txt"), "--out", str(tmp_path / "s"), "--corpus", "g",
+                 "--train-shards", "2", "--test-shards", "1", "--test-fraction", "0.2", "--quiet"]) == 0
+    assert main(["create", "--input", str(tmp_path / "s"), "--vocab", str(golden_dir / "vocab.txt"), "--out",
+                 str(tmp_path / "r"), "--format", "tfrecord,parquet", "--dupe-factor", "1", "--quiet"]) == 0
+    records = only_records_dir(tmp_path / "r")
+    first = records / "parquet/training/g_training_0.parquet"
+    cache = str(tmp_path / "cache")
+    (records / "copy").mkdir()
+    for stray, at, fmt, split, apart in (
+            (records / "copy/g_training_0.parquet", "parquet/training/g_training_0.parquet", "parquet", "training",
+             f"load {records / 'copy'} on its own"),
+            (records / "tfrecord/train.tf_record", "tfrecord/training/g_training_0.tfrecord", "tfrecord", "train",
+             f"move it out of {records / 'tfrecord'} (and load it on its own)")):
+        shutil.copy(records / at, stray)  # its format the one read: in the most splits, or Parquet
+        with pytest.raises(DataError) as caught:
+            hf.load(str(records), cache_dir=cache)
+        assert str(caught.value) == (
+            f"{stray}: a {fmt} file named for the {split} split but in no training/ or test/ directory, beside "
+            f"{fmt} files in them ({records / at}): which split it belongs to is ambiguous, and a copy of one of "
+            f"them would be read twice; {apart}")
+        stray.unlink()
+    hub = shutil.copy(first, records / "parquet/train-00000.parquet")  # a name of no split: refused as before,
+    with pytest.raises(DataError) as caught:  # and the way out is no longer to load the directory that holds it
+        hf.load(str(records), cache_dir=cache)
+    assert str(caught.value) == (f"{hub}: a parquet file of no split (in no training/ or test/ directory), beside "
+                                 "parquet files of the training, test splits; move it out of "
+                                 f"{records / 'parquet'} (and load it on its own)")
+    hub.unlink()
+    flat = tmp_path / "flat"  # named for their splits in no split directory: each read once, in its own split
+    flat.mkdir()
+    shutil.copy(first, flat)
+    shutil.copy(records / "parquet/test/g_test_0.parquet", flat)
+    splits = hf.load(str(flat), cache_dir=cache)
+    assert_split_holds(splits["train"], flat / first.name)
+    assert_split_holds(splits["test"], flat / "g_test_0.parquet")
+    (flat / "training").mkdir()
+    (flat / "g_training_0.parquet").rename(flat / "training/g_training_0.parquet")
+    with pytest.raises(DataError) as caught:
+        hf.load(str(flat), cache_dir=cache)
+    assert str(caught.value).startswith(f"{flat / 'g_test_0.parquet'}: a parquet file named for the test split ")
+    assert str(caught.value).endswith(f"; move it out of {flat} (and load it on its own)")
+
+
 def test_a_missing_library_is_one_usage_line(monkeypatch, tmp_path, capsys):
     monkeypatch.setitem(__import__("sys").modules, "h5py", None)  # as when the columnar extra is not installed
     assert main(["create", "--out", str(tmp_path), "--format", "tfrecord,hdf5", "--quiet"]) == 2

@@ -362,6 +362,21 @@ def test_inspect_refuses_a_negative_count(tmp_path, capsys, flag):
     assert line.endswith("--num and --skip must be at least 0, not -1")
 
 
+def test_inspect_num_0_shows_nothing_and_says_it_was_asked_for_none(golden_dir, tmp_path, capsys):
+    """-n 0 of a file holding records said "no records at index 0 or later", as if the file were empty."""
+    records = golden_dir / "G1.tfrecord"
+    code, out, err = cli_lines(capsys, ["inspect", str(records), "-n", "0"])
+    assert (code, out, err) == (0, f"{records} (tfrecord, pretraining): --num 0: no records shown\n", [])
+    bertprep.tokenize(input=(str(sample_shards(tmp_path, 1)),), vocab=sample_paths()[1], out=str(tmp_path / "t"))
+    idx = next((tmp_path / "t").rglob("*.idx"))
+    code, out, err = cli_lines(capsys, ["inspect", str(idx), "-n", "0", "--skip", "1"])
+    assert (code, out, err) == (0, f"{idx} (megatron, sequences): --num 0: no sequences shown\n", [])
+    shown = bertprep.inspect(file=str(records), num=0)  # the format and kind, no record
+    assert (shown["kind"], shown["records"]) == ("pretraining", [])
+    code, out, _err = cli_lines(capsys, ["inspect", str(records), "--skip", "100000"])  # past the end: as before
+    assert code == 0 and out == f"{records} (tfrecord, pretraining): no records at index 100000 or later\n"
+
+
 @pytest.mark.parametrize("value", ["yes", "", 1, None])
 def test_the_python_stages_refuse_a_quiet_that_is_no_bool(tmp_path, value):
     with pytest.raises(UsageError, match=rf"^bertprep.tokenize: quiet must be True or False, got "

@@ -346,6 +346,24 @@ def test_bad_inputs_end_with_one_line(short_records, golden_dir, tmp_path, capsy
     assert os.path.isdir(short_records)
 
 
+def test_pack_of_a_tokenize_output_names_what_it_holds(golden_dir, tmp_path, capsys):
+    """tokenize's manifest names no kind, and pack called its token sequences "kind pretraining" while
+    refusing them; a shard manifest (text) was "kind pretraining" too."""
+    shards = tmp_path / "shards"
+    assert main(["shard", "--input", str(golden_dir / "corpus.txt"), "--out", str(shards), "--corpus", "g",
+                 "--train-shards", "1", "--test-shards", "1", "--test-fraction", "0.2", "--quiet"]) == 0
+    assert main(["tokenize", "--input", str(shards), "--vocab", str(golden_dir / "vocab.txt"), "--out",
+                 str(tmp_path / "tok"), "--quiet"]) == 0
+    (tokenized,) = (tmp_path / "tok").iterdir()
+    assert one_line_error(capsys, ["pack", str(tokenized), "--quiet"], 1) == (
+        f"bertprep pack: error: {tokenized}: manifest.json is of stage 'tokenize', which holds token sequences "
+        "(megatron .bin/.idx), not records; pack reads the pretraining records of `bertprep create`")
+    assert one_line_error(capsys, ["pack", str(shards), "--quiet"], 1) == (
+        f"bertprep pack: error: {shards}: manifest.json is of stage 'shard', which names no record kind; pack "
+        "reads the pretraining records of `bertprep create`")
+    assert not list(tmp_path.glob("*_packed*"))
+
+
 # Figures that depend on the clock, not on the data.
 TIMINGS = ("seconds", "sequences_per_second")
 

@@ -141,7 +141,8 @@ def test_damaged_files_give_one_data_error_in_every_reader(golden_dir, tmp_path,
     # record 2 starts at byte 1636; the flipped byte lies inside its input_ids (the batch decoder names that byte)
     expected = {
         "flipped.ofrecord": r"record 2 at byte (1636|2\d\d\d): feature 'input_ids': ",
-        "text.ofrecord": r"record 0 at byte 0: truncated data",
+        "text.ofrecord": r"not an OFRecord file, as its name says: it starts with text "
+                         r"\('This is a text file, not records\.'\)$",
         "huge.ofrecord": r"record 0 at byte 0: truncated data \(64 of 1099511627776 bytes\)",
         "header": r"record 0 at byte 0: length CRC mismatch",
     }
@@ -150,6 +151,43 @@ def test_damaged_files_give_one_data_error_in_every_reader(golden_dir, tmp_path,
             with pytest.raises(DataError) as caught:
                 read()
             assert re.match(re.escape(f"{path}: ") + expected[name], str(caught.value)), str(caught.value)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_a_text_file_is_named_not_a_record_file_not_a_truncated_record(golden_dir, tmp_path, capsys, monkeypatch,
+                                                                        native):
+    """A corpus .txt, a .jsonl, or text under a record file's name was "record 0 at byte 0: truncated data
+    (59 of 7163385811044755572 bytes)" (its first bytes read as a length) or "length CRC mismatch"; a record
+    file cut short is still the truncated record it is."""
+    if native:
+        pytest.importorskip("bertprep._native")
+    else:
+        monkeypatch.setattr(formats.batches, "_native", None)
+    text = "the quick brown fox\njumps over the lazy dog\n\nanother document\n"
+    cut = tmp_path / "cut.tfrecord"
+    cut.write_bytes((golden_dir / "G1.tfrecord").read_bytes()[:100])
+    expected = {
+        "corpus.txt": "not a record file (TFRecord, OFRecord, HDF5 or Parquet): it starts with text "
+                      "('the quick brown fox')",
+        "corpus.jsonl": "not a record file (TFRecord, OFRecord, HDF5 or Parquet): it starts with text "
+                        "('{\"text\": \"the quick brown fox\"}')",
+        "text.tfrecord": "not a TFRecord file, as its name says: it starts with text ('the quick brown fox')",
+        "part-0": "not an OFRecord file, as its name says: it starts with text ('the quick brown fox')",
+        "cut.tfrecord": "record 0 at byte 0: truncated data (88 of ",
+    }
+    for name in expected:
+        if name != "cut.tfrecord":
+            (tmp_path / name).write_text(json.dumps({"text": "the quick brown fox"}) if name.endswith(".jsonl")
+                                         else text)
+    for name, message in expected.items():
+        path = tmp_path / name
+        for read in (lambda: list(formats.read_records(path)), lambda: list(formats.read_batches(path, 64))):
+            with pytest.raises(DataError) as caught:
+                read()
+            assert str(caught.value).startswith(f"{path}: {message}"), str(caught.value)
+        assert main(["inspect", str(path)]) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"bertprep inspect: error: {path}: {message}"), err
 
 
 def test_a_damaged_first_tfrecord_header_is_still_read_as_tfrecord(golden_dir, tmp_path):
@@ -164,7 +202,8 @@ def test_damaged_files_end_each_command_with_one_line(golden_dir, tmp_path, caps
         assert main(["convert", str(path), str(tmp_path / "out" / name), "--to", "tfrecord", "--quiet"]) == 1, name
         assert not (tmp_path / "out" / name).exists()  # nothing half-written
         err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 2 and all(line.startswith(f"bertprep {cmd}: error: {path}: record ")
+        said = "not an OFRecord file" if name == "text.ofrecord" else "record "
+        assert len(err) == 2 and all(line.startswith(f"bertprep {cmd}: error: {path}: {said}")
                                      for line, cmd in zip(err, ("inspect", "convert"))), err
         code = main(["validate", str(path), "--json", "--quiet"])
         report = json.loads(capsys.readouterr().out)

@@ -8,7 +8,15 @@ import numpy as np
 from bertprep import storage
 from bertprep.errors import DataError
 from bertprep.formats import codecs, columnar
-from bertprep.formats.framing import decode_payload, iter_framed, iter_payloads, open_sized, record_kind, sniff_format
+from bertprep.formats.framing import (
+    decode_payload,
+    framing_error,
+    iter_framed,
+    iter_payloads,
+    open_sized,
+    record_kind,
+    sniff_format,
+)
 from bertprep.formats.protowire import WireError
 from bertprep.formats.python_decoder import decode_batch_python, decoder_features
 from bertprep.formats.schemas import FLOAT, KINDS, kind_of_record
@@ -172,7 +180,7 @@ def _native_payload_chunks(path, fmt, sha256=None):
                 if payloads:
                     yield payloads
                 if error is not None:
-                    raise DataError(f"{path}: {error}")
+                    raise framing_error(path, fmt, error)
                 if not data:
                     return
                 index += len(payloads)

@@ -131,9 +131,47 @@ def iter_framed(path, fmt=None, verify=True, sha256=None):
             for index, (offset, payload) in enumerate(CODECS[fmt].iter_payloads(f, verify=verify, size=size)):
                 yield index, offset, payload
     except WireError as exc:
-        raise DataError(f"{path}: {exc}") from None
+        raise framing_error(path, fmt, str(exc)) from None
     except OSError as exc:
         raise DataError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
+
+# A framed format as a message names what was expected: its name in its own ecosystem.
+_TITLES = {"tfrecord": "a TFRecord", "ofrecord": "an OFRecord"}
+_TEXT_HEAD = 64  # bytes of a file looked at to tell text from a damaged record
+
+
+def framing_error(path, fmt, problem):
+    """The DataError of a framing `problem` ("record i at byte b: ...") of `path`, read as `fmt`. A file whose
+    first record fails because the file is text (a corpus .txt, a .jsonl, text under a .tfrecord name) is named
+    as such: its first bytes read as a length made "truncated data (59 of 7163385811044755572 bytes)". No
+    record file starts with text: a framed record starts with its length, whose high bytes are zero."""
+    if problem.startswith("record 0 at byte 0: "):
+        head = _head_if_text(path)
+        if head is not None:
+            named = format_of_name(os.path.basename(path)) == fmt
+            expected = (f"{_TITLES.get(fmt, fmt)} file, as its name says" if named else
+                        "a record file (TFRecord, OFRecord, HDF5 or Parquet)")
+            return DataError(f"{path}: not {expected}: it starts with text ({head!r})")
+    return DataError(f"{path}: {problem}")
+
+
+def _head_if_text(path):
+    """The first line of `path` (up to _TEXT_HEAD bytes) where its first bytes are text, else None."""
+    try:
+        with storage.open(path, "rb") as f:
+            head = f.read(_TEXT_HEAD)
+    except (OSError, DataError):  # gone or unreadable since: the framing problem is what is said
+        return None
+    if not head or any(byte < 0x20 and byte not in b"\t\n\r\f" for byte in head) or b"\x7f" in head:
+        return None
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.start < len(head) - 3:  # not a character cut at the end of the bytes read: binary
+            return None
+        text = head[:exc.start].decode("utf-8")
+    return next((line.strip() for line in text.splitlines() if line.strip()), None)
 
 
 def iter_payloads(path, fmt=None, verify=True, sha256=None):

@@ -124,7 +124,7 @@ def inspect(options: InspectOptions | None = None, /, *, stream: TextIO | None =
                                                                            record, words)
         _write(stream, lines)
     if not records and not options.json:
-        _write(stream, [f"{path} ({fmt}): no records at index {options.skip} or later"])
+        _write(stream, [nothing_shown(f"{path} ({fmt}, {shown_as})", "records", options)])
     return Summary("bertprep inspect", {"file": path, "format": fmt, "kind": kind, "epoch": options.epoch,
                                         "records": records})
 
@@ -147,9 +147,17 @@ def inspect_sequences(path, codec, options, words, stream):
             lines.append(f"  ids ({data.tokens.dtype}, {len(ids)}): {' '.join(map(str, ids))}")
         _write(stream, lines)
     if not shown and not options.json:
-        _write(stream, [f"{path} ({codec.name}): no sequences at index {options.skip} or later"])
+        _write(stream, [nothing_shown(f"{path} ({codec.name}, sequences)", "sequences", options)])
     return Summary("bertprep inspect", {"file": path, "format": codec.name, "kind": "sequences",
                                         "epoch": options.epoch, "records": shown})
+
+
+def nothing_shown(header, what, options):
+    """The line of a listing that shows nothing: none asked for (--num 0, which said "no records at index 0"
+    of a file that has them), or none left after --skip."""
+    if options.num == 0:
+        return f"{header}: --num 0: no {what} shown"
+    return f"{header}: no {what} at index {options.skip} or later"
 
 
 def record_lines(header, index, record, words):

@@ -72,11 +72,23 @@ def read_source(records):
         source = (manifest.get("source") or {}).get("records_dir", "the create directory it came from")
         raise DataError(f"{records_dir}: already packed (record kind packed); pack {source} instead")
     if manifest.get("stage") != "create" or kind is not PRETRAINING:
-        raise DataError(f"{records_dir}: {MANIFEST} is of stage {manifest.get('stage')!r}, kind {kind.name}; "
+        raise DataError(f"{records_dir}: {MANIFEST} is of stage {manifest.get('stage')!r}, {held(manifest, kind)}; "
                         "pack reads the pretraining records of `bertprep create`")
     if not manifest.get("files"):
         raise DataError(f"{records_dir}: the create manifest lists no finished files")
     return manifest, records.sha256(MANIFEST)
+
+
+def held(manifest, kind):
+    """What a manifest's directory holds, as pack's refusal names it. A manifest naming no kind is pretraining
+    only where create wrote it (before kinds were recorded): `bertprep tokenize`'s was called "kind pretraining",
+    and its files hold token sequences, which have no instances to pack (Megatron pairs and masks them itself)."""
+    fmt = manifest.get("format")
+    if isinstance(fmt, str) and fmt in codecs.sequence_names():
+        return f"which holds token sequences ({fmt} .bin/.idx), not records"
+    if "kind" in manifest or manifest.get("stage") == "create":
+        return f"kind {kind.name}"
+    return "which names no record kind"
 
 
 def output_dir(records_dir, out, k):
