@@ -46,6 +46,8 @@ class StandInServer:
         self.trickle = {}
         # "/path" -> [seconds between single bytes of header lines after the status line; how many requests get this]
         self.trickle_headers = {}
+        # "/path" -> [header bytes sent after the status line before the connection is closed; how many requests]
+        self.cut_headers = {}
         self.stopping = threading.Event()  # ends stalled and trickling responses
         self.requests = []  # (method, path, Range header or None)
         self.authorizations = []  # (path, Authorization header or None) of each request
@@ -152,6 +154,11 @@ class _Handler(BaseHTTPRequestHandler):
         delay = self.stand_in.take(self.stand_in.trickle_headers, path)
         if delay is not None:
             return self._trickle_headers(delay)
+        cut = self.stand_in.take(self.stand_in.cut_headers, path)
+        if cut is not None:  # the header section never ends: no blank line, then the connection closes
+            self.wfile.write(b"HTTP/1.1 200 OK\r\n" + cut)
+            self.close_connection = True
+            return None
         if path in self.stand_in.redirects:
             self.send_response(302)
             self.send_header("Location", self.stand_in.redirects[path])

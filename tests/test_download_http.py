@@ -160,6 +160,21 @@ def test_headers_trickled_past_the_deadline_end_the_connection(server, tmp_path)
     assert len([r for r in server.requests if r[0] == "GET"]) == 2 and not os.path.exists(tmp_path / "blob.bin")
 
 
+def test_a_connection_closed_inside_the_headers_is_a_failed_attempt(server, tmp_path):
+    """Closed before the blank line that ends the headers, a response was taken whole by http.client (headers cut
+    short, a body of no bytes to the close): fetch wrote an empty file and called the download complete."""
+    server.cut_headers["/files/blob.bin"] = [b"Content-Type: application/octet-stream\r\nX-Half", 1]
+    url = server.url + "/files/blob.bin"
+    with pytest.raises(DataError) as error:
+        fetch(url, str(tmp_path / "blob.bin"), retries=0)
+    assert str(error.value) == (f"{url}: connection failed (HTTPException: the connection closed inside the "
+                                "headers) (gave up after 1 attempts; rerun to resume at byte 0)")
+    assert not os.path.exists(tmp_path / "blob.bin")
+    server.cut_headers["/files/blob.bin"] = [b"X-Half", 1]  # a retry takes the whole file
+    fetched = fetch(url, str(tmp_path / "blob.bin"), retries=1, backoff=0.01)
+    assert fetched.attempts == 2 and (tmp_path / "blob.bin").read_bytes() == server.files["/files/blob.bin"]
+
+
 def test_a_stall_that_never_ends_names_the_stall(server, tmp_path):
     server.stall_after["/files/blob.bin"] = [1000, 99]
     url = server.url + "/files/blob.bin"

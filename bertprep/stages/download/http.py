@@ -18,7 +18,8 @@ limits (`_Clock`): before connecting (the TCP connect, a TLS handshake and
 sending the request each wait at most that long) and before each read of the
 socket, its timeout is set to the stall limit or the time left to the
 deadline, whichever is less, by the connection and response classes urllib
-is given (`_opener`).
+is given (`_opener`). A connection closed before the blank line that ends
+the headers is a failed attempt, not a whole response of no body.
 
 `SourceDownloads` wraps `fetch` with the per-source manifest
 (`WORKDIR/download/<source>/manifest.json`): a file whose entry matches is not
@@ -256,6 +257,7 @@ class _Reader(io.RawIOBase):
     def __init__(self, sock, clock):
         self.sock, self.clock = sock, clock
         self.raw = sock.makefile("rb", buffering=0)  # holds the socket open once urllib closes its own handle
+        self.ended = False  # the server closed the connection
 
     def readable(self):
         return True
@@ -264,7 +266,9 @@ class _Reader(io.RawIOBase):
         timeout = self.clock.timeout()
         self.sock.settimeout(timeout)
         try:
-            return self.raw.readinto(buffer)
+            count = self.raw.readinto(buffer)
+            self.ended = self.ended or count == 0
+            return count
         except TimeoutError:
             if timeout < self.clock.limits.stall:  # the deadline's time ran out, not the stall limit's
                 raise _PastDeadline from None
@@ -281,7 +285,15 @@ class _Response(http.client.HTTPResponse):
     def __init__(self, sock, *args, clock, **kwargs):
         super().__init__(sock, *args, **kwargs)
         self.fp.close()  # sock.makefile's reader: each of its reads waits the socket's one timeout
-        self.fp = io.BufferedReader(_Reader(sock, clock))
+        self.reader = _Reader(sock, clock)
+        self.fp = io.BufferedReader(self.reader)
+
+    def begin(self):
+        super().begin()
+        # http.client ends the headers at the end of the stream as at their blank line: a connection closed inside
+        # them was a whole response of no body, and its download an empty file called complete.
+        if self.reader.ended:
+            raise http.client.HTTPException("the connection closed inside the headers")
 
 
 class _Connection(http.client.HTTPConnection):
