@@ -254,6 +254,20 @@ def test_another_architecture(fixtures, tmp_path, capsys):
     _fails(capsys, src, tmp_path / "out2", "bert/encoder/layer_1/", "another architecture")
 
 
+def test_our_checkpoint_with_layers_beyond_its_config(fixtures, tmp_path, capsys):
+    """Our state.json with fewer layers than its state.npz holds is refused as a Google or Hugging Face config
+    is: inspect, run and convert took the extra layers for task heads and made a shallower model unsaid."""
+    ours = tmp_path / "ours"
+    assert main(["checkpoint", "convert", str(fixtures / "hf_tiny"), str(ours), "--to", "bertprep"]) == 0
+    state = json.loads((ours / "state.json").read_text())
+    state["settings"]["model"]["num_hidden_layers"] = 1
+    (ours / "state.json").write_text(json.dumps(state))
+    capsys.readouterr()
+    assert main(["checkpoint", "inspect", str(ours)]) == 1
+    assert "bert/encoder/layer_1/" in capsys.readouterr().err
+    _fails(capsys, ours, tmp_path / "out", str(ours), "bert/encoder/layer_1/", "(L1/H", "another architecture")
+
+
 def test_truncated_files(fixtures, tmp_path, capsys):
     src = tmp_path / "hf"
     shutil.copytree(fixtures / "hf_tiny", src, ignore=shutil.ignore_patterns("expected"))

@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 
+from bertprep.errors import DataError
 from test_trainer_data import golden_records
 from trainer.benchmark import method
 from trainer.benchmark.worker import MEMORY_LIMIT_VARIABLE
@@ -104,6 +105,64 @@ def test_bad_arguments_get_one_line_errors(tmp_path):
         result = benchmark("--format", "ofrecord", *argv, "--out", str(tmp_path / "out"))
         assert result.returncode == code, (argv, result.stderr)
         assert result.stderr.strip().splitlines() == [f"trainer.benchmark: error: {message}"], argv
+
+
+@pytest.mark.parametrize("out, relation, source", [
+    ("bo", "holds", "bo/results.json"),  # the new results.json was written over the --baseline it read
+    ("records", "is", "records"),
+    ("records/bench", "is inside", "records"),
+])
+def test_an_out_that_holds_or_is_inside_an_input_is_refused_before_anything(tmp_path, out, relation, source):
+    (tmp_path / "bo").mkdir()
+    (tmp_path / "bo" / "results.json").write_text('{"configs": []}')
+    (tmp_path / "records").mkdir()  # empty: where the check was missing, refused later rather than benchmarked
+    result = benchmark("--format", "ofrecord", "--data", str(tmp_path / "records"),
+                       "--baseline", str(tmp_path / "bo" / "results.json"), "--out", str(tmp_path / out))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"trainer.benchmark: error: --out {tmp_path / out} {relation} the input {tmp_path / source}: the run would "
+        "overwrite or delete what it reads; write the output elsewhere"]
+    assert (tmp_path / "bo" / "results.json").read_text() == '{"configs": []}'
+    assert os.listdir(tmp_path / "bo") == ["results.json"] and os.listdir(tmp_path / "records") == []
+
+
+ONE_DEVICE = {"devices": 1, "precision": "fp32", "batch": 32, "median": 120.5}
+
+
+@pytest.mark.parametrize("configs, said", [
+    (5, "configs is 5, expected a list of configurations"),
+    ([ONE_DEVICE, [1]], "configs[1] is [1], expected an object"),
+    ([{"devices": 1}], "configs[0] lacks precision: expected one of fp32, amp"),
+    ([dict(ONE_DEVICE, devices=0)], "configs[0] has devices 0, expected an integer >= 1"),
+    ([dict(ONE_DEVICE, devices=True)], "configs[0] has devices true, expected an integer >= 1"),
+    ([dict(ONE_DEVICE, precision="fp16")], 'configs[0] has precision "fp16", expected one of fp32, amp'),
+    ([dict(ONE_DEVICE, batch="32")], 'configs[0] has batch "32", expected a positive integer or "max"'),
+    ([{k: v for k, v in ONE_DEVICE.items() if k != "median"}],
+     "configs[0] lacks median: expected a positive number (or null)"),
+    ([ONE_DEVICE, dict(ONE_DEVICE, median=-3)], "configs[1] has median -3, expected a positive number (or null)"),
+])
+def test_a_malformed_baseline_is_named_before_any_run(tmp_path, configs, said):
+    """Each entry is checked for what the speed-up reads: a KeyError once every run had finished, before."""
+    from trainer.benchmark.cli import _load_baseline
+
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"configs": configs}))
+    with pytest.raises(DataError) as raised:
+        _load_baseline(str(path))
+    assert str(raised.value) == f"--baseline {path}: {said}"
+
+
+def test_a_malformed_baseline_ends_the_command_before_any_run(tmp_path):
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"configs": [{"devices": 1}]}))
+    # A plan of one short run: without the check, the command ran it and then failed on the baseline.
+    result = benchmark("--format", "ofrecord", "--baseline", str(path), "--devices", "1", "--precision", "fp32",
+                       "--batch-size", "1", "--iterations", "2", "--skip", "1", "--runs", "1",
+                       "--out", str(tmp_path / "out"))
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"trainer.benchmark: error: --baseline {path}: configs[0] lacks precision: expected one of fp32, amp"]
+    assert not (tmp_path / "out").exists()  # no worker started, no log written
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ reported at once, and every measurement happens in a fresh worker process
 import argparse
 import datetime
 import json
+import math
 import os
 import re
 import shlex
@@ -18,6 +19,7 @@ import tempfile
 import time
 
 from bertprep.errors import DataError, UsageError, run_reporting_errors
+from bertprep.options import refuse_overlap
 from bertprep.progress import Progress, add_output_arguments, print_summary
 from trainer import library_logs
 from trainer.arguments import OneLineErrorParser, add_records_and_model_arguments, positive_int
@@ -132,10 +134,13 @@ def _check(args):
         raise UsageError(f"--skip {args.skip} must be below --iterations {args.iterations}")
     if args.baseline and not os.path.isfile(args.baseline):
         raise UsageError(f"--baseline {args.baseline}: no such file")
+    # --out gets results.json, report.md and logs/: an --out holding the --baseline wrote over it unsaid.
+    refuse_overlap(args.out, [args.data, args.baseline], what="--out")
 
 
 def _benchmark(args):
     _check(args)
+    baseline_configs = _load_baseline(args.baseline)  # a malformed one: one line now, not after every run
     from trainer.config import TrainConfig
     from trainer.data import Records
     from trainer.pretraining import check_records_fit, model_config, sample_records
@@ -147,7 +152,6 @@ def _benchmark(args):
                                       bert_config=args.bert_config, dropout=args.dropout), records)
     check_records_fit(config, records, args.data)
     hosts, host_index = hosts_and_index(os.environ)
-    baseline_configs = _load_baseline(args.baseline)
     log_dir = os.path.join(args.out, "logs")
     try:
         os.makedirs(log_dir, exist_ok=True)
@@ -271,13 +275,53 @@ def _failure(outcome):
 
 
 def _load_baseline(path):
+    """The configurations of the --baseline results.json, each checked for what method.speedup_baseline reads
+    (a malformed one was a KeyError once every run had finished)."""
     if not path:
         return []
     try:
         with open(path, encoding="utf-8") as f:
-            return json.load(f)["configs"]
+            configs = json.load(f)["configs"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise DataError(f"--baseline {path}: not a trainer.benchmark results.json ({exc})") from None
+    if not isinstance(configs, list):
+        raise DataError(f"--baseline {path}: configs is {json.dumps(configs)[:40]}, expected a list of "
+                        "configurations")
+    for index, entry in enumerate(configs):
+        problem = _baseline_entry_problem(entry)
+        if problem:
+            raise DataError(f"--baseline {path}: configs[{index}] {problem}")
+    return configs
+
+
+def _is_count(value):
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _is_rate(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+# What a baseline entry needs for the speed-up (method.speedup_baseline): (field, check, what is expected).
+_BASELINE_FIELDS = (
+    ("devices", _is_count, "an integer >= 1"),
+    ("precision", lambda value: value in PRECISIONS, f"one of {', '.join(PRECISIONS)}"),
+    ("batch", lambda value: value == "max" or _is_count(value), 'a positive integer or "max"'),
+    # null: a configuration that failed (out of memory, an error) has no median, and no speed-up is taken from it
+    ("median", lambda value: value is None or _is_rate(value), "a positive number (or null)"),
+)
+
+
+def _baseline_entry_problem(entry):
+    """What is wrong with one configuration of a --baseline, or None."""
+    if not isinstance(entry, dict):
+        return f"is {json.dumps(entry)[:40]}, expected an object"
+    for field, ok, expected in _BASELINE_FIELDS:
+        if field not in entry:
+            return f"lacks {field}: expected {expected}"
+        if not ok(entry[field]):
+            return f"has {field} {json.dumps(entry[field])[:40]}, expected {expected}"
+    return None
 
 
 def host_description(platform, hosts):

@@ -3,6 +3,7 @@ state.json) or a --checkpoint-dir (its newest). Model variables are named
 `model/trainable/<index>/<path>`; the config is state.json's settings.model. `write` makes the same
 form from any checkpoint: a directory that --init-checkpoint takes."""
 
+import dataclasses
 import json
 import os
 import re
@@ -19,6 +20,7 @@ from trainer.config import BertConfig
 KIND = "bertprep"
 HELD = "a checkpoint of this trainer (state.npz)"
 _VARIABLE_NAME = re.compile(r"^model/(?:trainable|non_trainable)/\d+/(.+)$")
+_LAYER = re.compile(r"^bert/layer_(\d+)/")
 
 
 def _directory(path):
@@ -51,7 +53,7 @@ def read_arrays(path):
 
 def read(path):
     config, arrays, directory = read_arrays(path)
-    by_ours = {row.ours: row for row in names.rows(config)}
+    by_ours = {row.ours: row for row in names.rows(_every_layer(config, arrays))}
     found, others = {}, {}
     for name, value in arrays.items():
         row = by_ours.get(name)
@@ -68,6 +70,14 @@ def read(path):
         checkpoint.weights.update(head_weights)
         checkpoint.notes.append(f"fine-tuned: {head.describe()}")
     return checkpoint
+
+
+def _every_layer(config, arrays):
+    """`config`'s layer count, or the deeper one of the layers `arrays` holds: their variables are then
+    found, and `checked` refuses those the config has no place for as it does for every kind (skipped as
+    not BERT's, they made a shallower model without a word)."""
+    held = [int(match.group(1)) + 1 for name in arrays if (match := _LAYER.match(name))]
+    return dataclasses.replace(config, num_hidden_layers=max([config.num_hidden_layers, *held]))
 
 
 def write(checkpoint, directory):
