@@ -299,3 +299,41 @@ def test_bad_input_ends_with_one_line(pretrained, squad_dir, mrpc_dir, tmp_path,
     code, line = error("--task", "squad", "--data", str(broken), *common)
     assert (code, line) == (1, f"trainer: error: {broken / 'eval.features.jsonl'}: missing: SQuAD answers need "
                                "the evaluation metadata create-squad writes")
+
+
+def _glue_dir(shared_dir, directory, train, evaluation):
+    """A data directory of the golden GLUE records `train` and `evaluation` (fixture names), no manifest."""
+    directory.mkdir()
+    glue = shared_dir / "fixtures" / "finetune" / "glue"
+    for split, name in (("train", train), ("eval", evaluation)):
+        (directory / f"{split}.tf_record").write_bytes((glue / f"{name}_seq128.tfrecord").read_bytes())
+    return directory
+
+
+def test_a_label_id_beyond_the_tasks_labels_is_one_line_before_training(shared_dir, tmp_path, capsys):
+    """MNLI's eval records (labels 0..2) under --task mrpc trained and then failed the scoring with an IndexError
+    (with --no-eval: exit 0), leaving an empty --output-dir; now refused before the checkpoint is read."""
+    data = _glue_dir(shared_dir, tmp_path / "mixed", "MRPC_train", "MNLI_dev")
+    out = tmp_path / "out"
+    code = main(["finetune", "--task", "mrpc", "--format", "tfrecord", "--data", str(data), "--init-checkpoint",
+                 str(shared_dir / "fixtures" / "checkpoints" / "hf_tiny"), "--steps", "1", "--batch-size", "4",
+                 "--output-dir", str(out), "--quiet"])
+    assert (code, capsys.readouterr().err.strip().splitlines()) == (
+        1, [f"trainer: error: {data / 'eval.tf_record'}: row 0: label_ids 2, but MRPC has 2 labels (0..1)"])
+    assert not out.exists()
+
+
+def test_the_training_stream_checks_every_label_id(shared_dir, tmp_path):
+    """The training records' labels are checked chunk by chunk as they are read (beside the vocab), before
+    the first step: MNLI's under --task mrpc trained silently with --no-eval."""
+    from bertprep.errors import DataError
+    from trainer.data import RecordStream
+    from trainer.tasks import TaskData, task_named
+
+    data = _glue_dir(shared_dir, tmp_path / "mixed", "MNLI_train", "MRPC_dev")
+    stream = RecordStream(TaskData(str(data), "tfrecord", task_named("mrpc")), "train", 4, seed=1)
+    with pytest.raises(DataError) as raised:
+        next(stream.batches())
+    assert str(raised.value) == f"{data / 'train.tf_record'}: row 1: label_ids 2, but MRPC has 2 labels (0..1)"
+    # A task of three labels takes them.
+    assert next(RecordStream(TaskData(str(data), "tfrecord", task_named("mnli")), "train", 4, seed=1).batches())

@@ -357,6 +357,20 @@ def test_run_refuses_inputs_naming_file_line_field_and_value(checkpoints, input_
         err.startswith(f"trainer checkpoint: error: {inputs}: line {line}: ") and said in err), err
 
 
+def test_run_refuses_an_unknown_field(checkpoints, input_rows, tmp_path, capsys):
+    """A misspelt masked_lm_positions on every line was ignored: exit 0, the outputs without mlm_logits and
+    nsp_logits. The fixture's other fields (masked_lm_ids, next_sentence_labels: a pretraining record's) are not
+    refused."""
+    inputs = tmp_path / "inputs.jsonl"
+    rows = [{("masked_lm_position" if key == "masked_lm_positions" else key): value for key, value in row.items()}
+            for row in input_rows]
+    inputs.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    err = _run_fails(capsys, checkpoints / "hf_tiny", inputs, tmp_path / "o.npz")
+    assert err == (f'trainer checkpoint: error: {inputs}: line 1: unknown field "masked_lm_position" (expected '
+                   "input_ids, input_mask, segment_ids, masked_lm_positions; a bertprep record's other fields, such "
+                   "as masked_lm_ids, are ignored)")
+
+
 # (file name, content, what the message says after the file). Without the .jsonl name, a file that
 # starts with "[" may be a record file (its first byte is a length's): only "{" and white space are sniffed.
 NOT_RECORDS = [("inputs.jsonl", "\n\n   \n", "no inputs"), ("inputs", "\n\n   \n", "no inputs"),

@@ -248,6 +248,9 @@ def test_bad_optimizer_flags_end_with_one_line(command, tmp_path, capsys):
     for value in ("0", "-1", "nan", "inf"):
         assert error("--optimizer", "google-adam", "--clip-norm", value) == (
             2, [f"{usage} --clip-norm: expected a positive number, got {value}"])
+    for value in ("-0.1", "1.5", "nan", "inf"):  # nan and inf: a ValueError and an OverflowError traceback
+        assert error("--warmup", value) == (
+            2, [f"{usage} --warmup: expected a fraction below 1 or a whole number of steps, got {value}"])
     code, lines = error("--optimizer", "google_adam")
     # Python's versions differ in whether the choices are quoted.
     assert code == 2 and len(lines) == 1 and lines[0].startswith(

@@ -53,6 +53,11 @@ def test_configs_have_the_cli_defaults_and_its_checks():
              "(only lamb and google-adam do)"),
             (TrainConfig, {"warmup": 30, "steps": 20}, "TrainConfig.warmup 30 exceeds TrainConfig.steps 20"),
             (TrainConfig, {"lr": float("nan")}, "TrainConfig.lr must be a positive number, got nan"),
+            (TrainConfig, {"warmup": float("nan")},
+             "TrainConfig.warmup must be a fraction below 1 or a whole number of steps, got nan"),
+            (FinetuneConfig, {"warmup": float("inf")},
+             "FinetuneConfig.warmup must be a fraction below 1 or a whole number of steps, got inf"),
+            (TrainConfig, {"keep_checkpoints": 0}, "TrainConfig.keep_checkpoints: expected a positive integer, got 0"),
             (TrainConfig, {"steps": 0}, "TrainConfig.steps: expected a positive integer, got 0"),
             (TrainConfig, {"precision": "fp8"}, "TrainConfig.precision: expected one of fp32, amp, mixed_float16, "
                                                 "mixed_bfloat16, got 'fp8'"),
@@ -61,6 +66,16 @@ def test_configs_have_the_cli_defaults_and_its_checks():
         with pytest.raises(UsageError) as raised:
             kind(*required, **fields)
         assert str(raised.value) == message
+
+
+@pytest.mark.parametrize("value", ["0", "-1"])
+def test_keep_checkpoints_must_be_positive(value, capsys):
+    """0 and -1 were taken and kept every checkpoint, which --help never said (run_state.save prunes only
+    for a positive count)."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["--format", "tfrecord", "--data", "nowhere", "--keep-checkpoints", value])
+    assert exit_.value.code == 2 and capsys.readouterr().err.strip().splitlines() == [
+        f"trainer: error: argument --keep-checkpoints: expected a positive integer, got {value}"]
 
 
 @pytest.mark.heavy

@@ -5,7 +5,7 @@ the CLIs so that none of them imports another for them."""
 import argparse
 import math
 
-from trainer.config import PRETRAINING_FORMATS, SIZES
+from trainer.config import PRETRAINING_FORMATS, SIZES, is_warmup
 
 
 class OneLineErrorParser(argparse.ArgumentParser):
@@ -32,7 +32,7 @@ def positive_number(text):
 def warmup(text):
     """A fraction of --steps (< 1) or a number of steps."""
     value = float(text)
-    if value < 0 or (value >= 1 and value != int(value)):
+    if not is_warmup(value):
         raise argparse.ArgumentTypeError(f"expected a fraction below 1 or a whole number of steps, got {text}")
     return value
 

@@ -140,7 +140,9 @@ def build_parser():
                                              "NVIDIA .pt (see `python -m trainer checkpoint inspect`)")
     p.add_argument("--checkpoint-dir", help="directory of checkpoints (and TensorBoard scalars)")
     p.add_argument("--checkpoint-every", type=positive_int, default=1000, help="steps between checkpoints")
-    p.add_argument("--keep-checkpoints", type=int, default=3, help="how many recent checkpoints to keep")
+    p.add_argument("--keep-checkpoints", type=positive_int, default=3, metavar="K",
+                   help="keep the K newest checkpoints, deleting older ones (default: 3; at least 1, the one a "
+                        "--resume continues from; a large K keeps all)")
     p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --checkpoint-dir")
     p.add_argument("--eval-every", type=int, default=0, help="steps between evaluations on the test split (0: never)")
     p.add_argument("--eval-steps", type=positive_int, default=10, help="batches per evaluation")

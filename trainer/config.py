@@ -112,8 +112,16 @@ PRETRAINING_FORMATS = codecs.record_names()
 FINETUNING_FORMATS = codecs.finetuning_names()
 
 
+def is_warmup(value):
+    """A fraction of the steps (< 1) or a whole number of steps: nan and inf are neither (int() of them
+    raised deep in the run, after the records were read)."""
+    return math.isfinite(value) and value >= 0 and (value < 1 or value == int(value))
+
+
 def _check_schedule(optimizer, clip_norm, steps, warmup, lr):
     """The optimizer's flags together, pretraining and fine-tuning alike."""
+    if not is_warmup(warmup):  # the CLI's type checks it already: for a Python caller
+        raise UsageError(f"--warmup must be a fraction below 1 or a whole number of steps, got {warmup}")
     if clip_norm is not None and optimizer not in CLIPPING:
         raise UsageError(f"--clip-norm: --optimizer {optimizer} does not clip gradients "
                          f"(only {' and '.join(CLIPPING)} do)")
@@ -210,7 +218,8 @@ class TrainConfig:
                               "attention": ATTENTION_KERNELS, "gelu": GELU_FORMULAS,
                               "qkv_projection": QKV_PROJECTIONS, "last_layer": LAST_LAYERS})
         _check_positive(self, ("steps", "batch_size", "grad_accum", "pad_vocab", "steps_per_call", "bin_size",
-                               "model_parallel", "pipeline_stages", "checkpoint_every", "eval_steps", "log_every"))
+                               "model_parallel", "pipeline_stages", "checkpoint_every", "keep_checkpoints",
+                               "eval_steps", "log_every"))
         if self.model and self.bert_config:
             raise UsageError("--bert-config: not allowed with argument --model")
         if self.model is None and not self.bert_config and not self.init_checkpoint:

@@ -173,6 +173,9 @@ class Records:
     def packed(self):
         return self.kind is PACKED
 
+    def check_labels(self, chunk, path, first_row=0):
+        """Pretraining records hold no label ids to check (tasks.TaskData's do)."""
+
     def sha256(self, path):
         """The manifest's sha256 of a file, or None where no manifest lists it."""
         return self._manifest_sha256.get(storage.normpath(path))
@@ -287,6 +290,7 @@ class RecordStream:
                                               digests={storage.normpath(path): digest} if digest else None):
                 # the batches are cast to int32 below: a value beyond it, or an id beyond the vocab, is refused
                 check_int_values(records.kind, chunk, path, row, records.vocab_size)
+                records.check_labels(chunk, path, row)
                 n = len(chunk["input_ids"])
                 row += n
                 if first is None:

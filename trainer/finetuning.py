@@ -83,6 +83,8 @@ def finetune(config: FinetuneConfig) -> FinetuneSummary:
         raise UsageError(f"{storage.display(config.data)}: --predict: no {config.format} "
                          f"{'test' if split == 'test' else 'eval (predict file)'} records "
                          f"({codecs.get(config.format).task_glob(split)}) to predict")
+    if not config.no_eval:  # scored after the training: a label id beyond the head's is refused before it
+        data.check_split_labels("eval")
     from trainer.checkpoint import read, tokenizer
 
     initial = read(config.init_checkpoint or sample_checkpoint(config, data))
@@ -149,7 +151,6 @@ def _finetune(config, task, data, bert, weights, checkpoint_path, devices, log, 
     stream = RecordStream(data, "train", config.batch_size * devices.local_replicas, config.seed)
     train = training_figures(*train_loop(steps, prefetch(stream.batches()), Schedule(total_steps, config.log_every),
                                          log))
-    Folder(config.output_dir).makedirs()
     evaluation, prediction = {}, {}
     eval_batch = config.batch_size * devices.replicas
     if not config.no_eval:
@@ -172,11 +173,20 @@ def _finetune(config, task, data, bert, weights, checkpoint_path, devices, log, 
     if config.predict:
         prediction = predict(config, task, data, steps, eval_batch, evaluation)
         log.note(f"--predict: {prediction['examples']} examples into {prediction['file']}")
+    output_folder(config)  # a run that wrote nothing there has it still, as before
     summary = FinetuneSummary(task=task.name, format=data.fmt, init_checkpoint=checkpoint_path,
                               replicas=devices.replicas, global_batch=global_batch, precision=config.precision,
                               optimizer=config.optimizer, **train, evaluation=evaluation, prediction=prediction)
     log.record("summary", {k: v for k, v in summary.to_dict().items() if isinstance(v, (int, float))}, train["steps"])
     return summary
+
+
+def output_folder(config):
+    """--output-dir, made when a file is written there or the run is done: a run that fails before (in
+    training, in scoring) leaves no empty one behind."""
+    output = Folder(config.output_dir)
+    output.makedirs()
+    return output
 
 
 def head_labels(task, data):
@@ -342,7 +352,7 @@ def predict_glue(config, task, data, steps, batch):
         logits = predicted["logits"][records["is_real_example"][:, 0] == 1].astype(np.float64)
         values = logits if task.is_regression else softmax(logits)
         lines += ["\t".join(str(value) for value in row) + "\n" for row in values.astype(np.float32)]
-    output = Folder(config.output_dir)
+    output = output_folder(config)
     output.atomic_write_bytes("test_results.tsv", "".join(lines).encode())
     return {"examples": len(lines), "file": output.display("test_results.tsv")}
 
@@ -392,7 +402,7 @@ def write_squad_predictions(config, data, steps, batch):
     written = {"predictions.json": predictions, "nbest_predictions.json": nbest}
     if version_2:
         written["null_odds.json"] = null_odds
-    output = Folder(config.output_dir)
+    output = output_folder(config)
     for name, content in written.items():
         # The reference's layout (json.dumps indent 4), so the official scripts read them as usual.
         output.atomic_write_bytes(name, (json.dumps(content, indent=4) + "\n").encode())

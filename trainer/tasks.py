@@ -22,7 +22,7 @@ from bertprep import formats, storage
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.formats import codecs
-from bertprep.formats.schemas import GLUE, GLUE_REGRESSION, SQUAD_EVAL, SQUAD_TRAIN
+from bertprep.formats.schemas import GLUE, GLUE_REGRESSION, SQUAD_EVAL, SQUAD_TRAIN, first_outside
 from bertprep.records_manifest import file_digests, load_records_manifest
 
 
@@ -78,7 +78,8 @@ class TaskData:
     """The record files of one task's data directory in one format, and what its manifest says.
 
     Offers what trainer.data.RecordStream reads for the training split: `files`, `count(path)`, `sha256(path)`,
-    `fmt`, `data_dir`, `kind`, `dims`, `batch_kind` and `masking` (task records are never masked).
+    `check_labels(chunk, path, row)`, `fmt`, `data_dir`, `kind`, `dims`, `batch_kind` and `masking` (task records
+    are never masked).
     """
 
     masking = None
@@ -161,3 +162,31 @@ class TaskData:
 
     def records(self, split):
         return sum(self.count(path) for path in self.files[split])
+
+    @property
+    def label_count(self):
+        """The label ids a classifier's records may hold (0 .. count - 1); None where labels are no ids
+        (a regression's are its scores, SQuAD's records have none)."""
+        return None if self.task.is_squad or self.task.is_regression else len(self.labels)
+
+    def check_labels(self, chunk, path, first_row=0):
+        """Every label id of a chunk of records indexes the head's logits: one beyond them (another task's
+        records) trained silently (an out-of-range one-hot is all zeros) and failed the scoring with an
+        IndexError. Called on each chunk RecordStream reads, beside its int32 and vocab checks."""
+        count = self.label_count
+        outside = None if count is None else first_outside(chunk["label_ids"], 0, count - 1)
+        if outside is not None:
+            raise DataError(f"{path}: row {first_row + outside[0]}: label_ids {chunk['label_ids'][outside]}, but "
+                            f"{self.task.name} has {count} labels (0..{count - 1})")
+
+    def check_split_labels(self, split):
+        """check_labels over a whole split before any training: the eval split is read only once the
+        training is done."""
+        if self.label_count is None:
+            return
+        kind = self.task.eval_kind if split == "eval" else self.kind
+        for path in self.files[split]:
+            row = 0
+            for chunk in formats.read_batches(path, 8192, self.fmt, kind=kind, dims=self.dims):
+                self.check_labels(chunk, path, row)
+                row += len(chunk["label_ids"])

@@ -9,7 +9,7 @@ import json
 import numpy as np
 
 from bertprep.errors import DataError
-from bertprep.formats.schemas import INT32_RANGE, first_outside, is_integer
+from bertprep.formats.schemas import INT32_RANGE, KINDS, PACKED, first_outside, is_integer
 from bertprep.jsonlines import json_lines
 
 FEATURES = ("input_ids", "input_mask", "segment_ids")
@@ -88,9 +88,21 @@ def _json_lines(path):
         if not isinstance(row, dict):
             raise DataError(f"{path}: line {number}: expected a JSON object of {', '.join(FEATURES)}, got "
                             f"{type(row).__name__} {_shown(row)}")
+        _check_fields(path, number, row)
         rows.append(row)
         places.append(f"line {number}")
     return rows, places
+
+
+def _check_fields(path, number, row):
+    """Every key of a JSON line is an input or a field of a bertprep record (its labels and ids, ignored: the
+    fixture's lines are pretraining records). Any other is refused: a misspelt masked_lm_positions would
+    silently drop the MLM and NSP outputs, a packed row's positions would be read as one sequence."""
+    known = {name for kind in KINDS.values() if kind is not PACKED for name in kind.names}
+    unknown = next((key for key in row if key not in known), None)
+    if unknown is not None:
+        raise DataError(f"{path}: line {number}: unknown field {_shown(unknown)} (expected {', '.join(FEATURES)}, "
+                        f"{POSITIONS}; a bertprep record's other fields, such as masked_lm_ids, are ignored)")
 
 
 def _with_positions(path, rows, places):
