@@ -165,3 +165,111 @@ def test_a_vocab_size_without_room_for_the_corpus_characters_is_refused(tmp_path
                                          r"\d+ ## characters\)$"):
         bertprep.vocab(input=sample_files(), out=tmp_path / "v.txt", vocab_size=1000)
     assert os.listdir(tmp_path) == []
+
+
+def tiny_corpus(path, extra=b""):
+    """A few lines of a few words (a vocab of them trains in well under a second), then `extra`'s bytes."""
+    words = ["alpha", "beta", "gamma", "delta", "running", "runner", "the", "cat", "sat", "mat"]
+    text = "\n".join(" ".join(words[(i * 7 + j) % len(words)] for j in range(8)) for i in range(40)) + "\n"
+    path.write_bytes(text.encode("utf-8") + extra)
+    return path
+
+
+@pytest.mark.parametrize("size", ["99999999999", "9999999999999999999999"])
+def test_a_huge_vocab_size_is_a_one_line_usage_error(tmp_path, size):
+    """The tokenizers trainer reserves ~45 bytes a slot up front: 10**11 aborted the process (a Rust OOM, exit
+    134), 10**22 was a traceback (OverflowError: int too big to convert)."""
+    from bertprep.errors import UsageError
+    from bertprep.stages.vocab import MAX_VOCAB_SIZE
+
+    corpus = tiny_corpus(tmp_path / "tiny.txt")
+    line = one_line_error(run_cli("vocab", "--input", corpus, "--out", tmp_path / "v.txt", "--vocab-size", size),
+                          code=2)
+    assert line == (f"bertprep vocab: error: --vocab-size {size}: at most 1,048,576 (BERT vocabs are 30,522 to "
+                    "250,002 entries)")
+    assert os.listdir(tmp_path) == ["tiny.txt"]
+    with pytest.raises(UsageError, match=r"^VocabOptions.vocab_size 1048577: at most 1,048,576 "):
+        VocabOptions(input=corpus, vocab_size=MAX_VOCAB_SIZE + 1)
+    assert VocabOptions(input=corpus, vocab_size=MAX_VOCAB_SIZE).vocab_size == 1 << 20
+
+
+def test_an_input_file_named_twice_is_refused(tmp_path):
+    """It was read and counted once per naming (`--input tiny.txt tiny.txt ./tiny.txt`); shard, create and
+    tokenize refuse it with this line."""
+    from bertprep.errors import UsageError
+    from bertprep.workdir import save_manifest
+
+    corpus = tiny_corpus(tmp_path / "tiny.txt")
+    line = one_line_error(run_cli("vocab", "--input", "tiny.txt", "tiny.txt", "./tiny.txt", "--out", "v.txt",
+                                  "--vocab-size", "200", "--unused", "0", cwd=tmp_path), code=2)
+    assert line == (f"bertprep vocab: error: --input {corpus}: named twice (--input 'tiny.txt' given twice); give "
+                    "each input file once")
+    with pytest.raises(UsageError, match=r"^--input .*tiny.txt: named twice \(by --input '.*tiny.txt' and by --input "
+                                         r"'.*/\./tiny.txt'\); give each input file once$"):
+        vocab(input=[str(corpus), f"{tmp_path}/./tiny.txt"], out=tmp_path / "v.txt", vocab_size=200, unused=0)
+    formatted = tmp_path / "w" / "formatted" / "mine"
+    formatted.mkdir(parents=True)
+    (formatted / "part-0.jsonl").write_text(json.dumps({"title": "t", "text": "alpha beta gamma"}) + "\n")
+    save_manifest(str(formatted), {"stage": "format", "corpus": "mine", "files": {}})
+    for given in ({"corpus": ["mine", "mine"]}, {"input": [str(formatted)], "corpus": ["mine"]}):
+        with pytest.raises(UsageError, match=r"^--corpus mine: .*part-0.jsonl named twice \((--corpus given twice|"
+                                             r"also by --input)\); give each input file once$"):
+            vocab(workdir=tmp_path / "w", out=tmp_path / "v.txt", vocab_size=200, unused=0, **given)
+    assert not (tmp_path / "v.txt").exists()
+
+
+@pytest.mark.parametrize("case", ["gzip", "random bytes", "nul past the head"])
+def test_binary_input_is_refused_naming_the_file(tmp_path, case):
+    """A gzip file or random bytes trained a vocab of U+FFFD noise, said only in a progress note (none under
+    --quiet)."""
+    import gzip
+    import random
+
+    if case == "gzip":
+        given = tmp_path / "tiny.txt.gz"
+        given.write_bytes(gzip.compress(tiny_corpus(tmp_path / "tiny.txt").read_bytes()))
+        expected = f"{given}: binary data (a gzip file?), expected UTF-8 text: decompress it first"
+    elif case == "random bytes":
+        given = tmp_path / "noise.txt"
+        given.write_bytes(bytes([7, 0]) + random.Random(0).randbytes(4000))
+        expected = f"{given}: binary data (a NUL byte at offset 1), expected UTF-8 text"
+    else:
+        given = tiny_corpus(tmp_path / "late.txt", extra=b"x" * 70000 + b"\n\0\n")
+        expected = f"{given}: binary data (a NUL byte), expected UTF-8 text"
+    line = one_line_error(run_cli("vocab", "--input", given, "--out", tmp_path / "v.txt", "--vocab-size", "300",
+                                  "--unused", "0", "--quiet"), code=1)
+    assert line == f"bertprep vocab: error: {expected}"
+    assert not (tmp_path / "v.txt").exists()
+
+
+def test_invalid_utf8_lines_are_a_summary_warning(tmp_path):
+    """Text with a few bad bytes still trains (decoded with U+FFFD, as shard does), and --json (even with --quiet)
+    and the Python summary say so: it was a progress note only."""
+    corpus = tiny_corpus(tmp_path / "latin1.txt", extra="café au lait\n".encode("latin-1"))
+    summary = ok(run_cli("vocab", "--input", corpus, "--out", tmp_path / "v.txt", "--vocab-size", "200", "--unused",
+                         "0", "--quiet", "--json"))
+    warning = f"1 line(s) with invalid UTF-8 decoded with U+FFFD (first: {corpus}:41)"
+    assert summary["invalid_utf8_lines"] == 1 and summary["warnings"] == [warning]
+    assert vocab(input=corpus, out=tmp_path / "w.txt", vocab_size=200, unused=0)["warnings"] == [warning]
+    assert "warnings" not in vocab(input=tiny_corpus(tmp_path / "clean.txt"), out=tmp_path / "x.txt", vocab_size=200,
+                                   unused=0)
+
+
+@pytest.mark.parametrize("case", ["trailing separator", "existing directory"])
+def test_an_out_naming_a_directory_is_refused(tmp_path, case):
+    """--out is the vocab.txt file to write: `--out newdir/` wrote a FILE named newdir, an existing directory
+    failed only after training ("Is a directory")."""
+    corpus = tiny_corpus(tmp_path / "tiny.txt")
+    out = tmp_path / "newdir"
+    if case == "existing directory":
+        out.mkdir()
+        given, expected = out, f"--out {out}: is a directory; give the vocab.txt file to write, such as {out}/vocab.txt"
+    else:
+        given = f"{out}/"
+        expected = (f"--out {out}/: ends in a separator (a directory); give the vocab.txt file to write, such as "
+                    f"{out}/vocab.txt")
+    line = one_line_error(run_cli("vocab", "--input", corpus, "--out", given, "--vocab-size", "200", "--unused", "0"),
+                          code=2)
+    assert line == f"bertprep vocab: error: {expected}"
+    assert sorted(os.listdir(tmp_path)) == (["newdir", "tiny.txt"] if case == "existing directory" else ["tiny.txt"])
+    assert not out.is_file()

@@ -2,7 +2,7 @@
 
 from bertprep.cli.options import print_summary
 from bertprep.progress import add_output_arguments
-from bertprep.stages.vocab import GOOGLE_UNUSED, VocabOptions, vocab
+from bertprep.stages.vocab import GOOGLE_UNUSED, MAX_VOCAB_SIZE, VocabOptions, vocab
 from bertprep.workdir import add_workdir_argument
 
 
@@ -13,9 +13,10 @@ def add_arguments(parser):
                              "files, read in this order")
     parser.add_argument("--corpus", nargs="+", default=(), metavar="NAME",
                         help="formatted corpora under WORKDIR/formatted, read after --input")
-    parser.add_argument("--out", help="vocab.txt to write (default: WORKDIR/vocab/vocab.txt)")
+    parser.add_argument("--out", help="the vocab.txt file to write, not a directory (default: WORKDIR/vocab/vocab.txt)")
     parser.add_argument("--vocab-size", type=int, default=30522,
-                        help="lines of vocab.txt, special tokens and unused slots included (default: 30522)")
+                        help="lines of vocab.txt, special tokens and unused slots included (default: 30522; at most "
+                             f"{MAX_VOCAB_SIZE:,})")
     parser.add_argument("--unused", type=int, default=GOOGLE_UNUSED,
                         help=f"[unused] slots, placed as Google places them (default: {GOOGLE_UNUSED}, as in "
                              "bert-base-uncased)")

@@ -21,11 +21,19 @@ characters, ties by code point) and the "##" forms the trainer would make,
 and they are handed to it after the special tokens in code point order:
 every id is then fixed before training and the same inputs, in the same
 order (command-line order, a directory's files sorted), give the same bytes.
+
+Inputs: each file once (an input named twice is refused, as shard refuses
+it: read twice, its words counted twice); text is UTF-8, a line with a few
+invalid bytes decoded with U+FFFD and counted (a summary warning, as shard
+does), but a file whose bytes are binary (a NUL byte, or a gzip, zip, bz2,
+xz or zstd header) is refused before training. `out` is the vocab.txt file
+to write: an existing directory or a path ending in a separator is refused.
 """
 
 import dataclasses
 import hashlib
 import os
+import re
 import time
 from collections import Counter
 from typing import Any
@@ -37,7 +45,7 @@ from bertprep.folder import Folder
 from bertprep.options import build_options, check_types, errors_name_fields, normalise_paths, refuse_overlap, set_field
 from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.stages.shard import COMBINED, input_files, iter_input_documents, resolve_inputs
-from bertprep.workdir import MANIFEST, load_manifest, resolve_workdir, stage_dir
+from bertprep.workdir import MANIFEST, load_manifest, refuse_repeated_inputs, resolve_workdir, stage_dir
 
 SPECIAL_TOKENS = ("[UNK]", "[CLS]", "[SEP]", "[MASK]")  # after [PAD] and the first unused slots
 UNUSED_BEFORE_SPECIALS = 99  # Google's [unused0]..[unused98] sit between [PAD] and [UNK]
@@ -46,6 +54,16 @@ LIMIT_ALPHABET = 1000  # characters kept (the most frequent), as HF's BertWordPi
 MIN_FREQUENCY = 2  # a pair seen fewer times is never merged (HF's BertWordPieceTokenizer default)
 PREFIX = "##"
 CHUNK_CHARS = 1 << 20  # the first pass normalizes this much text at once
+# The largest --vocab-size. The tokenizers trainer reserves about 45 bytes a slot before it reads anything, so
+# 10**8 asked 4.4 GB and 10**11 aborted the process (a Rust OOM), 10**22 overflowed its u64 (a traceback);
+# 2**20 reserves about 47 MB and is far past any BERT vocab (bert-base 30,522; mBERT 119,547; XLM-R 250,002).
+MAX_VOCAB_SIZE = 1 << 20
+# What a compressed or archive file starts with: vocab reads text, and these decode to U+FFFD "words". bz2's
+# "BZh" is followed by its block size and a block's (or the empty stream's) magic, so text saying "BZh" is text.
+BINARY_MAGIC = ((re.compile(rb"\x1f\x8b"), "a gzip file"), (re.compile(rb"PK(\x03\x04|\x05\x06)"), "a zip file"),
+                (re.compile(rb"BZh[1-9](1AY&SY|\x17rE8P\x90)"), "a bz2 file"),
+                (re.compile(rb"\xfd7zXZ\x00"), "an xz file"), (re.compile(rb"\x28\xb5\x2f\xfd"), "a zstd file"))
+BINARY_HEAD = 1 << 16  # the bytes of each input read for a header or a NUL before training
 
 
 @errors_name_fields
@@ -70,8 +88,14 @@ class VocabOptions:
             value = getattr(self, name)
             set_field(self, name, (value,) if isinstance(value, (str, os.PathLike)) else tuple(value or ()))
         normalise_paths(self, "input", "out", "workdir")
+        if self.out is not None and self.out.endswith(tuple(filter(None, ("/", os.sep, os.altsep)))):
+            raise UsageError(f"--out {storage.display(self.out)}: ends in a separator (a directory); give the "
+                             f"vocab.txt file to write, such as {storage.display(self.out)}vocab.txt")
         if self.unused < 0:
             raise UsageError(f"--unused must be at least 0, not {self.unused}")
+        if self.vocab_size > MAX_VOCAB_SIZE:
+            raise UsageError(f"--vocab-size {self.vocab_size}: at most {MAX_VOCAB_SIZE:,} (BERT vocabs are 30,522 "
+                             "to 250,002 entries)")
         reserved = 1 + len(SPECIAL_TOKENS) + self.unused
         if self.vocab_size < reserved:
             raise UsageError(f"--vocab-size {self.vocab_size} is below the {reserved} special tokens and unused "
@@ -93,18 +117,41 @@ def resolve_vocab_inputs(workdir, inputs, corpora):
     must hold a finished stage's manifest."""
     if not inputs and not corpora:
         raise UsageError("give --input (corpus directories or .jsonl/.txt files) or --corpus NAME")
-    files = []
+    named = []  # [(file, the --input value that named it)]
     for path in inputs:
         if (folder := Folder(path)).isdir():
             require_manifest(folder)
-        files += input_files(path)
+        named += [(f, path) for f in input_files(path)]
+    refuse_repeated_inputs(named)  # shard's message: read twice, a file's words counted twice
+    files = [f for f, _path in named]
+    seen = {storage.normpath(f): None for f in files}  # normalised file -> the --corpus that read it (None: --input)
     formatted = Folder(stage_dir(workdir, "formatted"))
     for name in corpora:
-        files += resolve_inputs(workdir, None, name)[1]  # shard's messages for a corpus that is not there
+        found = resolve_inputs(workdir, None, name)[1]  # shard's messages for a corpus that is not there
+        for f in found:
+            if (key := storage.normpath(f)) in seen:
+                how = ("--corpus given twice" if seen[key] == name else f"also by --corpus {seen[key]}") if seen[key] \
+                    else "also by --input"
+                raise UsageError(f"--corpus {name}: {storage.display(f)} named twice ({how}); give each input file "
+                                 "once")
+            seen[key] = name
+        files += found
         parts = (name,) if formatted.isdir(name) else COMBINED[name]
         for part in parts:
             require_manifest(formatted.folder(part))
     return files
+
+
+def refuse_binary(path):
+    """A DataError naming `path` when its first bytes are a compressed or archive file's header or hold a NUL:
+    decoded with U+FFFD they made a vocab of noise, with only a progress note saying so."""
+    with storage.open(path, "rb") as f:
+        head = f.read(BINARY_HEAD)
+    kind = next((what for magic, what in BINARY_MAGIC if magic.match(head)), None)
+    if kind is not None:
+        raise DataError(f"{storage.display(path)}: binary data ({kind}?), expected UTF-8 text: decompress it first")
+    if (nul := head.find(b"\0")) >= 0:
+        raise DataError(f"{storage.display(path)}: binary data (a NUL byte at offset {nul:,}), expected UTF-8 text")
 
 
 def require_manifest(folder):
@@ -117,7 +164,10 @@ def require_manifest(folder):
 def iter_lines(paths, stats, progress=None):
     """The corpus's non-blank lines, file by file in the given order (`progress` advanced per file)."""
     for path in paths:
+        text_file = not path.endswith(".jsonl")
         for text in iter_input_documents(path, stats):
+            if text_file and "\0" in text:  # past refuse_binary's head: still a binary file
+                raise DataError(f"{storage.display(path)}: binary data (a NUL byte), expected UTF-8 text")
             yield from (line for line in text.split("\n") if line.strip())
         if progress is not None:
             progress.advance(1, bytes=storage.getsize(path))
@@ -195,15 +245,21 @@ def vocab(options: VocabOptions | None = None, /, *, quiet: bool = True, **field
     inputs = resolve_vocab_inputs(workdir, options.input, options.corpus)
     out = storage.absolute(options.out or stage_dir(workdir, "vocab", "vocab.txt"))
     refuse_overlap(out, [*(options.input or ()), *inputs])
+    if storage.isdir(out):
+        raise UsageError(f"--out {storage.display(out)}: is a directory; give the vocab.txt file to write, such as "
+                         f"{storage.display(storage.join(out, 'vocab.txt'))}")
+    for path in inputs:
+        refuse_binary(path)
     start = time.monotonic()
     progress = Progress("vocab", total=len(inputs), unit="input files", quiet=quiet)
     stats = {"invalid_utf8_lines": 0, "empty_documents": 0}
     tokenizer = bert_tokenizer(options.cased)
     alphabet, inner = initial_alphabet(tokenizer, iter_lines(inputs, stats, progress))
-    if stats["invalid_utf8_lines"]:  # as shard does: decoded, counted and said, never skipped unsaid
-        progress.note(f"{stats['invalid_utf8_lines']:,} line(s) with invalid UTF-8 decoded with U+FFFD (first: "
-                      f"{stats['first_invalid_utf8']})")
     progress.close()
+    warnings = []  # in the summary, which --json prints under --quiet too (a progress note showed neither)
+    if stats["invalid_utf8_lines"]:  # as shard does: decoded, counted and said, never skipped unsaid
+        warnings.append(f"{stats['invalid_utf8_lines']:,} line(s) with invalid UTF-8 decoded with U+FFFD (first: "
+                        f"{stats['first_invalid_utf8']})")
     if not alphabet:
         raise DataError(f"{_named(inputs)}: no text to train a vocab on")
     specials = special_layout(options.unused)
@@ -227,6 +283,8 @@ def vocab(options: VocabOptions | None = None, /, *, quiet: bool = True, **field
                    for p in inputs],
         "seconds": round(time.monotonic() - start, 3),
     }
+    if warnings:  # absent otherwise, as shard's
+        summary["warnings"] = warnings
     return Summary("bertprep vocab: done", summary, rows=_rows(summary))
 
 
@@ -240,4 +298,5 @@ def _rows(fields):
             ("tokens", f"{fields['tokens']:,} of --vocab-size {fields['vocab_size']:,}{short}"),
             ("layout", f"[PAD], {fields['unused']} [unused] slots, [UNK] [CLS] [SEP] [MASK] as Google's; "
                        f"{fields['characters']} characters; {'cased' if fields['cased'] else 'uncased'}"),
+            *(("warning", warning) for warning in fields.get("warnings", ())),
             ("time", f"{fields['seconds']:.1f}s"), ("sha256", fields["sha256"]), ("output", fields["out"])]
