@@ -22,7 +22,7 @@ import signal
 from bertprep import storage
 from bertprep.atomic import BackgroundUploads, call_spooled, remove_stale_temps
 from bertprep.errors import BertprepError, DataError, UsageError
-from bertprep.options import check_types, errors_name_fields
+from bertprep.options import check_types, errors_name_fields, require_at_least
 
 ENGINES = ("local", "dask")
 SCHEDULER_CONNECT_TIMEOUT_S = 5
@@ -57,8 +57,8 @@ class EngineOptions:
         check_types(self)
         if self.engine not in ENGINES:
             raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, not {self.engine!r}")
-        if self.workers is not None and self.workers < 1:
-            raise UsageError(f"--workers must be at least 1, not {self.workers}")
+        if self.workers is not None:
+            require_at_least("--workers", self.workers, 1)
         if self.scheduler and self.engine != "dask":
             raise UsageError("--scheduler needs --engine dask")
 

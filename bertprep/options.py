@@ -121,6 +121,13 @@ def refuse_empty(options, *names):
                              "nothing?), or leave it out for the default")
 
 
+def require_at_least(flag, value, least):
+    """A UsageError `<flag> must be at least <least>, not <value>` (the options' own check of a count such as
+    --workers, shared by EngineOptions and DownloadOptions); `value` is already of its type (check_types)."""
+    if value < least:
+        raise UsageError(f"{flag} must be at least {least}, not {value}")
+
+
 def check_types(options):
     """One UsageError line naming `Class.field` for a field whose value is not of its annotated type, when the
     options object is built: a notebook's `CreateOptions(seq="128")` failed deep inside with "'<' not supported

@@ -20,6 +20,7 @@ DataLoader hands out in order. Unmasked records are masked as they are read
 not depend on workers, ranks or restarts.
 """
 
+import inspect
 import mmap
 import os
 from typing import Any
@@ -222,6 +223,9 @@ class BertRecords(_DATASET_BASE):
         for name, value in (("split", split), ("fmt", fmt)):
             if not (isinstance(value, str) or (name == "fmt" and value is None)):
                 raise UsageError(f"{name} must be a str, got {type(value).__name__} {value!r}")
+        # a path or an os.PathLike: 5 or None was a TypeError from os.fspath, b"R" one from str.startswith
+        data_dir = check_argument("data_dir", data_dir, str)
+        vocab = check_argument("vocab", vocab, str | None)
         self.index = RecordIndex(data_dir, split, fmt, vocab)
         if bin_size is not None and self.index.kind is PACKED:
             raise UsageError("bin_size: packed rows are not binned (they are full)")
@@ -279,6 +283,10 @@ class BertRecords(_DATASET_BASE):
         return {name: np.ascontiguousarray(values) for name, values in batch.items()}
 
 
+# what BertLoader passes on to BertRecords by keyword
+_DATASET_ARGS = frozenset(inspect.signature(BertRecords.__init__).parameters) - {"self", "data_dir", "batch_size"}
+
+
 class BertLoader:
     """A DataLoader over BertRecords that counts what it handed out: its state_dict resumes mid-epoch.
 
@@ -288,6 +296,9 @@ class BertLoader:
 
     def __init__(self, data_dir, batch_size, num_workers=0, **dataset_args):
         _require_torch()
+        unknown = [name for name in dataset_args if name not in _DATASET_ARGS]
+        if unknown:  # passed on to BertRecords, whose name Python's own message gave
+            raise TypeError(f"BertLoader() got an unexpected keyword argument {unknown[0]!r}")
         self.num_workers = _check_whole("num_workers", num_workers, 0)
         self.dataset = BertRecords(data_dir, batch_size, **dataset_args)
 

@@ -182,6 +182,61 @@ def test_wikipedia_dump_corrupt_bz2(server, tmp_path):
     assert looks_complete(work / "formatted") == []
 
 
+@pytest.mark.parametrize("fields, message", [
+    ({"lang": "en/../../x", "dump": "latest"}, r"WikipediaOptions\.lang: expected a Wikipedia language code "
+                                               r"\(lowercase letters and digits, joined by '-' or '_', such as en or "
+                                               r"zh-min-nan\), got 'en/\.\./\.\./x'"),
+    ({"lang": "EN"}, r"WikipediaOptions\.lang: .* got 'EN'"),
+    ({"lang": ""}, r"WikipediaOptions\.lang: .* got ''"),
+    ({"dump": "../20240101"}, r"WikipediaOptions\.dump: expected 'latest' or a date YYYYMMDD, got '\.\./20240101'"),
+    ({"dump": ""}, r"WikipediaOptions\.dump: expected 'latest' or a date YYYYMMDD, got ''"),
+    ({"date": "*"}, r"WikipediaOptions\.date: expected a hub release date YYYYMMDD such as 20231101, got '\*'"),
+])
+def test_wikipedia_refuses_a_lang_or_dump_that_is_no_code_before_any_request(server, tmp_path, fields, message):
+    """lang and the dump's date go into URLs and into the corpus directory wikicorpus_<lang>: 'en/../../x' led
+    outside the work directory."""
+    from bertprep.errors import UsageError
+    from bertprep.stages.download import download
+    from bertprep.stages.download.wikipedia import WikipediaOptions
+
+    with pytest.raises(UsageError, match=f"^{message}$"):
+        WikipediaOptions(**fields)
+    with pytest.raises(UsageError, match=f"^{message}$"):
+        download("wikipedia", workdir=tmp_path / "w", base_url=server.url + "/dumps", **fields)
+    assert server.requests == [] and not (tmp_path / "w").exists()
+    for lang in ("en", "zh-min-nan", "be-x-old", "roa_rup", "simple"):  # the codes Wikipedia and the hub use
+        assert WikipediaOptions(lang=lang, dump="20240101").lang == lang
+
+
+def test_wikipedia_and_prepare_refuse_a_bad_lang_on_the_command_line(server, tmp_path):
+    from bertprep.errors import UsageError
+    from bertprep.stages.prepare import PrepareOptions
+
+    line = one_line_error(run_cli("download", "wikipedia", "--lang", "../x", "--dump", "latest", "--workdir",
+                                  tmp_path / "w", "--base-url", server.url + "/dumps"), code=2)
+    assert line.startswith("bertprep download: error: --lang: expected a Wikipedia language code") and \
+        line.endswith("got '../x'")
+    assert server.requests == [] and not (tmp_path / "w").exists()
+    with pytest.raises(UsageError, match=r"^PrepareOptions\.lang: expected a Wikipedia language code .* got '\.\./x'$"):
+        PrepareOptions(sources=("wikipedia",), vocab="v.txt", lang="../x")
+
+
+@pytest.mark.parametrize("workers", [0, -3])
+def test_download_refuses_fewer_than_one_worker_as_the_engines_do(server, tmp_path, workers):
+    """0 and -3 quietly meant one worker, where EngineOptions(workers=0) is refused."""
+    from bertprep.errors import UsageError
+    from bertprep.stages.download.glue import GlueOptions
+    from bertprep.stages.download.wikipedia import WikipediaOptions
+
+    for cls in (GlueOptions, WikipediaOptions):
+        with pytest.raises(UsageError, match=f"^{cls.__name__}\\.workers must be at least 1, not {workers}$"):
+            cls(workers=workers)
+    line = one_line_error(run_cli("download", "glue", "--workers", workers, "--workdir", tmp_path / "w",
+                                  server=server), code=2)
+    assert line == f"bertprep download: error: --workers must be at least 1, not {workers}"
+    assert server.requests == [] and not (tmp_path / "w").exists()
+
+
 # -- BookCorpus --------------------------------------------------------------------
 
 BOOK_LINES = [f"line {i} of the books ." if i % 7 else "" for i in range(1, 26)]

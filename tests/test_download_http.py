@@ -229,6 +229,27 @@ def test_the_download_options_check_the_limits_once_with_the_flags_messages():
         download("squad2")
 
 
+@pytest.mark.parametrize("source, fields", [("wikipedia", {}), ("wikipedia", {"dump": "latest"}), ("bookcorpus", {}),
+                                            ("glue", {}), ("squad", {"from_hub": True}),
+                                            ("pretrained", {"model": "bert-base-uncased"})])
+@pytest.mark.parametrize("limits, expected", [
+    (Limits(stall=-1), "--stall-timeout: expected a number of seconds above 0 and at most 1e+09, got -1"),
+    (Limits(stall=float("inf")), "--stall-timeout: expected a number of seconds above 0 and at most 1e+09, got inf"),
+    (Limits(deadline=-7), "--deadline: expected a number of seconds (0 for none) of at most 1e+09, got -7")],
+    ids=["stall -1", "stall inf", "deadline -7"])
+def test_every_source_checks_its_limits_before_any_request(server, tmp_path, source, fields, limits, expected):
+    """The hub's sources (and Wikipedia without --dump) took any limits from Python and went on to the network,
+    where the command line refuses them for every source."""
+    from bertprep.errors import UsageError
+    from bertprep.stages.download import download
+
+    with pytest.raises(UsageError, match=f"^{re.escape(expected)}$"):
+        download(source, workdir=tmp_path / "w", base_url=server.url, limits=limits, **fields)
+    with pytest.raises(UsageError, match=f"^{re.escape(expected)}$"):
+        fetch(server.url + "/files/blob.bin", str(tmp_path / "blob.bin"), limits=limits)
+    assert server.requests == [] and os.listdir(tmp_path) == []
+
+
 # ---------------------------------------------------------------- hostile servers and mirrors
 
 

@@ -348,6 +348,25 @@ def test_the_torch_loader_names_an_argument_of_the_wrong_type(static, args, mess
         BertLoader(str(static), fmt="tfrecord", **args)
 
 
+@pytest.mark.parametrize("args, message", [
+    ((5, 8), "data_dir must be a str (or a path), got int 5"),
+    ((None, 8), "data_dir must be a str (or a path), got NoneType None"),
+    ((b"R", 8), "data_dir must be a str (or a path), got bytes b'R'"),
+    (("R", 8, 0, {"vocab": 5}), "vocab must be a str (or a path) or None, got int 5"),
+])
+def test_the_torch_loader_names_a_data_dir_or_vocab_that_is_no_path(args, message):
+    """5 or None was os.fspath's TypeError, b"R" one from str.startswith, neither naming the argument."""
+    *positional, keywords = args if isinstance(args[-1], dict) else (*args, {})
+    with pytest.raises(UsageError, match=f"^{re.escape(message)}$"):
+        BertLoader(*positional, **keywords)
+
+
+def test_the_torch_loader_names_itself_for_an_unknown_keyword():
+    """It passes its keywords on to BertRecords, whose name Python's message gave."""
+    with pytest.raises(TypeError, match=r"^BertLoader\(\) got an unexpected keyword argument 'shuffle'$"):
+        BertLoader("R", 8, shuffle=True)
+
+
 def test_the_torch_loader_takes_numpy_ints(static):
     import numpy as np
     batches = list(BertLoader(str(static), np.int64(8), fmt="tfrecord", seed=np.int32(1)))

@@ -4,6 +4,8 @@ is not fine, messages that did not say what to fix, and a case flag that contrad
 one line (an error naming the file or flag, or a warning) and never a traceback; the results are checked with the
 real readers (megatron-core's IndexedDataset where it reads the files)."""
 
+import contextlib
+import io
 import json
 import shutil
 from pathlib import Path
@@ -375,6 +377,22 @@ def test_inspect_num_0_shows_nothing_and_says_it_was_asked_for_none(golden_dir, 
     assert (shown["kind"], shown["records"]) == ("pretraining", [])
     code, out, _err = cli_lines(capsys, ["inspect", str(records), "--skip", "100000"])  # past the end: as before
     assert code == 0 and out == f"{records} (tfrecord, pretraining): no records at index 100000 or later\n"
+
+
+@pytest.mark.parametrize("stream", [5, "out.txt", io.BytesIO(), "binary file"])
+def test_inspect_refuses_a_stream_that_is_no_text_stream(golden_dir, tmp_path, stream):
+    """5 or a file name was an AttributeError ('int' object has no attribute 'write'), a binary stream a
+    TypeError, each after the file was opened and read."""
+    records = golden_dir / "G1.tfrecord"
+    with contextlib.ExitStack() as stack:
+        if stream == "binary file":
+            stream = stack.enter_context(open(tmp_path / "out.bin", "wb", buffering=0))
+        with pytest.raises(UsageError, match=r'^stream must be a text stream \(sys\.stdout, io\.StringIO, '
+                                             rf'open\(path, "w"\)\), got {type(stream).__name__} '):
+            bertprep.inspect(file=str(records), num=1, stream=stream)
+    text = io.StringIO()
+    assert bertprep.inspect(file=str(records), num=1, stream=text)["records"] and text.getvalue()
+    assert not (tmp_path / "out.txt").exists()
 
 
 @pytest.mark.parametrize("value", ["yes", "", 1, None])

@@ -8,6 +8,7 @@ training feature's answer span as the tokens it covers.
 """
 
 import dataclasses
+import io
 import json
 import os
 from typing import Any, TextIO
@@ -89,6 +90,7 @@ def inspect(options: InspectOptions | None = None, /, *, stream: TextIO | None =
     """The records `options` (or InspectOptions(**fields)) selects, each written to `stream` (a text file;
     None: nowhere) as the command shows it while it is read, so a damaged record later in the file still
     leaves the ones before it shown. The Summary's `records` holds them as {"record": index, feature: values}."""
+    check_stream(stream)
     options = build_options(InspectOptions, options, fields)  # not both (a keyword beside one was ignored)
     path = megatron.dataset_file(options.file)
     storage.require(path, "file", DataError(f"{path}: not a file"))
@@ -127,6 +129,16 @@ def inspect(options: InspectOptions | None = None, /, *, stream: TextIO | None =
         _write(stream, [nothing_shown(f"{path} ({fmt}, {shown_as})", "records", options)])
     return Summary("bertprep inspect", {"file": path, "format": fmt, "kind": kind, "epoch": options.epoch,
                                         "records": records})
+
+
+def check_stream(stream):
+    """A UsageError unless `stream` is None or a text stream: 5 or a file name was an AttributeError (no
+    `write`) after the file was read, a binary stream a TypeError at the first record."""
+    binary = isinstance(stream, (io.RawIOBase, io.BufferedIOBase))  # BytesIO, open(path, "wb")
+    if stream is not None and (binary or not callable(getattr(stream, "write", None))):
+        shown = repr(stream) if len(repr(stream)) <= 60 else repr(stream)[:57] + "..."
+        raise UsageError('stream must be a text stream (sys.stdout, io.StringIO, open(path, "w")), got '
+                         f"{type(stream).__name__} {shown}")
 
 
 def inspect_sequences(path, codec, options, words, stream):

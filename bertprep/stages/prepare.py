@@ -27,6 +27,7 @@ from bertprep.options import build_options, check_types, errors_name_fields, nor
 from bertprep.progress import Summary
 from bertprep.stages.create import LAYOUTS, CreateOptions, create
 from bertprep.stages.download import download, options_class
+from bertprep.stages.download.wikipedia import check_lang
 from bertprep.stages.shard import ShardOptions, shard
 
 SOURCES = ("wikipedia", "bookcorpus")
@@ -64,6 +65,7 @@ class PrepareOptions:
         set_field(self, "sources", tuple(dict.fromkeys(sources)))
         if self.layout not in LAYOUTS:
             raise UsageError(f"--layout must be one of {', '.join(LAYOUTS)}, not {self.layout!r}")
+        check_lang(self.lang)  # it names the corpus directory, wikicorpus_<lang>
         corpus_name(self.sources, self.lang)
         if isinstance(self.configs, str):
             set_field(self, "configs", tuple(parse_configs(self.configs)))

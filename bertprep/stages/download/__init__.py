@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 from bertprep import storage
 from bertprep.errors import UsageError
-from bertprep.options import build_options, check_types, errors_name_fields, normalise_paths
+from bertprep.options import build_options, check_types, errors_name_fields, normalise_paths, require_at_least
 from bertprep.progress import Progress, Summary
 from bertprep.stages.download.http import Limits
 from bertprep.workdir import resolve_workdir
@@ -53,6 +53,10 @@ class DownloadOptions:
         check_types(self)
         normalise_paths(self, "workdir")
         storage.check_schemes(self.workdir)
+        require_at_least("--workers", self.workers, 1)  # 0 and -3 quietly ran one worker
+        # every source's, the hub's too (their client takes its own limits): `download("glue",
+        # limits=Limits(stall=-1))` was accepted where the command line's --stall-timeout -1 is refused
+        self.limits.check()
 
 
 def options_class(source):

@@ -53,8 +53,6 @@ class BookcorpusOptions(DownloadOptions):
         super().__post_init__()
         if self.lines_per_document < 1:
             raise UsageError("--lines-per-document must be at least 1")
-        if self.tarball:  # only the tarball is fetched over plain HTTP
-            self.limits.check()
 
 
 def group_lines(lines, per_document, name):

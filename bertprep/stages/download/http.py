@@ -70,7 +70,8 @@ class Limits:
     deadline: float = 3600.0
 
     def check(self) -> "Limits":
-        """Self, when both limits can be met; the sources that use the limits call this when built."""
+        """Self, when both limits can be met; every source's options call this when built (DownloadOptions),
+        and fetch and fetch_text before they connect."""
         # at most MAX_SECONDS: a socket takes no timeout beyond time_t (`inf` was an OverflowError traceback)
         if not 0 < self.stall <= MAX_SECONDS:
             raise UsageError(f"--stall-timeout: expected a number of seconds above 0 and at most {MAX_SECONDS:g}, "
@@ -165,6 +166,7 @@ def fetch(url, dest, *, size=None, checksums=None, progress=None, retries=6, bac
     the source does not publish is not checked, but the server's own
     Content-Length always is. `limits` bound each connection (`Limits`).
     """
+    limits.check()  # before the first connection: a stall of -1 or inf was no bound
     checksums = {k: v.lower() for k, v in (checksums or {}).items()}
     part_path, meta_path = dest + ".part", dest + ".part.json"
     os.makedirs(os.path.dirname(dest) or ".", exist_ok=True)
@@ -407,6 +409,7 @@ def _content_range_total(value):
 
 def fetch_text(url, retries=4, backoff=1.0, limits=Limits()):
     """A small text resource (a checksum list) fetched whole, with retries; 4xx -> DataError."""
+    limits.check()
     for attempt in range(retries + 1):
         try:
             response = _open(url, 0, None, _Clock(limits))

@@ -120,7 +120,6 @@ class PretrainedOptions(DownloadOptions):
         super().__post_init__()
         normalise_paths(self, "checksums")
         resolve_model(self.model)
-        self.limits.check()
 
 
 def known_models():

@@ -68,7 +68,6 @@ class SquadOptions(DownloadOptions):
         normalise_paths(self, "checksums")
         if self.squad_version not in VERSIONS:
             raise UsageError(f"--version must be one of {', '.join(VERSIONS)}, not {self.squad_version!r}")
-        self.limits.check()
 
 
 def count_examples(path):

@@ -5,6 +5,7 @@ WORKDIR/formatted/wikicorpus_<lang>/ (NVIDIA's corpus name).
 """
 
 import os
+import re
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -18,6 +19,8 @@ from bertprep.stages.download.hub import hub_snapshot, iter_parquet_rows
 
 REPO = "wikimedia/wikipedia"
 DEFAULT_DATE = "20231101"
+DATE = re.compile(r"\d{8}")
+LANG = re.compile(r"[a-z0-9]+(?:[-_][a-z0-9]+)*")
 
 
 @errors_name_fields
@@ -33,8 +36,24 @@ class WikipediaOptions(DownloadOptions):
 
     def __post_init__(self):
         super().__post_init__()
-        if self.dump:  # only the dump is fetched over plain HTTP; the hub client has its own limits
-            self.limits.check()
+        check_lang(self.lang)
+        if not _matches(DATE, self.date):  # part of a glob of the hub's file names
+            raise UsageError(f"--date: expected a hub release date YYYYMMDD such as {DEFAULT_DATE}, got {self.date!r}")
+        if self.dump is not None and not (self.dump == "latest" or _matches(DATE, self.dump)):
+            raise UsageError(f"--dump: expected 'latest' or a date YYYYMMDD, got {self.dump!r}")
+
+
+def _matches(pattern, value):
+    return isinstance(value, str) and pattern.fullmatch(value) is not None  # a str field takes a PathLike too
+
+
+def check_lang(lang):
+    """A UsageError unless `lang` is a Wikipedia language code (en, zh-min-nan, be-x-old, roa_rup): it is part
+    of the hub's and the dump site's paths and of the corpus directory `wikicorpus_<lang>`, where
+    'en/../../x' wrote outside the work directory."""
+    if not _matches(LANG, lang):
+        raise UsageError(f"--lang: expected a Wikipedia language code (lowercase letters and digits, joined by "
+                         f"'-' or '_', such as en or zh-min-nan), got {lang!r}")
 
 
 def _documents(local):
