@@ -458,6 +458,54 @@ def test_convert_of_a_tree_says_which_files_it_left(golden_dir, tmp_path, capsys
     assert summary["not_converted"] == [f"{tree}/b.rec", f"{tree}/notes.txt"]
 
 
+def test_convert_refuses_an_output_directory_holding_another_runs_record_files(golden_dir, tmp_path, capsys):
+    """A convert of two files then of one into the same directory left the first run's part-1 beside the new
+    part-0 (mixed sequence lengths, nothing telling them apart) and exited 0: now refused before anything is
+    written, while a rerun writing the same names still works."""
+    two, one, out = tmp_path / "two", tmp_path / "one", tmp_path / "out"
+    for tree, names in ((two, ("G1", "G2")), (one, ("G3",))):
+        tree.mkdir()
+        for name in names:
+            shutil.copyfile(golden_dir / f"{name}.tfrecord", tree / f"{name}.tfrecord")
+    assert main(["convert", str(two), str(out), "--to", "ofrecord", "--quiet"]) == 0
+    assert main(["convert", str(two), str(out), "--to", "ofrecord", "--quiet"]) == 0  # the same names: rewritten
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    for to in ("ofrecord", "tfrecord"):
+        capsys.readouterr()
+        assert main(["convert", str(one), str(out), "--to", to, "--quiet"]) == 1
+        stray = out / ("part-1" if to == "ofrecord" else "part-0")
+        assert capsys.readouterr().err.splitlines() == [
+            f"bertprep convert: error: {stray}: a record file this convert does not write (of an earlier run?): "
+            f"readers of {out} would read it with the converted files; remove it or choose another output"]
+        assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # nothing written
+
+
+def test_convert_of_a_create_records_tree_gives_a_records_tree_of_the_new_format(golden_dir, tmp_path, capsys):
+    """`convert R R_of --to ofrecord` of a create tree wrote OFRecord parts under R_of/tfrecord/ and left the
+    manifest out, so `validate R_of` checked against the default vocab and failed every record: now the format
+    directory is renamed and the manifest converted, and validate passes."""
+    assert main(["create", "--input", str(golden_dir / "corpus.txt"), "--vocab", str(golden_dir / "vocab.txt"),
+                 "--out", str(tmp_path / "created"), "--seq", "128", "--pred", "20", "--dupe-factor", "1",
+                 "--format", "tfrecord", "--quiet"]) == 0
+    records = next((tmp_path / "created").rglob("manifest.json")).parent
+    out = tmp_path / "R_of"
+    assert main(["convert", str(records), str(out), "--to", "ofrecord", "--quiet"]) == 0
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()) == [
+        "manifest.json", "ofrecord/training/part-0"]
+    manifest = json.loads((out / "manifest.json").read_text())
+    source = json.loads((records / "manifest.json").read_text())
+    assert manifest["formats"] == ["ofrecord"] and manifest["vocab"] == source["vocab"]
+    assert manifest["params"] == source["params"] and list(manifest["files"]) == ["ofrecord/training/part-0"]
+    capsys.readouterr()
+    assert main(["validate", str(out), "--quiet"]) == 0, capsys.readouterr()
+    assert main(["convert", str(records), str(out), "--to", "ofrecord", "--quiet"]) == 0  # a rerun: the same tree
+    capsys.readouterr()
+    assert main(["convert", str(out), str(tmp_path / "again"), "--to", "ofrecord", "--quiet"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"bertprep convert: error: {out}: a records tree that already holds its records as ofrecord "
+        f"({out}/ofrecord); nothing to convert (copy the tree, or convert another format)")
+
+
 def test_vocab_given_as_a_hub_model_id_is_fetched_then_served_from_cache(golden_dir, tmp_path):
     from stand_in_servers import StandInServer, run_cli
 

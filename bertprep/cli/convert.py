@@ -1,5 +1,6 @@
 """`bertprep convert SRC DST --to FORMAT`: the flags of `bertprep.convert` (bertprep/stages/convert.py); a
-line per file and one for the whole printed unless --quiet."""
+line per file and one for the whole printed unless --quiet (and one more for a records tree: which of its
+formats was read, and the manifest written)."""
 
 from bertprep import formats
 from bertprep.stages.convert import ConvertOptions, convert
@@ -23,6 +24,9 @@ def run(args) -> int:
         for file in summary["files"]:
             print(f"{file['src']} -> {file['dst']}: {file['records']} records")
         print(f"converted {summary['records']} records in {len(summary['files'])} file(s) to {summary['to']}")
+        if summary["records_tree_from"]:
+            print(f"a records tree: its {summary['records_tree_from']} files converted into {args.dst}/"
+                  f"{summary['to']}/, {args.dst}/manifest.json lists them")
         if summary["not_converted"]:
-            print(f"not converted (not named *.tfrecord or part-*): {', '.join(summary['not_converted'])}")
+            print(f"not converted ({summary['not_converted_why']}): {', '.join(summary['not_converted'])}")
     return 0

@@ -19,6 +19,18 @@ written, and so is an empty source (an empty OFRecord part stops OneFlow's
 reader). A directory is converted as a tree the command holds, its
 temporaries in DST/.partial/, renamed into place only once every file has
 converted: a bad file anywhere in it leaves no output behind.
+
+An output directory that already holds record files this run would not
+write (an earlier convert of other inputs), or a manifest it would not write,
+is refused before anything is written: readers of DST would take them with
+the converted files. A rerun that writes the same names replaces them.
+
+A records tree (the directory of `bertprep create` or `pack`: manifest.json
+and <format>/<split>/ files) converts as a records tree: the files of one of
+its formats (checked against the manifest) are written under DST/<to>/<split>/
+and DST/manifest.json, written last, lists them in the new format with the
+tree's parameters and vocab, so `validate`, the loaders and the trainer read
+DST as they read the source. A tree that already holds `to` is refused.
 """
 
 import contextlib
@@ -30,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from bertprep import formats, storage
-from bertprep.atomic import atomic_open, check_distinct_outputs, hold, temp_path
+from bertprep.atomic import atomic_open, check_distinct_outputs, hold, sha256_file, temp_path
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.formats import codecs
@@ -38,10 +50,11 @@ from bertprep.formats.protowire import WireError
 from bertprep.formats.schemas import kind_of_record
 from bertprep.options import build_options, check_types, errors_name_fields, normalise_paths, refuse_overlap
 from bertprep.progress import Summary
-from bertprep.records_manifest import file_digests
-from bertprep.workdir import load_manifest
+from bertprep.records_manifest import check_records_manifest, file_digests
+from bertprep.workdir import MANIFEST, load_manifest, refuse_unlisted, save_manifest
 
 INT32_RANGE = (-(1 << 31), (1 << 31) - 1)
+NOT_RECORD_NAMES = "not named *.tfrecord or part-*"  # why a plain directory's file was not converted
 
 
 @errors_name_fields
@@ -113,15 +126,18 @@ def _is_record_name(path):
     return formats.format_of_name(os.path.basename(path)) is not None
 
 
-def _tree_pairs(source, listed, target, to):
+def _tree_pairs(source, listed, target, to, top=None):
     """(src, dst) of every record file of `listed` (the files under the Folder `source`, sorted): its directory
-    under `target` and its name in `to` (an OFRecord part numbered by its place in its directory)."""
+    under `target` and its name in `to` (an OFRecord part numbered by its place in its directory). `top`, a
+    records tree's source format: its directory `<top>/` becomes `<to>/`."""
     by_dir: dict = {}
     for path in filter(_is_record_name, listed):
         by_dir.setdefault(os.path.dirname(path), []).append(path)
     pairs = []
     for directory, paths in sorted(by_dir.items()):
         relative_dir = source.relpath(directory)
+        if top is not None:
+            relative_dir = to + relative_dir[len(top):]
         for index, path in enumerate(paths):
             stem = os.path.splitext(os.path.basename(path))[0]
             name = codecs.get(to).file_name(stem, index)
@@ -129,25 +145,75 @@ def _tree_pairs(source, listed, target, to):
     return pairs
 
 
-def convert_all(pairs, dst_fmt, staging, digests=None):
+def _records_tree_format(manifest, src, to):
+    """The format a records tree's files are read from, or None where `manifest` is not a records tree's (a
+    `create` or `pack` manifest listing each file under its format's directory)."""
+    if not manifest or manifest.get("stage") not in ("create", "pack"):
+        return None
+    entries = manifest.get("files") or {}
+    if not entries or any(name.split("/")[0] != entry.get("format") for name, entry in entries.items()):
+        return None  # NVIDIA's --layout (no format directory): converted as a plain tree
+    held = [fmt for fmt in manifest.get("formats") or [] if any(e.get("format") == fmt for e in entries.values())]
+    if to in held:
+        raise UsageError(f"{src}: a records tree that already holds its records as {to} ({storage.join(src, to)}); "
+                         "nothing to convert (copy the tree, or convert another format)")
+    return held[0] if held else None
+
+
+def _records_tree_manifest(manifest, source, target, pairs, to, outputs):
+    """The converted tree's manifest: the source's, its files those of `pairs` under their new names in `to`
+    with the (bytes, sha256) of `outputs`."""
+    files = {}
+    for (src, dst), (size, digest) in zip(pairs, outputs):
+        entry = dict(manifest["files"][source.relpath(src)])
+        entry.update(format=to, bytes=size, sha256=digest)
+        files[target.relpath(dst)] = entry
+    return {**manifest, "formats": [to], "files": files}
+
+
+def _refuse_strays(target, pairs, writes_manifest):
+    """A DataError, before anything is written, for the first record file (any format's name) or manifest in
+    the output tree `target` that this run does not write: readers of it would take an earlier run's files
+    with the converted ones (a convert of 5 files then of 1 left part-1..part-4 of the first beside the new
+    part-0). A rerun writing the same names replaces them."""
+    if not target.isdir():
+        return
+    ours = {storage.normpath(dst) for _src, dst in pairs}
+    for path in target.files():
+        name = os.path.basename(path)
+        if storage.normpath(path) in ours:
+            continue
+        if _is_record_name(path):
+            raise DataError(f"{storage.display(path)}: a record file this convert does not write (of an earlier "
+                            f"run?): readers of {target.display()} would read it with the converted files; remove "
+                            "it or choose another output")
+        if name == MANIFEST and target.relpath(path) == MANIFEST and not writes_manifest:
+            raise DataError(f"{storage.display(path)}: a manifest this convert does not write (of an earlier "
+                            f"run?): readers of {target.display()} would check the converted files against it; "
+                            "remove it or choose another output")
+
+
+def convert_all(pairs, dst_fmt, staging, digests=None, hashes=None):
     """Each (src, dst) converted; the records of each. A tree's files (`staging` given) are all converted in
     `staging` first and renamed into place only when every one succeeded, so a bad file late in a tree leaves
     none of its outputs behind. `digests` ({normalised source path: sha256}, its manifest's): each source's
-    bytes are checked as they are read."""
+    bytes are checked as they are read. `hashes`, a list: (bytes, sha256) of each output appended (a tree's)."""
     digests = digests or {}
     if staging is None:
         return [convert_file(src, dst, dst_fmt, sha256=digests.get(storage.normpath(src))) for src, dst in pairs]
     if not storage.renames(staging):  # a store has no rename: the tree is staged here, each object uploaded whole after
         with tempfile.TemporaryDirectory(prefix="bertprep-convert-", dir=storage.spool_dir()) as local:
-            return _convert_staged(pairs, dst_fmt, local, storage.upload, digests)
-    return _convert_staged(pairs, dst_fmt, staging, _rename_into_place, digests)
+            return _convert_staged(pairs, dst_fmt, local, storage.upload, digests, hashes)
+    return _convert_staged(pairs, dst_fmt, staging, _rename_into_place, digests, hashes)
 
 
-def _convert_staged(pairs, dst_fmt, staging, place, digests):
+def _convert_staged(pairs, dst_fmt, staging, place, digests, hashes=None):
     """Convert every pair into `staging`, then `place(temporary, dst)` each once all succeeded."""
     staged = [temp_path(staging, dst) for _src, dst in pairs]
     counts = [convert_file(src, tmp, dst_fmt, staging, digests.get(storage.normpath(src)))
               for (src, _dst), tmp in zip(pairs, staged)]
+    if hashes is not None:
+        hashes.extend((os.path.getsize(tmp), sha256_file(tmp)) for tmp in staged)
     for tmp, (_src, dst) in zip(staged, pairs):
         place(tmp, dst)
     return counts
@@ -165,8 +231,18 @@ def convert(options: ConvertOptions | None = None, /, **fields: Any) -> Summary:
     src, dst, to = options.src, options.dst, options.to
     source, target = Folder(src), Folder(dst)  # a tree each, or a file each
     listed = source.files() if source.isdir() else []  # listed once: a store's listing is a request
+    manifest, top = None, None
     if source.isdir():
-        pairs = _tree_pairs(source, listed, target, to)
+        manifest = load_manifest(source)
+        top = _records_tree_format(manifest, src, to)
+        if top is not None:  # a records tree: its files of one format, each one its manifest lists
+            check_records_manifest(manifest, source.path(MANIFEST), [top])
+            chosen = [path for path in listed
+                      if _is_record_name(path) and source.relpath(path).replace(os.sep, "/").split("/")[0] == top]
+            refuse_unlisted(source, [source.relpath(path) for path in chosen], "bertprep convert")
+        else:
+            chosen = listed
+        pairs = _tree_pairs(source, chosen, target, to, top)
         if not pairs:
             raise DataError(f"{src}: no record files (*.tfrecord or part-*) found")
         tree: contextlib.AbstractContextManager = hold(dst, "bertprep convert")
@@ -182,11 +258,16 @@ def convert(options: ConvertOptions | None = None, /, **fields: Any) -> Summary:
         if Folder(path).getsize() == 0:
             raise DataError(f"{path}: empty file, no records to convert (an empty OFRecord part stops OneFlow's "
                             "reader); nothing was written")
+    if source.isdir():
+        _refuse_strays(target, pairs, writes_manifest=top is not None)
     created = not target.exists()
+    hashes: list = []
     try:
         with tree as staging:
-            digests = file_digests(load_manifest(source), source) if source.isdir() else {}
-            counts = convert_all(pairs, to, staging, digests)
+            digests = file_digests(manifest, source) if source.isdir() else {}
+            counts = convert_all(pairs, to, staging, digests, hashes)
+            if top is not None:  # last: the manifest vouches for files already in place
+                save_manifest(target, _records_tree_manifest(manifest, source, target, pairs, to, hashes))
     except BaseException:
         # the tree's root, made to hold it: left empty, not left behind (a URL's prefix is no directory)
         if created and target.reads_in_place and os.path.isdir(dst):
@@ -195,10 +276,18 @@ def convert(options: ConvertOptions | None = None, /, **fields: Any) -> Summary:
         raise
     files = [{"src": storage.display(path), "dst": storage.display(out), "records": count}
              for (path, out), count in zip(pairs, counts)]
-    left = [storage.display(path) for path in listed if not _is_record_name(path)]  # said, not skipped silently
-    return Summary("bertprep convert: done", {"to": to, "files": files, "records": sum(counts), "not_converted": left},
+    if top is None:  # said, not skipped silently
+        left = [storage.display(path) for path in listed if not _is_record_name(path)]
+    else:  # a records tree: what its manifest does not list (its other formats hold the same records)
+        left = [storage.display(path) for path in listed
+                if source.relpath(path) != MANIFEST and source.relpath(path) not in (manifest or {})["files"]]
+    why = NOT_RECORD_NAMES if top is None else f"not listed in {source.display(MANIFEST)}"
+    fields = {"to": to, "files": files, "records": sum(counts), "not_converted": left, "not_converted_why": why,
+              "records_tree_from": top}  # a records tree's source format (None: a file, or a plain directory)
+    return Summary("bertprep convert: done", fields,
                    (("records", sum(counts)), ("files", len(files)), ("to", to),
-                    *((("not converted", _first_few(left) + " (not named *.tfrecord or part-*)"),) if left else ())))
+                    *((("records tree", f"its {top} files, and {MANIFEST}"),) if top else ()),
+                    *((("not converted", f"{_first_few(left)} ({why})"),) if left else ())))
 
 
 def _first_few(names, shown=3):
