@@ -5,6 +5,7 @@ tuple of paths is one item, not its characters. Table-driven over every options 
 line."""
 
 import dataclasses
+import re
 import typing
 
 import numpy as np
@@ -102,9 +103,10 @@ def test_vocab_decodes_invalid_utf8_says_so_and_counts_it(tmp_path, capsys):
     """A binary .txt ended in KeyError: 'invalid_utf8_lines' (the second pass counted into an empty dict)."""
     corpus = tmp_path / "corpus.txt"
     corpus.write_bytes(b"hello world of words\n\xff\xfe binary \x80 line\n\nmore words here\n" * 20)
-    summary = bertprep.vocab(input=(corpus,), out=tmp_path / "vocab.txt", vocab_size=1100, quiet=False)
-    assert summary["invalid_utf8_lines"] == 20
-    assert f"20 line(s) with invalid UTF-8 decoded with U+FFFD (first: {corpus}:2)" in capsys.readouterr().err
+    said = f"20 line(s) with invalid UTF-8 decoded with U+FFFD (first: {corpus}:2)"
+    with pytest.warns(bertprep.BertprepWarning, match=re.escape(said)):  # a summary warning, not a progress note
+        summary = bertprep.vocab(input=(corpus,), out=tmp_path / "vocab.txt", vocab_size=1100, quiet=False)
+    assert summary["invalid_utf8_lines"] == 20 and summary["warnings"] == [said]
 
 
 def test_a_cut_off_state_npz_in_a_complete_checkpoint_is_one_line(tmp_path):
