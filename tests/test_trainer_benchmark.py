@@ -100,7 +100,11 @@ def test_bad_arguments_get_one_line_errors(tmp_path):
         (["--iterations", "20", "--skip", "20"], 2, "--skip 20 must be below --iterations 20"),
         (["--runs", "0"], 2, "argument --runs: expected a positive integer, got 0"),
         (["--data", str(tmp_path / "none")], 1, f"{tmp_path / 'none'}: no such directory"),
+        # a corpus file given for the records: it was "no such directory", as if nothing were there
+        (["--data", str(tmp_path / "corpus.txt")], 1, f"{tmp_path / 'corpus.txt'}: a file, not a directory: give the "
+         "directory of records that bertprep create, create-squad or create-glue wrote"),
     ]
+    (tmp_path / "corpus.txt").write_text("One sentence.\n")
     for argv, code, message in cases:
         result = benchmark("--format", "ofrecord", *argv, "--out", str(tmp_path / "out"))
         assert result.returncode == code, (argv, result.stderr)

@@ -201,11 +201,20 @@ def _shape(kind, dims):
     return f"{kind.name} records of " + ", ".join(f"{name} {value}" for name, value in dims.items())
 
 
+def no_records_directory(folder):
+    """The DataError of a --data that is no directory: a file given for it (a corpus .txt, one .tfrecord) is named
+    as a file, where "no such directory" read as if nothing were there."""
+    if folder.isfile():
+        return DataError(f"{folder}: a file, not a directory: give the directory of records that bertprep create, "
+                         "create-squad or create-glue wrote")
+    return DataError(f"{folder}: no such directory")
+
+
 def _corpus_dirs(data_dir, fmt):
     """[(corpus directory, the directory holding its training/ and test/)] at the shallowest depth that has any:
     <corpus>/<fmt>/training (bertprep's layout) or <corpus>/training with record files (NVIDIA's)."""
     data = Folder(data_dir)
-    data.require("directory", DataError(f"{data}: no such directory"))
+    data.require("directory", no_records_directory(data))
     for depth in range(4):
         corpus = "/".join(["*"] * depth + [""])  # "", "*/", "*/*/", ...
         found = [(os.path.dirname(p), p) for p in data.glob(corpus + fmt) if Folder(p).isdir("training")]

@@ -24,6 +24,7 @@ from bertprep.folder import Folder
 from bertprep.formats import codecs
 from bertprep.formats.schemas import GLUE, GLUE_REGRESSION, SQUAD_EVAL, SQUAD_TRAIN, first_outside
 from bertprep.records_manifest import file_digests, load_records_manifest
+from trainer.data import no_records_directory
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +87,7 @@ class TaskData:
 
     def __init__(self, data_dir, fmt, task):
         folder = self.folder = Folder(data_dir)
-        folder.require("directory", DataError(f"{folder}: no such directory"))
+        folder.require("directory", no_records_directory(folder))
         self.data_dir, self.fmt, self.task = data_dir, fmt, task
         self.manifest = load_records_manifest(data_dir, (fmt,)) or {}  # its files there, its fields sound
         manifest_task = self.manifest.get("task")
