@@ -441,8 +441,8 @@ def test_convert_golden_tfrecord_gives_golden_ofrecord(golden_dir, tmp_path):
 
 
 def test_convert_of_a_tree_says_which_files_it_left(golden_dir, tmp_path, capsys):
-    """A directory's files not named as records (*.tfrecord, part-*) are not read, and now said so: a valid
-    TFRecord named b.rec and a notes file were left without a word."""
+    """A directory's files not named as records (*.tfrecord, part-*, *.hdf5, *.parquet) are not read, and now said
+    so: a valid TFRecord named b.rec and a notes file were left without a word."""
     tree = tmp_path / "mix"
     tree.mkdir()
     for name in ("a.tfrecord", "b.rec"):
@@ -450,8 +450,13 @@ def test_convert_of_a_tree_says_which_files_it_left(golden_dir, tmp_path, capsys
     (tree / "notes.txt").write_text("notes\n")
     assert main(["convert", str(tree), str(tmp_path / "out"), "--to", "ofrecord"]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == (
-        f"not converted (not named *.tfrecord or part-*): {tree}/b.rec, {tree}/notes.txt")
+        f"not converted (not named *.tfrecord, part-*, *.hdf5 or *.parquet): {tree}/b.rec, {tree}/notes.txt")
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["part-0"]
+    (tmp_path / "none").mkdir()  # the message named two of the four formats it reads
+    (tmp_path / "none" / "notes.txt").write_text("notes\n")
+    assert main(["convert", str(tmp_path / "none"), str(tmp_path / "out3"), "--to", "ofrecord"]) == 1
+    assert capsys.readouterr().err.strip() == (f"bertprep convert: error: {tmp_path / 'none'}: no record files "
+                                               "(*.tfrecord, part-*, *.hdf5 or *.parquet) found")
     from bertprep import convert
 
     summary = convert(src=str(tree), dst=str(tmp_path / "out2"), to="ofrecord")

@@ -54,7 +54,8 @@ from bertprep.records_manifest import check_records_manifest, file_digests
 from bertprep.workdir import MANIFEST, load_manifest, refuse_unlisted, save_manifest
 
 INT32_RANGE = (-(1 << 31), (1 << 31) - 1)
-NOT_RECORD_NAMES = "not named *.tfrecord or part-*"  # why a plain directory's file was not converted
+RECORD_NAMES = "*.tfrecord, part-*, *.hdf5 or *.parquet"  # the four formats' names (codecs.of_file_name's)
+NOT_RECORD_NAMES = f"not named {RECORD_NAMES}"  # why a plain directory's file was not converted
 
 
 @errors_name_fields
@@ -244,7 +245,7 @@ def convert(options: ConvertOptions | None = None, /, **fields: Any) -> Summary:
             chosen = listed
         pairs = _tree_pairs(source, chosen, target, to, top)
         if not pairs:
-            raise DataError(f"{src}: no record files (*.tfrecord or part-*) found")
+            raise DataError(f"{src}: no record files ({RECORD_NAMES}) found")
         tree: contextlib.AbstractContextManager = hold(dst, "bertprep convert")
     elif source.isfile():
         if target.isdir():
