@@ -151,9 +151,14 @@ def check_argument(label, value, annotation):
     field (bertprep.torch.BertLoader's)."""
     ok, conformed = _conform(value, annotation)
     if not ok:
-        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
-        raise UsageError(f"{label} must be {_describe(annotation)}, got {type(value).__name__} {shown}")
+        raise UsageError(f"{label} must be {_describe(annotation)}, got {type(value).__name__} {short_repr(value)}")
     return conformed
+
+
+def short_repr(value):
+    """repr(value), cut to 60 characters: a one-line error names a wrong argument without printing all of it."""
+    shown = repr(value)
+    return shown if len(shown) <= 60 else shown[:57] + "..."
 
 
 def _is_path(value):

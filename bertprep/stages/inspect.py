@@ -21,7 +21,7 @@ from bertprep.folder import Folder
 from bertprep.formats import codecs, megatron
 from bertprep.formats.schemas import UNMASKED
 from bertprep.masking import DynamicMasking, first_instances
-from bertprep.options import build_options, check_types, errors_name_fields, normalise_paths
+from bertprep.options import build_options, check_types, errors_name_fields, normalise_paths, short_repr
 from bertprep.progress import Summary
 from bertprep.records_manifest import load_records_manifest
 from bertprep.tokenization import load_vocab, resolve_vocab_path
@@ -136,9 +136,8 @@ def check_stream(stream):
     `write`) after the file was read, a binary stream a TypeError at the first record."""
     binary = isinstance(stream, (io.RawIOBase, io.BufferedIOBase))  # BytesIO, open(path, "wb")
     if stream is not None and (binary or not callable(getattr(stream, "write", None))):
-        shown = repr(stream) if len(repr(stream)) <= 60 else repr(stream)[:57] + "..."
         raise UsageError('stream must be a text stream (sys.stdout, io.StringIO, open(path, "w")), got '
-                         f"{type(stream).__name__} {shown}")
+                         f"{type(stream).__name__} {short_repr(stream)}")
 
 
 def inspect_sequences(path, codec, options, words, stream):
