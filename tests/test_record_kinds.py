@@ -208,3 +208,23 @@ def test_damaged_files_end_each_command_with_one_line(golden_dir, tmp_path, caps
         code = main(["validate", str(path), "--json", "--quiet"])
         report = json.loads(capsys.readouterr().out)
         assert code == 1 and report["findings"][0]["file"] == str(path)
+
+
+def test_validate_names_a_text_file_under_a_record_name_as_text(golden_dir, tmp_path, capsys):
+    """validate said "record 0: at byte 0: length CRC mismatch" of a corpus saved as .tfrecord, where every
+    reader says it is text; a record file damaged at its first header is still a CRC mismatch."""
+    paths = _damaged_files(golden_dir, tmp_path)
+    text = tmp_path / "corpus.tfrecord"
+    text.write_text("the quick brown fox\njumps over the lazy dog\n")
+    expected = {text: "not a TFRecord file, as its name says: it starts with text ('the quick brown fox')",
+                paths["text.ofrecord"]: "not an OFRecord file, as its name says: it starts with text "
+                                        "('This is a text file, not records.')",
+                paths["header"]: "record 0: at byte 0: length CRC mismatch"}
+    for path, message in expected.items():
+        assert main(["validate", str(path), "--quiet"]) == 1
+        out = capsys.readouterr().out
+        assert f"  {path}: {message}\n" in out, out
+        assert main(["validate", str(path), "--json", "--quiet"]) == 1
+        finding = json.loads(capsys.readouterr().out)["findings"][0]
+        record = f"record {finding['record']}: " if finding["record"] is not None else ""
+        assert f"{record}{finding['message']}" == message, finding

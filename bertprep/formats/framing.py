@@ -146,14 +146,20 @@ def framing_error(path, fmt, problem):
     first record fails because the file is text (a corpus .txt, a .jsonl, text under a .tfrecord name) is named
     as such: its first bytes read as a length made "truncated data (59 of 7163385811044755572 bytes)". No
     record file starts with text: a framed record starts with its length, whose high bytes are zero."""
-    if problem.startswith("record 0 at byte 0: "):
-        head = _head_if_text(path)
-        if head is not None:
-            named = format_of_name(os.path.basename(path)) == fmt
-            expected = (f"{_TITLES.get(fmt, fmt)} file, as its name says" if named else
-                        "a record file (TFRecord, OFRecord, HDF5 or Parquet)")
-            return DataError(f"{path}: not {expected}: it starts with text ({head!r})")
-    return DataError(f"{path}: {problem}")
+    text = text_not_records(path, fmt) if problem.startswith("record 0 at byte 0: ") else None
+    return DataError(f"{path}: {text or problem}")
+
+
+def text_not_records(path, fmt):
+    """What to say of `path`, read as `fmt`, whose first record failed, where the file is text: "not a TFRecord
+    file, as its name says: it starts with text ('...')"; None where its first bytes are not text."""
+    head = _head_if_text(path)
+    if head is None:
+        return None
+    named = format_of_name(os.path.basename(path)) == fmt
+    expected = (f"{_TITLES.get(fmt, fmt)} file, as its name says" if named else
+                "a record file (TFRecord, OFRecord, HDF5 or Parquet)")
+    return f"not {expected}: it starts with text ({head!r})"
 
 
 def _head_if_text(path):

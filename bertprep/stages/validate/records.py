@@ -15,6 +15,7 @@ from bertprep import formats, storage
 from bertprep.errors import DataError
 from bertprep.formats import codecs, columnar
 from bertprep.formats.frames import Framing, map_file, release, walk_frames
+from bertprep.formats.framing import text_not_records
 from bertprep.formats.protowire import WireError
 from bertprep.formats.schemas import KINDS, int_values_problem, kind_of_record
 from bertprep.stages.validate import finetune, packed, pretraining
@@ -153,7 +154,7 @@ def scan_file(path, fmt, split, spec):
     framing = walk_frames(buf, fmt) if len(buf) else Framing(np.zeros(0, np.int64), np.zeros(0, np.int64))
     findings = report.findings
     if framing.error:
-        findings.add(Finding("framing", path, framing.error_index, None, framing.error))
+        findings.add(_framing_finding(path, fmt, framing))
     bad_records = set()
     for index in framing.bad_crc.tolist():
         offset = int(framing.starts[index]) - 12
@@ -271,7 +272,17 @@ def iter_batches(path, fmt, spec):
         _release_chunk(buf, framing, usable)
         yield kept, batch, chunk_findings.kept
     if framing.error:
-        yield np.zeros(0, np.int64), {}, [Finding("framing", path, framing.error_index, None, framing.error)]
+        yield np.zeros(0, np.int64), {}, [_framing_finding(path, fmt, framing)]
+
+
+def _framing_finding(path, fmt, framing):
+    """The finding of the framing error that ends a file; a file that fails at its first byte because it is
+    text (a corpus under a .tfrecord name) is named as text, not as a length CRC mismatch."""
+    if framing.error_index == 0 and framing.error.startswith("at byte 0: "):
+        text = text_not_records(path, fmt)
+        if text is not None:
+            return Finding("framing", path, None, None, text)
+    return Finding("framing", path, framing.error_index, None, framing.error)
 
 
 def _release_chunk(buf, framing, indices):
