@@ -123,3 +123,26 @@ def test_a_cut_off_state_npz_in_a_complete_checkpoint_is_one_line(tmp_path):
         run_state.load_latest(str(tmp_path / "ck"))
     with pytest.raises(DataError, match="unreadable checkpoint: BadZipFile"):
         ours.read_arrays(str(checkpoint))
+
+
+@pytest.mark.parametrize("cls,fields", [
+    (bertprep.ConvertOptions, {"src": "", "dst": "b.ofrecord", "to": "ofrecord"}),
+    (bertprep.ConvertOptions, {"src": "a.tfrecord", "dst": "", "to": "ofrecord"}),
+    (bertprep.ValidateOptions, {"paths": ("records", "")}),
+    (bertprep.InspectOptions, {"file": ""}),
+    (bertprep.ShardOptions, {"input": ""}),
+    (bertprep.CreateOptions, {"vocab": ""}),
+    (bertprep.DedupOptions, {"out": ""}),
+])
+def test_an_empty_path_is_refused_naming_the_field(cls, fields):
+    """`convert "" out` took "" for the current directory and said the output lay "inside the input"; an empty
+    path names nothing, whatever a join or a comparison makes of it."""
+    name = next(name for name, value in fields.items() if value == "" or isinstance(value, tuple) and "" in value)
+    with pytest.raises(UsageError, match=rf"^{name}: an empty path names no file or directory$"):
+        cls(**fields)
+
+
+def test_convert_on_the_command_line_refuses_an_empty_path(capsys):
+    from bertprep.cli import main
+    assert main(["convert", "", "out", "--to", "parquet"]) == 2
+    assert capsys.readouterr().err == "bertprep convert: error: src: an empty path names no file or directory\n"
