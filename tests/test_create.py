@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import bertprep
 from bertprep import formats
 from bertprep.cli import main
 from bertprep.corpus import read_text, tokenize_corpus
@@ -438,6 +439,18 @@ def test_convert_oneflow_sample_to_tfrecord_and_back_is_byte_identical(shared_di
 def test_convert_golden_tfrecord_gives_golden_ofrecord(golden_dir, tmp_path):
     assert main(["convert", str(golden_dir / "G2.tfrecord"), str(tmp_path / "g2"), "--to", "ofrecord", "--quiet"]) == 0
     assert (tmp_path / "g2").read_bytes() == (golden_dir / "G2.ofrecord").read_bytes()
+
+
+def test_convert_json_prints_the_summary_the_function_returns(golden_dir, tmp_path, capsys):
+    """convert had --quiet but no --json, as every other stage has for scripts."""
+    out = tmp_path / "g2.parquet"
+    assert main(["convert", str(golden_dir / "G2.tfrecord"), str(out), "--to", "parquet", "--json", "--quiet"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == dict(bertprep.convert(src=golden_dir / "G2.tfrecord", dst=tmp_path / "again.parquet",
+                                             to="parquet").fields, files=printed["files"])
+    source = str(golden_dir / "G2.tfrecord")
+    assert printed["files"] == [{"src": source, "dst": str(out), "records": printed["records"]}]
+    assert printed["records"] > 0 and printed["to"] == "parquet"
 
 
 def test_convert_of_a_tree_says_which_files_it_left(golden_dir, tmp_path, capsys):

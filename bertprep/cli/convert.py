@@ -1,6 +1,6 @@
 """`bertprep convert SRC DST --to FORMAT`: the flags of `bertprep.convert` (bertprep/stages/convert.py); a
 line per file and one for the whole printed unless --quiet (and one more for a records tree: which of its
-formats was read, and the manifest written)."""
+formats was read, and the manifest written); --json prints the summary the function returns as JSON."""
 
 from bertprep import formats
 from bertprep.stages.convert import ConvertOptions, convert
@@ -11,7 +11,9 @@ def add_arguments(parser):
                         "(format detected)")
     parser.add_argument("dst", help="output file, or directory when SRC is a directory")
     parser.add_argument("--to", required=True, choices=formats.ALL_FORMATS, help="target format")
-    parser.add_argument("--quiet", action="store_true", help="no progress and no summary")
+    parser.add_argument("--quiet", action="store_true", help="no progress and no summary (--json prints the "
+                        "summary even then)")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
 
 
 def options(args) -> ConvertOptions:
@@ -20,7 +22,9 @@ def options(args) -> ConvertOptions:
 
 def run(args) -> int:
     summary = convert(options(args))
-    if not args.quiet:
+    if args.json:  # the Summary's fields, the object bertprep.convert returns
+        summary.print(as_json=True)
+    elif not args.quiet:
         for file in summary["files"]:
             print(f"{file['src']} -> {file['dst']}: {file['records']} records")
         print(f"converted {summary['records']} records in {len(summary['files'])} file(s) to {summary['to']}")
