@@ -75,7 +75,7 @@ def check_corpus_name(corpus):
 # The shape every stage's manifest keeps, checked before any stage relies on it.
 _MANIFEST_KEYS = {"stage": str, "files": dict, "params": dict, "vocab": dict, "inputs": list}
 _FILE_ENTRY_KEYS = {"bytes": int, "instances": int, "documents": int, "sha256": str, "source_sha256": str,
-                    "settings": str, "format": str, "split": str}
+                    "settings": str, "format": str, "split": str, "source": str}
 
 
 def manifest_shape_problem(manifest):

@@ -400,3 +400,29 @@ def test_pack_options_take_numpy_ints_as_ints(short_records, tmp_path):
     assert type(options.max_per_pack) is int
     summary = bertprep.pack(options)
     assert summary["dims"]["k"] == 2
+
+
+def edited_copy(records, tmp_path, edit):
+    """A copy of the records directory `records` (as <tmp>/records/params/c) whose manifest `edit` changed."""
+    import shutil
+
+    copy = tmp_path / "records" / "params" / "c"
+    shutil.copytree(records, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    edit(manifest)
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    return copy
+
+
+def test_a_file_entry_whose_source_is_no_name_is_a_damaged_manifest(short_records, tmp_path, capsys):
+    """A hand-edited entry's `source` (the create input a shard came from, which pack groups and orders shards
+    by) of a list or a number stopped pack with a TypeError traceback from deep inside its plan."""
+    def edit(manifest):
+        manifest["files"]["tfrecord/training/short_training_0.tfrecord"]["source"] = ["a"]
+
+    copy = edited_copy(short_records, tmp_path, edit)
+    assert one_line_error(capsys, ["pack", str(copy), "--quiet"], 1) == (
+        f"bertprep pack: error: {copy}/manifest.json: damaged manifest "
+        '(files["tfrecord/training/short_training_0.tfrecord"]["source"] has the wrong type); remove it to redo '
+        "this stage from scratch")
+    assert not (tmp_path / "records" / "params_packed3").exists()
