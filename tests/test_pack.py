@@ -426,3 +426,30 @@ def test_a_file_entry_whose_source_is_no_name_is_a_damaged_manifest(short_record
         '(files["tfrecord/training/short_training_0.tfrecord"]["source"] has the wrong type); remove it to redo '
         "this stage from scratch")
     assert not (tmp_path / "records" / "params_packed3").exists()
+
+
+def test_entries_that_lead_out_of_the_directory_are_refused(short_records, tmp_path, capsys):
+    """pack writes each packed file under its input's manifest name and split: an entry listed by its absolute
+    path had pack replace its own input with packed rows (exit 0), and a split of '../../x' wrote outside the
+    output directory."""
+    name = "ofrecord/training/part-0"
+    copy = tmp_path / "records" / "params" / "c"
+
+    def absolute(manifest):
+        manifest["files"][str(copy / name)] = manifest["files"].pop(name)
+
+    copy = edited_copy(short_records, tmp_path, absolute)
+    before = (copy / name).read_bytes()
+    assert one_line_error(capsys, ["pack", str(copy), "--format", "ofrecord", "--quiet"], 1) == (
+        f"bertprep pack: error: {copy}: manifest.json entry '{copy / name}' names no file inside the directory; "
+        "pack writes its packed file under the same name (create lists <format>/<split>/<file>)")
+    assert (copy / name).read_bytes() == before
+
+    def upward(manifest):
+        manifest["files"][name]["split"] = "../../x"
+
+    copy = edited_copy(short_records, tmp_path / "2", upward)
+    assert one_line_error(capsys, ["pack", str(copy), "--quiet"], 1) == (
+        f"bertprep pack: error: {copy}: manifest.json entry '{name}' has split '../../x', not a directory name "
+        "(create writes training and test)")
+    assert not list((tmp_path / "2").rglob("*_packed*"))

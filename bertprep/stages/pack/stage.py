@@ -11,6 +11,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import posixpath
 import time
 from typing import Any
 
@@ -123,6 +124,7 @@ def plan(options):
         if not isinstance(entry, dict) or entry.get("format") not in formats.ALL_FORMATS:
             raise DataError(f"{records_dir}: {MANIFEST} entry {relative!r} has no format")
         key = (entry.get("split", "training"), entry.get("source", relative))
+        _check_names(records_dir, relative, key[0])
         shards.setdefault(key, {})[entry["format"]] = (relative, entry)
     tasks = []
     for split in [s for s in SPLITS if any(key[0] == s for key in shards)] + sorted(
@@ -144,6 +146,19 @@ def plan(options):
                                   split=split, records_dir=out.root, outputs=outputs, seq=seq, pred=pred,
                                   k=options.max_per_pack, settings_key=settings_key))
     return manifest, manifest_sha256, out, fmts, {"seq": seq, "pred": pred, "k": options.max_per_pack}, tasks
+
+
+def _check_names(records_dir, relative, split):
+    """A DataError for an entry whose name or split leads out of the directory (absolute, or up with `..`): pack
+    writes each packed file under its input's name and split, so a hand-edited manifest made it write outside
+    its output, over its own input where the two lie side by side."""
+    normal = posixpath.normpath(relative)
+    if posixpath.isabs(normal) or normal.split("/")[0] == "..":
+        raise DataError(f"{records_dir}: {MANIFEST} entry {relative!r} names no file inside the directory; pack "
+                        "writes its packed file under the same name (create lists <format>/<split>/<file>)")
+    if split in ("", ".", "..") or "/" in split:
+        raise DataError(f"{records_dir}: {MANIFEST} entry {relative!r} has split {split!r}, not a directory name "
+                        "(create writes training and test)")
 
 
 def _output_name(fmt, split, source, index):
