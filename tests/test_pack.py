@@ -453,3 +453,25 @@ def test_entries_that_lead_out_of_the_directory_are_refused(short_records, tmp_p
         f"bertprep pack: error: {copy}: manifest.json entry '{name}' has split '../../x', not a directory name "
         "(create writes training and test)")
     assert not list((tmp_path / "2").rglob("*_packed*"))
+
+
+def test_two_shards_are_never_packed_into_one_file(golden_dir, tmp_path, capsys):
+    """--format tfrecord (or hdf5, parquet) names a file by the create input's name: two inputs of one name in an
+    OFRecord-only create (its parts numbered) were packed into one x.tfrecord, the second replacing the first,
+    while the summary counted both."""
+    lines = (golden_dir / "corpus.txt").read_text(encoding="utf-8").split("\n")
+    for name, part in (("a", lines[:40]), ("b", lines[40:100])):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "x.txt").write_text("\n".join(part) + "\n", encoding="utf-8")
+    assert main(["create", "--input", str(tmp_path / "a" / "x.txt"), str(tmp_path / "b" / "x.txt"), "--vocab",
+                 str(golden_dir / "vocab.txt"), "--out", str(tmp_path / "records"), "--dupe-factor", "1",
+                 "--format", "ofrecord", "--quiet"]) == 0
+    records = only_records_dir(tmp_path / "records")
+    packed = packed_dir(records)
+    assert one_line_error(capsys, ["pack", str(records), "--format", "tfrecord", "--quiet"], 2) == (
+        f"bertprep pack: error: {records}/ofrecord/training/part-0 and {records}/ofrecord/training/part-1 would "
+        f"both be packed into {packed}/tfrecord/training/x.tfrecord: tfrecord names its files by the create "
+        "input's name, which theirs share; pack to ofrecord, which numbers its files")
+    assert not packed.exists()
+    code, summary = run_json(capsys, "pack", records, "--format", "ofrecord")
+    assert code == 0 and len(output_files(packed)) == 2

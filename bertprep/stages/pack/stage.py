@@ -145,6 +145,7 @@ def plan(options):
             tasks.append(PackTask(source=source, source_format=source_format, source_sha256=entry.get("sha256"),
                                   split=split, records_dir=out.root, outputs=outputs, seq=seq, pred=pred,
                                   k=options.max_per_pack, settings_key=settings_key))
+    _refuse_shared_outputs(tasks, out)
     return manifest, manifest_sha256, out, fmts, {"seq": seq, "pred": pred, "k": options.max_per_pack}, tasks
 
 
@@ -159,6 +160,20 @@ def _check_names(records_dir, relative, split):
     if split in ("", ".", "..") or "/" in split:
         raise DataError(f"{records_dir}: {MANIFEST} entry {relative!r} has split {split!r}, not a directory name "
                         "(create writes training and test)")
+
+
+def _refuse_shared_outputs(tasks, out):
+    """A UsageError where two shards would be packed into one file: a format the input lacks names its files by
+    the create input's name, which two inputs of an OFRecord-only create (numbered parts) can share; the second
+    replaced the first without a word, its sequences counted in the summary."""
+    first = {}
+    for task in tasks:
+        for fmt, relative in task.outputs:
+            other = first.setdefault(relative, task.source)
+            if other != task.source:
+                raise UsageError(f"{other} and {task.source} would both be packed into {out.display(relative)}: "
+                                 f"{fmt} names its files by the create input's name, which theirs share; pack "
+                                 "to ofrecord, which numbers its files")
 
 
 def _output_name(fmt, split, source, index):
