@@ -475,3 +475,17 @@ def test_two_shards_are_never_packed_into_one_file(golden_dir, tmp_path, capsys)
     assert not packed.exists()
     code, summary = run_json(capsys, "pack", records, "--format", "ofrecord")
     assert code == 0 and len(output_files(packed)) == 2
+
+
+def test_a_rerun_with_fewer_formats_removes_the_earlier_files(short_records, tmp_path, capsys):
+    """A rerun into the same output with fewer formats left the earlier run's files, which its manifest no longer
+    lists: readers that glob a split's directory found them, and validate failed the directory for them."""
+    code, summary = run_json(capsys, "pack", short_records, "--out", tmp_path, "--workers", "1")
+    assert code == 0 and "warnings" not in summary
+    code, summary = run_json(capsys, "pack", short_records, "--out", tmp_path, "--format", "ofrecord")
+    assert code == 0 and summary["shards_packed"] == 0
+    assert summary["warnings"] == ["removed 4 file(s) of an earlier run that this run does not write: "
+                                   + ", ".join(f"tfrecord/training/short_training_{i}.tfrecord" for i in range(4))]
+    assert sorted(output_files(summary["records_dir"])) == [f"ofrecord/training/part-{i}" for i in range(4)]
+    code, report = run_json(capsys, "validate", summary["records_dir"])
+    assert code == 0 and report["sound"], report["findings"]

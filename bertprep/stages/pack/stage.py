@@ -27,6 +27,7 @@ from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.records_manifest import check_records_manifest
 from bertprep.stages.create import (
     is_complete,  # the same rule: an entry for the same input and settings, of its size
+    remove_stale_outputs,
 )
 from bertprep.stages.pack.task import PackTask, pack_shard
 from bertprep.stages.validate.dataset import natural_key
@@ -195,6 +196,8 @@ def pack(options: PackOptions | None = None, /, *, quiet: bool = True, **fields:
         previous = load_manifest(out) or {}
         wanted = {relative for task in tasks for relative in task.output_paths().values()}
         files = {rel: entry for rel, entry in (previous.get("files") or {}).items() if rel in wanted}
+        # a rerun with fewer formats or shards: readers that glob a split's directory would find the earlier ones
+        removed = remove_stale_outputs(out, previous.get("files") or {}, wanted, progress)
         pending = [task for task in tasks if not is_complete(task, files)]
         if len(pending) < len(tasks):
             progress.note(f"resuming: {len(tasks) - len(pending)} of {len(tasks)} shards already complete")
@@ -219,7 +222,10 @@ def pack(options: PackOptions | None = None, /, *, quiet: bool = True, **fields:
             save_manifest(out, manifest)
     progress.close()
     summary = summarize(out, manifest, tasks, time.monotonic() - started, len(pending))
-    return Summary("bertprep pack: done", summary, tuple(summary_rows(summary, fmts)), complete_before=not pending)
+    if removed:  # absent otherwise: today's --json
+        summary["warnings"] = [removed]
+    rows = (*summary_rows(summary, fmts), *(("warning", removed),) * bool(removed))
+    return Summary("bertprep pack: done", summary, rows, complete_before=not pending)
 
 
 def packing_figures(tasks, files, k):
