@@ -321,6 +321,17 @@ def test_malformed_json_names_the_byte_offset(tmp_path, vocab_path, capsys):
     assert not out.exists()
 
 
+def test_json_nested_too_deeply_is_one_line(tmp_path, vocab_path, capsys):
+    """Python's JSON parser stops with a RecursionError some thousand levels down: a traceback, not a line."""
+    bad = tmp_path / "train-v1.1.json"
+    bad.write_text("[" * 100000 + "]" * 100000)
+    out = tmp_path / "out"
+    assert main(["create-squad", "--input", str(bad), "--vocab", str(vocab_path), "--out", str(out), "--quiet"]) == 1
+    assert _error_line(capsys) == (f"bertprep create-squad: error: {bad}: JSON nested too deeply to parse (SQuAD "
+                                   "JSON is data[].paragraphs[].qas[])")
+    assert not out.exists()
+
+
 def test_answer_not_at_answer_start_is_skipped_counted_and_warned(tmp_path, vocab_path, capsys):
     data = _squad_file(tmp_path / "train-v1.1.json", [("The cat sat on the mat.", "cat", 4),
                                                       ("The dog ran home.", "dog", 9),

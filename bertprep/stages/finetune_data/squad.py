@@ -120,6 +120,8 @@ def load_json(path):
         offset = len(text[:exc.pos].encode("utf-8"))
         raise DataError(f"{path}: malformed JSON at byte {offset} (line {exc.lineno}, column {exc.colno}): "
                         f"{exc.msg}") from None
+    except RecursionError:  # Python's parser gives up on arrays or objects nested some thousand deep: a traceback
+        raise DataError(f"{path}: JSON nested too deeply to parse (SQuAD JSON is data[].paragraphs[].qas[])") from None
 
 
 def _get(container, key, kind, where):
