@@ -34,7 +34,7 @@ from bertprep.folder import Folder
 from bertprep.formats import codecs
 from bertprep.formats.schemas import PACKED, UNMASKED, int_values_problem, kind_of_manifest, kind_of_record
 from bertprep.masking import DynamicMasking, first_instances
-from bertprep.options import check_argument
+from bertprep.options import check_argument, short_repr
 from bertprep.records_manifest import check_records_manifest, file_digests, kind_mismatch
 from bertprep.workdir import load_manifest
 
@@ -240,20 +240,34 @@ class BertRecords(_DATASET_BASE):
                              f"{rank} of world_size {world_size} no batch")
 
     def set_epoch(self, epoch):
-        self.epoch, self.start = int(epoch), 0
+        # int() took "abc" (a ValueError) and 2.7 (epoch 2); -1 failed later, in NumPy's seed
+        self.epoch, self.start = _check_whole("epoch", epoch, 0), 0
 
     def state_dict(self):
         return {"epoch": self.epoch, "batches": self.start, "seed": self.seed}
 
     def load_state_dict(self, state):
+        """Resume where `state` (what state_dict returned) left off. A count of batches this rank's epoch does not
+        have is refused: a negative one made len() count batches never handed out, and one past the end (a state
+        of another batch_size or world_size) skipped the rest of the epoch without a word."""
+        if not isinstance(state, dict) or not {"epoch", "batches"} <= set(state):
+            raise UsageError(f"the saved data state must be a dict with epoch and batches (what state_dict returns), "
+                             f"got {type(state).__name__} {short_repr(state)}")
         if state.get("seed", self.seed) != self.seed:
             raise UsageError(f"the saved data state is of seed {state['seed']}, this loader's is {self.seed}")
-        self.epoch, self.start = int(state["epoch"]), int(state["batches"])
+        epoch = _check_whole("the saved data state's epoch", state["epoch"], 0)
+        batches = _check_whole("the saved data state's batches", state["batches"], 0)
+        count = len(self.batches_of_rank(epoch))
+        if batches > count:
+            raise UsageError(f"the saved data state has {batches} batches of epoch {epoch} handed out, but this "
+                             f"loader's rank has {count} in it (saved with another batch_size or world_size?)")
+        self.epoch, self.start = epoch, batches
 
-    def batches_of_rank(self):
+    def batches_of_rank(self, epoch=None):
+        """This rank's batches of `epoch` (None: the current one)."""
         lengths = self.index.lengths() if self.bin_size else None
-        plan = epoch_batches(len(self.index), self.batch_size, self.seed, self.epoch, lengths, self.bin_size,
-                             self.drop_last)
+        plan = epoch_batches(len(self.index), self.batch_size, self.seed, self.epoch if epoch is None else epoch,
+                             lengths, self.bin_size, self.drop_last)
         return rank_batches(plan, self.rank, self.world_size)
 
     def __len__(self):

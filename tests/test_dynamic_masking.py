@@ -288,6 +288,34 @@ def test_torch_loader_resumes_mid_epoch_with_the_rest_of_the_epoch(dynamic_dir):
     assert_same([{k: v.numpy() for k, v in b.items()} for b in resumed], whole[5:])
 
 
+def test_torch_loader_refuses_a_saved_state_its_epoch_cannot_resume(dynamic_dir):
+    """A negative count of batches made len() count batches never handed out; a count past the epoch's end (a state
+    of another batch_size) skipped the whole epoch without a word; `int()` took an epoch of 2.7 as 2 and "x" was
+    a ValueError traceback, and set_epoch(-1) failed later inside NumPy's seed."""
+    from bertprep.errors import UsageError
+    from bertprep.torch import BertLoader
+
+    loader = BertLoader(dynamic_dir, 8, seed=3)
+    count = len(loader)
+    for state, message in [
+        ({"epoch": 0, "batches": -5, "seed": 3}, "the saved data state's batches must be at least 0, not -5"),
+        ({"epoch": 0, "batches": count + 1, "seed": 3},
+         f"the saved data state has {count + 1} batches of epoch 0 handed out, but this loader's rank has {count} "
+         "in it (saved with another batch_size or world_size?)"),
+        ({"epoch": 2.7, "batches": 1}, "the saved data state's epoch must be an int, got float 2.7"),
+        (None, "the saved data state must be a dict with epoch and batches (what state_dict returns), got NoneType "
+               "None"),
+    ]:
+        with pytest.raises(UsageError) as raised:
+            loader.load_state_dict(state)
+        assert str(raised.value) == message
+    assert loader.state_dict() == {"epoch": 0, "batches": 0, "seed": 3} and len(loader) == count
+    with pytest.raises(UsageError, match=r"^epoch must be at least 0, not -1$"):
+        loader.dataset.set_epoch(-1)
+    loader.load_state_dict({"epoch": 1, "batches": count, "seed": 3})  # a whole epoch handed out: nothing left
+    assert len(loader) == 0 and list(loader) == [] and loader.state_dict()["epoch"] == 2
+
+
 def test_torch_loader_reads_static_records_and_bins(tmp_path):
     directory = create(tmp_path, "--dupe-factor", "1", "--format", "ofrecord")
     batches, loader = epoch_of(directory, bin_size=16, fmt="ofrecord")
