@@ -5,6 +5,7 @@ tuple of paths is one item, not its characters. Table-driven over every options 
 line."""
 
 import dataclasses
+import os
 import re
 import typing
 
@@ -146,3 +147,26 @@ def test_convert_on_the_command_line_refuses_an_empty_path(capsys):
     from bertprep.cli import main
     assert main(["convert", "", "out", "--to", "parquet"]) == 2
     assert capsys.readouterr().err == "bertprep convert: error: src: an empty path names no file or directory\n"
+
+
+@pytest.mark.parametrize("argv,field,expected", [
+    (["create", "--input", "a.txt", "--input", "b.txt", "c.txt"], "input", ("a.txt", "b.txt", "c.txt")),
+    (["shard", "--input", "a.txt", "--input", "b.txt"], "input", ("a.txt", "b.txt")),
+    (["tokenize", "--input", "a.txt", "--input", "b.txt"], "input", ("a.txt", "b.txt")),
+    (["vocab", "--input", "a.txt", "--input", "b.txt"], "input", ("a.txt", "b.txt")),
+    (["vocab", "--corpus", "wiki", "--corpus", "books"], "corpus", ("wiki", "books")),
+    (["dedup", "--input", "a.jsonl", "--input", "b.jsonl"], "input", ("a.jsonl", "b.jsonl")),
+    (["dedup", "--corpus", "wiki", "--corpus", "books"], "corpus", ("wiki", "books")),
+    (["dedup", "--decontaminate", "squad", "--decontaminate", "glue"], "decontaminate", ("squad", "glue")),
+])
+def test_a_repeated_list_flag_adds_to_the_list(argv, field, expected, tmp_path, monkeypatch):
+    """`--input a --input b` kept only b: argparse's nargs="+" replaces the list at each flag, so the first
+    corpus was dropped without a word. Each flag now adds to the list (action="extend")."""
+    import importlib
+
+    from bertprep.cli import COMMANDS, build_parser
+    monkeypatch.chdir(tmp_path)
+    args = build_parser(only=argv[0]).parse_args(argv)
+    assert tuple(getattr(args, field)) == expected
+    built = importlib.import_module(COMMANDS[argv[0]][0]).options(args)
+    assert tuple(os.path.basename(value) for value in getattr(built, field)) == expected

@@ -9,7 +9,7 @@ from bertprep.workdir import add_workdir_argument
 
 def add_arguments(parser):
     parser.add_argument(
-        "--input", nargs="+", metavar="PATH",
+        "--input", nargs="+", action="extend", metavar="PATH",
         help="text shards: files, globs, or a directory (its training/ and test/ subdirectories become "
         "the two splits). Default: the shards under WORKDIR/sharded, else the embedded sample corpus",
     )

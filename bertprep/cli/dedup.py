@@ -9,10 +9,10 @@ from bertprep.workdir import add_workdir_argument
 
 def add_arguments(parser):
     add_workdir_argument(parser)
-    parser.add_argument("--input", nargs="+", metavar="DIR_OR_FILE",
+    parser.add_argument("--input", nargs="+", action="extend", metavar="DIR_OR_FILE",
                         help="formatted corpus directories or .jsonl files, in order (the first of a duplicate "
                              "cluster is kept)")
-    parser.add_argument("--corpus", nargs="+", metavar="NAME",
+    parser.add_argument("--corpus", nargs="+", action="extend", metavar="NAME",
                         help="corpus names under WORKDIR/formatted, in order (default: all of them)")
     parser.add_argument("--out", help="output directory, one formatted corpus per input (default: WORKDIR/deduped)")
     parser.add_argument("--ngram", type=int, default=5, help="words per MinHash shingle (default: 5)")
@@ -26,7 +26,7 @@ def add_arguments(parser):
                         "(docs/benchmarks.md)")
     parser.add_argument("--no-exact", dest="exact", action="store_false", help="keep exact duplicates")
     parser.add_argument("--no-near", dest="near", action="store_false", help="keep near duplicates")
-    parser.add_argument("--decontaminate", nargs="+", default=(), metavar="SET_OR_FILE",
+    parser.add_argument("--decontaminate", nargs="+", action="extend", default=[], metavar="SET_OR_FILE",
                         help="remove training documents sharing an n-gram with these evaluation sets: squad, glue "
                              "(WORKDIR/download) or SQuAD .json / GLUE .tsv / .txt files")
     parser.add_argument("--decontaminate-ngram", type=int, default=13,

@@ -9,7 +9,7 @@ from bertprep.workdir import add_workdir_argument
 
 def add_arguments(parser):
     add_workdir_argument(parser)
-    parser.add_argument("--input", nargs="+", metavar="DIR_OR_FILE",
+    parser.add_argument("--input", nargs="+", action="extend", metavar="DIR_OR_FILE",
                         help="formatted corpus directories or .jsonl/.txt files (default: WORKDIR/formatted/<corpus>)")
     parser.add_argument("--out", help="output directory (default: WORKDIR/sharded/<corpus>)")
     parser.add_argument("--corpus", help="corpus name used for the directory and file names (default: the only "

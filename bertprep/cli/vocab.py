@@ -8,10 +8,10 @@ from bertprep.workdir import add_workdir_argument
 
 def add_arguments(parser):
     add_workdir_argument(parser)
-    parser.add_argument("--input", nargs="+", default=(), metavar="DIR_OR_FILE",
+    parser.add_argument("--input", nargs="+", action="extend", default=[], metavar="DIR_OR_FILE",
                         help="formatted corpus or shard directories (with their manifest.json) or .jsonl/.txt "
                              "files, read in this order")
-    parser.add_argument("--corpus", nargs="+", default=(), metavar="NAME",
+    parser.add_argument("--corpus", nargs="+", action="extend", default=[], metavar="NAME",
                         help="formatted corpora under WORKDIR/formatted, read after --input")
     parser.add_argument("--out", help="the vocab.txt file to write, not a directory (default: WORKDIR/vocab/vocab.txt)")
     parser.add_argument("--vocab-size", type=int, default=30522,
