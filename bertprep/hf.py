@@ -31,6 +31,7 @@ from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.formats import codecs, columnar
 from bertprep.formats.schemas import FLOAT, check_int_values
+from bertprep.options import refuse_empty_path
 from bertprep.records_manifest import file_digests, load_records_manifest
 from bertprep.workdir import SPLITS
 
@@ -172,6 +173,8 @@ def load(directory, cache_dir=None):
         # a path or None (cache_dir): load(None) was a TypeError inside storage, cache_dir=5 a folder "./5"
         if not isinstance(value, (str, os.PathLike)) and not (name == "cache_dir" and value is None):
             raise UsageError(f"bertprep.hf.load: {name} must be a path, got {type(value).__name__} {value!r}")
+        if value is not None:  # "" was read as the current directory
+            refuse_empty_path(f"bertprep.hf.load: {name}", value)
     records = Folder(storage.local_path(directory))  # file://...: the path
     directory = records.root  # as messages name it
     records.require("directory", DataError(f"{directory}: not a directory"))

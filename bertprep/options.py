@@ -66,20 +66,25 @@ def build_options(cls, options, fields):
 def normalise_paths(options, *names):
     """Set each named field of a frozen dataclass to a string path (a tuple of them for a list), `file://...`
     to its path, so that a stage joins, compares and names one spelling of it; None stays. An empty path is
-    refused: the operating system reads "" as no file, but a join or a comparison takes it for the current
-    directory (`convert "" out` reported the output "inside the input")."""
+    refused (`convert "" out` reported the output "inside the input")."""
     for name in names:
         value = getattr(options, name)
         for path in value if isinstance(value, (list, tuple)) else () if value is None else (value,):
             if isinstance(path, (str, os.PathLike)):
-                if os.fspath(path) == "":
-                    raise UsageError(f"{name}: an empty path names no file or directory")
+                refuse_empty_path(name, path)
                 storage.check_path(path)
         if isinstance(value, (list, tuple)):
             value = tuple(storage.local_path(v) for v in value)
         elif value is not None:
             value = storage.local_path(value)
         object.__setattr__(options, name, value)
+
+
+def refuse_empty_path(label, path):
+    """One UsageError line where `path` is "": the operating system reads it as no file, but a join or a
+    comparison takes it for the current directory."""
+    if os.fspath(path) == "":
+        raise UsageError(f"{label}: an empty path names no file or directory")
 
 
 def set_field(options, name, value):

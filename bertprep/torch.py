@@ -34,7 +34,7 @@ from bertprep.folder import Folder
 from bertprep.formats import codecs
 from bertprep.formats.schemas import PACKED, UNMASKED, int_values_problem, kind_of_manifest, kind_of_record
 from bertprep.masking import DynamicMasking, first_instances
-from bertprep.options import check_argument, short_repr
+from bertprep.options import check_argument, refuse_empty_path, short_repr
 from bertprep.records_manifest import check_records_manifest, file_digests, kind_mismatch
 from bertprep.workdir import load_manifest
 
@@ -225,6 +225,7 @@ class BertRecords(_DATASET_BASE):
                 raise UsageError(f"{name} must be a str, got {type(value).__name__} {value!r}")
         # a path or an os.PathLike: 5 or None was a TypeError from os.fspath, b"R" one from str.startswith
         data_dir = check_argument("data_dir", data_dir, str)
+        refuse_empty_path("data_dir", data_dir)  # "" was read as the current directory: "no manifest.json"
         vocab = check_argument("vocab", vocab, str | None)
         self.index = RecordIndex(data_dir, split, fmt, vocab)
         if bin_size is not None and self.index.kind is PACKED:

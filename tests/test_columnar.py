@@ -379,7 +379,9 @@ def test_a_missing_library_is_one_usage_line(monkeypatch, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args, message", [((None,), "directory must be a path, got NoneType None"),
-                                           ((".", 5), "cache_dir must be a path, got int 5")])
+                                           ((".", 5), "cache_dir must be a path, got int 5"),
+                                           (("",), "directory: an empty path names no file or directory"),
+                                           ((".", ""), "cache_dir: an empty path names no file or directory")])
 def test_hf_load_names_an_argument_that_is_no_path(tmp_path, monkeypatch, args, message):
     """load(None) was a TypeError inside storage; cache_dir=5 made a folder "./5" beside the caller."""
     from bertprep import hf

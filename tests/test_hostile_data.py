@@ -353,6 +353,7 @@ def test_the_torch_loader_names_an_argument_of_the_wrong_type(static, args, mess
     ((None, 8), "data_dir must be a str (or a path), got NoneType None"),
     ((b"R", 8), "data_dir must be a str (or a path), got bytes b'R'"),
     (("R", 8, 0, {"vocab": 5}), "vocab must be a str (or a path) or None, got int 5"),
+    (("", 8), "data_dir: an empty path names no file or directory"),  # was the current directory's "no manifest"
 ])
 def test_the_torch_loader_names_a_data_dir_or_vocab_that_is_no_path(args, message):
     """5 or None was os.fspath's TypeError, b"R" one from str.startswith, neither naming the argument."""
