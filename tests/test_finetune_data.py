@@ -396,6 +396,16 @@ def _squad_run(tmp_path, vocab_path, data, name="train-v1.1.json", *extra):
         {"id": "a", "question": "q", "answers": [{"text": "x", "answer_start": 0}]},
         {"id": "a", "question": "r", "answers": [{"text": "y", "answer_start": 2}]}]}]}]},
      "data[0].paragraphs[0].qas[1]: question id 'a' again (first at "),  # a prediction overwrote the other
+    ({"data": [{"paragraphs": [{"context": "x y", "qas": [
+        {"id": 1, "question": "q", "answers": [{"text": "x", "answer_start": 0}]},
+        {"id": "1", "question": "r", "answers": [{"text": "y", "answer_start": 2}]}]}]}]},
+     "data[0].paragraphs[0].qas[1]: question id '1' again (first at "),  # one key "1" in predictions.json
+    ({"data": [{"paragraphs": [{"context": "x y", "qas": [
+        {"id": "a", "question": "q", "answers": [{"text": "y", "answer_start": True}]}]}]}]},
+     "'answer_start' is bool, expected int"),  # true was read as 1, then skipped as "could not find answer"
+    ({"data": [{"paragraphs": [{"context": "x y", "qas": [
+        {"id": True, "question": "q", "answers": [{"text": "x", "answer_start": 0}]}]}]}]},
+     "'id' is bool, expected str or int"),
 ])
 def test_squad_structure_and_text_errors_are_one_line(tmp_path, vocab_path, capsys, data, message):
     code, path = _squad_run(tmp_path, vocab_path, data)

@@ -128,8 +128,9 @@ def _get(container, key, kind, where):
     if not isinstance(container, dict) or key not in container:
         raise DataError(f"{where}: missing {key!r} (expected SQuAD JSON: data[].paragraphs[].qas[])")
     value = container[key]
-    if not isinstance(value, kind):
-        names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):  # JSON true is no int
+        names = " or ".join(k.__name__ for k in kinds)
         raise DataError(f"{where}: {key!r} is {type(value).__name__}, expected {names}")
     return value
 
@@ -195,8 +196,9 @@ def read_examples(path, is_training):
             for q, qa in enumerate(_get(paragraph_json, "qas", list, where)):
                 qa_where = f"{where}.qas[{q}]"
                 qas_id = _get(qa, "id", (str, int), qa_where)
-                if first_seen.setdefault(qas_id, qa_where) != qa_where:  # predictions are keyed by id
-                    raise DataError(f"{qa_where}: question id {qas_id!r} again (first at {first_seen[qas_id]}); "
+                # predictions are keyed by the id as JSON text: 1 and "1" are one key there
+                if first_seen.setdefault(str(qas_id), qa_where) != qa_where:
+                    raise DataError(f"{qa_where}: question id {qas_id!r} again (first at {first_seen[str(qas_id)]}); "
                                     "ids must be unique: predictions and scores are keyed by them")
                 qa_where = f"{path}: question {qas_id!r}"
                 example = Example(qas_id, _text(qa, "question", qa_where), len(paragraphs) - 1)
