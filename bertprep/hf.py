@@ -175,6 +175,9 @@ def load(directory, cache_dir=None):
             raise UsageError(f"bertprep.hf.load: {name} must be a path, got {type(value).__name__} {value!r}")
         if value is not None:  # "" was read as the current directory
             refuse_empty_path(f"bertprep.hf.load: {name}", value)
+    if cache_dir is not None and os.path.exists(cache_dir) and not os.path.isdir(cache_dir):
+        # datasets would stop with a FileExistsError from inside its cache
+        raise UsageError(f"bertprep.hf.load: cache_dir {os.fspath(cache_dir)}: not a directory")
     records = Folder(storage.local_path(directory))  # file://...: the path
     directory = records.root  # as messages name it
     records.require("directory", DataError(f"{directory}: not a directory"))

@@ -391,3 +391,12 @@ def test_hf_load_names_an_argument_that_is_no_path(tmp_path, monkeypatch, args, 
     with pytest.raises(UsageError, match=f"^bertprep.hf.load: {message}$"):
         hf.load(*args)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_hf_load_refuses_a_cache_dir_that_is_a_file(golden_records, tmp_path):
+    """datasets stopped with a FileExistsError from inside its cache."""
+    from bertprep.errors import UsageError
+
+    (tmp_path / "cache").write_text("a file")
+    with pytest.raises(UsageError, match=f"^bertprep.hf.load: cache_dir {tmp_path / 'cache'}: not a directory$"):
+        hf.load(golden_records, cache_dir=tmp_path / "cache")
