@@ -68,6 +68,21 @@ def test_configs_have_the_cli_defaults_and_its_checks():
         assert str(raised.value) == message
 
 
+def test_an_empty_path_is_refused_naming_its_field(capsys):
+    """"" was taken for a flag not given (--checkpoint-dir "" saved nothing, exit 0; --eval-file "" scored against
+    the manifest's source) or for the current directory (--data "": the output "inside the input ")."""
+    finetune = {"task": "MRPC", "data": "d", "format": "tfrecord"}
+    for kind, required, name in [(TrainConfig, {"format": "ofrecord"}, "checkpoint_dir"),
+                                 (TrainConfig, {"format": "ofrecord"}, "data"), (FinetuneConfig, finetune, "eval_file"),
+                                 (FinetuneConfig, finetune, "init_checkpoint"), (FinetuneConfig, finetune, "data")]:
+        with pytest.raises(UsageError) as raised:
+            kind(**{**required, name: ""})
+        assert str(raised.value) == f"{kind.__name__}.{name}: an empty path names no file or directory"
+    assert main(["finetune", "--task", "mrpc", "--data", "", "--format", "tfrecord"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "trainer: error: --data: an empty path names no file or directory"]
+
+
 @pytest.mark.parametrize("value", ["0", "-1"])
 def test_keep_checkpoints_must_be_positive(value, capsys):
     """0 and -1 were taken and kept every checkpoint, which --help never said (run_state.save prunes only

@@ -151,6 +151,16 @@ def _check_appendable(config):
                              "an object store cannot append to: give a local path")
 
 
+def _check_paths_named(config, names):
+    """An empty path is refused: the run took "" for a flag not given (--checkpoint-dir "" saved nothing and
+    exited 0, --eval-file "" scored against the manifest's source) or for the current directory (--data ""
+    said the default --output-dir lay "inside the input ")."""
+    for name in names:
+        value = getattr(config, name)
+        if value is not None and os.fspath(value) == "":
+            raise UsageError(f"--{name.replace('_', '-')}: an empty path names no file or directory")
+
+
 def _check_positive(config, names):
     for name in names:
         value = getattr(config, name)
@@ -217,6 +227,8 @@ class TrainConfig:
                               "gemm": GEMM_KERNELS, "gemm_autotune": GEMM_AUTOTUNE,
                               "attention": ATTENTION_KERNELS, "gelu": GELU_FORMULAS,
                               "qkv_projection": QKV_PROJECTIONS, "last_layer": LAST_LAYERS})
+        _check_paths_named(self, ("data", "bert_config", "init_checkpoint", "checkpoint_dir", "log_json",
+                                  "tensorboard_dir"))
         _check_positive(self, ("steps", "batch_size", "grad_accum", "pad_vocab", "steps_per_call", "bin_size",
                                "model_parallel", "pipeline_stages", "checkpoint_every", "keep_checkpoints",
                                "eval_steps", "log_every"))
@@ -346,6 +358,8 @@ class FinetuneConfig:
         check_types(self)
         _check_choices(self, {"format": FINETUNING_FORMATS, "optimizer": tuple(OPTIMIZERS),
                               "precision": PRECISIONS, "model": (None, *SIZES)})
+        _check_paths_named(self, ("data", "init_checkpoint", "output_dir", "checkpoint_dir", "eval_file", "log_json",
+                                  "tensorboard_dir"))
         _check_positive(self, ("steps", "batch_size", "log_every"))
         _check_schedule(self.optimizer, self.clip_norm, self.steps, self.warmup, self.lr)
         if not self.epochs > 0:
