@@ -61,7 +61,11 @@ def test_configs_have_the_cli_defaults_and_its_checks():
             (TrainConfig, {"steps": 0}, "TrainConfig.steps: expected a positive integer, got 0"),
             (TrainConfig, {"precision": "fp8"}, "TrainConfig.precision: expected one of fp32, amp, mixed_float16, "
                                                 "mixed_bfloat16, got 'fp8'"),
-            (FinetuneConfig, {"epochs": 0}, "FinetuneConfig.epochs must be positive, got 0")]:
+            (FinetuneConfig, {"epochs": 0}, "FinetuneConfig.epochs must be positive, got 0"),
+            # NumPy's legacy seed range: a ValueError traceback once the checkpoint was read
+            (TrainConfig, {"seed": -1}, "TrainConfig.seed must be an integer from 0 to 4294967295, got -1"),
+            (FinetuneConfig, {"seed": 2**32}, "FinetuneConfig.seed must be an integer from 0 to 4294967295, "
+                                              "got 4294967296")]:
         required = ("ofrecord",) if kind is TrainConfig else ("MRPC", "d", "tfrecord")
         with pytest.raises(UsageError) as raised:
             kind(*required, **fields)

@@ -131,6 +131,16 @@ def _check_schedule(optimizer, clip_norm, steps, warmup, lr):
         raise UsageError(f"--lr must be a positive number, got {lr}")
 
 
+# --seed's range: keras.utils.set_random_seed seeds NumPy's legacy generator, which takes 0 .. 2**32 - 1 (a
+# seed outside it was a ValueError traceback once the checkpoint had been read).
+MAX_SEED = 2**32 - 1
+
+
+def _check_seed(seed):
+    if not 0 <= seed <= MAX_SEED:
+        raise UsageError(f"--seed must be an integer from 0 to {MAX_SEED}, got {seed}")
+
+
 def _check_choices(config, choices):
     """What the CLI's parser checks, for a config built in Python: {field: allowed values}."""
     for name, allowed in choices.items():
@@ -251,6 +261,7 @@ class TrainConfig:
             raise UsageError("--attention fused: not with --model-parallel or --pipeline-stages (XLA cannot split "
                              "the kernel's call over the heads' devices)")
         _check_schedule(self.optimizer, self.clip_norm, self.steps, self.warmup, self.lr)
+        _check_seed(self.seed)
         _check_appendable(self)
         _check_outputs_apart(self, ("checkpoint_dir", "tensorboard_dir", "log_json"))
         _check_output_places(self, ("checkpoint_dir", "tensorboard_dir"), ("log_json",))
@@ -362,6 +373,7 @@ class FinetuneConfig:
                                   "tensorboard_dir"))
         _check_positive(self, ("steps", "batch_size", "log_every"))
         _check_schedule(self.optimizer, self.clip_norm, self.steps, self.warmup, self.lr)
+        _check_seed(self.seed)
         if not self.epochs > 0:
             raise UsageError(f"--epochs must be positive, got {self.epochs}")
         _check_appendable(self)
