@@ -65,11 +65,26 @@ def test_configs_have_the_cli_defaults_and_its_checks():
             # NumPy's legacy seed range: a ValueError traceback once the checkpoint was read
             (TrainConfig, {"seed": -1}, "TrainConfig.seed must be an integer from 0 to 4294967295, got -1"),
             (FinetuneConfig, {"seed": 2**32}, "FinetuneConfig.seed must be an integer from 0 to 4294967295, "
-                                              "got 4294967296")]:
+                                              "got 4294967296"),
+            # the schedule's int32 step count: an OverflowError traceback from JAX at the first step
+            (TrainConfig, {"steps": 2**31}, "TrainConfig.steps must be at most 2147483647, got 2147483648"),
+            (FinetuneConfig, {"epochs": float("inf")}, "FinetuneConfig.epochs must be a finite number, got inf")]:
         required = ("ofrecord",) if kind is TrainConfig else ("MRPC", "d", "tfrecord")
         with pytest.raises(UsageError) as raised:
             kind(*required, **fields)
         assert str(raised.value) == message
+
+
+def test_epochs_of_more_steps_than_a_run_can_take_are_refused():
+    """--epochs 1e30 over 160 records was an OverflowError traceback from JAX at the first step."""
+    from trainer.finetuning import epoch_steps
+
+    config = FinetuneConfig("MRPC", "d", "tfrecord", epochs=1e30)
+    with pytest.raises(UsageError) as raised:
+        epoch_steps(config, 160, 4)
+    assert str(raised.value) == ("--epochs 1e+30: 39999999999999998543585179860992 steps of global batch 4, more "
+                                 "than the 2147483647 a run can take")
+    assert epoch_steps(dataclasses.replace(config, epochs=2.0), 160, 4) == 80
 
 
 def test_an_empty_path_is_refused_naming_its_field(capsys):

@@ -118,8 +118,15 @@ def is_warmup(value):
     return math.isfinite(value) and value >= 0 and (value < 1 or value == int(value))
 
 
+# The most optimizer steps a run can take: the learning-rate schedule computes with the step count as an int32
+# (more was an OverflowError traceback from JAX at the first step).
+MAX_STEPS = 2**31 - 1
+
+
 def _check_schedule(optimizer, clip_norm, steps, warmup, lr):
     """The optimizer's flags together, pretraining and fine-tuning alike."""
+    if steps and steps > MAX_STEPS:
+        raise UsageError(f"--steps must be at most {MAX_STEPS}, got {steps}")
     if not is_warmup(warmup):  # the CLI's type checks it already: for a Python caller
         raise UsageError(f"--warmup must be a fraction below 1 or a whole number of steps, got {warmup}")
     if clip_norm is not None and optimizer not in CLIPPING:
@@ -376,6 +383,8 @@ class FinetuneConfig:
         _check_seed(self.seed)
         if not self.epochs > 0:
             raise UsageError(f"--epochs must be positive, got {self.epochs}")
+        if math.isinf(self.epochs):  # int() of its steps was an OverflowError traceback
+            raise UsageError(f"--epochs must be a finite number, got {self.epochs}")
         _check_appendable(self)
         if self.output_dir is None:
             object.__setattr__(self, "output_dir", f"finetune-{self.task.lower()}")

@@ -35,7 +35,16 @@ from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.formats import codecs
 from trainer import compilation_cache, metrics, run_state, xla_gpu
-from trainer.config import SIZES, BertConfig, FinetuneConfig, FinetuneSummary, StepOptions, TrainConfig, size_of
+from trainer.config import (
+    MAX_STEPS,
+    SIZES,
+    BertConfig,
+    FinetuneConfig,
+    FinetuneSummary,
+    StepOptions,
+    TrainConfig,
+    size_of,
+)
 from trainer.data import RecordStream, feature_dtypes, prefetch
 from trainer.heads import FEATURE_INPUTS
 from trainer.loop import Schedule, train_loop
@@ -129,7 +138,7 @@ def _finetune(config, task, data, bert, weights, checkpoint_path, devices, log, 
 
     global_batch = config.batch_size * devices.replicas
     train_records = data.records("train")
-    total_steps = config.steps or max(1, int(train_records * config.epochs / global_batch))
+    total_steps = config.steps or epoch_steps(config, train_records, global_batch)
     log.total = total_steps
     with devices.scope():
         model, objective = build_task_model(task, bert, data, options=options)
@@ -179,6 +188,15 @@ def _finetune(config, task, data, bert, weights, checkpoint_path, devices, log, 
                               optimizer=config.optimizer, **train, evaluation=evaluation, prediction=prediction)
     log.record("summary", {k: v for k, v in summary.to_dict().items() if isinstance(v, (int, float))}, train["steps"])
     return summary
+
+
+def epoch_steps(config, train_records, global_batch):
+    """The optimizer steps of --epochs over `train_records`, at most MAX_STEPS, as --steps is."""
+    steps = max(1, int(train_records * config.epochs / global_batch))
+    if steps > MAX_STEPS:
+        raise UsageError(f"--epochs {config.epochs}: {steps} steps of global batch {global_batch}, more than the "
+                         f"{MAX_STEPS} a run can take")
+    return steps
 
 
 def output_folder(config):
