@@ -268,6 +268,30 @@ def test_our_checkpoint_with_layers_beyond_its_config(fixtures, tmp_path, capsys
     _fails(capsys, ours, tmp_path / "out", str(ours), "bert/encoder/layer_1/", "(L1/H", "another architecture")
 
 
+def test_a_bfloat16_safetensors_checkpoint_is_read_widened_exactly(fixtures, tmp_path):
+    """transformers saves a bfloat16 model's safetensors as BF16, which NumPy has no dtype for: reading one was
+    safetensors.numpy's "data type 'bfloat16' not understood" TypeError traceback."""
+    from safetensors.numpy import load_file
+
+    from trainer.checkpoint import read
+
+    src = tmp_path / "bf16"
+    src.mkdir()
+    shutil.copy(fixtures / "hf_tiny" / "config.json", src)
+    header, data = {}, b""
+    for name, value in load_file(fixtures / "hf_tiny" / "model.safetensors").items():
+        raw = (np.ascontiguousarray(value, "<f4").view("<u4") >> 16).astype("<u2").tobytes()  # the high halves
+        header[name] = {"dtype": "BF16", "shape": list(value.shape), "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    encoded = json.dumps(header).encode()
+    (src / "model.safetensors").write_bytes(len(encoded).to_bytes(8, "little") + encoded + data)
+    got, full = read(str(src)).weights, read(str(fixtures / "hf_tiny")).weights
+    assert set(got) == set(full)
+    for name, value in full.items():
+        assert got[name].dtype == np.float32
+        np.testing.assert_array_equal(got[name], (value.view("<u4") & 0xFFFF0000).view("<f4"), err_msg=name)
+
+
 def test_truncated_files(fixtures, tmp_path, capsys):
     src = tmp_path / "hf"
     shutil.copytree(fixtures / "hf_tiny", src, ignore=shutil.ignore_patterns("expected"))

@@ -78,14 +78,32 @@ def read_config(path):
 
 def _load_state(weights_file):
     if weights_file.endswith(".safetensors"):
-        from safetensors import SafetensorError
-        from safetensors.numpy import load_file
+        from safetensors import SafetensorError, safe_open
 
         try:
-            return load_file(weights_file)
+            with safe_open(weights_file, framework="np") as f:
+                bfloat16 = {name for name in f.keys() if f.get_slice(name).get_dtype() == "BF16"}
+                state = {name: f.get_tensor(name) for name in f.keys() if name not in bfloat16}
+            return {**state, **_bfloat16_tensors(weights_file, bfloat16)}
         except (SafetensorError, OSError, ValueError) as exc:
             raise DataError(f"{weights_file}: unreadable safetensors file: {exc}") from None
     return load_torch(weights_file)
+
+
+def _bfloat16_tensors(weights_file, names):
+    """{name: float32 array} of the BF16 tensors `names` of a safetensors file (a model transformers saved in
+    bfloat16): NumPy has no bfloat16, so safetensors.numpy fails on them ("data type 'bfloat16' not understood",
+    a traceback). A bfloat16 is the high half of a float32's bits: widened exactly."""
+    found = {}
+    with open(weights_file, "rb") as f:
+        length = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(length))  # read and checked by safe_open already
+        for name in sorted(names):
+            start, end = header[name]["data_offsets"]
+            f.seek(8 + length + start)
+            bits = np.frombuffer(f.read(end - start), dtype="<u2").astype("<u4") << 16
+            found[name] = bits.view("<f4").reshape(header[name]["shape"])
+    return found
 
 
 def load_torch(weights_file, key=None):
