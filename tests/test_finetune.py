@@ -301,6 +301,25 @@ def test_bad_input_ends_with_one_line(pretrained, squad_dir, mrpc_dir, tmp_path,
                                "the evaluation metadata create-squad writes")
 
 
+def test_the_squad_dev_json_is_read_before_training(squad_dir, mrpc_dir, tmp_path, capsys):
+    """A missing or damaged --eval-file (or manifest source) failed once every step had been trained, and a GLUE
+    task ignored --eval-file: both are refused before the checkpoint is read (this one does not exist)."""
+    def error(*argv):
+        code = main(["finetune", "--format", "tfrecord", "--init-checkpoint", str(tmp_path / "no-checkpoint"),
+                     "--steps", "1", "--output-dir", str(tmp_path / "out"), "--quiet", *argv])
+        return code, capsys.readouterr().err.strip().splitlines()
+
+    dev = tmp_path / "dev.json"
+    assert error("--task", "squad", "--data", str(squad_dir), "--eval-file", str(dev)) == (1, [
+        f"trainer: error: {dev}: cannot read the SQuAD dev JSON: [Errno 2] No such file or directory: '{dev}'"])
+    dev.write_text("[]")
+    assert error("--task", "squad", "--data", str(squad_dir), "--eval-file", str(dev), "--no-eval", "--predict") == (
+        1, [f'trainer: error: {dev}: not SQuAD JSON (expected an object with a "data" list)'])
+    assert error("--task", "mrpc", "--data", str(mrpc_dir), "--eval-file", str(dev)) == (2, [
+        f"trainer: error: --eval-file {dev}: a SQuAD dev JSON, but --task MRPC scores the labels of its eval records"])
+    assert not (tmp_path / "out").exists()
+
+
 def _glue_dir(shared_dir, directory, train, evaluation):
     """A data directory of the golden GLUE records `train` and `evaluation` (fixture names), no manifest."""
     directory.mkdir()

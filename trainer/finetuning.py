@@ -83,17 +83,7 @@ def finetune(config: FinetuneConfig) -> FinetuneSummary:
         run_state.refuse_earlier_run(config.checkpoint_dir, resumable=False)
     task = task_named(config.task)
     data = TaskData(config.data, config.format, task)
-    if not data.files["eval"] and not config.no_eval:
-        raise UsageError(f"{storage.display(config.data)}: no {config.format} eval records "
-                         f"({codecs.get(config.format).task_glob('eval')}) to score: add them, or give --no-eval to "
-                         "train without scores")
-    if config.predict and not data.files[task.predict_split]:
-        split = task.predict_split
-        raise UsageError(f"{storage.display(config.data)}: --predict: no {config.format} "
-                         f"{'test' if split == 'test' else 'eval (predict file)'} records "
-                         f"({codecs.get(config.format).task_glob(split)}) to predict")
-    if not config.no_eval:  # scored after the training: a label id beyond the head's is refused before it
-        data.check_split_labels("eval")
+    check_scoring_inputs(config, task, data)
     from trainer.checkpoint import read, tokenizer
 
     initial = read(config.init_checkpoint or sample_checkpoint(config, data))
@@ -130,6 +120,33 @@ def finetune(config: FinetuneConfig) -> FinetuneSummary:
                          options)
     finally:
         log.close()
+
+
+def check_scoring_inputs(config, task, data):
+    """What is read only after the training, checked before it: the eval records (and their label ids), the
+    records --predict predicts, and SQuAD's dev JSON (--eval-file, else the manifest's source: a missing or
+    damaged one failed once every step had been trained). --eval-file names SQuAD's: a GLUE task ignored it."""
+    if not data.files["eval"] and not config.no_eval:
+        raise UsageError(f"{storage.display(config.data)}: no {config.format} eval records "
+                         f"({codecs.get(config.format).task_glob('eval')}) to score: add them, or give --no-eval to "
+                         "train without scores")
+    if config.predict and not data.files[task.predict_split]:
+        split = task.predict_split
+        raise UsageError(f"{storage.display(config.data)}: --predict: no {config.format} "
+                         f"{'test' if split == 'test' else 'eval (predict file)'} records "
+                         f"({codecs.get(config.format).task_glob(split)}) to predict")
+    if not config.no_eval:  # scored after the training: a label id beyond the head's is refused before it
+        data.check_split_labels("eval")
+    if config.eval_file and not task.is_squad:
+        raise UsageError(f"--eval-file {storage.display(config.eval_file)}: a SQuAD dev JSON, but --task "
+                         f"{task.name} scores the labels of its eval records")
+    if task.is_squad and (not config.no_eval or config.predict) and (path := dev_file(config, data)):
+        _read_squad_json(path)  # read again when scoring (a few MB)
+
+
+def dev_file(config, data):
+    """The SQuAD dev JSON the predictions are scored against: --eval-file, else the manifest's source, or None."""
+    return config.eval_file or data.source("eval") or data.source("dev")
 
 
 def _finetune(config, task, data, bert, weights, checkpoint_path, devices, log, carried, precision_note=None,
@@ -392,7 +409,7 @@ def evaluate_squad(config, data, steps, batch, log):
         result.update(metrics.squad_v2_scores(dataset["data"], predictions, null_odds))
     else:
         result.update(metrics.squad_v1_scores(dataset["data"], predictions))
-    result["dev_file"] = config.eval_file or data.source("eval") or data.source("dev")
+    result["dev_file"] = dev_file(config, data)
     return result
 
 
@@ -412,8 +429,8 @@ def write_squad_predictions(config, data, steps, batch):
         mismatch = next((i for i, (a, b) in enumerate(zip(order, expected)) if a != b), min(len(order), len(expected)))
         raise DataError(f"{features_path}: does not match the eval records ({len(expected)} features, "
                         f"{len(order)} records; first difference at record {mismatch})")
-    dev_file = config.eval_file or data.source("eval") or data.source("dev")
-    dataset = _read_squad_json(dev_file) if dev_file else None
+    dev_json = dev_file(config, data)
+    dataset = _read_squad_json(dev_json) if dev_json else None
     version_2 = data.version_2_with_negative or (dataset is not None and dataset.get("version") == "2.0")
     predictions, nbest, null_odds = write_predictions(examples, features, logits, version_2, data.lower_case,
                                                       null_score_diff_threshold=config.null_score_diff_threshold)
