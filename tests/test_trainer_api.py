@@ -75,6 +75,25 @@ def test_configs_have_the_cli_defaults_and_its_checks():
         assert str(raised.value) == message
 
 
+def test_train_and_finetune_name_a_config_of_the_wrong_kind():
+    """trainer.finetune({...}) and trainer.finetune(TrainConfig(...)) were AttributeErrors from inside the run,
+    trainer.train(FinetuneConfig(...)) a DataError about the records it had found no training split in."""
+    import trainer
+
+    finetune = FinetuneConfig("MRPC", "d", "tfrecord")
+    for function, config, message in [
+            (trainer.finetune, {"task": "mrpc"}, "trainer.finetune's config must be a FinetuneConfig, got dict "
+                                                 "{'task': 'mrpc'}"),
+            (trainer.finetune, TrainConfig("tfrecord"),
+             "trainer.finetune's config must be a FinetuneConfig, got TrainConfig TrainConfig(format='tfrecord', "
+             "data=None, model='tiny', b..."),
+            (trainer.train, finetune, "trainer.train's config must be a TrainConfig, got FinetuneConfig "
+                                      "FinetuneConfig(task='MRPC', data='d', format='tfrecord', ...")]:
+        with pytest.raises(UsageError) as raised:
+            function(config)
+        assert str(raised.value) == message
+
+
 def test_epochs_of_more_steps_than_a_run_can_take_are_refused():
     """--epochs 1e30 over 160 records was an OverflowError traceback from JAX at the first step."""
     from trainer.finetuning import epoch_steps

@@ -34,6 +34,7 @@ from bertprep.atomic import atomic_write_bytes
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.formats import codecs
+from bertprep.options import check_argument
 from trainer import compilation_cache, metrics, run_state, xla_gpu
 from trainer.config import (
     MAX_STEPS,
@@ -77,6 +78,7 @@ def carried_files(data, initial, log):
 
 def finetune(config: FinetuneConfig) -> FinetuneSummary:
     """Fine-tune as `config` (a trainer.FinetuneConfig) says; return the trainer.FinetuneSummary."""
+    check_argument("trainer.finetune's config", config, FinetuneConfig)  # a dict or TrainConfig: AttributeError
     if os.environ.get("TF_CONFIG") or os.environ.get("KERAS_DISTRIBUTION_JOB_ADDRESSES"):
         raise UsageError("finetune runs on the devices of one host: unset TF_CONFIG / KERAS_DISTRIBUTION_JOB_ADDRESSES")
     if config.checkpoint_dir:  # it keeps one checkpoint there: another run's of a higher step would outrank it

@@ -14,6 +14,7 @@ import numpy as np
 from bertprep import storage
 from bertprep.atomic import hold
 from bertprep.errors import DataError, UsageError
+from bertprep.options import check_argument
 from bertprep.progress import Progress
 from trainer import compilation_cache, run_state, xla_gpu
 from trainer.config import BertConfig, StepOptions, TrainConfig, TrainSummary, user_cache
@@ -371,7 +372,7 @@ def train(config: TrainConfig, step_times: list[float] | None = None,
     trainer.benchmark's timing; `step_sequences`, a list, the real sequences of each of those steps (a
     packed row holds several)."""
     clock = StartupClock()
-    # Data and model settings are checked before any device is touched.
+    check_argument("trainer.train's config", config, TrainConfig)  # then data and model, before any device
     refuse_an_earlier_runs_checkpoints(config)
     data_dir = config.data
     if data_dir is None:
