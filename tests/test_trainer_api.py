@@ -104,6 +104,11 @@ def test_epochs_of_more_steps_than_a_run_can_take_are_refused():
     assert str(raised.value) == ("--epochs 1e+30: 39999999999999998543585179860992 steps of global batch 4, more "
                                  "than the 2147483647 a run can take")
     assert epoch_steps(dataclasses.replace(config, epochs=2.0), 160, 4) == 80
+    # A --warmup in steps beyond them is refused as it is beyond --steps: the run never left its warmup.
+    with pytest.raises(UsageError) as raised:
+        epoch_steps(dataclasses.replace(config, epochs=2.0, warmup=100), 160, 4)
+    assert str(raised.value) == "--warmup 100 exceeds the 80 steps of --epochs 2.0 (global batch 4)"
+    assert epoch_steps(dataclasses.replace(config, epochs=2.0, warmup=80), 160, 4) == 80
 
 
 def test_an_empty_path_is_refused_naming_its_field(capsys):

@@ -210,11 +210,15 @@ def _finetune(config, task, data, bert, weights, checkpoint_path, devices, log, 
 
 
 def epoch_steps(config, train_records, global_batch):
-    """The optimizer steps of --epochs over `train_records`, at most MAX_STEPS, as --steps is."""
+    """The optimizer steps of --epochs over `train_records`, at most MAX_STEPS and at least a --warmup given in
+    steps, as --steps is checked (a longer warmup ran the whole run warming up, never reaching --lr)."""
     steps = max(1, int(train_records * config.epochs / global_batch))
     if steps > MAX_STEPS:
         raise UsageError(f"--epochs {config.epochs}: {steps} steps of global batch {global_batch}, more than the "
                          f"{MAX_STEPS} a run can take")
+    if config.warmup >= 1 and config.warmup > steps:
+        raise UsageError(f"--warmup {int(config.warmup)} exceeds the {steps} steps of --epochs {config.epochs} "
+                         f"(global batch {global_batch})")
     return steps
 
 
