@@ -68,7 +68,10 @@ def test_configs_have_the_cli_defaults_and_its_checks():
                                               "got 4294967296"),
             # the schedule's int32 step count: an OverflowError traceback from JAX at the first step
             (TrainConfig, {"steps": 2**31}, "TrainConfig.steps must be at most 2147483647, got 2147483648"),
-            (FinetuneConfig, {"epochs": float("inf")}, "FinetuneConfig.epochs must be a finite number, got inf")]:
+            (FinetuneConfig, {"epochs": float("inf")}, "FinetuneConfig.epochs must be a finite number, got inf"),
+            # SQuAD 2.0 then predicted an answer for every question, silently
+            (FinetuneConfig, {"null_score_diff_threshold": float("nan")},
+             "FinetuneConfig.null_score_diff_threshold must be a number, got nan")]:
         required = ("ofrecord",) if kind is TrainConfig else ("MRPC", "d", "tfrecord")
         with pytest.raises(UsageError) as raised:
             kind(*required, **fields)

@@ -385,6 +385,8 @@ class FinetuneConfig:
             raise UsageError(f"--epochs must be positive, got {self.epochs}")
         if math.isinf(self.epochs):  # int() of its steps was an OverflowError traceback
             raise UsageError(f"--epochs must be a finite number, got {self.epochs}")
+        if math.isnan(self.null_score_diff_threshold):  # no score difference exceeds it: never the null answer
+            raise UsageError(f"--null-score-diff-threshold must be a number, got {self.null_score_diff_threshold}")
         _check_appendable(self)
         if self.output_dir is None:
             object.__setattr__(self, "output_dir", f"finetune-{self.task.lower()}")
