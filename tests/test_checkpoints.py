@@ -312,6 +312,19 @@ def test_unknown_path_kind(tmp_path, capsys):
     _fails(capsys, tmp_path / "weights.h5", tmp_path / "out", "weights.h5", "not a checkpoint")
 
 
+def test_a_binary_file_named_checkpoint_is_not_googles_state_file(fixtures, tmp_path, capsys):
+    """TensorFlow's text state file is named `checkpoint`; another tool's binary file of that name was a
+    UnicodeDecodeError traceback whatever the directory held."""
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "checkpoint").write_bytes(b"\xff\xfe\x80 not text")
+    _fails(capsys, tmp_path / "other", tmp_path / "out", "other", "not a checkpoint this trainer reads")
+    hf = tmp_path / "hf"
+    shutil.copytree(fixtures / "hf_tiny", hf, ignore=shutil.ignore_patterns("expected"))
+    (hf / "checkpoint").write_bytes(b"\xff\xfe\x80 not text")
+    assert main(["checkpoint", "inspect", str(hf), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["kind"] == "hf"
+
+
 def test_model_flag_disagreeing_with_the_checkpoint(fixtures, golden_dir, tmp_path, capsys):
     formats.write_records(tmp_path / "tfrecord" / "training" / "part_0.tfrecord",
                           list(formats.read_records(golden_dir / "G1.tfrecord"))[:2], "tfrecord")

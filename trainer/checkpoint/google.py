@@ -28,7 +28,9 @@ def checkpoint_prefix(path):
             return os.path.join(path, PREFIX)
         state = os.path.join(path, "checkpoint")  # TF's state file: model.ckpt-<step> of a training run
         if os.path.isfile(state):
-            with open(state, encoding="utf-8") as f:
+            # errors="replace": another tool's binary file of that name holds no such line (it was a
+            # UnicodeDecodeError traceback, whatever kind of checkpoint the directory held)
+            with open(state, encoding="utf-8", errors="replace") as f:
                 for line in f:
                     if line.startswith("model_checkpoint_path:"):
                         name = line.split(":", 1)[1].strip().strip('"')
