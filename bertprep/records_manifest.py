@@ -6,7 +6,8 @@ first, so a hand-edited or damaged manifest ends with one line naming the
 manifest and the field instead of a traceback, an empty run or records
 silently skipped: the kind is known, its dimensions are positive integers
 (exactly the kind's), counts and first instances are non-negative integers,
-`max_predictions_per_seq` is at least 1, `masked_lm_prob` is in (0, 1], and
+`max_predictions_per_seq` is at least 1, `masked_lm_prob` is in (0, 1], a
+fine-tuning manifest's task, labels and flags are of their types, and
 the files it lists (of the formats the reader reads) are there with the
 listed sizes.
 """
@@ -94,6 +95,22 @@ def _vocab_and_formats_problems(manifest):
     return problems
 
 
+def _task_problems(manifest):
+    """create-squad's and create-glue's own fields, which fine-tuning trusts: a task of 5 was an AttributeError
+    traceback, labels "01" were two labels by their characters, lower_case "yes" was taken for true."""
+    problems = []
+    if "task" in manifest and not isinstance(manifest["task"], str):
+        problems.append(("task", f"{manifest['task']!r}, expected a task name"))
+    labels = manifest.get("labels")
+    if labels is not None and not (isinstance(labels, list) and all(isinstance(label, str) for label in labels)
+                                   and len(set(labels)) == len(labels)):
+        problems.append(("labels", f"{labels!r}, expected a list of distinct label names (strings)"))
+    for name in ("lower_case", "version_2_with_negative"):
+        if name in manifest and not isinstance(manifest[name], bool):
+            problems.append((name, f"{manifest[name]!r}, expected true or false"))
+    return problems
+
+
 def _file_problems(manifest, base, fmts):
     problems = []
     for name, entry in (manifest.get("files") or {}).items():
@@ -127,7 +144,8 @@ def records_manifest_problems(manifest, path, fmts=None):
                             "finished (killed, or still running): rerun it to complete them")] \
         if WRITING in manifest else []
     return unfinished + _kind_and_dims_problems(manifest) + _params_problems(params) + \
-        _vocab_and_formats_problems(manifest) + _file_problems(manifest, os.path.dirname(path), fmts)
+        _vocab_and_formats_problems(manifest) + _task_problems(manifest) + \
+        _file_problems(manifest, os.path.dirname(path), fmts)
 
 
 def check_records_manifest(manifest, path, fmts=None):

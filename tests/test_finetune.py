@@ -342,6 +342,24 @@ def test_a_label_id_beyond_the_tasks_labels_is_one_line_before_training(shared_d
     assert not out.exists()
 
 
+@pytest.mark.parametrize("field, value, said", [
+    ("task", 5, "task: 5, expected a task name"),  # an AttributeError traceback
+    ("labels", "01", "labels: '01', expected a list of distinct label names (strings)"),  # two labels: '0' and '1'
+    ("labels", ["0", "0"], "labels: ['0', '0'], expected a list of distinct label names (strings)"),
+    ("lower_case", "yes", "lower_case: 'yes', expected true or false"),  # taken for true
+])
+def test_a_task_manifests_own_fields_are_checked(shared_dir, tmp_path, field, value, said):
+    """create-glue's and create-squad's fields that fine-tuning trusts, hand-edited, are one line naming them."""
+    from bertprep.errors import DataError
+    from trainer.tasks import TaskData, task_named
+
+    data = _glue_dir(shared_dir, tmp_path / "glue", "MRPC_train", "MRPC_dev")
+    (data / "manifest.json").write_text(json.dumps({"task": "MRPC", "labels": ["0", "1"], field: value}))
+    with pytest.raises(DataError) as raised:
+        TaskData(str(data), "tfrecord", task_named("mrpc"))
+    assert str(raised.value) == f"{data / 'manifest.json'}: {said}"
+
+
 def test_the_training_stream_checks_every_label_id(shared_dir, tmp_path):
     """The training records' labels are checked chunk by chunk as they are read (beside the vocab), before
     the first step: MNLI's under --task mrpc trained silently with --no-eval."""
