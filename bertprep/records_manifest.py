@@ -124,10 +124,23 @@ def _file_problems(manifest, base, fmts):
         full = storage.normpath(storage.join(base, name))
         if not storage.isfile(full):
             problems.append((f'files["{name}"]', f"{storage.display(full)} is missing"))
-        elif is_integer(entry.get("bytes")) and storage.getsize(full) != entry["bytes"]:
-            held = storage.getsize(full)
-            problems.append((f'files["{name}"].bytes', f"{entry['bytes']:,}, but {full} holds {held:,} bytes"))
+        else:
+            problems += _size_problems(f'files["{name}"]', full, entry)
+    metadata = manifest.get("metadata")
+    for name, entry in (metadata.items() if isinstance(metadata, dict) and fmts is not None else ()):
+        # create-squad's eval.{features,examples}.jsonl, read only once the fine-tuning is done: one cut short
+        # failed after every step had been trained (a missing one is the fine-tuning reader's to name)
+        full = storage.normpath(storage.join(base, name))
+        if isinstance(entry, dict) and storage.isfile(full):
+            problems += _size_problems(f'metadata["{name}"]', full, entry)
     return problems
+
+
+def _size_problems(field, full, entry):
+    """[(field.bytes, what is wrong)] where the file `full` does not hold the bytes its entry lists."""
+    if is_integer(entry.get("bytes")) and storage.getsize(full) != entry["bytes"]:
+        return [(f"{field}.bytes", f"{entry['bytes']:,}, but {full} holds {storage.getsize(full):,} bytes")]
+    return []
 
 
 # In a records manifest while `bertprep create` writes its shards (saved after each, for a rerun to resume),

@@ -360,6 +360,25 @@ def test_a_task_manifests_own_fields_are_checked(shared_dir, tmp_path, field, va
     assert str(raised.value) == f"{data / 'manifest.json'}: {said}"
 
 
+def test_squad_eval_metadata_cut_short_is_named_before_training(squad_dir, tmp_path):
+    """eval.features.jsonl is read once the training is done: one cut short (its manifest lists its bytes)
+    failed after every step had been trained."""
+    import shutil
+
+    from bertprep.errors import DataError
+    from trainer.tasks import TaskData, task_named
+
+    data = tmp_path / "squad"
+    shutil.copytree(squad_dir, data)
+    size = (data / "eval.features.jsonl").stat().st_size
+    with open(data / "eval.features.jsonl", "r+b") as f:
+        f.truncate(size // 2)
+    with pytest.raises(DataError) as raised:
+        TaskData(str(data), "tfrecord", task_named("squad"))
+    assert str(raised.value) == (f'{data / "manifest.json"}: metadata["eval.features.jsonl"].bytes: {size:,}, but '
+                                 f'{data / "eval.features.jsonl"} holds {size // 2:,} bytes')
+
+
 def test_the_training_stream_checks_every_label_id(shared_dir, tmp_path):
     """The training records' labels are checked chunk by chunk as they are read (beside the vocab), before
     the first step: MNLI's under --task mrpc trained silently with --no-eval."""
