@@ -59,6 +59,9 @@ def test_configs_have_the_cli_defaults_and_its_checks():
              "FinetuneConfig.warmup must be a fraction below 1 or a whole number of steps, got inf"),
             (TrainConfig, {"keep_checkpoints": 0}, "TrainConfig.keep_checkpoints: expected a positive integer, got 0"),
             (TrainConfig, {"steps": 0}, "TrainConfig.steps: expected a positive integer, got 0"),
+            # evaluated every fifth step, as --eval-every 5
+            (TrainConfig, {"eval_every": -5}, "TrainConfig.eval_every: expected 0 (never) or a positive integer, "
+                                              "got -5"),
             (TrainConfig, {"precision": "fp8"}, "TrainConfig.precision: expected one of fp32, amp, mixed_float16, "
                                                 "mixed_bfloat16, got 'fp8'"),
             (FinetuneConfig, {"epochs": 0}, "FinetuneConfig.epochs must be positive, got 0"),

@@ -249,6 +249,8 @@ class TrainConfig:
         _check_positive(self, ("steps", "batch_size", "grad_accum", "pad_vocab", "steps_per_call", "bin_size",
                                "model_parallel", "pipeline_stages", "checkpoint_every", "keep_checkpoints",
                                "eval_steps", "log_every"))
+        if self.eval_every < 0:  # step % -5 is 0 every fifth step: it evaluated as --eval-every 5, unsaid
+            raise UsageError(f"--eval-every: expected 0 (never) or a positive integer, got {self.eval_every}")
         if self.model and self.bert_config:
             raise UsageError("--bert-config: not allowed with argument --model")
         if self.model is None and not self.bert_config and not self.init_checkpoint:
