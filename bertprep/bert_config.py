@@ -6,6 +6,7 @@ published model sizes), and bertprep never imports the trainer."""
 
 import dataclasses
 import json
+import math
 import re
 
 from bertprep import storage
@@ -22,7 +23,8 @@ _VALUE_CHECKS = [
       "max_position_embeddings", "type_vocab_size"), lambda v: type(v) is int and v >= 1, "a positive integer"),
     (("hidden_dropout_prob", "attention_probs_dropout_prob"), lambda v: _is_number(v) and 0 <= v < 1,
      "a probability in [0, 1)"),
-    (("initializer_range",), lambda v: _is_number(v) and v > 0, "a positive number"),
+    # inf (JSON's Infinity, which Python reads): Keras's TruncatedNormal made a fresh head or model of ±inf
+    (("initializer_range",), lambda v: _is_number(v) and 0 < v < math.inf, "a positive number"),
 ]
 _GOOGLE_DESCRIPTIVE_KEY = re.compile(
     r"^(directionality|pooler_(fc_size|num_attention_heads|num_fc_layers|size_per_head|type))$")

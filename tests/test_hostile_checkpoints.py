@@ -433,6 +433,7 @@ BAD_CONFIGS = [
     ("num_hidden_layers", -1, "num_hidden_layers is -1, expected a positive integer"),
     ("hidden_size", 128.0, "hidden_size is 128.0, expected a positive integer"),
     ("hidden_dropout_prob", 1.5, "hidden_dropout_prob is 1.5, expected a probability in [0, 1)"),
+    ("initializer_range", float("inf"), "initializer_range is inf, expected a positive number"),  # ±inf weights
 ]
 
 
