@@ -307,6 +307,16 @@ def test_truncated_files(fixtures, tmp_path, capsys):
     _fails(capsys, google, tmp_path / "out", "bert_model.ckpt.data", "variable ")
 
 
+def test_convert_to_a_place_under_a_file_is_one_usage_line(fixtures, tmp_path, capsys):
+    """It was '<file>/.partial: Not a directory', exit 1, naming a path the user never gave, once the weights
+    had been read."""
+    (tmp_path / "afile").write_text("not a directory")
+    out = tmp_path / "afile" / "out"
+    assert main(["checkpoint", "convert", str(fixtures / "hf_tiny"), str(out), "--to", "bertprep"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"trainer checkpoint: error: the output {out}: {tmp_path / 'afile'} is a file: nothing can be made under it"]
+
+
 def test_unknown_path_kind(tmp_path, capsys):
     (tmp_path / "weights.h5").write_bytes(b"not a checkpoint")
     _fails(capsys, tmp_path / "weights.h5", tmp_path / "out", "weights.h5", "not a checkpoint")

@@ -123,6 +123,10 @@ def convert(src, out, to, vocab=None, cased=None):
     target.check_reachable()  # a missing bucket or refused credentials: one line before the weights are read
     if target.exists():  # a URL: any object under the prefix, a cut-short convert's too
         raise UsageError(f"{target}: exists; convert writes a new directory")
+    if storage.checks_locally(out):  # a file on its way: it was '<file>/.partial: Not a directory', once read
+        from trainer.config import check_output_place
+
+        check_output_place("the output", target.root, directory=True)
     checkpoint = read(src)
     task_heads.check_writable(checkpoint, to)
     carried = (tokenizer.for_export(checkpoint, vocab, cased) if to == "hf" or vocab is not None or cased is not None
