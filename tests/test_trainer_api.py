@@ -117,6 +117,20 @@ def test_epochs_of_more_steps_than_a_run_can_take_are_refused():
     assert epoch_steps(dataclasses.replace(config, epochs=2.0, warmup=80), 160, 4) == 80
 
 
+def test_path_objects_are_kept_as_strings(shared_dir):
+    """A pathlib.Path --init-checkpoint was a TypeError traceback ('PosixPath' + 'str') when the checkpoint was
+    sniffed: the run joins and compares strings."""
+    import pathlib
+
+    from trainer.checkpoint import read
+
+    hf_tiny = shared_dir / "fixtures" / "checkpoints" / "hf_tiny"
+    config = FinetuneConfig("MRPC", pathlib.Path("d"), "tfrecord", init_checkpoint=hf_tiny)
+    assert (config.data, config.init_checkpoint) == ("d", str(hf_tiny))
+    assert read(config.init_checkpoint).kind == "hf"
+    assert TrainConfig("tfrecord", checkpoint_dir=pathlib.Path("ckpt")).checkpoint_dir == "ckpt"
+
+
 def test_an_empty_path_is_refused_naming_its_field(capsys):
     """"" was taken for a flag not given (--checkpoint-dir "" saved nothing, exit 0; --eval-file "" scored against
     the manifest's source) or for the current directory (--data "": the output "inside the input ")."""

@@ -171,11 +171,14 @@ def _check_appendable(config):
 def _check_paths_named(config, names):
     """An empty path is refused: the run took "" for a flag not given (--checkpoint-dir "" saved nothing and
     exited 0, --eval-file "" scored against the manifest's source) or for the current directory (--data ""
-    said the default --output-dir lay "inside the input ")."""
+    said the default --output-dir lay "inside the input "). A path object is kept as its string: the run joins
+    and compares strings (a pathlib.Path --init-checkpoint was a TypeError traceback, 'PosixPath' + 'str')."""
     for name in names:
         value = getattr(config, name)
         if value is not None and os.fspath(value) == "":
             raise UsageError(f"--{name.replace('_', '-')}: an empty path names no file or directory")
+        if value is not None:
+            object.__setattr__(config, name, os.fspath(value))
 
 
 def _check_positive(config, names):
