@@ -317,6 +317,19 @@ def test_convert_to_a_place_under_a_file_is_one_usage_line(fixtures, tmp_path, c
         f"trainer checkpoint: error: the output {out}: {tmp_path / 'afile'} is a file: nothing can be made under it"]
 
 
+def test_convert_in_python_takes_path_objects_and_names_a_wrong_type(fixtures, tmp_path):
+    """trainer.checkpoint.convert (README's Python API) with pathlib.Path arguments was a TypeError traceback
+    ('PosixPath' + 'str'), and so was a None source."""
+    from bertprep.errors import UsageError
+    from trainer.checkpoint import convert
+
+    assert convert(fixtures / "hf_tiny", tmp_path / "ours", "bertprep")["out"] == str(tmp_path / "ours")
+    assert (tmp_path / "ours" / "state.npz").is_file()
+    with pytest.raises(UsageError) as raised:
+        convert(None, tmp_path / "out", "hf")
+    assert str(raised.value) == "convert's src must be a str (or a path), got NoneType None"
+
+
 def test_unknown_path_kind(tmp_path, capsys):
     (tmp_path / "weights.h5").write_bytes(b"not a checkpoint")
     _fails(capsys, tmp_path / "weights.h5", tmp_path / "out", "weights.h5", "not a checkpoint")

@@ -16,7 +16,7 @@ from bertprep import storage
 from bertprep.atomic import atomic_dir, staging_dir
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
-from bertprep.options import refuse_overlap
+from bertprep.options import check_argument, refuse_overlap
 from trainer.checkpoint.base import Checkpoint, checked, vocab_beside  # noqa: F401  (the package's API)
 
 
@@ -116,6 +116,10 @@ def convert(src, out, to, vocab=None, cased=None):
     `cased` (True/False) gives the casing where the checkpoint records none (tokenizer.for_export)."""
     from trainer.checkpoint import google, hf, model_card, ours, task_heads, tokenizer
 
+    # path objects as their strings (a pathlib.Path was a TypeError traceback, 'PosixPath' + 'str'); else one line
+    src, out, vocab = (value if value is None else os.fspath(value) for value in (
+        check_argument("convert's src", src, str), check_argument("convert's out", out, str),
+        check_argument("convert's vocab", vocab, str | None)))
     if to not in WRITERS:
         raise UsageError(f"convert writes one of {', '.join(WRITERS)}, not {to!r}")
     refuse_overlap(out, [src, vocab], what="the output")  # a new directory inside the checkpoint it reads
