@@ -330,6 +330,20 @@ def test_convert_in_python_takes_path_objects_and_names_a_wrong_type(fixtures, t
     assert str(raised.value) == "convert's src must be a str (or a path), got NoneType None"
 
 
+@pytest.mark.parametrize("argv, flag", [
+    (["convert", "", "out", "--to", "hf"], "src"), (["convert", "{hf}", "", "--to", "bertprep"], "out"),
+    (["inspect", ""], "src"), (["run", "{hf}", "--inputs", "", "--out", "o.npz"], "--inputs"),
+    (["run", "{hf}", "--inputs", "i.jsonl", "--out", ""], "--out"),
+    (["convert", "{hf}", "out", "--to", "hf", "--vocab", ""], "--vocab")])
+def test_an_empty_path_is_one_usage_line_naming_it(fixtures, capsys, argv, flag):
+    """'' read as no file (convert SRC '' read the checkpoint, then ': No such file or directory', exit 1) or
+    as the current directory, as bertprep's stages refuse it."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["checkpoint", *[a.replace("{hf}", str(fixtures / "hf_tiny")) for a in argv]])
+    assert exit_.value.code == 2 and capsys.readouterr().err == (
+        f"trainer checkpoint: error: {flag}: an empty path names no file or directory\n")
+
+
 def test_unknown_path_kind(tmp_path, capsys):
     (tmp_path / "weights.h5").write_bytes(b"not a checkpoint")
     _fails(capsys, tmp_path / "weights.h5", tmp_path / "out", "weights.h5", "not a checkpoint")

@@ -59,7 +59,14 @@ def build_parser():
 
 
 def main(argv):
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    # An empty path names nothing: a read took it for no file (': No such file or directory', once the checkpoint
+    # had been read), a join for the current directory.
+    for name in ("src", "out", "inputs", "vocab"):
+        if getattr(args, name, None) == "":
+            flag = name if name == "src" or (name == "out" and args.command == "convert") else f"--{name}"
+            parser.error(f"{flag}: an empty path names no file or directory")
 
     def command():
         with library_lines_left_out():  # TensorFlow's start-up lines, where a kind of checkpoint needs it
