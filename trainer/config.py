@@ -10,7 +10,7 @@ import os
 from bertprep import bert_config, storage
 from bertprep.errors import UsageError
 from bertprep.formats import codecs
-from bertprep.options import check_types, errors_name_fields, refuse_overlap
+from bertprep.options import check_types, errors_name_fields, refuse_empty_path, refuse_overlap
 from trainer.precision import GPU_PLATFORMS, PRECISIONS
 from trainer.xla_gpu import GEMM_AUTOTUNE, GEMM_KERNELS
 
@@ -175,9 +175,8 @@ def _check_paths_named(config, names):
     and compares strings (a pathlib.Path --init-checkpoint was a TypeError traceback, 'PosixPath' + 'str')."""
     for name in names:
         value = getattr(config, name)
-        if value is not None and os.fspath(value) == "":
-            raise UsageError(f"--{name.replace('_', '-')}: an empty path names no file or directory")
         if value is not None:
+            refuse_empty_path(f"--{name.replace('_', '-')}", value)
             object.__setattr__(config, name, os.fspath(value))
 
 
