@@ -262,6 +262,25 @@ def test_a_corpus_directory_without_a_manifest_is_refused(corpus, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def tiny_corpus(directory, texts):
+    """A formatted corpus directory of one part holding `texts`."""
+    directory.mkdir(parents=True)
+    (directory / "part0.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    (directory / "manifest.json").write_text(json.dumps({"tool": "bertprep", "stage": "format", "files": {}}))
+    return directory
+
+
+def test_a_part_named_by_two_inputs_is_refused(tmp_path):
+    """`--input c1 c1/part0.jsonl` read the part as two corpora, each the other's exact copy: both outputs were
+    written empty, c1 reported "-7 kept", exit 0."""
+    c1 = tiny_corpus(tmp_path / "c1", ["one text here", "one text here", "another text"])
+    run = dedup_cli("--input", c1, c1 / "part0.jsonl", "--out", tmp_path / "out")
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr == (f"bertprep dedup: error: --input {c1 / 'part0.jsonl'}: named twice (by --input {str(c1)!r} "
+                          f"and by --input {str(c1 / 'part0.jsonl')!r}); give each input file once\n")
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("name,content,expected", [
     ("dev.json", '{"questions": []}', "expected SQuAD JSON"),
     ("dev.csv", "a,b\n", "expected a SQuAD .json, GLUE .tsv or .txt evaluation file, not .csv"),

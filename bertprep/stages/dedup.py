@@ -91,6 +91,7 @@ from bertprep.workdir import (
     check_corpus_name,
     file_matches,
     load_manifest,
+    refuse_repeated_inputs,
     removed_warning,
     resolve_workdir,
     save_manifest,
@@ -275,7 +276,7 @@ def resolve_inputs(workdir, options):
             raise UsageError(f"{storage.display(formatted)}: no formatted corpus (run `bertprep download` first or "
                              "give --input)")
         paths = [storage.join(formatted, name) for name in names]
-    corpora = []
+    corpora, named = [], []  # named: [(part, the --input that named it)]
     for path in paths:
         if storage.isdir(path):
             if not storage.isfile(storage.join(path, MANIFEST)):
@@ -293,6 +294,9 @@ def resolve_inputs(workdir, options):
         else:
             raise storage.not_found(path, UsageError(f"--input {storage.display(path)}: not a formatted corpus "
                                                      "directory or .jsonl file"))
+        named += [(part, path) for part in corpora[-1][1]]
+    # a part read as two corpora (`--input c1 c1/part0.jsonl`) was each one's exact copy: both outputs emptied
+    refuse_repeated_inputs(named)
     names = [check_corpus_name(name) for name, _parts in corpora]
     if len(set(names)) != len(names):
         raise UsageError(f"--input: two inputs named {sorted(n for n in names if names.count(n) > 1)[0]!r}")
