@@ -281,6 +281,21 @@ def test_a_part_named_by_two_inputs_is_refused(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("name,expected", [
+    ("nosuch", "{formatted}: no formatted corpus nosuch (run `bertprep download` first or give --input)"),
+    ("../../c1", "--corpus '../../c1': use letters, digits, '_' and '-' only"),
+])
+def test_a_corpus_name_that_is_not_there_is_named_as_given(tmp_path, name, expected):
+    """It was `--input WORKDIR/formatted/nosuch: not a formatted corpus directory or .jsonl file`, a flag the user
+    never gave; a name that is a path read a corpus outside WORKDIR/formatted."""
+    tiny_corpus(tmp_path / "work" / "formatted" / "real", ["one text here"])
+    tiny_corpus(tmp_path / "c1", ["another text"])
+    run = dedup_cli("--corpus", "real", name, "--workdir", tmp_path / "work", "--out", tmp_path / "out")
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr == f"bertprep dedup: error: {expected.format(formatted=tmp_path / 'work' / 'formatted')}\n"
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("name,content,expected", [
     ("dev.json", '{"questions": []}', "expected SQuAD JSON"),
     ("dev.csv", "a,b\n", "expected a SQuAD .json, GLUE .tsv or .txt evaluation file, not .csv"),

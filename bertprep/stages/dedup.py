@@ -275,6 +275,10 @@ def resolve_inputs(workdir, options):
         if not names:
             raise UsageError(f"{storage.display(formatted)}: no formatted corpus (run `bertprep download` first or "
                              "give --input)")
+        for name in options.corpus or ():  # named as --corpus, not as the --input path it was joined to
+            if not storage.isdir(storage.join(formatted, check_corpus_name(name))):
+                raise UsageError(f"{storage.display(formatted)}: no formatted corpus {name} (run `bertprep download` "
+                                 "first or give --input)")
         paths = [storage.join(formatted, name) for name in names]
     corpora, named = [], []  # named: [(part, the --input that named it)]
     for path in paths:
