@@ -188,10 +188,7 @@ def atomic_open(path, mode="wb", staging=None):
     staging = staging or staging_dir(os.path.dirname(path) or ".")
     with _naming(path):
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        os.makedirs(staging, exist_ok=True)
-        remove_stale_temps(staging, path)
-        tmp = temp_path(staging, path)
-        f = open(tmp, mode)
+        f, tmp = _open_temp(staging, path, mode)
     try:
         with _naming(path):
             _claim(f.fileno())
@@ -212,6 +209,21 @@ def atomic_open(path, mode="wb", staging=None):
         if lone:
             with contextlib.suppress(OSError):
                 os.rmdir(staging)  # only when empty: another writer may be using it
+
+
+def _open_temp(staging, path, mode, tries=8):
+    """(file, name) of a fresh temporary for `path` in `staging`, made if need be. Another lone writer in the
+    same directory removes `staging` once it is empty: between our makedirs and open it may go, which failed
+    dedup's dry run, its parallel steps writing one directory ("…/bands/0001: No such file or directory")."""
+    for attempt in range(tries):
+        os.makedirs(staging, exist_ok=True)
+        remove_stale_temps(staging, path)
+        tmp = temp_path(staging, path)
+        try:
+            return open(tmp, mode), tmp
+        except FileNotFoundError:
+            if attempt == tries - 1 or os.path.isdir(staging):
+                raise
 
 
 @contextlib.contextmanager

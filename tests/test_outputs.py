@@ -76,6 +76,25 @@ def test_a_lone_file_stages_beside_itself_and_tidies_up(tmp_path):
     assert os.listdir(tmp_path) == ["report.json"]
 
 
+def test_a_lone_file_survives_another_writer_tidying_the_staging_directory_away(tmp_path, monkeypatch):
+    """Two lone writers of one directory (dedup's dry run: its steps in parallel): the other's last step removes
+    the empty staging directory between this one's makedirs and open, which failed with "No such file or
+    directory" naming the file."""
+    from bertprep import atomic
+
+    real = atomic.remove_stale_temps
+
+    def other_writer_finishes(staging, path):
+        real(staging, path)
+        monkeypatch.setattr(atomic, "remove_stale_temps", real)  # once
+        os.rmdir(staging)
+
+    monkeypatch.setattr(atomic, "remove_stale_temps", other_writer_finishes)
+    with atomic_open(tmp_path / "report.json") as f:
+        f.write(b"{}")
+    assert os.listdir(tmp_path) == ["report.json"]
+
+
 def test_an_input_name_of_250_bytes_makes_records_under_the_255_byte_limit(tmp_path, tiny):
     good, vocab = tiny
     long_input = good.parent / ("a" * 246 + ".txt")
