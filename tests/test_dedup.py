@@ -296,6 +296,22 @@ def test_a_corpus_name_that_is_not_there_is_named_as_given(tmp_path, name, expec
     assert not (tmp_path / "out").exists()
 
 
+def test_two_evaluation_sets_of_one_name_are_refused(tmp_path):
+    """The report is keyed by the set's file name: of a/dev.txt and b/dev.txt it said "eval dev.txt 0 of 1 items
+    found in training" (b's) while a document went as contaminated by a's."""
+    text = "the first words of an evaluation item that the training corpus holds whole"
+    c1 = tiny_corpus(tmp_path / "c1", [text, "another text"])
+    for folder, item in (("a", text), ("b", "words that no training document holds at all, of any kind")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "dev.txt").write_text(item + "\n")
+    run = dedup_cli("--input", c1, "--out", tmp_path / "out", "--decontaminate", tmp_path / "a" / "dev.txt",
+                    tmp_path / "b" / "dev.txt")
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr == ("bertprep dedup: error: --decontaminate: two evaluation sets named 'dev.txt' (the report "
+                          "names a set by its file name): give each once, or rename one\n")
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("name,content,expected", [
     ("dev.json", '{"questions": []}', "expected SQuAD JSON"),
     ("dev.csv", "a,b\n", "expected a SQuAD .json, GLUE .tsv or .txt evaluation file, not .csv"),

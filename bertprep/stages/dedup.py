@@ -379,6 +379,9 @@ def evaluation_ngrams(workdir, options):
     sets, hashes, owners, counts, warnings = [], [], [], [], []
     n = options.decontaminate_ngram
     for label, items in (entry for name in options.decontaminate for entry in evaluation_files(workdir, name)):
+        if label in sets:  # the report is keyed by label: a/dev.txt's findings were replaced by b/dev.txt's
+            raise UsageError(f"--decontaminate: two evaluation sets named {label!r} (the report names a set by its "
+                             "file name): give each once, or rename one")
         sets.append(label)
         counts.append(len(items))
         short = 0
