@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import bertprep
-from bertprep.errors import DataError
+from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.stages import dedup as dedup_module
 from bertprep.stages.shard import shard
@@ -310,6 +310,20 @@ def test_two_evaluation_sets_of_one_name_are_refused(tmp_path):
     assert run.stderr == ("bertprep dedup: error: --decontaminate: two evaluation sets named 'dev.txt' (the report "
                           "names a set by its file name): give each once, or rename one\n")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("fields,expected", [
+    ({"ngram": 10 ** 20}, "DedupOptions.ngram must be at most 1,048,576 words, not 100000000000000000000"),
+    ({"decontaminate_ngram": 1 << 21}, "DedupOptions.decontaminate_ngram must be at most 1,048,576 words, not 2097152"),
+    ({"num_perm": 10 ** 9}, "DedupOptions.num_perm must be at most 16,384, not 1000000000"),
+    ({"num_perm": 10 ** 20, "bands": 10 ** 20}, f"DedupOptions.num_perm must be at most 16,384, not {10 ** 20}"),
+])
+def test_a_huge_ngram_or_num_perm_is_refused(fields, expected):
+    """--ngram 10**20 was the C extension's OverflowError, --num-perm 10**9 asked for gigabytes before the first
+    document (the process killed, no message), 10**20 with --bands NumPy's ValueError."""
+    with pytest.raises(UsageError) as raised:
+        bertprep.dedup(input=("c.jsonl",), out="out", **fields)
+    assert str(raised.value).startswith(expected)
 
 
 @pytest.mark.parametrize("name,content,expected", [

@@ -109,6 +109,12 @@ WRITING = "writing"  # in OUT/manifest.json while the parts are written (a kille
 MINHASH_SEED = 1
 DEFAULT_MEMORY = "1G"  # a 2-core 24 GB machine's share per process, with room for the interpreter and libraries
 WORD = re.compile(r"\w+")
+# The largest --ngram and --decontaminate-ngram: 10**20 was the C extension's OverflowError (a traceback). A
+# document shorter than the n-gram is its one shingle, so a larger one changes nothing (GPT-3's is 13).
+MAX_NGRAM = 1 << 20
+# The most MinHash permutations: 10**9 asked for gigabytes before the first document (killed, no message),
+# 10**20 was NumPy's ValueError. Lee et al. (2022) used 9,000.
+MAX_NUM_PERM = 1 << 14
 
 
 @errors_name_fields
@@ -150,8 +156,13 @@ class DedupOptions:
             raise UsageError("give --input or --corpus, not both")
         if self.ngram < 1 or self.decontaminate_ngram < 1:
             raise UsageError("--ngram and --decontaminate-ngram must be at least 1")
+        for flag, value in (("--ngram", self.ngram), ("--decontaminate-ngram", self.decontaminate_ngram)):
+            if value > MAX_NGRAM:
+                raise UsageError(f"{flag} must be at most {MAX_NGRAM:,} words, not {value}")
         if self.num_perm < 2:
             raise UsageError("--num-perm must be at least 2")
+        if self.num_perm > MAX_NUM_PERM:
+            raise UsageError(f"--num-perm must be at most {MAX_NUM_PERM:,}, not {self.num_perm}")
         if not 0 < self.threshold <= 1:
             raise UsageError("--threshold must be in (0, 1]")
         if self.bands is not None and not 1 <= self.bands <= self.num_perm:
