@@ -326,6 +326,17 @@ def test_a_huge_ngram_or_num_perm_is_refused(fields, expected):
     assert str(raised.value).startswith(expected)
 
 
+def test_a_corpus_directory_without_a_jsonl_part_is_refused(tmp_path):
+    """A corpus whose text is in .txt files was "0 documents, 0 kept", an empty corpus written, exit 0."""
+    corpus = tiny_corpus(tmp_path / "c1", [])
+    (corpus / "part0.jsonl").rename(corpus / "part0.txt")
+    run = dedup_cli("--input", corpus, "--out", tmp_path / "out")
+    assert run.returncode == 1 and run.stdout == ""
+    assert run.stderr == (f"bertprep dedup: error: {corpus}: no .jsonl part in it: not a formatted corpus (expected "
+                          "the directory `bertprep download` writes)\n")
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("name,content,expected", [
     ("dev.json", '{"questions": []}', "expected SQuAD JSON"),
     ("dev.csv", "a,b\n", "expected a SQuAD .json, GLUE .tsv or .txt evaluation file, not .csv"),

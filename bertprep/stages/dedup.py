@@ -299,6 +299,9 @@ def resolve_inputs(workdir, options):
                                 "directory `bertprep download` writes)")
             parts = sorted(storage.join(root, name) for root, _dirs, names in walk(path) for name in names
                            if name.endswith(".jsonl") and not name.startswith("."))
+            if not parts:  # its text in .txt files, say: "0 documents", an empty corpus written, exit 0
+                raise DataError(f"{storage.display(path)}: no .jsonl part in it: not a formatted corpus (expected the "
+                                "directory `bertprep download` writes)")
             names = [os.path.basename(p) for p in parts]
             if len(set(names)) != len(names):  # the output corpus is flat, as `bertprep download` writes them
                 twice = sorted(n for n in names if names.count(n) > 1)[0]
