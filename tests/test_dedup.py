@@ -337,6 +337,22 @@ def test_a_corpus_directory_without_a_jsonl_part_is_refused(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_an_output_directory_of_another_stage_is_refused(tmp_path):
+    """`--out` a shard output: its shards were removed as "files of an earlier run" and its manifest replaced."""
+    c1 = tiny_corpus(tmp_path / "c1", ["one text here"])
+    out = tmp_path / "sharded"
+    (out / "training").mkdir(parents=True)
+    (out / "training" / "c_training_0.txt").write_text("A sentence.\n")
+    manifest = json.dumps({"tool": "bertprep", "stage": "shard", "files": {"training/c_training_0.txt": {}}})
+    (out / "manifest.json").write_text(manifest)
+    run = dedup_cli("--input", c1, "--out", out)
+    assert run.returncode == 1 and run.stdout == ""
+    assert run.stderr == (f"bertprep dedup: error: {out / 'manifest.json'}: a manifest of bertprep shard, not of "
+                          "dedup: dedup would replace it and remove the files it lists; choose another --out\n")
+    assert (out / "training" / "c_training_0.txt").read_text() == "A sentence.\n"
+    assert (out / "manifest.json").read_text() == manifest
+
+
 @pytest.mark.parametrize("name,content,expected", [
     ("dev.json", '{"questions": []}', "expected SQuAD JSON"),
     ("dev.csv", "a,b\n", "expected a SQuAD .json, GLUE .tsv or .txt evaluation file, not .csv"),

@@ -1209,7 +1209,12 @@ def check_output_parts(out, corpora, previous):
     """The .jsonl files in this run's output corpus folders (OUT/<corpus>/) that it does not write, which an
     earlier dedup into OUT wrote (its manifest's inputs or files name them): to be removed, and said. Any other
     .jsonl there is refused: `bertprep shard --input OUT/<corpus>` reads every part of the folder, and read a
-    stray file into training with the deduplicated ones (issue 57)."""
+    stray file into training with the deduplicated ones (issue 57). Another stage's manifest in OUT is refused:
+    the files it lists were removed as an earlier dedup's, and the manifest replaced."""
+    if previous is not None and previous.get("stage") != "dedup":
+        raise DataError(f"{storage.display(storage.join(out, MANIFEST))}: a manifest of bertprep "
+                        f"{previous.get('stage') or 'another tool'}, not of dedup: dedup would replace it and remove "
+                        "the files it lists; choose another --out")
     previous = previous or {}
     earlier = {f"{entry.get('corpus')}/{os.path.basename(entry.get('path', ''))}"
                for entry in previous.get("inputs") or () if isinstance(entry, dict)} | set(previous.get("files") or ())
