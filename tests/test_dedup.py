@@ -353,6 +353,24 @@ def test_an_output_directory_of_another_stage_is_refused(tmp_path):
     assert (out / "manifest.json").read_text() == manifest
 
 
+def test_evaluation_sets_are_compared_with_out_as_what_is_read(tmp_path, monkeypatch):
+    """squad was compared with --out as the path ./squad (`--out .` "held the input squad", WORKDIR/download not
+    at all), and an empty path as the current directory (`--out deduped` "is inside the input ")."""
+    text = "the first words of an evaluation item that the training corpus holds whole"
+    c1 = tiny_corpus(tmp_path / "c1", [text])
+    (tmp_path / "work" / "download" / "squad").mkdir(parents=True)
+    (tmp_path / "work" / "download" / "squad" / "dev-v1.1.json").write_text(
+        json.dumps({"data": [{"paragraphs": [{"context": text}]}]}))
+    (tmp_path / "here").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    fields = {"input": (str(c1),), "decontaminate": ("squad",), "workdir": str(tmp_path / "work"), "dry_run": True}
+    assert bertprep.dedup(**fields, out=".")["contaminated"] == 1
+    with pytest.raises(UsageError, match=r"^DedupOptions.out .*/work/download holds the input .*/download/squad: "):
+        bertprep.dedup(**fields, out=str(tmp_path / "work" / "download"))
+    with pytest.raises(UsageError, match=r"^decontaminate: an empty path names no file or directory$"):
+        bertprep.dedup(**dict(fields, decontaminate=("",)), out="deduped")
+
+
 @pytest.mark.parametrize("name,content,expected", [
     ("dev.json", '{"questions": []}', "expected SQuAD JSON"),
     ("dev.csv", "a,b\n", "expected a SQuAD .json, GLUE .tsv or .txt evaluation file, not .csv"),

@@ -148,10 +148,9 @@ class DedupOptions:
     def __post_init__(self):
         check_types(self)
         refuse_empty(self, "input", "corpus")
-        normalise_paths(self, "input", "out", "workdir")
+        normalise_paths(self, "input", "out", "workdir", "decontaminate")
         if self.corpus is not None:
             object.__setattr__(self, "corpus", tuple(self.corpus))
-        object.__setattr__(self, "decontaminate", tuple(os.fspath(d) for d in self.decontaminate))
         if self.input and self.corpus:
             raise UsageError("give --input or --corpus, not both")
         if self.ngram < 1 or self.decontaminate_ngram < 1:
@@ -1156,8 +1155,10 @@ def dedup(options: DedupOptions | None = None, /, *, quiet: bool = True, **field
     workdir = resolve_workdir(options.workdir)
     corpora = resolve_inputs(workdir, options)
     out = storage.absolute(options.out or stage_dir(workdir, "deduped"))
-    refuse_overlap(out, [*(options.input or ()), *(p for _name, parts in corpora for p in parts),
-                         *options.decontaminate])
+    # squad and glue are read from WORKDIR/download: compared as names, `--out .` "held the input squad"
+    evaluation_paths = [storage.join(workdir, "download", d) if d in ("squad", "glue") else d
+                        for d in options.decontaminate]
+    refuse_overlap(out, [*(options.input or ()), *(p for _name, parts in corpora for p in parts), *evaluation_paths])
     params = {"ngram": options.ngram, "num_perm": options.num_perm, "threshold": options.threshold,
               "bands_rows": list(options.band_rows()), "exact": options.exact, "near": options.near,
               "decontaminate": [storage.display(d) for d in options.decontaminate],
