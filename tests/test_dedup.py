@@ -371,6 +371,16 @@ def test_evaluation_sets_are_compared_with_out_as_what_is_read(tmp_path, monkeyp
         bertprep.dedup(**dict(fields, decontaminate=("",)), out="deduped")
 
 
+def test_an_input_whose_name_is_no_corpus_name_is_named_as_the_input(tmp_path):
+    """`--input wiki.v2.jsonl` said `--corpus 'wiki.v2': use letters, ...`, a flag the user never gave."""
+    part = tmp_path / "wiki.v2.jsonl"
+    part.write_text(json.dumps({"text": "one text here"}) + "\n")
+    run = dedup_cli("--input", part, "--out", tmp_path / "out")
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr == (f"bertprep dedup: error: --input {part}: its corpus name 'wiki.v2' (its folder under "
+                          "--out) may use letters, digits, '_' and '-' only: rename it\n")
+
+
 @pytest.mark.parametrize("name,content,expected", [
     ("dev.json", '{"questions": []}', "expected SQuAD JSON"),
     ("dev.csv", "a,b\n", "expected a SQuAD .json, GLUE .tsv or .txt evaluation file, not .csv"),

@@ -314,10 +314,22 @@ def resolve_inputs(workdir, options):
         named += [(part, path) for part in corpora[-1][1]]
     # a part read as two corpora (`--input c1 c1/part0.jsonl`) was each one's exact copy: both outputs emptied
     refuse_repeated_inputs(named)
-    names = [check_corpus_name(name) for name, _parts in corpora]
+    names = [input_corpus_name(name, path, options) for (name, _parts), path in zip(corpora, paths)]
     if len(set(names)) != len(names):
         raise UsageError(f"--input: two inputs named {sorted(n for n in names if names.count(n) > 1)[0]!r}")
     return corpora
+
+
+def input_corpus_name(name, path, options):
+    """`name`, the corpus (its folder under --out) of the input `path`, when it is a corpus name; else one line
+    naming the --input it came from (`--input wiki.v2.jsonl` said `--corpus 'wiki.v2': ...`, a flag not given)."""
+    try:
+        return check_corpus_name(name)
+    except UsageError:
+        if not options.input:
+            raise
+        raise UsageError(f"--input {storage.display(path)}: its corpus name {name!r} (its folder under --out) may use "
+                         "letters, digits, '_' and '-' only: rename it") from None
 
 
 # -- evaluation sets ---------------------------------------------------------------
