@@ -381,6 +381,16 @@ def test_an_input_whose_name_is_no_corpus_name_is_named_as_the_input(tmp_path):
                           "--out) may use letters, digits, '_' and '-' only: rename it\n")
 
 
+def test_an_out_that_is_a_file_is_a_usage_error(tmp_path):
+    c1 = tiny_corpus(tmp_path / "c1", ["one text here"])
+    (tmp_path / "out.txt").write_text("mine\n")
+    run = dedup_cli("--input", c1, "--out", tmp_path / "out.txt")
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr == (f"bertprep dedup: error: --out {tmp_path / 'out.txt'}: is a file; give the directory to "
+                          "write the corpora to\n")
+    assert (tmp_path / "out.txt").read_text() == "mine\n"
+
+
 @pytest.mark.parametrize("name,content,expected", [
     ("dev.json", '{"questions": []}', "expected SQuAD JSON"),
     ("dev.csv", "a,b\n", "expected a SQuAD .json, GLUE .tsv or .txt evaluation file, not .csv"),

@@ -1167,6 +1167,8 @@ def dedup(options: DedupOptions | None = None, /, *, quiet: bool = True, **field
     workdir = resolve_workdir(options.workdir)
     corpora = resolve_inputs(workdir, options)
     out = storage.absolute(options.out or stage_dir(workdir, "deduped"))
+    if storage.isfile(out):  # was the OSError "OUT: Not a directory" (exit 1), after the evaluation sets were read
+        raise UsageError(f"--out {storage.display(out)}: is a file; give the directory to write the corpora to")
     # squad and glue are read from WORKDIR/download: compared as names, `--out .` "held the input squad"
     evaluation_paths = [storage.join(workdir, "download", d) if d in ("squad", "glue") else d
                         for d in options.decontaminate]
