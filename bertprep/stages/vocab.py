@@ -168,9 +168,20 @@ def iter_lines(paths, stats, progress=None):
         for text in iter_input_documents(path, stats):
             if text_file and "\0" in text:  # past refuse_binary's head: still a binary file
                 raise DataError(f"{storage.display(path)}: binary data (a NUL byte), expected UTF-8 text")
-            yield from (line for line in text.split("\n") if line.strip())
+            yield from (piece for line in text.split("\n") if line.strip() for piece in line_pieces(line))
         if progress is not None:
             progress.advance(1, bytes=storage.getsize(path))
+
+
+def line_pieces(line):
+    """`line` cut at spaces into pieces of CHUNK_CHARS characters or a little more: the same words (a space parts
+    them as a newline does), while the normalizer and the trainer keep an alignment per byte of what they are given
+    at once: a 22 MB line of 3 million words took 1.9 GB, 317 MB as lines of 100 words."""
+    start = 0
+    while len(line) - start > CHUNK_CHARS and (cut := line.find(" ", start + CHUNK_CHARS)) >= 0:
+        yield line[start:cut]
+        start = cut + 1
+    yield line[start:]
 
 
 def iter_chunks(lines, size=CHUNK_CHARS):
