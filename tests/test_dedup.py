@@ -391,6 +391,19 @@ def test_an_out_that_is_a_file_is_a_usage_error(tmp_path):
     assert (tmp_path / "out.txt").read_text() == "mine\n"
 
 
+def test_a_lone_surrogate_in_a_document_is_one_line_naming_it(tmp_path):
+    """JSON's \\ud800 escape is half of a UTF-16 pair, which UTF-8 cannot encode: a UnicodeEncodeError traceback
+    from the exact hash (and from shard and vocab, which read the part alike). A whole pair is its character."""
+    c1 = tiny_corpus(tmp_path / "c1", ["a smile \U0001F600 here"])
+    with open(c1 / "part0.jsonl", "a") as part:
+        part.write('{"text": "hello \\ud800 world"}\n')
+    run = dedup_cli("--input", c1, "--out", tmp_path / "out")
+    assert run.returncode == 1 and run.stdout == ""
+    assert run.stderr == (f'bertprep dedup: error: {c1 / "part0.jsonl"}:2: "text" holds a lone UTF-16 surrogate '
+                          "(\\ud800 at character 6), no character: expected text that UTF-8 can encode\n")
+    assert output_files(tmp_path / "out") == {}
+
+
 @pytest.mark.parametrize("name,content,expected", [
     ("dev.json", '{"questions": []}', "expected SQuAD JSON"),
     ("dev.csv", "a,b\n", "expected a SQuAD .json, GLUE .tsv or .txt evaluation file, not .csv"),

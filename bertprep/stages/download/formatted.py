@@ -14,6 +14,7 @@ the corpus directory (`bertprep.atomic.hold`): parts are written in its
 
 import hashlib
 import json
+import re
 
 from bertprep import __version__, storage
 from bertprep.atomic import atomic_open, hold
@@ -22,6 +23,9 @@ from bertprep.folder import Folder
 from bertprep.workdir import file_matches, load_manifest, removed_warning, save_manifest, stage_dir
 
 FORMAT = 'jsonl: one {"id", "title", "text"} object per line; paragraphs of text separated by "\\n"'
+# Half of a UTF-16 pair, which JSON's \ud800 escapes can spell: no character, so UTF-8 cannot encode it (a
+# traceback from dedup's hash, shard's scratch file and vocab's trainer).
+SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def corpus_dir(workdir, corpus):
@@ -164,4 +168,8 @@ def iter_documents(path, sha256=None):
             f"{storage.display(path)}:{number}: not a JSON document line ({exc})"), sha256):
         if not isinstance(doc, dict) or not isinstance(doc.get("text"), str):
             raise DataError(f'{storage.display(path)}:{number}: expected an object with a "text" string')
+        if (surrogate := SURROGATE.search(doc["text"])) is not None:
+            raise DataError(f'{storage.display(path)}:{number}: "text" holds a lone UTF-16 surrogate '
+                            f'(\\u{ord(surrogate[0]):04x} at character {surrogate.start()}), no character: expected '
+                            "text that UTF-8 can encode")
         yield number, doc
