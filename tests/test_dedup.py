@@ -326,6 +326,17 @@ def test_a_huge_ngram_or_num_perm_is_refused(fields, expected):
     assert str(raised.value).startswith(expected)
 
 
+def test_nothing_to_remove_is_a_usage_error(tmp_path, capsys):
+    """--no-exact --no-near without --decontaminate copied the corpus as it was and exited 0."""
+    from bertprep.cli import main
+    assert main(["dedup", "--input", str(tmp_path / "c.jsonl"), "--out", str(tmp_path / "out"), "--no-exact",
+                 "--no-near"]) == 2
+    assert capsys.readouterr().err == ("bertprep dedup: error: --no-exact and --no-near without --decontaminate "
+                                       "leave nothing to remove\n")
+    assert not (tmp_path / "out").exists()
+    bertprep.DedupOptions(input=("c.jsonl",), exact=False, near=False, decontaminate=("squad",))  # that is work
+
+
 def test_a_corpus_directory_without_a_jsonl_part_is_refused(tmp_path):
     """A corpus whose text is in .txt files was "0 documents, 0 kept", an empty corpus written, exit 0."""
     corpus = tiny_corpus(tmp_path / "c1", [])

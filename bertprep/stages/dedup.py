@@ -168,6 +168,8 @@ class DedupOptions:
             raise UsageError(f"--bands must be in [1, --num-perm], not {self.bands}")
         if self.report_only and not self.decontaminate:
             raise UsageError("--report-only needs --decontaminate")
+        if not (self.exact or self.near or self.decontaminate):  # a run would copy the corpus as it is, exit 0
+            raise UsageError("--no-exact and --no-near without --decontaminate leave nothing to remove")
         self.memory_bytes()
 
     def memory_bytes(self) -> int:
