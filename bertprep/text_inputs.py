@@ -55,10 +55,14 @@ def discover_inputs(values):
     return [(storage.absolute(path), split) for path, split, _value in found]
 
 
-def unread_files_warning(values, inputs, shown=3):
-    """A warning naming the files under the input directories among `values` that no shard of `inputs` (what
-    discover_inputs found) is: a .md beside the shards, a subdirectory's files, a .txt beside training/ were
-    left out without a word (convert names what it leaves); None where there are none. Manifests are no input."""
+SHARDS_RULE = "an input directory's shards are the *.txt files of its training/ and test/, else its own *.txt"
+
+
+def unread_files_warning(values, inputs, shown=3, rule=SHARDS_RULE):
+    """A warning naming the files under the input directories among `values` that no input of `inputs` (what
+    discover_inputs found: [(path, split)]) is: a .md beside the shards, a subdirectory's files, a .txt beside
+    training/ were left out without a word (convert names what it leaves); None where there are none. Manifests
+    are no input. `rule` says which files a directory's inputs are."""
     read = {storage.normpath(storage.absolute(path)) for path, _split in inputs}
     unread = []
     for value in values:
@@ -71,8 +75,7 @@ def unread_files_warning(values, inputs, shown=3):
     if not unread:
         return None
     more = f" and {len(unread) - shown} more" if len(unread) > shown else ""
-    return (f"not read: {', '.join(storage.display(path) for path in unread[:shown])}{more} (an input directory's "
-            "shards are the *.txt files of its training/ and test/, else its own *.txt)")
+    return f"not read: {', '.join(storage.display(path) for path in unread[:shown])}{more} ({rule})"
 
 
 def refuse_json_lines(path):

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import bertprep
-from bertprep.errors import DataError, UsageError
+from bertprep.errors import BertprepWarning, DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.stages import dedup as dedup_module
 from bertprep.stages.shard import shard
@@ -346,6 +346,26 @@ def test_a_corpus_directory_without_a_jsonl_part_is_refused(tmp_path):
     assert run.stderr == (f"bertprep dedup: error: {corpus}: no .jsonl part in it: not a formatted corpus (expected "
                           "the directory `bertprep download` writes)\n")
     assert not (tmp_path / "out").exists()
+
+
+ONE_WORKER = bertprep.EngineOptions(workers=1)
+
+
+def test_a_corpus_directorys_files_that_are_no_part_are_said(tmp_path, capsys):
+    """A .txt beside a corpus's .jsonl parts (its text, notes) was left out without a word; tokenize and create
+    name the files of an input directory they do not read, and so does dedup now (a warning)."""
+    corpus = tiny_corpus(tmp_path / "c1", ["one text here", "another text there"])
+    (corpus / "more.txt").write_text("a document a user meant to include\n")
+    (corpus / "sub").mkdir()
+    (corpus / "sub" / "part1.jsonl").write_text(json.dumps({"text": "a third text"}) + "\n")  # read: no warning
+    with pytest.warns(BertprepWarning, match="^bertprep.dedup: not read: "):
+        summary = bertprep.dedup(input=corpus, out=tmp_path / "out", engine=ONE_WORKER, quiet=False)
+    warning = f"not read: {corpus / 'more.txt'} (a corpus directory's documents are the *.jsonl parts under it)"
+    assert summary["warnings"] == [warning]
+    assert f"dedup: warning: {warning}" in capsys.readouterr().err
+    clean = bertprep.dedup(input=tiny_corpus(tmp_path / "c2", ["one text here"]), out=tmp_path / "out2",
+                           engine=ONE_WORKER)
+    assert "warnings" not in clean
 
 
 def test_an_output_directory_of_another_stage_is_refused(tmp_path):

@@ -86,6 +86,7 @@ from bertprep.options import (
     refuse_overlap,
 )
 from bertprep.progress import Progress, Summary, human_bytes
+from bertprep.text_inputs import unread_files_warning
 from bertprep.workdir import (
     MANIFEST,
     check_corpus_name,
@@ -278,7 +279,7 @@ def ngram_hashes_python(words, n, bits=64):
 
 
 def resolve_inputs(workdir, options):
-    """[(corpus name, [part paths])] in the command line's order."""
+    """([(corpus name, [part paths])] in the command line's order, the input paths they came from)."""
     if options.input:
         paths = list(options.input)
     else:
@@ -319,7 +320,7 @@ def resolve_inputs(workdir, options):
     names = [input_corpus_name(name, path, options) for (name, _parts), path in zip(corpora, paths)]
     if len(set(names)) != len(names):
         raise UsageError(f"--input: two inputs named {sorted(n for n in names if names.count(n) > 1)[0]!r}")
-    return corpora
+    return corpora, paths
 
 
 def input_corpus_name(name, path, options):
@@ -1167,7 +1168,7 @@ def dedup(options: DedupOptions | None = None, /, *, quiet: bool = True, **field
     summary `--json` prints. A complete output of the same inputs and settings is left as it is."""
     options = build_options(DedupOptions, options, fields)
     workdir = resolve_workdir(options.workdir)
-    corpora = resolve_inputs(workdir, options)
+    corpora, input_paths = resolve_inputs(workdir, options)
     out = storage.absolute(options.out or stage_dir(workdir, "deduped"))
     if storage.isfile(out):  # was the OSError "OUT: Not a directory" (exit 1), after the evaluation sets were read
         raise UsageError(f"--out {storage.display(out)}: is a file; give the directory to write the corpora to")
@@ -1188,6 +1189,10 @@ def dedup(options: DedupOptions | None = None, /, *, quiet: bool = True, **field
     evaluation, evaluation_warnings = evaluation_ngrams(workdir, options)
     earlier = check_output_parts(out, corpora, load_manifest(out))  # before the work, as the checks above
     warnings = settings_warnings(options, machine_memory()) + evaluation_warnings
+    # a corpus's text in a .txt beside its parts was left out without a word, as tokenize and create say
+    unread = unread_files_warning(input_paths, [(part, None) for _name, parts in corpora for part in parts],
+                                  rule="a corpus directory's documents are the *.jsonl parts under it")
+    warnings += [unread] if unread else []
     for warning in [] if quiet else warnings:
         print(f"dedup: warning: {warning}", file=sys.stderr)
     if options.dry_run:
