@@ -73,6 +73,22 @@ def test_shard_manifest_mismatch(capsys, tmp_path):
                                  f"{len(DOC_C)} bytes, manifest.json says 999")]
 
 
+def test_shard_the_manifest_does_not_list_fails(capsys, tmp_path):
+    """A shard beside those the manifest lists (another run's, another corpus's) is refused by tokenize and
+    create: the directory is not sound (it was SOUND, shard_manifest ok)."""
+    root = shard_dir(tmp_path / "sharded", [DOC_A, DOC_B], [DOC_C])
+    files = {}
+    for name in ("training/c_training_0.txt", "test/c_test_0.txt"):
+        data = (root / name).read_bytes()
+        files[name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    (root / "manifest.json").write_text(json.dumps({"stage": "shard", "files": files}))
+    code, report = validate(capsys, root)
+    assert code == 1
+    assert findings(report) == [("shard_manifest", str(root / "training" / "c_training_1.txt"),
+                                 "not listed in manifest.json (a file of another run or corpus?): tokenize and "
+                                 "create refuse it")]
+
+
 def _squad(count, version="1.1"):
     qa = {"id": "q", "question": "why?", "answers": [{"text": "x", "answer_start": 0}]}
     if version == "2.0":

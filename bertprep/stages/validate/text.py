@@ -176,6 +176,10 @@ def _check_listed_files(path, check, found):
             findings.append(Finding(check, full, None, None, f"{size:,} bytes, manifest.json says {entry['bytes']:,}"))
         elif entry.get("sha256") and _digest(full, "sha256") != entry["sha256"]:
             findings.append(Finding(check, full, None, None, "sha256 differs from manifest.json"))
+    for shard in found if entries else ():  # tokenize and create refuse it (workdir.refuse_unlisted): not sound
+        if tree.relpath(shard) not in entries:
+            findings.append(Finding(check, shard, None, None, "not listed in manifest.json (a file of another run "
+                                                              "or corpus?): tokenize and create refuse it"))
     return findings
 
 
