@@ -398,6 +398,15 @@ def test_usage_errors_exit_2(capsys, tmp_path, golden_dir):
     assert exc.value.code == 2
 
 
+def test_masked_lm_prob_of_one_is_checked_not_refused(capsys, golden_dir):
+    """create and the manifests take masked_lm_prob in (0, 1]: records made with 1 are validated with it (it was
+    a usage error); G1 (0.15) then fails num_predictions."""
+    code, report = validate(capsys, golden_dir / "G1.tfrecord", "--masked-lm-prob", "1")
+    assert code == 1 and {f["check"] for f in report["findings"]} == {"num_predictions"}
+    assert main(["validate", str(golden_dir / "G1.tfrecord"), "--masked-lm-prob", "1.01"]) == 2
+    assert "--masked-lm-prob must be in (0, 1]" in capsys.readouterr().err
+
+
 def test_table_and_plot(capsys, tmp_path, golden_dir):
     png = tmp_path / "report.png"
     report_json = tmp_path / "report.json"

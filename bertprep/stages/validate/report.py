@@ -83,8 +83,8 @@ class ValidateOptions:
             Folder(path).require("any", UsageError(f"{path}: no such file or directory"))  # a tree, or one file
         if self.max_errors < 0 or (self.workers is not None and self.workers < 1) or self.min_parts < 1:
             raise UsageError("--max-errors must be ≥ 0, --workers and --min-parts ≥ 1")
-        if self.masked_lm_prob is not None and not 0 < self.masked_lm_prob < 1:
-            raise UsageError("--masked-lm-prob must be in (0, 1)")
+        if self.masked_lm_prob is not None and not 0 < self.masked_lm_prob <= 1:  # create's and manifests' range
+            raise UsageError("--masked-lm-prob must be in (0, 1]")
         if self.compare and len(self.paths) == 1 and not _has_both_formats(self.paths[0]):
             raise UsageError("--compare needs PATH2, or a PATH holding both TFRecord and OFRecord files")
         if self.plot is not None:
