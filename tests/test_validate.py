@@ -407,6 +407,17 @@ def test_masked_lm_prob_of_one_is_checked_not_refused(capsys, golden_dir):
     assert "--masked-lm-prob must be in (0, 1]" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("flag", ["--json", "--plot"])
+def test_report_file_that_is_a_directory_is_a_usage_error(capsys, tmp_path, golden_dir, flag):
+    """Refused before anything is read (it was found after every check, "Is a directory", exit 1 as if the data
+    were bad); an empty path is named as one (it was "--json  holds the input")."""
+    assert main(["validate", str(golden_dir / "G1.tfrecord"), flag, str(tmp_path), "--quiet"]) == 2
+    assert capsys.readouterr() == ("", f"bertprep validate: error: {flag} {tmp_path}: is a directory; name a file "
+                                       "for the report\n")
+    assert main(["validate", str(golden_dir / "G1.tfrecord"), flag, "", "--quiet"]) == 2
+    assert capsys.readouterr().err == f"bertprep validate: error: {flag}: an empty path names no file or directory\n"
+
+
 def test_table_and_plot(capsys, tmp_path, golden_dir):
     png = tmp_path / "report.png"
     report_json = tmp_path / "report.json"

@@ -28,7 +28,15 @@ from bertprep import formats, storage
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.formats import megatron
-from bertprep.options import build_options, check_types, errors_name_fields, normalise_paths, refuse_overlap, set_field
+from bertprep.options import (
+    build_options,
+    check_types,
+    errors_name_fields,
+    normalise_paths,
+    refuse_empty_path,
+    refuse_overlap,
+    set_field,
+)
 from bertprep.progress import Summary, human_bytes
 from bertprep.stages.validate.dataset import (
     DATASET_CHECKS,
@@ -100,8 +108,11 @@ def check_report_place(flag, path, paths, magic):
     `paths`, lies inside one or holds one, or is an existing file that is not such a report (its first bytes not
     `magic`): `validate --json q1.tfrecord q2.tfrecord` took the dataset q1 for --json's file name and replaced
     it with the report of q2."""
+    refuse_empty_path(flag, path)  # else "--json  holds the input": "" compares as the current directory
     refuse_overlap(path, paths, what=flag)
     local = storage.local_path(path)
+    if storage.checks_locally(path) and os.path.isdir(local):  # else found after every check, "Is a directory", exit 1
+        raise UsageError(f"{flag} {path}: is a directory; name a file for the report")
     if storage.checks_locally(path) and os.path.isfile(local):
         with open(local, "rb") as f:
             if f.read(len(magic)) != magic:
