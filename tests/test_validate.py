@@ -407,6 +407,29 @@ def test_masked_lm_prob_of_one_is_checked_not_refused(capsys, golden_dir):
     assert "--masked-lm-prob must be in (0, 1]" in capsys.readouterr().err
 
 
+def test_record_file_no_reader_finds_by_its_name_is_said(capsys, tmp_path, g1):
+    """An HDF5 file named g1.h5, a TFRecord named g1.bin: readers find records by name, so validate checked
+    neither and said nothing (SOUND over what it read; "nothing to validate" where they were all)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    write(data / "g1.tfrecord", copy(g1), "tfrecord")
+    assert main(["convert", str(data / "g1.tfrecord"), str(tmp_path / "g1.hdf5"), "--to", "hdf5", "--quiet"]) == 0
+    (tmp_path / "g1.hdf5").rename(data / "g1.h5")
+    (data / "g1.bin").write_bytes((data / "g1.tfrecord").read_bytes())
+    code, report = validate(capsys, data)
+    assert code == 0 and report["datasets"][0]["records"] == 40
+    assert report["warnings"] == [
+        f"{data / name}: its first bytes are {fmt}'s, but it is not named {glob}: not validated, and no reader takes "
+        "it for records" for name, fmt, glob in (("g1.bin", "tfrecord", "*.tfrecord"), ("g1.h5", "hdf5", "*.hdf5"))]
+    (data / "g1.tfrecord").unlink()
+    (data / "g1.bin").unlink()
+    assert main(["validate", str(data), "--quiet"]) == 1
+    assert capsys.readouterr().err == (f"bertprep validate: error: {data}: nothing to validate (no record files, "
+                                       f"text shards, SQuAD or GLUE files); {data / 'g1.h5'}: its first bytes are "
+                                       "hdf5's, but it is not named *.hdf5: not validated, and no reader takes it for "
+                                       "records\n")
+
+
 @pytest.mark.parametrize("flag", ["--json", "--plot"])
 def test_report_file_that_is_a_directory_is_a_usage_error(capsys, tmp_path, golden_dir, flag):
     """Refused before anything is read (it was found after every check, "Is a directory", exit 1 as if the data

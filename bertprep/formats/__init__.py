@@ -29,7 +29,7 @@ _EXPORTS = {
     **dict.fromkeys(("batch_arrays", "decode_batch", "read_batches"), "bertprep.formats.batches"),
     **dict.fromkeys(("encode_columns", "encode_instances", "encode_instances_python", "encode_record",
                      "write_records"), "bertprep.formats.encode"),
-    **dict.fromkeys(("ALL_FORMATS", "CODECS", "FORMATS", "decode_payload", "format_of_name", "frame",
+    **dict.fromkeys(("ALL_FORMATS", "CODECS", "FORMATS", "decode_payload", "format_of_bytes", "format_of_name", "frame",
                      "iter_framed", "iter_payloads", "parse_formats", "read_records", "record_kind",
                      "sniff_format"), "bertprep.formats.framing"),
     **dict.fromkeys(("get", "names", "of_file_name"), "bertprep.formats.codecs"),

@@ -52,18 +52,26 @@ def sniff_format(path):
     damaged first TFRecord header still tells itself apart: its payload starts
     at byte 12 with the Example's field tag (0x0A), an OFRecord's at byte 8.
     """
-    named = format_of_name(os.path.basename(path))
+    named = format_of_name(os.path.basename(path)) or format_of_bytes(path)
     if named is not None:
         return named
-    if columnar.sniff(path):
-        return columnar.sniff(path)
     with storage.open(path, "rb") as f:
         head = f.read(13)
-    if len(head) >= 12 and struct.unpack_from("<I", head, 8)[0] == masked_crc32c(head[:8]):
-        return "tfrecord"
     if len(head) == 13 and head[12] == 0x0A and head[8] != 0x0A:
         return "tfrecord"
     return "ofrecord"
+
+
+def format_of_bytes(path):
+    """The format a file's first bytes prove, whatever its name: HDF5's or Parquet's magic, a TFRecord header (the
+    masked CRC of its length); else None (an OFRecord part has no magic to be known by)."""
+    if columnar.sniff(path):
+        return columnar.sniff(path)
+    with storage.open(path, "rb") as f:
+        head = f.read(12)
+    if len(head) == 12 and struct.unpack_from("<I", head, 8)[0] == masked_crc32c(head[:8]):
+        return "tfrecord"
+    return None
 
 
 def open_sized(path, sha256=None):

@@ -59,6 +59,30 @@ def find_record_files(path):
     return found
 
 
+def misnamed_record_files(path):
+    """[(file, format)] under the directory `path` whose first bytes are HDF5's or Parquet's magic or a TFRecord
+    header (its length's CRC), named as no format (`g1.h5`): every reader finds records by name, so validate
+    checked none of them; said, not passed over. An OFRecord part has no magic to be known by."""
+    tree = Folder(path)
+    if not tree.isdir():
+        return []
+    found = []
+    for root, dirs, files in tree.walk():  # sorted, without .partial/ and other hidden directories
+        for name in files:
+            full = storage.join(root, name)
+            fmt = None if formats.format_of_name(name) is not None else _format_of_bytes(full)
+            if fmt is not None:
+                found.append((full, fmt))
+    return sorted(found, key=lambda item: natural_key(item[0]))
+
+
+def _format_of_bytes(path):
+    try:
+        return formats.format_of_bytes(path)
+    except OSError:  # unreadable: nothing to tell
+        return None
+
+
 def _sniff(path):
     try:
         return formats.sniff_format(path)

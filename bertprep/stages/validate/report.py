@@ -27,7 +27,7 @@ from typing import Any, TextIO
 from bertprep import formats, storage
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
-from bertprep.formats import megatron
+from bertprep.formats import codecs, megatron
 from bertprep.options import (
     build_options,
     check_types,
@@ -44,6 +44,7 @@ from bertprep.stages.validate.dataset import (
     describe_shape,
     find_manifest,
     find_record_files,
+    misnamed_record_files,
     validate_records,
 )
 from bertprep.stages.validate.records import RULES, Finding, RecordSpec, checks_of
@@ -252,8 +253,11 @@ def validate_paths(paths, spec, workers=1, min_parts=1, compare=False, vocab_giv
             findings, warnings, figures = validate_downloads(path)
             report["downloads"].append({"path": path, "files": figures})
             _add_findings(report, all_findings, findings, warnings)
+        misnamed = _misnamed(path)
+        report["warnings"].extend(misnamed)
         if not found_anything:
-            raise DataError(f"{path}: nothing to validate (no record files, text shards, SQuAD or GLUE files)")
+            raise DataError(f"{path}: nothing to validate (no record files, text shards, SQuAD or GLUE files)"
+                            + "".join(f"; {line}" for line in misnamed[:1]))
     if compare:
         from bertprep.stages.validate.compare import compare_files, comparison_pairs
 
@@ -273,6 +277,12 @@ def validate_paths(paths, spec, workers=1, min_parts=1, compare=False, vocab_giv
     report["checks"] = _check_table(report)
     report["sound"] = report["errors_total"] == 0
     return report
+
+
+def _misnamed(path):
+    """A warning for each file under `path` that starts as a record format's but no reader finds by its name."""
+    return [f"{storage.display(file)}: its first bytes are {fmt}'s, but it is not named {codecs.get(fmt).glob}: not "
+            "validated, and no reader takes it for records" for file, fmt in misnamed_record_files(path)]
 
 
 def _add_counts(counts, more):
