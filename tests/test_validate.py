@@ -430,6 +430,19 @@ def test_record_file_no_reader_finds_by_its_name_is_said(capsys, tmp_path, g1):
                                        "records\n")
 
 
+def test_compare_of_one_path_holding_more_formats_than_the_framed_two(capsys, tmp_path, g1):
+    """One PATH's --compare compares its TFRecord and OFRecord files: a PATH with a Parquet file beside them was
+    refused ("needs PATH2"), one of TFRecord and Parquet taken and refused only after every check."""
+    write(tmp_path / "g1.tfrecord", copy(g1), "tfrecord")
+    assert main(["convert", str(tmp_path / "g1.tfrecord"), str(tmp_path / "g1.parquet"), "--to", "parquet",
+                 "--quiet"]) == 0
+    assert main(["validate", str(tmp_path), "--compare", "--quiet"]) == 2
+    assert "--compare needs PATH2, or a PATH holding both TFRecord and OFRecord files" in capsys.readouterr().err
+    write(tmp_path / "part-0", copy(g1), "ofrecord")
+    code, report = validate(capsys, tmp_path, "--compare")
+    assert code == 0 and report["compare"][0]["what"] == "tfrecord vs ofrecord" and report["compare"][0]["equal"]
+
+
 @pytest.mark.parametrize("flag", ["--json", "--plot"])
 def test_report_file_that_is_a_directory_is_a_usage_error(capsys, tmp_path, golden_dir, flag):
     """Refused before anything is read (it was found after every check, "Is a directory", exit 1 as if the data

@@ -179,7 +179,9 @@ def validate(options: ValidateOptions | None = None, /, *, quiet: bool = True, *
 
 
 def _has_both_formats(path):
-    return len({f.fmt for f in find_record_files(path)}) == 2
+    """Whether `path` holds TFRecord and OFRecord files, what one PATH's --compare compares (comparison_pairs):
+    not "two formats", which refused a create output of all four and took TFRecord + HDF5."""
+    return set(codecs.framed_names()) <= {f.fmt for f in find_record_files(path)}
 
 
 def _vocab_settings(path, warnings=None):
