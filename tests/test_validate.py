@@ -312,6 +312,19 @@ def test_manifest_mismatch(capsys, tmp_path, g1):
     assert report["findings"][0]["file"] == str(tmp_path / "ofrecord" / "test" / "part-0")
 
 
+def test_manifest_split_other_than_the_files_directory(capsys, tmp_path, g1):
+    """pack takes a file's split from its manifest entry, the loaders from its directory: a test file the
+    manifest put in training was SOUND, and packed into training."""
+    manifest = _dataset_with_manifest(tmp_path, g1)
+    manifest["files"]["ofrecord/test/part-0"]["split"] = "training"
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    code, report = validate(capsys, tmp_path)
+    assert code == 1
+    assert errors(report) == [("manifest", None, None, "a test file (its directory), manifest.json says split "
+                                                       "training")]
+    assert report["findings"][0]["file"] == str(tmp_path / "ofrecord" / "test" / "part-0")
+
+
 def test_manifest_sha256_and_unlisted_file(capsys, tmp_path, g1):
     _dataset_with_manifest(tmp_path, g1)
     records = copy(g1[:30])

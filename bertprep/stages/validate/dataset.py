@@ -363,6 +363,7 @@ def _check_manifest(manifest, root, record_files, reports, shape, findings):
     base = os.path.dirname(path)
     entries = manifest.get("files") or {}
     by_path = {storage.normpath(f.path): r for f, r in zip(record_files, reports)}
+    splits = {storage.normpath(f.path): f.split for f in record_files}
     listed = set()
     for relative, entry in sorted(entries.items(), key=lambda item: natural_key(item[0])):
         full = storage.normpath(storage.join(base, relative))
@@ -385,6 +386,7 @@ def _check_manifest(manifest, root, record_files, reports, shape, findings):
                                  f"{report.records:,} records, manifest.json says {listed_records:,}"))
         if entry.get("format") and entry["format"] != report.fmt:
             findings.add(Finding("manifest", full, None, None, f"{report.fmt}, manifest.json says {entry['format']}"))
+        _check_entry_split(full, entry, splits[full], findings)
         m_dims = manifest.get("dims")
         if entry.get("kind") and report.kind is not None and (entry["kind"], m_dims) != (report.kind, report.dims):
             findings.add(Finding("manifest", full, None, None,
@@ -409,3 +411,11 @@ def _check_manifest(manifest, root, record_files, reports, shape, findings):
     if m_kind is not None and kind is not None and (m_kind.name, m_dims) != (kind, dims) and m_dims is not None:
         findings.add(Finding("manifest", path, None, None,
                              f"{describe_shape(m_kind.name, m_dims)}, the records hold {describe_shape(kind, dims)}"))
+
+
+def _check_entry_split(full, entry, split, findings):
+    """A file in test/ that its manifest entry puts in training (or the other way): pack takes the manifest's
+    split, the loaders that glob a split's directory the directory's, so one of them trains on test records."""
+    if entry.get("split") in SPLITS and split in SPLITS and entry["split"] != split:
+        findings.add(Finding("manifest", full, None, None,
+                             f"a {split} file (its directory), manifest.json says split {entry['split']}"))
