@@ -73,6 +73,14 @@ def test_shard_manifest_mismatch(capsys, tmp_path):
                                  f"{len(DOC_C)} bytes, manifest.json says 999")]
 
 
+def test_one_shard_file_is_validated_as_a_shard_only(capsys, tmp_path):
+    """A .txt given alone is a text shard: it was also judged as a record file, FAILED "not a record file"."""
+    shard = shard_dir(tmp_path / "sharded", [DOC_A + DOC_B], [DOC_C]) / "training" / "c_training_0.txt"
+    code, report = validate(capsys, shard)
+    assert code == 0 and report["datasets"] == [] and findings(report) == []
+    assert report["text_shards"][0]["figures"]["training"]["documents"] == 2
+
+
 def test_shard_the_manifest_does_not_list_fails(capsys, tmp_path):
     """A shard beside those the manifest lists (another run's, another corpus's) is refused by tokenize and
     create: the directory is not sound (it was SOUND, shard_manifest ok)."""

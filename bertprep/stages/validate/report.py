@@ -227,7 +227,9 @@ def validate_paths(paths, spec, workers=1, min_parts=1, compare=False, vocab_giv
             findings, warnings, section = validate_sequence_set(fmt, prefixes, spec.vocab_size if vocab_given else None)
             report.setdefault("sequences", []).append(section)  # absent without them: the report of records as it was
             _add_findings(report, all_findings, findings, warnings)
-        record_files = [] if sequence_sets and storage.isfile(path) else find_record_files(path)
+        # a file that is token sequences or a text shard (.txt) is not also judged as a record file (FAILED)
+        text_file = storage.isfile(path) and (sequence_sets or find_text_shards(path))
+        record_files = [] if text_file else find_record_files(path)
         for root in dataset_roots(path) if record_files else []:
             found_anything = True
             manifest = find_manifest(root)
