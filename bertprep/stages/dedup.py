@@ -338,11 +338,19 @@ def input_corpus_name(name, path, options):
 # -- evaluation sets ---------------------------------------------------------------
 
 
+DOWNLOADED_SETS = ("squad", "glue")  # --decontaminate names read from WORKDIR/download/<name>
+
+
+def evaluation_source(workdir, name):
+    """What --decontaminate `name` reads: WORKDIR/download/<name> for squad and glue, else the file it names."""
+    return storage.join(workdir, "download", name) if name in DOWNLOADED_SETS else name
+
+
 def evaluation_files(workdir, name):
     """[(set label, [item texts])]: one per dev/test file of the `squad` or `glue` download in WORKDIR (its
     training files are not evaluation text), or a SQuAD JSON / GLUE TSV / text file."""
-    if name in ("squad", "glue"):
-        directory = storage.join(workdir, "download", name)
+    if name in DOWNLOADED_SETS:
+        directory = evaluation_source(workdir, name)
         files = sorted(storage.join(root, f) for root, _d, names in walk(directory) for f in names
                        if f.endswith((".json", ".tsv")) and f != MANIFEST
                        and not f.startswith("train")) if storage.isdir(directory) else []
@@ -1173,8 +1181,7 @@ def dedup(options: DedupOptions | None = None, /, *, quiet: bool = True, **field
     if storage.isfile(out):  # was the OSError "OUT: Not a directory" (exit 1), after the evaluation sets were read
         raise UsageError(f"--out {storage.display(out)}: is a file; give the directory to write the corpora to")
     # squad and glue are read from WORKDIR/download: compared as names, `--out .` "held the input squad"
-    evaluation_paths = [storage.join(workdir, "download", d) if d in ("squad", "glue") else d
-                        for d in options.decontaminate]
+    evaluation_paths = [evaluation_source(workdir, d) for d in options.decontaminate]
     refuse_overlap(out, [*(options.input or ()), *(p for _name, parts in corpora for p in parts), *evaluation_paths])
     params = {"ngram": options.ngram, "num_perm": options.num_perm, "threshold": options.threshold,
               "bands_rows": list(options.band_rows()), "exact": options.exact, "near": options.near,
