@@ -43,7 +43,7 @@ CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 
 # Where BasicTokenizer always ends a token, whatever surrounds the place:
 # ASCII white space (it splits there; white space is never removed or merged)
 # and before a CJK ideograph (it puts spaces around each one first).
-_CUT_POINT = re.compile("[ \t\n\r" + "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in CJK_RANGES) + "]")
+CUT_POINT = re.compile("[ \t\n\r" + "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in CJK_RANGES) + "]")
 
 
 def cut_line(line, max_chars=MAX_PIECE_CHARS):
@@ -53,7 +53,7 @@ def cut_line(line, max_chars=MAX_PIECE_CHARS):
     """
     pieces, start = [], 0
     while len(line) - start > max_chars:
-        match = _CUT_POINT.search(line, start + max_chars)
+        match = CUT_POINT.search(line, start + max_chars)
         if match is None:
             break
         pieces.append(line[start:match.start()])

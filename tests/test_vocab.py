@@ -100,6 +100,26 @@ def test_a_huge_line_is_trained_in_pieces_cut_at_spaces(tmp_path, monkeypatch):
     assert (tmp_path / "one.vocab").read_bytes() == (tmp_path / "lines.vocab").read_bytes()
 
 
+def test_a_huge_line_without_spaces_is_cut_before_its_cjk_ideographs(tmp_path, monkeypatch):
+    """A line of Chinese text has no spaces to cut at: it went whole to the normalizer and the trainer. Each
+    ideograph is a word of its own (the normalizer puts spaces around it), so a cut before one keeps the words:
+    the same vocab as the text's own lines, every line ending with an ideograph, so that joined they make the
+    same words."""
+    from bertprep.stages import vocab as vocab_module
+
+    monkeypatch.setattr(vocab_module, "CHUNK_CHARS", 1000)
+    ideographs = [chr(0x4E00 + i) for i in range(0, 3000, 7)]
+    lines = ["".join(ideographs[(i * j) % len(ideographs)] for j in range(1, 40)) + ("abc" if i % 3 else "Dé") +
+             ideographs[i % len(ideographs)] for i in range(1, 2000)]
+    (tmp_path / "lines.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (tmp_path / "one.txt").write_text("".join(lines) + "\n", encoding="utf-8")
+    pieces = list(vocab_module.iter_lines([str(tmp_path / "one.txt")], {}))
+    assert len(pieces) > 40 and max(map(len, pieces)) <= 1000 + len("abc") and "".join(pieces) == "".join(lines)
+    for name in ("lines", "one"):
+        vocab(input=str(tmp_path / f"{name}.txt"), out=str(tmp_path / f"{name}.vocab"), vocab_size=1200, unused=10)
+    assert (tmp_path / "one.vocab").read_bytes() == (tmp_path / "lines.vocab").read_bytes()
+
+
 def test_create_takes_the_trained_vocab(tmp_path, sample_vocab):
     summary = ok(run_cli("create", "--input", SAMPLE, "--vocab", sample_vocab, "--out", tmp_path / "records",
                          "--dupe-factor", "1", "--format", "tfrecord", "--workers", "1", "--json", "--quiet"))

@@ -45,6 +45,7 @@ from bertprep.folder import Folder
 from bertprep.options import build_options, check_types, errors_name_fields, normalise_paths, refuse_overlap, set_field
 from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.stages.shard import COMBINED, input_files, iter_input_documents, resolve_inputs
+from bertprep.tokenization import CUT_POINT
 from bertprep.workdir import MANIFEST, load_manifest, refuse_repeated_inputs, resolve_workdir, stage_dir
 
 SPECIAL_TOKENS = ("[UNK]", "[CLS]", "[SEP]", "[MASK]")  # after [PAD] and the first unused slots
@@ -174,13 +175,15 @@ def iter_lines(paths, stats, progress=None):
 
 
 def line_pieces(line):
-    """`line` cut at spaces into pieces of CHUNK_CHARS characters or a little more: the same words (a space parts
-    them as a newline does), while the normalizer and the trainer keep an alignment per byte of what they are given
-    at once: a 22 MB line of 3 million words took 1.9 GB, 317 MB as lines of 100 words."""
+    """`line` cut into pieces of CHUNK_CHARS characters or a little more where BasicTokenizer always ends a word
+    (tokenization.CUT_POINT: at white space, which goes, or before a CJK ideograph, its own word): the same
+    words, while the normalizer and the trainer keep an alignment per byte of what they are given at once: a
+    22 MB line of 3 million words took 1.9 GB, 317 MB as lines of 100 words. A line of Chinese or Japanese
+    text has few spaces or none, and was given whole."""
     start = 0
-    while len(line) - start > CHUNK_CHARS and (cut := line.find(" ", start + CHUNK_CHARS)) >= 0:
-        yield line[start:cut]
-        start = cut + 1
+    while len(line) - start > CHUNK_CHARS and (cut := CUT_POINT.search(line, start + CHUNK_CHARS)):
+        yield line[start:cut.start()]
+        start = cut.end() if cut.group().isspace() else cut.start()
     yield line[start:]
 
 
