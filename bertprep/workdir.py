@@ -143,6 +143,14 @@ def outputs_complete(directory, entries, relatives, source_sha256, settings, fie
     return True
 
 
+def forget_outputs(entries, relatives):
+    """Remove from `entries` (a manifest's files) those of `relatives`, the outputs a run is about to rewrite; whether
+    any were there. Saved before the first is written: a run killed between a file's rename and its new entry had
+    left the earlier run's entry over this run's bytes, and a rerun with the earlier settings kept them (sizes
+    agree for a vocab of the same size)."""
+    return bool([entries.pop(relative) for relative in relatives if relative in entries])
+
+
 def save_manifest(directory, manifest):
     """Atomically replace the manifest of `directory` (a Folder or a path); keys sorted so equal content gives
     equal bytes."""

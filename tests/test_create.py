@@ -671,3 +671,38 @@ def test_create_options_decide_the_dupe_factor_and_check_flags_once():
     with pytest.raises(UsageError, match=r"^CreateOptions.seq 65536 is too large: at most 65,535 positions"):
         CreateOptions(seq=65536)  # was the native core's ValueError, a traceback, after the output was made
 
+
+
+def test_a_run_killed_before_its_manifest_is_saved_is_not_resumed_as_the_earlier_runs(tmp_path, monkeypatch):
+    """A rerun with another vocab was stopped after it renamed a shard's records and before it saved their
+    entries: the manifest still listed them with the earlier vocab's settings and sizes, and a third run with that
+    vocab kept the other vocab's records as complete. The entries of the shards a run rewrites go from the
+    manifest before any of them is written."""
+    from bertprep.stages import create as create_module
+
+    corpus, vocab = create_module.sample_paths()
+    lines = Path(vocab).read_text(encoding="utf-8").split("\n")
+    swapped = tmp_path / "swapped.txt"  # "the" and "of" trade ids: records of the same size, other bytes
+    a, b = lines.index("the"), lines.index("of")
+    lines[a], lines[b] = lines[b], lines[a]
+    swapped.write_text("\n".join(lines), encoding="utf-8")
+    args = {"input": (corpus,), "out": str(tmp_path / "out"), "seq": 64, "pred": 10, "format": ("tfrecord",),
+            "engine": bertprep.EngineOptions(workers=1)}
+    bertprep.create(vocab=vocab, **args)
+    first = {p.relative_to(tmp_path): p.read_bytes() for p in sorted((tmp_path / "out").rglob("*.tfrecord"))}
+    (manifest,) = (tmp_path / "out").rglob("manifest.json")
+    ours = json.loads(manifest.read_text())["files"]
+    save = create_module.save_manifest
+
+    def killed_once_a_shard_is_written(directory, written):
+        if any(entry not in ours.values() for entry in written["files"].values()):
+            raise KeyboardInterrupt  # as a kill between the shard's rename and its manifest entry
+        save(directory, written)
+
+    monkeypatch.setattr(create_module, "save_manifest", killed_once_a_shard_is_written)
+    with pytest.raises(KeyboardInterrupt):
+        bertprep.create(vocab=str(swapped), **args)
+    monkeypatch.undo()
+    assert any(first[name] != (tmp_path / name).read_bytes() for name in first)  # the killed run wrote a shard
+    assert bertprep.create(vocab=vocab, **args)["shards_created"] >= 1
+    assert {p.relative_to(tmp_path): p.read_bytes() for p in sorted((tmp_path / "out").rglob("*.tfrecord"))} == first

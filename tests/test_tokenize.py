@@ -423,3 +423,35 @@ def test_a_bucket_run_writes_the_local_bytes(s3_bucket, tokenized):
             assert stored[name] == data, name
     assert bertprep.tokenize(input=(f"{s3_bucket}/in/sample_corpus",), vocab=VOCAB,
                              out=f"{s3_bucket}/out").complete_before
+
+
+def test_a_run_killed_before_its_manifest_is_saved_is_not_resumed_as_the_earlier_runs(tmp_path, monkeypatch):
+    """A rerun with another vocab was stopped after it renamed a shard's files and before it saved their entries:
+    the manifest still listed them with the earlier vocab's settings and sizes, and a third run with that vocab
+    kept the other vocab's ids as complete (a vocab of the same size: the same bytes per shard). The entries of
+    the shards a run rewrites go from the manifest before any of them is written."""
+    lines = open(VOCAB, encoding="utf-8").read().split("\n")
+    swapped = tmp_path / "swapped.txt"  # "the" and "of" trade ids: every shard has the same size, other bytes
+    a, b = lines.index("the"), lines.index("of")
+    lines[a], lines[b] = lines[b], lines[a]
+    swapped.write_text("\n".join(lines), encoding="utf-8")
+    args = {"input": (CORPUS,), "out": str(tmp_path / "out"), "engine": bertprep.EngineOptions(workers=1)}
+    bertprep.tokenize(vocab=VOCAB, **args)
+    out = tmp_path / "out" / "sample_corpus"
+    first = {p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*.bin"))}
+    save = bertprep.stages.tokenize.save_manifest
+    ours = json.loads((out / "manifest.json").read_text())["files"]
+
+    def killed_once_a_shard_is_written(directory, manifest):
+        if any(entry not in ours.values() for entry in manifest["files"].values()):
+            raise KeyboardInterrupt  # as a kill between the shard's rename and its manifest entry
+        save(directory, manifest)
+
+    monkeypatch.setattr(bertprep.stages.tokenize, "save_manifest", killed_once_a_shard_is_written)
+    with pytest.raises(KeyboardInterrupt):
+        bertprep.tokenize(vocab=str(swapped), **args)
+    monkeypatch.undo()
+    assert any(first[name] != (out / name).read_bytes() for name in first)  # the killed run wrote a shard
+    rerun = bertprep.tokenize(vocab=VOCAB, **args)
+    assert rerun["shards_tokenized"] >= 1
+    assert {p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*.bin"))} == first

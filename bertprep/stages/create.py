@@ -66,6 +66,7 @@ from bertprep.text_inputs import (
 from bertprep.tokenization import resolve_vocab_path
 from bertprep.workdir import (
     check_corpus_name,
+    forget_outputs,
     load_manifest,
     nvidia_dirname,
     outputs_complete,
@@ -547,6 +548,7 @@ def create(options: CreateOptions | None = None, /, *, quiet: bool = True, **fie
                     **settings, "files": files, WRITING: "the shards listed are done; others are being written"}
         # An earlier run's manifest is marked before any shard changes; a first run's appears with its first
         # shard, so a run that fails before then leaves none.
+        forget_outputs(files, [relative for task in pending for relative in task.output_paths().values()])
         if pending and previous:
             save_manifest(records, manifest)
         with open_engine(options.engine, max_tasks=len(pending)) as engine:

@@ -61,6 +61,7 @@ from bertprep.tokenization import resolve_vocab_path
 from bertprep.workdir import (
     SPLITS,
     check_corpus_name,
+    forget_outputs,
     load_manifest,
     outputs_complete,
     resolve_workdir,
@@ -256,6 +257,8 @@ def tokenize(options: TokenizeOptions | None = None, /, *, quiet: bool = True, *
             progress.note(resuming_note(len(tasks) - len(pending), len(tasks)))
             progress.advance(len(tasks) - len(pending))
         manifest = {"tool": "bertprep", "stage": "tokenize", **settings, "files": files}
+        if forget_outputs(files, [relative for task in pending for relative in task.files()]):
+            save_manifest(out_dir, manifest)
         with open_engine(options.engine, max_tasks=len(pending)) as engine:
             for result in engine.run(tokenize_shard, pending, describe=lambda task: task.source):
                 files.update(result["files"])
