@@ -472,6 +472,21 @@ def test_an_sts_b_score_that_is_no_finite_decimal_is_one_line(tmp_path, vocab_pa
                                         "decimal number (STS-B is regression)")
 
 
+@pytest.mark.parametrize("score", ["-1e308", "3.5e38"])
+def test_an_sts_b_score_past_float32_is_one_line(tmp_path, vocab_path, capsys, score):
+    """The records hold the score as float32: -1e308 was finite as a Python float, written as -inf (a NumPy
+    RuntimeWarning, exit 0), and validate then refused the records."""
+    data = tmp_path / "STS-B"
+    data.mkdir()
+    header = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore\n"
+    (data / "train.tsv").write_text(header + f"0\tmain\tf\t2012\t0\tnone\tnone\ta man plays\ta man sings\t{score}\n")
+    assert main(["create-glue", "--task", "STS-B", "--data-dir", str(data), "--vocab", str(vocab_path), "--out",
+                 str(tmp_path / "out"), "--split", "train"]) == 1
+    assert _error_line(capsys).endswith(f"{data / 'train.tsv'}:2: score {score!r} in the last column is past "
+                                        "float32's range, as the records store it (STS-B is regression)")
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_stage_function_given_options_and_keywords_refuses_both(finetune_dir, vocab_path, tmp_path):
     """create_squad(options, out=X) wrote to options.out, keyword ignored; a wrong options class was an
     AttributeError. As `bertprep.create` does: a TypeError saying which."""

@@ -178,6 +178,10 @@ def _score(value, path, number):
     if not _DECIMAL.fullmatch(value) or not math.isfinite(float(value)):
         raise DataError(f"{path}:{number}: score {value!r} in the last column is not a finite decimal number "
                         "(STS-B is regression)")
+    with np.errstate(over="ignore"):  # the records hold float32: -1e308 was written as -inf, which validate refuses
+        if not np.isfinite(np.float32(float(value))):
+            raise DataError(f"{path}:{number}: score {value!r} in the last column is past float32's range, as the "
+                            "records store it (STS-B is regression)")
     return float(value)
 
 
