@@ -670,6 +670,9 @@ def test_create_options_decide_the_dupe_factor_and_check_flags_once():
         CreateOptions(seq=3)
     with pytest.raises(UsageError, match=r"^CreateOptions.seq 65536 is too large: at most 65,535 positions"):
         CreateOptions(seq=65536)  # was the native core's ValueError, a traceback, after the output was made
+    with pytest.raises(UsageError, match=r"^CreateOptions.dupe_factor 9223372036854775808 is too large: at most "
+                                         r"9,223,372,036,854,775,807 \(the native core's count of passes\)$"):
+        CreateOptions(dupe_factor=2 ** 63)  # the native core's OverflowError, a traceback, after the output was made
 
 
 

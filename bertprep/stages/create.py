@@ -26,6 +26,7 @@ a second run into the same one is refused.
 import hashlib
 import json
 import os
+import sys
 import time
 from dataclasses import asdict, dataclass, replace
 from importlib import resources
@@ -154,6 +155,9 @@ class CreateOptions:
             set_field(self, "dupe_factor", 1 if self.masking == "dynamic" else 5)
         if self.dupe_factor < 1:
             raise UsageError(f"--dupe-factor must be at least 1, not {self.dupe_factor}")
+        if self.dupe_factor > sys.maxsize:  # the native core counts passes in a C ssize_t: an OverflowError traceback
+            raise UsageError(f"--dupe-factor {self.dupe_factor} is too large: at most {sys.maxsize:,} (the native "
+                             "core's count of passes)")
         if not 0.0 < self.masked_lm_prob <= 1.0:
             raise UsageError(f"--masked-lm-prob must be in (0, 1], not {self.masked_lm_prob}")
         if not 0.0 <= self.short_seq_prob <= 1.0:
