@@ -293,6 +293,22 @@ def test_another_stages_manifest_in_out_is_refused_and_its_files_kept(tmp_path):
     assert tree(out) == before
 
 
+def test_shards_asked_past_the_documents_are_never_named(tmp_path, monkeypatch):
+    """The run's claim named every shard asked for, before the split's documents capped them: --train-shards 10**9
+    on a corpus of two documents took minutes and gigabytes (10**7: 54 s, 2 GB) to write two shards."""
+    from bertprep.engines import EngineOptions
+    from bertprep.stages import shard as stage
+
+    real, named = stage.shard_name, []
+    monkeypatch.setattr(stage, "shard_name", lambda *args: named.append(args) or real(*args))
+    corpus = make_corpus(tmp_path / "in", files=1, docs_per_file=10)
+    summary = stage.shard(input=[corpus], corpus="demo", out=tmp_path / "out", train_shards=10 ** 6,
+                          test_shards=10 ** 6, engine=EngineOptions(workers=1))
+    assert summary["warnings"] == ["training: 9 document(s), so 9 shard(s) instead of the 1000000 of --train-shards",
+                                   "test: 1 document(s), so 1 shard(s) instead of the 1000000 of --test-shards"]
+    assert len(named) < 100
+
+
 def test_a_run_that_failed_while_writing_is_rerun_over_its_own_shards(tmp_path, monkeypatch):
     """What a run leaves that stops in pass 2 (no manifest, a shard it wrote) is its own: the rerun, told so by
     the claim the run saved before it changed anything, replaces it, as a rerun over a finished run does. A run

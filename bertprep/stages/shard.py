@@ -543,13 +543,13 @@ def _claimed(staging):
     return {name for name in names if isinstance(name, str)} if isinstance(names, list) else set()
 
 
-def _take_over(out, staging, previous, ours, corpus, options):
-    """Claim the names this run may write (CLAIM, beside `ours`), then remove the earlier manifest (nothing may
-    look complete while shards are rewritten) and the shards an earlier run wrote under another --corpus; the
-    names removed. Done once pass 1 is: a run that fails before leaves `out` as it was."""
-    mine = {f"{split}/{shard_name(corpus, split, shard)}"
-            for split, count in (("training", options.train_shards), ("test", options.test_shards))
-            for shard in range(count)}
+def _take_over(out, staging, previous, ours, corpus, counts):
+    """Claim the names this run may write (CLAIM, beside `ours`): `counts` {split: shards}, never more than the
+    split's documents (each of --train-shards 10**9 was named: minutes and gigabytes, on a corpus of two
+    documents); then remove the earlier manifest (nothing may look complete while shards are rewritten) and the
+    shards an earlier run wrote under another --corpus; the names removed. Done once pass 1 is: a run that fails
+    before leaves `out` as it was."""
+    mine = {f"{split}/{shard_name(corpus, split, shard)}" for split, count in counts.items() for shard in range(count)}
     Folder(staging).folder(STEPS).atomic_write_bytes(CLAIM, json.dumps(sorted(ours | mine)).encode(), staging)
     if previous is None:
         return []
@@ -624,7 +624,9 @@ def _shard(options, engine, corpus, inputs, input_list, out, staging, scratch, p
         test_mask = choose_test(hashes, options.test_fraction)
         training_mask, eval_report = ~test_mask, None
 
-    other_corpus = _take_over(out, staging, previous, ours, corpus, options)
+    counts = {"training": min(options.train_shards, int(training_mask.sum())),
+              "test": min(options.test_shards, int(test_mask.sum()))}
+    other_corpus = _take_over(out, staging, previous, ours, corpus, counts)
     tasks, names, earlier, fewer = [], [], [], []
     for split, mask, requested in (("training", training_mask, options.train_shards),
                                    ("test", test_mask, options.test_shards)):
@@ -635,7 +637,7 @@ def _shard(options, engine, corpus, inputs, input_list, out, staging, scratch, p
                 split_dir.remove(name)
                 earlier.append(f"{split}/{name}")
         docs = np.flatnonzero(mask)  # input order
-        count = min(requested, len(docs))
+        count = counts[split]
         empty_by_request = split == "test" and options.test_fraction == 0 and not fingerprinted
         # a warning in the summary, not a progress line that --quiet and --json never showed
         if count < requested and not empty_by_request:
