@@ -150,9 +150,20 @@ def load_vocab(path, required=REQUIRED_TOKENS):
            for index, token in enumerate(tokens)}  # a repeated token keeps its first place, takes its last id
     missing = [t for t in required if t not in ids]
     if missing:
-        raise DataError(f"{path}: vocab lacks {', '.join(missing)} (a BERT vocab needs {', '.join(REQUIRED_TOKENS)})")
+        raise DataError(f"{path}: vocab lacks {', '.join(missing)} (a BERT vocab needs {', '.join(REQUIRED_TOKENS)})"
+                        + _byte_order_mark_hint(tokens, missing))
     return Vocab(path=storage.display(storage.absolute(path)), sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(),
                  tokens=tokens, ids=ids)
+
+
+def _byte_order_mark_hint(tokens, missing):
+    """Where the missing token is line 1's behind a UTF-8 byte-order mark, which the reference keeps in the token
+    (as HF's BertTokenizer does): said, as the file's line 1 reads '[UNK]' in an editor and "lacks [UNK]" pointed
+    nowhere."""
+    if not tokens or not tokens[0].startswith("\ufeff") or tokens[0][1:].strip() not in missing:
+        return ""
+    return (f"; its line 1 is {tokens[0][1:].strip()} behind a UTF-8 byte-order mark (U+FEFF), which is read as "
+            "part of the token: save the vocab without it")
 
 
 def build_tokenizer(vocab, lower_case=True):

@@ -140,3 +140,21 @@ def test_a_repeated_vocab_line_takes_its_last_id_and_the_id_space_is_the_line_co
     warning = vocab.duplicates_warning()
     assert warning.startswith(f"{path}: 2 token(s) on more than one line ('[CLS]' on lines 3, 9; 'the' on lines 6, 8)")
     assert warning.endswith("ids run to 9 (10 lines)")
+
+
+def test_a_required_token_behind_a_byte_order_mark_is_named(tmp_path):
+    """A vocab saved with a UTF-8 byte-order mark whose line 1 is [UNK] was refused as "vocab lacks [UNK]", the
+    token an editor shows on line 1: the mark is part of the token, as the reference reads it, and now said."""
+    from bertprep.errors import DataError
+
+    path = tmp_path / "vocab.txt"
+    path.write_text("\ufeff[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\n", encoding="utf-8")
+    with pytest.raises(DataError) as caught:
+        load_vocab(path)
+    assert str(caught.value) == (f"{path}: vocab lacks [UNK] (a BERT vocab needs [CLS], [SEP], [MASK], [UNK]); its "
+                                 "line 1 is [UNK] behind a UTF-8 byte-order mark (U+FEFF), which is read as part of "
+                                 "the token: save the vocab without it")
+    path.write_text("\ufeff[PAD]\n[CLS]\n[SEP]\n[MASK]\nthe\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"vocab lacks \[UNK\] \(a BERT vocab needs \[CLS\], \[SEP\], \[MASK\], "
+                                        r"\[UNK\]\)$"):
+        load_vocab(path)
