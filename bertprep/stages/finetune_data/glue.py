@@ -151,8 +151,11 @@ def read_examples(path, task, split):
     columns = TASKS[task].columns[split]
     labels = TASKS[task].labels
     wanted = max(c for c in (columns.text_a, columns.text_b, columns.label) if c is not None and c >= 0) + 1
+    rows = read_rows(path)
+    if columns.header and rows and len(rows[0][1]) >= wanted:
+        refuse_an_example_as_header(path, rows[0][1], columns, labels, f"{task} {split}")
     examples = []
-    for number, fields in read_rows(path)[1 if columns.header else 0:]:
+    for number, fields in rows[1 if columns.header else 0:]:
         if len(fields) < wanted:
             raise DataError(f"{path}:{number}: {len(fields)} columns, expected at least {wanted} "
                             f"({task} {split}: {_column_names(columns)})")
@@ -168,6 +171,19 @@ def read_examples(path, task, split):
                                 f"expected one of {', '.join(labels)}")
         examples.append((fields[columns.text_a], text_b, label))
     return examples
+
+
+def refuse_an_example_as_header(path, fields, columns, labels, which):
+    """The first row of a file with a header row is skipped, as run_classifier.py's processors skip it: a file saved
+    without its header lost its first example without a word. Such a row is known by its label column holding a
+    label (a score, for STS-B), which no GLUE header's does ("Quality", "label", "gold_label", "score")."""
+    if columns.label is None:  # a test file: no label to tell a header from an example by
+        return
+    value = fields[columns.label]
+    if (_DECIMAL.fullmatch(value) is not None) if labels is None else value in labels:
+        raise DataError(f"{path}:1: the first row is skipped as the header row ({which} files start with one), but "
+                        f"it is an example (label {value!r} in column {_column(columns.label)}): put the header row "
+                        "back")
 
 
 # A decimal score: float() also took "nan", "inf" (written, then refused by validate) and "1_0" (10.0).
