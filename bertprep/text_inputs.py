@@ -108,8 +108,22 @@ def corpus_name(inputs):
     return "corpus"
 
 
+# A Megatron index is its magic and then small integers, which decode as UTF-8: `tokenize --input X.idx` (its own
+# output) tokenized "MMIDIDX" as a sentence, exit 0. The record formats' first bytes are no UTF-8.
+MEGATRON_MAGIC = "MMIDIDX\x00\x00"
+
+
 def check_input(path):
-    """sha256 of a shard, after checking it is UTF-8 and holds a non-blank line (errors name file and line)."""
+    """sha256 of a shard, after checking it is UTF-8 text, no Megatron index, and holds a non-blank line (errors
+    name file and line)."""
+    try:  # before decoding: a longer index fails as "not valid UTF-8 … column 279"
+        with storage.open(path, "rb") as f:
+            head = f.read(len(MEGATRON_MAGIC))
+    except OSError:
+        head = b""  # read_text says why it cannot be read
+    if head == MEGATRON_MAGIC.encode():
+        raise DataError(f"{storage.display(path)}: a Megatron index (.idx, as tokenize writes), not text: this stage "
+                        "reads text shards (a sentence a line, documents apart by a blank line)")
     text = read_text(path)
     if not text.strip():
         raise DataError(f"{storage.display(path)}: no documents (the file is empty or blank)")

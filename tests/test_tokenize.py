@@ -455,3 +455,15 @@ def test_a_run_killed_before_its_manifest_is_saved_is_not_resumed_as_the_earlier
     rerun = bertprep.tokenize(vocab=VOCAB, **args)
     assert rerun["shards_tokenized"] >= 1
     assert {p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*.bin"))} == first
+
+
+@pytest.mark.parametrize("stage", ["tokenize", "create"])
+def test_a_megatron_index_is_no_text_shard(tmp_path, stage):
+    """An .idx is its magic and then small integers, valid UTF-8 where they are below 128: tokenize (and create) of
+    tokenize's own output tokenized "MMIDIDX" as a sentence, exit 0. A longer one was "not valid UTF-8"."""
+    (tmp_path / "c.txt").write_text("The cat sat.\n")
+    bertprep.tokenize(input=(str(tmp_path / "c.txt"),), vocab=VOCAB, out=str(tmp_path / "tokenized"))
+    (index,) = (tmp_path / "tokenized").rglob("*.idx")
+    with pytest.raises(DataError, match=f"^{index}: a Megatron index \\(.idx, as tokenize writes\\), not text"):
+        getattr(bertprep, stage)(input=(str(index),), vocab=VOCAB, out=str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
