@@ -506,6 +506,21 @@ def test_a_labelled_file_without_its_header_row_is_refused(tmp_path, vocab_path,
     assert not (tmp_path / "out").exists()
 
 
+def test_a_test_file_without_its_header_row_is_refused(tmp_path, vocab_path, capsys):
+    """A test.tsv saved without its header lost its first example: every prediction after it on the wrong line."""
+    data = tmp_path / "RTE"
+    data.mkdir()
+    (data / "test.tsv").write_text("0\tthe cat sat\ta cat sat\n1\tthe dog ran\ta dog ran\n")
+    assert main(["create-glue", "--task", "RTE", "--data-dir", str(data), "--vocab", str(vocab_path), "--out",
+                 str(tmp_path / "out"), "--split", "test"]) == 1
+    assert _error_line(capsys).endswith(f"{data / 'test.tsv'}:1: the first row is skipped as the header row (RTE test "
+                                        "files start with one), but it names no GLUE column (index, sentence, "
+                                        "question1, ...): put the header row back")
+    (data / "test.tsv").write_text("index\tsentence1\tsentence2\n0\tthe cat sat\ta cat sat\n")
+    assert main(["create-glue", "--task", "RTE", "--data-dir", str(data), "--vocab", str(vocab_path), "--out",
+                 str(tmp_path / "out"), "--split", "test"]) == 0
+
+
 def test_a_stage_function_given_options_and_keywords_refuses_both(finetune_dir, vocab_path, tmp_path):
     """create_squad(options, out=X) wrote to options.out, keyword ignored; a wrong options class was an
     AttributeError. As `bertprep.create` does: a TypeError saying which."""

@@ -175,9 +175,15 @@ def read_examples(path, task, split):
 
 def refuse_an_example_as_header(path, fields, columns, labels, which):
     """The first row of a file with a header row is skipped, as run_classifier.py's processors skip it: a file saved
-    without its header lost its first example without a word. Such a row is known by its label column holding a
-    label (a score, for STS-B), which no GLUE header's does ("Quality", "label", "gold_label", "score")."""
-    if columns.label is None:  # a test file: no label to tell a header from an example by
+    without its header lost its first example without a word (a test file's: every prediction after it on the
+    wrong line). Such a row is known by its label column holding a label (a score, for STS-B), which no GLUE
+    header's does ("Quality", "label", "gold_label", "score"); in a test file, by naming no GLUE column."""
+    if columns.label is None:  # a test file: a header names a GLUE column ("index", "question1"), an example none
+        from bertprep.stages.dedup import is_glue_header  # the names dedup --decontaminate tells headers by
+
+        if not is_glue_header("\t".join(fields)):
+            raise DataError(f"{path}:1: the first row is skipped as the header row ({which} files start with one), "
+                            "but it names no GLUE column (index, sentence, question1, ...): put the header row back")
         return
     value = fields[columns.label]
     if (_DECIMAL.fullmatch(value) is not None) if labels is None else value in labels:
