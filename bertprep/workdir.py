@@ -148,7 +148,10 @@ def forget_outputs(entries, relatives):
     any were there. Saved before the first is written: a run killed between a file's rename and its new entry had
     left the earlier run's entry over this run's bytes, and a rerun with the earlier settings kept them (sizes
     agree for a vocab of the same size)."""
-    return bool([entries.pop(relative) for relative in relatives if relative in entries])
+    found = [relative for relative in relatives if relative in entries]
+    for relative in found:
+        del entries[relative]
+    return bool(found)
 
 
 def save_manifest(directory, manifest):
