@@ -7,6 +7,7 @@ real readers (megatron-core's IndexedDataset where it reads the files)."""
 import contextlib
 import io
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -310,6 +311,23 @@ def test_tokenize_refuses_a_megatron_prefix_with_whitespace_naming_where_it_come
     assert line.startswith(f"bertprep tokenize: error: {named.format(out=out, shard=shard)}: the Megatron prefix ")
     assert "data-path.txt is read as words (--data-path $(cat data-path.txt))" in line
     assert not out.exists() or not any(out.rglob("*.bin"))
+
+
+def test_tokenize_refuses_a_megatron_prefix_utf8_cannot_write(tmp_path, capsys):
+    """A shard named in Latin-1 bytes (caf\\xe9.txt) was tokenized, and then data-path.txt, UTF-8 text, stopped the
+    run with a UnicodeEncodeError traceback; it is refused before anything is written."""
+    training = tmp_path / "corpus" / "training"
+    training.mkdir(parents=True)
+    shard = os.fsdecode(os.path.join(os.fsencode(training), b"caf\xe9.txt"))
+    shutil.copy(Path(sample_paths()[0], "training", "sample_corpus_training_0.txt"), shard)
+    out = tmp_path / "out"
+    line = cli_error(capsys, ["tokenize", "--input", str(tmp_path / "corpus"), "--vocab", sample_paths()[1],
+                              "--out", str(out)], 2)
+    shown = shard.encode("utf-8", "backslashreplace").decode()  # caf\\udce9.txt, as the prefix's repr shows it
+    assert line.startswith(f"bertprep tokenize: error: the input {shown}: the Megatron prefix ")
+    assert line.endswith("holds bytes that are no UTF-8 (a file name's), and data-path.txt is UTF-8 text; choose an "
+                         "--out and input names in UTF-8")
+    assert not out.exists()
 
 
 def test_the_data_path_of_an_ordinary_path_is_what_megatron_takes(tmp_path, megatron_indexed):

@@ -178,7 +178,7 @@ def plan(options):
                           out_dir=out_dir, format=options.format, vocab_path=vocab.path, vocab_size=vocab.size,
                           lower_case=options.lower_case, settings_key=settings_key) for path, split in inputs]
     check_distinct_outputs((task.source, storage.join(out_dir, rel)) for task in tasks for rel in task.files())
-    refuse_spaced_prefixes(root, out_dir, tasks)
+    refuse_unlistable_prefixes(root, out_dir, tasks)
     warnings = [warning for warning in (vocab.duplicates_warning(), casing_warning(vocab, options.lower_case))
                 if warning]
     if not any(task.split == "training" for task in tasks):
@@ -188,19 +188,40 @@ def plan(options):
     return out_dir, settings, tasks, notes, warnings
 
 
-def refuse_spaced_prefixes(root, out_dir, tasks):
+def _spaced(path):
+    return any(character.isspace() for character in path)
+
+
+def _undecodable(path):
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:  # a file name's bytes that are no UTF-8, kept by Python as lone surrogates
+        return True
+    return False
+
+
+# What keeps a prefix out of data-path.txt: the test of a path, and why.
+UNLISTABLE = ((_spaced, "holds whitespace, and data-path.txt is read as words (--data-path $(cat data-path.txt)); "
+                        "choose an --out and input names without whitespace"),
+              (_undecodable, "holds bytes that are no UTF-8 (a file name's), and data-path.txt is UTF-8 text; "
+                             "choose an --out and input names in UTF-8"))
+
+
+def refuse_unlistable_prefixes(root, out_dir, tasks):
     """A UsageError, before anything is written, when a prefix data-path.txt would list holds whitespace: it is
     read as words (`--data-path $(cat data-path.txt)`, argparse's nargs="*"), so no quoting of ours can carry a
     space through, and Megatron was handed pieces of paths as prefixes and weights (issue 57). Refused rather
-    than written some other way: every reader of the list splits it alike."""
+    than written some other way: every reader of the list splits it alike. So is one that UTF-8 cannot encode
+    (a file name of Latin-1 bytes): the list was a UnicodeEncodeError traceback after every shard was written."""
     for task in tasks:
         prefix = storage.display(storage.join(out_dir, task.prefix))
-        if any(character.isspace() for character in prefix):
-            spaced_root = any(c.isspace() for c in storage.display(root))
-            where = f"--out {storage.display(root)}" if spaced_root else f"the input {storage.display(task.source)}"
-            raise UsageError(f"{where}: the Megatron prefix {prefix!r} holds whitespace, and data-path.txt is read "
-                             "as words (--data-path $(cat data-path.txt)); choose an --out and input names without "
-                             "whitespace")
+        for fault, why in UNLISTABLE:
+            if fault(prefix):
+                where = (f"--out {storage.display(root)}" if fault(storage.display(root))
+                         else f"the input {storage.display(task.source)}")
+                # escaped as the prefix's repr is: a stream that writes UTF-8 strictly cannot print a lone surrogate
+                where = where.encode("utf-8", "backslashreplace").decode("utf-8")
+                raise UsageError(f"{where}: the Megatron prefix {prefix!r} {why}")
 
 
 def is_complete(task, files):
