@@ -92,7 +92,19 @@ def _vocab_and_formats_problems(manifest):
     fmts = manifest.get("formats", [])
     if not isinstance(fmts, list) or not all(isinstance(fmt, str) and fmt in ALL_FORMATS for fmt in fmts):
         problems.append(("formats", f"{fmts!r}, expected a list of {', '.join(ALL_FORMATS)}"))
+    elif "formats" in manifest and (unlisted := _unlisted_formats(manifest, fmts)):
+        # a hand-edited `formats` that drops one: validate said SOUND and the loaders read the files it
+        # no longer names, while convert and pack go by `formats`
+        problems.append(("formats", f"{fmts!r}, but files lists {' and '.join(unlisted)} files too: expected "
+                                    "every format of its files"))
     return problems
+
+
+def _unlisted_formats(manifest, fmts):
+    files = manifest.get("files")
+    held = {entry.get("format") for entry in (files.values() if isinstance(files, dict) else ())
+            if isinstance(entry, dict)}
+    return sorted(held & set(ALL_FORMATS) - set(fmts))
 
 
 def _task_problems(manifest):

@@ -312,6 +312,22 @@ def test_manifest_mismatch(capsys, tmp_path, g1):
     assert report["findings"][0]["file"] == str(tmp_path / "ofrecord" / "test" / "part-0")
 
 
+def test_a_manifest_no_reader_accepts_is_the_first_finding_listed(capsys, tmp_path, g1):
+    """A damaged manifest's findings were added after the records' failures (its records are then checked by the
+    defaults): past --max-errors of those, the listing never said why 'manifest' failed. A hand-edited `formats`
+    that drops one of its files' formats is such a manifest: validate said SOUND, and the loaders read the files
+    it no longer names while convert and pack go by it."""
+    manifest = _dataset_with_manifest(tmp_path, g1)
+    records = copy(g1[:30])
+    records[4]["next_sentence_labels"][0] = 2
+    write(tmp_path / "tfrecord" / "training" / "c_training_0.tfrecord", records, "tfrecord")
+    (tmp_path / "manifest.json").write_text(json.dumps({**manifest, "formats": ["tfrecord"]}))
+    code, report = validate(capsys, tmp_path, "--max-errors", "1")
+    assert code == 1 and report["counts"]["next_sentence_labels"] == 1
+    assert errors(report) == [("manifest", None, "formats", "['tfrecord'], but files lists ofrecord files too: "
+                                                            "expected every format of its files")]
+
+
 def test_manifest_split_other_than_the_files_directory(capsys, tmp_path, g1):
     """pack takes a file's split from its manifest entry, the loaders from its directory: a test file the
     manifest put in training was SOUND, and packed into training."""

@@ -228,6 +228,8 @@ def validate_records(root, spec, workers=1, min_parts=1, quiet=True):
     record_files = find_record_files(root)
     manifest = find_manifest(root)
     findings = Findings(spec.max_errors)
+    if manifest is not None and "_error" in manifest:  # first: its values unused, the records are checked by
+        _report_damaged_manifest(manifest, findings)  # defaults, and their failures had pushed it off the listing
     spec = resolve_spec(spec, manifest)
     reports = scan_files(record_files, spec, workers, want_sha256=manifest is not None, quiet=quiet)
     for report in reports:
@@ -235,7 +237,7 @@ def validate_records(root, spec, workers=1, min_parts=1, quiet=True):
     _check_parts(record_files, reports, min_parts, findings)
     shapes = _check_consistency(reports, findings, one_kind=not _holds_kind_per_split(manifest, reports))
     kind, dims = ("+".join(shapes), next(iter(shapes.values()))) if shapes else (None, None)
-    if manifest is not None:
+    if manifest is not None and "_error" not in manifest:
         _check_manifest(manifest, root, record_files, reports, (kind, dims), findings)
     stats = {}
     for report in reports:
@@ -352,14 +354,16 @@ def _check_format_counts(reports, findings):
                                  "instances"))
 
 
-def _check_manifest(manifest, root, record_files, reports, shape, findings):
+def _report_damaged_manifest(manifest, findings):
     path = manifest["_path"]
     for field, problem in manifest.get("_problems", []):  # a field no reader would accept: the rest unchecked
         findings.add(Finding("manifest", path, None, field, problem))
-    if "_error" in manifest:
-        if "_problems" not in manifest:
-            findings.add(Finding("manifest", path, None, None, f"unreadable: {manifest['_error']}"))
-        return
+    if "_problems" not in manifest:
+        findings.add(Finding("manifest", path, None, None, f"unreadable: {manifest['_error']}"))
+
+
+def _check_manifest(manifest, root, record_files, reports, shape, findings):
+    path = manifest["_path"]
     base = os.path.dirname(path)
     entries = manifest.get("files") or {}
     by_path = {storage.normpath(f.path): r for f, r in zip(record_files, reports)}
