@@ -659,6 +659,20 @@ def test_the_default_bands_are_datasketchs_optimum():
     assert differ == []
 
 
+def test_the_band_areas_closed_form_is_scipys_incomplete_beta():
+    """optimal_bands takes each pair's areas from the regularized incomplete beta function, computed without
+    scipy (the quadrature before it took minutes at --num-perm 16384): it must be scipy's over the whole range
+    the bands reach, a = 1/r for r up to 16,384, b = bands + 1 up to 16,385, x = t^r down to underflow."""
+    from scipy.special import betainc
+
+    rows = np.array([1, 2, 3, 7, 20, 30, 128, 1000, 16384], np.float64)
+    bands = np.array([1, 2, 9, 19, 20, 89, 546, 5461, 16384], np.float64)
+    r, b, t = (grid.ravel() for grid in np.meshgrid(rows, bands, [0.0, 1e-9, 0.05, 0.5, 0.8, 0.95, 0.999999]))
+    x = t ** r
+    got = dedup_module._regularized_incomplete_beta(1 / r, b + 1, x)
+    assert np.allclose(got, betainc(1 / r, b + 1, x), rtol=1e-13, atol=1e-16)
+
+
 def test_deduplicating_imports_neither_datasketch_nor_scipy_nor_matplotlib(corpus, tmp_path):
     """datasketch (it pulls scipy in) and matplotlib cost a process 40-60 MiB each: what dedup needed of datasketch
     is in the module, and the plot is drawn by a child interpreter."""
