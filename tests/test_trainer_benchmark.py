@@ -169,6 +169,26 @@ def test_a_malformed_baseline_ends_the_command_before_any_run(tmp_path):
     assert not (tmp_path / "out").exists()  # no worker started, no log written
 
 
+@pytest.mark.parametrize("variable, value, said", [
+    ("BERTPREP_COMPILATION_CACHE_DIR", "taken", "BERTPREP_COMPILATION_CACHE_DIR {taken}: is a file; name a directory "
+                                                "(or BERTPREP_COMPILATION_CACHE=0: no cache)"),
+    ("BERTPREP_COMPILATION_CACHE", "disabled",
+     "BERTPREP_COMPILATION_CACHE='disabled': expected 0, off, false, no (off) or 1, on, true, yes (on)"),
+])
+def test_an_unusable_compilation_cache_ends_the_command_before_any_run(tmp_path, variable, value, said):
+    """The workers' cache: a file for its folder had every worker's JAX warn twice a program and run uncached;
+    another value of the switch left it on without a word."""
+    taken = tmp_path / "taken"
+    taken.write_text("")
+    env = dict(os.environ, **{variable: str(taken) if value == "taken" else value})
+    result = benchmark("--format", "ofrecord", "--backend", "jax", "--devices", "1", "--precision", "fp32",
+                       "--batch-size", "1", "--iterations", "2", "--skip", "1", "--runs", "1",
+                       "--out", str(tmp_path / "out"), env=env)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [f"trainer.benchmark: error: {said.format(taken=taken)}"]
+    assert not (tmp_path / "out").exists()  # no worker started, no log written
+
+
 @pytest.fixture(scope="module")
 def records_dir(golden_dir, tmp_path_factory):
     return golden_records(golden_dir, tmp_path_factory.mktemp("records"), parts=2)

@@ -216,6 +216,26 @@ def test_the_compilation_cache_is_on_unless_turned_off_and_lives_per_processor(t
     assert len(compilation_cache.host_fingerprint()) == 16
 
 
+def test_the_compilation_caches_switch_and_folder_are_refused_in_one_line_where_unusable(tmp_path):
+    """Another value of the switch had left the cache on without a word; a folder that cannot be made had JAX warn
+    twice a program and run without it."""
+    for value in ("yes", "ON", " 1 ", ""):
+        assert compilation_cache.wanted(True, {"BERTPREP_COMPILATION_CACHE": value})
+    with pytest.raises(UsageError, match=r"^BERTPREP_COMPILATION_CACHE='disabled': expected 0, off, false, no "
+                                         r"\(off\) or 1, on, true, yes \(on\)$"):
+        compilation_cache.wanted(True, {"BERTPREP_COMPILATION_CACHE": "disabled"})
+    taken = tmp_path / "taken"
+    taken.write_text("")
+    compilation_cache.check_directory({"BERTPREP_COMPILATION_CACHE_DIR": str(tmp_path / "new" / "cache")})
+    with pytest.raises(UsageError, match=f"^BERTPREP_COMPILATION_CACHE_DIR {taken}: is a file; name a directory "
+                                         r"\(or BERTPREP_COMPILATION_CACHE=0: no cache\)$"):
+        compilation_cache.check_directory({"BERTPREP_COMPILATION_CACHE_DIR": str(taken)})
+    with pytest.raises(UsageError, match=f"^JAX_COMPILATION_CACHE_DIR {taken}/x: {taken} is a file"):
+        compilation_cache.check_directory({"JAX_COMPILATION_CACHE_DIR": str(taken / "x")})
+    with pytest.raises(UsageError, match=f"^the compilation cache's folder {taken}/bertprep/"):
+        compilation_cache.check_directory({"XDG_CACHE_HOME": str(taken)})
+
+
 def test_the_quiet_level_is_marked_as_ours_so_later_processes_still_leave_lines_out():
     env = {}
     assert not library_logs.user_chose_level(env)

@@ -21,11 +21,19 @@ VARIABLE = "BERTPREP_COMPILATION_CACHE"
 DIR_VARIABLE = "BERTPREP_COMPILATION_CACHE_DIR"
 MAX_BYTES = 4 * 2**30
 OFF = ("0", "off", "false", "no")
+ON = ("1", "on", "true", "yes", "")
 
 
 def wanted(flag_enabled=True, environ=os.environ):
-    """The cache is on unless the flag or BERTPREP_COMPILATION_CACHE turns it off."""
-    return flag_enabled and environ.get(VARIABLE, "1").strip().lower() not in OFF
+    """The cache is on unless the flag or BERTPREP_COMPILATION_CACHE turns it off. Another value is refused: it
+    had left the cache on without a word (`disabled`, `none`)."""
+    value = environ.get(VARIABLE, "1").strip().lower()
+    if value not in OFF + ON:
+        from bertprep.errors import UsageError
+
+        raise UsageError(f"{VARIABLE}={environ[VARIABLE]!r}: expected {', '.join(OFF)} (off) or "
+                         f"{', '.join(ON[:-1])} (on)")
+    return flag_enabled and value not in OFF
 
 
 def directory(environ=os.environ):
@@ -35,6 +43,20 @@ def directory(environ=os.environ):
 
     given = environ.get(DIR_VARIABLE) or environ.get("JAX_COMPILATION_CACHE_DIR")
     return given or user_cache("jax-compilation-cache", host_fingerprint(), environ=environ)
+
+
+def check_directory(environ=os.environ):
+    """A UsageError naming the variable (or the default folder) where the cache's folder cannot be made or
+    written: JAX warned, in two lines for every program it compiled, and ran without its cache (a file given as
+    the folder: "Error reading persistent compilation cache entry ... File exists")."""
+    from bertprep.errors import UsageError
+    from trainer.config import check_output_place
+
+    named = next((name for name in (DIR_VARIABLE, "JAX_COMPILATION_CACHE_DIR") if environ.get(name)), None)
+    try:
+        check_output_place(named or "the compilation cache's folder", directory(environ), directory=True)
+    except UsageError as exc:
+        raise UsageError(f"{exc} (or {VARIABLE}=0: no cache)") from None
 
 
 def host_fingerprint():
@@ -60,6 +82,7 @@ def enable(flag_enabled=True):
         return None
     import jax
 
+    check_directory()
     path = directory()
     jax.config.update("jax_compilation_cache_dir", path)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)

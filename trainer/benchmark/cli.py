@@ -21,7 +21,7 @@ import time
 from bertprep.errors import DataError, UsageError, run_reporting_errors
 from bertprep.options import refuse_overlap
 from bertprep.progress import Progress, add_output_arguments, print_summary
-from trainer import library_logs
+from trainer import compilation_cache, library_logs
 from trainer.arguments import OneLineErrorParser, add_records_and_model_arguments, positive_int
 from trainer.benchmark import method, report
 from trainer.cli import STEP_FIELDS, add_step_arguments
@@ -136,6 +136,10 @@ def _check(args):
         raise UsageError(f"--baseline {args.baseline}: no such file")
     # --out gets results.json, report.md and logs/: an --out holding the --baseline wrote over it unsaid.
     refuse_overlap(args.out, [args.data, args.baseline], what="--out")
+    # The workers' cache of compiled programs (trainer/compilation_cache.py): a bad switch or folder is said once
+    # here, not as every run's error.
+    if args.backend == "jax" and compilation_cache.wanted(args.compilation_cache):
+        compilation_cache.check_directory()
 
 
 def _benchmark(args):
