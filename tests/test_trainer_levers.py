@@ -66,6 +66,20 @@ def test_scanned_layers_need_jax_and_one_stage_of_whole_layers():
     assert StepOptions.resolved("auto", "auto", "jax", "gpu", scan_layers=True).scan_layers
 
 
+def test_the_allreduce_dtype_is_refused_where_xla_places_the_reductions(capsys):
+    """--model-parallel and --pipeline-stages run XLA's GSPMD step, which reduces in the gradients' own dtype:
+    --allreduce-dtype bf16 was taken and ignored."""
+    from trainer.cli import main
+
+    assert TrainConfig(format="ofrecord", allreduce_dtype="bf16").allreduce_dtype == "bf16"
+    TrainConfig(format="ofrecord", allreduce_dtype="fp32", model_parallel=2, pipeline_stages=2)
+    for split in (["--model-parallel", "2"], ["--pipeline-stages", "2"]):
+        assert main(["--format", "ofrecord", "--allreduce-dtype", "bf16", *split]) == 2
+        assert capsys.readouterr().err.splitlines() == [
+            "trainer: error: --allreduce-dtype bf16: not with --model-parallel or --pipeline-stages (XLA places "
+            "their reductions, in the gradients' own dtype)"]
+
+
 def test_the_last_layer_on_the_predicted_positions_takes_one_stage_and_either_backend():
     assert TrainConfig(format="ofrecord", last_layer="predicted").last_layer == "predicted"
     TrainConfig(format="ofrecord", last_layer="predicted", model_parallel=2)  # the layers stay whole

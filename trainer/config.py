@@ -271,6 +271,10 @@ class TrainConfig:
         if self.attention == "fused" and (self.model_parallel > 1 or self.pipeline_stages > 1):
             raise UsageError("--attention fused: not with --model-parallel or --pipeline-stages (XLA cannot split "
                              "the kernel's call over the heads' devices)")
+        if self.allreduce_dtype != "fp32" and (self.model_parallel > 1 or self.pipeline_stages > 1):
+            # Their step is XLA's (GSPMD): it places the reductions, in the gradients' dtype; the flag was ignored.
+            raise UsageError(f"--allreduce-dtype {self.allreduce_dtype}: not with --model-parallel or "
+                             "--pipeline-stages (XLA places their reductions, in the gradients' own dtype)")
         _check_schedule(self.optimizer, self.clip_norm, self.steps, self.warmup, self.lr)
         _check_seed(self.seed)
         _check_appendable(self)
