@@ -189,6 +189,23 @@ def test_an_unusable_compilation_cache_ends_the_command_before_any_run(tmp_path,
     assert not (tmp_path / "out").exists()  # no worker started, no log written
 
 
+def test_the_platform_is_detected_on_every_accelerator_the_host_shows(tmp_path, monkeypatch):
+    """The parent checks --devices against the detected count: narrowed to one device first, the detection
+    counted 1 GPU of 8 and refused --devices 2. A CUDA_VISIBLE_DEVICES of "" (every GPU hidden) stays so."""
+    from trainer.benchmark import worker
+
+    seen = []
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
+    monkeypatch.setattr(worker, "detect", lambda backend: seen.append(os.environ["CUDA_VISIBLE_DEVICES"]) or {})
+    assert worker.work(1, 3, str(tmp_path / "platform.json"), detect_only=True) == 0
+    assert seen == ["0,1,2,3"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.setenv("XLA_FLAGS", "")
+    worker.select_devices(2, "jax")
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == ""
+    assert os.environ["XLA_FLAGS"] == "--xla_force_host_platform_device_count=2"
+
+
 @pytest.fixture(scope="module")
 def records_dir(golden_dir, tmp_path_factory):
     return golden_records(golden_dir, tmp_path_factory.mktemp("records"), parts=2)

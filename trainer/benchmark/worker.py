@@ -50,10 +50,10 @@ MEMORY_LIMIT_VARIABLE = "BERTPREP_TEST_MEMORY_LIMIT"
 def work(devices, iterations, result_path, peak=False, detect_only=False, train_fields=None):
     """One measurement (or with `detect_only` the platform) into `result_path`; the exit status."""
     backend = os.environ.get("KERAS_BACKEND", "tensorflow")
-    select_devices(devices, backend)
-    if detect_only:
+    if detect_only:  # every accelerator the host shows: narrowed to `devices`, it counted 1 of 8 GPUs
         result = detect(backend)
     else:
+        select_devices(devices, backend)
         result = run_timed(dict(train_fields, steps=iterations + 1), devices, backend, peak)
     write_json(result_path, result)
     return 0 if result.get("status", "ok") == "ok" else 1
@@ -61,8 +61,8 @@ def work(devices, iterations, result_path, peak=False, detect_only=False, train_
 
 def select_devices(count, backend):
     """Before any framework loads: the first `count` accelerators, else `count` CPU devices."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    ids = visible.split(",") if visible else [str(i) for i in range(count)]
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")  # "": the user hid every GPU, and they stay hidden
+    ids = visible.split(",") if visible is not None else [str(i) for i in range(count)]
     os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(ids[:count])
     if backend == "jax":
         flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if "xla_force_host_platform_device_count" not in f]
