@@ -89,6 +89,19 @@ def test_workers_read_disjoint_files(records_dir):
         RecordStream(records, "training", 10, seed=1, worker_index=0, num_workers=4)
 
 
+def test_a_batch_beyond_the_machines_memory_is_refused_before_any_record_is_read(records_dir, monkeypatch):
+    """--grad-accum 200000 (6,400,000 records a step) read the records over and over for minutes, then stopped in a
+    MemoryError traceback or was killed. Counted as read and gathered: 445 values of 8 bytes, twice, a record."""
+    records = Records(str(records_dir), "tfrecord")
+    sizes = {"SC_PAGE_SIZE": 4096, "SC_PHYS_PAGES": 2**18}  # a machine of 1 GiB
+    monkeypatch.setattr(os, "sysconf", lambda name: sizes[name])
+    RecordStream(records, "training", 2**30 // 7120, seed=1)  # 150,806 records fit
+    with pytest.raises(UsageError) as refused:
+        RecordStream(records, "training", 2**30 // 7120 + 1, seed=1)
+    assert str(refused.value) == ("a step's batch of 150,807 records needs over 1.0 GiB, more than this machine's "
+                                  "1.0 GiB of memory: give a smaller --batch-size (or --grad-accum)")
+
+
 def run_trainer(*args):
     return subprocess.run([sys.executable, "-m", "trainer", *args], capture_output=True, text=True, cwd=REPO)
 

@@ -240,6 +240,7 @@ class RecordStream:
         self.epoch_size = sum(self.counts)
         if self.epoch_size == 0:
             raise DataError(f"{records.data_dir}: the {split} files of worker {worker_index} hold no records")
+        _check_batch_fits(records, batch_size)
         self.batch_size = batch_size
         self.seed = seed
         self.bin_size = bin_size
@@ -328,6 +329,22 @@ class RecordStream:
                         batch = cut_to_bin(batch, self.bin_size, self.records.seq)
                     yield {name: values.astype(dtypes[name], copy=False) for name, values in batch.items()}
             epoch, offset = epoch + 1, 0
+
+
+def _check_batch_fits(records, batch_size):
+    """A UsageError where one batch (a step's: --batch-size x replicas x --grad-accum rows) needs more than this
+    machine's memory, counting only the rows as read (8 bytes a value) and once more as gathered into the batch:
+    `--grad-accum 200000` read the records over and over for minutes, then stopped in a MemoryError traceback, or
+    had the kernel kill the run. A batch below that can still be too large; this one never fits."""
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # the system does not say
+        return
+    needed = batch_size * 2 * 8 * sum(feature.size(records.dims) for feature in records.kind.features)
+    if needed > memory:
+        raise UsageError(f"a step's batch of {batch_size:,} records needs over {needed / 2**30:,.1f} GiB, more than "
+                         f"this machine's {memory / 2**30:,.1f} GiB of memory: give a smaller --batch-size (or "
+                         "--grad-accum)")
 
 
 def cut_to_bin(batch, bin_size, seq):
