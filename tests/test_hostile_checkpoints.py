@@ -674,6 +674,29 @@ def test_an_output_that_cannot_be_written_is_refused_before_training(checkpoints
     assert file.read_text() == "not a directory"
 
 
+@pytest.mark.parametrize("argv, said", [
+    (["--log-json", "same", "--tensorboard-dir", "same"], "--tensorboard-dir same"),
+    (["--log-json", "same", "--tensorboard-dir", "same/tb"], "--tensorboard-dir same/tb"),
+    (["--log-json", "ck/tensorboard", "--checkpoint-dir", "ck"], "--checkpoint-dir's TensorBoard directory "
+                                                                 "ck/tensorboard"),
+    (["finetune", "--task", "mrpc", "--data", "mrpc", "--format", "tfrecord", "--log-json", "o", "--output-dir",
+      "o"], "--output-dir o"),
+])
+def test_a_log_json_where_a_directory_output_goes_is_refused_before_anything(tmp_path, capsys, monkeypatch, argv,
+                                                                            said):
+    """The log file is opened before the directories are made: the run stopped once the devices had started,
+    `same: File exists` (exit 1), leaving an empty log file."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ck").mkdir()
+    pretraining = [] if argv[0] == "finetune" else ["--format", "ofrecord", "--data", "records", "--steps", "1"]
+    assert main([*argv, *pretraining]) == 2
+    log = argv[argv.index("--log-json") + 1]
+    assert capsys.readouterr().err.splitlines() == [
+        f"trainer: error: --log-json {log}: {said} would be a directory at or under that file; name another "
+        "--log-json"]
+    assert sorted(os.listdir(tmp_path)) == ["ck"]
+
+
 def test_checkpoint_runs_out_is_checked_before_the_model_runs(checkpoints, tmp_path, capsys, monkeypatch):
     import trainer.checkpoint.run
 

@@ -280,6 +280,7 @@ class TrainConfig:
         _check_appendable(self)
         _check_outputs_apart(self, ("checkpoint_dir", "tensorboard_dir", "log_json"))
         _check_output_places(self, ("checkpoint_dir", "tensorboard_dir"), ("log_json",))
+        _check_log_json_apart(self, ("checkpoint_dir", "tensorboard_dir"))
 
     def check_backend(self, backend: str) -> None:
         """What needs JAX, against the backend Keras loaded (known only once it has)."""
@@ -324,6 +325,24 @@ def _check_output_places(config, directories, files):
         path = getattr(config, name)
         if path is not None and storage.checks_locally(path):
             check_output_place(f"--{name.replace('_', '-')}", storage.local_path(path), name in directories)
+
+
+def _check_log_json_apart(config, directories):
+    """--log-json is a file, opened before the run makes its directories: a directory output at its path or
+    under it (the default TensorBoard directory CHECKPOINT_DIR/tensorboard too) stopped the run once the devices
+    had started, `same: File exists` (exit 1), leaving the log file empty."""
+    if config.log_json is None:
+        return
+    made = {f"--{name.replace('_', '-')}": getattr(config, name) for name in directories}
+    if config.tensorboard_dir is None and config.checkpoint_dir and storage.appends(config.checkpoint_dir):
+        made["--checkpoint-dir's TensorBoard directory"] = os.path.join(config.checkpoint_dir, "tensorboard")
+    log = storage.comparable(config.log_json)
+    for flag, path in made.items():
+        if path is None or not storage.checks_locally(path):
+            continue
+        if storage.comparable(path) == log or storage.comparable(path).startswith(log + os.sep):
+            raise UsageError(f"--log-json {config.log_json}: {flag} {path} would be a directory at or under that "
+                             "file; name another --log-json")
 
 
 def check_output_place(flag, path, directory, makes_parents=None):
@@ -401,6 +420,7 @@ class FinetuneConfig:
         _check_outputs_apart(self, ("output_dir", "checkpoint_dir", "tensorboard_dir", "log_json"),
                              ("data", "init_checkpoint", "eval_file"))
         _check_output_places(self, ("output_dir", "checkpoint_dir", "tensorboard_dir"), ("log_json",))
+        _check_log_json_apart(self, ("output_dir", "checkpoint_dir", "tensorboard_dir"))
 
 
 class _ShownAsTable:
