@@ -80,6 +80,20 @@ def test_the_allreduce_dtype_is_refused_where_xla_places_the_reductions(capsys):
             "their reductions, in the gradients' own dtype)"]
 
 
+def test_a_padded_vocab_is_refused_where_the_vocabulary_stays_real(capsys):
+    """--model-parallel and --pipeline-stages keep the real vocabulary (TrainConfig.pad_vocab_multiple 1): --pad-vocab
+    8 was taken and ignored. --pad-vocab 1 (none) is what they do anyway."""
+    from trainer.cli import main
+
+    assert TrainConfig(format="ofrecord", pad_vocab=1, model_parallel=2).pad_vocab_multiple == 1
+    assert TrainConfig(format="ofrecord", model_parallel=2).pad_vocab_multiple == 1
+    for split in (["--model-parallel", "2"], ["--pipeline-stages", "2"]):
+        assert main(["--format", "ofrecord", "--pad-vocab", "8", *split]) == 2
+        assert capsys.readouterr().err.splitlines() == [
+            "trainer: error: --pad-vocab 8: not with --model-parallel or --pipeline-stages (their split checks and "
+            "saved state are of the real vocabulary)"]
+
+
 def test_the_last_layer_on_the_predicted_positions_takes_one_stage_and_either_backend():
     assert TrainConfig(format="ofrecord", last_layer="predicted").last_layer == "predicted"
     TrainConfig(format="ofrecord", last_layer="predicted", model_parallel=2)  # the layers stay whole

@@ -271,6 +271,10 @@ class TrainConfig:
         if self.attention == "fused" and (self.model_parallel > 1 or self.pipeline_stages > 1):
             raise UsageError("--attention fused: not with --model-parallel or --pipeline-stages (XLA cannot split "
                              "the kernel's call over the heads' devices)")
+        if self.pad_vocab is not None and self.pad_vocab > 1 and (self.model_parallel > 1 or self.pipeline_stages > 1):
+            # pad_vocab_multiple keeps their vocabulary real: the flag was taken and ignored.
+            raise UsageError(f"--pad-vocab {self.pad_vocab}: not with --model-parallel or --pipeline-stages (their "
+                             "split checks and saved state are of the real vocabulary)")
         if self.allreduce_dtype != "fp32" and (self.model_parallel > 1 or self.pipeline_stages > 1):
             # Their step is XLA's (GSPMD): it places the reductions, in the gradients' dtype; the flag was ignored.
             raise UsageError(f"--allreduce-dtype {self.allreduce_dtype}: not with --model-parallel or "
