@@ -189,6 +189,21 @@ def test_an_unusable_compilation_cache_ends_the_command_before_any_run(tmp_path,
     assert not (tmp_path / "out").exists()  # no worker started, no log written
 
 
+@pytest.mark.parametrize("argv, said", [
+    (["--seed", "-1"], "--seed must be an integer from 0 to 4294967295, got -1"),
+    (["--qkv-projection", "packed", "--attention", "einsum"],
+     "--qkv-projection packed: only with the fused attention (--attention fused or auto)"),
+])
+def test_the_runs_shared_settings_are_checked_before_any_run(tmp_path, argv, said):
+    """Each worker builds its TrainConfig: a --seed out of range failed in every one, each run an error (a
+    traceback in its log), and the command wrote its report, exit 0."""
+    result = benchmark("--format", "ofrecord", *argv, "--devices", "1", "--precision", "fp32", "--batch-size", "1",
+                       "--iterations", "2", "--skip", "1", "--runs", "1", "--out", str(tmp_path / "out"))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [f"trainer.benchmark: error: {said}"]
+    assert not (tmp_path / "out").exists()
+
+
 def test_the_platform_is_detected_on_every_accelerator_the_host_shows(tmp_path, monkeypatch):
     """The parent checks --devices against the detected count: narrowed to one device first, the detection
     counted 1 GPU of 8 and refused --devices 2. A CUDA_VISIBLE_DEVICES of "" (every GPU hidden) stays so."""

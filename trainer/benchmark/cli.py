@@ -152,8 +152,11 @@ def _benchmark(args):
     if args.data is None:
         args.data = sample_records()
     records = Records(args.data, args.format)
+    # Every field the runs share, checked once here: a --seed out of range (or levers that do not go together)
+    # failed in every worker, each run an error and the command exit 0.
+    shared = {"optimizer": args.optimizer, "seed": args.seed, **{field: getattr(args, field) for field in STEP_FIELDS}}
     config = model_config(TrainConfig(format=args.format, data=args.data, model=args.model,
-                                      bert_config=args.bert_config, dropout=args.dropout), records)
+                                      bert_config=args.bert_config, dropout=args.dropout, **shared), records)
     check_records_fit(config, records, args.data)
     hosts, host_index = hosts_and_index(os.environ)
     log_dir = os.path.join(args.out, "logs")
