@@ -94,6 +94,24 @@ def test_a_padded_vocab_is_refused_where_the_vocabulary_stays_real(capsys):
             "saved state are of the real vocabulary)"]
 
 
+@pytest.mark.parametrize("tf_config, said", [
+    ("{", "Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"),
+    ('{"cluster": 5, "task": {}}', "'int' object has no attribute 'get'"),
+    ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 5}}', "('worker', 5) is not in list"),
+])
+def test_a_tf_config_that_is_no_cluster_with_this_task_is_one_line(tf_config, said):
+    """TensorFlow's strategy read it with a JSON or index traceback from inside; trainer.benchmark (hosts_and_index)
+    says the same line."""
+    from trainer.benchmark.cli import hosts_and_index
+    from trainer.pretraining import check_tf_config
+
+    check_tf_config('{"cluster": {"chief": ["a:1"], "worker": ["b:1"]}, "task": {"type": "worker", "index": 0}}')
+    for check in (check_tf_config, lambda text: hosts_and_index({"TF_CONFIG": text})):
+        with pytest.raises(UsageError) as refused:
+            check(tf_config)
+        assert str(refused.value) == f"TF_CONFIG is not a cluster with this task in it: {said}"
+
+
 def test_the_last_layer_on_the_predicted_positions_takes_one_stage_and_either_backend():
     assert TrainConfig(format="ofrecord", last_layer="predicted").last_layer == "predicted"
     TrainConfig(format="ofrecord", last_layer="predicted", model_parallel=2)  # the layers stay whole

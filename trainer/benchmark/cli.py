@@ -118,7 +118,7 @@ def hosts_and_index(env):
             cluster, task = tf_config["cluster"], tf_config["task"]
             tasks = [(t, i) for t in ("chief", "worker") for i in range(len(cluster.get(t, [])))]
             return len(tasks), tasks.index((task["type"], int(task["index"])))
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:  # AttributeError: a cluster of no names
             raise UsageError(f"TF_CONFIG is not a cluster with this task in it: {exc}") from None
     if env.get("KERAS_DISTRIBUTION_JOB_ADDRESSES"):
         try:
