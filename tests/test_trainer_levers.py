@@ -358,6 +358,26 @@ def test_keras_json_names_the_backend_only_when_it_is_not_kerass_default(tmp_pat
     assert library_logs._keras_json_backend({"KERAS_HOME": str(tmp_path / "none")}) is None
 
 
+def test_a_backend_the_trainer_does_not_run_on_is_refused_before_keras_loads(tmp_path, capsys):
+    """KERAS_BACKEND=foo was Keras's ValueError traceback from its import; torch was imported (seconds, CUDA's
+    lines) for Devices to refuse it after. keras.json's choice is named as its own."""
+    for environ, said in (({"KERAS_BACKEND": "foo"}, "KERAS_BACKEND='foo'"),
+                          ({"KERAS_BACKEND": "torch"}, "KERAS_BACKEND='torch'"),
+                          ({"KERAS_HOME": str(tmp_path)}, "keras.json's backend 'numpy'")):
+        (tmp_path / "keras.json").write_text('{"backend": "numpy"}')
+        with pytest.raises(UsageError) as refused:
+            library_logs.choose_backend(environ)
+        assert str(refused.value) == f"{said} is not supported (use tensorflow or jax)"
+        assert environ.get("KERAS_BACKEND") in ("foo", "torch", None)  # not set to what was refused
+    env = dict(os.environ, KERAS_BACKEND="foo", PYTHONPATH=REPO)
+    result = subprocess.run([sys.executable, "-m", "trainer", "finetune", "--task", "mrpc", "--data",
+                             str(tmp_path / "mrpc"), "--format", "tfrecord"], capture_output=True, text=True,
+                            env=env, cwd=tmp_path, timeout=300)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "trainer: error: KERAS_BACKEND='foo' is not supported (use tensorflow or jax)"]
+
+
 def test_the_peer_runs_on_cuda_when_torch_sees_a_gpu():
     assert bench_train_peers.peer_device(True) == "cuda"
     assert bench_train_peers.peer_device(False) == "cpu"

@@ -158,6 +158,11 @@ def choose_backend(environ=os.environ):
     if backend is None:
         raise UsageError("neither TensorFlow nor JAX is installed: pip install 'bertprep[train]' (TensorFlow) or "
                          "'bertprep[jax]' (JAX; on NVIDIA GPUs jax[cuda12] or jax[cuda13])")
+    # Before Keras imports it: KERAS_BACKEND=foo was Keras's ValueError traceback, torch was imported (seconds,
+    # CUDA's lines) only for the run to refuse it.
+    if backend not in ("tensorflow", "jax"):
+        where = "KERAS_BACKEND=" if environ.get("KERAS_BACKEND") else "keras.json's backend "
+        raise UsageError(f"{where}{backend!r} is not supported (use tensorflow or jax)")
     environ["KERAS_BACKEND"] = backend
     return backend
 
