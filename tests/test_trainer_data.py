@@ -102,6 +102,18 @@ def test_a_batch_beyond_the_machines_memory_is_refused_before_any_record_is_read
                                   "1.0 GiB of memory: give a smaller --batch-size (or --grad-accum)")
 
 
+def test_a_bin_size_of_the_whole_sequence_is_refused(records_dir):
+    """--bin-size 128 (or 512) of 128-token records makes one bin: every batch kept whole, the flag taken without
+    effect."""
+    records = Records(str(records_dir), "tfrecord")
+    RecordStream(records, "training", 8, seed=1, bin_size=127)
+    for bin_size in (128, 512):
+        with pytest.raises(UsageError) as refused:
+            RecordStream(records, "training", 8, seed=1, bin_size=bin_size)
+        assert str(refused.value) == (f"--bin-size {bin_size}: the records' sequences are 128 tokens, one bin of "
+                                      "them all: give a bin size below 128")
+
+
 def run_trainer(*args):
     return subprocess.run([sys.executable, "-m", "trainer", *args], capture_output=True, text=True, cwd=REPO)
 

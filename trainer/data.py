@@ -250,6 +250,9 @@ class RecordStream:
             if num_workers > 1:
                 raise UsageError("--bin-size needs one data worker: each worker's batches would be cut to widths "
                                  "of their own (use the PyTorch loader, whose ranks share one plan, or no binning)")
+            if bin_size >= records.seq:  # one bin: every batch kept whole, the flag taken and doing nothing
+                raise UsageError(f"--bin-size {bin_size}: the records' sequences are {records.seq} tokens, one bin "
+                                 f"of them all: give a bin size below {records.seq}")
             window = -(-window // batch_size) * batch_size  # batches never straddle windows
         self.window = window
 
