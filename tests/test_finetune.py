@@ -320,6 +320,22 @@ def test_the_squad_dev_json_is_read_before_training(squad_dir, mrpc_dir, tmp_pat
     assert not (tmp_path / "out").exists()
 
 
+def test_a_scoring_flag_that_nothing_reads_is_refused_before_training(squad_dir, mrpc_dir, tmp_path, capsys):
+    """--eval-file with --no-eval (and no --predict) and --null-score-diff-threshold of a GLUE task were taken and
+    never read (refused before the checkpoint, which does not exist, is read)."""
+    def error(*argv):
+        code = main(["finetune", "--format", "tfrecord", "--init-checkpoint", str(tmp_path / "no-checkpoint"),
+                     "--steps", "1", "--output-dir", str(tmp_path / "out"), "--quiet", *argv])
+        return code, capsys.readouterr().err.strip().splitlines()
+
+    dev = tmp_path / "dev.json"
+    assert error("--task", "squad", "--data", str(squad_dir), "--eval-file", str(dev), "--no-eval") == (2, [
+        f"trainer: error: --eval-file {dev}: not with --no-eval (nothing is scored or predicted)"])
+    assert error("--task", "mrpc", "--data", str(mrpc_dir), "--null-score-diff-threshold", "1.5") == (2, [
+        "trainer: error: --null-score-diff-threshold: SQuAD's, but --task MRPC has no null answer"])
+    assert not (tmp_path / "out").exists()
+
+
 def _glue_dir(shared_dir, directory, train, evaluation):
     """A data directory of the golden GLUE records `train` and `evaluation` (fixture names), no manifest."""
     directory.mkdir()

@@ -142,6 +142,11 @@ def check_scoring_inputs(config, task, data):
     if config.eval_file and not task.is_squad:
         raise UsageError(f"--eval-file {storage.display(config.eval_file)}: a SQuAD dev JSON, but --task "
                          f"{task.name} scores the labels of its eval records")
+    if config.eval_file and config.no_eval and not config.predict:  # read by the scoring and --predict alone
+        raise UsageError(f"--eval-file {storage.display(config.eval_file)}: not with --no-eval (nothing is scored "
+                         "or predicted)")
+    if config.null_score_diff_threshold and not task.is_squad:  # SQuAD 2.0's no-answer: a GLUE task ignored it
+        raise UsageError(f"--null-score-diff-threshold: SQuAD's, but --task {task.name} has no null answer")
     if task.is_squad and (not config.no_eval or config.predict) and (path := dev_file(config, data)):
         _read_squad_json(path)  # read again when scoring (a few MB)
 
