@@ -213,6 +213,28 @@ def test_hdf5_refuses_weights_it_could_not_derive_back():
     assert io.BytesIO(columnar.encode({**columns, "masked_lm_weights": np.zeros((1, 2))}, "parquet", PRETRAINING))
 
 
+@pytest.mark.parametrize("kind_name, feature, value, message", [
+    ("packed", "masked_lm_positions", 500, "row 1: masked_lm_positions[0]: 500 is not a position of the row (0..3)"),
+    ("pretraining", "masked_lm_weights", 0.5, "row 1: masked_lm_weights does not follow from the other features"),
+    ("pretraining", "segment_ids", 300, "row 1: segment_ids[0]: 300 does not fit int8, the HDF5 layout's dtype"),
+])
+def test_convert_to_hdf5_names_the_file_and_row_it_cannot_hold(tmp_path, capsys, kind_name, feature, value, message):
+    """A packed position outside its row was an IndexError traceback from deriving the weights; a weight that
+    would not derive back, or a value wider than the layout's dtype, named neither the file nor the row."""
+    from bertprep.formats.schemas import KINDS
+
+    kind = KINDS[kind_name]
+    width = {"seq": 4, "pred": 2, "1": 1}
+    columns = {f.name: np.zeros((2, width.get(f.length, 3)), np.float32 if f.dtype == "float" else np.int32)
+               for f in kind.features}
+    columns[feature][1, 0] = value
+    source = tmp_path / "hand.parquet"
+    columnar.write_columns(source, columns, "parquet", kind)
+    line = _one_line(capsys, ["convert", str(source), str(tmp_path / "out.hdf5"), "--to", "hdf5"])
+    assert line.startswith(f"bertprep convert: error: {source}: {message}"), line
+    assert not (tmp_path / "out.hdf5").exists()
+
+
 def test_pack_writes_mlperfs_packed_hdf5_and_parquet_with_the_tfrecord_values(golden_records, tmp_path):
     assert main(["pack", str(golden_records), "--out", str(tmp_path), "--format", "tfrecord,hdf5,parquet",
                  "--quiet", "--workers", "1"]) == 0

@@ -12,6 +12,11 @@ class Unreadable(DataError):
     """A columnar file whose bytes cannot be read (truncated, a checksum that fails): its framing, not its schema."""
 
 
+class Unholdable(DataError):
+    """Records a format's layout cannot hold, named by row: a writer is handed columns, not their file, so the
+    caller that knows the source (convert) names it."""
+
+
 def require(fmt, module):
     """`module` imported, or a UsageError naming the extra that installs it."""
     try:

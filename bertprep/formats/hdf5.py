@@ -28,7 +28,7 @@ import numpy as np
 
 from bertprep import storage
 from bertprep.errors import DataError
-from bertprep.formats.columnar_io import Unreadable, as_rows, require
+from bertprep.formats.columnar_io import Unholdable, Unreadable, as_rows, require
 from bertprep.formats.schemas import FLOAT, KINDS, PACKED, PRETRAINING, check_int_values
 
 SUFFIX = ".hdf5"
@@ -71,10 +71,9 @@ def encode(columns, kind):
     """The bytes of one HDF5 file holding `columns` ({name: (N, length)}) of `kind`."""
     h5py = require("hdf5", LIBRARY)
 
-    for name, derive in DERIVED.get(kind.name, {}).items():
-        if not np.array_equal(derive(columns), np.asarray(columns[name], np.float32)):
-            raise DataError(f"{name} of these {kind.name} records does not follow from the other features, "
-                            "so NVIDIA's HDF5 layout (which leaves it out) cannot hold them")
+    problem = _unholdable(columns, kind)
+    if problem is not None:
+        raise Unholdable(problem)
     buffer = io.BytesIO()
     with h5py.File(buffer, "w", libver=LIBVER) as f:
         for feature in stored_features(kind):
@@ -82,11 +81,6 @@ def encode(columns, kind):
             values = np.asarray(columns[feature.name])
             if feature.length == "1":
                 values = values.reshape(len(values))
-            if dtype.kind == "i" and values.size:
-                info = np.iinfo(dtype)
-                if values.min() < info.min or values.max() > info.max:
-                    raise DataError(f"{feature.name}: values {values.min()}..{values.max()} do not fit "
-                                    f"{dtype.name}, the HDF5 layout's dtype for it")
             # fletcher32: a checksum per chunk, verified by h5py on every read (TFRecord's CRCs, for HDF5)
             dataset = f.create_dataset(feature.name, data=values.astype(dtype), dtype=dtype, compression="gzip",
                                        fletcher32=True, track_times=False)
@@ -95,6 +89,30 @@ def encode(columns, kind):
             # kept it open while the next datasets took space first: the same data in another layout.
             dataset.id.close()
     return buffer.getvalue()
+
+
+def _unholdable(columns, kind):
+    """Why NVIDIA's layout cannot hold these records, naming the first row that it cannot, or None: a packed
+    position outside its row (deriving the weights indexed the row with it: an IndexError, or a read from the
+    row's end), a weight left out that would not derive back, a value wider than the dataset's dtype."""
+    if kind is PACKED and (problem := _position_problem(columns)):
+        return problem
+    for name, derive in DERIVED.get(kind.name, {}).items():
+        differs = np.flatnonzero((derive(columns) != as_rows(columns[name]).astype(np.float32)).any(axis=1))
+        if differs.size:
+            return (f"row {differs[0]}: {name} does not follow from the other features, so NVIDIA's HDF5 layout "
+                    f"(which leaves it out and derives it on reading) cannot hold this {kind.name} record")
+    for feature in stored_features(kind):
+        dtype = np.dtype(stored_dtype(kind, feature))
+        values = as_rows(columns[feature.name])
+        if dtype.kind == "i" and values.size:
+            info = np.iinfo(dtype)
+            bad = (values < info.min) | (values > info.max)
+            if bad.any():
+                row, column = np.argwhere(bad)[0].tolist()
+                return (f"row {row}: {feature.name}[{column}]: {values[row, column]} does not fit {dtype.name}, the "
+                        "HDF5 layout's dtype for it")
+    return None
 
 
 def _kind_of(path, datasets):
@@ -162,12 +180,20 @@ def _decode(path, local):
 def _check_positions(path, stored):
     """Packed weights are read from input_mask at masked_lm_positions: each must be a position of the row (an
     index past it would end in a traceback, a negative one would silently read from the row's end)."""
-    positions, seq = stored["masked_lm_positions"], stored["input_mask"].shape[1]
+    problem = _position_problem(stored)
+    if problem is not None:
+        raise DataError(f"{path}: {problem}")
+
+
+def _position_problem(columns):
+    """The first packed masked_lm_positions value that is no position of its row, as "row R: ...", or None."""
+    positions, seq = as_rows(columns["masked_lm_positions"]), as_rows(columns["input_mask"]).shape[1]
     bad = (positions < 0) | (positions >= seq)
-    if bad.any():
-        row, column = np.argwhere(bad)[0].tolist()
-        raise DataError(f"{path}: row {row}: masked_lm_positions[{column}]: {positions[row, column]} is not a "
-                        f"position of the row (0..{seq - 1})")
+    if not bad.any():
+        return None
+    row, column = np.argwhere(bad)[0].tolist()
+    return (f"row {row}: masked_lm_positions[{column}]: {positions[row, column]} is not a position of the row "
+            f"(0..{seq - 1})")
 
 
 def write(path, columns, kind, staging=None):

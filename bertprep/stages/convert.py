@@ -46,6 +46,7 @@ from bertprep.atomic import atomic_open, check_distinct_outputs, hold, sha256_fi
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.formats import codecs
+from bertprep.formats.columnar_io import Unholdable
 from bertprep.formats.protowire import WireError
 from bertprep.formats.schemas import kind_of_record
 from bertprep.options import build_options, check_types, errors_name_fields, normalise_paths, refuse_overlap
@@ -107,7 +108,10 @@ def convert_columns(src, src_fmt, dst, dst_fmt, staging=None, sha256=None):
     count = len(columns[kind.names[0]]) if columns else 0
     if count == 0:  # as for an empty framed file: nothing a reader could use, and OneFlow stops on an empty part
         raise DataError(f"{src}: no records to convert (a file of zero rows); nothing was written")
-    codecs.get(dst_fmt).write(dst, columns, kind, staging)
+    try:
+        codecs.get(dst_fmt).write(dst, columns, kind, staging)
+    except Unholdable as exc:  # the writer names the row, not the file it came from
+        raise DataError(f"{src}: {exc}") from None
     return count
 
 
