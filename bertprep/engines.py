@@ -59,6 +59,9 @@ class EngineOptions:
             raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, not {self.engine!r}")
         if self.workers is not None:
             require_at_least("--workers", self.workers, 1)
+        if self.scheduler == "":  # was taken as not given: a LocalCluster here instead of the cluster meant
+            raise UsageError("--scheduler: an empty address names no scheduler (leave it out for a LocalCluster "
+                             "on this machine)")
         if self.scheduler and self.engine != "dask":
             raise UsageError("--scheduler needs --engine dask")
 
@@ -186,14 +189,11 @@ def connect_dask(scheduler=None, workers=None):
     except ImportError:
         raise UsageError('--engine dask needs the distributed package: pip install "bertprep[distributed]"') from None
     if scheduler:
-        if scheduler.endswith(".json"):
-            if not os.path.isfile(scheduler):
-                raise DataError(f"{scheduler}: scheduler file not found")
-            target = {"scheduler_file": scheduler}
-        else:
-            target = {"address": scheduler}
+        address = _scheduler_file_address(scheduler) if scheduler.endswith(".json") else scheduler
+        _check_address(scheduler, address)
         try:
-            return Client(**target, timeout=SCHEDULER_CONNECT_TIMEOUT_S)
+            _handshake(address, SCHEDULER_CONNECT_TIMEOUT_S)
+            return Client(address=address, timeout=SCHEDULER_CONNECT_TIMEOUT_S)
         except (OSError, TimeoutError) as exc:
             raise DataError(
                 f"cannot reach the Dask scheduler at {scheduler} within {SCHEDULER_CONNECT_TIMEOUT_S}s "
@@ -204,6 +204,64 @@ def connect_dask(scheduler=None, workers=None):
         env={"TOKENIZERS_PARALLELISM": "false"},
     )
     return Client(cluster)
+
+
+def _scheduler_file_address(path):
+    """The address a scheduler file (`dask scheduler --scheduler-file`, dask-mpi) gives: distributed read a file
+    that is not JSON, or holds no address, with an AssertionError, a JSONDecodeError or a TypeError traceback."""
+    import json
+
+    if not os.path.isfile(path):
+        raise DataError(f"{path}: scheduler file not found")
+    try:
+        with open(path, encoding="utf-8") as f:
+            info = json.load(f)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path}: not a Dask scheduler file, whose JSON gives an \"address\" ({exc})") from None
+    if not isinstance(info, dict) or not isinstance(info.get("address"), str):
+        raise DataError(f"{path}: not a Dask scheduler file: its JSON gives no \"address\" string")
+    return info["address"]
+
+
+def _check_address(scheduler, address):
+    """One line for an address no Dask comm can dial (no port, an unknown scheme): distributed's ValueError ended
+    the command in a traceback. A usage error as given, bad data where a scheduler file holds it."""
+    from distributed.comm.addressing import get_address_host_port
+
+    try:
+        get_address_host_port(address)
+    except ValueError as exc:
+        if scheduler == address:
+            raise UsageError(f"--scheduler {scheduler!r} is no Dask scheduler address ({exc}); expected "
+                             "tcp://HOST:PORT or a scheduler file (.json)") from None
+        raise DataError(f"{scheduler}: its address {address!r} is no Dask scheduler address ({exc})") from None
+
+
+def _handshake(address, timeout):
+    """Connect to `address` and read the scheduler's handshake within `timeout` seconds, or a TimeoutError or
+    OSError. distributed bounds the connect but not the handshake read after it, so a port that accepts and
+    never answers (a silent socket, an HTTP server waiting for its request line) held Client() forever; bytes
+    that are not Dask's (their first 8 read as a frame count) asked for exabytes. Run in its own thread: the
+    caller may be inside an event loop (a notebook)."""
+    import asyncio
+    import concurrent.futures
+
+    from distributed.comm import connect
+
+    async def probe():  # a second more than the connect's own timeout, whose OSError says "refused" or "timed out"
+        comm = await asyncio.wait_for(connect(address, timeout=timeout), timeout + 1)
+        await comm.close()
+
+    def run():
+        try:
+            asyncio.run(probe())
+        except (OSError, TimeoutError):
+            raise
+        except Exception as exc:  # a peer that answers, but not as Dask does
+            raise OSError(f"{address} does not answer as a Dask scheduler ({exc.__class__.__name__})") from None
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(run).result()
 
 
 def run_dask(client, function, tasks, describe=str):

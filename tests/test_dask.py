@@ -99,6 +99,54 @@ def test_unreachable_scheduler_fails_fast_with_a_clear_message(golden_dir, tmp_p
     assert not list(Path(tmp_path).rglob("*.tfrecord"))
 
 
+def test_a_port_that_never_answers_as_dask_ends_within_the_connect_timeout(golden_dir, tmp_path):
+    """distributed bounds the connect but not the handshake read after it: a port that accepts and never
+    answers held the command forever, and one that answers with other bytes asked for exabytes (MemoryError)."""
+    import threading
+
+    def answer(listener):
+        conn, _ = listener.accept()
+        with conn:
+            conn.sendall(b"HTTP/1.1 400 Bad Request\r\n" * 4)
+
+    with socket.socket() as silent, socket.socket() as chatty:
+        for listener in (silent, chatty):
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(4)  # the kernel accepts the connection; nobody reads or writes on the silent one
+        threading.Thread(target=answer, args=(chatty,), daemon=True).start()
+        for listener in (silent, chatty):
+            port = listener.getsockname()[1]
+            start = time.monotonic()
+            result = subprocess.run(create_argv(golden_dir / "corpus.txt", golden_dir / "vocab.txt", tmp_path / "o",
+                                                "--engine", "dask", "--scheduler", f"tcp://127.0.0.1:{port}"),
+                                    capture_output=True, text=True, timeout=60)  # killed there: it hung
+            assert time.monotonic() - start < 20 and result.returncode == 1, result.stderr
+            assert result.stderr.startswith(
+                f"bertprep create: error: cannot reach the Dask scheduler at tcp://127.0.0.1:{port}"), result.stderr
+            assert result.stderr.count("\n") == 1
+    assert not list(Path(tmp_path).rglob("*.tfrecord"))
+
+
+@pytest.mark.parametrize("scheduler, content, code, message", [
+    ("nonsense", None, 2, "--scheduler 'nonsense' is no Dask scheduler address (missing port number"),
+    ("udp://127.0.0.1:8786", None, 2, "--scheduler 'udp://127.0.0.1:8786' is no Dask scheduler address (unknown"),
+    ("", None, 2, "--scheduler: an empty address names no scheduler"),
+    ("s.json", "{not json", 1, 's.json: not a Dask scheduler file, whose JSON gives an "address"'),
+    ("s.json", "[1, 2]", 1, 's.json: not a Dask scheduler file: its JSON gives no "address" string'),
+    ("s.json", '{"address": "x"}', 1, "s.json: its address 'x' is no Dask scheduler address"),
+])
+def test_a_scheduler_that_names_none_is_one_line(golden_dir, tmp_path, scheduler, content, code, message):
+    """A ValueError, AssertionError or TypeError traceback from inside distributed; an empty --scheduler ran a
+    LocalCluster here, as if none were given."""
+    if content is not None:
+        (tmp_path / scheduler).write_text(content)
+    result = subprocess.run(create_argv(golden_dir / "corpus.txt", golden_dir / "vocab.txt", tmp_path / "o",
+                                        "--engine", "dask", "--scheduler", scheduler),
+                            capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert result.returncode == code and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(f"bertprep create: error: {message}"), result.stderr
+
+
 def test_scheduler_without_dask_engine_is_a_usage_error(golden_dir, tmp_path):
     result = subprocess.run(create_argv(golden_dir / "corpus.txt", golden_dir / "vocab.txt", tmp_path / "o",
                                         "--scheduler", "tcp://127.0.0.1:8786"), capture_output=True, text=True)
