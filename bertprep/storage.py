@@ -54,6 +54,9 @@ READ_BLOCK = 8 << 20  # bytes per ranged read of a streamed object: large, so th
 READ_AHEAD = 2  # blocks a stream's reader thread keeps ready
 _SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
 _S3_SCHEMES = ("s3", "s3a")
+# An hf:// URL's repository: OWNER/NAME (a model's), or after datasets/ or spaces/; huggingface_hub answered a
+# URL without one (hf://, hf://datasets, hf://gpt2) with a ValueError or NotImplementedError traceback.
+_HF_REPO = re.compile(r"((datasets|spaces)/)?[^/]+/[^/]+(/|$)")
 _BUCKET_SCHEMES = (*_S3_SCHEMES, "gs", "gcs")  # stores of buckets, which exists() cannot tell from a missing key
 _EXTRA_FOR = {**dict.fromkeys(_BUCKET_SCHEMES, "cloud"), "hf": "hf"}
 
@@ -232,6 +235,8 @@ def check_path(path):
         raise UsageError(f"{shown}: {_unsupported(name)} URL scheme {name}:// ({_EXPECTED})")
     if name in _BUCKET_SCHEMES and not parts.netloc:
         raise UsageError(f"{shown}: no bucket (expected {name}://BUCKET/PREFIX)")
+    if name == "hf" and not _HF_REPO.match(text.split("://", 1)[1]):  # else a ValueError or NotImplementedError
+        raise UsageError(f"{shown}: no repository (expected hf://datasets/OWNER/NAME/PATH)")  # from the hub client
     if any(segment in (".", "..") for segment in parts.path.split("/")):
         raise UsageError(f"{shown}: '.' and '..' segments are refused in a URL (a store keeps them as part of the "
                          "key)")

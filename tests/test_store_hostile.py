@@ -229,3 +229,15 @@ def test_url_checks_run_before_anything_local_is_made(tmp_path):
     code, printed = run(["create", "--out", "s3://", "--seq", "128", "--pred", "20", "--quiet"], tmp_path)
     assert code == 2 and "no bucket" in printed, printed
     assert list(Path(tmp_path).iterdir()) == []
+
+
+@pytest.mark.parametrize("url", ["hf://", "hf:///", "hf://datasets", "hf://datasets/", "hf://gpt2",
+                                 "hf://datasets//name/x.parquet"])
+def test_an_hf_url_with_no_repository_is_one_usage_line(tmp_path, url, monkeypatch):
+    """huggingface_hub answered these with a ValueError or NotImplementedError traceback ('Access to buckets and
+    repositories lists is not implemented'), before any request."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    for argv in (["inspect", url], ["validate", url], ["convert", url, str(tmp_path / "o.parquet"), "--to", "parquet"]):
+        code, printed = run(argv, tmp_path)
+        assert code == 2 and printed.endswith(f": {url}: no repository (expected hf://datasets/OWNER/NAME/PATH)\n"), \
+            (argv, printed)
