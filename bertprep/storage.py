@@ -437,7 +437,20 @@ def check_reachable(path):
 
 
 def isdir(path):
-    return _answer(path, os.path.isdir, "isdir")
+    """os.path.isdir; for a URL, whether objects lie under `path/`, and a DataError where `path` is also an
+    object itself: a store keeps `a.parquet` beside `a.parquet/b.parquet` (a write under an object's key is
+    not refused as a local one is), and every reader took it for a directory, passing the object over."""
+    if not is_url(path):
+        return os.path.isdir(local_path(path))
+    is_object = isfile(path)  # asked first: once s3fs has listed `path/`, its cache answers isfile False
+    if not _answer(path, os.path.isdir, "isdir"):
+        return False
+    if is_object:
+        from bertprep.errors import DataError
+
+        raise DataError(f"{display(path)}: both an object and the prefix of other objects ({display(path)}/...): "
+                        "read as a directory, the object would be passed over; move one of them")
+    return True
 
 
 def isfile(path):

@@ -241,3 +241,21 @@ def test_an_hf_url_with_no_repository_is_one_usage_line(tmp_path, url, monkeypat
         code, printed = run(argv, tmp_path)
         assert code == 2 and printed.endswith(f": {url}: no repository (expected hf://datasets/OWNER/NAME/PATH)\n"), \
             (argv, printed)
+
+
+def test_an_object_that_is_also_a_prefix_is_named_not_read_as_a_directory(s3_bucket, workspace, golden_dir):
+    """A store keeps `a.parquet` beside `a.parquet/b.parquet` (a write under an object's key is not refused as a
+    local one is); convert took a.parquet for a directory, converted b.parquet alone and passed the object
+    over, exit 0."""
+    import s3fs
+
+    fs = s3fs.S3FileSystem(skip_instance_cache=True)
+    base = s3_bucket.removeprefix("s3://") + "/both"
+    fs.pipe({f"{base}/a.parquet": b"PAR1", f"{base}/a.parquet/b.parquet": b"PAR1"})
+    before = bucket_keys(s3_bucket)
+    url = f"{s3_bucket}/both/a.parquet"
+    code, printed = run(["convert", "--to", "tfrecord", url, workspace / "x"], workspace / "cwd")
+    assert code == 1 and printed == (f"bertprep convert: error: {url}: both an object and the prefix of other objects "
+                                     f"({url}/...): read as a directory, the object would be passed over; move one "
+                                     "of them\n"), printed
+    assert_nothing_written(workspace, s3_bucket, before)
