@@ -201,6 +201,34 @@ def test_bad_columnar_files_give_one_line_errors(golden_records, tmp_path, capsy
     assert "x.parquet: not a readable Parquet file" in _one_line(capsys, ["inspect", str(not_parquet)])
 
 
+@pytest.mark.parametrize("member, message", [
+    (lambda n: h5py.SoftLink("/nowhere"),
+     "input_ids is a link (SoftLink) to another place, expected a dataset stored in this file"),
+    (lambda n: h5py.ExternalLink("gone.hdf5", "/input_ids"),
+     "input_ids is a link (ExternalLink) to another place, expected a dataset stored in this file"),
+    ("virtual", "dataset input_ids keeps its values in other files (a virtual or external dataset), expected them "
+                "in this file"),
+])
+def test_hdf5_values_must_be_stored_in_the_file_itself(golden_records, tmp_path, capsys, member, message):
+    """A dangling soft or external link was a KeyError traceback; a virtual dataset whose source file is gone
+    was read as its fill value, zeros, without a word."""
+    path = tmp_path / "linked.hdf5"
+    with h5py.File(golden_records / "hdf5/training/corpus.hdf5", "r") as src, h5py.File(path, "w") as f:
+        for name in src:
+            if name != "input_ids":
+                f[name] = src[name][()]
+        shape = src["input_ids"].shape
+        if member == "virtual":
+            layout = h5py.VirtualLayout(shape=shape, dtype="i4")
+            layout[:] = h5py.VirtualSource(str(tmp_path / "gone.hdf5"), "input_ids", shape=shape)
+            f.create_virtual_dataset("input_ids", layout, fillvalue=0)
+        else:
+            f["input_ids"] = member(shape)
+    for argv in (["inspect", str(path)], ["convert", str(path), str(tmp_path / "o.parquet"), "--to", "parquet"]):
+        assert _one_line(capsys, argv).endswith(f"{path}: {message}")
+    assert not (tmp_path / "o.parquet").exists()
+
+
 def test_hdf5_refuses_weights_it_could_not_derive_back():
     from bertprep.errors import DataError
     from bertprep.formats.schemas import PRETRAINING

@@ -149,7 +149,7 @@ def _decode(path, local):
         raise Unreadable(f"{path}: not a readable HDF5 file ({str(exc).splitlines()[0]})") from None
     try:
         with f:
-            datasets = {name: f[name] for name in f.keys() if isinstance(f[name], h5py.Dataset)}
+            datasets = _datasets(path, f, h5py)
             kind = _kind_of(path, datasets)
             stored = {}
             for feature in stored_features(kind):
@@ -175,6 +175,25 @@ def _decode(path, local):
     for name, derive in DERIVED.get(kind.name, {}).items():
         stored[name] = derive(stored)
     return kind, stored
+
+
+def _datasets(path, f, h5py):
+    """{name: dataset} of the file's top level, each stored in this file: a soft or external link that leads
+    nowhere was a KeyError traceback, and a virtual dataset whose source file is gone read as its fill value
+    (zeros, without a word); one that leads elsewhere reads another file's values."""
+    datasets = {}
+    for name in f.keys():
+        link = f.get(name, getlink=True)
+        if not isinstance(link, h5py.HardLink):
+            raise DataError(f"{path}: {name} is a link ({type(link).__name__}) to another place, expected a dataset "
+                            "stored in this file")
+        member = f[name]
+        if isinstance(member, h5py.Dataset):
+            if member.is_virtual or member.external:
+                raise DataError(f"{path}: dataset {name} keeps its values in other files (a virtual or external "
+                                "dataset), expected them in this file")
+            datasets[name] = member
+    return datasets
 
 
 def _check_positions(path, stored):
