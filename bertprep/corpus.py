@@ -30,6 +30,18 @@ def read_text(path, expected="input must be UTF-8 text, one sentence per line"):
                         f"{expected}") from None
 
 
+def refuse_cr_only(text, path, expected):
+    """A DataError for a file whose lines end in a carriage return alone (classic Mac OS): only "\\n" ends a line,
+    as the reference's readline reads it, so its rows or sentences ran into one line, and the rows after a
+    headerless CoLA file's first were lost without a word. The reference's reading of it is no data to keep
+    (one row of merged fields, one sentence of the whole shard): refused, not read otherwise. A CR inside an
+    LF file is still read as the reference reads it."""
+    body = text.rstrip("\r\n")
+    if "\r" in body and "\n" not in body:
+        raise DataError(f"{storage.display(path)}: its lines end in a carriage return alone (CR, classic Mac OS "
+                        f"line endings), which ends no line; {expected}, lines ending in LF or CRLF")
+
+
 def split_documents(text):
     """(stripped non-empty lines, document number of each line), in file order."""
     lines = []

@@ -9,7 +9,7 @@ import re
 from dataclasses import replace
 
 from bertprep import storage
-from bertprep.corpus import read_text
+from bertprep.corpus import read_text, refuse_cr_only
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.instances import MaskingVocab
@@ -114,8 +114,8 @@ MEGATRON_MAGIC = "MMIDIDX\x00\x00"
 
 
 def check_input(path):
-    """sha256 of a shard, after checking it is UTF-8 text, no Megatron index, and holds a non-blank line (errors
-    name file and line)."""
+    """sha256 of a shard, after checking it is UTF-8 text, no Megatron index, has lines ending in LF, and holds a
+    non-blank line (errors name file and line)."""
     try:  # before decoding: a longer index fails as "not valid UTF-8 … column 279"
         with storage.open(path, "rb") as f:
             head = f.read(len(MEGATRON_MAGIC))
@@ -125,6 +125,7 @@ def check_input(path):
         raise DataError(f"{storage.display(path)}: a Megatron index (.idx, as tokenize writes), not text: this stage "
                         "reads text shards (a sentence a line, documents apart by a blank line)")
     text = read_text(path)
+    refuse_cr_only(text, path, "input must be UTF-8 text, one sentence per line")  # the shard was one sentence
     if not text.strip():
         raise DataError(f"{storage.display(path)}: no documents (the file is empty or blank)")
     return hashlib.sha256(text.encode("utf-8")).hexdigest()

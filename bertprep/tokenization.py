@@ -20,7 +20,7 @@ from functools import cached_property
 import numpy as np
 
 from bertprep import storage
-from bertprep.corpus import read_text
+from bertprep.corpus import read_text, refuse_cr_only
 from bertprep.errors import DataError
 
 try:
@@ -141,7 +141,9 @@ def load_vocab(path, required=REQUIRED_TOKENS):
 
     create, validate, inspect and (through the manifest's size) the trainer all read a vocab here,
     so they agree on every id."""
-    text = read_text(path, expected="a vocab.txt is UTF-8, one token per line")
+    expected = "a vocab.txt is UTF-8, one token per line"
+    text = read_text(path, expected=expected)
+    refuse_cr_only(text, path, expected)  # one token of every line: "lacks [UNK]" of a vocab that has it
     lines = text.split("\n")  # readline() semantics: only "\n" ends a line
     if lines[-1] == "":
         lines.pop()

@@ -521,6 +521,25 @@ def test_a_test_file_without_its_header_row_is_refused(tmp_path, vocab_path, cap
                  str(tmp_path / "out"), "--split", "test"]) == 0
 
 
+def test_a_tsv_whose_lines_end_in_cr_alone_is_refused(finetune_dir, tmp_path, vocab_path, capsys):
+    """Only LF ends a row, as _read_tsv reads it under TensorFlow: a CoLA train.tsv (no header row) saved with classic
+    Mac OS line endings was one row, every example but the first lost without a word (exit 0)."""
+    data = tmp_path / "CoLA"
+    data.mkdir()
+    rows = (finetune_dir / "glue/CoLA/train.tsv").read_bytes().split(b"\n")[:5]
+    (data / "train.tsv").write_bytes(b"\r".join(rows) + b"\r")
+    argv = ["create-glue", "--task", "CoLA", "--data-dir", str(data), "--vocab", str(vocab_path), "--out",
+            str(tmp_path / "out"), "--split", "train", "--quiet"]
+    assert main(argv) == 1
+    assert _error_line(capsys).endswith(f"{data / 'train.tsv'}: its lines end in a carriage return alone (CR, classic "
+                                        "Mac OS line endings), which ends no line; GLUE files are UTF-8 TSV, lines "
+                                        "ending in LF or CRLF")
+    assert not (tmp_path / "out").exists()
+    (data / "train.tsv").write_bytes(b"\r\n".join(rows) + b"\r\n")  # CRLF: the CRs dropped, as the reference does
+    assert main(argv) == 0
+    assert json.loads((tmp_path / "out/manifest.json").read_text())["files"]["train.tf_record"]["examples"] == 5
+
+
 def test_a_stage_function_given_options_and_keywords_refuses_both(finetune_dir, vocab_path, tmp_path):
     """create_squad(options, out=X) wrote to options.out, keyword ignored; a wrong options class was an
     AttributeError. As `bertprep.create` does: a TypeError saying which."""

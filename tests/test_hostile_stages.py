@@ -498,3 +498,32 @@ def test_a_download_into_a_corpus_folder_says_what_it_removed_and_refuses_a_fore
     with pytest.raises(DataError, match=r"mine\.jsonl: a \.jsonl that no download into this corpus folder wrote"):
         format_parts(tmp_path, "wiki", {"source": 1}, parts("a"))
     assert (folder / "mine.jsonl").exists() and (folder / "a.jsonl").exists()
+
+
+@pytest.mark.parametrize("stage", ["create", "tokenize", "shard", "vocab"])
+def test_a_text_input_whose_lines_end_in_cr_alone_is_refused(golden_dir, tmp_path, capsys, stage):
+    """Only LF ends a line, as the reference's readline reads it: a shard saved with classic Mac OS line endings was
+    one sentence of every line (exit 0), and shard read its documents as one."""
+    shard = tmp_path / "mac.txt"
+    shard.write_bytes(b"One sentence here.\rTwo sentences here.\r\rA second document.\r")
+    argv = [stage, "--input", str(shard), "--out", str(tmp_path / "out"), "--quiet"]
+    vocab = ["--vocab", str(golden_dir / "vocab.txt")]
+    argv += {"create": vocab, "tokenize": vocab, "shard": ["--corpus", "mac"], "vocab": []}[stage]
+    line = cli_error(capsys, argv, 1)
+    assert line.startswith(f"bertprep {stage}: error: {shard}: its lines end in a carriage return alone (CR, classic "
+                           "Mac OS line endings), which ends no line; "), line
+    shard.write_bytes(b"One sentence here.\r\nTwo sentences here.\r\n\r\nA second document.\r\n")  # CRLF is read
+    assert cli_lines(capsys, argv)[0] == 0
+
+
+def test_a_vocab_whose_lines_end_in_cr_alone_is_refused(golden_dir, tmp_path):
+    """It was one token, and refused as lacking [UNK], the token on its line 1."""
+    from bertprep.errors import DataError
+    from bertprep.tokenization import load_vocab
+
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_bytes((golden_dir / "vocab.txt").read_bytes().replace(b"\n", b"\r"))
+    with pytest.raises(DataError, match=r"vocab.txt: its lines end in a carriage return alone \(CR, classic Mac "
+                                        r"OS line endings\), which ends no line; a vocab.txt is UTF-8, one token"):
+        load_vocab(vocab)
+

@@ -56,6 +56,7 @@ import numpy as np
 
 from bertprep import __version__, storage
 from bertprep.atomic import STEPS, atomic_open, hold, sha256_file
+from bertprep.corpus import refuse_cr_only
 from bertprep.engines import EngineOptions, open_engine
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
@@ -205,6 +206,7 @@ def _is_input_name(name):
 def iter_text_documents(path, stats, sha256=None):
     """Blank-line separated documents of a text file, as strings of paragraph lines."""
     lines = []
+    first, non_blank = None, 0
     with storage.open(path, "rb", sha256=sha256) as f:
         for number, raw in enumerate(f, 1):
             try:
@@ -215,9 +217,12 @@ def iter_text_documents(path, stats, sha256=None):
                 stats.setdefault("first_invalid_utf8", f"{storage.display(path)}:{number}")
             if line.strip():
                 lines.append(line.strip())
+                first, non_blank = first or line.strip(), non_blank + 1
             elif lines:
                 yield "\n".join(lines)
                 lines = []
+    if non_blank == 1:  # every document on one line, as create, tokenize and create-glue refuse it
+        refuse_cr_only(first, path, "text input is UTF-8, one sentence or paragraph per line")
     if lines:
         yield "\n".join(lines)
 

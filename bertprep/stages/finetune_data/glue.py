@@ -31,7 +31,7 @@ import numpy as np
 
 from bertprep import storage
 from bertprep.atomic import hold
-from bertprep.corpus import read_text
+from bertprep.corpus import read_text, refuse_cr_only
 from bertprep.errors import DataError, UsageError
 from bertprep.formats.schemas import GLUE, GLUE_REGRESSION
 from bertprep.options import build_options, check_types, errors_name_fields, refuse_empty
@@ -135,7 +135,10 @@ class CreateGlueOptions(RecordsOptions):
 
 def read_rows(path):
     """The rows of a TSV file as run_classifier.py's _read_tsv gets them: [(line number, fields)]."""
-    text = read_text(path, expected="GLUE files are UTF-8 TSV").replace("\r", "")
+    expected = "GLUE files are UTF-8 TSV"
+    text = read_text(path, expected=expected)
+    refuse_cr_only(text, path, expected)  # its rows ran into one: a CoLA train file lost all but its first
+    text = text.replace("\r", "")
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()
