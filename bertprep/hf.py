@@ -29,7 +29,7 @@ import os
 from bertprep import formats, storage
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
-from bertprep.formats import codecs, columnar
+from bertprep.formats import codecs, columnar, megatron
 from bertprep.formats.schemas import FLOAT, check_int_values
 from bertprep.options import refuse_empty_path
 from bertprep.records_manifest import file_digests, load_records_manifest
@@ -183,7 +183,8 @@ def load(directory, cache_dir=None):
     records.require("directory", DataError(f"{directory}: not a directory"))
     found = find_record_files(directory)
     if not found:
-        raise DataError(f"{directory}: no record files (TFRecord, OFRecord, HDF5 or Parquet)")
+        raise (megatron.given_as_records(directory, directory, "bertprep.hf.load")
+               or DataError(f"{directory}: no record files (TFRecord, OFRecord, HDF5 or Parquet)"))
     fmt, by_split = _format_and_splits(found)
     manifest = load_records_manifest(records, (fmt,)) or {}  # its files there, its fields sound
     vocab_size = (manifest.get("vocab") or {}).get("size")

@@ -31,7 +31,7 @@ from bertprep import formats, storage
 from bertprep.binning import bin_width, binned_batches, bins_of
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
-from bertprep.formats import codecs
+from bertprep.formats import codecs, megatron
 from bertprep.formats.schemas import PACKED, UNMASKED, int_values_problem, kind_of_manifest, kind_of_record
 from bertprep.masking import DynamicMasking, first_instances
 from bertprep.options import check_argument, refuse_empty_path, short_repr
@@ -75,6 +75,8 @@ def _require_torch():
     if torch is None:
         raise UsageError('bertprep.torch needs PyTorch: pip install "bertprep[torch]"')
 
+READER = "bertprep.torch"  # as a Megatron directory's refusal names the reader
+
 
 class RecordIndex:
     """Every record of one split of a records directory: where its payload lies, in global instance order."""
@@ -84,7 +86,8 @@ class RecordIndex:
         data_dir = records.root  # as messages name it
         manifest = load_manifest(records)
         if manifest is None:
-            raise DataError(f"{data_dir}: no manifest.json (give the directory `bertprep create` or `pack` wrote)")
+            raise (megatron.given_as_records(data_dir, data_dir, READER)
+                   or DataError(f"{data_dir}: no manifest.json (give the directory `bertprep create` or `pack` wrote)"))
         where = records.path("manifest.json")
         fmt = fmt or (manifest.get("formats") or formats.FORMATS)[0]
         if fmt not in formats.FORMATS:  # the framed ones
@@ -92,7 +95,8 @@ class RecordIndex:
         paths = _split_files(records, fmt, split)
         check_records_manifest(manifest, where, (fmt,))  # its files there, its fields sound
         if not paths:
-            raise DataError(f"{data_dir}: no {fmt} {split} records")
+            raise (megatron.given_as_records(data_dir, data_dir, READER)
+                   or DataError(f"{data_dir}: no {fmt} {split} records"))
         self.kind = kind_of_manifest(manifest, where)
         self.dims = {k: int(v) for k, v in (manifest.get("dims") or {}).items()} or None
         self.fmt, self.data_dir, self.where = fmt, data_dir, where

@@ -527,3 +527,29 @@ def test_a_vocab_whose_lines_end_in_cr_alone_is_refused(golden_dir, tmp_path):
                                         r"OS line endings\), which ends no line; a vocab.txt is UTF-8, one token"):
         load_vocab(vocab)
 
+
+@pytest.mark.parametrize("reader", ["bertprep.torch", "bertprep.hf.load", "the trainer"])
+def test_a_loader_given_tokenize_output_names_it_as_megatron_data(golden_dir, tmp_path, reader):
+    """BertLoader said "no tfrecord training records" of tokenize's folder, bertprep.hf.load "no record files", as
+    if tokenize had written nothing: Megatron-LM reads it, not these loaders."""
+    from bertprep.errors import DataError
+
+    bertprep.tokenize(input=[str(golden_dir / "corpus.txt")], vocab=str(golden_dir / "vocab.txt"),
+                      out=str(tmp_path / "tok"))
+    for given in (tmp_path / "tok", tmp_path / "tok/golden", tmp_path / "tok/golden/training"):
+        with pytest.raises(DataError) as caught:
+            if reader == "bertprep.torch":
+                from bertprep.torch import BertLoader
+
+                BertLoader(str(given), batch_size=2)
+            elif reader == "bertprep.hf.load":
+                from bertprep.hf import load
+
+                load(str(given))
+            else:
+                from trainer.data import Records
+
+                Records(str(given), "tfrecord")
+        assert str(caught.value) == (f"{given}: Megatron indexed data (.bin/.idx, as `bertprep tokenize` writes), not "
+                                     "training records: Megatron-LM trains on it (--data-path, as data-path.txt lists "
+                                     f"it); {reader} reads the records `bertprep create` or `pack` writes")

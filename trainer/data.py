@@ -32,7 +32,7 @@ from bertprep import formats, storage
 from bertprep.binning import bin_width, bins_of
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
-from bertprep.formats import codecs, columnar
+from bertprep.formats import codecs, columnar, megatron
 from bertprep.formats.schemas import (
     FLOAT,
     PACKED,
@@ -80,8 +80,9 @@ class Records:
                     corpus_files.append((found, manifest))
                 self.files[split] += found
         if not self.files["training"]:
-            raise DataError(f"{Folder(data_dir)}: no {fmt} training records (looked for "
-                            f"{os.path.join('[*/[*/]]', fmt, 'training', codecs.get(fmt).glob)})")
+            raise (megatron.given_as_records(data_dir, Folder(data_dir), "the trainer")
+                   or DataError(f"{Folder(data_dir)}: no {fmt} training records (looked for "
+                                f"{os.path.join('[*/[*/]]', fmt, 'training', codecs.get(fmt).glob)})"))
         for paths, manifest in corpus_files:
             self._check_shapes(paths, manifest)
 

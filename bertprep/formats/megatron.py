@@ -193,3 +193,14 @@ def prefixes(path):
     else:
         candidates = [path]
     return [prefix for prefix in candidates if is_dataset(prefix)]
+
+
+def given_as_records(directory, shown, reader):
+    """The DataError for a records directory given to `reader` (a loader) that holds Megatron indexed data, as
+    `bertprep tokenize` writes, `shown` naming it; None where it holds none. The loaders said "no tfrecord
+    training records" or "no record files" of it, as if tokenize had written nothing."""
+    if not prefixes(directory):
+        return None
+    return DataError(f"{shown}: Megatron indexed data (.bin/.idx, as `bertprep tokenize` writes), not training "
+                     f"records: Megatron-LM trains on it (--data-path, as data-path.txt lists it); {reader} reads "
+                     "the records `bertprep create` or `pack` writes")
