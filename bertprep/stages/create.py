@@ -158,10 +158,31 @@ class CreateOptions:
         if self.dupe_factor > sys.maxsize:  # the native core counts passes in a C ssize_t: an OverflowError traceback
             raise UsageError(f"--dupe-factor {self.dupe_factor} is too large: at most {sys.maxsize:,} (the native "
                              "core's count of passes)")
+        if not self.engine.scheduler and (why := unholdable(self.dupe_factor, 1)):  # a cluster's workers: their own
+            raise UsageError(f"--dupe-factor {self.dupe_factor}: a shard's {why}")
         if not 0.0 < self.masked_lm_prob <= 1.0:
             raise UsageError(f"--masked-lm-prob must be in (0, 1], not {self.masked_lm_prob}")
         if not 0.0 <= self.short_seq_prob <= 1.0:
             raise UsageError(f"--short-seq-prob must be in [0, 1], not {self.short_seq_prob}")
+
+
+# A shard's instances of every pass are held at once, to be shuffled, as the reference holds them. An instance
+# holds at least its offset, A length, mask offset and flag (8 + 4 + 8 + 1 bytes) and 5 tokens ([CLS] a [SEP] b
+# [SEP], 2 bytes each at least), and a pass makes at least one a document: a bound below what any run holds.
+MIN_INSTANCE_BYTES = 8 + 4 + 8 + 1 + 5 * 2
+
+
+def unholdable(dupe_factor, documents):
+    """Why the instances of a shard of `documents` documents at `dupe_factor` cannot be held in this machine's
+    memory, None where they may be: 2**40 passes over a small corpus grew by gigabytes until the run was killed.
+    Never said of a run that could be held."""
+    from bertprep.stages.dedup import machine_memory  # the machine's memory, as dedup sizes its work by it
+
+    memory, need = machine_memory(), dupe_factor * documents * MIN_INSTANCE_BYTES
+    if not memory or need <= memory:
+        return None
+    return (f"instances need more than {human_bytes(need)} ({dupe_factor:,} passes over {documents:,} document(s), "
+            f"at least an instance each, held together to be shuffled), more than this machine's {human_bytes(memory)}")
 
 
 def check_shard_stage_fields(options):
@@ -209,6 +230,8 @@ def shard_instances(task):
     corpus = tokenize_corpus(read_text(task.source), tokenizer)
     if corpus.num_documents == 0:
         raise DataError(f"{storage.display(task.source)}: no documents (every line is blank or tokenizes to nothing)")
+    if why := unholdable(task.params.dupe_factor, corpus.num_documents):  # a shard of many documents
+        raise DataError(f"{storage.display(task.source)}: its {why}")
     instances = create_instances(corpus, task.params, masking_vocab, task.seed)
     return instances if task.limit is None else first_instances(instances, task.limit)
 
