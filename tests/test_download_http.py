@@ -212,16 +212,21 @@ def test_the_command_line_takes_the_limits(server, tmp_path):
         assert line.endswith(expected)
 
 
-def test_the_download_options_check_the_limits_once_with_the_flags_messages():
+def test_the_download_options_check_the_limits_once_naming_the_fields():
+    """From Python the limits are named as Limits' fields, as other options errors name theirs: `--stall-timeout`
+    named a flag Python has not."""
     from bertprep.errors import UsageError
     from bertprep.stages.download import download
     from bertprep.stages.download.squad import SquadOptions
 
-    with pytest.raises(UsageError, match=r"^--stall-timeout: expected a number of seconds above 0 and at most 1e\+09, "
+    with pytest.raises(UsageError, match=r"^Limits.stall: expected a number of seconds above 0 and at most 1e\+09, "
                                          r"got 0$"):
         SquadOptions(limits=Limits(stall=0))
-    with pytest.raises(UsageError, match=r"^--deadline: expected a number of seconds \(0 for none\) of at most 1e\+09, "
-                                         r"got -1$"):
+    with pytest.raises(UsageError, match=r"^Limits.stall: expected a number of seconds above 0 and at most 1e\+09, "
+                                         r"got nan$"):
+        download("squad", limits=Limits(stall=float("nan")))
+    with pytest.raises(UsageError, match=r"^Limits.deadline: expected a number of seconds \(0 for none\) of at most "
+                                         r"1e\+09, got -1$"):
         download("squad", limits=Limits(deadline=-1))
     with pytest.raises(UsageError,
                        match="^unknown download source 'squad2'; known: wikipedia, bookcorpus, squad, glue, "
@@ -233,9 +238,9 @@ def test_the_download_options_check_the_limits_once_with_the_flags_messages():
                                             ("glue", {}), ("squad", {"from_hub": True}),
                                             ("pretrained", {"model": "bert-base-uncased"})])
 @pytest.mark.parametrize("limits, expected", [
-    (Limits(stall=-1), "--stall-timeout: expected a number of seconds above 0 and at most 1e+09, got -1"),
-    (Limits(stall=float("inf")), "--stall-timeout: expected a number of seconds above 0 and at most 1e+09, got inf"),
-    (Limits(deadline=-7), "--deadline: expected a number of seconds (0 for none) of at most 1e+09, got -7")],
+    (Limits(stall=-1), "Limits.stall: expected a number of seconds above 0 and at most 1e+09, got -1"),
+    (Limits(stall=float("inf")), "Limits.stall: expected a number of seconds above 0 and at most 1e+09, got inf"),
+    (Limits(deadline=-7), "Limits.deadline: expected a number of seconds (0 for none) of at most 1e+09, got -7")],
     ids=["stall -1", "stall inf", "deadline -7"])
 def test_every_source_checks_its_limits_before_any_request(server, tmp_path, source, fields, limits, expected):
     """The hub's sources (and Wikipedia without --dump) took any limits from Python and went on to the network,

@@ -43,7 +43,7 @@ import urllib.request
 from dataclasses import dataclass
 
 from bertprep import __version__, storage
-from bertprep.errors import DataError, UsageError, redact
+from bertprep.errors import ON_COMMAND_LINE, DataError, UsageError, redact
 from bertprep.options import check_types, errors_name_fields
 from bertprep.workdir import load_manifest, save_manifest
 
@@ -74,15 +74,22 @@ class Limits:
         and fetch and fetch_text before they connect."""
         # at most MAX_SECONDS: a socket takes no timeout beyond time_t (`inf` was an OverflowError traceback)
         if not 0 < self.stall <= MAX_SECONDS:
-            raise UsageError(f"--stall-timeout: expected a number of seconds above 0 and at most {MAX_SECONDS:g}, "
-                             f"got {self.stall:g}")
+            raise UsageError(f"{_named('stall', '--stall-timeout')}: expected a number of seconds above 0 and at most "
+                             f"{MAX_SECONDS:g}, got {self.stall:g}")
         if not 0 <= self.deadline <= MAX_SECONDS:
-            raise UsageError(f"--deadline: expected a number of seconds (0 for none) of at most {MAX_SECONDS:g}, "
-                             f"got {self.deadline:g}")
+            raise UsageError(f"{_named('deadline', '--deadline')}: expected a number of seconds (0 for none) of at "
+                             f"most {MAX_SECONDS:g}, got {self.deadline:g}")
         return self
 
     def __post_init__(self):
         check_types(self)
+
+
+def _named(field, flag):
+    """A limit as its error names it: the flag on a command line, else the field (`Limits.stall`), as options
+    errors name them (options.errors_name_fields). check runs from the options that hold a Limits, none of whose
+    fields `--stall-timeout` is: `download(..., limits=Limits(stall=nan))` named a flag Python has not."""
+    return flag if ON_COMMAND_LINE.get() else f"Limits.{field}"
 
 
 class _Transient(Exception):
