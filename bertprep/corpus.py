@@ -30,16 +30,22 @@ def read_text(path, expected="input must be UTF-8 text, one sentence per line"):
                         f"{expected}") from None
 
 
+def ends_lines_in_cr_alone(text):
+    """Whether `text` (str or bytes) holds a carriage return before its last line break and no LF there."""
+    cr, lf = ("\r", "\n") if isinstance(text, str) else (b"\r", b"\n")
+    end = len(text)
+    while end and text[end - 1:end] in (cr, lf):  # its line breaks at the end; no copy of a shard's text
+        end -= 1
+    return text.find(lf, 0, end) < 0 and text.find(cr, 0, end) >= 0
+
+
 def refuse_cr_only(text, path, expected):
     """A DataError for a file whose lines end in a carriage return alone (classic Mac OS): only "\\n" ends a line,
     as the reference's readline reads it, so its rows or sentences ran into one line, and the rows after a
     headerless CoLA file's first were lost without a word. The reference's reading of it is no data to keep
     (one row of merged fields, one sentence of the whole shard): refused, not read otherwise. A CR inside an
     LF file is still read as the reference reads it."""
-    end = len(text)
-    while end and text[end - 1] in "\r\n":  # its line breaks at the end; no copy of a shard's text
-        end -= 1
-    if text.find("\n", 0, end) < 0 and text.find("\r", 0, end) >= 0:
+    if ends_lines_in_cr_alone(text):
         raise DataError(f"{storage.display(path)}: its lines end in a carriage return alone (CR, classic Mac OS "
                         f"line endings), which ends no line; {expected}, lines ending in LF or CRLF")
 

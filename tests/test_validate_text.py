@@ -53,6 +53,19 @@ def test_empty_document_and_bad_utf8(capsys, tmp_path):
     ]
 
 
+def test_a_shard_whose_lines_end_in_cr_alone_fails(capsys, tmp_path):
+    """Only LF ends a line: a shard saved with classic Mac OS line endings was "ok", 1 document of 1 sentence,
+    where create, tokenize and shard refuse it."""
+    root = shard_dir(tmp_path / "sharded", [(DOC_A + DOC_B).replace("\n", "\r")], [DOC_C])
+    code, report = validate(capsys, root)
+    assert code == 1
+    assert findings(report) == [("documents", str(root / "training" / "c_training_0.txt"),
+                                 "its lines end in a carriage return alone (CR, classic Mac OS line endings), which "
+                                 "ends no line: one sentence of one document")]
+    shard_dir(root, [(DOC_A + DOC_B).replace("\n", "\r\n")], [DOC_C])  # CRLF is read as the reference reads it
+    assert validate(capsys, root)[0] == 0
+
+
 def test_overlap_and_spread_are_warnings(capsys, tmp_path):
     root = shard_dir(tmp_path / "sharded", [DOC_A * 20, DOC_B], [DOC_A])
     code, report = validate(capsys, root)

@@ -15,6 +15,7 @@ import os
 import numpy as np
 
 from bertprep import storage
+from bertprep.corpus import ends_lines_in_cr_alone
 from bertprep.folder import Folder
 from bertprep.stages.download.glue import task_outputs
 from bertprep.stages.download.squad import FILES as SQUAD_FILES
@@ -81,6 +82,9 @@ def read_shard(path):
     data = storage.read_bytes(path)
     if not data.strip():
         findings.append(Finding("documents", path, None, None, "empty shard (no documents)"))
+    if ends_lines_in_cr_alone(data):  # read as one line: create, tokenize and shard refuse it
+        findings.append(Finding("documents", path, None, None, "its lines end in a carriage return alone (CR, "
+                                "classic Mac OS line endings), which ends no line: one sentence of one document"))
     for number, raw in enumerate(data.split(b"\n"), 1):
         try:
             line = raw.decode("utf-8")
