@@ -90,6 +90,24 @@ def benchmark(*args, env=None):
                           cwd=REPO, env=env)
 
 
+def test_the_plot_of_a_report_where_no_configuration_ran_is_drawn_without_a_warning(tmp_path):
+    """Every configuration out of memory or failed: matplotlib printed "No artists with labels found to put in
+    legend" (a UserWarning, two lines) under the report's summary."""
+    import warnings
+
+    from trainer.benchmark import report
+
+    configs = [{"devices": d, "hosts": 1, "precision": "fp32", "batch": 8, "median": None, "speedup": None,
+                "status": "oom"} for d in (1, 2)]
+    results = {"configs": configs, "setup": {"amp": "mixed_bfloat16", "packed": False, "model": "tiny", "seq": 128,
+                                             "pred": 20, "backend": "jax"},
+               "host": {"hostname": "h", "accelerator": None, "cpu": "cpu"}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        report.plot(tmp_path / "throughput.png", results)
+    assert (tmp_path / "throughput.png").read_bytes()[:4] == b"\x89PNG"
+
+
 def test_bad_arguments_get_one_line_errors(tmp_path):
     cases = [
         (["--devices", "0"], 2, "argument --devices: expected distinct positive integers, got '0'"),

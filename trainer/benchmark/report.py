@@ -189,7 +189,8 @@ def plot(path, results):
     for axes in (left, right):
         axes.set_xticks(counts)
         axes.grid(True, alpha=0.3)
-        axes.legend(fontsize=8)
+        if axes.get_legend_handles_labels()[0]:  # none ran: matplotlib warned in two lines of an empty legend
+            axes.legend(fontsize=8)
     host = results["host"]
     figure.suptitle(f"{host['hostname']}: {host['accelerator'] or host['cpu']}", fontsize=9)
     figure.tight_layout()
