@@ -116,10 +116,11 @@ def test_padded_vocab_trains_and_saves_as_the_real_vocab(dropout_runs):
 
 @pytest.fixture(scope="module")
 def bfloat16_run(records_dir, tmp_path_factory):
-    """Events and TensorBoard directory of 2 mixed_bfloat16 steps (one run for the two tests below)."""
+    """Events and TensorBoard directory of 2 mixed_bfloat16 steps, the test split evaluated at step 2 (one run
+    for the two tests below)."""
     root = tmp_path_factory.mktemp("bfloat16")
     code, events = train(root, records_dir, "--steps", "2", "--batch-size", "4", "--precision", "mixed_bfloat16",
-                         "--tensorboard-dir", str(root / "tb"))
+                         "--tensorboard-dir", str(root / "tb"), "--eval-every", "2", "--eval-steps", "2")
     assert code == 0
     return events, root / "tb"
 
@@ -130,6 +131,9 @@ def test_mixed_bfloat16_runs(bfloat16_run):
     summary = events[-1]
     assert summary["event"] == "summary" and summary["steps"] == 2 and summary["precision"] == "mixed_bfloat16"
     assert all(np.isfinite(losses(events))) and summary["final_loss_scale"] == 1.0
+    (evaluation,) = [event for event in events if event["event"] == "eval"]  # --eval-every 2 of 2 steps
+    assert evaluation["step"] == 2 and np.isfinite(evaluation["loss"]) and 0 <= evaluation["mlm_accuracy"] <= 1
+    assert evaluation["loss"] == pytest.approx(evaluation["mlm_loss"] + evaluation["nsp_loss"], rel=1e-5)
 
 
 @pytest.mark.xdist_group("trainer_bfloat16")

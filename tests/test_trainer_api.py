@@ -58,6 +58,13 @@ def test_configs_have_the_cli_defaults_and_its_checks():
             (FinetuneConfig, {"warmup": float("inf")},
              "FinetuneConfig.warmup must be a fraction below 1 or a whole number of steps, got inf"),
             (TrainConfig, {"keep_checkpoints": 0}, "TrainConfig.keep_checkpoints: expected a positive integer, got 0"),
+            # each was taken and ignored without a word
+            (TrainConfig, {"checkpoint_every": 50}, "TrainConfig.checkpoint_every 50: no checkpoints are written "
+                                                    "without TrainConfig.checkpoint_dir"),
+            (TrainConfig, {"eval_steps": 3}, "TrainConfig.eval_steps 3: nothing is evaluated without "
+                                             "TrainConfig.eval_every"),
+            (TrainConfig, {"eval_every": 50, "steps": 20}, "TrainConfig.eval_every 50: past TrainConfig.steps 20, "
+                                                           "nothing would be evaluated"),
             (TrainConfig, {"steps": 0}, "TrainConfig.steps: expected a positive integer, got 0"),
             # evaluated every fifth step, as --eval-every 5
             (TrainConfig, {"eval_every": -5}, "TrainConfig.eval_every: expected 0 (never) or a positive integer, "
@@ -154,6 +161,17 @@ def test_keep_checkpoints_must_be_positive(value, capsys):
         main(["--format", "tfrecord", "--data", "nowhere", "--keep-checkpoints", value])
     assert exit_.value.code == 2 and capsys.readouterr().err.strip().splitlines() == [
         f"trainer: error: argument --keep-checkpoints: expected a positive integer, got {value}"]
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--keep-checkpoints", "9"], "--keep-checkpoints 9: no checkpoints are written without --checkpoint-dir"),
+    (["--eval-steps", "3"], "--eval-steps 3: nothing is evaluated without --eval-every"),
+    (["--steps", "20", "--eval-every", "50"], "--eval-every 50: past --steps 20, nothing would be evaluated")])
+def test_a_flag_the_run_would_not_read_is_refused(argv, said, capsys):
+    """Checkpoint flags without --checkpoint-dir, --eval-steps without --eval-every and an --eval-every past the
+    last step were taken and never read; the defaults pass (not told apart from a flag given its default)."""
+    assert main(["--format", "tfrecord", "--data", "nowhere", *argv]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [f"trainer: error: {said}"]
 
 
 @pytest.mark.heavy

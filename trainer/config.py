@@ -187,6 +187,20 @@ def _check_positive(config, names):
             raise UsageError(f"--{name.replace('_', '-')}: expected a positive integer, got {value!r}")
 
 
+def _check_read(config):
+    """Flags a run reads only beside another, or only below --steps: given otherwise, each was taken and
+    ignored without a word (a default left as it is says nothing, so it passes)."""
+    default = {field.name: field.default for field in dataclasses.fields(config)}
+    for name in ("checkpoint_every", "keep_checkpoints"):
+        if not config.checkpoint_dir and getattr(config, name) != default[name]:
+            raise UsageError(f"--{name.replace('_', '-')} {getattr(config, name)}: no checkpoints are written "
+                             "without --checkpoint-dir")
+    if not config.eval_every and config.eval_steps != default["eval_steps"]:
+        raise UsageError(f"--eval-steps {config.eval_steps}: nothing is evaluated without --eval-every")
+    if config.eval_every > config.steps:  # evaluations run at its multiples only: none would
+        raise UsageError(f"--eval-every {config.eval_every}: past --steps {config.steps}, nothing would be evaluated")
+
+
 @errors_name_fields
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
@@ -253,6 +267,7 @@ class TrainConfig:
                                "eval_steps", "log_every"))
         if self.eval_every < 0:  # step % -5 is 0 every fifth step: it evaluated as --eval-every 5, unsaid
             raise UsageError(f"--eval-every: expected 0 (never) or a positive integer, got {self.eval_every}")
+        _check_read(self)
         if self.model and self.bert_config:
             raise UsageError("--bert-config: not allowed with argument --model")
         if self.model is None and not self.bert_config and not self.init_checkpoint:
