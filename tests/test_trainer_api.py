@@ -211,3 +211,17 @@ def test_train_and_finetune_in_python_give_the_cli_summaries(shared_dir, golden_
                       "--log-every", "2", "--output-dir", str(tmp_path / "out-cli"))
     expected = {k: v for k, v in tuned.to_dict().items() if k not in TIMINGS}
     assert expected == dict(cli, init_checkpoint=expected["init_checkpoint"])
+
+
+def test_a_resume_of_another_model_names_the_field_that_differs():
+    """--resume with another --bert-config printed both whole model dicts in its one line."""
+    from trainer.run_state import check_compatible
+
+    model = {"vocab_size": 100, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2}
+    saved = {"model": model, "optimizer": "lamb"}
+    with pytest.raises(UsageError) as raised:
+        check_compatible("ckpt/ckpt-2", saved, {"model": {**model, "hidden_size": 128}, "optimizer": "lamb"}, {}, {})
+    assert str(raised.value) == "ckpt/ckpt-2: checkpoint was written with model.hidden_size=64, this run has 128"
+    with pytest.raises(UsageError) as raised:
+        check_compatible("ckpt/ckpt-2", saved, {"model": model, "optimizer": "adam"}, {}, {})
+    assert str(raised.value) == "ckpt/ckpt-2: checkpoint was written with optimizer='lamb', this run has 'adam'"

@@ -133,12 +133,22 @@ def state_problem(state):
     return None
 
 
+def _first_difference(key, saved, current):
+    """(name, saved value, this run's) of the first field two settings' values differ in: a model of another
+    size was named by both whole model dicts, a line of some 400 characters to compare by eye."""
+    if isinstance(saved, dict) and isinstance(current, dict):
+        for field in [*current, *(field for field in saved if field not in current)]:
+            if saved.get(field) != current.get(field):
+                return f"{key}.{field}", saved.get(field), current.get(field)
+    return key, saved, current
+
+
 def check_compatible(path, saved, current, arrays, expected_shapes):
     """A resumed run must keep what fixes the weights' trajectory; name the first difference."""
     for key, value in current.items():
         if saved.get(key) != value:
-            raise UsageError(f"{path}: checkpoint was written with {key}={saved.get(key)!r}, "
-                             f"this run has {value!r}")
+            name, was, now = _first_difference(key, saved.get(key), value)
+            raise UsageError(f"{path}: checkpoint was written with {name}={was!r}, this run has {now!r}")
     for name, shape in expected_shapes.items():
         if name not in arrays:
             raise UsageError(f"{path}: checkpoint lacks variable {name}")
