@@ -459,31 +459,32 @@ def test_fine_tuning_flags_they_cannot_write_are_usage_errors(tmp_path, vocab_pa
     assert not (tmp_path / "s").exists() and not (tmp_path / "g").exists()
 
 
-@pytest.mark.parametrize("score", ["nan", "inf", "1_0", "-inf"])
-def test_an_sts_b_score_that_is_no_finite_decimal_is_one_line(tmp_path, vocab_path, capsys, score):
-    """float() took them: nan and inf were written, and validate then refused the records; "1_0" became 10.0."""
+def _sts_b_score_error(tmp_path, vocab_path, capsys, score):
+    """create-glue of a one-row STS-B train.tsv whose score is `score`: (its path, the error line; exit 1)."""
     data = tmp_path / "STS-B"
     data.mkdir()
     header = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore\n"
     (data / "train.tsv").write_text(header + f"0\tmain\tf\t2012\t0\tnone\tnone\ta man plays\ta man sings\t{score}\n")
     assert main(["create-glue", "--task", "STS-B", "--data-dir", str(data), "--vocab", str(vocab_path), "--out",
                  str(tmp_path / "out"), "--split", "train"]) == 1
-    assert _error_line(capsys).endswith(f"{data / 'train.tsv'}:2: score {score!r} in the last column is not a finite "
-                                        "decimal number (STS-B is regression)")
+    return data / "train.tsv", _error_line(capsys)
+
+
+@pytest.mark.parametrize("score", ["nan", "inf", "1_0", "-inf"])
+def test_an_sts_b_score_that_is_no_finite_decimal_is_one_line(tmp_path, vocab_path, capsys, score):
+    """float() took them: nan and inf were written, and validate then refused the records; "1_0" became 10.0."""
+    path, line = _sts_b_score_error(tmp_path, vocab_path, capsys, score)
+    assert line.endswith(f"{path}:2: score {score!r} in the last column is not a finite decimal number (STS-B is "
+                         "regression)")
 
 
 @pytest.mark.parametrize("score", ["-1e308", "3.5e38"])
 def test_an_sts_b_score_past_float32_is_one_line(tmp_path, vocab_path, capsys, score):
     """The records hold the score as float32: -1e308 was finite as a Python float, written as -inf (a NumPy
     RuntimeWarning, exit 0), and validate then refused the records."""
-    data = tmp_path / "STS-B"
-    data.mkdir()
-    header = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore\n"
-    (data / "train.tsv").write_text(header + f"0\tmain\tf\t2012\t0\tnone\tnone\ta man plays\ta man sings\t{score}\n")
-    assert main(["create-glue", "--task", "STS-B", "--data-dir", str(data), "--vocab", str(vocab_path), "--out",
-                 str(tmp_path / "out"), "--split", "train"]) == 1
-    assert _error_line(capsys).endswith(f"{data / 'train.tsv'}:2: score {score!r} in the last column is past "
-                                        "float32's range, as the records store it (STS-B is regression)")
+    path, line = _sts_b_score_error(tmp_path, vocab_path, capsys, score)
+    assert line.endswith(f"{path}:2: score {score!r} in the last column is past float32's range, as the records "
+                         "store it (STS-B is regression)")
     assert not (tmp_path / "out").exists()
 
 
