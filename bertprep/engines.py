@@ -43,6 +43,15 @@ def default_workers():
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
+def machine_memory():
+    """This machine's physical memory in bytes, None where the system does not say (what dedup sizes its work
+    by, and create and the trainer's batches are held to)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
 @errors_name_fields
 @dataclasses.dataclass(frozen=True)
 class EngineOptions:

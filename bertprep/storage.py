@@ -48,7 +48,7 @@ import threading
 import urllib.parse
 import weakref
 
-from bertprep.errors import UsageError, redact
+from bertprep.errors import DataError, UsageError, redact
 
 READ_BLOCK = 8 << 20  # bytes per ranged read of a streamed object: large, so the network is not the step's wait
 READ_AHEAD = 2  # blocks a stream's reader thread keeps ready
@@ -446,8 +446,6 @@ def isdir(path):
     if not _answer(path, os.path.isdir, "isdir"):
         return False
     if is_object:
-        from bertprep.errors import DataError
-
         raise DataError(f"{display(path)}: both an object and the prefix of other objects ({display(path)}/...): "
                         "read as a directory, the object would be passed over; move one of them")
     return True
@@ -601,8 +599,6 @@ class DigestChecked(io.RawIOBase):
         elif self._digest is not None:
             digest, self._digest = self._digest.hexdigest(), None
             if digest != self._expected:
-                from bertprep.errors import DataError
-
                 raise DataError(f"{display(self.path)}: sha256 {digest} is not the manifest's {self._expected}: the "
                                 "file changed after it was written (rerun the stage that wrote it)")
         return count

@@ -12,6 +12,7 @@ from bertprep import storage
 from bertprep.corpus import read_text, refuse_cr_only
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
+from bertprep.formats import megatron
 from bertprep.instances import MaskingVocab
 from bertprep.tokenization import LineTokenizer, load_vocab
 from bertprep.workdir import MANIFEST, SPLITS, refuse_repeated_inputs, refuse_unlisted
@@ -108,20 +109,18 @@ def corpus_name(inputs):
     return "corpus"
 
 
-# A Megatron index is its magic and then small integers, which decode as UTF-8: `tokenize --input X.idx` (its own
-# output) tokenized "MMIDIDX" as a sentence, exit 0. The record formats' first bytes are no UTF-8.
-MEGATRON_MAGIC = "MMIDIDX\x00\x00"
-
-
 def check_input(path):
     """sha256 of a shard, after checking it is UTF-8 text, no Megatron index, has lines ending in LF, and holds a
     non-blank line (errors name file and line)."""
-    try:  # before decoding: a longer index fails as "not valid UTF-8 … column 279"
+    # A Megatron index is its magic and then small integers, which decode as UTF-8: `tokenize --input X.idx` (its
+    # own output) tokenized "MMIDIDX" as a sentence, exit 0. Read before decoding: a longer index failed as "not
+    # valid UTF-8 … column 279". The record formats' first bytes are no UTF-8.
+    try:
         with storage.open(path, "rb") as f:
-            head = f.read(len(MEGATRON_MAGIC))
+            head = f.read(len(megatron.MAGIC))
     except OSError:
         head = b""  # read_text says why it cannot be read
-    if head == MEGATRON_MAGIC.encode():
+    if head == megatron.MAGIC:
         raise DataError(f"{storage.display(path)}: a Megatron index (.idx, as tokenize writes), not text: this stage "
                         "reads text shards (a sentence a line, documents apart by a blank line)")
     text = read_text(path)

@@ -679,16 +679,16 @@ def test_a_dupe_factor_whose_instances_no_memory_holds_is_refused(golden_dir, tm
     """A shard's instances of every pass are held at once, to be shuffled: --dupe-factor 2**40 on a small corpus
     grew by gigabytes until it was killed. Refused where even one instance a pass exceeds the machine's memory:
     before anything is written for one document a shard, and for the documents a shard holds as it is read."""
+    from bertprep import engines
     from bertprep.engines import EngineOptions
     from bertprep.errors import DataError, UsageError
-    from bertprep.stages import dedup
     from bertprep.stages.create import CreateOptions, create
 
     with pytest.raises(UsageError, match=r"^CreateOptions.dupe_factor 1099511627776: a shard's instances need more "
                                          r"than 31.0 TiB \(1,099,511,627,776 passes over 1 document\(s\), at least "
                                          r"an instance each, held together to be shuffled\), more than this machine's"):
         CreateOptions(dupe_factor=2 ** 40)
-    monkeypatch.setattr(dedup, "machine_memory", lambda: 1 << 20)  # 3,000 passes: 15 documents' instances, >1 MiB
+    monkeypatch.setattr(engines, "machine_memory", lambda: 1 << 20)  # 3,000 passes: 15 documents' instances, >1 MiB
     with pytest.raises(DataError, match=r"corpus.txt: its instances need more than 1.3 MiB \(3,000 passes over 15 "
                                         r"document\(s\), at least an instance each, held together to be shuffled\), "
                                         r"more than this machine's 1.0 MiB$"):

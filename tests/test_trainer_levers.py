@@ -103,10 +103,10 @@ def test_a_tf_config_that_is_no_cluster_with_this_task_is_one_line(tf_config, sa
     """TensorFlow's strategy read it with a JSON or index traceback from inside; trainer.benchmark (hosts_and_index)
     says the same line."""
     from trainer.benchmark.cli import hosts_and_index
-    from trainer.pretraining import check_tf_config
+    from trainer.config import tf_config_hosts
 
-    check_tf_config('{"cluster": {"chief": ["a:1"], "worker": ["b:1"]}, "task": {"type": "worker", "index": 0}}')
-    for check in (check_tf_config, lambda text: hosts_and_index({"TF_CONFIG": text})):
+    tf_config_hosts('{"cluster": {"chief": ["a:1"], "worker": ["b:1"]}, "task": {"type": "worker", "index": 0}}')
+    for check in (tf_config_hosts, lambda text: hosts_and_index({"TF_CONFIG": text})):
         with pytest.raises(UsageError) as refused:
             check(tf_config)
         assert str(refused.value) == f"TF_CONFIG is not a cluster with this task in it: {said}"

@@ -4,6 +4,7 @@ TrainConfig and FinetuneConfig (checked once, when built), TrainSummary and Fine
 import, so argument and data errors are reported before any framework loads."""
 
 import dataclasses
+import json
 import math
 import os
 
@@ -185,6 +186,18 @@ def _check_positive(config, names):
         value = getattr(config, name)
         if value is not None and not (isinstance(value, int) and value >= 1):
             raise UsageError(f"--{name.replace('_', '-')}: expected a positive integer, got {value!r}")
+
+
+def tf_config_hosts(text):
+    """(host count, this host's index) of TF_CONFIG (several hosts under TensorFlow), checked before TensorFlow
+    reads it: its JSON error, or a task outside the cluster, was a traceback from inside the strategy."""
+    try:
+        tf_config = json.loads(text)
+        cluster, task = tf_config["cluster"], tf_config["task"]
+        tasks = [(t, i) for t in ("chief", "worker") for i in range(len(cluster.get(t, [])))]
+        return len(tasks), tasks.index((task["type"], int(task["index"])))
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # AttributeError: a cluster of no names
+        raise UsageError(f"TF_CONFIG is not a cluster with this task in it: {exc}") from None
 
 
 def _check_read(config):

@@ -30,6 +30,7 @@ import numpy as np
 
 from bertprep import formats, storage
 from bertprep.binning import bin_width, bins_of
+from bertprep.engines import machine_memory
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.formats import codecs, columnar, megatron
@@ -340,9 +341,8 @@ def _check_batch_fits(records, batch_size):
     machine's memory, counting only the rows as read (8 bytes a value) and once more as gathered into the batch:
     `--grad-accum 200000` read the records over and over for minutes, then stopped in a MemoryError traceback, or
     had the kernel kill the run. A batch below that can still be too large; this one never fits."""
-    try:
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):  # the system does not say
+    memory = machine_memory()
+    if memory is None:  # the system does not say
         return
     needed = batch_size * 2 * 8 * sum(feature.size(records.dims) for feature in records.kind.features)
     if needed > memory:

@@ -17,7 +17,7 @@ from bertprep.errors import DataError, UsageError
 from bertprep.options import check_argument
 from bertprep.progress import Progress
 from trainer import compilation_cache, run_state, xla_gpu
-from trainer.config import BertConfig, StepOptions, TrainConfig, TrainSummary, user_cache
+from trainer.config import BertConfig, StepOptions, TrainConfig, TrainSummary, tf_config_hosts, user_cache
 from trainer.data import Records, RecordStream, prefetch
 from trainer.library_logs import library_lines_left_out, load_keras
 from trainer.loop import Hooks, Schedule, evaluate, train_loop
@@ -36,7 +36,7 @@ class Devices:
             import tensorflow as tf
 
             if os.environ.get("TF_CONFIG"):
-                check_tf_config(os.environ["TF_CONFIG"])
+                tf_config_hosts(os.environ["TF_CONFIG"])
                 self.strategy = tf.distribute.MultiWorkerMirroredStrategy()
                 resolver = self.strategy.cluster_resolver
                 spec = resolver.cluster_spec().as_dict()
@@ -90,18 +90,6 @@ class Devices:
 
     def scope(self):
         return self.strategy.scope() if self.backend == "tensorflow" else contextlib.nullcontext()
-
-
-def check_tf_config(text):
-    """TF_CONFIG (several hosts under TensorFlow) a cluster with this task in it, before TensorFlow reads it: its
-    JSON error, or a task outside the cluster, was a traceback from inside the strategy."""
-    try:
-        tf_config = json.loads(text)
-        cluster, task = tf_config["cluster"], tf_config["task"]
-        tasks = [(t, i) for t in ("chief", "worker") for i in range(len(cluster.get(t, [])))]
-        tasks.index((task["type"], int(task["index"])))
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise UsageError(f"TF_CONFIG is not a cluster with this task in it: {exc}") from None
 
 
 def initialize_jax_processes():

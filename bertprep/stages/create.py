@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from bertprep import __version__, formats, storage
+from bertprep import __version__, engines, formats, storage
 from bertprep.atomic import check_distinct_outputs, hold, retry_while_held, staging_dir
 from bertprep.corpus import read_text, tokenize_corpus
 from bertprep.engines import EngineOptions, open_engine
@@ -176,9 +176,7 @@ def unholdable(dupe_factor, documents):
     """Why the instances of a shard of `documents` documents at `dupe_factor` cannot be held in this machine's
     memory, None where they may be: 2**40 passes over a small corpus grew by gigabytes until the run was killed.
     Never said of a run that could be held."""
-    from bertprep.stages.dedup import machine_memory  # the machine's memory, as dedup sizes its work by it
-
-    memory, need = machine_memory(), dupe_factor * documents * MIN_INSTANCE_BYTES
+    memory, need = engines.machine_memory(), dupe_factor * documents * MIN_INSTANCE_BYTES
     if not memory or need <= memory:
         return None
     return (f"instances need more than {human_bytes(need)} ({dupe_factor:,} passes over {documents:,} document(s), "

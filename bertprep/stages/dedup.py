@@ -74,7 +74,7 @@ import numpy as np
 
 from bertprep import __version__, storage
 from bertprep.atomic import STEPS, atomic_open, hold, sha256_file, walk
-from bertprep.engines import EngineOptions, open_engine
+from bertprep.engines import EngineOptions, machine_memory, open_engine
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.options import (
@@ -219,14 +219,6 @@ def settings_warnings(options, machine_bytes):
                         "is held to what its corpus needs, and one that needs more than the machine has will be "
                         "killed; give at most what a process may take")
     return warnings
-
-
-def machine_memory():
-    """This machine's physical memory in bytes, None where the system does not say."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):
-        return None
 
 
 # -- text --------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from trainer import compilation_cache, library_logs
 from trainer.arguments import OneLineErrorParser, add_records_and_model_arguments, positive_int
 from trainer.benchmark import method, report
 from trainer.cli import STEP_FIELDS, add_step_arguments
-from trainer.config import OPTIMIZERS
+from trainer.config import OPTIMIZERS, tf_config_hosts
 
 PROG = "trainer.benchmark"
 PRECISIONS = ("fp32", "amp")
@@ -113,13 +113,7 @@ def main(argv=None):
 def hosts_and_index(env):
     """(host count, this host's index) from the trainer's multi-host variables; (1, 0) on one host."""
     if env.get("TF_CONFIG"):
-        try:
-            tf_config = json.loads(env["TF_CONFIG"])
-            cluster, task = tf_config["cluster"], tf_config["task"]
-            tasks = [(t, i) for t in ("chief", "worker") for i in range(len(cluster.get(t, [])))]
-            return len(tasks), tasks.index((task["type"], int(task["index"])))
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:  # AttributeError: a cluster of no names
-            raise UsageError(f"TF_CONFIG is not a cluster with this task in it: {exc}") from None
+        return tf_config_hosts(env["TF_CONFIG"])
     if env.get("KERAS_DISTRIBUTION_JOB_ADDRESSES"):
         try:
             return int(env["KERAS_DISTRIBUTION_NUM_PROCESSES"]), int(env["KERAS_DISTRIBUTION_PROCESS_ID"])
