@@ -87,6 +87,7 @@ from bertprep.options import (
     refuse_overlap,
 )
 from bertprep.progress import Progress, Summary, human_bytes
+from bertprep.stages.download.glue import is_glue_header
 from bertprep.text_inputs import unread_files_warning
 from bertprep.workdir import (
     MANIFEST,
@@ -377,16 +378,6 @@ def file_items(path):
         return [block for block in re.split(r"\n\s*\n", text) if block.strip()]
     raise DataError(f"{storage.display(path)}: expected a SQuAD .json, GLUE .tsv or .txt evaluation file, "
                     f"not {os.path.splitext(path)[1] or 'a file without extension'}")
-
-
-# Column names of GLUE's TSV header rows. CoLA's train and dev files have none: their first row was skipped
-# as a header, and its sentence never checked.
-GLUE_COLUMNS = frozenset(("index", "sentence", "sentence1", "sentence2", "label", "gold_label", "quality",
-                          "#1 string", "#2 string", "question", "question1", "question2", "is_duplicate", "genre"))
-
-
-def is_glue_header(line):
-    return any(field.strip().lower() in GLUE_COLUMNS for field in line.split("\t"))
 
 
 def squad_items(path, text):

@@ -30,6 +30,18 @@ NLI3 = ["entailment", "neutral", "contradiction"]
 NLI2 = ["entailment", "not_entailment"]
 
 
+# Column names of GLUE's TSV header rows (lower-cased), by which dedup --decontaminate tells a header row from
+# an example and create-glue a test file's header from an example saved in its place. CoLA's train and dev
+# files have none: their first row had been skipped as a header, and its sentence never checked.
+GLUE_COLUMNS = frozenset(("index", "sentence", "sentence1", "sentence2", "label", "gold_label", "quality",
+                          "#1 string", "#2 string", "question", "question1", "question2", "is_duplicate", "genre"))
+
+
+def is_glue_header(line):
+    """Whether a TSV line (tab-separated fields) names a GLUE column."""
+    return any(field.strip().lower() in GLUE_COLUMNS for field in line.split("\t"))
+
+
 def _label(names):
     return lambda label: names[label] if names else str(label)
 

@@ -37,6 +37,7 @@ from bertprep.formats.schemas import GLUE, GLUE_REGRESSION
 from bertprep.options import build_options, check_types, errors_name_fields, refuse_empty
 from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.stages.download.glue import ALIASES as TASK_ALIASES
+from bertprep.stages.download.glue import is_glue_header
 from bertprep.stages.finetune_data.common import (
     RecordsOptions,
     SplitWriter,
@@ -182,8 +183,6 @@ def refuse_an_example_as_header(path, fields, columns, labels, which):
     wrong line). Such a row is known by its label column holding a label (a score, for STS-B), which no GLUE
     header's does ("Quality", "label", "gold_label", "score"); in a test file, by naming no GLUE column."""
     if columns.label is None:  # a test file: a header names a GLUE column ("index", "question1"), an example none
-        from bertprep.stages.dedup import is_glue_header  # the names dedup --decontaminate tells headers by
-
         if not is_glue_header("\t".join(fields)):
             raise DataError(f"{path}:1: the first row is skipped as the header row ({which} files start with one), "
                             "but it names no GLUE column (index, sentence, question1, ...): put the header row back")
