@@ -18,6 +18,7 @@ import dataclasses
 import functools
 import os
 import signal
+import time
 
 from bertprep import storage
 from bertprep.atomic import BackgroundUploads, call_spooled, remove_stale_temps
@@ -26,6 +27,11 @@ from bertprep.options import check_types, errors_name_fields, require_at_least
 
 ENGINES = ("local", "dask")
 SCHEDULER_CONNECT_TIMEOUT_S = 5
+# How long a run on a user's scheduler waits while it has no worker (none yet, or all of them lost): tasks on a
+# scheduler without workers wait forever, and the run sat silent. Long enough for a batch system's workers to
+# join a scheduler started before them.
+NO_WORKER_WAIT_S = 120
+_WORKER_POLL_S = 5
 
 
 def add_engine_arguments(parser):
@@ -202,17 +208,29 @@ def connect_dask(scheduler=None, workers=None):
         _check_address(scheduler, address)
         try:
             _handshake(address, SCHEDULER_CONNECT_TIMEOUT_S)
-            return Client(address=address, timeout=SCHEDULER_CONNECT_TIMEOUT_S)
+            client = Client(address=address, timeout=SCHEDULER_CONNECT_TIMEOUT_S)
         except (OSError, TimeoutError) as exc:
             raise DataError(
                 f"cannot reach the Dask scheduler at {scheduler} within {SCHEDULER_CONNECT_TIMEOUT_S}s "
                 f"({exc.__class__.__name__}); is `dask scheduler` running there?"
             ) from None
+        _wait_for_a_worker(client, scheduler, address)
+        return client
     cluster = LocalCluster(
         n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
         env={"TOKENIZERS_PARALLELISM": "false"},
     )
     return Client(cluster)
+
+
+def _wait_for_a_worker(client, scheduler, address):
+    """Return once the scheduler has a worker; a DataError after NO_WORKER_WAIT_S without one."""
+    try:
+        client.wait_for_workers(1, timeout=NO_WORKER_WAIT_S)
+    except TimeoutError:
+        client.close()
+        raise DataError(f"the Dask scheduler at {scheduler} has had no worker for {NO_WORKER_WAIT_S}s; start "
+                        f"`dask worker {address}` (or more) beside it") from None
 
 
 def _scheduler_file_address(path):
@@ -275,8 +293,6 @@ def _handshake(address, timeout):
 
 def run_dask(client, function, tasks, describe=str):
     """Yield function(task) for every task from a Dask cluster, in completion order."""
-    from distributed import as_completed
-
     tasks = list(tasks)
     if not tasks:
         return
@@ -285,7 +301,7 @@ def run_dask(client, function, tasks, describe=str):
     futures = client.map(function, tasks, pure=False, retries=1)
     task_of = {f.key: t for f, t in zip(futures, tasks)}
     try:
-        for future in as_completed(futures):
+        for future in _completed_while_workers_remain(client, futures):
             try:
                 yield future.result()
             except Exception as exc:
@@ -295,3 +311,25 @@ def run_dask(client, function, tasks, describe=str):
                                 f"{exc}") from None
     finally:
         client.cancel(futures)
+
+
+def _completed_while_workers_remain(client, futures):
+    """Yield `futures` as they complete; a DataError once the scheduler has had no worker for NO_WORKER_WAIT_S
+    (every worker lost: Dask holds the remaining tasks until one joins, however long that takes)."""
+    from distributed import wait
+
+    pending, no_worker_since = list(futures), None
+    while pending:
+        try:
+            done = wait(pending, timeout=_WORKER_POLL_S, return_when="FIRST_COMPLETED").done
+        except TimeoutError:
+            if client.nthreads():
+                no_worker_since = None
+            elif time.monotonic() - (no_worker_since := no_worker_since or time.monotonic()) > NO_WORKER_WAIT_S:
+                raise DataError(f"the Dask scheduler at {client.scheduler.address} has had no worker for "
+                                f"{NO_WORKER_WAIT_S}s, with {len(pending)} tasks left; start `dask worker "
+                                f"{client.scheduler.address}` beside it and rerun") from None
+            continue
+        no_worker_since = None
+        yield from (future for future in pending if future in done)
+        pending = [future for future in pending if future not in done]

@@ -5,6 +5,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -102,7 +103,6 @@ def test_unreachable_scheduler_fails_fast_with_a_clear_message(golden_dir, tmp_p
 def test_a_port_that_never_answers_as_dask_ends_within_the_connect_timeout(golden_dir, tmp_path):
     """distributed bounds the connect but not the handshake read after it: a port that accepts and never
     answers held the command forever, and one that answers with other bytes asked for exabytes (MemoryError)."""
-    import threading
 
     def answer(listener):
         conn, _ = listener.accept()
@@ -197,3 +197,43 @@ def test_pack_on_dask_gives_the_local_engines_bytes(golden_dir, tmp_path, cluste
         assert result.returncode == 0, result.stderr
         outputs[engine] = output_files(tmp_path / engine)
     assert len(outputs["local"]) == 6 and outputs["dask"] == outputs["local"]
+
+
+def test_a_scheduler_without_workers_is_one_line_within_the_wait(monkeypatch):
+    """Tasks on a scheduler with no worker wait for one forever: the command sat silent, however long."""
+    from bertprep import engines
+    from bertprep.errors import DataError
+
+    monkeypatch.setattr(engines, "NO_WORKER_WAIT_S", 1)
+    with distributed.LocalCluster(n_workers=0, processes=False, protocol="tcp", host="127.0.0.1",
+                                  dashboard_address=":0") as empty:
+        start = time.monotonic()
+        with pytest.raises(DataError, match=f"the Dask scheduler at {empty.scheduler_address} has had no worker "
+                                            f"for 1s; start `dask worker {empty.scheduler_address}`"):
+            engines.connect_dask(empty.scheduler_address)
+        assert time.monotonic() - start < 15
+
+
+def _sleep_a_minute(task):
+    time.sleep(60)
+    return task
+
+
+def test_a_run_whose_workers_are_all_gone_ends_within_the_wait(monkeypatch):
+    """Every worker lost mid-run: Dask holds the tasks left until a worker joins, and the run waited forever."""
+    from bertprep import engines
+    from bertprep.errors import DataError
+
+    monkeypatch.setattr(engines, "NO_WORKER_WAIT_S", 1)
+    monkeypatch.setattr(engines, "_WORKER_POLL_S", 0.2)
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0") as one:
+        with distributed.Client(one) as client:
+            results, raised = engines.run_dask(client, _sleep_a_minute, range(3)), []
+            client.wait_for_workers(1, timeout=10)
+            one.scale(0)
+            waiting = threading.Thread(target=lambda: raised.append(pytest.raises(DataError, next, results)),
+                                       daemon=True)
+            waiting.start()
+            waiting.join(30)  # still waiting there: unbounded
+            assert not waiting.is_alive() and raised
+            assert raised[0].match(r"has had no worker for 1s, with 3 tasks left; start `dask worker")
