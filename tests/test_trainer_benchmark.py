@@ -244,6 +244,25 @@ def records_dir(golden_dir, tmp_path_factory):
     return golden_records(golden_dir, tmp_path_factory.mktemp("records"), parts=2)
 
 
+def test_logical_cpu_devices_are_bounded_by_the_hosts_cores(records_dir, tmp_path):
+    """Without an accelerator, --devices N makes N logical CPU devices, as many as asked: a mistyped count
+    asked for thousands of replicas before any line of progress."""
+    pytest.importorskip("jax")
+    from trainer.benchmark.cli import cpu_device_limit
+
+    limit = cpu_device_limit(len(os.sched_getaffinity(0)))
+    result = benchmark("--format", "tfrecord", "--data", str(records_dir), "--bert-config", bert_config(tmp_path, 0.0),
+                       "--devices", f"1,{limit + 1}", "--precision", "fp32", "--batch-size", "2", "--out",
+                       str(tmp_path / "out"), "--quiet", env=jax_host_env(memory_limit=8))
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines() == [
+        f"trainer.benchmark: error: --devices {limit + 1}: this host has no accelerator, and as many logical CPU "
+        f"devices on its {len(os.sched_getaffinity(0))} cores would measure their contention, each holding a replica "
+        f"(at most {limit} here)"]
+    assert cpu_device_limit(1) == 8 and cpu_device_limit(16) == 64
+    assert not (tmp_path / "out" / "results.json").exists()
+
+
 @pytest.mark.heavy
 def test_report_of_one_and_two_devices_with_a_failing_configuration(records_dir, tmp_path):
     """Real runs (JAX, as on the GPU recipe's hosts, tiny model, 1 and 2 CPU devices): medians are the

@@ -170,6 +170,13 @@ def _benchmark(args):
     return 0
 
 
+def cpu_device_limit(cores):
+    """The most logical CPU devices a run may ask for: four per core, and at least 8 (the tests' meshes). XLA
+    makes as many as asked, each holding a replica of the model, so a mistyped count (4096 for 4) had the run
+    ask for thousands of replicas' memory and compile time before its first line of progress."""
+    return max(8, 4 * cores)
+
+
 def _run_plan(args, bench, records, config, hosts, baseline_configs):
     """Every configuration of --devices x --precision x --batch-size, run after run: the results dict."""
     platform = bench.detect()
@@ -178,6 +185,10 @@ def _run_plan(args, bench, records, config, hosts, baseline_configs):
     if platform["accelerators"] and max(args.devices) > platform["accelerators"]:
         raise UsageError(f"--devices {max(args.devices)}: this host has {platform['accelerators']} "
                          f"{platform['accelerator']} accelerators")
+    if not platform["accelerators"] and max(args.devices) > cpu_device_limit(platform["cores"]):
+        raise UsageError(f"--devices {max(args.devices)}: this host has no accelerator, and as many logical CPU "
+                         f"devices on its {platform['cores']} cores would measure their contention, each holding "
+                         f"a replica (at most {cpu_device_limit(platform['cores'])} here)")
     # What the trainer's --precision amp is on this host's devices (trainer/precision.py), asked of a worker.
     amp_policy = platform.get("amp") or ("mixed_float16" if platform["accelerators"] else "mixed_bfloat16")
     policies = {"fp32": "fp32", "amp": amp_policy}
