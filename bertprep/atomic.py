@@ -503,6 +503,7 @@ def _hold_prefix(root, command):
     other is named in the refusal, with the object to remove once that run
     is known to be dead.
     """
+    storage.refuse_writing_under_an_object(root)
     lock = storage.join(root, PARTIAL, LOCK)
     data = json.dumps(_holder_info(command)).encode() + b"\n"
     with _naming(root):

@@ -438,8 +438,9 @@ def check_reachable(path):
 
 def isdir(path):
     """os.path.isdir; for a URL, whether objects lie under `path/`, and a DataError where `path` is also an
-    object itself: a store keeps `a.parquet` beside `a.parquet/b.parquet` (a write under an object's key is
-    not refused as a local one is), and every reader took it for a directory, passing the object over."""
+    object itself: a store keeps `a.parquet` beside `a.parquet/b.parquet` (our own stages refuse to write under
+    an object, refuse_writing_under_an_object, but another tool may), and every reader took it for a directory,
+    passing the object over."""
     if not is_url(path):
         return os.path.isdir(local_path(path))
     is_object = isfile(path)  # asked first: once s3fs has listed `path/`, its cache answers isfile False
@@ -453,6 +454,26 @@ def isdir(path):
 
 def isfile(path):
     return _answer(path, os.path.isfile, "isfile")
+
+
+def refuse_writing_under_an_object(url):
+    """A DataError where the prefix `url` (an output to write under) or one above it in its bucket is an object.
+    A store takes `a/b/c` beside an object `a/b`, where a local write under a file fails; every later reader of
+    `a/b` would then find both an object and a prefix (isdir's error). Nothing for a local path or hf://."""
+    if scheme(url) not in _BUCKET_SCHEMES:
+        return
+    fs, inner = filesystem(url)
+    bucket, _, key = inner.partition("/")
+    parts = [part for part in key.split("/") if part]
+    for depth in range(len(parts), 0, -1):
+        above = "/".join([bucket, *parts[:depth]])
+        with errors_named(url):
+            is_object = fs.isfile(above)
+        if is_object:
+            shown = display(f"{url.split('://', 1)[0]}://{above}")
+            raise DataError(f"{display(url)}: {shown} is an object, so nothing can be written under it as a "
+                            f"folder ({shown}/...): its readers would find both an object and a prefix; write "
+                            "elsewhere, or move the object")
 
 
 _IS_KIND = {"file": isfile, "directory": isdir, "any": exists}

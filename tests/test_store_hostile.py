@@ -259,3 +259,23 @@ def test_an_object_that_is_also_a_prefix_is_named_not_read_as_a_directory(s3_buc
                                      f"({url}/...): read as a directory, the object would be passed over; move one "
                                      "of them\n"), printed
     assert_nothing_written(workspace, s3_bucket, before)
+
+
+@pytest.mark.parametrize("under", ["", "/records"])
+def test_a_stage_does_not_write_under_an_object(s3_bucket, workspace, golden_dir, under):
+    """A store takes keys under an object's (`obj/records/...` beside `obj`), where a local write under a file
+    fails: create wrote its records there, and every later reader of the object found a prefix too."""
+    import s3fs
+
+    s3fs.S3FileSystem(skip_instance_cache=True).pipe({s3_bucket.removeprefix("s3://") + "/obj": b"an object"})
+    before = bucket_keys(s3_bucket)
+    url = f"{s3_bucket}/obj{under}"
+    for argv in (stage_argvs(url, workspace, golden_dir)["create out"],
+                 ["shard", "--input", golden_dir / "corpus.txt", "--corpus", "c", "--out", url, "--quiet"]):
+        code, printed = run(argv, workspace / "cwd")
+        # the folder the stage holds: --out itself, or create's folder of its settings under it
+        assert code == 1 and printed.startswith(f"bertprep {argv[0]}: error: {url}"), printed
+        assert printed.count("\n") == 1 and printed.endswith(
+            f": {s3_bucket}/obj is an object, so nothing can be written under it as a folder ({s3_bucket}/obj/...): "
+            "its readers would find both an object and a prefix; write elsewhere, or move the object\n"), printed
+        assert_nothing_written(workspace, s3_bucket, before)
