@@ -616,7 +616,7 @@ def test_prepare_passes_the_layout_to_create():
     from bertprep.stages.prepare import stage_calls
 
     args = build_parser("prepare").parse_args(["prepare", "wikipedia", "--vocab", "v.txt", "--layout", "nvidia"])
-    creates = [call.build() for call in stage_calls(prepare.options(args)) if call.label.startswith("create")]
+    creates = [call.options for call in stage_calls(prepare.options(args)) if call.label.startswith("create")]
     assert len(creates) == 2 and all(options.layout == "nvidia" for options in creates)
 
 

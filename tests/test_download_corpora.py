@@ -5,6 +5,7 @@ import bz2
 import hashlib
 import io
 import json
+import re
 import tarfile
 
 import pytest
@@ -219,6 +220,31 @@ def test_wikipedia_and_prepare_refuse_a_bad_lang_on_the_command_line(server, tmp
     assert server.requests == [] and not (tmp_path / "w").exists()
     with pytest.raises(UsageError, match=r"^PrepareOptions\.lang: expected a Wikipedia language code .* got '\.\./x'$"):
         PrepareOptions(sources=("wikipedia",), vocab="v.txt", lang="../x")
+
+
+@pytest.mark.parametrize("flags, said, field_said", [
+    (["--train-shards", "0"], "--train-shards and --test-shards must be at least 1",
+     "PrepareOptions.train_shards and PrepareOptions.test_shards must be at least 1"),
+    (["--dupe-factor", "0"], "--dupe-factor must be at least 1, not 0",
+     "PrepareOptions.dupe_factor must be at least 1"),
+    (["--configs", "128/20,64/70"], "--configs 64/70: --pred 70 is not possible with --seq 64: at most seq - 3 = 61",
+     "PrepareOptions.configs 64/70: --pred 70 is not possible with --seq 64"),
+])
+def test_prepare_checks_every_stages_flags_before_the_first_stage_runs(server, tmp_path, flags, said, field_said):
+    """Each stage's options were built as it started: a bad --train-shards or --configs pair ended the run after
+    the downloads (hours, for Wikipedia), under `bertprep shard` or `bertprep create`."""
+    from bertprep.errors import UsageError
+    from bertprep.stages.prepare import PrepareOptions
+
+    server.add_hub_dataset("wikimedia/wikipedia", {"20231101.en/train-00000-of-00001.parquet": wiki_parquet()})
+    line = one_line_error(run_cli("prepare", "wikipedia", "--vocab", "v.txt", "--workdir", tmp_path / "w", *flags,
+                                  server=server, hf_home=tmp_path / "hf"), code=2)
+    assert line.startswith(f"bertprep prepare: error: {said}"), line
+    assert server.requests == [] and not (tmp_path / "w").exists()
+    fields = {"train_shards": 0} if "--train-shards" in flags else {"dupe_factor": 0} if "--dupe-factor" in flags \
+        else {"configs": flags[1]}
+    with pytest.raises(UsageError, match=f"^{re.escape(field_said)}"):
+        PrepareOptions(sources=("wikipedia",), vocab="v.txt", **fields)
 
 
 @pytest.mark.parametrize("workers", [0, -3])

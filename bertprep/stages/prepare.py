@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bertprep.engines import EngineOptions
-from bertprep.errors import UsageError
+from bertprep.errors import ON_COMMAND_LINE, UsageError
 from bertprep.options import build_options, check_types, errors_name_fields, normalise_paths, set_field
 from bertprep.progress import Summary
 from bertprep.stages.create import LAYOUTS, CreateOptions, create
@@ -39,8 +39,8 @@ DEFAULT_CONFIGS = "128/20,512/80"
 class PrepareOptions:
     """`bertprep prepare`'s flags: the `sources` (wikipedia and/or bookcorpus), the `vocab` of create, its
     `configs` ('128/20,512/80' or ((128, 20), (512, 80)); a tuple of pairs after __post_init__), the Wikipedia
-    `lang`, and the flags passed on to shard and create. Each stage checks its own flags when it starts, as
-    when the stages run one by one."""
+    `lang`, and the flags passed on to shard and create, which __post_init__ checks as each stage's options
+    would (before any stage runs)."""
 
     sources: tuple[str, ...]
     vocab: str
@@ -69,6 +69,13 @@ class PrepareOptions:
         corpus_name(self.sources, self.lang)
         if isinstance(self.configs, str):
             set_field(self, "configs", tuple(parse_configs(self.configs)))
+        # Every stage's flags, checked now rather than as each stage starts (after hours of downloads), named as
+        # flags, which this class's errors_name_fields names as its own fields for a Python caller.
+        on_command_line = ON_COMMAND_LINE.set(True)
+        try:
+            stage_calls(self)
+        finally:
+            ON_COMMAND_LINE.reset(on_command_line)
 
     @property
     def corpus(self):
@@ -96,34 +103,38 @@ def corpus_name(sources, lang):
 
 @dataclass(frozen=True)
 class StageCall:
-    """One stage of a prepare run: `function` (download, shard or create) called with the options `build()`
-    returns. They are built when the stage starts, so a stage's own flags are checked there, as when the stages
-    run one by one (a bad --train-shards ends the run after the downloads, under `bertprep shard`)."""
+    """One stage of a prepare run: `function` (download, shard or create) and its `options`. Every stage's options
+    are built, and so its flags checked, before the first stage runs: built as each stage started, a bad
+    --train-shards or --configs ended the run after the downloads, which take hours for Wikipedia."""
 
     label: str
     function: Callable[..., Summary]
-    build: Callable[[], object]
+    options: object
 
     def __call__(self, quiet=True):
-        return self.function(self.build(), quiet=quiet)
+        return self.function(self.options, quiet=quiet)
 
 
 def stage_calls(options):
-    """Every stage of the run, in order."""
+    """Every stage of the run, in order, its options checked."""
     corpus = options.corpus
     calls = []
     for source in options.sources:
         extra = {"lang": options.lang} if source == "wikipedia" else {}
-        calls.append(StageCall(f"download {source}", download,
-                               lambda source=source, extra=extra: options_class(source)(
-                                   workdir=options.workdir, **extra)))
-    calls.append(StageCall("shard", shard, lambda: ShardOptions(
+        calls.append(StageCall(f"download {source}", download, options_class(source)(workdir=options.workdir, **extra)))
+    calls.append(StageCall("shard", shard, ShardOptions(
         corpus=corpus, train_shards=options.train_shards, test_shards=options.test_shards, engine=options.engine,
         workdir=options.workdir)))
     for seq, pred in options.configs:
-        calls.append(StageCall(f"create {seq}/{pred}", create, lambda seq=seq, pred=pred: CreateOptions(
-            corpus=corpus, vocab=options.vocab, seq=seq, pred=pred, dupe_factor=options.dupe_factor,
-            layout=options.layout, engine=options.engine, workdir=options.workdir)))
+        try:
+            create_options = CreateOptions(corpus=corpus, vocab=options.vocab, seq=seq, pred=pred,
+                                           dupe_factor=options.dupe_factor, layout=options.layout,
+                                           engine=options.engine, workdir=options.workdir)
+        except UsageError as exc:
+            if "--seq" not in str(exc) and "--pred" not in str(exc):
+                raise
+            raise UsageError(f"--configs {seq}/{pred}: {exc}") from None  # the pair as given: prepare has no --seq
+        calls.append(StageCall(f"create {seq}/{pred}", create, create_options))
     return calls
 
 
