@@ -706,3 +706,41 @@ def test_checkpoint_runs_out_is_checked_before_the_model_runs(checkpoints, tmp_p
                  "--out", str(tmp_path / "o.npz")])
     assert (code, capsys.readouterr().err.strip()) == (
         2, f"trainer checkpoint: error: --out {tmp_path / 'o.npz'}: is a directory; name a file")
+
+
+# ---------------------------------------------------------------- probes of 2026-11-28 (third)
+
+
+@pytest.mark.parametrize("beside", ["bert_config.json", "bert_model.ckpt.index", "vocab.txt"])
+def test_run_refuses_an_out_that_is_a_file_its_google_prefix_reads(checkpoints, tmp_path, capsys, monkeypatch,
+                                                                   beside):
+    """The checkpoint named by its prefix: --out was compared with the prefix alone, so `--out
+    dir/bert_config.json` ran the model and wrote its .npz over the config it had read (exit 0)."""
+    import trainer.checkpoint.run
+
+    monkeypatch.setattr(trainer.checkpoint.run, "outputs", lambda *a: pytest.fail("the model ran"))
+    google = _google_copy(checkpoints, tmp_path / "google",
+                          (checkpoints / "google_tiny" / "bert_config.json").read_text())
+    (google / "vocab.txt").write_text("[PAD]\n")
+    out = google / beside
+    before = out.read_bytes()
+    code = main(["checkpoint", "run", str(google / "bert_model.ckpt"), "--inputs", str(checkpoints / "inputs.jsonl"),
+                 "--out", str(out)])
+    assert (code, capsys.readouterr().err.strip()) == (
+        2, f"trainer checkpoint: error: --out {out} is the input {out}: the run would overwrite or delete what it "
+           "reads; write the output elsewhere")
+    assert out.read_bytes() == before
+
+
+def test_finetune_refuses_a_log_json_that_is_its_init_checkpoints_config(checkpoints, tmp_path, capsys):
+    """--log-json is appended to: naming the config beside a Google prefix (or an NVIDIA .pt) was accepted."""
+    google = _google_copy(checkpoints, tmp_path / "google",
+                          (checkpoints / "google_tiny" / "bert_config.json").read_text())
+    config = google / "bert_config.json"
+    before = config.read_bytes()
+    assert main(["finetune", "--task", "mrpc", "--data", str(tmp_path / "mrpc"), "--format", "tfrecord",
+                 "--init-checkpoint", str(google / "bert_model.ckpt"), "--log-json", str(config)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"trainer: error: --log-json {config} is the input {config}: the run would overwrite or delete what it reads; "
+        "write the output elsewhere"]
+    assert config.read_bytes() == before

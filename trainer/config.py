@@ -343,7 +343,11 @@ def _check_outputs_apart(config, names, inputs=("data", "init_checkpoint")):
     """No output of the run is one of its inputs (--data, the --init-checkpoint it starts from), inside one or
     holding one: the run would write over what it reads (a --checkpoint-dir holding the --init-checkpoint
     replaced it with the run's own checkpoints, and finetune's rotation then deleted its own)."""
-    sources = [getattr(config, name) for name in inputs]
+    from trainer.checkpoint.base import files_read
+
+    # An --init-checkpoint prefix or .pt with its config and vocab beside it: a --log-json there was appended to.
+    sources = [path for name in inputs for path in (files_read(getattr(config, name)) if name == "init_checkpoint"
+                                                    else [getattr(config, name)])]
     for name in names:
         if getattr(config, name) is not None:
             refuse_overlap(getattr(config, name), sources, what=f"--{name.replace('_', '-')}")

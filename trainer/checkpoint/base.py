@@ -3,10 +3,12 @@ one check of it against its config that every kind's reader ends with. Below the
 (google, hf, nvidia, ours), which import it, so that none of them imports the package that imports them."""
 
 import dataclasses
+import glob
 import os
 
 import numpy as np
 
+from bertprep import storage
 from bertprep.errors import DataError
 from trainer.checkpoint import names
 
@@ -95,3 +97,21 @@ def _trim_vocab_padding(path, name, value, vocab_size, notes):
 def vocab_beside(directory):
     path = os.path.join(directory, "vocab.txt")
     return path if os.path.isfile(path) else None
+
+
+# What a reader opens beside a weights file or a Google prefix: Google's and NVIDIA's config, the vocab
+# (vocab_beside) and the tokenizer's casing (tokenizer.casing_beside).
+FILES_BESIDE = ("bert_config.json", "vocab.txt", "tokenizer_config.json")
+
+
+def files_read(path):
+    """`path` and, where it names a local weights file or Google prefix, the files beside it that reading it
+    opens (a directory holds them): an output compared with `path` alone could be one of them, and
+    `checkpoint run dir/bert_model.ckpt --out dir/bert_config.json` wrote its .npz over the config it had read."""
+    if path is None or not storage.reads_in_place(path) or os.path.isdir(path):
+        return [path]
+    index = path + ".index"
+    if not (os.path.isfile(path) or os.path.isfile(index)):
+        return [path]
+    tf_files = [index, *glob.glob(glob.escape(path) + ".data-*")] if os.path.isfile(index) else []
+    return [path, *tf_files, *(os.path.join(os.path.dirname(path), name) for name in FILES_BESIDE)]

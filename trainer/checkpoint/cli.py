@@ -106,10 +106,12 @@ def _convert(args):
 def _run(args):
     from bertprep.options import refuse_overlap
     from trainer.checkpoint import read
+    from trainer.checkpoint.base import files_read
     from trainer.checkpoint.run import outputs, read_inputs
     from trainer.config import check_output_place
 
-    refuse_overlap(args.out, [args.src, args.inputs])  # it would replace what it reads
+    # it would replace what it reads: the checkpoint's config and TF files beside a prefix too (files_read)
+    refuse_overlap(args.out, [*files_read(args.src), args.inputs])
     if storage.checks_locally(args.out):  # before the model runs, not after
         check_output_place("--out", storage.local_path(args.out), directory=False, makes_parents=True)
     inputs = read_inputs(args.inputs)
