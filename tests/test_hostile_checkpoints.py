@@ -744,3 +744,17 @@ def test_finetune_refuses_a_log_json_that_is_its_init_checkpoints_config(checkpo
         f"trainer: error: --log-json {config} is the input {config}: the run would overwrite or delete what it reads; "
         "write the output elsewhere"]
     assert config.read_bytes() == before
+
+
+@pytest.mark.parametrize("to", ["bertprep", "google"])
+def test_convert_refuses_a_vocab_beside_the_checkpoint_larger_than_its_embeddings(checkpoints, tmp_path, capsys, to):
+    """A vocab.txt of more tokens than the model has rows (ids it has no embedding for) was copied into the
+    output, a tokenizer_config.json vouching for it, exit 0; only --to hf refused it."""
+    hf = _hf_copy(checkpoints, tmp_path / "hf")
+    vocab = hf / "vocab.txt"
+    vocab.write_bytes((shared_path() / "fixtures" / "golden" / "vocab.txt").read_bytes() + b"extra\n")
+    out = tmp_path / "out"
+    assert main(["checkpoint", "convert", str(hf), str(out), "--to", to, "--quiet"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"trainer checkpoint: error: {vocab}: 30,523 tokens, the model's vocab_size is 30,522: not this model's vocab"]
+    assert sorted(os.listdir(tmp_path)) == ["hf"]

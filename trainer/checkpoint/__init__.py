@@ -134,7 +134,7 @@ def convert(src, out, to, vocab=None, cased=None):
     checkpoint = read(src)
     task_heads.check_writable(checkpoint, to)
     carried = (tokenizer.for_export(checkpoint, vocab, cased) if to == "hf" or vocab is not None or cased is not None
-               else tokenizer.of_checkpoint(checkpoint))
+               else tokenizer.carried_by(checkpoint))  # checked against the model's rows as an export's is
     state = model_card.run_state_of(checkpoint)
     summary = {"from": checkpoint.kind, "source": checkpoint.path, "to": to, "out": str(target),
                "variables": len(checkpoint.weights), "parameters": checkpoint.parameters(),

@@ -193,9 +193,23 @@ def for_export(checkpoint, vocab=None, cased=None):
     if vocab is None and lines < size:
         return _padded(found, size, checkpoint.notes)
     if not (lines == size or lines < size <= -(-lines // 8) * 8):  # NVIDIA pads the rows to a multiple of 8
-        raise UsageError(f"{found.source}: {lines:,} tokens, the model's vocab_size is {size:,}: not this "
-                         "model's vocab")
+        raise _not_the_models(found, size)
     return found
+
+
+def carried_by(checkpoint):
+    """of_checkpoint's RunTokenizer, refused as for_export refuses it where it holds more tokens than the model
+    has rows: `convert --to bertprep|google` copied such a vocab.txt (its tokenizer_config.json vouching for it)
+    without a word, and only a later `--to hf` of the result refused it. A smaller one is carried as it is."""
+    found = of_checkpoint(checkpoint)
+    if found is not None and len(found.tokens()) > checkpoint.config.vocab_size:
+        raise _not_the_models(found, checkpoint.config.vocab_size)
+    return found
+
+
+def _not_the_models(found, size):
+    return UsageError(f"{found.source}: {len(found.tokens()):,} tokens, the model's vocab_size is {size:,}: not "
+                      "this model's vocab")
 
 
 def _read_vocab(vocab):
