@@ -758,3 +758,19 @@ def test_convert_refuses_a_vocab_beside_the_checkpoint_larger_than_its_embedding
     assert capsys.readouterr().err.strip().splitlines() == [
         f"trainer checkpoint: error: {vocab}: 30,523 tokens, the model's vocab_size is 30,522: not this model's vocab"]
     assert sorted(os.listdir(tmp_path)) == ["hf"]
+
+
+def test_a_tf_state_file_naming_a_checkpoint_that_is_gone_names_both(checkpoints, tmp_path, capsys):
+    """A training directory whose `checkpoint` file names model.ckpt-100 after its files were deleted (a
+    rotation, a partial copy): TensorFlow's "Unsuccessful TensorSliceReader constructor" of the .index, the
+    state file that named it not said."""
+    run = _google_copy(checkpoints, tmp_path / "run", (checkpoints / "google_tiny" / "bert_config.json").read_text())
+    for name in ("bert_model.ckpt.index", "bert_model.ckpt.data-00000-of-00001"):
+        (run / name).rename(run / name.replace("bert_model.ckpt", "model.ckpt-5"))
+    (run / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-100"\n'
+                                    'all_model_checkpoint_paths: "model.ckpt-5"\n')
+    assert _inspect_fails(capsys, run) == (
+        f"trainer checkpoint: error: {run / 'checkpoint'}: model_checkpoint_path names {run / 'model.ckpt-100'}, "
+        "which has no .index file (deleted or moved?): name a checkpoint prefix that is there")
+    assert main(["checkpoint", "inspect", str(run / "model.ckpt-5"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["path"] == str(run / "model.ckpt-5")

@@ -53,6 +53,10 @@ def _tensorflow():
 
 def read(path):
     prefix = checkpoint_prefix(path)
+    if not os.path.isfile(prefix + ".index"):  # a TF state file's: it was TensorFlow's "Unsuccessful
+        # TensorSliceReader constructor" of the .index, once TensorFlow had loaded, the state file unnamed
+        raise DataError(f"{os.path.join(path, 'checkpoint')}: model_checkpoint_path names {prefix}, which has no "
+                        f".index file (deleted or moved?): name a checkpoint prefix that is there")
     directory = os.path.dirname(prefix) or "."
     config_path = os.path.join(directory, CONFIG)
     if not os.path.isfile(config_path):
