@@ -774,3 +774,24 @@ def test_a_tf_state_file_naming_a_checkpoint_that_is_gone_names_both(checkpoints
         "which has no .index file (deleted or moved?): name a checkpoint prefix that is there")
     assert main(["checkpoint", "inspect", str(run / "model.ckpt-5"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["path"] == str(run / "model.ckpt-5")
+
+
+@pytest.mark.parametrize("edit, said", [
+    (lambda state: state["settings"]["model"].update(bogus=1), "settings.model: unknown key 'bogus' (known: "
+                                                                 "vocab_size, hidden_size, num_hidden_layers, "),
+    (lambda state: state.update(settings=[]), "no settings.model object (expected the model's config: "
+                                              "bert_config.json keys)"),
+    (lambda state: state["settings"].update(model="tiny"), "no settings.model object"),
+])
+def test_a_state_json_whose_model_config_is_not_one_names_the_file_and_field(checkpoints, tmp_path, capsys, edit,
+                                                                              said):
+    """It was Python's words under the directory's name: `ckpt-…: unreadable checkpoint: TypeError:
+    BertConfig.__init__() got an unexpected keyword argument 'bogus'` (or `list indices must be integers`)."""
+    checkpoint = tmp_path / "ckpt-00000001"
+    assert main(["checkpoint", "convert", str(checkpoints / "hf_tiny"), str(checkpoint), "--to", "bertprep",
+                 "--quiet"]) == 0
+    state = json.loads((checkpoint / "state.json").read_text())
+    edit(state)
+    (checkpoint / "state.json").write_text(json.dumps(state))
+    assert _inspect_fails(capsys, checkpoint).startswith(
+        f"trainer checkpoint: error: {checkpoint / 'state.json'}: {said}")

@@ -42,13 +42,27 @@ def read_arrays(path):
         raise DataError(f"{path}: not a checkpoint of the trainer (no state.npz, no ckpt-<step>/ inside)")
     try:
         with open(os.path.join(directory, "state.json"), encoding="utf-8") as f:
-            model_settings = json.load(f)["settings"]["model"]
+            state = json.load(f)
         with np.load(os.path.join(directory, "state.npz")) as npz:
             weights = {match.group(1): npz[name] for name in npz.files if (match := _VARIABLE_NAME.match(name))}
-        config = BertConfig.checked(os.path.join(directory, "state.json"), model_settings, DataError)
     except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as exc:
         raise DataError(f"{directory}: unreadable checkpoint: {exc.__class__.__name__}: {exc}") from None
-    return config, weights, directory
+    return _model_config(os.path.join(directory, "state.json"), state), weights, directory
+
+
+def _model_config(path, state):
+    """The BertConfig of state.json's settings.model, an object of bert_config.json keys. Another value there,
+    or a key BertConfig has not, was Python's TypeError ("unexpected keyword argument 'x'", "list indices must
+    be integers"), the file and the field unnamed."""
+    settings = state.get("settings") if isinstance(state, dict) else None
+    model = settings.get("model") if isinstance(settings, dict) else None
+    if not isinstance(model, dict):
+        raise DataError(f"{path}: no settings.model object (expected the model's config: bert_config.json keys)")
+    known = BertConfig().to_dict()
+    unknown = sorted(set(model) - set(known))
+    if unknown:
+        raise DataError(f"{path}: settings.model: unknown key {unknown[0]!r} (known: {', '.join(known)})")
+    return BertConfig.checked(path, model, DataError)
 
 
 def read(path):
