@@ -388,8 +388,11 @@ def errors_named(url):
             raise
         raise OSError(exc.errno or _ERRNO_OF.get(type(exc), errno.EIO), _reason(exc), display(url)) from None
     except Exception as exc:  # botocore/aiohttp/google-auth errors that the filesystems let through
+        # huggingface_hub's HTTP client is httpx (httpx2/httpcore2 in its newer releases): an hf:// URL with no
+        # hub reachable (offline, a closed HF_ENDPOINT) was a 100-line ConnectError traceback
         if type(exc).__module__.split(".")[0] in ("botocore", "aiobotocore", "aiohttp", "google", "requests",
-                                                  "huggingface_hub", "gcsfs", "s3fs", "fsspec"):
+                                                  "huggingface_hub", "gcsfs", "s3fs", "fsspec", "httpx", "httpx2",
+                                                  "httpcore", "httpcore2"):
             raise OSError(errno.EIO, _reason(exc), display(url)) from None
         raise
 

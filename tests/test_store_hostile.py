@@ -243,6 +243,23 @@ def test_an_hf_url_with_no_repository_is_one_usage_line(tmp_path, url, monkeypat
             (argv, printed)
 
 
+def test_an_hf_url_with_no_hub_to_reach_is_one_line(tmp_path):
+    """huggingface_hub's client is httpx: a hub it cannot reach (offline, a closed HF_ENDPOINT) was an
+    httpx2.ConnectError traceback of 100 lines from `inspect`, and the same from bertprep.torch's loader."""
+    from tests.stand_in_servers import run_cli, run_python
+
+    with socket.create_server(("127.0.0.1", 0)) as closed:
+        endpoint = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    url = "hf://datasets/someone/records/x.tfrecord"
+    result = run_cli("inspect", url, env={"HF_ENDPOINT": endpoint}, cwd=tmp_path)
+    assert (result.returncode, result.stdout) == (1, "") and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.startswith(f"bertprep inspect: error: {url}: ") and result.stderr.count("\n") == 1
+    code = ("from bertprep.torch import BertLoader\ntry:\n    BertLoader('hf://datasets/someone/records', 8)\n"
+            "except OSError as exc:\n    print(type(exc).__name__, exc.filename)\n")
+    result = run_python(code, env={"HF_ENDPOINT": endpoint}, cwd=tmp_path)
+    assert result.stdout == "OSError hf://datasets/someone/records/manifest.json\n", result.stderr
+
+
 def test_an_object_that_is_also_a_prefix_is_named_not_read_as_a_directory(s3_bucket, workspace, golden_dir):
     """A store keeps `a.parquet` beside `a.parquet/b.parquet` (a write under an object's key is not refused as a
     local one is); convert took a.parquet for a directory, converted b.parquet alone and passed the object
