@@ -76,6 +76,7 @@ def _require_torch():
         raise UsageError('bertprep.torch needs PyTorch: pip install "bertprep[torch]"')
 
 READER = "bertprep.torch"  # as a Megatron directory's refusal names the reader
+FINETUNING_STAGES = ("create-squad", "create-glue")  # their manifests' "stage"
 
 
 class RecordIndex:
@@ -89,6 +90,13 @@ class RecordIndex:
             raise (megatron.given_as_records(data_dir, data_dir, READER)
                    or DataError(f"{data_dir}: no manifest.json (give the directory `bertprep create` or `pack` wrote)"))
         where = records.path("manifest.json")
+        if manifest.get("stage") in FINETUNING_STAGES:
+            # its train/eval/predict files are in no training/ directory: "no tfrecord training records" read as
+            # if the stage had written nothing
+            raise DataError(f"{data_dir}: fine-tuning records ({manifest['stage']}, task {manifest.get('task')}), "
+                            f"not pretraining records: {READER} reads the records `bertprep create` or `pack` "
+                            "writes; load these with bertprep.hf.load, or fine-tune on them with `python -m "
+                            "trainer finetune`")
         fmt = fmt or (manifest.get("formats") or formats.FORMATS)[0]
         if fmt not in formats.FORMATS:  # the framed ones
             raise UsageError(f"format {fmt!r}: the PyTorch loader reads tfrecord or ofrecord")

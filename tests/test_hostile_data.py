@@ -376,6 +376,19 @@ def test_the_torch_loader_names_itself_for_an_unknown_keyword():
         BertLoader("R", 8, shuffle=True)
 
 
+def test_the_torch_loader_names_fine_tuning_records_as_such(shared_dir, golden_dir, tmp_path):
+    """create-glue's (or create-squad's) directory given to the pretraining loader said "no tfrecord training
+    records", as if the stage had written nothing."""
+    out = tmp_path / "mrpc"
+    assert main(["create-glue", "--task", "MRPC", "--data-dir", str(shared_dir / "fixtures/finetune/glue/MRPC"),
+                 "--vocab", str(golden_dir / "vocab.txt"), "--out", str(out), "--seq", "64", "--quiet"]) == 0
+    message = (f"{out}: fine-tuning records (create-glue, task MRPC), not pretraining records: bertprep.torch reads "
+               "the records `bertprep create` or `pack` writes; load these with bertprep.hf.load")
+    for split in ("training", "train"):
+        with pytest.raises(DataError, match=f"^{re.escape(message)}"):
+            BertLoader(str(out), 8, split=split)
+
+
 def test_the_torch_loader_takes_numpy_ints(static):
     import numpy as np
     batches = list(BertLoader(str(static), np.int64(8), fmt="tfrecord", seed=np.int32(1)))
