@@ -276,6 +276,15 @@ class DynamicMasking:
         if not storage.isfile(vocab_path):  # a URL too
             raise DataError(f"{where}: names the vocab {vocab_path}, which is not there: give the vocab.txt it was "
                             "made with (--vocab)")
+        # Another vocab masked without a word: its [MASK] id and random replacement ids were put into records of
+        # the manifest's ids (a vocab whose [MASK] is at 4 wrote 4, [unused3], where 103 belonged).
+        recorded = (manifest.get("vocab") or {}).get("sha256")
+        if isinstance(recorded, str) and (actual := storage.sha256(vocab_path)) != recorded:
+            named = (manifest.get("vocab") or {}).get("path")
+            given = "has changed since" if vocab_path == named else f"is another vocab (sha256 {actual[:12]}…)"
+            raise DataError(f"{where}: made with the vocab {named} (sha256 {recorded[:12]}…), but {vocab_path} "
+                            f"{given}: masking puts the vocab's [MASK] and random ids into the records, so it must "
+                            "be theirs: give the vocab.txt they were made with")
         return cls(seed=int(params["seed"]), max_predictions=int(params["max_predictions_per_seq"]),
                    masked_lm_prob=float(params["masked_lm_prob"]), whole_word=bool(params.get("whole_word_mask")),
                    vocab=MaskingVocab.from_vocab(load_vocab(vocab_path)))

@@ -332,6 +332,31 @@ def test_a_relabelled_manifest_is_reported_naming_the_manifest(dynamic, reader):
         trainer_reads(dynamic, "tfrecord") if reader == "trainer" else torch_reads(dynamic, "tfrecord")
 
 
+@pytest.mark.parametrize("reader", ["torch", "inspect --epoch", "trainer"])
+def test_unmasked_records_are_masked_with_their_own_vocab_only(dynamic, golden_dir, tmp_path, capsys, reader):
+    """A vocab of the same size with two tokens moved (here [MASK] with [unused3]) masked the records without a
+    word: its [MASK] id, 4, went into records whose [MASK] is 103. Given (vocab=, --vocab) or at the manifest's
+    path, edited since, the vocab must be the one whose sha256 the manifest records."""
+    lines = (golden_dir / "vocab.txt").read_text().splitlines(keepends=True)
+    lines[4], lines[103] = lines[103], lines[4]
+    other = tmp_path / "other_vocab.txt"
+    other.write_text("".join(lines))
+    first = min((dynamic / "tfrecord" / "training").iterdir())
+    if reader == "trainer":  # the manifest's own vocab, changed at its path since
+        edit_manifest(dynamic, lambda m: m["vocab"].update(path=str(other)))
+        expected = f"{dynamic / 'manifest.json'}: made with the vocab {other} .*, but {other} has changed since"
+        with pytest.raises(DataError, match=expected):
+            trainer_reads(dynamic, "tfrecord")
+        return
+    expected = (f"{dynamic / 'manifest.json'}: made with the vocab .*, but {other} is another vocab .*: give the "
+                "vocab.txt they were made with")
+    if reader == "inspect --epoch":
+        assert re.search(expected, cli_error(capsys, ["inspect", str(first), "--epoch", "1", "--vocab", str(other)], 1))
+        return
+    with pytest.raises(DataError, match=expected):
+        torch_reads(dynamic, "tfrecord", vocab=str(other))
+
+
 def test_a_world_size_that_leaves_a_rank_no_batch_is_an_error(static):
     with pytest.raises(UsageError, match="leave rank 3 of world_size 100000 no batch"):
         torch_reads(static, "tfrecord", rank=3, world_size=100000)
