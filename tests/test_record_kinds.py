@@ -190,6 +190,27 @@ def test_a_text_file_is_named_not_a_record_file_not_a_truncated_record(golden_di
         assert len(err) == 1 and err[0].startswith(f"bertprep inspect: error: {path}: {message}"), err
 
 
+def test_inspect_of_an_empty_file_named_for_no_format_is_an_error(tmp_path, capsys):
+    """An empty corpus.txt (or x.h5, x.dat) was shown as "(ofrecord, unknown kind): no records", exit 0: sniffing
+    falls back to OFRecord, which has no magic. An empty file named as a record file is still an empty one."""
+    import bertprep
+
+    for name in ("corpus.txt", "x.h5", "x.dat"):
+        path = tmp_path / name
+        path.write_bytes(b"")
+        assert main(["inspect", str(path)]) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [f"bertprep inspect: error: {path}: an empty file (0 bytes) whose name is no record file's "
+                       "(*.tfrecord, *.tf_record, part-N, *.ofrecord, *.hdf5, *.parquet): no records and no format "
+                       "to show"], err
+        with pytest.raises(DataError, match="an empty file"):
+            bertprep.inspect(file=str(path))
+    for name, fmt in (("x.tfrecord", "tfrecord"), ("part-0", "ofrecord"), ("x.ofrecord", "ofrecord")):
+        (tmp_path / name).write_bytes(b"")
+        assert main(["inspect", str(tmp_path / name)]) == 0
+        assert f"({fmt}, unknown kind): no records at index 0" in capsys.readouterr().out
+
+
 def test_a_damaged_first_tfrecord_header_is_still_read_as_tfrecord(golden_dir, tmp_path):
     paths = _damaged_files(golden_dir, tmp_path)
     assert formats.sniff_format(paths["header"]) == "tfrecord"  # its name says nothing: the bytes must

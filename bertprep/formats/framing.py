@@ -62,6 +62,14 @@ def sniff_format(path):
     return "ofrecord"
 
 
+def empty_and_named_for_no_format(path):
+    """Whether `path` is an empty file whose name is no record file's (format_of_name's, or `*.ofrecord`, the
+    other name OneFlow's files go by): no bytes and no name to tell a format by, where sniff_format's fallback
+    to OFRecord (which has no magic) is a guess."""
+    name = os.path.basename(path)
+    return format_of_name(name) is None and not name.lower().endswith(".ofrecord") and storage.getsize(path) == 0
+
+
 def format_of_bytes(path):
     """The format a file's first bytes prove, whatever its name: HDF5's or Parquet's magic, a TFRecord header (the
     masked CRC of its length); else None (an OFRecord part has no magic to be known by)."""

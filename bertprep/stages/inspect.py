@@ -19,6 +19,7 @@ from bertprep import formats, storage
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.formats import codecs, megatron
+from bertprep.formats.framing import empty_and_named_for_no_format
 from bertprep.formats.schemas import UNMASKED
 from bertprep.masking import DynamicMasking, first_instances
 from bertprep.options import build_options, check_types, errors_name_fields, normalise_paths, short_repr
@@ -103,6 +104,10 @@ def inspect(options: InspectOptions | None = None, /, *, stream: TextIO | None =
             raise UsageError(f"--epoch: {path} holds token sequences, which Megatron masks as it trains; only "
                              "unmasked records (create --masking dynamic) are masked at load time")
         return inspect_sequences(path, sequence_codec, options, words, stream)
+    if empty_and_named_for_no_format(path):
+        # sniffing's fallback called it "(ofrecord, unknown kind): no records", exit 0, of an empty corpus.txt
+        raise DataError(f"{path}: an empty file (0 bytes) whose name is no record file's (*.tfrecord, "
+                        "*.tf_record, part-N, *.ofrecord, *.hdf5, *.parquet): no records and no format to show")
     fmt = formats.sniff_format(path)
     try:
         kind = formats.record_kind(path, fmt).name
