@@ -240,6 +240,10 @@ class BertRecords(_DATASET_BASE):
         refuse_empty_path("data_dir", data_dir)  # "" was read as the current directory: "no manifest.json"
         vocab = check_argument("vocab", vocab, str | None)
         self.index = RecordIndex(data_dir, split, fmt, vocab)
+        if vocab is not None and self.index.masking is None:  # read only to mask: it was taken and never read
+            raise UsageError(f"vocab: {self.index.data_dir} holds {self.index.kind.name} records, masked when they "
+                             "were made; vocab is read only to mask unmasked records (create --masking dynamic): "
+                             "leave it out")
         if bin_size is not None and self.index.kind is PACKED:
             raise UsageError("bin_size: packed rows are not binned (they are full)")
         self.batch_size, self.seed, self.rank, self.world_size = batch_size, seed, rank, world_size

@@ -414,6 +414,13 @@ def test_the_torch_loader_names_fine_tuning_records_as_such(shared_dir, golden_d
             BertLoader(str(out), 8, split=split)
 
 
+def test_the_torch_loader_refuses_a_vocab_it_would_not_read(static, golden_dir):
+    """vocab is read only to mask unmasked records: given for masked ones it was taken and ignored."""
+    with pytest.raises(UsageError, match=f"^vocab: {re.escape(str(static))} holds pretraining records, masked when "
+                                         "they were made; vocab is read only to mask unmasked records"):
+        BertLoader(str(static), 8, fmt="tfrecord", vocab=str(golden_dir / "vocab.txt"))
+
+
 def test_the_torch_loader_takes_numpy_ints(static):
     import numpy as np
     batches = list(BertLoader(str(static), np.int64(8), fmt="tfrecord", seed=np.int32(1)))
