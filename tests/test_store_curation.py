@@ -166,6 +166,17 @@ def test_vocab_of_a_missing_bucket_is_one_line_with_nothing_written(roots):
     assert not store().exists(key(f"{roots.url}/v2/vocab.txt"))
 
 
+def test_vocab_refuses_an_out_under_an_object(roots):
+    """vocab writes its one file at the end, outside atomic.hold: `--out BUCKET/sample.txt/vocab.txt` trained and
+    then put a key under the object sample.txt, whose readers then met both an object and a prefix."""
+    out = f"{roots.url}/sample.txt/vocab.txt"
+    line = error_line(bertprep("vocab", "--input", f"{roots.url}/corpus/a", "--out", out), 1)
+    assert line.endswith(f"{roots.url}/sample.txt: {roots.url}/sample.txt is an object, so nothing can be written "
+                         f"under it as a folder ({roots.url}/sample.txt/...): its readers would find both an object "
+                         "and a prefix; write elsewhere, or move the object"), line
+    assert not store().exists(key(out))
+
+
 def test_shard_of_a_missing_bucket_is_one_line_with_nothing_written(roots):
     """The store's reason, exit 1, as vocab and dedup give for the same --input (not "no such file", exit 2)."""
     line = error_line(bertprep("shard", "--input", f"{MISSING_BUCKET}/corpus/a", "--corpus", "a", "--out",

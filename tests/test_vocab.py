@@ -310,3 +310,16 @@ def test_an_out_naming_a_directory_is_refused(tmp_path, case):
     assert line == f"bertprep vocab: error: {expected}"
     assert sorted(os.listdir(tmp_path)) == (["newdir", "tiny.txt"] if case == "existing directory" else ["tiny.txt"])
     assert not out.is_file()
+
+
+def test_an_out_under_a_file_is_refused_before_training(tmp_path):
+    """vocab writes its one file at the end: `--out corpus.txt/vocab.txt` read and trained on the whole corpus
+    and then failed with "Not a directory" (exit 1, after a progress line)."""
+    corpus = tiny_corpus(tmp_path / "tiny.txt")
+    other = tiny_corpus(tmp_path / "other.txt")
+    for out in (other / "vocab.txt", other / "new" / "vocab.txt"):
+        result = run_cli("vocab", "--input", corpus, "--out", out, "--vocab-size", "200", "--unused", "0")
+        line = one_line_error(result, code=2)
+        assert line == f"bertprep vocab: error: --out {out}: {other} is a file, not a directory to write the vocab in"
+        assert result.stderr.count("\n") == 1, result.stderr  # before reading: no progress line
+    assert sorted(os.listdir(tmp_path)) == ["other.txt", "tiny.txt"]

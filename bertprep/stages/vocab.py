@@ -155,6 +155,20 @@ def refuse_binary(path):
         raise DataError(f"{storage.display(path)}: binary data (a NUL byte at offset {nul:,}), expected UTF-8 text")
 
 
+def refuse_file_above(out):
+    """A UsageError where a folder `out` would be written in is a file (an object on a store: its DataError):
+    vocab writes its one file at the end, so `--out corpus.txt/vocab.txt` failed with "Not a directory" only
+    after the whole corpus had been read twice and trained on."""
+    parent = os.path.dirname(out)
+    if not storage.reads_in_place(out):
+        storage.refuse_writing_under_an_object(parent)
+        return
+    while parent and not os.path.exists(parent) and os.path.dirname(parent) != parent:
+        parent = os.path.dirname(parent)
+    if os.path.exists(parent) and not os.path.isdir(parent):
+        raise UsageError(f"--out {storage.display(out)}: {parent} is a file, not a directory to write the vocab in")
+
+
 def require_manifest(folder):
     """Nothing when the Folder holds a finished stage's manifest; else a DataError naming it."""
     if load_manifest(folder) is None:
@@ -262,6 +276,7 @@ def vocab(options: VocabOptions | None = None, /, *, quiet: bool = True, **field
     if storage.isdir(out):
         raise UsageError(f"--out {storage.display(out)}: is a directory; give the vocab.txt file to write, such as "
                          f"{storage.display(storage.join(out, 'vocab.txt'))}")
+    refuse_file_above(out)
     for path in inputs:
         refuse_binary(path)
     start = time.monotonic()
