@@ -281,8 +281,8 @@ class DynamicMasking:
         recorded = (manifest.get("vocab") or {}).get("sha256")
         if isinstance(recorded, str) and (actual := storage.sha256(vocab_path)) != recorded:
             named = (manifest.get("vocab") or {}).get("path")
-            given = "has changed since" if vocab_path == named else f"is another vocab (sha256 {actual[:12]}…)"
-            raise DataError(f"{where}: made with the vocab {named} (sha256 {recorded[:12]}…), but {vocab_path} "
+            given = "has changed since" if vocab_path == named else f"is another vocab (sha256 {actual[:12]}...)"
+            raise DataError(f"{where}: made with the vocab {named} (sha256 {recorded[:12]}...), but {vocab_path} "
                             f"{given}: masking puts the vocab's [MASK] and random ids into the records, so it must "
                             "be theirs: give the vocab.txt they were made with")
         return cls(seed=int(params["seed"]), max_predictions=int(params["max_predictions_per_seq"]),
