@@ -36,7 +36,7 @@ from bertprep.formats.schemas import PACKED, UNMASKED, int_values_problem, kind_
 from bertprep.masking import DynamicMasking, first_instances
 from bertprep.options import check_argument, refuse_empty_path, short_repr
 from bertprep.records_manifest import check_records_manifest, file_digests, kind_mismatch
-from bertprep.workdir import load_manifest
+from bertprep.workdir import SPLITS, load_manifest
 
 try:
     import torch
@@ -97,6 +97,9 @@ class RecordIndex:
                             f"not pretraining records: {READER} reads the records `bertprep create` or `pack` "
                             "writes; load these with bertprep.hf.load, or fine-tune on them with `python -m "
                             "trainer finetune`")
+        if split not in SPLITS:  # "" said "no tfrecord  records"; "../x" was joined into a path and read there
+            raise UsageError(f"split must be one of {', '.join(SPLITS)} (the split directories create writes), "
+                             f"not {split!r}")
         fmt = fmt or (manifest.get("formats") or formats.FORMATS)[0]
         if fmt not in formats.FORMATS:  # the framed ones
             raise UsageError(f"format {fmt!r}: the PyTorch loader reads tfrecord or ofrecord")

@@ -414,6 +414,14 @@ def test_the_torch_loader_names_fine_tuning_records_as_such(shared_dir, golden_d
             BertLoader(str(out), 8, split=split)
 
 
+@pytest.mark.parametrize("split", ["", "train", "../tfrecord/training", "training/"])
+def test_the_torch_loader_takes_only_the_splits_create_writes(static, split):
+    """split was joined into a path: "" said "no tfrecord  records", "../tfrecord/training" was read from there."""
+    with pytest.raises(UsageError, match=f"^split must be one of training, test \\(the split directories create "
+                                         f"writes\\), not {re.escape(repr(split))}$"):
+        BertLoader(str(static), 8, split=split)
+
+
 def test_the_torch_loader_refuses_a_vocab_it_would_not_read(static, golden_dir):
     """vocab is read only to mask unmasked records: given for masked ones it was taken and ignored."""
     with pytest.raises(UsageError, match=f"^vocab: {re.escape(str(static))} holds pretraining records, masked when "
