@@ -16,6 +16,7 @@ Results are yielded as tasks finish; callers must not depend on that order.
 import contextlib
 import dataclasses
 import functools
+import math
 import os
 import signal
 import time
@@ -27,11 +28,11 @@ from bertprep.options import check_types, errors_name_fields, require_at_least
 
 ENGINES = ("local", "dask")
 SCHEDULER_CONNECT_TIMEOUT_S = 5
-# How long a run on a user's scheduler waits while it has no worker (none yet, or all of them lost): tasks on a
-# scheduler without workers wait forever, and the run sat silent. Long enough for a batch system's workers to
-# join a scheduler started before them.
-NO_WORKER_WAIT_S = 120
-_WORKER_POLL_S = 5
+# How long a Dask run waits while its scheduler has no worker (none started, an adaptive cluster scaling up
+# for the tasks it sees queued, or all of them lost), by default: tasks on a scheduler without workers wait
+# forever, and the run sat silent. --worker-wait for a batch system whose queue holds workers longer.
+WORKER_WAIT_S = 600.0
+_WORKER_POLL_S = 5.0
 
 
 def add_engine_arguments(parser):
@@ -43,6 +44,10 @@ def add_engine_arguments(parser):
         "`dask scheduler --scheduler-file` write); with --engine dask. Default: a LocalCluster on this machine",
     )
     parser.add_argument("--workers", type=int, default=None, help="worker processes (default: one per core)")
+    parser.add_argument("--worker-wait", type=float, default=WORKER_WAIT_S, metavar="SECONDS",
+                        help="with --engine dask: how long the run waits while the scheduler has no worker (none "
+                             "started yet, an adaptive cluster scaling up, all lost) before it stops "
+                             f"(default {WORKER_WAIT_S:.0f})")
 
 
 def default_workers():
@@ -62,11 +67,13 @@ def machine_memory():
 @dataclasses.dataclass(frozen=True)
 class EngineOptions:
     """Where a stage's tasks run: `engine` 'local' or 'dask', `workers` (None: one per core), and for Dask
-    the user's `scheduler` (an address or a scheduler file; None: a LocalCluster on this machine)."""
+    the user's `scheduler` (an address or a scheduler file; None: a LocalCluster on this machine) and
+    `worker_wait`, the seconds a run waits while the scheduler has no worker before it stops."""
 
     engine: str = "local"
     workers: int | None = None
     scheduler: str | None = None
+    worker_wait: float = WORKER_WAIT_S
 
     def __post_init__(self):
         check_types(self)
@@ -79,6 +86,8 @@ class EngineOptions:
                              "on this machine)")
         if self.scheduler and self.engine != "dask":
             raise UsageError("--scheduler needs --engine dask")
+        if not (isinstance(self.worker_wait, (int, float)) and 0 < self.worker_wait < math.inf):
+            raise UsageError(f"--worker-wait must be a positive number of seconds, not {self.worker_wait!r}")
 
 
 @contextlib.contextmanager
@@ -90,7 +99,7 @@ def open_engine(options, max_tasks=None):
     if options.engine == "dask":
         client = connect_dask(options.scheduler, workers)
         try:
-            yield DaskEngine(client)
+            yield DaskEngine(client, options.worker_wait)
         finally:
             cluster = None if options.scheduler else client.cluster
             client.close()
@@ -120,11 +129,11 @@ class LocalEngine:
 
 
 class DaskEngine(LocalEngine):
-    def __init__(self, client):
-        self.client = client
+    def __init__(self, client, worker_wait=WORKER_WAIT_S):
+        self.client, self.worker_wait = client, worker_wait
 
     def run(self, function, tasks, describe=str):
-        return run_dask(self.client, function, tasks, describe)
+        return run_dask(self.client, function, tasks, describe, self.worker_wait)
 
 
 def _worker_init(parent):
@@ -214,23 +223,12 @@ def connect_dask(scheduler=None, workers=None):
                 f"cannot reach the Dask scheduler at {scheduler} within {SCHEDULER_CONNECT_TIMEOUT_S}s "
                 f"({exc.__class__.__name__}); is `dask scheduler` running there?"
             ) from None
-        _wait_for_a_worker(client, scheduler, address)
-        return client
+        return client  # no wait for a worker here: an adaptive cluster starts them once tasks are queued
     cluster = LocalCluster(
         n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
         env={"TOKENIZERS_PARALLELISM": "false"},
     )
     return Client(cluster)
-
-
-def _wait_for_a_worker(client, scheduler, address):
-    """Return once the scheduler has a worker; a DataError after NO_WORKER_WAIT_S without one."""
-    try:
-        client.wait_for_workers(1, timeout=NO_WORKER_WAIT_S)
-    except TimeoutError:
-        client.close()
-        raise DataError(f"the Dask scheduler at {scheduler} has had no worker for {NO_WORKER_WAIT_S}s; start "
-                        f"`dask worker {address}` (or more) beside it") from None
 
 
 def _scheduler_file_address(path):
@@ -291,8 +289,9 @@ def _handshake(address, timeout):
         pool.submit(run).result()
 
 
-def run_dask(client, function, tasks, describe=str):
-    """Yield function(task) for every task from a Dask cluster, in completion order."""
+def run_dask(client, function, tasks, describe=str, worker_wait=WORKER_WAIT_S):
+    """Yield function(task) for every task from a Dask cluster, in completion order; a DataError once the
+    scheduler has had no worker for `worker_wait` seconds."""
     tasks = list(tasks)
     if not tasks:
         return
@@ -301,7 +300,7 @@ def run_dask(client, function, tasks, describe=str):
     futures = client.map(function, tasks, pure=False, retries=1)
     task_of = {f.key: t for f, t in zip(futures, tasks)}
     try:
-        for future in _completed_while_workers_remain(client, futures):
+        for future in _completed_while_workers_remain(client, futures, worker_wait):
             try:
                 yield future.result()
             except Exception as exc:
@@ -313,22 +312,23 @@ def run_dask(client, function, tasks, describe=str):
         client.cancel(futures)
 
 
-def _completed_while_workers_remain(client, futures):
-    """Yield `futures` as they complete; a DataError once the scheduler has had no worker for NO_WORKER_WAIT_S
-    (every worker lost: Dask holds the remaining tasks until one joins, however long that takes)."""
+def _completed_while_workers_remain(client, futures, worker_wait):
+    """Yield `futures` as they complete; a DataError once the scheduler has had no worker for `worker_wait`
+    seconds (none started, or every worker lost: Dask holds the tasks until one joins, however long)."""
     from distributed import wait
 
-    pending, no_worker_since = list(futures), None
+    pending, no_worker_since, poll = list(futures), None, min(_WORKER_POLL_S, worker_wait / 2)
     while pending:
         try:
-            done = wait(pending, timeout=_WORKER_POLL_S, return_when="FIRST_COMPLETED").done
+            done = wait(pending, timeout=poll, return_when="FIRST_COMPLETED").done
         except TimeoutError:
             if client.nthreads():
                 no_worker_since = None
-            elif time.monotonic() - (no_worker_since := no_worker_since or time.monotonic()) > NO_WORKER_WAIT_S:
-                raise DataError(f"the Dask scheduler at {client.scheduler.address} has had no worker for "
-                                f"{NO_WORKER_WAIT_S}s, with {len(pending)} tasks left; start `dask worker "
-                                f"{client.scheduler.address}` beside it and rerun") from None
+            elif time.monotonic() - (no_worker_since := no_worker_since or time.monotonic()) >= worker_wait:
+                address = client.scheduler.address
+                raise DataError(f"the Dask scheduler at {address} has had no worker for {worker_wait:g}s, with "
+                                f"{len(pending)} tasks left; start `dask worker {address}` (or give a longer "
+                                "--worker-wait) and rerun") from None
             continue
         no_worker_since = None
         yield from (future for future in pending if future in done)

@@ -199,19 +199,21 @@ def test_pack_on_dask_gives_the_local_engines_bytes(golden_dir, tmp_path, cluste
     assert len(outputs["local"]) == 6 and outputs["dask"] == outputs["local"]
 
 
-def test_a_scheduler_without_workers_is_one_line_within_the_wait(monkeypatch):
-    """Tasks on a scheduler with no worker wait for one forever: the command sat silent, however long."""
-    from bertprep import engines
-    from bertprep.errors import DataError
-
-    monkeypatch.setattr(engines, "NO_WORKER_WAIT_S", 1)
+def test_a_scheduler_without_workers_ends_the_run_within_the_worker_wait(golden_dir, tmp_path):
+    """Tasks on a scheduler with no worker wait for one forever: the command sat silent, however long. No wait
+    at the connect: an adaptive cluster starts its workers once it sees tasks queued."""
     with distributed.LocalCluster(n_workers=0, processes=False, protocol="tcp", host="127.0.0.1",
                                   dashboard_address=":0") as empty:
         start = time.monotonic()
-        with pytest.raises(DataError, match=f"the Dask scheduler at {empty.scheduler_address} has had no worker "
-                                            f"for 1s; start `dask worker {empty.scheduler_address}`"):
-            engines.connect_dask(empty.scheduler_address)
-        assert time.monotonic() - start < 15
+        result = subprocess.run(create_argv(golden_dir / "corpus.txt", golden_dir / "vocab.txt", tmp_path / "o",
+                                            "--engine", "dask", "--scheduler", empty.scheduler_address,
+                                            "--worker-wait", "1"),
+                                capture_output=True, text=True, timeout=120)  # killed there: it hung
+    assert time.monotonic() - start < 60 and result.returncode == 1, result.stderr
+    assert result.stderr.startswith(f"bertprep create: error: the Dask scheduler at {empty.scheduler_address} has had "
+                                    f"no worker for 1s, with "), result.stderr
+    assert result.stderr.endswith(f" tasks left; start `dask worker {empty.scheduler_address}` (or give a longer "
+                                  "--worker-wait) and rerun\n") and result.stderr.count("\n") == 1
 
 
 def _sleep_a_minute(task):
@@ -219,16 +221,14 @@ def _sleep_a_minute(task):
     return task
 
 
-def test_a_run_whose_workers_are_all_gone_ends_within_the_wait(monkeypatch):
+def test_a_run_whose_workers_are_all_gone_ends_within_the_worker_wait():
     """Every worker lost mid-run: Dask holds the tasks left until a worker joins, and the run waited forever."""
     from bertprep import engines
     from bertprep.errors import DataError
 
-    monkeypatch.setattr(engines, "NO_WORKER_WAIT_S", 1)
-    monkeypatch.setattr(engines, "_WORKER_POLL_S", 0.2)
     with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0") as one:
         with distributed.Client(one) as client:
-            results, raised = engines.run_dask(client, _sleep_a_minute, range(3)), []
+            results, raised = engines.run_dask(client, _sleep_a_minute, range(3), worker_wait=1), []
             client.wait_for_workers(1, timeout=10)
             one.scale(0)
             waiting = threading.Thread(target=lambda: raised.append(pytest.raises(DataError, next, results)),
@@ -237,3 +237,12 @@ def test_a_run_whose_workers_are_all_gone_ends_within_the_wait(monkeypatch):
             waiting.join(30)  # still waiting there: unbounded
             assert not waiting.is_alive() and raised
             assert raised[0].match(r"has had no worker for 1s, with 3 tasks left; start `dask worker")
+
+
+@pytest.mark.parametrize("value", [0, -1.0, float("inf"), float("nan")])
+def test_the_worker_wait_is_a_positive_number_of_seconds(value):
+    from bertprep.engines import EngineOptions
+    from bertprep.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"^EngineOptions\.worker_wait must be a positive number of seconds, not "):
+        EngineOptions(engine="dask", worker_wait=value)

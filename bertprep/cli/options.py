@@ -4,8 +4,8 @@ from bertprep.engines import EngineOptions
 
 
 def engine_options(args):
-    """--engine, --workers and --scheduler (engines.add_engine_arguments) as EngineOptions."""
-    return EngineOptions(args.engine, args.workers, args.scheduler)
+    """--engine, --workers, --scheduler and --worker-wait (engines.add_engine_arguments) as EngineOptions."""
+    return EngineOptions(args.engine, args.workers, args.scheduler, args.worker_wait)
 
 
 def print_summary(summary, args):
