@@ -33,6 +33,8 @@ SCHEDULER_CONNECT_TIMEOUT_S = 5
 # forever, and the run sat silent. --worker-wait for a batch system whose queue holds workers longer.
 WORKER_WAIT_S = 600.0
 _WORKER_POLL_S = 5.0
+# How often a local pool's waiting parent checks that its workers live (pool_results).
+_POOL_POLL_S = 1
 
 
 def add_engine_arguments(parser):
@@ -194,13 +196,72 @@ def _spooled_results(function, tasks, workers):
 
     pool = multiprocess.Pool(workers, initializer=_worker_init, initargs=(os.getpid(),))
     try:
-        yield from pool.imap_unordered(function, tasks)
+        yield from pool_results(pool, pool.imap_unordered(function, tasks))
         pool.close()
     except BaseException:
         pool.terminate()
         raise
     finally:
         pool.join()
+
+
+def pool_results(pool, results):
+    """Yield from `results`, an imap or imap_unordered iterator of the multiprocess.Pool `pool`; a DataError once
+    one of the pool's worker processes has died. A worker killed mid-task (the kernel's OOM killer, a stray
+    `kill -9`, a task that ended its process) takes its task with it: the pool starts another worker but never
+    runs that task again, and its iterator waited forever, the run silent. A pool's workers end only with the
+    pool (no maxtasksperchild), so any one gone is one lost; however long a live worker's task takes is its
+    own."""
+    import multiprocess
+
+    seen = set()
+    while True:
+        seen.update(pool._pool)  # the pool's worker processes; the pool replaces a dead one
+        try:
+            result = results.next(timeout=_POOL_POLL_S)
+        except StopIteration:
+            return
+        except multiprocess.TimeoutError:
+            _refuse_a_dead_worker(pool, seen)
+            continue
+        yield result
+
+
+def _refuse_a_dead_worker(pool, seen):
+    seen.update(pool._pool)
+    dead = sorted((p for p in seen if p.exitcode is not None), key=lambda p: p.pid)
+    if not dead and len(seen) <= pool._processes:  # more seen than it runs: one was replaced
+        return
+    worker = f"a worker process (pid {dead[0].pid})" if dead else "a worker process"
+    code = dead[0].exitcode if dead else None
+    if code is None:
+        how = "died"
+    elif code < 0:
+        name = signal.Signals(-code).name if -code in signal.valid_signals() else f"signal {-code}"
+        how = f"was killed by {name}" + (" (the kernel's OOM killer, when memory runs out?)"
+                                         if -code == signal.SIGKILL else "")
+    else:
+        how = f"exited with status {code}"
+    _stop_workers(pool)
+    raise DataError(f"{worker} {how} mid-run: the task it held will never finish; rerun to resume (with fewer "
+                    "--workers if memory ran out)")
+
+
+def _stop_workers(pool):
+    """Kill the pool's workers and free its task queue's read lock, so that the caller's terminate() returns. A
+    worker killed while it waited for its next task dies holding that lock (a semaphore, not freed by the kernel),
+    and Pool.terminate() waits for it first: without this the run hung there instead of in the iterator."""
+    from multiprocess.connection import wait
+
+    workers = list(pool._pool)
+    for process in workers:
+        with contextlib.suppress(OSError):
+            process.kill()
+    wait([process.sentinel for process in workers], timeout=10)
+    lock = pool._inqueue._rlock
+    if lock._semlock._get_value() == 0:  # held by one of the dead; the pool is torn down next
+        with contextlib.suppress(ValueError):
+            lock.release()
 
 
 def connect_dask(scheduler=None, workers=None):

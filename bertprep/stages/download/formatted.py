@@ -18,6 +18,7 @@ import re
 
 from bertprep import __version__, storage
 from bertprep.atomic import atomic_open, hold
+from bertprep.engines import pool_results
 from bertprep.errors import DataError
 from bertprep.folder import Folder
 from bertprep.workdir import file_matches, load_manifest, removed_warning, save_manifest, stage_dir
@@ -156,7 +157,7 @@ def _map(function, items, workers):
     import multiprocess
 
     with multiprocess.Pool(min(workers, len(items))) as pool:
-        yield from pool.imap(function, items)
+        yield from pool_results(pool, pool.imap(function, items))  # ends at a worker killed mid-task
 
 
 def iter_documents(path, sha256=None):

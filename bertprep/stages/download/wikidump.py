@@ -22,6 +22,7 @@ import xml.etree.ElementTree as ET
 from mwparserfromhell.parser import ParserError
 
 from bertprep.atomic import hold
+from bertprep.engines import pool_results
 from bertprep.errors import DataError, UsageError
 from bertprep.stages.download.formatted import corpus_dir, save_parts_manifest, write_part
 from bertprep.stages.download.http import SourceDownloads, fetch_text
@@ -99,7 +100,7 @@ def extract(path, directory, prefix, staging, workers=1, progress=None):
         import multiprocess
 
         pool = multiprocess.Pool(workers)
-        cleaned = pool.imap(_clean_batch, batches)
+        cleaned = pool_results(pool, pool.imap(_clean_batch, batches))  # ends at a worker killed mid-batch
     else:
         pool, cleaned = None, map(_clean_batch, batches)
     documents = (doc for batch in cleaned for doc in batch)

@@ -1,0 +1,61 @@
+"""A local pool's worker killed mid-task (the OOM killer's SIGKILL, a task that ends its process) ends the run
+with one line: multiprocess.Pool starts another worker but never reruns the lost task, and the run waited for
+its result forever. Each case runs in a thread joined with a timeout, so a regression fails, not hangs."""
+
+import os
+import signal
+import threading
+
+from bertprep import engines
+from bertprep.errors import DataError
+from bertprep.stages.download import formatted
+
+
+def _dies_at_two(task):
+    if task == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return task
+
+
+def _exits_at_two(task):
+    if task == 2:
+        os._exit(3)
+    return task
+
+
+def _outcome(run, timeout=30):
+    """What run() returned or raised, or "hung" after `timeout` seconds."""
+    outcome = ["hung"]
+
+    def go():
+        try:
+            outcome[0] = run()
+        except BaseException as exc:  # the outcome under test
+            outcome[0] = exc
+
+    thread = threading.Thread(target=go, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return outcome[0]
+
+
+def test_a_worker_killed_mid_task_ends_the_local_engine_in_one_line():
+    outcome = _outcome(lambda: list(engines.run_local(_dies_at_two, range(6), 2)))
+    assert isinstance(outcome, DataError), outcome
+    assert "was killed by SIGKILL (the kernel's OOM killer, when memory runs out?) mid-run" in str(outcome)
+    assert "rerun to resume" in str(outcome)
+
+
+def test_a_worker_that_exits_names_its_status():
+    outcome = _outcome(lambda: list(engines.run_local(_exits_at_two, range(6), 2)))
+    assert isinstance(outcome, DataError), outcome
+    assert "exited with status 3 mid-run" in str(outcome)
+
+
+def test_the_download_stages_pool_ends_at_a_killed_worker_too():
+    outcome = _outcome(lambda: list(formatted._map(_dies_at_two, list(range(6)), 2)))
+    assert isinstance(outcome, DataError), outcome
+
+
+def test_live_workers_still_give_every_result():
+    assert sorted(engines.run_local(abs, range(1, 9), 2)) == list(range(1, 9))
