@@ -7,8 +7,13 @@ import signal
 import threading
 
 from bertprep import engines
+from bertprep.cli import main
 from bertprep.errors import DataError
+from bertprep.stages import create
 from bertprep.stages.download import formatted
+from test_create import write_shards
+
+_CREATE_SHARD = create.create_shard
 
 
 def _dies_at_two(task):
@@ -59,3 +64,19 @@ def test_the_download_stages_pool_ends_at_a_killed_worker_too():
 
 def test_live_workers_still_give_every_result():
     assert sorted(engines.run_local(abs, range(1, 9), 2)) == list(range(1, 9))
+
+
+def _create_dying_at_part_1(task):
+    if task.source.endswith("_1.txt"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return _CREATE_SHARD(task)
+
+
+def test_create_with_a_worker_killed_mid_shard_exits_1_in_one_line(golden_dir, tmp_path, monkeypatch, capsys):
+    shards = write_shards(golden_dir / "corpus.txt", tmp_path / "golden", 4)
+    monkeypatch.setattr(create, "create_shard", _create_dying_at_part_1)  # the forked workers run it too
+    argv = ["create", "--input", str(shards), "--vocab", str(golden_dir / "vocab.txt"), "--out", str(tmp_path / "o"),
+            "--dupe-factor", "1", "--workers", "2", "--quiet"]
+    assert _outcome(lambda: main(argv)) == 1
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "was killed by SIGKILL" in err and "rerun to resume" in err, err
