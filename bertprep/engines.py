@@ -248,18 +248,24 @@ def _refuse_a_dead_worker(pool, seen):
 
 
 def _stop_workers(pool):
-    """Kill the pool's workers and free its task queue's read lock, so that the caller's terminate() returns. A
-    worker killed while it waited for its next task dies holding that lock (a semaphore, not freed by the kernel),
-    and Pool.terminate() waits for it first: without this the run hung there instead of in the iterator."""
+    """Stop the pool's worker handler and workers and free its task queue's read lock, so that the caller's
+    terminate() returns. The replacement for a dead worker is forked by the handler's thread, and its
+    PDEATHSIG (_end_with) fires when that thread ends, as terminate() ends it: the replacement was killed while
+    it read the queue for its next task, holding that lock (a semaphore the kernel does not give back), and
+    terminate() waited for the lock forever."""
     from multiprocess.connection import wait
+    from multiprocess.pool import TERMINATE
 
+    pool._worker_handler._state = TERMINATE  # no more replacements: what terminate() does first
+    pool._change_notifier.put(None)
+    pool._worker_handler.join(10)
     workers = list(pool._pool)
     for process in workers:
         with contextlib.suppress(OSError):
             process.kill()
     wait([process.sentinel for process in workers], timeout=10)
     lock = pool._inqueue._rlock
-    if lock._semlock._get_value() == 0:  # held by one of the dead; the pool is torn down next
+    if lock._semlock._get_value() == 0:  # taken by a worker killed while reading; every worker is dead now
         with contextlib.suppress(ValueError):
             lock.release()
 
