@@ -80,3 +80,20 @@ def test_create_with_a_worker_killed_mid_shard_exits_1_in_one_line(golden_dir, t
     assert _outcome(lambda: main(argv)) == 1
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "was killed by SIGKILL" in err and "rerun to resume" in err, err
+
+
+def _dies(task):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_validate_worker_killed_mid_file_is_one_line(monkeypatch):
+    """validate --workers N runs its files in a ProcessPoolExecutor, which does not hang on a dead worker, but its
+    BrokenProcessPool ended the command in a traceback ("A process in the process pool was terminated
+    abruptly")."""
+    from bertprep.stages.validate import dataset
+
+    monkeypatch.setattr(dataset, "_scan", _dies)  # the forked workers inherit it
+    outcome = _outcome(lambda: dataset.scan_files(["a.tfrecord", "b.tfrecord", "c.tfrecord"], spec=None, workers=2))
+    assert isinstance(outcome, DataError), outcome
+    assert str(outcome) == ("a worker process died with 3 of 3 record files unchecked (killed: the kernel's OOM "
+                            "killer, when memory runs out?); rerun, with fewer --workers if memory ran out")

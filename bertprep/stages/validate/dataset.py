@@ -14,6 +14,7 @@ import os
 import re
 
 from bertprep import formats, storage
+from bertprep.errors import DataError
 from bertprep.folder import Folder
 from bertprep.formats import codecs
 from bertprep.formats.schemas import kind_of_manifest
@@ -199,9 +200,15 @@ def scan_files(record_files, spec, workers=1, want_sha256=False, quiet=True):
     else:
         context = multiprocessing.get_context("fork")
         with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-            for report in pool.map(_scan, tasks):
-                reports.append(report)
-                progress.advance(1, records=report.records)
+            try:
+                for report in pool.map(_scan, tasks):
+                    reports.append(report)
+                    progress.advance(1, records=report.records)
+            except concurrent.futures.process.BrokenProcessPool:  # was its traceback, "A process in the
+                # process pool was terminated abruptly", the file being checked not named
+                raise DataError(f"a worker process died with {len(tasks) - len(reports)} of {len(tasks)} record "
+                                "files unchecked (killed: the kernel's OOM killer, when memory runs out?); rerun, "
+                                "with fewer --workers if memory ran out") from None
     progress.close()
     return reports
 
