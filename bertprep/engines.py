@@ -216,7 +216,9 @@ def pool_results(pool, results):
 
     seen = set()
     while True:
-        seen.update(pool._pool)  # the pool's worker processes; the pool replaces a dead one
+        # the pool's worker processes (a dead one is replaced); a private attribute of multiprocessing.pool's
+        # Pool, so read with a default: a release without it only loses this check
+        seen.update(getattr(pool, "_pool", ()))
         try:
             result = results.next(timeout=_POOL_POLL_S)
         except StopIteration:
@@ -228,9 +230,9 @@ def pool_results(pool, results):
 
 
 def _refuse_a_dead_worker(pool, seen):
-    seen.update(pool._pool)
+    seen.update(getattr(pool, "_pool", ()))
     dead = sorted((p for p in seen if p.exitcode is not None), key=lambda p: p.pid)
-    if not dead and len(seen) <= pool._processes:  # more seen than it runs: one was replaced
+    if not dead and len(seen) <= getattr(pool, "_processes", len(seen)):  # more seen than it runs: one replaced
         return
     worker = f"a worker process (pid {dead[0].pid})" if dead else "a worker process"
     code = dead[0].exitcode if dead else None
