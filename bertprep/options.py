@@ -63,21 +63,31 @@ def build_options(cls, options, fields):
     return options
 
 
-def normalise_paths(options, *names):
+def normalise_paths(options, *names, flags=True):
     """Set each named field of a frozen dataclass to a string path (a tuple of them for a list), `file://...`
     to its path, so that a stage joins, compares and names one spelling of it; None stays. An empty path is
-    refused (`convert "" out` reported the output "inside the input")."""
+    refused (`convert "" out` reported the output "inside the input"), named as the command line's flag
+    (`--out`; `flags=False` for fields the command line takes as positional arguments, named as themselves)
+    or, for a Python caller, as the field (`DedupOptions.out`)."""
     for name in names:
         value = getattr(options, name)
         for path in value if isinstance(value, (list, tuple)) else () if value is None else (value,):
             if isinstance(path, (str, os.PathLike)):
-                refuse_empty_path(name, path)
+                refuse_empty_path(_field_label(options, name, flags), path)
                 storage.check_path(path)
         if isinstance(value, (list, tuple)):
             value = tuple(storage.local_path(v) for v in value)
         elif value is not None:
             value = storage.local_path(value)
         object.__setattr__(options, name, value)
+
+
+def _field_label(options, name, is_flag):
+    """How an error names a field: `--flag` (or the positional argument's name) on a command line, else
+    `Class.field`."""
+    if not ON_COMMAND_LINE.get():
+        return f"{type(options).__name__}.{name}"
+    return "--" + name.replace("_", "-") if is_flag else name
 
 
 def refuse_empty_path(label, path):

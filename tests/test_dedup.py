@@ -398,7 +398,7 @@ def test_evaluation_sets_are_compared_with_out_as_what_is_read(tmp_path, monkeyp
     assert bertprep.dedup(**fields, out=".")["contaminated"] == 1
     with pytest.raises(UsageError, match=r"^DedupOptions.out .*/work/download holds the input .*/download/squad: "):
         bertprep.dedup(**fields, out=str(tmp_path / "work" / "download"))
-    with pytest.raises(UsageError, match=r"^decontaminate: an empty path names no file or directory$"):
+    with pytest.raises(UsageError, match=r"^DedupOptions.decontaminate: an empty path names no file or directory$"):
         bertprep.dedup(**dict(fields, decontaminate=("",)), out="deduped")
 
 

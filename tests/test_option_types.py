@@ -139,7 +139,7 @@ def test_an_empty_path_is_refused_naming_the_field(cls, fields):
     """`convert "" out` took "" for the current directory and said the output lay "inside the input"; an empty
     path names nothing, whatever a join or a comparison makes of it."""
     name = next(name for name, value in fields.items() if value == "" or isinstance(value, tuple) and "" in value)
-    with pytest.raises(UsageError, match=rf"^{name}: an empty path names no file or directory$"):
+    with pytest.raises(UsageError, match=rf"^{cls.__name__}.{name}: an empty path names no file or directory$"):
         cls(**fields)
 
 
@@ -147,6 +147,13 @@ def test_convert_on_the_command_line_refuses_an_empty_path(capsys):
     from bertprep.cli import main
     assert main(["convert", "", "out", "--to", "parquet"]) == 2
     assert capsys.readouterr().err == "bertprep convert: error: src: an empty path names no file or directory\n"
+    # A flag is named as the flag (it was `out:`, the field, where every other message of a stage names --out).
+    for command in (["create", "--seq", "128", "--pred", "20", "--out", ""], ["dedup", "--input", "x", "--out", ""],
+                    ["create-glue", "--task", "mrpc", "--data-dir", "", "--vocab", "v", "--out", "o"]):
+        flag = command[command.index("") - 1]
+        assert main(command) == 2
+        assert capsys.readouterr().err == (f"bertprep {command[0]}: error: {flag}: an empty path names no file or "
+                                           "directory\n")
 
 
 @pytest.mark.parametrize("argv,field,expected", [

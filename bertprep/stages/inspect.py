@@ -48,7 +48,7 @@ class InspectOptions:
 
     def __post_init__(self):
         check_types(self)
-        normalise_paths(self, "file")
+        normalise_paths(self, "file", flags=False)
         if self.num < 0 or self.skip < 0:  # a negative count was an empty listing and exit 0 (issue 57)
             raise UsageError(f"--num and --skip must be at least 0, not {self.num if self.num < 0 else self.skip}")
         if self.epoch is not None and not 0 <= self.epoch <= MAX_EPOCH:

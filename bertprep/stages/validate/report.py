@@ -84,7 +84,7 @@ class ValidateOptions:
     def __post_init__(self):
         check_types(self)
         set_field(self, "paths", (self.paths,) if isinstance(self.paths, (str, os.PathLike)) else tuple(self.paths))
-        normalise_paths(self, "paths")
+        normalise_paths(self, "paths", flags=False)
         set_field(self, "paths", tuple(megatron.dataset_file(path) for path in self.paths))  # a prefix: its .idx
         if not 1 <= len(self.paths) <= 2:
             raise UsageError(f"validate takes one or two paths, not {len(self.paths)}")
