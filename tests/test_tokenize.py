@@ -280,6 +280,55 @@ def test_a_failed_rerun_leaves_no_data_path_txt_of_the_earlier_run(tmp_path):
     assert data_path.read_text().split()[1].endswith("s_1_text_sentence")
 
 
+def test_validate_fails_a_run_that_did_not_finish(tmp_path):
+    """A run that failed (or was killed) after its first shards left a manifest listing them and no data-path.txt:
+    validate read the pairs there and said SOUND, exit 0. The manifest of a finished run records its data path."""
+    training = tmp_path / "in" / "training"
+    training.mkdir(parents=True)
+    text = open(os.path.join(CORPUS, "training", sorted(os.listdir(os.path.join(CORPUS, "training")))[0])).read()
+    (training / "s_0.txt").write_text(text)
+    (training / "s_1.txt").write_text("\x01\n")
+    args = {"input": (str(tmp_path / "in"),), "vocab": VOCAB, "out": str(tmp_path / "out"),
+            "engine": bertprep.EngineOptions(workers=1)}
+    with pytest.raises(DataError, match="s_1.txt: no documents"):
+        bertprep.tokenize(**args)
+    out = tmp_path / "out" / "in"
+    assert list(out.rglob("s_0_text_sentence.idx")) and not (out / "data-path.txt").exists()
+    run = subprocess.run([sys.executable, "-m", "bertprep", "validate", str(out)], capture_output=True, text=True)
+    assert run.returncode == 1, run.stdout
+    assert (f"  {out}/manifest.json: written by a `bertprep tokenize` run that did not finish (killed or failed before "
+            "it wrote data-path.txt): rerun it with the same --input and --out to finish; the shards it wrote are "
+            "kept\n") in run.stdout
+    (training / "s_1.txt").write_text(text)
+    bertprep.tokenize(**args)
+    assert bertprep.validate(paths=(str(out),)).sound
+
+
+def test_validate_names_the_listed_pairs_that_are_gone(tokenized, tmp_path):
+    """A shard's .bin and .idx lost (a partial copy, a deleted file) while the manifest and data-path.txt list them:
+    validate read the pairs left and said SOUND, and of a directory with none left "nothing to validate"."""
+    import shutil
+
+    out, _ = tokenized
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    prefix = prefix_of(copy, *shards()[3])
+    os.remove(prefix + ".bin")
+    os.remove(prefix + ".idx")
+    report = bertprep.validate(paths=(str(copy),))
+    assert not report.sound and report["checks"]["sequence_manifest"]["failures"] == 2
+    assert [(f["file"], f["message"]) for f in report["findings"]] == [
+        (prefix + suffix, "listed in manifest.json but missing") for suffix in (".bin", ".idx")]
+    assert bertprep.validate(paths=(prefix_of(copy, *shards()[0]) + ".idx",)).sound  # one pair: only it is read
+    for path in [*copy.rglob("*.bin"), *copy.rglob("*.idx")]:
+        path.unlink()
+    run = subprocess.run([sys.executable, "-m", "bertprep", "validate", str(copy / "test")], capture_output=True,
+                         text=True)
+    assert run.returncode == 1 and run.stderr == ""
+    assert f"  {prefix_of(copy, *shards()[-1])}.idx: listed in manifest.json but missing\n" in run.stdout
+    assert "sequence_manifest      2 failing" in run.stdout
+
+
 @pytest.mark.parametrize("out", ["fresh", "made", "made_with_corpus"])
 def test_a_failed_run_leaves_no_folder_it_made(tmp_path, out):
     """A run that fails once it holds its output (a shard that tokenizes to nothing) left OUT/<corpus>/, and OUT,

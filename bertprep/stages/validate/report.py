@@ -48,7 +48,12 @@ from bertprep.stages.validate.dataset import (
     validate_records,
 )
 from bertprep.stages.validate.records import RULES, Finding, RecordSpec, checks_of
-from bertprep.stages.validate.sequences import SEQUENCE_CHECKS, find_sequence_sets, validate_sequence_set
+from bertprep.stages.validate.sequences import (
+    SEQUENCE_CHECKS,
+    check_tokenize_runs,
+    find_sequence_sets,
+    validate_sequence_set,
+)
 from bertprep.stages.validate.text import (
     TEXT_CHECKS,
     find_downloads,
@@ -227,6 +232,11 @@ def validate_paths(paths, spec, workers=1, min_parts=1, compare=False, vocab_giv
             findings, warnings, section = validate_sequence_set(fmt, prefixes, spec.vocab_size if vocab_given else None)
             report.setdefault("sequences", []).append(section)  # absent without them: the report of records as it was
             _add_findings(report, all_findings, findings, warnings)
+        run_findings = check_tokenize_runs(path, [prefix for _fmt, prefixes in sequence_sets for prefix in prefixes])
+        if run_findings:  # a killed run's manifest, or listed pairs that are gone (perhaps every one)
+            found_anything = True
+            report.setdefault("sequences", [])
+            _add_findings(report, all_findings, run_findings, [])
         # a file that is token sequences or a text shard (.txt) is not also judged as a record file (FAILED)
         text_file = storage.isfile(path) and (sequence_sets or find_text_shards(path))
         record_files = [] if text_file else find_record_files(path)
@@ -347,7 +357,7 @@ def _check_table(report):
     if report["compare"]:
         ran.add("compare")
     checks = CHECKS
-    if report.get("sequences"):  # listed only where they ran: a records report's table is as it was
+    if report.get("sequences") is not None:  # listed only where they ran: a records report's table is as it was
         ran |= set(SEQUENCE_CHECKS)
         checks = {**CHECKS, **SEQUENCE_CHECKS}
     skipped = skipped_checks(report["datasets"])

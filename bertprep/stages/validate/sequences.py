@@ -18,7 +18,7 @@ from bertprep import storage
 from bertprep.errors import DataError
 from bertprep.formats import codecs
 from bertprep.stages.validate.records import Finding
-from bertprep.workdir import load_manifest
+from bertprep.workdir import MANIFEST, load_manifest
 
 SEQUENCE_CHECKS = {
     "sequences": "lengths, offsets and document indices agree with the .bin; every id below the vocab size",
@@ -102,3 +102,43 @@ def validate_sequence_set(fmt, prefixes, vocab_size=None):
             section[name] += counts[name]
         section["bytes"] += size
     return findings, warnings, section
+
+
+def _within(path, scope):
+    """Whether `path` is `scope` or lies under it (both as the run spells them, made absolute)."""
+    path, scope = storage.normpath(storage.absolute(path)), storage.normpath(storage.absolute(scope))
+    return path == scope or path.startswith(scope.rstrip("/") + "/")
+
+
+def check_tokenize_runs(path, prefixes):
+    """Findings for what reading the pairs at `path` cannot see, where `path` is a directory: a tokenize manifest
+    (of `path`, the corpus directory above a split given, or a pair found) written by a run that did not finish,
+    and the files it lists under `path` that are gone. Such a directory, a shard's pair lost or a killed run's
+    first shards, was SOUND: only the pairs present were read, and data-path.txt (absent, or naming the lost pair)
+    was no --data-path Megatron could train on."""
+    if not storage.isdir(path):
+        return []
+    roots = {os.path.dirname(os.path.dirname(prefix)) for prefix in prefixes} | {path}
+    roots |= {storage.parent(path)} - {None}
+    findings = []
+    for root in sorted(roots):
+        try:
+            manifest = load_manifest(root)
+        except DataError:
+            continue  # said by validate_sequence_set of each pair beneath it
+        if not manifest or manifest.get("stage") != "tokenize" or not isinstance(manifest.get("files"), dict):
+            continue
+        listed = [storage.join(root, relative) for relative in manifest["files"]]
+        in_scope = [file for file in listed if _within(file, path)]
+        if not in_scope and not _within(root, path):
+            continue  # another corpus's directory, or a split given that the manifest lists nothing under
+        if "data_path" not in manifest:  # tokenize records it last, with data-path.txt
+            findings.append(Finding("sequence_manifest", storage.display(storage.join(root, MANIFEST)),
+                                    message="written by a `bertprep tokenize` run that did not finish (killed or "
+                                            "failed before it wrote data-path.txt): rerun it with the same --input "
+                                            "and --out to finish; the shards it wrote are kept"))
+        found = {storage.normpath(storage.absolute(prefix)) for prefix in prefixes}  # a pair read says its own
+        findings += [Finding("sequence_manifest", storage.display(file), message="listed in manifest.json but missing")
+                     for file in in_scope if storage.normpath(storage.absolute(os.path.splitext(file)[0])) not in found
+                     and not storage.isfile(file)]
+    return findings
