@@ -304,14 +304,11 @@ def test_validate_fails_a_run_that_did_not_finish(tmp_path):
     assert bertprep.validate(paths=(str(out),)).sound
 
 
-def test_validate_names_the_listed_pairs_that_are_gone(tokenized, tmp_path):
+def test_validate_names_the_listed_pairs_that_are_gone(tmp_path):
     """A shard's .bin and .idx lost (a partial copy, a deleted file) while the manifest and data-path.txt list them:
     validate read the pairs left and said SOUND, and of a directory with none left "nothing to validate"."""
-    import shutil
-
-    out, _ = tokenized
-    copy = tmp_path / "copy"
-    shutil.copytree(out, copy)
+    bertprep.tokenize(input=(CORPUS,), vocab=VOCAB, out=str(tmp_path), engine=bertprep.EngineOptions(workers=1))
+    copy = tmp_path / "sample_corpus"  # made here: a copy's data-path.txt names the place it was copied from
     prefix = prefix_of(copy, *shards()[3])
     os.remove(prefix + ".bin")
     os.remove(prefix + ".idx")
@@ -327,6 +324,34 @@ def test_validate_names_the_listed_pairs_that_are_gone(tokenized, tmp_path):
     assert run.returncode == 1 and run.stderr == ""
     assert f"  {prefix_of(copy, *shards()[-1])}.idx: listed in manifest.json but missing\n" in run.stdout
     assert "sequence_manifest      2 failing" in run.stdout
+
+
+@pytest.mark.parametrize("how", ["moved", "copied"])
+def test_validate_fails_data_path_txt_of_another_place(tmp_path, how):
+    """tokenize's lists hold absolute prefixes: an output moved (or copied) since had lists naming where it was,
+    which Megatron could not open (or read from the other copy), and validate said SOUND. The lists must name this
+    directory's pairs; rerunning tokenize with the new --out rewrites them and keeps the shards."""
+    import shutil
+
+    args = {"input": (CORPUS,), "vocab": VOCAB, "engine": bertprep.EngineOptions(workers=1)}
+    bertprep.tokenize(out=str(tmp_path / "first"), **args)
+    (shutil.move if how == "moved" else shutil.copytree)(tmp_path / "first", tmp_path / "second")
+    out = tmp_path / "second" / "sample_corpus"
+    run = subprocess.run([sys.executable, "-m", "bertprep", "validate", str(out)], capture_output=True, text=True)
+    assert run.returncode == 1 and "sequence_manifest      2 failing" in run.stdout
+    assert (f"  {out}/data-path.txt: names {prefix_of(tmp_path / 'first' / 'sample_corpus', *shards()[0])}, no "
+            f"training dataset of {out} (moved or copied here since tokenize wrote the list?): rerun `bertprep "
+            f"tokenize` with --out {tmp_path / 'second'} to rewrite it; its finished shards are kept\n") in run.stdout
+    assert f"  {out}/test-data-path.txt: names {tmp_path / 'first'}" in run.stdout
+    assert bertprep.tokenize(out=str(tmp_path / "second"), **args).complete_before
+    assert bertprep.validate(paths=(str(out),)).sound
+    (out / "data-path.txt").write_text(" ".join((out / "data-path.txt").read_text().split()[2:]) + "\n")
+    (out / "test-data-path.txt").unlink()
+    findings = [(f["file"], f["message"]) for f in bertprep.validate(paths=(str(out),))["findings"]]
+    assert findings == [(f"{out}/data-path.txt", "lists 7 of the 8 training datasets the manifest lists"),
+                        (f"{out}/test-data-path.txt", "missing (tokenize writes it last, the test prefixes for "
+                         "Megatron's --valid-data-path): rerun `bertprep tokenize` with the same --input and --out to "
+                         "write it")]
 
 
 @pytest.mark.parametrize("out", ["fresh", "made", "made_with_corpus"])
@@ -472,6 +497,7 @@ def test_a_bucket_run_writes_the_local_bytes(s3_bucket, tokenized):
             assert stored[name] == data, name
     assert bertprep.tokenize(input=(f"{s3_bucket}/in/sample_corpus",), vocab=VOCAB,
                              out=f"{s3_bucket}/out").complete_before
+    assert bertprep.validate(paths=(f"{s3_bucket}/out/sample_corpus",)).sound  # its data-path.txt names its URLs
 
 
 def test_a_run_killed_before_its_manifest_is_saved_is_not_resumed_as_the_earlier_runs(tmp_path, monkeypatch):

@@ -137,8 +137,53 @@ def check_tokenize_runs(path, prefixes):
                                     message="written by a `bertprep tokenize` run that did not finish (killed or "
                                             "failed before it wrote data-path.txt): rerun it with the same --input "
                                             "and --out to finish; the shards it wrote are kept"))
+        elif _within(root, path):
+            findings += _check_data_paths(root, manifest)
         found = {storage.normpath(storage.absolute(prefix)) for prefix in prefixes}  # a pair read says its own
         findings += [Finding("sequence_manifest", storage.display(file), message="listed in manifest.json but missing")
                      for file in in_scope if storage.normpath(storage.absolute(os.path.splitext(file)[0])) not in found
                      and not storage.isfile(file)]
+    return findings
+
+
+# The lists tokenize writes beside its manifest (bertprep/stages/tokenize.py): a split's prefixes as Megatron's
+# --data-path takes them, "<tokens> <prefix>" each.
+DATA_PATHS = (("training", "data-path.txt", "--data-path"), ("test", "test-data-path.txt", "--valid-data-path"))
+
+
+def _check_data_paths(root, manifest):
+    """Findings for the --data-path lists of the finished tokenize run at `root`: each must be there and name this
+    directory's pairs of its split, every one. A directory moved or copied since kept the lists of its old place,
+    absolute prefixes that Megatron then could not find, or read from the other copy; validate called it SOUND."""
+    findings = []
+    index = codecs.get(manifest.get("format") or codecs.sequence_names()[0]).implementation.IDX
+    for split, name, flag in DATA_PATHS:
+        expected = {storage.comparable(storage.display(storage.join(root, relative[:-len(index)]))) for relative, entry
+                    in manifest["files"].items() if relative.endswith(index) and isinstance(entry, dict)
+                    and entry.get("split") == split}
+        path = storage.join(root, name)
+        shown = storage.display(path)
+        if not expected and split != "training":
+            continue
+        if not storage.isfile(path):
+            findings.append(Finding("sequence_manifest", shown, message=f"missing (tokenize writes it last, the "
+                                    f"{split} prefixes for Megatron's {flag}): rerun `bertprep tokenize` "
+                                    "with the same --input and --out to write it"))
+            continue
+        words = storage.read_bytes(path).decode("utf-8", "replace").split()
+        listed = words[1::2]
+        if len(words) % 2 or not all(weight.isdigit() for weight in words[::2]):
+            findings.append(Finding("sequence_manifest", shown, message="not \"<tokens> <prefix>\" pairs, as tokenize "
+                                    f"writes them for {flag}"))
+            continue
+        stray = [prefix for prefix in listed if storage.comparable(prefix) not in expected]
+        here = storage.display(storage.parent(storage.absolute(root)) or root)  # a rerun's --out
+        if stray:
+            findings.append(Finding("sequence_manifest", shown, message=f"names {stray[0]}, no {split} dataset of "
+                                    f"{storage.display(root)} (moved or copied here since tokenize wrote the list?): "
+                                    f"rerun `bertprep tokenize` with --out {here} "
+                                    "to rewrite it; its finished shards are kept"))
+        elif len(set(map(storage.comparable, listed))) != len(expected):
+            findings.append(Finding("sequence_manifest", shown, message=f"lists {len(set(listed))} of the "
+                                    f"{len(expected)} {split} datasets the manifest lists"))
     return findings
