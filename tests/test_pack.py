@@ -364,6 +364,18 @@ def test_pack_of_a_tokenize_output_names_what_it_holds(golden_dir, tmp_path, cap
     assert not list(tmp_path.glob("*_packed*"))
 
 
+def test_pack_of_unmasked_records_says_what_it_reads(tmp_path, capsys):
+    """create --masking dynamic writes unmasked records, which pack refuses: it said "manifest.json is of stage
+    'create', kind unmasked; pack reads the pretraining records of `bertprep create`" of create's own output."""
+    assert main(["create", "--workdir", str(tmp_path), "--masking", "dynamic", "--dupe-factor", "1", "--quiet"]) == 0
+    (unmasked,) = (tmp_path / "records").glob("*/sample_corpus")
+    assert one_line_error(capsys, ["pack", str(unmasked), "--quiet"], 1) == (
+        f"bertprep pack: error: {unmasked}: unmasked records (`bertprep create --masking dynamic`, masked by the "
+        "loaders anew each epoch); a packed row holds its sequences' masked positions, so pack reads masked records: "
+        "pack a `bertprep create --masking static` directory (create's default)")
+    assert not list((tmp_path / "records").glob("*_packed*"))
+
+
 # Figures that depend on the clock, not on the data.
 TIMINGS = ("seconds", "sequences_per_second")
 

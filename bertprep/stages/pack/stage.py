@@ -21,7 +21,7 @@ from bertprep.engines import EngineOptions, open_engine
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.formats import codecs
-from bertprep.formats.schemas import PACKED, PRETRAINING, kind_of_manifest
+from bertprep.formats.schemas import PACKED, PRETRAINING, UNMASKED, kind_of_manifest
 from bertprep.options import build_options, check_types, errors_name_fields, refuse_overlap
 from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.records_manifest import check_records_manifest
@@ -73,6 +73,11 @@ def read_source(records):
     if kind is PACKED:
         source = (manifest.get("source") or {}).get("records_dir", "the create directory it came from")
         raise DataError(f"{records_dir}: already packed (record kind packed); pack {source} instead")
+    if manifest.get("stage") == "create" and kind is UNMASKED:  # said "kind unmasked; pack reads the pretraining
+        # records of `bertprep create`", of a directory create had written
+        raise DataError(f"{records_dir}: unmasked records (`bertprep create --masking dynamic`, masked by the loaders "
+                        "anew each epoch); a packed row holds its sequences' masked positions, so pack reads masked "
+                        "records: pack a `bertprep create --masking static` directory (create's default)")
     if manifest.get("stage") != "create" or kind is not PRETRAINING:
         raise DataError(f"{records_dir}: {MANIFEST} is of stage {manifest.get('stage')!r}, {held(manifest, kind)}; "
                         "pack reads the pretraining records of `bertprep create`")
