@@ -123,6 +123,17 @@ def load_manifest(directory):
     return manifest
 
 
+def refuse_another_stages(directory, stage, choose):
+    """A DataError when the output `directory` (a Folder or a path) holds a manifest of another stage or tool: the
+    run would replace it and remove the files it lists as an earlier run's (tokenize into a shard folder deleted
+    the text shards with a warning). `choose` names the flags that pick another directory."""
+    manifest = load_manifest(directory)
+    if manifest is not None and manifest.get("stage") != stage:
+        raise DataError(f"{storage.display(Folder.of(directory).path(MANIFEST))}: a manifest of bertprep "
+                        f"{manifest.get('stage') or 'another tool'}, not of {stage}: {stage} would replace it and "
+                        f"remove the files it lists; choose another {choose}")
+
+
 def file_matches(path, entry):
     """Whether the file at `path` is the one a manifest `entry` lists, for a rerun to keep it (storage.holds)."""
     return storage.holds(path, entry.get("bytes"), entry.get("sha256"))

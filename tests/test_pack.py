@@ -376,6 +376,20 @@ def test_pack_of_unmasked_records_says_what_it_reads(tmp_path, capsys):
     assert not list((tmp_path / "records").glob("*_packed*"))
 
 
+def test_pack_refuses_an_output_folder_of_another_stage(short_records, tmp_path, capsys):
+    """pack's output folder holding another stage's manifest (here tokenize's): pack removed the files it lists
+    as an earlier run's ("removed 18 file(s) …") and replaced the manifest. It is refused, nothing touched."""
+    out = tmp_path / "out"
+    target = packed_dir(out / short_records.parent.name / short_records.name)
+    assert main(["tokenize", "--out", str(target.parent), "--corpus", target.name, "--workdir", str(tmp_path / "w"),
+                 "--quiet"]) == 0  # the embedded sample corpus
+    before = {p: p.read_bytes() for p in target.rglob("*") if p.is_file()}
+    assert one_line_error(capsys, ["pack", str(short_records), "--out", str(out), "--quiet"], 1) == (
+        f"bertprep pack: error: {target}/manifest.json: a manifest of bertprep tokenize, not of pack: pack would "
+        "replace it and remove the files it lists; choose another --out")
+    assert {p: p.read_bytes() for p in target.rglob("*") if p.is_file()} == before
+
+
 # Figures that depend on the clock, not on the data.
 TIMINGS = ("seconds", "sequences_per_second")
 

@@ -354,6 +354,26 @@ def test_validate_fails_data_path_txt_of_another_place(tmp_path, how):
                          "write it")]
 
 
+def test_tokenize_refuses_a_folder_of_another_stage(tmp_path):
+    """`tokenize --out ROOT --corpus NAME` where ROOT/NAME is `bertprep shard`'s output took the shard manifest's
+    files for an earlier run's: it deleted the text shards ("removed 3 file(s) of an earlier run") and replaced the
+    manifest, exit 0. It is refused before anything is written, as shard and dedup refuse another stage's."""
+    shards = tmp_path / "sharded" / "wiki"
+    run = subprocess.run([sys.executable, "-m", "bertprep", "shard", "--input", CORPUS + "/training", "--out",
+                          str(shards), "--train-shards", "2", "--test-shards", "1", "--quiet"], capture_output=True,
+                         text=True)
+    assert run.returncode == 0, run.stderr
+    before = {p: p.read_bytes() for p in shards.rglob("*") if p.is_file()}
+    (tmp_path / "other.txt").write_text("The cat sat.\n")
+    run = subprocess.run([sys.executable, "-m", "bertprep", "tokenize", "--input", str(tmp_path / "other.txt"),
+                          "--vocab", VOCAB, "--out", str(tmp_path / "sharded"), "--corpus", "wiki"],
+                         capture_output=True, text=True)
+    assert run.returncode == 1 and run.stderr == (
+        f"bertprep tokenize: error: {shards}/manifest.json: a manifest of bertprep shard, not of tokenize: tokenize "
+        "would replace it and remove the files it lists; choose another --out or --corpus\n")
+    assert {p: p.read_bytes() for p in shards.rglob("*") if p.is_file()} == before
+
+
 @pytest.mark.parametrize("out", ["fresh", "made", "made_with_corpus"])
 def test_a_failed_run_leaves_no_folder_it_made(tmp_path, out):
     """A run that fails once it holds its output (a shard that tokenizes to nothing) left OUT/<corpus>/, and OUT,

@@ -64,6 +64,7 @@ from bertprep.workdir import (
     forget_outputs,
     load_manifest,
     outputs_complete,
+    refuse_another_stages,
     resolve_workdir,
     resuming_note,
     save_manifest,
@@ -261,6 +262,7 @@ def tokenize(options: TokenizeOptions | None = None, /, *, quiet: bool = True, *
     started = time.monotonic()
     out_dir, settings, tasks, notes, warnings = plan(options)
     refuse_overlap(out_dir, [*(options.input or ()), *(task.source for task in tasks)])
+    refuse_another_stages(out_dir, "tokenize", "--out or --corpus")
     progress = Progress("tokenize", total=len(tasks), unit="shards", quiet=quiet)
     for line in [*notes, *(f"warning: {w}" for w in warnings)]:
         progress.note(line)

@@ -31,7 +31,7 @@ from bertprep.stages.create import (
 )
 from bertprep.stages.pack.task import PackTask, pack_shard
 from bertprep.stages.validate.dataset import natural_key
-from bertprep.workdir import MANIFEST, SPLITS, load_manifest, save_manifest
+from bertprep.workdir import MANIFEST, SPLITS, load_manifest, refuse_another_stages, save_manifest
 
 # What the bytes of a packed file depend on besides its input: a change here repacks everything.
 LAYOUT_VERSION = 1
@@ -196,6 +196,7 @@ def pack(options: PackOptions | None = None, /, *, quiet: bool = True, **fields:
     if storage.absolute(out.root) == storage.absolute(options.records_dir):
         raise UsageError(f"--out {options.out}: the packed records would overwrite their input")
     refuse_overlap(out.root, [options.records_dir])
+    refuse_another_stages(out, "pack", "--out")
     progress = Progress("pack", total=len(tasks), unit="shards", quiet=quiet)
     with hold(out.root, "bertprep pack"):  # clears what killed runs left in .partial/
         previous = load_manifest(out) or {}
