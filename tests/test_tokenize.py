@@ -354,6 +354,26 @@ def test_validate_fails_data_path_txt_of_another_place(tmp_path, how):
                          "write it")]
 
 
+def test_validate_of_data_path_txt_reads_the_pairs_it_names(tmp_path):
+    """`bertprep validate DIR/data-path.txt` read the list as a text shard: "SOUND … 1 docs / 1 sentences in 1
+    shards" whatever it named. It now reads the pairs it names and checks the list as validate of DIR does."""
+    import shutil
+
+    bertprep.tokenize(input=(CORPUS,), vocab=VOCAB, out=str(tmp_path / "first"),
+                      engine=bertprep.EngineOptions(workers=1))
+    listed = tmp_path / "first" / "sample_corpus" / "data-path.txt"
+    report = bertprep.validate(paths=(str(listed),))
+    assert report.sound and not report["text_shards"]
+    assert [(s["sequences"], len(s["files"])) for s in report["sequences"]] == [(392, 8)]
+    test_list = bertprep.validate(paths=(str(listed.with_name("test-data-path.txt")),))
+    assert test_list.sound and test_list["sequences"][0]["sequences"] == 62
+    shutil.move(tmp_path / "first", tmp_path / "second")
+    moved = tmp_path / "second" / "sample_corpus" / "data-path.txt"
+    run = subprocess.run([sys.executable, "-m", "bertprep", "validate", str(moved)], capture_output=True, text=True)
+    assert run.returncode == 1 and "sequence_manifest      1 failing" in run.stdout
+    assert f"  {moved}: names {listed.parent}/training/" in run.stdout
+
+
 def test_tokenize_refuses_a_folder_of_another_stage(tmp_path):
     """`tokenize --out ROOT --corpus NAME` where ROOT/NAME is `bertprep shard`'s output took the shard manifest's
     files for an earlier run's: it deleted the text shards ("removed 3 file(s) of an earlier run") and replaced the

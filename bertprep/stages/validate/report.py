@@ -52,7 +52,9 @@ from bertprep.stages.validate.sequences import (
     SEQUENCE_CHECKS,
     check_tokenize_runs,
     find_sequence_sets,
+    tokenize_list,
     validate_sequence_set,
+    validate_tokenize_list,
 )
 from bertprep.stages.validate.text import (
     TEXT_CHECKS,
@@ -224,6 +226,11 @@ def validate_paths(paths, spec, workers=1, min_parts=1, compare=False, vocab_giv
               "downloads": [], "compare": [], "findings": [], "warnings": [], "counts": {}}
     all_findings = []
     for path in paths:
+        if tokenize_list(path):  # data-path.txt: the pairs it names, not a text shard of one line
+            findings, warnings, section = validate_tokenize_list(path, spec.vocab_size if vocab_given else None)
+            report.setdefault("sequences", []).append(section)
+            _add_findings(report, all_findings, findings, warnings)
+            continue
         found_anything = False
         megatron.check_index_beside(path)  # a .bin without its .idx: no record file to be read as one
         sequence_sets = find_sequence_sets(path)

@@ -151,13 +151,45 @@ def check_tokenize_runs(path, prefixes):
 DATA_PATHS = (("training", "data-path.txt", "--data-path"), ("test", "test-data-path.txt", "--valid-data-path"))
 
 
-def _check_data_paths(root, manifest):
+def tokenize_list(path):
+    """(directory, manifest) where `path` is a --data-path list beside a tokenize manifest (data-path.txt,
+    test-data-path.txt), else None: validate read it as a text shard of one document ("SOUND", whatever it named)."""
+    if os.path.basename(path) not in [name for _split, name, _flag in DATA_PATHS] or not storage.isfile(path):
+        return None
+    root = os.path.dirname(path) or "."
+    try:
+        manifest = load_manifest(root)
+    except DataError:
+        return None
+    if not manifest or manifest.get("stage") != "tokenize" or not isinstance(manifest.get("files"), dict):
+        return None
+    return root, manifest
+
+
+def validate_tokenize_list(path, vocab_size=None):
+    """(findings, warnings, section) for the list `path` (`tokenize_list`): the list checked against its
+    directory's manifest, and each pair it names that is there read as validate_sequence_set reads one."""
+    root, manifest = tokenize_list(path)
+    name = os.path.basename(path)
+    findings = (_check_data_paths(root, manifest, only=name) if "data_path" in manifest else
+                check_tokenize_runs(root, []))
+    fmt = manifest.get("format") or codecs.sequence_names()[0]
+    module = codecs.get(fmt).implementation
+    words = storage.read_bytes(path).decode("utf-8", "replace").split()
+    prefixes = [prefix for prefix in words[1::2] if module.is_dataset(prefix)]
+    more, warnings, section = validate_sequence_set(fmt, prefixes, vocab_size)
+    return findings + more, warnings, section
+
+
+def _check_data_paths(root, manifest, only=None):
     """Findings for the --data-path lists of the finished tokenize run at `root`: each must be there and name this
     directory's pairs of its split, every one. A directory moved or copied since kept the lists of its old place,
     absolute prefixes that Megatron then could not find, or read from the other copy; validate called it SOUND."""
     findings = []
     index = codecs.get(manifest.get("format") or codecs.sequence_names()[0]).implementation.IDX
     for split, name, flag in DATA_PATHS:
+        if only not in (None, name):
+            continue
         expected = {storage.comparable(storage.display(storage.join(root, relative[:-len(index)]))) for relative, entry
                     in manifest["files"].items() if relative.endswith(index) and isinstance(entry, dict)
                     and entry.get("split") == split}
