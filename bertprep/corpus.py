@@ -6,11 +6,24 @@ documents. Lines end at "\\n" only (the reference reads with readline) and are
 empty is skipped without ending the document; empty documents are dropped.
 """
 
+import re
+
 import numpy as np
 
 from bertprep import storage
 from bertprep.errors import DataError
 from bertprep.instances import Corpus
+
+# What a compressed or archive file starts with: vocab reads text, and these decode to U+FFFD "words". bz2's
+# "BZh" is followed by its block size and a block's (or the empty stream's) magic, so text saying "BZh" is text.
+BINARY_MAGIC = ((re.compile(rb"\x1f\x8b"), "a gzip file"), (re.compile(rb"PK(\x03\x04|\x05\x06)"), "a zip file"),
+                (re.compile(rb"BZh[1-9](1AY&SY|\x17rE8P\x90)"), "a bz2 file"),
+                (re.compile(rb"\xfd7zXZ\x00"), "an xz file"), (re.compile(rb"\x28\xb5\x2f\xfd"), "a zstd file"))
+
+
+def compressed_kind(head):
+    """"a gzip file" (…) where `head`, a file's first bytes, opens with a compressed or archive file's header."""
+    return next((what for magic, what in BINARY_MAGIC if magic.match(head)), None)
 
 
 def read_text(path, expected="input must be UTF-8 text, one sentence per line"):

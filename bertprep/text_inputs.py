@@ -9,7 +9,7 @@ import re
 from dataclasses import replace
 
 from bertprep import storage
-from bertprep.corpus import read_text, refuse_cr_only
+from bertprep.corpus import compressed_kind, read_text, refuse_cr_only
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.formats import megatron
@@ -117,10 +117,12 @@ def check_input(path):
     # valid UTF-8 … column 279". The record formats' first bytes are no UTF-8.
     try:
         with storage.open(path, "rb") as f:
-            head = f.read(len(megatron.MAGIC))
+            head = f.read(16)
     except OSError:
         head = b""  # read_text says why it cannot be read
-    if head == megatron.MAGIC:
+    if (kind := compressed_kind(head)) is not None:  # was "not valid UTF-8 (byte 0x8b at column 2)" of a .txt.gz
+        raise DataError(f"{storage.display(path)}: binary data ({kind}?), expected UTF-8 text: decompress it first")
+    if head[:len(megatron.MAGIC)] == megatron.MAGIC:
         raise DataError(f"{storage.display(path)}: a Megatron index (.idx, as tokenize writes), not text: this stage "
                         "reads text shards (a sentence a line, documents apart by a blank line)")
     text = read_text(path)

@@ -582,3 +582,23 @@ def test_a_megatron_index_is_no_text_shard(tmp_path, stage):
     with pytest.raises(DataError, match=f"^{index}: a Megatron index \\(.idx, as tokenize writes\\), not text"):
         getattr(bertprep, stage)(input=(str(index),), vocab=VOCAB, out=str(tmp_path / "out"))
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("stage", ["tokenize", "create"])
+def test_a_compressed_shard_is_named_as_one(tmp_path, stage):
+    """A gzipped shard (corpora often come so) said "not valid UTF-8 (byte 0x8b at column 2)", as if the text were
+    damaged; `vocab` named it already. Now both stages say what the file is, as vocab does."""
+    import gzip
+    import lzma
+
+    text = open(os.path.join(CORPUS, "training", sorted(os.listdir(os.path.join(CORPUS, "training")))[0]),
+                "rb").read()
+    (tmp_path / "wiki.txt.gz").write_bytes(gzip.compress(text))
+    (tmp_path / "wiki.xz").write_bytes(lzma.compress(text))
+    for name, kind in (("wiki.txt.gz", "a gzip file"), ("wiki.xz", "an xz file")):
+        run = subprocess.run([sys.executable, "-m", "bertprep", stage, "--input", str(tmp_path / name), "--vocab",
+                              VOCAB, "--out", str(tmp_path / "out"), "--quiet"], capture_output=True, text=True)
+        assert run.returncode == 1 and run.stderr == (
+            f"bertprep {stage}: error: {tmp_path / name}: binary data ({kind}?), expected UTF-8 text: decompress it "
+            "first\n")
+    assert not (tmp_path / "out").exists()

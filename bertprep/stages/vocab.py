@@ -33,13 +33,13 @@ to write: an existing directory or a path ending in a separator is refused.
 import dataclasses
 import hashlib
 import os
-import re
 import time
 from collections import Counter
 from typing import Any
 
 from bertprep import storage
 from bertprep.atomic import atomic_open, sha256_file
+from bertprep.corpus import compressed_kind
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.options import build_options, check_types, errors_name_fields, normalise_paths, refuse_overlap, set_field
@@ -59,11 +59,6 @@ CHUNK_CHARS = 1 << 20  # the first pass normalizes this much text at once
 # 10**8 asked 4.4 GB and 10**11 aborted the process (a Rust OOM), 10**22 overflowed its u64 (a traceback);
 # 2**20 reserves about 47 MB and is far past any BERT vocab (bert-base 30,522; mBERT 119,547; XLM-R 250,002).
 MAX_VOCAB_SIZE = 1 << 20
-# What a compressed or archive file starts with: vocab reads text, and these decode to U+FFFD "words". bz2's
-# "BZh" is followed by its block size and a block's (or the empty stream's) magic, so text saying "BZh" is text.
-BINARY_MAGIC = ((re.compile(rb"\x1f\x8b"), "a gzip file"), (re.compile(rb"PK(\x03\x04|\x05\x06)"), "a zip file"),
-                (re.compile(rb"BZh[1-9](1AY&SY|\x17rE8P\x90)"), "a bz2 file"),
-                (re.compile(rb"\xfd7zXZ\x00"), "an xz file"), (re.compile(rb"\x28\xb5\x2f\xfd"), "a zstd file"))
 BINARY_HEAD = 1 << 16  # the bytes of each input read for a header or a NUL before training
 
 
@@ -148,7 +143,7 @@ def refuse_binary(path):
     decoded with U+FFFD they made a vocab of noise, with only a progress note saying so."""
     with storage.open(path, "rb") as f:
         head = f.read(BINARY_HEAD)
-    kind = next((what for magic, what in BINARY_MAGIC if magic.match(head)), None)
+    kind = compressed_kind(head)
     if kind is not None:
         raise DataError(f"{storage.display(path)}: binary data ({kind}?), expected UTF-8 text: decompress it first")
     if (nul := head.find(b"\0")) >= 0:
