@@ -602,3 +602,24 @@ def test_a_compressed_shard_is_named_as_one(tmp_path, stage):
             f"bertprep {stage}: error: {tmp_path / name}: binary data ({kind}?), expected UTF-8 text: decompress it "
             "first\n")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("code, name, width", [(4, "int32", 4), (1, "uint8", 1)])
+def test_a_changed_dtype_code_is_named(tokenized, tmp_path, code, name, width):
+    """An .idx whose header's dtype code was changed (uint16 ids, code 4 or 1) was "sequence 1's byte offset 52 is
+    not the sum of the lengths before it (104)": true, but no word of the dtype that made it so."""
+    import shutil
+
+    out, _ = tokenized
+    shutil.copytree(out, tmp_path / "copy")
+    prefix = prefix_of(tmp_path / "copy", *shards()[0])
+    index = bytearray(open(prefix + ".idx", "rb").read())
+    assert index[17] == 8  # uint16
+    index[17] = code
+    open(prefix + ".idx", "wb").write(index)
+    message = (f"{prefix}.idx: dtype code {code} ({name}, {width}-byte ids), but its byte offsets are those of "
+               "2-byte ids (int16, uint16): the header's dtype is wrong")
+    run = subprocess.run([sys.executable, "-m", "bertprep", "inspect", prefix], capture_output=True, text=True)
+    assert run.returncode == 1 and run.stderr == f"bertprep inspect: error: {message}\n"
+    finding = bertprep.validate(paths=(prefix + ".idx",))["findings"][0]
+    assert f"{finding['file']}: {finding['message']}" == message

@@ -130,6 +130,13 @@ def read(prefix, sha256=None):
         raise DataError(f"{where}: sequence {int(np.argmax(lengths < 0))} has a negative length")
     offsets = np.concatenate(([0], np.cumsum(lengths[:-1], dtype=np.int64) * dtype.itemsize)) if count else pointers
     if not np.array_equal(pointers, offsets):
+        sizes = {np.dtype(name).itemsize for name in DTYPE_CODES} - {dtype.itemsize}
+        fitting = [size for size in sorted(sizes) if count > 1 and lengths[:-1].any() and np.array_equal(
+            pointers, np.concatenate(([0], np.cumsum(lengths[:-1], dtype=np.int64) * size)))]
+        if fitting:  # the offsets are right for ids of another width: the header's dtype code was changed
+            widths = ", ".join(name for name in DTYPE_CODES if np.dtype(name).itemsize == fitting[0])
+            raise DataError(f"{where}: dtype code {code} ({dtype.name}, {dtype.itemsize}-byte ids), but its byte "
+                            f"offsets are those of {fitting[0]}-byte ids ({widths}): the header's dtype is wrong")
         bad = int(np.argmax(pointers != offsets))
         raise DataError(f"{where}: sequence {bad}'s byte offset {int(pointers[bad]):,} is not the sum of the lengths "
                         f"before it ({int(offsets[bad]):,})")
