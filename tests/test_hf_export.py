@@ -294,6 +294,22 @@ def test_a_cased_tokenizer_over_a_vocab_without_capitals_is_refused_or_said(shar
     assert tokenizer("The", add_special_tokens=False)["input_ids"] == [tokenizer.unk_token_id]
 
 
+def test_a_google_export_keeps_the_casing_it_was_exported_with(shared_dir, golden_dir, tmp_path):
+    """--to google wrote vocab.txt alone: a model given --uncased over a vocab with capitals came back cased (the
+    vocab's own evidence) from its Google directory, in a later --to hf and for finetune's records check. It now
+    carries tokenizer_config.json beside vocab.txt, as --to bertprep does, and every reader takes the casing there."""
+    hf_tiny = shared_dir / "fixtures" / "checkpoints" / "hf_tiny"
+    lines = (golden_dir / "vocab.txt").read_text(encoding="utf-8").split("\n")
+    lines[2000] = lines[2000].capitalize()  # a capital: the vocab alone would say cased
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(lines), encoding="utf-8")
+    assert convert_line(hf_tiny, tmp_path / "google", "--to", "google", "--vocab", vocab, "--uncased") == (0, "")
+    config = json.loads((tmp_path / "google" / "tokenizer_config.json").read_text())
+    assert config["do_lower_case"] is True and config["vocab_sha256"] == hashlib.sha256(vocab.read_bytes()).hexdigest()
+    assert convert_line(tmp_path / "google", tmp_path / "hf", "--to", "hf") == (0, "")
+    assert json.loads((tmp_path / "hf" / "tokenizer_config.json").read_text())["do_lower_case"] is True
+
+
 def _records_line(argv, capsys, monkeypatch):
     """`trainer ARGV`'s exit code and one stderr line; a trained step fails the test."""
     import trainer.finetuning

@@ -148,9 +148,9 @@ def convert(src, out, to, vocab=None, cased=None):
             tokenizer.write_hf_files(carried, temp, checkpoint.config.max_position_embeddings)
             title = target.root.rstrip("/").rsplit("/", 1)[-1]  # the new directory's name
             model_card.write(temp, title, checkpoint, carried, _architecture(temp), state)
-        elif carried:  # vocab.txt, and the casing where another bertprep run reads it
-            files = carried.checkpoint_files() if to == "bertprep" else {"vocab.txt": carried.vocab}
-            for name, data in files.items():
+        elif carried:  # vocab.txt, and its casing (tokenizer_config.json), which every reader takes from beside it
+            # (casing_beside): a Google directory without it was read back with the casing its vocab suggests
+            for name, data in carried.checkpoint_files().items():
                 with open(os.path.join(temp, name), "wb") as f:
                     f.write(data)
     return dict(summary, notes="; ".join(checkpoint.notes))
