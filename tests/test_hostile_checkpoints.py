@@ -388,6 +388,18 @@ def test_run_reads_json_lines_as_json_lines(checkpoints, tmp_path, capsys, name,
     assert err.startswith(f"trainer checkpoint: error: {inputs}: {said}"), err
 
 
+@pytest.mark.parametrize("name", ["records", "inputs.jsonl"])
+def test_run_of_a_directory_as_inputs_is_a_usage_error_naming_the_flag(checkpoints, tmp_path, capsys, name):
+    """A records directory (`create`'s output, a fine-tuning directory) given to --inputs was OSError's words, exit 1:
+    `records: Is a directory`."""
+    inputs = tmp_path / name
+    inputs.mkdir()
+    shutil.copy(checkpoints / "inputs.jsonl", inputs / "inputs.jsonl")
+    err = _run_fails(capsys, checkpoints / "hf_tiny", inputs, tmp_path / "o.npz", code=2)
+    assert err == (f"trainer checkpoint: error: --inputs {inputs}: is a directory; name one file: JSON lines "
+                   "(input_ids, input_mask, segment_ids) or a records file")
+
+
 @pytest.mark.parametrize("value", ["0", "-4"])
 def test_run_batch_size_must_be_positive(checkpoints, tmp_path, capsys, value):
     with pytest.raises(SystemExit) as exit_:

@@ -4,12 +4,13 @@ another kind, its outputs on given inputs."""
 import argparse
 import io
 import json
+import os
 
 import numpy as np
 
 from bertprep import storage
 from bertprep.atomic import atomic_open
-from bertprep.errors import run_reporting_errors
+from bertprep.errors import UsageError, run_reporting_errors
 from bertprep.progress import QUIET_HELP, print_summary, readable_rows
 from trainer.arguments import positive_int
 from trainer.checkpoint import WRITERS
@@ -114,6 +115,9 @@ def _run(args):
     refuse_overlap(args.out, [*files_read(args.src), args.inputs])
     if storage.checks_locally(args.out):  # before the model runs, not after
         check_output_place("--out", storage.local_path(args.out), directory=False, makes_parents=True)
+    if storage.checks_locally(args.inputs) and os.path.isdir(storage.local_path(args.inputs)):  # was OSError's words
+        raise UsageError(f"--inputs {args.inputs}: is a directory; name one file: JSON lines (input_ids, input_mask, "
+                         "segment_ids) or a records file")
     inputs = read_inputs(args.inputs)
     checkpoint = read(args.src)
     arrays = outputs(checkpoint, inputs, args.batch_size)
