@@ -349,6 +349,26 @@ def test_unknown_path_kind(tmp_path, capsys):
     _fails(capsys, tmp_path / "weights.h5", tmp_path / "out", "weights.h5", "not a checkpoint")
 
 
+@pytest.mark.parametrize("name, said", [
+    ("hf_tiny/model.safetensors", "one file of a Hugging Face checkpoint (config.json with model.safetensors or "
+                                  "pytorch_model.bin) in {d}/hf_tiny: name the directory {d}/hf_tiny"),
+    ("hf_tiny/config.json", "one file of a Hugging Face checkpoint (config.json with model.safetensors or "
+                            "pytorch_model.bin) in {d}/hf_tiny: name the directory {d}/hf_tiny"),
+    ("google_tiny/bert_model.ckpt.index", "one file of the Google checkpoint {d}/google_tiny/bert_model.ckpt: name "
+                                          "its prefix {d}/google_tiny/bert_model.ckpt (or its directory)"),
+    ("google_tiny/bert_model.ckpt.data-00000-of-00001", "one file of the Google checkpoint "
+                                                        "{d}/google_tiny/bert_model.ckpt: name its prefix "
+                                                        "{d}/google_tiny/bert_model.ckpt (or its directory)"),
+    ("google_tiny/bert_config.json", "one file of a Google checkpoint (bert_model.ckpt) in {d}/google_tiny: name "
+                                     "the directory {d}/google_tiny")])
+def test_a_file_of_a_checkpoint_names_what_to_give(fixtures, tmp_path, capsys, name, said):
+    """A checkpoint's weights or config file given for the checkpoint (as most tools take model.safetensors or
+    bert_model.ckpt.index) was 'not a checkpoint this trainer reads (expected ...)', the checkpoint beside it not
+    said."""
+    err = _fails(capsys, fixtures / name, tmp_path / "out")
+    assert err == f"trainer checkpoint: error: {fixtures / name}: {said.format(d=fixtures)}\n"
+
+
 def test_a_binary_file_named_checkpoint_is_not_googles_state_file(fixtures, tmp_path, capsys):
     """TensorFlow's text state file is named `checkpoint`; another tool's binary file of that name was a
     UnicodeDecodeError traceback whatever the directory held."""

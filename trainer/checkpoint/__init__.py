@@ -10,6 +10,7 @@ padded beyond the config's `vocab_size` trimmed only where it is padding (and sa
 
 import contextlib
 import os
+import re
 import tempfile
 
 from bertprep import storage
@@ -35,10 +36,29 @@ def sniff(path):
         return found[0]
     if hf.looks_like_hub_id(path):
         return hf
+    _refuse_a_file_of_a_checkpoint(path)
     raise DataError(f"{path}: not a checkpoint this trainer reads (expected a ckpt-<step>/ or checkpoint "
                      "directory of the trainer, a Google bert_model.ckpt prefix or its directory, a Hugging Face "
                      "directory with config.json and model.safetensors or pytorch_model.bin, a hub id, or "
                      "an NVIDIA .pt)")
+
+
+def _refuse_a_file_of_a_checkpoint(path):
+    """A DataError naming what to give where `path` is one file of a checkpoint (model.safetensors, state.npz,
+    bert_model.ckpt.index, bert_config.json): it was 'not a checkpoint this trainer reads', the checkpoint beside
+    it not said."""
+    from trainer.checkpoint import google, hf, ours
+
+    if not os.path.isfile(path):
+        return
+    prefix = re.sub(r"\.(index|data-\d+-of-\d+)$", "", path)
+    if prefix != path and google.sniff(prefix):
+        raise DataError(f"{path}: one file of the Google checkpoint {prefix}: name its prefix {prefix} (or its "
+                        "directory)")
+    directory = os.path.dirname(path) or "."
+    held = [module for module in (ours, google, hf) if module.sniff(directory)]
+    if held:
+        raise DataError(f"{path}: one file of {held[0].HELD} in {directory}: name the directory {directory}")
 
 
 def read(path):
