@@ -6,8 +6,10 @@ kinds of checkpoint; fine-tuning with nothing to score; the temporaries of kille
 `download pretrained` of a release whose config is damaged. Bad input ends with one line, exit 1
 (data) or 2 (usage), nothing under the output's name."""
 
+import contextlib
 import copy
 import fcntl
+import io
 import json
 import os
 import shutil
@@ -171,6 +173,61 @@ def test_bertmodel_converts_to_every_kind_and_back(bert_model, checkpoints, tmp_
     original, back = load_file(src / "model.safetensors"), load_file(tmp_path / "back" / "model.safetensors")
     assert {f"bert.{name}" for name in original} == set(back)
     assert all(np.array_equal(value, back[f"bert.{name}"]) for name, value in original.items())
+
+
+@pytest.mark.parametrize("cls", ["BertForSequenceClassification", "BertForQuestionAnswering"])
+def test_a_transformers_fine_tune_keeps_its_head_through_convert(checkpoints, input_rows, tmp_path, cls):
+    """transformers' own fine-tuned classes: their head (classifier.*, qa_outputs.*) was skipped as not BERT's, so
+    `convert --to hf` wrote a BertModel and `--to google` the encoder alone (exit 0, a note). The head now travels,
+    with config.json's labels and task: to hf again (a classifier), and through Google's names back to hf (SQuAD's
+    head, which needs no labels; a Google classifier names none, so its --to hf is refused in one line)."""
+    hf_config = json.loads((checkpoints / "hf_tiny" / "config.json").read_text())
+    config = transformers.BertConfig(**{key: hf_config[key] for key in (
+        "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
+        "max_position_embeddings", "type_vocab_size", "initializer_range")}, finetuning_task="sentiment",
+        **({"id2label": {0: "negative", 1: "neutral", 2: "positive"}} if cls.endswith("Classification") else {}))
+    torch.manual_seed(31)
+    model = getattr(transformers, cls)(config).eval()
+    model.save_pretrained(tmp_path / "saved")
+    shutil.copy(shared_path() / "fixtures" / "golden" / "vocab.txt", tmp_path / "saved" / "vocab.txt")
+    tensor = {k: torch.tensor([r[k] for r in input_rows]) for k in ("input_ids", "input_mask", "segment_ids")}
+
+    def logits(model):
+        with torch.no_grad():
+            out = model(input_ids=tensor["input_ids"], attention_mask=tensor["input_mask"],
+                        token_type_ids=tensor["segment_ids"])
+        return np.stack([out.logits]) if cls.endswith("Classification") else np.stack([out.start_logits,
+                                                                                       out.end_logits])
+
+    assert main(["checkpoint", "convert", str(tmp_path / "saved"), str(tmp_path / "google"), "--to", "google",
+                 "--quiet"]) == 0
+    if cls.endswith("Classification"):
+        assert main(["checkpoint", "convert", str(tmp_path / "saved"), str(tmp_path / "hf"), "--to", "hf",
+                     "--quiet"]) == 0
+        assert json.loads((tmp_path / "hf" / "config.json").read_text())["id2label"] == {
+            "0": "negative", "1": "neutral", "2": "positive"}
+        err = _convert_fails(tmp_path / "google", tmp_path / "hf-from-google")
+        assert err == (f"trainer checkpoint: error: {tmp_path / 'google' / 'bert_model.ckpt'}: a fine-tuned classifier "
+                       "head of 3 outputs, and the checkpoint names no labels: Hugging Face's config names every "
+                       "label (id2label); convert --to bertprep, then record settings.task / settings.labels in its "
+                       "state.json")
+        tolerance = TOLERANCE
+    else:  # Google's modeling.py reads "gelu" as its tanh GELU: the model through Google's form moves ~2e-5
+        assert main(["checkpoint", "convert", str(tmp_path / "google"), str(tmp_path / "hf"), "--to", "hf",
+                     "--quiet"]) == 0
+        tolerance = GOOGLE_GELU_TOLERANCE
+    again, info = getattr(transformers, cls).from_pretrained(str(tmp_path / "hf"), output_loading_info=True)
+    assert not any(info.get(k) for k in ("missing_keys", "unexpected_keys", "mismatched_keys")), info
+    np.testing.assert_allclose(logits(again.eval()), logits(model), rtol=0, atol=tolerance)
+
+
+def _convert_fails(src, out):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        assert main(["checkpoint", "convert", str(src), str(out), "--to", "hf"]) == 1
+    assert not os.path.exists(out)
+    (line,) = err.getvalue().strip().splitlines()
+    return line
 
 
 def _mrpc(shared_dir, directory, splits=("train", "eval")):

@@ -8,7 +8,7 @@ import json
 import os
 
 from bertprep.errors import DataError, UsageError
-from trainer.checkpoint import names
+from trainer.checkpoint import names, task_heads
 from trainer.checkpoint.base import checked, vocab_beside
 from trainer.config import BertConfig
 
@@ -69,16 +69,22 @@ def read(path):
         shapes = reader.get_variable_to_shape_map()
     except (tf.errors.OpError, ValueError) as exc:
         raise DataError(f"{prefix}.index: unreadable TF checkpoint: {_first_line(exc)}") from None
-    found, skipped = {}, []
+    found, skipped, heads = {}, [], {}
     for name in shapes:
-        if names.is_tf_training_state(name) or not name.startswith(("bert/", "cls/predictions", "cls/seq_rel")):
+        # run_classifier.py's output_* or run_squad.py's cls/squad/output_*: a fine-tune's head, carried by convert
+        into = heads if name in task_heads.FOREIGN_NAMES else found
+        if into is found and (names.is_tf_training_state(name)
+                              or not name.startswith(("bert/", "cls/predictions", "cls/seq_rel"))):
             skipped.append(name)
             continue
         try:
-            found[name] = reader.get_tensor(name)
+            into[name] = reader.get_tensor(name)
         except (tf.errors.OpError, ValueError, IndexError) as exc:  # IndexError: a data file cut short
             raise DataError(f"{prefix}.data-*: variable {name}: unreadable: {_first_line(exc)}") from None
-    return checked(KIND, prefix, config, found, vocab_beside(directory), skipped)
+    head, head_weights, taken = task_heads.from_foreign(prefix, heads, config.hidden_size, {})
+    skipped += [name for name in heads if name not in taken]
+    return task_heads.attach(checked(KIND, prefix, config, found, vocab_beside(directory), skipped), head,
+                             head_weights)
 
 
 def _first_line(exc):

@@ -164,8 +164,22 @@ def read(path):
         raise DataError(f"{path}: no config.json and model.safetensors / pytorch_model.bin in {directory}")
     config = read_config(directory)
     weights_file = _weights_file(directory)
-    found, skipped = google_names(weights_file, _load_state(weights_file))
-    return checked(KIND, weights_file, config, found, vocab_beside(directory), skipped)
+    state = _load_state(weights_file)
+    found, skipped = google_names(weights_file, state)
+    # BertForSequenceClassification's classifier.* or BertForQuestionAnswering's qa_outputs.*: a fine-tune's head,
+    # its labels and task from config.json, carried by convert
+    by_name = {names.canonical_hf_name(name): value for name, value in state.items()}
+    head, head_weights, taken = task_heads.from_foreign(
+        weights_file, {name: by_name[name] for name in skipped if name in task_heads.FOREIGN_NAMES},
+        config.hidden_size, task_heads.hf_settings(_config_values(directory)))
+    skipped = [name for name in skipped if name not in taken]
+    return task_heads.attach(checked(KIND, weights_file, config, found, vocab_beside(directory), skipped), head,
+                             head_weights)
+
+
+def _config_values(directory):
+    return read_json_object(os.path.join(directory, "config.json"), DataError, "Hugging Face config keys",
+                            "cannot read")
 
 
 def write(checkpoint, directory):

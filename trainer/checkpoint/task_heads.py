@@ -21,10 +21,10 @@ takes its task's labels from trainer/tasks.py). Hugging Face's config names the 
 a head whose labels are not known, or whose output count is not theirs, is not written there.
 Google's variables carry no labels; a Google export is written all the same.
 
-Reading such checkpoints back as --init-checkpoint (any kind) loads the encoder and pooler; the head
-is not a pretraining weight and starts from its initialization, as the reference's does when it
-fine-tunes from a pretrained checkpoint (the Google and Hugging Face readers skip it, ours sets it
-aside here).
+Every reader reads the head of its kind (from_ours; from_foreign: Google's names, or Hugging Face's with
+config.json's id2label and finetuning_task), so convert carries it from any kind. Reading such checkpoints
+back as --init-checkpoint (any kind) loads the encoder and pooler; the head is not a pretraining weight and
+starts from its initialization, as the reference's does when it fine-tunes from a pretrained checkpoint.
 """
 
 import dataclasses
@@ -40,6 +40,10 @@ HEADS = {
     "squad": ("bert/squad", ("cls/squad/output_weights", "cls/squad/output_bias"), "qa_outputs",
               "BertForQuestionAnswering"),
 }
+
+# Every name a head's weight or bias has in a Google checkpoint or a Hugging Face state dict (from_foreign).
+FOREIGN_NAMES = frozenset(name for _ours, google, module, _class in HEADS.values()
+                          for name in (*google, f"{module}.weight", f"{module}.bias"))
 
 
 @dataclasses.dataclass
@@ -83,6 +87,42 @@ def from_ours(directory, arrays, hidden_size):
     return None, {}
 
 
+def from_foreign(source, arrays, hidden_size, settings):
+    """(TaskHead, {Google name: array}, the names it took) of the head among `arrays` ({name: array}: a Google
+    checkpoint's variables by Google's names, or a Hugging Face state dict's by its canonical names), both in
+    Google's layout ([n, H] and [n]); (None, {}, ()) where there is none. Their readers skipped it as not BERT's,
+    so `convert` wrote the encoder alone (a BertModel for --to hf), exit 0, the fine-tune's head gone."""
+    for kind, (_ours, google, module, _class) in HEADS.items():
+        for weight, bias in (google, (f"{module}.weight", f"{module}.bias")):
+            kernel, offset = arrays.get(weight), arrays.get(bias)
+            if kernel is None or offset is None or (kind == "squad" and kernel.shape[:1] != (2,)):
+                continue  # a span head is start and end; another count is no SQuAD head: skipped, as before
+            if kernel.ndim != 2 or kernel.shape[1] != hidden_size or offset.shape != kernel.shape[:1]:
+                raise DataError(f"{source}: task head {weight} has shapes {kernel.shape} and {offset.shape}, "
+                                f"expected [n, {hidden_size}] and [n]")
+            head = _described(kind, kernel.shape[0], settings)
+            return head, {google[0]: kernel, google[1]: offset}, (weight, bias)
+    return None, {}, ()
+
+
+def attach(checkpoint, head, weights):
+    """Put a read head (from_ours, from_foreign) on the checked `checkpoint`, and say so."""
+    if head:
+        checkpoint.task_head = head
+        checkpoint.weights.update(weights)
+        checkpoint.notes.append(f"fine-tuned: {head.describe()}")
+    return checkpoint
+
+
+def hf_settings(values):
+    """The task and labels a Hugging Face config.json (`values`) gives, as state.json's settings name them."""
+    id2label = values.get("id2label")
+    labels = None
+    if isinstance(id2label, dict) and all(str(i) in id2label for i in range(len(id2label))):
+        labels = [id2label[str(i)] for i in range(len(id2label))]
+    return {"task": values.get("finetuning_task"), "labels": labels, "problem_type": values.get("problem_type")}
+
+
 def _settings(directory):
     try:
         with open(os.path.join(directory, "state.json"), encoding="utf-8") as f:
@@ -105,7 +145,7 @@ def _described(kind, outputs, settings):
     if not (isinstance(labels, (list, tuple)) and all(isinstance(label, str) for label in labels)):
         labels = None
     return TaskHead(kind, known.name if known else None, tuple(labels) if labels else None, outputs,
-                    regression=bool(known and known.is_regression))
+                    regression=bool(known and known.is_regression) or settings.get("problem_type") == "regression")
 
 
 def check_writable(checkpoint, to):
@@ -113,6 +153,11 @@ def check_writable(checkpoint, to):
     head = checkpoint.task_head
     if to == "hf" and head is not None and not head.labels_known:
         said = f"task {head.task}'s {len(head.labels)} labels" if head.labels else "no task labels"
+        if checkpoint.kind != "bertprep":  # Google's variables carry no labels
+            named = f"{len(head.labels)} label{'s' * (len(head.labels) != 1)}" if head.labels else "no labels"
+            raise DataError(f"{checkpoint.path}: a fine-tuned {head.kind} head of {head.outputs} outputs, and the "
+                            f"checkpoint names {named}: Hugging Face's config names every label (id2label); "
+                            "convert --to bertprep, then record settings.task / settings.labels in its state.json")
         raise DataError(f"{checkpoint.path}: a fine-tuned {head.kind} head of {head.outputs} outputs, and its "
                         f"state.json gives {said}: Hugging Face's config names every label (id2label); convert "
                         "--to google or bertprep instead, or record settings.task / settings.labels in state.json")
