@@ -225,6 +225,32 @@ def test_decontaminate_finds_squad_contexts_planted_in_training(corpus, tmp_path
     assert kept.count("\n") == 2 and "river pilots" not in kept
 
 
+def test_a_changed_evaluation_file_is_decontaminated_against_again(corpus, tmp_path):
+    """The evaluation files' sha256 are part of a run's settings: a rerun after the file changed (a fresh
+    download, an edited .txt) said "already complete" and kept the old file's findings, exit 0."""
+    a, _b, _planted, texts = corpus
+    context = ("The quick committee of seven river pilots sailed north past the old lighthouse at dawn to meet "
+               "the harbour master , who had waited three days .")
+    training = write_corpus(tmp_path / "train", [texts[-1], texts[-2] + "\n" + context, texts[-3]])
+    evaluation = tmp_path / "eval.txt"
+    evaluation.write_text(context + "\n")
+    argv = ("--input", a, training, "--out", tmp_path / "out", "--decontaminate", evaluation, "--json", "--quiet",
+            "--workers", "1")
+    first = dedup_cli(*argv)
+    assert first.returncode == 0, first.stderr
+    assert json.loads(first.stdout)["evaluation"] == {"eval.txt": {"items": 1, "found_in_training": 1}}
+    evaluation.write_text("An entirely unrelated paragraph about nothing in the training text at all , long enough "
+                          "to hold several thirteen word windows of its own .\n")
+    again = dedup_cli(*argv)
+    assert again.returncode == 0, again.stderr
+    summary = json.loads(again.stdout)
+    assert summary["evaluation"] == {"eval.txt": {"items": 1, "found_in_training": 0}}
+    assert (tmp_path / "out" / "train" / "part-0000.jsonl").read_text().count("\n") == 3  # nothing removed now
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["params"]["decontaminate_sha256"] == {"eval.txt": hashlib.sha256(evaluation.read_bytes())
+                                                          .hexdigest()}
+
+
 def test_evaluation_items_shorter_than_the_ngram_are_said_to_be_found_only_whole(corpus, tmp_path):
     """An item of fewer words than --decontaminate-ngram has no n-gram: quoted inside a longer training document
     it is not found. The run says so (stderr and the summary's warnings) instead of reporting it clean."""

@@ -340,9 +340,9 @@ def evaluation_source(workdir, name):
     return storage.join(workdir, "download", name) if name in DOWNLOADED_SETS else name
 
 
-def evaluation_files(workdir, name):
-    """[(set label, [item texts])]: one per dev/test file of the `squad` or `glue` download in WORKDIR (its
-    training files are not evaluation text), or a SQuAD JSON / GLUE TSV / text file."""
+def evaluation_set_paths(workdir, name):
+    """[(set label, path)]: one per dev/test file of the `squad` or `glue` download in WORKDIR (its training files
+    are not evaluation text), or the SQuAD JSON / GLUE TSV / text file `name`."""
     if name in DOWNLOADED_SETS:
         directory = evaluation_source(workdir, name)
         files = sorted(storage.join(root, f) for root, _d, names in walk(directory) for f in names
@@ -351,8 +351,25 @@ def evaluation_files(workdir, name):
         if not files:
             raise UsageError(f"--decontaminate {name}: no dev/test file in {storage.display(directory)} (run "
                              f"`bertprep download {name}` first)")
-        return [(f"{name}/{storage.relpath(path, directory)}", file_items(path)) for path in files]
+        return [(f"{name}/{storage.relpath(path, directory)}", path) for path in files]
     storage.require(name, "file", UsageError(f"--decontaminate {storage.display(name)}: not squad, glue or a file"))
+    return [(os.path.basename(name), name)]
+
+
+def evaluation_digests(workdir, options):
+    """{set label: sha256 of its file}, part of a run's settings: a rerun after an evaluation file changed (a
+    fresh download, an edited .txt) was "already complete", or resumed a killed run's steps, with the old file's
+    findings. Empty without --decontaminate (manifests as before)."""
+    return {label: sha256_file(path) for name in options.decontaminate
+            for label, path in evaluation_set_paths(workdir, name)}
+
+
+def evaluation_files(workdir, name):
+    """[(set label, [item texts])]: one per dev/test file of the `squad` or `glue` download in WORKDIR (its
+    training files are not evaluation text), or a SQuAD JSON / GLUE TSV / text file."""
+    if name in DOWNLOADED_SETS:
+        return [(label, file_items(path)) for label, path in evaluation_set_paths(workdir, name)]
+    evaluation_set_paths(workdir, name)
     items = file_items(name)
     if not items:  # a run against nothing reported "items 0, found 0", as a clean corpus does
         raise DataError(f"--decontaminate {storage.display(name)}: no evaluation text in it (empty, blank, or no "
@@ -1225,6 +1242,9 @@ def dedup(options: DedupOptions | None = None, /, *, quiet: bool = True, **field
               # the values of datasketch 2's MinHash ("affine32"), computed here; manifests name them as before
               "report_only": options.report_only, "minhash": f"datasketch xxh32 seed {MINHASH_SEED}",
               "exact_hash": "xxh64 of NFC casefold whitespace-collapsed text"}
+    digests = evaluation_digests(workdir, options)
+    if digests:  # what the evaluation files held: a changed file is other settings, not a complete output
+        params["decontaminate_sha256"] = digests
     input_list = [{"corpus": name, "path": storage.display(p), "bytes": storage.getsize(p), "sha256": sha256_file(p)}
                   for name, parts in corpora for p in parts]
     # a bad evaluation file stops before anything is written
