@@ -105,6 +105,23 @@ def test_eval_documents_needs_a_document_left_for_training(planted, tmp_path):
     assert not (tmp_path / "out" / "manifest.json").exists()
 
 
+def test_eval_documents_whose_duplicates_are_all_the_training_documents_is_one_line(planted, tmp_path):
+    """The count check above is before the drop: a corpus whose documents not drawn are all copies of drawn ones
+    was written with no training split ("training  no documents", a warning), exit 0."""
+    _corpus, original, copies = planted
+    corpus = tmp_path / "copies"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("\n\n".join([original, copies["exact"], copies["near"]]) + "\n", encoding="utf-8")
+    for seed in range(100):  # the seed that draws the original: both copies are then its duplicates
+        if choose_eval(1, 3, seed)[0]:
+            break
+    error = one_line_error(shard_cli(corpus, tmp_path / "out", "--eval-documents", "1", "--eval-seed", str(seed)))
+    assert error == (f"bertprep shard: error: {corpus / 'a.txt'}: --eval-documents 1 leaves no training document: "
+                     "each of the 2 not drawn is an exact or near duplicate of an evaluation document (dropped); "
+                     "give fewer --eval-documents or a larger corpus")
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
 @pytest.fixture(scope="module")
 def shards(planted, tmp_path_factory):
     out = tmp_path_factory.mktemp("sharded") / "c"

@@ -697,6 +697,11 @@ def _eval_split(options, results, inputs, files, offsets):
                for doc, (reason, twin, estimate) in sorted(duplicates.items())]
     training = ~eval_mask
     training[sorted(duplicates)] = False
+    if not training.any():  # an output with no training split, exit 0: create then had nothing to train on
+        raise DataError(f"{_named_inputs(inputs)}: --eval-documents {options.eval_documents} leaves no training "
+                        f"document: each of the {len(fingerprints) - int(eval_mask.sum())} not drawn is an exact or "
+                        "near duplicate of an evaluation document (dropped); give fewer --eval-documents or a "
+                        "larger corpus")
     report = {"documents": int(eval_mask.sum()), "seed": options.eval_seed,
               "chosen": [where(doc) for doc in np.flatnonzero(eval_mask).tolist()],
               "dropped_training": len(dropped), "dropped": dropped}
