@@ -6,8 +6,9 @@ from importlib import resources
 
 import pytest
 
+from bertprep.errors import UsageError
 from bertprep.stages.create import create
-from bertprep.stages.shard import choose_eval, shard
+from bertprep.stages.shard import ShardOptions, choose_eval, shard
 from dedup_corpus import change_words, jaccard, wt2_documents
 from stand_in_servers import ok, one_line_error, run_cli
 
@@ -120,6 +121,19 @@ def test_eval_documents_whose_duplicates_are_all_the_training_documents_is_one_l
                      "each of the 2 not drawn is an exact or near duplicate of an evaluation document (dropped); "
                      "give fewer --eval-documents or a larger corpus")
     assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_a_test_fraction_beside_eval_documents_is_refused(planted, tmp_path):
+    """The evaluation set is the test split: --test-fraction 0.5 with it was ignored without a word, exit 0."""
+    error = one_line_error(shard_cli(planted[0], tmp_path / "out", "--eval-documents", "3", "--test-fraction", "0.5"),
+                           2)
+    assert error == ("bertprep shard: error: --test-fraction 0.5 is not used with --eval-documents 3 (the "
+                     "evaluation set is the test split): give one of them")
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(UsageError, match=r"^ShardOptions.test_fraction 0.0 is not used with "
+                                         r"ShardOptions.eval_documents 3 "):
+        ShardOptions(input=(str(planted[0]),), corpus="c", eval_documents=3, test_fraction=0.0)
+    ShardOptions(input=(str(planted[0]),), corpus="c", eval_documents=3)  # the default fraction: no error
 
 
 @pytest.fixture(scope="module")

@@ -99,6 +99,9 @@ SCRATCH_BATCH = 8
 CLAIM = "shard-names.json"
 
 
+DEFAULT_TEST_FRACTION = 0.1
+
+
 @errors_name_fields
 @dataclasses.dataclass(frozen=True)
 class ShardOptions:
@@ -114,7 +117,7 @@ class ShardOptions:
     train_shards: int = 256
     test_shards: int = 256
     balance: str = "size"
-    test_fraction: float = 0.1
+    test_fraction: float = DEFAULT_TEST_FRACTION
     eval_documents: int | None = None
     eval_seed: int = 12345
     engine: EngineOptions = EngineOptions()
@@ -133,6 +136,10 @@ class ShardOptions:
             raise UsageError(f"--balance must be one of {', '.join(BALANCES)}, not {self.balance!r}")
         if self.eval_documents is not None and self.eval_documents < 1:
             raise UsageError(f"--eval-documents must be at least 1, not {self.eval_documents}")
+        # the draw is the test split: another --test-fraction was ignored without a word, exit 0
+        if self.eval_documents is not None and self.test_fraction != DEFAULT_TEST_FRACTION:
+            raise UsageError(f"--test-fraction {self.test_fraction} is not used with --eval-documents "
+                             f"{self.eval_documents} (the evaluation set is the test split): give one of them")
         if self.eval_seed < 0:  # numpy's generator takes no negative seed (a traceback from inside it before)
             raise UsageError(f"--eval-seed must be at least 0, not {self.eval_seed}")
 
