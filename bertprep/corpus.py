@@ -14,8 +14,9 @@ from bertprep import storage
 from bertprep.errors import DataError
 from bertprep.instances import Corpus
 
-# What a compressed or archive file starts with: vocab reads text, and these decode to U+FFFD "words". bz2's
-# "BZh" is followed by its block size and a block's (or the empty stream's) magic, so text saying "BZh" is text.
+# What a compressed or archive file starts with: vocab, shard, tokenize and create read text, and these decode to
+# U+FFFD "words". bz2's "BZh" is followed by its block size and a block's (or the empty stream's) magic, so text
+# saying "BZh" is text.
 BINARY_MAGIC = ((re.compile(rb"\x1f\x8b"), "a gzip file"), (re.compile(rb"PK(\x03\x04|\x05\x06)"), "a zip file"),
                 (re.compile(rb"BZh[1-9](1AY&SY|\x17rE8P\x90)"), "a bz2 file"),
                 (re.compile(rb"\xfd7zXZ\x00"), "an xz file"), (re.compile(rb"\x28\xb5\x2f\xfd"), "a zstd file"))
@@ -24,6 +25,9 @@ BINARY_MAGIC = ((re.compile(rb"\x1f\x8b"), "a gzip file"), (re.compile(rb"PK(\x0
 def compressed_kind(head):
     """"a gzip file" (…) where `head`, a file's first bytes, opens with a compressed or archive file's header."""
     return next((what for magic, what in BINARY_MAGIC if magic.match(head)), None)
+
+
+BINARY_HEAD = 1 << 16  # the bytes of each input read for a header or a NUL before training
 
 
 def read_text(path, expected="input must be UTF-8 text, one sentence per line"):
@@ -92,3 +96,15 @@ def tokenize_corpus(text, tokenizer):
     new_document[1:] = line_documents[1:] != line_documents[:-1]
     document_starts = np.append(np.flatnonzero(new_document), len(line_documents)).astype(np.int64)
     return Corpus(tokens=tokens, sentence_starts=sentence_starts, document_starts=document_starts)
+
+
+def refuse_binary(path):
+    """A DataError naming `path` when its first bytes are a compressed or archive file's header or hold a NUL:
+    decoded with U+FFFD they made a vocab (and shards) of noise, with only a progress note saying so."""
+    with storage.open(path, "rb") as f:
+        head = f.read(BINARY_HEAD)
+    kind = compressed_kind(head)
+    if kind is not None:
+        raise DataError(f"{storage.display(path)}: binary data ({kind}?), expected UTF-8 text: decompress it first")
+    if (nul := head.find(b"\0")) >= 0:
+        raise DataError(f"{storage.display(path)}: binary data (a NUL byte at offset {nul:,}), expected UTF-8 text")

@@ -359,3 +359,35 @@ def test_a_run_that_fails_leaves_no_folder_it_made(tmp_path, made):
                                    tmp_path / "out" / "deep", "--quiet"))
     assert error.endswith("p.jsonl:2: not a JSON document line (Expecting value: line 1 column 1 (char 0))")
     assert sorted(p.name for p in tmp_path.rglob("*")) == (["in", "out", "p.jsonl"] if made else ["in", "p.jsonl"])
+
+
+def test_a_manifest_or_binary_file_given_as_input_is_refused(tmp_path):
+    """`shard --input OUT/*` of a dedup output named OUT/manifest.json and OUT/pair_similarity.png with the
+    corpora: both were sentence-split into training text (the PNG decoded with U+FFFD, a note --quiet hid),
+    exit 0. A stage's manifest is a usage error, binary data vocab's error; nothing is written."""
+    corpus = make_corpus(tmp_path / "in", files=1)
+    dedup = tmp_path / "deduped"
+    ok(run_cli("dedup", "--input", _jsonl(corpus, tmp_path), "--out", dedup,
+               "--quiet", "--workers", "1"))
+    argv = ("shard", "--corpus", "c", "--out", tmp_path / "out", "--quiet", "--workers", "1")
+    error = one_line_error(run_cli(*argv, "--input", *sorted(dedup.iterdir())), 2)
+    assert error == (f"bertprep shard: error: --input {dedup / 'manifest.json'}: a stage's manifest, not corpus "
+                     "text: give the corpus directory or its .jsonl/.txt files")
+    png = tmp_path / "pair_similarity.png"
+    png.write_bytes(b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR" + b"x" * 100)
+    gz = tmp_path / "part.txt.gz"
+    gz.write_bytes(b"\x1f\x8b\x08\x00" + b"x" * 100)
+    late = tmp_path / "late.txt"  # a NUL past the 64 KiB read before the work
+    late.write_bytes(b"A sentence of text.\n" * 5000 + b"x\0y.\n")
+    for path, what in ((png, "a NUL byte at offset 8"), (gz, "a gzip file?"), (late, "a NUL byte")):
+        error = one_line_error(run_cli(*argv, "--input", corpus / "part-0.txt", path))
+        assert error.startswith(f"bertprep shard: error: {path}: binary data ({what}), expected UTF-8 text"), error
+    assert not (tmp_path / "out").exists()
+
+
+def _jsonl(text_corpus, tmp_path):
+    """The documents of a text corpus as a .jsonl file (dedup's input)."""
+    path = tmp_path / "c.jsonl"
+    documents = (text_corpus / "part-0.txt").read_text(encoding="utf-8").split("\n\n")
+    path.write_text("".join(json.dumps({"text": d}) + "\n" for d in documents if d.strip()), encoding="utf-8")
+    return path

@@ -56,7 +56,7 @@ import numpy as np
 
 from bertprep import __version__, storage
 from bertprep.atomic import STEPS, atomic_open, hold, sha256_file
-from bertprep.corpus import refuse_cr_only
+from bertprep.corpus import refuse_binary, refuse_cr_only
 from bertprep.engines import EngineOptions, open_engine
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
@@ -206,6 +206,18 @@ def input_files(path):
     raise given.not_found(UsageError(f"--input {given}: no such file or directory"))
 
 
+def refuse_non_text(path):
+    """A UsageError for a stage's manifest.json given as an input file, and vocab's DataError for a compressed
+    file or one with a NUL in its first 64 KiB: each was sentence-split into training text (the binary one
+    decoded with U+FFFD, a progress note that --quiet hid), exit 0, as `shard --input OUT/*` of a dedup output
+    read OUT/manifest.json and OUT/pair_similarity.png with the deduplicated corpora."""
+    if os.path.basename(storage.normpath(path)) == MANIFEST:
+        raise UsageError(f"--input {storage.display(path)}: a stage's manifest, not corpus text: give the corpus "
+                         "directory or its .jsonl/.txt files")
+    if not path.endswith(".jsonl"):  # JSON lines hold no raw NUL: their reader names a bad line
+        refuse_binary(path)
+
+
 def _is_input_name(name):
     return name.endswith(INPUT_SUFFIXES) and not name.startswith(".")  # not a hidden file an editor left
 
@@ -256,6 +268,8 @@ def split_input(task):
     sizes, sentence_counts, hashes, fingerprints = [], [], [], []
     with open(scratch, "wb") if storage.renames(scratch) else atomic_open(scratch, "wb") as out:
         for text in iter_input_documents(path, stats, sha256):
+            if "\0" in text and not path.endswith(".jsonl"):  # past refuse_non_text's head: a binary file
+                raise DataError(f"{storage.display(path)}: binary data (a NUL byte), expected UTF-8 text")
             sentences = document_sentences(text)
             if not sentences:
                 stats["empty_documents"] += 1
@@ -480,6 +494,8 @@ def shard(options: ShardOptions | None = None, /, *, quiet: bool = True, **field
     options = build_options(ShardOptions, options, fields)
     workdir = resolve_workdir(options.workdir)
     corpus, inputs = resolve_inputs(workdir, options.input, options.corpus)
+    for path in inputs:
+        refuse_non_text(path)
     out = Folder(storage.absolute(options.out or stage_dir(workdir, "sharded", corpus)))
     refuse_overlap(out.root, [*(options.input or ()), *inputs])
     from bertprep.sentences import splitter_version

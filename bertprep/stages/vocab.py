@@ -39,7 +39,7 @@ from typing import Any
 
 from bertprep import storage
 from bertprep.atomic import atomic_open, sha256_file
-from bertprep.corpus import compressed_kind
+from bertprep.corpus import refuse_binary
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.options import build_options, check_types, errors_name_fields, normalise_paths, refuse_overlap, set_field
@@ -59,7 +59,6 @@ CHUNK_CHARS = 1 << 20  # the first pass normalizes this much text at once
 # 10**8 asked 4.4 GB and 10**11 aborted the process (a Rust OOM), 10**22 overflowed its u64 (a traceback);
 # 2**20 reserves about 47 MB and is far past any BERT vocab (bert-base 30,522; mBERT 119,547; XLM-R 250,002).
 MAX_VOCAB_SIZE = 1 << 20
-BINARY_HEAD = 1 << 16  # the bytes of each input read for a header or a NUL before training
 
 
 @errors_name_fields
@@ -136,18 +135,6 @@ def resolve_vocab_inputs(workdir, inputs, corpora):
         for part in parts:
             require_manifest(formatted.folder(part))
     return files
-
-
-def refuse_binary(path):
-    """A DataError naming `path` when its first bytes are a compressed or archive file's header or hold a NUL:
-    decoded with U+FFFD they made a vocab of noise, with only a progress note saying so."""
-    with storage.open(path, "rb") as f:
-        head = f.read(BINARY_HEAD)
-    kind = compressed_kind(head)
-    if kind is not None:
-        raise DataError(f"{storage.display(path)}: binary data ({kind}?), expected UTF-8 text: decompress it first")
-    if (nul := head.find(b"\0")) >= 0:
-        raise DataError(f"{storage.display(path)}: binary data (a NUL byte at offset {nul:,}), expected UTF-8 text")
 
 
 def refuse_file_above(out):
