@@ -255,6 +255,20 @@ def test_an_input_file_named_twice_is_refused(tmp_path):
     assert not (tmp_path / "v.txt").exists()
 
 
+def test_a_stages_manifest_given_as_input_is_refused(tmp_path):
+    """`vocab --input SHARDED/training/* SHARDED/manifest.json` (a glob over a stage's output) read the manifest's
+    JSON as corpus text and trained on its keys, exit 0; shard refuses it the same way."""
+    ok(run_cli("shard", "--input", *sample_files(), "--out", tmp_path / "sharded", "--corpus", "sample",
+               "--train-shards", "1", "--test-shards", "1", "--workers", "1", "--quiet"))
+    manifest = tmp_path / "sharded" / "manifest.json"
+    line = one_line_error(run_cli("vocab", "--input", *sorted((tmp_path / "sharded" / "training").iterdir()),
+                                  manifest, "--out", tmp_path / "v.txt", "--vocab-size", "300", "--unused", "0",
+                                  "--quiet"), code=2)
+    assert line == (f"bertprep vocab: error: --input {manifest}: a stage's manifest, not corpus text: give the "
+                    "corpus directory or its .jsonl/.txt files")
+    assert not (tmp_path / "v.txt").exists()
+
+
 @pytest.mark.parametrize("case", ["gzip", "random bytes", "nul past the head"])
 def test_binary_input_is_refused_naming_the_file(tmp_path, case):
     """A gzip file or random bytes trained a vocab of U+FFFD noise, said only in a progress note (none under

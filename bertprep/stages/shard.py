@@ -211,11 +211,16 @@ def refuse_non_text(path):
     file or one with a NUL in its first 64 KiB: each was sentence-split into training text (the binary one
     decoded with U+FFFD, a progress note that --quiet hid), exit 0, as `shard --input OUT/*` of a dedup output
     read OUT/manifest.json and OUT/pair_similarity.png with the deduplicated corpora."""
+    refuse_manifest_as_input(path)
+    if not path.endswith(".jsonl"):  # JSON lines hold no raw NUL: their reader names a bad line
+        refuse_binary(path)
+
+
+def refuse_manifest_as_input(path):
+    """A UsageError for a stage's manifest.json given as an input file (shard and vocab read it as text)."""
     if os.path.basename(storage.normpath(path)) == MANIFEST:
         raise UsageError(f"--input {storage.display(path)}: a stage's manifest, not corpus text: give the corpus "
                          "directory or its .jsonl/.txt files")
-    if not path.endswith(".jsonl"):  # JSON lines hold no raw NUL: their reader names a bad line
-        refuse_binary(path)
 
 
 def _is_input_name(name):

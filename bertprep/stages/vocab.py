@@ -44,7 +44,7 @@ from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.options import build_options, check_types, errors_name_fields, normalise_paths, refuse_overlap, set_field
 from bertprep.progress import Progress, Summary, human_bytes
-from bertprep.stages.shard import COMBINED, input_files, iter_input_documents, resolve_inputs
+from bertprep.stages.shard import COMBINED, input_files, iter_input_documents, refuse_manifest_as_input, resolve_inputs
 from bertprep.tokenization import CUT_POINT
 from bertprep.workdir import MANIFEST, load_manifest, refuse_repeated_inputs, resolve_workdir, stage_dir
 
@@ -260,6 +260,7 @@ def vocab(options: VocabOptions | None = None, /, *, quiet: bool = True, **field
                          f"{storage.display(storage.join(out, 'vocab.txt'))}")
     refuse_file_above(out)
     for path in inputs:
+        refuse_manifest_as_input(path)  # `--input OUT/*` of a stage's output: its manifest was read as corpus text
         refuse_binary(path)
     start = time.monotonic()
     progress = Progress("vocab", total=len(inputs), unit="input files", quiet=quiet)
