@@ -118,6 +118,8 @@ def _run(args):
     if storage.checks_locally(args.inputs) and os.path.isdir(storage.local_path(args.inputs)):  # was OSError's words
         raise UsageError(f"--inputs {args.inputs}: is a directory; name one file: JSON lines (input_ids, input_mask, "
                          "segment_ids) or a records file")
+    if storage.checks_locally(args.inputs) and not os.path.exists(storage.local_path(args.inputs)):  # OSError's too
+        raise UsageError(f"--inputs {args.inputs}: no such file")
     inputs = read_inputs(args.inputs)
     checkpoint = read(args.src)
     arrays = outputs(checkpoint, inputs, args.batch_size)
