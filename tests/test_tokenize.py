@@ -623,3 +623,19 @@ def test_a_changed_dtype_code_is_named(tokenized, tmp_path, code, name, width):
     assert run.returncode == 1 and run.stderr == f"bertprep inspect: error: {message}\n"
     finding = bertprep.validate(paths=(prefix + ".idx",))["findings"][0]
     assert f"{finding['file']}: {finding['message']}" == message
+
+
+def test_negative_ids_are_a_finding(tmp_path):
+    """ids of a signed dtype below zero (uint16 ids of 32,768 and more under a header changed to int16, code 3):
+    validate compared only the largest id with the vocab size and said SOUND, with --vocab or without."""
+    from bertprep.formats import megatron
+
+    prefix = str(tmp_path / "neg_text_sentence")
+    megatron.write(prefix, np.array([5, -3, 7, 40000 - 65536, 2], dtype=np.int16), np.array([3, 2]),
+                   np.array([0, 1, 2]), np.int16)
+    for vocab in ((), ("--vocab", VOCAB)):
+        run = subprocess.run([sys.executable, "-m", "bertprep", "validate", prefix + ".idx", *vocab, "--quiet"],
+                             capture_output=True, text=True)
+        assert run.returncode == 1, run.stdout + run.stderr
+        assert (f"{prefix}.idx: record 0: ids: id -3 is negative (2 such ids; int16 ids: is the header's dtype "
+                "wrong?)") in run.stdout + run.stderr

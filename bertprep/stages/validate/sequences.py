@@ -94,6 +94,12 @@ def validate_sequence_set(fmt, prefixes, vocab_size=None):
             findings.append(Finding("sequences", where, sequence, "ids",
                                     f"id {int(data.tokens[first])} is not below the vocab size {bound:,} "
                                     f"({int((data.tokens >= bound).sum()):,} such ids)"))
+        if len(data.tokens) and int(data.tokens.min()) < 0:  # a signed dtype's: no vocab has them (was SOUND)
+            first = int(np.flatnonzero(data.tokens < 0)[0])
+            sequence = int(np.searchsorted(data.starts, first, side="right") - 1)
+            findings.append(Finding("sequences", where, sequence, "ids",
+                                    f"id {int(data.tokens[first])} is negative ({int((data.tokens < 0).sum()):,} "
+                                    f"such ids; {data.tokens.dtype.name} ids: is the header's dtype wrong?)"))
         if bound is None:
             warnings.append(("sequences", f"{where}: no --vocab and no manifest: ids not checked against a vocab"))
         size = sum(storage.getsize(prefix + suffix) for suffix in module.BIN_IDX)
