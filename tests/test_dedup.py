@@ -772,3 +772,24 @@ def test_memory_does_not_grow_with_the_corpus(short_corpora, engine, request):
             assert summary["documents"] == size and summary["exact"] > size / 200 and summary["near"] > size / 400
             peaks[size] = peak
     assert peaks[400_000] <= 1.25 * peaks[100_000], {size: peak / 2**20 for size, peak in peaks.items()}
+
+
+def test_a_held_output_is_refused_before_the_inputs_are_hashed(tmp_path, monkeypatch):
+    """A second dedup into an --out a live run holds hashed every input (and evaluation file) before hold()
+    refused it: seconds for 12 MB, minutes for a large corpus. It is refused first now, with hold()'s line."""
+    from bertprep.atomic import hold
+    from bertprep.errors import HeldByAnotherRun
+    from bertprep.stages import dedup as dedup_stage
+
+    corpus = tiny_corpus(tmp_path / "c1", ["one text here", "another text there"])
+    hashed = []
+    real = dedup_stage.sha256_file
+    monkeypatch.setattr(dedup_stage, "sha256_file", lambda path, *a, **k: hashed.append(path) or real(path, *a, **k))
+    with hold(tmp_path / "out", "bertprep dedup"):
+        with pytest.raises(HeldByAnotherRun, match=rf"^{tmp_path / 'out'}: another run is writing here \(bertprep "
+                                                   rf"dedup, pid {os.getpid()} on "):
+            bertprep.dedup(input=corpus, out=tmp_path / "out", engine=ONE_WORKER)
+    assert hashed == []
+    bertprep.dedup(input=corpus, out=tmp_path / "out", engine=ONE_WORKER)
+    assert hashed  # the same run, once the output is free, hashes its inputs (and writes)
+    assert (tmp_path / "out" / "manifest.json").exists()

@@ -73,7 +73,7 @@ from typing import Any
 import numpy as np
 
 from bertprep import __version__, storage
-from bertprep.atomic import STEPS, atomic_open, hold, sha256_file, walk
+from bertprep.atomic import STEPS, atomic_open, hold, refuse_if_held, sha256_file, walk
 from bertprep.engines import EngineOptions, machine_memory, open_engine
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
@@ -1242,6 +1242,7 @@ def dedup(options: DedupOptions | None = None, /, *, quiet: bool = True, **field
               # the values of datasketch 2's MinHash ("affine32"), computed here; manifests name them as before
               "report_only": options.report_only, "minhash": f"datasketch xxh32 seed {MINHASH_SEED}",
               "exact_hash": "xxh64 of NFC casefold whitespace-collapsed text"}
+    refuse_if_held(out)  # before every input and evaluation file is hashed (minutes for a large corpus)
     digests = evaluation_digests(workdir, options)
     if digests:  # what the evaluation files held: a changed file is other settings, not a complete output
         params["decontaminate_sha256"] = digests
