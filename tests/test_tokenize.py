@@ -639,3 +639,31 @@ def test_negative_ids_are_a_finding(tmp_path):
         assert run.returncode == 1, run.stdout + run.stderr
         assert (f"{prefix}.idx: record 0: ids: id -3 is negative (2 such ids; int16 ids: is the header's dtype "
                 "wrong?)") in run.stdout + run.stderr
+
+
+def test_inspect_with_another_vocab_than_the_ids_were_made_with_warns(tokenized, golden_dir, tmp_path):
+    """`inspect --vocab OTHER` showed another vocab's words for the ids without a word, though the manifest
+    beside them records the vocab's sha256 (tokenize's; create's two directories above its record files)."""
+    import warnings
+
+    bertprep.create(input=(CORPUS,), vocab=VOCAB, out=str(tmp_path), seq=64, pred=10, dupe_factor=1,
+                    format=("tfrecord",), engine=bertprep.EngineOptions(workers=1))
+    (records,) = tmp_path.glob("*/*/tfrecord/training/*_0.tfrecord")
+    with pytest.warns(bertprep.BertprepWarning, match=rf"^bertprep.inspect: --vocab .*: not the vocab "
+                                                      rf"{records.parents[2] / 'manifest.json'} says "):
+        bertprep.inspect(file=str(records), vocab=str(golden_dir / "vocab.txt"), num=1)
+
+    out, _ = tokenized
+    prefix = prefix_of(out, *shards()[0])
+    other = str(golden_dir / "vocab.txt")
+    run = subprocess.run([sys.executable, "-m", "bertprep", "inspect", prefix + ".idx", "-n", "1", "--vocab", other],
+                         capture_output=True, text=True)
+    assert run.returncode == 0 and run.stdout
+    assert run.stderr.startswith(f"inspect: warning: --vocab {other}: not the vocab {out / 'manifest.json'} says "
+                                 "these ids were made with ("), run.stderr
+    assert run.stderr.strip().endswith("the tokens shown are another vocab's words") and run.stderr.count("\n") == 1
+    with pytest.warns(bertprep.BertprepWarning, match=r"^bertprep.inspect: --vocab .*: not the vocab "):
+        bertprep.inspect(file=prefix + ".idx", vocab=other, num=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the vocab it was made with: no warning
+        assert "warnings" not in bertprep.inspect(file=prefix + ".idx", vocab=VOCAB, num=1)

@@ -33,5 +33,7 @@ def options(args) -> InspectOptions:
 
 
 def run(args) -> int:
-    inspect(options(args), stream=sys.stdout)  # shown as read: the summary holds the same records
+    summary = inspect(options(args), stream=sys.stdout)  # shown as read: the summary holds the same records
+    for warning in summary.get("warnings", ()):  # after the records: stdout may be a pipe, stderr the terminal
+        print(f"inspect: warning: {warning}", file=sys.stderr)
     return 0

@@ -26,6 +26,7 @@ from bertprep.options import build_options, check_types, errors_name_fields, nor
 from bertprep.progress import Summary
 from bertprep.records_manifest import load_records_manifest
 from bertprep.tokenization import load_vocab, resolve_vocab_path
+from bertprep.workdir import MANIFEST, load_manifest
 
 # Epochs the loaders can mask: they carry epochs as int64 (masking.instance_keys), so larger ones are no epoch
 # any loader reaches, and a wrapped one would show another epoch's masks.
@@ -97,13 +98,15 @@ def inspect(options: InspectOptions | None = None, /, *, stream: TextIO | None =
     storage.require(path, "file", DataError(f"{path}: not a file"))
     megatron.check_index_beside(path)
     vocab_path = resolve_vocab_path(options.vocab) if options.vocab else None
-    words = load_vocab(vocab_path).tokens if vocab_path else None  # tokens[id]: the line of that id
+    vocab = load_vocab(vocab_path) if vocab_path else None
+    words = vocab.tokens if vocab else None  # tokens[id]: the line of that id
+    warnings = _other_vocab_warnings(path, options.vocab, vocab)
     sequence_codec = codecs.of_sequence_file_name(os.path.basename(path))
     if sequence_codec is not None and sequence_codec.implementation.prefixes(path):  # token sequences, not records
         if options.epoch is not None:  # was ignored: the sequences shown unmasked, as if masked in that epoch
             raise UsageError(f"--epoch: {path} holds token sequences, which Megatron masks as it trains; only "
                              "unmasked records (create --masking dynamic) are masked at load time")
-        return inspect_sequences(path, sequence_codec, options, words, stream)
+        return _with_warnings(inspect_sequences(path, sequence_codec, options, words, stream), warnings)
     if empty_and_named_for_no_format(path):
         # sniffing's fallback called it "(ofrecord, unknown kind): no records", exit 0, of an empty corpus.txt
         raise DataError(f"{path}: an empty file (0 bytes) whose name is no record file's (*.tfrecord, "
@@ -132,8 +135,38 @@ def inspect(options: InspectOptions | None = None, /, *, stream: TextIO | None =
         _write(stream, lines)
     if not records and not options.json:
         _write(stream, [nothing_shown(f"{path} ({fmt}, {shown_as})", "records", options)])
-    return Summary("bertprep inspect", {"file": path, "format": fmt, "kind": kind, "epoch": options.epoch,
-                                        "records": records})
+    return _with_warnings(Summary("bertprep inspect", {"file": path, "format": fmt, "kind": kind,
+                                                       "epoch": options.epoch, "records": records}), warnings)
+
+
+def _with_warnings(summary, warnings):
+    """`summary` with its "warnings" (a Python caller's BertprepWarning; the command line's stderr lines)."""
+    if warnings:
+        summary.fields["warnings"] = warnings
+    return summary
+
+
+def _other_vocab_warnings(path, given, vocab):
+    """A warning where `vocab` (from --vocab `given`) is not the one the manifest of `path`'s directory (a
+    tokenize output's, or a records directory's two levels up) says its ids were made with: the tokens shown were
+    another vocab's words, said nowhere (an id's line in the wrong vocab.txt)."""
+    if vocab is None:
+        return []
+    directory = os.path.dirname(storage.absolute(path))
+    for _ in range(4):  # the file's own directory (tokenize), then split/, format/, records directory
+        try:
+            manifest = load_manifest(directory)
+        except DataError:
+            manifest = None
+        made_with = ((manifest or {}).get("vocab") or {}) if isinstance(manifest, dict) else {}
+        if isinstance(made_with, dict) and isinstance(made_with.get("sha256"), str):
+            if made_with["sha256"] == vocab.sha256:
+                return []
+            return [f"--vocab {given}: not the vocab {storage.display(storage.join(directory, MANIFEST))} says these "
+                    f"ids were made with ({made_with.get('path')}, sha256 {made_with['sha256'][:12]}…; this one "
+                    f"{vocab.sha256[:12]}…): the tokens shown are another vocab's words"]
+        directory = os.path.dirname(directory)
+    return []
 
 
 def check_stream(stream):
