@@ -458,6 +458,11 @@ def test_run_of_a_directory_as_inputs_is_a_usage_error_naming_the_flag(checkpoin
     # A file that is not there named the file in OSError's words, not the flag: `nope: No such file or directory`.
     err = _run_fails(capsys, checkpoints / "hf_tiny", tmp_path / "nope.jsonl", tmp_path / "o.npz", code=2)
     assert err == f"trainer checkpoint: error: --inputs {tmp_path / 'nope.jsonl'}: no such file"
+    # A records directory's manifest (pretty-printed JSON) was read as JSON lines: "line 1: not JSON: Expecting ...".
+    (inputs / "manifest.json").write_text(json.dumps({"stage": "create-glue", "files": {}}, indent=1))
+    err = _run_fails(capsys, checkpoints / "hf_tiny", inputs / "manifest.json", tmp_path / "o.npz", code=2)
+    assert err == (f"trainer checkpoint: error: --inputs {inputs / 'manifest.json'}: a stage's manifest, not inputs; "
+                   "name one file: JSON lines (input_ids, input_mask, segment_ids) or a records file")
 
 
 @pytest.mark.parametrize("value", ["0", "-4"])

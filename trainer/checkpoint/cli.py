@@ -120,6 +120,9 @@ def _run(args):
                          "segment_ids) or a records file")
     if storage.checks_locally(args.inputs) and not os.path.exists(storage.local_path(args.inputs)):  # OSError's too
         raise UsageError(f"--inputs {args.inputs}: no such file")
+    if os.path.basename(args.inputs.rstrip("/")) == "manifest.json":  # was "line 1: not JSON: Expecting property"
+        raise UsageError(f"--inputs {args.inputs}: a stage's manifest, not inputs; name one file: JSON lines "
+                         "(input_ids, input_mask, segment_ids) or a records file")
     inputs = read_inputs(args.inputs)
     checkpoint = read(args.src)
     arrays = outputs(checkpoint, inputs, args.batch_size)
