@@ -504,8 +504,7 @@ def refuse_if_held(root):
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
-        raise HeldByAnotherRun(f"{storage.local_path(root)}: another run is writing here ({_holder(fd)}); wait for "
-                               "it to finish or stop it") from None
+        raise _held_locally(storage.local_path(root), fd) from None
     finally:
         os.close(fd)  # releases the shared lock, if taken
 
@@ -575,10 +574,9 @@ def _lock(root, command):
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = _holder(fd)
+            held = _held_locally(root, fd)
             os.close(fd)
-            raise HeldByAnotherRun(f"{root}: another run is writing here ({holder}); wait for it to finish or stop "
-                                   "it") from None
+            raise held from None
         # A holder that was releasing may have unlinked the file we opened: lock the file at lock_path.
         try:
             current = os.stat(lock_path).st_ino == os.fstat(fd).st_ino
@@ -590,6 +588,11 @@ def _lock(root, command):
             os.pwrite(fd, json.dumps(info).encode() + b"\n", 0)
             return fd
         os.close(fd)
+
+
+def _held_locally(root, fd):
+    """The refusal of a local tree `root` whose lock file (open as `fd`) a live run holds, naming that run."""
+    return HeldByAnotherRun(f"{root}: another run is writing here ({_holder(fd)}); wait for it to finish or stop it")
 
 
 def _holder(fd):

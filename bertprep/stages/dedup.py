@@ -367,14 +367,15 @@ def evaluation_digests(workdir, options):
 def evaluation_files(workdir, name):
     """[(set label, [item texts])]: one per dev/test file of the `squad` or `glue` download in WORKDIR (its
     training files are not evaluation text), or a SQuAD JSON / GLUE TSV / text file."""
+    sets = evaluation_set_paths(workdir, name)
     if name in DOWNLOADED_SETS:
-        return [(label, file_items(path)) for label, path in evaluation_set_paths(workdir, name)]
-    evaluation_set_paths(workdir, name)
-    items = file_items(name)
+        return [(label, file_items(path)) for label, path in sets]
+    ((label, path),) = sets
+    items = file_items(path)
     if not items:  # a run against nothing reported "items 0, found 0", as a clean corpus does
         raise DataError(f"--decontaminate {storage.display(name)}: no evaluation text in it (empty, blank, or no "
                         "text field): nothing to decontaminate against")
-    return [(os.path.basename(name), items)]
+    return [(label, items)]
 
 
 def file_items(path):

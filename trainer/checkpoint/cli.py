@@ -115,11 +115,13 @@ def _run(args):
     refuse_overlap(args.out, [*files_read(args.src), args.inputs])
     if storage.checks_locally(args.out):  # before the model runs, not after
         check_output_place("--out", storage.local_path(args.out), directory=False, makes_parents=True)
-    if storage.checks_locally(args.inputs) and os.path.isdir(storage.local_path(args.inputs)):  # was OSError's words
-        raise UsageError(f"--inputs {args.inputs}: is a directory; name one file: JSON lines (input_ids, input_mask, "
-                         "segment_ids) or a records file")
-    if storage.checks_locally(args.inputs) and not os.path.exists(storage.local_path(args.inputs)):  # OSError's too
-        raise UsageError(f"--inputs {args.inputs}: no such file")
+    if storage.checks_locally(args.inputs):  # a directory or no file was OSError's words, the flag unnamed
+        local = storage.local_path(args.inputs)
+        if os.path.isdir(local):
+            raise UsageError(f"--inputs {args.inputs}: is a directory; name one file: JSON lines (input_ids, "
+                             "input_mask, segment_ids) or a records file")
+        if not os.path.exists(local):
+            raise UsageError(f"--inputs {args.inputs}: no such file")
     if os.path.basename(args.inputs.rstrip("/")) == "manifest.json":  # was "line 1: not JSON: Expecting property"
         raise UsageError(f"--inputs {args.inputs}: a stage's manifest, not inputs; name one file: JSON lines "
                          "(input_ids, input_mask, segment_ids) or a records file")

@@ -78,12 +78,8 @@ def read(path):
     head, head_weights = task_heads.from_ours(directory, others, config.hidden_size)
     skipped = [name for name in others if not name.startswith(task_heads.HEADS[head.kind][0] + "/")] if head \
         else list(others)
-    checkpoint = checked(KIND, directory, config, found, vocab_beside(directory), skipped)
-    if head:
-        checkpoint.task_head = head
-        checkpoint.weights.update(head_weights)
-        checkpoint.notes.append(f"fine-tuned: {head.describe()}")
-    return checkpoint
+    return task_heads.attach(checked(KIND, directory, config, found, vocab_beside(directory), skipped), head,
+                             head_weights)
 
 
 def _every_layer(config, arrays):
