@@ -152,6 +152,9 @@ def test_bertmodel_converts_to_every_kind_and_back(bert_model, checkpoints, tmp_
     """--to hf (loaded by transformers' BertModel: nothing missing, its outputs), --to bertprep, --to google
     (TensorFlow reads Google's names; gelu_tanh there) and from that back to hf: the same weights."""
     src = bert_model["saved"]
+    assert _convert_fails(src, tmp_path / "labelled", "--labels", "a,b", code=2) == (
+        f"trainer checkpoint: error: --labels: {src / 'model.safetensors'} holds no task head; labels name a "
+        "fine-tuned classifier's outputs")
     for to in ("hf", "bertprep", "google"):
         assert main(["checkpoint", "convert", str(src), str(tmp_path / to), "--to", to, *GOLDEN_VOCAB, "--quiet"]) == 0
         tolerance = GOOGLE_GELU_TOLERANCE if to == "google" else TOLERANCE
@@ -180,7 +183,8 @@ def test_a_transformers_fine_tune_keeps_its_head_through_convert(checkpoints, in
     """transformers' own fine-tuned classes: their head (classifier.*, qa_outputs.*) was skipped as not BERT's, so
     `convert --to hf` wrote a BertModel and `--to google` the encoder alone (exit 0, a note). The head now travels,
     with config.json's labels and task: to hf again (a classifier), and through Google's names back to hf (SQuAD's
-    head, which needs no labels; a Google classifier names none, so its --to hf is refused in one line)."""
+    head, which needs no labels; a Google classifier names none, so its --to hf is refused in one line unless
+    --labels names them)."""
     hf_config = json.loads((checkpoints / "hf_tiny" / "config.json").read_text())
     config = transformers.BertConfig(**{key: hf_config[key] for key in (
         "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
@@ -209,10 +213,23 @@ def test_a_transformers_fine_tune_keeps_its_head_through_convert(checkpoints, in
         err = _convert_fails(tmp_path / "google", tmp_path / "hf-from-google")
         assert err == (f"trainer checkpoint: error: {tmp_path / 'google' / 'bert_model.ckpt'}: a fine-tuned classifier "
                        "head of 3 outputs, and the checkpoint names no labels: Hugging Face's config names every "
-                       "label (id2label); convert --to bertprep, then record settings.task / settings.labels in its "
-                       "state.json")
+                       "label (id2label); name them with --labels, in id order")
+        for labels, said in (("negative,positive", "--labels negative,positive: 3 different non-empty labels "),
+                             ("a,a,b", "--labels a,a,b: 3 different non-empty labels ")):
+            assert _convert_fails(tmp_path / "google", tmp_path / "hf-from-google", "--labels", labels, code=2
+                                  ).startswith(f"trainer checkpoint: error: {said}expected, one for each output")
+        # named on the command line, the labels make Google's classifier a Hugging Face one again
+        assert main(["checkpoint", "convert", str(tmp_path / "google"), str(tmp_path / "hf-from-google"), "--to",
+                     "hf", "--labels", "negative, neutral,positive", "--quiet"]) == 0
+        assert json.loads((tmp_path / "hf-from-google" / "config.json").read_text())["id2label"] == {
+            "0": "negative", "1": "neutral", "2": "positive"}
+        back = transformers.BertForSequenceClassification.from_pretrained(str(tmp_path / "hf-from-google"))
+        np.testing.assert_allclose(logits(back.eval()), logits(model), rtol=0, atol=GOOGLE_GELU_TOLERANCE)
         tolerance = TOLERANCE
     else:  # Google's modeling.py reads "gelu" as its tanh GELU: the model through Google's form moves ~2e-5
+        assert _convert_fails(tmp_path / "google", tmp_path / "hf", "--labels", "start,end", code=2) == (
+            f"trainer checkpoint: error: --labels: {tmp_path / 'google' / 'bert_model.ckpt'} holds a squad head; "
+            "labels name a fine-tuned classifier's outputs")
         assert main(["checkpoint", "convert", str(tmp_path / "google"), str(tmp_path / "hf"), "--to", "hf",
                      "--quiet"]) == 0
         tolerance = GOOGLE_GELU_TOLERANCE
@@ -221,10 +238,10 @@ def test_a_transformers_fine_tune_keeps_its_head_through_convert(checkpoints, in
     np.testing.assert_allclose(logits(again.eval()), logits(model), rtol=0, atol=tolerance)
 
 
-def _convert_fails(src, out):
+def _convert_fails(src, out, *extra, code=1):
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        assert main(["checkpoint", "convert", str(src), str(out), "--to", "hf"]) == 1
+        assert main(["checkpoint", "convert", str(src), str(out), "--to", "hf", *extra]) == code
     assert not os.path.exists(out)
     (line,) = err.getvalue().strip().splitlines()
     return line

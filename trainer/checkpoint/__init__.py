@@ -128,12 +128,14 @@ def check_size_flag(checkpoint, model=None, bert_config=None):
 WRITERS = ("hf", "google", "bertprep")
 
 
-def convert(src, out, to, vocab=None, cased=None):
+def convert(src, out, to, vocab=None, cased=None, labels=None):
     """Read the checkpoint `src` (any kind `read` takes), write it as `to` ('hf', 'google' or 'bertprep')
     into the new directory `out`, whole or not at all (with the checkpoint's vocab.txt where it has one, or
     `vocab`); return the summary `trainer checkpoint convert --json` prints. `to='hf'` writes the tokenizer
     too (trainer/checkpoint/tokenizer.py) and a model card, and is refused where no vocab is known;
-    `cased` (True/False) gives the casing where the checkpoint records none (tokenizer.for_export)."""
+    `cased` (True/False) gives the casing where the checkpoint records none (tokenizer.for_export); `labels`
+    (a sequence of strings) names a fine-tuned classifier's outputs in id order, where it names none (a Google
+    classifier) or anew."""
     from trainer.checkpoint import google, hf, model_card, ours, task_heads, tokenizer
 
     # path objects as their strings (a pathlib.Path was a TypeError traceback, 'PosixPath' + 'str'); else one line
@@ -152,6 +154,8 @@ def convert(src, out, to, vocab=None, cased=None):
 
         check_output_place("the output", target.root, directory=True)
     checkpoint = read(src)
+    if labels is not None:
+        task_heads.name_labels(checkpoint, check_argument("convert's labels", labels, tuple[str, ...]))
     task_heads.check_writable(checkpoint, to)
     carried = (tokenizer.for_export(checkpoint, vocab, cased) if to == "hf" or vocab is not None or cased is not None
                else tokenizer.carried_by(checkpoint))  # checked against the model's rows as an export's is

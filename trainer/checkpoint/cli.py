@@ -24,6 +24,11 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+def _labels(text):
+    """--labels' comma-separated names, each stripped."""
+    return [label.strip() for label in text.split(",")]
+
+
 def build_parser():
     p = _Parser(prog=PROG, description="Read, convert and run pretrained BERT checkpoints: ours (ckpt-<step>), "
                                        "Google's bert_model.ckpt, Hugging Face (directory or hub id), NVIDIA .pt.")
@@ -45,6 +50,9 @@ def build_parser():
                              "own tokens: capitals mean cased)")
     casing.add_argument("--uncased", dest="cased", action="store_const", const=False,
                         help="the vocab is for lower-cased text")
+    convert.add_argument("--labels", type=_labels, help="a fine-tuned classifier's labels in id order, comma-"
+                         "separated (e.g. not_equivalent,equivalent): what --to hf's config.json names, where the "
+                         "checkpoint names none (Google's run_classifier.py keeps no labels)")
     convert.add_argument("--json", action="store_true", help="summary as JSON")
     convert.add_argument("--quiet", action="store_true", help=QUIET_HELP)
     run = sub.add_parser("run", help="outputs on given inputs, dropout off, into an .npz")
@@ -98,7 +106,7 @@ def _inspect(args):
 def _convert(args):
     from trainer.checkpoint import convert
 
-    summary = convert(args.src, args.out, args.to, vocab=args.vocab, cased=args.cased)
+    summary = convert(args.src, args.out, args.to, vocab=args.vocab, cased=args.cased, labels=args.labels)
     if not args.quiet or args.json:
         print_summary("trainer checkpoint convert: done", summary, as_json=args.json, rows=readable_rows(summary))
     return 0

@@ -148,6 +148,19 @@ def _described(kind, outputs, settings):
                     regression=bool(known and known.is_regression) or settings.get("problem_type") == "regression")
 
 
+def name_labels(checkpoint, labels):
+    """convert's `labels` (a classifier's, in id order) on the read `checkpoint`'s head: a Google classifier's
+    variables carry none, and Hugging Face's config names every one. One line where they fit no head."""
+    head = checkpoint.task_head
+    if head is None or head.kind != "classifier" or head.regression:
+        what = "no task head" if head is None else "a regression head" if head.regression else f"a {head.kind} head"
+        raise UsageError(f"--labels: {checkpoint.path} holds {what}; labels name a fine-tuned classifier's outputs")
+    if len(labels) != head.outputs or len(set(labels)) != len(labels) or not all(labels):
+        raise UsageError(f"--labels {','.join(labels)}: {head.outputs} different non-empty labels expected, one "
+                         f"for each output of {checkpoint.path}'s classifier head, in id order")
+    checkpoint.task_head = dataclasses.replace(head, labels=tuple(labels))
+
+
 def check_writable(checkpoint, to):
     """Before anything is written: Hugging Face's config needs the head's labels."""
     head = checkpoint.task_head
@@ -157,7 +170,7 @@ def check_writable(checkpoint, to):
             named = f"{len(head.labels)} label{'s' * (len(head.labels) != 1)}" if head.labels else "no labels"
             raise DataError(f"{checkpoint.path}: a fine-tuned {head.kind} head of {head.outputs} outputs, and the "
                             f"checkpoint names {named}: Hugging Face's config names every label (id2label); "
-                            "convert --to bertprep, then record settings.task / settings.labels in its state.json")
+                            "name them with --labels, in id order")
         raise DataError(f"{checkpoint.path}: a fine-tuned {head.kind} head of {head.outputs} outputs, and its "
                         f"state.json gives {said}: Hugging Face's config names every label (id2label); convert "
                         "--to google or bertprep instead, or record settings.task / settings.labels in state.json")
