@@ -5,6 +5,7 @@ choices unchanged)."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -374,6 +375,76 @@ def test_validate_of_data_path_txt_reads_the_pairs_it_names(tmp_path):
     assert f"  {moved}: names {listed.parent}/training/" in run.stdout
 
 
+def _validate_compare(*paths):
+    return subprocess.run([sys.executable, "-m", "bertprep", "validate", *map(str, paths), "--compare", "--quiet"],
+                          capture_output=True, text=True)
+
+
+def test_validate_compare_of_two_tokenize_runs(tokenized, tmp_path):
+    """`validate --compare A B` of two tokenize outputs ended "--compare: no record files of a common format to
+    compare", exit 2: the way to prove two runs (other workers, engines, places) wrote the same data was none. It
+    compares them as it compares two create outputs: one stream a side (training, then test), every sequence's ids
+    and every document boundary, exit 0 when equal, 1 with the first difference named in both files."""
+    out, _summary = tokenized
+    bertprep.tokenize(input=(CORPUS,), vocab=VOCAB, out=str(tmp_path / "two"), engine=bertprep.EngineOptions(workers=2))
+    run = _validate_compare(out, tmp_path / "two" / "sample_corpus")
+    assert (run.returncode, run.stderr) == (0, ""), run.stdout + run.stderr
+    assert "compare megatron vs megatron: equal (454 sequences in " in run.stdout
+    report = bertprep.validate(paths=(str(out), str(tmp_path / "two" / "sample_corpus")), compare=True)
+    assert report.sound and report["compare"][0]["sequences"] == 454 and report["compare"][0]["equal"]
+    changed = tmp_path / "changed"
+    shutil.copytree(CORPUS, changed)
+    second = changed / "training" / os.path.basename(shards()[1][1])
+    lines = second.read_text(encoding="utf-8").split("\n")
+    row = next(i for i, line in enumerate(lines) if line.strip())
+    lines[row] = "zzzz " + lines[row]  # the first sentence of the second shard gets one more word in front
+    second.write_text("\n".join(lines), encoding="utf-8")
+    bertprep.tokenize(input=(str(changed),), corpus="sample_corpus", vocab=VOCAB, out=str(tmp_path / "other"),
+                      engine=bertprep.EngineOptions(workers=1))
+    other = tmp_path / "other" / "sample_corpus"
+    first = len(megatron_lengths(prefix_of(out, *shards()[0])))
+    run = _validate_compare(out, other)
+    assert (run.returncode, run.stderr) == (1, ""), run.stdout + run.stderr
+    a, b = (prefix_of(side, *shards()[1]) + ".bin" for side in (out, other))
+    first_id = int(codecs.get(SEQUENCES).read_sequences(prefix_of(out, *shards()[1])).tokens[0])
+    line = f"compare megatron vs megatron: sequence {first:,}: ids[0]: {first_id} vs "
+    assert line in run.stdout and f"({a} sequence 0, document 0 vs {b} sequence 0, document 0)\n" in run.stdout
+    assert "  FAILED compare                1 failing\n" in run.stdout
+
+
+def test_validate_compare_names_a_document_boundary_and_the_longer_side(tokenized, tmp_path):
+    """The same sentences in other documents differ (Megatron's samples never cross a document), as does one side
+    ending first."""
+    out, _summary = tokenized
+    joined = tmp_path / "joined"
+    shutil.copytree(CORPUS, joined)
+    shard = joined / "training" / os.path.basename(shards()[0][1])
+    text = shard.read_text(encoding="utf-8")
+    shard.write_text(text.replace("\n\n", "\n", 1), encoding="utf-8")  # its first two documents made one
+    bertprep.tokenize(input=(str(joined),), corpus="sample_corpus", vocab=VOCAB, out=str(tmp_path / "j"),
+                      engine=bertprep.EngineOptions(workers=1))
+    other = tmp_path / "j" / "sample_corpus"
+    boundary = int(megatron_documents(prefix_of(out, *shards()[0]))[1])
+    run = _validate_compare(out, other)
+    assert run.returncode == 1, run.stdout + run.stderr
+    a, b = (prefix_of(side, *shards()[0]) + ".idx" for side in (out, other))
+    assert (f"compare megatron vs megatron: sequence {boundary:,}: a document starts here in A, not in B ({a} "
+            f"sequence {boundary:,}, document 1 vs {b} sequence {boundary:,}, document 0)\n") in run.stdout
+    run = _validate_compare(out / "training", out)
+    assert run.returncode == 1
+    total = sum(len(megatron_lengths(prefix_of(out, *shard))) for shard in shards() if shard[0] == "training")
+    assert (f"compare megatron vs megatron: sequence {total:,}: only B has it ({prefix_of(out, *shards()[-1])}.bin "
+            f"sequence 0, document 0); the other ends after {total:,} sequences\n") in run.stdout
+
+
+def megatron_lengths(prefix):
+    return codecs.get(SEQUENCES).read_sequences(prefix).lengths
+
+
+def megatron_documents(prefix):
+    return codecs.get(SEQUENCES).read_sequences(prefix).document_indices
+
+
 def test_tokenize_refuses_a_folder_of_another_stage(tmp_path):
     """`tokenize --out ROOT --corpus NAME` where ROOT/NAME is `bertprep shard`'s output took the shard manifest's
     files for an earlier run's: it deleted the text shards ("removed 3 file(s) of an earlier run") and replaced the
@@ -538,6 +609,8 @@ def test_a_bucket_run_writes_the_local_bytes(s3_bucket, tokenized):
     assert bertprep.tokenize(input=(f"{s3_bucket}/in/sample_corpus",), vocab=VOCAB,
                              out=f"{s3_bucket}/out").complete_before
     assert bertprep.validate(paths=(f"{s3_bucket}/out/sample_corpus",)).sound  # its data-path.txt names its URLs
+    report = bertprep.validate(paths=(str(out), f"{s3_bucket}/out/sample_corpus"), compare=True)  # local vs bucket
+    assert report.sound and report["compare"][0]["equal"] and report["compare"][0]["sequences"] == 454
 
 
 def test_a_run_killed_before_its_manifest_is_saved_is_not_resumed_as_the_earlier_runs(tmp_path, monkeypatch):

@@ -8,16 +8,25 @@ formats (TFRecord int64 and OFRecord int32 compare by value). The answer is
 Packed rows against the records they were packed from are compared as
 instances instead (validate.packed): each packed file, unpacked, must hold
 exactly the instances of its source file.
+
+Token sequences (`bertprep tokenize`'s indexed datasets) are compared the
+same way, as one stream per side: every sequence's ids by value and every
+document boundary; the answer is "equal, N sequences in D documents" or the
+first differing sequence, named in both files with its document.
 """
+
+import os
 
 import numpy as np
 
-from bertprep import formats
+from bertprep import formats, storage
 from bertprep.errors import DataError
 from bertprep.formats import codecs
 from bertprep.stages.validate import packed
-from bertprep.stages.validate.dataset import find_record_files
+from bertprep.stages.validate.dataset import find_record_files, natural_key
 from bertprep.stages.validate.records import iter_batches
+from bertprep.stages.validate.sequences import find_sequence_sets, tokenize_list
+from bertprep.workdir import SPLITS
 
 
 def comparison_pairs(path_a, path_b):
@@ -169,3 +178,144 @@ def _first_difference(batch_a, batch_b):
 
 def _value(v):
     return float(v) if isinstance(v, np.floating) else int(v)
+
+
+# ---------------------------------------------------------------- token sequences (`bertprep tokenize`)
+
+
+def sequence_pairs(path_a, path_b):
+    """[(label, [(fmt, prefix)] of A, [(fmt, prefix)] of B)]: the token sequences of two tokenize outputs (a
+    directory, one .bin/.idx, or a data-path.txt), each format of A against the same format of B (or B's only
+    one); [] where a side holds none. Each side is one stream: training, then test, prefixes in natural order."""
+    sides = [_sequence_sets(path) for path in (path_a, path_b)]
+    pairs = []
+    for fmt, prefixes in sides[0].items():
+        other = fmt if fmt in sides[1] else (next(iter(sides[1])) if len(sides[1]) == 1 else None)
+        if other is not None:
+            pairs.append((f"{fmt} vs {other}", [(fmt, p) for p in prefixes], [(other, p) for p in sides[1][other]]))
+    return pairs
+
+
+def _sequence_sets(path):
+    """{fmt: [prefix, ...]} at `path`, in stream order."""
+    listed = tokenize_list(path)
+    if listed:  # data-path.txt: the pairs it names
+        fmt = listed[1].get("format") or codecs.sequence_names()[0]
+        module = codecs.get(fmt).implementation
+        words = storage.read_bytes(path).decode("utf-8", "replace").split()
+        found = [(fmt, [prefix for prefix in words[1::2] if module.is_dataset(prefix)])]
+    else:
+        found = find_sequence_sets(path)
+    return {fmt: sorted(prefixes, key=_stream_order) for fmt, prefixes in found if prefixes}
+
+
+def _stream_order(prefix):
+    split = os.path.basename(os.path.dirname(prefix))  # tokenize writes <out>/<corpus>/<split>/<prefix>
+    return (SPLITS.index(split) if split in SPLITS else len(SPLITS)), natural_key(prefix)
+
+
+class _SequenceCursor:
+    """A position in a stream of indexed datasets: the current one read whole, the sequences not yet compared."""
+
+    def __init__(self, prefixes):
+        self.prefixes = iter(prefixes)
+        self.data = self.prefix = self.module = None
+        self.offset = 0
+        self.done = False
+        self.error = None
+
+    def available(self):
+        while not self.done and (self.data is None or self.offset >= len(self.data.lengths)):
+            try:
+                fmt, self.prefix = next(self.prefixes)
+            except StopIteration:
+                self.done = True
+                break
+            self.module = codecs.get(fmt).implementation
+            try:
+                self.data = codecs.get(fmt).read_sequences(self.prefix)
+            except DataError as exc:
+                self.done, self.error = True, str(exc)
+                break
+            self.offset = 0
+            self.starts = self.data.starts
+        return 0 if self.done else len(self.data.lengths) - self.offset
+
+    def lengths(self, count):
+        return self.data.lengths[self.offset:self.offset + count]
+
+    def tokens(self, count):
+        return self.data.tokens[self.starts[self.offset]:self.starts[self.offset + count]].astype(np.int64)
+
+    def document_starts(self, count):
+        """The sequences (0 … count - 1 from here) where a document starts, once per document (an empty
+        document's start repeats its successor's)."""
+        starts = self.data.document_indices[:-1] - self.offset
+        return starts[(starts >= 0) & (starts < count)]
+
+    def where(self, row, suffix):
+        """`row` (from here) as this side's file, sequence and document."""
+        sequence = self.offset + row
+        document = int(np.searchsorted(self.data.document_indices, sequence, side="right") - 1)
+        return f"{storage.display(self.prefix + suffix)} sequence {sequence:,}, document {document:,}"
+
+
+def compare_sequences(prefixes_a, prefixes_b):
+    """{"equal", "sequences", "documents", "difference"} for two streams of indexed datasets ([(fmt, prefix)]):
+    the same ids in every sequence (compared by value, whatever the dtype) and the same document boundaries."""
+    a, b = _SequenceCursor(prefixes_a), _SequenceCursor(prefixes_b)
+    compared = documents = 0
+    while True:
+        count = min(a.available(), b.available())
+        if count == 0:
+            break
+        difference = _first_sequence_difference(a, b, count)
+        if difference is not None:
+            row, what, suffix = difference
+            return {"equal": False, "sequences": compared + row, "documents": documents,
+                    "difference": f"sequence {compared + row:,}: {what} ({a.where(row, suffix)} vs "
+                                  f"{b.where(row, suffix)})"}
+        documents += len(a.document_starts(count))
+        compared += count
+        a.offset += count
+        b.offset += count
+    for side, name in ((a, "A"), (b, "B")):
+        if side.error is not None:
+            return {"equal": False, "sequences": compared, "documents": documents,
+                    "difference": f"sequence {compared:,}: {name} cannot be read: {side.error}"}
+    if a.available() or b.available():
+        longer, name = (a, "A") if a.available() else (b, "B")
+        return {"equal": False, "sequences": compared, "documents": documents,
+                "difference": f"sequence {compared:,}: only {name} has it ({longer.where(0, longer.module.BIN)}); "
+                              f"the other ends after {compared:,} sequences"}
+    return {"equal": True, "sequences": compared, "documents": documents, "difference": None}
+
+
+def _first_sequence_difference(a, b, count):
+    """(row, what differs, the file suffix that holds it) of the first of the next `count` sequences whose ids
+    or document start differ on the two sides, or None."""
+    lengths_a, lengths_b = a.lengths(count), b.lengths(count)
+    unequal = np.flatnonzero(lengths_a != lengths_b)
+    same_length = int(unequal[0]) if len(unequal) else count  # the sequences before it line up id by id
+    tokens_a, tokens_b = a.tokens(same_length), b.tokens(same_length)
+    differs = np.flatnonzero(tokens_a != tokens_b)
+    ends = np.cumsum(lengths_a[:same_length], dtype=np.int64)
+    row = int(np.searchsorted(ends, differs[0], side="right")) if len(differs) else same_length
+    starts_a, starts_b = a.document_starts(count), b.document_starts(count)
+    shared = min(len(starts_a), len(starts_b))
+    mismatch = np.flatnonzero(starts_a[:shared] != starts_b[:shared])
+    boundary = (min(int(starts_a[mismatch[0]]), int(starts_b[mismatch[0]])) if len(mismatch) else
+                int(min(starts_a[shared:].min(initial=count), starts_b[shared:].min(initial=count))))
+    if boundary < count and boundary <= row:
+        in_a, in_b = int((starts_a == boundary).sum()), int((starts_b == boundary).sum())
+        what = (f"a document starts here in {'A' if in_a else 'B'}, not in {'B' if in_a else 'A'}"
+                if not in_a or not in_b else f"{in_a} documents start here in A, {in_b} in B (empty documents)")
+        return boundary, what, a.module.IDX
+    if row >= count:
+        return None
+    ids_a, ids_b = a.data.sequence(a.offset + row), b.data.sequence(b.offset + row)
+    shared = min(len(ids_a), len(ids_b))
+    slot = np.flatnonzero(ids_a[:shared].astype(np.int64) != ids_b[:shared].astype(np.int64))
+    if len(slot):
+        return row, f"ids[{int(slot[0])}]: {int(ids_a[slot[0]])} vs {int(ids_b[slot[0]])}", a.module.BIN
+    return row, f"{len(ids_a):,} vs {len(ids_b):,} ids", a.module.IDX

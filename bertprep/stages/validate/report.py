@@ -280,13 +280,16 @@ def validate_paths(paths, spec, workers=1, min_parts=1, compare=False, vocab_giv
             raise DataError(f"{path}: nothing to validate (no record files, text shards, SQuAD or GLUE files)"
                             + "".join(f"; {line}" for line in misnamed[:1]))
     if compare:
-        from bertprep.stages.validate.compare import compare_files, comparison_pairs
+        from bertprep.stages.validate.compare import compare_files, compare_sequences, comparison_pairs, sequence_pairs
 
         pairs = comparison_pairs(paths[0], paths[1] if len(paths) > 1 else None)
-        if not pairs:
+        sequences = sequence_pairs(*paths) if len(paths) > 1 else []  # two tokenize outputs
+        if not pairs and not sequences:
             raise UsageError("--compare: no record files of a common format to compare")
-        for label, files_a, files_b in pairs:
-            outcome = compare_files(files_a, files_b, dataclasses.replace(spec, kind=None, dims=None))
+        outcomes = [(label, compare_files(files_a, files_b, dataclasses.replace(spec, kind=None, dims=None)))
+                    for label, files_a, files_b in pairs]
+        outcomes += [(label, compare_sequences(a, b)) for label, a, b in sequences]
+        for label, outcome in outcomes:
             report["compare"].append({"what": label, **outcome})
             if not outcome["equal"]:
                 finding = Finding("compare", label, None, None, outcome["difference"])
@@ -434,7 +437,9 @@ def print_table(report, stream=None):
             shown = shown or fmt
     for item in report["compare"]:
         how = ", the packed side unpacked" if item.get("unpacked") else ""
-        verdict = f"equal ({item['records']:,} instances{how})" if item["equal"] else item["difference"]
+        counted = (f"{item['sequences']:,} sequences in {item['documents']:,} documents" if "sequences" in item
+                   else f"{item['records']:,} instances{how}")
+        verdict = f"equal ({counted})" if item["equal"] else item["difference"]
         out.append(f"compare {item['what']}: {verdict}")
     if report["warnings"]:
         out.append("warnings")
