@@ -250,7 +250,7 @@ def shard(
     train_shards: int = ...,
     test_shards: int = ...,
     balance: str = ...,
-    test_fraction: float = ...,
+    test_fraction: float | None = ...,
     eval_documents: int | None = ...,
     eval_seed: int = ...,
     engine: EngineOptions = ...,

@@ -133,7 +133,27 @@ def test_a_test_fraction_beside_eval_documents_is_refused(planted, tmp_path):
     with pytest.raises(UsageError, match=r"^ShardOptions.test_fraction 0.0 is not used with "
                                          r"ShardOptions.eval_documents 3 "):
         ShardOptions(input=(str(planted[0]),), corpus="c", eval_documents=3, test_fraction=0.0)
-    ShardOptions(input=(str(planted[0]),), corpus="c", eval_documents=3)  # the default fraction: no error
+    ShardOptions(input=(str(planted[0]),), corpus="c", eval_documents=3)  # no fraction given: no error
+
+
+def test_the_default_test_fraction_given_beside_eval_documents_is_refused_too(planted, shards, tmp_path):
+    """--test-fraction 0.1 (its default's value) with --eval-documents was accepted without a word, exit 0, and
+    ignored as any other value was: it could not be told from no --test-fraction. The default is now None."""
+    error = one_line_error(shard_cli(planted[0], tmp_path / "out", "--eval-documents", "3", "--test-fraction", "0.1"),
+                           2)
+    assert error == ("bertprep shard: error: --test-fraction 0.1 is not used with --eval-documents 3 (the "
+                     "evaluation set is the test split): give one of them")
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(UsageError, match=r"^ShardOptions.test_fraction 0.1 is not used with "):
+        ShardOptions(input=(str(planted[0]),), corpus="c", eval_documents=3, test_fraction=0.1)
+    # the manifest of an --eval-documents run still records 0.1 (create names its records after it)
+    assert json.loads((shards / "manifest.json").read_text())["params"]["test_fraction"] == 0.1
+    # without --eval-documents, none and 0.1 are the same split, byte for byte
+    ok(shard_cli(planted[0], tmp_path / "none"))
+    ok(shard_cli(planted[0], tmp_path / "given", "--test-fraction", "0.1"))
+    assert {p.relative_to(tmp_path / "none"): p.read_bytes() for p in (tmp_path / "none").rglob("*.txt")} == \
+        {p.relative_to(tmp_path / "given"): p.read_bytes() for p in (tmp_path / "given").rglob("*.txt")}
+    assert json.loads((tmp_path / "none" / "manifest.json").read_text())["params"]["test_fraction"] == 0.1
 
 
 @pytest.fixture(scope="module")

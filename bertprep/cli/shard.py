@@ -20,8 +20,8 @@ def add_arguments(parser):
     parser.add_argument("--balance", choices=tuple(BALANCES), default="size",
                         help="size: largest document first into the lightest shard (default); count: every shard of "
                         "a split holds the same number of documents, ±1 (LDDL's balance), bytes balanced within that")
-    parser.add_argument("--test-fraction", type=float, default=0.1,
-                        help="share of documents in the test split (default: 0.1)")
+    parser.add_argument("--test-fraction", type=float, default=None,
+                        help="share of documents in the test split (default: 0.1; not with --eval-documents)")
     parser.add_argument("--eval-documents", type=int, metavar="N",
                         help="a fixed held-out evaluation set: N documents drawn by --eval-seed are the test split "
                         "(instead of --test-fraction's), and every training document that is an exact or near "

@@ -102,14 +102,20 @@ CLAIM = "shard-names.json"
 DEFAULT_TEST_FRACTION = 0.1
 
 
+def chosen_test_fraction(options):
+    """The share of documents chosen for the test split: --test-fraction, else 0.1. A run with --eval-documents
+    (which takes none) records 0.1 in its manifest's params, as it always did: create names its records after it."""
+    return DEFAULT_TEST_FRACTION if options.test_fraction is None else options.test_fraction
+
+
 @errors_name_fields
 @dataclasses.dataclass(frozen=True)
 class ShardOptions:
     """`bertprep shard`'s flags: `input` (corpus directories or .jsonl/.txt files; None: WORKDIR/formatted/<corpus>),
     `out` (None: WORKDIR/sharded/<corpus>), `corpus` (None: the only formatted corpus, or the --input directory's
-    name), the shard counts, `balance` ('size' or 'count'), `test_fraction`, `eval_documents` (None: the test split
-    is chosen by hash; N: N documents chosen by `eval_seed` instead, their duplicates dropped from training) and
-    where the tasks run (`engine`)."""
+    name), the shard counts, `balance` ('size' or 'count'), `test_fraction` (None: 0.1, and none with
+    --eval-documents), `eval_documents` (None: the test split is chosen by hash; N: N documents chosen by `eval_seed`
+    instead, their duplicates dropped from training) and where the tasks run (`engine`)."""
 
     input: tuple[str, ...] | None = None
     out: str | None = None
@@ -117,7 +123,7 @@ class ShardOptions:
     train_shards: int = 256
     test_shards: int = 256
     balance: str = "size"
-    test_fraction: float = DEFAULT_TEST_FRACTION
+    test_fraction: float | None = None
     eval_documents: int | None = None
     eval_seed: int = 12345
     engine: EngineOptions = EngineOptions()
@@ -130,14 +136,14 @@ class ShardOptions:
         storage.check_schemes(self.out, self.workdir, *(self.input or ()))
         if self.train_shards < 1 or self.test_shards < 1:
             raise UsageError("--train-shards and --test-shards must be at least 1")
-        if not 0 <= self.test_fraction < 1:
+        if self.test_fraction is not None and not 0 <= self.test_fraction < 1:
             raise UsageError("--test-fraction must be in [0, 1)")
         if self.balance not in BALANCES:
             raise UsageError(f"--balance must be one of {', '.join(BALANCES)}, not {self.balance!r}")
         if self.eval_documents is not None and self.eval_documents < 1:
             raise UsageError(f"--eval-documents must be at least 1, not {self.eval_documents}")
-        # the draw is the test split: another --test-fraction was ignored without a word, exit 0
-        if self.eval_documents is not None and self.test_fraction != DEFAULT_TEST_FRACTION:
+        # the draw is the test split: a --test-fraction was ignored without a word, exit 0 (the default's value too)
+        if self.eval_documents is not None and self.test_fraction is not None:
             raise UsageError(f"--test-fraction {self.test_fraction} is not used with --eval-documents "
                              f"{self.eval_documents} (the evaluation set is the test split): give one of them")
         if self.eval_seed < 0:  # numpy's generator takes no negative seed (a traceback from inside it before)
@@ -506,7 +512,7 @@ def shard(options: ShardOptions | None = None, /, *, quiet: bool = True, **field
     from bertprep.sentences import splitter_version
 
     params = {"train_shards": options.train_shards, "test_shards": options.test_shards,
-              "test_fraction": options.test_fraction, "splitter": splitter_version(),
+              "test_fraction": chosen_test_fraction(options), "splitter": splitter_version(),
               "balance": BALANCES[options.balance][1], "test_choice": "smallest blake2b-64 hashes"}
     if options.eval_documents is not None:  # absent otherwise: today's manifests stay complete
 
@@ -654,7 +660,7 @@ def _shard(options, engine, corpus, inputs, input_list, out, staging, scratch, p
     if fingerprinted:
         test_mask, training_mask, eval_report = _eval_split(options, results, inputs, files, offsets)
     else:
-        test_mask = choose_test(hashes, options.test_fraction)
+        test_mask = choose_test(hashes, chosen_test_fraction(options))
         training_mask, eval_report = ~test_mask, None
 
     counts = {"training": min(options.train_shards, int(training_mask.sum())),
