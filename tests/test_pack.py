@@ -283,6 +283,21 @@ def test_compare_names_an_instance_lost_or_changed(short_records, tmp_path, caps
     assert report["compare"][0]["difference"].startswith(f"{source} record {lost} is missing from {part}")
 
 
+def test_compare_of_one_packed_format_against_both_formats_in_either_order(short_records, tmp_path, capsys):
+    """`validate PACKED_HDF5 RECORDS --compare` (RECORDS holding TFRecord and OFRecord) ended "--compare: no record
+    files of a common format to compare", exit 2, while `validate RECORDS PACKED_HDF5 --compare` compared both
+    formats with the HDF5 rows: A's only format is now compared with each of B's, as B's only one is with A's."""
+    code, summary = run_json(capsys, "pack", short_records, "--out", tmp_path, "--workers", "1", "--format", "hdf5")
+    packed = summary["records_dir"]
+    instances = summary["sequences"]
+    code, report = run_json(capsys, "validate", packed, short_records, "--compare")
+    assert code == 0 and report["sound"], report["findings"]
+    assert [(c["what"], c["equal"], c["records"], c["unpacked"]) for c in report["compare"]] == [
+        ("hdf5 vs tfrecord", True, instances, True), ("hdf5 vs ofrecord", True, instances, True)]
+    code, report = run_json(capsys, "validate", short_records, packed, "--compare")  # the other order, as it was
+    assert code == 0 and [c["what"] for c in report["compare"]] == ["tfrecord vs hdf5", "ofrecord vs hdf5"]
+
+
 def _records(rows):
     return [{name: values[i] for name, values in rows.items()} for i in range(len(rows["input_ids"]))]
 

@@ -33,7 +33,8 @@ def comparison_pairs(path_a, path_b):
     """[(label, files A, files B)]: what to compare for the given paths.
 
     One path holding both framed formats: its TFRecord against its OFRecord files.
-    Two paths: each format of A against the same format of B (or B's only format).
+    Two paths: each format of A against the same format of B (or B's only format; A's only format against each
+    of B's).
     """
     files_a = find_record_files(path_a)
     if path_b is None:
@@ -48,11 +49,11 @@ def comparison_pairs(path_a, path_b):
     fmts_b = sorted({f.fmt for f in files_b}, key=formats.ALL_FORMATS.index)
     pairs = []
     for fmt in fmts_a:
-        other = fmt if fmt in fmts_b else (fmts_b[0] if len(fmts_b) == 1 else None)
-        if other is None:
-            continue
-        pairs.append((f"{fmt} vs {other}", [f for f in files_a if f.fmt == fmt],
-                      [f for f in files_b if f.fmt == other]))
+        # A's only format against each of B's where B has others only: the mirror of B's only format against
+        # each of A's (`validate HDF5_PACKED RECORDS --compare` was refused, the other order compared)
+        others = [fmt] if fmt in fmts_b else fmts_b if len(fmts_b) == 1 or len(fmts_a) == 1 else []
+        pairs += [(f"{fmt} vs {other}", [f for f in files_a if f.fmt == fmt], [f for f in files_b if f.fmt == other])
+                  for other in others]
     return pairs
 
 
