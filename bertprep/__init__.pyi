@@ -252,7 +252,7 @@ def shard(
     balance: str = ...,
     test_fraction: float | None = ...,
     eval_documents: int | None = ...,
-    eval_seed: int = ...,
+    eval_seed: int | None = ...,
     engine: EngineOptions = ...,
     workdir: str | None = ...,
 ) -> Summary: ...

@@ -156,6 +156,25 @@ def test_the_default_test_fraction_given_beside_eval_documents_is_refused_too(pl
     assert json.loads((tmp_path / "none" / "manifest.json").read_text())["params"]["test_fraction"] == 0.1
 
 
+def test_an_eval_seed_without_eval_documents_is_refused(planted, shards, tmp_path):
+    """--eval-seed seeds only the --eval-documents draw: `shard --eval-seed 7` alone wrote the hash-chosen split of
+    no --eval-seed, exit 0, without a word (a user meaning another test split got the same one)."""
+    error = one_line_error(shard_cli(planted[0], tmp_path / "out", "--eval-seed", "7"), 2)
+    assert error == ("bertprep shard: error: --eval-seed 7 is only used with --eval-documents (it draws the "
+                     "evaluation set; the test split of --test-fraction is chosen by hash, with no seed): give "
+                     "--eval-documents N, or no --eval-seed")
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(UsageError, match=r"^ShardOptions.eval_seed 12345 is only used with "
+                                         r"ShardOptions.eval_documents "):
+        ShardOptions(input=(str(planted[0]),), corpus="c", eval_seed=12345)
+    # with --eval-documents, no --eval-seed is 12345, as before: the same draw and manifest, byte for byte
+    ok(shard_cli(planted[0], tmp_path / "given", "--eval-documents", str(EVAL), "--eval-seed", "12345"))
+    assert {p.relative_to(shards): p.read_bytes() for p in shards.rglob("*") if p.is_file()} == \
+        {p.relative_to(tmp_path / "given"): p.read_bytes() for p in (tmp_path / "given").rglob("*") if p.is_file()}
+    manifest = json.loads((shards / "manifest.json").read_text())
+    assert manifest["params"]["eval_seed"] == manifest["eval"]["seed"] == 12345
+
+
 @pytest.fixture(scope="module")
 def shards(planted, tmp_path_factory):
     out = tmp_path_factory.mktemp("sharded") / "c"

@@ -26,8 +26,8 @@ def add_arguments(parser):
                         help="a fixed held-out evaluation set: N documents drawn by --eval-seed are the test split "
                         "(instead of --test-fraction's), and every training document that is an exact or near "
                         "duplicate of one (bertprep dedup's tests, default threshold) is dropped and listed")
-    parser.add_argument("--eval-seed", type=int, default=12345,
-                        help="seed of the --eval-documents draw (default: 12345)")
+    parser.add_argument("--eval-seed", type=int, default=None,
+                        help="seed of the --eval-documents draw (default: 12345; only with --eval-documents)")
     add_engine_arguments(parser)
     add_output_arguments(parser)
 

@@ -100,12 +100,18 @@ CLAIM = "shard-names.json"
 
 
 DEFAULT_TEST_FRACTION = 0.1
+DEFAULT_EVAL_SEED = 12345
 
 
 def chosen_test_fraction(options):
     """The share of documents chosen for the test split: --test-fraction, else 0.1. A run with --eval-documents
     (which takes none) records 0.1 in its manifest's params, as it always did: create names its records after it."""
     return DEFAULT_TEST_FRACTION if options.test_fraction is None else options.test_fraction
+
+
+def chosen_eval_seed(options):
+    """The seed of the --eval-documents draw: --eval-seed, else 12345."""
+    return DEFAULT_EVAL_SEED if options.eval_seed is None else options.eval_seed
 
 
 @errors_name_fields
@@ -115,7 +121,8 @@ class ShardOptions:
     `out` (None: WORKDIR/sharded/<corpus>), `corpus` (None: the only formatted corpus, or the --input directory's
     name), the shard counts, `balance` ('size' or 'count'), `test_fraction` (None: 0.1, and none with
     --eval-documents), `eval_documents` (None: the test split is chosen by hash; N: N documents chosen by `eval_seed`
-    instead, their duplicates dropped from training) and where the tasks run (`engine`)."""
+    (None: 12345; only with `eval_documents`) instead, their duplicates dropped from training) and where the tasks
+    run (`engine`)."""
 
     input: tuple[str, ...] | None = None
     out: str | None = None
@@ -125,7 +132,7 @@ class ShardOptions:
     balance: str = "size"
     test_fraction: float | None = None
     eval_documents: int | None = None
-    eval_seed: int = 12345
+    eval_seed: int | None = None
     engine: EngineOptions = EngineOptions()
     workdir: str | None = None
 
@@ -146,8 +153,12 @@ class ShardOptions:
         if self.eval_documents is not None and self.test_fraction is not None:
             raise UsageError(f"--test-fraction {self.test_fraction} is not used with --eval-documents "
                              f"{self.eval_documents} (the evaluation set is the test split): give one of them")
-        if self.eval_seed < 0:  # numpy's generator takes no negative seed (a traceback from inside it before)
-            raise UsageError(f"--eval-seed must be at least 0, not {self.eval_seed}")
+        if self.eval_seed is not None and self.eval_seed < 0:  # numpy's generator takes no negative seed (a
+            raise UsageError(f"--eval-seed must be at least 0, not {self.eval_seed}")  # traceback from inside it)
+        if self.eval_seed is not None and self.eval_documents is None:  # seeds nothing else: was ignored, exit 0
+            raise UsageError(f"--eval-seed {self.eval_seed} is only used with --eval-documents (it draws the "
+                             "evaluation set; the test split of --test-fraction is chosen by hash, with no seed): "
+                             "give --eval-documents N, or no --eval-seed")
 
 
 # -- inputs -----------------------------------------------------------------------
@@ -517,7 +528,7 @@ def shard(options: ShardOptions | None = None, /, *, quiet: bool = True, **field
     if options.eval_documents is not None:  # absent otherwise: today's manifests stay complete
 
         params.update(test_choice="seeded draw (numpy default_rng) of --eval-documents in input order",
-                      eval_documents=options.eval_documents, eval_seed=options.eval_seed,
+                      eval_documents=options.eval_documents, eval_seed=chosen_eval_seed(options),
                       eval_duplicates="dedup's exact hash and verified MinHash, threshold "
                                       f"{dedup_defaults().threshold}")
     # The content, not path and size: an input edited in place to the same size must be sharded again.
@@ -717,7 +728,7 @@ def _eval_split(options, results, inputs, files, offsets):
     """(test mask, training mask, the manifest's "eval" entry) for --eval-documents: the seeded evaluation
     documents are the test split, and training loses every exact or near duplicate of one of them."""
     fingerprints = [f for r in results for f in r[3]]
-    eval_mask = choose_eval(options.eval_documents, len(fingerprints), options.eval_seed)
+    eval_mask = choose_eval(options.eval_documents, len(fingerprints), chosen_eval_seed(options))
     if eval_mask is None:
         raise DataError(f"{_named_inputs(inputs)}: --eval-documents {options.eval_documents} needs more documents "
                         f"than the {len(fingerprints)} with sentences (at least one must stay for training)")
@@ -736,7 +747,7 @@ def _eval_split(options, results, inputs, files, offsets):
                         f"document: each of the {len(fingerprints) - int(eval_mask.sum())} not drawn is an exact or "
                         "near duplicate of an evaluation document (dropped); give fewer --eval-documents or a "
                         "larger corpus")
-    report = {"documents": int(eval_mask.sum()), "seed": options.eval_seed,
+    report = {"documents": int(eval_mask.sum()), "seed": chosen_eval_seed(options),
               "chosen": [where(doc) for doc in np.flatnonzero(eval_mask).tolist()],
               "dropped_training": len(dropped), "dropped": dropped}
     return eval_mask, training, report
