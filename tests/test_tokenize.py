@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import bertprep
+from bertprep.cli import main
 from bertprep.errors import DataError
 from bertprep.formats import codecs
 from bertprep.stages.create import sample_paths
@@ -435,6 +436,19 @@ def test_validate_compare_names_a_document_boundary_and_the_longer_side(tokenize
     total = sum(len(megatron_lengths(prefix_of(out, *shard))) for shard in shards() if shard[0] == "training")
     assert (f"compare megatron vs megatron: sequence {total:,}: only B has it ({prefix_of(out, *shards()[-1])}.bin "
             f"sequence 0, document 0); the other ends after {total:,} sequences\n") in run.stdout
+
+
+def test_validate_compare_of_a_tokenize_output_and_records_says_what_each_holds(tokenized, golden_dir, capsys):
+    """A tokenize output against records was "--compare: no record files of a common format to compare", of a
+    directory of records: it now says which side holds what, exit 2."""
+    out, _summary = tokenized
+    records = golden_dir / "G1.tfrecord"
+    for a, b, holds in ((out, records, "token sequences (`bertprep tokenize`), {b} records"),
+                        (records, out, "records, {b} token sequences (`bertprep tokenize`)")):
+        assert main(["validate", str(a), str(b), "--compare", "--quiet"]) == 2
+        assert capsys.readouterr().err == (f"bertprep validate: error: --compare: {a} holds {holds.format(b=b)}: "
+                                           "nothing to compare them by; compare two tokenize outputs, or two records "
+                                           "directories\n")
 
 
 def megatron_lengths(prefix):

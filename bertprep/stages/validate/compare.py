@@ -197,6 +197,18 @@ def sequence_pairs(path_a, path_b):
     return pairs
 
 
+def nothing_to_compare(path_a, path_b=None):
+    """The usage line where `--compare` of these paths found no pair to compare: one side token sequences
+    (`bertprep tokenize`) and the other records was "no record files of a common format", of a records directory."""
+    if path_b is not None:
+        holds = [("token sequences (`bertprep tokenize`)" if _sequence_sets(path) else
+                  "records" if find_record_files(path) else None) for path in (path_a, path_b)]
+        if None not in holds and holds[0] != holds[1]:
+            return (f"--compare: {storage.display(path_a)} holds {holds[0]}, {storage.display(path_b)} {holds[1]}: "
+                    "nothing to compare them by; compare two tokenize outputs, or two records directories")
+    return "--compare: no record files of a common format to compare"
+
+
 def _sequence_sets(path):
     """{fmt: [prefix, ...]} at `path`, in stream order."""
     listed = tokenize_list(path)

@@ -280,12 +280,18 @@ def validate_paths(paths, spec, workers=1, min_parts=1, compare=False, vocab_giv
             raise DataError(f"{path}: nothing to validate (no record files, text shards, SQuAD or GLUE files)"
                             + "".join(f"; {line}" for line in misnamed[:1]))
     if compare:
-        from bertprep.stages.validate.compare import compare_files, compare_sequences, comparison_pairs, sequence_pairs
+        from bertprep.stages.validate.compare import (
+            compare_files,
+            compare_sequences,
+            comparison_pairs,
+            nothing_to_compare,
+            sequence_pairs,
+        )
 
         pairs = comparison_pairs(paths[0], paths[1] if len(paths) > 1 else None)
         sequences = sequence_pairs(*paths) if len(paths) > 1 else []  # two tokenize outputs
         if not pairs and not sequences:
-            raise UsageError("--compare: no record files of a common format to compare")
+            raise UsageError(nothing_to_compare(*paths))
         outcomes = [(label, compare_files(files_a, files_b, dataclasses.replace(spec, kind=None, dims=None)))
                     for label, files_a, files_b in pairs]
         outcomes += [(label, compare_sequences(a, b)) for label, a, b in sequences]
