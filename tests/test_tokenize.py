@@ -451,6 +451,25 @@ def test_validate_compare_of_a_tokenize_output_and_records_says_what_each_holds(
                                            "directories\n")
 
 
+def test_validate_compare_of_two_pairs_given_as_files_reads_no_record_file(tokenized, tmp_path, golden_dir):
+    """`validate A.idx B.bin --compare` (one pair of each run) also read each file as OFRecord, the format its
+    bytes were sniffed as: "compare ofrecord vs ofrecord: instance 0: A cannot be read: ….idx: record 0: at byte 0:
+    truncated data (6958 of … bytes)" beside the sequences' "equal", exit 1; and a text shard beside a record
+    file was "B cannot be read: … not a record file". Only the sequences are compared now."""
+    out, _summary = tokenized
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    a, b = prefix_of(out, *shards()[0]) + ".idx", prefix_of(copy, *shards()[0]) + ".bin"
+    run = _validate_compare(a, b)
+    assert (run.returncode, run.stderr) == (0, ""), run.stdout + run.stderr
+    assert [line for line in run.stdout.splitlines() if line.startswith("compare ")] == [
+        f"compare megatron vs megatron: equal ({len(megatron_lengths(prefix_of(out, *shards()[0]))):,} sequences in "
+        f"{len(megatron_documents(prefix_of(out, *shards()[0]))) - 1:,} documents)"]
+    run = _validate_compare(golden_dir / "G1.tfrecord", shards()[0][1])  # a text shard: no record file either
+    assert (run.returncode, run.stdout, run.stderr) == (
+        2, "", "bertprep validate: error: --compare: no record files of a common format to compare\n")
+
+
 def megatron_lengths(prefix):
     return codecs.get(SEQUENCES).read_sequences(prefix).lengths
 

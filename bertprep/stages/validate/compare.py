@@ -26,6 +26,7 @@ from bertprep.stages.validate import packed
 from bertprep.stages.validate.dataset import find_record_files, natural_key
 from bertprep.stages.validate.records import iter_batches
 from bertprep.stages.validate.sequences import find_sequence_sets, tokenize_list
+from bertprep.stages.validate.text import find_text_shards
 from bertprep.workdir import SPLITS
 
 
@@ -36,7 +37,7 @@ def comparison_pairs(path_a, path_b):
     Two paths: each format of A against the same format of B (or B's only format; A's only format against each
     of B's).
     """
-    files_a = find_record_files(path_a)
+    files_a = _record_files(path_a)
     if path_b is None:
         present = [fmt for fmt in codecs.framed_names() if any(f.fmt == fmt for f in files_a)]
         if len(present) < 2:
@@ -44,7 +45,7 @@ def comparison_pairs(path_a, path_b):
         first, second = present[:2]
         return [(f"{first} vs {second}", [f for f in files_a if f.fmt == first],
                  [f for f in files_a if f.fmt == second])]
-    files_b = find_record_files(path_b)
+    files_b = _record_files(path_b)
     fmts_a = sorted({f.fmt for f in files_a}, key=formats.ALL_FORMATS.index)
     fmts_b = sorted({f.fmt for f in files_b}, key=formats.ALL_FORMATS.index)
     pairs = []
@@ -55,6 +56,16 @@ def comparison_pairs(path_a, path_b):
         pairs += [(f"{fmt} vs {other}", [f for f in files_a if f.fmt == fmt], [f for f in files_b if f.fmt == other])
                   for other in others]
     return pairs
+
+
+def _record_files(path):
+    """The record files of `path`, as validate checks them: none where `path` is one file of token sequences, a
+    text shard or a tokenize --data-path list. Compare read such a file as OFRecord (the format its bytes were
+    sniffed as): `validate A.idx B.idx --compare` said "ofrecord vs ofrecord: … truncated data (6958 of
+    24844879419493709 bytes)" beside the sequences' "equal", exit 1."""
+    if storage.isfile(path) and (tokenize_list(path) or find_sequence_sets(path) or find_text_shards(path)):
+        return []
+    return find_record_files(path)
 
 
 def compare_files(files_a, files_b, spec):
@@ -202,7 +213,7 @@ def nothing_to_compare(path_a, path_b=None):
     (`bertprep tokenize`) and the other records was "no record files of a common format", of a records directory."""
     if path_b is not None:
         holds = [("token sequences (`bertprep tokenize`)" if _sequence_sets(path) else
-                  "records" if find_record_files(path) else None) for path in (path_a, path_b)]
+                  "records" if _record_files(path) else None) for path in (path_a, path_b)]
         if None not in holds and holds[0] != holds[1]:
             return (f"--compare: {storage.display(path_a)} holds {holds[0]}, {storage.display(path_b)} {holds[1]}: "
                     "nothing to compare them by; compare two tokenize outputs, or two records directories")
