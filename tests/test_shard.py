@@ -7,8 +7,11 @@ import random
 import pytest
 
 from bertprep.sentences import document_sentences
+from bertprep.stages.create import sample_paths
 from bertprep.stages.shard import balance, balance_count, choose_test
 from stand_in_servers import ok, one_line_error, run_cli
+
+SAMPLE_VOCAB = sample_paths()[1]
 
 
 def make_corpus(directory, files=3, docs_per_file=40, seed=0):
@@ -382,6 +385,28 @@ def test_a_manifest_or_binary_file_given_as_input_is_refused(tmp_path):
     for path, what in ((png, "a NUL byte at offset 8"), (gz, "a gzip file?"), (late, "a NUL byte")):
         error = one_line_error(run_cli(*argv, "--input", corpus / "part-0.txt", path))
         assert error.startswith(f"bertprep shard: error: {path}: binary data ({what}), expected UTF-8 text"), error
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_tokenize_output_given_as_input_is_refused(tmp_path):
+    """`shard --input WORKDIR/tokenized` sentence-split the data-path.txt lists of the tokenize output under it
+    (the prefixes they name) into a corpus, exit 0; its corpus directory was refused as "data-path.txt: not listed
+    in manifest.json (a file of another run or corpus?): shard would read it …; remove it" (vocab's the same, naming
+    shard), which said nothing of what it was."""
+    corpus = make_corpus(tmp_path / "in" / "training", files=2)
+    tokenized = tmp_path / "tokenized"
+    ok(run_cli("tokenize", "--input", corpus.parent, "--vocab", SAMPLE_VOCAB, "--out", tokenized, "--quiet",
+               "--workers", "1"))
+    output = tokenized / "in"
+    assert (output / "data-path.txt").is_file()
+    argv = ("--out", tmp_path / "out", "--quiet")
+    for stage, given in (("shard", tokenized), ("shard", output), ("shard", output / "data-path.txt"),
+                         ("vocab", output)):
+        extra = ("--corpus", "c", "--workers", "1") if stage == "shard" else ()
+        error = one_line_error(run_cli(stage, "--input", given, *argv, *extra), 2)
+        assert error == (f"bertprep {stage}: error: --input {given}: {output} is a `bertprep tokenize` output (token "
+                         "ids and the --data-path lists naming them), not corpus text: give the text shards it was "
+                         "tokenized from")
     assert not (tmp_path / "out").exists()
 
 

@@ -214,13 +214,27 @@ def input_files(path):
             raise DataError(f"{given.display(missing[0])}: listed in {given.display(MANIFEST)} but missing (rerun "
                             "the stage that wrote it)")
         found = [f for f in given.files() if _is_input_name(os.path.basename(f))]
+        for directory in sorted({storage.normpath(path), *(os.path.dirname(storage.normpath(f)) for f in found)}):
+            refuse_tokenize_output(path, directory)
         if not found:
             raise UsageError(f"{given}: no .jsonl or .txt input files")
         refuse_unlisted(given, [given.relpath(f) for f in found], "shard")  # a shard tree lists test/..., training/...
         return [storage.absolute(f) for f in found]
     if given.isfile():
+        refuse_tokenize_output(path, os.path.dirname(storage.normpath(path)) or ".")
         return [storage.absolute(path)]
     raise given.not_found(UsageError(f"--input {given}: no such file or directory"))
+
+
+def refuse_tokenize_output(given, directory):
+    """A UsageError where `directory`, under or of the --input `given`, is a `bertprep tokenize` output: its
+    data-path.txt lists were read as corpus text (`shard --input WORKDIR/tokenized` sharded the prefixes they
+    name, exit 0), or refused as "not listed in its manifest … remove it", which said nothing of what it was."""
+    manifest = load_manifest(directory)
+    if manifest and manifest.get("stage") == "tokenize":
+        raise UsageError(f"--input {storage.display(given)}: {storage.display(directory)} is a `bertprep tokenize` "
+                         "output (token ids and the --data-path lists naming them), not corpus text: give the text "
+                         "shards it was tokenized from")
 
 
 def refuse_non_text(path):
