@@ -410,6 +410,19 @@ def test_a_tokenize_output_given_as_input_is_refused(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_validate_compare_of_two_shard_outputs_says_it_reads_none(tmp_path):
+    """`validate A B --compare` of two shard outputs was "--compare: no record files of a common format to compare",
+    as if one side were empty or of another format; it says that --compare reads no text shards, and what does."""
+    corpus = make_corpus(tmp_path / "in", files=1)
+    for name in ("a", "b"):
+        ok(run_cli("shard", "--input", corpus, "--out", tmp_path / name, "--quiet", "--workers", "1"))
+    a, b = tmp_path / "a", tmp_path / "b"
+    error = one_line_error(run_cli("validate", a, b, "--compare", "--quiet"), 2)
+    assert error == (f"bertprep validate: error: --compare: {a} and {b} hold text shards (`bertprep shard`), which "
+                     "--compare does not read (it compares records and token sequences): `diff -r` compares their "
+                     "bytes")
+
+
 def _jsonl(text_corpus, tmp_path):
     """The documents of a text corpus as a .jsonl file (dedup's input)."""
     path = tmp_path / "c.jsonl"

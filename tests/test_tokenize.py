@@ -466,8 +466,10 @@ def test_validate_compare_of_two_pairs_given_as_files_reads_no_record_file(token
         f"compare megatron vs megatron: equal ({len(megatron_lengths(prefix_of(out, *shards()[0]))):,} sequences in "
         f"{len(megatron_documents(prefix_of(out, *shards()[0]))) - 1:,} documents)"]
     run = _validate_compare(golden_dir / "G1.tfrecord", shards()[0][1])  # a text shard: no record file either
-    assert (run.returncode, run.stdout, run.stderr) == (
-        2, "", "bertprep validate: error: --compare: no record files of a common format to compare\n")
+    assert (run.returncode, run.stdout) == (2, "") and run.stderr == (
+        f"bertprep validate: error: --compare: {golden_dir / 'G1.tfrecord'} holds records, {shards()[0][1]} text "
+        "shards (`bertprep shard`): nothing to compare them by; compare two tokenize outputs, or two records "
+        "directories\n")
 
 
 def megatron_lengths(prefix):

@@ -213,11 +213,19 @@ def nothing_to_compare(path_a, path_b=None):
     (`bertprep tokenize`) and the other records was "no record files of a common format", of a records directory."""
     if path_b is not None:
         holds = [("token sequences (`bertprep tokenize`)" if _sequence_sets(path) else
-                  "records" if _record_files(path) else None) for path in (path_a, path_b)]
+                  "records" if _record_files(path) else
+                  TEXT_SHARDS if find_text_shards(path) else None) for path in (path_a, path_b)]
+        if holds == [TEXT_SHARDS] * 2:  # was "no record files of a common format", as if one side were empty
+            return (f"--compare: {storage.display(path_a)} and {storage.display(path_b)} hold {TEXT_SHARDS}, which "
+                    "--compare does not read (it compares records and token sequences): `diff -r` compares their "
+                    "bytes")
         if None not in holds and holds[0] != holds[1]:
             return (f"--compare: {storage.display(path_a)} holds {holds[0]}, {storage.display(path_b)} {holds[1]}: "
                     "nothing to compare them by; compare two tokenize outputs, or two records directories")
     return "--compare: no record files of a common format to compare"
+
+
+TEXT_SHARDS = "text shards (`bertprep shard`)"
 
 
 def _sequence_sets(path):
