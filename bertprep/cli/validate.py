@@ -17,7 +17,7 @@ def add_arguments(parser):
                                         "(default: the manifest's vocab, else BERT's 101/102/103 and no size bound)")
     parser.add_argument("--compare", action="store_true",
                         help="prove PATH and PATH2 (or PATH's TFRecord and OFRecord files) hold the same instances in "
-                             "order")
+                             "order (two tokenize outputs: the same sequences and documents)")
     parser.add_argument("--json", nargs="?", const="-", metavar="REPORT",
                         help="write the full report as JSON to REPORT (no value: to stdout instead of the table)")
     parser.add_argument("--plot", metavar="PNG",
