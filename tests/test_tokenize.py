@@ -472,6 +472,23 @@ def test_validate_compare_of_two_pairs_given_as_files_reads_no_record_file(token
         "directories\n")
 
 
+def test_inspect_of_data_path_txt_names_a_prefix_to_inspect(tokenized):
+    """`inspect DIR/data-path.txt` said "not a record file (TFRecord, OFRecord, HDF5 or Parquet): it starts with text
+    ('1234 /…')": what the list is, and what to inspect instead, was left to guess. validate reads the pairs it
+    names; inspect shows one file, so it names the first prefix, exit 1 as before."""
+    out, _summary = tokenized
+    for name, split in (("data-path.txt", "training"), ("test-data-path.txt", "test")):
+        run = subprocess.run([sys.executable, "-m", "bertprep", "inspect", str(out / name)], capture_output=True,
+                             text=True)
+        first = prefix_of(out, *next(shard for shard in shards() if shard[0] == split))
+        assert (run.returncode, run.stdout, run.stderr) == (1, "", (
+            f"bertprep inspect: error: {out / name}: the --data-path list of a `bertprep tokenize` output (\"<tokens> "
+            f"<prefix>\" pairs), not a record file: inspect a prefix it names ({first})\n"))
+        run = subprocess.run([sys.executable, "-m", "bertprep", "inspect", first, "-n", "1"], capture_output=True,
+                             text=True)
+        assert run.returncode == 0 and run.stdout.startswith(f"== {first}.idx (megatron, sequences) sequence 0 ")
+
+
 def megatron_lengths(prefix):
     return codecs.get(SEQUENCES).read_sequences(prefix).lengths
 

@@ -25,6 +25,7 @@ from bertprep.masking import DynamicMasking, first_instances
 from bertprep.options import build_options, check_types, errors_name_fields, normalise_paths, short_repr
 from bertprep.progress import Summary
 from bertprep.records_manifest import load_records_manifest
+from bertprep.stages.validate.sequences import tokenize_list
 from bertprep.tokenization import load_vocab, resolve_vocab_path
 from bertprep.workdir import MANIFEST, load_manifest
 
@@ -96,6 +97,7 @@ def inspect(options: InspectOptions | None = None, /, *, stream: TextIO | None =
     options = build_options(InspectOptions, options, fields)  # not both (a keyword beside one was ignored)
     path = megatron.dataset_file(options.file)
     storage.require(path, "file", DataError(f"{path}: not a file"))
+    _refuse_data_path_list(path)
     megatron.check_index_beside(path)
     vocab_path = resolve_vocab_path(options.vocab) if options.vocab else None
     vocab = load_vocab(vocab_path) if vocab_path else None
@@ -137,6 +139,18 @@ def inspect(options: InspectOptions | None = None, /, *, stream: TextIO | None =
         _write(stream, [nothing_shown(f"{path} ({fmt}, {shown_as})", "records", options)])
     return _with_warnings(Summary("bertprep inspect", {"file": path, "format": fmt, "kind": kind,
                                                        "epoch": options.epoch, "records": records}), warnings)
+
+
+def _refuse_data_path_list(path):
+    """A DataError naming a prefix that `path`, a tokenize output's data-path.txt (or test-data-path.txt), lists:
+    inspect read the list as a record file and said "not a record file … it starts with text ('16199 /…')",
+    which neither said what the file is nor what to inspect instead."""
+    if not tokenize_list(path):
+        return
+    prefixes = storage.read_bytes(path).decode("utf-8", "replace").split()[1::2]
+    instead = f": inspect a prefix it names ({prefixes[0]})" if prefixes else ""
+    raise DataError(f"{storage.display(path)}: the --data-path list of a `bertprep tokenize` output (\"<tokens> "
+                    f"<prefix>\" pairs), not a record file{instead}")
 
 
 def _with_warnings(summary, warnings):
