@@ -46,7 +46,7 @@ def add_engine_arguments(parser):
         "`dask scheduler --scheduler-file` write); with --engine dask. Default: a LocalCluster on this machine",
     )
     parser.add_argument("--workers", type=int, default=None, help="worker processes (default: one per core)")
-    parser.add_argument("--worker-wait", type=float, default=WORKER_WAIT_S, metavar="SECONDS",
+    parser.add_argument("--worker-wait", type=float, default=None, metavar="SECONDS",
                         help="with --engine dask: how long the run waits while the scheduler has no worker (none "
                              "started yet, an adaptive cluster scaling up, all lost) before it stops "
                              f"(default {WORKER_WAIT_S:.0f})")
@@ -70,12 +70,12 @@ def machine_memory():
 class EngineOptions:
     """Where a stage's tasks run: `engine` 'local' or 'dask', `workers` (None: one per core), and for Dask
     the user's `scheduler` (an address or a scheduler file; None: a LocalCluster on this machine) and
-    `worker_wait`, the seconds a run waits while the scheduler has no worker before it stops."""
+    `worker_wait`, the seconds a run waits while the scheduler has no worker before it stops (None: 600)."""
 
     engine: str = "local"
     workers: int | None = None
     scheduler: str | None = None
-    worker_wait: float = WORKER_WAIT_S
+    worker_wait: float | None = None
 
     def __post_init__(self):
         check_types(self)
@@ -88,8 +88,12 @@ class EngineOptions:
                              "on this machine)")
         if self.scheduler and self.engine != "dask":
             raise UsageError("--scheduler needs --engine dask")
+        if self.worker_wait is None:
+            return
         if not (isinstance(self.worker_wait, (int, float)) and 0 < self.worker_wait < math.inf):
             raise UsageError(f"--worker-wait must be a positive number of seconds, not {self.worker_wait!r}")
+        if self.engine != "dask":  # the local engine has no scheduler to wait for: it was ignored, exit 0
+            raise UsageError("--worker-wait needs --engine dask")
 
 
 @contextlib.contextmanager
@@ -101,7 +105,7 @@ def open_engine(options, max_tasks=None):
     if options.engine == "dask":
         client = connect_dask(options.scheduler, workers)
         try:
-            yield DaskEngine(client, options.worker_wait)
+            yield DaskEngine(client, WORKER_WAIT_S if options.worker_wait is None else options.worker_wait)
         finally:
             cluster = None if options.scheduler else client.cluster
             client.close()

@@ -147,10 +147,13 @@ def test_a_scheduler_that_names_none_is_one_line(golden_dir, tmp_path, scheduler
     assert result.stderr.startswith(f"bertprep create: error: {message}"), result.stderr
 
 
-def test_scheduler_without_dask_engine_is_a_usage_error(golden_dir, tmp_path):
+@pytest.mark.parametrize("flag,value", [("--scheduler", "tcp://127.0.0.1:8786"), ("--worker-wait", "5")])
+def test_scheduler_without_dask_engine_is_a_usage_error(golden_dir, tmp_path, flag, value):
+    """--worker-wait, too, was ignored without --engine dask, exit 0: the local engine has no scheduler."""
     result = subprocess.run(create_argv(golden_dir / "corpus.txt", golden_dir / "vocab.txt", tmp_path / "o",
-                                        "--scheduler", "tcp://127.0.0.1:8786"), capture_output=True, text=True)
-    assert result.returncode == 2 and "--scheduler needs --engine dask" in result.stderr
+                                        flag, value), capture_output=True, text=True)
+    assert result.returncode == 2 and f"{flag} needs --engine dask" in result.stderr
+    assert not (tmp_path / "o").exists()
 
 
 def test_shard_on_dask_gives_the_local_engines_bytes(golden_dir, tmp_path, cluster):
