@@ -397,6 +397,25 @@ def test_inspect_num_0_shows_nothing_and_says_it_was_asked_for_none(golden_dir, 
     assert code == 0 and out == f"{records} (tfrecord, pretraining): no records at index 100000 or later\n"
 
 
+def test_inspect_of_a_directory_names_a_file_of_it_to_give(golden_dir, tmp_path, capsys):
+    """A records or tokenize folder was "…: not a file", exit 1, with nothing said of what to give instead."""
+    records = tmp_path / "rec" / "tfrecord" / "training"
+    records.mkdir(parents=True)
+    for name in ("part_10.tfrecord", "part_9.tfrecord"):
+        shutil.copyfile(golden_dir / "G1.tfrecord", records / name)
+    line = cli_error(capsys, ["inspect", str(tmp_path / "rec")], 2)
+    assert line.endswith(f"{tmp_path / 'rec'}: a directory; inspect shows one file of records or token sequences: "
+                         f"name one of its files, e.g. {records / 'part_9.tfrecord'} (bertprep validate checks a "
+                         "whole directory)")
+    bertprep.tokenize(input=(str(sample_shards(tmp_path, 1)),), vocab=sample_paths()[1], out=str(tmp_path / "t"))
+    assert ", e.g. " in cli_error(capsys, ["inspect", str(tmp_path / "t")], 2)
+    (tmp_path / "empty").mkdir()
+    assert cli_error(capsys, ["inspect", str(tmp_path / "empty")], 2).endswith(
+        ": it holds no record or token-sequence file (bertprep validate checks a whole directory)")
+    assert cli_error(capsys, ["inspect", str(tmp_path / "gone.tfrecord")], 1).endswith(
+        f"{tmp_path / 'gone.tfrecord'}: no such file")
+
+
 @pytest.mark.parametrize("stream", [5, "out.txt", io.BytesIO(), "binary file"])
 def test_inspect_refuses_a_stream_that_is_no_text_stream(golden_dir, tmp_path, stream):
     """5 or a file name was an AttributeError ('int' object has no attribute 'write'), a binary stream a

@@ -80,6 +80,23 @@ def token_line(record, words):
     return " ".join(shown)
 
 
+def _refuse_directory(path):
+    """A directory is one usage line naming a file of it to give: it was "…: not a file", exit 1, of a records
+    folder whose files inspect shows one at a time."""
+    tree = Folder(path)
+    if not tree.isdir():
+        return
+    from bertprep.stages.validate.dataset import find_record_files
+
+    records = find_record_files(path)  # tfrecord first, training first, in natural order
+    example = records[0].path if records else next((
+        storage.join(root, name) for root, _dirs, files in tree.walk() for name in files
+        if codecs.of_sequence_file_name(name) is not None), None)
+    named = f"name one of its files, e.g. {example}" if example else "it holds no record or token-sequence file"
+    raise UsageError(f"{path}: a directory; inspect shows one file of records or token sequences: {named} "
+                     "(bertprep validate checks a whole directory)")
+
+
 def answer_line(record, words):
     """The tokens of a SQuAD feature's answer span (start..end inclusive); the reference's 0/0 means none here."""
     start, end = int(record["start_positions"][0]), int(record["end_positions"][0])
@@ -96,7 +113,8 @@ def inspect(options: InspectOptions | None = None, /, *, stream: TextIO | None =
     check_stream(stream)
     options = build_options(InspectOptions, options, fields)  # not both (a keyword beside one was ignored)
     path = megatron.dataset_file(options.file)
-    storage.require(path, "file", DataError(f"{path}: not a file"))
+    _refuse_directory(path)
+    storage.require(path, "file", DataError(f"{path}: no such file"))
     _refuse_data_path_list(path)
     megatron.check_index_beside(path)
     vocab_path = resolve_vocab_path(options.vocab) if options.vocab else None
