@@ -54,6 +54,12 @@ def test_golden_sets_round_trip_losslessly(golden_dir, tmp_path, capsys, name):
     instances = sum(1 for _ in formats.iter_payloads(golden_dir / f"{name}.ofrecord"))
     assert summary["sequences"] == instances
     assert_lossless(capsys, records, packed, instances)
+    # its own two formats, row by row: rows, not instances ("equal (568 instances)" was said of 568 rows)
+    code, report = run_json(capsys, "validate", packed, "--compare")
+    (row,) = report["compare"]
+    assert code == 0 and (row["equal"], row["packed"]) == (True, True) and row["records"] < instances
+    assert main(["validate", str(packed), "--compare"]) == 0
+    assert f"compare tfrecord vs ofrecord: equal ({row['records']:,} packed rows)" in capsys.readouterr().out
     # never more rows than first-fit decreasing; never fewer than the bound
     lengths = lengths_of(golden_dir / f"{name}.ofrecord")
     seq = summary["dims"]["seq"]

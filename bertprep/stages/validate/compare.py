@@ -75,6 +75,8 @@ def compare_files(files_a, files_b, spec):
     if kinds[0] != kinds[1] and "packed" in kinds:
         packed_side, other = (files_a, files_b) if kinds[0] == "packed" else (files_b, files_a)
         return {**packed.compare_with_unpacked(packed_side, other, spec, iter_batches), "unpacked": True}
+    if kinds == ["packed", "packed"]:  # a row holds several instances: counted and named as rows
+        return {**compare_streams(files_a, files_b, spec, unit="packed row"), "packed": True}
     return compare_streams(files_a, files_b, spec)
 
 
@@ -136,8 +138,8 @@ class _Cursor:
         return self.indices[rows], {name: values[rows] for name, values in self.batch.items()}
 
 
-def compare_streams(files_a, files_b, spec):
-    """{"equal": bool, "records": compared, "difference": str or None}."""
+def compare_streams(files_a, files_b, spec, unit="instance"):
+    """{"equal": bool, "records": compared, "difference": str or None}; `unit` names what a record is."""
     a, b = _Cursor(_stream(files_a, spec)), _Cursor(_stream(files_b, spec))
     compared = 0
     while True:
@@ -157,16 +159,16 @@ def compare_streams(files_a, files_b, spec):
                 shown = f"[{slot}]: {_value(batch_a[field][row][slot])} vs {_value(batch_b[field][row][slot])}"
             where = f"{path_a} record {int(indices_a[row])} vs {path_b} record {int(indices_b[row])}"
             return {"equal": False, "records": compared + row,
-                    "difference": f"instance {compared + row}: {field}{shown} ({where})"}
+                    "difference": f"{unit} {compared + row}: {field}{shown} ({where})"}
         compared += count
     for side, other, name in ((a, b, "A"), (b, a, "B")):
         if side.error is not None:
             return {"equal": False, "records": compared,
-                    "difference": f"instance {compared}: {name} cannot be read: {side.error.line()}"}
+                    "difference": f"{unit} {compared}: {name} cannot be read: {side.error.line()}"}
     if a.available() or b.available():
         longer, name = (a, "A") if a.available() else (b, "B")
         return {"equal": False, "records": compared,
-                "difference": f"instance {compared}: only {name} has it "
+                "difference": f"{unit} {compared}: only {name} has it "
                               f"({longer.path} record {int(longer.indices[longer.offset])}); "
                               f"the other ends after {compared:,} records"}
     return {"equal": True, "records": compared, "difference": None}

@@ -444,7 +444,7 @@ def print_table(report, stream=None):
     for item in report["compare"]:
         how = ", the packed side unpacked" if item.get("unpacked") else ""
         counted = (f"{item['sequences']:,} sequences in {item['documents']:,} documents" if "sequences" in item
-                   else f"{item['records']:,} instances{how}")
+                   else f"{item['records']:,} {'packed rows' if item.get('packed') else 'instances'}{how}")
         verdict = f"equal ({counted})" if item["equal"] else item["difference"]
         out.append(f"compare {item['what']}: {verdict}")
     if report["warnings"]:
