@@ -562,6 +562,27 @@ def test_inspect_refuses_an_epoch_for_token_sequences(tokenized, capsys):
                                                     "dynamic) are masked at load time")
 
 
+def test_validate_plots_the_sequences_lengths_and_documents(tokenized, tmp_path):
+    """--plot of a tokenize output drew three empty panels labelled "no records", exit 0: it now draws the
+    sequences by length and the documents by their count of sequences, from histograms the report carries."""
+    out, _ = tokenized
+    png = tmp_path / "report.png"
+    report = bertprep.validate(paths=(str(out),), plot=str(png))
+    (section,) = report["sequences"]
+    lengths, documents = [], []
+    for prefix in (f["prefix"] for f in section["files"]):
+        data = codecs.get("megatron").read_sequences(prefix, {})
+        lengths += data.lengths.tolist()
+        documents += np.diff(data.document_indices).tolist()
+    assert section["length_histogram"] == np.bincount(lengths).tolist()
+    assert section["document_histogram"] == np.bincount(documents).tolist()
+    assert sum(section["length_histogram"]) == section["sequences"] == 454
+    from matplotlib.image import imread
+
+    image = imread(png)
+    assert image.shape[0] < 400 and (image[:, : image.shape[1] // 3, :3] < 0.5).mean() > 0.01  # a row of bars
+
+
 def test_validate_and_inspect_find_what_megatron_would_misread(tokenized, tmp_path):
     out, _ = tokenized
     report = bertprep.validate(paths=(str(out),))

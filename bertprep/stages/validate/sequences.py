@@ -53,7 +53,8 @@ def validate_sequence_set(fmt, prefixes, vocab_size=None):
     """(findings, warnings, section) for the prefixes of one format; `vocab_size` None: the manifest's."""
     module = codecs.get(fmt).implementation
     findings, warnings = [], []
-    section = {"format": fmt, "files": [], "sequences": 0, "documents": 0, "tokens": 0, "bytes": 0}
+    section = {"format": fmt, "files": [], "sequences": 0, "documents": 0, "tokens": 0, "bytes": 0,
+               "length_histogram": [], "document_histogram": []}
     for prefix in prefixes:
         where = storage.display(prefix + module.IDX)
         root, manifest = _manifest_above(prefix)
@@ -107,7 +108,20 @@ def validate_sequence_set(fmt, prefixes, vocab_size=None):
         for name in counts:
             section[name] += counts[name]
         section["bytes"] += size
+        _add_histogram(section, "length_histogram", data.lengths)
+        _add_histogram(section, "document_histogram", np.diff(data.document_indices))
     return findings, warnings, section
+
+
+# --plot's histograms of token sequences: how many have each length (tokens), and how many documents hold each
+# count of sequences; a sentence or a document can be any length, so the last bin counts every longer one too.
+HISTOGRAM_BINS = 1024
+
+
+def _add_histogram(section, name, values):
+    counts = np.bincount(np.minimum(np.asarray(values, np.int64), HISTOGRAM_BINS - 1), minlength=len(section[name]))
+    counts[:len(section[name])] += np.asarray(section[name], np.int64)
+    section[name] = counts.tolist()
 
 
 def _within(path, scope):
