@@ -17,11 +17,13 @@ endpoints `huggingface_hub` calls
 Every request is logged in `requests` so tests can assert what was asked.
 """
 
+import contextlib
 import hashlib
 import itertools
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -324,6 +326,33 @@ def _tree_listing(files, prefix, recursive):
         entries.append(entry)
     listing = [{"type": "directory", "oid": "0" * 40, "size": 0, "path": d} for d in sorted(dirs)]
     return listing + entries
+
+
+# -- an endpoint that never answers -------------------------------------------------------
+
+
+@contextlib.contextmanager
+def silent_endpoint():
+    """http://127.0.0.1:<port>: accepts every connection and never answers a byte."""
+    server = socket.create_server(("127.0.0.1", 0))
+    held, stop = [], threading.Event()
+
+    def accept():
+        server.settimeout(0.2)
+        while not stop.is_set():
+            with contextlib.suppress(socket.timeout, OSError):
+                held.append(server.accept()[0])
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join()
+        for connection in held:
+            connection.close()
+        server.close()
 
 
 # -- fixtures the stand-in serves ----------------------------------------------------

@@ -11,7 +11,6 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import pytest
 from bertprep.cli import main
 from bertprep.errors import redact
 from object_store import SeaweedFS
+from stand_in_servers import silent_endpoint
 
 pytestmark = pytest.mark.xdist_group("store_hostile")
 
@@ -140,30 +140,6 @@ def test_each_url_form_that_would_write_elsewhere_is_one_line_and_nothing_is_wri
         assert code == 2 and len(printed.strip().splitlines()) == 1, (name, printed)
         assert BAD_FORMS[form] in printed, (name, printed)
     assert_nothing_written(workspace, s3_bucket, before)
-
-
-@contextlib.contextmanager
-def silent_endpoint():
-    """http://127.0.0.1:<port>: accepts every connection and never answers a byte."""
-    server = socket.create_server(("127.0.0.1", 0))
-    held, stop = [], threading.Event()
-
-    def accept():
-        server.settimeout(0.2)
-        while not stop.is_set():
-            with contextlib.suppress(socket.timeout, OSError):
-                held.append(server.accept()[0])
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.getsockname()[1]}"
-    finally:
-        stop.set()
-        thread.join()
-        for connection in held:
-            connection.close()
-        server.close()
 
 
 QUIET_STAGES = ("validate", "create out", "dedup in")

@@ -103,7 +103,8 @@ def run(options, workdir, progress):
                 manifest = save_parts_manifest(directory, CORPUS, source, {"bookcorpus-tarball.jsonl": stats})
         what = (TARBALL, f"{entry['bytes']:,} bytes, md5 verified")
     else:
-        commit, files = hub_snapshot(REPO, REVISION, ["plain_text/*.parquet"], options.base_url, progress.quiet)
+        commit, files = hub_snapshot(REPO, REVISION, ["plain_text/*.parquet"], options.base_url, progress.quiet,
+                                     options.limits)
         hub_manifest(workdir, "bookcorpus", REPO, REVISION, commit, files, progress)
         parts = [(path[: -len(".parquet")].replace("/", "-"), f"{info['sha256']}/{per_document}",
                   _parquet_documents(local, path, per_document)) for path, local, info in files]

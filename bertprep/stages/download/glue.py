@@ -167,7 +167,7 @@ def _download(options, directory, progress):
     tasks = options.tasks
     downloads = SourceDownloads(directory, "glue", progress)
     patterns = [f"{TASKS[t][0]}/*.parquet" for t in tasks]
-    commit, files = hub_snapshot(REPO, "main", patterns, options.base_url, progress.quiet)
+    commit, files = hub_snapshot(REPO, "main", patterns, options.base_url, progress.quiet, options.limits)
     downloads.set_info(repo=REPO, commit=commit)
     rows = []
     for task in tasks:

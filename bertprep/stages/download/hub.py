@@ -12,23 +12,72 @@ Every file is checked against the size and sha256 the hub publishes for it
 (its LFS pointer in the tree listing). Offline, the published sha256 is the
 name of the cached blob: the hub served it as the file's ETag when the file
 was downloaded.
+
+Every request huggingface_hub makes for a download goes through `bounded_hub`: it waits at most the download's
+`--stall-timeout` to connect and for each byte (huggingface_hub asks some with no timeout at all: a hub that
+accepted the connection and never answered held `download glue` for ever), and a 429 or 503 that asks to be
+retried later is retried within the wait our own downloads allow between attempts.
 """
 
+import contextlib
 import fnmatch
+import functools
 import os
 import re
 
 from bertprep.atomic import sha256_file
 from bertprep.errors import DataError
+from bertprep.stages.download.http import Limits
 
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 
-def hub_snapshot(repo, revision, patterns, endpoint=None, quiet=False):
-    """Download (or find in the cache) the files of dataset `repo` matching `patterns`.
+def hub_snapshot(repo, revision, patterns, endpoint=None, quiet=False, limits=Limits()):
+    """Download (or find in the cache) the files of dataset `repo` matching `patterns`, each request bounded by
+    `limits` (`bounded_hub`).
 
     Returns (commit, [(path in repo, local path, {"bytes", "sha256"})]) sorted by path.
     """
+    with bounded_hub(limits):
+        return _hub_snapshot(repo, revision, patterns, endpoint, quiet)
+
+
+@contextlib.contextmanager
+def bounded_hub(limits):
+    """huggingface_hub's requests, while in this block, wait at most `limits.stall` seconds for a connection
+    and for each byte: its client factory is wrapped (a user's own factory too) so that each client it makes
+    clamps every request's timeouts. Without it `snapshot_download` asked the repository's revision with no
+    timeout, so an endpoint that never answered held the command for ever."""
+    import huggingface_hub
+    from huggingface_hub.utils import _http
+
+    previous = getattr(_http, "_GLOBAL_CLIENT_FACTORY", _http.default_client_factory)
+
+    def factory():
+        client = previous()
+        hooks = client.event_hooks
+        client.event_hooks = {"request": [*hooks["request"], functools.partial(_clamp_timeouts, limits.stall)],
+                              "response": hooks["response"]}
+        return client
+
+    huggingface_hub.set_client_factory(factory)  # closes the shared client: the next request makes a bounded one
+    try:
+        yield
+    finally:
+        huggingface_hub.set_client_factory(previous)
+
+
+def _clamp_timeouts(stall, request):
+    """An httpx request hook: each of the request's timeouts (connect, read, write, pool) at most `stall`;
+    None (no timeout) becomes `stall`."""
+    timeout = dict(request.extensions.get("timeout") or {})
+    for key in ("connect", "read", "write", "pool"):
+        value = timeout.get(key)
+        timeout[key] = stall if value is None else min(value, stall)
+    request.extensions = {**request.extensions, "timeout": timeout}
+
+
+def _hub_snapshot(repo, revision, patterns, endpoint, quiet):
     import huggingface_hub
     from huggingface_hub import HfApi, snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError

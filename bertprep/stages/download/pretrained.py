@@ -33,7 +33,7 @@ from bertprep.errors import DataError, UsageError, redact
 from bertprep.options import errors_name_fields, normalise_paths
 from bertprep.stages.download import DownloadOptions
 from bertprep.stages.download.http import CHUNK, SourceDownloads, read_checksum_list
-from bertprep.stages.download.hub import SHA256_HEX, _first_line
+from bertprep.stages.download.hub import SHA256_HEX, _first_line, bounded_hub
 
 DEFAULT_BASE_URL = "https://storage.googleapis.com/bert_models"
 BASE_URL_ENV = "BERTPREP_PRETRAINED_URL"
@@ -149,7 +149,8 @@ def run(options, workdir, progress):
             pins = read_checksum_list(options.checksums, "sha256") if options.checksums else RELEASES[name][2]
             rows = _google_release(downloads, staging, name, pins, options.base_url)
         else:
-            rows = _hub_model(downloads, staging, name, options.base_url, progress.quiet)
+            with bounded_hub(options.limits):  # every request of huggingface_hub waits at most --stall-timeout
+                rows = _hub_model(downloads, staging, name, options.base_url, progress.quiet)
     summary = {"source": "pretrained", "model": name, "directory": downloads.path(_dirname(name)),
                "files": {k: v for k, v in downloads.manifest["files"].items() if k.startswith(_dirname(name) + "/")}}
     return summary, rows

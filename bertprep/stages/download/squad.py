@@ -158,7 +158,8 @@ def _check_python(path):
 
 def _from_hub(downloads, version, split, relpath, endpoint, quiet):
     repo, config = HUB_REPOS[version]
-    commit, files = hub_snapshot(repo, "main", [f"{config}/{HUB_SPLITS[split]}-*.parquet"], endpoint, quiet)
+    commit, files = hub_snapshot(repo, "main", [f"{config}/{HUB_SPLITS[split]}-*.parquet"], endpoint, quiet,
+                                 downloads.limits)
     sources = {path: info["sha256"] for path, _local, info in files}
     entry = downloads.manifest["files"].get(relpath)
     if entry and entry.get("hub_files") == sources and os.path.exists(downloads.path(relpath)):

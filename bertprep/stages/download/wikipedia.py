@@ -71,7 +71,8 @@ def run(options, workdir, progress):
                              '"bertprep[download]"') from None
         return wikidump.run(options, workdir, progress)
     config = f"{options.date}.{options.lang}"
-    commit, files = hub_snapshot(REPO, "main", [f"{config}/*.parquet"], options.base_url, progress.quiet)
+    commit, files = hub_snapshot(REPO, "main", [f"{config}/*.parquet"], options.base_url, progress.quiet,
+                                 options.limits)
     hub_manifest(workdir, "wikipedia", REPO, "main", commit, files, progress)
     corpus = f"wikicorpus_{options.lang}"
     parts = [(path[: -len(".parquet")].replace("/", "-"), info["sha256"], _documents(local))

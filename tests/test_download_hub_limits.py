@@ -1,0 +1,90 @@
+"""`--stall-timeout` bounds the hub sources' requests too (wikipedia, bookcorpus, squad --from-hub, glue, a hub
+model), against a real socket on 127.0.0.1 that accepts every connection and never answers, the stand-in hub
+trickling its files, and the real huggingface_hub."""
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from stand_in_servers import REPO, StandInServer, ok, parquet_bytes, run_cli, silent_endpoint
+
+HUB_SOURCES = {
+    "wikipedia": ["wikipedia"],
+    "bookcorpus": ["bookcorpus"],
+    "squad --from-hub": ["squad", "--from-hub", "--version", "1.1"],
+    "glue": ["glue", "--tasks", "CoLA"],
+}
+
+
+def hub_env(endpoint, hf_home):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "BERTPREP_"))}
+    env.update(HF_HUB_DISABLE_TELEMETRY="1", PYTHONPATH=str(REPO), HF_ENDPOINT=endpoint, HF_HOME=str(hf_home))
+    return env
+
+
+def run_all_at_once(argvs, env, limit):
+    """name -> (exit code, stderr, seconds it took): each of `argvs` (name -> bertprep arguments) run at once, each
+    killed after `limit` seconds (exit None)."""
+    started, processes, runs = time.monotonic(), {}, {}
+    for name, argv in argvs.items():
+        processes[name] = subprocess.Popen([sys.executable, "-m", "bertprep", *map(str, argv)], env=env,
+                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for name, process in processes.items():
+            try:
+                _out, err = process.communicate(timeout=max(1, limit - (time.monotonic() - started)))
+                runs[name] = (process.returncode, err, time.monotonic() - started)
+            except subprocess.TimeoutExpired:
+                runs[name] = (None, "", time.monotonic() - started)
+    finally:
+        for process in processes.values():  # none is left running if one did not end in time
+            process.kill()
+            process.communicate()
+    return runs
+
+
+def test_a_hub_that_never_answers_ends_each_hub_dataset_within_the_stall_timeout(tmp_path):
+    """huggingface_hub asked the repository's revision with no timeout: each of these waited for ever."""
+    with silent_endpoint() as endpoint:
+        argvs = {name: ["download", *argv, "--workdir", tmp_path / name.split()[0], "--stall-timeout", "1",
+                        "--quiet"] for name, argv in HUB_SOURCES.items()}
+        runs = run_all_at_once(argvs, hub_env(endpoint, tmp_path / "hf"), limit=60)
+    for name, (code, stderr, took) in runs.items():
+        assert code == 1 and stderr.count("\n") == 1 and "Traceback" not in stderr, (name, code, stderr)
+        assert stderr.startswith("bertprep download: error: ") and f"not reachable at {endpoint} " in stderr, stderr
+        assert took < 20, (name, took)
+
+
+@pytest.mark.heavy  # huggingface_hub's own 7 attempts of a file and its 23 s of backoff between them
+def test_a_hub_that_never_answers_ends_a_hub_model_within_the_stall_timeout(tmp_path):
+    """--stall-timeout was not applied: 10 s, then 6 attempts of 60 s and backoff, 6.6 minutes."""
+    with silent_endpoint() as endpoint:
+        argv = ["download", "pretrained", "--model", "someone/bert-tiny", "--workdir", tmp_path / "w",
+                "--stall-timeout", "1", "--quiet"]
+        [(code, stderr, took)] = run_all_at_once({"model": argv}, hub_env(endpoint, tmp_path / "hf"), 120).values()
+    assert code == 1 and "Traceback" not in stderr, (code, stderr)
+    assert stderr.splitlines()[-1] == ("bertprep download: error: someone/bert-tiny/config.json: not reachable at "
+                                       f"{endpoint} and not in the cache (timed out)"), stderr
+    assert took < 60, took
+
+
+def test_a_hub_that_trickles_its_files_still_succeeds_within_the_stall_timeout(tmp_path):
+    """The stall limit bounds each wait for a byte, not the transfer: files that take three times as long as
+    --stall-timeout to arrive, a byte every 2 ms, are downloaded and verified."""
+    with StandInServer() as server:
+        files = {f"cola/{split}-00000-of-00001.parquet": parquet_bytes({"sentence": [f"{split} a", f"{split} b"],
+                                                                       "label": [0, 1], "idx": [0, 1]})
+                 for split in ("train", "validation", "test")}
+        commit = server.add_hub_dataset("nyu-mll/glue", files)
+        for path in files:
+            server.trickle[f"/datasets/nyu-mll/glue/resolve/{commit}/{path}"] = [0.002, 1]
+        started = time.monotonic()
+        summary = ok(run_cli("download", "glue", "--tasks", "CoLA", "--workdir", tmp_path / "w", "--stall-timeout",
+                             "1", "--json", "--quiet", server=server, hf_home=tmp_path / "hf"))
+        took = time.monotonic() - started
+    assert sorted(summary["files"]) == ["CoLA/dev.tsv", "CoLA/test.tsv", "CoLA/train.tsv"]
+    assert all(count == 0 for count in [entry[1] for entry in server.trickle.values()])  # each was trickled
+    assert took > 1.5, took
