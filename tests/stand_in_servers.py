@@ -55,6 +55,8 @@ class StandInServer:
         self.authorizations = []  # (path, Authorization header or None) of each request
         self.headers = {}  # "/path" -> {header: value} sent instead of the computed ones (a bad Content-Length)
         self.redirects = {}  # "/path" -> the Location of a 302 answered to it
+        # "/path" -> [(status, {header: value}) answered instead of the file; how many requests get this]
+        self.fail_with = {}
         self._lock = threading.Lock()
         self._httpd = None
 
@@ -161,6 +163,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"HTTP/1.1 200 OK\r\n" + cut)
             self.close_connection = True
             return None
+        failure = self.stand_in.take(self.stand_in.fail_with, path)
+        if failure is not None:  # a busy or failing server: 429, 503 (with a Retry-After, say)
+            return self._send_json(failure[0], {"error": "stand-in failure"}, failure[1], head=head)
         if path in self.stand_in.redirects:
             self.send_response(302)
             self.send_header("Location", self.stand_in.redirects[path])

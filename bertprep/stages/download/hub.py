@@ -22,6 +22,7 @@ retried later is retried within the wait our own downloads allow between attempt
 import contextlib
 import fnmatch
 import functools
+import logging
 import os
 import re
 
@@ -38,20 +39,23 @@ def hub_snapshot(repo, revision, patterns, endpoint=None, quiet=False, limits=Li
 
     Returns (commit, [(path in repo, local path, {"bytes", "sha256"})]) sorted by path.
     """
-    with bounded_hub(limits):
+    with bounded_hub(limits, quiet):
         return _hub_snapshot(repo, revision, patterns, endpoint, quiet)
 
 
 @contextlib.contextmanager
-def bounded_hub(limits):
+def bounded_hub(limits, quiet=False):
     """huggingface_hub's requests, while in this block, wait at most `limits.stall` seconds for a connection
     and for each byte: its client factory is wrapped (a user's own factory too) so that each client it makes
     clamps every request's timeouts. Without it `snapshot_download` asked the repository's revision with no
-    timeout, so an endpoint that never answered held the command for ever."""
+    timeout, so an endpoint that never answered held the command for ever. `quiet`: its warnings (a line or two
+    per retry, "Retrying in 1s [Retry 1/5]") are not shown, as --quiet shows no note of our own retries."""
     import huggingface_hub
     from huggingface_hub.utils import _http
 
     previous = getattr(_http, "_GLOBAL_CLIENT_FACTORY", _http.default_client_factory)
+    hub_logger = logging.getLogger("huggingface_hub")
+    level = hub_logger.level
 
     def factory():
         client = previous()
@@ -61,10 +65,13 @@ def bounded_hub(limits):
         return client
 
     huggingface_hub.set_client_factory(factory)  # closes the shared client: the next request makes a bounded one
+    if quiet:
+        hub_logger.setLevel(logging.ERROR)
     try:
         yield
     finally:
         huggingface_hub.set_client_factory(previous)
+        hub_logger.setLevel(level)
 
 
 def _clamp_timeouts(stall, request):

@@ -149,7 +149,7 @@ def run(options, workdir, progress):
             pins = read_checksum_list(options.checksums, "sha256") if options.checksums else RELEASES[name][2]
             rows = _google_release(downloads, staging, name, pins, options.base_url)
         else:
-            with bounded_hub(options.limits):  # every request of huggingface_hub waits at most --stall-timeout
+            with bounded_hub(options.limits, progress.quiet):  # each hub request waits at most --stall-timeout
                 rows = _hub_model(downloads, staging, name, options.base_url, progress.quiet)
     summary = {"source": "pretrained", "model": name, "directory": downloads.path(_dirname(name)),
                "files": {k: v for k, v in downloads.manifest["files"].items() if k.startswith(_dirname(name) + "/")}}
