@@ -106,3 +106,23 @@ def test_quiet_shows_none_of_the_hubs_retries(tmp_path):
                          hf_home=tmp_path / "hf")
     assert (result.returncode, result.stdout, result.stderr) == (0, "", ""), result.stderr
     assert (tmp_path / "w/download/glue/CoLA/train.tsv").read_text() == "hub\t0\t*\ttrain 0\n"
+
+
+@pytest.mark.parametrize("asks", [{"Retry-After": "3600"}, {"RateLimit": '"api";r=0;t=3600',
+                                                            "RateLimit-Policy": '"fixed window";"api";q=500;w=3600'}],
+                         ids=["retry-after", "ratelimit"])
+def test_a_hub_that_asks_to_wait_an_hour_is_retried_within_the_stall_timeout(tmp_path, asks):
+    """huggingface_hub slept what a 429 asked (Retry-After or the RateLimit reset) plus 1 s before it retried: an
+    hour per retry."""
+    with StandInServer() as server:
+        commit = server.add_hub_dataset("nyu-mll/glue", cola_files())
+        server.fail_with[f"/datasets/nyu-mll/glue/resolve/{commit}/cola/train-00000-of-00001.parquet"] = [(429, asks),
+                                                                                                            3]
+        env = hub_env(server.url, tmp_path / "hf")
+        [(code, stderr, took)] = run_all_at_once({"glue": ["download", "glue", "--tasks", "CoLA", "--workdir",
+                                                           tmp_path / "w", "--stall-timeout", "2", "--quiet"]},
+                                                 env, limit=60).values()
+        assert server.fail_with[next(iter(server.fail_with))][1] == 0  # each 429 was answered
+    assert (code, stderr) == (0, ""), (code, stderr)
+    assert (tmp_path / "w/download/glue/CoLA/train.tsv").read_text() == "hub\t0\t*\ttrain 0\n"
+    assert took < 20, took  # two waits of 2 s

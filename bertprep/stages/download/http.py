@@ -54,6 +54,7 @@ TRANSIENT_STATUS = {408, 425, 429, 500, 502, 503, 504}
 
 
 MAX_SECONDS = 1e9  # 31 years: a limit, not "none" (which --deadline 0 says)
+MAX_WAIT = 60.0  # the longest wait between two attempts (the backoff doubles up to it)
 
 
 @errors_name_fields
@@ -193,7 +194,7 @@ def fetch(url, dest, *, size=None, checksums=None, progress=None, retries=6, bac
                 raise DataError(
                     f"{url}: {exc} (gave up after {attempts} attempts; rerun to resume at byte {part.have:,})"
                 ) from None
-            wait = min(backoff * 2 ** (attempts - 1), 60.0)
+            wait = min(backoff * 2 ** (attempts - 1), MAX_WAIT)
             if progress is not None:
                 progress.note(f"{os.path.basename(dest)}: {exc}; retrying in {wait:.1f}s from byte {part.have:,}")
             time.sleep(wait)
@@ -425,7 +426,7 @@ def fetch_text(url, retries=4, backoff=1.0, limits=Limits()):
         except _Transient as exc:
             if attempt == retries:
                 raise DataError(f"{url}: {exc} (gave up after {retries + 1} attempts)") from None
-            time.sleep(min(backoff * 2**attempt, 60.0))
+            time.sleep(min(backoff * 2**attempt, MAX_WAIT))
 
 
 def read_checksum_list(path, algorithm):

@@ -15,20 +15,22 @@ was downloaded.
 
 Every request huggingface_hub makes for a download goes through `bounded_hub`: it waits at most the download's
 `--stall-timeout` to connect and for each byte (huggingface_hub asks some with no timeout at all: a hub that
-accepted the connection and never answered held `download glue` for ever), and a 429 or 503 that asks to be
-retried later is retried within the wait our own downloads allow between attempts.
+accepted the connection and never answered held `download glue` for ever), and a 429 or 5xx that asks to be
+retried later is retried after at most that long too, and never after more than our own downloads wait between
+attempts (MAX_WAIT).
 """
 
 import contextlib
 import fnmatch
 import functools
 import logging
+import math
 import os
 import re
 
 from bertprep.atomic import sha256_file
 from bertprep.errors import DataError
-from bertprep.stages.download.http import Limits
+from bertprep.stages.download.http import MAX_WAIT, TRANSIENT_STATUS, Limits
 
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
@@ -61,7 +63,7 @@ def bounded_hub(limits, quiet=False):
         client = previous()
         hooks = client.event_hooks
         client.event_hooks = {"request": [*hooks["request"], functools.partial(_clamp_timeouts, limits.stall)],
-                              "response": hooks["response"]}
+                              "response": [*hooks["response"], functools.partial(_shorten_waits, limits.stall)]}
         return client
 
     huggingface_hub.set_client_factory(factory)  # closes the shared client: the next request makes a bounded one
@@ -82,6 +84,22 @@ def _clamp_timeouts(stall, request):
         value = timeout.get(key)
         timeout[key] = stall if value is None else min(value, stall)
     request.extensions = {**request.extensions, "timeout": timeout}
+
+
+def _shorten_waits(stall, response):
+    """An httpx response hook: a 429 or 5xx's `Retry-After` (or `RateLimit` reset, `t=`) of more seconds than
+    `stall` and MAX_WAIT allow is shortened to that. huggingface_hub slept whatever it said, plus 1 s, before it
+    tried again: `Retry-After: 3600` held a download an hour per retry (it makes 5), where our own downloads wait
+    at most MAX_WAIT between attempts."""
+    if response.status_code not in TRANSIENT_STATUS:
+        return
+    most = max(0, math.ceil(min(stall, MAX_WAIT)) - 1)  # huggingface_hub adds 1 s to what the server says
+    after = response.headers.get("Retry-After", "").strip()
+    if after.isdigit() and int(after) > most:
+        response.headers["Retry-After"] = str(most)
+    ratelimit = response.headers.get("RateLimit")
+    if ratelimit:
+        response.headers["RateLimit"] = re.sub(r"\bt=(\d+)", lambda m: f"t={min(int(m.group(1)), most)}", ratelimit)
 
 
 def _hub_snapshot(repo, revision, patterns, endpoint, quiet):
