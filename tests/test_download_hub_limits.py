@@ -126,3 +126,34 @@ def test_a_hub_that_asks_to_wait_an_hour_is_retried_within_the_stall_timeout(tmp
     assert (code, stderr) == (0, ""), (code, stderr)
     assert (tmp_path / "w/download/glue/CoLA/train.tsv").read_text() == "hub\t0\t*\ttrain 0\n"
     assert took < 20, took  # two waits of 2 s
+
+
+def test_a_hub_that_answers_its_first_request_busy_is_asked_again(tmp_path):
+    """snapshot_download asks a dataset's revision once: one 503 ended `download glue` (`not reachable … (Got:
+    HfHubHTTPError: Server error '503 Service Unavailable' …)`), where our own downloads retry a busy server."""
+    with StandInServer() as server:
+        server.add_hub_dataset("nyu-mll/glue", cola_files())
+        server.fail_with["/api/datasets/nyu-mll/glue/revision/main"] = [(503, {}), 1]
+        server.fail_with["/api/datasets/nyu-mll/glue/tree/" + server.hub[("nyu-mll/glue", "main")]["commit"]] = [
+            (429, {}), 1]  # its own retries (huggingface_hub's) take this one
+        result = run_cli("download", "glue", "--tasks", "CoLA", "--workdir", tmp_path / "w", "--quiet", server=server,
+                         hf_home=tmp_path / "hf")
+        asked = [path for method, path, _range in server.requests if path.endswith("/revision/main")]
+    assert (result.returncode, result.stderr) == (0, ""), result.stderr
+    assert len(asked) == 2 and (tmp_path / "w/download/glue/CoLA/train.tsv").read_text() == "hub\t0\t*\ttrain 0\n"
+
+
+@pytest.mark.heavy  # 7 attempts, 63 s of backoff between them
+def test_a_hub_that_stays_busy_ends_in_one_line_after_seven_attempts(tmp_path):
+    with StandInServer() as server:
+        server.add_hub_dataset("nyu-mll/glue", cola_files())
+        server.fail_with["/api/datasets/nyu-mll/glue/revision/main"] = [(503, {"Retry-After": "3600"}), 100]
+        started = time.monotonic()
+        result = run_cli("download", "glue", "--tasks", "CoLA", "--workdir", tmp_path / "w", "--quiet", server=server,
+                         hf_home=tmp_path / "hf")
+        took, endpoint = time.monotonic() - started, server.url
+        asked = [path for method, path, _range in server.requests if path.endswith("/revision/main")]
+    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(f"bertprep download: error: nyu-mll/glue@main: not reachable at {endpoint} and "
+                                    "not in the cache (") and result.stderr.endswith("; gave up after 7 attempts)\n")
+    assert len(asked) == 7 and took < 63 + 30, took

@@ -27,12 +27,14 @@ import logging
 import math
 import os
 import re
+import time
 
 from bertprep.atomic import sha256_file
 from bertprep.errors import DataError
 from bertprep.stages.download.http import MAX_WAIT, TRANSIENT_STATUS, Limits
 
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+RETRIES = 6  # attempts after the first when the hub's API answers busy: as many as our own downloads make
 
 
 def hub_snapshot(repo, revision, patterns, endpoint=None, quiet=False, limits=Limits()):
@@ -110,15 +112,23 @@ def _hub_snapshot(repo, revision, patterns, endpoint, quiet):
     if quiet:
         huggingface_hub.utils.disable_progress_bars()
     where = endpoint or huggingface_hub.constants.ENDPOINT
-    try:
-        folder = snapshot_download(
-            repo, repo_type="dataset", revision=revision, allow_patterns=patterns, endpoint=endpoint, max_workers=8
-        )
-    except LocalEntryNotFoundError as exc:
-        raise DataError(f"{repo}@{revision}: not reachable at {where} and not in the cache "
-                        f"({_first_line(exc)})") from None
-    except (HfHubHTTPError, OSError, ValueError) as exc:
-        raise DataError(f"{repo}@{revision} at {where}: {_first_line(exc)}") from None
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            folder = snapshot_download(
+                repo, repo_type="dataset", revision=revision, allow_patterns=patterns, endpoint=endpoint, max_workers=8
+            )
+            break
+        except LocalEntryNotFoundError as exc:
+            if _hub_was_busy(exc.__cause__) and attempt <= RETRIES:
+                time.sleep(min(2 ** (attempt - 1), MAX_WAIT))  # as our own downloads back off
+                continue
+            gave_up = f"; gave up after {attempt} attempts" if attempt > 1 else ""
+            raise DataError(f"{repo}@{revision}: not reachable at {where} and not in the cache "
+                            f"({_first_line(exc)}{gave_up})") from None
+        except (HfHubHTTPError, OSError, ValueError) as exc:
+            raise DataError(f"{repo}@{revision} at {where}: {_first_line(exc)}") from None
     commit = os.path.basename(os.path.normpath(folder))
     files = _matching_files(folder, patterns)
     if not files:
@@ -140,6 +150,16 @@ def _hub_snapshot(repo, revision, patterns, endpoint, quiet):
                 )
         verified.append((relpath, local, actual))
     return commit, verified
+
+
+def _hub_was_busy(error):
+    """Whether `error`, why snapshot_download fell back to the cache, is the hub answering its API (the revision,
+    the file listing) with a status worth retrying (429, 5xx). snapshot_download asks the revision once: one 503
+    ended a download that our own downloads would have retried; the files' requests huggingface_hub retries
+    itself."""
+    response = getattr(error, "response", None)
+    return (response is not None and response.status_code in TRANSIENT_STATUS
+            and "/api/" in response.request.url.path)
 
 
 def _first_line(exc):
