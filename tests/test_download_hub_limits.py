@@ -157,3 +157,22 @@ def test_a_hub_that_stays_busy_ends_in_one_line_after_seven_attempts(tmp_path):
     assert result.stderr.startswith(f"bertprep download: error: nyu-mll/glue@main: not reachable at {endpoint} and "
                                     "not in the cache (") and result.stderr.endswith("; gave up after 7 attempts)\n")
     assert len(asked) == 7 and took < 63 + 30, took
+
+
+@pytest.mark.parametrize("source", ["glue", "pretrained"])
+def test_a_hub_that_redirects_in_a_loop_is_one_line(tmp_path, source):
+    """httpx2.TooManyRedirects is no OSError nor huggingface_hub's HTTP error: it was a 40-line traceback."""
+    with StandInServer() as server:
+        server.add_hub_dataset("nyu-mll/glue", cola_files())
+        server.add_hub_model("someone/bert-tiny", {"config.json": b"{}", "vocab.txt": b"[PAD]\n"})
+        loop = {"glue": "/api/datasets/nyu-mll/glue/revision/main",
+                "pretrained": "/someone/bert-tiny/resolve/main/config.json"}[source]
+        server.redirects[loop] = loop
+        argv = {"glue": ["glue", "--tasks", "CoLA"], "pretrained": ["pretrained", "--model", "someone/bert-tiny"]}
+        result = run_cli("download", *argv[source], "--workdir", tmp_path / "w", "--quiet", server=server,
+                         hf_home=tmp_path / "hf")
+        endpoint = server.url
+    what = {"glue": "nyu-mll/glue@main", "pretrained": "someone/bert-tiny/config.json"}[source]
+    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(f"bertprep download: error: {what} at {endpoint}: Exceeded "), result.stderr
+    assert "redirects" in result.stderr

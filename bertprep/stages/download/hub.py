@@ -129,6 +129,10 @@ def _hub_snapshot(repo, revision, patterns, endpoint, quiet):
                             f"({_first_line(exc)}{gave_up})") from None
         except (HfHubHTTPError, OSError, ValueError) as exc:
             raise DataError(f"{repo}@{revision} at {where}: {_first_line(exc)}") from None
+        except Exception as exc:
+            if not from_hub_client(exc):
+                raise
+            raise DataError(f"{repo}@{revision} at {where}: {_first_line(exc)}") from None
     commit = os.path.basename(os.path.normpath(folder))
     files = _matching_files(folder, patterns)
     if not files:
@@ -160,6 +164,13 @@ def _hub_was_busy(error):
     response = getattr(error, "response", None)
     return (response is not None and response.status_code in TRANSIENT_STATUS
             and "/api/" in response.request.url.path)
+
+
+def from_hub_client(exc):
+    """Whether `exc` is one of huggingface_hub's or its HTTP client's (httpx, httpx2 in its newer releases)
+    own errors, which are no OSError: a hub whose endpoint redirected in a loop was an httpx2.TooManyRedirects
+    traceback."""
+    return type(exc).__module__.split(".")[0] in ("huggingface_hub", "httpx", "httpx2", "httpcore", "httpcore2")
 
 
 def _first_line(exc):

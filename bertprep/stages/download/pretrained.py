@@ -33,7 +33,7 @@ from bertprep.errors import DataError, UsageError, redact
 from bertprep.options import errors_name_fields, normalise_paths
 from bertprep.stages.download import DownloadOptions
 from bertprep.stages.download.http import CHUNK, SourceDownloads, read_checksum_list
-from bertprep.stages.download.hub import SHA256_HEX, _first_line, bounded_hub
+from bertprep.stages.download.hub import SHA256_HEX, _first_line, bounded_hub, from_hub_client
 
 DEFAULT_BASE_URL = "https://storage.googleapis.com/bert_models"
 BASE_URL_ENV = "BERTPREP_PRETRAINED_URL"
@@ -335,6 +335,10 @@ def _hub_file(repo, filename, endpoint, where, optional=False):
             return None
         raise not_a_model from None
     except (HfHubHTTPError, OSError, ValueError) as exc:
+        raise DataError(f"{repo}/{filename} at {where}: {_first_line(exc)}") from None
+    except Exception as exc:
+        if not from_hub_client(exc):
+            raise
         raise DataError(f"{repo}/{filename} at {where}: {_first_line(exc)}") from None
 
 
