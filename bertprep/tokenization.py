@@ -127,10 +127,17 @@ def resolve_vocab_path(value):
     looks_like_repo_id = value.count("/") <= 1 and not value.endswith(".txt") and not value.startswith((".", "/"))
     if not looks_like_repo_id:  # nor is any URL ("://"): a missing bucket or refused credentials say so instead
         raise storage.not_found(value, DataError(f"{value}: vocab file not found"))
+    from bertprep.stages.download.http import Limits
+    from bertprep.stages.download.hub import bounded_hub
+
+    # each request waits for a byte at most what a store's does (BERTPREP_STORE_READ_TIMEOUT; its usage line first):
+    # huggingface_hub's retries of a hub that never answered waited 6.6 minutes whatever that said
+    limits = Limits(stall=storage.store_limits()[1])
     try:
         from huggingface_hub import hf_hub_download
 
-        return hf_hub_download(repo_id=value, filename="vocab.txt")
+        with bounded_hub(limits):
+            return hf_hub_download(repo_id=value, filename="vocab.txt")
     except Exception as exc:  # hub errors come in many types; the message is what matters
         raise DataError(f"{value}: not a vocab file and not resolvable as a hub model id ({exc.__class__.__name__}: "
                         f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
