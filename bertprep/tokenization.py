@@ -136,7 +136,7 @@ def resolve_vocab_path(value):
     try:
         from huggingface_hub import hf_hub_download
 
-        with bounded_hub(limits):
+        with bounded_hub(limits, quiet=True):  # its retries' warnings are library lines: the error is ours, one
             return hf_hub_download(repo_id=value, filename="vocab.txt")
     except Exception as exc:  # hub errors come in many types; the message is what matters
         raise DataError(f"{value}: not a vocab file and not resolvable as a hub model id ({exc.__class__.__name__}: "
