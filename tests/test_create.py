@@ -730,3 +730,25 @@ def test_a_run_killed_before_its_manifest_is_saved_is_not_resumed_as_the_earlier
     assert any(first[name] != (tmp_path / name).read_bytes() for name in first)  # the killed run wrote a shard
     assert bertprep.create(vocab=vocab, **args)["shards_created"] >= 1
     assert {p.relative_to(tmp_path): p.read_bytes() for p in sorted((tmp_path / "out").rglob("*.tfrecord"))} == first
+
+
+def test_create_refuses_a_records_folder_of_another_stage(tmp_path):
+    """`create --out ROOT --corpus NAME` where ROOT/<params>/NAME is another stage's output (here tokenize's) took
+    that manifest's files for an earlier run's: it deleted the .bin/.idx files, left data-path.txt naming them and
+    replaced the manifest, exit 0. It is refused before anything is written, as tokenize and pack refuse it."""
+    from bertprep.stages.create import sample_paths
+    from bertprep.workdir import params_dirname
+
+    corpus, vocab = sample_paths()
+    tokenized = tmp_path / "records" / params_dirname(128, 20, 0.15, 12345, 1) / "wiki"
+    run = subprocess.run([sys.executable, "-m", "bertprep", "tokenize", "--input", corpus, "--vocab", vocab, "--out",
+                          str(tokenized.parent), "--corpus", "wiki", "--quiet"], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    before = {p: p.read_bytes() for p in tokenized.rglob("*") if p.is_file()}
+    run = subprocess.run([sys.executable, "-m", "bertprep", "create", "--input", corpus, "--vocab", vocab, "--out",
+                          str(tmp_path / "records"), "--corpus", "wiki", "--dupe-factor", "1", "--workers", "1"],
+                         capture_output=True, text=True)
+    assert run.returncode == 1 and run.stderr == (
+        f"bertprep create: error: {tokenized}/manifest.json: a manifest of bertprep tokenize, not of create: create "
+        "would replace it and remove the files it lists; choose another --out or --corpus\n")
+    assert {p: p.read_bytes() for p in tokenized.rglob("*") if p.is_file()} == before

@@ -72,6 +72,7 @@ from bertprep.workdir import (
     nvidia_dirname,
     outputs_complete,
     params_dirname,
+    refuse_another_stages,
     removed_warning,
     resolve_workdir,
     resuming_note,
@@ -547,6 +548,7 @@ def create(options: CreateOptions | None = None, /, *, quiet: bool = True, **fie
     started = time.monotonic()
     records, settings, fmts, tasks, notes, warnings = plan(options)
     refuse_overlap(records.root, [*(options.input or ()), *(task.source for task in tasks)])
+    refuse_another_stages(records, "create", "--out or --corpus")
     if options.eval_samples:  # counted before anything is written: too few test instances writes nothing
         with open_engine(options.engine) as engine:
             tasks = limit_test_split(tasks, options.eval_samples, engine)
