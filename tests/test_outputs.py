@@ -121,12 +121,43 @@ def test_temporaries_of_killed_runs_are_removed_and_staging_goes_away(tmp_path, 
 # -- operating-system errors: one line naming the path, exit 1, nothing half-written ----------
 
 
-def test_out_under_a_regular_file(tmp_path, tiny):
+def stage_args(stage, tiny, golden_dir, records, out):
+    """A command line of `stage` writing `out` (its output flag or argument) from small real inputs."""
     good, vocab = tiny
-    blocker = tmp_path / "not-a-directory"
+    squad, glue = golden_dir.parent / "finetune" / "squad" / "v1.1", golden_dir.parent / "finetune" / "glue"
+    return {"shard": ["shard", "--input", good, "--out", out, "--corpus", "tiny"],
+            "create": create_args(vocab, [good], out),
+            "tokenize": ["tokenize", "--input", good, "--vocab", vocab, "--out", out],
+            "pack": ["pack", records, "--out", out],
+            "dedup": ["dedup", "--input", good.with_suffix(".jsonl"), "--out", out],
+            "convert": ["convert", golden_dir / "G2.tfrecord", out, "--to", "ofrecord"],
+            "create-squad": ["create-squad", "--input", next(squad.glob("dev*.json")), "--vocab", vocab, "--out", out],
+            "create-glue": ["create-glue", "--task", "MRPC", "--data-dir", glue / "MRPC", "--vocab", vocab,
+                            "--out", out],
+            "validate --json": ["validate", golden_dir / "G2.tfrecord", "--json", out],
+            "validate --plot": ["validate", golden_dir / "G2.tfrecord", "--plot", out]}[stage]
+
+
+@pytest.mark.parametrize("stage", ["shard", "create", "tokenize", "pack", "dedup", "convert", "create-squad",
+                                   "create-glue", "validate --json", "validate --plot"])
+def test_out_under_a_regular_file_is_one_usage_line(tmp_path, tiny, golden_dir, stage):
+    """Every stage ended an output under a regular file with the system's `…/afile/records: Not a directory`,
+    exit 1, naming neither the flag nor the file in the way (validate's reports only after every check). It is
+    one usage line naming both (options.refuse_file_above), before anything is read or made."""
+    good, vocab = tiny
+    good.with_suffix(".jsonl").write_text('{"text": "A first sentence. A second one."}\n', encoding="utf-8")
+    records = tmp_path / "records"
+    if stage == "pack":
+        assert main([*create_args(vocab, [good], records), "--corpus", "tiny"]) == 0
+        records = next(records.glob("*/tiny"))
+    blocker = tmp_path / "afile"
     blocker.write_text("a file")
-    line = error_line(bertprep(*create_args(vocab, [good], blocker / "records")), 1)
-    assert line.startswith(f"bertprep create: error: {blocker}/records") and line.endswith(": Not a directory")
+    before = files_under(tmp_path)
+    out = blocker / "in2" / "records"
+    line = error_line(bertprep(*stage_args(stage, tiny, golden_dir, records, out), "--quiet"), 2)
+    flag = {"convert": "dst", "validate --json": "--json", "validate --plot": "--plot"}.get(stage, "--out")
+    assert line == f"bertprep {stage.split()[0]}: error: {flag} {out}: {blocker} is a file, not a directory"
+    assert files_under(tmp_path) == before
 
 
 @pytest.fixture
@@ -210,13 +241,6 @@ def test_reports_and_conversions_to_a_full_device(golden_dir):
     assert line == "bertprep convert: error: /dev/full: No space left on device"
 
 
-def test_validate_json_and_plot_to_an_unwritable_place(golden_dir, tmp_path):
-    blocker = tmp_path / "file"
-    blocker.write_text("a file")
-    for flag, name in (("--json", "report.json"), ("--plot", "report.png")):
-        line = error_line(bertprep("validate", golden_dir / "G2.tfrecord", flag, blocker / name, "--quiet"), 1)
-        assert line == f"bertprep validate: error: {blocker / name}: Not a directory"
-    assert os.listdir(tmp_path) == ["file"]
 
 
 # -- exit 0 only when nothing is lost or misplaced ---------------------------------------------

@@ -71,7 +71,7 @@ class ConvertOptions:
 
     def __post_init__(self):
         check_types(self)
-        normalise_paths(self, "src", "dst", flags=False)
+        normalise_paths(self, "src", "dst", flags=False, outputs=("dst",))
         refuse_overlap(self.dst, [self.src], what="the output")
         if self.to not in formats.ALL_FORMATS:
             raise UsageError(f"--to must be one of {', '.join(formats.ALL_FORMATS)}, not {self.to!r}")

@@ -151,7 +151,7 @@ class DedupOptions:
     def __post_init__(self):
         check_types(self)
         refuse_empty(self, "input", "corpus")
-        normalise_paths(self, "input", "out", "workdir", "decontaminate")
+        normalise_paths(self, "input", "out", "workdir", "decontaminate", outputs=("out",))
         if self.corpus is not None:
             object.__setattr__(self, "corpus", tuple(self.corpus))
         if self.input and self.corpus:

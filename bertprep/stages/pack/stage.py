@@ -22,7 +22,7 @@ from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.formats import codecs
 from bertprep.formats.schemas import PACKED, PRETRAINING, UNMASKED, kind_of_manifest
-from bertprep.options import build_options, check_types, errors_name_fields, refuse_overlap
+from bertprep.options import build_options, check_types, errors_name_fields, refuse_files_above, refuse_overlap
 from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.records_manifest import check_records_manifest
 from bertprep.stages.create import (
@@ -54,6 +54,7 @@ class PackOptions:
 
     def __post_init__(self):
         check_types(self)
+        refuse_files_above(self, "out")
         if self.max_per_pack < 1:
             raise UsageError(f"--max-per-pack must be at least 1, not {self.max_per_pack}")
         if self.format is not None:  # canonical order, as parse_formats gives it

@@ -34,6 +34,7 @@ from bertprep.options import (
     errors_name_fields,
     normalise_paths,
     refuse_empty_path,
+    refuse_file_above,
     refuse_overlap,
     set_field,
 )
@@ -118,6 +119,7 @@ def check_report_place(flag, path, paths, magic):
     it with the report of q2."""
     refuse_empty_path(flag, path)  # else "--json  holds the input": "" compares as the current directory
     refuse_overlap(path, paths, what=flag)
+    refuse_file_above(flag, path)  # else found after every check, "Not a directory", exit 1
     local = storage.local_path(path)
     if storage.checks_locally(path) and os.path.isdir(local):  # else found after every check, "Is a directory", exit 1
         raise UsageError(f"{flag} {path}: is a directory; name a file for the report")
