@@ -3,6 +3,7 @@ errors with nothing half-written, refused collisions, locks, damaged manifests, 
 
 import contextlib
 import errno
+import gzip
 import os
 import resource
 import signal
@@ -346,6 +347,46 @@ def test_a_second_run_into_the_same_records_is_refused_with_the_holder(tmp_path,
         holder.stdin.flush()
         holder.wait(timeout=30)
     assert main(argv) == 0
+
+
+@pytest.mark.parametrize("stage", ["create", "tokenize"])
+def test_a_held_output_is_refused_before_the_inputs_are_read(tmp_path, tiny, stage):
+    """create and tokenize read every input whole (checked as UTF-8 text, hashed) before hold() found their output
+    held by a live run: minutes for a large corpus, and an input's own error came before the refusal. The
+    refusal comes first now (atomic.refuse_if_held, as dedup's): here before a gzip input is even looked at."""
+    good, vocab = tiny
+    (good.parent / "packed.txt").write_bytes(gzip.compress(TINY.encode()))
+    out = tmp_path / "out"
+    argv = {"create": create_args(vocab, [good.parent], out, "--corpus", "tiny"),
+            "tokenize": ["tokenize", "--input", good.parent, "--vocab", vocab, "--out", out, "--corpus", "tiny"]}[stage]
+    held = out / params_dirname(128, 20, 0.15, 12345, 1) / "tiny" if stage == "create" else out / "tiny"
+    with holder_process(held) as holder:
+        line = error_line(bertprep(*argv), 1)
+    assert line.startswith(f"bertprep {stage}: error: {held}: another run is writing here "
+                           f"(bertprep create, pid {holder.pid} on {os.uname().nodename}, since ")
+    assert line.endswith("); wait for it to finish or stop it")
+    line = error_line(bertprep(*argv), 1)  # free again: the input's own error
+    assert line == (f"bertprep {stage}: error: {good.parent / 'packed.txt'}: binary data (a gzip file?), expected "
+                    "UTF-8 text: decompress it first")
+
+
+def test_a_held_shard_output_is_refused_before_the_inputs_are_hashed(tmp_path, tiny, monkeypatch):
+    """shard hashed every input (sha256, for its manifest) before hold() found --out held by a live run."""
+    import bertprep
+    from bertprep.errors import HeldByAnotherRun
+    from bertprep.stages import shard as shard_stage
+
+    good, _vocab = tiny
+    hashed = []
+    real = shard_stage.sha256_file
+    monkeypatch.setattr(shard_stage, "sha256_file", lambda path, *a, **k: hashed.append(path) or real(path, *a, **k))
+    out = tmp_path / "out"
+    with holder_process(out) as holder, pytest.raises(HeldByAnotherRun, match=(
+            rf"^{out}: another run is writing here \(bertprep create, pid {holder.pid} on ")):
+        bertprep.shard(input=good, out=out, corpus="tiny", train_shards=1, test_shards=1)
+    assert hashed == []
+    bertprep.shard(input=good, out=out, corpus="tiny", train_shards=1, test_shards=1)
+    assert hashed and (out / "manifest.json").is_file()
 
 
 def test_a_killed_holder_releases_the_lock(tmp_path, tiny):

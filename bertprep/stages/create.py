@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from bertprep import __version__, engines, formats, storage
-from bertprep.atomic import check_distinct_outputs, hold, retry_while_held, staging_dir
+from bertprep.atomic import check_distinct_outputs, hold, refuse_if_held, retry_while_held, staging_dir
 from bertprep.corpus import read_text, tokenize_corpus
 from bertprep.engines import EngineOptions, open_engine
 from bertprep.errors import DataError, UsageError
@@ -423,6 +423,7 @@ def plan(options):
     )
     lower_case = options.lower_case
     records = records_directory(options, workdir, corpus, inputs)
+    refuse_if_held(records.root)  # before every input is read whole and hashed (minutes for a large corpus)
     settings = {
         "params": {**asdict(params), "lower_case": lower_case, "seed": options.seed,
                    "seed_per_shard": options.seed_per_shard,

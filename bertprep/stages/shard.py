@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 
 from bertprep import __version__, storage
-from bertprep.atomic import STEPS, atomic_open, hold, sha256_file
+from bertprep.atomic import STEPS, atomic_open, hold, refuse_if_held, sha256_file
 from bertprep.corpus import refuse_binary, refuse_cr_only
 from bertprep.engines import EngineOptions, open_engine
 from bertprep.errors import DataError, UsageError
@@ -534,6 +534,7 @@ def shard(options: ShardOptions | None = None, /, *, quiet: bool = True, **field
         refuse_non_text(path)
     out = Folder(storage.absolute(options.out or stage_dir(workdir, "sharded", corpus)))
     refuse_overlap(out.root, [*(options.input or ()), *inputs])
+    refuse_if_held(out.root)  # before every input is hashed (minutes for a large corpus)
     from bertprep.sentences import splitter_version
 
     params = {"train_shards": options.train_shards, "test_shards": options.test_shards,

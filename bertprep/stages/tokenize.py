@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from bertprep import __version__, storage
-from bertprep.atomic import atomic_write_bytes, check_distinct_outputs, hold, staging_dir
+from bertprep.atomic import atomic_write_bytes, check_distinct_outputs, hold, refuse_if_held, staging_dir
 from bertprep.corpus import read_text, tokenize_corpus
 from bertprep.engines import EngineOptions, open_engine
 from bertprep.errors import DataError, UsageError
@@ -168,6 +168,7 @@ def plan(options):
     corpus = options.corpus or corpus_name(inputs)
     root = storage.absolute(options.out) if options.out else storage.join(workdir, "tokenized")
     out_dir = storage.join(root, corpus)
+    refuse_if_held(out_dir)  # before every input is read whole and hashed (minutes for a large corpus)
     module = codecs.get(options.format).implementation
     settings = {"format": options.format, "lower_case": options.lower_case, "version": __version__,
                 "dtype": module.optimal_dtype(vocab.size).name,
