@@ -498,6 +498,29 @@ def test_convert_refuses_an_output_directory_holding_another_runs_record_files(g
         assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # nothing written
 
 
+def test_convert_of_a_records_tree_refuses_a_folder_of_another_stage(tmp_path):
+    """`convert RECORDS SHARDED --to hdf5` into `bertprep shard`'s output replaced the shard manifest with the
+    records' (its text shards left unlisted, and shard's rerun into it refused as another stage's), exit 0. It
+    is refused before anything is written, as create, tokenize, pack, shard and dedup refuse another stage's."""
+    from bertprep.stages.create import sample_paths
+
+    corpus, vocab = sample_paths()
+    sharded, records = tmp_path / "sharded", tmp_path / "records"
+    for argv in (["shard", "--input", corpus, "--out", str(sharded), "--train-shards", "2", "--test-shards", "1"],
+                 ["create", "--input", corpus, "--vocab", vocab, "--out", str(records), "--corpus", "wiki",
+                  "--dupe-factor", "1", "--workers", "1"]):
+        run = subprocess.run([sys.executable, "-m", "bertprep", *argv, "--quiet"], capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr
+    before = {p: p.read_bytes() for p in sharded.rglob("*") if p.is_file()}
+    (tree,) = records.glob("*/wiki")
+    run = subprocess.run([sys.executable, "-m", "bertprep", "convert", str(tree), str(sharded), "--to", "hdf5"],
+                         capture_output=True, text=True)
+    assert run.returncode == 1 and run.stderr == (
+        f"bertprep convert: error: {sharded}/manifest.json: a manifest of bertprep shard, not of a records tree: "
+        "convert would replace it; choose another output\n")
+    assert {p: p.read_bytes() for p in sharded.rglob("*") if p.is_file()} == before
+
+
 def test_convert_of_a_create_records_tree_gives_a_records_tree_of_the_new_format(golden_dir, tmp_path, capsys):
     """`convert R R_of --to ofrecord` of a create tree wrote OFRecord parts under R_of/tfrecord/ and left the
     manifest out, so `validate R_of` checked against the default vocab and failed every record: now the format

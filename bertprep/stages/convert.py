@@ -57,6 +57,7 @@ from bertprep.workdir import MANIFEST, load_manifest, refuse_unlisted, save_mani
 INT32_RANGE = (-(1 << 31), (1 << 31) - 1)
 RECORD_NAMES = "*.tfrecord, part-*, *.hdf5 or *.parquet"  # the four formats' names (codecs.of_file_name's)
 NOT_RECORD_NAMES = f"not named {RECORD_NAMES}"  # why a plain directory's file was not converted
+RECORDS_TREE_STAGES = ("create", "pack")  # the stages whose manifest a records tree (and its convert) carries
 
 
 @errors_name_fields
@@ -153,7 +154,7 @@ def _tree_pairs(source, listed, target, to, top=None):
 def _records_tree_format(manifest, src, to):
     """The format a records tree's files are read from, or None where `manifest` is not a records tree's (a
     `create` or `pack` manifest listing each file under its format's directory)."""
-    if not manifest or manifest.get("stage") not in ("create", "pack"):
+    if not manifest or manifest.get("stage") not in RECORDS_TREE_STAGES:
         return None
     entries = manifest.get("files") or {}
     if not entries or any(name.split("/")[0] != entry.get("format") for name, entry in entries.items()):
@@ -196,6 +197,11 @@ def _refuse_strays(target, pairs, writes_manifest):
             raise DataError(f"{storage.display(path)}: a manifest this convert does not write (of an earlier "
                             f"run?): readers of {target.display()} would check the converted files against it; "
                             "remove it or choose another output")
+        if name == MANIFEST and target.relpath(path) == MANIFEST and (
+                stage := (load_manifest(target) or {}).get("stage")) not in RECORDS_TREE_STAGES:
+            # a records tree's convert replaces it: a shard folder's manifest went, its text shards left unlisted
+            raise DataError(f"{storage.display(path)}: a manifest of bertprep {stage or 'another tool'}, not of a "
+                            "records tree: convert would replace it; choose another output")
 
 
 def convert_all(pairs, dst_fmt, staging, digests=None, hashes=None):
