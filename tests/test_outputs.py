@@ -389,6 +389,25 @@ def test_a_held_shard_output_is_refused_before_the_inputs_are_hashed(tmp_path, t
     assert hashed and (out / "manifest.json").is_file()
 
 
+@pytest.mark.parametrize("stage", ["create-squad", "create-glue"])
+def test_a_held_fine_tuning_output_is_refused_before_the_input_is_read(tmp_path, golden_dir, stage):
+    """create-squad read every question and tokenized every paragraph, create-glue read and checked every split,
+    before hold() found --out held by a live run; an input's own error came first. The refusal comes first now."""
+    (tmp_path / "MRPC").mkdir()
+    (tmp_path / "dev-v1.1.json").write_text("not JSON", encoding="utf-8")
+    (tmp_path / "MRPC" / "dev.tsv").write_text("no header row\n", encoding="utf-8")
+    out = tmp_path / "out"
+    argv = {"create-squad": ["create-squad", "--input", tmp_path / "dev-v1.1.json"],
+            "create-glue": ["create-glue", "--task", "MRPC", "--data-dir", tmp_path / "MRPC", "--split", "dev"]}[stage]
+    argv += ["--vocab", golden_dir / "vocab.txt", "--out", out, "--quiet"]
+    with holder_process(out) as holder:
+        line = error_line(bertprep(*argv), 1)
+    assert line.startswith(f"bertprep {stage}: error: {out}: another run is writing here "
+                           f"(bertprep create, pid {holder.pid} on {os.uname().nodename}, since ")
+    line = error_line(bertprep(*argv), 1)  # free again: the input's own error
+    assert "another run" not in line and "dev" in line
+
+
 def test_a_killed_holder_releases_the_lock(tmp_path, tiny):
     good, vocab = tiny
     out = tmp_path / "out"

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from bertprep import storage
-from bertprep.atomic import hold
+from bertprep.atomic import hold, refuse_if_held
 from bertprep.corpus import read_text, refuse_cr_only
 from bertprep.errors import DataError, UsageError
 from bertprep.formats.schemas import GLUE, GLUE_REGRESSION
@@ -299,6 +299,7 @@ def create_glue(options: CreateGlueOptions | None = None, /, *, quiet: bool = Tr
     for split, path in paths.items():
         storage.require(path, "file", DataError(f"{path}: no such file ({task} {split} split; pass --split to "
                                                 "convert only some splits)"))
+    refuse_if_held(storage.absolute(options.out))  # before every split is read and checked
     tokenizer = load_tokenizer(options.vocab, options.lower_case)
     out = storage.absolute(options.out)
     storage.check_reachable(out)  # before the examples are converted: a bucket that is not there fails now

@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from bertprep import storage
-from bertprep.atomic import hold
+from bertprep.atomic import hold, refuse_if_held
 from bertprep.corpus import read_text
 from bertprep.errors import DataError, UsageError
 from bertprep.formats.schemas import SQUAD_EVAL, SQUAD_TRAIN
@@ -498,6 +498,7 @@ def create_squad(options: CreateSquadOptions | None = None, /, *, quiet: bool = 
     started = time.monotonic()
     split = split_of(options.input, options.split)
     storage.require(options.input, "file", DataError(f"{options.input}: no such file"))
+    refuse_if_held(storage.absolute(options.out))  # before the questions are read and their paragraphs tokenized
     is_training = split == "train"
     kind = SQUAD_TRAIN if is_training else SQUAD_EVAL
     tokenizer = load_tokenizer(options.vocab, options.lower_case)
