@@ -63,13 +63,14 @@ def build_options(cls, options, fields):
     return options
 
 
-def normalise_paths(options, *names, flags=True, outputs=()):
+def normalise_paths(options, *names, flags=True, outputs=(), folders=()):
     """Set each named field of a frozen dataclass to a string path (a tuple of them for a list), `file://...`
     to its path, so that a stage joins, compares and names one spelling of it; None stays. An empty path is
     refused (`convert "" out` reported the output "inside the input"), named as the command line's flag
     (`--out`; `flags=False` for fields the command line takes as positional arguments, named as themselves)
     or, for a Python caller, as the field (`DedupOptions.out`). The fields named in `outputs` (among `names`)
-    are places the stage writes: one under a regular file is refused (refuse_file_above)."""
+    are places the stage writes: one under a regular file is refused (refuse_file_above), and so is one of
+    `folders` (the outputs that are directories) that is a file itself."""
     for name in names:
         value = getattr(options, name)
         for path in value if isinstance(value, (list, tuple)) else () if value is None else (value,):
@@ -81,22 +82,26 @@ def normalise_paths(options, *names, flags=True, outputs=()):
         elif value is not None:
             value = storage.local_path(value)
         object.__setattr__(options, name, value)
-    refuse_files_above(options, *outputs, flags=flags)
+    refuse_files_above(options, *outputs, flags=flags, folders=folders)
 
 
-def refuse_files_above(options, *names, flags=True):
-    """refuse_file_above for each named output field of `options`, named as normalise_paths names it."""
+def refuse_files_above(options, *names, flags=True, folders=()):
+    """refuse_file_above for each named output field of `options` (those in `folders` directories), named as
+    normalise_paths names it."""
     for name in names:
-        refuse_file_above(_field_label(options, name, flags), getattr(options, name))
+        refuse_file_above(_field_label(options, name, flags), getattr(options, name), folder=name in folders)
 
 
-def refuse_file_above(label, path):
+def refuse_file_above(label, path, folder=False):
     """One UsageError line (exit 2), before anything is read, where a folder the output `path` would be written
     in is a regular file (a local path; a store's is the store's to refuse): `--out afile/in2` ended every stage
     with the system's "…/afile/in2: Not a directory", exit 1, naming neither the flag nor the file in the way
-    (validate's --json only after every check)."""
+    (validate's --json only after every check). With `folder`, `path` is a directory to write in: a file there
+    is refused too (`--out afile` was "…/afile: Not a directory", exit 1, create-squad's after every question)."""
     if path is None or not storage.checks_locally(path):
         return
+    if folder and os.path.exists(storage.local_path(path)) and not os.path.isdir(storage.local_path(path)):
+        raise UsageError(f"{label} {storage.display(path)}: is a file, not a directory")
     place = os.path.dirname(os.path.normpath(storage.local_path(path)))
     while place and not os.path.exists(place) and os.path.dirname(place) != place:
         place = os.path.dirname(place)

@@ -161,6 +161,27 @@ def test_out_under_a_regular_file_is_one_usage_line(tmp_path, tiny, golden_dir, 
     assert files_under(tmp_path) == before
 
 
+@pytest.mark.parametrize("stage", ["shard", "create", "tokenize", "pack", "convert", "create-squad", "create-glue"])
+def test_out_that_is_a_regular_file_is_one_usage_line(tmp_path, tiny, golden_dir, stage):
+    """A stage writing a directory (a tree, for convert) given `--out afile` ended with the system's
+    `…/afile: Not a directory` (or `…/afile/<params>: …`), exit 1, create-squad's after every question was read
+    and tokenized. It is one usage line now, before anything is read, and afile is left as it was."""
+    good, vocab = tiny
+    records = tmp_path / "records"
+    if stage in ("pack", "convert"):
+        assert main([*create_args(vocab, [good], records), "--corpus", "tiny"]) == 0
+        records = next(records.glob("*/tiny"))
+    out = tmp_path / "afile"
+    out.write_text("a file")
+    argv = stage_args(stage, tiny, golden_dir, records, out)
+    if stage == "convert":
+        argv[1] = records
+    line = error_line(bertprep(*argv, "--quiet"), 2)
+    flag = "dst" if stage == "convert" else "--out"
+    assert line == f"bertprep {stage}: error: {flag} {out}: is a file, not a directory"
+    assert out.read_text() == "a file"
+
+
 @pytest.fixture
 def read_only_dir(tmp_path):
     """A directory nobody can write, root included: a read-only tmpfs, else /sys where the OS refuses root."""

@@ -49,7 +49,14 @@ from bertprep.formats import codecs
 from bertprep.formats.columnar_io import Unholdable
 from bertprep.formats.protowire import WireError
 from bertprep.formats.schemas import kind_of_record
-from bertprep.options import build_options, check_types, errors_name_fields, normalise_paths, refuse_overlap
+from bertprep.options import (
+    build_options,
+    check_types,
+    errors_name_fields,
+    normalise_paths,
+    refuse_files_above,
+    refuse_overlap,
+)
 from bertprep.progress import Summary
 from bertprep.records_manifest import check_records_manifest, file_digests
 from bertprep.workdir import MANIFEST, load_manifest, refuse_unlisted, save_manifest
@@ -244,6 +251,7 @@ def convert(options: ConvertOptions | None = None, /, **fields: Any) -> Summary:
     listed = source.files() if source.isdir() else []  # listed once: a store's listing is a request
     manifest, top = None, None
     if source.isdir():
+        refuse_files_above(options, "dst", flags=False, folders=("dst",))  # a tree's output is a directory
         manifest = load_manifest(source)
         top = _records_tree_format(manifest, src, to)
         if top is not None:  # a records tree: its files of one format, each one its manifest lists

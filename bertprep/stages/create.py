@@ -189,7 +189,7 @@ def check_shard_stage_fields(options):
     normalised, their schemes known."""
     check_types(options)
     refuse_empty(options, "input")
-    normalise_paths(options, "input", "vocab", "out", "workdir", outputs=("out",))
+    normalise_paths(options, "input", "vocab", "out", "workdir", outputs=("out",), folders=("out",))
     storage.check_schemes(options.out, options.workdir, options.vocab, *(options.input or ()))
 
 

@@ -139,7 +139,7 @@ class ShardOptions:
     def __post_init__(self):
         check_types(self)
         refuse_empty(self, "input")
-        normalise_paths(self, "input", "out", "workdir", outputs=("out",))
+        normalise_paths(self, "input", "out", "workdir", outputs=("out",), folders=("out",))
         storage.check_schemes(self.out, self.workdir, *(self.input or ()))
         if self.train_shards < 1 or self.test_shards < 1:
             raise UsageError("--train-shards and --test-shards must be at least 1")

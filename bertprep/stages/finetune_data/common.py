@@ -49,7 +49,8 @@ class RecordsOptions:
         if unwritable:  # parse_formats takes every format; hdf5 and parquet were a TypeError traceback
             raise UsageError(f"--format {unwritable[0]}: fine-tuning records are written as "
                              f"{' or '.join(codecs.finetuning_names())}")
-        normalise_paths(self, *(name for name in ("out", "input", "data_dir") if hasattr(self, name)), outputs=("out",))
+        normalise_paths(self, *(name for name in ("out", "input", "data_dir") if hasattr(self, name)), outputs=("out",),
+                        folders=("out",))
         refuse_overlap(self.out, [getattr(self, name) for name in ("input", "data_dir") if hasattr(self, name)])
 
 

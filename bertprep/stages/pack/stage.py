@@ -54,7 +54,7 @@ class PackOptions:
 
     def __post_init__(self):
         check_types(self)
-        refuse_files_above(self, "out")
+        refuse_files_above(self, "out", folders=("out",))
         if self.max_per_pack < 1:
             raise UsageError(f"--max-per-pack must be at least 1, not {self.max_per_pack}")
         if self.format is not None:  # canonical order, as parse_formats gives it
