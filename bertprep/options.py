@@ -85,6 +85,12 @@ def normalise_paths(options, *names, flags=True, outputs=(), folders=()):
     refuse_files_above(options, *outputs, flags=flags, folders=folders)
 
 
+def written_in(options):
+    """The field naming where a stage with `out` and `workdir` fields writes: "out", or "workdir" without an out
+    (its output's default lies under the work directory)."""
+    return "out" if options.out is not None else "workdir"
+
+
 def refuse_files_above(options, *names, flags=True, folders=()):
     """refuse_file_above for each named output field of `options` (those in `folders` directories), named as
     normalise_paths names it."""

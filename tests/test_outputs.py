@@ -182,6 +182,25 @@ def test_out_that_is_a_regular_file_is_one_usage_line(tmp_path, tiny, golden_dir
     assert out.read_text() == "a file"
 
 
+@pytest.mark.parametrize("argv", [["create"], ["tokenize"], ["shard", "--corpus", "c"], ["dedup"],
+                                  ["prepare", "wikipedia"], ["download", "squad"]])
+def test_workdir_under_a_regular_file_is_one_usage_line(tmp_path, tiny, argv):
+    """Without --out a stage writes under --workdir (download and prepare always do): a --workdir under a
+    regular file ended with `…/afile/w: Not a directory`, exit 1, prepare's only after it had tried the network.
+    It is a usage line naming --workdir now; a --workdir the run does not write in (--out given) is not
+    checked, as before."""
+    good, vocab = tiny
+    blocker = tmp_path / "afile"
+    blocker.write_text("a file")
+    workdir = blocker / "w"
+    extra = ["--vocab", vocab] if argv[0] in ("tokenize", "prepare") else []
+    line = error_line(bertprep(*argv, *extra, "--workdir", workdir, "--quiet"), 2)
+    assert line == f"bertprep {argv[0]}: error: --workdir {workdir}: {blocker} is a file, not a directory"
+    assert blocker.read_text() == "a file"
+    if argv[0] == "create":
+        assert main([*create_args(vocab, [good], tmp_path / "out"), "--workdir", str(workdir)]) == 0
+
+
 @pytest.fixture
 def read_only_dir(tmp_path):
     """A directory nobody can write, root included: a read-only tmpfs, else /sys where the OS refuses root."""

@@ -51,6 +51,7 @@ from bertprep.options import (
     refuse_empty,
     refuse_overlap,
     set_field,
+    written_in,
 )
 from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.records_manifest import WRITING
@@ -189,7 +190,8 @@ def check_shard_stage_fields(options):
     normalised, their schemes known."""
     check_types(options)
     refuse_empty(options, "input")
-    normalise_paths(options, "input", "vocab", "out", "workdir", outputs=("out",), folders=("out",))
+    normalise_paths(options, "input", "vocab", "out", "workdir", outputs=(written_in(options),),
+                    folders=("out", "workdir"))
     storage.check_schemes(options.out, options.workdir, options.vocab, *(options.input or ()))
 
 

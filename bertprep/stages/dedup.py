@@ -85,6 +85,7 @@ from bertprep.options import (
     parse_size,
     refuse_empty,
     refuse_overlap,
+    written_in,
 )
 from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.stages.download.glue import is_glue_header
@@ -151,7 +152,8 @@ class DedupOptions:
     def __post_init__(self):
         check_types(self)
         refuse_empty(self, "input", "corpus")
-        normalise_paths(self, "input", "out", "workdir", "decontaminate", outputs=("out",))
+        normalise_paths(self, "input", "out", "workdir", "decontaminate", outputs=(written_in(self),),
+                        folders=("workdir",))
         if self.corpus is not None:
             object.__setattr__(self, "corpus", tuple(self.corpus))
         if self.input and self.corpus:

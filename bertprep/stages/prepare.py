@@ -55,7 +55,7 @@ class PrepareOptions:
 
     def __post_init__(self):
         check_types(self)
-        normalise_paths(self, "vocab", "workdir")
+        normalise_paths(self, "vocab", "workdir", outputs=("workdir",), folders=("workdir",))
         sources = (self.sources,) if isinstance(self.sources, str) else tuple(self.sources)
         for source in sources:
             if source not in SOURCES:

@@ -67,6 +67,7 @@ from bertprep.options import (
     normalise_paths,
     refuse_empty,
     refuse_overlap,
+    written_in,
 )
 from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.records_manifest import file_digests
@@ -139,7 +140,7 @@ class ShardOptions:
     def __post_init__(self):
         check_types(self)
         refuse_empty(self, "input")
-        normalise_paths(self, "input", "out", "workdir", outputs=("out",), folders=("out",))
+        normalise_paths(self, "input", "out", "workdir", outputs=(written_in(self),), folders=("out", "workdir"))
         storage.check_schemes(self.out, self.workdir, *(self.input or ()))
         if self.train_shards < 1 or self.test_shards < 1:
             raise UsageError("--train-shards and --test-shards must be at least 1")

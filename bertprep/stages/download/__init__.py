@@ -51,7 +51,7 @@ class DownloadOptions:
 
     def __post_init__(self):
         check_types(self)
-        normalise_paths(self, "workdir")
+        normalise_paths(self, "workdir", outputs=("workdir",), folders=("workdir",))
         storage.check_schemes(self.workdir)
         require_at_least("--workers", self.workers, 1)  # 0 and -3 quietly ran one worker
         # every source's, the hub's too (their client takes its own limits): `download("glue",
