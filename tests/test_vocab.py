@@ -326,6 +326,21 @@ def test_an_out_naming_a_directory_is_refused(tmp_path, case):
     assert not out.is_file()
 
 
+def test_an_out_named_as_a_stages_manifest_is_refused(tmp_path):
+    """`vocab --out SHARDED/manifest.json` replaced shard's manifest with the vocab, exit 0: every stage then
+    refused the folder ("damaged manifest (not JSON ...)"). A vocab named manifest.json is refused first."""
+    corpus = tiny_corpus(tmp_path / "tiny.txt")
+    sharded = tmp_path / "sharded"
+    assert run_cli("shard", "--input", corpus, "--out", sharded, "--corpus", "tiny", "--quiet").returncode == 0
+    before = (sharded / "manifest.json").read_bytes()
+    for out in (sharded / "manifest.json", tmp_path / "new" / "manifest.json"):
+        result = run_cli("vocab", "--input", corpus, "--out", out, "--vocab-size", "200", "--unused", "0")
+        assert one_line_error(result, code=2) == (f"bertprep vocab: error: --out {out}: the name of a stage's "
+                                                  "manifest, which every stage reads as one; name the vocab file "
+                                                  "otherwise, such as vocab.txt")
+    assert (sharded / "manifest.json").read_bytes() == before and not (tmp_path / "new").exists()
+
+
 def test_an_out_under_a_file_is_refused_before_training(tmp_path):
     """vocab writes its one file at the end: `--out corpus.txt/vocab.txt` read and trained on the whole corpus
     and then failed with "Not a directory" (exit 1, after a progress line)."""

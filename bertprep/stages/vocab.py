@@ -259,6 +259,9 @@ def vocab(options: VocabOptions | None = None, /, *, quiet: bool = True, **field
         raise UsageError(f"--out {storage.display(out)}: is a directory; give the vocab.txt file to write, such as "
                          f"{storage.display(storage.join(out, 'vocab.txt'))}")
     refuse_file_above(out)
+    if os.path.basename(storage.normpath(out)) == MANIFEST:  # it replaced a stage's: "damaged" to every stage then
+        raise UsageError(f"--out {storage.display(out)}: the name of a stage's manifest, which every stage reads as "
+                         "one; name the vocab file otherwise, such as vocab.txt")
     for path in inputs:
         refuse_manifest_as_input(path)  # `--input OUT/*` of a stage's output: its manifest was read as corpus text
         refuse_binary(path)
