@@ -509,6 +509,38 @@ def refuse_if_held(root):
         os.close(fd)  # releases the shared lock, if taken
 
 
+@contextlib.contextmanager
+def hold_file(path, command):
+    """Hold the lone output file `path` for this run of `command`, a stage that writes it only at its end
+    (vocab): a flock on `.partial/<name>.lock` beside it, refused with hold()'s line while a live run holds it.
+    Two runs into one --out both ran to the end, the last rename won, and the other's summary named a sha256
+    that was not the file's. A run that fails removes the folders the lock made. A URL's object is not held
+    (a store's conditional write is for trees)."""
+    path = os.fspath(path)
+    if storage.is_url(path):
+        yield
+        return
+    path = storage.local_path(path)
+    staging = staging_dir(os.path.dirname(path) or ".")
+    lock_path = os.path.join(staging, os.path.basename(path)[: NAME_MAX - len(".lock")] + ".lock")
+    made = _missing_folders(staging)
+    try:
+        with _naming(path):
+            fd = _lock(path, command, lock_path)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError):  # unlinked while still held, as _unlock does
+                os.unlink(lock_path)
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.rmdir(staging)
+    except BaseException:
+        for folder in made:  # deepest first; a folder another run or the user filled since stays
+            storage.remove_if_empty(folder)
+        raise
+
+
 def _holder_info(command):
     return {"command": command, "pid": os.getpid(), "host": socket.gethostname(),
             "since": datetime.datetime.now().astimezone().isoformat(timespec="seconds")}
@@ -563,10 +595,11 @@ def _holder_of(lock):
         return "a process that has not yet said who it is"
 
 
-def _lock(root, command):
-    lock_path = os.path.join(staging_dir(root), LOCK)
+def _lock(root, command, lock_path=None):
+    """The fd of the flocked lock file of the tree `root` (`lock_path`: another lock file, named for `root`)."""
+    lock_path = lock_path or os.path.join(staging_dir(root), LOCK)
     while True:
-        os.makedirs(staging_dir(root), exist_ok=True)
+        os.makedirs(os.path.dirname(lock_path), exist_ok=True)
         try:
             fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
         except FileNotFoundError:

@@ -1,6 +1,7 @@
 """`bertprep vocab`: a WordPiece vocab.txt of the user's corpus in Google's layout, which bertprep's tokenizer
 reads exactly as HF's BertTokenizerFast does, the same bytes on every run, and `create` takes it."""
 
+import hashlib
 import json
 import os
 import pathlib
@@ -324,6 +325,45 @@ def test_an_out_naming_a_directory_is_refused(tmp_path, case):
     assert line == f"bertprep vocab: error: {expected}"
     assert sorted(os.listdir(tmp_path)) == (["newdir", "tiny.txt"] if case == "existing directory" else ["tiny.txt"])
     assert not out.is_file()
+
+
+HOLDER = """
+import sys
+from bertprep.atomic import hold_file
+with hold_file(sys.argv[1], "bertprep vocab"):
+    print("holding", flush=True)
+    sys.stdin.readline()
+"""
+
+
+def test_a_second_run_into_a_held_out_is_refused_before_reading(tmp_path):
+    """vocab held nothing: two runs into one --out both read and trained to the end, the last rename won, and
+    the other's summary named a sha256 that was not the file's, exit 0 both. A run holds its --out now; a
+    second is refused with hold()'s line before it reads anything, and once the first is done it runs."""
+    import subprocess
+    import sys
+
+    corpus = tiny_corpus(tmp_path / "tiny.txt")
+    out = tmp_path / "new" / "vocab.txt"
+    args = ("vocab", "--input", corpus, "--out", out, "--vocab-size", "200", "--unused", "0")
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(out)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline() == "holding\n"
+        result = run_cli(*args)
+        line = one_line_error(result, code=1)
+        assert line.startswith(f"bertprep vocab: error: {out}: another run is writing here (bertprep vocab, pid "
+                               f"{holder.pid} on ") and line.endswith("); wait for it to finish or stop it")
+        assert result.stderr.count("\n") == 1, result.stderr  # before reading: no progress line
+        holder.stdin.write("done\n")
+        holder.stdin.flush()
+        assert holder.wait(timeout=30) == 0
+    finally:
+        holder.kill()
+        holder.wait()
+    summary = ok(run_cli(*args, "--json", "--quiet"))
+    assert summary["sha256"] == hashlib.sha256(out.read_bytes()).hexdigest()
+    assert os.listdir(out.parent) == ["vocab.txt"]  # no .partial left
 
 
 def test_an_out_named_as_a_stages_manifest_is_refused(tmp_path):

@@ -38,7 +38,7 @@ from collections import Counter
 from typing import Any
 
 from bertprep import storage
-from bertprep.atomic import atomic_open, sha256_file
+from bertprep.atomic import atomic_open, hold_file, sha256_file
 from bertprep.corpus import refuse_binary
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
@@ -248,7 +248,7 @@ def vocab(options: VocabOptions | None = None, /, *, quiet: bool = True, **field
     """Train a WordPiece vocab.txt (`VocabOptions`, or its fields as keywords) and write it atomically; the
     summary `--json` prints (the inputs' sha256s and the settings with the vocab's own sha256).
     `quiet=False` shows progress on stderr."""
-    import tokenizers
+    import tokenizers  # noqa: F401  (first, as ever: a missing package is said before any check)
 
     options = build_options(VocabOptions, options, fields)
     workdir = resolve_workdir(options.workdir)
@@ -265,6 +265,14 @@ def vocab(options: VocabOptions | None = None, /, *, quiet: bool = True, **field
     for path in inputs:
         refuse_manifest_as_input(path)  # `--input OUT/*` of a stage's output: its manifest was read as corpus text
         refuse_binary(path)
+    with hold_file(out, "bertprep vocab"):  # before the corpus is read twice: a second run into it is refused now
+        return _vocab(options, inputs, out, quiet)
+
+
+def _vocab(options, inputs, out, quiet):
+    """vocab() once its inputs and output are checked and the output held: train, write, summarize."""
+    import tokenizers
+
     start = time.monotonic()
     progress = Progress("vocab", total=len(inputs), unit="input files", quiet=quiet)
     stats = {"invalid_utf8_lines": 0, "empty_documents": 0}
