@@ -51,6 +51,7 @@ def discover_inputs(values):
         else:
             raise DataError(f"{place}: input not found")
     for path, _split, _value in found:
+        refuse_manifest_as_shard(path)
         refuse_json_lines(path)
     refuse_repeated_inputs([(path, value) for path, _split, value in found])
     return [(storage.absolute(path), split) for path, split, _value in found]
@@ -77,6 +78,15 @@ def unread_files_warning(values, inputs, shown=3, rule=SHARDS_RULE):
         return None
     more = f" and {len(unread) - shown} more" if len(unread) > shown else ""
     return f"not read: {', '.join(storage.display(path) for path in unread[:shown])}{more} ({rule})"
+
+
+def refuse_manifest_as_shard(path):
+    """A UsageError for a stage's manifest.json given as a text shard: `create --input SHARDED/*` (or the file
+    named) read the shard manifest's JSON as sentences and wrote records of it, exit 0 (shard and vocab refuse it
+    as corpus text alike)."""
+    if os.path.basename(storage.normpath(path)) == MANIFEST:
+        raise UsageError(f"--input {storage.display(path)}: a stage's manifest, not a text shard: give the shard "
+                         "directory or its .txt files")
 
 
 def refuse_json_lines(path):

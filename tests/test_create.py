@@ -498,6 +498,26 @@ def test_convert_refuses_an_output_directory_holding_another_runs_record_files(g
         assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # nothing written
 
 
+@pytest.mark.parametrize("stage", ["create", "tokenize"])
+def test_a_stages_manifest_given_as_a_shard_is_refused(tmp_path, stage):
+    """`create --input SHARDED/*` (the shell's glob of a shard folder: training, test and manifest.json) read the
+    manifest's JSON as a text shard and wrote records of its lines, exit 0; so did tokenize. It is refused as
+    shard and vocab refuse it, before anything is written."""
+    from bertprep.stages.create import sample_paths
+
+    corpus, vocab = sample_paths()
+    sharded = tmp_path / "sharded"
+    run = subprocess.run([sys.executable, "-m", "bertprep", "shard", "--input", corpus, "--out", str(sharded),
+                          "--train-shards", "2", "--test-shards", "1", "--quiet"], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    run = subprocess.run([sys.executable, "-m", "bertprep", stage, "--input", *map(str, sorted(sharded.glob("*"))),
+                          "--vocab", vocab, "--out", str(tmp_path / "out"), "--quiet"], capture_output=True, text=True)
+    assert run.returncode == 2 and run.stderr == (
+        f"bertprep {stage}: error: --input {sharded}/manifest.json: a stage's manifest, not a text shard: give the "
+        "shard directory or its .txt files\n")
+    assert not (tmp_path / "out").exists()
+
+
 def test_convert_of_a_records_tree_refuses_a_folder_of_another_stage(tmp_path):
     """`convert RECORDS SHARDED --to hdf5` into `bertprep shard`'s output replaced the shard manifest with the
     records' (its text shards left unlisted, and shard's rerun into it refused as another stage's), exit 0. It
