@@ -315,6 +315,30 @@ def test_convert_refuses_colliding_names_and_empty_inputs(golden_dir, tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["src"]
 
 
+def test_convert_refuses_an_output_named_for_another_format(golden_dir, tmp_path):
+    """`convert a.tfrecord b.tfrecord --to parquet` wrote Parquet under a TFRecord name, exit 0; every reader
+    (convert too) went by the name: `b.tfrecord: record 0 at byte 0: length CRC mismatch`."""
+    src = golden_dir / "G2.tfrecord"
+    for name, to, title, wanted in (("b.tfrecord", "parquet", "TFRecord", "*.parquet"),
+                                    ("part-3", "hdf5", "OFRecord", "*.hdf5"),
+                                    ("b.hdf5", "tfrecord", "HDF5", "*.tfrecord"),
+                                    ("b.bin", "ofrecord", "Megatron-Core", "part-<i>")):
+        line = error_line(bertprep("convert", src, tmp_path / name, "--to", to, "--quiet"), 2)
+        assert line == (f"bertprep convert: error: {tmp_path / name}: the name says {title}, but --to {to} writes "
+                        f"{title_of(to)}: readers take a file's format from its name and would read it as {title}; "
+                        f"name it {wanted}")
+    assert os.listdir(tmp_path) == []
+    for name, to in (("b.parquet", "parquet"), ("b.bin", "tfrecord"), ("plain", "hdf5"), ("b.tf_record", "tfrecord")):
+        assert bertprep("convert", src, tmp_path / name, "--to", to, "--quiet").returncode == 0, name
+        assert bertprep("convert", tmp_path / name, tmp_path / f"{name}.back.tfrecord", "--to", "tfrecord",
+                        "--quiet").returncode == 0  # read back by its name, or its bytes
+        assert (tmp_path / f"{name}.back.tfrecord").read_bytes() == src.read_bytes()
+
+
+def title_of(fmt):
+    return {"tfrecord": "TFRecord", "ofrecord": "OFRecord", "hdf5": "HDF5", "parquet": "Parquet"}[fmt]
+
+
 def test_convert_called_in_python_writes_what_the_command_writes(golden_dir, tmp_path, capsys):
     from bertprep.errors import UsageError
     from bertprep.stages.convert import ConvertOptions, convert

@@ -69,6 +69,21 @@ class Codec:
     # What a file holds: RECORDS (masked-LM records of a kind, one per instance) or SEQUENCES (a token id
     # sequence per sentence and the document boundaries: Megatron's .bin/.idx pair, `bertprep tokenize`).
     holds: str = RECORDS
+    # How messages spell it (TFRecord, Parquet); the name where none is given.
+    title: str = ""
+    # Whether a file's first bytes prove the format whatever its name (TFRecord's length CRC, HDF5's and
+    # Parquet's magic: framing.format_of_bytes); an OFRecord part has nothing to be known by but its name.
+    proven_by_bytes: bool = True
+
+    @property
+    def shown(self):
+        """`title`, else `name`: the format as a message names it."""
+        return self.title or self.name
+
+    @property
+    def name_shown(self):
+        """Its files' name as a message suggests it: `*.parquet`, OneFlow's `part-<i>`."""
+        return "part-<i>" if self.suffix is None else f"*{self.suffix}"
 
     @property
     def implementation(self):
@@ -127,19 +142,23 @@ class Codec:
         return self.implementation.read_columns(path, sha256)
 
 
+# ours, and Google's fine-tuning files
 TFRECORD = Codec("tfrecord", framed=True, suffix=".tfrecord", header=12, trailer=4, example_wrapped=True,
                  task_stems=(("train", "train"), ("eval", "eval"), ("test", "predict")), task_suffix=".tf_record",
-                 name_pattern=r".*\.(tfrecord|tf_record)", native=True)  # ours, and Google's fine-tuning files
+                 name_pattern=r".*\.(tfrecord|tf_record)", native=True, title="TFRecord")
+# OneFlow's parts and fine-tuning parts
 OFRECORD = Codec("ofrecord", framed=True, suffix=None, header=8, int_kinds=("int32", "int64"),
                  empty_file_problem="OneFlow aborts on an empty part",
                  task_stems=(("train", "train"), ("eval", "eval"), ("test", "test")), task_suffix=".of_record-{index}",
-                 name_pattern=r"part-\d+|.*\.of_record-\d+", native=True)  # OneFlow's parts and fine-tuning parts
-HDF5 = Codec("hdf5", framed=False, suffix=".hdf5")
-PARQUET = Codec("parquet", framed=False, suffix=".parquet", datasets_builder="parquet")
+                 name_pattern=r"part-\d+|.*\.of_record-\d+", native=True, title="OFRecord",
+                 proven_by_bytes=False)
+HDF5 = Codec("hdf5", framed=False, suffix=".hdf5", title="HDF5")
+PARQUET = Codec("parquet", framed=False, suffix=".parquet", datasets_builder="parquet", title="Parquet")
 
 # Megatron-Core's IndexedDataset: <prefix>.bin (the ids) and <prefix>.idx (header, dtype, lengths, offsets,
 # document indices); a prefix is named by its .idx. Not a record format: create's --format never lists it.
-MEGATRON = Codec("megatron", framed=False, suffix=".idx", holds=SEQUENCES, name_pattern=r".*\.(bin|idx)")
+MEGATRON = Codec("megatron", framed=False, suffix=".idx", holds=SEQUENCES, name_pattern=r".*\.(bin|idx)",
+                  title="Megatron-Core")
 
 _REGISTERED = {codec.name: codec for codec in (TFRECORD, OFRECORD, HDF5, PARQUET, MEGATRON)}
 

@@ -158,6 +158,20 @@ def _tree_pairs(source, listed, target, to, top=None):
     return pairs
 
 
+def _refuse_misnamed_output(dst, to):
+    """A UsageError for a lone output whose name says another format than `to` (`out.tfrecord --to parquet`):
+    every reader, convert too, takes a file's format from its name first and failed on the file written. A
+    Megatron-Core name (.bin, .idx) is refused for OFRecord only, the one format no bytes prove
+    (`proven_by_bytes`)."""
+    name = os.path.basename(dst)
+    wanted = codecs.get(to)
+    named = codecs.of_file_name(name) or (codecs.of_sequence_file_name(name) if not wanted.proven_by_bytes else None)
+    if named is None or named.name == to:
+        return
+    raise UsageError(f"{dst}: the name says {named.shown}, but --to {to} writes {wanted.shown}: readers take a "
+                     f"file's format from its name and would read it as {named.shown}; name it {wanted.name_shown}")
+
+
 def _records_tree_format(manifest, src, to):
     """The format a records tree's files are read from, or None where `manifest` is not a records tree's (a
     `create` or `pack` manifest listing each file under its format's directory)."""
@@ -268,6 +282,7 @@ def convert(options: ConvertOptions | None = None, /, **fields: Any) -> Summary:
     elif source.isfile():
         if target.isdir():
             raise UsageError(f"{dst}: is a directory; give an output file name")
+        _refuse_misnamed_output(dst, to)
         pairs = [(src, dst)]
         tree = contextlib.nullcontext(None)  # a lone file stages beside itself
     else:
