@@ -339,6 +339,21 @@ def title_of(fmt):
     return {"tfrecord": "TFRecord", "ofrecord": "OFRecord", "hdf5": "HDF5", "parquet": "Parquet"}[fmt]
 
 
+def test_convert_refuses_a_megatron_file_as_records(golden_dir, tmp_path):
+    """A tokenize output's .bin was read as TFRecord: `….bin: record 0 at byte 0: truncated data (118734 of
+    563804012283890344 bytes)`, exit 1."""
+    tokenized = tmp_path / "tok"
+    assert bertprep("tokenize", "--input", golden_dir / "corpus.txt", "--vocab", golden_dir / "vocab.txt",
+                    "--out", tokenized, "--quiet").returncode == 0
+    for suffix in (".bin", ".idx"):
+        (path,) = tokenized.rglob(f"*{suffix}")
+        line = error_line(bertprep("convert", path, tmp_path / "out.parquet", "--to", "parquet", "--quiet"), 2)
+        assert line == (f"bertprep convert: error: {path}: a Megatron-Core indexed dataset file (token sequences, "
+                        "as tokenize writes them), not records: convert reads TFRecord, OFRecord, HDF5 and Parquet "
+                        "record files")
+    assert not (tmp_path / "out.parquet").exists()
+
+
 def test_convert_called_in_python_writes_what_the_command_writes(golden_dir, tmp_path, capsys):
     from bertprep.errors import UsageError
     from bertprep.stages.convert import ConvertOptions, convert

@@ -158,6 +158,16 @@ def _tree_pairs(source, listed, target, to, top=None):
     return pairs
 
 
+def _refuse_sequence_file(src):
+    """A UsageError for a lone source that is a Megatron-Core .bin/.idx (`tokenize`'s output) by its name and
+    that no bytes prove a record file: read as records it failed at record 0 with a length of 10^17 bytes."""
+    sequences = codecs.of_sequence_file_name(os.path.basename(src))
+    if sequences is not None and formats.format_of_bytes(src) is None:
+        titles = [codecs.get(name).shown for name in codecs.record_names()]
+        raise UsageError(f"{src}: a {sequences.shown} indexed dataset file (token sequences, as tokenize writes "
+                         f"them), not records: convert reads {', '.join(titles[:-1])} and {titles[-1]} record files")
+
+
 def _refuse_misnamed_output(dst, to):
     """A UsageError for a lone output whose name says another format than `to` (`out.tfrecord --to parquet`):
     every reader, convert too, takes a file's format from its name first and failed on the file written. A
@@ -282,6 +292,7 @@ def convert(options: ConvertOptions | None = None, /, **fields: Any) -> Summary:
     elif source.isfile():
         if target.isdir():
             raise UsageError(f"{dst}: is a directory; give an output file name")
+        _refuse_sequence_file(src)
         _refuse_misnamed_output(dst, to)
         pairs = [(src, dst)]
         tree = contextlib.nullcontext(None)  # a lone file stages beside itself
