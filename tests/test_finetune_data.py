@@ -235,6 +235,40 @@ def test_formats_flag_writes_only_the_named_format(finetune_dir, vocab_path, tmp
     assert sorted(p.name for p in tmp_path.iterdir()) == ["eval.of_record-0", "manifest.json"]
 
 
+def test_convert_of_a_fine_tuning_output_writes_each_split_once_under_its_name(finetune_dir, vocab_path, tmp_path,
+                                                                                capsys):
+    """A create-glue output converted as a plain directory came out once per format it held: `--to ofrecord`
+    wrote part-0 … part-5 (each split twice, no split's name), exit 0; `--to tfrecord|hdf5|parquet` stopped on
+    `eval.of_record-0 and eval.tf_record would both be written to …: rename one of them`."""
+    glue = ["create-glue", "--task", "MRPC", "--data-dir", str(finetune_dir / "glue/MRPC"), "--vocab", str(vocab_path),
+            "--quiet"]
+    both, only_of = tmp_path / "both", tmp_path / "of"
+    assert main([*glue, "--out", str(both)]) == 0
+    assert main([*glue, "--out", str(only_of), "--format", "ofrecord"]) == 0
+    assert main(["convert", str(only_of), str(tmp_path / "tf"), "--to", "tfrecord", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert sorted(p.name for p in (tmp_path / "tf").iterdir()) == ["eval.tf_record", "predict.tf_record",
+                                                                    "train.tf_record"]
+    for path in (tmp_path / "tf").iterdir():  # create-glue's own TFRecord bytes
+        assert path.read_bytes() == (both / path.name).read_bytes(), path.name
+    assert summary["not_converted"] == [str(only_of / "manifest.json")] and summary["records"] == 280
+    assert main(["convert", str(both), str(tmp_path / "pq"), "--to", "parquet", "--quiet"]) == 0
+    assert sorted(p.name for p in (tmp_path / "pq").iterdir()) == ["eval.parquet", "test.parquet", "train.parquet"]
+    assert sum(len(list(formats.read_records(str(p)))) for p in (tmp_path / "pq").iterdir()) == 280
+    assert main(["convert", str(both), str(tmp_path / "of2"), "--to", "ofrecord"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"bertprep convert: error: {both}: fine-tuning records (create-glue) that it holds as ofrecord already "
+        "(eval.of_record-0, test.of_record-0, train.of_record-0); nothing to convert (convert one of its other "
+        "files, or another format)")
+    assert not (tmp_path / "of2").exists()
+    (both / "train.tf_record").unlink()  # its split is not left out, nor its OFRecord copy called the same records
+    assert main(["convert", str(both), str(tmp_path / "pq2"), "--to", "parquet"]) == 1
+    assert capsys.readouterr().err.strip() == (
+        f"bertprep convert: error: {both / 'train.tf_record'}: listed in {both / 'manifest.json'} but not there: "
+        "restore it, or rerun create-glue")
+    assert not (tmp_path / "pq2").exists()
+
+
 # ---------------------------------------------------------------- every GLUE task, in the layout `download glue` writes
 
 

@@ -197,6 +197,47 @@ def _records_tree_format(manifest, src, to):
     return held[0] if held else None
 
 
+def _finetuning_format(manifest, src, to):
+    """The format a fine-tuning output's files (create-squad, create-glue: `train.tf_record`, `eval.of_record-0`,
+    …, the same records in each format) are read from, or None where `manifest` is no such output's. Converted
+    as a plain directory, each split came out once per format held, and OFRecord parts lost their split's name
+    (part-0 … part-5 of three splits)."""
+    if not manifest or manifest.get("stage") not in ("create-squad", "create-glue"):
+        return None
+    entries = (manifest.get("files") or {}).items()
+    held = [fmt for fmt in codecs.finetuning_names() if any(entry.get("format") == fmt for _name, entry in entries)]
+    if to in held:
+        names = ", ".join(name for name, entry in entries if entry.get("format") == to)
+        raise UsageError(f"{src}: fine-tuning records ({manifest['stage']}) that it holds as {to} already "
+                         f"({names}); nothing to convert (convert one of its other files, or another format)")
+    return held[0] if held else None
+
+
+def _finetuning_files(manifest, source, listed, fmt):
+    """The files of `listed` that the fine-tuning output's manifest lists in `fmt`; a DataError for one it lists
+    that is not there (its split would be left out, its other format's copy called the same records)."""
+    wanted = {name for name, entry in manifest["files"].items() if entry.get("format") == fmt}
+    chosen = [path for path in listed if source.relpath(path) in wanted]
+    missing = sorted(wanted - {source.relpath(path) for path in chosen})
+    if missing:
+        raise DataError(f"{source.display(missing[0])}: listed in {source.display(MANIFEST)} but not there: "
+                        f"restore it, or rerun {manifest['stage']}")
+    return chosen
+
+
+def _finetuning_pairs(paths, target, to):
+    """(src, dst) of each fine-tuning file: its role's name in `to` (`predict.tf_record` -> `test.of_record-0`;
+    to a format without fine-tuning names, `test.parquet`)."""
+    pairs = []
+    for path in paths:
+        codec, name = codecs.of_file_name(os.path.basename(path)), os.path.basename(path)
+        role = next(role for role, _stem in codec.task_stems if codec.task_file(role) == name)
+        wanted = codecs.get(to)
+        out = wanted.task_file(role) if wanted.task_stems else wanted.file_name(role, 0)
+        pairs.append((path, storage.normpath(target.path(out))))
+    return pairs
+
+
 def _records_tree_manifest(manifest, source, target, pairs, to, outputs):
     """The converted tree's manifest: the source's, its files those of `pairs` under their new names in `to`
     with the (bytes, sha256) of `outputs`."""
@@ -273,19 +314,22 @@ def convert(options: ConvertOptions | None = None, /, **fields: Any) -> Summary:
     src, dst, to = options.src, options.dst, options.to
     source, target = Folder(src), Folder(dst)  # a tree each, or a file each
     listed = source.files() if source.isdir() else []  # listed once: a store's listing is a request
-    manifest, top = None, None
+    manifest, top, tuning = None, None, None
     if source.isdir():
         refuse_files_above(options, "dst", flags=False, folders=("dst",))  # a tree's output is a directory
         manifest = load_manifest(source)
         top = _records_tree_format(manifest, src, to)
+        tuning = None if top is not None else _finetuning_format(manifest, src, to)
         if top is not None:  # a records tree: its files of one format, each one its manifest lists
             check_records_manifest(manifest, source.path(MANIFEST), [top])
             chosen = [path for path in listed
                       if _is_record_name(path) and source.relpath(path).replace(os.sep, "/").split("/")[0] == top]
             refuse_unlisted(source, [source.relpath(path) for path in chosen], "bertprep convert")
+        elif tuning is not None:  # fine-tuning records: its files of one format, named by their role
+            chosen = _finetuning_files(manifest, source, listed, tuning)
         else:
             chosen = listed
-        pairs = _tree_pairs(source, chosen, target, to, top)
+        pairs = _finetuning_pairs(chosen, target, to) if tuning else _tree_pairs(source, chosen, target, to, top)
         if not pairs:
             raise DataError(f"{src}: no record files ({RECORD_NAMES}) found")
         tree: contextlib.AbstractContextManager = hold(dst, "bertprep convert")
@@ -321,12 +365,15 @@ def convert(options: ConvertOptions | None = None, /, **fields: Any) -> Summary:
         raise
     files = [{"src": storage.display(path), "dst": storage.display(out), "records": count}
              for (path, out), count in zip(pairs, counts)]
-    if top is None:  # said, not skipped silently
+    if tuning is not None:  # its other formats' files hold the same records; the rest are no records
+        left = [storage.display(path) for path in listed if path not in chosen]
+    elif top is None:  # said, not skipped silently
         left = [storage.display(path) for path in listed if not _is_record_name(path)]
     else:  # a records tree: what its manifest does not list (its other formats hold the same records)
         left = [storage.display(path) for path in listed
                 if source.relpath(path) != MANIFEST and source.relpath(path) not in (manifest or {})["files"]]
-    why = NOT_RECORD_NAMES if top is None else f"not listed in {source.display(MANIFEST)}"
+    why = (f"the same records as its {tuning} files, or no records" if tuning else
+           NOT_RECORD_NAMES if top is None else f"not listed in {source.display(MANIFEST)}")
     fields = {"to": to, "files": files, "records": sum(counts), "not_converted": left, "not_converted_why": why,
               "records_tree_from": top}  # a records tree's source format (None: a file, or a plain directory)
     return Summary("bertprep convert: done", fields,
