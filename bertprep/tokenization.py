@@ -13,6 +13,7 @@ line took 7.6 GB.
 
 import hashlib
 import itertools
+import os
 import re
 from dataclasses import dataclass
 from functools import cached_property
@@ -125,7 +126,10 @@ def resolve_vocab_path(value):
     if storage.exists(value):  # a local file or an object of a store (s3://, gs://, hf://, file://)
         return storage.local_path(value)
     looks_like_repo_id = value.count("/") <= 1 and not value.endswith(".txt") and not value.startswith((".", "/"))
-    if not looks_like_repo_id:  # nor is any URL ("://"): a missing bucket or refused credentials say so instead
+    # `data/vocab.tx`, a typo under a local directory, is a path: asked of the hub it waited 25 s through its
+    # retries offline (a line each) for "not resolvable as a hub model id (LocalEntryNotFoundError: …)".
+    in_local_directory = "/" in value and os.path.isdir(value.split("/")[0])
+    if not looks_like_repo_id or in_local_directory:  # nor is any URL ("://"): a missing bucket says so instead
         raise storage.not_found(value, DataError(f"{value}: vocab file not found"))
     from bertprep.stages.download.http import Limits
     from bertprep.stages.download.hub import bounded_hub

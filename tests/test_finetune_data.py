@@ -3,7 +3,12 @@ bad input."""
 
 import hashlib
 import json
+import os
 import random
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +20,7 @@ from bertprep.stages.download.glue import TASKS as DOWNLOAD_TASKS
 from bertprep.stages.finetune_data.glue import TASKS, truncated_lengths
 from bertprep.tokenization import load_vocab
 
+REPO = Path(__file__).resolve().parent.parent
 SQUAD_GOLDENS = [(version, split, seq, stride, query) for version in ("1.1", "2.0") for split in ("train", "dev")
                  for seq, stride, query in ((384, 128, 64), (128, 32, 24))]
 GLUE_SPLITS = {"train": ("train", "train"), "dev": ("eval", "eval"),
@@ -267,6 +273,20 @@ def test_convert_of_a_fine_tuning_output_writes_each_split_once_under_its_name(f
         f"bertprep convert: error: {both / 'train.tf_record'}: listed in {both / 'manifest.json'} but not there: "
         "restore it, or rerun create-glue")
     assert not (tmp_path / "pq2").exists()
+
+
+def test_a_vocab_path_under_a_local_directory_is_not_asked_of_the_hub(finetune_dir, tmp_path):
+    """`--vocab data/vocab.tx` (a typo) was taken for a hub model id: offline, 25 s of the hub client's retries, a
+    line each on stderr, then `not resolvable as a hub model id (LocalEntryNotFoundError: …)`."""
+    (tmp_path / "data").mkdir()
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, "-m", "bertprep", "create-glue", "--task", "MRPC", "--data-dir",
+                             str(finetune_dir / "glue/MRPC"), "--vocab", "data/vocab.tx", "--out", "out", "--quiet"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    line = "bertprep create-glue: error: data/vocab.tx: vocab file not found\n"
+    assert (result.returncode, result.stderr) == (1, line)
+    assert time.monotonic() - started < 20 and sorted(os.listdir(tmp_path)) == ["data"]
 
 
 # ---------------------------------------------------------------- every GLUE task, in the layout `download glue` writes
