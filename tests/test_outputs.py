@@ -354,6 +354,16 @@ def test_convert_refuses_a_megatron_file_as_records(golden_dir, tmp_path):
     assert not (tmp_path / "out.parquet").exists()
 
 
+def test_convert_of_one_file_to_a_name_ending_in_a_slash_is_a_usage_line(golden_dir, tmp_path):
+    """`convert G2.tfrecord new/ --to parquet` failed as it wrote: `new/: Not a directory` (exit 1), of a
+    directory that did not exist."""
+    src = golden_dir / "G2.tfrecord"
+    line = error_line(bertprep("convert", src, f"{tmp_path / 'new'}/", "--to", "parquet", "--quiet"), 2)
+    assert line == (f"bertprep convert: error: {tmp_path / 'new'}/: names a directory (it ends in /), and {src} is "
+                    "one file; give an output file name")
+    assert os.listdir(tmp_path) == []
+
+
 def test_convert_called_in_python_writes_what_the_command_writes(golden_dir, tmp_path, capsys):
     from bertprep.errors import UsageError
     from bertprep.stages.convert import ConvertOptions, convert

@@ -336,6 +336,9 @@ def convert(options: ConvertOptions | None = None, /, **fields: Any) -> Summary:
     elif source.isfile():
         if target.isdir():
             raise UsageError(f"{dst}: is a directory; give an output file name")
+        if dst.endswith(("/", os.sep)):  # a directory to be: written as a file, it failed "ydir/: Not a directory"
+            raise UsageError(f"{dst}: names a directory (it ends in /), and {src} is one file; give an output file "
+                             "name")
         _refuse_sequence_file(src)
         _refuse_misnamed_output(dst, to)
         pairs = [(src, dst)]
