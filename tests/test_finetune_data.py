@@ -289,6 +289,22 @@ def test_a_vocab_path_under_a_local_directory_is_not_asked_of_the_hub(finetune_d
     assert time.monotonic() - started < 20 and sorted(os.listdir(tmp_path)) == ["data"]
 
 
+def test_a_data_dir_above_the_task_or_of_a_file_is_a_usage_line(finetune_dir, vocab_path, tmp_path, capsys):
+    """`--data-dir WORKDIR/download/glue` (the root, not its MRPC/) said `…/glue/train.tsv: no such file (MRPC
+    train split; pass --split to convert only some splits)`, and `--data-dir …/MRPC/train.tsv`
+    `…/MRPC/train.tsv/train.tsv: no such file (…)`, exit 1."""
+    glue = finetune_dir / "glue"
+    argv = ["create-glue", "--task", "mrpc", "--vocab", str(vocab_path), "--out", str(tmp_path / "out"), "--quiet"]
+    assert main([*argv, "--data-dir", str(glue)]) == 2
+    assert capsys.readouterr().err.strip() == (f"bertprep create-glue: error: --data-dir {glue}: its MRPC/ holds the "
+                                               f"MRPC files: give --data-dir {glue / 'MRPC'}")
+    assert main([*argv, "--data-dir", str(glue / "MRPC/train.tsv")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"bertprep create-glue: error: --data-dir {glue / 'MRPC/train.tsv'}: a file; give the directory that holds "
+        "the MRPC files (train.tsv, dev.tsv, test.tsv)")
+    assert not (tmp_path / "out").exists()
+
+
 # ---------------------------------------------------------------- every GLUE task, in the layout `download glue` writes
 
 

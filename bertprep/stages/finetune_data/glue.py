@@ -285,6 +285,17 @@ def feature_columns(examples, tokenizer, seq, labels):
 # ---------------------------------------------------------------- the command
 
 
+def _refuse_a_data_dir_beside_the_task(data_dir, task, spec):
+    """A UsageError where `--data-dir` is a file (`…/MRPC/train.tsv`), or the directory above the task's (the
+    `download glue` root, whose `MRPC/` holds the files): `…/glue/train.tsv: no such file` was all they said."""
+    if storage.isfile(data_dir):
+        raise UsageError(f"--data-dir {data_dir}: a file; give the directory that holds the {task} files "
+                         f"({', '.join(spec.files.values())})")
+    below = storage.join(data_dir, task)
+    if any(storage.isfile(storage.join(below, name)) for name in spec.files.values()):
+        raise UsageError(f"--data-dir {data_dir}: its {task}/ holds the {task} files: give --data-dir {below}")
+
+
 def create_glue(options: CreateGlueOptions | None = None, /, *, quiet: bool = True, **fields: Any) -> Summary:
     """Write the records of a GLUE task's splits (`options`, or CreateGlueOptions(**fields)); progress on stderr
     unless `quiet`. Every file is read and checked before anything is written; a split already written with
@@ -297,6 +308,8 @@ def create_glue(options: CreateGlueOptions | None = None, /, *, quiet: bool = Tr
     kind = GLUE if spec.labels is not None else GLUE_REGRESSION
     paths = {split: storage.join(options.data_dir, spec.files[split]) for split in splits}
     for split, path in paths.items():
+        if not storage.isfile(path):
+            _refuse_a_data_dir_beside_the_task(options.data_dir, task, spec)
         storage.require(path, "file", DataError(f"{path}: no such file ({task} {split} split; pass --split to "
                                                 "convert only some splits)"))
     refuse_if_held(storage.absolute(options.out))  # before every split is read and checked
