@@ -364,6 +364,21 @@ def test_convert_of_one_file_to_a_name_ending_in_a_slash_is_a_usage_line(golden_
     assert os.listdir(tmp_path) == []
 
 
+def test_convert_of_a_directory_holding_a_tree_of_two_formats_is_refused(tmp_path, tiny):
+    """`convert WORKDIR/records out` (create's --out, its tree a level or two below) converted the tree's TFRecord
+    and OFRecord copies both: every record twice, exit 0."""
+    good, vocab = tiny
+    records = tmp_path / "records"
+    assert bertprep(*create_args(vocab, [good], records)).returncode == 0
+    (tree,) = [p.parent for p in records.rglob("manifest.json")]
+    line = error_line(bertprep("convert", records, tmp_path / "out", "--to", "parquet", "--quiet"), 2)
+    assert line == (f"bertprep convert: error: {records}: holds {tree}, a create output whose ofrecord and tfrecord "
+                    f"files are the same records (converted together, each record would be written twice): convert "
+                    f"{tree} on its own")
+    assert not (tmp_path / "out").exists()
+    assert bertprep("convert", tree, tmp_path / "out", "--to", "parquet", "--quiet").returncode == 0  # the tree
+
+
 def test_convert_called_in_python_writes_what_the_command_writes(golden_dir, tmp_path, capsys):
     from bertprep.errors import UsageError
     from bertprep.stages.convert import ConvertOptions, convert

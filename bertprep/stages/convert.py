@@ -59,7 +59,7 @@ from bertprep.options import (
 )
 from bertprep.progress import Summary
 from bertprep.records_manifest import check_records_manifest, file_digests
-from bertprep.workdir import MANIFEST, load_manifest, refuse_unlisted, save_manifest
+from bertprep.workdir import MANIFEST, load_manifest, read_manifest, refuse_unlisted, save_manifest
 
 INT32_RANGE = (-(1 << 31), (1 << 31) - 1)
 RECORD_NAMES = "*.tfrecord, part-*, *.hdf5 or *.parquet"  # the four formats' names (codecs.of_file_name's)
@@ -225,6 +225,23 @@ def _finetuning_files(manifest, source, listed, fmt):
     return chosen
 
 
+def _refuse_copies_below(source, listed, src):
+    """A UsageError for a plain directory holding a stage's output (create, pack, create-squad, create-glue) whose
+    manifest lists its records in more than one format: `convert WORKDIR/records out` converted both copies,
+    each record twice (1,266 of a tree's 633), under `tfrecord/` and `ofrecord/` directories holding neither."""
+    for path in listed:
+        if os.path.basename(path) != MANIFEST or source.relpath(path) == MANIFEST:
+            continue
+        manifest, _problem = read_manifest(path)
+        held = sorted({entry.get("format") for entry in ((manifest or {}).get("files") or {}).values()
+                       if isinstance(entry, dict)} - {None})
+        if len(held) > 1 and (manifest or {}).get("stage") in ("create", "pack", "create-squad", "create-glue"):
+            below = storage.display(os.path.dirname(path))
+            raise UsageError(f"{src}: holds {below}, a {manifest['stage']} output whose {' and '.join(held)} files "
+                             "are the same records (converted together, each record would be written twice): "
+                             f"convert {below} on its own")
+
+
 def _finetuning_pairs(paths, target, to):
     """(src, dst) of each fine-tuning file: its role's name in `to` (`predict.tf_record` -> `test.of_record-0`;
     to a format without fine-tuning names, `test.parquet`)."""
@@ -328,6 +345,7 @@ def convert(options: ConvertOptions | None = None, /, **fields: Any) -> Summary:
         elif tuning is not None:  # fine-tuning records: its files of one format, named by their role
             chosen = _finetuning_files(manifest, source, listed, tuning)
         else:
+            _refuse_copies_below(source, listed, src)
             chosen = listed
         pairs = _finetuning_pairs(chosen, target, to) if tuning else _tree_pairs(source, chosen, target, to, top)
         if not pairs:
