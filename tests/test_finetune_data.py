@@ -5,6 +5,7 @@ import hashlib
 import json
 import os
 import random
+import socket
 import subprocess
 import sys
 import time
@@ -287,6 +288,23 @@ def test_a_vocab_path_under_a_local_directory_is_not_asked_of_the_hub(finetune_d
     line = "bertprep create-glue: error: data/vocab.tx: vocab file not found\n"
     assert (result.returncode, result.stderr) == (1, line)
     assert time.monotonic() - started < 20 and sorted(os.listdir(tmp_path)) == ["data"]
+
+
+def test_a_hub_model_id_with_no_hub_to_reach_is_one_line(finetune_dir, tmp_path):
+    """`--vocab some-model` with the hub unreachable printed huggingface_hub's retries, two lines each (`'[Errno
+    111] Connection refused' thrown while requesting HEAD …`, `Retrying in 1s [Retry 1/5].`), before the error."""
+    with socket.socket() as closed:  # a port nothing listens on: connection refused
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    result = subprocess.run([sys.executable, "-m", "bertprep", "create-glue", "--task", "MRPC", "--data-dir",
+                             str(finetune_dir / "glue/MRPC"), "--vocab", "no-such-model", "--out", "out", "--quiet"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PYTHONPATH": str(REPO), "HF_ENDPOINT": f"http://127.0.0.1:{port}",
+                                 "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "0"})
+    assert result.returncode == 1 and len(result.stderr.splitlines()) == 1, result.stderr
+    assert result.stderr.startswith("bertprep create-glue: error: no-such-model: not a vocab file and not "
+                                    "resolvable as a hub model id (")
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_data_dir_above_the_task_or_of_a_file_is_a_usage_line(finetune_dir, vocab_path, tmp_path, capsys):
