@@ -290,6 +290,22 @@ def test_a_vocab_path_under_a_local_directory_is_not_asked_of_the_hub(finetune_d
     assert time.monotonic() - started < 20 and sorted(os.listdir(tmp_path)) == ["data"]
 
 
+def test_a_model_directory_given_as_vocab_names_its_vocab(finetune_dir, vocab_path, tmp_path, capsys):
+    """`--vocab MODEL_DIR` (a downloaded model's directory) said `MODEL_DIR: cannot read: Is a directory`."""
+    model = tmp_path / "model"
+    model.mkdir()
+    argv = ["create-squad", "--input", str(finetune_dir / "squad/v1.1/dev-v1.1.json"), "--out", str(tmp_path / "out"),
+            "--quiet", "--vocab"]
+    assert main([*argv, str(model)]) == 1
+    assert capsys.readouterr().err.strip() == (f"bertprep create-squad: error: {model}: a directory, not a vocab "
+                                               "file (it holds no vocab.txt)")
+    (model / "vocab.txt").write_bytes(vocab_path.read_bytes())
+    assert main([*argv, str(model)]) == 1
+    assert capsys.readouterr().err.strip() == (f"bertprep create-squad: error: {model}: a directory, not a vocab "
+                                               f"file: give {model / 'vocab.txt'}")
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_hub_model_id_with_no_hub_to_reach_is_one_line(finetune_dir, tmp_path):
     """`--vocab some-model` with the hub unreachable printed huggingface_hub's retries, two lines each (`'[Errno
     111] Connection refused' thrown while requesting HEAD …`, `Retrying in 1s [Retry 1/5].`), before the error."""
