@@ -379,6 +379,18 @@ def test_convert_of_a_directory_holding_a_tree_of_two_formats_is_refused(tmp_pat
     assert bertprep("convert", tree, tmp_path / "out", "--to", "parquet", "--quiet").returncode == 0  # the tree
 
 
+def test_convert_of_a_directory_to_an_existing_file_is_a_usage_line(golden_dir, tmp_path):
+    """`convert DIR x.parquet` (x.parquet a file) failed while holding its output: `x.parquet: Not a directory`,
+    exit 1."""
+    src, dst = tmp_path / "src", tmp_path / "x.parquet"
+    src.mkdir()
+    (src / "G2.tfrecord").write_bytes((golden_dir / "G2.tfrecord").read_bytes())
+    dst.write_bytes(b"kept")
+    line = error_line(bertprep("convert", src, dst, "--to", "parquet", "--quiet"), 2)
+    assert line == f"bertprep convert: error: {dst}: is a file, and {src} is a directory; give an output directory"
+    assert dst.read_bytes() == b"kept" and sorted(os.listdir(tmp_path)) == ["src", "x.parquet"]
+
+
 def test_convert_called_in_python_writes_what_the_command_writes(golden_dir, tmp_path, capsys):
     from bertprep.errors import UsageError
     from bertprep.stages.convert import ConvertOptions, convert

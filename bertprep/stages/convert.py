@@ -350,6 +350,8 @@ def convert(options: ConvertOptions | None = None, /, **fields: Any) -> Summary:
         pairs = _finetuning_pairs(chosen, target, to) if tuning else _tree_pairs(source, chosen, target, to, top)
         if not pairs:
             raise DataError(f"{src}: no record files ({RECORD_NAMES}) found")
+        if target.isfile():  # it failed while holding the output: "x.parquet: Not a directory"
+            raise UsageError(f"{dst}: is a file, and {src} is a directory; give an output directory")
         tree: contextlib.AbstractContextManager = hold(dst, "bertprep convert")
     elif source.isfile():
         if target.isdir():
