@@ -276,6 +276,22 @@ def test_convert_of_a_fine_tuning_output_writes_each_split_once_under_its_name(f
     assert not (tmp_path / "pq2").exists()
 
 
+def test_convert_of_a_fine_tuning_output_reads_each_split_in_a_format_it_holds(finetune_dir, vocab_path, tmp_path,
+                                                                               capsys):
+    """A later run for another split may write another format (`--split train --format tfrecord`, then `--split
+    dev --format ofrecord`): each split is read in a format it holds, none left out."""
+    glue = ["create-glue", "--task", "MRPC", "--data-dir", str(finetune_dir / "glue/MRPC"), "--vocab", str(vocab_path),
+            "--out", str(tmp_path / "mix"), "--quiet"]
+    assert main([*glue, "--split", "train", "--format", "tfrecord"]) == 0
+    assert main([*glue, "--split", "dev", "--format", "ofrecord"]) == 0
+    assert main(["convert", str(tmp_path / "mix"), str(tmp_path / "pq"), "--to", "parquet", "--quiet"]) == 0
+    assert sorted(p.name for p in (tmp_path / "pq").iterdir()) == ["eval.parquet", "train.parquet"]
+    assert main(["convert", str(tmp_path / "mix"), str(tmp_path / "tf"), "--to", "tfrecord"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"bertprep convert: error: {tmp_path / 'mix'}: fine-tuning records (create-glue) that it holds as tfrecord "
+        "already (train.tf_record); convert the other splits' files on their own (eval.of_record-0)")
+
+
 def test_a_vocab_path_under_a_local_directory_is_not_asked_of_the_hub(finetune_dir, tmp_path):
     """`--vocab data/vocab.tx` (a typo) was taken for a hub model id: offline, 25 s of the hub client's retries, a
     line each on stderr, then `not resolvable as a hub model id (LocalEntryNotFoundError: …)`."""

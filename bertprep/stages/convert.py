@@ -197,28 +197,37 @@ def _records_tree_format(manifest, src, to):
     return held[0] if held else None
 
 
-def _finetuning_format(manifest, src, to):
-    """The format a fine-tuning output's files (create-squad, create-glue: `train.tf_record`, `eval.of_record-0`,
-    …, the same records in each format) are read from, or None where `manifest` is no such output's. Converted
-    as a plain directory, each split came out once per format held, and OFRecord parts lost their split's name
-    (part-0 … part-5 of three splits)."""
+def _finetuning_names(manifest, src, to):
+    """The files a fine-tuning output's records are read from (create-squad, create-glue: `train.tf_record`,
+    `eval.of_record-0`, …, a split's records the same in each format it was written in): each split's in the
+    first format it holds; None where `manifest` is no such output's. Converted as a plain directory, each split
+    came out once per format held, and OFRecord parts lost their split's name (part-0 … part-5 of three splits)."""
     if not manifest or manifest.get("stage") not in ("create-squad", "create-glue"):
         return None
-    entries = (manifest.get("files") or {}).items()
-    held = [fmt for fmt in codecs.finetuning_names() if any(entry.get("format") == fmt for _name, entry in entries)]
-    if to in held:
-        names = ", ".join(name for name, entry in entries if entry.get("format") == to)
+    entries = sorted((manifest.get("files") or {}).items())
+    by_split: dict = {}
+    for name, entry in entries:
+        by_split.setdefault(entry.get("split"), []).append((name, entry.get("format")))
+    already = [name for name, entry in entries if entry.get("format") == to]
+    if already:
+        lacking = [name for files in by_split.values() if all(format_ != to for _name, format_ in files)
+                   for name, _format in files]
+        what = ("nothing to convert (convert one of its other files, or another format)" if not lacking else
+                f"convert the other splits' files on their own ({', '.join(lacking)})")
         raise UsageError(f"{src}: fine-tuning records ({manifest['stage']}) that it holds as {to} already "
-                         f"({names}); nothing to convert (convert one of its other files, or another format)")
-    return held[0] if held else None
+                         f"({', '.join(already)}); {what}")
+    chosen = []
+    for files in by_split.values():  # a later run for another split may have written other formats
+        held = [fmt for fmt in codecs.finetuning_names() if any(format_ == fmt for _name, format_ in files)]
+        chosen += [name for name, format_ in files if held and format_ == held[0]]
+    return chosen
 
 
-def _finetuning_files(manifest, source, listed, fmt):
-    """The files of `listed` that the fine-tuning output's manifest lists in `fmt`; a DataError for one it lists
-    that is not there (its split would be left out, its other format's copy called the same records)."""
-    wanted = {name for name, entry in manifest["files"].items() if entry.get("format") == fmt}
-    chosen = [path for path in listed if source.relpath(path) in wanted]
-    missing = sorted(wanted - {source.relpath(path) for path in chosen})
+def _finetuning_files(source, listed, names, manifest):
+    """The files of `listed` named in `names` (its manifest's, `_finetuning_names`); a DataError for one listed
+    in the manifest that is not there (its split would be left out, its other format's copy called the same)."""
+    chosen = [path for path in listed if source.relpath(path) in names]
+    missing = sorted(set(names) - {source.relpath(path) for path in chosen})
     if missing:
         raise DataError(f"{source.display(missing[0])}: listed in {source.display(MANIFEST)} but not there: "
                         f"restore it, or rerun {manifest['stage']}")
@@ -336,18 +345,19 @@ def convert(options: ConvertOptions | None = None, /, **fields: Any) -> Summary:
         refuse_files_above(options, "dst", flags=False, folders=("dst",))  # a tree's output is a directory
         manifest = load_manifest(source)
         top = _records_tree_format(manifest, src, to)
-        tuning = None if top is not None else _finetuning_format(manifest, src, to)
+        tuning = None if top is not None else _finetuning_names(manifest, src, to)
         if top is not None:  # a records tree: its files of one format, each one its manifest lists
             check_records_manifest(manifest, source.path(MANIFEST), [top])
             chosen = [path for path in listed
                       if _is_record_name(path) and source.relpath(path).replace(os.sep, "/").split("/")[0] == top]
             refuse_unlisted(source, [source.relpath(path) for path in chosen], "bertprep convert")
-        elif tuning is not None:  # fine-tuning records: its files of one format, named by their role
-            chosen = _finetuning_files(manifest, source, listed, tuning)
+        elif tuning is not None:  # fine-tuning records: each split's files of one format, named by their role
+            chosen = _finetuning_files(source, listed, tuning, manifest)
         else:
             _refuse_copies_below(source, listed, src)
             chosen = listed
-        pairs = _finetuning_pairs(chosen, target, to) if tuning else _tree_pairs(source, chosen, target, to, top)
+        pairs = (_finetuning_pairs(chosen, target, to) if tuning is not None
+                 else _tree_pairs(source, chosen, target, to, top))
         if not pairs:
             raise DataError(f"{src}: no record files ({RECORD_NAMES}) found")
         if target.isfile():  # it failed while holding the output: "x.parquet: Not a directory"
@@ -395,7 +405,7 @@ def convert(options: ConvertOptions | None = None, /, **fields: Any) -> Summary:
     else:  # a records tree: what its manifest does not list (its other formats hold the same records)
         left = [storage.display(path) for path in listed
                 if source.relpath(path) != MANIFEST and source.relpath(path) not in (manifest or {})["files"]]
-    why = (f"the same records as its {tuning} files, or no records" if tuning else
+    why = ("the same records as a file converted, or no records" if tuning is not None else
            NOT_RECORD_NAMES if top is None else f"not listed in {source.display(MANIFEST)}")
     fields = {"to": to, "files": files, "records": sum(counts), "not_converted": left, "not_converted_why": why,
               "records_tree_from": top}  # a records tree's source format (None: a file, or a plain directory)
