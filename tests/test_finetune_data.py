@@ -281,15 +281,19 @@ def test_convert_of_a_fine_tuning_output_reads_each_split_in_a_format_it_holds(f
     """A later run for another split may write another format (`--split train --format tfrecord`, then `--split
     dev --format ofrecord`): each split is read in a format it holds, none left out."""
     glue = ["create-glue", "--task", "MRPC", "--data-dir", str(finetune_dir / "glue/MRPC"), "--vocab", str(vocab_path),
-            "--out", str(tmp_path / "mix"), "--quiet"]
+            "--out", str(tmp_path / "parent/mix"), "--quiet"]
     assert main([*glue, "--split", "train", "--format", "tfrecord"]) == 0
     assert main([*glue, "--split", "dev", "--format", "ofrecord"]) == 0
-    assert main(["convert", str(tmp_path / "mix"), str(tmp_path / "pq"), "--to", "parquet", "--quiet"]) == 0
+    mix = tmp_path / "parent/mix"
+    assert main(["convert", str(mix), str(tmp_path / "pq"), "--to", "parquet", "--quiet"]) == 0
     assert sorted(p.name for p in (tmp_path / "pq").iterdir()) == ["eval.parquet", "train.parquet"]
-    assert main(["convert", str(tmp_path / "mix"), str(tmp_path / "tf"), "--to", "tfrecord"]) == 2
+    assert main(["convert", str(mix), str(tmp_path / "tf"), "--to", "tfrecord"]) == 2
     assert capsys.readouterr().err.strip() == (
-        f"bertprep convert: error: {tmp_path / 'mix'}: fine-tuning records (create-glue) that it holds as tfrecord "
-        "already (train.tf_record); convert the other splits' files on their own (eval.of_record-0)")
+        f"bertprep convert: error: {mix}: fine-tuning records (create-glue) that it holds as tfrecord already "
+        "(train.tf_record); convert the other splits' files on their own (eval.of_record-0)")
+    # in a directory above it, no split's records are held twice: converted as a plain directory
+    assert main(["convert", str(tmp_path / "parent"), str(tmp_path / "whole"), "--to", "hdf5", "--quiet"]) == 0
+    assert sorted(p.name for p in (tmp_path / "whole/mix").iterdir()) == ["eval.hdf5", "train.hdf5"]
 
 
 def test_a_vocab_path_under_a_local_directory_is_not_asked_of_the_hub(finetune_dir, tmp_path):

@@ -242,9 +242,12 @@ def _refuse_copies_below(source, listed, src):
         if os.path.basename(path) != MANIFEST or source.relpath(path) == MANIFEST:
             continue
         manifest, _problem = read_manifest(path)
-        held = sorted({entry.get("format") for entry in ((manifest or {}).get("files") or {}).values()
-                       if isinstance(entry, dict)} - {None})
-        if len(held) > 1 and (manifest or {}).get("stage") in ("create", "pack", "create-squad", "create-glue"):
+        by_split: dict = {}  # a split's formats (a later fine-tuning run for another split may write another)
+        for entry in ((manifest or {}).get("files") or {}).values():
+            if isinstance(entry, dict) and entry.get("format"):
+                by_split.setdefault(entry.get("split"), set()).add(entry["format"])
+        held = sorted(next((formats_ for formats_ in by_split.values() if len(formats_) > 1), ()))
+        if held and (manifest or {}).get("stage") in ("create", "pack", "create-squad", "create-glue"):
             below = storage.display(os.path.dirname(path))
             raise UsageError(f"{src}: holds {below}, a {manifest['stage']} output whose {' and '.join(held)} files "
                              "are the same records (converted together, each record would be written twice): "
