@@ -387,7 +387,7 @@ def test_convert_of_a_directory_to_an_existing_file_is_a_usage_line(golden_dir, 
     (src / "G2.tfrecord").write_bytes((golden_dir / "G2.tfrecord").read_bytes())
     dst.write_bytes(b"kept")
     line = error_line(bertprep("convert", src, dst, "--to", "parquet", "--quiet"), 2)
-    assert line == f"bertprep convert: error: {dst}: is a file, and {src} is a directory; give an output directory"
+    assert line == f"bertprep convert: error: dst {dst}: is a file, not a directory"  # options.refuse_file_above
     assert dst.read_bytes() == b"kept" and sorted(os.listdir(tmp_path)) == ["src", "x.parquet"]
 
 
