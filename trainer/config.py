@@ -311,6 +311,8 @@ class TrainConfig:
         _check_seed(self.seed)
         _check_appendable(self)
         _check_outputs_apart(self, ("checkpoint_dir", "tensorboard_dir", "log_json"))
+        if self.log_json is not None:  # appended to: the run's JSON lines were added to the config it had read
+            refuse_overlap(self.log_json, [self.bert_config], what="--log-json")
         _check_output_places(self, ("checkpoint_dir", "tensorboard_dir"), ("log_json",))
         _check_log_json_apart(self, ("checkpoint_dir", "tensorboard_dir"))
 
