@@ -23,3 +23,34 @@ def test_a_log_json_that_is_the_bert_config_is_refused(tmp_path, capsys):
         "reads; write the output elsewhere"])
     assert config.read_bytes() == before
     assert sorted(os.listdir(tmp_path)) == ["bert_config.json"]
+
+
+def _outside_checkpoints_error(flag, path, folder):
+    return (f"trainer: error: {flag} {path}: at or inside {folder}, a checkpoint's folder of --checkpoint-dir, which "
+            "the run resumes from, replaces and deletes: name a path outside its ckpt-<step> folders")
+
+
+def test_a_log_json_in_the_checkpoint_a_resume_reads_is_refused(tmp_path, capsys):
+    """`--resume --log-json CK/ckpt-00000002/state.json` appended the run's JSON lines to the state.json it
+    resumed from (exit 0): the checkpoint was damaged for every later resume."""
+    ck = tmp_path / "ck"
+    run = ["--format", "ofrecord", "--steps", "2", "--batch-size", "2", "--checkpoint-dir", str(ck), "--quiet"]
+    assert main(run) == 0
+    state = ck / "ckpt-00000002" / "state.json"
+    before = state.read_bytes()
+    capsys.readouterr()
+    assert main([*run, "--resume", "--log-json", str(state)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        _outside_checkpoints_error("--log-json", state, ck / "ckpt-00000002")]
+    assert state.read_bytes() == before
+
+
+def test_a_tensorboard_dir_in_a_checkpoints_folder_is_refused(tmp_path, capsys):
+    """`--tensorboard-dir CK/ckpt-00000002` was replaced by the checkpoint of that step: the run's events were
+    deleted without a word (exit 0)."""
+    ck, board = tmp_path / "ck", tmp_path / "ck" / "ckpt-00000002"
+    assert main(["--format", "ofrecord", "--steps", "2", "--batch-size", "2", "--checkpoint-dir", str(ck),
+                 "--tensorboard-dir", str(board), "--quiet"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        _outside_checkpoints_error("--tensorboard-dir", board, board)]
+    assert os.listdir(tmp_path) == []

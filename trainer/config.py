@@ -315,6 +315,7 @@ class TrainConfig:
             refuse_overlap(self.log_json, [self.bert_config], what="--log-json")
         _check_output_places(self, ("checkpoint_dir", "tensorboard_dir"), ("log_json",))
         _check_log_json_apart(self, ("checkpoint_dir", "tensorboard_dir"))
+        _check_outside_checkpoints(self, ("tensorboard_dir", "log_json"))
 
     def check_backend(self, backend: str) -> None:
         """What needs JAX, against the backend Keras loaded (known only once it has)."""
@@ -381,6 +382,29 @@ def _check_log_json_apart(config, directories):
         if storage.comparable(path) == log or storage.comparable(path).startswith(log + os.sep):
             raise UsageError(f"--log-json {config.log_json}: {flag} {path} would be a directory at or under that "
                              "file; name another --log-json")
+
+
+def _check_outside_checkpoints(config, names):
+    """No output lies in a checkpoint's folder of --checkpoint-dir (`ckpt-<step>/`, or `.partial/` where they are
+    made): the run resumes from, replaces and deletes those. A --log-json in the --resume checkpoint had the
+    run's lines appended to its state.json, and a --tensorboard-dir ckpt-<step> was replaced by that checkpoint,
+    its events gone (both exit 0)."""
+    from bertprep.atomic import PARTIAL
+    from trainer.run_state import is_checkpoint_name
+
+    if config.checkpoint_dir is None or not storage.checks_locally(config.checkpoint_dir):
+        return
+    root = storage.comparable(config.checkpoint_dir).rstrip(os.sep) + os.sep
+    for name in names:
+        path = getattr(config, name)
+        if path is None or not storage.checks_locally(path) or not storage.comparable(path).startswith(root):
+            continue
+        folder = storage.comparable(path)[len(root):].split(os.sep)[0]
+        if folder == PARTIAL or is_checkpoint_name(folder):
+            inside = os.path.join(config.checkpoint_dir, folder)
+            raise UsageError(f"--{name.replace('_', '-')} {path}: at or inside {inside}, a checkpoint's folder of "
+                             "--checkpoint-dir, which the run resumes from, replaces and deletes: name a path "
+                             "outside its ckpt-<step> folders")
 
 
 def check_output_place(flag, path, directory, makes_parents=None):
@@ -459,6 +483,7 @@ class FinetuneConfig:
                              ("data", "init_checkpoint", "eval_file"))
         _check_output_places(self, ("output_dir", "checkpoint_dir", "tensorboard_dir"), ("log_json",))
         _check_log_json_apart(self, ("output_dir", "checkpoint_dir", "tensorboard_dir"))
+        _check_outside_checkpoints(self, ("tensorboard_dir", "log_json"))
 
 
 class _ShownAsTable:

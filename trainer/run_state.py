@@ -28,6 +28,11 @@ _NAME = re.compile(r"^ckpt-(\d+)$")
 FILES = {"state.json": "the step and the model's config", "state.npz": "the weights"}
 
 
+def is_checkpoint_name(name):
+    """Whether `name` is a checkpoint's folder name, ckpt-<step>."""
+    return _NAME.match(name) is not None
+
+
 def list_checkpoints(directory):
     """Complete checkpoints in `directory`, oldest first, as (step, path). In a URL's directory a checkpoint
     is complete once its last object (atomic_dir's COMPLETE) is there: one whose upload is under way or was
