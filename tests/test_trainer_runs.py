@@ -3,8 +3,14 @@ while the programs compile (probes of 2026-11-28, fifth)."""
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 
 from trainer.cli import main
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 TINY_CONFIG = {"vocab_size": 2000, "hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
                "intermediate_size": 512, "max_position_embeddings": 512, "type_vocab_size": 2}
@@ -54,3 +60,26 @@ def test_a_tensorboard_dir_in_a_checkpoints_folder_is_refused(tmp_path, capsys):
     assert capsys.readouterr().err.strip().splitlines() == [
         _outside_checkpoints_error("--tensorboard-dir", board, board)]
     assert os.listdir(tmp_path) == []
+
+
+def test_ctrl_c_while_the_programs_compile_exits_130(tmp_path):
+    """Ctrl-C during the first step's compilation (the minute a user sees the wrong flags) said `trainer:
+    interrupted`, then the process died in a segmentation fault (exit 139, a core dump where enabled): JAX's
+    compilation went on in its threads while the interpreter was torn down under them."""
+    # JAX_LOG_COMPILES: JAX says when a program goes to XLA; the training step's takes seconds to compile.
+    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", PYTHONPATH=REPO, JAX_LOG_COMPILES="1")
+    argv = [sys.executable, "-m", "trainer", "--format", "ofrecord", "--steps", "2", "--batch-size", "2",
+            "--no-compilation-cache", "--checkpoint-dir", str(tmp_path / "ck")]
+    process = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    lines = []
+    for line in process.stderr:
+        lines.append(line)
+        if line.startswith("Finished jaxpr to MLIR module conversion jit(_train_step)"):
+            time.sleep(0.5)
+            process.send_signal(signal.SIGINT)  # while XLA compiles it (seconds on a CPU)
+            break
+    lines.extend(process.stderr)
+    assert process.wait(timeout=120) == 130, lines[-3:]
+    assert lines[-1] == "trainer: interrupted\n"
+    assert os.listdir(tmp_path / "ck") == ["tensorboard"]  # no lock left: a rerun is not refused

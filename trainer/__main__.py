@@ -1,3 +1,4 @@
+import os
 import sys
 
 from trainer.library_logs import lean_process
@@ -6,4 +7,14 @@ lean_process()  # a process of our own: Keras loads without the packages it impo
 
 from trainer.cli import main  # noqa: E402
 
-sys.exit(main())
+code = main()
+if code == 130:
+    # Ctrl-C: it interrupts JAX's wait for a compilation, not the compilation, which goes on in XLA's threads;
+    # the interpreter torn down under them was a segmentation fault (exit 139). Everything is closed by now.
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a reader gone, a stream closed: nothing more to say
+            pass
+    os._exit(code)
+sys.exit(code)
