@@ -359,3 +359,21 @@ def test_packed_records_report_rows_and_real_sequences_per_second(golden_dir, tm
     report = (out / "report.md").read_text()
     assert "packed rows/s" in report and "## Real sequences/s" in report
     assert f"{config['sequence_median']:,.1f}" in report
+
+
+def test_a_baseline_of_another_model_is_refused_before_any_run(tmp_path):
+    """A --baseline measured on another model (or records, optimizer, backend): its 1-device medians were taken
+    as this run's, and the report printed speed-ups of one model's throughput over another's (exit 0)."""
+    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
+    one = ("--format", "ofrecord", "--precision", "fp32", "--batch-size", "2", "--iterations", "2", "--skip", "1",
+           "--runs", "1", "--quiet")
+    first = benchmark(*one, "--model", "tiny", "--devices", "1", "--out", str(tmp_path / "one"), env=env)
+    assert first.returncode == 0, first.stderr
+    baseline = tmp_path / "one" / "results.json"
+    result = benchmark(*one, "--model", "mini", "--devices", "2", "--baseline", str(baseline),
+                       "--out", str(tmp_path / "two"), env=env)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"trainer.benchmark: error: --baseline {baseline}: measured with model_config.hidden_size=128, this run's "
+        "256: its 1-device medians are no baseline for this run's speed-ups"]
+    assert not (tmp_path / "two").exists()  # no worker started, no log written

@@ -152,6 +152,9 @@ def _benchmark(args):
     config = model_config(TrainConfig(format=args.format, data=args.data, model=args.model,
                                       bert_config=args.bert_config, dropout=args.dropout, **shared), records)
     check_records_fit(config, records, args.data)
+    _check_baseline_setup(args.baseline, {"backend": args.backend, "seq": records.seq, "pred": records.pred,
+                                          "packed": records.packed, "optimizer": args.optimizer,
+                                          "last_layer": args.last_layer, "model_config": config.to_dict()})
     hosts, host_index = hosts_and_index(os.environ)
     log_dir = os.path.join(args.out, "logs")
     try:
@@ -304,6 +307,28 @@ def _load_baseline(path):
         if problem:
             raise DataError(f"--baseline {path}: configs[{index}] {problem}")
     return configs
+
+
+def _check_baseline_setup(path, setup):
+    """A UsageError where the --baseline measured another model, records, optimizer or backend than `setup`
+    (this run's; the fields of its report's setup that fix a step's work): its 1-device medians were taken as
+    this run's, and the speed-ups and scaling efficiencies of two different runs printed as one report's. A
+    field the baseline's report does not have is not compared."""
+    if not path:
+        return
+    with open(path, encoding="utf-8") as f:
+        theirs = json.load(f).get("setup")
+    if not isinstance(theirs, dict):
+        return
+    for field, ours in setup.items():
+        was = theirs.get(field, ours)
+        if was == ours or (field == "last_layer" and "predicted" not in (was, ours)):  # auto is all
+            continue
+        if field == "model_config" and isinstance(was, dict):  # the first key that differs
+            key = next(k for k in sorted({*ours, *was}) if was.get(k) != ours.get(k))
+            field, was, ours = f"model_config.{key}", was.get(key), ours.get(key)
+        raise UsageError(f"--baseline {path}: measured with {field}={json.dumps(was)}, this run's "
+                         f"{json.dumps(ours)}: its 1-device medians are no baseline for this run's speed-ups")
 
 
 def _is_count(value):
