@@ -83,3 +83,20 @@ def test_ctrl_c_while_the_programs_compile_exits_130(tmp_path):
     assert process.wait(timeout=120) == 130, lines[-3:]
     assert lines[-1] == "trainer: interrupted\n"
     assert os.listdir(tmp_path / "ck") == ["tensorboard"]  # no lock left: a rerun is not refused
+
+
+def test_fine_tuning_records_given_to_pretraining_are_named(tmp_path, capsys, shared_dir):
+    """`--data` of `bertprep create-glue`: "no tfrecord training records (looked for ...)", as if the stage had
+    written nothing; it is named as fine-tuning records, and where they go."""
+    from bertprep.cli import main as bertprep_main
+
+    mrpc = tmp_path / "mrpc"
+    assert bertprep_main(["create-glue", "--task", "MRPC", "--data-dir", str(shared_dir / "fixtures" / "finetune" /
+                          "glue" / "MRPC"), "--vocab", str(shared_dir / "fixtures" / "golden" / "vocab.txt"),
+                          "--out", str(mrpc), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["--format", "tfrecord", "--data", str(mrpc), "--model", "tiny", "--steps", "1", "--quiet"]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"trainer: error: {mrpc}: fine-tuning records (create-glue, task MRPC), not pretraining records: fine-tune "
+        "on them with `python -m trainer finetune`; pretraining reads the records `bertprep create` or `pack` "
+        "writes"]

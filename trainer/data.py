@@ -45,6 +45,7 @@ from bertprep.formats.schemas import (
 )
 from bertprep.masking import DynamicMasking, first_instances
 from bertprep.records_manifest import file_digests, kind_mismatch, load_records_manifest
+from bertprep.workdir import load_manifest
 
 SPLITS = ("training", "test")
 TRAINABLE_KINDS = (PRETRAINING, PACKED, UNMASKED)
@@ -55,6 +56,21 @@ INDEX, EPOCH = "instance_index", "epoch"
 def feature_dtypes(kind):
     """The dtype the model and loss receive for each feature of a record kind."""
     return {f.name: (np.float32 if f.dtype == FLOAT else np.int32) for f in kind.features}
+
+
+FINETUNING_STAGES = ("create-squad", "create-glue")  # their manifests' "stage"
+
+
+def _finetuning_records(data_dir):
+    """The DataError for a --data of `bertprep create-glue` or `create-squad` (train.tf_record in no training/
+    directory), or None: it was "no tfrecord training records", as if the stage had written nothing."""
+    folder = Folder(data_dir)
+    manifest = load_manifest(folder) if folder.isdir() else None
+    if not manifest or manifest.get("stage") not in FINETUNING_STAGES:
+        return None
+    return DataError(f"{folder}: fine-tuning records ({manifest['stage']}, task {manifest.get('task')}), not "
+                     "pretraining records: fine-tune on them with `python -m trainer finetune`; pretraining reads "
+                     "the records `bertprep create` or `pack` writes")
 
 
 class Records:
@@ -82,6 +98,7 @@ class Records:
                 self.files[split] += found
         if not self.files["training"]:
             raise (megatron.given_as_records(data_dir, Folder(data_dir), "the trainer")
+                   or _finetuning_records(data_dir)
                    or DataError(f"{Folder(data_dir)}: no {fmt} training records (looked for "
                                 f"{os.path.join('[*/[*/]]', fmt, 'training', codecs.get(fmt).glob)})"))
         for paths, manifest in corpus_files:
