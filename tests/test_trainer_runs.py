@@ -100,3 +100,17 @@ def test_fine_tuning_records_given_to_pretraining_are_named(tmp_path, capsys, sh
         f"trainer: error: {mrpc}: fine-tuning records (create-glue, task MRPC), not pretraining records: fine-tune "
         "on them with `python -m trainer finetune`; pretraining reads the records `bertprep create` or `pack` "
         "writes"]
+
+
+def test_pretraining_records_given_to_fine_tuning_are_named(capsys):
+    """`finetune --data` of `bertprep create` records: "no tfrecord training records (train.tf_record)", as if
+    there were none; they are named as pretraining records, and where they go."""
+    from trainer.pretraining import sample_records
+
+    records = sample_records(quiet=True)
+    assert main(["finetune", "--task", "mrpc", "--data", records, "--format", "tfrecord", "--steps", "1",
+                 "--quiet"]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"trainer: error: {records}: pretraining records (of `bertprep create` or `pack`), not fine-tuning records: "
+        "pretrain on them with `python -m trainer`; fine-tuning reads the records `bertprep create-squad` or "
+        "`create-glue` writes"]

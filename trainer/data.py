@@ -244,6 +244,12 @@ def _corpus_dirs(data_dir, fmt):
     return []
 
 
+def holds_pretraining_records(data_dir, fmt):
+    """Whether `data_dir` holds `fmt` training records of `bertprep create` or `pack` where pretraining looks."""
+    return any(Folder(splits).glob(os.path.join("training", codecs.get(fmt).glob))
+               for _corpus, splits in _corpus_dirs(data_dir, fmt))
+
+
 class RecordStream:
     """An endless, seeded stream of batches from one worker's share of `records.files[split]`, of the
     record kind `records.kind` with dimensions `records.dims` (Records here; finetune.TaskRecords)."""

@@ -24,7 +24,7 @@ from bertprep.folder import Folder
 from bertprep.formats import codecs
 from bertprep.formats.schemas import GLUE, GLUE_REGRESSION, SQUAD_EVAL, SQUAD_TRAIN, first_outside
 from bertprep.records_manifest import file_digests, load_records_manifest
-from trainer.data import no_records_directory
+from trainer.data import holds_pretraining_records, no_records_directory
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,6 +96,10 @@ class TaskData:
         codec = codecs.get(fmt)
         self.files = {split: folder.glob(codec.task_glob(split)) for split in ("train", "eval", "test")}
         if not self.files["train"]:
+            if holds_pretraining_records(data_dir, fmt):  # it said "no tfrecord training records" of them
+                raise DataError(f"{folder}: pretraining records (of `bertprep create` or `pack`), not fine-tuning "
+                                "records: pretrain on them with `python -m trainer`; fine-tuning reads the records "
+                                "`bertprep create-squad` or `create-glue` writes")
             raise DataError(f"{folder}: no {fmt} training records ({codec.task_glob('train')})")
         self.kind = self.batch_kind = task.train_kind
         self.dims = self._dims_of(self.files["train"][0], self.kind)
