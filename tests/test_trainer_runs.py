@@ -114,3 +114,30 @@ def test_pretraining_records_given_to_fine_tuning_are_named(capsys):
         f"trainer: error: {records}: pretraining records (of `bertprep create` or `pack`), not fine-tuning records: "
         "pretrain on them with `python -m trainer`; fine-tuning reads the records `bertprep create-squad` or "
         "`create-glue` writes"]
+
+
+def test_a_resume_on_other_records_is_refused_and_on_the_same_records_moved_is_not(tmp_path, capsys):
+    """--resume with a --data of other records (here: the same corpus packed, 128/23) continued the checkpoint's
+    run on them without a word (exit 0), its data position counting batches of the records it was trained on.
+    The records are told by their manifests' sha256: a copy elsewhere resumes."""
+    import shutil
+
+    from bertprep.cli import main as bertprep_main
+    from trainer.pretraining import sample_records
+
+    records = sample_records(quiet=True)
+    assert bertprep_main(["pack", records, "--out", str(tmp_path / "packed"), "--workers", "1", "--quiet"]) == 0
+    moved = tmp_path / "moved"
+    shutil.copytree(records, moved / "sample")
+    ck = tmp_path / "ck"
+    run = ["--format", "tfrecord", "--model", "tiny", "--steps", "2", "--batch-size", "2", "--checkpoint-dir",
+           str(ck), "--quiet"]
+    assert main([*run, "--data", records]) == 0
+    capsys.readouterr()
+    assert main([*run, "--resume", "--data", str(tmp_path / "packed")]) == 2
+    (packed_manifest,) = (tmp_path / "packed").glob("*/sample/manifest.json")
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"trainer: error: {ck / 'ckpt-00000002'}: checkpoint was trained on other records "
+        f"({os.path.join(records, 'manifest.json')}); this run's --data holds {packed_manifest}: resume with the "
+        "records it was trained on, or name a new --checkpoint-dir"]
+    assert main([*run, "--resume", "--data", str(moved)]) == 0

@@ -497,11 +497,27 @@ def resume(config, steps, settings, log, records):
     path, arrays, saved = found
     expected = {name: value.shape for name, value in steps.get_state().items()}
     run_state.check_compatible(path, saved.get("settings", {}), settings, arrays, expected)
-    check_records_against_carried_vocab(path, records)
+    check_records_against_carried_vocab(path, records)  # records of another vocab: named as such
+    check_same_records(path, saved, records)
     steps.set_state(arrays)
     draws = int(saved["draws"])
     log.note(f"resumed from {storage.display(path)} (step {saved['step']}, {draws} batches drawn)")
     return draws
+
+
+def check_same_records(path, saved, records):
+    """--resume with other records than the checkpoint `path` was trained on (its state.json's manifests, by their
+    sha256: the same records moved elsewhere pass): its data position, the batches drawn, counts batches of those
+    records, and the run went on over the others (packed rows after single sequences, another corpus) without a
+    word. A checkpoint or records without manifests is not compared."""
+    theirs = (saved.get("data") or {}).get("manifests")
+    if not isinstance(theirs, dict) or not theirs or not records.manifests:
+        return
+    if sorted(theirs.values()) != sorted(records.manifests.values()):
+        was, now = ", ".join(sorted(theirs)), ", ".join(sorted(records.manifests))
+        raise UsageError(f"{storage.display(path)}: checkpoint was trained on other records ({was}); this run's "
+                         f"--data holds {now}: resume with the records it was trained on, or name a new "
+                         "--checkpoint-dir")
 
 
 def check_records_against_carried_vocab(path, records):
