@@ -51,6 +51,20 @@ def test_a_log_json_in_the_checkpoint_a_resume_reads_is_refused(tmp_path, capsys
     assert state.read_bytes() == before
 
 
+def test_a_log_json_in_a_new_checkpoint_dir_is_written_there(tmp_path, capsys):
+    """`--checkpoint-dir CK --log-json CK/log.jsonl` of a CK the run was to make was refused, "no directory CK":
+    the run makes CK, so the log is written there; a log in another missing directory is still refused."""
+    ck = tmp_path / "runs" / "ck"
+    run = ["--format", "ofrecord", "--steps", "2", "--batch-size", "2", "--checkpoint-dir", str(ck), "--quiet"]
+    assert main([*run, "--log-json", str(ck / "log.jsonl")]) == 0
+    events = [json.loads(line)["event"] for line in (ck / "log.jsonl").read_text().splitlines()]
+    assert "train" in events and (ck / "ckpt-00000002" / "state.json").is_file()
+    capsys.readouterr()
+    elsewhere = tmp_path / "nowhere" / "log.jsonl"
+    assert main([*run, "--resume", "--steps", "3", "--log-json", str(elsewhere)]) == 2
+    assert capsys.readouterr().err.strip() == f"trainer: error: --log-json {elsewhere}: no directory {elsewhere.parent}"
+
+
 def test_a_tensorboard_dir_in_a_checkpoints_folder_is_refused(tmp_path, capsys):
     """`--tensorboard-dir CK/ckpt-00000002` was replaced by the checkpoint of that step: the run's events were
     deleted without a word (exit 0)."""

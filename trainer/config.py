@@ -363,7 +363,16 @@ def _check_output_places(config, directories, files):
     for name in (*directories, *files):
         path = getattr(config, name)
         if path is not None and storage.checks_locally(path):
-            check_output_place(f"--{name.replace('_', '-')}", storage.local_path(path), name in directories)
+            check_output_place(f"--{name.replace('_', '-')}", storage.local_path(path), name in directories,
+                               makes_parents=True if log_in_checkpoint_dir(config, path) else None)
+
+
+def log_in_checkpoint_dir(config, path):
+    """Whether the file `path` (--log-json) lies directly in the run's local --checkpoint-dir, which the run makes
+    (Log makes it first): "no directory CK" refused `--log-json CK/log.jsonl` of a new CK."""
+    directory = config.checkpoint_dir
+    return bool(directory) and storage.checks_locally(directory) and os.path.dirname(
+        os.path.abspath(storage.local_path(path))) == os.path.abspath(storage.local_path(directory))
 
 
 def _check_log_json_apart(config, directories):

@@ -17,7 +17,15 @@ from bertprep.errors import DataError, UsageError
 from bertprep.options import check_argument
 from bertprep.progress import Progress
 from trainer import compilation_cache, run_state, xla_gpu
-from trainer.config import BertConfig, StepOptions, TrainConfig, TrainSummary, tf_config_hosts, user_cache
+from trainer.config import (
+    BertConfig,
+    StepOptions,
+    TrainConfig,
+    TrainSummary,
+    log_in_checkpoint_dir,
+    tf_config_hosts,
+    user_cache,
+)
 from trainer.data import Records, RecordStream, prefetch
 from trainer.library_logs import library_lines_left_out, load_keras
 from trainer.loop import Hooks, Schedule, evaluate, train_loop
@@ -275,6 +283,8 @@ class Log:
         self.total = total_steps
         self.progress = None  # made at the first step: fine-tuning knows its total only then
         self.warm_from = None
+        if config.log_json and enabled and log_in_checkpoint_dir(config, config.log_json):
+            os.makedirs(os.path.dirname(os.path.abspath(config.log_json)), exist_ok=True)  # before the first save
         self.json = open(config.log_json, "a", encoding="utf-8") if (config.log_json and enabled) else None
         self.tensorboard = None
         tb_dir = tensorboard_dir(config)
