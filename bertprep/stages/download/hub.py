@@ -107,7 +107,7 @@ def _shorten_waits(stall, response):
 def _hub_snapshot(repo, revision, patterns, endpoint, quiet):
     import huggingface_hub
     from huggingface_hub import HfApi, snapshot_download
-    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+    from huggingface_hub.errors import LocalEntryNotFoundError
 
     if quiet:
         huggingface_hub.utils.disable_progress_bars()
@@ -127,10 +127,8 @@ def _hub_snapshot(repo, revision, patterns, endpoint, quiet):
             gave_up = f"; gave up after {attempt} attempts" if attempt > 1 else ""
             raise DataError(f"{repo}@{revision}: not reachable at {where} and not in the cache "
                             f"({_first_line(exc)}{gave_up})") from None
-        except (HfHubHTTPError, OSError, ValueError) as exc:
-            raise DataError(f"{repo}@{revision} at {where}: {_first_line(exc)}") from None
         except Exception as exc:
-            if not from_hub_client(exc):
+            if not hub_failure(exc):
                 raise
             raise DataError(f"{repo}@{revision} at {where}: {_first_line(exc)}") from None
     commit = os.path.basename(os.path.normpath(folder))
@@ -166,11 +164,12 @@ def _hub_was_busy(error):
             and "/api/" in response.request.url.path)
 
 
-def from_hub_client(exc):
-    """Whether `exc` is one of huggingface_hub's or its HTTP client's (httpx, httpx2 in its newer releases)
-    own errors, which are no OSError: a hub whose endpoint redirected in a loop was an httpx2.TooManyRedirects
-    traceback."""
-    return type(exc).__module__.split(".")[0] in ("huggingface_hub", "httpx", "httpx2", "httpcore", "httpcore2")
+def hub_failure(exc):
+    """Whether `exc` is a download's failure to report in one line: an OSError or ValueError, or one of
+    huggingface_hub's or its HTTP client's (httpx, httpx2 in its newer releases) own errors, which are no
+    OSError (a hub whose endpoint redirected in a loop was an httpx2.TooManyRedirects traceback)."""
+    return isinstance(exc, (OSError, ValueError)) or type(exc).__module__.split(".")[0] in (
+        "huggingface_hub", "httpx", "httpx2", "httpcore", "httpcore2")
 
 
 def _first_line(exc):

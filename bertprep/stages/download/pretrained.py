@@ -33,7 +33,7 @@ from bertprep.errors import DataError, UsageError, redact
 from bertprep.options import errors_name_fields, normalise_paths
 from bertprep.stages.download import DownloadOptions
 from bertprep.stages.download.http import CHUNK, SourceDownloads, read_checksum_list
-from bertprep.stages.download.hub import SHA256_HEX, _first_line, bounded_hub, from_hub_client
+from bertprep.stages.download.hub import SHA256_HEX, _first_line, bounded_hub, hub_failure
 
 DEFAULT_BASE_URL = "https://storage.googleapis.com/bert_models"
 BASE_URL_ENV = "BERTPREP_PRETRAINED_URL"
@@ -310,7 +310,6 @@ def _hub_file(repo, filename, endpoint, where, optional=False):
     from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import (
         EntryNotFoundError,
-        HfHubHTTPError,
         LocalEntryNotFoundError,
         RepositoryNotFoundError,
     )
@@ -334,10 +333,8 @@ def _hub_file(repo, filename, endpoint, where, optional=False):
         if optional:
             return None
         raise not_a_model from None
-    except (HfHubHTTPError, OSError, ValueError) as exc:
-        raise DataError(f"{repo}/{filename} at {where}: {_first_line(exc)}") from None
     except Exception as exc:
-        if not from_hub_client(exc):
+        if not hub_failure(exc):
             raise
         raise DataError(f"{repo}/{filename} at {where}: {_first_line(exc)}") from None
 
