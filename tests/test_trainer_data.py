@@ -13,7 +13,9 @@ import pytest
 from bertprep import formats
 from bertprep.errors import DataError, UsageError
 from bertprep.formats.schemas import PRETRAINING
-from trainer.data import Records, RecordStream
+from trainer.config import TrainConfig
+from trainer.data import Records, RecordStream, full_batches
+from trainer.pretraining import Log, evaluation_batches
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -116,6 +118,27 @@ def test_a_bin_size_of_the_whole_sequence_is_refused(records_dir):
 
 def run_trainer(*args):
     return subprocess.run([sys.executable, "-m", "trainer", *args], capture_output=True, text=True, cwd=REPO)
+
+
+def test_an_evaluation_reads_each_test_record_at_most_once(records_dir, capsys):
+    """--eval-steps past the test split's whole batches went round the split again, counting records twice: each
+    evaluation now reads the whole batches there are (of every data worker's share, the fewest), and says so; a
+    split without one whole batch is a usage error before anything compiles."""
+    records = Records(str(records_dir), "ofrecord")
+    assert full_batches(records, "test", 4) == 1206 // 4  # G3
+    shares = [RecordStream(records, "training", 5, 0, worker_index=i, num_workers=3).epoch_size for i in range(3)]
+    assert len(set(shares)) > 1 and full_batches(records, "training", 5, 3) == min(shares) // 5
+    config = TrainConfig(format="ofrecord", data=str(records_dir), steps=2, eval_every=1, eval_steps=400)
+    log = Log(config, config.steps, enabled=True)
+    assert evaluation_batches(config, records, str(records_dir), 4, 1, log) == 301
+    assert capsys.readouterr().err == (f"trainer: --eval-steps 400: {records_dir}: the ofrecord test split holds 301 "
+                                       "batches of 4: each evaluation reads those 301\n")
+    assert evaluation_batches(config, records, str(records_dir), 3, 1, log) == 400
+    assert capsys.readouterr().err == ""
+    with pytest.raises(UsageError) as refused:
+        evaluation_batches(config, records, str(records_dir), 1207, 1, log)
+    assert str(refused.value) == (f"--eval-every: {records_dir}: the ofrecord test split holds fewer records than one "
+                                  "evaluation batch of 1207 (a smaller --batch-size, or more test records)")
 
 
 def test_cli_errors_are_one_line(records_dir, tmp_path):

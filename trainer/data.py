@@ -250,6 +250,14 @@ def holds_pretraining_records(data_dir, fmt):
                for _corpus, splits in _corpus_dirs(data_dir, fmt))
 
 
+def full_batches(records, split, batch_size, num_workers=1):
+    """How many whole batches of `batch_size` each of `num_workers` shares of `records.files[split]` holds (the
+    fewest of any share, RecordStream's split of the files): an evaluation of more batches read records twice,
+    and workers evaluating different numbers of batches would wait on one another's collectives for ever."""
+    files = records.files[split]
+    return min(sum(map(records.count, files[index::num_workers])) for index in range(num_workers)) // batch_size
+
+
 class RecordStream:
     """An endless, seeded stream of batches from one worker's share of `records.files[split]`, of the
     record kind `records.kind` with dimensions `records.dims` (Records here; finetune.TaskRecords)."""

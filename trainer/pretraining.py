@@ -26,7 +26,7 @@ from trainer.config import (
     tf_config_hosts,
     user_cache,
 )
-from trainer.data import Records, RecordStream, prefetch
+from trainer.data import Records, RecordStream, full_batches, prefetch
 from trainer.library_logs import library_lines_left_out, load_keras
 from trainer.loop import Hooks, Schedule, evaluate, train_loop
 from trainer.precision import device_platform, has_bfloat16_tensor_cores, keras_policy, loss_scaling, resolve
@@ -441,7 +441,7 @@ def train(config: TrainConfig, step_times: list[float] | None = None,
 def _train(config, devices, log, clock, data_dir, records, bert, step_times=None, step_sequences=None, initial=None,
            precision_note=None, options=StepOptions()):
     """Streams, model and steps, a resumed state, the loop, the summary."""
-    stream, eval_stream = record_streams(config, devices, records, data_dir, log)
+    stream, eval_stream, eval_steps = record_streams(config, devices, records, data_dir, log)
     model, _, steps = build_steps(config, devices, bert, records, warmup_steps(config.warmup, config.steps),
                                   initial, log, options)
     clock.mark("model_built_s")
@@ -452,7 +452,7 @@ def _train(config, devices, log, clock, data_dir, records, bert, step_times=None
     schedule = Schedule(config.steps, config.log_every, config.steps_per_call,
                         eval_every=config.eval_every if eval_stream else 0,
                         checkpoint_every=config.checkpoint_every if config.checkpoint_dir else 0)
-    hooks = Hooks(evaluate=lambda step: evaluate(steps, eval_stream, config.eval_steps),
+    hooks = Hooks(evaluate=lambda step: evaluate(steps, eval_stream, eval_steps),
                   checkpoint=functools.partial(checkpoint, config, devices, steps, settings, log, carried),
                   step_times=step_times, step_sequences=step_sequences, first_results=clock.first_results)
     batches = prefetch(stream.batches(draws * stream.batch_size))
@@ -468,20 +468,36 @@ def global_batch(config, devices):
 
 
 def record_streams(config, devices, records, data_dir, log):
-    """(training stream, test stream or None) of this worker's share of the records."""
+    """(training stream, test stream or None, batches an evaluation reads) of this worker's share of the records."""
     per_worker = config.batch_size * devices.local_replicas
     stream = RecordStream(records, "training", per_worker * config.grad_accum, config.seed,
                           worker_index=devices.worker_index, num_workers=devices.num_workers,
                           bin_size=config.bin_size)
-    eval_stream = None
-    if config.eval_every:
-        if records.files["test"]:
-            eval_stream = RecordStream(records, "test", per_worker, config.seed,
-                                       worker_index=devices.worker_index,
-                                       num_workers=min(devices.num_workers, len(records.files["test"])))
-        else:
-            log.note(f"{storage.display(data_dir)}: no {config.format} test records: --eval-every ignored")
-    return stream, eval_stream
+    if not config.eval_every:
+        return stream, None, 0
+    if not records.files["test"]:
+        log.note(f"{storage.display(data_dir)}: no {config.format} test records: --eval-every ignored")
+        return stream, None, 0
+    workers = min(devices.num_workers, len(records.files["test"]))
+    eval_stream = RecordStream(records, "test", per_worker, config.seed, worker_index=devices.worker_index,
+                               num_workers=workers)
+    return stream, eval_stream, evaluation_batches(config, records, data_dir, per_worker, workers, log)
+
+
+def evaluation_batches(config, records, data_dir, per_worker, workers, log):
+    """--eval-steps, or fewer where the test split holds fewer whole batches: each evaluation reads each test
+    record at most once, as google-research/bert's evaluation (no repeat, the last partial batch dropped); an
+    --eval-steps past the split's end went round it again, counting records twice, unsaid."""
+    whole = full_batches(records, "test", per_worker, workers)
+    held = f"{storage.display(data_dir)}: the {config.format} test split holds"
+    if whole == 0:
+        raise UsageError(f"--eval-every: {held} fewer records than one evaluation batch of {per_worker}"
+                         + (f" on each of {workers} data workers" if workers > 1 else "")
+                         + " (a smaller --batch-size, or more test records)")
+    if whole < config.eval_steps:
+        log.note(f"--eval-steps {config.eval_steps}: {held} {whole} batches of {per_worker}"
+                 + (" a data worker" if workers > 1 else "") + f": each evaluation reads those {whole}")
+    return min(whole, config.eval_steps)
 
 
 def run_settings(config, bert, devices):
