@@ -120,7 +120,7 @@ def run_trainer(*args):
     return subprocess.run([sys.executable, "-m", "trainer", *args], capture_output=True, text=True, cwd=REPO)
 
 
-def test_an_evaluation_reads_each_test_record_at_most_once(records_dir, capsys):
+def test_an_evaluation_reads_each_test_record_at_most_once(records_dir, tmp_path, capsys):
     """--eval-steps past the test split's whole batches went round the split again, counting records twice: each
     evaluation now reads the whole batches there are (of every data worker's share, the fewest), and says so; a
     split without one whole batch is a usage error before anything compiles."""
@@ -139,6 +139,12 @@ def test_an_evaluation_reads_each_test_record_at_most_once(records_dir, capsys):
         evaluation_batches(config, records, str(records_dir), 1207, 1, log)
     assert str(refused.value) == (f"--eval-every: {records_dir}: the ofrecord test split holds fewer records than one "
                                   "evaluation batch of 1207 (a smaller --batch-size, or more test records)")
+    no_test = tmp_path / "no-test"
+    shutil.copytree(records_dir / "ofrecord" / "training", no_test / "ofrecord" / "training")
+    with pytest.raises(UsageError) as refused:  # was a note, "--eval-every ignored", that --quiet hid
+        evaluation_batches(config, Records(str(no_test), "ofrecord"), str(no_test), 4, 1, log)
+    assert str(refused.value) == (f"--eval-every 1: {no_test} holds no ofrecord test records to evaluate on "
+                                  "(bertprep shard --test-fraction makes a test split)")
 
 
 def test_cli_errors_are_one_line(records_dir, tmp_path):

@@ -475,19 +475,22 @@ def record_streams(config, devices, records, data_dir, log):
                           bin_size=config.bin_size)
     if not config.eval_every:
         return stream, None, 0
-    if not records.files["test"]:
-        log.note(f"{storage.display(data_dir)}: no {config.format} test records: --eval-every ignored")
-        return stream, None, 0
-    workers = min(devices.num_workers, len(records.files["test"]))
+    workers = min(devices.num_workers, len(records.files["test"])) or 1
+    eval_steps = evaluation_batches(config, records, data_dir, per_worker, workers, log)
     eval_stream = RecordStream(records, "test", per_worker, config.seed, worker_index=devices.worker_index,
                                num_workers=workers)
-    return stream, eval_stream, evaluation_batches(config, records, data_dir, per_worker, workers, log)
+    return stream, eval_stream, eval_steps
 
 
 def evaluation_batches(config, records, data_dir, per_worker, workers, log):
     """--eval-steps, or fewer where the test split holds fewer whole batches: each evaluation reads each test
     record at most once, as google-research/bert's evaluation (no repeat, the last partial batch dropped); an
-    --eval-steps past the split's end went round it again, counting records twice, unsaid."""
+    --eval-steps past the split's end went round it again, counting records twice, unsaid. Records without a
+    test split are refused, as every flag the run would not read: "--eval-every ignored" was a note that
+    --quiet hid."""
+    if not records.files["test"]:
+        raise UsageError(f"--eval-every {config.eval_every}: {storage.display(data_dir)} holds no {config.format} "
+                         "test records to evaluate on (bertprep shard --test-fraction makes a test split)")
     whole = full_batches(records, "test", per_worker, workers)
     held = f"{storage.display(data_dir)}: the {config.format} test split holds"
     if whole == 0:
