@@ -249,3 +249,38 @@ def test_validate_names_a_text_file_under_a_record_name_as_text(golden_dir, tmp_
         finding = json.loads(capsys.readouterr().out)["findings"][0]
         record = f"record {finding['record']}: " if finding["record"] is not None else ""
         assert f"{record}{finding['message']}" == message, finding
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_records_of_another_format_under_a_name_say_what_their_bytes_are(golden_dir, tmp_path, capsys, monkeypatch,
+                                                                         native):
+    """A Parquet file renamed x.tfrecord was "record 0 at byte 0: length CRC mismatch", a TFRecord file named part-0
+    "unsupported wire type 3 for field 21002284": the reader goes by the name, and now says what the bytes are."""
+    if native:
+        pytest.importorskip("bertprep._native")
+    else:
+        monkeypatch.setattr(formats.batches, "_native", None)
+    source = tmp_path / "G3.tfrecord"
+    source.write_bytes((golden_dir / "G3.tfrecord").read_bytes())
+    made = {}
+    for fmt in ("parquet", "hdf5", "ofrecord"):
+        assert main(["convert", str(source), str(tmp_path / f"as-{fmt}"), "--to", fmt, "--quiet"]) == 0
+        made[fmt] = (tmp_path / f"as-{fmt}").read_bytes()
+    made["tfrecord"] = source.read_bytes()
+    expected = {
+        ("parquet", "x.tfrecord"): "not a TFRecord file, as its name says: its bytes are a Parquet file's",
+        ("hdf5", "x.tfrecord"): "not a TFRecord file, as its name says: its bytes are an HDF5 file's",
+        ("ofrecord", "x.tfrecord"): "not a TFRecord file, as its name says: its bytes look like an OFRecord file's",
+        ("parquet", "part-0"): "not an OFRecord file, as its name says: its bytes are a Parquet file's",
+        ("tfrecord", "part-0"): "not an OFRecord file, as its name says: its bytes are a TFRecord file's",
+    }
+    for (fmt, name), message in expected.items():
+        path = tmp_path / fmt / name
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(made[fmt])
+        for read in (lambda: list(formats.read_records(path)), lambda: list(formats.read_batches(path, 64))):
+            with pytest.raises(DataError) as caught:
+                read()
+            assert str(caught.value) == f"{path}: {message}"
+        assert main(["inspect", str(path)]) == 1
+        assert capsys.readouterr().err == f"bertprep inspect: error: {path}: {message}\n"

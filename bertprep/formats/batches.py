@@ -87,7 +87,7 @@ def _kind_and_dims_of_first_record(path, fmt, payload, kind, dims):
     try:
         decoded = decode_payload(payload, fmt)
     except WireError as exc:
-        raise DataError(f"{path}: record 0 at byte 0: {exc}") from None
+        raise framing_error(path, fmt, f"record 0 at byte 0: {exc}") from None  # a TFRecord named part-0
     if kind is None:
         kind = kind_of_record({name: stored for name, (stored, _) in decoded.items()})
         if kind is None:

@@ -167,15 +167,43 @@ def framing_error(path, fmt, problem):
 
 
 def text_not_records(path, fmt):
-    """What to say of `path`, read as `fmt`, whose first record failed, where the file is text: "not a TFRecord
-    file, as its name says: it starts with text ('...')"; None where its first bytes are not text."""
-    head = _head_if_text(path)
-    if head is None:
-        return None
+    """What to say of `path`, read as `fmt`, whose first record failed, where the file is text or, by its first
+    bytes, records of another format: "not a TFRecord file, as its name says: it starts with text ('...')", "...:
+    its bytes are a Parquet file's" (a Parquet file renamed x.tfrecord said "length CRC mismatch"); None where
+    its first bytes say neither."""
     named = format_of_name(os.path.basename(path)) == fmt
     expected = (f"{_TITLES.get(fmt, fmt)} file, as its name says" if named else
                 "a record file (TFRecord, OFRecord, HDF5 or Parquet)")
-    return f"not {expected}: it starts with text ({head!r})"
+    actual = _format_of_bytes_if_readable(path)
+    if actual not in (None, fmt):
+        return f"not {expected}: its bytes are {_TITLES.get(actual) or _COLUMNAR_TITLES[actual]} file's"
+    if fmt == "tfrecord" and actual is None and _framed_as_ofrecord(path):
+        return f"not {expected}: its bytes look like an OFRecord file's"
+    head = _head_if_text(path)
+    return None if head is None else f"not {expected}: it starts with text ({head!r})"
+
+
+_COLUMNAR_TITLES = {"hdf5": "an HDF5", "parquet": "a Parquet"}
+
+
+def _framed_as_ofrecord(path):
+    """Whether `path` starts as an OFRecord part does (no magic to prove it): a length that fits the file, then an
+    OFRecord message's first field tag (0x0A), where a TFRecord has its length's CRC."""
+    try:
+        with storage.open(path, "rb") as f:
+            head = f.read(9)
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+    except (OSError, DataError):
+        return False
+    return len(head) == 9 and head[8] == 0x0A and 0 < struct.unpack_from("<q", head)[0] <= size - 8
+
+
+def _format_of_bytes_if_readable(path):
+    try:
+        return format_of_bytes(path)
+    except (OSError, DataError):  # gone or unreadable since: the framing problem is what is said
+        return None
 
 
 def _head_if_text(path):
@@ -215,8 +243,8 @@ def read_records(path, fmt=None, verify=True):
     for index, offset, payload in iter_framed(path, fmt, verify):
         try:
             decoded = CODECS[fmt].decode(payload)
-        except WireError as exc:
-            raise DataError(f"{path}: record {index} at byte {offset}: {exc}") from None
+        except WireError as exc:  # a TFRecord file named part-0 frames as an OFRecord, then fails to decode
+            raise framing_error(path, fmt, f"record {index} at byte {offset}: {exc}") from None
         yield {name: values for name, (_kind, values) in decoded.items()}
 
 
@@ -228,7 +256,7 @@ def record_kind(path, fmt=None):
         try:
             decoded = decode_payload(payload, fmt or sniff_format(path))
         except WireError as exc:
-            raise DataError(f"{path}: record {index} at byte {offset}: {exc}") from None
+            raise framing_error(path, fmt or sniff_format(path), f"record {index} at byte {offset}: {exc}") from None
         kind = kind_of_record({name: stored for name, (stored, _) in decoded.items()})
         if kind is None:
             raise DataError(f"{path}: record 0 has features {', '.join(decoded)}, which match no record kind "
