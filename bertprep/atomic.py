@@ -656,8 +656,28 @@ def clear_staging(root):
     except FileNotFoundError:
         return
     for name in names:
-        if name not in (LOCK, STEPS):
+        if name not in (LOCK, STEPS) and not _held_by_a_live_process(os.path.join(staging, name)):
             remove_entry(os.path.join(staging, name))
+
+
+def _held_by_a_live_process(path):
+    """Whether a live process holds an flock on the staging entry `path`: a lone output's lock (hold_file) or the
+    temporary a live writer claimed (_claim). A folder's staging is shared: `bertprep create --out D` cleared the
+    lock and the temporary of a `bertprep vocab --out D/vocab.txt` running there, so a second vocab run was let in
+    and the first one's rename failed."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # gone since, or unreadable: nothing holds it that we could tell
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # releases the shared lock, if taken
+    return False
 
 
 def remove_entry(path):

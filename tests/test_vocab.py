@@ -366,6 +366,49 @@ def test_a_second_run_into_a_held_out_is_refused_before_reading(tmp_path):
     assert os.listdir(out.parent) == ["vocab.txt"]  # no .partial left
 
 
+WRITER = """
+import sys
+from bertprep.atomic import atomic_open, hold_file
+with hold_file(sys.argv[1], "bertprep vocab"), atomic_open(sys.argv[1], "w") as f:
+    f.write("[PAD]\\n")
+    print("writing", flush=True)
+    sys.stdin.readline()
+"""
+
+
+def test_another_stages_hold_of_the_folder_leaves_a_running_vocabs_lock_and_temporary(tmp_path):
+    """A folder's `.partial/` is shared: `bertprep create --out D` (its hold clears killed runs' temporaries) removed
+    the lock and the temporary of a `vocab --out D/vocab.txt` running then, so a second vocab run was let in and
+    the first one's rename failed. What a live process holds stays; what a killed one left still goes."""
+    import subprocess
+    import sys
+
+    from bertprep.atomic import hold
+
+    out = tmp_path / "records" / "vocab.txt"
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(out)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert writer.stdout.readline() == "writing\n"
+        held = sorted(os.listdir(out.parent / ".partial"))
+        assert len(held) == 2 and "vocab.txt.lock" in held and held[0].endswith(".partial")  # its temporary
+        left = out.parent / ".partial" / "part-0.12345-0badc0de.partial"  # a killed run's temporary
+        left.write_bytes(b"x")
+        with hold(out.parent, "bertprep create"):
+            assert sorted(os.listdir(out.parent / ".partial")) == ["lock", *held]
+        assert sorted(os.listdir(out.parent / ".partial")) == held
+        result = run_cli("vocab", "--input", tiny_corpus(tmp_path / "tiny.txt"), "--out", out, "--vocab-size", "200",
+                         "--unused", "0")
+        assert one_line_error(result, code=1).startswith(f"bertprep vocab: error: {out}: another run is writing here")
+        writer.stdin.write("done\n")
+        writer.stdin.flush()
+        assert writer.wait(timeout=30) == 0
+    finally:
+        writer.kill()
+        writer.wait()
+    assert out.read_text() == "[PAD]\n" and os.listdir(out.parent) == ["vocab.txt"]
+
+
 def test_an_out_named_as_a_stages_manifest_is_refused(tmp_path):
     """`vocab --out SHARDED/manifest.json` replaced shard's manifest with the vocab, exit 0: every stage then
     refused the folder ("damaged manifest (not JSON ...)"). A vocab named manifest.json is refused first."""
