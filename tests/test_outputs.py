@@ -379,6 +379,25 @@ def test_convert_of_a_directory_holding_a_tree_of_two_formats_is_refused(tmp_pat
     assert bertprep("convert", tree, tmp_path / "out", "--to", "parquet", "--quiet").returncode == 0  # the tree
 
 
+def test_convert_of_one_file_into_a_stages_output_folder_is_refused(tmp_path, tiny, golden_dir, capsys):
+    """`convert x.tfrecord RECORDS/ofrecord/training/part-9 --to ofrecord` wrote a file the tree's manifest does not
+    list, exit 0; every reader of the tree then refused it as unlisted. Beside the tree it is written."""
+    good, vocab = tiny
+    records = tmp_path / "records"
+    assert main(create_args(vocab, [good], records)) == 0
+    (tree,) = [p.parent for p in records.rglob("manifest.json")]
+    before = files_under(records)
+    src = golden_dir / "G2.tfrecord"
+    for dst in (tree / "ofrecord" / "training" / "part-9", tree / "tfrecord" / "extra.tfrecord", tree / "x.parquet"):
+        capsys.readouterr()
+        assert main(["convert", str(src), str(dst), "--to", dst.suffix[1:] or "ofrecord", "--quiet"]) == 2
+        assert capsys.readouterr().err == (f"bertprep convert: error: {dst}: inside the output of bertprep create "
+                                           f"({tree / 'manifest.json'} lists its files, and would not list this one): "
+                                           "write it elsewhere, or convert the whole folder\n")
+    assert files_under(records) == before
+    assert main(["convert", str(src), str(tmp_path / "part-9"), "--to", "ofrecord", "--quiet"]) == 0
+
+
 def test_convert_of_a_directory_to_an_existing_file_is_a_usage_line(golden_dir, tmp_path):
     """`convert DIR x.parquet` (x.parquet a file) failed while holding its output: `x.parquet: Not a directory`,
     exit 1."""

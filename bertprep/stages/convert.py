@@ -182,6 +182,26 @@ def _refuse_misnamed_output(dst, to):
                      f"file's format from its name and would read it as {named.shown}; name it {wanted.name_shown}")
 
 
+STAGE_OUTPUT_DEPTH = 3  # a records tree's files lie in <root>/<format>/<split>/: its manifest 2 folders up
+
+
+def _refuse_inside_a_stage_output(dst):
+    """A UsageError for a lone output inside a stage's output folder (its manifest up to STAGE_OUTPUT_DEPTH folders
+    above): `convert x.tfrecord RECORDS/ofrecord/training/part-9` wrote a file that manifest does not list, and every
+    reader of the folder then refused it as unlisted (or, over a listed file, as changed since written)."""
+    folder = storage.parent(storage.absolute(dst))
+    for _ in range(STAGE_OUTPUT_DEPTH):
+        if folder is None:
+            return
+        if Folder(folder).isfile(MANIFEST):
+            stage = (read_manifest(storage.join(folder, MANIFEST))[0] or {}).get("stage")
+            if stage:
+                raise UsageError(f"{dst}: inside the output of bertprep {stage} "
+                                 f"({storage.display(storage.join(folder, MANIFEST))} lists its files, and would not "
+                                 "list this one): write it elsewhere, or convert the whole folder")
+        folder = storage.parent(folder)
+
+
 def _records_tree_format(manifest, src, to):
     """The format a records tree's files are read from, or None where `manifest` is not a records tree's (a
     `create` or `pack` manifest listing each file under its format's directory)."""
@@ -374,6 +394,7 @@ def convert(options: ConvertOptions | None = None, /, **fields: Any) -> Summary:
                              "name")
         _refuse_sequence_file(src)
         _refuse_misnamed_output(dst, to)
+        _refuse_inside_a_stage_output(dst)
         pairs = [(src, dst)]
         tree = contextlib.nullcontext(None)  # a lone file stages beside itself
     else:
