@@ -90,6 +90,25 @@ def test_a_hub_that_trickles_its_files_still_succeeds_within_the_stall_timeout(t
     assert took > 1.5, took
 
 
+def test_a_hub_connection_ends_at_the_deadline_and_its_file_resumes(tmp_path):
+    """--deadline bounded none of the hub's connections: one that trickled a byte inside every --stall-timeout held
+    its file for as long as the hub kept it up. Each now ends at the deadline, and huggingface_hub asks for the file
+    again (with Range from its last whole 10 MB chunk; this file has none), as our own downloads resume: the file
+    arrives whole and verified."""
+    with StandInServer() as server:
+        files = cola_files(rows=40)
+        commit = server.add_hub_dataset("nyu-mll/glue", files)
+        trickled = f"/datasets/nyu-mll/glue/resolve/{commit}/cola/train-00000-of-00001.parquet"
+        server.trickle[trickled] = [0.002, 1]  # the first connection: 2 ms a byte, beyond the 1 s deadline
+        summary = ok(run_cli("download", "glue", "--tasks", "CoLA", "--workdir", tmp_path / "w", "--deadline", "1",
+                             "--json", "--quiet", server=server, hf_home=tmp_path / "hf"))
+        asked = [(method, byte_range) for method, path, byte_range in server.requests if path == trickled]
+    assert len(files["cola/train-00000-of-00001.parquet"]) > 1000  # more than 2 s of trickle
+    assert sorted(summary["files"]) == ["CoLA/dev.tsv", "CoLA/test.tsv", "CoLA/train.tsv"]
+    assert asked == [("HEAD", None), ("GET", None), ("GET", None)], asked  # the trickled GET ended at the deadline
+    assert (tmp_path / "w/download/glue/CoLA/train.tsv").read_text().count("\n") == 40
+
+
 def cola_files(rows=1):
     return {f"cola/{split}-00000-of-00001.parquet": parquet_bytes({"sentence": [f"{split} {i}" for i in range(rows)],
                                                                   "label": [0] * rows, "idx": list(range(rows))})

@@ -17,12 +17,15 @@ Every request huggingface_hub makes for a download goes through `bounded_hub`: i
 `--stall-timeout` to connect and for each byte (huggingface_hub asks some with no timeout at all: a hub that
 accepted the connection and never answered held `download glue` for ever), and a 429 or 5xx that asks to be
 retried later is retried after at most that long too, and never after more than our own downloads wait between
-attempts (MAX_WAIT).
+attempts (MAX_WAIT). A response's body stops `--deadline` seconds after it began, as our own connections do:
+huggingface_hub then asks for the file again, with Range from the last whole chunk it wrote (10 MB), its retries
+renewed where that chunk came since the last failure.
 """
 
 import contextlib
 import fnmatch
 import functools
+import importlib
 import logging
 import math
 import os
@@ -65,7 +68,8 @@ def bounded_hub(limits, quiet=False):
         client = previous()
         hooks = client.event_hooks
         client.event_hooks = {"request": [*hooks["request"], functools.partial(_clamp_timeouts, limits.stall)],
-                              "response": [*hooks["response"], functools.partial(_shorten_waits, limits.stall)]}
+                              "response": [*hooks["response"], functools.partial(_shorten_waits, limits.stall),
+                                           functools.partial(_end_body_at_deadline, limits.deadline)]}
         return client
 
     huggingface_hub.set_client_factory(factory)  # closes the shared client: the next request makes a bounded one
@@ -86,6 +90,33 @@ def _clamp_timeouts(stall, request):
         value = timeout.get(key)
         timeout[key] = stall if value is None else min(value, stall)
     request.extensions = {**request.extensions, "timeout": timeout}
+
+
+def _end_body_at_deadline(deadline, response):
+    """An httpx response hook: the body's bytes end with a ReadTimeout `deadline` seconds (0: never) after its
+    headers came, which huggingface_hub takes as a dropped connection and asks again. Without it the
+    --deadline of our own downloads bounded no hub connection: one that trickled a byte inside every
+    --stall-timeout held the file's download for as long as the hub kept it up."""
+    if deadline:
+        http = importlib.import_module(type(response).__module__.split(".")[0])  # httpx, or httpx2 in newer hubs
+        response.stream = _stream_until(http, response.stream, time.monotonic() + deadline, deadline,
+                                        response.request)
+
+
+def _stream_until(http, stream, ends, deadline, request):
+    """`stream` (the client's SyncByteStream) that raises http.ReadTimeout at its first chunk after `ends`."""
+
+    class StreamUntil(http.SyncByteStream):
+        def __iter__(self):
+            for chunk in stream:
+                if time.monotonic() > ends:
+                    raise http.ReadTimeout(f"still transferring after the {deadline:g} s deadline", request=request)
+                yield chunk
+
+        def close(self):
+            stream.close()
+
+    return StreamUntil()
 
 
 def _shorten_waits(stall, response):
