@@ -55,6 +55,7 @@ class StandInServer:
         self.authorizations = []  # (path, Authorization header or None) of each request
         self.headers = {}  # "/path" -> {header: value} sent instead of the computed ones (a bad Content-Length)
         self.redirects = {}  # "/path" -> the Location of a 302 answered to it
+        self.served_instead = {}  # "/path" -> the body a GET sends instead of the file's (its ETag still the file's)
         # "/path" -> [(status, {header: value}) answered instead of the file; how many requests get this]
         self.fail_with = {}
         self._lock = threading.Lock()
@@ -258,6 +259,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
     def _send_body(self, path, data, head, headers):
+        data = self.stand_in.served_instead.get(path, data)
         start, end = 0, len(data)
         status = 200
         range_header = self.headers.get("Range")

@@ -96,8 +96,10 @@ def test_hub_file_with_a_wrong_published_checksum_is_rejected(server, tmp_path):
     line = one_line_error(result)
     tampered = original[:-1] + bytes([original[-1] ^ 1])
     assert (f"train-00000-of-00001.parquet: sha256 mismatch: expected {hashlib.sha256(original).hexdigest()} "
-            f"(published), got {hashlib.sha256(tampered).hexdigest()}") in line
+            f"(published), got {hashlib.sha256(tampered).hexdigest()}, again after a fresh download: the hub serves "
+            "other bytes than it publishes (the copy was removed from the cache)") in line
     assert not (tmp_path / "w/formatted/wikicorpus_en/manifest.json").exists()
+    assert not [p for p in (tmp_path / "hf").rglob("*.parquet")]  # nothing damaged is left in the cache
 
 
 # -- the XML dump ---------------------------------------------------------------------
@@ -444,3 +446,24 @@ def test_prepare_function_gives_the_cli_records_and_summary(server, tmp_path, sh
         PrepareOptions(sources=("wikipedia", "bookcorpus"), vocab="v.txt", lang="fr")
     assert PrepareOptions(sources=("bookcorpus", "bookcorpus"), vocab="v.txt", configs="128/20, 512/80").configs == \
         ((128, 20), (512, 80))
+
+
+def test_a_damaged_copy_in_the_hub_cache_is_downloaded_again(server, tmp_path):
+    """A cached hub file whose bytes went bad (a disk error, a copy killed mid-write) ended every later download in
+    `sha256 mismatch ...; delete <blob> and rerun`, the damaged blob kept. It is now removed and fetched once more;
+    offline, where it cannot be, the one line still says which file to delete."""
+    server.add_hub_dataset("wikimedia/wikipedia", {"20231101.en/train-00000-of-00001.parquet": wiki_parquet()})
+    assert run_cli("download", "wikipedia", "--workdir", tmp_path / "w1", "--quiet", server=server,
+                   hf_home=tmp_path / "hf").returncode == 0
+    (blob,) = [p for p in (tmp_path / "hf").rglob("blobs/*") if p.is_file()]
+    good = blob.read_bytes()
+    blob.write_bytes(good[:-1] + bytes([good[-1] ^ 1]))
+    offline = one_line_error(run_cli("download", "wikipedia", "--workdir", tmp_path / "w2", server=server,
+                                     hf_home=tmp_path / "hf", offline=True))
+    assert offline.endswith(f"(published), got {hashlib.sha256(blob.read_bytes()).hexdigest()}; the cached copy is "
+                            f"damaged (HF_HUB_OFFLINE=1: not downloaded again): delete {blob} and rerun online")
+    result = run_cli("download", "wikipedia", "--workdir", tmp_path / "w3", server=server, hf_home=tmp_path / "hf")
+    assert (result.returncode, result.stderr.count("error")) == (0, 0), result.stderr
+    assert blob.read_bytes() == good
+    for workdir in ("w1", "w3"):
+        assert (tmp_path / workdir / "formatted/wikicorpus_en/manifest.json").is_file()

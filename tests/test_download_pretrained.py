@@ -216,3 +216,30 @@ def test_release_function_gives_the_cli_files_and_summary(server, release_files,
         assert (tmp_path / "py/download/pretrained" / RELEASE / name).read_bytes() == data
     with pytest.raises(UsageError, match="^PretrainedOptions.model 'uncased_L-6_H-512_A-8': unknown model"):
         download("pretrained", model="uncased_L-6_H-512_A-8", workdir=tmp_path / "py")
+
+
+def test_a_damaged_copy_of_a_hub_model_in_the_cache_is_downloaded_again(shared_dir, golden_dir, tmp_path):
+    """A cached model file whose bytes went bad ended every later download of the model in `checksum mismatch ...;
+    delete <blob> and rerun`, the damaged blob kept. It is now removed and fetched once more; offline the line says
+    which file to delete; a hub that serves other bytes than it publishes leaves nothing damaged in the cache."""
+    files = {"config.json": (shared_dir / "fixtures" / "checkpoints" / "hf_tiny" / "config.json").read_bytes(),
+             "model.safetensors": b"\1" * 64, "vocab.txt": (golden_dir / "vocab.txt").read_bytes()}
+    hf_home = tmp_path / "hf"
+    with StandInServer() as server:
+        server.add_hub_model("bert-base-uncased", files)
+        args = ("download", "pretrained", "--model", "bert-base-uncased", "--quiet")
+        ok(run_cli(*args, "--workdir", tmp_path / "w1", "--json", server=server, hf_home=hf_home))
+        blob = next(p.resolve() for p in hf_home.rglob("model.safetensors"))
+        blob.write_bytes(b"\2" * 64)
+        offline = one_line_error(run_cli(*args, "--workdir", tmp_path / "w2", hf_home=hf_home, offline=True))
+        assert offline.endswith(f"; the cached copy is damaged (HF_HUB_OFFLINE=1: not downloaded again): delete {blob} "
+                                "and rerun online") and "model.safetensors: checksum mismatch: expected " in offline
+        ok(run_cli(*args, "--workdir", tmp_path / "w3", "--json", server=server, hf_home=hf_home))
+        assert blob.read_bytes() == files["model.safetensors"]
+        assert (tmp_path / "w3/download/pretrained/bert-base-uncased/model.safetensors").read_bytes() == b"\1" * 64
+        blob.write_bytes(b"\2" * 64)
+        server.served_instead["/bert-base-uncased/resolve/main/model.safetensors"] = b"\2" * 64  # not what it publishes
+        served = one_line_error(run_cli(*args, "--workdir", tmp_path / "w4", server=server, hf_home=hf_home))
+    assert served.endswith(", again after a fresh download: the hub serves other bytes than it publishes (the copy was "
+                           "removed from the cache)"), served
+    assert not blob.exists()

@@ -137,20 +137,75 @@ def _shorten_waits(stall, response):
 
 def _hub_snapshot(repo, revision, patterns, endpoint, quiet):
     import huggingface_hub
-    from huggingface_hub import HfApi, snapshot_download
-    from huggingface_hub.errors import LocalEntryNotFoundError
 
     if quiet:
         huggingface_hub.utils.disable_progress_bars()
     where = endpoint or huggingface_hub.constants.ENDPOINT
+    offline = huggingface_hub.constants.HF_HUB_OFFLINE
+    commit, verified, damaged = _verified_snapshot(repo, revision, patterns, endpoint, where)
+    if damaged and not offline:  # a damaged copy in the cache (a disk error, a killed copy): fetched once more
+        for _problem, local in damaged:
+            _remove_cached(local)
+        commit, verified, damaged = _verified_snapshot(repo, revision, patterns, endpoint, where)
+        if damaged:  # the hub serves other bytes than it publishes: nothing damaged is left in the cache
+            for _problem, local in damaged:
+                _remove_cached(local)
+            raise DataError(f"{damaged[0][0]}, again after a fresh download: the hub serves other bytes than it "
+                            "publishes (the copy was removed from the cache)")
+    if damaged:
+        problem, local = damaged[0]
+        raise DataError(f"{problem}; the cached copy is damaged (HF_HUB_OFFLINE=1: not downloaded again): delete "
+                        f"{os.path.realpath(local)} and rerun online")
+    return commit, verified
+
+
+def _verified_snapshot(repo, revision, patterns, endpoint, where):
+    """(commit, [(path in repo, local path, {"bytes", "sha256"})], [(problem, local path)] of the files whose bytes
+    are not what the hub publishes)."""
+    import huggingface_hub
+    from huggingface_hub import HfApi
+
+    folder = _snapshot_folder(repo, revision, patterns, endpoint, where)
+    commit = os.path.basename(os.path.normpath(folder))
+    files = _matching_files(folder, patterns)
+    if not files:
+        raise DataError(f"{repo}@{revision} at {where}: no files match {', '.join(patterns)}")
+    published = _published_checksums(HfApi(endpoint=endpoint), repo, commit, huggingface_hub.constants.HF_HUB_OFFLINE)
+    verified, damaged = [], []
+    for relpath in files:
+        local = os.path.join(folder, relpath)
+        actual = {"bytes": os.path.getsize(local), "sha256": sha256_file(local)}
+        expected = published.get(relpath) or _blob_checksum(local)
+        if expected is None:
+            raise DataError(f"{repo}@{commit}/{relpath}: the hub published no sha256 to verify it against")
+        wrong = [key for key in ("bytes", "sha256") if key in expected and expected[key] != actual[key]]
+        if wrong:
+            damaged.append((f"{repo}@{commit}/{relpath}: {wrong[0]} mismatch: expected {expected[wrong[0]]} "
+                            f"(published), got {actual[wrong[0]]}", local))
+        verified.append((relpath, local, actual))
+    return commit, verified, damaged
+
+
+def _remove_cached(local):
+    """The cached blob behind the snapshot's link `local`, and the link: the next snapshot downloads the file."""
+    blob = os.path.realpath(local)
+    for path in (blob, local):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
+def _snapshot_folder(repo, revision, patterns, endpoint, where):
+    """snapshot_download's folder of the files; the hub's API asked again while it answers busy."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
     attempt = 0
     while True:
         attempt += 1
         try:
-            folder = snapshot_download(
+            return snapshot_download(
                 repo, repo_type="dataset", revision=revision, allow_patterns=patterns, endpoint=endpoint, max_workers=8
             )
-            break
         except LocalEntryNotFoundError as exc:
             if _hub_was_busy(exc.__cause__) and attempt <= RETRIES:
                 time.sleep(min(2 ** (attempt - 1), MAX_WAIT))  # as our own downloads back off
@@ -162,27 +217,6 @@ def _hub_snapshot(repo, revision, patterns, endpoint, quiet):
             if not hub_failure(exc):
                 raise
             raise DataError(f"{repo}@{revision} at {where}: {_first_line(exc)}") from None
-    commit = os.path.basename(os.path.normpath(folder))
-    files = _matching_files(folder, patterns)
-    if not files:
-        raise DataError(f"{repo}@{revision} at {where}: no files match {', '.join(patterns)}")
-    published = _published_checksums(HfApi(endpoint=endpoint), repo, commit, huggingface_hub.constants.HF_HUB_OFFLINE)
-    verified = []
-    for relpath in files:
-        local = os.path.join(folder, relpath)
-        actual = {"bytes": os.path.getsize(local), "sha256": sha256_file(local)}
-        expected = published.get(relpath) or _blob_checksum(local)
-        if expected is None:
-            raise DataError(f"{repo}@{commit}/{relpath}: the hub published no sha256 to verify it against")
-        for key in ("bytes", "sha256"):
-            if key in expected and expected[key] != actual[key]:
-                raise DataError(
-                    f"{repo}@{commit}/{relpath}: {key} mismatch: expected {expected[key]} (published), got "
-                    f"{actual[key]}"
-                    f"; delete {os.path.realpath(local)} and rerun"
-                )
-        verified.append((relpath, local, actual))
-    return commit, verified
 
 
 def _hub_was_busy(error):

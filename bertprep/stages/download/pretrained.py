@@ -19,6 +19,7 @@ HF_HUB_OFFLINE) and checked against the hub's checksum, which the cache keeps
 as each blob's name: sha256 for LFS files, the git blob sha1 for small ones.
 """
 
+import functools
 import hashlib
 import os
 import re
@@ -33,7 +34,7 @@ from bertprep.errors import DataError, UsageError, redact
 from bertprep.options import errors_name_fields, normalise_paths
 from bertprep.stages.download import DownloadOptions
 from bertprep.stages.download.http import CHUNK, SourceDownloads, read_checksum_list
-from bertprep.stages.download.hub import SHA256_HEX, _first_line, bounded_hub, hub_failure
+from bertprep.stages.download.hub import SHA256_HEX, _first_line, _remove_cached, bounded_hub, hub_failure
 
 DEFAULT_BASE_URL = "https://storage.googleapis.com/bert_models"
 BASE_URL_ENV = "BERTPREP_PRETRAINED_URL"
@@ -299,7 +300,9 @@ def _hub_model(downloads, staging, repo, endpoint, quiet):
     entries = {}
     with atomic_dir(downloads.path(dirname), staging) as tmp:
         for filename, local in files.items():
-            entries[filename] = _verified_blob(repo, commit, filename, local)
+            refetch = (None if constants.HF_HUB_OFFLINE  # offline, a damaged cached copy cannot be fetched again
+                       else functools.partial(_hub_file, repo, filename, endpoint, where))
+            entries[filename] = _verified_blob(repo, commit, filename, local, refetch)
             _link_or_copy(local, os.path.join(tmp, filename))
     _record_dir(downloads, dirname, entries, repo=repo, commit=commit, endpoint=where)
     return _rows(entries)
@@ -339,8 +342,28 @@ def _hub_file(repo, filename, endpoint, where, optional=False):
         raise DataError(f"{repo}/{filename} at {where}: {_first_line(exc)}") from None
 
 
-def _verified_blob(repo, commit, filename, local):
-    """{bytes, sha256, verified}: checked against the hub's checksum, kept as the cached blob's name."""
+def _verified_blob(repo, commit, filename, local, refetch=None):
+    """{bytes, sha256, verified}: checked against the hub's checksum, kept as the cached blob's name. A damaged
+    cached copy (a disk error, a copy killed mid-write) is removed and fetched once more with `refetch()` (None:
+    offline, where it cannot be): it had ended every later download, kept in the cache."""
+    problem, entry = _blob_check(repo, commit, filename, local)
+    if problem is None:
+        return entry
+    if refetch is None:
+        raise DataError(f"{problem}; the cached copy is damaged (HF_HUB_OFFLINE=1: not downloaded again): delete "
+                        f"{os.path.realpath(local)} and rerun online")
+    _remove_cached(local)
+    local = refetch()
+    problem, entry = _blob_check(repo, commit, filename, local)
+    if problem is not None:  # nothing damaged is left in the cache
+        _remove_cached(local)
+        raise DataError(f"{problem}, again after a fresh download: the hub serves other bytes than it publishes (the "
+                        "copy was removed from the cache)")
+    return entry
+
+
+def _blob_check(repo, commit, filename, local):
+    """(None, {bytes, sha256, verified}) of a cached file whose bytes are the hub's, else (the mismatch, None)."""
     blob = os.path.basename(os.path.realpath(local))
     sha256 = sha256_file(local)
     if SHA256_HEX.fullmatch(blob):  # an LFS file: the hub's sha256 of its content
@@ -350,9 +373,8 @@ def _verified_blob(repo, commit, filename, local):
     else:
         raise DataError(f"{repo}@{commit}/{filename}: the hub published no checksum to verify it against")
     if got != expected:
-        raise DataError(f"{repo}@{commit}/{filename}: checksum mismatch: expected {expected} (published), got {got}; "
-                        f"delete {os.path.realpath(local)} and rerun")
-    return {"bytes": os.path.getsize(local), "sha256": sha256, "verified": [kind]}
+        return f"{repo}@{commit}/{filename}: checksum mismatch: expected {expected} (published), got {got}", None
+    return None, {"bytes": os.path.getsize(local), "sha256": sha256, "verified": [kind]}
 
 
 def _git_blob_sha1(path):
