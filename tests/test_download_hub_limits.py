@@ -109,6 +109,18 @@ def test_a_hub_connection_ends_at_the_deadline_and_its_file_resumes(tmp_path):
     assert (tmp_path / "w/download/glue/CoLA/train.tsv").read_text().count("\n") == 40
 
 
+def test_a_hub_file_that_stalls_on_every_attempt_is_named(tmp_path):
+    """`nyu-mll/glue@main at URL: timed out` named the repository only, not the file that stalled (the others came)."""
+    with StandInServer() as server:
+        commit = server.add_hub_dataset("nyu-mll/glue", cola_files())
+        server.stall_after[f"/datasets/nyu-mll/glue/resolve/{commit}/cola/train-00000-of-00001.parquet"] = [10, 100]
+        result = run_cli("download", "glue", "--tasks", "CoLA", "--workdir", tmp_path / "w", "--stall-timeout", "1",
+                         "--quiet", server=server, hf_home=tmp_path / "hf")
+        endpoint = server.url
+    assert result.stderr == (f"bertprep download: error: nyu-mll/glue@main/cola/train-00000-of-00001.parquet at "
+                             f"{endpoint}: timed out\n") and result.returncode == 1
+
+
 def cola_files(rows=1):
     return {f"cola/{split}-00000-of-00001.parquet": parquet_bytes({"sentence": [f"{split} {i}" for i in range(rows)],
                                                                   "label": [0] * rows, "idx": list(range(rows))})

@@ -31,6 +31,7 @@ import math
 import os
 import re
 import time
+import urllib.parse
 
 from bertprep.atomic import sha256_file
 from bertprep.errors import DataError
@@ -216,7 +217,22 @@ def _snapshot_folder(repo, revision, patterns, endpoint, where):
         except Exception as exc:
             if not hub_failure(exc):
                 raise
-            raise DataError(f"{repo}@{revision} at {where}: {_first_line(exc)}") from None
+            file = _file_asked(exc)
+            raise DataError(f"{repo}@{revision}{'/' + file if file else ''} at {where}: {_first_line(exc)}") from None
+
+
+def _file_asked(exc):
+    """The file in the repository whose request failed with `exc` (an HTTP client's error carries its request), or
+    None: a file that stalled on every attempt ended in `nyu-mll/glue@main at URL: timed out`, not naming it."""
+    for error in (exc, exc.__cause__, exc.__context__):
+        try:
+            path = error.request.url.path  # httpx's .request raises where the error has none
+        except (AttributeError, RuntimeError):
+            continue
+        match = re.search(r"/resolve/[^/]+/(.+)$", path)
+        if match:
+            return urllib.parse.unquote(match.group(1))
+    return None
 
 
 def _hub_was_busy(error):
