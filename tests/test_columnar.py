@@ -304,6 +304,12 @@ def test_hf_load_names_the_splits_train_and_test(golden_dir, tmp_path):
         count = sum(len(b["input_ids"])
                     for b in formats.read_batches(sorted((records / "hdf5" / directory).iterdir()), 64))
         assert splits[split].num_rows == count > 0
+    # README's example: int32 columns in the Arrow cache, handed out by `datasets`' torch format as int64
+    # (README said "(32, 128) int32")
+    torch = pytest.importorskip("torch")
+    assert splits["train"].features["input_ids"].feature.dtype == "int32"
+    batch = splits["train"].with_format("torch")[:4]["input_ids"]
+    assert (tuple(batch.shape), batch.dtype) == ((4, 128), torch.int64)
 
 
 def assert_split_holds(split, *paths):
