@@ -254,6 +254,28 @@ def test_files_that_are_all_empty_are_not_sound(capsys, tmp_path):
     assert code == 1 and report["findings"][0]["file"] == str(directory)
 
 
+def test_json_before_path_says_it_took_the_path_as_its_report(capsys, tmp_path, g1):
+    """`validate --json R`, --json a flag as in every other command: --json takes R as its REPORT file, and argparse
+    said `the following arguments are required: PATH` of a command that names one. It now says what happened; no
+    PATH at all reads as before, and the usage line is argparse's for a required PATH."""
+    records = write(tmp_path / "a.tfrecord", g1[:2], "tfrecord")
+    before = records.read_bytes()
+    assert main(["validate", "--json", str(records)]) == 2
+    assert capsys.readouterr().err == (f"bertprep validate: error: --json took {records} as its REPORT file, leaving "
+                                       f"no PATH: give PATH first (bertprep validate {records} --json) or a REPORT "
+                                       "file after --json\n")
+    assert records.read_bytes() == before
+    for argv in (["validate"], ["validate", "--json"]):
+        assert main(argv) == 2
+        assert capsys.readouterr().err == "bertprep validate: error: the following arguments are required: PATH\n"
+    with pytest.raises(SystemExit):
+        main(["validate", "--help"])
+    usage = capsys.readouterr().out.split("\n\n")[0]
+    assert usage.startswith("usage: bertprep validate [-h]") and usage.endswith(" PATH [PATH2]")
+    code, report = validate(capsys, records)
+    assert code == 0 and report["sound"]
+
+
 def test_gap_in_part_numbering_and_min_parts(capsys, tmp_path, g1):
     directory = tmp_path / "parts"
     write(directory / "part-0", g1[:20], "ofrecord")

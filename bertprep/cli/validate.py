@@ -3,14 +3,15 @@ printed (the table, or JSON on stdout or into a file); exit 0 when the dataset i
 
 import json
 
+from bertprep.errors import UsageError
 from bertprep.stages.validate import ValidateOptions, validate
 from bertprep.stages.validate.report import JSON_MAGIC, check_report_place
 
 
 def add_arguments(parser):
-    parser.add_argument("path", metavar="PATH",
-                        help="records directory or file, text shard directory, downloads directory, or a "
-                             "`bertprep tokenize` directory or .bin/.idx (Megatron's indexed dataset)")
+    path = parser.add_argument("path", metavar="PATH",
+                               help="records directory or file, text shard directory, downloads directory, or a "
+                                    "`bertprep tokenize` directory or .bin/.idx (Megatron's indexed dataset)")
     parser.add_argument("path2", metavar="PATH2", nargs="?",
                         help="a second dataset (validated too; compared with --compare)")
     parser.add_argument("--vocab", help="vocab.txt: ids must be below its size; [CLS]/[SEP]/[MASK] ids from it "
@@ -33,9 +34,19 @@ def add_arguments(parser):
                         help="records were made with whole-word masking: fewer predictions are allowed")
     parser.add_argument("--quiet", action="store_true",
                         help="no progress (the report still prints: it is what was asked for)")
+    # `validate --json R`: --json takes R as its REPORT, and argparse said "the following arguments are required:
+    # PATH" of a command that names one. PATH is optional to argparse and checked in options(); the usage line
+    # stays the one argparse writes for a required PATH.
+    parser.usage = parser.format_usage().removeprefix("usage: ").rstrip("\n").replace(parser.prog, "%(prog)s", 1)
+    path.nargs, path.required = "?", False
 
 
 def options(args) -> ValidateOptions:
+    if args.path is None:
+        if args.json not in (None, "-"):
+            raise UsageError(f"--json took {args.json} as its REPORT file, leaving no PATH: give PATH first "
+                             f"(bertprep validate {args.json} --json) or a REPORT file after --json")
+        raise UsageError("the following arguments are required: PATH")
     checked = ValidateOptions(tuple(p for p in (args.path, args.path2) if p is not None), vocab=args.vocab,
                               compare=args.compare, plot=args.plot, max_errors=args.max_errors,
                               workers=args.workers, min_parts=args.min_parts, masked_lm_prob=args.masked_lm_prob,
