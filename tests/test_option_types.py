@@ -4,6 +4,7 @@ tuple of paths is one item, not its characters. Table-driven over every options 
 `trainer` export, so a new one is covered without a new test. Also the tracebacks the issue found, each now one
 line."""
 
+import argparse
 import dataclasses
 import os
 import re
@@ -177,3 +178,35 @@ def test_a_repeated_list_flag_adds_to_the_list(argv, field, expected, tmp_path, 
     assert tuple(getattr(args, field)) == expected
     built = importlib.import_module(COMMANDS[argv[0]][0]).options(args)
     assert tuple(os.path.basename(value) for value in getattr(built, field)) == expected
+
+
+def _options_with_a_default(parser, name):
+    """(command, action) of every option of `parser` and its subcommands whose default is a value to state."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub, subparser in action.choices.items():
+                yield from _options_with_a_default(subparser, f"{name} {sub}")
+        elif (action.option_strings and not isinstance(action, (argparse._HelpAction, argparse._VersionAction))
+              and not any(action.default is value for value in (None, False, True, argparse.SUPPRESS))
+              and action.default != []):
+            yield name, action
+
+
+def test_every_command_line_default_is_in_its_help():
+    """`--help` states each option's default (or what `auto` picks): `trainer --batch-size`, `--checkpoint-every`,
+    `--log-every`, `trainer finetune --precision`, `create --masked-lm-prob`, `prepare --train-shards` and
+    `trainer.benchmark --runs` said none, some had no help at all, and the defaults docs/trainer.md and README
+    give could not be checked there."""
+    from bertprep.cli import build_parser
+    from trainer import cli as trainer_cli
+    from trainer.benchmark import cli as benchmark_cli
+    from trainer.checkpoint import cli as checkpoint_cli
+
+    parsers = ((build_parser(), "bertprep"), (trainer_cli.build_parser(), "trainer"),
+               (trainer_cli.build_finetune_parser(), "trainer finetune"),
+               (checkpoint_cli.build_parser(), "trainer checkpoint"),
+               (benchmark_cli.build_parser(), "trainer.benchmark"))
+    silent = [f"{name} {action.option_strings[-1]} (default {action.default!r})" for parser, command in parsers
+              for name, action in _options_with_a_default(parser, command)
+              if not re.search(r"default|\bauto: ", action.help or "", re.IGNORECASE)]
+    assert silent == []

@@ -103,14 +103,16 @@ def add_step_arguments(p):
 
 def build_parser():
     p = OneLineErrorParser(
-        prog=PROG, description="Pretrain BERT (Keras 3) on TFRecord or OFRecord records from `bertprep create`.")
+        prog=PROG, description="Pretrain BERT (Keras 3) on the records of `bertprep create` or `bertprep pack` "
+                               "(TFRecord, OFRecord, HDF5 or Parquet).")
     add_records_and_model_arguments(p)
     add_optimizer_arguments(p, default="lamb")
     p.add_argument("--lr", type=float, default=1e-4, help="peak learning rate (default: 1e-4)")
     p.add_argument("--warmup", type=warmup, default=0.1, help="warmup: fraction of --steps or steps (default: 0.1)")
     p.add_argument("--steps", type=positive_int, default=1000, help="optimizer steps (default: 1000)")
-    p.add_argument("--batch-size", type=positive_int, default=32, help="sequences per replica per micro-batch")
-    p.add_argument("--grad-accum", type=positive_int, default=1, help="micro-batches per optimizer step")
+    p.add_argument("--batch-size", type=positive_int, default=32,
+                   help="sequences per replica per micro-batch (default: 32)")
+    p.add_argument("--grad-accum", type=positive_int, default=1, help="micro-batches per optimizer step (default: 1)")
     p.add_argument("--precision", choices=PRECISIONS, default="fp32",
                    help="fp32, or amp: mixed_bfloat16 where the device multiplies bfloat16 (NVIDIA compute "
                         "capability 8.0 and later, TPUs, CPUs), mixed_float16 with loss scaling elsewhere; or "
@@ -123,7 +125,8 @@ def build_parser():
     p.add_argument("--steps-per-call", type=positive_int, default=1, metavar="N",
                    help="optimizer steps per compiled call between log lines (TensorFlow: one tf.function call, "
                         "as DLE's steps_per_loop; JAX dispatches asynchronously anyway) (default: 1)")
-    p.add_argument("--seed", type=int, default=12345, help="seed of initialization, dropout and data order")
+    p.add_argument("--seed", type=int, default=12345,
+                   help="seed of initialization, dropout and data order (default: 12345)")
     add_step_arguments(p)
     p.add_argument("--bin-size", type=positive_int, default=None, metavar="N",
                    help="length binning: batches of sequences whose lengths share a bin of N tokens, cut to the "
@@ -134,19 +137,22 @@ def build_parser():
                    help="split the Transformer layers over S pipeline stages, --grad-accum micro-batches "
                         "(JAX; default: 1, no pipeline)")
     p.add_argument("--placement", choices=PLACEMENTS, default="intra_first",
-                   help="several hosts: a replica's K (x S) devices on one host (intra_first) or across hosts")
+                   help="several hosts: a replica's K (x S) devices on one host (intra_first, the default) or across "
+                        "hosts")
     p.add_argument("--init-checkpoint", help="start from these weights (encoder and MLM/NSP heads) and their config: "
                                              "ours, Google's bert_model.ckpt, Hugging Face directory or hub id, "
                                              "NVIDIA .pt (see `python -m trainer checkpoint inspect`)")
     p.add_argument("--checkpoint-dir", help="directory of checkpoints (and TensorBoard scalars)")
-    p.add_argument("--checkpoint-every", type=positive_int, default=1000, help="steps between checkpoints")
+    p.add_argument("--checkpoint-every", type=positive_int, default=1000,
+                   help="steps between checkpoints (default: 1000)")
     p.add_argument("--keep-checkpoints", type=positive_int, default=3, metavar="K",
                    help="keep the K newest checkpoints, deleting older ones (default: 3; at least 1, the one a "
                         "--resume continues from; a large K keeps all)")
     p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --checkpoint-dir")
-    p.add_argument("--eval-every", type=int, default=0, help="steps between evaluations on the test split (0: never)")
-    p.add_argument("--eval-steps", type=positive_int, default=10, help="batches per evaluation")
-    p.add_argument("--log-every", type=positive_int, default=100, help="steps between log lines")
+    p.add_argument("--eval-every", type=int, default=0,
+                   help="steps between evaluations on the test split (0, the default: never)")
+    p.add_argument("--eval-steps", type=positive_int, default=10, help="batches per evaluation (default: 10)")
+    p.add_argument("--log-every", type=positive_int, default=100, help="steps between log lines (default: 100)")
     p.add_argument("--log-json", help="append log lines as JSON to this file")
     p.add_argument("--tensorboard-dir", help="TensorBoard scalars (default: CHECKPOINT_DIR/tensorboard)")
     add_output_arguments(p)
@@ -174,9 +180,13 @@ def build_finetune_parser():
     p.add_argument("--warmup", type=warmup, default=0.1, help="warmup: fraction of the steps or steps (default: 0.1)")
     p.add_argument("--batch-size", type=positive_int, default=32, help="sequences per replica (default: 32)")
     add_optimizer_arguments(p, default="adam")
-    p.add_argument("--precision", choices=PRECISIONS, default="fp32")
-    p.add_argument("--seed", type=int, default=12345, help="seed of the head's initialization, dropout and data order")
-    p.add_argument("--output-dir", help="predictions and scores (default: ./finetune-<task>)")
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                   help="as `python -m trainer --precision` (default: fp32)")
+    p.add_argument("--seed", type=int, default=12345,
+                   help="seed of the head's initialization, dropout and data order (default: 12345)")
+    p.add_argument("--output-dir", help="SQuAD's predictions.json and nbest_predictions.json (null_odds.json for "
+                                         "2.0), --predict's test_results.tsv of GLUE; the scores are in the summary "
+                                         "and --log-json (default: ./finetune-<task>)")
     p.add_argument("--checkpoint-dir", help="also save the fine-tuned model (and optimizer) state here")
     p.add_argument("--no-eval", action="store_true",
                    help="train only, score nothing (without it, --data without eval records is an error)")
@@ -188,7 +198,7 @@ def build_finetune_parser():
     p.add_argument("--eval-file", help="SQuAD dev JSON to score against (default: the manifest's eval source)")
     p.add_argument("--null-score-diff-threshold", type=float, default=0.0,
                    help="SQuAD 2.0: predict no answer above this null minus best score (default: 0.0)")
-    p.add_argument("--log-every", type=positive_int, default=10, help="steps between log lines")
+    p.add_argument("--log-every", type=positive_int, default=10, help="steps between log lines (default: 10)")
     p.add_argument("--log-json", help="append log lines as JSON to this file")
     p.add_argument("--tensorboard-dir", help="TensorBoard scalars")
     add_output_arguments(p)

@@ -30,9 +30,12 @@ def add_arguments(parser):
                         help="random seed of every shard (default 12345, as NVIDIA's bertPrep)")
     parser.add_argument("--seed-per-shard", action="store_true",
                         help="derive a distinct seed per shard from --seed and the shard's name")
-    parser.add_argument("--masked-lm-prob", type=float, default=0.15)
-    parser.add_argument("--short-seq-prob", type=float, default=0.1)
-    parser.add_argument("--whole-word-mask", action="store_true")
+    parser.add_argument("--masked-lm-prob", type=float, default=0.15,
+                        help="share of each instance's tokens masked, at most --pred (default 0.15)")
+    parser.add_argument("--short-seq-prob", type=float, default=0.1,
+                        help="share of instances cut to a random shorter length (default 0.1)")
+    parser.add_argument("--whole-word-mask", action="store_true",
+                        help="mask a word's WordPiece tokens together, as the reference's do_whole_word_mask")
     parser.add_argument("--no-lower-case", action="store_true", help="for cased vocabs")
     parser.add_argument("--format", default=None,
                         help="comma-separated: tfrecord, ofrecord, hdf5 (NVIDIA's PyTorch layout), parquet (one column "

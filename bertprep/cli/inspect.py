@@ -13,7 +13,7 @@ def add_arguments(parser):
     parser.add_argument("--vocab", help="vocab.txt or hub model id, to show tokens")
     parser.add_argument("-n", "--num", type=int, default=3,
                         help="records to show (default 3; 0: none, only the file's format and kind)")
-    parser.add_argument("--skip", type=int, default=0, help="records to skip first")
+    parser.add_argument("--skip", type=int, default=0, help="records to skip first (default 0)")
     parser.add_argument("--json", action="store_true", help="one JSON object per record")
     parser.add_argument("--epoch", type=integer, default=None,
                         help="unmasked records (create --masking dynamic): show each as the loaders mask it in epoch N")

@@ -15,12 +15,12 @@ def add_arguments(parser):
     parser.add_argument("--configs", default=DEFAULT_CONFIGS,
                         help=f"seq/pred pairs to create (default {DEFAULT_CONFIGS})")
     parser.add_argument("--lang", default="en", help="Wikipedia language (default en)")
-    parser.add_argument("--dupe-factor", type=int, default=5)
-    parser.add_argument("--train-shards", type=int, default=256)
-    parser.add_argument("--test-shards", type=int, default=256)
+    parser.add_argument("--dupe-factor", type=int, default=5, help="as create's (default 5)")
+    parser.add_argument("--train-shards", type=int, default=256, help="as shard's (default 256)")
+    parser.add_argument("--test-shards", type=int, default=256, help="as shard's (default 256)")
     parser.add_argument("--layout", choices=LAYOUTS, default="bertprep",
-                        help="records layout of create: bertprep's (both formats) or NVIDIA's TFRecord tree under "
-                             "WORKDIR/tfrecord")
+                        help="records layout of create: bertprep's (both formats; the default) or NVIDIA's TFRecord "
+                             "tree under WORKDIR/tfrecord")
     add_engine_arguments(parser)
     add_workdir_argument(parser)
     parser.add_argument("--quiet", action="store_true", help=QUIET_HELP)

@@ -74,26 +74,32 @@ def build_parser():
                                        "speed-up over one device, MFU; report.md, results.json, throughput.png.")
     add_records_and_model_arguments(p)
     p.add_argument("--devices", type=_int_list, default=[1],
-                   help="device counts per host, e.g. 1,2,8: the first N accelerators, or N logical CPU devices")
+                   help="device counts per host, e.g. 1,2,8: the first N accelerators, or N logical CPU devices "
+                        "(default: 1)")
     p.add_argument("--precision", type=_precision_list, default=list(PRECISIONS),
                    help="fp32 and/or amp (the trainer's --precision amp: mixed_bfloat16 where the device multiplies "
-                        "bfloat16, mixed_float16 with loss scaling on older GPUs; the report says which)")
+                        "bfloat16, mixed_float16 with loss scaling on older GPUs; the report says which; default: "
+                        "fp32,amp)")
     add_step_arguments(p)
     p.add_argument("--batch-size", type=_batch_list, default=[32, 64, "max"],
-                   help="sequences per device: integers and/or max (the largest that fits, searched)")
+                   help="sequences per device: integers and/or max (the largest that fits, searched; default: "
+                        "32,64,max)")
     p.add_argument("--iterations", type=positive_int, default=120, help="training steps per run (default 120)")
     p.add_argument("--skip", type=positive_int, default=20, help="first steps left out of the timing (default 20)")
-    p.add_argument("--runs", type=positive_int, default=5, help="runs per configuration; the median is reported")
+    p.add_argument("--runs", type=positive_int, default=5,
+                   help="runs per configuration; the median is reported (default 5)")
     # The trainer's own choice, the modules found rather than imported: this process loads no framework.
     p.add_argument("--backend", choices=("tensorflow", "jax"),
                    default=library_logs.default_backend(available=library_logs.installed) or "tensorflow",
                    help="Keras backend (default: the trainer's: $KERAS_BACKEND, a keras.json naming another, else "
                         "tensorflow where it is installed, else jax)")
-    p.add_argument("--optimizer", choices=tuple(OPTIMIZERS), default="lamb", help="as `python -m trainer` (lamb)")
-    p.add_argument("--seed", type=int, default=12345)
+    p.add_argument("--optimizer", choices=tuple(OPTIMIZERS), default="lamb",
+                   help="as `python -m trainer` (default: lamb)")
+    p.add_argument("--seed", type=int, default=12345, help="as `python -m trainer` (default: 12345)")
     p.add_argument("--max-start", type=positive_int, default=32,
                    help="first per-device batch the max search tries (default 32)")
-    p.add_argument("--timeout", type=positive_int, default=1800, help="seconds a run may take before it is killed")
+    p.add_argument("--timeout", type=positive_int, default=1800,
+                   help="seconds a run may take before it is killed (default 1800)")
     p.add_argument("--baseline", help="results.json of an earlier report whose 1-device medians serve as the "
                                       "speed-up baseline where this one has none (a multi-host report)")
     p.add_argument("--out", default="trainer-benchmark", help="output directory (default: trainer-benchmark)")
