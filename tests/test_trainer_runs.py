@@ -155,3 +155,23 @@ def test_a_resume_on_other_records_is_refused_and_on_the_same_records_moved_is_n
         f"({os.path.join(records, 'manifest.json')}); this run's --data holds {packed_manifest}: resume with the "
         "records it was trained on, or name a new --checkpoint-dir"]
     assert main([*run, "--resume", "--data", str(moved)]) == 0
+
+
+def test_a_columnar_format_without_data_is_one_usage_line(tmp_path, capsys):
+    """Without --data a run trains on the embedded sample records, TFRecord and OFRecord only (docs/trainer.md,
+    "Data"). `--format hdf5` said `.../trainer-sample-shards/.../sample: no hdf5 training records (looked for
+    [*/[*/]]/hdf5/training/*.hdf5)`, exit 1, of a cache directory the user never named. It is one usage line now,
+    before the sample is made, in `python -m trainer` and trainer.benchmark alike."""
+    from trainer.benchmark.cli import main as benchmark_main
+
+    def line(prog, fmt):
+        return [f"{prog}: error: --format {fmt}: the embedded sample records, which a run without --data trains on, "
+                f"are tfrecord and ofrecord only: give --data of records in {fmt}, or --format tfrecord or ofrecord"]
+
+    for fmt in ("hdf5", "parquet"):
+        assert main(["--format", fmt, "--steps", "1", "--quiet"]) == 2
+        assert capsys.readouterr().err.strip().splitlines() == line("trainer", fmt)
+    out = tmp_path / "bench"
+    assert benchmark_main(["--format", "hdf5", "--devices", "1", "--runs", "1", "--out", str(out), "--quiet"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == line("trainer.benchmark", "hdf5")
+    assert not out.exists()

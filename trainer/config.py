@@ -149,6 +149,21 @@ def _check_seed(seed):
         raise UsageError(f"--seed must be an integer from 0 to {MAX_SEED}, got {seed}")
 
 
+# The formats of the embedded sample records that a run without --data trains on: create's default formats, which
+# bertprep.stages.create.create_sample_records writes.
+SAMPLE_FORMATS = codecs.DEFAULT_FORMATS
+
+
+def check_sample_format(fmt, data):
+    """No --data: the run trains on the embedded sample records, which hold SAMPLE_FORMATS only (docs/trainer.md,
+    "Data"). `--format hdf5` said `.../trainer-sample-shards/...: no hdf5 training records (looked for ...)` of a
+    cache directory the user never named, exit 1."""
+    if data is None and fmt not in SAMPLE_FORMATS:
+        raise UsageError(f"--format {fmt}: the embedded sample records, which a run without --data trains on, are "
+                         f"{' and '.join(SAMPLE_FORMATS)} only: give --data of records in {fmt}, or --format "
+                         f"{' or '.join(SAMPLE_FORMATS)}")
+
+
 def _check_choices(config, choices):
     """What the CLI's parser checks, for a config built in Python: {field: allowed values}."""
     for name, allowed in choices.items():
@@ -281,6 +296,7 @@ class TrainConfig:
         if self.eval_every < 0:  # step % -5 is 0 every fifth step: it evaluated as --eval-every 5, unsaid
             raise UsageError(f"--eval-every: expected 0 (never) or a positive integer, got {self.eval_every}")
         _check_read(self)
+        check_sample_format(self.format, self.data)
         if self.model and self.bert_config:
             raise UsageError("--bert-config: not allowed with argument --model")
         if self.model is None and not self.bert_config and not self.init_checkpoint:

@@ -145,10 +145,11 @@ def _check(args):
 def _benchmark(args):
     _check(args)
     baseline_configs = _load_baseline(args.baseline)  # a malformed one: one line now, not after every run
-    from trainer.config import TrainConfig
+    from trainer.config import TrainConfig, check_sample_format
     from trainer.data import Records
     from trainer.pretraining import check_records_fit, model_config, sample_records
 
+    check_sample_format(args.format, args.data)
     if args.data is None:
         args.data = sample_records()
     records = Records(args.data, args.format)
