@@ -210,3 +210,17 @@ def test_every_command_line_default_is_in_its_help():
               for name, action in _options_with_a_default(parser, command)
               if not re.search(r"default|\bauto: ", action.help or "", re.IGNORECASE)]
     assert silent == []
+
+
+def test_download_workers_help_says_which_sources_use_it(capsys):
+    """`download squad|glue|pretrained --help` said `--workers: parallel extraction workers`, a flag those sources
+    take (DownloadOptions.workers) and read nowhere: only wikipedia and bookcorpus extract text on workers."""
+    from bertprep.cli import main
+
+    for source in ("wikipedia", "bookcorpus", "squad", "glue", "pretrained"):
+        with pytest.raises(SystemExit):
+            main(["download", source, "--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        used = source in ("wikipedia", "bookcorpus")
+        assert ("--workers WORKERS parallel extraction workers (default: all cores)" in text) == used, source
+        assert (f"--workers WORKERS not used by {source}, which has no text to extract" in text) == (not used), source

@@ -21,6 +21,10 @@ from bertprep.stages.download.squad import BASE_URL_ENV, DEFAULT_BASE_URL, DEFAU
 from bertprep.stages.download.wikipedia import DEFAULT_DATE
 from bertprep.workdir import add_workdir_argument
 
+# The sources whose text is extracted in parallel (format_parts, the dump's extract): --workers is theirs; squad,
+# glue and pretrained take the flag (DownloadOptions.workers) and read it nowhere.
+EXTRACTING = ("wikipedia", "bookcorpus")
+
 
 def add_arguments(parser):
     sub = parser.add_subparsers(dest="source", metavar="SOURCE", required=True)
@@ -28,7 +32,9 @@ def add_arguments(parser):
         source_parser = sub.add_parser(name, help=help_text, description=help_text)
         add_workdir_argument(source_parser)
         source_parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
-                                   help="parallel extraction workers (default: all cores)")
+                                   help="parallel extraction workers (default: all cores)" if name in EXTRACTING else
+                                   f"not used by {name}, which has no text to extract (wikipedia and bookcorpus "
+                                   "extract theirs on --workers; default: all cores)")
         add_limit_arguments(source_parser)
         add_output_arguments(source_parser)
         SOURCE_ARGUMENTS[name](source_parser)
