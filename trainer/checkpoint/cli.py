@@ -40,8 +40,11 @@ def build_parser():
     convert.add_argument("src")
     convert.add_argument("out", help="output directory or s3:// / gs:// prefix (must not exist)")
     convert.add_argument("--to", required=True, choices=WRITERS,
-                         help="hf: config.json + model.safetensors; google: bert_model.ckpt + bert_config.json; "
-                              "bertprep: state.npz + state.json for --init-checkpoint")
+                         help="hf: config.json + model.safetensors, with the tokenizer (tokenizer.json, "
+                              "tokenizer_config.json, special_tokens_map.json, vocab.txt) and a model card "
+                              "(README.md); google: bert_model.ckpt + bert_config.json; bertprep: state.npz + "
+                              "state.json for --init-checkpoint; these two with vocab.txt and tokenizer_config.json "
+                              "where the vocab is known")
     convert.add_argument("--vocab", help="vocab.txt to export with the model, where the checkpoint carries none "
                                          "(--to hf refuses a model without one)")
     casing = convert.add_mutually_exclusive_group()
