@@ -88,6 +88,26 @@ def test_configs_have_the_cli_defaults_and_its_checks():
         assert str(raised.value) == message
 
 
+@pytest.mark.parametrize("kind, fields, message", [
+    # -1.0 trained without clipping (exit 0), nan made every clipped gradient nan
+    (TrainConfig, {"clip_norm": -1.0}, "TrainConfig.clip_norm: expected a positive number, got -1.0"),
+    (FinetuneConfig, {"optimizer": "lamb", "clip_norm": float("nan")},
+     "FinetuneConfig.clip_norm: expected a positive number, got nan"),
+    (TrainConfig, {"clip_norm": 0.0}, "TrainConfig.clip_norm: expected a positive number, got 0.0"),
+    # Keras's ValueError traceback once the records had been read
+    (TrainConfig, {"dropout": 1.5}, "TrainConfig.dropout: expected a probability in [0, 1), got 1.5"),
+    (TrainConfig, {"dropout": float("nan")}, "TrainConfig.dropout: expected a probability in [0, 1), got nan"),
+])
+def test_a_config_refuses_the_values_the_cli_refuses(kind, fields, message):
+    """--clip-norm and --dropout are checked by the CLI's parser (a positive number, a probability in [0, 1)); a
+    config built in Python took any float."""
+    required = ("ofrecord",) if kind is TrainConfig else ("MRPC", "d", "tfrecord")
+    with pytest.raises(UsageError) as raised:
+        kind(*required, **fields)
+    assert str(raised.value) == message
+    assert build_parser().parse_args(["--format", "ofrecord", "--dropout", "0", "--clip-norm", "2"])  # in range
+
+
 def test_train_and_finetune_name_a_config_of_the_wrong_kind():
     """trainer.finetune({...}) and trainer.finetune(TrainConfig(...)) were AttributeErrors from inside the run,
     trainer.train(FinetuneConfig(...)) a DataError about the records it had found no training split in."""

@@ -128,6 +128,10 @@ def _check_schedule(optimizer, clip_norm, steps, warmup, lr):
     """The optimizer's flags together, pretraining and fine-tuning alike."""
     if steps and steps > MAX_STEPS:
         raise UsageError(f"--steps must be at most {MAX_STEPS}, got {steps}")
+    if clip_norm is not None and not (math.isfinite(clip_norm) and clip_norm > 0):
+        # the CLI's type checks it already: from Python, -1.0 trained without clipping and nan made every
+        # clipped gradient nan, exit 0
+        raise UsageError(f"--clip-norm: expected a positive number, got {clip_norm}")
     if not is_warmup(warmup):  # the CLI's type checks it already: for a Python caller
         raise UsageError(f"--warmup must be a fraction below 1 or a whole number of steps, got {warmup}")
     if clip_norm is not None and optimizer not in CLIPPING:
@@ -297,6 +301,9 @@ class TrainConfig:
             raise UsageError(f"--eval-every: expected 0 (never) or a positive integer, got {self.eval_every}")
         _check_read(self)
         check_sample_format(self.format, self.data)
+        if self.dropout is not None and not 0 <= self.dropout < 1:  # the CLI's type checks it already: from
+            # Python, 1.5 (or nan) was Keras's ValueError traceback once the records had been read
+            raise UsageError(f"--dropout: expected a probability in [0, 1), got {self.dropout}")
         if self.model and self.bert_config:
             raise UsageError("--bert-config: not allowed with argument --model")
         if self.model is None and not self.bert_config and not self.init_checkpoint:
