@@ -97,15 +97,20 @@ def test_configs_have_the_cli_defaults_and_its_checks():
     # Keras's ValueError traceback once the records had been read
     (TrainConfig, {"dropout": 1.5}, "TrainConfig.dropout: expected a probability in [0, 1), got 1.5"),
     (TrainConfig, {"dropout": float("nan")}, "TrainConfig.dropout: expected a probability in [0, 1), got nan"),
+    # the run took the steps and ignored the epochs without a word
+    (FinetuneConfig, {"epochs": 3.0, "steps": 10},
+     "FinetuneConfig.epochs 3.0: not with FinetuneConfig.steps 10, which sets the run's length instead: give one "
+     "of them"),
 ])
 def test_a_config_refuses_the_values_the_cli_refuses(kind, fields, message):
-    """--clip-norm and --dropout are checked by the CLI's parser (a positive number, a probability in [0, 1)); a
-    config built in Python took any float."""
+    """--clip-norm and --dropout are checked by the CLI's parser (a positive number, a probability in [0, 1)), and
+    it refuses --epochs with --steps; a config built in Python took any float, and both lengths."""
     required = ("ofrecord",) if kind is TrainConfig else ("MRPC", "d", "tfrecord")
     with pytest.raises(UsageError) as raised:
         kind(*required, **fields)
     assert str(raised.value) == message
     assert build_parser().parse_args(["--format", "ofrecord", "--dropout", "0", "--clip-norm", "2"])  # in range
+    assert FinetuneConfig("MRPC", "d", "tfrecord", steps=10).steps == 10  # the default epochs beside steps
 
 
 def test_train_and_finetune_name_a_config_of_the_wrong_kind():

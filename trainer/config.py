@@ -504,6 +504,9 @@ class FinetuneConfig:
         _check_seed(self.seed)
         if not self.epochs > 0:
             raise UsageError(f"--epochs must be positive, got {self.epochs}")
+        if self.steps is not None and self.epochs != 2.0:  # the CLI's parser refuses both; the epochs were ignored
+            raise UsageError(f"--epochs {self.epochs}: not with --steps {self.steps}, which sets the run's length "
+                             "instead: give one of them")
         if math.isinf(self.epochs):  # int() of its steps was an OverflowError traceback
             raise UsageError(f"--epochs must be a finite number, got {self.epochs}")
         if math.isnan(self.null_score_diff_threshold):  # no score difference exceeds it: never the null answer
