@@ -264,7 +264,14 @@ class BertRecords(_DATASET_BASE):
         self.epoch, self.start = _check_whole("epoch", epoch, 0), 0
 
     def state_dict(self):
-        return {"epoch": self.epoch, "batches": self.start, "seed": self.seed}
+        return {"epoch": self.epoch, "batches": self.start, "seed": self.seed, **self._plan()}
+
+    def _plan(self):
+        """What, beside the seed and epoch, decides which records a count of batches covers: a state saved with
+        another batch_size, world_size, bin_size or drop_last, or over another number of records, resumed at
+        a position of another plan without a word (a count of 5 batches of 4 skipped 40 records at 8)."""
+        return {"batch_size": self.batch_size, "world_size": self.world_size, "bin_size": self.bin_size,
+                "drop_last": self.drop_last, "records": len(self.index)}
 
     def load_state_dict(self, state):
         """Resume where `state` (what state_dict returned) left off. A count of batches this rank's epoch does not
@@ -273,8 +280,14 @@ class BertRecords(_DATASET_BASE):
         if not isinstance(state, dict) or not {"epoch", "batches"} <= set(state):
             raise UsageError(f"the saved data state must be a dict with epoch and batches (what state_dict returns), "
                              f"got {type(state).__name__} {short_repr(state)}")
+        # A state of an earlier release holds no plan's fields: those it lacks are not compared.
         if state.get("seed", self.seed) != self.seed:
             raise UsageError(f"the saved data state is of seed {state['seed']}, this loader's is {self.seed}")
+        for name, value in self._plan().items():
+            if name in state and state[name] != value:
+                raise UsageError(f"the saved data state is of {name} {state[name]!r}, this loader's is {value!r}: "
+                                 "its count of batches would resume elsewhere in the epoch (load it into a loader "
+                                 "of the records and settings it was saved with)")
         epoch = _check_whole("the saved data state's epoch", state["epoch"], 0)
         batches = _check_whole("the saved data state's batches", state["batches"], 0)
         count = len(self.batches_of_rank(epoch))

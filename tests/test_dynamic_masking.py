@@ -282,7 +282,8 @@ def test_torch_loader_resumes_mid_epoch_with_the_rest_of_the_epoch(dynamic_dir):
         if number == 4:
             break
     state = loader.state_dict()
-    assert state == {"epoch": 0, "batches": 5, "seed": 3}
+    assert state == {"epoch": 0, "batches": 5, "seed": 3, "batch_size": 8, "world_size": 1, "bin_size": None,
+                     "drop_last": True, "records": len(loader.dataset.index)}
     resumed = BertLoader(dynamic_dir, 8, seed=3, num_workers=2)
     resumed.load_state_dict(state)
     assert_same([{k: v.numpy() for k, v in b.items()} for b in resumed], whole[5:])
@@ -309,11 +310,39 @@ def test_torch_loader_refuses_a_saved_state_its_epoch_cannot_resume(dynamic_dir)
         with pytest.raises(UsageError) as raised:
             loader.load_state_dict(state)
         assert str(raised.value) == message
-    assert loader.state_dict() == {"epoch": 0, "batches": 0, "seed": 3} and len(loader) == count
+    assert loader.state_dict()["epoch"] == loader.state_dict()["batches"] == 0 and len(loader) == count
     with pytest.raises(UsageError, match=r"^epoch must be at least 0, not -1$"):
         loader.dataset.set_epoch(-1)
     loader.load_state_dict({"epoch": 1, "batches": count, "seed": 3})  # a whole epoch handed out: nothing left
     assert len(loader) == 0 and list(loader) == [] and loader.state_dict()["epoch"] == 2
+
+
+def test_torch_loader_refuses_a_saved_state_of_another_plan(dynamic_dir):
+    """A state saved with another batch_size (world_size, bin_size, drop_last) or over other records resumed
+    without a word at its count of batches in this loader's plan: 5 batches of 8 skipped 80 records at 16. A
+    state of an earlier release, without these fields, still loads."""
+    from bertprep.errors import UsageError
+    from bertprep.torch import BertLoader
+
+    saved = BertLoader(dynamic_dir, 8, seed=3)
+    saved.load_state_dict({"epoch": 0, "batches": 5, "seed": 3})  # an earlier release's state
+    state = saved.state_dict()
+    for other, message in [
+            (BertLoader(dynamic_dir, 16, seed=3), "batch_size 8, this loader's is 16"),
+            (BertLoader(dynamic_dir, 8, seed=3, world_size=2), "world_size 1, this loader's is 2"),
+            (BertLoader(dynamic_dir, 8, seed=3, bin_size=16), "bin_size None, this loader's is 16"),
+            (BertLoader(dynamic_dir, 8, seed=3, drop_last=False), "drop_last True, this loader's is False")]:
+        with pytest.raises(UsageError) as raised:
+            other.load_state_dict(state)
+        assert str(raised.value) == (f"the saved data state is of {message}: its count of batches would resume "
+                                     "elsewhere in the epoch (load it into a loader of the records and settings it "
+                                     "was saved with)")
+        assert other.state_dict()["batches"] == 0
+    with pytest.raises(UsageError, match=r"^the saved data state is of records 7, this loader's is \d+: "):
+        BertLoader(dynamic_dir, 8, seed=3).load_state_dict({**state, "records": 7})
+    resumed = BertLoader(dynamic_dir, 8, seed=3, num_workers=1)
+    resumed.load_state_dict(state)
+    assert resumed.state_dict() == state and len(resumed) == len(saved)
 
 
 def test_torch_loader_reads_static_records_and_bins(tmp_path):
