@@ -8,7 +8,6 @@ format as always, so logs stay readable and greppable. --quiet silences both. Th
 on stdout, or one JSON object with --json, for scripts.
 """
 
-import dataclasses
 import html
 import io
 import json
@@ -17,7 +16,7 @@ import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from typing import TextIO
+from typing import Any, TextIO
 
 from tqdm import tqdm
 
@@ -195,25 +194,23 @@ class Progress:
             self._bar = None
 
 
-@dataclasses.dataclass(frozen=True)
-class Summary(Mapping):
-    """What a stage function returns: `fields` is exactly the object `--json` prints (so `summary["out"]`
-    reads it), `title` and `rows` [(label, value)] the table printed without `--json` (None: the scalar
-    fields), `complete_before` whether the output was already complete and nothing was done."""
+class Summary(dict[str, Any]):
+    """What a stage function returns: the dict `--json` prints (so `summary["out"]` reads it, and
+    `json.dumps(summary)` writes what `--json` does: as a Mapping that was no dict, it was "Object of type
+    Summary is not JSON serializable"), with `title` and `rows` [(label, value)] the table printed without
+    `--json` (None: the scalar fields), `complete_before` whether the output was already complete and nothing
+    was done. `fields` is the summary itself, as a dict."""
 
-    title: str
-    fields: dict
-    rows: Sequence[tuple[str, object]] | None = None
-    complete_before: bool = False
+    def __init__(self, title: str, fields: Mapping[str, Any], rows: Sequence[tuple[str, object]] | None = None,
+                 complete_before: bool = False) -> None:
+        super().__init__(fields)
+        self.title = title
+        self.rows = rows
+        self.complete_before = complete_before
 
-    def __getitem__(self, key):
-        return self.fields[key]
-
-    def __iter__(self):
-        return iter(self.fields)
-
-    def __len__(self):
-        return len(self.fields)
+    @property
+    def fields(self) -> dict[str, Any]:
+        return self
 
     def print(self, as_json: bool = False, stream: TextIO | None = None) -> None:
         print_summary(self.title, self.fields, as_json=as_json, rows=self.rows, stream=stream)

@@ -38,6 +38,18 @@ def test_a_stage_summary_shows_its_table_not_its_fields(sample):
     assert html.startswith("<table>") and "<b>bertprep create: done</b>" in html and "instances (training)" in html
 
 
+def test_a_summary_is_the_dict_json_prints(sample):
+    """json.dumps(summary) was "Object of type Summary is not JSON serializable" (a Mapping, no dict): a script
+    could not save what `--json` prints without dict(summary)."""
+    work, summary, _caught = sample
+    buffer = io.StringIO()
+    summary.print(as_json=True, stream=buffer)  # what --json prints
+    assert json.loads(json.dumps(summary)) == json.loads(buffer.getvalue()) == summary
+    assert isinstance(summary, dict) and summary.fields is summary and not summary.complete_before
+    report = bertprep.validate(paths=(summary["records_dir"],))
+    assert json.loads(json.dumps(report))["sound"] is report.sound is True
+
+
 def test_a_stage_warning_is_a_python_warning_even_when_quiet(sample):
     _work, summary, caught = sample
     listed = summary["warnings"]
