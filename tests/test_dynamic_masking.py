@@ -345,6 +345,27 @@ def test_torch_loader_refuses_a_saved_state_of_another_plan(dynamic_dir):
     assert resumed.state_dict() == state and len(resumed) == len(saved)
 
 
+def test_torch_loader_without_drop_last_leaves_no_batch_out(dynamic_dir):
+    """drop_last=False with batches that do not divide among the ranks left the last ones out of every epoch
+    without a word (each rank takes the same number of batches)."""
+    from bertprep.errors import UsageError
+    from bertprep.torch import BertLoader
+
+    count = len(BertLoader(dynamic_dir, 8, seed=3, drop_last=False))
+    world_size = next(n for n in range(2, count) if count % n)
+    with pytest.raises(UsageError) as raised:
+        BertLoader(dynamic_dir, 8, seed=3, drop_last=False, world_size=world_size, rank=1)
+    assert re.fullmatch(rf".*: drop_last=False, but its \d+ training records make {count} batches, which do not "
+                        rf"divide among world_size {world_size} ranks \(each takes the same number\): "
+                        rf"{count % world_size} batch\(es\) \(\d+ records in epoch 0\) would be left out of every "
+                        r"epoch; give drop_last=True, or a batch_size or world_size whose batches divide evenly",
+                        str(raised.value))
+    assert len(BertLoader(dynamic_dir, 8, seed=3, world_size=world_size)) == count // world_size  # drop_last
+    divisor = next(n for n in range(2, count + 1) if count % n == 0)
+    ranks = [BertLoader(dynamic_dir, 8, seed=3, drop_last=False, world_size=divisor, rank=r) for r in range(divisor)]
+    assert sum(len(rank) for rank in ranks) == count
+
+
 def test_torch_loader_reads_static_records_and_bins(tmp_path):
     directory = create(tmp_path, "--dupe-factor", "1", "--format", "ofrecord")
     batches, loader = epoch_of(directory, bin_size=16, fmt="ofrecord")
