@@ -56,10 +56,14 @@ def features_of(kind, dims):
     return datasets.Features(features)
 
 
-def _rows(files, kind, vocab_size=None, digests=None):
+def _rows(files, kind, vocab_size=None, digests=None, dims=None):
+    """Each record of `files` as a row; `dims` ({"dims": the split's dimensions, "of": the file they are of}, not
+    a list, which `datasets` would shard as it shards `files`): a file of others is a DataError."""
     for path, _size, _mtime in files:
         first_row = 0
         for batch in formats.read_batches([path], BATCH, kind=kind, digests=digests):
+            if not first_row and dims is not None:
+                _check_dims(path, kind, batch, dims)
             check_int_values(kind, batch, path, first_row, vocab_size)  # `datasets` would cast them to int32
             count = len(next(iter(batch.values())))
             first_row += count
@@ -67,22 +71,34 @@ def _rows(files, kind, vocab_size=None, digests=None):
                 yield {name: values[i] if values.shape[1] > 1 else values[i, 0] for name, values in batch.items()}
 
 
+def _check_dims(path, kind, batch, dims):
+    """A DataError unless the file's records (`batch`, its first) are of the split's `dims`: a tree of two
+    `create` runs' records (its --out, --seq 128 and 512 below it) stopped inside `datasets` with
+    "DatasetGenerationError: An error occurred while generating the dataset", naming no file."""
+    file_dims = kind.dims_of({name: values.shape[1] for name, values in batch.items()})
+    if file_dims != dims["dims"]:
+        raise DataError(f"{path}: {kind.name} records of {file_dims}, expected {kind.name} of {dims['dims']} as "
+                        f"in {dims['of']}: records of other dimensions (another create's --seq or --pred) are no "
+                        "split of one dataset; load each records directory on its own")
+
+
 def _kind_and_dims(paths, fmt, digests):
-    """The record kind and dimensions of the first of `paths` that holds a record (or any columnar file, read
-    whole: its bytes checked against the manifest's sha256 here); None where none holds one."""
+    """(the record kind, its dimensions, the file) of the first of `paths` that holds a record (or any columnar
+    file, read whole: its bytes checked against the manifest's sha256 here); None where none holds one."""
     for path in paths:
         if not codecs.get(fmt).framed:
             kind, dims, _columns = columnar.read_columns(path, fmt, digests.get(storage.normpath(path)))
-            return kind, dims
+            return kind, dims, path
         first = next(formats.read_batches([path], 1), None)
         if first is not None:
             kind = formats.record_kind(path, fmt)
-            return kind, kind.dims_of({name: values.shape[1] for name, values in first.items()})
+            return kind, kind.dims_of({name: values.shape[1] for name, values in first.items()}), path
     return None
 
 
 def _kinds_and_dims(by_split, fmt, digests):
-    """{split: (kind, dims)}, each split's own; a split of no records takes another's (its columns then)."""
+    """{split: (kind, dims, the file they are of)}, each split's own; a split of no records takes another's (its
+    columns then)."""
     kinds = {split: _kind_and_dims(paths, fmt, digests) for split, paths in by_split.items()}
     known = next((kind for kind in kinds.values() if kind), None)
     if known is None:
@@ -190,7 +206,7 @@ def load(directory, cache_dir=None):
     vocab_size = (manifest.get("vocab") or {}).get("size")
     digests = file_digests(manifest, records)
     splits = {}
-    for split, (kind, dims) in _kinds_and_dims(by_split, fmt, digests).items():
+    for split, (kind, dims, source) in _kinds_and_dims(by_split, fmt, digests).items():
         features = features_of(kind, dims)
         paths = by_split[split]
         builder = codecs.get(fmt).datasets_builder
@@ -203,7 +219,7 @@ def load(directory, cache_dir=None):
             files = [(path, *_version_of(path)) for path in paths]
             dataset = _generated(datasets, features, cache_dir, split,
                                  {"files": files, "kind": kind, "vocab_size": vocab_size,
-                                  "digests": digests})
+                                  "digests": digests, "dims": {"dims": dims, "of": source}})
         dataset.info.description = _description(kind, dims, fmt, manifest)
         splits[split] = dataset
     return datasets.DatasetDict(splits)

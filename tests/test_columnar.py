@@ -312,6 +312,21 @@ def test_hf_load_names_the_splits_train_and_test(golden_dir, tmp_path):
     assert (tuple(batch.shape), batch.dtype) == ((4, 128), torch.int64)
 
 
+def test_hf_load_names_a_file_of_other_dimensions_in_a_split(golden_dir, tmp_path):
+    """A tree of two records sets of other --seq and --pred (create's --out after two runs) stopped inside
+    `datasets`: "DatasetGenerationError: An error occurred while generating the dataset", naming no file."""
+    for name, golden in (("a", "G2"), ("b", "G1")):  # 512/80, then 128/20
+        (tmp_path / "tree" / name / "training").mkdir(parents=True)
+        shutil.copy(golden_dir / f"{golden}.tfrecord", tmp_path / "tree" / name / "training" / "x.tfrecord")
+    with pytest.raises(DataError) as raised:
+        hf.load(str(tmp_path / "tree"), cache_dir=str(tmp_path / "cache"))
+    tree = tmp_path / "tree"
+    assert str(raised.value) == (
+        f"{tree}/b/training/x.tfrecord: pretraining records of {{'seq': 128, 'pred': 20}}, expected pretraining of "
+        f"{{'seq': 512, 'pred': 80}} as in {tree}/a/training/x.tfrecord: records of other dimensions (another "
+        "create's --seq or --pred) are no split of one dataset; load each records directory on its own")
+
+
 def assert_split_holds(split, *paths):
     """A `datasets` split holds exactly the records of the files at `paths`, its columns those of their kind."""
     reference = next(formats.read_batches(sorted(paths), 1 << 20))
