@@ -71,6 +71,18 @@ def _check_whole(name, value, least):
     return value
 
 
+def _records_below(records):
+    """Where the Folder `records` holds records directories below it (create's --out: one per run's parameters
+    and corpus, <out>/<params>/<corpus>), "; below it: ..." naming them, else "": the loader given the --out it
+    had given create said only that it was not the directory create wrote."""
+    found = [os.path.dirname(path) for pattern in ("*/manifest.json", "*/*/manifest.json")
+             for path in records.glob(pattern)]
+    if not found:
+        return ""
+    shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+    return f"; below it are the records directories they wrote, {shown} (a summary's records_dir): give one"
+
+
 def _require_torch():
     if torch is None:
         raise UsageError('bertprep.torch needs PyTorch: pip install "bertprep[torch]"')
@@ -88,7 +100,8 @@ class RecordIndex:
         manifest = load_manifest(records)
         if manifest is None:
             raise (megatron.given_as_records(data_dir, data_dir, READER)
-                   or DataError(f"{data_dir}: no manifest.json (give the directory `bertprep create` or `pack` wrote)"))
+                   or DataError(f"{data_dir}: no manifest.json (give the directory `bertprep create` or `pack` wrote)"
+                                f"{_records_below(records)}"))
         where = records.path("manifest.json")
         if manifest.get("stage") in FINETUNING_STAGES:
             # its train/eval/predict files are in no training/ directory: "no tfrecord training records" read as

@@ -366,6 +366,20 @@ def test_torch_loader_without_drop_last_leaves_no_batch_out(dynamic_dir):
     assert sum(len(rank) for rank in ranks) == count
 
 
+def test_torch_loader_given_creates_out_names_the_records_below(dynamic_dir):
+    """create's --out holds <params>/<corpus>/ records directories: given it, the loader said only "no
+    manifest.json (give the directory `bertprep create` or `pack` wrote)", the directory the caller had given."""
+    from bertprep.errors import DataError
+    from bertprep.torch import BertLoader
+
+    out = os.path.dirname(os.path.dirname(dynamic_dir))
+    with pytest.raises(DataError) as raised:
+        BertLoader(out, 8)
+    assert str(raised.value) == (f"{out}: no manifest.json (give the directory `bertprep create` or `pack` wrote); "
+                                 f"below it are the records directories they wrote, {dynamic_dir} (a summary's "
+                                 "records_dir): give one")
+
+
 def test_torch_loader_reads_static_records_and_bins(tmp_path):
     directory = create(tmp_path, "--dupe-factor", "1", "--format", "ofrecord")
     batches, loader = epoch_of(directory, bin_size=16, fmt="ofrecord")
