@@ -57,10 +57,23 @@ def build_options(cls, options, fields):
     if options is None:
         return cls(**fields)
     if not isinstance(options, cls):
-        raise TypeError(f"expected {cls.__name__}, got {type(options).__name__}")
+        raise TypeError(f"expected {cls.__name__}, got {type(options).__name__}{_as_keywords(cls, options)}")
     if fields:
         raise TypeError(f"give a {cls.__name__} or its fields as keywords, not both ({', '.join(fields)})")
     return options
+
+
+def _as_keywords(cls, given):
+    """For a path given where the options go (`bertprep.pack("records/x")`, as the command line takes it): the
+    call with its field as a keyword; "expected PackOptions, got str" said neither which nor how."""
+    if not isinstance(given, (str, os.PathLike)):
+        return ""
+    names = [f.name for f in dataclasses.fields(cls)]
+    field = next((name for name in ("input", "records_dir", "file", "paths", "src", "data_dir") if name in names),
+                 names[0])
+    stage = re.sub(r"(?<!^)(?=[A-Z])", "_", cls.__name__.removesuffix("Options")).lower()
+    return (f" {short_repr(given)}: a stage takes its options object or its fields as keywords, as "
+            f"bertprep.{stage}({field}=...)")
 
 
 def normalise_paths(options, *names, flags=True, outputs=(), folders=()):

@@ -57,6 +57,23 @@ def test_an_option_error_names_the_python_field_from_python_and_the_flag_from_th
                                            "seq - 3 = 125 tokens can be masked ([CLS] and two [SEP] never are)\n")
 
 
+@pytest.mark.parametrize("stage, given, field", [
+    ("pack", "records/x", "records_dir"), ("inspect", "part-0", "file"), ("validate", "records/x", "paths"),
+    ("create_squad", "dev.json", "input")])
+def test_a_path_given_for_the_options_names_the_field_to_give_it_as(stage, given, field):
+    """`bertprep.pack("records/x")`, as the command line takes it, said "expected PackOptions, got str": neither
+    which field the path is nor that fields are keywords."""
+    import pathlib
+
+    with pytest.raises(TypeError) as raised:
+        getattr(bertprep, stage)(pathlib.Path(given))
+    options = "".join(part.capitalize() for part in stage.split("_")) + "Options"
+    assert str(raised.value) == (f"expected {options}, got PosixPath PosixPath('{given}'): a stage takes its options "
+                                 f"object or its fields as keywords, as bertprep.{stage}({field}=...)")
+    with pytest.raises(TypeError, match=r"^expected ShardOptions, got int$"):  # no path: as before
+        bertprep.shard(5)
+
+
 def test_options_take_a_file_url_as_its_path(tmp_path):
     """file://PATH is PATH from where the options are built, in every stage's options (a stage then joins,
     compares and names one spelling of it); pathlib paths become strings, URLs and hub ids stay."""
