@@ -32,8 +32,8 @@ from bertprep.folder import Folder
 from bertprep.formats import codecs, columnar, megatron
 from bertprep.formats.schemas import FLOAT, check_int_values
 from bertprep.options import refuse_empty_path
-from bertprep.records_manifest import file_digests, load_records_manifest
-from bertprep.workdir import SPLITS
+from bertprep.records_manifest import file_digests, given_as_text, load_records_manifest
+from bertprep.workdir import SPLITS, load_manifest
 
 # The format read when a directory holds several: one `datasets` reads itself, then columns, then frames.
 PREFERENCE = tuple(sorted(codecs.record_names(), key=lambda name: (codecs.get(name).datasets_builder is None,
@@ -200,6 +200,7 @@ def load(directory, cache_dir=None):
     found = find_record_files(directory)
     if not found:
         raise (megatron.given_as_records(directory, directory, "bertprep.hf.load")
+               or given_as_text(load_manifest(records), directory, "bertprep.hf.load")
                or DataError(f"{directory}: no record files (TFRecord, OFRecord, HDF5 or Parquet)"))
     fmt, by_split = _format_and_splits(found)
     manifest = load_records_manifest(records, (fmt,)) or {}  # its files there, its fields sound

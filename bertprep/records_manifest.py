@@ -202,3 +202,24 @@ def kind_mismatch(path, manifest_kind, where, record_kind):
     """The DataError for records whose kind is not the one their manifest names (a relabelled manifest)."""
     held = f"{record_kind.name} records" if record_kind is not None else "records of no known kind"
     return DataError(f"{path}: kind: {manifest_kind.name}, but {where} holds {held}")
+
+
+# The stages whose output is text, not records: what it is, and what makes records of it ({} its path).
+_MAKE_RECORDS = "shard it with `bertprep shard --input {}`, then make records with `bertprep create`"
+_TEXT_OUTPUTS = {"shard": ("text shards (as `bertprep shard` writes)",
+                           "make records of them with `bertprep create --input {}`"),
+                 "dedup": ("a deduplicated corpus (as `bertprep dedup` writes)", _MAKE_RECORDS),
+                 "format": ("a formatted corpus (as `bertprep download` writes)", _MAKE_RECORDS),
+                 "download": ("a download (as `bertprep download` writes)", _MAKE_RECORDS)}
+
+
+def given_as_text(manifest, shown, reader):
+    """The DataError for a directory given to `reader` (a loader) whose `manifest` is a text stage's (`bertprep
+    shard`'s shards, a formatted corpus), `shown` naming it; None for any other. The loaders said "no tfrecord
+    training records" or "no record files", as if the stage had written no records."""
+    stage = manifest.get("stage") if isinstance(manifest, dict) else None
+    if stage not in _TEXT_OUTPUTS:
+        return None
+    what, then = _TEXT_OUTPUTS[stage]
+    return DataError(f"{shown}: {what}, not records: {then.format(shown)}; {reader} reads the records `bertprep "
+                     "create` or `pack` writes")

@@ -35,7 +35,7 @@ from bertprep.formats import codecs, megatron
 from bertprep.formats.schemas import PACKED, UNMASKED, int_values_problem, kind_of_manifest, kind_of_record
 from bertprep.masking import DynamicMasking, first_instances
 from bertprep.options import check_argument, refuse_empty_path, short_repr
-from bertprep.records_manifest import check_records_manifest, file_digests, kind_mismatch
+from bertprep.records_manifest import check_records_manifest, file_digests, given_as_text, kind_mismatch
 from bertprep.workdir import SPLITS, load_manifest
 
 try:
@@ -103,6 +103,9 @@ class RecordIndex:
                    or DataError(f"{data_dir}: no manifest.json (give the directory `bertprep create` or `pack` wrote)"
                                 f"{_records_below(records)}"))
         where = records.path("manifest.json")
+        text = given_as_text(manifest, data_dir, READER)
+        if text is not None:
+            raise text
         if manifest.get("stage") in FINETUNING_STAGES:
             # its train/eval/predict files are in no training/ directory: "no tfrecord training records" read as
             # if the stage had written nothing

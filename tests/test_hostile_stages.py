@@ -572,3 +572,30 @@ def test_a_loader_given_tokenize_output_names_it_as_megatron_data(golden_dir, tm
         assert str(caught.value) == (f"{given}: Megatron indexed data (.bin/.idx, as `bertprep tokenize` writes), not "
                                      "training records: Megatron-LM trains on it (--data-path, as data-path.txt lists "
                                      f"it); {reader} reads the records `bertprep create` or `pack` writes")
+
+
+@pytest.mark.parametrize("reader", ["bertprep.torch", "bertprep.hf.load", "the trainer"])
+def test_a_loader_given_shard_output_names_it_as_text_shards(golden_dir, tmp_path, reader):
+    """BertLoader and the trainer said "no tfrecord training records" of shard's folder, bertprep.hf.load "no
+    record files", as if shard had written no records: its text shards are create's input."""
+    from bertprep.errors import DataError
+
+    given = tmp_path / "sharded"
+    assert main(["shard", "--input", str(golden_dir / "corpus.txt"), "--out", str(given), "--corpus", "g",
+                 "--train-shards", "1", "--test-shards", "1", "--quiet"]) == 0
+    with pytest.raises(DataError) as caught:
+        if reader == "bertprep.torch":
+            from bertprep.torch import BertLoader
+
+            BertLoader(str(given), batch_size=2)
+        elif reader == "bertprep.hf.load":
+            from bertprep.hf import load
+
+            load(str(given))
+        else:
+            from trainer.data import Records
+
+            Records(str(given), "tfrecord")
+    assert str(caught.value) == (f"{given}: text shards (as `bertprep shard` writes), not records: make records of "
+                                 f"them with `bertprep create --input {given}`; {reader} reads the records `bertprep "
+                                 "create` or `pack` writes")

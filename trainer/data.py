@@ -44,7 +44,7 @@ from bertprep.formats.schemas import (
     kind_of_record,
 )
 from bertprep.masking import DynamicMasking, first_instances
-from bertprep.records_manifest import file_digests, kind_mismatch, load_records_manifest
+from bertprep.records_manifest import file_digests, given_as_text, kind_mismatch, load_records_manifest
 from bertprep.workdir import load_manifest
 
 SPLITS = ("training", "test")
@@ -99,6 +99,8 @@ class Records:
         if not self.files["training"]:
             raise (megatron.given_as_records(data_dir, Folder(data_dir), "the trainer")
                    or _finetuning_records(data_dir)
+                   or given_as_text(load_manifest(Folder(data_dir)) if Folder(data_dir).isdir() else None,
+                                    Folder(data_dir), "the trainer")
                    or DataError(f"{Folder(data_dir)}: no {fmt} training records (looked for "
                                 f"{os.path.join('[*/[*/]]', fmt, 'training', codecs.get(fmt).glob)})"))
         for paths, manifest in corpus_files:
