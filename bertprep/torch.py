@@ -29,7 +29,7 @@ import numpy as np
 
 from bertprep import formats, storage
 from bertprep.binning import bin_width, binned_batches, bins_of
-from bertprep.errors import DataError, UsageError
+from bertprep.errors import BertprepError, DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.formats import codecs, megatron
 from bertprep.formats.schemas import PACKED, UNMASKED, int_values_problem, kind_of_manifest, kind_of_record
@@ -363,6 +363,19 @@ class BertRecords(_DATASET_BASE):
         return {name: np.ascontiguousarray(values) for name, values in batch.items()}
 
 
+def _raised_in_worker(exc):
+    """A bertprep error a DataLoader worker raised, as it was raised there: torch raises it again in the main
+    process made from "Caught DataError in DataLoader worker process 0.\nOriginal Traceback ..." and the whole
+    traceback, where the same records read without workers said one line (the file, row and value). `exc` itself
+    where it is not such a copy."""
+    text = str(exc)
+    last = text.rstrip("\n").rsplit("\n", 1)[-1]
+    prefix = f"{type(exc).__module__}.{type(exc).__qualname__}: "
+    if not (text.startswith(f"Caught {type(exc).__name__} in DataLoader worker") and last.startswith(prefix)):
+        return exc
+    return type(exc)(last[len(prefix):])
+
+
 # what BertLoader passes on to BertRecords by keyword
 _DATASET_ARGS = frozenset(inspect.signature(BertRecords.__init__).parameters) - {"self", "data_dir", "batch_size"}
 
@@ -386,7 +399,17 @@ class BertLoader:
         dataset = self.dataset
         loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=self.num_workers,
                                              persistent_workers=False)
-        for batch in loader:
+        batches = iter(loader)
+        while True:
+            try:
+                batch = next(batches)
+            except StopIteration:
+                break
+            except BertprepError as exc:
+                unwrapped = _raised_in_worker(exc)
+                if unwrapped is exc:
+                    raise
+                raise unwrapped from None
             dataset.start += 1  # the workers hold copies: the count that matters is what the caller got
             yield batch
         dataset.set_epoch(dataset.epoch + 1)

@@ -217,6 +217,17 @@ def test_ids_outside_the_manifests_vocab_are_refused(static, tmp_path, value, me
          "torch": lambda: torch_reads(static, "tfrecord")}[reader]()
 
 
+def test_a_torch_workers_error_is_the_one_line_it_is_without_workers(static):
+    """With num_workers > 0 torch raised a worker's DataError again made from "Caught DataError in DataLoader
+    worker process 0.\nOriginal Traceback (most recent call last): ..." and the whole traceback; without workers
+    the same records said one line."""
+    bad = replace_ids(static, "tfrecord", value=VOCAB_SIZE)
+    with pytest.raises(DataError) as raised:
+        torch_reads(static, "tfrecord", num_workers=1)
+    assert str(raised.value) == f"{bad}: row 3: input_ids[1]: {VOCAB_SIZE} is not a token id of the vocab of 30522 " \
+                                "(0..30521)"
+
+
 @pytest.mark.parametrize("values, message", [
     ([[101.0, 101.5]], "row 0: input_ids\\[1\\]: 101.5 is not an integer"),
     ([[101.0, np.nan]], "row 0: input_ids\\[1\\]: nan is not an integer"),
