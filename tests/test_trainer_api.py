@@ -113,6 +113,15 @@ def test_a_config_refuses_the_values_the_cli_refuses(kind, fields, message):
     assert FinetuneConfig("MRPC", "d", "tfrecord", steps=10).steps == 10  # the default epochs beside steps
 
 
+def test_a_finetune_config_of_an_unknown_task_is_refused_when_built():
+    """FinetuneConfig(task="mrcp") was built; trainer.finetune refused it only once Keras had loaded."""
+    with pytest.raises(UsageError) as raised:
+        FinetuneConfig("mrcp", "d", "tfrecord")
+    assert str(raised.value) == ("unknown task 'mrcp' (known: squad, cola, sst-2, mrpc, sts-b, qqp, mnli, qnli, rte, "
+                                 "wnli)")
+    assert FinetuneConfig("sst2", "d", "tfrecord").output_dir == "finetune-sst2"  # any spelling task_named takes
+
+
 def test_train_and_finetune_name_a_config_of_the_wrong_kind():
     """trainer.finetune({...}) and trainer.finetune(TrainConfig(...)) were AttributeErrors from inside the run,
     trainer.train(FinetuneConfig(...)) a DataError about the records it had found no training split in."""

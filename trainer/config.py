@@ -494,7 +494,10 @@ class FinetuneConfig:
     quiet: bool = False
 
     def __post_init__(self):
+        from trainer.tasks import task_named
+
         check_types(self)
+        task_named(self.task)  # when built, as the other choices: it was refused by trainer.finetune, once Keras loaded
         _check_choices(self, {"format": FINETUNING_FORMATS, "optimizer": tuple(OPTIMIZERS),
                               "precision": PRECISIONS, "model": (None, *SIZES)})
         _check_paths_named(self, ("data", "init_checkpoint", "output_dir", "checkpoint_dir", "eval_file", "log_json",
