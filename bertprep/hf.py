@@ -196,7 +196,9 @@ def load(directory, cache_dir=None):
         raise UsageError(f"bertprep.hf.load: cache_dir {os.fspath(cache_dir)}: not a directory")
     records = Folder(storage.local_path(directory))  # file://...: the path
     directory = records.root  # as messages name it
-    records.require("directory", DataError(f"{directory}: not a directory"))
+    # a path that is not there was "not a directory", as if something else stood there
+    records.require("directory", DataError(f"{directory}: not a directory" if records.exists() else
+                                           f"{directory}: no such directory"))
     found = find_record_files(directory)
     if not found:
         raise (megatron.given_as_records(directory, directory, "bertprep.hf.load")

@@ -471,3 +471,14 @@ def test_hf_load_refuses_a_cache_dir_that_is_a_file(golden_records, tmp_path):
     (tmp_path / "cache").write_text("a file")
     with pytest.raises(UsageError, match=f"^bertprep.hf.load: cache_dir {tmp_path / 'cache'}: not a directory$"):
         hf.load(golden_records, cache_dir=tmp_path / "cache")
+
+
+def test_hf_load_of_a_missing_directory_says_no_such_directory(tmp_path):
+    """`hf.load("does-not-exist")` said `does-not-exist: not a directory`, as if something else stood there."""
+    from bertprep.errors import DataError
+
+    (tmp_path / "a-file").write_text("x")
+    for name, message in (("does-not-exist", "no such directory"), ("a-file", "not a directory")):
+        with pytest.raises(DataError) as caught:
+            hf.load(tmp_path / name)
+        assert str(caught.value) == f"{tmp_path / name}: {message}"
