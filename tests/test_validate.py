@@ -458,6 +458,35 @@ def test_masked_lm_prob_of_one_is_checked_not_refused(capsys, golden_dir):
     assert "--masked-lm-prob must be in (0, 1]" in capsys.readouterr().err
 
 
+def test_records_create_masks_at_masked_lm_prob_one_are_sound(capsys, tmp_path, golden_dir):
+    """At --masked-lm-prob 1 the reference's budget, round(length × 1.0), passes the tokens it may mask (all but
+    [CLS] and the two [SEP]): it masks those. validate expected the budget and failed create's own records
+    (num_predictions, "16 predictions, expected 19"); a record short of the capped count still fails, said so."""
+    text = tmp_path / "short.txt"
+    text.write_text("the cat sat on the mat.\nit was warm there.\n\na dog ran in the park.\nthen it slept.\n")
+    assert main(["create", "--input", str(text), "--vocab", str(golden_dir / "vocab.txt"), "--out",
+                 str(tmp_path / "out"), "--masked-lm-prob", "1", "--dupe-factor", "1", "--format", "tfrecord",
+                 "--quiet"]) == 0
+    capsys.readouterr()
+    (records,) = (tmp_path / "out").glob("*/*/tfrecord/training/short.tfrecord")
+    code, report = validate(capsys, records, "--masked-lm-prob", "1")
+    assert code == 0 and report["sound"], errors(report)
+    damaged = copy(formats.read_records(records))
+    length = int(damaged[0]["input_mask"].sum())
+    assert 1 < length - 3 == int(damaged[0]["masked_lm_weights"].sum()) < 20  # the cap binds
+    last = length - 4
+    for name in ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights"):
+        damaged[0][name][last] = 0
+    damaged[0]["input_ids"][damaged[0]["input_ids"] == 103] = 1996  # no [MASK] left over the dropped slot
+    code, report = validate(capsys, write(tmp_path / "damaged.tfrecord", damaged, "tfrecord"),
+                            "--masked-lm-prob", "1")
+    assert code == 1
+    assert ("num_predictions", 0, "masked_lm_weights",
+            f"{length - 4} predictions, expected {length - 3} = min(20, max(1, round({length} × 1.0))), capped at "
+            f"its {length - 3} tokens other than [CLS] and [SEP]; made with whole-word masking? "
+            "pass --whole-word-mask") in errors(report)
+
+
 def test_record_file_no_reader_finds_by_its_name_is_said(capsys, tmp_path, g1):
     """An HDF5 file named g1.h5, a TFRecord named g1.bin: readers find records by name, so validate checked
     neither and said nothing (SOUND over what it read; "nothing to validate" where they were all)."""

@@ -71,13 +71,16 @@ def derive(batch, spec):
 
 
 def expected_predictions(length, spec, pred):
-    """The reference's num_to_predict for each length, as (half-to-even, half-up) roundings."""
+    """The reference's number of predictions for each length, as (half-to-even, half-up) roundings: its
+    num_to_predict, of which it masks as many as there are candidates, the tokens but [CLS] and the two [SEP]
+    (`create --masked-lm-prob 1` masks 16 of a record of 19 tokens; checked against 19, its records failed)."""
     raw = length * spec.masked_lm_prob
     floor = np.floor(raw)
     half_even = np.round(raw)  # Python 3's round
     half_up = floor + (raw - floor >= 0.5)  # Python 2's round, which OneFlow's sample was made with
-    return (np.minimum(pred, np.maximum(1, half_even)).astype(np.int64),
-            np.minimum(pred, np.maximum(1, half_up)).astype(np.int64))
+    candidates = np.maximum(np.asarray(length) - 3, 0)
+    return (np.minimum(np.minimum(pred, np.maximum(1, half_even)), candidates).astype(np.int64),
+            np.minimum(np.minimum(pred, np.maximum(1, half_up)), candidates).astype(np.int64))
 
 
 def failure_masks(batch, d, spec):
@@ -166,6 +169,8 @@ def explain(check, row, d, i, spec):
         even, up = expected_predictions(np.array([length]), spec, len(pos))
         want = sorted({int(even[0]), int(up[0])})
         rule = f"min({len(pos)}, max(1, round({length} × {spec.masked_lm_prob})))"
+        if length - 3 < min(len(pos), max(1, round(length * spec.masked_lm_prob))):
+            rule += f", capped at its {length - 3} tokens other than [CLS] and [SEP]"
         if spec.whole_word_mask:
             return "masked_lm_weights", f"{k} predictions, expected at most {max(want)} = {rule} (whole-word masking)"
         shown = " or ".join(map(str, want))
