@@ -249,3 +249,28 @@ def test_the_worker_wait_is_a_positive_number_of_seconds(value):
 
     with pytest.raises(UsageError, match=r"^EngineOptions\.worker_wait must be a positive number of seconds, not "):
         EngineOptions(engine="dask", worker_wait=value)
+
+
+def test_eval_samples_counts_on_no_more_dask_workers_than_test_shards(golden_dir, tmp_path, monkeypatch, capsys):
+    """--eval-samples counts the test split's instances first, on an engine of its own: without --scheduler it
+    started a LocalCluster of every --workers (one per core by default) to count one test shard, more processes
+    than the run's own, minutes of start-up on a large machine."""
+    from bertprep import engines
+    from bertprep.cli import main
+
+    shards = write_shards(golden_dir / "corpus.txt", tmp_path / "tree", 2)
+    (shards / "test").mkdir()
+    (shards / "test" / "t.txt").write_text("the cat sat on the mat.\nit was warm.\n\na dog ran.\nthen it slept.\n")
+    started, connect = [], engines.connect_dask
+
+    def connect_recording(scheduler=None, workers=None):  # the real LocalCluster, its size noted
+        started.append(workers)
+        return connect(scheduler, workers)
+
+    monkeypatch.setattr(engines, "connect_dask", connect_recording)
+    # more samples than the split holds: the count is the only pass, its one line the end
+    assert main(["create", "--input", str(shards), "--vocab", str(golden_dir / "vocab.txt"), "--out",
+                 str(tmp_path / "out"), "--dupe-factor", "1", "--engine", "dask", "--workers", "3",
+                 "--eval-samples", "1000"]) == 1
+    assert "fewer than --eval-samples 1,000" in capsys.readouterr().err
+    assert started == [1]

@@ -553,7 +553,8 @@ def create(options: CreateOptions | None = None, /, *, quiet: bool = True, **fie
     refuse_overlap(records.root, [*(options.input or ()), *(task.source for task in tasks)])
     refuse_another_stages(records, "create", "--out or --corpus")
     if options.eval_samples:  # counted before anything is written: too few test instances writes nothing
-        with open_engine(options.engine) as engine:
+        # as many workers as test shards at most: a LocalCluster of every --workers to count one shard took minutes
+        with open_engine(options.engine, max_tasks=sum(task.split == "test" for task in tasks)) as engine:
             tasks = limit_test_split(tasks, options.eval_samples, engine)
     progress = Progress("create", total=len(tasks), unit="shards", quiet=quiet)
     for note in notes:
