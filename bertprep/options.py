@@ -55,6 +55,10 @@ def python_field_names(message, options):
 def build_options(cls, options, fields):
     """`options` (an instance of `cls`), or a `cls` built from the keyword `fields`; not both."""
     if options is None:
+        unknown = [name for name in fields if name not in field_names(cls)]
+        if unknown:  # Python's own TypeError, with the field a command line's flag is where it is not one
+            raise TypeError(f"{cls.__name__}.__init__() got an unexpected keyword argument {unknown[0]!r}"
+                            f"{_flag_hint(cls, unknown[0])}")
         return cls(**fields)
     if not isinstance(options, cls):
         raise TypeError(f"expected {cls.__name__}, got {type(options).__name__}{_as_keywords(cls, options)}")
@@ -74,6 +78,19 @@ def _as_keywords(cls, given):
     stage = re.sub(r"(?<!^)(?=[A-Z])", "_", cls.__name__.removesuffix("Options")).lower()
     return (f" {short_repr(given)}: a stage takes its options object or its fields as keywords, as "
             f"bertprep.{stage}({field}=...)")
+
+
+def _flag_hint(cls, name):
+    """Where the flag that `name` spells is set in `cls` (an options dataclass), "" where no flag is: `workers`
+    (--workers) is the `engine` field's EngineOptions(workers=...), `no_lower_case` is lower_case=False."""
+    fields = {field.name: field for field in dataclasses.fields(cls)}
+    engine = fields.get("engine")
+    if engine is not None and dataclasses.is_dataclass(engine.default) and name in field_names(type(engine.default)):
+        return f" (--{name.replace('_', '-')} is engine=bertprep.EngineOptions({name}=...))"
+    negated = fields.get(name.removeprefix("no_")) if name.startswith("no_") else None
+    if negated is not None and negated.default is True:
+        return f" (--{name.replace('_', '-')} is {negated.name}=False)"
+    return ""
 
 
 def normalise_paths(options, *names, flags=True, outputs=(), folders=()):

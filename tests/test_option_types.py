@@ -224,3 +224,19 @@ def test_download_workers_help_says_which_sources_use_it(capsys):
         used = source in ("wikipedia", "bookcorpus")
         assert ("--workers WORKERS parallel extraction workers (default: all cores)" in text) == used, source
         assert (f"--workers WORKERS not used by {source}, which has no text to extract" in text) == (not used), source
+
+
+@pytest.mark.parametrize("stage, keyword, hint", [
+    (bertprep.create, "workers", " (--workers is engine=bertprep.EngineOptions(workers=...))"),
+    (bertprep.pack, "scheduler", " (--scheduler is engine=bertprep.EngineOptions(scheduler=...))"),
+    (bertprep.create, "no_lower_case", " (--no-lower-case is lower_case=False)"),
+    (bertprep.create, "shuffle", ""),  # no flag of that name: Python's own message
+])
+def test_a_flag_that_is_no_field_says_where_it_is_set(stage, keyword, hint):
+    """The stage functions take the commands' flags as fields (`--dupe-factor` is dupe_factor), but --workers,
+    --scheduler and --worker-wait are the `engine` field's and --no-lower-case is lower_case=False: a notebook's
+    `bertprep.create(..., workers=8)` was Python's bare "unexpected keyword argument 'workers'"."""
+    cls = {bertprep.create: "CreateOptions", bertprep.pack: "PackOptions"}[stage]
+    with pytest.raises(TypeError) as exc:
+        stage(**{keyword: True})
+    assert str(exc.value) == f"{cls}.__init__() got an unexpected keyword argument {keyword!r}{hint}"
