@@ -240,3 +240,14 @@ def test_a_flag_that_is_no_field_says_where_it_is_set(stage, keyword, hint):
     with pytest.raises(TypeError) as exc:
         stage(**{keyword: True})
     assert str(exc.value) == f"{cls}.__init__() got an unexpected keyword argument {keyword!r}{hint}"
+
+
+@pytest.mark.parametrize("stage, fields", [(bertprep.pack, {"records_dir": "."}), (bertprep.create, {})])
+def test_an_empty_format_tuple_is_refused_as_empty(stage, fields):
+    """format=() asks for no format: create said so, pack said "unknown PackOptions.format ''" (a name it was
+    never given). The command line's `pack --format ""` is None, the input's formats, as before."""
+    cls = {bertprep.create: "CreateOptions", bertprep.pack: "PackOptions"}[stage]
+    with pytest.raises(UsageError) as exc:
+        stage(format=(), **fields)
+    assert str(exc.value) == (f"{cls}.format is empty: give at least one value (did a pattern match nothing?), "
+                              "or leave it out for the default")

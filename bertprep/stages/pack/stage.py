@@ -22,7 +22,14 @@ from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.formats import codecs
 from bertprep.formats.schemas import PACKED, PRETRAINING, UNMASKED, kind_of_manifest
-from bertprep.options import build_options, check_types, errors_name_fields, refuse_files_above, refuse_overlap
+from bertprep.options import (
+    build_options,
+    check_types,
+    errors_name_fields,
+    refuse_empty,
+    refuse_files_above,
+    refuse_overlap,
+)
 from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.records_manifest import check_records_manifest
 from bertprep.stages.create import (
@@ -57,6 +64,7 @@ class PackOptions:
         refuse_files_above(self, "out", folders=("out",))
         if self.max_per_pack < 1:
             raise UsageError(f"--max-per-pack must be at least 1, not {self.max_per_pack}")
+        refuse_empty(self, "format")  # () was "unknown --format ''"; the command line's "" is None (the input's)
         if self.format is not None:  # canonical order, as parse_formats gives it
             object.__setattr__(self, "format", formats.parse_formats(self.format))
 
