@@ -15,7 +15,7 @@ from bertprep.folder import Folder
 from bertprep.formats import megatron
 from bertprep.instances import MaskingVocab
 from bertprep.tokenization import LineTokenizer, load_vocab
-from bertprep.workdir import MANIFEST, SPLITS, refuse_repeated_inputs, refuse_unlisted
+from bertprep.workdir import MANIFEST, SPLITS, load_manifest, refuse_repeated_inputs, refuse_unlisted
 
 
 def _natural_key(path):
@@ -31,10 +31,13 @@ def discover_inputs(values):
         if place.isdir():
             split_dirs = [s for s in SPLITS if place.isdir(s)]
             if split_dirs:
+                globbed = set()
                 for split in split_dirs:
                     files = sorted(place.glob(f"{split}/*.txt"), key=_natural_key)
+                    globbed.update(f"{split}/{os.path.basename(f)}" for f in files)
                     refuse_unlisted(place, [f"{split}/{os.path.basename(f)}" for f in files], "this stage")
                     found.extend((f, split, value) for f in files)
+                refuse_missing_listed(place, globbed)
             else:
                 files = sorted(place.glob("*.txt"), key=_natural_key)
                 found.extend((f, _split_of(f), value) for f in files)
@@ -55,6 +58,17 @@ def discover_inputs(values):
         refuse_json_lines(path)
     refuse_repeated_inputs([(path, value) for path, _split, value in found])
     return [(storage.absolute(path), split) for path, split, _value in found]
+
+
+def refuse_missing_listed(place, globbed):
+    """A DataError naming the first file the manifest of the shard tree `place` (a Folder) lists that is not there
+    (`globbed`: the names found, relative to it): a shard deleted, or not copied with the rest, was left out
+    without a word, exit 0, where `bertprep shard` names it and an unlisted file is refused."""
+    listed = (load_manifest(place) or {}).get("files") or {}
+    missing = [name for name in sorted(listed, key=_natural_key) if name not in globbed and not place.isfile(name)]
+    if missing:
+        raise DataError(f"{place.display(missing[0])}: listed in {place.display(MANIFEST)} but missing: this stage "
+                        "would go on without it; rerun the stage that wrote it, or give the files you mean")
 
 
 SHARDS_RULE = "an input directory's shards are the *.txt files of its training/ and test/, else its own *.txt"

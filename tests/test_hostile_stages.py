@@ -295,6 +295,24 @@ def test_tokenize_and_create_refuse_a_shard_the_shard_manifest_does_not_list(tmp
     assert f"{sharded}/training/other_training_0.txt: not listed in {sharded}/manifest.json" in line
 
 
+@pytest.mark.parametrize("stage", ["tokenize", "create"])
+def test_tokenize_and_create_refuse_a_shard_tree_missing_a_shard_its_manifest_lists(tmp_path, capsys, stage):
+    """A shard deleted from the tree (or left behind by a copy) was passed over without a word: exit 0 over the
+    other shards, where an unlisted shard is refused and `bertprep shard` names a missing input."""
+    corpus = formatted_corpus(tmp_path / "c1", documents(12))
+    sharded = tmp_path / "sharded"
+    bertprep.shard(input=(str(corpus),), out=str(sharded), train_shards=2, test_shards=1)
+    (sharded / "training" / "c1_training_1.txt").unlink()
+    line = cli_error(capsys, [stage, "--input", str(sharded), "--vocab", sample_paths()[1], "--out",
+                              str(tmp_path / "out")], 1)
+    assert line.endswith(f"{sharded}/training/c1_training_1.txt: listed in {sharded}/manifest.json but missing: "
+                         "this stage would go on without it; rerun the stage that wrote it, or give the files you "
+                         "mean")
+    assert not (tmp_path / "out").exists()
+    assert main([stage, "--input", str(sharded / "training" / "c1_training_0.txt"), "--vocab", sample_paths()[1],
+                 "--out", str(tmp_path / "out"), "--quiet"]) == 0  # the files meant, given as files
+
+
 # -- 6. a list file a third-party tool splits on whitespace ----------------------------------------------------
 
 
