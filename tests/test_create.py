@@ -795,3 +795,24 @@ def test_create_refuses_a_records_folder_of_another_stage(tmp_path):
         f"bertprep create: error: {tokenized}/manifest.json: a manifest of bertprep tokenize, not of create: create "
         "would replace it and remove the files it lists; choose another --out or --corpus\n")
     assert {p: p.read_bytes() for p in tokenized.rglob("*") if p.is_file()} == before
+
+
+def test_a_rerun_with_other_settings_the_directory_name_omits_says_it_replaces_the_records(golden_dir, tmp_path,
+                                                                                           capsys):
+    """--short-seq-prob, --seed-per-shard, --eval-samples and the vocab's content are not in the records
+    directory's name: a second run with another of them rewrote every shard of the first, which was gone
+    without a word. The rerun now says so; a rerun with the same settings does not."""
+    text = tmp_path / "short.txt"
+    text.write_text("the cat sat on the mat.\nit was warm there.\n\na dog ran in the park.\nthen it slept.\n")
+    argv = ["create", "--input", str(text), "--vocab", str(golden_dir / "vocab.txt"), "--out", str(tmp_path / "out"),
+            "--dupe-factor", "1", "--format", "tfrecord", "--quiet", "--json"]
+
+    def replacing(*extra):
+        assert main([*argv, *extra]) == 0
+        return [w for w in json.loads(capsys.readouterr().out)["warnings"] if w.startswith("replacing")]
+
+    assert replacing() == []
+    assert replacing("--short-seq-prob", "0.5", "--seed-per-shard") == [
+        "replacing the records an earlier run wrote here with other settings (seed_per_shard was False, now True; "
+        "short_seq_prob was 0.1, now 0.5): a records directory holds one setting; give another --out to keep both"]
+    assert replacing("--short-seq-prob", "0.5", "--seed-per-shard") == []  # the same settings: complete, kept

@@ -568,6 +568,9 @@ def create(options: CreateOptions | None = None, /, *, quiet: bool = True, **fie
         removed = remove_stale_outputs(records, previous.get("files", {}), wanted, progress)
         warnings += [removed] if removed else []
         pending = [t for t in tasks if not is_complete(t, files)]
+        if replaced := replaced_settings_warning(previous, settings, pending):
+            progress.note(f"warning: {replaced}")
+            warnings.append(replaced)
         skipped = len(tasks) - len(pending)
         if skipped:
             progress.note(resuming_note(skipped, len(tasks)))
@@ -610,6 +613,27 @@ def create(options: CreateOptions | None = None, /, *, quiet: bool = True, **fie
     ]
     rows += [("warning", warning) for warning in warnings]
     return Summary("bertprep create: done", summary, rows=rows, complete_before=not pending)
+
+
+def replaced_settings_warning(previous, settings, pending):
+    """The warning of a run that replaces records an earlier run wrote into this directory with other settings,
+    None otherwise. The directory's name holds only some flags (not --short-seq-prob, --seed-per-shard,
+    --eval-samples, the vocab's content): a run with another of those rewrote every shard of the earlier one,
+    which was gone without a word."""
+    before, now = previous.get("params"), settings["params"]
+    if not previous.get("files") or not isinstance(before, dict):
+        return None
+    changed = [f"{name} was {before[name]}, now {now.get(name)}" for name in sorted(set(before) - {"eval_samples"})
+               if before[name] != now.get(name)]  # a field an older version did not record is no change
+    if before.get("eval_samples") != now.get("eval_samples"):
+        was, now_k = before.get("eval_samples") or "all", now.get("eval_samples") or "all"
+        changed.append(f"eval_samples was {was}, now {now_k}")
+    if (previous.get("vocab") or {}).get("sha256") not in (None, settings["vocab"]["sha256"]):
+        changed.append("the vocab's content differs")
+    if not changed or not pending:
+        return None
+    return (f"replacing the records an earlier run wrote here with other settings ({'; '.join(changed)}): a records "
+            "directory holds one setting; give another --out to keep both")
 
 
 def number_instances(tasks, files):
