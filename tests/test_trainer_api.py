@@ -5,9 +5,11 @@ are checked when built with the CLI's messages, and `import trainer` loads no fr
 import dataclasses
 import json
 import os
+import random
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from bertprep import formats
@@ -219,8 +221,15 @@ def test_train_and_finetune_in_python_give_the_cli_summaries(shared_dir, golden_
     from trainer_checks import bert_config
 
     records, config = str(golden_records(golden_dir, tmp_path / "records")), bert_config(tmp_path, 0.0)
+    random.seed(7)
+    np.random.seed(7)
+    expected_draws = (random.random(), np.random.random())
+    random.seed(7)
+    np.random.seed(7)
     summary = trainer.train(TrainConfig("tfrecord", data=records, bert_config=config, steps=3, batch_size=4,
                                         log_every=1, checkpoint_dir=str(tmp_path / "ckpt"), quiet=True))
+    # the caller's generators as they were (the run seeds them with --seed: they were left reseeded)
+    assert (random.random(), np.random.random()) == expected_draws
     assert isinstance(summary, trainer.TrainSummary) and summary.steps == 3
     cli = cli_summary(capsys, "--format", "tfrecord", "--data", records, "--bert-config", config, "--steps", "3",
                       "--batch-size", "4", "--log-every", "1", "--checkpoint-dir", str(tmp_path / "ckpt-cli"),
@@ -236,10 +245,13 @@ def test_train_and_finetune_in_python_give_the_cli_summaries(shared_dir, golden_
     for split in ("train", "eval"):
         formats.write_records(data / f"{split}.tf_record", list(formats.read_records(golden))[:16], "tfrecord",
                               kind=GLUE)
+    random.seed(7)
+    np.random.seed(7)
     tuned = trainer.finetune(FinetuneConfig("mrpc", str(data), "tfrecord", init_checkpoint=str(tmp_path / "ckpt"),
                                             steps=4, batch_size=8, log_every=2,
                                             output_dir=str(tmp_path / "out"), quiet=True))
     assert isinstance(tuned, trainer.FinetuneSummary) and tuned.evaluation["examples"] == 16
+    assert (random.random(), np.random.random()) == expected_draws  # seeded before finetune, below
     cli = cli_summary(capsys, "finetune", "--task", "mrpc", "--data", str(data), "--format", "tfrecord",
                       "--init-checkpoint", str(tmp_path / "ckpt-cli"), "--steps", "4", "--batch-size", "8",
                       "--log-every", "2", "--output-dir", str(tmp_path / "out-cli"))

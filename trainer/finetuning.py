@@ -36,6 +36,7 @@ from bertprep.folder import Folder
 from bertprep.formats import codecs
 from bertprep.options import check_argument
 from trainer import compilation_cache, metrics, run_state, xla_gpu
+from trainer.caller_random_state import restores_caller_random_state
 from trainer.config import (
     MAX_STEPS,
     SIZES,
@@ -76,6 +77,7 @@ def carried_files(data, initial, log):
     return (found.checkpoint_files() if found else {}), manifests
 
 
+@restores_caller_random_state
 def finetune(config: FinetuneConfig) -> FinetuneSummary:
     """Fine-tune as `config` (a trainer.FinetuneConfig) says; return the trainer.FinetuneSummary."""
     check_argument("trainer.finetune's config", config, FinetuneConfig)  # a dict or TrainConfig: AttributeError

@@ -17,6 +17,7 @@ from bertprep.errors import DataError, UsageError
 from bertprep.options import check_argument
 from bertprep.progress import Progress
 from trainer import compilation_cache, run_state, xla_gpu
+from trainer.caller_random_state import restores_caller_random_state
 from trainer.config import (
     BertConfig,
     StepOptions,
@@ -376,6 +377,7 @@ def refuse_an_earlier_runs_checkpoints(config):
         run_state.refuse_earlier_run(config.checkpoint_dir)
 
 
+@restores_caller_random_state
 def train(config: TrainConfig, step_times: list[float] | None = None,
           step_sequences: list[int] | None = None) -> TrainSummary:
     """Pretrain as `config` (a trainer.TrainConfig) says; return the trainer.TrainSummary. `step_times`, a
