@@ -134,6 +134,7 @@ def refuse_file_above(label, path, folder=False):
     with the system's "…/afile/in2: Not a directory", exit 1, naming neither the flag nor the file in the way
     (validate's --json only after every check). With `folder`, `path` is a directory to write in: a file there
     is refused too (`--out afile` was "…/afile: Not a directory", exit 1, create-squad's after every question)."""
+    storage.refuse_read_only(label, path)
     if path is None or not storage.checks_locally(path):
         return
     if folder and os.path.exists(storage.local_path(path)) and not os.path.isdir(storage.local_path(path)):

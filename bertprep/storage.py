@@ -58,6 +58,7 @@ _S3_SCHEMES = ("s3", "s3a")
 # URL without one (hf://, hf://datasets, hf://gpt2) with a ValueError or NotImplementedError traceback.
 _HF_REPO = re.compile(r"((datasets|spaces)/)?[^/]+/[^/]+(/|$)")
 _BUCKET_SCHEMES = (*_S3_SCHEMES, "gs", "gcs")  # stores of buckets, which exists() cannot tell from a missing key
+_READ_ONLY_SCHEMES = ("hf",)  # read through huggingface_hub, never written (refuse_read_only)
 _EXTRA_FOR = {**dict.fromkeys(_BUCKET_SCHEMES, "cloud"), "hf": "hf"}
 
 
@@ -95,6 +96,22 @@ def reads_in_place(path):
     """Whether `path` is a file on this machine, read with os calls or a memory map; else it is read through
     the store's stream of ranged reads (open) or from a local copy (local_copy)."""
     return not is_url(path)
+
+
+def writes(path):
+    """Whether a run may write at `path`: every place but an hf:// one (the Hugging Face hub is read, never
+    written: bertprep has no upload to the hub, and its client's write would be a commit made with the token)."""
+    return scheme(path) not in _READ_ONLY_SCHEMES
+
+
+def refuse_read_only(label, path):
+    """One UsageError line (exit 2), before any work, where the output `path` (named `label`: its flag, its
+    field, "the output") is hf://: an `--out hf://...` did the whole run, then reached the hub client ("Cannot
+    reach https://huggingface.co/api/datasets/...: offline mode is enabled", exit 1), and online, with a token,
+    a write there would be a commit to the hub."""
+    if path is not None and not writes(path):
+        raise UsageError(f"{label} {display(path)}: hf:// is read-only (bertprep reads the Hugging Face hub and "
+                         "never writes to it): write to a local path, s3:// or gs://")
 
 
 def checks_locally(path):
@@ -678,6 +695,7 @@ def sha256(path, chunk_size=1 << 20):
 
 def upload(local, url, exclusive=False):
     """Put the local file `local` at `url` whole or not at all (`exclusive`: only if no object is there)."""
+    refuse_read_only("the output", url)  # each stage refuses it up front; this is the last guard
     fs, inner = filesystem(url)
     # s3fs sends one PUT below 100 MiB, else 50 MiB parts completed at the end (aborted on failure). Smaller
     # parts were measured: no faster into SeaweedFS, and reading multipart objects cost it more CPU.
@@ -687,6 +705,7 @@ def upload(local, url, exclusive=False):
 
 def write_exclusive(url, data):
     """Create the object `url` holding `data` only if none is there; False when one is (a conditional write)."""
+    refuse_read_only("the output", url)  # each stage refuses it up front; this is the last guard
     fs, inner = filesystem(url)
     try:
         with errors_named(url):

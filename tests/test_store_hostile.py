@@ -272,3 +272,52 @@ def test_a_stage_does_not_write_under_an_object(s3_bucket, workspace, golden_dir
             f": {s3_bucket}/obj is an object, so nothing can be written under it as a folder ({s3_bucket}/obj/...): "
             "its readers would find both an object and a prefix; write elsewhere, or move the object\n"), printed
         assert_nothing_written(workspace, s3_bucket, before)
+
+
+def test_an_hf_output_is_refused_up_front_as_read_only(tmp_path, golden_dir, monkeypatch):
+    """hf:// is read through huggingface_hub, never written: `create --out hf://datasets/x/y` did the whole run,
+    then reached the hub client ("Cannot reach https://huggingface.co/api/datasets/x/y: offline mode is enabled",
+    exit 1); online with a token its write would have been a commit to the hub. Every output of every stage, the
+    trainer's and `checkpoint convert`'s, given as hf://, is one usage line before any work, nothing written."""
+    from bertprep.errors import UsageError
+    from trainer.checkpoint import convert
+    from trainer.config import FinetuneConfig, TrainConfig
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the hub client, if reached, fails at once: no network
+    corpus, vocab, hub = golden_dir / "corpus.txt", golden_dir / "vocab.txt", "hf://datasets/someone/out"
+    finetune = golden_dir.parent / "finetune"
+    records = tmp_path / "records"
+    assert run(["create", "--input", corpus, "--vocab", vocab, "--out", records, "--format", "tfrecord",
+                "--dupe-factor", "1", "--quiet"], tmp_path)[0] == 0
+    records = next(next(records.iterdir()).iterdir())  # <out>/<settings>/<corpus>
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text('{"text": "One document."}\n{"text": "Another one."}\n')
+    before = sorted(tmp_path.rglob("*"))
+    argvs = {
+        "--out": [["shard", "--input", corpus, "--corpus", "c"], ["create", "--input", corpus, "--vocab", vocab],
+                  ["tokenize", "--input", corpus, "--vocab", vocab], ["dedup", "--input", docs],
+                  ["vocab", "--input", corpus], ["pack", records],
+                  ["create-squad", "--input", finetune / "squad/v1.1/dev-v1.1.json", "--vocab", vocab],
+                  ["create-glue", "--task", "MRPC", "--data-dir", finetune / "glue/MRPC", "--vocab", vocab]],
+        "--workdir": [["create", "--input", corpus, "--vocab", vocab], ["download", "wikipedia"],
+                      ["prepare", "wikipedia", "--vocab", vocab]],
+        "--json": [["validate", records]], "--plot": [["validate", records]], "dst": [["convert", "--to", "ofrecord",
+                                                                                     records]],
+    }
+    for flag, commands in argvs.items():
+        for argv in commands:
+            argv = [*argv, hub] if flag == "dst" else [*argv, flag, hub]
+            code, printed = run([*argv, "--quiet"] if argv[0] in ("shard", "create") else argv, tmp_path)
+            assert (code, printed) == (2, f"bertprep {argv[0]}: error: {flag} {hub}: hf:// is read-only (bertprep "
+                                          "reads the Hugging Face hub and never writes to it): write to a local path, "
+                                          "s3:// or gs://\n"), (argv, printed)
+    makers = {
+        "TrainConfig.checkpoint_dir": lambda: TrainConfig(format="tfrecord", data=str(records), checkpoint_dir=hub),
+        "FinetuneConfig.output_dir": lambda: FinetuneConfig(task="MRPC", data=str(records), format="tfrecord",
+                                                            output_dir=hub),
+        "the output": lambda: convert(str(tmp_path / "no-checkpoint"), hub, "hf"),
+    }
+    for name, make in makers.items():
+        with pytest.raises(UsageError, match=f"^{name} {hub}: hf:// is read-only"):
+            make()
+    assert sorted(tmp_path.rglob("*")) == before

@@ -385,6 +385,7 @@ def _check_output_places(config, directories, files):
     after every step had been trained). A URL's is its store's to refuse, when the run reaches it."""
     for name in (*directories, *files):
         path = getattr(config, name)
+        storage.refuse_read_only(f"--{name.replace('_', '-')}", path)
         if path is not None and storage.checks_locally(path):
             check_output_place(f"--{name.replace('_', '-')}", storage.local_path(path), name in directories,
                                makes_parents=True if log_in_checkpoint_dir(config, path) else None)

@@ -251,6 +251,7 @@ def vocab(options: VocabOptions | None = None, /, *, quiet: bool = True, **field
     import tokenizers  # noqa: F401  (first, as ever: a missing package is said before any check)
 
     options = build_options(VocabOptions, options, fields)
+    storage.refuse_read_only("--out" if options.out else "--workdir", options.out or options.workdir)
     workdir = resolve_workdir(options.workdir)
     inputs = resolve_vocab_inputs(workdir, options.input, options.corpus)
     out = storage.absolute(options.out or stage_dir(workdir, "vocab", "vocab.txt"))

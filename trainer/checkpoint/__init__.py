@@ -145,6 +145,7 @@ def convert(src, out, to, vocab=None, cased=None, labels=None):
     if to not in WRITERS:
         raise UsageError(f"convert writes one of {', '.join(WRITERS)}, not {to!r}")
     refuse_overlap(out, [src, vocab], what="the output")  # a new directory inside the checkpoint it reads
+    storage.refuse_read_only("the output", out)  # before the checkpoint is read
     target = Folder(storage.local_path(out))  # the new directory: local (file://... too) or a store's prefix
     target.check_reachable()  # a missing bucket or refused credentials: one line before the weights are read
     if target.exists():  # a URL: any object under the prefix, a cut-short convert's too

@@ -124,6 +124,7 @@ def _run(args):
 
     # it would replace what it reads: the checkpoint's config and TF files beside a prefix too (files_read)
     refuse_overlap(args.out, [*files_read(args.src), args.inputs])
+    storage.refuse_read_only("--out", args.out)  # before the model runs
     if storage.checks_locally(args.out):  # before the model runs, not after
         check_output_place("--out", storage.local_path(args.out), directory=False, makes_parents=True)
     if storage.checks_locally(args.inputs):  # a directory or no file was OSError's words, the flag unnamed
