@@ -335,3 +335,31 @@ def test_bad_urls_end_in_one_line_with_nothing_written(roots):
     assert f"{url}/{roots.records}/tfrecord" in line and "credentials" in line
     assert "not-the-secret" not in result.stderr
     assert sorted(store().find(bucket)) == before
+
+
+def test_validate_checks_a_report_object_before_reading_the_records(roots):
+    """`validate --json/--plot` into a bucket that is not there read every record first and failed at the end
+    (exit 1, after hours on a large tree); and an object of another kind at the report's URL (the records'
+    parquet file, a text) was replaced without a word, where a local file is refused. Both are now refused
+    before any record is read, the object kept."""
+    url, records = roots.url, f"{roots.url}/{roots.records}"
+    for flag, name in (("--json", "r.json"), ("--plot", "r.png")):
+        code, out, err = run_captured("validate", records, flag, f"s3://no-such-bucket-here/{name}")
+        assert (code, out) == (1, "") and err == (f"bertprep validate: error: s3://no-such-bucket-here/{name}: The "
+                                                  "specified bucket does not exist\n"), err
+    other = f"{url}/notes/readme.txt"
+    store().pipe_file(other.split("://")[1], b"not a report")
+    for flag in ("--json", "--plot"):
+        code, out, err = run_captured("validate", records, flag, other)
+        assert (code, out) == (2, "") and err == (f"bertprep validate: error: {flag} {other}: exists and is not a "
+                                                  "report validate wrote: it would be replaced; name a new file "
+                                                  "(--json without a value prints the report on stdout)\n"), err
+    assert store().cat_file(other.split("://")[1]) == b"not a report"
+
+
+def run_captured(*argv):
+    """(exit code, stdout, stderr) of an in-process CLI run, its progress lines included."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(map(str, argv)))
+    return code, out.getvalue(), err.getvalue()

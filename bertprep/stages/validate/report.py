@@ -123,11 +123,15 @@ def check_report_place(flag, path, paths, magic):
     local = storage.local_path(path)
     if storage.checks_locally(path) and os.path.isdir(local):  # else found after every check, "Is a directory", exit 1
         raise UsageError(f"{flag} {path}: is a directory; name a file for the report")
+    storage.check_reachable(path)  # a missing bucket, refused credentials: found only after every check, exit 1
     if storage.checks_locally(path) and os.path.isfile(local):
         with open(local, "rb") as f:
-            if f.read(len(magic)) != magic:
-                raise UsageError(f"{flag} {path}: exists and is not a report validate wrote: it would be replaced; "
-                                 "name a new file (--json without a value prints the report on stdout)")
+            first = f.read(len(magic))
+    else:  # an object there is replaced as a file is: refused unless it is a report (it was replaced unasked)
+        first = storage.read_range(path, 0, len(magic)) if storage.isfile(path) else magic
+    if first != magic:
+        raise UsageError(f"{flag} {storage.display(path)}: exists and is not a report validate wrote: it would be "
+                         "replaced; name a new file (--json without a value prints the report on stdout)")
 
 
 class Report(Summary):
