@@ -160,12 +160,30 @@ def comparable(path):
 
 
 def local_path(path):
-    """A local path for `file://...` (and any local path); URLs unchanged."""
+    """A local path for `file://...` (and any local path); a URL with its doubled slashes collapsed (`collapsed`)."""
     path = os.fspath(path)
     if path.startswith("file://"):
         check_path(path)
         return urllib.parse.unquote(urllib.parse.urlsplit(path).path) or "/"
-    return path
+    return collapsed(path)
+
+
+def collapsed(url):
+    """`url` with each run of slashes after its bucket (repository) one slash: `s3://b//x` and `s3://b/x/y//z` name
+    the objects of `s3://b/x` and `s3://b/x/y/z`, as the comparisons of paths (normpath) always took them.
+    s3fs's glob and walk found nothing under `s3://b//x` (create: "the pattern matches no file", pack: "not a
+    records directory", bertprep.torch: "no tfrecord training records") while its reads found the objects, and
+    a store that keeps `//` in a key (AWS S3) would have written the outputs under other keys than a reader
+    lists. A local path, an hf:// URL (`hf://datasets//name` is refused as naming no repository), a URL without
+    doubled slashes and `s3:///...` (no bucket, refused by check_path) are unchanged; a trailing slash stays."""
+    match = _SCHEME.match(url) if isinstance(url, str) else None
+    if not match or match.group(1) not in _BUCKET_SCHEMES or "//" not in url[match.end():]:
+        return url
+    rest = url[match.end():]
+    authority, slash, key = rest.partition("/")
+    if not authority:
+        return url
+    return f"{url[:match.end()]}{authority}{re.sub('/{2,}', '/', slash + key)}"
 
 
 def absolute(path):
@@ -280,7 +298,7 @@ def filesystem(url):
         raise UsageError(f"{display(url)}: no filesystem for {name}:// is installed "
                          f"(pip install 'bertprep[{extra}]')") from None
     with errors_named(url):
-        fs, inner = fsspec.core.url_to_fs(url, **_options(name))
+        fs, inner = fsspec.core.url_to_fs(collapsed(url), **_options(name))
     if name in _S3_SCHEMES:
         fs.retries = _S3FS_ATTEMPTS  # s3fs's own loop around botocore's (a body cut off mid-read), bounded too
         with errors_named(url):

@@ -363,3 +363,23 @@ def run_captured(*argv):
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(list(map(str, argv)))
     return code, out.getvalue(), err.getvalue()
+
+
+def test_a_doubled_slash_in_a_url_names_the_same_objects(roots, golden_dir, tmp_path):
+    """`s3://b//x` was the objects of `s3://b/x` to a read but nothing to a listing: bertprep.torch said "no
+    tfrecord training records", create "the pattern matches no file", pack "not a records directory", where
+    the comparisons of paths (normpath) took both for one place. Doubled slashes after the bucket now name the
+    same objects everywhere."""
+    from bertprep.torch import BertLoader
+
+    bucket, rest = roots.url.split("://", 1)[1].split("/", 1)
+    doubled = f"s3://{bucket}//{rest}//{roots.records}"
+    assert len(BertLoader(doubled, 64)) == len(BertLoader(f"{roots.url}/{roots.records}", 64)) > 1
+    store().pipe_file(f"{bucket}/{rest}/text/a.txt", b"One sentence here.\nAnother one follows.\n\nA new document.\n")
+    runs = {}
+    for name, text in (("single", f"{roots.url}/text/*.txt"), ("doubled", f"s3://{bucket}//{rest}//text/*.txt")):
+        argv = ["create", "--input", text, "--vocab", golden_dir / "vocab.txt", "--out", tmp_path / name,
+                "--format", "tfrecord", "--dupe-factor", "1", "--quiet"]
+        assert main(list(map(str, argv))) == 0, name
+        runs[name] = output_files(only_records_dir(tmp_path / name))
+    assert runs["doubled"] == runs["single"] != {}
