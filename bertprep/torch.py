@@ -100,8 +100,8 @@ class RecordIndex:
         manifest = load_manifest(records)
         if manifest is None:
             raise (megatron.given_as_records(data_dir, data_dir, READER)
-                   or DataError(f"{data_dir}: no manifest.json (give the directory `bertprep create` or `pack` wrote)"
-                                f"{_records_below(records)}"))
+                   or records.not_found(DataError(f"{data_dir}: no manifest.json (give the directory `bertprep "
+                                                  f"create` or `pack` wrote){_records_below(records)}")))
         where = records.path("manifest.json")
         text = given_as_text(manifest, data_dir, READER)
         if text is not None:

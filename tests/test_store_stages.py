@@ -383,3 +383,18 @@ def test_a_doubled_slash_in_a_url_names_the_same_objects(roots, golden_dir, tmp_
         assert main(list(map(str, argv))) == 0, name
         runs[name] = output_files(only_records_dir(tmp_path / name))
     assert runs["doubled"] == runs["single"] != {}
+
+
+def test_the_torch_loader_names_a_missing_bucket(s3_bucket):
+    """bertprep.torch.BertLoader over a bucket that is not there said `no manifest.json (give the directory
+    bertprep create or pack wrote)`, as if the records were elsewhere in it; it is now the store's own error,
+    as hf.load and the trainer's --data give it. A prefix the bucket does not hold still says no manifest.json."""
+    from bertprep.errors import DataError
+    from bertprep.torch import BertLoader
+
+    with pytest.raises(FileNotFoundError) as raised:
+        BertLoader("s3://no-such-bucket-here/records", 8)
+    assert str(raised.value) == ("[Errno 2] The specified bucket does not exist: "
+                                 "'s3://no-such-bucket-here/records'")
+    with pytest.raises(DataError, match=r"^s3://\S+/nothing-here: no manifest\.json \(give the directory"):
+        BertLoader(f"{s3_bucket}/nothing-here", 8)
