@@ -15,7 +15,7 @@ from dedup_corpus import planted_corpus
 from test_dedup import squad_file
 from test_outputs import bertprep, error_line
 from test_store_pipeline import cluster_in_own_directories, tasks_done
-from test_store_stages import objects, printed, run_json, store
+from test_store_stages import objects, printed, run_captured, run_json, store
 from test_vocab import SAMPLE
 
 # The module's dedup runs on disk and in the bucket are made once, on one worker.
@@ -164,6 +164,15 @@ def test_vocab_of_a_missing_bucket_is_one_line_with_nothing_written(roots):
                                f"{roots.url}/v2/vocab.txt"), 1)
     assert f"{MISSING_BUCKET}/sample.txt" in line and "bucket does not exist" in line
     assert not store().exists(key(f"{roots.url}/v2/vocab.txt"))
+
+
+def test_vocab_into_a_missing_bucket_fails_before_reading_the_corpus(s3_bucket, golden_dir):
+    """`vocab --out` into a bucket that is not there read the corpus and trained on it (`vocab: 1/1 input
+    files, ...`), then failed at the upload; the same line now comes before the corpus is read."""
+    out = f"{MISSING_BUCKET}/vocab.txt"
+    code, printed_out, err = run_captured("vocab", "--input", golden_dir / "corpus.txt", "--out", out)
+    assert (code, printed_out) == (1, "")
+    assert err == f"bertprep vocab: error: {out}: The specified bucket does not exist\n", err
 
 
 def test_vocab_refuses_an_out_under_an_object(roots):

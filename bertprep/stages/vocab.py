@@ -143,6 +143,7 @@ def refuse_file_above(out):
     after the whole corpus had been read twice and trained on."""
     parent = os.path.dirname(out)
     if not storage.reads_in_place(out):
+        storage.check_reachable(out)  # a missing bucket, refused credentials: else found at the upload, after training
         storage.refuse_writing_under_an_object(parent)
         return
     while parent and not os.path.exists(parent) and os.path.dirname(parent) != parent:
