@@ -198,6 +198,21 @@ def test_validates_report_files_are_refused_over_what_it_reads(golden_dir, tmp_p
     assert json.loads(report.read_text())["sound"] is True
 
 
+def test_validates_json_report_is_refused_over_a_json_that_is_no_report(golden_dir, tmp_path):
+    """--json checked only that an existing file began with "{": a stage's manifest.json (here another records
+    tree's) or a SQuAD file given as REPORT was replaced by the report, exit 0."""
+    a = tmp_path / "a.tfrecord"
+    shutil.copyfile(golden_dir / "G1.tfrecord", a)
+    others = {"manifest.json": '{\n "files": {},\n "stage": "create"\n}\n',
+              "dev.json": '{"data": [], "version": "1.1"}'}
+    for name, text in others.items():
+        (tmp_path / name).write_text(text)
+        assert run("validate", a, "--json", tmp_path / name, "--quiet") == (
+            2, f"bertprep validate: error: --json {tmp_path / name}: exists and is not a report validate wrote: it "
+               "would be replaced; name a new file (--json without a value prints the report on stdout)")
+        assert (tmp_path / name).read_text() == text
+
+
 def test_urls_are_compared_by_bucket_and_key():
     from bertprep.options import refuse_overlap
 
