@@ -281,6 +281,7 @@ def test_an_hf_output_is_refused_up_front_as_read_only(tmp_path, golden_dir, mon
     trainer's and `checkpoint convert`'s, given as hf://, is one usage line before any work, nothing written."""
     from bertprep.errors import UsageError
     from trainer.checkpoint import convert
+    from trainer.checkpoint.cli import main as checkpoint_main
     from trainer.config import FinetuneConfig, TrainConfig
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the hub client, if reached, fails at once: no network
@@ -320,4 +321,10 @@ def test_an_hf_output_is_refused_up_front_as_read_only(tmp_path, golden_dir, mon
     for name, make in makers.items():
         with pytest.raises(UsageError, match=f"^{name} {hub}: hf:// is read-only"):
             make()
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = checkpoint_main(["run", str(tmp_path / "no-checkpoint"), "--inputs", str(docs), "--out", hub])
+    assert (code, err.getvalue()) == (2, f"trainer checkpoint: error: --out {hub}: hf:// is read-only (bertprep reads "
+                                         "the Hugging Face hub and never writes to it): write to a local path, s3:// "
+                                         "or gs://\n")
     assert sorted(tmp_path.rglob("*")) == before
