@@ -340,8 +340,8 @@ def test_bad_urls_end_in_one_line_with_nothing_written(roots):
 def test_validate_checks_a_report_object_before_reading_the_records(roots):
     """`validate --json/--plot` into a bucket that is not there read every record first and failed at the end
     (exit 1, after hours on a large tree); and an object of another kind at the report's URL (the records'
-    parquet file, a text) was replaced without a word, where a local file is refused. Both are now refused
-    before any record is read, the object kept."""
+    parquet file, a text) was replaced without a word, where a local file is refused, and a report under an
+    object was written beside it as a prefix. All are now refused before any record is read, the object kept."""
     url, records = roots.url, f"{roots.url}/{roots.records}"
     for flag, name in (("--json", "r.json"), ("--plot", "r.png")):
         code, out, err = run_captured("validate", records, flag, f"s3://no-such-bucket-here/{name}")
@@ -355,6 +355,13 @@ def test_validate_checks_a_report_object_before_reading_the_records(roots):
                                                   "report validate wrote: it would be replaced; name a new file "
                                                   "(--json without a value prints the report on stdout)\n"), err
     assert store().cat_file(other.split("://")[1]) == b"not a report"
+    for flag, name in (("--json", "r.json"), ("--plot", "r.png")):  # under the object: beside it, a prefix too
+        code, out, err = run_captured("validate", records, flag, f"{other}/{name}")
+        assert (code, out) == (1, "") and err == (
+            f"bertprep validate: error: {other}: {other} is an object, so nothing can be written under it as a folder "
+            f"({other}/...): its readers would find both an object and a prefix; write elsewhere, or move the "
+            "object\n"), err
+    assert sorted(objects(f"{url}/notes")) == ["readme.txt"]
 
 
 def run_captured(*argv):

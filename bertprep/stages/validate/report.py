@@ -126,6 +126,7 @@ def check_report_place(flag, path, paths, magic):
     if storage.checks_locally(path) and os.path.isdir(local):  # else found after every check, "Is a directory", exit 1
         raise UsageError(f"{flag} {path}: is a directory; name a file for the report")
     storage.check_reachable(path)  # a missing bucket, refused credentials: found only after every check, exit 1
+    storage.refuse_writing_under_an_object(storage.parent(storage.absolute(path)))  # it went under an object
     if storage.checks_locally(path) and os.path.isfile(local):
         with open(local, "rb") as f:
             first = f.read(len(magic))
