@@ -405,3 +405,17 @@ def test_the_torch_loader_names_a_missing_bucket(s3_bucket):
                                  "'s3://no-such-bucket-here/records'")
     with pytest.raises(DataError, match=r"^s3://\S+/nothing-here: no manifest\.json \(give the directory"):
         BertLoader(f"{s3_bucket}/nothing-here", 8)
+
+
+def test_a_workdir_in_a_missing_bucket_is_named_before_any_work(s3_bucket, monkeypatch):
+    """A --workdir in a bucket that is not there: `download`/`prepare` asked the hub first (and would have fetched
+    a release before the first upload failed); `shard` said `choose a corpus with --corpus or give --input
+    (formatted corpora: none)` and `dedup` `no formatted corpus`, sending the user to run download. Each now
+    says the store's line first."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the hub, if asked, fails at once
+    workdir = "s3://no-such-bucket-here/work"
+    for argv, named in ((["download", "wikipedia"], workdir), (["shard"], f"{workdir}/formatted"),
+                        (["dedup"], f"{workdir}/formatted"), (["dedup", "--corpus", "wiki"], f"{workdir}/formatted")):
+        code, out, err = run_captured(*argv, "--workdir", workdir, "--quiet")
+        assert (code, out, err) == (1, "", f"bertprep {argv[0]}: error: {named}: The specified bucket does not "
+                                           "exist\n"), argv

@@ -280,6 +280,7 @@ def resolve_inputs(workdir, options):
         paths = list(options.input)
     else:
         formatted = stage_dir(workdir, "formatted")
+        storage.check_reachable(formatted)  # a missing bucket, refused credentials: not "no formatted corpus"
         names = options.corpus or (sorted(storage.listdir(formatted)) if storage.isdir(formatted) else [])
         if not names:
             raise UsageError(f"{storage.display(formatted)}: no formatted corpus (run `bertprep download` first or "

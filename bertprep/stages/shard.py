@@ -177,6 +177,8 @@ def resolve_inputs(workdir, inputs, corpus):
     else:
         formatted = Folder(stage_dir(workdir, "formatted"))
         available = formatted.subfolders()
+        if not available:  # a missing bucket or refused credentials: its line, not "formatted corpora: none"
+            formatted.check_reachable()
         if corpus is None:
             if len(available) != 1:
                 found = ", ".join(available) or "none"

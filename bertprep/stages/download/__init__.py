@@ -85,6 +85,7 @@ def download(source: "str | DownloadOptions", /, *, quiet: bool = True, **fields
     options = build_options(cls, source if isinstance(source, DownloadOptions) else None, fields)
     workdir = resolve_workdir(options.workdir)
     check_store_workdir(options, workdir)
+    storage.check_reachable(workdir)  # a missing bucket: its line before the hub is asked, not after a download
     progress = Progress(f"download {options.source}", unit="files", quiet=quiet)
     summary, rows = importlib.import_module(SOURCES[options.source][0]).run(options, workdir, progress)
     progress.close()
