@@ -437,12 +437,19 @@ def errors_named(url):
 _ERRNO_OF = {FileNotFoundError: errno.ENOENT, PermissionError: errno.EACCES, FileExistsError: errno.EEXIST}
 
 
+# The request gcsfs names in a FileNotFoundError when it lists or uploads into a bucket that is not there:
+# `b/NAME/o` (a listing), `http://HOST/upload/storage/v1/b/NAME/o` (an upload); a missing object's ends `/o/KEY`.
+_GCS_BUCKET_REQUEST = re.compile(r"(^|/)b/[^/?]+/o$")
+
+
 def _reason(exc):
     """A store error's message on one line; a refused credential says so in the words users search for."""
     text = redact(" ".join(str(exc.strerror if isinstance(exc, OSError) and exc.strerror else exc).split()))
     if isinstance(exc, PermissionError):
         return f"access denied (check the store's credentials): {text}" if text else "access denied"
     if isinstance(exc, FileNotFoundError):
+        if _GCS_BUCKET_REQUEST.search(text):  # gcsfs names a missing bucket by its request: "not found: b/NAME/o"
+            return "The specified bucket does not exist"  # S3's words
         return f"not found: {text}" if text and "not" not in text.lower() else (text or "not found")
     return text or type(exc).__name__
 

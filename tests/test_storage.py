@@ -138,6 +138,15 @@ def test_store_errors_are_one_line_naming_the_url_without_secrets(s3_bucket, sea
     assert "not-the-secret" not in line and line.count("\n") == 1
 
 
+def test_a_missing_bucket_is_named_in_the_same_words_on_every_store(bucket):
+    """gcsfs names a missing bucket by its request's path: `validate gs://no-such-bucket/x` said `not found:
+    b/no-such-bucket/o`, where S3 says what is missing."""
+    url = f"{bucket.split('://')[0]}://no-such-bucket-here/x"
+    for check in (storage.check_reachable, storage.listdir):
+        code, line = _one_line(lambda: check(url))  # noqa: B023 (called at once)
+        assert (code, line) == (1, f"bertprep: error: {url}: The specified bucket does not exist\n"), check
+
+
 def test_create_reads_text_shards_from_the_hub_as_from_disk(tmp_path):
     """hf:// (read): huggingface_hub's HfFileSystem against the stand-in hub, the same records as from disk."""
     from tests.stand_in_servers import StandInServer, run_cli
