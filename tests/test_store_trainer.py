@@ -287,3 +287,21 @@ def test_finetunes_from_bucket_data_and_checkpoint_as_from_disk(runs, shared_dir
         k: v for k, v in done["local"][1].items() if "per_second" not in k}
     assert done["bucket"][2]["init_checkpoint"] == f"{s3_bucket}/ckpt/{ckpt(STEPS)}"
     assert [step for step, _ in run_state.list_checkpoints(f"{s3_bucket}/finetuned")] == [3]
+
+
+def test_an_output_in_a_missing_bucket_is_refused_when_the_config_is_built(s3_bucket):
+    """Fine-tuning writes --output-dir (SQuAD's predictions) and --checkpoint-dir only after its last step and
+    its scoring: in a bucket that is not there they failed then. Both configs now say the store's line when
+    built, before any framework loads."""
+    from trainer.config import FinetuneConfig, TrainConfig
+
+    missing = "s3://no-such-bucket-here"
+    for make, url in ((lambda: FinetuneConfig(task="SQuAD", data="records", format="tfrecord",
+                                              output_dir=f"{missing}/squad"), f"{missing}/squad"),
+                      (lambda: FinetuneConfig(task="MRPC", data="records", format="tfrecord",
+                                              output_dir=f"{s3_bucket}/out", checkpoint_dir=f"{missing}/ck"),
+                       f"{missing}/ck"),
+                      (lambda: TrainConfig(format="tfrecord", checkpoint_dir=f"{missing}/ck"), f"{missing}/ck")):
+        with pytest.raises(FileNotFoundError) as raised:
+            make()
+        assert str(raised.value) == f"[Errno 2] The specified bucket does not exist: '{url}'"

@@ -382,11 +382,14 @@ def _check_outputs_apart(config, names, inputs=("data", "init_checkpoint")):
 def _check_output_places(config, directories, files):
     """Every local output of the run where it can be made, checked when the config is built: fine-tuning writes
     --output-dir and --checkpoint-dir only after its last step (issue 57: an --output-dir naming a file failed
-    after every step had been trained). A URL's is its store's to refuse, when the run reaches it."""
+    after every step had been trained). A URL's bucket must be there (its place under it is the store's to
+    refuse, when the run reaches it)."""
     for name in (*directories, *files):
         path = getattr(config, name)
         storage.refuse_read_only(f"--{name.replace('_', '-')}", path)
-        if path is not None and storage.checks_locally(path):
+        if path is not None and not storage.checks_locally(path):
+            storage.check_reachable(path)  # a missing bucket: fine-tuning's --output-dir was found after scoring
+        elif path is not None:
             check_output_place(f"--{name.replace('_', '-')}", storage.local_path(path), name in directories,
                                makes_parents=True if log_in_checkpoint_dir(config, path) else None)
 
