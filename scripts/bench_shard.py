@@ -57,8 +57,12 @@ def measure(inputs, workers, scratch):
     out = scratch / f"out-{time.monotonic_ns()}"
     command = [sys.executable, "-m", "bertprep", "shard", "--input", *map(str, inputs), "--corpus", "bench",
                "--out", str(out), "--workers", str(workers), "--train-shards", "256", "--test-shards", "256", "--quiet"]
-    result = subprocess.run([sys.executable, "-c", MEASURE, *command], capture_output=True, text=True, check=True,
+    result = subprocess.run([sys.executable, "-c", MEASURE, *command], capture_output=True, text=True,
                             env={**os.environ, "PYTHONPATH": str(REPO)})
+    if result.returncode:  # bertprep's own one-line message, not the measuring wrapper's traceback
+        said = [line for line in result.stderr.splitlines() if line.startswith("bertprep")]
+        said = said or result.stderr.strip().splitlines()[-1:] or [f"exit {result.returncode}"]
+        sys.exit(f"bench_shard.py: `bertprep shard` on {', '.join(map(str, inputs))} failed: {said[0]}")
     return json.loads(result.stdout)
 
 
@@ -82,7 +86,8 @@ def split_stage_mb_s(path):
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(3):
             start = time.process_time()
-            split_input((0, str(path), os.path.join(tmp, "scratch.txt")))
+            # the stage's task without --eval-documents and without a manifest's digest
+            split_input((0, str(path), os.path.join(tmp, "scratch.txt"), False, None))
             best = min(best, time.process_time() - start)
     return path.stat().st_size / best / 1e6
 
@@ -93,6 +98,8 @@ def main():
     parser.add_argument("--size-mb", type=int, default=100)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     args = parser.parse_args()
+    if args.size_mb < 10:  # its tenth is a corpus too, and a 0 MB one has nothing to shard
+        parser.error(f"--size-mb must be at least 10 (it also generates a corpus of a tenth of it), not {args.size_mb}")
     wt2 = Path(args.shared) / "fixtures/bench/wt2.txt"
     text = wt2.read_text(encoding="utf-8")
     documents = [d for d in text.split("\n\n") if d.strip()]
