@@ -177,6 +177,8 @@ def main():
     parser.add_argument("--seconds", type=float, default=1.0, help="CPU seconds of passes per run")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     args = parser.parse_args()
+    if args.copies < 1:
+        parser.error(f"--copies must be at least 1, not {args.copies}")
     cores = len(os.sched_getaffinity(0))
     from bertprep import masking
 
@@ -186,6 +188,9 @@ def main():
         static = make_records(directory, args.copies, 128, 20, "static")
         dynamic = make_records(directory, args.copies, 128, 20, "dynamic")
         records = sum(1 for _ in formats.iter_payloads(glob.glob(os.path.join(static, "tfrecord", "training", "*"))[0]))
+        if records < BATCH:  # the loaders drop a short last batch: nothing to time
+            parser.error(f"--copies {args.copies} makes {records} records at 128/20, fewer than one batch of "
+                         f"{BATCH}; give --copies {-(-BATCH * args.copies // records)} or more")
         rates = best_interleaved({"baseline": (rate_static_reader, static), "torch_static": (rate_torch, static),
                                   "torch_dynamic": (rate_torch, dynamic),
                                   "torch_dynamic_numpy": (rate_torch_numpy_masking, dynamic),
