@@ -26,6 +26,7 @@ the two sides decide differently, with their true Jaccard and bertprep's estimat
 """
 
 import argparse
+import importlib.util
 import json
 import os
 import random
@@ -304,6 +305,9 @@ def main():
     args = parser.parse_args()
     if args.side:
         return side(*args.side[:3], int(args.side[3]))
+    if importlib.util.find_spec("datatrove") is None:  # before minutes of bertprep's side, not after
+        sys.exit("bench_dedup.py: datatrove is not installed; the benchmark's side of it needs "
+                 "`pip install datatrove==0.10.1 orjson` (for this script only, not in any extra)")
     if args.bands:
         os.environ["BENCH_DEDUP_BANDS"] = str(args.bands)
         globals()["BANDS"] = args.bands
