@@ -34,6 +34,11 @@ def main():
     args = parser.parse_args()
     checkouts = [(f"this checkout, --memory {args.memory}", REPO, ("--memory", args.memory))]
     if args.baseline:
+        # absolute: the runs' working directory is a temporary one, where a relative PYTHONPATH names nothing and
+        # `python -m bertprep` would quietly run the installed bertprep as the "baseline"
+        args.baseline = os.path.abspath(args.baseline)
+        if not os.path.isfile(os.path.join(args.baseline, "bertprep", "__init__.py")):
+            parser.error(f"--baseline {args.baseline}: not a bertprep checkout (no bertprep/__init__.py there)")
         revision = subprocess.run(["git", "-C", args.baseline, "rev-parse", "--short", "HEAD"], capture_output=True,
                                   text=True).stdout.strip()
         checkouts.append((f"{args.baseline} ({revision})", Path(args.baseline), ()))
