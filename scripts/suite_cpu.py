@@ -18,6 +18,7 @@ like the suite's time does.
 
 import argparse
 import collections
+import contextlib
 import json
 import os
 import site
@@ -95,7 +96,7 @@ if not hasattr(sys, "_bertprep_suite_cpu"):  # once, however many times site rea
     sys.meta_path.insert(0, _AfterJaxMonitoring())
     atexit.register(_write)
 '''
-PTH = "zz_bertprep_suite_cpu.pth"
+PTH_PREFIX = "zz_bertprep_suite_cpu_"  # and a name of the run's own: see hook_installed
 KINDS = ("test workers", "tensorflow", "jax", "torch", "other")
 PHASES = ("trace", "lower", "backend")
 
@@ -156,6 +157,27 @@ def print_summary(found):
         print(f"  {row['cpu_s']:7.1f} s  {row['kind']:12s} {(row['test'] or '')[:100]}")
 
 
+@contextlib.contextmanager
+def hook_installed(site_dir, scratch):
+    """HOOK in `scratch`, and a .pth file in `site_dir` that runs it in every process of the environment whose
+    log variable is set, removed at the end, whatever happens. The .pth has a name of this run's own: runs at
+    once in one environment (worktrees sharing a venv) shared one name, so the first to end removed the other's
+    file (whose later processes went uncounted) and the other then ended, after its whole pytest run, in
+    `FileNotFoundError` on removing it. With a file each, a process runs the hook once (its guard) and logs to
+    its own run's log."""
+    hook = os.path.join(scratch, "hook.py")
+    with open(hook, "w", encoding="utf-8") as out:
+        out.write(HOOK)
+    descriptor, pth = tempfile.mkstemp(prefix=PTH_PREFIX, suffix=".pth", dir=site_dir)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as out:  # .pth lines that start with "import" are run
+        out.write("import os; os.environ.get('BERTPREP_SUITE_CPU_LOG') and exec(compile(open("
+                  f"{hook!r}).read(), {hook!r}, 'exec'), {{'__name__': 'bertprep_suite_cpu_hook'}})\n")
+    try:
+        yield
+    finally:
+        os.remove(pth)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -163,19 +185,11 @@ def main(argv=None):
                         help="how many of the costliest processes and programs to list")
     parser.add_argument("pytest_args", nargs="*", help="pytest's arguments (after --)")
     args = parser.parse_args(argv)
-    pth = os.path.join(site.getsitepackages()[0], PTH)
     with tempfile.TemporaryDirectory() as scratch:
-        hook, log = os.path.join(scratch, "hook.py"), os.path.join(scratch, "processes.jsonl")
-        with open(hook, "w", encoding="utf-8") as out:
-            out.write(HOOK)
-        with open(pth, "w", encoding="utf-8") as out:  # .pth lines that start with "import" are run
-            out.write("import os; os.environ.get('BERTPREP_SUITE_CPU_LOG') and exec(compile(open("
-                      f"{hook!r}).read(), {hook!r}, 'exec'), {{'__name__': 'bertprep_suite_cpu_hook'}})\n")
-        try:
+        log = os.path.join(scratch, "processes.jsonl")
+        with hook_installed(site.getsitepackages()[0], scratch):
             result = subprocess.run([sys.executable, "-m", "pytest", *args.pytest_args],
                                     env=dict(os.environ, BERTPREP_SUITE_CPU_LOG=log))
-        finally:
-            os.remove(pth)
         with open(log, encoding="utf-8") as lines:
             records = [json.loads(line) for line in lines]
     found = summary(records, args.top)

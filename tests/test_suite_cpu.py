@@ -85,3 +85,23 @@ def test_the_summary_adds_the_records_up_by_kind_and_by_function():
         {"name": "jit(f)", "compiled": 1, "read_from_cache": 1, "trace": 0.5, "lower": 1.5, "backend": 2.5},
         {"name": "jit(g)", "compiled": 1, "read_from_cache": 0, "trace": 0.0, "lower": 0.1, "backend": 0.1}]
     assert [row["cpu_s"] for row in found["costliest"]] == [100.0, 50.0]
+
+
+def test_two_runs_at_once_in_one_environment_each_keep_their_hook(tmp_path):
+    """Worktrees share one venv: a run that ends while another is under way leaves the other's .pth in place, and
+    the other's later processes still log (one record each: the hook runs once however many .pth files run it)."""
+    site_dir, first, second = (tmp_path / name for name in ("site-packages", "first", "second"))
+    for directory in (site_dir, first, second):
+        directory.mkdir()
+    log = tmp_path / "processes.jsonl"
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+    env["BERTPREP_SUITE_CPU_LOG"] = str(log)
+    start = [sys.executable, "-c", "import site, sys; site.addsitedir(sys.argv[1])", str(site_dir)]
+    with suite_cpu.hook_installed(str(site_dir), str(first)):
+        with suite_cpu.hook_installed(str(site_dir), str(second)):
+            both = subprocess.run(start, env=env, capture_output=True, text=True, timeout=60)
+        after = subprocess.run(start, env=env, capture_output=True, text=True, timeout=60)
+        assert len(list(site_dir.iterdir())) == 1
+    assert (both.returncode, both.stderr, after.returncode, after.stderr) == (0, "", 0, "")
+    assert len(records(log)) == 2
+    assert list(site_dir.iterdir()) == []
