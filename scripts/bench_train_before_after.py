@@ -20,8 +20,10 @@ vocab 30,522 (--vocab-size) so the masked-LM head has its real size.
 """
 
 import argparse
+import glob
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -39,10 +41,11 @@ TREES = ("now", "before")
 
 def baseline_tree(ref, quiet):
     """The tree of `ref` in a cache directory named by its commit, extracted and built once."""
+    script = os.path.splitext(os.path.basename(sys.argv[0]))[0]  # bench_startup and gpu_step_traffic call this too
     commit = subprocess.run(["git", "rev-parse", "--verify", f"{ref}^{{commit}}"], cwd=REPO, capture_output=True,
                             text=True)
     if commit.returncode != 0:
-        raise SystemExit(f"bench_train_before_after: error: {ref}: not a commit of {REPO}")
+        raise SystemExit(f"{script}: error: {ref}: not a commit of {REPO}")
     commit = commit.stdout.strip()
     root = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "bertprep",
                         "baseline-trees")
@@ -53,12 +56,29 @@ def baseline_tree(ref, quiet):
     partial = tempfile.mkdtemp(prefix=f".{commit[:12]}-", dir=root)
     if not quiet:
         print(f"extracting {ref} ({commit[:12]}) to {tree} and building its C core", file=sys.stderr)
-    archive = subprocess.run(["git", "archive", commit], cwd=REPO, capture_output=True, check=True).stdout
-    subprocess.run(["tar", "-x", "-C", partial], input=archive, check=True)
-    # The C core is optional; a baseline without it would read records more slowly than this tree.
-    subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace", "-q"], cwd=partial, check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    os.rename(partial, tree)  # whole or absent
+    try:  # a failed or interrupted extraction leaves no copy of the tree behind
+        archive = subprocess.run(["git", "archive", commit], cwd=REPO, capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", partial], input=archive, check=True)
+        if not os.path.isdir(os.path.join(partial, "trainer")):  # else this tree's trainer would run its bertprep
+            raise SystemExit(f"{script}: error: {ref} ({commit[:12]}) has no trainer/: there is no trainer of it "
+                             "to measure")
+        # The C core is optional; a baseline without it would read records more slowly than this tree. A commit
+        # from before it (no setup.py) is run as it was, in Python.
+        if os.path.isfile(os.path.join(partial, "setup.py")):
+            build = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace", "-q"], cwd=partial,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            # optional=True in setup.py: a compiler that fails leaves exit 0 and no module, and the baseline
+            # would then run in Python against this tree's C core
+            built = glob.glob(os.path.join(partial, "bertprep", "_native*.so"))
+            if build.returncode != 0 or (not built and glob.glob(os.path.join(REPO, "bertprep", "_native*.so"))):
+                said = [line for line in build.stderr.splitlines() if "failed" in line or "error" in line.lower()]
+                said = said or build.stderr.strip().splitlines()[-1:] or [f"exit {build.returncode}"]
+                said = said[0].split(": Command ")[0].strip()[:300]  # not the compiler's whole command line
+                raise SystemExit(f"{script}: error: {ref} ({commit[:12]}): its C core did not build, where this "
+                                 f"tree's is built, so it would run in Python ({said})")
+        os.rename(partial, tree)  # whole or absent
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
     return tree, commit
 
 
