@@ -25,7 +25,8 @@ REPO = Path(__file__).resolve().parents[1]
 MEASURE = r"""
 import json, resource, subprocess, sys, time
 start = time.perf_counter()
-subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL)
+if subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL).returncode:
+    sys.exit(1)  # the command's own message, without this wrapper's traceback after it
 wall = time.perf_counter() - start
 usage = resource.getrusage(resource.RUSAGE_CHILDREN)
 print(json.dumps({"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "maxrss_kib": usage.ru_maxrss}))

@@ -90,6 +90,9 @@ def main():
     parser.add_argument("--cased", action="store_true")
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
+    if not (args.megatron_lm / "tools" / "preprocess_data.py").is_file():  # before bertprep's runs, not after
+        parser.error(f"--megatron-lm {args.megatron_lm}: no tools/preprocess_data.py there (an export of "
+                     "Megatron-LM's tools/ and megatron/, as docs/benchmarks.md makes it)")
     text = args.text.read_text(encoding="utf-8")
     docs = documents(text)
     with tempfile.TemporaryDirectory() as scratch:
