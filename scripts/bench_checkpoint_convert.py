@@ -4,7 +4,8 @@
 
 Builds a BERT of Google's `--model` size (large: 24 layers, H 1024, 335M parameters) with random
 float32 values, writes it as `--source` (Google's bert_model.ckpt by default, TensorFlow's writer),
-then runs `python -m trainer checkpoint convert SRC OUT --to KIND` for hf, google and bertprep, each in
+then runs `python -m trainer checkpoint convert SRC OUT --to KIND --vocab V` (V: a vocab of the model's
+size, written here) for hf, google and bertprep, each in
 a fresh process, timing the command and taking the process's peak RSS (wait4's ru_maxrss).
 
 Baselines, each in a fresh process in this same invocation:
@@ -95,11 +96,17 @@ def main():
         npz = os.path.join(root, "weights.npz")
         with open(npz, "wb") as f:
             np.savez(f, **checkpoint.weights)
-        parameters = checkpoint.parameters()
+        parameters, vocab_size = checkpoint.parameters(), checkpoint.config.vocab_size
         source = os.path.join(root, "source")
         os.makedirs(source)
         {"hf": hf, "google": google, "bertprep": ours}[args.source].write(checkpoint, source)  # consumes it
         del checkpoint
+        # A model is exported with its tokenizer (--to hf refuses one without): a vocab of the model's size, as
+        # a real checkpoint carries, given to every kind alike.
+        vocab = os.path.join(root, "vocab.txt")
+        special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+        with open(vocab, "w", encoding="utf-8") as f:
+            f.writelines(f"{token}\n" for token in special + [f"w{i}" for i in range(vocab_size - len(special))])
         scripts = {}
         for name, code in (("copy", COPY), ("imports", IMPORTS)):
             scripts[name] = os.path.join(root, f"{name}.py")
@@ -109,7 +116,8 @@ def main():
                 "imports": measured([scripts["imports"]], env, root)}
         for kind in KINDS:
             runs[kind] = measured(["trainer", "checkpoint", "convert", source,
-                                   os.path.join(root, f"out-{kind}"), "--to", kind, "--quiet"], env, root)
+                                   os.path.join(root, f"out-{kind}"), "--to", kind, "--vocab", vocab, "--quiet"],
+                                  env, root)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     copy_seconds, copy_rss = runs["copy"]
