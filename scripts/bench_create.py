@@ -147,7 +147,8 @@ def measure(label, args, repeat, workdir):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shared", default=str(Path(__file__).resolve().parents[2] / "shared"))
+    parser.add_argument("--shared", default=os.environ.get("BERTPREP_SHARED")
+                        or str(Path(__file__).resolve().parents[2] / "shared"))
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--copies", type=int, default=1,
@@ -160,6 +161,9 @@ def main():
                         help="a google-research/bert checkout: run its create_pretraining_data.py in this invocation "
                              "(default $BERTPREP_GOOGLE_BERT)")
     args = parser.parse_args()
+    if not (Path(args.shared) / "fixtures").is_dir():
+        parser.error(f"--shared {args.shared}: no fixtures/ there (the shared fixtures' folder: give --shared DIR "
+                     "or set BERTPREP_SHARED)")
     fixtures = Path(args.shared) / "fixtures"
     corpus = fixtures / "bench" / "wt2.txt"
     vocab = fixtures / "golden" / "vocab.txt"

@@ -195,7 +195,7 @@ def main():
     parser.add_argument("--reference", help="a google-research/bert checkout (run_squad.py, tokenization.py, ...)")
     parser.add_argument("--fetch", action="store_true", help=f"clone {REFERENCE_URL} into --cache if it is not there")
     parser.add_argument("--cache", default="~/.cache/bertprep/google-research-bert")
-    parser.add_argument("--shared", default=str(REPO.parent / "shared"))
+    parser.add_argument("--shared", default=os.environ.get("BERTPREP_SHARED") or str(REPO.parent / "shared"))
     parser.add_argument("--megabytes", type=float, default=20.0, help="JSON size of the repeated input (default 20)")
     parser.add_argument("--seq", type=int, default=384)
     parser.add_argument("--doc-stride", type=int, default=128)
@@ -203,6 +203,9 @@ def main():
     parser.add_argument("--repeat", type=int, default=1, help="runs of each side (median reported)")
     parser.add_argument("--tmp", default=None, help="where inputs and outputs go, e.g. /dev/shm")
     args = parser.parse_args()
+    if not (Path(args.shared) / "fixtures").is_dir():
+        parser.error(f"--shared {args.shared}: no fixtures/ there (the shared fixtures' folder: give --shared DIR "
+                     "or set BERTPREP_SHARED)")
     reference = reference_dir(args)
     fixtures = Path(args.shared) / "fixtures"
     vocab = fixtures / "golden" / "vocab.txt"

@@ -144,11 +144,14 @@ def interleaved(repeat, measure_local, measure_bucket):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shared", default=str(REPO.parent / "shared"))
+    parser.add_argument("--shared", default=os.environ.get("BERTPREP_SHARED") or str(REPO.parent / "shared"))
     parser.add_argument("--copies", type=int, default=8, help="repeat each shard's quarter K times")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
+    if not (Path(args.shared) / "fixtures").is_dir():
+        parser.error(f"--shared {args.shared}: no fixtures/ there (the shared fixtures' folder: give --shared DIR "
+                     "or set BERTPREP_SHARED)")
     fixtures = Path(args.shared) / "fixtures"
     corpus, vocab = fixtures / "bench" / "wt2.txt", fixtures / "golden" / "vocab.txt"
     with tempfile.TemporaryDirectory() as tmp:

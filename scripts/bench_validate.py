@@ -78,6 +78,9 @@ def main():
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
+    if not (Path(args.shared) / "fixtures").is_dir():
+        parser.error(f"--shared {args.shared}: no fixtures/ there (the shared fixtures' folder: give --shared DIR "
+                     "or set BERTPREP_SHARED)")
     golden = Path(args.shared) / "fixtures" / "golden"
     import bertprep.stages.validate.decode as decode
 
