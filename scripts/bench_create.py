@@ -164,6 +164,9 @@ def main():
     if not (Path(args.shared) / "fixtures").is_dir():
         parser.error(f"--shared {args.shared}: no fixtures/ there (the shared fixtures' folder: give --shared DIR "
                      "or set BERTPREP_SHARED)")
+    if args.reference and not (Path(args.reference) / "create_pretraining_data.py").is_file():
+        parser.error(f"--reference {args.reference}: no create_pretraining_data.py there (a google-research/bert "
+                     "checkout; $BERTPREP_GOOGLE_BERT is the default)")
     fixtures = Path(args.shared) / "fixtures"
     corpus = fixtures / "bench" / "wt2.txt"
     vocab = fixtures / "golden" / "vocab.txt"
