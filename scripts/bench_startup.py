@@ -73,6 +73,7 @@ def main():
                    help="also profile one warm run per variant and print where its start-up went")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
+    args.records = os.path.abspath(args.records)  # the runs start in the tree they run (cwd), not the caller's folder
     variants = args.variant or ([""] if args.baseline else ["", "--scan-layers"])
     runs = [(flags, REPO, "") for flags in variants]
     if args.baseline:

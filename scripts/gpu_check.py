@@ -437,7 +437,8 @@ def main():
         if "=" not in spec or not spec.split("=", 1)[0].isidentifier():
             p.error(f"--lever {spec}: expected NAME=FLAGS, NAME a word (e.g. scan=--scan-layers)")
     out = os.path.abspath(args.out)
-    args.work = args.work or os.path.join(out, "work")
+    # the runs start in the checkout (cwd=REPO): a relative path means the caller's folder, as here
+    args.records, args.work = os.path.abspath(args.records), os.path.abspath(args.work or os.path.join(out, "work"))
     os.makedirs(args.work, exist_ok=True)
     started = time.monotonic()
 

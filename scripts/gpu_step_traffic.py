@@ -252,6 +252,9 @@ def main():
     args = p.parse_args()
     if args.one:
         return one(args)
+    # each variant's process starts in the tree it runs (cwd), not the caller's folder: the paths it is given
+    args.data, args.target = os.path.abspath(args.data), os.path.abspath(args.target)
+    args.save_hlo = args.save_hlo and os.path.abspath(args.save_hlo)
     # What --attention/--dropout-rng/--embedding-gradient "auto" take on a GPU (this process has none).
     variants = args.variant or ["--attention fused --dropout-rng rbg --embedding-gradient sorted"]
     runs = [(flags, REPO, flags or "(no flags)") for flags in variants]
