@@ -145,6 +145,8 @@ def main():
                 print(f"run {run}/{args.runs} {tree:<6} {backend:<10} {entry['throughputs'][-1]:8.2f} seq/s, "
                       f"matmul {peak / 1e9:.1f} GFLOP/s, load {os.getloadavg()[0]:.1f}", file=sys.stderr)
     load_end = load_average()
+    if not any(entry["error"] for entry in found.values()):  # the logs a failure names stay; else nothing does
+        shutil.rmtree(scratch, ignore_errors=True)
     rows = {}
     for (tree, backend), entry in found.items():
         per_matmul = [t / (k / 1e9) for t, k in zip(entry["throughputs"], entry["peaks"])]

@@ -31,6 +31,7 @@ that is not installed is skipped with a note.
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -304,6 +305,8 @@ def main():
         else:
             frameworks.append(framework)
     peer_flags = ["--device", args.device] + (["--torch-compile"] if args.torch_compile else [])
+    # the runs start in the tree they run (cwd): a relative path means the caller's folder
+    args.data128, args.data512 = os.path.abspath(args.data128), args.data512 and os.path.abspath(args.data512)
     shapes = [(args.data128, args.batch128)] + ([(args.data512, args.batch512)] if args.data512 else [])
     scratch = tempfile.mkdtemp(prefix="bench-peers-")
     logs = args.logs or scratch
@@ -345,6 +348,11 @@ def main():
                              "mfu": method.mfu(flops, rate, machine_peak),
                              "mfu_own_matmul": method.mfu(flops, rate, peak), "error": entry["error"],
                              "flops_per_sequence": flops})
+    if any(row["error"] for row in rows):
+        if logs == scratch:  # the failures above name no log: say where they are
+            print(f"the runs' logs: {scratch}", file=sys.stderr)
+    else:
+        shutil.rmtree(scratch, ignore_errors=True)  # results, configs and (without --logs) the logs
     for row in rows:
         peers = [r["median"] for r in rows if (r["model"], r["shape"]) == (row["model"], row["shape"])
                  and not r["framework"].startswith("ours-") and r["median"]]

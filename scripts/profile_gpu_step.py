@@ -167,11 +167,11 @@ def main():
         steps.fetch(steps.train(batches[i % len(batches)]))
         times.append(time.perf_counter() - start)
     step_seconds = statistics.median(times)
-    trace_dir = tempfile.mkdtemp(prefix="profile-gpu-step-")
-    with jax.profiler.trace(trace_dir):
-        for i in range(args.trace_steps):
-            steps.fetch(steps.train(batches[i % len(batches)]))
-    kernels = device_kernels(trace_dir)
+    with tempfile.TemporaryDirectory(prefix="profile-gpu-step-") as trace_dir:  # read here, then removed
+        with jax.profiler.trace(trace_dir):
+            for i in range(args.trace_steps):
+                steps.fetch(steps.train(batches[i % len(batches)]))
+        kernels = device_kernels(trace_dir)
     names = op_names(steps._train.lower(steps.state, batches[0]).compile().as_text()) if kernels else {}
     per_step = args.trace_steps
     busy = sum(d for _, _, d in kernels) / per_step / 1e9

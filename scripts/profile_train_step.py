@@ -120,6 +120,7 @@ def main():
     p.add_argument("--json", action="store_true")
     p.add_argument("--quiet", action="store_true")
     args = p.parse_args()
+    args.data = os.path.abspath(args.data)  # the variants' processes start in the checkout (cwd=REPO)
     env = dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="2",
                PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])))
     seconds = {name: [] for name, *_ in VARIANTS}
