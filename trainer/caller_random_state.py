@@ -9,15 +9,21 @@ sequence instead. The run's own draws are unchanged; only what the caller sees a
 
 import functools
 import random
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
 
 import numpy as np
 
+P = ParamSpec("P")
+R = TypeVar("R")
 
-def restores_caller_random_state(function):
-    """`function`, with Python's and NumPy's global random states put back as they were when it returns or raises."""
+
+def restores_caller_random_state(function: Callable[P, R]) -> Callable[P, R]:
+    """`function`, with Python's and NumPy's global random states put back as they were when it returns or raises
+    (typed, so that a type checker still sees `function`'s own signature)."""
 
     @functools.wraps(function)
-    def run(*args, **kwargs):
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
         python_state, numpy_state = random.getstate(), np.random.get_state()
         try:
             return function(*args, **kwargs)
