@@ -148,16 +148,23 @@ def _hub_snapshot(repo, revision, patterns, endpoint, quiet):
         for _problem, local in damaged:
             _remove_cached(local)
         commit, verified, damaged = _verified_snapshot(repo, revision, patterns, endpoint, where)
-        if damaged:  # the hub serves other bytes than it publishes: nothing damaged is left in the cache
-            for _problem, local in damaged:
-                _remove_cached(local)
-            raise DataError(f"{damaged[0][0]}, again after a fresh download: the hub serves other bytes than it "
-                            "publishes (the copy was removed from the cache)")
     if damaged:
-        problem, local = damaged[0]
-        raise DataError(f"{problem}; the cached copy is damaged (HF_HUB_OFFLINE=1: not downloaded again): delete "
-                        f"{os.path.realpath(local)} and rerun online")
+        errors = [damaged_copy_error(problem, local, offline) for problem, local in damaged]  # online: all removed
+        raise errors[0]
     return commit, verified
+
+
+def damaged_copy_error(problem, local, offline):
+    """The DataError of the cached file `local` whose bytes are not what the hub publishes (`problem`, the
+    mismatch). Offline it could not be fetched again: the line names the copy to delete. Online it was fetched
+    once more and is still wrong, so the hub serves other bytes than it publishes: the copy is removed, and
+    nothing damaged is left in the cache. (It used to end every later download, kept, with "delete it".)"""
+    if offline:
+        return DataError(f"{problem}; the cached copy is damaged (HF_HUB_OFFLINE=1: not downloaded again): delete "
+                         f"{os.path.realpath(local)} and rerun online")
+    _remove_cached(local)
+    return DataError(f"{problem}, again after a fresh download: the hub serves other bytes than it publishes (the "
+                     "copy was removed from the cache)")
 
 
 def _verified_snapshot(repo, revision, patterns, endpoint, where):

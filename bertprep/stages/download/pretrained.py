@@ -34,7 +34,14 @@ from bertprep.errors import DataError, UsageError, redact
 from bertprep.options import errors_name_fields, normalise_paths
 from bertprep.stages.download import DownloadOptions
 from bertprep.stages.download.http import CHUNK, SourceDownloads, read_checksum_list
-from bertprep.stages.download.hub import SHA256_HEX, _first_line, _remove_cached, bounded_hub, hub_failure
+from bertprep.stages.download.hub import (
+    SHA256_HEX,
+    _first_line,
+    _remove_cached,
+    bounded_hub,
+    damaged_copy_error,
+    hub_failure,
+)
 
 DEFAULT_BASE_URL = "https://storage.googleapis.com/bert_models"
 BASE_URL_ENV = "BERTPREP_PRETRAINED_URL"
@@ -347,18 +354,12 @@ def _verified_blob(repo, commit, filename, local, refetch=None):
     cached copy (a disk error, a copy killed mid-write) is removed and fetched once more with `refetch()` (None:
     offline, where it cannot be): it had ended every later download, kept in the cache."""
     problem, entry = _blob_check(repo, commit, filename, local)
-    if problem is None:
-        return entry
-    if refetch is None:
-        raise DataError(f"{problem}; the cached copy is damaged (HF_HUB_OFFLINE=1: not downloaded again): delete "
-                        f"{os.path.realpath(local)} and rerun online")
-    _remove_cached(local)
-    local = refetch()
-    problem, entry = _blob_check(repo, commit, filename, local)
-    if problem is not None:  # nothing damaged is left in the cache
+    if problem is not None and refetch is not None:
         _remove_cached(local)
-        raise DataError(f"{problem}, again after a fresh download: the hub serves other bytes than it publishes (the "
-                        "copy was removed from the cache)")
+        local = refetch()
+        problem, entry = _blob_check(repo, commit, filename, local)
+    if problem is not None:
+        raise damaged_copy_error(problem, local, offline=refetch is None)
     return entry
 
 
