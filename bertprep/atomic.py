@@ -502,11 +502,20 @@ def refuse_if_held(root):
     except OSError:  # no lock file: no holder
         return
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        raise _held_locally(storage.local_path(root), fd) from None
+        if _locked_by_another(fd):
+            raise _held_locally(storage.local_path(root), fd)
     finally:
         os.close(fd)  # releases the shared lock, if taken
+
+
+def _locked_by_another(fd):
+    """Whether another open file holds an exclusive flock on the file open as `fd` (a live holder: the kernel
+    drops a dead one's); a shared lock taken here to ask is released when `fd` is closed."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    return False
 
 
 @contextlib.contextmanager
@@ -670,14 +679,11 @@ def _held_by_a_live_process(path):
     except OSError:  # gone since, or unreadable: nothing holds it that we could tell
         return False
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
+        return _locked_by_another(fd)
     except OSError:
         return False
     finally:
-        os.close(fd)  # releases the shared lock, if taken
-    return False
+        os.close(fd)
 
 
 def remove_entry(path):
