@@ -511,7 +511,8 @@ class FinetuneConfig:
         _check_seed(self.seed)
         if not self.epochs > 0:
             raise UsageError(f"--epochs must be positive, got {self.epochs}")
-        if self.steps is not None and self.epochs != 2.0:  # the CLI's parser refuses both; the epochs were ignored
+        # the CLI's parser refuses both; from Python the epochs were ignored (FinetuneConfig.epochs: the default)
+        if self.steps is not None and self.epochs != FinetuneConfig.epochs:
             raise UsageError(f"--epochs {self.epochs}: not with --steps {self.steps}, which sets the run's length "
                              "instead: give one of them")
         if math.isinf(self.epochs):  # int() of its steps was an OverflowError traceback

@@ -501,7 +501,8 @@ def evaluation_batches(config, records, data_dir, per_worker, workers, log):
                          + " (a smaller --batch-size, or more test records)")
     if whole < config.eval_steps:
         log.note(f"--eval-steps {config.eval_steps}: {held} {whole} batches of {per_worker}"
-                 + (" a data worker" if workers > 1 else "") + f": each evaluation reads those {whole}")
+                 + (f" on each of {workers} data workers" if workers > 1 else "")
+                 + f": each evaluation reads those {whole}")
     return min(whole, config.eval_steps)
 
 
