@@ -565,6 +565,23 @@ def test_a_vocab_whose_lines_end_in_cr_alone_is_refused(golden_dir, tmp_path):
         load_vocab(vocab)
 
 
+def read_with(reader, given):
+    """Open the directory `given` as `reader` does: bertprep.torch's BertLoader, bertprep.hf.load, or the trainer's
+    Records (TFRecord)."""
+    if reader == "bertprep.torch":
+        from bertprep.torch import BertLoader
+
+        BertLoader(str(given), batch_size=2)
+    elif reader == "bertprep.hf.load":
+        from bertprep.hf import load
+
+        load(str(given))
+    else:
+        from trainer.data import Records
+
+        Records(str(given), "tfrecord")
+
+
 @pytest.mark.parametrize("reader", ["bertprep.torch", "bertprep.hf.load", "the trainer"])
 def test_a_loader_given_tokenize_output_names_it_as_megatron_data(golden_dir, tmp_path, reader):
     """BertLoader said "no tfrecord training records" of tokenize's folder, bertprep.hf.load "no record files", as
@@ -575,18 +592,7 @@ def test_a_loader_given_tokenize_output_names_it_as_megatron_data(golden_dir, tm
                       out=str(tmp_path / "tok"))
     for given in (tmp_path / "tok", tmp_path / "tok/golden", tmp_path / "tok/golden/training"):
         with pytest.raises(DataError) as caught:
-            if reader == "bertprep.torch":
-                from bertprep.torch import BertLoader
-
-                BertLoader(str(given), batch_size=2)
-            elif reader == "bertprep.hf.load":
-                from bertprep.hf import load
-
-                load(str(given))
-            else:
-                from trainer.data import Records
-
-                Records(str(given), "tfrecord")
+            read_with(reader, given)
         assert str(caught.value) == (f"{given}: Megatron indexed data (.bin/.idx, as `bertprep tokenize` writes), not "
                                      "training records: Megatron-LM trains on it (--data-path, as data-path.txt lists "
                                      f"it); {reader} reads the records `bertprep create` or `pack` writes")
@@ -602,18 +608,7 @@ def test_a_loader_given_shard_output_names_it_as_text_shards(golden_dir, tmp_pat
     assert main(["shard", "--input", str(golden_dir / "corpus.txt"), "--out", str(given), "--corpus", "g",
                  "--train-shards", "1", "--test-shards", "1", "--quiet"]) == 0
     with pytest.raises(DataError) as caught:
-        if reader == "bertprep.torch":
-            from bertprep.torch import BertLoader
-
-            BertLoader(str(given), batch_size=2)
-        elif reader == "bertprep.hf.load":
-            from bertprep.hf import load
-
-            load(str(given))
-        else:
-            from trainer.data import Records
-
-            Records(str(given), "tfrecord")
+        read_with(reader, given)
     assert str(caught.value) == (f"{given}: text shards (as `bertprep shard` writes), not records: make records of "
                                  f"them with `bertprep create --input {given}`; {reader} reads the records `bertprep "
                                  "create` or `pack` writes")

@@ -1,10 +1,13 @@
 """`bertprep vocab`: a WordPiece vocab.txt of the user's corpus in Google's layout, which bertprep's tokenizer
 reads exactly as HF's BertTokenizerFast does, the same bytes on every run, and `create` takes it."""
 
+import contextlib
 import hashlib
 import json
 import os
 import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -336,31 +339,36 @@ with hold_file(sys.argv[1], "bertprep vocab"):
 """
 
 
+@contextlib.contextmanager
+def child_running(script, out, ready):
+    """A Python process running `script` on `out`, once it has printed the line `ready`; on leaving the block it is
+    told to finish (a line on its stdin) and must exit 0. It is killed where the block failed first."""
+    child = subprocess.Popen([sys.executable, "-c", script, str(out)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True)
+    try:
+        assert child.stdout.readline() == ready
+        yield child
+        child.stdin.write("done\n")
+        child.stdin.flush()
+        assert child.wait(timeout=30) == 0
+    finally:
+        child.kill()
+        child.wait()
+
+
 def test_a_second_run_into_a_held_out_is_refused_before_reading(tmp_path):
     """vocab held nothing: two runs into one --out both read and trained to the end, the last rename won, and
     the other's summary named a sha256 that was not the file's, exit 0 both. A run holds its --out now; a
     second is refused with hold()'s line before it reads anything, and once the first is done it runs."""
-    import subprocess
-    import sys
-
     corpus = tiny_corpus(tmp_path / "tiny.txt")
     out = tmp_path / "new" / "vocab.txt"
     args = ("vocab", "--input", corpus, "--out", out, "--vocab-size", "200", "--unused", "0")
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(out)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True)
-    try:
-        assert holder.stdout.readline() == "holding\n"
+    with child_running(HOLDER, out, "holding\n") as holder:
         result = run_cli(*args)
         line = one_line_error(result, code=1)
         assert line.startswith(f"bertprep vocab: error: {out}: another run is writing here (bertprep vocab, pid "
                                f"{holder.pid} on ") and line.endswith("); wait for it to finish or stop it")
         assert result.stderr.count("\n") == 1, result.stderr  # before reading: no progress line
-        holder.stdin.write("done\n")
-        holder.stdin.flush()
-        assert holder.wait(timeout=30) == 0
-    finally:
-        holder.kill()
-        holder.wait()
     summary = ok(run_cli(*args, "--json", "--quiet"))
     assert summary["sha256"] == hashlib.sha256(out.read_bytes()).hexdigest()
     assert os.listdir(out.parent) == ["vocab.txt"]  # no .partial left
@@ -380,16 +388,10 @@ def test_another_stages_hold_of_the_folder_leaves_a_running_vocabs_lock_and_temp
     """A folder's `.partial/` is shared: `bertprep create --out D` (its hold clears killed runs' temporaries) removed
     the lock and the temporary of a `vocab --out D/vocab.txt` running then, so a second vocab run was let in and
     the first one's rename failed. What a live process holds stays; what a killed one left still goes."""
-    import subprocess
-    import sys
-
     from bertprep.atomic import hold
 
     out = tmp_path / "records" / "vocab.txt"
-    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(out)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True)
-    try:
-        assert writer.stdout.readline() == "writing\n"
+    with child_running(WRITER, out, "writing\n"):
         held = sorted(os.listdir(out.parent / ".partial"))
         assert len(held) == 2 and "vocab.txt.lock" in held and held[0].endswith(".partial")  # its temporary
         left = out.parent / ".partial" / "part-0.12345-0badc0de.partial"  # a killed run's temporary
@@ -400,12 +402,6 @@ def test_another_stages_hold_of_the_folder_leaves_a_running_vocabs_lock_and_temp
         result = run_cli("vocab", "--input", tiny_corpus(tmp_path / "tiny.txt"), "--out", out, "--vocab-size", "200",
                          "--unused", "0")
         assert one_line_error(result, code=1).startswith(f"bertprep vocab: error: {out}: another run is writing here")
-        writer.stdin.write("done\n")
-        writer.stdin.flush()
-        assert writer.wait(timeout=30) == 0
-    finally:
-        writer.kill()
-        writer.wait()
     assert out.read_text() == "[PAD]\n" and os.listdir(out.parent) == ["vocab.txt"]
 
 
