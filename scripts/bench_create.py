@@ -34,6 +34,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from shared_fixtures import require_fixtures
+
 REFERENCE_SECONDS = 19.4  # measured 2026-11-21, median of 3 on a 2-core machine of this kind (no --reference)
 REFERENCE_RSS_MIB = 676
 REFERENCE_INSTANCES = 25_500
@@ -161,9 +163,7 @@ def main():
                         help="a google-research/bert checkout: run its create_pretraining_data.py in this invocation "
                              "(default $BERTPREP_GOOGLE_BERT)")
     args = parser.parse_args()
-    if not (Path(args.shared) / "fixtures").is_dir():
-        parser.error(f"--shared {args.shared}: no fixtures/ there (the shared fixtures' folder: give --shared DIR "
-                     "or set BERTPREP_SHARED)")
+    require_fixtures(parser, args.shared)
     if args.reference and not (Path(args.reference) / "create_pretraining_data.py").is_file():
         parser.error(f"--reference {args.reference}: no create_pretraining_data.py there (a google-research/bert "
                      "checkout; $BERTPREP_GOOGLE_BERT is the default)")

@@ -36,6 +36,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from shared_fixtures import require_fixtures
+
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE_URL = "https://github.com/google-research/bert"
 REFERENCE_FILES = ("run_squad.py", "tokenization.py", "modeling.py", "optimization.py")
@@ -203,9 +205,7 @@ def main():
     parser.add_argument("--repeat", type=int, default=1, help="runs of each side (median reported)")
     parser.add_argument("--tmp", default=None, help="where inputs and outputs go, e.g. /dev/shm")
     args = parser.parse_args()
-    if not (Path(args.shared) / "fixtures").is_dir():
-        parser.error(f"--shared {args.shared}: no fixtures/ there (the shared fixtures' folder: give --shared DIR "
-                     "or set BERTPREP_SHARED)")
+    require_fixtures(parser, args.shared)
     reference = reference_dir(args)
     fixtures = Path(args.shared) / "fixtures"
     vocab = fixtures / "golden" / "vocab.txt"

@@ -41,6 +41,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from shared_fixtures import require_fixtures
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
@@ -152,9 +154,7 @@ def main():
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
-    if not (Path(args.shared) / "fixtures").is_dir():
-        parser.error(f"--shared {args.shared}: no fixtures/ there (the shared fixtures' folder: give --shared DIR "
-                     "or set BERTPREP_SHARED)")
+    require_fixtures(parser, args.shared)
     fixtures = Path(args.shared) / "fixtures"
     corpus, vocab = fixtures / "bench" / "wt2.txt", fixtures / "golden" / "vocab.txt"
     with tempfile.TemporaryDirectory() as tmp:

@@ -21,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from shared_fixtures import require_fixtures
+
 REPO = Path(__file__).resolve().parents[1]
 MEASURE = r"""
 import json, resource, subprocess, sys, time
@@ -99,9 +101,7 @@ def main():
     parser.add_argument("--size-mb", type=int, default=100)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     args = parser.parse_args()
-    if not (Path(args.shared) / "fixtures").is_dir():
-        parser.error(f"--shared {args.shared}: no fixtures/ there (the shared fixtures' folder: give --shared DIR "
-                     "or set BERTPREP_SHARED)")
+    require_fixtures(parser, args.shared)
     if args.size_mb < 10:  # its tenth is a corpus too, and a 0 MB one has nothing to shard
         parser.error(f"--size-mb must be at least 10 (it also generates a corpus of a tenth of it), not {args.size_mb}")
     wt2 = Path(args.shared) / "fixtures/bench/wt2.txt"

@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from shared_fixtures import require_fixtures
+
 TARGET = 50_000  # records/s per core at 128/20 (issue 4)
 
 
@@ -78,9 +80,7 @@ def main():
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    if not (Path(args.shared) / "fixtures").is_dir():
-        parser.error(f"--shared {args.shared}: no fixtures/ there (the shared fixtures' folder: give --shared DIR "
-                     "or set BERTPREP_SHARED)")
+    require_fixtures(parser, args.shared)
     golden = Path(args.shared) / "fixtures" / "golden"
     import bertprep.stages.validate.decode as decode
 
