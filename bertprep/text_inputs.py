@@ -34,8 +34,9 @@ def discover_inputs(values):
                 globbed = set()
                 for split in split_dirs:
                     files = sorted(place.glob(f"{split}/*.txt"), key=_natural_key)
-                    globbed.update(f"{split}/{os.path.basename(f)}" for f in files)
-                    refuse_unlisted(place, [f"{split}/{os.path.basename(f)}" for f in files], "this stage")
+                    names = [f"{split}/{os.path.basename(f)}" for f in files]
+                    globbed.update(names)
+                    refuse_unlisted(place, names, "this stage")
                     found.extend((f, split, value) for f in files)
                 refuse_missing_listed(place, globbed)
             else:
