@@ -11,9 +11,11 @@ a fresh process, timing the command and taking the process's peak RSS (wait4's r
 Baselines, each in a fresh process in this same invocation:
 - `copy`: np.load of the same weights from an .npz, then np.save of them (one copy of the weights
   in memory, the same bytes read and written): the floor a conversion is compared with;
-- `imports`: the conversion's imports alone (TensorFlow, safetensors, the trainer), no weights.
-Printed per kind: seconds, ratio to copy's seconds, peak RSS, RSS above `imports` in copies of
-the weights.
+- each run's imports: a fresh process importing the modules that run had loaded when it ended, no
+  weights (a conversion from hf or bertprep imports no TensorFlow, one from google does; `copy`
+  imports NumPy alone).
+Printed per run: seconds, ratio to copy's seconds, peak RSS, its imports' peak RSS, RSS above its
+imports in copies of the weights.
 """
 
 import argparse
@@ -45,12 +47,15 @@ def random_checkpoint(model):
 
 
 # Runs a module or a script and writes the process's own peak RSS (VmHWM, reset at exec; wait4's
-# ru_maxrss would include the RSS of this parent, which the child inherits at fork).
+# ru_maxrss would include the RSS of this parent, which the child inherits at fork), then the modules it
+# had loaded, one a line, for its imports-alone baseline.
 _WRAPPER = """import atexit, runpy, sys
 target = sys.argv[1]
 def hwm():
+    modules = [name for name in sys.modules if name.split('.')[-1] not in ('__main__', '__mp_main__')]
     with open('/proc/self/status') as f, open(target, 'w') as out:
-        out.write([l.split()[1] for l in f if l.startswith('VmHWM:')][0])
+        out.write([l.split()[1] for l in f if l.startswith('VmHWM:')][0] + '\\n')
+        out.writelines(name + '\\n' for name in modules)
 atexit.register(hwm)
 what, sys.argv = sys.argv[2], sys.argv[2:]
 if what.endswith('.py'):
@@ -59,9 +64,34 @@ else:
     runpy.run_module(what, run_name='__main__', alter_sys=True)
 """
 
+# Imports the modules named in argv[1] in the order the measured run loaded them. One that cannot be
+# imported on its own (a name a package puts in sys.modules by hand) is passed over: its parent, imported
+# before it, loaded it.
+_IMPORTS = """import importlib, sys
+with open(sys.argv[1]) as f:
+    names = f.read().split()
+for name in names:
+    if name not in sys.modules:
+        try:
+            importlib.import_module(name)
+        except Exception:
+            pass
+"""
+
 
 def measured(argv, env, root):
-    """(seconds, peak RSS bytes) of a fresh process: argv is [module or script.py, args...]."""
+    """(seconds, peak RSS bytes, peak RSS bytes of its imports alone) of a fresh process: argv is [module or
+    script.py, args...]. The imports' figure is that of another fresh process importing what this one had
+    loaded, so that RSS above it is what the run held beyond its libraries, whichever libraries it needed."""
+    seconds, peak, modules = _wrapped(argv, env, root)
+    imports = os.path.join(root, "imports.py")
+    with open(imports, "w") as f:
+        f.write(_IMPORTS)
+    return seconds, peak, _wrapped([imports, modules], env, root)[1]
+
+
+def _wrapped(argv, env, root):
+    """(seconds, peak RSS bytes, the file naming the modules it loaded) of argv run by _WRAPPER."""
     hwm = os.path.join(root, "hwm")
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", _WRAPPER, hwm, *argv], env=env, stdout=subprocess.DEVNULL,
@@ -70,13 +100,14 @@ def measured(argv, env, root):
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} failed:\n{done.stderr[-2000:]}")
     with open(hwm) as f:
-        return seconds, int(f.read()) * 1024
+        peak = int(f.readline()) * 1024
+    modules = os.path.join(root, "modules")
+    os.replace(hwm, modules)
+    return seconds, peak, modules
 
 
 COPY = "import numpy as np, sys\nwith np.load(sys.argv[1]) as z:\n    a = {k: z[k] for k in z.files}\n" \
        "with open(sys.argv[2], 'wb') as f:\n    np.savez(f, **a)\n"
-IMPORTS = "import tensorflow, safetensors.numpy, keras\nimport trainer.checkpoint.cli, trainer.checkpoint.google, " \
-          "trainer.checkpoint.hf, trainer.checkpoint.ours\n"
 
 
 def main():
@@ -107,37 +138,34 @@ def main():
         special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
         with open(vocab, "w", encoding="utf-8") as f:
             f.writelines(f"{token}\n" for token in special + [f"w{i}" for i in range(vocab_size - len(special))])
-        scripts = {}
-        for name, code in (("copy", COPY), ("imports", IMPORTS)):
-            scripts[name] = os.path.join(root, f"{name}.py")
-            with open(scripts[name], "w") as f:
-                f.write(code)
-        runs = {"copy": measured([scripts["copy"], npz, os.path.join(root, "copy.npz")], env, root),
-                "imports": measured([scripts["imports"]], env, root)}
+        copy = os.path.join(root, "copy.py")
+        with open(copy, "w") as f:
+            f.write(COPY)
+        runs = {"copy": measured([copy, npz, os.path.join(root, "copy.npz")], env, root)}
         for kind in KINDS:
             runs[kind] = measured(["trainer", "checkpoint", "convert", source,
                                    os.path.join(root, f"out-{kind}"), "--to", kind, "--vocab", vocab, "--quiet"],
                                   env, root)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    copy_seconds, copy_rss = runs["copy"]
-    import_rss = runs["imports"][1]
+    copy_seconds, copy_rss, _ = runs["copy"]
     result = {"model": args.model, "parameters": parameters, "weight_bytes": weight_bytes, "source": args.source,
               "runs": {name: {"seconds": round(s, 2), "seconds_vs_copy": round(s / copy_seconds, 2),
-                              "peak_rss_mb": round(rss / 2**20),
+                              "peak_rss_mb": round(rss / 2**20), "imports_peak_rss_mb": round(import_rss / 2**20),
                               "rss_above_imports_in_weight_copies": round((rss - import_rss) / weight_bytes, 2),
                               "rss_vs_copy": round(rss / copy_rss, 2)}
-                       for name, (s, rss) in runs.items()}}
+                       for name, (s, rss, import_rss) in runs.items()}}
     if args.json:
         print(json.dumps(result, indent=1))
         return
     print(f"BERT-{args.model}: {parameters / 1e6:.0f}M parameters, {weight_bytes / 2**20:.0f} MiB float32; "
           f"source {args.source}")
     print(f"{'run':<10} {'seconds':>8} {'x copy':>7} {'peak RSS MiB':>13} {'x copy RSS':>10} "
-          f"{'(RSS-imports)/weights':>22}")
+          f"{'its imports MiB':>16} {'(RSS-imports)/weights':>22}")
     for name, r in result["runs"].items():
         print(f"{name:<10} {r['seconds']:>8.2f} {r['seconds_vs_copy']:>7.2f} {r['peak_rss_mb']:>13} "
-              f"{r['rss_vs_copy']:>10.2f} {r['rss_above_imports_in_weight_copies']:>22.2f}")
+              f"{r['rss_vs_copy']:>10.2f} {r['imports_peak_rss_mb']:>16} "
+              f"{r['rss_above_imports_in_weight_copies']:>22.2f}")
 
 
 if __name__ == "__main__":
