@@ -7,7 +7,11 @@ The corpus is the embedded sample corpus's training shards repeated --copies tim
 repeat; speed does not care). In one invocation it creates, with --dupe-factor
 1, static records and dynamic (unmasked) records at 128/20, then times in a
 fresh process pinned to one core, as samples per CPU second of passes run
-for --seconds of CPU time (best of --repeat runs, the three taking turns):
+for --seconds of CPU time (best of --repeat runs, the three taking turns,
+after one untimed pass of each: the process's first pass imports, loads
+the C core and reads the records from disk, up to 25x slower than the
+next on the development machine, and was timed in the first run, the only
+one at --repeat 1):
   - bertprep's static reader: formats.read_batches, batch 256 (the baseline);
   - bertprep.torch.BertRecords over the static records (shuffled, tensors);
   - bertprep.torch.BertRecords over the dynamic records (shuffled, masked per
@@ -137,11 +141,15 @@ def _pin(core):
 
 def best_interleaved(runs, repeat, seconds):
     """{name: best rate of `repeat` runs of fn(directory, seconds)} for runs {name: (fn, directory)}, the
-    names taking turns (A B C A B C ...) so that a busy spell of the machine hits all of them."""
+    names taking turns (A B C A B C ...) so that a busy spell of the machine hits all of them. Each fn first
+    runs one pass untimed (0 seconds: _timed_passes stops after one), so that no timed run pays the pool
+    process's cold start: its imports, the C core's load, the records' first read from disk."""
     context = multiprocessing.get_context("spawn")
     core = sorted(os.sched_getaffinity(0))[0]
     rates = {name: 0.0 for name in runs}
     with context.Pool(1, initializer=_pin, initargs=(core,)) as pool:
+        for fn, directory in runs.values():
+            pool.apply(fn, (directory, 0.0))
         for _ in range(repeat):
             for name, (fn, directory) in runs.items():
                 rates[name] = max(rates[name], pool.apply(fn, (directory, seconds)))
@@ -216,7 +224,7 @@ def main():
         print(json.dumps(figures, indent=1))
         return 0
     print(f"128/20, {records:,} records, batch {BATCH}, one pinned core, samples per CPU second, best of "
-          f"{args.repeat} runs of {args.seconds:g} s:")
+          f"{args.repeat} runs of {args.seconds:g} s after one untimed pass each:")
     print(f"  {'bertprep static reader (read_batches)':<52} {baseline:10,.0f} samples/s  1.00x")
     print(f"  {'bertprep.torch, static records':<52} {torch_static:10,.0f} samples/s  {torch_static / baseline:.2f}x")
     print(f"  {'bertprep.torch, dynamic masking (' + figures['masking'] + ')':<52} {torch_dynamic:10,.0f} samples/s  "
