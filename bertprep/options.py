@@ -133,17 +133,29 @@ def refuse_file_above(label, path, folder=False):
     in is a regular file (a local path; a store's is the store's to refuse): `--out afile/in2` ended every stage
     with the system's "…/afile/in2: Not a directory", exit 1, naming neither the flag nor the file in the way
     (validate's --json only after every check). With `folder`, `path` is a directory to write in: a file there
-    is refused too (`--out afile` was "…/afile: Not a directory", exit 1, create-squad's after every question)."""
+    is refused too (`--out afile` was "…/afile: Not a directory", exit 1, create-squad's after every question).
+    The trainer's check_output_place refuses more (a missing folder, an unwritable place) because its writers
+    make no parents (--log-json's `open`) and write after training; a stage makes every folder above its
+    output, and a store's path is the store's to check. Both find the file in the way by nearest_existing."""
     storage.refuse_read_only(label, path)
     if path is None or not storage.checks_locally(path):
         return
     if folder and os.path.exists(storage.local_path(path)) and not os.path.isdir(storage.local_path(path)):
         raise UsageError(f"{label} {storage.display(path)}: is a file, not a directory")
-    place = os.path.dirname(os.path.normpath(storage.local_path(path)))
-    while place and not os.path.exists(place) and os.path.dirname(place) != place:
-        place = os.path.dirname(place)
-    if place and os.path.exists(place) and not os.path.isdir(place):
+    place = nearest_existing(storage.local_path(path))
+    if place and not os.path.isdir(place):
         raise UsageError(f"{label} {storage.display(path)}: {place} is a file, not a directory")
+
+
+def nearest_existing(path, exists=os.path.exists):
+    """The nearest existing ancestor of the local `path`, where the output would be made: a file there is in
+    the way. "" for a relative `path` none of whose folders exists (the current directory's). The one walk of
+    the stages' checks (refuse_file_above, vocab's) and the trainer's (check_output_place, which passes
+    os.path.lexists: a dangling link stops os.makedirs too, and its check has always refused one)."""
+    place = os.path.dirname(os.path.normpath(path))
+    while place and not exists(place) and os.path.dirname(place) != place:
+        place = os.path.dirname(place)
+    return place
 
 
 def _field_label(options, name, is_flag):

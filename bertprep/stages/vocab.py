@@ -42,7 +42,15 @@ from bertprep.atomic import atomic_open, hold_file, sha256_file
 from bertprep.corpus import refuse_binary
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
-from bertprep.options import build_options, check_types, errors_name_fields, normalise_paths, refuse_overlap, set_field
+from bertprep.options import (
+    build_options,
+    check_types,
+    errors_name_fields,
+    nearest_existing,
+    normalise_paths,
+    refuse_overlap,
+    set_field,
+)
 from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.stages.shard import COMBINED, input_files, iter_input_documents, refuse_manifest_as_input, resolve_inputs
 from bertprep.tokenization import CUT_POINT
@@ -141,15 +149,13 @@ def refuse_file_above(out):
     """A UsageError where a folder `out` would be written in is a file (an object on a store: its DataError):
     vocab writes its one file at the end, so `--out corpus.txt/vocab.txt` failed with "Not a directory" only
     after the whole corpus had been read twice and trained on."""
-    parent = os.path.dirname(out)
     if not storage.reads_in_place(out):
         storage.check_reachable(out)  # a missing bucket, refused credentials: else found at the upload, after training
-        storage.refuse_writing_under_an_object(parent)
+        storage.refuse_writing_under_an_object(os.path.dirname(out))
         return
-    while parent and not os.path.exists(parent) and os.path.dirname(parent) != parent:
-        parent = os.path.dirname(parent)
-    if os.path.exists(parent) and not os.path.isdir(parent):
-        raise UsageError(f"--out {storage.display(out)}: {parent} is a file, not a directory to write the vocab in")
+    place = nearest_existing(out)
+    if not os.path.isdir(place):
+        raise UsageError(f"--out {storage.display(out)}: {place} is a file, not a directory to write the vocab in")
 
 
 def require_manifest(folder):
