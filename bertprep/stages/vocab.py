@@ -154,7 +154,7 @@ def refuse_file_above(out):
         storage.refuse_writing_under_an_object(os.path.dirname(out))
         return
     place = nearest_existing(out)
-    if not os.path.isdir(place):
+    if place and not os.path.isdir(place):  # "": a relative path under the current directory
         raise UsageError(f"--out {storage.display(out)}: {place} is a file, not a directory to write the vocab in")
 
 
