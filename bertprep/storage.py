@@ -421,14 +421,14 @@ def errors_named(url):
     except OSError as exc:
         if isinstance(exc.filename, str) and exc.filename == display(url):
             raise
-        raise OSError(exc.errno or _ERRNO_OF.get(type(exc), errno.EIO), _reason(exc), display(url)) from None
+        raise OSError(exc.errno or _ERRNO_OF.get(type(exc), errno.EIO), _reason(exc, url), display(url)) from None
     except Exception as exc:  # botocore/aiohttp/google-auth errors that the filesystems let through
         # huggingface_hub's HTTP client is httpx (httpx2/httpcore2 in its newer releases): an hf:// URL with no
         # hub reachable (offline, a closed HF_ENDPOINT) was a 100-line ConnectError traceback
         if type(exc).__module__.split(".")[0] in ("botocore", "aiobotocore", "aiohttp", "google", "requests",
                                                   "huggingface_hub", "gcsfs", "s3fs", "fsspec", "httpx", "httpx2",
                                                   "httpcore", "httpcore2"):
-            raise OSError(errno.EIO, _reason(exc), display(url)) from None
+            raise OSError(errno.EIO, _reason(exc, url), display(url)) from None
         raise
 
 
@@ -440,18 +440,32 @@ _ERRNO_OF = {FileNotFoundError: errno.ENOENT, PermissionError: errno.EACCES, Fil
 # The request gcsfs names in a FileNotFoundError when it lists or uploads into a bucket that is not there:
 # `b/NAME/o` (a listing), `http://HOST/upload/storage/v1/b/NAME/o` (an upload); a missing object's ends `/o/KEY`.
 _GCS_BUCKET_REQUEST = re.compile(r"(^|/)b/[^/?]+/o$")
+# The request gcsfs names a missing object by: `b/BUCKET/o/KEY` (the key %-quoted, `dir%2Fx`), the host and
+# `/storage/v1/` before it and a query after it where the whole URL is given.
+_GCS_OBJECT_REQUEST = re.compile(r"(?:\S*/)?b/([^/?\s]+)/o/([^?\s]+)(?:\?\S*)?")
 
 
-def _reason(exc):
-    """A store error's message on one line; a refused credential says so in the words users search for."""
+def _reason(exc, url):
+    """A store error's message on one line (the message names `url` before it); a refused credential says so in
+    the words users search for."""
     text = redact(" ".join(str(exc.strerror if isinstance(exc, OSError) and exc.strerror else exc).split()))
     if isinstance(exc, PermissionError):
         return f"access denied (check the store's credentials): {text}" if text else "access denied"
     if isinstance(exc, FileNotFoundError):
         if _GCS_BUCKET_REQUEST.search(text):  # gcsfs names a missing bucket by its request: "not found: b/NAME/o"
             return "The specified bucket does not exist"  # S3's words
+        text = _object_named_as_given(text, url)
         return f"not found: {text}" if text and "not" not in text.lower() else (text or "not found")
     return text or type(exc).__name__
+
+
+def _object_named_as_given(text, url):
+    """`text` with each object gcsfs names by its JSON API request (`b/B/o/dir%2Fx`) named by its gs:// URL; ""
+    where it only names `url`'s own object (S3's `bucket/key`, GCS's request for it): the message names `url`
+    before it, as the user gave it."""
+    text = _GCS_OBJECT_REQUEST.sub(lambda match: f"gs://{match[1]}/{urllib.parse.unquote(match[2])}", text)
+    shown = display(url)
+    return "" if text in (shown, shown.split("://", 1)[-1]) else text
 
 
 # -- the os functions, for paths and URLs ---------------------------------------------

@@ -219,3 +219,12 @@ def test_a_refused_background_upload_ends_create_in_one_line_listing_only_whole_
             assert long_stem not in relative
             assert storage.sha256(f"s3://{records}/{relative}") == entry["sha256"], relative
     assert os.listdir(spool) == []
+
+
+def test_a_missing_object_is_named_by_its_url_on_every_store(bucket):
+    """gcsfs names a missing object by its request: reading `gs://B/dir/x.tfrecord` said `gs://B/dir/x.tfrecord:
+    not found: b/B/o/dir%2Fx.tfrecord`, the JSON API's path (and S3 `s3://B/dir/x.tfrecord: not found:
+    B/dir/x.tfrecord`, the key again): now the URL as given, once, on both stores."""
+    url = f"{bucket}/no-such-dir/x.tfrecord"
+    for read in (lambda: storage.read_bytes(url), lambda: storage.open(url, "rb").read(4)):
+        assert _one_line(read) == (1, f"bertprep: error: {url}: not found\n")  # noqa: B023 (called at once)
