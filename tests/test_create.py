@@ -567,6 +567,20 @@ def test_convert_of_a_create_records_tree_gives_a_records_tree_of_the_new_format
         f"({out}/ofrecord); nothing to convert (copy the tree, or convert another format)")
 
 
+def test_convert_of_a_records_tree_names_its_output_without_a_doubled_slash(golden_dir, tmp_path, capsys):
+    """`convert R out/ --to ofrecord` printed `a records tree: its tfrecord files converted into out//ofrecord/,
+    out//manifest.json lists them`: the output pasted before a `/`."""
+    assert main(["create", "--input", str(golden_dir / "corpus.txt"), "--vocab", str(golden_dir / "vocab.txt"),
+                 "--out", str(tmp_path / "created"), "--seq", "128", "--pred", "20", "--dupe-factor", "1",
+                 "--format", "tfrecord", "--quiet"]) == 0
+    records = next((tmp_path / "created").rglob("manifest.json")).parent
+    capsys.readouterr()
+    assert main(["convert", str(records), f"{tmp_path / 'out'}/", "--to", "ofrecord"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"a records tree: its tfrecord files converted into {tmp_path / 'out' / 'ofrecord'}/, "
+        f"{tmp_path / 'out' / 'manifest.json'} lists them")
+
+
 def test_vocab_given_as_a_hub_model_id_is_fetched_then_served_from_cache(golden_dir, tmp_path):
     from stand_in_servers import StandInServer, run_cli
 

@@ -2,8 +2,9 @@
 line per file and one for the whole printed unless --quiet (and one more for a records tree: which of its
 formats was read, and the manifest written); --json prints the summary the function returns as JSON."""
 
-from bertprep import formats
+from bertprep import formats, storage
 from bertprep.stages.convert import ConvertOptions, convert
+from bertprep.workdir import MANIFEST
 
 
 def add_arguments(parser):
@@ -29,8 +30,10 @@ def run(args) -> int:
             print(f"{file['src']} -> {file['dst']}: {file['records']} records")
         print(f"converted {summary['records']} records in {len(summary['files'])} file(s) to {summary['to']}")
         if summary["records_tree_from"]:
-            print(f"a records tree: its {summary['records_tree_from']} files converted into {args.dst}/"
-                  f"{summary['to']}/, {args.dst}/manifest.json lists them")
+            # joined, not pasted after a `/`: `DST/` printed `DST//ofrecord/`; shown without a URL's credentials
+            tree, manifest = (storage.display(storage.join(args.dst, name)) for name in (summary["to"], MANIFEST))
+            print(f"a records tree: its {summary['records_tree_from']} files converted into {tree}/, {manifest} "
+                  "lists them")
         if summary["not_converted"]:
             print(f"not converted ({summary['not_converted_why']}): {', '.join(summary['not_converted'])}")
     return 0
