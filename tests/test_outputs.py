@@ -335,6 +335,23 @@ def test_convert_refuses_an_output_named_for_another_format(golden_dir, tmp_path
         assert (tmp_path / f"{name}.back.tfrecord").read_bytes() == src.read_bytes()
 
 
+def test_convert_refuses_an_ofrecord_name_no_directory_reader_lists(golden_dir, tmp_path):
+    """`convert a.tfrecord out/q.ofrecord --to ofrecord` wrote the file, exit 0, and `validate out` then said
+    `out: nothing to validate (no record files, …)`: the readers of a folder list OFRecord files as part-<i>."""
+    src = golden_dir / "G2.tfrecord"
+    for name in ("q.ofrecord", "Q.OFRecord", "train.of_record"):
+        line = error_line(bertprep("convert", src, tmp_path / name, "--to", "ofrecord", "--quiet"), 2)
+        assert line == (f"bertprep convert: error: {tmp_path / name}: an OFRecord name that no reader of a directory "
+                        "lists (they list part-<i>, and fine-tuning's <role>.of_record-<i>): validate, the loaders "
+                        "and the trainer given its folder would not see it; name it part-<i>")
+    assert os.listdir(tmp_path) == []
+    # to another format the name is no claim (its bytes say TFRecord), and part-<i> is what the folder lists
+    assert bertprep("convert", src, tmp_path / "q.ofrecord", "--to", "tfrecord", "--quiet").returncode == 0
+    assert bertprep("convert", src, tmp_path / "part-0", "--to", "ofrecord", "--quiet").returncode == 0
+    os.unlink(tmp_path / "q.ofrecord")
+    assert bertprep("validate", tmp_path, "--quiet").returncode == 0  # the part is read from the folder
+
+
 def title_of(fmt):
     return {"tfrecord": "TFRecord", "ofrecord": "OFRecord", "hdf5": "HDF5", "parquet": "Parquet"}[fmt]
 

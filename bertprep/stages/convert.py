@@ -182,6 +182,20 @@ def _refuse_misnamed_output(dst, to):
                      f"file's format from its name and would read it as {named.shown}; name it {wanted.name_shown}")
 
 
+UNLISTED_OFRECORD_SUFFIXES = (".ofrecord", ".of_record")  # OneFlow's files by names no directory reader lists
+
+
+def _refuse_unlisted_ofrecord_name(dst, to):
+    """A UsageError for a lone OFRecord output named `*.ofrecord` (or `*.of_record`): the readers of a directory
+    list OFRecord files as part-<i> (codecs.OFRECORD; fine-tuning's <role>.of_record-<i>), so `convert x.tfrecord
+    out/q.ofrecord` wrote a file that `validate out` and the loaders then said held no records."""
+    if to != codecs.OFRECORD.name or not os.path.basename(dst).lower().endswith(UNLISTED_OFRECORD_SUFFIXES):
+        return
+    raise UsageError(f"{dst}: an OFRecord name that no reader of a directory lists (they list "
+                     f"{codecs.OFRECORD.name_shown}, and fine-tuning's <role>.of_record-<i>): validate, the loaders "
+                     f"and the trainer given its folder would not see it; name it {codecs.OFRECORD.name_shown}")
+
+
 STAGE_OUTPUT_DEPTH = 3  # a records tree's files lie in <root>/<format>/<split>/: its manifest 2 folders up
 
 
@@ -394,6 +408,7 @@ def convert(options: ConvertOptions | None = None, /, **fields: Any) -> Summary:
                              "name")
         _refuse_sequence_file(src)
         _refuse_misnamed_output(dst, to)
+        _refuse_unlisted_ofrecord_name(dst, to)
         _refuse_inside_a_stage_output(dst)
         pairs = [(src, dst)]
         tree = contextlib.nullcontext(None)  # a lone file stages beside itself
