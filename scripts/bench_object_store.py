@@ -57,11 +57,9 @@ class BenchSeaweedFS(object_store.SeaweedFS):
     writing hundreds of MiB into 64 MiB volumes measures the server growing volumes, not bertprep."""
 
     def command(self):
-        executable, *rest = super().command()
-        # weed's own log files in the server's folder, removed with it: by default they went to the temporary
-        # directory, two more files (and weed.INFO, weed.WARNING links) on every run
-        return [executable, f"-logdir={self.root}", *(
-            str(a).replace("-master.volumeSizeLimitMB=64", "-master.volumeSizeLimitMB=1024") for a in rest)]
+        # weed's own log files go to the server's folder (object_store.SeaweedFS passes -logdir), removed with it
+        return [str(a).replace("-master.volumeSizeLimitMB=64", "-master.volumeSizeLimitMB=1024")
+                for a in super().command()]
 
 
 def write_shards(corpus, directory, copies):

@@ -41,7 +41,8 @@ binds every one to -ip.bind, so all are passed explicitly (free ports chosen onc
 listens. Buckets can be made as soon as S3 answers (~0.7 s after start; a bucket ~0.1-0.4 s, its first
 write grows its volume). It also listens on unix sockets /tmp/seaweedfs-{master,volume,filer,s3,admin}-grpc-
 <port>.sock (the path is fixed in weed), which a SIGKILL leaves behind (a restart on the same ports replaces
-them; stop() removes them). A bucket is a SeaweedFS collection with its own volume file, hence
+them; stop() removes them). Its glog files go to -logdir in its own folder (glog's default is the temporary
+directory), removed by stop(). A bucket is a SeaweedFS collection with its own volume file, hence
 -master.volumeSizeLimitMB: by default volumes are sized from the free disk, which may allow only a few buckets.
 """
 
@@ -50,6 +51,7 @@ import ctypes
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -58,7 +60,6 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from shutil import which
 
 import pytest
 
@@ -77,7 +78,7 @@ def free_ports(count):
 def program(name):
     """The console script `name` beside this interpreter (a venv that is not activated), else on PATH."""
     beside = Path(sys.executable).parent / name
-    return str(beside) if beside.exists() else which(name)
+    return str(beside) if beside.exists() else shutil.which(name)
 
 
 def _die_with_parent():
@@ -173,6 +174,9 @@ class SeaweedFS(LocalServer):
     def __init__(self, root):
         super().__init__(root)
         self.ports = dict(zip(self.PORT_OPTIONS, free_ports(len(self.PORT_OPTIONS))))
+        # weed's glog files (weed.<host>.<user>.log.<LEVEL>.<time>.<pid>, and weed.INFO/WARNING/ERROR links):
+        # where glog defaults, the temporary directory, they piled up there, more on every session
+        self.glog_dir = self.root / "glog"
 
     @property
     def endpoint(self):
@@ -215,10 +219,13 @@ class SeaweedFS(LocalServer):
                    "master.resumeState": "false", "volume.preStopSeconds": 0,
                    # its own unix sockets in our directory (the gRPC ones stay in /tmp, named by port)
                    "filer.localSocket": self.root / "filer.sock", "s3.localSocket": self.root / "s3.sock"}
-        return [self.executable, "mini", *(f"-{name}={value}" for name, value in options.items())]
+        self.glog_dir.mkdir(exist_ok=True)
+        return [self.executable, f"-logdir={self.glog_dir}", "mini",
+                *(f"-{name}={value}" for name, value in options.items())]
 
     def stop(self):
         super().stop()
+        shutil.rmtree(self.glog_dir, ignore_errors=True)
         for service in ("master", "volume", "filer", "s3", "admin"):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(f"/tmp/seaweedfs-{service}-grpc-{self.ports[f'{service}.port.grpc']}.sock")

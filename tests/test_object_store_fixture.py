@@ -7,6 +7,7 @@ import errno
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 import fsspec
@@ -50,6 +51,14 @@ def test_every_seaweedfs_port_is_on_loopback_and_one_of_the_chosen(seaweedfs):
         time.sleep(0.1)
     assert sorted(port for _, port in listeners) == sorted(seaweedfs.ports.values())
     assert {address for address, _ in listeners} == {"0100007F"}  # 127.0.0.1, little-endian hex
+
+
+def test_seaweedfs_logs_into_its_own_folder_not_the_temporary_directory(seaweedfs):
+    """weed's glog files (weed.<host>.<user>.log.<LEVEL>.<time>.<pid>) went to the temporary directory, glog's
+    default: more of them, and the weed.INFO link moved, on every session."""
+    own = f".{seaweedfs.process.pid}"
+    assert not [name for name in os.listdir(tempfile.gettempdir()) if name.startswith("weed.") and name.endswith(own)]
+    assert [path.name for path in seaweedfs.root.rglob(f"weed.*{own}")]  # they are written, in its folder
 
 
 def test_the_gcs_emulator_listens_on_loopback_only(gcs_emulator):
