@@ -85,12 +85,21 @@ def _python_facing(stage, options_name):
             if not ON_COMMAND_LINE.get() and exc.args and isinstance(exc.args[0], str):
                 exc.args = (python_field_names(exc.args[0], options_class), *exc.args[1:])
             raise
-        listed = summary.get("warnings") if hasattr(summary, "get") else None
-        for message in listed or ():
+        for message in _listed_warnings(stage, summary):
             warnings.warn(f"bertprep.{stage.__name__}: {message}", BertprepWarning, stacklevel=2)
         return summary
 
     return call
+
+
+def _listed_warnings(stage, summary):
+    """The warnings `stage`'s summary lists; prepare's, those of each stage it ran, after its label ("create
+    128/20: ..."): its stages print them only on the command line (Progress.warn)."""
+    if not hasattr(summary, "get"):
+        return []
+    if stage.__name__ == "prepare":
+        return [f"{label}: {message}" for label, fields in summary.items() for message in fields.get("warnings", ())]
+    return list(summary.get("warnings") or ())
 
 
 def __dir__():

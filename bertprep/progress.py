@@ -20,7 +20,7 @@ from typing import Any, TextIO
 
 from tqdm import tqdm
 
-from bertprep.errors import redact
+from bertprep.errors import ON_COMMAND_LINE, redact
 
 # What --quiet means, for every command alike (their summary is what they did; validate's report and
 # inspect's listing are what was asked for, and print even then).
@@ -143,6 +143,13 @@ class Progress:
 
     def note(self, message):
         self.write(f"{self.label}: {message}")
+
+    def warn(self, message):
+        """A note of a warning the stage's summary lists: shown on the command line only. A Python caller hears
+        of it once, as the BertprepWarning the `bertprep` stage function raises from the summary; with
+        `quiet=False` it was printed twice, this note and that warning."""
+        if ON_COMMAND_LINE.get():
+            self.note(message)
 
     def write(self, line):
         """A line of its own on the stream, above the bar on a terminal; never a credential (errors.redact: a note

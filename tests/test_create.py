@@ -830,3 +830,30 @@ def test_a_rerun_with_other_settings_the_directory_name_omits_says_it_replaces_t
         "replacing the records an earlier run wrote here with other settings (seed_per_shard was False, now True; "
         "short_seq_prob was 0.1, now 0.5): a records directory holds one setting; give another --out to keep both"]
     assert replacing("--short-seq-prob", "0.5", "--seed-per-shard") == []  # the same settings: complete, kept
+
+
+def test_a_python_caller_not_quiet_hears_each_warning_once(golden_dir, tmp_path, capsys):
+    """bertprep.create(quiet=False) printed each warning twice on stderr: the stage's "create: warning: ..." note
+    and the BertprepWarning raised from its summary. A Python caller now gets the BertprepWarning alone; the
+    command line's lines are as they were."""
+    text = tmp_path / "short.txt"
+    text.write_text("the cat sat on the mat.\nit was warm there.\n\na dog ran in the park.\nthen it slept.\n")
+    fields = {"input": (str(text),), "vocab": str(golden_dir / "vocab.txt"), "out": str(tmp_path / "out"),
+              "dupe_factor": 1, "format": "tfrecord"}
+    with pytest.warns(bertprep.BertprepWarning):
+        bertprep.create(**fields)
+    with pytest.warns(bertprep.BertprepWarning) as caught:
+        summary = bertprep.create(**fields, short_seq_prob=0.5, quiet=False)
+    assert [str(w.message) for w in caught] == [f"bertprep.create: {w}" for w in summary["warnings"]]
+    assert any(w.startswith("replacing the records") for w in summary["warnings"])
+    stderr = capsys.readouterr().err
+    assert "warning" not in stderr and stderr.startswith("create: 1/1 shards")
+    argv = ["create", "--input", str(text), "--vocab", fields["vocab"], "--out", fields["out"], "--dupe-factor", "1",
+            "--format", "tfrecord", "--short-seq-prob", "0.7"]
+    assert main(argv) == 0
+    said = capsys.readouterr()
+    assert [line for line in said.err.splitlines() if "warning" in line] == [
+        f"create: warning: {w}" for w in summary["warnings"][:2]] + [
+        "create: warning: replacing the records an earlier run wrote here with other settings (short_seq_prob was "
+        "0.5, now 0.7): a records directory holds one setting; give another --out to keep both"]
+    assert said.out.count("  warning  ") == 3

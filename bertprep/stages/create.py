@@ -278,7 +278,7 @@ def remove_stale_outputs(records, previous_files, wanted, progress):
     for relative in stale:
         records.remove(relative)
     if stale:
-        progress.note(f"removed {len(stale)} file(s) of an earlier run that this run does not write")
+        progress.warn(f"removed {len(stale)} file(s) of an earlier run that this run does not write")
         return removed_warning(stale)
     return None
 
@@ -545,8 +545,8 @@ def is_complete(task, manifest_files):
 
 def create(options: CreateOptions | None = None, /, *, quiet: bool = True, **fields: Any) -> Summary:
     """Create masked-LM records (`CreateOptions`, or its fields as keywords); the summary `--json` prints.
-    `quiet=False` shows progress, notes and warnings on stderr. Shards already complete are kept
-    (`complete_before` when all were)."""
+    `quiet=False` shows progress and notes on stderr (warnings are BertprepWarnings, quiet or not). Shards
+    already complete are kept (`complete_before` when all were)."""
     options = build_options(CreateOptions, options, fields)
     started = time.monotonic()
     records, settings, fmts, tasks, notes, warnings = plan(options)
@@ -560,7 +560,7 @@ def create(options: CreateOptions | None = None, /, *, quiet: bool = True, **fie
     for note in notes:
         progress.note(note)
     for warning in warnings:
-        progress.note(f"warning: {warning}")
+        progress.warn(f"warning: {warning}")
     with hold(records.root, "bertprep create"):  # clears what killed runs left in .partial/
         previous = load_manifest(records) or {}
         wanted = {relative for task in tasks for relative in task.output_paths().values()}
@@ -569,7 +569,7 @@ def create(options: CreateOptions | None = None, /, *, quiet: bool = True, **fie
         warnings += [removed] if removed else []
         pending = [t for t in tasks if not is_complete(t, files)]
         if replaced := replaced_settings_warning(previous, settings, pending):
-            progress.note(f"warning: {replaced}")
+            progress.warn(f"warning: {replaced}")
             warnings.append(replaced)
         skipped = len(tasks) - len(pending)
         if skipped:

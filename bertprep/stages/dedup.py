@@ -75,7 +75,7 @@ import numpy as np
 from bertprep import __version__, storage
 from bertprep.atomic import STEPS, atomic_open, hold, refuse_if_held, sha256_file, walk
 from bertprep.engines import EngineOptions, machine_memory, open_engine
-from bertprep.errors import DataError, UsageError
+from bertprep.errors import ON_COMMAND_LINE, DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.options import (
     build_options,
@@ -1260,7 +1260,8 @@ def dedup(options: DedupOptions | None = None, /, *, quiet: bool = True, **field
     unread = unread_files_warning(input_paths, [(part, None) for _name, parts in corpora for part in parts],
                                   rule="a corpus directory's documents are the *.jsonl parts under it")
     warnings += [unread] if unread else []
-    for warning in [] if quiet else warnings:
+    # a Python caller hears of them once, as the BertprepWarning bertprep.dedup raises (Progress.warn)
+    for warning in warnings if ON_COMMAND_LINE.get() and not quiet else []:
         print(f"dedup: warning: {warning}", file=sys.stderr)
     if options.dry_run:
         with _dry_run_steps(out, options.engine) as (steps, staging), open_engine(options.engine) as engine:

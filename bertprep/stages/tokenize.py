@@ -265,8 +265,10 @@ def tokenize(options: TokenizeOptions | None = None, /, *, quiet: bool = True, *
     refuse_overlap(out_dir, [*(options.input or ()), *(task.source for task in tasks)])
     refuse_another_stages(out_dir, "tokenize", "--out or --corpus")
     progress = Progress("tokenize", total=len(tasks), unit="shards", quiet=quiet)
-    for line in [*notes, *(f"warning: {w}" for w in warnings)]:
-        progress.note(line)
+    for note in notes:
+        progress.note(note)
+    for warning in warnings:
+        progress.warn(f"warning: {warning}")
     with hold(out_dir, "bertprep tokenize"):  # clears what killed runs left in .partial/
         for name in (DATA_PATH, TEST_DATA_PATH):  # written last: an earlier run's would name what this run changes
             storage.remove(storage.join(out_dir, name))
