@@ -388,7 +388,7 @@ def test_a_corpus_directorys_files_that_are_no_part_are_said(tmp_path, capsys):
         summary = bertprep.dedup(input=corpus, out=tmp_path / "out", engine=ONE_WORKER, quiet=False)
     warning = f"not read: {corpus / 'more.txt'} (a corpus directory's documents are the *.jsonl parts under it)"
     assert summary["warnings"] == [warning]
-    assert f"dedup: warning: {warning}" in capsys.readouterr().err
+    assert "warning" not in capsys.readouterr().err  # once, as the BertprepWarning (the command prints the line)
     clean = bertprep.dedup(input=tiny_corpus(tmp_path / "c2", ["one text here"]), out=tmp_path / "out2",
                            engine=ONE_WORKER)
     assert "warnings" not in clean
