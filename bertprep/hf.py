@@ -21,6 +21,9 @@ the kind and the manifest's parameters. Where a directory holds several
 formats, one is read: the one in the most splits (a `convert`ed copy of one
 split beside the whole set is not the set), then Parquet, else HDF5,
 TFRecord, OFRecord.
+
+Given a directory with no manifest of its own (`bertprep create`'s --out), each file is checked against the
+manifest of the records directory it lies in, as when that directory is loaded.
 """
 
 import json
@@ -33,7 +36,7 @@ from bertprep.formats import codecs, columnar, megatron
 from bertprep.formats.schemas import FLOAT, check_int_values
 from bertprep.options import refuse_empty_path
 from bertprep.records_manifest import file_digests, given_as_text, load_records_manifest
-from bertprep.workdir import SPLITS, load_manifest
+from bertprep.workdir import MANIFEST, SPLITS, load_manifest
 
 # The format read when a directory holds several: one `datasets` reads itself, then columns, then frames.
 PREFERENCE = tuple(sorted(codecs.record_names(), key=lambda name: (codecs.get(name).datasets_builder is None,
@@ -56,15 +59,17 @@ def features_of(kind, dims):
     return datasets.Features(features)
 
 
-def _rows(files, kind, vocab_size=None, digests=None, dims=None):
-    """Each record of `files` as a row; `dims` ({"dims": the split's dimensions, "of": the file they are of}, not
-    a list, which `datasets` would shard as it shards `files`): a file of others is a DataError."""
+def _rows(files, kind, vocab_sizes=None, digests=None, dims=None):
+    """Each record of `files` as a row, its ids below its file's `vocab_sizes` ({normalised path: size}); `dims`
+    ({"dims": the split's dimensions, "of": the file they are of}, not a list, which `datasets` would shard as it
+    shards `files`): a file of others is a DataError."""
     for path, _size, _mtime in files:
         first_row = 0
         for batch in formats.read_batches([path], BATCH, kind=kind, digests=digests):
             if not first_row and dims is not None:
                 _check_dims(path, kind, batch, dims)
-            check_int_values(kind, batch, path, first_row, vocab_size)  # `datasets` would cast them to int32
+            # `datasets` would cast them to int32
+            check_int_values(kind, batch, path, first_row, (vocab_sizes or {}).get(storage.normpath(path)))
             count = len(next(iter(batch.values())))
             first_row += count
             for i in range(count):
@@ -161,7 +166,7 @@ def _apart(stray, by_split):
     return f"load {parent} on its own"
 
 
-def _parquet_files_with_rows(paths, kind, dims, vocab_size, digests):
+def _parquet_files_with_rows(paths, kind, dims, vocab_sizes, digests):
     """Those of `paths` with rows (a file of zero rows is valid and adds none; `datasets` fails on it), each
     read through bertprep's reader before `datasets` reads it: a file of another kind or shape, a null, a
     missing column or a bad value is an error naming the file (`datasets` would give `None`s, cast the values
@@ -173,7 +178,7 @@ def _parquet_files_with_rows(paths, kind, dims, vocab_size, digests):
         if (file_kind, file_dims) != (kind, dims):
             raise DataError(f"{path}: {file_kind.name} records of {file_dims}, expected {kind.name} of {dims} "
                             f"as in {paths[0]}")
-        check_int_values(kind, columns, path, vocab_size=vocab_size)
+        check_int_values(kind, columns, path, vocab_size=vocab_sizes.get(storage.normpath(path)))
         if len(columns[kind.names[0]]):
             with_rows.append(path)
     return with_rows
@@ -206,26 +211,58 @@ def load(directory, cache_dir=None):
                or DataError(f"{directory}: no record files (TFRecord, OFRecord, HDF5 or Parquet)"))
     fmt, by_split = _format_and_splits(found)
     manifest = load_records_manifest(records, (fmt,)) or {}  # its files there, its fields sound
-    vocab_size = (manifest.get("vocab") or {}).get("size")
-    digests = file_digests(manifest, records)
+    manifests = {records.root: manifest} if manifest else \
+        _manifests_below(records, [path for paths in by_split.values() for path in paths], fmt)
+    digests = {path: sha256 for place, its_manifest in manifests.items()
+               for path, sha256 in file_digests(its_manifest, place).items()}
     splits = {}
     for split, (kind, dims, source) in _kinds_and_dims(by_split, fmt, digests).items():
         features = features_of(kind, dims)
         paths = by_split[split]
+        vocab_sizes = _vocab_sizes(paths, manifests)
         builder = codecs.get(fmt).datasets_builder
         if builder and records.reads_in_place:  # a URL's Parquet through _rows, as the others
-            paths = _parquet_files_with_rows(paths, kind, dims, vocab_size, digests)
+            paths = _parquet_files_with_rows(paths, kind, dims, vocab_sizes, digests)
             dataset = datasets.load_dataset(builder, data_files={split: paths}, split=split, features=features,
                                             cache_dir=cache_dir) if paths else \
                 datasets.Dataset.from_dict({name: [] for name in features}, features=features, split=split)
         else:  # the files' sizes and times are in the cache's fingerprint: a changed file is read again
             files = [(path, *_version_of(path)) for path in paths]
             dataset = _generated(datasets, features, cache_dir, split,
-                                 {"files": files, "kind": kind, "vocab_size": vocab_size,
+                                 {"files": files, "kind": kind, "vocab_sizes": vocab_sizes,
                                   "digests": digests, "dims": {"dims": dims, "of": source}})
         dataset.info.description = _description(kind, dims, fmt, manifest)
         splits[split] = dataset
     return datasets.DatasetDict(splits)
+
+
+def _manifests_below(records, paths, fmt):
+    """{records directory: its manifest, checked} for the record files `paths` under the Folder `records`, which
+    has no manifest of its own (create's --out, the records one or more levels down): each file's is the nearest
+    manifest at or above its directory, up to the root. Only the records directory's own manifest was read, so
+    loading the --out above it checked no sha256, vocab, size or unfinished run."""
+    root = storage.normpath(records.root).rstrip("/")
+    manifests = {}
+    for path in paths:
+        place = os.path.dirname(storage.normpath(path))
+        while place.startswith(root + "/") and place not in manifests:
+            if storage.isfile(storage.join(place, MANIFEST)):
+                manifests[place] = load_records_manifest(place, (fmt,))
+                break
+            place = os.path.dirname(place)
+    return manifests
+
+
+def _vocab_sizes(paths, manifests):
+    """{normalised path: the vocab size its ids are checked against (None: int32 only)} of the record files
+    `paths`, each by the manifest ({records directory: manifest}) of the directory it lies in."""
+    sizes = {}
+    for path in paths:
+        path = storage.normpath(path)
+        place = max((place for place in manifests if path.startswith(storage.normpath(place).rstrip("/") + "/")),
+                    key=len, default=None)  # the nearest
+        sizes[path] = ((manifests[place].get("vocab") or {}).get("size")) if place is not None else None
+    return sizes
 
 
 def _description(kind, dims, fmt, manifest):

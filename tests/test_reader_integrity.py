@@ -240,3 +240,30 @@ def test_shard_of_one_huge_line_stays_within_its_bound(tmp_path):
     assert peak < 300, peak
     sentences = (tmp_path / "out").rglob("*.txt")
     assert sum(path.stat().st_size for path in sentences) >= len(text)
+
+
+def test_hf_load_of_the_out_above_the_records_checks_them_as_the_records_directory(records, tmp_path):
+    """`bertprep.hf.load` of create's --out (the records directory one level further down, <params>/<corpus>)
+    read no manifest: a file whose bytes changed and ids beyond the manifest's vocab were loaded without a word,
+    which loading the records directory itself refused."""
+    from bertprep import hf
+
+    out = tmp_path / "out"
+    subprocess.run(["cp", "-r", str(records.parent.parent), str(out)], check=True)
+    copy = out / records.relative_to(records.parent.parent)
+    tfrecord = next(p for p in (copy / "tfrecord" / "training").iterdir() if p.is_file())
+    data = bytearray(tfrecord.read_bytes())
+    data[-1] ^= 0x01  # a CRC byte, which nothing but the digest checks
+    tfrecord.write_bytes(bytes(data))
+    for place in (copy, out, copy.parent):
+        with pytest.raises(DataError, match=f"^{tfrecord}: sha256 [0-9a-f]{{64}} is not the manifest's "):
+            hf.load(str(place), cache_dir=str(tmp_path / "cache"))
+    data[-1] ^= 0x01
+    tfrecord.write_bytes(bytes(data))
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["vocab"]["size"] = 10  # ids of the golden vocab's 30522 are beyond it
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    for place in (copy, out):
+        with pytest.raises(DataError, match=f"^{tfrecord}: row 0: input_ids\\[0\\]: 101 is not a token id of the "
+                                            "vocab of 10 "):
+            hf.load(str(place), cache_dir=str(tmp_path / "cache"))
