@@ -384,7 +384,9 @@ class BertLoader:
     """A DataLoader over BertRecords that counts what it handed out: its state_dict resumes mid-epoch.
 
     Each `iter()` is one epoch (the rest of one, after load_state_dict); the
-    next begins at epoch + 1.
+    next begins at epoch + 1. One iterator at a time: a second one's first
+    batch, while another is unfinished (neither run out nor closed), is a
+    UsageError, as both would count into one state_dict and each end the epoch.
     """
 
     def __init__(self, data_dir, batch_size, num_workers=0, **dataset_args):
@@ -394,8 +396,25 @@ class BertLoader:
             raise TypeError(f"BertLoader() got an unexpected keyword argument {unknown[0]!r}")
         self.num_workers = _check_whole("num_workers", num_workers, 0)
         self.dataset = BertRecords(data_dir, batch_size, **dataset_args)
+        self._iterating = False  # an iterator of this loader has started and neither run out nor been closed
 
     def __iter__(self):
+        if self._iterating:
+            # Two at once handed out the same batches and counted both in one state_dict (batch 0 twice: "2
+            # batches" of epoch 0), and each one's end started another epoch.
+            dataset = self.dataset
+            raise UsageError(f"bertprep.torch.BertLoader: another iterator of this loader is unfinished (epoch "
+                             f"{dataset.epoch}, {dataset.start} batch(es) handed out): one loader counts one "
+                             "iterator's batches (its state_dict) and each iterator ends the epoch; run that one out "
+                             "or close it (its .close(), or del) first, or make a BertLoader for each")
+        self._iterating = True
+        try:
+            yield from self._epoch()
+        finally:
+            self._iterating = False
+
+    def _epoch(self):
+        """The rest of the current epoch's batches, counted as the caller takes them; then the next epoch."""
         dataset = self.dataset
         loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=self.num_workers,
                                              persistent_workers=False)

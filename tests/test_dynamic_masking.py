@@ -289,6 +289,34 @@ def test_torch_loader_resumes_mid_epoch_with_the_rest_of_the_epoch(dynamic_dir):
     assert_same([{k: v.numpy() for k, v in b.items()} for b in resumed], whole[5:])
 
 
+def test_torch_loader_refuses_a_second_iterator_while_one_is_unfinished(dynamic_dir):
+    """Two iterators of one BertLoader at once shared its count: a batch from each handed out batch 0 twice and
+    state_dict said 2 batches of epoch 0, and each iterator's end started another epoch (2 after one). A second
+    one is now refused until the first has run out or is closed; a loop left by `break` is closed with it."""
+    from bertprep.errors import UsageError
+    from bertprep.torch import BertLoader
+
+    whole, _ = epoch_of(dynamic_dir)
+    loader = BertLoader(dynamic_dir, 8, seed=3)
+    first, second = iter(loader), iter(loader)
+    next(first)
+    with pytest.raises(UsageError, match=re.escape(
+            "bertprep.torch.BertLoader: another iterator of this loader is unfinished (epoch 0, 1 batch(es) handed "
+            "out): one loader counts one iterator's batches (its state_dict) and each iterator ends the epoch; run "
+            "that one out or close it (its .close(), or del) first, or make a BertLoader for each")):
+        next(second)
+    assert loader.state_dict()["epoch"] == 0 and loader.state_dict()["batches"] == 1
+    assert_same([{k: v.numpy() for k, v in b.items()} for b in first], whole[1:])
+    assert loader.state_dict()["epoch"] == 1 and loader.state_dict()["batches"] == 0
+    for _batch in loader:
+        break
+    third = iter(loader)
+    next(third)  # the loop's iterator was closed as the loop ended
+    third.close()
+    assert loader.state_dict()["epoch"] == 1 and loader.state_dict()["batches"] == 2
+    assert len(list(loader)) == len(whole) - 2
+
+
 def test_torch_loader_refuses_a_saved_state_its_epoch_cannot_resume(dynamic_dir):
     """A negative count of batches made len() count batches never handed out; a count past the epoch's end (a state
     of another batch_size) skipped the whole epoch without a word; `int()` took an epoch of 2.7 as 2 and "x" was
