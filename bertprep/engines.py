@@ -20,6 +20,7 @@ import math
 import os
 import signal
 import time
+from typing import ClassVar
 
 from bertprep import storage
 from bertprep.atomic import BackgroundUploads, call_spooled, remove_stale_temps
@@ -76,6 +77,7 @@ class EngineOptions:
     workers: int | None = None
     scheduler: str | None = None
     worker_wait: float | None = None
+    choices: ClassVar[dict[str, tuple[str, ...]]] = {"engine": ENGINES}  # check_types
 
     def __post_init__(self):
         check_types(self)

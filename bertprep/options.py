@@ -229,25 +229,37 @@ def check_types(options):
     between 'str' and 'int'", `seq=128.5` inside the process pool, `seed="12345"` gave other records. Driven by
     the dataclass's own annotations: an int is an int (not a bool, not 128.0), a float takes ints, a bool is
     True or False, a path (str) takes os.PathLike, a tuple takes a list, and a single str or path given for a
-    tuple of them is taken as one item (`input="ref/sh1"` is `("ref/sh1",)`, not its characters). The CLI
-    builds these objects from values argparse has already typed, so its flags never meet this check."""
+    tuple of them is taken as one item (`input="ref/sh1"` is `("ref/sh1",)`, not its characters). A str field
+    that takes one of some names (the class's `choices`: {field: its names}) is said to take them, not "a str
+    (or a path)". The CLI builds these objects from values argparse has already typed, so its flags never meet
+    this check."""
     cls = type(options)
     hints = typing.get_type_hints(cls)
+    choices = getattr(cls, "choices", {})
     for field in dataclasses.fields(options):
         value = getattr(options, field.name)
-        conformed = check_argument(f"{cls.__name__}.{field.name}", value, hints[field.name])
+        conformed = check_argument(f"{cls.__name__}.{field.name}", value, hints[field.name], choices.get(field.name))
         if conformed is not value:
             object.__setattr__(options, field.name, conformed)
 
 
-def check_argument(label, value, annotation):
+def check_argument(label, value, annotation, choices=None):
     """`value` as a field of type `annotation` keeps it (check_types' rules), or one UsageError line: `label must be
-    <the type, described>, got <its type> <its repr>`. For the public functions' arguments that are no options
-    field (bertprep.torch.BertLoader's)."""
+    <the type, described>, got <its type> <its repr>`, or `label must be one of <choices>, got ...` for a name
+    among `choices`. For the public functions' arguments that are no options field (bertprep.torch.BertLoader's)."""
     ok, conformed = _conform(value, annotation)
     if not ok:
-        raise UsageError(f"{label} must be {_describe(annotation)}, got {type(value).__name__} {short_repr(value)}")
+        raise UsageError(f"{label} must be {_described_choices(choices, annotation) or _describe(annotation)}, got "
+                         f"{type(value).__name__} {short_repr(value)}")
     return conformed
+
+
+def _described_choices(choices, annotation):
+    """"one of a, b" (", or None" where `annotation` takes None), or None without `choices`: `ConvertOptions(to=
+    ["parquet"])` said "must be a str (or a path)", where `to` takes a format's name."""
+    if not choices:
+        return None
+    return f"one of {', '.join(choices)}" + (", or None" if type(None) in typing.get_args(annotation) else "")
 
 
 def short_repr(value):

@@ -75,6 +75,14 @@ def test_a_wrong_type_in_any_field_is_one_line_naming_it(cls, name):
     (bertprep.DedupOptions, {"corpus": 5},
      "DedupOptions.corpus must be a tuple of str (or a path) or None, got int 5"),
     (bertprep.EngineOptions, {"workers": True}, "EngineOptions.workers must be an int or None, got bool True"),
+    # a field of one of some names says which (it said "must be a str (or a path)", as of a file)
+    (bertprep.ConvertOptions, {"src": "a", "dst": "b", "to": ["parquet"]},
+     "ConvertOptions.to must be one of tfrecord, ofrecord, hdf5, parquet, got list ['parquet']"),
+    (bertprep.CreateOptions, {"masking": True}, "CreateOptions.masking must be one of static, dynamic, got bool True"),
+    (bertprep.EngineOptions, {"engine": ("dask",)}, "EngineOptions.engine must be one of local, dask, got tuple "
+                                                    "('dask',)"),
+    (bertprep.CreateSquadOptions, {"vocab": "v.txt", "out": "squad", "input": "dev-v1.1.json", "split": 1},
+     "CreateSquadOptions.split must be one of train, eval, or None, got int 1"),
     (trainer.TrainConfig, {"format": "tfrecord", "steps": "5"}, "TrainConfig.steps must be an int, got str '5'"),
     (trainer.TrainConfig, {"format": "tfrecord", "lr": "1e-4"},
      "TrainConfig.lr must be a float, got str '1e-4'"),

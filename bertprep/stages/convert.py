@@ -37,7 +37,7 @@ import contextlib
 import dataclasses
 import os
 import tempfile
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -76,6 +76,8 @@ class ConvertOptions:
     src: str
     dst: str
     to: str
+    # what a field of one of some names takes (options.check_types names them for a value of another type)
+    choices: ClassVar[dict[str, tuple[str, ...]]] = {"to": formats.ALL_FORMATS}
 
     def __post_init__(self):
         check_types(self)

@@ -30,7 +30,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, replace
 from importlib import resources
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -81,7 +81,7 @@ from bertprep.workdir import (
 )
 
 ENCODE_CHUNK = 1024  # records encoded per call when writing
-LAYOUTS = ("bertprep", "nvidia")
+LAYOUTS: tuple[str, ...] = ("bertprep", "nvidia")  # typed: PrepareOptions.choices, in an import cycle, uses it
 MASKINGS = ("static", "dynamic")
 # NVIDIA's TF2 input pipeline interleaves this many files: with fewer, a file's records arrive in a row.
 NVIDIA_CYCLE_LENGTH = 8
@@ -118,6 +118,7 @@ class CreateOptions:
     eval_samples: int | None = None
     engine: EngineOptions = EngineOptions()
     workdir: str | None = None
+    choices: ClassVar[dict[str, tuple[str, ...]]] = {"layout": LAYOUTS, "masking": MASKINGS}  # check_types
 
     def __post_init__(self):
         check_shard_stage_fields(self)

@@ -19,7 +19,7 @@ import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from bertprep.engines import EngineOptions
 from bertprep.errors import ON_COMMAND_LINE, UsageError
@@ -52,6 +52,7 @@ class PrepareOptions:
     layout: str = "bertprep"
     engine: EngineOptions = EngineOptions()
     workdir: str | None = None
+    choices: ClassVar[dict[str, tuple[str, ...]]] = {"layout": LAYOUTS}  # check_types
 
     def __post_init__(self):
         check_types(self)

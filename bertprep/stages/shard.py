@@ -50,7 +50,7 @@ import json
 import os
 import tempfile
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -136,6 +136,7 @@ class ShardOptions:
     eval_seed: int | None = None
     engine: EngineOptions = EngineOptions()
     workdir: str | None = None
+    choices: ClassVar[dict[str, tuple[str, ...]]] = {}  # check_types; set below BALANCES, which is below the class
 
     def __post_init__(self):
         check_types(self)
@@ -436,6 +437,7 @@ def balance_count(sizes, shards):
 # --balance: how documents are spread over a split's shards, and what the manifest calls it
 BALANCES = {"size": (balance, "largest-first into lightest shard"),
             "count": (balance_count, "equal document counts (±1), largest-first into lightest shard with room")}
+ShardOptions.choices = {"balance": tuple(BALANCES)}
 
 
 def shard_name(corpus, split, index):

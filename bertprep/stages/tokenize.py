@@ -34,7 +34,7 @@ import hashlib
 import json
 import os
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -94,6 +94,7 @@ class TokenizeOptions:
     lower_case: bool = True
     engine: EngineOptions = EngineOptions()
     workdir: str | None = None
+    choices: ClassVar[dict[str, tuple[str, ...]]] = {"format": tuple(codecs.sequence_names())}  # check_types
 
     def __post_init__(self):
         check_shard_stage_fields(self)

@@ -62,6 +62,7 @@ class SquadOptions(DownloadOptions):
     from_hub: bool = False
     eval_base_url: str | None = None
     checksums: str | None = None
+    choices: ClassVar[dict[str, tuple[str, ...]]] = {"squad_version": VERSIONS}  # check_types
 
     def __post_init__(self):
         super().__post_init__()

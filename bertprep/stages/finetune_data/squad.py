@@ -41,7 +41,7 @@ import random
 import re
 import sys
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -473,6 +473,7 @@ class CreateSquadOptions(RecordsOptions):
     doc_stride: int = 128
     max_query: int = 64
     seq: int = 384
+    choices: ClassVar[dict[str, tuple[str, ...]]] = {"split": SPLITS}  # check_types
 
     def __post_init__(self):
         check_types(self)
