@@ -114,12 +114,21 @@ def resume_argv(ckpt, optimizer="adam"):
             "--checkpoint-dir", str(ckpt), "--checkpoint-every", "2", "--keep-checkpoints", "5"]
 
 
+def assert_timed_steps_alike(events, spread=25):
+    """Each timed step's logged sequences/s within `spread`x of the others' (resume_argv's run: steps 4-6,
+    checkpoints after 4 and 6). A checkpoint step's line read hundreds of times its neighbours', the step after
+    it about half: on a CPU a step's time was counted one step late (trainer/loop.py)."""
+    rates = [e["sequences_per_second"] for e in events if e["event"] == "train" and e["sequences_per_second"]]
+    assert len(rates) >= 3 and max(rates) < spread * min(rates), rates
+
+
 def assert_resume_is_exact(run, ckpt, optimizer="adam"):
     """Stop after the checkpoint at step 2 (later checkpoints removed), resume: the weights,
     optimizer and loss-scale state at step 6 equal the uninterrupted run's (dropout on).
     `run(name, *argv)` trains with dropout 0.1 and returns the JSON log events."""
     common = resume_argv(ckpt, optimizer)
     events = run("whole", *common)
+    assert_timed_steps_alike(events)
     name, uninterrupted = latest_state(ckpt)
     assert name == "ckpt-00000006"
     for later in ("ckpt-00000004", "ckpt-00000006"):

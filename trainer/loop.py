@@ -8,11 +8,14 @@ evaluate, checkpoint.
             log / evaluate / checkpoint   # when the step is due for them
 
 The Dispatcher owns the asynchronous step results: it keeps a step (or --steps-per-call steps)
-running on the devices while the host fetches the older ones' results, one transfer for all of
-them, and only when the loop needs them (a log line, an evaluation, a checkpoint, the timing
-warmup). Every step is still applied in order: when results are fetched changes no loss.
+running on the devices while the host fetches the older ones' results, and only when the loop
+needs them (a log line, an evaluation, a checkpoint, the timing warmup). Each step's results start
+for the host as it is dispatched (Steps.send_to_host): a device runs its work in order, so a copy
+asked for at the fetch would also wait for the step dispatched after them, and the time would be
+counted one step late. Every step is still applied in order: when results are fetched changes no loss.
 """
 
+import contextlib
 import dataclasses
 import time
 from typing import Callable
@@ -57,7 +60,7 @@ class Dispatcher:
     def __init__(self, steps, batches, schedule, step, accumulation, draws=0):
         self.steps, self.batches, self.schedule, self.accumulation = steps, batches, schedule, accumulation
         self.started = step
-        self.pending = []  # (handle, optimizer steps in it)
+        self.pending = []  # (handle, optimizer steps in it, when it was done or None: not known before its fetch)
         self.draws = draws  # a resumed run's earlier ones included
 
     def fetch_point(self, n):
@@ -67,21 +70,22 @@ class Dispatcher:
         return schedule.boundary(n) or n % schedule.log_every == 0 or n - self.started <= TIMING_WARMUP_STEPS + 1
 
     def next_results(self, step):
-        """The results of the oldest pending steps, once due (a list of dicts of host floats); None when
-        the run is done. `step`: the optimizer steps applied so far."""
+        """(results, done_at) of the oldest pending steps, once due: a list of dicts of host floats and
+        the clock when the last of them was done, None where only their fetch tells; None when the run
+        is done. `step`: the optimizer steps applied so far."""
         total = self.schedule.total
         while self.pending or step < total:
-            projected = step + sum(n for _, n in self.pending)  # once every pending step is applied
+            projected = step + sum(n for _, n, _ in self.pending)  # once every pending step is applied
             dispatch = projected < total and not (self.pending and self.schedule.boundary(projected))
             if dispatch:
                 self._dispatch(projected)
             # The newest call keeps the devices busy while the older ones' results come back.
             ready = self.pending[:-1] if dispatch else self.pending
-            if not ready or (dispatch and not self.fetch_point(step + sum(n for _, n in ready))):
+            if not ready or (dispatch and not self.fetch_point(step + sum(n for _, n, _ in ready))):
                 continue
-            results = self.steps.fetch_all([handle for handle, _ in ready])
-            del self.pending[:len(ready)]
-            return results
+            results, done_at = self.steps.fetch_all([handle for handle, _, _ in ready]), ready[-1][2]
+            del self.pending[:len(ready)]  # `ready` may be the list itself
+            return results, done_at
         return None
 
     def _dispatch(self, projected):
@@ -92,7 +96,8 @@ class Dispatcher:
             calls += 1
         device_batches = [self.steps.put(element(next(self.batches), self.accumulation)) for _ in range(calls)]
         handle = self.steps.train(device_batches[0]) if calls == 1 else self.steps.train_many(device_batches)
-        self.pending.append((handle, calls))
+        self.steps.send_to_host(handle)
+        self.pending.append((handle, calls, time.perf_counter() if self.steps.runs_when_dispatched else None))
         self.draws += calls
 
 
@@ -104,7 +109,8 @@ def element(batch, accumulation):
 class Meter:
     """Throughput, one way everywhere: the real sequences and tokens (a packed row holds several)
     trained on, over the time of the steps after the first TIMING_WARMUP_STEPS; for the run and
-    for the window since the last log line. Time between two fetches is shared by their steps."""
+    for the window since the last log line. A lap is the time from when the steps before were done
+    to when the fetched ones were, less evaluations and checkpoints; its steps share it."""
 
     def __init__(self, started_step, counts_tokens):
         self.started = started_step
@@ -112,16 +118,24 @@ class Meter:
         self.trained = {"sequences": 0.0, "tokens": 0.0}
         self.timed = _empty_totals()
         self.window = _empty_totals()
-        self.clock = time.perf_counter()
+        self.clock = time.perf_counter()  # when the steps of the last lap were done
+        self.excluded = []  # (start, end) of the evaluations and checkpoints the laps have not passed yet
 
-    def lap(self):
-        """(now, seconds since the last restart): the time the fetched steps took."""
-        now = time.perf_counter()
-        return now, now - self.clock
+    def lap(self, done_at=None):
+        """(when the fetched steps were done, the seconds they took); `done_at` None: now, as they
+        have just reached the host."""
+        end = max(self.clock, time.perf_counter() if done_at is None else done_at)
+        excluded = sum(max(0.0, min(stop, end) - max(start, self.clock)) for start, stop in self.excluded)
+        self.excluded = [(start, stop) for start, stop in self.excluded if stop > end]
+        seconds, self.clock = end - self.clock - excluded, end
+        return end, seconds
 
-    def restart(self):
+    @contextlib.contextmanager
+    def not_training(self):
         """Evaluation and checkpoints are not training time."""
-        self.clock = time.perf_counter()
+        start = time.perf_counter()
+        yield
+        self.excluded.append((start, time.perf_counter()))
 
     def take(self, step, result, seconds):
         """An applied step's work (after it, `step` steps are applied) and its share of the time."""
@@ -202,7 +216,7 @@ def stop_if_stuck(nonfinite_run, step, result):
 class Hooks:
     """What the loop calls besides the steps: `evaluate(step)` -> values to log, `checkpoint(step,
     draws)` (both when the Schedule says), `step_times` / `step_sequences` (lists, trainer.benchmark's:
-    the clock when each step's results reached the host, and its real sequences)."""
+    the clock when each step was done (Meter.lap), and its real sequences)."""
 
     evaluate: Callable | None = None
     checkpoint: Callable | None = None
@@ -220,8 +234,9 @@ def train_loop(steps, batches, schedule, log, accumulation=1, hooks=None, draws=
     dispatcher = Dispatcher(steps, batches, schedule, counts.step, accumulation, draws)
     meter = Meter(counts.step, counts_tokens="tokens" in objective.sum_keys)
     first_results = hooks.first_results
-    while (results := dispatcher.next_results(counts.step)) is not None:
-        now, seconds = meter.lap()
+    while (fetched := dispatcher.next_results(counts.step)) is not None:
+        results, done_at = fetched
+        now, seconds = meter.lap(done_at)
         if first_results:
             first_results()
             first_results = None
@@ -238,11 +253,11 @@ def train_loop(steps, batches, schedule, log, accumulation=1, hooks=None, draws=
             meter.take(step, result, seconds / len(results))
             if schedule.logs(step):
                 log_train(log, counts, meter, objective, result)
-            if hooks.evaluate and schedule.evaluates(step):
-                log.record("eval", hooks.evaluate(step), step)
-            if hooks.checkpoint and schedule.checkpoints(step):
-                hooks.checkpoint(step, dispatcher.draws)
-        meter.restart()  # evaluation and checkpoints are not training time
+            with meter.not_training():
+                if hooks.evaluate and schedule.evaluates(step):
+                    log.record("eval", hooks.evaluate(step), step)
+                if hooks.checkpoint and schedule.checkpoints(step):
+                    hooks.checkpoint(step, dispatcher.draws)
     return counts, meter
 
 

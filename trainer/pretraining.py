@@ -381,7 +381,7 @@ def refuse_an_earlier_runs_checkpoints(config):
 def train(config: TrainConfig, step_times: list[float] | None = None,
           step_sequences: list[int] | None = None) -> TrainSummary:
     """Pretrain as `config` (a trainer.TrainConfig) says; return the trainer.TrainSummary. `step_times`, a
-    list, receives the clock (time.perf_counter, monotonic) when each step's results reached the host:
+    list, receives the clock (time.perf_counter, monotonic) when each step was done (loop.Meter.lap):
     trainer.benchmark's timing; `step_sequences`, a list, the real sequences of each of those steps (a
     packed row holds several)."""
     clock = StartupClock()

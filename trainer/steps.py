@@ -80,7 +80,7 @@ def _results_vector(sums, sum_keys, applied, learning_rate, scale):
 class Steps(abc.ABC):
     """What the training loop, evaluation and checkpoints use of a backend's steps: TensorFlowSteps,
     JaxSteps and pipeline.PipelineSteps, made by `pretraining.make_steps`. A device batch is what `put` returns;
-    a handle is a step's results still on the device, fetched (several in one transfer) by `fetch_all`."""
+    a handle is a step's results still on the device, fetched (several at once) by `fetch_all`."""
 
     model: object  # the Keras model the steps train
     optimizer: object
@@ -129,8 +129,16 @@ class Steps(abc.ABC):
         """Bytes of state on the fullest device."""
 
     @abc.abstractmethod
-    def _to_host(self, blocks):
-        """Device arrays, concatenated on the first axis, as one NumPy array (one transfer)."""
+    def _to_host(self, handles, width):
+        """Steps' results, each reshaped to rows of `width` and concatenated, as one NumPy array."""
+
+    # A backend that runs a step as it is dispatched (TensorFlow on CPUs: the call returns once the step is
+    # done) says so: the loop then times the step to its dispatch's return, not to its results' fetch.
+    runs_when_dispatched = False
+
+    def send_to_host(self, handle):
+        """Start a dispatched step's results on their way to the host now: a device runs its work in
+        order, so a copy asked for only at the fetch would wait for the steps dispatched since as well."""
 
     def summary(self):
         """Figures of the run's summary particular to these steps (the pipeline's), or None."""
@@ -145,11 +153,11 @@ class Steps(abc.ABC):
         return self.fetch_all([handle])[0]
 
     def fetch_all(self, handles):
-        """Several steps' results with one device-to-host transfer: a list of dicts of host floats;
+        """Several steps' results, fetched at once: a list of dicts of host floats;
         `applied`: the step changed the weights; `finite`: applied and its loss finite."""
         keys = self.objective.sum_keys
         width = len(keys) + 3
-        rows = self._to_host([ops.reshape(h, (-1, width)) for h in handles])
+        rows = self._to_host(handles, width)
         results = []
         for row in rows:
             result = {k: float(v) for k, v in zip(keys, row)}
@@ -169,6 +177,7 @@ class TensorFlowSteps(Steps):
         self.tf = tf
         self.strategy = strategy
         self.local_replicas = len(strategy.extended.worker_devices)
+        self.runs_when_dispatched = all(":CPU:" in device.upper() for device in strategy.extended.worker_devices)
         self.allreduce_dtype = ALLREDUCE_DTYPES[allreduce_dtype]
         with strategy.scope():
             self.scale = tf.Variable(INITIAL_SCALE if dynamic_scale else 1.0, trainable=False, name="loss_scale",
@@ -289,8 +298,9 @@ class TensorFlowSteps(Steps):
     def _train_many_steps(self, device_batches):
         return self.tf.stack([self._train_step(b) for b in device_batches])
 
-    def _to_host(self, blocks):
-        return self.tf.concat(blocks, axis=0).numpy()
+    def _to_host(self, handles, width):
+        tf = self.tf
+        return tf.concat([tf.reshape(h, (-1, width)) for h in handles], axis=0).numpy()  # one transfer
 
     def _eval_step(self, batch):
         sum_op = self.tf.distribute.ReduceOp.SUM
@@ -470,8 +480,13 @@ class JaxSteps(Steps):
         self.state, outputs = self._train(self.state, device_batch)
         return outputs
 
-    def _to_host(self, blocks):
-        return np.asarray(self.jax.numpy.concatenate(blocks))
+    def send_to_host(self, handle):
+        handle.copy_to_host_async()
+
+    def _to_host(self, handles, width):
+        # Each handle's copy began when it was dispatched (send_to_host): joined on the host, not by a
+        # device operation that would queue behind the steps dispatched since.
+        return np.concatenate([np.asarray(h).reshape(-1, width) for h in handles])
 
     def _eval_step(self, trainable, non_trainable, batch):
         micro = {k: v[0] for k, v in batch.items()}

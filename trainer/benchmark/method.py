@@ -1,7 +1,7 @@
 """DLPerf's method as pure functions: throughput of a run, medians, speed-up, FLOPs, MFU, the `max` search.
 
-A run of `iterations` steps records the clock when each step's results reach
-the host: `step_times[i]` is the end of iteration i + 1. Throughput drops the
+A run of `iterations` steps records the clock when each step was done (its
+results on the host, trainer/loop.py): `step_times[i]` is the end of iteration i + 1. Throughput drops the
 first `skip` iterations (compilation, autotuning, warm caches):
 
     throughput = global batch x (iterations - skip) / (t[iterations] - t[skip])
