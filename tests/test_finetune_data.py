@@ -915,3 +915,33 @@ def test_glue_rerun_skips_finished_splits_and_adds_the_rest(finetune_dir, vocab_
             == (finetune_dir / "glue/CoLA_test_seq128.tfrecord").read_bytes())
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert sorted(manifest["source"]) == ["dev", "test", "train"] and len(manifest["files"]) == 6
+
+
+def test_a_file_named_as_a_fine_tuning_output_that_no_manifest_lists_is_refused(finetune_dir, vocab_path, tmp_path,
+                                                                                capsys):
+    """create-glue (and create-squad, with the same directory) overwrote a user's `train.tf_record` in --out
+    without a word, and left a stray `train.of_record-1` beside its part 0 for `train.of_record-*` to read."""
+    glue = ["create-glue", "--task", "MRPC", "--data-dir", str(finetune_dir / "glue/MRPC"), "--vocab", str(vocab_path),
+            "--quiet", "--out"]
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "train.tf_record").write_bytes(b"mine")
+    (mine / "notes.txt").write_text("nothing writes or reads it")
+    assert main([*glue, str(mine)]) == 1
+    assert capsys.readouterr().err.strip() == (
+        f"bertprep create-glue: error: {mine}/train.tf_record: no manifest of bertprep lists it (a file of yours or "
+        "of another tool?): create-glue would overwrite it, or its readers take it for one of its files; remove it, "
+        "or choose another --out")
+    assert sorted(os.listdir(mine)) == ["notes.txt", "train.tf_record"]
+    assert (mine / "train.tf_record").read_bytes() == b"mine"
+    (mine / "train.tf_record").unlink()
+    assert main([*glue, str(mine), "--split", "dev"]) == 0  # notes.txt is let be
+    assert main([*glue, str(mine)]) == 0  # a second run adds the other splits
+    (mine / "train.of_record-1").write_bytes(b"stray")
+    assert main([*glue, str(mine)]) == 1
+    assert f"{mine}/train.of_record-1: no manifest of bertprep lists it" in capsys.readouterr().err
+    squad_out = tmp_path / "squad"
+    squad_out.mkdir()
+    (squad_out / "eval.features.jsonl").write_text("{}\n")
+    assert squad(finetune_dir, vocab_path, squad_out, "1.1", "dev", 128, 32, 24) == 1
+    assert f"{squad_out}/eval.features.jsonl: no manifest of bertprep lists it" in capsys.readouterr().err

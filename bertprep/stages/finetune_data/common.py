@@ -14,6 +14,7 @@ split is already listed with the same input and settings is skipped.
 
 import contextlib
 import dataclasses
+import fnmatch
 import hashlib
 
 import numpy as np
@@ -25,7 +26,12 @@ from bertprep.formats import codecs
 from bertprep.formats.schemas import MAX_SEQ
 from bertprep.options import check_types, errors_name_fields, normalise_paths, refuse_overlap
 from bertprep.tokenization import LineTokenizer, load_vocab, resolve_vocab_path
-from bertprep.workdir import file_matches, load_manifest, save_manifest
+from bertprep.workdir import file_matches, load_manifest, refuse_unlisted, save_manifest
+
+# The names of the files the two stages write in their --out (any task, split and format): a record file's of
+# every role (OneFlow's parts as their glob, as the readers take them) and create-squad's eval metadata.
+OUTPUT_PATTERNS = (*(codecs.get(fmt).task_glob(role) for fmt in codecs.finetuning_names()
+                     for role in ("train", "eval", "test")), "eval.features.jsonl", "eval.examples.jsonl")
 
 # The settings two runs into one directory must share (their files are read together).
 SHARED_SETTINGS = ("task", "dims", "labels", "version_2_with_negative", "lower_case", "params")
@@ -181,6 +187,7 @@ def open_manifest(out, stage, settings):
     """
     manifest = load_manifest(out)
     if manifest is None:
+        refuse_unlisted_outputs(out, {}, stage)
         return {"tool": "bertprep", "stage": stage, "version": __version__, **settings, "source": {}, "files": {},
                 "metadata": {}}
     where = storage.join(out, "manifest.json")
@@ -193,7 +200,22 @@ def open_manifest(out, stage, settings):
         if ours != theirs:
             raise UsageError(f"{where}: its files were made with {key} {theirs!r}, this run has {ours!r}; "
                              "use another --out (or remove the directory)")
+    refuse_unlisted_outputs(out, manifest, stage)
     return {**manifest, **settings, "version": __version__}
+
+
+def refuse_unlisted_outputs(out, manifest, stage):
+    """A DataError naming the first file in `out` named as a fine-tuning output (OUTPUT_PATTERNS) that its manifest
+    ({} when there is none yet) does not list: the run overwrote a user's `train.tf_record` without a word, and a stray
+    `train.of_record-1` beside the run's part 0 is read with it by OneFlow's and the trainer's `train.of_record-*`.
+    Other files (notes, a README) are left alone: nothing writes or reads them."""
+    folder = Folder(out)
+    if not folder.isdir():
+        return
+    listed = {**manifest.get("files", {}), **manifest.get("metadata", {})}
+    named = [name for name in folder.listdir() if any(fnmatch.fnmatchcase(name, p) for p in OUTPUT_PATTERNS)]
+    refuse_unlisted(folder, named, f"{stage} would overwrite it, or its readers take it for one of its files",
+                    ours=set(listed))
 
 
 def split_is_complete(out, manifest, split, names, source_sha256):
