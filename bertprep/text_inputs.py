@@ -75,11 +75,23 @@ def refuse_missing_listed(place, globbed):
 SHARDS_RULE = "an input directory's shards are the *.txt files of its training/ and test/, else its own *.txt"
 
 
+# A hidden file named so (`.draft.txt`) is never read from a directory, as shard and dedup leave out an editor's
+# or a copy's dot-file (macOS's `._wiki_training_0.txt`); it is named where a stage's inputs are, not skipped mute.
+INPUT_SUFFIXES = (".txt", ".jsonl")
+HIDDEN_RULE = "a hidden file (.name) never"
+
+
+def is_hidden_input(name):
+    """Whether `name` is a dot-file named as a text shard or a JSON-lines part: never read from a directory."""
+    return name.startswith(".") and name.endswith(INPUT_SUFFIXES)
+
+
 def unread_files_warning(values, inputs, shown=3, rule=SHARDS_RULE):
     """A warning naming the files under the input directories among `values` that no input of `inputs` (what
     discover_inputs found: [(path, split)]) is: a .md beside the shards, a subdirectory's files, a .txt beside
     training/ were left out without a word (convert names what it leaves); None where there are none. Manifests
-    are no input. `rule` says which files a directory's inputs are."""
+    are no input, nor other dot-files (`.DS_Store`); a hidden .txt or .jsonl is named. `rule` says which files a
+    directory's inputs are."""
     read = {storage.normpath(storage.absolute(path)) for path, _split in inputs}
     unread = []
     for value in values:
@@ -87,11 +99,13 @@ def unread_files_warning(values, inputs, shown=3, rule=SHARDS_RULE):
             continue
         for directory, _dirs, names in storage.walk(value):
             unread += [storage.join(directory, name) for name in names
-                       if name != MANIFEST and not name.startswith(".")
+                       if name != MANIFEST and (not name.startswith(".") or is_hidden_input(name))
                        and storage.normpath(storage.absolute(storage.join(directory, name))) not in read]
     if not unread:
         return None
     more = f" and {len(unread) - shown} more" if len(unread) > shown else ""
+    if any(is_hidden_input(os.path.basename(path)) for path in unread):
+        rule = f"{rule}; {HIDDEN_RULE}"
     return f"not read: {', '.join(storage.display(path) for path in unread[:shown])}{more} ({rule})"
 
 

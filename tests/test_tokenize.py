@@ -550,6 +550,23 @@ def test_files_of_an_input_directory_that_are_no_shards_are_named(tmp_path, stag
     assert expected in summary["warnings"] and any(expected in str(w.message) for w in said)
 
 
+@pytest.mark.parametrize("stage", ["tokenize", "create"])
+def test_a_hidden_shard_of_an_input_directory_is_named_not_read(tmp_path, stage):
+    """`training/.draft.txt` was neither read nor named (the warning left every dot-file out); other dot-files
+    (`.DS_Store`) are still no input to name."""
+    training = tmp_path / "mix" / "training"
+    training.mkdir(parents=True)
+    text = open(os.path.join(CORPUS, "training", sorted(os.listdir(os.path.join(CORPUS, "training")))[0])).read()
+    for name in ("a.txt", ".draft.txt"):
+        (training / name).write_text(text)
+    (training / ".DS_Store").write_bytes(b"\0")
+    with pytest.warns(bertprep.BertprepWarning):
+        summary = getattr(bertprep, stage)(input=(str(tmp_path / "mix"),), vocab=VOCAB, out=str(tmp_path / "out"))
+    expected = (f"not read: {training / '.draft.txt'} (an input directory's shards are the *.txt files of its "
+                "training/ and test/, else its own *.txt; a hidden file (.name) never)")
+    assert [w for w in summary["warnings"] if w.startswith("not read")] == [expected]
+
+
 def test_inspect_refuses_an_epoch_for_token_sequences(tokenized, capsys):
     """--epoch on a .bin/.idx was ignored: the plain sequences shown as if masked in that epoch."""
     from bertprep.cli import main

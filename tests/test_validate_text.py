@@ -94,6 +94,16 @@ def test_one_shard_file_is_validated_as_a_shard_only(capsys, tmp_path):
     assert report["text_shards"][0]["figures"]["training"]["documents"] == 2
 
 
+def test_a_hidden_shard_is_named_not_validated(capsys, tmp_path):
+    """`training/.draft.txt` was validated and counted as a shard, which create and tokenize never read."""
+    root = shard_dir(tmp_path / "sharded", [DOC_A], [DOC_C])
+    (root / "training" / ".draft.txt").write_text(DOC_B)
+    code, report = validate(capsys, root)
+    assert code == 0 and report["text_shards"][0]["figures"]["training"]["shards"] == 1
+    assert (f"not read: {root / 'training' / '.draft.txt'} (hidden files: create and tokenize do not read them "
+            "either)") in report["warnings"]
+
+
 def test_shard_the_manifest_does_not_list_fails(capsys, tmp_path):
     """A shard beside those the manifest lists (another run's, another corpus's) is refused by tokenize and
     create: the directory is not sound (it was SOUND, shard_manifest ok)."""

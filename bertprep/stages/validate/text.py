@@ -47,16 +47,18 @@ GLUE_EXAMPLES = {
 }
 
 
-def find_text_shards(path):
-    """[(path, split)] of the text shards under `path` in natural order."""
+def find_text_shards(path, hidden=False):
+    """[(path, split)] of the text shards under `path` in natural order; with `hidden`, the dot-files named as
+    shards there instead (`.draft.txt`), which create and tokenize never read from a directory (a file given
+    itself is read)."""
     tree = Folder(path)
     if tree.isfile():
-        return [(path, _split_of(path) or "all")] if path.endswith(".txt") else []
+        return [(path, _split_of(path) or "all")] if path.endswith(".txt") and not hidden else []
     found = []
     for root, dirs, files in tree.walk():  # sorted, without .partial/ and other hidden directories
         for name in files:
             split = _split_of(storage.join(root, name))
-            if name.endswith(".txt") and split:
+            if name.endswith(".txt") and split and name.startswith(".") == hidden:
                 found.append((storage.join(root, name), split))
     return sorted(found, key=lambda item: (SPLITS.index(item[1]), natural_key(item[0])))
 
@@ -154,6 +156,10 @@ def validate_text_shards(path):
         if shared_docs:
             warnings.append(("overlap", f"{shared_docs:,} test documents also occur in training"))
     findings.extend(_check_listed_files(path, "shard_manifest", [s for s, _ in shards]))
+    hidden = [storage.display(shard) for shard, _split in find_text_shards(path, hidden=True)]
+    if hidden:  # validated, they were counted as shards that create and tokenize then left out without a word
+        warnings.append(("hidden_shards", f"not read: {', '.join(hidden)} (hidden files: create and tokenize do "
+                                          "not read them either)"))
     return findings, warnings, figures
 
 
