@@ -222,3 +222,16 @@ def test_eval_samples_from_python_matches_the_command(shards, tmp_path):
     summary = create(input=(str(shards),), vocab=VOCAB, out=str(tmp_path / "py"), seq=64, pred=10,
                      dupe_factor=1, eval_samples=20)
     assert summary["instances"]["test"] == 20 and records(tmp_path / "py") == records(tmp_path / "cli")
+
+
+def test_eval_samples_shows_progress_while_it_counts_the_test_split(shards, tmp_path, capsys):
+    """--eval-samples makes every test instance once to count them, which showed nothing (minutes on a large
+    test split) before the shards' progress began; quiet, it still shows nothing."""
+    create(input=(str(shards),), vocab=VOCAB, out=str(tmp_path / "shown"), seq=64, pred=10, dupe_factor=1,
+           eval_samples=20, quiet=False)
+    counted = [line for line in capsys.readouterr().err.splitlines() if line.startswith("create (eval set): ")]
+    test_shards = len(list((shards / "test").glob("*.txt")))
+    assert counted and counted[-1].startswith(f"create (eval set): {test_shards}/{test_shards} test shards counted, ")
+    create(input=(str(shards),), vocab=VOCAB, out=str(tmp_path / "quiet"), seq=64, pred=10, dupe_factor=1,
+           eval_samples=20)
+    assert capsys.readouterr().err == ""

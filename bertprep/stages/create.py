@@ -251,11 +251,11 @@ def count_instances(task):
     return task.source, len(shard_instances(task))
 
 
-def limit_test_split(tasks, count, engine):
+def limit_test_split(tasks, count, engine, quiet=True):
     """The tasks with the test split cut to exactly its first `count` instances (shards in input order; those
-    past the count dropped); DataError when the test split holds fewer."""
+    past the count dropped); DataError when the test split holds fewer. Progress unless `quiet`."""
     test = [task for task in tasks if task.split == "test"]
-    counts = dict(engine.run(count_instances, test, describe=lambda task: task.source))
+    counts = count_test_instances(test, engine, quiet)
     total = sum(counts.values())
     if total < count:
         where = storage.display(os.path.dirname(test[0].source)) if test else "the inputs"
@@ -268,6 +268,18 @@ def limit_test_split(tasks, count, engine):
             limited.append(replace(task, limit=min(left, counts[task.source])))
             left -= limited[-1].limit
     return limited
+
+
+def count_test_instances(test, engine, quiet):
+    """{source: instances} of the `test` tasks, with progress as each shard is counted: every test instance is
+    made once to count it, minutes on a large test split that showed nothing before the shards' progress."""
+    progress = Progress("create (eval set)", total=len(test), unit="test shards counted", quiet=quiet)
+    counts = {}
+    for source, instances in engine.run(count_instances, test, describe=lambda task: task.source):
+        counts[source] = instances
+        progress.advance(1, instances=instances)
+    progress.close()
+    return counts
 
 
 def remove_stale_outputs(records, previous_files, wanted, progress):
@@ -556,7 +568,7 @@ def create(options: CreateOptions | None = None, /, *, quiet: bool = True, **fie
     if options.eval_samples:  # counted before anything is written: too few test instances writes nothing
         # as many workers as test shards at most: a LocalCluster of every --workers to count one shard took minutes
         with open_engine(options.engine, max_tasks=sum(task.split == "test" for task in tasks)) as engine:
-            tasks = limit_test_split(tasks, options.eval_samples, engine)
+            tasks = limit_test_split(tasks, options.eval_samples, engine, quiet)
     progress = Progress("create", total=len(tasks), unit="shards", quiet=quiet)
     for note in notes:
         progress.note(note)
