@@ -265,6 +265,26 @@ def test_download_refuses_fewer_than_one_worker_as_the_engines_do(server, tmp_pa
     assert server.requests == [] and not (tmp_path / "w").exists()
 
 
+@pytest.mark.parametrize("source", [["squad"], ["glue"], ["pretrained", "--model", "bert-base-uncased"]])
+def test_download_of_a_source_without_workers_refuses_workers(server, tmp_path, source):
+    """squad, glue and pretrained took --workers 4 and read it nowhere, exit 0; even the default's value, given,
+    is refused on the command line (from Python, a value other than the default)."""
+    import os
+
+    from bertprep.errors import UsageError
+    from bertprep.stages.download import options_class
+
+    for workers in (4, os.cpu_count() or 1):
+        line = one_line_error(run_cli("download", *source, "--workers", workers, "--workdir", tmp_path / "w",
+                                      server=server), code=2)
+        assert line == (f"bertprep download: error: --workers {workers}: download {source[0]} has no text to "
+                        "extract and runs no workers (only wikipedia and bookcorpus do); leave it out")
+    cls = options_class(source[0])
+    with pytest.raises(UsageError, match=f"^{cls.__name__}\\.workers 4: download {source[0]} has no text"):
+        cls(workers=4, **({"model": "bert-base-uncased"} if source[0] == "pretrained" else {}))
+    assert server.requests == [] and not (tmp_path / "w").exists()
+
+
 # -- BookCorpus --------------------------------------------------------------------
 
 BOOK_LINES = [f"line {i} of the books ." if i % 7 else "" for i in range(1, 26)]

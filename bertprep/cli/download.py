@@ -1,11 +1,16 @@
 """`bertprep download <source>` on the command line: each source's flags, its options from them, the summary."""
 
-import os
-
 from bertprep.cli.options import print_summary
 from bertprep.options import field_names
 from bertprep.progress import add_output_arguments
-from bertprep.stages.download import SOURCES, download, options_class
+from bertprep.stages.download import (
+    DEFAULT_WORKERS,
+    EXTRACTING,
+    SOURCES,
+    download,
+    options_class,
+    refuse_unused_workers,
+)
 from bertprep.stages.download.bookcorpus import (
     DEFAULT_LINES_PER_DOCUMENT,
     DEFAULT_TARBALL_URL,
@@ -21,20 +26,17 @@ from bertprep.stages.download.squad import BASE_URL_ENV, DEFAULT_BASE_URL, DEFAU
 from bertprep.stages.download.wikipedia import DEFAULT_DATE
 from bertprep.workdir import add_workdir_argument
 
-# The sources whose text is extracted in parallel (format_parts, the dump's extract): --workers is theirs; squad,
-# glue and pretrained take the flag (DownloadOptions.workers) and read it nowhere.
-EXTRACTING = ("wikipedia", "bookcorpus")
-
 
 def add_arguments(parser):
     sub = parser.add_subparsers(dest="source", metavar="SOURCE", required=True)
     for name, (_module, _options, help_text) in SOURCES.items():
         source_parser = sub.add_parser(name, help=help_text, description=help_text)
         add_workdir_argument(source_parser)
-        source_parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+        # None: not given (squad, glue and pretrained run no workers: a value given is refused, even the default's)
+        source_parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS if name in EXTRACTING else None,
                                    help="parallel extraction workers (default: all cores)" if name in EXTRACTING else
-                                   f"not used by {name}, which has no text to extract (wikipedia and bookcorpus "
-                                   "extract theirs on --workers; default: all cores)")
+                                   f"not used by {name}, which has no text to extract, and refused (wikipedia and "
+                                   "bookcorpus extract theirs on --workers)")
         add_limit_arguments(source_parser)
         add_output_arguments(source_parser)
         SOURCE_ARGUMENTS[name](source_parser)
@@ -113,6 +115,10 @@ def options(args):
     cls = options_class(args.source)
     flags = vars(args)
     values = {name: flags[name] for name in field_names(cls) if name in flags}
+    if values["workers"] is None:  # not given, where the source runs none: its options' default
+        del values["workers"]
+    elif args.source not in EXTRACTING and values["workers"] >= 1:  # below 1: the options' "at least 1" line
+        refuse_unused_workers(args.source, values["workers"])
     # checked for every source: the hub's take their own limits, and took a bad value without a word
     return cls(**values, limits=Limits(stall=args.stall_timeout, deadline=args.deadline).check())
 

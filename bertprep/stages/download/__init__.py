@@ -35,6 +35,10 @@ SOURCES = {
                    "Google's released BERT checkpoints (sha256-checked) or a hub model"),
 }
 
+# The sources whose text is extracted in parallel (format_parts, the dump's extract): `workers` is theirs alone.
+EXTRACTING = ("wikipedia", "bookcorpus")
+DEFAULT_WORKERS = os.cpu_count() or 1
+
 
 @errors_name_fields
 @dataclass(frozen=True, kw_only=True)
@@ -45,7 +49,7 @@ class DownloadOptions:
 
     source: ClassVar[str]
     workdir: str | None = None
-    workers: int = os.cpu_count() or 1
+    workers: int = DEFAULT_WORKERS
     limits: Limits = Limits()
     base_url: str | None = None
 
@@ -54,9 +58,19 @@ class DownloadOptions:
         normalise_paths(self, "workdir", outputs=("workdir",), folders=("workdir",))
         storage.check_schemes(self.workdir)
         require_at_least("--workers", self.workers, 1)  # 0 and -3 quietly ran one worker
+        if self.workers != DEFAULT_WORKERS:  # the default passes, as the trainer's unread flags: it is no choice
+            refuse_unused_workers(self.source, self.workers)
         # every source's, the hub's too (their client takes its own limits): `download("glue",
         # limits=Limits(stall=-1))` was accepted where the command line's --stall-timeout -1 is refused
         self.limits.check()
+
+
+def refuse_unused_workers(source, workers):
+    """A UsageError where `source` runs no workers (squad, glue, pretrained: nothing to extract) and `workers` were
+    given: `download squad --workers 8` was taken and read nowhere, without a word."""
+    if source not in EXTRACTING:
+        raise UsageError(f"--workers {workers}: download {source} has no text to extract and runs no workers (only "
+                         f"{' and '.join(EXTRACTING)} do); leave it out")
 
 
 def options_class(source):
