@@ -15,6 +15,7 @@ import json
 import os
 
 from bertprep import storage
+from bertprep.atomic import STEPS
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
 
@@ -179,6 +180,20 @@ def removed_warning(names, shown=5):
     more = f" and {len(names) - shown} more" if len(names) > shown else ""
     return f"removed {len(names)} file(s) of an earlier run that this run does not write: " \
            f"{', '.join(names[:shown])}{more}"
+
+
+def read_claim(staging, claim):
+    """The names a run's `claim` (a JSON list in the STEPS of its staging directory `staging`, which a killed run
+    leaves) holds; none without one, or where it is no JSON list (the files are then refused, never taken for
+    the run's own)."""
+    steps = Folder(staging).folder(STEPS)
+    if not steps.isfile(claim):
+        return set()
+    try:
+        names = json.loads(steps.read_bytes(claim))
+    except ValueError:
+        return set()
+    return {name for name in names if isinstance(name, str)} if isinstance(names, list) else set()
 
 
 def refuse_unlisted(folder, names, reader, ours=None):

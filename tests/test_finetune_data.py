@@ -945,3 +945,21 @@ def test_a_file_named_as_a_fine_tuning_output_that_no_manifest_lists_is_refused(
     (squad_out / "eval.features.jsonl").write_text("{}\n")
     assert squad(finetune_dir, vocab_path, squad_out, "1.1", "dev", 128, 32, 24) == 1
     assert f"{squad_out}/eval.features.jsonl: no manifest of bertprep lists it" in capsys.readouterr().err
+
+
+def test_a_rerun_takes_the_files_a_killed_run_renamed_before_its_manifest_listed_them(finetune_dir, vocab_path,
+                                                                                      tmp_path):
+    """A run killed between a split's renames and its manifest save leaves files no manifest lists: its claim in
+    .partial/steps names them, so the rerun rewrites them (a user's file of such a name is refused, above)."""
+    glue = ["create-glue", "--task", "MRPC", "--data-dir", str(finetune_dir / "glue/MRPC"), "--vocab", str(vocab_path),
+            "--quiet", "--out", str(tmp_path / "out")]
+    assert main([*glue, "--split", "dev"]) == 0
+    # the state that kill leaves: train's files in place, unlisted, and claimed
+    (tmp_path / "out" / "train.tf_record").write_bytes(b"renamed, not listed")
+    steps = tmp_path / "out" / ".partial" / "steps"
+    steps.mkdir(parents=True)
+    (steps / "fine-tuning-names.json").write_text(json.dumps(["train.of_record-0", "train.tf_record"]))
+    assert main(glue) == 0
+    assert not (tmp_path / "out" / ".partial").exists()
+    listed = json.loads((tmp_path / "out" / "manifest.json").read_text())["files"]
+    assert "train.tf_record" in listed and (tmp_path / "out" / "train.tf_record").stat().st_size > 100

@@ -77,6 +77,7 @@ from bertprep.workdir import (
     check_corpus_name,
     file_matches,
     load_manifest,
+    read_claim,
     refuse_repeated_inputs,
     refuse_unlisted,
     removed_warning,
@@ -595,22 +596,9 @@ def _ours(out, staging, previous, corpus):
     if previous is not None and previous.get("stage") != "shard":
         raise DataError(f"{out.display(MANIFEST)}: a manifest of bertprep {previous.get('stage') or 'another tool'}, "
                         "not of shard: shard would remove the files it lists; choose another --out")
-    ours = set((previous or {}).get("files") or ()) | _claimed(staging)
+    ours = set((previous or {}).get("files") or ()) | read_claim(staging, CLAIM)
     refuse_unlisted(out, _shard_files(out, corpus), "shard would overwrite or remove it", ours=ours)
     return ours
-
-
-def _claimed(staging):
-    """The names of a killed run's CLAIM; none without one, or where it is no JSON list (its shards are then
-    refused, never taken for ours)."""
-    steps = Folder(staging).folder(STEPS)
-    if not steps.isfile(CLAIM):
-        return set()
-    try:
-        names = json.loads(steps.read_bytes(CLAIM))
-    except ValueError:
-        return set()
-    return {name for name in names if isinstance(name, str)} if isinstance(names, list) else set()
 
 
 def _take_over(out, staging, previous, ours, corpus, counts):

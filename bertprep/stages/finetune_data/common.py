@@ -16,22 +16,28 @@ import contextlib
 import dataclasses
 import fnmatch
 import hashlib
+import json
 
 import numpy as np
 
 from bertprep import __version__, formats, storage
+from bertprep.atomic import STEPS, staging_dir
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.formats import codecs
 from bertprep.formats.schemas import MAX_SEQ
 from bertprep.options import check_types, errors_name_fields, normalise_paths, refuse_overlap
 from bertprep.tokenization import LineTokenizer, load_vocab, resolve_vocab_path
-from bertprep.workdir import file_matches, load_manifest, refuse_unlisted, save_manifest
+from bertprep.workdir import file_matches, load_manifest, read_claim, refuse_unlisted, save_manifest
 
 # The names of the files the two stages write in their --out (any task, split and format): a record file's of
 # every role (OneFlow's parts as their glob, as the readers take them) and create-squad's eval metadata.
 OUTPUT_PATTERNS = (*(codecs.get(fmt).task_glob(role) for fmt in codecs.finetuning_names()
                      for role in ("train", "eval", "test")), "eval.features.jsonl", "eval.examples.jsonl")
+
+# In the staging directory's STEPS, which a killed run leaves: the names of the split files being put in place
+# and not yet in the manifest, for a rerun to take for its own (a user's file of such a name is refused).
+CLAIM = "fine-tuning-names.json"
 
 # The settings two runs into one directory must share (their files are read together).
 SHARED_SETTINGS = ("task", "dims", "labels", "version_2_with_negative", "lower_case", "params")
@@ -126,10 +132,20 @@ class SplitWriter:
 
     @contextlib.contextmanager
     def staged_in(self, staging):
-        """Write the split's files with their temporaries in `staging` (the held tree's .partial/)."""
+        """Write the split's files with their temporaries in `staging` (the held tree's .partial/), their names
+        claimed there until record_split lists them."""
         self._staging = staging
+        write_claim(staging, claimed_names(staging) | self.all_names())
         with self:
             yield self
+
+    def all_names(self):
+        return {*self.names.values(), *self.extra_files}
+
+    @property
+    def staging(self):
+        """Where the split's temporaries and its claim are (staged_in's), None for each file's own .partial/."""
+        return self._staging
 
     def __enter__(self):
         self._stack = contextlib.ExitStack()
@@ -212,10 +228,24 @@ def refuse_unlisted_outputs(out, manifest, stage):
     folder = Folder(out)
     if not folder.isdir():
         return
-    listed = {**manifest.get("files", {}), **manifest.get("metadata", {})}
+    ours = {*manifest.get("files", {}), *manifest.get("metadata", {}), *claimed_names(staging_dir(out))}
     named = [name for name in folder.listdir() if any(fnmatch.fnmatchcase(name, p) for p in OUTPUT_PATTERNS)]
     refuse_unlisted(folder, named, f"{stage} would overwrite it, or its readers take it for one of its files",
-                    ours=set(listed))
+                    ours=ours)
+
+
+def claimed_names(staging):
+    """The names a run's CLAIM in `staging` holds (a killed run's: renamed, not yet listed)."""
+    return read_claim(staging, CLAIM)
+
+
+def write_claim(staging, names):
+    """Claim `names` in `staging` (none: remove the claim, and STEPS with it, for the tree's .partial/ to go)."""
+    steps = Folder(staging).folder(STEPS)
+    if names:
+        steps.atomic_write_bytes(CLAIM, json.dumps(sorted(names)).encode(), staging)
+    elif steps.isfile(CLAIM):
+        Folder(staging).remove_tree(STEPS)
 
 
 def split_is_complete(out, manifest, split, names, source_sha256):
@@ -237,3 +267,5 @@ def record_split(out, manifest, split, source, writer, examples, **extra):
     manifest["files"].update(writer.entries(split, examples, **extra))
     manifest.setdefault("metadata", {}).update(writer.extra_entries(split))
     save_manifest(out, manifest)
+    if writer.staging is not None:  # listed now: the claim lets them go
+        write_claim(writer.staging, claimed_names(writer.staging) - writer.all_names())
