@@ -102,6 +102,13 @@ def test_a_hidden_shard_is_named_not_validated(capsys, tmp_path):
     assert code == 0 and report["text_shards"][0]["figures"]["training"]["shards"] == 1
     assert (f"not read: {root / 'training' / '.draft.txt'} (hidden files: create and tokenize do not read them "
             "either)") in report["warnings"]
+    alone = tmp_path / "alone" / "training"
+    alone.mkdir(parents=True)
+    (alone / ".draft.txt").write_text(DOC_B)
+    assert main(["validate", str(alone.parent)]) == 1
+    assert capsys.readouterr().err.strip() == (
+        f"bertprep validate: error: {alone.parent}: nothing to validate (no record files, text shards, SQuAD or GLUE "
+        f"files); not read: {alone / '.draft.txt'} (hidden files: create and tokenize do not read them either)")
 
 
 def test_shard_the_manifest_does_not_list_fails(capsys, tmp_path):

@@ -156,11 +156,18 @@ def validate_text_shards(path):
         if shared_docs:
             warnings.append(("overlap", f"{shared_docs:,} test documents also occur in training"))
     findings.extend(_check_listed_files(path, "shard_manifest", [s for s, _ in shards]))
-    hidden = [storage.display(shard) for shard, _split in find_text_shards(path, hidden=True)]
+    hidden = hidden_shards_warning(path)
     if hidden:  # validated, they were counted as shards that create and tokenize then left out without a word
-        warnings.append(("hidden_shards", f"not read: {', '.join(hidden)} (hidden files: create and tokenize do "
-                                          "not read them either)"))
+        warnings.append(("hidden_shards", hidden))
     return findings, warnings, figures
+
+
+def hidden_shards_warning(path):
+    """A warning naming the dot-files under the directory `path` named as text shards (find_text_shards), which
+    validate does not read, as create and tokenize do not; None where there are none."""
+    hidden = [storage.display(shard) for shard, _split in find_text_shards(path, hidden=True)]
+    return f"not read: {', '.join(hidden)} (hidden files: create and tokenize do not read them either)" \
+        if hidden else None
 
 
 def _check_listed_files(path, check, found):
