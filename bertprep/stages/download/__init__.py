@@ -58,7 +58,8 @@ class DownloadOptions:
         normalise_paths(self, "workdir", outputs=("workdir",), folders=("workdir",))
         storage.check_schemes(self.workdir)
         require_at_least("--workers", self.workers, 1)  # 0 and -3 quietly ran one worker
-        if self.workers != DEFAULT_WORKERS:  # the default passes, as the trainer's unread flags: it is no choice
+        # the default passes, as the trainer's unread flags: it is no choice (and DownloadOptions itself has no source)
+        if self.workers != DEFAULT_WORKERS and hasattr(self, "source"):
             refuse_unused_workers(self.source, self.workers)
         # every source's, the hub's too (their client takes its own limits): `download("glue",
         # limits=Limits(stall=-1))` was accepted where the command line's --stall-timeout -1 is refused
