@@ -14,7 +14,8 @@ here) and writes what --split-sentences would for text whose splitter returns it
 BertWordPieceLowerCase (BertWordPieceCase with --cased) on the same vocab.txt.
 
 Each runs as a child process with 1 worker; its wall time and the CPU time of its whole process tree
-(start-up included) are measured, and sequences/s per core is sequences / CPU seconds. The two outputs are
+(start-up included) are measured, and sequences/s per core is sequences / CPU seconds; a line gives bertprep's
+sequences/s per core and wall as multiples of Megatron-LM's (the medians'). The two outputs are
 then read back and compared sentence by sentence: the share of sentences whose ids are identical, and
 whether the document boundaries and the bytes are.
 """
@@ -81,6 +82,19 @@ def compare(ours, theirs):
         bytes_equal
 
 
+def median_times(runs):
+    """(wall seconds, CPU seconds) of runs, each the median."""
+    return statistics.median(r["wall"] for r in runs), statistics.median(r["cpu"] for r in runs)
+
+
+def ratio_line(ours, theirs):
+    """bertprep's speed as a multiple of Megatron-LM's, from each side's (wall, CPU) seconds: both wrote the same
+    sentences, so the ratio of sequences/s is the inverse ratio of the seconds."""
+    (our_wall, our_cpu), (their_wall, their_cpu) = ours, theirs
+    return (f"bertprep / Megatron-LM: {their_cpu / our_cpu:.1f}x sequences/s per core, "
+            f"{their_wall / our_wall:.1f}x wall")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--megatron-lm", type=Path, required=True,
@@ -113,9 +127,11 @@ def main():
           f"{len(docs):,} documents, {lines:,} sentence lines), {args.vocab.name}, "
           f"{'cased' if args.cased else 'uncased'}, 1 worker each, median of {args.repeat}")
     print(f"{'':28}{'wall s':>8}{'CPU s':>8}{'seq/s per core':>16}{'seq/s wall':>12}")
+    medians = {}
     for label, runs in (("bertprep tokenize", ours), ("Megatron-LM preprocess_data", theirs)):
-        wall, cpu = statistics.median(r["wall"] for r in runs), statistics.median(r["cpu"] for r in runs)
+        wall, cpu = medians[label] = median_times(runs)
         print(f"{label:<28}{wall:>8.2f}{cpu:>8.2f}{total / cpu:>16,.0f}{total / wall:>12,.0f}")
+    print(ratio_line(medians["bertprep tokenize"], medians["Megatron-LM preprocess_data"]))
     print(f"identical ids: {same:,} of {total:,} sentences ({same / total:.2%}); document indices "
           f"{'equal' if documents_equal else 'differ'}; .bin/.idx bytes {'identical' if bytes_equal else 'differ'}")
 
