@@ -18,6 +18,11 @@ shape it runs `bertprep create` (dupe factor 5, 1 worker), then:
   The runs alternate unpacked, packed, packed, unpacked (--repeat 2), so a
   load that drifts during the run weighs on both sides alike; each side's
   figure is the mean of its runs.
+The pack throughput has no ratio, by design: no other tool packs bertprep's
+records (first-fit decreasing is computed here for its rows, not timed), so
+it is an absolute rate, read against `bertprep create`'s instances/s at the
+same shape (scripts/bench_create.py), the pass that made the records and
+that pack follows.
 """
 
 import argparse

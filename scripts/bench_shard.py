@@ -9,7 +9,9 @@ process tree, MB/s per core (input bytes / CPU seconds), MB/s wall, and the
 peak RSS of the largest process. The baseline, measured in the same run, is
 blingfire's `text_to_sentences` alone on the same text in one call (the
 splitter's ceiling): the ratio says how much of that speed the full stage
-keeps.
+keeps. The peak RSS has no ratio, by design: no baseline process shards
+these corpora here; it is read across the corpus sizes of the same run, where
+it should stay flat (the stage streams its input).
 """
 
 import argparse

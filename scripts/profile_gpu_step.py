@@ -12,6 +12,10 @@ optimizer, ...) and by kind (matrix product or not). It prints the step time, th
 step (the rest is the device waiting for the host), the categories and the top kernels, each in ms per step
 and share of the busy time. XLA_FLAGS in the environment reach the step (to try XLA's own options).
 Made for a GPU; on a CPU the trace has no device plane and only the times are printed.
+No ratio against a baseline is printed, by design: it takes one step apart, and each figure is read as a share of
+that same step's device busy time (printed beside it); two configurations are compared by running it once each
+(--label), and ratios against a baseline step are printed by scripts/profile_train_step.py and
+scripts/bench_attention.py.
 """
 
 import argparse
