@@ -22,8 +22,9 @@ formats, one is read: the one in the most splits (a `convert`ed copy of one
 split beside the whole set is not the set), then Parquet, else HDF5,
 TFRecord, OFRecord.
 
-Given a directory with no manifest of its own (`bertprep create`'s --out), each file is checked against the
-manifest of the records directory it lies in, as when that directory is loaded.
+Given a directory with no manifest of its own (`bertprep create`'s --out, or a folder inside a records
+directory such as its tfrecord/training/), each file is checked against the manifest of the records directory
+it lies in, as when that directory is loaded.
 """
 
 import json
@@ -36,7 +37,7 @@ from bertprep.formats import codecs, columnar, megatron
 from bertprep.formats.schemas import FLOAT, check_int_values
 from bertprep.options import refuse_empty_path
 from bertprep.records_manifest import file_digests, given_as_text, load_records_manifest
-from bertprep.workdir import MANIFEST, SPLITS, load_manifest
+from bertprep.workdir import MANIFEST, SPLITS, load_manifest, read_manifest
 
 # The format read when a directory holds several: one `datasets` reads itself, then columns, then frames.
 PREFERENCE = tuple(sorted(codecs.record_names(), key=lambda name: (codecs.get(name).datasets_builder is None,
@@ -210,9 +211,11 @@ def load(directory, cache_dir=None):
                or given_as_text(load_manifest(records), directory, "bertprep.hf.load")
                or DataError(f"{directory}: no record files (TFRecord, OFRecord, HDF5 or Parquet)"))
     fmt, by_split = _format_and_splits(found)
-    manifest = load_records_manifest(records, (fmt,)) or {}  # its files there, its fields sound
-    manifests = {records.root: manifest} if manifest else \
-        _manifests_below(records, [path for paths in by_split.values() for path in paths], fmt)
+    paths = [path for paths in by_split.values() for path in paths]
+    place, manifest = records.root, load_records_manifest(records, (fmt,))  # its files there, its fields sound
+    if manifest is None:  # a folder inside a records directory (its tfrecord/training/), or one above them
+        place, manifest = _records_directory_above(records, paths, fmt) or (None, {})
+    manifests = {place: manifest} if manifest else _manifests_below(records, paths, fmt)
     digests = {path: sha256 for place, its_manifest in manifests.items()
                for path, sha256 in file_digests(its_manifest, place).items()}
     splits = {}
@@ -236,16 +239,34 @@ def load(directory, cache_dir=None):
     return datasets.DatasetDict(splits)
 
 
+def _records_directory_above(records, paths, fmt):
+    """(the records directory, its manifest, checked) holding the Folder `records` (its tfrecord/ or
+    tfrecord/training/), found as `bertprep validate` finds it: the nearest records manifest above, where it lists
+    some of the record files `paths`; else None. The manifest was sought only below, so loading a folder inside
+    a records directory checked no sha256, vocab, size or unfinished run."""
+    from bertprep.stages.validate.dataset import find_manifest
+
+    found = find_manifest(records.root)
+    if found is None:
+        return None
+    place = os.path.dirname(found["_path"])
+    manifest, _problem = read_manifest(found["_path"])  # a damaged one (no files to tell) is refused below
+    listed = (manifest or {}).get("files")
+    if isinstance(listed, dict) and not {storage.normpath(storage.join(place, name)) for name in listed} & \
+            {storage.normpath(path) for path in paths}:
+        return None  # another directory's records
+    return place, load_records_manifest(place, (fmt,))
+
+
 def _manifests_below(records, paths, fmt):
     """{records directory: its manifest, checked} for the record files `paths` under the Folder `records`, which
     has no manifest of its own (create's --out, the records one or more levels down): each file's is the nearest
     manifest at or above its directory, up to the root. Only the records directory's own manifest was read, so
     loading the --out above it checked no sha256, vocab, size or unfinished run."""
-    root = storage.normpath(records.root).rstrip("/")
     manifests = {}
     for path in paths:
         place = os.path.dirname(storage.normpath(path))
-        while place.startswith(root + "/") and place not in manifests:
+        while storage.lies_below(place, records.root) and place not in manifests:
             if storage.isfile(storage.join(place, MANIFEST)):
                 manifests[place] = load_records_manifest(place, (fmt,))
                 break
@@ -259,8 +280,8 @@ def _vocab_sizes(paths, manifests):
     sizes = {}
     for path in paths:
         path = storage.normpath(path)
-        place = max((place for place in manifests if path.startswith(storage.normpath(place).rstrip("/") + "/")),
-                    key=len, default=None)  # the nearest
+        place = max((place for place in manifests if storage.lies_below(path, place)),
+                    key=lambda place: len(storage.normpath(place)), default=None)  # the nearest
         sizes[path] = ((manifests[place].get("vocab") or {}).get("size")) if place is not None else None
     return sizes
 

@@ -220,6 +220,15 @@ def relpath(path, start):
     return normpath(path)[len(normpath(start).rstrip("/")) + 1:]
 
 
+def lies_below(path, directory):
+    """Whether `path` lies below `directory` (not at it), "." or "" (the current directory) too: a prefix test
+    `directory + "/"` missed every file of "." (`tfrecord/x`, normalised, has no "./")."""
+    if is_url(path):
+        return normpath(path).startswith(normpath(directory).rstrip("/") + "/")
+    relative = os.path.relpath(path or os.curdir, directory or os.curdir)
+    return relative not in (os.curdir, os.pardir) and not relative.startswith(os.pardir + os.sep)
+
+
 def normpath(path):
     """os.path.normpath for local paths; for a URL its key with `.`, `..` and doubled slashes resolved."""
     if not is_url(path):

@@ -267,3 +267,38 @@ def test_hf_load_of_the_out_above_the_records_checks_them_as_the_records_directo
         with pytest.raises(DataError, match=f"^{tfrecord}: row 0: input_ids\\[0\\]: 101 is not a token id of the "
                                             "vocab of 10 "):
             hf.load(str(place), cache_dir=str(tmp_path / "cache"))
+
+
+def test_hf_load_of_a_folder_inside_the_records_checks_them_as_the_records_directory(records, tmp_path,
+                                                                                      monkeypatch):
+    """`bertprep.hf.load` of a folder inside a records directory (its ofrecord/, ofrecord/training/) sought the
+    manifest only below it: an OFRecord part whose bytes changed (no CRC to catch it), ids beyond the manifest's
+    vocab and an unfinished run's records were loaded without a word. And a records directory or create's --out
+    loaded as "." checked no vocab: its files' paths missed the prefix "./"."""
+    from bertprep import hf
+
+    copy = tmp_path / "records"
+    subprocess.run(["cp", "-r", str(records), str(copy)], check=True)
+    part = copy / "ofrecord" / "training" / "part-0"
+    data = bytearray(part.read_bytes())
+    data[len(data) * 3 // 4] ^= 0x01
+    part.write_bytes(bytes(data))
+    for place in (copy / "ofrecord", copy / "ofrecord" / "training"):
+        with pytest.raises(DataError, match=f"^{part}: sha256 [0-9a-f]{{64}} is not the manifest's "):
+            hf.load(str(place), cache_dir=str(tmp_path / "cache"))
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["vocab"]["size"] = 10  # ids of the golden vocab's 30522 are beyond it
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    tfrecord = next(p.name for p in (copy / "tfrecord" / "training").iterdir() if p.is_file())
+    monkeypatch.chdir(copy)
+    for place, named in (("tfrecord/training", "tfrecord/training"), (".", "tfrecord/training"),
+                         (str(copy / "tfrecord"), str(copy / "tfrecord" / "training"))):
+        with pytest.raises(DataError, match=f"^(\\./)?{named}/{tfrecord}: row 0: input_ids\\[0\\]: 101 is not a "
+                                            "token id of the vocab of 10 "):
+            hf.load(place, cache_dir=str(tmp_path / "cache"))
+    manifest["vocab"]["size"] = 30522
+    manifest["writing"] = True  # as a killed create leaves it
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(DataError, match=f"^{copy / 'manifest.json'}: writing: the create run that writes these "
+                                        "records has not finished"):
+        hf.load(str(copy / "tfrecord" / "training"), cache_dir=str(tmp_path / "cache"))

@@ -307,6 +307,9 @@ def test_readers_stream_records_from_the_bucket(roots, tmp_path):
     dataset = hf.load(f"{url}/{roots.records}", cache_dir=tmp_path / "a")["train"]
     expected = hf.load(local / roots.records, cache_dir=tmp_path / "b")["train"]
     assert len(dataset) == len(expected) > 0 and dataset[:5] == expected[:5]
+    inside = hf.load(f"{url}/{roots.records}/tfrecord/training", cache_dir=tmp_path / "c")["train"]
+    # the records directory's manifest, found above (its parameters); the whole directory is read as Parquet
+    assert inside.info.description.split("; ")[1] == dataset.info.description.split("; ")[1]
 
 
 def test_a_held_prefix_refuses_a_second_run(roots):
