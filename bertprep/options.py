@@ -136,22 +136,37 @@ def refuse_file_above(label, path, folder=False):
     is refused too (`--out afile` was "…/afile: Not a directory", exit 1, create-squad's after every question).
     The trainer's check_output_place refuses more (a missing folder, an unwritable place) because its writers
     make no parents (--log-json's `open`) and write after training; a stage makes every folder above its
-    output, and a store's path is the store's to check. Both find the file in the way by nearest_existing."""
+    output, and a store's path is the store's to check. Both find the file in the way by nearest_existing, and
+    a symbolic link to nothing in the way (refuse_dangling_link)."""
     storage.refuse_read_only(label, path)
     if path is None or not storage.checks_locally(path):
         return
     if folder and os.path.exists(storage.local_path(path)) and not os.path.isdir(storage.local_path(path)):
         raise UsageError(f"{label} {storage.display(path)}: is a file, not a directory")
-    place = nearest_existing(storage.local_path(path))
+    if folder:  # a directory to write in that is a link to nothing: making it fails as making one below it does
+        refuse_dangling_link(label, path, storage.local_path(path))
+    place = nearest_existing(storage.local_path(path), exists=os.path.lexists)
+    refuse_dangling_link(label, path, place)
     if place and not os.path.isdir(place):
         raise UsageError(f"{label} {storage.display(path)}: {place} is a file, not a directory")
+
+
+def refuse_dangling_link(label, path, place):
+    """One UsageError line (exit 2) where `place`, the output `path` or the nearest existing folder above it
+    (nearest_existing by os.path.lexists), is a symbolic link to nothing: os.path.exists passes over such a
+    link, so `--out link/sub` passed the check and the stage stopped only when it made its folder, with the
+    system's "…/link/sub: No such file or directory", exit 1, naming neither the flag nor the link."""
+    if place and os.path.islink(place) and not os.path.exists(place):
+        raise UsageError(f"{label} {storage.display(path)}: {place} is a symbolic link to {os.readlink(place)}, "
+                         "which does not exist: nothing can be made under it")
 
 
 def nearest_existing(path, exists=os.path.exists):
     """The nearest existing ancestor of the local `path`, where the output would be made: a file there is in
     the way. "" for a relative `path` none of whose folders exists (the current directory's). The one walk of
-    the stages' checks (refuse_file_above, vocab's) and the trainer's (check_output_place, which passes
-    os.path.lexists: a dangling link stops os.makedirs too, and its check has always refused one)."""
+    the stages' checks (refuse_file_above, vocab's) and the trainer's (check_output_place); they pass
+    os.path.lexists, to find a dangling link in the way (os.makedirs stops at one too; the trainer's check has
+    always refused one)."""
     place = os.path.dirname(os.path.normpath(path))
     while place and not exists(place) and os.path.dirname(place) != place:
         place = os.path.dirname(place)

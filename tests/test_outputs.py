@@ -139,6 +139,16 @@ def stage_args(stage, tiny, golden_dir, records, out):
             "validate --plot": ["validate", golden_dir / "G2.tfrecord", "--plot", out]}[stage]
 
 
+def records_read_by(stage, tiny, tmp_path):
+    """The records directory pack and convert read (create's, of the tiny corpus); a path the others ignore."""
+    good, vocab = tiny
+    records = tmp_path / "records"
+    if stage in ("pack", "convert"):
+        assert main([*create_args(vocab, [good], records), "--corpus", "tiny"]) == 0
+        records = next(records.glob("*/tiny"))
+    return records
+
+
 @pytest.mark.parametrize("stage", ["shard", "create", "tokenize", "pack", "dedup", "convert", "create-squad",
                                    "create-glue", "validate --json", "validate --plot"])
 def test_out_under_a_regular_file_is_one_usage_line(tmp_path, tiny, golden_dir, stage):
@@ -166,11 +176,7 @@ def test_out_that_is_a_regular_file_is_one_usage_line(tmp_path, tiny, golden_dir
     """A stage writing a directory (a tree, for convert) given `--out afile` ended with the system's
     `…/afile: Not a directory` (or `…/afile/<params>: …`), exit 1, create-squad's after every question was read
     and tokenized. It is one usage line now, before anything is read, and afile is left as it was."""
-    good, vocab = tiny
-    records = tmp_path / "records"
-    if stage in ("pack", "convert"):
-        assert main([*create_args(vocab, [good], records), "--corpus", "tiny"]) == 0
-        records = next(records.glob("*/tiny"))
+    records = records_read_by(stage, tiny, tmp_path)
     out = tmp_path / "afile"
     out.write_text("a file")
     argv = stage_args(stage, tiny, golden_dir, records, out)
@@ -180,6 +186,29 @@ def test_out_that_is_a_regular_file_is_one_usage_line(tmp_path, tiny, golden_dir
     flag = "dst" if stage == "convert" else "--out"
     assert line == f"bertprep {stage}: error: {flag} {out}: is a file, not a directory"
     assert out.read_text() == "a file"
+
+
+@pytest.mark.parametrize("stage", ["shard", "create", "pack", "convert", "validate --json"])
+def test_out_under_a_dangling_link_is_one_usage_line(tmp_path, tiny, golden_dir, stage):
+    """`--out link/sub` where `link` is a symbolic link to nothing passed the output check (os.path.exists
+    passes over such a link) and the stage stopped when it made its folder: `bertprep shard: error:
+    …/link/sub: No such file or directory` (`--out link`: `…/link: File exists`), exit 1, naming neither the
+    flag nor the link. It is one usage line naming both now (options.refuse_dangling_link), before anything is
+    read or made, as the trainer's check_output_place has refused it; a directory output that is the link
+    itself too."""
+    records = records_read_by(stage, tiny, tmp_path)
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "nowhere")
+    before = files_under(tmp_path)
+    flag = {"convert": "dst", "validate --json": "--json"}.get(stage, "--out")
+    for out in (link / "sub", link) if stage != "validate --json" else (link / "sub",):
+        argv = stage_args(stage, tiny, golden_dir, records, out)
+        if stage == "convert":
+            argv[1], argv[-1] = records, "parquet"  # a tree (its output is a directory) of no Parquet yet
+        line = error_line(bertprep(*argv, "--quiet"), 2)
+        assert line == (f"bertprep {stage.split()[0]}: error: {flag} {out}: {link} is a symbolic link to "
+                        f"{tmp_path / 'nowhere'}, which does not exist: nothing can be made under it")
+    assert files_under(tmp_path) == before and os.readlink(link) == str(tmp_path / "nowhere")
 
 
 @pytest.mark.parametrize("argv", [["create"], ["tokenize"], ["shard", "--corpus", "c"], ["dedup"],

@@ -431,3 +431,19 @@ def test_an_out_under_a_file_is_refused_before_training(tmp_path):
         assert line == f"bertprep vocab: error: --out {out}: {other} is a file, not a directory to write the vocab in"
         assert result.stderr.count("\n") == 1, result.stderr  # before reading: no progress line
     assert sorted(os.listdir(tmp_path)) == ["other.txt", "tiny.txt"]
+
+
+def test_an_out_under_a_dangling_link_is_refused_before_training(tmp_path):
+    """`--out link/sub/vocab.txt` where `link` is a symbolic link to nothing passed vocab's output check and
+    failed with `bertprep vocab: error: …/link/sub/vocab.txt: No such file or directory`, exit 1, naming neither
+    the flag nor the link."""
+    corpus = tiny_corpus(tmp_path / "tiny.txt")
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "nowhere")
+    out = link / "sub" / "vocab.txt"
+    result = run_cli("vocab", "--input", corpus, "--out", out, "--vocab-size", "200", "--unused", "0")
+    line = one_line_error(result, code=2)
+    assert line == (f"bertprep vocab: error: --out {out}: {link} is a symbolic link to {tmp_path / 'nowhere'}, "
+                    "which does not exist: nothing can be made under it")
+    assert result.stderr.count("\n") == 1, result.stderr  # before reading: no progress line
+    assert sorted(os.listdir(tmp_path)) == ["link", "tiny.txt"]

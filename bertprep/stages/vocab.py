@@ -48,6 +48,7 @@ from bertprep.options import (
     errors_name_fields,
     nearest_existing,
     normalise_paths,
+    refuse_dangling_link,
     refuse_overlap,
     set_field,
 )
@@ -153,7 +154,8 @@ def refuse_file_above(out):
         storage.check_reachable(out)  # a missing bucket, refused credentials: else found at the upload, after training
         storage.refuse_writing_under_an_object(os.path.dirname(out))
         return
-    place = nearest_existing(out)
+    place = nearest_existing(out, exists=os.path.lexists)
+    refuse_dangling_link("--out", out, place)
     if place and not os.path.isdir(place):  # "": a relative path under the current directory
         raise UsageError(f"--out {storage.display(out)}: {place} is a file, not a directory to write the vocab in")
 
