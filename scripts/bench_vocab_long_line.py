@@ -7,7 +7,8 @@ repeated to --mb MB (3 million words at 22 MB). Each configuration trains a
 vocab in a fresh process and reports its peak RSS and seconds; the baseline,
 run in the same invocation, is the same stage with `line_pieces` giving each
 line whole (as before pieces existed). The two vocab files must be the same
-bytes before anything is reported.
+bytes before anything is reported. The last line gives the pieces' peak RSS
+and seconds each as a multiple of the baseline's.
 """
 
 import argparse
@@ -58,7 +59,8 @@ def main():
     print(f"one line of {args.mb:g} MB, the same vocab ({pieces['sha256'][:12]})")
     for name, figures in (("whole (baseline)", whole), ("cut at spaces", pieces)):
         print(f"  {name:17} peak {figures['peak_mib']:8,.0f} MiB  {figures['seconds']:6.1f} s")
-    print(f"  peak memory: {pieces['peak_mib'] / whole['peak_mib']:.2f}x the baseline")
+    print(f"  peak memory: {pieces['peak_mib'] / whole['peak_mib']:.2f}x the baseline; "
+          f"seconds: {pieces['seconds'] / whole['seconds']:.2f}x the baseline")
 
 
 if __name__ == "__main__":
