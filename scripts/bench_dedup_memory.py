@@ -34,6 +34,17 @@ def ratio_line(documents, ours, baseline):
             f"{ours[1] / baseline[1]:.2f}x wall")
 
 
+def baseline_label(baseline):
+    """The baseline's row label: its path, and its short revision when it is the top of a git checkout. A folder that
+    is none (a `git archive` export) has no revision; one inside another checkout would show that checkout's."""
+    found = subprocess.run(["git", "-C", baseline, "rev-parse", "--show-toplevel", "--short", "HEAD"],
+                           capture_output=True, text=True)
+    lines = found.stdout.splitlines()
+    if found.returncode or len(lines) != 2 or not os.path.samefile(lines[0], baseline):
+        return baseline
+    return f"{baseline} ({lines[1]})"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--documents", type=int, nargs="+", default=[100_000, 400_000])
@@ -48,9 +59,7 @@ def main():
         args.baseline = os.path.abspath(args.baseline)
         if not os.path.isfile(os.path.join(args.baseline, "bertprep", "__init__.py")):
             parser.error(f"--baseline {args.baseline}: not a bertprep checkout (no bertprep/__init__.py there)")
-        revision = subprocess.run(["git", "-C", args.baseline, "rev-parse", "--short", "HEAD"], capture_output=True,
-                                  text=True).stdout.strip()
-        checkouts.append((f"{args.baseline} ({revision})", Path(args.baseline), ()))
+        checkouts.append((baseline_label(args.baseline), Path(args.baseline), ()))
     here = os.getcwd()
     with tempfile.TemporaryDirectory() as tmp:
         os.chdir(tmp)  # `python -m` puts the working directory before PYTHONPATH: a checkout there would be run
