@@ -196,6 +196,16 @@ def read_claim(staging, claim):
     return {name for name in names if isinstance(name, str)} if isinstance(names, list) else set()
 
 
+def write_claim(staging, claim, names):
+    """Claim `names` in the run's `claim` in the STEPS of its staging directory `staging` (read_claim's); none:
+    remove the claim, and STEPS with it, for the tree's .partial/ to go."""
+    steps = Folder(staging).folder(STEPS)
+    if names:
+        steps.atomic_write_bytes(claim, json.dumps(sorted(names)).encode(), staging)
+    elif steps.isfile(claim):
+        Folder(staging).remove_tree(STEPS)
+
+
 def refuse_unlisted(folder, names, reader, ours=None):
     """A DataError naming the first of `names` (files relative to the Folder `folder`) that its manifest does not
     list, where the manifest lists its files: a file of another run or corpus in a stage's output, which `reader`

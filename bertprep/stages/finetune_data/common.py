@@ -16,12 +16,11 @@ import contextlib
 import dataclasses
 import fnmatch
 import hashlib
-import json
 
 import numpy as np
 
 from bertprep import __version__, formats, storage
-from bertprep.atomic import STEPS, staging_dir
+from bertprep.atomic import staging_dir
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.formats import codecs
@@ -29,6 +28,7 @@ from bertprep.formats.schemas import MAX_SEQ
 from bertprep.options import check_types, errors_name_fields, normalise_paths, refuse_overlap
 from bertprep.tokenization import LineTokenizer, load_vocab, resolve_vocab_path
 from bertprep.workdir import file_matches, load_manifest, read_claim, refuse_unlisted, save_manifest
+from bertprep.workdir import write_claim as write_claim_in
 
 # The names of the files the two stages write in their --out (any task, split and format): a record file's of
 # every role (OneFlow's parts as their glob, as the readers take them) and create-squad's eval metadata.
@@ -241,11 +241,7 @@ def claimed_names(staging):
 
 def write_claim(staging, names):
     """Claim `names` in `staging` (none: remove the claim, and STEPS with it, for the tree's .partial/ to go)."""
-    steps = Folder(staging).folder(STEPS)
-    if names:
-        steps.atomic_write_bytes(CLAIM, json.dumps(sorted(names)).encode(), staging)
-    elif steps.isfile(CLAIM):
-        Folder(staging).remove_tree(STEPS)
+    write_claim_in(staging, CLAIM, names)
 
 
 def split_is_complete(out, manifest, split, names, source_sha256):
