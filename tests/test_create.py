@@ -789,6 +789,92 @@ def test_a_run_killed_before_its_manifest_is_saved_is_not_resumed_as_the_earlier
     assert {p.relative_to(tmp_path): p.read_bytes() for p in sorted((tmp_path / "out").rglob("*.tfrecord"))} == first
 
 
+def small_create_argv(out, *inputs):
+    """`create` of the sample corpus's `inputs` (its shards' names) into `out`, small and quick."""
+    from bertprep.stages.create import sample_paths
+
+    corpus, vocab = sample_paths()
+    shards = [str(Path(corpus) / name) for name in inputs]
+    return ["create", "--input", *shards, "--vocab", vocab, "--out", str(out), "--corpus", "c", "--seq", "64",
+            "--pred", "10", "--dupe-factor", "1", "--workers", "1", "--quiet"]
+
+
+def test_a_file_named_as_a_create_output_that_no_manifest_lists_is_refused(tmp_path, capsys):
+    """create overwrote a user's file in its records directory named as one of its outputs without a word, and
+    left a stray record file beside its own for the readers that glob a split's folder to read with them."""
+    from bertprep.workdir import params_dirname
+
+    argv = small_create_argv(tmp_path / "out", "training/sample_corpus_training_0.txt")
+    records = tmp_path / "out" / params_dirname(64, 10, 0.15, 12345, 1) / "c"
+    mine = records / "tfrecord" / "training" / "sample_corpus_training_0.tfrecord"
+    mine.parent.mkdir(parents=True)
+    mine.write_bytes(b"mine")
+    (records / "notes.txt").write_text("nothing writes or reads it")
+    assert main(argv) == 1
+    assert capsys.readouterr().err.strip() == (
+        f"bertprep create: error: {mine}: no manifest of bertprep lists it (a file of yours or of another tool?): "
+        "create would overwrite it, or its readers take it for one of its files; remove it, or choose another --out")
+    assert mine.read_bytes() == b"mine" and sorted(os.listdir(records)) == ["notes.txt", "tfrecord"]
+    mine.unlink()
+    assert main(argv) == 0 and main(argv) == 0  # a run and its rerun: notes.txt is let be
+    for stray in ("tfrecord/training/tiny.tfrecord", "ofrecord/training/part-1", "hdf5/test/x.hdf5"):
+        (records / stray).parent.mkdir(parents=True, exist_ok=True)
+        (records / stray).write_bytes(b"stray")
+        assert main(argv) == 1
+        assert f"error: {records / stray}: no manifest of bertprep lists it" in capsys.readouterr().err
+        assert (records / stray).read_bytes() == b"stray"
+        (records / stray).unlink()
+
+
+def test_a_create_rerun_takes_the_records_a_killed_run_renamed_before_its_manifest_listed_them(tmp_path, capsys):
+    """A worker renames a shard's records before the run's manifest lists them: a run killed between the two left
+    files no manifest lists. The run's claim in .partial/steps names them, so the rerun rewrites them (a file of
+    such a name that nothing claims is refused, above)."""
+    argv = small_create_argv(tmp_path / "out", *(f"training/sample_corpus_training_{i}.txt" for i in (0, 1)))
+    assert main(argv) == 0
+    (manifest_path,) = (tmp_path / "out").rglob("manifest.json")
+    records = manifest_path.parent
+    done = output_files(records)
+    killed = "tfrecord/training/sample_corpus_training_1.tfrecord"
+    manifest = json.loads(manifest_path.read_text())
+    del manifest["files"][killed]  # the state a kill leaves: the file in place, unlisted, claimed
+    manifest_path.write_text(json.dumps(manifest))
+    (records / killed).write_bytes(b"renamed, not listed")
+    steps = records / ".partial" / "steps"
+    steps.mkdir(parents=True)
+    (steps / "create-names.json").write_text(json.dumps([killed, "ofrecord/training/part-1"]))
+    assert main([*argv[:-1], "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["shards_created"] == 1
+    assert output_files(records) == done and not (records / ".partial").exists()
+    manifest_path.write_text(json.dumps(manifest))  # unlisted and unclaimed: refused
+    assert main(argv) == 1
+    assert f"error: {records / killed}: no manifest of bertprep lists it" in capsys.readouterr().err
+
+
+def test_a_failed_create_leaves_no_record_it_did_not_list(tmp_path, monkeypatch):
+    """A run stopped between a shard's rename and its manifest entry (here an exception; a Ctrl-C alike) removes
+    the records it put in place under names no run had written, and its claim: its folder holds only what its
+    manifest lists, and no .partial/. The rerun completes it."""
+    from bertprep.stages import create as create_module
+
+    argv = small_create_argv(tmp_path / "out", *(f"training/sample_corpus_training_{i}.txt" for i in (0, 1)))
+    save = create_module.save_manifest
+
+    def interrupted_at_the_second_shard(directory, written):
+        if len(written["files"]) > 2:
+            raise KeyboardInterrupt
+        save(directory, written)
+
+    monkeypatch.setattr(create_module, "save_manifest", interrupted_at_the_second_shard)
+    assert main(argv) == 130
+    monkeypatch.undo()
+    (manifest_path,) = (tmp_path / "out").rglob("manifest.json")
+    records = manifest_path.parent
+    listed = json.loads(manifest_path.read_text())["files"]
+    assert len(listed) == 2 and sorted(output_files(records)) == sorted(listed)
+    assert main(argv) == 0
+
+
 def test_create_refuses_a_records_folder_of_another_stage(tmp_path):
     """`create --out ROOT --corpus NAME` where ROOT/<params>/NAME is another stage's output (here tokenize's) took
     that manifest's files for an earlier run's: it deleted the .bin/.idx files, left data-path.txt naming them and

@@ -259,7 +259,8 @@ def wait_for_first_shard(process, manifest_url, timeout=120):
 
 def assert_only_whole_objects(out, expected):
     """Every object a reader lists under `out` is complete: the bytes of the finished run's object of that
-    name (the manifest: a subset of its entries, each listing that object). Staging holds only the lock."""
+    name (the manifest: a subset of its entries, each listing that object). Staging holds only the lock and the
+    run's claim of the names it writes (a rerun takes an object it uploaded and did not list yet for its own)."""
     listed = bucket_tree(out)
     records = {name.removeprefix(RECORDS.removeprefix("records/") + "/"): data for name, data in listed.items()}
     for name, data in records.items():
@@ -268,6 +269,8 @@ def assert_only_whole_objects(out, expected):
             assert 0 < len(files) < len(expected) - 1, "the run was not stopped mid-run"
             assert all(json.loads(expected["manifest.json"])["files"][f] | {"first_instance": 0} ==
                        entry | {"first_instance": 0} for f, entry in files.items())
+        elif name == ".partial/steps/create-names.json":
+            assert set(json.loads(data)) <= set(expected) - {"manifest.json"}, data
         elif name.startswith(".partial/"):
             assert name == ".partial/lock", name
         else:

@@ -20,9 +20,14 @@ Every file is written in `.partial/` beside the manifest (where no reader
 globs) and renamed into place when complete; the manifest records each
 finished file with its source's sha256 and the flags, so a rerun skips
 finished shards and redoes the rest. A run holds its records directory:
-a second run into the same one is refused.
+a second run into the same one is refused. The names it may put in place
+before the manifest lists them are claimed in `.partial/steps/` (a rerun
+after a kill takes them for its own); a file named as a record file that
+neither lists is refused, never overwritten or read with the run's.
 """
 
+import contextlib
+import fnmatch
 import hashlib
 import json
 import os
@@ -67,17 +72,21 @@ from bertprep.text_inputs import (
 )
 from bertprep.tokenization import resolve_vocab_path
 from bertprep.workdir import (
+    SPLITS,
     check_corpus_name,
     forget_outputs,
     load_manifest,
     nvidia_dirname,
     outputs_complete,
     params_dirname,
+    read_claim,
     refuse_another_stages,
+    refuse_unlisted,
     removed_warning,
     resolve_workdir,
     resuming_note,
     save_manifest,
+    write_claim,
 )
 
 ENCODE_CHUNK = 1024  # records encoded per call when writing
@@ -85,6 +94,9 @@ LAYOUTS: tuple[str, ...] = ("bertprep", "nvidia")  # typed: PrepareOptions.choic
 MASKINGS = ("static", "dynamic")
 # NVIDIA's TF2 input pipeline interleaves this many files: with fewer, a file's records arrive in a row.
 NVIDIA_CYCLE_LENGTH = 8
+# In the records directory's staging STEPS, which a killed run leaves: the names of the records a run may put in
+# place before its manifest lists them, for a rerun to take for its own (a user's file of such a name is refused).
+CLAIM = "create-names.json"
 
 
 
@@ -282,18 +294,72 @@ def count_test_instances(test, engine, quiet):
     return counts
 
 
-def remove_stale_outputs(records, previous_files, wanted, progress):
-    """Delete the files an earlier run's manifest lists that this run does not write (a test shard past
-    --eval-samples, an input no longer given) from the Folder `records`: readers that glob a split's directory
-    (NVIDIA's scripts) must find only what the new manifest lists. Returns the warning that names them (a
-    Python caller, quiet, hears of it too), None when there were none."""
-    stale = sorted(rel for rel in previous_files if rel not in wanted)
+def remove_stale_outputs(records, previous_files, wanted, progress, claimed=()):
+    """Delete the files an earlier run's manifest lists, or a killed run `claimed` and put in place, that this run
+    does not write (a test shard past --eval-samples, an input no longer given) from the Folder `records`: readers
+    that glob a split's directory (NVIDIA's scripts) must find only what the new manifest lists. Returns the
+    warning that names them (a Python caller, quiet, hears of it too), None when there were none."""
+    unlisted = {rel for rel in claimed if rel not in previous_files and rel not in wanted and records.isfile(rel)}
+    stale = sorted({*(rel for rel in previous_files if rel not in wanted), *unlisted})
     for relative in stale:
         records.remove(relative)
     if stale:
         progress.warn(f"removed {len(stale)} file(s) of an earlier run that this run does not write")
         return removed_warning(stale)
     return None
+
+
+def record_files_present(records, layout):
+    """The names in the Folder `records` (split/file or format/split/file) named as create's record files (any
+    record format's, any split, by the names its readers glob), whoever wrote them."""
+    if layout == "nvidia":
+        places = [(split, codecs.NVIDIA_LAYOUT) for split in SPLITS]
+    else:
+        places = [(f"{fmt}/{split}", codecs.get(fmt)) for fmt in codecs.record_names() for split in SPLITS]
+    return [f"{place}/{name}" for place, codec in places if records.isdir(place)
+            for name in sorted(records.names_in(place)) if fnmatch.fnmatchcase(name, codec.glob)]
+
+
+def refuse_unlisted_records(records, layout):
+    """A DataError naming the first file in the Folder `records` named as one of create's record files that neither
+    its manifest nor a killed run's claim holds: a user's `tfrecord/training/x.tfrecord` was overwritten without a
+    word, and a stray one beside the run's was read with them by the readers that glob a split's folder. Other
+    files (a notes.txt) are left alone: nothing writes or reads them."""
+    if not records.isdir():
+        return
+    ours = set((load_manifest(records) or {}).get("files") or ()) | read_claim(staging_dir(records.root), CLAIM)
+    refuse_unlisted(records, record_files_present(records, layout),
+                    "create would overwrite it, or its readers take it for one of its files", ours=ours)
+
+
+@contextlib.contextmanager
+def claimed_while_written(records, staging, ours, pending, local):
+    """Claim the outputs of the `pending` tasks in `staging` while they are written: a worker renames a shard's
+    files before the manifest lists them, and a rerun after a kill between the two takes them for its own. Gone
+    once the block ends (the manifest lists every file). `ours`: the names runs of create wrote here before."""
+    names = {relative for task in pending for relative in task.output_paths().values()}
+    write_claim(staging, CLAIM, names)
+    try:
+        yield
+    except BaseException:
+        release_after_failure(records, staging, names, ours, local)
+        raise
+    write_claim(staging, CLAIM, set())
+
+
+def release_after_failure(records, staging, names, ours, local):
+    """After a run failed or was interrupted: remove the files of `names` it put in place that no manifest lists
+    and no earlier run wrote (not `ours`), so it leaves no name nor claim (.partial/) that was not there before it,
+    and claim the rest. `local`: its workers have stopped; a Dask cluster's task goes on after the run stops, and
+    every unlisted name stays claimed. A failure here keeps the whole claim, and the run's own error is told."""
+    with contextlib.suppress(Exception):
+        listed = (load_manifest(records) or {}).get("files") or {}
+        unlisted = {name for name in names if name not in listed}
+        if local:
+            for relative in sorted(unlisted - ours):
+                records.remove(relative)
+            unlisted &= ours
+        write_claim(staging, CLAIM, unlisted)
 
 
 def create_shard(task):
@@ -565,6 +631,7 @@ def create(options: CreateOptions | None = None, /, *, quiet: bool = True, **fie
     records, settings, fmts, tasks, notes, warnings = plan(options)
     refuse_overlap(records.root, [*(options.input or ()), *(task.source for task in tasks)])
     refuse_another_stages(records, "create", "--out or --corpus")
+    refuse_unlisted_records(records, options.layout)  # before the test split is counted: a refusal costs no work
     if options.eval_samples:  # counted before anything is written: too few test instances writes nothing
         # as many workers as test shards at most: a LocalCluster of every --workers to count one shard took minutes
         with open_engine(options.engine, max_tasks=sum(task.split == "test" for task in tasks)) as engine:
@@ -574,11 +641,12 @@ def create(options: CreateOptions | None = None, /, *, quiet: bool = True, **fie
         progress.note(note)
     for warning in warnings:
         progress.warn(f"warning: {warning}")
-    with hold(records.root, "bertprep create"):  # clears what killed runs left in .partial/
+    with hold(records.root, "bertprep create") as staging:  # clears what killed runs left in .partial/
         previous = load_manifest(records) or {}
+        claimed = read_claim(staging, CLAIM)
         wanted = {relative for task in tasks for relative in task.output_paths().values()}
         files = {rel: entry for rel, entry in previous.get("files", {}).items() if rel in wanted}
-        removed = remove_stale_outputs(records, previous.get("files", {}), wanted, progress)
+        removed = remove_stale_outputs(records, previous.get("files", {}), wanted, progress, claimed)
         warnings += [removed] if removed else []
         pending = [t for t in tasks if not is_complete(t, files)]
         if replaced := replaced_settings_warning(previous, settings, pending):
@@ -593,19 +661,21 @@ def create(options: CreateOptions | None = None, /, *, quiet: bool = True, **fie
         manifest = {"tool": "bertprep", "stage": "create", "kind": kind.name,
                     "dims": dims, "formats": list(fmts), "layout": options.layout,
                     **settings, "files": files, WRITING: "the shards listed are done; others are being written"}
-        # An earlier run's manifest is marked before any shard changes; a first run's appears with its first
-        # shard, so a run that fails before then leaves none.
-        forget_outputs(files, [relative for task in pending for relative in task.output_paths().values()])
-        if pending and previous:
-            save_manifest(records, manifest)
-        with open_engine(options.engine, max_tasks=len(pending)) as engine:
-            for result in engine.run(create_shard, pending, describe=lambda task: task.source):
-                files.update(result["files"])
+        ours = {*previous.get("files", {}), *claimed}
+        with claimed_while_written(records, staging, ours, pending, local=options.engine.engine == "local"):
+            # An earlier run's manifest is marked before any shard changes; a first run's appears with its first
+            # shard, so a run that fails before then leaves none.
+            forget_outputs(files, [relative for task in pending for relative in task.output_paths().values()])
+            if pending and previous:
                 save_manifest(records, manifest)
-                progress.advance(1, instances=result["instances"])
-        number_instances(tasks, files)
-        del manifest[WRITING]
-        save_manifest(records, manifest)
+            with open_engine(options.engine, max_tasks=len(pending)) as engine:
+                for result in engine.run(create_shard, pending, describe=lambda task: task.source):
+                    files.update(result["files"])
+                    save_manifest(records, manifest)
+                    progress.advance(1, instances=result["instances"])
+            number_instances(tasks, files)
+            del manifest[WRITING]
+            save_manifest(records, manifest)
     progress.close()
     summary = summarize(records, manifest, tasks, time.monotonic() - started, len(pending))
     summary["warnings"] = warnings
