@@ -729,6 +729,11 @@ OUTPUTS = [  # flag, what is there already, what is said
     ("--checkpoint-dir", "file", "is a file; name a directory"),
     ("--tensorboard-dir", "file", "is a file; name a directory"),
     ("--checkpoint-dir", "under a file", "{file} is a file: nothing can be made under it"),
+    # a link to nothing was "{link} is a file: nothing can be made under it", which it is not
+    ("--checkpoint-dir", "under a dangling link", "{link} is a symbolic link to {tmp}/nowhere, which does not "
+                                                  "exist: nothing can be made under it"),
+    ("--checkpoint-dir", "a dangling link", "{link} is a symbolic link to {tmp}/nowhere, which does not exist: "
+                                            "nothing can be made under it"),
     ("--log-json", "directory", "is a directory; name a file"),
     ("--log-json", "no directory", "no directory {tmp}/nowhere"),
 ]
@@ -756,15 +761,18 @@ def test_an_output_that_cannot_be_written_is_refused_before_training(checkpoints
     file = tmp_path / "taken"
     file.write_text("not a directory")
     (tmp_path / "logs").mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "nowhere")
     out = {"file": file, "under a file": file / "sub", "directory": tmp_path / "logs",
-           "no directory": tmp_path / "nowhere" / "log.jsonl"}[there]
+           "no directory": tmp_path / "nowhere" / "log.jsonl", "under a dangling link": link / "sub",
+           "a dangling link": link}[there]
     argv = (["finetune", "--task", "mrpc", "--data", str(_mrpc(shared_dir, tmp_path / "mrpc")), "--format",
              "tfrecord", "--init-checkpoint", str(checkpoints / "hf_tiny"), "--steps", "1", "--batch-size", "8"]
             if command == "finetune" else ["--format", "ofrecord", "--model", "tiny", "--steps", "1", "--batch-size",
                                            "4"])
     assert main([*argv, flag, str(out), "--quiet"]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        f"trainer: error: {flag} {out}: {said.format(file=file, tmp=tmp_path)}"]
+        f"trainer: error: {flag} {out}: {said.format(file=file, tmp=tmp_path, link=link)}"]
     assert file.read_text() == "not a directory"
 
 

@@ -11,7 +11,14 @@ import os
 from bertprep import bert_config, storage
 from bertprep.errors import UsageError
 from bertprep.formats import codecs
-from bertprep.options import check_types, errors_name_fields, nearest_existing, refuse_empty_path, refuse_overlap
+from bertprep.options import (
+    check_types,
+    errors_name_fields,
+    nearest_existing,
+    refuse_dangling_link,
+    refuse_empty_path,
+    refuse_overlap,
+)
 from trainer.precision import GPU_PLATFORMS, PRECISIONS
 from trainer.xla_gpu import GEMM_AUTOTUNE, GEMM_KERNELS
 
@@ -447,7 +454,8 @@ def check_output_place(flag, path, directory, makes_parents=None):
     """A UsageError where the local `path` cannot be written: a file where a directory (`directory`) is to be,
     or the reverse; under a file; a file whose directory is missing where its writer does not make it
     (`makes_parents`, by default: a directory's does, --log-json's `open` does not); a place that is not
-    writable. Nothing is made: a run that fails before writing leaves nothing. bertprep's stages use
+    writable; a symbolic link to nothing in the way, in the stages' words (refuse_dangling_link). Nothing is
+    made: a run that fails before writing leaves nothing. bertprep's stages use
     options.refuse_file_above instead, which checks only the file in the way (found by the same
     nearest_existing): a stage makes every folder above its output, and takes store paths."""
     shown, path = path, os.path.abspath(path)
@@ -457,7 +465,10 @@ def check_output_place(flag, path, directory, makes_parents=None):
                              f"{'directory' if directory else 'file'}")
         place = path
     else:
+        if directory:  # a directory that is a link to nothing: making it fails as making one below it does
+            refuse_dangling_link(flag, shown, path)
         place = nearest_existing(path, exists=os.path.lexists)
+        refuse_dangling_link(flag, shown, place)  # was "… is a file", which a link to nothing is not
         if not os.path.isdir(place):
             raise UsageError(f"{flag} {shown}: {place} is a file: nothing can be made under it")
         if not (directory if makes_parents is None else makes_parents) and place != os.path.dirname(path):
