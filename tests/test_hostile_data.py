@@ -455,6 +455,17 @@ def test_inspect_refuses_an_epoch_that_is_no_epoch(dynamic, capsys, epoch):
     assert "--epoch" in cli_error(capsys, ["inspect", str(first), "--epoch", epoch], 2)
 
 
+def test_inspect_epoch_of_records_with_no_manifest_above_names_the_file(dynamic, tmp_path, capsys):
+    """--epoch seeks the records directory's manifest as validate and bertprep.hf do (find_manifest, one search
+    where inspect had its own); a record file with none above it is still this one line, exit 1."""
+    alone = tmp_path / "alone" / "a" / "b" / "c"
+    alone.mkdir(parents=True)
+    copy = shutil.copy(min((dynamic / "tfrecord" / "training").iterdir()), alone)
+    assert cli_error(capsys, ["inspect", str(copy), "--epoch", "1"], 1).endswith(
+        f"{copy}: no manifest.json in the directories above it: --epoch needs the records directory's manifest "
+        "(its masking settings)")
+
+
 # ---------------------------------------------------------------- 5. tracebacks: a Parquet file of zero rows
 
 

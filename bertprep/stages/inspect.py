@@ -280,16 +280,16 @@ def epoch_masker(path, kind, epoch, vocab_path):
 
 
 def _manifest_of(path):
-    """(manifest, its Folder) of the records directory holding `path` (its split's directory's parents)."""
-    directory = os.path.dirname(storage.absolute(path))
-    for _ in range(3):
-        directory = os.path.dirname(directory)
-        corpus = Folder(directory)
-        manifest = load_records_manifest(corpus, (formats.sniff_format(path),))
-        if manifest is not None:
-            return manifest, corpus
-    raise DataError(f"{path}: no manifest.json in the directories above it: --epoch needs the records directory's "
-                    "manifest (its masking settings)")
+    """(manifest, its Folder) of the records directory holding `path`: the nearest records manifest at or above
+    its folder, found as `bertprep validate` and bertprep.hf find it (find_manifest), then checked."""
+    from bertprep.stages.validate.dataset import find_manifest  # validate's readers load for --epoch alone
+
+    found = find_manifest(storage.absolute(path))
+    if found is None:
+        raise DataError(f"{path}: no manifest.json in the directories above it: --epoch needs the records "
+                        "directory's manifest (its masking settings)")
+    corpus = Folder(os.path.dirname(found["_path"]))
+    return load_records_manifest(corpus, (formats.sniff_format(path),)), corpus  # a damaged one: its error
 
 
 def _fmt(value):
