@@ -252,6 +252,31 @@ def test_shard_function_writes_the_cli_bytes_and_summary(tmp_path):
         shard(ShardOptions(), corpus="x")
 
 
+def test_files_of_an_input_directory_that_shard_does_not_read_are_named(tmp_path):
+    """A notes.md beside the parts and a hidden `.draft.txt` were left out without a word, exit 0, where create,
+    tokenize and dedup name theirs; they are named now (text_inputs.unread_files_warning), and still not read.
+    Other dot-files (`.DS_Store`) are no input to name; a subdirectory's .txt is read, as before."""
+    import bertprep
+    from bertprep.engines import EngineOptions
+
+    corpus = make_corpus(tmp_path / "in", files=1, docs_per_file=10)
+    (corpus / "notes.md").write_text("Not a corpus. Only notes.\n")
+    (corpus / "sub").mkdir()
+    (corpus / "sub" / ".draft.txt").write_text("A draft never sharded.\n")
+    (corpus / "sub" / "more.txt").write_text("One more document here.\n")
+    (corpus / ".DS_Store").write_bytes(b"\0")
+    expected = (f"not read: {corpus / 'notes.md'}, {corpus / 'sub' / '.draft.txt'} (an input directory's inputs are "
+                "the .jsonl and .txt files under it; a hidden file (.name) never)")
+    with pytest.warns(bertprep.BertprepWarning, match="^bertprep.shard: not read: "):
+        summary = bertprep.shard(input=[str(corpus)], out=str(tmp_path / "out"), train_shards=1, test_shards=1,
+                                 engine=EngineOptions(workers=1))
+    assert summary["warnings"] == [expected] and summary["documents"]["training"] + summary["documents"]["test"] == 11
+    assert not any(b"draft" in data for data in shard_files(tmp_path / "out").values())
+    again = ok(run_cli("shard", "--input", corpus, "--out", tmp_path / "out", "--train-shards", "1", "--test-shards",
+                       "1", "--workers", "1"))
+    assert "is already complete" in again and f"  warning    {expected}\n" in again
+
+
 # -- an --out that holds files shard did not write (nothing lost) ---------------------------------------------
 
 

@@ -71,6 +71,7 @@ from bertprep.options import (
 )
 from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.records_manifest import file_digests
+from bertprep.text_inputs import INPUT_SUFFIXES, unread_files_warning
 from bertprep.workdir import (
     MANIFEST,
     SPLITS,
@@ -86,7 +87,6 @@ from bertprep.workdir import (
     stage_dir,
 )
 
-INPUT_SUFFIXES = (".jsonl", ".txt")
 # Corpora made of several formatted sources, as NVIDIA names them.
 COMBINED = {"books_wiki_en_corpus": ("bookcorpus", "wikicorpus_en")}
 SCRATCH = "split"  # in the staging directory: pass 1's per-input sentence files
@@ -168,7 +168,7 @@ class ShardOptions:
 
 
 def resolve_inputs(workdir, inputs, corpus):
-    """(corpus name, sorted input files)."""
+    """(corpus name, sorted input files, the paths they were found in: --input's, else the formatted corpora's)."""
     if inputs:
         if corpus is None:
             if len(inputs) == 1 and Folder(inputs[0]).isdir():
@@ -195,7 +195,7 @@ def resolve_inputs(workdir, inputs, corpus):
         paths = [formatted.path(p) for p in parts]
     named = [(f, path) for path in paths for f in input_files(path)]
     refuse_repeated_inputs(named)
-    return check_corpus_name(corpus), [f for f, _path in named]
+    return check_corpus_name(corpus), [f for f, _path in named], paths
 
 
 def listed_digests(files):
@@ -257,6 +257,10 @@ def refuse_manifest_as_input(path):
     if os.path.basename(storage.normpath(path)) == MANIFEST:
         raise UsageError(f"--input {storage.display(path)}: a stage's manifest, not corpus text: give the corpus "
                          "directory or its .jsonl/.txt files")
+
+
+# What input_files reads of a directory, as the warning naming the rest says it.
+SHARD_INPUTS_RULE = "an input directory's inputs are the .jsonl and .txt files under it"
 
 
 def _is_input_name(name):
@@ -535,7 +539,9 @@ def shard(options: ShardOptions | None = None, /, *, quiet: bool = True, **field
     (`complete_before`)."""
     options = build_options(ShardOptions, options, fields)
     workdir = resolve_workdir(options.workdir)
-    corpus, inputs = resolve_inputs(workdir, options.input, options.corpus)
+    corpus, inputs, places = resolve_inputs(workdir, options.input, options.corpus)
+    # a notes.md or a .draft.txt beside the parts was left out without a word, as create and tokenize name theirs
+    unread = unread_files_warning(places, [(path, None) for path in inputs], rule=SHARD_INPUTS_RULE)
     for path in inputs:
         refuse_non_text(path)
     out = Folder(storage.absolute(options.out or stage_dir(workdir, "sharded", corpus)))
@@ -557,8 +563,9 @@ def shard(options: ShardOptions | None = None, /, *, quiet: bool = True, **field
     with hold(out.root, "bertprep shard") as staging:
         previous = load_manifest(out)
         if _is_complete(previous, out, params, input_list, corpus):
-            return Summary(f"bertprep shard: {out} is already complete", _summary(previous, out, 0.0),
-                           rows=_rows(previous, out, 0.0), complete_before=True)
+            summary, rows = _with_warnings(_summary(previous, out, 0.0), _rows(previous, out, 0.0),
+                                           [unread] if unread else [])
+            return Summary(f"bertprep shard: {out} is already complete", summary, rows=rows, complete_before=True)
         ours = _ours(out, staging, previous, corpus)  # before pass 1: a refusal costs no work
         progress = Progress("shard", total=len(inputs), unit="input files", quiet=quiet)
         start = time.monotonic()
@@ -569,12 +576,18 @@ def shard(options: ShardOptions | None = None, /, *, quiet: bool = True, **field
         seconds = time.monotonic() - start
         save_manifest(out, manifest)
         Folder(staging).remove_tree(STEPS)  # the claim: the manifest lists what is ours now
-    summary, rows = _summary(manifest, out, seconds), _rows(manifest, out, seconds)
     warnings += [removed_warning(removed)] if removed else []
-    if warnings:  # absent otherwise: today's --json
+    summary, rows = _with_warnings(_summary(manifest, out, seconds), _rows(manifest, out, seconds),
+                                   [unread, *warnings] if unread else warnings)
+    return Summary(f"bertprep shard: {corpus} done", summary, rows=rows)
+
+
+def _with_warnings(summary, rows, warnings):
+    """The summary and its rows with `warnings` listed; neither changed where there are none (today's --json)."""
+    if warnings:
         summary["warnings"] = warnings
         rows += [("warning", warning) for warning in warnings]
-    return Summary(f"bertprep shard: {corpus} done", summary, rows=rows)
+    return summary, rows
 
 
 def _is_shard_name(name, corpus, split):
