@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+import shutil
 
 from bertprep.cli import main
 from bertprep.stages.download.glue import task_outputs
@@ -109,6 +110,28 @@ def test_a_hidden_shard_is_named_not_validated(capsys, tmp_path):
     assert capsys.readouterr().err.strip() == (
         f"bertprep validate: error: {alone.parent}: nothing to validate (no record files, text shards, SQuAD or GLUE "
         f"files); not read: {alone / '.draft.txt'} (hidden files: create and tokenize do not read them either)")
+
+
+def test_files_beside_the_shards_that_are_no_shards_are_named_not_validated(capsys, tmp_path):
+    """A training/notes.md and a subdirectory's .txt were passed over without a word, the tree SOUND: validate
+    reads neither, nor do create and tokenize. A hidden shard keeps its own line; other dot-files are not named."""
+    root = shard_dir(tmp_path / "sharded", [DOC_A], [DOC_C])
+    (root / "training" / "notes.md").write_text("notes\n")
+    (root / "training" / "sub").mkdir()
+    (root / "training" / "sub" / "e.txt").write_text(DOC_B)
+    (root / "training" / ".draft.txt").write_text(DOC_B)
+    (root / "test" / ".DS_Store").write_bytes(b"\0")
+    code, report = validate(capsys, root)
+    assert code == 0 and report["text_shards"][0]["figures"]["training"]["shards"] == 1
+    assert [w for w in report["warnings"] if w.startswith("not read")] == [
+        f"not read: {root / 'training' / '.draft.txt'} (hidden files: create and tokenize do not read them either)",
+        f"not read: {root / 'training' / 'notes.md'}, {root / 'training' / 'sub' / 'e.txt'} (not text shards: "
+        "create and tokenize do not read them either)"]
+    (root / "training" / "notes.md").unlink()
+    shutil.rmtree(root / "training" / "sub")
+    (root / "training" / ".draft.txt").unlink()
+    code, report = validate(capsys, root)
+    assert code == 0 and not [w for w in report["warnings"] if w.startswith("not read")]
 
 
 def test_shard_the_manifest_does_not_list_fails(capsys, tmp_path):

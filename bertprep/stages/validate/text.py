@@ -17,10 +17,12 @@ import numpy as np
 from bertprep import storage
 from bertprep.corpus import ends_lines_in_cr_alone
 from bertprep.folder import Folder
+from bertprep.formats import codecs
 from bertprep.stages.download.glue import task_outputs
 from bertprep.stages.download.squad import FILES as SQUAD_FILES
 from bertprep.stages.validate.dataset import natural_key
 from bertprep.stages.validate.records import Finding
+from bertprep.text_inputs import unread_files_warning
 from bertprep.workdir import MANIFEST, SPLITS, read_manifest
 
 TEXT_CHECKS = {
@@ -159,6 +161,9 @@ def validate_text_shards(path):
     hidden = hidden_shards_warning(path)
     if hidden:  # validated, they were counted as shards that create and tokenize then left out without a word
         warnings.append(("hidden_shards", hidden))
+    unread = other_files_warning(path, shards)
+    if unread:  # a training/notes.md was passed over without a word, the tree SOUND
+        warnings.append(("other_files", unread))
     return findings, warnings, figures
 
 
@@ -168,6 +173,23 @@ def hidden_shards_warning(path):
     hidden = [storage.display(shard) for shard, _split in find_text_shards(path, hidden=True)]
     return f"not read: {', '.join(hidden)} (hidden files: create and tokenize do not read them either)" \
         if hidden else None
+
+
+def other_files_warning(path, shards):
+    """A warning naming the files beside and below the text shards `shards` (find_text_shards of the directory
+    `path`) that are no shards, which validate does not read, nor do create and tokenize: a training/notes.md, a
+    subdirectory's .txt; None where there are none. Hidden shards have their own line (hidden_shards_warning), and
+    files named as records or token sequences are validated as such."""
+    places = sorted({os.path.dirname(shard) for shard, _split in shards})
+    tops = [place for place in places if not any(place.startswith(other.rstrip("/") + "/") for other in places)]
+    accounted = [*shards, *find_text_shards(path, hidden=True)]
+    return unread_files_warning(tops, accounted, rule="not text shards: create and tokenize do not read them either",
+                                read_otherwise=_data_file_name)
+
+
+def _data_file_name(name):
+    """Whether validate reads a file named `name` as records or token sequences, not as a text shard."""
+    return codecs.of_file_name(name) is not None or codecs.of_sequence_file_name(name) is not None
 
 
 def _check_listed_files(path, check, found):
