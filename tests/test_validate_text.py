@@ -127,6 +127,8 @@ def test_files_beside_the_shards_that_are_no_shards_are_named_not_validated(caps
         f"not read: {root / 'training' / '.draft.txt'} (hidden files: create and tokenize do not read them either)",
         f"not read: {root / 'training' / 'notes.md'}, {root / 'training' / 'sub' / 'e.txt'} (not text shards: "
         "create and tokenize do not read them either)"]
+    code, report = validate(capsys, root / "training" / "c_training_0.txt")  # one shard asked: the rest unasked
+    assert code == 0 and not [w for w in report["warnings"] if w.startswith("not read")]
     (root / "training" / "notes.md").unlink()
     shutil.rmtree(root / "training" / "sub")
     (root / "training" / ".draft.txt").unlink()

@@ -179,7 +179,10 @@ def other_files_warning(path, shards):
     """A warning naming the files beside and below the text shards `shards` (find_text_shards of the directory
     `path`) that are no shards, which validate does not read, nor do create and tokenize: a training/notes.md, a
     subdirectory's .txt; None where there are none. Hidden shards have their own line (hidden_shards_warning), and
-    files named as records or token sequences are validated as such."""
+    files named as records or token sequences are validated as such. A shard given alone is all that was asked:
+    the files beside it are not named."""
+    if not Folder(path).isdir():
+        return None
     places = sorted({os.path.dirname(shard) for shard, _split in shards})
     tops = [place for place in places if not any(place.startswith(other.rstrip("/") + "/") for other in places)]
     accounted = [*shards, *find_text_shards(path, hidden=True)]
