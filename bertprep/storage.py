@@ -600,7 +600,7 @@ def walk(top):
     if not is_url(top):
         for directory, dirs, files in os.walk(local_path(top)):
             dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-            yield directory, dirs, files
+            yield directory, dirs, sorted(files)  # as a store's: a listing's order is the file system's
         return
     fs, inner = filesystem(top)
     with errors_named(top):
