@@ -316,18 +316,22 @@ def record_files_present(records, layout):
         places = [(split, codecs.NVIDIA_LAYOUT) for split in SPLITS]
     else:
         places = [(f"{fmt}/{split}", codecs.get(fmt)) for fmt in codecs.record_names() for split in SPLITS]
-    return [f"{place}/{name}" for place, codec in places if records.isdir(place)
-            for name in sorted(records.names_in(place)) if fnmatch.fnmatchcase(name, codec.glob)]
+    return [f"{place}/{name}" for place, codec in places if records.isdir(place)  # a hidden name no reader globs
+            for name in sorted(records.names_in(place)) if fnmatch.fnmatchcase(name, codec.glob)
+            and not name.startswith(".")]
 
 
 def refuse_unlisted_records(records, layout):
     """A DataError naming the first file in the Folder `records` named as one of create's record files that neither
     its manifest nor a killed run's claim holds: a user's `tfrecord/training/x.tfrecord` was overwritten without a
     word, and a stray one beside the run's was read with them by the readers that glob a split's folder. Other
-    files (a notes.txt) are left alone: nothing writes or reads them."""
-    if not records.isdir():
+    files (a notes.txt) are left alone: nothing writes or reads them. A directory without a manifest is let be: a
+    damaged manifest's message tells the user to remove it to redo the stage from scratch, which rewrites its
+    records (a user's file there is not told from them)."""
+    manifest = load_manifest(records) if records.isdir() else None
+    if manifest is None:
         return
-    ours = set((load_manifest(records) or {}).get("files") or ()) | read_claim(staging_dir(records.root), CLAIM)
+    ours = set(manifest.get("files") or ()) | read_claim(staging_dir(records.root), CLAIM)
     refuse_unlisted(records, record_files_present(records, layout),
                     "create would overwrite it, or its readers take it for one of its files", ours=ours)
 
