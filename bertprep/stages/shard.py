@@ -46,7 +46,6 @@ import dataclasses
 import functools
 import hashlib
 import heapq
-import json
 import os
 import tempfile
 import time
@@ -85,6 +84,7 @@ from bertprep.workdir import (
     resolve_workdir,
     save_manifest,
     stage_dir,
+    write_claim,
 )
 
 # Corpora made of several formatted sources, as NVIDIA names them.
@@ -621,7 +621,7 @@ def _take_over(out, staging, previous, ours, corpus, counts):
     shards an earlier run wrote under another --corpus; the names removed. Done once pass 1 is: a run that fails
     before leaves `out` as it was."""
     mine = {f"{split}/{shard_name(corpus, split, shard)}" for split, count in counts.items() for shard in range(count)}
-    Folder(staging).folder(STEPS).atomic_write_bytes(CLAIM, json.dumps(sorted(ours | mine)).encode(), staging)
+    write_claim(staging, CLAIM, ours | mine)
     if previous is None:
         return []
     out.remove(MANIFEST)
