@@ -6,6 +6,7 @@ import shutil
 
 from bertprep.cli import main
 from bertprep.stages.download.glue import task_outputs
+from bertprep.text_inputs import discover_inputs
 
 
 def validate(capsys, *argv):
@@ -133,6 +134,30 @@ def test_files_beside_the_shards_that_are_no_shards_are_named_not_validated(caps
     shutil.rmtree(root / "training" / "sub")
     (root / "training" / ".draft.txt").unlink()
     code, report = validate(capsys, root)
+    assert code == 0 and not [w for w in report["warnings"] if w.startswith("not read")]
+
+
+def test_files_at_the_root_of_a_shard_tree_are_named_not_validated(capsys, tmp_path, golden_dir):
+    """A notes.md and a .txt beside a `bertprep shard` tree's training/, test/ and manifest were passed over
+    without a word, the tree SOUND; one named as a shard was validated and counted. create and tokenize read
+    neither (discover_inputs, which both use). The manifest and other dot-files are not named, and a split folder
+    given alone names nothing above it."""
+    root = tmp_path / "sharded"
+    assert main(["shard", "--input", str(golden_dir / "corpus.txt"), "--out", str(root), "--corpus", "g",
+                 "--train-shards", "2", "--test-shards", "1", "--test-fraction", "0.2", "--quiet"]) == 0
+    (root / "notes.md").write_text("notes\n")
+    shutil.copy(root / "training" / "g_training_0.txt", root / "g_training_9.txt")
+    (root / ".DS_Store").write_bytes(b"\0")
+    assert [path for path, _split in discover_inputs([str(root)])] == [
+        str(root / "training" / "g_training_0.txt"), str(root / "training" / "g_training_1.txt"),
+        str(root / "test" / "g_test_0.txt")]
+    code, report = validate(capsys, root)
+    assert code == 0 and findings(report) == []
+    assert report["text_shards"][0]["figures"]["training"]["shards"] == 2
+    assert [w for w in report["warnings"] if w.startswith("not read")] == [
+        f"not read: {root / 'g_training_9.txt'}, {root / 'notes.md'} (not text shards: create and tokenize do not "
+        "read them either)"]
+    code, report = validate(capsys, root / "training")
     assert code == 0 and not [w for w in report["warnings"] if w.startswith("not read")]
 
 

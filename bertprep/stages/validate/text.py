@@ -52,13 +52,14 @@ GLUE_EXAMPLES = {
 def find_text_shards(path, hidden=False):
     """[(path, split)] of the text shards under `path` in natural order; with `hidden`, the dot-files named as
     shards there instead (`.draft.txt`), which create and tokenize never read from a directory (a file given
-    itself is read)."""
+    itself is read). A .txt beside a training/ or test/ folder is no shard: create and tokenize read only the
+    folders' (a root `c_training_9.txt` was validated and counted, and read by neither)."""
     tree = Folder(path)
     if tree.isfile():
         return [(path, _split_of(path) or "all")] if path.endswith(".txt") and not hidden else []
     found = []
     for root, dirs, files in tree.walk():  # sorted, without .partial/ and other hidden directories
-        for name in files:
+        for name in files if not set(SPLITS) & set(dirs) else ():
             split = _split_of(storage.join(root, name))
             if name.endswith(".txt") and split and name.startswith(".") == hidden:
                 found.append((storage.join(root, name), split))
@@ -178,16 +179,28 @@ def hidden_shards_warning(path):
 def other_files_warning(path, shards):
     """A warning naming the files beside and below the text shards `shards` (find_text_shards of the directory
     `path`) that are no shards, which validate does not read, nor do create and tokenize: a training/notes.md, a
-    subdirectory's .txt; None where there are none. Hidden shards have their own line (hidden_shards_warning), and
-    files named as records or token sequences are validated as such. A shard given alone is all that was asked:
-    the files beside it are not named."""
+    subdirectory's .txt, a notes.md or .txt at the root beside training/ and test/; None where there are none.
+    Hidden shards have their own line (hidden_shards_warning), and files named as records or token sequences are
+    validated as such. A shard given alone is all that was asked: the files beside it are not named. The root's
+    other subdirectories are not walked: they may hold another stage's output (`shard --out data` then `create
+    --out data/records`), which validate reads or names itself."""
     if not Folder(path).isdir():
         return None
     places = sorted({os.path.dirname(shard) for shard, _split in shards})
     tops = [place for place in places if not any(place.startswith(other.rstrip("/") + "/") for other in places)]
     accounted = [*shards, *find_text_shards(path, hidden=True)]
     return unread_files_warning(tops, accounted, rule="not text shards: create and tokenize do not read them either",
-                                read_otherwise=_data_file_name)
+                                read_otherwise=_data_file_name, roots=_tree_roots(path, tops))
+
+
+def _tree_roots(path, places):
+    """The roots of the shard trees whose training/ or test/ are among `places`, where the root is the directory
+    `path` given or lies below it: the files beside a tree's split folders were named by no one (a shard tree's
+    `notes.md`, a `.txt` that create and tokenize pass over), where the given split folder is all that was asked."""
+    roots = {storage.parent(place) for place in places if os.path.basename(place.rstrip("/")) in SPLITS}
+    given = storage.normpath(storage.absolute(path))
+    return sorted(root for root in roots - {None}
+                  if storage.normpath(storage.absolute(root)) == given or storage.lies_below(root, path))
 
 
 def _data_file_name(name):
