@@ -121,14 +121,15 @@ def written_in(options):
     return "out" if options.out is not None else "workdir"
 
 
-def refuse_files_above(options, *names, flags=True, folders=()):
-    """refuse_file_above for each named output field of `options` (those in `folders` directories), named as
-    normalise_paths names it."""
+def refuse_files_above(options, *names, flags=True, folders=(), files=()):
+    """refuse_file_above for each named output field of `options` (those in `folders` directories, those in
+    `files` files), named as normalise_paths names it."""
     for name in names:
-        refuse_file_above(_field_label(options, name, flags), getattr(options, name), folder=name in folders)
+        refuse_file_above(_field_label(options, name, flags), getattr(options, name), folder=name in folders,
+                          file=name in files)
 
 
-def refuse_file_above(label, path, folder=False):
+def refuse_file_above(label, path, folder=False, file=False):
     """One UsageError line (exit 2), before anything is read, where a folder the output `path` would be written
     in is a regular file (a local path; a store's is the store's to refuse): `--out afile/in2` ended every stage
     with the system's "…/afile/in2: Not a directory", exit 1, naming neither the flag nor the file in the way
@@ -137,7 +138,9 @@ def refuse_file_above(label, path, folder=False):
     The trainer's check_output_place refuses more (a missing folder, an unwritable place) because its writers
     make no parents (--log-json's `open`) and write after training; a stage makes every folder above its
     output, and a store's path is the store's to check. Both find the file in the way by nearest_existing, and
-    a symbolic link to nothing in the way (refuse_dangling_link)."""
+    a symbolic link to nothing in the way (refuse_dangling_link). With `file`, `path` is the file to write: a
+    symbolic link to nothing there is refused too (refuse_dangling_file_link); neither flag: it may be either
+    (convert's dst before its source is known), and only the folders above it are checked."""
     storage.refuse_read_only(label, path)
     if path is None or not storage.checks_locally(path):
         return
@@ -145,20 +148,32 @@ def refuse_file_above(label, path, folder=False):
         raise UsageError(f"{label} {storage.display(path)}: is a file, not a directory")
     if folder:  # a directory to write in that is a link to nothing: making it fails as making one below it does
         refuse_dangling_link(label, path, storage.local_path(path))
+    if file:
+        refuse_dangling_file_link(label, path, storage.local_path(path))
     place = nearest_existing(storage.local_path(path), exists=os.path.lexists)
     refuse_dangling_link(label, path, place)
     if place and not os.path.isdir(place):
         raise UsageError(f"{label} {storage.display(path)}: {place} is a file, not a directory")
 
 
-def refuse_dangling_link(label, path, place):
+def refuse_dangling_link(label, path, place, then="nothing can be made under it"):
     """One UsageError line (exit 2) where `place`, the output `path` or the nearest existing folder above it
     (nearest_existing by os.path.lexists), is a symbolic link to nothing: os.path.exists passes over such a
     link, so `--out link/sub` passed the check and the stage stopped only when it made its folder, with the
-    system's "…/link/sub: No such file or directory", exit 1, naming neither the flag nor the link."""
+    system's "…/link/sub: No such file or directory", exit 1, naming neither the flag nor the link. `then`
+    ends the line: what cannot be done there."""
     if place and os.path.islink(place) and not os.path.exists(place):
         raise UsageError(f"{label} {storage.display(path)}: {place} is a symbolic link to {os.readlink(place)}, "
-                         "which does not exist: nothing can be made under it")
+                         f"which does not exist: {then}")
+
+
+def refuse_dangling_file_link(label, path, place):
+    """refuse_dangling_link's line where `place`, the local file output `path` itself, is a symbolic link to
+    nothing. The writers disagreed on such a link, and none said so: an atomic write's rename replaced the link
+    with a file (vocab's --out, validate's --json and --plot, convert's dst, `trainer checkpoint run --out`),
+    --log-json's append wrote at the link's target, or failed after training where the target's folder was
+    missing. A link to an existing file is written as before."""
+    refuse_dangling_link(label, path, place, then="name a file, or a link to an existing one")
 
 
 def nearest_existing(path, exists=os.path.exists):

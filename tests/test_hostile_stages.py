@@ -612,3 +612,30 @@ def test_a_loader_given_shard_output_names_it_as_text_shards(golden_dir, tmp_pat
     assert str(caught.value) == (f"{given}: text shards (as `bertprep shard` writes), not records: make records of "
                                  f"them with `bertprep create --input {given}`; {reader} reads the records `bertprep "
                                  "create` or `pack` writes")
+
+
+# -- probes of 2026-11-29 (eighth) ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stage, flag", [("vocab", "--out"), ("validate", "--json"), ("validate", "--plot"),
+                                         ("convert", "dst")])
+def test_a_file_output_that_is_a_symbolic_link_to_nothing_is_refused_before_anything_is_read(
+        golden_dir, tmp_path, capsys, stage, flag):
+    """A file output that is itself a symbolic link to nothing was written as though the link were not there:
+    the atomic write's rename replaced the link with the file, exit 0, where the trainer's --log-json wrote at
+    the link's target. It is the line a directory output under such a link gets (options.refuse_dangling_link),
+    exit 2, before anything is read: the link is left, and nothing is made at its target."""
+    (tmp_path / "elsewhere").mkdir()  # the target's folder exists: a write through the link would succeed
+    target = tmp_path / "elsewhere" / "output"
+    link = tmp_path / "output"
+    link.symlink_to(target)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(DOCUMENT + "\n")
+    records = str(golden_dir / "G1.tfrecord")
+    argv = {"vocab": ["vocab", "--input", str(corpus), "--vocab-size", "120", "--unused", "0", "--out", str(link)],
+            "validate": ["validate", records, flag, str(link)],
+            "convert": ["convert", records, str(link), "--to", "parquet"]}[stage]
+    assert cli_error(capsys, [*argv, "--quiet"], 2) == (
+        f"bertprep {stage}: error: {flag} {link}: {link} is a symbolic link to {target}, which does not exist: "
+        "name a file, or a link to an existing one")
+    assert os.readlink(link) == str(target) and os.listdir(tmp_path / "elsewhere") == []

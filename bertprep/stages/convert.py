@@ -403,6 +403,7 @@ def convert(options: ConvertOptions | None = None, /, **fields: Any) -> Summary:
             raise UsageError(f"{dst}: is a file, and {src} is a directory; give an output directory")
         tree: contextlib.AbstractContextManager = hold(dst, "bertprep convert")
     elif source.isfile():
+        refuse_files_above(options, "dst", flags=False, files=("dst",))  # a lone file's output is a file
         if target.isdir():
             raise UsageError(f"{dst}: is a directory; give an output file name")
         if dst.endswith(("/", os.sep)):  # a directory to be: written as a file, it failed "ydir/: Not a directory"

@@ -48,6 +48,7 @@ from bertprep.options import (
     errors_name_fields,
     nearest_existing,
     normalise_paths,
+    refuse_dangling_file_link,
     refuse_dangling_link,
     refuse_overlap,
     set_field,
@@ -149,11 +150,13 @@ def resolve_vocab_inputs(workdir, inputs, corpora):
 def refuse_file_above(out):
     """A UsageError where a folder `out` would be written in is a file (an object on a store: its DataError):
     vocab writes its one file at the end, so `--out corpus.txt/vocab.txt` failed with "Not a directory" only
-    after the whole corpus had been read twice and trained on."""
+    after the whole corpus had been read twice and trained on. `out` itself a symbolic link to nothing is
+    refused too (options.refuse_dangling_file_link)."""
     if not storage.reads_in_place(out):
         storage.check_reachable(out)  # a missing bucket, refused credentials: else found at the upload, after training
         storage.refuse_writing_under_an_object(os.path.dirname(out))
         return
+    refuse_dangling_file_link("--out", out, out)  # the rename replaced such a link with the vocab
     place = nearest_existing(out, exists=os.path.lexists)
     refuse_dangling_link("--out", out, place)
     if place and not os.path.isdir(place):  # "": a relative path under the current directory

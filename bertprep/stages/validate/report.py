@@ -122,7 +122,8 @@ def check_report_place(flag, path, paths, magic):
     it with the report of q2."""
     refuse_empty_path(flag, path)  # else "--json  holds the input": "" compares as the current directory
     refuse_overlap(path, paths, what=flag)
-    refuse_file_above(flag, path)  # else found after every check, "Not a directory", exit 1
+    # else found after every check, "Not a directory", exit 1; a link to nothing there was replaced by the report
+    refuse_file_above(flag, path, file=True)
     local = storage.local_path(path)
     if storage.checks_locally(path) and os.path.isdir(local):  # else found after every check, "Is a directory", exit 1
         raise UsageError(f"{flag} {path}: is a directory; name a file for the report")
