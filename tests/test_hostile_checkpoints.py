@@ -736,6 +736,9 @@ OUTPUTS = [  # flag, what is there already, what is said
                                             "nothing can be made under it"),
     ("--log-json", "directory", "is a directory; name a file"),
     ("--log-json", "no directory", "no directory {tmp}/nowhere"),
+    # the append wrote at the link's target (its folder here exists), or failed after training where it was missing
+    ("--log-json", "a dangling link", "{link} is a symbolic link to {tmp}/nowhere, which does not exist: name a "
+                                      "file, or a link to an existing one"),
 ]
 
 
@@ -774,6 +777,7 @@ def test_an_output_that_cannot_be_written_is_refused_before_training(checkpoints
     assert capsys.readouterr().err.strip().splitlines() == [
         f"trainer: error: {flag} {out}: {said.format(file=file, tmp=tmp_path, link=link)}"]
     assert file.read_text() == "not a directory"
+    assert not os.path.lexists(tmp_path / "nowhere") and os.readlink(link) == str(tmp_path / "nowhere")
 
 
 @pytest.mark.parametrize("argv, said", [

@@ -15,6 +15,7 @@ from bertprep.options import (
     check_types,
     errors_name_fields,
     nearest_existing,
+    refuse_dangling_file_link,
     refuse_dangling_link,
     refuse_empty_path,
     refuse_overlap,
@@ -454,10 +455,10 @@ def check_output_place(flag, path, directory, makes_parents=None):
     """A UsageError where the local `path` cannot be written: a file where a directory (`directory`) is to be,
     or the reverse; under a file; a file whose directory is missing where its writer does not make it
     (`makes_parents`, by default: a directory's does, --log-json's `open` does not); a place that is not
-    writable; a symbolic link to nothing in the way, in the stages' words (refuse_dangling_link). Nothing is
-    made: a run that fails before writing leaves nothing. bertprep's stages use
-    options.refuse_file_above instead, which checks only the file in the way (found by the same
-    nearest_existing): a stage makes every folder above its output, and takes store paths."""
+    writable; a symbolic link to nothing in the way, or a file output that is one, in the stages' words
+    (refuse_dangling_link, refuse_dangling_file_link). Nothing is made: a run that fails before writing leaves
+    nothing. bertprep's stages use options.refuse_file_above instead, which checks only the file in the way
+    (found by the same nearest_existing): a stage makes every folder above its output, and takes store paths."""
     shown, path = path, os.path.abspath(path)
     if os.path.exists(path):
         if os.path.isdir(path) != directory:
@@ -467,6 +468,8 @@ def check_output_place(flag, path, directory, makes_parents=None):
     else:
         if directory:  # a directory that is a link to nothing: making it fails as making one below it does
             refuse_dangling_link(flag, shown, path)
+        else:  # a file that is one: --log-json's append wrote at its target, or failed after training
+            refuse_dangling_file_link(flag, shown, path)
         place = nearest_existing(path, exists=os.path.lexists)
         refuse_dangling_link(flag, shown, place)  # was "… is a file", which a link to nothing is not
         if not os.path.isdir(place):
