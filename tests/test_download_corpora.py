@@ -268,7 +268,7 @@ def test_download_refuses_fewer_than_one_worker_as_the_engines_do(server, tmp_pa
 @pytest.mark.parametrize("source", [["squad"], ["glue"], ["pretrained", "--model", "bert-base-uncased"]])
 def test_download_of_a_source_without_workers_refuses_workers(server, tmp_path, source):
     """squad, glue and pretrained took --workers 4 and read it nowhere, exit 0; even the default's value, given,
-    is refused on the command line (from Python, a value other than the default)."""
+    is refused."""
     import os
 
     from bertprep.errors import UsageError
@@ -283,6 +283,30 @@ def test_download_of_a_source_without_workers_refuses_workers(server, tmp_path, 
     with pytest.raises(UsageError, match=f"^{cls.__name__}\\.workers 4: download {source[0]} has no text"):
         cls(workers=4, **({"model": "bert-base-uncased"} if source[0] == "pretrained" else {}))
     assert server.requests == [] and not (tmp_path / "w").exists()
+
+
+@pytest.mark.parametrize("source", ["squad", "glue", "pretrained"])
+def test_download_from_python_refuses_workers_equal_to_the_core_count_where_the_source_runs_none(server, tmp_path,
+                                                                                                source):
+    """The options' default was the core count, and only another value was refused: `SquadOptions(workers=2)`
+    passed on a 2-core machine and was refused on an 8-core one. Any value given is refused on every machine;
+    left out, it is None, and one per core where the source extracts."""
+    import os
+
+    from bertprep.errors import UsageError
+    from bertprep.stages.download import download, options_class
+
+    cls = options_class(source)
+    model = {"model": "bert-base-uncased"} if source == "pretrained" else {}
+    cores = os.cpu_count() or 1
+    with pytest.raises(UsageError, match=f"^{cls.__name__}\\.workers {cores}: download {source} has no text to "
+                                         "extract and runs no workers \\(only wikipedia and bookcorpus do\\); "
+                                         "leave it out$"):
+        download(source, workers=cores, workdir=tmp_path / "w", base_url=server.url, **model)
+    assert server.requests == [] and not (tmp_path / "w").exists()
+    assert cls(**model).workers is None
+    for extracting in ("wikipedia", "bookcorpus"):
+        assert options_class(extracting)().workers == cores
 
 
 # -- BookCorpus --------------------------------------------------------------------

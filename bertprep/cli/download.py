@@ -3,14 +3,7 @@
 from bertprep.cli.options import print_summary
 from bertprep.options import field_names
 from bertprep.progress import add_output_arguments
-from bertprep.stages.download import (
-    DEFAULT_WORKERS,
-    EXTRACTING,
-    SOURCES,
-    download,
-    options_class,
-    refuse_unused_workers,
-)
+from bertprep.stages.download import EXTRACTING, SOURCES, download, options_class
 from bertprep.stages.download.bookcorpus import (
     DEFAULT_LINES_PER_DOCUMENT,
     DEFAULT_TARBALL_URL,
@@ -32,8 +25,8 @@ def add_arguments(parser):
     for name, (_module, _options, help_text) in SOURCES.items():
         source_parser = sub.add_parser(name, help=help_text, description=help_text)
         add_workdir_argument(source_parser)
-        # None: not given (squad, glue and pretrained run no workers: a value given is refused, even the default's)
-        source_parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS if name in EXTRACTING else None,
+        # None: not given, the options' one per core (squad, glue and pretrained run none: a value given is refused)
+        source_parser.add_argument("--workers", type=int, default=None,
                                    help="parallel extraction workers (default: all cores)" if name in EXTRACTING else
                                    f"not used by {name}, which has no text to extract, and refused (wikipedia and "
                                    "bookcorpus extract theirs on --workers)")
@@ -115,10 +108,6 @@ def options(args):
     cls = options_class(args.source)
     flags = vars(args)
     values = {name: flags[name] for name in field_names(cls) if name in flags}
-    if values["workers"] is None:  # not given, where the source runs none: its options' default
-        del values["workers"]
-    elif args.source not in EXTRACTING and values["workers"] >= 1:  # below 1: the options' "at least 1" line
-        refuse_unused_workers(args.source, values["workers"])
     # checked for every source: the hub's take their own limits, and took a bad value without a word
     return cls(**values, limits=Limits(stall=args.stall_timeout, deadline=args.deadline).check())
 

@@ -17,7 +17,14 @@ from typing import Any, ClassVar
 
 from bertprep import storage
 from bertprep.errors import UsageError
-from bertprep.options import build_options, check_types, errors_name_fields, normalise_paths, require_at_least
+from bertprep.options import (
+    build_options,
+    check_types,
+    errors_name_fields,
+    normalise_paths,
+    require_at_least,
+    set_field,
+)
 from bertprep.progress import Progress, Summary
 from bertprep.stages.download.http import Limits
 from bertprep.workdir import resolve_workdir
@@ -43,13 +50,14 @@ DEFAULT_WORKERS = os.cpu_count() or 1
 @errors_name_fields
 @dataclass(frozen=True, kw_only=True)
 class DownloadOptions:
-    """What every source takes: the work directory, parallel extraction `workers`, the `limits` on one
+    """What every source takes: the work directory, parallel extraction `workers` (None: one per core where the
+    source extracts, wikipedia and bookcorpus; any other value is refused by the others), the `limits` on one
     connection, and `base_url`, the source's host or hub endpoint (None: its environment variable or default).
     Each source's options (`WikipediaOptions`, ...) add its own flags."""
 
     source: ClassVar[str]
     workdir: str | None = None
-    workers: int = DEFAULT_WORKERS
+    workers: int | None = None
     limits: Limits = Limits()
     base_url: str | None = None
 
@@ -57,13 +65,22 @@ class DownloadOptions:
         check_types(self)
         normalise_paths(self, "workdir", outputs=("workdir",), folders=("workdir",))
         storage.check_schemes(self.workdir)
-        require_at_least("--workers", self.workers, 1)  # 0 and -3 quietly ran one worker
-        # the default passes, as the trainer's unread flags: it is no choice (and DownloadOptions itself has no source)
-        if self.workers != DEFAULT_WORKERS and hasattr(self, "source"):
-            refuse_unused_workers(self.source, self.workers)
+        self._check_workers()
         # every source's, the hub's too (their client takes its own limits): `download("glue",
         # limits=Limits(stall=-1))` was accepted where the command line's --stall-timeout -1 is refused
         self.limits.check()
+
+    def _check_workers(self):
+        """Refuse a `workers` given where the source runs none, and set one per core where it extracts and none
+        was given. "Not given" is None, not the core count: `SquadOptions(workers=2)` passed on a 2-core machine
+        and was refused on an 8-core one (DownloadOptions itself has no source)."""
+        source = getattr(self, "source", None)
+        if self.workers is not None:
+            require_at_least("--workers", self.workers, 1)  # 0 and -3 quietly ran one worker
+            if source is not None:
+                refuse_unused_workers(source, self.workers)
+        elif source in EXTRACTING:
+            set_field(self, "workers", DEFAULT_WORKERS)
 
 
 def refuse_unused_workers(source, workers):
