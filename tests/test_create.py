@@ -920,6 +920,37 @@ def test_a_rerun_with_other_settings_the_directory_name_omits_says_it_replaces_t
     assert replacing("--short-seq-prob", "0.5", "--seed-per-shard") == []  # the same settings: complete, kept
 
 
+def test_a_rerun_from_another_shard_tree_of_the_same_name_says_it_replaces_the_records(golden_dir, tmp_path,
+                                                                                        capsys):
+    """--layout nvidia names the records directory by the training shard count and int(100 × test fraction), the
+    default layout by the corpus name alone: trees sharded with --test-fraction 0.16 and 0.169 (2 and 3 of the
+    golden corpus's 15 documents in the test split) wrote to one directory, and the second run replaced the first
+    one's records without a word, exit 0. It now says which inputs it replaces; a rerun from the same ones does
+    not, and the records are those a fresh run writes."""
+    for fraction in ("0.16", "0.169"):
+        assert main(["shard", "--input", str(golden_dir / "corpus.txt"), "--out", str(tmp_path / fraction / "a"),
+                     "--corpus", "g", "--train-shards", "2", "--test-shards", "1", "--test-fraction", fraction,
+                     "--workers", "1", "--quiet"]) == 0
+
+    def create(fraction, out="out"):
+        assert main(["create", "--layout", "nvidia", "--input", str(tmp_path / fraction / "a"), "--vocab",
+                     str(golden_dir / "vocab.txt"), "--out", str(tmp_path / out), "--format", "tfrecord",
+                     "--dupe-factor", "1", "--min-parts", "1", "--workers", "1", "--quiet", "--json"]) == 0
+        summary = json.loads(capsys.readouterr().out)
+        return summary["records_dir"], [w for w in summary["warnings"] if w.startswith("replacing")]
+
+    first, replacing = create("0.16")
+    assert first.endswith("_shard_2_test_split_16/a") and replacing == []
+    second, replacing = create("0.169")
+    assert second == first and replacing == [
+        f"replacing the records an earlier run wrote here from other inputs (inputs were {tmp_path}/0.16/a (3 shards), "
+        f"now {tmp_path}/0.169/a (3 shards)): a records directory holds the records of one set of inputs; give "
+        "another --out or --corpus to keep both"]
+    assert create("0.169") == (first, [])  # the same inputs: complete, kept
+    fresh, _ = create("0.169", out="fresh")
+    assert output_files(fresh) == output_files(first)
+
+
 def test_a_python_caller_not_quiet_hears_each_warning_once(golden_dir, tmp_path, capsys):
     """bertprep.create(quiet=False) printed each warning twice on stderr: the stage's "create: warning: ..." note
     and the BertprepWarning raised from its summary. A Python caller now gets the BertprepWarning alone; the

@@ -19,8 +19,10 @@ or, with --layout nvidia, the tree NVIDIA's TensorFlow scripts hard-code
 Every file is written in `.partial/` beside the manifest (where no reader
 globs) and renamed into place when complete; the manifest records each
 finished file with its source's sha256 and the flags, so a rerun skips
-finished shards and redoes the rest. A run holds its records directory:
-a second run into the same one is refused. The names it may put in place
+finished shards and redoes the rest (one that replaces records made with
+other settings, or from inputs at other paths, warns: the directory's name
+holds neither every flag nor the inputs' paths). A run holds its records
+directory: a second run into the same one is refused. The names it may put in place
 before the manifest lists them are claimed in `.partial/steps/` (a rerun
 after a kill takes them for its own); a file named as a record file that
 neither lists is refused, never overwritten or read with the run's.
@@ -653,9 +655,11 @@ def create(options: CreateOptions | None = None, /, *, quiet: bool = True, **fie
         removed = remove_stale_outputs(records, previous.get("files", {}), wanted, progress, claimed)
         warnings += [removed] if removed else []
         pending = [t for t in tasks if not is_complete(t, files)]
-        if replaced := replaced_settings_warning(previous, settings, pending):
-            progress.warn(f"warning: {replaced}")
-            warnings.append(replaced)
+        for replaced in (replaced_settings_warning(previous, settings, pending),
+                         replaced_inputs_warning(previous, tasks, pending)):
+            if replaced:
+                progress.warn(f"warning: {replaced}")
+                warnings.append(replaced)
         skipped = len(tasks) - len(pending)
         if skipped:
             progress.note(resuming_note(skipped, len(tasks)))
@@ -721,6 +725,31 @@ def replaced_settings_warning(previous, settings, pending):
         return None
     return (f"replacing the records an earlier run wrote here with other settings ({'; '.join(changed)}): a records "
             "directory holds one setting; give another --out to keep both")
+
+
+def replaced_inputs_warning(previous, tasks, pending):
+    """The warning of a run that rewrites a file an earlier run made here from an input at another path, None
+    otherwise. The records directory's name holds the corpus name (the inputs' folder's name or --corpus) and,
+    with --layout nvidia, the training shard count and int(100 × test fraction), not where the shards are: two
+    shard trees of one name (test fractions 0.051 and 0.059, or another corpus) wrote to one directory, and the
+    second run replaced the first one's records without a word. A file an earlier run made from the same path is
+    no replacement of inputs: an edited or resharded input is redone, as a rerun is for; a file this run no longer
+    writes is named by the removal warning."""
+    earlier = {relative: entry for relative, entry in (previous.get("files") or {}).items() if isinstance(entry, dict)}
+    if not any(earlier.get(relative, {}).get("source") not in (None, storage.display(task.source))
+               for task in pending for relative in task.output_paths().values()):
+        return None
+    before = {entry["source"] for entry in earlier.values() if isinstance(entry.get("source"), str)}
+    now = {storage.display(task.source) for task in tasks}
+    return (f"replacing the records an earlier run wrote here from other inputs (inputs were {shards_from(before)}, "
+            f"now {shards_from(now)}): a records directory holds the records of one set of inputs; give another "
+            "--out or --corpus to keep both")
+
+
+def shards_from(sources):
+    """The folders the shards `sources` (display paths) come from and their count: `…/f51/a (3 shards)`."""
+    folders = ", ".join(sorted(input_roots((source, None) for source in sources)))
+    return f"{folders} ({len(sources)} shard{'' if len(sources) == 1 else 's'})"
 
 
 def number_instances(tasks, files):
