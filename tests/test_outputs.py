@@ -188,15 +188,16 @@ def test_out_that_is_a_regular_file_is_one_usage_line(tmp_path, tiny, golden_dir
     assert out.read_text() == "a file"
 
 
-@pytest.mark.parametrize("stage", ["shard", "create", "pack", "convert", "validate --json"])
+@pytest.mark.parametrize("stage", ["shard", "create", "pack", "dedup", "convert", "validate --json"])
 def test_out_under_a_dangling_link_is_one_usage_line(tmp_path, tiny, golden_dir, stage):
     """`--out link/sub` where `link` is a symbolic link to nothing passed the output check (os.path.exists
     passes over such a link) and the stage stopped when it made its folder: `bertprep shard: error:
     …/link/sub: No such file or directory` (`--out link`: `…/link: File exists`), exit 1, naming neither the
     flag nor the link. It is one usage line naming both now (options.refuse_dangling_link), before anything is
     read or made, as the trainer's check_output_place has refused it; a directory output that is the link
-    itself too."""
+    itself too (dedup's `--out link` was still `…/link: File exists`, exit 1, after its inputs were read)."""
     records = records_read_by(stage, tiny, tmp_path)
+    tiny[0].with_suffix(".jsonl").write_text('{"text": "A first sentence. A second one."}\n', encoding="utf-8")
     link = tmp_path / "link"
     link.symlink_to(tmp_path / "nowhere")
     before = files_under(tmp_path)

@@ -83,6 +83,7 @@ from bertprep.options import (
     errors_name_fields,
     normalise_paths,
     parse_size,
+    refuse_dangling_link,
     refuse_empty,
     refuse_overlap,
     written_in,
@@ -154,6 +155,11 @@ class DedupOptions:
         refuse_empty(self, "input", "corpus")
         normalise_paths(self, "input", "out", "workdir", "decontaminate", outputs=(written_in(self),),
                         folders=("workdir",))
+        # `out` is not among the folders: dedup says its own line for an --out that is a file (dedup()). A link to
+        # nothing there got past it and failed as dedup made it ("…/out: File exists", exit 1, after the inputs
+        # were read): the line a directory output that is such a link gets, before any work
+        if self.out is not None and storage.checks_locally(self.out):
+            refuse_dangling_link("--out", self.out, self.out)
         if self.corpus is not None:
             object.__setattr__(self, "corpus", tuple(self.corpus))
         if self.input and self.corpus:
