@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import bertprep
 from bertprep import formats
 from bertprep.cli import main
 from bertprep.formats import schemas
@@ -566,6 +567,29 @@ def test_questions_with_nothing_to_tokenize_are_skipped_counted_and_warned(tmp_p
     examples = (tmp_path / "eval" / "eval.examples.jsonl").read_text().splitlines()
     assert [json.loads(line)["qas_id"] for line in examples] == ["q0", "q1"]
 
+
+
+def test_a_python_caller_not_quiet_hears_the_skipped_questions_once(tmp_path, vocab_path, capfd):
+    """bertprep.create_squad(quiet=False) printed each skipped question's `create-squad: warning: ...` line (20,
+    then `... N more questions skipped`) and raised the BertprepWarning of the summary, which repeats the first:
+    two sinks for one warning. As every stage's warnings (Progress.warn), the lines are the command line's; a
+    Python caller hears the BertprepWarning alone. The command's lines are as they were."""
+    wrong = [("A bird sang.", "bird", 200 + i) for i in range(22)]  # answer_start past the context: skipped
+    data = _squad_file(tmp_path / "train-v1.1.json", [("The cat sat on the mat.", "cat", 4), *wrong])
+    fields = {"input": str(data), "vocab": str(vocab_path), "out": str(tmp_path / "py")}
+    with pytest.warns(bertprep.BertprepWarning) as caught:
+        summary = bertprep.create_squad(**fields, quiet=False)
+    assert (summary["examples"], summary["skipped"]) == (1, 22)
+    assert [str(w.message) for w in caught] == [f"bertprep.create_squad: {w}" for w in summary["warnings"]]
+    stderr = capfd.readouterr().err
+    assert "warning" not in stderr and stderr.startswith("create-squad: 1/1 examples")
+    assert main(["create-squad", "--input", str(data), "--vocab", str(vocab_path), "--out", str(tmp_path / "cli")]) == 0
+    said = capfd.readouterr()
+    assert [line for line in said.err.splitlines() if "warning" in line] == [
+        f"create-squad: warning: {data}: question 'q{i}': answer_start {199 + i} with a 4-character answer lies "
+        "outside its 12-character context; skipped, as run_squad.py does" for i in range(1, 21)] + [
+        "create-squad: warning: ... 2 more questions skipped"]
+    assert said.out.count("  warning  ") == 1
 
 @pytest.mark.parametrize("flags, message", [
     (["--format", "parquet"], "--format parquet: fine-tuning records are written as "),  # a TypeError traceback

@@ -48,7 +48,7 @@ import numpy as np
 from bertprep import storage
 from bertprep.atomic import hold, refuse_if_held
 from bertprep.corpus import read_text
-from bertprep.errors import DataError, UsageError
+from bertprep.errors import ON_COMMAND_LINE, DataError, UsageError
 from bertprep.formats.schemas import SQUAD_EVAL, SQUAD_TRAIN
 from bertprep.options import build_options, check_types, errors_name_fields
 from bertprep.progress import Progress, Summary, human_bytes
@@ -492,9 +492,10 @@ class CreateSquadOptions(RecordsOptions):
 
 
 def create_squad(options: CreateSquadOptions | None = None, /, *, quiet: bool = True, **fields: Any) -> Summary:
-    """Write the records of one SQuAD split (`options`, or CreateSquadOptions(**fields)); progress and the skipped
-    questions on stderr unless `quiet`. A split already written with the same input and settings is left as
-    it is (`complete_before`)."""
+    """Write the records of one SQuAD split (`options`, or CreateSquadOptions(**fields)); progress on stderr
+    unless `quiet`, and on the command line the skipped questions (a Python caller hears of them as the
+    summary's warning). A split already written with the same input and settings is left as it is
+    (`complete_before`)."""
     options = build_options(CreateSquadOptions, options, fields)  # not both (a keyword beside one was ignored)
     started = time.monotonic()
     split = split_of(options.input, options.split)
@@ -558,7 +559,10 @@ def create_squad(options: CreateSquadOptions | None = None, /, *, quiet: bool = 
 
 
 def _show_skipped(skipped, quiet):
-    if quiet:
+    """A line for each of the first skipped questions, on the command line only (as Progress.warn): a Python
+    caller hears of them once, as the BertprepWarning bertprep.create_squad raises from the summary's warning;
+    with `quiet=False` it heard the first twice, this line and that warning."""
+    if quiet or not ON_COMMAND_LINE.get():
         return
     for line in skipped[:SHOWN_WARNINGS]:
         print(f"create-squad: warning: {line}", file=sys.stderr)
