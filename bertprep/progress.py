@@ -26,6 +26,10 @@ from bertprep.errors import ON_COMMAND_LINE, redact
 # inspect's listing are what was asked for, and print even then).
 QUIET_HELP = "no progress and no summary (--json prints the summary even then)"
 
+# Seconds between plain progress lines where no `interval` is given (a bar redraws every 0.2 s). Module-level so
+# that a test can shorten it and see a stage's lines mid-run, with no run that lasts this long.
+LINE_INTERVAL_S = 5.0
+
 
 def add_output_arguments(parser):
     parser.add_argument("--quiet", action="store_true", help=QUIET_HELP)
@@ -84,7 +88,7 @@ class Progress:
 
     On a terminal a tqdm bar is redrawn at most every `interval` seconds
     (0.2 by default), in a Jupyter kernel (stream left to stderr) a widget bar;
-    elsewhere `line()` is printed every `interval` seconds (5 by default) and
+    elsewhere `line()` is printed every `interval` seconds (LINE_INTERVAL_S, 5, by default) and
     once more at `close()`.
     """
 
@@ -95,7 +99,7 @@ class Progress:
         self.quiet = quiet
         self.stream = stream or sys.stderr
         self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
-        self.interval = interval if interval is not None else (0.2 if self.tty else 5.0)
+        self.interval = interval if interval is not None else (0.2 if self.tty else LINE_INTERVAL_S)
         self.done = self.initial = initial  # work done before this run (a resumed one): not in its rate
         self.counters = {}
         self.detail = ""
