@@ -5,6 +5,8 @@ import hashlib
 import json
 import os
 import random
+import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -15,11 +17,11 @@ import numpy as np
 import pytest
 
 import bertprep
-from bertprep import formats
+from bertprep import formats, progress
 from bertprep.cli import main
 from bertprep.formats import schemas
 from bertprep.stages.download.glue import TASKS as DOWNLOAD_TASKS
-from bertprep.stages.finetune_data.glue import TASKS, truncated_lengths
+from bertprep.stages.finetune_data.glue import CHUNK_EXAMPLES, TASKS, truncated_lengths
 from bertprep.tokenization import load_vocab
 
 REPO = Path(__file__).resolve().parent.parent
@@ -987,3 +989,28 @@ def test_a_rerun_takes_the_files_a_killed_run_renamed_before_its_manifest_listed
     assert not (tmp_path / "out" / ".partial").exists()
     listed = json.loads((tmp_path / "out" / "manifest.json").read_text())["files"]
     assert "train.tf_record" in listed and (tmp_path / "out" / "train.tf_record").stat().st_size > 100
+
+
+def test_glue_progress_counts_examples_within_a_split_and_leaves_complete_splits_out_of_its_rate(
+        finetune_dir, vocab_path, tmp_path, capsys, monkeypatch):
+    """create-glue's progress went by splits: `create-glue: 1/1 splits, 20,000 examples (...)` once, at the end,
+    and MNLI's 393k-example train split was silent until then. It counts the examples as each chunk is written,
+    out of every split's (all are read first); a split already complete counts as done before the run."""
+    monkeypatch.setattr(progress, "LINE_INTERVAL_S", 0)  # a line at every chunk, as a run of minutes has them
+    data = tmp_path / "MRPC"
+    data.mkdir()
+    header, *rows = (finetune_dir / "glue/MRPC/train.tsv").read_text().splitlines()
+    count = CHUNK_EXAMPLES + 904  # two chunks
+    (data / "train.tsv").write_text("\n".join([header, *(rows[i % len(rows)] for i in range(count))]) + "\n")
+    shutil.copy(finetune_dir / "glue/MRPC/dev.tsv", data / "dev.tsv")
+    argv = ["create-glue", "--task", "MRPC", "--data-dir", str(data), "--vocab", str(vocab_path), "--out",
+            str(tmp_path / "out"), "--split", "train"]
+    assert main(argv) == 0
+    lines = [re.sub(r"\([\d,]+ records/s\)", "(R)", line) for line in capsys.readouterr().err.splitlines()]
+    assert re.fullmatch(rf"create-glue: {CHUNK_EXAMPLES}/{count} examples, {CHUNK_EXAMPLES:,} records \(R\), "
+                        r"ETA \d+s, \d+s", lines[0]), lines
+    assert re.fullmatch(rf"create-glue: {count}/{count} examples, {count:,} records \(R\), \d+s", lines[-1]), lines
+    assert main([*argv, "--split", "dev"]) == 0  # train is complete: its examples are done before the run
+    lines = [re.sub(r"\([\d,]+ records/s\)", "(R)", line) for line in capsys.readouterr().err.splitlines()]
+    assert lines[0] == f"create-glue: train: already complete in {tmp_path / 'out'}"
+    assert re.fullmatch(rf"create-glue: {count + 60}/{count + 60} examples, 60 records \(R\), \d+s", lines[-1]), lines

@@ -296,6 +296,15 @@ def _refuse_a_data_dir_beside_the_task(data_dir, task, spec):
         raise UsageError(f"--data-dir {data_dir}: its {task}/ holds the {task} files: give --data-dir {below}")
 
 
+def _examples_progress(manifest, writers, done, examples, quiet):
+    """Progress in examples, counted as each chunk is written (by splits, MNLI's 393k-example train split was
+    silent until its end). Every file is read before this, so the total is exact; the splits already complete
+    count as done before this run (their examples from the manifest), out of its rate and ETA."""
+    before = sum(manifest["files"][next(iter(writers[split].names.values()))]["examples"] for split in done)
+    return Progress("create-glue", total=before + sum(map(len, examples.values())), unit="examples", quiet=quiet,
+                    initial=before)
+
+
 def create_glue(options: CreateGlueOptions | None = None, /, *, quiet: bool = True, **fields: Any) -> Summary:
     """Write the records of a GLUE task's splits (`options`, or CreateGlueOptions(**fields)); progress on stderr
     unless `quiet`. Every file is read and checked before anything is written; a split already written with
@@ -319,7 +328,6 @@ def create_glue(options: CreateGlueOptions | None = None, /, *, quiet: bool = Tr
     settings = run_settings(tokenizer, options.seq, task=task, labels=spec.labels,
                             params={"convention": spec.convention})
     manifest = open_manifest(out, "create-glue", settings)
-    progress = Progress("create-glue", total=len(splits), unit="splits", quiet=quiet)
     sources = {split: {"path": storage.display(storage.absolute(path)), "sha256": sha256_of(path)}
                for split, path in paths.items()}
     writers = {split: SplitWriter(out, ROLE[split], options.format, kind) for split in splits}
@@ -330,6 +338,7 @@ def create_glue(options: CreateGlueOptions | None = None, /, *, quiet: bool = Tr
     for split, found in examples.items():
         if not found:
             raise DataError(f"{paths[split]}: no examples (OneFlow cannot read an empty part)")
+    progress = _examples_progress(manifest, writers, done, examples, quiet)
     results = {}
     with hold(out, "bertprep create-glue") as staging:
         for split in splits:
@@ -342,13 +351,13 @@ def create_glue(options: CreateGlueOptions | None = None, /, *, quiet: bool = Tr
             else:
                 with writer.staged_in(staging):
                     for first in range(0, len(examples[split]), CHUNK_EXAMPLES):
-                        writer.write(feature_columns(examples[split][first:first + CHUNK_EXAMPLES], tokenizer,
-                                                     options.seq, spec.labels))
+                        chunk = examples[split][first:first + CHUNK_EXAMPLES]
+                        writer.write(feature_columns(chunk, tokenizer, options.seq, spec.labels))
+                        progress.advance(len(chunk), records=len(chunk))  # one record per example
                 record_split(out, manifest, split, sources[split], writer, len(examples[split]))
                 results[split] = {"examples": len(examples[split]), "records": writer.records, "created": True}
             results[split]["files"] = {name: {k: manifest["files"][name][k] for k in ("bytes", "sha256")}
                                        for name in names}
-            progress.advance(1, examples=results[split]["examples"])
     progress.close()
     summary = {"out": storage.display(out), "task": task, "kind": kind.name, "labels": spec.labels,
                "splits": results, "seconds": round(time.monotonic() - started, 3)}
