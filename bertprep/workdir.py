@@ -182,6 +182,27 @@ def removed_warning(names, shown=5):
            f"{', '.join(names[:shown])}{more}"
 
 
+def setting_changes(before, now, names):
+    """`name was A, now B` for each of `names` (sorted) whose value in an earlier run's settings `before` differs
+    from this run's `now`: what a rerun's replacing warning names."""
+    return [f"{name} was {before[name]}, now {now.get(name)}" for name in sorted(names)
+            if before[name] != now.get(name)]
+
+
+def other_settings_warning(outputs, directory, changes):
+    """The warning of a rerun that replaces the `outputs` an earlier run wrote into its `directory` with other
+    settings (`changes`, as setting_changes words them). create and shard word it alike: replacing is what a
+    rerun into the same --out is for, so it is said, not refused."""
+    return (f"replacing the {outputs} an earlier run wrote here with other settings ({'; '.join(changes)}): a "
+            f"{directory} holds one setting; give another --out to keep both")
+
+
+def other_inputs_warning(outputs, directory, before, now, keep="--out"):
+    """other_settings_warning's line for a rerun from other inputs (`before` and `now` say which)."""
+    return (f"replacing the {outputs} an earlier run wrote here from other inputs (inputs were {before}, now "
+            f"{now}): a {directory} holds the {outputs} of one set of inputs; give another {keep} to keep both")
+
+
 def read_claim(staging, claim):
     """The names a run's `claim` (a JSON list in the STEPS of its staging directory `staging`, which a killed run
     leaves) holds; none without one, or where it is no JSON list (the files are then refused, never taken for

@@ -79,6 +79,8 @@ from bertprep.workdir import (
     forget_outputs,
     load_manifest,
     nvidia_dirname,
+    other_inputs_warning,
+    other_settings_warning,
     outputs_complete,
     params_dirname,
     read_claim,
@@ -88,6 +90,7 @@ from bertprep.workdir import (
     resolve_workdir,
     resuming_note,
     save_manifest,
+    setting_changes,
     write_claim,
 )
 
@@ -714,8 +717,8 @@ def replaced_settings_warning(previous, settings, pending):
     before, now = previous.get("params"), settings["params"]
     if not previous.get("files") or not isinstance(before, dict):
         return None
-    changed = [f"{name} was {before[name]}, now {now.get(name)}" for name in sorted(set(before) - {"eval_samples"})
-               if before[name] != now.get(name)]  # a field an older version did not record is no change
+    # a field an older version did not record is no change
+    changed = setting_changes(before, now, set(before) - {"eval_samples"})
     if before.get("eval_samples") != now.get("eval_samples"):
         was, now_k = before.get("eval_samples") or "all", now.get("eval_samples") or "all"
         changed.append(f"eval_samples was {was}, now {now_k}")
@@ -723,8 +726,7 @@ def replaced_settings_warning(previous, settings, pending):
         changed.append("the vocab's content differs")
     if not changed or not pending:
         return None
-    return (f"replacing the records an earlier run wrote here with other settings ({'; '.join(changed)}): a records "
-            "directory holds one setting; give another --out to keep both")
+    return other_settings_warning("records", "records directory", changed)
 
 
 def replaced_inputs_warning(previous, tasks, pending):
@@ -741,9 +743,8 @@ def replaced_inputs_warning(previous, tasks, pending):
         return None
     before = {entry["source"] for entry in earlier.values() if isinstance(entry.get("source"), str)}
     now = {storage.display(task.source) for task in tasks}
-    return (f"replacing the records an earlier run wrote here from other inputs (inputs were {shards_from(before)}, "
-            f"now {shards_from(now)}): a records directory holds the records of one set of inputs; give another "
-            "--out or --corpus to keep both")
+    return other_inputs_warning("records", "records directory", shards_from(before), shards_from(now),
+                                keep="--out or --corpus")
 
 
 def shards_from(sources):
