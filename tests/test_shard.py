@@ -178,6 +178,47 @@ def test_rerun_is_skipped_and_changed_settings_rewrite(tmp_path):
     assert sorted(p.name for p in (out / "training").iterdir()) == ["demo_training_0.txt", "demo_training_1.txt"]
 
 
+def test_a_rerun_with_other_settings_says_it_replaces_the_shards_and_one_with_the_same_is_silent(golden_dir,
+                                                                                                   tmp_path):
+    """A second run into one --out with another --test-fraction resharded without a word, exit 0, and the first
+    run's shards were gone. It now warns, on stderr and in the summary, naming the setting, as create does; a rerun
+    with the same settings and inputs stays silent and leaves the shards as they were."""
+    out = tmp_path / "f/a"
+    args = ["shard", "--input", golden_dir / "corpus.txt", "--out", out, "--corpus", "g", "--train-shards", "2",
+            "--test-shards", "1", "--workers", "1"]
+    ok(run_cli(*args, "--test-fraction", "0.169"))
+    expected = ("replacing the shards an earlier run wrote here with other settings (test_fraction was 0.169, now "
+                "0.16): a shard tree holds one setting; give another --out to keep both")
+    result = run_cli(*args, "--test-fraction", "0.16")
+    assert f"  warning    {expected}\n" in ok(result) and f"shard: warning: {expected}\n" in result.stderr
+    stamp = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in out.rglob("*") if p.is_file()}
+    again = run_cli(*args, "--test-fraction", "0.16", "--json")
+    assert "warnings" not in ok(again) and "warning" not in again.stderr
+    assert {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in out.rglob("*") if p.is_file()} == stamp
+    summary = ok(run_cli(*args, "--eval-documents", "2", "--json"))
+    assert summary["warnings"] == [
+        "replacing the shards an earlier run wrote here with other settings (eval_documents was none, now 2; "
+        "eval_seed was none, now 12345): a shard tree holds one setting; give another --out to keep both"]
+
+
+def test_a_rerun_from_other_inputs_says_it_replaces_the_shards(golden_dir, tmp_path):
+    """A rerun into one --out from inputs at other paths with other content names them; the same content at
+    another path (a moved corpus) gives the same shards and no warning."""
+    text = (golden_dir / "corpus.txt").read_text(encoding="utf-8")
+    for name, corpus in (("a", text), ("moved", text), ("b", text[:len(text) // 2].rsplit("\n\n", 1)[0] + "\n")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "corpus.txt").write_text(corpus, encoding="utf-8")
+    args = ["shard", "--out", tmp_path / "out", "--corpus", "g", "--train-shards", "2", "--test-shards", "1",
+            "--workers", "1", "--json"]
+    assert "warnings" not in ok(run_cli(*args, "--input", tmp_path / "a/corpus.txt"))
+    assert "warnings" not in ok(run_cli(*args, "--input", tmp_path / "moved/corpus.txt"))
+    summary = ok(run_cli(*args, "--input", tmp_path / "b/corpus.txt"))
+    assert summary["warnings"] == [
+        f"replacing the shards an earlier run wrote here from other inputs (inputs were {tmp_path}/moved/corpus.txt, "
+        f"now {tmp_path}/b/corpus.txt): a shard tree holds the shards of one set of inputs; give another --out to "
+        "keep both"]
+
+
 def test_an_input_edited_in_place_to_the_same_size_is_sharded_again(tmp_path):
     corpus = make_corpus(tmp_path / "in", files=1)
     out = tmp_path / "out"

@@ -77,12 +77,15 @@ from bertprep.workdir import (
     check_corpus_name,
     file_matches,
     load_manifest,
+    other_inputs_warning,
+    other_settings_warning,
     read_claim,
     refuse_repeated_inputs,
     refuse_unlisted,
     removed_warning,
     resolve_workdir,
     save_manifest,
+    setting_changes,
     stage_dir,
     write_claim,
 )
@@ -590,6 +593,63 @@ def _with_warnings(summary, rows, warnings):
     return summary, rows
 
 
+# Recorded in params only with --eval-documents: a run without it reads "none" in a replacing warning.
+EVAL_PARAMS = ("eval_documents", "eval_seed", "eval_duplicates")
+EVAL_FOLLOWS = {"test_fraction", "test_choice", "eval_duplicates"}  # what --eval-documents on or off changes
+INPUTS_NAMED = 3  # a replacing warning names up to this many inputs, more as their folders and count
+
+
+def _replacing_warnings(previous, params, input_list, corpus):
+    """The warnings of a rerun that replaces the shards an earlier run wrote into `out` with other settings or
+    from other inputs (in create's words): it resharded without a word, exit 0, and the earlier shards were gone.
+    None where the earlier run wrote none or under another --corpus (the removal warning names those)."""
+    if not previous or previous.get("corpus") != corpus or not previous.get("files"):
+        return []
+    warnings = []
+    changes = _setting_changes(previous.get("params"), params)
+    if changes:
+        warnings.append(other_settings_warning("shards", "shard tree", changes))
+    if _other_inputs(previous.get("inputs"), input_list):
+        warnings.append(other_inputs_warning("shards", "shard tree", _described(previous["inputs"]),
+                                             _described(input_list)))
+    return warnings
+
+
+def _setting_changes(before, now):
+    """`name was A, now B` for each setting of the earlier run's params `before` that this run's `now` changes; a
+    field an older version did not record is no change (as in create's). Where one run had --eval-documents and
+    the other not, that is the change: the test choice and duplicate rule described follow from it, and the
+    --test-fraction a run with it records is the default, which it does not use."""
+    if not isinstance(before, dict):
+        return []
+    absent = dict.fromkeys(EVAL_PARAMS, "none")
+    before, now = {**absent, **before}, {**absent, **now}
+    eval_documents = (before["eval_documents"], now["eval_documents"])
+    toggled = "none" in eval_documents and eval_documents[0] != eval_documents[1]
+    return setting_changes(before, now, set(before) - (EVAL_FOLLOWS if toggled else set()))
+
+
+def _other_inputs(before, now):
+    """Whether the earlier run's inputs `before` (its manifest's list) were files at other paths with other
+    content than this run's `now`. An input edited in place is resharded without a warning, as a rerun is for;
+    the same content at other paths (a copied or moved corpus) gives the same shards."""
+    if not isinstance(before, list) or not all(isinstance(entry, dict) for entry in before):
+        return False  # a damaged or foreign manifest: nothing to compare
+
+    def column(inputs, key):
+        return [entry.get(key) for entry in inputs]
+
+    return set(column(before, "path")) != set(column(now, "path")) and column(before, "sha256") != column(now, "sha256")
+
+
+def _described(inputs):
+    """A manifest's inputs for a warning: their paths, or past INPUTS_NAMED their folders and count."""
+    paths = [str(entry.get("path")) for entry in inputs]
+    if len(paths) <= INPUTS_NAMED:
+        return ", ".join(paths)
+    return f"{', '.join(sorted({os.path.dirname(path) for path in paths}))} ({len(paths)} files)"
+
+
 def _is_shard_name(name, corpus, split):
     """Whether a file name in `split`/ is named as one of `corpus`'s shards, of this run or an earlier one."""
     return name.startswith(f"{corpus}_{split}_") and name.endswith(".txt")
@@ -697,6 +757,10 @@ def _shard(options, engine, corpus, inputs, input_list, out, staging, scratch, p
 
     counts = {"training": min(options.train_shards, int(training_mask.sum())),
               "test": min(options.test_shards, int(test_mask.sum()))}
+    # said as the earlier shards are replaced: a run that fails in pass 1 (too few documents) leaves them
+    replacing = _replacing_warnings(previous, params, input_list, corpus)
+    for warning in replacing:
+        progress.warn(f"warning: {warning}")
     other_corpus = _take_over(out, staging, previous, ours, corpus, counts)
     tasks, names, earlier, fewer = [], [], [], []
     for split, mask, requested in (("training", training_mask, options.train_shards),
@@ -737,7 +801,7 @@ def _shard(options, engine, corpus, inputs, input_list, out, staging, scratch, p
         "dropped": {"empty_documents": stats["empty_documents"], "invalid_utf8_lines": stats["invalid_utf8_lines"]},
         "input_bytes": stats["input_bytes"],
         "spread": {s: spread([e["bytes"] for e in written.values() if e["split"] == s]) for s in SPLITS},
-    }, sorted({*removed, *other_corpus}), fewer
+    }, sorted({*removed, *other_corpus}), [*replacing, *fewer]
 
 
 def _named_inputs(inputs):
