@@ -86,14 +86,15 @@ def is_hidden_input(name):
     return name.startswith(".") and name.endswith(INPUT_SUFFIXES)
 
 
-def unread_files_warning(values, inputs, shown=3, rule=SHARDS_RULE, read_otherwise=None, roots=()):
+def unread_files_warning(values, inputs, shown=3, rule=SHARDS_RULE, read_otherwise=None, roots=(), files=()):
     """A warning naming the files under the input directories among `values` that no input of `inputs` (what
     discover_inputs found: [(path, split)]) is: a .md beside the shards, a subdirectory's files, a .txt beside
     training/ were left out without a word (convert names what it leaves); None where there are none. Manifests
     are no input, nor other dot-files (`.DS_Store`); a hidden .txt or .jsonl is named. `rule` says which files a
     directory's inputs are; `read_otherwise(name)`, where given, tells a file name another reader takes (validate's
     record files beside its shards). `roots`: directories whose own files are named too, not their
-    subdirectories' (validate's shard tree root, beside its training/ and test/ among `values`)."""
+    subdirectories' (validate's shard tree root, beside its training/ and test/ among `values`); `files`: more
+    files named where unread (validate's files named as shards in folders that create and tokenize do not read)."""
     read = {storage.normpath(storage.absolute(path)) for path, _split in inputs}
     listings = [next(storage.walk(root), (root, [], [])) for root in roots if Folder(root).isdir()]
     listings += [listing for value in values if Folder(value).isdir() for listing in storage.walk(value)]
@@ -101,6 +102,7 @@ def unread_files_warning(values, inputs, shown=3, rule=SHARDS_RULE, read_otherwi
               if name != MANIFEST and (not name.startswith(".") or is_hidden_input(name))
               and not (read_otherwise and read_otherwise(name))
               and storage.normpath(storage.absolute(storage.join(directory, name))) not in read]
+    unread += [path for path in files if path not in unread and storage.normpath(storage.absolute(path)) not in read]
     if not unread:
         return None
     more = f" and {len(unread) - shown} more" if len(unread) > shown else ""

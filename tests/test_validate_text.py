@@ -161,6 +161,40 @@ def test_files_at_the_root_of_a_shard_tree_are_named_not_validated(capsys, tmp_p
     assert code == 0 and not [w for w in report["warnings"] if w.startswith("not read")]
 
 
+def test_a_file_named_as_a_shard_in_a_folder_create_does_not_read_is_named_not_validated(capsys, tmp_path,
+                                                                                          golden_dir):
+    """A shard-named .txt in a subfolder of training/, or in a folder of the tree's root or of a directory
+    with no split folder, was validated and counted by its name alone (against the manifest: FAILED, "not
+    listed"), where create and tokenize of the same directory read none of them (discover_inputs)."""
+    root = tmp_path / "sharded"
+    assert main(["shard", "--input", str(golden_dir / "corpus.txt"), "--out", str(root), "--corpus", "g",
+                 "--train-shards", "2", "--test-shards", "1", "--test-fraction", "0.2", "--quiet"]) == 0
+    (root / "training" / "sub").mkdir()
+    shutil.copy(root / "training" / "g_training_0.txt", root / "training" / "sub" / "g_training_5.txt")
+    (root / "sub").mkdir()
+    shutil.copy(root / "test" / "g_test_0.txt", root / "sub" / "g_test_7.txt")
+    assert [path for path, _split in discover_inputs([str(root)])] == [
+        str(root / "training" / "g_training_0.txt"), str(root / "training" / "g_training_1.txt"),
+        str(root / "test" / "g_test_0.txt")]
+    code, report = validate(capsys, root)
+    assert code == 0 and findings(report) == []
+    figures = report["text_shards"][0]["figures"]
+    assert (figures["training"]["shards"], figures["test"]["shards"]) == (2, 1)
+    assert [w for w in report["warnings"] if w.startswith("not read")] == [
+        f"not read: {root / 'training' / 'sub' / 'g_training_5.txt'}, {root / 'sub' / 'g_test_7.txt'} (not text "
+        "shards: create and tokenize do not read them either)"]
+    flat = tmp_path / "flat"  # no training/ or test/: create reads its own *.txt, not its folders'
+    (flat / "sub").mkdir(parents=True)
+    shutil.copy(root / "training" / "g_training_0.txt", flat / "sub" / "g_training_5.txt")
+    assert main(["validate", str(flat)]) == 1
+    assert capsys.readouterr().err.strip() == (
+        f"bertprep validate: error: {flat}: nothing to validate (no record files, text shards, SQuAD or GLUE "
+        f"files); not read: {flat / 'sub' / 'g_training_5.txt'} (not text shards: create and tokenize do not read "
+        "them either)")
+    code, report = validate(capsys, flat / "sub")  # the folder given: read by create and validated
+    assert code == 0 and report["text_shards"][0]["figures"]["training"]["shards"] == 1
+
+
 def test_shard_the_manifest_does_not_list_fails(capsys, tmp_path):
     """A shard beside those the manifest lists (another run's, another corpus's) is refused by tokenize and
     create: the directory is not sound (it was SOUND, shard_manifest ok)."""

@@ -62,6 +62,7 @@ from bertprep.stages.validate.text import (
     find_downloads,
     find_text_shards,
     hidden_shards_warning,
+    other_files_warning,
     validate_downloads,
     validate_text_shards,
 )
@@ -287,10 +288,10 @@ def validate_paths(paths, spec, workers=1, min_parts=1, compare=False, vocab_giv
             _add_findings(report, all_findings, findings, warnings)
         misnamed = _misnamed(path)
         report["warnings"].extend(misnamed)
-        if not found_anything:  # a hidden shard, not validated, is named as the reason there was nothing
-            hidden = [line for line in [hidden_shards_warning(path)] if line]
+        if not found_anything:  # a hidden or misplaced shard, not validated, is named as the reason there was nothing
+            unread = [line for line in [hidden_shards_warning(path), other_files_warning(path, [])] if line]
             raise DataError(f"{path}: nothing to validate (no record files, text shards, SQuAD or GLUE files)"
-                            + "".join(f"; {line}" for line in (misnamed + hidden)[:1]))
+                            + "".join(f"; {line}" for line in (misnamed + unread)[:1]))
     if compare:
         from bertprep.stages.validate.compare import (
             compare_files,

@@ -53,17 +53,38 @@ def find_text_shards(path, hidden=False):
     """[(path, split)] of the text shards under `path` in natural order; with `hidden`, the dot-files named as
     shards there instead (`.draft.txt`), which create and tokenize never read from a directory (a file given
     itself is read). A .txt beside a training/ or test/ folder is no shard: create and tokenize read only the
-    folders' (a root `c_training_9.txt` was validated and counted, and read by neither)."""
+    folders' (a root `c_training_9.txt` was validated and counted, and read by neither); nor is one below a
+    split folder or in a folder of the directory given that is no split folder (misplaced_shards)."""
     tree = Folder(path)
     if tree.isfile():
         return [(path, _split_of(path) or "all")] if path.endswith(".txt") and not hidden else []
-    found = []
+    found = [(shard, split) for shard, split, read in _shard_named_files(tree, hidden) if read or hidden]
+    return sorted(found, key=lambda item: (SPLITS.index(item[1]), natural_key(item[0])))
+
+
+def misplaced_shards(path):
+    """The files under the directory `path` named as text shards (or lying in a training/ or test/ folder) where
+    create and tokenize of `path` do not read them: a `training/sub/c_training_5.txt`, a `sub/c_training_5.txt`
+    beside a tree's training/ or below the directory given. By its name alone such a file was validated and
+    counted, and a shard manifest's tree failed on it as unlisted, where create and tokenize pass over it."""
+    if not Folder(path).isdir():
+        return []
+    return [shard for shard, _split, read in _shard_named_files(Folder(path), hidden=False) if not read]
+
+
+def _shard_named_files(tree, hidden):
+    """(path, split, read) of each .txt under the directory `tree` that _split_of places in a split, hidden or
+    not as asked, beside a tree's training/ and test/ folders none; `read`: whether create and tokenize of `tree`
+    read it (discover_inputs): a split folder's own .txt files, and the directory given's own."""
     for root, dirs, files in tree.walk():  # sorted, without .partial/ and other hidden directories
-        for name in files if not set(SPLITS) & set(dirs) else ():
+        if set(SPLITS) & set(dirs):  # a tree's root: its own files are named by other_files_warning
+            continue
+        folders = [part for part in tree.relpath(root).split("/") if part not in ("", os.curdir)]
+        read = not folders or (folders[-1] in SPLITS and not set(SPLITS) & set(folders[:-1]))
+        for name in files:
             split = _split_of(storage.join(root, name))
             if name.endswith(".txt") and split and name.startswith(".") == hidden:
-                found.append((storage.join(root, name), split))
-    return sorted(found, key=lambda item: (SPLITS.index(item[1]), natural_key(item[0])))
+                yield storage.join(root, name), split, read
 
 
 def _split_of(path):
@@ -190,7 +211,8 @@ def other_files_warning(path, shards):
     tops = [place for place in places if not any(place.startswith(other.rstrip("/") + "/") for other in places)]
     accounted = [*shards, *find_text_shards(path, hidden=True)]
     return unread_files_warning(tops, accounted, rule="not text shards: create and tokenize do not read them either",
-                                read_otherwise=_data_file_name, roots=_tree_roots(path, tops))
+                                read_otherwise=_data_file_name, roots=_tree_roots(path, tops),
+                                files=misplaced_shards(path))
 
 
 def _tree_roots(path, places):
