@@ -216,8 +216,7 @@ def load(directory, cache_dir=None):
     if manifest is None:  # a folder inside a records directory (its tfrecord/training/), or one above them
         place, manifest = _records_directory_above(records, paths, fmt) or (None, {})
     manifests = {place: manifest} if manifest else _manifests_below(records, paths, fmt)
-    digests = {path: sha256 for place, its_manifest in manifests.items()
-               for path, sha256 in file_digests(its_manifest, place).items()}
+    digests = _digests(paths, manifests)
     splits = {}
     for split, (kind, dims, source) in _kinds_and_dims(by_split, fmt, digests).items():
         features = features_of(kind, dims)
@@ -246,14 +245,14 @@ def _records_directory_above(records, paths, fmt):
     a records directory checked no sha256, vocab, size or unfinished run."""
     from bertprep.stages.validate.dataset import find_manifest
 
-    found = find_manifest(records.root)
+    found = find_manifest(storage.absolute(records.root))  # "." has no folder above it by its name
     if found is None:
         return None
     place = os.path.dirname(found["_path"])
     manifest, _problem = read_manifest(found["_path"])  # a damaged one (no files to tell) is refused below
     listed = (manifest or {}).get("files")
-    if isinstance(listed, dict) and not {storage.normpath(storage.join(place, name)) for name in listed} & \
-            {storage.normpath(path) for path in paths}:
+    if isinstance(listed, dict) and not {_absolute(storage.join(place, name)) for name in listed} & \
+            {_absolute(path) for path in paths}:  # "." climbs by its absolute path: the place is absolute
         return None  # another directory's records
     return place, load_records_manifest(place, (fmt,))
 
@@ -272,6 +271,19 @@ def _manifests_below(records, paths, fmt):
                 break
             place = os.path.dirname(place)
     return manifests
+
+
+def _digests(paths, manifests):
+    """{normalised path: the sha256 its manifest ({records directory: manifest}) lists} of the record files
+    `paths`, matched by absolute path: a manifest found above "." lies at an absolute path, its files' names
+    under it missed the files as `./part-0` names them, and their bytes went unchecked."""
+    listed = {_absolute(path): sha256 for place, its_manifest in manifests.items()
+              for path, sha256 in file_digests(its_manifest, place).items()}
+    return {storage.normpath(path): listed[_absolute(path)] for path in paths if _absolute(path) in listed}
+
+
+def _absolute(path):
+    return storage.normpath(storage.absolute(path))
 
 
 def _vocab_sizes(paths, manifests):

@@ -302,3 +302,18 @@ def test_hf_load_of_a_folder_inside_the_records_checks_them_as_the_records_direc
     with pytest.raises(DataError, match=f"^{copy / 'manifest.json'}: writing: the create run that writes these "
                                         "records has not finished"):
         hf.load(str(copy / "tfrecord" / "training"), cache_dir=str(tmp_path / "cache"))
+
+
+def test_hf_load_of_the_current_directory_inside_the_records_checks_them_as_the_records_directory(
+        records, tmp_path, monkeypatch):
+    """`hf.load(".")` run inside a records directory's ofrecord/training/ (or `..` there) sought the manifest
+    at "." alone, with no folder above it, and loaded an OFRecord part whose bytes changed (no CRC to catch it)
+    without a word; the manifest is now found above by the absolute path, and its sha256 checked."""
+    from bertprep import hf
+
+    copy, part = flipped_copy(records, tmp_path, "ofrecord")
+    monkeypatch.chdir(copy / "ofrecord" / "training")
+    for place, named in ((".", part.name), ("..", f"training/{part.name}")):
+        with pytest.raises(DataError, match=f"^(\\./|\\.\\./)?{named}: sha256 [0-9a-f]{{64}} is not the "
+                                            "manifest's "):
+            hf.load(place, cache_dir=str(tmp_path / "cache"))
