@@ -193,6 +193,12 @@ def test_a_file_named_as_a_shard_in_a_folder_create_does_not_read_is_named_not_v
         "them either)")
     code, report = validate(capsys, flat / "sub")  # the folder given: read by create and validated
     assert code == 0 and report["text_shards"][0]["figures"]["training"]["shards"] == 1
+    (flat / "sub" / "corpus.txt").write_text("A sentence.\nAnother one.\n", encoding="utf-8")
+    code, report = validate(capsys, flat / "sub")  # create reads its corpus.txt too, as a training shard
+    assert [path for path, split in discover_inputs([str(flat / "sub")])] == [
+        str(flat / "sub" / "corpus.txt"), str(flat / "sub" / "g_training_5.txt")]
+    assert code == 0 and report["text_shards"][0]["figures"]["training"]["shards"] == 2
+    assert not [w for w in report["warnings"] if w.startswith("not read")]  # was "not read: …/corpus.txt"
 
 
 def test_shard_the_manifest_does_not_list_fails(capsys, tmp_path):

@@ -73,16 +73,19 @@ def misplaced_shards(path):
 
 
 def _shard_named_files(tree, hidden):
-    """(path, split, read) of each .txt under the directory `tree` that _split_of places in a split, hidden or
-    not as asked, beside a tree's training/ and test/ folders none; `read`: whether create and tokenize of `tree`
-    read it (discover_inputs): a split folder's own .txt files, and the directory given's own."""
+    """(path, split, read) of each .txt under the directory `tree` that _split_of places in a split (the directory
+    given: each of its own, in training where its name says no split), hidden or not as asked, beside a tree's
+    training/ and test/ folders none; `read`: whether create and tokenize of `tree` read it (discover_inputs): a
+    split folder's own .txt files, and the directory given's own."""
     for root, dirs, files in tree.walk():  # sorted, without .partial/ and other hidden directories
         if set(SPLITS) & set(dirs):  # a tree's root: its own files are named by other_files_warning
             continue
         folders = [part for part in tree.relpath(root).split("/") if part not in ("", os.curdir)]
         read = not folders or (folders[-1] in SPLITS and not set(SPLITS) & set(folders[:-1]))
         for name in files:
-            split = _split_of(storage.join(root, name))
+            # the directory given, with no training/ or test/, is read whole: create and tokenize take each of its
+            # .txt as a training shard, whatever its name (a corpus.txt was named as "not read" by them)
+            split = _split_of(storage.join(root, name)) or ("training" if not folders else None)
             if name.endswith(".txt") and split and name.startswith(".") == hidden:
                 yield storage.join(root, name), split, read
 
