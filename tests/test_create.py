@@ -951,6 +951,38 @@ def test_a_rerun_from_another_shard_tree_of_the_same_name_says_it_replaces_the_r
     assert output_files(fresh) == output_files(first)
 
 
+def test_a_rerun_from_moved_inputs_keeps_the_records_and_names_the_new_place(golden_dir, tmp_path, capsys):
+    """Inputs moved with their content unchanged are complete and kept; the manifest named the old place, unlike a
+    fresh run's from the new one, and once a moved input was edited its rerun warned of replacing the records
+    made "from other inputs" (the old place). The manifest now names where this run read each input."""
+    assert main(["shard", "--input", str(golden_dir / "corpus.txt"), "--out", str(tmp_path / "old" / "a"),
+                 "--corpus", "g", "--train-shards", "2", "--test-shards", "1", "--workers", "1", "--quiet"]) == 0
+
+    def create(place, out="out"):
+        assert main(["create", "--input", str(tmp_path / place / "a"), "--vocab", str(golden_dir / "vocab.txt"),
+                     "--out", str(tmp_path / out), "--format", "tfrecord", "--dupe-factor", "1", "--min-parts", "1",
+                     "--workers", "1", "--quiet", "--json"]) == 0
+        summary = json.loads(capsys.readouterr().out)
+        manifest = json.loads((Path(summary["records_dir"]) / "manifest.json").read_text(encoding="utf-8"))
+        sources = {entry["source"] for entry in manifest["files"].values()}
+        return summary, sources
+
+    first, sources = create("old")
+    assert {os.path.dirname(source) for source in sources} == {f"{tmp_path}/old/a/training", f"{tmp_path}/old/a/test"}
+    records = output_files(first["records_dir"])
+    os.rename(tmp_path / "old", tmp_path / "new")
+    moved, sources = create("new")
+    assert moved["shards_created"] == 0 and not moved["warnings"]
+    assert {os.path.dirname(source) for source in sources} == {f"{tmp_path}/new/a/training", f"{tmp_path}/new/a/test"}
+    assert output_files(moved["records_dir"]) == records
+    fresh = json.loads((Path(create("new", out="fresh")[0]["records_dir"]) / "manifest.json").read_text())
+    assert fresh["files"] == json.loads((Path(moved["records_dir"]) / "manifest.json").read_text())["files"]
+    shard = tmp_path / "new" / "a" / "training" / "g_training_0.txt"
+    shard.write_text(shard.read_text(encoding="utf-8") + "\nOne more document here.\n", encoding="utf-8")
+    edited, _ = create("new")  # an input edited where it now is: redone, as a rerun is for
+    assert edited["shards_created"] == 1 and not [w for w in edited["warnings"] if w.startswith("replacing")]
+
+
 def test_a_python_caller_not_quiet_hears_each_warning_once(golden_dir, tmp_path, capsys):
     """bertprep.create(quiet=False) printed each warning twice on stderr: the stage's "create: warning: ..." note
     and the BertprepWarning raised from its summary. A Python caller now gets the BertprepWarning alone; the

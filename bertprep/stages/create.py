@@ -663,6 +663,7 @@ def create(options: CreateOptions | None = None, /, *, quiet: bool = True, **fie
             if replaced:
                 progress.warn(f"warning: {replaced}")
                 warnings.append(replaced)
+        follow_moved_inputs(tasks, pending, files)
         skipped = len(tasks) - len(pending)
         if skipped:
             progress.note(resuming_note(skipped, len(tasks)))
@@ -745,6 +746,18 @@ def replaced_inputs_warning(previous, tasks, pending):
     now = {storage.display(task.source) for task in tasks}
     return other_inputs_warning("records", "records directory", shards_from(before), shards_from(now),
                                 keep="--out or --corpus")
+
+
+def follow_moved_inputs(tasks, pending, files):
+    """Each complete file's manifest entry names the input this run read it from: an input moved with its content
+    unchanged is complete (its sha256), and the manifest kept naming the old place, so it said other than a fresh
+    run from the new one, and once that input was edited its rerun warned of replacing records made "from other
+    inputs" (replaced_inputs_warning: the old place). Only the `source` changes; the records are untouched."""
+    redone = {id(task) for task in pending}
+    for task in tasks:
+        for relative in task.output_paths().values() if id(task) not in redone else ():
+            if isinstance(files.get(relative), dict):
+                files[relative]["source"] = storage.display(task.source)
 
 
 def shards_from(sources):
