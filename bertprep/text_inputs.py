@@ -41,17 +41,17 @@ def discover_inputs(values):
                 refuse_missing_listed(place, globbed)
             else:
                 files = sorted(place.glob("*.txt"), key=_natural_key)
-                found.extend((f, _split_of(f), value) for f in files)
+                found.extend((f, split_of(f), value) for f in files)
                 if not files:
                     raise DataError(f"{place}: directory holds no *.txt shards (nor training/ or test/ "
                                     "subdirectories)")
         elif place.exists():
-            found.append((value, _split_of(value), value))
+            found.append((value, split_of(value), value))
         elif glob.has_magic(value):  # a pattern is no folder: storage matches it whole, directories too
             files = sorted(storage.glob(value), key=_natural_key)
             if not files:
                 raise DataError(f"{place}: the pattern matches no file")
-            found.extend((f, _split_of(f), value) for f in files if storage.isfile(f))
+            found.extend((f, split_of(f), value) for f in files if storage.isfile(f))
         else:
             raise DataError(f"{place}: input not found")
     for path, _split, _value in found:
@@ -129,7 +129,9 @@ def refuse_json_lines(path):
                          "shard it first: bertprep shard --input " + storage.display(path))
 
 
-def _split_of(path):
+def split_of(path):
+    """The split a stage reads the text shard `path` in: its folder's (training/ or test/), else training; its name
+    says none (a `c_test_0.txt` elsewhere is a training shard; validate counts it so too)."""
     parent = os.path.basename(os.path.dirname(storage.absolute(path)))
     return parent if parent in SPLITS else "training"
 

@@ -201,6 +201,25 @@ def test_a_file_named_as_a_shard_in_a_folder_create_does_not_read_is_named_not_v
     assert not [w for w in report["warnings"] if w.startswith("not read")]  # was "not read: …/corpus.txt"
 
 
+def test_a_file_named_as_a_test_shard_outside_a_test_folder_is_validated_in_the_split_create_reads_it_in(capsys,
+                                                                                                        tmp_path):
+    """A `c_test_0.txt` beside `a.txt` in a folder with no training/ or test/ (or given alone) was counted in
+    validate's test split by its name, and checked against the training split for overlap, where create and
+    tokenize read it as a training shard (its folder names no split): both are training shards now."""
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    (flat / "a.txt").write_text(DOC_A + DOC_B, encoding="utf-8")
+    (flat / "c_test_0.txt").write_text(DOC_B + DOC_A, encoding="utf-8")  # a.txt's documents: test's overlap
+    assert [split for _path, split in discover_inputs([str(flat)])] == ["training", "training"]
+    code, report = validate(capsys, flat)
+    figures = report["text_shards"][0]["figures"]
+    assert code == 0 and set(figures) == {"training"} and figures["training"]["shards"] == 2
+    assert report["warnings"] == []  # was "1 test documents also occur in training"
+    assert discover_inputs([str(flat / "c_test_0.txt")])[0][1] == "training"
+    code, report = validate(capsys, flat / "c_test_0.txt")
+    assert code == 0 and list(report["text_shards"][0]["figures"]) == ["training"]  # was ["test"]
+
+
 def test_shard_the_manifest_does_not_list_fails(capsys, tmp_path):
     """A shard beside those the manifest lists (another run's, another corpus's) is refused by tokenize and
     create: the directory is not sound (it was SOUND, shard_manifest ok)."""

@@ -22,7 +22,7 @@ from bertprep.stages.download.glue import task_outputs
 from bertprep.stages.download.squad import FILES as SQUAD_FILES
 from bertprep.stages.validate.dataset import natural_key
 from bertprep.stages.validate.records import Finding
-from bertprep.text_inputs import unread_files_warning
+from bertprep.text_inputs import split_of, unread_files_warning
 from bertprep.workdir import MANIFEST, SPLITS, read_manifest
 
 TEXT_CHECKS = {
@@ -54,10 +54,13 @@ def find_text_shards(path, hidden=False):
     shards there instead (`.draft.txt`), which create and tokenize never read from a directory (a file given
     itself is read). A .txt beside a training/ or test/ folder is no shard: create and tokenize read only the
     folders' (a root `c_training_9.txt` was validated and counted, and read by neither); nor is one below a
-    split folder or in a folder of the directory given that is no split folder (misplaced_shards)."""
+    split folder or in a folder of the directory given that is no split folder (misplaced_shards). Each shard's
+    split is the one create and tokenize read it in (text_inputs.split_of: its folder's, else training), never its
+    name's: a `c_test_0.txt` beside `a.txt` was counted in the test split, and checked against training for overlap,
+    where create writes it as training."""
     tree = Folder(path)
     if tree.isfile():
-        return [(path, _split_of(path) or "all")] if path.endswith(".txt") and not hidden else []
+        return [(path, split_of(path))] if path.endswith(".txt") and not hidden else []
     found = [(shard, split) for shard, split, read in _shard_named_files(tree, hidden) if read or hidden]
     return sorted(found, key=lambda item: (SPLITS.index(item[1]), natural_key(item[0])))
 
@@ -73,30 +76,27 @@ def misplaced_shards(path):
 
 
 def _shard_named_files(tree, hidden):
-    """(path, split, read) of each .txt under the directory `tree` that _split_of places in a split (the directory
-    given: each of its own, in training where its name says no split), hidden or not as asked, beside a tree's
-    training/ and test/ folders none; `read`: whether create and tokenize of `tree` read it (discover_inputs): a
-    split folder's own .txt files, and the directory given's own."""
+    """(path, split, read) of each .txt under the directory `tree` that create and tokenize of it read, or that is
+    named as a shard where they do not (_named_as_shard), hidden or not as asked, beside a tree's training/ and
+    test/ folders none; `read`: whether create and tokenize of `tree` read it (discover_inputs): a split folder's
+    own .txt files, and the directory given's own (read whole where it has no training/ or test/: a corpus.txt
+    there was named as "not read" by them); `split`: the one they read it in (text_inputs.split_of)."""
     for root, dirs, files in tree.walk():  # sorted, without .partial/ and other hidden directories
         if set(SPLITS) & set(dirs):  # a tree's root: its own files are named by other_files_warning
             continue
         folders = [part for part in tree.relpath(root).split("/") if part not in ("", os.curdir)]
         read = not folders or (folders[-1] in SPLITS and not set(SPLITS) & set(folders[:-1]))
         for name in files:
-            # the directory given, with no training/ or test/, is read whole: create and tokenize take each of its
-            # .txt as a training shard, whatever its name (a corpus.txt was named as "not read" by them)
-            split = _split_of(storage.join(root, name)) or ("training" if not folders else None)
-            if name.endswith(".txt") and split and name.startswith(".") == hidden:
-                yield storage.join(root, name), split, read
+            path = storage.join(root, name)
+            if name.endswith(".txt") and name.startswith(".") == hidden and (read or _named_as_shard(path)):
+                yield path, split_of(path), read
 
 
-def _split_of(path):
-    """training/test from the shard's directory or name (`<corpus>_<split>_<i>.txt`); None otherwise."""
+def _named_as_shard(path):
+    """Whether `path` lies in a training/ or test/ folder or is named `<corpus>_<split>_<i>.txt`: where create and
+    tokenize do not read it, such a file is named (misplaced_shards, hidden_shards_warning), not passed over."""
     directory, name = os.path.split(path)
-    for split in SPLITS:
-        if os.path.basename(directory) == split or f"_{split}_" in name:
-            return split
-    return None
+    return any(os.path.basename(directory) == split or f"_{split}_" in name for split in SPLITS)
 
 
 def read_shard(path):
