@@ -42,9 +42,9 @@ def chain(shared_dir, tmp_path_factory):
     return chain_corpus(tmp_path_factory.mktemp("chain") / "chain", shared_dir / "fixtures" / "bench" / "wt2.txt")
 
 
-def dedup_cli(*argv):
+def dedup_cli(*argv, cwd=None):
     return subprocess.run([sys.executable, "-m", "bertprep", "dedup", *map(str, argv)], capture_output=True,
-                          text=True)
+                          text=True, cwd=cwd)
 
 
 def output_files(root):
@@ -446,6 +446,17 @@ def test_an_out_that_is_a_file_is_a_usage_error(tmp_path):
     assert run.stderr == (f"bertprep dedup: error: --out {tmp_path / 'out.txt'}: is a file; give the directory to "
                           "write the corpora to\n")
     assert (tmp_path / "out.txt").read_text() == "mine\n"
+
+
+def test_an_out_that_is_a_file_is_named_as_given(tmp_path):
+    """`--out out.txt` (relative, a file) was named by its absolute path, `--out /tmp/…/out.txt: is a file; …`,
+    where every other stage's output line shows the path as the user gave it."""
+    c1 = tiny_corpus(tmp_path / "c1", ["one text here"])
+    (tmp_path / "out.txt").write_text("mine\n")
+    run = dedup_cli("--input", "c1", "--out", "out.txt", cwd=tmp_path)
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr == "bertprep dedup: error: --out out.txt: is a file; give the directory to write the corpora to\n"
+    assert (tmp_path / "out.txt").read_text() == "mine\n" and (c1 / "part0.jsonl").exists()
 
 
 def test_a_lone_surrogate_in_a_document_is_one_line_naming_it(tmp_path):

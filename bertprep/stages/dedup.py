@@ -1239,9 +1239,12 @@ def dedup(options: DedupOptions | None = None, /, *, quiet: bool = True, **field
     options = build_options(DedupOptions, options, fields)
     workdir = resolve_workdir(options.workdir)
     corpora, input_paths = resolve_inputs(workdir, options)
-    out = storage.absolute(options.out or stage_dir(workdir, "deduped"))
+    given_out = options.out or stage_dir(workdir, "deduped")
+    out = storage.absolute(given_out)
     if storage.isfile(out):  # was the OSError "OUT: Not a directory" (exit 1), after the evaluation sets were read
-        raise UsageError(f"--out {storage.display(out)}: is a file; give the directory to write the corpora to")
+        # named as given, as every other stage's --out is (it showed the absolute path)
+        raise UsageError(f"--out {storage.display(given_out)}: is a file; give the directory to write the corpora "
+                         "to")
     # squad and glue are read from WORKDIR/download: compared as names, `--out .` "held the input squad"
     evaluation_paths = [evaluation_source(workdir, d) for d in options.decontaminate]
     refuse_overlap(out, [*(options.input or ()), *(p for _name, parts in corpora for p in parts), *evaluation_paths])
