@@ -114,6 +114,13 @@ def refuse_read_only(label, path):
                          "never writes to it): write to a local path, s3:// or gs://")
 
 
+def named_from_the_working_directory(path):
+    """Whether `path` is a local path relative to the working directory (".", "..", `tfrecord/training`): the
+    folders above it lie past its names ("." has none), found by its absolute path; not a URL, file:// or an
+    absolute path, whose names reach them."""
+    return not is_url(path) and not os.fspath(path).startswith("file:") and not os.path.isabs(path)
+
+
 def checks_locally(path):
     """Whether an output's place at `path` can be checked before a run with os calls (it is on this machine:
     a file where a directory is to be, a missing parent, no write permission); a store's is the store's to

@@ -317,3 +317,32 @@ def test_hf_load_of_the_current_directory_inside_the_records_checks_them_as_the_
         with pytest.raises(DataError, match=f"^(\\./|\\.\\./)?{named}: sha256 [0-9a-f]{{64}} is not the "
                                             "manifest's "):
             hf.load(place, cache_dir=str(tmp_path / "cache"))
+
+
+def test_validate_of_the_current_directory_inside_the_records_checks_them_as_its_absolute_path(
+        records, tmp_path, monkeypatch, capsys):
+    """`bertprep validate .` run inside a records directory's ofrecord/training/ (or `..` there) sought the
+    manifest at "." alone, with no folder above it, and called a part whose bytes changed checked against no
+    manifest (its sha256 unread) where validate of the absolute path named it FAILED; "." now finds the
+    manifest above by the absolute path and reports the same checks, the files named as found under "."."""
+    def report(place):
+        code = main(["validate", place, "--json", "--quiet"])
+        return code, json.loads(capsys.readouterr().out)
+
+    intact = tmp_path / "intact"
+    subprocess.run(["cp", "-r", str(records), str(intact)], check=True)
+    copy, part = flipped_copy(records, tmp_path, "ofrecord")
+    for records_dir, failing in ((intact, {}), (copy, {"manifest": 1})):
+        training = records_dir / "ofrecord" / "training"
+        monkeypatch.chdir(training)
+        code, whole = report(str(training))
+        assert (code, whole["counts"], whole["datasets"][0]["files"][0]["split"]) == (1 if failing else 0,
+                                                                                      failing, "training")
+        for place, prefix in ((".", "./"), ("..", "../training/")):
+            assert report(place) == (code, {**whole, "paths": [place], "findings": [
+                {**finding, "file": finding["file"].replace(f"{training}/", prefix)} for finding in whole["findings"]],
+                "datasets": [{**whole["datasets"][0], "path": place, "manifest": "../../manifest.json", "files": [
+                    {**entry, "path": entry["path"].replace(f"{training}/", prefix)}
+                    for entry in whole["datasets"][0]["files"]]}]})
+    assert f"./{part.name}" in [finding["file"] for finding in report(".")[1]["findings"]
+                                if finding["message"].startswith("sha256 ")]

@@ -99,7 +99,7 @@ def _split_of(path):
     finetune = _FINETUNE_FILE.match(os.path.basename(path))
     if finetune:
         return "test" if finetune.group(1) == "predict" else finetune.group(1)
-    parts = os.path.normpath(path).split(os.sep)
+    parts = _absolute(path).split(os.sep)  # "./part-0" inside training/ is a training file, as its absolute path
     for part in reversed(parts[:-1]):
         if part in SPLITS:
             return part
@@ -111,9 +111,12 @@ def _split_of(path):
 
 
 def find_manifest(path):
-    """The manifest of a records stage (create, pack, create-squad, ...) at or above `path`, or None."""
-    directory = path if Folder(path).isdir() else os.path.dirname(path)
-    for _ in range(4):
+    """The manifest of a records stage (create, pack, create-squad, ...) at or above `path`, or None.
+
+    A relative `path` climbs by its absolute path (_folders_above): "." has no folder above it by its name, and
+    validate run inside a split folder found no manifest and checked no sha256.
+    """
+    for directory in _folders_above(path if Folder(path).isdir() else os.path.dirname(path)):
         folder = Folder(directory)
         candidate = folder.path(MANIFEST)
         if folder.isfile(MANIFEST):
@@ -125,10 +128,29 @@ def find_manifest(path):
                 if problems:
                     return {"_path": candidate, "_error": "; ".join(map(": ".join, problems)), "_problems": problems}
                 return {**manifest, "_path": candidate}
-        directory = storage.parent(directory)
-        if directory is None:
-            break
     return None
+
+
+def _folders_above(directory):
+    """`directory` and up to three folders above it, each named as the path was given: by climbing its names;
+    a relative one by its absolute path, each folder named as the names' climb named it where that reached it
+    (`./manifest.json`), else relative to the working directory (`../../manifest.json`, the climb from ".")."""
+    by_name = [directory]
+    while len(by_name) < 4 and storage.parent(by_name[-1]) is not None:
+        by_name.append(storage.parent(by_name[-1]))
+    if not storage.named_from_the_working_directory(directory):
+        return by_name
+    named = {}
+    for name in by_name:
+        named.setdefault(_absolute(name), name)
+    folders = [_absolute(directory)]
+    while len(folders) < 4 and storage.parent(folders[-1]) is not None:
+        folders.append(storage.parent(folders[-1]))
+    return [named.get(folder, os.path.relpath(folder)) for folder in folders]
+
+
+def _absolute(path):
+    return storage.normpath(storage.absolute(path))
 
 
 def dataset_roots(path):
@@ -373,17 +395,19 @@ def _check_manifest(manifest, root, record_files, reports, shape, findings):
     path = manifest["_path"]
     base = os.path.dirname(path)
     entries = manifest.get("files") or {}
-    by_path = {storage.normpath(f.path): r for f, r in zip(record_files, reports)}
-    splits = {storage.normpath(f.path): f.split for f in record_files}
+    # matched by absolute path: the manifest above "." is named `../../manifest.json`, its files under it, and the
+    # records as found under "." (`./part-0`); a finding names the record file as found
+    by_path = {_absolute(f.path): (f, r) for f, r in zip(record_files, reports)}
     listed = set()
     for relative, entry in sorted(entries.items(), key=lambda item: natural_key(item[0])):
         full = storage.normpath(storage.join(base, relative))
-        listed.add(full)
-        report = by_path.get(full)
+        listed.add(_absolute(full))
+        record_file, report = by_path.get(_absolute(full), (None, None))
         if report is None:
             if not storage.exists(full):
                 findings.add(Finding("manifest", full, None, None, "listed in manifest.json but missing"))
             continue
+        full = record_file.path
         if entry.get("bytes") is not None and entry["bytes"] != report.bytes:
             findings.add(Finding("manifest", full, None, None,
                                  f"{report.bytes:,} bytes, manifest.json says {entry['bytes']:,}"))
@@ -397,7 +421,7 @@ def _check_manifest(manifest, root, record_files, reports, shape, findings):
                                  f"{report.records:,} records, manifest.json says {listed_records:,}"))
         if entry.get("format") and entry["format"] != report.fmt:
             findings.add(Finding("manifest", full, None, None, f"{report.fmt}, manifest.json says {entry['format']}"))
-        _check_entry_split(full, entry, splits[full], findings)
+        _check_entry_split(full, entry, record_file.split, findings)
         m_dims = manifest.get("dims")
         if entry.get("kind") and report.kind is not None and (entry["kind"], m_dims) != (report.kind, report.dims):
             findings.add(Finding("manifest", full, None, None,
@@ -414,7 +438,7 @@ def _check_manifest(manifest, root, record_files, reports, shape, findings):
                                  f"{held[0]:,} bytes, sha256 {held[1][:16]}…; manifest.json says "
                                  f"{entry.get('bytes', 0):,} bytes, sha256 {str(entry.get('sha256'))[:16]}…"))
     for record_file in record_files:
-        if storage.normpath(record_file.path) not in listed:
+        if _absolute(record_file.path) not in listed:
             findings.add(Finding("manifest", record_file.path, None, None,
                                  "not listed in manifest.json (an unfinished or stray file)"))
     m_kind, m_dims, _, _ = manifest_params(manifest)
