@@ -251,8 +251,9 @@ def _records_directory_above(records, paths, fmt):
     place = os.path.dirname(found["_path"])
     manifest, _problem = read_manifest(found["_path"])  # a damaged one (no files to tell) is refused below
     listed = (manifest or {}).get("files")
-    if isinstance(listed, dict) and not {_absolute(storage.join(place, name)) for name in listed} & \
-            {_absolute(path) for path in paths}:  # "." climbs by its absolute path: the place is absolute
+    # "." climbs by its absolute path: the place is absolute
+    if isinstance(listed, dict) and not {storage.absolute_normpath(storage.join(place, name)) for name in listed} & \
+            {storage.absolute_normpath(path) for path in paths}:
         return None  # another directory's records
     return place, load_records_manifest(place, (fmt,))
 
@@ -277,13 +278,10 @@ def _digests(paths, manifests):
     """{normalised path: the sha256 its manifest ({records directory: manifest}) lists} of the record files
     `paths`, matched by absolute path: a manifest found above "." lies at an absolute path, its files' names
     under it missed the files as `./part-0` names them, and their bytes went unchecked."""
-    listed = {_absolute(path): sha256 for place, its_manifest in manifests.items()
+    listed = {storage.absolute_normpath(path): sha256 for place, its_manifest in manifests.items()
               for path, sha256 in file_digests(its_manifest, place).items()}
-    return {storage.normpath(path): listed[_absolute(path)] for path in paths if _absolute(path) in listed}
-
-
-def _absolute(path):
-    return storage.normpath(storage.absolute(path))
+    placed = {storage.normpath(path): storage.absolute_normpath(path) for path in paths}
+    return {path: listed[place] for path, place in placed.items() if place in listed}
 
 
 def _vocab_sizes(paths, manifests):

@@ -157,12 +157,18 @@ def parent(path):
     return None if up == path or is_url(up) != is_url(path) else up
 
 
+def absolute_normpath(path):
+    """normpath(absolute(path)): the one spelling of a place a stage compares paths by (`./part-0` and
+    `/r/part-0` alike), its links kept, where comparable resolves them."""
+    return normpath(absolute(path))
+
+
 def comparable(path):
     """`path` as two spellings of one place give it alike: a URL normalised without trailing slashes, a local
     path with its links resolved (to tell an output that is, holds or lies inside an input)."""
     path = os.fspath(path)
     if is_url(path):
-        return normpath(absolute(path))
+        return absolute_normpath(path)
     return os.path.realpath(local_path(path))
 
 

@@ -95,14 +95,14 @@ def unread_files_warning(values, inputs, shown=3, rule=SHARDS_RULE, read_otherwi
     record files beside its shards). `roots`: directories whose own files are named too, not their
     subdirectories' (validate's shard tree root, beside its training/ and test/ among `values`); `files`: more
     files named where unread (validate's files named as shards in folders that create and tokenize do not read)."""
-    read = {storage.normpath(storage.absolute(path)) for path, _split in inputs}
+    read = {storage.absolute_normpath(path) for path, _split in inputs}
     listings = [next(storage.walk(root), (root, [], [])) for root in roots if Folder(root).isdir()]
     listings += [listing for value in values if Folder(value).isdir() for listing in storage.walk(value)]
     unread = [storage.join(directory, name) for directory, _dirs, names in listings for name in names
               if name != MANIFEST and (not name.startswith(".") or is_hidden_input(name))
               and not (read_otherwise and read_otherwise(name))
-              and storage.normpath(storage.absolute(storage.join(directory, name))) not in read]
-    unread += [path for path in files if path not in unread and storage.normpath(storage.absolute(path)) not in read]
+              and storage.absolute_normpath(storage.join(directory, name)) not in read]
+    unread += [path for path in files if path not in unread and storage.absolute_normpath(path) not in read]
     if not unread:
         return None
     more = f" and {len(unread) - shown} more" if len(unread) > shown else ""

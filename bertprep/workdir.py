@@ -257,7 +257,7 @@ def refuse_repeated_inputs(named):
     `create`/`tokenize`, which kept one, left the repeat out without a word."""
     first = {}
     for path, value in named:
-        key = storage.normpath(storage.absolute(path))
+        key = storage.absolute_normpath(path)
         if key in first:
             how = f"--input {first[key]!r} given twice" if first[key] == value else \
                 f"by --input {first[key]!r} and by --input {value!r}"

@@ -354,7 +354,7 @@ def tensorboard_dir(config):
         return config.tensorboard_dir
     if storage.appends(config.checkpoint_dir):
         return os.path.join(config.checkpoint_dir, "tensorboard")
-    scheme, key = storage.display(storage.normpath(storage.absolute(config.checkpoint_dir))).split("://", 1)
+    scheme, key = storage.display(storage.absolute_normpath(config.checkpoint_dir)).split("://", 1)
     return user_cache("tensorboard", scheme, *key.split("/"))
 
 

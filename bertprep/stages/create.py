@@ -754,8 +754,8 @@ def follow_moved_inputs(tasks, pending, files):
     run from the new one, and once that input was edited its rerun warned of replacing records made "from other
     inputs" (replaced_inputs_warning: the old place). Only the `source` changes; the records are untouched."""
     redone = {id(task) for task in pending}
-    for task in tasks:
-        for relative in task.output_paths().values() if id(task) not in redone else ():
+    for task in (task for task in tasks if id(task) not in redone):
+        for relative in task.output_paths().values():
             if isinstance(files.get(relative), dict):
                 files[relative]["source"] = storage.display(task.source)
 

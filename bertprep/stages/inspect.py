@@ -267,7 +267,7 @@ def epoch_masker(path, kind, epoch, vocab_path):
                          "are masked at load time")
     manifest, corpus = _manifest_of(path)
     masking = DynamicMasking.from_manifest(manifest, corpus.path("manifest.json"), vocab_path)
-    first = first_instances(manifest, corpus.root).get(storage.normpath(storage.absolute(path)))
+    first = first_instances(manifest, corpus.root).get(storage.absolute_normpath(path))
     if first is None:
         raise DataError(f"{path}: its manifest gives no first_instance (rerun `bertprep create --masking dynamic`)")
 

@@ -99,7 +99,7 @@ def _split_of(path):
     finetune = _FINETUNE_FILE.match(os.path.basename(path))
     if finetune:
         return "test" if finetune.group(1) == "predict" else finetune.group(1)
-    parts = _absolute(path).split(os.sep)  # "./part-0" inside training/ is a training file, as its absolute path
+    parts = storage.absolute_normpath(path).split(os.sep)  # "./part-0" inside training/: a training file
     for part in reversed(parts[:-1]):
         if part in SPLITS:
             return part
@@ -135,22 +135,21 @@ def _folders_above(directory):
     """`directory` and up to three folders above it, each named as the path was given: by climbing its names;
     a relative one by its absolute path, each folder named as the names' climb named it where that reached it
     (`./manifest.json`), else relative to the working directory (`../../manifest.json`, the climb from ".")."""
-    by_name = [directory]
-    while len(by_name) < 4 and storage.parent(by_name[-1]) is not None:
-        by_name.append(storage.parent(by_name[-1]))
+    by_name = _climb(directory)
     if not storage.named_from_the_working_directory(directory):
         return by_name
     named = {}
     for name in by_name:
-        named.setdefault(_absolute(name), name)
-    folders = [_absolute(directory)]
-    while len(folders) < 4 and storage.parent(folders[-1]) is not None:
-        folders.append(storage.parent(folders[-1]))
-    return [named.get(folder, os.path.relpath(folder)) for folder in folders]
+        named.setdefault(storage.absolute_normpath(name), name)
+    return [named.get(folder, os.path.relpath(folder)) for folder in _climb(storage.absolute_normpath(directory))]
 
 
-def _absolute(path):
-    return storage.normpath(storage.absolute(path))
+def _climb(directory, folders=4):
+    """`directory` and the folders above it by storage.parent, `folders` in all at most."""
+    climbed = [directory]
+    while len(climbed) < folders and storage.parent(climbed[-1]) is not None:
+        climbed.append(storage.parent(climbed[-1]))
+    return climbed
 
 
 def dataset_roots(path):
@@ -397,12 +396,12 @@ def _check_manifest(manifest, root, record_files, reports, shape, findings):
     entries = manifest.get("files") or {}
     # matched by absolute path: the manifest above "." is named `../../manifest.json`, its files under it, and the
     # records as found under "." (`./part-0`); a finding names the record file as found
-    by_path = {_absolute(f.path): (f, r) for f, r in zip(record_files, reports)}
+    by_path = {storage.absolute_normpath(f.path): (f, r) for f, r in zip(record_files, reports)}
     listed = set()
     for relative, entry in sorted(entries.items(), key=lambda item: natural_key(item[0])):
         full = storage.normpath(storage.join(base, relative))
-        listed.add(_absolute(full))
-        record_file, report = by_path.get(_absolute(full), (None, None))
+        listed.add(storage.absolute_normpath(full))
+        record_file, report = by_path.get(storage.absolute_normpath(full), (None, None))
         if report is None:
             if not storage.exists(full):
                 findings.add(Finding("manifest", full, None, None, "listed in manifest.json but missing"))
@@ -438,7 +437,7 @@ def _check_manifest(manifest, root, record_files, reports, shape, findings):
                                  f"{held[0]:,} bytes, sha256 {held[1][:16]}…; manifest.json says "
                                  f"{entry.get('bytes', 0):,} bytes, sha256 {str(entry.get('sha256'))[:16]}…"))
     for record_file in record_files:
-        if _absolute(record_file.path) not in listed:
+        if storage.absolute_normpath(record_file.path) not in listed:
             findings.add(Finding("manifest", record_file.path, None, None,
                                  "not listed in manifest.json (an unfinished or stray file)"))
     m_kind, m_dims, _, _ = manifest_params(manifest)

@@ -126,7 +126,7 @@ def _add_histogram(section, name, values):
 
 def _within(path, scope):
     """Whether `path` is `scope` or lies under it (both as the run spells them, made absolute)."""
-    path, scope = storage.normpath(storage.absolute(path)), storage.normpath(storage.absolute(scope))
+    path, scope = storage.absolute_normpath(path), storage.absolute_normpath(scope)
     return path == scope or path.startswith(scope.rstrip("/") + "/")
 
 
@@ -159,9 +159,9 @@ def check_tokenize_runs(path, prefixes):
                                             "and --out to finish; the shards it wrote are kept"))
         elif _within(root, path):
             findings += _check_data_paths(root, manifest)
-        found = {storage.normpath(storage.absolute(prefix)) for prefix in prefixes}  # a pair read says its own
+        found = {storage.absolute_normpath(prefix) for prefix in prefixes}  # a pair read says its own
         findings += [Finding("sequence_manifest", storage.display(file), message="listed in manifest.json but missing")
-                     for file in in_scope if storage.normpath(storage.absolute(os.path.splitext(file)[0])) not in found
+                     for file in in_scope if storage.absolute_normpath(os.path.splitext(file)[0]) not in found
                      and not storage.isfile(file)]
     return findings
 

@@ -223,9 +223,9 @@ def _tree_roots(path, places):
     `path` given or lies below it: the files beside a tree's split folders were named by no one (a shard tree's
     `notes.md`, a `.txt` that create and tokenize pass over), where the given split folder is all that was asked."""
     roots = {storage.parent(place) for place in places if os.path.basename(place.rstrip("/")) in SPLITS}
-    given = storage.normpath(storage.absolute(path))
+    given = storage.absolute_normpath(path)
     return sorted(root for root in roots - {None}
-                  if storage.normpath(storage.absolute(root)) == given or storage.lies_below(root, path))
+                  if storage.absolute_normpath(root) == given or storage.lies_below(root, path))
 
 
 def _data_file_name(name):
