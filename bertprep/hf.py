@@ -25,6 +25,8 @@ TFRecord, OFRecord.
 Given a directory with no manifest of its own (`bertprep create`'s --out, or a folder inside a records
 directory such as its tfrecord/training/), each file is checked against the manifest of the records directory
 it lies in, as when that directory is loaded.
+A record file that the manifest of its records directory does not list (a stray copy, another run's file)
+is refused, as `bertprep validate` fails it: its records would be read with the listed files'.
 """
 
 import json
@@ -216,6 +218,7 @@ def load(directory, cache_dir=None):
     if manifest is None:  # a folder inside a records directory (its tfrecord/training/), or one above them
         place, manifest = _records_directory_above(records, paths, fmt) or (None, {})
     manifests = {place: manifest} if manifest else _manifests_below(records, paths, fmt)
+    _refuse_unlisted(paths, manifests)
     digests = _digests(paths, manifests)
     splits = {}
     for split, (kind, dims, source) in _kinds_and_dims(by_split, fmt, digests).items():
@@ -274,6 +277,27 @@ def _manifests_below(records, paths, fmt):
     return manifests
 
 
+def _refuse_unlisted(paths, manifests):
+    """A DataError for the first record file of `paths` that the manifest of its records directory ({records
+    directory: manifest}) does not list, where that manifest lists its files: a stray copy (`x copy.tfrecord`) or
+    another run's file was loaded with the rest without a word, its records twice, where validate fails it."""
+    for path in paths:
+        place = _nearest(path, manifests)
+        listed = (manifests[place].get("files") or {}) if place is not None else {}
+        if listed and storage.absolute_normpath(path) not in {storage.absolute_normpath(storage.join(place, name))
+                                                              for name in listed}:
+            raise DataError(f"{path}: not listed in {storage.join(place, MANIFEST)} (an unfinished or stray file): "
+                            "bertprep.hf.load would read its records with the listed files'; remove it, or move it "
+                            "out of the records directory")
+
+
+def _nearest(path, manifests):
+    """The records directory among `manifests`' that `path` lies in, the nearest; None where none holds it."""
+    path = storage.normpath(path)
+    return max((place for place in manifests if storage.lies_below(path, place)),
+               key=lambda place: len(storage.normpath(place)), default=None)
+
+
 def _digests(paths, manifests):
     """{normalised path: the sha256 its manifest ({records directory: manifest}) lists} of the record files
     `paths`, matched by absolute path: a manifest found above "." lies at an absolute path, its files' names
@@ -290,8 +314,7 @@ def _vocab_sizes(paths, manifests):
     sizes = {}
     for path in paths:
         path = storage.normpath(path)
-        place = max((place for place in manifests if storage.lies_below(path, place)),
-                    key=lambda place: len(storage.normpath(place)), default=None)  # the nearest
+        place = _nearest(path, manifests)
         sizes[path] = ((manifests[place].get("vocab") or {}).get("size")) if place is not None else None
     return sizes
 

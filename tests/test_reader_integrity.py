@@ -346,3 +346,28 @@ def test_validate_of_the_current_directory_inside_the_records_checks_them_as_its
                     for entry in whole["datasets"][0]["files"]]}]})
     assert f"./{part.name}" in [finding["file"] for finding in report(".")[1]["findings"]
                                 if finding["message"].startswith("sha256 ")]
+
+
+def test_the_loaders_refuse_a_record_file_the_manifest_does_not_list(records, tmp_path):
+    """A record file in a records directory that its manifest does not list (a stray copy, `x copy.tfrecord`, or
+    another run's file) was read by `bertprep.hf.load` and `bertprep.torch.BertLoader` with the listed ones
+    without a word, its records twice, where `bertprep validate` fails it as "not listed in manifest.json"."""
+    from bertprep import hf
+
+    out = tmp_path / "out"
+    subprocess.run(["cp", "-r", str(records.parent.parent), str(out)], check=True)
+    copy = out / records.relative_to(records.parent.parent)
+    listed = next(p for p in sorted((copy / "tfrecord" / "training").iterdir()) if p.is_file())
+    stray = listed.with_name(listed.stem + " copy.tfrecord")
+    stray.write_bytes(listed.read_bytes())
+    said = f"^{stray}: not listed in {copy / 'manifest.json'} \\(an unfinished or stray file\\): "
+    for place in (copy, out, copy / "tfrecord" / "training"):  # the records, create's --out, a folder inside
+        with pytest.raises(DataError, match=said + "bertprep.hf.load would read its records with the listed"):
+            hf.load(str(place), cache_dir=str(tmp_path / "cache"))
+    pytest.importorskip("torch")
+    from bertprep.torch import BertLoader
+
+    with pytest.raises(DataError, match=said + "bertprep.torch would read its records with the listed"):
+        BertLoader(str(copy), 1)
+    stray.unlink()
+    assert len(BertLoader(str(copy), 1)) > 0 and hf.load(str(copy), cache_dir=str(tmp_path / "cache"))["train"]
