@@ -327,7 +327,8 @@ class BertRecords(_DATASET_BASE):
                              f"got {type(state).__name__} {short_repr(state)}")
         # A state of an earlier release holds no plan's fields: those it lacks are not compared.
         if state.get("seed", self.seed) != self.seed:
-            raise UsageError(f"the saved data state is of seed {state['seed']}, this loader's is {self.seed}")
+            # repr, as the plan's fields: a seed "3" (a state written as text) was "seed 3, this loader's is 3"
+            raise UsageError(f"the saved data state is of seed {state['seed']!r}, this loader's is {self.seed!r}")
         for name, value in self._plan().items():
             if name in state and state[name] != value:
                 raise UsageError(f"the saved data state is of {name} {state[name]!r}, this loader's is {value!r}: "

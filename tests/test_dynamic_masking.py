@@ -368,6 +368,10 @@ def test_torch_loader_refuses_a_saved_state_of_another_plan(dynamic_dir):
         assert other.state_dict()["batches"] == 0
     with pytest.raises(UsageError, match=r"^the saved data state is of records 7, this loader's is \d+: "):
         BertLoader(dynamic_dir, 8, seed=3).load_state_dict({**state, "records": 7})
+    # a seed of another type is named as such: "seed 3, this loader's is 3" said they were the same
+    for seed, shown in ((4, "4"), ("3", "'3'")):
+        with pytest.raises(UsageError, match=f"^the saved data state is of seed {shown}, this loader's is 3$"):
+            BertLoader(dynamic_dir, 8, seed=3).load_state_dict({**state, "seed": seed})
     resumed = BertLoader(dynamic_dir, 8, seed=3, num_workers=1)
     resumed.load_state_dict(state)
     assert resumed.state_dict() == state and len(resumed) == len(saved)
