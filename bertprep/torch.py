@@ -87,6 +87,7 @@ def _require_torch():
     if torch is None:
         raise UsageError('bertprep.torch needs PyTorch: pip install "bertprep[torch]"')
 
+
 def _refuse_unlisted(paths, manifest, records, where):
     """A DataError for the first record file of `paths` that `manifest` (at `where`, of the Folder `records`) does
     not list, where it lists its files: a stray copy (`x copy.tfrecord`) or another run's file was read with the
