@@ -363,6 +363,21 @@ def test_nothing_to_remove_is_a_usage_error(tmp_path, capsys):
     bertprep.DedupOptions(input=("c.jsonl",), exact=False, near=False, decontaminate=("squad",))  # that is work
 
 
+def test_a_decontaminate_ngram_without_decontaminate_is_refused(tmp_path, capsys):
+    """--decontaminate-ngram 8 without --decontaminate was taken without a word (exit 0), and the summary's
+    "0 contaminated" read as a check that found nothing."""
+    from bertprep.cli import main
+    assert main(["dedup", "--input", str(tmp_path / "c.jsonl"), "--out", str(tmp_path / "out"),
+                 "--decontaminate-ngram", "8"]) == 2
+    assert capsys.readouterr().err == ("bertprep dedup: error: --decontaminate-ngram 8 needs --decontaminate (the "
+                                       "evaluation sets whose n-grams it sets)\n")
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(UsageError, match=r"^DedupOptions.decontaminate_ngram 8 needs DedupOptions.decontaminate "):
+        bertprep.DedupOptions(input=("c.jsonl",), decontaminate_ngram=8)
+    bertprep.DedupOptions(input=("c.jsonl",), decontaminate_ngram=13)  # the default cannot be told from none
+    bertprep.DedupOptions(input=("c.jsonl",), decontaminate_ngram=8, decontaminate=("squad",))
+
+
 def test_a_corpus_directory_without_a_jsonl_part_is_refused(tmp_path):
     """A corpus whose text is in .txt files was "0 documents, 0 kept", an empty corpus written, exit 0."""
     corpus = tiny_corpus(tmp_path / "c1", [])

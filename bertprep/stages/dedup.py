@@ -121,6 +121,9 @@ MAX_NGRAM = 1 << 20
 # 10**20 was NumPy's ValueError. Lee et al. (2022) used 9,000.
 MAX_NUM_PERM = 1 << 14
 
+# words per decontamination n-gram, as GPT-3's
+DEFAULT_DECONTAMINATE_NGRAM = 13
+
 
 @errors_name_fields
 @dataclasses.dataclass(frozen=True)
@@ -143,7 +146,7 @@ class DedupOptions:
     exact: bool = True
     near: bool = True
     decontaminate: tuple[str, ...] = ()
-    decontaminate_ngram: int = 13
+    decontaminate_ngram: int = DEFAULT_DECONTAMINATE_NGRAM
     report_only: bool = False
     dry_run: bool = False
     memory: int | str = DEFAULT_MEMORY
@@ -179,6 +182,11 @@ class DedupOptions:
             raise UsageError(f"--bands must be in [1, --num-perm], not {self.bands}")
         if self.report_only and not self.decontaminate:
             raise UsageError("--report-only needs --decontaminate")
+        # without a set it was taken without a word, and the summary's "0 contaminated" read as a check that found
+        # nothing. The default (13) cannot be told from none and stays accepted, as shard's --test-fraction
+        if self.decontaminate_ngram != DEFAULT_DECONTAMINATE_NGRAM and not self.decontaminate:
+            raise UsageError(f"--decontaminate-ngram {self.decontaminate_ngram} needs --decontaminate (the "
+                             "evaluation sets whose n-grams it sets)")
         if not (self.exact or self.near or self.decontaminate):  # a run would copy the corpus as it is, exit 0
             raise UsageError("--no-exact and --no-near without --decontaminate leave nothing to remove")
         self.memory_bytes()
