@@ -819,3 +819,17 @@ def test_a_held_output_is_refused_before_the_inputs_are_hashed(tmp_path, monkeyp
     bertprep.dedup(input=corpus, out=tmp_path / "out", engine=ONE_WORKER)
     assert hashed  # the same run, once the output is free, hashes its inputs (and writes)
     assert (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_a_txt_evaluation_files_items_are_its_paragraphs_as_the_help_says(tmp_path, capsys):
+    """A .txt's evaluation items are its blank-line-separated paragraphs: a file of one passage a line is one item
+    ("1 of 1 items found"), which neither --help nor the README said."""
+    from bertprep.cli import main
+    lines, paragraphs = tmp_path / "lines.txt", tmp_path / "paragraphs.txt"
+    lines.write_text("first passage\nsecond passage\nthird passage\n")
+    paragraphs.write_text("first passage\n\nsecond passage\n \nthird passage\n")
+    assert dedup_module.file_items(str(lines)) == ["first passage\nsecond passage\nthird passage\n"]
+    assert dedup_module.file_items(str(paragraphs)) == ["first passage", "second passage", "third passage\n"]
+    with pytest.raises(SystemExit):
+        main(["dedup", "--help"])
+    assert "evaluation items are its paragraphs: lines up to a blank line" in " ".join(capsys.readouterr().out.split())

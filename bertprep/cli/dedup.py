@@ -28,7 +28,8 @@ def add_arguments(parser):
     parser.add_argument("--no-near", dest="near", action="store_false", help="keep near duplicates")
     parser.add_argument("--decontaminate", nargs="+", action="extend", default=[], metavar="SET_OR_FILE",
                         help="remove training documents sharing an n-gram with these evaluation sets: squad, glue "
-                             "(WORKDIR/download) or SQuAD .json / GLUE .tsv / .txt files")
+                             "(WORKDIR/download) or SQuAD .json / GLUE .tsv / .txt files (a .txt's evaluation items "
+                             "are its paragraphs: lines up to a blank line)")
     parser.add_argument("--decontaminate-ngram", type=int, default=13,
                         help="words per decontamination n-gram (default: 13, as GPT-3)")
     parser.add_argument("--report-only", action="store_true",
