@@ -111,6 +111,20 @@ def unread_files_warning(values, inputs, shown=3, rule=SHARDS_RULE, read_otherwi
     return f"not read: {', '.join(storage.display(path) for path in unread[:shown])}{more} ({rule})"
 
 
+# A pattern reads the files it matches (discover_inputs): a directory it matches is named, not read.
+PATTERN_RULE = "a pattern's directories never: give such a directory as an --input of its own"
+
+
+def unread_inputs_warning(values, inputs):
+    """unread_files_warning of create's and tokenize's --input `values`, naming too the files under the directories
+    a pattern among them matches: `--input 'data/*'` left data/wiki/'s shards out without a word, exit 0, where the
+    shell's own expansion of data/* gives data/wiki as a directory, which is read."""
+    matched = [match for value in values if not Folder(value).exists() and glob.has_magic(value)
+               for match in storage.glob(value) if Folder(match).isdir()]
+    return unread_files_warning([*values, *matched], inputs, rule=f"{SHARDS_RULE}; {PATTERN_RULE}" if matched
+                                else SHARDS_RULE)
+
+
 def refuse_manifest_as_shard(path):
     """A UsageError for a stage's manifest.json given as a text shard: `create --input SHARDED/*` (or the file
     named) read the shard manifest's JSON as sentences and wrote records of it, exit 0 (shard and vocab refuse it

@@ -551,6 +551,25 @@ def test_files_of_an_input_directory_that_are_no_shards_are_named(tmp_path, stag
 
 
 @pytest.mark.parametrize("stage", ["tokenize", "create"])
+def test_a_directory_a_pattern_matches_is_named_not_read(tmp_path, stage):
+    """`--input 'data/*'` read data/books.txt and left the shard tree data/wiki/ out without a word, exit 0 (the
+    shell's own data/* gives data/wiki as a directory, which is read): a pattern reads the files it matches."""
+    shutil.copytree(CORPUS, tmp_path / "data" / "wiki")
+    shutil.copy(shards()[0][1], tmp_path / "data" / "books.txt")
+    with pytest.warns(bertprep.BertprepWarning) as said:
+        summary = getattr(bertprep, stage)(input=(str(tmp_path / "data" / "*"),), vocab=VOCAB,
+                                           out=str(tmp_path / "out"))
+    wiki = tmp_path / "data" / "wiki"
+    expected = (f"not read: {wiki / 'test' / 'sample_corpus_test_0.txt'}, "
+                f"{wiki / 'training' / 'sample_corpus_training_0.txt'}, "
+                f"{wiki / 'training' / 'sample_corpus_training_1.txt'} and 6 more (an input directory's shards are "
+                "the *.txt files of its training/ and test/, else its own *.txt; a pattern's directories never: give "
+                "such a directory as an --input of its own)")
+    assert summary["shards"] == 1
+    assert expected in summary["warnings"] and any(expected in str(w.message) for w in said)
+
+
+@pytest.mark.parametrize("stage", ["tokenize", "create"])
 def test_a_hidden_shard_of_an_input_directory_is_named_not_read(tmp_path, stage):
     """`training/.draft.txt` was neither read nor named (the warning left every dot-file out); other dot-files
     (`.DS_Store`) are still no input to name."""

@@ -70,7 +70,7 @@ from bertprep.text_inputs import (
     input_roots,
     read_vocab,
     tokenizer_and_vocab,
-    unread_files_warning,
+    unread_inputs_warning,
 )
 from bertprep.tokenization import resolve_vocab_path
 from bertprep.workdir import (
@@ -550,7 +550,7 @@ def plan(options):
     check_distinct_outputs((task.source, records.path(path)) for task in tasks for path in task.output_paths().values())
     warnings = layout_warnings(tasks, options.min_parts)
     warnings += [warning for warning in (vocab.duplicates_warning(), casing_warning(vocab, lower_case),
-                                         unread_files_warning(input_values, inputs)) if warning]
+                                         unread_inputs_warning(input_values, inputs)) if warning]
     return records, settings, fmts, tasks, notes, warnings
 
 

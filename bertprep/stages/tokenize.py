@@ -55,7 +55,7 @@ from bertprep.text_inputs import (
     discover_inputs,
     read_vocab,
     tokenizer_and_vocab,
-    unread_files_warning,
+    unread_inputs_warning,
 )
 from bertprep.tokenization import resolve_vocab_path
 from bertprep.workdir import (
@@ -186,7 +186,7 @@ def plan(options):
                 if warning]
     if not any(task.split == "training" for task in tasks):
         warnings.append("no training split: data-path.txt is empty; give training/ shards (`bertprep shard`)")
-    unread = unread_files_warning(input_values, inputs)
+    unread = unread_inputs_warning(input_values, inputs)
     warnings += [unread] if unread else []
     return out_dir, settings, tasks, notes, warnings
 
