@@ -257,12 +257,17 @@ def refuse_repeated_inputs(named):
     `create`/`tokenize`, which kept one, left the repeat out without a word."""
     first = {}
     for path, value in named:
-        key = storage.absolute_normpath(path)
+        # links resolved: `--input a.txt link.txt` (link.txt -> a.txt) read one file twice, without a word
+        key = storage.comparable(path)
         if key in first:
-            how = f"--input {first[key]!r} given twice" if first[key] == value else \
-                f"by --input {first[key]!r} and by --input {value!r}"
+            earlier, earlier_value = first[key]
+            if storage.absolute_normpath(earlier) != storage.absolute_normpath(path):
+                raise UsageError(f"--input {storage.display(path)}: the same file as {storage.display(earlier)} (by "
+                                 f"--input {earlier_value!r}), through a link; give each input file once")
+            how = f"--input {earlier_value!r} given twice" if earlier_value == value else \
+                f"by --input {earlier_value!r} and by --input {value!r}"
             raise UsageError(f"--input {storage.display(path)}: named twice ({how}); give each input file once")
-        first[key] = value
+        first[key] = (path, value)
 
 
 def resuming_note(kept, total):

@@ -410,6 +410,33 @@ def test_a_file_two_inputs_name_is_a_usage_error(tiny_inputs, capsys, stage):
     assert run(str(good), str(tmp / "other.txt")) == 0
 
 
+@pytest.mark.parametrize("stage", ["create", "tokenize", "shard"])
+def test_a_file_and_a_link_to_it_are_one_input(tiny_inputs, capsys, stage):
+    """A link beside its target (`training/latest.txt -> w_0.txt`, or given as another --input) was read as a
+    second file: its documents twice in the output, exit 0. It is the same file named twice."""
+    tmp, vocab, good = tiny_inputs
+    training = tmp / "tree" / "training"
+    training.mkdir(parents=True)
+    shutil.copy(good, training / "w_0.txt")
+    (training / "latest.txt").symlink_to("w_0.txt")
+    (tmp / "link.txt").symlink_to(good)
+    flags = ["--corpus", "c"] if stage == "shard" else ["--vocab", str(vocab)]
+
+    def run(*inputs):
+        return main([stage, "--input", *inputs, *flags, "--out", str(tmp / f"out-{stage}"), "--quiet"])
+
+    assert run(str(good), str(tmp / "link.txt")) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"bertprep {stage}: error: --input {tmp / 'link.txt'}: the same file as {good} (by --input {str(good)!r}), "
+        "through a link; give each input file once"]
+    if stage != "shard":  # shard reads a corpus folder's files, not a shard tree's
+        assert run(str(tmp / "tree")) == 2
+        assert capsys.readouterr().err.strip().splitlines() == [
+            f"bertprep {stage}: error: --input {training / 'w_0.txt'}: the same file as {training / 'latest.txt'} "
+            f"(by --input {str(tmp / 'tree')!r}), through a link; give each input file once"]
+    assert not (tmp / f"out-{stage}").exists()
+
+
 def test_a_bad_shard_among_good_ones_fails_before_anything_is_written(tiny_inputs):
     tmp, vocab, good = tiny_inputs
     bad = tmp / "bad.txt"
