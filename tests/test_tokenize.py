@@ -5,6 +5,7 @@ choices unchanged)."""
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -567,6 +568,25 @@ def test_a_directory_a_pattern_matches_is_named_not_read(tmp_path, stage):
                 "such a directory as an --input of its own)")
     assert summary["shards"] == 1
     assert expected in summary["warnings"] and any(expected in str(w.message) for w in said)
+
+
+@pytest.mark.parametrize("stage", ["tokenize", "create"])
+def test_a_pipe_is_refused_as_no_regular_file(tmp_path, stage):
+    """`--input <(cat shard)` was read for its sha256, then found empty by the tokenizer: `no documents (every line
+    is blank or tokenizes to nothing)`, exit 1, of a pipe full of text; a FIFO no one writes waited for ever."""
+    fifo = tmp_path / "f.txt"
+    os.mkfifo(fifo)
+    why = ("not a regular file (a pipe, as <(zcat …) gives, or a device): this stage reads each shard more than "
+           "once; write it to a file first")
+    command = (f"{sys.executable} -m bertprep {stage} --input <(cat {shards()[0][1]}) --vocab {VOCAB} "
+               f"--out {tmp_path / 'out'} --quiet")
+    run = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120)
+    expected = rf"bertprep {stage}: error: /dev/fd/\d+: {re.escape(why)}\n"
+    assert run.returncode == 2 and re.fullmatch(expected, run.stderr), run.stderr
+    run = subprocess.run([sys.executable, "-m", "bertprep", stage, "--input", str(fifo), "--vocab", VOCAB, "--out",
+                          str(tmp_path / "out"), "--quiet"], capture_output=True, text=True, timeout=60)
+    assert (run.returncode, run.stderr) == (2, f"bertprep {stage}: error: {fifo}: {why}\n")
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("stage", ["tokenize", "create"])
