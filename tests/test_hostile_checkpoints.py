@@ -901,3 +901,26 @@ def test_a_state_json_whose_model_config_is_not_one_names_the_file_and_field(che
     (checkpoint / "state.json").write_text(json.dumps(state))
     assert _inspect_fails(capsys, checkpoint).startswith(
         f"trainer checkpoint: error: {checkpoint / 'state.json'}: {said}")
+
+
+def test_two_spellings_of_one_variable_with_other_values_are_refused(checkpoints, tmp_path, capsys):
+    """A state dict holding one variable twice (pytorch-pretrained-bert's LayerNorm `gamma` beside today's `weight`,
+    `module.` or `bert.` with and without) kept the later one and dropped the other in silence: convert exited 0.
+    Equal copies lose nothing and are read."""
+    from safetensors.numpy import load_file, save_file
+
+    state = load_file(str(checkpoints / "hf_tiny" / "model.safetensors"))
+    name = "bert.encoder.layer.0.output.LayerNorm.weight"
+    for case, extra in (("equal", {"module." + name: state[name]}),
+                        ("differ", {name.replace("weight", "gamma"): state[name] + 1})):
+        (tmp_path / case).mkdir()
+        shutil.copy(checkpoints / "hf_tiny" / "config.json", tmp_path / case)
+        save_file(dict(state, **extra), str(tmp_path / case / "model.safetensors"))
+    assert main(["checkpoint", "inspect", str(tmp_path / "equal"), "--json"]) == 0
+    capsys.readouterr()
+    assert main(["checkpoint", "convert", str(tmp_path / "differ"), str(tmp_path / "out"), "--to", "google"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"trainer checkpoint: error: {tmp_path / 'differ' / 'model.safetensors'}: variables "
+                   f"{name.replace('weight', 'gamma')} and {name} are both {name} and their values differ: which one "
+                   "is meant? Keep one of them"]
+    assert not (tmp_path / "out").exists()

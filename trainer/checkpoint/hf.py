@@ -126,9 +126,11 @@ def load_torch(weights_file, key=None):
 
 def google_names(source, state):
     """{Google name: Google-layout array} of a Hugging Face state dict, and the names skipped."""
-    by_hf = {}
+    by_hf, spelled = {}, {}
     for name, value in state.items():
-        by_hf[names.canonical_hf_name(name)] = value
+        canonical = names.canonical_hf_name(name)
+        _refuse_two_values(source, canonical, spelled.get(canonical), by_hf.get(canonical), name, value)
+        by_hf[canonical], spelled[canonical] = value, name
     found = {}
     mapped = set()
     for row in names.rows(_LayerCount(by_hf)):
@@ -148,6 +150,14 @@ def google_names(source, state):
             raise DataError(f"{source}: variable {name} is not part of BERT: another architecture?")
         skipped.append(name)
     return found, skipped
+
+
+def _refuse_two_values(source, canonical, first, first_value, name, value):
+    """A DataError where `name` and the earlier `first` spell the same variable (`module.`, no `bert.`, LayerNorm's
+    gamma/beta) with other values: the later one was kept, the other dropped in silence. Equal copies lose nothing."""
+    if first is not None and not np.array_equal(first_value, value):
+        raise DataError(f"{source}: variables {first} and {name} are both {canonical} and their values differ: "
+                        "which one is meant? Keep one of them")
 
 
 class _LayerCount:
