@@ -924,3 +924,23 @@ def test_two_spellings_of_one_variable_with_other_values_are_refused(checkpoints
                    f"{name.replace('weight', 'gamma')} and {name} are both {name} and their values differ: which one "
                    "is meant? Keep one of them"]
     assert not (tmp_path / "out").exists()
+
+
+def test_variables_not_of_bert_name_the_same_one_the_file_holds_every_run(checkpoints, tmp_path):
+    """The unknown names were taken from a set, so the one named moved with PYTHONHASHSEED (`bert.foo5.bar`, then
+    `bert.foo4.bar`), and it was the name with `bert.` added, which the file does not hold."""
+    from safetensors.numpy import load_file, save_file
+
+    state = load_file(str(checkpoints / "hf_tiny" / "model.safetensors"))
+    (tmp_path / "hf").mkdir()
+    shutil.copy(checkpoints / "hf_tiny" / "config.json", tmp_path / "hf")
+    save_file(dict(state, **{f"foo{i}.bar": state["cls.predictions.bias"] for i in range(6)}),
+              str(tmp_path / "hf" / "model.safetensors"))
+    said = set()
+    for seed in ("0", "1", "2", "3"):
+        result = subprocess.run([sys.executable, "-m", "trainer", "checkpoint", "inspect", str(tmp_path / "hf")],
+                                capture_output=True, text=True, cwd=REPO,
+                                env=dict(os.environ, PYTHONPATH=REPO, PYTHONHASHSEED=seed))
+        said.add(one_line_error(result))
+    assert said == {f"trainer checkpoint: error: {tmp_path / 'hf' / 'model.safetensors'}: variable foo0.bar is not "
+                    "part of BERT: another architecture?"}

@@ -143,11 +143,12 @@ def google_names(source, state):
         raise DataError(f"{source}: cls.predictions.decoder.weight differs from the word embeddings "
                         "(BERT ties them)")
     skipped = []
-    for name in set(by_hf) - mapped:
+    # sorted: a set's order moves with PYTHONHASHSEED, and the error named another variable each run
+    for name in sorted(set(by_hf) - mapped):
         if name in names.HF_DERIVED:
             continue
-        if name.startswith("bert."):
-            raise DataError(f"{source}: variable {name} is not part of BERT: another architecture?")
+        if name.startswith("bert."):  # the file's own spelling: `bert.foo.bar` was said of a file holding `foo.bar`
+            raise DataError(f"{source}: variable {spelled[name]} is not part of BERT: another architecture?")
         skipped.append(name)
     return found, skipped
 
