@@ -944,3 +944,21 @@ def test_variables_not_of_bert_name_the_same_one_the_file_holds_every_run(checkp
         said.add(one_line_error(result))
     assert said == {f"trainer checkpoint: error: {tmp_path / 'hf' / 'model.safetensors'}: variable foo0.bar is not "
                     "part of BERT: another architecture?"}
+
+
+@pytest.mark.parametrize("out, said", [("new/.", "new does not exist, so new/. names no directory that can be made; "
+                                                 "name it new"),
+                                       ("new/../x", "new does not exist, so new/../x names no directory that can be "
+                                                    "made; name it x")])
+def test_convert_to_a_dot_after_a_missing_directory_is_refused_before_reading(checkpoints, tmp_path, capsys,
+                                                                               monkeypatch, out, said):
+    """The rename to `new/.` found no `new` once the whole checkpoint had been converted: `new/.: No such file or
+    directory`, exit 1. `.` and `..` after a directory that is there are taken as before."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["checkpoint", "convert", str(checkpoints / "hf_tiny"), out, "--to", "bertprep", "--quiet"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [f"trainer checkpoint: error: the output {out}: {said}"]
+    assert os.listdir(tmp_path) == []
+    (tmp_path / "there").mkdir()
+    assert main(["checkpoint", "convert", str(checkpoints / "hf_tiny"), "./there/.././made", "--to", "bertprep",
+                 "--quiet"]) == 0
+    assert sorted(os.listdir(tmp_path / "made")) == ["state.json", "state.npz"]

@@ -154,6 +154,7 @@ def convert(src, out, to, vocab=None, cased=None, labels=None):
         from trainer.config import check_output_place
 
         check_output_place("the output", target.root, directory=True)
+        _refuse_dots_after_a_missing_directory(target.root)
     checkpoint = read(src)
     if labels is not None:
         task_heads.name_labels(checkpoint, check_argument("convert's labels", labels, tuple[str, ...]))
@@ -179,6 +180,18 @@ def convert(src, out, to, vocab=None, cased=None, labels=None):
                 with open(os.path.join(temp, name), "wb") as f:
                     f.write(data)
     return dict(summary, notes="; ".join(checkpoint.notes))
+
+
+def _refuse_dots_after_a_missing_directory(out):
+    """A UsageError where a `.` or `..` of the local `out` follows a directory that is not there (`new/.`,
+    `new/../x`): the staging directory is made beside the normalised path, but the rename to `out` as given
+    found no `new`, and the whole conversion ended in `new/.: No such file or directory`, exit 1."""
+    parts = out.split(os.sep)
+    for i, part in enumerate(parts[1:], 1):
+        above = os.sep.join(parts[:i]) or os.sep
+        if part in (".", "..") and not os.path.isdir(above):
+            raise UsageError(f"the output {out}: {above} does not exist, so {out} names no directory that can be "
+                             f"made; name it {os.path.normpath(out)}")
 
 
 def _architecture(directory):
