@@ -962,3 +962,20 @@ def test_convert_to_a_dot_after_a_missing_directory_is_refused_before_reading(ch
     assert main(["checkpoint", "convert", str(checkpoints / "hf_tiny"), "./there/.././made", "--to", "bertprep",
                  "--quiet"]) == 0
     assert sorted(os.listdir(tmp_path / "made")) == ["state.json", "state.npz"]
+
+
+@pytest.mark.parametrize("out, tail", [("new/", "/"), ("new/.", "/."), ("o.npz/", "/")])
+def test_checkpoint_runs_out_named_as_a_directory_is_refused_before_the_model_runs(checkpoints, tmp_path, capsys,
+                                                                                    monkeypatch, out, tail):
+    """A file output ending in '/' or '/.' passed the check (abspath drops them): the model ran, then the write
+    failed, `new/: Not a directory` (`new/.: Device or resource busy`), exit 1, an empty new/ left behind."""
+    import trainer.checkpoint.run
+
+    monkeypatch.setattr(trainer.checkpoint.run, "outputs", lambda *a: pytest.fail("the model ran"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "o.npz").write_bytes(b"kept")
+    code = main(["checkpoint", "run", str(checkpoints / "hf_tiny"), "--inputs", str(checkpoints / "inputs.jsonl"),
+                 "--out", out])
+    assert (code, capsys.readouterr().err.strip()) == (
+        2, f"trainer checkpoint: error: --out {out}: names a directory (it ends in '{tail}'); name a file")
+    assert sorted(os.listdir(tmp_path)) == ["o.npz"]

@@ -476,6 +476,11 @@ def check_output_place(flag, path, directory, makes_parents=None):
             raise UsageError(f"{flag} {shown}: {place} is a file: nothing can be made under it")
         if not (directory if makes_parents is None else makes_parents) and place != os.path.dirname(path):
             raise UsageError(f"{flag} {shown}: no directory {os.path.dirname(path)}")
+    # abspath drops a trailing '/' or '.': `--out new/` passed, the model ran, and the write failed ('Not a
+    # directory', or 'Device or resource busy' for new/.), leaving an empty new/
+    tail = "/" if shown.endswith("/") else "/" + os.path.basename(shown)
+    if not directory and tail in ("/", "/.", "/.."):
+        raise UsageError(f"{flag} {shown}: names a directory (it ends in '{tail}'); name a file")
     if not os.access(place, os.W_OK):
         raise UsageError(f"{flag} {shown}: {place} is not writable")
 
