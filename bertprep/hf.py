@@ -29,6 +29,7 @@ A record file that the manifest of its records directory does not list (a stray 
 is refused, as `bertprep validate` fails it: its records would be read with the listed files'.
 """
 
+import collections
 import json
 import os
 
@@ -38,7 +39,7 @@ from bertprep.folder import Folder
 from bertprep.formats import codecs, columnar, megatron
 from bertprep.formats.schemas import FLOAT, check_int_values
 from bertprep.options import refuse_empty_path
-from bertprep.records_manifest import file_digests, given_as_text, load_records_manifest
+from bertprep.records_manifest import file_digests, given_as_text, load_records_manifest, refuse_unlisted_records
 from bertprep.workdir import MANIFEST, SPLITS, load_manifest, read_manifest
 
 # The format read when a directory holds several: one `datasets` reads itself, then columns, then frames.
@@ -278,17 +279,14 @@ def _manifests_below(records, paths, fmt):
 
 
 def _refuse_unlisted(paths, manifests):
-    """A DataError for the first record file of `paths` that the manifest of its records directory ({records
-    directory: manifest}) does not list, where that manifest lists its files: a stray copy (`x copy.tfrecord`) or
-    another run's file was loaded with the rest without a word, its records twice, where validate fails it."""
+    """refuse_unlisted_records of each records directory's files among `paths` ({records directory: manifest}),
+    against the manifest of the nearest one that holds them."""
+    by_place = collections.defaultdict(list)
     for path in paths:
-        place = _nearest(path, manifests)
-        listed = (manifests[place].get("files") or {}) if place is not None else {}
-        if listed and storage.absolute_normpath(path) not in {storage.absolute_normpath(storage.join(place, name))
-                                                              for name in listed}:
-            raise DataError(f"{path}: not listed in {storage.join(place, MANIFEST)} (an unfinished or stray file): "
-                            "bertprep.hf.load would read its records with the listed files'; remove it, or move it "
-                            "out of the records directory")
+        by_place[_nearest(path, manifests)].append(path)
+    for place, held in by_place.items():
+        if place is not None:
+            refuse_unlisted_records(held, manifests[place], place, "bertprep.hf.load")
 
 
 def _nearest(path, manifests):

@@ -198,6 +198,20 @@ def file_digests(manifest, directory):
             if isinstance(entry, dict) and isinstance(entry.get("sha256"), str)}
 
 
+def refuse_unlisted_records(paths, manifest, directory, reader):
+    """A DataError for the first record file of `paths` that `manifest` (of the records `directory`, a Folder or a
+    path) does not list, where it lists its files: a stray copy (`x copy.tfrecord`) or another run's file was read
+    by `reader` (bertprep.hf.load, bertprep.torch) with the rest without a word, its records twice, where validate
+    fails it. Matched by absolute path: hf.load finds a manifest above "." by its absolute path."""
+    folder = Folder.of(directory)
+    listed = {storage.absolute_normpath(folder.path(name)) for name in (manifest or {}).get("files") or {}}
+    stray = [path for path in paths if storage.absolute_normpath(path) not in listed] if listed else []
+    if stray:
+        raise DataError(f"{stray[0]}: not listed in {folder.path(MANIFEST)} (an unfinished or stray file): {reader} "
+                        "would read its records with the listed files'; remove it, or move it out of the records "
+                        "directory")
+
+
 def kind_mismatch(path, manifest_kind, where, record_kind):
     """The DataError for records whose kind is not the one their manifest names (a relabelled manifest)."""
     held = f"{record_kind.name} records" if record_kind is not None else "records of no known kind"

@@ -35,7 +35,13 @@ from bertprep.formats import codecs, megatron
 from bertprep.formats.schemas import PACKED, UNMASKED, int_values_problem, kind_of_manifest, kind_of_record
 from bertprep.masking import DynamicMasking, first_instances
 from bertprep.options import check_argument, refuse_empty_path, short_repr
-from bertprep.records_manifest import check_records_manifest, file_digests, given_as_text, kind_mismatch
+from bertprep.records_manifest import (
+    check_records_manifest,
+    file_digests,
+    given_as_text,
+    kind_mismatch,
+    refuse_unlisted_records,
+)
 from bertprep.workdir import SPLITS, load_manifest
 
 try:
@@ -88,17 +94,6 @@ def _require_torch():
         raise UsageError('bertprep.torch needs PyTorch: pip install "bertprep[torch]"')
 
 
-def _refuse_unlisted(paths, manifest, records, where):
-    """A DataError for the first record file of `paths` that `manifest` (at `where`, of the Folder `records`) does
-    not list, where it lists its files: a stray copy (`x copy.tfrecord`) or another run's file was read with the
-    rest without a word, its records twice, where validate fails it."""
-    listed = {storage.normpath(records.path(name)) for name in manifest.get("files") or {}}
-    stray = [path for path in paths if storage.normpath(path) not in listed] if listed else []
-    if stray:
-        raise DataError(f"{stray[0]}: not listed in {where} (an unfinished or stray file): {READER} would read its "
-                        "records with the listed files'; remove it, or move it out of the records directory")
-
-
 READER = "bertprep.torch"  # as a Megatron directory's refusal names the reader
 FINETUNING_STAGES = ("create-squad", "create-glue")  # their manifests' "stage"
 
@@ -136,7 +131,7 @@ class RecordIndex:
         if not paths:
             raise (megatron.given_as_records(data_dir, data_dir, READER)
                    or DataError(f"{data_dir}: no {fmt} {split} records"))
-        _refuse_unlisted(paths, manifest, records, where)
+        refuse_unlisted_records(paths, manifest, records, READER)
         self.kind = kind_of_manifest(manifest, where)
         self.dims = {k: int(v) for k, v in (manifest.get("dims") or {}).items()} or None
         self.fmt, self.data_dir, self.where = fmt, data_dir, where

@@ -3,7 +3,7 @@
 from bertprep.cli.options import engine_options, print_summary
 from bertprep.engines import add_engine_arguments
 from bertprep.progress import add_output_arguments
-from bertprep.stages.dedup import DEFAULT_MEMORY, DedupOptions, dedup
+from bertprep.stages.dedup import DEFAULT_DECONTAMINATE_NGRAM, DEFAULT_MEMORY, DedupOptions, dedup
 from bertprep.workdir import add_workdir_argument
 
 
@@ -30,7 +30,7 @@ def add_arguments(parser):
                         help="remove training documents sharing an n-gram with these evaluation sets: squad, glue "
                              "(WORKDIR/download) or SQuAD .json / GLUE .tsv / .txt files (a .txt's evaluation items "
                              "are its paragraphs: lines up to a blank line)")
-    parser.add_argument("--decontaminate-ngram", type=int, default=13,
+    parser.add_argument("--decontaminate-ngram", type=int, default=DEFAULT_DECONTAMINATE_NGRAM,
                         help="words per decontamination n-gram (default: 13, as GPT-3)")
     parser.add_argument("--report-only", action="store_true",
                         help="with --decontaminate: list contaminated documents in the manifest, keep them")
