@@ -176,7 +176,7 @@ def main():
             for i in range(args.trace_steps):
                 steps.fetch(steps.train(batches[i % len(batches)]))
         kernels = device_kernels(trace_dir)
-    names = op_names(steps._train.lower(steps.state, batches[0]).compile().as_text()) if kernels else {}
+    names = op_names(steps._train.lower(*steps.step_arguments(batches[0])).compile().as_text()) if kernels else {}
     per_step = args.trace_steps
     busy = sum(d for _, _, d in kernels) / per_step / 1e9
     by_category, by_kernel = {}, {}

@@ -1,6 +1,10 @@
 """AdamW, NVLAMB and Google's AdamWeightDecay (google-adam) against a NumPy (float64) reference, one and
 several steps, fp32, tolerance 1e-6; their schedules."""
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -15,6 +19,9 @@ from trainer.optimizers import (  # noqa: E402
     clip_by_global_norm,
     make_optimizer,
 )
+from trainer_checks import xla_flags  # noqa: E402
+
+CHECKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "trainer_checks.py")
 
 PEAK, WARMUP, TOTAL = 0.01, 2, 6
 BETA1, BETA2, EPS, WD = 0.9, 0.999, 1e-6, 0.01
@@ -119,6 +126,17 @@ def test_google_schedule_starts_at_zero_and_decays_over_all_steps(warmup):
     assert got[0] == (0.0 if warmup else pytest.approx(PEAK)) and got[TOTAL] == got[TOTAL + 1] == 0.0
     if warmup == WARMUP:  # step 2 (the third update): out of warmup, already decayed by 2/6
         assert got[:3] == pytest.approx([0.0, PEAK / 2, PEAK * 4 / 6])
+
+
+def test_schedule_numbers_as_inputs_give_the_learning_rates_of_constants_bit_for_bit():
+    """The JAX step takes the schedule's numbers as inputs (one program for every --lr, --warmup and --steps):
+    compiled by XLA as the trainer compiles (its optimized code, in a process of its own: under the tests'
+    fast compiles LLVM contracts a product with a constant into an FMA that it does not with an input), they
+    give the learning rates that the numbers as constants give, bit for bit."""
+    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", XLA_FLAGS=xla_flags(fast_compile=False))
+    result = subprocess.run([sys.executable, CHECKS, "--no-tensorflow", "check", "schedule_numbers_as_inputs"],
+                            capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
 
 
 def test_clip_by_global_norm_is_tensorflows():

@@ -432,6 +432,10 @@ def test_a_run_compiles_a_handful_of_programs_and_a_rerun_loads_them_all(records
     assert 1 <= compiled <= 8 and hits == 0 and len(steps) == 2, (compiled, hits)
     assert any(name.startswith("jit__train_step-") for name in os.listdir(cache))
     assert compiles_before_the_first_step(records_dir, tmp_path, cache) == (compiled, compiled, steps)
+    # The learning-rate schedule's numbers are the step's inputs: other --steps, --lr and --warmup load it too.
+    other = compiles_before_the_first_step(records_dir, tmp_path, cache, "--steps", "3", "--lr", "3e-4",
+                                           "--warmup", "1")
+    assert other[:2] == (compiled, compiled) and len(other[2]) == 3, other
     assert compiles_before_the_first_step(records_dir, tmp_path, cache, "--no-compilation-cache") == (
         compiled, 0, steps)
 

@@ -227,7 +227,7 @@ def compiled_step_allreduces(records_dir, grad_accum, allreduce_dtype="fp32"):
     _, _, steps = build_steps(args, devices, BertConfig(**TINY), records, 0)
     batch = next(RecordStream(records, "training", 4 * grad_accum, seed=1).batches())
     element = steps.put({k: v.reshape((grad_accum, 4) + v.shape[1:]) for k, v in batch.items()})
-    text = steps._train.lower(steps.state, element).compile().as_text()
+    text = steps._train.lower(*steps.step_arguments(element)).compile().as_text()
     return sum(" all-reduce(" in line or " all-reduce-start(" in line for line in text.splitlines())
 
 
@@ -511,7 +511,7 @@ def step_exported_for_gpu(records_dir, precision, options, variables=False, **ch
     import jax
 
     steps, element = built_steps(records_dir, precision, options, **changes)
-    text = jax.export.export(steps._train, platforms=["cuda"])(steps.state, element).mlir_module()
+    text = jax.export.export(steps._train, platforms=["cuda"])(*steps.step_arguments(element)).mlir_module()
     return (text, len(steps.state[0])) if variables else text
 
 
@@ -640,6 +640,29 @@ def check_variables_drawn_on_the_host_equal_the_device_program():
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
         assert got.devices() == {jax.devices()[0]}
 
+
+
+# (peak, warmup, total): the trajectories' run, no warmup, BERT's 10k of 1M, numbers whose reciprocals round.
+SCHEDULE_CASES = [(1e-3, 5, 30), (1e-4, 0, 7), (5e-5, 10_000, 1_000_000), (1.2345e-3, 3, 20), (3e-4, 37, 113)]
+
+
+def check_schedule_numbers_as_inputs():
+    """Each schedule's learning rates, compiled by JAX's XLA with its numbers as constants (with_constants)
+    and as inputs (with_inputs), one scalar step at a time as the step computes them: equal bit for bit."""
+    import jax
+
+    from trainer.optimizers import GoogleSchedule, WarmupPolynomialDecay
+
+    for peak, warmup, total in SCHEDULE_CASES:
+        steps = np.concatenate([np.arange(min(warmup, 600) + 3), np.arange(max(total - 300, 0), total + 3)])
+        schedules = (WarmupPolynomialDecay(peak, warmup, total, 1.0), WarmupPolynomialDecay(peak, warmup, total, 0.5),
+                     GoogleSchedule(peak, warmup, total))
+        for schedule in schedules:
+            constants = jax.jit(lambda steps, schedule=schedule: jax.lax.map(schedule.with_constants, steps))(steps)
+            inputs = jax.jit(lambda steps, numbers, schedule=schedule: jax.lax.map(
+                lambda step: schedule.with_inputs(step, numbers), steps))(steps, schedule.numbers())
+            assert np.asarray(constants).max() > 0
+            np.testing.assert_array_equal(np.asarray(inputs), np.asarray(constants), err_msg=f"{schedule.get_config()}")
 
 
 if __name__ == "__main__":

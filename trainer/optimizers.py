@@ -14,6 +14,10 @@
   `tf.clip_by_global_norm` does, Adam moments WITHOUT bias correction,
   `w -= lr · (m/(√v+ε) + wd·w)` (same exclusions), and `GoogleSchedule`.
 
+Under JAX the schedules' numbers (peak, warmup, total steps) are the compiled step's inputs, not its
+constants (`_ScheduleOfNumbers`): one program serves every --lr, --warmup and --steps, with the same
+learning rates bit for bit (docs/trainer.md, "Tests").
+
 Keras's own `Lamb` decays outside the trust ratio and does not pre-normalize,
 so it is not NVLAMB. `apply` must see the gradients of the whole global batch
 (already summed across replicas): the global norm is taken over them. On
@@ -37,9 +41,11 @@ BERT-base traced its step in 1.01 s instead of 1.62 under cProfile
 (scripts/bench_startup.py --phases, docs/benchmarks.md).
 """
 
+import contextlib
 import functools
 
 import keras
+import numpy as np
 from keras import ops
 
 from trainer.config import DEFAULT_CLIP_NORM
@@ -47,7 +53,49 @@ from trainer.keras_internals import variable_index
 from trainer.model import is_excluded_from_weight_decay
 
 
-class WarmupPolynomialDecay(keras.optimizers.schedules.LearningRateSchedule):
+class _ScheduleOfNumbers(keras.optimizers.schedules.LearningRateSchedule):
+    """A schedule whose numbers (the peak, the warmup, the total steps) are constants of the step that
+    calls it (`with_constants`, the textbook formula), or, inside `numbers_as_inputs(values)`, that step's
+    inputs: the JAX step takes `numbers()` as arguments (trainer/steps.py), so one compiled program serves
+    every --lr, --warmup and --steps, and a run that differs from a cached one only in them compiles nothing.
+    `with_inputs` writes the arithmetic as XLA's algebraic simplifier rewrites the constants' (a division
+    by a number is a product with its float32 reciprocal, peak·n/warmup is n·(peak·(1/warmup)), the
+    constants folded first), so the inputs give the learning rates that the constants gave, bit for bit,
+    under the trainer's compiles (tests/test_optimizers.py). TensorFlow's steps keep the constants."""
+
+    _inputs = None
+
+    def numbers(self):
+        """{name: float32} that `with_inputs` reads."""
+        raise NotImplementedError
+
+    def with_constants(self, step):
+        raise NotImplementedError
+
+    def with_inputs(self, step, numbers):
+        raise NotImplementedError
+
+    @contextlib.contextmanager
+    def numbers_as_inputs(self, values):
+        """Inside, the schedule reads `values` (numbers()'s keys; traced arrays) instead of its constants."""
+        self._inputs = values
+        try:
+            yield
+        finally:
+            self._inputs = None
+
+    def __call__(self, step):
+        if self._inputs is None:
+            return self.with_constants(step)
+        return self.with_inputs(step, self._inputs)
+
+
+def _reciprocal(value):
+    """1/value rounded to float32, as XLA folds a division by the constant `value`."""
+    return np.float32(1) / np.float32(value)
+
+
+class WarmupPolynomialDecay(_ScheduleOfNumbers):
     """lr for optimizer step `step` (0-based; the update it applies is number step+1):
     peak·(step+1)/warmup during warmup, then peak·((total-step-1)/(total-warmup))**power."""
 
@@ -57,7 +105,7 @@ class WarmupPolynomialDecay(keras.optimizers.schedules.LearningRateSchedule):
         self.total_steps = int(total_steps)
         self.power = float(power)
 
-    def __call__(self, step):
+    def with_constants(self, step):
         n = ops.cast(step, "float32") + 1.0
         warmup = float(max(self.warmup_steps, 1))
         decay_span = float(max(self.total_steps - self.warmup_steps, 1))
@@ -65,12 +113,24 @@ class WarmupPolynomialDecay(keras.optimizers.schedules.LearningRateSchedule):
         decayed = self.peak * ops.power(remaining, self.power)
         return ops.where(n <= self.warmup_steps, self.peak * n / warmup, decayed)
 
+    def numbers(self):
+        return {"peak": np.float32(self.peak), "warmup_steps": np.float32(self.warmup_steps),
+                "total_steps": np.float32(self.total_steps),
+                "peak_per_warmup_step": np.float32(self.peak) * _reciprocal(max(self.warmup_steps, 1)),
+                "inverse_decay_span": _reciprocal(max(self.total_steps - self.warmup_steps, 1))}
+
+    def with_inputs(self, step, k):
+        n = ops.cast(step, "float32") + 1.0
+        remaining = ops.clip((k["total_steps"] - n) * k["inverse_decay_span"], 0.0, 1.0)
+        decayed = k["peak"] * ops.power(remaining, self.power)
+        return ops.where(n <= k["warmup_steps"], n * k["peak_per_warmup_step"], decayed)
+
     def get_config(self):
         return {"peak": self.peak, "warmup_steps": self.warmup_steps,
                 "total_steps": self.total_steps, "power": self.power}
 
 
-class GoogleSchedule(keras.optimizers.schedules.LearningRateSchedule):
+class GoogleSchedule(_ScheduleOfNumbers):
     """optimization.create_optimizer's lr for optimizer step `step` (0-based, its global_step before
     the update): peak·step/warmup while step < warmup (the first update has lr 0), then
     polynomial_decay power 1 over all `total_steps`: peak·(1 − min(step, total)/total)."""
@@ -80,12 +140,24 @@ class GoogleSchedule(keras.optimizers.schedules.LearningRateSchedule):
         self.warmup_steps = int(warmup_steps)
         self.total_steps = int(total_steps)
 
-    def __call__(self, step):
+    def with_constants(self, step):
         s = ops.cast(step, "float32")
         decayed = self.peak * (1.0 - ops.minimum(s, float(self.total_steps)) / float(self.total_steps))
         if not self.warmup_steps:  # create_optimizer adds no warmup branch for 0
             return decayed
         return ops.where(s < self.warmup_steps, self.peak * (s / float(self.warmup_steps)), decayed)
+
+    def numbers(self):
+        return {"peak": np.float32(self.peak), "warmup_steps": np.float32(self.warmup_steps),
+                "total_steps": np.float32(self.total_steps), "inverse_total": _reciprocal(self.total_steps),
+                "peak_per_warmup_step": np.float32(self.peak) * _reciprocal(max(self.warmup_steps, 1))}
+
+    def with_inputs(self, step, k):
+        s = ops.cast(step, "float32")
+        decayed = k["peak"] * (1.0 - ops.minimum(s, k["total_steps"]) * k["inverse_total"])
+        if not self.warmup_steps:  # as with_constants: no warmup branch, a program of its own
+            return decayed
+        return ops.where(s < k["warmup_steps"], s * k["peak_per_warmup_step"], decayed)
 
     def get_config(self):
         return {"peak": self.peak, "warmup_steps": self.warmup_steps, "total_steps": self.total_steps}
@@ -98,12 +170,23 @@ class _BertOptimizer(keras.optimizers.Optimizer):
 
     def __init__(self, learning_rate, decay_rate=0.01, beta_1=0.9, beta_2=0.999, epsilon=1e-6, **kwargs):
         super().__init__(learning_rate=learning_rate, **kwargs)
+        object.__setattr__(self, "schedule", learning_rate)  # not Keras-tracked
         self.skips_nonfinite = False
         self.decay_rate = decay_rate
         self.beta_1 = beta_1
         self.beta_2 = beta_2
         self.epsilon = epsilon
         object.__setattr__(self, "_jitted", {})  # (decays, skips) -> jitted _arithmetic (JAX); not Keras-tracked
+
+    def schedule_numbers(self):
+        """{name: float32} of its learning-rate schedule (_ScheduleOfNumbers); {} for a fixed rate."""
+        return self.schedule.numbers() if isinstance(self.schedule, _ScheduleOfNumbers) else {}
+
+    def schedule_numbers_as_inputs(self, values):
+        """Inside, its schedule reads `values` (schedule_numbers()'s, traced) instead of its constants."""
+        if isinstance(self.schedule, _ScheduleOfNumbers):
+            return self.schedule.numbers_as_inputs(values)
+        return contextlib.nullcontext()
 
     def build(self, variables):
         if self.built:

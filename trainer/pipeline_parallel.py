@@ -161,7 +161,9 @@ class PipelineSteps(JaxSteps):
             for group in stack.groups:
                 for i in group:
                     values[i].delete()
-        self._train = jax.jit(self._train_step, donate_argnums=0, out_shardings=(self.shardings, None))
+        self.schedule_numbers = jax.device_put(optimizer.schedule_numbers(), self.replicated)
+        self._train = jax.jit(self._schedule_as_inputs(self._train_step), donate_argnums=0,
+                              out_shardings=(self.shardings, None))
         self._eval = jax.jit(self._eval_step)
         self._predict = jax.jit(self._predict_step)
 

@@ -379,7 +379,9 @@ class JaxSteps(Steps):
         # The new state keeps the layouts of the old (sharded variables stay sharded, as Keras's own
         # JAX trainer pins them); XLA chooses where the outputs go.
         state_shardings = jax.tree.map(lambda value: value.sharding, self.state)
-        self._train = jax.jit(self._train_step, donate_argnums=0, out_shardings=(state_shardings, None))
+        self.schedule_numbers = jax.device_put(optimizer.schedule_numbers(), self.replicated)
+        self._train = jax.jit(self._schedule_as_inputs(self._train_step), donate_argnums=0,
+                              out_shardings=(state_shardings, None))
         self._eval = jax.jit(self._eval_step)
         self._predict = jax.jit(self._predict_step)
 
@@ -439,6 +441,18 @@ class JaxSteps(Steps):
                              out_specs=(P(), P(), P()), check_vma=False)(
             trainable, non_trainable, batch, totals, scale)
 
+    def _schedule_as_inputs(self, train_step):
+        """train_step(state, batch) as a function of (state, batch, schedule numbers): the learning-rate
+        schedule's peak, warmup and total steps are the step's inputs, not constants compiled into it, so
+        one program serves every --lr, --warmup and --steps, and the persistent cache serves a rerun that
+        changes only those (optimizers._ScheduleOfNumbers: the same learning rates, bit for bit)."""
+        def step(state, batch, schedule_numbers):
+            with self.optimizer.schedule_numbers_as_inputs(schedule_numbers):
+                return train_step(state, batch)
+
+        step.__name__ = train_step.__name__  # JAX names the program after it: jit(_train_step) in its logs
+        return step
+
     def _train_step(self, state, batch):
         trainable, non_trainable, optimizer_vars, scale, good_steps = state
         objective = self.objective
@@ -476,8 +490,12 @@ class JaxSteps(Steps):
         with StatelessScope(state_mapping=list(zip(self.optimizer.variables, optimizer_vars))):
             return ops.convert_to_tensor(self.optimizer.learning_rate)
 
+    def step_arguments(self, device_batch):
+        """What the compiled step takes for `device_batch`: to lower or export it (scripts, tests)."""
+        return self.state, device_batch, self.schedule_numbers
+
     def train(self, device_batch):
-        self.state, outputs = self._train(self.state, device_batch)
+        self.state, outputs = self._train(*self.step_arguments(device_batch))
         return outputs
 
     def send_to_host(self, handle):
