@@ -330,6 +330,22 @@ def test_convert_in_python_takes_path_objects_and_names_a_wrong_type(fixtures, t
     assert str(raised.value) == "convert's src must be a str (or a path), got NoneType None"
 
 
+def test_read_and_sniff_in_python_take_path_objects_and_name_a_wrong_type(fixtures):
+    """trainer.checkpoint.read (and sniff, which it calls) with a pathlib.Path was a TypeError traceback from deep
+    inside ('PosixPath' + 'str'), as convert's once was; another type was one too ('int' + 'str')."""
+    from bertprep.errors import UsageError
+    from trainer.checkpoint import hf, read, sniff
+
+    assert sniff(fixtures / "hf_tiny") is hf
+    checkpoint = read(fixtures / "hf_tiny")
+    assert checkpoint.kind == "hf" and isinstance(checkpoint.path, str)
+    assert str(fixtures / "hf_tiny") in checkpoint.path
+    for function in (read, sniff):
+        with pytest.raises(UsageError) as raised:
+            function(5)
+        assert str(raised.value) == f"{function.__name__}'s path must be a str (or a path), got int 5"
+
+
 @pytest.mark.parametrize("argv, flag", [
     (["convert", "", "out", "--to", "hf"], "src"), (["convert", "{hf}", "", "--to", "bertprep"], "out"),
     (["inspect", ""], "src"), (["run", "{hf}", "--inputs", "", "--out", "o.npz"], "--inputs"),

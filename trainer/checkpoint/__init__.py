@@ -26,6 +26,7 @@ def sniff(path):
     (a UsageError naming both where a directory holds two kinds: which one is meant is not guessed)."""
     from trainer.checkpoint import google, hf, nvidia, ours
 
+    path = _path_argument("sniff", path)
     found = [module for module in (ours, google, hf, nvidia) if module.sniff(path)]
     if len(found) > 1:
         by_prefix = f", or name the Google one by its prefix {google.checkpoint_prefix(path)}" if google in found \
@@ -63,6 +64,7 @@ def _refuse_a_file_of_a_checkpoint(path):
 
 def read(path):
     """The checked Checkpoint at `path` (a URL's read from a local copy, see _read_copy)."""
+    path = _path_argument("read", path)
     if not storage.reads_in_place(path):
         return _read_copy(storage.absolute(path))
     from trainer.checkpoint.tokenizer import casing_beside
@@ -71,6 +73,12 @@ def read(path):
     directory = checkpoint.path if os.path.isdir(checkpoint.path) else os.path.dirname(checkpoint.path)
     checkpoint.lower_case, checkpoint.casing_source = casing_beside(directory)
     return checkpoint
+
+
+def _path_argument(function, path):
+    """`path` (a str or a path object) as its string, else one UsageError line naming `function`'s argument: a
+    pathlib.Path was a TypeError traceback from deep inside ('PosixPath' + 'str'), as convert's once was."""
+    return os.fspath(check_argument(f"{function}'s path", path, str))
 
 
 def _read_copy(url):
