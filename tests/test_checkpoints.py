@@ -346,6 +346,22 @@ def test_read_and_sniff_in_python_take_path_objects_and_name_a_wrong_type(fixtur
         assert str(raised.value) == f"{function.__name__}'s path must be a str (or a path), got int 5"
 
 
+@pytest.mark.parametrize("labels", ["a,b", ("a", 1), {"a", "b"}, [Path("a"), Path("b")]])
+def test_convert_in_python_refuses_labels_that_are_not_strings_in_a_list_before_reading(fixtures, tmp_path,
+                                                                                         monkeypatch, labels):
+    """A str was taken for one label ('a,b'), a path object's items for names: `labels` is a list or tuple of str,
+    else one line naming it, before the checkpoint is read or anything written."""
+    import trainer.checkpoint
+    from bertprep.errors import UsageError
+
+    monkeypatch.setattr(trainer.checkpoint, "read", lambda *a: pytest.fail("the checkpoint was read"))
+    with pytest.raises(UsageError) as raised:
+        trainer.checkpoint.convert(fixtures / "hf_tiny", tmp_path / "out", "hf", labels=labels)
+    assert str(raised.value) == ("convert's labels must be a list or tuple of str (a classifier's labels in id "
+                                 f"order), got {type(labels).__name__} {labels!r}")
+    assert os.listdir(tmp_path) == []
+
+
 @pytest.mark.parametrize("argv, flag", [
     (["convert", "", "out", "--to", "hf"], "src"), (["convert", "{hf}", "", "--to", "bertprep"], "out"),
     (["inspect", ""], "src"), (["run", "{hf}", "--inputs", "", "--out", "o.npz"], "--inputs"),
