@@ -926,6 +926,29 @@ def test_two_spellings_of_one_variable_with_other_values_are_refused(checkpoints
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("case", ["one index", "one variable"])
+def test_two_entries_of_one_index_or_variable_in_our_state_npz_are_refused(checkpoints, tmp_path, capsys, case):
+    """state.npz names each model variable `model/trainable/<index>/<path>`: two entries of one index, or one
+    variable under two indices with other values, kept the later one in silence (convert exited 0)."""
+    checkpoint = tmp_path / "ckpt-00000001"
+    assert main(["checkpoint", "convert", str(checkpoints / "hf_tiny"), str(checkpoint), "--to", "bertprep",
+                 "--quiet"]) == 0
+    with np.load(checkpoint / "state.npz") as npz:
+        arrays = {name: npz[name] for name in npz.files}
+    first = sorted(arrays)[3]
+    index, variable = first.split("/")[2], first.split("/", 3)[3]
+    extra = f"model/trainable/{index}/bert/extra" if case == "one index" else f"model/trainable/9999/{variable}"
+    arrays[extra] = arrays[first] + 1
+    np.savez(checkpoint / "state.npz", **arrays)
+    said = f"both carry index {index} of model/trainable" if case == "one index" else \
+        f"are both {variable} and their values differ"
+    assert main(["checkpoint", "convert", str(checkpoint), str(tmp_path / "out"), "--to", "google"]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"trainer checkpoint: error: {checkpoint / 'state.npz'}: entries {first} and {extra} {said}: which one is "
+        "meant? Keep one of them"]
+    assert not (tmp_path / "out").exists()
+
+
 def test_variables_not_of_bert_name_the_same_one_the_file_holds_every_run(checkpoints, tmp_path):
     """The unknown names were taken from a set, so the one named moved with PYTHONHASHSEED (`bert.foo5.bar`, then
     `bert.foo4.bar`), and it was the name with `bert.` added, which the file does not hold."""

@@ -19,7 +19,7 @@ from trainer.config import BertConfig
 
 KIND = "bertprep"
 HELD = "a checkpoint of this trainer (state.npz)"
-_VARIABLE_NAME = re.compile(r"^model/(?:trainable|non_trainable)/\d+/(.+)$")
+_VARIABLE_NAME = re.compile(r"^model/(trainable|non_trainable)/(\d+)/(.+)$")
 _LAYER = re.compile(r"^bert/layer_(\d+)/")
 
 
@@ -44,10 +44,33 @@ def read_arrays(path):
         with open(os.path.join(directory, "state.json"), encoding="utf-8") as f:
             state = json.load(f)
         with np.load(os.path.join(directory, "state.npz")) as npz:
-            weights = {match.group(1): npz[name] for name in npz.files if (match := _VARIABLE_NAME.match(name))}
+            weights = _model_arrays(os.path.join(directory, "state.npz"), npz)
     except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as exc:
         raise DataError(f"{directory}: unreadable checkpoint: {exc.__class__.__name__}: {exc}") from None
     return _model_config(os.path.join(directory, "state.json"), state), weights, directory
+
+
+def _model_arrays(path, npz):
+    """{our variable path: array} of the model entries of the state.npz at `path`. Two entries of one index
+    (`model/trainable/0003/a` and `model/trainable/0003/b`), or two of one variable with other values, are a
+    DataError naming both: the later one was kept, the other dropped in silence. Equal copies lose nothing."""
+    weights, by_index, by_variable = {}, {}, {}
+    for name in npz.files:
+        match = _VARIABLE_NAME.match(name)
+        if not match:
+            continue
+        group, index, variable = match.groups()
+        first = by_index.setdefault((group, int(index)), name)
+        if first != name:
+            raise DataError(f"{path}: entries {first} and {name} both carry index {index} of model/{group}: which "
+                            "one is meant? Keep one of them")
+        value = npz[name]
+        first = by_variable.setdefault(variable, name)
+        if first != name and not np.array_equal(weights[variable], value):
+            raise DataError(f"{path}: entries {first} and {name} are both {variable} and their values differ: which "
+                            "one is meant? Keep one of them")
+        weights[variable] = value
+    return weights
 
 
 def _model_config(path, state):
