@@ -532,6 +532,28 @@ def test_decontaminate_squad_and_glue_reads_the_dev_files_of_the_work_directory(
 # What the in-memory decision (bertprep before issue 42: one process over every document's arrays) removed and
 # wrote on these corpora: its manifest's listing and candidate pair count, and the sha256 of each part written.
 IN_MEMORY = json.loads((Path(__file__).parent / "data" / "dedup_in_memory_decisions.json").read_text())
+@pytest.mark.parametrize("argv,field,message", [
+    (["--threshold", "0.6"], {"threshold": 0.6}, "--threshold 0.6"),
+    (["--bands", "4"], {"bands": 4}, "--bands 4"),
+    (["--ngram", "3"], {"ngram": 3}, "--ngram 3"),
+    (["--num-perm", "64"], {"num_perm": 64}, "--num-perm 64"),
+])
+def test_a_near_duplicate_setting_with_no_near_is_refused(tmp_path, capsys, argv, field, message):
+    """--no-near --threshold 0.6 (or --bands, --ngram, --num-perm) was taken without a word (exit 0): exact
+    deduplication only, the setting changing nothing."""
+    from bertprep.cli import main
+    assert main(["dedup", "--input", str(tmp_path / "c.jsonl"), "--out", str(tmp_path / "out"), "--no-near",
+                 *argv]) == 2
+    assert capsys.readouterr().err == (f"bertprep dedup: error: {message} has no effect with --no-near (it sets how "
+                                       "near duplicates are found)\n")
+    assert not (tmp_path / "out").exists()
+    python_name = message.replace("--", "DedupOptions.").replace("-", "_")
+    with pytest.raises(UsageError, match=rf"^{python_name} has no effect with --no-near "):
+        bertprep.DedupOptions(input=("c.jsonl",), near=False, **field)
+    bertprep.DedupOptions(input=("c.jsonl",), near=False, threshold=0.8, ngram=5, num_perm=128)  # the defaults
+    bertprep.DedupOptions(input=("c.jsonl",), **field)  # with the near-duplicate search: what it sets
+
+
 VARIANTS = {"default": {}, "no-exact": {"exact": False}, "t0.6": {"threshold": 0.6}, "chain": {"threshold": 0.75}}
 
 

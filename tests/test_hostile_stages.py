@@ -369,7 +369,8 @@ def test_dedup_warns_that_one_band_finds_no_near_duplicates(tmp_path, capsys):
     assert "0 near" in out  # what the warning foretold
     options = bertprep.DedupOptions(input=("x.jsonl",))
     assert dedup_module.settings_warnings(options, None) == []  # the default bands: found 93 times in 100 at 0.9
-    assert dedup_module.settings_warnings(bertprep.DedupOptions(input=("x.jsonl",), bands=1, near=False), None) == []
+    # under --no-near, --bands is refused (tests/test_dedup.py::test_a_near_duplicate_setting_with_no_near_is_refused)
+    assert dedup_module.settings_warnings(bertprep.DedupOptions(input=("x.jsonl",), near=False), None) == []
 
 
 def test_validate_says_skipped_for_the_checks_it_had_nothing_to_check_against(golden_dir, tmp_path, capsys):

@@ -3,7 +3,15 @@
 from bertprep.cli.options import engine_options, print_summary
 from bertprep.engines import add_engine_arguments
 from bertprep.progress import add_output_arguments
-from bertprep.stages.dedup import DEFAULT_DECONTAMINATE_NGRAM, DEFAULT_MEMORY, DedupOptions, dedup
+from bertprep.stages.dedup import (
+    DEFAULT_DECONTAMINATE_NGRAM,
+    DEFAULT_MEMORY,
+    DEFAULT_NGRAM,
+    DEFAULT_NUM_PERM,
+    DEFAULT_THRESHOLD,
+    DedupOptions,
+    dedup,
+)
 from bertprep.workdir import add_workdir_argument
 
 
@@ -15,17 +23,22 @@ def add_arguments(parser):
     parser.add_argument("--corpus", nargs="+", action="extend", metavar="NAME",
                         help="corpus names under WORKDIR/formatted, in order (default: all of them)")
     parser.add_argument("--out", help="output directory, one formatted corpus per input (default: WORKDIR/deduped)")
-    parser.add_argument("--ngram", type=int, default=5, help="words per MinHash shingle (default: 5)")
-    parser.add_argument("--num-perm", type=int, default=128, help="MinHash permutations (default: 128)")
-    parser.add_argument("--threshold", type=float, default=0.8,
-                        help="estimated Jaccard at or above which a document is a near duplicate (default: 0.8)")
+    parser.add_argument("--ngram", type=int, default=DEFAULT_NGRAM,
+                        help="words per MinHash shingle (default: %(default)s)")
+    parser.add_argument("--num-perm", type=int, default=DEFAULT_NUM_PERM,
+                        help="MinHash permutations (default: %(default)s)")
+    parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
+                        help="estimated Jaccard at or above which a document is a near duplicate "
+                             "(default: %(default)s)")
     parser.add_argument("--bands", type=int, default=None,
                         help="LSH bands (default: the optimum datasketch's MinHashLSH picks for --threshold and "
                         "--num-perm, computed with NumPy: 9 of 13 rows at 0.8 and 128). More bands find more near "
                         "duplicates for more candidate pairs to verify: 16 is the setting for recall at 0.8 "
                         "(docs/benchmarks.md)")
     parser.add_argument("--no-exact", dest="exact", action="store_false", help="keep exact duplicates")
-    parser.add_argument("--no-near", dest="near", action="store_false", help="keep near duplicates")
+    parser.add_argument("--no-near", dest="near", action="store_false",
+                        help="keep near duplicates (exact deduplication only; --ngram, --num-perm, --threshold and "
+                             "--bands are refused with it)")
     parser.add_argument("--decontaminate", nargs="+", action="extend", default=[], metavar="SET_OR_FILE",
                         help="remove training documents sharing an n-gram with these evaluation sets: squad, glue "
                              "(WORKDIR/download) or SQuAD .json / GLUE .tsv / .txt files (a .txt's evaluation items "

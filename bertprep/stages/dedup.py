@@ -123,6 +123,10 @@ MAX_NUM_PERM = 1 << 14
 
 # words per decontamination n-gram, as GPT-3's
 DEFAULT_DECONTAMINATE_NGRAM = 13
+# the near-duplicate search's defaults: words per MinHash shingle, permutations, estimated Jaccard
+DEFAULT_NGRAM = 5
+DEFAULT_NUM_PERM = 128
+DEFAULT_THRESHOLD = 0.8
 
 
 @errors_name_fields
@@ -139,9 +143,9 @@ class DedupOptions:
     input: tuple[str, ...] | None = None
     corpus: tuple[str, ...] | None = None
     out: str | None = None
-    ngram: int = 5
-    num_perm: int = 128
-    threshold: float = 0.8
+    ngram: int = DEFAULT_NGRAM
+    num_perm: int = DEFAULT_NUM_PERM
+    threshold: float = DEFAULT_THRESHOLD
     bands: int | None = None
     exact: bool = True
     near: bool = True
@@ -187,6 +191,16 @@ class DedupOptions:
         if self.decontaminate_ngram != DEFAULT_DECONTAMINATE_NGRAM and not self.decontaminate:
             raise UsageError(f"--decontaminate-ngram {self.decontaminate_ngram} needs --decontaminate (the "
                              "evaluation sets whose n-grams it sets)")
+        # under --no-near they were taken without a word and changed nothing (exact duplicates are found by their
+        # text's hash), as --decontaminate-ngram without a set: a default cannot be told from none and stays accepted
+        if not self.near:
+            for flag, value, default in (("--ngram", self.ngram, DEFAULT_NGRAM),
+                                         ("--num-perm", self.num_perm, DEFAULT_NUM_PERM),
+                                         ("--threshold", self.threshold, DEFAULT_THRESHOLD),
+                                         ("--bands", self.bands, None)):
+                if value != default:
+                    raise UsageError(f"{flag} {value} has no effect with --no-near (it sets how near duplicates "
+                                     "are found)")
         if not (self.exact or self.near or self.decontaminate):  # a run would copy the corpus as it is, exit 0
             raise UsageError("--no-exact and --no-near without --decontaminate leave nothing to remove")
         self.memory_bytes()
