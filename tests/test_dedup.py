@@ -642,6 +642,31 @@ def test_a_run_killed_between_steps_redoes_only_the_unfinished_ones(corpus, chai
         run_variant(corpus, chain, out, "default", memory="64K", engine=bertprep.EngineOptions(workers=1))
 
 
+@pytest.mark.filterwarnings("ignore:.*is less than a chunk of 32 documents needs")  # small chunks on purpose
+def test_a_resumed_runs_progress_counts_only_the_parts_it_fingerprints(corpus, tmp_path, monkeypatch, capsys):
+    """A rerun after a kill in pass 1 counted the parts the killed run had fingerprinted (their markers found) as
+    done now: its progress showed their documents and bytes, and a rate, it had not read. They are where the
+    progress starts; the summary's counts are the same."""
+    def killed(*_args):
+        raise DataError("killed")
+
+    out, one = tmp_path / "out", bertprep.EngineOptions(workers=1)
+    with monkeypatch.context() as patch:
+        patch.setattr(dedup_module, "decide_step", killed)
+        with pytest.raises(DataError, match="killed"):
+            bertprep.dedup(input=corpus[:2], out=out, memory="64K", engine=one)
+    (out / ".partial" / "steps" / "fingerprints" / "00001.json").unlink()  # killed before the second part's marker
+    capsys.readouterr()
+    summary = bertprep.dedup(input=corpus[:2], out=out, memory="64K", engine=one, quiet=False)
+    line = [line for line in capsys.readouterr().err.splitlines() if line.startswith("dedup: ")][-1]
+    (part,) = corpus[1].glob("*.jsonl")  # the second input's one part, fingerprinted now
+    second = summary["corpora"][corpus[1].name]["documents"]
+    assert line.startswith(f"dedup: 2/2 parts, {dedup_module.human_bytes(part.stat().st_size)} ("), line
+    assert f", {second:,} documents (" in line, line
+    clean = bertprep.dedup(input=corpus[:2], out=tmp_path / "clean", memory="64K", engine=one)
+    assert {k: v for k, v in summary.items() if k != "out"} == {k: v for k, v in clean.items() if k != "out"}
+
+
 @pytest.mark.parametrize("num_perm", [16, 128])
 def test_minhashes_of_many_documents_at_once_are_datasketchs(num_perm):
     """No shingle, one, many, and one document of more shingles than a pass permutes at a time."""

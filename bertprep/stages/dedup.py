@@ -110,6 +110,7 @@ except ImportError:  # extension not built: minhashes_numpy and ngram_hashes_pyt
     _native_minhash = _native_ngram_xxh32 = None
 
 PLOT = "pair_similarity.png"
+FINGERPRINTS = "fingerprints"  # in STEPS: pass 1's chunk files and each part's marker
 WRITING = "writing"  # in OUT/manifest.json while the parts are written (a killed run's decision, for its rerun)
 MINHASH_SEED = 1
 DEFAULT_MEMORY = "1G"  # a 2-core 24 GB machine's share per process, with room for the interpreter and libraries
@@ -735,7 +736,7 @@ def fingerprint_part(task):
     path, index, work, ngram, num_perm, (bands, rows), eval_hashes, eval_ngram, memory, staging = task
     from bertprep.stages.download.formatted import iter_documents
 
-    marker = f"fingerprints/{index:05d}.json"
+    marker = _marker_name(index)
     if work.isfile(marker):
         return json.loads(work.read_bytes(marker))
     per_chunk, starts, documents = chunk_documents(memory, num_perm, bands, storage.getsize(path)), [], 0
@@ -762,8 +763,19 @@ def fingerprint_part(task):
     return result
 
 
+def _marker_name(part):
+    """A part's marker in STEPS, written last: the part's fingerprints are complete."""
+    return f"{FINGERPRINTS}/{part:05d}.json"
+
+
+def _resumed_parts(steps, parts):
+    """The indices of `parts` whose markers a killed run left in `steps`: fingerprinted before this run."""
+    names = set(steps.listdir(FINGERPRINTS)) if steps.isdir(FINGERPRINTS) else set()
+    return {index for index in range(parts) if os.path.basename(_marker_name(index)) in names}
+
+
 def _chunk_name(part, chunk):
-    return f"fingerprints/{part:05d}-{chunk:05d}"
+    return f"{FINGERPRINTS}/{part:05d}-{chunk:05d}"
 
 
 class _Chunk:
@@ -1452,14 +1464,18 @@ def _decide(options, engine, evaluation, corpora, input_list, params, quiet, ste
     start = time.monotonic()
     sets, eval_hashes, eval_owners, counts = evaluation
     parts = [p for _name, ps in corpora for p in ps]
-    progress = Progress("dedup", total=len(parts), unit="parts", quiet=quiet)
+    # a killed run's fingerprinted parts: counted from the start, not as done now (a resumed run's rate and its
+    # documents and bytes were of work it did not do)
+    resumed = _resumed_parts(steps, len(parts))
+    progress = Progress("dedup", total=len(parts), unit="parts", quiet=quiet, initial=len(resumed))
     memory, (bands, rows) = options.memory_bytes(), options.band_rows()
     tasks = [(p, index, steps, options.ngram, options.num_perm, (bands, rows), eval_hashes,
               options.decontaminate_ngram, memory, staging) for index, p in enumerate(parts)]
     markers = [None] * len(parts)
     for index, marker in engine.run_indexed(fingerprint_part, tasks, describe=lambda t: t[0]):
         markers[index] = marker
-        progress.advance(1, bytes=marker["bytes"], documents=marker["documents"])
+        if index not in resumed:
+            progress.advance(1, bytes=marker["bytes"], documents=marker["documents"])
     progress.close()
     markers = [{"documents": m["documents"], "starts": m["starts"]} for m in markers]
     if options.exact:
