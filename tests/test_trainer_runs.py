@@ -130,6 +130,54 @@ def test_pretraining_records_given_to_fine_tuning_are_named(capsys):
         "`create-glue` writes"]
 
 
+def test_a_record_file_the_manifest_does_not_list_is_refused_before_the_model_is_built(tmp_path, capsys,
+                                                                                       shared_dir, monkeypatch):
+    """A record file in --data's records directory that its manifest does not list (a stray copy, `x
+    copy.tfrecord`, or another run's part) was trained on with the listed ones without a word, its records twice,
+    where `bertprep validate` fails the directory and bertprep.hf.load and bertprep.torch refuse it: pretraining and
+    fine-tuning now end with the loaders' one line, exit 1, before any model is built (probes of 2026-11-29,
+    tenth)."""
+    import shutil
+
+    from bertprep.cli import main as bertprep_main
+    from trainer import finetuning, model
+    from trainer.data import Records
+    from trainer.pretraining import sample_records
+    from trainer.tasks import TaskData, task_named
+
+    def refused(stray, manifest):
+        return [f"trainer: error: {stray}: not listed in {manifest} (an unfinished or stray file): the trainer would "
+                "read its records with the listed files'; remove it, or move it out of the records directory"]
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a model was built before the records were checked")
+
+    records = tmp_path / "records"
+    shutil.copytree(sample_records(quiet=True), records)
+    listed = sorted((records / "tfrecord" / "training").glob("*.tfrecord"))[0]
+    stray = listed.with_name(listed.stem + " copy.tfrecord")
+    shutil.copy(listed, stray)
+    mrpc = tmp_path / "mrpc"
+    assert bertprep_main(["create-glue", "--task", "MRPC", "--data-dir", str(shared_dir / "fixtures" / "finetune" /
+                          "glue" / "MRPC"), "--vocab", str(shared_dir / "fixtures" / "golden" / "vocab.txt"),
+                          "--out", str(mrpc), "--quiet"]) == 0
+    part = mrpc / "train.of_record-1"  # another run's second part: train.of_record-* takes it
+    shutil.copy(mrpc / "train.of_record-0", part)
+    capsys.readouterr()
+    monkeypatch.setattr(model, "build_model", no_model)  # pretraining's model
+    monkeypatch.setattr(finetuning, "sample_checkpoint", no_model)  # fine-tuning's, without --init-checkpoint
+    assert main(["--format", "tfrecord", "--data", str(records), "--model", "tiny", "--steps", "1", "--quiet"]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == refused(stray, records / "manifest.json")
+    assert main(["finetune", "--task", "mrpc", "--data", str(mrpc), "--format", "ofrecord", "--steps", "1",
+                 "--quiet"]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == refused(part, mrpc / "manifest.json")
+    for path, directory in ((stray, records), (part, mrpc)):  # without them, the records validate and are read
+        path.unlink()
+        assert bertprep_main(["validate", str(directory), "--quiet"]) == 0
+    assert str(listed) in Records(str(records), "tfrecord").files["training"]
+    assert TaskData(str(mrpc), "ofrecord", task_named("mrpc")).files["train"] == [str(mrpc / "train.of_record-0")]
+
+
 def test_a_resume_on_other_records_is_refused_and_on_the_same_records_moved_is_not(tmp_path, capsys):
     """--resume with a --data of other records (here: the same corpus packed, 128/23) continued the checkpoint's
     run on them without a word (exit 0), its data position counting batches of the records it was trained on.

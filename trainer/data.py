@@ -44,10 +44,17 @@ from bertprep.formats.schemas import (
     kind_of_record,
 )
 from bertprep.masking import DynamicMasking, first_instances
-from bertprep.records_manifest import file_digests, given_as_text, kind_mismatch, load_records_manifest
+from bertprep.records_manifest import (
+    file_digests,
+    given_as_text,
+    kind_mismatch,
+    load_records_manifest,
+    refuse_unlisted_records,
+)
 from bertprep.workdir import load_manifest
 
 SPLITS = ("training", "test")
+READER = "the trainer"  # who would read a record file its manifest does not list (refuse_unlisted_records)
 TRAINABLE_KINDS = (PRETRAINING, PACKED, UNMASKED)
 # Columns the stream adds to unmasked records: what their masks are keyed by.
 INDEX, EPOCH = "instance_index", "epoch"
@@ -90,11 +97,14 @@ class Records:
         self._first_instance = {}  # unmasked records: file -> global index of its first instance
         corpus_files = []  # each corpus's training files, and its manifest where that names kind and dims
         for corpus_dir, splits_dir in _corpus_dirs(data_dir, fmt):
-            manifest = self._read_manifest(corpus_dir)
+            manifest, source = self._read_manifest(corpus_dir)
             for split in SPLITS:
                 found = Folder(splits_dir).folder(split).glob(codecs.get(fmt).glob)
+                # a stray copy (`x copy.tfrecord`) or another run's file: its records read with the rest, where
+                # validate fails the directory (bertprep.hf.load and bertprep.torch refuse it alike)
+                refuse_unlisted_records(found, manifest, corpus_dir, READER)
                 if split == "training" and found:
-                    corpus_files.append((found, manifest))
+                    corpus_files.append((found, source))
                 self.files[split] += found
         if not self.files["training"]:
             raise (megatron.given_as_records(data_dir, Folder(data_dir), "the trainer")
@@ -107,11 +117,11 @@ class Records:
             self._check_shapes(paths, manifest)
 
     def _read_manifest(self, corpus_dir):
-        """Take kind, dims, masking, vocab and counts from a corpus's manifest; its path where it gave kind and
-        dims."""
+        """Take kind, dims, masking, vocab and counts from a corpus's manifest: (the manifest or None, its path
+        where it gave kind and dims, else None)."""
         manifest = load_records_manifest(corpus_dir, (self.fmt,))  # its files there, its fields sound
         if not manifest:
-            return None
+            return None, None
         corpus = Folder(corpus_dir)
         source = corpus.path("manifest.json")
         params = manifest.get("params") or {}
@@ -137,7 +147,7 @@ class Records:
         for rel, entry in (manifest.get("files") or {}).items():
             if isinstance(entry, dict) and "instances" in entry:
                 self._manifest_counts[storage.normpath(corpus.path(rel))] = int(entry["instances"])
-        return source if dims is not None else None
+        return manifest, (source if dims is not None else None)
 
     def _set_shape(self, kind, dims, source):
         if kind not in TRAINABLE_KINDS:

@@ -23,8 +23,8 @@ from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.formats import codecs
 from bertprep.formats.schemas import GLUE, GLUE_REGRESSION, SQUAD_EVAL, SQUAD_TRAIN, first_outside
-from bertprep.records_manifest import file_digests, load_records_manifest
-from trainer.data import holds_pretraining_records, no_records_directory
+from bertprep.records_manifest import file_digests, load_records_manifest, refuse_unlisted_records
+from trainer.data import READER, holds_pretraining_records, no_records_directory
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,6 +95,8 @@ class TaskData:
             raise UsageError(f"{folder}: records of task {manifest_task}, not {task.name} (--task)")
         codec = codecs.get(fmt)
         self.files = {split: folder.glob(codec.task_glob(split)) for split in ("train", "eval", "test")}
+        for found in self.files.values():  # another run's part (train.of_record-3 of a bigger one), a stray file
+            refuse_unlisted_records(found, self.manifest, data_dir, READER)
         if not self.files["train"]:
             if holds_pretraining_records(data_dir, fmt):  # it said "no tfrecord training records" of them
                 raise DataError(f"{folder}: pretraining records (of `bertprep create` or `pack`), not fine-tuning "
