@@ -589,6 +589,69 @@ def test_a_pipe_is_refused_as_no_regular_file(tmp_path, stage):
     assert not (tmp_path / "out").exists()
 
 
+STREAM_WHY = ("not a regular file (a pipe, as <(zcat …) gives, or a device): this stage reads each shard more than "
+              "once; write it to a file first")
+
+
+@pytest.mark.parametrize("stage", ["shard", "vocab", "dedup"])
+def test_a_pipe_is_refused_by_the_corpus_stages_as_by_create(tmp_path, stage):
+    """`shard --input <(cat corpus.txt)` (and vocab's) ended "--input /dev/fd/63: no such file or directory", dedup's
+    "not a formatted corpus directory or .jsonl file", of a pipe full of text; a FIFO the same: create's and
+    tokenize's refusal now (text_inputs.refuse_stream), exit 2, nothing written, the FIFO never opened."""
+    fifo = tmp_path / "f.jsonl"  # named as dedup's input, which a .txt is not
+    os.mkfifo(fifo)
+    out = tmp_path / "out" / ("vocab.txt" if stage == "vocab" else "")
+    flags = f"--out {out} --quiet" + (" --corpus c" if stage == "shard" else "")
+    command = f"{sys.executable} -m bertprep {stage} --input <(printf 'One sentence.\\nTwo.\\n\\nThree.\\n') {flags}"
+    run = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    expected = rf"bertprep {stage}: error: /dev/fd/\d+: {re.escape(STREAM_WHY)}\n"
+    assert run.returncode == 2 and re.fullmatch(expected, run.stderr), run.stderr
+    run = subprocess.run([sys.executable, "-m", "bertprep", stage, "--input", str(fifo), *flags.split()],
+                         capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert (run.returncode, run.stderr) == (2, f"bertprep {stage}: error: {fifo}: {STREAM_WHY}\n")
+    assert sorted(os.listdir(tmp_path)) == ["f.jsonl"]
+
+
+@pytest.mark.parametrize("stage", ["shard", "dedup"])
+def test_a_fifo_in_an_input_directory_is_refused(tmp_path, stage):
+    """A FIFO named as a part (b.txt; b.jsonl in dedup's formatted corpus) in an --input directory was opened (shard's
+    binary check, dedup's hash) and waited for a writer for ever; it is refused as create refuses it, exit 2, before
+    anything is written."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    suffix = ".jsonl" if stage == "dedup" else ".txt"
+    if stage == "dedup":
+        (corpus / "manifest.json").write_text("{}")
+        (corpus / "a.jsonl").write_text('{"title": "a", "text": "One sentence. Two."}\n')
+    else:
+        shutil.copy(shards()[0][1], corpus / "a.txt")
+    os.mkfifo(corpus / f"b{suffix}")
+    run = subprocess.run([sys.executable, "-m", "bertprep", stage, "--input", str(corpus), "--out",
+                          str(tmp_path / "out"), "--quiet"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert (run.returncode, run.stderr) == (2, f"bertprep {stage}: error: {corpus / f'b{suffix}'}: {STREAM_WHY}\n")
+    assert sorted(os.listdir(tmp_path)) == ["corpus"]
+
+
+def test_a_pipe_is_refused_as_dedups_evaluation_set(tmp_path):
+    """`dedup --decontaminate <(zcat dev.txt.gz)` (hashed, then read again) and a FIFO ended "--decontaminate
+    /dev/fd/63: not squad, glue or a file", of a pipe full of text: create's refusal now, exit 2, nothing written."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "manifest.json").write_text("{}")
+    (corpus / "a.jsonl").write_text('{"title": "a", "text": "One sentence here. Two sentences here."}\n')
+    fifo = tmp_path / "dev.txt"
+    os.mkfifo(fifo)
+    flags = f"--input {corpus} --out {tmp_path / 'out'} --quiet --decontaminate"
+    command = f"{sys.executable} -m bertprep dedup {flags} <(printf 'One sentence here.\\n')"
+    run = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    expected = rf"bertprep dedup: error: /dev/fd/\d+: {re.escape(STREAM_WHY)}\n"
+    assert run.returncode == 2 and re.fullmatch(expected, run.stderr), run.stderr
+    run = subprocess.run([sys.executable, "-m", "bertprep", "dedup", *flags.split(), str(fifo)], capture_output=True,
+                         text=True, timeout=60, cwd=tmp_path)
+    assert (run.returncode, run.stderr) == (2, f"bertprep dedup: error: {fifo}: {STREAM_WHY}\n")
+    assert sorted(os.listdir(tmp_path)) == ["corpus", "dev.txt"]
+
+
 @pytest.mark.parametrize("stage", ["tokenize", "create"])
 def test_a_hidden_shard_of_an_input_directory_is_named_not_read(tmp_path, stage):
     """`training/.draft.txt` was neither read nor named (the warning left every dot-file out); other dot-files

@@ -90,7 +90,7 @@ from bertprep.options import (
 )
 from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.stages.download.glue import is_glue_header
-from bertprep.text_inputs import unread_files_warning
+from bertprep.text_inputs import refuse_stream, unread_files_warning
 from bertprep.workdir import (
     MANIFEST,
     check_corpus_name,
@@ -334,10 +334,13 @@ def resolve_inputs(workdir, options):
             if len(set(names)) != len(names):  # the output corpus is flat, as `bertprep download` writes them
                 twice = sorted(n for n in names if names.count(n) > 1)[0]
                 raise UsageError(f"--input {storage.display(path)}: two parts named {twice} in its subdirectories")
+            for part in parts:  # a FIFO named part.jsonl: hashed, then read again, as a pipe is (refuse_stream)
+                refuse_stream(part)
             corpora.append((os.path.basename(storage.normpath(path)), [storage.absolute(p) for p in parts]))
         elif storage.isfile(path) and path.endswith(".jsonl"):
             corpora.append((os.path.basename(path)[:-len(".jsonl")], [storage.absolute(path)]))
-        else:
+        else:  # `--input <(zcat …)` (/dev/fd/63) or a FIFO: no regular file, was "not a formatted corpus directory"
+            refuse_stream(path)
             raise storage.not_found(path, UsageError(f"--input {storage.display(path)}: not a formatted corpus "
                                                      "directory or .jsonl file"))
         named += [(part, path) for part in corpora[-1][1]]
@@ -384,6 +387,8 @@ def evaluation_set_paths(workdir, name):
             raise UsageError(f"--decontaminate {name}: no dev/test file in {storage.display(directory)} (run "
                              f"`bertprep download {name}` first)")
         return [(f"{name}/{storage.relpath(path, directory)}", path) for path in files]
+    if not storage.isdir(name):  # `<(zcat dev.txt.gz)` (/dev/fd/63) or a FIFO was "not squad, glue or a file"
+        refuse_stream(name)
     storage.require(name, "file", UsageError(f"--decontaminate {storage.display(name)}: not squad, glue or a file"))
     return [(os.path.basename(name), name)]
 

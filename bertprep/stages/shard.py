@@ -70,7 +70,7 @@ from bertprep.options import (
 )
 from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.records_manifest import file_digests
-from bertprep.text_inputs import INPUT_SUFFIXES, unread_files_warning
+from bertprep.text_inputs import INPUT_SUFFIXES, refuse_stream, unread_files_warning
 from bertprep.workdir import (
     MANIFEST,
     SPLITS,
@@ -173,6 +173,9 @@ class ShardOptions:
 def resolve_inputs(workdir, inputs, corpus):
     """(corpus name, sorted input files, the paths they were found in: --input's, else the formatted corpora's)."""
     if inputs:
+        for path in inputs:  # a pipe was "no such file or directory" (or asked for --corpus first): create's refusal
+            if not Folder(path).isdir():
+                refuse_stream(path)
         if corpus is None:
             if len(inputs) == 1 and Folder(inputs[0]).isdir():
                 corpus = os.path.basename(storage.normpath(inputs[0]))
@@ -227,7 +230,10 @@ def input_files(path):
         if not found:
             raise UsageError(f"{given}: no .jsonl or .txt input files")
         refuse_unlisted(given, [given.relpath(f) for f in found], "shard")  # a shard tree lists test/..., training/...
+        for f in found:  # a FIFO named part.txt: its binary check waited for a writer for ever
+            refuse_stream(f)
         return [storage.absolute(f) for f in found]
+    refuse_stream(path)  # `--input <(zcat …)` (/dev/fd/63) or a FIFO: no regular file, was "no such file"
     if given.isfile():
         refuse_tokenize_output(path, os.path.dirname(storage.normpath(path)) or ".")
         return [storage.absolute(path)]
