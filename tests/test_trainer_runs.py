@@ -9,6 +9,7 @@ import sys
 import time
 
 from trainer.cli import main
+from trainer_checks import xla_flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -80,8 +81,11 @@ def test_ctrl_c_while_the_programs_compile_exits_130(tmp_path):
     """Ctrl-C during the first step's compilation (the minute a user sees the wrong flags) said `trainer:
     interrupted`, then the process died in a segmentation fault (exit 139, a core dump where enabled): JAX's
     compilation went on in its threads while the interpreter was torn down under them."""
-    # JAX_LOG_COMPILES: JAX says when a program goes to XLA; the training step's takes seconds to compile.
-    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", PYTHONPATH=REPO, JAX_LOG_COMPILES="1")
+    # JAX_LOG_COMPILES: JAX says when a program goes to XLA; the training step's takes seconds to compile with
+    # XLA's optimized code (under the test processes' fast compiles it took under a second on a loaded 2-core VM,
+    # the run ended before the Ctrl-C and the test failed).
+    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", PYTHONPATH=REPO, JAX_LOG_COMPILES="1",
+               XLA_FLAGS=xla_flags(fast_compile=False))
     argv = [sys.executable, "-m", "trainer", "--format", "ofrecord", "--steps", "2", "--batch-size", "2",
             "--no-compilation-cache", "--checkpoint-dir", str(tmp_path / "ck")]
     process = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
