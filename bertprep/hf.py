@@ -42,6 +42,7 @@ from bertprep.options import refuse_empty_path
 from bertprep.records_manifest import file_digests, given_as_text, load_records_manifest, refuse_unlisted_records
 from bertprep.workdir import MANIFEST, SPLITS, load_manifest, read_manifest
 
+READER = "bertprep.hf.load"  # as refusals of what it was given name the reader
 # The format read when a directory holds several: one `datasets` reads itself, then columns, then frames.
 PREFERENCE = tuple(sorted(codecs.record_names(), key=lambda name: (codecs.get(name).datasets_builder is None,
                                                              codecs.get(name).framed)))
@@ -210,8 +211,8 @@ def load(directory, cache_dir=None):
                                            f"{directory}: no such directory"))
     found = find_record_files(directory)
     if not found:
-        raise (megatron.given_as_records(directory, directory, "bertprep.hf.load")
-               or given_as_text(load_manifest(records), directory, "bertprep.hf.load")
+        raise (megatron.given_as_records(directory, directory, READER)
+               or given_as_text(load_manifest(records), directory, READER)
                or DataError(f"{directory}: no record files (TFRecord, OFRecord, HDF5 or Parquet)"))
     fmt, by_split = _format_and_splits(found)
     paths = [path for paths in by_split.values() for path in paths]
@@ -286,7 +287,7 @@ def _refuse_unlisted(paths, manifests):
         by_place[_nearest(path, manifests)].append(path)
     for place, held in by_place.items():
         if place is not None:
-            refuse_unlisted_records(held, manifests[place], place, "bertprep.hf.load")
+            refuse_unlisted_records(held, manifests[place], place, READER)
 
 
 def _nearest(path, manifests):

@@ -54,7 +54,7 @@ from bertprep.records_manifest import (
 from bertprep.workdir import load_manifest
 
 SPLITS = ("training", "test")
-READER = "the trainer"  # who would read a record file its manifest does not list (refuse_unlisted_records)
+READER = "the trainer"  # who would read the records, in refusals of what it was given (Megatron's, unlisted files)
 TRAINABLE_KINDS = (PRETRAINING, PACKED, UNMASKED)
 # Columns the stream adds to unmasked records: what their masks are keyed by.
 INDEX, EPOCH = "instance_index", "epoch"
@@ -107,10 +107,10 @@ class Records:
                     corpus_files.append((found, source))
                 self.files[split] += found
         if not self.files["training"]:
-            raise (megatron.given_as_records(data_dir, Folder(data_dir), "the trainer")
+            raise (megatron.given_as_records(data_dir, Folder(data_dir), READER)
                    or _finetuning_records(data_dir)
                    or given_as_text(load_manifest(Folder(data_dir)) if Folder(data_dir).isdir() else None,
-                                    Folder(data_dir), "the trainer")
+                                    Folder(data_dir), READER)
                    or DataError(f"{Folder(data_dir)}: no {fmt} training records (looked for "
                                 f"{os.path.join('[*/[*/]]', fmt, 'training', codecs.get(fmt).glob)})"))
         for paths, manifest in corpus_files:
