@@ -166,16 +166,17 @@ def corpus_name(inputs):
     return "corpus"
 
 
-def refuse_stream(path):
+def refuse_stream(path, what="input"):
     """A UsageError for a local input that is no regular file: a shard is read here, then again to tokenize it, and
     `--input <(zcat wiki.txt.gz)` (a pipe, /dev/fd/63) held nothing the second time: `no documents (every line is
     blank or tokenizes to nothing)`, exit 1, of a pipe full of text. Asked of the path, never opened: a FIFO that
     no one writes would wait for ever. shard, vocab and dedup (its inputs and --decontaminate files) ask it too, of
-    a file given and of each one found in a directory given."""
+    a file given and of each one found in a directory given. `what` names the input as the stage reads it (create
+    and tokenize: "shard"): "reads each shard" was said of vocab's corpus and dedup's evaluation file too."""
     local = storage.local_path(path) if storage.reads_in_place(path) else None
     if local is not None and os.path.exists(local) and not os.path.isfile(local):
         raise UsageError(f"{storage.display(path)}: not a regular file (a pipe, as <(zcat …) gives, or a device): "
-                         "this stage reads each shard more than once; write it to a file first")
+                         f"this stage reads each {what} more than once; write it to a file first")
 
 
 def check_input(path):
@@ -184,7 +185,7 @@ def check_input(path):
     # A Megatron index is its magic and then small integers, which decode as UTF-8: `tokenize --input X.idx` (its
     # own output) tokenized "MMIDIDX" as a sentence, exit 0. Read before decoding: a longer index failed as "not
     # valid UTF-8 … column 279". The record formats' first bytes are no UTF-8.
-    refuse_stream(path)
+    refuse_stream(path, "shard")
     try:
         with storage.open(path, "rb") as f:
             head = f.read(16)

@@ -589,8 +589,12 @@ def test_a_pipe_is_refused_as_no_regular_file(tmp_path, stage):
     assert not (tmp_path / "out").exists()
 
 
-STREAM_WHY = ("not a regular file (a pipe, as <(zcat …) gives, or a device): this stage reads each shard more than "
+# "each shard" was said of every stage's input, vocab's corpus and dedup's evaluation file too: each names its own
+STREAM_WHY = ("not a regular file (a pipe, as <(zcat …) gives, or a device): this stage reads each input more than "
               "once; write it to a file first")
+
+
+EVALUATION_WHY = STREAM_WHY.replace("each input", "each evaluation file")
 
 
 @pytest.mark.parametrize("stage", ["shard", "vocab", "dedup"])
@@ -634,7 +638,8 @@ def test_a_fifo_in_an_input_directory_is_refused(tmp_path, stage):
 
 def test_a_pipe_is_refused_as_dedups_evaluation_set(tmp_path):
     """`dedup --decontaminate <(zcat dev.txt.gz)` (hashed, then read again) and a FIFO ended "--decontaminate
-    /dev/fd/63: not squad, glue or a file", of a pipe full of text: create's refusal now, exit 2, nothing written."""
+    /dev/fd/63: not squad, glue or a file", of a pipe full of text: create's refusal now, exit 2, nothing written;
+    it names an evaluation file, not "each shard"."""
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     (corpus / "manifest.json").write_text("{}")
@@ -644,11 +649,11 @@ def test_a_pipe_is_refused_as_dedups_evaluation_set(tmp_path):
     flags = f"--input {corpus} --out {tmp_path / 'out'} --quiet --decontaminate"
     command = f"{sys.executable} -m bertprep dedup {flags} <(printf 'One sentence here.\\n')"
     run = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    expected = rf"bertprep dedup: error: /dev/fd/\d+: {re.escape(STREAM_WHY)}\n"
+    expected = rf"bertprep dedup: error: /dev/fd/\d+: {re.escape(EVALUATION_WHY)}\n"
     assert run.returncode == 2 and re.fullmatch(expected, run.stderr), run.stderr
     run = subprocess.run([sys.executable, "-m", "bertprep", "dedup", *flags.split(), str(fifo)], capture_output=True,
                          text=True, timeout=60, cwd=tmp_path)
-    assert (run.returncode, run.stderr) == (2, f"bertprep dedup: error: {fifo}: {STREAM_WHY}\n")
+    assert (run.returncode, run.stderr) == (2, f"bertprep dedup: error: {fifo}: {EVALUATION_WHY}\n")
     assert sorted(os.listdir(tmp_path)) == ["corpus", "dev.txt"]
 
 

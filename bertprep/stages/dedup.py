@@ -388,7 +388,7 @@ def evaluation_set_paths(workdir, name):
                              f"`bertprep download {name}` first)")
         return [(f"{name}/{storage.relpath(path, directory)}", path) for path in files]
     if not storage.isdir(name):  # `<(zcat dev.txt.gz)` (/dev/fd/63) or a FIFO was "not squad, glue or a file"
-        refuse_stream(name)
+        refuse_stream(name, "evaluation file")
     storage.require(name, "file", UsageError(f"--decontaminate {storage.display(name)}: not squad, glue or a file"))
     return [(os.path.basename(name), name)]
 
