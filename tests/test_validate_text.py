@@ -2,7 +2,11 @@
 
 import hashlib
 import json
+import os
+import re
 import shutil
+import subprocess
+import sys
 
 from bertprep.cli import main
 from bertprep.stages.download.glue import task_outputs
@@ -283,3 +287,22 @@ def test_glue_counts_and_columns(capsys, tmp_path):
     code, report = validate(capsys, tmp_path / "glue")
     assert findings(report) == [("download_examples", f"{task / 'dev.tsv'}:1",
                                  f"header {['idx'] + header[1:]}, expected {header}")]
+
+
+def test_a_pipe_is_refused_as_the_corpus_stages_refuse_it(tmp_path):
+    """`validate <(cat a.txt)` (a pipe, /dev/fd/63) and a FIFO said "nothing to validate (no record files, text
+    shards, SQuAD or GLUE files)", exit 1, of a pipe full of text: the corpus stages' refusal now
+    (text_inputs.refuse_stream), exit 2, nothing written, the FIFO never opened."""
+    fifo = tmp_path / "f.txt"
+    os.mkfifo(fifo)
+    why = ("not a regular file (a pipe, as <(zcat …) gives, or a device): this stage reads each input more than "
+           "once; write it to a file first")
+    report = tmp_path / "report.json"
+    command = f"{sys.executable} -m bertprep validate <(printf 'One sentence.\\nTwo.\\n\\n') --json {report} --quiet"
+    run = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert run.returncode == 2 and re.fullmatch(rf"bertprep validate: error: /dev/fd/\d+: {re.escape(why)}\n",
+                                                run.stderr), run.stderr
+    run = subprocess.run([sys.executable, "-m", "bertprep", "validate", str(fifo), "--json", str(report), "--quiet"],
+                         capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert (run.returncode, run.stderr) == (2, f"bertprep validate: error: {fifo}: {why}\n")
+    assert sorted(os.listdir(tmp_path)) == ["f.txt"]

@@ -66,6 +66,7 @@ from bertprep.stages.validate.text import (
     validate_downloads,
     validate_text_shards,
 )
+from bertprep.text_inputs import refuse_stream
 
 CHECKS = {**checks_of(RULES), **DATASET_CHECKS, **TEXT_CHECKS,
           "compare": "both datasets hold the same instances in order"}
@@ -100,6 +101,8 @@ class ValidateOptions:
             raise UsageError(f"validate takes one or two paths, not {len(self.paths)}")
         for path in self.paths:
             Folder(path).require("any", UsageError(f"{path}: no such file or directory"))  # a tree, or one file
+            if not Folder(path).isdir():  # `validate <(cat a.txt)` (/dev/fd/63) or a FIFO: was "nothing to validate"
+                refuse_stream(path)
         if self.max_errors < 0 or (self.workers is not None and self.workers < 1) or self.min_parts < 1:
             raise UsageError("--max-errors must be ≥ 0, --workers and --min-parts ≥ 1")
         if self.masked_lm_prob is not None and not 0 < self.masked_lm_prob <= 1:  # create's and manifests' range
