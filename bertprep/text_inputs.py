@@ -166,16 +166,18 @@ def corpus_name(inputs):
     return "corpus"
 
 
-def refuse_stream(path, what="input"):
+def refuse_stream(path, what="input", flag=None):
     """A UsageError for a local input that is no regular file: a shard is read here, then again to tokenize it, and
     `--input <(zcat wiki.txt.gz)` (a pipe, /dev/fd/63) held nothing the second time: `no documents (every line is
     blank or tokenizes to nothing)`, exit 1, of a pipe full of text. Asked of the path, never opened: a FIFO that
     no one writes would wait for ever. shard, vocab and dedup (its inputs and --decontaminate files) ask it too, of
     a file given and of each one found in a directory given. `what` names the input as the stage reads it (create
-    and tokenize: "shard"): "reads each shard" was said of vocab's corpus and dedup's evaluation file too."""
+    and tokenize: "shard"): "reads each shard" was said of vocab's corpus and dedup's evaluation file too. `flag`,
+    where given, leads the line as it leads the stage's other refusals of that value (dedup's `--input X: …`)."""
     local = storage.local_path(path) if storage.reads_in_place(path) else None
     if local is not None and os.path.exists(local) and not os.path.isfile(local):
-        raise UsageError(f"{storage.display(path)}: not a regular file (a pipe, as <(zcat …) gives, or a device): "
+        named = f"{flag} {storage.display(path)}" if flag else storage.display(path)
+        raise UsageError(f"{named}: not a regular file (a pipe, as <(zcat …) gives, or a device): "
                          f"this stage reads each {what} more than once; write it to a file first")
 
 

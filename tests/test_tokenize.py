@@ -601,18 +601,20 @@ EVALUATION_WHY = STREAM_WHY.replace("each input", "each evaluation file")
 def test_a_pipe_is_refused_by_the_corpus_stages_as_by_create(tmp_path, stage):
     """`shard --input <(cat corpus.txt)` (and vocab's) ended "--input /dev/fd/63: no such file or directory", dedup's
     "not a formatted corpus directory or .jsonl file", of a pipe full of text; a FIFO the same: create's and
-    tokenize's refusal now (text_inputs.refuse_stream), exit 2, nothing written, the FIFO never opened."""
+    tokenize's refusal now (text_inputs.refuse_stream), exit 2, nothing written, the FIFO never opened; dedup's
+    line leads with --input, as its other refusals of an --input value do."""
     fifo = tmp_path / "f.jsonl"  # named as dedup's input, which a .txt is not
     os.mkfifo(fifo)
     out = tmp_path / "out" / ("vocab.txt" if stage == "vocab" else "")
     flags = f"--out {out} --quiet" + (" --corpus c" if stage == "shard" else "")
+    flag = "--input " if stage == "dedup" else ""
     command = f"{sys.executable} -m bertprep {stage} --input <(printf 'One sentence.\\nTwo.\\n\\nThree.\\n') {flags}"
     run = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    expected = rf"bertprep {stage}: error: /dev/fd/\d+: {re.escape(STREAM_WHY)}\n"
+    expected = rf"bertprep {stage}: error: {flag}/dev/fd/\d+: {re.escape(STREAM_WHY)}\n"
     assert run.returncode == 2 and re.fullmatch(expected, run.stderr), run.stderr
     run = subprocess.run([sys.executable, "-m", "bertprep", stage, "--input", str(fifo), *flags.split()],
                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
-    assert (run.returncode, run.stderr) == (2, f"bertprep {stage}: error: {fifo}: {STREAM_WHY}\n")
+    assert (run.returncode, run.stderr) == (2, f"bertprep {stage}: error: {flag}{fifo}: {STREAM_WHY}\n")
     assert sorted(os.listdir(tmp_path)) == ["f.jsonl"]
 
 
@@ -639,7 +641,7 @@ def test_a_fifo_in_an_input_directory_is_refused(tmp_path, stage):
 def test_a_pipe_is_refused_as_dedups_evaluation_set(tmp_path):
     """`dedup --decontaminate <(zcat dev.txt.gz)` (hashed, then read again) and a FIFO ended "--decontaminate
     /dev/fd/63: not squad, glue or a file", of a pipe full of text: create's refusal now, exit 2, nothing written;
-    it names an evaluation file, not "each shard"."""
+    it names an evaluation file, not "each shard", and leads with --decontaminate as dedup's other lines of it do."""
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     (corpus / "manifest.json").write_text("{}")
@@ -649,11 +651,11 @@ def test_a_pipe_is_refused_as_dedups_evaluation_set(tmp_path):
     flags = f"--input {corpus} --out {tmp_path / 'out'} --quiet --decontaminate"
     command = f"{sys.executable} -m bertprep dedup {flags} <(printf 'One sentence here.\\n')"
     run = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    expected = rf"bertprep dedup: error: /dev/fd/\d+: {re.escape(EVALUATION_WHY)}\n"
+    expected = rf"bertprep dedup: error: --decontaminate /dev/fd/\d+: {re.escape(EVALUATION_WHY)}\n"
     assert run.returncode == 2 and re.fullmatch(expected, run.stderr), run.stderr
     run = subprocess.run([sys.executable, "-m", "bertprep", "dedup", *flags.split(), str(fifo)], capture_output=True,
                          text=True, timeout=60, cwd=tmp_path)
-    assert (run.returncode, run.stderr) == (2, f"bertprep dedup: error: {fifo}: {EVALUATION_WHY}\n")
+    assert (run.returncode, run.stderr) == (2, f"bertprep dedup: error: --decontaminate {fifo}: {EVALUATION_WHY}\n")
     assert sorted(os.listdir(tmp_path)) == ["corpus", "dev.txt"]
 
 

@@ -340,7 +340,7 @@ def resolve_inputs(workdir, options):
         elif storage.isfile(path) and path.endswith(".jsonl"):
             corpora.append((os.path.basename(path)[:-len(".jsonl")], [storage.absolute(path)]))
         else:  # `--input <(zcat …)` (/dev/fd/63) or a FIFO: no regular file, was "not a formatted corpus directory"
-            refuse_stream(path)
+            refuse_stream(path, flag="--input")
             raise storage.not_found(path, UsageError(f"--input {storage.display(path)}: not a formatted corpus "
                                                      "directory or .jsonl file"))
         named += [(part, path) for part in corpora[-1][1]]
@@ -388,7 +388,7 @@ def evaluation_set_paths(workdir, name):
                              f"`bertprep download {name}` first)")
         return [(f"{name}/{storage.relpath(path, directory)}", path) for path in files]
     if not storage.isdir(name):  # `<(zcat dev.txt.gz)` (/dev/fd/63) or a FIFO was "not squad, glue or a file"
-        refuse_stream(name, "evaluation file")
+        refuse_stream(name, "evaluation file", flag="--decontaminate")
     storage.require(name, "file", UsageError(f"--decontaminate {storage.display(name)}: not squad, glue or a file"))
     return [(os.path.basename(name), name)]
 
