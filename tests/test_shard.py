@@ -495,3 +495,23 @@ def _jsonl(text_corpus, tmp_path):
     documents = (text_corpus / "part-0.txt").read_text(encoding="utf-8").split("\n\n")
     path.write_text("".join(json.dumps({"text": d}) + "\n" for d in documents if d.strip()), encoding="utf-8")
     return path
+
+
+@pytest.mark.parametrize("stage", ["shard", "vocab"])
+def test_a_given_input_file_is_asked_refuse_stream_once(tmp_path, monkeypatch, stage):
+    """shard asked refuse_stream twice of an --input file: ahead of the --corpus question (resolve_inputs) and again
+    in input_files, which vocab shares. One question per path now; vocab asks its own, as resolve_inputs does, and
+    the lines and exit codes are as before (tests/test_tokenize.py's pipe and FIFO tests)."""
+    from bertprep.stages import shard as shard_stage
+    from bertprep.stages import vocab as vocab_stage
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("One sentence.\nTwo.\n")
+    asked = []
+    monkeypatch.setattr(shard_stage, "refuse_stream", asked.append)
+    monkeypatch.setattr(vocab_stage, "refuse_stream", asked.append, raising=False)  # the old vocab had none
+    if stage == "shard":
+        shard_stage.resolve_inputs(str(tmp_path), (str(corpus),), "c")
+    else:
+        vocab_stage.resolve_vocab_inputs(str(tmp_path), (str(corpus),), ())
+    assert asked == [str(corpus)]

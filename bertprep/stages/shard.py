@@ -216,7 +216,9 @@ def listed_digests(files):
 
 def input_files(path):
     """The absolute input files of one --input: a directory's .jsonl/.txt files (sorted), or the file itself.
-    A file the directory's manifest lists that is not there is named (a deleted part read as "no input")."""
+    A file the directory's manifest lists that is not there is named (a deleted part read as "no input"). A file
+    given is asked refuse_stream by the caller, before it asks anything else (shard's --corpus question), and
+    not again here; each file found in a directory is asked here."""
     given = Folder(path)  # a directory of inputs, or one input file
     if given.isdir():
         listed = ((load_manifest(given) or {}).get("files") or {})
@@ -233,7 +235,6 @@ def input_files(path):
         for f in found:  # a FIFO named part.txt: its binary check waited for a writer for ever
             refuse_stream(f)
         return [storage.absolute(f) for f in found]
-    refuse_stream(path)  # `--input <(zcat …)` (/dev/fd/63) or a FIFO: no regular file, was "no such file"
     if given.isfile():
         refuse_tokenize_output(path, os.path.dirname(storage.normpath(path)) or ".")
         return [storage.absolute(path)]

@@ -55,6 +55,7 @@ from bertprep.options import (
 )
 from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.stages.shard import COMBINED, input_files, iter_input_documents, refuse_manifest_as_input, resolve_inputs
+from bertprep.text_inputs import refuse_stream
 from bertprep.tokenization import CUT_POINT
 from bertprep.workdir import MANIFEST, load_manifest, refuse_repeated_inputs, resolve_workdir, stage_dir
 
@@ -126,6 +127,8 @@ def resolve_vocab_inputs(workdir, inputs, corpora):
     for path in inputs:
         if (folder := Folder(path)).isdir():
             require_manifest(folder)
+        else:  # `--input <(zcat …)` (/dev/fd/63) or a FIFO: no regular file, was "no such file" (input_files asks not)
+            refuse_stream(path)
         named += [(f, path) for f in input_files(path)]
     refuse_repeated_inputs(named)  # shard's message: read twice, a file's words counted twice
     files = [f for f, _path in named]
