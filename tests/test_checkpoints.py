@@ -346,6 +346,26 @@ def test_read_and_sniff_in_python_take_path_objects_and_name_a_wrong_type(fixtur
         assert str(raised.value) == f"{function.__name__}'s path must be a str (or a path), got int 5"
 
 
+def test_read_inputs_in_python_takes_path_objects_and_names_a_wrong_type(fixtures, tmp_path):
+    """trainer.checkpoint.run.read_inputs with a pathlib.Path was an AttributeError traceback ('PosixPath' object
+    has no attribute 'endswith'), as read's path once was; a path object now reads as its string, its errors the
+    same one line, and another type is one UsageError line naming the argument."""
+    from bertprep.errors import DataError, UsageError
+    from trainer.checkpoint.run import read_inputs
+
+    given = fixtures / "inputs.jsonl"
+    inputs, as_str = read_inputs(given), read_inputs(str(given))
+    assert inputs.path == str(given) and inputs.places == as_str.places
+    assert all(np.array_equal(inputs.arrays[key], as_str.arrays[key]) for key in as_str.arrays)
+    (tmp_path / "none.jsonl").write_text("")
+    with pytest.raises(DataError) as raised:
+        read_inputs(tmp_path / "none.jsonl")
+    assert str(raised.value) == f"{tmp_path / 'none.jsonl'}: no inputs"
+    with pytest.raises(UsageError) as raised:
+        read_inputs(5)
+    assert str(raised.value) == "read_inputs's path must be a str (or a path), got int 5"
+
+
 @pytest.mark.parametrize("labels", ["a,b", ("a", 1), {"a", "b"}, [Path("a"), Path("b")]])
 def test_convert_in_python_refuses_labels_that_are_not_strings_in_a_list_before_reading(fixtures, tmp_path,
                                                                                          monkeypatch, labels):

@@ -5,12 +5,14 @@ nsp_logits [N, 2]."""
 
 import dataclasses
 import json
+import os
 
 import numpy as np
 
 from bertprep.errors import DataError
 from bertprep.formats.schemas import INT32_RANGE, KINDS, PACKED, first_outside, is_integer
 from bertprep.jsonlines import json_lines
+from bertprep.options import check_argument
 
 FEATURES = ("input_ids", "input_mask", "segment_ids")
 POSITIONS = "masked_lm_positions"
@@ -53,7 +55,9 @@ class Inputs:
 
 def read_inputs(path):
     """The Inputs of a JSON-lines file (one object per line) or a records file (TFRecord / OFRecord /
-    HDF5 / Parquet), every value checked: integers in their feature's range, one length for all."""
+    HDF5 / Parquet), every value checked: integers in their feature's range, one length for all. `path` is a str
+    or a path object, as read's is: a pathlib.Path was an AttributeError traceback ('PosixPath' has no endswith)."""
+    path = os.fspath(check_argument("read_inputs's path", path, str))
     if _is_json_lines(path):
         rows, places = _json_lines(path)
     else:
