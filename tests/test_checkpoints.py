@@ -443,6 +443,22 @@ def test_model_flag_disagreeing_with_the_checkpoint(fixtures, golden_dir, tmp_pa
     assert code != 0 and "--model base" in err and "L2/H128/A2" in err and "L12/H768/A12" in err
 
 
+@pytest.mark.parametrize("model", ["huge", "", ["tiny"]])
+def test_check_size_flag_in_python_names_an_unknown_model_in_one_line(fixtures, model):
+    """check_size_flag(checkpoint, model="huge") was a bare KeyError: 'huge' (the CLI's --model choices and
+    TrainConfig refuse it before; a Python caller reached SIZES[model]); a list was a TypeError (unhashable)."""
+    from bertprep.errors import UsageError
+    from trainer.checkpoint import check_size_flag, read
+
+    checkpoint = read(fixtures / "hf_tiny")
+    check_size_flag(checkpoint, model="tiny")  # the checkpoint's size, and no model: no error, as before
+    check_size_flag(checkpoint)
+    with pytest.raises(UsageError) as raised:
+        check_size_flag(checkpoint, model=model)
+    assert str(raised.value) == ("check_size_flag's model must be one of tiny, mini, small, medium, base, large, or "
+                                 f"None, got {type(model).__name__} {model!r}")
+
+
 def test_nvidia_pt_with_padded_vocab_and_old_names(fixtures, tmp_path, capsys):
     """NVIDIA's PyTorch form: {"model": state dict} with `module.` and pytorch-pretrained-bert's
     LayerNorm gamma/beta, the vocab padded to 30,528 rows and the decoder stored: transformers' outputs."""

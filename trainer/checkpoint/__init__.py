@@ -116,6 +116,10 @@ def check_size_flag(checkpoint, model=None, bert_config=None):
     from trainer.config import SIZES, BertConfig, size_of
 
     config = checkpoint.config
+    # what the CLI's --model choices and TrainConfig check; a Python caller's 'huge' was a bare KeyError: 'huge'
+    if model is not None and (not isinstance(model, str) or model not in SIZES):
+        raise UsageError(f"check_size_flag's model must be one of {', '.join(SIZES)}, or None, got "
+                         f"{type(model).__name__} {short_repr(model)}")
     if model:
         held = size_of(config)
         if held != SIZES[model]:
