@@ -268,19 +268,23 @@ def check_types(options):
     choices = getattr(cls, "choices", {})
     for field in dataclasses.fields(options):
         value = getattr(options, field.name)
-        conformed = check_argument(f"{cls.__name__}.{field.name}", value, hints[field.name], choices.get(field.name))
+        conformed = check_argument(f"{cls.__name__}.{field.name}", value, hints[field.name], choices.get(field.name),
+                                   one_for_many=True)
         if conformed is not value:
             object.__setattr__(options, field.name, conformed)
 
 
-def check_argument(label, value, annotation, choices=None):
+def check_argument(label, value, annotation, choices=None, expected=None, one_for_many=False):
     """`value` as a field of type `annotation` keeps it (check_types' rules), or one UsageError line: `label must be
     <the type, described>, got <its type> <its repr>`, or `label must be one of <choices>, got ...` for a name
-    among `choices`. For the public functions' arguments that are no options field (bertprep.torch.BertLoader's)."""
-    ok, conformed = _conform(value, annotation)
+    among `choices`, or `label must be <expected>` where the annotation's words would not say what it is. For the
+    public functions' arguments that are no options field (bertprep.torch.BertLoader's). A str or path given for
+    a tuple or list is refused, as no sequence of items (convert took labels="a,b" for one label, and a str's items
+    are its characters), unless `one_for_many`: check_types takes it for the one item of a tuple of paths."""
+    ok, conformed = _conform(value, annotation, one_for_many)
     if not ok:
-        raise UsageError(f"{label} must be {_described_choices(choices, annotation) or _describe(annotation)}, got "
-                         f"{type(value).__name__} {short_repr(value)}")
+        described = expected or _described_choices(choices, annotation) or _describe(annotation)
+        raise UsageError(f"{label} must be {described}, got {type(value).__name__} {short_repr(value)}")
     return conformed
 
 
@@ -302,18 +306,25 @@ def _is_path(value):
     return isinstance(value, (str, os.PathLike))
 
 
-def _conform(value, annotation):
-    """(whether `value` is of `annotation`, the value as the field keeps it)."""
+# The annotation of a str that names something (a label, a key), not a file: `str` takes a path object, which as a
+# label would be its repr's name.
+Name = typing.NewType("Name", str)
+
+
+def _conform(value, annotation, one_for_many=False):
+    """(whether `value` is of `annotation`, the value as the field keeps it); `one_for_many` as check_argument's."""
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if annotation is typing.Any:
         return True, value
     if origin in (typing.Union, types.UnionType):
-        exact = [arm for arm in args if _conform(value, arm) == (True, value)]
+        exact = [arm for arm in args if _conform(value, arm, one_for_many) == (True, value)]
         for arm in exact or args:
-            ok, conformed = _conform(value, arm)
+            ok, conformed = _conform(value, arm, one_for_many)
             if ok:
                 return True, conformed
         return False, value
+    if annotation is Name:
+        return isinstance(value, str), value
     if annotation is type(None):
         return value is None, value
     if annotation is bool:
@@ -327,21 +338,30 @@ def _conform(value, annotation):
         return ok, float(value) if ok and not isinstance(value, (int, float)) else value  # an int stays an int
     if annotation is str:
         return _is_path(value), value
+    if origin is list:  # as a tuple of its items' type, kept a list: list[str] took anything, "abc" too
+        ok, conformed = _conform(value, tuple[args[0], ...], one_for_many)
+        return ok, list(conformed) if ok else value
     if origin is tuple:
-        if _is_path(value) and args and args[-1] is Ellipsis and _conform(value, args[0])[0]:
-            return True, (value,)
-        if not isinstance(value, (list, tuple)):
-            return False, value
-        item_types = [args[0]] * len(value) if args[-1:] == (Ellipsis,) else list(args)
-        if len(item_types) != len(value):
-            return False, value
-        items = [_conform(item, kind) for item, kind in zip(value, item_types)]
-        if not all(ok for ok, _ in items):
-            return False, value
-        return True, tuple(conformed for _, conformed in items)
+        return _conform_tuple(value, args, one_for_many)
     if isinstance(annotation, type):
         return isinstance(value, annotation), value
     return True, value  # an annotation this check does not read (a Callable, a Literal): the field's own check
+
+
+def _conform_tuple(value, args, one_for_many):
+    """_conform of a tuple[args]: a list or tuple whose items conform, or one path for a tuple of them where
+    `one_for_many` (check_types' `input="ref/sh1"`, not its characters)."""
+    if one_for_many and _is_path(value) and args and args[-1] is Ellipsis and _conform(value, args[0])[0]:
+        return True, (value,)
+    if not isinstance(value, (list, tuple)):
+        return False, value
+    item_types = [args[0]] * len(value) if args[-1:] == (Ellipsis,) else list(args)
+    if len(item_types) != len(value):
+        return False, value
+    items = [_conform(item, kind, one_for_many) for item, kind in zip(value, item_types)]
+    if not all(ok for ok, _ in items):
+        return False, value
+    return True, tuple(conformed for _, conformed in items)
 
 
 def _describe(annotation):
@@ -352,6 +372,10 @@ def _describe(annotation):
         return "None"
     if annotation is str:
         return "a str (or a path)"
+    if annotation is Name:
+        return "a str"
+    if origin is list:
+        return "a list" + _describe(tuple[args[0], ...]).removeprefix("a tuple")
     if origin is tuple:
         if args[-1:] == (Ellipsis,):
             return f"a tuple of {_describe(args[0]).removeprefix('a ').removeprefix('an ')}"

@@ -104,6 +104,27 @@ def test_what_each_type_accepts(tmp_path):
     assert typing.get_type_hints(bertprep.CreateOptions)["seq"] is int
 
 
+@pytest.mark.parametrize("annotation, described", [(tuple[str, ...], "a tuple of str (or a path)"),
+                                                   (list[str], "a list of str (or a path)")])
+@pytest.mark.parametrize("value", ["a,b", os.path.join("a", "b")])
+def test_check_argument_refuses_a_str_for_a_tuple_or_list_of_them(annotation, described, value):
+    """check_argument (the public functions' own arguments) took a str for a tuple of str as its one item ('a,b',
+    one label: convert had to check its labels by hand), and took anything for a list[str], "abc" too. A str or
+    a path is now no sequence of them there; the options keep taking one path for a tuple of paths (check_types,
+    test_what_each_type_accepts), and a list or tuple of them is taken as before."""
+    from pathlib import Path
+
+    from bertprep.options import check_argument
+
+    for given in (value, Path(value)):
+        with pytest.raises(UsageError) as raised:
+            check_argument("f's names", given, annotation)
+        assert str(raised.value) == f"f's names must be {described}, got {type(given).__name__} {given!r}"
+    kept = check_argument("f's names", [value, "c"], annotation)
+    assert kept == typing.get_origin(annotation)((value, "c"))
+    assert bertprep.CreateOptions(input=value).input == (value,)
+
+
 def test_shard_refuses_a_negative_eval_seed_in_one_line():
     with pytest.raises(UsageError, match=r"^ShardOptions.eval_seed must be at least 0, not -1$"):
         bertprep.ShardOptions(eval_documents=2, eval_seed=-1)

@@ -17,7 +17,7 @@ from bertprep import storage
 from bertprep.atomic import atomic_dir, staging_dir
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
-from bertprep.options import check_argument, refuse_overlap, short_repr
+from bertprep.options import Name, check_argument, refuse_overlap, short_repr
 from trainer.checkpoint.base import Checkpoint, checked, vocab_beside  # noqa: F401  (the package's API)
 
 
@@ -155,9 +155,8 @@ def convert(src, out, to, vocab=None, cased=None, labels=None):
         check_argument("convert's src", src, str), check_argument("convert's out", out, str),
         check_argument("convert's vocab", vocab, str | None)))
     # a str was taken for one label ('a,b'); a path object for a label's name: refused before anything is read
-    if labels is not None and not (isinstance(labels, (list, tuple)) and all(isinstance(x, str) for x in labels)):
-        raise UsageError(f"convert's labels must be a list or tuple of str (a classifier's labels in id order), got "
-                         f"{type(labels).__name__} {short_repr(labels)}")
+    labels = check_argument("convert's labels", labels, tuple[Name, ...] | None,
+                            expected="a list or tuple of str (a classifier's labels in id order)")
     if to not in WRITERS:
         raise UsageError(f"convert writes one of {', '.join(WRITERS)}, not {to!r}")
     refuse_overlap(out, [src, vocab], what="the output")  # a new directory inside the checkpoint it reads
@@ -173,7 +172,7 @@ def convert(src, out, to, vocab=None, cased=None, labels=None):
         _refuse_dots_after_a_missing_directory(target.root)
     checkpoint = read(src)
     if labels is not None:
-        task_heads.name_labels(checkpoint, tuple(labels))
+        task_heads.name_labels(checkpoint, labels)
     task_heads.check_writable(checkpoint, to)
     carried = (tokenizer.for_export(checkpoint, vocab, cased) if to == "hf" or vocab is not None or cased is not None
                else tokenizer.carried_by(checkpoint))  # checked against the model's rows as an export's is
