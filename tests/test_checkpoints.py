@@ -292,6 +292,61 @@ def test_a_bfloat16_safetensors_checkpoint_is_read_widened_exactly(fixtures, tmp
         np.testing.assert_array_equal(got[name], (value.view("<u4") & 0xFFFF0000).view("<f4"), err_msg=name)
 
 
+def _with_non_finite(fixtures, directory, names):
+    """hf_tiny copied to `directory`, a NaN in each of its tensors `names` but the last, an inf in that one."""
+    from safetensors.numpy import load_file, save_file
+
+    shutil.copytree(fixtures / "hf_tiny", directory, ignore=shutil.ignore_patterns("expected"))
+    tensors = {name: value.copy() for name, value in load_file(directory / "model.safetensors").items()}
+    for name in names:
+        tensors[name].flat[-1] = np.inf if name == names[-1] else np.nan
+    save_file(tensors, directory / "model.safetensors")
+    return directory
+
+
+def test_a_checkpoint_holding_nan_or_inf_is_warned_of_in_one_line(fixtures, tmp_path, capsys):
+    """A diverged run's checkpoint (NaN or inf in its weights) was inspected, converted and run without a word,
+    exit 0, its outputs NaN. Each command now says so in one stderr line naming three variables (in the model's
+    order) and counting the rest, and still completes as before: exit 0, the conversion written, NaN and all;
+    inspect --json and convert's summary list it under "warnings", a Python caller of convert hears it as a
+    BertprepWarning. A finite checkpoint gets no line and no key."""
+    import trainer.checkpoint
+    from bertprep.errors import BertprepWarning
+
+    src = _with_non_finite(fixtures, tmp_path / "nan", [
+        "bert.embeddings.word_embeddings.weight", "bert.encoder.layer.0.attention.output.LayerNorm.weight",
+        "bert.encoder.layer.1.output.dense.bias", "bert.pooler.dense.weight",
+        "bert.encoder.layer.0.attention.output.dense.bias"])
+    said = (f"{src / 'model.safetensors'}: 5 of 46 variables hold NaN or inf values (a diverged run?): "
+            "bert/embeddings/word_embeddings, bert/encoder/layer_0/attention/output/dense/bias, "
+            "bert/encoder/layer_0/attention/output/LayerNorm/gamma and 2 more")
+    assert main(["checkpoint", "inspect", str(src), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert err == f"trainer checkpoint: warning: {said}\n" and json.loads(out)["warnings"] == [said]
+    assert main(["checkpoint", "convert", str(src), str(tmp_path / "out"), "--to", "bertprep", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert err == f"trainer checkpoint: warning: {said}\n" and json.loads(out)["warnings"] == [said]
+    assert np.isnan(trainer.checkpoint.read(tmp_path / "out").weights["bert/embeddings/word_embeddings"]).any()
+    with pytest.warns(BertprepWarning, match="^trainer.checkpoint.convert: .*5 of 46 variables hold NaN or inf"):
+        assert trainer.checkpoint.convert(src, tmp_path / "out2", "google")["warnings"] == [said]
+    assert main(["checkpoint", "inspect", str(fixtures / "hf_tiny"), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and "warnings" not in json.loads(out)
+
+
+def test_checkpoint_run_warns_of_nan_before_its_nan_outputs(fixtures, tmp_path, capsys):
+    """checkpoint run of a checkpoint holding NaN wrote NaN outputs without a word, exit 0: the warning line comes
+    before the model runs, and the outputs are written as before."""
+    src = _with_non_finite(fixtures, tmp_path / "nan", ["bert.pooler.dense.bias", "cls.seq_relationship.bias"])
+    out = tmp_path / "out.npz"
+    assert main(["checkpoint", "run", str(src), "--inputs", str(fixtures / "inputs.jsonl"), "--out", str(out),
+                 "--quiet"]) == 0
+    assert (f"trainer checkpoint: warning: {src / 'model.safetensors'}: 2 of 46 variables hold NaN or inf values (a "
+            "diverged run?): bert/pooler/dense/bias, cls/seq_relationship/output_bias\n") in capsys.readouterr().err
+    written = np.load(out)
+    assert not np.isfinite(written["pooled_output"]).all() and not np.isfinite(written["nsp_logits"]).all()
+
+
 def test_truncated_files(fixtures, tmp_path, capsys):
     src = tmp_path / "hf"
     shutil.copytree(fixtures / "hf_tiny", src, ignore=shutil.ignore_patterns("expected"))

@@ -12,10 +12,11 @@ import contextlib
 import os
 import re
 import tempfile
+import warnings
 
 from bertprep import storage
 from bertprep.atomic import atomic_dir, staging_dir
-from bertprep.errors import DataError, UsageError
+from bertprep.errors import ON_COMMAND_LINE, BertprepWarning, DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.options import Name, check_argument, refuse_overlap, short_repr
 from trainer.checkpoint.base import Checkpoint, checked, vocab_beside  # noqa: F401  (the package's API)
@@ -143,8 +144,9 @@ WRITERS = ("hf", "google", "bertprep")
 def convert(src, out, to, vocab=None, cased=None, labels=None):
     """Read the checkpoint `src` (any kind `read` takes), write it as `to` ('hf', 'google' or 'bertprep')
     into the new directory `out`, whole or not at all (with the checkpoint's vocab.txt where it has one, or
-    `vocab`); return the summary `trainer checkpoint convert --json` prints. `to='hf'` writes the tokenizer
-    too (trainer/checkpoint/tokenizer.py) and a model card, and is refused where no vocab is known;
+    `vocab`); return the summary `trainer checkpoint convert --json` prints (its "warnings" name variables that
+    hold NaN or inf, converted as they are; a BertprepWarning too for a Python caller). `to='hf'` writes the
+    tokenizer too (trainer/checkpoint/tokenizer.py) and a model card, and is refused where no vocab is known;
     `cased` (True/False) gives the casing where the checkpoint records none (tokenizer.for_export); `labels`
     (a sequence of strings) names a fine-tuned classifier's outputs in id order, where it names none (a Google
     classifier) or anew."""
@@ -177,11 +179,13 @@ def convert(src, out, to, vocab=None, cased=None, labels=None):
     carried = (tokenizer.for_export(checkpoint, vocab, cased) if to == "hf" or vocab is not None or cased is not None
                else tokenizer.carried_by(checkpoint))  # checked against the model's rows as an export's is
     state = model_card.run_state_of(checkpoint)
+    warning = checkpoint.non_finite_warning()  # before the writer takes the weights; the CLI prints it on stderr
     summary = {"from": checkpoint.kind, "source": checkpoint.path, "to": to, "out": str(target),
                "variables": len(checkpoint.weights), "parameters": checkpoint.parameters(),
                "vocab": carried.source if carried else False,
                **({"lower_case": carried.lower_case} if carried else {}),
-               **({"task_head": checkpoint.task_head.describe()} if checkpoint.task_head else {})}
+               **({"task_head": checkpoint.task_head.describe()} if checkpoint.task_head else {}),
+               **({"warnings": [warning]} if warning else {})}
     writer = {"hf": hf, "google": google, "bertprep": ours}[to]
     with _staging_beside(target) as staging, atomic_dir(target.root, staging) as temp:
         writer.write(checkpoint, temp)
@@ -194,6 +198,8 @@ def convert(src, out, to, vocab=None, cased=None, labels=None):
             for name, data in carried.checkpoint_files().items():
                 with open(os.path.join(temp, name), "wb") as f:
                     f.write(data)
+    if warning and not ON_COMMAND_LINE.get():  # a Python caller's, as bertprep's stages raise theirs
+        warnings.warn(f"trainer.checkpoint.convert: {warning}", BertprepWarning, stacklevel=2)
     return dict(summary, notes="; ".join(checkpoint.notes))
 
 

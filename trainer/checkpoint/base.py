@@ -12,6 +12,8 @@ from bertprep import storage
 from bertprep.errors import DataError
 from trainer.checkpoint import names
 
+NON_FINITE_NAMED = 3  # the variables a non-finite warning names; the rest are counted
+
 
 @dataclasses.dataclass
 class Checkpoint:
@@ -44,6 +46,17 @@ class Checkpoint:
 
     def parameters(self):
         return sum(int(np.prod(v.shape)) for v in self.weights.values())
+
+    def non_finite_warning(self):
+        """One line naming the variables that hold a NaN or an inf (NON_FINITE_NAMED of them, then a count), or
+        None: a diverged run's checkpoint was inspected, converted and run without a word, its outputs NaN. A
+        warning, not a refusal: such a checkpoint is still what its user may want to look into or carry."""
+        bad = [name for name, value in self.weights.items() if not np.isfinite(value).all()]
+        if not bad:
+            return None
+        more = f" and {len(bad) - NON_FINITE_NAMED} more" if len(bad) > NON_FINITE_NAMED else ""
+        return (f"{self.path}: {len(bad)} of {len(self.weights)} variables hold NaN or inf values (a diverged "
+                f"run?): {', '.join(bad[:NON_FINITE_NAMED])}{more}")
 
 
 def checked(kind, path, config, found, vocab=None, skipped=()):

@@ -5,6 +5,7 @@ import argparse
 import io
 import json
 import os
+import sys
 
 import numpy as np
 
@@ -96,6 +97,10 @@ def _inspect(args):
     report = {"kind": checkpoint.kind, "path": checkpoint.path, "config": checkpoint.config.to_dict(),
               "heads": checkpoint.has_heads, "variables": len(variables), "parameters": checkpoint.parameters(),
               "vocab": checkpoint.vocab, "notes": checkpoint.notes}
+    warning = checkpoint.non_finite_warning()
+    _warn(warning)
+    if warning and args.json:
+        report["warnings"] = [warning]
     if args.json:
         print(json.dumps(dict(report, variable_shapes=variables)))
         return 0
@@ -106,10 +111,19 @@ def _inspect(args):
     return 0
 
 
+def _warn(*warnings):
+    """Each of a command's warnings (None: none), one stderr line, --quiet or not (a NaN checkpoint's:
+    Checkpoint.non_finite_warning); stdout, the table or the JSON a script reads, stays as it was."""
+    for warning in warnings:
+        if warning:
+            print(f"{PROG}: warning: {warning}", file=sys.stderr)
+
+
 def _convert(args):
     from trainer.checkpoint import convert
 
     summary = convert(args.src, args.out, args.to, vocab=args.vocab, cased=args.cased, labels=args.labels)
+    _warn(*summary.get("warnings", ()))
     if not args.quiet or args.json:
         print_summary("trainer checkpoint convert: done", summary, as_json=args.json, rows=readable_rows(summary))
     return 0
@@ -139,6 +153,7 @@ def _run(args):
                          "(input_ids, input_mask, segment_ids) or a records file")
     inputs = read_inputs(args.inputs)
     checkpoint = read(args.src)
+    _warn(checkpoint.non_finite_warning())  # its outputs may not be numbers: said before the model runs
     arrays = outputs(checkpoint, inputs, args.batch_size)
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
