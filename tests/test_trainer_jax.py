@@ -402,9 +402,10 @@ def test_scanned_layers_are_one_loop_in_the_step_for_a_gpu(records_dir, jax_proc
 
 
 def compiles_before_the_first_step(records_dir, tmp_path, cache, *extra):
-    """(programs compiled, of them loaded from the persistent cache, the "train step" lines) of a fresh
-    `python -m trainer` process, JAX_LOG_COMPILES on, its cache in `cache`; the summary's start-up figures
-    (trainer/startup.py, from JAX's monitoring events) count the same programs as JAX's log lines."""
+    """(programs compiled, of them loaded from the persistent cache, the "train step" lines, the times the
+    step was traced) of a fresh `python -m trainer` process, JAX_LOG_COMPILES on, its cache in `cache`; the
+    summary's start-up figures (trainer/startup.py, from JAX's monitoring events) count the same programs as
+    JAX's log lines."""
     env = jax_env(JAX_LOG_COMPILES="1", BERTPREP_COMPILATION_CACHE_DIR=str(cache))
     result = subprocess.run([sys.executable, CHECKS, "--no-tensorflow", "trainer", "--format", "ofrecord", "--data",
                              str(records_dir), "--bert-config", bert_config(tmp_path, 0.1), "--steps", "2",
@@ -413,7 +414,8 @@ def compiles_before_the_first_step(records_dir, tmp_path, cache, *extra):
     assert result.returncode == 0, result.stderr[-3000:]
     before = result.stderr.split("train step 1:")[0]
     steps = [line for line in result.stderr.splitlines() if line.startswith("train step")]
-    compiled, hits = before.count("Compiling jit("), before.count("Persistent compilation cache hit")
+    # "Compiling" is said of a program lowered (an export too), "Finished XLA compilation" of one compiled or loaded.
+    compiled, hits = before.count("Finished XLA compilation of jit("), before.count("Persistent compilation cache hit")
     summary = json.loads(result.stdout)
     startup = summary["startup"]
     assert (startup["programs"], startup["programs_from_cache"]) == (compiled, hits), startup
@@ -422,22 +424,37 @@ def compiles_before_the_first_step(records_dir, tmp_path, cache, *extra):
     assert 0 < phases[0] and phases == sorted(phases), startup
     assert startup["first_step_s"] == summary["seconds_to_first_step"]
     assert 0 < startup["traced_s"] and 0 < startup["lowered_s"] and 0 < startup["compiled_or_loaded_s"], startup
-    return compiled, hits, steps
+    return compiled, hits, steps, before.count("Finished tracing _train_step")
 
 
 def test_a_run_compiles_a_handful_of_programs_and_a_rerun_loads_them_all(records_dir, tmp_path):
+    """A rerun loads every program from the persistent cache and the step's traced program from the traced-step
+    cache (trainer/traced_steps.py): the first run traced the model's step once (for its export) and the call
+    of the exported program once, the rerun only that call."""
     cache = tmp_path / "cache"
-    compiled, hits, steps = compiles_before_the_first_step(records_dir, tmp_path, cache)
+    compiled, hits, steps, traces = compiles_before_the_first_step(records_dir, tmp_path, cache)
     # The initial values, the optimizer's slots, the step and a few conversions: not one program per operation.
-    assert 1 <= compiled <= 8 and hits == 0 and len(steps) == 2, (compiled, hits)
+    assert 1 <= compiled <= 8 and hits == 0 and len(steps) == 2 and traces == 2, (compiled, hits, traces)
     assert any(name.startswith("jit__train_step-") for name in os.listdir(cache))
-    assert compiles_before_the_first_step(records_dir, tmp_path, cache) == (compiled, compiled, steps)
+    assert len(os.listdir(cache / "traced-steps")) == 1
+    assert compiles_before_the_first_step(records_dir, tmp_path, cache) == (compiled, compiled, steps, 1)
     # The learning-rate schedule's numbers are the step's inputs: other --steps, --lr and --warmup load it too.
     other = compiles_before_the_first_step(records_dir, tmp_path, cache, "--steps", "3", "--lr", "3e-4",
                                            "--warmup", "1")
-    assert other[:2] == (compiled, compiled) and len(other[2]) == 3, other
+    assert other[:2] == (compiled, compiled) and len(other[2]) == 3 and other[3] == 1, other
+    assert len(os.listdir(cache / "traced-steps")) == 1
+    # Another model (its dropout) is traced anew, beside the first.
+    assert compiles_before_the_first_step(records_dir, tmp_path, cache, "--dropout", "0.2")[3] == 2
+    assert len(os.listdir(cache / "traced-steps")) == 2
+    # Without the cache nothing is exported: the step is traced once, as a plain jit.
     assert compiles_before_the_first_step(records_dir, tmp_path, cache, "--no-compilation-cache") == (
-        compiled, 0, steps)
+        compiled, 0, steps, 1)
+
+
+def test_the_traced_step_computes_as_the_jitted_step(records_dir, jax_processes, tmp_path):
+    result = jax_processes(1).request("check", "traced_program_computes_as_the_jitted_step", str(records_dir),
+                                      str(tmp_path / "traced"))
+    assert result.returncode == 0, result.stderr[-3000:]
 
 
 def test_without_tensorflow_and_keras_backend_the_trainer_takes_jax(records_dir, tmp_path):

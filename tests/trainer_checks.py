@@ -680,3 +680,34 @@ if __name__ == "__main__":
     from trainer.cli import main
 
     sys.exit(main(argv[1:]))
+
+
+def check_traced_program_computes_as_the_jitted_step(records_dir, folder):
+    """trainer/traced_steps.py: the step's exported program, called as the trainer calls it, gives the jitted
+    step's new state and results bit for bit (amp, the tiny model, two steps, each from the same state), first
+    exported into `folder` and then read back from the one file there."""
+    import jax
+    import numpy as np
+
+    from trainer.traced_steps import SUFFIX, step_with_traced_program
+
+    steps, element = built_steps(records_dir, "amp", ())
+    arguments = steps.step_arguments(element)
+    copies = [jax.tree.map(lambda value: value.copy(), arguments[0]) for _ in range(3)]  # the steps donate it
+    expected = jax.tree.leaves(steps._train(copies[0], *arguments[1:]))
+    for copy in copies[1:]:
+        traced = step_with_traced_program(steps._train, arguments, folder, "a description", **steps._train_options)
+        got = jax.tree.leaves(traced(copy, *arguments[1:]))
+        assert len(got) == len(expected) > 50, (len(got), len(expected))
+        differ = [i for i, (a, b) in enumerate(zip(got, expected)) if not np.array_equal(np.asarray(a), np.asarray(b))]
+        assert not differ, f"{len(differ)} of {len(got)} outputs differ: {differ[:10]}"
+        assert [name.endswith(SUFFIX) for name in os.listdir(folder)] == [True], os.listdir(folder)
+    # A file cut short (a full disk, a killed writer outside the rename) is exported again, not a failure.
+    (path,) = [os.path.join(folder, name) for name in os.listdir(folder)]
+    whole = os.path.getsize(path)
+    os.truncate(path, whole // 2)
+    traced = step_with_traced_program(steps._train, arguments, folder, "a description", **steps._train_options)
+    copy = jax.tree.map(lambda value: value.copy(), arguments[0])
+    assert all(np.array_equal(np.asarray(a), np.asarray(b))
+               for a, b in zip(jax.tree.leaves(traced(copy, *arguments[1:])), expected))
+    assert os.path.getsize(path) == whole

@@ -16,7 +16,7 @@ from bertprep.atomic import hold
 from bertprep.errors import DataError, UsageError
 from bertprep.options import check_argument
 from bertprep.progress import Progress
-from trainer import compilation_cache, run_state, xla_gpu
+from trainer import compilation_cache, run_state, traced_steps, xla_gpu
 from trainer.caller_random_state import restores_caller_random_state
 from trainer.config import (
     BertConfig,
@@ -405,7 +405,7 @@ def train(config: TrainConfig, step_times: list[float] | None = None,
     clock.mark("imports_s")
     if keras.backend.backend() == "jax":
         clock.listen_to_jax()
-    compilation_cache.enable(config.compilation_cache)  # before the first compilation
+    cache_folder = compilation_cache.enable(config.compilation_cache)  # before the first compilation
 
     if keras.backend.backend() == "jax" and os.environ.get("KERAS_DISTRIBUTION_JOB_ADDRESSES"):
         initialize_jax_processes()  # before anything asks JAX for its devices (tracing the model does)
@@ -434,18 +434,21 @@ def train(config: TrainConfig, step_times: list[float] | None = None,
         log = Log(config, config.steps, enabled=devices.is_chief)
         try:
             return _train(config, devices, log, clock, data_dir, records, bert, step_times, step_sequences, initial,
-                          precision_note, options)
+                          precision_note, options, cache_folder)
         finally:
             clock.close()  # a run that failed before its first results stops counting JAX's events
             log.close()
 
 
 def _train(config, devices, log, clock, data_dir, records, bert, step_times=None, step_sequences=None, initial=None,
-           precision_note=None, options=StepOptions()):
+           precision_note=None, options=StepOptions(), cache_folder=None):
     """Streams, model and steps, a resumed state, the loop, the summary."""
     stream, eval_stream, eval_steps = record_streams(config, devices, records, data_dir, log)
     model, _, steps = build_steps(config, devices, bert, records, warmup_steps(config.warmup, config.steps),
                                   initial, log, options)
+    if cache_folder is not None and hasattr(steps, "keep_traced_program"):  # JAX's steps, the cache on
+        steps.keep_traced_program(os.path.join(cache_folder, traced_steps.FOLDER),
+                                  traced_step_description(config, bert, options))
     clock.mark("model_built_s")
     settings = run_settings(config, bert, devices)
     carried = carried_files(config, records, initial, log)
@@ -463,6 +466,20 @@ def _train(config, devices, log, clock, data_dir, records, bert, step_times=None
     if devices.is_chief:
         log.record("summary", summary.to_dict(), counts.step)
     return summary
+
+
+# TrainConfig's fields that do not reach the train step's program: where the data and outputs are, logging,
+# evaluation (a program of its own), and the learning-rate schedule's numbers (the step's arguments).
+OUTSIDE_THE_STEP = ("data", "bert_config", "init_checkpoint", "lr", "warmup", "steps", "checkpoint_dir",
+                    "checkpoint_every", "keep_checkpoints", "resume", "eval_every", "eval_steps", "log_every",
+                    "log_json", "tensorboard_dir", "quiet", "compilation_cache")
+
+
+def traced_step_description(config, bert, options):
+    """What shapes the train step's tracing besides its arguments' types: the traced-step cache's key
+    (trainer/traced_steps.py). Every other field of `config` (a new one too) is in it."""
+    settings = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name not in OUTSIDE_THE_STEP}
+    return repr(("pretraining", sorted(settings.items()), bert, options))
 
 
 def global_batch(config, devices):

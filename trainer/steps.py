@@ -347,6 +347,8 @@ class TensorFlowSteps(Steps):
 
 
 class JaxSteps(Steps):
+    _traced_program = None  # (folder, description) until the first step: keep_traced_program
+
     def __init__(self, distribution, model, optimizer, accumulation, dynamic_scale, objective=PRETRAINING_OBJECTIVE,
                  allreduce_dtype="fp32"):
         import jax
@@ -380,10 +382,20 @@ class JaxSteps(Steps):
         # JAX trainer pins them); XLA chooses where the outputs go.
         state_shardings = jax.tree.map(lambda value: value.sharding, self.state)
         self.schedule_numbers = jax.device_put(optimizer.schedule_numbers(), self.replicated)
-        self._train = jax.jit(self._schedule_as_inputs(self._train_step), donate_argnums=0,
-                              out_shardings=(state_shardings, None))
+        self._train_options = {"donate_argnums": 0, "out_shardings": (state_shardings, None)}
+        self._train = jax.jit(self._schedule_as_inputs(self._train_step), **self._train_options)
         self._eval = jax.jit(self._eval_step)
         self._predict = jax.jit(self._predict_step)
+
+    def keep_traced_program(self, folder, description):
+        """From the first step on, call the step's exported program, read from `folder` where a run with this
+        `description` (what shapes the step besides its arguments) left one, else exported there
+        (trainer/traced_steps.py). On one device of one process (several: traced as before); returns
+        whether it will."""
+        if self.mesh.devices.size != 1 or self.jax.process_count() != 1:
+            return False
+        self._traced_program = (folder, description)
+        return True
 
     def put(self, batch):
         # This process's slice of the global batch; with one process it is the whole batch.
@@ -495,7 +507,14 @@ class JaxSteps(Steps):
         return self.state, device_batch, self.schedule_numbers
 
     def train(self, device_batch):
-        self.state, outputs = self._train(*self.step_arguments(device_batch))
+        arguments = self.step_arguments(device_batch)
+        if self._traced_program is not None:
+            from trainer.traced_steps import step_with_traced_program
+
+            self._train = step_with_traced_program(self._train, arguments, *self._traced_program,
+                                                   **self._train_options)
+            self._traced_program = None
+        self.state, outputs = self._train(*arguments)
         return outputs
 
     def send_to_host(self, handle):

@@ -1,0 +1,163 @@
+"""The traced-step cache: the JAX train step's traced program kept beside the compilation cache.
+
+JAX's persistent cache (trainer/compilation_cache.py) skips XLA's compile of a program it has seen, but
+its key is the lowered program, so every process first traces the step (Keras's layers and the
+optimizer, in Python) and lowers it to StableHLO: for BERT-base about 4 s of a warm start on a CPU, the
+largest part left after the imports (docs/trainer.md, "The traced-step cache"). Here the first run
+exports the step (jax.export: the traced and lowered program, serialized) into
+<compilation cache>/traced-steps/, under a key of everything that shapes its tracing; a later run with
+the same key reads it and calls it inside a jit of its own, so it neither traces nor lowers the model.
+Every run, the first one too, calls the exported program, so a warm run and a cold one compute alike:
+the losses are those of the step jitted directly, bit for bit on the CPU (the export wraps the very
+program the jit would lower; tests/trainer_checks.py compares them).
+
+The key holds the code (the sources of the trainer and bertprep packages, JAX's, jaxlib's, Keras's and
+NumPy's versions), the run's description (its settings that reach the step: the model's configuration,
+the levers, the optimizer, the precision; pretraining.traced_step_description), Keras's and JAX's global
+settings, the devices, and the step's arguments (tree, shapes, dtypes, layouts). The learning-rate
+schedule's numbers are arguments (optimizers._ScheduleOfNumbers), so --steps, --lr and --warmup share
+a program. A file that cannot be read is exported again; at most MAX_FILES are kept, the least recently
+used removed first. It is on where the compilation cache is (`--no-compilation-cache` or
+BERTPREP_COMPILATION_CACHE=0 turn both off), under JAX on one device in one process (a mesh of several
+devices or processes, and the pipeline's steps, trace as before).
+"""
+
+import hashlib
+import os
+import pathlib
+import sys
+
+FOLDER = "traced-steps"
+SUFFIX = ".jax-exported"
+MAX_FILES = 200
+FORMAT = 1  # bump when what a file holds, or what the key covers, changes
+LOWERING_DISTRIBUTIONS = ("ml_dtypes", "jax-cuda12-plugin", "jax-cuda12-pjrt", "jax-cuda13-plugin",
+                          "jax-cuda13-pjrt", "jax-rocm7-plugin", "jax-rocm7-pjrt", "libtpu")
+
+
+def step_with_traced_program(jitted, arguments, folder, description, **jit_options):
+    """A function equal to `jitted` (a jax.jit of the train step) called on arguments like `arguments`: the
+    exported program read from `folder` where an earlier run left one under this key, else exported now and
+    left there; jitted with `jit_options` (donation, output layouts) as `jitted` was."""
+    import jax
+
+    path = pathlib.Path(folder) / (key(description, arguments) + SUFFIX)
+    exported = _read(path)
+    if exported is None:
+        exported = jax.export.export(jitted, disabled_checks=[_ANY_CUSTOM_CALL()])(*arguments)
+        _write(path, exported.serialize())
+
+    def call(*args):
+        return exported.call(*args)
+
+    call.__name__ = exported.fun_name  # JAX names the program after it: jit(_train_step), as before
+    return jax.jit(call, **jit_options)
+
+
+def _ANY_CUSTOM_CALL():
+    # Export refuses custom calls whose compatibility JAX does not promise across versions (the fused
+    # attention's Triton kernels, cuDNN's): a file here is read only by the same versions, on this host.
+    import jax
+
+    return jax.export.DisabledSafetyCheck.custom_call("ALL")
+
+
+def _read(path):
+    import jax
+
+    try:
+        serialized = path.read_bytes()
+        exported = jax.export.deserialize(bytearray(serialized))
+    except Exception:  # noqa: BLE001 - missing, truncated or foreign: exported again, as if absent
+        return None
+    os.utime(path)  # recently used: the last to go
+    return exported
+
+
+def _write(path, serialized):
+    """Atomically (a temporary name, then a rename: a concurrent run, a benchmark's other worker, reads a whole
+    file or none); then the least recently used files past MAX_FILES removed. A folder that cannot be
+    written leaves the run as it is: the file only saves a later run's tracing."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary.write_bytes(serialized)
+        os.replace(temporary, path)
+        _evict(path.parent)
+    except OSError:
+        temporary.unlink(missing_ok=True)
+
+
+def _evict(folder):
+    files = sorted(folder.glob("*" + SUFFIX), key=_used_at)
+    for old in files[:max(0, len(files) - MAX_FILES)]:
+        old.unlink(missing_ok=True)
+
+
+def _used_at(path):
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def key(description, arguments):
+    """The file's name: a SHA-256 of everything that shapes the step's tracing (the module's docstring)."""
+    digest = hashlib.sha256()
+    for part in (str(FORMAT), _code(), description, _global_settings(), _devices(), _argument_types(arguments)):
+        digest.update(part.encode())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+_code_digest = None
+
+
+def _code():
+    """The versions of the libraries that trace the step and a digest of this project's sources (an edited
+    checkout traces anew)."""
+    global _code_digest
+    if _code_digest is None:
+        import importlib.metadata
+
+        import jax
+        import jaxlib
+        import keras
+        import numpy
+
+        digest = hashlib.sha256()
+        for package in ("trainer", "bertprep"):
+            root = pathlib.Path(sys.modules[package].__file__).parent
+            for source in sorted(root.rglob("*.py")):
+                digest.update(str(source.relative_to(root)).encode() + b"\0" + source.read_bytes() + b"\0")
+        versions = [jax.__version__, jaxlib.__version__, keras.__version__, numpy.__version__, sys.version]
+        for distribution in LOWERING_DISTRIBUTIONS:  # the GPU plugins lower the fused attention's kernels
+            try:
+                versions.append(f"{distribution} {importlib.metadata.version(distribution)}")
+            except importlib.metadata.PackageNotFoundError:
+                pass
+        _code_digest = " ".join(versions) + " " + digest.hexdigest()
+    return _code_digest
+
+
+def _global_settings():
+    """Keras's global dtype settings and JAX's configuration (its cache settings apart: where the cache is
+    says nothing of what is traced)."""
+    import jax
+    import keras
+
+    settings = sorted((name, repr(value)) for name, value in jax.config.values.items() if "cache" not in name)
+    return repr((keras.config.floatx(), keras.config.dtype_policy().name, keras.config.epsilon(), settings))
+
+
+def _devices():
+    import jax
+
+    return repr([(d.platform, d.device_kind, d.id) for d in jax.devices()] + [jax.process_count()])
+
+
+def _argument_types(arguments):
+    import jax
+
+    leaves, tree = jax.tree.flatten(arguments)
+    return repr(tree) + repr([(repr(jax.typeof(leaf)), repr(leaf.sharding)) for leaf in leaves])
