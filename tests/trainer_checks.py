@@ -483,9 +483,9 @@ def trained_in_groups(groups, train):
     return run
 
 
-def built_steps(records_dir, precision, options, **changes):
+def built_steps(records_dir, precision, options, schedule=("adam", 1e-4, 0, 10), **changes):
     """(the JAX Steps of TINY with `changes`, an element of 4 records) under `precision` ("amp" is resolved on
-    this CPU: mixed_bfloat16) and StepOptions `options`."""
+    this CPU: mixed_bfloat16) and StepOptions `options`; `schedule`: (optimizer, peak, warmup, total steps)."""
     import keras
 
     from trainer.config import BertConfig, StepOptions, TrainConfig
@@ -495,10 +495,11 @@ def built_steps(records_dir, precision, options, **changes):
     keras.backend.clear_session()
     keras.utils.set_random_seed(1)  # the same initial values and dropout seeds at every call
     records = Records(str(records_dir), "ofrecord")
-    config, _ = set_precision(TrainConfig(format="ofrecord", optimizer="adam", steps=10, precision=precision,
-                                          pad_vocab=1), keras)
+    optimizer, peak, warmup, total = schedule
+    config, _ = set_precision(TrainConfig(format="ofrecord", optimizer=optimizer, lr=peak, steps=total,
+                                          precision=precision, pad_vocab=1), keras)
     _, _, steps = build_steps(config, Devices(keras.backend.backend()), BertConfig(**dict(TINY, **changes)),
-                              records, 0, options=StepOptions(*options))
+                              records, warmup, options=StepOptions(*options))
     batch = next(RecordStream(records, "training", 4, seed=1).batches())
     return steps, steps.put({k: v[None] for k, v in batch.items()})
 
@@ -711,3 +712,46 @@ def check_traced_program_computes_as_the_jitted_step(records_dir, folder):
     assert all(np.array_equal(np.asarray(a), np.asarray(b))
                for a, b in zip(jax.tree.leaves(traced(copy, *arguments[1:])), expected))
     assert os.path.getsize(path) == whole
+
+
+def check_an_unexportable_step_is_traced_as_before(folder):
+    """A step jax.export cannot serialize (here a host callback) runs as the plain jit it was, after one line
+    saying so, and leaves no file: the traced-step cache is a saving, never a failure."""
+    import io
+
+    import jax
+    import numpy as np
+
+    from trainer.traced_steps import step_with_traced_program
+
+    def step(x):
+        return jax.pure_callback(lambda v: np.asarray(v) * 2, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+
+    jitted, x = jax.jit(step), jax.numpy.arange(3.0)
+    said = io.StringIO()
+    with contextlib.redirect_stderr(said):
+        traced = step_with_traced_program(jitted, (x,), folder, "a description")
+    assert traced is jitted and np.array_equal(traced(x), [0.0, 2.0, 4.0])
+    assert said.getvalue().startswith("trainer: note: the train step could not be exported") and said.getvalue(
+    ).count("\n") == 1, said.getvalue()
+    assert not os.path.exists(folder) or not os.listdir(folder)
+
+
+def check_a_step_exported_under_one_schedule_computes_another(records_dir):
+    """The traced-step cache keys a program without --lr, --warmup and --steps (pretraining.OUTSIDE_THE_STEP):
+    the step exported under one schedule, called with another's numbers and state, gives that schedule's own
+    jitted step's results bit for bit, for both kinds of schedule, warmup 0 one way and the other (a Python
+    branch on warmup 0 in GoogleSchedule.with_inputs had made them two programs under one key)."""
+    import jax
+    import numpy as np
+
+    for optimizer in ("lamb", "google-adam"):
+        built = [built_steps(records_dir, "fp32", (), schedule=(optimizer, *numbers))
+                 for numbers in ((1e-3, 0, 10), (3e-4, 3, 20))]
+        for (exported_from, element), (other, _) in (built, built[::-1]):
+            exported = jax.export.export(exported_from._train)(*exported_from.step_arguments(element))
+            state = [jax.tree.map(lambda value: value.copy(), other.state) for _ in range(2)]
+            expected = jax.tree.leaves(other._train(state[0], element, other.schedule_numbers))
+            got = jax.tree.leaves(jax.jit(exported.call)(state[1], element, other.schedule_numbers))
+            differ = [i for i, (a, b) in enumerate(zip(got, expected)) if not np.array_equal(a, b)]
+            assert len(got) == len(expected) and not differ, (optimizer, len(differ), len(got))

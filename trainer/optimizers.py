@@ -155,8 +155,9 @@ class GoogleSchedule(_ScheduleOfNumbers):
     def with_inputs(self, step, k):
         s = ops.cast(step, "float32")
         decayed = k["peak"] * (1.0 - ops.minimum(s, k["total_steps"]) * k["inverse_total"])
-        if not self.warmup_steps:  # as with_constants: no warmup branch, a program of its own
-            return decayed
+        # No Python branch on warmup 0 (with_constants has one): the program must not depend on a number it
+        # takes as an input (the traced-step cache keys programs by everything else). s < 0 never holds, so
+        # warmup 0 selects `decayed`, as with_constants returns it.
         return ops.where(s < k["warmup_steps"], s * k["peak_per_warmup_step"], decayed)
 
     def get_config(self):

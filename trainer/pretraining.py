@@ -406,6 +406,8 @@ def train(config: TrainConfig, step_times: list[float] | None = None,
     if keras.backend.backend() == "jax":
         clock.listen_to_jax()
     cache_folder = compilation_cache.enable(config.compilation_cache)  # before the first compilation
+    if cache_folder is not None:
+        traced_steps.code()  # the sources digested as they were imported, before a later edit could be read
 
     if keras.backend.backend() == "jax" and os.environ.get("KERAS_DISTRIBUTION_JOB_ADDRESSES"):
         initialize_jax_processes()  # before anything asks JAX for its devices (tracing the model does)

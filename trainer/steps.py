@@ -394,7 +394,7 @@ class JaxSteps(Steps):
         whether it will."""
         if self.mesh.devices.size != 1 or self.jax.process_count() != 1:
             return False
-        self._traced_program = (folder, description)
+        self._traced_program, self._traced_steps = (folder, description), {}
         return True
 
     def put(self, batch):
@@ -508,14 +508,20 @@ class JaxSteps(Steps):
 
     def train(self, device_batch):
         arguments = self.step_arguments(device_batch)
-        if self._traced_program is not None:
-            from trainer.traced_steps import step_with_traced_program
-
-            self._train = step_with_traced_program(self._train, arguments, *self._traced_program,
-                                                   **self._train_options)
-            self._traced_program = None
-        self.state, outputs = self._train(*arguments)
+        step = self._train if self._traced_program is None else self._traced_step(arguments)
+        self.state, outputs = step(*arguments)
         return outputs
+
+    def _traced_step(self, arguments):
+        """The exported step for these arguments' batch shapes (binned records, --bin-size, give a few: one
+        program each, as the jit traced one each), read or exported at its first step."""
+        from trainer.traced_steps import step_with_traced_program
+
+        shapes = tuple((name, value.shape) for name, value in arguments[1].items())
+        if shapes not in self._traced_steps:
+            self._traced_steps[shapes] = step_with_traced_program(self._train, arguments, *self._traced_program,
+                                                                  **self._train_options)
+        return self._traced_steps[shapes]
 
     def send_to_host(self, handle):
         handle.copy_to_host_async()
