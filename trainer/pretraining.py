@@ -406,8 +406,6 @@ def train(config: TrainConfig, step_times: list[float] | None = None,
     if keras.backend.backend() == "jax":
         clock.listen_to_jax()
     cache_folder = compilation_cache.enable(config.compilation_cache)  # before the first compilation
-    if cache_folder is not None:
-        traced_steps.code()  # the sources digested as they were imported, before a later edit could be read
 
     if keras.backend.backend() == "jax" and os.environ.get("KERAS_DISTRIBUTION_JOB_ADDRESSES"):
         initialize_jax_processes()  # before anything asks JAX for its devices (tracing the model does)
@@ -445,6 +443,8 @@ def train(config: TrainConfig, step_times: list[float] | None = None,
 def _train(config, devices, log, clock, data_dir, records, bert, step_times=None, step_sequences=None, initial=None,
            precision_note=None, options=StepOptions(), cache_folder=None):
     """Streams, model and steps, a resumed state, the loop, the summary."""
+    if cache_folder is not None:
+        traced_steps.code()  # the sources digested as the run starts, before a later edit could be read
     stream, eval_stream, eval_steps = record_streams(config, devices, records, data_dir, log)
     model, _, steps = build_steps(config, devices, bert, records, warmup_steps(config.warmup, config.steps),
                                   initial, log, options)
