@@ -52,7 +52,7 @@ def step_with_traced_program(jitted, arguments, folder, description, **jit_optio
     exported = _read(path)
     if exported is None:
         try:
-            exported = jax.export.export(jitted, disabled_checks=[_ANY_CUSTOM_CALL()])(*arguments)
+            exported = jax.export.export(jitted, disabled_checks=[_any_custom_call()])(*arguments)
             serialized = exported.serialize()
         except Exception as error:  # noqa: BLE001 - a cache: the run goes on as without it, and says so
             first_line = (str(error).strip().splitlines() or [""])[0][:200]
@@ -68,7 +68,7 @@ def step_with_traced_program(jitted, arguments, folder, description, **jit_optio
     return jax.jit(call, **jit_options)
 
 
-def _ANY_CUSTOM_CALL():
+def _any_custom_call():
     # Export refuses custom calls whose compatibility JAX does not promise across versions (the fused
     # attention's Triton kernels, cuDNN's): a file here is read only by the same versions, on this host.
     import jax
