@@ -347,7 +347,7 @@ class TensorFlowSteps(Steps):
 
 
 class JaxSteps(Steps):
-    _traced_program = None  # (folder, description) until the first step: keep_traced_program
+    _traced_program = None  # (folder, description) where keep_traced_program was asked
 
     def __init__(self, distribution, model, optimizer, accumulation, dynamic_scale, objective=PRETRAINING_OBJECTIVE,
                  allreduce_dtype="fp32"):
@@ -515,10 +515,10 @@ class JaxSteps(Steps):
     def _traced_step(self, arguments):
         """The exported step for these arguments' batch shapes (binned records, --bin-size, give a few: one
         program each, as the jit traced one each), read or exported at its first step."""
-        from trainer.traced_steps import step_with_traced_program
-
         shapes = tuple((name, value.shape) for name, value in arguments[1].items())
         if shapes not in self._traced_steps:
+            from trainer.traced_steps import step_with_traced_program  # at a width's first step only
+
             self._traced_steps[shapes] = step_with_traced_program(self._train, arguments, *self._traced_program,
                                                                   **self._train_options)
         return self._traced_steps[shapes]

@@ -29,7 +29,6 @@ import hashlib
 import os
 import pathlib
 import sys
-import time
 
 FOLDER = "traced-steps"
 SUFFIX = ".jax-exported"
@@ -92,24 +91,25 @@ def _read(path):
 
 
 def _write(path, serialized):
-    """Atomically (a temporary name, then a rename: a concurrent run, a benchmark's other worker, reads a whole
-    file or none); then the least recently used files past MAX_FILES removed. A folder that cannot be
-    written leaves the run as it is: the file only saves a later run's tracing."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    """Whole or not at all (bertprep.atomic: a concurrent run, a benchmark's other worker, reads a whole file or
+    none; a killed writer's temporary is removed by the next writer); then the least recently used files past
+    MAX_FILES removed. A folder that cannot be written leaves the run as it is: the file only saves a later
+    run's tracing."""
+    from bertprep.atomic import atomic_write_bytes, remove_stale_temps, staging_dir
+
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        temporary.write_bytes(serialized)
-        os.replace(temporary, path)
+        remove_stale_temps(staging_dir(path.parent), path)
+        atomic_write_bytes(path, serialized)
         _evict(path.parent)
     except OSError:
-        temporary.unlink(missing_ok=True)
+        pass
 
 
 def _evict(folder):
-    """The least recently used files past MAX_FILES, and temporary files a killed writer left an hour ago."""
+    """The least recently used files past MAX_FILES."""
     files = sorted(folder.glob("*" + SUFFIX), key=_used_at)
-    left = [path for path in folder.glob(".*.tmp") if _used_at(path) < time.time() - 3600]
-    for old in files[:max(0, len(files) - MAX_FILES)] + left:
+    for old in files[:max(0, len(files) - MAX_FILES)]:
         old.unlink(missing_ok=True)
 
 
