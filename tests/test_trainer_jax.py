@@ -439,9 +439,10 @@ def test_a_run_compiles_a_handful_of_programs_and_a_rerun_loads_them_all(records
     assert any(name.startswith("jit__train_step-") for name in os.listdir(cache))
     assert len(os.listdir(cache / "traced-steps")) == 1
     assert compiles_before_the_first_step(records_dir, tmp_path, cache) == (compiled, compiled, steps, 1)
-    # The learning-rate schedule's numbers are the step's inputs: other --steps, --lr and --warmup load it too.
+    # The learning-rate schedule's numbers are the step's inputs, the initializers' seeds and the dropout layers'
+    # seed states the initial values' program's: other --steps, --lr, --warmup and --seed load every program too.
     other = compiles_before_the_first_step(records_dir, tmp_path, cache, "--steps", "3", "--lr", "3e-4",
-                                           "--warmup", "1")
+                                           "--warmup", "1", "--seed", "7")
     assert other[:2] == (compiled, compiled) and len(other[2]) == 3 and other[3] == 1, other
     assert len(os.listdir(cache / "traced-steps")) == 1
     # Another model (its dropout) is traced anew, beside the first.

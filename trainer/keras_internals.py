@@ -2,6 +2,9 @@
 each with why the public API does not do: a Keras upgrade that moves one breaks here, and only here.
 Checked against Keras 3.15."""
 
+import contextlib
+
+from keras import random
 from keras.src.backend.common import global_state
 
 
@@ -26,6 +29,66 @@ def initialize_variable(variable, value):
     The public `assign` refuses a variable that has no value yet."""
     variable._initialize(value)
     variable._initializer = None
+
+
+def initial_value(variable):
+    """A deferred variable's initial value, drawn now: what Keras does on reading its `value`, from the
+    initializer it keeps under a private name until the variable has a value."""
+    return variable._initializer(variable.shape, dtype=variable.dtype)
+
+
+def is_seed_state(variable):
+    """Whether `variable` is a SeedGenerator's state (a dropout layer's seed): Keras names it so and has no
+    public way to ask. Its initializer returns [seed, 0] with the seed held in a closure."""
+    return variable.path.rsplit("/", 1)[-1] == "seed_generator_state"
+
+
+def seeded_initializers(variables):
+    """The random initializers (with an int seed, Keras's `seed` attribute) behind the deferred `variables`, each
+    once: a variable's own, or one a wrapper of ours holds as `initializer` (model._ZeroPadded). Only seeds
+    that a uint32 holds, as Keras's JAX backend converts them."""
+    found = {}
+    for variable in variables:
+        initializer = variable._initializer
+        while initializer is not None:
+            seed = getattr(initializer, "seed", None)
+            if isinstance(seed, int) and 0 <= seed < 2**32:
+                found[id(initializer)] = initializer
+            initializer = getattr(initializer, "initializer", None)
+    return list(found.values())
+
+
+@contextlib.contextmanager
+def seeds_given(initializers, seeds):
+    """Inside, `initializers` draw with the keys [seeds[i], 0] (traced values): Keras's draw_seed takes an int
+    seed as a constant of the program, or a SeedGenerator, whose next() it calls; each initializer's int is put
+    back on leaving. The key is the one an int seed gives ([seed, 0] as uint32), so the draws are the same."""
+    import jax.numpy as jnp
+
+    kept = [initializer.seed for initializer in initializers]
+    try:
+        for initializer, seed in zip(initializers, seeds):
+            initializer.seed = _GivenKey(jnp.stack([seed, jnp.zeros((), seed.dtype)]))
+        yield
+    finally:
+        for initializer, seed in zip(initializers, kept):
+            initializer.seed = seed
+
+
+class _GivenKey(random.SeedGenerator):
+    """A SeedGenerator whose next() is a given key, made without SeedGenerator.__init__ (which would create a
+    state variable): the one kind of seed object besides an int that Keras's draw_seed accepts."""
+
+    def __new__(cls, key):
+        given = object.__new__(cls)
+        given.key = key
+        return given
+
+    def __init__(self, key):
+        pass
+
+    def next(self, ordered=True):
+        return self.key
 
 
 def variable_index(optimizer, variable):

@@ -471,8 +471,9 @@ def _train(config, devices, log, clock, data_dir, records, bert, step_times=None
 
 
 # TrainConfig's fields that do not reach the train step's program: where the data and outputs are, logging,
-# evaluation (a program of its own), and the learning-rate schedule's numbers (the step's arguments).
-OUTSIDE_THE_STEP = ("data", "bert_config", "init_checkpoint", "lr", "warmup", "steps", "checkpoint_dir",
+# evaluation (a program of its own), the learning-rate schedule's numbers (the step's arguments), and the seed
+# (it reaches the step as the dropout layers' seed states, variables; the data's order is the host's).
+OUTSIDE_THE_STEP = ("data", "bert_config", "init_checkpoint", "seed", "lr", "warmup", "steps", "checkpoint_dir",
                     "checkpoint_every", "keep_checkpoints", "resume", "eval_every", "eval_steps", "log_every",
                     "log_json", "tensorboard_dir", "quiet", "compilation_cache")
 
