@@ -225,6 +225,57 @@ def test_decontaminate_finds_squad_contexts_planted_in_training(corpus, tmp_path
     assert kept.count("\n") == 2 and "river pilots" not in kept
 
 
+def never_kept_and_removed(summary, manifest, report_only):
+    """The listing names as kept only documents it does not remove, and the counts are the listing's."""
+    removed = {(e["corpus"], e["part"], e["line"]) for e in manifest["removed"]
+               if e["reason"] != "contaminated" or not report_only}
+    for entry in manifest["removed"]:
+        kept = entry.get("kept")
+        assert not kept or (kept["corpus"], kept["part"], kept["line"]) not in removed, entry
+    for reason in ("exact", "near", "contaminated"):
+        assert summary[reason] == manifest["corpora"]["t"][reason] == sum(e["reason"] == reason
+                                                                          for e in manifest["removed"])
+    assert summary["kept"] == summary["documents"] - len(removed)
+
+
+def test_no_duplicate_is_listed_against_a_removed_document(tmp_path):
+    """A copy of a contaminated document was listed as an exact (or near) duplicate of it, named as kept where
+    it was removed as contaminated; an exact copy of a near copy was listed against that near copy, removed too.
+    Contaminated documents are listed as such (removed, unless --report-only), and each cluster keeps its first
+    document that is not: 5 (no evaluation n-gram) keeps the cluster of 1, 6 is its exact copy."""
+    words = [f"w{i}" for i in range(200)]
+    text = " ".join(words)
+    near = text.replace("w5 ", "zz ")  # without the evaluation item's 13-gram (w0 … w12)
+    texts = [text, "a document of its own", text.upper(), "another one", near, near.upper(),
+             near.replace("w150 ", "yy ")]
+    training = write_corpus(tmp_path / "t", texts)
+    evaluation = tmp_path / "eval.txt"
+    evaluation.write_text(" ".join(words[:13]) + "\n")
+    one = bertprep.EngineOptions(workers=1)
+    summary = bertprep.dedup(input=(training,), out=tmp_path / "out", decontaminate=(evaluation,), engine=one)
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    listed = {e["line"]: (e["reason"], e.get("kept", {}).get("line"), e.get("linked_by", {}).get("line"))
+              for e in manifest["removed"]}
+    assert listed == {1: ("contaminated", None, None), 3: ("contaminated", None, None), 6: ("exact", 5, None),
+                      7: ("near", 5, 1)}, listed
+    never_kept_and_removed(summary, manifest, report_only=False)
+    kept = [json.loads(line)["text"] for line in open(tmp_path / "out" / "t" / "part-0000.jsonl", encoding="utf-8")]
+    assert kept == [texts[1], texts[3], near]
+    summary = bertprep.dedup(input=(training,), out=tmp_path / "listed", decontaminate=(evaluation,),
+                             report_only=True, engine=one)
+    manifest = json.loads((tmp_path / "listed" / "manifest.json").read_text())
+    listed = {e["line"]: (e["reason"], e.get("kept", {}).get("line"), e.get("linked_by", {}).get("line"))
+              for e in manifest["removed"]}
+    assert listed == {1: ("contaminated", None, None), 3: ("exact", 1, None), 5: ("near", 1, None),
+                      6: ("near", 1, 5), 7: ("near", 1, None)}, listed
+    assert listed_estimate(manifest, 6) == listed_estimate(manifest, 5)  # the same words as 5
+    never_kept_and_removed(summary, manifest, report_only=True)
+
+
+def listed_estimate(manifest, line):
+    return next(e["estimate"] for e in manifest["removed"] if e["line"] == line)
+
+
 def test_a_changed_evaluation_file_is_decontaminated_against_again(corpus, tmp_path):
     """The evaluation files' sha256 are part of a run's settings: a rerun after the file changed (a fresh
     download, an edited .txt) said "already complete" and kept the old file's findings, exit 0."""

@@ -33,7 +33,10 @@ in runs and merged from disk.
    document. The band's file holds its edges and the histogram of every candidate's estimate (the plot).
 4. Decision (`decide_step`, one task): the edges of all bands, by later then earlier document, joined in the
    stable order (corpus order on the command line, then the document's position in its corpus: part name,
-   line) into connected components; each keeps its first document. It holds what grows with the duplicates
+   line) into connected components; each keeps its first document that is not removed as contaminated (a
+   document holding evaluation n-grams is listed as contaminated, never as a duplicate, unless --report-only keeps
+   it; an exact copy of a near copy is listed against that one's kept document, linked by it), so that no listed
+   duplicate names as kept a document that was removed. It holds what grows with the duplicates
    (edges, the removed documents and their listing), never an array per document of the corpus; the removed
    documents' estimates against their kept ones are read from their signatures a batch of pairs at a time.
 5. Write: each part without its removed lines. Before it, the decision is saved as OUT/manifest.json marked
@@ -1046,13 +1049,14 @@ def band_step(task):
 def decide_step(task):
     """The decision from the steps' files: (removed listing, candidate pairs, their estimates' histogram,
     evaluation report). Holds what is proportional to the duplicates (edges, removed documents), not the corpus."""
-    work, markers, corpora, bands, (exact, near), evaluation, memory, num_perm = task
+    work, markers, corpora, bands, (exact, near, report_only), evaluation, memory, num_perm = task
     fingerprints = Fingerprints(work, markers)
+    sets, eval_hashes, eval_owners, counts = evaluation
+    contaminated, report = contamination(fingerprints.found() if sets else {}, eval_hashes, eval_owners, sets,
+                                         counts)
+    # removed as contaminated whatever else they are, so that no duplicate is listed against one of them as kept
+    gone = set() if report_only else set(contaminated)
     removed = {}
-    if exact:
-        copies = Arrays(work, EXACT)
-        removed.update((doc, ("exact", twin, 1.0, None))
-                       for doc, twin in zip(copies.rows("docs").tolist(), copies.rows("twins").tolist()))
     histogram, pairs = np.zeros(HISTOGRAM_BINS, np.int64), 0
     if near:
         edges = []
@@ -1064,10 +1068,9 @@ def decide_step(task):
         earlier, later, shares = (np.concatenate(side) for side in zip(*edges))
         order = np.lexsort((earlier, later))
         batch = max(1, memory // (64 * num_perm))  # as band_step's (two signatures a pair, read and copied)
-        removed.update(near_clusters(fingerprints, earlier[order], later[order], shares[order], batch))
-    sets, eval_hashes, eval_owners, counts = evaluation
-    contaminated, report = contamination(fingerprints.found() if sets else {}, eval_hashes, eval_owners, sets,
-                                         counts)
+        removed.update(near_clusters(fingerprints, earlier[order], later[order], shares[order], batch, gone))
+    if exact:
+        removed.update(exact_copies(Arrays(work, EXACT), removed, gone))
     named = sorted(set(removed) | set(contaminated) | {r[1] for r in removed.values()}
                    | {r[3][0] for r in removed.values() if r[3]})
     lines = dict(zip(named, fingerprints.rows("lines", named).tolist())) if named else {}
@@ -1092,10 +1095,28 @@ def decide_step(task):
     return listing, pairs, histogram, report
 
 
-def near_clusters(fingerprints, earlier, later, shares, batch):
+def exact_copies(copies, near, gone):
+    """{document: ("exact", twin, 1.0, None)} from STEPS/exact's `copies`, but for a copy whose twin is a near
+    copy in `near` (exact copies are left out of the bands): ("near", the twin's kept one, the twin's estimate,
+    (twin, 1.0)), listed as its twin is, not against the twin that was removed. A copy in `gone` (removed as
+    contaminated) is left out: its twin is too, the same words holding the same evaluation n-grams."""
+    removed = {}
+    for doc, twin in zip(copies.rows("docs").tolist(), copies.rows("twins").tolist()):
+        if doc in gone:
+            continue
+        if twin in near:
+            _reason, kept, estimate, _link = near[twin]
+            removed[doc] = ("near", kept, estimate, (twin, 1.0))
+        else:
+            removed[doc] = ("exact", twin, 1.0, None)
+    return removed
+
+
+def near_clusters(fingerprints, earlier, later, shares, batch, gone=frozenset()):
     """{document: ("near", kept, estimate, link)} from the verified pairs (`earlier`, `later`, by later then
-    earlier): the connected components, each keeping its first document. `link` is (document, estimate) of the
-    pair that put a document in its cluster when that is not the kept one."""
+    earlier): the connected components, each keeping its first document not in `gone` (removed as contaminated:
+    the cluster of a contaminated first document named it as kept; those in `gone` are left out). `link` is
+    (document, estimate) of the pair that put a document in its cluster when that is not the kept one."""
     root, link = {}, {}
     # each document, in order, joins the clusters of the earlier ones it verifies with: the earliest root keeps them
     bounds = np.flatnonzero(np.r_[True, later[1:] != later[:-1], True]).tolist() if later.size else []
@@ -1107,8 +1128,11 @@ def near_clusters(fingerprints, earlier, later, shares, batch):
             root[other_root] = roots[0]
             link[other_root] = (doc, None)  # the pair's estimate: below, with the others' signatures
         link[doc] = (int(earlier[start]), float(shares[start]))  # its first verified pair
-    kept = {doc: _find(root, doc) for doc in sorted(root)}
-    kept = {doc: first for doc, first in kept.items() if first != doc}
+    cluster = {doc: _find(root, doc) for doc in sorted(root)}
+    keeper = {}  # {cluster's root: its first document not gone}
+    for doc in sorted({*cluster, *cluster.values()} - gone):
+        keeper.setdefault(cluster.get(doc, doc), doc)
+    kept = {doc: keeper[first] for doc, first in cluster.items() if doc not in gone and keeper[first] != doc}
     # the estimates not known from the bands' files: each removed document with its kept one, and with the document
     # that linked two clusters; a batch of pairs' signatures at a time (all of them at once were 111 MiB at 1M)
     unknown = [doc for doc in kept if link[doc][0] != kept[doc] and link[doc][1] is None]
@@ -1488,8 +1512,8 @@ def _decide(options, engine, evaluation, corpora, input_list, params, quiet, ste
     if options.near:
         _run_all(engine, band_step, [(steps, markers, band, (bands, rows), options.num_perm, options.threshold,
                                       options.exact, memory, staging) for band in range(bands)])
-    task = (steps, markers, corpora, bands, (options.exact, options.near), (sets, eval_hashes, eval_owners, counts),
-            memory, options.num_perm)
+    task = (steps, markers, corpora, bands, (options.exact, options.near, options.report_only),
+            (sets, eval_hashes, eval_owners, counts), memory, options.num_perm)
     listing, pairs, histogram, report = _run_all(engine, decide_step, [task])[0]
     drops = _drops(listing, corpora, options.report_only)
     per_corpus = {}
