@@ -347,6 +347,55 @@ def test_checkpoint_run_warns_of_nan_before_its_nan_outputs(fixtures, tmp_path, 
     assert not np.isfinite(written["pooled_output"]).all() and not np.isfinite(written["nsp_logits"]).all()
 
 
+# NaN in the last position's embedding (beyond the records' 128), inf in the next-sentence bias (no fine-tuning
+# weight); one pretraining step takes both, its loss not finite (a skipped step, as the loop has them).
+INITIAL_NON_FINITE = ["bert.embeddings.position_embeddings.weight", "cls.seq_relationship.bias"]
+INITIAL_SAID = ("{}: 2 of 46 variables hold NaN or inf values (a diverged run?): bert/embeddings/position_embeddings, "
+                "cls/seq_relationship/output_bias")
+
+
+def test_pretraining_from_a_checkpoint_holding_nan_or_inf_warns_of_it_in_one_line(fixtures, golden_dir, tmp_path,
+                                                                                 capsys):
+    """`python -m trainer --init-checkpoint` of a diverged run's checkpoint started without a word: the line
+    `trainer checkpoint` says, once, before the run and under --quiet, the summary's (and --log-json's)
+    "warnings"; the run goes on as before. A finite checkpoint gets no line."""
+    src = _with_non_finite(fixtures, tmp_path / "nan", INITIAL_NON_FINITE)
+    said = INITIAL_SAID.format(src / "model.safetensors")
+    formats.write_records(tmp_path / "records" / "tfrecord" / "training" / "part_0.tfrecord",
+                          list(formats.read_records(golden_dir / "G1.tfrecord"))[:8], "tfrecord")
+    log = tmp_path / "log.jsonl"
+    assert main(["--format", "tfrecord", "--data", str(tmp_path / "records"), "--init-checkpoint", str(src),
+                 "--steps", "1", "--batch-size", "8", "--log-every", "1", "--log-json", str(log), "--quiet",
+                 "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert err == f"trainer: warning: {said}\n" and json.loads(out)["warnings"] == [said]
+    assert json.loads(out)["steps"] == 1
+    assert json.loads(log.read_text().splitlines()[-1])["warnings"] == [said]
+    from trainer.checkpoint import read
+    from trainer.pretraining import initial_checkpoint_warnings
+
+    assert initial_checkpoint_warnings(read(str(fixtures / "hf_tiny"))) == () and capsys.readouterr().err == ""
+
+
+def test_finetuning_from_a_checkpoint_holding_nan_or_inf_warns_of_it_in_one_line(fixtures, shared_dir, tmp_path,
+                                                                                capsys):
+    """`trainer finetune --init-checkpoint`: the same line, once, under --quiet, before the run, which goes on;
+    the --json summary and --log-json's summary event list it under "warnings"."""
+    src = _with_non_finite(fixtures, tmp_path / "nan", INITIAL_NON_FINITE)
+    said = INITIAL_SAID.format(src / "model.safetensors")
+    golden = shared_dir / "fixtures" / "finetune" / "glue" / "MRPC_train_seq128.tfrecord"
+    formats.write_records(tmp_path / "mrpc" / "train.tf_record", list(formats.read_records(golden))[:8], "tfrecord",
+                          kind=GLUE)
+    log = tmp_path / "log.jsonl"
+    assert main(["finetune", "--task", "mrpc", "--data", str(tmp_path / "mrpc"), "--format", "tfrecord",
+                 "--init-checkpoint", str(src), "--steps", "1", "--batch-size", "8", "--no-eval", "--output-dir",
+                 str(tmp_path / "out"), "--log-json", str(log), "--quiet", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert err == f"trainer: warning: {said}\n" and json.loads(out)["warnings"] == [said]
+    assert json.loads(out)["steps"] == 1
+    assert json.loads(log.read_text().splitlines()[-1])["warnings"] == [said]
+
+
 def test_truncated_files(fixtures, tmp_path, capsys):
     src = tmp_path / "hf"
     shutil.copytree(fixtures / "hf_tiny", src, ignore=shutil.ignore_patterns("expected"))

@@ -77,7 +77,7 @@ def test_trainer_summaries_show_their_table():
 
     for kind, title in ((TrainSummary, "trainer: done"), (FinetuneSummary, "trainer finetune: done")):
         values = {field.name: {"accuracy": 0.5} if field.type in (dict, "dict") else 1
-                  for field in dataclasses.fields(kind)}
+                  for field in dataclasses.fields(kind) if field.name != "warnings"}  # (): a list is no row
         summary = kind(**values)
         text = repr(summary)
         assert text.splitlines()[0] == title and len(text.splitlines()) == len(summary.to_dict()) + 1

@@ -570,6 +570,13 @@ class _ShownAsTable:
         return html_table(self.TITLE, self._rows())
 
 
+def _listing_warnings(summary):
+    """A summary's dict with its warnings as a list ("warnings", as `trainer checkpoint`'s JSON has them; the
+    table leaves a list out, its lines were said on stderr), or without the key where there are none."""
+    warnings = summary.pop("warnings")
+    return {**summary, "warnings": list(warnings)} if warnings else summary
+
+
 @dataclasses.dataclass(frozen=True, repr=False)  # shown as its table
 class TrainSummary(_ShownAsTable):
     """What a pretraining run reports (`--json` prints `to_dict()`)."""
@@ -602,10 +609,14 @@ class TrainSummary(_ShownAsTable):
     # traced, lowered, compiled or loaded, and the programs compiled and read from the cache). None: no step ran.
     seconds_to_first_step: float | None = None
     startup: dict | None = None
+    # One line each (the --init-checkpoint's NaN or inf), said on stderr as the run started; to_dict lists them
+    # under "warnings", a key a run without any does not get.
+    warnings: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
         last = ("last_loss", "last_mlm_accuracy", "last_nsp_accuracy")
-        return {k: v for k, v in dataclasses.asdict(self).items() if not (k in last and v is None)}
+        return _listing_warnings({k: v for k, v in dataclasses.asdict(self).items()
+                                  if not (k in last and v is None)})
 
 
 @dataclasses.dataclass(frozen=True, repr=False)  # shown as its table
@@ -629,8 +640,10 @@ class FinetuneSummary(_ShownAsTable):
     mean_sequences_per_second: float | None
     evaluation: dict = dataclasses.field(default_factory=dict)
     prediction: dict = dataclasses.field(default_factory=dict)  # --predict: examples, file
+    warnings: tuple[str, ...] = ()  # as TrainSummary's
 
     def to_dict(self) -> dict:
-        figures = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("evaluation", "prediction")}
+        figures = _listing_warnings({k: v for k, v in dataclasses.asdict(self).items()
+                                     if k not in ("evaluation", "prediction")})
         return {**figures, **{f"eval_{k}": v for k, v in self.evaluation.items()},
                 **{f"predict_{k}": v for k, v in self.prediction.items()}}

@@ -51,7 +51,15 @@ from trainer.data import RecordStream, feature_dtypes, prefetch
 from trainer.heads import FEATURE_INPUTS
 from trainer.loop import Schedule, train_loop
 from trainer.precision import loss_scaling
-from trainer.pretraining import Devices, Log, make_steps, set_precision, step_options, warmup_steps
+from trainer.pretraining import (
+    Devices,
+    Log,
+    initial_checkpoint_warnings,
+    make_steps,
+    set_precision,
+    step_options,
+    warmup_steps,
+)
 from trainer.squad_predictions import load_eval_metadata, write_predictions
 from trainer.tasks import TaskData, task_named
 
@@ -98,7 +106,6 @@ def finetune(config: FinetuneConfig) -> FinetuneSummary:
     if config.init_checkpoint and isinstance(data.manifest.get("vocab"), dict):  # what the records were made with
         tokenizer.check_records(initial, [(Folder(data.data_dir).display("manifest.json"), data.manifest["vocab"],
                                            data.manifest.get("lower_case"))])
-    del initial  # its weights are in `weights`, in our layout
     if config.model and size_of(bert) != SIZES[config.model]:
         raise UsageError(f"--model {config.model}: the checkpoint {checkpoint_path} holds L{bert.num_hidden_layers}/"
                          f"H{bert.hidden_size}/A{bert.num_attention_heads} (leave --model out to use it)")
@@ -108,6 +115,8 @@ def finetune(config: FinetuneConfig) -> FinetuneSummary:
     if data.vocab_size and data.vocab_size > bert.vocab_size:
         raise DataError(f"{storage.display(config.data)}: records were made with a vocab of {data.vocab_size} "
                         f"entries, the checkpoint's model has {bert.vocab_size}")
+    warnings = initial_checkpoint_warnings(initial)  # once the run is not refused, before it starts
+    del initial  # its weights are in `weights`, in our layout
     xla_gpu.apply("cublas")  # before JAX's GPU backend starts (trainer/xla_gpu.py)
     import keras
 
@@ -121,7 +130,7 @@ def finetune(config: FinetuneConfig) -> FinetuneSummary:
     try:
         carried = carried_files(data, initial_tokenizer, log) if config.checkpoint_dir else ({}, {})
         return _finetune(config, task, data, bert, weights, checkpoint_path, devices, log, carried, precision_note,
-                         options)
+                         options, warnings)
     finally:
         log.close()
 
@@ -159,7 +168,7 @@ def dev_file(config, data):
 
 
 def _finetune(config, task, data, bert, weights, checkpoint_path, devices, log, carried, precision_note=None,
-              options=StepOptions()):
+              options=StepOptions(), warnings=()):
     from trainer.optimizers import build_slots, make_optimizer
 
     global_batch = config.batch_size * devices.replicas
@@ -211,8 +220,10 @@ def _finetune(config, task, data, bert, weights, checkpoint_path, devices, log, 
     output_folder(config)  # a run that wrote nothing there has it still, as before
     summary = FinetuneSummary(task=task.name, format=data.fmt, init_checkpoint=checkpoint_path,
                               replicas=devices.replicas, global_batch=global_batch, precision=config.precision,
-                              optimizer=config.optimizer, **train, evaluation=evaluation, prediction=prediction)
-    log.record("summary", {k: v for k, v in summary.to_dict().items() if isinstance(v, (int, float))}, train["steps"])
+                              optimizer=config.optimizer, **train, evaluation=evaluation, prediction=prediction,
+                              warnings=warnings)
+    figures = {k: v for k, v in summary.to_dict().items() if isinstance(v, (int, float)) or k == "warnings"}
+    log.record("summary", figures, train["steps"])  # the numbers, and the warnings a script reads
     return summary
 
 

@@ -118,15 +118,29 @@ def initialize_jax_processes():
     keras.distribution.initialize(env["KERAS_DISTRIBUTION_JOB_ADDRESSES"], count, index)
 
 
-def read_initial_checkpoint(config):
+def read_initial_checkpoint(config, records):
     """--init-checkpoint (a trainer.checkpoint.Checkpoint); a --model or --bert-config that disagrees
-    with its config is an error naming both."""
+    with its config is an error naming both, and so are `records` (trainer.data.Records) of another vocab or
+    casing than the checkpoint's."""
     from trainer.checkpoint import check_size_flag, read
+    from trainer.checkpoint.tokenizer import check_records
 
     with library_lines_left_out():  # reading Google's checkpoint imports TensorFlow
         checkpoint = read(config.init_checkpoint)
         check_size_flag(checkpoint, config.model, config.bert_config)
+    check_records(checkpoint, records.vocabs)  # before training
     return checkpoint
+
+
+def initial_checkpoint_warnings(checkpoint):
+    """The warnings of the checkpoint a run starts from (None: none), each said at once in one stderr line,
+    `trainer: warning: …`, --quiet or not, as `trainer checkpoint` says it; the run's summary lists them under
+    "warnings". Checkpoint.non_finite_warning: NaN or inf in its weights (a diverged run's), which the run took
+    without a word. A warning, not a refusal: the loop ends a run whose loss stays non-finite (trainer/loop.py)."""
+    warnings = tuple(line for line in ([checkpoint.non_finite_warning()] if checkpoint else []) if line)
+    for line in warnings:
+        print(f"trainer: warning: {line}", file=sys.stderr, flush=True)
+    return warnings
 
 
 def model_config(config, records, initial=None):
@@ -393,13 +407,10 @@ def train(config: TrainConfig, step_times: list[float] | None = None,
         if not config.quiet:
             print(f"trainer: no --data: training on the embedded sample records in {data_dir}", file=sys.stderr)
     records = Records(data_dir, config.format)
-    initial = read_initial_checkpoint(config) if config.init_checkpoint else None
-    if initial is not None:  # records of another vocab or casing than the checkpoint's: refused, before training
-        from trainer.checkpoint.tokenizer import check_records
-
-        check_records(initial, records.vocabs)
+    initial = read_initial_checkpoint(config, records) if config.init_checkpoint else None
     bert = model_config(config, records, initial)
     check_records_fit(bert, records, data_dir)
+    warnings = initial_checkpoint_warnings(initial)  # once the run is not refused, before it starts
     xla_gpu.apply(config.gemm, autotune=config.gemm_autotune)  # XLA flags: before JAX's GPU backend starts
     keras = load_keras()
     clock.mark("imports_s")
@@ -434,14 +445,14 @@ def train(config: TrainConfig, step_times: list[float] | None = None,
         log = Log(config, config.steps, enabled=devices.is_chief)
         try:
             return _train(config, devices, log, clock, data_dir, records, bert, step_times, step_sequences, initial,
-                          precision_note, options, cache_folder)
+                          precision_note, options, cache_folder, warnings)
         finally:
             clock.close()  # a run that failed before its first results stops counting JAX's events
             log.close()
 
 
 def _train(config, devices, log, clock, data_dir, records, bert, step_times=None, step_sequences=None, initial=None,
-           precision_note=None, options=StepOptions(), cache_folder=None):
+           precision_note=None, options=StepOptions(), cache_folder=None, warnings=()):
     """Streams, model and steps, a resumed state, the loop, the summary."""
     if cache_folder is not None:
         traced_steps.code()  # the sources digested as the run starts, before a later edit could be read
@@ -464,7 +475,7 @@ def _train(config, devices, log, clock, data_dir, records, bert, step_times=None
                   step_times=step_times, step_sequences=step_sequences, first_results=clock.first_results)
     batches = prefetch(stream.batches(draws * stream.batch_size))
     counts, meter = train_loop(steps, batches, schedule, log, config.grad_accum, hooks, draws)
-    summary = train_summary(config, devices, steps, counts, meter, clock)
+    summary = dataclasses.replace(train_summary(config, devices, steps, counts, meter, clock), warnings=warnings)
     if devices.is_chief:
         log.record("summary", summary.to_dict(), counts.step)
     return summary
