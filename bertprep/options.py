@@ -268,20 +268,25 @@ def check_types(options):
     choices = getattr(cls, "choices", {})
     for field in dataclasses.fields(options):
         value = getattr(options, field.name)
-        conformed = check_argument(f"{cls.__name__}.{field.name}", value, hints[field.name], choices.get(field.name),
-                                   one_for_many=True)
+        # The names word a wrong type's message only: a str that is none of them is the class's own check, worded
+        # with its flag on the command line (`--layout must be one of bertprep, nvidia, not 'x'`).
+        conformed = check_argument(f"{cls.__name__}.{field.name}", value, hints[field.name], one_for_many=True,
+                                   expected=_described_choices(choices.get(field.name), hints[field.name]))
         if conformed is not value:
             object.__setattr__(options, field.name, conformed)
 
 
 def check_argument(label, value, annotation, choices=None, expected=None, one_for_many=False):
     """`value` as a field of type `annotation` keeps it (check_types' rules), or one UsageError line: `label must be
-    <the type, described>, got <its type> <its repr>`, or `label must be one of <choices>, got ...` for a name
-    among `choices`, or `label must be <expected>` where the annotation's words would not say what it is. For the
-    public functions' arguments that are no options field (bertprep.torch.BertLoader's). A str or path given for
-    a tuple or list is refused, as no sequence of items (convert took labels="a,b" for one label, and a str's items
-    are its characters), unless `one_for_many`: check_types takes it for the one item of a tuple of paths."""
+    <the type, described>, got <its type> <its repr>`, or `label must be one of <choices>, got ...` for a value
+    that is not of the type or, of the type, none of `choices` (None passes where the annotation takes it), or
+    `label must be <expected>` where the annotation's words would not say what it is. For the public functions'
+    arguments that are no options field (bertprep.torch.BertLoader's). A str or path given for a tuple or list is
+    refused, as no sequence of items (convert took labels="a,b" for one label, and a str's items are its
+    characters), unless `one_for_many`: check_types takes it for the one item of a tuple of paths."""
     ok, conformed = _conform(value, annotation, one_for_many)
+    if ok and choices and conformed is not None:  # a str that names nothing was kept: `choices` only worded
+        ok = conformed in choices
     if not ok:
         described = expected or _described_choices(choices, annotation) or _describe(annotation)
         raise UsageError(f"{label} must be {described}, got {type(value).__name__} {short_repr(value)}")

@@ -125,6 +125,34 @@ def test_check_argument_refuses_a_str_for_a_tuple_or_list_of_them(annotation, de
     assert bertprep.CreateOptions(input=value).input == (value,)
 
 
+def test_check_argument_refuses_a_value_that_is_none_of_its_choices():
+    """check_argument's `choices` only worded the message of a wrong type: a str of the type but none of the names
+    was returned as given. It is now one line in the same words; a name among them, and None where the
+    annotation takes it, are returned as before."""
+    from bertprep.options import Name, check_argument
+
+    for annotation, none in ((str, ""), (Name | None, ", or None")):
+        with pytest.raises(UsageError) as raised:
+            check_argument("f's kind", "avro", annotation, choices=("tfrecord", "ofrecord"))
+        assert str(raised.value) == f"f's kind must be one of tfrecord, ofrecord{none}, got str 'avro'"
+        with pytest.raises(UsageError) as raised:
+            check_argument("f's kind", 5, annotation, choices=("tfrecord", "ofrecord"))
+        assert str(raised.value) == f"f's kind must be one of tfrecord, ofrecord{none}, got int 5"
+        assert check_argument("f's kind", "ofrecord", annotation, choices=("tfrecord", "ofrecord")) == "ofrecord"
+    assert check_argument("f's kind", None, Name | None, choices=("tfrecord", "ofrecord")) is None
+
+
+@pytest.mark.parametrize("cls,name", [(cls, name) for cls in OPTION_CLASSES for name in getattr(cls, "choices", {})],
+                         ids=lambda value: value if isinstance(value, str) else value.__name__)
+def test_an_options_name_that_is_none_of_its_choices_keeps_the_classs_own_words(cls, name):
+    """check_types words a wrong type with the class's `choices`, but leaves a str that is none of them to the
+    class's own check, whose words name the flag on the command line (`--layout must be one of bertprep, nvidia,
+    not 'x'`), the field from Python."""
+    with pytest.raises(UsageError) as raised:
+        cls(**{**REQUIRED.get(cls.__name__, {}), name: "nope"})
+    assert re.fullmatch(r"\S+ must be one of [^\n]+, not 'nope'", str(raised.value)), str(raised.value)
+
+
 def test_shard_refuses_a_negative_eval_seed_in_one_line():
     with pytest.raises(UsageError, match=r"^ShardOptions.eval_seed must be at least 0, not -1$"):
         bertprep.ShardOptions(eval_documents=2, eval_seed=-1)

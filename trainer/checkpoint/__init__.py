@@ -18,7 +18,7 @@ from bertprep import storage
 from bertprep.atomic import atomic_dir, staging_dir
 from bertprep.errors import ON_COMMAND_LINE, BertprepWarning, DataError, UsageError
 from bertprep.folder import Folder
-from bertprep.options import Name, check_argument, refuse_overlap, short_repr
+from bertprep.options import Name, check_argument, refuse_overlap
 from trainer.checkpoint.base import Checkpoint, checked, vocab_beside  # noqa: F401  (the package's API)
 
 
@@ -118,9 +118,7 @@ def check_size_flag(checkpoint, model=None, bert_config=None):
 
     config = checkpoint.config
     # what the CLI's --model choices and TrainConfig check; a Python caller's 'huge' was a bare KeyError: 'huge'
-    if model is not None and (not isinstance(model, str) or model not in SIZES):
-        raise UsageError(f"check_size_flag's model must be one of {', '.join(SIZES)}, or None, got "
-                         f"{type(model).__name__} {short_repr(model)}")
+    check_argument("check_size_flag's model", model, Name | None, choices=tuple(SIZES))
     if model:
         held = size_of(config)
         if held != SIZES[model]:
