@@ -483,6 +483,11 @@ def test_a_step_exported_under_one_schedule_computes_another(records_dir, jax_pr
     assert result.returncode == 0, result.stderr[-3000:]
 
 
+def test_initial_values_take_their_seeds_as_arguments(jax_processes):
+    result = jax_processes(1).request("check", "initial_values_take_their_seeds_as_arguments")
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
 def test_a_step_that_cannot_be_exported_is_traced_as_before(jax_processes, tmp_path):
     result = jax_processes(1).request("check", "an_unexportable_step_is_traced_as_before", str(tmp_path / "traced"))
     assert result.returncode == 0, result.stderr[-3000:]

@@ -635,7 +635,7 @@ def check_variables_drawn_on_the_host_equal_the_device_program():
         return [initializers[0]((30, 8)), initializers[1]((5,)), keras.initializers.Zeros()((3, 3))]
 
     expected = jax.jit(initial_values)()
-    drawn = _drawn_on_host_cpu(initial_values, None)
+    drawn = _drawn_on_host_cpu(initial_values, (), None)
     assert len(drawn) == 3
     for want, got in zip(expected, drawn):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
@@ -712,6 +712,38 @@ def check_traced_program_computes_as_the_jitted_step(records_dir, folder):
     assert all(np.array_equal(np.asarray(a), np.asarray(b))
                for a, b in zip(jax.tree.leaves(traced(copy, *arguments[1:])), expected))
     assert os.path.getsize(path) == whole
+
+
+def check_initial_values_take_their_seeds_as_arguments():
+    """trainer.model's initial values' program (_draws_of_given_seeds): with the seeds as its arguments it draws
+    Keras's own values bit for bit (each variable's `value` traced with its int seed a constant), for padded
+    vocab rows (_ZeroPadded) and dropout seed states too; the same program with other seeds draws other values."""
+    import jax
+    import keras
+    import numpy as np
+
+    from trainer import keras_internals
+    from trainer.config import BertConfig
+    from trainer.model import BertPretrainer, _draws_of_given_seeds, symbolic_inputs
+
+    keras.backend.clear_session()
+    keras.utils.set_random_seed(5)
+    model = BertPretrainer(BertConfig(**TINY), pad_vocab=8, name="bert")
+    with keras.StatelessScope(initialize_variables=False):
+        model(symbolic_inputs(2, 16, 3))
+    variables = keras_internals.take_uninitialized_variables()
+    try:
+        keras_own = [np.asarray(v) for v in jax.jit(lambda: [v.value for v in variables])()]
+        program, (seeds, states) = _draws_of_given_seeds(variables)
+        assert len(seeds) >= 5 and len(states) >= 1, (len(seeds), len(states))
+        drawn = jax.jit(program)
+        ours = [np.asarray(v) for v in drawn(seeds, states)]
+        assert [v.dtype for v in ours] == [v.dtype for v in keras_own]
+        assert all(np.array_equal(a, b) for a, b in zip(ours, keras_own))
+        others = [np.asarray(v) for v in drawn(seeds + 1, states)]
+        assert 0 < len(seeds) <= sum(not np.array_equal(a, b) for a, b in zip(others, ours))
+    finally:
+        keras_internals.forget_uninitialized_variables()
 
 
 def check_an_unexportable_step_is_traced_as_before(folder):

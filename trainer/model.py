@@ -336,7 +336,10 @@ def _draws_of_given_seeds(variables):
 
     seeded = keras_internals.seeded_initializers(variables)
     is_state = [keras_internals.is_seed_state(variable) for variable in variables]
-    states = [keras_internals.initial_value(variable) for variable, state in zip(variables, is_state) if state]
+    # [seed, 0] each, as NumPy arrays: an argument of the program wherever it runs (the host's CPU under a GPU),
+    # unless the build is itself traced (parallel.abstract_variables' eval_shape), where they are its tracers
+    states = [_concrete(keras_internals.initial_value(variable))
+              for variable, state in zip(variables, is_state) if state]
 
     def initial_values(seeds, states):  # an uninitialized variable's value is its initializer's draw
         given = iter(states)
@@ -344,6 +347,13 @@ def _draws_of_given_seeds(variables):
             return [next(given) if state else variable.value for variable, state in zip(variables, is_state)]
 
     return initial_values, (np.asarray([initializer.seed for initializer in seeded], np.uint32), states)
+
+
+def _concrete(value):
+    import jax
+    import numpy as np
+
+    return value if isinstance(value, jax.core.Tracer) else np.asarray(value)
 
 
 def _drawn_on_host_cpu(initial_values, arguments, shardings):
