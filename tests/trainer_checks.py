@@ -742,8 +742,21 @@ def check_initial_values_take_their_seeds_as_arguments():
         assert all(np.array_equal(a, b) for a, b in zip(ours, keras_own))
         others = [np.asarray(v) for v in drawn(seeds + 1, states)]
         assert 0 < len(seeds) <= sum(not np.array_equal(a, b) for a, b in zip(others, ours))
+        assert _draws_random_bits(program, (seeds, states))
+        assigned = {v.path for v in model.trainable_variables}  # a checkpoint's, assigned next: not drawn
+        program, arguments = _draws_of_given_seeds(variables, assigned)
+        assert not _draws_random_bits(program, arguments)
+        zeros = dict(zip([v.path for v in variables], jax.jit(program)(*arguments)))
+        assert all(not np.asarray(zeros[path]).any() for path in assigned)
     finally:
         keras_internals.forget_uninitialized_variables()
+
+
+def _draws_random_bits(program, arguments):
+    import jax
+
+    text = str(jax.make_jaxpr(program)(*arguments))
+    return "random_bits" in text or "threefry" in text
 
 
 def check_an_unexportable_step_is_traced_as_before(folder):

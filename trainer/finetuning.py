@@ -176,7 +176,7 @@ def _finetune(config, task, data, bert, weights, checkpoint_path, devices, log, 
     total_steps = config.steps or epoch_steps(config, train_records, global_batch)
     log.total = total_steps
     with devices.scope():
-        model, objective = build_task_model(task, bert, data, options=options)
+        model, objective = build_task_model(task, bert, data, options=options, weights=weights)
         optimizer = make_optimizer(config.optimizer, config.lr, warmup_steps(config.warmup, total_steps), total_steps,
                                    config.clip_norm)
         build_slots(optimizer, model.trainable_variables)
@@ -262,8 +262,10 @@ def training_figures(counts, meter):
             "mean_sequences_per_second": meter.rates(meter.timed)["sequences_per_second"]}
 
 
-def build_task_model(task, config, data, batch=2, options=StepOptions()):
-    """The task's model (variables created; its step's levers `options`) and its training objective."""
+def build_task_model(task, config, data, batch=2, options=StepOptions(), weights=None):
+    """The task's model (variables created; its step's levers `options`; those that load_encoder gives
+    `weights` next not drawn) and its training objective."""
+    from trainer.checkpoint.run import assigned_paths
     from trainer.heads import (
         BertForSequences,
         BertForSpans,
@@ -280,8 +282,10 @@ def build_task_model(task, config, data, batch=2, options=StepOptions()):
     else:
         model, objective = (BertForSequences(config, len(data.labels), name="bert", options=options),
                             ClassificationObjective())
-    with variables_initialized_together():
+    with variables_initialized_together() as not_drawn:
         model(symbolic_inputs(batch, data.seq))
+        if weights is not None:
+            not_drawn.update(assigned_paths(model, weights, encoder_skipped(model, weights)[0]))
     return model, objective
 
 
@@ -305,10 +309,16 @@ def load_encoder(model, weights, path):
     number of variables loaded and whether the pooler starts fresh."""
     from trainer.checkpoint.run import assign
 
+    skip, fresh_pooler = encoder_skipped(model, weights)
+    return assign(model, weights, path, skip=skip), fresh_pooler
+
+
+def encoder_skipped(model, weights):
+    """(the paths load_encoder leaves as initialized: the task head's, and the pooler's where `weights` have
+    none; whether the pooler starts fresh)."""
     pooler = {v.path for v in model.pooler.variables} if model.pooler is not None else set()
     fresh_pooler = bool(pooler) and not pooler & set(weights)
-    skip = {v.path for v in model.head.variables} | (pooler if fresh_pooler else set())
-    return assign(model, weights, path, skip=skip), fresh_pooler
+    return {v.path for v in model.head.variables} | (pooler if fresh_pooler else set()), fresh_pooler
 
 
 def sample_checkpoint(config, data):

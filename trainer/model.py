@@ -255,15 +255,18 @@ class _ZeroPadded(keras.initializers.Initializer):
         return ops.concatenate([real, ops.zeros((shape[0] - self.rows,) + tuple(shape[1:]), real.dtype)], axis=0)
 
 
-def build_model(config, seq, pred, batch=2, pad_vocab=1, options=StepOptions()):
+def build_model(config, seq, pred, batch=2, pad_vocab=1, options=StepOptions(), assigned=None):
     """Create the model and its variables (a call on symbolic inputs of these shapes); `pad_vocab`:
-    embedding rows rounded up to a multiple of it; `options`: how its step computes (StepOptions)."""
+    embedding rows rounded up to a multiple of it; `options`: how its step computes (StepOptions);
+    `assigned(model)`: the paths of the variables a checkpoint assigns next, which are not drawn."""
     if seq > config.max_position_embeddings:
         raise UsageError(f"records have sequence length {seq} but the model has only "
                          f"{config.max_position_embeddings} positions (max_position_embeddings)")
     model = BertPretrainer(config, pad_vocab=pad_vocab, options=options, name="bert")
-    with variables_initialized_together():
+    with variables_initialized_together() as not_drawn:
         model(symbolic_inputs(batch, seq, pred))
+        if assigned is not None:
+            not_drawn.update(assigned(model))
     return model
 
 
@@ -276,7 +279,7 @@ def symbolic_inputs(batch, seq, pred=None):
     return {name: keras.KerasTensor(shape, "int32") for name, shape in shapes.items()}
 
 
-_deferring = False
+_deferring = None  # while variables are deferred: the paths of those not to draw (the outermost's set)
 
 
 @contextlib.contextmanager
@@ -286,24 +289,31 @@ def variables_initialized_together():
     each op of a build call as a program of its own: about 140 for BERT (JAX_LOG_COMPILES=1 lists
     them), on a CPU or a GPU alike. The draws are the same values. Used nested, the outermost
     initializes. TensorFlow runs its eager ops without compiling: there,
-    variables start as created."""
+    variables start as created.
+
+    Yields a set: the paths added to it are of variables that a checkpoint assigns right after, which
+    start as zeros instead of being drawn. A fine-tuning run's encoder, BERT-base's 110M draws, came
+    from its checkpoint anyway, and their program was most of the initial values' compile."""
     global _deferring
-    if keras.backend.backend() != "jax" or _deferring:
-        yield
+    if keras.backend.backend() != "jax":
+        yield set()  # nothing deferred: every variable has its draw already
+        return
+    if _deferring is not None:
+        yield _deferring
         return
     from trainer import keras_internals
 
-    _deferring = True
+    _deferring = not_drawn = set()
     try:
         with keras.StatelessScope(initialize_variables=False):  # variables are created uninitialized
-            yield
-        _initialize(keras_internals.take_uninitialized_variables())
+            yield not_drawn
+        _initialize(keras_internals.take_uninitialized_variables(), not_drawn)
     finally:
-        _deferring = False
+        _deferring = None
         keras_internals.forget_uninitialized_variables()
 
 
-def _initialize(variables):
+def _initialize(variables, not_drawn=frozenset()):
     import jax
 
     if not variables:
@@ -312,7 +322,7 @@ def _initialize(variables):
     distribution = keras.distribution.distribution()
     shardings = None if distribution is None else [
         distribution.get_variable_layout(v).backend_layout for v in variables]
-    initial_values, arguments = _draws_of_given_seeds(variables)
+    initial_values, arguments = _draws_of_given_seeds(variables, not_drawn)
 
     from trainer.keras_internals import initialize_variable
 
@@ -324,7 +334,7 @@ def _initialize(variables):
         initialize_variable(variable, value)
 
 
-def _draws_of_given_seeds(variables):
+def _draws_of_given_seeds(variables, not_drawn=frozenset()):
     """(initial_values(seeds, states), its arguments): the variables' initial values as a function of their
     random initializers' seeds and of the dropout layers' seed states, which would otherwise be constants of
     the program. So the program is one for every --seed: a run with another seed reads it from the
@@ -334,7 +344,7 @@ def _draws_of_given_seeds(variables):
 
     from trainer import keras_internals
 
-    seeded = keras_internals.seeded_initializers(variables)
+    seeded = keras_internals.seeded_initializers([v for v in variables if v.path not in not_drawn])
     is_state = [keras_internals.is_seed_state(variable) for variable in variables]
     # [seed, 0] each, as NumPy arrays: an argument of the program wherever it runs (the host's CPU under a GPU),
     # unless the build is itself traced (parallel.abstract_variables' eval_shape), where they are its tracers
@@ -344,7 +354,8 @@ def _draws_of_given_seeds(variables):
     def initial_values(seeds, states):  # an uninitialized variable's value is its initializer's draw
         given = iter(states)
         with keras_internals.seeds_given(seeded, seeds):
-            return [next(given) if state else variable.value for variable, state in zip(variables, is_state)]
+            return [next(given) if state else ops.zeros(variable.shape, variable.dtype)
+                    if variable.path in not_drawn else variable.value for variable, state in zip(variables, is_state)]
 
     return initial_values, (np.asarray([initializer.seed for initializer in seeded], np.uint32), states)
 

@@ -196,13 +196,19 @@ def make_steps(devices, model, optimizer, accumulation=1, dynamic_scale=False, o
 def build_steps(config, devices, bert, records, warmup, initial=None, log=None, options=StepOptions()):
     """The model (its weights from `initial`, a trainer.checkpoint.Checkpoint, where given; its step's
     levers `options`), its optimizer and the compiled step functions of this backend."""
+    from trainer.checkpoint.run import assigned_paths
     from trainer.model import build_model
     from trainer.optimizers import build_slots, make_optimizer
 
     if options.attention == "fused":
         check_fused_attention(records.seq, bert)
+
+    def assigned(model):  # what load_initial gives a value below is not drawn
+        return assigned_paths(model, initial.our_paths(), fresh_paths(model, initial))
+
     with devices.scope():
-        model = build_model(bert, records.seq, records.pred, pad_vocab=config.pad_vocab_multiple, options=options)
+        model = build_model(bert, records.seq, records.pred, pad_vocab=config.pad_vocab_multiple, options=options,
+                            assigned=None if initial is None else assigned)
         optimizer = make_optimizer(config.optimizer, config.lr, warmup, config.steps, config.clip_norm)
         build_slots(optimizer, model.trainable_variables)
         if initial is not None:
@@ -217,16 +223,21 @@ def load_initial(model, initial, log=None):
     BertModel, its pooler too if saved without."""
     from trainer.checkpoint.run import assign
 
-    fresh = (() if initial.has_heads else ("bert/masked_lm/", "bert/next_sentence/")) + (
-        () if initial.has_pooler else ("bert/pooler/",))
-    skip = {v.path for v in model.trainable_variables if fresh and v.path.startswith(fresh)}
-    loaded = assign(model, initial.ours(), initial.path, skip=skip)
+    loaded = assign(model, initial.ours(), initial.path, skip=fresh_paths(model, initial))
     if log is not None:
         lacking = ("" if initial.has_heads else
                    " (no pretraining heads in it: they start from random)" if initial.has_pooler else
                    " (no pretraining heads or pooler in it: they start from random)")
         log.note(f"initialized {loaded} variables from {initial.kind} checkpoint {initial.path}{lacking}"
                  + "".join(f"; {note}" for note in initial.notes))
+
+
+def fresh_paths(model, initial):
+    """The paths of the model's variables that start from random, not from the checkpoint `initial`: the
+    heads of a BertModel, its pooler too if saved without."""
+    fresh = (() if initial.has_heads else ("bert/masked_lm/", "bert/next_sentence/")) + (
+        () if initial.has_pooler else ("bert/pooler/",))
+    return {v.path for v in model.trainable_variables if fresh and v.path.startswith(fresh)}
 
 
 def set_precision(config, keras):

@@ -35,6 +35,10 @@ class Checkpoint:
         return {row.ours: names.to_layout(self.weights[row.google], row.ours_layout, heads)
                 for row in self.rows()}
 
+    def our_paths(self):
+        """Our variable paths of the weights it holds (what ours() would give, without converting them)."""
+        return {row.ours for row in self.rows()}
+
     def rows(self):
         """The names.Row of every variable the checkpoint holds."""
         return names.rows(self.config, self.has_heads, self.has_pooler)

@@ -179,14 +179,25 @@ def build(checkpoint, seq, pred):
     # mixed-precision training run) may have left another.
     keras.config.set_dtype_policy("float32")
     config = dataclasses.replace(checkpoint.config, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    def assigned(model):
+        return assigned_paths(model, checkpoint.our_paths())
+
     if checkpoint.has_heads:
-        model = build_model(config, seq, max(pred, 1))
+        model = build_model(config, seq, max(pred, 1), assigned=assigned)
     else:
         model = BertEncoder(config, with_pooler=checkpoint.has_pooler, name="bert")
-        with variables_initialized_together():
+        with variables_initialized_together() as not_drawn:
             model(symbolic_inputs(1, seq))
+            not_drawn.update(assigned(model))
     assign(model, checkpoint.ours(), checkpoint.path)
     return model
+
+
+def assigned_paths(model, paths, skip=()):
+    """The paths of the variables that assign(model, weights, …, skip) gives a checkpoint's value, for a
+    checkpoint holding `paths`: model.variables_initialized_together does not draw them. (One that assign
+    would refuse, of another shape, is among them: the run then ends in assign's error.)"""
+    return {v.path for v in model.trainable_variables if v.path not in skip and v.path in paths}
 
 
 def assign(model, weights, path, skip=()):
