@@ -1,7 +1,7 @@
 """Seconds from a `python -m trainer` process's start to its first step, cold and warm, per set of flags.
 
     python scripts/bench_startup.py --records R [--model base] [--batch-size 8] [--precision amp]
-        [--variant=FLAGS ...] [--baseline REF] [--backend jax] [--phases] [--json]
+        [--variant=FLAGS ...] [--warm-flags=FLAGS] [--baseline REF] [--backend jax] [--phases] [--json]
 
 For each variant (the first, by default none, is the baseline; with --baseline REF the baseline is the
 first variant run by the code of commit REF, extracted and built as scripts/bench_train_before_after.py
@@ -15,6 +15,10 @@ warm run of each variant runs under cProfile, and where its start-up went is pri
 gpu_check.PHASES (the imports, JAX's backends starting, the model built, the step traced, lowered, compiled
 or loaded from the cache, and its first results fetched); cProfile slows Python-heavy phases, so these are
 shares, not the timings above.
+With --warm-flags=FLAGS (say --warm-flags="--seed 2"), each warm run adds FLAGS to its variant's: a start
+that finds the cache another run filled, one that differs from it in FLAGS. A variant's "{checkpoint}" is
+replaced by a checkpoint this tree's trainer makes first (the same model, one step, a cache of its own), so
+--variant="--init-checkpoint {checkpoint}" measures a start from a checkpoint.
 On a CPU the step's compilation is the CPU's: a GPU's is measured by scripts/gpu_check.sh --lever.
 """
 
@@ -58,6 +62,20 @@ def timed_run(args, flags, cache, tree=REPO, profile=None):
     return first_time(MODEL_BUILT, lines, seconds), first, logged_startup(log_json)
 
 
+def made_checkpoint(args, scratch):
+    """A checkpoint of one step of args.model, made by this tree's trainer on a compilation cache of its own (so
+    that it warms no variant's): what a variant's "{checkpoint}" stands for."""
+    folder = os.path.join(scratch, "checkpoint")
+    timed_run(args, ["--checkpoint-dir", folder], os.path.join(scratch, "checkpoint-cache"))
+    shutil.rmtree(os.path.join(scratch, "checkpoint-cache"), ignore_errors=True)
+    return folder
+
+
+def variant_flags(flags, checkpoint):
+    """A variant's flags as the trainer's arguments, "{checkpoint}" replaced by `checkpoint`."""
+    return [checkpoint if flag == "{checkpoint}" else flag for flag in flags.split()]
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--records", required=True, help="ofrecord records (bertprep create)")
@@ -68,6 +86,9 @@ def main():
     p.add_argument("--variant", action="append", default=None, metavar="FLAGS",
                    help="trainer flags of a variant, as --variant=--scan-layers (repeatable; the first is the "
                         "baseline; default: '' and '--scan-layers')")
+    p.add_argument("--warm-flags", default="", metavar="FLAGS",
+                   help="flags only the warm runs add, as --warm-flags='--seed 2': a start on a cache that another "
+                        "run filled")
     p.add_argument("--baseline", metavar="REF", help="run the first variant at commit REF too, as the baseline")
     p.add_argument("--phases", action="store_true",
                    help="also profile one warm run per variant and print where its start-up went")
@@ -83,14 +104,17 @@ def main():
         runs.insert(0, (variants[0], tree, f"{args.baseline} ({commit[:12]}) "))
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as scratch:
+        checkpoint = made_checkpoint(args, scratch) if any("{checkpoint}" in flags.split() for flags in variants) \
+            else None
         for i, (flags, tree, label) in enumerate(runs):
             cache = os.path.join(scratch, str(i))
-            cold = timed_run(args, flags.split(), cache, tree)
-            warm = timed_run(args, flags.split(), cache, tree)
+            argv = variant_flags(flags, checkpoint)
+            cold = timed_run(args, argv, cache, tree)
+            warm = timed_run(args, argv + args.warm_flags.split(), cache, tree)
             phases = None
             if args.phases:
                 profile = os.path.join(scratch, f"{i}.prof")
-                timed_run(args, flags.split(), cache, tree, profile)
+                timed_run(args, argv + args.warm_flags.split(), cache, tree, profile)
                 phases = phase_seconds(profile)
             shutil.rmtree(cache, ignore_errors=True)
             flags = f"{label}{flags}" if label else (f"this tree {flags}".strip() if args.baseline else flags)
@@ -104,10 +128,11 @@ def main():
             row[key[:-2] + "_ratio"] = row[key] / base[key]
     if args.json:
         print(json.dumps({"model": args.model, "batch_size": args.batch_size, "precision": args.precision,
-                          "backend": args.backend, "rows": rows}))
+                          "backend": args.backend, "warm_flags": args.warm_flags, "rows": rows}))
         return 0
     print(f"python -m trainer --model {args.model} --batch-size {args.batch_size} --precision {args.precision} "
-          f"(KERAS_BACKEND={args.backend}); seconds from the process's start")
+          f"(KERAS_BACKEND={args.backend}); seconds from the process's start"
+          + (f"; the warm runs add {args.warm_flags}" if args.warm_flags else ""))
     print(f"{'code, flags':<28}{'built cold':>11}{'1st step cold':>15}{'ratio':>7}{'built warm':>12}"
           f"{'1st step warm':>15}{'ratio':>7}")
     for r in rows:

@@ -35,6 +35,7 @@ import abc
 import numpy as np
 from keras import ops
 
+from trainer import keras_internals
 from trainer.losses import PRETRAINING_OBJECTIVE
 
 INITIAL_SCALE = 2.0**15
@@ -363,7 +364,7 @@ class JaxSteps(Steps):
         self.data_parallel = mesh.devices.size == mesh.shape[axis]
         self.allreduce_dtype = ALLREDUCE_DTYPES[allreduce_dtype]
         self.seed_indices = {i for i, v in enumerate(model.non_trainable_variables)
-                             if "seed_generator_state" in v.path}
+                             if keras_internals.is_seed_state(v)}
         self.batch_sharding = jax.sharding.NamedSharding(mesh, P(None, axis))
         self.replicated = jax.sharding.NamedSharding(mesh, P())
         self.state = (
