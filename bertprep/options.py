@@ -40,13 +40,18 @@ def errors_name_fields(cls):
 
 def python_field_names(message, options):
     """`message` with each `--flag` that is a field of `options` (an options object or class) written
-    `Class.field` (and argparse's "argument --flag:" as "Class.field:")."""
+    `Class.field` (and argparse's "argument --flag:" as "Class.field:"), and each `--no-flag` of a field
+    `flag` written `Class.flag=False` (a Python caller has no --no-near: "DedupOptions.threshold 0.5 has no
+    effect with --no-near" named a flag beside a field)."""
     cls = options if isinstance(options, type) else type(options)
     fields = {field.name for field in dataclasses.fields(cls)}
 
     def field_named(match):
         name = match.group(1).replace("-", "_")
-        return f"{cls.__name__}.{name}" if name in fields else match.group(0)
+        if name in fields:
+            return f"{cls.__name__}.{name}"
+        negated = name.removeprefix("no_")
+        return f"{cls.__name__}.{negated}=False" if negated != name and negated in fields else match.group(0)
 
     message = re.sub(r"^argument (--[a-z][a-z0-9-]*):", r"\1:", message)
     return re.sub(r"(?<![\w-])--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)", field_named, message)

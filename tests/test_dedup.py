@@ -411,6 +411,9 @@ def test_nothing_to_remove_is_a_usage_error(tmp_path, capsys):
     assert capsys.readouterr().err == ("bertprep dedup: error: --no-exact and --no-near without --decontaminate "
                                        "leave nothing to remove\n")
     assert not (tmp_path / "out").exists()
+    with pytest.raises(UsageError, match=r"^DedupOptions\.exact=False and DedupOptions\.near=False without "
+                                         r"DedupOptions\.decontaminate leave nothing to remove$"):
+        bertprep.DedupOptions(input=("c.jsonl",), exact=False, near=False)  # a Python caller has no --no-near
     bertprep.DedupOptions(input=("c.jsonl",), exact=False, near=False, decontaminate=("squad",))  # that is work
 
 
@@ -599,7 +602,7 @@ def test_a_near_duplicate_setting_with_no_near_is_refused(tmp_path, capsys, argv
                                        "near duplicates are found)\n")
     assert not (tmp_path / "out").exists()
     python_name = message.replace("--", "DedupOptions.").replace("-", "_")
-    with pytest.raises(UsageError, match=rf"^{python_name} has no effect with --no-near "):
+    with pytest.raises(UsageError, match=rf"^{python_name} has no effect with DedupOptions\.near=False "):
         bertprep.DedupOptions(input=("c.jsonl",), near=False, **field)
     bertprep.DedupOptions(input=("c.jsonl",), near=False, threshold=0.8, ngram=5, num_perm=128)  # the defaults
     bertprep.DedupOptions(input=("c.jsonl",), **field)  # with the near-duplicate search: what it sets
