@@ -232,9 +232,12 @@ def never_kept_and_removed(summary, manifest, report_only):
     for entry in manifest["removed"]:
         kept = entry.get("kept")
         assert not kept or (kept["corpus"], kept["part"], kept["line"]) not in removed, entry
-    for reason in ("exact", "near", "contaminated"):
+    for reason in ("exact", "near"):
         assert summary[reason] == manifest["corpora"]["t"][reason] == sum(e["reason"] == reason
                                                                           for e in manifest["removed"])
+    # every document holding evaluation n-grams, a --report-only duplicate among them
+    assert summary["contaminated"] == manifest["corpora"]["t"]["contaminated"] == sum("evaluation_sets" in e for e
+                                                                                      in manifest["removed"])
     assert summary["kept"] == summary["documents"] - len(removed)
 
 
@@ -270,6 +273,40 @@ def test_no_duplicate_is_listed_against_a_removed_document(tmp_path):
                       6: ("near", 1, 5), 7: ("near", 1, None)}, listed
     assert listed_estimate(manifest, 6) == listed_estimate(manifest, 5)  # the same words as 5
     never_kept_and_removed(summary, manifest, report_only=True)
+
+
+def test_a_report_only_duplicate_holding_evaluation_text_is_reported_contaminated(tmp_path):
+    """Under --report-only a duplicate holding evaluation n-grams is removed as the duplicate it is, and was listed
+    as that alone: no `evaluation_sets`, left out of the contaminated counts (summary, --json, the manifest's)
+    that a run without --report-only gives for the same documents. Its entry now carries the sets too, and the
+    counts are of every document holding evaluation text; the rest of the listing and the output are as before."""
+    words = [f"w{i}" for i in range(200)]
+    text = " ".join(words)
+    texts = [text, "a document of its own", text.upper(), "another one", text.replace("w150 ", "qq ")]
+    training = write_corpus(tmp_path / "t", texts)
+    evaluation = tmp_path / "eval.txt"
+    evaluation.write_text(" ".join(words[:13]) + "\n")
+    argv = ("--input", training, "--decontaminate", evaluation, "--quiet", "--workers", "1")
+    removing = dedup_cli(*argv, "--out", tmp_path / "removed", "--json")
+    assert removing.returncode == 0, removing.stderr
+    assert json.loads(removing.stdout)["contaminated"] == 3
+    run = dedup_cli(*argv, "--out", tmp_path / "listed", "--report-only", "--json")
+    assert run.returncode == 0, run.stderr
+    summary = json.loads(run.stdout)
+    manifest = json.loads((tmp_path / "listed" / "manifest.json").read_text())
+    listed = {e["line"]: (e["reason"], e.get("kept", {}).get("line"), e.get("evaluation_sets"))
+              for e in manifest["removed"]}
+    assert listed == {1: ("contaminated", None, ["eval.txt"]), 3: ("exact", 1, ["eval.txt"]),
+                      5: ("near", 1, ["eval.txt"])}, listed
+    assert summary["corpora"]["t"] == manifest["corpora"]["t"] == {"documents": 5, "kept": 3, "exact": 1, "near": 1,
+                                                                   "contaminated": 3}
+    assert (summary["contaminated"], summary["evaluation"]) == (3, {"eval.txt": {"items": 1, "found_in_training": 1}})
+    never_kept_and_removed(summary, manifest, report_only=True)
+    kept = [json.loads(line)["text"] for line in open(tmp_path / "listed" / "t" / "part-0000.jsonl", encoding="utf-8")]
+    assert kept == texts[:2] + [texts[3]]  # the duplicates removed, the contaminated first document kept
+    again = dedup_cli(*argv[:-3], "--out", tmp_path / "listed", "--report-only")  # the summary's line, as printed
+    assert ["t", "5 documents, 3 kept (1 exact, 1 near, 3 contaminated)"] in [
+        line.split(maxsplit=1) for line in again.stdout.splitlines()], again.stdout
 
 
 def listed_estimate(manifest, line):

@@ -35,8 +35,10 @@ in runs and merged from disk.
    stable order (corpus order on the command line, then the document's position in its corpus: part name,
    line) into connected components; each keeps its first document that is not removed as contaminated (a
    document holding evaluation n-grams is listed as contaminated, never as a duplicate, unless --report-only keeps
-   it; an exact copy of a near copy is listed against that one's kept document, linked by it), so that no listed
-   duplicate names as kept a document that was removed. It holds what grows with the duplicates
+   it: there a duplicate holding them is removed and listed as the duplicate it is, its entry carrying its
+   `evaluation_sets` too, and the contaminated counts are of every document holding evaluation n-grams, as without
+   --report-only; an exact copy of a near copy is listed against that one's kept document, linked by it), so that
+   no listed duplicate names as kept a document that was removed. It holds what grows with the duplicates
    (edges, the removed documents and their listing), never an array per document of the corpus; the removed
    documents' estimates against their kept ones are read from their signatures a batch of pairs at a time.
 5. Write: each part without its removed lines. Before it, the decision is saved as OUT/manifest.json marked
@@ -1089,6 +1091,8 @@ def decide_step(task):
             entry.update(reason=reason, estimate=estimate, kept=position(twin))
             if via:
                 entry["linked_by"] = dict(position(via[0]), estimate=via[1])
+            if doc in contaminated:  # --report-only: removed as a duplicate, and the report of contamination names it
+                entry["evaluation_sets"] = contaminated[doc]
         else:
             entry.update(reason="contaminated", evaluation_sets=contaminated[doc])
         listing.append(entry)
@@ -1522,8 +1526,9 @@ def _decide(options, engine, evaluation, corpora, input_list, params, quiet, ste
     for name, ps in corpora:
         docs = sum(n for p, n in zip(parts, documents) if corpus_of[p] == name)
         mine = [e for e in listing if e["corpus"] == name]
-        per_corpus[name] = {"documents": docs, **{k: sum(e["reason"] == k for e in mine)
-                                                  for k in ("exact", "near", "contaminated")}}
+        per_corpus[name] = {"documents": docs, **{k: sum(e["reason"] == k for e in mine) for k in ("exact", "near")}}
+        # every document holding evaluation n-grams, a --report-only duplicate too (listed as one, with its sets)
+        per_corpus[name]["contaminated"] = sum("evaluation_sets" in e for e in mine)
         per_corpus[name]["kept"] = docs - sum(len(drops[p]) for p in ps)
     manifest = {"tool": "bertprep", "version": __version__, "stage": "dedup", "params": params,
                 "inputs": input_list, "corpora": per_corpus, "removed": listing, "evaluation": report,
