@@ -97,6 +97,15 @@ def test_a_budget_below_one_chunk_is_a_warning_naming_what_it_takes(tmp_path):
                                           machine_bytes=1 << 30) == []
 
 
+def test_a_budget_below_one_chunk_is_a_warning_under_no_near_too():
+    """--no-near --memory 1K was taken without a word: pass 1 makes its chunks of 32 documents (signatures and
+    band keys among them) as it does with near duplicates."""
+    options = bertprep.DedupOptions(input=("x.jsonl",), memory="1K", near=False)
+    assert dedup_module.chunk_documents(options.memory_bytes(), 128, options.band_rows()[0]) == 32
+    assert dedup_module.settings_warnings(options, machine_bytes=1 << 30) == dedup_module.settings_warnings(
+        bertprep.DedupOptions(input=("x.jsonl",), memory="1K"), machine_bytes=1 << 30) != []
+
+
 def test_an_evaluation_file_without_text_is_refused(tmp_path, capsys):
     """An empty or blank --decontaminate file reported "items 0, found_in_training 0", exit 0: a clean corpus."""
     corpus = formatted_corpus(tmp_path / "c1", [DOCUMENT])

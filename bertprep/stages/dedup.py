@@ -247,7 +247,9 @@ def settings_warnings(options, machine_bytes):
                         "duplicates will not be found; leave --bands out (the optimum for --threshold) or give more")
     memory = options.memory_bytes()
     floor = MIN_CHUNK * chunk_bytes_per_document(options.num_perm, bands)
-    if options.near and memory < floor:
+    # under --no-near too: pass 1 makes every chunk's signatures and band keys all the same (they were taken
+    # without a word there, the run holding and taking as long as with near)
+    if memory < floor:
         warnings.append(f"--memory {options.memory} is less than a chunk of {MIN_CHUNK} documents needs "
                         f"({human_bytes(floor)}): the run takes that, in many small chunks (slower); give at least "
                         f"{human_bytes(floor)}")
