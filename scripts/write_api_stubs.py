@@ -40,6 +40,8 @@ def render(annotation, names, imports):
     if annotation is typing.Any:
         imports.add("from typing import Any")
         return "Any"
+    if isinstance(annotation, typing.NewType):  # bertprep.options.Name: a caller passes a plain str
+        return render(annotation.__supertype__, names, imports)
     if isinstance(annotation, list):  # a Callable's parameter list
         return "[" + ", ".join(render(a, names, imports) for a in annotation) + "]"
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)

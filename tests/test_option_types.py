@@ -9,6 +9,7 @@ import dataclasses
 import os
 import re
 import typing
+from pathlib import PurePosixPath
 
 import numpy as np
 import pytest
@@ -75,6 +76,10 @@ def test_a_wrong_type_in_any_field_is_one_line_naming_it(cls, name):
     (bertprep.DedupOptions, {"corpus": 5},
      "DedupOptions.corpus must be a tuple of str (or a path) or None, got int 5"),
     (bertprep.EngineOptions, {"workers": True}, "EngineOptions.workers must be an int or None, got bool True"),
+    # a size, not a file: it said "must be an int or a str (or a path)", and took Path("64M") as 64 MiB
+    (bertprep.DedupOptions, {"memory": 1.5}, "DedupOptions.memory must be an int or a str, got float 1.5"),
+    (bertprep.DedupOptions, {"memory": PurePosixPath("64M")},
+     "DedupOptions.memory must be an int or a str, got PurePosixPath PurePosixPath('64M')"),
     # a field of one of some names says which (it said "must be a str (or a path)", as of a file)
     (bertprep.ConvertOptions, {"src": "a", "dst": "b", "to": ["parquet"]},
      "ConvertOptions.to must be one of tfrecord, ofrecord, hdf5, parquet, got list ['parquet']"),

@@ -83,6 +83,7 @@ from bertprep.engines import EngineOptions, machine_memory, open_engine
 from bertprep.errors import ON_COMMAND_LINE, DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.options import (
+    Name,
     build_options,
     check_types,
     errors_name_fields,
@@ -159,7 +160,7 @@ class DedupOptions:
     decontaminate_ngram: int = DEFAULT_DECONTAMINATE_NGRAM
     report_only: bool = False
     dry_run: bool = False
-    memory: int | str = DEFAULT_MEMORY
+    memory: int | Name = DEFAULT_MEMORY  # a size ("64M"), not a path: Name takes no path object
     engine: EngineOptions = EngineOptions()
     workdir: str | None = None
 
