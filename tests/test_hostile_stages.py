@@ -11,6 +11,7 @@ import os
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import bertprep
@@ -83,6 +84,23 @@ def test_a_chunk_is_never_larger_than_its_part_can_hold():
     assert dedup_module.chunk_documents(1 << 40, 128, 9, part_bytes=100) <= 100 // 12 + 1
     assert dedup_module.chunk_documents(1 << 20, 128, 9, part_bytes=1 << 40) == dedup_module.chunk_documents(
         1 << 20, 128, 9)  # a big part: --memory decides, as before
+
+
+def test_a_budget_beyond_the_machine_makes_a_chunk_the_machine_can_hold(tmp_path, monkeypatch):
+    """A chunk's signatures' array is made at once for as many documents as --memory and the part's bytes allow:
+    --memory 1T on a part of 1 GB asked NumPy for 42.7 GiB, a MemoryError traceback on a 24 GB machine (the part
+    here says it holds 1 TB; the machine, 64 MiB). The chunk is held to the machine's memory too."""
+    from bertprep.folder import Folder
+    from bertprep.stages.dedup import storage
+
+    part = formatted_corpus(tmp_path / "c1", [DOCUMENT, DOCUMENT.replace("sunny", "rainy")]) / "p0.jsonl"
+    size = storage.getsize
+    monkeypatch.setattr(storage, "getsize", lambda path: 1 << 40 if str(path) == str(part) else size(path))
+    monkeypatch.setattr(dedup_module, "machine_memory", lambda: 64 << 20)
+    bands = dedup_module.optimal_bands(0.8, 128)
+    marker = dedup_module.fingerprint_part((str(part), 0, Folder(str(tmp_path / "steps")), 5, 128, bands,
+                                            np.zeros(0, np.uint64), 13, 1 << 50, None))
+    assert marker["documents"] == 2 and marker["starts"] == [0]
 
 
 def test_a_budget_below_one_chunk_is_a_warning_naming_what_it_takes(tmp_path):

@@ -50,11 +50,11 @@ each written whole) when STEPS/run.json names the same settings, inputs and vers
 directory goes once the output is complete. Nothing depends on the worker count, the engine or `--memory`:
 the same decisions and bytes as deciding in one process over every document's arrays, which this was before.
 
-MEMORY bounds a process's fingerprint chunk (pass 1), the blocks the merge holds of the runs (a sixteenth of it over
-all runs, and what a batch makes of them about a quarter; 8 rows a run at least, so a corpus of more than
-MEMORY / 2,048 B chunks takes more: there is no second merge level) and a batch of pairs' signatures; the
-interpreter and libraries come on top, and what grows with the duplicates found (exact copies' indices, verified
-pairs, the removed documents' listing).
+MEMORY bounds a process's fingerprint chunk (pass 1; held to the machine's memory too), the blocks the merge
+holds of the runs (a sixteenth of it over all runs, and what a batch makes of them about a quarter; 8 rows a run at
+least, so a corpus of more than MEMORY / 2,048 B chunks takes more: there is no second merge level) and a batch of
+pairs' signatures; the interpreter and libraries come on top, and what grows with the duplicates found (exact
+copies' indices, verified pairs, the removed documents' listing).
 
 The libraries are NumPy and xxhash (about 38 MiB with this module). What was taken from datasketch (its MinHash
 permutations, its LSH bands' optimum) is computed here: importing it pulled in scipy, 81 MiB of RSS. The plot is
@@ -752,6 +752,9 @@ def fingerprint_part(task):
     marker = _marker_name(index)
     if work.isfile(marker):
         return json.loads(work.read_bytes(marker))
+    # held to this machine's memory too, as the warning of a --memory beyond it says: the chunk's signatures'
+    # array is made at once, and --memory 1T on a part of 1 GB asked NumPy for 42.7 GiB (a MemoryError traceback)
+    memory = min(memory, machine_memory() or memory)
     per_chunk, starts, documents = chunk_documents(memory, num_perm, bands, storage.getsize(path)), [], 0
     chunk = _Chunk(num_perm, memory, per_chunk)
     for number, doc in iter_documents(path):
