@@ -119,7 +119,7 @@ PLOT = "pair_similarity.png"
 FINGERPRINTS = "fingerprints"  # in STEPS: pass 1's chunk files and each part's marker
 WRITING = "writing"  # in OUT/manifest.json while the parts are written (a killed run's decision, for its rerun)
 MINHASH_SEED = 1
-DEFAULT_MEMORY = "1G"  # a 2-core 24 GB machine's share per process, with room for the interpreter and libraries
+DEFAULT_MEMORY = Name("1G")  # a 2-core 24 GB machine's share per process, with room for the interpreter and libraries
 WORD = re.compile(r"\w+")
 # The largest --ngram and --decontaminate-ngram: 10**20 was the C extension's OverflowError (a traceback). A
 # document shorter than the n-gram is its one shingle, so a larger one changes nothing (GPT-3's is 13).
