@@ -746,6 +746,29 @@ def test_validate_and_inspect_find_what_megatron_would_misread(tokenized, tmp_pa
     assert [r["sequence"] for r in shown["records"]] == [1, 2] and shown["kind"] == "sequences"
 
 
+def test_validate_of_a_pair_without_manifest_or_vocab_says_what_it_did_not_check(tokenized, tmp_path):
+    """A pair copied out of its tokenize output (no manifest above it) and validated without --vocab: the table
+    said `ok sequence_manifest … as the tokenize manifest lists them` and `ok sequences … every id below the vocab
+    size`, neither of which was checked; the record checks say `skipped` for theirs."""
+    out, _ = tokenized
+    prefix = prefix_of(out, *shards()[0])
+    for suffix in (".bin", ".idx"):
+        shutil.copy(prefix + suffix, tmp_path)
+    checks = bertprep.validate(paths=(str(tmp_path),))["checks"]
+    assert checks["sequence_manifest"] == {
+        "status": "skipped", "failures": 0,
+        "description": "no tokenize manifest.json above the pairs (<out>/<corpus>/): nothing to match"}
+    assert checks["sequences"]["status"] == "ok"
+    assert checks["sequences"]["description"].endswith("; ids not checked against a vocab (no manifest, no --vocab: "
+                                                       "see warnings)")
+    checks = bertprep.validate(paths=(str(tmp_path),), vocab=VOCAB)["checks"]
+    assert checks["sequences"]["description"].endswith("; every id below the vocab size")
+    assert checks["sequence_manifest"]["status"] == "skipped"
+    checks = bertprep.validate(paths=(str(out),))["checks"]  # the output itself: both checked
+    assert [checks[name]["status"] for name in ("sequences", "sequence_manifest")] == ["ok", "ok"]
+    assert checks["sequences"]["description"].endswith("; every id below the vocab size")
+
+
 def test_the_record_formats_choices_are_unchanged():
     assert codecs.record_names() == ("tfrecord", "ofrecord", "hdf5", "parquet")
     assert SEQUENCES not in bertprep.formats.ALL_FORMATS and codecs.sequence_names() == (SEQUENCES,)

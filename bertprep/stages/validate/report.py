@@ -53,6 +53,8 @@ from bertprep.stages.validate.sequences import (
     SEQUENCE_CHECKS,
     check_tokenize_runs,
     find_sequence_sets,
+    sequence_check_notes,
+    skipped_sequence_checks,
     tokenize_list,
     validate_sequence_set,
     validate_tokenize_list,
@@ -392,14 +394,15 @@ def _check_table(report):
     if report.get("sequences") is not None:  # listed only where they ran: a records report's table is as it was
         ran |= set(SEQUENCE_CHECKS)
         checks = {**CHECKS, **SEQUENCE_CHECKS}
-    skipped = skipped_checks(report["datasets"])
+    skipped = {**skipped_checks(report["datasets"]), **skipped_sequence_checks(report.get("sequences"))}
+    notes = sequence_check_notes(report.get("sequences"))
     table = {}
     for check, description in checks.items():
         failures = report["counts"].get(check, 0)
         status = "failed" if failures else "skipped" if check in skipped and check in ran else \
             "ok" if check in ran else "not run"
         table[check] = {"status": status, "failures": failures, "description": skipped.get(check, description)
-                        if status == "skipped" else description}
+                        if status == "skipped" else notes.get(check, description) if status == "ok" else description}
     return table
 
 

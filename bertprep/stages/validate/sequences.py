@@ -54,7 +54,7 @@ def validate_sequence_set(fmt, prefixes, vocab_size=None):
     module = codecs.get(fmt).implementation
     findings, warnings = [], []
     section = {"format": fmt, "files": [], "sequences": 0, "documents": 0, "tokens": 0, "bytes": 0,
-               "length_histogram": [], "document_histogram": []}
+               "length_histogram": [], "document_histogram": [], "manifest": False, "vocab_checked": True}
     for prefix in prefixes:
         where = storage.display(prefix + module.IDX)
         root, manifest = _manifest_above(prefix)
@@ -62,6 +62,7 @@ def validate_sequence_set(fmt, prefixes, vocab_size=None):
             findings.append(Finding("sequence_manifest", storage.display(root), message="damaged manifest.json"))
             manifest = None
         entries = {}
+        section["manifest"] |= bool(manifest)
         if manifest:
             relative = os.path.relpath(prefix, root)
             entries = {suffix: (manifest.get("files") or {}).get(relative + suffix) for suffix in module.BIN_IDX}
@@ -101,6 +102,7 @@ def validate_sequence_set(fmt, prefixes, vocab_size=None):
             findings.append(Finding("sequences", where, sequence, "ids",
                                     f"id {int(data.tokens[first])} is negative ({int((data.tokens < 0).sum()):,} "
                                     f"such ids; {data.tokens.dtype.name} ids: is the header's dtype wrong?)"))
+        section["vocab_checked"] &= bound is not None
         if bound is None:
             warnings.append(("sequences", f"{where}: no --vocab and no manifest: ids not checked against a vocab"))
         size = sum(storage.getsize(prefix + suffix) for suffix in module.BIN_IDX)
@@ -111,6 +113,23 @@ def validate_sequence_set(fmt, prefixes, vocab_size=None):
         _add_histogram(section, "length_histogram", data.lengths)
         _add_histogram(section, "document_histogram", np.diff(data.document_indices))
     return findings, warnings, section
+
+
+def skipped_sequence_checks(sections):
+    """{check: why it was skipped} of the sequence checks that had nothing to check against: the table said `ok`,
+    "as the tokenize manifest lists them", of pairs no manifest lists (as the record checks did, issue 57)."""
+    if sections and not any(section.get("manifest") for section in sections):
+        return {"sequence_manifest": "no tokenize manifest.json above the pairs (<out>/<corpus>/): nothing to match"}
+    return {}
+
+
+def sequence_check_notes(sections):
+    """{check: its description} where a sequence check ran but not all of it: "every id below the vocab size" was
+    said of ids no vocab size bounded (no manifest, no --vocab)."""
+    if all(section.get("vocab_checked", True) for section in sections or ()):
+        return {}
+    return {"sequences": "lengths, offsets and document indices agree with the .bin; ids not checked against a vocab "
+                         "(no manifest, no --vocab: see warnings)"}
 
 
 # --plot's histograms of token sequences: how many have each length (tokens), and how many documents hold each
