@@ -15,7 +15,7 @@ import pytest
 
 import bertprep
 from bertprep.cli import main
-from bertprep.errors import DataError
+from bertprep.errors import DataError, UsageError
 from bertprep.formats import codecs
 from bertprep.stages.create import sample_paths
 from bertprep.tokenization import LineTokenizer, load_vocab
@@ -767,6 +767,23 @@ def test_validate_of_a_pair_without_manifest_or_vocab_says_what_it_did_not_check
     checks = bertprep.validate(paths=(str(out),))["checks"]  # the output itself: both checked
     assert [checks[name]["status"] for name in ("sequences", "sequence_manifest")] == ["ok", "ok"]
     assert checks["sequences"]["description"].endswith("; every id below the vocab size")
+
+
+def test_validate_refuses_the_record_flags_where_it_read_no_records(tokenized, capsys):
+    """--masked-lm-prob, --whole-word-mask and --min-parts are read by the record checks alone: of a tokenize output
+    (or text shards) they were SOUND, exit 0, the flag read by nothing."""
+    out, _ = tokenized
+    assert main(["validate", str(out), "--whole-word-mask", "--quiet"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"bertprep validate: error: --whole-word-mask applies to records, and {out} holds none (token sequences of "
+        "`bertprep tokenize`): it had no effect; leave it out")
+    assert main(["validate", CORPUS, "--masked-lm-prob", "0.3", "--min-parts", "4", "--quiet"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"bertprep validate: error: --masked-lm-prob, --min-parts apply to records, and {CORPUS} holds none (text "
+        "shards): they had no effect; leave them out")
+    with pytest.raises(UsageError, match=r"^ValidateOptions.min_parts applies to records, and "):
+        bertprep.validate(paths=(str(out / "data-path.txt"),), min_parts=8)
+    assert bertprep.validate(paths=(str(out),), min_parts=1).sound  # the default, as given
 
 
 def test_the_record_formats_choices_are_unchanged():

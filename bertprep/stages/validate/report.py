@@ -25,7 +25,7 @@ import sys
 from typing import Any, TextIO
 
 from bertprep import formats, storage
-from bertprep.errors import DataError, UsageError
+from bertprep.errors import ON_COMMAND_LINE, DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.formats import codecs, megatron
 from bertprep.options import (
@@ -33,6 +33,7 @@ from bertprep.options import (
     check_types,
     errors_name_fields,
     normalise_paths,
+    python_field_names,
     refuse_empty_path,
     refuse_file_above,
     refuse_overlap,
@@ -194,12 +195,36 @@ def validate(options: ValidateOptions | None = None, /, *, quiet: bool = True, *
     report = validate_paths(list(options.paths), spec, workers=options.workers or os.cpu_count() or 1,
                             min_parts=options.min_parts, compare=options.compare,
                             vocab_given=options.vocab is not None, quiet=quiet)
+    refuse_record_flags(options, report)
     report["warnings"][:0] = vocab_warnings
     if options.plot:
         from bertprep.stages.validate.plot import plot_report
 
         plot_report(report, options.plot)
     return Report("bertprep validate", report)
+
+
+# The flags only the record checks read: how the records were masked, the OFRecord parts a directory needs.
+RECORD_FLAGS = (("masked_lm_prob", "--masked-lm-prob"), ("whole_word_mask", "--whole-word-mask"),
+                ("min_parts", "--min-parts"))
+
+
+def refuse_record_flags(options, report):
+    """A UsageError where a flag of RECORD_FLAGS was given and the paths held no records: `validate TOKENIZED
+    --masked-lm-prob 0.3` (or --whole-word-mask, --min-parts 8, of text shards too) was SOUND, exit 0, the flag
+    read by no check. Said once the paths are read: what they hold is found as they are checked."""
+    defaults = {field.name: field.default for field in dataclasses.fields(ValidateOptions)}
+    given = [flag for field, flag in RECORD_FLAGS if getattr(options, field) != defaults[field]]
+    if not given or report["datasets"]:
+        return
+    holds = [what for what, there in (("token sequences of `bertprep tokenize`", report.get("sequences") is not None),
+                                      ("text shards", report["text_shards"]),
+                                      ("SQuAD/GLUE downloads", report["downloads"])) if there]
+    one = len(given) == 1
+    message = (f"{', '.join(given)} {'applies' if one else 'apply'} to records, and {' and '.join(report['paths'])} "
+               f"{'holds' if len(report['paths']) == 1 else 'hold'} none ({', '.join(holds)}): "
+               f"{'it' if one else 'they'} had no effect; leave {'it' if one else 'them'} out")
+    raise UsageError(message if ON_COMMAND_LINE.get() else python_field_names(message, options))
 
 
 def _has_both_formats(path):
