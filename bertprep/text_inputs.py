@@ -198,11 +198,29 @@ def check_input(path):
     if head[:len(megatron.MAGIC)] == megatron.MAGIC:
         raise DataError(f"{storage.display(path)}: a Megatron index (.idx, as tokenize writes), not text: this stage "
                         "reads text shards (a sentence a line, documents apart by a blank line)")
+    if (index := megatron_index_beside(path)) is not None:
+        raise DataError(f"{storage.display(path)}: the token ids of a Megatron indexed dataset (.bin, as tokenize "
+                        f"writes; its index {storage.display(index)} beside it), not text: this stage reads text "
+                        "shards (a sentence a line, documents apart by a blank line)")
     text = read_text(path)
     refuse_cr_only(text, path, "input must be UTF-8 text, one sentence per line")  # the shard was one sentence
     if not text.strip():
         raise DataError(f"{storage.display(path)}: no documents (the file is empty or blank)")
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def megatron_index_beside(path):
+    """The .idx beside `path` where `path` is the .bin of a Megatron indexed dataset (the index opens with its
+    magic), else None. Its ids are no text, yet ids below 128 (uint16 or int32, the high bytes zero) decode as
+    UTF-8: `tokenize --input 'OUT/corpus/training/*'` tokenized such a .bin as a sentence, exit 0; other ids were
+    "not valid UTF-8 (byte 0x86 at column 9)", which said nothing of what the file is."""
+    if not path.endswith(megatron.BIN):
+        return None
+    index = path[:-len(megatron.BIN)] + megatron.IDX
+    if not storage.isfile(index):  # a shard that happens to end in .bin
+        return None
+    with storage.open(index, "rb") as f:
+        return index if f.read(len(megatron.MAGIC)) == megatron.MAGIC else None
 
 
 _TOKENIZERS: dict = {}  # (vocab path, lower_case) -> (LineTokenizer, MaskingVocab), per process

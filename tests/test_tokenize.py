@@ -897,6 +897,24 @@ def test_a_megatron_index_is_no_text_shard(tmp_path, stage):
 
 
 @pytest.mark.parametrize("stage", ["tokenize", "create"])
+def test_a_megatron_bin_is_no_text_shard(tmp_path, stage):
+    """A .bin holds ids, two bytes each (uint16): ids below 128 decode as UTF-8 with a NUL between, which the
+    tokenizer drops, so tokenize (and create) of tokenize's own .bin (`--input 'OUT/corpus/training/*'`) made
+    sentences of those bytes, exit 0; other ids were "not valid UTF-8 (byte 0x86 at column 9)". A .bin whose .idx
+    beside it opens with Megatron's magic is now named as such; a text shard named .bin is still read."""
+    (tmp_path / "c.txt").write_text("the is in the to.\nto the is in.\n")  # ids below 128 in the sample vocab
+    bertprep.tokenize(input=(str(tmp_path / "c.txt"),), vocab=VOCAB, out=str(tmp_path / "tokenized"))
+    (data,) = (tmp_path / "tokenized").rglob("*.bin")
+    assert max(data.read_bytes()) < 128  # the case that went through as text
+    with pytest.raises(DataError, match=f"^{data}: the token ids of a Megatron indexed dataset \\(.bin, as tokenize "
+                                        f"writes; its index {str(data)[:-4]}.idx beside it\\), not text: "):
+        getattr(bertprep, stage)(input=(str(data),), vocab=VOCAB, out=str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
+    shutil.copy(tmp_path / "c.txt", tmp_path / "text.bin")  # no index beside it: a shard
+    getattr(bertprep, stage)(input=(str(tmp_path / "text.bin"),), vocab=VOCAB, out=str(tmp_path / "out"))
+
+
+@pytest.mark.parametrize("stage", ["tokenize", "create"])
 def test_a_compressed_shard_is_named_as_one(tmp_path, stage):
     """A gzipped shard (corpora often come so) said "not valid UTF-8 (byte 0x8b at column 2)", as if the text were
     damaged; `vocab` named it already. Now both stages say what the file is, as vocab does."""
