@@ -786,6 +786,21 @@ def test_validate_refuses_the_record_flags_where_it_read_no_records(tokenized, c
     assert bertprep.validate(paths=(str(out),), min_parts=1).sound  # the default, as given
 
 
+def test_validate_compare_of_a_dataset_with_itself_is_refused(tokenized, tmp_path, capsys):
+    """`validate A A --compare` (or A/, a link to A, a pair's .bin and its .idx) said "equal", exit 0: a dataset is
+    equal to itself, whatever PATH2 was meant to be. Records directories alike."""
+    out, _ = tokenized
+    (tmp_path / "link").symlink_to(out)
+    prefix = prefix_of(out, *shards()[0])
+    for a, b in ((out, out), (out, f"{out}/"), (out, tmp_path / "link"), (prefix + ".bin", prefix + ".idx")):
+        assert main(["validate", str(a), str(b), "--compare", "--quiet"]) == 2
+        assert capsys.readouterr().err.strip() == (f"bertprep validate: error: --compare: {a} and {b} are one "
+                                                   "dataset, which is equal to itself: give two datasets to compare")
+    with pytest.raises(UsageError, match=r"^ValidateOptions.compare: .* are one dataset"):
+        bertprep.validate(paths=(str(out), str(out)), compare=True)
+    assert bertprep.validate(paths=(str(out), str(out))).sound  # without --compare: validated, as before
+
+
 def test_the_record_formats_choices_are_unchanged():
     assert codecs.record_names() == ("tfrecord", "ofrecord", "hdf5", "parquet")
     assert SEQUENCES not in bertprep.formats.ALL_FORMATS and codecs.sequence_names() == (SEQUENCES,)

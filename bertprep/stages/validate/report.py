@@ -112,6 +112,10 @@ class ValidateOptions:
             raise UsageError("--masked-lm-prob must be in (0, 1]")
         if self.compare and len(self.paths) == 1 and not _has_both_formats(self.paths[0]):
             raise UsageError("--compare needs PATH2, or a PATH holding both TFRecord and OFRecord files")
+        if self.compare and len(self.paths) == 2 and _dataset_key(self.paths[0]) == _dataset_key(self.paths[1]):
+            # was "equal", exit 0: a dataset is always equal to itself, whatever a mistyped PATH2 was meant to be
+            raise UsageError(f"--compare: {self.paths[0]} and {self.paths[1]} are one dataset, which is equal to "
+                             "itself: give two datasets to compare")
         if self.plot is not None:
             check_report_place("--plot", self.plot, self.paths, PNG_MAGIC)
 
@@ -225,6 +229,14 @@ def refuse_record_flags(options, report):
                f"{'holds' if len(report['paths']) == 1 else 'hold'} none ({', '.join(holds)}): "
                f"{'it' if one else 'they'} had no effect; leave {'it' if one else 'them'} out")
     raise UsageError(message if ON_COMMAND_LINE.get() else python_field_names(message, options))
+
+
+def _dataset_key(path):
+    """`path` as its two spellings give it alike (storage.comparable), a Megatron pair's .bin or .idx as its
+    prefix: the dataset a path names."""
+    key = storage.comparable(path)
+    prefix = key[:-len(megatron.IDX)]
+    return prefix if key.endswith(megatron.BIN_IDX) and megatron.is_dataset(prefix) else key
 
 
 def _has_both_formats(path):
