@@ -871,6 +871,37 @@ def test_a_bucket_run_writes_the_local_bytes(s3_bucket, tokenized):
     assert report.sound and report["compare"][0]["equal"] and report["compare"][0]["sequences"] == 454
 
 
+def test_a_failed_run_leaves_no_shard_its_manifest_does_not_list(tmp_path, monkeypatch):
+    """With --workers 2, a shard that failed (`no documents`) while another worker's shard was written and not yet
+    handed back left that shard's .bin/.idx under their final names and no manifest (a first run): `validate`
+    called the folder SOUND, and `--workers 1` left nothing. Played here in one process: a shard is written, then
+    the run fails before its result is taken. What the manifest does not list goes, and the folders left empty."""
+    import importlib
+
+    stage = importlib.import_module("bertprep.stages.tokenize")
+    real = stage.tokenize_shard
+
+    def written_then_another_fails(task):
+        real(task)
+        raise DataError(f"{task.source}: no documents (every line is blank or tokenizes to nothing)")
+
+    monkeypatch.setattr(stage, "tokenize_shard", written_then_another_fails)
+    args = {"input": (CORPUS,), "vocab": VOCAB, "out": str(tmp_path / "out"),
+            "engine": bertprep.EngineOptions(workers=1)}
+    with pytest.raises(DataError, match="no documents"):
+        bertprep.tokenize(**args)
+    assert not (tmp_path / "out").exists()
+    monkeypatch.undo()
+    bertprep.tokenize(**args)  # a finished run into the folder, then a failed rerun that rewrites every shard
+    monkeypatch.setattr(stage, "tokenize_shard", written_then_another_fails)
+    with pytest.raises(DataError, match="no documents"):
+        bertprep.tokenize(**{**args, "lower_case": False})
+    out = tmp_path / "out" / "sample_corpus"
+    assert sorted(p.name for p in out.iterdir()) == ["manifest.json"]  # its shards forgotten, none left unlisted
+    report = bertprep.validate(paths=(str(out),))
+    assert not report.sound and "did not finish" in report["findings"][0]["message"]
+
+
 def test_a_run_killed_before_its_manifest_is_saved_is_not_resumed_as_the_earlier_runs(tmp_path, monkeypatch):
     """A rerun with another vocab was stopped after it renamed a shard's files and before it saved their entries:
     the manifest still listed them with the earlier vocab's settings and sizes, and a third run with that vocab
@@ -897,7 +928,8 @@ def test_a_run_killed_before_its_manifest_is_saved_is_not_resumed_as_the_earlier
     with pytest.raises(KeyboardInterrupt):
         bertprep.tokenize(vocab=str(swapped), **args)
     monkeypatch.undo()
-    assert any(first[name] != (out / name).read_bytes() for name in first)  # the killed run wrote a shard
+    # the killed run wrote a shard (the others it was to rewrite, no longer listed, are gone)
+    assert any((out / name).exists() and first[name] != (out / name).read_bytes() for name in first)
     rerun = bertprep.tokenize(vocab=VOCAB, **args)
     assert rerun["shards_tokenized"] >= 1
     assert {p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*.bin"))} == first
