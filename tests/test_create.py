@@ -78,6 +78,20 @@ def test_instances_are_held_compactly(golden_dir):
     assert instances.nbytes / len(instances) <= 400
 
 
+def fail_after_writing(monkeypatch, module, name, message):
+    """Make `module.name`, a stage's function of one shard, write its shard and then raise DataError(`message`): a
+    run whose other worker failed while this shard's result was not yet taken, played in one process."""
+    from bertprep.errors import DataError
+
+    real = getattr(module, name)
+
+    def written_then_another_fails(task):
+        real(task)
+        raise DataError(message)
+
+    monkeypatch.setattr(module, name, written_then_another_fails)
+
+
 def write_shards(corpus, directory, count, copies=1):
     """`corpus` cut into `count` shards at document boundaries (each repeated `copies` times), under training/."""
     documents = Path(corpus).read_text(encoding="utf-8").strip("\n").split("\n\n")

@@ -13,7 +13,7 @@ from bertprep.cli import main
 from bertprep.formats.schemas import PACKED, PRETRAINING
 from bertprep.stages.pack import strategy
 from bertprep.stages.pack.layout import pack_rows, unpack_rows
-from test_create import golden_argv, only_records_dir, output_files
+from test_create import fail_after_writing, golden_argv, only_records_dir, output_files
 
 
 def run_json(capsys, *argv):
@@ -536,3 +536,21 @@ def test_a_rerun_with_fewer_formats_removes_the_earlier_files(short_records, tmp
     assert sorted(output_files(summary["records_dir"])) == [f"ofrecord/training/part-{i}" for i in range(4)]
     code, report = run_json(capsys, "validate", summary["records_dir"])
     assert code == 0 and report["sound"], report["findings"]
+
+
+def test_a_failed_pack_leaves_no_file_its_manifest_does_not_list(short_records, tmp_path, monkeypatch):
+    """With --workers 2, a shard that failed (its records changed since create) while another worker's shard was
+    written and not yet handed back left that shard's packed files under their final names, unlisted (a first
+    run: no manifest at all), where a reader that globs the split takes them. Played here in one process: the first
+    shard is written, then the run fails before its result is taken. What the manifest does not list goes, and the
+    folders left empty."""
+    import importlib
+
+    import bertprep
+    from bertprep.errors import DataError
+
+    stage = importlib.import_module("bertprep.stages.pack.stage")
+    fail_after_writing(monkeypatch, stage, "pack_shard", "a shard: sha256 differs from the create manifest's")
+    with pytest.raises(DataError, match="sha256 differs"):
+        bertprep.pack(records_dir=str(short_records), out=str(tmp_path), engine=bertprep.EngineOptions(workers=1))
+    assert list(tmp_path.iterdir()) == []

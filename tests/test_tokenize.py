@@ -19,6 +19,7 @@ from bertprep.errors import DataError, UsageError
 from bertprep.formats import codecs
 from bertprep.stages.create import sample_paths
 from bertprep.tokenization import LineTokenizer, load_vocab
+from test_create import fail_after_writing
 
 # Megatron-Core comes in through fixtures, when the first test here needs it, and the module's tests stay on one
 # xdist worker: imported at collection, it cost every worker ~2 s of CPU (beyond the torch it imports), most of them
@@ -879,13 +880,8 @@ def test_a_failed_run_leaves_no_shard_its_manifest_does_not_list(tmp_path, monke
     import importlib
 
     stage = importlib.import_module("bertprep.stages.tokenize")
-    real = stage.tokenize_shard
-
-    def written_then_another_fails(task):
-        real(task)
-        raise DataError(f"{task.source}: no documents (every line is blank or tokenizes to nothing)")
-
-    monkeypatch.setattr(stage, "tokenize_shard", written_then_another_fails)
+    message = "a shard: no documents (every line is blank or tokenizes to nothing)"
+    fail_after_writing(monkeypatch, stage, "tokenize_shard", message)
     args = {"input": (CORPUS,), "vocab": VOCAB, "out": str(tmp_path / "out"),
             "engine": bertprep.EngineOptions(workers=1)}
     with pytest.raises(DataError, match="no documents"):
@@ -893,7 +889,7 @@ def test_a_failed_run_leaves_no_shard_its_manifest_does_not_list(tmp_path, monke
     assert not (tmp_path / "out").exists()
     monkeypatch.undo()
     bertprep.tokenize(**args)  # a finished run into the folder, then a failed rerun that rewrites every shard
-    monkeypatch.setattr(stage, "tokenize_shard", written_then_another_fails)
+    fail_after_writing(monkeypatch, stage, "tokenize_shard", message)
     with pytest.raises(DataError, match="no documents"):
         bertprep.tokenize(**{**args, "lower_case": False})
     out = tmp_path / "out" / "sample_corpus"
