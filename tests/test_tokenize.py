@@ -789,6 +789,12 @@ def test_validate_refuses_the_record_flags_where_it_read_no_records(tokenized, c
     with pytest.raises(UsageError, match=r"^ValidateOptions.min_parts applies to records, and "):
         bertprep.validate(paths=(str(out / "data-path.txt"),), min_parts=8)
     assert bertprep.validate(paths=(str(out),), min_parts=1).sound  # the default, as given
+    # --vocab is read by the record and the sequence checks, never by the text shard checks
+    assert main(["validate", CORPUS, "--vocab", VOCAB, "--quiet"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"bertprep validate: error: --vocab applies to records and token sequences, and {CORPUS} holds none (text "
+        "shards): it had no effect; leave it out")
+    assert bertprep.validate(paths=(str(out),), vocab=VOCAB).sound
 
 
 def test_validate_compare_of_a_dataset_with_itself_is_refused(tokenized, tmp_path, capsys):

@@ -199,7 +199,7 @@ def validate(options: ValidateOptions | None = None, /, *, quiet: bool = True, *
     report = validate_paths(list(options.paths), spec, workers=options.workers or os.cpu_count() or 1,
                             min_parts=options.min_parts, compare=options.compare,
                             vocab_given=options.vocab is not None, quiet=quiet)
-    refuse_record_flags(options, report)
+    refuse_unread_flags(options, report)
     report["warnings"][:0] = vocab_warnings
     if options.plot:
         from bertprep.stages.validate.plot import plot_report
@@ -208,27 +208,37 @@ def validate(options: ValidateOptions | None = None, /, *, quiet: bool = True, *
     return Report("bertprep validate", report)
 
 
-# The flags only the record checks read: how the records were masked, the OFRecord parts a directory needs.
-RECORD_FLAGS = (("masked_lm_prob", "--masked-lm-prob"), ("whole_word_mask", "--whole-word-mask"),
-                ("min_parts", "--min-parts"))
+# The flags only some checks read, and what they apply to: how the records were masked and the OFRecord parts a
+# directory needs (the record checks); the vocab (the record and token sequence checks; no text shard check).
+# A report holds token sequences where its "sequences" key is there (a list with no section: a tokenize run's pairs
+# all gone).
+READERS = {"records": lambda report: bool(report["datasets"]),
+           "records and token sequences": lambda report: bool(report["datasets"]) or "sequences" in report}
+NARROW_FLAGS = (("masked_lm_prob", "--masked-lm-prob", "records"), ("whole_word_mask", "--whole-word-mask", "records"),
+                ("min_parts", "--min-parts", "records"), ("vocab", "--vocab", "records and token sequences"))
 
 
-def refuse_record_flags(options, report):
-    """A UsageError where a flag of RECORD_FLAGS was given and the paths held no records: `validate TOKENIZED
-    --masked-lm-prob 0.3` (or --whole-word-mask, --min-parts 8, of text shards too) was SOUND, exit 0, the flag
-    read by no check. Said once the paths are read: what they hold is found as they are checked."""
+def refuse_unread_flags(options, report):
+    """A UsageError where a flag of NARROW_FLAGS was given and the paths held nothing it applies to: `validate
+    TOKENIZED --masked-lm-prob 0.3` (or --whole-word-mask, --min-parts 8; --vocab of text shards) was SOUND, exit
+    0, the flag read by no check. Said once the paths are read: what they hold is found as they are checked."""
     defaults = {field.name: field.default for field in dataclasses.fields(ValidateOptions)}
-    given = [flag for field, flag in RECORD_FLAGS if getattr(options, field) != defaults[field]]
-    if not given or report["datasets"]:
-        return
+    changed = [(flag, to) for field, flag, to in NARROW_FLAGS if getattr(options, field) != defaults[field]]
+    for applies, read in READERS.items():
+        given = [flag for flag, to in changed if to == applies]
+        if given and not read(report):
+            raise _unread_flags_error(options, report, given, applies)
+
+
+def _unread_flags_error(options, report, given, applies):
     holds = [what for what, there in (("token sequences of `bertprep tokenize`", report.get("sequences") is not None),
                                       ("text shards", report["text_shards"]),
                                       ("SQuAD/GLUE downloads", report["downloads"])) if there]
     one = len(given) == 1
-    message = (f"{', '.join(given)} {'applies' if one else 'apply'} to records, and {' and '.join(report['paths'])} "
+    message = (f"{', '.join(given)} {'applies' if one else 'apply'} to {applies}, and {' and '.join(report['paths'])} "
                f"{'holds' if len(report['paths']) == 1 else 'hold'} none ({', '.join(holds)}): "
                f"{'it' if one else 'they'} had no effect; leave {'it' if one else 'them'} out")
-    raise UsageError(message if ON_COMMAND_LINE.get() else python_field_names(message, options))
+    return UsageError(message if ON_COMMAND_LINE.get() else python_field_names(message, options))
 
 
 def _dataset_key(path):
