@@ -812,6 +812,24 @@ def test_validate_compare_of_a_dataset_with_itself_is_refused(tokenized, tmp_pat
     assert bertprep.validate(paths=(str(out), str(out))).sound  # without --compare: validated, as before
 
 
+def test_an_index_under_another_name_is_named_as_one(tokenized, tmp_path, capsys):
+    """An .idx reached by a link named otherwise (or copied as X.IDX) was read as a TFRecord by inspect and validate:
+    `record 0 at byte 0: truncated data (794 of 24844879419493709 bytes)`. A file that opens with Megatron's magic
+    and is not named <prefix>.idx is now one line saying what it is."""
+    out, _ = tokenized
+    index = prefix_of(out, *shards()[0]) + ".idx"
+    (tmp_path / "mydata").symlink_to(index)
+    shutil.copy(index, tmp_path / "copy.IDX")
+    for name in ("mydata", "copy.IDX"):
+        for stage in ("inspect", "validate"):
+            assert main([stage, str(tmp_path / name)]) == 1
+            assert capsys.readouterr().err.strip() == (
+                f"bertprep {stage}: error: {tmp_path / name}: a Megatron index (it opens with MMIDIDX), not named "
+                "<prefix>.idx: an indexed dataset is read by its names, <prefix>.idx beside <prefix>.bin; give it by "
+                "such a name")
+    assert bertprep.inspect(file=index, num=1)["records"][0]["sequence"] == 0  # by its own name, as before
+
+
 def test_the_record_formats_choices_are_unchanged():
     assert codecs.record_names() == ("tfrecord", "ofrecord", "hdf5", "parquet")
     assert SEQUENCES not in bertprep.formats.ALL_FORMATS and codecs.sequence_names() == (SEQUENCES,)

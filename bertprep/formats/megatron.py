@@ -189,6 +189,20 @@ def check_index_beside(path):
                     "Megatron indexed dataset is a .bin and its .idx (rerun `bertprep tokenize`)")
 
 
+def check_index_named(path):
+    """A DataError where `path`, a file, opens with an index's magic but is not named `<prefix>.idx` (a link named
+    otherwise, `X.IDX`): inspect and validate find a pair by its names and read such a file as a TFRecord, "record 0
+    at byte 0: truncated data (794 of 24844879419493709 bytes)"."""
+    # on this machine only: a store's object is no link, and the read would be one more request
+    if path.endswith(IDX) or not storage.checks_locally(path) or not storage.isfile(path):
+        return
+    with storage.open(path, "rb") as f:
+        if f.read(len(MAGIC)) != MAGIC:
+            return
+    raise DataError(f"{storage.display(path)}: a Megatron index (it opens with MMIDIDX), not named <prefix>.idx: an "
+                    "indexed dataset is read by its names, <prefix>.idx beside <prefix>.bin; give it by such a name")
+
+
 def prefixes(path):
     """The indexed datasets at `path`: a prefix, its .bin or .idx, or a directory walked (sorted) for .idx
     files; [] when it holds none."""

@@ -117,6 +117,7 @@ def inspect(options: InspectOptions | None = None, /, *, stream: TextIO | None =
     storage.require(path, "file", DataError(f"{path}: no such file"))
     _refuse_data_path_list(path)
     megatron.check_index_beside(path)
+    megatron.check_index_named(path)
     vocab_path = resolve_vocab_path(options.vocab) if options.vocab else None
     vocab = load_vocab(vocab_path) if vocab_path else None
     words = vocab.tokens if vocab else None  # tokens[id]: the line of that id

@@ -297,6 +297,7 @@ def validate_paths(paths, spec, workers=1, min_parts=1, compare=False, vocab_giv
             continue
         found_anything = False
         megatron.check_index_beside(path)  # a .bin without its .idx: no record file to be read as one
+        megatron.check_index_named(path)  # nor an index under another name
         sequence_sets = find_sequence_sets(path)
         for fmt, prefixes in sequence_sets:  # tokenize's files: token sequences, not records
             found_anything = True
