@@ -358,6 +358,30 @@ def test_a_label_id_beyond_the_tasks_labels_is_one_line_before_training(shared_d
     assert not out.exists()
 
 
+@pytest.mark.parametrize("damage", ["id beyond the vocab", "truncated"])
+def test_predicted_records_are_read_whole_before_training(shared_dir, tmp_path, capsys, damage):
+    """--predict's test split was checked by its first record alone: an id beyond the model's vocab (records
+    without a manifest) was TensorFlow's gather traceback, a cut file one line, both once every step had been
+    trained and --checkpoint-dir saved; now one line before training, nothing written."""
+    data = _glue_dir(shared_dir, tmp_path / "glue", "MRPC_train", "MRPC_dev")
+    test = list(formats.read_records(shared_dir / "fixtures" / "finetune" / "glue" / "MRPC_test_seq128.tfrecord"))[:6]
+    test[3] = dict(test[3], input_ids=[*test[3]["input_ids"][:2], 40000, *test[3]["input_ids"][3:]])
+    formats.write_records(data / "predict.tf_record", test, "tfrecord", kind=GLUE)
+    said = "row 3: input_ids[2]: 40000 is not a token id of the vocab of 30522 (0..30521)"
+    if damage == "truncated":  # the last record cut short; the ids as they were
+        formats.write_records(data / "predict.tf_record", test[:3] + test[4:], "tfrecord", kind=GLUE)
+        (data / "predict.tf_record").write_bytes((data / "predict.tf_record").read_bytes()[:-100])
+        said = "record 4 at byte "
+    code = main(["finetune", "--task", "mrpc", "--format", "tfrecord", "--data", str(data), "--init-checkpoint",
+                 str(shared_dir / "fixtures" / "checkpoints" / "hf_tiny"), "--steps", "1", "--batch-size", "4",
+                 "--predict", "--output-dir", str(tmp_path / "out"), "--checkpoint-dir", str(tmp_path / "ckpt"),
+                 "--quiet"])
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert code == 1 and line.startswith(f"trainer: error: {data / 'predict.tf_record'}: {said}"), line
+    assert damage != "truncated" or "truncated data" in line
+    assert not (tmp_path / "out").exists() and not (tmp_path / "ckpt").exists()
+
+
 @pytest.mark.parametrize("field, value, said", [
     ("task", 5, "task: 5, expected a task name"),  # an AttributeError traceback
     ("labels", "01", "labels: '01', expected a list of distinct label names (strings)"),  # two labels: '0' and '1'

@@ -22,7 +22,7 @@ from bertprep import formats, storage
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.formats import codecs
-from bertprep.formats.schemas import GLUE, GLUE_REGRESSION, SQUAD_EVAL, SQUAD_TRAIN, first_outside
+from bertprep.formats.schemas import GLUE, GLUE_REGRESSION, SQUAD_EVAL, SQUAD_TRAIN, check_int_values, first_outside
 from bertprep.records_manifest import file_digests, load_records_manifest, refuse_unlisted_records
 from trainer.data import READER, holds_pretraining_records, no_records_directory
 
@@ -197,3 +197,16 @@ class TaskData:
             for chunk in formats.read_batches(path, 8192, self.fmt, kind=kind, dims=self.dims):
                 self.check_labels(chunk, path, row)
                 row += len(chunk["label_ids"])
+
+    def check_split_values(self, split, vocab_size):
+        """Every record of a split read only once the training is done (the eval split, --predict's test split)
+        read whole before it: its framing, and its integers in int32 and token ids below the model's
+        `vocab_size`. A damaged file, or an id beyond the embeddings (records without a manifest naming their
+        vocab), ended the run after every step had been trained and the checkpoint saved: a truncated file in
+        one line, an id in TensorFlow's gather traceback (JAX's gather clamps it: another token's row)."""
+        kind = self.task.eval_kind if split == "eval" else self.kind
+        for path in self.files[split]:
+            row = 0
+            for chunk in formats.read_batches(path, 8192, self.fmt, kind=kind, dims=self.dims):
+                check_int_values(kind, chunk, path, row, vocab_size)
+                row += len(chunk["input_ids"])
