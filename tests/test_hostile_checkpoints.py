@@ -903,6 +903,21 @@ def test_a_state_json_whose_model_config_is_not_one_names_the_file_and_field(che
         f"trainer checkpoint: error: {checkpoint / 'state.json'}: {said}")
 
 
+@pytest.mark.parametrize("name, damage, said", [
+    ("state.npz", lambda data: data[:len(data) // 2], "BadZipFile: File is not a zip file"),
+    ("state.json", lambda data: b"{", "JSONDecodeError: Expecting property name enclosed in double quotes"),
+])
+def test_a_damaged_file_of_our_checkpoint_is_named(checkpoints, tmp_path, capsys, name, damage, said):
+    """A state.npz cut short or a state.json not JSON was said under the checkpoint directory alone
+    (`DIR: unreadable checkpoint: BadZipFile: File is not a zip file`): which file was not said."""
+    checkpoint = tmp_path / "ours"
+    assert main(["checkpoint", "convert", str(checkpoints / "hf_tiny"), str(checkpoint), "--to", "bertprep",
+                 "--quiet"]) == 0
+    (checkpoint / name).write_bytes(damage((checkpoint / name).read_bytes()))
+    assert _inspect_fails(capsys, checkpoint).startswith(
+        f"trainer checkpoint: error: {checkpoint / name}: unreadable checkpoint: {said}")
+
+
 def test_two_spellings_of_one_variable_with_other_values_are_refused(checkpoints, tmp_path, capsys):
     """A state dict holding one variable twice (pytorch-pretrained-bert's LayerNorm `gamma` beside today's `weight`,
     `module.` or `bert.` with and without) kept the later one and dropped the other in silence: convert exited 0.

@@ -40,14 +40,18 @@ def read_arrays(path):
     directory = _directory(path)
     if directory is None:
         raise DataError(f"{path}: not a checkpoint of the trainer (no state.npz, no ckpt-<step>/ inside)")
+    # The file that failed is named: a damaged state.npz or state.json was said under the directory alone
+    # ("BadZipFile: File is not a zip file", "JSONDecodeError: Expecting ..."), which of the two unsaid.
+    state_path = reading = os.path.join(directory, "state.json")
     try:
-        with open(os.path.join(directory, "state.json"), encoding="utf-8") as f:
+        with open(state_path, encoding="utf-8") as f:
             state = json.load(f)
-        with np.load(os.path.join(directory, "state.npz")) as npz:
-            weights = _model_arrays(os.path.join(directory, "state.npz"), npz)
+        reading = os.path.join(directory, "state.npz")
+        with np.load(reading) as npz:
+            weights = _model_arrays(reading, npz)
     except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as exc:
-        raise DataError(f"{directory}: unreadable checkpoint: {exc.__class__.__name__}: {exc}") from None
-    return _model_config(os.path.join(directory, "state.json"), state), weights, directory
+        raise DataError(f"{reading}: unreadable checkpoint: {exc.__class__.__name__}: {exc}") from None
+    return _model_config(state_path, state), weights, directory
 
 
 def _model_arrays(path, npz):
