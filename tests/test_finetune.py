@@ -382,6 +382,28 @@ def test_predicted_records_are_read_whole_before_training(shared_dir, tmp_path, 
     assert not (tmp_path / "out").exists() and not (tmp_path / "ckpt").exists()
 
 
+@pytest.mark.parametrize("task, written", [("squad", "predictions.json"), ("mrpc", "test_results.tsv")])
+def test_a_directory_where_a_prediction_file_goes_is_refused_before_training(shared_dir, squad_dir, tmp_path, capsys,
+                                                                             task, written):
+    """A directory named predictions.json (SQuAD's scoring) or test_results.tsv (--predict) in --output-dir: the
+    write failed ('Is a directory') once every step had been trained and --checkpoint-dir saved."""
+    if task == "squad":
+        data = squad_dir
+    else:
+        data = _glue_dir(shared_dir, tmp_path / "glue", "MRPC_train", "MRPC_dev")
+        (data / "predict.tf_record").write_bytes(
+            (shared_dir / "fixtures" / "finetune" / "glue" / "MRPC_test_seq128.tfrecord").read_bytes())
+    out = tmp_path / "out"
+    (out / written).mkdir(parents=True)
+    code = main(["finetune", "--task", task, "--format", "tfrecord", "--data", str(data), "--init-checkpoint",
+                 str(shared_dir / "fixtures" / "checkpoints" / "hf_tiny"), "--steps", "1", "--batch-size", "4",
+                 "--predict", "--output-dir", str(out), "--checkpoint-dir", str(tmp_path / "ckpt"), "--quiet"])
+    assert (code, capsys.readouterr().err.strip().splitlines()[-1]) == (
+        2, f"trainer: error: --output-dir {out}: {out / written} is a directory, where the run writes its {written} "
+           "after training: move it, or give another --output-dir")
+    assert not (tmp_path / "ckpt").exists() and os.listdir(out) == [written]
+
+
 @pytest.mark.parametrize("field, value, said", [
     ("task", 5, "task: 5, expected a task name"),  # an AttributeError traceback
     ("labels", "01", "labels: '01', expected a list of distinct label names (strings)"),  # two labels: '0' and '1'

@@ -161,8 +161,37 @@ def check_scoring_inputs(config, task, data):
                          "or predicted)")
     if config.null_score_diff_threshold and not task.is_squad:  # SQuAD 2.0's no-answer: a GLUE task ignored it
         raise UsageError(f"--null-score-diff-threshold: SQuAD's, but --task {task.name} has no null answer")
+    dataset = None
     if task.is_squad and (not config.no_eval or config.predict) and (path := dev_file(config, data)):
-        _read_squad_json(path)  # read again when scoring (a few MB)
+        dataset = _read_squad_json(path)  # read again when scoring (a few MB)
+    refuse_directories_in_the_way(config, written_names(config, task, data, dataset))
+
+
+def written_names(config, task, data, dataset):
+    """The files the scoring and --predict write in --output-dir once the training is done (`dataset`: the
+    SQuAD dev JSON or None)."""
+    if not task.is_squad:
+        return ["test_results.tsv"] if config.predict else []
+    if config.no_eval and not config.predict:
+        return []
+    return ["predictions.json", "nbest_predictions.json", *(["null_odds.json"] if is_version_2(data, dataset) else [])]
+
+
+def refuse_directories_in_the_way(config, names):
+    """A directory named as one of the files `names` in a local --output-dir: writing the file over it failed
+    ('Is a directory') once every step had been trained and --checkpoint-dir saved."""
+    if not storage.checks_locally(config.output_dir):
+        return
+    for name in names:
+        if os.path.isdir(os.path.join(storage.local_path(config.output_dir), name)):
+            raise UsageError(f"--output-dir {storage.display(config.output_dir)}: "
+                             f"{Folder(config.output_dir).display(name)} is a directory, where the run writes its "
+                             f"{name} after training: move it, or give another --output-dir")
+
+
+def is_version_2(data, dataset):
+    """SQuAD 2.0 (null answers): the manifest's version_2_with_negative, else the dev JSON's "version"."""
+    return data.version_2_with_negative or (dataset is not None and dataset.get("version") == "2.0")
 
 
 def dev_file(config, data):
@@ -468,7 +497,7 @@ def write_squad_predictions(config, data, steps, batch):
                         f"{len(order)} records; first difference at record {mismatch})")
     dev_json = dev_file(config, data)
     dataset = _read_squad_json(dev_json) if dev_json else None
-    version_2 = data.version_2_with_negative or (dataset is not None and dataset.get("version") == "2.0")
+    version_2 = is_version_2(data, dataset)
     predictions, nbest, null_odds = write_predictions(examples, features, logits, version_2, data.lower_case,
                                                       null_score_diff_threshold=config.null_score_diff_threshold)
     written = {"predictions.json": predictions, "nbest_predictions.json": nbest}
