@@ -358,17 +358,21 @@ def test_a_label_id_beyond_the_tasks_labels_is_one_line_before_training(shared_d
     assert not out.exists()
 
 
-@pytest.mark.parametrize("damage", ["id beyond the vocab", "truncated"])
+@pytest.mark.parametrize("damage", ["id beyond the vocab", "segment id beyond the type vocab", "truncated"])
 def test_predicted_records_are_read_whole_before_training(shared_dir, tmp_path, capsys, damage):
     """--predict's test split was checked by its first record alone: an id beyond the model's vocab (records
-    without a manifest) was TensorFlow's gather traceback, a cut file one line, both once every step had been
-    trained and --checkpoint-dir saved; now one line before training, nothing written."""
+    without a manifest) or its type vocab was TensorFlow's gather traceback, a cut file one line, all once every
+    step had been trained and --checkpoint-dir saved; now one line before training, nothing written."""
     data = _glue_dir(shared_dir, tmp_path / "glue", "MRPC_train", "MRPC_dev")
     test = list(formats.read_records(shared_dir / "fixtures" / "finetune" / "glue" / "MRPC_test_seq128.tfrecord"))[:6]
-    test[3] = dict(test[3], input_ids=[*test[3]["input_ids"][:2], 40000, *test[3]["input_ids"][3:]])
+    feature, index, value = {"id beyond the vocab": ("input_ids", 2, 40000), "truncated": ("input_ids", 2, 40000),
+                             "segment id beyond the type vocab": ("segment_ids", 5, 2)}[damage]
+    test[3] = dict(test[3], **{feature: [*test[3][feature][:index], value, *test[3][feature][index + 1:]]})
     formats.write_records(data / "predict.tf_record", test, "tfrecord", kind=GLUE)
-    said = "row 3: input_ids[2]: 40000 is not a token id of the vocab of 30522 (0..30521)"
-    if damage == "truncated":  # the last record cut short; the ids as they were
+    said = {"input_ids": "row 3: input_ids[2]: 40000 is not a token id of the vocab of 30522 (0..30521)",
+            "segment_ids": "row 3: segment_ids[5]: 2 is not a segment id of the model's type_vocab_size 2 (0..1)"}[
+        feature]
+    if damage == "truncated":  # the last record cut short; the others' ids sound
         formats.write_records(data / "predict.tf_record", test[:3] + test[4:], "tfrecord", kind=GLUE)
         (data / "predict.tf_record").write_bytes((data / "predict.tf_record").read_bytes()[:-100])
         said = "record 4 at byte "

@@ -116,8 +116,8 @@ def finetune(config: FinetuneConfig) -> FinetuneSummary:
         raise DataError(f"{storage.display(config.data)}: records were made with a vocab of {data.vocab_size} "
                         f"entries, the checkpoint's model has {bert.vocab_size}")
     read_after = ([] if config.no_eval else ["eval"]) + ([task.predict_split] if config.predict else [])
-    for split in dict.fromkeys(read_after):  # SQuAD predicts its eval split: read once
-        data.check_split_values(split, bert.vocab_size)  # read after the training: checked before it
+    for split in dict.fromkeys(read_after):  # read after the training, checked before it (SQuAD's eval: once)
+        data.check_split_values(split, bert.vocab_size, bert.type_vocab_size)
     warnings = initial_checkpoint_warnings(initial)  # once the run is not refused, before it starts
     del initial  # its weights are in `weights`, in our layout
     xla_gpu.apply("cublas")  # before JAX's GPU backend starts (trainer/xla_gpu.py)

@@ -198,15 +198,21 @@ class TaskData:
                 self.check_labels(chunk, path, row)
                 row += len(chunk["label_ids"])
 
-    def check_split_values(self, split, vocab_size):
+    def check_split_values(self, split, vocab_size, type_vocab_size):
         """Every record of a split read only once the training is done (the eval split, --predict's test split)
-        read whole before it: its framing, and its integers in int32 and token ids below the model's
-        `vocab_size`. A damaged file, or an id beyond the embeddings (records without a manifest naming their
-        vocab), ended the run after every step had been trained and the checkpoint saved: a truncated file in
-        one line, an id in TensorFlow's gather traceback (JAX's gather clamps it: another token's row)."""
+        read whole before it: its framing, and its integers in int32, token ids below the model's `vocab_size`
+        and segment ids below its `type_vocab_size`. A damaged file, or an id beyond the embeddings (records
+        without a manifest naming their vocab, a segment id 2), ended the run after every step had been trained
+        and the checkpoint saved: a truncated file in one line, an id in TensorFlow's gather traceback (JAX's
+        gather clamps it: another token's row)."""
         kind = self.task.eval_kind if split == "eval" else self.kind
         for path in self.files[split]:
             row = 0
             for chunk in formats.read_batches(path, 8192, self.fmt, kind=kind, dims=self.dims):
                 check_int_values(kind, chunk, path, row, vocab_size)
+                outside = first_outside(chunk["segment_ids"], 0, type_vocab_size - 1)
+                if outside is not None:
+                    raise DataError(f"{path}: row {row + outside[0]}: segment_ids[{outside[1]}]: "
+                                    f"{chunk['segment_ids'][outside]} is not a segment id of the model's "
+                                    f"type_vocab_size {type_vocab_size} (0..{type_vocab_size - 1})")
                 row += len(chunk["input_ids"])
