@@ -238,6 +238,24 @@ def test_a_transformers_fine_tune_keeps_its_head_through_convert(checkpoints, in
     np.testing.assert_allclose(logits(again.eval()), logits(model), rtol=0, atol=tolerance)
 
 
+def test_labels_for_a_google_export_which_holds_none_are_refused_before_reading(checkpoints, tmp_path, capsys):
+    """`convert CLS out --to google --labels neg,pos` of a classifier wrote Google's variables, which name no
+    labels, exit 0, its summary's task_head saying `(labels neg, pos)`: the flag had no effect."""
+    hf_config = json.loads((checkpoints / "hf_tiny" / "config.json").read_text())
+    config = transformers.BertConfig(**{key: hf_config[key] for key in (
+        "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+        "max_position_embeddings", "type_vocab_size")}, num_labels=2)
+    transformers.BertForSequenceClassification(config).save_pretrained(tmp_path / "cls")
+    capsys.readouterr()  # transformers' progress bar
+    out = tmp_path / "google"
+    assert main(["checkpoint", "convert", str(tmp_path / "cls"), str(out), "--to", "google", "--labels", "neg,pos",
+                 "--vocab", str(shared_path() / "fixtures" / "golden" / "vocab.txt")]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "trainer checkpoint: error: --labels neg,pos: --to google writes no labels (run_classifier.py's variables and "
+        "bert_config.json name none): give them with --to hf or --to bertprep"]
+    assert not out.exists()
+
+
 def _convert_fails(src, out, *extra, code=1):
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):

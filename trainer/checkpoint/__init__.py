@@ -147,16 +147,14 @@ def convert(src, out, to, vocab=None, cased=None, labels=None):
     tokenizer too (trainer/checkpoint/tokenizer.py) and a model card, and is refused where no vocab is known;
     `cased` (True/False) gives the casing where the checkpoint records none (tokenizer.for_export); `labels`
     (a sequence of strings) names a fine-tuned classifier's outputs in id order, where it names none (a Google
-    classifier) or anew."""
+    classifier) or anew; not for 'google', whose files hold none."""
     from trainer.checkpoint import google, hf, model_card, ours, task_heads, tokenizer
 
     # path objects as their strings (a pathlib.Path was a TypeError traceback, 'PosixPath' + 'str'); else one line
     src, out, vocab = (value if value is None else os.fspath(value) for value in (
         check_argument("convert's src", src, str), check_argument("convert's out", out, str),
         check_argument("convert's vocab", vocab, str | None)))
-    # a str was taken for one label ('a,b'); a path object for a label's name: refused before anything is read
-    labels = check_argument("convert's labels", labels, tuple[Name, ...] | None,
-                            expected="a list or tuple of str (a classifier's labels in id order)")
+    labels = _checked_labels(labels, to)
     if to not in WRITERS:
         raise UsageError(f"convert writes one of {', '.join(WRITERS)}, not {to!r}")
     refuse_overlap(out, [src, vocab], what="the output")  # a new directory inside the checkpoint it reads
@@ -199,6 +197,18 @@ def convert(src, out, to, vocab=None, cased=None, labels=None):
     if warning and not ON_COMMAND_LINE.get():  # a Python caller's, as bertprep's stages raise theirs
         warnings.warn(f"trainer.checkpoint.convert: {warning}", BertprepWarning, stacklevel=2)
     return dict(summary, notes="; ".join(checkpoint.notes))
+
+
+def _checked_labels(labels, to):
+    """convert's `labels` as a tuple (or None), refused before anything is read where they are not strings in a
+    list or where `to` writes none."""
+    # a str was taken for one label ('a,b'); a path object for a label's name: refused before anything is read
+    labels = check_argument("convert's labels", labels, tuple[Name, ...] | None,
+                            expected="a list or tuple of str (a classifier's labels in id order)")
+    if labels is not None and to == "google":  # taken, said in the summary's task_head, and written nowhere
+        raise UsageError(f"--labels {','.join(labels)}: --to google writes no labels (run_classifier.py's variables "
+                         "and bert_config.json name none): give them with --to hf or --to bertprep")
+    return labels
 
 
 def _refuse_dots_after_a_missing_directory(out):
