@@ -408,6 +408,22 @@ def test_a_directory_where_a_prediction_file_goes_is_refused_before_training(sha
     assert not (tmp_path / "ckpt").exists() and os.listdir(out) == [written]
 
 
+def test_ofrecord_parts_are_read_in_the_order_of_their_index(shared_dir, tmp_path):
+    """Twelve test parts were read as their names sort as text (0, 1, 10, 11, 2, ...): --predict's
+    test_results.tsv, a line per test example in record order, came out of the examples' order unsaid."""
+    from trainer.tasks import TaskData, task_named
+
+    glue = shared_dir / "fixtures" / "finetune" / "glue"
+    train = list(formats.read_records(glue / "MRPC_train_seq128.tfrecord"))[:8]
+    for split in ("train", "eval"):
+        formats.write_records(tmp_path / f"{split}.of_record-0", train, "ofrecord", kind=GLUE)
+    test = list(formats.read_records(glue / "MRPC_test_seq128.tfrecord"))[:12]
+    for index, record in enumerate(test):
+        formats.write_records(tmp_path / f"test.of_record-{index}", [record], "ofrecord", kind=GLUE)
+    files = TaskData(str(tmp_path), "ofrecord", task_named("mrpc")).files["test"]
+    assert files == [str(tmp_path / f"test.of_record-{index}") for index in range(12)]
+
+
 @pytest.mark.parametrize("field, value, said", [
     ("task", 5, "task: 5, expected a task name"),  # an AttributeError traceback
     ("labels", "01", "labels: '01', expected a list of distinct label names (strings)"),  # two labels: '0' and '1'

@@ -17,6 +17,7 @@ comes from --task and the label count from the task.
 """
 
 import dataclasses
+import re
 
 from bertprep import formats, storage
 from bertprep.errors import DataError, UsageError
@@ -94,7 +95,7 @@ class TaskData:
         if manifest_task and manifest_task.lower().replace("-", "") != task.name.lower().replace("-", ""):
             raise UsageError(f"{folder}: records of task {manifest_task}, not {task.name} (--task)")
         codec = codecs.get(fmt)
-        self.files = {split: folder.glob(codec.task_glob(split)) for split in ("train", "eval", "test")}
+        self.files = {split: in_part_order(folder.glob(codec.task_glob(split))) for split in ("train", "eval", "test")}
         for found in self.files.values():  # another run's part (train.of_record-3 of a bigger one), a stray file
             refuse_unlisted_records(found, self.manifest, data_dir, READER)
         if not self.files["train"]:
@@ -216,3 +217,14 @@ class TaskData:
                                     f"{chunk['segment_ids'][outside]} is not a segment id of the model's "
                                     f"type_vocab_size {type_vocab_size} (0..{type_vocab_size - 1})")
                 row += len(chunk["input_ids"])
+
+
+def in_part_order(paths):
+    """OFRecord parts by their index, `test.of_record-2` before `-10`: sorted as text, the eleventh part was read
+    third, so --predict's test_results.tsv (a line per test example, in record order: test.tsv's order) was out of
+    order without a word, and SQuAD's eval records did not match eval.features.jsonl."""
+    def key(path):
+        match = re.search(r"-(\d+)$", path)
+        return (path[:match.start()], int(match.group(1))) if match else (path, -1)
+
+    return sorted(paths, key=key)
