@@ -386,26 +386,46 @@ def test_predicted_records_are_read_whole_before_training(shared_dir, tmp_path, 
     assert not (tmp_path / "out").exists() and not (tmp_path / "ckpt").exists()
 
 
-@pytest.mark.parametrize("task, written", [("squad", "predictions.json"), ("mrpc", "test_results.tsv")])
-def test_a_directory_where_a_prediction_file_goes_is_refused_before_training(shared_dir, squad_dir, tmp_path, capsys,
-                                                                             task, written):
-    """A directory named predictions.json (SQuAD's scoring) or test_results.tsv (--predict) in --output-dir: the
-    write failed ('Is a directory') once every step had been trained and --checkpoint-dir saved."""
+def _prediction_run(shared_dir, squad_dir, tmp_path, capsys, task, *argv):
+    """`finetune --predict` of a SQuAD or an MRPC directory (MRPC's with test records) into tmp_path/out and
+    tmp_path/ckpt: (exit code, stderr's last line)."""
     if task == "squad":
         data = squad_dir
     else:
         data = _glue_dir(shared_dir, tmp_path / "glue", "MRPC_train", "MRPC_dev")
         (data / "predict.tf_record").write_bytes(
             (shared_dir / "fixtures" / "finetune" / "glue" / "MRPC_test_seq128.tfrecord").read_bytes())
-    out = tmp_path / "out"
-    (out / written).mkdir(parents=True)
     code = main(["finetune", "--task", task, "--format", "tfrecord", "--data", str(data), "--init-checkpoint",
                  str(shared_dir / "fixtures" / "checkpoints" / "hf_tiny"), "--steps", "1", "--batch-size", "4",
-                 "--predict", "--output-dir", str(out), "--checkpoint-dir", str(tmp_path / "ckpt"), "--quiet"])
-    assert (code, capsys.readouterr().err.strip().splitlines()[-1]) == (
+                 "--predict", "--output-dir", str(tmp_path / "out"), "--checkpoint-dir", str(tmp_path / "ckpt"),
+                 "--quiet", *argv])
+    return code, (capsys.readouterr().err.strip().splitlines() or [""])[-1]
+
+
+@pytest.mark.parametrize("task, written", [("squad", "predictions.json"), ("mrpc", "test_results.tsv")])
+def test_a_directory_where_a_prediction_file_goes_is_refused_before_training(shared_dir, squad_dir, tmp_path, capsys,
+                                                                             task, written):
+    """A directory named predictions.json (SQuAD's scoring) or test_results.tsv (--predict) in --output-dir: the
+    write failed ('Is a directory') once every step had been trained and --checkpoint-dir saved."""
+    out = tmp_path / "out"
+    (out / written).mkdir(parents=True)
+    assert _prediction_run(shared_dir, squad_dir, tmp_path, capsys, task) == (
         2, f"trainer: error: --output-dir {out}: {out / written} is a directory, where the run writes its {written} "
            "after training: move it, or give another --output-dir")
     assert not (tmp_path / "ckpt").exists() and os.listdir(out) == [written]
+
+
+@pytest.mark.parametrize("task, written", [("squad", "nbest_predictions.json"), ("mrpc", "test_results.tsv")])
+def test_a_log_json_named_as_a_prediction_file_is_refused_before_training(shared_dir, squad_dir, tmp_path, capsys,
+                                                                          task, written):
+    """--log-json OUT/test_results.tsv (or a SQuAD prediction file) was accepted: the predictions replaced the log
+    after training, exit 0, the log lost."""
+    log = tmp_path / "out" / written
+    log.parent.mkdir()  # --log-json's directory must be there
+    assert _prediction_run(shared_dir, squad_dir, tmp_path, capsys, task, "--log-json", str(log)) == (
+        2, f"trainer: error: --log-json {log}: the run writes its {written} there after training (--output-dir): "
+           "name another --log-json")
+    assert not (tmp_path / "ckpt").exists() and not os.listdir(tmp_path / "out")
 
 
 def test_ofrecord_parts_are_read_in_the_order_of_their_index(shared_dir, tmp_path):

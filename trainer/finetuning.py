@@ -164,7 +164,9 @@ def check_scoring_inputs(config, task, data):
     dataset = None
     if task.is_squad and (not config.no_eval or config.predict) and (path := dev_file(config, data)):
         dataset = _read_squad_json(path)  # read again when scoring (a few MB)
-    refuse_directories_in_the_way(config, written_names(config, task, data, dataset))
+    written = written_names(config, task, data, dataset)
+    refuse_directories_in_the_way(config, written)
+    refuse_log_json_among(config, written)
 
 
 def written_names(config, task, data, dataset):
@@ -187,6 +189,18 @@ def refuse_directories_in_the_way(config, names):
             raise UsageError(f"--output-dir {storage.display(config.output_dir)}: "
                              f"{Folder(config.output_dir).display(name)} is a directory, where the run writes its "
                              f"{name} after training: move it, or give another --output-dir")
+
+
+def refuse_log_json_among(config, names):
+    """--log-json named as one of the files `names` in --output-dir: that file replaced the log after training
+    (the summary event then went to the replaced file), exit 0, the log lost."""
+    if config.log_json is None:
+        return
+    for name in names:
+        path = Folder(config.output_dir).path(name)
+        if storage.comparable(path) == storage.comparable(config.log_json):
+            raise UsageError(f"--log-json {storage.display(config.log_json)}: the run writes its {name} there after "
+                             "training (--output-dir): name another --log-json")
 
 
 def is_version_2(data, dataset):
