@@ -386,6 +386,27 @@ def test_predicted_records_are_read_whole_before_training(shared_dir, tmp_path, 
     assert not (tmp_path / "out").exists() and not (tmp_path / "ckpt").exists()
 
 
+def test_a_predicted_file_changed_since_its_manifest_is_named_before_training(shared_dir, golden_dir, tmp_path,
+                                                                             capsys):
+    """create-glue's test records, two swapped (the size kept): the manifest's sha256 was not checked where the
+    eval and test splits are read, so they were predicted as they were, exit 0."""
+    data = tmp_path / "mrpc"
+    assert bertprep_main(["create-glue", "--task", "MRPC", "--data-dir", str(shared_dir / "fixtures" / "finetune" /
+                          "glue" / "MRPC"), "--vocab", str(golden_dir / "vocab.txt"), "--out", str(data), "--format",
+                          "ofrecord", "--quiet"]) == 0
+    test = data / "test.of_record-0"
+    size, records = test.stat().st_size, list(formats.read_records(test))
+    formats.write_records(test, [records[1], records[0], *records[2:]], "ofrecord", kind=GLUE)
+    assert test.stat().st_size == size
+    code = main(["finetune", "--task", "mrpc", "--format", "ofrecord", "--data", str(data), "--init-checkpoint",
+                 str(shared_dir / "fixtures" / "checkpoints" / "hf_tiny"), "--steps", "1", "--batch-size", "4",
+                 "--predict", "--output-dir", str(tmp_path / "out"), "--quiet"])
+    line = (capsys.readouterr().err.strip().splitlines() or [""])[-1]
+    assert code == 1 and line.startswith(f"trainer: error: {test}: sha256 ") and line.endswith(
+        "the file changed after it was written (rerun the stage that wrote it)"), line
+    assert not (tmp_path / "out").exists()
+
+
 def _prediction_run(shared_dir, squad_dir, tmp_path, capsys, task, *argv):
     """`finetune --predict` of a SQuAD or an MRPC directory (MRPC's with test records) into tmp_path/out and
     tmp_path/ckpt: (exit code, stderr's last line)."""

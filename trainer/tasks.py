@@ -201,15 +201,17 @@ class TaskData:
 
     def check_split_values(self, split, vocab_size, type_vocab_size):
         """Every record of a split read only once the training is done (the eval split, --predict's test split)
-        read whole before it: its framing, and its integers in int32, token ids below the model's `vocab_size`
-        and segment ids below its `type_vocab_size`. A damaged file, or an id beyond the embeddings (records
-        without a manifest naming their vocab, a segment id 2), ended the run after every step had been trained
-        and the checkpoint saved: a truncated file in one line, an id in TensorFlow's gather traceback (JAX's
-        gather clamps it: another token's row)."""
+        read whole before it: its framing, its manifest's sha256, and its integers in int32, token ids below the
+        model's `vocab_size` and segment ids below its `type_vocab_size`. A damaged file, or an id beyond the
+        embeddings (records without a manifest naming their vocab, a segment id 2), ended the run after every step
+        had been trained and the checkpoint saved: a truncated file in one line, an id in TensorFlow's gather
+        traceback (JAX's gather clamps it: another token's row); a file changed since its manifest was predicted."""
         kind = self.task.eval_kind if split == "eval" else self.kind
         for path in self.files[split]:
             row = 0
-            for chunk in formats.read_batches(path, 8192, self.fmt, kind=kind, dims=self.dims):
+            digest = self.sha256(path)  # the manifest's: a file changed since, its size kept, was predicted as it is
+            for chunk in formats.read_batches(path, 8192, self.fmt, kind=kind, dims=self.dims,
+                                              digests={storage.normpath(path): digest} if digest else None):
                 check_int_values(kind, chunk, path, row, vocab_size)
                 outside = first_outside(chunk["segment_ids"], 0, type_vocab_size - 1)
                 if outside is not None:
