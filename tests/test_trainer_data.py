@@ -13,7 +13,7 @@ import pytest
 from bertprep import formats
 from bertprep.errors import DataError, UsageError
 from bertprep.formats.schemas import PRETRAINING
-from trainer.config import TrainConfig
+from trainer.config import BertConfig, TrainConfig
 from trainer.data import Records, RecordStream, full_batches
 from trainer.pretraining import Log, evaluation_batches
 
@@ -57,6 +57,29 @@ def test_missing_records_is_a_data_error(tmp_path):
     (tmp_path / "tfrecord" / "training").mkdir(parents=True)
     with pytest.raises(DataError, match="no ofrecord training records"):
         Records(str(tmp_path), "ofrecord")
+
+
+@pytest.mark.parametrize("feature, column, value, said", [
+    ("input_ids", 2, 40000, "is not a token id of the vocab of 30522 (0..30521)"),
+    ("segment_ids", 5, 2, "is not a segment id of the model's type_vocab_size 2 (0..1)"),
+])
+def test_an_id_beyond_the_model_is_refused_where_no_manifest_names_the_vocab(golden_dir, tmp_path, feature, column,
+                                                                             value, said):
+    """Records without a manifest (none names their vocab): an id beyond the model's embeddings, or a segment id
+    2, was trained on without a word, the step's gather reading another row (JAX clamps the index); the
+    pretraining and fine-tuning streams now check each chunk against the model, as finetune's eval and predict
+    splits before training."""
+    records = list(formats.read_records(golden_dir / "G1.tfrecord"))[:40]
+    records[7] = dict(records[7], **{feature: [*records[7][feature][:column], value,
+                                                *records[7][feature][column + 1:]]})
+    path = tmp_path / "tfrecord" / "training" / "corpus_training_0.tfrecord"
+    formats.write_records(path, records, "tfrecord")
+    stream = RecordStream(Records(str(tmp_path), "tfrecord"), "training", 8, seed=1,
+                          model=BertConfig.sized("tiny", vocab_size=30522))
+    with pytest.raises(DataError) as error:
+        next(stream.batches())
+    assert str(error.value) == f"{path}: row 7: {feature}[{column}]: {value} {said}"
+    assert next(RecordStream(Records(str(tmp_path), "tfrecord"), "training", 8, seed=1).batches())  # no model
 
 
 def test_stream_is_seeded_shuffled_and_reopens_at_any_record(records_dir):

@@ -40,6 +40,7 @@ from bertprep.formats.schemas import (
     PRETRAINING,
     UNMASKED,
     check_int_values,
+    first_outside,
     kind_of_manifest,
     kind_of_record,
 )
@@ -270,11 +271,29 @@ def full_batches(records, split, batch_size, num_workers=1):
     return min(sum(map(records.count, files[index::num_workers])) for index in range(num_workers)) // batch_size
 
 
+def check_model_values(kind, columns, path, first_row, vocab_size, model=None):
+    """check_int_values of a chunk of `path` (its first row `first_row`): token ids below `vocab_size` (the
+    records' vocab, where their manifest names it) or else below the `model`'s (a BertConfig, where given),
+    and segment ids below the model's type_vocab_size. The step's gather does not check an index: records
+    without a manifest holding an id beyond the embeddings, or a segment id 2, trained on another row without a
+    word under JAX (TensorFlow's gather was a traceback); the eval and predict splits are checked alike."""
+    check_int_values(kind, columns, path, first_row, vocab_size or (model.vocab_size if model else None))
+    if model is None or "segment_ids" not in columns:
+        return
+    types = model.type_vocab_size
+    outside = first_outside(columns["segment_ids"], 0, types - 1)
+    if outside is not None:
+        raise DataError(f"{path}: row {first_row + outside[0]}: segment_ids[{outside[1]}]: "
+                        f"{columns['segment_ids'][outside]} is not a segment id of the model's type_vocab_size "
+                        f"{types} (0..{types - 1})")
+
+
 class RecordStream:
     """An endless, seeded stream of batches from one worker's share of `records.files[split]`, of the
     record kind `records.kind` with dimensions `records.dims` (Records here; finetune.TaskRecords)."""
 
-    def __init__(self, records, split, batch_size, seed, window=8192, worker_index=0, num_workers=1, bin_size=None):
+    def __init__(self, records, split, batch_size, seed, window=8192, worker_index=0, num_workers=1, bin_size=None,
+                 model=None):
         files = records.files[split]
         if len(files) < num_workers:
             raise UsageError(f"{records.data_dir}: {len(files)} {records.fmt} {split} files cannot be split "
@@ -289,6 +308,7 @@ class RecordStream:
         self.batch_size = batch_size
         self.seed = seed
         self.bin_size = bin_size
+        self.model = model  # the BertConfig the batches feed, whose embeddings bound their ids (ModelValues)
         if bin_size:
             if records.packed:
                 raise UsageError("--bin-size: packed rows are full and are not binned")
@@ -347,7 +367,7 @@ class RecordStream:
             for chunk in formats.read_batches(path, self.window, records.fmt, kind=records.kind, dims=records.dims,
                                               digests={storage.normpath(path): digest} if digest else None):
                 # the batches are cast to int32 below: a value beyond it, or an id beyond the vocab, is refused
-                check_int_values(records.kind, chunk, path, row, records.vocab_size)
+                check_model_values(records.kind, chunk, path, row, records.vocab_size, self.model)
                 records.check_labels(chunk, path, row)
                 n = len(chunk["input_ids"])
                 row += n

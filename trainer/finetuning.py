@@ -117,7 +117,7 @@ def finetune(config: FinetuneConfig) -> FinetuneSummary:
                         f"entries, the checkpoint's model has {bert.vocab_size}")
     read_after = ([] if config.no_eval else ["eval"]) + ([task.predict_split] if config.predict else [])
     for split in dict.fromkeys(read_after):  # read after the training, checked before it (SQuAD's eval: once)
-        data.check_split_values(split, bert.vocab_size, bert.type_vocab_size)
+        data.check_split_values(split, bert)
     warnings = initial_checkpoint_warnings(initial)  # once the run is not refused, before it starts
     del initial  # its weights are in `weights`, in our layout
     xla_gpu.apply("cublas")  # before JAX's GPU backend starts (trainer/xla_gpu.py)
@@ -238,7 +238,7 @@ def _finetune(config, task, data, bert, weights, checkpoint_path, devices, log, 
         log.note(f"{checkpoint_path} has no pooler (bert/pooler/dense): the pooler starts from its random "
                  "initialization, as transformers starts a BertModel saved without one")
 
-    stream = RecordStream(data, "train", config.batch_size * devices.local_replicas, config.seed)
+    stream = RecordStream(data, "train", config.batch_size * devices.local_replicas, config.seed, model=bert)
     train = training_figures(*train_loop(steps, prefetch(stream.batches()), Schedule(total_steps, config.log_every),
                                          log))
     evaluation, prediction = {}, {}

@@ -467,7 +467,7 @@ def _train(config, devices, log, clock, data_dir, records, bert, step_times=None
     """Streams, model and steps, a resumed state, the loop, the summary."""
     if cache_folder is not None:
         traced_steps.code()  # the sources digested as the run starts, before a later edit could be read
-    stream, eval_stream, eval_steps = record_streams(config, devices, records, data_dir, log)
+    stream, eval_stream, eval_steps = record_streams(config, devices, records, bert, data_dir, log)
     model, _, steps = build_steps(config, devices, bert, records, warmup_steps(config.warmup, config.steps),
                                   initial, log, options)
     if cache_folder is not None and hasattr(steps, "keep_traced_program"):  # JAX's steps, the cache on
@@ -511,18 +511,19 @@ def global_batch(config, devices):
     return config.batch_size * devices.replicas * config.grad_accum
 
 
-def record_streams(config, devices, records, data_dir, log):
-    """(training stream, test stream or None, batches an evaluation reads) of this worker's share of the records."""
+def record_streams(config, devices, records, bert, data_dir, log):
+    """(training stream, test stream or None, batches an evaluation reads) of this worker's share of the records,
+    their ids checked against the model `bert` (data.check_model_values)."""
     per_worker = config.batch_size * devices.local_replicas
     stream = RecordStream(records, "training", per_worker * config.grad_accum, config.seed,
                           worker_index=devices.worker_index, num_workers=devices.num_workers,
-                          bin_size=config.bin_size)
+                          bin_size=config.bin_size, model=bert)
     if not config.eval_every:
         return stream, None, 0
     workers = min(devices.num_workers, len(records.files["test"])) or 1
     eval_steps = evaluation_batches(config, records, data_dir, per_worker, workers, log)
     eval_stream = RecordStream(records, "test", per_worker, config.seed, worker_index=devices.worker_index,
-                               num_workers=workers)
+                               num_workers=workers, model=bert)
     return stream, eval_stream, eval_steps
 
 

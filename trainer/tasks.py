@@ -23,9 +23,9 @@ from bertprep import formats, storage
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.formats import codecs
-from bertprep.formats.schemas import GLUE, GLUE_REGRESSION, SQUAD_EVAL, SQUAD_TRAIN, check_int_values, first_outside
+from bertprep.formats.schemas import GLUE, GLUE_REGRESSION, SQUAD_EVAL, SQUAD_TRAIN, first_outside
 from bertprep.records_manifest import file_digests, load_records_manifest, refuse_unlisted_records
-from trainer.data import READER, holds_pretraining_records, no_records_directory
+from trainer.data import READER, check_model_values, holds_pretraining_records, no_records_directory
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,25 +199,21 @@ class TaskData:
                 self.check_labels(chunk, path, row)
                 row += len(chunk["label_ids"])
 
-    def check_split_values(self, split, vocab_size, type_vocab_size):
+    def check_split_values(self, split, model):
         """Every record of a split read only once the training is done (the eval split, --predict's test split)
         read whole before it: its framing, its manifest's sha256, and its integers in int32, token ids below the
-        model's `vocab_size` and segment ids below its `type_vocab_size`. A damaged file, or an id beyond the
-        embeddings (records without a manifest naming their vocab, a segment id 2), ended the run after every step
-        had been trained and the checkpoint saved: a truncated file in one line, an id in TensorFlow's gather
-        traceback (JAX's gather clamps it: another token's row); a file changed since its manifest was predicted."""
+        `model`'s vocab_size and segment ids below its type_vocab_size (data.check_model_values). A damaged file,
+        or an id beyond the embeddings (records without a manifest naming their vocab, a segment id 2), ended the
+        run after every step had been trained and the checkpoint saved: a truncated file in one line, an id in
+        TensorFlow's gather traceback (JAX's gather clamps it: another token's row); a file changed since its
+        manifest was predicted."""
         kind = self.task.eval_kind if split == "eval" else self.kind
         for path in self.files[split]:
             row = 0
             digest = self.sha256(path)  # the manifest's: a file changed since, its size kept, was predicted as it is
             for chunk in formats.read_batches(path, 8192, self.fmt, kind=kind, dims=self.dims,
                                               digests={storage.normpath(path): digest} if digest else None):
-                check_int_values(kind, chunk, path, row, vocab_size)
-                outside = first_outside(chunk["segment_ids"], 0, type_vocab_size - 1)
-                if outside is not None:
-                    raise DataError(f"{path}: row {row + outside[0]}: segment_ids[{outside[1]}]: "
-                                    f"{chunk['segment_ids'][outside]} is not a segment id of the model's "
-                                    f"type_vocab_size {type_vocab_size} (0..{type_vocab_size - 1})")
+                check_model_values(kind, chunk, path, row, None, model)
                 row += len(chunk["input_ids"])
 
 
