@@ -32,6 +32,7 @@ from bertprep.formats.schemas import GLUE  # noqa: E402
 from stand_in_servers import StandInServer, looks_complete, one_line_error, run_cli  # noqa: E402
 from test_checkpoints import TOLERANCE, run_outputs  # noqa: E402
 from test_download_pretrained import RELEASE, ZIP_PATH, release_files, sha256sums, zip_of  # noqa: E402, F401
+from trainer.checkpoint import convert as checkpoint_convert  # noqa: E402
 from trainer.cli import main  # noqa: E402
 
 # The module's checkpoints and model are built once, on one worker.
@@ -223,6 +224,10 @@ def test_a_transformers_fine_tune_keeps_its_head_through_convert(checkpoints, in
                      "hf", "--labels", "negative, neutral,positive", "--quiet"]) == 0
         assert json.loads((tmp_path / "hf-from-google" / "config.json").read_text())["id2label"] == {
             "0": "negative", "1": "neutral", "2": "positive"}
+        summary = checkpoint_convert(str(tmp_path / "google"), str(tmp_path / "hf-named"), "hf",
+                                     labels=("negative", "neutral", "positive"))
+        named = "classifier head, 3 outputs (labels negative, neutral, positive)"
+        assert named in summary["task_head"] and named in summary["notes"], summary  # was "(labels not known)"
         back = transformers.BertForSequenceClassification.from_pretrained(str(tmp_path / "hf-from-google"))
         np.testing.assert_allclose(logits(back.eval()), logits(model), rtol=0, atol=GOOGLE_GELU_TOLERANCE)
         tolerance = TOLERANCE

@@ -158,7 +158,12 @@ def name_labels(checkpoint, labels):
     if len(labels) != head.outputs or len(set(labels)) != len(labels) or not all(labels):
         raise UsageError(f"--labels {','.join(labels)}: {head.outputs} different non-empty labels expected, one "
                          f"for each output of {checkpoint.path}'s classifier head, in id order")
+    read_note = f"fine-tuned: {head.describe()}"
     checkpoint.task_head = dataclasses.replace(head, labels=tuple(labels))
+    # the note the read head left (attach) said "labels not known": the summary's notes then contradicted its
+    # task_head, which names them
+    checkpoint.notes[:] = [f"fine-tuned: {checkpoint.task_head.describe()}" if note == read_note else note
+                           for note in checkpoint.notes]
 
 
 def check_writable(checkpoint, to):
