@@ -89,6 +89,20 @@ def _records_below(records):
     return f"; below it are the records directories they wrote, {shown} (a summary's records_dir): give one"
 
 
+def _no_manifest(records):
+    """The DataError of the Folder `records` holding no manifest.json. A path that is not there (a typo) or a file
+    (a record file, the manifest.json itself) said "no manifest.json (give the directory `bertprep create` or
+    `pack` wrote)", as if a records directory stood there without its manifest; they are said as hf.load and the
+    trainer's --data say them. A store's prefix (no directory of its own) that holds nothing is as before."""
+    if records.reads_in_place and not records.exists():
+        return DataError(f"{records.root}: no such directory")
+    if records.reads_in_place and not records.isdir():
+        return DataError(f"{records.root}: a file, not a directory: give the directory `bertprep create` or `pack` "
+                         "wrote")
+    return DataError(f"{records.root}: no manifest.json (give the directory `bertprep create` or `pack` wrote)"
+                     f"{_records_below(records)}")
+
+
 def _require_torch():
     if torch is None:
         raise UsageError('bertprep.torch needs PyTorch: pip install "bertprep[torch]"')
@@ -107,8 +121,7 @@ class RecordIndex:
         manifest = load_manifest(records)
         if manifest is None:
             raise (megatron.given_as_records(data_dir, data_dir, READER)
-                   or records.not_found(DataError(f"{data_dir}: no manifest.json (give the directory `bertprep "
-                                                  f"create` or `pack` wrote){_records_below(records)}")))
+                   or records.not_found(_no_manifest(records)))
         where = records.path("manifest.json")
         text = given_as_text(manifest, data_dir, READER)
         if text is not None:

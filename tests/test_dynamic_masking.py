@@ -412,6 +412,23 @@ def test_torch_loader_given_creates_out_names_the_records_below(dynamic_dir):
                                  "records_dir): give one")
 
 
+def test_torch_loader_names_a_path_that_is_not_there_or_a_file(dynamic_dir):
+    """A typo's path or a file (the manifest itself, a record file) said "no manifest.json (give the directory
+    `bertprep create` or `pack` wrote)", as if a records directory stood there without its manifest."""
+    from bertprep.errors import DataError
+    from bertprep.torch import BertLoader
+
+    missing = dynamic_dir + "-typo"
+    with pytest.raises(DataError) as raised:
+        BertLoader(missing, 8)
+    assert str(raised.value) == f"{missing}: no such directory"
+    for given in (os.path.join(dynamic_dir, "manifest.json"), training_files(dynamic_dir, "tfrecord")[0]):
+        with pytest.raises(DataError) as raised:
+            BertLoader(given, 8)
+        assert str(raised.value) == (f"{given}: a file, not a directory: give the directory `bertprep create` or "
+                                     "`pack` wrote")
+
+
 def test_torch_loader_reads_static_records_and_bins(tmp_path):
     directory = create(tmp_path, "--dupe-factor", "1", "--format", "ofrecord")
     batches, loader = epoch_of(directory, bin_size=16, fmt="ofrecord")
