@@ -359,7 +359,10 @@ class BertRecords(_DATASET_BASE):
         return rank_batches(plan, self.rank, self.world_size)
 
     def __len__(self):
-        return len(self.batches_of_rank())
+        """The batches an iteration yields: those of this rank's epoch after the `start` already handed out. The
+        whole epoch's count, after load_state_dict, made a DataLoader over this dataset promise batches it never
+        yields (82 of which 77 came)."""
+        return len(self.batches_of_rank()) - self.start
 
     def __iter__(self):
         info = torch.utils.data.get_worker_info()
@@ -456,7 +459,7 @@ class BertLoader:
         dataset.set_epoch(dataset.epoch + 1)
 
     def __len__(self):
-        return len(self.dataset) - self.dataset.start
+        return len(self.dataset)
 
     def state_dict(self):
         return self.dataset.state_dict()

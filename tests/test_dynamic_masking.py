@@ -289,6 +289,20 @@ def test_torch_loader_resumes_mid_epoch_with_the_rest_of_the_epoch(dynamic_dir):
     assert_same([{k: v.numpy() for k, v in b.items()} for b in resumed], whole[5:])
 
 
+def test_a_resumed_datasets_length_is_the_batches_it_yields(dynamic_dir):
+    """len(BertRecords) after load_state_dict counted the whole epoch: a DataLoader over it promised the batches
+    already handed out too (a len 5 more than the batches that came)."""
+    import torch
+
+    from bertprep.torch import BertRecords
+
+    dataset = BertRecords(dynamic_dir, 4, seed=3)
+    whole = len(dataset)
+    dataset.load_state_dict({**dataset.state_dict(), "batches": 5})
+    loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2)
+    assert len(dataset) == len(loader) == sum(1 for _ in loader) == whole - 5
+
+
 def test_torch_loader_refuses_a_second_iterator_while_one_is_unfinished(dynamic_dir):
     """Two iterators of one BertLoader at once shared its count: a batch from each handed out batch 0 twice and
     state_dict said 2 batches of epoch 0, and each iterator's end started another epoch (2 after one). A second
