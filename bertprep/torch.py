@@ -103,6 +103,19 @@ def _no_manifest(records):
                      f"{_records_below(records)}")
 
 
+def _vocab_file(vocab):
+    """`vocab` (None: the manifest's) where it is a file. One that is not was said to be the manifest's own:
+    "manifest.json: names the vocab X, which is not there: give the vocab.txt it was made with (--vocab)", of the
+    caller's argument, and "not there" of a directory."""
+    if vocab is None or storage.isfile(vocab):
+        return vocab
+    if storage.isdir(vocab):
+        raise DataError(f"vocab: {vocab}: a directory, not a vocab file (give the vocab.txt the records were made "
+                        "with)")
+    raise storage.not_found(vocab, DataError(f"vocab: {vocab}: no such file (give the vocab.txt the records were "
+                                             "made with)"))
+
+
 def _require_torch():
     if torch is None:
         raise UsageError('bertprep.torch needs PyTorch: pip install "bertprep[torch]"')
@@ -149,7 +162,8 @@ class RecordIndex:
         self.dims = {k: int(v) for k, v in (manifest.get("dims") or {}).items()} or None
         self.fmt, self.data_dir, self.where = fmt, data_dir, where
         self.vocab_size = (manifest.get("vocab") or {}).get("size")
-        self.masking = DynamicMasking.from_manifest(manifest, where, vocab) if self.kind is UNMASKED else None
+        self.masking = DynamicMasking.from_manifest(manifest, where, _vocab_file(vocab)) if self.kind is UNMASKED \
+            else None
         if self.masking is not None:
             first = first_instances(manifest, data_dir)
             missing = [p for p in paths if os.path.normpath(p) not in first]

@@ -443,6 +443,19 @@ def test_torch_loader_names_a_path_that_is_not_there_or_a_file(dynamic_dir):
                                      "`pack` wrote")
 
 
+def test_torch_loader_names_a_vocab_argument_that_is_no_file(dynamic_dir, tmp_path):
+    """vocab= of a path that is not there, or of a directory, said the manifest named it: "manifest.json: names
+    the vocab X, which is not there: give the vocab.txt it was made with (--vocab)"."""
+    from bertprep.errors import DataError
+    from bertprep.torch import BertLoader
+
+    missing = str(tmp_path / "vocab.txt")
+    for given, said in ((missing, "no such file"), (str(tmp_path), "a directory, not a vocab file")):
+        with pytest.raises(DataError) as raised:
+            BertLoader(dynamic_dir, 8, vocab=given)
+        assert str(raised.value) == f"vocab: {given}: {said} (give the vocab.txt the records were made with)"
+
+
 def test_torch_loader_reads_static_records_and_bins(tmp_path):
     directory = create(tmp_path, "--dupe-factor", "1", "--format", "ofrecord")
     batches, loader = epoch_of(directory, bin_size=16, fmt="ofrecord")
