@@ -149,7 +149,8 @@ class RecordIndex:
         if split not in SPLITS:  # "" said "no tfrecord  records"; "../x" was joined into a path and read there
             raise UsageError(f"split must be one of {', '.join(SPLITS)} (the split directories create writes), "
                              f"not {split!r}")
-        fmt = fmt or (manifest.get("formats") or formats.FORMATS)[0]
+        listed = manifest.get("formats")  # a str is refused below by check_records_manifest: "format 't'" here
+        fmt = fmt or (listed if isinstance(listed, list) and listed else formats.FORMATS)[0]
         if fmt not in formats.FORMATS:  # the framed ones
             raise UsageError(f"format {fmt!r}: the PyTorch loader reads tfrecord or ofrecord")
         paths = _split_files(records, fmt, split)

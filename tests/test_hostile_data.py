@@ -440,6 +440,17 @@ def test_the_torch_loader_refuses_a_vocab_it_would_not_read(static, golden_dir):
         BertLoader(str(static), 8, fmt="tfrecord", vocab=str(golden_dir / "vocab.txt"))
 
 
+def test_the_torch_loader_names_a_manifests_formats_that_is_no_list(static):
+    """The format read was the first of the manifest's `formats`: a str's first letter, "format 't': the PyTorch
+    loader reads tfrecord or ofrecord", a UsageError as if the caller had given fmt='t'."""
+    manifest = json.loads((static / "manifest.json").read_text())
+    (static / "manifest.json").write_text(json.dumps({**manifest, "formats": "tfrecord"}))
+    with pytest.raises(DataError) as raised:
+        BertLoader(str(static), 8)
+    assert str(raised.value) == (f"{static / 'manifest.json'}: formats: 'tfrecord', expected a list of tfrecord, "
+                                 "ofrecord, hdf5, parquet")
+
+
 def test_the_torch_loader_takes_numpy_ints(static):
     import numpy as np
     batches = list(BertLoader(str(static), np.int64(8), fmt="tfrecord", seed=np.int32(1)))
