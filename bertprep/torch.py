@@ -42,7 +42,7 @@ from bertprep.records_manifest import (
     kind_mismatch,
     refuse_unlisted_records,
 )
-from bertprep.workdir import SPLITS, load_manifest
+from bertprep.workdir import SPLITS, load_manifest, read_manifest
 
 try:
     import torch
@@ -79,10 +79,13 @@ def _check_whole(name, value, least):
 
 def _records_below(records):
     """Where the Folder `records` holds records directories below it (create's --out: one per run's parameters
-    and corpus, <out>/<params>/<corpus>), "; below it: ..." naming them, else "": the loader given the --out it
-    had given create said only that it was not the directory create wrote."""
-    found = [os.path.dirname(path) for pattern in ("*/manifest.json", "*/*/manifest.json")
-             for path in records.glob(pattern)]
+    and corpus, <out>/<params>/<corpus>; a workdir's records/ one level further down), "; below it: ..." naming
+    them, else "": the loader given the --out it had given create said only that it was not the directory create
+    wrote. Only create's and pack's manifests: given a workdir, its sharded/<corpus>/ (text shards) was named as
+    the records directory to give, and its records/<params>/<corpus>/ not at all."""
+    found = [os.path.dirname(path) for pattern in ("*/manifest.json", "*/*/manifest.json", "*/*/*/manifest.json")
+             for path in records.glob(pattern)
+             if (read_manifest(path)[0] or {}).get("stage") in RECORDS_STAGES]
     if not found:
         return ""
     shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
@@ -123,6 +126,7 @@ def _require_torch():
 
 READER = "bertprep.torch"  # as a Megatron directory's refusal names the reader
 FINETUNING_STAGES = ("create-squad", "create-glue")  # their manifests' "stage"
+RECORDS_STAGES = ("create", "pack")  # the stages whose records this loader reads
 
 
 class RecordIndex:

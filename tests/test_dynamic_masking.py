@@ -426,6 +426,26 @@ def test_torch_loader_given_creates_out_names_the_records_below(dynamic_dir):
                                  "records_dir): give one")
 
 
+def test_torch_loader_given_a_workdir_names_its_records_not_its_shards(dynamic_dir, tmp_path):
+    """Given a workdir (records/<params>/<corpus>/, sharded/<corpus>/), the loader named its text shards as "the
+    records directories they wrote" and its records directory, a level deeper, not at all."""
+    import shutil
+
+    from bertprep.errors import DataError
+    from bertprep.torch import BertLoader
+
+    work = tmp_path / "work"
+    assert bertprep_main(["shard", "--workdir", str(work), "--input", sample_paths()[0], "--corpus", "sample",
+                          "--quiet"]) == 0
+    records = shutil.copytree(dynamic_dir, work / "records" / os.path.basename(os.path.dirname(dynamic_dir)) /
+                              "sample")
+    with pytest.raises(DataError) as raised:
+        BertLoader(str(work), 8)
+    assert str(raised.value) == (f"{work}: no manifest.json (give the directory `bertprep create` or `pack` wrote); "
+                                 f"below it are the records directories they wrote, {records} (a summary's "
+                                 "records_dir): give one")
+
+
 def test_torch_loader_names_a_path_that_is_not_there_or_a_file(dynamic_dir):
     """A typo's path or a file (the manifest itself, a record file) said "no manifest.json (give the directory
     `bertprep create` or `pack` wrote)", as if a records directory stood there without its manifest."""
