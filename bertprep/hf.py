@@ -93,28 +93,33 @@ def _check_dims(path, kind, batch, dims):
 
 
 def _kind_and_dims(paths, fmt, digests):
-    """(the record kind, its dimensions, the file) of the first of `paths` that holds a record (or any columnar
-    file, read whole: its bytes checked against the manifest's sha256 here); None where none holds one."""
+    """(the record kind, its dimensions, the file, whether `paths` hold a record) of the first of `paths` that
+    holds a record, else of the first columnar file (each read whole: its bytes checked against the manifest's
+    sha256 here); None where no framed file holds one."""
+    empty = None
     for path in paths:
         if not codecs.get(fmt).framed:
-            kind, dims, _columns = columnar.read_columns(path, fmt, digests.get(storage.normpath(path)))
-            return kind, dims, path
+            kind, dims, columns = columnar.read_columns(path, fmt, digests.get(storage.normpath(path)))
+            if len(next(iter(columns.values()))):
+                return kind, dims, path, True
+            empty = empty or (kind, dims, path, False)
+            continue
         first = next(formats.read_batches([path], 1), None)
         if first is not None:
             kind = formats.record_kind(path, fmt)
-            return kind, kind.dims_of({name: values.shape[1] for name, values in first.items()}), path
-    return None
+            return kind, kind.dims_of({name: values.shape[1] for name, values in first.items()}), path, True
+    return empty
 
 
 def _kinds_and_dims(by_split, fmt, digests):
-    """{split: (kind, dims, the file they are of)}, each split's own; a split of no records takes another's (its
-    columns then)."""
+    """{split: (kind, dims, the file they are of, whether it holds a record)}, each split's own; a split of no
+    records takes another's (its columns then)."""
     kinds = {split: _kind_and_dims(paths, fmt, digests) for split, paths in by_split.items()}
     known = next((kind for kind in kinds.values() if kind), None)
     if known is None:
         paths = [path for paths in by_split.values() for path in paths]
         raise DataError(f"{paths[0]}: no records in it or in the {len(paths) - 1} other {fmt} files")
-    return {split: kind or known for split, kind in kinds.items()}
+    return {split: kind or (*known[:3], False) for split, kind in kinds.items()}
 
 
 def _format_and_splits(found):
@@ -223,7 +228,7 @@ def load(directory, cache_dir=None):
     _refuse_unlisted(paths, manifests)
     digests = _digests(paths, manifests)
     splits = {}
-    for split, (kind, dims, source) in _kinds_and_dims(by_split, fmt, digests).items():
+    for split, (kind, dims, source, holds_records) in _kinds_and_dims(by_split, fmt, digests).items():
         features = features_of(kind, dims)
         paths = by_split[split]
         vocab_sizes = _vocab_sizes(paths, manifests)
@@ -231,8 +236,11 @@ def load(directory, cache_dir=None):
         if builder and records.reads_in_place:  # a URL's Parquet through _rows, as the others
             paths = _parquet_files_with_rows(paths, kind, dims, vocab_sizes, digests)
             dataset = datasets.load_dataset(builder, data_files={split: paths}, split=split, features=features,
-                                            cache_dir=cache_dir) if paths else \
-                datasets.Dataset.from_dict({name: [] for name in features}, features=features, split=split)
+                                            cache_dir=cache_dir) if paths else _empty(datasets, features, split)
+        # `datasets` fails on a generator of no rows: 'Instruction "test" corresponds to no data!', a ValueError
+        # from deep inside it, where a split's files all hold none (a small corpus's test shards)
+        elif not holds_records:
+            dataset = _empty(datasets, features, split)
         else:  # the files' sizes and times are in the cache's fingerprint: a changed file is read again
             files = [(path, *_version_of(path)) for path in paths]
             dataset = _generated(datasets, features, cache_dir, split,
@@ -241,6 +249,11 @@ def load(directory, cache_dir=None):
         dataset.info.description = _description(kind, dims, fmt, manifest)
         splits[split] = dataset
     return datasets.DatasetDict(splits)
+
+
+def _empty(datasets, features, split):
+    """A split of no rows, with its kind's columns."""
+    return datasets.Dataset.from_dict({name: [] for name in features}, features=features, split=split)
 
 
 def _records_directory_above(records, paths, fmt):

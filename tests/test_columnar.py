@@ -327,6 +327,28 @@ def test_hf_load_names_a_file_of_other_dimensions_in_a_split(golden_dir, tmp_pat
         "create's --seq or --pred) are no split of one dataset; load each records directory on its own")
 
 
+@pytest.mark.parametrize("fmt", ["tfrecord", "hdf5"])
+def test_hf_load_gives_a_split_of_no_records_as_an_empty_split(golden_dir, tmp_path, fmt):
+    """A split whose files hold no record (an empty test shard) ended on `datasets`' ValueError traceback,
+    'Instruction "test" corresponds to no data!'; Parquet's gave an empty split already."""
+    tree = tmp_path / "tree"
+    (tree / "training").mkdir(parents=True)
+    (tree / "test").mkdir()
+    assert main(["convert", str(golden_dir / "G1.tfrecord"), str(tree / "training" / f"x.{fmt}"), "--to", fmt,
+                 "--quiet"]) == 0
+    if fmt == "tfrecord":
+        (tree / "test" / "y.tfrecord").write_bytes(b"")
+    else:  # the training file's datasets and attributes, of no rows
+        with h5py.File(tree / "training" / "x.hdf5") as full, h5py.File(tree / "test" / "y.hdf5", "w") as empty:
+            for name, values in full.items():
+                empty.create_dataset(name, shape=(0, *values.shape[1:]), dtype=values.dtype)
+            empty.attrs.update(full.attrs)
+    splits = hf.load(str(tree), cache_dir=str(tmp_path / "cache"))
+    assert splits["test"].num_rows == 0 and splits["train"].num_rows == len(whole(golden_dir / "G1.tfrecord")
+                                                                           ["input_ids"])
+    assert splits["test"].features == splits["train"].features
+
+
 def assert_split_holds(split, *paths):
     """A `datasets` split holds exactly the records of the files at `paths`, its columns those of their kind."""
     reference = next(formats.read_batches(sorted(paths), 1 << 20))
