@@ -119,6 +119,23 @@ def _vocab_file(vocab):
                                              "made with)"))
 
 
+def _format_to_read(manifest, fmt, data_dir):
+    """`fmt`, else the first of the manifest's formats; one of them this loader does not read is refused. A
+    manifest's `formats` that is no list is left to check_records_manifest (a str gave its first letter, "format
+    't'"). A directory of only Parquet or HDF5 records said "format 'parquet': the PyTorch loader reads tfrecord
+    or ofrecord", a UsageError as if the caller had given fmt, naming no directory."""
+    if fmt is None:
+        listed = manifest.get("formats")
+        fmt = (listed if isinstance(listed, list) and listed else formats.FORMATS)[0]
+        if fmt not in formats.FORMATS:
+            raise DataError(f"{data_dir}: {' and '.join(map(str, listed))} records only (its manifest's formats): "
+                            "the PyTorch loader reads tfrecord or ofrecord; read these with bertprep.hf.load, or "
+                            f"make TFRecord ones (bertprep {manifest.get('stage', 'create')} --format tfrecord)")
+    if fmt not in formats.FORMATS:  # the framed ones
+        raise UsageError(f"format {fmt!r}: the PyTorch loader reads tfrecord or ofrecord")
+    return fmt
+
+
 def _require_torch():
     if torch is None:
         raise UsageError('bertprep.torch needs PyTorch: pip install "bertprep[torch]"')
@@ -153,10 +170,7 @@ class RecordIndex:
         if split not in SPLITS:  # "" said "no tfrecord  records"; "../x" was joined into a path and read there
             raise UsageError(f"split must be one of {', '.join(SPLITS)} (the split directories create writes), "
                              f"not {split!r}")
-        listed = manifest.get("formats")  # a str is refused below by check_records_manifest: "format 't'" here
-        fmt = fmt or (listed if isinstance(listed, list) and listed else formats.FORMATS)[0]
-        if fmt not in formats.FORMATS:  # the framed ones
-            raise UsageError(f"format {fmt!r}: the PyTorch loader reads tfrecord or ofrecord")
+        fmt = _format_to_read(manifest, fmt, data_dir)
         paths = _split_files(records, fmt, split)
         check_records_manifest(manifest, where, (fmt,))  # its files there, its fields sound
         if not paths:

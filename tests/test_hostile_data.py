@@ -451,6 +451,23 @@ def test_the_torch_loader_names_a_manifests_formats_that_is_no_list(static):
                                  "ofrecord, hdf5, parquet")
 
 
+def test_the_torch_loader_names_a_directory_of_only_formats_it_does_not_read(golden_dir, tmp_path):
+    """`create --format parquet` records said "format 'parquet': the PyTorch loader reads tfrecord or ofrecord", a
+    UsageError as if the caller had given fmt='parquet', naming no directory."""
+    (tmp_path / "corpus.txt").write_text("".join((golden_dir / "corpus.txt").read_text().splitlines(True)[:300]))
+    assert main(["create", "--input", str(tmp_path / "corpus.txt"), "--vocab", str(golden_dir / "vocab.txt"), "--out",
+                 str(tmp_path / "out"), "--seq", "64", "--pred", "10", "--dupe-factor", "1", "--format", "parquet",
+                 "--quiet"]) == 0
+    records = only_records_dir(tmp_path / "out")
+    with pytest.raises(DataError) as raised:
+        BertLoader(str(records), 8)
+    assert str(raised.value) == (f"{records}: parquet records only (its manifest's formats): the PyTorch loader reads "
+                                 "tfrecord or ofrecord; read these with bertprep.hf.load, or make TFRecord ones "
+                                 "(bertprep create --format tfrecord)")
+    with pytest.raises(UsageError, match="^format 'parquet': the PyTorch loader reads tfrecord or ofrecord$"):
+        BertLoader(str(records), 8, fmt="parquet")  # given: as before
+
+
 def test_the_torch_loader_takes_numpy_ints(static):
     import numpy as np
     batches = list(BertLoader(str(static), np.int64(8), fmt="tfrecord", seed=np.int32(1)))
