@@ -228,6 +228,23 @@ def test_a_torch_workers_error_is_the_one_line_it_is_without_workers(static):
                                 "(0..30521)"
 
 
+@pytest.mark.parametrize("num_workers", [0, 1])
+def test_a_record_the_torch_loader_cannot_decode_is_named_by_its_file(static, num_workers):
+    """A record that did not decode was "DIR: record 5 at byte 769: ...": the directory, the record's place in
+    its batch and a byte within its payload, where the other readers name the file, its record and the byte."""
+    path = second_file(static, "ofrecord")
+    data = path.read_bytes()
+    at = data.index(b"input_ids", data.index(b"input_ids", data.index(b"input_ids") + 1) + 1)  # record 2's
+    path.write_bytes(data[:at] + b"input_idz" + data[at + 9:])
+    relist(static, path)
+    with pytest.raises(DataError) as read:
+        list(formats.read_batches([path], 64))
+    assert str(read.value).startswith(f"{path}: record 2 at byte ")
+    with pytest.raises(DataError) as raised:
+        torch_reads(static, "ofrecord", num_workers=num_workers)
+    assert str(raised.value) == str(read.value)
+
+
 @pytest.mark.parametrize("values, message", [
     ([[101.0, 101.5]], "row 0: input_ids\\[1\\]: 101.5 is not an integer"),
     ([[101.0, np.nan]], "row 0: input_ids\\[1\\]: nan is not an integer"),
