@@ -53,11 +53,18 @@ except ImportError:  # the module still imports, so the error can say what to in
 
 
 def _mapped(path):
-    """A record file's bytes for random access: memory-mapped; a URL's object read whole (one file in memory)."""
+    """A record file's bytes for random access: memory-mapped; a URL's object read whole (one file in memory). A
+    file gone since the index was made was an OSError traceback (from a DataLoader worker, the worker's whole
+    traceback as its message), and one emptied mmap's ValueError; each is a DataError naming the file."""
     if not storage.reads_in_place(path):
         return storage.read_bytes(path)
-    with open(storage.local_path(path), "rb") as f:
-        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        with open(storage.local_path(path), "rb") as f:
+            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except ValueError:  # mmap's "cannot mmap an empty file"
+        raise DataError(f"{path}: empty, but it held records when the loader was made (changed since?)") from None
 
 
 def _split_files(records, fmt, split):

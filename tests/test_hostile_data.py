@@ -229,6 +229,21 @@ def test_a_torch_workers_error_is_the_one_line_it_is_without_workers(static):
 
 
 @pytest.mark.parametrize("num_workers", [0, 1])
+@pytest.mark.parametrize("change, said", [("remove", "cannot read: No such file or directory"),
+                                          ("empty", "empty, but it held records when the loader was made "
+                                                    "(changed since?)")])
+def test_a_record_file_gone_since_the_torch_loader_was_made_is_named(static, num_workers, change, said):
+    """A file removed (or emptied) after the loader's index was made was an OSError (a ValueError) traceback, and
+    from a DataLoader worker the worker's whole traceback as the message."""
+    loader = BertLoader(str(static), batch_size=8, fmt="tfrecord", num_workers=num_workers)
+    path = second_file(static, "tfrecord")
+    path.unlink() if change == "remove" else path.write_bytes(b"")
+    with pytest.raises(DataError) as raised:
+        list(loader)
+    assert str(raised.value) == f"{path}: {said}"
+
+
+@pytest.mark.parametrize("num_workers", [0, 1])
 def test_a_record_the_torch_loader_cannot_decode_is_named_by_its_file(static, num_workers):
     """A record that did not decode was "DIR: record 5 at byte 769: ...": the directory, the record's place in
     its batch and a byte within its payload, where the other readers name the file, its record and the byte."""
