@@ -466,7 +466,8 @@ class BertLoader:
     Each `iter()` is one epoch (the rest of one, after load_state_dict); the
     next begins at epoch + 1. One iterator at a time: a second one's first
     batch, while another is unfinished (neither run out nor closed), is a
-    UsageError, as both would count into one state_dict and each end the epoch.
+    UsageError, as both would count into one state_dict and each end the epoch; so is load_state_dict while
+    one is unfinished.
     """
 
     def __init__(self, data_dir, batch_size, num_workers=0, **dataset_args):
@@ -520,4 +521,12 @@ class BertLoader:
         return self.dataset.state_dict()
 
     def load_state_dict(self, state):
+        if self._iterating:
+            # The iterator's workers go on from where they were while the count restarts from the state's: loaded
+            # at 10 batches after 3 were taken, the next was batch 3 and state_dict said 11 were handed out.
+            dataset = self.dataset
+            raise UsageError(f"bertprep.torch.BertLoader: load_state_dict while an iterator of this loader is "
+                             f"unfinished (epoch {dataset.epoch}, {dataset.start} batch(es) handed out): it would go "
+                             "on from its own place, not the state's; run it out or close it (its .close(), or del) "
+                             "first")
         self.dataset.load_state_dict(state)

@@ -331,6 +331,28 @@ def test_torch_loader_refuses_a_second_iterator_while_one_is_unfinished(dynamic_
     assert len(list(loader)) == len(whole) - 2
 
 
+def test_torch_loader_refuses_a_state_loaded_under_an_unfinished_iterator(dynamic_dir):
+    """load_state_dict under a live iterator: the iterator went on from its own place while the count restarted
+    from the state's (loaded at 10 after 3 taken: the next was batch 3, and state_dict said 11 handed out)."""
+    from bertprep.errors import UsageError
+    from bertprep.torch import BertLoader
+
+    whole, _ = epoch_of(dynamic_dir)
+    loader = BertLoader(dynamic_dir, 8, seed=3)
+    batches = iter(loader)
+    for _ in range(3):
+        next(batches)
+    state = {**loader.state_dict(), "batches": 10}
+    with pytest.raises(UsageError, match=re.escape(
+            "bertprep.torch.BertLoader: load_state_dict while an iterator of this loader is unfinished (epoch 0, 3 "
+            "batch(es) handed out): it would go on from its own place, not the state's; run it out or close it (its "
+            ".close(), or del) first")):
+        loader.load_state_dict(state)
+    batches.close()
+    loader.load_state_dict(state)  # once closed, as before
+    assert_same([{k: v.numpy() for k, v in b.items()} for b in loader], whole[10:])
+
+
 def test_torch_loader_refuses_a_saved_state_its_epoch_cannot_resume(dynamic_dir):
     """A negative count of batches made len() count batches never handed out; a count past the epoch's end (a state
     of another batch_size) skipped the whole epoch without a word; `int()` took an epoch of 2.7 as 2 and "x" was
