@@ -93,11 +93,20 @@ def _records_below(records):
     the records directory to give, and its records/<params>/<corpus>/ not at all."""
     found = [os.path.dirname(path) for pattern in ("*/manifest.json", "*/*/manifest.json", "*/*/*/manifest.json")
              for path in records.glob(pattern)
-             if (read_manifest(path)[0] or {}).get("stage") in RECORDS_STAGES]
+             if _stage_of(path) in RECORDS_STAGES]
     if not found:
         return ""
     shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
     return f"; below it are the records directories they wrote, {shown} (a summary's records_dir): give one"
+
+
+def _stage_of(path):
+    """The stage a manifest.json below the directory given says wrote it; None where it cannot be read (a hint
+    is no place to fail on a file the loader was not given)."""
+    try:
+        return (read_manifest(path)[0] or {}).get("stage")
+    except OSError:
+        return None
 
 
 def _no_manifest(records):

@@ -461,6 +461,7 @@ def test_torch_loader_given_a_workdir_names_its_records_not_its_shards(dynamic_d
                           "--quiet"]) == 0
     records = shutil.copytree(dynamic_dir, work / "records" / os.path.basename(os.path.dirname(dynamic_dir)) /
                               "sample")
+    (work / "other" / "manifest.json").mkdir(parents=True)  # unreadable as a manifest: no hint, no traceback
     with pytest.raises(DataError) as raised:
         BertLoader(str(work), 8)
     assert str(raised.value) == (f"{work}: no manifest.json (give the directory `bertprep create` or `pack` wrote); "
