@@ -121,12 +121,18 @@ class Vocab:
         return flags
 
 
-def resolve_vocab_path(value):
-    """A vocab.txt path, or a hub model id such as `bert-base-uncased` (its vocab.txt, cached)."""
-    if os.path.isdir(value):  # a model's directory: "cannot read: Is a directory" was all it said
+def refuse_vocab_directory(value):
+    """A DataError where the vocab `value` is a local directory (a model's): "cannot read: Is a directory" was
+    all it said; the vocab.txt inside is named where there is one."""
+    if os.path.isdir(value):
         inside = os.path.join(value, "vocab.txt")
         raise DataError(f"{value}: a directory, not a vocab file" + (f": give {inside}" if os.path.isfile(inside)
                                                                      else " (it holds no vocab.txt)"))
+
+
+def resolve_vocab_path(value):
+    """A vocab.txt path, or a hub model id such as `bert-base-uncased` (its vocab.txt, cached)."""
+    refuse_vocab_directory(value)
     if storage.exists(value):  # a local file or an object of a store (s3://, gs://, hf://, file://)
         return storage.local_path(value)
     looks_like_repo_id = value.count("/") <= 1 and not value.endswith(".txt") and not value.startswith((".", "/"))

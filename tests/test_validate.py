@@ -228,6 +228,15 @@ def test_out_of_vocab_id(capsys, tmp_path, golden_dir, g1):
     assert code == 0
 
 
+def test_a_vocab_directory_is_named_as_create_and_inspect_name_it(capsys, tmp_path, golden_dir):
+    """`--vocab DIR` (a model's directory) said "--vocab DIR: cannot read: Is a directory" where create, tokenize
+    and inspect name the vocab.txt inside."""
+    for vocab, said in ((golden_dir, f"give {golden_dir / 'vocab.txt'}"), (tmp_path, "(it holds no vocab.txt)")):
+        assert main(["validate", str(golden_dir / "G1.tfrecord"), "--vocab", str(vocab), "--quiet"]) == 2
+        assert capsys.readouterr().err == (f"bertprep validate: error: --vocab {vocab}: a directory, not a vocab "
+                                           f"file{':' if said.startswith('give') else ''} {said}\n")
+
+
 def test_empty_part(capsys, tmp_path, g1):
     directory = tmp_path / "ofrecord" / "training"
     write(directory / "part-0", g1[:20], "ofrecord")

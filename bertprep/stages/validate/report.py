@@ -259,9 +259,10 @@ def _vocab_settings(path, warnings=None):
     """Bounds and special ids from a vocab.txt, read by create's own loader so both agree on every id."""
     if path is None:
         return {}
-    from bertprep.tokenization import load_vocab
+    from bertprep.tokenization import load_vocab, refuse_vocab_directory
 
     try:
+        refuse_vocab_directory(path)  # as create, tokenize and inspect say it: "cannot read: Is a directory" here
         vocab = load_vocab(path, required=("[CLS]", "[SEP]", "[MASK]"))
     except DataError as exc:
         raise UsageError(f"--vocab {exc}") from None
