@@ -308,7 +308,7 @@ class RecordStream:
         self.batch_size = batch_size
         self.seed = seed
         self.bin_size = bin_size
-        self.model = model  # the BertConfig the batches feed, whose embeddings bound their ids (ModelValues)
+        self.model = model  # the BertConfig the batches feed, whose embeddings bound their ids (check_model_values)
         if bin_size:
             if records.packed:
                 raise UsageError("--bin-size: packed rows are full and are not binned")
