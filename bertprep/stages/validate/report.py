@@ -25,7 +25,7 @@ import sys
 from typing import Any, TextIO
 
 from bertprep import formats, storage
-from bertprep.errors import ON_COMMAND_LINE, DataError, UsageError
+from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.formats import codecs, megatron
 from bertprep.options import (
@@ -33,7 +33,6 @@ from bertprep.options import (
     check_types,
     errors_name_fields,
     normalise_paths,
-    python_field_names,
     refuse_empty_path,
     refuse_file_above,
     refuse_overlap,
@@ -227,10 +226,12 @@ def refuse_unread_flags(options, report):
     for applies, read in READERS.items():
         given = [flag for flag, to in changed if to == applies]
         if given and not read(report):
-            raise _unread_flags_error(options, report, given, applies)
+            raise _unread_flags_error(report, given, applies)
 
 
-def _unread_flags_error(options, report, given, applies):
+def _unread_flags_error(report, given, applies):
+    """The UsageError of refuse_unread_flags, naming the flags (bertprep.validate writes them as the options'
+    fields for a Python caller, as it does every usage error of the stage)."""
     holds = [what for what, there in (("token sequences of `bertprep tokenize`", report.get("sequences") is not None),
                                       ("text shards", report["text_shards"]),
                                       ("SQuAD/GLUE downloads", report["downloads"])) if there]
@@ -238,7 +239,7 @@ def _unread_flags_error(options, report, given, applies):
     message = (f"{', '.join(given)} {'applies' if one else 'apply'} to {applies}, and {' and '.join(report['paths'])} "
                f"{'holds' if len(report['paths']) == 1 else 'hold'} none ({', '.join(holds)}): "
                f"{'it' if one else 'they'} had no effect; leave {'it' if one else 'them'} out")
-    return UsageError(message if ON_COMMAND_LINE.get() else python_field_names(message, options))
+    return UsageError(message)
 
 
 def _dataset_key(path):
