@@ -23,6 +23,7 @@ its root without credentials (`storage.display`).
 import contextlib
 import dataclasses
 import os
+import posixpath
 from collections.abc import Iterator
 
 from bertprep import atomic, storage
@@ -155,6 +156,17 @@ class Folder:
     def remove(self, name: str) -> None:
         storage.remove(self.path(name))
 
+    def remove_unlisted(self, names: list[str], listed) -> None:
+        """Remove each of `names` (relative) that `listed` (a manifest's files) does not hold, then the folders
+        above them that are left empty, deepest first (the root stays): what a sharded stage's failed run cleans
+        up, so that no output it did not record is left where a reader that globs a folder takes it."""
+        unlisted = [name for name in names if name not in listed]
+        for name in unlisted:
+            self.remove(name)
+        parents = {parent for name in unlisted for parent in _parents(name)}
+        for parent in sorted(parents, key=lambda parent: parent.count("/"), reverse=True):
+            storage.remove_if_empty(self.path(parent))
+
     def remove_tree(self, *parts: str) -> None:
         """Remove the directory `parts` (the root without) and all under it, or every object under the prefix;
         gone already is fine."""
@@ -166,3 +178,11 @@ class Folder:
 
     def atomic_write_bytes(self, name: str, data: bytes, staging: str | None = None) -> None:
         atomic.atomic_write_bytes(self.path(name), data, staging=staging)
+
+
+def _parents(name):
+    """The folders above the relative `name`, nearest first: "a/b/c" -> "a/b", "a"."""
+    parent = posixpath.dirname(name)
+    while parent:
+        yield parent
+        parent = posixpath.dirname(parent)

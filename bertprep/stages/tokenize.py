@@ -25,7 +25,7 @@ into place, the .idx last; the manifest lists each finished file with its
 source's sha256 and the settings, so a rerun skips finished shards. The
 bytes of a shard depend on nothing but its text, the vocab and the case
 flag: any worker count writes the same files. A run that fails removes
-the outputs of its shards the manifest does not list (remove_unrecorded),
+the outputs of its shards the manifest does not list (Folder.remove_unlisted),
 then the folders it made for its output while they are still empty
 (atomic.hold); a folder that was there before stays.
 """
@@ -294,7 +294,9 @@ def tokenize(options: TokenizeOptions | None = None, /, *, quiet: bool = True, *
                     save_manifest(out_dir, manifest)
                     progress.advance(1, sequences=result["sequences"])
         except BaseException:  # the workers are stopped by now
-            remove_unrecorded(out_dir, pending, files)
+            # another worker's shard finished while the failing one raised was left under its final names with no
+            # entry (a first run: no manifest at all), and validate called such a folder SOUND
+            Folder(out_dir).remove_unlisted([name for task in pending for name in task.files()], files)
             raise
         manifest["counts"] = split_counts(tasks, files)
         manifest["data_path"] = write_data_paths(out_dir, tasks, files)
@@ -306,19 +308,6 @@ def tokenize(options: TokenizeOptions | None = None, /, *, quiet: bool = True, *
                "shards_tokenized": len(pending), "data_path": storage.display(storage.join(out_dir, DATA_PATH)),
                "seconds": round(time.monotonic() - started, 3), "warnings": warnings}
     return Summary("bertprep tokenize: done", summary, rows=_rows(summary), complete_before=not pending)
-
-
-def remove_unrecorded(out_dir, tasks, files):
-    """Remove the outputs of `tasks` that the manifest's `files` do not list, and the split folders left empty, after
-    a run failed: another worker's shard finished while the failing one raised was left under its final names with
-    no entry (a first run: no manifest at all), and `validate` called such a folder SOUND, while --workers 1 left
-    nothing. A rerun writes them anew either way, as it does every shard its manifest does not list."""
-    for task in tasks:
-        for relative in task.files():
-            if relative not in files:
-                storage.remove(storage.join(out_dir, relative))
-    for split in sorted({task.split for task in tasks}):
-        storage.remove_if_empty(storage.join(out_dir, split))
 
 
 def split_counts(tasks, files):

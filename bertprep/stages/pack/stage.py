@@ -234,7 +234,9 @@ def pack(options: PackOptions | None = None, /, *, quiet: bool = True, **fields:
                     save_manifest(out, manifest)
                     progress.advance(1, sequences=result["sequences"])
         except BaseException:  # the workers are stopped by now
-            remove_unrecorded(out, pending, files)
+            # another worker's shard finished while the failing one raised was left under its final names with no
+            # entry, records a reader that globs the split takes
+            out.remove_unlisted([name for task in pending for name in task.output_paths().values()], files)
             raise
         manifest["packing"] = packing_figures(tasks, files, dims["k"])
         if manifest != previous:  # a complete rerun rewrites nothing, not even the same manifest
@@ -245,20 +247,6 @@ def pack(options: PackOptions | None = None, /, *, quiet: bool = True, **fields:
         summary["warnings"] = [removed]
     rows = (*summary_rows(summary, fmts), *(("warning", removed),) * bool(removed))
     return Summary("bertprep pack: done", summary, rows, complete_before=not pending)
-
-
-def remove_unrecorded(out, tasks, files):
-    """Remove the outputs of `tasks` that the manifest's `files` do not list, and the folders left empty, after a
-    run failed: another worker's shard finished while the failing one raised was left under its final names with
-    no entry (a first run: no manifest at all), records a reader that globs the split takes. A rerun packs them
-    anew either way, as it does every shard its manifest does not list."""
-    unlisted = [relative for task in tasks for relative in task.output_paths().values() if relative not in files]
-    for relative in unlisted:
-        out.remove(relative)
-    for folder in sorted({posixpath.dirname(relative) for relative in unlisted}, key=len, reverse=True):
-        for parent in (folder, posixpath.dirname(folder)):  # <format>/<split>, then <format>
-            if parent:
-                storage.remove_if_empty(out.path(parent))
 
 
 def packing_figures(tasks, files, k):
