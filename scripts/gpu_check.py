@@ -40,7 +40,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from trainer.library_logs import LIBRARY_LINE  # noqa: E402
+from trainer.library_logs import LIBRARY_LINE, default_backend, installed  # noqa: E402
 
 # A library line: absl/glog/TensorFlow's (library_logs.LIBRARY_LINE), or ptxas's words in any line.
 PTXAS = re.compile(r"ptxas|Registers are spilled")
@@ -343,7 +343,8 @@ def print_table(rows, start, found, device, model, start_batch):
         print(f"{precision[:22]:<22}{r['batch']:>6}{_fmt(r['ours'], ',.0f'):>12}{_fmt(r['mfu'], '.0%'):>7}"
               f"{_fmt(r['peer'], ',.0f'):>12}{r['peer_kind'] or '—':>10}{_fmt(r['ratio'], '.2f'):>11}"
               f"{_fmt(r['first_step_s'], '.1f'):>12}")
-    print(f"python -m trainer, amp batch {start_batch}: first step {_fmt(start['cold_s'], '.1f')} s cold, "
+    print(f"python -m trainer ({start.get('backend') or 'no backend'}), amp batch {start_batch}: first step "
+          f"{_fmt(start['cold_s'], '.1f')} s cold, "
           f"{_fmt(start['warm_s'], '.1f')} s warm (compilation cache); library lines printed: "
           f"{start['library_lines']} (trainer runs and benchmark workers)")
     for name, (value, target, met) in found.items():
@@ -458,7 +459,10 @@ def main():
             warm_imports = import_seconds(phases_output)
     print(f"gpu_check: python -m trainer first step {_fmt(cold_s, '.1f')} s cold, {_fmt(warm_s, '.1f')} s warm "
           f"({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
-    start = {"cold_s": cold_s, "warm_s": warm_s, "cold_startup": cold_startup, "warm_startup": warm_startup,
+    # the backend those runs took, the trainer's own choice (KERAS_BACKEND unset): JAX on a GPU machine, which has
+    # no TensorFlow; TensorFlow, which no compilation cache serves, where it is installed (a CPU rehearsal)
+    start = {"backend": default_backend(env_for(), available=installed), "cold_s": cold_s, "warm_s": warm_s,
+             "cold_startup": cold_startup, "warm_startup": warm_startup,
              "warm_phases_s": warm_phases, "warm_imports_s": warm_imports, "cold_losses": cold_losses}
     save_partial(out, start=start)
 

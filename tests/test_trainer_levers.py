@@ -410,6 +410,14 @@ def test_the_gpu_checks_table_and_verdicts():
     assert eager["amp_vs_compiled_peer"][2] is False and eager["library_lines"][2] is False
 
 
+def test_the_gpu_checks_start_up_line_names_the_backend_the_trainer_took(capsys):
+    """The start-up runs leave the backend to the trainer: on a CPU rehearsal with TensorFlow installed they ran
+    TensorFlow, which no compilation cache serves, and the line said only "47.6 s warm (compilation cache)"."""
+    start = {"backend": "tensorflow", "cold_s": 57.5, "warm_s": 47.6, "library_lines": 0}
+    gpu_check.print_table([], start, {}, "no accelerator", "tiny", 8)
+    assert "python -m trainer (tensorflow), amp batch 8: first step 57.5 s cold, 47.6 s warm" in capsys.readouterr().out
+
+
 def test_library_lines_are_what_the_gpu_run_printed():
     text = ("I1126 01:31:38.657003     496 service.cc:154] XLA service initialized\n"
             "I1126 01:32:36.442027     597 subprocess_compilation.cc:349] ptxas warning : Registers are spilled\n"
