@@ -75,7 +75,7 @@ def test_library_lines_are_left_out_unless_the_user_chose_a_level(chosen):
 
 # `python -m trainer` in a process of its own (its __main__, run as `-m` runs it), then the modules it imported; a
 # Python session's trainer.train keeps them (tests/test_trainer_levers.py, the run without TensorFlow).
-OPTIONAL = ("matplotlib", "pandas", "sklearn")
+OPTIONAL = ("IPython", "matplotlib", "pandas", "sklearn")
 LEAN_RUN = """
 import runpy, sys
 sys.argv = ["trainer", "--format", "ofrecord", "--steps", "1", "--batch-size", "8", "--quiet"]
@@ -84,7 +84,7 @@ try:
 except SystemExit as exit:
     assert not exit.code, exit.code
 print(sorted(n for n in %r if n in sys.modules))
-import matplotlib.pyplot, pandas  # importable afterwards
+import matplotlib.pyplot, pandas, IPython  # importable afterwards
 print("imported")
 """ % (OPTIONAL,)
 
@@ -92,7 +92,8 @@ print("imported")
 def test_trainer_processes_load_keras_without_the_packages_it_imports_for_apis_they_never_call():
     import importlib.util
 
-    assert all(importlib.util.find_spec(n) for n in ("matplotlib", "pandas"))  # [all]: plot, columnar's datasets
+    # [all]: plot, columnar's datasets; [test]: the notebook kernel's tests
+    assert all(importlib.util.find_spec(n) for n in ("matplotlib", "pandas", "IPython"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("TF_CPP_")}
     env.update(PYTHONPATH=str(REPO), KERAS_BACKEND="jax")
     lean = subprocess.run([sys.executable, "-c", LEAN_RUN], capture_output=True, text=True, cwd=REPO, env=env,

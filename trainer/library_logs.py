@@ -18,9 +18,10 @@ the level stays at 2 for the rest of the process, marked as ours
 (OUR_LEVEL_MARK), so that a process started later does not take it for the
 user's choice.
 
-`import keras` also imports scikit-learn, matplotlib's pyplot and pandas
-where they are installed (for its scikit-learn wrappers, image galleries and
-DataFrame inputs, none of which the trainer uses): on the H100 machine of
+`import keras` also imports scikit-learn, matplotlib's pyplot, pandas and
+IPython where they are installed (for its scikit-learn wrappers, image
+galleries, DataFrame inputs and a saved file's notebook display, none of
+which the trainer uses): on the H100 machine of
 the GPU check, which has them, scikit-learn alone (scipy.stats under it) was
 1.7 s of a warm start profiled by cProfile (20.8 s under it, 13.9 s without;
 the trainer-warm.prof of scripts/gpu_check.sh --phases, read with pstats).
@@ -48,7 +49,7 @@ LIBRARY_LINE = re.compile(r"[IWEF]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ \S+:\d+\] "
 
 
 _depth = 0  # library_lines_left_out() inside itself does nothing more
-KERAS_OPTIONAL_IMPORTS = ("sklearn", "matplotlib", "pandas")
+KERAS_OPTIONAL_IMPORTS = ("sklearn", "matplotlib", "pandas", "IPython")
 _lean = False  # lean_process() was called: Keras loads without KERAS_OPTIONAL_IMPORTS
 
 
