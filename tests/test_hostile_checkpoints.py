@@ -33,6 +33,8 @@ from stand_in_servers import StandInServer, looks_complete, one_line_error, run_
 from test_checkpoints import TOLERANCE, run_outputs  # noqa: E402
 from test_download_pretrained import RELEASE, ZIP_PATH, release_files, sha256sums, zip_of  # noqa: E402, F401
 from trainer.checkpoint import convert as checkpoint_convert  # noqa: E402
+from trainer.checkpoint import read as read_checkpoint  # noqa: E402
+from trainer.checkpoint import task_heads  # noqa: E402
 from trainer.cli import main  # noqa: E402
 
 # The module's checkpoints and model are built once, on one worker.
@@ -241,6 +243,35 @@ def test_a_transformers_fine_tune_keeps_its_head_through_convert(checkpoints, in
     again, info = getattr(transformers, cls).from_pretrained(str(tmp_path / "hf"), output_loading_info=True)
     assert not any(info.get(k) for k in ("missing_keys", "unexpected_keys", "mismatched_keys")), info
     np.testing.assert_allclose(logits(again.eval()), logits(model), rtol=0, atol=tolerance)
+
+
+@pytest.mark.parametrize("cls", ["BertForTokenClassification", "BertForMultipleChoice"])
+def test_a_token_or_multiple_choice_head_is_not_taken_for_a_sentence_classifier(checkpoints, tmp_path, capsys, cls):
+    """transformers' token classifier and multiple-choice model keep their head as `classifier.*` too: it was
+    read as BertForSequenceClassification's, so `convert --to hf` of a BertForTokenClassification (no pooler)
+    wrote a BertForSequenceClassification of its labels, whose pooler transformers then drew at random, exit 0,
+    and a BertForMultipleChoice's one score was a one-output classifier (--to google: run_classifier.py's
+    variables). config.json's architectures says which head it is: it is now left out, with a note, and the
+    encoder converted."""
+    hf_config = json.loads((checkpoints / "hf_tiny" / "config.json").read_text())
+    config = transformers.BertConfig(**{key: hf_config[key] for key in (
+        "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+        "max_position_embeddings", "type_vocab_size")}, num_labels=5)
+    getattr(transformers, cls)(config).save_pretrained(tmp_path / "saved")
+    capsys.readouterr()  # transformers' progress bar
+    vocab = str(shared_path() / "fixtures" / "golden" / "vocab.txt")
+    assert main(["checkpoint", "convert", str(tmp_path / "saved"), str(tmp_path / "hf"), "--to", "hf", "--vocab",
+                 vocab, "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert "task_head" not in summary
+    assert (f"classifier.bias and classifier.weight: the head of a {cls} (config.json's architectures), "
+            f"{task_heads.OTHER_HF_CLASSIFIERS[cls]}, not a sentence classifier's: not read as a task head, and not "
+            "converted (the encoder is)") in summary["notes"]
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert config["architectures"] == ["BertModel"] and "id2label" not in config
+    assert main(["checkpoint", "convert", str(tmp_path / "saved"), str(tmp_path / "google"), "--to", "google",
+                 "--quiet"]) == 0
+    assert read_checkpoint(str(tmp_path / "google")).task_head is None  # no run_classifier.py output_weights
 
 
 def test_labels_for_a_google_export_which_holds_none_are_refused_before_reading(checkpoints, tmp_path, capsys):

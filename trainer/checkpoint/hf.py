@@ -180,12 +180,15 @@ def read(path):
     # BertForSequenceClassification's classifier.* or BertForQuestionAnswering's qa_outputs.*: a fine-tune's head,
     # its labels and task from config.json, carried by convert
     by_name = {names.canonical_hf_name(name): value for name, value in state.items()}
-    head, head_weights, taken = task_heads.from_foreign(
-        weights_file, {name: by_name[name] for name in skipped if name in task_heads.FOREIGN_NAMES},
-        config.hidden_size, task_heads.hf_settings(_config_values(directory)))
+    values = _config_values(directory)
+    offered, other_head = task_heads.without_other_hf_classifier(
+        values, {name: by_name[name] for name in skipped if name in task_heads.FOREIGN_NAMES})
+    head, head_weights, taken = task_heads.from_foreign(weights_file, offered, config.hidden_size,
+                                                        task_heads.hf_settings(values))
     skipped = [name for name in skipped if name not in taken]
-    return task_heads.attach(checked(KIND, weights_file, config, found, vocab_beside(directory), skipped), head,
-                             head_weights)
+    checkpoint = checked(KIND, weights_file, config, found, vocab_beside(directory), skipped)
+    checkpoint.notes.extend([other_head] if other_head else [])
+    return task_heads.attach(checkpoint, head, head_weights)
 
 
 def _config_values(directory):

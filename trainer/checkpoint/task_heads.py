@@ -105,6 +105,27 @@ def from_foreign(source, arrays, hidden_size, settings):
     return None, {}, ()
 
 
+# transformers' BERT classes whose head is `classifier.*` too, but no sentence classifier's: their config.json's
+# architectures names them. Read as BertForSequenceClassification's, a token classifier was exported as a sentence
+# classifier (its per-token head on a pooler it never had), a multiple-choice model as a one-output regression.
+OTHER_HF_CLASSIFIERS = {"BertForTokenClassification": "a label for each token",
+                        "BertForMultipleChoice": "a score for each choice of a question"}
+
+
+def without_other_hf_classifier(values, arrays):
+    """(`arrays` without `classifier.*`, a note saying why) where a Hugging Face config.json (`values`) names one
+    of OTHER_HF_CLASSIFIERS, whose head convert does not carry; else (`arrays`, None)."""
+    architectures = values.get("architectures")
+    architecture = architectures[0] if isinstance(architectures, list) and architectures else None
+    held = sorted(name for name in arrays if name.startswith("classifier."))
+    if not isinstance(architecture, str) or architecture not in OTHER_HF_CLASSIFIERS or not held:
+        return arrays, None
+    note = (f"{' and '.join(held)}: the head of a {architecture} (config.json's architectures), "
+            f"{OTHER_HF_CLASSIFIERS[architecture]}, not a sentence classifier's: not read as a task head, and not "
+            "converted (the encoder is)")
+    return {name: value for name, value in arrays.items() if name not in held}, note
+
+
 def attach(checkpoint, head, weights):
     """Put a read head (from_ours, from_foreign) on the checked `checkpoint`, and say so."""
     if head:
