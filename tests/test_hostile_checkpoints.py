@@ -274,6 +274,36 @@ def test_a_token_or_multiple_choice_head_is_not_taken_for_a_sentence_classifier(
     assert read_checkpoint(str(tmp_path / "google")).task_head is None  # no run_classifier.py output_weights
 
 
+def test_a_multi_label_classifier_stays_multi_label_through_convert(checkpoints, tmp_path, capsys):
+    """A transformers classifier of problem_type multi_label_classification (a sigmoid for each label) was exported
+    as single_label_classification, exit 0, so pipeline("text-classification") scored it with a softmax: every
+    score another (0.504, 0.477, 0.460 became 0.366, 0.328, 0.306). Its problem_type now goes into --to hf's
+    config.json, and through our state.json's settings to a later --to hf."""
+    hf_config = json.loads((checkpoints / "hf_tiny" / "config.json").read_text())
+    config = transformers.BertConfig(**{key: hf_config[key] for key in (
+        "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+        "max_position_embeddings", "type_vocab_size")}, problem_type="multi_label_classification",
+        id2label={0: "neg", 1: "neu", 2: "pos"})
+    torch.manual_seed(5)
+    transformers.BertForSequenceClassification(config).save_pretrained(tmp_path / "saved")
+    shutil.copy(shared_path() / "fixtures" / "golden" / "vocab.txt", tmp_path / "saved" / "vocab.txt")
+    summary = checkpoint_convert(str(tmp_path / "saved"), str(tmp_path / "ours"), "bertprep")
+    assert summary["task_head"] == "GLUE classifier head, 3 outputs (multi-label: labels neg, neu, pos)"
+    for src, out in (("saved", "hf"), ("ours", "hf-from-ours")):
+        assert main(["checkpoint", "convert", str(tmp_path / src), str(tmp_path / out), "--to", "hf", "--quiet"]) == 0
+        assert json.loads((tmp_path / out / "config.json").read_text())["problem_type"] == "multi_label_classification"
+
+    def scores(directory):
+        classify = transformers.pipeline("text-classification", model=str(directory), top_k=None)
+        (rows,) = classify(["The cat sat on the mat."])  # one text: its scores of every label
+        return {row["label"]: row["score"] for row in rows}
+
+    expected = scores(tmp_path / "saved")
+    capsys.readouterr()
+    for out in ("hf", "hf-from-ours"):
+        assert scores(tmp_path / out) == pytest.approx(expected, abs=1e-6)
+
+
 def test_labels_for_a_google_export_which_holds_none_are_refused_before_reading(checkpoints, tmp_path, capsys):
     """`convert CLS out --to google --labels neg,pos` of a classifier wrote Google's variables, which name no
     labels, exit 0, its summary's task_head saying `(labels neg, pos)`: the flag had no effect."""

@@ -41,6 +41,8 @@ HEADS = {
               "BertForQuestionAnswering"),
 }
 
+MULTI_LABEL = "multi_label_classification"  # Hugging Face's problem_type of a classifier scored label by label
+
 # Every name a head's weight or bias has in a Google checkpoint or a Hugging Face state dict (from_foreign).
 FOREIGN_NAMES = frozenset(name for _ours, google, module, _class in HEADS.values()
                           for name in (*google, f"{module}.weight", f"{module}.bias"))
@@ -53,6 +55,7 @@ class TaskHead:
     labels: tuple  # a classifier's labels by id; None: a regression, SQuAD, or not known
     outputs: int
     regression: bool = False
+    multi_label: bool = False  # a Hugging Face classifier of problem_type multi_label_classification (sigmoid)
 
     @property
     def labels_known(self):
@@ -65,6 +68,7 @@ class TaskHead:
             return "SQuAD span head (start, end)"
         what = "regression" if self.regression else f"labels {', '.join(self.labels)}" if self.labels_known \
             else "labels not known"
+        what = f"multi-label: {what}" if self.multi_label else what
         return f"{self.task or 'GLUE'} classifier head, {self.outputs} outputs ({what})"
 
 
@@ -165,8 +169,12 @@ def _described(kind, outputs, settings):
     labels = settings.get("labels") or (known.labels if known else None)
     if not (isinstance(labels, (list, tuple)) and all(isinstance(label, str) for label in labels)):
         labels = None
+    regression = bool(known and known.is_regression) or settings.get("problem_type") == "regression"
+    # transformers' pipeline scores such a head with a sigmoid each, not a softmax: it was exported as
+    # single_label_classification, every score another
+    multi_label = kind == "classifier" and not regression and settings.get("problem_type") == MULTI_LABEL
     return TaskHead(kind, known.name if known else None, tuple(labels) if labels else None, outputs,
-                    regression=bool(known and known.is_regression) or settings.get("problem_type") == "regression")
+                    regression=regression, multi_label=multi_label)
 
 
 def name_labels(checkpoint, labels):
@@ -222,7 +230,8 @@ def hf_config(checkpoint):
         labels = head.labels if not head.regression else ("LABEL_0",)
         config.update(num_labels=head.outputs, id2label={str(i): label for i, label in enumerate(labels)},
                       label2id={label: i for i, label in enumerate(labels)},
-                      problem_type="regression" if head.regression else "single_label_classification")
+                      problem_type="regression" if head.regression else MULTI_LABEL if head.multi_label
+                      else "single_label_classification")
     return config
 
 
@@ -238,4 +247,8 @@ def ours_arrays(checkpoint):
 def settings(checkpoint):
     """state.json settings that name the head's task and labels, as `trainer finetune` writes them."""
     head = checkpoint.task_head
-    return {} if head is None else {"task": head.task, "labels": list(head.labels) if head.labels else None}
+    if head is None:
+        return {}
+    # problem_type only where it is multi-label (what _described reads back): other state.json files as before
+    return {"task": head.task, "labels": list(head.labels) if head.labels else None,
+            **({"problem_type": MULTI_LABEL} if head.multi_label else {})}
