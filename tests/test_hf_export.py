@@ -201,6 +201,24 @@ def test_a_checkpoints_vocab_smaller_than_the_model_is_padded_not_refused(shared
     assert [i for line in tokenizer(held_out[:50], add_special_tokens=False)["input_ids"] for i in line] == list(ours)
 
 
+def test_a_vocab_short_of_the_model_by_nvidias_padding_is_padded_too(shared_dir, golden_dir, tmp_path):
+    """A --vocab a few tokens short of the model's rows (NVIDIA pads vocab_size to a multiple of 8: 30,522 tokens
+    for 30,528 rows) was accepted and exported as it was, unlike the checkpoint's own vocab: vocab.txt and
+    tokenizer.json held fewer tokens than the model's rows, so an id fill-mask ranks beyond them decoded to ''
+    (convert_ids_to_tokens: None). It is padded with [unused] tokens as the checkpoint's own is."""
+    from transformers import AutoTokenizer
+
+    short = tmp_path / "vocab.txt"
+    short.write_bytes(b"".join((golden_dir / "vocab.txt").read_bytes().splitlines(keepends=True)[:-1]))  # 30,521
+    code, line = convert_line(shared_dir / "fixtures" / "checkpoints" / "hf_tiny", tmp_path / "hf", "--to", "hf",
+                              "--vocab", short)
+    assert (code, line) == (0, "")
+    tokens = load_vocab(str(tmp_path / "hf" / "vocab.txt")).tokens
+    assert len(tokens) == 30522 and tokens[:-1] == load_vocab(str(short)).tokens and tokens[-1] == "[unused994]"
+    tokenizer = AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
+    assert len(tokenizer) == 30522 and tokenizer.convert_ids_to_tokens(30521) == "[unused994]"
+
+
 def test_a_cased_vocab_exports_a_cased_tokenizer(cased):
     _checkpoint_dir, hf, vocab = cased
     assert (hf / "vocab.txt").read_bytes() == vocab.read_bytes()

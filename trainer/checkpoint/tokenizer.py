@@ -171,9 +171,10 @@ def _tokens(data):
 def for_export(checkpoint, vocab=None, cased=None):
     """The RunTokenizer an export writes: `vocab` (a --vocab file) or the checkpoint's, its casing from
     `cased` (--cased / --uncased), else the checkpoint's, else the vocab's own (_casing). A UsageError where
-    there is none, where a --vocab is not the one the checkpoint carries or its size is not the model's; the
-    checkpoint's own vocab, where the run's model has more rows than it (records of a smaller vocab, a larger
-    --bert-config), is padded (_padded)."""
+    there is none, where a --vocab is not the one the checkpoint carries or its size is not the model's (nor
+    short of it by NVIDIA's padding to a multiple of 8); the checkpoint's own vocab, where the run's model has
+    more rows than it (records of a smaller vocab, a larger --bert-config), and such a --vocab are padded
+    (_padded)."""
     found = of_checkpoint(checkpoint)
     if vocab is not None:
         data = _read_vocab(vocab)
@@ -190,11 +191,12 @@ def for_export(checkpoint, vocab=None, cased=None):
     found = dataclasses.replace(found, lower_case=_casing(checkpoint, found, cased))
     lines = len(found.tokens())
     size = checkpoint.config.vocab_size
-    if vocab is None and lines < size:
-        return _padded(found, size, checkpoint.notes)
-    if not (lines == size or lines < size <= -(-lines // 8) * 8):  # NVIDIA pads the rows to a multiple of 8
+    # a --vocab may be short of the model only by NVIDIA's padding of the rows to a multiple of 8
+    if lines > size or (vocab is not None and lines < size and size > -(-lines // 8) * 8):
         raise _not_the_models(found, size)
-    return found
+    # padded as the checkpoint's own: a --vocab of 30,522 tokens for 30,528 rows was exported as it was, and
+    # fill-mask answered an id beyond it with an empty string
+    return _padded(found, size, checkpoint.notes) if lines < size else found
 
 
 def carried_by(checkpoint):
