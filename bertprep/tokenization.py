@@ -173,7 +173,9 @@ def load_vocab(path, required=REQUIRED_TOKENS):
            for index, token in enumerate(tokens)}  # a repeated token keeps its first place, takes its last id
     missing = [t for t in required if t not in ids]
     if missing:
-        raise DataError(f"{path}: vocab lacks {', '.join(missing)} (a BERT vocab needs {', '.join(REQUIRED_TOKENS)})"
+        # what the caller requires too: "lacks [PAD] (… needs [CLS], [SEP], [MASK], [UNK])" named a token not listed
+        needed = ", ".join(dict.fromkeys((*REQUIRED_TOKENS, *required)))
+        raise DataError(f"{path}: vocab lacks {', '.join(missing)} (a BERT vocab needs {needed})"
                         + _byte_order_mark_hint(tokens, missing))
     return Vocab(path=storage.display(storage.absolute(path)), sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(),
                  tokens=tokens, ids=ids)

@@ -178,6 +178,19 @@ def test_without_a_known_vocab_the_export_is_refused_unless_one_is_given(shared_
     assert config["do_lower_case"] is True  # the golden vocab has no capitals: uncased
 
 
+def test_a_vocab_without_pad_names_the_tokens_an_export_needs(shared_dir, golden_dir, tmp_path):
+    """The export's tokenizer names [PAD] too (special_tokens_map.json): a --vocab without it was refused, once the
+    weights had been converted, as `vocab lacks [PAD] (a BERT vocab needs [CLS], [SEP], [MASK], [UNK])`, a list
+    without the token it lacked. The list now holds [PAD], and the check comes before the weights are written."""
+    no_pad = tmp_path / "vocab.txt"
+    no_pad.write_bytes((golden_dir / "vocab.txt").read_bytes().replace(b"[PAD]\n", b"[PAD0]\n", 1))
+    code, line = convert_line(shared_dir / "fixtures" / "checkpoints" / "hf_tiny", tmp_path / "hf", "--to", "hf",
+                              "--vocab", no_pad)
+    assert (code, line) == (2, f"trainer checkpoint: error: {no_pad}: vocab lacks [PAD] (a BERT vocab needs [CLS], "
+                               "[SEP], [MASK], [UNK], [PAD])")
+    assert not (tmp_path / "hf").exists()
+
+
 def test_a_checkpoints_vocab_smaller_than_the_model_is_padded_not_refused(shared_dir, held_out, tmp_path):
     """A model with more rows than its own vocab (records of a smaller vocab, a larger --bert-config): the
     export pads vocab.txt with [unused] tokens, so every id the model predicts is a token and the ids of

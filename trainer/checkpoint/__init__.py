@@ -174,6 +174,8 @@ def convert(src, out, to, vocab=None, cased=None, labels=None):
     task_heads.check_writable(checkpoint, to)
     carried = (tokenizer.for_export(checkpoint, vocab, cased) if to == "hf" or vocab is not None or cased is not None
                else tokenizer.carried_by(checkpoint))  # checked against the model's rows as an export's is
+    if to == "hf":  # its special tokens: said once the weights had been converted
+        tokenizer.check_for_hf(carried)
     state = model_card.run_state_of(checkpoint)
     warning = checkpoint.non_finite_warning()  # before the writer takes the weights; the CLI prints it on stderr
     summary = {"from": checkpoint.kind, "source": checkpoint.path, "to": to, "out": str(target),

@@ -294,16 +294,9 @@ def write_hf_files(tokenizer, directory, max_length):
     `save_pretrained` writes them, for AutoTokenizer to load tokenizer.json as it is (HF_CONFIG)."""
     from tokenizers import decoders, processors
 
-    from bertprep.errors import DataError
-    from bertprep.tokenization import build_tokenizer, load_vocab
+    from bertprep.tokenization import build_tokenizer
 
-    vocab_path = os.path.join(directory, "vocab.txt")
-    with open(vocab_path, "wb") as f:
-        f.write(tokenizer.vocab)
-    try:  # read as `bertprep create` reads it, so the ids are the records' ids
-        vocab = load_vocab(vocab_path, required=tuple(SPECIAL.values()))
-    except DataError as exc:
-        raise UsageError(str(exc).replace(vocab_path, tokenizer.source)) from None
+    vocab = _hf_vocab(tokenizer, directory)
     # bertprep's own BERT pipeline (BertNormalizer: lower-casing strips accents, as the FullTokenizer; WordPiece
     # with [UNK] and 200 characters a word), plus what a model's tokenizer adds: [CLS] A [SEP] B [SEP].
     fast = build_tokenizer(vocab, tokenizer.lower_case)
@@ -316,6 +309,30 @@ def write_hf_files(tokenizer, directory, max_length):
                   model_max_length=max_length, clean_up_tokenization_spaces=True, **SPECIAL)
     _write_json(os.path.join(directory, CONFIG), config)
     _write_json(os.path.join(directory, "special_tokens_map.json"), SPECIAL)
+
+
+def check_for_hf(tokenizer):
+    """The UsageError write_hf_files would raise where the vocab lacks a token the export's tokenizer names
+    (SPECIAL) or is no vocab file bertprep reads, raised before the weights are converted: it came once the whole
+    model was written (minutes for BERT-large), and nothing of it kept."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="bertprep-vocab-") as directory:
+        _hf_vocab(tokenizer, directory)
+
+
+def _hf_vocab(tokenizer, directory):
+    """The Vocab of `tokenizer`'s vocab.txt, written into `directory` and read as `bertprep create` reads it (so
+    the ids are the records' ids) with every SPECIAL token; a UsageError naming its source where it is not."""
+    from bertprep.tokenization import load_vocab
+
+    vocab_path = os.path.join(directory, "vocab.txt")
+    with open(vocab_path, "wb") as f:
+        f.write(tokenizer.vocab)
+    try:
+        return load_vocab(vocab_path, required=tuple(SPECIAL.values()))
+    except DataError as exc:
+        raise UsageError(str(exc).replace(vocab_path, tokenizer.source)) from None
 
 
 def _write_json(path, value):
