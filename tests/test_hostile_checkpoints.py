@@ -278,7 +278,8 @@ def test_a_multi_label_classifier_stays_multi_label_through_convert(checkpoints,
     """A transformers classifier of problem_type multi_label_classification (a sigmoid for each label) was exported
     as single_label_classification, exit 0, so pipeline("text-classification") scored it with a softmax: every
     score another (0.504, 0.477, 0.460 became 0.366, 0.328, 0.306). Its problem_type now goes into --to hf's
-    config.json, and through our state.json's settings to a later --to hf."""
+    config.json, and through our state.json's settings to a later --to hf; --to google, whose variables cannot
+    hold it, says so in a note."""
     hf_config = json.loads((checkpoints / "hf_tiny" / "config.json").read_text())
     config = transformers.BertConfig(**{key: hf_config[key] for key in (
         "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
@@ -302,6 +303,10 @@ def test_a_multi_label_classifier_stays_multi_label_through_convert(checkpoints,
     capsys.readouterr()
     for out in ("hf", "hf-from-ours"):
         assert scores(tmp_path / out) == pytest.approx(expected, abs=1e-6)
+    # Google's variables hold no problem_type: the export says what it loses (it said nothing)
+    summary = checkpoint_convert(str(tmp_path / "saved"), str(tmp_path / "google"), "google")
+    assert ("the classifier head is multi-label (a sigmoid for each label): Google's run_classifier.py scores it "
+            "with a softmax, and its variables record neither that nor the labels") in summary["notes"]
 
 
 def test_labels_for_a_google_export_which_holds_none_are_refused_before_reading(checkpoints, tmp_path, capsys):

@@ -118,6 +118,10 @@ def write(checkpoint, directory):
     if checkpoint.config.hidden_act != "gelu_tanh":
         checkpoint.notes.append("Google's modeling.py computes gelu with the tanh approximation; this model "
                                 "was trained with the exact (erf) GELU")
+    if checkpoint.task_head is not None and checkpoint.task_head.multi_label:  # written, its problem_type lost
+        checkpoint.notes.append("the classifier head is multi-label (a sigmoid for each label): Google's "
+                                "run_classifier.py scores it with a softmax, and its variables record neither "
+                                "that nor the labels")
     with open(os.path.join(directory, CONFIG), "w", encoding="utf-8") as f:
         json.dump(dict(checkpoint.config.to_dict(), hidden_act="gelu"), f, indent=2, sort_keys=True)
     return os.path.join(directory, PREFIX)
