@@ -203,10 +203,23 @@ def check_input(path):
                         f"writes; its index {storage.display(index)} beside it), not text: this stage reads text "
                         "shards (a sentence a line, documents apart by a blank line)")
     text = read_text(path)
+    refuse_nul(text, path)
     refuse_cr_only(text, path, "input must be UTF-8 text, one sentence per line")  # the shard was one sentence
     if not text.strip():
         raise DataError(f"{storage.display(path)}: no documents (the file is empty or blank)")
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def refuse_nul(text, path):
+    """A DataError naming the file, line and column of `text`'s first NUL: a NUL is valid UTF-8 but no text, and
+    the tokenizer drops it, so a UTF-16 shard (ASCII letters each followed by a NUL) was tokenized into its words
+    while its blank lines, "\\0" alone, ended no document: two documents became one, exit 0. shard and vocab
+    refuse a NUL as binary data already."""
+    if (nul := text.find("\0")) >= 0:
+        line = text.count("\n", 0, nul) + 1
+        column = nul - (text.rfind("\n", 0, nul) + 1) + 1
+        raise DataError(f"{storage.display(path)}:{line}: binary data (a NUL byte at column {column}: UTF-16 text?), "
+                        "expected UTF-8 text, one sentence per line")
 
 
 def megatron_index_beside(path):

@@ -1005,6 +1005,23 @@ def test_a_compressed_shard_is_named_as_one(tmp_path, stage):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("stage", ["tokenize", "create"])
+def test_a_nul_in_a_shard_is_named_by_line(tmp_path, stage):
+    """A NUL is valid UTF-8: a UTF-16 shard (no byte-order mark) of two documents was read as text, the tokenizer
+    dropped its NULs, and its blank line ("\\0" alone) ended no document: one document, exit 0. shard and vocab
+    refuse a NUL already; now these stages name the line, as a file that is not UTF-8 is named."""
+    (tmp_path / "u16.txt").write_bytes("Hello world.\nSecond line.\n\nDoc two here.\n".encode("utf-16-le"))
+    run = subprocess.run([sys.executable, "-m", "bertprep", stage, "--input", str(tmp_path / "u16.txt"), "--vocab",
+                          VOCAB, "--out", str(tmp_path / "out"), "--quiet"], capture_output=True, text=True)
+    assert run.returncode == 1 and run.stderr == (
+        f"bertprep {stage}: error: {tmp_path / 'u16.txt'}:1: binary data (a NUL byte at column 2: UTF-16 text?), "
+        "expected UTF-8 text, one sentence per line\n")
+    (tmp_path / "nul.txt").write_text("A sentence.\n\nAnother one with a \0 inside.\n")
+    with pytest.raises(DataError, match=f"^{tmp_path / 'nul.txt'}:3: binary data \\(a NUL byte at column 20: "):
+        getattr(bertprep, stage)(input=(str(tmp_path / "nul.txt"),), vocab=VOCAB, out=str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("code, name, width", [(4, "int32", 4), (1, "uint8", 1)])
 def test_a_changed_dtype_code_is_named(tokenized, tmp_path, code, name, width):
     """An .idx whose header's dtype code was changed (uint16 ids, code 4 or 1) was "sequence 1's byte offset 52 is
