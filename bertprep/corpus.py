@@ -6,6 +6,8 @@ documents. Lines end at "\\n" only (the reference reads with readline) and are
 empty is skipped without ending the document; empty documents are dropped.
 """
 
+import json
+import os
 import re
 
 import numpy as np
@@ -108,3 +110,39 @@ def refuse_binary(path):
         raise DataError(f"{storage.display(path)}: binary data ({kind}?), expected UTF-8 text: decompress it first")
     if (nul := head.find(b"\0")) >= 0:
         raise DataError(f"{storage.display(path)}: binary data (a NUL byte at offset {nul:,}), expected UTF-8 text")
+
+
+def json_object_line(text):
+    """The number of `text`'s first non-blank line where that line is a JSON object, else None: a JSON-lines corpus
+    named otherwise (Megatron-LM's preprocess_data reads `--input corpus.json`, a JSON object a line), which a
+    reader of text takes for sentences, braces, keys and escapes included."""
+    body = text[1:] if text.startswith("\ufeff") else text  # the reader of JSON lines skips a byte-order mark
+    stripped = body.lstrip()
+    if not stripped.startswith("{"):  # no JSON parse of a long line of text
+        return None
+    end = stripped.find("\n")
+    try:
+        value = json.loads(stripped if end < 0 else stripped[:end])
+    except ValueError:
+        return None
+    return body.count("\n", 0, len(body) - len(stripped)) + 1 if isinstance(value, dict) else None
+
+
+def json_object_line_of_file(path):
+    """json_object_line of the file `path`, reading no further than its first non-blank line."""
+    with storage.open(path, "rb") as f:
+        number = 0
+        while raw := f.readline(BINARY_HEAD):  # a line's head first: a 50 MB line of text is not read whole
+            number += raw.endswith(b"\n")
+            if not raw.strip():
+                continue
+            if not raw.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"{"):
+                return None
+            found = json_object_line((raw + f.readline()).decode("utf-8", errors="replace"))
+            return None if found is None else number + (not raw.endswith(b"\n"))
+    return None
+
+
+def jsonl_name(path):
+    """The name a JSON-lines corpus `path` is read as one by: its extension .jsonl."""
+    return os.path.splitext(storage.display(path))[0] + ".jsonl"

@@ -9,7 +9,7 @@ import re
 from dataclasses import replace
 
 from bertprep import storage
-from bertprep.corpus import compressed_kind, read_text, refuse_cr_only
+from bertprep.corpus import compressed_kind, json_object_line, jsonl_name, read_text, refuse_cr_only
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.formats import megatron
@@ -143,6 +143,17 @@ def refuse_json_lines(path):
                          "shard it first: bertprep shard --input " + storage.display(path))
 
 
+def refuse_json_object_lines(text, path):
+    """refuse_json_lines of a JSON-lines corpus not named .jsonl (found by its first non-blank line, a JSON
+    object): `tokenize --input corpus.json`, Megatron-LM's naming of such a corpus, tokenized each object's
+    braces, keys and escapes as a sentence, its documents as one, exit 0."""
+    if (number := json_object_line(text)) is not None:
+        raise UsageError(f"{storage.display(path)}:{number}: a JSON object, as a JSON-lines corpus holds (one document "
+                         "a line): this stage reads text shards (a sentence a line, documents apart by a blank "
+                         f"line); rename it {jsonl_name(path)} and shard it first: bertprep shard --input "
+                         f"{jsonl_name(path)}")
+
+
 def split_of(path):
     """The split a stage reads the text shard `path` in: its folder's (training/ or test/), else training; its name
     says none (a `c_test_0.txt` elsewhere is a training shard; validate counts it so too)."""
@@ -204,6 +215,7 @@ def check_input(path):
                         "shards (a sentence a line, documents apart by a blank line)")
     text = read_text(path)
     refuse_nul(text, path)
+    refuse_json_object_lines(text, path)
     refuse_cr_only(text, path, "input must be UTF-8 text, one sentence per line")  # the shard was one sentence
     if not text.strip():
         raise DataError(f"{storage.display(path)}: no documents (the file is empty or blank)")

@@ -1022,6 +1022,25 @@ def test_a_nul_in_a_shard_is_named_by_line(tmp_path, stage):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("stage", ["tokenize", "create"])
+def test_a_json_lines_corpus_named_otherwise_is_refused_naming_its_line(tmp_path, stage):
+    """Megatron-LM's preprocess_data reads `--input corpus.json`, a JSON object a line: such a corpus given here
+    was tokenized as text, each object's braces, keys and escapes a sentence and every document one, exit 0 (a
+    .jsonl file was refused by its name only). A line of text that opens with a brace, no JSON object, is text."""
+    given = tmp_path / "corpus.json"
+    given.write_text("".join(json.dumps({"text": f"Document {i}.\nIts second sentence."}) + "\n" for i in range(3)))
+    run = subprocess.run([sys.executable, "-m", "bertprep", stage, "--input", str(given), "--vocab", VOCAB, "--out",
+                          str(tmp_path / "out"), "--quiet"], capture_output=True, text=True)
+    jsonl = tmp_path / "corpus.jsonl"
+    assert run.returncode == 2 and run.stderr == (
+        f"bertprep {stage}: error: {given}:1: a JSON object, as a JSON-lines corpus holds (one document a line): "
+        "this stage reads text shards (a sentence a line, documents apart by a blank line); rename it "
+        f"{jsonl} and shard it first: bertprep shard --input {jsonl}\n")
+    assert not (tmp_path / "out").exists()
+    (tmp_path / "brace.txt").write_text("{not json} but a sentence.\n")
+    getattr(bertprep, stage)(input=(str(tmp_path / "brace.txt"),), vocab=VOCAB, out=str(tmp_path / "out"))
+
+
 @pytest.mark.parametrize("code, name, width", [(4, "int32", 4), (1, "uint8", 1)])
 def test_a_changed_dtype_code_is_named(tokenized, tmp_path, code, name, width):
     """An .idx whose header's dtype code was changed (uint16 ids, code 4 or 1) was "sequence 1's byte offset 52 is

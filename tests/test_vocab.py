@@ -297,6 +297,25 @@ def test_binary_input_is_refused_naming_the_file(tmp_path, case):
     assert not (tmp_path / "v.txt").exists()
 
 
+def test_a_json_lines_corpus_named_otherwise_is_refused_naming_its_line(tmp_path):
+    """Only a .jsonl file is read as JSON lines: a JSON-lines corpus named corpus.json (Megatron-LM's naming) was
+    read as text, so '"text"', braces and quotes became words of the vocab, exit 0. A line of text that opens with
+    a brace, no JSON object, is still text."""
+    given = tmp_path / "corpus.json"
+    given.write_text("\n" + "".join(json.dumps({"text": f"Document {i} says something here."}) + "\n"
+                                     for i in range(30)))
+    line = one_line_error(run_cli("vocab", "--input", tiny_corpus(tmp_path / "tiny.txt"), given, "--out",
+                                  tmp_path / "v.txt", "--vocab-size", "300", "--unused", "0", "--quiet"), code=2)
+    assert line == (f"bertprep vocab: error: {given}:2: a JSON object, as a JSON-lines corpus holds (one document a "
+                    "line), but only a .jsonl file is read as JSON lines: read as text, its braces and keys would be "
+                    f"words of the vocab; rename it {tmp_path / 'corpus.jsonl'}")
+    assert not (tmp_path / "v.txt").exists()
+    given.rename(tmp_path / "corpus.jsonl")
+    (tmp_path / "brace.txt").write_text("{not json} but a sentence.\n")
+    ok(run_cli("vocab", "--input", tmp_path / "corpus.jsonl", tmp_path / "brace.txt", "--out", tmp_path / "v.txt",
+               "--vocab-size", "300", "--unused", "0", "--quiet"))
+
+
 def test_invalid_utf8_lines_are_a_summary_warning(tmp_path):
     """Text with a few bad bytes still trains (decoded with U+FFFD, as shard does), and --json (even with --quiet)
     and the Python summary say so: it was a progress note only."""

@@ -39,7 +39,7 @@ from typing import Any
 
 from bertprep import storage
 from bertprep.atomic import atomic_open, hold_file, sha256_file
-from bertprep.corpus import refuse_binary
+from bertprep.corpus import json_object_line_of_file, jsonl_name, refuse_binary
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.options import (
@@ -166,6 +166,16 @@ def refuse_file_above(out):
         raise UsageError(f"--out {storage.display(out)}: {place} is a file, not a directory to write the vocab in")
 
 
+def refuse_json_object_lines(path):
+    """A UsageError for a JSON-lines corpus not named .jsonl (its first non-blank line a JSON object): only that
+    name is read as JSON lines, so `--input corpus.json` (Megatron-LM's naming) was read as text and its braces,
+    quotes and keys ("text" once a document) trained into the vocab, exit 0."""
+    if not path.endswith(".jsonl") and (number := json_object_line_of_file(path)) is not None:
+        raise UsageError(f"{storage.display(path)}:{number}: a JSON object, as a JSON-lines corpus holds (one "
+                         "document a line), but only a .jsonl file is read as JSON lines: read as text, its braces "
+                         f"and keys would be words of the vocab; rename it {jsonl_name(path)}")
+
+
 def require_manifest(folder):
     """Nothing when the Folder holds a finished stage's manifest; else a DataError naming it."""
     if load_manifest(folder) is None:
@@ -281,6 +291,7 @@ def vocab(options: VocabOptions | None = None, /, *, quiet: bool = True, **field
     for path in inputs:
         refuse_manifest_as_input(path)  # `--input OUT/*` of a stage's output: its manifest was read as corpus text
         refuse_binary(path)
+        refuse_json_object_lines(path)
     with hold_file(out, "bertprep vocab"):  # before the corpus is read twice: a second run into it is refused now
         return _vocab(options, inputs, out, quiet)
 
