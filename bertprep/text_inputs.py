@@ -216,6 +216,7 @@ def check_input(path):
     text = read_text(path)
     refuse_nul(text, path)
     refuse_json_object_lines(text, path)
+    refuse_data_path_list(text, path)
     refuse_cr_only(text, path, "input must be UTF-8 text, one sentence per line")  # the shard was one sentence
     if not text.strip():
         raise DataError(f"{storage.display(path)}: no documents (the file is empty or blank)")
@@ -232,6 +233,21 @@ def refuse_nul(text, path):
         column = nul - (text.rfind("\n", 0, nul) + 1) + 1
         raise DataError(f"{storage.display(path)}:{line}: binary data (a NUL byte at column {column}: UTF-16 text?), "
                         "expected UTF-8 text, one sentence per line")
+
+
+DATA_PATH_LIST = re.compile(rf"\s*(?:\d+\s+\S+{megatron.SENTENCE_LEVEL}(?:\s+|\Z))+")
+
+
+def refuse_data_path_list(text, path):
+    """A DataError for a --data-path list of a tokenize output (data-path.txt, test-data-path.txt, or a copy):
+    its words are "<tokens> <prefix>" pairs, each prefix a Megatron one (`<stem>_text_sentence`). Such a list
+    is text, so `tokenize --input OUT/wiki/data-path.txt` (or 'OUT/wiki/*.txt') tokenized its numbers and paths as
+    a sentence, exit 0, as `.bin`/`.idx` files are refused above; vocab and inspect refuse it already."""
+    if not DATA_PATH_LIST.fullmatch(text):  # fails at a shard's first words: no copy of its text
+        return
+    raise DataError(f"{storage.display(path)}: the --data-path list of a `bertprep tokenize` output (\"<tokens> "
+                    "<prefix>\" pairs), not text: this stage reads text shards (a sentence a line, documents apart by "
+                    "a blank line); give the shards the prefixes were tokenized from")
 
 
 def megatron_index_beside(path):

@@ -1041,6 +1041,25 @@ def test_a_json_lines_corpus_named_otherwise_is_refused_naming_its_line(tmp_path
     getattr(bertprep, stage)(input=(str(tmp_path / "brace.txt"),), vocab=VOCAB, out=str(tmp_path / "out"))
 
 
+@pytest.mark.parametrize("stage", ["tokenize", "create"])
+def test_a_data_path_list_is_no_text_shard(tokenized, tmp_path, stage):
+    """data-path.txt is text: `tokenize --input OUT/wiki/data-path.txt` (or 'OUT/wiki/*.txt', which matches it and
+    test-data-path.txt) tokenized its weights and prefixes as a sentence, exit 0, as a .bin or .idx is refused;
+    a copy of it elsewhere alike. A shard of numbers and words is still text."""
+    out, _ = tokenized
+    shutil.copy(out / "test-data-path.txt", tmp_path / "copy.txt")
+    for given in (out / "data-path.txt", tmp_path / "copy.txt"):
+        run = subprocess.run([sys.executable, "-m", "bertprep", stage, "--input", str(given), "--vocab", VOCAB,
+                              "--out", str(tmp_path / "out"), "--quiet"], capture_output=True, text=True)
+        assert run.returncode == 1 and run.stderr == (
+            f"bertprep {stage}: error: {given}: the --data-path list of a `bertprep tokenize` output (\"<tokens> "
+            "<prefix>\" pairs), not text: this stage reads text shards (a sentence a line, documents apart by a "
+            "blank line); give the shards the prefixes were tokenized from\n")
+        assert not (tmp_path / "out").exists()
+    (tmp_path / "apples.txt").write_text("12 apples and 3 pears.\n")
+    getattr(bertprep, stage)(input=(str(tmp_path / "apples.txt"),), vocab=VOCAB, out=str(tmp_path / "out"))
+
+
 @pytest.mark.parametrize("code, name, width", [(4, "int32", 4), (1, "uint8", 1)])
 def test_a_changed_dtype_code_is_named(tokenized, tmp_path, code, name, width):
     """An .idx whose header's dtype code was changed (uint16 ids, code 4 or 1) was "sequence 1's byte offset 52 is
