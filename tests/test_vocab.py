@@ -316,6 +316,26 @@ def test_a_json_lines_corpus_named_otherwise_is_refused_naming_its_line(tmp_path
                "--vocab-size", "300", "--unused", "0", "--quiet"))
 
 
+def test_characters_past_the_alphabet_limit_are_a_summary_warning(tmp_path):
+    """Only the 1,000 most frequent characters are kept: a corpus of 1,200 CJK characters (each its own word) gave
+    a vocab without 200 of them, every word holding one [UNK], and the summary said only that the corpus had no
+    more pairs to merge. The vocab's bytes are as before; the summary now says what was left out."""
+    corpus = tmp_path / "cjk.txt"
+    chars = [chr(0x4E00 + i) for i in range(1200)]  # the first 1,000 twice each, the last 200 once
+    corpus.write_text("".join(" ".join(chars[i:i + 50]) + "\n" for i in range(0, 1000, 50)) * 2
+                      + " ".join(chars[1000:]) + "\n", encoding="utf-8")
+    summary = ok(run_cli("vocab", "--input", corpus, "--out", tmp_path / "v.txt", "--vocab-size", "3000", "--unused",
+                         "0", "--quiet", "--json"))
+    warning = ("200 of the corpus's 1,200 characters left out (only the 1,000 most frequent are kept, as HF's "
+               "BertWordPieceTokenizer keeps them): 9.09% of its characters, and a word holding one tokenizes to "
+               f"[UNK] (the most frequent left out: {' '.join(chars[1000:1005])})")
+    assert summary["characters"] == 1000 and summary["warnings"] == [warning]
+    assert chars[999] in load_vocab(str(tmp_path / "v.txt")).ids
+    assert chars[1000] not in load_vocab(str(tmp_path / "v.txt")).ids
+    assert "warnings" not in vocab(input=tiny_corpus(tmp_path / "tiny.txt"), out=tmp_path / "w.txt", vocab_size=200,
+                                   unused=0)
+
+
 def test_invalid_utf8_lines_are_a_summary_warning(tmp_path):
     """Text with a few bad bytes still trains (decoded with U+FFFD, as shard does), and --json (even with --quiet)
     and the Python summary say so: it was a progress note only."""

@@ -238,17 +238,31 @@ def bert_tokenizer(cased):
 
 
 def initial_alphabet(tokenizer, lines):
-    """(alphabet, "##" forms), each in code point order: the characters the trainer keeps (the LIMIT_ALPHABET
-    most frequent, ties by code point) and the "##" tokens it makes for those seen inside a word."""
+    """(alphabet, "##" forms, the warning for the characters left out or None), the first two in code point order:
+    the characters the trainer keeps (the LIMIT_ALPHABET most frequent, ties by code point) and the "##" tokens it
+    makes for those seen inside a word."""
     counts, inner = Counter(), set()
     for chunk in iter_chunks(lines):
         words = [word for word, _ in tokenizer.pre_tokenizer.pre_tokenize_str(tokenizer.normalizer.normalize_str(
             chunk))]
         counts.update("".join(words))
         inner.update("".join(word[1:] for word in words))
-    kept = sorted(counts, key=lambda c: (-counts[c], ord(c)))[:LIMIT_ALPHABET]
-    alphabet = sorted(kept, key=ord)
-    return alphabet, [PREFIX + c for c in alphabet if c in inner]
+    ranked = sorted(counts, key=lambda c: (-counts[c], ord(c)))
+    alphabet = sorted(ranked[:LIMIT_ALPHABET], key=ord)
+    return alphabet, [PREFIX + c for c in alphabet if c in inner], left_out_warning(ranked, counts)
+
+
+def left_out_warning(ranked, counts):
+    """The summary's warning for the characters past LIMIT_ALPHABET, or None: none of them is in the vocab, so a
+    word holding one tokenizes to [UNK]; a corpus of 3,000 CJK characters gave a vocab of 1,005 tokens, the
+    summary saying only "the corpus has no more pairs to merge"."""
+    left = ranked[LIMIT_ALPHABET:]
+    if not left:
+        return None
+    share = sum(counts[c] for c in left) / sum(counts.values())
+    return (f"{len(left):,} of the corpus's {len(ranked):,} characters left out (only the {LIMIT_ALPHABET:,} most "
+            f"frequent are kept, as HF's BertWordPieceTokenizer keeps them): {share:.2%} of its characters, and a "
+            f"word holding one tokenizes to [UNK] (the most frequent left out: {' '.join(left[:5])})")
 
 
 def train(tokenizer, lines, specials, alphabet, vocab_size):
@@ -304,12 +318,13 @@ def _vocab(options, inputs, out, quiet):
     progress = Progress("vocab", total=len(inputs), unit="input files", quiet=quiet)
     stats = {"invalid_utf8_lines": 0, "empty_documents": 0}
     tokenizer = bert_tokenizer(options.cased)
-    alphabet, inner = initial_alphabet(tokenizer, iter_lines(inputs, stats, progress))
+    alphabet, inner, left_out = initial_alphabet(tokenizer, iter_lines(inputs, stats, progress))
     progress.close()
     warnings = []  # in the summary, which --json prints under --quiet too (a progress note showed neither)
     if stats["invalid_utf8_lines"]:  # as shard does: decoded, counted and said, never skipped unsaid
         warnings.append(f"{stats['invalid_utf8_lines']:,} line(s) with invalid UTF-8 decoded with U+FFFD (first: "
                         f"{stats['first_invalid_utf8']})")
+    warnings += [left_out] if left_out else []
     if not alphabet:
         raise DataError(f"{_named(inputs)}: no text to train a vocab on")
     specials = special_layout(options.unused)
