@@ -188,6 +188,8 @@ def refuse_stream(path, what="input", flag=None):
     local = storage.local_path(path) if storage.reads_in_place(path) else None
     if local is not None and os.path.exists(local) and not os.path.isfile(local):
         named = f"{flag} {storage.display(path)}" if flag else storage.display(path)
+        if os.path.isdir(local):  # a folder named as a shard (training/x.txt/): it was called a pipe or a device
+            raise UsageError(f"{named}: a directory, not a regular file: give the files in it, or rename it")
         raise UsageError(f"{named}: not a regular file (a pipe, as <(zcat …) gives, or a device): "
                          f"this stage reads each {what} more than once; write it to a file first")
 

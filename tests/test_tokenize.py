@@ -590,6 +590,20 @@ def test_a_pipe_is_refused_as_no_regular_file(tmp_path, stage):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("stage", ["tokenize", "create"])
+def test_a_directory_named_as_a_shard_is_called_a_directory(tmp_path, stage):
+    """A folder training/extra.txt/ in a shard tree is found as a shard by its name, and was refused as "not a
+    regular file (a pipe, as <(zcat …) gives, or a device)": it is neither."""
+    shutil.copytree(CORPUS, tmp_path / "wiki")
+    (tmp_path / "wiki" / "training" / "extra.txt").mkdir()
+    run = subprocess.run([sys.executable, "-m", "bertprep", stage, "--input", str(tmp_path / "wiki"), "--vocab", VOCAB,
+                          "--out", str(tmp_path / "out"), "--quiet"], capture_output=True, text=True, timeout=120)
+    extra = tmp_path / "wiki" / "training" / "extra.txt"
+    assert (run.returncode, run.stderr) == (2, f"bertprep {stage}: error: {extra}: a directory, not a regular file: "
+                                               "give the files in it, or rename it\n")
+    assert not (tmp_path / "out").exists()
+
+
 # "each shard" was said of every stage's input, vocab's corpus and dedup's evaluation file too: each names its own
 STREAM_WHY = ("not a regular file (a pipe, as <(zcat …) gives, or a device): this stage reads each input more than "
               "once; write it to a file first")
