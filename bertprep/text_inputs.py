@@ -14,7 +14,7 @@ from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.formats import megatron
 from bertprep.instances import MaskingVocab
-from bertprep.tokenization import LineTokenizer, load_vocab
+from bertprep.tokenization import REQUIRED_TOKENS, LineTokenizer, load_vocab
 from bertprep.workdir import MANIFEST, SPLITS, load_manifest, refuse_repeated_inputs, refuse_unlisted
 
 
@@ -219,6 +219,7 @@ def check_input(path):
     refuse_nul(text, path)
     refuse_json_object_lines(text, path)
     refuse_data_path_list(text, path)
+    refuse_vocab_file(text, path)
     refuse_cr_only(text, path, "input must be UTF-8 text, one sentence per line")  # the shard was one sentence
     if not text.strip():
         raise DataError(f"{storage.display(path)}: no documents (the file is empty or blank)")
@@ -250,6 +251,22 @@ def refuse_data_path_list(text, path):
     raise DataError(f"{storage.display(path)}: the --data-path list of a `bertprep tokenize` output (\"<tokens> "
                     "<prefix>\" pairs), not text: this stage reads text shards (a sentence a line, documents apart by "
                     "a blank line); give the shards the prefixes were tokenized from")
+
+
+# A line that is one of the tokens every BERT vocab holds, and a blank line, which no vocab holds.
+VOCAB_TOKEN_LINES = [re.compile(rf"^{re.escape(token)}\r?$", re.MULTILINE) for token in REQUIRED_TOKENS]
+BLANK_LINE = re.compile(r"\n[ \t\r]*\n")
+
+
+def refuse_vocab_file(text, path):
+    """A UsageError for a WordPiece vocab given as a text shard (each of [UNK] [CLS] [SEP] [MASK] a line of its
+    own, and no blank line): `tokenize --input 'data/*.txt' --vocab data/vocab.txt`, a vocab kept beside the
+    shards, tokenized its 30,522 tokens as sentences of one document into the training data, exit 0."""
+    if BLANK_LINE.search(text.rstrip()) or not all(line.search(text) for line in VOCAB_TOKEN_LINES):
+        return
+    raise UsageError(f"{storage.display(path)}: a WordPiece vocab (a token a line, {' '.join(REQUIRED_TOKENS)} among "
+                     "them), not a text shard: keep it out of the inputs (a pattern or a directory of shards matched "
+                     "it?)")
 
 
 def megatron_index_beside(path):

@@ -1074,6 +1074,26 @@ def test_a_data_path_list_is_no_text_shard(tokenized, tmp_path, stage):
     getattr(bertprep, stage)(input=(str(tmp_path / "apples.txt"),), vocab=VOCAB, out=str(tmp_path / "out"))
 
 
+@pytest.mark.parametrize("stage", ["tokenize", "create"])
+def test_a_vocab_beside_the_shards_is_no_text_shard(tmp_path, stage):
+    """`--input 'data/*.txt' --vocab data/vocab.txt`: the pattern matched the vocab, a text file of a token a line,
+    which was tokenized as one document of as many sentences as it has tokens into the training data, exit 0."""
+    (tmp_path / "data").mkdir()
+    shutil.copy(shards()[0][1], tmp_path / "data" / "a.txt")
+    shutil.copy(VOCAB, tmp_path / "data" / "vocab.txt")
+    run = subprocess.run([sys.executable, "-m", "bertprep", stage, "--input", str(tmp_path / "data" / "*.txt"),
+                          "--vocab", str(tmp_path / "data" / "vocab.txt"), "--out", str(tmp_path / "out"), "--quiet"],
+                         capture_output=True, text=True)
+    assert run.returncode == 2 and run.stderr == (
+        f"bertprep {stage}: error: {tmp_path / 'data' / 'vocab.txt'}: a WordPiece vocab (a token a line, [CLS] [SEP] "
+        "[MASK] [UNK] among them), not a text shard: keep it out of the inputs (a pattern or a directory of shards "
+        "matched it?)\n")
+    assert not (tmp_path / "out").exists()
+    (tmp_path / "data" / "vocab.txt").unlink()
+    (tmp_path / "data" / "b.txt").write_text("Tokens:\n[CLS]\n[SEP]\n[MASK]\n[UNK]\n\nAnother document.\n")
+    getattr(bertprep, stage)(input=(str(tmp_path / "data"),), vocab=VOCAB, out=str(tmp_path / "out"))
+
+
 @pytest.mark.parametrize("code, name, width", [(4, "int32", 4), (1, "uint8", 1)])
 def test_a_changed_dtype_code_is_named(tokenized, tmp_path, code, name, width):
     """An .idx whose header's dtype code was changed (uint16 ids, code 4 or 1) was "sequence 1's byte offset 52 is
