@@ -336,6 +336,23 @@ def test_characters_past_the_alphabet_limit_are_a_summary_warning(tmp_path):
                                    unused=0)
 
 
+def test_a_vocab_among_the_inputs_is_refused(tmp_path, golden_dir):
+    """`--input 'data/*.txt'` beside an earlier vocab.txt trained its 30,522 tokens as words ("unused0", "#"),
+    exit 0. A list of words a line that lacks the four tokens is still corpus text."""
+    import shutil
+
+    given = tmp_path / "old-vocab.txt"
+    shutil.copy(golden_dir / "vocab.txt", given)
+    line = one_line_error(run_cli("vocab", "--input", tiny_corpus(tmp_path / "tiny.txt"), given, "--out",
+                                  tmp_path / "v.txt", "--vocab-size", "3000", "--unused", "0", "--quiet"), code=2)
+    assert line == (f"bertprep vocab: error: {given}: a WordPiece vocab (a token a line, [CLS] [SEP] [MASK] [UNK] "
+                    "among them), not corpus text: keep it out of the inputs (a pattern or a directory matched it?)")
+    assert not (tmp_path / "v.txt").exists()
+    (tmp_path / "words.txt").write_text("alpha\nbeta\n[CLS]\ngamma\n")
+    ok(run_cli("vocab", "--input", tmp_path / "tiny.txt", tmp_path / "words.txt", "--out", tmp_path / "v.txt",
+               "--vocab-size", "300", "--unused", "0", "--quiet"))
+
+
 def test_invalid_utf8_lines_are_a_summary_warning(tmp_path):
     """Text with a few bad bytes still trains (decoded with U+FFFD, as shard does), and --json (even with --quiet)
     and the Python summary say so: it was a progress note only."""

@@ -56,7 +56,7 @@ from bertprep.options import (
 from bertprep.progress import Progress, Summary, human_bytes
 from bertprep.stages.shard import COMBINED, input_files, iter_input_documents, refuse_manifest_as_input, resolve_inputs
 from bertprep.text_inputs import refuse_stream
-from bertprep.tokenization import CUT_POINT
+from bertprep.tokenization import CUT_POINT, REQUIRED_TOKENS
 from bertprep.workdir import MANIFEST, load_manifest, refuse_repeated_inputs, resolve_workdir, stage_dir
 
 SPECIAL_TOKENS = ("[UNK]", "[CLS]", "[SEP]", "[MASK]")  # after [PAD] and the first unused slots
@@ -174,6 +174,25 @@ def refuse_json_object_lines(path):
         raise UsageError(f"{storage.display(path)}:{number}: a JSON object, as a JSON-lines corpus holds (one "
                          "document a line), but only a .jsonl file is read as JSON lines: read as text, its braces "
                          f"and keys would be words of the vocab; rename it {jsonl_name(path)}")
+
+
+def refuse_vocab_file(path):
+    """A UsageError for a WordPiece vocab among the inputs (a token a line: no blank line, no line of two words,
+    [UNK] [CLS] [SEP] [MASK] among them): `--input 'data/*.txt'` beside an earlier vocab.txt trained its 30,522
+    tokens as words ("unused0", "##s" as "#", "#", "s"), exit 0. Read only until a line of text: a corpus's first."""
+    if path.endswith(".jsonl"):
+        return
+    required, seen = {token.encode() for token in REQUIRED_TOKENS}, set()
+    with storage.open(path, "rb") as f:
+        for raw in f:
+            words = raw.split()
+            if len(words) != 1:  # a blank line, or words: text
+                return
+            seen.update(set(words) & required)
+    if seen == required:
+        raise UsageError(f"{storage.display(path)}: a WordPiece vocab (a token a line, {' '.join(REQUIRED_TOKENS)} "
+                         "among them), not corpus text: keep it out of the inputs (a pattern or a directory matched "
+                         "it?)")
 
 
 def require_manifest(folder):
@@ -306,6 +325,7 @@ def vocab(options: VocabOptions | None = None, /, *, quiet: bool = True, **field
         refuse_manifest_as_input(path)  # `--input OUT/*` of a stage's output: its manifest was read as corpus text
         refuse_binary(path)
         refuse_json_object_lines(path)
+        refuse_vocab_file(path)
     with hold_file(out, "bertprep vocab"):  # before the corpus is read twice: a second run into it is refused now
         return _vocab(options, inputs, out, quiet)
 
