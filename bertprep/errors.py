@@ -22,9 +22,10 @@ EXIT_BROKEN_PIPE = 128 + 13
 # "Invalid bucket name "KEY:SECRET@bucket"" printed the secret of a URL): applied to every store error (storage.py) and
 # to every message run_reporting_errors prints.
 _SECRET_TEXT = (
-    # a signed URL's or a form's secret parameters: X-Amz-Signature=..., X-Amz-Credential=..., token=...
-    (re.compile(r"(?i)\b((?:x-amz|x-goog)-(?:signature|credential|security-token)|signature|sig|awsaccesskeyid|"
-                r"access_token|token|secret|password|api_key|key)=[^&\s\"'<>]+"), r"\1=***"),
+    # a signed URL's or a form's secret parameters: X-Amz-Signature=..., X-Amz-Credential=..., token=..., and the
+    # same words after a `_`/`-` prefix (access_key=, client_secret=, private-token=: a bare \bkey= missed them)
+    (re.compile(r"(?i)\b((?:[a-z0-9]+[_-])*(?:signature|credential|token|secret|password|passwd|sig|"
+                r"awsaccesskeyid|apikey|key))=[^&\s\"'<>]+"), r"\1=***"),
     (re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/\s@\"']*@"), r"\1"),  # user:password@ in a URL
     (re.compile(r"[^\s/\"':@]+:[^\s/\"'@]+@"), "***@"),  # the same quoted without its scheme
     (re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"), "***"),  # AWS access key ids

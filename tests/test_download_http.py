@@ -270,6 +270,18 @@ def test_a_mirror_with_a_password_is_sent_basic_auth_and_the_password_is_never_k
     assert downloads.is_complete("blob.bin", url)  # the manifest's redacted URL still names this download
 
 
+def test_a_mirror_url_with_secret_parameters_of_any_name_is_never_printed(server, tmp_path):
+    """Only parameters named exactly token=, key=, secret=, ... were redacted: a mirror's `?access_key=...` or
+    `&client_secret=...` (underscored names, as many signed URLs have them) were printed whole in the error line."""
+    base = server.url + "/squad?access_key=AcCeSsKeY123&client_secret=ClIeNtSeCrEt&private-token=PrIvTok"
+    result = run_cli("download", "squad", "--workdir", tmp_path / "w", "--version", "1.1", "--base-url", base,
+                     "--eval-base-url", base)
+    line = one_line_error(result)
+    assert line.endswith("HTTP 404 Not Found") and "access_key=***" in line, line
+    for secret in ("AcCeSsKeY123", "ClIeNtSeCrEt", "PrIvTok"):
+        assert secret not in result.stdout + result.stderr, result.stderr
+
+
 def test_basic_auth_is_not_carried_to_another_host_by_a_redirect(server, tmp_path):
     with StandInServer() as other:
         other.add_file("elsewhere/blob.bin", PAYLOAD)
