@@ -53,6 +53,11 @@ def redact(text):
 class BertprepError(Exception):
     exit_code = 1
 
+    def __init__(self, *args):
+        # A Python caller reads (and logs) the message the command line prints (run_reporting_errors): without
+        # credentials. A download's mirror may carry user:password@ or ?token=, and its errors name the URL.
+        super().__init__(*(redact(arg) if isinstance(arg, str) else arg for arg in args))
+
 
 class BertprepWarning(UserWarning):
     """A stage's warning (too few parts for a job's ranks, a vocab with duplicates, ...), raised as a Python

@@ -282,6 +282,18 @@ def test_a_mirror_url_with_secret_parameters_of_any_name_is_never_printed(server
         assert secret not in result.stdout + result.stderr, result.stderr
 
 
+def test_a_python_caller_reads_a_download_error_without_the_mirror_secrets(server, tmp_path):
+    """The command line redacted the error line as it printed it; `bertprep.download` raised the DataError with
+    `http://alice:S3cret@HOST/squad/train-v1.1.json: HTTP 404 Not Found` (or `?token=T0kEnT0kEn`) in its message,
+    what a caller's log or traceback then shows."""
+    import bertprep
+    with_password = server.url.replace("http://", "http://alice:S3cret@") + "/squad"
+    for base, secret in ((with_password, "S3cret"), (server.url + "/squad?token=T0kEnT0kEn", "T0kEnT0kEn")):
+        with pytest.raises(DataError, match="HTTP 404 Not Found") as failure:
+            bertprep.download("squad", workdir=str(tmp_path / "w"), squad_version="1.1", base_url=base)
+        assert secret not in str(failure.value) and secret not in repr(failure.value), failure.value
+
+
 def test_basic_auth_is_not_carried_to_another_host_by_a_redirect(server, tmp_path):
     with StandInServer() as other:
         other.add_file("elsewhere/blob.bin", PAYLOAD)
