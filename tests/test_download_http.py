@@ -294,6 +294,22 @@ def test_a_python_caller_reads_a_download_error_without_the_mirror_secrets(serve
         assert secret not in str(failure.value) and secret not in repr(failure.value), failure.value
 
 
+def test_the_repr_of_a_source_options_object_carries_no_mirror_secret():
+    """`repr(SquadOptions(base_url="http://alice:S3cret@mirror/squad"))`, what a caller's log line or a traceback's
+    locals print, showed the password, and `eval_base_url=...?token=...` the token."""
+    import bertprep
+    options = [bertprep.SquadOptions(base_url="http://alice:S3cret@mirror/squad",
+                                     eval_base_url="https://mirror/eval?token=T0kEnT0kEn"),
+               bertprep.PretrainedOptions(model="uncased_L-12_H-768_A-12", base_url="http://alice:S3cret@mirror/"),
+               bertprep.GlueOptions(base_url="http://alice:S3cret@mirror"),
+               bertprep.WikipediaOptions(base_url="http://alice:S3cret@mirror"),
+               bertprep.BookcorpusOptions(base_url="http://alice:S3cret@mirror")]
+    for option in options:
+        shown = repr(option)
+        assert "S3cret" not in shown and "T0kEnT0kEn" not in shown and "base_url='http://mirror" in shown, shown
+        assert str(option) == shown and option.base_url.startswith("http://alice:S3cret@")  # the value is kept
+
+
 def test_basic_auth_is_not_carried_to_another_host_by_a_redirect(server, tmp_path):
     with StandInServer() as other:
         other.add_file("elsewhere/blob.bin", PAYLOAD)

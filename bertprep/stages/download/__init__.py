@@ -10,13 +10,14 @@ out as NVIDIA's scripts expect; pretrained weights are unpacked into
 WORKDIR/download/pretrained/<model>/.
 """
 
+import dataclasses
 import importlib
 import os
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from bertprep import storage
-from bertprep.errors import UsageError
+from bertprep.errors import UsageError, redact
 from bertprep.options import (
     build_options,
     check_types,
@@ -69,6 +70,14 @@ class DownloadOptions:
         # every source's, the hub's too (their client takes its own limits): `download("glue",
         # limits=Limits(stall=-1))` was accepted where the command line's --stall-timeout -1 is refused
         self.limits.check()
+
+    def __repr__(self):
+        # A mirror's base_url may carry user:password@ or ?token= (download sends them, http.request): a caller's
+        # log line or a traceback names the options as an error line would (errors.redact); the fields keep them.
+        # Each source's options class is made with repr=False, so that this one is theirs too.
+        fields = ", ".join(f"{field.name}={getattr(self, field.name)!r}" for field in dataclasses.fields(self)
+                           if field.repr)
+        return redact(f"{type(self).__qualname__}({fields})")
 
     def _check_workers(self):
         """Refuse a `workers` given where the source runs none, and set one per core where it extracts and none

@@ -38,7 +38,7 @@ DEFAULT_LINES_PER_DOCUMENT = 500
 
 
 @errors_name_fields
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False)  # DownloadOptions.__repr__: no secrets
 class BookcorpusOptions(DownloadOptions):
     """The hub's parquet export, or with `tarball` the original bookcorpus.tar.bz2 (`md5` for a mirror that
     repacked it); `base_url` is the hub endpoint, with `tarball` the directory holding it

@@ -128,7 +128,7 @@ def parse_tasks(value):
 
 
 @errors_name_fields
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False)  # DownloadOptions.__repr__: no secrets
 class GlueOptions(DownloadOptions):
     """`tasks`: 'all', or task names (a comma-separated string or a tuple, any case, such as 'CoLA,sts-b'), a tuple
     of the task directories after __post_init__; `base_url`: the hub endpoint. The hub client has its own limits."""

@@ -114,7 +114,7 @@ NVIDIA_NAMES = {nvidia: release for release, (_date, nvidia, _pins) in RELEASES.
 
 
 @errors_name_fields
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False)  # DownloadOptions.__repr__: no secrets
 class PretrainedOptions(DownloadOptions):
     """`model`: a Google release (`RELEASES`, or NVIDIA's name such as bert_base_uncased) or a hub model id;
     `base_url`: the release base URL ($BERTPREP_PRETRAINED_URL or Google's), for a hub id the hub endpoint;

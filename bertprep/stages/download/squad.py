@@ -51,7 +51,7 @@ VERSIONS = ("1.1", "2.0", "all")
 
 
 @errors_name_fields
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False)  # DownloadOptions.__repr__: no secrets
 class SquadOptions(DownloadOptions):
     """`squad_version` '1.1', '2.0' or 'all' from the SQuAD site (`base_url`: $BERTPREP_SQUAD_URL or the site),
     md5-checked (`checksums`: an md5sum-style list replacing the built-in md5s), with the evaluation scripts

@@ -24,7 +24,7 @@ LANG = re.compile(r"[a-z0-9]+(?:[-_][a-z0-9]+)*")
 
 
 @errors_name_fields
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False)  # DownloadOptions.__repr__: no secrets
 class WikipediaOptions(DownloadOptions):
     """`lang` from the hub release of `date`, or with `dump` ('latest' or YYYYMMDD) the XML dump; `base_url` is
     the hub endpoint, with `dump` the dump site ($BERTPREP_WIKIDUMP_URL or https://dumps.wikimedia.org)."""
