@@ -139,6 +139,20 @@ def test_quiet_shows_none_of_the_hubs_retries(tmp_path):
     assert (tmp_path / "w/download/glue/CoLA/train.tsv").read_text() == "hub\t0\t*\ttrain 0\n"
 
 
+def test_the_hubs_retry_lines_never_show_an_endpoints_password(tmp_path):
+    """Without --quiet, huggingface_hub's own retry lines were printed as it wrote them: "HTTP Error 503 thrown
+    while requesting GET http://alice:S3cret@127.0.0.1:PORT/datasets/...", the endpoint's password and all."""
+    with StandInServer() as server:
+        commit = server.add_hub_dataset("nyu-mll/glue", cola_files())
+        server.fail_with[f"/datasets/nyu-mll/glue/resolve/{commit}/cola/train-00000-of-00001.parquet"] = [(503, {}), 2]
+        url = server.url
+        result = run_cli("download", "glue", "--tasks", "CoLA", "--workdir", tmp_path / "w", "--base-url",
+                         url.replace("http://", "http://alice:S3cret@"), server=server, hf_home=tmp_path / "hf")
+    assert result.returncode == 0 and "Retry 1/5" in result.stderr, result.stderr  # the hub's lines are still shown
+    assert "S3cret" not in result.stdout + result.stderr and f"{url}/datasets/" in result.stderr, result.stderr
+    assert (tmp_path / "w/download/glue/CoLA/train.tsv").read_text() == "hub\t0\t*\ttrain 0\n"
+
+
 @pytest.mark.parametrize("asks", [{"Retry-After": "3600"}, {"RateLimit": '"api";r=0;t=3600',
                                                             "RateLimit-Policy": '"fixed window";"api";q=500;w=3600'}],
                          ids=["retry-after", "ratelimit"])

@@ -34,7 +34,7 @@ import time
 import urllib.parse
 
 from bertprep.atomic import sha256_file
-from bertprep.errors import DataError
+from bertprep.errors import DataError, redact
 from bertprep.stages.download.http import MAX_WAIT, TRANSIENT_STATUS, Limits
 
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
@@ -76,11 +76,31 @@ def bounded_hub(limits, quiet=False):
     huggingface_hub.set_client_factory(factory)  # closes the shared client: the next request makes a bounded one
     if quiet:
         hub_logger.setLevel(logging.ERROR)
+    loggers = _hub_loggers(huggingface_hub)
+    for logger in loggers:
+        logger.addFilter(_redact_record)
     try:
         yield
     finally:
         huggingface_hub.set_client_factory(previous)
         hub_logger.setLevel(level)
+        for logger in loggers:
+            logger.removeFilter(_redact_record)
+
+
+def _hub_loggers(huggingface_hub):
+    """huggingface_hub's loggers, once the modules whose functions we call are imported (each module has its own
+    logger, and a logger's filter sees only the lines logged on it, not those its children pass up)."""
+    huggingface_hub.hf_hub_download, huggingface_hub.snapshot_download, huggingface_hub.HfApi  # noqa: B018
+    return [logger for name, logger in logging.root.manager.loggerDict.items()
+            if name.split(".")[0] == "huggingface_hub" and isinstance(logger, logging.Logger)]
+
+
+def _redact_record(record):
+    """A logging filter: the hub's line without credentials (errors.redact). Its retry lines name the URL it asked,
+    "HTTP Error 503 thrown while requesting HEAD http://alice:S3cret@host/...", an endpoint's password with it."""
+    record.msg, record.args = redact(record.getMessage()), None
+    return True
 
 
 def _clamp_timeouts(stall, request):
