@@ -271,3 +271,18 @@ def test_a_resume_of_another_model_names_the_field_that_differs():
     with pytest.raises(UsageError) as raised:
         check_compatible("ckpt/ckpt-2", saved, {"model": model, "optimizer": "adam"}, {}, {})
     assert str(raised.value) == "ckpt/ckpt-2: checkpoint was written with optimizer='lamb', this run has 'adam'"
+
+
+@pytest.mark.parametrize("config, field", [(TrainConfig, "data"), (TrainConfig, "init_checkpoint"),
+                                           (TrainConfig, "bert_config"), (FinetuneConfig, "data"),
+                                           (FinetuneConfig, "init_checkpoint"), (FinetuneConfig, "eval_file"),
+                                           (FinetuneConfig, "output_dir")])
+def test_a_config_refuses_credentials_in_a_url_when_built(config, field):
+    """Only --checkpoint-dir's URL was checked when the config was built: `TrainConfig(data="s3://KEY:S3cret@b/r")`
+    was accepted, and its repr (a caller's log line, a traceback's locals) printed the secret until train() refused
+    the path. Refused when built now, with the command line's line, as bertprep's options are."""
+    given = {"task": "squad", "data": "records"} if config is FinetuneConfig else {}
+    with pytest.raises(UsageError) as refused:
+        config(format="tfrecord", **{**given, field: "s3://AKIAABCDEFGHIJKLMNOP:S3cret@bucket/x"})
+    assert str(refused.value).startswith("s3://bucket/x: credentials in a URL are refused"), refused.value
+    assert "S3cret" not in str(refused.value) and "AKIA" not in str(refused.value)

@@ -200,11 +200,14 @@ def _check_paths_named(config, names):
     """An empty path is refused: the run took "" for a flag not given (--checkpoint-dir "" saved nothing and
     exited 0, --eval-file "" scored against the manifest's source) or for the current directory (--data ""
     said the default --output-dir lay "inside the input "). A path object is kept as its string: the run joins
-    and compares strings (a pathlib.Path --init-checkpoint was a TypeError traceback, 'PosixPath' + 'str')."""
+    and compares strings (a pathlib.Path --init-checkpoint was a TypeError traceback, 'PosixPath' + 'str'). A URL
+    with credentials or a query is refused here, as bertprep's options refuse it (storage.check_path): `data=
+    "s3://KEY:SECRET@b/r"` was taken, and the config's repr printed the secret until the run opened the path."""
     for name in names:
         value = getattr(config, name)
         if value is not None:
             refuse_empty_path(f"--{name.replace('_', '-')}", value)
+            storage.check_path(value)
             object.__setattr__(config, name, os.fspath(value))
 
 
