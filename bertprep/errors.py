@@ -26,8 +26,9 @@ _SECRET_TEXT = (
     # same words after a `_`/`-` prefix (access_key=, client_secret=, private-token=: a bare \bkey= missed them)
     (re.compile(r"(?i)\b((?:[a-z0-9]+[_-])*(?:signature|credential|token|secret|password|passwd|sig|"
                 r"awsaccesskeyid|apikey|key))=[^&\s\"'<>]+"), r"\1=***"),
-    (re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/\s@\"']*@"), r"\1"),  # user:password@ in a URL
-    (re.compile(r"[^\s/\"':@]+:[^\s/\"'@]+@"), "***@"),  # the same quoted without its scheme
+    # user:password@ in a URL, up to the authority's last @ (a request splits it there: `alice:p@ss@host`)
+    (re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/\s\"']*@"), r"\1"),
+    (re.compile(r"[^\s/\"':@]+:[^\s/\"']+@"), "***@"),  # the same quoted without its scheme
     (re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"), "***"),  # AWS access key ids
     (re.compile(r"\bhf_[A-Za-z0-9]{20,}\b"), "***"),  # Hugging Face tokens
     (re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]+"), r"\1***"),

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from bertprep.errors import DataError
+from bertprep.errors import DataError, redact
 from bertprep.stages.download.http import Limits, SourceDownloads, fetch
 from stand_in_servers import StandInServer, ok, one_line_error, run_cli
 
@@ -308,6 +308,16 @@ def test_the_repr_of_a_source_options_object_carries_no_mirror_secret():
         shown = repr(option)
         assert "S3cret" not in shown and "T0kEnT0kEn" not in shown and "base_url='http://mirror" in shown, shown
         assert str(option) == shown and option.base_url.startswith("http://alice:S3cret@")  # the value is kept
+
+
+def test_a_password_holding_an_at_sign_is_redacted_whole(server, tmp_path):
+    """A password with a raw `@` (`alice:p@ssW0rd@host`, which the request splits at its last `@`) was redacted
+    up to its first `@` only: the error named `http://ssW0rd@127.0.0.1:PORT/...`, half the password."""
+    url = server.url.replace("http://", "http://alice:p@ssW0rd@") + "/files/none.bin"
+    with pytest.raises(DataError, match="HTTP 404 Not Found") as failure:
+        fetch(url, str(tmp_path / "none.bin"), retries=0)
+    assert "ssW0rd" not in str(failure.value) and str(failure.value).startswith(server.url + "/files/none.bin: ")
+    assert redact('Invalid bucket name "KEY:p@ssW0rd@bucket"') == 'Invalid bucket name "***@bucket"'  # no scheme
 
 
 def test_basic_auth_is_not_carried_to_another_host_by_a_redirect(server, tmp_path):
