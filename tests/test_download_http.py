@@ -55,6 +55,21 @@ def test_interrupted_run_resumes_on_the_next_run(server, tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["blob.bin"]
 
 
+def test_an_interrupted_download_keeps_no_secret_in_its_resume_file(server, tmp_path):
+    """The `.part.json` left for a resume held the URL as given, `http://alice:S3cret@HOST/...?token=T0kEnT0kEn`,
+    on disk until the download completed (for ever, if it never did). It holds the redacted URL, and still resumes."""
+    dest = str(tmp_path / "blob.bin")
+    server.drop_after["/files/blob.bin"] = 1 << 20
+    url = server.url.replace("http://", "http://alice:S3cret@") + "/files/blob.bin?token=T0kEnT0kEn"
+    with pytest.raises(DataError, match="rerun to resume at byte 1,048,576"):
+        fetch(url, dest, checksums={"md5": MD5}, retries=0)
+    kept = open(dest + ".part.json").read()
+    assert "S3cret" not in kept and "T0kEnT0kEn" not in kept, kept
+    got = fetch(url, dest, checksums={"md5": MD5})
+    assert got.resumed_at == 1 << 20 and open(dest, "rb").read() == PAYLOAD
+    assert server.authorizations[-1] == ("/files/blob.bin", "Basic YWxpY2U6UzNjcmV0")  # still sent
+
+
 def test_server_without_range_support_restarts_from_zero(server, tmp_path):
     server.ignore_range.add("/files/blob.bin")
     server.drop_after["/files/blob.bin"] = 1000

@@ -179,9 +179,10 @@ def fetch(url, dest, *, size=None, checksums=None, progress=None, retries=6, bac
     part_path, meta_path = dest + ".part", dest + ".part.json"
     os.makedirs(os.path.dirname(dest) or ".", exist_ok=True)
     meta = _read_json(meta_path)
-    if meta is None or meta.get("url") != url or not os.path.exists(part_path):
+    # the URL as the manifest keeps it (errors.redact): a .part.json left for a resume held a mirror's password
+    if meta is None or meta.get("url") != redact(url) or not os.path.exists(part_path):
         _remove(part_path, meta_path)
-        meta = {"url": url, "validator": None}
+        meta = {"url": redact(url), "validator": None}
     part = _Partial(part_path, checksums)
     resumed_at, attempts = part.have, 0
     while True:
