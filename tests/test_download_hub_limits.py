@@ -224,6 +224,23 @@ def test_a_hub_that_redirects_in_a_loop_is_one_line(tmp_path, source):
 
 
 @pytest.mark.heavy  # huggingface_hub's own 7 attempts of a file and its 23 s of backoff between them
+def test_a_checkpoint_named_by_hub_id_from_a_hub_that_never_answers_ends_within_the_store_timeout(tmp_path):
+    """`trainer checkpoint inspect <hub id>` (and --init-checkpoint <hub id>) called snapshot_download outside
+    `bounded_hub`: a hub that never answered held it for ever (still waiting after 90 s), and the hub's own retry
+    lines named the endpoint, password and all. It waits as a vocab named by hub id does, and says one line."""
+    with silent_endpoint() as endpoint:
+        env = {**hub_env(endpoint.replace("http://", "http://alice:S3cret@"), tmp_path / "hf"),
+               "BERTPREP_STORE_READ_TIMEOUT": "1"}
+        started = time.monotonic()
+        result = subprocess.run([sys.executable, "-m", "trainer", "checkpoint", "inspect", "someone/bert-tiny"],
+                                env=env, capture_output=True, text=True, timeout=120, cwd=REPO)
+        took = time.monotonic() - started
+    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith("trainer checkpoint: error: someone/bert-tiny: not a directory and not found on "
+                                    "the Hugging Face hub or in its cache ("), result.stderr
+    assert "S3cret" not in result.stderr and took < 60, (took, result.stderr)
+
+
 def test_a_vocab_named_by_hub_id_from_a_hub_that_never_answers_ends_within_the_store_timeout(tmp_path):
     """`--vocab <hub id>` fetched vocab.txt with huggingface_hub's own timeouts and retries: 6.6 minutes, whatever
     BERTPREP_STORE_READ_TIMEOUT said; and without --quiet huggingface_hub's retry warnings came before the error."""

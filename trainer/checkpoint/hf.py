@@ -48,8 +48,17 @@ def _from_hub(model_id):
         raise UsageError(f"{model_id}: a hub id needs huggingface_hub: pip install 'bertprep[checkpoints]'")
     from huggingface_hub import snapshot_download
 
+    from bertprep import storage
+    from bertprep.stages.download.http import Limits
+    from bertprep.stages.download.hub import bounded_hub
+
+    # each request waits for a byte at most what a store's does (BERTPREP_STORE_READ_TIMEOUT), as a vocab named by
+    # hub id (bertprep.tokenization): a hub that never answered held the read for ever, and the hub's retry lines
+    # (the endpoint's password with them) came before the error, which is ours, one line
+    limits = Limits(stall=storage.store_limits()[1])
     try:
-        return snapshot_download(model_id, allow_patterns=["config.json", "vocab.txt", *WEIGHT_FILES])
+        with bounded_hub(limits, quiet=True):
+            return snapshot_download(model_id, allow_patterns=["config.json", "vocab.txt", *WEIGHT_FILES])
     except Exception as exc:  # offline cache miss, unknown repo, network: one line
         raise DataError(f"{model_id}: not a directory and not found on the Hugging Face hub or in its cache "
                         f"({exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
