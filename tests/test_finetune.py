@@ -449,6 +449,29 @@ def test_a_log_json_named_as_a_prediction_file_is_refused_before_training(shared
     assert not (tmp_path / "ckpt").exists() and not os.listdir(tmp_path / "out")
 
 
+def test_a_log_json_that_is_the_dev_json_is_refused_before_training(shared_dir, squad_dir, tmp_path, capsys):
+    """--log-json naming the SQuAD dev JSON the manifest's source names (scored against after training) had the
+    run's JSON lines appended to it: the scoring then said `cannot read the SQuAD dev JSON: Extra data`, exit 1,
+    once every step had been trained, and the dev JSON stayed damaged. Now one line before training."""
+    import shutil
+
+    data = tmp_path / "squad"
+    shutil.copytree(squad_dir, data)
+    manifest = json.loads((data / "manifest.json").read_text())
+    dev = tmp_path / "dev.json"
+    shutil.copy(manifest["source"]["eval"]["path"], dev)
+    manifest["source"]["eval"]["path"] = str(dev)
+    (data / "manifest.json").write_text(json.dumps(manifest))
+    before = dev.read_bytes()
+    code = main(["finetune", "--task", "squad", "--format", "tfrecord", "--data", str(data), "--init-checkpoint",
+                 str(shared_dir / "fixtures" / "checkpoints" / "hf_tiny"), "--steps", "1", "--batch-size", "4",
+                 "--output-dir", str(tmp_path / "out"), "--log-json", str(dev), "--quiet"])
+    assert (code, capsys.readouterr().err.strip().splitlines()) == (2, [
+        f"trainer: error: --log-json {dev} is the input {dev}: the run would overwrite or delete what it reads; "
+        "write the output elsewhere"])
+    assert dev.read_bytes() == before and not (tmp_path / "out").exists()
+
+
 def test_ofrecord_parts_are_read_in_the_order_of_their_index(shared_dir, tmp_path):
     """Twelve test parts were read as their names sort as text (0, 1, 10, 11, 2, ...): --predict's
     test_results.tsv, a line per test example in record order, came out of the examples' order unsaid."""

@@ -227,3 +227,28 @@ def test_a_columnar_format_without_data_is_one_usage_line(tmp_path, capsys):
     assert benchmark_main(["--format", "hdf5", "--devices", "1", "--runs", "1", "--out", str(out), "--quiet"]) == 2
     assert capsys.readouterr().err.strip().splitlines() == line("trainer.benchmark", "hdf5")
     assert not out.exists()
+
+
+def test_a_log_json_that_is_the_records_vocab_is_refused(tmp_path, capsys):
+    """--log-json is appended to: naming the vocab the records' manifest names (the checkpoints carry it) trained
+    and added the run's JSON lines to that vocab.txt (exit 0), which no later stage could read as it was. It is
+    refused once the records are read, before any model is built."""
+    import shutil
+
+    from trainer.pretraining import sample_records
+
+    records, vocab = tmp_path / "records", tmp_path / "vocab" / "vocab.txt"
+    shutil.copytree(sample_records(quiet=True), records)
+    manifest = json.loads((records / "manifest.json").read_text())
+    vocab.parent.mkdir()
+    shutil.copy(manifest["vocab"]["path"], vocab)
+    manifest["vocab"]["path"] = str(vocab)
+    (records / "manifest.json").write_text(json.dumps(manifest))
+    before = vocab.read_bytes()
+    assert main(["--format", "ofrecord", "--data", str(records), "--model", "tiny", "--steps", "1", "--batch-size",
+                 "2", "--checkpoint-dir", str(tmp_path / "ck"), "--log-json", str(vocab), "--quiet"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"trainer: error: --log-json {vocab} is the input {vocab}: the run would overwrite or delete what it reads; "
+        "write the output elsewhere"]
+    assert vocab.read_bytes() == before
+    assert not (tmp_path / "ck").exists()

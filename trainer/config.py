@@ -405,6 +405,15 @@ def _check_output_places(config, directories, files):
                                makes_parents=True if log_in_checkpoint_dir(config, path) else None)
 
 
+def refuse_log_json_on_inputs(config, paths):
+    """--log-json is appended to: a file the run reads that only the records' manifest names (their vocab, SQuAD's
+    dev JSON), not known when the config is built, is refused once the records are. `--log-json vocab.txt` had
+    the run's JSON lines appended to the records' vocab (exit 0), and fine-tuning's to the dev JSON, which its
+    scoring then could not read, once every step had been trained."""
+    if config.log_json is not None:
+        refuse_overlap(config.log_json, [path for path in paths if isinstance(path, str) and path], what="--log-json")
+
+
 def log_in_checkpoint_dir(config, path):
     """Whether the file `path` (--log-json) lies directly in the run's local --checkpoint-dir, which the run makes
     (Log makes it first): "no directory CK" refused `--log-json CK/log.jsonl` of a new CK."""

@@ -45,6 +45,7 @@ from trainer.config import (
     FinetuneSummary,
     StepOptions,
     TrainConfig,
+    refuse_log_json_on_inputs,
     size_of,
 )
 from trainer.data import RecordStream, feature_dtypes, prefetch
@@ -96,6 +97,7 @@ def finetune(config: FinetuneConfig) -> FinetuneSummary:
     task = task_named(config.task)
     data = TaskData(config.data, config.format, task)
     check_scoring_inputs(config, task, data)
+    refuse_log_json_on_inputs(config, [(data.manifest.get("vocab") or {}).get("path"), dev_file(config, data)])
     from trainer.checkpoint import read, tokenizer
 
     initial = read(config.init_checkpoint or sample_checkpoint(config, data))

@@ -24,6 +24,7 @@ from trainer.config import (
     TrainConfig,
     TrainSummary,
     log_in_checkpoint_dir,
+    refuse_log_json_on_inputs,
     tf_config_hosts,
     user_cache,
 )
@@ -418,6 +419,7 @@ def train(config: TrainConfig, step_times: list[float] | None = None,
         if not config.quiet:
             print(f"trainer: no --data: training on the embedded sample records in {data_dir}", file=sys.stderr)
     records = Records(data_dir, config.format)
+    refuse_log_json_on_inputs(config, [entry.get("path") for _, entry, _ in records.vocabs if isinstance(entry, dict)])
     initial = read_initial_checkpoint(config, records) if config.init_checkpoint else None
     bert = model_config(config, records, initial)
     check_records_fit(bert, records, data_dir)
