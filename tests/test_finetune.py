@@ -134,7 +134,7 @@ def test_squad_2_writes_null_odds_and_scores_them(shared_dir, golden_dir, pretra
     assert summary["eval_HasAns_total"] + summary["eval_NoAns_total"] == summary["eval_total"]
 
 
-def test_mrpc_learns_in_both_formats(pretrained, mrpc_dir, tmp_path):
+def test_mrpc_learns_in_both_formats(pretrained, mrpc_dir, tmp_path, capsys):
     runs = finetune_both_formats(tmp_path, "mrpc", mrpc_dir, pretrained, "--steps", "40",
                                  "--checkpoint-dir", str(tmp_path / "ckpt-{fmt}"))
     train = losses(runs["tfrecord"])
@@ -149,6 +149,14 @@ def test_mrpc_learns_in_both_formats(pretrained, mrpc_dir, tmp_path):
     with np.load(tmp_path / "ckpt-tfrecord" / name / "state.npz") as state:
         assert any(key.endswith("bert/classifier/kernel") for key in state.files)
         assert not any("masked_lm" in key for key in state.files)
+    # Pretraining's --resume of it was `damaged checkpoint state (no int "draws"); remove the checkpoint to resume
+    # from the one before`, exit 1, once the model was built: advice that deleted the fine-tuned model.
+    capsys.readouterr()
+    code = main(["--format", "tfrecord", "--steps", "2", "--checkpoint-dir",
+                 str(tmp_path / "ckpt-tfrecord"), "--resume", "--quiet"])
+    assert (code, capsys.readouterr().err.strip().splitlines()) == (2, [
+        f"trainer: error: --resume: {tmp_path / 'ckpt-tfrecord' / name} is a fine-tuned checkpoint (trainer finetune "
+        "--task MRPC), not a pretraining run's: --resume continues a pretraining run; name another --checkpoint-dir"])
 
 
 def test_mrpc_from_googles_checkpoint_with_googles_optimizer(shared_dir, mrpc_dir, tmp_path, capsys):

@@ -398,9 +398,11 @@ def _fmt(key, value):
 
 def refuse_an_earlier_runs_checkpoints(config):
     """A --checkpoint-dir that holds an earlier run's checkpoints is continued with --resume, or refused before
-    anything is read (run_state.refuse_earlier_run)."""
+    anything is read (run_state.refuse_earlier_run); a fine-tuning run's is not continued (refuse_fine_tuned)."""
     if config.checkpoint_dir and not config.resume:
         run_state.refuse_earlier_run(config.checkpoint_dir)
+    elif config.resume:  # a fine-tuned model's checkpoint there: named before the model is built
+        run_state.refuse_fine_tuned(config.checkpoint_dir)
 
 
 @restores_caller_random_state

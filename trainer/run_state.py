@@ -61,6 +61,27 @@ def refuse_earlier_run(directory, resumable=True):
                          "checkpoints would be mixed with them and the oldest deleted")
 
 
+def refuse_fine_tuned(directory):
+    """A UsageError, before anything is trained, where the newest checkpoint of `directory` (--resume's
+    --checkpoint-dir) is a fine-tuning run's: `trainer finetune` saves its task in the settings and no data
+    position, and --resume said `damaged checkpoint state (no int "draws"); remove the checkpoint to resume from
+    the one before`, of a sound fine-tuned model, once the model was built. An unreadable state.json is left to
+    load_latest to name."""
+    checkpoints = list_checkpoints(directory)
+    if not checkpoints:
+        return
+    path = checkpoints[-1][1]
+    try:
+        with Folder(path).open("state.json", "r", encoding="utf-8") as f:
+            settings = json.load(f).get("settings")
+    except (OSError, ValueError, AttributeError):  # AttributeError: not a JSON object
+        return
+    if isinstance(settings, dict) and "task" in settings:
+        raise UsageError(f"--resume: {storage.display(path)} is a fine-tuned checkpoint (trainer finetune --task "
+                         f"{settings['task']}), not a pretraining run's: --resume continues a pretraining run; name "
+                         "another --checkpoint-dir")
+
+
 def check_whole(directory):
     """A DataError naming the missing file where the newest ckpt-<step>/ of the local `directory` (or `directory`
     itself, a ckpt-<step>/) holds one of state.json and state.npz but not the other. atomic_dir renames a
