@@ -480,6 +480,34 @@ def test_a_log_json_that_is_the_dev_json_is_refused_before_training(shared_dir, 
     assert dev.read_bytes() == before and not (tmp_path / "out").exists()
 
 
+def test_a_second_run_into_a_held_checkpoint_dir_is_refused(shared_dir, mrpc_dir, tmp_path, capsys):
+    """Two fine-tunings into one --checkpoint-dir at once both trained, exit 0, and the last one's rotation (it
+    keeps one checkpoint) deleted the other's fine-tuned model. The run now holds the directory, as pretraining
+    does: a second run is refused while the first lasts (which is stopped here, not trained to its end)."""
+    import time
+
+    ck = tmp_path / "ck"
+    run = ["finetune", "--task", "mrpc", "--data", str(mrpc_dir), "--format", "tfrecord", "--init-checkpoint",
+           str(shared_dir / "fixtures" / "checkpoints" / "hf_tiny"), "--steps", "1", "--batch-size", "4",
+           "--no-eval", "--checkpoint-dir", str(ck), "--quiet"]
+    first = subprocess.Popen([sys.executable, "-m", "trainer", *run, "--output-dir", str(tmp_path / "one")],
+                             cwd=tmp_path, env=dict(os.environ, PYTHONPATH=REPO), stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        # the lock, or (without one) the TensorBoard folder the run makes before its first step
+        while not any(path.exists() for path in (ck / ".partial" / "lock", ck / "tensorboard")) and \
+                first.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        code = main([*run, "--output-dir", str(tmp_path / "two")])
+        line = (capsys.readouterr().err.strip().splitlines() or [""])[-1]
+        assert code == 1 and line.startswith(f"trainer: error: {ck}: another run is writing here (trainer finetune, "
+                                             f"pid {first.pid} on "), line
+        assert not (tmp_path / "two").exists()
+    finally:
+        first.kill()  # the kernel releases its lock
+        first.communicate(timeout=120)
+
+
 def test_ofrecord_parts_are_read_in_the_order_of_their_index(shared_dir, tmp_path):
     """Twelve test parts were read as their names sort as text (0, 1, 10, 11, 2, ...): --predict's
     test_results.tsv, a line per test example in record order, came out of the examples' order unsaid."""

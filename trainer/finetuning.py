@@ -23,6 +23,7 @@ Without --init-checkpoint a tiny checkpoint is pretrained on the fly from the
 embedded sample records (cached): enough to show the path runs, not to score.
 """
 
+import contextlib
 import json
 import os
 import sys
@@ -30,7 +31,7 @@ import sys
 import numpy as np
 
 from bertprep import formats, storage
-from bertprep.atomic import atomic_write_bytes
+from bertprep.atomic import atomic_write_bytes, hold
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.formats import codecs
@@ -94,6 +95,14 @@ def finetune(config: FinetuneConfig) -> FinetuneSummary:
         raise UsageError("finetune runs on the devices of one host: unset TF_CONFIG / KERAS_DISTRIBUTION_JOB_ADDRESSES")
     if config.checkpoint_dir:  # it keeps one checkpoint there: another run's of a higher step would outrank it
         run_state.refuse_earlier_run(config.checkpoint_dir, resumable=False)
+    # Held for the whole run, as pretraining holds it: two runs into one --checkpoint-dir both trained, exit 0, and
+    # the last one's rotation (it keeps one) deleted the other's fine-tuned checkpoint. A second run is refused.
+    with hold(config.checkpoint_dir, "trainer finetune") if config.checkpoint_dir else contextlib.nullcontext():
+        return _held_finetune(config)
+
+
+def _held_finetune(config):
+    """finetune's run once its --checkpoint-dir is held: the records, the checkpoint, the training, the scores."""
     task = task_named(config.task)
     data = TaskData(config.data, config.format, task)
     check_scoring_inputs(config, task, data)
