@@ -252,3 +252,23 @@ def test_a_log_json_that_is_the_records_vocab_is_refused(tmp_path, capsys):
         "write the output elsewhere"]
     assert vocab.read_bytes() == before
     assert not (tmp_path / "ck").exists()
+
+
+def test_an_earlier_runs_checkpoint_without_its_state_json_is_named_not_replaced(tmp_path, capsys):
+    """A ckpt-<step>/ that lost its state.json is not listed as a checkpoint, so a run without --resume took the
+    directory for a new one, trained, and replaced it at that step (exit 0): the earlier run's weights were deleted
+    without a word, where --resume names it. The run is now refused as --resume is, before anything is read."""
+    import numpy as np
+
+    ck = tmp_path / "ck"
+    (ck / "ckpt-00000002").mkdir(parents=True)
+    np.savez(ck / "ckpt-00000002" / "state.npz", weights=np.arange(4.0))
+    before = (ck / "ckpt-00000002" / "state.npz").read_bytes()
+    assert main(["--format", "ofrecord", "--steps", "2", "--batch-size", "2", "--checkpoint-dir", str(ck),
+                 "--quiet"]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"trainer: error: {ck / 'ckpt-00000002'}: incomplete checkpoint: no state.json (the step and the model's "
+        "config): restore it, or remove that directory (the checkpoint before it, if any, is then the newest)"]
+    assert sorted(os.listdir(ck)) == ["ckpt-00000002"]
+    assert os.listdir(ck / "ckpt-00000002") == ["state.npz"]
+    assert (ck / "ckpt-00000002" / "state.npz").read_bytes() == before

@@ -52,13 +52,16 @@ def refuse_earlier_run(directory, resumable=True):
     """A UsageError, before anything is trained, where `directory` (a run's --checkpoint-dir) holds complete
     checkpoints already and this run does not continue them: its own would be mixed with them (a later --resume
     takes the newest of either) and the rotation would delete the oldest, theirs or its own (fine-tuning keeps
-    one: an earlier pretraining's ckpt of a higher step outranked it, and the fine-tuned model was deleted)."""
+    one: an earlier pretraining's ckpt of a higher step outranked it, and the fine-tuned model was deleted). Where
+    none is complete, a newest one that lost one of its files is named as --resume names it (check_whole): it is not
+    listed, and the run replaced it at its step, the earlier run's weights deleted without a word."""
     found = list_checkpoints(directory)
     if found:
         remedy = "give --resume to continue that run, or name a new folder" if resumable else "name a new folder"
         raise UsageError(f"--checkpoint-dir {storage.display(directory)}: holds {len(found)} checkpoint(s) of an "
                          f"earlier run (the newest {storage.display(found[-1][1])}): {remedy}; this run's "
                          "checkpoints would be mixed with them and the oldest deleted")
+    check_whole(directory)
 
 
 def refuse_fine_tuned(directory):
