@@ -272,3 +272,15 @@ def test_an_earlier_runs_checkpoint_without_its_state_json_is_named_not_replaced
     assert sorted(os.listdir(ck)) == ["ckpt-00000002"]
     assert os.listdir(ck / "ckpt-00000002") == ["state.npz"]
     assert (ck / "ckpt-00000002" / "state.npz").read_bytes() == before
+
+
+def test_a_fine_tuning_output_dir_in_a_checkpoints_folder_is_refused(tmp_path, capsys):
+    """`finetune --task squad --output-dir CK/ckpt-00000001 --checkpoint-dir CK --steps 1`: SQuAD's predictions
+    were written there after training, then the checkpoint of step 1 replaced that folder: the summary named a
+    predictions.json that was gone (exit 0). --output-dir is held to what --log-json and --tensorboard-dir are."""
+    ck = tmp_path / "ck"
+    out = ck / "ckpt-00000001"
+    assert main(["finetune", "--task", "squad", "--format", "tfrecord", "--data", str(tmp_path / "squad"),
+                 "--steps", "1", "--output-dir", str(out), "--checkpoint-dir", str(ck), "--quiet"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [_outside_checkpoints_error("--output-dir", out, out)]
+    assert os.listdir(tmp_path) == []

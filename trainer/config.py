@@ -557,7 +557,8 @@ class FinetuneConfig:
                              ("data", "init_checkpoint", "eval_file"))
         _check_output_places(self, ("output_dir", "checkpoint_dir", "tensorboard_dir"), ("log_json",))
         _check_log_json_apart(self, ("output_dir", "checkpoint_dir", "tensorboard_dir"))
-        _check_outside_checkpoints(self, ("tensorboard_dir", "log_json"))
+        # --output-dir too: SQuAD's predictions, written there before the checkpoint, were deleted by its save
+        _check_outside_checkpoints(self, ("output_dir", "tensorboard_dir", "log_json"))
 
 
 class _ShownAsTable:
