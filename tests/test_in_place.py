@@ -175,6 +175,26 @@ def test_a_checkpoint_dir_of_an_earlier_run_is_refused_without_resume(tmp_path, 
     assert tree(tmp_path) == before
 
 
+def test_a_checkpoint_dir_of_a_fine_tuning_is_refused_with_advice_that_fits_it(tmp_path):
+    """Pretraining without --resume into a `trainer finetune` --checkpoint-dir said "give --resume to continue
+    that run", which --resume then refused ("is a fine-tuned checkpoint ... not a pretraining run's"). It now
+    says what fits a fine-tuned model, before anything is read."""
+    from trainer import TrainConfig, train
+
+    earlier = tmp_path / "ck" / "ckpt-00000003"
+    earlier.mkdir(parents=True)
+    (earlier / "state.json").write_text(json.dumps({"step": 3, "settings": {"task": "MRPC"}}))
+    before = tree(tmp_path)
+    with pytest.raises(UsageError) as refused:
+        train(TrainConfig(format="tfrecord", data=str(tmp_path / "none"), checkpoint_dir=str(earlier.parent)))
+    assert str(refused.value) == (f"--checkpoint-dir {earlier.parent}: holds 1 checkpoint(s) of an earlier run "
+                                  f"(the newest {earlier}): it is a fine-tuned checkpoint (trainer finetune --task "
+                                  "MRPC), which --resume does not continue: name a new folder (--init-checkpoint of "
+                                  "it starts pretraining from its encoder); this run's checkpoints would be mixed "
+                                  "with them and the oldest deleted")
+    assert tree(tmp_path) == before
+
+
 def test_validates_report_files_are_refused_over_what_it_reads(golden_dir, tmp_path):
     """--json REPORT and --plot PNG replaced the records they checked (exit 0, "SOUND"); and `--json q1 q2`,
     --json taking q1 for its file name, replaced the dataset q1 with q2's report."""

@@ -58,6 +58,10 @@ def refuse_earlier_run(directory, resumable=True):
     found = list_checkpoints(directory)
     if found:
         remedy = "give --resume to continue that run, or name a new folder" if resumable else "name a new folder"
+        task = _fine_tuned_task(found[-1][1]) if resumable else None
+        if task is not None:  # --resume refuses it (refuse_fine_tuned): advise what fits a fine-tuned model
+            remedy = (f"it is a fine-tuned checkpoint (trainer finetune --task {task}), which --resume does not "
+                      "continue: name a new folder (--init-checkpoint of it starts pretraining from its encoder)")
         raise UsageError(f"--checkpoint-dir {storage.display(directory)}: holds {len(found)} checkpoint(s) of an "
                          f"earlier run (the newest {storage.display(found[-1][1])}): {remedy}; this run's "
                          "checkpoints would be mixed with them and the oldest deleted")
@@ -74,15 +78,22 @@ def refuse_fine_tuned(directory):
     if not checkpoints:
         return
     path = checkpoints[-1][1]
+    task = _fine_tuned_task(path)
+    if task is not None:
+        raise UsageError(f"--resume: {storage.display(path)} is a fine-tuned checkpoint (trainer finetune --task "
+                         f"{task}), not a pretraining run's: --resume continues a pretraining run; name "
+                         "another --checkpoint-dir")
+
+
+def _fine_tuned_task(path):
+    """The task the checkpoint `path` was fine-tuned on (its settings' "task"), None for a pretraining run's. An
+    unreadable state.json is None: load_latest names it."""
     try:
         with Folder(path).open("state.json", "r", encoding="utf-8") as f:
             settings = json.load(f).get("settings")
     except (OSError, ValueError, AttributeError):  # AttributeError: not a JSON object
-        return
-    if isinstance(settings, dict) and "task" in settings:
-        raise UsageError(f"--resume: {storage.display(path)} is a fine-tuned checkpoint (trainer finetune --task "
-                         f"{settings['task']}), not a pretraining run's: --resume continues a pretraining run; name "
-                         "another --checkpoint-dir")
+        return None
+    return settings["task"] if isinstance(settings, dict) and "task" in settings else None
 
 
 def check_whole(directory):
