@@ -284,3 +284,32 @@ def test_a_fine_tuning_output_dir_in_a_checkpoints_folder_is_refused(tmp_path, c
                  "--steps", "1", "--output-dir", str(out), "--checkpoint-dir", str(ck), "--quiet"]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [_outside_checkpoints_error("--output-dir", out, out)]
     assert os.listdir(tmp_path) == []
+
+
+def test_an_init_checkpoint_that_resume_replaces_is_said(shared_dir, tmp_path, capsys):
+    """`--init-checkpoint X --resume` into a --checkpoint-dir holding a checkpoint resumed that checkpoint and
+    never used X's weights (as Google's run_pretraining ignores init_checkpoint where the model dir holds one),
+    without a word. Kept so, and said at once in a warning line, before the model is built: the run is stopped
+    here at the held --checkpoint-dir, before compiling anything."""
+    from bertprep.atomic import hold
+
+    ck = tmp_path / "ck"
+    earlier = ck / "ckpt-00000002"
+    earlier.mkdir(parents=True)
+    (earlier / "state.json").write_text("{}")
+    init = shared_dir / "fixtures" / "checkpoints" / "hf_tiny"
+    run = ["--format", "tfrecord", "--steps", "3", "--batch-size", "2", "--init-checkpoint", str(init),
+           "--checkpoint-dir", str(ck), "--quiet"]
+    with hold(ck, "the test"):
+        assert main([*run, "--resume"]) == 1
+    said = capsys.readouterr().err.strip().splitlines()
+    assert said[0] == (f"trainer: warning: --init-checkpoint {init}: its weights are not used: --resume continues "
+                       f"{earlier}, whose weights replace them (as Google's run_pretraining ignores init_checkpoint "
+                       "where the model dir holds a checkpoint); leave --resume out, with a new --checkpoint-dir, "
+                       "to start from it"), said
+    assert said[1].startswith(f"trainer: error: {ck}: another run is writing here (the test, "), said
+    # Nothing to resume: the run starts from --init-checkpoint, nothing to say.
+    empty = tmp_path / "empty"
+    with hold(empty, "the test"):
+        assert main([*run[:-2], str(empty), "--quiet", "--resume"]) == 1
+    assert "warning" not in capsys.readouterr().err

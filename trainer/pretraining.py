@@ -133,15 +133,33 @@ def read_initial_checkpoint(config, records):
     return checkpoint
 
 
-def initial_checkpoint_warnings(checkpoint):
+def initial_checkpoint_warnings(checkpoint, config=None):
     """The warnings of the checkpoint a run starts from (None: none), each said at once in one stderr line,
     `trainer: warning: …`, --quiet or not, as `trainer checkpoint` says it; the run's summary lists them under
     "warnings". Checkpoint.non_finite_warning: NaN or inf in its weights (a diverged run's), which the run took
-    without a word. A warning, not a refusal: the loop ends a run whose loss stays non-finite (trainer/loop.py)."""
+    without a word. A warning, not a refusal: the loop ends a run whose loss stays non-finite (trainer/loop.py).
+    With `config` (a TrainConfig), an --init-checkpoint that --resume's checkpoint replaces (resumed_over_init)."""
     warnings = tuple(line for line in ([checkpoint.non_finite_warning()] if checkpoint else []) if line)
+    warnings += tuple(line for line in [resumed_over_init(config)] if line)
     for line in warnings:
         print(f"trainer: warning: {line}", file=sys.stderr, flush=True)
     return warnings
+
+
+def resumed_over_init(config):
+    """The warning where --resume continues a checkpoint of --checkpoint-dir and --init-checkpoint is given too:
+    the resumed weights replace the initial ones, as Google's run_pretraining ignores init_checkpoint where its
+    --output_dir holds a checkpoint. Kept so, but it was unsaid: the user who meant to start from X trained on
+    from the earlier run. None where there is nothing to say."""
+    if config is None or not (config.resume and config.init_checkpoint):
+        return None
+    found = run_state.list_checkpoints(config.checkpoint_dir)
+    if not found:  # nothing to resume: the run starts from --init-checkpoint
+        return None
+    return (f"--init-checkpoint {storage.display(config.init_checkpoint)}: its weights are not used: --resume "
+            f"continues {storage.display(found[-1][1])}, whose weights replace them (as Google's run_pretraining "
+            "ignores init_checkpoint where the model dir holds a checkpoint); leave --resume out, with a new "
+            "--checkpoint-dir, to start from it")
 
 
 def model_config(config, records, initial=None):
@@ -425,7 +443,7 @@ def train(config: TrainConfig, step_times: list[float] | None = None,
     initial = read_initial_checkpoint(config, records) if config.init_checkpoint else None
     bert = model_config(config, records, initial)
     check_records_fit(bert, records, data_dir)
-    warnings = initial_checkpoint_warnings(initial)  # once the run is not refused, before it starts
+    warnings = initial_checkpoint_warnings(initial, config)  # once the run is not refused, before it starts
     xla_gpu.apply(config.gemm, autotune=config.gemm_autotune)  # XLA flags: before JAX's GPU backend starts
     keras = load_keras()
     clock.mark("imports_s")
