@@ -508,6 +508,34 @@ def test_a_second_run_into_a_held_checkpoint_dir_is_refused(shared_dir, mrpc_dir
         first.communicate(timeout=120)
 
 
+def test_a_second_run_into_a_held_output_dir_is_refused(shared_dir, mrpc_dir, tmp_path, capsys):
+    """Two fine-tunings into one --output-dir at once (other --checkpoint-dirs) both ran, exit 0: each wrote its
+    test_results.tsv or predictions.json there, the last one's kept, and both summaries named it. The run now
+    holds --output-dir too; one whose --output-dir is its --checkpoint-dir holds it once (it does not refuse
+    itself), and a second run into it is refused while the first lasts."""
+    import time
+
+    out = tmp_path / "out"
+    run = ["finetune", "--task", "mrpc", "--data", str(mrpc_dir), "--format", "tfrecord", "--init-checkpoint",
+           str(shared_dir / "fixtures" / "checkpoints" / "hf_tiny"), "--steps", "1", "--batch-size", "4",
+           "--no-eval", "--output-dir", str(out), "--quiet"]
+    first = subprocess.Popen([sys.executable, "-m", "trainer", *run, "--checkpoint-dir", str(out)], cwd=tmp_path,
+                             env=dict(os.environ, PYTHONPATH=REPO), stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / ".partial" / "lock").exists() and first.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        code = main([*run, "--checkpoint-dir", str(tmp_path / "two")])
+        line = (capsys.readouterr().err.strip().splitlines() or [""])[-1]
+        assert code == 1 and line.startswith(f"trainer: error: {out}: another run is writing here (trainer "
+                                             f"finetune, pid {first.pid} on "), line
+        assert not (tmp_path / "two").exists()
+    finally:
+        _, err = first.communicate(timeout=300)
+    assert first.returncode == 0, err[-2000:]  # held once, not refused by itself
+    assert [name for name in os.listdir(out) if name.startswith("ckpt-")] == ["ckpt-00000001"]
+
+
 def test_ofrecord_parts_are_read_in_the_order_of_their_index(shared_dir, tmp_path):
     """Twelve test parts were read as their names sort as text (0, 1, 10, 11, 2, ...): --predict's
     test_results.tsv, a line per test example in record order, came out of the examples' order unsaid."""

@@ -305,3 +305,26 @@ def test_an_output_in_a_missing_bucket_is_refused_when_the_config_is_built(s3_bu
         with pytest.raises(FileNotFoundError) as raised:
             make()
         assert str(raised.value) == f"[Errno 2] The specified bucket does not exist: '{url}'"
+
+
+def test_a_fine_tuning_output_dir_in_a_bucket_is_held(shared_dir, s3_bucket, tmp_path, capsys):
+    """--output-dir is held as --checkpoint-dir is, a bucket's by its lock object: two runs into one both wrote
+    their test_results.tsv or predictions.json there, the last one's kept. A second run is refused before it
+    reads anything, and the held prefix gets nothing else."""
+    from bertprep.atomic import hold
+    from trainer.cli import main
+
+    mrpc = tmp_path / "mrpc"
+    mrpc.mkdir()
+    for split in ("train", "eval"):
+        (mrpc / f"{split}.tf_record").write_bytes(
+            (shared_dir / "fixtures" / "finetune" / "glue" / "MRPC_train_seq128.tfrecord").read_bytes())
+    out = f"{s3_bucket}/held-out"
+    with hold(out, "the test"):
+        code = main(["finetune", "--task", "mrpc", "--data", str(mrpc), "--format", "tfrecord", "--init-checkpoint",
+                     str(shared_dir / "fixtures" / "checkpoints" / "hf_tiny"), "--steps", "1", "--batch-size", "4",
+                     "--output-dir", out, "--quiet"])
+        line = (capsys.readouterr().err.strip().splitlines() or [""])[-1]
+        assert code == 1 and line.startswith(f"trainer: error: {out}: another run is writing here (the test, pid "
+                                             f"{os.getpid()} on "), line
+        assert sorted(objects(out)) == [".partial/lock"]  # the test's lock alone: nothing written

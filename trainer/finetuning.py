@@ -97,7 +97,14 @@ def finetune(config: FinetuneConfig) -> FinetuneSummary:
         run_state.refuse_earlier_run(config.checkpoint_dir, resumable=False)
     # Held for the whole run, as pretraining holds it: two runs into one --checkpoint-dir both trained, exit 0, and
     # the last one's rotation (it keeps one) deleted the other's fine-tuned checkpoint. A second run is refused.
-    with hold(config.checkpoint_dir, "trainer finetune") if config.checkpoint_dir else contextlib.nullcontext():
+    with contextlib.ExitStack() as held:
+        if config.checkpoint_dir:
+            held.enter_context(hold(config.checkpoint_dir, "trainer finetune"))
+        # --output-dir too (unless it is --checkpoint-dir, held already): two runs into one both wrote their
+        # test_results.tsv or predictions.json there, the last one's kept, and both summaries named it.
+        if not config.checkpoint_dir or storage.comparable(config.output_dir) != \
+                storage.comparable(config.checkpoint_dir):
+            held.enter_context(hold(config.output_dir, "trainer finetune"))
         return _held_finetune(config)
 
 
