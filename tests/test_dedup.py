@@ -971,3 +971,41 @@ def test_a_txt_evaluation_files_items_are_its_paragraphs_as_the_help_says(tmp_pa
     with pytest.raises(SystemExit):
         main(["dedup", "--help"])
     assert "evaluation items are its paragraphs: lines up to a blank line" in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_band_key_shared_by_thousands_of_documents_stays_within_memory(tmp_path):
+    """2,000 copies of one boilerplate (each with its own last word) share every band key: the group's
+    1,999,000 pairs were made at once (their indices, then their documents), 201 MiB of RSS at --memory 16M
+    (1 GB at 4,000 documents); now a batch at a time and each document's first edge to each cluster, 76 MiB,
+    the same listing."""
+    base = " ".join(f"w{i}" for i in range(60))
+    corpus = write_corpus(tmp_path / "c", [f"{base} doc{i}" for i in range(2000)])
+    peak, run = peak_rss([sys.executable, "-m", "bertprep", "dedup", "--input", corpus, "--out", tmp_path / "out",
+                          "--memory", "16M", "--num-perm", "32", "--workers", "1"])
+    assert run.returncode == 0, run.stderr
+    assert peak < 130 << 20, peak >> 20
+    removed = json.loads((tmp_path / "out" / "manifest.json").read_text())["removed"]
+    assert {e["kept"]["line"] for e in removed} == {1} and len(removed) > 1900
+
+
+def test_a_large_band_key_group_decides_as_its_pairs_at_once_did(tmp_path):
+    """A group of more pairs than a batch (--memory 1M: 1,024) is verified a batch at a time, keeping each
+    document's first edge to each cluster of the earlier ones: the same bytes, listing (kept, linked_by,
+    estimates) and candidate pairs as with --memory 1G, where every pair of the group is made at once."""
+    rng = np.random.default_rng(0)
+    words = [f"w{i}" for i in range(80)]
+    texts = []
+    for i in range(300):
+        text = list(words)
+        for position in rng.choice(80, int(rng.integers(0, 14)), replace=False):
+            text[position] = f"x{i}_{position}"
+        texts.append(" ".join(text))
+    corpus = write_corpus(tmp_path / "c", texts)
+    one = bertprep.EngineOptions(workers=1)
+    results = []
+    for memory in ("1G", "1M"):
+        bertprep.dedup(input=(corpus,), out=tmp_path / memory, memory=memory, engine=one)
+        manifest = json.loads((tmp_path / memory / "manifest.json").read_text())
+        results.append((output_files(tmp_path / memory), manifest["removed"], manifest["candidate_pairs"]))
+    assert results[0] == results[1]
+    assert any("linked_by" in e for e in results[0][1]) and len(results[0][1]) > 30

@@ -30,7 +30,10 @@ in runs and merged from disk.
    is counted and verified once without a global list. Signatures are read from the chunk files by document
    (neighbouring rows in one read), a batch of pairs at a time; a pair whose estimated Jaccard (the share of
    equal MinHash values) is at least the threshold is an edge: a band collision alone never removes a
-   document. The band's file holds its edges and the histogram of every candidate's estimate (the plot).
+   document. The band's file holds its edges and the histogram of every candidate's estimate (the plot). A group
+   with more pairs than a batch (thousands of copies of one boilerplate) is verified a batch of pairs at a time,
+   and of a document's edges in it only the first to each cluster of its earlier ones is kept
+   (`large_group_edges`): the same decisions, in memory that grows with the group, not with its pairs.
 4. Decision (`decide_step`, one task): the edges of all bands, by later then earlier document, joined in the
    stable order (corpus order on the command line, then the document's position in its corpus: part name,
    line) into connected components; each keeps its first document that is not removed as contaminated (a
@@ -1019,10 +1022,9 @@ def band_step(task):
     pending, edges = [], [(np.zeros(0, np.int64),) * 2 + (np.zeros(0),)]
     histogram, count = np.zeros(HISTOGRAM_BINS, np.int64), 0
 
-    def verify():
+    def check(earlier, later):
+        """The band's verified edges of these pairs (by later then earlier, as given), counting every candidate."""
         nonlocal histogram, count
-        earlier, later = (np.concatenate(side) for side in zip(*pending))
-        pending.clear()
         signatures, first, second = pair_signatures(fingerprints, earlier, later)
         if band:  # a pair sharing an earlier band's key is that band's
             keys = band_keys(signatures, band, rows)
@@ -1032,7 +1034,11 @@ def band_step(task):
         histogram += np.histogram(shares, bins=HISTOGRAM_BINS, range=(0, 1))[0]
         count += len(shares)
         verified = shares >= threshold
-        edges.append((earlier[verified], later[verified], shares[verified]))
+        return earlier[verified], later[verified], shares[verified]
+
+    def verify():
+        edges.append(check(*(np.concatenate(side) for side in zip(*pending))))
+        pending.clear()
 
     size = 0
     for keys, docs in merged(fingerprints.runs(f"keys{band}", f"docs{band}", memory)):
@@ -1040,6 +1046,14 @@ def band_step(task):
             keep = ~np.isin(docs, copies)
             keys, docs = keys[keep], docs[keep]
         for group in key_groups(keys, docs):
+            if len(group) * (len(group) - 1) // 2 > batch:  # its pairs at once would pass --memory: a batch at a time
+                if pending:
+                    verify()
+                    size = 0
+                # its pairs share signatures (the group's, read once a batch): more of them at a time, as many
+                # as their index arrays (about 256 B a pair in `check`) fit in --memory
+                edges.extend(large_group_edges(group, check, max(batch, memory // 256)))
+                continue
             first, second = np.triu_indices(len(group), 1)
             pending.append((group[first], group[second]))
             size += len(first)
@@ -1052,6 +1066,36 @@ def band_step(task):
     order = np.lexsort((earlier, later))
     write_arrays(work, _band_name(band), {"earlier": earlier[order], "later": later[order], "shares": shares[order],
                                           "histogram": histogram, "pairs": np.array([count], np.int64)}, staging)
+
+
+def large_group_edges(group, check, batch):
+    """The verified edges of a band key's `group` (ascending documents) too large for its pairs to be held at once
+    (thousands of copies of one boilerplate: N * (N - 1) / 2 pairs, 1 GB at 4,000 documents with --memory 16M):
+    `check`ed a batch of about `batch` pairs at a time, every pair counted in the histogram as before, each later
+    document with all of its earlier ones. Of a document's edges only the first (earliest) to each cluster that
+    the group's edges among the earlier documents form are kept: decide_step's components, each document's
+    earliest verified pair and the clusters it joins are those of every edge (near_clusters), and the edges kept
+    grow with the group, not with its pairs."""
+    cluster = np.arange(len(group))  # each earlier member's cluster in the group: the index of its first member
+    later = 1
+    while later < len(group):
+        stop, size = later + 1, later
+        while stop < len(group) and size + stop <= batch:
+            size, stop = size + stop, stop + 1
+        pairs = [(group[:index], np.full(index, group[index])) for index in range(later, stop)]
+        earlier, laters, shares = check(*(np.concatenate(side) for side in zip(*pairs)))
+        index = np.searchsorted(group, earlier)
+        bounds = np.flatnonzero(np.r_[True, laters[1:] != laters[:-1], True]) if laters.size else [0]
+        keep = []
+        for start, end in zip(bounds[:-1], bounds[1:]):
+            labels, firsts = np.unique(cluster[index[start:end]], return_index=True)
+            keep.append(firsts + start)
+            joined = np.isin(cluster, labels)
+            joined[int(np.searchsorted(group, laters[start]))] = True
+            cluster[joined] = labels[0]
+        keep = np.concatenate(keep) if keep else np.zeros(0, np.int64)
+        yield earlier[keep], laters[keep], shares[keep]
+        later = stop
 
 
 def decide_step(task):
