@@ -70,7 +70,8 @@ def _python_facing(stage, options_name):
     from bertprep.errors import ON_COMMAND_LINE, BertprepWarning, UsageError
     from bertprep.options import python_field_names
 
-    options_class = getattr(importlib.import_module(stage.__module__), options_name)
+    module = importlib.import_module(stage.__module__)
+    options_class = getattr(module, options_name)
 
     @functools.wraps(stage)
     def call(*args, **kwargs):
@@ -83,13 +84,26 @@ def _python_facing(stage, options_name):
             summary = stage(*args, **kwargs)
         except UsageError as exc:
             if not ON_COMMAND_LINE.get() and exc.args and isinstance(exc.args[0], str):
-                exc.args = (python_field_names(exc.args[0], options_class), *exc.args[1:])
+                exc.args = (python_field_names(exc.args[0], _called_class(module, options_class, args)), *exc.args[1:])
             raise
         for message in _listed_warnings(stage, summary):
             warnings.warn(f"bertprep.{stage.__name__}: {message}", BertprepWarning, stacklevel=2)
         return summary
 
     return call
+
+
+def _called_class(module, options_class, args):
+    """The options class whose fields a call's errors name: that of the options object given, or of the download
+    source named (`module.options_class`). download's is DownloadOptions, whose fields lack each source's own:
+    `download("pretrained", model=...)` said `--model 'x': not a Google release`, and WikipediaOptions' workdir
+    was DownloadOptions'."""
+    given = args[0] if args else None
+    if isinstance(given, options_class):
+        return type(given)
+    if options_class.__name__ == "DownloadOptions" and isinstance(given, str) and given in module.SOURCES:
+        return module.options_class(given)
+    return options_class
 
 
 def _listed_warnings(stage, summary):

@@ -14,7 +14,15 @@ import zipfile
 import pytest
 
 from bertprep.errors import UsageError
-from stand_in_servers import StandInServer, looks_complete, ok, one_line_error, run_cli, same_apart_from_workdir
+from stand_in_servers import (
+    StandInServer,
+    looks_complete,
+    ok,
+    one_line_error,
+    run_cli,
+    run_python,
+    same_apart_from_workdir,
+)
 
 RELEASE = "uncased_L-12_H-768_A-12"
 ZIP_PATH = f"/bert_models/2018_10_18/{RELEASE}.zip"
@@ -216,6 +224,25 @@ def test_release_function_gives_the_cli_files_and_summary(server, release_files,
         assert (tmp_path / "py/download/pretrained" / RELEASE / name).read_bytes() == data
     with pytest.raises(UsageError, match="^PretrainedOptions.model 'uncased_L-6_H-512_A-8': unknown model"):
         download("pretrained", model="uncased_L-6_H-512_A-8", workdir=tmp_path / "py")
+
+
+def test_errors_found_while_a_source_downloads_name_its_own_fields_for_a_python_caller(tmp_path):
+    """download's errors were rewritten for DownloadOptions' fields, which lack each source's own: a hub id that
+    is no model said `--model 'no-such-org/x': not a Google release`, and WikipediaOptions' workdir was
+    `DownloadOptions.workdir`."""
+    code = ("import bertprep, sys\n"
+            "try:\n    bertprep.download('pretrained', model='no-such-org/x', workdir=sys.argv[1])\n"
+            "except bertprep.errors.UsageError as exc:\n    print(exc)\n")
+    with StandInServer() as server:
+        printed = run_python(code.replace("sys.argv[1]", repr(str(tmp_path / "w"))), server=server,
+                             hf_home=tmp_path / "hf")
+    assert printed.stdout.startswith("PretrainedOptions.model 'no-such-org/x': not a Google release"), printed
+    from bertprep import WikipediaOptions, download
+
+    for call in (lambda: download("wikipedia", dump="latest", workdir="s3://bucket/w"),
+                 lambda: download(WikipediaOptions(dump="latest", workdir="s3://bucket/w"))):
+        with pytest.raises(UsageError, match=r"give a local WikipediaOptions\.workdir, .*no WikipediaOptions\.dump"):
+            call()
 
 
 def test_a_damaged_copy_of_a_hub_model_in_the_cache_is_downloaded_again(shared_dir, golden_dir, tmp_path):
