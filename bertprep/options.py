@@ -42,12 +42,14 @@ def python_field_names(message, options):
     """`message` with each `--flag` that is a field of `options` (an options object or class) written
     `Class.field` (and argparse's "argument --flag:" as "Class.field:"), and each `--no-flag` of a field
     `flag` written `Class.flag=False` (a Python caller has no --no-near: "DedupOptions.threshold 0.5 has no
-    effect with --no-near" named a flag beside a field)."""
+    effect with --no-near" named a flag beside a field). A flag spelled other than its field is in the class's
+    `flag_fields` (SquadOptions' --version is squad_version: "--version must be one of ..." stayed a flag)."""
     cls = options if isinstance(options, type) else type(options)
     fields = {field.name for field in dataclasses.fields(cls)}
+    renamed = getattr(cls, "flag_fields", {})
 
     def field_named(match):
-        name = match.group(1).replace("-", "_")
+        name = renamed.get(match.group(1), match.group(1).replace("-", "_"))
         if name in fields:
             return f"{cls.__name__}.{name}"
         negated = name.removeprefix("no_")

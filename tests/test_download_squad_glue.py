@@ -298,6 +298,19 @@ def test_squad_function_gives_the_cli_files_and_summary(server, squad_files, tmp
     assert [r for r in server.requests[before:] if "/squad/" in r[1]] == []
 
 
+def test_a_wrong_squad_version_names_the_field_for_a_python_caller(tmp_path):
+    """The command line's flag is --version, the field squad_version: the message said `--version must be one of
+    1.1, 2.0, all, not '3'` to a caller who gave squad_version."""
+    import bertprep
+
+    for call in (lambda: bertprep.download("squad", squad_version="3", workdir=tmp_path),
+                 lambda: bertprep.SquadOptions(squad_version="3")):
+        with pytest.raises(bertprep.errors.UsageError) as raised:
+            call()
+        assert str(raised.value) == "SquadOptions.squad_version must be one of 1.1, 2.0, all, not '3'"
+    assert not (tmp_path / "download").exists()
+
+
 def test_glue_function_gives_the_cli_files_and_summary(server, tmp_path):
     from bertprep.stages.download.glue import GlueOptions
 

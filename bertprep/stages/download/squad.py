@@ -63,6 +63,7 @@ class SquadOptions(DownloadOptions):
     eval_base_url: str | None = None
     checksums: str | None = None
     choices: ClassVar[dict[str, tuple[str, ...]]] = {"squad_version": VERSIONS}  # check_types
+    flag_fields: ClassVar[dict[str, str]] = {"version": "squad_version"}  # options.python_field_names
 
     def __post_init__(self):
         super().__post_init__()
