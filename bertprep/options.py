@@ -30,12 +30,42 @@ def errors_name_fields(cls):
         try:
             post_init(self)
         except UsageError as exc:
-            if not ON_COMMAND_LINE.get() and exc.args and isinstance(exc.args[0], str):
-                exc.args = (python_field_names(exc.args[0], self), *exc.args[1:])
+            _name_fields(exc, self)
             raise
 
     cls.__post_init__ = __post_init__
     return cls
+
+
+_P = typing.ParamSpec("_P")
+_R = typing.TypeVar("_R")
+
+
+def run_errors_name_fields(cls: type) -> typing.Callable[[typing.Callable[_P, _R]], typing.Callable[_P, _R]]:
+    """Decorator for a function that runs as an options object of `cls` says (trainer.train, trainer.finetune): a
+    UsageError it raises while it runs names the fields, as errors_name_fields does for the checks made when the
+    object is built (trainer.finetune's `--checkpoint-dir ck: holds 1 checkpoint(s) of an earlier run` named a flag
+    to a caller who set FinetuneConfig.checkpoint_dir). On a command line the flags stay."""
+
+    def decorate(function: typing.Callable[_P, _R]) -> typing.Callable[_P, _R]:
+        @functools.wraps(function)
+        def run(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+            try:
+                return function(*args, **kwargs)
+            except UsageError as exc:
+                _name_fields(exc, cls)
+                raise
+
+        return run
+
+    return decorate
+
+
+def _name_fields(exc, options):
+    """`exc`'s message with the flags that are fields of `options` written as the fields (python_field_names),
+    for a Python caller: not while a command line runs."""
+    if not ON_COMMAND_LINE.get() and exc.args and isinstance(exc.args[0], str):
+        exc.args = (python_field_names(exc.args[0], options), *exc.args[1:])
 
 
 def python_field_names(message, options):

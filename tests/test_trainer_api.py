@@ -286,3 +286,22 @@ def test_a_config_refuses_credentials_in_a_url_when_built(config, field):
         config(format="tfrecord", **{**given, field: "s3://AKIAABCDEFGHIJKLMNOP:S3cret@bucket/x"})
     assert str(refused.value).startswith("s3://bucket/x: credentials in a URL are refused"), refused.value
     assert "S3cret" not in str(refused.value) and "AKIA" not in str(refused.value)
+
+
+def test_an_error_found_while_a_run_starts_names_the_config_field_for_a_python_caller(tmp_path, capsys):
+    """Only the checks made when a config is built named its fields: trainer.finetune's refusal of an earlier run's
+    checkpoint_dir said `--checkpoint-dir ck: holds 1 checkpoint(s) ...` to a caller who set no flag."""
+    import trainer
+
+    (tmp_path / "ck" / "ckpt-00000002").mkdir(parents=True)
+    for name in ("state.npz", "state.json"):  # listed as a complete checkpoint: refused before it is read
+        (tmp_path / "ck" / "ckpt-00000002" / name).write_bytes(b"x")
+    fields = {"task": "mrpc", "format": "tfrecord", "data": str(tmp_path / "glue"), "steps": 1,
+              "init_checkpoint": str(tmp_path / "init"), "checkpoint_dir": str(tmp_path / "ck")}
+    with pytest.raises(UsageError) as raised:
+        trainer.finetune(FinetuneConfig(**fields))
+    assert str(raised.value).startswith(f"FinetuneConfig.checkpoint_dir {tmp_path / 'ck'}: holds 1 checkpoint(s) of "
+                                        "an earlier run"), raised.value
+    argv = ["finetune", *(f"--{name.replace('_', '-')}={value}" for name, value in fields.items())]
+    assert main(argv) == 2  # the command line's message is unchanged: the flag
+    assert capsys.readouterr().err.startswith(f"trainer: error: --checkpoint-dir {tmp_path / 'ck'}: holds 1 ")

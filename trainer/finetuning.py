@@ -35,7 +35,7 @@ from bertprep.atomic import atomic_write_bytes, hold
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.formats import codecs
-from bertprep.options import check_argument
+from bertprep.options import check_argument, run_errors_name_fields
 from trainer import compilation_cache, metrics, run_state, xla_gpu
 from trainer.caller_random_state import restores_caller_random_state
 from trainer.config import (
@@ -87,6 +87,7 @@ def carried_files(data, initial, log):
     return (found.checkpoint_files() if found else {}), manifests
 
 
+@run_errors_name_fields(FinetuneConfig)
 @restores_caller_random_state
 def finetune(config: FinetuneConfig) -> FinetuneSummary:
     """Fine-tune as `config` (a trainer.FinetuneConfig) says; return the trainer.FinetuneSummary."""

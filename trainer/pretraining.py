@@ -14,7 +14,7 @@ import numpy as np
 from bertprep import storage
 from bertprep.atomic import hold
 from bertprep.errors import DataError, UsageError
-from bertprep.options import check_argument
+from bertprep.options import check_argument, run_errors_name_fields
 from bertprep.progress import Progress
 from trainer import compilation_cache, run_state, traced_steps, xla_gpu
 from trainer.caller_random_state import restores_caller_random_state
@@ -423,6 +423,7 @@ def refuse_an_earlier_runs_checkpoints(config):
         run_state.refuse_fine_tuned(config.checkpoint_dir)
 
 
+@run_errors_name_fields(TrainConfig)
 @restores_caller_random_state
 def train(config: TrainConfig, step_times: list[float] | None = None,
           step_sequences: list[int] | None = None) -> TrainSummary:
