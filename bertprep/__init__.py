@@ -65,9 +65,9 @@ def __getattr__(name):
 
 
 def _python_facing(stage, options_name):
-    """`stage`, whose summary's "warnings" are also raised as BertprepWarning, and whose usage errors found
+    """`stage`, whose summary's "warnings" are also raised as BertprepWarning, and whose errors found
     while it runs name its options' fields (`VocabOptions.vocab_size`) where the command line's name flags."""
-    from bertprep.errors import ON_COMMAND_LINE, BertprepWarning, UsageError
+    from bertprep.errors import ON_COMMAND_LINE, BertprepError, BertprepWarning, UsageError
     from bertprep.options import python_field_names
 
     module = importlib.import_module(stage.__module__)
@@ -82,7 +82,7 @@ def _python_facing(stage, options_name):
                              f"{type(kwargs['quiet']).__name__} {kwargs['quiet']!r}")
         try:
             summary = stage(*args, **kwargs)
-        except UsageError as exc:
+        except BertprepError as exc:  # a DataError's remedy too: "no such file (...; pass --split to ...)"
             if not ON_COMMAND_LINE.get() and exc.args and isinstance(exc.args[0], str):
                 exc.args = (python_field_names(exc.args[0], _called_class(module, options_class, args)), *exc.args[1:])
             raise

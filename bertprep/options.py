@@ -15,7 +15,7 @@ import types
 import typing
 
 from bertprep import storage
-from bertprep.errors import ON_COMMAND_LINE, UsageError
+from bertprep.errors import ON_COMMAND_LINE, BertprepError, UsageError
 
 
 def errors_name_fields(cls):
@@ -42,8 +42,8 @@ _R = typing.TypeVar("_R")
 
 
 def run_errors_name_fields(cls: type) -> typing.Callable[[typing.Callable[_P, _R]], typing.Callable[_P, _R]]:
-    """Decorator for a function that runs as an options object of `cls` says (trainer.train, trainer.finetune): a
-    UsageError it raises while it runs names the fields, as errors_name_fields does for the checks made when the
+    """Decorator for a function that runs as an options object of `cls` says (trainer.train, trainer.finetune): an
+    error it raises while it runs names the fields, as errors_name_fields does for the checks made when the
     object is built (trainer.finetune's `--checkpoint-dir ck: holds 1 checkpoint(s) of an earlier run` named a flag
     to a caller who set FinetuneConfig.checkpoint_dir). On a command line the flags stay."""
 
@@ -52,7 +52,7 @@ def run_errors_name_fields(cls: type) -> typing.Callable[[typing.Callable[_P, _R
         def run(*args: _P.args, **kwargs: _P.kwargs) -> _R:
             try:
                 return function(*args, **kwargs)
-            except UsageError as exc:
+            except BertprepError as exc:  # a DataError's remedy names flags too
                 _name_fields(exc, cls)
                 raise
 
@@ -73,12 +73,15 @@ def python_field_names(message, options):
     `Class.field` (and argparse's "argument --flag:" as "Class.field:"), and each `--no-flag` of a field
     `flag` written `Class.flag=False` (a Python caller has no --no-near: "DedupOptions.threshold 0.5 has no
     effect with --no-near" named a flag beside a field). A flag spelled other than its field is in the class's
-    `flag_fields` (SquadOptions' --version is squad_version: "--version must be one of ..." stayed a flag)."""
+    `flag_fields` (SquadOptions' --version is squad_version: "--version must be one of ..." stayed a flag). A
+    command quoted in backticks keeps its flags: a remedy such as "`bertprep create --input X`" is run as written."""
     cls = options if isinstance(options, type) else type(options)
     fields = {field.name for field in dataclasses.fields(cls)}
     renamed = getattr(cls, "flag_fields", {})
 
     def field_named(match):
+        if match.group(1) is None:  # a `command line` quoted whole: its flags are a command's
+            return match.group(0)
         name = renamed.get(match.group(1), match.group(1).replace("-", "_"))
         if name in fields:
             return f"{cls.__name__}.{name}"
@@ -86,7 +89,7 @@ def python_field_names(message, options):
         return f"{cls.__name__}.{negated}=False" if negated != name and negated in fields else match.group(0)
 
     message = re.sub(r"^argument (--[a-z][a-z0-9-]*):", r"\1:", message)
-    return re.sub(r"(?<![\w-])--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)", field_named, message)
+    return re.sub(r"`[^`]*`|(?<![\w-])--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)", field_named, message)
 
 
 def build_options(cls, options, fields):

@@ -92,3 +92,21 @@ def test_options_take_a_file_url_as_its_path(tmp_path):
     assert bertprep.CreateGlueOptions(task="mrpc", data_dir=url, vocab="v", out=other).data_dir == path
     squad = bertprep.CreateSquadOptions(input=f"{url}/dev.json", split="eval", vocab="v", out=other)
     assert (squad.input, squad.out) == (f"{path}/dev.json", f"{tmp_path}/c d")
+
+
+def test_a_data_error_found_while_a_stage_runs_names_the_field_but_keeps_a_quoted_command(golden_dir, tmp_path):
+    """Only usage errors named the fields: shard's refusal of too many evaluation documents said `--eval-documents
+    100000 needs more documents ...` to a caller who gave eval_documents. A command quoted in backticks, a
+    remedy's `bertprep create --input X`, keeps its flags."""
+    from bertprep.errors import DataError
+    from bertprep.options import python_field_names
+
+    corpus = str(golden_dir / "corpus.txt")
+    with pytest.raises(DataError) as raised:
+        bertprep.shard(input=(corpus,), corpus="g", out=str(tmp_path / "sh"), eval_documents=100000)
+    assert str(raised.value) == (f"{corpus}: ShardOptions.eval_documents 100000 needs more documents than the 15 "
+                                 "with sentences (at least one must stay for training)")
+    assert not (tmp_path / "sh").exists()
+    assert python_field_names("x: make them with `bertprep create --input x --seq 64`, or --seq 64",
+                              bertprep.CreateOptions) == ("x: make them with `bertprep create --input x --seq 64`, "
+                                                          "or CreateOptions.seq 64")

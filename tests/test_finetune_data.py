@@ -1014,3 +1014,17 @@ def test_glue_progress_counts_examples_within_a_split_and_leaves_complete_splits
     lines = [re.sub(r"\([\d,]+ records/s\)", "(R)", line) for line in capsys.readouterr().err.splitlines()]
     assert lines[0] == f"create-glue: train: already complete in {tmp_path / 'out'}"
     assert re.fullmatch(rf"create-glue: {count + 60}/{count + 60} examples, 60 records \(R\), \d+s", lines[-1]), lines
+
+
+def test_a_data_errors_remedy_names_the_field_for_a_python_caller(golden_dir, tmp_path, capsys):
+    """Only usage errors were rewritten for a Python caller: a missing split's DataError said `pass --split to
+    convert only some splits` to a caller of bertprep.create_glue, whose field is CreateGlueOptions.split."""
+    (tmp_path / "MRPC").mkdir()
+    fields = {"task": "MRPC", "data_dir": str(tmp_path / "MRPC"), "vocab": str(golden_dir / "vocab.txt"),
+              "out": str(tmp_path / "out")}
+    missing = f"{tmp_path / 'MRPC' / 'train.tsv'}: no such file (MRPC train split; pass "
+    with pytest.raises(bertprep.errors.DataError) as raised:
+        bertprep.create_glue(**fields)
+    assert str(raised.value) == missing + "CreateGlueOptions.split to convert only some splits)"
+    assert main(["create-glue", *(f"--{name.replace('_', '-')}={value}" for name, value in fields.items())]) == 1
+    assert capsys.readouterr().err == f"bertprep create-glue: error: {missing}--split to convert only some splits)\n"
