@@ -136,11 +136,13 @@ def refuse_manifest_as_shard(path):
 
 def refuse_json_lines(path):
     """A UsageError for a JSON-lines corpus given where text shards are read: each line's JSON was tokenized as
-    one sentence, braces, quotes and escaped newlines included, and written as training data without a word."""
+    one sentence, braces, quotes and escaped newlines included, and written as training data without a word. The
+    remedy is a command in backticks, which a Python caller's message keeps as written (python_field_names): bare,
+    it read "bertprep shard TokenizeOptions.input X"."""
     if os.path.basename(storage.normpath(path)).endswith(".jsonl"):
         raise UsageError(f"{storage.display(path)}: a JSON-lines corpus (one document a line, as download and dedup "
                          "write): this stage reads text shards (a sentence a line, documents apart by a blank line); "
-                         "shard it first: bertprep shard --input " + storage.display(path))
+                         f"shard it first: `bertprep shard --input {storage.display(path)}`")
 
 
 def refuse_json_object_lines(text, path):
@@ -150,8 +152,8 @@ def refuse_json_object_lines(text, path):
     if (number := json_object_line(text)) is not None:
         raise UsageError(f"{storage.display(path)}:{number}: a JSON object, as a JSON-lines corpus holds (one document "
                          "a line): this stage reads text shards (a sentence a line, documents apart by a blank "
-                         f"line); rename it {jsonl_name(path)} and shard it first: bertprep shard --input "
-                         f"{jsonl_name(path)}")
+                         f"line); rename it {jsonl_name(path)} and shard it first: `bertprep shard --input "
+                         f"{jsonl_name(path)}`")
 
 
 def split_of(path):

@@ -252,8 +252,11 @@ def test_tokenize_and_create_refuse_a_json_lines_corpus(tmp_path, capsys, stage)
                               "--quiet"], 2) == (
         f"bertprep {stage}: error: {part}: a JSON-lines corpus (one document a line, as download and dedup write): "
         f"this stage reads text shards (a sentence a line, documents apart by a blank line); shard it first: "
-        f"bertprep shard --input {part}")
+        f"`bertprep shard --input {part}`")
     assert not (tmp_path / "out").exists()
+    with pytest.raises(UsageError) as refused:  # a Python caller: the command as written, not
+        getattr(bertprep, stage)(input=(str(part),), vocab=vocab, out=str(tmp_path / "out"))  # "shard XOptions.input"
+    assert str(refused.value).endswith(f"shard it first: `bertprep shard --input {part}`"), refused.value
 
 
 @pytest.mark.parametrize("stage", ["shard", "tokenize", "create"])

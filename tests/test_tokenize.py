@@ -1049,7 +1049,7 @@ def test_a_json_lines_corpus_named_otherwise_is_refused_naming_its_line(tmp_path
     assert run.returncode == 2 and run.stderr == (
         f"bertprep {stage}: error: {given}:1: a JSON object, as a JSON-lines corpus holds (one document a line): "
         "this stage reads text shards (a sentence a line, documents apart by a blank line); rename it "
-        f"{jsonl} and shard it first: bertprep shard --input {jsonl}\n")
+        f"{jsonl} and shard it first: `bertprep shard --input {jsonl}`\n")
     assert not (tmp_path / "out").exists()
     (tmp_path / "brace.txt").write_text("{not json} but a sentence.\n")
     getattr(bertprep, stage)(input=(str(tmp_path / "brace.txt"),), vocab=VOCAB, out=str(tmp_path / "out"))
