@@ -162,14 +162,16 @@ def test_a_checkpoint_dir_of_an_earlier_run_is_refused_without_resume(tmp_path, 
     if command == "pretrain":
         run, config = train, TrainConfig(format="tfrecord", data=str(tmp_path / "none"),
                                           checkpoint_dir=str(earlier.parent))
-        remedy = "give --resume to continue that run, or name a new folder"
+        remedy = "give TrainConfig.resume to continue that run, or name a new folder"
     else:
         run, config = finetune, FinetuneConfig(task="mrpc", data=str(tmp_path / "none"), format="tfrecord",
                                                output_dir=str(tmp_path / "out"), checkpoint_dir=str(earlier.parent))
         remedy = "name a new folder"
     with pytest.raises(UsageError) as refused:
         run(config)
-    assert str(refused.value) == (f"--checkpoint-dir {earlier.parent}: holds 1 checkpoint(s) of an earlier run "
+    # a Python caller reads its config's fields where the command line names flags (options.run_errors_name_fields)
+    assert str(refused.value) == (f"{type(config).__name__}.checkpoint_dir {earlier.parent}: holds 1 checkpoint(s) "
+                                  "of an earlier run "
                                   f"(the newest {earlier}): {remedy}; this run's checkpoints would be mixed with "
                                   "them and the oldest deleted")
     assert tree(tmp_path) == before
@@ -187,9 +189,10 @@ def test_a_checkpoint_dir_of_a_fine_tuning_is_refused_with_advice_that_fits_it(t
     before = tree(tmp_path)
     with pytest.raises(UsageError) as refused:
         train(TrainConfig(format="tfrecord", data=str(tmp_path / "none"), checkpoint_dir=str(earlier.parent)))
-    assert str(refused.value) == (f"--checkpoint-dir {earlier.parent}: holds 1 checkpoint(s) of an earlier run "
-                                  f"(the newest {earlier}): it is a fine-tuned checkpoint (trainer finetune --task "
-                                  "MRPC), which --resume does not continue: name a new folder (--init-checkpoint of "
+    assert str(refused.value) == (f"TrainConfig.checkpoint_dir {earlier.parent}: holds 1 checkpoint(s) of an "
+                                  f"earlier run (the newest {earlier}): it is a fine-tuned checkpoint (trainer "
+                                  "finetune --task MRPC), which TrainConfig.resume does not continue: name a new "
+                                  "folder (TrainConfig.init_checkpoint of "
                                   "it starts pretraining from its encoder); this run's checkpoints would be mixed "
                                   "with them and the oldest deleted")
     assert tree(tmp_path) == before
