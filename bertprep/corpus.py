@@ -143,6 +143,25 @@ def json_object_line_of_file(path):
     return None
 
 
+def is_wordpiece_vocab(lines, required):
+    """True when `lines` are a WordPiece vocab's: each one token (no line of two words, no blank line but at the
+    end) and every token of `required` ([UNK] [CLS] [SEP] [MASK]) among them. Stops at the first line that is no
+    vocab's, a corpus's first blank line or sentence, so a stage may ask it of every input before reading any.
+    One test for every stage that reads text (tokenize and create's shards, vocab's corpus): the two tests it
+    replaces differed (a vocab whose file ended in a blank line was corpus text to vocab; a list of a token a line
+    that held the four was no shard to tokenize even where other lines held sentences)."""
+    missing, blank = set(required), False
+    for line in lines:
+        words = line.split()
+        if not words:
+            blank = True
+            continue
+        if blank or len(words) != 1:
+            return False
+        missing.discard(words[0])
+    return not missing
+
+
 def jsonl_name(path):
     """The name a JSON-lines corpus `path` is read as one by: its extension .jsonl."""
     return os.path.splitext(storage.display(path))[0] + ".jsonl"

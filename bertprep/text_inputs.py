@@ -9,7 +9,7 @@ import re
 from dataclasses import replace
 
 from bertprep import storage
-from bertprep.corpus import compressed_kind, json_object_line, jsonl_name, read_text, refuse_cr_only
+from bertprep.corpus import compressed_kind, is_wordpiece_vocab, json_object_line, jsonl_name, read_text, refuse_cr_only
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.formats import megatron
@@ -255,20 +255,16 @@ def refuse_data_path_list(text, path):
                     "a blank line); give the shards the prefixes were tokenized from")
 
 
-# A line that is one of the tokens every BERT vocab holds, and a blank line, which no vocab holds.
-VOCAB_TOKEN_LINES = [re.compile(rf"^{re.escape(token)}\r?$", re.MULTILINE) for token in REQUIRED_TOKENS]
-BLANK_LINE = re.compile(r"\n[ \t\r]*\n")
-
-
 def refuse_vocab_file(text, path):
-    """A UsageError for a WordPiece vocab given as a text shard (each of [UNK] [CLS] [SEP] [MASK] a line of its
-    own, and no blank line): `tokenize --input 'data/*.txt' --vocab data/vocab.txt`, a vocab kept beside the
-    shards, tokenized its 30,522 tokens as sentences of one document into the training data, exit 0."""
-    if BLANK_LINE.search(text.rstrip()) or not all(line.search(text) for line in VOCAB_TOKEN_LINES):
-        return
-    raise UsageError(f"{storage.display(path)}: a WordPiece vocab (a token a line, {' '.join(REQUIRED_TOKENS)} among "
-                     "them), not a text shard: keep it out of the inputs (a pattern or a directory of shards matched "
-                     "it?)")
+    """A UsageError for a WordPiece vocab given as a text shard (corpus.is_wordpiece_vocab): `tokenize --input
+    'data/*.txt' --vocab data/vocab.txt`, a vocab kept beside the shards, tokenized its 30,522 tokens as sentences
+    of one document into the training data, exit 0."""
+    # Lazily: a shard's first sentence ends the test, and no list of its lines is made.
+    lines = (match.group() for match in re.finditer(r"^.*$", text, re.MULTILINE))
+    if is_wordpiece_vocab(lines, REQUIRED_TOKENS):
+        raise UsageError(f"{storage.display(path)}: a WordPiece vocab (a token a line, {' '.join(REQUIRED_TOKENS)} "
+                         "among them), not a text shard: keep it out of the inputs (a pattern or a directory of shards "
+                         "matched it?)")
 
 
 def megatron_index_beside(path):

@@ -1090,7 +1090,9 @@ def test_a_vocab_beside_the_shards_is_no_text_shard(tmp_path, stage):
         "matched it?)\n")
     assert not (tmp_path / "out").exists()
     (tmp_path / "data" / "vocab.txt").unlink()
+    # Sentences beside the four tokens are text, with a blank line or without (corpus.is_wordpiece_vocab).
     (tmp_path / "data" / "b.txt").write_text("Tokens:\n[CLS]\n[SEP]\n[MASK]\n[UNK]\n\nAnother document.\n")
+    (tmp_path / "data" / "c.txt").write_text("Tokens:\n[CLS]\n[SEP]\n[MASK]\n[UNK]\nThe same document.\n")
     getattr(bertprep, stage)(input=(str(tmp_path / "data"),), vocab=VOCAB, out=str(tmp_path / "out"))
 
 

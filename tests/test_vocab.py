@@ -348,6 +348,14 @@ def test_a_vocab_among_the_inputs_is_refused(tmp_path, golden_dir):
     assert line == (f"bertprep vocab: error: {given}: a WordPiece vocab (a token a line, [CLS] [SEP] [MASK] [UNK] "
                     "among them), not corpus text: keep it out of the inputs (a pattern or a directory matched it?)")
     assert not (tmp_path / "v.txt").exists()
+    # The test tokenize and create make of their shards (corpus.is_wordpiece_vocab): a vocab saved with a blank
+    # line at its end was corpus text here and no shard there. CRLF line ends, too, are a vocab's.
+    vocab_text = given.read_text()
+    for name, text in (("blank-end.txt", vocab_text + "\n\n"), ("crlf.txt", vocab_text.replace("\n", "\r\n"))):
+        (tmp_path / name).write_bytes(text.encode())
+        line = one_line_error(run_cli("vocab", "--input", tmp_path / "tiny.txt", tmp_path / name, "--out",
+                                      tmp_path / "v.txt", "--vocab-size", "3000", "--unused", "0", "--quiet"), code=2)
+        assert line.startswith(f"bertprep vocab: error: {tmp_path / name}: a WordPiece vocab (a token a line")
     (tmp_path / "words.txt").write_text("alpha\nbeta\n[CLS]\ngamma\n")
     ok(run_cli("vocab", "--input", tmp_path / "tiny.txt", tmp_path / "words.txt", "--out", tmp_path / "v.txt",
                "--vocab-size", "300", "--unused", "0", "--quiet"))

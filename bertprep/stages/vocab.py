@@ -39,7 +39,7 @@ from typing import Any
 
 from bertprep import storage
 from bertprep.atomic import atomic_open, hold_file, sha256_file
-from bertprep.corpus import json_object_line_of_file, jsonl_name, refuse_binary
+from bertprep.corpus import is_wordpiece_vocab, json_object_line_of_file, jsonl_name, refuse_binary
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.options import (
@@ -177,22 +177,16 @@ def refuse_json_object_lines(path):
 
 
 def refuse_vocab_file(path):
-    """A UsageError for a WordPiece vocab among the inputs (a token a line: no blank line, no line of two words,
-    [UNK] [CLS] [SEP] [MASK] among them): `--input 'data/*.txt'` beside an earlier vocab.txt trained its 30,522
-    tokens as words ("unused0", "##s" as "#", "#", "s"), exit 0. Read only until a line of text: a corpus's first."""
+    """A UsageError for a WordPiece vocab among the inputs (corpus.is_wordpiece_vocab): `--input 'data/*.txt'`
+    beside an earlier vocab.txt trained its 30,522 tokens as words ("unused0", "##s" as "#", "#", "s"), exit 0.
+    Read only until a line of text: a corpus's first."""
     if path.endswith(".jsonl"):
         return
-    required, seen = {token.encode() for token in REQUIRED_TOKENS}, set()
     with storage.open(path, "rb") as f:
-        for raw in f:
-            words = raw.split()
-            if len(words) != 1:  # a blank line, or words: text
-                return
-            seen.update(set(words) & required)
-    if seen == required:
-        raise UsageError(f"{storage.display(path)}: a WordPiece vocab (a token a line, {' '.join(REQUIRED_TOKENS)} "
-                         "among them), not corpus text: keep it out of the inputs (a pattern or a directory matched "
-                         "it?)")
+        if is_wordpiece_vocab((raw.decode("utf-8", errors="replace") for raw in f), REQUIRED_TOKENS):
+            raise UsageError(f"{storage.display(path)}: a WordPiece vocab (a token a line, "
+                             f"{' '.join(REQUIRED_TOKENS)} among them), not corpus text: keep it out of the inputs (a "
+                             "pattern or a directory matched it?)")
 
 
 def require_manifest(folder):
