@@ -231,6 +231,8 @@ def test_wikipedia_and_prepare_refuse_a_bad_lang_on_the_command_line(server, tmp
      "PrepareOptions.dupe_factor must be at least 1"),
     (["--configs", "128/20,64/70"], "--configs 64/70: --pred 70 is not possible with --seq 64: at most seq - 3 = 61",
      "PrepareOptions.configs 64/70: --pred 70 is not possible with --seq 64"),
+    (["--configs", "128/20,512/80,128/20"], "--configs 128/20 is given twice: give each seq/pred pair once",
+     "PrepareOptions.configs 128/20 is given twice"),
 ])
 def test_prepare_checks_every_stages_flags_before_the_first_stage_runs(server, tmp_path, flags, said, field_said):
     """Each stage's options were built as it started: a bad --train-shards or --configs pair ended the run after
@@ -247,6 +249,19 @@ def test_prepare_checks_every_stages_flags_before_the_first_stage_runs(server, t
         else {"configs": flags[1]}
     with pytest.raises(UsageError, match=f"^{re.escape(field_said)}"):
         PrepareOptions(sources=("wikipedia",), vocab="v.txt", **fields)
+
+
+@pytest.mark.parametrize("configs", [(), [], ((128, 20), (128, 20))])
+def test_prepare_refuses_no_config_or_one_twice_from_python(configs):
+    """`PrepareOptions(configs=())` (the command line's parser refuses an empty --configs) was taken: `prepare`
+    downloaded and sharded the corpus, created no records and returned its "done" summary; a pair given twice ran
+    its create twice under one label, the summary keeping one. Both are refused when the options are built."""
+    from bertprep.errors import UsageError
+    from bertprep.stages.prepare import PrepareOptions
+
+    said = "is given twice: give each seq/pred pair once" if configs else "is empty: give at least one value"
+    with pytest.raises(UsageError, match=rf"^PrepareOptions\.configs (128/20 )?{said}"):
+        PrepareOptions(sources=("wikipedia",), vocab="v.txt", configs=configs)
 
 
 @pytest.mark.parametrize("workers", [0, -3])

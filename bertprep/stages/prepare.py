@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 
 from bertprep.engines import EngineOptions
 from bertprep.errors import ON_COMMAND_LINE, UsageError
-from bertprep.options import build_options, check_types, errors_name_fields, normalise_paths, set_field
+from bertprep.options import build_options, check_types, errors_name_fields, normalise_paths, refuse_empty, set_field
 from bertprep.progress import Summary
 from bertprep.stages.create import LAYOUTS, CreateOptions, create
 from bertprep.stages.download import download, options_class
@@ -70,6 +70,8 @@ class PrepareOptions:
         corpus_name(self.sources, self.lang)
         if isinstance(self.configs, str):
             set_field(self, "configs", tuple(parse_configs(self.configs)))
+        refuse_empty(self, "configs")  # the parser refuses an empty --configs; () created no records, "done"
+        refuse_repeated_configs(self.configs)
         # Every stage's flags, checked now rather than as each stage starts (after hours of downloads), named as
         # flags, which this class's errors_name_fields names as its own fields for a Python caller.
         on_command_line = ON_COMMAND_LINE.set(True)
@@ -91,6 +93,14 @@ def parse_configs(value):
             raise UsageError(f"--configs {value!r}: expected seq/pred pairs such as 128/20,512/80")
         configs.append((int(match[1]), int(match[2])))
     return configs
+
+
+def refuse_repeated_configs(configs):
+    """A UsageError for a seq/pred pair given twice: its create ran twice under one label ("create 128/20"), the
+    second finding the records made and the summary keeping one of them."""
+    repeated = next((pair for number, pair in enumerate(configs) if pair in configs[:number]), None)
+    if repeated:
+        raise UsageError(f"--configs {repeated[0]}/{repeated[1]} is given twice: give each seq/pred pair once")
 
 
 def corpus_name(sources, lang):
