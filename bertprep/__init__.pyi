@@ -1,6 +1,7 @@
 """bertprep's public names for type checkers and IDEs. Written by scripts/write_api_stubs.py: do not edit."""
 
 import collections.abc
+import os
 import typing
 from typing import Literal, overload
 
@@ -34,8 +35,8 @@ def convert(
     options: ConvertOptions | None = None,
     /,
     *,
-    src: str,
-    dst: str,
+    src: str | os.PathLike[str],
+    dst: str | os.PathLike[str],
     to: str,
 ) -> Summary: ...
 
@@ -44,10 +45,10 @@ def create(
     /,
     *,
     quiet: bool = True,
-    input: tuple[str, ...] | None = ...,
-    vocab: str | None = ...,
-    out: str | None = ...,
-    corpus: str | None = ...,
+    input: collections.abc.Sequence[str | os.PathLike[str]] | str | os.PathLike[str] | None = ...,
+    vocab: str | os.PathLike[str] | None = ...,
+    out: str | os.PathLike[str] | None = ...,
+    corpus: str | os.PathLike[str] | None = ...,
     seq: int = ...,
     pred: int = ...,
     dupe_factor: int | None = ...,
@@ -58,12 +59,12 @@ def create(
     short_seq_prob: float = ...,
     whole_word_mask: bool = ...,
     lower_case: bool = ...,
-    format: tuple[str, ...] | str | None = ...,
+    format: collections.abc.Sequence[str | os.PathLike[str]] | str | os.PathLike[str] | None = ...,
     layout: str = ...,
     min_parts: int = ...,
     eval_samples: int | None = ...,
     engine: EngineOptions = ...,
-    workdir: str | None = ...,
+    workdir: str | os.PathLike[str] | None = ...,
 ) -> Summary: ...
 
 def create_glue(
@@ -71,13 +72,13 @@ def create_glue(
     /,
     *,
     quiet: bool = True,
-    vocab: str,
-    out: str,
+    vocab: str | os.PathLike[str],
+    out: str | os.PathLike[str],
     lower_case: bool = ...,
-    format: tuple[str, ...] = ...,
-    task: str,
-    data_dir: str,
-    split: tuple[str, ...] | None = ...,
+    format: collections.abc.Sequence[str | os.PathLike[str]] | str | os.PathLike[str] = ...,
+    task: str | os.PathLike[str],
+    data_dir: str | os.PathLike[str],
+    split: collections.abc.Sequence[str | os.PathLike[str]] | str | os.PathLike[str] | None = ...,
     seq: int = ...,
 ) -> Summary: ...
 
@@ -86,11 +87,11 @@ def create_squad(
     /,
     *,
     quiet: bool = True,
-    vocab: str,
-    out: str,
+    vocab: str | os.PathLike[str],
+    out: str | os.PathLike[str],
     lower_case: bool = ...,
-    format: tuple[str, ...] = ...,
-    input: str,
+    format: collections.abc.Sequence[str | os.PathLike[str]] | str | os.PathLike[str] = ...,
+    input: str | os.PathLike[str],
     split: str | None = ...,
     doc_stride: int = ...,
     max_query: int = ...,
@@ -102,22 +103,22 @@ def dedup(
     /,
     *,
     quiet: bool = True,
-    input: tuple[str, ...] | None = ...,
-    corpus: tuple[str, ...] | None = ...,
-    out: str | None = ...,
+    input: collections.abc.Sequence[str | os.PathLike[str]] | str | os.PathLike[str] | None = ...,
+    corpus: collections.abc.Sequence[str | os.PathLike[str]] | str | os.PathLike[str] | None = ...,
+    out: str | os.PathLike[str] | None = ...,
     ngram: int = ...,
     num_perm: int = ...,
     threshold: float = ...,
     bands: int | None = ...,
     exact: bool = ...,
     near: bool = ...,
-    decontaminate: tuple[str, ...] = ...,
+    decontaminate: collections.abc.Sequence[str | os.PathLike[str]] | str | os.PathLike[str] = ...,
     decontaminate_ngram: int = ...,
     report_only: bool = ...,
     dry_run: bool = ...,
     memory: int | str = ...,
     engine: EngineOptions = ...,
-    workdir: str | None = ...,
+    workdir: str | os.PathLike[str] | None = ...,
 ) -> Summary: ...
 
 @overload
@@ -133,13 +134,13 @@ def download(
     /,
     *,
     quiet: bool = True,
-    workdir: str | None = ...,
+    workdir: str | os.PathLike[str] | None = ...,
     workers: int | None = ...,
     limits: Limits = ...,
-    base_url: str | None = ...,
-    lang: str = ...,
-    date: str = ...,
-    dump: str | None = ...,
+    base_url: str | os.PathLike[str] | None = ...,
+    lang: str | os.PathLike[str] = ...,
+    date: str | os.PathLike[str] = ...,
+    dump: str | os.PathLike[str] | None = ...,
 ) -> Summary: ...
 @overload
 def download(
@@ -147,13 +148,13 @@ def download(
     /,
     *,
     quiet: bool = True,
-    workdir: str | None = ...,
+    workdir: str | os.PathLike[str] | None = ...,
     workers: int | None = ...,
     limits: Limits = ...,
-    base_url: str | None = ...,
+    base_url: str | os.PathLike[str] | None = ...,
     tarball: bool = ...,
     lines_per_document: int = ...,
-    md5: str | None = ...,
+    md5: str | os.PathLike[str] | None = ...,
 ) -> Summary: ...
 @overload
 def download(
@@ -161,14 +162,14 @@ def download(
     /,
     *,
     quiet: bool = True,
-    workdir: str | None = ...,
+    workdir: str | os.PathLike[str] | None = ...,
     workers: int | None = ...,
     limits: Limits = ...,
-    base_url: str | None = ...,
+    base_url: str | os.PathLike[str] | None = ...,
     squad_version: str = ...,
     from_hub: bool = ...,
-    eval_base_url: str | None = ...,
-    checksums: str | None = ...,
+    eval_base_url: str | os.PathLike[str] | None = ...,
+    checksums: str | os.PathLike[str] | None = ...,
 ) -> Summary: ...
 @overload
 def download(
@@ -176,11 +177,11 @@ def download(
     /,
     *,
     quiet: bool = True,
-    workdir: str | None = ...,
+    workdir: str | os.PathLike[str] | None = ...,
     workers: int | None = ...,
     limits: Limits = ...,
-    base_url: str | None = ...,
-    tasks: tuple[str, ...] | str = ...,
+    base_url: str | os.PathLike[str] | None = ...,
+    tasks: collections.abc.Sequence[str | os.PathLike[str]] | str | os.PathLike[str] = ...,
 ) -> Summary: ...
 @overload
 def download(
@@ -188,12 +189,12 @@ def download(
     /,
     *,
     quiet: bool = True,
-    workdir: str | None = ...,
+    workdir: str | os.PathLike[str] | None = ...,
     workers: int | None = ...,
     limits: Limits = ...,
-    base_url: str | None = ...,
-    model: str,
-    checksums: str | None = ...,
+    base_url: str | os.PathLike[str] | None = ...,
+    model: str | os.PathLike[str],
+    checksums: str | os.PathLike[str] | None = ...,
 ) -> Summary: ...
 
 def inspect(
@@ -201,8 +202,8 @@ def inspect(
     /,
     *,
     stream: typing.TextIO | None = None,
-    file: str,
-    vocab: str | None = ...,
+    file: str | os.PathLike[str],
+    vocab: str | os.PathLike[str] | None = ...,
     num: int = ...,
     skip: int = ...,
     json: bool = ...,
@@ -214,10 +215,10 @@ def pack(
     /,
     *,
     quiet: bool = True,
-    records_dir: str,
+    records_dir: str | os.PathLike[str],
     max_per_pack: int = ...,
-    out: str | None = ...,
-    format: tuple[str, ...] | None = ...,
+    out: str | os.PathLike[str] | None = ...,
+    format: collections.abc.Sequence[str | os.PathLike[str]] | str | os.PathLike[str] | None = ...,
     engine: EngineOptions = ...,
 ) -> Summary: ...
 
@@ -227,16 +228,16 @@ def prepare(
     *,
     quiet: bool = True,
     run_stage: collections.abc.Callable[[str, collections.abc.Callable[[], Summary]], Summary] | None = None,
-    sources: tuple[str, ...],
-    vocab: str,
-    configs: tuple[tuple[int, int], ...] | str = ...,
-    lang: str = ...,
+    sources: collections.abc.Sequence[str | os.PathLike[str]] | str | os.PathLike[str],
+    vocab: str | os.PathLike[str],
+    configs: collections.abc.Sequence[tuple[int, int]] | str | os.PathLike[str] = ...,
+    lang: str | os.PathLike[str] = ...,
     dupe_factor: int = ...,
     train_shards: int = ...,
     test_shards: int = ...,
     layout: str = ...,
     engine: EngineOptions = ...,
-    workdir: str | None = ...,
+    workdir: str | os.PathLike[str] | None = ...,
 ) -> Summary: ...
 
 def shard(
@@ -244,9 +245,9 @@ def shard(
     /,
     *,
     quiet: bool = True,
-    input: tuple[str, ...] | None = ...,
-    out: str | None = ...,
-    corpus: str | None = ...,
+    input: collections.abc.Sequence[str | os.PathLike[str]] | str | os.PathLike[str] | None = ...,
+    out: str | os.PathLike[str] | None = ...,
+    corpus: str | os.PathLike[str] | None = ...,
     train_shards: int = ...,
     test_shards: int = ...,
     balance: str = ...,
@@ -254,7 +255,7 @@ def shard(
     eval_documents: int | None = ...,
     eval_seed: int | None = ...,
     engine: EngineOptions = ...,
-    workdir: str | None = ...,
+    workdir: str | os.PathLike[str] | None = ...,
 ) -> Summary: ...
 
 def tokenize(
@@ -262,14 +263,14 @@ def tokenize(
     /,
     *,
     quiet: bool = True,
-    input: tuple[str, ...] | None = ...,
-    vocab: str | None = ...,
-    out: str | None = ...,
-    corpus: str | None = ...,
+    input: collections.abc.Sequence[str | os.PathLike[str]] | str | os.PathLike[str] | None = ...,
+    vocab: str | os.PathLike[str] | None = ...,
+    out: str | os.PathLike[str] | None = ...,
+    corpus: str | os.PathLike[str] | None = ...,
     format: str = ...,
     lower_case: bool = ...,
     engine: EngineOptions = ...,
-    workdir: str | None = ...,
+    workdir: str | os.PathLike[str] | None = ...,
 ) -> Summary: ...
 
 def validate(
@@ -277,10 +278,10 @@ def validate(
     /,
     *,
     quiet: bool = True,
-    paths: tuple[str, ...],
-    vocab: str | None = ...,
+    paths: collections.abc.Sequence[str | os.PathLike[str]] | str | os.PathLike[str],
+    vocab: str | os.PathLike[str] | None = ...,
     compare: bool = ...,
-    plot: str | None = ...,
+    plot: str | os.PathLike[str] | None = ...,
     max_errors: int = ...,
     workers: int | None = ...,
     min_parts: int = ...,
@@ -293,11 +294,11 @@ def vocab(
     /,
     *,
     quiet: bool = True,
-    input: tuple[str, ...] = ...,
-    corpus: tuple[str, ...] = ...,
-    out: str | None = ...,
+    input: collections.abc.Sequence[str | os.PathLike[str]] | str | os.PathLike[str] = ...,
+    corpus: collections.abc.Sequence[str | os.PathLike[str]] | str | os.PathLike[str] = ...,
+    out: str | os.PathLike[str] | None = ...,
     vocab_size: int = ...,
     unused: int = ...,
     cased: bool = ...,
-    workdir: str | None = ...,
+    workdir: str | os.PathLike[str] | None = ...,
 ) -> Summary: ...

@@ -3,8 +3,9 @@
 IDE see them (both packages load their names lazily, through a module `__getattr__` a checker cannot read).
 
 A stage function takes its options object or the options' fields as keywords, `bertprep.create(seq=128)`;
-its code says `**fields`, so the stub spells each field out as a keyword of its own, with the type the options
-dataclass declares: `bertprep.create(seq="128")` is then an error under mypy and completes in an IDE. The
+its code says `**fields`, so the stub spells each field out as a keyword of its own, with the types the options
+dataclass's check takes for it (render_given: a path as a `str` or an `os.PathLike`, a tuple as any sequence):
+`bertprep.create(seq="128")` is then an error under mypy, `vocab=Path(...)` is not, and both complete in an IDE. The
 field lists come from the dataclasses, so they are written once; tests/test_typing.py fails when a stub
 differs from what this script writes now (run it after changing an options class or a stage's signature).
 
@@ -25,6 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import bertprep  # noqa: E402
+import bertprep.options  # noqa: E402
 
 HEADER = ('"""{package}\'s public names for type checkers and IDEs. Written by scripts/write_api_stubs.py: '
           'do not edit."""\n')
@@ -65,6 +67,31 @@ def render(annotation, names, imports):
     return f"{module}.{annotation.__qualname__}"
 
 
+def render_given(annotation, names, imports, named=False):
+    """A field's `annotation` as a stage function's keyword takes it: what options.check_types conforms to the
+    field's type, not the type the field holds after. A path (`str`) is `str | os.PathLike[str]` and a tuple of
+    items any sequence of them, of paths or names one item too (`input="corpus.txt"`, `input=[Path("a")]`): the
+    stubs said `tuple[str, ...]`, so a notebook's `bertprep.create(input=[path], vocab=Path("vocab.txt"))`, which
+    runs, was three mypy errors. A field that takes one of some names (`named`: in the class's `choices`) is said
+    to take a `str` alone, as `layout`, not a path."""
+    return " | ".join(dict.fromkeys(_given(annotation, names, imports, named)))
+
+
+def _given(annotation, names, imports, named):
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return [part for arm in args for part in _given(arm, names, imports, named)]
+    if annotation is str and not named:
+        imports.add("import os")
+        return ["str", "os.PathLike[str]"]
+    if origin in (tuple, list) and (origin is list or args[-1:] == (Ellipsis,)):
+        imports.add("import collections.abc")
+        items = _given(args[0], names, imports, named)
+        one = items if args[0] in (str, bertprep.options.Name) else []
+        return [f"collections.abc.Sequence[{' | '.join(items)}]", *one]
+    return [render(annotation, names, imports)]
+
+
 def stage_stub(name, stage, options_class, names, imports):
     """`def name(...)`: the stage's own parameters, its `**fields` replaced by the options' fields as keywords.
     download's fields depend on the source: one overload per source (its Literal name), one for an options
@@ -87,7 +114,8 @@ def stage_stub(name, stage, options_class, names, imports):
         for field in dataclasses.fields(fields_of) if fields_of else ():
             required = field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
             if field.init:
-                parts.append(f"{field.name}: {render(field_hints[field.name], names, imports)}"
+                named = field.name in getattr(fields_of, "choices", {})
+                parts.append(f"{field.name}: {render_given(field_hints[field.name], names, imports, named)}"
                              + ("" if required else " = ..."))
         return f"def {name}(\n" + "".join(f"    {part},\n" for part in parts) + f") -> {result}: ..."
 

@@ -27,13 +27,26 @@ WRONG = {
     'trainer.finetune(trainer.TrainConfig(format="tfrecord"))': 'Argument 1 to "finetune" has incompatible type',
 }
 
+# Calls mypy must take, each of a kind a notebook makes and the stage runs (options.check_types): a pathlib.Path,
+# a list where the options hold a tuple, one path for a tuple of them. The stubs gave each keyword the type the
+# field holds (`tuple[str, ...]`, `str`), and mypy refused all three.
+RIGHT = [
+    'bertprep.create(input=[Path("sh")], vocab=Path("vocab.txt"), out=Path("records"), format=["tfrecord"])',
+    'bertprep.shard(input="corpus.txt", corpus="c", out=Path("sharded"))',
+    'bertprep.validate(paths=(Path("records"),), vocab=Path("vocab.txt"))',
+    'bertprep.download("squad", workdir=Path("work"))',
+]
+
 
 def test_mypy_passes_the_packages_and_the_readme_block_and_refuses_wrong_calls(tmp_path):
     (tmp_path / "readme_block.py").write_text(readme_example() + "\n", encoding="utf-8")
+    (tmp_path / "right.py").write_text("from pathlib import Path\n\nimport bertprep\n\n" + "\n".join(RIGHT) + "\n",
+                                       encoding="utf-8")
     (tmp_path / "wrong.py").write_text("import bertprep\nimport trainer\n\n" + "\n".join(WRONG) + "\n",
                                        encoding="utf-8")
     result = subprocess.run([sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path / "cache"), "bertprep",
-                             "trainer", str(tmp_path / "readme_block.py"), str(tmp_path / "wrong.py")],
+                             "trainer", str(tmp_path / "readme_block.py"), str(tmp_path / "right.py"),
+                             str(tmp_path / "wrong.py")],
                             capture_output=True, text=True, cwd=REPO)
     errors = [line for line in result.stdout.splitlines() if ": error: " in line]
     assert result.returncode == 1, result.stdout + result.stderr
