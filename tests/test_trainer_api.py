@@ -116,11 +116,17 @@ def test_a_config_refuses_the_values_the_cli_refuses(kind, fields, message):
 
 
 def test_a_finetune_config_of_an_unknown_task_is_refused_when_built():
-    """FinetuneConfig(task="mrcp") was built; trainer.finetune refused it only once Keras had loaded."""
+    """FinetuneConfig(task="mrcp") was built; trainer.finetune refused it only once Keras had loaded. The refusal
+    named no field (`unknown task 'mrcp' …`, on the command line too): it names FinetuneConfig.task, and --task
+    on the command line."""
     with pytest.raises(UsageError) as raised:
         FinetuneConfig("mrcp", "d", "tfrecord")
-    assert str(raised.value) == ("unknown task 'mrcp' (known: squad, cola, sst-2, mrpc, sts-b, qqp, mnli, qnli, rte, "
-                                 "wnli)")
+    assert str(raised.value) == ("FinetuneConfig.task: unknown task 'mrcp' (known: squad, cola, sst-2, mrpc, sts-b, "
+                                 "qqp, mnli, qnli, rte, wnli)")
+    run = subprocess.run([sys.executable, "-m", "trainer", "finetune", "--task", "mrcp", "--data", "d", "--format",
+                          "tfrecord"], capture_output=True, text=True, cwd=REPO)
+    assert run.returncode == 2 and run.stderr.strip().endswith("error: --task: unknown task 'mrcp' (known: squad, "
+                                                               "cola, sst-2, mrpc, sts-b, qqp, mnli, qnli, rte, wnli)")
     assert FinetuneConfig("sst2", "d", "tfrecord").output_dir == "finetune-sst2"  # any spelling task_named takes
 
 

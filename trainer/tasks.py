@@ -69,10 +69,13 @@ TASKS = {task.name.lower().replace("-", ""): task for task in (
 
 
 def task_named(name):
-    """squad, cola, sst-2 (or sst2), mrpc, sts-b, qqp, mnli, qnli, rte, wnli; any case."""
+    """squad, cola, sst-2 (or sst2), mrpc, sts-b, qqp, mnli, qnli, rte, wnli; any case. An unknown name is refused
+    naming --task, which FinetuneConfig writes as its field (`unknown task 'mrcp'` named neither, where
+    bertprep.create_glue's says `CreateGlueOptions.task: unknown GLUE task`)."""
     key = name.lower().replace("-", "").replace("_", "")
     if key not in TASKS:
-        raise UsageError(f"unknown task {name!r} (known: {', '.join(t.name.lower() for t in TASKS.values())})")
+        raise UsageError(f"--task: unknown task {name!r} (known: "
+                         f"{', '.join(t.name.lower() for t in TASKS.values())})")
     return TASKS[key]
 
 
