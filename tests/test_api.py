@@ -57,6 +57,27 @@ def test_an_option_error_names_the_python_field_from_python_and_the_flag_from_th
                                            "seq - 3 = 125 tokens can be masked ([CLS] and two [SEP] never are)\n")
 
 
+@pytest.mark.parametrize("build", [
+    lambda **f: bertprep.CreateOptions(input=("sh",), vocab="v.txt", **f),
+    lambda **f: bertprep.PackOptions(records_dir="records/x", **f),
+    lambda **f: bertprep.CreateSquadOptions(input="train-v1.1.json", vocab="v.txt", out="o", **f),
+    lambda **f: bertprep.CreateGlueOptions(task="MRPC", data_dir="g", vocab="v.txt", out="o", **f),
+])
+def test_a_format_is_named_not_a_path_and_none_is_refused_as_empty(build):
+    """`format` takes format names, annotated `str` as a path is, so check_types took a pathlib.Path for one:
+    CreateOptions(format=Path("tfrecord")) was `object of type 'PosixPath' has no len()`, PackOptions',
+    create_squad's and create_glue's `sequence item 0: expected str instance, PosixPath found` (TypeErrors from
+    inside), and `format=()` for the last two `unknown CreateSquadOptions.format '' (choose from …)`. A format is
+    now a Name (a str), and an empty one is refused as create's and pack's were."""
+    from pathlib import Path
+
+    assert build(format=["tfrecord"]).format == build(format="tfrecord").format == ("tfrecord",)
+    with pytest.raises(UsageError, match=r"^\w+Options\.format must be a tuple of str.*, got PosixPath PosixPath"):
+        build(format=Path("tfrecord"))
+    with pytest.raises(UsageError, match=r"^\w+Options\.format is empty: give at least one value"):
+        build(format=())
+
+
 @pytest.mark.parametrize("stage, given, field", [
     ("pack", "records/x", "records_dir"), ("inspect", "part-0", "file"), ("validate", "records/x", "paths"),
     ("create_squad", "dev.json", "input")])

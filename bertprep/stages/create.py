@@ -51,6 +51,7 @@ from bertprep.formats import codecs, columnar
 from bertprep.formats.schemas import MAX_SEQ, PRETRAINING, UNMASKED
 from bertprep.instances import InstanceParams, Instances, create_instances
 from bertprep.options import (
+    Name,
     build_options,
     check_types,
     errors_name_fields,
@@ -129,7 +130,7 @@ class CreateOptions:
     short_seq_prob: float = 0.1
     whole_word_mask: bool = False
     lower_case: bool = True
-    format: tuple[str, ...] | str | None = None
+    format: tuple[Name, ...] | Name | None = None  # format names, not paths: a Path was len()'s TypeError
     layout: str = "bertprep"
     min_parts: int = NVIDIA_CYCLE_LENGTH
     eval_samples: int | None = None

@@ -25,7 +25,7 @@ from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.formats import codecs
 from bertprep.formats.schemas import MAX_SEQ
-from bertprep.options import check_types, errors_name_fields, normalise_paths, refuse_overlap
+from bertprep.options import Name, check_types, errors_name_fields, normalise_paths, refuse_empty, refuse_overlap
 from bertprep.tokenization import LineTokenizer, load_vocab, resolve_vocab_path
 from bertprep.workdir import file_matches, load_manifest, read_claim, refuse_unlisted, save_manifest
 from bertprep.workdir import write_claim as write_claim_in
@@ -52,10 +52,11 @@ class RecordsOptions:
     vocab: str
     out: str
     lower_case: bool = True
-    format: tuple[str, ...] = codecs.finetuning_names()
+    format: tuple[Name, ...] = codecs.finetuning_names()  # format names: a Path was join's TypeError
 
     def __post_init__(self):
         check_types(self)
+        refuse_empty(self, "format")  # () was "unknown --format ''", as pack's was
         object.__setattr__(self, "format", formats.parse_formats(self.format))  # canonical order
         unwritable = [name for name in self.format if name not in codecs.finetuning_names()]
         if unwritable:  # parse_formats takes every format; hdf5 and parquet were a TypeError traceback

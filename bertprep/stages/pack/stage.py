@@ -23,6 +23,7 @@ from bertprep.folder import Folder
 from bertprep.formats import codecs
 from bertprep.formats.schemas import PACKED, PRETRAINING, UNMASKED, kind_of_manifest
 from bertprep.options import (
+    Name,
     build_options,
     check_types,
     errors_name_fields,
@@ -56,7 +57,7 @@ class PackOptions:
     records_dir: str
     max_per_pack: int = 3
     out: str | None = None
-    format: tuple[str, ...] | None = None
+    format: tuple[Name, ...] | None = None  # format names, not paths: a Path was len()'s TypeError
     engine: EngineOptions = EngineOptions()
 
     def __post_init__(self):
