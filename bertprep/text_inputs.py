@@ -281,13 +281,23 @@ def megatron_index_beside(path):
         return index if f.read(len(megatron.MAGIC)) == megatron.MAGIC else None
 
 
-_TOKENIZERS: dict = {}  # (vocab path, lower_case) -> (LineTokenizer, MaskingVocab), per process
+_TOKENIZERS: dict = {}  # (vocab path, its sha256, lower_case) -> (LineTokenizer, MaskingVocab), per process
 
 
-def tokenizer_and_vocab(vocab_path, lower_case, vocab=None):
-    key = (vocab_path, lower_case)
+def tokenizer_and_vocab(vocab_path, sha256, lower_case, vocab=None):
+    """The tokenizer and masking vocab of the vocab file `vocab_path` whose bytes are `sha256` (the run's plan read
+    it: `vocab`, else read here, in a worker), built once per process. Keyed by the bytes too: by path alone, a
+    notebook's second tokenize or create after the vocab file was rewritten in place took the first call's
+    tokenizer, writing the old vocab's ids under a manifest that named the new file's sha256. A file that changed
+    since the plan read it is one line; the entries of a path's earlier bytes are dropped."""
+    key = (vocab_path, sha256, lower_case)
     if key not in _TOKENIZERS:
         vocab = vocab or read_vocab(vocab_path)
+        if vocab.sha256 != sha256:
+            raise DataError(f"{storage.display(vocab_path)}: the vocab changed while the run read it (sha256 "
+                            f"{vocab.sha256[:12]}…, not {sha256[:12]}…): rerun")
+        for stale in [other for other in _TOKENIZERS if other[0] == vocab_path]:
+            del _TOKENIZERS[stale]
         _TOKENIZERS[key] = (LineTokenizer(vocab, lower_case).warmed(), MaskingVocab.from_vocab(vocab))
     return _TOKENIZERS[key]
 

@@ -1159,3 +1159,35 @@ def test_inspect_with_another_vocab_than_the_ids_were_made_with_warns(tokenized,
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the vocab it was made with: no warning
         assert "warnings" not in bertprep.inspect(file=prefix + ".idx", vocab=VOCAB, num=1)
+
+
+@pytest.mark.parametrize("stage", ["tokenize", "create"])
+def test_a_second_call_reads_a_vocab_rewritten_at_the_same_path(tmp_path, stage):
+    """A process keeps each vocab's tokenizer (text_inputs.tokenizer_and_vocab), keyed by the vocab's path alone: a
+    notebook's second bertprep.tokenize (or create) after the vocab file was rewritten in place, its tokens given
+    other ids, took the first call's tokenizer and wrote the old ids, under a manifest naming the new file's
+    sha256. It now writes what a vocab of the new bytes (here a copy at another path) gives."""
+    lines = open(VOCAB, encoding="utf-8").read().splitlines()
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    fields = {"input": (CORPUS,), "engine": bertprep.EngineOptions(workers=1)}
+    if stage == "create":
+        fields.update(seq=64, pred=10, dupe_factor=1, format="tfrecord")
+    function = getattr(bertprep, stage)
+    function(vocab=vocab, out=tmp_path / "first", **fields)
+    specials = [line for line in lines if line.startswith("[")]
+    words = [line for line in lines if not line.startswith("[")]
+    vocab.write_text("\n".join(specials + words[::-1]) + "\n", encoding="utf-8")  # the same tokens, other ids
+    shutil.copy(vocab, tmp_path / "copy.txt")
+    function(vocab=vocab, out=tmp_path / "second", **fields)
+    function(vocab=tmp_path / "copy.txt", out=tmp_path / "fresh", **fields)
+
+    def written(name):
+        return {path.relative_to(tmp_path / name): path.read_bytes() for path in sorted((tmp_path / name).rglob("*"))
+                if path.suffix in (".bin", ".tfrecord")}
+
+    assert written("second") and written("second") == written("fresh") != written("first")
+    from bertprep.text_inputs import tokenizer_and_vocab
+
+    with pytest.raises(DataError, match=r"vocab\.txt: the vocab changed while the run read it \(sha256 "):
+        tokenizer_and_vocab(str(vocab), "0" * 64, True)  # a worker's read of other bytes than the plan's

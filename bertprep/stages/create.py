@@ -225,6 +225,7 @@ class ShardTask:
     seed: int
     records_dir: str
     vocab_path: str
+    vocab_sha256: str  # the bytes the plan read: a worker's tokenizer is of them (tokenizer_and_vocab)
     lower_case: bool
     params: InstanceParams
     formats: tuple
@@ -246,7 +247,7 @@ class ShardTask:
 
 def shard_instances(task):
     """The instances of one shard (its first `task.limit` when set)."""
-    tokenizer, masking_vocab = tokenizer_and_vocab(task.vocab_path, task.lower_case)
+    tokenizer, masking_vocab = tokenizer_and_vocab(task.vocab_path, task.vocab_sha256, task.lower_case)
     corpus = tokenize_corpus(read_text(task.source), tokenizer)
     if corpus.num_documents == 0:
         raise DataError(f"{storage.display(task.source)}: no documents (every line is blank or tokenizes to nothing)")
@@ -499,7 +500,7 @@ def plan(options):
     # a path or hub id on this machine is resolved to a file; a store's vocab is read from the store
     vocab = read_vocab(resolve_vocab_path(vocab_value) if storage.reads_in_place(vocab_value) else vocab_value)
     # Built once here: forked local workers inherit them instead of each loading the vocab again.
-    tokenizer_and_vocab(vocab.path, options.lower_case, vocab)
+    tokenizer_and_vocab(vocab.path, vocab.sha256, options.lower_case, vocab)
     inputs = discover_inputs(input_values)
     if not inputs:
         raise DataError(f"{' '.join(map(storage.display, input_values))}: no input shards found")
@@ -540,6 +541,7 @@ def plan(options):
                 seed=shard_seed(options.seed, split, path, options.seed_per_shard),
                 records_dir=records.root,
                 vocab_path=vocab.path,
+                vocab_sha256=vocab.sha256,
                 lower_case=lower_case,
                 params=params,
                 formats=fmts,

@@ -116,6 +116,7 @@ class TokenizeTask:
     out_dir: str
     format: str
     vocab_path: str
+    vocab_sha256: str  # the bytes the plan read: a worker's tokenizer is of them (tokenizer_and_vocab)
     vocab_size: int
     lower_case: bool
     settings_key: str
@@ -130,7 +131,7 @@ class TokenizeTask:
 
 def shard_sequences(task):
     """(tokens, sentence lengths, document indices) of one shard: create's Corpus, as the format stores it."""
-    tokenizer, _ = tokenizer_and_vocab(task.vocab_path, task.lower_case)
+    tokenizer, _ = tokenizer_and_vocab(task.vocab_path, task.vocab_sha256, task.lower_case)
     corpus = tokenize_corpus(read_text(task.source), tokenizer)
     if corpus.num_documents == 0:
         raise DataError(f"{storage.display(task.source)}: no documents (every line is blank or tokenizes to nothing)")
@@ -163,7 +164,7 @@ def plan(options):
     if not vocab_value:
         raise UsageError("--vocab is required: a vocab.txt path or a hub model id such as bert-base-uncased")
     vocab = read_vocab(resolve_vocab_path(vocab_value) if storage.reads_in_place(vocab_value) else vocab_value)
-    tokenizer_and_vocab(vocab.path, options.lower_case, vocab)  # built once: forked workers inherit it
+    tokenizer_and_vocab(vocab.path, vocab.sha256, options.lower_case, vocab)  # built once: forked workers inherit it
     inputs = discover_inputs(input_values)
     if not inputs:
         raise DataError(f"{' '.join(map(storage.display, input_values))}: no input shards found")
@@ -179,8 +180,9 @@ def plan(options):
                                   ).hexdigest()[:16]
     tasks = [TokenizeTask(source=path, source_sha256=check_input(path), split=split,
                           prefix=f"{split}/{module.prefix_name(os.path.splitext(os.path.basename(path))[0])}",
-                          out_dir=out_dir, format=options.format, vocab_path=vocab.path, vocab_size=vocab.size,
-                          lower_case=options.lower_case, settings_key=settings_key) for path, split in inputs]
+                          out_dir=out_dir, format=options.format, vocab_path=vocab.path, vocab_sha256=vocab.sha256,
+                          vocab_size=vocab.size, lower_case=options.lower_case, settings_key=settings_key)
+             for path, split in inputs]
     check_distinct_outputs((task.source, storage.join(out_dir, rel)) for task in tasks for rel in task.files())
     refuse_unlistable_prefixes(root, out_dir, tasks)
     warnings = [warning for warning in (vocab.duplicates_warning(), casing_warning(vocab, options.lower_case))
