@@ -275,6 +275,17 @@ def test_glue_task_selection_and_unknown_task(server, tmp_path):
     assert "unknown GLUE task 'SQuAD'" in line
 
 
+@pytest.mark.parametrize("tasks", [(), [], ""])
+def test_no_glue_task_is_refused_as_empty(tmp_path, tasks):
+    """`GlueOptions(tasks=())` (a list comprehension that kept nothing) said `GlueOptions.tasks: unknown GLUE task
+    ''; known: …`, a task of no name; it is refused as an empty field is."""
+    import bertprep
+
+    with pytest.raises(bertprep.errors.UsageError, match=r"^GlueOptions\.tasks is empty: give at least one value"):
+        bertprep.download("glue", tasks=tasks, workdir=tmp_path)
+    assert not (tmp_path / "download").exists()
+
+
 # -- the Python API (issue 31): download(...) without argv -----------------------------------------------
 
 

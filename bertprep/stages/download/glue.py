@@ -20,7 +20,7 @@ from typing import ClassVar
 
 from bertprep.atomic import atomic_write_bytes, hold
 from bertprep.errors import UsageError
-from bertprep.options import errors_name_fields, set_field
+from bertprep.options import errors_name_fields, refuse_empty, set_field
 from bertprep.stages.download import DownloadOptions
 from bertprep.stages.download.http import SourceDownloads
 from bertprep.stages.download.hub import hub_snapshot, iter_parquet_rows
@@ -138,6 +138,7 @@ class GlueOptions(DownloadOptions):
 
     def __post_init__(self):
         super().__post_init__()
+        refuse_empty(self, "tasks")  # () was "unknown GLUE task ''", a task of no name
         tasks = self.tasks if isinstance(self.tasks, str) else ",".join(self.tasks)
         set_field(self, "tasks", tuple(parse_tasks(tasks)))
 
