@@ -91,18 +91,19 @@ def os_error_line(exc):
 ON_COMMAND_LINE = contextvars.ContextVar("bertprep_on_command_line", default=False)
 
 
-def run_reporting_errors(prog, command):
+def run_reporting_errors(prog, command, sigterm=False):
     """`command()`'s exit code; a BertprepError or OSError becomes `prog: error: message` on stderr and
     exit 1 (2 for usage errors), Ctrl-C becomes `prog: interrupted` and 130, a reader that closed
-    stdout (`| head`) ends the command quietly with 141."""
-    interrupted = _InterruptRecorder()
+    stdout (`| head`) ends the command quietly with 141. `sigterm`: SIGTERM too ends the command as Ctrl-C
+    does (Stopped), `prog: stopped by SIGTERM` and 143; a Stopped's own line says where the command stopped."""
+    interrupted = _InterruptRecorder(sigterm)
     on_command_line = ON_COMMAND_LINE.set(True)
     try:
         with interrupted:
             code = command()
         sys.stdout.flush()  # here, where a closed pipe can still be caught, not at interpreter exit
-        if interrupted.seen:  # the KeyboardInterrupt was swallowed (a finalizer, a callback): still 130
-            raise KeyboardInterrupt
+        if interrupted.seen:  # the KeyboardInterrupt was swallowed (a finalizer, a callback): still 130 (or 143)
+            raise Stopped(interrupted.seen)
         return code
     except BrokenPipeError as exc:
         if not _stdout_closed():
@@ -116,34 +117,61 @@ def run_reporting_errors(prog, command):
     except OSError as exc:
         print(redact(f"{prog}: error: {os_error_line(exc)}"), file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        stopped = exc if isinstance(exc, Stopped) else Stopped(signal.SIGINT)
+        print(redact(f"{prog}: {stopped.line}"), file=sys.stderr)
+        return stopped.exit_code
     finally:
         ON_COMMAND_LINE.reset(on_command_line)
 
 
-class _InterruptRecorder:
-    """Remembers a Ctrl-C while the command runs. Python raises KeyboardInterrupt wherever the main
-    thread is; inside a finalizer or a callback it is printed as "Exception ignored" and lost, and a
-    run that was told to stop would end with 0."""
+class Stopped(KeyboardInterrupt):
+    """A command stopped by the signal `signum`: Ctrl-C's SIGINT, or SIGTERM, which a cluster's scheduler (and
+    `kill`) sends. Raised in the main thread as Ctrl-C's KeyboardInterrupt is, so the command unwinds the same
+    way: an output being written is dropped whole, a held directory released. `line`: what the command says as
+    it ends (where it stopped, what it kept); its exit code is the shell's for the signal, 128 + its number."""
 
-    seen = False
+    def __init__(self, signum, line=None):
+        self.signum = signum
+        self.exit_code = 128 + signum
+        self.line = line or ("interrupted" if signum == signal.SIGINT else
+                             f"stopped by {signal.Signals(signum).name}")
+        super().__init__(self.line)
+
+
+class _InterruptRecorder:
+    """Remembers a Ctrl-C (and with `sigterm`, a SIGTERM) while the command runs. Python raises
+    KeyboardInterrupt wherever the main thread is; inside a finalizer or a callback it is printed as "Exception
+    ignored" and lost, and a run that was told to stop would end with 0. SIGTERM's default ended the process at
+    once, exit 143 without a word of where it stopped."""
+
+    seen = None  # the number of the signal received
+
+    def __init__(self, sigterm=False):
+        self._defaults = {signal.SIGINT: signal.default_int_handler}
+        if sigterm:
+            self._defaults[signal.SIGTERM] = signal.SIG_DFL
 
     def __enter__(self):
-        self._previous = None
-        if threading.current_thread() is threading.main_thread() and \
-                signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-            self._previous = signal.signal(signal.SIGINT, self._record)
+        self._previous = {}
+        self._pid = os.getpid()
+        if threading.current_thread() is threading.main_thread():
+            for signum, default in self._defaults.items():
+                if signal.getsignal(signum) is default:  # not where the caller set a handler of its own
+                    self._previous[signum] = signal.signal(signum, self._record)
         return self
 
     def _record(self, signum, frame):
-        self.seen = True
-        raise KeyboardInterrupt
+        if os.getpid() != self._pid:  # a forked worker inherits the handler: the signal's default there
+            signal.signal(signum, self._defaults[signum])
+            os.kill(os.getpid(), signum)
+            return
+        self.seen = signum
+        raise Stopped(signum)
 
     def __exit__(self, *exc):
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
         return False
 
 

@@ -99,8 +99,39 @@ def test_ctrl_c_while_the_programs_compile_exits_130(tmp_path):
             break
     lines.extend(process.stderr)
     assert process.wait(timeout=120) == 130, lines[-3:]
-    assert lines[-1] == "trainer: interrupted\n"
+    assert lines[-1] == (f"trainer: interrupted before its first step; {tmp_path / 'ck'} holds no complete checkpoint "
+                         "yet: a rerun starts from step 0\n")
     assert os.listdir(tmp_path / "ck") == ["tensorboard"]  # no lock left: a rerun is not refused
+
+
+def test_sigterm_ends_a_run_with_its_step_and_the_checkpoint_to_resume(tmp_path):
+    """SIGTERM, a cluster scheduler's stop, killed the run at once: exit 143 and not a word of the step it had
+    reached or of which checkpoint a --resume would continue. It now ends as Ctrl-C does, in one line, 143; the
+    checkpoint being written when it came (one each step here) is dropped whole, never left half-written."""
+    import re
+
+    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", PYTHONPATH=REPO)
+    ck = tmp_path / "ck"
+    argv = [sys.executable, "-m", "trainer", "--format", "ofrecord", "--steps", "100000", "--batch-size", "2",
+            "--checkpoint-dir", str(ck), "--checkpoint-every", "1", "--log-every", "100000"]
+    process = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    lines = []
+    for line in process.stderr:
+        lines.append(line)
+        if line.startswith("trainer: checkpoint "):  # one complete, the run saving one each step from now on
+            process.send_signal(signal.SIGTERM)
+            break
+    lines.extend(process.stderr)
+    assert process.wait(timeout=120) == 143, lines[-3:]
+    stopped = re.fullmatch(r"trainer: stopped by SIGTERM at step (\d+) of 100000; newest complete checkpoint "
+                           r"(.*): the same command with --resume continues from it\n", lines[-1])
+    assert stopped, lines[-3:]
+    checkpoints = sorted(name for name in os.listdir(ck) if name != "tensorboard")
+    assert stopped.group(2) == str(ck / checkpoints[-1])  # the newest on disk, at or before the step reached
+    assert 1 <= int(checkpoints[-1].removeprefix("ckpt-")) <= int(stopped.group(1))
+    for name in checkpoints:  # whole: no .partial/ (nor its lock) left, no checkpoint short of a file
+        assert name.startswith("ckpt-") and {"state.json", "state.npz"} <= set(os.listdir(ck / name)), name
 
 
 def test_fine_tuning_records_given_to_pretraining_are_named(tmp_path, capsys, shared_dir):

@@ -8,9 +8,9 @@ lean_process()  # a process of our own: Keras loads without the packages it impo
 from trainer.cli import main  # noqa: E402
 
 code = main()
-if code == 130:
-    # Ctrl-C: it interrupts JAX's wait for a compilation, not the compilation, which goes on in XLA's threads;
-    # the interpreter torn down under them was a segmentation fault (exit 139). Everything is closed by now.
+if code in (130, 143):
+    # Ctrl-C (or SIGTERM): it interrupts JAX's wait for a compilation, not the compilation, which goes on in XLA's
+    # threads; the interpreter torn down under them was a segmentation fault (exit 139). Everything is closed by now.
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

@@ -231,9 +231,10 @@ def main(argv=None):
         return checkpoint_main(argv[1:])
     if argv[:1] == ["finetune"]:
         args = build_finetune_parser().parse_args(argv[1:])
-        return run_reporting_errors(PROG, lambda: _finetune(args))
+        return run_reporting_errors(PROG, lambda: _finetune(args), sigterm=True)
     args = build_parser().parse_args(argv)
-    return run_reporting_errors(PROG, lambda: _train(args))
+    # SIGTERM (a scheduler's stop) ends a run as Ctrl-C does, with a line of where it stopped, exit 143
+    return run_reporting_errors(PROG, lambda: _train(args), sigterm=True)
 
 
 def config_from(args, kind):

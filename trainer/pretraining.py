@@ -7,13 +7,14 @@ import functools
 import json
 import math
 import os
+import signal
 import sys
 
 import numpy as np
 
 from bertprep import storage
 from bertprep.atomic import hold
-from bertprep.errors import DataError, UsageError
+from bertprep.errors import BertprepError, DataError, Stopped, UsageError
 from bertprep.options import check_argument, run_errors_name_fields
 from bertprep.progress import Progress
 from trainer import compilation_cache, run_state, traced_steps, xla_gpu
@@ -327,6 +328,7 @@ class Log:
         self.quiet = config.quiet
         self.total = total_steps
         self.progress = None  # made at the first step: fine-tuning knows its total only then
+        self.step = None  # the steps applied, as of the last results (a stopped run's line names it)
         self.warm_from = None
         if config.log_json and enabled and log_in_checkpoint_dir(config, config.log_json):
             os.makedirs(os.path.dirname(os.path.abspath(config.log_json)), exist_ok=True)  # before the first save
@@ -353,6 +355,7 @@ class Log:
             print(line, file=sys.stderr, flush=True)
 
     def bar(self, step, text=""):
+        self.step = step
         if not self.enabled or self.quiet:
             return
         if self.progress is None:
@@ -480,9 +483,37 @@ def train(config: TrainConfig, step_times: list[float] | None = None,
         try:
             return _train(config, devices, log, clock, data_dir, records, bert, step_times, step_sequences, initial,
                           precision_note, options, cache_folder, warnings)
+        except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM (bertprep.errors.Stopped): say where, and what is kept
+            raise stopped(exc, config, log.step) from None
         finally:
             clock.close()  # a run that failed before its first results stops counting JAX's events
             log.close()
+
+
+def stopped(exc, config, step):
+    """The Stopped that ends a run a signal stopped (`exc`: a Stopped, or Ctrl-C's KeyboardInterrupt), its line
+    naming the step reached (`step`; None before the first step's results) and the newest complete checkpoint, which
+    --resume continues: a scheduler's SIGTERM ended the run at once, exit 143, without a word of either. A
+    checkpoint being written when the signal came was dropped whole (bertprep.atomic.atomic_dir): not listed."""
+    signum = getattr(exc, "signum", signal.SIGINT)
+    how = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
+    where = "before its first step" if step is None else f"at step {step} of {config.steps}"
+    return Stopped(signum, f"{how} {where}; {kept_checkpoint(config)}")
+
+
+def kept_checkpoint(config):
+    """What a stopped run leaves to continue from, for its last line."""
+    if not config.checkpoint_dir:
+        return "no --checkpoint-dir: nothing was kept"
+    directory = storage.display(config.checkpoint_dir)
+    try:
+        found = run_state.list_checkpoints(config.checkpoint_dir)
+    except (OSError, BertprepError) as exc:  # a store out of reach: the stop is still said, exit 130 or 143
+        return f"{directory}: its checkpoints could not be listed ({exc})"
+    if not found:
+        return f"{directory} holds no complete checkpoint yet: a rerun starts from step 0"
+    rerun = "the same command" if config.resume else "the same command with --resume"
+    return f"newest complete checkpoint {storage.display(found[-1][1])}: {rerun} continues from it"
 
 
 def _train(config, devices, log, clock, data_dir, records, bert, step_times=None, step_sequences=None, initial=None,
