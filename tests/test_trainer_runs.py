@@ -317,6 +317,23 @@ def test_a_fine_tuning_output_dir_in_a_checkpoints_folder_is_refused(tmp_path, c
     assert os.listdir(tmp_path) == []
 
 
+def _earlier_checkpoint(ck):
+    """A checkpoint of TINY_CONFIG's model in `ck` for --resume to find (the runs stop before its weights are
+    read: it holds none)."""
+    earlier = ck / "ckpt-00000002"
+    earlier.mkdir(parents=True)
+    (earlier / "state.npz").write_bytes(b"")
+    (earlier / "state.json").write_text(json.dumps({"step": 2, "draws": 2, "settings": {"model": TINY_CONFIG}}))
+    return earlier
+
+
+def _ignored_init_warning(init, earlier):
+    return (f"trainer: warning: --init-checkpoint {init}: not read, its weights are not used: --resume continues "
+            f"{earlier}, whose weights and model replace them (as Google's run_pretraining ignores init_checkpoint "
+            "where the model dir holds a checkpoint); leave --resume out, with a new --checkpoint-dir, to start "
+            "from it")
+
+
 def test_an_init_checkpoint_that_resume_replaces_is_said(shared_dir, tmp_path, capsys):
     """`--init-checkpoint X --resume` into a --checkpoint-dir holding a checkpoint resumed that checkpoint and
     never used X's weights (as Google's run_pretraining ignores init_checkpoint where the model dir holds one),
@@ -325,22 +342,36 @@ def test_an_init_checkpoint_that_resume_replaces_is_said(shared_dir, tmp_path, c
     from bertprep.atomic import hold
 
     ck = tmp_path / "ck"
-    earlier = ck / "ckpt-00000002"
-    earlier.mkdir(parents=True)
-    (earlier / "state.json").write_text("{}")
+    earlier = _earlier_checkpoint(ck)
     init = shared_dir / "fixtures" / "checkpoints" / "hf_tiny"
     run = ["--format", "tfrecord", "--steps", "3", "--batch-size", "2", "--init-checkpoint", str(init),
            "--checkpoint-dir", str(ck), "--quiet"]
     with hold(ck, "the test"):
         assert main([*run, "--resume"]) == 1
     said = capsys.readouterr().err.strip().splitlines()
-    assert said[0] == (f"trainer: warning: --init-checkpoint {init}: its weights are not used: --resume continues "
-                       f"{earlier}, whose weights replace them (as Google's run_pretraining ignores init_checkpoint "
-                       "where the model dir holds a checkpoint); leave --resume out, with a new --checkpoint-dir, "
-                       "to start from it"), said
+    assert said[0] == _ignored_init_warning(init, earlier), said
     assert said[1].startswith(f"trainer: error: {ck}: another run is writing here (the test, "), said
     # Nothing to resume: the run starts from --init-checkpoint, nothing to say.
     empty = tmp_path / "empty"
     with hold(empty, "the test"):
         assert main([*run[:-2], str(empty), "--quiet", "--resume"]) == 1
     assert "warning" not in capsys.readouterr().err
+
+
+def test_an_init_checkpoint_that_resume_replaces_is_not_read(tmp_path, capsys):
+    """Under --resume of a checkpoint, --init-checkpoint X was still read (a hub id downloaded), checked, and its
+    weights loaded ("initialized 46 variables from X"), all to be replaced by the resumed checkpoint's: an X that
+    cannot be read (here not a checkpoint at all) ended the run, exit 1, though nothing of it would be used. It is
+    neither read nor loaded now: the model is the resumed checkpoint's, and the run goes on (to the held
+    --checkpoint-dir here, before compiling anything)."""
+    from bertprep.atomic import hold
+
+    ck, init = tmp_path / "ck", tmp_path / "not-a-checkpoint"
+    init.mkdir()
+    earlier = _earlier_checkpoint(ck)
+    with hold(ck, "the test"):
+        assert main(["--format", "tfrecord", "--steps", "3", "--batch-size", "2", "--init-checkpoint", str(init),
+                     "--checkpoint-dir", str(ck), "--resume", "--quiet"]) == 1
+    said = capsys.readouterr().err.strip().splitlines()
+    assert said[0] == _ignored_init_warning(init, earlier), said
+    assert said[1].startswith(f"trainer: error: {ck}: another run is writing here (the test, "), said

@@ -15,6 +15,7 @@ import numpy as np
 from bertprep import storage
 from bertprep.atomic import hold
 from bertprep.errors import BertprepError, DataError, Stopped, UsageError
+from bertprep.folder import Folder
 from bertprep.options import check_argument, run_errors_name_fields
 from bertprep.progress import Progress
 from trainer import compilation_cache, run_state, traced_steps, xla_gpu
@@ -134,40 +135,69 @@ def read_initial_checkpoint(config, records):
     return checkpoint
 
 
-def initial_checkpoint_warnings(checkpoint, config=None):
+def initial_checkpoint_warnings(checkpoint, config=None, resumed=None):
     """The warnings of the checkpoint a run starts from (None: none), each said at once in one stderr line,
     `trainer: warning: …`, --quiet or not, as `trainer checkpoint` says it; the run's summary lists them under
     "warnings". Checkpoint.non_finite_warning: NaN or inf in its weights (a diverged run's), which the run took
     without a word. A warning, not a refusal: the loop ends a run whose loss stays non-finite (trainer/loop.py).
-    With `config` (a TrainConfig), an --init-checkpoint that --resume's checkpoint replaces (resumed_over_init)."""
+    With `config` (a TrainConfig) and `resumed` (resumed_instead_of_init's path), an --init-checkpoint that
+    --resume's checkpoint replaces (resumed_over_init)."""
     warnings = tuple(line for line in ([checkpoint.non_finite_warning()] if checkpoint else []) if line)
-    warnings += tuple(line for line in [resumed_over_init(config)] if line)
+    warnings += tuple(line for line in [resumed_over_init(config, resumed)] if line)
     for line in warnings:
         print(f"trainer: warning: {line}", file=sys.stderr, flush=True)
     return warnings
 
 
-def resumed_over_init(config):
-    """The warning where --resume continues a checkpoint of --checkpoint-dir and --init-checkpoint is given too:
-    the resumed weights replace the initial ones, as Google's run_pretraining ignores init_checkpoint where its
-    --output_dir holds a checkpoint. Kept so, but it was unsaid: the user who meant to start from X trained on
-    from the earlier run. None where there is nothing to say."""
-    if config is None or not (config.resume and config.init_checkpoint):
+def resumed_instead_of_init(config):
+    """(path, its model's BertConfig) of the checkpoint --resume continues where --init-checkpoint is given too;
+    None where there is none (the run then starts from --init-checkpoint). The --init-checkpoint is then neither
+    read nor loaded: it was read (a hub id's downloaded), checked against --model and the records, its weights
+    loaded ("initialized 46 variables from …"), and all replaced by the resumed checkpoint's. The model is that
+    checkpoint's (its state.json's settings), which the --init-checkpoint gave the run that wrote it."""
+    if not (config.resume and config.init_checkpoint):
         return None
-    found = run_state.list_checkpoints(config.checkpoint_dir)
-    if not found:  # nothing to resume: the run starts from --init-checkpoint
+    found = run_state.latest_state(config.checkpoint_dir)
+    if found is None:
         return None
-    return (f"--init-checkpoint {storage.display(config.init_checkpoint)}: its weights are not used: --resume "
-            f"continues {storage.display(found[-1][1])}, whose weights replace them (as Google's run_pretraining "
-            "ignores init_checkpoint where the model dir holds a checkpoint); leave --resume out, with a new "
-            "--checkpoint-dir, to start from it")
+    path, state = found
+    model, where = state["settings"].get("model"), Folder(path).display("state.json")
+    if not isinstance(model, dict):
+        raise DataError(f'{where}: damaged checkpoint state (no object "model" in its settings); remove the '
+                        "checkpoint to resume from the one before")
+    return path, BertConfig.checked(where, model, DataError)
 
 
-def model_config(config, records, initial=None):
-    """The model: the config of `initial` (--init-checkpoint's), --bert-config as given, or a Google
-    size whose vocab is the one the records were made with; --dropout replaces both dropout rates.
-    Records that do not fit it (vocab, sequence length, predictions) are a DataError."""
-    if initial is not None or config.bert_config:
+def initial_or_resumed(config, records):
+    """(--init-checkpoint's Checkpoint, None, None); or (None, path, BertConfig) of the checkpoint --resume
+    continues instead (resumed_instead_of_init); or (None, None, None) without --init-checkpoint."""
+    resumed = resumed_instead_of_init(config)
+    if resumed is not None:
+        return (None, *resumed)
+    return (read_initial_checkpoint(config, records) if config.init_checkpoint else None), None, None
+
+
+def resumed_over_init(config, resumed):
+    """The warning where --resume continues the checkpoint `resumed` (a path) of --checkpoint-dir and
+    --init-checkpoint is given too: the resumed weights and model replace the initial ones, as Google's
+    run_pretraining ignores init_checkpoint where its --output_dir holds a checkpoint. Kept so, but it was unsaid:
+    the user who meant to start from X trained on from the earlier run. None where there is nothing to say."""
+    if config is None or resumed is None:
+        return None
+    return (f"--init-checkpoint {storage.display(config.init_checkpoint)}: not read, its weights are not used: "
+            f"--resume continues {storage.display(resumed)}, whose weights and model replace them (as Google's "
+            "run_pretraining ignores init_checkpoint where the model dir holds a checkpoint); leave --resume out, "
+            "with a new --checkpoint-dir, to start from it")
+
+
+def model_config(config, records, initial=None, resumed=None):
+    """The model: the config of `initial` (--init-checkpoint's), of `resumed` (the BertConfig of the checkpoint
+    --resume continues instead of --init-checkpoint) where no --model or --bert-config is given, --bert-config
+    as given, or a Google size whose vocab is the one the records were made with; --dropout replaces both dropout
+    rates. Records that do not fit it (vocab, sequence length, predictions) are a DataError."""
+    if resumed is not None and not (config.model or config.bert_config):
+        bert = resumed  # the records are checked against it with its checkpoint (check_compatible)
+    elif initial is not None or config.bert_config:
         bert = initial.config if initial is not None else BertConfig.from_json_file(config.bert_config)
         owner = config.init_checkpoint if initial is not None else config.bert_config
         if records.vocab_size and records.vocab_size > bert.vocab_size:
@@ -444,10 +474,10 @@ def train(config: TrainConfig, step_times: list[float] | None = None,
             print(f"trainer: no --data: training on the embedded sample records in {data_dir}", file=sys.stderr)
     records = Records(data_dir, config.format)
     refuse_log_json_on_inputs(config, [entry.get("path") for _, entry, _ in records.vocabs if isinstance(entry, dict)])
-    initial = read_initial_checkpoint(config, records) if config.init_checkpoint else None
-    bert = model_config(config, records, initial)
+    initial, resumed, resumed_model = initial_or_resumed(config, records)
+    bert = model_config(config, records, initial, resumed_model)
     check_records_fit(bert, records, data_dir)
-    warnings = initial_checkpoint_warnings(initial, config)  # once the run is not refused, before it starts
+    warnings = initial_checkpoint_warnings(initial, config, resumed)  # once the run is not refused, before it starts
     xla_gpu.apply(config.gemm, autotune=config.gemm_autotune)  # XLA flags: before JAX's GPU backend starts
     keras = load_keras()
     clock.mark("imports_s")
@@ -675,7 +705,15 @@ def carried_files(config, records, initial, log):
     found = tokenizer.of_records(records.vocabs, notes) or (initial is not None and tokenizer.of_checkpoint(initial))
     for note in notes:
         log.note(note)
-    return (found.checkpoint_files() if found else {}), {"manifests": records.manifests}
+    files = found.checkpoint_files() if found else resumed_files(config)
+    return files, {"manifests": records.manifests}
+
+
+def resumed_files(config):
+    """Under --resume, what the checkpoint it continues carries (its vocab.txt and casing): a run resumed without
+    reading its --init-checkpoint (resumed_instead_of_init) carries that checkpoint's, which came from it."""
+    found = run_state.list_checkpoints(config.checkpoint_dir) if config.resume else []
+    return run_state.carried_files(found[-1][1]) if found else {}
 
 
 def checkpoint(config, devices, steps, settings, log, carried, step, draws):

@@ -143,24 +143,65 @@ def save(directory, step, arrays, state, keep, files=None):
 
 def load_latest(directory):
     """(arrays, state) of the newest checkpoint, or None when there is none."""
-    check_whole(directory)
-    checkpoints = list_checkpoints(directory)
-    if not checkpoints:
+    path = _newest(directory)
+    if path is None:
         return None
-    _step, path = checkpoints[-1]
     checkpoint = Folder(path)
+    state = _read_state(checkpoint)
     try:
-        with checkpoint.open("state.json", "r", encoding="utf-8") as f:
-            state = json.load(f)
         with checkpoint.local_copy("state.npz") as local, np.load(local) as npz:
             arrays = {name: npz[name] for name in npz.files}
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:  # a cut-off or damaged state.npz too
         raise DataError(f"{checkpoint}: unreadable checkpoint: {exc}") from None
+    _check_state(checkpoint, state)
+    return path, arrays, state
+
+
+def latest_state(directory):
+    """(path, state) of the newest checkpoint, its state.json alone (load_latest reads the weights too), or None
+    when there is none."""
+    path = _newest(directory)
+    if path is None:
+        return None
+    checkpoint = Folder(path)
+    state = _read_state(checkpoint)
+    _check_state(checkpoint, state)
+    return path, state
+
+
+def _newest(directory):
+    """The path of the newest complete checkpoint of `directory`, None where there is none; an incomplete newest
+    one is named (check_whole)."""
+    check_whole(directory)
+    checkpoints = list_checkpoints(directory)
+    return checkpoints[-1][1] if checkpoints else None
+
+
+def _read_state(checkpoint):
+    try:
+        with checkpoint.open("state.json", "r", encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{checkpoint}: unreadable checkpoint: {exc}") from None
+
+
+def _check_state(checkpoint, state):
     problem = state_problem(state)
     if problem:
         raise DataError(f"{checkpoint.display('state.json')}: damaged checkpoint state ({problem}); "
                         "remove the checkpoint to resume from the one before")
-    return path, arrays, state
+
+
+def carried_files(path):
+    """{name: bytes} of what the checkpoint `path` carries besides its state (save's `files`: the run's vocab.txt
+    and tokenizer_config.json), for the checkpoints of a run that resumes it."""
+    checkpoint = Folder(path)
+    files = {}
+    for name in ("vocab.txt", "tokenizer_config.json"):
+        if checkpoint.isfile(name):
+            with checkpoint.open(name, "rb") as f:
+                files[name] = f.read()
+    return files
 
 
 def state_problem(state):
