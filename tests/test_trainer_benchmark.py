@@ -377,3 +377,61 @@ def test_a_baseline_of_another_model_is_refused_before_any_run(tmp_path):
         f"trainer.benchmark: error: --baseline {baseline}: measured with model_config.hidden_size=128, this run's "
         "256: its 1-device medians are no baseline for this run's speed-ups"]
     assert not (tmp_path / "two").exists()  # no worker started, no log written
+
+
+def _workers_of(pid):
+    """The pids of trainer.benchmark.worker processes whose parent is `pid`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                command = f.read()
+            with open(f"/proc/{entry}/status") as f:
+                parent = f"PPid:\t{pid}\n" in f.read()
+        except (OSError, ValueError):  # not a process, or one gone meanwhile
+            continue
+        if parent and b"trainer.benchmark.worker" in command:
+            found.append(int(entry))
+    return found
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"trainer.benchmark.worker" in f.read()
+    except OSError:
+        return False
+
+
+def test_sigterm_ends_the_benchmark_with_its_worker(tmp_path):
+    """SIGTERM (a scheduler's stop, `timeout`) killed trainer.benchmark at once, exit 143 without a word, and
+    its worker, started in a session of its own, went on running (on the GPUs the job had given back), its
+    scratch folder left in the temporary directory. It now ends as after Ctrl-C: the worker killed, the scratch
+    removed, one line, exit 143."""
+    import signal
+    import time
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", TMPDIR=str(scratch))
+    process = subprocess.Popen([sys.executable, "-m", "trainer.benchmark", "--format", "ofrecord", "--devices", "1",
+                                "--runs", "1", "--backend", "jax", "--out", str(tmp_path / "out"), "--quiet"],
+                               cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)
+    workers = []
+    try:
+        deadline = time.monotonic() + 300  # a bound on the wait, not a measurement
+        while not workers and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+            workers = _workers_of(process.pid)
+        assert workers, "no worker started"
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=120)
+        assert (process.returncode, err.strip().splitlines()[-1:]) == (143, ["trainer.benchmark: stopped by SIGTERM"])
+        assert [pid for pid in workers if _alive(pid)] == []
+        assert os.listdir(scratch) == []
+    finally:
+        for pid in workers:  # the old code's orphan: its own session, its own process group
+            if _alive(pid):
+                os.killpg(pid, signal.SIGKILL)
+        if process.poll() is None:
+            process.kill()

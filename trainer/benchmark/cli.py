@@ -113,7 +113,8 @@ def main(argv=None):
     args.command = "python -m trainer.benchmark " + " ".join(shlex.quote(a) for a in argv)
     if args.model is None and not args.bert_config:
         args.model = "tiny" if args.data is None else "base"
-    return run_reporting_errors(PROG, lambda: _benchmark(args))
+    # SIGTERM (a scheduler's stop, `timeout`) ends it as Ctrl-C does: its worker, in a session of its own, is killed
+    return run_reporting_errors(PROG, lambda: _benchmark(args), sigterm=True)
 
 
 def hosts_and_index(env):
