@@ -138,6 +138,9 @@ class Stopped(KeyboardInterrupt):
                              f"stopped by {signal.Signals(signum).name}")
         super().__init__(self.line)
 
+    def __reduce__(self):  # pickled (a worker's result) with both arguments, not the line alone
+        return Stopped, (self.signum, self.line)
+
 
 class _InterruptRecorder:
     """Remembers a Ctrl-C (and with `sigterm`, a SIGTERM) while the command runs. Python raises
