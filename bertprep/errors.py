@@ -24,8 +24,9 @@ EXIT_BROKEN_PIPE = 128 + 13
 _SECRET_TEXT = (
     # a signed URL's or a form's secret parameters: X-Amz-Signature=..., X-Amz-Credential=..., token=..., and the
     # same words after a `_`/`-` prefix (access_key=, client_secret=, private-token=: a bare \bkey= missed them)
+    # (stopping before the `:` after a URL that starts an error line: `...?token=T: HTTP 404` lost its colon)
     (re.compile(r"(?i)\b((?:[a-z0-9]+[_-])*(?:signature|credential|token|secret|password|passwd|sig|"
-                r"awsaccesskeyid|apikey|key))=[^&\s\"'<>]+"), r"\1=***"),
+                r"awsaccesskeyid|apikey|key))=[^&\s\"'<>]+?(?=:?(?:[&\s\"'<>]|$))"), r"\1=***"),
     # user:password@ in a URL, up to the authority's last @ (a request splits it there: `alice:p@ss@host`)
     (re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/\s\"']*@"), r"\1"),
     (re.compile(r"[^\s/\"':@]+:[^\s/\"']+@"), "***@"),  # the same quoted without its scheme

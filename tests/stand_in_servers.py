@@ -53,6 +53,7 @@ class StandInServer:
         self.stopping = threading.Event()  # ends stalled and trickling responses
         self.requests = []  # (method, path, Range header or None)
         self.authorizations = []  # (path, Authorization header or None) of each request
+        self.queries = []  # (path, query string) of each request that has one (a signed mirror's ?token=)
         self.headers = {}  # "/path" -> {header: value} sent instead of the computed ones (a bad Content-Length)
         self.redirects = {}  # "/path" -> the Location of a 302 answered to it
         self.served_instead = {}  # "/path" -> the body a GET sends instead of the file's (its ETag still the file's)
@@ -156,6 +157,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.stand_in.log(self.command, path, self.headers.get("Range"))
         with self.stand_in._lock:
             self.stand_in.authorizations.append((path, self.headers.get("Authorization")))
+            if urlsplit(self.path).query:
+                self.stand_in.queries.append((path, urlsplit(self.path).query))
         delay = self.stand_in.take(self.stand_in.trickle_headers, path)
         if delay is not None:
             return self._trickle_headers(delay)

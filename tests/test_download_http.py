@@ -2,6 +2,7 @@
 
 import hashlib
 import io
+import json
 import os
 import re
 import tarfile
@@ -295,6 +296,31 @@ def test_a_mirror_url_with_secret_parameters_of_any_name_is_never_printed(server
     assert line.endswith("HTTP 404 Not Found") and "access_key=***" in line, line
     for secret in ("AcCeSsKeY123", "ClIeNtSeCrEt", "PrIvTok"):
         assert secret not in result.stdout + result.stderr, result.stderr
+
+
+def test_a_signed_mirror_url_takes_the_file_names_into_its_path_and_its_query_is_never_kept(server, tmp_path):
+    """`--base-url http://HOST/bc?token=T0kEnT0kEn`, a signed mirror's URL, was joined as text: the file name went
+    into the query (`/bc?token=T0kEnT0kEn/bookcorpus.tar.bz2`), the directory itself was asked for, and the error
+    read `http://HOST/bc?token=*** HTTP 404 Not Found`, no file named. The name joins the path, the query follows
+    it to the server, and no line or file the run writes holds the token."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:bz2") as archive:
+        info = tarfile.TarInfo("books_large_p1.txt")
+        info.size = 6
+        archive.addfile(info, io.BytesIO(b"a\nb\nc\n"))
+    server.add_file("bc/bookcorpus.tar.bz2", buffer.getvalue())
+    work = tmp_path / "w"
+    result = run_cli("download", "bookcorpus", "--tarball", "--md5", hashlib.md5(buffer.getvalue()).hexdigest(),
+                     "--workdir", work, "--base-url", server.url + "/bc/?token=T0kEnT0kEn", "--json")
+    summary = ok(result)
+    assert server.queries == [("/bc/bookcorpus.tar.bz2", "token=T0kEnT0kEn")]
+    assert summary["documents"] == 1 and "T0kEnT0kEn" not in result.stdout + result.stderr
+    manifest = json.loads((work / "download/bookcorpus/manifest.json").read_text())
+    assert manifest["files"]["bookcorpus.tar.bz2"]["url"] == server.url + "/bc/bookcorpus.tar.bz2?token=***"
+    assert not [path for path in work.rglob("*") if path.is_file() and b"T0kEnT0kEn" in path.read_bytes()]
+    line = one_line_error(run_cli("download", "squad", "--workdir", work, "--version", "1.1",
+                                  "--base-url", server.url + "/squad?token=T0kEnT0kEn"))
+    assert line.endswith(f"{server.url}/squad/train-v1.1.json?token=***: HTTP 404 Not Found"), line
 
 
 def test_a_python_caller_reads_a_download_error_without_the_mirror_secrets(server, tmp_path):

@@ -23,7 +23,7 @@ from bertprep.errors import DataError, UsageError
 from bertprep.options import errors_name_fields
 from bertprep.stages.download import DownloadOptions
 from bertprep.stages.download.formatted import corpus_dir, format_parts, save_parts_manifest, write_part
-from bertprep.stages.download.http import SourceDownloads
+from bertprep.stages.download.http import SourceDownloads, join_url
 from bertprep.stages.download.hub import hub_snapshot, iter_parquet_rows
 from bertprep.stages.download.wikipedia import hub_manifest
 
@@ -89,11 +89,11 @@ def run(options, workdir, progress):
     per_document = options.lines_per_document
     directory = corpus_dir(workdir, CORPUS)
     if options.tarball:
-        base = (options.base_url or os.environ.get(TARBALL_URL_ENV) or DEFAULT_TARBALL_URL).rstrip("/")
+        url = join_url(options.base_url or os.environ.get(TARBALL_URL_ENV) or DEFAULT_TARBALL_URL, TARBALL)
         md5 = (options.md5 or TARBALL_MD5).lower()
         downloads = SourceDownloads(os.path.join(workdir, "download", "bookcorpus"), "bookcorpus", progress,
                                     options.limits)
-        entry = downloads.get(f"{base}/{TARBALL}", TARBALL, checksums={"md5": md5})
+        entry = downloads.get(url, TARBALL, checksums={"md5": md5})
         source = {"tarball": TARBALL, "md5": md5, "lines_per_document": per_document}
         with hold(directory, "bertprep download") as staging:
             manifest = save_parts_manifest(directory, CORPUS, source, None)

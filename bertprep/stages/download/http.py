@@ -229,6 +229,14 @@ def _body_chunks(response, limits, at):
         raise _Transient(f"connection lost at byte {at:,} ({exc.__class__.__name__})") from None
 
 
+def join_url(base, *names):
+    """`base`, a mirror's URL, with `names` appended to its path: a query (a signed mirror's `?token=...`) stays
+    after them. Joined as text, the names went into the query (`.../squad?token=T/train-v1.1.json`), every file
+    was asked for as the directory itself, and the redacted error named no file."""
+    parts = urllib.parse.urlsplit(base)
+    return urllib.parse.urlunsplit(parts._replace(path="/".join([parts.path.rstrip("/"), *names])))
+
+
 def _request(url, headers):
     """The request for `url`; a mirror's `user:password@` as HTTP basic auth (urllib looked the host up as
     "user:password@host"), in a header that a redirect to another host does not carry."""
@@ -393,7 +401,8 @@ def _transfer(url, part, meta, meta_path, progress, limits):
         elif part.have:
             # 200 to a Range request: no Range support, or the file changed (If-Range). Start over.
             if progress is not None:
-                progress.note(f"{os.path.basename(url)}: server sent the whole file; restarting from byte 0")
+                name = os.path.basename(urllib.parse.urlsplit(url).path)  # not `name?token=***`
+                progress.note(f"{name}: server sent the whole file; restarting from byte 0")
             part.restart()
         length = response.headers.get("Content-Length")
         if length is not None and not re.fullmatch(r"[0-9]+", length.strip()):

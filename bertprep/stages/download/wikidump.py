@@ -25,7 +25,7 @@ from bertprep.atomic import hold
 from bertprep.engines import pool_results
 from bertprep.errors import DataError, UsageError
 from bertprep.stages.download.formatted import corpus_dir, save_parts_manifest, write_part
-from bertprep.stages.download.http import SourceDownloads, fetch_text
+from bertprep.stages.download.http import SourceDownloads, fetch_text, join_url
 from bertprep.stages.download.wikimarkup import STRIPPER, wikitext_to_text
 
 DEFAULT_BASE_URL = "https://dumps.wikimedia.org"
@@ -38,9 +38,9 @@ def resolve_dump(base, lang, dump, limits):
     """(date, file name, md5) of the pages-articles dump, from the published md5 list."""
     wiki = f"{lang}wiki"
     if dump == "latest":
-        listing_url = f"{base}/{wiki}/latest/{wiki}-latest-md5sums.txt"
+        listing_url = join_url(base, wiki, "latest", f"{wiki}-latest-md5sums.txt")
     elif re.fullmatch(r"\d{8}", dump):
-        listing_url = f"{base}/{wiki}/{dump}/{wiki}-{dump}-md5sums.txt"
+        listing_url = join_url(base, wiki, dump, f"{wiki}-{dump}-md5sums.txt")
     else:
         raise UsageError(f"--dump: expected 'latest' or a date YYYYMMDD, got {dump!r}")
     pattern = re.compile(rf"([0-9a-f]{{32}})\s+\*?({re.escape(wiki)}-(\d{{8}})-pages-articles\.xml\.bz2)$")
@@ -130,12 +130,12 @@ def _batched(iterable, size):
 
 def run(options, workdir, progress):
     """`download wikipedia --dump` (WikipediaOptions)."""
-    base = (options.base_url or os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL).rstrip("/")
+    base = options.base_url or os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL
     wiki = f"{options.lang}wiki"
     limits = options.limits
     date, name, md5 = resolve_dump(base, options.lang, options.dump, limits)
     downloads = SourceDownloads(os.path.join(workdir, "download", "wikipedia"), "wikipedia", progress, limits)
-    entry = downloads.get(f"{base}/{wiki}/{date}/{name}", name, checksums={"md5": md5})
+    entry = downloads.get(join_url(base, wiki, date, name), name, checksums={"md5": md5})
     downloads.set_info(dump=date, lang=options.lang)
     corpus = f"wikicorpus_{options.lang}"
     directory = corpus_dir(workdir, corpus)
