@@ -11,7 +11,7 @@ import time
 import pytest
 
 from bertprep.errors import DataError, redact
-from bertprep.stages.download.http import Limits, SourceDownloads, fetch
+from bertprep.stages.download.http import MAX_TEXT, Limits, SourceDownloads, fetch, fetch_text
 from stand_in_servers import StandInServer, ok, one_line_error, run_cli
 
 PAYLOAD = os.urandom(3 * (1 << 20) + 12345)  # several read chunks
@@ -408,3 +408,23 @@ def test_a_full_disk_names_the_file_it_could_not_write(server, tmp_path):
     assert re.fullmatch(f"{re.escape(str(dest))}.part: cannot write at byte [0-9,]+ \\(File too large\\); free space "
                         "and rerun to resume", result.stdout.strip()), (result.stdout, result.stderr)
     assert 0 < os.path.getsize(f"{dest}.part") <= 1 << 20
+
+
+def test_a_checksum_list_that_is_not_utf8_too_large_or_cut_short_is_one_line_or_fetched_again(server, tmp_path):
+    """fetch_text, which reads the dump's md5 list, ended `download wikipedia --dump` with a UnicodeDecodeError
+    traceback on a body that is not UTF-8 (a compressed or binary answer), read any body whole into memory (the
+    dump itself served at the list's URL), and took a body cut short of its Content-Length for the whole list."""
+    server.add_file("enwiki/latest/enwiki-latest-md5sums.txt", b"\xff\xfe<garbled>\n")
+    line = one_line_error(run_cli("download", "wikipedia", "--dump", "latest", "--workdir", tmp_path / "w",
+                                  "--base-url", server.url))
+    assert line.endswith(f"{server.url}/enwiki/latest/enwiki-latest-md5sums.txt: expected a UTF-8 text file (a "
+                         "checksum list), got byte 0xff at offset 0, which is not UTF-8"), line
+    server.add_file("big.txt", b"x" * (MAX_TEXT + 1))
+    with pytest.raises(DataError, match=f"^{re.escape(server.url)}/big.txt: expected a short text file \\(a "
+                                        f"checksum list\\), got more than {MAX_TEXT:,} bytes$"):
+        fetch_text(server.url + "/big.txt")
+    listing = "".join(f"{index:032x}  file-{index}.bz2\n" for index in range(100)).encode()
+    server.add_file("md5sums.txt", listing)
+    server.drop_after["/md5sums.txt"] = 100
+    assert fetch_text(server.url + "/md5sums.txt", backoff=0.01) == listing.decode()
+    assert [r for r in server.requests if r[1] == "/md5sums.txt"] == [("GET", "/md5sums.txt", None)] * 2

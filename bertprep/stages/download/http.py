@@ -55,6 +55,7 @@ TRANSIENT_STATUS = {408, 425, 429, 500, 502, 503, 504}
 
 MAX_SECONDS = 1e9  # 31 years: a limit, not "none" (which --deadline 0 says)
 MAX_WAIT = 60.0  # the longest wait between two attempts (the backoff doubles up to it)
+MAX_TEXT = 1 << 20  # fetch_text's largest body: a dump's md5 list is some kilobytes
 
 
 @errors_name_fields
@@ -404,15 +405,21 @@ def _transfer(url, part, meta, meta_path, progress, limits):
                 name = os.path.basename(urllib.parse.urlsplit(url).path)  # not `name?token=***`
                 progress.note(f"{name}: server sent the whole file; restarting from byte 0")
             part.restart()
-        length = response.headers.get("Content-Length")
-        if length is not None and not re.fullmatch(r"[0-9]+", length.strip()):
-            raise DataError(f"{url}: the server's Content-Length {length!r} is not a number of bytes")
-        expected_end = part.have + int(length) if length is not None else None
+        length = _content_length(url, response)
+        expected_end = part.have + length if length is not None else None
         meta["validator"] = response.headers.get("ETag") or response.headers.get("Last-Modified")
         _write_json(meta_path, meta)
         part.append_from(response, progress, limits)
         if expected_end is not None and part.have < expected_end:
             raise _Transient(f"connection closed at byte {part.have:,} of {expected_end:,}")
+
+
+def _content_length(url, response):
+    """The response's Content-Length in bytes, None without one."""
+    length = response.headers.get("Content-Length")
+    if length is not None and not re.fullmatch(r"[0-9]+", length.strip()):
+        raise DataError(f"{url}: the server's Content-Length {length!r} is not a number of bytes")
+    return int(length) if length is not None else None
 
 
 def _content_range_start(value):
@@ -426,17 +433,42 @@ def _content_range_total(value):
 
 
 def fetch_text(url, retries=4, backoff=1.0, limits=Limits()):
-    """A small text resource (a checksum list) fetched whole, with retries; 4xx -> DataError."""
+    """A small text resource (a checksum list) fetched whole, with retries; 4xx, a body past MAX_TEXT bytes or
+    not UTF-8 -> DataError."""
     limits.check()
     for attempt in range(retries + 1):
         try:
             response = _open(url, 0, None, _Clock(limits))
             with contextlib.closing(response):
-                return b"".join(_body_chunks(response, limits, 0)).decode("utf-8")
+                return _utf8_text(url, _small_body(url, response, limits))
         except _Transient as exc:
             if attempt == retries:
                 raise DataError(f"{url}: {exc} (gave up after {retries + 1} attempts)") from None
             time.sleep(min(backoff * 2**attempt, MAX_WAIT))
+
+
+def _small_body(url, response, limits):
+    """The whole body of a small text resource: at most MAX_TEXT bytes (the dump's own bytes served at its checksum
+    list's URL were read whole into memory), and as many as its Content-Length says (one cut short was a list
+    that lacked the lines after the cut)."""
+    length = _content_length(url, response)
+    body = bytearray()
+    for chunk in _body_chunks(response, limits, 0):
+        body += chunk
+        if len(body) > MAX_TEXT:
+            raise DataError(f"{url}: expected a short text file (a checksum list), got more than {MAX_TEXT:,} "
+                            "bytes")
+    if length is not None and len(body) < length:
+        raise _Transient(f"connection closed at byte {len(body):,} of {length:,}")
+    return bytes(body)
+
+
+def _utf8_text(url, body):
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError as exc:  # was a UnicodeDecodeError traceback
+        raise DataError(f"{url}: expected a UTF-8 text file (a checksum list), got byte 0x{body[exc.start]:02x} "
+                        f"at offset {exc.start:,}, which is not UTF-8") from None
 
 
 def read_checksum_list(path, algorithm):
