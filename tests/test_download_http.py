@@ -428,3 +428,25 @@ def test_a_checksum_list_that_is_not_utf8_too_large_or_cut_short_is_one_line_or_
     server.drop_after["/md5sums.txt"] = 100
     assert fetch_text(server.url + "/md5sums.txt", backoff=0.01) == listing.decode()
     assert [r for r in server.requests if r[1] == "/md5sums.txt"] == [("GET", "/md5sums.txt", None)] * 2
+
+
+SIGN_IN_PAGE = b"\xef\xbb\xbf\n  <!DOCTYPE html>\n<html><body>Your link has expired: sign in again</body></html>\n"
+
+
+def test_an_html_page_served_with_200_for_a_file_is_named_as_one(server, tmp_path):
+    """A mirror's error or sign-in page served with 200 (an expired signed URL, a missing file) failed only as
+    `md5 mismatch: expected ... (published), got ...`, which reads as a mirror that republished the file, and as
+    `no md5 for enwiki-20240101-pages-articles.xml.bz2` in the dump's md5 list. Each now says what came."""
+    server.add_file("squad/train-v1.1.json", SIGN_IN_PAGE)
+    line = one_line_error(run_cli("download", "squad", "--version", "1.1", "--workdir", tmp_path / "w",
+                                  "--base-url", server.url + "/squad"))
+    assert line.endswith(f"got {hashlib.md5(SIGN_IN_PAGE).hexdigest()} (an HTML page: the server's error or sign-in "
+                         "page, not the file?); the download was deleted"), line
+    server.add_file("enwiki/20240101/enwiki-20240101-md5sums.txt", SIGN_IN_PAGE)
+    line = one_line_error(run_cli("download", "wikipedia", "--dump", "20240101", "--workdir", tmp_path / "w",
+                                  "--base-url", server.url))
+    assert line.endswith("no md5 for enwiki-20240101-pages-articles.xml.bz2 (an HTML page: the server's error or "
+                         "sign-in page, not the file?)"), line
+    server.add_file("files/blob.md5", MD5.encode() + b"  <html>.bin\n")  # a line naming <html> is no page
+    with pytest.raises(DataError, match=r"md5 mismatch: expected 0+ \(published\), got [0-9a-f]+; the download"):
+        fetch(server.url + "/files/blob.md5", str(tmp_path / "blob.md5"), checksums={"md5": "0" * 32})

@@ -143,6 +143,17 @@ def test_a_pinned_zip_checksum_is_checked_before_unpacking(server, release_files
     assert looks_complete(tmp_path / "w" / "download" / "pretrained") == []
 
 
+def test_an_html_page_served_for_the_zip_is_named_as_one(server, release_files, tmp_path):
+    """A mirror's sign-in page served with 200 for the release zip was `not a readable zip archive (File is not a
+    zip file)` and no more; it is named as an HTML page now."""
+    server.add_file(ZIP_PATH, b"<!doctype html><html><body>Sign in to download</body></html>")
+    result = run_cli("download", "pretrained", "--model", RELEASE, "--workdir", tmp_path / "w",
+                     "--base-url", server.url + "/bert_models", "--checksums", sha256sums(tmp_path, release_files))
+    assert one_line_error(result).endswith(f"{RELEASE}.zip: not a readable zip archive (File is not a zip file) (an "
+                                           "HTML page: the server's error or sign-in page, not the file?); the "
+                                           "download was deleted")
+
+
 def test_a_corrupt_zip_is_one_line_and_deleted(server, release_files, release_zip, tmp_path):
     server.add_file(ZIP_PATH, release_zip[:1000] + b"\0" * (len(release_zip) - 1000))
     result = run_cli("download", "pretrained", "--model", RELEASE, "--workdir", tmp_path / "w",

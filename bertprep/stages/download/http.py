@@ -201,18 +201,38 @@ def fetch(url, dest, *, size=None, checksums=None, progress=None, retries=6, bac
                 progress.note(f"{os.path.basename(dest)}: {exc}; retrying in {wait:.1f}s from byte {part.have:,}")
             time.sleep(wait)
     if size is not None and part.have != size:
+        page = file_page_note(part_path)
         _remove(part_path, meta_path)
-        raise DataError(f"{url}: size mismatch: expected {size:,} bytes (published), got {part.have:,}; the download "
-                        "was deleted")
+        raise DataError(f"{url}: size mismatch: expected {size:,} bytes (published), got {part.have:,}{page}; the "
+                        "download was deleted")
     digests = part.digests()
     for name, expected in sorted(checksums.items()):
         if digests[name] != expected:
+            page = file_page_note(part_path)
             _remove(part_path, meta_path)
-            raise DataError(f"{url}: {name} mismatch: expected {expected} (published), got {digests[name]}; the "
-                            "download was deleted")
+            raise DataError(f"{url}: {name} mismatch: expected {expected} (published), got {digests[name]}{page}; "
+                            "the download was deleted")
     os.replace(part_path, dest)
     _remove(meta_path)
     return Fetched(dest, url, part.have, digests["sha256"], {k: digests[k] for k in checksums}, resumed_at, attempts)
+
+
+# The start of an HTML page: what a mirror answers with 200 for an expired token or a missing file, as many do.
+_PAGE = re.compile(rb"\s*(?:<!doctype\s+html|<html|<head|<body)", re.IGNORECASE)
+
+
+def page_note(head):
+    """' (an HTML page: ...)' where `head`, a body's first bytes, begins an HTML page, else '': a checksum mismatch
+    or a list without the line sought said nothing more, and a user took the mirror for one that had republished
+    the file under another checksum."""
+    return " (an HTML page: the server's error or sign-in page, not the file?)" if _PAGE.match(
+        head[:1024].removeprefix(b"\xef\xbb\xbf")) else ""
+
+
+def file_page_note(path):
+    """page_note of the file at `path`."""
+    with open(path, "rb") as f:
+        return page_note(f.read(1024))
 
 
 def _body_chunks(response, limits, at):

@@ -33,7 +33,7 @@ from bertprep.bert_config import BertConfig
 from bertprep.errors import DataError, UsageError, redact
 from bertprep.options import errors_name_fields, normalise_paths
 from bertprep.stages.download import DownloadOptions
-from bertprep.stages.download.http import CHUNK, SourceDownloads, join_url, read_checksum_list
+from bertprep.stages.download.http import CHUNK, SourceDownloads, file_page_note, join_url, read_checksum_list
 from bertprep.stages.download.hub import (
     SHA256_HEX,
     _first_line,
@@ -250,8 +250,8 @@ def _unpack(zip_path, release, out, pins, progress):
             _check_bert_config(os.path.join(out, CONFIG), f"{release}/{CONFIG}")
             return entries
     except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError) as exc:
-        raise DataError(f"{zip_path}: not a readable zip archive ({_first_line(exc)}); the download was "
-                        "deleted") from None
+        raise DataError(f"{zip_path}: not a readable zip archive ({_first_line(exc)}){file_page_note(zip_path)}; "
+                        "the download was deleted") from None
 
 
 def _check_bert_config(path, name):

@@ -25,7 +25,7 @@ from bertprep.atomic import hold
 from bertprep.engines import pool_results
 from bertprep.errors import DataError, UsageError
 from bertprep.stages.download.formatted import corpus_dir, save_parts_manifest, write_part
-from bertprep.stages.download.http import SourceDownloads, fetch_text, join_url
+from bertprep.stages.download.http import SourceDownloads, fetch_text, join_url, page_note
 from bertprep.stages.download.wikimarkup import STRIPPER, wikitext_to_text
 
 DEFAULT_BASE_URL = "https://dumps.wikimedia.org"
@@ -44,11 +44,13 @@ def resolve_dump(base, lang, dump, limits):
     else:
         raise UsageError(f"--dump: expected 'latest' or a date YYYYMMDD, got {dump!r}")
     pattern = re.compile(rf"([0-9a-f]{{32}})\s+\*?({re.escape(wiki)}-(\d{{8}})-pages-articles\.xml\.bz2)$")
-    for line in fetch_text(listing_url, limits=limits).splitlines():
+    listing = fetch_text(listing_url, limits=limits)
+    for line in listing.splitlines():
         match = pattern.match(line.strip())
         if match and (dump == "latest" or match.group(3) == dump):
             return match.group(3), match.group(2), match.group(1)
-    raise DataError(f"{listing_url}: no md5 for {wiki}-{'<date>' if dump == 'latest' else dump}-pages-articles.xml.bz2")
+    raise DataError(f"{listing_url}: no md5 for {wiki}-{'<date>' if dump == 'latest' else dump}-pages-articles.xml.bz2"
+                    f"{page_note(listing.encode())}")
 
 
 def iter_pages(path):
