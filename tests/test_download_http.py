@@ -450,3 +450,24 @@ def test_an_html_page_served_with_200_for_a_file_is_named_as_one(server, tmp_pat
     server.add_file("files/blob.md5", MD5.encode() + b"  <html>.bin\n")  # a line naming <html> is no page
     with pytest.raises(DataError, match=r"md5 mismatch: expected 0+ \(published\), got [0-9a-f]+; the download"):
         fetch(server.url + "/files/blob.md5", str(tmp_path / "blob.md5"), checksums={"md5": "0" * 32})
+
+
+def test_a_base_url_that_is_no_url_to_download_from_is_a_usage_error(tmp_path):
+    """`--base-url mirror.local/squad` (no scheme) and `http://[::1` ended with a ValueError traceback; `s3://bucket`
+    and `http://` (no host) were retried for a minute, then `cannot connect (unknown url type: s3)`, exit 1. The
+    flags, the sources' environment variables too, are checked before anything is asked: exit 2."""
+    expected = "expected a URL such as https://host/path (http, https, ftp, file), but"
+    for source, flag, value, problem in (
+            ("squad", "--base-url", "mirror.local/squad", "it has no scheme"),
+            ("squad", "--base-url", "http://[::1", "it does not parse (Invalid IPv6 URL)"),
+            ("squad", "--eval-base-url", "s3://bucket/eval?token=T0kEnT0kEn", "its scheme is s3:"),
+            ("pretrained", "--base-url", "http://", "it names no host"),
+            ("glue", "--base-url", "hub.example", "it has no scheme")):
+        more = ["--model", "bert-base-uncased"] if source == "pretrained" else []
+        result = run_cli("download", source, "--workdir", tmp_path / "w", flag, value, *more)
+        shown = value.replace("T0kEnT0kEn", "***")
+        assert one_line_error(result, code=2).endswith(f": error: {flag} {shown}: {expected} {problem}")
+    result = run_cli("download", "squad", "--workdir", tmp_path / "w", env={"BERTPREP_SQUAD_URL": "mirror/squad"})
+    assert one_line_error(result, code=2).endswith(f": error: $BERTPREP_SQUAD_URL mirror/squad: {expected} it has no "
+                                                   "scheme")
+    assert not (tmp_path / "w" / "download" / "squad" / "v1.1").exists()

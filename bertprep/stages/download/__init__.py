@@ -27,7 +27,7 @@ from bertprep.options import (
     set_field,
 )
 from bertprep.progress import Progress, Summary
-from bertprep.stages.download.http import Limits
+from bertprep.stages.download.http import Limits, check_url
 from bertprep.workdir import resolve_workdir
 
 # source -> (module, its options class, one-line help)
@@ -66,6 +66,8 @@ class DownloadOptions:
         check_types(self)
         normalise_paths(self, "workdir", outputs=("workdir",), folders=("workdir",))
         storage.check_schemes(self.workdir)
+        if self.base_url is not None:
+            check_url(self.base_url, "--base-url")
         self._check_workers()
         # every source's, the hub's too (their client takes its own limits): `download("glue",
         # limits=Limits(stall=-1))` was accepted where the command line's --stall-timeout -1 is refused

@@ -23,7 +23,7 @@ from bertprep.errors import DataError, UsageError
 from bertprep.options import errors_name_fields
 from bertprep.stages.download import DownloadOptions
 from bertprep.stages.download.formatted import corpus_dir, format_parts, save_parts_manifest, write_part
-from bertprep.stages.download.http import SourceDownloads, join_url
+from bertprep.stages.download.http import SourceDownloads, join_url, mirror_base
 from bertprep.stages.download.hub import hub_snapshot, iter_parquet_rows
 from bertprep.stages.download.wikipedia import hub_manifest
 
@@ -89,7 +89,7 @@ def run(options, workdir, progress):
     per_document = options.lines_per_document
     directory = corpus_dir(workdir, CORPUS)
     if options.tarball:
-        url = join_url(options.base_url or os.environ.get(TARBALL_URL_ENV) or DEFAULT_TARBALL_URL, TARBALL)
+        url = join_url(mirror_base(options.base_url, TARBALL_URL_ENV, DEFAULT_TARBALL_URL), TARBALL)
         md5 = (options.md5 or TARBALL_MD5).lower()
         downloads = SourceDownloads(os.path.join(workdir, "download", "bookcorpus"), "bookcorpus", progress,
                                     options.limits)

@@ -250,6 +250,37 @@ def _body_chunks(response, limits, at):
         raise _Transient(f"connection lost at byte {at:,} ({exc.__class__.__name__})") from None
 
 
+URL_SCHEMES = ("http", "https", "ftp", "file")  # what urllib's opener fetches (file:// a local mirror)
+
+
+def check_url(url, name):
+    """`url`, where it is a URL to download from, else a UsageError naming it as `name` (its flag or variable):
+    `--base-url mirror.local/squad` (no scheme) and `http://[::1` were a ValueError traceback, and `s3://...` or
+    `http://` (no host) were retried for a minute before `cannot connect (unknown url type: s3)`."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 (a port out of range is a ValueError here)
+    except ValueError as exc:
+        problem = f"it does not parse ({exc})"
+    else:
+        scheme = parts.scheme.lower()
+        problem = (f"its scheme is {scheme}:" if scheme not in URL_SCHEMES else "it names no host"
+                   if scheme != "file" and not parts.hostname else None) if scheme else "it has no scheme"
+    if problem is not None:
+        raise UsageError(f"{name} {url}: expected a URL such as https://host/path ({', '.join(URL_SCHEMES)}), but "
+                         f"{problem}")
+    return url
+
+
+def mirror_base(given, variable, default):
+    """The base URL a source downloads from: `given` (--base-url, which its options checked), else the environment
+    `variable`'s (checked here, naming it), else `default`."""
+    if given:
+        return given
+    value = os.environ.get(variable)
+    return check_url(value, f"${variable}") if value else default
+
+
 def join_url(base, *names):
     """`base`, a mirror's URL, with `names` appended to its path: a query (a signed mirror's `?token=...`) stays
     after them. Joined as text, the names went into the query (`.../squad?token=T/train-v1.1.json`), every file

@@ -33,7 +33,14 @@ from bertprep.bert_config import BertConfig
 from bertprep.errors import DataError, UsageError, redact
 from bertprep.options import errors_name_fields, normalise_paths
 from bertprep.stages.download import DownloadOptions
-from bertprep.stages.download.http import CHUNK, SourceDownloads, file_page_note, join_url, read_checksum_list
+from bertprep.stages.download.http import (
+    CHUNK,
+    SourceDownloads,
+    file_page_note,
+    join_url,
+    mirror_base,
+    read_checksum_list,
+)
 from bertprep.stages.download.hub import (
     SHA256_HEX,
     _first_line,
@@ -203,7 +210,7 @@ def _google_release(downloads, staging, release, pins, base_url):
     zip_name = f"{release}.zip"
     zip_pin = pins.pop(zip_name, None)
     date = RELEASES[release][0]
-    url = join_url(base_url or os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL, date, zip_name)
+    url = join_url(mirror_base(base_url, BASE_URL_ENV, DEFAULT_BASE_URL), date, zip_name)
     done = _complete(downloads, release)
     if done is not None and downloads.manifest["info"].get(release, {}).get("url") == redact(url):
         if downloads.progress is not None:

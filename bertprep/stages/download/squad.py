@@ -21,7 +21,7 @@ from bertprep.atomic import atomic_write_bytes, hold
 from bertprep.errors import DataError, UsageError
 from bertprep.options import errors_name_fields, normalise_paths
 from bertprep.stages.download import DownloadOptions
-from bertprep.stages.download.http import SourceDownloads, fetch, join_url, read_checksum_list
+from bertprep.stages.download.http import SourceDownloads, check_url, fetch, join_url, mirror_base, read_checksum_list
 from bertprep.stages.download.hub import hub_snapshot, iter_parquet_rows
 
 DEFAULT_BASE_URL = "https://rajpurkar.github.io/SQuAD-explorer/dataset"
@@ -68,6 +68,8 @@ class SquadOptions(DownloadOptions):
     def __post_init__(self):
         super().__post_init__()
         normalise_paths(self, "checksums")
+        if self.eval_base_url is not None:
+            check_url(self.eval_base_url, "--eval-base-url")
         if self.squad_version not in VERSIONS:
             raise UsageError(f"--version must be one of {', '.join(VERSIONS)}, not {self.squad_version!r}")
 
@@ -101,7 +103,7 @@ def _download(options, directory, progress):
             if options.from_hub:
                 entry = _from_hub(downloads, version, split, relpath, options.base_url, progress.quiet)
             else:
-                url = join_url(options.base_url or os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL, name)
+                url = join_url(mirror_base(options.base_url, BASE_URL_ENV, DEFAULT_BASE_URL), name)
                 entry = downloads.get(url, relpath, checksums={"md5": md5s.get(name, md5)})
             _check_examples(downloads, relpath, entry, examples)
             rows.append((relpath, f"{entry['examples']:,} examples"))
@@ -129,7 +131,7 @@ def _check_examples(downloads, relpath, entry, expected):
 
 def _eval_script(downloads, version, eval_base_url, progress):
     bundle, name = EVAL_SCRIPTS[version]
-    base = eval_base_url or os.environ.get(EVAL_BASE_URL_ENV) or DEFAULT_EVAL_BASE_URL
+    base = mirror_base(eval_base_url, EVAL_BASE_URL_ENV, DEFAULT_EVAL_BASE_URL)
     relpath = f"v{version}/{name}"
     url = join_url(base, bundle, "contents", "blob", "")
     """((relpath, what), a warning or None): the script is unpublished-checksum extra, so a failure to fetch it

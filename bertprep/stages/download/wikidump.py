@@ -25,7 +25,7 @@ from bertprep.atomic import hold
 from bertprep.engines import pool_results
 from bertprep.errors import DataError, UsageError
 from bertprep.stages.download.formatted import corpus_dir, save_parts_manifest, write_part
-from bertprep.stages.download.http import SourceDownloads, fetch_text, join_url, page_note
+from bertprep.stages.download.http import SourceDownloads, fetch_text, join_url, mirror_base, page_note
 from bertprep.stages.download.wikimarkup import STRIPPER, wikitext_to_text
 
 DEFAULT_BASE_URL = "https://dumps.wikimedia.org"
@@ -132,7 +132,7 @@ def _batched(iterable, size):
 
 def run(options, workdir, progress):
     """`download wikipedia --dump` (WikipediaOptions)."""
-    base = options.base_url or os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL
+    base = mirror_base(options.base_url, BASE_URL_ENV, DEFAULT_BASE_URL)
     wiki = f"{options.lang}wiki"
     limits = options.limits
     date, name, md5 = resolve_dump(base, options.lang, options.dump, limits)
