@@ -471,3 +471,18 @@ def test_a_base_url_that_is_no_url_to_download_from_is_a_usage_error(tmp_path):
     assert one_line_error(result, code=2).endswith(f": error: $BERTPREP_SQUAD_URL mirror/squad: {expected} it has no "
                                                    "scheme")
     assert not (tmp_path / "w" / "download" / "squad" / "v1.1").exists()
+
+
+@pytest.mark.parametrize("source, flags", [("glue", ["--tasks", "MRPC"]), ("squad", ["--from-hub"]), ("wikipedia", []),
+                                           ("bookcorpus", []), ("pretrained", ["--model", "bert-base-uncased"])])
+def test_a_hub_endpoint_with_a_query_is_a_usage_error(server, tmp_path, source, flags):
+    """A hub endpoint given as a signed mirror's URL, `--base-url http://HOST/?token=T`, had the hub client's paths
+    appended after its query, so every request asked for the root: `nyu-mll/glue@main: not reachable at
+    http://HOST/?token=*** and not in the cache (... 404 ...)`, exit 1, and for pretrained `not a BERT model at ...`.
+    It is refused before any request."""
+    result = run_cli("download", source, *flags, "--workdir", tmp_path / "w", "--base-url",
+                     server.url + "/?token=T0kEnT0kEn")
+    assert one_line_error(result, code=2).endswith(f": error: --base-url {server.url}/?token=***: a hub endpoint takes "
+                                                   "no query or fragment (the hub's paths are appended to it); give a "
+                                                   "hub token in HF_TOKEN")
+    assert server.requests == []

@@ -34,7 +34,7 @@ import time
 import urllib.parse
 
 from bertprep.atomic import sha256_file
-from bertprep.errors import DataError, redact
+from bertprep.errors import DataError, UsageError, redact
 from bertprep.stages.download.http import MAX_WAIT, TRANSIENT_STATUS, Limits
 
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
@@ -47,8 +47,18 @@ def hub_snapshot(repo, revision, patterns, endpoint=None, quiet=False, limits=Li
 
     Returns (commit, [(path in repo, local path, {"bytes", "sha256"})]) sorted by path.
     """
+    check_endpoint(endpoint)
     with bounded_hub(limits, quiet):
         return _hub_snapshot(repo, revision, patterns, endpoint, quiet)
+
+
+def check_endpoint(endpoint):
+    """A UsageError where the hub `endpoint` (--base-url) holds a query or a fragment: huggingface_hub appends its
+    paths to the endpoint as text (`http://hub/?token=T/api/datasets/...`), so every request asked for the
+    endpoint's root, and the download failed as `not reachable at ... and not in the cache`."""
+    if endpoint and ("?" in endpoint or "#" in endpoint):
+        raise UsageError(f"--base-url {endpoint}: a hub endpoint takes no query or fragment (the hub's paths are "
+                         "appended to it); give a hub token in HF_TOKEN")
 
 
 @contextlib.contextmanager

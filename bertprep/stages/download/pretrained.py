@@ -46,6 +46,7 @@ from bertprep.stages.download.hub import (
     _first_line,
     _remove_cached,
     bounded_hub,
+    check_endpoint,
     damaged_copy_error,
     hub_failure,
 )
@@ -157,6 +158,8 @@ def resolve_model(value):
 
 def run(options, workdir, progress):
     kind, name = resolve_model(options.model)
+    if kind == "hub":
+        check_endpoint(options.base_url)
     root = os.path.join(workdir, "download", "pretrained")
     downloads = SourceDownloads(root, "pretrained", progress, options.limits)
     with hold(root, "bertprep download pretrained") as staging:
