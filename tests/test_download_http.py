@@ -393,6 +393,16 @@ def test_a_checksum_list_that_is_not_utf8_names_its_line(server, tmp_path):
     assert line.endswith(f"{sums}:2: expected '<md5> <file name>' in UTF-8, found bytes that are not UTF-8")
 
 
+def test_a_checksum_list_saved_with_a_bom_and_crlf_is_read(tmp_path):
+    """A list saved by PowerShell's Out-File or Notepad starts with a UTF-8 BOM: its first line, a well-formed
+    `<md5>  <name>`, was refused as `LIST:1: expected '<md5> <file name>'`."""
+    from bertprep.stages.download.http import read_checksum_list
+
+    sums = tmp_path / "sums.md5"
+    sums.write_bytes(b"\xef\xbb\xbf" + f"{MD5}  squad/train-v1.1.json\r\n{'A' * 32} *dev-v1.1.json\r\n".encode())
+    assert read_checksum_list(str(sums), "md5") == {"train-v1.1.json": MD5, "dev-v1.1.json": "a" * 32}
+
+
 def test_a_full_disk_names_the_file_it_could_not_write(server, tmp_path):
     """Under a file-size limit (EFBIG, as ENOSPC takes the same path) the error was "File too large", no path; the
     partial file stays, so a rerun resumes."""

@@ -531,7 +531,8 @@ def read_checksum_list(path, algorithm):
         with open(path, "rb") as f:
             for number, raw in enumerate(f, 1):
                 try:
-                    line = raw.decode("utf-8")
+                    # a list saved with a BOM (PowerShell's Out-File, Notepad) was refused at its first line
+                    line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
                 except UnicodeDecodeError:
                     raise UsageError(f"{path}:{number}: expected '<{algorithm}> <file name>' in UTF-8, found bytes "
                                      "that are not UTF-8") from None
