@@ -732,6 +732,21 @@ def test_bad_glue_input(finetune_dir, tmp_path, vocab_path, capsys):
     assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "train.of_record-0", "train.tf_record"]
 
 
+def test_an_empty_glue_split_is_refused_for_what_it_is(finetune_dir, tmp_path, vocab_path, capsys):
+    """A split's file of a header row alone was refused `(OneFlow cannot read an empty part)`, with `--format
+    tfrecord` too, which writes no OneFlow part: the reason misled. It names the split and the remedy now."""
+    data = tmp_path / "MRPC"
+    data.mkdir()
+    (data / "train.tsv").write_bytes((finetune_dir / "glue/MRPC/train.tsv").read_bytes())
+    (data / "dev.tsv").write_text("Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\r\n")
+    out = tmp_path / "out"
+    assert main(["create-glue", "--task", "MRPC", "--data-dir", str(data), "--vocab", str(vocab_path), "--out",
+                 str(out), "--split", "train", "--split", "dev", "--format", "tfrecord"]) == 1
+    assert _error_line(capsys).endswith(f"{data / 'dev.tsv'}: no examples after its header row (MRPC dev); a split "
+                                        "needs at least one: pass --split to convert only the others")
+    assert not out.exists()
+
+
 # ---------------------------------------------------------------- the encoder every record goes through
 
 

@@ -285,6 +285,14 @@ def feature_columns(examples, tokenizer, seq, labels):
 # ---------------------------------------------------------------- the command
 
 
+def refuse_an_empty_split(path, task, split):
+    """A DataError for a split's file with no example: `(OneFlow cannot read an empty part)` was its reason with
+    `--format tfrecord` too, which writes no OneFlow part; a split of no record trains or scores nothing."""
+    after = " after its header row" if TASKS[task].columns[split].header else ""
+    raise DataError(f"{path}: no examples{after} ({task} {split}); a split needs at least one: pass --split to "
+                    "convert only the others")
+
+
 def _refuse_a_data_dir_beside_the_task(data_dir, task, spec):
     """A UsageError where `--data-dir` is a file (`…/MRPC/train.tsv`), or the directory above the task's (the
     `download glue` root, whose `MRPC/` holds the files): `…/glue/train.tsv: no such file` was all they said."""
@@ -337,7 +345,7 @@ def create_glue(options: CreateGlueOptions | None = None, /, *, quiet: bool = Tr
     examples = {split: read_examples(paths[split], task, split) for split in splits if split not in done}
     for split, found in examples.items():
         if not found:
-            raise DataError(f"{paths[split]}: no examples (OneFlow cannot read an empty part)")
+            refuse_an_empty_split(paths[split], task, split)
     progress = _examples_progress(manifest, writers, done, examples, quiet)
     results = {}
     with hold(out, "bertprep create-glue") as staging:
