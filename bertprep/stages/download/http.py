@@ -257,19 +257,28 @@ def check_url(url, name):
     """`url`, where it is a URL to download from, else a UsageError naming it as `name` (its flag or variable):
     `--base-url mirror.local/squad` (no scheme) and `http://[::1` were a ValueError traceback, and `s3://...` or
     `http://` (no host) were retried for a minute before `cannot connect (unknown url type: s3)`."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-        parts.port  # noqa: B018 (a port out of range is a ValueError here)
-    except ValueError as exc:
-        problem = f"it does not parse ({exc})"
-    else:
-        scheme = parts.scheme.lower()
-        problem = (f"its scheme is {scheme}:" if scheme not in URL_SCHEMES else "it names no host"
-                   if scheme != "file" and not parts.hostname else None) if scheme else "it has no scheme"
+    problem = _url_problem(url)
     if problem is not None:
         raise UsageError(f"{name} {url}: expected a URL such as https://host/path ({', '.join(URL_SCHEMES)}), but "
                          f"{problem}")
     return url
+
+
+def _url_problem(url):
+    """What makes `url` no URL to download from, or None."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 (a port out of range is a ValueError here)
+    except ValueError as exc:
+        return f"it does not parse ({exc})"
+    scheme = parts.scheme.lower()
+    if not scheme:
+        return "it has no scheme"
+    if scheme not in URL_SCHEMES:
+        return f"its scheme is {scheme}:"
+    if scheme != "file" and not parts.hostname:
+        return "it names no host"
+    return None
 
 
 def mirror_base(given, variable, default):
