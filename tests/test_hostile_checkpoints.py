@@ -813,6 +813,40 @@ def test_a_checkpoint_that_lost_a_file_names_the_file(checkpoints, tmp_path, cap
     assert json.loads(capsys.readouterr().out)["path"] == str(run / "ckpt-00000001")
 
 
+LOST_FILES = [  # kind, the file lost, what is said after "DIR: "
+    ("hf", "model.safetensors", "config.json of a Hugging Face checkpoint without its weights (model.safetensors or "
+                                "pytorch_model.bin)"),
+    ("hf", "config.json", "model.safetensors of a Hugging Face checkpoint without its config.json (the model's size)"),
+    ("google", "bert_model.ckpt.index", "bert_model.ckpt.data-00000-of-00001 of a Google checkpoint without its "
+                                        "bert_model.ckpt.index (the list of its variables)"),
+    ("bertprep", "state.npz", "state.json of a checkpoint of this trainer without its state.npz (the weights)"),
+]
+
+
+@pytest.mark.parametrize("kind,lost,said", LOST_FILES, ids=[f"{kind}-{lost}" for kind, lost, _ in LOST_FILES])
+def test_a_checkpoint_directory_that_lost_a_file_names_it(checkpoints, tmp_path, capsys, kind, lost, said):
+    """A Hugging Face directory, a Google one or a `convert --to bertprep` copy (named anything, not ckpt-<step>)
+    that lost one of its files, as a copy or download cut short leaves it, was 'not a checkpoint this trainer reads
+    (expected a ckpt-<step>/ ..., a Hugging Face directory with config.json and model.safetensors ...)', as if it
+    were some other folder, the missing file unnamed; now the file is named, exit 1, nothing written."""
+    sources = {"hf": checkpoints / "hf_tiny", "google": checkpoints / "google_tiny"}
+    src = tmp_path / kind
+    if kind == "bertprep":
+        assert main(["checkpoint", "convert", str(sources["hf"]), str(src), "--to", "bertprep", "--quiet"]) == 0
+        (src / lost).unlink()
+    else:
+        src.mkdir()
+        for path in sources[kind].iterdir():
+            if path.is_file() and path.name != lost:
+                os.symlink(path, src / path.name)
+    said = f"trainer checkpoint: error: {src}: {said}: copied or downloaded in part? Restore it, or name a whole " \
+           "checkpoint"
+    assert _inspect_fails(capsys, src) == said
+    if kind == "google":  # named by its prefix too
+        assert _inspect_fails(capsys, src / "bert_model.ckpt") == said.replace(f"{src}:", f"{src / 'bert_model.ckpt'}:")
+    assert _convert_fails(src, tmp_path / "out") == said
+
+
 OUTPUTS = [  # flag, what is there already, what is said
     ("--output-dir", "file", "is a file; name a directory"),
     ("--checkpoint-dir", "file", "is a file; name a directory"),

@@ -39,6 +39,7 @@ def sniff(path):
     if hf.looks_like_hub_id(path):
         return hf
     _refuse_a_file_of_a_checkpoint(path)
+    _refuse_a_checkpoint_that_lost_a_file(path)
     raise DataError(f"{path}: not a checkpoint this trainer reads (expected a ckpt-<step>/ or checkpoint "
                      "directory of the trainer, a Google bert_model.ckpt prefix or its directory, a Hugging Face "
                      "directory with config.json and model.safetensors or pytorch_model.bin, a hub id, or "
@@ -61,6 +62,19 @@ def _refuse_a_file_of_a_checkpoint(path):
     held = [module for module in (ours, google, hf) if module.sniff(directory)]
     if held:
         raise DataError(f"{path}: one file of {held[0].HELD} in {directory}: name the directory {directory}")
+
+
+def _refuse_a_checkpoint_that_lost_a_file(path):
+    """A DataError naming the missing file where `path` holds a checkpoint's other files without one its kind is
+    known by (a copy or download cut short): a Hugging Face config.json without model.safetensors (or the weights
+    without config.json), a Google bert_model.ckpt.data-* without its .index, our state.json without state.npz was
+    "not a checkpoint this trainer reads (expected ...)", as if it were some other folder, the lost file unnamed."""
+    from trainer.checkpoint import google, hf, ours
+
+    for module in (ours, google, hf):
+        lost = module.lost_file(path)
+        if lost:
+            raise DataError(f"{path}: {lost}: copied or downloaded in part? Restore it, or name a whole checkpoint")
 
 
 def read(path):

@@ -4,6 +4,7 @@ skipped). Read with TensorFlow's own checkpoint reader, written with its own Sav
 google-research/bert's `init_from_checkpoint` finds every variable by name."""
 
 import dataclasses
+import glob
 import json
 import os
 
@@ -40,6 +41,17 @@ def checkpoint_prefix(path):
 
 def sniff(path):
     return checkpoint_prefix(path) is not None
+
+
+def lost_file(path):
+    """What a Google prefix `path` (or the bert_model.ckpt of the directory `path`) lacks where its .data-* files
+    are there without its .index, which lists their variables (sniff looks for the .index alone), else None."""
+    prefix = os.path.join(path, PREFIX) if os.path.isdir(path) else path
+    data = sorted(glob.glob(glob.escape(prefix) + ".data-*"))
+    if data and not os.path.isfile(prefix + ".index"):
+        return (f"{os.path.basename(data[0])} of a Google checkpoint without its {os.path.basename(prefix)}.index "
+                "(the list of its variables)")
+    return None
 
 
 def _tensorflow():

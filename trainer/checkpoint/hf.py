@@ -39,6 +39,19 @@ def sniff(path):
     return os.path.isdir(path) and os.path.isfile(os.path.join(path, "config.json")) and _weights_file(path) is not None
 
 
+def lost_file(path):
+    """What the directory `path` lacks where it holds one of config.json and a weights file but not the other, else
+    None (sniff: no)."""
+    if not os.path.isdir(path):
+        return None
+    config, weights = os.path.isfile(os.path.join(path, "config.json")), _weights_file(path)
+    if config and weights is None:
+        return f"config.json of a Hugging Face checkpoint without its weights ({' or '.join(WEIGHT_FILES)})"
+    if weights and not config:
+        return f"{os.path.basename(weights)} of a Hugging Face checkpoint without its config.json (the model's size)"
+    return None
+
+
 def looks_like_hub_id(path):
     return not os.path.exists(path) and bool(_HUB_ID.match(path)) and not path.endswith((".ckpt", ".pt", ".bin"))
 

@@ -35,6 +35,15 @@ def sniff(path):
     return os.path.isdir(path) and _directory(path) is not None
 
 
+def lost_file(path):
+    """What the directory `path` lacks where it holds state.json but no state.npz (a converted `--to bertprep`
+    copy, named anything; a ckpt-<step>/ is run_state.check_whole's), else None (sniff: no)."""
+    if os.path.isdir(path) and os.path.isfile(os.path.join(path, "state.json")) and \
+            not os.path.isfile(os.path.join(path, "state.npz")):
+        return f"state.json of a checkpoint of this trainer without its state.npz ({run_state.FILES['state.npz']})"
+    return None
+
+
 def read_arrays(path):
     """(BertConfig, {our variable path: array}, checkpoint directory): the trainer's own form."""
     directory = _directory(path)
