@@ -245,6 +245,31 @@ def test_a_transformers_fine_tune_keeps_its_head_through_convert(checkpoints, in
     np.testing.assert_allclose(logits(again.eval()), logits(model), rtol=0, atol=tolerance)
 
 
+def test_inspect_of_a_fine_tune_lists_its_task_head_as_convert_counts_it(checkpoints, tmp_path, capsys):
+    """`checkpoint inspect` of a fine-tuned classifier listed the model's variables alone: "variables: 39" and no
+    output_weights / output_bias, where `convert`'s summary of the same checkpoint says 41, while its "parameters"
+    counted the head's; its task head was only in the notes. Now every variable is listed, the head last, and
+    `task_head` says what it is, as convert's summary does."""
+    hf_config = json.loads((checkpoints / "hf_tiny" / "config.json").read_text())
+    config = transformers.BertConfig(**{key: hf_config[key] for key in (
+        "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+        "max_position_embeddings", "type_vocab_size")}, id2label={0: "no", 1: "yes"})
+    torch.manual_seed(3)
+    transformers.BertForSequenceClassification(config).save_pretrained(tmp_path / "saved")
+    assert main(["checkpoint", "inspect", str(tmp_path / "saved"), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    summary = checkpoint_convert(tmp_path / "saved", tmp_path / "ours", "bertprep")
+    assert report["variables"] == summary["variables"] == 41 == len(report["variable_shapes"])
+    assert report["variable_shapes"][-2:] == [{"name": "output_weights", "shape": [2, 128]},
+                                              {"name": "output_bias", "shape": [2]}]
+    assert report["parameters"] == sum(np.prod(v["shape"]) for v in report["variable_shapes"])
+    assert report["task_head"] == summary["task_head"] == "GLUE classifier head, 2 outputs (labels no, yes)"
+    assert main(["checkpoint", "inspect", str(tmp_path / "ours")]) == 0  # the text form, of our own kind
+    out = capsys.readouterr().out.splitlines()
+    assert "variables: 41" in out and "task_head: GLUE classifier head, 2 outputs (labels no, yes)" in out
+    assert out[-2:] == ["  output_weights (2, 128)", "  output_bias (2,)"]
+
+
 @pytest.mark.parametrize("cls", ["BertForTokenClassification", "BertForMultipleChoice"])
 def test_a_token_or_multiple_choice_head_is_not_taken_for_a_sentence_classifier(checkpoints, tmp_path, capsys, cls):
     """transformers' token classifier and multiple-choice model keep their head as `classifier.*` too: it was

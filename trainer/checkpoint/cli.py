@@ -92,10 +92,12 @@ def _inspect(args):
     from trainer.checkpoint import read
 
     checkpoint = read(args.src)
-    variables = [{"name": row.google, "shape": list(checkpoint.weights[row.google].shape)}
-                 for row in checkpoint.rows()]
+    # every variable held, in the model's order, a fine-tune's task head last (attach): the model's rows alone left
+    # the head out, 39 variables said where convert's summary says 41, while its parameters were counted
+    variables = [{"name": name, "shape": list(value.shape)} for name, value in checkpoint.weights.items()]
     report = {"kind": checkpoint.kind, "path": checkpoint.path, "config": checkpoint.config.to_dict(),
               "heads": checkpoint.has_heads, "variables": len(variables), "parameters": checkpoint.parameters(),
+              **({"task_head": checkpoint.task_head.describe()} if checkpoint.task_head else {}),
               "vocab": checkpoint.vocab, "notes": checkpoint.notes}
     warning = checkpoint.non_finite_warning()
     _warn(warning)
