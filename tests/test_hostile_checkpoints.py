@@ -1014,6 +1014,26 @@ def test_convert_refuses_a_vocab_beside_the_checkpoint_larger_than_its_embedding
     assert sorted(os.listdir(tmp_path)) == ["hf"]
 
 
+@pytest.mark.parametrize("to,vocab", [("bertprep", False), ("google", False), ("hf", False), ("hf", True)])
+def test_convert_refuses_an_empty_vocab_beside_the_checkpoint_and_says_what_to_do(checkpoints, tmp_path, capsys, to,
+                                                                                   vocab):
+    """An empty vocab.txt beside the checkpoint (a copy cut short) was copied by --to bertprep and --to google, a
+    tokenizer_config.json vouching for it, exit 0; --to hf refused it (`vocab lacks [UNK], …`, no remedy), and with
+    --vocab refused the --vocab instead (`not the vocab … was trained with (… 0 tokens, 30,522 in --vocab): leave
+    --vocab out`): each message sent the user to the other. Now every kind refuses it, naming it and the way out."""
+    hf = _hf_copy(checkpoints, tmp_path / "hf")
+    (hf / "vocab.txt").write_bytes(b"")
+    extra = GOLDEN_VOCAB if vocab else []
+    assert main(["checkpoint", "convert", str(hf), str(tmp_path / "out"), "--to", to, *extra, "--quiet"]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"trainer checkpoint: error: {hf / 'vocab.txt'}: vocab lacks [UNK], [SEP], [PAD], [CLS], [MASK] (a BERT vocab "
+        f"needs [CLS], [SEP], [MASK], [UNK], [PAD]): the vocab.txt beside {hf / 'model.safetensors'} is no BERT "
+        "vocab; put back the one it was trained with, or remove it and give --vocab FILE"]
+    assert sorted(os.listdir(tmp_path)) == ["hf"]
+    (hf / "vocab.txt").unlink()  # the way out it names
+    assert main(["checkpoint", "convert", str(hf), str(tmp_path / "out"), "--to", to, *GOLDEN_VOCAB, "--quiet"]) == 0
+
+
 def test_a_tf_state_file_naming_a_checkpoint_that_is_gone_names_both(checkpoints, tmp_path, capsys):
     """A training directory whose `checkpoint` file names model.ckpt-100 after its files were deleted (a
     rotation, a partial copy): TensorFlow's "Unsuccessful TensorSliceReader constructor" of the .index, the

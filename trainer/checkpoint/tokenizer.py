@@ -175,7 +175,7 @@ def for_export(checkpoint, vocab=None, cased=None):
     short of it by NVIDIA's padding to a multiple of 8); the checkpoint's own vocab, where the run's model has
     more rows than it (records of a smaller vocab, a larger --bert-config), and such a --vocab are padded
     (_padded)."""
-    found = of_checkpoint(checkpoint)
+    found = _bert_vocab_of(checkpoint)
     if vocab is not None:
         data = _read_vocab(vocab)
         given = RunTokenizer(data, casing_of_vocab(data), storage.display(vocab))
@@ -203,9 +203,24 @@ def carried_by(checkpoint):
     """of_checkpoint's RunTokenizer, refused as for_export refuses it where it holds more tokens than the model
     has rows: `convert --to bertprep|google` copied such a vocab.txt (its tokenizer_config.json vouching for it)
     without a word, and only a later `--to hf` of the result refused it. A smaller one is carried as it is."""
-    found = of_checkpoint(checkpoint)
+    found = _bert_vocab_of(checkpoint)
     if found is not None and len(found.tokens()) > checkpoint.config.vocab_size:
         raise _not_the_models(found, checkpoint.config.vocab_size)
+    return found
+
+
+def _bert_vocab_of(checkpoint):
+    """of_checkpoint's RunTokenizer, a DataError where its vocab.txt is none bertprep reads with every SPECIAL token
+    (an empty file, a copy cut short at its start): `--to bertprep|google` carried it, a tokenizer_config.json
+    vouching for it, and `--to hf` refused it (no remedy said), or, given --vocab, refused that ('not the vocab it
+    was trained with: leave --vocab out'), each pointing at the other."""
+    found = of_checkpoint(checkpoint)
+    if found is not None:
+        try:
+            check_for_hf(found)
+        except UsageError as exc:
+            raise DataError(f"{exc}: the vocab.txt beside {checkpoint.path} is no BERT vocab; put back the one it "
+                            "was trained with, or remove it and give --vocab FILE") from None
     return found
 
 
