@@ -245,6 +245,31 @@ def test_a_transformers_fine_tune_keeps_its_head_through_convert(checkpoints, in
     np.testing.assert_allclose(logits(again.eval()), logits(model), rtol=0, atol=tolerance)
 
 
+@pytest.mark.parametrize("cls", ["BertForSequenceClassification", "BertForQuestionAnswering"])
+def test_run_of_a_fine_tune_gives_its_heads_logits_as_transformers_does(checkpoints, input_rows, tmp_path, cls):
+    """`checkpoint run` of a fine-tuned model read its task head and left it out: sequence_output and pooled_output
+    alone, nothing said, so a classifier's predictions could not be had from it. Now its head runs too, with
+    transformers' names: a classifier's `logits`, SQuAD's `start_logits` and `end_logits`, within TOLERANCE of
+    transformers' own (its model, saved by save_pretrained and read here)."""
+    hf_config = json.loads((checkpoints / "hf_tiny" / "config.json").read_text())
+    config = transformers.BertConfig(**{key: hf_config[key] for key in (
+        "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
+        "max_position_embeddings", "type_vocab_size")},
+        **({"id2label": {0: "a", 1: "b", 2: "c"}} if cls.endswith("Classification") else {}))
+    torch.manual_seed(5)
+    model = getattr(transformers, cls)(config).eval()
+    model.save_pretrained(tmp_path / "saved")
+    tensor = {k: torch.tensor([r[k] for r in input_rows]) for k in ("input_ids", "input_mask", "segment_ids")}
+    with torch.no_grad():
+        out = model(input_ids=tensor["input_ids"], attention_mask=tensor["input_mask"],
+                    token_type_ids=tensor["segment_ids"])
+    got = run_outputs(tmp_path / "saved", checkpoints / "inputs.jsonl", tmp_path / "o.npz")
+    names = ["logits"] if cls.endswith("Classification") else ["start_logits", "end_logits"]
+    assert set(names) < set(got), sorted(got)
+    for name in names:
+        np.testing.assert_allclose(got[name], getattr(out, name).numpy(), rtol=0, atol=TOLERANCE)
+
+
 def test_inspect_of_a_fine_tune_lists_its_task_head_as_convert_counts_it(checkpoints, tmp_path, capsys):
     """`checkpoint inspect` of a fine-tuned classifier listed the model's variables alone: "variables: 39" and no
     output_weights / output_bias, where `convert`'s summary of the same checkpoint says 41, while its "parameters"

@@ -64,7 +64,8 @@ def build_parser():
     run.add_argument("--inputs", required=True, help="JSON lines with input_ids, input_mask, segment_ids "
                                                      "[, masked_lm_positions], or a records file")
     run.add_argument("--out", required=True, help="output .npz: sequence_output, pooled_output, "
-                                                  "mlm_logits, nsp_logits (float32)")
+                                                  "mlm_logits, nsp_logits (float32); a fine-tune's logits, or "
+                                                  "start_logits and end_logits")
     run.add_argument("--batch-size", type=positive_int, default=32, help="inputs per model call (default: 32)")
     run.add_argument("--json", action="store_true", help="summary as JSON")
     run.add_argument("--quiet", action="store_true", help=QUIET_HELP)

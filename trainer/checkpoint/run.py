@@ -1,7 +1,8 @@
 """`checkpoint run`: a checkpoint's outputs on given inputs with dropout off, through this trainer's
 Keras model (TensorFlow or JAX backend): sequence_output [N, L, H], pooled_output [N, H] (where the
 checkpoint has a pooler) and, with the pretraining heads, mlm_logits [N, P, V] at masked_lm_positions and
-nsp_logits [N, 2]."""
+nsp_logits [N, 2]; with a fine-tune's head, its logits [N, outputs] (a classifier) or start_logits and end_logits
+[N, L] (SQuAD)."""
 
 import dataclasses
 import json
@@ -247,6 +248,25 @@ def outputs(checkpoint, inputs, batch_size=32):
         if with_heads:  # on the sequence output above: the encoder runs once per batch
             mlm, nsp = model.heads(sequence, batch)
             got.update(mlm_logits=mlm, nsp_logits=nsp)
+        if checkpoint.task_head is not None:
+            got.update(_task_head_logits(checkpoint, got))
         for name, value in got.items():
             parts.setdefault(name, []).append(np.asarray(ops.convert_to_numpy(value), dtype=np.float32))
     return {name: np.concatenate(values) for name, values in parts.items()}
+
+
+def _task_head_logits(checkpoint, got):
+    """A fine-tune's head on the encoder's outputs `got`, as trainer/heads.py computes it with dropout off: a
+    classifier's `logits` [N, outputs] on the pooled [CLS], SQuAD's `start_logits` and `end_logits` [N, L] on every
+    token (transformers' names). The run gave the encoder's outputs alone, the head read and left out unsaid."""
+    from keras import ops
+
+    from trainer.checkpoint.task_heads import google_names
+
+    head = checkpoint.task_head
+    weight, bias = (checkpoint.weights[name] for name in google_names(head))  # Google's layout: [outputs, hidden]
+    on = ops.convert_to_numpy(got["sequence_output" if head.kind == "squad" else "pooled_output"])
+    logits = np.matmul(np.asarray(on, np.float32), weight.T) + bias
+    if head.kind == "squad":
+        return {"start_logits": logits[..., 0], "end_logits": logits[..., 1]}
+    return {"logits": logits}
