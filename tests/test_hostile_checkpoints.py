@@ -897,6 +897,20 @@ def test_a_checkpoint_directory_that_lost_a_file_names_it(checkpoints, tmp_path,
     assert _convert_fails(src, tmp_path / "out") == said
 
 
+def test_a_hugging_face_directory_of_sharded_weights_says_they_are_not_read(checkpoints, tmp_path, capsys):
+    """config.json beside weights saved in shards (model.safetensors.index.json, model-00001-of-00002.safetensors:
+    save_pretrained's max_shard_size) was 'not a checkpoint this trainer reads'; it is not told to restore a file
+    that was never lost either, but what to do."""
+    src = tmp_path / "sharded"
+    src.mkdir()
+    os.symlink(checkpoints / "hf_tiny" / "config.json", src / "config.json")
+    (src / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {}}))
+    assert _inspect_fails(capsys, src) == (
+        f"trainer checkpoint: error: {src}: config.json of a Hugging Face checkpoint whose weights are in "
+        "model.safetensors.index.json, which this trainer does not read: save the model with transformers' "
+        "save_pretrained as one model.safetensors")
+
+
 OUTPUTS = [  # flag, what is there already, what is said
     ("--output-dir", "file", "is a file; name a directory"),
     ("--checkpoint-dir", "file", "is a file; name a directory"),

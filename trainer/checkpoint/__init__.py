@@ -74,7 +74,7 @@ def _refuse_a_checkpoint_that_lost_a_file(path):
     for module in (ours, google, hf):
         lost = module.lost_file(path)
         if lost:
-            raise DataError(f"{path}: {lost}: copied or downloaded in part? Restore it, or name a whole checkpoint")
+            raise DataError(f"{path}: {lost}")
 
 
 def read(path):

@@ -13,6 +13,8 @@ from bertprep.errors import DataError
 from trainer.checkpoint import names
 
 NON_FINITE_NAMED = 3  # the variables a non-finite warning names; the rest are counted
+# What a directory that lost one of a checkpoint's files is told (each kind's lost_file).
+LOST = "copied or downloaded in part? Restore it, or name a whole checkpoint"
 
 
 @dataclasses.dataclass

@@ -10,7 +10,7 @@ import os
 
 from bertprep.errors import DataError, UsageError
 from trainer.checkpoint import names, task_heads
-from trainer.checkpoint.base import checked, vocab_beside
+from trainer.checkpoint.base import LOST, checked, vocab_beside
 from trainer.config import BertConfig
 
 KIND = "google"
@@ -50,7 +50,7 @@ def lost_file(path):
     data = sorted(glob.glob(glob.escape(prefix) + ".data-*"))
     if data and not os.path.isfile(prefix + ".index"):
         return (f"{os.path.basename(data[0])} of a Google checkpoint without its {os.path.basename(prefix)}.index "
-                "(the list of its variables)")
+                f"(the list of its variables): {LOST}")
     return None
 
 

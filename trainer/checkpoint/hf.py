@@ -14,12 +14,15 @@ import numpy as np
 from bertprep.bert_config import read_json_object
 from bertprep.errors import DataError, UsageError
 from trainer.checkpoint import names, task_heads
-from trainer.checkpoint.base import checked, vocab_beside
+from trainer.checkpoint.base import LOST, checked, vocab_beside
 from trainer.config import BertConfig
 
 KIND = "hf"
 HELD = "a Hugging Face checkpoint (config.json with model.safetensors or pytorch_model.bin)"
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+# Weights a Hugging Face directory may hold in a form not read here: sharded, TensorFlow's, Flax's.
+UNREAD_WEIGHT_FILES = ("model.safetensors.index.json", "pytorch_model.bin.index.json", "tf_model.h5",
+                       "flax_model.msgpack")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 # config.json keys that carry a BERT config value (the same names as bert_config.json's).
 _CONFIG_KEYS = [field for field in BertConfig().to_dict()]
@@ -41,14 +44,19 @@ def sniff(path):
 
 def lost_file(path):
     """What the directory `path` lacks where it holds one of config.json and a weights file but not the other, else
-    None (sniff: no)."""
+    None (sniff: no). Weights in a form not read here (shards, TF's or Flax's file) are named as that."""
     if not os.path.isdir(path):
         return None
     config, weights = os.path.isfile(os.path.join(path, "config.json")), _weights_file(path)
+    unread = next((name for name in UNREAD_WEIGHT_FILES if os.path.isfile(os.path.join(path, name))), None)
+    if config and weights is None and unread:
+        return (f"config.json of a Hugging Face checkpoint whose weights are in {unread}, which this trainer does "
+                f"not read: save the model with transformers' save_pretrained as one {WEIGHT_FILES[0]}")
     if config and weights is None:
-        return f"config.json of a Hugging Face checkpoint without its weights ({' or '.join(WEIGHT_FILES)})"
+        return f"config.json of a Hugging Face checkpoint without its weights ({' or '.join(WEIGHT_FILES)}): {LOST}"
     if weights and not config:
-        return f"{os.path.basename(weights)} of a Hugging Face checkpoint without its config.json (the model's size)"
+        return (f"{os.path.basename(weights)} of a Hugging Face checkpoint without its config.json (the model's "
+                f"size): {LOST}")
     return None
 
 

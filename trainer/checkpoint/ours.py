@@ -14,7 +14,7 @@ import numpy as np
 from bertprep.errors import DataError
 from trainer import run_state
 from trainer.checkpoint import names, task_heads
-from trainer.checkpoint.base import checked, vocab_beside
+from trainer.checkpoint.base import LOST, checked, vocab_beside
 from trainer.config import BertConfig
 
 KIND = "bertprep"
@@ -40,7 +40,8 @@ def lost_file(path):
     copy, named anything; a ckpt-<step>/ is run_state.check_whole's), else None (sniff: no)."""
     if os.path.isdir(path) and os.path.isfile(os.path.join(path, "state.json")) and \
             not os.path.isfile(os.path.join(path, "state.npz")):
-        return f"state.json of a checkpoint of this trainer without its state.npz ({run_state.FILES['state.npz']})"
+        return (f"state.json of a checkpoint of this trainer without its state.npz ({run_state.FILES['state.npz']}): "
+                f"{LOST}")
     return None
 
 
