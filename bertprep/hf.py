@@ -39,7 +39,13 @@ from bertprep.folder import Folder
 from bertprep.formats import codecs, columnar, megatron
 from bertprep.formats.schemas import FLOAT, check_int_values
 from bertprep.options import refuse_empty_path
-from bertprep.records_manifest import file_digests, given_as_text, load_records_manifest, refuse_unlisted_records
+from bertprep.records_manifest import (
+    dims_mismatch,
+    file_digests,
+    given_as_text,
+    load_records_manifest,
+    refuse_unlisted_records,
+)
 from bertprep.workdir import MANIFEST, SPLITS, load_manifest, read_manifest
 
 READER = "bertprep.hf.load"  # as refusals of what it was given name the reader
@@ -228,7 +234,9 @@ def load(directory, cache_dir=None):
     _refuse_unlisted(paths, manifests)
     digests = _digests(paths, manifests)
     splits = {}
-    for split, (kind, dims, source, holds_records) in _kinds_and_dims(by_split, fmt, digests).items():
+    kinds = _kinds_and_dims(by_split, fmt, digests)
+    _refuse_dims_no_manifest_gives(manifests, kinds)
+    for split, (kind, dims, source, holds_records) in kinds.items():
         features = features_of(kind, dims)
         paths = by_split[split]
         vocab_sizes = _vocab_sizes(paths, manifests)
@@ -249,6 +257,19 @@ def load(directory, cache_dir=None):
         dataset.info.description = _description(kind, dims, fmt, manifest)
         splits[split] = dataset
     return datasets.DatasetDict(splits)
+
+
+def _refuse_dims_no_manifest_gives(manifests, kinds):
+    """A DataError where a split's records (`kinds`: _kinds_and_dims') are of other dimensions than the manifest
+    ({records directory: manifest}) of the directory they lie in gives: a relabelled manifest (dims seq 64 over
+    records of 128) was loaded without a word, where bertprep.torch refuses it."""
+    for place, its_manifest in manifests.items():
+        for kind, dims, source, holds_records in kinds.values():
+            if holds_records and storage.lies_below(source, place):
+                mismatch = dims_mismatch(storage.join(place, MANIFEST), its_manifest.get("dims"),
+                                         f"{source} record 0", kind, dims)
+                if mismatch:
+                    raise mismatch
 
 
 def _empty(datasets, features, split):

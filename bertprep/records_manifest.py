@@ -218,6 +218,15 @@ def kind_mismatch(path, manifest_kind, where, record_kind):
     return DataError(f"{path}: kind: {manifest_kind.name}, but {where} holds {held}")
 
 
+def dims_mismatch(path, manifest_dims, where, kind, dims):
+    """The DataError for records of other dimensions than their manifest's `dims` (a relabelled manifest), or None
+    where `dims` agree or name other dimensions (those of a record kind the manifest does not describe)."""
+    listed = {name: int(value) for name, value in (manifest_dims or {}).items()}
+    if not listed or set(listed) != set(dims) or listed == dims:
+        return None
+    return DataError(f"{path}: dims: {listed}, but {where} is a {kind.name} record of {dims}")
+
+
 # The stages whose output is text, not records: what it is, and what makes records of it ({} its path).
 _MAKE_RECORDS = "shard it with `bertprep shard --input {}`, then make records with `bertprep create`"
 _TEXT_OUTPUTS = {"shard": ("text shards (as `bertprep shard` writes)",

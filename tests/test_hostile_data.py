@@ -375,6 +375,19 @@ def test_a_relabelled_manifest_is_reported_naming_the_manifest(dynamic, reader):
         trainer_reads(dynamic, "tfrecord") if reader == "trainer" else torch_reads(dynamic, "tfrecord")
 
 
+@pytest.mark.parametrize("reader", ["torch", "hf"])
+def test_a_manifest_of_other_dims_than_its_records_is_refused_by_both_loaders(static, tmp_path, reader):
+    """A manifest whose dims say seq 128 over records of 64 (a relabelled manifest): bertprep.torch refused it,
+    bertprep.hf.load loaded the records without a word, the manifest's dimensions unread. Both now say it in the
+    same words, naming the manifest, the file and both dimensions."""
+    edit_manifest(static, lambda m: m.update(dims={"seq": 128, "pred": 10}))
+    expected = (f"^{re.escape(str(static / 'manifest.json'))}: dims: {{'seq': 128, 'pred': 10}}, but "
+                f"{re.escape(str(static))}/(tfrecord|parquet)/training/.* record 0 is a pretraining record of "
+                "{'seq': 64, 'pred': 10}$")
+    with pytest.raises(DataError, match=expected):
+        hf_load(static, tmp_path) if reader == "hf" else torch_reads(static, "tfrecord")
+
+
 @pytest.mark.parametrize("reader", ["torch", "inspect --epoch", "trainer"])
 def test_unmasked_records_are_masked_with_their_own_vocab_only(dynamic, golden_dir, tmp_path, capsys, reader):
     """A vocab of the same size with two tokens moved (here [MASK] with [unused3]) masked the records without a
