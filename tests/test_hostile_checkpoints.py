@@ -398,7 +398,7 @@ def _mrpc(shared_dir, directory, splits=("train", "eval")):
 def test_finetune_from_a_transformers_bertmodel_and_run_its_encoder(bert_model, checkpoints, shared_dir, tmp_path,
                                                                    capfd):
     """Every encoder variable loaded; the fine-tuned checkpoint (a classifier, no pretraining heads) is
-    heads-less too: `checkpoint run` gives its encoder's outputs."""
+    heads-less too: `checkpoint run` gives its encoder's outputs, and its classifier's logits (MRPC's 2)."""
     code = main(["finetune", "--task", "mrpc", "--data", str(_mrpc(shared_dir, tmp_path / "mrpc")), "--format",
                  "tfrecord", "--init-checkpoint", str(bert_model["saved"]), "--steps", "2", "--batch-size", "8",
                  "--output-dir", str(tmp_path / "out"), "--checkpoint-dir", str(tmp_path / "tuned"), "--json"])
@@ -408,8 +408,8 @@ def test_finetune_from_a_transformers_bertmodel_and_run_its_encoder(bert_model, 
     assert f"39 encoder variables from {bert_model['saved'] / 'model.safetensors'}" in captured.err
     assert json.loads(captured.out)["eval_examples"] == 16
     got = run_outputs(tmp_path / "tuned", checkpoints / "inputs.jsonl", tmp_path / "tuned.npz")
-    assert set(got) == HEADLESS_OUTPUTS and got["pooled_output"].shape == (3, 128)
-    assert np.isfinite(got["sequence_output"]).all()
+    assert set(got) == HEADLESS_OUTPUTS | {"logits"} and got["pooled_output"].shape == (3, 128)
+    assert got["logits"].shape == (3, 2) and np.isfinite(got["sequence_output"]).all()
 
 
 def test_run_of_a_bertmodel_without_pooler_gives_its_sequence_output_and_says_so(bert_model, checkpoints, tmp_path,
@@ -1023,6 +1023,21 @@ def test_run_refuses_an_out_that_is_a_file_its_google_prefix_reads(checkpoints, 
         2, f"trainer checkpoint: error: --out {out} is the input {out}: the run would overwrite or delete what it "
            "reads; write the output elsewhere")
     assert out.read_bytes() == before
+
+
+def test_run_refuses_an_out_not_named_npz(checkpoints, tmp_path, capsys):
+    """`checkpoint run --out records/manifest.json` (a slip for another folder's file) wrote the .npz archive over
+    that manifest, exit 0, and every stage then called the records damaged: the name must end in .npz."""
+    (tmp_path / "records").mkdir()
+    manifest = tmp_path / "records" / "manifest.json"
+    manifest.write_text("{}")
+    for out, stem in ((manifest, "manifest"), (tmp_path / "outputs", "outputs")):
+        code = main(["checkpoint", "run", str(checkpoints / "hf_tiny"), "--inputs", str(checkpoints / "inputs.jsonl"),
+                     "--out", str(out)])
+        assert (code, capsys.readouterr().err.strip()) == (
+            2, f"trainer checkpoint: error: --out {out}: not a .npz name: the outputs are a NumPy .npz archive; "
+               f"name the file so, such as {stem}.npz")
+    assert manifest.read_text() == "{}" and not (tmp_path / "outputs").exists()
 
 
 def test_finetune_refuses_a_log_json_that_is_its_init_checkpoints_config(checkpoints, tmp_path, capsys):

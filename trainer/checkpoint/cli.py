@@ -144,6 +144,7 @@ def _run(args):
     storage.refuse_read_only("--out", args.out)  # before the model runs
     if storage.checks_locally(args.out):  # before the model runs, not after
         check_output_place("--out", storage.local_path(args.out), directory=False, makes_parents=True)
+    refuse_npz_name(args.out)
     if storage.checks_locally(args.inputs):  # a directory or no file was OSError's words, the flag unnamed
         local = storage.local_path(args.inputs)
         if os.path.isdir(local):
@@ -169,6 +170,16 @@ def _run(args):
                                                                           "(bert/pooler/dense)"})}
         print_summary("trainer checkpoint run: done", summary, as_json=args.json, rows=readable_rows(summary))
     return 0
+
+
+def refuse_npz_name(out):
+    """A UsageError for a `run --out` whose name does not end in .npz: the outputs are a NumPy archive, written
+    under the name as given (np.savez would add .npz), so `--out records/manifest.json`, a slip for another
+    folder's file, replaced that manifest with an archive and every stage then called the records damaged."""
+    if not out.endswith(".npz"):
+        stem = os.path.splitext(os.path.basename(out.rstrip("/")))[0] or "outputs"
+        raise UsageError(f"--out {out}: not a .npz name: the outputs are a NumPy .npz archive; name the file so, "
+                         f"such as {stem}.npz")
 
 
 COMMANDS = {"inspect": _inspect, "convert": _convert, "run": _run}
