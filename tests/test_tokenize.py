@@ -3,12 +3,15 @@ IndexedDatasetBuilder writes the same bytes for the same ids, its BERTMaskedWord
 from them; and the stage's own promises (workers, resume, bad input, validate, inspect, the record formats'
 choices unchanged)."""
 
+import importlib
 import json
+import math
 import os
 import re
 import shutil
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -967,6 +970,44 @@ def test_a_run_killed_before_its_manifest_is_saved_is_not_resumed_as_the_earlier
     rerun = bertprep.tokenize(vocab=VOCAB, **args)
     assert rerun["shards_tokenized"] >= 1
     assert {p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*.bin"))} == first
+
+
+@pytest.mark.parametrize("stage", ["tokenize", "create"])
+def test_the_manifest_is_saved_at_the_first_shard_the_end_and_before_an_error(tmp_path, monkeypatch, stage):
+    """tokenize and create rewrote (and fsynced) their whole manifest after every finished shard: N shards wrote
+    O(N²) bytes (2,000 tiny shards: 1.8 GB, 203 s of tokenize). The saves are paced now
+    (workdir.PacedSaves); with the pace set past any run's length, a run of 12 shards saves at its first shard and
+    at its end, where it saved after each. What the pace keeps: a run that fails at its last shard has saved
+    the 11 it finished before raising, its rerun redoes the failed one only, and the files are a clean run's."""
+    module = importlib.import_module(f"bertprep.stages.{stage}")
+    saves, save = [], module.save_manifest
+    monkeypatch.setattr(module, "save_manifest", lambda directory, manifest: (saves.append(len(manifest["files"])),
+                                                                              save(directory, manifest)))
+    monkeypatch.setattr(bertprep.workdir, "SAVE_EVERY_S", math.inf)
+    training = tmp_path / "in" / "training"
+    training.mkdir(parents=True)
+    for i in range(12):
+        (training / f"s_{i:02}.txt").write_text(f"The cat sat on the mat {i} times.\nIt was a good day.\n\n"
+                                                "The dog ran in the park.\nThen it went home.\n")
+    args = {"input": (str(tmp_path / "in"),), "vocab": VOCAB, "engine": bertprep.EngineOptions(workers=1)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # create's "no test split"
+        getattr(bertprep, stage)(out=str(tmp_path / "clean"), **args)
+        assert len(saves) <= 3  # first shard, end of the loop, the finished manifest (13 before)
+        (training / "s_11.txt").write_text("\x01\n")
+        saves.clear()
+        with pytest.raises(DataError, match="s_11.txt: no documents"):
+            getattr(bertprep, stage)(out=str(tmp_path / "out"), **args)
+        (listed,) = [json.loads(p.read_text())["files"] for p in (tmp_path / "out").rglob("manifest.json")]
+        assert len(saves) == 2 and len(listed) == saves[-1] == 11 * saves[0]
+        (training / "s_11.txt").write_text(f"The cat sat on the mat {11} times.\nIt was a good day.\n\n"
+                                           "The dog ran in the park.\nThen it went home.\n")
+        rerun = getattr(bertprep, stage)(out=str(tmp_path / "out"), **args)
+    assert rerun[f"shards_{stage}d"] == 1
+    clean, out = (next((tmp_path / name).rglob("manifest.json")).parent for name in ("clean", "out"))
+    outputs = sorted(p.relative_to(clean) for p in clean.rglob("*") if p.is_file() and p.suffix != ".txt")
+    assert len(outputs) == 1 + 12 * saves[0] and all((clean / p).read_bytes() == (out / p).read_bytes()
+                                                     for p in outputs if p.name != "manifest.json")
 
 
 @pytest.mark.parametrize("stage", ["tokenize", "create"])

@@ -83,6 +83,7 @@ from bertprep.workdir import (
     other_inputs_warning,
     other_settings_warning,
     outputs_complete,
+    paced_saves,
     params_dirname,
     read_claim,
     refuse_another_stages,
@@ -683,10 +684,12 @@ def create(options: CreateOptions | None = None, /, *, quiet: bool = True, **fie
             forget_outputs(files, [relative for task in pending for relative in task.output_paths().values()])
             if pending and previous:
                 save_manifest(records, manifest)
-            with open_engine(options.engine, max_tasks=len(pending)) as engine:
+            # saved before an error is raised: release_after_failure keeps what the saved manifest lists
+            with (open_engine(options.engine, max_tasks=len(pending)) as engine,
+                  paced_saves(lambda: save_manifest(records, manifest)) as saves):
                 for result in engine.run(create_shard, pending, describe=lambda task: task.source):
                     files.update(result["files"])
-                    save_manifest(records, manifest)
+                    saves.changed()
                     progress.advance(1, instances=result["instances"])
             number_instances(tasks, files)
             del manifest[WRITING]

@@ -65,6 +65,7 @@ from bertprep.workdir import (
     forget_outputs,
     load_manifest,
     outputs_complete,
+    paced_saves,
     refuse_another_stages,
     resolve_workdir,
     resuming_note,
@@ -290,10 +291,11 @@ def tokenize(options: TokenizeOptions | None = None, /, *, quiet: bool = True, *
         if forget_outputs(files, [relative for task in pending for relative in task.files()]):
             save_manifest(out_dir, manifest)
         try:
-            with open_engine(options.engine, max_tasks=len(pending)) as engine:
+            with (open_engine(options.engine, max_tasks=len(pending)) as engine,
+                  paced_saves(lambda: save_manifest(out_dir, manifest)) as saves):  # saved before an error is raised
                 for result in engine.run(tokenize_shard, pending, describe=lambda task: task.source):
                     files.update(result["files"])
-                    save_manifest(out_dir, manifest)
+                    saves.changed()
                     progress.advance(1, sequences=result["sequences"])
         except BaseException:  # the workers are stopped by now
             # another worker's shard finished while the failing one raised was left under its final names with no
