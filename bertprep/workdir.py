@@ -108,6 +108,24 @@ def read_manifest(path):
     return (None, problem) if problem else (manifest, None)
 
 
+def inside_its_folder(name):
+    """Whether a file name of a manifest (or a claim) stays inside the folder it is relative to: no absolute path,
+    URL or `..` step."""
+    return bool(name) and not name.startswith("/") and not storage.is_url(name) and ".." not in name.split("/")
+
+
+def refuse_names_outside(directory, names):
+    """A DataError, as load_manifest's for a damaged manifest, naming the first of `names` (an earlier run's
+    manifest's files, relative to `directory`: a Folder or a path) that leads outside it. Stages remove an earlier
+    run's files by these names: a manifest that listed `../../notes.txt` (edited, or copied from elsewhere) had
+    tokenize, create and shard delete that file outside their output, with a warning, exit 0."""
+    folder = Folder.of(directory)
+    for name in names:
+        if not inside_its_folder(name):
+            raise DataError(f'{folder.display(MANIFEST)}: damaged manifest (files["{name}"] names a file outside '
+                            "its folder); remove it to redo this stage from scratch")
+
+
 def load_manifest(directory):
     """The manifest of a stage directory (a Folder or a path), or None when there is none; a damaged one is an
     error.
@@ -262,7 +280,9 @@ def read_claim(staging, claim):
         names = json.loads(steps.read_bytes(claim))
     except ValueError:
         return set()
-    return {name for name in names if isinstance(name, str)} if isinstance(names, list) else set()
+    if not isinstance(names, list):
+        return set()
+    return {name for name in names if isinstance(name, str) and inside_its_folder(name)}
 
 
 def write_claim(staging, claim, names):

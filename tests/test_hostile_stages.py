@@ -241,6 +241,27 @@ def test_a_shard_rerun_under_another_corpus_name_reshards_and_removes_the_first_
                                                                                      "b_training_1.txt"]
 
 
+def test_a_shard_rerun_removes_no_file_outside_its_out_that_a_manifest_names(tmp_path, capsys):
+    """A rerun under another --corpus removes the files the earlier manifest lists: one that listed
+    `../notes.txt` (edited, or copied from elsewhere) had that file, outside --out, deleted with a warning, exit 0.
+    Such a name is a damaged manifest now, refused before anything is removed."""
+    corpus = formatted_corpus(tmp_path / "c1", documents(12))
+    argv = ["shard", "--input", str(corpus), "--out", str(tmp_path / "sharded"), "--test-fraction", "0",
+            "--workers", "1", "--test-shards", "1", "--train-shards", "2", "--quiet"]
+    assert cli_lines(capsys, [*argv, "--corpus", "a"])[0] == 0
+    manifest_path = tmp_path / "sharded" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["files"]["../notes.txt"] = manifest["files"]["training/a_training_0.txt"]
+    manifest_path.write_text(json.dumps(manifest))
+    (tmp_path / "notes.txt").write_text("mine")
+    assert cli_error(capsys, [*argv, "--corpus", "b"], 1) == (
+        f'bertprep shard: error: {manifest_path}: damaged manifest (files["../notes.txt"] names a file outside its '
+        "folder); remove it to redo this stage from scratch")
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+    assert sorted(p.name for p in (tmp_path / "sharded" / "training").iterdir()) == ["a_training_0.txt",
+                                                                                     "a_training_1.txt"]
+
+
 @pytest.mark.parametrize("stage", ["tokenize", "create"])
 def test_tokenize_and_create_refuse_a_json_lines_corpus(tmp_path, capsys, stage):
     """A .jsonl file given to the stages that read text shards was tokenized as it is: each document's JSON one

@@ -1011,6 +1011,29 @@ def test_the_manifest_is_saved_at_the_first_shard_the_end_and_before_an_error(tm
 
 
 @pytest.mark.parametrize("stage", ["tokenize", "create"])
+def test_a_manifest_naming_a_file_outside_its_folder_is_damaged(tmp_path, stage):
+    """A manifest whose files named `../../notes.txt` (edited, or copied from another tool) had a rerun remove that
+    file, outside the output, as an earlier run's file it no longer writes: a warning, exit 0, the file gone. Such
+    a name makes the manifest damaged now, and nothing is removed."""
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "c.txt").write_text("The cat sat on the mat.\nIt was a good day.\n\nThe dog ran.\n")
+    args = {"input": (str(tmp_path / "in"),), "vocab": VOCAB, "out": str(tmp_path / "out")}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # create's "no test split"
+        getattr(bertprep, stage)(**args)
+        (path,) = (tmp_path / "out").rglob("manifest.json")
+        notes = (path.parent / ".." / ".." / "notes.txt").resolve()
+        notes.write_text("mine")
+        manifest = json.loads(path.read_text())
+        manifest["files"]["../../notes.txt"] = next(iter(manifest["files"].values()))
+        path.write_text(json.dumps(manifest))
+        with pytest.raises(DataError, match=re.escape(f'{path}: damaged manifest (files["../../notes.txt"] names a '
+                                                      "file outside its folder); remove it to redo this stage")):
+            getattr(bertprep, stage)(**args)
+    assert notes.read_text() == "mine"
+
+
+@pytest.mark.parametrize("stage", ["tokenize", "create"])
 def test_a_megatron_index_is_no_text_shard(tmp_path, stage):
     """An .idx is its magic and then small integers, valid UTF-8 where they are below 128: tokenize (and create) of
     tokenize's own output tokenized "MMIDIDX" as a sentence, exit 0. A longer one was "not valid UTF-8"."""

@@ -87,6 +87,7 @@ from bertprep.workdir import (
     params_dirname,
     read_claim,
     refuse_another_stages,
+    refuse_names_outside,
     refuse_unlisted,
     removed_warning,
     resolve_workdir,
@@ -307,6 +308,7 @@ def remove_stale_outputs(records, previous_files, wanted, progress, claimed=()):
     does not write (a test shard past --eval-samples, an input no longer given) from the Folder `records`: readers
     that glob a split's directory (NVIDIA's scripts) must find only what the new manifest lists. Returns the
     warning that names them (a Python caller, quiet, hears of it too), None when there were none."""
+    refuse_names_outside(records, previous_files)
     unlisted = {rel for rel in claimed if rel not in previous_files and rel not in wanted and records.isfile(rel)}
     stale = sorted({*(rel for rel in previous_files if rel not in wanted), *unlisted})
     for relative in stale:

@@ -80,6 +80,7 @@ from bertprep.workdir import (
     other_inputs_warning,
     other_settings_warning,
     read_claim,
+    refuse_names_outside,
     refuse_repeated_inputs,
     refuse_unlisted,
     removed_warning,
@@ -676,6 +677,7 @@ def _ours(out, staging, previous, corpus):
     if previous is not None and previous.get("stage") != "shard":
         raise DataError(f"{out.display(MANIFEST)}: a manifest of bertprep {previous.get('stage') or 'another tool'}, "
                         "not of shard: shard would remove the files it lists; choose another --out")
+    refuse_names_outside(out, (previous or {}).get("files") or ())  # an earlier corpus's are removed by name
     ours = set((previous or {}).get("files") or ()) | read_claim(staging, CLAIM)
     refuse_unlisted(out, _shard_files(out, corpus), "shard would overwrite or remove it", ours=ours)
     return ours
