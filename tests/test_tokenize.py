@@ -255,6 +255,21 @@ def test_workers_give_the_same_bytes_and_a_rerun_resumes(tokenized, tmp_path):
     assert bertprep.tokenize(input=(CORPUS,), vocab=VOCAB, out=str(tmp_path)).complete_before
 
 
+def test_a_rerun_from_moved_inputs_keeps_the_files_and_names_the_new_place(tmp_path):
+    """Shards moved with their text unchanged are complete (their sha256), and the rerun kept the manifest's
+    entries naming the old place: a resumed run's manifest said other than a fresh run's from the new place
+    (create's follow_moved_inputs, now tokenize's too). Nothing is rewritten."""
+    shutil.copytree(CORPUS, tmp_path / "before")
+    args = {"corpus": "c", "vocab": VOCAB, "engine": bertprep.EngineOptions(workers=1)}
+    bertprep.tokenize(input=(str(tmp_path / "before"),), out=str(tmp_path / "out"), **args)
+    (tmp_path / "before").rename(tmp_path / "after")
+    assert bertprep.tokenize(input=(str(tmp_path / "after"),), out=str(tmp_path / "out"), **args).complete_before
+    bertprep.tokenize(input=(str(tmp_path / "after"),), out=str(tmp_path / "fresh"), **args)
+    resumed, fresh = (json.loads((tmp_path / name / "c" / "manifest.json").read_text()) for name in ("out", "fresh"))
+    assert resumed["files"] == fresh["files"]
+    assert all(entry["source"].startswith(str(tmp_path / "after")) for entry in resumed["files"].values())
+
+
 def test_an_empty_shard_is_one_line_naming_it_and_nothing_is_written(tmp_path):
     shard = tmp_path / "in" / "training" / "empty_training_0.txt"
     shard.parent.mkdir(parents=True)

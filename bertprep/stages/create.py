@@ -756,14 +756,15 @@ def replaced_inputs_warning(previous, tasks, pending):
                                 keep="--out or --corpus")
 
 
-def follow_moved_inputs(tasks, pending, files):
+def follow_moved_inputs(tasks, pending, files, outputs=lambda task: task.output_paths().values()):
     """Each complete file's manifest entry names the input this run read it from: an input moved with its content
     unchanged is complete (its sha256), and the manifest kept naming the old place, so it said other than a fresh
     run from the new one, and once that input was edited its rerun warned of replacing records made "from other
-    inputs" (replaced_inputs_warning: the old place). Only the `source` changes; the records are untouched."""
+    inputs" (replaced_inputs_warning: the old place). Only the `source` changes; the records are untouched.
+    `outputs(task)`: a task's output names (tokenize's are `task.files()`)."""
     redone = {id(task) for task in pending}
     for task in (task for task in tasks if id(task) not in redone):
-        for relative in task.output_paths().values():
+        for relative in outputs(task):
             if isinstance(files.get(relative), dict):
                 files[relative]["source"] = storage.display(task.source)
 

@@ -48,7 +48,12 @@ from bertprep.folder import Folder
 from bertprep.formats import codecs
 from bertprep.options import build_options, errors_name_fields, refuse_overlap, set_field
 from bertprep.progress import Progress, Summary, human_bytes
-from bertprep.stages.create import check_shard_stage_fields, default_inputs, remove_stale_outputs
+from bertprep.stages.create import (
+    check_shard_stage_fields,
+    default_inputs,
+    follow_moved_inputs,
+    remove_stale_outputs,
+)
 from bertprep.text_inputs import (
     casing_warning,
     check_input,
@@ -284,6 +289,8 @@ def tokenize(options: TokenizeOptions | None = None, /, *, quiet: bool = True, *
         warnings += [removed] if removed else []
         files = {relative: entry for relative, entry in previous.items() if relative in wanted}
         pending = [task for task in tasks if not is_complete(task, files)]
+        # a shard moved with its text unchanged is complete: its entries name where it is now, as create's do
+        follow_moved_inputs(tasks, pending, files, TokenizeTask.files)
         if len(pending) < len(tasks):
             progress.note(resuming_note(len(tasks) - len(pending), len(tasks)))
             progress.advance(len(tasks) - len(pending))
