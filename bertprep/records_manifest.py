@@ -155,7 +155,7 @@ def _size_problems(field, full, entry):
     return []
 
 
-# In a records manifest while `bertprep create` writes its shards (saved after each, for a rerun to resume),
+# In a records manifest while `bertprep create` writes its shards (saved as they finish, for a rerun to resume),
 # removed by the run's last save: a killed or running create's manifest lists the shards done so far, which
 # `pack`, the loaders and `validate` took for the whole set.
 WRITING = "writing"

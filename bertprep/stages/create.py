@@ -18,8 +18,10 @@ or, with --layout nvidia, the tree NVIDIA's TensorFlow scripts hard-code
 
 Every file is written in `.partial/` beside the manifest (where no reader
 globs) and renamed into place when complete; the manifest records each
-finished file with its source's sha256 and the flags, so a rerun skips
-finished shards and redoes the rest (one that replaces records made with
+finished file with its source's sha256 and the flags (saved at the first
+finished shard, then at most once a second, and at the end or before an
+error is raised: workdir.PacedSaves), so a rerun skips finished shards and
+redoes the rest (one that replaces records made with
 other settings, or from inputs at other paths, warns: the directory's name
 holds neither every flag nor the inputs' paths). A run holds its records
 directory: a second run into the same one is refused. The names it may put in place

@@ -22,7 +22,9 @@ Megatron-LM's preprocess_data names sentence-level output):
 The ids are stored in the dtype Megatron picks for the vocab size (uint16
 below 65,500, else int32). Files are staged in `.partial/` and renamed
 into place, the .idx last; the manifest lists each finished file with its
-source's sha256 and the settings, so a rerun skips finished shards. The
+source's sha256 and the settings (saved at the first finished shard, then
+at most once a second, and at the end or before an error is raised:
+workdir.PacedSaves), so a rerun skips finished shards. The
 bytes of a shard depend on nothing but its text, the vocab and the case
 flag: any worker count writes the same files. A run that fails removes
 the outputs of its shards the manifest does not list (Folder.remove_unlisted),
