@@ -109,9 +109,9 @@ def read_manifest(path):
 
 
 def inside_its_folder(name):
-    """Whether a file name of a manifest (or a claim) stays inside the folder it is relative to: no absolute path,
-    URL or `..` step."""
-    return bool(name) and not name.startswith("/") and not storage.is_url(name) and ".." not in name.split("/")
+    """Whether a file name of a manifest (or a claim) stays inside the folder it is relative to: no absolute path
+    or `..` step (joined to a root, a URL-like name is a name under it)."""
+    return bool(name) and not name.startswith("/") and ".." not in name.split("/")
 
 
 def refuse_names_outside(directory, names):
