@@ -1,6 +1,7 @@
 """`bertprep pack`: lossless on the golden sets and on short documents, dense, the same bytes for any
 worker count, resumable; every packed-row defect found by validate; bad input in one line."""
 
+import importlib
 import json
 import os
 from pathlib import Path
@@ -554,3 +555,30 @@ def test_a_failed_pack_leaves_no_file_its_manifest_does_not_list(short_records, 
     with pytest.raises(DataError, match="sha256 differs"):
         bertprep.pack(records_dir=str(short_records), out=str(tmp_path), engine=bertprep.EngineOptions(workers=1))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_manifest_is_saved_paced_with_the_same_bytes(short_records, tmp_path, monkeypatch, capsys):
+    """pack rewrote its manifest, its figures summed over every shard again, after every finished shard: N
+    shards wrote O(N²) bytes. Paced as tokenize's and create's (workdir.PacedSaves): with the pace set past any
+    run's length, 4 shards save at the first shard and at the end (4 saves before and 1 more), and the manifest
+    and records are those of a run that saves after every shard (a pace of 0, as before)."""
+    import math
+
+    import bertprep.workdir
+
+    stage = importlib.import_module("bertprep.stages.pack.stage")
+    saves, save = [], stage.save_manifest
+    monkeypatch.setattr(stage, "save_manifest", lambda directory, manifest: (saves.append(len(manifest["files"])),
+                                                                             save(directory, manifest)))
+    runs = {}
+    for pace in (0, math.inf):
+        monkeypatch.setattr(bertprep.workdir, "SAVE_EVERY_S", pace)
+        monkeypatch.setattr(bertprep.workdir, "PACE_FACTOR", pace)
+        saves.clear()
+        code, summary = run_json(capsys, "pack", short_records, "--out", tmp_path / str(pace), "--workers", "1",
+                                 "--max-per-pack", "2", "--format", "ofrecord")
+        assert code == 0 and summary["shards_packed"] == 4
+        runs[pace] = (list(saves), {name: (Path(summary["records_dir"]) / name).read_bytes()
+                                    for name in [*output_files(summary["records_dir"]), "manifest.json"]})
+    assert runs[0][0] == [1, 2, 3, 4, 4] and runs[math.inf][0] == [1, 4, 4]
+    assert runs[0][1] == runs[math.inf][1]

@@ -39,7 +39,7 @@ from bertprep.stages.create import (
 )
 from bertprep.stages.pack.task import PackTask, pack_shard
 from bertprep.stages.validate.dataset import natural_key
-from bertprep.workdir import MANIFEST, SPLITS, load_manifest, refuse_another_stages, save_manifest
+from bertprep.workdir import MANIFEST, SPLITS, load_manifest, paced_saves, refuse_another_stages, save_manifest
 
 # What the bytes of a packed file depend on besides its input: a change here repacks everything.
 LAYOUT_VERSION = 1
@@ -227,12 +227,17 @@ def pack(options: PackOptions | None = None, /, *, quiet: bool = True, **fields:
             # what the trainer and validate read from a records manifest: the vocab and masking parameters
             "params": source.get("params"), "vocab": source.get("vocab"), "files": files,
         }
+        def save():  # the figures of the shards finished so far, with them
+            manifest["packing"] = packing_figures(tasks, files, dims["k"])
+            save_manifest(out, manifest)
+
         try:
-            with open_engine(options.engine, max_tasks=len(pending)) as engine:
+            # paced as tokenize's and create's (workdir.PacedSaves): saved after every shard, with its figures
+            # summed over every shard again, N shards wrote O(N²) bytes
+            with open_engine(options.engine, max_tasks=len(pending)) as engine, paced_saves(save) as saves:
                 for result in engine.run(pack_shard, pending, describe=lambda task: task.source):
                     files.update(result["files"])
-                    manifest["packing"] = packing_figures(tasks, files, dims["k"])
-                    save_manifest(out, manifest)
+                    saves.changed()
                     progress.advance(1, sequences=result["sequences"])
         except BaseException:  # the workers are stopped by now
             # another worker's shard finished while the failing one raised was left under its final names with no
