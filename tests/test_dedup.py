@@ -1009,3 +1009,49 @@ def test_a_large_band_key_group_decides_as_its_pairs_at_once_did(tmp_path):
         results.append((output_files(tmp_path / memory), manifest["removed"], manifest["candidate_pairs"]))
     assert results[0] == results[1]
     assert any("linked_by" in e for e in results[0][1]) and len(results[0][1]) > 30
+
+
+def old_large_group_edges(group, signatures, band, rows, threshold):
+    """large_group_edges as band_step's `check` gave it before, pair by pair: every pair's estimate (the mean of
+    its equal values), then each later document's first edge to each cluster of the earlier ones."""
+    first, second = np.tril_indices(len(group), -1)  # (later, earlier), by later then earlier
+    if band:
+        keys = dedup_module.band_keys(signatures, band, rows)
+        mine = ~(keys[first] == keys[second]).any(axis=1)
+        first, second = first[mine], second[mine]
+    shares = dedup_module.pair_estimates(signatures, first, second)
+    histogram = np.histogram(shares, bins=dedup_module.HISTOGRAM_BINS, range=(0, 1))[0]
+    cluster, edges = np.arange(len(group)), set()
+    for later in range(1, len(group)):
+        mask = (first == later) & (shares >= threshold)
+        earlier = second[mask]
+        if earlier.size:
+            labels, firsts = np.unique(cluster[earlier], return_index=True)
+            kept = zip(earlier[firsts].tolist(), shares[mask][firsts].tolist())
+            edges |= {(int(group[e]), int(group[later]), s) for e, s in kept}
+            joined = np.isin(cluster, labels)
+            joined[later] = True
+            cluster[joined] = labels[0]
+    return edges, histogram.tolist(), len(shares)
+
+
+@pytest.mark.parametrize("alphabet", [None, 3])
+@pytest.mark.parametrize("batch", [40, 1 << 20])
+@pytest.mark.parametrize("band", [0, 2])
+def test_a_large_groups_values_compared_at_once_give_its_pairs_edges(alphabet, batch, band):
+    """large_group_edges compares a block of the group's signatures at once (a product of class indicators where
+    equal values are few classes, else value by value; `batch` 40 forces the latter), where it read and copied two
+    signatures a pair (44 s of CPU for 8,000 copies of one page against 9 s: scripts/bench_dedup_large_group.py):
+    the same edges, histogram and candidate count as every pair's estimate, band by band. `alphabet`: the changed
+    values drawn from 3 (classes shared by many documents), or each its own."""
+    rng = np.random.default_rng(band + batch)
+    signatures = np.tile(rng.integers(0, 1 << 32, 32, dtype=np.uint32), (150, 1))
+    for row in signatures:
+        changed = rng.choice(32, int(rng.integers(0, 12)), replace=False)
+        row[changed] = rng.integers(0, alphabet or 1 << 32, len(changed), dtype=np.uint32)
+    group = np.sort(rng.choice(10_000, 150, replace=False)).astype(np.int64)
+    found, histogram, count = dedup_module.large_group_edges(group, signatures, band, 4, 0.7, batch)
+    edges = {(int(e), int(later), float(s)) for side in found for e, later, s in zip(*side)}
+    assert (edges, histogram.tolist(), count) == old_large_group_edges(group, signatures, band, 4, 0.7)
+    assert len(edges) > 100 and count > 1000
+

@@ -33,7 +33,8 @@ in runs and merged from disk.
    document. The band's file holds its edges and the histogram of every candidate's estimate (the plot). A group
    with more pairs than a batch (thousands of copies of one boilerplate) is verified a batch of pairs at a time,
    and of a document's edges in it only the first to each cluster of its earlier ones is kept
-   (`large_group_edges`): the same decisions, in memory that grows with the group, not with its pairs.
+   (`large_group_edges`: the group's signatures compared a block at a time, not two copied rows a pair): the same
+   decisions, in memory that grows with the group, not with its pairs.
 4. Decision (`decide_step`, one task): the edges of all bands, by later then earlier document, joined in the
    stable order (corpus order on the command line, then the document's position in its corpus: part name,
    line) into connected components; each keeps its first document that is not removed as contaminated (a
@@ -1050,9 +1051,15 @@ def band_step(task):
                 if pending:
                     verify()
                     size = 0
-                # its pairs share signatures (the group's, read once a batch): more of them at a time, as many
-                # as their index arrays (about 256 B a pair in `check`) fit in --memory
-                edges.extend(large_group_edges(group, check, max(batch, memory // 256)))
+                # its pairs share signatures (the group's, read once): compared a block at a time, as many pairs
+                # as their comparisons (a byte a MinHash value and band, and the block's arrays) fit in a quarter
+                # of --memory
+                found, candidates, pairs = large_group_edges(
+                    group, fingerprints.rows("signatures", group), band, rows, threshold,
+                    max(batch, memory // (4 * (num_perm + band + 64))))
+                edges.extend(found)
+                histogram += candidates
+                count += pairs
                 continue
             first, second = np.triu_indices(len(group), 1)
             pending.append((group[first], group[second]))
@@ -1068,34 +1075,83 @@ def band_step(task):
                                           "histogram": histogram, "pairs": np.array([count], np.int64)}, staging)
 
 
-def large_group_edges(group, check, batch):
-    """The verified edges of a band key's `group` (ascending documents) too large for its pairs to be held at once
-    (thousands of copies of one boilerplate: N * (N - 1) / 2 pairs, 1 GB at 4,000 documents with --memory 16M):
-    `check`ed a batch of about `batch` pairs at a time, every pair counted in the histogram as before, each later
-    document with all of its earlier ones. Of a document's edges only the first (earliest) to each cluster that
-    the group's edges among the earlier documents form are kept: decide_step's components, each document's
-    earliest verified pair and the clusters it joins are those of every edge (near_clusters), and the edges kept
-    grow with the group, not with its pairs."""
-    cluster = np.arange(len(group))  # each earlier member's cluster in the group: the index of its first member
+def large_group_edges(group, signatures, band, rows, threshold, batch):
+    """([(earlier, later, shares)] edges, the histogram of the candidates' estimates, their count) of a band key's
+    `group` (ascending documents, `signatures` their rows) too large for its pairs to be held at once (thousands of
+    copies of one boilerplate: N * (N - 1) / 2 pairs, 1 GB at 4,000 documents with --memory 16M), as `check` in
+    band_step gives them: every pair not sharing an earlier band's key counted, each later document with all of
+    its earlier ones. The group's signatures are compared with each other a block of about `batch` pairs at a time
+    (a pair's estimate is its count of equal values: the histogram is of those counts), not read and copied
+    by pair: the time is still that of N * (N - 1) / 2 pairs, but of a comparison of their values each (the
+    command took 44 s of CPU for 8,000 copies, before, 9 s now: docs/reliability.md). Of a document's edges only
+    the first (earliest) to each cluster that the group's edges among the earlier documents form are kept:
+    decide_step's components, each document's earliest verified pair and the clusters it joins are those of every
+    edge (near_clusters), and the edges kept grow with the group, not with its pairs."""
+    size, num_perm = signatures.shape
+    equal_values = equal_counts(signatures, batch)
+    shared_keys = equal_counts(band_keys(signatures, band, rows), batch) if band else None
+    parent = np.arange(size)  # each member's cluster in the group as a tree whose root is its first member
+    counts, found = np.zeros(num_perm + 1, np.int64), []  # counts: candidates by their number of equal values
+    # the fewest equal values of a verified pair: its estimate (pair_estimates' share of them) at the threshold
+    least = int(np.argmax(np.arange(num_perm + 1) / num_perm >= threshold))
     later = 1
-    while later < len(group):
-        stop, size = later + 1, later
-        while stop < len(group) and size + stop <= batch:
-            size, stop = size + stop, stop + 1
-        pairs = [(group[:index], np.full(index, group[index])) for index in range(later, stop)]
-        earlier, laters, shares = check(*(np.concatenate(side) for side in zip(*pairs)))
-        index = np.searchsorted(group, earlier)
-        bounds = np.flatnonzero(np.r_[True, laters[1:] != laters[:-1], True]) if laters.size else [0]
-        keep = []
-        for start, end in zip(bounds[:-1], bounds[1:]):
-            labels, firsts = np.unique(cluster[index[start:end]], return_index=True)
-            keep.append(firsts + start)
-            joined = np.isin(cluster, labels)
-            joined[int(np.searchsorted(group, laters[start]))] = True
-            cluster[joined] = labels[0]
-        keep = np.concatenate(keep) if keep else np.zeros(0, np.int64)
-        yield earlier[keep], laters[keep], shares[keep]
+    while later < size:
+        # rows * (later + rows) pairs at most `batch`: the block's later documents against every one before its end
+        stop = min(size, later + max(1, int((math.sqrt(later * later + 4 * batch) - later) / 2)))
+        candidate = np.arange(stop)[None, :] < np.arange(later, stop)[:, None]
+        if band:  # a pair sharing an earlier band's key is that band's
+            candidate &= shared_keys(later, stop) == 0
+        if candidate.sum() * 8 >= candidate.size:
+            equal = equal_values(later, stop)
+        else:  # most pairs are an earlier band's (copies of one page share every band): their values are not compared
+            equal, (first, second) = np.zeros(candidate.shape, np.int64), np.nonzero(candidate)
+            equal[first, second] = np.count_nonzero(signatures[first + later] == signatures[second], axis=1)
+        counts += np.bincount(equal[candidate], minlength=num_perm + 1)
+        verified = candidate & (equal >= least)
+        for row in range(stop - later):
+            earlier = np.flatnonzero(verified[row])
+            if earlier.size:
+                labels, firsts = np.unique(_roots(parent, earlier), return_index=True)
+                parent[labels] = parent[later + row] = labels[0]
+                earlier = earlier[firsts]
+                found.append((group[earlier], np.full(len(earlier), group[later + row]),
+                              equal[row, earlier] / num_perm))
         later = stop
+    histogram = np.histogram(np.arange(num_perm + 1) / num_perm, bins=HISTOGRAM_BINS, range=(0, 1), weights=counts)[0]
+    return found, histogram.astype(np.int64), int(counts.sum())
+
+
+def equal_counts(values, batch):
+    """A function (start, stop) -> the (stop - start, stop) counts of equal columns of `values`' rows start..stop
+    against its rows 0..stop (the diagonal's aside). Where the classes of equal values shared by two or more rows
+    are few, each row is the indicator of its classes and the counts are a product of those (BLAS, exact in
+    float32: at most 16,384 ones a row); else every value is compared, a byte each (`batch` pairs at a time)."""
+    columns = []
+    for column in values.T:
+        _values, inverse, sizes = np.unique(column, return_inverse=True, return_counts=True)
+        shared = sizes[inverse.ravel()] > 1  # a value of one row alone is equal to no other row's
+        columns.append((np.flatnonzero(shared), (np.cumsum(sizes > 1) - 1)[inverse.ravel()[shared]],
+                        int(np.count_nonzero(sizes > 1))))
+    width = sum(classes for _rows, _ids, classes in columns)
+    # the indicators at most 16 bytes a pair of a block (the comparisons take a byte a value); many classes: compared
+    if width > 4 * values.shape[1] or len(values) * width * 4 > 16 * batch:
+        return lambda start, stop: np.count_nonzero(values[start:stop, None, :] == values[None, :stop, :], axis=2)
+    indicators, offset = np.zeros((len(values), width), np.float32), 0
+    for rows, ids, classes in columns:
+        indicators[rows, ids + offset] = 1
+        offset += classes
+    return lambda start, stop: (indicators[start:stop] @ indicators[:stop].T).astype(np.int64)
+
+
+def _roots(parent, members):
+    """The roots of `members` in the forest `parent` (an array of each member's parent), their paths shortened."""
+    roots = parent[members]
+    while True:
+        up = parent[roots]
+        if (up == roots).all():
+            parent[members] = roots
+            return roots
+        roots = up
 
 
 def decide_step(task):
