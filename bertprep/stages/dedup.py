@@ -1626,20 +1626,28 @@ def _decide(options, engine, evaluation, corpora, input_list, params, quiet, ste
             (sets, eval_hashes, eval_owners, counts), memory, options.num_perm)
     listing, pairs, histogram, report = _run_all(engine, decide_step, [task])[0]
     drops = _drops(listing, corpora, options.report_only)
-    per_corpus = {}
-    documents = [m["documents"] for m in markers]
-    corpus_of = {p: name for name, ps in corpora for p in ps}
-    for name, ps in corpora:
-        docs = sum(n for p, n in zip(parts, documents) if corpus_of[p] == name)
-        mine = [e for e in listing if e["corpus"] == name]
-        per_corpus[name] = {"documents": docs, **{k: sum(e["reason"] == k for e in mine) for k in ("exact", "near")}}
-        # every document holding evaluation n-grams, a --report-only duplicate too (listed as one, with its sets)
-        per_corpus[name]["contaminated"] = sum("evaluation_sets" in e for e in mine)
-        per_corpus[name]["kept"] = docs - sum(len(drops[p]) for p in ps)
+    per_corpus = corpus_counts(corpora, dict(zip(parts, (m["documents"] for m in markers))), listing, drops)
     manifest = {"tool": "bertprep", "version": __version__, "stage": "dedup", "params": params,
                 "inputs": input_list, "corpora": per_corpus, "removed": listing, "evaluation": report,
                 "candidate_pairs": pairs, "seconds": round(time.monotonic() - start, 3)}
     return manifest, histogram
+
+
+def corpus_counts(corpora, documents, listing, drops):
+    """{corpus: its documents (`documents`: by part), exact and near copies, contaminated documents and kept ones}
+    from one pass over the removed `listing`: a pass per corpus was 73 s of a run's 265 s with 2,000 .jsonl files
+    as --input (each its own corpus) and 80,000 documents removed."""
+    counts = {name: {"documents": sum(documents[p] for p in parts), "exact": 0, "near": 0, "contaminated": 0}
+              for name, parts in corpora}
+    for entry in listing:
+        tally = counts[entry["corpus"]]
+        if entry["reason"] in ("exact", "near"):
+            tally[entry["reason"]] += 1
+        # every document holding evaluation n-grams, a --report-only duplicate too (listed as one, with its sets)
+        tally["contaminated"] += "evaluation_sets" in entry
+    for name, parts in corpora:
+        counts[name]["kept"] = counts[name]["documents"] - sum(len(drops[p]) for p in parts)
+    return counts
 
 
 def _run_all(engine, function, tasks):
