@@ -1075,3 +1075,25 @@ def test_each_corpus_is_counted_from_one_pass_over_the_removed_listing(tmp_path)
     drops = dedup_module._drops(manifest["removed"], corpora, False)
     documents = {str(path): 1 + index % 4 for index, path in enumerate(inputs)}
     assert dedup_module.corpus_counts(corpora, documents, iter(manifest["removed"]), drops) == summary["corpora"]
+
+
+def test_membership_in_the_evaluation_n_grams_is_a_binary_search_per_n_gram(tmp_path):
+    """Each document's n-grams were checked against the evaluation set's with np.isin, which sorted both together
+    for every document: 2,000 documents of 300 words against 2,000 paragraphs of evaluation text took 215 s of CPU
+    (a cost of corpus times evaluation set); in_sorted (fails on the old code: no such function) searches the
+    sorted set, 1 s for that run. Its answers are np.isin's, at the ends and with nothing to search too, and a
+    corpus quoting evaluation paragraphs is still found."""
+    rng = np.random.default_rng(0)
+    ordered = np.unique(rng.integers(0, 1 << 63, 5000).astype(np.uint64))
+    values = np.r_[ordered[::7], rng.integers(0, 1 << 63, 500).astype(np.uint64), np.uint64(0),
+                   np.uint64((1 << 64) - 1), ordered[-1], ordered[0]]
+    assert (dedup_module.in_sorted(values, ordered) == np.isin(values, ordered)).all()
+    assert not dedup_module.in_sorted(values, ordered[:0]).any()
+    words = [f"v{i}" for i in range(3000)]
+    paragraphs = [" ".join(words[i * 40:(i + 1) * 40]) for i in range(60)]
+    (tmp_path / "dev.txt").write_text("\n\n".join(paragraphs))
+    corpus = write_corpus(tmp_path / "c", [f"intro {paragraphs[i // 10][:200]} outro" if i % 10 == 0 else
+                                          " ".join(words[i + 2500:i + 2560]) for i in range(100)])
+    summary = bertprep.dedup(input=(corpus,), out=tmp_path / "out", decontaminate=(tmp_path / "dev.txt",),
+                             engine=bertprep.EngineOptions(workers=1))
+    assert summary["contaminated"] == 10 and summary["evaluation"]["dev.txt"]["found_in_training"] == 10

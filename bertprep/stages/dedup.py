@@ -766,7 +766,7 @@ def fingerprint_part(task):
         words = normalized_words(text)
         if eval_hashes.size:
             found = np.unique(ngram_hashes(words, eval_ngram))
-            found = found[np.isin(found, eval_hashes)]
+            found = found[in_sorted(found, eval_hashes)]
             if found.size:
                 chunk.found[len(chunk.exact)] = found
         chunk.add(exact_hash(text), ngram_hashes(words, ngram, bits=32), number)
@@ -781,6 +781,16 @@ def fingerprint_part(task):
     result = {"documents": documents, "starts": starts, "bytes": storage.getsize(path)}
     work.atomic_write_bytes(marker, json.dumps(result).encode(), staging)
     return result
+
+
+def in_sorted(values, ordered):
+    """Whether each of `values` is in the ascending array `ordered`, by a binary search each. np.isin sorted the
+    two together on every call: per document against every evaluation n-gram, 2,000 documents took 215 s of CPU
+    against 2,000 paragraphs of evaluation text (256,000 n-grams), a cost of corpus times evaluation set."""
+    if not len(ordered):
+        return np.zeros(len(values), bool)
+    at = np.searchsorted(ordered, values)
+    return ordered[np.minimum(at, len(ordered) - 1)] == values
 
 
 def _marker_name(part):
@@ -1044,7 +1054,7 @@ def band_step(task):
     size = 0
     for keys, docs in merged(fingerprints.runs(f"keys{band}", f"docs{band}", memory)):
         if copies.size:
-            keep = ~np.isin(docs, copies)
+            keep = ~in_sorted(docs, copies)
             keys, docs = keys[keep], docs[keep]
         for group in key_groups(keys, docs):
             if len(group) * (len(group) - 1) // 2 > batch:  # its pairs at once would pass --memory: a batch at a time
