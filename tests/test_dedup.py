@@ -618,6 +618,23 @@ def test_decontaminate_squad_and_glue_reads_the_dev_files_of_the_work_directory(
     assert summary["corpora"]["train"] == {"documents": 4, "kept": 2, "exact": 0, "near": 0, "contaminated": 2}
 
 
+def test_a_downloaded_evaluation_file_without_text_is_refused(tmp_path):
+    """A dev file of the glue download holding a header alone (a download cut short) was checked against as
+    "eval glue/MRPC/dev.tsv  0 of 0 items found in training", exit 0, what a clean corpus reads; a file given by
+    path was refused so already. Now refused too, naming the file, before anything is written."""
+    workdir = tmp_path / "work"
+    (workdir / "download" / "glue" / "MRPC").mkdir(parents=True)
+    dev = workdir / "download" / "glue" / "MRPC" / "dev.tsv"
+    dev.write_text("Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n")
+    training = write_corpus(tmp_path / "train", ["one document of a few words", "another document of words"])
+    run = dedup_cli("--workdir", workdir, "--input", training, "--out", tmp_path / "out", "--decontaminate", "glue")
+    assert run.returncode == 1, run.stderr
+    assert run.stderr == (f"bertprep dedup: error: --decontaminate glue: {dev}: no evaluation text in it (empty, "
+                          "blank, or no text field): run `bertprep download glue` again, or give its other files by "
+                          "path\n")
+    assert not (tmp_path / "out").exists()
+
+
 # -- the decision in steps (issue 42) ----------------------------------------------------
 
 # What the in-memory decision (bertprep before issue 42: one process over every document's arrays) removed and

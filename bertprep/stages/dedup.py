@@ -418,13 +418,23 @@ def evaluation_files(workdir, name):
     training files are not evaluation text), or a SQuAD JSON / GLUE TSV / text file."""
     sets = evaluation_set_paths(workdir, name)
     if name in DOWNLOADED_SETS:
-        return [(label, file_items(path)) for label, path in sets]
+        return [(label, downloaded_items(name, path)) for label, path in sets]
     ((label, path),) = sets
     items = file_items(path)
     if not items:  # a run against nothing reported "items 0, found 0", as a clean corpus does
         raise DataError(f"--decontaminate {storage.display(name)}: no evaluation text in it (empty, blank, or no "
                         "text field): nothing to decontaminate against")
     return [(label, items)]
+
+
+def downloaded_items(name, path):
+    """The items of a dev/test file of the `squad` or `glue` download. One without any (a header alone, a download
+    cut short) was checked against as "0 of 0 items found in training", exit 0, as a clean corpus reads."""
+    items = file_items(path)
+    if not items:
+        raise DataError(f"--decontaminate {name}: {storage.display(path)}: no evaluation text in it (empty, blank, "
+                        f"or no text field): run `bertprep download {name}` again, or give its other files by path")
+    return items
 
 
 def file_items(path):
