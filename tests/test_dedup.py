@@ -1058,7 +1058,7 @@ def old_large_group_edges(group, signatures, band, rows, threshold):
 def test_a_large_groups_values_compared_at_once_give_its_pairs_edges(alphabet, batch, band):
     """large_group_edges compares a block of the group's signatures at once (a product of class indicators where
     equal values are few classes, else value by value; `batch` 40 forces the latter), where it read and copied two
-    signatures a pair (44 s of CPU for 8,000 copies of one page against 9 s: scripts/bench_dedup_large_group.py):
+    signatures a pair (43 s of CPU for 8,000 copies of one page against 8.8 s: scripts/bench_dedup_large_group.py):
     the same edges, histogram and candidate count as every pair's estimate, band by band. `alphabet`: the changed
     values drawn from 3 (classes shared by many documents), or each its own."""
     rng = np.random.default_rng(band + batch)

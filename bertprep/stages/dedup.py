@@ -1103,7 +1103,7 @@ def large_group_edges(group, signatures, band, rows, threshold, batch):
     its earlier ones. The group's signatures are compared with each other a block of about `batch` pairs at a time
     (a pair's estimate is its count of equal values: the histogram is of those counts), not read and copied
     by pair: the time is still that of N * (N - 1) / 2 pairs, but of a comparison of their values each (the
-    command took 44 s of CPU for 8,000 copies, before, 9 s now: docs/reliability.md). Of a document's edges only
+    command took 43 s of CPU for 8,000 copies, before, 8.8 s now: docs/reliability.md). Of a document's edges only
     the first (earliest) to each cluster that the group's edges among the earlier documents form are kept:
     decide_step's components, each document's earliest verified pair and the clusters it joins are those of every
     edge (near_clusters), and the edges kept grow with the group, not with its pairs."""
