@@ -249,7 +249,8 @@ def _check_read(config):
 class TrainConfig:
     """A pretraining run (`python -m trainer`'s flags, docs/trainer.md), checked when built: a bad
     combination is a UsageError with the CLI's message. `model` None: base, or tiny on the embedded
-    sample (no `data`), unless `bert_config` or `init_checkpoint` gives the model."""
+    sample (no `data`) (default_size), unless `bert_config` or `init_checkpoint` gives the model, or under
+    `resume` the checkpoint it continues (pretraining.model_config; default_size where there is none)."""
 
     format: str
     data: str | None = None
@@ -294,6 +295,11 @@ class TrainConfig:
     qkv_projection: str = "auto"
     last_layer: str = "auto"
 
+    def default_size(self):
+        """The Google size of a run that names no model: tiny on the embedded sample (a demo that must finish in
+        a minute on a laptop CPU), else base."""
+        return "tiny" if self.data is None else "base"
+
     def __post_init__(self):
         check_types(self)
         _check_choices(self, {"format": PRETRAINING_FORMATS, "optimizer": tuple(OPTIMIZERS),
@@ -317,9 +323,8 @@ class TrainConfig:
             raise UsageError(f"--dropout: expected a probability in [0, 1), got {self.dropout}")
         if self.model and self.bert_config:
             raise UsageError("--bert-config: not allowed with argument --model")
-        if self.model is None and not self.bert_config and not self.init_checkpoint:
-            # The sample run is a demo that must finish in a minute on a laptop CPU.
-            object.__setattr__(self, "model", "tiny" if self.data is None else "base")
+        if self.model is None and not self.bert_config and not self.init_checkpoint and not self.resume:
+            object.__setattr__(self, "model", self.default_size())
         if self.resume and not self.checkpoint_dir:
             raise UsageError("--resume needs --checkpoint-dir")
         if self.scan_layers and (self.model_parallel > 1 or self.pipeline_stages > 1):

@@ -150,12 +150,15 @@ def initial_checkpoint_warnings(checkpoint, config=None, resumed=None):
 
 
 def resumed_instead_of_init(config):
-    """(path, its model's BertConfig) of the checkpoint --resume continues where --init-checkpoint is given too;
-    None where there is none (the run then starts from --init-checkpoint). The --init-checkpoint is then neither
-    read nor loaded: it was read (a hub id's downloaded), checked against --model and the records, its weights
-    loaded ("initialized 46 variables from …"), and all replaced by the resumed checkpoint's. The model is that
-    checkpoint's (its state.json's settings), which the --init-checkpoint gave the run that wrote it."""
-    if not (config.resume and config.init_checkpoint):
+    """(path, its model's BertConfig) of the checkpoint --resume continues; None where there is none (the run
+    then starts from --init-checkpoint, or anew). The model is that checkpoint's (its state.json's settings)
+    where no --model or --bert-config names one (model_config): a run started from --init-checkpoint, or with
+    --model tiny, resumed without repeating it took the default BERT-base, built it (about 45 s on a CPU) and was
+    then refused ("checkpoint was written with model.hidden_size=128, this run has 768"). An --init-checkpoint
+    is then neither read nor loaded: it was read (a hub id's downloaded), checked against --model and the
+    records, its weights loaded ("initialized 46 variables from …"), and all replaced by the resumed
+    checkpoint's, which it gave the run that wrote it."""
+    if not config.resume:
         return None
     found = run_state.latest_state(config.checkpoint_dir)
     if found is None:
@@ -170,7 +173,7 @@ def resumed_instead_of_init(config):
 
 def initial_or_resumed(config, records):
     """(--init-checkpoint's Checkpoint, None, None); or (None, path, BertConfig) of the checkpoint --resume
-    continues instead (resumed_instead_of_init); or (None, None, None) without --init-checkpoint."""
+    continues (resumed_instead_of_init), --init-checkpoint or not; or (None, None, None) without either."""
     resumed = resumed_instead_of_init(config)
     if resumed is not None:
         return (None, *resumed)
@@ -182,7 +185,7 @@ def resumed_over_init(config, resumed):
     --init-checkpoint is given too: the resumed weights and model replace the initial ones, as Google's
     run_pretraining ignores init_checkpoint where its --output_dir holds a checkpoint. Kept so, but it was unsaid:
     the user who meant to start from X trained on from the earlier run. None where there is nothing to say."""
-    if config is None or resumed is None:
+    if config is None or resumed is None or not config.init_checkpoint:
         return None
     return (f"--init-checkpoint {storage.display(config.init_checkpoint)}: not read, its weights are not used: "
             f"--resume continues {storage.display(resumed)}, whose weights and model replace them (as Google's "
@@ -192,7 +195,7 @@ def resumed_over_init(config, resumed):
 
 def model_config(config, records, initial=None, resumed=None):
     """The model: the config of `initial` (--init-checkpoint's), of `resumed` (the BertConfig of the checkpoint
-    --resume continues instead of --init-checkpoint) where no --model or --bert-config is given, --bert-config
+    --resume continues) where no --model or --bert-config is given, --bert-config
     as given, or a Google size whose vocab is the one the records were made with; --dropout replaces both dropout
     rates. Records that do not fit it (vocab, sequence length, predictions) are a DataError."""
     if resumed is not None and not (config.model or config.bert_config):
@@ -204,9 +207,9 @@ def model_config(config, records, initial=None, resumed=None):
             raise DataError(f"{owner}: vocab_size {bert.vocab_size} is smaller than the records' "
                             f"vocab ({records.vocab_size} entries)")
     elif records.vocab_size:
-        bert = BertConfig.sized(config.model, vocab_size=records.vocab_size)
+        bert = BertConfig.sized(config.model or config.default_size(), vocab_size=records.vocab_size)
     else:
-        bert = BertConfig.sized(config.model)
+        bert = BertConfig.sized(config.model or config.default_size())
     if config.dropout is not None:
         bert = dataclasses.replace(bert, hidden_dropout_prob=config.dropout,
                                    attention_probs_dropout_prob=config.dropout)
