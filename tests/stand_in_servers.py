@@ -42,6 +42,7 @@ class StandInServer:
         self.hub_models = {}  # (repo, revision) -> {"commit": str, "files": {path: bytes}}
         self.drop_after = {}  # "/path" -> bytes sent before the connection is cut (once)
         self.ignore_range = set()  # paths served whole even when a Range is asked
+        self.range_pieces = {}  # "/path" -> the most bytes a 206 answer holds (a server sending a file in pieces)
         # "/path" -> [bytes sent, then no more while the client waits; how many requests get this]
         self.stall_after = {}
         # "/path" -> [seconds between single bytes of the body; how many requests get this]
@@ -278,6 +279,7 @@ class _Handler(BaseHTTPRequestHandler):
                     self.end_headers()
                     return
                 status = 206
+                end = min(end, start + self.stand_in.range_pieces.get(path, end))
         self.send_response(status)
         self.send_header("Content-Length", self.stand_in.headers.get(path, {}).get("Content-Length", str(end - start)))
         self.send_header("Accept-Ranges", "bytes")

@@ -44,6 +44,20 @@ def test_dropped_connection_is_resumed_with_range(server, tmp_path):
     assert gets == [("GET", "/files/blob.bin", None), ("GET", "/files/blob.bin", f"bytes={half}-")]
 
 
+def test_a_resume_answered_in_pieces_is_fetched_to_the_end(server, tmp_path):
+    """A server (or a proxy) that answers a resume's Range with a 206 of a piece (`Content-Range: bytes
+    1048576-1114111/N`) was taken at its word for the rest: the piece arrived whole, so the download counted as
+    complete, and without a published checksum the short file was kept as the download, exit 0. The pieces
+    are now asked for one after another, spending no attempt: retries=1 is enough for the 33 here."""
+    half, piece = 1 << 20, 1 << 16
+    server.drop_after["/files/blob.bin"] = half
+    server.range_pieces["/files/blob.bin"] = piece
+    got = fetch(server.url + "/files/blob.bin", str(tmp_path / "blob.bin"), retries=1, backoff=0.01)
+    assert open(tmp_path / "blob.bin", "rb").read() == PAYLOAD and got.attempts == 2
+    ranges = [r[2] for r in server.requests if r[0] == "GET"]
+    assert ranges == [None, *(f"bytes={start}-" for start in range(half, len(PAYLOAD), piece))]
+
+
 def test_interrupted_run_resumes_on_the_next_run(server, tmp_path):
     dest = str(tmp_path / "blob.bin")
     server.drop_after["/files/blob.bin"] = 1 << 20

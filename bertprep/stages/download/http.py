@@ -98,6 +98,11 @@ class _Transient(Exception):
     """A failure that a later attempt may not meet (dropped connection, 5xx)."""
 
 
+class _ShortRange(_Transient):
+    """A 206 answer whose Content-Range ends before the file does: a server (or a proxy) that sends a resumed file
+    in pieces. The next piece is asked for at once; a piece that brought bytes spends no attempt."""
+
+
 @dataclass
 class Fetched:
     path: str
@@ -187,11 +192,14 @@ def fetch(url, dest, *, size=None, checksums=None, progress=None, retries=6, bac
     part = _Partial(part_path, checksums)
     resumed_at, attempts = part.have, 0
     while True:
-        attempts += 1
+        attempts, before = attempts + 1, part.have
         try:
             _transfer(url, part, meta, meta_path, progress, limits)
             break
         except _Transient as exc:
+            if isinstance(exc, _ShortRange) and part.have > before:
+                attempts -= 1  # a piece of a file sent in pieces: progress, not a failed attempt
+                continue
             if attempts > retries:
                 raise DataError(
                     f"{url}: {exc} (gave up after {attempts} attempts; rerun to resume at byte {part.have:,})"
@@ -472,6 +480,9 @@ def _transfer(url, part, meta, meta_path, progress, limits):
         part.append_from(response, progress, limits)
         if expected_end is not None and part.have < expected_end:
             raise _Transient(f"connection closed at byte {part.have:,} of {expected_end:,}")
+        total = _content_range_total(response.headers.get("Content-Range")) if status == 206 else None
+        if total is not None and part.have < total:  # the piece was whole, the file not: it was kept as complete
+            raise _ShortRange(f"the server's answer ended at byte {part.have:,} of {total:,}")
 
 
 def _content_length(url, response):
