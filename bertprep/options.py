@@ -437,8 +437,9 @@ SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 def parse_size(text, flag):
     """Bytes of a size flag's value: an integer with an optional K, M, G or T suffix (powers of 1024), `64M`;
     a UsageError naming `flag` for anything else."""
-    match = re.fullmatch(r"\s*(\d+)\s*([KMGT]?)i?B?\s*", str(text), re.IGNORECASE)
+    # a unit, then B or iB (64M, 64MB, 64MiB), or B alone: "64iB" was 64 bytes, its unit lost
+    match = re.fullmatch(r"\s*(\d+)\s*(?:([KMGT])(?:i?B)?|B?)\s*", str(text), re.IGNORECASE)
     if not match or int(match[1]) == 0:
         raise UsageError(f"{flag} must be a positive size in bytes with an optional K, M, G or T suffix (64M), "
                          f"not {text!r}")
-    return int(match[1]) * SIZE_UNITS[match[2].upper()]
+    return int(match[1]) * SIZE_UNITS[(match[2] or "").upper()]

@@ -313,3 +313,17 @@ def test_an_empty_format_tuple_is_refused_as_empty(stage, fields):
         stage(format=(), **fields)
     assert str(exc.value) == (f"{cls}.format is empty: give at least one value (did a pattern match nothing?), "
                               "or leave it out for the default")
+
+
+def test_a_size_takes_a_unit_with_b_or_ib_and_refuses_ib_without_one():
+    """`--memory 64iB` was read as 64 bytes (the unit letter dropped, its `iB` taken); a unit is K, M, G or T,
+    then B or iB, or B alone."""
+    from bertprep.errors import UsageError
+    from bertprep.options import parse_size
+
+    for text, size in (("64", 64), ("64B", 64), ("64M", 64 << 20), ("64mb", 64 << 20), ("64 MiB", 64 << 20),
+                       ("2G", 2 << 30), ("1TiB", 1 << 40)):
+        assert parse_size(text, "--memory") == size, text
+    for text in ("64iB", "64i", "64MiBB", "1.5G", "0M", "M"):
+        with pytest.raises(UsageError, match=f"^--memory must be a positive size in bytes .* not '{re.escape(text)}'$"):
+            parse_size(text, "--memory")
