@@ -86,11 +86,28 @@ def _python_facing(stage, options_name):
             if not ON_COMMAND_LINE.get() and exc.args and isinstance(exc.args[0], str):
                 exc.args = (python_field_names(exc.args[0], _called_class(module, options_class, args)), *exc.args[1:])
             raise
+        if not ON_COMMAND_LINE.get():
+            _name_fields_in_warnings(summary, _called_class(module, options_class, args))
         for message in _listed_warnings(stage, summary):
             warnings.warn(f"bertprep.{stage.__name__}: {message}", BertprepWarning, stacklevel=2)
         return summary
 
     return call
+
+
+def _name_fields_in_warnings(summary, options_class):
+    """The summary's warnings (and its printed rows' copies) with the fields of `options_class` for the flags, as
+    a Python caller's errors name them: `bertprep.dedup(memory="100G")` was warned of "--memory 100G", a flag
+    it never gave. The command line's summary keeps its flags (the CLI calls the stage, not this wrapper)."""
+    from bertprep.options import python_field_names
+
+    if not hasattr(summary, "get") or not summary.get("warnings"):
+        return
+    named = {message: python_field_names(message, options_class) for message in summary["warnings"]}
+    summary["warnings"] = [named[message] for message in summary["warnings"]]
+    if getattr(summary, "rows", None):
+        summary.rows = [(label, named.get(value, value) if isinstance(value, str) else value)
+                        for label, value in summary.rows]
 
 
 def _called_class(module, options_class, args):

@@ -1044,8 +1044,10 @@ def test_a_python_caller_not_quiet_hears_each_warning_once(golden_dir, tmp_path,
             "--format", "tfrecord", "--short-seq-prob", "0.7"]
     assert main(argv) == 0
     said = capsys.readouterr()
+    # the Python caller's name the options' fields, the command line's its flags
+    assert any("fewer than CreateOptions.min_parts 8" in w for w in summary["warnings"])
     assert [line for line in said.err.splitlines() if "warning" in line] == [
-        f"create: warning: {w}" for w in summary["warnings"][:2]] + [
+        f"create: warning: {w.replace('CreateOptions.min_parts', '--min-parts')}" for w in summary["warnings"][:2]] + [
         "create: warning: replacing the records an earlier run wrote here with other settings (short_seq_prob was "
         "0.5, now 0.7): a records directory holds one setting; give another --out to keep both"]
     assert said.out.count("  warning  ") == 3

@@ -74,7 +74,7 @@ def test_a_memory_budget_beyond_the_corpus_is_held_to_what_the_corpus_needs(tmp_
 
 def test_the_python_dedup_warns_of_a_budget_beyond_the_machine(tmp_path):
     corpus = formatted_corpus(tmp_path / "c1", [DOCUMENT])
-    with pytest.warns(BertprepWarning, match=r"--memory 100G is more than this machine's"):
+    with pytest.warns(BertprepWarning, match=r"DedupOptions.memory 100G is more than this machine's"):
         summary = bertprep.dedup(input=(str(corpus),), out=str(tmp_path / "out"), memory="100G",
                                  engine=bertprep.EngineOptions(workers=1))
     assert summary["kept"] == 1

@@ -53,12 +53,12 @@ def test_a_summary_is_the_dict_json_prints(sample):
 def test_a_stage_warning_is_a_python_warning_even_when_quiet(sample):
     _work, summary, caught = sample
     listed = summary["warnings"]
-    assert listed and any("fewer than --min-parts 64" in w for w in listed)
+    assert listed and any("fewer than CreateOptions.min_parts 64" in w for w in listed)
     raised = [str(w.message) for w in caught if issubclass(w.category, BertprepWarning)]
     assert raised == [f"bertprep.create: {w}" for w in listed]
     with warnings.catch_warnings():
         warnings.simplefilter("error", BertprepWarning)  # a script can make them errors
-        with pytest.raises(BertprepWarning, match="fewer than --min-parts 64"):
+        with pytest.raises(BertprepWarning, match="fewer than CreateOptions.min_parts 64"):
             bertprep.create(seq=128, pred=20, out=str(_work / "records"), min_parts=64)
 
 

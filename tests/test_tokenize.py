@@ -1220,7 +1220,7 @@ def test_inspect_with_another_vocab_than_the_ids_were_made_with_warns(tokenized,
     bertprep.create(input=(CORPUS,), vocab=VOCAB, out=str(tmp_path), seq=64, pred=10, dupe_factor=1,
                     format=("tfrecord",), engine=bertprep.EngineOptions(workers=1))
     (records,) = tmp_path.glob("*/*/tfrecord/training/*_0.tfrecord")
-    with pytest.warns(bertprep.BertprepWarning, match=rf"^bertprep.inspect: --vocab .*: not the vocab "
+    with pytest.warns(bertprep.BertprepWarning, match=rf"^bertprep.inspect: InspectOptions.vocab .*: not the vocab "
                                                       rf"{records.parents[2] / 'manifest.json'} says "):
         bertprep.inspect(file=str(records), vocab=str(golden_dir / "vocab.txt"), num=1)
 
@@ -1233,7 +1233,7 @@ def test_inspect_with_another_vocab_than_the_ids_were_made_with_warns(tokenized,
     assert run.stderr.startswith(f"inspect: warning: --vocab {other}: not the vocab {out / 'manifest.json'} says "
                                  "these ids were made with ("), run.stderr
     assert run.stderr.strip().endswith("the tokens shown are another vocab's words") and run.stderr.count("\n") == 1
-    with pytest.warns(bertprep.BertprepWarning, match=r"^bertprep.inspect: --vocab .*: not the vocab "):
+    with pytest.warns(bertprep.BertprepWarning, match=r"^bertprep.inspect: InspectOptions.vocab .*: not the vocab "):
         bertprep.inspect(file=prefix + ".idx", vocab=other, num=1)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the vocab it was made with: no warning
