@@ -6,7 +6,8 @@ each with its own last word: every copy shares band keys with the others), measu
 Each run is the command line (`python -m bertprep dedup ... --workers 1`) of this checkout, then of --baseline
 (an older checkout, e.g. a `git archive` of an earlier commit) when given, on the same corpus; printed: the wall
 time and the CPU time (the machine's load aside), the peak RSS of the process tree and what was removed, and with
---baseline whether the two outputs are the same bytes (every part, and manifest.json but its `seconds`).
+--baseline whether the two outputs are the same bytes (every part, and manifest.json but its `seconds`) and the
+ratios, baseline / this checkout, of the CPU and wall seconds.
 """
 
 import argparse
@@ -66,7 +67,7 @@ def main():
         os.chdir(tmp)  # `python -m` puts the working directory before PYTHONPATH: a checkout there would be run
         for documents in args.documents:
             corpus = boilerplate_corpus(Path(tmp) / f"c{documents}", documents)
-            outputs = []
+            outputs, times = [], []
             for label, checkout in checkouts:
                 out = Path(tmp) / f"out-{documents}-{label.replace(' ', '-')}"
                 os.environ["PYTHONPATH"] = str(checkout)
@@ -78,6 +79,7 @@ def main():
                     sys.exit(run.stderr)
                 summary = json.loads(run.stdout)
                 outputs.append(output_of(out))
+                times.append((cpu, seconds))
                 print(f"{documents:7,} copies  {label:14}  {seconds:7.1f} s ({cpu:6.1f} s of CPU)  "
                       f"peak RSS {peak / 2**20:5,.0f} MiB  "
                       f"{summary['near']:,} near, {summary['exact']:,} exact, "
@@ -85,6 +87,9 @@ def main():
             if len(outputs) == 2:
                 print(f"{documents:7,} copies  same bytes (parts and manifest but `seconds`): "
                       f"{outputs[0] == outputs[1]}", flush=True)
+                (cpu, seconds), (base_cpu, base_seconds) = times
+                print(f"{documents:7,} copies  baseline / this checkout: {base_cpu / cpu:.1f}x CPU, "
+                      f"{base_seconds / seconds:.1f}x wall", flush=True)
     os.chdir(here)
 
 
