@@ -657,6 +657,36 @@ def test_a_labelled_file_without_its_header_row_is_refused(tmp_path, vocab_path,
     assert not (tmp_path / "out").exists()
 
 
+def _glue_argv(data, vocab_path, out, split):
+    """create-glue's arguments for one split of the task directory `data` (named as its task)."""
+    return ["create-glue", "--task", data.name, "--data-dir", str(data), "--vocab", str(vocab_path), "--out", str(out),
+            "--split", split, "--quiet"]
+
+
+def _assert_refused(argv, capsys, out, message):
+    """The command exits 1 with one error line ending in `message`, and writes no `out`."""
+    assert main(argv) == 1
+    assert _error_line(capsys).endswith(message)
+    assert not out.exists()
+
+
+def test_a_file_without_its_header_row_is_refused_behind_a_byte_order_mark(tmp_path, vocab_path, capsys):
+    """A dev.tsv saved with a UTF-8 byte-order mark (Excel, Notepad) and without its header row: its first label read
+    '\\ufeff1', no label, so the row was skipped as the header, exit 0 and one example fewer. With its header row
+    and the mark, the header is skipped and the examples kept, as before."""
+    data = tmp_path / "MRPC"
+    data.mkdir()
+    rows = "1\t1\t2\tthe cat sat\tthe dog ran\n0\t3\t4\ta cat sat\ta dog ran\n"
+    (data / "dev.tsv").write_text("\ufeff" + rows, encoding="utf-8")
+    argv = _glue_argv(data, vocab_path, tmp_path / "out", "dev")
+    _assert_refused(argv, capsys, tmp_path / "out", f"{data / 'dev.tsv'}:1: the first row is skipped as the header "
+                    "row (MRPC dev files start with one), but it is an example (label '1' in column 0): put the header "
+                    "row back")
+    (data / "dev.tsv").write_text("\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String\n" + rows, encoding="utf-8")
+    assert main(argv) == 0
+    assert json.loads((tmp_path / "out/manifest.json").read_text())["files"]["eval.tf_record"]["examples"] == 2
+
+
 def test_a_test_file_without_its_header_row_is_refused(tmp_path, vocab_path, capsys):
     """A test.tsv saved without its header lost its first example: every prediction after it on the wrong line."""
     data = tmp_path / "RTE"
@@ -679,13 +709,10 @@ def test_a_tsv_whose_lines_end_in_cr_alone_is_refused(finetune_dir, tmp_path, vo
     data.mkdir()
     rows = (finetune_dir / "glue/CoLA/train.tsv").read_bytes().split(b"\n")[:5]
     (data / "train.tsv").write_bytes(b"\r".join(rows) + b"\r")
-    argv = ["create-glue", "--task", "CoLA", "--data-dir", str(data), "--vocab", str(vocab_path), "--out",
-            str(tmp_path / "out"), "--split", "train", "--quiet"]
-    assert main(argv) == 1
-    assert _error_line(capsys).endswith(f"{data / 'train.tsv'}: its lines end in a carriage return alone (CR, classic "
-                                        "Mac OS line endings), which ends no line; GLUE files are UTF-8 TSV, lines "
-                                        "ending in LF or CRLF")
-    assert not (tmp_path / "out").exists()
+    argv = _glue_argv(data, vocab_path, tmp_path / "out", "train")
+    _assert_refused(argv, capsys, tmp_path / "out", f"{data / 'train.tsv'}: its lines end in a carriage return alone "
+                    "(CR, classic Mac OS line endings), which ends no line; GLUE files are UTF-8 TSV, lines ending in "
+                    "LF or CRLF")
     (data / "train.tsv").write_bytes(b"\r\n".join(rows) + b"\r\n")  # CRLF: the CRs dropped, as the reference does
     assert main(argv) == 0
     assert json.loads((tmp_path / "out/manifest.json").read_text())["files"]["train.tf_record"]["examples"] == 5
