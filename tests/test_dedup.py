@@ -578,6 +578,24 @@ def test_a_lone_surrogate_in_a_document_is_one_line_naming_it(tmp_path):
     assert output_files(tmp_path / "out") == {}
 
 
+def test_a_directory_or_a_misspelt_set_name_to_decontaminate_against_says_what_is_taken(tmp_path):
+    """`--decontaminate evaluation/` (a directory of dev files) and `--decontaminate SQuAD` were both `not squad, glue
+    or a file`: no word that a directory is not read, nor where squad is read from, nor that SQuAD is no name."""
+    c1 = tiny_corpus(tmp_path / "c1", ["one text here"])
+    (tmp_path / "evaluation").mkdir()
+    (tmp_path / "evaluation" / "dev.txt").write_text("some evaluation text\n")
+    files = "by path (SQuAD .json, GLUE .tsv or .txt), or"
+    for name, expected in (
+            (tmp_path / "evaluation", f"a directory; give the evaluation files in it {files} squad or glue for the "
+                                      "dev/test files of WORKDIR/download/squad or glue"),
+            ("SQuAD", f"no such file; give evaluation files {files} squad (lower-case, alone) for the dev/test files "
+                      "of WORKDIR/download/squad")):
+        run = dedup_cli("--input", c1, "--out", tmp_path / "out", "--decontaminate", name, cwd=tmp_path)
+        assert (run.returncode, run.stdout) == (2, "")
+        assert run.stderr == f"bertprep dedup: error: --decontaminate {name}: {expected}\n"
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("name,content,expected", [
     ("dev.json", '{"questions": []}', "expected SQuAD JSON"),
     ("dev.csv", "a,b\n", "expected a SQuAD .json, GLUE .tsv or .txt evaluation file, not .csv"),

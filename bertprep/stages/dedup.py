@@ -399,10 +399,23 @@ def evaluation_set_paths(workdir, name):
             raise UsageError(f"--decontaminate {name}: no dev/test file in {storage.display(directory)} (run "
                              f"`bertprep download {name}` first)")
         return [(f"{name}/{storage.relpath(path, directory)}", path) for path in files]
-    if not storage.isdir(name):  # `<(zcat dev.txt.gz)` (/dev/fd/63) or a FIFO was "not squad, glue or a file"
-        refuse_stream(name, "evaluation file", flag="--decontaminate")
-    storage.require(name, "file", UsageError(f"--decontaminate {storage.display(name)}: not squad, glue or a file"))
+    if storage.isdir(name):
+        raise not_an_evaluation_file(name, "a directory; give the evaluation files in it")
+    refuse_stream(name, "evaluation file", flag="--decontaminate")  # `<(zcat dev.txt.gz)` (/dev/fd/63), a FIFO
+    storage.require(name, "file", not_an_evaluation_file(name, "no such file; give evaluation files"))
     return [(os.path.basename(name), name)]
+
+
+def not_an_evaluation_file(name, what):
+    """A UsageError for --decontaminate `name`, neither a set name nor a file (`what` it is, and what to give),
+    saying what it takes: a directory (`--decontaminate data/glue/`), a path not there, or a set's name misspelt
+    (`SQuAD`, `squad/`) were all "not squad, glue or a file", which told neither where squad is read from nor
+    that a directory is not taken."""
+    named = os.path.basename(name.rstrip("/")).lower()
+    sets = (f"{named} (lower-case, alone) for the dev/test files of WORKDIR/download/{named}"
+            if named in DOWNLOADED_SETS else "squad or glue for the dev/test files of WORKDIR/download/squad or glue")
+    return UsageError(f"--decontaminate {storage.display(name)}: {what} by path (SQuAD .json, GLUE .tsv or .txt), "
+                      f"or {sets}")
 
 
 def evaluation_digests(workdir, options):
