@@ -41,6 +41,7 @@ import random
 import re
 import sys
 import time
+import unicodedata
 from typing import Any, ClassVar
 
 import numpy as np
@@ -237,9 +238,20 @@ def _training_answer(example, qa, paragraph, version_2, where):
     actual = " ".join(paragraph.words[start:end + 1])
     cleaned = " ".join(text.split())
     if actual.find(cleaned) == -1:
-        return f"could not find answer {cleaned!r} at answer_start {offset} (the context there reads {actual!r})"
+        return (f"could not find answer {cleaned!r} at answer_start {offset} (the context there reads {actual!r}"
+                f"{_normalization_note(actual, cleaned)})")
     example.answer, example.start_word, example.end_word = text, start, end
     return None
+
+
+def _normalization_note(actual, answer):
+    """Where the answer is in the context once both are NFC-normalized, a note saying so: an answer written
+    decomposed (NFD, as macOS file names and some scrapers write "é") is skipped, as run_squad.py skips it, and the
+    warning "could not find answer 'café' (the context there reads 'café')" showed two strings that look alike."""
+    if unicodedata.normalize("NFC", actual).find(unicodedata.normalize("NFC", answer)) == -1:
+        return ""
+    return (", the same characters in another Unicode normalization form: normalize the file's answers and contexts "
+            "alike, e.g. to NFC")
 
 
 # ---------------------------------------------------------------- examples -> features
