@@ -495,6 +495,24 @@ def test_an_answer_in_another_normalization_form_is_said_to_be_so(tmp_path, voca
         "e.g. to NFC); skipped, as run_squad.py does")
 
 
+def test_a_squad_input_that_is_a_directory_is_a_usage_line_naming_its_files(finetune_dir, vocab_path, tmp_path,
+                                                                              capsys):
+    """`--input download/squad/v1.1` (the directory, not its file) was `cannot tell the split from the name`, and
+    with `--split eval` `…/v1.1: no such file`, exit 1, of a directory that is there."""
+    directory = finetune_dir / "squad/v1.1"
+    (tmp_path / "empty").mkdir()
+    for split in ((), ("--split", "eval")):
+        assert main(["create-squad", "--input", str(directory), "--vocab", str(vocab_path), "--out",
+                     str(tmp_path / "out"), *split]) == 2
+        assert _error_line(capsys).endswith(f"--input {directory}: a directory; give one of the JSON files in it: "
+                                            "dev-v1.1.json, train-v1.1.json")
+    with pytest.raises(bertprep.errors.UsageError, match=r"^CreateSquadOptions.input .*: a directory; give a SQuAD "
+                       r"JSON file \(train-v1.1.json, dev-v2.0.json, ...\)$"):
+        bertprep.create_squad(input=str(tmp_path / "empty"), vocab=str(vocab_path), out=str(tmp_path / "out"),
+                              split="eval")
+    assert not (tmp_path / "out").exists()
+
+
 def test_bad_squad_structure_and_flags(tmp_path, vocab_path, capsys):
     out = tmp_path / "out"
     data = tmp_path / "train-v1.1.json"

@@ -507,7 +507,22 @@ class CreateSquadOptions(RecordsOptions):
             raise UsageError(f"--seq {self.seq} must be greater than --max-query {self.max_query} + 3 "
                              "([CLS] question [SEP] context [SEP] needs a context token)")
         super().__post_init__()
+        refuse_a_directory_input(self.input)
         split_of(self.input, self.split)  # a name that tells no split, and no --split: a usage error now
+
+
+def refuse_a_directory_input(path):
+    """A UsageError for an --input that is a directory (`download/squad/v1.1`): it was "cannot tell the split from
+    the name", and with --split given, "no such file", of a directory that is there."""
+    if not storage.isdir(path):
+        return
+    try:
+        found = sorted(name for name in storage.listdir(path) if name.endswith(".json"))
+    except OSError:  # unreadable: the refusal without the names
+        found = []
+    files = (f"one of the JSON files in it: {', '.join(found[:4])}{', ...' if len(found) > 4 else ''}" if found
+             else "a SQuAD JSON file (train-v1.1.json, dev-v2.0.json, ...)")
+    raise UsageError(f"--input {storage.display(path)}: a directory; give {files}")
 
 
 def create_squad(options: CreateSquadOptions | None = None, /, *, quiet: bool = True, **fields: Any) -> Summary:
