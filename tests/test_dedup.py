@@ -578,6 +578,18 @@ def test_a_lone_surrogate_in_a_document_is_one_line_naming_it(tmp_path):
     assert output_files(tmp_path / "out") == {}
 
 
+def test_a_squad_file_saved_with_a_byte_order_mark_is_decontaminated_against(tmp_path):
+    """A SQuAD dev file saved with a UTF-8 byte-order mark (Notepad, PowerShell) was refused: `expected SQuAD JSON
+    (data[].paragraphs[].context), not this (JSONDecodeError: Unexpected UTF-8 BOM (decode using utf-8-sig) …)`."""
+    context = "the first words of an evaluation item that the training corpus holds whole, as it stands"
+    training = tiny_corpus(tmp_path / "c1", [context, "another text"])
+    evaluation = squad_file(tmp_path / "dev-v1.1.json", [context])
+    evaluation.write_bytes(b"\xef\xbb\xbf" + evaluation.read_bytes())
+    summary = bertprep.dedup(input=(training,), out=tmp_path / "out", decontaminate=(evaluation,), dry_run=True,
+                             engine=bertprep.EngineOptions(workers=1))
+    assert summary["evaluation"] == {"dev-v1.1.json": {"items": 1, "found_in_training": 1}}
+
+
 def test_a_directory_or_a_misspelt_set_name_to_decontaminate_against_says_what_is_taken(tmp_path):
     """`--decontaminate evaluation/` (a directory of dev files) and `--decontaminate SQuAD` were both `not squad, glue
     or a file`: no word that a directory is not read, nor where squad is read from, nor that SQuAD is no name."""

@@ -449,6 +449,23 @@ def test_malformed_json_names_the_byte_offset(tmp_path, vocab_path, capsys):
     assert not out.exists()
 
 
+def test_a_squad_file_saved_with_a_byte_order_mark_is_read(tmp_path, vocab_path, capsys):
+    """A SQuAD file saved with a UTF-8 byte-order mark (Notepad, PowerShell) was `malformed JSON at byte 0 (line 1,
+    column 1): Unexpected UTF-8 BOM (decode using utf-8-sig)`, exit 1. It is read past the mark, to the records the
+    file without it gives; a later error's byte offset still counts the mark's 3 bytes."""
+    plain = _squad_file(tmp_path / "train-v1.1.json", [("The cat sat on the mat.", "cat", 4)])
+    marked = tmp_path / "marked" / "train-v1.1.json"
+    marked.parent.mkdir()
+    marked.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes())
+    for path, out in ((plain, "a"), (marked, "b")):
+        assert main(["create-squad", "--input", str(path), "--vocab", str(vocab_path), "--out", str(tmp_path / out),
+                     "--format", "tfrecord", "--quiet"]) == 0
+    assert (tmp_path / "a/train.tf_record").read_bytes() == (tmp_path / "b/train.tf_record").read_bytes()
+    marked.write_bytes(b'\xef\xbb\xbf{"data": [')
+    assert main(["create-squad", "--input", str(marked), "--vocab", str(vocab_path), "--out", str(tmp_path / "c")]) == 1
+    assert _error_line(capsys).endswith(f"{marked}: malformed JSON at byte 13 (line 1, column 11): Expecting value")
+
+
 def test_json_nested_too_deeply_is_one_line(tmp_path, vocab_path, capsys):
     """Python's JSON parser stops with a RecursionError some thousand levels down: a traceback, not a line."""
     bad = tmp_path / "train-v1.1.json"

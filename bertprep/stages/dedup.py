@@ -473,7 +473,7 @@ def file_items(path):
 def squad_items(path, text):
     """Every distinct context of a SQuAD JSON file (its questions are asked of it)."""
     try:
-        data = json.loads(text)["data"]
+        data = json.loads(text.removeprefix("\ufeff"))["data"]  # past a byte-order mark, as create-squad reads it
         contexts = [p["context"] for article in data for p in article["paragraphs"]]
     except (ValueError, KeyError, TypeError) as exc:
         raise DataError(f"{storage.display(path)}: expected SQuAD JSON (data[].paragraphs[].context), not this "

@@ -115,10 +115,13 @@ class Example:
 def load_json(path):
     """The parsed file; a DataError names the byte offset of malformed JSON."""
     text = read_text(path, expected="SQuAD files are UTF-8 JSON")
+    # A file saved with a byte-order mark (Notepad, PowerShell) was "malformed JSON at byte 0: Unexpected UTF-8 BOM
+    # (decode using utf-8-sig)": read past it, as the JSON lines reader does (its 3 bytes still count in offsets)
+    body = text.removeprefix("\ufeff")
     try:
-        return json.loads(text)
+        return json.loads(body)
     except json.JSONDecodeError as exc:
-        offset = len(text[:exc.pos].encode("utf-8"))
+        offset = len(text[:exc.pos + len(text) - len(body)].encode("utf-8"))
         raise DataError(f"{path}: malformed JSON at byte {offset} (line {exc.lineno}, column {exc.colno}): "
                         f"{exc.msg}") from None
     except RecursionError:  # Python's parser gives up on arrays or objects nested some thousand deep: a traceback
