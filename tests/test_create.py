@@ -517,6 +517,18 @@ def test_convert_of_a_tree_says_which_files_it_left(golden_dir, tmp_path, capsys
     assert summary["not_converted"] == [f"{tree}/b.rec", f"{tree}/notes.txt"]
 
 
+def test_convert_of_eleven_or_more_parts_there_and_back_gives_each_part_its_bytes(golden_dir, tmp_path):
+    """An OFRecord tree's parts are numbered in natural order: a tree of part-0 .. part-11 converted to TFRecord and
+    back came out with part-2 holding part-10's records (parts were numbered in name order, part-10 third)."""
+    parts, tfrecord, back = tmp_path / "parts", tmp_path / "tf", tmp_path / "back"
+    parts.mkdir()
+    for i in range(12):
+        shutil.copyfile(golden_dir / f"G{1 + i % 3}.ofrecord", parts / f"part-{i}")
+    assert main(["convert", str(parts), str(tfrecord), "--to", "tfrecord", "--quiet"]) == 0
+    assert main(["convert", str(tfrecord), str(back), "--to", "ofrecord", "--quiet"]) == 0
+    assert [(back / f"part-{i}").read_bytes() == (parts / f"part-{i}").read_bytes() for i in range(12)] == [True] * 12
+
+
 def test_convert_refuses_an_output_directory_holding_another_runs_record_files(golden_dir, tmp_path, capsys):
     """A convert of two files then of one into the same directory left the first run's part-1 beside the new
     part-0 (mixed sequence lengths, nothing telling them apart) and exited 0: now refused before anything is

@@ -59,6 +59,7 @@ from bertprep.options import (
 )
 from bertprep.progress import Summary
 from bertprep.records_manifest import check_records_manifest, file_digests
+from bertprep.stages.validate.dataset import natural_key
 from bertprep.workdir import MANIFEST, load_manifest, read_manifest, refuse_unlisted, save_manifest
 
 INT32_RANGE = (-(1 << 31), (1 << 31) - 1)
@@ -142,11 +143,14 @@ def _is_record_name(path):
 
 
 def _tree_pairs(source, listed, target, to, top=None):
-    """(src, dst) of every record file of `listed` (the files under the Folder `source`, sorted): its directory
-    under `target` and its name in `to` (an OFRecord part numbered by its place in its directory). `top`, a
-    records tree's source format: its directory `<top>/` becomes `<to>/`."""
+    """(src, dst) of every record file of `listed` (the files under the Folder `source`): its directory under
+    `target` and its name in `to` (an OFRecord part numbered by its place in its directory, in natural order, as
+    create numbers its shards: in name order part-10 came third, so an OFRecord tree of 12 parts converted to
+    TFRecord and back had part-2 holding part-10's records, and a create tree's wiki_training_10 became part-2,
+    create's own part-2 being wiki_training_2). `top`, a records tree's source format: its directory `<top>/`
+    becomes `<to>/`."""
     by_dir: dict = {}
-    for path in filter(_is_record_name, listed):
+    for path in sorted(filter(_is_record_name, listed), key=natural_key):
         by_dir.setdefault(os.path.dirname(path), []).append(path)
     pairs = []
     for directory, paths in sorted(by_dir.items()):
