@@ -13,7 +13,7 @@ import re
 import numpy as np
 
 from bertprep import storage
-from bertprep.errors import DataError
+from bertprep.errors import DataError, UsageError
 from bertprep.instances import Corpus
 
 # What a compressed or archive file starts with: vocab, shard, tokenize and create read text, and these decode to
@@ -141,6 +141,16 @@ def json_object_line_of_file(path):
             found = json_object_line((raw + f.readline()).decode("utf-8", errors="replace"))
             return None if found is None else number + (not raw.endswith(b"\n"))
     return None
+
+
+def refuse_json_lines_named_otherwise(path, would_be):
+    """A UsageError for a JSON-lines corpus not named .jsonl (its first non-blank line a JSON object): only that
+    name is read as JSON lines, so `--input corpus.json` (Megatron-LM's naming) was read as text, its braces,
+    quotes and keys taken for `would_be` (a stage's words: "words of the vocab"), exit 0."""
+    if not path.endswith(".jsonl") and (number := json_object_line_of_file(path)) is not None:
+        raise UsageError(f"{storage.display(path)}:{number}: a JSON object, as a JSON-lines corpus holds (one "
+                         "document a line), but only a .jsonl file is read as JSON lines: read as text, its braces "
+                         f"and keys would be {would_be}; rename it {jsonl_name(path)}")
 
 
 def is_wordpiece_vocab(lines, required):

@@ -454,6 +454,20 @@ def test_a_manifest_or_binary_file_given_as_input_is_refused(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_json_lines_corpus_not_named_jsonl_is_refused(tmp_path):
+    """`shard --input corpus.json --corpus c` (Megatron-LM's name for a JSON-lines corpus) read the file as text:
+    each object's braces, keys and escapes were split into sentences of the shards, exit 0. Refused now as vocab
+    refuses it, naming the line and the name it is read as JSON lines by; nothing is written."""
+    corpus = tmp_path / "corpus.json"
+    corpus.write_text('{"title": "a", "text": "One sentence. Another one."}\n\n{"title": "b", "text": "More."}\n')
+    error = one_line_error(run_cli("shard", "--input", corpus, "--corpus", "c", "--out", tmp_path / "out",
+                                   "--quiet", "--workers", "1"), 2)
+    assert error == (f"bertprep shard: error: {corpus}:1: a JSON object, as a JSON-lines corpus holds (one document a "
+                     "line), but only a .jsonl file is read as JSON lines: read as text, its braces and keys would be "
+                     f"sentences of the shards; rename it {tmp_path / 'corpus.jsonl'}")
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_tokenize_output_given_as_input_is_refused(tmp_path):
     """`shard --input WORKDIR/tokenized` sentence-split the data-path.txt lists of the tokenize output under it
     (the prefixes they name) into a corpus, exit 0; its corpus directory was refused as "data-path.txt: not listed

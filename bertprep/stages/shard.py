@@ -55,7 +55,7 @@ import numpy as np
 
 from bertprep import __version__, storage
 from bertprep.atomic import STEPS, atomic_open, hold, refuse_if_held, sha256_file
-from bertprep.corpus import refuse_binary, refuse_cr_only
+from bertprep.corpus import refuse_binary, refuse_cr_only, refuse_json_lines_named_otherwise
 from bertprep.engines import EngineOptions, open_engine
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
@@ -257,10 +257,13 @@ def refuse_non_text(path):
     """A UsageError for a stage's manifest.json given as an input file, and vocab's DataError for a compressed
     file or one with a NUL in its first 64 KiB: each was sentence-split into training text (the binary one
     decoded with U+FFFD, a progress note that --quiet hid), exit 0, as `shard --input OUT/*` of a dedup output
-    read OUT/manifest.json and OUT/pair_similarity.png with the deduplicated corpora."""
+    read OUT/manifest.json and OUT/pair_similarity.png with the deduplicated corpora; vocab's UsageError for a
+    JSON-lines corpus not named .jsonl."""
     refuse_manifest_as_input(path)
     if not path.endswith(".jsonl"):  # JSON lines hold no raw NUL: their reader names a bad line
         refuse_binary(path)
+        # `--input corpus.json` (Megatron-LM's naming) was sharded as text: JSON split into sentences, exit 0
+        refuse_json_lines_named_otherwise(path, "sentences of the shards")
 
 
 def refuse_manifest_as_input(path):

@@ -39,7 +39,7 @@ from typing import Any
 
 from bertprep import storage
 from bertprep.atomic import atomic_open, hold_file, sha256_file
-from bertprep.corpus import is_wordpiece_vocab, json_object_line_of_file, jsonl_name, refuse_binary
+from bertprep.corpus import is_wordpiece_vocab, refuse_binary, refuse_json_lines_named_otherwise
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.options import (
@@ -167,13 +167,9 @@ def refuse_file_above(out):
 
 
 def refuse_json_object_lines(path):
-    """A UsageError for a JSON-lines corpus not named .jsonl (its first non-blank line a JSON object): only that
-    name is read as JSON lines, so `--input corpus.json` (Megatron-LM's naming) was read as text and its braces,
-    quotes and keys ("text" once a document) trained into the vocab, exit 0."""
-    if not path.endswith(".jsonl") and (number := json_object_line_of_file(path)) is not None:
-        raise UsageError(f"{storage.display(path)}:{number}: a JSON object, as a JSON-lines corpus holds (one "
-                         "document a line), but only a .jsonl file is read as JSON lines: read as text, its braces "
-                         f"and keys would be words of the vocab; rename it {jsonl_name(path)}")
+    """refuse_json_lines_named_otherwise, for vocab: its braces, quotes and keys ("text" once a document) were
+    trained into the vocab, exit 0."""
+    refuse_json_lines_named_otherwise(path, "words of the vocab")
 
 
 def refuse_vocab_file(path):
