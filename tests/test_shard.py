@@ -468,6 +468,19 @@ def test_a_json_lines_corpus_not_named_jsonl_is_refused(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_vocab_in_an_input_directory_is_refused(tmp_path, golden_dir):
+    """A vocab.txt kept beside the corpus in an --input directory was sharded as a document of its 30,522 tokens,
+    one a sentence, exit 0. Refused now as vocab refuses it; nothing is written."""
+    corpus = make_corpus(tmp_path / "in", files=1)
+    (corpus / "vocab.txt").write_bytes((golden_dir / "vocab.txt").read_bytes())
+    error = one_line_error(run_cli("shard", "--input", corpus, "--out", tmp_path / "out", "--quiet", "--workers", "1"),
+                           2)
+    assert error == (f"bertprep shard: error: {corpus / 'vocab.txt'}: a WordPiece vocab (a token a line, [CLS] [SEP] "
+                     "[MASK] [UNK] among them), not corpus text: keep it out of the inputs (a pattern or a directory "
+                     "matched it?)")
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_tokenize_output_given_as_input_is_refused(tmp_path):
     """`shard --input WORKDIR/tokenized` sentence-split the data-path.txt lists of the tokenize output under it
     (the prefixes they name) into a corpus, exit 0; its corpus directory was refused as "data-path.txt: not listed

@@ -55,7 +55,7 @@ import numpy as np
 
 from bertprep import __version__, storage
 from bertprep.atomic import STEPS, atomic_open, hold, refuse_if_held, sha256_file
-from bertprep.corpus import refuse_binary, refuse_cr_only, refuse_json_lines_named_otherwise
+from bertprep.corpus import is_wordpiece_vocab, refuse_binary, refuse_cr_only, refuse_json_lines_named_otherwise
 from bertprep.engines import EngineOptions, open_engine
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
@@ -258,12 +258,29 @@ def refuse_non_text(path):
     file or one with a NUL in its first 64 KiB: each was sentence-split into training text (the binary one
     decoded with U+FFFD, a progress note that --quiet hid), exit 0, as `shard --input OUT/*` of a dedup output
     read OUT/manifest.json and OUT/pair_similarity.png with the deduplicated corpora; vocab's UsageError for a
-    JSON-lines corpus not named .jsonl."""
+    JSON-lines corpus not named .jsonl and for a WordPiece vocab."""
     refuse_manifest_as_input(path)
     if not path.endswith(".jsonl"):  # JSON lines hold no raw NUL: their reader names a bad line
         refuse_binary(path)
         # `--input corpus.json` (Megatron-LM's naming) was sharded as text: JSON split into sentences, exit 0
         refuse_json_lines_named_otherwise(path, "sentences of the shards")
+        refuse_vocab_file(path)
+
+
+def refuse_vocab_file(path):
+    """A UsageError for a WordPiece vocab among the inputs (corpus.is_wordpiece_vocab): `--input 'data/*.txt'`
+    beside an earlier vocab.txt trained its 30,522 tokens as words ("unused0", "##s" as "#", "#", "s"), exit 0.
+    Read only until a line of text: a corpus's first. shard's too: a vocab.txt in an --input directory was
+    sharded as a document of 30,522 sentences, exit 0."""
+    from bertprep.tokenization import REQUIRED_TOKENS
+
+    if path.endswith(".jsonl"):
+        return
+    with storage.open(path, "rb") as f:
+        if is_wordpiece_vocab((raw.decode("utf-8", errors="replace") for raw in f), REQUIRED_TOKENS):
+            raise UsageError(f"{storage.display(path)}: a WordPiece vocab (a token a line, "
+                             f"{' '.join(REQUIRED_TOKENS)} among them), not corpus text: keep it out of the inputs (a "
+                             "pattern or a directory matched it?)")
 
 
 def refuse_manifest_as_input(path):

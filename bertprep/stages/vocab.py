@@ -39,7 +39,7 @@ from typing import Any
 
 from bertprep import storage
 from bertprep.atomic import atomic_open, hold_file, sha256_file
-from bertprep.corpus import is_wordpiece_vocab, refuse_binary, refuse_json_lines_named_otherwise
+from bertprep.corpus import refuse_binary, refuse_json_lines_named_otherwise
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.options import (
@@ -54,9 +54,16 @@ from bertprep.options import (
     set_field,
 )
 from bertprep.progress import Progress, Summary, human_bytes
-from bertprep.stages.shard import COMBINED, input_files, iter_input_documents, refuse_manifest_as_input, resolve_inputs
+from bertprep.stages.shard import (
+    COMBINED,
+    input_files,
+    iter_input_documents,
+    refuse_manifest_as_input,
+    refuse_vocab_file,
+    resolve_inputs,
+)
 from bertprep.text_inputs import refuse_stream
-from bertprep.tokenization import CUT_POINT, REQUIRED_TOKENS
+from bertprep.tokenization import CUT_POINT
 from bertprep.workdir import MANIFEST, load_manifest, refuse_repeated_inputs, resolve_workdir, stage_dir
 
 SPECIAL_TOKENS = ("[UNK]", "[CLS]", "[SEP]", "[MASK]")  # after [PAD] and the first unused slots
@@ -170,19 +177,6 @@ def refuse_json_object_lines(path):
     """refuse_json_lines_named_otherwise, for vocab: its braces, quotes and keys ("text" once a document) were
     trained into the vocab, exit 0."""
     refuse_json_lines_named_otherwise(path, "words of the vocab")
-
-
-def refuse_vocab_file(path):
-    """A UsageError for a WordPiece vocab among the inputs (corpus.is_wordpiece_vocab): `--input 'data/*.txt'`
-    beside an earlier vocab.txt trained its 30,522 tokens as words ("unused0", "##s" as "#", "#", "s"), exit 0.
-    Read only until a line of text: a corpus's first."""
-    if path.endswith(".jsonl"):
-        return
-    with storage.open(path, "rb") as f:
-        if is_wordpiece_vocab((raw.decode("utf-8", errors="replace") for raw in f), REQUIRED_TOKENS):
-            raise UsageError(f"{storage.display(path)}: a WordPiece vocab (a token a line, "
-                             f"{' '.join(REQUIRED_TOKENS)} among them), not corpus text: keep it out of the inputs (a "
-                             "pattern or a directory matched it?)")
 
 
 def require_manifest(folder):
