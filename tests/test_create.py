@@ -529,6 +529,21 @@ def test_convert_of_eleven_or_more_parts_there_and_back_gives_each_part_its_byte
     assert [(back / f"part-{i}").read_bytes() == (parts / f"part-{i}").read_bytes() for i in range(12)] == [True] * 12
 
 
+def test_convert_of_a_shard_output_says_what_it_holds(tmp_path, capsys):
+    """`convert WORKDIR/sharded/c` (text shards) said only "no record files … found", as of an empty folder: now
+    it names the stage's output and what makes records of it; a folder of no stage's keeps the short line."""
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "a.txt").write_text("One sentence here. Another one.\n\nA second document. Yes.\n")
+    assert main(["shard", "--input", str(tmp_path / "c"), "--out", str(tmp_path / "sharded"), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["convert", str(tmp_path / "sharded"), str(tmp_path / "out"), "--to", "parquet"]) == 1
+    assert capsys.readouterr().err.strip() == (
+        f"bertprep convert: error: {tmp_path / 'sharded'}: no record files (*.tfrecord, part-*, *.hdf5 or *.parquet) "
+        "found: a bertprep shard output (text shards), not records: run `bertprep create` on it and convert its "
+        "records")
+    assert not (tmp_path / "out").exists()
+
+
 def test_convert_refuses_an_output_directory_holding_another_runs_record_files(golden_dir, tmp_path, capsys):
     """A convert of two files then of one into the same directory left the first run's part-1 beside the new
     part-0 (mixed sequence lengths, nothing telling them apart) and exited 0: now refused before anything is

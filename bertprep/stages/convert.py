@@ -402,7 +402,7 @@ def convert(options: ConvertOptions | None = None, /, **fields: Any) -> Summary:
         pairs = (_finetuning_pairs(chosen, target, to) if tuning is not None
                  else _tree_pairs(source, chosen, target, to, top))
         if not pairs:
-            raise DataError(f"{src}: no record files ({RECORD_NAMES}) found")
+            raise DataError(f"{src}: no record files ({RECORD_NAMES}) found{_what_it_holds(manifest)}")
         if target.isfile():  # it failed while holding the output: "x.parquet: Not a directory"
             raise UsageError(f"{dst}: is a file, and {src} is a directory; give an output directory")
         tree: contextlib.AbstractContextManager = hold(dst, "bertprep convert")
@@ -459,6 +459,25 @@ def convert(options: ConvertOptions | None = None, /, **fields: Any) -> Summary:
                    (("records", sum(counts)), ("files", len(files)), ("to", to),
                     *((("records tree", f"its {top} files, and {MANIFEST}"),) if top else ()),
                     *((("not converted", f"{_first_few(left)} ({why})"),) if left else ())))
+
+
+# What the output of a stage that writes no records holds, and how records are made of it.
+FROM_DOCUMENTS = "shard it, run `bertprep create` on the shards and convert their records"
+NOT_RECORDS = {"shard": ("text shards", "run `bertprep create` on it and convert its records"),
+               "download": ("formatted documents", FROM_DOCUMENTS), "format": ("formatted documents", FROM_DOCUMENTS),
+               "dedup": ("deduplicated documents", FROM_DOCUMENTS),
+               "tokenize": ("token sequences (Megatron-Core .bin/.idx)",
+                            "run `bertprep create` on the text shards it was tokenized from")}
+
+
+def _what_it_holds(manifest):
+    """For a directory of no record files, what its stage's manifest says it is: `convert WORKDIR/sharded/wiki`
+    said only "no record files found", as of an empty folder."""
+    stage = (manifest or {}).get("stage")
+    if stage not in NOT_RECORDS:
+        return ""
+    held, remedy = NOT_RECORDS[stage]
+    return f": a bertprep {stage} output ({held}), not records: {remedy}"
 
 
 def _first_few(names, shown=3):
