@@ -158,6 +158,21 @@ def test_invalid_utf8_and_markup_only_documents(tmp_path):
     assert sorted(summary["documents"].values()) == [1, 3]
 
 
+def test_the_first_invalid_utf8_line_named_is_the_first_inputs_whatever_finishes_first(tmp_path):
+    """The note naming the first line of invalid UTF-8 took the first input file to finish: with --workers 2 a
+    large a.txt, bad at its end, and a small b.txt, bad at line 1, named b.txt:1 (with --workers 1 a.txt's
+    line). It names the first input's line now, whatever the worker count (on the old code b.txt finishes first
+    as a rule, so the test fails there)."""
+    inp = tmp_path / "in"
+    inp.mkdir()
+    (inp / "a.txt").write_bytes(b"A sentence of the first file here. And another one.\n\n" * 40000 + b"Bad \xff.\n")
+    (inp / "b.txt").write_bytes(b"Bad \xfe byte early. Ok then.\n")
+    result = run_cli("shard", "--input", inp, "--out", tmp_path / "out", "--train-shards", "2", "--test-shards", "1",
+                     "--workers", "2")
+    ok(result)
+    assert f"2 line(s) with invalid UTF-8 decoded with U+FFFD (first: {inp / 'a.txt'}:80001)" in result.stderr
+
+
 def test_bad_jsonl_line_is_a_one_line_error(tmp_path):
     inp = tmp_path / "in"
     inp.mkdir()

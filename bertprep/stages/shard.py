@@ -755,7 +755,8 @@ def _shard(options, engine, corpus, inputs, input_list, out, staging, scratch, p
     scratch_paths = [scratch.path(f"{i:06d}.txt") for i in range(len(inputs))]
     results = [None] * len(inputs)
     stats = {"invalid_utf8_lines": 0, "empty_documents": 0, "input_bytes": 0}
-    first_invalid = None
+    # each input's first invalid line, the first of them named: the first to finish named a later input's
+    firsts = [None] * len(inputs)
     fingerprinted = options.eval_documents is not None
     digests = listed_digests(inputs)
     split_tasks = [(i, path, scratch, fingerprinted, digests.get(storage.normpath(path)))
@@ -763,11 +764,11 @@ def _shard(options, engine, corpus, inputs, input_list, out, staging, scratch, p
     for index, sizes, sentences, hashes, file_stats, prints in engine.run(split_input, split_tasks,
                                                                           describe=lambda t: t[1]):
         results[index] = (sizes, sentences, hashes, prints)
-        first_invalid = first_invalid or file_stats.pop("first_invalid_utf8", None)
+        firsts[index] = file_stats.pop("first_invalid_utf8", None)
         for key in stats:
             stats[key] += file_stats[key]
         progress.advance(1, bytes=file_stats["input_bytes"], documents=len(sizes))
-    if first_invalid:
+    if first_invalid := next(filter(None, firsts), None):
         progress.note(f"{stats['invalid_utf8_lines']:,} line(s) with invalid UTF-8 decoded with U+FFFD (first: "
                       f"{first_invalid})")
 
