@@ -100,6 +100,9 @@ def tokenize_corpus(text, tokenizer):
     return Corpus(tokens=tokens, sentence_starts=sentence_starts, document_starts=document_starts)
 
 
+UTF16_MARKS = (b"\xff\xfe", b"\xfe\xff")  # UTF-16's byte-order marks, little- and big-endian
+
+
 def refuse_binary(path):
     """A DataError naming `path` when its first bytes are a compressed or archive file's header or hold a NUL:
     decoded with U+FFFD they made a vocab (and shards) of noise, with only a progress note saying so."""
@@ -108,6 +111,9 @@ def refuse_binary(path):
     kind = compressed_kind(head)
     if kind is not None:
         raise DataError(f"{storage.display(path)}: binary data ({kind}?), expected UTF-8 text: decompress it first")
+    if head.startswith(UTF16_MARKS) and b"\0" in head:  # Notepad's "Unicode": its NULs were called binary data
+        raise DataError(f"{storage.display(path)}: UTF-16 text (its byte-order mark {head[:2].hex(' ').upper()}), "
+                        "expected UTF-8 text: convert it first (iconv -f UTF-16 -t UTF-8)")
     if (nul := head.find(b"\0")) >= 0:
         raise DataError(f"{storage.display(path)}: binary data (a NUL byte at offset {nul:,}), expected UTF-8 text")
 

@@ -496,6 +496,19 @@ def test_a_vocab_in_an_input_directory_is_refused(tmp_path, golden_dir):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_utf16_input_is_named_as_utf16_text(tmp_path):
+    """A corpus saved as UTF-16 (Notepad's "Unicode", a byte-order mark and a NUL after each ASCII letter) was
+    refused as "binary data (a NUL byte at offset 3)", which left the user to guess: now named as UTF-16 text, with
+    the conversion to do; nothing is written."""
+    inp = tmp_path / "in"
+    inp.mkdir()
+    (inp / "a.txt").write_bytes("Hello world. A document.\n\nAnother one here.\n".encode("utf-16"))
+    error = one_line_error(run_cli("shard", "--input", inp, "--out", tmp_path / "out", "--quiet", "--workers", "1"))
+    assert error == (f"bertprep shard: error: {inp / 'a.txt'}: UTF-16 text (its byte-order mark FF FE), expected "
+                     "UTF-8 text: convert it first (iconv -f UTF-16 -t UTF-8)")
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_tokenize_output_given_as_input_is_refused(tmp_path):
     """`shard --input WORKDIR/tokenized` sentence-split the data-path.txt lists of the tokenize output under it
     (the prefixes they name) into a corpus, exit 0; its corpus directory was refused as "data-path.txt: not listed
