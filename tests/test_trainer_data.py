@@ -311,3 +311,19 @@ def test_stream_reads_hdf5_and_parquet_as_it_reads_tfrecord(tmp_path, masking):
         for mine, theirs in zip(first + reopened, reference[0] + reference[1]):
             assert mine.keys() == theirs.keys(), fmt
             assert all(mine[k].dtype == theirs[k].dtype and np.array_equal(mine[k], theirs[k]) for k in mine), fmt
+
+
+def test_records_at_two_depths_below_data_are_refused_not_the_deeper_left_out(records_dir, tmp_path):
+    """A --data holding one records directory a level below it (data/wiki) and another two levels below
+    (data/params/books): the trainer read the shallowest alone and trained without the other's records, unsaid
+    (fails on the old code: no error, books' files not among the training files). The records of one depth are
+    all read, as before."""
+    shutil.copytree(records_dir, tmp_path / "wiki")
+    shutil.copytree(records_dir, tmp_path / "params" / "books")
+    with pytest.raises(DataError, match=rf"^{tmp_path}/params/books: tfrecord records deeper below {tmp_path} than "
+                                        rf"{tmp_path}/wiki's, which --data would read alone: give --data one "):
+        Records(str(tmp_path), "tfrecord")
+    shutil.rmtree(tmp_path / "params")
+    shutil.copytree(records_dir, tmp_path / "books")
+    assert len(Records(str(tmp_path), "tfrecord").files["training"]) == 6
+

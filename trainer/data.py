@@ -243,18 +243,27 @@ def no_records_directory(folder):
 
 
 def _corpus_dirs(data_dir, fmt):
-    """[(corpus directory, the directory holding its training/ and test/)] at the shallowest depth that has any:
-    <corpus>/<fmt>/training (bertprep's layout) or <corpus>/training with record files (NVIDIA's)."""
+    """[(corpus directory, the directory holding its training/ and test/)] at the one depth that has any:
+    <corpus>/<fmt>/training (bertprep's layout) or <corpus>/training with record files (NVIDIA's). Records at two
+    depths are refused: the shallowest were read, and the others left out of the training unsaid."""
     data = Folder(data_dir)
     data.require("directory", no_records_directory(data))
-    for depth in range(4):
-        corpus = "/".join(["*"] * depth + [""])  # "", "*/", "*/*/", ...
-        found = [(os.path.dirname(p), p) for p in data.glob(corpus + fmt) if Folder(p).isdir("training")]
-        found += [(os.path.dirname(p), os.path.dirname(p)) for p in data.glob(corpus + "training")
-                  if os.path.basename(os.path.dirname(p)) != fmt and Folder(p).glob(codecs.get(fmt).glob)]
-        if found:
-            return sorted(found)
-    return []
+    levels = [found for found in (_corpus_dirs_at(data, fmt, depth) for depth in range(4)) if found]
+    if len(levels) > 1:  # only the shallowest were read: the others' records were left out without a word
+        shallow, deep = levels[0][0][0], levels[1][0][0]
+        raise DataError(f"{deep}: {fmt} records deeper below {data} than {shallow}'s, which --data would read "
+                        "alone: give --data one records directory, or move the records directories to one depth "
+                        "below it (all of one depth are read)")
+    return levels[0] if levels else []
+
+
+def _corpus_dirs_at(data, fmt, depth):
+    """_corpus_dirs' pairs `depth` levels below the Folder `data`, sorted."""
+    corpus = "/".join(["*"] * depth + [""])  # "", "*/", "*/*/", ...
+    found = [(os.path.dirname(p), p) for p in data.glob(corpus + fmt) if Folder(p).isdir("training")]
+    found += [(os.path.dirname(p), os.path.dirname(p)) for p in data.glob(corpus + "training")
+              if os.path.basename(os.path.dirname(p)) != fmt and Folder(p).glob(codecs.get(fmt).glob)]
+    return sorted(found)
 
 
 def holds_pretraining_records(data_dir, fmt):
