@@ -327,3 +327,30 @@ def test_records_at_two_depths_below_data_are_refused_not_the_deeper_left_out(re
     shutil.copytree(records_dir, tmp_path / "books")
     assert len(Records(str(tmp_path), "tfrecord").files["training"]) == 6
 
+
+def test_a_manifest_count_the_file_does_not_hold_is_refused_as_the_file_is_read(golden_dir, tmp_path):
+    """A manifest whose `instances` of a file was edited (its sha256 kept): the stream took the count as the
+    file's, its epoch reckoned at 200 records where the files hold 231, so a resume (the stream reopened at a
+    record by those counts) began elsewhere than the run it continued, without a word (fails on the old code: no
+    error). Now the file, once read whole, is refused, naming it and both counts, as `bertprep validate` does."""
+    import json
+
+    from bertprep.cli import main as bertprep_main
+    from bertprep.stages.create import sample_paths
+
+    corpus, vocab = sample_paths()
+    assert bertprep_main(["create", "--input", corpus, "--vocab", vocab, "--out", str(tmp_path), "--seq", "64",
+                          "--pred", "10", "--workers", "1", "--corpus", "s", "--quiet", "--dupe-factor", "1",
+                          "--format", "tfrecord"]) == 0
+    (data_dir,) = glob.glob(os.path.join(str(tmp_path), "*", "s"))
+    manifest = json.loads(open(os.path.join(data_dir, "manifest.json")).read())
+    name = sorted(k for k in manifest["files"] if "/training/" in k)[0]
+    held = manifest["files"][name]["instances"]
+    manifest["files"][name]["instances"] = 3
+    with open(os.path.join(data_dir, "manifest.json"), "w") as f:
+        json.dump(manifest, f)
+    records = Records(data_dir, "tfrecord")
+    stream = RecordStream(records, "training", 2, seed=1, window=4)
+    with pytest.raises(DataError, match=rf"^{data_dir}/{name}: {held:,} records, its manifest.json says 3 "
+                                        r"instances \(edited since `bertprep create` wrote it\? "):
+        take(stream.batches(), sum(records.count(p) for p in records.files["training"]))

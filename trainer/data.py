@@ -385,6 +385,7 @@ class RecordStream:
                     continue
                 yield {**chunk, INDEX: np.arange(first, first + n), EPOCH: np.full(n, epoch)}
                 first += n
+            _check_count(records, path, row)
 
     def batches(self, start=0):
         """Yield batches (dicts of arrays, `batch_size` rows) beginning at stream record `start`."""
@@ -406,6 +407,16 @@ class RecordStream:
                         batch = cut_to_bin(batch, self.bin_size, self.records.seq)
                     yield {name: values.astype(dtypes[name], copy=False) for name, values in batch.items()}
             epoch, offset = epoch + 1, 0
+
+
+def _check_count(records, path, read):
+    """A DataError unless the `read` records of a file read whole are the count `records` gives (Records: its
+    manifest's): the stream's positions (a resume, an epoch's end) and an evaluation's batches are reckoned from
+    that count, and a count edited in a manifest, its file's sha256 kept, misplaced them without a word."""
+    expected = records.count(path)
+    if read != expected:
+        raise DataError(f"{path}: {read:,} records, its manifest.json says {expected:,} instances (edited since "
+                        "`bertprep create` wrote it? `bertprep validate` checks the directory)")
 
 
 def _check_batch_fits(records, batch_size):
