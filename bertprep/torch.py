@@ -350,6 +350,10 @@ class BertRecords(_DATASET_BASE):
                              "leave it out")
         if bin_size is not None and self.index.kind is PACKED:
             raise UsageError("bin_size: packed rows are not binned (they are full)")
+        seq = self.index.dims["seq"]
+        if bin_size is not None and bin_size >= seq:  # one bin: every batch kept whole, as the trainer's --bin-size
+            raise UsageError(f"bin_size {bin_size}: the records' sequences are {seq} tokens, one bin of them all: "
+                             f"give a bin size below {seq}")
         self.batch_size, self.seed, self.rank, self.world_size = batch_size, seed, rank, world_size
         self.bin_size, self.drop_last = bin_size, drop_last
         self.epoch = 0

@@ -512,6 +512,19 @@ def test_torch_loader_reads_static_records_and_bins(tmp_path):
     assert sum(b["input_mask"].sum() for b in batches) <= lengths.sum()
 
 
+def test_torch_loader_refuses_a_bin_size_of_the_whole_sequence(dynamic_dir):
+    """bin_size=64 (or 512) of 64-token records makes one bin: every batch kept whole, binning taken without
+    effect and without a word, where the trainer's --bin-size 64 is refused (fails on the old code: a loader)."""
+    from bertprep.errors import UsageError
+    from bertprep.torch import BertLoader
+
+    assert len(BertLoader(dynamic_dir, 8, bin_size=63)) > 0
+    for bin_size in (64, 512):
+        with pytest.raises(UsageError) as refused:
+            BertLoader(dynamic_dir, 8, bin_size=bin_size)
+        assert str(refused.value) == (f"bin_size {bin_size}: the records' sequences are 64 tokens, one bin of them "
+                                      "all: give a bin size below 64")
+
 def test_trainer_stream_masks_unmasked_records_bins_and_reopens_exactly(dynamic_dir):
     from trainer.data import Records, RecordStream
 
