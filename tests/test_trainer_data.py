@@ -328,6 +328,19 @@ def test_records_at_two_depths_below_data_are_refused_not_the_deeper_left_out(re
     assert len(Records(str(tmp_path), "tfrecord").files["training"]) == 6
 
 
+def sample_tfrecords(out):
+    """The TFRecord records directory of a `bertprep create` of the embedded sample corpus (64/10), under `out`."""
+    from bertprep.cli import main as bertprep_main
+    from bertprep.stages.create import sample_paths
+
+    corpus, vocab = sample_paths()
+    assert bertprep_main(["create", "--input", corpus, "--vocab", vocab, "--out", str(out), "--seq", "64",
+                          "--pred", "10", "--workers", "1", "--corpus", "s", "--quiet", "--dupe-factor", "1",
+                          "--format", "tfrecord"]) == 0
+    (data_dir,) = glob.glob(os.path.join(str(out), "*", "s"))
+    return data_dir
+
+
 def test_a_manifest_count_the_file_does_not_hold_is_refused_as_the_file_is_read(golden_dir, tmp_path):
     """A manifest whose `instances` of a file was edited (its sha256 kept): the stream took the count as the
     file's, its epoch reckoned at 200 records where the files hold 231, so a resume (the stream reopened at a
@@ -335,14 +348,7 @@ def test_a_manifest_count_the_file_does_not_hold_is_refused_as_the_file_is_read(
     error). Now the file, once read whole, is refused, naming it and both counts, as `bertprep validate` does."""
     import json
 
-    from bertprep.cli import main as bertprep_main
-    from bertprep.stages.create import sample_paths
-
-    corpus, vocab = sample_paths()
-    assert bertprep_main(["create", "--input", corpus, "--vocab", vocab, "--out", str(tmp_path), "--seq", "64",
-                          "--pred", "10", "--workers", "1", "--corpus", "s", "--quiet", "--dupe-factor", "1",
-                          "--format", "tfrecord"]) == 0
-    (data_dir,) = glob.glob(os.path.join(str(tmp_path), "*", "s"))
+    data_dir = sample_tfrecords(tmp_path)
     manifest = json.loads(open(os.path.join(data_dir, "manifest.json")).read())
     name = sorted(k for k in manifest["files"] if "/training/" in k)[0]
     held = manifest["files"][name]["instances"]
@@ -354,3 +360,23 @@ def test_a_manifest_count_the_file_does_not_hold_is_refused_as_the_file_is_read(
     with pytest.raises(DataError, match=rf"^{data_dir}/{name}: {held:,} records, its manifest.json says 3 "
                                         r"instances \(edited since `bertprep create` wrote it\? "):
         take(stream.batches(), sum(records.count(p) for p in records.files["training"]))
+
+
+def test_a_folder_inside_a_records_directory_or_another_format_is_named_as_such(tmp_path):
+    """--data at a records directory's tfrecord/ (or tfrecord/training/) said "no tfrecord training records
+    (looked for [*/[*/]]/tfrecord/training/*.tfrecord)" of a folder holding them, and --format hdf5 of TFRecord
+    records "no hdf5 training records", as if it held none (fails on the old code: those lines). Now each names
+    what to give."""
+    data_dir = sample_tfrecords(tmp_path)
+    for inside in ("tfrecord", os.path.join("tfrecord", "training")):
+        given = os.path.join(data_dir, inside)
+        refused = run_trainer("--format", "tfrecord", "--data", given)
+        assert refused.returncode == 1
+        assert refused.stderr.strip().splitlines() == [
+            f"trainer: error: {given}: a folder inside the records directory {data_dir}: give --data {data_dir} "
+            "(its manifest.json is read with the records)"]
+    refused = run_trainer("--format", "hdf5", "--data", str(tmp_path))
+    assert refused.returncode == 1
+    assert refused.stderr.strip().splitlines() == [
+        f"trainer: error: {tmp_path}: no hdf5 training records, but tfrecord ones: give --format tfrecord, or make "
+        "hdf5 ones (bertprep create --format hdf5)"]

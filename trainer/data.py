@@ -81,6 +81,27 @@ def _finetuning_records(data_dir):
                      "the records `bertprep create` or `pack` writes")
 
 
+def _inside_records(data_dir, fmt):
+    """The DataError of a --data inside a records directory (its tfrecord/ or tfrecord/training/), or None: it said
+    "no tfrecord training records (looked for [*/[*/]]/tfrecord/training/*.tfrecord)" of a folder holding them."""
+    up = storage.parent(storage.absolute(data_dir))
+    for place in (up, up and storage.parent(up)):
+        if place and Folder(place).isfile("manifest.json") and holds_pretraining_records(place, fmt):
+            return DataError(f"{Folder(data_dir)}: a folder inside the records directory {storage.display(place)}: "
+                             f"give --data {storage.display(place)} (its manifest.json is read with the records)")
+    return None
+
+
+def _other_formats(data_dir, fmt):
+    """The DataError of a --data holding training records of formats other than --format `fmt`, or None: it said
+    only "no hdf5 training records" of a directory of TFRecord ones, as if it held none."""
+    held = [name for name in codecs.record_names() if name != fmt and holds_pretraining_records(data_dir, name)]
+    if not held:
+        return None
+    return DataError(f"{Folder(data_dir)}: no {fmt} training records, but {' and '.join(held)} ones: give --format "
+                     f"{held[0]}, or make {fmt} ones (bertprep create --format {fmt})")
+
+
 class Records:
     """The record files of one format in a data directory: files per split, kind, shape and counts."""
 
@@ -112,6 +133,8 @@ class Records:
                    or _finetuning_records(data_dir)
                    or given_as_text(load_manifest(Folder(data_dir)) if Folder(data_dir).isdir() else None,
                                     Folder(data_dir), READER)
+                   or _inside_records(data_dir, fmt)
+                   or _other_formats(data_dir, fmt)
                    or DataError(f"{Folder(data_dir)}: no {fmt} training records (looked for "
                                 f"{os.path.join('[*/[*/]]', fmt, 'training', codecs.get(fmt).glob)})"))
         for paths, manifest in corpus_files:
