@@ -380,3 +380,22 @@ def test_a_folder_inside_a_records_directory_or_another_format_is_named_as_such(
     assert refused.stderr.strip().splitlines() == [
         f"trainer: error: {tmp_path}: no hdf5 training records, but tfrecord ones: give --format tfrecord, or make "
         "hdf5 ones (bertprep create --format hdf5)"]
+
+
+def test_a_worker_past_the_test_files_evaluates_another_workers_share(records_dir):
+    """Two data workers (hosts) and one test file: the test split makes one share, and worker 1 asked for its own
+    share of it, none, so record_streams raised "the test files of worker 1 hold no records" on that host before
+    its first step, ending the run (fails on the old code: that DataError). Now it reads worker 0's share, the
+    same number of batches as every worker."""
+    import types
+
+    from trainer.pretraining import record_streams
+
+    records = Records(str(records_dir), "ofrecord")
+    config = TrainConfig(format="ofrecord", data=str(records_dir), steps=2, batch_size=4, eval_every=1, eval_steps=3)
+    log = Log(config, config.steps, enabled=False)
+    streams = [record_streams(config, types.SimpleNamespace(local_replicas=1, worker_index=index, num_workers=2),
+                              records, None, str(records_dir), log) for index in range(2)]
+    assert [eval_steps for _, _, eval_steps in streams] == [3, 3]
+    first, second = (next(eval_stream.batches()) for _, eval_stream, _ in streams)
+    assert all(np.array_equal(first[name], second[name]) for name in first)

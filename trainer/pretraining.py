@@ -609,7 +609,10 @@ def record_streams(config, devices, records, bert, data_dir, log):
         return stream, None, 0
     workers = min(devices.num_workers, len(records.files["test"])) or 1
     eval_steps = evaluation_batches(config, records, data_dir, per_worker, workers, log)
-    eval_stream = RecordStream(records, "test", per_worker, config.seed, worker_index=devices.worker_index,
+    # Fewer test files than workers: the test split is cut into `workers` shares, and a worker past them evaluates
+    # another's (each worker the same batches: evaluation_batches) where its own share was none, a DataError ("the
+    # test files of worker 1 hold no records") that ended a two-host run on records of one test file.
+    eval_stream = RecordStream(records, "test", per_worker, config.seed, worker_index=devices.worker_index % workers,
                                num_workers=workers, model=bert)
     return stream, eval_stream, eval_steps
 
