@@ -589,6 +589,18 @@ def test_squad_eval_metadata_cut_short_is_named_before_training(squad_dir, tmp_p
                                  f'{data / "eval.features.jsonl"} holds {size // 2:,} bytes')
 
 
+def test_a_task_directory_of_another_format_names_the_format_it_holds(shared_dir, tmp_path):
+    """`finetune --format ofrecord` of a directory of train.tf_record said "no ofrecord training records
+    (train.of_record-*)", as if it held none (fails on the old code: that line alone)."""
+    from bertprep.errors import DataError
+    from trainer.tasks import TaskData, task_named
+
+    data = _glue_dir(shared_dir, tmp_path / "glue", "MRPC_train", "MRPC_dev")
+    with pytest.raises(DataError) as raised:
+        TaskData(str(data), "ofrecord", task_named("mrpc"))
+    assert str(raised.value) == (f"{data}: no ofrecord training records (train.of_record-*), but tfrecord ones "
+                                 "(train.tf_record): give --format tfrecord")
+
 def test_the_training_stream_checks_every_label_id(shared_dir, tmp_path):
     """The training records' labels are checked chunk by chunk as they are read (beside the vocab), before
     the first step: MNLI's under --task mrpc trained silently with --no-eval."""

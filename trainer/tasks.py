@@ -106,7 +106,8 @@ class TaskData:
                 raise DataError(f"{folder}: pretraining records (of `bertprep create` or `pack`), not fine-tuning "
                                 "records: pretrain on them with `python -m trainer`; fine-tuning reads the records "
                                 "`bertprep create-squad` or `create-glue` writes")
-            raise DataError(f"{folder}: no {fmt} training records ({codec.task_glob('train')})")
+            raise DataError(f"{folder}: no {fmt} training records ({codec.task_glob('train')})"
+                            + _other_formats(folder, fmt))
         self.kind = self.batch_kind = task.train_kind
         self.dims = self._dims_of(self.files["train"][0], self.kind)
         if task.is_squad:
@@ -218,6 +219,18 @@ class TaskData:
                                               digests={storage.normpath(path): digest} if digest else None):
                 check_model_values(kind, chunk, path, row, None, model)
                 row += len(chunk["input_ids"])
+
+
+def _other_formats(folder, fmt):
+    """", but tfrecord ones (train.tf_record): give --format tfrecord" where the Folder `folder` holds training
+    files of formats other than `fmt`, else "": "no ofrecord training records" of a directory of TFRecord ones
+    read as if it held none."""
+    held = [name for name in codecs.finetuning_names()
+            if name != fmt and folder.glob(codecs.get(name).task_glob("train"))]
+    if not held:
+        return ""
+    ones = " and ".join(f"{name} ones ({codecs.get(name).task_glob('train')})" for name in held)
+    return f", but {ones}: give --format {held[0]}"
 
 
 def in_part_order(paths):
