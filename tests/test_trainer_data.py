@@ -399,3 +399,20 @@ def test_a_worker_past_the_test_files_evaluates_another_workers_share(records_di
     assert [eval_steps for _, _, eval_steps in streams] == [3, 3]
     first, second = (next(eval_stream.batches()) for _, eval_stream, _ in streams)
     assert all(np.array_equal(first[name], second[name]) for name in first)
+
+
+def test_a_test_split_of_other_records_is_refused_before_the_first_step(records_dir, tmp_path):
+    """A test split of 64-token records beside training records of 128 (no manifest to list them) was read only
+    at the first evaluation, --eval-every steps into the run, which ended there: `record 0 at byte 31: feature
+    'input_ids': 64 values, expected 128` (fails on the old code: no error before it)."""
+    sample = sample_tfrecords(tmp_path / "sample")
+    mixed = tmp_path / "mixed" / "tfrecord"
+    shutil.copytree(records_dir / "tfrecord" / "training", mixed / "training")
+    shutil.copytree(os.path.join(sample, "tfrecord", "test"), mixed / "test")
+    records = Records(str(mixed.parent), "tfrecord")
+    config = TrainConfig(format="tfrecord", data=str(mixed.parent), steps=2, eval_every=1)
+    with pytest.raises(DataError) as refused:
+        evaluation_batches(config, records, str(mixed.parent), 4, 1, Log(config, config.steps, enabled=False))
+    assert str(refused.value) == (f"{records.files['test'][0]}: record 0: pretraining records of seq 64, pred 10 "
+                                  "differ from the other records' pretraining records of seq 128, pred 20 (point "
+                                  "--data at one kind and shape)")

@@ -201,6 +201,13 @@ class Records:
             raise DataError(f"{path}: unmasked records without the manifest of `bertprep create --masking dynamic` "
                             "beside them, which says how to mask them")
 
+    def check_split_shape(self, split):
+        """The first record of `split`'s files must be of the training records' kind and shape: a test split of
+        other records (another create's --seq, beside files no manifest lists) was read only at the first
+        evaluation, --eval-every steps into the run, and ended it there."""
+        if self.files[split]:
+            self._check_shapes(self.files[split], None)
+
     @property
     def seq(self):
         return self.dims["seq"]

@@ -632,6 +632,7 @@ def evaluation_batches(config, records, data_dir, per_worker, workers, log):
         raise UsageError(f"--eval-every: {held} fewer records than one evaluation batch of {per_worker}"
                          + (f" on each of {workers} data workers" if workers > 1 else "")
                          + " (a smaller --batch-size, or more test records)")
+    records.check_split_shape("test")
     if whole < config.eval_steps:
         log.note(f"--eval-steps {config.eval_steps}: {held} {whole} batches of {per_worker}"
                  + (f" on each of {workers} data workers" if workers > 1 else "")
