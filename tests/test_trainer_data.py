@@ -382,11 +382,11 @@ def test_a_folder_inside_a_records_directory_or_another_format_is_named_as_such(
         "hdf5 ones (bertprep create --format hdf5)"]
 
 
-def test_a_worker_past_the_test_files_evaluates_another_workers_share(records_dir):
+def test_workers_past_the_test_files_each_evaluate_the_whole_test_split(records_dir):
     """Two data workers (hosts) and one test file: the test split makes one share, and worker 1 asked for its own
     share of it, none, so record_streams raised "the test files of worker 1 hold no records" on that host before
-    its first step, ending the run (fails on the old code: that DataError). Now it reads worker 0's share, the
-    same number of batches as every worker."""
+    its first step, ending the run (fails on the old code: that DataError). With fewer test files than workers,
+    every worker now evaluates the whole split: the same batches, each record once in every worker's sums."""
     import types
 
     from trainer.pretraining import record_streams

@@ -607,11 +607,12 @@ def record_streams(config, devices, records, bert, data_dir, log):
                           bin_size=config.bin_size, model=bert)
     if not config.eval_every:
         return stream, None, 0
-    workers = min(devices.num_workers, len(records.files["test"])) or 1
+    # Fewer test files than data workers: every worker evaluates the whole test split (one share), so each record
+    # counts once in each worker's sums and the workers' mean is the split's. Cut into as many shares as files, a
+    # worker past them had none, a DataError ("the test files of worker 1 hold no records") that ended a two-host
+    # run on records of one test file; and reading another's share would have counted that share twice.
+    workers = devices.num_workers if len(records.files["test"]) >= devices.num_workers else 1
     eval_steps = evaluation_batches(config, records, data_dir, per_worker, workers, log)
-    # Fewer test files than workers: the test split is cut into `workers` shares, and a worker past them evaluates
-    # another's (each worker the same batches: evaluation_batches) where its own share was none, a DataError ("the
-    # test files of worker 1 hold no records") that ended a two-host run on records of one test file.
     eval_stream = RecordStream(records, "test", per_worker, config.seed, worker_index=devices.worker_index % workers,
                                num_workers=workers, model=bert)
     return stream, eval_stream, eval_steps
