@@ -387,6 +387,20 @@ def test_manifest_sha256_and_unlisted_file(capsys, tmp_path, g1):
     assert ("consistency", "training", "tfrecord holds 33 records") in found
 
 
+def test_record_files_beside_a_manifest_dataset_are_checked(capsys, tmp_path, g1):
+    """A folder holding a create output (its manifest.json) and record files outside it: validate checked the
+    manifest's dataset alone, and a truncated stray.tfrecord beside it was SOUND, exit 0. Now those files are one
+    more dataset, checked without a manifest."""
+    _dataset_with_manifest(tmp_path / "records", g1)
+    cut = write(tmp_path / "stray.tfrecord", g1[:3], "tfrecord")
+    cut.write_bytes(cut.read_bytes()[:-10])
+    code, report = validate(capsys, tmp_path)
+    assert code == 1
+    assert [(d["path"], d["manifest"] is None) for d in report["datasets"]] == [(str(tmp_path / "records"), False),
+                                                                              (str(tmp_path), True)]
+    assert [(f["check"], f["file"], f["record"]) for f in report["findings"]] == [("framing", str(cut), 2)]
+
+
 def test_parallel_workers_give_the_same_report(capsys, tmp_path, g1):
     _dataset_with_manifest(tmp_path, g1)
     records = copy(g1[30:])

@@ -152,17 +152,23 @@ def _climb(directory, folders=4):
     return climbed
 
 
-def dataset_roots(path):
-    """The datasets under `path`: each directory below it with a create manifest, else `path` itself."""
+def dataset_roots(path, record_files):
+    """The datasets under `path` as (root, its record files; None: all under root): each directory below it with a
+    create manifest, else `path` itself; then `path` with those of `record_files` (all under `path`) that no such
+    directory holds. Those were checked by none: a truncated records file beside a create output was SOUND."""
     tree = Folder(path)
     if tree.isfile() or find_manifest(path) is not None:
-        return [path]
+        return [(path, None)]
     roots = []
     for root, dirs, files in tree.walk():  # sorted, without .partial/ and other hidden directories
         if MANIFEST in files and find_manifest(root) is not None and find_record_files(root):
             roots.append(root)
             dirs[:] = []
-    return roots or [path]
+    if not roots:
+        return [(path, None)]
+    inside = tuple(os.path.join(storage.absolute_normpath(root), "") for root in roots)
+    outside = [f for f in record_files if not storage.absolute_normpath(f.path).startswith(inside)]
+    return [(root, None) for root in roots] + ([(path, outside)] if outside else [])
 
 
 def manifest_params(manifest):
@@ -251,10 +257,11 @@ class DatasetResult:
     kinds: list | None = None  # the record kinds' names: one, or a fine-tuning directory's kind per split
 
 
-def validate_records(root, spec, workers=1, min_parts=1, quiet=True):
-    """Check every record file under `root`, the files as a set, and the manifest."""
-    record_files = find_record_files(root)
-    manifest = find_manifest(root)
+def validate_records(root, spec, workers=1, min_parts=1, quiet=True, record_files=None):
+    """Check every record file under `root` (or `record_files` of it, which no manifest lists), the files as a set,
+    and the manifest."""
+    manifest = find_manifest(root) if record_files is None else None
+    record_files = find_record_files(root) if record_files is None else record_files
     findings = Findings(spec.max_errors)
     if manifest is not None and "_error" in manifest:  # first: its values unused, the records are checked by
         _report_damaged_manifest(manifest, findings)  # defaults, and their failures had pushed it off the listing

@@ -314,12 +314,13 @@ def validate_paths(paths, spec, workers=1, min_parts=1, compare=False, vocab_giv
         # a file that is token sequences or a text shard (.txt) is not also judged as a record file (FAILED)
         text_file = storage.isfile(path) and (sequence_sets or find_text_shards(path))
         record_files = [] if text_file else find_record_files(path)
-        for root in dataset_roots(path) if record_files else []:
+        for root, files in dataset_roots(path, record_files) if record_files else []:
             found_anything = True
-            manifest = find_manifest(root)
+            manifest = find_manifest(root) if files is None else None
             path_spec = (spec if vocab_given or manifest is None or "_error" in manifest
                          else _manifest_vocab(manifest, spec, report["warnings"]))
-            result = validate_records(root, path_spec, workers=workers, min_parts=min_parts, quiet=quiet)
+            result = validate_records(root, path_spec, workers=workers, min_parts=min_parts, quiet=quiet,
+                                      record_files=files)
             report["datasets"].append(_dataset_section(result))
             all_findings.extend(result.findings.kept)
             _add_counts(report["counts"], result.findings.counts)
