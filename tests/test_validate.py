@@ -472,6 +472,20 @@ def test_usage_errors_exit_2(capsys, tmp_path, golden_dir):
     assert exc.value.code == 2
 
 
+def test_one_dataset_given_twice_is_a_usage_error(capsys, tmp_path, g1):
+    """`validate A A` (or A and a folder inside it) checked A's files twice: each finding listed twice, FAILED with
+    2 failures of one damaged record. Now a usage error, exit 2, before anything is read."""
+    records = copy(g1[:3])
+    records[1]["next_sentence_labels"][0] = 2
+    write(tmp_path / "sub" / "a.tfrecord", records, "tfrecord")
+    assert main(["validate", str(tmp_path), str(tmp_path), "--quiet"]) == 2
+    assert f"{tmp_path} and {tmp_path} are one dataset: give it once" in capsys.readouterr().err
+    assert main(["validate", str(tmp_path), str(tmp_path / "sub"), "--quiet"]) == 2
+    assert f"{tmp_path / 'sub'} lies inside {tmp_path}, which validate checks whole" in capsys.readouterr().err
+    code, report = validate(capsys, tmp_path)
+    assert code == 1 and report["errors_total"] == 1
+
+
 def test_masked_lm_prob_of_one_is_checked_not_refused(capsys, golden_dir):
     """create and the manifests take masked_lm_prob in (0, 1]: records made with 1 are validated with it (it was
     a usage error); G1 (0.15) then fails num_predictions."""

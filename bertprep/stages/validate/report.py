@@ -115,8 +115,22 @@ class ValidateOptions:
             # was "equal", exit 0: a dataset is always equal to itself, whatever a mistyped PATH2 was meant to be
             raise UsageError(f"--compare: {self.paths[0]} and {self.paths[1]} are one dataset, which is equal to "
                              "itself: give two datasets to compare")
+        if not self.compare and len(self.paths) == 2:
+            _refuse_one_dataset_twice(*self.paths)
         if self.plot is not None:
             check_report_place("--plot", self.plot, self.paths, PNG_MAGIC)
+
+
+def _refuse_one_dataset_twice(first, second):
+    """A UsageError where the two paths (without --compare) are one dataset, or one holds the other: `validate A A`
+    checked A twice and reported each finding twice, its counts doubled (FAILED, 4 failures, of 2)."""
+    a, b = _dataset_key(first), _dataset_key(second)
+    if a == b:
+        raise UsageError(f"{first} and {second} are one dataset: give it once (--compare compares two)")
+    for outer, inner, key_outer, key_inner in ((first, second, a, b), (second, first, b, a)):
+        if key_inner.startswith(key_outer.rstrip("/") + "/"):
+            raise UsageError(f"{inner} lies inside {outer}, which validate checks whole: its findings would be "
+                             f"counted twice; give {outer} alone")
 
 
 PNG_MAGIC = b"\x89PNG"
