@@ -376,6 +376,24 @@ def test_validate_fails_data_path_txt_of_another_place(tmp_path, how):
                          "write it")]
 
 
+def test_validate_of_an_output_copied_under_whitespace_advises_a_rerun_that_can_run(tmp_path):
+    """An output copied to `my runs/`: validate advised `rerun bertprep tokenize with --out …/my runs`, which
+    tokenize refuses (a prefix with whitespace, that no data-path.txt can list). Now it says to move the folder."""
+    import shutil
+
+    args = {"input": (CORPUS,), "vocab": VOCAB, "engine": bertprep.EngineOptions(workers=1)}
+    bertprep.tokenize(out=str(tmp_path / "first"), **args)
+    shutil.copytree(tmp_path / "first", tmp_path / "my runs")
+    out = tmp_path / "my runs" / "sample_corpus"
+    messages = [f["message"] for f in bertprep.validate(paths=(str(out),))["findings"]]
+    assert len(messages) == 2 and all(message.endswith(
+        f"(moved or copied here since tokenize wrote the list?): {out} holds whitespace, which no data-path.txt can "
+        "list (it is read as words): move the folder to a path without whitespace, then rerun `bertprep tokenize` "
+        "with --out there to rewrite it; its finished shards are kept") for message in messages)
+    with pytest.raises(UsageError, match="holds whitespace"):  # the rerun advised before
+        bertprep.tokenize(out=str(tmp_path / "my runs"), **args)
+
+
 def test_validate_of_data_path_txt_reads_the_pairs_it_names(tmp_path):
     """`bertprep validate DIR/data-path.txt` read the list as a text shard: "SOUND … 1 docs / 1 sentences in 1
     shards" whatever it named. It now reads the pairs it names and checks the list as validate of DIR does."""

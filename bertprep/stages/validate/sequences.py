@@ -253,9 +253,19 @@ def _check_data_paths(root, manifest, only=None):
         if stray:
             findings.append(Finding("sequence_manifest", shown, message=f"names {stray[0]}, no {split} dataset of "
                                     f"{storage.display(root)} (moved or copied here since tokenize wrote the list?): "
-                                    f"rerun `bertprep tokenize` with --out {here} "
-                                    "to rewrite it; its finished shards are kept"))
+                                    f"{_rewrite_advice(root, here)}"))
         elif len(set(map(storage.comparable, listed))) != len(expected):
             findings.append(Finding("sequence_manifest", shown, message=f"lists {len(set(listed))} of the "
                                     f"{len(expected)} {split} datasets the manifest lists"))
     return findings
+
+
+def _rewrite_advice(root, here):
+    """How to rewrite a moved output's data-path.txt: a rerun with --out `here`, unless the folder's path holds
+    whitespace, which tokenize refuses as --out (no list read as words can name such a prefix): the rerun that
+    was advised failed so."""
+    if any(character.isspace() for character in storage.display(storage.absolute(root))):  # a parent's too
+        return (f"{storage.display(root)} holds whitespace, which no data-path.txt can list (it is read as words): "
+                "move the folder to a path without whitespace, then rerun `bertprep tokenize` with --out there to "
+                "rewrite it; its finished shards are kept")
+    return f"rerun `bertprep tokenize` with --out {here} to rewrite it; its finished shards are kept"
