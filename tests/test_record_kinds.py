@@ -211,6 +211,23 @@ def test_inspect_of_an_empty_file_named_for_no_format_is_an_error(tmp_path, caps
         assert f"({fmt}, unknown kind): no records at index 0" in capsys.readouterr().out
 
 
+def test_inspect_skip_frames_the_records_it_passes_over_without_decoding_them(golden_dir, tmp_path, capsys):
+    """`inspect --skip N` decoded every record before N (some 70 times the framing's cost: minutes for a skip of a
+    million), so a record there that frames but does not decode ended the listing, exit 1, before the record asked
+    for. Now they are framed (their CRCs checked) and not decoded; a record asked for still fails to decode."""
+    import itertools
+
+    records = list(itertools.islice(formats.read_records(golden_dir / "G1.tfrecord"), 3))
+    payloads = [formats.encode_record(r, "tfrecord") for r in records]
+    path = tmp_path / "x.tfrecord"
+    path.write_bytes(b"".join(formats.frame(p, "tfrecord") for p in [payloads[0], b"\xff" * 9, payloads[2]]))
+    assert main(["inspect", str(path), "--skip", "2", "-n", "1", "--json"]) == 0
+    shown = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line["record"] for line in shown] == [2] and shown[0]["input_ids"] == records[2]["input_ids"].tolist()
+    assert main(["inspect", str(path), "--skip", "1"]) == 1
+    assert "record 1 at byte" in capsys.readouterr().err
+
+
 def test_a_damaged_first_tfrecord_header_is_still_read_as_tfrecord(golden_dir, tmp_path):
     paths = _damaged_files(golden_dir, tmp_path)
     assert formats.sniff_format(paths["header"]) == "tfrecord"  # its name says nothing: the bytes must

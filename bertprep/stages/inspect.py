@@ -143,9 +143,7 @@ def inspect(options: InspectOptions | None = None, /, *, stream: TextIO | None =
         mask_for_epoch = epoch_masker(path, kind, options.epoch, vocab_path)
         shown_as = f"{kind}, masked as in epoch {options.epoch}"
     records: list = []
-    for index, record in enumerate(formats.read_records(path, fmt)):
-        if index < options.skip:
-            continue
+    for index, record in enumerate(formats.read_records(path, fmt, skip=options.skip), start=options.skip):
         if len(records) >= options.num:
             break
         if mask_for_epoch is not None:
