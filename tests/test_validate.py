@@ -486,6 +486,18 @@ def test_one_dataset_given_twice_is_a_usage_error(capsys, tmp_path, g1):
     assert code == 1 and report["errors_total"] == 1
 
 
+@pytest.mark.parametrize("name", ["part-1.tfrecord", "notes.dat"])
+def test_a_pipe_in_the_folder_is_a_usage_error_not_a_wait(capsys, tmp_path, g1, name):
+    """A FIFO in the folder (a record file's name or any other): validate opened it to learn its format and waited
+    for ever for a writer, nothing said. Now a usage error, exit 2, before any file is opened."""
+    write(tmp_path / "part-0.tfrecord", g1[:3], "tfrecord")
+    os.mkfifo(tmp_path / name)
+    assert main(["validate", str(tmp_path), "--quiet"]) == 2
+    assert capsys.readouterr().err == (f"bertprep validate: error: {tmp_path / name}: not a regular file (a pipe or a "
+                                       f"device) in {tmp_path}: validate reads every file there, and a pipe that no "
+                                       "one writes waits for ever; move it out of the folder\n")
+
+
 def test_masked_lm_prob_of_one_is_checked_not_refused(capsys, golden_dir):
     """create and the manifests take masked_lm_prob in (0, 1]: records made with 1 are validated with it (it was
     a usage error); G1 (0.15) then fails num_predictions."""

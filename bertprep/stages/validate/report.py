@@ -105,6 +105,8 @@ class ValidateOptions:
             Folder(path).require("any", UsageError(f"{path}: no such file or directory"))  # a tree, or one file
             if not Folder(path).isdir():  # `validate <(cat a.txt)` (/dev/fd/63) or a FIFO: was "nothing to validate"
                 refuse_stream(path)
+            else:
+                _refuse_special_files(path)
         if self.max_errors < 0 or (self.workers is not None and self.workers < 1) or self.min_parts < 1:
             raise UsageError("--max-errors must be ≥ 0, --workers and --min-parts ≥ 1")
         if self.masked_lm_prob is not None and not 0 < self.masked_lm_prob <= 1:  # create's and manifests' range
@@ -119,6 +121,20 @@ class ValidateOptions:
             _refuse_one_dataset_twice(*self.paths)
         if self.plot is not None:
             check_report_place("--plot", self.plot, self.paths, PNG_MAGIC)
+
+
+def _refuse_special_files(path):
+    """A UsageError naming the first file under the local directory `path` that is no regular file (a FIFO, a
+    device): validate opens every file there to learn what it holds, and `validate DIR` with a FIFO in DIR that no
+    one writes waited for ever, nothing said. Asked of each path (os.stat), never opened."""
+    if not storage.reads_in_place(path):  # a store holds objects only
+        return
+    for directory, _dirs, files in storage.walk(path):
+        for name in files:
+            full = os.path.join(directory, name)
+            if os.path.exists(full) and not os.path.isfile(full):
+                raise UsageError(f"{full}: not a regular file (a pipe or a device) in {path}: validate reads every "
+                                 "file there, and a pipe that no one writes waits for ever; move it out of the folder")
 
 
 def _refuse_one_dataset_twice(first, second):
