@@ -228,6 +228,19 @@ def test_inspect_skip_frames_the_records_it_passes_over_without_decoding_them(go
     assert "record 1 at byte" in capsys.readouterr().err
 
 
+def test_inspect_of_a_pipe_says_it_is_one(tmp_path, capsys):
+    """`inspect` of a FIFO (or `<(cat part-0)`) said `no such file`, exit 1, of a path that is there; it reads the
+    file more than once (its format, its kind, its records). Now the usage error the stages give a pipe, exit 2."""
+    import os
+
+    path = tmp_path / "part-1.tfrecord"
+    os.mkfifo(path)
+    assert main(["inspect", str(path)]) == 2
+    assert capsys.readouterr().err == (f"bertprep inspect: error: {path}: not a regular file (a pipe, as <(zcat …) "
+                                       "gives, or a device): this stage reads each record file more than once; "
+                                       "write it to a file first\n")
+
+
 def test_a_damaged_first_tfrecord_header_is_still_read_as_tfrecord(golden_dir, tmp_path):
     paths = _damaged_files(golden_dir, tmp_path)
     assert formats.sniff_format(paths["header"]) == "tfrecord"  # its name says nothing: the bytes must

@@ -26,6 +26,7 @@ from bertprep.options import build_options, check_types, errors_name_fields, nor
 from bertprep.progress import Summary
 from bertprep.records_manifest import load_records_manifest
 from bertprep.stages.validate.sequences import tokenize_list
+from bertprep.text_inputs import refuse_stream
 from bertprep.tokenization import load_vocab, resolve_vocab_path
 from bertprep.workdir import MANIFEST, load_manifest
 
@@ -114,6 +115,7 @@ def inspect(options: InspectOptions | None = None, /, *, stream: TextIO | None =
     options = build_options(InspectOptions, options, fields)  # not both (a keyword beside one was ignored)
     path = megatron.dataset_file(options.file)
     _refuse_directory(path)
+    refuse_stream(path, "record file")  # a pipe (`inspect <(cat part-0)`) was "no such file", exit 1: it is there
     storage.require(path, "file", DataError(f"{path}: no such file"))
     _refuse_data_path_list(path)
     megatron.check_index_beside(path)
