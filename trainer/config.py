@@ -295,7 +295,7 @@ class TrainConfig:
     qkv_projection: str = "auto"
     last_layer: str = "auto"
 
-    def default_size(self):
+    def default_size(self) -> str:
         """The Google size of a run that names no model: tiny on the embedded sample (a demo that must finish in
         a minute on a laptop CPU), else base."""
         return "tiny" if self.data is None else "base"
