@@ -602,7 +602,7 @@ def test_a_directory_a_pattern_matches_is_named_not_read(tmp_path, stage):
                 f"{wiki / 'training' / 'sample_corpus_training_0.txt'}, "
                 f"{wiki / 'training' / 'sample_corpus_training_1.txt'} and 6 more (an input directory's shards are "
                 "the *.txt files of its training/ and test/, else its own *.txt; a pattern's directories never: give "
-                "such a directory as an --input of its own)")
+                f"such a directory as an {stage.capitalize()}Options.input of its own)")  # a Python call's: a field
     assert summary["shards"] == 1
     assert expected in summary["warnings"] and any(expected in str(w.message) for w in said)
 
@@ -849,7 +849,8 @@ def test_validate_refuses_the_record_flags_where_it_read_no_records(tokenized, c
 
 def test_validate_compare_of_a_dataset_with_itself_is_refused(tokenized, tmp_path, capsys):
     """`validate A A --compare` (or A/, a link to A, a pair's .bin and its .idx) said "equal", exit 0: a dataset is
-    equal to itself, whatever PATH2 was meant to be. Records directories alike."""
+    equal to itself, whatever PATH2 was meant to be. Records directories alike. Without --compare it is refused
+    too (validate's _refuse_one_dataset_twice: each file was checked, each finding listed, twice)."""
     out, _ = tokenized
     (tmp_path / "link").symlink_to(out)
     prefix = prefix_of(out, *shards()[0])
@@ -859,7 +860,8 @@ def test_validate_compare_of_a_dataset_with_itself_is_refused(tokenized, tmp_pat
                                                    "dataset, which is equal to itself: give two datasets to compare")
     with pytest.raises(UsageError, match=r"^ValidateOptions.compare: .* are one dataset"):
         bertprep.validate(paths=(str(out), str(out)), compare=True)
-    assert bertprep.validate(paths=(str(out), str(out))).sound  # without --compare: validated, as before
+    with pytest.raises(UsageError, match=r" are one dataset: give it once"):  # without it: each finding twice
+        bertprep.validate(paths=(str(out), str(out)))
 
 
 def test_an_index_under_another_name_is_named_as_one(tokenized, tmp_path, capsys):

@@ -267,6 +267,9 @@ def refuse_non_text(path):
         refuse_vocab_file(path)
 
 
+VOCAB_LINE_HEAD = 4096  # bytes of a line read at a time by refuse_vocab_file
+
+
 def refuse_vocab_file(path):
     """A UsageError for a WordPiece vocab among the inputs (corpus.is_wordpiece_vocab): `--input 'data/*.txt'`
     beside an earlier vocab.txt trained its 30,522 tokens as words ("unused0", "##s" as "#", "#", "s"), exit 0.
@@ -277,7 +280,9 @@ def refuse_vocab_file(path):
     if path.endswith(".jsonl"):
         return
     with storage.open(path, "rb") as f:
-        if is_wordpiece_vocab((raw.decode("utf-8", errors="replace") for raw in f), REQUIRED_TOKENS):
+        # a line's head at a time: no vocab token is that long, and a corpus's one huge line is not read whole
+        heads = iter(lambda: f.readline(VOCAB_LINE_HEAD), b"")
+        if is_wordpiece_vocab((raw.decode("utf-8", errors="replace") for raw in heads), REQUIRED_TOKENS):
             raise UsageError(f"{storage.display(path)}: a WordPiece vocab (a token a line, "
                              f"{' '.join(REQUIRED_TOKENS)} among them), not corpus text: keep it out of the inputs (a "
                              "pattern or a directory matched it?)")
