@@ -24,6 +24,7 @@ import contextlib
 import dataclasses
 import os
 import posixpath
+import re
 from collections.abc import Iterator
 
 from bertprep import atomic, storage
@@ -178,6 +179,12 @@ class Folder:
 
     def atomic_write_bytes(self, name: str, data: bytes, staging: str | None = None) -> None:
         atomic.atomic_write_bytes(self.path(name), data, staging=staging)
+
+
+def natural_key(path: str) -> list:
+    """A sort key that orders the numbers in names by value: `part-2` before `part-10`, as shards, parts and
+    splits are numbered (sorted as text, the tenth shard came second)."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path)]
 
 
 def _parents(name):

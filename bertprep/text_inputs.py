@@ -11,15 +11,11 @@ from dataclasses import replace
 from bertprep import storage
 from bertprep.corpus import compressed_kind, is_wordpiece_vocab, json_object_line, jsonl_name, read_text, refuse_cr_only
 from bertprep.errors import DataError, UsageError
-from bertprep.folder import Folder
+from bertprep.folder import Folder, natural_key
 from bertprep.formats import megatron
 from bertprep.instances import MaskingVocab
 from bertprep.tokenization import REQUIRED_TOKENS, LineTokenizer, load_vocab
 from bertprep.workdir import MANIFEST, SPLITS, load_manifest, refuse_repeated_inputs, refuse_unlisted
-
-
-def _natural_key(path):
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path)]
 
 
 def discover_inputs(values):
@@ -33,14 +29,14 @@ def discover_inputs(values):
             if split_dirs:
                 globbed = set()
                 for split in split_dirs:
-                    files = sorted(place.glob(f"{split}/*.txt"), key=_natural_key)
+                    files = sorted(place.glob(f"{split}/*.txt"), key=natural_key)
                     names = [f"{split}/{os.path.basename(f)}" for f in files]
                     globbed.update(names)
                     refuse_unlisted(place, names, "this stage")
                     found.extend((f, split, value) for f in files)
                 refuse_missing_listed(place, globbed)
             else:
-                files = sorted(place.glob("*.txt"), key=_natural_key)
+                files = sorted(place.glob("*.txt"), key=natural_key)
                 found.extend((f, split_of(f), value) for f in files)
                 if not files:
                     raise DataError(f"{place}: directory holds no *.txt shards (nor training/ or test/ "
@@ -48,7 +44,7 @@ def discover_inputs(values):
         elif place.exists():
             found.append((value, split_of(value), value))
         elif glob.has_magic(value):  # a pattern is no folder: storage matches it whole, directories too
-            files = sorted(storage.glob(value), key=_natural_key)
+            files = sorted(storage.glob(value), key=natural_key)
             if not files:
                 raise DataError(f"{place}: the pattern matches no file")
             found.extend((f, split_of(f), value) for f in files if storage.isfile(f))
@@ -66,7 +62,7 @@ def refuse_missing_listed(place, globbed):
     (`globbed`: the names found, relative to it): a shard deleted, or not copied with the rest, was left out
     without a word, exit 0, where `bertprep shard` names it and an unlisted file is refused."""
     listed = (load_manifest(place) or {}).get("files") or {}
-    missing = [name for name in sorted(listed, key=_natural_key) if name not in globbed and not place.isfile(name)]
+    missing = [name for name in sorted(listed, key=natural_key) if name not in globbed and not place.isfile(name)]
     if missing:
         raise DataError(f"{place.display(missing[0])}: listed in {place.display(MANIFEST)} but missing: this stage "
                         "would go on without it; rerun the stage that wrote it, or give the files you mean")

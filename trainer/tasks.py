@@ -17,11 +17,10 @@ comes from --task and the label count from the task.
 """
 
 import dataclasses
-import re
 
 from bertprep import formats, storage
 from bertprep.errors import DataError, UsageError
-from bertprep.folder import Folder
+from bertprep.folder import Folder, natural_key
 from bertprep.formats import codecs
 from bertprep.formats.schemas import GLUE, GLUE_REGRESSION, SQUAD_EVAL, SQUAD_TRAIN, first_outside
 from bertprep.records_manifest import file_digests, load_records_manifest, refuse_unlisted_records
@@ -237,8 +236,4 @@ def in_part_order(paths):
     """OFRecord parts by their index, `test.of_record-2` before `-10`: sorted as text, the eleventh part was read
     third, so --predict's test_results.tsv (a line per test example, in record order: test.tsv's order) was out of
     order without a word, and SQuAD's eval records did not match eval.features.jsonl."""
-    def key(path):
-        match = re.search(r"-(\d+)$", path)
-        return (path[:match.start()], int(match.group(1))) if match else (path, -1)
-
-    return sorted(paths, key=key)
+    return sorted(paths, key=natural_key)

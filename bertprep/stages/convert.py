@@ -44,7 +44,7 @@ import numpy as np
 from bertprep import formats, storage
 from bertprep.atomic import atomic_open, check_distinct_outputs, hold, sha256_file, temp_path
 from bertprep.errors import DataError, UsageError
-from bertprep.folder import Folder
+from bertprep.folder import Folder, natural_key
 from bertprep.formats import codecs
 from bertprep.formats.columnar_io import Unholdable
 from bertprep.formats.protowire import WireError
@@ -59,7 +59,6 @@ from bertprep.options import (
 )
 from bertprep.progress import Summary
 from bertprep.records_manifest import check_records_manifest, file_digests
-from bertprep.stages.validate.dataset import natural_key
 from bertprep.workdir import MANIFEST, load_manifest, read_manifest, refuse_unlisted, save_manifest
 
 INT32_RANGE = (-(1 << 31), (1 << 31) - 1)

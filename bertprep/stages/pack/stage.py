@@ -19,7 +19,7 @@ from bertprep import __version__, formats, storage
 from bertprep.atomic import hold
 from bertprep.engines import EngineOptions, open_engine
 from bertprep.errors import DataError, UsageError
-from bertprep.folder import Folder
+from bertprep.folder import Folder, natural_key
 from bertprep.formats import codecs
 from bertprep.formats.schemas import PACKED, PRETRAINING, UNMASKED, kind_of_manifest
 from bertprep.options import (
@@ -38,7 +38,6 @@ from bertprep.stages.create import (
     remove_stale_outputs,
 )
 from bertprep.stages.pack.task import PackTask, pack_shard
-from bertprep.stages.validate.dataset import natural_key
 from bertprep.workdir import MANIFEST, SPLITS, load_manifest, paced_saves, refuse_another_stages, save_manifest
 
 # What the bytes of a packed file depend on besides its input: a change here repacks everything.

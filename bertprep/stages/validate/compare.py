@@ -21,9 +21,10 @@ import numpy as np
 
 from bertprep import formats, storage
 from bertprep.errors import DataError
+from bertprep.folder import natural_key
 from bertprep.formats import codecs
 from bertprep.stages.validate import packed
-from bertprep.stages.validate.dataset import find_record_files, natural_key
+from bertprep.stages.validate.dataset import find_record_files
 from bertprep.stages.validate.records import iter_batches
 from bertprep.stages.validate.sequences import find_sequence_sets, tokenize_list
 from bertprep.stages.validate.text import find_text_shards

@@ -15,7 +15,7 @@ import re
 
 from bertprep import formats, storage
 from bertprep.errors import DataError
-from bertprep.folder import Folder
+from bertprep.folder import Folder, natural_key
 from bertprep.formats import codecs
 from bertprep.formats.schemas import kind_of_manifest
 from bertprep.progress import Progress
@@ -31,10 +31,6 @@ DATASET_CHECKS: dict[str, str] = {
 }
 # OFRecord parts: part-<i> (pretraining), <split>.of_record-<i> (OneFlow-Benchmark's fine-tuning sets)
 _PART = re.compile(r"^(part|.+\.of_record)-(\d+)$")
-
-
-def natural_key(path):
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path)]
 
 
 @dataclasses.dataclass

@@ -16,11 +16,10 @@ import numpy as np
 
 from bertprep import storage
 from bertprep.corpus import ends_lines_in_cr_alone
-from bertprep.folder import Folder
+from bertprep.folder import Folder, natural_key
 from bertprep.formats import codecs
 from bertprep.stages.download.glue import task_outputs
 from bertprep.stages.download.squad import FILES as SQUAD_FILES
-from bertprep.stages.validate.dataset import natural_key
 from bertprep.stages.validate.records import Finding
 from bertprep.text_inputs import split_of, unread_files_warning
 from bertprep.workdir import MANIFEST, SPLITS, read_manifest
