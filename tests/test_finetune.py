@@ -144,6 +144,13 @@ def test_mrpc_learns_in_both_formats(pretrained, mrpc_dir, tmp_path, capsys):
     majority = max(np.mean(labels), 1 - np.mean(labels))
     assert summary["eval_examples"] == MRPC_RECORDS and summary["eval_accuracy"] >= 0.9 > majority, summary
     assert 0 < summary["eval_f1_positive"] <= 1
+    # run_classifier.py's eval_results.txt: a `name = value` line per score, sorted, with global_step; the same
+    # figures as the summary's. It was not written: --output-dir stayed empty where --predict was not given.
+    lines = (tmp_path / "tfrecord" / "eval_results.txt").read_text().splitlines()
+    scores = {k: v for k, v in summary.items() if k.startswith("eval_")} | {"global_step": 40}
+    assert lines == [f"{name} = {scores[name]}" for name in sorted(scores)], lines
+    assert lines[:3] == [f"eval_accuracy = {summary['eval_accuracy']}", f"eval_examples = {MRPC_RECORDS}",
+                         f"eval_f1_positive = {summary['eval_f1_positive']}"], lines
     # The fine-tuned state is saved whole: encoder, classifier head, optimizer.
     (name,) = [n for n in os.listdir(tmp_path / "ckpt-tfrecord") if n.startswith("ckpt-")]
     with np.load(tmp_path / "ckpt-tfrecord" / name / "state.npz") as state:
@@ -431,7 +438,8 @@ def _prediction_run(shared_dir, squad_dir, tmp_path, capsys, task, *argv):
     return code, (capsys.readouterr().err.strip().splitlines() or [""])[-1]
 
 
-@pytest.mark.parametrize("task, written", [("squad", "predictions.json"), ("mrpc", "test_results.tsv")])
+@pytest.mark.parametrize("task, written", [("squad", "predictions.json"), ("mrpc", "test_results.tsv"),
+                                           ("mrpc", "eval_results.txt")])
 def test_a_directory_where_a_prediction_file_goes_is_refused_before_training(shared_dir, squad_dir, tmp_path, capsys,
                                                                              task, written):
     """A directory named predictions.json (SQuAD's scoring) or test_results.tsv (--predict) in --output-dir: the
@@ -444,7 +452,8 @@ def test_a_directory_where_a_prediction_file_goes_is_refused_before_training(sha
     assert not (tmp_path / "ckpt").exists() and os.listdir(out) == [written]
 
 
-@pytest.mark.parametrize("task, written", [("squad", "nbest_predictions.json"), ("mrpc", "test_results.tsv")])
+@pytest.mark.parametrize("task, written", [("squad", "nbest_predictions.json"), ("mrpc", "test_results.tsv"),
+                                           ("mrpc", "eval_results.txt")])
 def test_a_log_json_named_as_a_prediction_file_is_refused_before_training(shared_dir, squad_dir, tmp_path, capsys,
                                                                           task, written):
     """--log-json OUT/test_results.tsv (or a SQuAD prediction file) was accepted: the predictions replaced the log

@@ -184,9 +184,10 @@ def build_finetune_parser():
                    help="as `python -m trainer --precision` (default: fp32)")
     p.add_argument("--seed", type=int, default=12345,
                    help="seed of the head's initialization, dropout and data order (default: 12345)")
-    p.add_argument("--output-dir", help="SQuAD's predictions.json and nbest_predictions.json (null_odds.json for "
-                                         "2.0), --predict's test_results.tsv of GLUE; the scores are in the summary "
-                                         "and --log-json (default: ./finetune-<task>)")
+    p.add_argument("--output-dir", help="GLUE's eval_results.txt (the scores, as run_classifier.py writes them), "
+                                         "SQuAD's predictions.json and nbest_predictions.json (null_odds.json for "
+                                         "2.0), --predict's test_results.tsv of GLUE; the scores are also in the "
+                                         "summary and --log-json (default: ./finetune-<task>)")
     p.add_argument("--checkpoint-dir", help="also save the fine-tuned model (and optimizer) state here")
     p.add_argument("--no-eval", action="store_true",
                    help="train only, score nothing (without it, --data without eval records is an error)")

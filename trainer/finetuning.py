@@ -65,6 +65,8 @@ from trainer.pretraining import (
 from trainer.squad_predictions import load_eval_metadata, write_predictions
 from trainer.tasks import TaskData, task_named
 
+EVAL_RESULTS = "eval_results.txt"  # a GLUE run's scores, named as run_classifier.py names its file
+
 # The on-the-fly checkpoint of a run without --init-checkpoint: a few steps of the sample records.
 SAMPLE_PRETRAINING = dict(format=codecs.OFRECORD.name, steps=20, batch_size=8, optimizer="adam", lr=1e-3, warmup=2.0,
                           log_every=20, quiet=True)
@@ -192,7 +194,7 @@ def written_names(config, task, data, dataset):
     """The files the scoring and --predict write in --output-dir once the training is done (`dataset`: the
     SQuAD dev JSON or None)."""
     if not task.is_squad:
-        return ["test_results.tsv"] if config.predict else []
+        return [*([] if config.no_eval else [EVAL_RESULTS]), *(["test_results.tsv"] if config.predict else [])]
     if config.no_eval and not config.predict:
         return []
     return ["predictions.json", "nbest_predictions.json", *(["null_odds.json"] if is_version_2(data, dataset) else [])]
@@ -267,6 +269,7 @@ def _finetune(config, task, data, bert, weights, checkpoint_path, devices, log, 
             evaluation = evaluate_squad(config, data, steps, eval_batch, log)
         else:
             evaluation = evaluate_glue(task, data, steps, eval_batch)
+            write_eval_results(config, evaluation, train["steps"])
         log.record("eval", {k: v for k, v in evaluation.items() if isinstance(v, (int, float))}, train["steps"])
     else:
         log.note("--no-eval: nothing scored")
@@ -463,6 +466,15 @@ def evaluate_glue(task, data, steps, batch):
     for name in task.metrics:
         result[name] = getattr(metrics, name)(predictions, labels)
     return result
+
+
+def write_eval_results(config, evaluation, step):
+    """eval_results.txt in --output-dir, as run_classifier.py --do_eval writes it: a `name = value` line per
+    score, sorted by name, with global_step (scripts that read Google's file read ours). Its names are the
+    summary's (eval_accuracy, eval_loss, and the task's metrics, eval_f1_positive ...)."""
+    scores = {f"eval_{name}": value for name, value in evaluation.items()} | {"global_step": step}
+    text = "".join(f"{name} = {scores[name]}\n" for name in sorted(scores))
+    output_folder(config).atomic_write_bytes(EVAL_RESULTS, text.encode())
 
 
 def predict(config, task, data, steps, batch, evaluation):
