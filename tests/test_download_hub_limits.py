@@ -2,6 +2,7 @@
 model), against a real socket on 127.0.0.1 that accepts every connection and never answers, the stand-in hub
 trickling its files, and the real huggingface_hub."""
 
+import concurrent.futures
 import os
 import subprocess
 import sys
@@ -28,22 +29,63 @@ def hub_env(endpoint, hf_home):
 def run_all_at_once(argvs, env, limit):
     """name -> (exit code, stderr, seconds it took): each of `argvs` (name -> bertprep arguments) run at once, each
     killed after `limit` seconds (exit None)."""
-    started, processes, runs = time.monotonic(), {}, {}
-    for name, argv in argvs.items():
-        processes[name] = subprocess.Popen([sys.executable, "-m", "bertprep", *map(str, argv)], env=env,
-                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        for name, process in processes.items():
-            try:
-                _out, err = process.communicate(timeout=max(1, limit - (time.monotonic() - started)))
-                runs[name] = (process.returncode, err, time.monotonic() - started)
-            except subprocess.TimeoutExpired:
-                runs[name] = (None, "", time.monotonic() - started)
-    finally:
-        for process in processes.values():  # none is left running if one did not end in time
+    return run_commands_at_once({name: (argv, env) for name, argv in argvs.items()}, limit)
+
+
+def run_commands_at_once(commands, limit):
+    """run_all_at_once of `commands`, name -> (bertprep arguments, environment): each its own environment, and
+    each its own time (waited for in a thread of its own: one waited for after another would count the
+    other's)."""
+    started = time.monotonic()
+
+    def run(argv, env):
+        process = subprocess.Popen([sys.executable, "-m", "bertprep", *map(str, argv)], env=env,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            _out, err = process.communicate(timeout=max(1, limit - (time.monotonic() - started)))
+            return process.returncode, err, time.monotonic() - started
+        except subprocess.TimeoutExpired:
+            return None, "", time.monotonic() - started
+        finally:  # none is left running if it did not end in time
             process.kill()
             process.communicate()
-    return runs
+
+    with concurrent.futures.ThreadPoolExecutor(len(commands)) as pool:
+        futures = {name: pool.submit(run, *command) for name, command in commands.items()}
+        return {name: future.result() for name, future in futures.items()}
+
+
+# The runs that wait through backoffs (our own between the hub's busy answers, a minute in all; huggingface_hub's
+# own between attempts of a file, about 30 s each): one after another they held a test worker two minutes doing
+# nothing, so they start at once when the first of their tests asks (`waits`), and each test reads its own. Their
+# tests share one worker (--dist loadgroup), so the fixture runs once.
+ON_ONE_WORKER = pytest.mark.xdist_group("hub_waits")
+
+
+@pytest.fixture(scope="module")
+def waits(tmp_path_factory):
+    """name -> (exit code, stderr, seconds it took, what else the test needs): the module's long waits, run at
+    once: "busy" (a hub whose API answers 503 with Retry-After: 3600), "hub model" and "vocab" (a hub that
+    never answers)."""
+    root = tmp_path_factory.mktemp("hub-waits")
+    with StandInServer() as server, silent_endpoint() as endpoint:
+        server.add_hub_dataset("nyu-mll/glue", cola_files())
+        server.fail_with["/api/datasets/nyu-mll/glue/revision/main"] = [(503, {"Retry-After": "3600"}), 100]
+        corpus = root / "corpus.txt"
+        corpus.write_text("One sentence here.\nAnother one there.\n\nA second document.\n")
+        commands = {
+            "busy": (["download", "glue", "--tasks", "CoLA", "--workdir", root / "busy", "--quiet"],
+                     hub_env(server.url, root / "hf-busy")),
+            "hub model": (["download", "pretrained", "--model", "someone/bert-tiny", "--workdir", root / "model",
+                           "--stall-timeout", "1", "--quiet"], hub_env(endpoint, root / "hf-model")),
+            "vocab": (["create", "--input", corpus, "--vocab", "someone/bert-tiny", "--out", root / "out"],
+                      {**hub_env(endpoint, root / "hf-vocab"), "BERTPREP_STORE_READ_TIMEOUT": "1"}),
+        }
+        runs = run_commands_at_once(commands, 120)
+        asked = [path for method, path, _range in server.requests if path.endswith("/revision/main")]
+        extra = {"busy": {"endpoint": server.url, "asked": asked}, "hub model": {"endpoint": endpoint},
+                 "vocab": {}}
+    return {name: (*run, extra[name]) for name, run in runs.items()}
 
 
 def test_a_hub_that_never_answers_ends_each_hub_dataset_within_the_stall_timeout(tmp_path):
@@ -59,12 +101,11 @@ def test_a_hub_that_never_answers_ends_each_hub_dataset_within_the_stall_timeout
 
 
 @pytest.mark.heavy  # huggingface_hub's own 7 attempts of a file and its 23 s of backoff between them
-def test_a_hub_that_never_answers_ends_a_hub_model_within_the_stall_timeout(tmp_path):
+@ON_ONE_WORKER
+def test_a_hub_that_never_answers_ends_a_hub_model_within_the_stall_timeout(waits):
     """--stall-timeout was not applied: 10 s, then 6 attempts of 60 s and backoff, 6.6 minutes."""
-    with silent_endpoint() as endpoint:
-        argv = ["download", "pretrained", "--model", "someone/bert-tiny", "--workdir", tmp_path / "w",
-                "--stall-timeout", "1", "--quiet"]
-        [(code, stderr, took)] = run_all_at_once({"model": argv}, hub_env(endpoint, tmp_path / "hf"), 120).values()
+    code, stderr, took, seen = waits["hub model"]
+    endpoint = seen["endpoint"]
     assert code == 1, (code, stderr)
     assert stderr == ("bertprep download: error: someone/bert-tiny/config.json: not reachable at "
                       f"{endpoint} and not in the cache (timed out)\n")  # under --quiet none of the hub's retries
@@ -189,19 +230,13 @@ def test_a_hub_that_answers_its_first_request_busy_is_asked_again(tmp_path):
 
 
 @pytest.mark.heavy  # 7 attempts, 63 s of backoff between them
-def test_a_hub_that_stays_busy_ends_in_one_line_after_seven_attempts(tmp_path):
-    with StandInServer() as server:
-        server.add_hub_dataset("nyu-mll/glue", cola_files())
-        server.fail_with["/api/datasets/nyu-mll/glue/revision/main"] = [(503, {"Retry-After": "3600"}), 100]
-        started = time.monotonic()
-        result = run_cli("download", "glue", "--tasks", "CoLA", "--workdir", tmp_path / "w", "--quiet", server=server,
-                         hf_home=tmp_path / "hf")
-        took, endpoint = time.monotonic() - started, server.url
-        asked = [path for method, path, _range in server.requests if path.endswith("/revision/main")]
-    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
-    assert result.stderr.startswith(f"bertprep download: error: nyu-mll/glue@main: not reachable at {endpoint} and "
-                                    "not in the cache (") and result.stderr.endswith("; gave up after 7 attempts)\n")
-    assert len(asked) == 7 and took < 63 + 30, took
+@ON_ONE_WORKER
+def test_a_hub_that_stays_busy_ends_in_one_line_after_seven_attempts(waits):
+    code, stderr, took, seen = waits["busy"]
+    assert code == 1 and stderr.count("\n") == 1, stderr
+    assert stderr.startswith(f"bertprep download: error: nyu-mll/glue@main: not reachable at {seen['endpoint']} and "
+                             "not in the cache (") and stderr.endswith("; gave up after 7 attempts)\n")
+    assert len(seen["asked"]) == 7 and took < 63 + 30, took
 
 
 @pytest.mark.parametrize("source", ["glue", "pretrained"])
@@ -241,15 +276,11 @@ def test_a_checkpoint_named_by_hub_id_from_a_hub_that_never_answers_ends_within_
     assert "S3cret" not in result.stderr and took < 60, (took, result.stderr)
 
 
-def test_a_vocab_named_by_hub_id_from_a_hub_that_never_answers_ends_within_the_store_timeout(tmp_path):
+@ON_ONE_WORKER
+def test_a_vocab_named_by_hub_id_from_a_hub_that_never_answers_ends_within_the_store_timeout(waits):
     """`--vocab <hub id>` fetched vocab.txt with huggingface_hub's own timeouts and retries: 6.6 minutes, whatever
     BERTPREP_STORE_READ_TIMEOUT said; and without --quiet huggingface_hub's retry warnings came before the error."""
-    corpus = tmp_path / "corpus.txt"
-    corpus.write_text("One sentence here.\nAnother one there.\n\nA second document.\n")
-    with silent_endpoint() as endpoint:
-        env = {**hub_env(endpoint, tmp_path / "hf"), "BERTPREP_STORE_READ_TIMEOUT": "1"}
-        argv = ["create", "--input", corpus, "--vocab", "someone/bert-tiny", "--out", tmp_path / "out"]
-        [(code, stderr, took)] = run_all_at_once({"create": argv}, env, 120).values()
+    code, stderr, took, _ = waits["vocab"]
     assert code == 1 and stderr.count("\n") == 1, (code, stderr)
     assert stderr.startswith("bertprep create: error: someone/bert-tiny: not a vocab file and not resolvable as a "
                              "hub model id ("), stderr
