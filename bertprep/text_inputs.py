@@ -108,7 +108,7 @@ def unread_files_warning(values, inputs, shown=3, rule=SHARDS_RULE, read_otherwi
 
 
 # A pattern reads the files it matches (discover_inputs): a directory it matches is named, not read.
-PATTERN_RULE = "a pattern's directories never: give such a directory as an --input of its own"
+PATTERN_RULE = "a pattern's directories never: give such a directory to --input on its own"
 
 
 def unread_inputs_warning(values, inputs):

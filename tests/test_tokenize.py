@@ -602,7 +602,7 @@ def test_a_directory_a_pattern_matches_is_named_not_read(tmp_path, stage):
                 f"{wiki / 'training' / 'sample_corpus_training_0.txt'}, "
                 f"{wiki / 'training' / 'sample_corpus_training_1.txt'} and 6 more (an input directory's shards are "
                 "the *.txt files of its training/ and test/, else its own *.txt; a pattern's directories never: give "
-                f"such a directory as an {stage.capitalize()}Options.input of its own)")  # a Python call's: a field
+                f"such a directory to {stage.capitalize()}Options.input on its own)")  # a Python call's: a field
     assert summary["shards"] == 1
     assert expected in summary["warnings"] and any(expected in str(w.message) for w in said)
 
