@@ -824,9 +824,10 @@ def test_validate_of_a_pair_without_manifest_or_vocab_says_what_it_did_not_check
     assert checks["sequence_manifest"]["status"] == "ok"
 
 
-def test_validate_refuses_the_record_flags_where_it_read_no_records(tokenized, capsys):
+def test_validate_refuses_the_record_flags_where_it_read_no_records(tokenized, tmp_path, capsys):
     """--masked-lm-prob, --whole-word-mask and --min-parts are read by the record checks alone: of a tokenize output
-    (or text shards) they were SOUND, exit 0, the flag read by nothing."""
+    (or text shards) they were SOUND, exit 0, the flag read by nothing. --vocab and --plot, by the record and the
+    sequence checks alone."""
     out, _ = tokenized
     assert main(["validate", str(out), "--whole-word-mask", "--quiet"]) == 2
     assert capsys.readouterr().err.strip() == (
@@ -845,6 +846,14 @@ def test_validate_refuses_the_record_flags_where_it_read_no_records(tokenized, c
         f"bertprep validate: error: --vocab applies to records and token sequences, and {CORPUS} holds none (text "
         "shards): it had no effect; leave it out")
     assert bertprep.validate(paths=(str(out),), vocab=VOCAB).sound
+    # --plot draws the records' and the sequences' statistics: of text shards alone it drew a "no records" PNG
+    png = tmp_path / "shards.png"
+    assert main(["validate", CORPUS, "--plot", str(png), "--quiet"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"bertprep validate: error: --plot applies to records and token sequences, and {CORPUS} holds none (text "
+        "shards): it had no effect; leave it out")
+    assert not png.exists()
+    assert main(["validate", str(out), "--plot", str(png), "--quiet"]) == 0 and png.read_bytes()[:4] == b"\x89PNG"
 
 
 def test_validate_compare_of_a_dataset_with_itself_is_refused(tokenized, tmp_path, capsys):

@@ -238,13 +238,16 @@ def validate(options: ValidateOptions | None = None, /, *, quiet: bool = True, *
 
 
 # The flags only some checks read, and what they apply to: how the records were masked and the OFRecord parts a
-# directory needs (the record checks); the vocab (the record and token sequence checks; no text shard check).
+# directory needs (the record checks); the vocab (the record and token sequence checks; no text shard check); the
+# plot, whose panels are the records' and the token sequences' statistics (of text shards alone it was a PNG that
+# said "no records").
 # A report holds token sequences where its "sequences" key is there (a list with no section: a tokenize run's pairs
 # all gone).
 READERS = {"records": lambda report: bool(report["datasets"]),
            "records and token sequences": lambda report: bool(report["datasets"]) or "sequences" in report}
 NARROW_FLAGS = (("masked_lm_prob", "--masked-lm-prob", "records"), ("whole_word_mask", "--whole-word-mask", "records"),
-                ("min_parts", "--min-parts", "records"), ("vocab", "--vocab", "records and token sequences"))
+                ("min_parts", "--min-parts", "records"), ("vocab", "--vocab", "records and token sequences"),
+                ("plot", "--plot", "records and token sequences"))
 
 
 def refuse_unread_flags(options, report):
