@@ -20,6 +20,20 @@ def bin_width(bin_index, bin_size, seq):
     return min(seq, -(-longest // 8) * 8)
 
 
+def uncut_bins_reason(bin_size, seq):
+    """Why a `bin_size` cuts no batch of `seq`-token records (their loader refuses it), or None where it cuts some:
+    at or above seq every record is in one bin; just below it every bin's width still rounds up to seq (57-63 of
+    64), so the batches are only regrouped by length, none shortened."""
+    if bin_size >= seq:
+        return f"the records' sequences are {seq} tokens, one bin of them all: give a bin size below {seq}"
+    if bin_width(0, bin_size, seq) < seq:
+        return None
+    most = (seq - 1) // 8 * 8
+    return (f"the records' sequences are {seq} tokens and a bin's width is rounded up to a multiple of 8, so every "
+            f"bin keeps all {seq} and no batch is cut: "
+            + (f"give a bin size of at most {most}" if most else "leave binning out"))
+
+
 def binned_batches(order, bins, batch_size, rng, drop_last=True):
     """Batches (arrays of record positions) from `order` (the epoch's shuffled positions), each of one bin.
 

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from bertprep import formats, storage
-from bertprep.binning import bin_width, binned_batches, bins_of
+from bertprep.binning import bin_width, binned_batches, bins_of, uncut_bins_reason
 from bertprep.errors import BertprepError, DataError, UsageError
 from bertprep.folder import Folder
 from bertprep.formats import codecs, megatron
@@ -351,9 +351,8 @@ class BertRecords(_DATASET_BASE):
         if bin_size is not None and self.index.kind is PACKED:
             raise UsageError("bin_size: packed rows are not binned (they are full)")
         seq = self.index.dims["seq"]
-        if bin_size is not None and bin_size >= seq:  # one bin: every batch kept whole, as the trainer's --bin-size
-            raise UsageError(f"bin_size {bin_size}: the records' sequences are {seq} tokens, one bin of them all: "
-                             f"give a bin size below {seq}")
+        if bin_size is not None and (uncut := uncut_bins_reason(bin_size, seq)):  # as the trainer's --bin-size
+            raise UsageError(f"bin_size {bin_size}: {uncut}")
         self.batch_size, self.seed, self.rank, self.world_size = batch_size, seed, rank, world_size
         self.bin_size, self.drop_last = bin_size, drop_last
         self.epoch = 0

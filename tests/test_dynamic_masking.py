@@ -518,12 +518,17 @@ def test_torch_loader_refuses_a_bin_size_of_the_whole_sequence(dynamic_dir):
     from bertprep.errors import UsageError
     from bertprep.torch import BertLoader
 
-    assert len(BertLoader(dynamic_dir, 8, bin_size=63)) > 0
+    assert len(BertLoader(dynamic_dir, 8, bin_size=56)) > 0
     for bin_size in (64, 512):
         with pytest.raises(UsageError) as refused:
             BertLoader(dynamic_dir, 8, bin_size=bin_size)
         assert str(refused.value) == (f"bin_size {bin_size}: the records' sequences are 64 tokens, one bin of them "
                                       "all: give a bin size below 64")
+    with pytest.raises(UsageError) as refused:  # 57-63: every bin's width rounds up to 64 (taken before 2026-11-30)
+        BertLoader(dynamic_dir, 8, bin_size=57)
+    assert str(refused.value) == ("bin_size 57: the records' sequences are 64 tokens and a bin's width is rounded up "
+                                  "to a multiple of 8, so every bin keeps all 64 and no batch is cut: give a bin "
+                                  "size of at most 56")
 
 def test_trainer_stream_masks_unmasked_records_bins_and_reopens_exactly(dynamic_dir):
     from trainer.data import Records, RecordStream

@@ -129,14 +129,21 @@ def test_a_batch_beyond_the_machines_memory_is_refused_before_any_record_is_read
 
 def test_a_bin_size_of_the_whole_sequence_is_refused(records_dir):
     """--bin-size 128 (or 512) of 128-token records makes one bin: every batch kept whole, the flag taken without
-    effect."""
+    effect. So did 121-127, whose bins' widths round up to 128 (fails on the old code: 127 taken)."""
     records = Records(str(records_dir), "tfrecord")
-    RecordStream(records, "training", 8, seed=1, bin_size=127)
+    stream = RecordStream(records, "training", 8, seed=1, bin_size=120)
+    assert min(batch["input_ids"].shape[1] for batch, _ in zip(stream.batches(0), range(50))) == 120
     for bin_size in (128, 512):
         with pytest.raises(UsageError) as refused:
             RecordStream(records, "training", 8, seed=1, bin_size=bin_size)
         assert str(refused.value) == (f"--bin-size {bin_size}: the records' sequences are 128 tokens, one bin of "
                                       "them all: give a bin size below 128")
+    for bin_size in (121, 127):
+        with pytest.raises(UsageError) as refused:
+            RecordStream(records, "training", 8, seed=1, bin_size=bin_size)
+        assert str(refused.value) == (f"--bin-size {bin_size}: the records' sequences are 128 tokens and a bin's "
+                                      "width is rounded up to a multiple of 8, so every bin keeps all 128 and no "
+                                      "batch is cut: give a bin size of at most 120")
 
 
 def run_trainer(*args):

@@ -29,7 +29,7 @@ import threading
 import numpy as np
 
 from bertprep import formats, storage
-from bertprep.binning import bin_width, bins_of
+from bertprep.binning import bin_width, bins_of, uncut_bins_reason
 from bertprep.engines import machine_memory
 from bertprep.errors import DataError, UsageError
 from bertprep.folder import Folder
@@ -354,9 +354,8 @@ class RecordStream:
             if num_workers > 1:
                 raise UsageError("--bin-size needs one data worker: each worker's batches would be cut to widths "
                                  "of their own (use the PyTorch loader, whose ranks share one plan, or no binning)")
-            if bin_size >= records.seq:  # one bin: every batch kept whole, the flag taken and doing nothing
-                raise UsageError(f"--bin-size {bin_size}: the records' sequences are {records.seq} tokens, one bin "
-                                 f"of them all: give a bin size below {records.seq}")
+            if uncut := uncut_bins_reason(bin_size, records.seq):  # every batch kept whole: the flag did nothing
+                raise UsageError(f"--bin-size {bin_size}: {uncut}")
             window = -(-window // batch_size) * batch_size  # batches never straddle windows
         self.window = window
 
