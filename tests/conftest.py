@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+import early_waits
 import object_store
 from trainer_checks import freeze_survivors, xla_flags
 
@@ -26,17 +27,27 @@ os.environ["XLA_FLAGS"] = xla_flags()
 # 30 min 8 s without (4ecab5a), within that VM's spread. Not the user's ~/.cache; removed when the worker ends.
 WORKER_CACHE = tempfile.mkdtemp(prefix="bertprep-tests-compilation-cache-")
 os.environ["BERTPREP_COMPILATION_CACHE_DIR"] = WORKER_CACHE
+# The folder of the session's early waits (tests/early_waits.py), made by its first process (xdist's controller,
+# which imports this before it starts the workers, so they inherit it) and removed by it.
+EARLY_WAITS_MADE_HERE = early_waits.SHARED_FOLDER_VARIABLE not in os.environ
+if EARLY_WAITS_MADE_HERE:
+    os.environ[early_waits.SHARED_FOLDER_VARIABLE] = tempfile.mkdtemp(prefix="bertprep-tests-early-waits-")
 
 
 def pytest_collection_finish(session):
     """Collected: the imports and test modules live as long as the worker. Frozen out of the garbage
     collector's reach (trainer_checks.freeze_survivors), they are not scanned again by every collection of
-    the tests that train in this process (Keras's clear_session collects at each run)."""
+    the tests that train in this process (Keras's clear_session collects at each run). Then the selected tests'
+    long waits begin (early_waits)."""
     freeze_survivors()
+    early_waits.start(session)
 
 
 def pytest_sessionfinish(session):
+    early_waits.finish()
     shutil.rmtree(WORKER_CACHE, ignore_errors=True)
+    if EARLY_WAITS_MADE_HERE:
+        shutil.rmtree(os.environ[early_waits.SHARED_FOLDER_VARIABLE], ignore_errors=True)
 
 
 def pytest_configure(config):

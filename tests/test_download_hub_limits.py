@@ -7,9 +7,11 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
+import early_waits
 from stand_in_servers import REPO, StandInServer, ok, parquet_bytes, run_cli, silent_endpoint
 
 HUB_SOURCES = {
@@ -57,17 +59,15 @@ def run_commands_at_once(commands, limit):
 
 # The runs that wait through backoffs (our own between the hub's busy answers, a minute in all; huggingface_hub's
 # own between attempts of a file, about 30 s each): one after another they held a test worker two minutes doing
-# nothing, so they start at once when the first of their tests asks (`waits`), and each test reads its own. Their
-# tests share one worker (--dist loadgroup), so the fixture runs once.
-ON_ONE_WORKER = pytest.mark.xdist_group("hub_waits")
+# nothing, at once still one, so they start at once when the session starts (tests/early_waits.py), and each test
+# reads its own.
 
 
-@pytest.fixture(scope="module")
-def waits(tmp_path_factory):
-    """name -> (exit code, stderr, seconds it took, what else the test needs): the module's long waits, run at
+def hub_waits(folder):
+    """name -> [exit code, stderr, seconds it took, what else the test needs]: the module's long waits, run at
     once: "busy" (a hub whose API answers 503 with Retry-After: 3600), "hub model" and "vocab" (a hub that
     never answers)."""
-    root = tmp_path_factory.mktemp("hub-waits")
+    root = Path(folder)
     with StandInServer() as server, silent_endpoint() as endpoint:
         server.add_hub_dataset("nyu-mll/glue", cola_files())
         server.fail_with["/api/datasets/nyu-mll/glue/revision/main"] = [(503, {"Retry-After": "3600"}), 100]
@@ -85,7 +85,15 @@ def waits(tmp_path_factory):
         asked = [path for method, path, _range in server.requests if path.endswith("/revision/main")]
         extra = {"busy": {"endpoint": server.url, "asked": asked}, "hub model": {"endpoint": endpoint},
                  "vocab": {}}
-    return {name: (*run, extra[name]) for name, run in runs.items()}
+    return {name: [*run, extra[name]] for name, run in runs.items()}
+
+
+early_waits.register("hub_waits", "waits", hub_waits)
+
+
+@pytest.fixture(scope="module")
+def waits():
+    return early_waits.result("hub_waits")
 
 
 def test_a_hub_that_never_answers_ends_each_hub_dataset_within_the_stall_timeout(tmp_path):
@@ -101,7 +109,6 @@ def test_a_hub_that_never_answers_ends_each_hub_dataset_within_the_stall_timeout
 
 
 @pytest.mark.heavy  # huggingface_hub's own 7 attempts of a file and its 23 s of backoff between them
-@ON_ONE_WORKER
 def test_a_hub_that_never_answers_ends_a_hub_model_within_the_stall_timeout(waits):
     """--stall-timeout was not applied: 10 s, then 6 attempts of 60 s and backoff, 6.6 minutes."""
     code, stderr, took, seen = waits["hub model"]
@@ -230,7 +237,6 @@ def test_a_hub_that_answers_its_first_request_busy_is_asked_again(tmp_path):
 
 
 @pytest.mark.heavy  # 7 attempts, 63 s of backoff between them
-@ON_ONE_WORKER
 def test_a_hub_that_stays_busy_ends_in_one_line_after_seven_attempts(waits):
     code, stderr, took, seen = waits["busy"]
     assert code == 1 and stderr.count("\n") == 1, stderr
@@ -276,7 +282,6 @@ def test_a_checkpoint_named_by_hub_id_from_a_hub_that_never_answers_ends_within_
     assert "S3cret" not in result.stderr and took < 60, (took, result.stderr)
 
 
-@ON_ONE_WORKER
 def test_a_vocab_named_by_hub_id_from_a_hub_that_never_answers_ends_within_the_store_timeout(waits):
     """`--vocab <hub id>` fetched vocab.txt with huggingface_hub's own timeouts and retries: 6.6 minutes, whatever
     BERTPREP_STORE_READ_TIMEOUT said; and without --quiet huggingface_hub's retry warnings came before the error."""
