@@ -18,12 +18,14 @@ import numpy as np
 import pytest
 
 import bertprep
+import early_waits
 from bertprep import formats, progress
 from bertprep.cli import main
 from bertprep.formats import schemas
 from bertprep.stages.download.glue import TASKS as DOWNLOAD_TASKS
 from bertprep.stages.finetune_data.glue import CHUNK_EXAMPLES, TASKS, truncated_lengths
 from bertprep.tokenization import load_vocab
+from conftest import shared_path
 
 REPO = Path(__file__).resolve().parent.parent
 SQUAD_GOLDENS = [(version, split, seq, stride, query) for version in ("1.1", "2.0") for split in ("train", "dev")
@@ -330,21 +332,38 @@ def test_a_model_directory_given_as_vocab_names_its_vocab(finetune_dir, vocab_pa
     assert not (tmp_path / "out").exists()
 
 
-def test_a_hub_model_id_with_no_hub_to_reach_is_one_line(finetune_dir, tmp_path):
-    """`--vocab some-model` with the hub unreachable printed huggingface_hub's retries, two lines each (`'[Errno
-    111] Connection refused' thrown while requesting HEAD …`, `Retrying in 1s [Retry 1/5].`), before the error."""
+def unreachable_hub_id(folder):
+    """[exit code, stderr, whether out/ was made] of `create-glue --vocab no-such-model` against a port nothing
+    listens on: huggingface_hub retries it for about 25 s (1, 2, 4, 8 and 8 s of backoff), so it begins when the
+    session starts (tests/early_waits.py)."""
     with socket.socket() as closed:  # a port nothing listens on: connection refused
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]
+    mrpc = shared_path() / "fixtures" / "finetune" / "glue" / "MRPC"
     result = subprocess.run([sys.executable, "-m", "bertprep", "create-glue", "--task", "MRPC", "--data-dir",
-                             str(finetune_dir / "glue/MRPC"), "--vocab", "no-such-model", "--out", "out", "--quiet"],
-                            cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                             str(mrpc), "--vocab", "no-such-model", "--out", "out", "--quiet"],
+                            cwd=folder, capture_output=True, text=True, timeout=300,
                             env={**os.environ, "PYTHONPATH": str(REPO), "HF_ENDPOINT": f"http://127.0.0.1:{port}",
-                                 "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "0"})
-    assert result.returncode == 1 and len(result.stderr.splitlines()) == 1, result.stderr
-    assert result.stderr.startswith("bertprep create-glue: error: no-such-model: not a vocab file and not "
-                                    "resolvable as a hub model id (")
-    assert not (tmp_path / "out").exists()
+                                 "HF_HOME": os.path.join(folder, "hf"), "HF_HUB_OFFLINE": "0"})
+    return [result.returncode, result.stderr, os.path.exists(os.path.join(folder, "out"))]
+
+
+early_waits.register("unreachable_hub_id", "unreachable_hub_id_run", unreachable_hub_id)
+
+
+@pytest.fixture
+def unreachable_hub_id_run():
+    return early_waits.result("unreachable_hub_id")
+
+
+def test_a_hub_model_id_with_no_hub_to_reach_is_one_line(unreachable_hub_id_run):
+    """`--vocab some-model` with the hub unreachable printed huggingface_hub's retries, two lines each (`'[Errno
+    111] Connection refused' thrown while requesting HEAD …`, `Retrying in 1s [Retry 1/5].`), before the error."""
+    returncode, stderr, out_made = unreachable_hub_id_run
+    assert returncode == 1 and len(stderr.splitlines()) == 1, stderr
+    assert stderr.startswith("bertprep create-glue: error: no-such-model: not a vocab file and not "
+                             "resolvable as a hub model id (")
+    assert not out_made
 
 
 def test_a_data_dir_above_the_task_or_of_a_file_is_a_usage_line(finetune_dir, vocab_path, tmp_path, capsys):
