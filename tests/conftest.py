@@ -19,6 +19,14 @@ os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"
 # FAST_COMPILE_XLA_FLAGS, where the measurements are) for the workers' TensorFlow and every process they
 # start; a JAX run of many steps takes them off again (xla_flags(fast_compile=False)).
 os.environ["XLA_FLAGS"] = xla_flags()
+# Before the workers start (xdist's controller imports this first, and they and every process they start inherit
+# it): glibc's malloc asks for transparent huge pages (where the kernel's THP mode is madvise, as on Debian and
+# Ubuntu). XLA's CPU steps allocate and free their large buffers (the logits over the vocab, the embedding's
+# gradient) at every step, each time faulting in fresh 4 KiB pages: a 30-step JAX run of the trajectories' hf_tiny
+# took 1.5 million page faults and 21.5 s of CPU (5 s of it the kernel's), with huge pages 0.12 million and 14.1 s
+# (docs/trainer.md, "Tests"). A tunable glibc does not know, and other C libraries, ignore it; the user's own
+# GLIBC_TUNABLES is kept.
+os.environ.setdefault("GLIBC_TUNABLES", "glibc.malloc.hugetlb=1")
 # One cache of compiled XLA programs per test worker (trainer/compilation_cache.py), for every JAX process a test
 # starts and the trainer runs in this one: most tests train the same tiny model, so a program one test compiled is
 # loaded by the next. Per worker: sharing one between the two would be safe (the trainer gives JAX's cache a size
