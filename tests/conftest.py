@@ -22,10 +22,10 @@ os.environ["XLA_FLAGS"] = xla_flags()
 # Before the workers start (xdist's controller imports this first, and they and every process they start inherit
 # it): glibc's malloc asks for transparent huge pages (where the kernel's THP mode is madvise, as on Debian and
 # Ubuntu). XLA's CPU steps allocate and free their large buffers (the logits over the vocab, the embedding's
-# gradient) at every step, each time faulting in fresh 4 KiB pages: a 30-step JAX run of the trajectories' hf_tiny
-# took 1.5 million page faults and 21.5 s of CPU (5 s of it the kernel's), with huge pages 0.12 million and 14.1 s
-# (docs/trainer.md, "Tests"). A tunable glibc does not know, and other C libraries, ignore it; the user's own
-# GLIBC_TUNABLES is kept.
+# gradient) at every step, each time faulting in fresh 4 KiB pages: the trajectories' 30-step JAX run of hf_tiny
+# took 1.5 million page faults and 18.0 s of CPU (4 s of it the kernel's), with huge pages 0.13 million and 15.2 s
+# (scripts/bench_huge_pages.py; docs/trainer.md, "Tests"). A tunable glibc does not know, and other C libraries,
+# ignore it; the user's own GLIBC_TUNABLES is kept.
 os.environ.setdefault("GLIBC_TUNABLES", "glibc.malloc.hugetlb=1")
 # One cache of compiled XLA programs per test worker (trainer/compilation_cache.py), for every JAX process a test
 # starts and the trainer runs in this one: most tests train the same tiny model, so a program one test compiled is
