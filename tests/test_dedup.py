@@ -21,6 +21,7 @@ from bertprep.folder import Folder
 from bertprep.stages import dedup as dedup_module
 from bertprep.stages.shard import shard
 from dedup_corpus import chain_corpus, jaccard, peak_rss, planted_corpus, short_corpus, write_corpus
+from test_create import with_default_sigint
 
 pytestmark = pytest.mark.xdist_group("dask")
 
@@ -162,7 +163,7 @@ def _interrupt_when(argv, ready, deadline_s=300):
     """Run `argv` in its own process group; Ctrl-C it (the whole group, as a terminal does) once
     `ready()`; its exit code and stderr."""
     proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            preexec_fn=with_default_sigint)
     deadline = time.monotonic() + deadline_s
     while not ready() and time.monotonic() < deadline:
         time.sleep(0.001)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+from test_create import with_default_sigint
 from trainer.cli import main
 from trainer_checks import xla_flags
 
@@ -93,7 +94,7 @@ def test_ctrl_c_while_the_programs_compile_exits_130(tmp_path):
     # it turn default only after test_python_api's notebook test); the run then never saw the Ctrl-C, trained its
     # 2 steps and exited 0 (twice in full suites; it passes alone, and fails alone under an ignored SIGINT).
     process = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                               text=True, preexec_fn=with_default_sigint)
     lines = []
     for line in process.stderr:
         lines.append(line)
